@@ -1,0 +1,29 @@
+"""Transformer-XL for TensorFlow 2 / Keras 3, with SavedModel and ONNX export."""
+from setuptools import find_packages, setup
+
+setup(
+    name="txl_tf",
+    version="0.1.0",
+    description="Transformer-XL for TensorFlow 2 / Keras 3 with an export pipeline",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["txl_tf", "txl_tf.*", "training", "export"]),
+    package_data={"training": ["configs/*.cfg"]},
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "keras>=3.15,<3.16",
+        "tensorflow-text>=2.21,<2.22",
+        "tf2onnx>=1.17,<1.18",
+        "onnx>=1.17",
+        "onnxruntime>=1.31,<1.32",
+        "absl-py>=2.5,<2.6",
+        "numpy>=1.26,<3",
+        "sentencepiece>=0.2,<0.3",
+        "tqdm>=4.66",
+    ],
+    extras_require={
+        "gpu": ["onnxruntime-gpu>=1.31,<1.32"],
+        "test": ["pytest>=8", "pytest-xdist>=3.5"],
+    },
+)

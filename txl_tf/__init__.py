@@ -1,0 +1,13 @@
+"""txl_tf: Transformer-XL for TensorFlow 2 / Keras 3."""
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
+from txl_tf.core import TransformerXL  # noqa: E402
+from txl_tf.layers.memory import Memory  # noqa: E402
+from txl_tf.validation import InputError  # noqa: E402
+
+__all__ = ["PRESETS", "ConfigError", "InputError", "Memory", "TransformerXL",
+           "TransformerXLConfig"]
+__version__ = "0.1.0"

@@ -1,0 +1,208 @@
+"""`TransformerXLConfig`: every hyper-parameter of the paper's code, validated,
+with a JSON round-trip and named presets for the paper's configurations."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, List, Optional
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, out of range or inconsistent."""
+
+
+@dataclasses.dataclass
+class TransformerXLConfig:
+    """Hyper-parameters of a Transformer-XL language model.
+
+    Names follow the paper's code (`kimiyoung/transformer-xl`). `d_embed`
+    defaults to `d_model`. `tie_projs` is one flag per vocabulary bin (whether
+    the softmax projection of that bin is the embedding's); `None` means the
+    paper's `proj_share_all_but_first` setting (all bins but the first tied
+    when the vocabulary is split, else tied). `clamp_len <= 0` disables
+    clamping. `mem_len` is the training memory length; inference may pass a
+    memory of any length.
+    """
+
+    n_token: int
+    n_layer: int = 2
+    d_model: int = 32
+    n_head: int = 2
+    d_head: int = 16
+    d_inner: int = 64
+    d_embed: Optional[int] = None
+    div_val: int = 1
+    cutoffs: List[int] = dataclasses.field(default_factory=list)
+    tie_weight: bool = True
+    tie_projs: Optional[List[bool]] = None
+    proj_same_dim: bool = True
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    untie_r: bool = False
+    pre_lnorm: bool = False
+    tgt_len: int = 32
+    mem_len: int = 32
+    clamp_len: int = -1
+    same_length: bool = False
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+    layer_norm_epsilon: float = 1e-12
+
+    def __post_init__(self):
+        if self.d_embed is None:
+            self.d_embed = self.d_model
+        self.cutoffs = [int(c) for c in self.cutoffs]
+        if self.tie_projs is None:
+            # proj_share_all_but_first: the head bin keeps its own projection.
+            split = bool(self.cutoffs)
+            self.tie_projs = [not split or i > 0 for i in range(len(self.cutoffs) + 1)]
+        self.tie_projs = [bool(t) for t in self.tie_projs]
+        self.validate()
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        """Raises `ConfigError` naming the first inconsistent field."""
+        def positive(name):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+        for name in ("n_token", "n_layer", "d_model", "n_head", "d_head",
+                     "d_inner", "d_embed", "div_val", "tgt_len"):
+            positive(name)
+        if not isinstance(self.mem_len, int) or self.mem_len < 0:
+            raise ConfigError(f"mem_len must be an integer >= 0, got {self.mem_len!r}")
+        if self.d_model % 2:
+            raise ConfigError(
+                f"d_model must be even (sin and cos halves), got {self.d_model}")
+        for name in ("dropout", "dropatt"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value}")
+        for name in ("init_std", "proj_init_std", "layer_norm_epsilon"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        previous = 0
+        for c in self.cutoffs:
+            if not previous < c < self.n_token:
+                raise ConfigError(
+                    f"cutoffs must be strictly increasing and inside (0, n_token="
+                    f"{self.n_token}), got {self.cutoffs}")
+            previous = c
+        if self.div_val > 1 and not self.cutoffs:
+            raise ConfigError("div_val > 1 needs cutoffs (a vocabulary split)")
+        smallest = self.d_embed // self.div_val ** len(self.cutoffs)
+        if smallest < 1:
+            raise ConfigError(
+                f"d_embed={self.d_embed} // div_val={self.div_val}**{len(self.cutoffs)} "
+                "leaves a bin with no embedding dimension")
+        if len(self.tie_projs) != len(self.cutoffs) + 1:
+            raise ConfigError(
+                f"tie_projs needs one flag per vocabulary bin ({len(self.cutoffs) + 1}),"
+                f" got {len(self.tie_projs)}")
+
+    # ------------------------------------------------------------- properties
+    @property
+    def cutoff_ends(self) -> List[int]:
+        """Bin boundaries `[0, *cutoffs, n_token]`."""
+        return [0, *self.cutoffs, self.n_token]
+
+    def bin_dim(self, i: int) -> int:
+        """Embedding width of vocabulary bin `i`."""
+        return self.d_embed // self.div_val ** i
+
+    # ------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TransformerXLConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown config fields: {unknown}")
+        return cls(**values)
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str) -> "TransformerXLConfig":
+        text = text_or_path
+        if not text_or_path.lstrip().startswith("{"):
+            with open(text_or_path, encoding="utf-8") as f:
+                text = f.read()
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> "TransformerXLConfig":
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    # ---------------------------------------------------------------- presets
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TransformerXLConfig":
+        """A named configuration (see `PRESETS`), optionally with overrides."""
+        if name not in PRESETS:
+            raise ConfigError(
+                f"unknown preset {name!r}; known presets: {sorted(PRESETS)}")
+        values = dict(PRESETS[name])
+        values.update(overrides)
+        return cls(**values)
+
+
+# Training settings of the paper (train tgt_len/mem_len). The evaluation settings
+# the paper used (all with same_length) are in EVAL_SETTINGS.
+_ENWIK8_BASE = dict(n_token=204, n_layer=12, d_model=512, n_head=8, d_head=64,
+                    d_inner=2048, dropout=0.1, dropatt=0.0, tgt_len=512,
+                    mem_len=512, untie_r=True)
+_ENWIK8_LARGE = dict(n_token=204, n_layer=24, d_model=1024, n_head=8, d_head=128,
+                     d_inner=3072, dropout=0.15, dropatt=0.15, tgt_len=768,
+                     mem_len=768, untie_r=True)
+
+PRESETS = {
+    "tiny": dict(n_token=256, n_layer=2, d_model=32, n_head=2, d_head=16,
+                 d_inner=64, dropout=0.0, tgt_len=16, mem_len=16),
+    "small": dict(n_token=256, n_layer=4, d_model=128, n_head=4, d_head=32,
+                  d_inner=512, dropout=0.1, tgt_len=64, mem_len=64),
+    "enwik8_base": _ENWIK8_BASE,
+    "enwik8_large": _ENWIK8_LARGE,
+    "text8": dict(_ENWIK8_LARGE, n_token=27),
+    "wt103_base": dict(n_token=267735, n_layer=16, d_model=410, n_head=10,
+                       d_head=41, d_inner=2100, dropout=0.1, dropatt=0.0,
+                       div_val=1, cutoffs=[20000, 40000, 200000],
+                       tgt_len=150, mem_len=150),
+    "wt103_large": dict(n_token=267735, n_layer=18, d_model=1024, n_head=16,
+                        d_head=64, d_inner=4096, dropout=0.2, dropatt=0.2,
+                        div_val=4, cutoffs=[20000, 40000, 200000], untie_r=True,
+                        tgt_len=384, mem_len=384),
+    "lm1b_base": dict(n_token=793471, n_layer=18, d_model=1024, n_head=8,
+                      d_head=128, d_inner=4096, dropout=0.0, dropatt=0.0,
+                      div_val=4, cutoffs=[60000, 100000, 640000], untie_r=True,
+                      tgt_len=256, mem_len=256),
+    "lm1b_large": dict(n_token=793471, n_layer=24, d_model=1280, n_head=16,
+                       d_head=80, d_inner=8192, dropout=0.05, dropatt=0.05,
+                       div_val=4, cutoffs=[60000, 100000, 640000], untie_r=True,
+                       tgt_len=32, mem_len=32),
+}
+
+# The paper's evaluation settings: tgt_len, mem_len, clamp_len, same_length.
+EVAL_SETTINGS = {
+    "enwik8_base": dict(tgt_len=80, mem_len=2100, clamp_len=820, same_length=True),
+    "enwik8_large": dict(tgt_len=128, mem_len=3800, clamp_len=1000, same_length=True),
+    "text8": dict(tgt_len=128, mem_len=3800, clamp_len=1000, same_length=True),
+    "wt103_base": dict(tgt_len=64, mem_len=640, clamp_len=400, same_length=True),
+    "wt103_large": dict(tgt_len=128, mem_len=1600, clamp_len=1000, same_length=True),
+    "lm1b_base": dict(tgt_len=32, mem_len=128, clamp_len=-1, same_length=True),
+    "lm1b_large": dict(tgt_len=32, mem_len=128, clamp_len=-1, same_length=True),
+}
+
+
+def eval_settings(preset: str) -> dict:
+    """The paper's evaluation settings for a preset (empty for tiny/small)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; known presets: {sorted(PRESETS)}")
+    return dict(EVAL_SETTINGS.get(preset, {}))

@@ -1,0 +1,117 @@
+"""The pure core: `(token_ids, memory) -> (outputs, new_memory)`, no hidden state."""
+import keras
+import tensorflow as tf
+
+from txl_tf.config import TransformerXLConfig
+from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
+from txl_tf.layers.block import TransformerXLBlock
+from txl_tf.layers.init import normal
+from txl_tf.layers.masks import attention_visibility
+from txl_tf.layers.memory import Memory, as_memory, initial_memory, update_memory
+from txl_tf.layers.positional import RelativePositionalEncoding
+from txl_tf.validation import check_memory, check_token_ids
+
+
+def as_config(config):
+    if isinstance(config, TransformerXLConfig):
+        return config
+    if isinstance(config, dict):
+        return TransformerXLConfig.from_dict(config)
+    raise TypeError(f"expected a TransformerXLConfig or a dict, got {type(config).__name__}")
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class TransformerXL(keras.layers.Layer):
+    """Transformer-XL language model as a pure function of ids and memory.
+
+    ```python
+    core = TransformerXL(cfg)
+    memory = core.initial_memory(batch_size)               # cfg.mem_len empty slots
+    log_probs, memory = core(token_ids, memory)            # [B, T, n_token] float32
+    nll, memory = core(token_ids, memory, targets=labels)  # [B, T] float32
+    ```
+    The memory length is whatever the given memory has (0 allowed), so a
+    model trained with one `mem_len` evaluates with another. Weights are
+    created at construction; variable names follow the paper's TF code.
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.config = cfg = as_config(config)
+        policy = self.dtype_policy
+        self.word_emb = AdaptiveEmbedding(
+            cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val,
+            cfg.proj_same_dim, cfg.init_std, cfg.proj_init_std, dtype=policy,
+            name="adaptive_embed")
+        self.pos_emb = RelativePositionalEncoding(cfg.d_model, cfg.clamp_len, dtype=policy,
+                                                  name="pos_emb")
+        self.emb_dropout = keras.layers.Dropout(cfg.dropout, dtype=policy)
+        self.pos_dropout = keras.layers.Dropout(cfg.dropout, dtype=policy)
+        self.out_dropout = keras.layers.Dropout(cfg.dropout, dtype=policy)
+        self.blocks = [
+            TransformerXLBlock(cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, cfg.dropout,
+                               cfg.dropatt, cfg.pre_lnorm, cfg.init_std,
+                               cfg.layer_norm_epsilon, dtype=policy, name=f"layer_{i}")
+            for i in range(cfg.n_layer)]
+        self.crit = AdaptiveLogSoftmax(
+            cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val, cfg.tie_weight,
+            cfg.tie_projs, cfg.proj_same_dim, cfg.init_std, cfg.proj_init_std,
+            embedding=self.word_emb, dtype=policy, name="adaptive_softmax")
+        bias_shape = ((cfg.n_layer,) if cfg.untie_r else ()) + (cfg.n_head, cfg.d_head)
+        self.r_w_bias = self.add_weight(name="r_w_bias", shape=bias_shape,
+                                        initializer=normal(cfg.init_std))
+        self.r_r_bias = self.add_weight(name="r_r_bias", shape=bias_shape,
+                                        initializer=normal(cfg.init_std))
+        self.built = True
+
+    # ----------------------------------------------------------------- memory
+    def initial_memory(self, batch_size, mem_len=None, zero_filled=False):
+        """A fresh `Memory` of `mem_len` (default `config.mem_len`) slots."""
+        cfg = self.config
+        mem_len = cfg.mem_len if mem_len is None else int(mem_len)
+        if mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+        return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
+
+    # ------------------------------------------------------------------- math
+    def call(self, token_ids, memory, targets=None, training=None):
+        """Returns `(log_probs [B, T, n_token] or nll [B, T], new_memory)`."""
+        hidden, new_memory = self.hidden_states(token_ids, memory, training=training)
+        if targets is None:
+            return self.crit(hidden), new_memory
+        targets = check_token_ids(tf.convert_to_tensor(targets), self.config.n_token)
+        return self.crit(hidden, targets), new_memory
+
+    def hidden_states(self, token_ids, memory, training=None):
+        """Final hidden states `[B, T, d_model]` (after the output dropout) and
+        the new memory."""
+        cfg = self.config
+        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        memory = as_memory(memory)
+        memory = Memory(tf.convert_to_tensor(memory.states),
+                        tf.convert_to_tensor(memory.valid))
+        check_memory(memory, cfg.n_layer, cfg.d_model, token_ids.shape[0])
+        qlen = tf.shape(token_ids)[1]
+        klen = tf.shape(memory.states)[2] + qlen
+
+        output = self.emb_dropout(self.word_emb(token_ids), training=training)
+        pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
+        visible = attention_visibility(qlen, memory.valid, cfg.same_length)
+        states = tf.cast(memory.states, output.dtype)
+        layer_inputs = []
+        for i, block in enumerate(self.blocks):
+            layer_inputs.append(output)
+            r_w_bias = self.r_w_bias[i] if cfg.untie_r else self.r_w_bias
+            r_r_bias = self.r_r_bias[i] if cfg.untie_r else self.r_r_bias
+            output = block(output, pos_emb, states[i], visible, r_w_bias, r_r_bias,
+                           training=training)
+        output = self.out_dropout(output, training=training)
+        return output, update_memory(memory, tf.stack(layer_inputs))
+
+    def nll(self, token_ids, targets, memory, training=None):
+        """Per-token negative log-likelihood `[B, T]` (float32) and the new memory."""
+        return self(token_ids, memory, targets=targets, training=training)
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}

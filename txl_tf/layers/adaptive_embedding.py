@@ -1,0 +1,82 @@
+"""Adaptive input embedding (Baevski & Auli): smaller tables for rarer bins."""
+import keras
+import tensorflow as tf
+
+from txl_tf.layers.init import normal
+
+
+def bin_bounds(n_token, cutoffs):
+    """`[(0, c0), (c0, c1), ..., (c_last, n_token)]`."""
+    ends = [0, *cutoffs, n_token]
+    return list(zip(ends[:-1], ends[1:]))
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class AdaptiveEmbedding(keras.layers.Layer):
+    """Token ids `[B, T]` → `[B, T, d_model]`, multiplied by `sqrt(d_model)`.
+
+    With `div_val == 1` there is one table `[n_token, d_embed]` and a
+    projection to `d_model` only when the widths differ. With `div_val > 1`
+    bin i (split at `cutoffs`) has a table of width `d_embed // div_val**i` and
+    a projection (`proj_same_dim` keeps it even when the width is `d_model`).
+    Lookups use gathers with static shapes (no boolean masks), so the layer
+    compiles with XLA and exports. `tables` and `projs` (None where absent) are
+    exposed for weight tying by the adaptive softmax.
+    """
+
+    def __init__(self, n_token, d_embed, d_model, cutoffs=(), div_val=1,
+                 proj_same_dim=True, init_std=0.02, proj_init_std=0.01, **kwargs):
+        super().__init__(**kwargs)
+        self.n_token, self.d_embed, self.d_model = int(n_token), int(d_embed), int(d_model)
+        self.cutoffs, self.div_val = [int(c) for c in cutoffs], int(div_val)
+        self.proj_same_dim = bool(proj_same_dim)
+        self.init_std, self.proj_init_std = float(init_std), float(proj_init_std)
+        self.emb_scale = self.d_model ** 0.5
+        self.build()
+
+    def build(self, input_shape=None):
+        self.tables, self.projs = [], []
+        table_init, proj_init = normal(self.init_std), normal(self.proj_init_std)
+        if self.div_val == 1:
+            self.tables.append(self.add_weight(
+                name="lookup_table", shape=(self.n_token, self.d_embed),
+                initializer=table_init))
+            self.projs.append(None if self.d_embed == self.d_model else self.add_weight(
+                name="proj_W", shape=(self.d_embed, self.d_model), initializer=proj_init))
+        else:
+            for i, (low, high) in enumerate(bin_bounds(self.n_token, self.cutoffs)):
+                dim = self.d_embed // self.div_val ** i
+                self.tables.append(self.add_weight(
+                    name=f"cutoff_{i}_lookup_table", shape=(high - low, dim),
+                    initializer=table_init))
+                skip = dim == self.d_model and not self.proj_same_dim
+                self.projs.append(None if skip else self.add_weight(
+                    name=f"cutoff_{i}_proj_W", shape=(dim, self.d_model),
+                    initializer=proj_init))
+        self.built = True
+
+    def _lookup(self, table, proj, ids):
+        out = tf.gather(tf.cast(table, self.compute_dtype), ids)
+        if proj is not None:
+            out = tf.matmul(out, tf.cast(proj, self.compute_dtype))
+        return out
+
+    def call(self, token_ids):
+        token_ids = tf.cast(token_ids, tf.int32)
+        if self.div_val == 1:
+            out = self._lookup(self.tables[0], self.projs[0], token_ids)
+        else:
+            out = 0.0
+            for (low, high), table, proj in zip(bin_bounds(self.n_token, self.cutoffs),
+                                                self.tables, self.projs):
+                in_bin = (token_ids >= low) & (token_ids < high)
+                local = tf.clip_by_value(token_ids - low, 0, high - low - 1)
+                out += self._lookup(table, proj, local) * tf.cast(
+                    in_bin, self.compute_dtype)[..., None]
+        return out * tf.cast(self.emb_scale, self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "n_token": self.n_token, "d_embed": self.d_embed,
+                "d_model": self.d_model, "cutoffs": self.cutoffs, "div_val": self.div_val,
+                "proj_same_dim": self.proj_same_dim, "init_std": self.init_std,
+                "proj_init_std": self.proj_init_std}

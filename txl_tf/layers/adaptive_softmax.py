@@ -1,0 +1,164 @@
+"""Adaptive log-softmax (Grave et al.) with weights tied to the adaptive input."""
+import keras
+import tensorflow as tf
+
+from txl_tf.layers.adaptive_embedding import bin_bounds
+from txl_tf.layers.init import normal
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class AdaptiveLogSoftmax(keras.layers.Layer):
+    """Hidden states `[..., d_model]` → log-probabilities or target NLL.
+
+    The head scores the shortlist (ids below `cutoffs[0]`) and one cluster per
+    tail bin; tail bin i (i >= 1) uses head column `cutoffs[0] + i - 1`, as in
+    the paper's TF code and its released checkpoints. With `tie_weight` the
+    output tables are the embedding's; `tie_projs[i]` reuses the embedding's
+    projection of bin i. Untied projections exist where the paper's code makes
+    them (none when the bin is already `d_model` wide and `div_val == 1` or
+    not `proj_same_dim`).
+
+    `layer(hidden)` gives float32 log-probs over the whole vocabulary;
+    `layer(hidden, target)` gives float32 NLL of the targets without building
+    full-vocabulary logits (tail bins only score the positions whose target
+    falls in them).
+    """
+
+    def __init__(self, n_token, d_embed, d_model, cutoffs=(), div_val=1, tie_weight=True,
+                 tie_projs=None, proj_same_dim=True, init_std=0.02, proj_init_std=0.01,
+                 embedding=None, **kwargs):
+        super().__init__(**kwargs)
+        self.n_token, self.d_embed, self.d_model = int(n_token), int(d_embed), int(d_model)
+        self.cutoffs, self.div_val = [int(c) for c in cutoffs], int(div_val)
+        self.tie_weight = bool(tie_weight)
+        n_bins = len(self.cutoffs) + 1
+        self.tie_projs = [True] * n_bins if tie_projs is None else [bool(t) for t in tie_projs]
+        if len(self.tie_projs) != n_bins:
+            raise ValueError(f"tie_projs needs {n_bins} flags, got {self.tie_projs}")
+        self.proj_same_dim = bool(proj_same_dim)
+        self.init_std, self.proj_init_std = float(init_std), float(proj_init_std)
+        if embedding is None and (self.tie_weight or any(self.tie_projs)):
+            raise ValueError("tie_weight / tie_projs need the AdaptiveEmbedding to tie to "
+                             "(pass embedding=...)")
+        # Held outside Keras tracking: the tied weights belong to the embedding.
+        self._tied = _Untracked(embedding)
+        self.bounds = bin_bounds(self.n_token, self.cutoffs)
+        self.build()
+
+    # ----------------------------------------------------------------- weights
+    def build(self, input_shape=None):
+        self.tables, self.projs, self.biases = [], [], []
+        if not self.tie_weight:
+            if self.div_val == 1:
+                own = self.add_weight(name="weight", shape=(self.n_token, self.d_embed),
+                                      initializer=normal(self.init_std))
+                self.tables = [own]
+            else:
+                self.tables = [self.add_weight(
+                    name=f"cutoff_{i}_weight", shape=(high - low, self._dim(i)),
+                    initializer=normal(self.init_std))
+                    for i, (low, high) in enumerate(self.bounds)]
+        for i, (low, high) in enumerate(self.bounds):
+            if self.tie_projs[i]:
+                proj = None  # read from the embedding by _proj(i)
+            elif (self.div_val == 1 or not self.proj_same_dim) and self._dim(i) == self.d_model:
+                proj = None
+            else:
+                proj = self.add_weight(name=f"cutoff_{i}_proj", shape=(self._dim(i), self.d_model),
+                                       initializer=normal(self.proj_init_std))
+            self.projs.append(proj)
+            name = "bias" if not self.cutoffs else f"cutoff_{i}_b"
+            self.biases.append(self.add_weight(name=name, shape=(high - low,),
+                                               initializer="zeros"))
+        n_clusters = len(self.cutoffs)
+        if n_clusters:
+            self.cluster_weight = self.add_weight(
+                name="cluster_W", shape=(n_clusters, self.d_embed), initializer="zeros")
+            self.cluster_bias = self.add_weight(
+                name="cluster_b", shape=(n_clusters,), initializer="zeros")
+        self.built = True
+
+    def _dim(self, i):
+        return self.d_embed // self.div_val ** i
+
+    def _proj(self, i):
+        if self.tie_projs[i]:
+            return self._tied.layer.projs[0 if self.div_val == 1 else i]
+        return self.projs[i]
+
+    def _table(self, i):
+        tables = self._tied.layer.tables if self.tie_weight else self.tables
+        if self.div_val == 1:
+            low, high = self.bounds[i]
+            return tables[0][low:high]
+        return tables[i]
+
+    def _logits(self, hidden, i, head=False):
+        """float32 logits of bin i (with the cluster logits appended for the head)."""
+        dtype = self.compute_dtype
+        out = hidden
+        proj = self._proj(i)
+        if proj is not None:
+            out = tf.matmul(out, tf.cast(proj, dtype), transpose_b=True)
+        weight, bias = tf.cast(self._table(i), dtype), tf.cast(self.biases[i], dtype)
+        if head and self.cutoffs:
+            weight = tf.concat([weight, tf.cast(self.cluster_weight, dtype)], axis=0)
+            bias = tf.concat([bias, tf.cast(self.cluster_bias, dtype)], axis=0)
+        return tf.cast(tf.matmul(out, weight, transpose_b=True) + bias, tf.float32)
+
+    # ---------------------------------------------------------------- outputs
+    def call(self, hidden, target=None):
+        if target is None:
+            return self.log_probs(hidden)
+        return self.nll(hidden, target)
+
+    def log_probs(self, hidden):
+        """float32 `[..., n_token]` log-probabilities."""
+        head = tf.nn.log_softmax(self._logits(hidden, 0, head=True), axis=-1)
+        if not self.cutoffs:
+            return head
+        shortlist = self.cutoffs[0]
+        parts = [head[..., :shortlist]]
+        for i in range(1, len(self.bounds)):
+            tail = tf.nn.log_softmax(self._logits(hidden, i), axis=-1)
+            parts.append(tail + head[..., shortlist + i - 1:shortlist + i])
+        return tf.concat(parts, axis=-1)
+
+    def nll(self, hidden, target):
+        """float32 negative log-likelihood of `target` (same leading shape)."""
+        target = tf.cast(target, tf.int32)
+        if not self.cutoffs:
+            logits = self._logits(hidden, 0)
+            return tf.nn.sparse_softmax_cross_entropy_with_logits(target, logits)
+        out_shape = tf.shape(target)
+        hidden = tf.reshape(hidden, [-1, self.d_model])
+        target = tf.reshape(target, [-1])
+        head = tf.nn.log_softmax(self._logits(hidden, 0, head=True), axis=-1)
+        shortlist = self.cutoffs[0]
+        in_head = target < shortlist
+        head_target = tf.where(in_head, target, shortlist + tf.zeros_like(target))
+        # Tail targets point at their cluster column of the head.
+        for i, (low, high) in enumerate(self.bounds[1:], start=1):
+            in_bin = (target >= low) & (target < high)
+            head_target = tf.where(in_bin, shortlist + i - 1, head_target)
+        nll = -tf.gather(head, head_target, batch_dims=1)
+        for i, (low, high) in enumerate(self.bounds[1:], start=1):
+            rows = tf.where((target >= low) & (target < high))[:, 0]
+            tail = tf.nn.log_softmax(self._logits(tf.gather(hidden, rows), i), axis=-1)
+            picked = tf.gather(tail, tf.gather(target, rows) - low, batch_dims=1)
+            nll = tf.tensor_scatter_nd_sub(nll, rows[:, None], picked)
+        return tf.reshape(nll, out_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "n_token": self.n_token, "d_embed": self.d_embed,
+                "d_model": self.d_model, "cutoffs": self.cutoffs, "div_val": self.div_val,
+                "tie_weight": self.tie_weight, "tie_projs": self.tie_projs,
+                "proj_same_dim": self.proj_same_dim, "init_std": self.init_std,
+                "proj_init_std": self.proj_init_std}
+
+
+class _Untracked:
+    """Holds a layer reference that Keras must not track as a sub-layer."""
+
+    def __init__(self, layer):
+        self.layer = layer

@@ -1,0 +1,36 @@
+"""One Transformer-XL layer: relative attention then the feed-forward."""
+import keras
+
+from txl_tf.layers.attention import RelativeMultiHeadAttention
+from txl_tf.layers.feedforward import PositionwiseFeedForward
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class TransformerXLBlock(keras.layers.Layer):
+    """`ff(attn(inputs, memory))` with the sizes of one decoder layer."""
+
+    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, dropatt=0.0,
+                 pre_lnorm=False, init_std=0.02, layer_norm_epsilon=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.sizes = dict(d_model=int(d_model), n_head=int(n_head), d_head=int(d_head),
+                          d_inner=int(d_inner), dropout=float(dropout),
+                          dropatt=float(dropatt), pre_lnorm=bool(pre_lnorm),
+                          init_std=float(init_std),
+                          layer_norm_epsilon=float(layer_norm_epsilon))
+        s = self.sizes
+        self.rel_attn = RelativeMultiHeadAttention(
+            s["d_model"], s["n_head"], s["d_head"], s["dropout"], s["dropatt"],
+            s["pre_lnorm"], s["init_std"], s["layer_norm_epsilon"],
+            dtype=self.dtype_policy, name="rel_attn")
+        self.ff = PositionwiseFeedForward(
+            s["d_model"], s["d_inner"], s["dropout"], s["pre_lnorm"], s["init_std"],
+            s["layer_norm_epsilon"], dtype=self.dtype_policy, name="ff")
+        self.built = True
+
+    def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):
+        hidden = self.rel_attn(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias,
+                               training=training)
+        return self.ff(hidden, training=training)
+
+    def get_config(self):
+        return {**super().get_config(), **self.sizes}

@@ -1,0 +1,49 @@
+"""Position-wise feed-forward sub-layer."""
+import keras
+import tensorflow as tf
+
+from txl_tf.layers.init import normal
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """`LN(x + drop(W2 drop(relu(W1 x + b1)) + b2))`; with `pre_lnorm` the
+    LayerNorm moves to the input of W1 and the residual is added last."""
+
+    def __init__(self, d_model, d_inner, dropout=0.0, pre_lnorm=False, init_std=0.02,
+                 layer_norm_epsilon=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.d_inner = int(d_model), int(d_inner)
+        self.dropout, self.pre_lnorm = float(dropout), bool(pre_lnorm)
+        self.init_std, self.layer_norm_epsilon = float(init_std), float(layer_norm_epsilon)
+        policy = self.dtype_policy
+        self.layer_1 = keras.layers.Dense(self.d_inner, activation="relu", dtype=policy,
+                                          kernel_initializer=normal(self.init_std),
+                                          name="layer_1")
+        self.layer_2 = keras.layers.Dense(self.d_model, dtype=policy,
+                                          kernel_initializer=normal(self.init_std),
+                                          name="layer_2")
+        self.drop_1 = keras.layers.Dropout(self.dropout, dtype=policy)
+        self.drop_2 = keras.layers.Dropout(self.dropout, dtype=policy)
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="LayerNorm")
+        self.build()
+
+    def build(self, input_shape=None):
+        self.layer_1.build((None, None, self.d_model))
+        self.layer_2.build((None, None, self.d_inner))
+        self.layer_norm.build((None, None, self.d_model))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        core = self.layer_norm(inputs) if self.pre_lnorm else inputs
+        core = self.drop_1(self.layer_1(core), training=training)
+        core = self.drop_2(self.layer_2(core), training=training)
+        if self.pre_lnorm:
+            return inputs + core
+        return self.layer_norm(inputs + core)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_inner": self.d_inner,
+                "dropout": self.dropout, "pre_lnorm": self.pre_lnorm,
+                "init_std": self.init_std, "layer_norm_epsilon": self.layer_norm_epsilon}

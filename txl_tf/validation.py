@@ -1,0 +1,67 @@
+"""Input checks that name the problem (used by the core and the runtimes)."""
+import numpy as np
+import tensorflow as tf
+
+
+class InputError(ValueError):
+    """Token ids or memory that do not fit the model."""
+
+
+def check_token_ids(token_ids, n_token):
+    """Raises if ids are not integers in `[0, n_token)`.
+
+    Eagerly this raises `InputError` naming the first bad id and its position.
+    In a graph it adds an assertion (a plain gather on GPU would silently give
+    zeros for a bad id); under XLA assertions are dropped, so callers that
+    compile should check ids up front (the runtimes do).
+    """
+    if not token_ids.dtype.is_integer:
+        raise InputError(f"token_ids must be integers, got dtype {token_ids.dtype.name}")
+    if token_ids.shape.rank is not None and token_ids.shape.rank != 2:
+        raise InputError(f"token_ids must be [batch, length], got shape {token_ids.shape}")
+    if tf.executing_eagerly():
+        ids = np.asarray(token_ids)
+        bad = np.argwhere((ids < 0) | (ids >= n_token))
+        if bad.size:
+            where = tuple(int(i) for i in bad[0])
+            raise InputError(
+                f"token id {int(ids[where])} at position {where} is out of range for a "
+                f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
+        return token_ids
+    low, high = tf.reduce_min(token_ids), tf.reduce_max(token_ids)
+    ok = (low >= 0) & (high < n_token)
+    check = tf.debugging.Assert(
+        ok, [f"token ids out of range for a vocabulary of {n_token} tokens; min id:", low,
+             "max id:", high], name="check_token_ids")
+    with tf.control_dependencies([check]):
+        return tf.identity(token_ids)
+
+
+def check_memory(memory, n_layer, d_model, batch_size=None):
+    """Raises `InputError` if the memory's static geometry does not fit."""
+    states, valid = memory
+    if states.shape.rank is not None and states.shape.rank != 4:
+        raise InputError("memory states must be [n_layer, batch, mem_len, d_model] "
+                         f"(rank 4), got shape {states.shape}")
+    if valid.shape.rank is not None and valid.shape.rank != 2:
+        raise InputError(f"memory valid must be [batch, mem_len] (rank 2), got shape {valid.shape}")
+    if valid.dtype != tf.bool:
+        raise InputError(f"memory valid must be bool, got {valid.dtype.name}")
+    if not states.dtype.is_floating:
+        raise InputError(f"memory states must be floating point, got {states.dtype.name}")
+    shape = states.shape
+    if shape.rank is None:
+        return
+    if shape[0] is not None and shape[0] != n_layer:
+        raise InputError(f"memory states hold {shape[0]} layers, the model has {n_layer} "
+                         f"(states shape {shape})")
+    if shape[3] is not None and shape[3] != d_model:
+        raise InputError(f"memory states have width {shape[3]}, the model's d_model is "
+                         f"{d_model} (states shape {shape})")
+    for name, got, want in (("batch", shape[1], valid.shape[0]),
+                            ("mem_len", shape[2], valid.shape[1])):
+        if got is not None and want is not None and got != want:
+            raise InputError(f"memory states and valid disagree on {name}: {got} vs {want}")
+    if batch_size is not None and shape[1] is not None and shape[1] != batch_size:
+        raise InputError(f"token_ids have batch {batch_size} but the memory has batch "
+                         f"{shape[1]}")
