@@ -6,8 +6,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
 from txl_tf.core import TransformerXL  # noqa: E402
 from txl_tf.layers.memory import Memory  # noqa: E402
+from txl_tf.model import TransformerXLLM  # noqa: E402
 from txl_tf.validation import InputError  # noqa: E402
 
 __all__ = ["PRESETS", "ConfigError", "InputError", "Memory", "TransformerXL",
-           "TransformerXLConfig"]
+           "TransformerXLConfig", "TransformerXLLM"]
 __version__ = "0.1.0"

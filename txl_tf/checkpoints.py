@@ -1,0 +1,138 @@
+"""Weights by the paper's TF variable names; model directories (config + weights).
+
+Every weight of a `TransformerXL` has a name of the paper's TF code
+(`transformer/layer_0/rel_attn/qkv/kernel`, ...), so weights saved here, a
+converted TF checkpoint and the numpy reference in the tests share one layout.
+Files are `.npz` archives read with `allow_pickle=False`: no pickle anywhere.
+"""
+import json
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from txl_tf.config import TransformerXLConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.npz"
+VOCAB_DIR = "vocab"
+
+
+def reference_names(core):
+    """Ordered `{tf_name: variable}` for every weight of `core`."""
+    cfg = core.config
+    names = OrderedDict()
+    emb, crit = core.word_emb, core.crit
+    if cfg.div_val == 1:
+        names["transformer/adaptive_embed/lookup_table"] = emb.tables[0]
+        if emb.projs[0] is not None:
+            names["transformer/adaptive_embed/proj_W"] = emb.projs[0]
+    else:
+        for i, (table, proj) in enumerate(zip(emb.tables, emb.projs)):
+            names[f"transformer/adaptive_embed/cutoff_{i}/lookup_table"] = table
+            if proj is not None:
+                names[f"transformer/adaptive_embed/cutoff_{i}/proj_W"] = proj
+    names["transformer/r_w_bias"] = core.r_w_bias
+    names["transformer/r_r_bias"] = core.r_r_bias
+    for i, block in enumerate(core.blocks):
+        prefix = f"transformer/layer_{i}"
+        attn, ff = block.rel_attn, block.ff
+        names[f"{prefix}/rel_attn/qkv/kernel"] = attn.qkv_kernel
+        names[f"{prefix}/rel_attn/r/kernel"] = attn.r_kernel
+        names[f"{prefix}/rel_attn/o/kernel"] = attn.o_kernel
+        names[f"{prefix}/rel_attn/LayerNorm/gamma"] = attn.layer_norm.gamma
+        names[f"{prefix}/rel_attn/LayerNorm/beta"] = attn.layer_norm.beta
+        names[f"{prefix}/ff/layer_1/kernel"] = ff.layer_1.kernel
+        names[f"{prefix}/ff/layer_1/bias"] = ff.layer_1.bias
+        names[f"{prefix}/ff/layer_2/kernel"] = ff.layer_2.kernel
+        names[f"{prefix}/ff/layer_2/bias"] = ff.layer_2.bias
+        names[f"{prefix}/ff/LayerNorm/gamma"] = ff.layer_norm.gamma
+        names[f"{prefix}/ff/LayerNorm/beta"] = ff.layer_norm.beta
+    soft = "transformer/adaptive_softmax"
+    if not cfg.cutoffs:
+        names[f"{soft}/bias"] = crit.biases[0]
+    else:
+        for i, bias in enumerate(crit.biases):
+            names[f"{soft}/cutoff_{i}/b"] = bias
+        names[f"{soft}/cutoff_0/cluster_W"] = crit.cluster_weight
+        names[f"{soft}/cutoff_0/cluster_b"] = crit.cluster_bias
+    for i, proj in enumerate(crit.projs):
+        if proj is not None:
+            names[f"{soft}/cutoff_{i}/proj"] = proj
+    if not cfg.tie_weight:
+        if cfg.div_val == 1:
+            names[f"{soft}/weight"] = crit.tables[0]
+        else:
+            for i, table in enumerate(crit.tables):
+                names[f"{soft}/cutoff_{i}/weight"] = table
+    return names
+
+
+def get_weights(core):
+    """`{tf_name: numpy array}` of all weights."""
+    return OrderedDict((k, np.asarray(v.numpy())) for k, v in reference_names(core).items())
+
+
+def set_weights(core, arrays):
+    """Assigns `{tf_name: array}`; names and shapes must match exactly."""
+    names = reference_names(core)
+    missing = sorted(set(names) - set(arrays))
+    unexpected = sorted(set(arrays) - set(names))
+    if missing or unexpected:
+        raise ValueError(f"weights do not fit this model: missing {missing[:5]}"
+                         f"{'...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
+                         f"{'...' if len(unexpected) > 5 else ''}")
+    for name, variable in names.items():
+        value = np.asarray(arrays[name])
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(f"weight {name} has shape {value.shape}, the model expects "
+                             f"{tuple(variable.shape)}")
+        variable.assign(value.astype(variable.dtype))
+
+
+def save_weights(core, path):
+    """Writes all weights to an `.npz` file keyed by TF names."""
+    np.savez(path, **get_weights(core))
+
+
+def load_weights(core, path):
+    """Reads weights written by `save_weights` (no pickle)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"weights file not found: {path}")
+    with np.load(path, allow_pickle=False) as archive:
+        set_weights(core, {k: archive[k] for k in archive.files})
+
+
+def save_pretrained(core, directory):
+    """Writes `config.json` and `weights.npz` into `directory`."""
+    os.makedirs(directory, exist_ok=True)
+    core.config.to_json(os.path.join(directory, CONFIG_FILE))
+    save_weights(core, os.path.join(directory, WEIGHTS_FILE))
+    return directory
+
+
+def load_config(directory):
+    path = os.path.join(directory, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"no {CONFIG_FILE} in {directory!r}: a model directory holds {CONFIG_FILE}, "
+            f"{WEIGHTS_FILE} and optionally {VOCAB_DIR}/")
+    return TransformerXLConfig.from_json(path)
+
+
+def load_pretrained(directory, **config_overrides):
+    """A `TransformerXL` from a model directory; overrides (e.g. `clamp_len`,
+    `same_length` for evaluation) change the config, not the weights."""
+    from txl_tf.core import TransformerXL
+
+    cfg = load_config(directory)
+    if config_overrides:
+        cfg = cfg.replace(**config_overrides)
+    core = TransformerXL(cfg)
+    load_weights(core, os.path.join(directory, WEIGHTS_FILE))
+    return core
+
+
+def config_dict(directory):
+    with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
+        return json.load(f)
