@@ -37,6 +37,9 @@ class TransformerXL(keras.layers.Layer):
     """
 
     def __init__(self, config, **kwargs):
+        # Inputs are cast by the core itself: Keras autocasting would turn the
+        # float32 memory into the compute dtype under mixed precision.
+        kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         self.config = cfg = as_config(config)
         policy = self.dtype_policy
@@ -63,6 +66,9 @@ class TransformerXL(keras.layers.Layer):
                                         initializer=normal(cfg.init_std))
         self.r_r_bias = self.add_weight(name="r_r_bias", shape=bias_shape,
                                         initializer=normal(cfg.init_std))
+        for layer in self._flatten_layers(include_self=False):  # weightless sub-layers (dropouts) too
+            if not layer.built:
+                layer.build(None)
         self.built = True
 
     # ----------------------------------------------------------------- memory

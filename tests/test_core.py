@@ -1,0 +1,231 @@
+"""The pure core: exact against the paper's math, segments == one pass, memory facts, errors."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from reference_numpy import forward as reference_forward
+from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
+from txl_tf.checkpoints import get_weights
+
+VARIANTS = {
+    "plain": dict(),
+    "adaptive": dict(cutoffs=[60, 150], div_val=2, d_embed=32),
+    "adaptive_div1": dict(cutoffs=[60, 150], div_val=1, d_embed=24),
+    "untied_r_same_length_clamp": dict(untie_r=True, same_length=True, clamp_len=6),
+}
+
+
+def make_core(seed=0, **overrides):
+    keras.utils.set_random_seed(seed)
+    cfg = TransformerXLConfig.preset("tiny", dropout=0.0, **overrides)
+    core = TransformerXL(cfg)
+    rng = np.random.default_rng(seed)
+    for var in core.weights:  # non-trivial LayerNorms, biases and clusters
+        if "gamma" in var.path or "beta" in var.path or "bias" in var.path or "_b" in var.path \
+                or "cluster" in var.path:
+            var.assign(rng.normal(0, 0.3, var.shape).astype(np.float32) + (
+                1.0 if "gamma" in var.path else 0.0))
+    return core
+
+
+def ids(batch, length, seed=1, n_token=256):
+    return np.random.default_rng(seed).integers(0, n_token, (batch, length)).astype(np.int32)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_matches_numpy_transcription_of_the_paper_code_with_zero_memory(name):
+    core = make_core(**VARIANTS[name])
+    cfg, weights = core.config, get_weights(core)
+    x1, x2 = ids(2, 5, 1), ids(2, 5, 2)
+    zero = [np.zeros((cfg.mem_len, 2, cfg.d_model))] * cfg.n_layer
+    ref1, ref_mems = reference_forward(weights, cfg, x1.T, zero)
+    ref2, _ = reference_forward(weights, cfg, x2.T, ref_mems)
+    memory = core.initial_memory(2, zero_filled=True)
+    out1, memory = core(x1, memory)
+    out2, _ = core(x2, memory)
+    np.testing.assert_allclose(out1.numpy(), ref1.transpose(1, 0, 2), atol=2e-5)
+    np.testing.assert_allclose(out2.numpy(), ref2.transpose(1, 0, 2), atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp"])
+def test_empty_memory_is_exactly_no_history_and_differs_from_zero_filled(name):
+    core = make_core(**VARIANTS[name])
+    weights, x = get_weights(core), ids(2, 6)
+    # same_length keeps a window of M + 1 keys (M = memory slots, 8 here): a
+    # 6-token segment never reaches its edge, so with no history every query
+    # sees all earlier tokens, as in the paper's code without same_length.
+    cfg = core.config.replace(same_length=False)
+    no_history, _ = reference_forward(weights, cfg, x.T, None)
+    empty, _ = core(x, core.initial_memory(2, mem_len=8))
+    np.testing.assert_allclose(empty.numpy(), no_history.transpose(1, 0, 2), atol=2e-5)
+    zero_filled, _ = core(x, core.initial_memory(2, mem_len=8, zero_filled=True))
+    assert np.abs(zero_filled.numpy() - empty.numpy()).max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["plain", "adaptive"])
+def test_three_segments_with_memory_equal_one_long_pass(name):
+    core = make_core(**VARIANTS[name])
+    seg, x = 5, ids(3, 15)
+    full, _ = core(x, core.initial_memory(3, mem_len=0))
+    memory = core.initial_memory(3, mem_len=2 * seg + 3)
+    parts = []
+    for start in range(0, 15, seg):
+        out, memory = core(x[:, start:start + seg], memory)
+        parts.append(out.numpy())
+    assert np.abs(np.concatenate(parts, 1) - full.numpy()).max() <= 1e-5
+
+
+def test_token_by_token_decoding_equals_batch_pass():
+    core = make_core(**VARIANTS["adaptive"])
+    x = ids(2, 9)
+    full, _ = core(x, core.initial_memory(2, mem_len=0))
+    memory = core.initial_memory(2, mem_len=9)
+    step = tf.function(lambda t, m: core(t, m))
+    outs = []
+    for t in range(9):
+        out, memory = step(x[:, t:t + 1], memory)
+        outs.append(out.numpy())
+    assert np.abs(np.concatenate(outs, 1) - full.numpy()).max() <= 1e-5
+
+
+def test_memory_holds_exactly_the_last_m_layer_inputs():
+    core = make_core()
+    x = ids(2, 7)
+    memory = core.initial_memory(2, mem_len=4)
+    _, new = core(x, memory)
+    # Layer inputs: embedding output for layer 0, block 0's output for layer 1.
+    emb = core.word_emb(tf.constant(x))
+    qlen, visible = 7, tf.ones([2, 1, 7, 11], tf.bool)
+    from txl_tf.layers.masks import attention_visibility
+    visible = attention_visibility(qlen, memory.valid)
+    pos = core.pos_emb(tf.constant(11))
+    h1 = core.blocks[0](emb, pos, memory.states[0], visible, core.r_w_bias, core.r_r_bias)
+    np.testing.assert_allclose(new.states[0].numpy(), emb.numpy()[:, -4:], atol=1e-6)
+    np.testing.assert_allclose(new.states[1].numpy(), h1.numpy()[:, -4:], atol=1e-5)
+    assert new.valid.numpy().all()
+    # A segment shorter than the memory shifts the old states left.
+    _, newer = core(x[:, :2], new)
+    np.testing.assert_array_equal(newer.states[:, :, :2].numpy(), new.states[:, :, 2:].numpy())
+
+
+def test_memory_validity_grows_from_empty():
+    core = make_core()
+    memory = core.initial_memory(1, mem_len=5)
+    _, memory = core(ids(1, 3), memory)
+    np.testing.assert_array_equal(memory.valid.numpy(), [[False, False, True, True, True]])
+    _, zero = core(ids(1, 3), core.initial_memory(1, mem_len=0))
+    assert zero.states.shape == (2, 1, 0, 32) and zero.valid.shape == (1, 0)
+
+
+def test_no_gradient_flows_into_memory():
+    core = make_core()
+    memory = core.initial_memory(2, mem_len=4)
+    _, memory = core(ids(2, 4), memory)
+    states = tf.Variable(memory.states)
+    with tf.GradientTape(persistent=True) as tape:
+        nll, new = core(ids(2, 4, 3), Memory(states, memory.valid), targets=ids(2, 4, 4))
+        loss = tf.reduce_sum(nll)
+        carried = tf.reduce_sum(new.states)
+    assert tape.gradient(loss, states) is not None  # memory is read...
+    assert tape.gradient(carried, core.trainable_weights[2]) is None  # ...new memory is cut
+    grads = tape.gradient(carried, core.trainable_weights)
+    assert all(g is None for g in grads)
+
+
+def test_nll_equals_gathered_log_probs():
+    core = make_core(**VARIANTS["adaptive"])
+    x, y = ids(2, 6), ids(2, 6, 9)
+    memory = core.initial_memory(2)
+    log_probs, m1 = core(x, memory)
+    nll, m2 = core(x, memory, targets=y)
+    np.testing.assert_allclose(nll.numpy(), -tf.gather(log_probs, y, batch_dims=2).numpy(),
+                               atol=1e-5)
+    np.testing.assert_array_equal(m1.states.numpy(), m2.states.numpy())
+
+
+def test_keras_file_round_trip_keeps_outputs(tmp_path):
+    core = make_core(**VARIANTS["adaptive"])
+    clone = TransformerXL.from_config(core.get_config())
+    assert clone.config == core.config
+    token_ids = keras.Input((None,), dtype="int32", batch_size=2)
+    states = keras.Input((2, 8, 32), batch_size=2)  # placeholder for a functional wrapper
+    del token_ids, states
+    x = ids(2, 5)
+    path = str(tmp_path / "m.keras")
+    model = keras.Sequential([keras.layers.InputLayer((5,), batch_size=2, dtype="int32"),
+                              _CoreWrapper(core)])
+    before = model(x).numpy()
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(loaded(x).numpy(), before)
+
+
+@keras.saving.register_keras_serializable(package="txl_tf_tests")
+class _CoreWrapper(keras.layers.Layer):
+    """Log-probs with an empty memory: lets a Sequential model hold the core."""
+
+    def __init__(self, core, **kwargs):
+        super().__init__(**kwargs)
+        self.core = core
+
+    def call(self, token_ids):
+        return self.core(token_ids, self.core.initial_memory(2))[0]
+
+    def get_config(self):
+        return {**super().get_config(),
+                "core": keras.saving.serialize_keras_object(self.core)}
+
+    @classmethod
+    def from_config(cls, config):
+        core = keras.saving.deserialize_keras_object(config.pop("core"))
+        return cls(core, **config)
+
+
+@pytest.mark.parametrize("bad,message", [(256, "token id 256"), (-1, "token id -1")])
+def test_out_of_range_ids_name_the_id_and_vocabulary(bad, message):
+    core = make_core()
+    x = ids(2, 4)
+    x[1, 2] = bad
+    with pytest.raises(InputError, match=message) as err:
+        core(x, core.initial_memory(2))
+    assert "256 tokens" in str(err.value)
+
+
+def test_out_of_range_ids_fail_in_graph_mode_too():
+    core = make_core()
+    run = tf.function(lambda x, m: core(x, m))
+    x = ids(1, 3)
+    x[0, 0] = 999
+    with pytest.raises(tf.errors.InvalidArgumentError, match="out of range"):
+        run(x, core.initial_memory(1))
+
+
+def test_bad_memory_shapes_are_named():
+    core = make_core()
+    x = ids(2, 3)
+    good = core.initial_memory(2)
+    with pytest.raises(InputError, match="rank 4"):
+        core(x, Memory(good.states[0], good.valid))
+    with pytest.raises(InputError, match="width 16"):
+        core(x, Memory(tf.zeros([2, 2, 16, 16]), good.valid))
+    with pytest.raises(InputError, match="3 layers"):
+        core(x, Memory(tf.zeros([3, 2, 16, 32]), good.valid))
+    with pytest.raises(InputError, match="batch 3"):
+        core(ids(3, 3), good)
+    with pytest.raises(InputError, match="must be integers"):
+        core(x.astype(np.float32), good)
+    with pytest.raises(InputError, match="bool"):
+        core(x, Memory(good.states, tf.cast(good.valid, tf.float32)))
+
+
+def test_inconsistent_config_is_named():
+    from txl_tf import ConfigError
+    with pytest.raises(ConfigError, match="cutoffs"):
+        TransformerXLConfig(n_token=100, cutoffs=[50, 200])
+    with pytest.raises(ConfigError, match="d_model"):
+        TransformerXLConfig(n_token=100, d_model=0)
+    with pytest.raises(ConfigError, match="tie_projs"):
+        TransformerXLConfig(n_token=100, cutoffs=[50], tie_projs=[True])
+    with pytest.raises(ConfigError, match="unknown preset 'gpt9'"):
+        TransformerXLConfig.preset("gpt9")

@@ -1,0 +1,159 @@
+"""Exact small cases for the building blocks: rel_shift, masks, positions, adaptive softmax."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
+from txl_tf.layers.attention import RelativeMultiHeadAttention
+from txl_tf.layers.block import TransformerXLBlock
+from txl_tf.layers.feedforward import PositionwiseFeedForward
+from txl_tf.layers.masks import attention_visibility, causal_visibility
+from txl_tf.layers.positional import RelativePositionalEncoding, relative_positions
+from txl_tf.layers.rel_shift import rel_shift
+
+
+@pytest.mark.parametrize("qlen,mlen", [(1, 0), (4, 0), (3, 5), (6, 2)])
+def test_rel_shift_equals_naive_gather(qlen, mlen):
+    klen = qlen + mlen
+    x = np.random.default_rng(0).normal(size=(2, 3, qlen, klen)).astype(np.float32)
+    shifted = rel_shift(tf.constant(x)).numpy()
+    for i in range(qlen):
+        for j in range(klen):
+            if j <= i + mlen:  # distance (mlen + i) - j lives at index klen - 1 - distance
+                np.testing.assert_array_equal(shifted[:, :, i, j],
+                                              x[:, :, i, klen - 1 - (mlen + i - j)])
+
+
+def test_causal_mask_without_memory():
+    expected = np.array([[1, 0, 0],
+                         [1, 1, 0],
+                         [1, 1, 1]], bool)
+    np.testing.assert_array_equal(causal_visibility(3, 0).numpy(), expected)
+
+
+def test_causal_mask_with_memory():
+    expected = np.array([[1, 1, 1, 0, 0],
+                         [1, 1, 1, 1, 0],
+                         [1, 1, 1, 1, 1]], bool)
+    np.testing.assert_array_equal(causal_visibility(3, 2).numpy(), expected)
+
+
+def test_same_length_mask_sees_exactly_mlen_plus_one_keys():
+    expected = np.array([[1, 1, 1, 0, 0],
+                         [0, 1, 1, 1, 0],
+                         [0, 0, 1, 1, 1]], bool)
+    visible = causal_visibility(3, 2, same_length=True).numpy()
+    np.testing.assert_array_equal(visible, expected)
+    assert (visible.sum(1) == 3).all()
+
+
+def test_invalid_memory_slots_are_hidden():
+    valid = tf.constant([[False, True], [True, True]])
+    visible = attention_visibility(2, valid).numpy()
+    assert visible.shape == (2, 1, 2, 4)
+    np.testing.assert_array_equal(visible[0, 0], [[0, 1, 1, 0], [0, 1, 1, 1]])
+    np.testing.assert_array_equal(visible[1, 0], [[1, 1, 1, 0], [1, 1, 1, 1]])
+
+
+def test_positions_are_reversed_clamped_and_sin_then_cos():
+    np.testing.assert_array_equal(relative_positions(5).numpy(), [4, 3, 2, 1, 0])
+    np.testing.assert_array_equal(relative_positions(5, clamp_len=2).numpy(), [2, 2, 2, 1, 0])
+    enc = RelativePositionalEncoding(8)(tf.constant(4)).numpy()
+    inv_freq = 1 / 10000 ** (np.arange(0, 8, 2) / 8)
+    angles = np.arange(3, -1, -1)[:, None] * inv_freq[None]
+    np.testing.assert_allclose(enc, np.concatenate([np.sin(angles), np.cos(angles)], 1),
+                               atol=1e-6)
+
+
+def _softmax_pair(cutoffs=(5, 9), div_val=2, **kwargs):
+    emb = AdaptiveEmbedding(13, 8, 6, cutoffs, div_val)
+    soft = AdaptiveLogSoftmax(13, 8, 6, cutoffs, div_val, embedding=emb, **kwargs)
+    rng = np.random.default_rng(1)
+    for var in soft.weights:  # non-zero cluster weights and biases
+        var.assign(rng.normal(size=var.shape).astype(np.float32))
+    return emb, soft
+
+
+@pytest.mark.parametrize("cutoffs,div_val", [((), 1), ((5, 9), 1), ((5, 9), 2), ((4,), 2)])
+def test_adaptive_log_probs_normalise_and_match_nll(cutoffs, div_val):
+    emb, soft = _softmax_pair(cutoffs, div_val)
+    hidden = tf.constant(np.random.default_rng(2).normal(size=(3, 7, 6)), tf.float32)
+    log_probs = soft(hidden)
+    assert log_probs.shape == (3, 7, 13)
+    np.testing.assert_allclose(tf.reduce_logsumexp(log_probs, -1).numpy(), 0, atol=1e-5)
+    target = tf.constant(np.random.default_rng(3).integers(0, 13, (3, 7)), tf.int32)
+    nll = soft(hidden, target)
+    np.testing.assert_allclose(nll.numpy(), -tf.gather(log_probs, target, batch_dims=2).numpy(),
+                               atol=1e-5)
+
+
+def test_adaptive_softmax_keeps_token_order():
+    _, soft = _softmax_pair()
+    hidden = np.random.default_rng(4).normal(size=(1, 9, 6)).astype(np.float32)
+    perm = np.random.default_rng(5).permutation(9)
+    target = np.arange(9)[None] + 4  # spans all three bins
+    out = soft(tf.constant(hidden), tf.constant(target)).numpy()
+    out_perm = soft(tf.constant(hidden[:, perm]), tf.constant(target[:, perm])).numpy()
+    np.testing.assert_allclose(out_perm, out[:, perm], atol=1e-6)
+
+
+def test_tail_cluster_uses_head_column_shortlist_plus_i_minus_1():
+    _, soft = _softmax_pair(cutoffs=(5, 9), div_val=2)
+    # Make cluster 2 (tail bin 2) overwhelmingly likely: its head column is 5 + 2 - 1 = 6.
+    soft.cluster_bias.assign([0.0, 50.0])
+    log_probs = soft(tf.zeros([1, 1, 6])).numpy()[0, 0]
+    assert np.exp(log_probs[9:]).sum() > 0.99
+
+
+def test_weights_are_tied_to_the_embedding():
+    emb, soft = _softmax_pair(cutoffs=(5, 9), div_val=2, tie_projs=[False, True, True])
+    own = {id(v) for v in soft.weights}
+    assert not own & {id(v) for v in emb.weights}, "tied weights must not be duplicated"
+    hidden = tf.ones([1, 1, 6])
+    before = soft(hidden).numpy()
+    emb.tables[1].assign(np.random.default_rng(6).normal(size=emb.tables[1].shape))
+    after = soft(hidden).numpy()
+    assert not np.allclose(before[..., 5:9], after[..., 5:9])
+    emb.projs[2].assign(emb.projs[2] * 2.0)  # tied projection of bin 2
+    assert not np.allclose(after[..., 9:], soft(hidden).numpy()[..., 9:])
+    assert soft.projs[0] is not None and soft.projs[1] is None  # own head projection
+
+
+def test_untied_output_weights_are_separate():
+    emb = AdaptiveEmbedding(13, 8, 8)
+    soft = AdaptiveLogSoftmax(13, 8, 8, tie_weight=False, tie_projs=[False])
+    assert len(soft.weights) == 2 and soft.tables[0].shape == (13, 8)
+    assert soft(tf.ones([1, 2, 8])).shape == (1, 2, 13)
+    assert emb(tf.constant([[1, 2]])).shape == (1, 2, 8)
+
+
+def test_embedding_bins_and_scale():
+    emb = AdaptiveEmbedding(13, 8, 6, (5, 9), 2)
+    ids = np.array([[0, 4, 5, 8, 9, 12]])
+    out = emb(tf.constant(ids)).numpy()
+    for pos, tok in enumerate(ids[0]):
+        b = 0 if tok < 5 else 1 if tok < 9 else 2
+        low = (0, 5, 9)[b]
+        ref = emb.tables[b].numpy()[tok - low] @ emb.projs[b].numpy() * 6 ** 0.5
+        np.testing.assert_allclose(out[0, pos], ref, atol=1e-5)
+
+
+LAYERS = [
+    lambda: RelativePositionalEncoding(8, clamp_len=3),
+    lambda: PositionwiseFeedForward(8, 16, dropout=0.1, pre_lnorm=True),
+    lambda: RelativeMultiHeadAttention(8, 2, 4, dropout=0.1, dropatt=0.1),
+    lambda: TransformerXLBlock(8, 2, 4, 16, layer_norm_epsilon=1e-5),
+    lambda: AdaptiveEmbedding(13, 8, 6, (5, 9), 2),
+]
+
+
+@pytest.mark.parametrize("make", LAYERS)
+def test_layer_config_round_trip(make):
+    layer = make()
+    config = layer.get_config()
+    clone = type(layer).from_config(config)
+    assert clone.get_config() == config
+    serialized = keras.saving.serialize_keras_object(layer)
+    assert type(keras.saving.deserialize_keras_object(serialized)) is type(layer)

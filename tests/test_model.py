@@ -1,0 +1,164 @@
+"""The stateful Keras model: fit/evaluate/predict, tf.distribute, precision, XLA, learning."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from txl_tf import TransformerXLConfig, TransformerXLLM
+from txl_tf.checkpoints import get_weights, set_weights
+
+T = 8
+
+
+def stream_batches(streams, steps, tgt_len=T):
+    """Segment s of every stream: inputs [B, T] and next-token labels."""
+    xs = [streams[:, s * tgt_len:(s + 1) * tgt_len] for s in range(steps)]
+    ys = [streams[:, s * tgt_len + 1:(s + 1) * tgt_len + 1] for s in range(steps)]
+    return tf.data.Dataset.from_tensor_slices((np.stack(xs), np.stack(ys)))
+
+
+def tiny(**overrides):
+    return TransformerXLConfig.preset("tiny", dropout=0.0, tgt_len=T, mem_len=T, **overrides)
+
+
+def test_fit_evaluate_predict_and_memory_carry():
+    keras.utils.set_random_seed(0)
+    model = TransformerXLLM(tiny(), batch_size=2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    streams = np.random.default_rng(0).integers(0, 256, (2, 4 * T + 1)).astype(np.int32)
+    data = stream_batches(streams, 4)
+    history = model.fit(data, epochs=1, verbose=0)
+    assert set(history.history) == {"loss", "bpc", "ppl"}
+    loss = history.history["loss"][0]
+    assert history.history["bpc"][0] == pytest.approx(loss / np.log(2), rel=1e-5)
+    assert history.history["ppl"][0] == pytest.approx(np.exp(loss), rel=1e-5)
+    assert model.memory.valid.numpy().all()
+    # Calling the model carries memory too: its layer-0 slots are now the embeddings.
+    model(streams[:, :T])
+    emb = model.core.word_emb(streams[:, :T]).numpy()
+    np.testing.assert_allclose(model.memory.states.numpy()[0], emb, atol=1e-6)
+    model.reset_memory()
+    assert not model.memory.valid.numpy().any() and not model.memory.states.numpy().any()
+    result = model.evaluate(data, verbose=0, return_dict=True)
+    assert np.isfinite(result["loss"])
+    log_probs = model.predict(data.map(lambda x, y: x), verbose=0)
+    assert log_probs.shape == (8, T, 256)
+
+
+def test_keras_file_round_trip_keeps_outputs_and_memory(tmp_path):
+    keras.utils.set_random_seed(1)
+    model = TransformerXLLM(tiny(cutoffs=[100, 200], div_val=2), batch_size=2)
+    x = np.random.default_rng(1).integers(0, 256, (2, T)).astype(np.int32)
+    model(x)  # fills the memory
+    path = str(tmp_path / "lm.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.config == model.config
+    np.testing.assert_array_equal(loaded.memory_states.numpy(), model.memory_states.numpy())
+    np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+
+
+def _losses_and_memory(strategy, weights, streams, steps=3):
+    with strategy.scope():
+        model = TransformerXLLM(tiny(), batch_size=4 // strategy.num_replicas_in_sync)
+        set_weights(model.core, weights)
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    history = model.fit(stream_batches(streams, steps).repeat(), epochs=steps,
+                        steps_per_epoch=1, verbose=0)
+    per_replica = strategy.experimental_local_results(
+        strategy.run(lambda: tf.convert_to_tensor(model.memory_states)))
+    return history.history["loss"], [np.asarray(m) for m in per_replica], model
+
+
+def test_one_replica_equals_two_replicas_with_memory_carried():
+    keras.utils.set_random_seed(2)
+    weights = get_weights(TransformerXLLM(tiny(), batch_size=4).core)
+    streams = np.random.default_rng(2).integers(0, 256, (4, 3 * T + 1)).astype(np.int32)
+    one, (mem_one,), single = _losses_and_memory(
+        tf.distribute.OneDeviceStrategy("/cpu:0"), weights, streams)
+    two, mems_two, double = _losses_and_memory(
+        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), weights, streams)
+    np.testing.assert_allclose(two, one, rtol=1e-4)
+    assert len(set(np.round(one, 4))) == 3  # the three steps really differ
+    # Replica 0 keeps streams 0-1, replica 1 streams 2-3, exactly as one device does.
+    assert len(mems_two) == 2 and mems_two[0].shape[1] == 2
+    np.testing.assert_allclose(mems_two[0], mem_one[:, :2], atol=1e-4)
+    np.testing.assert_allclose(mems_two[1], mem_one[:, 2:], atol=1e-4)
+    for a, b in zip(get_weights(single.core).values(), get_weights(double.core).values()):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("policy,tolerance", [("mixed_float16", 0.02), ("mixed_bfloat16", 0.15)])
+def test_mixed_precision_is_finite_and_close_to_float32(policy, tolerance):
+    keras.utils.set_random_seed(3)
+    cfg = tiny(cutoffs=[100, 200], div_val=2)
+    reference = TransformerXLLM(cfg, batch_size=2)
+    x = np.random.default_rng(3).integers(0, 256, (2, T)).astype(np.int32)
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = TransformerXLLM(cfg, batch_size=2)
+        set_weights(model.core, get_weights(reference.core))
+        for _ in range(2):  # the second call attends to the (float32) memory
+            expected, got = reference(x).numpy(), model(x).numpy()
+        assert got.dtype == np.float32 and np.isfinite(got).all()
+        assert np.abs(np.exp(got) - np.exp(expected)).max() < tolerance
+        assert np.abs(got - expected).mean() < tolerance
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        history = model.fit(stream_batches(np.tile(x, (1, 3))[:, :2 * T + 1], 2),
+                            epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_jit_compiled_fit_step_matches_graph_step():
+    keras.utils.set_random_seed(4)
+    streams = np.random.default_rng(4).integers(0, 256, (2, 2 * T + 1)).astype(np.int32)
+    losses = []
+    weights = None
+    for jit in (False, True):
+        model = TransformerXLLM(tiny(cutoffs=[100], div_val=2), batch_size=2)
+        weights = weights or get_weights(model.core)
+        set_weights(model.core, weights)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit)
+        history = model.fit(stream_batches(streams, 2).repeat(), epochs=2, steps_per_epoch=1,
+                            verbose=0)
+        losses.append(history.history["loss"])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
+
+
+def copy_task_streams(n_streams, n_chunks, vocab, seed):
+    """Each stream is chunks of T random tokens, every chunk written twice."""
+    rng = np.random.default_rng(seed)
+    chunks = rng.integers(0, vocab, (n_streams, n_chunks, 1, T))
+    return np.repeat(chunks, 2, axis=2).reshape(n_streams, -1).astype(np.int32)
+
+
+def recall_accuracy(model, streams):
+    """Accuracy on the repeated chunks, whose answers lie a full segment back."""
+    model.reset_memory()
+    correct = total = 0
+    for s in range(streams.shape[1] // T - 1):
+        x = streams[:, s * T:(s + 1) * T]
+        y = streams[:, s * T + 1:(s + 1) * T + 1]
+        pred = np.argmax(model(x).numpy(), -1)
+        if s % 2 == 1:  # second copy: labels 0..T-2 are copies of the previous segment
+            correct += (pred[:, :T - 1] == y[:, :T - 1]).sum()
+            total += y[:, :T - 1].size
+    return correct / total
+
+
+def test_memory_lets_a_tiny_model_recall_beyond_the_segment():
+    vocab, batch = 16, 16
+    cfg = tiny(n_token=vocab, n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128)
+    train = copy_task_streams(batch, 200, vocab, seed=5)
+    test = copy_task_streams(batch, 10, vocab, seed=6)
+    accuracy = {}
+    for mem_len in (T, 0):
+        keras.utils.set_random_seed(5)
+        model = TransformerXLLM(cfg, batch_size=batch, mem_len=mem_len)
+        model.compile(optimizer=keras.optimizers.Adam(3e-3, global_clipnorm=0.25))
+        model.fit(stream_batches(train, train.shape[1] // T - 1), epochs=1, verbose=0)
+        accuracy[mem_len] = recall_accuracy(model, test)
+    assert accuracy[T] >= 0.9, accuracy
+    assert accuracy[0] < 0.2, accuracy  # chance is 1/16
