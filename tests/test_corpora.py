@@ -1,0 +1,232 @@
+"""Corpus readers on tiny fake layouts, errors, the cache, pystdlib, real PTB."""
+import os
+import re
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from txl_tf.data import (KNOWN_CORPORA, CorpusNotFoundError, EmptyCorpusError,
+                         load_corpus)
+from txl_tf.data import corpora as corpora_lib
+from txl_tf.text import ByteTokenizer, CharTokenizer, WordTokenizer
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def write(path: Path, content) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+def test_enwik8_bytes_90_5_5(tmp_path):
+    raw = np.random.default_rng(0).integers(0, 256, 2000, dtype=np.uint8).tobytes()
+    write(tmp_path / "enwik8", raw)
+    c = load_corpus("enwik8", tmp_path)
+    assert isinstance(c.tokenizer, ByteTokenizer) and c.vocab_size == 256
+    assert (len(c.train), len(c.valid), len(c.test)) == (1800, 100, 100)
+    assert c.train.dtype == np.int32
+    joined = np.concatenate([c.train, c.valid, c.test])
+    assert joined.tolist() == list(raw)  # every byte kept, newlines included, no eos
+
+
+def test_text8_chars(tmp_path):
+    text = ("anarchism originated as a term of abuse " * 30)[:1000]
+    write(tmp_path / "text8", text)
+    c = load_corpus("text8", tmp_path)
+    assert isinstance(c.tokenizer, CharTokenizer)
+    assert (len(c.train), len(c.valid), len(c.test)) == (900, 50, 50)
+    assert "".join(c.tokenizer.decode(s) for s in (c.train, c.valid, c.test)) == text
+    assert c.tokenizer.chars[1] == " "  # most frequent character after unk
+
+
+@pytest.mark.parametrize("name", ["wt2", "wt103"])
+def test_wikitext_words(name, tmp_path):
+    write(tmp_path / "wiki.train.tokens", " = Title = \n\n the cat <unk> the \n the end \n")
+    write(tmp_path / "wiki.valid.tokens", " the dog \n")
+    write(tmp_path / "wiki.test.tokens", "cat\n\n")
+    c = load_corpus(name, tmp_path)
+    tok = c.tokenizer
+    assert isinstance(tok, WordTokenizer)
+    assert tok.vocab[:3] == ["<eos>", "<unk>", "the"]  # specials, then most frequent
+    eos = tok.eos_id
+    assert (c.train == eos).sum() == 4  # every line, the blank one included
+    assert c.valid.tolist() == [tok.index["the"], tok.unk_id, eos]  # "dog" unseen
+    assert tok.decode(c.test) == "cat\n\n"
+
+
+def test_ptb_layouts_and_options(tmp_path):
+    write(tmp_path / "ptb.train.txt", " a b b c c c \n")
+    write(tmp_path / "ptb.valid.txt", " a d \n")
+    write(tmp_path / "test.txt", " c \n")  # the paper's renamed layout also works
+    c = load_corpus("ptb", tmp_path, min_count=2)
+    assert c.tokenizer.vocab == ["<eos>", "<unk>", "c", "b"]
+    assert c.tokenizer.decode(c.valid) == "<unk> <unk>\n"
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['max_bytes'\].*min_count"):
+        load_corpus("ptb", tmp_path, max_bytes=3)
+
+
+def lm1b_tree(tmp_path, vocab=False):
+    root = tmp_path / "1-billion-word-language-modeling-benchmark-r13output"
+    train = root / "training-monolingual.tokenized.shuffled"
+    held = root / "heldout-monolingual.tokenized.shuffled"
+    write(train / "news.en-00002-of-00100", "the dog barked .\n")
+    write(train / "news.en-00001-of-00100", "the cat sat .\nthe end .\n")
+    write(held / "news.en.heldout-00000-of-00050", "the cat barked .\n")
+    write(held / "news.en.heldout-00001-of-00050", "a new word .\n")
+    if vocab:
+        write(tmp_path / "1b_word_vocab.txt", "<S>\n</S>\n<UNK>\nthe\n.\ncat\n")
+    return tmp_path
+
+
+def test_lm1b_sentences_wrapped(tmp_path):
+    c = load_corpus("lm1b", lm1b_tree(tmp_path))
+    tok = c.tokenizer
+    assert tok.vocab[:2] == ["<S>", "<UNK>"]
+    s = tok.index["<S>"]
+    words = [tok.vocab[i] for i in c.train]
+    # shards in sorted order; each sentence <S> ... <S>, no <eos>
+    assert words == ["<S>", "the", "cat", "sat", ".", "<S>", "<S>", "the", "end", ".", "<S>",
+                     "<S>", "the", "dog", "barked", ".", "<S>"]
+    assert c.valid[0] == s and c.valid[-1] == s and tok.unk_id in c.valid
+    assert tok.decode(c.test) == "the cat barked .\n"
+
+
+def test_lm1b_vocab_file(tmp_path):
+    c = load_corpus("lm1b", lm1b_tree(tmp_path, vocab=True))
+    assert c.tokenizer.vocab == ["<S>", "</S>", "<UNK>", "the", ".", "cat"]
+    assert c.tokenizer.decode(c.test) == "the cat <UNK> .\n"
+    with pytest.raises(CorpusNotFoundError, match="missing_vocab.txt"):
+        load_corpus("lm1b", tmp_path, vocab_file=tmp_path / "missing_vocab.txt")
+
+
+def test_text_file_and_folder(tmp_path):
+    write(tmp_path / "one.txt", "x" * 95 + "y" * 5)
+    c = load_corpus("text", tmp_path / "one.txt", cache_dir=tmp_path / "cache")
+    assert (len(c.train), len(c.valid), len(c.test)) == (90, 10, 0)
+    folder = tmp_path / "docs"
+    write(folder / "b" / "2.txt", "BBBB")
+    write(folder / "a.txt", "AAAA")
+    write(folder / ".hidden", "HHHH")
+    write(folder / "c.md", "C" * 12)
+    c = load_corpus("text", folder)
+    assert ByteTokenizer().decode(np.concatenate([c.train, c.valid])) == "AAAA" + "BBBB" + "C" * 12
+
+
+def stdlib_files():
+    root = Path(sysconfig.get_paths()["stdlib"])
+    found = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".")
+                   and x not in ("site-packages", "dist-packages", "__pycache__")]
+        found += [Path(d) / f for f in files if f.endswith(".py") and not f.startswith(".")]
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def test_pystdlib_small_cap(tmp_path):
+    c = load_corpus("pystdlib", cache_dir=tmp_path, max_bytes=40_000)
+    assert (len(c.train), len(c.valid), len(c.test)) == (36_000, 2_000, 2_000)
+    expected = b"".join(p.read_bytes() for p in stdlib_files()[:40])[:40_000]
+    got = ByteTokenizer().decode_bytes(np.concatenate([c.train, c.valid, c.test]))
+    assert got == expected
+    assert load_corpus("pystdlib", cache_dir=tmp_path, max_bytes=40_000).from_cache
+    with pytest.raises(ValueError, match="max_bytes must be a positive int"):
+        load_corpus("pystdlib", cache_dir=tmp_path, max_bytes=0)
+
+
+# -- errors ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,missing", [
+    ("enwik8", "enwik8"), ("text8", "text8"), ("wt103", "wiki.train.tokens"),
+    ("ptb", "ptb.train.txt"), ("lm1b", "training-monolingual.tokenized.shuffled")])
+def test_missing_file_names_path_and_layout(name, missing, tmp_path):
+    with pytest.raises(CorpusNotFoundError) as info:
+        load_corpus(name, tmp_path)
+    assert isinstance(info.value, FileNotFoundError)
+    message = str(info.value)
+    assert str(tmp_path / missing) in message and "expected layout" in message
+
+
+def test_missing_data_dir(tmp_path):
+    with pytest.raises(CorpusNotFoundError, match="data_dir not given"):
+        load_corpus("wt2")
+    with pytest.raises(CorpusNotFoundError, match=re.escape(str(tmp_path / "nowhere"))):
+        load_corpus("text", tmp_path / "nowhere")
+
+
+def test_empty_corpus(tmp_path):
+    write(tmp_path / "enwik8", b"")
+    with pytest.raises(EmptyCorpusError, match="train split is empty"):
+        load_corpus("enwik8", tmp_path)
+    for split in ("train", "valid", "test"):
+        write(tmp_path / f"ptb.{split}.txt", "a b\n" if split != "valid" else "")
+    with pytest.raises(EmptyCorpusError, match=r"valid split is empty.*ptb\.valid\.txt"):
+        load_corpus("ptb", tmp_path)
+    assert not list((tmp_path / ".txl_cache").glob("ptb-*"))  # nothing half-cached
+
+
+def test_unknown_name_lists_known():
+    with pytest.raises(ValueError) as info:
+        load_corpus("wikitext")
+    for name in KNOWN_CORPORA:
+        assert name in str(info.value)
+    assert set(KNOWN_CORPORA) == {"enwik8", "text8", "wt2", "wt103", "ptb", "lm1b",
+                                  "text", "pystdlib"}
+
+
+# -- cache ---------------------------------------------------------------------------
+
+def test_cache_hit_does_not_retokenize(tmp_path, monkeypatch):
+    for split in ("train", "valid", "test"):
+        write(tmp_path / f"wiki.{split}.tokens", f" the {split} words \n\n")
+    first = load_corpus("wt103", tmp_path)
+    assert not first.from_cache and first.cache_path.parent == tmp_path / ".txl_cache"
+    assert (first.cache_path / "tokenizer" / "vocab.txt").is_file()
+
+    def boom(*args, **kwargs):
+        raise AssertionError("retokenized")
+    monkeypatch.setattr(WordTokenizer, "encode", boom)
+    monkeypatch.setattr(corpora_lib, "count_tokens", boom)
+    second = load_corpus("wt103", tmp_path)
+    assert second.from_cache and isinstance(second.train, np.memmap)
+    for split in ("train", "valid", "test"):
+        np.testing.assert_array_equal(second.split(split), first.split(split))
+    assert second.tokenizer.vocab == first.tokenizer.vocab
+    # different options or a changed source file is a different cache entry
+    with pytest.raises(AssertionError, match="retokenized"):
+        load_corpus("wt103", tmp_path, max_size=1)
+    write(tmp_path / "wiki.valid.tokens", " changed \n")
+    with pytest.raises(AssertionError, match="retokenized"):
+        load_corpus("wt103", tmp_path)
+
+
+def test_use_cache_false_writes_nothing(tmp_path):
+    write(tmp_path / "enwik8", b"0123456789" * 10)
+    c = load_corpus("enwik8", tmp_path, use_cache=False)
+    assert c.cache_path is None and not (tmp_path / ".txl_cache").exists()
+    assert c.train.tolist() == list(b"0123456789" * 9)
+
+
+# -- real text ---------------------------------------------------------------------
+
+@pytest.mark.skipif(not (SHARED_DATA / "ptb.valid.txt").is_file(),
+                    reason=f"real-text folder {SHARED_DATA} is absent (only in the dev workspace)")
+def test_real_ptb_valid_as_word_corpus(tmp_path):
+    for split in ("train", "valid", "test"):
+        os.symlink(SHARED_DATA / "ptb.valid.txt", tmp_path / f"ptb.{split}.txt")
+    c = load_corpus("ptb", tmp_path)
+    text = (SHARED_DATA / "ptb.valid.txt").read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    assert len(lines) == 3370  # the last line has no "\n" and still gets <eos>
+    assert len(c.valid) == 73_760  # the well-known PTB valid size, <eos> included
+    assert (c.valid == c.tokenizer.eos_id).sum() == len(lines)
+    assert c.tokenizer.vocab[:2] == ["<eos>", "<unk>"] and c.vocab_size < 10_002
+    assert (c.valid == c.tokenizer.unk_id).sum() == text.split().count("<unk>") > 0
+    assert c.tokenizer.decode(c.valid) == "".join(" ".join(l.split()) + "\n" for l in lines)

@@ -1,0 +1,147 @@
+"""Stream layout: continuity, shifted labels, resumption, evaluation coverage,
+and streams pinned to replicas under a 2-replica MirroredStrategy."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+# Two logical CPUs for the MirroredStrategy test. tests/conftest.py normally
+# does this first; repeating it is harmless before TF initialises its devices,
+# and raises RuntimeError (ignored) after.
+try:
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0],
+        [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+except RuntimeError:
+    pass
+
+from txl_tf.data import (batchify, distribute_segments, eval_segment_dataset,  # noqa: E402
+                         num_segments, segment_dataset)
+
+
+def collect(ds, n=None):
+    items = ds if n is None else ds.take(n)
+    return [tuple(t.numpy() for t in item) for item in items]
+
+
+@pytest.mark.parametrize("n,b,t", [(103, 4, 5), (1000, 3, 7), (64, 1, 8)])
+def test_batches_continue_streams(n, b, t):
+    ids = np.arange(n, dtype=np.int32)
+    ds = segment_dataset(ids, b, t, repeat=False)
+    assert ds.element_spec[0].shape == (b, t) and ds.element_spec[0].dtype == tf.int32
+    batches = collect(ds)
+    L = n // b
+    assert len(batches) == num_segments(n, b, t) == (L - 1) // t
+    for s, (x, y) in enumerate(batches):
+        np.testing.assert_array_equal(y, x + 1)  # next-token labels
+        # stream k is ids[k*L:(k+1)*L]; step s is its window [s*t, s*t+t)
+        expected = np.arange(b)[:, None] * L + s * t + np.arange(t)[None, :]
+        np.testing.assert_array_equal(x, expected)
+        if s:
+            np.testing.assert_array_equal(x[:, 0], batches[s - 1][0][:, -1] + 1)
+            np.testing.assert_array_equal(x[:, 0], batches[s - 1][1][:, -1])
+    np.testing.assert_array_equal(batchify(ids, b), ids[:b * L].reshape(b, L))
+
+
+def test_start_step_resumes_exactly_including_wraparound():
+    ids = np.random.default_rng(0).integers(0, 50, 257).astype(np.int32)
+    n = num_segments(ids, 4, 6)
+    assert n == 10
+    full = collect(segment_dataset(ids, 4, 6), 3 * n)
+    for start in (0, 1, 7, n, n + 3, 2 * n - 1):
+        resumed = collect(segment_dataset(ids, 4, 6, start_step=start), 5)
+        for a, b in zip(resumed, full[start:start + 5]):
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+    # a new epoch starts the streams again
+    np.testing.assert_array_equal(full[n][0], full[0][0])
+    assert collect(segment_dataset(ids, 4, 6, start_step=n, repeat=False)) == []
+
+
+@pytest.mark.parametrize("n,b,t", [(103, 4, 5), (100, 4, 5), (97, 3, 10), (10, 4, 3), (7, 1, 20)])
+def test_eval_covers_every_token_once(n, b, t):
+    ids = np.arange(n, dtype=np.int32) + 1000
+    ds = eval_segment_dataset(ids, b, t)
+    assert [s.shape for s in ds.element_spec] == [(b, t)] * 3
+    assert ds.element_spec[2].dtype == tf.float32
+    batches = collect(ds)
+    assert len(batches) == num_segments(n, b, t, drop_remainder=False)
+    labels = np.concatenate([y[w > 0] for _, y, w in batches])
+    L = -(-n // b)
+    stream_starts = {1000 + k * L for k in range(b) if k * L < n}
+    assert sorted(labels.tolist()) == sorted(set(ids.tolist()) - stream_starts)
+    assert len(labels) == len(set(labels.tolist()))  # exactly once
+    for x, y, w in batches:  # weighted labels are the next token of their input
+        np.testing.assert_array_equal(y[w > 0], x[w > 0] + 1)
+    assert sum(w.sum() for _, _, w in batches) == n - len(stream_starts)
+
+
+def test_eval_start_step():
+    ids = np.arange(500, dtype=np.int32)
+    full = collect(eval_segment_dataset(ids, 3, 7))
+    part = collect(eval_segment_dataset(ids, 3, 7, start_step=5))
+    assert len(part) == len(full) - 5
+    for a, b in zip(part, full[5:]):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"10 ids are too few for batch_size 4 and tgt_len 3.*at least 16"):
+        segment_dataset(np.arange(10), 4, 3)
+    with pytest.raises(ValueError, match="tgt_len must be a positive int"):
+        segment_dataset(np.arange(100), 4, 0)
+    with pytest.raises(ValueError, match="start_step"):
+        segment_dataset(np.arange(100), 4, 3, start_step=-1)
+    with pytest.raises(ValueError, match="1-D"):
+        segment_dataset(np.zeros([10, 10], np.int32), 2, 3)
+
+
+def test_memmap_source(tmp_path):
+    path = tmp_path / "ids.npy"
+    np.save(path, np.arange(300, dtype=np.int32))
+    ids = np.load(path, mmap_mode="r")
+    (x, y), = collect(segment_dataset(ids, 2, 4, start_step=3), 1)
+    np.testing.assert_array_equal(x, [[12, 13, 14, 15], [162, 163, 164, 165]])
+
+
+@pytest.fixture(scope="module")
+def two_replicas():
+    cpus = tf.config.list_logical_devices("CPU")
+    if len(cpus) < 2:
+        pytest.skip("needs 2 logical CPU devices; TensorFlow was initialised before "
+                    "this module (or conftest) could split the CPU")
+    return tf.distribute.MirroredStrategy([c.name for c in cpus[:2]])
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+def test_streams_stay_on_their_replica(two_replicas, evaluation):
+    strategy = two_replicas
+    assert strategy.num_replicas_in_sync == 2
+    ids = np.arange(4001, dtype=np.int32)
+    B, T, start = 6, 5, 3
+    dist = distribute_segments(strategy, ids, B, T, start_step=start, evaluation=evaluation)
+    reference = (eval_segment_dataset(ids, B, T, start_step=start) if evaluation
+                 else segment_dataset(ids, B, T, start_step=start))
+
+    @tf.function
+    def step(batch):
+        def replica_fn(batch):
+            ctx = tf.distribute.get_replica_context()
+            return ctx.replica_id_in_sync_group, batch[0], batch[1]
+        return strategy.run(replica_fn, args=(batch,))
+
+    L = len(ids) // B if not evaluation else -(-len(ids) // B)
+    for s, (batch, ref) in enumerate(zip(dist, reference.take(4))):
+        rid, x, y = (strategy.experimental_local_results(v) for v in step(batch))
+        for r in range(2):
+            assert int(rid[r]) == r
+            rows = slice(3 * r, 3 * r + 3)  # replica r owns streams [3r, 3r+3)
+            np.testing.assert_array_equal(x[r].numpy(), ref[0].numpy()[rows])
+            np.testing.assert_array_equal(y[r].numpy(), ref[1].numpy()[rows])
+            first = x[r].numpy()[:, 0]
+            np.testing.assert_array_equal(first, np.arange(3 * r, 3 * r + 3) * L + (start + s) * T)
+
+
+def test_global_batch_must_divide_replicas(two_replicas):
+    with pytest.raises(ValueError, match="global_batch_size 5 is not divisible by the 2 replicas"):
+        distribute_segments(two_replicas, np.arange(1000), 5, 4)

@@ -1,0 +1,209 @@
+"""Tokenizers: round trips, line markers, vocabulary order, save/load, tf.data."""
+import random
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from txl_tf.text import (ByteTokenizer, CharTokenizer, SentencePieceTokenizer, Tokenizer,
+                         WordTokenizer, load_tokenizer, read_vocab)
+
+WORDS = ("the cat sat on a mat while the dog ran to the old tree and a bird sang "
+         "over river hill town road light dark rain sun wind stone water").split()
+
+
+def make_text(lines=120, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for i in range(lines):
+        n = rng.randint(0, 12)
+        out.append(" ".join(rng.choice(WORDS) for _ in range(n)))
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture(scope="module")
+def text():
+    return make_text()
+
+
+@pytest.fixture(scope="module")
+def spm_tok(text):
+    return SentencePieceTokenizer.train(texts=text.split("\n"), vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def tokenizers(text, spm_tok):
+    return {"byte": ByteTokenizer(), "char": CharTokenizer.build(text),
+            "word": WordTokenizer.build(text), "sentencepiece": spm_tok}
+
+
+KINDS = ["byte", "char", "word", "sentencepiece"]
+
+
+# -- round trips ---------------------------------------------------------------
+
+def test_byte_roundtrip_any_bytes():
+    tok = ByteTokenizer()
+    assert tok.vocab_size == 256
+    raw = bytes(range(256)) + b"\n\xff\x00"
+    ids = tok.encode(raw)
+    assert ids.dtype == np.int32 and ids.tolist() == list(raw)
+    assert tok.decode_bytes(ids) == raw
+    s = "héllo ☃\n"
+    assert tok.decode(tok.encode(s)) == s
+    assert len(tok.encode(s)) == len(s.encode("utf-8"))
+
+
+def test_char_roundtrip_and_order(text):
+    tok = CharTokenizer.build(text + "é☃\t")
+    assert tok.decode(tok.encode(text + "é☃\t")) == text + "é☃\t"
+    assert tok.chars[0] == "\ufffd"  # unk first
+    counts = {c: text.count(c) for c in set(text)}
+    ordered = sorted(counts, key=lambda c: (-counts[c], c))
+    assert tok.chars[1:1 + len(ordered)] == ordered
+    unknown = tok.encode("aZb")
+    assert unknown[1] == tok.unk_id and tok.decode(unknown) == "a\ufffdb"
+
+
+def test_char_without_unk_names_the_character(text):
+    tok = CharTokenizer.build(text, unk_char=None)
+    with pytest.raises(ValueError, match=r"'Z'.*position 1"):
+        tok.encode("aZ")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not in the vocabulary"):
+        tok.encode_tf(tf.constant("aZ"))
+
+
+def test_word_eos_every_line_and_unk():
+    tok = WordTokenizer.build("b a b\nc a b\n")
+    # specials first, then count desc (b:3, a:2, c:1)
+    assert tok.vocab == ["<eos>", "<unk>", "b", "a", "c"]
+    ids = tok.encode("a  b\n\n\tzzz c\nlast")
+    eos, unk = tok.eos_id, tok.unk_id
+    assert ids.tolist() == [3, 2, eos, eos, unk, 4, eos, unk, eos]
+    assert tok.decode(ids) == "a b\n\n<unk> c\n<unk>\n"
+    assert tok.encode("").size == 0
+    assert tok.encode("x\n").tolist() == tok.encode("x").tolist() == [unk, eos]
+
+
+def test_word_roundtrip_normalised(text):
+    tok = WordTokenizer.build(text)
+    messy = text.replace(" ", "  \t", 5)
+    assert tok.decode(tok.encode(messy)) == text
+
+
+def test_word_vocab_ties_min_count_max_size():
+    tok = WordTokenizer.build("d c b a\nd c\n", min_count=1)
+    assert tok.vocab[2:] == ["c", "d", "a", "b"]  # ties broken by the token
+    assert WordTokenizer.build("d c b a\nd c\n", min_count=2).vocab[2:] == ["c", "d"]
+    assert WordTokenizer.build("d c b a\nd c\n", max_size=3).vocab[2:] == ["c", "d", "a"]
+
+
+def test_word_bos_eos_lm1b_style():
+    tok = WordTokenizer.build("x y\n", unk_token="<UNK>", eos_token="<S>", bos_token="<S>")
+    assert tok.vocab[:2] == ["<S>", "<UNK>"]
+    s, x, y = tok.index["<S>"], tok.index["x"], tok.index["y"]
+    ids = tok.encode("x y\n\nq\n")
+    assert ids.tolist() == [s, x, y, s, s, s, s, tok.unk_id, s]
+    assert tok.decode(ids) == "x y\n\n<UNK>\n"
+    np.testing.assert_array_equal(tok.encode_tf(tf.constant("x y\n\nq\n")).numpy(), ids)
+
+
+def test_word_unknown_without_unk_token():
+    tok = WordTokenizer(["<eos>", "a"], unk_token=None)
+    with pytest.raises(ValueError, match="'b' is not in the vocabulary"):
+        tok.encode("a b")
+    with pytest.raises(ValueError, match="unk_token '<unk>' is not in the vocabulary"):
+        WordTokenizer(["<eos>", "a"])
+
+
+def test_sentencepiece_roundtrip(spm_tok, text):
+    assert 260 < spm_tok.vocab_size <= 300
+    ids = spm_tok.encode(text)
+    assert ids.dtype == np.int32 and len(ids) < len(text) / 2  # real subwords
+    assert spm_tok.decode(ids) == text
+    unseen = "Ünïcode ☃ never  seen\n\n"  # byte fallback, spaces kept
+    assert spm_tok.decode(spm_tok.encode(unseen)) == unseen
+    assert (spm_tok.encode("a\nb\n") == spm_tok.eos_id).sum() == 2
+
+
+def test_sentencepiece_training_is_deterministic(text, spm_tok):
+    again = SentencePieceTokenizer.train(texts=text.split("\n"), vocab_size=300)
+    assert again.model_proto == spm_tok.model_proto
+
+
+# -- vocabulary files, save / load ------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["char", "word"])
+def test_vocab_files_identical_across_builds(kind, text, tmp_path):
+    cls = CharTokenizer if kind == "char" else WordTokenizer
+    # same multiset of lines in a different order must give the same vocabulary
+    lines = text.split("\n")
+    shuffled = "\n".join(random.Random(1).sample(lines, len(lines)))
+    a = cls.build(text).save(tmp_path / "a")
+    b = cls.build(shuffled).save(tmp_path / "b")
+    assert (a / "vocab.txt").read_bytes() == (b / "vocab.txt").read_bytes()
+    assert (a / "tokenizer.json").read_bytes() == (b / "tokenizer.json").read_bytes()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_save_load_roundtrip(kind, tokenizers, text, tmp_path):
+    tok = tokenizers[kind]
+    tok.save(tmp_path / kind)
+    loaded = load_tokenizer(tmp_path / kind)
+    assert type(loaded) is type(tok) and loaded.vocab_size == tok.vocab_size
+    sample = text[:300] + "Zq\n"
+    np.testing.assert_array_equal(loaded.encode(sample), tok.encode(sample))
+    assert loaded.decode(tok.encode(sample)) == tok.decode(tok.encode(sample))
+    assert not list(tmp_path.rglob("*.pkl")) and not list(tmp_path.rglob("*.pickle"))
+
+
+def test_char_vocab_file_escapes_whitespace(tmp_path):
+    tok = CharTokenizer.build("a b\nc\t\\d\r\u2028")
+    tok.save(tmp_path)
+    lines = (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == tok.vocab_size + 1 and lines[-1] == ""
+    assert read_vocab(tmp_path / "vocab.txt", escape=True) == tok.chars
+
+
+def test_missing_files_name_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "tokenizer.json"))):
+        load_tokenizer(tmp_path)
+    WordTokenizer.build("a b\n").save(tmp_path / "w")
+    (tmp_path / "w" / "vocab.txt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"w/vocab\.txt"):
+        load_tokenizer(tmp_path / "w")
+    with pytest.raises(FileNotFoundError, match=r"nope\.txt"):
+        WordTokenizer.from_vocab_file(tmp_path / "nope.txt")
+
+
+def test_load_wrong_kind(tmp_path):
+    ByteTokenizer().save(tmp_path)
+    with pytest.raises(ValueError, match="'byte' tokenizer, not 'word'"):
+        WordTokenizer.load(tmp_path)
+    assert isinstance(Tokenizer.load(tmp_path), ByteTokenizer)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decode_rejects_out_of_range(kind, tokenizers):
+    tok = tokenizers[kind]
+    with pytest.raises(ValueError, match=rf"id {tok.vocab_size} at position 1 .*vocab_size {tok.vocab_size}"):
+        tok.decode([0, tok.vocab_size])
+    with pytest.raises(ValueError, match="id -1"):
+        tok.decode([-1])
+
+
+# -- graph mode -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_encode_tf_in_dataset_map_matches_encode(kind, tokenizers, text):
+    tok = tokenizers[kind]
+    docs = [text[:200], "", "unseen Wörds ☃ here\n\nend", text[200:700] + "\n\n"]
+    ds = tf.data.Dataset.from_tensor_slices(docs).map(tok.encode_tf)
+    assert ds.element_spec.dtype == tf.int32
+    for doc, ids in zip(docs, ds):
+        np.testing.assert_array_equal(ids.numpy(), tok.encode(doc))
+    batch = tok.encode_tf(tf.constant(docs))  # rank 1 -> ragged [N, None]
+    assert isinstance(batch, tf.RaggedTensor)
+    for doc, row in zip(docs, batch):
+        np.testing.assert_array_equal(row.numpy(), tok.encode(doc))

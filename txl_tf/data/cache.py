@@ -1,0 +1,147 @@
+"""On-disk cache of encoded corpora: ``.npy`` id arrays (mmap-able) plus the
+tokenizer as plain text, keyed by dataset, options and source file stats.
+
+Layout: ``<cache_root>/<name>-<key>/{train,valid,test}.npy``, ``tokenizer/``
+and ``meta.json`` (written last; an entry without it is ignored). Entries are
+built in a temporary directory and renamed into place, so concurrent jobs
+never see half-written data.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+CACHE_FORMAT = 1
+CACHE_DIRNAME = ".txl_cache"
+SPLITS = ("train", "valid", "test")
+_HEADER_BYTES = 128  # fixed .npy v1.0 header size so arrays can be streamed
+
+
+def file_stats(paths: Iterable[Path]) -> list[list]:
+    """``[absolute path, size, mtime_ns]`` for each source file (the cache key)."""
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        out.append([str(Path(path).resolve()), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def cache_key(info: dict) -> str:
+    blob = json.dumps(info, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def default_cache_root(data_dir: Path | None) -> Path:
+    """``<data_dir>/.txl_cache`` when writable, else ``$TXL_TF_CACHE`` or
+    ``~/.cache/txl_tf``."""
+    if data_dir is not None:
+        base = data_dir if data_dir.is_dir() else data_dir.parent
+        if os.access(base, os.W_OK):
+            return base / CACHE_DIRNAME
+    env = os.environ.get("TXL_TF_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "txl_tf"
+
+
+class NpyWriter:
+    """Append int32 chunks to a 1-D ``.npy`` file without knowing its length."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.length = 0
+        self._file = open(self.path, "wb")
+        self._file.write(b"\0" * _HEADER_BYTES)
+
+    def append(self, ids: np.ndarray) -> None:
+        ids = np.ascontiguousarray(ids, dtype="<i4")
+        self._file.write(ids.tobytes())
+        self.length += ids.size
+
+    def close(self) -> None:
+        body = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }" % self.length
+        header_len = _HEADER_BYTES - 10
+        header = body.ljust(header_len - 1).encode("latin1") + b"\n"
+        self._file.seek(0)
+        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", header_len) + header)
+        self._file.close()
+
+
+class MemoryWriter:
+    """Same interface as :class:`NpyWriter`, collecting in memory (no cache)."""
+
+    def __init__(self):
+        self.chunks: list[np.ndarray] = []
+
+    def append(self, ids: np.ndarray) -> None:
+        self.chunks.append(np.asarray(ids, dtype=np.int32))
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def length(self) -> int:
+        return sum(c.size for c in self.chunks)
+
+    @property
+    def array(self) -> np.ndarray:
+        if not self.chunks:
+            return np.zeros([0], np.int32)
+        return np.concatenate(self.chunks).astype(np.int32, copy=False)
+
+
+def entry_dir(root: Path, name: str, key: str) -> Path:
+    return root / f"{name}-{key}"
+
+
+def read_entry(entry: Path, mmap: bool):
+    """Return ``(arrays by split, meta)`` for a complete entry, else None."""
+    meta_path = entry / "meta.json"
+    if not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    arrays = {s: np.load(entry / f"{s}.npy", mmap_mode="r" if mmap else None,
+                         allow_pickle=False) for s in SPLITS}
+    return arrays, meta
+
+
+def new_build_dir(root: Path, name: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
+
+
+def commit_entry(tmp: Path, entry: Path, meta: dict) -> Path:
+    """Write ``meta.json`` and move ``tmp`` to ``entry`` (first writer wins)."""
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
+                                   encoding="utf-8")
+    if entry.exists() and not (entry / "meta.json").is_file():
+        shutil.rmtree(entry, ignore_errors=True)  # leftover of a broken entry
+    try:
+        os.replace(tmp, entry)
+    except OSError:
+        if not (entry / "meta.json").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # another job finished first
+    return entry
+
+
+def usable_root(root: Path, explicit: bool) -> Path | None:
+    """``root`` if it can be created and written; None (with a warning) if not
+    and the root was only a default; an error if it was asked for."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if os.access(root, os.W_OK):
+            return root
+        raise PermissionError(f"cache directory is not writable: {root}")
+    except OSError as err:
+        if explicit:
+            raise
+        warnings.warn(f"corpus cache disabled: {err}")
+        return None

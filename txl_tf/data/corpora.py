@@ -1,0 +1,420 @@
+"""Readers for the standard language-modelling corpora, encoded and cached.
+
+``load_corpus(name, data_dir)`` returns a :class:`Corpus` with int32 id arrays
+``train``/``valid``/``test`` and its tokenizer. Conventions follow the
+Transformer-XL paper's code (kimiyoung/transformer-xl):
+
+* enwik8: raw bytes, no end-of-line token; first 90% / next 5% / last 5%
+  (90M / 5M / 5M bytes of the real file). The paper's preprocessing drops
+  newline bytes and numbers symbols by frequency; we keep every byte, id = byte.
+* text8: characters, split 90 / 5 / 5; vocabulary from the training part.
+* wt2, wt103, ptb: words, ``<eos>`` after every line, ``<unk>`` for unknown
+  words; vocabulary from the training file (``<eos>``, ``<unk>`` first).
+* lm1b: each sentence wrapped as ``<S> words <S>`` (the paper's
+  ``add_double_eos``), unknown words ``<UNK>``; vocabulary from
+  ``1b_word_vocab.txt`` when present, else built from the training shards.
+  Training shards are concatenated in sorted order (no shuffling); valid is
+  heldout shard 1 and test heldout shard 0 (the paper used shard 0 for both).
+* text: any file or folder (all non-hidden files, sorted), bytes, 90 / 10
+  (``test`` is empty).
+* pystdlib: this Python's standard library ``*.py`` files (sorted, capped
+  at ``max_bytes``), bytes, 90 / 5 / 5. Needs no download.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sysconfig
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from txl_tf.data import cache as cache_lib
+from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
+from txl_tf.text.vocab import count_tokens
+
+SPLITS = cache_lib.SPLITS
+CHUNK_BYTES = 16 << 20
+PROGRESS_MIN_BYTES = 32 << 20
+LM1B_DIR = "1-billion-word-language-modeling-benchmark-r13output"
+
+
+class CorpusNotFoundError(FileNotFoundError):
+    """A corpus file or folder is missing; the message shows the expected layout."""
+
+    def __init__(self, path: Path | str | None, layout: str, what: str = "corpus file"):
+        self.path = path
+        where = f"{what} not found: {path}" if path is not None else f"{what} not given"
+        super().__init__(f"{where}\nexpected layout: {layout}")
+
+
+class EmptyCorpusError(ValueError):
+    """A corpus (or one of its required splits) has no tokens."""
+
+
+@dataclasses.dataclass
+class Corpus:
+    """An encoded corpus. ``train``/``valid``/``test`` are 1-D int32 arrays
+    (read-only memory maps when loaded from the cache with ``mmap=True``)."""
+
+    name: str
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+    tokenizer: Tokenizer
+    cache_path: Path | None = None
+    from_cache: bool = False
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def split(self, name: str) -> np.ndarray:
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; known: {', '.join(SPLITS)}")
+        return getattr(self, name)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{s}={len(getattr(self, s)):,}" for s in SPLITS)
+        return (f"Corpus({self.name!r}, {sizes}, vocab_size={self.vocab_size}, "
+                f"from_cache={self.from_cache})")
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What a reader needs: sources (cache key), options (cache key), a build
+    function writing the splits, and the splits that must not be empty."""
+
+    sources: list[Path]
+    options: dict
+    build: Callable[[dict, bool | None], Tokenizer]
+    required: tuple[str, ...] = SPLITS
+    describe: dict = dataclasses.field(default_factory=dict)
+
+
+# -- reading helpers ---------------------------------------------------------
+
+def _show(progress: bool | None, size: int) -> bool:
+    return progress if progress is not None else size >= PROGRESS_MIN_BYTES
+
+
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not valid UTF-8 near byte {err.start}") from None
+
+
+def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
+                     chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+    """Yield a UTF-8 file as str chunks of whole lines (``\\n``-terminated,
+    except perhaps the last), with a tqdm bar over bytes for large files."""
+    size = path.stat().st_size
+    with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True,
+                                     desc=desc or path.name, leave=False,
+                                     disable=not _show(progress, size)) as bar:
+        rest = b""
+        while True:
+            block = f.read(chunk_bytes)
+            if not block:
+                break
+            bar.update(len(block))
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            if cut:
+                yield _decode(block[:cut], path)
+        if rest:
+            yield _decode(rest, path)
+
+
+def _require_dir(data_dir, layout: str) -> Path:
+    if data_dir is None:
+        raise CorpusNotFoundError(None, layout, "data_dir")
+    data_dir = Path(data_dir)
+    if not data_dir.exists():
+        raise CorpusNotFoundError(data_dir, layout, "data directory")
+    return data_dir
+
+
+def _find(data_dir: Path, names: list[str], layout: str) -> Path:
+    for name in names:
+        if (data_dir / name).is_file():
+            return data_dir / name
+    raise CorpusNotFoundError(data_dir / names[0], layout)
+
+
+def _split_points(n: int, percents: tuple[int, int, int]) -> tuple[int, int]:
+    n_valid = n * percents[1] // 100
+    n_test = n * percents[2] // 100
+    return n - n_valid - n_test, n - n_test
+
+
+def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int]) -> None:
+    a, b = _split_points(len(data), percents)
+    ids = np.frombuffer(data, dtype=np.uint8)
+    for split, part in zip(SPLITS, (ids[:a], ids[a:b], ids[b:])):
+        for start in range(0, part.size, CHUNK_BYTES):
+            writers[split].append(part[start:start + CHUNK_BYTES].astype(np.int32))
+
+
+def _list_files(root: Path, suffix: str = "", skip_dirs: tuple[str, ...] = ()) -> list[Path]:
+    """Regular files under ``root`` (hidden ones and ``skip_dirs`` pruned),
+    sorted by relative POSIX path."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in skip_dirs]
+        for name in filenames:
+            if not name.startswith(".") and name.endswith(suffix):
+                path = Path(dirpath) / name
+                if path.is_file():
+                    found.append(path)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+# -- readers -----------------------------------------------------------------
+
+def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
+    layout = f"<data_dir>/{name} (the raw file from {name}.zip)"
+    data_dir = _require_dir(data_dir, layout)
+    path = data_dir if data_dir.is_file() else _find(data_dir, [name], layout)
+    percents = (90, 5, 5)
+
+    if name == "enwik8":
+        def build(writers, progress):
+            _write_bytes(path.read_bytes(), writers, percents)
+            return ByteTokenizer()
+    else:  # text8: characters with a vocabulary
+        def build(writers, progress):
+            text = _decode(path.read_bytes(), path)
+            a, b = _split_points(len(text), percents)
+            step = CHUNK_BYTES
+            tokenizer = CharTokenizer.build(text[i:i + step] for i in range(0, a, step))
+            for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, len(text))):
+                for i in range(lo, hi, step):
+                    writers[split].append(tokenizer.encode(text[i:min(i + step, hi)]))
+            return tokenizer
+    return _Plan([path], {"percents": percents}, build, describe={"all": str(path)})
+
+
+def _word_files(name: str, data_dir, opts: dict) -> _Plan:
+    if name == "ptb":
+        names = {s: [f"ptb.{s}.txt", f"{s}.txt"] for s in SPLITS}
+        layout = "<data_dir>/ptb.{train,valid,test}.txt (or {train,valid,test}.txt)"
+    else:
+        names = {s: [f"wiki.{s}.tokens", f"{s}.txt"] for s in SPLITS}
+        layout = "<data_dir>/wiki.{train,valid,test}.tokens (or {train,valid,test}.txt)"
+    data_dir = _require_dir(data_dir, layout)
+    files = {s: _find(data_dir, names[s], layout) for s in SPLITS}
+
+    def build(writers, progress):
+        counts = count_tokens(iter_text_chunks(files["train"], progress, f"{name}: counting"))
+        tokenizer = WordTokenizer.from_counts(counts, min_count=opts["min_count"],
+                                              max_size=opts["max_size"])
+        for split in SPLITS:
+            for chunk in iter_text_chunks(files[split], progress, f"{name}: {split}"):
+                writers[split].append(tokenizer.encode(chunk))
+        return tokenizer
+    return _Plan(list(files.values()), dict(opts), build,
+                 describe={s: str(p) for s, p in files.items()})
+
+
+def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
+    layout = (f"<data_dir>/[{LM1B_DIR}/]training-monolingual.tokenized.shuffled/news.en-*"
+              " and heldout-monolingual.tokenized.shuffled/news.en.heldout-NNNNN-of-00050;"
+              " optional <data_dir>/1b_word_vocab.txt")
+    data_dir = _require_dir(data_dir, layout)
+    root = data_dir / LM1B_DIR if (data_dir / LM1B_DIR).is_dir() else data_dir
+    train_dir = root / "training-monolingual.tokenized.shuffled"
+    if not train_dir.is_dir():
+        raise CorpusNotFoundError(train_dir, layout, "lm1b training folder")
+    train = sorted(p for p in train_dir.glob("news.en-*") if p.is_file())
+    if not train:
+        raise CorpusNotFoundError(train_dir / "news.en-*", layout, "lm1b training shards")
+    if opts["max_train_shards"] is not None:
+        train = train[:opts["max_train_shards"]]
+    heldout = root / "heldout-monolingual.tokenized.shuffled"
+    held = {}
+    for split, shard in (("valid", opts["valid_shard"]), ("test", opts["test_shard"])):
+        held[split] = heldout / f"news.en.heldout-{shard:05d}-of-00050"
+        if not held[split].is_file():
+            raise CorpusNotFoundError(held[split], layout)
+    vocab_file = opts["vocab_file"]
+    if vocab_file is None and (data_dir / "1b_word_vocab.txt").is_file():
+        vocab_file = data_dir / "1b_word_vocab.txt"
+    elif vocab_file is not None:
+        vocab_file = Path(vocab_file)
+        if not vocab_file.is_file():
+            raise CorpusNotFoundError(vocab_file, layout, "lm1b vocabulary file")
+    tokens = dict(unk_token="<UNK>", eos_token="<S>", bos_token="<S>")
+
+    def build(writers, progress):
+        if vocab_file is not None:
+            tokenizer = WordTokenizer.from_vocab_file(vocab_file, **tokens)
+        else:
+            counts = count_tokens(chunk for path in train for chunk in
+                                  iter_text_chunks(path, progress, f"lm1b: counting {path.name}"))
+            tokenizer = WordTokenizer.from_counts(counts, min_count=opts["min_count"],
+                                                  max_size=opts["max_size"], **tokens)
+        for split, paths in (("train", train), ("valid", [held["valid"]]),
+                             ("test", [held["test"]])):
+            for path in tqdm(paths, desc=f"lm1b: {split}", leave=False,
+                             disable=not (progress if progress is not None else len(paths) > 1)):
+                for chunk in iter_text_chunks(path, progress):
+                    writers[split].append(tokenizer.encode(chunk))
+        return tokenizer
+    sources = train + [held["valid"], held["test"]] + ([vocab_file] if vocab_file else [])
+    options = {k: v for k, v in opts.items() if k != "vocab_file"}
+    return _Plan(sources, options, build,
+                 describe={"train": f"{len(train)} shards in {train_dir}",
+                           **{s: str(p) for s, p in held.items()}})
+
+
+def _text(name: str, data_dir, opts: dict) -> _Plan:
+    layout = "data_dir = a text file, or a folder whose non-hidden files are read in sorted order"
+    data_dir = _require_dir(data_dir, layout)
+    files = [data_dir] if data_dir.is_file() else _list_files(data_dir)
+    if not files:
+        raise EmptyCorpusError(f"no files in {data_dir} ({layout})")
+    percents = (90, 10, 0)
+
+    def build(writers, progress):
+        _write_bytes(b"".join(p.read_bytes() for p in files), writers, percents)
+        return ByteTokenizer()
+    return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
+                 describe={"all": str(data_dir)})
+
+
+def stdlib_dir() -> Path:
+    """Folder of this Python's standard library (``sysconfig`` 'stdlib')."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
+    max_bytes = opts["max_bytes"]
+    if not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    root = Path(data_dir) if data_dir is not None else stdlib_dir()
+    layout = f"*.py files under {root} (site-packages excluded)"
+    if not root.is_dir():
+        raise CorpusNotFoundError(root, layout, "Python source folder")
+    files, total = [], 0
+    for path in _list_files(root, ".py", ("site-packages", "dist-packages", "__pycache__")):
+        if total >= max_bytes:
+            break
+        files.append(path)
+        total += path.stat().st_size
+    if not files:
+        raise EmptyCorpusError(f"no .py files found ({layout})")
+    percents = (90, 5, 5)
+
+    def build(writers, progress):
+        data = b"".join(p.read_bytes() for p in files)[:max_bytes]
+        _write_bytes(data, writers, percents)
+        return ByteTokenizer()
+    return _Plan(files, {"max_bytes": max_bytes, "percents": percents,
+                         "root": str(root.resolve())}, build,
+                 describe={"all": f"{len(files)} files under {root}"})
+
+
+_WORD_OPTIONS = {"min_count": 1, "max_size": None}
+_READERS: dict[str, tuple[Callable[..., _Plan], dict]] = {
+    "enwik8": (_bytes_file, {}),
+    "text8": (_bytes_file, {}),
+    "wt2": (_word_files, _WORD_OPTIONS),
+    "wt103": (_word_files, _WORD_OPTIONS),
+    "ptb": (_word_files, _WORD_OPTIONS),
+    "lm1b": (_lm1b, {**_WORD_OPTIONS, "vocab_file": None, "valid_shard": 1,
+                     "test_shard": 0, "max_train_shards": None}),
+    "text": (_text, {}),
+    "pystdlib": (_pystdlib, {"max_bytes": 8_000_000}),
+}
+KNOWN_CORPORA = tuple(_READERS)
+
+
+# -- entry point -------------------------------------------------------------
+
+def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
+                cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
+                mmap: bool = True, progress: bool | None = None, **options) -> Corpus:
+    """Read, tokenize (once) and return a corpus.
+
+    Args:
+      name: one of :data:`KNOWN_CORPORA`.
+      data_dir: the dataset's folder (see each layout in the module doc); for
+        ``text`` a file or folder; for ``pystdlib`` optional (another folder of
+        ``.py`` files instead of the standard library).
+      cache_dir: where encoded corpora are kept; default
+        ``<data_dir>/.txl_cache`` if writable, else ``~/.cache/txl_tf``.
+      use_cache: False to neither read nor write the cache.
+      mmap: open cached arrays with ``np.load(mmap_mode='r')``.
+      progress: tqdm bars: True / False, or None for files over 32 MiB.
+      **options: per dataset: word corpora ``min_count``, ``max_size``; lm1b
+        also ``vocab_file``, ``valid_shard``, ``test_shard``,
+        ``max_train_shards``; pystdlib ``max_bytes`` (default 8,000,000).
+
+    Raises:
+      CorpusNotFoundError (a FileNotFoundError) naming the missing path and the
+      expected layout; EmptyCorpusError (a ValueError); ValueError for an
+      unknown name (listing the known ones) or unknown options.
+    """
+    if name not in _READERS:
+        raise ValueError(f"unknown corpus {name!r}; known: {', '.join(KNOWN_CORPORA)}")
+    reader, defaults = _READERS[name]
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        valid = ", ".join(sorted(defaults)) or "none"
+        raise ValueError(f"unknown option(s) {unknown} for corpus {name!r}; valid: {valid}")
+    opts = {**defaults, **options}
+    plan = reader(name, data_dir, opts)
+
+    info = {"format": cache_lib.CACHE_FORMAT, "dataset": name, "options": plan.options,
+            "sources": cache_lib.file_stats(plan.sources)}
+    root = None
+    if use_cache:
+        explicit = cache_dir is not None
+        root = Path(cache_dir) if explicit else cache_lib.default_cache_root(
+            Path(data_dir) if data_dir is not None else None)
+        root = cache_lib.usable_root(root, explicit)
+    if root is None:
+        writers = {s: cache_lib.MemoryWriter() for s in SPLITS}
+        tokenizer = plan.build(writers, progress)
+        _check_not_empty(name, plan, writers)
+        return Corpus(name, *(writers[s].array for s in SPLITS), tokenizer)
+
+    entry = cache_lib.entry_dir(root, name, cache_lib.cache_key(info))
+    found = cache_lib.read_entry(entry, mmap)
+    if found is None:
+        tmp = cache_lib.new_build_dir(root, name)
+        try:
+            writers = {s: cache_lib.NpyWriter(tmp / f"{s}.npy") for s in SPLITS}
+            try:
+                tokenizer = plan.build(writers, progress)
+            finally:
+                for writer in writers.values():
+                    writer.close()
+            _check_not_empty(name, plan, writers)
+            tokenizer.save(tmp / "tokenizer")
+            meta = {**info, "lengths": {s: writers[s].length for s in SPLITS},
+                    "tokenizer": tokenizer.kind, "vocab_size": tokenizer.vocab_size}
+            cache_lib.commit_entry(tmp, entry, meta)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        found = cache_lib.read_entry(entry, mmap)
+        from_cache = False
+    else:
+        from_cache = True
+    arrays, _ = found
+    return Corpus(name, *(arrays[s] for s in SPLITS), load_tokenizer(entry / "tokenizer"),
+                  cache_path=entry, from_cache=from_cache)
+
+
+def _check_not_empty(name: str, plan: _Plan, writers: dict) -> None:
+    for split in plan.required:
+        if writers[split].length == 0:
+            source = plan.describe.get(split, plan.describe.get("all", "?"))
+            raise EmptyCorpusError(f"corpus {name!r}: the {split} split is empty "
+                                   f"(source: {source})")

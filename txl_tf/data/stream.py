@@ -1,0 +1,218 @@
+"""Segment streams for Transformer-XL training and evaluation (tf.data).
+
+Layout (the paper's ``batchify``): a corpus of N ids is cut into B contiguous
+streams of L tokens, stream k = ``ids[k*L:(k+1)*L]``. Step s serves, for every
+stream, inputs at positions ``[s*T, s*T+T)`` and labels one position later,
+so batch s+1 continues batch s row by row and the recurrence memory of row k
+always belongs to stream k. The batch of a step is a pure function of the
+step number: a job resumed at ``start_step`` sees exactly what an
+uninterrupted job would have seen.
+
+* Training (:func:`segment_dataset`): L = N // B (the remainder, < B ids, is
+  dropped); ``num_segments = (L - 1) // T`` full segments per epoch; the last
+  ``(L - 1) % T`` positions of each stream are never inputs.
+* Evaluation (:func:`eval_segment_dataset`): L = ceil(N / B), so nothing is
+  dropped; segments are padded to T with id 0 and carry a float32 weight mask,
+  so every id except the first of each stream is a weighted label exactly once.
+* Distribution (:func:`distribute_segments`): replica r always receives streams
+  ``[r*B/R, (r+1)*B/R)``.
+
+Slices are read from the numpy array (a memory map works, nothing is copied
+whole) through ``tf.numpy_function``; the dataset therefore runs in the
+Python process that built it (not through the tf.data service).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+def _check_ids(ids) -> np.ndarray:
+    arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+    if arr.ndim != 1:
+        raise ValueError(f"ids must be 1-D, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"ids must be integers, got dtype {arr.dtype}")
+    return arr
+
+
+def _check_positive(**values) -> None:
+    for name, value in values.items():
+        if not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def stream_length(num_tokens: int, batch_size: int, drop_remainder: bool = True) -> int:
+    """Tokens per stream: ``N // B`` (training) or ``ceil(N / B)`` (evaluation)."""
+    _check_positive(batch_size=batch_size)
+    if drop_remainder:
+        return num_tokens // batch_size
+    return -(-num_tokens // batch_size)
+
+
+def num_segments(num_tokens: int | np.ndarray, batch_size: int, tgt_len: int,
+                 drop_remainder: bool = True) -> int:
+    """Segments (steps) in one pass: ``(L-1) // T`` full ones when
+    ``drop_remainder`` (training), else ``ceil((L-1) / T)`` (evaluation, last
+    one padded). ``num_tokens`` may be the ids array itself."""
+    n = len(num_tokens) if not isinstance(num_tokens, (int, np.integer)) else int(num_tokens)
+    _check_positive(batch_size=batch_size, tgt_len=tgt_len)
+    length = stream_length(n, batch_size, drop_remainder)
+    if length < 1:
+        return 0
+    if drop_remainder:
+        return (length - 1) // tgt_len
+    return -(-(length - 1) // tgt_len)
+
+
+def batchify(ids, batch_size: int) -> np.ndarray:
+    """The training layout ``[B, N // B]`` (a view; remainder dropped)."""
+    ids = _check_ids(ids)
+    length = stream_length(len(ids), batch_size)
+    return ids[:batch_size * length].reshape(batch_size, length)
+
+
+class _Streams:
+    """Numpy side: the id window of rows ``[r0, r1)`` at segment ``seg``."""
+
+    def __init__(self, ids, batch_size: int, tgt_len: int, drop_remainder: bool):
+        self.ids = _check_ids(ids)
+        _check_positive(batch_size=batch_size, tgt_len=tgt_len)
+        self.batch_size, self.tgt_len = int(batch_size), int(tgt_len)
+        self.length = stream_length(len(self.ids), batch_size, drop_remainder)
+        self.num_segments = num_segments(len(self.ids), batch_size, tgt_len, drop_remainder)
+        if self.num_segments == 0:
+            need = batch_size * (tgt_len + 1) if drop_remainder else 2
+            raise ValueError(
+                f"{len(self.ids)} ids are too few for batch_size {batch_size} and "
+                f"tgt_len {tgt_len}: {batch_size} streams of {self.length} ids give no "
+                f"{'full ' if drop_remainder else ''}segment (need at least {need} ids)")
+        self.offsets = np.arange(tgt_len + 1)
+
+    def window(self, seg, r0, r1):
+        """``(ids [r1-r0, T+1] int32, valid [r1-r0, T+1] bool)``."""
+        pos = int(seg) * self.tgt_len + self.offsets               # within a stream
+        rows = np.arange(int(r0), int(r1))[:, None]
+        index = rows * self.length + pos[None, :]
+        valid = (pos[None, :] < self.length) & (index < len(self.ids))
+        window = np.asarray(self.ids[np.where(valid, index, 0)], dtype=np.int32)
+        return np.where(valid, window, 0).astype(np.int32), valid
+
+    def train_pair(self, seg, r0, r1):
+        window, _ = self.window(seg, r0, r1)
+        return window[:, :-1], window[:, 1:]
+
+    def eval_triple(self, seg, r0, r1):
+        window, valid = self.window(seg, r0, r1)
+        return window[:, :-1], window[:, 1:], valid[:, 1:].astype(np.float32)
+
+    def dataset(self, steps: tf.data.Dataset, r0: int, r1: int, evaluation: bool,
+                split: int = 1) -> tf.data.Dataset:
+        """Map step numbers to segments of rows ``[r0, r1)``. With ``split`` > 1
+        the rows are cut into ``split`` consecutive per-replica batches, served
+        one after another for each step (the order tf.distribute expects)."""
+        rows, n, t = r1 - r0, self.num_segments, self.tgt_len
+
+        def to_segment(step):
+            seg = step % n
+            if evaluation:
+                out = tf.numpy_function(self.eval_triple, [seg, r0, r1],
+                                        [tf.int32, tf.int32, tf.float32], stateful=False)
+            else:
+                out = tf.numpy_function(self.train_pair, [seg, r0, r1],
+                                        [tf.int32, tf.int32], stateful=False)
+            shaped = []
+            for tensor in out:
+                tensor.set_shape([rows, t])
+                shaped.append(tensor if split == 1 else
+                              tf.reshape(tensor, [split, rows // split, t]))
+            return tuple(shaped)
+
+        ds = steps.map(to_segment)
+        if split > 1:
+            ds = ds.unbatch()
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _steps(start_step: int, num_segments: int, repeat: bool) -> tf.data.Dataset:
+    if not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
+    if repeat:
+        return tf.data.Dataset.counter(start=int(start_step), dtype=tf.int64)
+    return tf.data.Dataset.range(int(start_step), max(int(start_step), num_segments))
+
+
+def segment_dataset(ids: np.ndarray | Sequence[int], batch_size: int, tgt_len: int,
+                    start_step: int = 0, repeat: bool = True) -> tf.data.Dataset:
+    """Training batches ``(inputs [B, T] int32, labels [B, T] int32)``.
+
+    Element i is global step ``start_step + i``, which serves segment
+    ``step % num_segments(ids, B, T)``; labels are the inputs shifted by one
+    (the next token). Shapes are static; only full segments are served.
+
+    With ``repeat=True`` the dataset is infinite: after the last segment of an
+    epoch the streams start again from their first segment (same layout every
+    epoch, nothing shuffled). That batch does not continue the previous one,
+    so recurrence memory carried over holds the end of each stream; reset it
+    when ``step % num_segments == 0`` to treat epochs as separate documents.
+    With ``repeat=False`` it stops after the last full segment.
+    """
+    streams = _Streams(ids, batch_size, tgt_len, drop_remainder=True)
+    steps = _steps(start_step, streams.num_segments, repeat)
+    return streams.dataset(steps, 0, batch_size, evaluation=False)
+
+
+def eval_segment_dataset(ids: np.ndarray | Sequence[int], batch_size: int, tgt_len: int,
+                         start_step: int = 0) -> tf.data.Dataset:
+    """Evaluation batches ``(inputs, labels, weights)``, all ``[B, T]``
+    (int32, int32, float32), one pass, static shapes.
+
+    Streams have ``ceil(N / B)`` ids (the last stream may be shorter), and
+    positions past a stream's end are padded with id 0 and weight 0. Every id
+    except the first of each stream is a label with weight 1 exactly once, so
+    ``sum(weights * nll) / sum(weights)`` is the corpus loss; there are
+    ``num_segments(ids, B, T, drop_remainder=False)`` batches.
+    """
+    streams = _Streams(ids, batch_size, tgt_len, drop_remainder=False)
+    steps = _steps(start_step, streams.num_segments, repeat=False)
+    return streams.dataset(steps, 0, batch_size, evaluation=True)
+
+
+def distribute_segments(strategy: tf.distribute.Strategy, ids, global_batch_size: int,
+                        tgt_len: int, start_step: int = 0, repeat: bool = True,
+                        evaluation: bool = False):
+    """The batches of :func:`segment_dataset` (or, with ``evaluation=True``,
+    :func:`eval_segment_dataset`) as a distributed dataset.
+
+    Replica r (``replica_id_in_sync_group``) receives streams
+    ``[r*b, (r+1)*b)`` at every step, ``b = global_batch_size / R``; with
+    several workers, worker w builds only its contiguous block of streams
+    (``input_context.input_pipeline_id``), assuming replica ids are numbered
+    worker-major as in MultiWorkerMirroredStrategy and TPUStrategy. The global
+    batch of each step is identical for any number of replicas.
+    """
+    _check_positive(global_batch_size=global_batch_size)
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        raise ValueError(f"global_batch_size {global_batch_size} is not divisible by "
+                         f"the {replicas} replicas of {type(strategy).__name__}")
+    per_replica = global_batch_size // replicas
+    streams = _Streams(ids, global_batch_size, tgt_len, drop_remainder=not evaluation)
+    repeat = repeat and not evaluation
+    _steps(start_step, streams.num_segments, repeat)  # validate arguments here
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        workers = context.num_input_pipelines
+        if replicas % workers:
+            raise ValueError(f"{replicas} replicas do not split evenly over "
+                             f"{workers} input pipelines")
+        local = replicas // workers
+        if context.get_per_replica_batch_size(global_batch_size) != per_replica:
+            raise ValueError("per-replica batch size mismatch")
+        r0 = context.input_pipeline_id * local * per_replica
+        steps = _steps(start_step, streams.num_segments, repeat)
+        return streams.dataset(steps, r0, r0 + local * per_replica, evaluation, split=local)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)

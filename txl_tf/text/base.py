@@ -1,0 +1,185 @@
+"""The tokenizer interface shared by all kinds, and saving/loading.
+
+A saved tokenizer is a directory holding ``tokenizer.json`` (which kind, and
+its options) plus the kind's plain-text vocabulary (or SentencePiece model)
+files. Nothing is ever pickled.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+CONFIG_FILE = "tokenizer.json"
+FORMAT_VERSION = 1
+_REGISTRY: dict[str, type["Tokenizer"]] = {}
+
+
+def register(cls: type["Tokenizer"]) -> type["Tokenizer"]:
+    """Class decorator: make a tokenizer kind loadable by :func:`load_tokenizer`."""
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def known_kinds() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+class Tokenizer:
+    """Text <-> int32 ids, from plain Python and inside tf.data graphs.
+
+    Subclasses implement ``vocab_size``, ``encode``, ``decode``,
+    ``_encode_tf_batch`` (rank-1 tf.string -> RaggedTensor int32),
+    ``_save_files`` and ``_from_files``.
+    """
+
+    kind: ClassVar[str] = ""
+
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def encode(self, text: str | bytes) -> np.ndarray:
+        """Encode one text; returns a 1-D int32 numpy array."""
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decode ids to text; raises ValueError on ids outside [0, vocab_size)."""
+        raise NotImplementedError
+
+    def encode_tf(self, text: tf.Tensor) -> tf.Tensor | tf.RaggedTensor:
+        """Graph-mode encoding for tf.data / tf.function.
+
+        A scalar tf.string gives a 1-D int32 Tensor; a 1-D tf.string batch
+        gives an int32 RaggedTensor ``[batch, None]``. Same ids as ``encode``.
+        """
+        text = tf.convert_to_tensor(text, dtype=tf.string)
+        rank = text.shape.rank
+        if rank == 0:
+            return self._encode_tf_batch(tf.reshape(text, [1])).flat_values
+        if rank == 1:
+            return self._encode_tf_batch(text)
+        raise ValueError(f"encode_tf takes a scalar or 1-D tf.string tensor, "
+                         f"got shape {text.shape}")
+
+    def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        raise NotImplementedError
+
+    # -- saving ------------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """JSON-able options (not the vocabulary) needed to rebuild this."""
+        return {}
+
+    def _save_files(self, directory: Path) -> dict[str, Any]:
+        """Write vocabulary/model files; return extra JSON fields."""
+        return {}
+
+    @classmethod
+    def _from_files(cls, directory: Path, config: dict[str, Any]) -> "Tokenizer":
+        raise NotImplementedError
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Save to ``directory`` (created if needed); returns the directory."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        config = {"type": self.kind, "format_version": FORMAT_VERSION,
+                  "vocab_size": self.vocab_size, **self.get_config()}
+        config.update(self._save_files(directory))
+        (directory / CONFIG_FILE).write_text(
+            json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "Tokenizer":
+        """Load a tokenizer saved with :meth:`save` (any kind when called on
+        ``Tokenizer``; the named kind otherwise)."""
+        directory = Path(directory)
+        path = directory / CONFIG_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer file not found: {path} (expected a "
+                                    "directory written by Tokenizer.save)")
+        config = json.loads(path.read_text(encoding="utf-8"))
+        kind = config.get("type")
+        if kind not in _REGISTRY:
+            raise ValueError(f"{path}: unknown tokenizer type {kind!r}; "
+                             f"known: {', '.join(known_kinds())}")
+        target = _REGISTRY[kind]
+        if cls is not Tokenizer and not issubclass(target, cls):
+            raise ValueError(f"{path} holds a {kind!r} tokenizer, not {cls.kind!r}")
+        tokenizer = target._from_files(directory, config)
+        if "vocab_size" in config and config["vocab_size"] != tokenizer.vocab_size:
+            raise ValueError(f"{path}: vocab_size {config['vocab_size']} does not "
+                             f"match the loaded vocabulary ({tokenizer.vocab_size})")
+        return tokenizer
+
+    # -- helpers -----------------------------------------------------------
+    def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        arr = np.asarray(ids)
+        if arr.ndim != 1:
+            raise ValueError(f"decode takes a 1-D sequence of ids, got shape {arr.shape}")
+        if arr.size == 0:
+            return arr.astype(np.int64)
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"decode takes integer ids, got dtype {arr.dtype}")
+        bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"id {int(arr[i])} at position {i} is out of range "
+                             f"for vocab_size {self.vocab_size}")
+        return arr.astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
+    """Load any saved tokenizer (dispatches on ``tokenizer.json``'s ``type``)."""
+    return Tokenizer.load(directory)
+
+
+def split_lines_tf(texts: tf.Tensor) -> tf.RaggedTensor:
+    """Split a rank-1 tf.string batch into lines ``[batch, (lines)]``.
+
+    Lines end at ``\\n``; a final empty piece (text ending in ``\\n``, or the
+    empty text) is not a line, so ``"a\\n\\n"`` has two lines, ``""`` none.
+    Matches :func:`split_lines`.
+    """
+    lines = tf.strings.split(texts, "\n")
+    flat = lines.flat_values
+    lengths = lines.row_lengths()
+    last = tf.maximum(lines.row_limits() - 1, 0)
+    last_empty = tf.logical_and(lengths > 0, tf.equal(tf.gather(flat, last), ""))
+    new_lengths = lengths - tf.cast(last_empty, lengths.dtype)
+    rows = lines.value_rowids()
+    position = tf.range(tf.shape(flat, out_type=rows.dtype)[0]) - tf.gather(
+        lines.row_starts(), rows)
+    keep = position < tf.gather(new_lengths, rows)
+    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(flat, keep), new_lengths)
+
+
+def split_lines(text: str) -> list[str]:
+    """Python twin of :func:`split_lines_tf`."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def checked(value: tf.Tensor, assertion) -> tf.Tensor:
+    """``value``, made to depend on ``assertion`` in graph mode."""
+    if assertion is None:  # eager: the assertion already ran
+        return value
+    with tf.control_dependencies([assertion]):
+        return tf.identity(value)
+
+
+def as_text(text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        return text.decode("utf-8")
+    if not isinstance(text, str):
+        raise TypeError(f"expected str or bytes, got {type(text).__name__}")
+    return text

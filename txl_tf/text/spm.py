@@ -1,0 +1,141 @@
+"""SentencePiece subword tokenizer: trained with ``sentencepiece``, applied
+with ``tensorflow_text.SentencepieceTokenizer`` (so Python and tf.data agree)."""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from txl_tf.text.base import Tokenizer, as_text, register, split_lines_tf
+
+MODEL_FILE = "spm.model"
+VOCAB_FILE = "vocab.txt"
+
+# Lossless defaults: no normalisation, keep spaces, bytes for unseen characters.
+TRAIN_DEFAULTS = dict(
+    model_type="unigram", character_coverage=1.0, byte_fallback=True,
+    normalization_rule_name="identity", remove_extra_whitespaces=False,
+    split_digits=True, hard_vocab_limit=False, unk_id=0, bos_id=1, eos_id=2,
+    pad_id=-1, input_sentence_size=2_000_000, shuffle_input_sentence=True,
+    num_threads=2)
+
+
+@register
+class SentencePieceTokenizer(Tokenizer):
+    """Subword ids from a serialized SentencePiece model (``model_proto``).
+
+    Each line of the text (split at ``\\n`` as for words) is encoded on its own
+    and followed by the model's ``</s>`` id when ``add_eos`` (the default), so
+    line structure survives: with the lossless training defaults,
+    ``decode(encode(t)) == t`` for text that ends with ``\\n`` (every decoded
+    line ends with one). ``vocab_size`` is the model's piece count.
+    """
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_proto: bytes, add_eos: bool = True):
+        import sentencepiece as spm
+        self.model_proto = bytes(model_proto)
+        processor = spm.SentencePieceProcessor()
+        processor.LoadFromSerializedProto(self.model_proto)
+        self.pieces = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
+        self.scores = [processor.GetScore(i) for i in range(processor.GetPieceSize())]
+        self.eos_id = processor.eos_id()
+        self.unk_id = processor.unk_id()
+        if add_eos and self.eos_id < 0:
+            raise ValueError("add_eos=True but the SentencePiece model has no eos piece")
+        self.add_eos = add_eos
+        self._tokenizer = None
+
+    @classmethod
+    def train(cls, files: Sequence[str | os.PathLike] | None = None, *,
+              texts: Iterable[str] | None = None, vocab_size: int = 8000,
+              seed: int = 0, add_eos: bool = True, **options) -> "SentencePieceTokenizer":
+        """Train a model on text files (one sentence per line) or an iterable of
+        lines. ``options`` override :data:`TRAIN_DEFAULTS` (any
+        ``sentencepiece`` trainer flag)."""
+        import sentencepiece as spm
+        if (files is None) == (texts is None):
+            raise ValueError("give exactly one of files= or texts=")
+        kwargs = dict(TRAIN_DEFAULTS, vocab_size=vocab_size, **options)
+        if files is not None:
+            paths = [Path(f) for f in files]
+            for path in paths:
+                if not path.is_file():
+                    raise FileNotFoundError(f"SentencePiece training file not found: {path}")
+            kwargs["input"] = ",".join(str(p) for p in paths)
+        else:
+            kwargs["sentence_iterator"] = iter(texts)
+        model = io.BytesIO()
+        spm.set_random_generator_seed(seed)
+        with open(os.devnull, "w") as quiet:
+            spm.SentencePieceTrainer.train(model_writer=model, logstream=quiet, **kwargs)
+        return cls(model.getvalue(), add_eos=add_eos)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def _tf_tokenizer(self) -> tf_text.SentencepieceTokenizer:
+        if self._tokenizer is None:
+            with tf.init_scope():
+                self._tokenizer = tf_text.SentencepieceTokenizer(
+                    model=self.model_proto, out_type=tf.int32)
+        return self._tokenizer
+
+    def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        lines = split_lines_tf(texts)
+        per_line = self._tf_tokenizer().tokenize(lines.flat_values)
+        if self.add_eos:
+            per_line = tf.concat(
+                [per_line, tf.fill([per_line.nrows(), 1], self.eos_id)], axis=1)
+        nested = tf.RaggedTensor.from_row_lengths(per_line, lines.row_lengths())
+        return nested.merge_dims(1, 2)
+
+    def encode(self, text: str | bytes) -> np.ndarray:
+        ids = self.encode_tf(tf.constant(as_text(text)))
+        return ids.numpy().astype(np.int32)
+
+    def encode_lines(self, lines: Sequence[str]) -> list[np.ndarray]:
+        """Encode many texts in one call (faster than a loop over ``encode``)."""
+        ragged = self.encode_tf(tf.constant(list(lines), tf.string))
+        return [row.astype(np.int32) for row in ragged.numpy()]
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        ids = self._check_ids(ids)
+        if not self.add_eos:
+            return self._detokenize([ids])[0]
+        cuts = np.flatnonzero(ids == self.eos_id)
+        lines = np.split(ids, cuts + 1)
+        tail = lines.pop()  # ids after the last eos (no line end)
+        lines = [line[:-1] for line in lines]
+        texts = self._detokenize(lines + [tail])
+        return "".join(t + "\n" for t in texts[:-1]) + texts[-1]
+
+    def _detokenize(self, rows: list[np.ndarray]) -> list[str]:
+        flat = np.concatenate(rows).astype(np.int32)
+        ragged = tf.RaggedTensor.from_row_lengths(
+            tf.constant(flat, tf.int32), tf.constant([len(r) for r in rows], tf.int64))
+        out = self._tf_tokenizer().detokenize(ragged)
+        return [s.decode("utf-8") for s in out.numpy()]
+
+    def get_config(self) -> dict[str, Any]:
+        return {"add_eos": self.add_eos}
+
+    def _save_files(self, directory: Path) -> dict[str, Any]:
+        (directory / MODEL_FILE).write_bytes(self.model_proto)
+        with open(directory / VOCAB_FILE, "w", encoding="utf-8", newline="") as f:
+            f.writelines(f"{p}\t{s}\n" for p, s in zip(self.pieces, self.scores))
+        return {"model_file": MODEL_FILE, "vocab_file": VOCAB_FILE}
+
+    @classmethod
+    def _from_files(cls, directory: Path, config: dict[str, Any]) -> "SentencePieceTokenizer":
+        path = directory / config.get("model_file", MODEL_FILE)
+        if not path.is_file():
+            raise FileNotFoundError(f"SentencePiece model not found: {path}")
+        return cls(path.read_bytes(), add_eos=config.get("add_eos", True))
