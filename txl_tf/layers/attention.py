@@ -27,10 +27,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.init_std = float(init_std)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.scale = 1.0 / self.d_head ** 0.5
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm")
-        self.attn_dropout = keras.layers.Dropout(self.dropatt, dtype=self.dtype_policy)
-        self.out_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        with keras.name_scope(self.name):  # unique variable paths per layer
+            self.layer_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm")
+            self.attn_dropout = keras.layers.Dropout(self.dropatt, dtype=self.dtype_policy)
+            self.out_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None):

@@ -17,14 +17,15 @@ class TransformerXLBlock(keras.layers.Layer):
                           dropatt=float(dropatt), pre_lnorm=bool(pre_lnorm),
                           init_std=float(init_std),
                           layer_norm_epsilon=float(layer_norm_epsilon))
-        s = self.sizes
-        self.rel_attn = RelativeMultiHeadAttention(
-            s["d_model"], s["n_head"], s["d_head"], s["dropout"], s["dropatt"],
-            s["pre_lnorm"], s["init_std"], s["layer_norm_epsilon"],
-            dtype=self.dtype_policy, name="rel_attn")
-        self.ff = PositionwiseFeedForward(
-            s["d_model"], s["d_inner"], s["dropout"], s["pre_lnorm"], s["init_std"],
-            s["layer_norm_epsilon"], dtype=self.dtype_policy, name="ff")
+        with keras.name_scope(self.name):  # unique variable paths per layer
+            s = self.sizes
+            self.rel_attn = RelativeMultiHeadAttention(
+                s["d_model"], s["n_head"], s["d_head"], s["dropout"], s["dropatt"],
+                s["pre_lnorm"], s["init_std"], s["layer_norm_epsilon"],
+                dtype=self.dtype_policy, name="rel_attn")
+            self.ff = PositionwiseFeedForward(
+                s["d_model"], s["d_inner"], s["dropout"], s["pre_lnorm"], s["init_std"],
+                s["layer_norm_epsilon"], dtype=self.dtype_policy, name="ff")
         self.built = True
 
     def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):

@@ -16,17 +16,18 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.d_model, self.d_inner = int(d_model), int(d_inner)
         self.dropout, self.pre_lnorm = float(dropout), bool(pre_lnorm)
         self.init_std, self.layer_norm_epsilon = float(init_std), float(layer_norm_epsilon)
-        policy = self.dtype_policy
-        self.layer_1 = keras.layers.Dense(self.d_inner, activation="relu", dtype=policy,
-                                          kernel_initializer=normal(self.init_std),
-                                          name="layer_1")
-        self.layer_2 = keras.layers.Dense(self.d_model, dtype=policy,
-                                          kernel_initializer=normal(self.init_std),
-                                          name="layer_2")
-        self.drop_1 = keras.layers.Dropout(self.dropout, dtype=policy)
-        self.drop_2 = keras.layers.Dropout(self.dropout, dtype=policy)
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="LayerNorm")
+        with keras.name_scope(self.name):  # unique variable paths per layer
+            policy = self.dtype_policy
+            self.layer_1 = keras.layers.Dense(self.d_inner, activation="relu", dtype=policy,
+                                              kernel_initializer=normal(self.init_std),
+                                              name="layer_1")
+            self.layer_2 = keras.layers.Dense(self.d_model, dtype=policy,
+                                              kernel_initializer=normal(self.init_std),
+                                              name="layer_2")
+            self.drop_1 = keras.layers.Dropout(self.dropout, dtype=policy)
+            self.drop_2 = keras.layers.Dropout(self.dropout, dtype=policy)
+            self.layer_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=policy, name="LayerNorm")
         self.build()
 
     def build(self, input_shape=None):

@@ -1,0 +1,66 @@
+"""Checks of runtime inputs, done on shapes and values before any session runs."""
+import numpy as np
+
+from txl_tf.validation import InputError
+
+
+class RuntimeInputError(InputError):
+    """Token ids or memory handed to a runtime do not fit the exported model."""
+
+
+def shape_and_dtype(value):
+    """`(shape tuple, numpy dtype)` of a numpy array, tf.Tensor or OrtValue."""
+    if hasattr(value, "data_type") and callable(getattr(value, "shape", None)):  # OrtValue
+        onnx_type = value.data_type()
+        dtype = _ONNX_TYPES.get(onnx_type)
+        return tuple(value.shape()), np.dtype(dtype) if dtype else onnx_type
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        dtype = getattr(value.dtype, "as_numpy_dtype", value.dtype)
+        return tuple(int(d) for d in value.shape), np.dtype(dtype)
+    array = np.asarray(value)
+    return array.shape, array.dtype
+
+
+_ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+               "tensor(float16)": np.float16, "tensor(bool)": np.bool_,
+               "tensor(int32)": np.int32, "tensor(int64)": np.int64}
+
+
+def check_ids(token_ids, n_token, name="token_ids"):
+    """Returns the ids as an int32 numpy array `[B, T]` or raises `RuntimeInputError`."""
+    ids = token_ids.numpy() if hasattr(token_ids, "numpy") else np.asarray(token_ids)
+    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+        raise RuntimeInputError(f"{name} must have an integer dtype, got {ids.dtype}")
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise RuntimeInputError(f"{name} must be a non-empty [batch, length] array, "
+                                f"got shape {ids.shape}")
+    bad = np.argwhere((ids < 0) | (ids >= n_token))
+    if bad.size:
+        where = tuple(int(i) for i in bad[0])
+        raise RuntimeInputError(
+            f"{name}: id {int(ids[where])} at position {where} is out of range for a "
+            f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
+    return ids.astype(np.int32, copy=False)
+
+
+def check_memory(states, valid, n_layer, mem_len, d_model, batch_size):
+    """Raises `RuntimeInputError` unless states are float32 `[n_layer, B, M, d_model]`
+    and valid is bool `[B, M]` with the exported M and the ids' batch B."""
+    s_shape, s_dtype = shape_and_dtype(states)
+    v_shape, v_dtype = shape_and_dtype(valid)
+    if s_dtype != np.float32:
+        raise RuntimeInputError(f"memory states must be float32, got {s_dtype}")
+    if v_dtype != np.bool_:
+        raise RuntimeInputError(f"memory valid (mem_mask) must be bool, got {v_dtype}")
+    want = (n_layer, batch_size, mem_len, d_model)
+    if len(s_shape) == 4 and s_shape[1] != batch_size and (
+            s_shape[0], s_shape[2], s_shape[3]) == (n_layer, mem_len, d_model):
+        raise RuntimeInputError(f"batch mismatch: token_ids have batch {batch_size} but the "
+                                f"memory has batch {s_shape[1]}")
+    if tuple(s_shape) != want:
+        raise RuntimeInputError(
+            f"memory states must have shape [n_layer, batch, mem_len, d_model] = {list(want)}"
+            f" for this export (mem_len fixed at {mem_len}), got {list(s_shape)}")
+    if tuple(v_shape) != (batch_size, mem_len):
+        raise RuntimeInputError(f"memory valid (mem_mask) must have shape [batch, mem_len] = "
+                                f"{[batch_size, mem_len]}, got {list(v_shape)}")

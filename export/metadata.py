@@ -1,0 +1,46 @@
+"""What an exported artefact records about itself (shared by SavedModel and ONNX)."""
+import json
+
+from txl_tf import TransformerXLConfig
+
+CONFIG_KEY = "txl_tf.config"
+INPUT_NAMES = ("token_ids", "mems", "mem_mask")
+OUTPUT_NAMES = ("log_probs", "new_mems", "new_mem_mask")
+
+
+def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
+    """String key/value pairs: config JSON, memory geometry, vocabulary size."""
+    import txl_tf
+    return {
+        CONFIG_KEY: config.to_json(),
+        "n_layer": str(config.n_layer),
+        "mem_len": str(int(mem_len)),
+        "d_model": str(config.d_model),
+        "n_token": str(config.n_token),
+        "vocab_size": str(config.n_token),
+        "log_probs": log_probs,
+        "zero_filled_memory": str(bool(zero_filled)).lower(),
+        "inputs": ",".join(INPUT_NAMES),
+        "outputs": ",".join(OUTPUT_NAMES),
+        "token_ids_dtype": "int32",
+        "txl_tf_version": txl_tf.__version__,
+    }
+
+
+class ExportInfo:
+    """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`."""
+
+    def __init__(self, values):
+        missing = [k for k in (CONFIG_KEY, "mem_len") if k not in values]
+        if missing:
+            raise ValueError(f"export metadata lacks {missing}; was this exported by txl_tf?")
+        self.values = dict(values)
+        self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
+        self.mem_len = int(values["mem_len"])
+        self.log_probs = values.get("log_probs", "all")
+        self.zero_filled = values.get("zero_filled_memory", "false") == "true"
+
+    @classmethod
+    def from_json_file(cls, path):
+        with open(path, encoding="utf-8") as f:
+            return cls(json.load(f))

@@ -1,0 +1,92 @@
+"""ONNX Runtime backend: CUDA when available, CPU otherwise; IO binding keeps
+the memory on the device between calls."""
+import logging
+
+import numpy as np
+
+from export.metadata import ExportInfo
+from export.runtime_base import Runtime, RuntimeMemory
+
+CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+
+
+def choose_providers(device="auto"):
+    """Execution providers for `device` in `auto | cuda | gpu | cpu`, with the
+    reason when CUDA was asked for but is not available."""
+    import onnxruntime as ort
+    if device not in ("auto", "cuda", "gpu", "cpu"):
+        raise ValueError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
+    if device == "cpu":
+        return [CPU], None
+    if CUDA in ort.get_available_providers():
+        return [CUDA, CPU], None
+    return [CPU], (f"{CUDA} is not available in this onnxruntime "
+                   f"({ort.get_available_providers()}); using {CPU}")
+
+
+class OnnxRuntime(Runtime):
+    """Runs `model.onnx` with onnxruntime.
+
+    With `io_binding=True` (default) inputs and the memory are bound as
+    OrtValues on the session's device and the new memory is left there;
+    only the log-probs are copied to the host.
+    """
+
+    backend = "onnxruntime"
+
+    def __init__(self, path, device="auto", io_binding=True, session_options=None):
+        import onnxruntime as ort
+        providers, reason = choose_providers(device)
+        if reason and device != "auto":
+            logging.warning("%s", reason)
+        self.session = ort.InferenceSession(path, sess_options=session_options,
+                                            providers=providers)
+        super().__init__(ExportInfo(self.session.get_modelmeta().custom_metadata_map))
+        self.provider = self.session.get_providers()[0]
+        self.device = "cuda" if self.provider == CUDA else "cpu"
+        self.io_binding = bool(io_binding)
+        self._outputs = [o.name for o in self.session.get_outputs()]
+        logging.info("onnxruntime session on %s (providers %s)", self.provider,
+                     self.session.get_providers())
+
+    def describe(self):
+        return super().describe() + f" provider={self.provider} io_binding={self.io_binding}"
+
+    # ------------------------------------------------------------ conversion
+    def _ortvalue(self, array):
+        import onnxruntime as ort
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
+
+    def _to_backend(self, states, valid):
+        if self.io_binding:
+            return RuntimeMemory(self._ortvalue(states), self._ortvalue(valid))
+        return RuntimeMemory(states, valid)
+
+    def _native(self, states, valid):
+        is_ort = [hasattr(v, "data_type") for v in (states, valid)]
+        if self.io_binding:
+            return tuple(v if ort_value else self._ortvalue(_host(v))
+                         for v, ort_value in zip((states, valid), is_ort))
+        return tuple(v.numpy() if ort_value else _host(v)
+                     for v, ort_value in zip((states, valid), is_ort))
+
+    # ------------------------------------------------------------------- run
+    def _step(self, ids, states, valid):
+        if not self.io_binding:
+            out = dict(zip(self._outputs, self.session.run(
+                None, {"token_ids": ids, "mems": states, "mem_mask": valid})))
+            return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
+        binding = self.session.io_binding()
+        binding.bind_ortvalue_input("token_ids", self._ortvalue(ids))
+        binding.bind_ortvalue_input("mems", states)
+        binding.bind_ortvalue_input("mem_mask", valid)
+        binding.bind_output("log_probs", "cpu")
+        binding.bind_output("new_mems", self.device, 0)
+        binding.bind_output("new_mem_mask", self.device, 0)
+        self.session.run_with_iobinding(binding)
+        log_probs, new_states, new_valid = binding.get_outputs()
+        return log_probs.numpy(), RuntimeMemory(new_states, new_valid)
+
+
+def _host(value):
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)

@@ -1,0 +1,127 @@
+"""The interface shared by the ONNX Runtime and SavedModel backends."""
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from export.input_checks import RuntimeInputError, check_ids, check_memory
+
+
+class RuntimeMemory(NamedTuple):
+    """Recurrence memory in the backend's own tensors (OrtValue, tf.Tensor or
+    numpy), so it can stay on the device between calls.
+
+    states: float32 `[n_layer, B, M, d_model]`; valid: bool `[B, M]`.
+    """
+
+    states: Any
+    valid: Any
+
+    def numpy(self):
+        """`(states, valid)` as numpy arrays (copies device memory to the host)."""
+        return _to_numpy(self.states), _to_numpy(self.valid)
+
+
+def _to_numpy(value):
+    if hasattr(value, "numpy"):
+        return np.asarray(value.numpy())
+    return np.asarray(value)
+
+
+def _unpack(memory):
+    if isinstance(memory, dict):
+        keys = ("states", "valid") if "states" in memory else ("mems", "mem_mask")
+        try:
+            return memory[keys[0]], memory[keys[1]]
+        except KeyError as missing:
+            raise RuntimeInputError(f"memory dict needs keys {keys}, missing {missing}")
+    if isinstance(memory, (tuple, list)) and len(memory) == 2:
+        return memory[0], memory[1]
+    raise RuntimeInputError("memory must be a (states, valid) pair, e.g. the Memory returned "
+                            f"by initial_memory or step; got {type(memory).__name__}")
+
+
+class Runtime:
+    """Runs an exported Transformer-XL: memory in, memory out.
+
+    ```python
+    rt = open_runtime("exported/model.onnx")
+    memory = rt.initial_memory(batch_size)
+    log_probs, memory = rt.step(token_ids, memory)      # numpy [B, T, n_token]
+    nll, memory = rt.score(token_ids, target_ids, memory)
+    ```
+    Inputs are checked (integer ids in range, memory geometry and dtypes, the
+    same batch in ids and memory) before the backend runs; problems raise
+    `RuntimeInputError` (a ValueError).
+    """
+
+    backend = "abstract"
+
+    def __init__(self, info):
+        self.info = info
+        self.config = info.config
+        self.mem_len = info.mem_len
+        self.log_probs_mode = info.log_probs
+        self.device = "cpu"
+
+    # ------------------------------------------------------------- interface
+    def initial_memory(self, batch_size):
+        """A fresh memory for `batch_size` streams (empty unless the export was
+        made with a zero-filled start)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise RuntimeInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        cfg = self.config
+        states = np.zeros([cfg.n_layer, int(batch_size), self.mem_len, cfg.d_model], np.float32)
+        valid = np.full([int(batch_size), self.mem_len], self.info.zero_filled, np.bool_)
+        return self._to_backend(states, valid)
+
+    def step(self, token_ids, memory=None):
+        """`(log_probs numpy, new memory)`; a `None` memory starts fresh."""
+        ids, states, valid = self._checked(token_ids, memory)
+        return self._step(ids, states, valid)
+
+    def score(self, token_ids, target_ids, memory=None):
+        """`(nll numpy [B, T], new memory)` of `target_ids` given `token_ids`."""
+        ids, states, valid = self._checked(token_ids, memory)
+        targets = check_ids(target_ids, self.config.n_token, name="target_ids")
+        if targets.shape != ids.shape:
+            raise RuntimeInputError(f"target_ids shape {targets.shape} differs from token_ids "
+                                    f"shape {ids.shape}")
+        return self._score(ids, targets, states, valid)
+
+    def describe(self):
+        """One line: backend, device/provider, memory geometry."""
+        cfg = self.config
+        return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
+                f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")
+
+    # --------------------------------------------------------------- helpers
+    def _checked(self, token_ids, memory):
+        ids = check_ids(token_ids, self.config.n_token)
+        if memory is None:
+            memory = self.initial_memory(ids.shape[0])
+        states, valid = _unpack(memory)
+        cfg = self.config
+        check_memory(states, valid, cfg.n_layer, self.mem_len, cfg.d_model, ids.shape[0])
+        states, valid = self._native(states, valid)
+        return ids, states, valid
+
+    def _gather_nll(self, log_probs, targets):
+        if self.log_probs_mode != "all":
+            raise RuntimeInputError("score needs log-probs at every position; this model was "
+                                    "exported with log_probs='last' (re-export with 'all')")
+        return -np.take_along_axis(log_probs, targets[..., None].astype(np.int64), -1)[..., 0]
+
+    # ------------------------------------------------------ backend-specific
+    def _to_backend(self, states, valid):
+        raise NotImplementedError
+
+    def _native(self, states, valid):
+        raise NotImplementedError
+
+    def _step(self, ids, states, valid):
+        raise NotImplementedError
+
+    def _score(self, ids, targets, states, valid):
+        log_probs, memory = self._step(ids, states, valid)
+        return self._gather_nll(log_probs, targets), memory

@@ -1,0 +1,92 @@
+"""A stateless `tf.Module` around a core: the functions both export formats serve.
+
+Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
+
+- `initial_memory(batch_size: int32 [])` → `mems` float32 `[n_layer, B, M, d_model]`,
+  `mem_mask` bool `[B, M]` (True = real slot).
+- `step(token_ids: int32 [B, T], mems, mem_mask)` → `log_probs` float32
+  `[B, T, n_token]` (or `[B, n_token]` with `log_probs="last"`), `new_mems`,
+  `new_mem_mask`.
+- `score(token_ids, target_ids: int32 [B, T], mems, mem_mask)` → `nll` float32
+  `[B, T]`, `new_mems`, `new_mem_mask`.
+"""
+import keras
+import tensorflow as tf
+
+from txl_tf import Memory
+
+LOG_PROBS_MODES = ("all", "last")
+
+
+class ServingModule(tf.Module):
+    """Wraps a `TransformerXL` core with fixed memory length and input signatures.
+
+    The module owns copies of the core's weights as `tf.Variable`s with unique
+    names and runs the core on them through `keras.StatelessScope`: the core's
+    own variable names repeat across layers (e.g. `rel_attn/qkv_kernel`), which
+    the TF1-style loaders of TF Serving and `saved_model_cli run` cannot restore.
+    """
+
+    def __init__(self, core, mem_len, log_probs="all", zero_filled=False):
+        super().__init__(name="txl_serving")
+        if log_probs not in LOG_PROBS_MODES:
+            raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+        if int(mem_len) < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+        cfg = core.config
+        self._core = _Untracked(core)
+        self.weights = [tf.Variable(w.value, trainable=False, name=f"w{i:03d}/{w.path}")
+                        for i, w in enumerate(core.weights)]
+        self.mem_len = int(mem_len)
+        self.log_probs_mode = log_probs
+        self.zero_filled = bool(zero_filled)
+        ids = tf.TensorSpec([None, None], tf.int32, name="token_ids")
+        targets = tf.TensorSpec([None, None], tf.int32, name="target_ids")
+        mems = tf.TensorSpec([cfg.n_layer, None, self.mem_len, cfg.d_model], tf.float32,
+                             name="mems")
+        mask = tf.TensorSpec([None, self.mem_len], tf.bool, name="mem_mask")
+        batch = tf.TensorSpec([], tf.int32, name="batch_size")
+        self.initial_memory = tf.function(self._initial_memory, input_signature=[batch])
+        self.step = tf.function(self._step, input_signature=[ids, mems, mask])
+        self.score = tf.function(self._score, input_signature=[ids, targets, mems, mask])
+
+    def signatures(self):
+        """The SavedModel signature map (`serving_default` is `step`)."""
+        step = self.step.get_concrete_function()
+        return {"serving_default": step, "step": step,
+                "initial_memory": self.initial_memory.get_concrete_function(),
+                "score": self.score.get_concrete_function()}
+
+    @property
+    def core(self):
+        return self._core.layer
+
+    def _weights_scope(self):
+        return keras.StatelessScope(state_mapping=list(zip(self.core.weights, self.weights)))
+
+    def _initial_memory(self, batch_size):
+        memory = self.core.initial_memory(batch_size, self.mem_len, self.zero_filled)
+        return {"mems": memory.states, "mem_mask": memory.valid}
+
+    def _step(self, token_ids, mems, mem_mask):
+        memory = Memory(mems, mem_mask)
+        with self._weights_scope():
+            if self.log_probs_mode == "all":
+                log_probs, new = self.core(token_ids, memory, training=False)
+            else:
+                hidden, new = self.core.hidden_states(token_ids, memory, training=False)
+                log_probs = self.core.crit(hidden[:, -1])
+        return {"log_probs": log_probs, "new_mems": new.states, "new_mem_mask": new.valid}
+
+    def _score(self, token_ids, target_ids, mems, mem_mask):
+        with self._weights_scope():
+            nll, new = self.core(token_ids, Memory(mems, mem_mask), targets=target_ids,
+                                 training=False)
+        return {"nll": nll, "new_mems": new.states, "new_mem_mask": new.valid}
+
+
+class _Untracked:
+    """Keeps the Keras core out of the SavedModel's object graph."""
+
+    def __init__(self, layer):
+        self.layer = layer

@@ -1,0 +1,61 @@
+"""SavedModel backend: the reloaded `step` and `score` signatures; memory stays
+a `tf.Tensor` (on the GPU when one is used) between calls."""
+import logging
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from export.metadata import ExportInfo
+from export.runtime_base import Runtime, RuntimeMemory
+from export.saved_model import METADATA_ASSET
+
+
+def choose_tf_device(device="auto"):
+    """`(tf device string, name)` for `device` in `auto | cuda | gpu | cpu`."""
+    if device not in ("auto", "cuda", "gpu", "cpu"):
+        raise ValueError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
+    if device != "cpu" and tf.config.list_physical_devices("GPU"):
+        return "/GPU:0", "gpu"
+    if device in ("cuda", "gpu"):
+        logging.warning("no GPU visible to TensorFlow; the SavedModel runs on the CPU")
+    return "/CPU:0", "cpu"
+
+
+class SavedModelRuntime(Runtime):
+    """Runs a SavedModel written by `export_saved_model` (`tf.saved_model.load`)."""
+
+    backend = "saved_model"
+
+    def __init__(self, path, device="auto"):
+        self._tf_device, name = choose_tf_device(device)
+        with tf.device(self._tf_device):
+            self.loaded = tf.saved_model.load(path)
+        metadata = getattr(self.loaded, "metadata_file", None)
+        metadata_path = (metadata.asset_path.numpy().decode() if metadata is not None
+                         else os.path.join(path, "assets", METADATA_ASSET))
+        super().__init__(ExportInfo.from_json_file(metadata_path))
+        self.device = name
+        self._step_fn = self.loaded.signatures["step"]
+        self._score_fn = self.loaded.signatures["score"]
+
+    def _to_backend(self, states, valid):
+        with tf.device(self._tf_device):
+            return RuntimeMemory(tf.constant(states), tf.constant(valid))
+
+    def _native(self, states, valid):
+        if hasattr(states, "data_type"):  # an OrtValue from another runtime
+            states, valid = states.numpy(), valid.numpy()
+        return tf.convert_to_tensor(states), tf.convert_to_tensor(valid)
+
+    def _step(self, ids, states, valid):
+        with tf.device(self._tf_device):
+            out = self._step_fn(token_ids=tf.constant(ids), mems=states, mem_mask=valid)
+        return (np.asarray(out["log_probs"]),
+                RuntimeMemory(out["new_mems"], out["new_mem_mask"]))
+
+    def _score(self, ids, targets, states, valid):
+        with tf.device(self._tf_device):
+            out = self._score_fn(token_ids=tf.constant(ids), target_ids=tf.constant(targets),
+                                 mems=states, mem_mask=valid)
+        return np.asarray(out["nll"]), RuntimeMemory(out["new_mems"], out["new_mem_mask"])

@@ -1,0 +1,106 @@
+"""The export job end to end through its absl flags, and the model-directory loader."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from absl import flags
+
+from export import ModelDirError, load_model, open_runtime, save_model_dir
+from export.job import define_flags, run_from_flags
+from txl_tf import TransformerXL, TransformerXLConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A model directory as training writes it: config.json, weights.npz, vocab/."""
+    root = tmp_path_factory.mktemp("model")
+    core = TransformerXL(TransformerXLConfig.preset("tiny", mem_len=6))
+    rng = np.random.default_rng(0)
+    for w in core.weights:
+        w.assign(rng.normal(0.0, 0.3, w.shape).astype(np.float32))
+    vocab = root / "vocab_src"
+    vocab.mkdir()
+    (vocab / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(256)))
+    save_model_dir(core, str(root / "model"), vocab_dir=str(vocab))
+    return root / "model", core
+
+
+def run_job(*argv):
+    fv = flags.FlagValues()
+    define_flags(fv)
+    fv(["export", *argv])
+    return run_from_flags(fv)
+
+
+def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
+    path, core = model_dir
+    out = tmp_path / "out"
+    report = run_job(f"--model_dir={path}", f"--output_dir={out}",
+                     "--formats=saved_model,onnx", "--mem_len=4", "--opset=17",
+                     "--log_probs=last", "--zero_filled_memory", "--verify")
+    assert sorted(os.listdir(out)) == ["config.json", "export_report.json", "model.onnx",
+                                       "saved_model", "vocab"]
+    assert "vocab.txt" in os.listdir(out / "saved_model" / "assets")
+    assert set(report["parity"]) == {"onnxruntime", "saved_model"}
+    assert json.loads((out / "export_report.json").read_text())["parity"] == report["parity"]
+    meta = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
+    assert (meta["mem_len"], meta["log_probs"], meta["zero_filled_memory"]) == \
+        ("4", "last", "true")
+    for backend in ("onnx", "saved_model"):
+        rt = open_runtime(str(out), backend=backend)
+        memory = rt.initial_memory(2)
+        assert memory.numpy()[1].all()  # zero-filled start: every slot attended
+        ids = np.array([[1, 2, 3], [4, 5, 6]])
+        log_probs, _ = rt.step(ids, memory)
+        expected, _ = core(ids, core.initial_memory(2, 4, zero_filled=True))
+        np.testing.assert_allclose(log_probs, expected.numpy()[:, -1], atol=1e-4)
+    with pytest.raises(ValueError, match="log_probs='last'"):
+        open_runtime(str(out), backend="onnx").score(ids, ids)
+
+
+def test_job_as_module_with_explicit_config_and_weights(model_dir, tmp_path):
+    path, _ = model_dir
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "KERAS_BACKEND": "tensorflow"}
+    result = subprocess.run(
+        [sys.executable, "-m", "export", f"--config={path / 'config.json'}",
+         f"--weights={path / 'weights.npz'}", f"--output_dir={out}",
+         "--formats=saved_model"], capture_output=True, text=True, timeout=300, env=env,
+        cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(os.listdir(out / "saved_model" / "assets")) == ["config.json",
+                                                                  "export_metadata.json"]
+    assert not (out / "model.onnx").exists()
+    assert open_runtime(str(out)).mem_len == 6  # the config's mem_len by default
+
+
+def test_job_flag_errors(model_dir, tmp_path):
+    path, _ = model_dir
+    with pytest.raises(flags.ValidationError, match="--model_dir"):
+        run_job(f"--output_dir={tmp_path}")
+    with pytest.raises(ValueError, match="formats must be"):
+        run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--formats=tflite")
+    with pytest.raises(flags.IllegalFlagValueError):
+        run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--log_probs=first")
+
+
+def test_load_model_errors(model_dir, tmp_path):
+    path, core = model_dir
+    loaded = load_model(str(path))
+    assert loaded.vocab_dir and loaded.config == core.config
+    np.testing.assert_array_equal(loaded.core.weights[0].numpy(), core.weights[0].numpy())
+    with pytest.raises(ModelDirError, match="does not exist"):
+        load_model(str(tmp_path / "nope"))
+    with pytest.raises(ModelDirError, match="weights file"):
+        load_model(str(path), weights_path=str(tmp_path / "missing.npz"))
+    other = tmp_path / "other.json"
+    TransformerXLConfig.preset("tiny", d_model=64, d_head=32).to_json(str(other))
+    with pytest.raises(ModelDirError, match="cannot load weights"):
+        load_model(str(path), config_path=str(other))

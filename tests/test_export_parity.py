@@ -1,0 +1,200 @@
+"""Keras core vs reloaded SavedModel vs ONNX Runtime: same numbers, one file for all shapes."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+
+from export import check_parity, export_onnx, export_saved_model, open_runtime
+from export.parity import core_outputs, max_differences, random_segments, runtime_outputs
+from txl_tf import TransformerXL, TransformerXLConfig
+
+TOL = 1e-4
+SEG_LEN = 5  # "T" of the brief; 1 is the decoding case
+
+
+def random_core(seed=0, **overrides):
+    """A tiny core with weights large enough that the outputs are far from uniform."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny", **overrides))
+    rng = np.random.default_rng(seed)
+    for w in core.weights:
+        w.assign(rng.normal(0.0, 0.3, w.shape).astype(np.float32))
+    return core
+
+
+@pytest.fixture(scope="module")
+def core():
+    return random_core()
+
+
+@pytest.fixture(scope="module", params=[0, 8], ids=["mem0", "mem8"])
+def exported(request, core, tmp_path_factory):
+    """Both artefacts for one memory length, exported once per module."""
+    out = tmp_path_factory.mktemp(f"export_mem{request.param}")
+    vocab = out / "vocab_src"
+    vocab.mkdir()
+    (vocab / "vocab.txt").write_text("".join(f"tok{i}\n" for i in range(256)))
+    export_saved_model(core, str(out / "saved_model"), request.param, vocab_dir=str(vocab))
+    export_onnx(core, str(out / "model.onnx"), request.param)
+    runtimes = {
+        "onnx": open_runtime(str(out / "model.onnx"), device="cpu"),
+        "onnx_no_binding": open_runtime(str(out / "model.onnx"), device="cpu",
+                                        io_binding=False),
+        "saved_model": open_runtime(str(out / "saved_model")),
+    }
+    return request.param, out, runtimes
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("seg_len", [1, SEG_LEN])
+def test_step_parity_over_segments(core, exported, batch, seg_len):
+    mem_len, _, runtimes = exported
+    segments = random_segments(256, batch, seg_len, n_segments=4, seed=batch * 10 + seg_len)
+    report = check_parity(core, list(runtimes.values()), segments, tol=TOL)
+    reference = core_outputs(core, segments, mem_len)
+    # Memory really is carried: with memory, the later segments differ from a fresh start.
+    if mem_len:
+        fresh = core_outputs(core, segments[-1:], mem_len)[0][0]
+        assert np.abs(fresh - reference[-1][0]).max() > 1e-3
+    assert reference[-1][1].shape == (2, batch, mem_len, 32)
+    for name, rt in runtimes.items():
+        assert rt.mem_len == mem_len, name
+    assert all(d["log_probs"] <= TOL and d["mems"] <= TOL for d in report.values())
+
+
+def test_score_equals_gathered_log_probs(core, exported):
+    mem_len, _, runtimes = exported
+    rng = np.random.default_rng(1)
+    segments = random_segments(256, 3, SEG_LEN, n_segments=3, seed=2)
+    memory = core.initial_memory(3, mem_len)
+    mems = {name: rt.initial_memory(3) for name, rt in runtimes.items()}
+    for ids in segments:
+        targets = rng.integers(0, 256, ids.shape, dtype=np.int32)
+        log_probs, _ = core(ids, memory)
+        nll, memory = core(ids, memory, targets=targets)
+        gathered = -np.take_along_axis(log_probs.numpy(), targets[..., None], -1)[..., 0]
+        np.testing.assert_allclose(nll.numpy(), gathered, atol=TOL)
+        for name, rt in runtimes.items():
+            got, mems[name] = rt.score(ids, targets, mems[name])
+            np.testing.assert_allclose(got, gathered, atol=TOL, err_msg=name)
+            np.testing.assert_allclose(mems[name].numpy()[0], memory.states.numpy(),
+                                       atol=TOL, err_msg=name)
+
+
+def test_onnx_axes_dynamic_and_metadata(exported):
+    mem_len, out, runtimes = exported
+    model = onnx.load(str(out / "model.onnx"))
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(model.graph.input) + list(model.graph.output)}
+    assert dims["token_ids"] == ["batch", "seq_len"]
+    assert dims["mems"] == [2, "batch", mem_len, 32]
+    assert dims["mem_mask"] == ["batch", mem_len]
+    assert dims["new_mems"] == [2, "batch", mem_len, 32]
+    assert dims["log_probs"] == ["batch", "seq_len", 256]
+    meta = runtimes["onnx"].session.get_modelmeta().custom_metadata_map
+    assert json.loads(meta["txl_tf.config"]) == TransformerXLConfig.preset("tiny").to_dict()
+    assert (meta["n_layer"], meta["mem_len"], meta["d_model"], meta["vocab_size"]) == \
+        ("2", str(mem_len), "32", "256")
+    onnx.checker.check_model(model)
+    assert not any("Assert" in n.op_type for n in model.graph.node)
+
+
+def test_saved_model_signatures_and_assets(exported):
+    mem_len, out, runtimes = exported
+    loaded = runtimes["saved_model"].loaded
+    assert set(loaded.signatures) == {"serving_default", "step", "initial_memory", "score"}
+    _, spec = loaded.signatures["step"].structured_input_signature
+    assert spec["token_ids"].shape.as_list() == [None, None]
+    assert spec["mems"].shape.as_list() == [2, None, mem_len, 32]
+    assert spec["mem_mask"].shape.as_list() == [None, mem_len]
+    init = loaded.signatures["initial_memory"](batch_size=tf.constant(3))
+    assert init["mems"].shape == (2, 3, mem_len, 32) and not init["mem_mask"].numpy().any()
+    assets = sorted(os.listdir(out / "saved_model" / "assets"))
+    assert assets == ["config.json", "export_metadata.json", "vocab.txt"]
+    assert TransformerXLConfig.from_json(str(out / "saved_model" / "assets" / "config.json")) \
+        == TransformerXLConfig.preset("tiny")
+
+
+def test_saved_model_cli_run_matches(core, exported, tmp_path):
+    mem_len, out, runtimes = exported
+    if mem_len == 0:
+        pytest.skip("one memory length is enough for the CLI round trip")
+    ids = random_segments(256, 2, SEG_LEN, n_segments=1, seed=5)[0]
+    memory = runtimes["saved_model"].step(ids)[1]
+    states, valid = memory.numpy()
+    next_ids = random_segments(256, 2, SEG_LEN, n_segments=1, seed=6)[0]
+    for name, value in (("token_ids", next_ids), ("mems", states), ("mem_mask", valid)):
+        np.save(tmp_path / f"{name}.npy", value)
+    inputs = ";".join(f"{n}={tmp_path / n}.npy" for n in ("token_ids", "mems", "mem_mask"))
+    cli = Path(sys.executable).parent / "saved_model_cli"
+    result = subprocess.run(
+        [str(cli), "run", "--dir", str(out / "saved_model"), "--tag_set", "serve",
+         "--signature_def", "step", "--inputs", inputs, "--outdir", str(tmp_path / "cli"),
+         "--overwrite"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = core_outputs(core, [ids, next_ids], mem_len)[-1]
+    np.testing.assert_allclose(np.load(tmp_path / "cli" / "log_probs.npy"), expected[0],
+                               atol=TOL)
+    np.testing.assert_allclose(np.load(tmp_path / "cli" / "new_mems.npy"), expected[1],
+                               atol=TOL)
+    np.testing.assert_array_equal(np.load(tmp_path / "cli" / "new_mem_mask.npy"), expected[2])
+
+
+def test_runtimes_agree_with_each_other(exported):
+    _, _, runtimes = exported
+    segments = random_segments(256, 2, 3, n_segments=3, seed=9)
+    outputs = {name: runtime_outputs(rt, segments) for name, rt in runtimes.items()}
+    diff = max_differences(outputs["onnx"], outputs["saved_model"])
+    assert diff["log_probs"] <= TOL and diff["mems"] <= TOL and diff["mem_mask_equal"]
+
+
+FRESH_PROCESS = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import op_def_registry
+from tensorflow.core.protobuf import saved_model_pb2
+
+path, ids_file = sys.argv[1], sys.argv[2]
+proto = saved_model_pb2.SavedModel()
+proto.ParseFromString(open(path + "/saved_model.pb", "rb").read())
+graph = proto.meta_graphs[0].graph_def
+ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+ops -= {f.signature.name for f in graph.library.function}  # calls of library functions
+unknown = sorted(op for op in ops if op_def_registry.get(op) is None)
+loaded = tf.saved_model.load(path)
+ids = tf.constant(np.load(ids_file))
+mem = loaded.signatures["initial_memory"](batch_size=tf.constant(int(ids.shape[0])))
+step = loaded.signatures["step"](token_ids=ids, mems=mem["mems"], mem_mask=mem["mem_mask"])
+score = loaded.signatures["score"](token_ids=ids, target_ids=ids, mems=mem["mems"],
+                                   mem_mask=mem["mem_mask"])
+print(json.dumps({"unknown_ops": unknown, "modules": sorted(m for m in sys.modules
+                                                            if m.startswith(("txl_tf", "tensorflow_text"))),
+                  "log_probs": step["log_probs"].numpy().tolist(),
+                  "nll": score["nll"].numpy().tolist()}))
+"""
+
+
+def test_fresh_process_loads_saved_model_with_core_ops_only(core, exported, tmp_path):
+    mem_len, out, _ = exported
+    if mem_len == 0:
+        pytest.skip("one memory length is enough for the fresh-process check")
+    ids = random_segments(256, 2, SEG_LEN, n_segments=1, seed=7)[0]
+    np.save(tmp_path / "ids.npy", ids)
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(out / "saved_model"), str(tmp_path / "ids.npy")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""})
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["unknown_ops"] == [] and report["modules"] == []
+    log_probs, _ = core(ids, core.initial_memory(2, mem_len))
+    nll, _ = core(ids, core.initial_memory(2, mem_len), targets=ids)
+    np.testing.assert_allclose(np.array(report["log_probs"]), log_probs.numpy(), atol=TOL)
+    np.testing.assert_allclose(np.array(report["nll"]), nll.numpy(), atol=TOL)

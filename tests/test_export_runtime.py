@@ -1,0 +1,143 @@
+"""The runtimes: clear errors for bad input (before the backend runs), IO binding,
+device fallback, memory handed between backends."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from export import RuntimeInputError, RuntimeMemory, export_onnx, export_saved_model, open_runtime
+from txl_tf import InputError, TransformerXL, TransformerXLConfig
+
+MEM_LEN = 4
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runtime")
+    core = TransformerXL(TransformerXLConfig.preset("tiny"))
+    export_saved_model(core, str(out / "saved_model"), MEM_LEN)
+    export_onnx(core, str(out / "model.onnx"), MEM_LEN)
+    return out
+
+
+@pytest.fixture(scope="module", params=["onnx", "saved_model"])
+def runtime(request, paths):
+    return open_runtime(str(paths), backend=request.param, device="cpu")
+
+
+@pytest.fixture
+def guarded(runtime, monkeypatch):
+    """The runtime with its backend calls replaced by a failure: checks must come first."""
+    def untouchable(*args):
+        raise AssertionError("the backend ran on bad input")
+    monkeypatch.setattr(runtime, "_step", untouchable)
+    monkeypatch.setattr(runtime, "_score", untouchable)
+    return runtime
+
+
+IDS = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+
+
+def memory(batch=2, mem_len=MEM_LEN, n_layer=2, d_model=32, dtype=np.float32,
+           mask_dtype=np.bool_):
+    return (np.zeros([n_layer, batch, mem_len, d_model], dtype),
+            np.zeros([batch, mem_len], mask_dtype))
+
+
+@pytest.mark.parametrize("mem, message", [
+    (memory(mem_len=MEM_LEN + 1), "mem_len fixed at 4"),
+    (memory(n_layer=3), r"\[n_layer, batch, mem_len, d_model\]"),
+    (memory(d_model=16), r"\[n_layer, batch, mem_len, d_model\]"),
+    ((np.zeros([2, 2, MEM_LEN], np.float32), np.zeros([2, MEM_LEN], bool)), "shape"),
+    (memory(dtype=np.float64), "float32"),
+    (memory(mask_dtype=np.int32), "must be bool"),
+    ((memory()[0], np.zeros([2, MEM_LEN + 1], bool)), "mem_mask"),
+    ("not a memory", "pair"),
+])
+def test_bad_memory(guarded, mem, message):
+    with pytest.raises(RuntimeInputError, match=message):
+        guarded.step(IDS, mem)
+
+
+def test_batch_mismatch(guarded):
+    with pytest.raises(RuntimeInputError, match="batch mismatch: token_ids have batch 2 but "
+                                                "the memory has batch 3"):
+        guarded.step(IDS, memory(batch=3))
+    with pytest.raises(RuntimeInputError, match="batch mismatch"):
+        guarded.step(IDS[:1], guarded.initial_memory(2))
+
+
+@pytest.mark.parametrize("ids, message", [
+    (IDS.astype(np.float32), "integer dtype, got float32"),
+    (IDS.astype(bool), "integer dtype, got bool"),
+    (np.array([[1, 256]]), "id 256 at position \\(0, 1\\) is out of range .* 256 tokens"),
+    (np.array([[-1, 2]]), "id -1 at position \\(0, 0\\) is out of range"),
+    (np.array([1, 2, 3]), "\\[batch, length\\]"),
+    (np.zeros([1, 0], np.int32), "non-empty"),
+])
+def test_bad_ids(guarded, ids, message):
+    with pytest.raises(RuntimeInputError, match=message):
+        guarded.step(ids, guarded.initial_memory(len(ids)) if ids.ndim == 2 else None)
+
+
+def test_bad_score_targets(guarded):
+    with pytest.raises(RuntimeInputError, match="target_ids: id 298"):
+        guarded.score(IDS, IDS + 297)
+    with pytest.raises(RuntimeInputError, match="differs from token_ids shape"):
+        guarded.score(IDS, IDS[:, :2])
+
+
+def test_errors_are_value_errors(guarded):
+    assert issubclass(RuntimeInputError, InputError) and issubclass(RuntimeInputError, ValueError)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        guarded.initial_memory(0)
+
+
+def test_int64_ids_accepted_and_match(runtime):
+    lp32, _ = runtime.step(IDS)
+    lp64, _ = runtime.step(IDS.astype(np.int64))
+    np.testing.assert_array_equal(lp32, lp64)
+    assert lp32.shape == (2, 3, 256)
+
+
+def test_onnx_io_binding_keeps_memory_as_ortvalues(paths):
+    bound = open_runtime(str(paths / "model.onnx"), device="cpu")
+    plain = open_runtime(str(paths / "model.onnx"), device="cpu", io_binding=False)
+    assert bound.io_binding and bound.provider == "CPUExecutionProvider"
+    mem_b, mem_p = bound.initial_memory(2), plain.initial_memory(2)
+    assert isinstance(mem_b.states, ort.OrtValue) and isinstance(mem_b.valid, ort.OrtValue)
+    for shift in range(3):
+        lp_b, mem_b = bound.step(IDS + shift, mem_b)
+        lp_p, mem_p = plain.step(IDS + shift, mem_p)
+        assert isinstance(mem_b.states, ort.OrtValue) and isinstance(mem_p.states, np.ndarray)
+        np.testing.assert_array_equal(lp_b, lp_p)
+        np.testing.assert_array_equal(mem_b.numpy()[0], mem_p.numpy()[0])
+    assert mem_b.numpy()[1].all()  # 9 tokens seen, 4 slots: all real
+
+
+def test_device_fallback_names_the_provider(paths, caplog):
+    rt = open_runtime(str(paths / "model.onnx"), device="cuda")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        assert rt.provider == "CUDAExecutionProvider"
+    else:
+        assert rt.provider == "CPUExecutionProvider" and rt.device == "cpu"
+        assert "CUDAExecutionProvider is not available" in caplog.text
+    assert "provider=" in rt.describe()
+    with pytest.raises(ValueError, match="device must be"):
+        open_runtime(str(paths / "model.onnx"), device="tpu")
+
+
+def test_memory_moves_between_backends(paths):
+    onnx_rt = open_runtime(str(paths), backend="onnx", device="cpu")
+    tf_rt = open_runtime(str(paths), backend="saved_model")
+    _, mem = onnx_rt.step(IDS)
+    lp_tf, _ = tf_rt.step(IDS, mem)          # OrtValues into the SavedModel
+    lp_onnx, _ = onnx_rt.step(IDS, RuntimeMemory(*mem.numpy()))
+    np.testing.assert_allclose(lp_tf, lp_onnx, atol=1e-4)
+
+
+def test_open_runtime_errors(paths, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        open_runtime(str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="no ONNX model"):
+        open_runtime(str(paths / "saved_model"), backend="onnx")
+    assert open_runtime(str(paths)).backend == "onnxruntime"  # auto prefers ONNX
