@@ -21,10 +21,10 @@ LOG_PROBS_MODES = ("all", "last")
 class ServingModule(tf.Module):
     """Wraps a `TransformerXL` core with fixed memory length and input signatures.
 
-    The module owns copies of the core's weights as `tf.Variable`s with unique
-    names and runs the core on them through `keras.StatelessScope`: the core's
-    own variable names repeat across layers (e.g. `rel_attn/qkv_kernel`), which
-    the TF1-style loaders of TF Serving and `saved_model_cli run` cannot restore.
+    The module owns copies of the core's weights as plain `tf.Variable`s and
+    runs the core on them through `keras.StatelessScope`: the TF1-style loaders
+    of TF Serving and `saved_model_cli run` fail to find Keras 3 variables saved
+    directly (keras-team/keras#19274), and plain variables restore everywhere.
     """
 
     def __init__(self, core, mem_len, log_probs="all", zero_filled=False):
