@@ -1,7 +1,7 @@
 """Checks of runtime inputs, done on shapes and values before any session runs."""
 import numpy as np
 
-from txl_tf.validation import InputError
+from txl_tf.validation import InputError, out_of_range_message
 
 
 class RuntimeInputError(InputError):
@@ -34,12 +34,9 @@ def check_ids(token_ids, n_token, name="token_ids"):
     if ids.ndim != 2 or 0 in ids.shape:
         raise RuntimeInputError(f"{name} must be a non-empty [batch, length] array, "
                                 f"got shape {ids.shape}")
-    bad = np.argwhere((ids < 0) | (ids >= n_token))
-    if bad.size:
-        where = tuple(int(i) for i in bad[0])
-        raise RuntimeInputError(
-            f"{name}: id {int(ids[where])} at position {where} is out of range for a "
-            f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
+    problem = out_of_range_message(ids, n_token, f"{name}:")
+    if problem:
+        raise RuntimeInputError(problem)
     return ids.astype(np.int32, copy=False)
 
 

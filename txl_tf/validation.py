@@ -20,13 +20,9 @@ def check_token_ids(token_ids, n_token):
     if token_ids.shape.rank is not None and token_ids.shape.rank != 2:
         raise InputError(f"token_ids must be [batch, length], got shape {token_ids.shape}")
     if tf.executing_eagerly():
-        ids = np.asarray(token_ids)
-        bad = np.argwhere((ids < 0) | (ids >= n_token))
-        if bad.size:
-            where = tuple(int(i) for i in bad[0])
-            raise InputError(
-                f"token id {int(ids[where])} at position {where} is out of range for a "
-                f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
+        problem = out_of_range_message(np.asarray(token_ids), n_token)
+        if problem:
+            raise InputError(problem)
         return token_ids
     low, high = tf.reduce_min(token_ids), tf.reduce_max(token_ids)
     ok = (low >= 0) & (high < n_token)
@@ -35,6 +31,16 @@ def check_token_ids(token_ids, n_token):
              "max id:", high], name="check_token_ids")
     with tf.control_dependencies([check]):
         return tf.identity(token_ids)
+
+
+def out_of_range_message(ids, n_token, name="token"):
+    """Names the first id of a numpy array outside `[0, n_token)`, or None."""
+    bad = np.argwhere((ids < 0) | (ids >= n_token))
+    if not bad.size:
+        return None
+    where = tuple(int(i) for i in bad[0])
+    return (f"{name} id {int(ids[where])} at position {where} is out of range for a "
+            f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
 
 
 def check_memory(memory, n_layer, d_model, batch_size=None):
