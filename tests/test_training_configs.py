@@ -1,0 +1,54 @@
+"""The shipped flagfiles parse and carry the paper's training settings."""
+import glob
+import os
+
+import pytest
+from absl import flags
+
+from txl_tf import PRESETS
+from training import train
+from training.flagspec import define, values
+from training.model_config import build_config
+
+CONFIGS = os.path.join(os.path.dirname(train.__file__), "configs")
+
+# name: (preset, dataset, global batch, lr, warmup, steps, tgt/mem, dropout, dropatt, config)
+PAPER = {
+    "enwik8_base": ("enwik8_base", "enwik8", 24, 2.5e-4, 0, 400_000, 512, 0.1, 0.0,
+                    dict(n_layer=12, d_model=512, untie_r=False, div_val=1)),
+    "enwik8_large": ("enwik8_large", "enwik8", 64, 2.5e-4, 4000, 400_000, 768, 0.15, 0.15,
+                     dict(n_layer=24, d_model=1024, d_inner=3072, untie_r=False)),
+    "text8": ("text8", "text8", 64, 2.5e-4, 4000, 400_000, 768, 0.15, 0.15,
+              dict(n_layer=24, d_model=1024, untie_r=False)),
+    "wt103_base": ("wt103_base", "wt103", 60, 2.5e-4, 0, 200_000, 150, 0.1, 0.0,
+                   dict(n_layer=16, d_model=410, div_val=1, cutoffs=[20000, 40000, 200000])),
+    "wt103_large": ("wt103_large", "wt103", 128, 2.5e-4, 16000, 4_000_000, 384, 0.2, 0.2,
+                    dict(n_layer=18, div_val=4, untie_r=True, init_std=0.005,
+                         tie_projs=[False, True, True, True])),
+    "lm1b_base": ("lm1b_base", "lm1b", 256, 2.5e-4, 0, 400_000, 256, 0.1, 0.0,
+                  dict(n_layer=18, div_val=4, untie_r=True, proj_same_dim=False,
+                       tie_projs=[False, False, False, False])),
+}
+
+
+def test_every_config_is_checked():
+    names = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(CONFIGS, "*.cfg")))
+    assert names == sorted(PAPER)
+
+
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_flagfile(name):
+    preset, dataset, batch, lr, warmup, steps, length, dropout, dropatt, fields = PAPER[name]
+    flag_values = flags.FlagValues()
+    define(train.SPEC, flag_values)
+    flag_values(["train", f"--flagfile={os.path.join(CONFIGS, name + '.cfg')}"])
+    o = values(train.SPEC, flag_values)
+    assert (o["preset"], o["dataset"], o["batch_size"]) == (preset, dataset, batch)
+    assert (o["learning_rate"], o["warmup_steps"], o["train_steps"]) == (lr, warmup, steps)
+    assert (o["min_lr_ratio"], o["clip"]) == (0.004, 0.25)
+    config = build_config(preset, PRESETS[preset]["n_token"], None,
+                          train._model_overrides(o), log=lambda _: None)
+    assert (config.tgt_len, config.mem_len) == (length, length)
+    assert (config.dropout, config.dropatt) == (dropout, dropatt)
+    for field, value in fields.items():
+        assert getattr(config, field) == value, field

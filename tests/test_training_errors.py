@@ -1,0 +1,84 @@
+"""Bad input to the jobs gives one clear message, never a TensorFlow traceback."""
+import pytest
+
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.checkpoints import save_pretrained
+from training import evaluate, train
+from training.errors import TrainingError
+from training.testing import run_job, write_text_corpus
+
+
+def _train(tmp_path, **options):
+    base = dict(model_dir=str(tmp_path / "run"), dataset="text", preset="tiny",
+                cache_dir=str(tmp_path / "cache"), strategy="one_device", train_steps=2,
+                batch_size=2, verbose=0)
+    base.update(options)
+    return train.run(**base)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return str(write_text_corpus(tmp_path / "corpus.txt", 5_000))
+
+
+def test_missing_data_dir(tmp_path):
+    with pytest.raises(TrainingError, match=r"--data_dir: data directory not found: .*nowhere"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"))
+
+
+def test_empty_corpus(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(TrainingError, match=r"empty corpus: .*the train split is empty"):
+        _train(tmp_path, data_dir=str(tmp_path / "empty.txt"))
+
+
+def test_corpus_too_small_for_the_batch(tmp_path):
+    (tmp_path / "small.txt").write_text("abc " * 20)
+    with pytest.raises(TrainingError, match=r"train split .* too few for training: "
+                                            r"batch_size 8 x \(tgt_len 16 \+ 1\)"):
+        _train(tmp_path, data_dir=str(tmp_path / "small.txt"), batch_size=8)
+
+
+def test_vocabulary_model_size_mismatch(tmp_path, corpus):
+    with pytest.raises(TrainingError, match=r"vocabulary/model size mismatch: the corpus "
+                                            r"tokenizer has 256 tokens .* n_token=100"):
+        _train(tmp_path, data_dir=corpus, n_token=100)
+
+
+def test_evaluate_vocabulary_mismatch(tmp_path, corpus):
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny", n_token=300)),
+                    tmp_path / "model")
+    with pytest.raises(TrainingError, match=r"vocabulary/model size mismatch: corpus 'text' "
+                                            r"has 256 tokens, the model has n_token=300"):
+        evaluate.run(model_dir=str(tmp_path / "model"), dataset="text", data_dir=corpus,
+                     cache_dir=str(tmp_path / "cache"))
+
+
+def test_resume_with_another_vocabulary(tmp_path, corpus):
+    (tmp_path / "run").mkdir()
+    TransformerXLConfig.preset("tiny", n_token=27).to_json(str(tmp_path / "run" / "config.json"))
+    with pytest.raises(TrainingError, match=r"vocabulary/model size mismatch: .*config.json "
+                                            r"was trained with n_token=27"):
+        _train(tmp_path, data_dir=corpus)
+
+
+def test_unknown_preset(tmp_path, corpus):
+    with pytest.raises(TrainingError, match=r"unknown preset 'huge'; known presets: .*tiny"):
+        _train(tmp_path, data_dir=corpus, preset="huge")
+
+
+def test_bad_flag_values(tmp_path, corpus):
+    with pytest.raises(TrainingError, match=r"--warmup_steps \(5\) exceeds --train_steps \(2\)"):
+        _train(tmp_path, data_dir=corpus, warmup_steps=5)
+    with pytest.raises(TrainingError, match=r"--config_override 'untie_r' is not field=value"):
+        _train(tmp_path, data_dir=corpus, config_override=["untie_r"])
+    with pytest.raises(TrainingError, match=r"invalid model configuration .*dropout must be"):
+        _train(tmp_path, data_dir=corpus, dropout=1.5)
+
+
+def test_command_line_error_is_one_line(tmp_path):
+    proc = run_job("training.train", ["--preset=huge", f"--model_dir={tmp_path / 'run'}"],
+                   check=False, timeout=120)
+    assert proc.returncode == 2
+    assert "error: unknown preset 'huge'; known presets:" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout

@@ -1,0 +1,33 @@
+"""The training job on 2 replicas (MirroredStrategy over the 2 logical CPUs of
+tests/conftest.py) trains like 1 replica with the same global batch."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training import train
+from training.testing import write_text_corpus
+
+
+def _run(tmp_path, name, strategy):
+    train.run(model_dir=str(tmp_path / name), dataset="text",
+              data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
+              preset="tiny", batch_size=4, train_steps=4, checkpoint_every=2, log_every=1,
+              final_eval=False, verbose=0, learning_rate=0.01, seed=1, strategy=strategy)
+    with open(tmp_path / name / "train_log.jsonl", encoding="utf-8") as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def test_two_replicas_match_one(tmp_path):
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs the 2 logical CPU devices set up by tests/conftest.py")
+    write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=3)
+    one = _run(tmp_path, "one", "one_device")
+    two = _run(tmp_path, "two", "mirrored")
+    np.testing.assert_allclose(two, one, rtol=2e-5, atol=2e-5)
+    assert one[-1] < one[0]
+    with np.load(tmp_path / "one" / "export" / "weights.npz") as a, \
+            np.load(tmp_path / "two" / "export" / "weights.npz") as b:
+        for name in a.files:
+            np.testing.assert_allclose(b[name], a[name], rtol=1e-4, atol=2e-5, err_msg=name)

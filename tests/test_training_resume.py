@@ -1,0 +1,84 @@
+"""A training job killed (SIGKILL) after a checkpoint and restarted ends exactly
+where an uninterrupted job ends: same batches at the same steps, same weights."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import numpy as np
+
+from training.testing import job_command, job_env, run_job, tail, write_text_corpus
+
+STEPS, EVERY = 300, 25
+
+
+def _args(tmp_path, model_dir):
+    return [f"--model_dir={model_dir}", "--dataset=text",
+            f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
+            "--preset=tiny", "--batch_size=4", f"--train_steps={STEPS}",
+            f"--checkpoint_every={EVERY}", "--log_every=1", "--log_batches", "--nofinal_eval",
+            "--strategy=one_device", "--verbose=0", "--learning_rate=0.001",
+            "--warmup_steps=10", "--seed=3"]
+
+
+def _batches(model_dir):
+    with open(os.path.join(model_dir, "batches.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_killed_job_resumes_at_its_checkpoint(tmp_path):
+    write_text_corpus(tmp_path / "corpus.txt", 40_000, seed=1)
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    reference = subprocess.Popen(job_command("training.train", _args(tmp_path, full)),
+                                 env=job_env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(job_command("training.train", _args(tmp_path, broken)),
+                             env=job_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    state = broken / "checkpoints" / "checkpoint"
+    deadline = time.time() + 300
+    while not state.exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    first.send_signal(signal.SIGKILL)
+    first_out = first.communicate(timeout=60)[0]
+    assert first.returncode == -signal.SIGKILL, (
+        f"the job was not killed mid-run (exit {first.returncode}):\n{tail(first_out)}")
+    assert not (broken / "export").exists(), "the killed job got to the end"
+
+    second = run_job("training.train", _args(tmp_path, broken))
+    found = re.search(r"resumed from \S+ckpt-(\d+) at step (\d+)", second.stdout)
+    assert found, f"no resume line:\n{tail(second.stdout)}"
+    resumed = int(found.group(2))
+    assert resumed == int(found.group(1)) and resumed % EVERY == 0 and 0 < resumed < STEPS
+
+    reference_out = reference.communicate(timeout=300)[0]
+    assert reference.returncode == 0, tail(reference_out)
+
+    expected = {b["step"]: b["first_ids"] for b in _batches(full)}
+    assert sorted(expected)[:STEPS] == list(range(STEPS))
+    log = _batches(broken)
+    pids = list(dict.fromkeys(b["pid"] for b in log))
+    assert len(pids) == 2, f"expected batches from 2 processes, got {len(pids)}"
+    before = [b for b in log if b["pid"] == pids[0]]
+    after = [b for b in log if b["pid"] == pids[1]]
+    # The restarted job starts its data exactly at the checkpoint's step...
+    assert after[0]["step"] == resumed
+    after_steps = [b["step"] for b in after]
+    assert after_steps[:STEPS - resumed] == list(range(resumed, STEPS))
+    # ...the killed job had fed every step before it, in order...
+    assert [b["step"] for b in before][:resumed] == list(range(resumed))
+    # ...so steps 0..STEPS-1 were trained once each, on the reference's batches.
+    trained = before[:resumed] + after[:STEPS - resumed]
+    assert [b["step"] for b in trained] == list(range(STEPS))
+    for b in trained:
+        assert b["first_ids"] == expected[b["step"]], f"step {b['step']} got another batch"
+
+    with open(broken / "train_log.jsonl", encoding="utf-8") as f:
+        assert json.loads(f.readlines()[-1])["step"] == STEPS
+    with np.load(full / "export" / "weights.npz") as a, \
+            np.load(broken / "export" / "weights.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        for name in a.files:
+            np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -1,0 +1,82 @@
+"""Keras callbacks of the training job: step log, time limit."""
+import json
+import time
+
+import keras
+
+
+class StepLog(keras.callbacks.Callback):
+    """Appends `{"step", "time", "lr", <metrics>}` as JSON lines to `path`
+    every `every` steps (`time`: seconds since the job's callbacks were made;
+    `lr`: the rate of that step; the metrics are Keras's
+    running means since the start of the epoch)."""
+
+    def __init__(self, path, every=1):
+        super().__init__()
+        self.path, self.every = path, max(int(every), 1)
+        self.start = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every:
+            return
+        schedule = self.model.optimizer._learning_rate
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            lr = schedule(step - 1)  # the rate this step used
+        else:
+            lr = self.model.optimizer.learning_rate
+        record = {"step": step, "time": round(time.time() - self.start, 4),
+                  "lr": float(keras.ops.convert_to_numpy(lr))}
+        record.update({k: float(v) for k, v in (logs or {}).items()})
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+class TimeLimit(keras.callbacks.Callback):
+    """Stops training once `seconds` have passed since `start` (a
+    `time.time()` value; default: when the callback is made)."""
+
+    def __init__(self, seconds, start=None):
+        super().__init__()
+        self.seconds = float(seconds)
+        self.start = time.time() if start is None else start
+        self.reached = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.time() - self.start >= self.seconds:
+            self.reached = True
+            self.model.stop_training = True
+
+
+class StepEvents(keras.callbacks.Callback):
+    """Runs `on_step(step)` after every training step, with the global step
+    (the optimizer's `iterations`): checkpoints, evaluation and the stop at
+    the requested step hang off it."""
+
+    def __init__(self, on_step):
+        super().__init__()
+        self.on_step = on_step
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.on_step(step):
+            self.model.stop_training = True
+
+
+def tensorboard_available():
+    """Whether the `tensorboard` package (needed by tf.summary) is installed."""
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
+    """Keras's TensorBoard callback with batch summaries at the global step
+    (Keras counts from 0 in every `fit`, so a resumed job would draw its
+    curves over the first run's)."""
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._global_train_batch = int(self.model.optimizer.iterations.numpy())

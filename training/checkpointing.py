@@ -1,0 +1,105 @@
+"""Training checkpoints: weights, optimizer state, step and each replica's memory.
+
+`tf.train.CheckpointManager` over a `tf.train.Checkpoint` holding
+
+* `weights`: every weight of the core keyed by its TF name (Keras 3 keeps
+  sub-layers in lists that `tf.train.Checkpoint` does not follow, so the
+  model object alone would save little more than the r-biases);
+* `optimizer`: Adam's slots and `iterations` (the global step);
+* `state`: the model's other variables (dropout seed states), in order;
+* `memory_states` / `memory_valid`: one copy of the recurrence memory per
+  local replica, `[local_replicas, ...]`. The model keeps its memory in
+  sync-on-read variables whose checkpoint value would be replica 0's only;
+  the snapshot is gathered before each save and scattered back after a
+  restore, so every replica resumes with the memory of its own streams.
+
+Each worker writes its own directory (`checkpoints/` for the chief,
+`checkpoints/worker-<k>/` for the others): weights are equal on all workers,
+memories are not.
+"""
+import os
+
+import tensorflow as tf
+
+from txl_tf.checkpoints import reference_names
+from training.strategy import local_replicas
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+def checkpoint_dir(model_dir, task_id=0, is_chief=True):
+    """Where this worker keeps its checkpoints."""
+    root = os.path.join(model_dir, CHECKPOINT_DIR)
+    return root if is_chief else os.path.join(root, f"worker-{task_id}")
+
+
+def weight_dict(core):
+    """`{tf_name: variable}` with `/` made checkpoint-key safe."""
+    return {name.replace("/", "."): var for name, var in reference_names(core).items()}
+
+
+def _unwrap(variable):
+    return getattr(variable, "value", variable)
+
+
+class TrainingCheckpoint:
+    """Saves and restores a `TransformerXLLM` training run (see module doc)."""
+
+    def __init__(self, model, optimizer, directory, strategy, max_to_keep=3):
+        self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.directory = directory
+        replicas = local_replicas(strategy)
+        with tf.device("/cpu:0"):
+            self.memory_states = tf.Variable(
+                tf.zeros((replicas,) + tuple(model.memory_states.shape), tf.float32),
+                trainable=False, name="memory_states_per_replica")
+            self.memory_valid = tf.Variable(
+                tf.zeros((replicas,) + tuple(model.memory_valid.shape), tf.float32),
+                trainable=False, name="memory_valid_per_replica")
+        memory_ids = {id(model.memory_states), id(model.memory_valid)}
+        state = [v for v in model.non_trainable_variables if id(v) not in memory_ids]
+        self.checkpoint = tf.train.Checkpoint(
+            weights=weight_dict(model.core), optimizer=optimizer, state=state,
+            memory_states=self.memory_states, memory_valid=self.memory_valid)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
+                                                  max_to_keep=max_to_keep)
+
+    @property
+    def step(self):
+        return int(self.optimizer.iterations.numpy())
+
+    def _local(self, variable):
+        return self.strategy.experimental_local_results(_unwrap(variable))
+
+    def save(self):
+        """Writes `ckpt-<step>`; returns its path."""
+        self.memory_states.assign(tf.stack([tf.convert_to_tensor(v)
+                                            for v in self._local(self.model.memory_states)]))
+        self.memory_valid.assign(tf.stack([tf.convert_to_tensor(v)
+                                           for v in self._local(self.model.memory_valid)]))
+        return self.manager.save(checkpoint_number=self.step)
+
+    def restore_latest(self):
+        """Restores the newest checkpoint, if any; returns its path or None."""
+        path = self.manager.latest_checkpoint
+        if path is None:
+            return None
+        self.checkpoint.restore(path).assert_existing_objects_matched()
+        for target, value in zip(self._local(self.model.memory_states), self.memory_states):
+            target.assign(value)
+        for target, value in zip(self._local(self.model.memory_valid), self.memory_valid):
+            target.assign(value)
+        return path
+
+
+def restore_weights(core, path):
+    """Loads only the weights of a training checkpoint `path` (a `ckpt-N`
+    prefix or a directory holding checkpoints) into a bare core."""
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"no checkpoint in {path}")
+        path = latest
+    tf.train.Checkpoint(weights=weight_dict(core)).restore(path).expect_partial()\
+        .assert_existing_objects_matched()
+    return path

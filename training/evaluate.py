@@ -1,0 +1,151 @@
+r"""Evaluates a trained model on a corpus split the way the paper does (absl app).
+
+    python -m training.evaluate --model_dir=runs/enwik8_base/export \
+        --dataset=enwik8 --data_dir=data/enwik8 --split=test \
+        --paper_settings=enwik8_base --output=test.json
+
+`--model_dir` is a model directory (config.json + weights.npz, e.g. the
+`export/` written by training.train) or a training directory (its `export/`
+if present, else its newest checkpoint; `--checkpoint` picks one). Every
+token of the split except the first of each of the `--batch_size` streams is
+predicted exactly once, segment by segment with the memory carried; the
+loss is weighted by tokens. Prints and writes (`--output`) loss, bpc, ppl.
+"""
+import json
+import os
+import sys
+
+from absl import app, logging
+
+from training.errors import TrainingError, exit_on_error
+from training.flagspec import define, merge, option, values
+
+SPEC = (
+    option("string", "model_dir", None, "Model directory, or a training run's directory."),
+    option("string", "checkpoint", None, "A training checkpoint (ckpt-N prefix) to evaluate "
+           "instead of the exported weights."),
+    option("string", "dataset", "pystdlib", "Corpus name."),
+    option("string", "data_dir", None, "Corpus folder."),
+    option("string", "cache_dir", None, "Corpus cache folder."),
+    option("multi_string", "corpus_option", [], "key=value options of load_corpus."),
+    option("enum", "split", "valid", "Split to evaluate.", ["train", "valid", "test"]),
+    option("string", "paper_settings", None, "Take tgt_len/mem_len/clamp_len/same_length "
+           "from the paper's evaluation of this preset (txl_tf.config.eval_settings)."),
+    option("integer", "tgt_len", None, "Segment length (default: the model's)."),
+    option("integer", "mem_len", None, "Memory length; 0 for none (default: the model's)."),
+    option("integer", "clamp_len", None, "Clamp relative distances (<= 0: off; default: the "
+           "model's)."),
+    option("bool", "same_length", None, "Every query sees the same number of keys "
+           "(default: the model's)."),
+    option("integer", "batch_size", 10, "Streams evaluated side by side."),
+    option("integer", "max_segments", None, "Stop after this many segments (an estimate)."),
+    option("string", "output", None, "Write the results as JSON here."),
+)
+
+
+def _resolve(model_dir, checkpoint):
+    """`(config_dir, weights)`: where config.json is, and an npz model dir or
+    a checkpoint prefix."""
+    from txl_tf.checkpoints import CONFIG_FILE, WEIGHTS_FILE
+    if not model_dir or not os.path.isdir(model_dir):
+        raise TrainingError(f"--model_dir: model directory not found: {model_dir}")
+    if checkpoint:
+        return model_dir, ("checkpoint", checkpoint)
+    for candidate in (model_dir, os.path.join(model_dir, "export")):
+        if os.path.exists(os.path.join(candidate, WEIGHTS_FILE)):
+            return candidate, ("npz", candidate)
+    ckpts = os.path.join(model_dir, "checkpoints")
+    if os.path.isdir(ckpts) and os.path.exists(os.path.join(model_dir, CONFIG_FILE)):
+        return model_dir, ("checkpoint", ckpts)
+    raise TrainingError(f"--model_dir {model_dir} holds no {WEIGHTS_FILE}, export/ or "
+                        "checkpoints/ with a config.json")
+
+
+def load_core(model_dir, checkpoint=None, **overrides):
+    """A `TransformerXL` from a model or training directory, with config
+    `overrides` (clamp_len, same_length)."""
+    from txl_tf import ConfigError, TransformerXL
+    from txl_tf.checkpoints import load_config, load_pretrained
+    from training.checkpointing import restore_weights
+    config_dir, (kind, where) = _resolve(model_dir, checkpoint)
+    try:
+        if kind == "npz":
+            return load_pretrained(where, **overrides)
+        config = load_config(config_dir)
+        core = TransformerXL(config.replace(**overrides) if overrides else config)
+        restore_weights(core, where)
+        return core
+    except (ConfigError, ValueError, OSError) as err:
+        raise TrainingError(f"cannot load the model from {model_dir}: {err}") from None
+
+
+def run(**options):
+    """Evaluates with `options` (the flags by name); returns the results dict."""
+    o = merge(SPEC, options)
+    from txl_tf import ConfigError
+    from txl_tf.config import eval_settings
+    from training import inputs
+    from training.eval_loop import evaluate_ids
+
+    settings = {}
+    if o["paper_settings"]:
+        try:
+            settings = eval_settings(o["paper_settings"])
+        except ConfigError as err:
+            raise TrainingError(f"--paper_settings: {err}") from None
+    for name in ("tgt_len", "mem_len", "clamp_len", "same_length"):
+        if o[name] is not None:
+            settings[name] = o[name]
+    if settings.get("tgt_len") is not None and settings["tgt_len"] <= 0:
+        raise TrainingError(f"--tgt_len must be positive, got {settings['tgt_len']}")
+    if settings.get("mem_len") is not None and settings["mem_len"] < 0:
+        raise TrainingError(f"--mem_len must be >= 0, got {settings['mem_len']}")
+    if o["batch_size"] <= 0:
+        raise TrainingError(f"--batch_size must be positive, got {o['batch_size']}")
+
+    overrides = {k: settings[k] for k in ("clamp_len", "same_length") if k in settings}
+    core = load_core(o["model_dir"], o["checkpoint"], **overrides)
+    corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
+                         inputs.parse_options(o["corpus_option"]))
+    if corpus.tokenizer.vocab_size != core.config.n_token:
+        raise TrainingError(
+            f"vocabulary/model size mismatch: corpus {corpus.name!r} has "
+            f"{corpus.tokenizer.vocab_size} tokens, the model has n_token={core.config.n_token}")
+    ids = corpus.split(o["split"])
+    if len(ids) < 2:
+        raise TrainingError(f"empty corpus: the {o['split']} split of {corpus.name!r} has "
+                            f"{len(ids)} tokens (at least 2 needed)")
+    result = evaluate_ids(core, ids, o["batch_size"], settings.get("tgt_len"),
+                          settings.get("mem_len"), o["max_segments"])
+    result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
+                   "clamp_len": core.config.clamp_len, "same_length": core.config.same_length,
+                   "character_level": inputs.is_character_level(corpus.tokenizer)})
+    if o["output"]:
+        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+        with open(o["output"], "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2, sort_keys=True)
+    return result
+
+
+def describe(result):
+    """One line: bpc for character-level corpora, perplexity for words."""
+    head = (f"bpc {result['bpc']:.4f}" if result["character_level"]
+            else f"ppl {result['ppl']:.2f}")
+    return (f"{result['dataset']} {result['split']}: {head} (loss {result['loss']:.4f} nats/token "
+            f"over {result['tokens']:,} tokens; tgt_len {result['tgt_len']}, mem_len "
+            f"{result['mem_len']}, clamp_len {result['clamp_len']}, same_length "
+            f"{result['same_length']}, batch {result['batch_size']}, {result['seconds']:.1f}s)")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    result = exit_on_error(lambda: run(**values(SPEC)))
+    print(describe(result), flush=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    define(SPEC)
+    app.run(main)

@@ -1,0 +1,60 @@
+"""Loading a corpus for a job, with checks that name the problem."""
+import numpy as np
+
+from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
+from training.errors import TrainingError
+
+
+def parse_options(items):
+    """`["max_bytes=100000", "min_count=2"]` -> `{"max_bytes": 100000, ...}`
+    (ints, floats, true/false/none are converted; anything else stays text)."""
+    options = {}
+    for item in items or ():
+        if "=" not in item:
+            raise TrainingError(f"--corpus_option {item!r} is not key=value")
+        key, value = item.split("=", 1)
+        options[key.strip()] = convert(value.strip())
+    return options
+
+
+def convert(text):
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def load(dataset, data_dir=None, cache_dir=None, options=None):
+    """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`."""
+    try:
+        return load_corpus(dataset, data_dir or None, cache_dir=cache_dir or None,
+                           **(options or {}))
+    except CorpusNotFoundError as err:
+        raise TrainingError(f"--data_dir: {err}") from None
+    except EmptyCorpusError as err:
+        raise TrainingError(f"empty corpus: {err}") from None
+    except (ValueError, OSError) as err:
+        raise TrainingError(f"cannot load corpus {dataset!r}: {err}") from None
+
+
+def check_split(corpus, split, batch_size, tgt_len, what):
+    """Raises unless `split` holds at least one segment of `batch_size` streams."""
+    ids = corpus.split(split)
+    need = batch_size * (tgt_len + 1)
+    if len(ids) < need:
+        raise TrainingError(
+            f"the {split} split of corpus {corpus.name!r} has {len(ids):,} tokens, too few for "
+            f"{what}: batch_size {batch_size} x (tgt_len {tgt_len} + 1) = {need:,} needed")
+    return np.asarray(ids) if not isinstance(ids, np.ndarray) else ids
+
+
+def is_character_level(tokenizer):
+    """True for byte / character tokenizers (report bits per character)."""
+    return getattr(tokenizer, "kind", "") in ("byte", "char")

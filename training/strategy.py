@@ -1,0 +1,90 @@
+"""Choosing a `tf.distribute` strategy from flags, and facts about the replicas."""
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+
+
+def split_cpu(num_devices):
+    """Splits the host CPU into `num_devices` logical devices (for trying
+    `mirrored` without accelerators). Must run before TensorFlow initialises."""
+    if num_devices and num_devices > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices)
+
+
+def _tf_config():
+    try:
+        return json.loads(os.environ.get("TF_CONFIG", "") or "{}")
+    except json.JSONDecodeError as err:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {err}") from None
+
+
+def _num_workers(tf_config):
+    cluster = tf_config.get("cluster", {})
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def make_strategy(name="auto", tpu=None):
+    """A strategy by name.
+
+    `auto`: TPU if `tpu` is given, multi-worker if TF_CONFIG names more than
+    one worker, mirrored over all GPUs (or logical CPUs) if there are several,
+    else one device. `multi_worker` reads the cluster from TF_CONFIG.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}")
+    if name == "auto":
+        if tpu:
+            name = "tpu"
+        elif _num_workers(_tf_config()) > 1:
+            name = "multi_worker"
+        elif len(tf.config.list_physical_devices("GPU")) > 1 or \
+                len(tf.config.list_logical_devices("CPU")) > 1:
+            name = "mirrored"
+        else:
+            name = "one_device"
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if name == "multi_worker":
+        if _num_workers(_tf_config()) < 1:
+            raise ValueError("--strategy=multi_worker needs TF_CONFIG with a cluster "
+                             "(e.g. {'cluster': {'worker': [...]}, 'task': {...}})")
+        # Must come before anything initialises the TF runtime: physical
+        # devices only (listing logical devices would start it).
+        gpus = tf.config.list_physical_devices("GPU")
+        implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
+                          if gpus else tf.distribute.experimental.CommunicationImplementation.RING)
+        options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    gpus = tf.config.list_logical_devices("GPU")
+    return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+
+
+def worker_info(strategy):
+    """`(task_id, is_chief, num_workers)` of this process."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and resolver is not None:
+        task_type, task_id = resolver.task_type, resolver.task_id or 0
+        workers = max(_num_workers(_tf_config()), 1)
+        is_chief = task_type == "chief" or (task_type == "worker" and task_id == 0 and
+                                            "chief" not in resolver.cluster_spec().as_dict())
+        if task_type == "worker" and "chief" in resolver.cluster_spec().as_dict():
+            task_id += 1
+        return task_id, is_chief, workers
+    return 0, True, 1
+
+
+def local_replicas(strategy):
+    """Number of replicas driven by this process."""
+    return len(strategy.extended.worker_devices)

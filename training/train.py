@@ -1,0 +1,312 @@
+r"""Trains a Transformer-XL language model (absl app).
+
+    python -m training.train --flagfile=training/configs/enwik8_base.cfg \
+        --data_dir=data/enwik8 --model_dir=runs/enwik8_base
+
+The job resumes from the newest checkpoint in `--model_dir` (weights, Adam
+state, step, every replica's memory) and feeds the data from that step on,
+so a killed job restarted with the same flags ends where an uninterrupted
+one would. Layout of `--model_dir`:
+
+    config.json        the model's TransformerXLConfig (written at start)
+    flags.json         the options of the latest start
+    checkpoints/       ckpt-<step>.* (chief); worker-<k>/ for other workers
+    logs/              TensorBoard: train/ (Keras), eval/ (validation)
+    train_log.jsonl    step, lr and running metrics every --log_every steps
+    eval_log.jsonl     validation results (step, loss, bpc, ppl, tokens)
+    export/            the final model: config.json, weights.npz, vocab/
+                       (load with txl_tf.checkpoints.load_pretrained)
+    batches.jsonl      only with --log_batches: step -> first ids per batch
+
+One Keras "epoch" is --checkpoint_every steps. The batch of global step s is
+a pure function of s (txl_tf.data streams); replica r always gets streams
+[r*b, (r+1)*b). The memory is carried across data epochs, never reset. The
+model's n_token is the corpus tokenizer's vocabulary size.
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+from absl import app, logging
+
+from training.errors import TrainingError, exit_on_error
+from training.flagspec import define, merge, option, values
+
+SPEC = (
+    option("string", "preset", "small", "Model preset (txl_tf.PRESETS)."),
+    option("multi_string", "config_override", [], "field=value changes to the preset (JSON values), e.g. untie_r=false."),
+    option("integer", "n_token", None, "Vocabulary size; default: the corpus tokenizer's. A "
+                     "different value is an error."),
+    option("float", "dropout", None, "Dropout (default: the preset's)."),
+    option("float", "dropatt", None, "Attention dropout (default: the preset's)."),
+    option("integer", "tgt_len", None, "Training segment length (default: the preset's)."),
+    option("integer", "mem_len", None, "Training memory length (default: the preset's)."),
+    option("string", "dataset", "pystdlib", "Corpus name (txl_tf.data.KNOWN_CORPORA)."),
+    option("string", "data_dir", None, "The corpus folder (file for dataset=text)."),
+    option("string", "cache_dir", None, "Where encoded corpora are cached (default: "
+                    "txl_tf.data's)."),
+    option("multi_string", "corpus_option", [], "key=value options of load_corpus, e.g. "
+                          "max_bytes=1000000."),
+    option("string", "model_dir", None, "Checkpoints, logs and the exported model."),
+    option("enum", "strategy", "auto", "tf.distribute strategy.", ["auto", "one_device", "mirrored", "multi_worker", "tpu"]),
+    option("string", "tpu", None, "TPU name or address (strategy tpu)."),
+    option("integer", "num_cpu_devices", 0, "Split the CPU into this many logical devices "
+                     "(to try mirrored without accelerators)."),
+    option("integer", "batch_size", 16, "Global batch size (streams), split over replicas."),
+    option("integer", "train_steps", 1000, "Total optimizer steps."),
+    option("float", "learning_rate", 2.5e-4, "Peak Adam learning rate."),
+    option("integer", "warmup_steps", 0, "Linear warm-up steps."),
+    option("float", "min_lr_ratio", 0.004, "Final learning rate / peak (cosine decay)."),
+    option("float", "clip", 0.25, "Global gradient-norm clip (0: none)."),
+    option("float", "adam_epsilon", 1e-8, "Adam epsilon (the paper's TF/PyTorch default)."),
+    option("enum", "mixed_precision", "none", "Keras dtype policy.", ["none", "mixed_float16", "mixed_bfloat16"]),
+    option("bool", "jit_compile", False, "XLA-compile the train step."),
+    option("integer", "seed", 0, "Seed of the weight initialisation."),
+    option("integer", "checkpoint_every", 1000, "Checkpoint every N steps (and at the end)."),
+    option("integer", "keep_checkpoints", 3, "Checkpoints kept."),
+    option("integer", "eval_every", 0, "Evaluate on the valid split every N steps (0: only at "
+                     "the end)."),
+    option("bool", "final_eval", True, "Evaluate on the valid split at the end."),
+    option("integer", "eval_batch_size", 8, "Streams during evaluation."),
+    option("integer", "eval_tgt_len", None, "Evaluation segment length (default: tgt_len)."),
+    option("integer", "eval_mem_len", None, "Evaluation memory length (default: mem_len)."),
+    option("integer", "eval_max_segments", None, "Evaluate only this many segments (quick "
+                     "estimate; default: the whole split)."),
+    option("integer", "log_every", 100, "Steps between train_log.jsonl lines."),
+    option("integer", "verbose", 1, "Keras fit verbosity: 0 silent, 1 progress bar, 2 a line "
+                     "per epoch."),
+    option("float", "max_time_s", 0, "Stop (checkpoint and export) after this many seconds "
+                   "of training (0: no limit)."),
+    option("bool", "log_batches", False, "Record each batch's step and first ids in "
+                  "batches.jsonl (single replica; for tests)."),
+)
+
+
+def _check_options(o):
+    from txl_tf import PRESETS
+    if o["preset"] not in PRESETS:
+        raise TrainingError(f"unknown preset {o['preset']!r}; known presets: "
+                            f"{', '.join(sorted(PRESETS))}")
+    if not o["model_dir"]:
+        raise TrainingError("--model_dir is required")
+    for name in ("batch_size", "train_steps", "checkpoint_every", "log_every",
+                 "eval_batch_size", "keep_checkpoints"):
+        if o[name] is None or o[name] <= 0:
+            raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
+    for name in ("tgt_len", "eval_tgt_len"):
+        if o[name] is not None and o[name] <= 0:
+            raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
+    for name in ("mem_len", "eval_mem_len", "warmup_steps", "eval_every"):
+        if o[name] is not None and o[name] < 0:
+            raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
+    if o["warmup_steps"] > o["train_steps"]:
+        raise TrainingError(f"--warmup_steps ({o['warmup_steps']}) exceeds --train_steps "
+                            f"({o['train_steps']})")
+    if o["learning_rate"] <= 0:
+        raise TrainingError(f"--learning_rate must be > 0, got {o['learning_rate']}")
+    if not 0 <= o["min_lr_ratio"] <= 1:
+        raise TrainingError(f"--min_lr_ratio must be in [0, 1], got {o['min_lr_ratio']}")
+    if o["clip"] < 0:
+        raise TrainingError(f"--clip must be >= 0, got {o['clip']}")
+
+
+def _write_atomically(path, text):
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _model_overrides(o):
+    from training.model_config import parse_overrides
+    overrides = parse_overrides(o["config_override"])
+    for name in ("dropout", "dropatt", "tgt_len", "mem_len"):
+        if o[name] is not None:
+            overrides[name] = o[name]
+    return overrides
+
+
+def run(**options):
+    """Trains with `options` (the flags, by name; see `SPEC`) and
+    returns a summary dict (final step, last metrics, validation results,
+    export path). Raises `TrainingError` for bad input."""
+    o = merge(SPEC, options)
+    _check_options(o)
+
+    from training.strategy import split_cpu
+    if o["num_cpu_devices"]:
+        split_cpu(o["num_cpu_devices"])
+
+    import keras
+
+    from txl_tf import TransformerXLLM
+    from txl_tf.checkpoints import save_pretrained
+    from training import inputs
+    from training.callbacks import (GlobalStepTensorBoard, StepEvents, StepLog, TimeLimit,
+                                    tensorboard_available)
+    from training.checkpointing import TrainingCheckpoint, checkpoint_dir
+    from training.keras_fixes import fix_multi_worker_logs, skip_symbolic_build
+    from training.model_config import build_config, check_resumable
+    from training.optimizer import ReplicaClippedAdam
+    from training.schedule import WarmupCosineDecay
+    from training.strategy import make_strategy, worker_info
+    from training.train_data import training_input
+    from training.validation import Validator
+
+    try:
+        strategy = make_strategy(o["strategy"], o["tpu"])
+    except ValueError as err:
+        raise TrainingError(f"--strategy: {err}") from None
+    task_id, is_chief, workers = worker_info(strategy)
+    if o["max_time_s"] and workers > 1:
+        raise TrainingError("--max_time_s needs a single worker (workers would stop at "
+                            "different steps)")
+
+    def log(message):
+        if is_chief:
+            print(message, flush=True)
+
+    replicas = strategy.num_replicas_in_sync
+    if o["batch_size"] % replicas:
+        raise TrainingError(f"--batch_size {o['batch_size']} is not divisible by the "
+                            f"{replicas} replicas of the {type(strategy).__name__}")
+
+    corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
+                         inputs.parse_options(o["corpus_option"]))
+    config = build_config(o["preset"], corpus.tokenizer.vocab_size, o["n_token"],
+                          _model_overrides(o), log=log)
+    train_ids = inputs.check_split(corpus, "train", o["batch_size"], config.tgt_len,
+                                   "training")
+    eval_tgt_len = o["eval_tgt_len"] or config.tgt_len
+    eval_mem_len = config.mem_len if o["eval_mem_len"] is None else o["eval_mem_len"]
+    evaluating = o["final_eval"] or o["eval_every"] > 0
+    valid_ids = corpus.valid if evaluating else None
+    if evaluating and len(valid_ids) < 2:
+        raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "
+                            "tokens; evaluation needs at least 2 (or pass --nofinal_eval "
+                            "--eval_every=0)")
+    character_level = inputs.is_character_level(corpus.tokenizer)
+
+    model_dir = o["model_dir"]
+    os.makedirs(model_dir, exist_ok=True)
+    if is_chief:  # other workers may see the chief's files half-written
+        config_path = os.path.join(model_dir, "config.json")
+        check_resumable(config, config_path)
+        _write_atomically(config_path, config.to_json() + "\n")
+        _write_atomically(os.path.join(model_dir, "flags.json"),
+                          json.dumps(o, indent=2, sort_keys=True) + "\n")
+
+    keras.utils.set_random_seed(o["seed"])
+    schedule = WarmupCosineDecay(o["learning_rate"], o["train_steps"], o["warmup_steps"],
+                                 o["min_lr_ratio"])
+    previous_policy = keras.config.dtype_policy()
+    if o["mixed_precision"] != "none":  # the model keeps it; the global is restored
+        keras.config.set_dtype_policy(o["mixed_precision"])
+    try:
+        with strategy.scope():
+            model = TransformerXLLM(config, batch_size=o["batch_size"] // replicas)
+            optimizer = ReplicaClippedAdam(learning_rate=schedule, epsilon=o["adam_epsilon"],
+                                           global_clipnorm=o["clip"] or None)
+            model.compile(optimizer=optimizer, jit_compile=o["jit_compile"])
+            model.optimizer.build(model.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    skip_symbolic_build(model)
+    fix_multi_worker_logs(model, strategy)
+    checkpoint = TrainingCheckpoint(model, model.optimizer,
+                                    checkpoint_dir(model_dir, task_id, is_chief), strategy,
+                                    max_to_keep=o["keep_checkpoints"])
+    restored = checkpoint.restore_latest()
+    step = checkpoint.step
+    params = sum(int(v.numpy().size) for v in model.core.trainable_weights)
+    log(f"model: preset {o['preset']}, {params:,} parameters, n_token {config.n_token}, "
+        f"tgt_len {config.tgt_len}, mem_len {config.mem_len}; {type(strategy).__name__} with "
+        f"{replicas} replica(s) x batch {o['batch_size'] // replicas}; corpus {corpus.name}: "
+        f"{len(train_ids):,} training tokens")
+    log(f"resumed from {restored} at step {step}" if restored else "starting at step 0")
+
+    tensorboard = tensorboard_available()
+    if not tensorboard:
+        log("TensorBoard logs off: the tensorboard package is not installed")
+    validator = None
+    if evaluating and is_chief:
+        validator = Validator(model.core, valid_ids, model_dir, o["eval_batch_size"],
+                              eval_tgt_len, eval_mem_len, o["eval_max_segments"],
+                              character_level, tensorboard, log)
+
+    timer = TimeLimit(o["max_time_s"]) if o["max_time_s"] else None
+    saved = {"step": step if restored else None}
+
+    def on_step(now):
+        if now % o["checkpoint_every"] == 0 or now >= o["train_steps"]:
+            checkpoint.save()
+            saved["step"] = now
+        if validator and o["eval_every"] and now % o["eval_every"] == 0 \
+                and now < o["train_steps"]:
+            validator(now)
+        return now >= o["train_steps"]
+
+    history = {}
+    if step < o["train_steps"]:
+        callbacks = [StepEvents(on_step)]
+        if tensorboard:
+            log_dir = (os.path.join(model_dir, "logs") if is_chief
+                       else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
+            callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"]))
+        if is_chief:
+            callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"]))
+        if timer:
+            callbacks.append(timer)
+        per_epoch = o["checkpoint_every"]
+        first_epoch = step // per_epoch
+        epochs = first_epoch + -(-(o["train_steps"] - step) // per_epoch)
+        batch_log = os.path.join(model_dir, "batches.jsonl") if o["log_batches"] else None
+        try:
+            dataset = training_input(strategy, train_ids, o["batch_size"], config.tgt_len,
+                                     start_step=step, batch_log=batch_log)
+        except ValueError as err:
+            raise TrainingError(str(err)) from None
+        fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
+                        initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
+                        verbose=o["verbose"] if is_chief else 0)
+        history = {k: float(v[-1]) for k, v in fit.history.items() if v}
+        step = checkpoint.step
+        if saved["step"] != step:
+            checkpoint.save()
+        if timer and timer.reached:
+            log(f"time limit of {o['max_time_s']:.0f}s reached at step {step}")
+    else:
+        log(f"nothing to train: step {step} >= --train_steps {o['train_steps']}")
+
+    export_dir = os.path.join(model_dir, "export")
+    final = None
+    if is_chief:
+        save_pretrained(model.core, export_dir)
+        corpus.tokenizer.save(os.path.join(export_dir, "vocab"))
+        log(f"exported the model to {export_dir}")
+        if o["final_eval"]:
+            final = validator(step)
+    return {"step": step, "train": history, "final_eval": final,
+            "evaluations": validator.results if validator else [],
+            "export_dir": export_dir, "model_dir": model_dir, "parameters": params,
+            "character_level": character_level, "replicas": replicas}
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)  # TF's checkpoint INFO lines
+    options = values(SPEC)
+    start = time.time()
+    result = exit_on_error(lambda: run(**options))
+    if result and result["final_eval"]:
+        e = result["final_eval"]
+        print(f"done: step {result['step']}, valid bpc {e['bpc']:.4f}, ppl {e['ppl']:.3f} "
+              f"({time.time() - start:.0f}s)", flush=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    define(SPEC)
+    app.run(main)

@@ -1,0 +1,43 @@
+"""The training input of a job: the step-addressed segment stream, distributed."""
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from txl_tf.data import distribute_segments, segment_dataset
+
+
+def _log_batches(dataset, start_step, path):
+    """Appends `{"step", "first_ids", "pid"}` for every batch the pipeline
+    hands out (at the time it is handed out) to `path`."""
+    pid = os.getpid()
+
+    def write(step, inputs):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": int(step), "first_ids": inputs[:, 0].tolist(),
+                                "pid": pid}) + "\n")
+        return np.int64(step)
+
+    def log(step, batch):
+        done = tf.numpy_function(write, [step, batch[0]], tf.int64, stateful=True)
+        with tf.control_dependencies([done]):
+            return tuple(tf.identity(t) for t in batch)
+
+    return dataset.enumerate(start=start_step).map(log)
+
+
+def training_input(strategy, ids, global_batch_size, tgt_len, start_step=0, batch_log=None):
+    """Batches from global step `start_step` on: the step-s batch is the same
+    whatever the number of replicas, and replica r always gets streams
+    `[r*b, (r+1)*b)` (`txl_tf.data.distribute_segments`).
+
+    `batch_log` (a file path) records each batch's first-token ids; it needs
+    a single replica.
+    """
+    if batch_log:
+        if strategy.num_replicas_in_sync != 1:
+            raise ValueError("batch logging needs a single replica")
+        dataset = segment_dataset(ids, global_batch_size, tgt_len, start_step=start_step)
+        return _log_batches(dataset, start_step, batch_log)
+    return distribute_segments(strategy, ids, global_batch_size, tgt_len, start_step=start_step)

@@ -1,0 +1,41 @@
+"""Validation during training: evaluate, log a line, append JSON, TensorBoard."""
+import json
+import os
+
+import tensorflow as tf
+
+from training.eval_loop import evaluate_ids, make_scorer
+
+
+class Validator:
+    """`validator(step)` evaluates `core` on `ids` (see `eval_loop.evaluate_ids`),
+    prints a line, appends the result to `model_dir/eval_log.jsonl` and, with
+    `tensorboard`, writes scalars under `model_dir/logs/eval`."""
+
+    def __init__(self, core, ids, model_dir, batch_size, tgt_len, mem_len, max_segments=None,
+                 character_level=True, tensorboard=False, log=print):
+        self.core, self.ids, self.model_dir = core, ids, model_dir
+        self.settings = dict(batch_size=batch_size, tgt_len=tgt_len, mem_len=mem_len,
+                             max_segments=max_segments)
+        self.character_level, self.log = character_level, log
+        self.scorer = make_scorer(core)
+        self.writer = (tf.summary.create_file_writer(os.path.join(model_dir, "logs", "eval"))
+                       if tensorboard else None)
+        self.results = []
+
+    def __call__(self, step):
+        result = evaluate_ids(self.core, self.ids, scorer=self.scorer, **self.settings)
+        result["step"] = int(step)
+        self.results.append(result)
+        headline = (f"bpc {result['bpc']:.4f}" if self.character_level
+                    else f"ppl {result['ppl']:.2f}")
+        self.log(f"\nstep {step}: valid {headline} (loss {result['loss']:.4f} over "
+                 f"{result['tokens']:,} tokens, {result['seconds']:.1f}s)")
+        with open(os.path.join(self.model_dir, "eval_log.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(result) + "\n")
+        if self.writer is not None:
+            with self.writer.as_default(step=int(step)):
+                for key in ("loss", "bpc", "ppl"):
+                    tf.summary.scalar(key, result[key])
+            self.writer.flush()
+        return result
