@@ -21,6 +21,7 @@ setup(
         "numpy>=1.26,<3",
         "sentencepiece>=0.2,<0.3",
         "tqdm>=4.66",
+        "tensorboard>=2.21,<2.22",
     ],
     extras_require={
         "gpu": ["onnxruntime-gpu>=1.31,<1.32"],

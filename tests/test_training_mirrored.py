@@ -3,7 +3,6 @@ tests/conftest.py) trains like 1 replica with the same global batch."""
 import json
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from training import train
@@ -20,13 +19,14 @@ def _run(tmp_path, name, strategy):
 
 
 def test_two_replicas_match_one(tmp_path):
-    if len(tf.config.list_logical_devices("CPU")) < 2:
-        pytest.skip("needs the 2 logical CPU devices set up by tests/conftest.py")
+    assert len(tf.config.list_logical_devices("CPU")) >= 2, "tests/conftest.py splits the CPU"
     write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=3)
     one = _run(tmp_path, "one", "one_device")
     two = _run(tmp_path, "two", "mirrored")
     np.testing.assert_allclose(two, one, rtol=2e-5, atol=2e-5)
     assert one[-1] < one[0]
+    for name in ("one", "two"):  # TensorBoard event files for training and validation
+        assert list((tmp_path / name / "logs" / "train").glob("events.out.tfevents.*")), name
     with np.load(tmp_path / "one" / "export" / "weights.npz") as a, \
             np.load(tmp_path / "two" / "export" / "weights.npz") as b:
         for name in a.files:

@@ -154,14 +154,16 @@ class TransformerXLConfig:
         return cls(**values)
 
 
-# Training settings of the paper (train tgt_len/mem_len). The evaluation settings
-# the paper used (all with same_length) are in EVAL_SETTINGS.
+# Training settings of the paper's scripts (kimiyoung/transformer-xl tf/scripts,
+# tf/sota; training/configs/*.cfg cite each). The evaluation settings the paper
+# used (all with same_length) are in EVAL_SETTINGS. The enwik8/text8 scripts
+# keep one shared r_w_bias/r_r_bias pair (untie_r False).
 _ENWIK8_BASE = dict(n_token=204, n_layer=12, d_model=512, n_head=8, d_head=64,
                     d_inner=2048, dropout=0.1, dropatt=0.0, tgt_len=512,
-                    mem_len=512, untie_r=True)
+                    mem_len=512)
 _ENWIK8_LARGE = dict(n_token=204, n_layer=24, d_model=1024, n_head=8, d_head=128,
                      d_inner=3072, dropout=0.15, dropatt=0.15, tgt_len=768,
-                     mem_len=768, untie_r=True)
+                     mem_len=768)
 
 PRESETS = {
     "tiny": dict(n_token=256, n_layer=2, d_model=32, n_head=2, d_head=16,
@@ -178,14 +180,16 @@ PRESETS = {
     "wt103_large": dict(n_token=267735, n_layer=18, d_model=1024, n_head=16,
                         d_head=64, d_inner=4096, dropout=0.2, dropatt=0.2,
                         div_val=4, cutoffs=[20000, 40000, 200000], untie_r=True,
-                        tgt_len=384, mem_len=384),
+                        init_std=0.005, tgt_len=384, mem_len=384),
     "lm1b_base": dict(n_token=793471, n_layer=18, d_model=1024, n_head=8,
-                      d_head=128, d_inner=4096, dropout=0.0, dropatt=0.0,
+                      d_head=128, d_inner=4096, dropout=0.1, dropatt=0.0,
                       div_val=4, cutoffs=[60000, 100000, 640000], untie_r=True,
+                      tie_projs=[False] * 4, proj_same_dim=False,
                       tgt_len=256, mem_len=256),
     "lm1b_large": dict(n_token=793471, n_layer=24, d_model=1280, n_head=16,
                        d_head=80, d_inner=8192, dropout=0.05, dropatt=0.05,
                        div_val=4, cutoffs=[60000, 100000, 640000], untie_r=True,
+                       tie_projs=[False] * 4, proj_same_dim=False, init_std=0.005,
                        tgt_len=32, mem_len=32),
 }
 
