@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf import TransformerXLConfig, TransformerXLLM
+from txl_tf import ReplicaClippedAdam, TransformerXLConfig, TransformerXLLM
 from txl_tf.checkpoints import get_weights, set_weights
 
 T = 8
@@ -58,11 +58,18 @@ def test_keras_file_round_trip_keeps_outputs_and_memory(tmp_path):
     np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
 
 
-def _losses_and_memory(strategy, weights, streams, steps=3):
+OPTIMIZERS = {
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+    # A clip small enough to act on every step: it must see the summed gradient.
+    "clipped": lambda: ReplicaClippedAdam(1e-2, global_clipnorm=0.05),
+}
+
+
+def _losses_and_memory(strategy, weights, streams, optimizer, steps=3):
     with strategy.scope():
         model = TransformerXLLM(tiny(), batch_size=4 // strategy.num_replicas_in_sync)
         set_weights(model.core, weights)
-        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        model.compile(optimizer=OPTIMIZERS[optimizer]())
     history = model.fit(stream_batches(streams, steps).repeat(), epochs=steps,
                         steps_per_epoch=1, verbose=0)
     per_replica = strategy.experimental_local_results(
@@ -70,14 +77,15 @@ def _losses_and_memory(strategy, weights, streams, steps=3):
     return history.history["loss"], [np.asarray(m) for m in per_replica], model
 
 
-def test_one_replica_equals_two_replicas_with_memory_carried():
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_one_replica_equals_two_replicas_with_memory_carried(optimizer):
     keras.utils.set_random_seed(2)
     weights = get_weights(TransformerXLLM(tiny(), batch_size=4).core)
     streams = np.random.default_rng(2).integers(0, 256, (4, 3 * T + 1)).astype(np.int32)
     one, (mem_one,), single = _losses_and_memory(
-        tf.distribute.OneDeviceStrategy("/cpu:0"), weights, streams)
+        tf.distribute.OneDeviceStrategy("/cpu:0"), weights, streams, optimizer)
     two, mems_two, double = _losses_and_memory(
-        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), weights, streams)
+        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), weights, streams, optimizer)
     np.testing.assert_allclose(two, one, rtol=1e-4)
     assert len(set(np.round(one, 4))) == 3  # the three steps really differ
     # Replica 0 keeps streams 0-1, replica 1 streams 2-3, exactly as one device does.

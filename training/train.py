@@ -148,8 +148,8 @@ def run(**options):
     from training.checkpointing import TrainingCheckpoint, checkpoint_dir
     from training.keras_fixes import fix_multi_worker_logs, skip_symbolic_build
     from training.model_config import build_config, check_resumable
-    from training.optimizer import ReplicaClippedAdam
-    from training.schedule import WarmupCosineDecay
+    from txl_tf.optimizer import ReplicaClippedAdam
+    from txl_tf.schedule import WarmupCosineDecay
     from training.strategy import make_strategy, worker_info
     from training.train_data import training_input
     from training.validation import Validator

@@ -4,7 +4,7 @@ import math
 import keras
 import pytest
 
-from training.schedule import WarmupCosineDecay
+from txl_tf.schedule import WarmupCosineDecay
 
 
 def paper_lr(step, peak=1e-3, total=1000, warmup=100, alpha=0.004):
