@@ -44,8 +44,9 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_integer("opset", DEFAULT_OPSET, "ONNX opset.", flag_values=fv)
     flags.DEFINE_enum("log_probs", "all", LOG_PROBS_MODES, "'all' positions [B, T, V] or "
                       "only the 'last' one [B, V].", flag_values=fv)
-    flags.DEFINE_bool("zero_filled_memory", False, "Fresh memory is attended zeros (the paper "
-                      "TF code's start) instead of empty.", flag_values=fv)
+    flags.DEFINE_bool("zero_filled_memory", None, "Fresh memory is attended zeros (the paper "
+                      "TF code's start) instead of empty (default: the config's "
+                      "zero_filled_memory).", flag_values=fv)
     flags.DEFINE_bool("verify", True, "Check the exported models against the Keras core on "
                       "random segments.", flag_values=fv)
     flags.DEFINE_float("tolerance", 1e-4, "Max abs difference allowed by --verify.",
@@ -55,7 +56,7 @@ def define_flags(flag_values=flags.FLAGS):
 
 def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=None,
                formats=FORMATS, mem_len=None, opset=DEFAULT_OPSET, log_probs="all",
-               zero_filled_memory=False, verify=True, tolerance=1e-4):
+               zero_filled_memory=None, verify=True, tolerance=1e-4):
     """Exports and returns the report dict (also written to export_report.json)."""
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
@@ -63,6 +64,8 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
     loaded = load_model(model_dir, config, weights, vocab_dir)
     core, cfg = loaded.core, loaded.config
     mem_len = cfg.mem_len if mem_len is None else int(mem_len)
+    if zero_filled_memory is None:
+        zero_filled_memory = cfg.zero_filled_memory
     os.makedirs(output_dir, exist_ok=True)
     cfg.to_json(os.path.join(output_dir, CONFIG_FILE))
     if loaded.vocab_dir:

@@ -229,3 +229,25 @@ def test_inconsistent_config_is_named():
         TransformerXLConfig(n_token=100, cutoffs=[50], tie_projs=[True])
     with pytest.raises(ConfigError, match="unknown preset 'gpt9'"):
         TransformerXLConfig.preset("gpt9")
+
+
+def test_imports_a_checkpoint_written_with_the_paper_code_names(tmp_path):
+    from txl_tf.checkpoints import import_tf_checkpoint
+    source = make_core(**VARIANTS["adaptive"])
+    weights = get_weights(source)
+    variables = {name: tf.Variable(value) for name, value in weights.items()}
+    variables["transformer/layer_0/rel_attn/qkv/kernel/Adam"] = tf.Variable(
+        np.zeros_like(weights["transformer/layer_0/rel_attn/qkv/kernel"]))
+    variables["global_step"] = tf.Variable(7, dtype=tf.int64)
+    prefix = tf.compat.v1.train.Saver(var_list=variables).save(None, str(tmp_path / "model.ckpt"))
+    core = import_tf_checkpoint(prefix, source.config)
+    assert core.config.zero_filled_memory and core.initial_memory(1).valid.numpy().all()
+    x = ids(2, 5)
+    ref, _ = reference_forward(weights, source.config, x.T,
+                               [np.zeros((source.config.mem_len, 2, 32))] * 2)
+    np.testing.assert_allclose(core(x, core.initial_memory(2))[0].numpy(),
+                               ref.transpose(1, 0, 2), atol=2e-5)
+    with pytest.raises(ValueError, match="lacks .* weights"):
+        import_tf_checkpoint(prefix, source.config.replace(n_layer=3))
+    with pytest.raises(FileNotFoundError, match="no TF checkpoint"):
+        import_tf_checkpoint(str(tmp_path / "nothing"), source.config)

@@ -136,3 +136,35 @@ def load_pretrained(directory, **config_overrides):
 def config_dict(directory):
     with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
         return json.load(f)
+
+
+def import_tf_checkpoint(checkpoint, config, **config_overrides):
+    """A `TransformerXL` holding the weights of a checkpoint written by the
+    paper's TF code (`tf/train_gpu.py`, `train.py`): a checkpoint prefix or a
+    folder with a `checkpoint` file.
+
+    `config` must describe the checkpoint's model (sizes, `cutoffs`,
+    `div_val`, `untie_r`, ...). The returned config sets
+    `zero_filled_memory=True`, since that code starts every stream from
+    attended zero states, and keeps the TF code's LayerNorm epsilon (1e-12)
+    unless overridden. Optimizer slots and other extra variables are ignored.
+    """
+    import tensorflow as tf
+
+    from txl_tf.core import TransformerXL, as_config
+
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+    except (ValueError, tf.errors.NotFoundError) as err:
+        raise FileNotFoundError(f"no TF checkpoint at {checkpoint!r}: {err}") from None
+    available = reader.get_variable_to_shape_map()
+    cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
+    core = TransformerXL(cfg)
+    names = reference_names(core)
+    missing = [name for name in names if name not in available]
+    if missing:
+        raise ValueError(
+            f"checkpoint {checkpoint!r} lacks {len(missing)} weights the config needs, e.g. "
+            f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
+    set_weights(core, {name: reader.get_tensor(name) for name in names})
+    return core

@@ -21,7 +21,9 @@ class TransformerXLConfig:
     paper's `proj_share_all_but_first` setting (all bins but the first tied
     when the vocabulary is split, else tied). `clamp_len <= 0` disables
     clamping. `mem_len` is the training memory length; inference may pass a
-    memory of any length.
+    memory of any length. `zero_filled_memory` makes fresh memories zero states
+    that are attended (how the paper's TF code starts every stream, so models
+    imported from its checkpoints set it) instead of empty slots.
     """
 
     n_token: int
@@ -47,6 +49,7 @@ class TransformerXLConfig:
     init_std: float = 0.02
     proj_init_std: float = 0.01
     layer_norm_epsilon: float = 1e-12
+    zero_filled_memory: bool = False
 
     def __post_init__(self):
         if self.d_embed is None:

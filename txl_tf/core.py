@@ -73,9 +73,11 @@ class TransformerXL(keras.layers.Layer):
         self.built = True
 
     # ----------------------------------------------------------------- memory
-    def initial_memory(self, batch_size, mem_len=None, zero_filled=False):
-        """A fresh `Memory` of `mem_len` (default `config.mem_len`) slots."""
+    def initial_memory(self, batch_size, mem_len=None, zero_filled=None):
+        """A fresh `Memory` of `mem_len` (default `config.mem_len`) slots, empty
+        or zero-filled and attended (default `config.zero_filled_memory`)."""
         cfg = self.config
+        zero_filled = cfg.zero_filled_memory if zero_filled is None else bool(zero_filled)
         mem_len = cfg.mem_len if mem_len is None else int(mem_len)
         if mem_len < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")

@@ -23,13 +23,13 @@ class TransformerXLLM(keras.Model):
     perplexity (`ppl`). `predict` / `model(token_ids)` return log-probs.
     """
 
-    def __init__(self, config, batch_size, mem_len=None, zero_filled=False, **kwargs):
+    def __init__(self, config, batch_size, mem_len=None, zero_filled=None, **kwargs):
         super().__init__(**kwargs)
         self.core = TransformerXL(as_config(config), dtype=self.dtype_policy, name="transformer")
         cfg = self.core.config
         self.batch_size = int(batch_size)
         self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
-        self.zero_filled = bool(zero_filled)
+        self.zero_filled = cfg.zero_filled_memory if zero_filled is None else bool(zero_filled)
         self.memory_states = keras.Variable(
             initializer="zeros", shape=(cfg.n_layer, self.batch_size, self.mem_len, cfg.d_model),
             dtype="float32", trainable=False, autocast=False, name="memory_states",
