@@ -51,7 +51,7 @@ def run(**options):
     from txl_tf.data import load_corpus
     from training import train
     from training.budget import steps_for_budget
-    from training.eval_loop import evaluate_ids
+    from txl_tf.evaluation import evaluate_ids
 
     model_dir = o["model_dir"] or tempfile.mkdtemp(prefix="txl_shakespeare_")
     cache = os.path.join(model_dir, "corpus_cache")

@@ -10,7 +10,7 @@ import pytest
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.checkpoints import load_pretrained, save_pretrained
 from training import evaluate
-from training.eval_loop import evaluate_ids
+from txl_tf.evaluation import evaluate_ids
 from training.testing import write_text_corpus
 
 

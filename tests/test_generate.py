@@ -1,15 +1,16 @@
 """Incremental decoding and scoring agree with single passes of the core."""
 import keras
 import numpy as np
-import tensorflow as tf
 
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.generate import Generator, score
+from txl_tf.generate import Generator
 
 
 def make_core():
     keras.utils.set_random_seed(0)
-    return TransformerXL(TransformerXLConfig.preset("tiny", dropout=0.0, n_token=50))
+    # Large weights: confident predictions, so argmax ties cannot flip a comparison.
+    return TransformerXL(TransformerXLConfig.preset("tiny", dropout=0.0, n_token=50,
+                                                    init_std=0.3))
 
 
 def test_greedy_generation_equals_argmax_of_full_passes():
@@ -36,11 +37,3 @@ def test_sampling_is_seeded_and_respects_top_k():
     top3 = np.argsort(log_probs.numpy(), -1)[:, -3:]
     assert all(a[i, 0] in top3[i] for i in range(3))
 
-
-def test_score_predicts_every_token_once():
-    core = make_core()
-    doc = np.random.default_rng(1).integers(0, 50, 23).astype(np.int32)
-    result = score(core, doc, tgt_len=5, mem_len=30)
-    assert result["tokens"] == 22
-    nll, _ = core(doc[None, :-1], core.initial_memory(1, mem_len=0), targets=doc[None, 1:])
-    np.testing.assert_allclose(result["nll"], float(tf.reduce_mean(nll)), atol=1e-5)

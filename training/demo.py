@@ -41,7 +41,7 @@ def run(**options):
     from txl_tf.text import load_tokenizer
     from training import train
     from training.budget import steps_for_budget
-    from training.eval_loop import evaluate_ids
+    from txl_tf.evaluation import evaluate_ids
     from training.generate import continue_text
 
     model_dir = o["model_dir"] or tempfile.mkdtemp(prefix="txl_demo_")

@@ -85,7 +85,7 @@ def run(**options):
     from txl_tf import ConfigError
     from txl_tf.config import eval_settings
     from training import inputs
-    from training.eval_loop import evaluate_ids
+    from txl_tf.evaluation import evaluate_ids
 
     settings = {}
     if o["paper_settings"]:

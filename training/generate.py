@@ -31,34 +31,14 @@ SPEC = (
 def continue_ids(core, prompt_ids, num_tokens, mem_len=None, temperature=1.0, top_k=0,
                  greedy=False, seed=0):
     """`num_tokens` ids following `prompt_ids` (a non-empty 1-D sequence)."""
-    import tensorflow as tf
+    from txl_tf.generate import Generator
     prompt = np.asarray(prompt_ids, dtype=np.int32).reshape(1, -1)
     if prompt.size == 0:
         raise ValueError("the prompt must hold at least one token")
-
-    @tf.function(reduce_retracing=True)
-    def step(ids, memory):
-        log_probs, memory = core(ids, memory, training=False)
-        return log_probs[0, -1], memory
-
-    memory = core.initial_memory(1, mem_len)
-    last, memory = step(tf.constant(prompt), memory)
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(int(num_tokens)):
-        logits = last.numpy().astype(np.float64)
-        if greedy:
-            token = int(np.argmax(logits))
-        else:
-            logits = logits / max(float(temperature), 1e-6)
-            if top_k and top_k < logits.size:
-                cut = np.partition(logits, -top_k)[-top_k]
-                logits = np.where(logits >= cut, logits, -np.inf)
-            probs = np.exp(logits - np.max(logits))
-            token = int(rng.choice(probs.size, p=probs / probs.sum()))
-        out.append(token)
-        last, memory = step(tf.constant([[token]], tf.int32), memory)
-    return np.asarray(out, dtype=np.int32)
+    new = Generator(core, mem_len=mem_len).generate(
+        prompt, int(num_tokens), temperature=0.0 if greedy else temperature, top_k=top_k,
+        seed=seed)
+    return new[0]
 
 
 def continue_text(core, tokenizer, prompt, num_tokens, **kwargs):

@@ -4,11 +4,11 @@ import os
 
 import tensorflow as tf
 
-from training.eval_loop import evaluate_ids, make_scorer
+from txl_tf.evaluation import evaluate_ids, make_scorer
 
 
 class Validator:
-    """`validator(step)` evaluates `core` on `ids` (see `eval_loop.evaluate_ids`),
+    """`validator(step)` evaluates `core` on `ids` (see `txl_tf.evaluation.evaluate_ids`),
     prints a line, appends the result to `model_dir/eval_log.jsonl` and, with
     `tensorboard`, writes scalars under `model_dir/logs/eval`."""
 

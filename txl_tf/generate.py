@@ -1,12 +1,10 @@
-"""Incremental decoding and long-document scoring over the pure core.
+"""Incremental decoding over the pure core.
 
-Both carry the memory themselves: the prompt (or document) is fed in segments,
-then each new token is fed alone with the memory of everything before it, so
-decoding costs one token's attention per step instead of re-reading the
-context.
+The prompt is fed in segments, then each new token is fed alone with the
+memory of everything before it, so decoding costs one token's attention per
+step instead of re-reading the context. (Scoring a corpus or a document is
+`txl_tf.evaluation.evaluate_ids`.)
 """
-import math
-
 import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
@@ -70,28 +68,3 @@ def sample(log_probs, temperature, top_k, rng):
     probs /= probs.sum(-1, keepdims=True)
     return np.array([rng.choice(len(p), p=p) for p in probs], np.int32)
 
-
-def score(core, token_ids, tgt_len, mem_len, batch_size=None, progress=False):
-    """Scores a long document the way the paper evaluates: every token after the
-    first is predicted exactly once, in segments of `tgt_len` with `mem_len`
-    memory carried. Returns `{"nll": mean nats, "tokens": n, "bpc", "ppl"}`.
-
-    `token_ids` is 1-D (one document) or `[B, L]` (B streams of equal length).
-    """
-    ids = np.asarray(token_ids, np.int32)
-    if ids.ndim == 1:
-        ids = ids[None]
-    if ids.shape[1] < 2:
-        raise ValueError("need at least two tokens to score")
-    run = tf.function(lambda x, y, m: core(x, m, targets=y, training=False),
-                      reduce_retracing=True)
-    memory = core.initial_memory(ids.shape[0], mem_len=mem_len)
-    total, count = 0.0, 0
-    starts = range(0, ids.shape[1] - 1, tgt_len)
-    for start in tqdm(starts, disable=not progress, desc="scoring"):
-        end = min(start + tgt_len, ids.shape[1] - 1)
-        nll, memory = run(ids[:, start:end], ids[:, start + 1:end + 1], memory)
-        total += float(tf.reduce_sum(tf.cast(nll, tf.float64)))
-        count += int(np.prod(nll.shape))
-    mean = total / count
-    return {"nll": mean, "tokens": count, "bpc": mean / math.log(2), "ppl": math.exp(mean)}
