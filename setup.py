@@ -1,11 +1,13 @@
 """Transformer-XL for TensorFlow 2 / Keras 3, with SavedModel and ONNX export."""
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="txl_tf",
     version="0.1.0",
     description="Transformer-XL for TensorFlow 2 / Keras 3 with an export pipeline",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["txl_tf", "txl_tf.*", "training", "export"]),
@@ -16,15 +18,17 @@ setup(
         "tensorflow-text>=2.21,<2.22",
         "tf2onnx>=1.17,<1.18",
         "onnx>=1.17",
-        "onnxruntime>=1.31,<1.32",
         "absl-py>=2.5,<2.6",
         "numpy>=1.26,<3",
         "sentencepiece>=0.2,<0.3",
         "tqdm>=4.66",
         "tensorboard>=2.21,<2.22",
     ],
+    # onnxruntime and onnxruntime-gpu both provide the `onnxruntime` module:
+    # install exactly one of the `cpu` and `gpu` extras.
     extras_require={
+        "cpu": ["onnxruntime>=1.31,<1.32"],
         "gpu": ["onnxruntime-gpu>=1.31,<1.32"],
-        "test": ["pytest>=8", "pytest-xdist>=3.5"],
+        "test": ["onnxruntime>=1.31,<1.32", "pytest>=8", "pytest-xdist>=3.5"],
     },
 )

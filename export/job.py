@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 
+import tensorflow as tf
 from absl import flags
 
 from export.metadata import export_metadata
@@ -83,6 +84,8 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
         export_onnx(core, os.path.join(output_dir, ONNX_FILE), opset=opset, **options)
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
     if verify:
+        # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
+        tf.config.experimental.enable_tensor_float_32_execution(False)
         backends = [b for b in ("onnx", "saved_model") if b in formats]
         runtimes = [open_runtime(output_dir, backend=b) for b in backends]
         segments = random_segments(cfg.n_token, 2, min(cfg.tgt_len, 8))

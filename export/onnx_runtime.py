@@ -43,6 +43,9 @@ class OnnxRuntime(Runtime):
                                             providers=providers)
         super().__init__(ExportInfo(self.session.get_modelmeta().custom_metadata_map))
         self.provider = self.session.get_providers()[0]
+        if CUDA in providers and self.provider != CUDA:  # listed, but it did not load
+            logging.warning("CUDAExecutionProvider failed to load (CUDA/cuDNN libraries?); "
+                            "running on %s", self.provider)
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.io_binding = bool(io_binding)
         self._outputs = [o.name for o in self.session.get_outputs()]

@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf import Memory
+from txl_tf.untracked import Untracked
 
 LOG_PROBS_MODES = ("all", "last")
 
@@ -34,7 +35,7 @@ class ServingModule(tf.Module):
         if int(mem_len) < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")
         cfg = core.config
-        self._core = _Untracked(core)
+        self._core = Untracked(core)
         self.weights = [tf.Variable(w.value, trainable=False, name=f"w{i:03d}/{w.path}")
                         for i, w in enumerate(core.weights)]
         self.mem_len = int(mem_len)
@@ -84,9 +85,3 @@ class ServingModule(tf.Module):
                                  training=False)
         return {"nll": nll, "new_mems": new.states, "new_mem_mask": new.valid}
 
-
-class _Untracked:
-    """Keeps the Keras core out of the SavedModel's object graph."""
-
-    def __init__(self, layer):
-        self.layer = layer

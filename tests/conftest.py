@@ -13,6 +13,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
+# Exact float32 comparisons: no TF32 matmuls when a test runs on an Ampere+ GPU.
+tf.config.experimental.enable_tensor_float_32_execution(False)
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])

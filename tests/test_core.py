@@ -7,6 +7,7 @@ import tensorflow as tf
 from reference_numpy import forward as reference_forward
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
 from txl_tf.checkpoints import get_weights
+from txl_tf.layers.masks import attention_visibility
 
 VARIANTS = {
     "plain": dict(),
@@ -96,9 +97,7 @@ def test_memory_holds_exactly_the_last_m_layer_inputs():
     _, new = core(x, memory)
     # Layer inputs: embedding output for layer 0, block 0's output for layer 1.
     emb = core.word_emb(tf.constant(x))
-    qlen, visible = 7, tf.ones([2, 1, 7, 11], tf.bool)
-    from txl_tf.layers.masks import attention_visibility
-    visible = attention_visibility(qlen, memory.valid)
+    visible = attention_visibility(7, memory.valid)
     pos = core.pos_emb(tf.constant(11))
     h1 = core.blocks[0](emb, pos, memory.states[0], visible, core.r_w_bias, core.r_r_bias)
     np.testing.assert_allclose(new.states[0].numpy(), emb.numpy()[:, -4:], atol=1e-6)
@@ -148,9 +147,6 @@ def test_keras_file_round_trip_keeps_outputs(tmp_path):
     core = make_core(**VARIANTS["adaptive"])
     clone = TransformerXL.from_config(core.get_config())
     assert clone.config == core.config
-    token_ids = keras.Input((None,), dtype="int32", batch_size=2)
-    states = keras.Input((2, 8, 32), batch_size=2)  # placeholder for a functional wrapper
-    del token_ids, states
     x = ids(2, 5)
     path = str(tmp_path / "m.keras")
     model = keras.Sequential([keras.layers.InputLayer((5,), batch_size=2, dtype="int32"),
@@ -251,3 +247,11 @@ def test_imports_a_checkpoint_written_with_the_paper_code_names(tmp_path):
         import_tf_checkpoint(prefix, source.config.replace(n_layer=3))
     with pytest.raises(FileNotFoundError, match="no TF checkpoint"):
         import_tf_checkpoint(str(tmp_path / "nothing"), source.config)
+
+
+def test_config_replace_rederives_defaults():
+    cfg = TransformerXLConfig.preset("tiny")
+    assert cfg.replace(d_model=64, d_head=32).d_embed == 64
+    assert cfg.replace(d_embed=16).replace(d_model=64).d_embed == 16
+    assert cfg.replace(cutoffs=[100]).tie_projs == [False, True]
+    assert TransformerXLConfig.from_json(cfg.to_json()) == cfg

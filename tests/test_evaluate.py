@@ -11,7 +11,7 @@ from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.checkpoints import load_pretrained, save_pretrained
 from training import evaluate
 from txl_tf.evaluation import evaluate_ids
-from training.testing import write_text_corpus
+from job_helpers import write_text_corpus
 
 
 def hand_nll(core, ids, streams, tgt_len, mem_len):

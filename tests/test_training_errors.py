@@ -5,7 +5,7 @@ from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.checkpoints import save_pretrained
 from training import evaluate, train
 from training.errors import TrainingError
-from training.testing import run_job, write_text_corpus
+from job_helpers import run_job, write_text_corpus
 
 
 def _train(tmp_path, **options):
@@ -82,3 +82,8 @@ def test_command_line_error_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert "error: unknown preset 'huge'; known presets:" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_float16_loss_scaling_is_refused_on_several_replicas(tmp_path, corpus):
+    with pytest.raises(TrainingError, match="mixed_float16 with several replicas"):
+        _train(tmp_path, data_dir=corpus, strategy="mirrored", mixed_precision="mixed_float16")

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from training import train
-from training.testing import write_text_corpus
+from job_helpers import write_text_corpus
 
 
 def _run(tmp_path, name, strategy):

@@ -7,7 +7,7 @@ import subprocess
 
 import numpy as np
 
-from training.testing import free_port, job_command, job_env, tail, write_text_corpus
+from job_helpers import free_port, job_command, job_env, tail, write_text_corpus
 
 STEPS = 6
 

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from training.testing import job_command, job_env, run_job, tail, write_text_corpus
+from job_helpers import job_command, job_env, run_job, tail, write_text_corpus
 
 STEPS, EVERY = 300, 25
 

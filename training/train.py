@@ -168,6 +168,11 @@ def run(**options):
             print(message, flush=True)
 
     replicas = strategy.num_replicas_in_sync
+    if o["mixed_precision"] == "mixed_float16" and replicas > 1:
+        raise TrainingError(
+            "--mixed_precision=mixed_float16 with several replicas is not supported: Keras's "
+            "loss scaling checks each replica's gradients for overflow before they are "
+            "summed, so one replica's inf can reach the weights; use mixed_bfloat16")
     if o["batch_size"] % replicas:
         raise TrainingError(f"--batch_size {o['batch_size']} is not divisible by the "
                             f"{replicas} replicas of the {type(strategy).__name__}")

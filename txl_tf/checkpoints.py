@@ -5,7 +5,6 @@ Every weight of a `TransformerXL` has a name of the paper's TF code
 converted TF checkpoint and the numpy reference in the tests share one layout.
 Files are `.npz` archives read with `allow_pickle=False`: no pickle anywhere.
 """
-import json
 import os
 from collections import OrderedDict
 
@@ -132,10 +131,6 @@ def load_pretrained(directory, **config_overrides):
     load_weights(core, os.path.join(directory, WEIGHTS_FILE))
     return core
 
-
-def config_dict(directory):
-    with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
-        return json.load(f)
 
 
 def import_tf_checkpoint(checkpoint, config, **config_overrides):

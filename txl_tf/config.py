@@ -104,16 +104,6 @@ class TransformerXLConfig:
                 f"tie_projs needs one flag per vocabulary bin ({len(self.cutoffs) + 1}),"
                 f" got {len(self.tie_projs)}")
 
-    # ------------------------------------------------------------- properties
-    @property
-    def cutoff_ends(self) -> List[int]:
-        """Bin boundaries `[0, *cutoffs, n_token]`."""
-        return [0, *self.cutoffs, self.n_token]
-
-    def bin_dim(self, i: int) -> int:
-        """Embedding width of vocabulary bin `i`."""
-        return self.d_embed // self.div_val ** i
-
     # ------------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -142,7 +132,13 @@ class TransformerXLConfig:
         return cls.from_dict(json.loads(text))
 
     def replace(self, **changes: Any) -> "TransformerXLConfig":
-        """A copy with some fields changed (validated)."""
+        """A copy with some fields changed (validated). Derived defaults follow:
+        `d_embed` tracks `d_model` if it was equal to it, and `tie_projs` is
+        re-derived when `cutoffs` change, unless they are given too."""
+        if "d_model" in changes and "d_embed" not in changes and self.d_embed == self.d_model:
+            changes["d_embed"] = None
+        if "cutoffs" in changes and "tie_projs" not in changes:
+            changes["tie_projs"] = None
         return dataclasses.replace(self, **changes)
 
     # ---------------------------------------------------------------- presets

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from txl_tf.layers.adaptive_embedding import bin_bounds
 from txl_tf.layers.init import normal
+from txl_tf.untracked import Untracked
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -41,7 +42,7 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             raise ValueError("tie_weight / tie_projs need the AdaptiveEmbedding to tie to "
                              "(pass embedding=...)")
         # Held outside Keras tracking: the tied weights belong to the embedding.
-        self._tied = _Untracked(embedding)
+        self._tied = Untracked(embedding)
         self.bounds = bin_bounds(self.n_token, self.cutoffs)
         self.build()
 
@@ -156,9 +157,3 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
                 "proj_same_dim": self.proj_same_dim, "init_std": self.init_std,
                 "proj_init_std": self.proj_init_std}
 
-
-class _Untracked:
-    """Holds a layer reference that Keras must not track as a sub-layer."""
-
-    def __init__(self, layer):
-        self.layer = layer

@@ -1,4 +1,4 @@
-"""Helpers for tests and benchmarks that run the jobs: a small text corpus,
+"""Helpers for tests that run the jobs: a small text corpus,
 subprocess launching with readable failures, free ports."""
 import os
 import random
