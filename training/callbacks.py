@@ -11,18 +11,18 @@ class StepLog(keras.callbacks.Callback):
     `lr`: the rate of that step; the metrics are Keras's
     running means since the start of the epoch)."""
 
-    def __init__(self, path, every=1):
+    def __init__(self, path, every=1, schedule=None):
         super().__init__()
         self.path, self.every = path, max(int(every), 1)
+        self.schedule = schedule  # a LearningRateSchedule, or None for a constant rate
         self.start = time.time()
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         if step % self.every:
             return
-        schedule = self.model.optimizer._learning_rate
-        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-            lr = schedule(step - 1)  # the rate this step used
+        if self.schedule is not None:
+            lr = self.schedule(step - 1)  # the rate this step used
         else:
             lr = self.model.optimizer.learning_rate
         record = {"step": step, "time": round(time.time() - self.start, 4),

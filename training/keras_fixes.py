@@ -10,16 +10,11 @@ def skip_symbolic_build(model):
 
     `TensorFlowTrainer._maybe_symbolic_build` pulls the first batch of every
     `fit` under a tf.distribute strategy and MEAN-reduces it across replicas
-    to build the model symbolically: the reduce fails under
-    MultiWorkerMirroredStrategy (a PerReplica of one local replica), turns the
-    int32 ids into floats under MirroredStrategy, and on any strategy reads one
-    batch more than is trained on. Our model is built at construction (its
-    one weightless, unbuilt sub-layer, the positional encoding, is marked
-    built here), so the symbolic build is not needed.
+    to build the model symbolically, even when the model is built: the reduce
+    fails under MultiWorkerMirroredStrategy (a PerReplica of one local
+    replica) and reads one batch more than is trained on. `TransformerXLLM`
+    is built at construction, so the symbolic build is never needed.
     """
-    for layer in model._flatten_layers():
-        if not layer.built and not layer.weights:
-            layer.built = True
     model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
 
 

@@ -260,7 +260,8 @@ def run(**options):
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
             callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"]))
         if is_chief:
-            callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"]))
+            callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
+                                     schedule=schedule))
         if timer:
             callbacks.append(timer)
         per_epoch = o["checkpoint_every"]
