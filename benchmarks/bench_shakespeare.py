@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 from absl import app, logging
 
@@ -49,8 +48,7 @@ def run(**options):
                             "expects it at ../shared/data/tinyshakespeare.txt)")
     from txl_tf.checkpoints import load_pretrained
     from txl_tf.data import load_corpus
-    from training import train
-    from training.budget import steps_for_budget
+    from training.budget import train_within
     from txl_tf.evaluation import evaluate_ids
 
     model_dir = o["model_dir"] or tempfile.mkdtemp(prefix="txl_shakespeare_")
@@ -58,15 +56,8 @@ def run(**options):
     base = dict(preset=o["preset"], dataset="text", data_dir=o["data"], cache_dir=cache,
                 batch_size=o["batch_size"], tgt_len=o["tgt_len"], mem_len=o["mem_len"],
                 dropout=o["dropout"], learning_rate=o["learning_rate"], strategy="one_device")
-    steps, per_step = steps_for_budget(o["budget_s"], base)
-    print(f"{per_step * 1000:.0f} ms/step -> {steps} steps for a {o['budget_s']:.0f}s budget",
-          flush=True)
-    start = time.time()
-    result = train.run(**base, model_dir=model_dir, train_steps=steps,
-                       warmup_steps=min(200, steps // 10), checkpoint_every=max(steps // 5, 1),
-                       log_every=20, final_eval=False, max_time_s=o["budget_s"] * 1.15,
-                       verbose=2)
-    train_seconds = time.time() - start
+    result, steps, per_step, train_seconds = train_within(
+        o["budget_s"], base, model_dir, warmup_steps=200, checkpoints=5, log_every=20)
 
     core = load_pretrained(result["export_dir"])
     corpus = load_corpus("text", o["data"], cache_dir=cache)

@@ -6,6 +6,7 @@ import json
 import os
 import statistics
 import tempfile
+import time
 
 from training import train
 
@@ -29,3 +30,18 @@ def steps_for_budget(seconds, options, probe_steps=20, margin=0.92):
     """`(train_steps, seconds_per_step)` that fit in `seconds` of training."""
     per_step = seconds_per_step(options, probe_steps)
     return max(int(seconds * margin / per_step), 1), per_step
+
+
+def train_within(seconds, options, model_dir, warmup_steps=100, checkpoints=4, log_every=10):
+    """Trains with `options` for about `seconds` (sized by `steps_for_budget`,
+    warm-up at most a tenth of the steps). Returns `(train.run's summary,
+    steps, seconds_per_step, seconds trained)`."""
+    steps, per_step = steps_for_budget(seconds, options)
+    print(f"{per_step * 1000:.0f} ms/step -> {steps} steps in {seconds:.0f}s; training in "
+          f"{model_dir}", flush=True)
+    start = time.time()
+    result = train.run(**options, model_dir=model_dir, train_steps=steps,
+                       warmup_steps=min(warmup_steps, steps // 10),
+                       checkpoint_every=max(steps // checkpoints, 1), log_every=log_every,
+                       final_eval=False, max_time_s=seconds * 1.15, verbose=2)
+    return result, steps, per_step, time.time() - start

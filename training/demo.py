@@ -10,7 +10,6 @@ continuation of a prompt.
 import os
 import sys
 import tempfile
-import time
 
 from absl import app, logging
 
@@ -39,8 +38,7 @@ def run(**options):
     from txl_tf.checkpoints import load_pretrained
     from txl_tf.data import load_corpus
     from txl_tf.text import load_tokenizer
-    from training import train
-    from training.budget import steps_for_budget
+    from training.budget import train_within
     from txl_tf.evaluation import evaluate_ids
     from training.generate import continue_text
 
@@ -49,15 +47,7 @@ def run(**options):
                 corpus_option=[f"max_bytes={o['max_bytes']}"], learning_rate=o["learning_rate"],
                 strategy="one_device")
     print(f"timing a few steps of the {o['preset']} preset ...", flush=True)
-    steps, per_step = steps_for_budget(o["train_seconds"], base)
-    print(f"{per_step * 1000:.0f} ms/step -> {steps} steps in {o['train_seconds']:.0f}s; "
-          f"training in {model_dir}", flush=True)
-    start = time.time()
-    result = train.run(**base, model_dir=model_dir, train_steps=steps,
-                       warmup_steps=min(100, steps // 10), checkpoint_every=max(steps // 4, 1),
-                       log_every=10, final_eval=False, max_time_s=o["train_seconds"] * 1.2,
-                       verbose=2)
-    trained = time.time() - start
+    result, steps, per_step, trained = train_within(o["train_seconds"], base, model_dir)
 
     core = load_pretrained(result["export_dir"])
     tokenizer = load_tokenizer(os.path.join(result["export_dir"], "vocab"))

@@ -1,6 +1,5 @@
 """Position-wise feed-forward sub-layer."""
 import keras
-import tensorflow as tf
 
 from txl_tf.layers.init import normal
 
