@@ -4,6 +4,8 @@ Time-major like `tf/model.py` of kimiyoung/transformer-xl (mask built with
 band parts, relative shift on `[qlen, klen, ...]`, boolean-mask adaptive
 softmax), fed by weights keyed with the paper's TF variable names. Tests use
 it to check the Keras core on exact small cases. Inference only (no dropout).
+`pre_lnorm` follows the paper's PyTorch code (LayerNorm on the sub-layer
+inputs, memory included; residual added after; no final LayerNorm).
 """
 import numpy as np
 
@@ -64,6 +66,10 @@ def output_log_probs(w, cfg, hidden):
         return w.get(f"transformer/adaptive_softmax/cutoff_{i}/proj")
 
     def table_of(i, low, high):
+        if not cfg.tie_weight:  # output tables of their own
+            if cfg.div_val == 1:
+                return w["transformer/adaptive_softmax/weight"][low:high]
+            return w[f"transformer/adaptive_softmax/cutoff_{i}/weight"]
         if cfg.div_val == 1:
             return w["transformer/adaptive_embed/lookup_table"][low:high]
         return w[f"transformer/adaptive_embed/cutoff_{i}/lookup_table"]
@@ -114,7 +120,9 @@ def forward(w, cfg, dec_inp, mems=None):
         p = f"transformer/layer_{layer}"
         r_w_bias = w["transformer/r_w_bias"][layer] if cfg.untie_r else w["transformer/r_w_bias"]
         r_r_bias = w["transformer/r_r_bias"][layer] if cfg.untie_r else w["transformer/r_r_bias"]
-        cat = cat_new
+        ln = lambda x, part: layer_norm(x, w[f"{p}/{part}/LayerNorm/gamma"],  # noqa: E731
+                                        w[f"{p}/{part}/LayerNorm/beta"], eps)
+        cat = ln(cat_new, "rel_attn") if cfg.pre_lnorm else cat_new
         heads = cat @ w[f"{p}/rel_attn/qkv/kernel"]
         q, k, v = np.split(heads, 3, -1)
         q = q[-qlen:].reshape(qlen, bsz, n, dh)
@@ -130,10 +138,9 @@ def forward(w, cfg, dec_inp, mems=None):
         prob = np.exp(score) / np.exp(score).sum(1, keepdims=True)
         vec = np.einsum("ijbn,jbnd->ibnd", prob, v).reshape(qlen, bsz, n * dh)
         attn = vec @ w[f"{p}/rel_attn/o/kernel"]
-        output = layer_norm(attn + output, w[f"{p}/rel_attn/LayerNorm/gamma"],
-                            w[f"{p}/rel_attn/LayerNorm/beta"], eps)
-        hid = np.maximum(output @ w[f"{p}/ff/layer_1/kernel"] + w[f"{p}/ff/layer_1/bias"], 0)
+        output = output + attn if cfg.pre_lnorm else ln(attn + output, "rel_attn")
+        ff_in = ln(output, "ff") if cfg.pre_lnorm else output
+        hid = np.maximum(ff_in @ w[f"{p}/ff/layer_1/kernel"] + w[f"{p}/ff/layer_1/bias"], 0)
         ff = hid @ w[f"{p}/ff/layer_2/kernel"] + w[f"{p}/ff/layer_2/bias"]
-        output = layer_norm(ff + output, w[f"{p}/ff/LayerNorm/gamma"],
-                            w[f"{p}/ff/LayerNorm/beta"], eps)
+        output = output + ff if cfg.pre_lnorm else ln(ff + output, "ff")
     return output_log_probs(w, cfg, output), new_mems

@@ -14,6 +14,9 @@ VARIANTS = {
     "adaptive": dict(cutoffs=[60, 150], div_val=2, d_embed=32),
     "adaptive_div1": dict(cutoffs=[60, 150], div_val=1, d_embed=24),
     "untied_r_same_length_clamp": dict(untie_r=True, same_length=True, clamp_len=6),
+    "pre_lnorm_untied_outputs": dict(pre_lnorm=True, cutoffs=[60], tie_weight=False,
+                                     tie_projs=[False, False], d_embed=16,
+                                     layer_norm_epsilon=1e-5),
 }
 
 
