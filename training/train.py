@@ -146,7 +146,6 @@ def run(**options):
     from training.callbacks import (GlobalStepTensorBoard, StepEvents, StepLog, TimeLimit,
                                     tensorboard_available)
     from training.checkpointing import TrainingCheckpoint, checkpoint_dir
-    from training.keras_fixes import fix_multi_worker_logs, skip_symbolic_build
     from training.model_config import build_config, check_resumable
     from txl_tf.optimizer import ReplicaClippedAdam
     from txl_tf.schedule import WarmupCosineDecay
@@ -217,8 +216,6 @@ def run(**options):
             model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    skip_symbolic_build(model)
-    fix_multi_worker_logs(model, strategy)
     checkpoint = TrainingCheckpoint(model, model.optimizer,
                                     checkpoint_dir(model_dir, task_id, is_chief), strategy,
                                     max_to_keep=o["keep_checkpoints"])

@@ -80,6 +80,26 @@ class TransformerXLLM(keras.Model):
         self._store(memory)
         return log_probs
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras 3.15 pulls and MEAN-reduces a first batch under any strategy to
+        build the model symbolically, even a built one; that reduce fails
+        under MultiWorkerMirroredStrategy. The model is built at construction,
+        so only the optimizer needs building here."""
+        if self.optimizer is not None and not self.optimizer.built:
+            with self.distribute_strategy.scope():
+                self.optimizer.build(self.trainable_variables)
+
+    def _step_logs(self, logs):
+        """Keras reduces step outputs across workers along axis 0, which fails
+        for scalars (tensorflow/tensorflow#72388); the metrics are already
+        synchronised, so give them shape [1] when there are several workers."""
+        strategy = tf.distribute.get_strategy()
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            spec = strategy.cluster_resolver.cluster_spec()
+            if sum(spec.num_tasks(job) for job in spec.jobs) > 1:
+                return {k: tf.reshape(v, [1]) for k, v in logs.items()}
+        return logs
+
     def train_step(self, data):
         token_ids, labels = data[0], data[1]
         with tf.GradientTape() as tape:
@@ -91,13 +111,13 @@ class TransformerXLLM(keras.Model):
         grads = tape.gradient(scaled, self.trainable_weights)
         self.optimizer.apply(grads, self.trainable_weights)
         self._store(memory)
-        return self._track(nll)
+        return self._step_logs(self._track(nll))
 
     def test_step(self, data):
         token_ids, labels = data[0], data[1]
         nll, memory = self.core(token_ids, self.memory, targets=labels, training=False)
         self._store(memory)
-        return self._track(nll)
+        return self._step_logs(self._track(nll))
 
     def predict_step(self, data):
         token_ids = data[0] if isinstance(data, (tuple, list)) else data
