@@ -56,12 +56,12 @@ class KerasBaseline:
         @tf.function(input_signature=[ids, mems, mask])
         def step(token_ids, states, valid):
             log_probs, new = core(token_ids, Memory(states, valid), training=False)
-            return log_probs, new.states, new.valid
+            return log_probs, new.mems, new.mem_mask
 
         @tf.function(input_signature=[ids, ids, mems, mask])
         def score(token_ids, targets, states, valid):
             nll, new = core(token_ids, Memory(states, valid), targets=targets, training=False)
-            return nll, new.states, new.valid
+            return nll, new.mems, new.mem_mask
 
         self._step, self._score, self._tf = step, score, tf
 

@@ -40,24 +40,24 @@ def check_ids(token_ids, n_token, name="token_ids"):
     return ids.astype(np.int32, copy=False)
 
 
-def check_memory(states, valid, n_layer, mem_len, d_model, batch_size):
-    """Raises `RuntimeInputError` unless states are float32 `[n_layer, B, M, d_model]`
-    and valid is bool `[B, M]` with the exported M and the ids' batch B."""
-    s_shape, s_dtype = shape_and_dtype(states)
-    v_shape, v_dtype = shape_and_dtype(valid)
+def check_memory(mems, mem_mask, n_layer, mem_len, d_model, batch_size):
+    """Raises `RuntimeInputError` unless mems are float32 `[n_layer, B, M, d_model]`
+    and mem_mask is bool `[B, M]` with the exported M and the ids' batch B."""
+    m_shape, s_dtype = shape_and_dtype(mems)
+    v_shape, v_dtype = shape_and_dtype(mem_mask)
     if s_dtype != np.float32:
-        raise RuntimeInputError(f"memory states must be float32, got {s_dtype}")
+        raise RuntimeInputError(f"mems must be float32, got {s_dtype}")
     if v_dtype != np.bool_:
-        raise RuntimeInputError(f"memory valid (mem_mask) must be bool, got {v_dtype}")
+        raise RuntimeInputError(f"mem_mask must be bool, got {v_dtype}")
     want = (n_layer, batch_size, mem_len, d_model)
-    if len(s_shape) == 4 and s_shape[1] != batch_size and (
-            s_shape[0], s_shape[2], s_shape[3]) == (n_layer, mem_len, d_model):
+    if len(m_shape) == 4 and m_shape[1] != batch_size and (
+            m_shape[0], m_shape[2], m_shape[3]) == (n_layer, mem_len, d_model):
         raise RuntimeInputError(f"batch mismatch: token_ids have batch {batch_size} but the "
-                                f"memory has batch {s_shape[1]}")
-    if tuple(s_shape) != want:
+                                f"memory has batch {m_shape[1]}")
+    if tuple(m_shape) != want:
         raise RuntimeInputError(
-            f"memory states must have shape [n_layer, batch, mem_len, d_model] = {list(want)}"
-            f" for this export (mem_len fixed at {mem_len}), got {list(s_shape)}")
+            f"mems must have shape [n_layer, batch, mem_len, d_model] = {list(want)}"
+            f" for this export (mem_len fixed at {mem_len}), got {list(m_shape)}")
     if tuple(v_shape) != (batch_size, mem_len):
-        raise RuntimeInputError(f"memory valid (mem_mask) must have shape [batch, mem_len] = "
+        raise RuntimeInputError(f"mem_mask must have shape [batch, mem_len] = "
                                 f"{[batch_size, mem_len]}, got {list(v_shape)}")

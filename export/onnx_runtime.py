@@ -60,35 +60,35 @@ class OnnxRuntime(Runtime):
         import onnxruntime as ort
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
 
-    def _to_backend(self, states, valid):
+    def _to_backend(self, mems, mem_mask):
         if self.io_binding:
-            return RuntimeMemory(self._ortvalue(states), self._ortvalue(valid))
-        return RuntimeMemory(states, valid)
+            return RuntimeMemory(self._ortvalue(mems), self._ortvalue(mem_mask))
+        return RuntimeMemory(mems, mem_mask)
 
-    def _native(self, states, valid):
-        is_ort = [hasattr(v, "data_type") for v in (states, valid)]
+    def _native(self, mems, mem_mask):
+        is_ort = [hasattr(v, "data_type") for v in (mems, mem_mask)]
         if self.io_binding:
             return tuple(v if ort_value else self._ortvalue(_host(v))
-                         for v, ort_value in zip((states, valid), is_ort))
+                         for v, ort_value in zip((mems, mem_mask), is_ort))
         return tuple(v.numpy() if ort_value else _host(v)
-                     for v, ort_value in zip((states, valid), is_ort))
+                     for v, ort_value in zip((mems, mem_mask), is_ort))
 
     # ------------------------------------------------------------------- run
-    def _step(self, ids, states, valid):
+    def _step(self, ids, mems, mem_mask):
         if not self.io_binding:
             out = dict(zip(self._outputs, self.session.run(
-                None, {"token_ids": ids, "mems": states, "mem_mask": valid})))
+                None, {"token_ids": ids, "mems": mems, "mem_mask": mem_mask})))
             return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
         binding = self.session.io_binding()
         binding.bind_ortvalue_input("token_ids", self._ortvalue(ids))
-        binding.bind_ortvalue_input("mems", states)
-        binding.bind_ortvalue_input("mem_mask", valid)
+        binding.bind_ortvalue_input("mems", mems)
+        binding.bind_ortvalue_input("mem_mask", mem_mask)
         binding.bind_output("log_probs", "cpu")
         binding.bind_output("new_mems", self.device, 0)
         binding.bind_output("new_mem_mask", self.device, 0)
         self.session.run_with_iobinding(binding)
-        log_probs, new_states, new_valid = binding.get_outputs()
-        return log_probs.numpy(), RuntimeMemory(new_states, new_valid)
+        log_probs, new_mems, new_mem_mask = binding.get_outputs()
+        return log_probs.numpy(), RuntimeMemory(new_mems, new_mem_mask)
 
 
 def _host(value):

@@ -14,19 +14,19 @@ def random_segments(n_token, batch_size, seg_len, n_segments=3, seed=0):
 
 
 def core_outputs(core, segments, mem_len, log_probs="all", zero_filled=False):
-    """Per segment `(log_probs, states, valid)` numpy from the eager Keras core."""
+    """Per segment `(log_probs, mems, mem_mask)` numpy from the eager Keras core."""
     memory = core.initial_memory(segments[0].shape[0], mem_len, zero_filled)
     results = []
     for ids in segments:
         lp, memory = core(ids, memory, training=False)
         lp = lp.numpy()
         results.append((lp[:, -1] if log_probs == "last" else lp,
-                        memory.states.numpy(), memory.valid.numpy()))
+                        memory.mems.numpy(), memory.mem_mask.numpy()))
     return results
 
 
 def runtime_outputs(runtime, segments):
-    """Per segment `(log_probs, states, valid)` numpy from a `Runtime`, memory carried."""
+    """Per segment `(log_probs, mems, mem_mask)` numpy from a `Runtime`, memory carried."""
     memory = runtime.initial_memory(segments[0].shape[0])
     results = []
     for ids in segments:

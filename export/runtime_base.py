@@ -10,15 +10,15 @@ class RuntimeMemory(NamedTuple):
     """Recurrence memory in the backend's own tensors (OrtValue, tf.Tensor or
     numpy), so it can stay on the device between calls.
 
-    states: float32 `[n_layer, B, M, d_model]`; valid: bool `[B, M]`.
+    mems: float32 `[n_layer, B, M, d_model]`; mem_mask: bool `[B, M]`.
     """
 
-    states: Any
-    valid: Any
+    mems: Any
+    mem_mask: Any
 
     def numpy(self):
-        """`(states, valid)` as numpy arrays (copies device memory to the host)."""
-        return _to_numpy(self.states), _to_numpy(self.valid)
+        """`(mems, mem_mask)` as numpy arrays (copies device memory to the host)."""
+        return _to_numpy(self.mems), _to_numpy(self.mem_mask)
 
 
 def _to_numpy(value):
@@ -29,14 +29,14 @@ def _to_numpy(value):
 
 def _unpack(memory):
     if isinstance(memory, dict):
-        keys = ("states", "valid") if "states" in memory else ("mems", "mem_mask")
+        keys = ("mems", "mem_mask")
         try:
             return memory[keys[0]], memory[keys[1]]
         except KeyError as missing:
             raise RuntimeInputError(f"memory dict needs keys {keys}, missing {missing}")
     if isinstance(memory, (tuple, list)) and len(memory) == 2:
         return memory[0], memory[1]
-    raise RuntimeInputError("memory must be a (states, valid) pair, e.g. the Memory returned "
+    raise RuntimeInputError("memory must be a (mems, mem_mask) pair, e.g. the Memory returned "
                             f"by initial_memory or step; got {type(memory).__name__}")
 
 
@@ -71,23 +71,23 @@ class Runtime:
                 or batch_size < 1:
             raise RuntimeInputError(f"batch_size must be a positive integer, got {batch_size!r}")
         cfg = self.config
-        states = np.zeros([cfg.n_layer, int(batch_size), self.mem_len, cfg.d_model], np.float32)
-        valid = np.full([int(batch_size), self.mem_len], self.info.zero_filled, np.bool_)
-        return self._to_backend(states, valid)
+        mems = np.zeros([cfg.n_layer, int(batch_size), self.mem_len, cfg.d_model], np.float32)
+        mem_mask = np.full([int(batch_size), self.mem_len], self.info.zero_filled, np.bool_)
+        return self._to_backend(mems, mem_mask)
 
     def step(self, token_ids, memory=None):
         """`(log_probs numpy, new memory)`; a `None` memory starts fresh."""
-        ids, states, valid = self._checked(token_ids, memory)
-        return self._step(ids, states, valid)
+        ids, mems, mem_mask = self._checked(token_ids, memory)
+        return self._step(ids, mems, mem_mask)
 
     def score(self, token_ids, target_ids, memory=None):
         """`(nll numpy [B, T], new memory)` of `target_ids` given `token_ids`."""
-        ids, states, valid = self._checked(token_ids, memory)
+        ids, mems, mem_mask = self._checked(token_ids, memory)
         targets = check_ids(target_ids, self.config.n_token, name="target_ids")
         if targets.shape != ids.shape:
             raise RuntimeInputError(f"target_ids shape {targets.shape} differs from token_ids "
                                     f"shape {ids.shape}")
-        return self._score(ids, targets, states, valid)
+        return self._score(ids, targets, mems, mem_mask)
 
     def describe(self):
         """One line: backend, device/provider, memory geometry."""
@@ -100,11 +100,11 @@ class Runtime:
         ids = check_ids(token_ids, self.config.n_token)
         if memory is None:
             memory = self.initial_memory(ids.shape[0])
-        states, valid = _unpack(memory)
+        mems, mem_mask = _unpack(memory)
         cfg = self.config
-        check_memory(states, valid, cfg.n_layer, self.mem_len, cfg.d_model, ids.shape[0])
-        states, valid = self._native(states, valid)
-        return ids, states, valid
+        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, ids.shape[0])
+        mems, mem_mask = self._native(mems, mem_mask)
+        return ids, mems, mem_mask
 
     def _gather_nll(self, log_probs, targets):
         if self.log_probs_mode != "all":
@@ -113,15 +113,15 @@ class Runtime:
         return -np.take_along_axis(log_probs, targets[..., None].astype(np.int64), -1)[..., 0]
 
     # ------------------------------------------------------ backend-specific
-    def _to_backend(self, states, valid):
+    def _to_backend(self, mems, mem_mask):
         raise NotImplementedError
 
-    def _native(self, states, valid):
+    def _native(self, mems, mem_mask):
         raise NotImplementedError
 
-    def _step(self, ids, states, valid):
+    def _step(self, ids, mems, mem_mask):
         raise NotImplementedError
 
-    def _score(self, ids, targets, states, valid):
-        log_probs, memory = self._step(ids, states, valid)
+    def _score(self, ids, targets, mems, mem_mask):
+        log_probs, memory = self._step(ids, mems, mem_mask)
         return self._gather_nll(log_probs, targets), memory

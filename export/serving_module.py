@@ -67,7 +67,7 @@ class ServingModule(tf.Module):
 
     def _initial_memory(self, batch_size):
         memory = self.core.initial_memory(batch_size, self.mem_len, self.zero_filled)
-        return {"mems": memory.states, "mem_mask": memory.valid}
+        return {"mems": memory.mems, "mem_mask": memory.mem_mask}
 
     def _step(self, token_ids, mems, mem_mask):
         memory = Memory(mems, mem_mask)
@@ -77,11 +77,11 @@ class ServingModule(tf.Module):
             else:
                 hidden, new = self.core.hidden_states(token_ids, memory, training=False)
                 log_probs = self.core.crit(hidden[:, -1])
-        return {"log_probs": log_probs, "new_mems": new.states, "new_mem_mask": new.valid}
+        return {"log_probs": log_probs, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
 
     def _score(self, token_ids, target_ids, mems, mem_mask):
         with self._weights_scope():
             nll, new = self.core(token_ids, Memory(mems, mem_mask), targets=target_ids,
                                  training=False)
-        return {"nll": nll, "new_mems": new.states, "new_mem_mask": new.valid}
+        return {"nll": nll, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
 

@@ -39,23 +39,23 @@ class SavedModelRuntime(Runtime):
         self._step_fn = self.loaded.signatures["step"]
         self._score_fn = self.loaded.signatures["score"]
 
-    def _to_backend(self, states, valid):
+    def _to_backend(self, mems, mem_mask):
         with tf.device(self._tf_device):
-            return RuntimeMemory(tf.constant(states), tf.constant(valid))
+            return RuntimeMemory(tf.constant(mems), tf.constant(mem_mask))
 
-    def _native(self, states, valid):
-        if hasattr(states, "data_type"):  # an OrtValue from another runtime
-            states, valid = states.numpy(), valid.numpy()
-        return tf.convert_to_tensor(states), tf.convert_to_tensor(valid)
+    def _native(self, mems, mem_mask):
+        if hasattr(mems, "data_type"):  # an OrtValue from another runtime
+            mems, mem_mask = mems.numpy(), mem_mask.numpy()
+        return tf.convert_to_tensor(mems), tf.convert_to_tensor(mem_mask)
 
-    def _step(self, ids, states, valid):
+    def _step(self, ids, mems, mem_mask):
         with tf.device(self._tf_device):
-            out = self._step_fn(token_ids=tf.constant(ids), mems=states, mem_mask=valid)
+            out = self._step_fn(token_ids=tf.constant(ids), mems=mems, mem_mask=mem_mask)
         return (np.asarray(out["log_probs"]),
                 RuntimeMemory(out["new_mems"], out["new_mem_mask"]))
 
-    def _score(self, ids, targets, states, valid):
+    def _score(self, ids, targets, mems, mem_mask):
         with tf.device(self._tf_device):
             out = self._score_fn(token_ids=tf.constant(ids), target_ids=tf.constant(targets),
-                                 mems=states, mem_mask=valid)
+                                 mems=mems, mem_mask=mem_mask)
         return np.asarray(out["nll"]), RuntimeMemory(out["new_mems"], out["new_mem_mask"])

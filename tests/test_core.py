@@ -100,35 +100,35 @@ def test_memory_holds_exactly_the_last_m_layer_inputs():
     _, new = core(x, memory)
     # Layer inputs: embedding output for layer 0, block 0's output for layer 1.
     emb = core.word_emb(tf.constant(x))
-    visible = attention_visibility(7, memory.valid)
+    visible = attention_visibility(7, memory.mem_mask)
     pos = core.pos_emb(tf.constant(11))
-    h1 = core.blocks[0](emb, pos, memory.states[0], visible, core.r_w_bias, core.r_r_bias)
-    np.testing.assert_allclose(new.states[0].numpy(), emb.numpy()[:, -4:], atol=1e-6)
-    np.testing.assert_allclose(new.states[1].numpy(), h1.numpy()[:, -4:], atol=1e-5)
-    assert new.valid.numpy().all()
+    h1 = core.blocks[0](emb, pos, memory.mems[0], visible, core.r_w_bias, core.r_r_bias)
+    np.testing.assert_allclose(new.mems[0].numpy(), emb.numpy()[:, -4:], atol=1e-6)
+    np.testing.assert_allclose(new.mems[1].numpy(), h1.numpy()[:, -4:], atol=1e-5)
+    assert new.mem_mask.numpy().all()
     # A segment shorter than the memory shifts the old states left.
     _, newer = core(x[:, :2], new)
-    np.testing.assert_array_equal(newer.states[:, :, :2].numpy(), new.states[:, :, 2:].numpy())
+    np.testing.assert_array_equal(newer.mems[:, :, :2].numpy(), new.mems[:, :, 2:].numpy())
 
 
 def test_memory_validity_grows_from_empty():
     core = make_core()
     memory = core.initial_memory(1, mem_len=5)
     _, memory = core(ids(1, 3), memory)
-    np.testing.assert_array_equal(memory.valid.numpy(), [[False, False, True, True, True]])
+    np.testing.assert_array_equal(memory.mem_mask.numpy(), [[False, False, True, True, True]])
     _, zero = core(ids(1, 3), core.initial_memory(1, mem_len=0))
-    assert zero.states.shape == (2, 1, 0, 32) and zero.valid.shape == (1, 0)
+    assert zero.mems.shape == (2, 1, 0, 32) and zero.mem_mask.shape == (1, 0)
 
 
 def test_no_gradient_flows_into_memory():
     core = make_core()
     memory = core.initial_memory(2, mem_len=4)
     _, memory = core(ids(2, 4), memory)
-    states = tf.Variable(memory.states)
+    states = tf.Variable(memory.mems)
     with tf.GradientTape(persistent=True) as tape:
-        nll, new = core(ids(2, 4, 3), Memory(states, memory.valid), targets=ids(2, 4, 4))
+        nll, new = core(ids(2, 4, 3), Memory(states, memory.mem_mask), targets=ids(2, 4, 4))
         loss = tf.reduce_sum(nll)
-        carried = tf.reduce_sum(new.states)
+        carried = tf.reduce_sum(new.mems)
     assert tape.gradient(loss, states) is not None  # memory is read...
     assert tape.gradient(carried, core.trainable_weights[2]) is None  # ...new memory is cut
     grads = tape.gradient(carried, core.trainable_weights)
@@ -143,7 +143,7 @@ def test_nll_equals_gathered_log_probs():
     nll, m2 = core(x, memory, targets=y)
     np.testing.assert_allclose(nll.numpy(), -tf.gather(log_probs, y, batch_dims=2).numpy(),
                                atol=1e-5)
-    np.testing.assert_array_equal(m1.states.numpy(), m2.states.numpy())
+    np.testing.assert_array_equal(m1.mems.numpy(), m2.mems.numpy())
 
 
 def test_keras_file_round_trip_keeps_outputs(tmp_path):
@@ -205,17 +205,17 @@ def test_bad_memory_shapes_are_named():
     x = ids(2, 3)
     good = core.initial_memory(2)
     with pytest.raises(InputError, match="rank 4"):
-        core(x, Memory(good.states[0], good.valid))
+        core(x, Memory(good.mems[0], good.mem_mask))
     with pytest.raises(InputError, match="width 16"):
-        core(x, Memory(tf.zeros([2, 2, 16, 16]), good.valid))
+        core(x, Memory(tf.zeros([2, 2, 16, 16]), good.mem_mask))
     with pytest.raises(InputError, match="3 layers"):
-        core(x, Memory(tf.zeros([3, 2, 16, 32]), good.valid))
+        core(x, Memory(tf.zeros([3, 2, 16, 32]), good.mem_mask))
     with pytest.raises(InputError, match="batch 3"):
         core(ids(3, 3), good)
     with pytest.raises(InputError, match="must be integers"):
         core(x.astype(np.float32), good)
     with pytest.raises(InputError, match="bool"):
-        core(x, Memory(good.states, tf.cast(good.valid, tf.float32)))
+        core(x, Memory(good.mems, tf.cast(good.mem_mask, tf.float32)))
 
 
 def test_inconsistent_config_is_named():
@@ -240,7 +240,7 @@ def test_imports_a_checkpoint_written_with_the_paper_code_names(tmp_path):
     variables["global_step"] = tf.Variable(7, dtype=tf.int64)
     prefix = tf.compat.v1.train.Saver(var_list=variables).save(None, str(tmp_path / "model.ckpt"))
     core = import_tf_checkpoint(prefix, source.config)
-    assert core.config.zero_filled_memory and core.initial_memory(1).valid.numpy().all()
+    assert core.config.zero_filled_memory and core.initial_memory(1).mem_mask.numpy().all()
     x = ids(2, 5)
     ref, _ = reference_forward(weights, source.config, x.T,
                                [np.zeros((source.config.mem_len, 2, 32))] * 2)

@@ -82,7 +82,7 @@ def test_score_equals_gathered_log_probs(core, exported):
         for name, rt in runtimes.items():
             got, mems[name] = rt.score(ids, targets, mems[name])
             np.testing.assert_allclose(got, gathered, atol=TOL, err_msg=name)
-            np.testing.assert_allclose(mems[name].numpy()[0], memory.states.numpy(),
+            np.testing.assert_allclose(mems[name].numpy()[0], memory.mems.numpy(),
                                        atol=TOL, err_msg=name)
 
 

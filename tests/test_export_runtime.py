@@ -104,11 +104,11 @@ def test_onnx_io_binding_keeps_memory_as_ortvalues(paths):
     plain = open_runtime(str(paths / "model.onnx"), device="cpu", io_binding=False)
     assert bound.io_binding and bound.provider == "CPUExecutionProvider"
     mem_b, mem_p = bound.initial_memory(2), plain.initial_memory(2)
-    assert isinstance(mem_b.states, ort.OrtValue) and isinstance(mem_b.valid, ort.OrtValue)
+    assert isinstance(mem_b.mems, ort.OrtValue) and isinstance(mem_b.mem_mask, ort.OrtValue)
     for shift in range(3):
         lp_b, mem_b = bound.step(IDS + shift, mem_b)
         lp_p, mem_p = plain.step(IDS + shift, mem_p)
-        assert isinstance(mem_b.states, ort.OrtValue) and isinstance(mem_p.states, np.ndarray)
+        assert isinstance(mem_b.mems, ort.OrtValue) and isinstance(mem_p.mems, np.ndarray)
         np.testing.assert_array_equal(lp_b, lp_p)
         np.testing.assert_array_equal(mem_b.numpy()[0], mem_p.numpy()[0])
     assert mem_b.numpy()[1].all()  # 9 tokens seen, 4 slots: all real

@@ -32,13 +32,13 @@ def test_fit_evaluate_predict_and_memory_carry():
     loss = history.history["loss"][0]
     assert history.history["bpc"][0] == pytest.approx(loss / np.log(2), rel=1e-5)
     assert history.history["ppl"][0] == pytest.approx(np.exp(loss), rel=1e-5)
-    assert model.memory.valid.numpy().all()
+    assert model.memory.mem_mask.numpy().all()
     # Calling the model carries memory too: its layer-0 slots are now the embeddings.
     model(streams[:, :T])
     emb = model.core.word_emb(streams[:, :T]).numpy()
-    np.testing.assert_allclose(model.memory.states.numpy()[0], emb, atol=1e-6)
+    np.testing.assert_allclose(model.memory.mems.numpy()[0], emb, atol=1e-6)
     model.reset_memory()
-    assert not model.memory.valid.numpy().any() and not model.memory.states.numpy().any()
+    assert not model.memory.mem_mask.numpy().any() and not model.memory.mems.numpy().any()
     result = model.evaluate(data, verbose=0, return_dict=True)
     assert np.isfinite(result["loss"])
     log_probs = model.predict(data.map(lambda x, y: x), verbose=0)
@@ -54,7 +54,7 @@ def test_keras_file_round_trip_keeps_outputs_and_memory(tmp_path):
     model.save(path)
     loaded = keras.models.load_model(path)
     assert loaded.config == model.config
-    np.testing.assert_array_equal(loaded.memory_states.numpy(), model.memory_states.numpy())
+    np.testing.assert_array_equal(loaded.mems.numpy(), model.mems.numpy())
     np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
 
 
@@ -73,7 +73,7 @@ def _losses_and_memory(strategy, weights, streams, optimizer, steps=3):
     history = model.fit(stream_batches(streams, steps).repeat(), epochs=steps,
                         steps_per_epoch=1, verbose=0)
     per_replica = strategy.experimental_local_results(
-        strategy.run(lambda: tf.convert_to_tensor(model.memory_states)))
+        strategy.run(lambda: tf.convert_to_tensor(model.mems)))
     return history.history["loss"], [np.asarray(m) for m in per_replica], model
 
 

@@ -7,7 +7,7 @@
   model object alone would save little more than the r-biases);
 * `optimizer`: Adam's slots and `iterations` (the global step);
 * `state`: the model's other variables (dropout seed states), in order;
-* `memory_states` / `memory_valid`: one copy of the recurrence memory per
+* `mems` / `mem_mask`: one copy of the recurrence memory per
   local replica, `[local_replicas, ...]`. The model keeps its memory in
   sync-on-read variables whose checkpoint value would be replica 0's only;
   the snapshot is gathered before each save and scattered back after a
@@ -50,17 +50,17 @@ class TrainingCheckpoint:
         self.directory = directory
         replicas = local_replicas(strategy)
         with tf.device("/cpu:0"):
-            self.memory_states = tf.Variable(
-                tf.zeros((replicas,) + tuple(model.memory_states.shape), tf.float32),
-                trainable=False, name="memory_states_per_replica")
-            self.memory_valid = tf.Variable(
-                tf.zeros((replicas,) + tuple(model.memory_valid.shape), tf.float32),
-                trainable=False, name="memory_valid_per_replica")
-        memory_ids = {id(model.memory_states), id(model.memory_valid)}
+            self.mems = tf.Variable(
+                tf.zeros((replicas,) + tuple(model.mems.shape), tf.float32),
+                trainable=False, name="mems_per_replica")
+            self.mem_mask = tf.Variable(
+                tf.zeros((replicas,) + tuple(model.mem_mask.shape), tf.float32),
+                trainable=False, name="mem_mask_per_replica")
+        memory_ids = {id(model.mems), id(model.mem_mask)}
         state = [v for v in model.non_trainable_variables if id(v) not in memory_ids]
         self.checkpoint = tf.train.Checkpoint(
             weights=weight_dict(model.core), optimizer=optimizer, state=state,
-            memory_states=self.memory_states, memory_valid=self.memory_valid)
+            mems=self.mems, mem_mask=self.mem_mask)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=max_to_keep)
 
@@ -73,10 +73,10 @@ class TrainingCheckpoint:
 
     def save(self):
         """Writes `ckpt-<step>`; returns its path."""
-        self.memory_states.assign(tf.stack([tf.convert_to_tensor(v)
-                                            for v in self._local(self.model.memory_states)]))
-        self.memory_valid.assign(tf.stack([tf.convert_to_tensor(v)
-                                           for v in self._local(self.model.memory_valid)]))
+        self.mems.assign(tf.stack([tf.convert_to_tensor(v)
+                                            for v in self._local(self.model.mems)]))
+        self.mem_mask.assign(tf.stack([tf.convert_to_tensor(v)
+                                           for v in self._local(self.model.mem_mask)]))
         return self.manager.save(checkpoint_number=self.step)
 
     def restore_latest(self):
@@ -85,9 +85,9 @@ class TrainingCheckpoint:
         if path is None:
             return None
         self.checkpoint.restore(path).assert_existing_objects_matched()
-        for target, value in zip(self._local(self.model.memory_states), self.memory_states):
+        for target, value in zip(self._local(self.model.mems), self.mems):
             target.assign(value)
-        for target, value in zip(self._local(self.model.memory_valid), self.memory_valid):
+        for target, value in zip(self._local(self.model.mem_mask), self.mem_mask):
             target.assign(value)
         return path
 

@@ -98,22 +98,22 @@ class TransformerXL(keras.layers.Layer):
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         memory = as_memory(memory)
-        memory = Memory(tf.convert_to_tensor(memory.states),
-                        tf.convert_to_tensor(memory.valid))
+        memory = Memory(tf.convert_to_tensor(memory.mems),
+                        tf.convert_to_tensor(memory.mem_mask))
         check_memory(memory, cfg.n_layer, cfg.d_model, token_ids.shape[0])
         qlen = tf.shape(token_ids)[1]
-        klen = tf.shape(memory.states)[2] + qlen
+        klen = tf.shape(memory.mems)[2] + qlen
 
         output = self.emb_dropout(self.word_emb(token_ids), training=training)
         pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
-        visible = attention_visibility(qlen, memory.valid, cfg.same_length)
-        states = tf.cast(memory.states, output.dtype)
+        visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length)
+        mems = tf.cast(memory.mems, output.dtype)
         layer_inputs = []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(output)
             r_w_bias = self.r_w_bias[i] if cfg.untie_r else self.r_w_bias
             r_r_bias = self.r_r_bias[i] if cfg.untie_r else self.r_r_bias
-            output = block(output, pos_emb, states[i], visible, r_w_bias, r_r_bias,
+            output = block(output, pos_emb, mems[i], visible, r_w_bias, r_r_bias,
                            training=training)
         output = self.out_dropout(output, training=training)
         return output, update_memory(memory, tf.stack(layer_inputs))

@@ -30,14 +30,14 @@ class TransformerXLLM(keras.Model):
         self.batch_size = int(batch_size)
         self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
         self.zero_filled = cfg.zero_filled_memory if zero_filled is None else bool(zero_filled)
-        self.memory_states = keras.Variable(
+        self.mems = keras.Variable(
             initializer="zeros", shape=(cfg.n_layer, self.batch_size, self.mem_len, cfg.d_model),
-            dtype="float32", trainable=False, autocast=False, name="memory_states",
+            dtype="float32", trainable=False, autocast=False, name="mems",
             synchronization="on_read", aggregation="only_first_replica")
-        self.memory_valid = keras.Variable(
+        self.mem_mask = keras.Variable(
             initializer="ones" if self.zero_filled else "zeros",
             shape=(self.batch_size, self.mem_len), dtype="float32", trainable=False,
-            autocast=False, name="memory_valid", synchronization="on_read",
+            autocast=False, name="mem_mask", synchronization="on_read",
             aggregation="only_first_replica")
         self.loss_tracker = TokenNLL("nll", name="loss")
         self.bpc_tracker = TokenNLL("bpc", name="bpc")
@@ -52,18 +52,18 @@ class TransformerXLLM(keras.Model):
     @property
     def memory(self):
         """The current `Memory` (this replica's, inside a replica context)."""
-        return Memory(tf.convert_to_tensor(self.memory_states),
-                      tf.convert_to_tensor(self.memory_valid) > 0.5)
+        return Memory(tf.convert_to_tensor(self.mems),
+                      tf.convert_to_tensor(self.mem_mask) > 0.5)
 
     def _store(self, memory):
-        self.memory_states.assign(memory.states)
-        self.memory_valid.assign(tf.cast(memory.valid, tf.float32))
+        self.mems.assign(memory.mems)
+        self.mem_mask.assign(tf.cast(memory.mem_mask, tf.float32))
 
     def reset_memory(self):
         """Forgets all history (like `reset_state()` of stateful RNNs)."""
-        self.memory_states.assign(tf.zeros(self.memory_states.shape))
+        self.mems.assign(tf.zeros(self.mems.shape))
         fill = tf.ones if self.zero_filled else tf.zeros
-        self.memory_valid.assign(fill(self.memory_valid.shape))
+        self.mem_mask.assign(fill(self.mem_mask.shape))
 
     # ------------------------------------------------------------------ steps
     @property

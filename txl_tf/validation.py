@@ -45,29 +45,29 @@ def out_of_range_message(ids, n_token, name="token"):
 
 def check_memory(memory, n_layer, d_model, batch_size=None):
     """Raises `InputError` if the memory's static geometry does not fit."""
-    states, valid = memory
-    if states.shape.rank is not None and states.shape.rank != 4:
-        raise InputError("memory states must be [n_layer, batch, mem_len, d_model] "
-                         f"(rank 4), got shape {states.shape}")
-    if valid.shape.rank is not None and valid.shape.rank != 2:
-        raise InputError(f"memory valid must be [batch, mem_len] (rank 2), got shape {valid.shape}")
-    if valid.dtype != tf.bool:
-        raise InputError(f"memory valid must be bool, got {valid.dtype.name}")
-    if not states.dtype.is_floating:
-        raise InputError(f"memory states must be floating point, got {states.dtype.name}")
-    shape = states.shape
+    mems, mem_mask = memory
+    if mems.shape.rank is not None and mems.shape.rank != 4:
+        raise InputError("mems must be [n_layer, batch, mem_len, d_model] "
+                         f"(rank 4), got shape {mems.shape}")
+    if mem_mask.shape.rank is not None and mem_mask.shape.rank != 2:
+        raise InputError(f"mem_mask must be [batch, mem_len] (rank 2), got shape {mem_mask.shape}")
+    if mem_mask.dtype != tf.bool:
+        raise InputError(f"mem_mask must be bool, got {mem_mask.dtype.name}")
+    if not mems.dtype.is_floating:
+        raise InputError(f"mems must be floating point, got {mems.dtype.name}")
+    shape = mems.shape
     if shape.rank is None:
         return
     if shape[0] is not None and shape[0] != n_layer:
-        raise InputError(f"memory states hold {shape[0]} layers, the model has {n_layer} "
-                         f"(states shape {shape})")
+        raise InputError(f"mems hold {shape[0]} layers, the model has {n_layer} "
+                         f"(mems shape {shape})")
     if shape[3] is not None and shape[3] != d_model:
-        raise InputError(f"memory states have width {shape[3]}, the model's d_model is "
-                         f"{d_model} (states shape {shape})")
-    for name, got, want in (("batch", shape[1], valid.shape[0]),
-                            ("mem_len", shape[2], valid.shape[1])):
+        raise InputError(f"mems have width {shape[3]}, the model's d_model is "
+                         f"{d_model} (mems shape {shape})")
+    for name, got, want in (("batch", shape[1], mem_mask.shape[0]),
+                            ("mem_len", shape[2], mem_mask.shape[1])):
         if got is not None and want is not None and got != want:
-            raise InputError(f"memory states and valid disagree on {name}: {got} vs {want}")
+            raise InputError(f"mems and mem_mask disagree on {name}: {got} vs {want}")
     if batch_size is not None and shape[1] is not None and shape[1] != batch_size:
         raise InputError(f"token_ids have batch {batch_size} but the memory has batch "
                          f"{shape[1]}")
