@@ -15,6 +15,14 @@ from txl_tf.text import ByteTokenizer, CharTokenizer, WordTokenizer
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def user_cache(tmp_path_factory, monkeypatch):
+    """The default cache root of every test here: a fresh folder, not ~/.cache."""
+    root = tmp_path_factory.mktemp("user_cache")
+    monkeypatch.setenv("TXL_TF_CACHE", str(root))
+    return root
+
+
 def write(path: Path, content) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(content, bytes):
@@ -159,7 +167,7 @@ def test_missing_data_dir(tmp_path):
         load_corpus("text", tmp_path / "nowhere")
 
 
-def test_empty_corpus(tmp_path):
+def test_empty_corpus(tmp_path, user_cache):
     write(tmp_path / "enwik8", b"")
     with pytest.raises(EmptyCorpusError, match="train split is empty"):
         load_corpus("enwik8", tmp_path)
@@ -167,7 +175,7 @@ def test_empty_corpus(tmp_path):
         write(tmp_path / f"ptb.{split}.txt", "a b\n" if split != "valid" else "")
     with pytest.raises(EmptyCorpusError, match=r"valid split is empty.*ptb\.valid\.txt"):
         load_corpus("ptb", tmp_path)
-    assert not list((tmp_path / ".txl_cache").glob("ptb-*"))  # nothing half-cached
+    assert not list(user_cache.glob("ptb-*"))  # nothing half-cached
 
 
 def test_unknown_name_lists_known():
@@ -181,11 +189,11 @@ def test_unknown_name_lists_known():
 
 # -- cache ---------------------------------------------------------------------------
 
-def test_cache_hit_does_not_retokenize(tmp_path, monkeypatch):
+def test_cache_hit_does_not_retokenize(tmp_path, monkeypatch, user_cache):
     for split in ("train", "valid", "test"):
         write(tmp_path / f"wiki.{split}.tokens", f" the {split} words \n\n")
     first = load_corpus("wt103", tmp_path)
-    assert not first.from_cache and first.cache_path.parent == tmp_path / ".txl_cache"
+    assert not first.from_cache and first.cache_path.parent == user_cache
     assert (first.cache_path / "tokenizer" / "vocab.txt").is_file()
 
     def boom(*args, **kwargs):
@@ -205,11 +213,35 @@ def test_cache_hit_does_not_retokenize(tmp_path, monkeypatch):
         load_corpus("wt103", tmp_path)
 
 
-def test_use_cache_false_writes_nothing(tmp_path):
+def test_use_cache_false_writes_nothing(tmp_path, user_cache):
     write(tmp_path / "enwik8", b"0123456789" * 10)
     c = load_corpus("enwik8", tmp_path, use_cache=False)
-    assert c.cache_path is None and not (tmp_path / ".txl_cache").exists()
+    assert c.cache_path is None and os.listdir(tmp_path) == ["enwik8"]
+    assert os.listdir(user_cache) == []
     assert c.train.tolist() == list(b"0123456789" * 9)
+
+
+def _tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_cache_root_is_the_users_never_the_data_dir(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    for split in ("train", "valid", "test"):
+        write(data / f"wiki.{split}.tokens", f" the {split} words \n\n")
+    write(data / "one.txt", "some text " * 20)
+    before = _tree(data)
+    home, xdg, env = tmp_path / "home", tmp_path / "xdg", tmp_path / "env"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    monkeypatch.setenv("TXL_TF_CACHE", str(env))
+    assert load_corpus("wt103", data).cache_path.parent == env  # $TXL_TF_CACHE first
+    assert load_corpus("text", data / "one.txt").cache_path.parent == env
+    monkeypatch.delenv("TXL_TF_CACHE")
+    assert load_corpus("wt103", data).cache_path.parent == xdg / "txl_tf"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert load_corpus("text", data).cache_path.parent == home / ".cache" / "txl_tf"
+    assert _tree(data) == before  # nothing written next to the user's files
 
 
 # -- real text ---------------------------------------------------------------------

@@ -21,7 +21,6 @@ from typing import Iterable
 import numpy as np
 
 CACHE_FORMAT = 1
-CACHE_DIRNAME = ".txl_cache"
 SPLITS = ("train", "valid", "test")
 _HEADER_BYTES = 128  # fixed .npy v1.0 header size so arrays can be streamed
 
@@ -40,15 +39,16 @@ def cache_key(info: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-def default_cache_root(data_dir: Path | None) -> Path:
-    """``<data_dir>/.txl_cache`` when writable, else ``$TXL_TF_CACHE`` or
-    ``~/.cache/txl_tf``."""
-    if data_dir is not None:
-        base = data_dir if data_dir.is_dir() else data_dir.parent
-        if os.access(base, os.W_OK):
-            return base / CACHE_DIRNAME
+def default_cache_root() -> Path:
+    """The user's cache folder: ``$TXL_TF_CACHE``, else ``$XDG_CACHE_HOME/txl_tf``,
+    else ``~/.cache/txl_tf``. Never a folder next to the data: a corpus may sit
+    in a read-only or shared place that is not the user's to write."""
     env = os.environ.get("TXL_TF_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "txl_tf"
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "txl_tf"
 
 
 class NpyWriter:

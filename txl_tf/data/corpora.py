@@ -348,7 +348,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         ``text`` a file or folder; for ``pystdlib`` optional (another folder of
         ``.py`` files instead of the standard library).
       cache_dir: where encoded corpora are kept; default
-        ``<data_dir>/.txl_cache`` if writable, else ``~/.cache/txl_tf``.
+        ``$TXL_TF_CACHE``, else ``$XDG_CACHE_HOME/txl_tf`` or ``~/.cache/txl_tf``
+        (never next to the data).
       use_cache: False to neither read nor write the cache.
       mmap: open cached arrays with ``np.load(mmap_mode='r')``.
       progress: tqdm bars: True / False, or None for files over 32 MiB.
@@ -376,8 +377,7 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
     root = None
     if use_cache:
         explicit = cache_dir is not None
-        root = Path(cache_dir) if explicit else cache_lib.default_cache_root(
-            Path(data_dir) if data_dir is not None else None)
+        root = Path(cache_dir) if explicit else cache_lib.default_cache_root()
         root = cache_lib.usable_root(root, explicit)
     if root is None:
         writers = {s: cache_lib.MemoryWriter() for s in SPLITS}
