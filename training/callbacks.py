@@ -7,29 +7,39 @@ import keras
 
 class StepLog(keras.callbacks.Callback):
     """Appends `{"step", "time", "lr", <metrics>}` as JSON lines to `path`
-    every `every` steps (`time`: seconds since the job's callbacks were made;
-    `lr`: the rate of that step; the metrics are Keras's
-    running means since the start of the epoch)."""
+    every `every` steps and at the last step trained (`time`: seconds since
+    the job's callbacks were made; `lr`: the rate of that step; the metrics
+    are Keras's running means since the start of the epoch)."""
 
     def __init__(self, path, every=1, schedule=None):
         super().__init__()
         self.path, self.every = path, max(int(every), 1)
         self.schedule = schedule  # a LearningRateSchedule, or None for a constant rate
         self.start = time.time()
+        self.written, self.logs = None, {}
 
     def on_train_batch_end(self, batch, logs=None):
+        self.logs = logs or {}
         step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every:
-            return
+        if step % self.every == 0:
+            self._write(step)
+
+    def on_train_end(self, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.logs and step != self.written:
+            self._write(step)
+
+    def _write(self, step):
         if self.schedule is not None:
             lr = self.schedule(step - 1)  # the rate this step used
         else:
             lr = self.model.optimizer.learning_rate
         record = {"step": step, "time": round(time.time() - self.start, 4),
                   "lr": float(keras.ops.convert_to_numpy(lr))}
-        record.update({k: float(v) for k, v in (logs or {}).items()})
+        record.update({k: float(v) for k, v in self.logs.items()})
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        self.written = step
 
 
 class TimeLimit(keras.callbacks.Callback):

@@ -16,12 +16,19 @@
 Each worker writes its own directory (`checkpoints/` for the chief,
 `checkpoints/worker-<k>/` for the others): weights are equal on all workers,
 memories are not.
+
+`restore_latest` tries the kept checkpoints newest first: a damaged one (a
+truncated file) is reported and the previous one restored. TF writes a
+checkpoint under a temporary name first; `remove_stale_temporaries` clears
+what a killed job left of those.
 """
 import os
+import shutil
 
 import tensorflow as tf
 
 from txl_tf.checkpoints import reference_names
+from training.errors import TrainingError
 from training.strategy import local_replicas
 
 CHECKPOINT_DIR = "checkpoints"
@@ -31,6 +38,25 @@ def checkpoint_dir(model_dir, task_id=0, is_chief=True):
     """Where this worker keeps its checkpoints."""
     root = os.path.join(model_dir, CHECKPOINT_DIR)
     return root if is_chief else os.path.join(root, f"worker-{task_id}")
+
+
+def remove_stale_temporaries(directory):
+    """Deletes `*_temp*` files / folders and `checkpoint.tmp*` files that an
+    interrupted save left in `directory` (call only while owning it); returns
+    their names."""
+    if not os.path.isdir(directory):
+        return []
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        if "_temp" not in name and not name.startswith("checkpoint.tmp"):
+            continue
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
+        removed.append(name)
+    return removed
 
 
 def weight_dict(core):
@@ -79,17 +105,42 @@ class TrainingCheckpoint:
                                            for v in self._local(self.model.mem_mask)]))
         return self.manager.save(checkpoint_number=self.step)
 
-    def restore_latest(self):
-        """Restores the newest checkpoint, if any; returns its path or None."""
-        path = self.manager.latest_checkpoint
-        if path is None:
-            return None
+    def restore_latest(self, warn=print):
+        """Restores the newest checkpoint that can be read, if any, and returns
+        its path (None without checkpoints). A damaged one is reported with
+        `warn(message)` and the previous one tried; `TrainingError` if none
+        restores."""
+        candidates = list(reversed(self.manager.checkpoints))
+        if not candidates and self.manager.latest_checkpoint:
+            candidates = [self.manager.latest_checkpoint]
+        failures = []
+        for path in candidates:
+            try:
+                self._restore(path)
+                return path
+            except Exception as err:  # noqa: BLE001 - a damaged file fails in many ways
+                reason = _first_line(err)
+                failures.append(f"{os.path.basename(path)}: {reason}")
+                warn(f"checkpoint {path} cannot be restored ({reason}); trying the "
+                     "previous one" if path != candidates[-1] else
+                     f"checkpoint {path} cannot be restored ({reason})")
+        if candidates:
+            raise TrainingError(
+                f"no checkpoint in {self.directory} can be restored ({'; '.join(failures)}); "
+                "move the folder away to start again, or use a new --model_dir")
+        return None
+
+    def _restore(self, path):
         self.checkpoint.restore(path).assert_existing_objects_matched()
         for target, value in zip(self._local(self.model.mems), self.mems):
             target.assign(value)
         for target, value in zip(self._local(self.model.mem_mask), self.mem_mask):
             target.assign(value)
-        return path
+
+
+def _first_line(err):
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
 def restore_weights(core, path):

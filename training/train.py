@@ -3,16 +3,21 @@ r"""Trains a Transformer-XL language model (absl app).
     python -m training.train --flagfile=training/configs/enwik8_base.cfg \
         --data_dir=data/enwik8 --model_dir=runs/enwik8_base
 
-The job resumes from the newest checkpoint in `--model_dir` (weights, Adam
-state, step, every replica's memory) and feeds the data from that step on,
-so a killed job restarted with the same flags ends where an uninterrupted
-one would. Layout of `--model_dir`:
+The job resumes from the newest checkpoint in `--model_dir` that can be
+read (weights, Adam state, step, every replica's memory) and feeds the data
+from that step on, so a killed job restarted with the same flags ends where
+an uninterrupted one would. A restart on other data or batches is refused
+(`checkpoints/run.json`), and so is a second job on a directory in use (an
+flock that dies with its owner). Layout of `--model_dir`:
 
+    .lock              held by the running chief (pid, host); .lock-worker-<k>
     config.json        the model's TransformerXLConfig (written at start)
     flags.json         the options of the latest start
-    checkpoints/       ckpt-<step>.* (chief); worker-<k>/ for other workers
+    checkpoints/       ckpt-<step>.* (chief); worker-<k>/ for other workers;
+                       run.json: what they were trained on (training.run_record)
     logs/              TensorBoard: train/ (Keras), eval/ (validation)
     train_log.jsonl    step, lr and running metrics every --log_every steps
+                       and at the last step
     eval_log.jsonl     validation results (step, loss, bpc, ppl, tokens)
     export/            the final model: config.json, weights.npz, vocab/
                        (load with txl_tf.checkpoints.load_pretrained)
@@ -75,8 +80,9 @@ SPEC = (
     option("integer", "eval_max_segments", None, "Evaluate only this many segments (quick "
                      "estimate; default: the whole split)."),
     option("integer", "log_every", 100, "Steps between train_log.jsonl lines."),
-    option("integer", "verbose", 1, "Keras fit verbosity: 0 silent, 1 progress bar, 2 a line "
-                     "per epoch."),
+    option("integer", "verbose", 1, "Keras fit verbosity: 0 silent, 1 progress bar (on a "
+                     "terminal; else a plain line every --log_every steps), 2 a line per "
+                     "epoch."),
     option("float", "max_time_s", 0, "Stop (checkpoint and export) after this many seconds "
                    "of training (0: no limit)."),
     option("bool", "log_batches", False, "Record each batch's step and first ids in "
@@ -130,7 +136,8 @@ def _model_overrides(o):
 def run(**options):
     """Trains with `options` (the flags, by name; see `SPEC`) and
     returns a summary dict (final step, last metrics, validation results,
-    export path). Raises `TrainingError` for bad input."""
+    export path). Raises `TrainingError` for bad input, for a model
+    directory that another job owns, and for checkpoints of another run."""
     o = merge(SPEC, options)
     _check_options(o)
 
@@ -138,20 +145,8 @@ def run(**options):
     if o["num_cpu_devices"]:
         split_cpu(o["num_cpu_devices"])
 
-    import keras
-
-    from txl_tf import TransformerXLLM
-    from txl_tf.checkpoints import save_pretrained
-    from training import inputs
-    from training.callbacks import (GlobalStepTensorBoard, StepEvents, StepLog, TimeLimit,
-                                    tensorboard_available)
-    from training.checkpointing import TrainingCheckpoint, checkpoint_dir
-    from training.model_config import build_config, check_resumable
-    from txl_tf.optimizer import ReplicaClippedAdam
-    from txl_tf.schedule import WarmupCosineDecay
+    from training.lock import DirectoryLock, lock_path
     from training.strategy import make_strategy, worker_info
-    from training.train_data import training_input
-    from training.validation import Validator
 
     try:
         strategy = make_strategy(o["strategy"], o["tpu"])
@@ -161,6 +156,37 @@ def run(**options):
     if o["max_time_s"] and workers > 1:
         raise TrainingError("--max_time_s needs a single worker (workers would stop at "
                             "different steps)")
+    model_dir = o["model_dir"]
+    os.makedirs(model_dir, exist_ok=True)
+    owner = f"--model_dir {model_dir}" + ("" if is_chief else f" (worker {task_id})")
+    lock = DirectoryLock(lock_path(model_dir, task_id, is_chief), owner)
+    try:
+        return _train(o, strategy, task_id, is_chief)
+    finally:
+        lock.release()
+
+
+def _warn(message):
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _train(o, strategy, task_id, is_chief):
+    """`run` once this task owns its part of the model directory."""
+    import keras
+
+    from txl_tf import TransformerXLLM
+    from txl_tf.checkpoints import save_pretrained
+    from training import inputs, run_record
+    from training.callbacks import (GlobalStepTensorBoard, StepEvents, StepLog, TimeLimit,
+                                    tensorboard_available)
+    from training.checkpointing import (TrainingCheckpoint, checkpoint_dir,
+                                        remove_stale_temporaries)
+    from training.model_config import build_config, check_resumable
+    from training.progress import ProgressLine, interactive
+    from txl_tf.optimizer import ReplicaClippedAdam
+    from txl_tf.schedule import WarmupCosineDecay
+    from training.train_data import training_input
+    from training.validation import Validator
 
     def log(message):
         if is_chief:
@@ -176,8 +202,13 @@ def run(**options):
         raise TrainingError(f"--batch_size {o['batch_size']} is not divisible by the "
                             f"{replicas} replicas of the {type(strategy).__name__}")
 
-    corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
-                         inputs.parse_options(o["corpus_option"]))
+    model_dir = o["model_dir"]
+    ckpt_dir = checkpoint_dir(model_dir, task_id, is_chief)
+    for name in remove_stale_temporaries(ckpt_dir):
+        _warn(f"removed {os.path.join(ckpt_dir, name)}, left by an interrupted save")
+
+    corpus_options = inputs.parse_options(o["corpus_option"])
+    corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"], corpus_options)
     config = build_config(o["preset"], corpus.tokenizer.vocab_size, o["n_token"],
                           _model_overrides(o), log=log)
     train_ids = inputs.check_split(corpus, "train", o["batch_size"], config.tgt_len,
@@ -192,14 +223,19 @@ def run(**options):
                             "--eval_every=0)")
     character_level = inputs.is_character_level(corpus.tokenizer)
 
-    model_dir = o["model_dir"]
-    os.makedirs(model_dir, exist_ok=True)
+    record = run_record.describe(o["dataset"], o["data_dir"], corpus_options,
+                                 o["batch_size"], config.tgt_len, replicas,
+                                 corpus.tokenizer.vocab_size, train_ids)
+    record_path = os.path.join(checkpoint_dir(model_dir), run_record.RUN_RECORD)
+    if tf_checkpoint_exists(ckpt_dir):
+        run_record.check(record, record_path)
     if is_chief:  # other workers may see the chief's files half-written
         config_path = os.path.join(model_dir, "config.json")
         check_resumable(config, config_path)
         _write_atomically(config_path, config.to_json() + "\n")
         _write_atomically(os.path.join(model_dir, "flags.json"),
                           json.dumps(o, indent=2, sort_keys=True) + "\n")
+        run_record.write(record, record_path)
 
     keras.utils.set_random_seed(o["seed"])
     schedule = WarmupCosineDecay(o["learning_rate"], o["train_steps"], o["warmup_steps"],
@@ -216,10 +252,9 @@ def run(**options):
             model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    checkpoint = TrainingCheckpoint(model, model.optimizer,
-                                    checkpoint_dir(model_dir, task_id, is_chief), strategy,
+    checkpoint = TrainingCheckpoint(model, model.optimizer, ckpt_dir, strategy,
                                     max_to_keep=o["keep_checkpoints"])
-    restored = checkpoint.restore_latest()
+    restored = checkpoint.restore_latest(warn=_warn)
     step = checkpoint.step
     params = sum(int(v.numpy().size) for v in model.core.trainable_weights)
     log(f"model: preset {o['preset']}, {params:,} parameters, n_token {config.n_token}, "
@@ -259,6 +294,11 @@ def run(**options):
         if is_chief:
             callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
                                      schedule=schedule))
+        verbose = o["verbose"] if is_chief else 0
+        if verbose == 1 and not interactive():  # a log file: plain lines, no bar
+            callbacks.append(ProgressLine(o["train_steps"], o["log_every"],
+                                          o["batch_size"] * config.tgt_len, schedule, log))
+            verbose = 0
         if timer:
             callbacks.append(timer)
         per_epoch = o["checkpoint_every"]
@@ -272,7 +312,7 @@ def run(**options):
             raise TrainingError(str(err)) from None
         fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
                         initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
-                        verbose=o["verbose"] if is_chief else 0)
+                        verbose=verbose)
         history = {k: float(v[-1]) for k, v in fit.history.items() if v}
         step = checkpoint.step
         if saved["step"] != step:
@@ -294,6 +334,11 @@ def run(**options):
             "evaluations": validator.results if validator else [],
             "export_dir": export_dir, "model_dir": model_dir, "parameters": params,
             "character_level": character_level, "replicas": replicas}
+
+
+def tf_checkpoint_exists(directory):
+    """Whether `directory` has a TF checkpoint state file (a run to resume)."""
+    return os.path.exists(os.path.join(directory, "checkpoint"))
 
 
 def main(argv):
