@@ -82,3 +82,30 @@ def test_killed_job_resumes_at_its_checkpoint(tmp_path):
         assert sorted(a.files) == sorted(b.files)
         for name in a.files:
             np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path):
+    write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=4)
+    run = tmp_path / "run"
+    args = [f"--model_dir={run}", "--dataset=text", f"--data_dir={tmp_path / 'corpus.txt'}",
+            f"--cache_dir={tmp_path / 'cache'}", "--preset=tiny", "--batch_size=4",
+            "--train_steps=30", "--checkpoint_every=10", "--log_every=1", "--nofinal_eval",
+            "--strategy=one_device", "--verbose=0", "--learning_rate=0.003", "--seed=5"]
+    run_job("training.train", args)
+    with np.load(run / "export" / "weights.npz") as f:
+        uninterrupted = {name: f[name] for name in f.files}
+    checkpoints = run / "checkpoints"
+    newest = next(checkpoints.glob("ckpt-30.data-*"))
+    newest.write_bytes(newest.read_bytes()[:len(newest.read_bytes()) // 2])  # truncated
+    (checkpoints / "ckpt-40_temp").mkdir()  # what a kill during a save leaves
+    (checkpoints / "ckpt-40_temp" / "part-00000-of-00001.index").write_bytes(b"\0")
+    (checkpoints / "checkpoint.tmp5f3a").write_text("partial")
+
+    second = run_job("training.train", args)
+    assert re.search(r"warning: checkpoint \S+ckpt-30 cannot be restored .*trying the "
+                     r"previous one", second.stderr), tail(second.stderr)
+    assert re.search(r"resumed from \S+ckpt-20 at step 20", second.stdout), tail(second.stdout)
+    assert not list(checkpoints.glob("*tmp*")) and not list(checkpoints.glob("*_temp*"))
+    with np.load(run / "export" / "weights.npz") as f:
+        for name, value in uninterrupted.items():
+            np.testing.assert_allclose(f[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

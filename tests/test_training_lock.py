@@ -1,0 +1,69 @@
+"""A model directory has one owner: a second job on it is refused and touches
+nothing; the lock dies with its holder, so a restart after a kill proceeds."""
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from training.errors import TrainingError
+from training.lock import DirectoryLock, lock_path
+from job_helpers import job_command, job_env, run_job, tail, write_text_corpus
+
+
+def _args(tmp_path, **changes):
+    flags = {"model_dir": tmp_path / "run", "dataset": "text",
+             "data_dir": tmp_path / "corpus.txt", "cache_dir": tmp_path / "cache",
+             "preset": "tiny", "batch_size": 4, "train_steps": 100_000,
+             "checkpoint_every": 5, "log_every": 1, "strategy": "one_device", "verbose": 0}
+    flags.update(changes)
+    return [f"--{k}={v}" for k, v in flags.items()] + ["--nofinal_eval"]
+
+
+def _files(run):
+    return {p.name: p.read_bytes() for p in (run / "flags.json", run / "config.json",
+                                             run / "checkpoints" / "run.json")}
+
+
+def test_second_job_is_refused_until_the_owner_dies(tmp_path):
+    write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=6)
+    run = tmp_path / "run"
+    owner = subprocess.Popen(job_command("training.train", _args(tmp_path)), env=job_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (run / "checkpoints" / "checkpoint").exists() and owner.poll() is None \
+                and time.time() < deadline:
+            time.sleep(0.05)
+        assert owner.poll() is None, tail(owner.communicate()[0])
+        before = _files(run)
+
+        second = run_job("training.train", _args(tmp_path, train_steps=7, batch_size=2),
+                         check=False)
+        assert second.returncode == 2, tail(second.stdout + second.stderr)
+        assert (f"error: --model_dir {run} is in use by another training job (pid "
+                f"{owner.pid} on host") in second.stderr
+        assert "Traceback" not in second.stderr and "starting at step" not in second.stdout
+        assert _files(run) == before  # the owner's files are untouched
+        steps = [json.loads(line)["step"] for line in open(run / "train_log.jsonl")]
+        assert steps == list(range(1, len(steps) + 1))  # one writer: no line twice
+        assert owner.poll() is None
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.communicate(timeout=60)
+
+    restart = run_job("training.train", _args(tmp_path, train_steps=1))
+    assert "resumed from" in restart.stdout and "nothing to train" in restart.stdout
+    assert json.loads((run / ".lock").read_text())["pid"] != owner.pid
+
+
+def test_lock_per_task(tmp_path):
+    chief = DirectoryLock(lock_path(tmp_path), "--model_dir x")
+    worker = DirectoryLock(lock_path(tmp_path, 1, False), "--model_dir x (worker 1)")
+    with pytest.raises(TrainingError, match=r"--model_dir x is in use by another training "
+                                            r"job \(pid \d+ on host"):
+        DirectoryLock(lock_path(tmp_path), "--model_dir x")
+    chief.release()
+    DirectoryLock(lock_path(tmp_path), "--model_dir x").release()
+    worker.release()

@@ -1,0 +1,33 @@
+"""Logs of a job whose output is not a terminal: plain lines, no progress-bar
+frames, and a train_log.jsonl line even for a run shorter than --log_every."""
+import json
+
+from job_helpers import run_job, write_text_corpus
+
+
+def test_piped_output_is_plain_lines(tmp_path):
+    write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
+    run = tmp_path / "run"
+    proc = run_job("training.train", [
+        f"--model_dir={run}", "--dataset=text", f"--data_dir={tmp_path / 'corpus.txt'}",
+        f"--cache_dir={tmp_path / 'cache'}", "--preset=tiny", "--batch_size=4",
+        "--train_steps=12", "--checkpoint_every=5", "--log_every=10", "--nofinal_eval",
+        "--strategy=one_device", "--verbose=1"])
+    output = proc.stdout + proc.stderr
+    assert "\r" not in output and "\x1b[" not in output, repr(output[-2000:])
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["10/12", "12/12"], proc.stdout
+    assert " loss " in lines[0] and " bpc " in lines[0] and " tok/s" in lines[0]
+    records = [json.loads(line) for line in open(run / "train_log.jsonl")]
+    assert [r["step"] for r in records] == [10, 12]
+
+
+def test_run_shorter_than_log_every_is_logged(tmp_path):
+    write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
+    from training import train
+    train.run(model_dir=str(tmp_path / "run"), dataset="text",
+              data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
+              preset="tiny", batch_size=2, train_steps=3, log_every=100, verbose=0,
+              strategy="one_device", final_eval=False)
+    records = [json.loads(line) for line in open(tmp_path / "run" / "train_log.jsonl")]
+    assert [r["step"] for r in records] == [3] and "loss" in records[0]
