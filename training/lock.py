@@ -5,6 +5,7 @@
 writes `{"pid", "host", "started"}` into the file for the message a second
 job gets.
 """
+import errno
 import fcntl
 import json
 import os
@@ -19,10 +20,17 @@ class DirectoryLock:
 
     def __init__(self, path, what):
         self.path = path
-        self._file = open(path, "a+", encoding="utf-8")
+        try:
+            self._file = open(path, "a+", encoding="utf-8")
+        except OSError as err:
+            raise TrainingError(f"cannot create the lock file of {what}: {err}") from None
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                self._file.close()
+                raise TrainingError(f"cannot lock {path} ({err}); the file system may not "
+                                    "support locks: use a local --model_dir") from None
             self._file.seek(0)
             owner = describe_owner(self._file.read())
             self._file.close()

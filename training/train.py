@@ -157,7 +157,10 @@ def run(**options):
         raise TrainingError("--max_time_s needs a single worker (workers would stop at "
                             "different steps)")
     model_dir = o["model_dir"]
-    os.makedirs(model_dir, exist_ok=True)
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+    except OSError as err:
+        raise TrainingError(f"--model_dir: cannot create {model_dir}: {err}") from None
     owner = f"--model_dir {model_dir}" + ("" if is_chief else f" (worker {task_id})")
     lock = DirectoryLock(lock_path(model_dir, task_id, is_chief), owner)
     try:

@@ -5,6 +5,7 @@ import os
 import tensorflow as tf
 
 from txl_tf.evaluation import evaluate_ids, make_scorer
+from training.progress import interactive
 
 
 class Validator:
@@ -29,7 +30,8 @@ class Validator:
         self.results.append(result)
         headline = (f"bpc {result['bpc']:.4f}" if self.character_level
                     else f"ppl {result['ppl']:.2f}")
-        self.log(f"\nstep {step}: valid {headline} (loss {result['loss']:.4f} over "
+        newline = "\n" if interactive() else ""  # ends a progress bar's line
+        self.log(f"{newline}step {step}: valid {headline} (loss {result['loss']:.4f} over "
                  f"{result['tokens']:,} tokens, {result['seconds']:.1f}s)")
         with open(os.path.join(self.model_dir, "eval_log.jsonl"), "a", encoding="utf-8") as f:
             f.write(json.dumps(result) + "\n")
