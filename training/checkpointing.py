@@ -40,6 +40,11 @@ def checkpoint_dir(model_dir, task_id=0, is_chief=True):
     return root if is_chief else os.path.join(root, f"worker-{task_id}")
 
 
+def has_checkpoints(directory):
+    """Whether `directory` has a checkpoint state file (a run to resume)."""
+    return os.path.exists(os.path.join(directory, "checkpoint"))
+
+
 def remove_stale_temporaries(directory):
     """Deletes `*_temp*` files / folders and `checkpoint.tmp*` files that an
     interrupted save left in `directory` (call only while owning it); returns

@@ -51,7 +51,7 @@ SPEC = (
     option("string", "dataset", "pystdlib", "Corpus name (txl_tf.data.KNOWN_CORPORA)."),
     option("string", "data_dir", None, "The corpus folder (file for dataset=text)."),
     option("string", "cache_dir", None, "Where encoded corpora are cached (default: "
-                    "txl_tf.data's)."),
+                    "$TXL_TF_CACHE, else $XDG_CACHE_HOME/txl_tf or ~/.cache/txl_tf)."),
     option("multi_string", "corpus_option", [], "key=value options of load_corpus, e.g. "
                           "max_bytes=1000000."),
     option("string", "model_dir", None, "Checkpoints, logs and the exported model."),
@@ -182,7 +182,7 @@ def _train(o, strategy, task_id, is_chief):
     from training import inputs, run_record
     from training.callbacks import (GlobalStepTensorBoard, StepEvents, StepLog, TimeLimit,
                                     tensorboard_available)
-    from training.checkpointing import (TrainingCheckpoint, checkpoint_dir,
+    from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
     from training.progress import ProgressLine, interactive
@@ -230,7 +230,7 @@ def _train(o, strategy, task_id, is_chief):
                                  o["batch_size"], config.tgt_len, replicas,
                                  corpus.tokenizer.vocab_size, train_ids)
     record_path = os.path.join(checkpoint_dir(model_dir), run_record.RUN_RECORD)
-    if tf_checkpoint_exists(ckpt_dir):
+    if has_checkpoints(ckpt_dir):
         run_record.check(record, record_path)
     if is_chief:  # other workers may see the chief's files half-written
         config_path = os.path.join(model_dir, "config.json")
@@ -337,11 +337,6 @@ def _train(o, strategy, task_id, is_chief):
             "evaluations": validator.results if validator else [],
             "export_dir": export_dir, "model_dir": model_dir, "parameters": params,
             "character_level": character_level, "replicas": replicas}
-
-
-def tf_checkpoint_exists(directory):
-    """Whether `directory` has a TF checkpoint state file (a run to resume)."""
-    return os.path.exists(os.path.join(directory, "checkpoint"))
 
 
 def main(argv):
