@@ -10,7 +10,13 @@ rt = open_runtime("out/model.onnx")                    # or "out/saved_model"
 log_probs, memory = rt.step(token_ids, rt.initial_memory(batch_size))
 ```
 """
-from export.input_checks import RuntimeInputError
+# First: TensorFlow's C++ start-up noise stays out of stderr (`python -m export`
+# imports this package, hence TensorFlow, before its __main__ runs).
+from training.tf_startup import quiet_tensorflow_import as _quiet_tensorflow_import
+
+_quiet_tensorflow_import()
+
+from export.input_checks import RuntimeInputError  # noqa: E402
 from export.job import run_export
 from export.metadata import ExportInfo, export_metadata
 from export.model_dir import (ModelDirError, load_model, save_core_weights,

@@ -2,12 +2,16 @@
 
     python -m export --model_dir=DIR --output_dir=OUT [--formats=saved_model,onnx]
         [--mem_len=N] [--opset=17] [--log_probs=all|last] [--config=... --weights=...]
+
+`DIR` is a model directory or a training run directory. Bad input ends in
+one `error:` line on stderr and exit status 2 (`training.cli`).
 """
-from absl import app, flags
+from absl import flags
 
 from export import job
+from training import cli
 
 if __name__ == "__main__":
     job.define_flags(flags.FLAGS)
     flags.adopt_module_key_flags(job)  # list the job's flags under --help
-    app.run(job.main)
+    cli.run(job.main)

@@ -53,6 +53,24 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_float("tolerance", 1e-4, "Max abs difference allowed by --verify.",
                        flag_values=fv)
     flags.mark_flag_as_required("output_dir", flag_values=fv)
+    flags.register_validator(
+        "formats", lambda value: bool(value) and set(value) <= set(FORMATS),
+        f"--formats must be a non-empty list of {', '.join(FORMATS)}", flag_values=fv)
+    flags.register_validator(
+        "opset", lambda value: value is None or MIN_OPSET <= value <= max_opset(),
+        f"--opset must be an ONNX opset from {MIN_OPSET} to {max_opset()} (tf2onnx's newest)",
+        flag_values=fv)
+    flags.register_validator("tolerance", lambda value: value is not None and value >= 0,
+                             "--tolerance must be >= 0", flag_values=fv)
+
+
+MIN_OPSET = 13
+
+
+def max_opset():
+    """The newest opset tf2onnx converts to."""
+    from tf2onnx.constants import OPSET_TO_IR_VERSION
+    return max(OPSET_TO_IR_VERSION)
 
 
 def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=None,
@@ -106,6 +124,7 @@ def run_from_flags(fv=flags.FLAGS):
 
 
 def main(argv):
+    """The `python -m export` entry (run through `training.cli.run`)."""
     if len(argv) > 1:
         raise flags.Error(f"unexpected arguments: {argv[1:]}")
     report = run_from_flags()

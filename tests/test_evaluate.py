@@ -79,3 +79,44 @@ def test_evaluate_job_on_a_corpus(tmp_path):
     assert written["bpc"] == pytest.approx(result["bpc"])
     assert (written["clamp_len"], written["same_length"], written["mem_len"]) == (5, True, 12)
     assert "bpc" in evaluate.describe(result)
+
+
+def test_evaluate_accepts_every_model_directory_form(tmp_path, capsys):
+    """A model dir, a training run dir (its export/, else its newest
+    checkpoint, or --checkpoint) give the same model; progress goes to stderr."""
+    import tensorflow as tf
+    from training.checkpointing import weight_dict
+    text = write_text_corpus(tmp_path / "corpus.txt", 3_000, seed=2)
+    keras.utils.set_random_seed(3)
+    trained = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8,
+                                                       init_std=0.3))
+    run = tmp_path / "run"
+    run.mkdir()
+    trained.config.to_json(str(run / "config.json"))
+    tf.train.CheckpointManager(tf.train.Checkpoint(weights=weight_dict(trained)),
+                               str(run / "checkpoints"), 2).save(checkpoint_number=7)
+    common = dict(dataset="text", data_dir=str(text), cache_dir=str(tmp_path / "cache"),
+                  batch_size=2, max_segments=3)
+    from_checkpoint = evaluate.run(model_dir=str(run), **common)
+    named = evaluate.run(model_dir=str(run), checkpoint="ckpt-7", **common)
+    save_pretrained(trained, run / "export")
+    from_export = evaluate.run(model_dir=str(run), **common)
+    from_model_dir = evaluate.run(model_dir=str(run / "export"), **common)
+    losses = {r["loss"] for r in (from_checkpoint, named, from_export, from_model_dir)}
+    assert len(losses) == 1 and from_export["segments"] == 3
+    progress = capsys.readouterr().err.splitlines()
+    assert "evaluating valid: 3/3 (100%)" in progress
+
+
+def test_progress_lines_stay_few():
+    import io
+    from training.cli import Progress
+    stream = io.StringIO()
+    report = Progress("scoring", stream=stream)
+    for done in range(1, 1001):
+        report(done, 1000)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) <= 11 and lines[-1] == "scoring: 1000/1000 (100%)"
+    silent = io.StringIO()
+    Progress("scoring", enabled=False, stream=silent)(1, 1)
+    assert silent.getvalue() == ""

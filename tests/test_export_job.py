@@ -85,7 +85,7 @@ def test_job_flag_errors(model_dir, tmp_path):
     path, _ = model_dir
     with pytest.raises(flags.ValidationError, match="--model_dir"):
         run_job(f"--output_dir={tmp_path}")
-    with pytest.raises(ValueError, match="formats must be"):
+    with pytest.raises(flags.IllegalFlagValueError, match="formats must be"):
         run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--formats=tflite")
     with pytest.raises(flags.IllegalFlagValueError):
         run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--log_probs=first")

@@ -1,6 +1,7 @@
 """Incremental decoding and scoring agree with single passes of the core."""
 import keras
 import numpy as np
+import pytest
 
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.generate import Generator
@@ -37,3 +38,24 @@ def test_sampling_is_seeded_and_respects_top_k():
     top3 = np.argsort(log_probs.numpy(), -1)[:, -3:]
     assert all(a[i, 0] in top3[i] for i in range(3))
 
+
+
+def test_bad_sampling_arguments_are_named():
+    core = make_core()
+    gen = Generator(core)
+    prompt = np.zeros((1, 2), np.int32)
+    for kwargs, message in (({"top_k": 51}, r"top_k must be in \[0, 50\]"),
+                            ({"temperature": -0.5}, "temperature must be >= 0"),
+                            ({"num_tokens": -1}, "num_tokens must be >= 0")):
+        call = {"num_tokens": 3, **kwargs}
+        with pytest.raises(ValueError, match=message):
+            gen.generate(prompt, **call)
+    with pytest.raises(ValueError, match="mem_len must be >= 0"):
+        Generator(core, mem_len=-1)
+
+
+def test_progress_callback_sees_every_token():
+    calls = []
+    Generator(make_core()).generate(np.zeros((1, 2), np.int32), 4, temperature=0,
+                                    progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]

@@ -87,3 +87,35 @@ def test_command_line_error_is_one_line(tmp_path):
 def test_float16_loss_scaling_is_refused_on_several_replicas(tmp_path, corpus):
     with pytest.raises(TrainingError, match="mixed_float16 with several replicas"):
         _train(tmp_path, data_dir=corpus, strategy="mirrored", mixed_precision="mixed_float16")
+
+
+@pytest.mark.parametrize("error", [
+    lambda: TrainingError("bad flag\nsecond line"),
+    lambda: __import__("txl_tf").InputError("bad ids"),
+    lambda: __import__("txl_tf").ConfigError("bad config"),
+    lambda: __import__("export").ModelDirError("bad model dir"),
+    lambda: __import__("export").RuntimeInputError("bad memory"),
+    lambda: __import__("absl.flags").flags.IllegalFlagValueError("bad value"),
+    lambda: __import__("absl.app").app.UsageError("bad usage"),
+], ids=["training", "input", "config", "model_dir", "runtime", "flag", "usage"])
+def test_bad_input_is_one_error_line_and_exit_2(error, capsys):
+    from training.errors import exit_on_error
+
+    def fails():
+        raise error()
+    with pytest.raises(SystemExit) as exit_info:
+        exit_on_error(fails)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: bad ")
+
+
+def test_bugs_keep_their_traceback():
+    from training.errors import exit_on_error
+
+    def bug():
+        raise KeyError("a bug")
+    with pytest.raises(KeyError):
+        exit_on_error(bug)
+    with pytest.raises(ValueError):  # a plain ValueError is not mistaken for bad input
+        exit_on_error(lambda: int("x"))

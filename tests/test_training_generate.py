@@ -27,3 +27,19 @@ def test_sampling_is_seeded():
     b = continue_ids(core, [1, 2, 3], 20, temperature=1.0, top_k=3, seed=5)
     np.testing.assert_array_equal(a, b)
     assert a.dtype == np.int32 and len(a) == 20 and a.min() >= 0 and a.max() < 40
+
+
+def test_word_level_continuation_is_joined_with_a_space():
+    from training.generate import continue_text, continuation, prompt_ids
+    from txl_tf.text import ByteTokenizer, WordTokenizer
+    words = WordTokenizer(["<unk>", "<eos>", "the", "every", "river"])
+    ids = prompt_ids(words, "the")
+    assert list(ids) == [2]  # the prompt's line goes on: no end-of-line id
+    assert "the" + continuation(words, ids, [3, 4]) == "the every river"
+    assert "the\n" + continuation(words, prompt_ids(words, "the\n"), [3]) == "the\nevery"
+    byte = ByteTokenizer()
+    assert "ab" + continuation(byte, prompt_ids(byte, "ab"), [99, 100]) == "abcd"
+    keras.utils.set_random_seed(9)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=5))
+    text = continue_text(core, words, "the", 4, greedy=True)
+    assert text.startswith((" ", "\n"))

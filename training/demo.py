@@ -8,13 +8,10 @@ length and longer) and without it (mem_len 0), and a greedy and a sampled
 continuation of a prompt.
 """
 import os
-import sys
 import tempfile
 
-from absl import app, logging
-
-from training.errors import exit_on_error
-from training.flagspec import define, merge, option, values
+from training import cli
+from training.flagspec import merge, option, values
 
 SPEC = (
     option("string", "model_dir", None, "Where to train (default: a new temporary folder)."),
@@ -35,6 +32,7 @@ SPEC = (
 def run(**options):
     """Trains, evaluates and samples; returns a summary dict."""
     o = merge(SPEC, options)
+    cli.quiet_tensorflow_import()
     from txl_tf.checkpoints import load_pretrained
     from txl_tf.data import load_corpus
     from txl_tf.text import load_tokenizer
@@ -79,13 +77,8 @@ def run(**options):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)
-    exit_on_error(lambda: run(**values(SPEC)))
-    sys.stdout.flush()
+    run(**values(SPEC))
 
 
 if __name__ == "__main__":
-    define(SPEC)
-    app.run(main)
+    cli.run(main, SPEC)

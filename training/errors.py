@@ -1,16 +1,58 @@
-"""User-facing errors of the jobs: one clear line, never a deep traceback."""
+"""User-facing errors of the jobs: one clear line, never a deep traceback.
+
+`TrainingError` is the one error type of the command-line layer: every job
+raises it for bad input. Library errors that also mean bad input (see
+`bad_input_types`) end the same way; anything else is a bug and keeps its
+traceback.
+"""
 import sys
+
+EXIT_BAD_INPUT = 2
+
+# (module, class) of library errors meaning "bad input"; looked up lazily, so
+# this module imports neither TensorFlow nor the library.
+_LIBRARY_ERRORS = (
+    ("txl_tf.validation", "InputError"),          # includes export.RuntimeInputError
+    ("txl_tf.config", "ConfigError"),
+    ("txl_tf.model_dir", "ModelDirError"),        # is export.ModelDirError
+    ("txl_tf.data", "CorpusNotFoundError"),
+    ("txl_tf.data", "EmptyCorpusError"),
+    ("absl.flags", "Error"),                      # bad flags, validators
+    ("absl.app", "UsageError"),
+)
 
 
 class TrainingError(Exception):
     """A bad flag, missing or empty data, or a model that does not fit the data."""
 
 
+def bad_input_types():
+    """The exception classes that mean bad input (those already imported)."""
+    types = [TrainingError]
+    for module, name in _LIBRARY_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            types.append(cls)
+    return tuple(types)
+
+
+def one_line(message):
+    """`message` with its lines joined by '; ' (an `error:` line stays one line)."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    return "; ".join(lines) or "unknown error"
+
+
+def fail(message):
+    """Prints `error: <message>` to stderr and exits with status 2."""
+    sys.stdout.flush()
+    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
 def exit_on_error(function):
-    """Runs `function()`; a `TrainingError` prints `error: <message>` to stderr
-    and exits with status 2."""
+    """Runs `function()`; bad input (`bad_input_types`) prints one `error:`
+    line to stderr and exits with status 2. Other exceptions propagate."""
     try:
         return function()
-    except TrainingError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
+    except bad_input_types() as err:
+        fail(err)

@@ -1,29 +1,29 @@
 r"""Evaluates a trained model on a corpus split the way the paper does (absl app).
 
-    python -m training.evaluate --model_dir=runs/enwik8_base/export \
+    python -m training.evaluate --model_dir=runs/enwik8_base \
         --dataset=enwik8 --data_dir=data/enwik8 --split=test \
         --paper_settings=enwik8_base --output=test.json
 
 `--model_dir` is a model directory (config.json + weights.npz, e.g. the
-`export/` written by training.train) or a training directory (its `export/`
-if present, else its newest checkpoint; `--checkpoint` picks one). Every
+`export/` written by training.train) or a training run directory (its
+`export/` if present, else its newest checkpoint; `--checkpoint` picks one,
+see `txl_tf.model_dir`). Every
 token of the split except the first of each of the `--batch_size` streams is
 predicted exactly once, segment by segment with the memory carried; the
 loss is weighted by tokens. Prints and writes (`--output`) loss, bpc, ppl.
+Bad input ends in one `error:` line and exit status 2 (`training.cli`).
 """
 import json
 import os
-import sys
 
-from absl import app, logging
-
-from training.errors import TrainingError, exit_on_error
-from training.flagspec import define, merge, option, values
+from training import cli
+from training.errors import TrainingError
+from training.flagspec import merge, option, values
 
 SPEC = (
     option("string", "model_dir", None, "Model directory, or a training run's directory."),
-    option("string", "checkpoint", None, "A training checkpoint (ckpt-N prefix) to evaluate "
-           "instead of the exported weights."),
+    option("string", "checkpoint", None, "A training checkpoint (ckpt-N prefix, or a name in "
+           "the run's checkpoints/) to evaluate instead of the exported weights."),
     option("string", "dataset", "pystdlib", "Corpus name."),
     option("string", "data_dir", None, "Corpus folder."),
     option("string", "cache_dir", None, "Corpus cache folder."),
@@ -40,68 +40,50 @@ SPEC = (
     option("integer", "batch_size", 10, "Streams evaluated side by side."),
     option("integer", "max_segments", None, "Stop after this many segments (an estimate)."),
     option("string", "output", None, "Write the results as JSON here."),
+    option("bool", "progress", None, "Show progress on stderr (default: a bar on a terminal, "
+           "else a line every 10%)."),
 )
 
 
-def _resolve(model_dir, checkpoint):
-    """`(config_dir, weights)`: where config.json is, and an npz model dir or
-    a checkpoint prefix."""
-    from txl_tf.checkpoints import CONFIG_FILE, WEIGHTS_FILE
-    if not model_dir or not os.path.isdir(model_dir):
-        raise TrainingError(f"--model_dir: model directory not found: {model_dir}")
-    if checkpoint:
-        return model_dir, ("checkpoint", checkpoint)
-    for candidate in (model_dir, os.path.join(model_dir, "export")):
-        if os.path.exists(os.path.join(candidate, WEIGHTS_FILE)):
-            return candidate, ("npz", candidate)
-    ckpts = os.path.join(model_dir, "checkpoints")
-    if os.path.isdir(ckpts) and os.path.exists(os.path.join(model_dir, CONFIG_FILE)):
-        return model_dir, ("checkpoint", ckpts)
-    raise TrainingError(f"--model_dir {model_dir} holds no {WEIGHTS_FILE}, export/ or "
-                        "checkpoints/ with a config.json")
-
-
 def load_core(model_dir, checkpoint=None, **overrides):
-    """A `TransformerXL` from a model or training directory, with config
-    `overrides` (clamp_len, same_length)."""
-    from txl_tf import ConfigError, TransformerXL
-    from txl_tf.checkpoints import load_config, load_pretrained
-    from training.checkpointing import restore_weights
-    config_dir, (kind, where) = _resolve(model_dir, checkpoint)
-    try:
-        if kind == "npz":
-            return load_pretrained(where, **overrides)
-        config = load_config(config_dir)
-        core = TransformerXL(config.replace(**overrides) if overrides else config)
-        restore_weights(core, where)
-        return core
-    except (ConfigError, ValueError, OSError) as err:
-        raise TrainingError(f"cannot load the model from {model_dir}: {err}") from None
+    """A `TransformerXL` from a model or training run directory, with config
+    `overrides` (clamp_len, same_length); see `txl_tf.model_dir`."""
+    if not model_dir:
+        raise TrainingError("--model_dir is required")
+    from txl_tf.model_dir import load
+    return load(model_dir, checkpoint, **overrides)[0]
 
 
-def run(**options):
-    """Evaluates with `options` (the flags by name); returns the results dict."""
-    o = merge(SPEC, options)
-    from txl_tf import ConfigError
-    from txl_tf.config import eval_settings
-    from training import inputs
-    from txl_tf.evaluation import evaluate_ids
-
-    settings = {}
-    if o["paper_settings"]:
-        try:
-            settings = eval_settings(o["paper_settings"])
-        except ConfigError as err:
-            raise TrainingError(f"--paper_settings: {err}") from None
-    for name in ("tgt_len", "mem_len", "clamp_len", "same_length"):
-        if o[name] is not None:
-            settings[name] = o[name]
+def _check_options(o, settings):
     if settings.get("tgt_len") is not None and settings["tgt_len"] <= 0:
         raise TrainingError(f"--tgt_len must be positive, got {settings['tgt_len']}")
     if settings.get("mem_len") is not None and settings["mem_len"] < 0:
         raise TrainingError(f"--mem_len must be >= 0, got {settings['mem_len']}")
     if o["batch_size"] <= 0:
         raise TrainingError(f"--batch_size must be positive, got {o['batch_size']}")
+    if o["max_segments"] is not None and o["max_segments"] <= 0:
+        raise TrainingError(f"--max_segments must be positive, got {o['max_segments']}")
+    if not o["model_dir"]:
+        raise TrainingError("--model_dir is required")
+
+
+def run(**options):
+    """Evaluates with `options` (the flags by name); returns the results dict."""
+    o = merge(SPEC, options)
+    given = {name: o[name] for name in ("tgt_len", "mem_len", "clamp_len", "same_length")
+             if o[name] is not None}
+    _check_options(o, given)
+    cli.quiet_tensorflow_import()
+    settings = {}
+    if o["paper_settings"]:
+        from txl_tf.config import ConfigError, eval_settings
+        try:
+            settings = eval_settings(o["paper_settings"])
+        except ConfigError as err:
+            raise TrainingError(f"--paper_settings: {err}") from None
+    settings.update(given)
+    from training import inputs
+    from txl_tf.evaluation import evaluate_ids
 
     overrides = {k: settings[k] for k in ("clamp_len", "same_length") if k in settings}
     core = load_core(o["model_dir"], o["checkpoint"], **overrides)
@@ -115,8 +97,9 @@ def run(**options):
     if len(ids) < 2:
         raise TrainingError(f"empty corpus: the {o['split']} split of {corpus.name!r} has "
                             f"{len(ids)} tokens (at least 2 needed)")
+    progress = cli.Progress(f"evaluating {o['split']}", enabled=o["progress"] is not False)
     result = evaluate_ids(core, ids, o["batch_size"], settings.get("tgt_len"),
-                          settings.get("mem_len"), o["max_segments"])
+                          settings.get("mem_len"), o["max_segments"], progress=progress)
     result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
                    "clamp_len": core.config.clamp_len, "same_length": core.config.same_length,
                    "character_level": inputs.is_character_level(corpus.tokenizer)})
@@ -138,14 +121,8 @@ def describe(result):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)
-    result = exit_on_error(lambda: run(**values(SPEC)))
-    print(describe(result), flush=True)
-    sys.stdout.flush()
+    print(describe(run(**values(SPEC))), flush=True)
 
 
 if __name__ == "__main__":
-    define(SPEC)
-    app.run(main)
+    cli.run(main, SPEC)

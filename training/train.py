@@ -340,12 +340,13 @@ def _train(o, strategy, task_id, is_chief):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)  # TF's checkpoint INFO lines
+    """The command-line entry (run through `training.cli.run`: bad input is
+    one `error:` line and exit status 2)."""
+    from training import cli
     options = values(SPEC)
     start = time.time()
-    result = exit_on_error(lambda: run(**options))
+    cli.quiet_tensorflow_import()
+    result = run(**options)
     if result and result["final_eval"]:
         e = result["final_eval"]
         print(f"done: step {result['step']}, valid bpc {e['bpc']:.4f}, ppl {e['ppl']:.3f} "
@@ -354,5 +355,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    define(SPEC)
-    app.run(main)
+    from training import cli
+    cli.run(main, SPEC)

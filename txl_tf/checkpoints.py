@@ -6,6 +6,7 @@ converted TF checkpoint and the numpy reference in the tests share one layout.
 Files are `.npz` archives read with `allow_pickle=False`: no pickle anywhere.
 """
 import os
+import zipfile
 from collections import OrderedDict
 
 import numpy as np
@@ -98,8 +99,14 @@ def load_weights(core, path):
     """Reads weights written by `save_weights` (no pickle)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"weights file not found: {path}")
-    with np.load(path, allow_pickle=False) as archive:
-        set_weights(core, {k: archive[k] for k in archive.files})
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        problem = "the file is empty" if os.path.getsize(path) == 0 else (
+            f"not a complete .npz archive ({err or type(err).__name__})")
+        raise ValueError(f"cannot read weights file {path}: {problem}") from None
+    set_weights(core, arrays)
 
 
 def save_pretrained(core, directory):

@@ -22,6 +22,8 @@ class Generator:
     def __init__(self, core, mem_len=None, segment_len=None):
         self.core = core
         self.mem_len = core.config.mem_len if mem_len is None else int(mem_len)
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {self.mem_len}")
         self.segment_len = int(segment_len or core.config.tgt_len)
         self._step = tf.function(self._last_log_probs, reduce_retracing=True)
 
@@ -43,17 +45,33 @@ class Generator:
     def generate(self, prompt_ids, num_tokens, temperature=1.0, top_k=0, seed=None,
                  progress=False):
         """`[B, num_tokens]` new ids. `temperature == 0` is greedy; `top_k > 0`
-        samples among the k most likely tokens."""
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        samples among the k most likely tokens. `progress` is a bool (a tqdm
+        bar on stderr) or a callback `progress(done, num_tokens)`."""
+        check_sampling(num_tokens, temperature, top_k, self.core.config.n_token)
         rng = np.random.default_rng(seed)
         log_probs, memory = self.prime(prompt_ids)
+        report = progress if callable(progress) else None
+        steps = range(num_tokens) if report else tqdm(
+            range(num_tokens), disable=not progress, desc="generating")
         out = []
-        for _ in tqdm(range(num_tokens), disable=not progress, desc="generating"):
+        for i in steps:
             token = sample(log_probs.numpy(), temperature, top_k, rng)
             out.append(token)
             log_probs, memory = self._step(token[:, None], memory)
+            if report:
+                report(i + 1, num_tokens)
         return np.stack(out, axis=1) if out else np.zeros((len(prompt_ids), 0), np.int32)
+
+
+def check_sampling(num_tokens, temperature, top_k, n_token):
+    """Raises ValueError for a negative count or temperature, or a `top_k`
+    outside `[0, n_token]`."""
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    if not temperature >= 0:  # also NaN
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 <= top_k <= n_token:
+        raise ValueError(f"top_k must be in [0, {n_token}] (the vocabulary size), got {top_k}")
 
 
 def sample(log_probs, temperature, top_k, rng):

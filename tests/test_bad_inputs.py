@@ -1,0 +1,292 @@
+"""Bad input, table by table: the core, the runtimes, raw onnxruntime, and every
+command-line job. Each CLI case ends in one `error:` line matching the
+table's pattern, exit status 2, no traceback, no TensorFlow start-up noise, and
+no change to the files of earlier runs."""
+import hashlib
+import os
+import re
+import shutil
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tensorflow as tf
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
+from training.checkpointing import weight_dict
+from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
+from txl_tf.checkpoints import save_pretrained
+from txl_tf.text import ByteTokenizer
+from job_helpers import job_env, run_job, write_text_corpus
+
+MEM_LEN = 4
+NOISE = re.compile(r"cuInit|cudart_stub|port\.cc|cuda_platform|InitializeLog")
+
+
+def _model_dir(path, core, vocab=True):
+    save_pretrained(core, str(path))
+    if vocab:
+        ByteTokenizer().save(str(path / "vocab"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """`root/`: model/ (config, weights, vocab), run/ (a training run: config,
+    checkpoints/ckpt-2, export/), run_noexport/, broken/ (truncated
+    weights.npz), empty/ (empty weights.npz), novocab/; `scratch/` for outputs
+    and caches (not part of the snapshot)."""
+    base = tmp_path_factory.mktemp("bad_inputs")
+    root, scratch = base / "root", base / "scratch"
+    scratch.mkdir()
+    core = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8))
+    _model_dir(root / "model", core)
+    for run in ("run", "run_noexport"):
+        (root / run).mkdir(parents=True)
+        core.config.to_json(str(root / run / "config.json"))
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(weights=weight_dict(core)),
+                                             str(root / run / "checkpoints"), max_to_keep=2)
+        manager.save(checkpoint_number=2)
+    _model_dir(root / "run" / "export", core)
+    weights = (root / "model" / "weights.npz").read_bytes()
+    _model_dir(root / "broken", core)
+    (root / "broken" / "weights.npz").write_bytes(weights[:len(weights) // 2])
+    _model_dir(root / "empty", core)
+    (root / "empty" / "weights.npz").write_bytes(b"")
+    _model_dir(root / "novocab", core, vocab=False)
+    corpus = write_text_corpus(scratch / "corpus.txt", 3_000)
+    exported = scratch / "exported"
+    export_saved_model(core, str(exported / "saved_model"), MEM_LEN)
+    export_onnx(core, str(exported / "model.onnx"), MEM_LEN)
+    return {"root": root, "scratch": scratch, "corpus": corpus, "core": core,
+            "exported": exported}
+
+
+def snapshot(root):
+    """`{relative path: (size, mtime_ns, sha256)}` of every file under `root`."""
+    state = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            info = os.stat(path)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            state[os.path.relpath(path, root)] = (info.st_size, info.st_mtime_ns, digest)
+    return state
+
+
+# ------------------------------------------------------------------- the core
+def _memory(batch=2, n_layer=2, d_model=32, mem_len=MEM_LEN, mask_dtype=bool):
+    return Memory(np.zeros([n_layer, batch, mem_len, d_model], np.float32),
+                  np.zeros([batch, mem_len], mask_dtype))
+
+
+IDS = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+
+CORE_CASES = [  # (id, token_ids, memory, message pattern)
+    ("float_ids", IDS.astype(np.float32), _memory(), r"token_ids must be integers, got dtype "
+                                                     r"float32"),
+    ("id_too_large", np.array([[1, 256]]), _memory(batch=1),
+     r"token id 256 at position \(0, 1\) is out of range for a vocabulary of 256 tokens"),
+    ("negative_id", np.array([[-1, 2]]), _memory(batch=1), r"token id -1 at position \(0, 0\)"),
+    ("rank_3_ids", IDS[None], _memory(), r"token_ids must be \[batch, length\]"),
+    ("layers", IDS, _memory(n_layer=3), r"mems hold 3 layers, the model has 2"),
+    ("width", IDS, _memory(d_model=16), r"mems have width 16, the model's d_model is 32"),
+    ("mask_dtype", IDS, _memory(mask_dtype=np.float32), r"mem_mask must be bool, got float32"),
+    ("batch", IDS, _memory(batch=3), r"token_ids have batch 2 but the memory has batch 3"),
+    ("rank_3_mems", IDS, Memory(np.zeros([2, 4, 32], np.float32), np.zeros([2, 4], bool)),
+     r"mems must be \[n_layer, batch, mem_len, d_model\] \(rank 4\)"),
+]
+
+
+@pytest.mark.parametrize("ids, memory, pattern", [c[1:] for c in CORE_CASES],
+                         ids=[c[0] for c in CORE_CASES])
+def test_core_rejects(prepared, ids, memory, pattern):
+    with pytest.raises(InputError, match=pattern):
+        prepared["core"](ids, memory)
+
+
+# ----------------------------------------------------------------- runtimes
+RUNTIME_CASES = [  # (id, call(runtime), message pattern)
+    ("float_ids", lambda rt: rt.step(IDS.astype(np.float32)), r"integer dtype, got float32"),
+    ("id_too_large", lambda rt: rt.step(np.array([[1, 256]])),
+     r"token_ids: id 256 at position \(0, 1\) is out of range .* 256 tokens"),
+    ("negative_id", lambda rt: rt.step(np.array([[-1, 2]])), r"id -1 at position \(0, 0\)"),
+    ("rank_1_ids", lambda rt: rt.step(np.array([1, 2])), r"non-empty \[batch, length\]"),
+    ("empty_ids", lambda rt: rt.step(np.zeros([1, 0], np.int32)), r"non-empty"),
+    ("mem_len", lambda rt: rt.step(IDS, _memory(mem_len=MEM_LEN + 1)), r"mem_len fixed at 4"),
+    ("batch", lambda rt: rt.step(IDS, _memory(batch=3)), r"batch mismatch: token_ids have "
+                                                          r"batch 2 but the memory has batch 3"),
+    ("mask_dtype", lambda rt: rt.step(IDS, _memory(mask_dtype=np.int32)), r"mem_mask must be "
+                                                                          r"bool"),
+    ("not_a_memory", lambda rt: rt.step(IDS, "memory"), r"\(mems, mem_mask\) pair"),
+    ("targets", lambda rt: rt.score(IDS, IDS[:, :2]), r"differs from token_ids shape"),
+    ("batch_size", lambda rt: rt.initial_memory(0), r"batch_size must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize("backend", ["onnx", "saved_model"])
+@pytest.mark.parametrize("call, pattern", [c[1:] for c in RUNTIME_CASES],
+                         ids=[c[0] for c in RUNTIME_CASES])
+def test_runtime_rejects(prepared, backend, call, pattern):
+    runtime = open_runtime(str(prepared["exported"]), backend=backend, device="cpu")
+    with pytest.raises(RuntimeInputError, match=pattern):
+        call(runtime)
+
+
+# ------------------------------------------------------- raw onnxruntime
+def _feeds(ids=IDS, mem_len=MEM_LEN, mems_dtype=np.float32, mask_dtype=bool):
+    batch = ids.shape[0] if ids.ndim == 2 else 2
+    return {"token_ids": ids,
+            "mems": np.zeros([2, batch, mem_len, 32], mems_dtype),
+            "mem_mask": np.zeros([batch, mem_len], mask_dtype)}
+
+
+def _without(name):
+    feeds = _feeds()
+    del feeds[name]
+    return feeds
+
+
+# Shapes and dtypes that onnxruntime itself rejects (no checks of ours run).
+RAW_ONNXRUNTIME_SHAPE_DTYPE_CASES = [  # (id, feeds, exception, message pattern)
+    ("float_ids", _feeds(IDS.astype(np.float32)), InvalidArgument,
+     r"Unexpected input data type.*tensor\(float\).*expected.*tensor\(int32\)"),
+    ("int64_ids", _feeds(IDS.astype(np.int64)), InvalidArgument,
+     r"Unexpected input data type.*tensor\(int64\)"),
+    ("rank_1_ids", _feeds(np.array([1, 2, 3], np.int32)), InvalidArgument,
+     r"Invalid rank for input: token_ids Got: 1 Expected: 2"),
+    ("mem_len", _feeds(mem_len=MEM_LEN + 1), InvalidArgument,
+     r"(?s)Got invalid dimensions for input: mems .* index: 2 Got: 5 Expected: 4"),
+    ("mems_dtype", _feeds(mems_dtype=np.float64), InvalidArgument,
+     r"Unexpected input data type.*tensor\(double\)"),
+    ("mask_dtype", _feeds(mask_dtype=np.int32), InvalidArgument,
+     r"Unexpected input data type.*tensor\(int32\).*expected.*tensor\(bool\)"),
+    ("missing_input", _without("mem_mask"), (InvalidArgument, ValueError),
+     r"Required inputs \(\['mem_mask'\]\) are missing"),
+]
+
+# Out-of-range ids fed to onnxruntime directly: rows come with the in-graph
+# id range check (each: id, feeds, exception class, message pattern).
+RAW_ONNXRUNTIME_ID_RANGE_CASES = []
+
+
+@pytest.fixture(scope="module")
+def session(prepared):
+    return ort.InferenceSession(str(prepared["exported"] / "model.onnx"),
+                                providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize(
+    "feeds, error, pattern",
+    [c[1:] for c in RAW_ONNXRUNTIME_SHAPE_DTYPE_CASES + RAW_ONNXRUNTIME_ID_RANGE_CASES],
+    ids=[c[0] for c in RAW_ONNXRUNTIME_SHAPE_DTYPE_CASES + RAW_ONNXRUNTIME_ID_RANGE_CASES])
+def test_raw_onnxruntime_rejects(session, feeds, error, pattern):
+    with pytest.raises(error, match=pattern):
+        session.run(None, feeds)
+
+
+# ---------------------------------------------------------- command lines
+# (id, module, arguments, pattern of the one error line). Placeholders:
+# {root} (snapshotted), {scratch}, {corpus}.
+CLI_CASES = [
+    ("train_unknown_flag", "training.train", ["--bogus=1"], r"Unknown command line flag 'bogus'"),
+    ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),
+    ("train_positional", "training.train", ["--model_dir={scratch}/t", "extra"],
+     r"unexpected arguments: extra"),
+    ("train_preset", "training.train", ["--preset=huge", "--model_dir={root}/run"],
+     r"unknown preset 'huge'; known presets: .*tiny"),
+    ("train_steps", "training.train", ["--train_steps=0", "--model_dir={root}/run"],
+     r"--train_steps must be a positive integer, got 0"),
+    ("train_other_model", "training.train",
+     ["--model_dir={root}/run", "--dataset=text", "--data_dir={corpus}", "--preset=small",
+      "--cache_dir={scratch}/cache", "--strategy=one_device"],
+     r"--model_dir holds a run of another model"),
+    ("evaluate_max_segments", "training.evaluate", ["--model_dir={root}/run",
+                                                    "--max_segments=0"],
+     r"--max_segments must be positive, got 0"),
+    ("evaluate_mem_len", "training.evaluate", ["--model_dir={root}/run", "--mem_len=-1"],
+     r"--mem_len must be >= 0, got -1"),
+    ("evaluate_no_model_dir", "training.evaluate", [], r"--model_dir is required"),
+    ("evaluate_split", "training.evaluate", ["--split=dev"], r"flag --split=dev"),
+    ("evaluate_checkpoint", "training.evaluate", ["--model_dir={root}/run",
+                                                  "--checkpoint=ckpt-99"],
+     r"checkpoint 'ckpt-99' not found"),
+    ("evaluate_missing_dir", "training.evaluate", ["--model_dir={root}/nowhere"],
+     r"model directory '.*nowhere' does not exist"),
+    ("evaluate_empty_weights", "training.evaluate", ["--model_dir={root}/empty"],
+     r"cannot load weights '.*empty/weights\.npz'.*the file is empty"),
+    ("evaluate_truncated_weights", "training.evaluate", ["--model_dir={root}/broken"],
+     r"cannot load weights '.*broken/weights\.npz'.*not a complete \.npz archive"),
+    ("generate_top_k", "training.generate", ["--model_dir={root}/model", "--prompt=a",
+                                             "--top_k=1000"],
+     r"--top_k 1000 exceeds the vocabulary of 256 tokens"),
+    ("generate_temperature", "training.generate", ["--model_dir={root}/model", "--prompt=a",
+                                                   "--temperature=-1"],
+     r"--temperature must be >= 0, got -1"),
+    ("generate_mem_len", "training.generate", ["--model_dir={root}/model", "--prompt=a",
+                                               "--mem_len=-1"], r"--mem_len must be >= 0"),
+    ("generate_num_tokens", "training.generate", ["--model_dir={root}/model", "--prompt=a",
+                                                  "--num_tokens=-1"],
+     r"--num_tokens must be >= 0, got -1"),
+    ("generate_no_vocab", "training.generate", ["--model_dir={root}/novocab", "--prompt=a"],
+     r"no tokenizer for .*novocab: no vocab/"),
+    ("generate_truncated_weights", "training.generate", ["--model_dir={root}/broken",
+                                                         "--prompt=a"],
+     r"cannot load weights '.*broken/weights\.npz'"),
+    ("export_unknown_flag", "export", ["--bogus"], r"Unknown command line flag 'bogus'"),
+    ("export_bad_value", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
+                                    "--mem_len=abc"], r"flag --mem_len=abc"),
+    ("export_no_output_dir", "export", ["--model_dir={root}/model"],
+     r"--output_dir must have a value other than None"),
+    ("export_formats", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
+                                  "--formats=tflite"],
+     r"--formats must be a non-empty list of saved_model, onnx"),
+    ("export_opset", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
+                                "--opset=3"], r"--opset must be an ONNX opset from 13 to"),
+    ("export_mem_len", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
+                                  "--mem_len=-1"], r"flag --mem_len=-1"),
+    ("export_truncated_weights", "export", ["--model_dir={root}/broken",
+                                            "--output_dir={root}/model"],
+     r"cannot load weights '.*broken/weights\.npz'.*not a complete \.npz archive"),
+    ("export_missing_weights", "export", ["--config={root}/model/config.json",
+                                          "--weights={root}/missing.npz",
+                                          "--output_dir={root}/out"],
+     r"weights file '.*missing\.npz' does not exist"),
+]
+
+
+@pytest.mark.parametrize("module, args, pattern", [c[1:] for c in CLI_CASES],
+                         ids=[c[0] for c in CLI_CASES])
+def test_cli_fails_in_one_line(prepared, module, args, pattern):
+    places = {k: str(prepared[k]) for k in ("root", "scratch", "corpus")}
+    before = snapshot(prepared["root"])
+    proc = run_job(module, [a.format(**places) for a in args], check=False, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    report = f"exit {proc.returncode}\n--- stderr ---\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 2, report
+    assert "Traceback" not in proc.stderr + proc.stdout, report
+    assert len(errors) == 1, report
+    assert re.search(pattern, errors[0]), report
+    assert not NOISE.search(proc.stderr), report
+    assert snapshot(prepared["root"]) == before
+
+
+def test_cli_success_has_no_start_up_noise(prepared):
+    env = job_env()
+    env.pop("CUDA_VISIBLE_DEVICES")  # let TensorFlow look for a GPU (and log about it)
+    proc = run_job("training.generate", [f"--model_dir={prepared['root']}/run", "--prompt=ab",
+                                         "--num_tokens=3", "--greedy"], env=env)
+    assert proc.stdout.startswith("ab") and len(proc.stdout.rstrip("\n")) >= 2
+    assert not NOISE.search(proc.stderr), proc.stderr[-3000:]
+    assert "error" not in proc.stderr
+
+
+def test_snapshot_sees_changes(tmp_path):
+    (tmp_path / "a").write_bytes(b"1")
+    before = snapshot(tmp_path)
+    (tmp_path / "a").write_bytes(b"2")
+    assert snapshot(tmp_path) != before
+    shutil.copy(tmp_path / "a", tmp_path / "b")
+    assert set(snapshot(tmp_path)) == {"a", "b"}

@@ -1,0 +1,60 @@
+"""One loader for model directories and training run directories."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export import ModelDirError, load_model
+from training.checkpointing import weight_dict
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.checkpoints import save_pretrained
+from txl_tf.model_dir import load, resolve
+from txl_tf.text import ByteTokenizer
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A training run directory: config.json and checkpoints/ckpt-3, no export yet."""
+    run = tmp_path_factory.mktemp("run")
+    core = TransformerXL(TransformerXLConfig.preset("tiny"))
+    core.config.to_json(str(run / "config.json"))
+    tf.train.CheckpointManager(tf.train.Checkpoint(weights=weight_dict(core)),
+                               str(run / "checkpoints"), 2).save(checkpoint_number=3)
+    return run, core
+
+
+def same_weights(a, b):
+    return all(np.array_equal(x.numpy(), y.numpy()) for x, y in zip(a.weights, b.weights))
+
+
+def test_run_directory_forms(run, tmp_path):
+    path, core = run
+    source = resolve(str(path))
+    assert source.weights_kind == "checkpoint" and source.weights_path.endswith("ckpt-3")
+    assert same_weights(load(str(path))[0], core)
+    assert resolve(str(path), checkpoint="ckpt-3").weights_path.endswith("ckpt-3")
+    with pytest.raises(ModelDirError, match="checkpoint 'ckpt-9' not found"):
+        resolve(str(path), checkpoint="ckpt-9")
+    exported = tmp_path / "run"
+    exported.mkdir()
+    save_pretrained(core, exported / "export")
+    ByteTokenizer().save(str(exported / "export" / "vocab"))
+    loaded = load_model(str(exported))  # the export job takes the run directory
+    assert loaded.config_path.endswith("export/config.json") and loaded.vocab_dir
+    assert same_weights(loaded.core, core)
+
+
+def test_unreadable_weights_name_the_path(run, tmp_path):
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+    weights = tmp_path / "model" / "weights.npz"
+    data = weights.read_bytes()
+    for content, problem in ((data[:len(data) // 3], "not a complete .npz archive"),
+                             (b"", "the file is empty")):
+        weights.write_bytes(content)
+        with pytest.raises(ModelDirError, match=f"{weights}.*{problem}"):
+            load(str(tmp_path / "model"))
+
+
+def test_neither_form(tmp_path):
+    with pytest.raises(ModelDirError, match="neither a model directory"):
+        resolve(str(tmp_path))

@@ -1,0 +1,57 @@
+"""Keeps TensorFlow's C++ start-up noise out of the user's log.
+
+TF 2.21 logs through absl before `absl::InitializeLog()` runs, so
+`TF_CPP_MIN_LOG_LEVEL` cannot silence lines such as `port.cc ... oneDNN`,
+`cudart_stub.cc ... Could not find cuda drivers` or `failed call to cuInit`.
+`quiet_tensorflow_import` imports TensorFlow (and lists its devices, which
+is when cuInit runs) with file descriptor 2 sent to a temporary file, then
+restores it and replays every captured line that is not such noise, so real
+errors still show. Only the standard library is imported here.
+"""
+import os
+import re
+import sys
+import tempfile
+
+NOISE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|[IW]\d{4} [\d:. ]+\d+ [\w.]+:\d+\]"                 # C++ INFO / WARNING lines
+    r"|E\d{4} [\d:. ]+\d+ [\w.]+:\d+\] .*(cuInit|CUDA|cuda|cuDNN|cuFFT|cuBLAS|factory)"
+    r"|To enable the following instructions:)")
+
+
+def quiet_tensorflow_import():
+    """Imports TensorFlow once, without its start-up noise on stderr.
+
+    A no-op when TensorFlow is already imported. Sets `TF_CPP_MIN_LOG_LEVEL`
+    to 2 (unless set) for the C++ log after start-up.
+    """
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2: nothing to protect
+        import tensorflow as tf
+        return tf
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            import tensorflow as tf
+            tf.config.list_physical_devices()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            _replay(capture.read().decode("utf-8", errors="replace"))
+    return tf
+
+
+def _replay(text):
+    kept = [line for line in text.splitlines(keepends=True) if not NOISE.match(line)]
+    if kept:
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()

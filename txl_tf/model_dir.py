@@ -1,0 +1,172 @@
+"""One loader for every form of model directory the jobs accept.
+
+* a model directory: `config.json` + `weights.npz` [+ `vocab/`], as written
+  by `txl_tf.checkpoints.save_pretrained` (and training's `export/`);
+* a training run directory (`training.train --model_dir`): its `export/`
+  when present, else its newest checkpoint in `checkpoints/` with its
+  `config.json` (and `export/vocab/` when present);
+* either, with an explicit training `checkpoint` (a `ckpt-N` prefix, or a
+  name relative to the run's `checkpoints/`).
+
+Explicit `config_path` / `weights_path` / `vocab_dir` override what the
+directory holds. Every problem is a `ModelDirError` naming the path.
+"""
+import os
+import zipfile
+from typing import NamedTuple, Optional
+
+from txl_tf import checkpoints
+from txl_tf.config import ConfigError, TransformerXLConfig
+
+CONFIG_FILE = checkpoints.CONFIG_FILE
+WEIGHTS_FILE = checkpoints.WEIGHTS_FILE
+VOCAB_DIR = checkpoints.VOCAB_DIR
+EXPORT_DIR = "export"
+CHECKPOINT_DIR = "checkpoints"
+
+
+class ModelDirError(ValueError):
+    """A model directory, config, weights file or checkpoint is missing or unreadable."""
+
+
+class ModelSource(NamedTuple):
+    """Where a model's parts are: `weights_kind` is npz, keras or checkpoint."""
+
+    config_path: str
+    weights_path: str
+    weights_kind: str
+    vocab_dir: Optional[str]
+
+
+def _isfile(directory, name):
+    return os.path.isfile(os.path.join(directory, name))
+
+
+def _vocab_in(*directories):
+    for directory in directories:
+        candidate = os.path.join(directory, VOCAB_DIR)
+        if os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def _checkpoint_prefix(path, run_dir):
+    """A checkpoint prefix for `path` (prefix, folder, or a name in the run's
+    checkpoints/)."""
+    import tensorflow as tf
+    for candidate in (path, os.path.join(run_dir, CHECKPOINT_DIR, path)) if run_dir else (path,):
+        if os.path.isdir(candidate):
+            latest = tf.train.latest_checkpoint(candidate)
+            if latest:
+                return latest
+        elif os.path.isfile(candidate + ".index"):
+            return candidate
+    raise ModelDirError(f"checkpoint {path!r} not found (a ckpt-N prefix with its .index "
+                        "file, or a folder of training checkpoints)")
+
+
+def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
+            vocab_dir=None):
+    """The `ModelSource` of a model or training run directory (see module doc)."""
+    if model_dir is not None and not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory {model_dir!r} does not exist")
+    kind = None
+    if model_dir is not None and weights_path is None:
+        export = os.path.join(model_dir, EXPORT_DIR)
+        if checkpoint:
+            kind, weights_path = "checkpoint", _checkpoint_prefix(checkpoint, model_dir)
+            home = model_dir if _isfile(model_dir, CONFIG_FILE) else export
+        elif _isfile(model_dir, WEIGHTS_FILE):
+            home = model_dir
+        elif _isfile(export, WEIGHTS_FILE):
+            home = export
+        elif _isfile(model_dir, CONFIG_FILE) and os.path.isdir(
+                os.path.join(model_dir, CHECKPOINT_DIR)):
+            kind, home = "checkpoint", model_dir
+            weights_path = _checkpoint_prefix(os.path.join(model_dir, CHECKPOINT_DIR), None)
+        else:
+            raise ModelDirError(
+                f"{model_dir!r} is neither a model directory ({CONFIG_FILE} + {WEIGHTS_FILE}) "
+                f"nor a training run directory ({EXPORT_DIR}/ or {CHECKPOINT_DIR}/ with a "
+                f"{CONFIG_FILE})")
+        weights_path = weights_path or os.path.join(home, WEIGHTS_FILE)
+        config_path = config_path or os.path.join(home, CONFIG_FILE)
+        vocab_dir = vocab_dir or _vocab_in(home, export)
+    elif checkpoint and weights_path is None:
+        kind, weights_path = "checkpoint", _checkpoint_prefix(checkpoint, None)
+    elif model_dir is not None:
+        config_path = config_path or os.path.join(model_dir, CONFIG_FILE)
+        vocab_dir = vocab_dir or _vocab_in(model_dir)
+    for name, path in (("config", config_path), ("weights", weights_path)):
+        if path is None:
+            raise ModelDirError(f"no {name} file: pass a model directory or a {name} path")
+        if kind != "checkpoint" or name == "config":
+            if not os.path.isfile(path):
+                raise ModelDirError(f"{name} file {path!r} does not exist")
+    if kind is None:
+        kind = "keras" if weights_path.endswith(".keras") else "npz"
+    return ModelSource(config_path, weights_path, kind, vocab_dir)
+
+
+def load_config(source, **overrides):
+    """The source's `TransformerXLConfig`, with `overrides` applied."""
+    path = source.config_path
+    try:
+        config = TransformerXLConfig.from_json(path)
+        return config.replace(**overrides) if overrides else config
+    except (ConfigError, ValueError, TypeError, OSError) as err:
+        raise ModelDirError(f"cannot read the config {path!r}: {err}") from None
+
+
+def load_core(source, config=None, **overrides):
+    """A `TransformerXL` built from the source's config (or `config`) with
+    `overrides`, holding the source's weights."""
+    from txl_tf.core import TransformerXL
+    core = TransformerXL(config or load_config(source, **overrides))
+    load_weights(core, source)
+    return core
+
+
+def load_weights(core, source):
+    """Loads the source's weights (npz, .keras or training checkpoint) into `core`."""
+    import tensorflow as tf
+    path = source.weights_path
+    try:
+        _load_weights(core, source)
+    except ModelDirError:
+        raise
+    except (ValueError, KeyError, OSError, EOFError, AssertionError, zipfile.BadZipFile,
+            tf.errors.OpError) as err:
+        built = f" into a core built from {source.config_path!r}" if source.config_path else ""
+        raise ModelDirError(f"cannot load weights {path!r}{built}: {_one_line(err)}") from None
+
+
+def _one_line(err):
+    text = " ".join(str(err).split())
+    return text[:500] + ("..." if len(text) > 500 else "") if text else type(err).__name__
+
+
+def _load_weights(core, source):
+    path = source.weights_path
+    if source.weights_kind == "checkpoint":
+        # Training checkpoints are the training package's format; imported
+        # lazily so the library does not need it otherwise.
+        from training.checkpointing import restore_weights
+        restore_weights(core, path)
+    elif source.weights_kind == "keras":
+        import keras
+        model = keras.saving.load_model(path, compile=False)
+        trained = getattr(model, "core", None)
+        if trained is None:
+            raise ModelDirError(f"{path} holds no model with a `.core` Transformer-XL")
+        checkpoints.set_weights(core, checkpoints.get_weights(trained))
+    else:
+        checkpoints.load_weights(core, path)
+
+
+def load(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
+         vocab_dir=None, **overrides):
+    """`(core, source)`: resolves `model_dir` (see `resolve`) and loads the
+    core with config `overrides` (e.g. clamp_len, same_length)."""
+    source = resolve(model_dir, checkpoint, config_path, weights_path, vocab_dir)
+    return load_core(source, **overrides), source
