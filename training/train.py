@@ -34,10 +34,8 @@ import sys
 import tempfile
 import time
 
-from absl import app, logging
-
-from training.errors import TrainingError, exit_on_error
-from training.flagspec import define, merge, option, values
+from training.errors import TrainingError
+from training.flagspec import merge, option, values
 
 SPEC = (
     option("string", "preset", "small", "Model preset (txl_tf.PRESETS)."),
