@@ -128,23 +128,30 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
         return logs
 
     @staticmethod
-    def _replica_loss(nll, weights):
-        """This replica's share of the global token-weighted mean NLL (the
-        gradients are summed over replicas)."""
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    def _weight_total(weights):
+        """The number of weighted tokens over all replicas (None without weights)."""
         if weights is None:
-            return tf.reduce_mean(nll) / replicas
+            return None
         total = tf.reduce_sum(weights)
-        if replicas > 1:
+        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
             total = tf.distribute.get_replica_context().all_reduce(
                 tf.distribute.ReduceOp.SUM, total)
+        return total
+
+    @staticmethod
+    def _replica_loss(nll, weights, total):
+        """This replica's share of the global token-weighted mean NLL (the
+        gradients are summed over replicas)."""
+        if weights is None:
+            return tf.reduce_mean(nll) / tf.distribute.get_strategy().num_replicas_in_sync
         return tf.math.divide_no_nan(tf.reduce_sum(nll * weights), total)
 
     def train_step(self, data):
         token_ids, labels, weights = self._unpack(data)
+        total = self._weight_total(weights)  # outside the tape: no gradient
         with tf.GradientTape() as tape:
             nll, memory = self.core(token_ids, self.memory, targets=labels, training=True)
-            scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights))
+            scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights, total))
         grads = tape.gradient(scaled, self.trainable_weights)
         self.optimizer.apply(grads, self.trainable_weights)
         self._write((self.mems, self.mem_mask), memory)

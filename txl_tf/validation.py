@@ -6,6 +6,10 @@ import tensorflow as tf
 class InputError(ValueError):
     """Token ids or memory that do not fit the model."""
 
+    # Raised while a tf.function traces, autograph would wrap it in a
+    # StagingError (tensorflow/python/autograph/impl/api.py); this keeps its type.
+    ag_pass_through = True
+
 
 def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
     """Raises if ids are not a non-empty `[batch, length]` of integers in `[0, n_token)`.
