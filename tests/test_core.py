@@ -181,6 +181,25 @@ class _CoreWrapper(keras.layers.Layer):
         return cls(core, **config)
 
 
+def _sub_layers(layer):
+    """Every layer in a public attribute (or list attribute) of `layer`, recursively."""
+    for name, value in vars(layer).items():
+        if name.startswith("_"):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, keras.layers.Layer):
+                yield item
+                yield from _sub_layers(item)
+
+
+def test_every_sub_layer_is_built_at_construction():
+    core = TransformerXL(TransformerXLConfig.preset("tiny", cutoffs=[100], div_val=2))
+    layers = list(_sub_layers(core))
+    assert {type(layer).__name__ for layer in layers} >= {
+        "RelativePositionalEncoding", "Dropout", "TransformerXLBlock", "AdaptiveLogSoftmax"}
+    assert [layer.name for layer in layers if not layer.built] == []
+
+
 @pytest.mark.parametrize("bad,message", [(256, "token id 256"), (-1, "token id -1")])
 def test_out_of_range_ids_name_the_id_and_vocabulary(bad, message):
     core = make_core()
