@@ -28,8 +28,10 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
 
     `fit` / `evaluate` take `(token_ids, labels)` or `(token_ids, labels,
     weights)` batches (`txl_tf.data.eval_segment_dataset` gives the latter);
-    the loss is the token-weighted mean NLL and the metrics report it as bits
-    per token (`bpc`) and perplexity (`ppl`). `predict` / `model(token_ids)`
+    the reported loss is the token-weighted mean NLL and the metrics report it
+    as bits per token (`bpc`) and perplexity (`ppl`); the gradient is that of
+    the weighted NLL summed over all positions / their number (Keras's
+    weighting of losses). `predict` / `model(token_ids)`
     return log-probs. Training, `predict` and calls carry `mems` /
     `mem_mask`; `evaluate` (also `fit`'s validation) carries a memory of its
     own that starts empty at every call, so it never disturbs training.
@@ -128,30 +130,20 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
         return logs
 
     @staticmethod
-    def _weight_total(weights):
-        """The number of weighted tokens over all replicas (None without weights)."""
-        if weights is None:
-            return None
-        total = tf.reduce_sum(weights)
-        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
-            total = tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, total)
-        return total
-
-    @staticmethod
-    def _replica_loss(nll, weights, total):
-        """This replica's share of the global token-weighted mean NLL (the
-        gradients are summed over replicas)."""
-        if weights is None:
-            return tf.reduce_mean(nll) / tf.distribute.get_strategy().num_replicas_in_sync
-        return tf.math.divide_no_nan(tf.reduce_sum(nll * weights), total)
+    def _replica_loss(nll, weights):
+        """This replica's share of the loss the gradients are summed from: the
+        mean NLL over all replicas' positions, weighted as Keras weights
+        losses ("sum_over_batch_size": zero-weight positions count in the
+        denominator, so no extra cross-replica sum is needed)."""
+        if weights is not None:
+            nll = nll * weights
+        return tf.reduce_mean(nll) / tf.distribute.get_strategy().num_replicas_in_sync
 
     def train_step(self, data):
         token_ids, labels, weights = self._unpack(data)
-        total = self._weight_total(weights)  # outside the tape: no gradient
         with tf.GradientTape() as tape:
             nll, memory = self.core(token_ids, self.memory, targets=labels, training=True)
-            scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights, total))
+            scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights))
         grads = tape.gradient(scaled, self.trainable_weights)
         self.optimizer.apply(grads, self.trainable_weights)
         self._write((self.mems, self.mem_mask), memory)
