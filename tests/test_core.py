@@ -181,6 +181,25 @@ class _CoreWrapper(keras.layers.Layer):
         return cls(core, **config)
 
 
+def _sub_layers(layer):
+    """Every layer in a public attribute (or list attribute) of `layer`, recursively."""
+    for name, value in vars(layer).items():
+        if name.startswith("_"):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, keras.layers.Layer):
+                yield item
+                yield from _sub_layers(item)
+
+
+def test_every_sub_layer_is_built_at_construction():
+    core = TransformerXL(TransformerXLConfig.preset("tiny", cutoffs=[100], div_val=2))
+    layers = list(_sub_layers(core))
+    assert {type(layer).__name__ for layer in layers} >= {
+        "RelativePositionalEncoding", "Dropout", "TransformerXLBlock", "AdaptiveLogSoftmax"}
+    assert [layer.name for layer in layers if not layer.built] == []
+
+
 @pytest.mark.parametrize("bad,message", [(256, "token id 256"), (-1, "token id -1")])
 def test_out_of_range_ids_name_the_id_and_vocabulary(bad, message):
     core = make_core()
@@ -198,6 +217,63 @@ def test_out_of_range_ids_fail_in_graph_mode_too():
     x[0, 0] = 999
     with pytest.raises(tf.errors.InvalidArgumentError, match="out of range"):
         run(x, core.initial_memory(1))
+
+
+@pytest.mark.parametrize("bad", [256, -1])
+def test_out_of_range_targets_are_named_as_targets(bad):
+    core = make_core()
+    y = ids(2, 4, seed=2)
+    y[0, 3] = bad
+    with pytest.raises(InputError, match=f"target id {bad} at position \\(0, 3\\)"):
+        core(ids(2, 4), core.initial_memory(2), targets=y)
+    run = tf.function(lambda x, t, m: core(x, m, targets=t))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="targets .*out of range"):
+        run(ids(2, 4), y, core.initial_memory(2))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_empty_segments_and_mismatched_targets_are_named(graph):
+    core = make_core()
+    def run(x, m, t):
+        return core(x, m, targets=t)
+    run = tf.function(run) if graph else run
+    memory, x = core.initial_memory(2), ids(2, 4)
+    with pytest.raises(InputError, match=r"token_ids is empty \(shape \(2, 0\)\)"):
+        run(x[:, :0], memory, None)
+    with pytest.raises(InputError, match=r"targets is empty"):
+        run(x, memory, x[:, :0])
+    with pytest.raises(InputError, match=r"targets have shape \(2, 3\) but token_ids have "
+                                         r"shape \(2, 4\)"):
+        run(x, memory, x[:, :3])
+    with pytest.raises(InputError, match=r"targets have shape \(1, 4\)"):
+        run(x, memory, x[:1])
+
+
+def test_mismatched_targets_fail_in_graph_with_dynamic_shapes():
+    core = make_core()
+    spec = tf.TensorSpec([None, None], tf.int32)
+    run = tf.function(lambda x, t: core(x, core.initial_memory(2), targets=t),
+                      input_signature=[spec, spec])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="targets must have the shape"):
+        run(ids(2, 4), ids(2, 3))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="targets empty or out of range"):
+        run(ids(2, 0), ids(2, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float16_and_float64_memory_are_cast_to_float32(dtype):
+    core = make_core()
+    x = ids(2, 4)
+    _, memory = core(x, core.initial_memory(2, mem_len=6))
+    expected, new = core(x, memory)
+    cast = Memory(memory.mems.numpy().astype(dtype), memory.mem_mask)
+    got, new_cast = core(x, cast)
+    assert new_cast.mems.dtype == tf.float32
+    tolerance = 1e-2 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=tolerance)
+    np.testing.assert_allclose(new_cast.mems.numpy(), new.mems.numpy(), atol=tolerance)
+    run = tf.function(lambda x, m: core(x, m))
+    assert run(x, cast)[1].mems.dtype == tf.float32
 
 
 def test_bad_memory_shapes_are_named():

@@ -1,9 +1,12 @@
 """Exact small cases for the building blocks: rel_shift, masks, positions, adaptive softmax."""
+import inspect
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from txl_tf import TransformerXL, TransformerXLConfig, TransformerXLLM
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
 from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
 from txl_tf.layers.attention import RelativeMultiHeadAttention
@@ -123,10 +126,14 @@ def test_weights_are_tied_to_the_embedding():
 
 def test_untied_output_weights_are_separate():
     emb = AdaptiveEmbedding(13, 8, 8)
-    soft = AdaptiveLogSoftmax(13, 8, 8, tie_weight=False, tie_projs=[False])
+    soft = AdaptiveLogSoftmax(13, 8, 8, tie_weight=False, tie_projs=[False], embedding=emb)
     assert len(soft.weights) == 2 and soft.tables[0].shape == (13, 8)
-    assert soft(tf.ones([1, 2, 8])).shape == (1, 2, 13)
-    assert emb(tf.constant([[1, 2]])).shape == (1, 2, 8)
+    assert not {id(v) for v in soft.weights} & {id(v) for v in emb.weights}
+    assert not np.allclose(soft.tables[0].numpy(), emb.tables[0].numpy())
+    hidden = tf.constant(np.random.default_rng(7).normal(size=(1, 2, 8)), tf.float32)
+    before = soft(hidden).numpy()
+    emb.tables[0].assign(np.random.default_rng(8).normal(size=(13, 8)))
+    np.testing.assert_array_equal(soft(hidden).numpy(), before)  # the embedding is not read
 
 
 def test_embedding_bins_and_scale():
@@ -140,20 +147,49 @@ def test_embedding_bins_and_scale():
         np.testing.assert_allclose(out[0, pos], ref, atol=1e-5)
 
 
-LAYERS = [
-    lambda: RelativePositionalEncoding(8, clamp_len=3),
-    lambda: PositionwiseFeedForward(8, 16, dropout=0.1, pre_lnorm=True),
-    lambda: RelativeMultiHeadAttention(8, 2, 4, dropout=0.1, dropatt=0.1),
-    lambda: TransformerXLBlock(8, 2, 4, 16, layer_norm_epsilon=1e-5),
-    lambda: AdaptiveEmbedding(13, 8, 6, (5, 9), 2),
+# Every __init__ argument with a value other than its default.
+NON_DEFAULT = [
+    (RelativePositionalEncoding, dict(d_model=8, clamp_len=3)),
+    (PositionwiseFeedForward, dict(d_model=8, d_inner=16, dropout=0.1, pre_lnorm=True,
+                                   init_std=0.05, layer_norm_epsilon=1e-5)),
+    (RelativeMultiHeadAttention, dict(d_model=8, n_head=2, d_head=4, dropout=0.1, dropatt=0.2,
+                                      pre_lnorm=True, init_std=0.05, layer_norm_epsilon=1e-5)),
+    (TransformerXLBlock, dict(d_model=8, n_head=2, d_head=4, d_inner=16, dropout=0.1,
+                              dropatt=0.2, pre_lnorm=True, init_std=0.05,
+                              layer_norm_epsilon=1e-5)),
+    (AdaptiveEmbedding, dict(n_token=13, d_embed=8, d_model=6, cutoffs=[5, 9], div_val=2,
+                             proj_same_dim=False, init_std=0.05, proj_init_std=0.03)),
+    (AdaptiveLogSoftmax, dict(n_token=13, d_embed=8, d_model=6, cutoffs=[5, 9], div_val=2,
+                              tie_weight=False, tie_projs=[False, False, False],
+                              proj_same_dim=False, init_std=0.05, proj_init_std=0.03)),
+    (TransformerXL, dict(config=TransformerXLConfig.preset("tiny", n_token=50, mem_len=5))),
+    (TransformerXLLM, dict(config=TransformerXLConfig.preset("tiny", n_token=50), batch_size=3,
+                           mem_len=5, zero_filled=True)),
 ]
+# Arguments that are references to other objects, not configuration.
+NOT_CONFIG = {(AdaptiveLogSoftmax, "embedding")}
 
 
-@pytest.mark.parametrize("make", LAYERS)
-def test_layer_config_round_trip(make):
-    layer = make()
+def _plain(value):
+    if isinstance(value, TransformerXLConfig):
+        return value.to_dict()
+    return list(value) if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("cls,kwargs", NON_DEFAULT, ids=lambda v: getattr(v, "__name__", ""))
+def test_every_init_argument_survives_get_config(cls, kwargs):
+    params = {name: p for name, p in inspect.signature(cls.__init__).parameters.items()
+              if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+              and (cls, name) not in NOT_CONFIG}
+    assert set(kwargs) == set(params), "give every argument a non-default value here"
+    for name, value in kwargs.items():
+        assert params[name].default is inspect.Parameter.empty or \
+            _plain(params[name].default) != _plain(value), f"{name} is its default"
+    layer = cls(**kwargs)
     config = layer.get_config()
-    clone = type(layer).from_config(config)
+    for name, value in kwargs.items():
+        assert name in config and _plain(config[name]) == _plain(value), name
+    clone = cls.from_config(config)
     assert clone.get_config() == config
     serialized = keras.saving.serialize_keras_object(layer)
-    assert type(keras.saving.deserialize_keras_object(serialized)) is type(layer)
+    assert type(keras.saving.deserialize_keras_object(serialized)) is cls

@@ -6,6 +6,8 @@ import tensorflow as tf
 
 from txl_tf import ReplicaClippedAdam, TransformerXLConfig, TransformerXLLM
 from txl_tf.checkpoints import get_weights, set_weights
+from txl_tf.data import eval_segment_dataset
+from txl_tf.evaluation import evaluate_ids
 
 T = 8
 
@@ -58,6 +60,73 @@ def test_keras_file_round_trip_keeps_outputs_and_memory(tmp_path):
     np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
 
 
+def padded_corpus(batch, seed):
+    """Ids whose streams do not fill the last segment (and one stream is shorter)."""
+    return np.random.default_rng(seed).integers(0, 256, batch * 3 * T + batch - 1)
+
+
+def test_evaluate_weights_tokens_like_evaluate_ids():
+    keras.utils.set_random_seed(6)
+    model = TransformerXLLM(tiny(), batch_size=3)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    ids = padded_corpus(3, seed=6)
+    weights = np.concatenate([w.numpy() for _, _, w in eval_segment_dataset(ids, 3, T)])
+    assert 0 < weights.sum() < weights.size  # the last segment really is padded
+    result = model.evaluate(eval_segment_dataset(ids, 3, T), verbose=0, return_dict=True)
+    expected = evaluate_ids(model.core, ids, batch_size=3, tgt_len=T, mem_len=model.mem_len)
+    assert result["loss"] == pytest.approx(expected["loss"], abs=1e-5)
+    assert result["bpc"] == pytest.approx(expected["bpc"], abs=1e-5)
+
+
+def test_training_weights_drop_masked_positions_from_loss_and_gradient():
+    keras.utils.set_random_seed(8)
+    streams = np.random.default_rng(8).integers(0, 256, (2, T + 1)).astype(np.int32)
+    x, y = streams[:, :T], streams[:, 1:]
+    w = np.ones((2, T), np.float32)
+    w[:, T // 2:] = 0.0
+    y_other = np.where(w > 0, y, (y + 1) % 256)  # differs only where the weight is 0
+    weights = get_weights(TransformerXLLM(tiny(), batch_size=2).core)
+    results = []
+    for labels in (y, y_other):
+        model = TransformerXLLM(tiny(), batch_size=2)
+        set_weights(model.core, weights)
+        nll = model.core(x, model.core.initial_memory(2), targets=labels)[0].numpy()
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        loss = model.fit(x, labels, sample_weight=w, batch_size=2, verbose=0).history["loss"][0]
+        assert loss == pytest.approx((nll * w).sum() / w.sum(), rel=1e-5)
+        results.append(get_weights(model.core))
+    for name, value in results[0].items():
+        np.testing.assert_array_equal(results[1][name], value, err_msg=name)
+
+
+def test_evaluation_never_touches_the_training_memory():
+    keras.utils.set_random_seed(7)
+    streams = np.random.default_rng(7).integers(0, 256, (2, 3 * T + 1)).astype(np.int32)
+    valid_ids = padded_corpus(2, seed=9)
+    valid = eval_segment_dataset(valid_ids, 2, T)
+    weights = get_weights(TransformerXLLM(tiny(), batch_size=2).core)
+    runs = {}
+    for validate in (False, True):
+        model = TransformerXLLM(tiny(), batch_size=2)
+        set_weights(model.core, weights)
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        if validate:  # leaves evaluation's memory full before fit validates
+            model.evaluate(valid, verbose=0)
+        history = model.fit(stream_batches(streams, 2), verbose=0,
+                            validation_data=valid if validate else None).history
+        if validate:  # what fit's validation should report, from a fresh memory
+            expected = evaluate_ids(model.core, valid_ids, batch_size=2, tgt_len=T)["loss"]
+        memory = (model.mems.numpy(), model.mem_mask.numpy())
+        next_loss = model.fit(stream_batches(streams, 3).skip(2), verbose=0).history["loss"]
+        runs[validate] = memory, next_loss
+    np.testing.assert_array_equal(runs[True][0][0], runs[False][0][0])
+    np.testing.assert_array_equal(runs[True][0][1], runs[False][0][1])
+    assert runs[True][1] == runs[False][1]
+    assert history["val_loss"][0] == pytest.approx(expected, abs=1e-5)  # via evaluate()
+    first = model.evaluate(valid, verbose=0, return_dict=True)
+    assert model.evaluate(valid, verbose=0, return_dict=True) == first
+
+
 OPTIMIZERS = {
     "adam": lambda: keras.optimizers.Adam(1e-2),
     # A clip small enough to act on every step: it must see the summed gradient.
@@ -65,27 +134,37 @@ OPTIMIZERS = {
 }
 
 
-def _losses_and_memory(strategy, weights, streams, optimizer, steps=3):
+def _losses_and_memory(strategy, weights, streams, optimizer, token_weights, steps=3):
     with strategy.scope():
         model = TransformerXLLM(tiny(), batch_size=4 // strategy.num_replicas_in_sync)
         set_weights(model.core, weights)
         model.compile(optimizer=OPTIMIZERS[optimizer]())
-    history = model.fit(stream_batches(streams, steps).repeat(), epochs=steps,
-                        steps_per_epoch=1, verbose=0)
+    data = stream_batches(streams, steps)
+    if token_weights is not None:
+        data = tf.data.Dataset.zip((data, tf.data.Dataset.from_tensor_slices(token_weights)))
+        data = data.map(lambda xy, w: (xy[0], xy[1], w))
+    history = model.fit(data.repeat(), epochs=steps, steps_per_epoch=1, verbose=0)
     per_replica = strategy.experimental_local_results(
         strategy.run(lambda: tf.convert_to_tensor(model.mems)))
-    return history.history["loss"], [np.asarray(m) for m in per_replica], model
+    evaluation = model.evaluate(eval_segment_dataset(padded_corpus(4, seed=3), 4, T),
+                                verbose=0, return_dict=True)
+    return history.history["loss"], [np.asarray(m) for m in per_replica], model, evaluation
 
 
-@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-def test_one_replica_equals_two_replicas_with_memory_carried(optimizer):
+@pytest.mark.parametrize("optimizer,weighted", [("adam", False), ("clipped", False),
+                                                ("adam", True)])
+def test_one_replica_equals_two_replicas_with_memory_carried(optimizer, weighted):
     keras.utils.set_random_seed(2)
     weights = get_weights(TransformerXLLM(tiny(), batch_size=4).core)
     streams = np.random.default_rng(2).integers(0, 256, (4, 3 * T + 1)).astype(np.int32)
-    one, (mem_one,), single = _losses_and_memory(
-        tf.distribute.OneDeviceStrategy("/cpu:0"), weights, streams, optimizer)
-    two, mems_two, double = _losses_and_memory(
-        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), weights, streams, optimizer)
+    # Uneven weights: replica 1 (streams 2-3) holds fewer weighted tokens than replica 0.
+    token_weights = ((np.random.default_rng(4).random((3, 4, T)) < [[.9], [.9], [.3], [.3]])
+                     .astype(np.float32) if weighted else None)
+    one, (mem_one,), single, eval_one = _losses_and_memory(
+        tf.distribute.OneDeviceStrategy("/cpu:0"), weights, streams, optimizer, token_weights)
+    two, mems_two, double, eval_two = _losses_and_memory(
+        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), weights, streams, optimizer,
+        token_weights)
     np.testing.assert_allclose(two, one, rtol=1e-4)
     assert len(set(np.round(one, 4))) == 3  # the three steps really differ
     # Replica 0 keeps streams 0-1, replica 1 streams 2-3, exactly as one device does.
@@ -94,6 +173,7 @@ def test_one_replica_equals_two_replicas_with_memory_carried(optimizer):
     np.testing.assert_allclose(mems_two[1], mem_one[:, 2:], atol=1e-4)
     for a, b in zip(get_weights(single.core).values(), get_weights(double.core).values()):
         np.testing.assert_allclose(a, b, atol=1e-4)
+    assert eval_two["loss"] == pytest.approx(eval_one["loss"], rel=1e-4)
 
 
 @pytest.mark.parametrize("policy,tolerance", [("mixed_float16", 0.02), ("mixed_bfloat16", 0.15)])

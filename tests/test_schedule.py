@@ -2,7 +2,9 @@
 import math
 
 import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from txl_tf.schedule import WarmupCosineDecay
 
@@ -11,7 +13,8 @@ def paper_lr(step, peak=1e-3, total=1000, warmup=100, alpha=0.004):
     """The paper's TF code: linear warm-up, then tf.train.cosine_decay(alpha)."""
     if step < warmup:
         return peak * step / warmup
-    progress = min(step - warmup, total - warmup) / (total - warmup)
+    span = max(total - warmup, 1)  # warm-up over every step: the minimum right after
+    progress = min(step - warmup, span) / span
     return peak * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * progress)) + alpha)
 
 
@@ -36,6 +39,42 @@ def test_serialization_round_trip():
     assert restored.get_config() == schedule.get_config()
     for step in (0, 10, 20, 300, 500):
         assert float(restored(step)) == pytest.approx(float(schedule(step)))
+
+
+def formula_float32(step, peak, total, warmup, alpha):
+    """The paper's schedule written out in float32 TF ops (txl_tf's own
+    implementation before it moved onto Keras's CosineDecay)."""
+    step = tf.cast(step, tf.float32)
+    progress = tf.clip_by_value((step - warmup) / float(max(total - warmup, 1)), 0.0, 1.0)
+    decayed = peak * ((1.0 - alpha) * 0.5 * (1.0 + tf.cos(math.pi * progress)) + alpha)
+    if warmup == 0:
+        return decayed
+    return tf.where(step < warmup, peak * step / warmup, decayed)
+
+
+SETTINGS = [(1e-3, 1000, 100, 0.004), (2.5e-4, 400, 0, 0.004), (3e-4, 500, 20, 0.1),
+            (1e-2, 50, 50, 0.0), (5e-4, 37, 3, 1.0), (1e-3, 1, 0, 0.5), (7e-4, 10, 1, 0.004)]
+
+
+@pytest.mark.parametrize("peak,total,warmup,alpha", SETTINGS)
+def test_keras_cosine_decay_with_warmup_equals_the_formula_at_every_step(peak, total, warmup,
+                                                                          alpha):
+    """Keras's CosineDecay(warmup_target=peak) equals the formula within 1 float32
+    ulp at every step (bitwise after warm-up; warm-up rounds peak * (step / W)
+    where the formula rounds (peak * step) / W)."""
+    keras_schedule = keras.optimizers.schedules.CosineDecay(
+        0.0 if warmup else peak, max(total - warmup, 1), alpha=alpha,
+        warmup_target=peak if warmup else None, warmup_steps=warmup)
+    ours = WarmupCosineDecay(peak, total, warmup, alpha)
+    steps = np.arange(total + 25)
+    formula = np.array([float(formula_float32(s, peak, total, warmup, alpha)) for s in steps],
+                       np.float32)
+    for schedule in (keras_schedule, ours):
+        got = np.array([float(schedule(s)) for s in steps], np.float32)
+        np.testing.assert_array_max_ulp(got, formula, maxulp=1)
+        np.testing.assert_array_equal(got[warmup:], formula[warmup:])
+        np.testing.assert_allclose(got, [paper_lr(s, peak, total, warmup, alpha) for s in steps],
+                                   rtol=1e-5, atol=peak * 1e-7)
 
 
 def test_rejects_bad_arguments():

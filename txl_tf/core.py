@@ -10,7 +10,7 @@ from txl_tf.layers.init import normal
 from txl_tf.layers.masks import attention_visibility
 from txl_tf.layers.memory import Memory, as_memory, initial_memory, update_memory
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.validation import check_memory, check_token_ids
+from txl_tf.validation import check_memory, check_targets, check_token_ids
 
 
 def as_config(config):
@@ -67,8 +67,8 @@ class TransformerXL(keras.layers.Layer):
                                         initializer=normal(cfg.init_std))
         self.r_r_bias = self.add_weight(name="r_r_bias", shape=bias_shape,
                                         initializer=normal(cfg.init_std))
-        for layer in self._flatten_layers(include_self=False):  # weightless sub-layers (dropouts) too
-            if not layer.built:
+        for layer in (self.pos_emb, self.emb_dropout, self.pos_dropout, self.out_dropout):
+            if not layer.built:  # weightless: nothing builds them before the first call
                 layer.build(None)
         self.built = True
 
@@ -86,10 +86,12 @@ class TransformerXL(keras.layers.Layer):
     # ------------------------------------------------------------------- math
     def call(self, token_ids, memory, targets=None, training=None):
         """Returns `(log_probs [B, T, n_token] or nll [B, T], new_memory)`."""
+        if targets is not None:
+            targets = check_targets(tf.convert_to_tensor(targets), tf.convert_to_tensor(token_ids),
+                                    self.config.n_token)
         hidden, new_memory = self.hidden_states(token_ids, memory, training=training)
         if targets is None:
             return self.crit(hidden), new_memory
-        targets = check_token_ids(tf.convert_to_tensor(targets), self.config.n_token)
         return self.crit(hidden, targets), new_memory
 
     def hidden_states(self, token_ids, memory, training=None):
@@ -116,11 +118,8 @@ class TransformerXL(keras.layers.Layer):
             output = block(output, pos_emb, mems[i], visible, r_w_bias, r_r_bias,
                            training=training)
         output = self.out_dropout(output, training=training)
+        memory = Memory(tf.cast(memory.mems, tf.float32), memory.mem_mask)  # float16/64 given
         return output, update_memory(memory, tf.stack(layer_inputs))
-
-    def nll(self, token_ids, targets, memory, training=None):
-        """Per-token negative log-likelihood `[B, T]` (float32) and the new memory."""
-        return self(token_ids, memory, targets=targets, training=training)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

@@ -3,12 +3,20 @@ import keras
 import tensorflow as tf
 
 from txl_tf.core import TransformerXL, as_config
+from txl_tf.keras_compat import PrebuiltModel
 from txl_tf.layers.memory import Memory
 from txl_tf.metrics import TokenNLL
 
 
+class _Untracked:
+    """Variables Keras must not track: not weights, not saved, not checkpointed."""
+
+    def __init__(self, *variables):
+        self.variables = variables
+
+
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLLM(keras.Model):
+class TransformerXLLM(PrebuiltModel, keras.Model):
     """A Transformer-XL language model whose memory lives in variables.
 
     Each batch continues the streams of the previous one (see
@@ -18,27 +26,26 @@ class TransformerXLLM(keras.Model):
     `tf.distribute` the memory variables are per replica (sync on read), so
     each replica keeps the memory of its own streams.
 
-    `fit` / `evaluate` take `(token_ids, labels)` batches; the loss is the mean
-    token NLL and the metrics report it as bits per token (`bpc`) and
-    perplexity (`ppl`). `predict` / `model(token_ids)` return log-probs.
+    `fit` / `evaluate` take `(token_ids, labels)` or `(token_ids, labels,
+    weights)` batches (`txl_tf.data.eval_segment_dataset` gives the latter);
+    the reported loss is the token-weighted mean NLL and the metrics report it
+    as bits per token (`bpc`) and perplexity (`ppl`); the gradient is that of
+    the weighted NLL summed over all positions / their number (Keras's
+    weighting of losses). `predict` / `model(token_ids)`
+    return log-probs. Training, `predict` and calls carry `mems` /
+    `mem_mask`; `evaluate` (also `fit`'s validation) carries a memory of its
+    own that starts empty at every call, so it never disturbs training.
     """
 
     def __init__(self, config, batch_size, mem_len=None, zero_filled=None, **kwargs):
         super().__init__(**kwargs)
         self.core = TransformerXL(as_config(config), dtype=self.dtype_policy, name="transformer")
-        cfg = self.core.config
         self.batch_size = int(batch_size)
-        self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
-        self.zero_filled = cfg.zero_filled_memory if zero_filled is None else bool(zero_filled)
-        self.mems = keras.Variable(
-            initializer="zeros", shape=(cfg.n_layer, self.batch_size, self.mem_len, cfg.d_model),
-            dtype="float32", trainable=False, autocast=False, name="mems",
-            synchronization="on_read", aggregation="only_first_replica")
-        self.mem_mask = keras.Variable(
-            initializer="ones" if self.zero_filled else "zeros",
-            shape=(self.batch_size, self.mem_len), dtype="float32", trainable=False,
-            autocast=False, name="mem_mask", synchronization="on_read",
-            aggregation="only_first_replica")
+        self.mem_len = self.config.mem_len if mem_len is None else int(mem_len)
+        self.zero_filled = (self.config.zero_filled_memory if zero_filled is None
+                            else bool(zero_filled))
+        self.mems, self.mem_mask = self._memory_variables("")
+        self._eval_memory = _Untracked(*self._memory_variables("eval_"))
         self.loss_tracker = TokenNLL("nll", name="loss")
         self.bpc_tracker = TokenNLL("bpc", name="bpc")
         self.ppl_tracker = TokenNLL("ppl", name="ppl")
@@ -49,45 +56,67 @@ class TransformerXLLM(keras.Model):
         return self.core.config
 
     # ----------------------------------------------------------------- memory
+    def _memory_variables(self, prefix):
+        """`(mems, mem_mask)`: fresh per-replica (sync-on-read) variables."""
+        cfg = self.config
+        per_replica = dict(dtype="float32", trainable=False, autocast=False,
+                           synchronization="on_read", aggregation="only_first_replica")
+        mems = keras.Variable(
+            initializer="zeros", name=prefix + "mems", **per_replica,
+            shape=(cfg.n_layer, self.batch_size, self.mem_len, cfg.d_model))
+        mem_mask = keras.Variable(
+            initializer="ones" if self.zero_filled else "zeros", name=prefix + "mem_mask",
+            shape=(self.batch_size, self.mem_len), **per_replica)
+        return mems, mem_mask
+
+    @staticmethod
+    def _read(mems, mem_mask):
+        return Memory(tf.convert_to_tensor(mems), tf.convert_to_tensor(mem_mask) > 0.5)
+
+    @staticmethod
+    def _write(variables, memory):
+        mems, mem_mask = variables
+        mems.assign(memory.mems)
+        mem_mask.assign(tf.cast(memory.mem_mask, tf.float32))
+
+    def _clear(self, mems, mem_mask):
+        mems.assign(tf.zeros(mems.shape))
+        mem_mask.assign((tf.ones if self.zero_filled else tf.zeros)(mem_mask.shape))
+
     @property
     def memory(self):
-        """The current `Memory` (this replica's, inside a replica context)."""
-        return Memory(tf.convert_to_tensor(self.mems),
-                      tf.convert_to_tensor(self.mem_mask) > 0.5)
-
-    def _store(self, memory):
-        self.mems.assign(memory.mems)
-        self.mem_mask.assign(tf.cast(memory.mem_mask, tf.float32))
+        """The current training `Memory` (this replica's, inside a replica context)."""
+        return self._read(self.mems, self.mem_mask)
 
     def reset_memory(self):
         """Forgets all history (like `reset_state()` of stateful RNNs)."""
-        self.mems.assign(tf.zeros(self.mems.shape))
-        fill = tf.ones if self.zero_filled else tf.zeros
-        self.mem_mask.assign(fill(self.mem_mask.shape))
+        self._clear(self.mems, self.mem_mask)
 
     # ------------------------------------------------------------------ steps
     @property
     def metrics(self):
         return [self.loss_tracker, self.bpc_tracker, self.ppl_tracker]
 
-    def _track(self, nll):
+    def _track(self, nll, weights):
         for metric in self.metrics:
-            metric.update_state(nll)
+            metric.update_state(nll, sample_weight=weights)
         return {m.name: m.result() for m in self.metrics}
+
+    @staticmethod
+    def _unpack(data):
+        """`(token_ids, labels, weights [B, T] float32 or None)`."""
+        token_ids, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
+        if weights is not None:
+            weights = tf.cast(weights, tf.float32)
+            if weights.shape.rank == 1:  # one weight per stream
+                weights = weights[:, None]
+            weights = tf.broadcast_to(weights, tf.shape(labels))
+        return token_ids, labels, weights
 
     def call(self, token_ids, training=False):
         log_probs, memory = self.core(token_ids, self.memory, training=training)
-        self._store(memory)
+        self._write((self.mems, self.mem_mask), memory)
         return log_probs
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        """Keras 3.15 pulls and MEAN-reduces a first batch under any strategy to
-        build the model symbolically, even a built one; that reduce fails
-        under MultiWorkerMirroredStrategy. The model is built at construction,
-        so only the optimizer needs building here."""
-        if self.optimizer is not None and not self.optimizer.built:
-            with self.distribute_strategy.scope():
-                self.optimizer.build(self.trainable_variables)
 
     def _step_logs(self, logs):
         """Keras reduces step outputs across workers along axis 0, which fails
@@ -100,24 +129,38 @@ class TransformerXLLM(keras.Model):
                 return {k: tf.reshape(v, [1]) for k, v in logs.items()}
         return logs
 
+    @staticmethod
+    def _replica_loss(nll, weights):
+        """This replica's share of the loss the gradients are summed from: the
+        mean NLL over all replicas' positions, weighted as Keras weights
+        losses ("sum_over_batch_size": zero-weight positions count in the
+        denominator, so no extra cross-replica sum is needed)."""
+        if weights is not None:
+            nll = nll * weights
+        return tf.reduce_mean(nll) / tf.distribute.get_strategy().num_replicas_in_sync
+
     def train_step(self, data):
-        token_ids, labels = data[0], data[1]
+        token_ids, labels, weights = self._unpack(data)
         with tf.GradientTape() as tape:
             nll, memory = self.core(token_ids, self.memory, targets=labels, training=True)
-            loss = tf.reduce_mean(nll)
-            # Gradients are summed over replicas; scale so they average.
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            scaled = self.optimizer.scale_loss(loss / replicas)
+            scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights))
         grads = tape.gradient(scaled, self.trainable_weights)
         self.optimizer.apply(grads, self.trainable_weights)
-        self._store(memory)
-        return self._step_logs(self._track(nll))
+        self._write((self.mems, self.mem_mask), memory)
+        return self._step_logs(self._track(nll, weights))
 
     def test_step(self, data):
-        token_ids, labels = data[0], data[1]
-        nll, memory = self.core(token_ids, self.memory, targets=labels, training=False)
-        self._store(memory)
-        return self._step_logs(self._track(nll))
+        token_ids, labels, weights = self._unpack(data)
+        memory = self._read(*self._eval_memory.variables)
+        nll, memory = self.core(token_ids, memory, targets=labels, training=False)
+        self._write(self._eval_memory.variables, memory)
+        return self._step_logs(self._track(nll, weights))
+
+    def evaluate(self, *args, **kwargs):
+        """`keras.Model.evaluate` from a fresh evaluation memory (Keras's `fit`
+        validates through this method too)."""
+        self._clear(*self._eval_memory.variables)
+        return super().evaluate(*args, **kwargs)
 
     def predict_step(self, data):
         token_ids = data[0] if isinstance(data, (tuple, list)) else data

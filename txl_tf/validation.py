@@ -6,31 +6,58 @@ import tensorflow as tf
 class InputError(ValueError):
     """Token ids or memory that do not fit the model."""
 
+    # Raised while a tf.function traces, autograph would wrap it in a
+    # StagingError (tensorflow/python/autograph/impl/api.py); this keeps its type.
+    ag_pass_through = True
 
-def check_token_ids(token_ids, n_token):
-    """Raises if ids are not integers in `[0, n_token)`.
 
-    Eagerly this raises `InputError` naming the first bad id and its position.
-    In a graph it adds an assertion (a plain gather on GPU would silently give
-    zeros for a bad id); under XLA assertions are dropped, so callers that
-    compile should check ids up front (the runtimes do).
+def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
+    """Raises if ids are not a non-empty `[batch, length]` of integers in `[0, n_token)`.
+
+    Errors name the argument (`name`, e.g. "targets") and, eagerly, the first
+    bad id ("<id_name> id", e.g. "target id") and its position. In a graph the
+    range (and, for unknown shapes, emptiness) becomes an assertion (a plain
+    gather on GPU would silently give zeros for a bad id); under XLA
+    assertions are dropped, so callers that compile should check ids up front
+    (the runtimes do).
     """
     if not token_ids.dtype.is_integer:
-        raise InputError(f"token_ids must be integers, got dtype {token_ids.dtype.name}")
-    if token_ids.shape.rank is not None and token_ids.shape.rank != 2:
-        raise InputError(f"token_ids must be [batch, length], got shape {token_ids.shape}")
+        raise InputError(f"{name} must be integers, got dtype {token_ids.dtype.name}")
+    shape = token_ids.shape
+    if shape.rank is not None and shape.rank != 2:
+        raise InputError(f"{name} must be [batch, length], got shape {shape}")
+    if shape.rank is not None and 0 in shape:
+        raise InputError(f"{name} is empty (shape {shape}): a segment needs at least one "
+                         "sequence and one position")
     if tf.executing_eagerly():
-        problem = out_of_range_message(np.asarray(token_ids), n_token)
+        problem = out_of_range_message(np.asarray(token_ids), n_token, id_name)
         if problem:
             raise InputError(problem)
         return token_ids
     low, high = tf.reduce_min(token_ids), tf.reduce_max(token_ids)
-    ok = (low >= 0) & (high < n_token)
+    ok = (tf.size(token_ids) > 0) & (low >= 0) & (high < n_token)
     check = tf.debugging.Assert(
-        ok, [f"token ids out of range for a vocabulary of {n_token} tokens; min id:", low,
-             "max id:", high], name="check_token_ids")
+        ok, [f"{name} empty or out of range for a vocabulary of {n_token} tokens; "
+             "min id:", low, "max id:", high], name="check_token_ids")
     with tf.control_dependencies([check]):
         return tf.identity(token_ids)
+
+
+def check_targets(targets, token_ids, n_token):
+    """`check_token_ids` for targets, which must also have the shape of `token_ids`."""
+    targets = check_token_ids(targets, n_token, "targets", "target")
+    ids_shape = token_ids.shape
+    if not targets.shape.is_compatible_with(ids_shape):
+        raise InputError(f"targets have shape {targets.shape} but token_ids have shape "
+                         f"{ids_shape}: there must be one target per token")
+    if tf.executing_eagerly() or (targets.shape.is_fully_defined()
+                                  and ids_shape.is_fully_defined()):
+        return targets
+    check = tf.debugging.assert_equal(
+        tf.shape(targets), tf.shape(token_ids),
+        message="targets must have the shape of token_ids (one target per token)")
+    with tf.control_dependencies([check]):
+        return tf.identity(targets)
 
 
 def out_of_range_message(ids, n_token, name="token"):

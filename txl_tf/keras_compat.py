@@ -1,0 +1,99 @@
+"""Every use of a private Keras internal, in one place.
+
+Written for Keras 3.15 on the TensorFlow backend. Importing this module
+raises on another major version and warns on another minor one, and raises
+if a hooked private name is gone (an override of a missing method would
+silently do nothing). Each workaround names the Keras source it depends on
+and the upstream report, so it can be dropped once Keras offers a public way.
+"""
+import warnings
+
+import keras
+import tensorflow as tf
+
+TESTED_VERSION = (3, 15)
+
+
+def check_keras_version(version=keras.__version__):
+    """Raises on a Keras major version other than 3, warns on an untested minor."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    if major != TESTED_VERSION[0]:
+        raise ImportError(f"txl_tf needs Keras {TESTED_VERSION[0]}.x, found {version}")
+    if minor != TESTED_VERSION[1]:
+        warnings.warn(f"txl_tf.keras_compat was written for Keras "
+                      f"{TESTED_VERSION[0]}.{TESTED_VERSION[1]}, found {version}: its "
+                      "workarounds of private Keras internals are untested there",
+                      stacklevel=2)
+
+
+def _require(owner, name):
+    if not hasattr(owner, name):
+        raise ImportError(f"Keras {keras.__version__} has no {owner.__name__}.{name}; "
+                          "txl_tf.keras_compat must be updated for this version")
+
+
+check_keras_version()
+_require(keras.Model, "_maybe_symbolic_build")
+_require(keras.optimizers.Optimizer, "_clip_gradients")
+_require(keras.optimizers.Optimizer, "_all_reduce_sum_gradients")
+
+
+class PrebuiltModel:
+    """Mixin for a `keras.Model` whose layers are all built at construction.
+
+    Keras 3.15 `fit` / `evaluate` call `_maybe_symbolic_build`
+    (keras/src/backend/tensorflow/trainer.py, `TensorFlowTrainer`), which,
+    under any distribution strategy and even for a built model, pulls a first
+    batch and MEAN-reduces it across replicas before building symbolically;
+    that reduce fails under `MultiWorkerMirroredStrategy`. Here only the
+    optimizer is built. No public switch skips it (no upstream report found).
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        if self.optimizer is not None and not self.optimizer.built:
+            with self.distribute_strategy.scope():
+                self.optimizer.build(self.trainable_variables)
+
+
+class ClipAfterReplicaSum:
+    """Mixin for a Keras optimizer: clip the gradient summed over replicas.
+
+    Keras 3.15 `BaseOptimizer.apply` calls `_clip_gradients`
+    (keras/src/optimizers/base_optimizer.py) in replica context, before the
+    TF backend sums gradients across replicas in `_all_reduce_sum_gradients`
+    (keras/src/backend/tensorflow/optimizer.py), so `global_clipnorm` acts on
+    each replica's share (the long-known ordering problem of
+    tensorflow/tensorflow#33929; Keras offers no hook between the sum and the
+    update). This mixin sums first, clips, then skips the second sum. With no
+    strategy it changes nothing.
+    """
+
+    def _clip_gradients(self, grads):
+        context = tf.distribute.get_replica_context()
+        if context is not None and tf.distribute.has_strategy():
+            present = [i for i, g in enumerate(grads) if g is not None]
+            reduced = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                         [grads[i] for i in present])
+            grads = list(grads)
+            for i, g in zip(present, reduced):
+                grads[i] = g
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        if tf.distribute.has_strategy():
+            return list(grads_and_vars)  # already summed in _clip_gradients
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
+
+def start_tensorboard_batches_at(callback, step):
+    """Makes a `keras.callbacks.TensorBoard` number its next batch `step + 1`.
+
+    Keras 3.15 counts batch summaries in the private `_global_train_batch`,
+    reset to 0 in `on_train_begin` (keras/src/callbacks/tensorboard.py), so a
+    resumed job would draw over its first run's curves; there is no public
+    initial step (tensorflow/tensorflow#45274). Call after `on_train_begin`.
+    """
+    if not hasattr(callback, "_global_train_batch"):
+        raise AttributeError("keras.callbacks.TensorBoard no longer has "
+                             "_global_train_batch; update txl_tf.keras_compat")
+    callback._global_train_batch = int(step)
