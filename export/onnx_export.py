@@ -1,42 +1,180 @@
-"""Converts the serving module's `step` function to ONNX with tf2onnx."""
+"""Converts the `step` computation to ONNX with tf2onnx.
+
+tf2onnx would freeze the weights into constants and copy them several times
+(GraphDef, grappler, its own graph, the ModelProto), which does not fit in
+memory at the paper's sizes. So the function converted takes the weights as
+extra *inputs*: the converted graph is tiny, and its weight inputs are then
+turned into initializers written from the core's arrays one at a time.
+onnxruntime constant-folds what tf2onnx would have folded (weight transposes)
+when it opens the session.
+"""
+import logging
+import os
+
+import keras
 import numpy as np
 import onnx
+import tensorflow as tf
+from onnx import TensorProto, helper
 
 from export.metadata import INPUT_NAMES, OUTPUT_NAMES, export_metadata
-from export.serving_module import ServingModule
+from export.serving_module import LOG_PROBS_MODES, interface_specs, serve_step
 
 DEFAULT_OPSET = 17
-_PROTOBUF_LIMIT = 2 ** 31 - 1
+# Protobuf cannot serialise 2 GiB; leave room for the graph itself.
+EXTERNAL_DATA_THRESHOLD = 2 ** 31 - 2 ** 26
+_WEIGHT_PREFIX = "txl_weight_"
+_ALIGN = 4096
+
+
+def external_data_file(path):
+    """Where the weights of a large model go: `model.onnx` → `model.onnx.data`."""
+    return path + ".data"
 
 
 def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
-                opset=DEFAULT_OPSET):
-    """Writes `step` as an ONNX model: inputs `token_ids` int32 `[B, T]`, `mems`,
-    `mem_mask`; outputs `log_probs`, `new_mems`, `new_mem_mask`; batch and
-    segment axes dynamic; config and memory geometry in `metadata_props`.
-    Returns the checked `onnx.ModelProto`.
-    """
-    import tf2onnx  # heavy import, only when converting
+                opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+    """Writes `step` as an ONNX model and returns the list of files written.
 
-    n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in core.weights)
-    if n_bytes > _PROTOBUF_LIMIT:
-        raise ValueError(f"the model's weights ({n_bytes / 2**30:.1f} GiB) exceed the 2 GiB "
-                         "ONNX protobuf limit; export the SavedModel only")
-    module = ServingModule(core, mem_len, log_probs, zero_filled)
-    model, _ = tf2onnx.convert.from_function(
-        module.step, input_signature=module.step.input_signature, opset=opset)
-    got_in = [i.name for i in model.graph.input]
-    got_out = sorted(o.name for o in model.graph.output)
-    if got_in != list(INPUT_NAMES) or got_out != sorted(OUTPUT_NAMES):
-        raise RuntimeError(f"unexpected ONNX interface: inputs {got_in}, outputs {got_out}")
-    _declare_shapes(model, core.config, mem_len, log_probs)
-    onnx.helper.set_model_props(
-        model, export_metadata(core.config, mem_len, log_probs, zero_filled))
+    Inputs `token_ids` int32 `[B, T]` (range-checked in the graph), `mems`,
+    `mem_mask`; outputs in this order: `log_probs`, `new_mems`,
+    `new_mem_mask`; batch and segment axes dynamic; config and memory geometry
+    in `metadata_props`. Weights above `external_data_threshold` bytes go to
+    `external_data_file(path)` beside the model (ONNX external data).
+    """
+    if log_probs not in LOG_PROBS_MODES:
+        raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+    if int(mem_len) < 0:
+        raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+    cfg = core.config
+    model = _convert(core, mem_len, log_probs, opset)
+    weight_inputs = [i.name for i in model.graph.input][len(INPUT_NAMES):]
+    got_in = [i.name for i in model.graph.input][:len(INPUT_NAMES)]
+    if got_in != list(INPUT_NAMES) or sorted(o.name for o in model.graph.output) != \
+            sorted(OUTPUT_NAMES) or not all(n.startswith(_WEIGHT_PREFIX) for n in weight_inputs):
+        raise RuntimeError(f"unexpected ONNX interface: inputs {got_in} + "
+                           f"{len(weight_inputs)} weights, outputs "
+                           f"{[o.name for o in model.graph.output]}")
+    order_outputs(model, OUTPUT_NAMES)
+    add_id_range_check(model, "token_ids", cfg.n_token)
+    _declare_shapes(model, cfg, mem_len, log_probs)
+    helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
-    onnx.checker.check_model(model)
+    n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in core.weights)
+    data_path = external_data_file(path) if n_bytes > external_data_threshold else None
+    _weights_to_initializers(model, core.weights, data_path)
     onnx.save_model(model, path)
+    del model
+    onnx.checker.check_model(path)  # the path form reads external data and > 2 GiB files
+    return [path] + ([data_path] if data_path else [])
+
+
+def _convert(core, mem_len, log_probs, opset):
+    """tf2onnx ModelProto of `step(token_ids, mems, mem_mask, *weights)`."""
+    import tf2onnx  # heavy import, only when converting
+
+    variables = list(core.weights)
+    specs = interface_specs(core.config, mem_len) + [
+        tf.TensorSpec(v.shape, v.dtype, name=f"{_WEIGHT_PREFIX}{i:04d}")
+        for i, v in enumerate(variables)]
+
+    @tf.function(input_signature=specs, autograph=False)
+    def step(token_ids, mems, mem_mask, *values):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return serve_step(core, token_ids, mems, mem_mask, log_probs)
+
+    model, _ = tf2onnx.convert.from_function(step, input_signature=specs, opset=opset)
     return model
+
+
+def order_outputs(model, names):
+    """Puts the graph's outputs in the order `names` (tf2onnx sorts dict keys)."""
+    by_name = {o.name: onnx.ValueInfoProto() for o in model.graph.output}
+    for o in model.graph.output:
+        by_name[o.name].CopyFrom(o)
+    del model.graph.output[:]
+    model.graph.output.extend(by_name[n] for n in names)
+
+
+def id_check_node_name(n_token):
+    """The name of the node that fails on bad ids; onnxruntime prints it."""
+    return f"token_ids out of range: valid ids are 0 to {n_token - 1}"
+
+
+def add_id_range_check(model, ids_name, n_token):
+    """Makes the graph fail on ids outside `[0, n_token)` (negative ones too).
+
+    bad = any(ids < 0 or ids >= n_token) indexes a 1-element constant, so a
+    bad id is a Gather out of bounds in a node named by `id_check_node_name`;
+    the gathered 0 is added to the ids the model reads, so no optimiser can
+    drop the check.
+    """
+    checked = f"{ids_name}_checked"
+    for node in model.graph.node:
+        node.input[:] = [checked if name == ids_name else name for name in node.input]
+    c = "txl_id_check/"
+
+    def const(name, value, dtype):
+        return helper.make_node("Constant", [], [c + name], name=c + name,
+                                value=helper.make_tensor(c + name, dtype, np.shape(value),
+                                                         np.ravel(value).tolist()))
+
+    nodes = [
+        const("zero", 0, TensorProto.INT32),
+        const("n_token", n_token, TensorProto.INT32),
+        const("guard_data", [0], TensorProto.INT32),
+        helper.make_node("Less", [ids_name, c + "zero"], [c + "negative"], name=c + "negative"),
+        helper.make_node("GreaterOrEqual", [ids_name, c + "n_token"], [c + "too_large"],
+                         name=c + "too_large"),
+        helper.make_node("Or", [c + "negative", c + "too_large"], [c + "bad"], name=c + "bad"),
+        helper.make_node("Cast", [c + "bad"], [c + "bad_int"], name=c + "bad_int",
+                         to=TensorProto.INT64),
+        helper.make_node("ReduceMax", [c + "bad_int"], [c + "any_bad"], name=c + "any_bad",
+                         keepdims=0),
+        helper.make_node("Gather", [c + "guard_data", c + "any_bad"], [c + "zero_if_valid"],
+                         name=id_check_node_name(n_token), axis=0),
+        helper.make_node("Add", [ids_name, c + "zero_if_valid"], [checked], name=c + "add"),
+    ]
+    existing = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes + existing)
+
+
+def _weights_to_initializers(model, variables, data_path):
+    """Replaces the weight inputs by initializers holding the variables' values,
+    in the model (`data_path=None`) or appended to `data_path` one at a time."""
+    names = {i.name for i in model.graph.input[len(INPUT_NAMES):]}
+    keep = [i for i in model.graph.input if i.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    data = open(data_path, "wb") if data_path else None
+    try:
+        for i, variable in enumerate(variables):
+            name = f"{_WEIGHT_PREFIX}{i:04d}"
+            if name not in names:  # unused by `step` (e.g. only used by score)
+                continue
+            array = np.ascontiguousarray(variable.numpy())
+            tensor = model.graph.initializer.add()
+            tensor.name = name
+            tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+            tensor.dims.extend(array.shape)
+            if data is None:
+                tensor.raw_data = array.tobytes()
+                continue
+            data.seek(-data.tell() % _ALIGN, os.SEEK_CUR)
+            offset = data.tell()
+            array.tofile(data)
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", os.path.basename(data_path)),
+                               ("offset", offset), ("length", array.nbytes)):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+    finally:
+        if data is not None:
+            data.close()
+    if data_path:
+        logging.info("ONNX weights written to %s (external data)", data_path)
 
 
 def _declare_shapes(model, config, mem_len, log_probs):
@@ -49,6 +187,8 @@ def _declare_shapes(model, config, mem_len, log_probs):
               "log_probs": (["batch", "seq_len", config.n_token] if log_probs == "all"
                             else ["batch", config.n_token])}
     for value in list(model.graph.input) + list(model.graph.output):
+        if value.name not in shapes:
+            continue
         shape = value.type.tensor_type.shape
         del shape.dim[:]
         for size in shapes[value.name]:
