@@ -84,8 +84,19 @@ def _convert(core, mem_len, log_probs, opset):
         with keras.StatelessScope(state_mapping=list(zip(variables, values))):
             return serve_step(core, token_ids, mems, mem_mask, log_probs)
 
-    model, _ = tf2onnx.convert.from_function(step, input_signature=specs, opset=opset)
+    model, _ = tf2onnx.convert.from_function(
+        step, input_signature=specs, opset=opset,
+        custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})
     return model
+
+
+def _nan_safe_select(ctx, node, name, args):
+    """`tf.where` as ONNX `Where`: tf2onnx's default `c * x + (1 - c) * y`
+    turns a NaN or inf in the branch not taken into NaN (e.g. in invalid
+    memory slots)."""
+    from tf2onnx.onnx_opset.controlflow import Select
+    node.set_attr("handles_nan", True)
+    Select.version_9(ctx, node)
 
 
 def order_outputs(model, names):
