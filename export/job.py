@@ -176,7 +176,7 @@ def _swap_in(staging, output_dir):
 
 
 class StageLog:
-    """Prints one line per finished stage with the seconds since the start."""
+    """Prints one line per finished stage (stderr) with the seconds since the start."""
 
     def __init__(self, stream=None):
         self.start = time.perf_counter()
@@ -185,7 +185,6 @@ class StageLog:
     def done(self, stage, detail=""):
         line = f"[export {time.perf_counter() - self.start:7.1f}s] {stage}" + \
             (f": {detail}" if detail else "")
-        logging.info("%s", line)
         print(line, file=self.stream or sys.stderr, flush=True)
 
 
