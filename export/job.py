@@ -175,6 +175,16 @@ def _swap_in(staging, output_dir):
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _peak_rss():
+    """`", peak RSS 1.23 GB"` on Linux (VmHWM), else ``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return ""
+    return f", peak RSS {kb / 1e6:.2f} GB"
+
+
 class StageLog:
     """Prints one line per finished stage (stderr) with the seconds since the start."""
 
@@ -183,7 +193,7 @@ class StageLog:
         self.stream = stream
 
     def done(self, stage, detail=""):
-        line = f"[export {time.perf_counter() - self.start:7.1f}s] {stage}" + \
+        line = f"[export {time.perf_counter() - self.start:7.1f}s{_peak_rss()}] {stage}" + \
             (f": {detail}" if detail else "")
         print(line, file=self.stream or sys.stderr, flush=True)
 

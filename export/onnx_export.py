@@ -63,8 +63,7 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                         "(log_probs, new_mems, new_mem_mask)")
     n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in core.weights)
     data_path = external_data_file(path) if n_bytes > external_data_threshold else None
-    _weights_to_initializers(model, core.weights, data_path)
-    onnx.save_model(model, path)
+    _save_with_weights(model, path, core.weights, data_path)
     del model
     onnx.checker.check_model(path)  # the path form reads external data and > 2 GiB files
     return [path] + ([data_path] if data_path else [])
@@ -152,40 +151,89 @@ def add_id_range_check(model, ids_name, n_token):
     model.graph.node.extend(nodes + existing)
 
 
-def _weights_to_initializers(model, variables, data_path):
-    """Replaces the weight inputs by initializers holding the variables' values,
-    in the model (`data_path=None`) or appended to `data_path` one at a time."""
+def _weight_tensors(model, variables):
+    """`(TensorProto header without data, variable)` per weight input of `model`,
+    whose weight inputs are removed."""
     names = {i.name for i in model.graph.input[len(INPUT_NAMES):]}
     keep = [i for i in model.graph.input if i.name not in names]
     del model.graph.input[:]
     model.graph.input.extend(keep)
-    data = open(data_path, "wb") if data_path else None
-    try:
-        for i, variable in enumerate(variables):
-            name = f"{_WEIGHT_PREFIX}{i:04d}"
-            if name not in names:  # unused by `step` (e.g. only used by score)
-                continue
+    headers = []
+    for i, variable in enumerate(variables):
+        name = f"{_WEIGHT_PREFIX}{i:04d}"
+        if name in names:  # a weight `step` does not use has no input
+            header = TensorProto(name=name, dims=list(variable.shape), data_type=
+                                 helper.np_dtype_to_tensor_dtype(np.dtype(variable.dtype)))
+            headers.append((header, variable))
+    return headers
+
+
+def _save_with_weights(model, path, variables, data_path):
+    """Saves `model` with the weights as initializers, one array in memory at a time:
+    in `data_path` (ONNX external data) or streamed into the protobuf file."""
+    weights = _weight_tensors(model, variables)
+    if data_path:
+        _write_external(model, weights, data_path)
+        onnx.save_model(model, path)
+        return
+    # A ModelProto is its fields in any order; repeated fields may be split. So the
+    # file is: the model without its graph, then the graph field, whose bytes are the
+    # graph without weights followed by one `initializer` entry per weight.
+    entries = [(h.SerializeToString(), int(np.prod(h.dims, dtype=np.int64)) *
+                np.dtype(v.dtype).itemsize, v) for h, v in weights]
+    sizes = [len(head) + _field_len(_RAW_DATA, n) for head, n, _ in entries]
+    graph = model.graph.SerializeToString()
+    graph_len = len(graph) + sum(_field_len(_INITIALIZER, size) for size in sizes)
+    model.ClearField("graph")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+        f.write(_key(_GRAPH) + _varint(graph_len) + graph)
+        for (head, n_bytes, variable), size in zip(entries, sizes):
             array = np.ascontiguousarray(variable.numpy())
-            tensor = model.graph.initializer.add()
-            tensor.name = name
-            tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-            tensor.dims.extend(array.shape)
-            if data is None:
-                tensor.raw_data = array.tobytes()
-                continue
+            f.write(_key(_INITIALIZER) + _varint(size) + head)
+            f.write(_key(_RAW_DATA) + _varint(n_bytes))
+            array.tofile(f)
+
+
+# Protobuf field numbers: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data.
+_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _key(field):
+    """The key of a length-delimited field (wire type 2)."""
+    return _varint(field << 3 | 2)
+
+
+def _field_len(field, size):
+    return len(_key(field)) + len(_varint(size)) + size
+
+
+def _write_external(model, weights, data_path):
+    """Appends each weight to `data_path` (page-aligned) and adds initializers
+    that point there."""
+    with open(data_path, "wb") as data:
+        for header, variable in weights:
+            array = np.ascontiguousarray(variable.numpy())
             data.seek(-data.tell() % _ALIGN, os.SEEK_CUR)
             offset = data.tell()
             array.tofile(data)
+            tensor = model.graph.initializer.add()
+            tensor.CopyFrom(header)
             tensor.data_location = TensorProto.EXTERNAL
             for key, value in (("location", os.path.basename(data_path)),
                                ("offset", offset), ("length", array.nbytes)):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, str(value)
-    finally:
-        if data is not None:
-            data.close()
-    if data_path:
-        logging.info("ONNX weights written to %s (external data)", data_path)
+    logging.info("ONNX weights written to %s (external data)", data_path)
 
 
 def _declare_shapes(model, config, mem_len, log_probs):
