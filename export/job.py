@@ -4,13 +4,18 @@
 python -m export --model_dir=runs/tiny --output_dir=exported/tiny \
     --formats=saved_model,onnx --mem_len=64 --opset=17 --log_probs=all
 ```
-Output directory: `saved_model/`, `model.onnx`, `config.json`, `vocab/` (if
-the model has one) and `export_report.json` (settings, timings, parity).
+Output directory: `saved_model/`, `model.onnx` (+ `model.onnx.data` past 2 GB),
+`config.json`, `vocab/` (if the model has one) and `export_report.json`
+(settings, timings, parity, files). A non-empty output directory needs
+`--overwrite`; the new export replaces it whole, or not at all.
 """
+import gc
 import json
 import logging
 import os
 import shutil
+import sys
+import tempfile
 import time
 
 import tensorflow as tf
@@ -18,7 +23,7 @@ from absl import flags
 
 from export.metadata import export_metadata
 from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
-from export.onnx_export import DEFAULT_OPSET, export_onnx
+from export.onnx_export import DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_onnx
 from export.parity import check_parity, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
 from export.saved_model import export_saved_model
@@ -52,6 +57,8 @@ def define_flags(flag_values=flags.FLAGS):
                       "random segments.", flag_values=fv)
     flags.DEFINE_float("tolerance", 1e-4, "Max abs difference allowed by --verify.",
                        flag_values=fv)
+    flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir (the new export "
+                      "is swapped in whole once it has passed).", flag_values=fv)
     flags.mark_flag_as_required("output_dir", flag_values=fv)
     flags.register_validator(
         "formats", lambda value: bool(value) and set(value) <= set(FORMATS),
@@ -75,43 +82,138 @@ def max_opset():
 
 def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=None,
                formats=FORMATS, mem_len=None, opset=DEFAULT_OPSET, log_probs="all",
-               zero_filled_memory=None, verify=True, tolerance=1e-4):
-    """Exports and returns the report dict (also written to export_report.json)."""
+               zero_filled_memory=None, verify=True, tolerance=1e-4, overwrite=False,
+               external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+    """Exports and returns the report dict (also written to export_report.json).
+
+    A non-empty `output_dir` is refused unless `overwrite`. Everything is
+    written into a temporary sibling folder that replaces `output_dir` whole
+    at the end, so a failed export (parity included) leaves it as it was.
+    """
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {formats}")
+    output_dir = os.path.abspath(output_dir)
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise FileExistsError(f"output folder {output_dir!r} is not empty; pass --overwrite "
+                              "(overwrite=True) to replace its contents")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise FileExistsError(f"output path {output_dir!r} exists and is not a folder")
+    stages = StageLog()
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
+    os.chmod(staging, 0o755)  # mkdtemp's 0700 would become the output folder's mode
+    try:
+        report = _export_into(staging, stages, model_dir, config, weights, vocab_dir, formats,
+                              mem_len, opset, log_probs, zero_filled_memory, verify,
+                              tolerance, external_data_threshold)
+        _swap_in(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    stages.done("done", output_dir)
+    return report
+
+
+def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, mem_len, opset,
+                 log_probs, zero_filled_memory, verify, tolerance, external_data_threshold):
     loaded = load_model(model_dir, config, weights, vocab_dir)
     core, cfg = loaded.core, loaded.config
+    stages.done("loading", f"{core.count_params():,} parameters")
     mem_len = cfg.mem_len if mem_len is None else int(mem_len)
     if zero_filled_memory is None:
         zero_filled_memory = cfg.zero_filled_memory
-    os.makedirs(output_dir, exist_ok=True)
-    cfg.to_json(os.path.join(output_dir, CONFIG_FILE))
+    cfg.to_json(os.path.join(out, CONFIG_FILE))
     if loaded.vocab_dir:
-        shutil.copytree(loaded.vocab_dir, os.path.join(output_dir, VOCAB_DIR),
-                        dirs_exist_ok=True)
+        shutil.copytree(loaded.vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
     options = dict(mem_len=mem_len, log_probs=log_probs, zero_filled=zero_filled_memory)
     report = {"metadata": export_metadata(cfg, **options), "seconds": {}}
     if "saved_model" in formats:
         start = time.perf_counter()
-        export_saved_model(core, os.path.join(output_dir, SAVED_MODEL_DIR),
+        export_saved_model(core, os.path.join(out, SAVED_MODEL_DIR),
                            vocab_dir=loaded.vocab_dir, **options)
+        gc.collect()  # the serving module's copy of the weights
         report["seconds"]["saved_model"] = round(time.perf_counter() - start, 2)
+        stages.done("SavedModel", SAVED_MODEL_DIR)
     if "onnx" in formats:
         start = time.perf_counter()
-        export_onnx(core, os.path.join(output_dir, ONNX_FILE), opset=opset, **options)
+        written = export_onnx(core, os.path.join(out, ONNX_FILE), opset=opset,
+                              external_data_threshold=external_data_threshold, **options)
+        gc.collect()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
+        stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)
+                                                            for p in written))
     if verify:
-        # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
-        tf.config.experimental.enable_tensor_float_32_execution(False)
-        backends = [b for b in ("onnx", "saved_model") if b in formats]
-        runtimes = [open_runtime(output_dir, backend=b) for b in backends]
-        segments = random_segments(cfg.n_token, 2, min(cfg.tgt_len, 8))
-        report["parity"] = check_parity(core, runtimes, segments, tolerance)
-        logging.info("parity with the Keras core: %s", report["parity"])
-    with open(os.path.join(output_dir, "export_report.json"), "w", encoding="utf-8") as f:
+        start = time.perf_counter()
+        report["parity"] = _parity(core, out, formats, cfg, tolerance)
+        report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
+        stages.done("parity", json.dumps(report["parity"]))
+    report["files"] = _listing(out) + ["export_report.json"]
+    with open(os.path.join(out, "export_report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, sort_keys=True)
     return report
+
+
+def _parity(core, out, formats, cfg, tolerance):
+    """Checks one runtime at a time (each closed before the next opens)."""
+    # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    segments = random_segments(cfg.n_token, 2, min(cfg.tgt_len, 8))
+    report = {}
+    for backend in (b for b in ("onnx", "saved_model") if b in formats):
+        runtime = open_runtime(out, backend=backend)
+        report.update(check_parity(core, [runtime], segments, tolerance))
+        del runtime
+        gc.collect()
+    logging.info("parity with the Keras core: %s", report)
+    return report
+
+
+def _listing(folder):
+    """Relative paths of the files under `folder`, sorted."""
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
+def _swap_in(staging, output_dir):
+    """Replaces `output_dir` by `staging` (same parent: the renames are atomic)."""
+    if not os.path.exists(output_dir):
+        os.rename(staging, output_dir)
+        return
+    old = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.old-",
+                           dir=os.path.dirname(output_dir))
+    os.rmdir(old)
+    os.rename(output_dir, old)
+    try:
+        os.rename(staging, output_dir)
+    except BaseException:
+        os.rename(old, output_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _peak_rss():
+    """`", peak RSS 1.23 GB"` on Linux (VmHWM), else ``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return ""
+    return f", peak RSS {kb / 1e6:.2f} GB"
+
+
+class StageLog:
+    """Prints one line per finished stage (stderr) with the seconds since the start."""
+
+    def __init__(self, stream=None):
+        self.start = time.perf_counter()
+        self.stream = stream
+
+    def done(self, stage, detail=""):
+        line = f"[export {time.perf_counter() - self.start:7.1f}s{_peak_rss()}] {stage}" + \
+            (f": {detail}" if detail else "")
+        print(line, file=self.stream or sys.stderr, flush=True)
 
 
 def run_from_flags(fv=flags.FLAGS):
@@ -120,7 +222,7 @@ def run_from_flags(fv=flags.FLAGS):
         raise flags.ValidationError("pass --model_dir, or both --config and --weights")
     return run_export(fv.output_dir, fv.model_dir, fv.config, fv.weights, fv.vocab_dir,
                       fv.formats, fv.mem_len, fv.opset, fv.log_probs, fv.zero_filled_memory,
-                      fv.verify, fv.tolerance)
+                      fv.verify, fv.tolerance, overwrite=fv.overwrite)
 
 
 def main(argv):

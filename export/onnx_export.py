@@ -1,42 +1,239 @@
-"""Converts the serving module's `step` function to ONNX with tf2onnx."""
+"""Converts the `step` computation to ONNX with tf2onnx.
+
+tf2onnx would freeze the weights into constants and copy them several times
+(GraphDef, grappler, its own graph, the ModelProto), which does not fit in
+memory at the paper's sizes. So the function converted takes the weights as
+extra *inputs*: the converted graph is tiny, and its weight inputs are then
+turned into initializers written from the core's arrays one at a time.
+onnxruntime constant-folds what tf2onnx would have folded (weight transposes)
+when it opens the session.
+"""
+import logging
+import os
+
+import keras
 import numpy as np
 import onnx
+import tensorflow as tf
+from onnx import TensorProto, helper
 
 from export.metadata import INPUT_NAMES, OUTPUT_NAMES, export_metadata
-from export.serving_module import ServingModule
+from export.serving_module import LOG_PROBS_MODES, interface_specs, serve_step
 
 DEFAULT_OPSET = 17
-_PROTOBUF_LIMIT = 2 ** 31 - 1
+# Protobuf cannot serialise 2 GiB; leave room for the graph itself.
+EXTERNAL_DATA_THRESHOLD = 2 ** 31 - 2 ** 26
+_WEIGHT_PREFIX = "txl_weight_"
+_ALIGN = 4096
+
+
+def external_data_file(path):
+    """Where the weights of a large model go: `model.onnx` → `model.onnx.data`."""
+    return path + ".data"
 
 
 def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
-                opset=DEFAULT_OPSET):
-    """Writes `step` as an ONNX model: inputs `token_ids` int32 `[B, T]`, `mems`,
-    `mem_mask`; outputs `log_probs`, `new_mems`, `new_mem_mask`; batch and
-    segment axes dynamic; config and memory geometry in `metadata_props`.
-    Returns the checked `onnx.ModelProto`.
-    """
-    import tf2onnx  # heavy import, only when converting
+                opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+    """Writes `step` as an ONNX model and returns the list of files written.
 
-    n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in core.weights)
-    if n_bytes > _PROTOBUF_LIMIT:
-        raise ValueError(f"the model's weights ({n_bytes / 2**30:.1f} GiB) exceed the 2 GiB "
-                         "ONNX protobuf limit; export the SavedModel only")
-    module = ServingModule(core, mem_len, log_probs, zero_filled)
-    model, _ = tf2onnx.convert.from_function(
-        module.step, input_signature=module.step.input_signature, opset=opset)
-    got_in = [i.name for i in model.graph.input]
-    got_out = sorted(o.name for o in model.graph.output)
-    if got_in != list(INPUT_NAMES) or got_out != sorted(OUTPUT_NAMES):
-        raise RuntimeError(f"unexpected ONNX interface: inputs {got_in}, outputs {got_out}")
-    _declare_shapes(model, core.config, mem_len, log_probs)
-    onnx.helper.set_model_props(
-        model, export_metadata(core.config, mem_len, log_probs, zero_filled))
+    Inputs `token_ids` int32 `[B, T]` (range-checked in the graph), `mems`,
+    `mem_mask`; outputs in this order: `log_probs`, `new_mems`,
+    `new_mem_mask`; batch and segment axes dynamic; config and memory geometry
+    in `metadata_props`. Weights above `external_data_threshold` bytes go to
+    `external_data_file(path)` beside the model (ONNX external data).
+    """
+    if log_probs not in LOG_PROBS_MODES:
+        raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+    if int(mem_len) < 0:
+        raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+    cfg = core.config
+    model = _convert(core, mem_len, log_probs, opset)
+    weight_inputs = [i.name for i in model.graph.input][len(INPUT_NAMES):]
+    got_in = [i.name for i in model.graph.input][:len(INPUT_NAMES)]
+    if got_in != list(INPUT_NAMES) or sorted(o.name for o in model.graph.output) != \
+            sorted(OUTPUT_NAMES) or not all(n.startswith(_WEIGHT_PREFIX) for n in weight_inputs):
+        raise RuntimeError(f"unexpected ONNX interface: inputs {got_in} + "
+                           f"{len(weight_inputs)} weights, outputs "
+                           f"{[o.name for o in model.graph.output]}")
+    order_outputs(model, OUTPUT_NAMES)
+    add_id_range_check(model, "token_ids", cfg.n_token)
+    _declare_shapes(model, cfg, mem_len, log_probs)
+    helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
-    onnx.checker.check_model(model)
-    onnx.save_model(model, path)
+    n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in core.weights)
+    data_path = external_data_file(path) if n_bytes > external_data_threshold else None
+    _save_with_weights(model, path, core.weights, data_path)
+    del model
+    onnx.checker.check_model(path)  # the path form reads external data and > 2 GiB files
+    return [path] + ([data_path] if data_path else [])
+
+
+def _convert(core, mem_len, log_probs, opset):
+    """tf2onnx ModelProto of `step(token_ids, mems, mem_mask, *weights)`."""
+    import tf2onnx  # heavy import, only when converting
+
+    variables = list(core.weights)
+    specs = interface_specs(core.config, mem_len) + [
+        tf.TensorSpec(v.shape, v.dtype, name=f"{_WEIGHT_PREFIX}{i:04d}")
+        for i, v in enumerate(variables)]
+
+    @tf.function(input_signature=specs, autograph=False)
+    def step(token_ids, mems, mem_mask, *values):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return serve_step(core, token_ids, mems, mem_mask, log_probs)
+
+    model, _ = tf2onnx.convert.from_function(
+        step, input_signature=specs, opset=opset,
+        custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})
     return model
+
+
+def _nan_safe_select(ctx, node, name, args):
+    """`tf.where` as ONNX `Where`: tf2onnx's default `c * x + (1 - c) * y`
+    turns a NaN or inf in the branch not taken into NaN (e.g. in invalid
+    memory slots)."""
+    from tf2onnx.onnx_opset.controlflow import Select
+    node.set_attr("handles_nan", True)
+    Select.version_9(ctx, node)
+
+
+def order_outputs(model, names):
+    """Puts the graph's outputs in the order `names` (tf2onnx sorts dict keys)."""
+    by_name = {o.name: onnx.ValueInfoProto() for o in model.graph.output}
+    for o in model.graph.output:
+        by_name[o.name].CopyFrom(o)
+    del model.graph.output[:]
+    model.graph.output.extend(by_name[n] for n in names)
+
+
+def id_check_node_name(n_token):
+    """The name of the node that fails on bad ids; onnxruntime prints it."""
+    return f"token_ids out of range: valid ids are 0 to {n_token - 1}"
+
+
+def add_id_range_check(model, ids_name, n_token):
+    """Makes the graph fail on ids outside `[0, n_token)` (negative ones too).
+
+    bad = any(ids < 0 or ids >= n_token) indexes a 1-element constant, so a
+    bad id is a Gather out of bounds in a node named by `id_check_node_name`;
+    the gathered 0 is added to the ids the model reads, so no optimiser can
+    drop the check.
+    """
+    checked = f"{ids_name}_checked"
+    for node in model.graph.node:
+        node.input[:] = [checked if name == ids_name else name for name in node.input]
+    c = "txl_id_check/"
+
+    def const(name, value, dtype):
+        return helper.make_node("Constant", [], [c + name], name=c + name,
+                                value=helper.make_tensor(c + name, dtype, np.shape(value),
+                                                         np.ravel(value).tolist()))
+
+    nodes = [
+        const("zero", 0, TensorProto.INT32),
+        const("n_token", n_token, TensorProto.INT32),
+        const("guard_data", [0], TensorProto.INT32),
+        helper.make_node("Less", [ids_name, c + "zero"], [c + "negative"], name=c + "negative"),
+        helper.make_node("GreaterOrEqual", [ids_name, c + "n_token"], [c + "too_large"],
+                         name=c + "too_large"),
+        helper.make_node("Or", [c + "negative", c + "too_large"], [c + "bad"], name=c + "bad"),
+        helper.make_node("Cast", [c + "bad"], [c + "bad_int"], name=c + "bad_int",
+                         to=TensorProto.INT64),
+        helper.make_node("ReduceMax", [c + "bad_int"], [c + "any_bad"], name=c + "any_bad",
+                         keepdims=0),
+        helper.make_node("Gather", [c + "guard_data", c + "any_bad"], [c + "zero_if_valid"],
+                         name=id_check_node_name(n_token), axis=0),
+        helper.make_node("Add", [ids_name, c + "zero_if_valid"], [checked], name=c + "add"),
+    ]
+    existing = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes + existing)
+
+
+def _weight_tensors(model, variables):
+    """`(TensorProto header without data, variable)` per weight input of `model`,
+    whose weight inputs are removed."""
+    names = {i.name for i in model.graph.input[len(INPUT_NAMES):]}
+    keep = [i for i in model.graph.input if i.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    headers = []
+    for i, variable in enumerate(variables):
+        name = f"{_WEIGHT_PREFIX}{i:04d}"
+        if name in names:  # a weight `step` does not use has no input
+            header = TensorProto(name=name, dims=list(variable.shape), data_type=
+                                 helper.np_dtype_to_tensor_dtype(np.dtype(variable.dtype)))
+            headers.append((header, variable))
+    return headers
+
+
+def _save_with_weights(model, path, variables, data_path):
+    """Saves `model` with the weights as initializers, one array in memory at a time:
+    in `data_path` (ONNX external data) or streamed into the protobuf file."""
+    weights = _weight_tensors(model, variables)
+    if data_path:
+        _write_external(model, weights, data_path)
+        onnx.save_model(model, path)
+        return
+    # A ModelProto is its fields in any order; repeated fields may be split. So the
+    # file is: the model without its graph, then the graph field, whose bytes are the
+    # graph without weights followed by one `initializer` entry per weight.
+    entries = [(h.SerializeToString(), int(np.prod(h.dims, dtype=np.int64)) *
+                np.dtype(v.dtype).itemsize, v) for h, v in weights]
+    sizes = [len(head) + _field_len(_RAW_DATA, n) for head, n, _ in entries]
+    graph = model.graph.SerializeToString()
+    graph_len = len(graph) + sum(_field_len(_INITIALIZER, size) for size in sizes)
+    model.ClearField("graph")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+        f.write(_key(_GRAPH) + _varint(graph_len) + graph)
+        for (head, n_bytes, variable), size in zip(entries, sizes):
+            array = np.ascontiguousarray(variable.numpy())
+            f.write(_key(_INITIALIZER) + _varint(size) + head)
+            f.write(_key(_RAW_DATA) + _varint(n_bytes))
+            array.tofile(f)
+
+
+# Protobuf field numbers: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data.
+_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _key(field):
+    """The key of a length-delimited field (wire type 2)."""
+    return _varint(field << 3 | 2)
+
+
+def _field_len(field, size):
+    return len(_key(field)) + len(_varint(size)) + size
+
+
+def _write_external(model, weights, data_path):
+    """Appends each weight to `data_path` (page-aligned) and adds initializers
+    that point there."""
+    with open(data_path, "wb") as data:
+        for header, variable in weights:
+            array = np.ascontiguousarray(variable.numpy())
+            data.seek(-data.tell() % _ALIGN, os.SEEK_CUR)
+            offset = data.tell()
+            array.tofile(data)
+            tensor = model.graph.initializer.add()
+            tensor.CopyFrom(header)
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", os.path.basename(data_path)),
+                               ("offset", offset), ("length", array.nbytes)):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+    logging.info("ONNX weights written to %s (external data)", data_path)
 
 
 def _declare_shapes(model, config, mem_len, log_probs):
@@ -49,6 +246,8 @@ def _declare_shapes(model, config, mem_len, log_probs):
               "log_probs": (["batch", "seq_len", config.n_token] if log_probs == "all"
                             else ["batch", config.n_token])}
     for value in list(model.graph.input) + list(model.graph.output):
+        if value.name not in shapes:
+            continue
         shape = value.type.tensor_type.shape
         del shape.dim[:]
         for size in shapes[value.name]:

@@ -19,6 +19,26 @@ from txl_tf.untracked import Untracked
 LOG_PROBS_MODES = ("all", "last")
 
 
+def interface_specs(config, mem_len):
+    """TensorSpecs of `step`'s inputs: `token_ids`, `mems`, `mem_mask`."""
+    return [tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+            tf.TensorSpec([config.n_layer, None, int(mem_len), config.d_model], tf.float32,
+                          name="mems"),
+            tf.TensorSpec([None, int(mem_len)], tf.bool, name="mem_mask")]
+
+
+def serve_step(core, token_ids, mems, mem_mask, log_probs_mode="all"):
+    """The `step` computation on the core's current weights (or a StatelessScope's):
+    `{"log_probs", "new_mems", "new_mem_mask"}`."""
+    memory = Memory(mems, mem_mask)
+    if log_probs_mode == "all":
+        log_probs, new = core(token_ids, memory, training=False)
+    else:
+        hidden, new = core.hidden_states(token_ids, memory, training=False)
+        log_probs = core.crit(hidden[:, -1])
+    return {"log_probs": log_probs, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
+
+
 class ServingModule(tf.Module):
     """Wraps a `TransformerXL` core with fixed memory length and input signatures.
 
@@ -41,11 +61,8 @@ class ServingModule(tf.Module):
         self.mem_len = int(mem_len)
         self.log_probs_mode = log_probs
         self.zero_filled = bool(zero_filled)
-        ids = tf.TensorSpec([None, None], tf.int32, name="token_ids")
+        ids, mems, mask = interface_specs(cfg, self.mem_len)
         targets = tf.TensorSpec([None, None], tf.int32, name="target_ids")
-        mems = tf.TensorSpec([cfg.n_layer, None, self.mem_len, cfg.d_model], tf.float32,
-                             name="mems")
-        mask = tf.TensorSpec([None, self.mem_len], tf.bool, name="mem_mask")
         batch = tf.TensorSpec([], tf.int32, name="batch_size")
         self.initial_memory = tf.function(self._initial_memory, input_signature=[batch])
         self.step = tf.function(self._step, input_signature=[ids, mems, mask])
@@ -70,14 +87,8 @@ class ServingModule(tf.Module):
         return {"mems": memory.mems, "mem_mask": memory.mem_mask}
 
     def _step(self, token_ids, mems, mem_mask):
-        memory = Memory(mems, mem_mask)
         with self._weights_scope():
-            if self.log_probs_mode == "all":
-                log_probs, new = self.core(token_ids, memory, training=False)
-            else:
-                hidden, new = self.core.hidden_states(token_ids, memory, training=False)
-                log_probs = self.core.crit(hidden[:, -1])
-        return {"log_probs": log_probs, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
+            return serve_step(self.core, token_ids, mems, mem_mask, self.log_probs_mode)
 
     def _score(self, token_ids, target_ids, mems, mem_mask):
         with self._weights_scope():

@@ -3,13 +3,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from absl import flags
 
-from export import ModelDirError, load_model, open_runtime, save_model_dir
+from export import ModelDirError, ParityError, load_model, open_runtime, save_model_dir
 from export.job import define_flags, run_from_flags
 from txl_tf import TransformerXL, TransformerXLConfig
 
@@ -104,3 +105,86 @@ def test_load_model_errors(model_dir, tmp_path):
     TransformerXLConfig.preset("tiny", d_model=64, d_head=32).to_json(str(other))
     with pytest.raises(ModelDirError, match="cannot load weights"):
         load_model(str(path), config_path=str(other))
+
+
+def snapshot(folder):
+    """`{relative path: bytes}` of every file under `folder`."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def previous_export(model_dir, tmp_path_factory):
+    """A finished export (SavedModel only), copied per test from this template."""
+    path, _ = model_dir
+    out = tmp_path_factory.mktemp("previous") / "out"
+    run_job(f"--model_dir={path}", f"--output_dir={out}", "--formats=saved_model",
+            "--mem_len=4", "--noverify")
+    return out
+
+
+def copy_of(folder, tmp_path):
+    import shutil
+    parent = tmp_path / "exports"
+    parent.mkdir()
+    return Path(shutil.copytree(folder, parent / "out"))
+
+
+def test_job_refuses_a_non_empty_output_folder(model_dir, previous_export, tmp_path):
+    path, _ = model_dir
+    out = copy_of(previous_export, tmp_path)
+    before = snapshot(out)
+    with pytest.raises(FileExistsError, match=rf"{out}.*not empty.*--overwrite"):
+        run_job(f"--model_dir={path}", f"--output_dir={out}", "--formats=onnx", "--mem_len=4")
+    assert snapshot(out) == before and os.listdir(out.parent) == ["out"]
+
+
+def test_overwrite_replaces_the_whole_folder(model_dir, previous_export, tmp_path, capfd):
+    path, _ = model_dir
+    out = copy_of(previous_export, tmp_path)
+    (out / "stale.txt").write_text("from an older export")
+    report = run_job(f"--model_dir={path}", f"--output_dir={out}", "--formats=onnx",
+                     "--mem_len=4", "--overwrite")
+    assert sorted(os.listdir(out)) == ["config.json", "export_report.json", "model.onnx",
+                                       "vocab"]
+    assert os.listdir(out.parent) == ["out"]  # no temporary or old folder left behind
+    assert report["files"] == ["config.json", "model.onnx", "vocab/vocab.txt",
+                               "export_report.json"]
+    stages = [line.split("] ")[1].split(":")[0] for line in capfd.readouterr().err.splitlines()
+              if line.startswith("[export")]
+    assert stages == ["loading", "ONNX conversion and weights", "parity", "done"]
+
+
+class Interrupted(KeyboardInterrupt):
+    pass
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("conversion failed"), Interrupted()],
+                         ids=["exception", "keyboard_interrupt"])
+def test_failed_export_leaves_the_previous_one_untouched(model_dir, previous_export, tmp_path,
+                                                          monkeypatch, failure):
+    path, _ = model_dir
+    out = copy_of(previous_export, tmp_path)
+    before = snapshot(out)
+
+    def failing_export_onnx(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr("export.job.export_onnx", failing_export_onnx)
+    with pytest.raises(type(failure)):
+        run_job(f"--model_dir={path}", f"--output_dir={out}", "--mem_len=4", "--overwrite")
+    assert snapshot(out) == before
+    assert os.listdir(out.parent) == ["out"]
+    fresh = tmp_path / "exports" / "fresh"
+    with pytest.raises(type(failure)):
+        run_job(f"--model_dir={path}", f"--output_dir={fresh}", "--mem_len=4")
+    assert not fresh.exists() and os.listdir(out.parent) == ["out"]
+
+
+def test_failed_parity_leaves_nothing(model_dir, tmp_path, monkeypatch):
+    path, _ = model_dir
+    out = tmp_path / "exports" / "out"
+    out.parent.mkdir()
+    with pytest.raises(ParityError):
+        run_job(f"--model_dir={path}", f"--output_dir={out}", "--formats=onnx",
+                "--mem_len=4", "--tolerance=-1")
+    assert os.listdir(out.parent) == []

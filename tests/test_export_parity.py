@@ -55,7 +55,7 @@ def exported(request, core, tmp_path_factory):
 def test_step_parity_over_segments(core, exported, batch, seg_len):
     mem_len, _, runtimes = exported
     segments = random_segments(256, batch, seg_len, n_segments=4, seed=batch * 10 + seg_len)
-    report = check_parity(core, list(runtimes.values()), segments, tol=TOL)
+    check_parity(core, list(runtimes.values()), segments, tol=TOL)  # raises beyond TOL
     reference = core_outputs(core, segments, mem_len)
     # Memory really is carried: with memory, the later segments differ from a fresh start.
     if mem_len:
@@ -64,7 +64,6 @@ def test_step_parity_over_segments(core, exported, batch, seg_len):
     assert reference[-1][1].shape == (2, batch, mem_len, 32)
     for name, rt in runtimes.items():
         assert rt.mem_len == mem_len, name
-    assert all(d["log_probs"] <= TOL and d["mems"] <= TOL for d in report.values())
 
 
 def test_score_equals_gathered_log_probs(core, exported):

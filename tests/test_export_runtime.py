@@ -141,3 +141,36 @@ def test_open_runtime_errors(paths, tmp_path):
     with pytest.raises(FileNotFoundError, match="no ONNX model"):
         open_runtime(str(paths / "saved_model"), backend="onnx")
     assert open_runtime(str(paths)).backend == "onnxruntime"  # auto prefers ONNX
+
+
+def garbage_memory(garbage, seed=0):
+    """`(clean, dirty, mem_mask)`: the same real slots, zeros or `garbage` elsewhere."""
+    rng = np.random.default_rng(seed)
+    mems = rng.normal(size=(2, 2, MEM_LEN, 32)).astype(np.float32)
+    mask = np.array([[False, True, True, True], [False] * MEM_LEN])
+    clean = np.where(mask[None, :, :, None], mems, 0).astype(np.float32)
+    return clean, np.where(mask[None, :, :, None], mems, garbage).astype(np.float32), mask
+
+
+@pytest.mark.parametrize("garbage", [np.nan, np.inf, 1e30])
+def test_garbage_in_invalid_slots_changes_nothing_in_the_core(garbage):
+    from txl_tf import Memory
+    core = TransformerXL(TransformerXLConfig.preset("tiny"))
+    clean, dirty, mask = garbage_memory(garbage)
+    expected, expected_mem = core(IDS, Memory(clean, mask))
+    got, got_mem = core(IDS, Memory(dirty, mask))
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    np.testing.assert_array_equal(got_mem.mems.numpy(), expected_mem.mems.numpy())
+    nll, nll_mem = core(IDS, Memory(dirty, mask), targets=IDS)
+    assert np.isfinite(nll.numpy()).all() and np.isfinite(nll_mem.mems.numpy()).all()
+
+
+@pytest.mark.parametrize("garbage", [np.nan, np.inf, 1e30])
+def test_garbage_in_invalid_slots_changes_nothing_in_the_runtimes(runtime, garbage):
+    clean, dirty, mask = garbage_memory(garbage, seed=1)
+    expected, expected_mem = runtime.step(IDS, (clean, mask))
+    got, got_mem = runtime.step(IDS, (dirty, mask))
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(got_mem.numpy()[0], expected_mem.numpy()[0], atol=1e-6)
+    nll, _ = runtime.score(IDS, IDS, (dirty, mask))
+    assert np.isfinite(nll).all()

@@ -8,7 +8,8 @@ from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
 from txl_tf.layers.block import TransformerXLBlock
 from txl_tf.layers.init import normal
 from txl_tf.layers.masks import attention_visibility
-from txl_tf.layers.memory import Memory, as_memory, initial_memory, update_memory
+from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initial_memory,
+                                  update_memory)
 from txl_tf.layers.positional import RelativePositionalEncoding
 from txl_tf.validation import check_memory, check_targets, check_token_ids
 
@@ -103,6 +104,7 @@ class TransformerXL(keras.layers.Layer):
         memory = Memory(tf.convert_to_tensor(memory.mems),
                         tf.convert_to_tensor(memory.mem_mask))
         check_memory(memory, cfg.n_layer, cfg.d_model, token_ids.shape[0])
+        memory = clear_invalid_slots(memory)  # garbage in invalid slots changes nothing
         qlen = tf.shape(token_ids)[1]
         klen = tf.shape(memory.mems)[2] + qlen
 

@@ -30,6 +30,15 @@ def initial_memory(n_layer, batch_size, mem_len, d_model, zero_filled=False):
     return Memory(mems, mem_mask)
 
 
+def clear_invalid_slots(memory):
+    """The memory with invalid slots zeroed, so whatever they held (NaN, inf)
+    cannot reach an output: masked attention still multiplies their values
+    by 0, and they are carried into the new memory."""
+    mems = tf.where(memory.mem_mask[None, :, :, None], memory.mems,
+                    tf.zeros([], memory.mems.dtype))
+    return Memory(mems, memory.mem_mask)
+
+
 def update_memory(memory, layer_inputs):
     """Keeps the last M positions of `concat(memory, layer_inputs)`.
 
