@@ -167,9 +167,14 @@ RAW_ONNXRUNTIME_SHAPE_DTYPE_CASES = [  # (id, feeds, exception, message pattern)
      r"Required inputs \(\['mem_mask'\]\) are missing"),
 ]
 
-# Out-of-range ids fed to onnxruntime directly: rows come with the in-graph
-# id range check (each: id, feeds, exception class, message pattern).
-RAW_ONNXRUNTIME_ID_RANGE_CASES = []
+# Out-of-range ids fed to onnxruntime directly: the graph's own range check
+# fails, naming the range (ONNX Gather would wrap -1 to the last row).
+_ID_RANGE = r"token_ids out of range: valid ids are 0 to 255"
+RAW_ONNXRUNTIME_ID_RANGE_CASES = [  # (id, feeds, exception, message pattern)
+    ("negative_id", _feeds(np.array([[1, -1]], np.int32)), InvalidArgument, _ID_RANGE),
+    ("id_n_token", _feeds(np.array([[1, 256]], np.int32)), InvalidArgument, _ID_RANGE),
+    ("huge_id", _feeds(np.array([[2**31 - 1, 0]], np.int32)), InvalidArgument, _ID_RANGE),
+]
 
 
 @pytest.fixture(scope="module")
