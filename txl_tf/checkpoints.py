@@ -7,11 +7,14 @@ Files are `.npz` archives read with `allow_pickle=False`: no pickle anywhere.
 """
 import os
 import zipfile
+import zlib
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import numpy as np
 
 from txl_tf.config import TransformerXLConfig
+from txl_tf.layers.init import skip_random_init
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.npz"
@@ -74,7 +77,8 @@ def get_weights(core):
 
 
 def set_weights(core, arrays):
-    """Assigns `{tf_name: array}`; names and shapes must match exactly."""
+    """Assigns `{tf_name: array}` (any mapping, read one weight at a time);
+    names and shapes must match exactly."""
     names = reference_names(core)
     missing = sorted(set(names) - set(arrays))
     unexpected = sorted(set(arrays) - set(names))
@@ -87,7 +91,8 @@ def set_weights(core, arrays):
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(f"weight {name} has shape {value.shape}, the model expects "
                              f"{tuple(variable.shape)}")
-        variable.assign(value.astype(variable.dtype))
+        variable.assign(value.astype(variable.dtype, copy=False))
+        del value  # one weight in memory at a time, even for a lazy archive
 
 
 def save_weights(core, path):
@@ -96,17 +101,43 @@ def save_weights(core, path):
 
 
 def load_weights(core, path):
-    """Reads weights written by `save_weights` (no pickle)."""
+    """Reads weights written by `save_weights` (no pickle), one array at a
+    time, so loading needs little memory beyond the model's own."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"weights file not found: {path}")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files}
+        archive = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
-        problem = "the file is empty" if os.path.getsize(path) == 0 else (
-            f"not a complete .npz archive ({err or type(err).__name__})")
-        raise ValueError(f"cannot read weights file {path}: {problem}") from None
-    set_weights(core, arrays)
+        raise ValueError(_unreadable(path, err)) from None
+    with archive:
+        set_weights(core, _CheckedArchive(archive, path))
+
+
+def _unreadable(path, err):
+    problem = "the file is empty" if os.path.getsize(path) == 0 else (
+        f"not a complete .npz archive ({err or type(err).__name__})")
+    return f"cannot read weights file {path}: {problem}"
+
+
+class _CheckedArchive(Mapping):
+    """An open `.npz` archive whose read errors name the file."""
+
+    def __init__(self, archive, path):
+        self.archive, self.path = archive, path
+
+    def __getitem__(self, name):
+        try:
+            return self.archive[name]
+        except KeyError:
+            raise
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+            raise ValueError(_unreadable(self.path, err)) from None
+
+    def __iter__(self):
+        return iter(self.archive.files)
+
+    def __len__(self):
+        return len(self.archive.files)
 
 
 def save_pretrained(core, directory):
@@ -134,7 +165,8 @@ def load_pretrained(directory, **config_overrides):
     cfg = load_config(directory)
     if config_overrides:
         cfg = cfg.replace(**config_overrides)
-    core = TransformerXL(cfg)
+    with skip_random_init():
+        core = TransformerXL(cfg)
     load_weights(core, os.path.join(directory, WEIGHTS_FILE))
     return core
 

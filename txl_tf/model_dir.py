@@ -17,6 +17,7 @@ from typing import NamedTuple, Optional
 
 from txl_tf import checkpoints
 from txl_tf.config import ConfigError, TransformerXLConfig
+from txl_tf.layers.init import skip_random_init
 
 CONFIG_FILE = checkpoints.CONFIG_FILE
 WEIGHTS_FILE = checkpoints.WEIGHTS_FILE
@@ -122,7 +123,9 @@ def load_core(source, config=None, **overrides):
     """A `TransformerXL` built from the source's config (or `config`) with
     `overrides`, holding the source's weights."""
     from txl_tf.core import TransformerXL
-    core = TransformerXL(config or load_config(source, **overrides))
+    config = config or load_config(source, **overrides)
+    with skip_random_init():  # every weight is loaded next
+        core = TransformerXL(config)
     load_weights(core, source)
     return core
 
