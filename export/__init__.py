@@ -17,7 +17,7 @@ from training.tf_startup import quiet_tensorflow_import as _quiet_tensorflow_imp
 _quiet_tensorflow_import()
 
 from export.input_checks import RuntimeInputError  # noqa: E402
-from export.job import run_export
+from export.job import ExportError, run_export  # noqa: E402
 from export.metadata import ExportInfo, export_metadata
 from export.model_dir import (ModelDirError, load_model, save_core_weights,
                               save_model_dir)
@@ -28,7 +28,7 @@ from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import export_saved_model
 from export.serving_module import ServingModule
 
-__all__ = ["ExportInfo", "ModelDirError", "ParityError", "Runtime", "RuntimeInputError",
+__all__ = ["ExportError", "ExportInfo", "ModelDirError", "ParityError", "Runtime", "RuntimeInputError",
            "RuntimeMemory", "ServingModule", "check_parity", "export_metadata",
            "export_onnx", "export_saved_model", "load_model", "open_runtime", "run_export",
            "save_core_weights", "save_model_dir"]

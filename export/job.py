@@ -32,6 +32,10 @@ from export.serving_module import LOG_PROBS_MODES
 FORMATS = ("saved_model", "onnx")
 
 
+class ExportError(ValueError):
+    """The export cannot start: bad formats, or an output path in the way."""
+
+
 def define_flags(flag_values=flags.FLAGS):
     """Defines the job's flags on `flag_values` (a fresh FlagValues in tests)."""
     fv = flag_values
@@ -92,13 +96,13 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
     """
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
-        raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {formats}")
+        raise ExportError(f"formats must be a non-empty subset of {FORMATS}, got {formats}")
     output_dir = os.path.abspath(output_dir)
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
-        raise FileExistsError(f"output folder {output_dir!r} is not empty; pass --overwrite "
+        raise ExportError(f"output folder {output_dir!r} is not empty; pass --overwrite "
                               "(overwrite=True) to replace its contents")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise FileExistsError(f"output path {output_dir!r} exists and is not a folder")
+        raise ExportError(f"output path {output_dir!r} exists and is not a folder")
     stages = StageLog()
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)

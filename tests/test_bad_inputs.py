@@ -14,7 +14,7 @@ import tensorflow as tf
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
-from training.checkpointing import weight_dict
+from txl_tf.checkpoints import weight_dict
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
 from txl_tf.checkpoints import save_pretrained
 from txl_tf.text import ByteTokenizer
@@ -64,10 +64,14 @@ def prepared(tmp_path_factory):
 
 
 def snapshot(root):
-    """`{relative path: (size, mtime_ns, sha256)}` of every file under `root`."""
+    """`{relative path: (size, mtime_ns, sha256)}` of every file under `root`,
+    except training's lock files (`.lock*`), which record the latest job that
+    tried the directory (`training.lock`), whether or not it was refused."""
     state = {}
     for folder, _, files in os.walk(root):
         for name in files:
+            if name.startswith(".lock"):
+                continue
             path = os.path.join(folder, name)
             info = os.stat(path)
             with open(path, "rb") as f:
@@ -253,8 +257,11 @@ CLI_CASES = [
     ("export_mem_len", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
                                   "--mem_len=-1"], r"flag --mem_len=-1"),
     ("export_truncated_weights", "export", ["--model_dir={root}/broken",
-                                            "--output_dir={root}/model"],
+                                            "--output_dir={scratch}/out"],
      r"cannot load weights '.*broken/weights\.npz'.*not a complete \.npz archive"),
+    ("export_output_not_empty", "export", ["--model_dir={root}/model",
+                                           "--output_dir={root}/model"],
+     r"output folder '.*root/model' is not empty; pass --overwrite"),
     ("export_missing_weights", "export", ["--config={root}/model/config.json",
                                           "--weights={root}/missing.npz",
                                           "--output_dir={root}/out"],

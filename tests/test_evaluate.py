@@ -85,7 +85,7 @@ def test_evaluate_accepts_every_model_directory_form(tmp_path, capsys):
     """A model dir, a training run dir (its export/, else its newest
     checkpoint, or --checkpoint) give the same model; progress goes to stderr."""
     import tensorflow as tf
-    from training.checkpointing import weight_dict
+    from txl_tf.checkpoints import weight_dict
     text = write_text_corpus(tmp_path / "corpus.txt", 3_000, seed=2)
     keras.utils.set_random_seed(3)
     trained = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8,

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from absl import flags
 
-from export import (ModelDirError, ParityError, load_model, open_runtime, run_export,
-                    save_model_dir)
+from export import (ExportError, ModelDirError, ParityError, load_model, open_runtime,
+                    run_export, save_model_dir)
 from export.job import define_flags, run_from_flags
 from txl_tf import TransformerXL, TransformerXLConfig
 
@@ -135,7 +135,7 @@ def test_job_refuses_a_non_empty_output_folder(model_dir, previous_export, tmp_p
     path, _ = model_dir
     out = copy_of(previous_export, tmp_path)
     before = snapshot(out)
-    with pytest.raises(FileExistsError, match=rf"{out}.*not empty.*--overwrite"):
+    with pytest.raises(ExportError, match=rf"{out}.*not empty.*--overwrite"):
         run_job(f"--model_dir={path}", f"--output_dir={out}", "--formats=onnx", "--mem_len=4")
     assert snapshot(out) == before and os.listdir(out.parent) == ["out"]
 

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from export import ModelDirError, load_model
-from training.checkpointing import weight_dict
+from txl_tf.checkpoints import weight_dict
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.checkpoints import save_pretrained
 from txl_tf.model_dir import load, resolve

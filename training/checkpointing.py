@@ -27,7 +27,7 @@ import shutil
 
 import tensorflow as tf
 
-from txl_tf.checkpoints import reference_names
+from txl_tf.checkpoints import weight_dict
 from training.errors import TrainingError
 from training.strategy import local_replicas
 
@@ -62,11 +62,6 @@ def remove_stale_temporaries(directory):
             os.remove(path)
         removed.append(name)
     return removed
-
-
-def weight_dict(core):
-    """`{tf_name: variable}` with `/` made checkpoint-key safe."""
-    return {name.replace("/", "."): var for name, var in reference_names(core).items()}
 
 
 def _unwrap(variable):
@@ -146,16 +141,3 @@ class TrainingCheckpoint:
 def _first_line(err):
     text = str(err).strip()
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
-
-
-def restore_weights(core, path):
-    """Loads only the weights of a training checkpoint `path` (a `ckpt-N`
-    prefix or a directory holding checkpoints) into a bare core."""
-    if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            raise FileNotFoundError(f"no checkpoint in {path}")
-        path = latest
-    tf.train.Checkpoint(weights=weight_dict(core)).restore(path).expect_partial()\
-        .assert_existing_objects_matched()
-    return path

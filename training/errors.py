@@ -17,6 +17,7 @@ _LIBRARY_ERRORS = (
     ("txl_tf.model_dir", "ModelDirError"),        # is export.ModelDirError
     ("txl_tf.data", "CorpusNotFoundError"),
     ("txl_tf.data", "EmptyCorpusError"),
+    ("export.job", "ExportError"),                # output folder in the way
     ("absl.flags", "Error"),                      # bad flags, validators
     ("absl.app", "UsageError"),
 )

@@ -95,6 +95,27 @@ def set_weights(core, arrays):
         del value  # one weight in memory at a time, even for a lazy archive
 
 
+def weight_dict(core):
+    """`{tf_name: variable}` with `/` made checkpoint-key safe: the `weights`
+    object of a training checkpoint (`training.checkpointing`)."""
+    return {name.replace("/", "."): var for name, var in reference_names(core).items()}
+
+
+def restore_weights(core, path):
+    """Loads only the weights of a training checkpoint `path` (a `ckpt-N`
+    prefix or a directory holding checkpoints) into a bare core."""
+    import tensorflow as tf
+
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"no checkpoint in {path}")
+        path = latest
+    tf.train.Checkpoint(weights=weight_dict(core)).restore(path).expect_partial()\
+        .assert_existing_objects_matched()
+    return path
+
+
 def save_weights(core, path):
     """Writes all weights to an `.npz` file keyed by TF names."""
     np.savez(path, **get_weights(core))

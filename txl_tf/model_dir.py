@@ -152,10 +152,7 @@ def _one_line(err):
 def _load_weights(core, source):
     path = source.weights_path
     if source.weights_kind == "checkpoint":
-        # Training checkpoints are the training package's format; imported
-        # lazily so the library does not need it otherwise.
-        from training.checkpointing import restore_weights
-        restore_weights(core, path)
+        checkpoints.restore_weights(core, path)
     elif source.weights_kind == "keras":
         import keras
         model = keras.saving.load_model(path, compile=False)
