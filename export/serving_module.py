@@ -77,7 +77,7 @@ class ServingModule(tf.Module):
 
     @property
     def core(self):
-        return self._core.layer
+        return self._core.value
 
     def _weights_scope(self):
         return keras.StatelessScope(state_mapping=list(zip(self.core.weights, self.weights)))

@@ -1,4 +1,4 @@
-"""Keras callbacks of the training job: step log, time limit."""
+"""Keras callbacks of the training job: step log, plain progress line, time limit."""
 import json
 import time
 
@@ -91,3 +91,48 @@ class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
         from txl_tf.keras_compat import start_tensorboard_batches_at  # private Keras state
         super().on_train_begin(logs)
         start_tensorboard_batches_at(self, int(self.model.optimizer.iterations.numpy()))
+
+
+class ProgressLine(keras.callbacks.Callback):
+    """Prints one plain line every `every` global steps and at the end of
+    training (`tokens_per_step`: global batch x tgt_len, for tok/s;
+    `schedule`: the learning-rate schedule, or None)."""
+
+    def __init__(self, total_steps, every, tokens_per_step, schedule=None, log=print):
+        super().__init__()
+        self.total, self.every = int(total_steps), max(int(every), 1)
+        self.tokens_per_step, self.schedule, self.log = tokens_per_step, schedule, log
+        self.last = self.last_time = None
+        self.logs = {}
+
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_begin(self, logs=None):
+        self.last, self.last_time = self._step(), time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.logs = logs or {}
+        step = self._step()
+        if step % self.every == 0 or step >= self.total:
+            self._print(step)
+
+    def on_train_end(self, logs=None):
+        step = self._step()
+        if step != self.last:
+            self._print(step)
+
+    def _print(self, step):
+        now = time.time()
+        parts = [f"step {step}/{self.total}"]
+        for key, digits in (("loss", 4), ("bpc", 4), ("ppl", 2)):
+            if key in self.logs:
+                parts.append(f"{key} {float(self.logs[key]):.{digits}f}")
+        if self.schedule is not None:
+            lr = float(keras.ops.convert_to_numpy(self.schedule(step - 1)))
+            parts.append(f"lr {lr:.3g}")
+        seconds = now - self.last_time
+        if seconds > 0 and step > self.last:
+            parts.append(f"{(step - self.last) * self.tokens_per_step / seconds:,.0f} tok/s")
+        self.log(" ".join(parts))
+        self.last, self.last_time = step, now

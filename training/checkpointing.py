@@ -28,10 +28,16 @@ import shutil
 import tensorflow as tf
 
 from txl_tf.checkpoints import weight_dict
+from txl_tf.model_dir import CHECKPOINT_DIR
 from training.errors import TrainingError
 from training.strategy import local_replicas
 
-CHECKPOINT_DIR = "checkpoints"
+# What reading a truncated or missing checkpoint file raises (the checkpoint
+# reader turns a short read into IndexError "Read less bytes than requested");
+# anything else (a checkpoint of another model, out of memory) is not a reason
+# to fall back to an older checkpoint.
+DAMAGED = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError,
+           IndexError)
 
 
 def checkpoint_dir(model_dir, task_id=0, is_chief=True):
@@ -118,7 +124,7 @@ class TrainingCheckpoint:
             try:
                 self._restore(path)
                 return path
-            except Exception as err:  # noqa: BLE001 - a damaged file fails in many ways
+            except DAMAGED as err:
                 reason = _first_line(err)
                 failures.append(f"{os.path.basename(path)}: {reason}")
                 warn(f"checkpoint {path} cannot be restored ({reason}); trying the "

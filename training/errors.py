@@ -18,6 +18,7 @@ _LIBRARY_ERRORS = (
     ("txl_tf.data", "CorpusNotFoundError"),
     ("txl_tf.data", "EmptyCorpusError"),
     ("export.job", "ExportError"),                # output folder in the way
+    ("export.parity", "ParityError"),             # --verify found a difference
     ("absl.flags", "Error"),                      # bad flags, validators
     ("absl.app", "UsageError"),
 )
@@ -28,8 +29,9 @@ class TrainingError(Exception):
 
 
 def bad_input_types():
-    """The exception classes that mean bad input (those already imported)."""
-    types = [TrainingError]
+    """The exception classes that mean bad input (those already imported),
+    and `OSError`: a path that cannot be read or written, a full disk."""
+    types = [TrainingError, OSError]
     for module, name in _LIBRARY_ERRORS:
         cls = getattr(sys.modules.get(module), name, None)
         if isinstance(cls, type) and issubclass(cls, BaseException):

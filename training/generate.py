@@ -111,6 +111,10 @@ def run(**options):
         raise TrainingError(f"vocabulary/model size mismatch: {source.vocab_dir} has "
                             f"{tokenizer.vocab_size} tokens, the model has "
                             f"n_token={config.n_token}")
+    try:
+        tokenizer.encode(o["prompt"])
+    except ValueError as err:  # e.g. a word outside a vocabulary without <unk>
+        raise TrainingError(f"--prompt cannot be encoded: {err}") from None
     core = load_core(source, config=config)
     progress = cli.Progress("generating", enabled=o["progress"] is not False,
                             lines=bool(o["progress"]))

@@ -1,14 +1,12 @@
-"""Progress for logs: a plain line every few steps instead of Keras's bar.
+"""Progress that suits both a terminal and a log file (standard library only,
+so the jobs can use it before TensorFlow is imported).
 
-Keras's progress bar rewrites its line with `\\r` and ANSI colours; written
-to a file (a log, CI, `nohup`) that is one frame per step. `ProgressLine`
-prints `step N/M loss .. bpc .. lr .. tok/s ..` every `every` steps and at
-the last one.
+A bar that rewrites its line with `\\r` is one frame per update in a log
+(CI, `nohup`); off a terminal the jobs print a few plain lines instead
+(training's per-step line is `training.callbacks.ProgressLine`).
 """
+import math
 import sys
-import time
-
-import keras
 
 
 def interactive(stream=None):
@@ -17,46 +15,34 @@ def interactive(stream=None):
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-class ProgressLine(keras.callbacks.Callback):
-    """Prints one plain line every `every` global steps and at the end of
-    training (`tokens_per_step`: global batch x tgt_len, for tok/s;
-    `schedule`: the learning-rate schedule, or None)."""
+class Progress:
+    """A `progress(done, total)` callback for long loops.
 
-    def __init__(self, total_steps, every, tokens_per_step, schedule=None, log=print):
-        super().__init__()
-        self.total, self.every = int(total_steps), max(int(every), 1)
-        self.tokens_per_step, self.schedule, self.log = tokens_per_step, schedule, log
-        self.last = self.last_time = None
-        self.logs = {}
+    On a terminal (or with `bar=True`) a tqdm bar on `stream` (stderr);
+    otherwise, when `lines` is true, a line at every ~10% (`desc: 3/30 (10%)`),
+    never more than 11 lines, so logs stay short. `enabled=False` shows nothing.
+    """
 
-    def _step(self):
-        return int(self.model.optimizer.iterations.numpy())
+    def __init__(self, desc, enabled=True, lines=True, stream=None, bar=None):
+        self.desc, self.stream = desc, stream or sys.stderr
+        self.bar_mode = enabled and (interactive(self.stream) if bar is None else bar)
+        self.lines = enabled and lines and not self.bar_mode
+        self._bar, self._next = None, 0
 
-    def on_train_begin(self, logs=None):
-        self.last, self.last_time = self._step(), time.time()
+    def __call__(self, done, total):
+        if self.bar_mode:
+            self._update_bar(done, total)
+        elif self.lines and total > 0 and (done >= self._next or done >= total):
+            print(f"{self.desc}: {done}/{total} ({100 * done // total}%)", file=self.stream,
+                  flush=True)
+            step = max(1, math.ceil(total / 10))
+            self._next = (done // step + 1) * step
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.logs = logs or {}
-        step = self._step()
-        if step % self.every == 0 or step >= self.total:
-            self._print(step)
-
-    def on_train_end(self, logs=None):
-        step = self._step()
-        if step != self.last:
-            self._print(step)
-
-    def _print(self, step):
-        now = time.time()
-        parts = [f"step {step}/{self.total}"]
-        for key, digits in (("loss", 4), ("bpc", 4), ("ppl", 2)):
-            if key in self.logs:
-                parts.append(f"{key} {float(self.logs[key]):.{digits}f}")
-        if self.schedule is not None:
-            lr = float(keras.ops.convert_to_numpy(self.schedule(step - 1)))
-            parts.append(f"lr {lr:.3g}")
-        seconds = now - self.last_time
-        if seconds > 0 and step > self.last:
-            parts.append(f"{(step - self.last) * self.tokens_per_step / seconds:,.0f} tok/s")
-        self.log(" ".join(parts))
-        self.last, self.last_time = step, now
+    def _update_bar(self, done, total):
+        if self._bar is None:
+            from tqdm.auto import tqdm
+            self._bar = tqdm(total=total, desc=self.desc, file=self.stream, leave=False)
+        self._bar.update(done - self._bar.n)
+        if done >= total:
+            self._bar.close()
+            self._bar = None

@@ -77,11 +77,3 @@ def check(record, path):
             f"cannot resume the checkpoints in {os.path.dirname(path)}: they were trained "
             f"on other data or batches ({listed}); restart with the recorded values "
             f"({path}) or use a new --model_dir")
-
-
-def write(record, path):
-    """Writes `record` to `path` atomically."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    os.replace(path + ".tmp", path)

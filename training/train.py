@@ -35,6 +35,7 @@ import tempfile
 import time
 
 from training.errors import TrainingError
+from training.files import write_atomically
 from training.flagspec import merge, option, values
 
 SPEC = (
@@ -89,10 +90,7 @@ SPEC = (
 
 
 def _check_options(o):
-    from txl_tf import PRESETS
-    if o["preset"] not in PRESETS:
-        raise TrainingError(f"unknown preset {o['preset']!r}; known presets: "
-                            f"{', '.join(sorted(PRESETS))}")
+    """Checks of the flags' values alone (nothing imported: fails fast)."""
     if not o["model_dir"]:
         raise TrainingError("--model_dir is required")
     for name in ("batch_size", "train_steps", "checkpoint_every", "log_every",
@@ -116,12 +114,6 @@ def _check_options(o):
         raise TrainingError(f"--clip must be >= 0, got {o['clip']}")
 
 
-def _write_atomically(path, text):
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
 def _model_overrides(o):
     from training.model_config import parse_overrides
     overrides = parse_overrides(o["config_override"])
@@ -138,6 +130,10 @@ def run(**options):
     directory that another job owns, and for checkpoints of another run."""
     o = merge(SPEC, options)
     _check_options(o)
+    from txl_tf import PRESETS
+    if o["preset"] not in PRESETS:
+        raise TrainingError(f"unknown preset {o['preset']!r}; known presets: "
+                            f"{', '.join(sorted(PRESETS))}")
 
     from training.strategy import split_cpu
     if o["num_cpu_devices"]:
@@ -178,12 +174,12 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf import TransformerXLLM
     from txl_tf.checkpoints import save_pretrained
     from training import inputs, run_record
-    from training.callbacks import (GlobalStepTensorBoard, StepEvents, StepLog, TimeLimit,
-                                    tensorboard_available)
+    from training.callbacks import (GlobalStepTensorBoard, ProgressLine, StepEvents, StepLog,
+                                    TimeLimit, tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
-    from training.progress import ProgressLine, interactive
+    from training.progress import interactive
     from txl_tf.optimizer import ReplicaClippedAdam
     from txl_tf.schedule import WarmupCosineDecay
     from training.train_data import training_input
@@ -205,8 +201,6 @@ def _train(o, strategy, task_id, is_chief):
 
     model_dir = o["model_dir"]
     ckpt_dir = checkpoint_dir(model_dir, task_id, is_chief)
-    for name in remove_stale_temporaries(ckpt_dir):
-        _warn(f"removed {os.path.join(ckpt_dir, name)}, left by an interrupted save")
 
     corpus_options = inputs.parse_options(o["corpus_option"])
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"], corpus_options)
@@ -230,13 +224,17 @@ def _train(o, strategy, task_id, is_chief):
     record_path = os.path.join(checkpoint_dir(model_dir), run_record.RUN_RECORD)
     if has_checkpoints(ckpt_dir):
         run_record.check(record, record_path)
-    if is_chief:  # other workers may see the chief's files half-written
-        config_path = os.path.join(model_dir, "config.json")
+    config_path = os.path.join(model_dir, "config.json")
+    if is_chief:
         check_resumable(config, config_path)
-        _write_atomically(config_path, config.to_json() + "\n")
-        _write_atomically(os.path.join(model_dir, "flags.json"),
-                          json.dumps(o, indent=2, sort_keys=True) + "\n")
-        run_record.write(record, record_path)
+    # Checked: from here on the job may write into the model directory.
+    for name in remove_stale_temporaries(ckpt_dir):
+        _warn(f"removed {os.path.join(ckpt_dir, name)}, left by an interrupted save")
+    if is_chief:  # other workers may see the chief's files half-written
+        write_atomically(config_path, config.to_json() + "\n")
+        write_atomically(os.path.join(model_dir, "flags.json"),
+                         json.dumps(o, indent=2, sort_keys=True) + "\n")
+        write_atomically(record_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
     keras.utils.set_random_seed(o["seed"])
     schedule = WarmupCosineDecay(o["learning_rate"], o["train_steps"], o["warmup_steps"],
@@ -343,6 +341,7 @@ def main(argv):
     from training import cli
     options = values(SPEC)
     start = time.time()
+    _check_options(merge(SPEC, options))  # bad flags fail before TensorFlow loads
     cli.quiet_tensorflow_import()
     result = run(**options)
     if result and result["final_eval"]:

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from txl_tf.config import TransformerXLConfig
 from txl_tf.layers.init import skip_random_init
 
 CONFIG_FILE = "config.json"
@@ -169,28 +168,13 @@ def save_pretrained(core, directory):
     return directory
 
 
-def load_config(directory):
-    path = os.path.join(directory, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"no {CONFIG_FILE} in {directory!r}: a model directory holds {CONFIG_FILE}, "
-            f"{WEIGHTS_FILE} and optionally {VOCAB_DIR}/")
-    return TransformerXLConfig.from_json(path)
-
-
 def load_pretrained(directory, **config_overrides):
-    """A `TransformerXL` from a model directory; overrides (e.g. `clamp_len`,
+    """A `TransformerXL` from a model directory (or a training run's
+    directory: see `txl_tf.model_dir`); overrides (e.g. `clamp_len`,
     `same_length` for evaluation) change the config, not the weights."""
-    from txl_tf.core import TransformerXL
+    from txl_tf.model_dir import load
 
-    cfg = load_config(directory)
-    if config_overrides:
-        cfg = cfg.replace(**config_overrides)
-    with skip_random_init():
-        core = TransformerXL(cfg)
-    load_weights(core, os.path.join(directory, WEIGHTS_FILE))
-    return core
-
+    return load(str(directory), **config_overrides)[0]
 
 
 def import_tf_checkpoint(checkpoint, config, **config_overrides):
@@ -214,7 +198,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         raise FileNotFoundError(f"no TF checkpoint at {checkpoint!r}: {err}") from None
     available = reader.get_variable_to_shape_map()
     cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
-    core = TransformerXL(cfg)
+    with skip_random_init():  # every weight is read from the checkpoint below
+        core = TransformerXL(cfg)
     names = reference_names(core)
     missing = [name for name in names if name not in available]
     if missing:

@@ -6,13 +6,7 @@ from txl_tf.core import TransformerXL, as_config
 from txl_tf.keras_compat import PrebuiltModel
 from txl_tf.layers.memory import Memory
 from txl_tf.metrics import TokenNLL
-
-
-class _Untracked:
-    """Variables Keras must not track: not weights, not saved, not checkpointed."""
-
-    def __init__(self, *variables):
-        self.variables = variables
+from txl_tf.untracked import Untracked
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -45,7 +39,7 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
         self.zero_filled = (self.config.zero_filled_memory if zero_filled is None
                             else bool(zero_filled))
         self.mems, self.mem_mask = self._memory_variables("")
-        self._eval_memory = _Untracked(*self._memory_variables("eval_"))
+        self._eval_memory = Untracked(*self._memory_variables("eval_"))
         self.loss_tracker = TokenNLL("nll", name="loss")
         self.bpc_tracker = TokenNLL("bpc", name="bpc")
         self.ppl_tracker = TokenNLL("ppl", name="ppl")
@@ -151,15 +145,15 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
 
     def test_step(self, data):
         token_ids, labels, weights = self._unpack(data)
-        memory = self._read(*self._eval_memory.variables)
+        memory = self._read(*self._eval_memory.value)
         nll, memory = self.core(token_ids, memory, targets=labels, training=False)
-        self._write(self._eval_memory.variables, memory)
+        self._write(self._eval_memory.value, memory)
         return self._step_logs(self._track(nll, weights))
 
     def evaluate(self, *args, **kwargs):
         """`keras.Model.evaluate` from a fresh evaluation memory (Keras's `fit`
         validates through this method too)."""
-        self._clear(*self._eval_memory.variables)
+        self._clear(*self._eval_memory.value)
         return super().evaluate(*args, **kwargs)
 
     def predict_step(self, data):

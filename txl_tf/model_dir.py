@@ -123,7 +123,10 @@ def load_core(source, config=None, **overrides):
     """A `TransformerXL` built from the source's config (or `config`) with
     `overrides`, holding the source's weights."""
     from txl_tf.core import TransformerXL
-    config = config or load_config(source, **overrides)
+    if config is None:
+        config = load_config(source, **overrides)
+    elif overrides:
+        config = config.replace(**overrides)
     with skip_random_init():  # every weight is loaded next
         core = TransformerXL(config)
     load_weights(core, source)

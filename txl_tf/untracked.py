@@ -2,8 +2,10 @@
 
 
 class Untracked:
-    """Holds a layer whose weights belong elsewhere (tied weights, a wrapped
-    core), so it is not tracked, saved or counted twice."""
+    """Holds objects whose weights or variables belong elsewhere or must not
+    be saved (tied weights, a wrapped core, evaluation memory), so they are
+    not tracked, saved or counted twice. `value` is the one object passed,
+    or the tuple of several."""
 
-    def __init__(self, layer):
-        self.layer = layer
+    def __init__(self, *objects):
+        self.value = objects[0] if len(objects) == 1 else objects

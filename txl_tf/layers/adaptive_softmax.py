@@ -84,11 +84,11 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
 
     def _proj(self, i):
         if self.tie_projs[i]:
-            return self._tied.layer.projs[0 if self.div_val == 1 else i]
+            return self._tied.value.projs[0 if self.div_val == 1 else i]
         return self.projs[i]
 
     def _table(self, i):
-        tables = self._tied.layer.tables if self.tie_weight else self.tables
+        tables = self._tied.value.tables if self.tie_weight else self.tables
         if self.div_val == 1:
             low, high = self.bounds[i]
             return tables[0][low:high]
