@@ -10,25 +10,33 @@ rt = open_runtime("out/model.onnx")                    # or "out/saved_model"
 log_probs, memory = rt.step(token_ids, rt.initial_memory(batch_size))
 ```
 """
-# First: TensorFlow's C++ start-up noise stays out of stderr (`python -m export`
-# imports this package, hence TensorFlow, before its __main__ runs).
-from training.tf_startup import quiet_tensorflow_import as _quiet_tensorflow_import
+import importlib
 
-_quiet_tensorflow_import()
+# Names are imported on first use (PEP 562), so `python -m export` can quiet
+# TensorFlow's start-up before anything here imports it.
+_SOURCES = {
+    "ExportError": "export.job", "run_export": "export.job",
+    "ExportInfo": "export.metadata", "export_metadata": "export.metadata",
+    "ModelDirError": "export.model_dir", "load_model": "export.model_dir",
+    "save_core_weights": "export.model_dir", "save_model_dir": "export.model_dir",
+    "export_onnx": "export.onnx_export",
+    "ParityError": "export.parity", "check_parity": "export.parity",
+    "open_runtime": "export.runtime",
+    "Runtime": "export.runtime_base", "RuntimeMemory": "export.runtime_base",
+    "RuntimeInputError": "export.input_checks",
+    "export_saved_model": "export.saved_model",
+    "ServingModule": "export.serving_module",
+}
+__all__ = sorted(_SOURCES)
 
-from export.input_checks import RuntimeInputError  # noqa: E402
-from export.job import ExportError, run_export  # noqa: E402
-from export.metadata import ExportInfo, export_metadata
-from export.model_dir import (ModelDirError, load_model, save_core_weights,
-                              save_model_dir)
-from export.onnx_export import export_onnx
-from export.parity import ParityError, check_parity
-from export.runtime import open_runtime
-from export.runtime_base import Runtime, RuntimeMemory
-from export.saved_model import export_saved_model
-from export.serving_module import ServingModule
 
-__all__ = ["ExportError", "ExportInfo", "ModelDirError", "ParityError", "Runtime", "RuntimeInputError",
-           "RuntimeMemory", "ServingModule", "check_parity", "export_metadata",
-           "export_onnx", "export_saved_model", "load_model", "open_runtime", "run_export",
-           "save_core_weights", "save_model_dir"]
+def __getattr__(name):
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'export' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

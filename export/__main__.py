@@ -8,8 +8,11 @@ one `error:` line on stderr and exit status 2 (`training.cli`).
 """
 from absl import flags
 
-from export import job
 from training import cli
+
+cli.quiet_tensorflow_import()  # before export.job imports TensorFlow
+
+from export import job  # noqa: E402
 
 if __name__ == "__main__":
     job.define_flags(flags.FLAGS)
