@@ -12,8 +12,15 @@ log_probs, memory = rt.step(token_ids, rt.initial_memory(batch_size))
 """
 # First: TensorFlow's C++ start-up noise stays out of stderr (`python -m export`
 # imports this package, hence TensorFlow, before its __main__ runs).
+import os as _os
+
 from training.tf_startup import quiet_tensorflow_import as _quiet_tensorflow_import
 
+# TensorFlow's oneDNN CPU allocator keeps every freed buffer for reuse and never
+# gives it back: an export would hold on to the largest transient copies of the
+# weights while onnxruntime loads its own. Read when TensorFlow starts, so only
+# where this package is imported first (`python -m export` does).
+_os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
 _quiet_tensorflow_import()
 
 from export.input_checks import RuntimeInputError  # noqa: E402
