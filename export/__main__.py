@@ -6,10 +6,16 @@
 `DIR` is a model directory or a training run directory. Bad input ends in
 one `error:` line on stderr and exit status 2 (`training.cli`).
 """
+import os
+
 from absl import flags
 
 from training import cli
 
+# TensorFlow's oneDNN CPU allocator keeps every freed buffer for reuse and never
+# gives it back: the job would hold on to the largest transient copies of the
+# weights while onnxruntime loads its own. Read when TensorFlow starts.
+os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
 cli.quiet_tensorflow_import()  # before export.job imports TensorFlow
 
 from export import job  # noqa: E402

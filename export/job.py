@@ -24,7 +24,7 @@ from absl import flags
 from export.metadata import export_metadata
 from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
 from export.onnx_export import DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_onnx
-from export.parity import check_parity, random_segments
+from export.parity import check_runtime, core_outputs, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
 from export.saved_model import export_saved_model
 from export.serving_module import LOG_PROBS_MODES
@@ -123,20 +123,21 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
 def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, mem_len, opset,
                  log_probs, zero_filled_memory, verify, tolerance, external_data_threshold):
     loaded = load_model(model_dir, config, weights, vocab_dir)
-    core, cfg = loaded.core, loaded.config
+    core, cfg, vocab_dir = loaded.core, loaded.config, loaded.vocab_dir
+    del loaded  # `core` is the only reference left to the model (freed before parity)
     stages.done("loading", f"{core.count_params():,} parameters")
     mem_len = cfg.mem_len if mem_len is None else int(mem_len)
     if zero_filled_memory is None:
         zero_filled_memory = cfg.zero_filled_memory
     cfg.to_json(os.path.join(out, CONFIG_FILE))
-    if loaded.vocab_dir:
-        shutil.copytree(loaded.vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
+    if vocab_dir:
+        shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
     options = dict(mem_len=mem_len, log_probs=log_probs, zero_filled=zero_filled_memory)
     report = {"metadata": export_metadata(cfg, **options), "seconds": {}}
     if "saved_model" in formats:
         start = time.perf_counter()
         export_saved_model(core, os.path.join(out, SAVED_MODEL_DIR),
-                           vocab_dir=loaded.vocab_dir, **options)
+                           vocab_dir=vocab_dir, **options)
         gc.collect()  # the serving module's copy of the weights
         report["seconds"]["saved_model"] = round(time.perf_counter() - start, 2)
         stages.done("SavedModel", SAVED_MODEL_DIR)
@@ -150,7 +151,15 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
                                                             for p in written))
     if verify:
         start = time.perf_counter()
-        report["parity"] = _parity(core, out, formats, cfg, tolerance)
+        # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        segments = random_segments(cfg.n_token, 2, min(cfg.tgt_len, 8))
+        reference = core_outputs(core, segments, **options)
+        # The Keras core is not needed past its reference outputs: freed, its
+        # weights make no room for those of the runtimes opened next.
+        del core
+        gc.collect()
+        report["parity"] = _parity(reference, segments, out, formats, tolerance)
         report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
         stages.done("parity", json.dumps(report["parity"]))
     report["files"] = _listing(out) + ["export_report.json"]
@@ -159,15 +168,13 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     return report
 
 
-def _parity(core, out, formats, cfg, tolerance):
-    """Checks one runtime at a time (each closed before the next opens)."""
-    # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    segments = random_segments(cfg.n_token, 2, min(cfg.tgt_len, 8))
+def _parity(reference, segments, out, formats, tolerance):
+    """Checks one runtime at a time (each closed before the next opens) against
+    the core's `reference` outputs on `segments`."""
     report = {}
     for backend in (b for b in ("onnx", "saved_model") if b in formats):
         runtime = open_runtime(out, backend=backend)
-        report.update(check_parity(core, [runtime], segments, tolerance))
+        report[runtime.backend] = check_runtime(reference, runtime, segments, tolerance)
         del runtime
         gc.collect()
     logging.info("parity with the Keras core: %s", report)

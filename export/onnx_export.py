@@ -61,11 +61,15 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
+    # Checked while the weights are still graph inputs: checking the file would
+    # parse all of a single-file model's weights (twice their size in memory).
+    onnx.checker.check_model(model)
     n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in core.weights)
     data_path = external_data_file(path) if n_bytes > external_data_threshold else None
     _save_with_weights(model, path, core.weights, data_path)
     del model
-    onnx.checker.check_model(path)  # the path form reads external data and > 2 GiB files
+    if data_path:  # reads only the graph, and checks that the data file is beside it
+        onnx.checker.check_model(path)
     return [path] + ([data_path] if data_path else [])
 
 

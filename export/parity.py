@@ -54,12 +54,15 @@ def check_parity(core, runtimes, segments, tol=1e-4):
     first = runtimes[0]
     reference = core_outputs(core, segments, first.mem_len, first.log_probs_mode,
                              first.info.zero_filled)
-    report = {}
-    for runtime in runtimes:
-        diff = max_differences(reference, runtime_outputs(runtime, segments))
-        report[runtime.backend] = diff
-        if diff["log_probs"] > tol or diff["mems"] > tol or not diff["mem_mask_equal"]:
-            raise ParityError(f"{runtime.backend} differs from the Keras core: {diff} "
-                              f"(tolerance {tol})")
-    return report
+    return {runtime.backend: check_runtime(reference, runtime, segments, tol)
+            for runtime in runtimes}
 
+
+def check_runtime(reference, runtime, segments, tol=1e-4):
+    """`max_differences` of a runtime from `reference` (the core's `core_outputs` on
+    the same `segments`), or `ParityError` beyond `tol`."""
+    diff = max_differences(reference, runtime_outputs(runtime, segments))
+    if diff["log_probs"] > tol or diff["mems"] > tol or not diff["mem_mask_equal"]:
+        raise ParityError(f"{runtime.backend} differs from the Keras core: {diff} "
+                          f"(tolerance {tol})")
+    return diff

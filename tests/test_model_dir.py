@@ -58,3 +58,15 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
 def test_neither_form(tmp_path):
     with pytest.raises(ModelDirError, match="neither a model directory"):
         resolve(str(tmp_path))
+
+
+def test_weights_assigned_in_blocks_of_rows(run, tmp_path, monkeypatch):
+    """Large weights are written into the variables a few rows at a time."""
+    from txl_tf import checkpoints
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+    monkeypatch.setattr(checkpoints, "_BLOCK_BYTES", 100)  # every weight past 100 bytes
+    loaded, _ = load(str(tmp_path / "model"))
+    assert same_weights(loaded, core)
+    assert any(len(w.shape) and w.shape[0] > 1 and np.prod(w.shape) * 4 > 100
+               for w in core.weights)  # some weights were split

@@ -90,8 +90,31 @@ def set_weights(core, arrays):
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(f"weight {name} has shape {value.shape}, the model expects "
                              f"{tuple(variable.shape)}")
-        variable.assign(value.astype(variable.dtype, copy=False))
+        assign_in_place(variable, value.astype(variable.dtype, copy=False))
         del value  # one weight in memory at a time, even for a lazy archive
+
+
+_BLOCK_BYTES = 1 << 25
+
+
+def assign_in_place(variable, value):
+    """`variable.assign(value)` for a numpy array, in blocks of rows written into
+    the variable's own buffer.
+
+    A whole-array `assign` converts the array to a tensor (two transient
+    copies), and a sliced `variable[a:b].assign` first reads the variable,
+    after which the update copies all of it; the in-place strided-slice
+    assignment needs only one block beyond the variable.
+    """
+    if value.ndim == 0 or value.nbytes <= _BLOCK_BYTES:
+        variable.assign(value)
+        return
+    import tensorflow as tf
+    rows = max(1, _BLOCK_BYTES // (value.nbytes // len(value)))
+    for start in range(0, len(value), rows):
+        stop = min(start + rows, len(value))
+        tf.raw_ops.ResourceStridedSliceAssign(ref=variable.handle, begin=[start], end=[stop],
+                                              strides=[1], value=value[start:stop])
 
 
 def weight_dict(core):
