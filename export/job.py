@@ -98,6 +98,7 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
     if unknown or not formats:
         raise ExportError(f"formats must be a non-empty subset of {FORMATS}, got {formats}")
     output_dir = os.path.abspath(output_dir)
+    _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_dir)
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         raise ExportError(f"output folder {output_dir!r} is not empty; pass --overwrite "
                               "(overwrite=True) to replace its contents")
@@ -118,6 +119,19 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
         raise
     stages.done("done", output_dir)
     return report
+
+
+def _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_dir):
+    """Refuses an output folder that is, or holds, one of the export's inputs
+    (replacing it would destroy them, e.g. `--output_dir` = the training run)."""
+    from txl_tf.model_dir import resolve
+    source = resolve(model_dir, config_path=config, weights_path=weights, vocab_dir=vocab_dir)
+    inputs = [model_dir, source.config_path, source.weights_path, source.vocab_dir]
+    for path in filter(None, inputs):
+        path = os.path.abspath(path)
+        if os.path.commonpath([output_dir, path]) == output_dir:
+            raise ExportError(f"output folder {output_dir!r} holds the export's input "
+                              f"{path!r}; choose another --output_dir")
 
 
 def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, mem_len, opset,

@@ -140,6 +140,15 @@ def test_job_refuses_a_non_empty_output_folder(model_dir, previous_export, tmp_p
     assert snapshot(out) == before and os.listdir(out.parent) == ["out"]
 
 
+def test_overwrite_never_replaces_the_input(model_dir, tmp_path):
+    path, _ = model_dir
+    run = copy_of(path, tmp_path)  # a model directory as the output of its own export
+    before = snapshot(run)
+    with pytest.raises(ExportError, match=r"holds the export's input"):
+        run_job(f"--model_dir={run}", f"--output_dir={run}", "--overwrite", "--formats=onnx")
+    assert snapshot(run) == before
+
+
 def test_overwrite_replaces_the_whole_folder(model_dir, previous_export, tmp_path, capfd):
     path, _ = model_dir
     out = copy_of(previous_export, tmp_path)
