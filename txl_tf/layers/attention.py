@@ -56,10 +56,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)
         if self.pre_lnorm:
             cat = self.layer_norm(cat)
-        heads = tf.matmul(cat, self._w(self.qkv_kernel))
-        q, k, v = tf.split(heads, 3, axis=-1)
-        q = q[:, -qlen:]
+        # Queries only for the current segment (memory positions ask nothing);
+        # keys and values for all of concat(memory, inputs). Same kernel,
+        # split by columns: q | k | v.
+        # tf.slice with explicit sizes: its gradient is a Pad, and tf2onnx
+        # mis-converts a size -1 slice with a dynamic begin.
+        heads = self.n_head * self.d_head
+        qkv_kernel = self._w(self.qkv_kernel)
+        q_kernel = tf.slice(qkv_kernel, [0, 0], [self.d_model, heads])
+        kv_kernel = tf.slice(qkv_kernel, [0, heads], [self.d_model, 2 * heads])
         shape = tf.shape(cat)
+        rows = tf.slice(cat, tf.stack([0, shape[1] - qlen, 0]),
+                        tf.stack([shape[0], qlen, self.d_model]))
+        q = tf.matmul(rows, q_kernel)
+        k, v = tf.split(tf.matmul(cat, kv_kernel), 2, axis=-1)
         q = tf.reshape(q, [shape[0], qlen, self.n_head, self.d_head])
         k = tf.reshape(k, [shape[0], shape[1], self.n_head, self.d_head])
         v = tf.reshape(v, [shape[0], shape[1], self.n_head, self.d_head])

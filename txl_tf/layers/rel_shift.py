@@ -15,5 +15,9 @@ def rel_shift(x):
     batch, heads, qlen, klen = shape[0], shape[1], shape[2], shape[3]
     x = tf.pad(x, [[0, 0], [0, 0], [0, 0], [1, 0]])
     x = tf.reshape(x, [batch, heads, klen + 1, qlen])
-    x = x[:, :, 1:, :]
+    # tf.slice, not x[:, :, 1:]: the gradient of Slice is a Pad, that of
+    # StridedSlice a generic StridedSliceGrad ~10x slower on CPU
+    # (benchmarks/NOTES.md: 12-15% of a training step).
+    # Explicit sizes: tf2onnx mis-converts some size -1 slices.
+    x = tf.slice(x, [0, 0, 1, 0], tf.stack([batch, heads, klen, qlen]))
     return tf.reshape(x, shape)

@@ -1,0 +1,89 @@
+r"""Evaluation tokens/s of `TransformerXLLM.evaluate` at memory 128 and 512.
+
+    python -m benchmarks.eval_throughput --shapes=small --mem_lens=128,512 \
+        --variants=f32,f32+jit,bf16,bf16+jit --iters=30 \
+        --output=benchmarks/results/eval_throughput.json
+
+One model per variant and memory length (random weights, the shape's
+`tgt_len` and batch), compiled as the training job compiles it; `evaluate`
+runs `--block` batches of `txl_tf.data.eval_segment_dataset` per model in
+turn (interleaved) and a callback times each batch. Every `evaluate` call
+starts from an empty memory; the work per batch does not depend on how full
+it is. Model FLOPs per token are the forward formula of `throughput.py`.
+"""
+from absl import app, flags
+
+from benchmarks import throughput as tp
+
+flags.DEFINE_list("shapes", ["small"], f"Shapes: {sorted(tp.SHAPES)}.")
+flags.DEFINE_list("mem_lens", ["128", "512"], "Evaluation memory lengths.")
+flags.DEFINE_list("variants", list(tp.VARIANTS), f"Variants: {list(tp.VARIANTS)}.")
+flags.DEFINE_integer("iters", 30, "Timed batches per model.")
+flags.DEFINE_integer("warmup", 3, "Untimed batches per model first.")
+flags.DEFINE_integer("block", 5, "Batches per model per round.")
+flags.DEFINE_string("output", "benchmarks/results/eval_throughput.json", "JSON results file.")
+FLAGS = flags.FLAGS
+
+
+def evaluate_runner(model, dataset):
+    def run(n):
+        timer = tp.batch_timer()
+        model.evaluate(dataset, steps=n, verbose=0, callbacks=[timer])
+        return timer.times
+    return run
+
+
+def main(argv):
+    del argv
+    from txl_tf.data import eval_segment_dataset
+    env_before, peak = tp.environment(), tp.peaks()
+    rows = []
+    for shape in FLAGS.shapes:
+        cfg, batch = tp.config_for(shape), tp.SHAPES[shape]["batch_size"]
+        ids = tp.random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
+        dataset = eval_segment_dataset(ids, batch, cfg.tgt_len)
+        keys = [(v, int(m)) for m in FLAGS.mem_lens for v in FLAGS.variants]
+        models = {f"{v} mem{m}": tp.build_model(cfg, batch, m, *tp.VARIANTS[v])
+                  for v, m in keys}
+        times = tp.interleave({k: evaluate_runner(m, dataset) for k, m in models.items()},
+                              FLAGS.iters, FLAGS.warmup, FLAGS.block)
+        group = []
+        for (v, mem), seconds in zip(keys, times.values()):
+            policy, jit = tp.VARIANTS[v]
+            dtype = "bfloat16" if "bfloat16" in policy else "float32"
+            flops = tp.model_flops_per_token(cfg, cfg.tgt_len, mem, batch, training=False)
+            group.append({"shape": shape, "variant": v, "policy": policy, "jit_compile": jit,
+                          "mem_len": mem, "batch_size": batch, "tgt_len": cfg.tgt_len,
+                          "model_mflop_per_token": flops / 1e6, "peak_dtype": dtype,
+                          "peak_gflops": peak[dtype],
+                          **tp.summarize(seconds, batch * cfg.tgt_len, flops, peak[dtype])})
+        for r in group:
+            base = next(g for g in group if g["mem_len"] == r["mem_len"])
+            r["vs_first"] = r["tokens_per_s"] / base["tokens_per_s"]
+        rows.extend(group)
+        del models
+    peak = tp.peaks(peak)  # the best of before and after
+    for r in rows:
+        r["peak_gflops"] = peak[r["peak_dtype"]]
+        r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
+    table = tp.format_table(rows, [
+        ("shape", "shape", ""), ("mem", "mem_len", "d"), ("variant", "variant", ""),
+        ("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),
+        ("tok/s", "tokens_per_s", ",.0f"), (f"x {FLAGS.variants[0]}", "vs_first", ".2f"),
+        ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
+        ("MFU", "mfu", ".1%")])
+    env = tp.environment()
+    env["loadavg_before"] = env_before["loadavg"]
+    print(f"matmul peak GFLOP/s: float32 {peak['float32']:.1f}, bfloat16 {peak['bfloat16']:.1f}; "
+          f"loadavg before {env['loadavg_before']}, after {env['loadavg']}")
+    print(table)
+    tp.write_json(FLAGS.output, {
+        "question": "evaluation tokens/s of TransformerXLLM.evaluate, memory carried",
+        "settings": {"iters": FLAGS.iters, "warmup": FLAGS.warmup, "block": FLAGS.block,
+                     "mem_lens": [int(m) for m in FLAGS.mem_lens],
+                     "shapes": {s: tp.SHAPES[s] for s in FLAGS.shapes}},
+        "matmul_peak_gflops": peak, "environment": env, "results": rows, "table": table})
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,186 @@
+"""Shared parts of `train_throughput.py` and `eval_throughput.py`.
+
+Shapes, the model-FLOPs formula, a same-run matmul peak, interleaved timing
+of Keras `fit` / `evaluate` batches, the table and the JSON file.
+
+Model FLOPs per token (matmul/einsum multiply-adds x 2; softmax, LayerNorm,
+dropout, the optimizer and the relative shift are not counted). With
+d = d_model, h = n_head * d_head, T = tgt_len, M = mem_len, K = M + T,
+B = batch, L = n_layer, V = n_token (no adaptive softmax):
+
+    per layer  2*d*h             q (the T queries)
+             + 2*2*d*h*K/T       k, v over the K keys (memory recomputed)
+             + 2*d*h*K/(B*T)     r = pos_emb @ W_r (shared by the batch)
+             + 3*2*h*K           q.k, q.r, prob @ v (all K keys, no causal skip)
+             + 2*h*d             o
+             + 2*2*d*d_inner     feed-forward
+    forward  = L * per layer + 2*d*V (output softmax)
+    training = 3 * forward (backward = 2 x forward)
+
+This counts what the model needs, not what the code computes: work the code
+wastes (such as queries computed for memory positions) lowers the MFU.
+"""
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+# The issue's SMALL shape (5.19 M parameters) and a larger one.
+SHAPES = {
+    "small": dict(n_token=256, n_layer=6, d_model=256, n_head=8, d_head=32, d_inner=1024,
+                  dropout=0.1, tgt_len=128, mem_len=128, batch_size=16),
+    "medium": dict(n_token=256, n_layer=8, d_model=512, n_head=8, d_head=64, d_inner=2048,
+                   dropout=0.1, tgt_len=128, mem_len=128, batch_size=8),
+}
+VARIANTS = {  # name: (Keras dtype policy, jit_compile)
+    "f32": ("float32", False),
+    "f32+jit": ("float32", True),
+    "bf16": ("mixed_bfloat16", False),
+    "bf16+jit": ("mixed_bfloat16", True),
+}
+
+
+def config_for(shape, **overrides):
+    from txl_tf import TransformerXLConfig
+    sizes = {k: v for k, v in SHAPES[shape].items() if k != "batch_size"}
+    sizes.update(overrides)
+    return TransformerXLConfig(**sizes)
+
+
+def model_flops_per_token(cfg, tgt_len, mem_len, batch_size, training):
+    """See the module docstring."""
+    d, h, k, t = cfg.d_model, cfg.n_head * cfg.d_head, mem_len + tgt_len, tgt_len
+    layer = (2 * d * h + 4 * d * h * k / t + 2 * d * h * k / (batch_size * t)
+             + 6 * h * k + 2 * h * d + 4 * d * cfg.d_inner)
+    forward = cfg.n_layer * layer + 2 * cfg.d_model * cfg.n_token
+    return 3 * forward if training else forward
+
+
+def matmul_peak(dtype_name, n=2048, repeats=5):
+    """GFLOP/s of the best of `repeats` `[n, n] @ [n, n]` TensorFlow matmuls."""
+    import tensorflow as tf
+    dtype = tf.as_dtype(dtype_name)
+    a = tf.random.normal([n, n], dtype=tf.float32)
+    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
+    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1],
+                                                            tf.float32)))
+    matmul(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def batch_timer():
+    """A Keras callback whose `times` are the seconds per batch of `fit` or
+    `evaluate` (Keras calls `on_*_batch_begin/end` once per execution of
+    `steps_per_execution` batches; the time is shared among them)."""
+    import keras
+
+    class BatchTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times, self._first, self._start = [], 0, 0.0
+
+        def _begin(self, batch, logs=None):
+            self._first, self._start = batch, time.perf_counter()
+
+        def _end(self, batch, logs=None):
+            n = batch - self._first + 1
+            self.times.extend([(time.perf_counter() - self._start) / n] * n)
+
+        on_train_batch_begin = on_test_batch_begin = _begin
+        on_train_batch_end = on_test_batch_end = _end
+
+    return BatchTimer()
+
+
+def fit_runner(model, dataset):
+    """`n -> seconds of each of n more fit batches` (memory carried)."""
+    def run(n):
+        timer = batch_timer()
+        model.fit(dataset, epochs=1, steps_per_epoch=n, verbose=0, callbacks=[timer],
+                  shuffle=False)
+        return timer.times
+    return run
+
+
+def interleave(runners, iters, warmup, block):
+    """`{name: seconds per batch}`: `warmup` untimed batches for each runner,
+    then `iters` timed ones each in rounds of `block`, so that load from
+    elsewhere on the machine hits every variant alike. A runner is a
+    callable `n -> list of n per-batch seconds`."""
+    for run in runners.values():
+        run(warmup)
+    times = {name: [] for name in runners}
+    while min(len(t) for t in times.values()) < iters:
+        for name, run in runners.items():
+            times[name].extend(run(min(block, iters - len(times[name]))))
+    return {name: np.array(t) for name, t in times.items()}
+
+
+def summarize(seconds, tokens_per_batch, flops_per_token, peak_gflops):
+    median = float(np.median(seconds))
+    tok_s = tokens_per_batch / median
+    return {"median_step_ms": 1e3 * median, "p90_step_ms": 1e3 * float(np.percentile(seconds, 90)),
+            "tokens_per_s": tok_s, "model_gflops_per_s": tok_s * flops_per_token / 1e9,
+            "mfu": tok_s * flops_per_token / 1e9 / peak_gflops, "steps_timed": len(seconds)}
+
+
+def format_table(rows, columns):
+    """`columns`: (title, key, format)."""
+    cells = [[title for title, _, _ in columns]]
+    cells += [[format(r[key], fmt) for _, key, fmt in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = [" | ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def environment():
+    import keras
+    import tensorflow as tf
+    return {"tensorflow": tf.__version__, "keras": keras.__version__,
+            "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "loadavg": list(os.getloadavg())}
+
+
+def peaks(earlier=None):
+    """Large-matmul GFLOP/s for float32 and bfloat16, measured now (the best
+    of now and `earlier`, if given: the run measures before and after)."""
+    now = {"float32": matmul_peak("float32"), "bfloat16": matmul_peak("bfloat16")}
+    return {k: max(v, (earlier or {}).get(k, 0.0)) for k, v in now.items()}
+
+
+def write_json(path, result):
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        print(f"wrote {path}")
+
+
+def build_model(cfg, batch_size, mem_len, policy, jit_compile, steps_per_execution=1):
+    """`TransformerXLLM` compiled the way the training job compiles it."""
+    import keras
+    from txl_tf import ReplicaClippedAdam, TransformerXLLM, WarmupCosineDecay
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        model = TransformerXLLM(cfg, batch_size=batch_size, mem_len=mem_len)
+        optimizer = ReplicaClippedAdam(learning_rate=WarmupCosineDecay(2.5e-4, 10 ** 6),
+                                       epsilon=1e-8, global_clipnorm=0.25)
+        model.compile(optimizer=optimizer, jit_compile=jit_compile,
+                      steps_per_execution=steps_per_execution)
+        model.optimizer.build(model.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    return model
+
+
+def random_ids(n, n_token=256, seed=0):
+    return np.random.default_rng(seed).integers(0, n_token, n).astype(np.int32)

@@ -1,0 +1,87 @@
+r"""Training tokens/s of the real `TransformerXLLM.fit` step, memory carried.
+
+    python -m benchmarks.train_throughput --shapes=small,medium \
+        --variants=f32,f32+jit,bf16,bf16+jit --iters=30 \
+        --output=benchmarks/results/train_throughput.json
+
+For each shape (`benchmarks.throughput.SHAPES`) one model per variant
+(float32 / mixed_bfloat16 x jit_compile off / on), compiled as the training
+job compiles it (ReplicaClippedAdam, clip 0.25, cosine schedule), is trained
+on random bytes through `txl_tf.data.segment_dataset`; `fit` is called for
+`--block` batches per variant in turn (interleaved, so that load from
+elsewhere hits every variant alike) and a callback times each batch. Reports
+the median step, tokens/s, model GFLOP/s (formula in `throughput.py`) and MFU
+against the large-matmul peak of the row's compute dtype measured in the same
+run; prints a table and writes JSON.
+"""
+
+from absl import app, flags
+
+from benchmarks import throughput as tp
+
+flags.DEFINE_list("shapes", ["small", "medium"], f"Shapes: {sorted(tp.SHAPES)}.")
+flags.DEFINE_list("variants", list(tp.VARIANTS), f"Variants: {list(tp.VARIANTS)}.")
+flags.DEFINE_integer("iters", 30, "Timed batches per variant.")
+flags.DEFINE_integer("warmup", 4, "Untimed batches per variant first (tracing, compiling).")
+flags.DEFINE_integer("block", 5, "Batches per variant per round.")
+flags.DEFINE_integer("steps_per_execution", 1, "Keras steps_per_execution.")
+flags.DEFINE_string("output", "benchmarks/results/train_throughput.json", "JSON results file.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    from txl_tf.data import segment_dataset
+    env_before, peak = tp.environment(), tp.peaks()
+    rows = []
+    for shape in FLAGS.shapes:
+        cfg, batch = tp.config_for(shape), tp.SHAPES[shape]["batch_size"]
+        ids = tp.random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
+        dataset = segment_dataset(ids, batch, cfg.tgt_len)
+        models = {v: tp.build_model(cfg, batch, cfg.mem_len, *tp.VARIANTS[v],
+                                    steps_per_execution=FLAGS.steps_per_execution)
+                  for v in FLAGS.variants}
+        params = sum(int(w.numpy().size) for w in next(iter(models.values())).trainable_weights)
+        flops = tp.model_flops_per_token(cfg, cfg.tgt_len, cfg.mem_len, batch, training=True)
+        times = tp.interleave({v: tp.fit_runner(m, dataset) for v, m in models.items()},
+                              FLAGS.iters, FLAGS.warmup, FLAGS.block)
+        group = []
+        for v, seconds in times.items():
+            policy, jit = tp.VARIANTS[v]
+            dtype = "bfloat16" if "bfloat16" in policy else "float32"
+            group.append({"shape": shape, "variant": v, "policy": policy, "jit_compile": jit,
+                          "steps_per_execution": FLAGS.steps_per_execution,
+                          "parameters": params, "batch_size": batch, "tgt_len": cfg.tgt_len,
+                          "mem_len": cfg.mem_len, "model_mflop_per_token": flops / 1e6,
+                          "peak_dtype": dtype, "peak_gflops": peak[dtype],
+                          **tp.summarize(seconds, batch * cfg.tgt_len, flops, peak[dtype])})
+        base = group[0]["tokens_per_s"]
+        for r in group:
+            r["vs_first"] = r["tokens_per_s"] / base
+        rows.extend(group)
+        del models
+    peak = tp.peaks(peak)  # the best of before and after
+    for r in rows:
+        r["peak_gflops"] = peak[r["peak_dtype"]]
+        r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
+    table = tp.format_table(rows, [
+        ("shape", "shape", ""), ("variant", "variant", ""), ("params", "parameters", ","),
+        ("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),
+        ("tok/s", "tokens_per_s", ",.0f"), (f"x {rows[0]['variant']}", "vs_first", ".2f"),
+        ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
+        ("MFU", "mfu", ".1%")])
+    env = tp.environment()
+    env["loadavg_before"] = env_before["loadavg"]
+    print(f"matmul peak GFLOP/s: float32 {peak['float32']:.1f}, bfloat16 {peak['bfloat16']:.1f}; "
+          f"loadavg before {env['loadavg_before']}, after {env['loadavg']}")
+    print(table)
+    tp.write_json(FLAGS.output, {
+        "question": "training tokens/s of TransformerXLLM.fit, memory carried",
+        "settings": {"iters": FLAGS.iters, "warmup": FLAGS.warmup, "block": FLAGS.block,
+                     "steps_per_execution": FLAGS.steps_per_execution,
+                     "shapes": {s: tp.SHAPES[s] for s in FLAGS.shapes}},
+        "matmul_peak_gflops": peak, "environment": env, "results": rows, "table": table})
+
+
+if __name__ == "__main__":
+    app.run(main)
