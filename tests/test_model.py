@@ -239,7 +239,7 @@ def recall_accuracy(model, streams):
 def test_memory_lets_a_tiny_model_recall_beyond_the_segment():
     vocab, batch = 16, 16
     cfg = tiny(n_token=vocab, n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128)
-    train = copy_task_streams(batch, 200, vocab, seed=5)
+    train = copy_task_streams(batch, 300, vocab, seed=5)
     test = copy_task_streams(batch, 10, vocab, seed=6)
     accuracy = {}
     for mem_len in (T, 0):
