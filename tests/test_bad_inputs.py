@@ -201,6 +201,10 @@ def test_raw_onnxruntime_rejects(session, feeds, error, pattern):
 # {root} (snapshotted), {scratch}, {corpus}.
 CLI_CASES = [
     ("train_unknown_flag", "training.train", ["--bogus=1"], r"Unknown command line flag 'bogus'"),
+    ("demo_unknown_flag", "training.demo", ["--bogus=1"], r"Unknown command line flag 'bogus'"),
+    ("demo_bad_value", "training.demo", ["--train_seconds=soon"], r"flag --train_seconds=soon"),
+    ("demo_preset", "training.demo", ["--preset=huge", "--model_dir={scratch}/demo"],
+     r"unknown preset 'huge'"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),
     ("train_positional", "training.train", ["--model_dir={scratch}/t", "extra"],
      r"unexpected arguments: extra"),
