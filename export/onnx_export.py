@@ -193,10 +193,17 @@ def _save_with_weights(model, path, variables, data_path):
         f.write(model.SerializeToString())
         f.write(_key(_GRAPH) + _varint(graph_len) + graph)
         for (head, n_bytes, variable), size in zip(entries, sizes):
-            array = np.ascontiguousarray(variable.numpy())
+            array = _little_endian(variable)
             f.write(_key(_INITIALIZER) + _varint(size) + head)
             f.write(_key(_RAW_DATA) + _varint(n_bytes))
             array.tofile(f)
+
+
+def _little_endian(variable):
+    """The variable's values as a contiguous array in ONNX's byte order
+    (little-endian; no copy on little-endian machines)."""
+    return np.ascontiguousarray(variable.numpy(),
+                                dtype=np.dtype(variable.dtype).newbyteorder("<"))
 
 
 # Protobuf field numbers: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data.
@@ -226,7 +233,7 @@ def _write_external(model, weights, data_path):
     that point there."""
     with open(data_path, "wb") as data:
         for header, variable in weights:
-            array = np.ascontiguousarray(variable.numpy())
+            array = _little_endian(variable)
             data.seek(-data.tell() % _ALIGN, os.SEEK_CUR)
             offset = data.tell()
             array.tofile(data)

@@ -48,8 +48,6 @@ SPEC = (
 def load_core(model_dir, checkpoint=None, **overrides):
     """A `TransformerXL` from a model or training run directory, with config
     `overrides` (clamp_len, same_length); see `txl_tf.model_dir`."""
-    if not model_dir:
-        raise TrainingError("--model_dir is required")
     from txl_tf.model_dir import load
     return load(model_dir, checkpoint, **overrides)[0]
 
