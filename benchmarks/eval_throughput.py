@@ -62,27 +62,16 @@ def main(argv):
             r["vs_first"] = r["tokens_per_s"] / base["tokens_per_s"]
         rows.extend(group)
         del models
-    peak = tp.peaks(peak)  # the best of before and after
-    for r in rows:
-        r["peak_gflops"] = peak[r["peak_dtype"]]
-        r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
-    table = tp.format_table(rows, [
-        ("shape", "shape", ""), ("mem", "mem_len", "d"), ("variant", "variant", ""),
-        ("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),
-        ("tok/s", "tokens_per_s", ",.0f"), (f"x {FLAGS.variants[0]}", "vs_first", ".2f"),
-        ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
-        ("MFU", "mfu", ".1%")])
-    env = tp.environment()
-    env["loadavg_before"] = env_before["loadavg"]
-    print(f"matmul peak GFLOP/s: float32 {peak['float32']:.1f}, bfloat16 {peak['bfloat16']:.1f}; "
-          f"loadavg before {env['loadavg_before']}, after {env['loadavg']}")
-    print(table)
-    tp.write_json(FLAGS.output, {
-        "question": "evaluation tokens/s of TransformerXLLM.evaluate, memory carried",
-        "settings": {"iters": FLAGS.iters, "warmup": FLAGS.warmup, "block": FLAGS.block,
-                     "mem_lens": [int(m) for m in FLAGS.mem_lens],
-                     "shapes": {s: tp.SHAPES[s] for s in FLAGS.shapes}},
-        "matmul_peak_gflops": peak, "environment": env, "results": rows, "table": table})
+    columns = [("shape", "shape", ""), ("mem", "mem_len", "d"), ("variant", "variant", ""),
+               ("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),
+               ("tok/s", "tokens_per_s", ",.0f"), (f"x {FLAGS.variants[0]}", "vs_first", ".2f"),
+               ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
+               ("MFU", "mfu", ".1%")]
+    settings = {"iters": FLAGS.iters, "warmup": FLAGS.warmup, "block": FLAGS.block,
+                "mem_lens": [int(m) for m in FLAGS.mem_lens],
+                "shapes": {s: tp.SHAPES[s] for s in FLAGS.shapes}}
+    tp.report(rows, peak, env_before, columns, FLAGS.output,
+              "evaluation tokens/s of TransformerXLLM.evaluate, memory carried", settings)
 
 
 if __name__ == "__main__":

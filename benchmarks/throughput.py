@@ -164,6 +164,24 @@ def write_json(path, result):
         print(f"wrote {path}")
 
 
+def report(rows, peak, env_before, columns, output, question, settings):
+    """Fills MFU against the best matmul peak of the run, prints the table and
+    writes the JSON (`question`, `settings`, peaks, environment, rows)."""
+    peak = peaks(peak)  # the best of before and after
+    for r in rows:
+        r["peak_gflops"] = peak[r["peak_dtype"]]
+        r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
+    table = format_table(rows, columns)
+    env = environment()
+    env["loadavg_before"] = env_before["loadavg"]
+    print(f"matmul peak GFLOP/s: float32 {peak['float32']:.1f}, bfloat16 {peak['bfloat16']:.1f}; "
+          f"loadavg before {env['loadavg_before']}, after {env['loadavg']}")
+    print(table)
+    write_json(output, {"question": question, "settings": settings,
+                        "matmul_peak_gflops": peak, "environment": env, "results": rows,
+                        "table": table})
+
+
 def build_model(cfg, batch_size, mem_len, policy, jit_compile, steps_per_execution=1):
     """`TransformerXLLM` compiled the way the training job compiles it."""
     import keras
