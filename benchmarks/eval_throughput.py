@@ -2,6 +2,7 @@ r"""Evaluation tokens/s of `TransformerXLLM.evaluate` at memory 128 and 512.
 
     python -m benchmarks.eval_throughput --shapes=small --mem_lens=128,512 \
         --variants=f32,f32+jit,bf16,bf16+jit --iters=30 \
+        [--reference_dir=.../transformer-xl/pytorch --reference_python=.../bin/python] \
         --output=benchmarks/results/eval_throughput.json
 
 One model per variant and memory length (random weights, the shape's
@@ -10,6 +11,8 @@ runs `--block` batches of `txl_tf.data.eval_segment_dataset` per model in
 turn (interleaved) and a callback times each batch. Every `evaluate` call
 starts from an empty memory; the work per batch does not depend on how full
 it is. Model FLOPs per token are the forward formula of `throughput.py`.
+With `--reference_dir`, the paper's PyTorch code (`paper_reference.py`) is
+the first row of each memory length, interleaved likewise.
 """
 from absl import app, flags
 
@@ -22,6 +25,7 @@ flags.DEFINE_integer("iters", 30, "Timed batches per model.")
 flags.DEFINE_integer("warmup", 3, "Untimed batches per model first.")
 flags.DEFINE_integer("block", 5, "Batches per model per round.")
 flags.DEFINE_string("output", "benchmarks/results/eval_throughput.json", "JSON results file.")
+tp.define_reference_flags(flags)
 FLAGS = flags.FLAGS
 
 
@@ -42,14 +46,23 @@ def main(argv):
         cfg, batch = tp.config_for(shape), tp.SHAPES[shape]["batch_size"]
         ids = tp.random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
         dataset = eval_segment_dataset(ids, batch, cfg.tgt_len)
-        keys = [(v, int(m)) for m in FLAGS.mem_lens for v in FLAGS.variants]
-        models = {f"{v} mem{m}": tp.build_model(cfg, batch, m, *tp.VARIANTS[v])
-                  for v, m in keys}
-        times = tp.interleave({k: evaluate_runner(m, dataset) for k, m in models.items()},
-                              FLAGS.iters, FLAGS.warmup, FLAGS.block)
+        variants = (["paper"] if FLAGS.reference_dir else []) + FLAGS.variants
+        keys = [(v, int(m)) for m in FLAGS.mem_lens for v in variants]
+        runners = {}
+        for v, m in keys:
+            if v == "paper":
+                runners[f"{v} mem{m}"] = tp.ReferenceRunner(
+                    FLAGS.reference_python, FLAGS.reference_dir, "eval", shape, m)
+            else:
+                model = tp.build_model(cfg, batch, m, *tp.VARIANTS[v])
+                runners[f"{v} mem{m}"] = evaluate_runner(model, dataset)
+        times = tp.interleave(runners, FLAGS.iters, FLAGS.warmup, FLAGS.block)
+        for runner in runners.values():
+            if isinstance(runner, tp.ReferenceRunner):
+                runner.close()
         group = []
         for (v, mem), seconds in zip(keys, times.values()):
-            policy, jit = tp.VARIANTS[v]
+            policy, jit = tp.VARIANTS.get(v, ("PyTorch float32", False))
             dtype = "bfloat16" if "bfloat16" in policy else "float32"
             flops = tp.model_flops_per_token(cfg, cfg.tgt_len, mem, batch, training=False)
             group.append({"shape": shape, "variant": v, "policy": policy, "jit_compile": jit,
@@ -61,10 +74,10 @@ def main(argv):
             base = next(g for g in group if g["mem_len"] == r["mem_len"])
             r["vs_first"] = r["tokens_per_s"] / base["tokens_per_s"]
         rows.extend(group)
-        del models
+        del runners
     columns = [("shape", "shape", ""), ("mem", "mem_len", "d"), ("variant", "variant", ""),
                ("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),
-               ("tok/s", "tokens_per_s", ",.0f"), (f"x {FLAGS.variants[0]}", "vs_first", ".2f"),
+               ("tok/s", "tokens_per_s", ",.0f"), (f"x {rows[0]['variant']}", "vs_first", ".2f"),
                ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
                ("MFU", "mfu", ".1%")]
     settings = {"iters": FLAGS.iters, "warmup": FLAGS.warmup, "block": FLAGS.block,

@@ -23,6 +23,8 @@ wastes (such as queries computed for memory positions) lowers the MFU.
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -202,3 +204,42 @@ def build_model(cfg, batch_size, mem_len, policy, jit_compile, steps_per_executi
 
 def random_ids(n, n_token=256, seed=0):
     return np.random.default_rng(seed).integers(0, n_token, n).astype(np.int32)
+
+
+def define_reference_flags(flags):
+    """`--reference_dir` / `--reference_python`: the paper's code as a
+    same-run baseline row (see `paper_reference.py`)."""
+    flags.DEFINE_string("reference_dir", None,
+                        "The pytorch/ folder of kimiyoung/transformer-xl: adds its row.")
+    flags.DEFINE_string("reference_python", sys.executable,
+                        "A Python interpreter with torch, for --reference_dir.")
+
+
+class ReferenceRunner:
+    """The paper's code in a worker process (`paper_reference.py`), driven
+    like the other runners: `runner(n)` → seconds of each of n more steps.
+    The worker waits idle on its stdin while the other variants run."""
+
+    def __init__(self, python, reference_dir, mode, shape, mem_len):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_reference.py")
+        self.process = subprocess.Popen([python, script, os.path.abspath(reference_dir)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        sizes = {k: v for k, v in SHAPES[shape].items()}
+        sizes.update(mem_len=mem_len, dropatt=0.0, threads=os.cpu_count(), mode=mode)
+        self.info = self._ask({"setup": sizes})
+
+    def _ask(self, request):
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the reference worker exited ({self.process.wait()}); "
+                               "see its error above")
+        return json.loads(line)
+
+    def __call__(self, n):
+        return self._ask({"run": n})["seconds"]
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()

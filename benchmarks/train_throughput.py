@@ -2,6 +2,7 @@ r"""Training tokens/s of the real `TransformerXLLM.fit` step, memory carried.
 
     python -m benchmarks.train_throughput --shapes=small,medium \
         --variants=f32,f32+jit,bf16,bf16+jit --iters=30 \
+        [--reference_dir=.../transformer-xl/pytorch --reference_python=.../bin/python] \
         --output=benchmarks/results/train_throughput.json
 
 For each shape (`benchmarks.throughput.SHAPES`) one model per variant
@@ -12,7 +13,8 @@ on random bytes through `txl_tf.data.segment_dataset`; `fit` is called for
 elsewhere hits every variant alike) and a callback times each batch. Reports
 the median step, tokens/s, model GFLOP/s (formula in `throughput.py`) and MFU
 against the large-matmul peak of the row's compute dtype measured in the same
-run; prints a table and writes JSON.
+run; prints a table and writes JSON. With `--reference_dir`, the paper's
+PyTorch code (`paper_reference.py`) is the first row, interleaved likewise.
 """
 
 from absl import app, flags
@@ -26,6 +28,7 @@ flags.DEFINE_integer("warmup", 4, "Untimed batches per variant first (tracing, c
 flags.DEFINE_integer("block", 5, "Batches per variant per round.")
 flags.DEFINE_integer("steps_per_execution", 1, "Keras steps_per_execution.")
 flags.DEFINE_string("output", "benchmarks/results/train_throughput.json", "JSON results file.")
+tp.define_reference_flags(flags)
 FLAGS = flags.FLAGS
 
 
@@ -43,11 +46,17 @@ def main(argv):
                   for v in FLAGS.variants}
         params = sum(int(w.numpy().size) for w in next(iter(models.values())).trainable_weights)
         flops = tp.model_flops_per_token(cfg, cfg.tgt_len, cfg.mem_len, batch, training=True)
-        times = tp.interleave({v: tp.fit_runner(m, dataset) for v, m in models.items()},
-                              FLAGS.iters, FLAGS.warmup, FLAGS.block)
+        runners = {v: tp.fit_runner(m, dataset) for v, m in models.items()}
+        if FLAGS.reference_dir:  # first, so that the ratio column is "x paper"
+            reference = tp.ReferenceRunner(FLAGS.reference_python, FLAGS.reference_dir,
+                                           "train", shape, cfg.mem_len)
+            runners = {"paper": reference, **runners}
+        times = tp.interleave(runners, FLAGS.iters, FLAGS.warmup, FLAGS.block)
+        if FLAGS.reference_dir:
+            reference.close()
         group = []
         for v, seconds in times.items():
-            policy, jit = tp.VARIANTS[v]
+            policy, jit = tp.VARIANTS.get(v, ("PyTorch float32", False))
             dtype = "bfloat16" if "bfloat16" in policy else "float32"
             group.append({"shape": shape, "variant": v, "policy": policy, "jit_compile": jit,
                           "steps_per_execution": FLAGS.steps_per_execution,

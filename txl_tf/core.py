@@ -6,6 +6,7 @@ from txl_tf.config import TransformerXLConfig
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
 from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
 from txl_tf.layers.block import TransformerXLBlock
+from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.masks import attention_visibility
 from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initial_memory,
@@ -51,9 +52,9 @@ class TransformerXL(keras.layers.Layer):
                 name="adaptive_embed")
             self.pos_emb = RelativePositionalEncoding(cfg.d_model, cfg.clamp_len, dtype=policy,
                                                       name="pos_emb")
-            self.emb_dropout = keras.layers.Dropout(cfg.dropout, dtype=policy)
-            self.pos_dropout = keras.layers.Dropout(cfg.dropout, dtype=policy)
-            self.out_dropout = keras.layers.Dropout(cfg.dropout, dtype=policy)
+            self.emb_dropout = Dropout(cfg.dropout, dtype=policy)
+            self.pos_dropout = Dropout(cfg.dropout, dtype=policy)
+            self.out_dropout = Dropout(cfg.dropout, dtype=policy)
             self.blocks = [
                 TransformerXLBlock(cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, cfg.dropout,
                                    cfg.dropatt, cfg.pre_lnorm, cfg.init_std,

@@ -2,8 +2,14 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.rel_shift import rel_shift
+
+
+def _heads_first(x, batch, length, n_head, d_head):
+    """`[B, len, H * d]` → `[B, H, len, d]`."""
+    return tf.transpose(tf.reshape(x, [batch, length, n_head, d_head]), [0, 2, 1, 3])
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -30,8 +36,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         with keras.name_scope(self.name):  # unique variable paths per layer
             self.layer_norm = keras.layers.LayerNormalization(
                 epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm")
-            self.attn_dropout = keras.layers.Dropout(self.dropatt, dtype=self.dtype_policy)
-            self.out_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+            self.attn_dropout = Dropout(self.dropatt, dtype=self.dtype_policy)
+            self.out_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None):
@@ -61,31 +67,43 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # split by columns: q | k | v.
         # tf.slice with explicit sizes: its gradient is a Pad, and tf2onnx
         # mis-converts a size -1 slice with a dynamic begin.
+        # Projections as 2-D matmuls over the flattened rows (their kernel
+        # gradient is one matmul, not a batch matmul and a sum over the batch).
         heads = self.n_head * self.d_head
         qkv_kernel = self._w(self.qkv_kernel)
         q_kernel = tf.slice(qkv_kernel, [0, 0], [self.d_model, heads])
         kv_kernel = tf.slice(qkv_kernel, [0, heads], [self.d_model, 2 * heads])
         shape = tf.shape(cat)
-        rows = tf.slice(cat, tf.stack([0, shape[1] - qlen, 0]),
-                        tf.stack([shape[0], qlen, self.d_model]))
-        q = tf.matmul(rows, q_kernel)
-        k, v = tf.split(tf.matmul(cat, kv_kernel), 2, axis=-1)
-        q = tf.reshape(q, [shape[0], qlen, self.n_head, self.d_head])
-        k = tf.reshape(k, [shape[0], shape[1], self.n_head, self.d_head])
-        v = tf.reshape(v, [shape[0], shape[1], self.n_head, self.d_head])
-        r = tf.reshape(tf.matmul(pos_emb, self._w(self.r_kernel)),
-                       [-1, self.n_head, self.d_head])
+        batch, klen = shape[0], shape[1]
+        rows = tf.slice(cat, tf.stack([0, klen - qlen, 0]), tf.stack([batch, qlen, self.d_model]))
+        q = tf.matmul(tf.reshape(rows, [-1, self.d_model]), q_kernel)
+        k, v = tf.split(tf.matmul(tf.reshape(cat, [-1, self.d_model]), kv_kernel), 2, axis=-1)
+        # Heads-major [B, H, len, d_head] so that every product below is a
+        # plain batch matmul: their gradients are batch matmuls too (einsum's
+        # are einsums with transposes, slower in bfloat16: benchmarks/NOTES.md).
+        q = _heads_first(q, batch, qlen, self.n_head, self.d_head)
+        k = _heads_first(k, batch, klen, self.n_head, self.d_head)
+        v = _heads_first(v, batch, klen, self.n_head, self.d_head)
+        r = tf.transpose(tf.reshape(tf.matmul(pos_emb, self._w(self.r_kernel)),
+                                    [-1, self.n_head, self.d_head]), [1, 0, 2])  # [H, K, d]
+        u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
+        w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
 
-        content = tf.einsum("bihd,bjhd->bhij", q + self._w(r_w_bias), k)
-        position = rel_shift(tf.einsum("bihd,jhd->bhij", q + self._w(r_r_bias), r))
-        score = tf.cast(content + position, tf.float32) * self.scale
-        score = tf.where(visible, score, tf.constant(-1e30, tf.float32))
+        # The 1/sqrt(d_head) scale goes on the [B, H, T, d] queries, not on
+        # the K / d_head times larger scores.
+        content = tf.matmul((q + u) * self.scale, k, transpose_b=True)  # [B, H, T, K]
+        position = rel_shift(tf.matmul((q + w) * self.scale, r, transpose_b=True))
+        # Hidden keys get -1e30 added (the sum rounds to exactly -1e30): an
+        # add, whose gradient is free, in place of a select over [B, H, T, K].
+        hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]
+        score = tf.cast(content + position, tf.float32) + hidden
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         prob = self.attn_dropout(prob, training=training)
 
-        vec = tf.einsum("bhij,bjhd->bihd", prob, v)
-        vec = tf.reshape(vec, [shape[0], qlen, self.n_head * self.d_head])
-        out = self.out_dropout(tf.matmul(vec, self._w(self.o_kernel)), training=training)
+        vec = tf.transpose(tf.matmul(prob, v), [0, 2, 1, 3])  # [B, T, H, d]
+        vec = tf.reshape(vec, [-1, heads])
+        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)), [batch, qlen, self.d_model])
+        out = self.out_dropout(out, training=training)
         if self.pre_lnorm:
             return inputs + out
         return self.layer_norm(inputs + out)

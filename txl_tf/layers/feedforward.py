@@ -1,6 +1,7 @@
 """Position-wise feed-forward sub-layer."""
 import keras
 
+from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 
 
@@ -23,8 +24,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
             self.layer_2 = keras.layers.Dense(self.d_model, dtype=policy,
                                               kernel_initializer=normal(self.init_std),
                                               name="layer_2")
-            self.drop_1 = keras.layers.Dropout(self.dropout, dtype=policy)
-            self.drop_2 = keras.layers.Dropout(self.dropout, dtype=policy)
+            self.drop_1 = Dropout(self.dropout, dtype=policy)
+            self.drop_2 = Dropout(self.dropout, dtype=policy)
             self.layer_norm = keras.layers.LayerNormalization(
                 epsilon=self.layer_norm_epsilon, dtype=policy, name="LayerNorm")
         self.build()

@@ -1,0 +1,139 @@
+r"""The paper's PyTorch code as a same-run baseline (a worker process).
+
+Run by `train_throughput.py` / `eval_throughput.py` with `--reference_dir`
+(the `pytorch/` folder of kimiyoung/transformer-xl) and `--reference_python`
+(an interpreter with torch, e.g. a venv made by `pip install torch numpy`).
+Nothing of that code is part of txl_tf: this file copies the folder into a
+temporary directory and applies the two patches it needs on a current CPU
+build of torch there:
+
+1. `utils/proj_adaptive_softmax.py` parses `torch.version.cuda`, which is
+   None on a CPU build: read it as "0.0".
+2. `mem_transformer.py` builds its attention masks with `.byte()`; current
+   torch wants boolean masks: `.bool()`.
+
+Protocol (JSON lines on stdin / stdout, so that the parent can interleave
+this worker's steps with its own while the worker waits idle):
+
+    {"setup": {"mode": "train" | "eval", "n_token", "n_layer", "d_model",
+               "n_head", "d_head", "d_inner", "dropout", "dropatt",
+               "tgt_len", "mem_len", "batch_size", "threads"}}   -> {"ok": ...}
+    {"run": n}   -> {"seconds": [n per-step seconds]}
+
+Training steps do what the paper's `train.py` does per batch: zero_grad,
+forward with the memory carried, mean loss, backward, clip the gradient norm
+to 0.25, Adam step, cosine scheduler step. Evaluation steps run under
+`torch.no_grad()` in eval mode with `reset_length(tgt_len, 0, mem_len)`, as
+its `eval.py`. Data: random token ids, time-major `[tgt_len, batch]`.
+This file uses only the standard library, numpy and torch.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+PATCHES = {
+    "utils/proj_adaptive_softmax.py": [("torch.version.cuda.split", "(torch.version.cuda or '0.0').split")],
+    "mem_transformer.py": [(".byte()", ".bool()")],
+}
+
+
+def patched_copy(reference_dir):
+    """A temporary copy of `reference_dir` with `PATCHES` applied."""
+    if not os.path.isfile(os.path.join(reference_dir, "mem_transformer.py")):
+        raise SystemExit(f"error: {reference_dir} has no mem_transformer.py "
+                         "(pass the pytorch/ folder of kimiyoung/transformer-xl)")
+    target = os.path.join(tempfile.mkdtemp(prefix="txl_reference_"), "pytorch")
+    shutil.copytree(reference_dir, target)
+    for name, replacements in PATCHES.items():
+        path = os.path.join(target, name)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for old, new in replacements:
+            if old not in text and new not in text:
+                raise SystemExit(f"error: {name} has no {old!r}: not the expected revision")
+            text = text.replace(old, new)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return target
+
+
+class Worker:
+    def __init__(self, reference_dir):
+        sys.path.insert(0, patched_copy(reference_dir))
+
+    def setup(self, mode, n_token, n_layer, d_model, n_head, d_head, d_inner, dropout,
+              dropatt, tgt_len, mem_len, batch_size, threads, seed=0):
+        import numpy as np
+        import torch
+        from mem_transformer import MemTransformerLM
+        torch.set_num_threads(threads)
+        torch.manual_seed(seed)
+        self.torch, self.mode, self.mems = torch, mode, tuple()
+        self.model = MemTransformerLM(
+            n_token, n_layer, n_head, d_model, d_head, d_inner, dropout, dropatt,
+            tie_weight=True, d_embed=d_model, div_val=1, tie_projs=[False], pre_lnorm=False,
+            tgt_len=tgt_len, ext_len=0, mem_len=mem_len, cutoffs=[], same_length=False,
+            attn_type=0, clamp_len=-1, sample_softmax=-1)
+        ids = np.random.default_rng(seed).integers(0, n_token, (64 * tgt_len + 1, batch_size))
+        self.data = torch.from_numpy(ids.astype(np.int64))
+        self.tgt_len, self.position = tgt_len, 0
+        if mode == "train":
+            self.model.train()
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=2.5e-4)
+            self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+                self.optimizer, 10 ** 6, eta_min=0.0)
+        else:
+            self.model.eval()
+            self.model.reset_length(tgt_len, 0, mem_len)
+        params = sum(p.numel() for p in self.model.parameters())
+        return {"ok": True, "parameters": params, "torch": torch.__version__,
+                "threads": torch.get_num_threads()}
+
+    def _batch(self):
+        if self.position + self.tgt_len + 1 > len(self.data):
+            self.position = 0
+        i = self.position
+        self.position += self.tgt_len
+        return self.data[i:i + self.tgt_len], self.data[i + 1:i + 1 + self.tgt_len]
+
+    def _train_step(self):
+        data, target = self._batch()
+        self.model.zero_grad()
+        ret = self.model(data, target, *self.mems)
+        loss, self.mems = ret[0], ret[1:]
+        loss = loss.float().mean()
+        loss.backward()
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.25)
+        self.optimizer.step()
+        self.scheduler.step()
+
+    def _eval_step(self):
+        data, target = self._batch()
+        with self.torch.no_grad():
+            ret = self.model(data, target, *self.mems)
+            self.mems = ret[1:]
+            ret[0].float().mean().item()
+
+    def run(self, n):
+        step = self._train_step if self.mode == "train" else self._eval_step
+        seconds = []
+        for _ in range(n):
+            start = time.perf_counter()
+            step()
+            seconds.append(time.perf_counter() - start)
+        return {"seconds": seconds}
+
+
+def main():
+    worker = Worker(sys.argv[1])
+    for line in sys.stdin:
+        request = json.loads(line)
+        reply = worker.setup(**request["setup"]) if "setup" in request else worker.run(request["run"])
+        print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    main()
