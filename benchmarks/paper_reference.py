@@ -27,6 +27,7 @@ to 0.25, Adam step, cosine scheduler step. Evaluation steps run under
 its `eval.py`. Data: random token ids, time-major `[tgt_len, batch]`.
 This file uses only the standard library, numpy and torch.
 """
+import atexit
 import json
 import os
 import shutil
@@ -62,7 +63,10 @@ def patched_copy(reference_dir):
 
 class Worker:
     def __init__(self, reference_dir):
-        sys.path.insert(0, patched_copy(reference_dir))
+        copy = patched_copy(reference_dir)
+        atexit.register(shutil.rmtree, os.path.dirname(copy), ignore_errors=True)
+        os.chdir(copy)  # its mem_transformer.py appends 'utils' to sys.path
+        sys.path.insert(0, copy)
 
     def setup(self, mode, n_token, n_layer, d_model, n_head, d_head, d_inner, dropout,
               dropatt, tgt_len, mem_len, batch_size, threads, seed=0):

@@ -3,6 +3,7 @@ frames, and a train_log.jsonl line even for a run shorter than --log_every."""
 import json
 
 from job_helpers import run_job, write_text_corpus
+from txl_tf.precision import choose
 
 
 def test_piped_output_is_plain_lines(tmp_path):
@@ -20,6 +21,8 @@ def test_piped_output_is_plain_lines(tmp_path):
     assert " loss " in lines[0] and " bpc " in lines[0] and " tok/s" in lines[0]
     records = [json.loads(line) for line in open(run / "train_log.jsonl")]
     assert [r["step"] for r in records] == [10, 12]
+    # No precision flags: the hardware's choice, said in the log.
+    assert f"precision: {choose().describe()}" in proc.stdout, proc.stdout
 
 
 def test_run_shorter_than_log_every_is_logged(tmp_path):

@@ -20,7 +20,7 @@ def _args(tmp_path, model_dir):
             "--preset=tiny", "--batch_size=4", f"--train_steps={STEPS}",
             f"--checkpoint_every={EVERY}", "--log_every=1", "--log_batches", "--nofinal_eval",
             "--strategy=one_device", "--verbose=0", "--learning_rate=0.001",
-            "--warmup_steps=10", "--seed=3"]
+            "--warmup_steps=10", "--seed=3", "--mixed_precision=none"]
 
 
 def _batches(model_dir):

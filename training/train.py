@@ -65,8 +65,12 @@ SPEC = (
     option("float", "min_lr_ratio", 0.004, "Final learning rate / peak (cosine decay)."),
     option("float", "clip", 0.25, "Global gradient-norm clip (0: none)."),
     option("float", "adam_epsilon", 1e-8, "Adam epsilon (the paper's TF/PyTorch default)."),
-    option("enum", "mixed_precision", "none", "Keras dtype policy.", ["none", "mixed_float16", "mixed_bfloat16"]),
-    option("bool", "jit_compile", False, "XLA-compile the train step."),
+    option("enum", "mixed_precision", "auto", "Keras dtype policy; auto: mixed_bfloat16 where "
+                     "the hardware has native bfloat16 (AVX512-BF16/AMX CPUs, Ampere+ GPUs, "
+                     "TPUs), else float32 (none).",
+           ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
+    option("bool", "jit_compile", None, "XLA-compile the train step (default: auto, on for "
+                   "GPUs and TPUs, off on CPUs)."),
     option("integer", "seed", 0, "Seed of the weight initialisation."),
     option("integer", "checkpoint_every", 1000, "Checkpoint every N steps (and at the end)."),
     option("integer", "keep_checkpoints", 3, "Checkpoints kept."),
@@ -181,6 +185,7 @@ def _train(o, strategy, task_id, is_chief):
     from training.model_config import build_config, check_resumable
     from training.progress import interactive
     from txl_tf.optimizer import ReplicaClippedAdam
+    from txl_tf.precision import resolve as resolve_precision
     from txl_tf.schedule import WarmupCosineDecay
     from training.train_data import training_input
     from training.validation import Validator
@@ -190,7 +195,9 @@ def _train(o, strategy, task_id, is_chief):
             print(message, flush=True)
 
     replicas = strategy.num_replicas_in_sync
-    if o["mixed_precision"] == "mixed_float16" and replicas > 1:
+    precision = resolve_precision(o["mixed_precision"], o["jit_compile"], strategy)
+    log(f"precision: {precision.describe()}")
+    if precision.policy == "mixed_float16" and replicas > 1:
         raise TrainingError(
             "--mixed_precision=mixed_float16 with several replicas is not supported: Keras's "
             "loss scaling checks each replica's gradients for overflow before they are "
@@ -240,14 +247,13 @@ def _train(o, strategy, task_id, is_chief):
     schedule = WarmupCosineDecay(o["learning_rate"], o["train_steps"], o["warmup_steps"],
                                  o["min_lr_ratio"])
     previous_policy = keras.config.dtype_policy()
-    if o["mixed_precision"] != "none":  # the model keeps it; the global is restored
-        keras.config.set_dtype_policy(o["mixed_precision"])
+    keras.config.set_dtype_policy(precision.policy)  # the model keeps it; the global is restored
     try:
         with strategy.scope():
             model = TransformerXLLM(config, batch_size=o["batch_size"] // replicas)
             optimizer = ReplicaClippedAdam(learning_rate=schedule, epsilon=o["adam_epsilon"],
                                            global_clipnorm=o["clip"] or None)
-            model.compile(optimizer=optimizer, jit_compile=o["jit_compile"])
+            model.compile(optimizer=optimizer, jit_compile=precision.jit_compile)
             model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)

@@ -6,6 +6,7 @@ from txl_tf.core import TransformerXL, as_config
 from txl_tf.keras_compat import PrebuiltModel
 from txl_tf.layers.memory import Memory
 from txl_tf.metrics import TokenNLL
+from txl_tf.precision import choose as choose_precision
 from txl_tf.untracked import Untracked
 
 
@@ -29,9 +30,16 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
     return log-probs. Training, `predict` and calls carry `mems` /
     `mem_mask`; `evaluate` (also `fit`'s validation) carries a memory of its
     own that starts empty at every call, so it never disturbs training.
+
+    Precision: like any Keras model it takes the global dtype policy, or
+    `dtype=`; `dtype="auto"` picks the fastest for the hardware present
+    (`txl_tf.precision.choose()`: `mixed_bfloat16` on CPUs with AVX512-BF16 or
+    AMX, Ampere and newer GPUs and TPUs; float32 elsewhere).
     """
 
     def __init__(self, config, batch_size, mem_len=None, zero_filled=None, **kwargs):
+        if kwargs.get("dtype") == "auto":  # the fastest policy on this hardware
+            kwargs["dtype"] = choose_precision(tf.distribute.get_strategy()).policy
         super().__init__(**kwargs)
         self.core = TransformerXL(as_config(config), dtype=self.dtype_policy, name="transformer")
         self.batch_size = int(batch_size)
@@ -87,6 +95,15 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
         self._clear(self.mems, self.mem_mask)
 
     # ------------------------------------------------------------------ steps
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """`keras.Model.compile`, where `jit_compile="auto"` (the default)
+        follows `txl_tf.precision.choose()`: XLA on GPUs and TPUs, not on
+        CPUs, where it was measured slower for this model in bfloat16 (Keras's
+        own "auto" would turn it on)."""
+        if jit_compile == "auto":
+            jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
+        super().compile(*args, jit_compile=jit_compile, **kwargs)
+
     @property
     def metrics(self):
         return [self.loss_tracker, self.bpc_tracker, self.ppl_tracker]

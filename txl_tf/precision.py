@@ -1,0 +1,89 @@
+"""The compute precision and XLA setting that pay on the hardware present.
+
+`choose()` looks at the accelerator (TPU, GPU compute capability) or at the
+CPU's instruction set, and returns the Keras dtype policy and `jit_compile`
+value measured or known to be fastest there, with the reason in words. The
+training job and `TransformerXLLM` use it for their "auto" defaults; explicit
+settings always win. CPU choices come from `benchmarks/train_throughput.py`
+(benchmarks/README.md): on a CPU with native bfloat16 dot products
+(AVX512-BF16 or AMX) `mixed_bfloat16` trains fastest and XLA slows it down;
+without them TensorFlow emulates bfloat16, which loses, so float32 is kept.
+"""
+import dataclasses
+import functools
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """A Keras dtype policy name, a `jit_compile` value and why."""
+    policy: str
+    jit_compile: bool
+    reason: str
+
+    def describe(self):
+        return (f"{self.policy}, jit_compile {'on' if self.jit_compile else 'off'} "
+                f"({self.reason})")
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_flags(path="/proc/cpuinfo"):
+    """The CPU's feature flags (empty where /proc/cpuinfo does not exist)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _gpu_capabilities():
+    import tensorflow as tf
+    capabilities = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        capabilities.append((details.get("device_name", gpu.name),
+                             tuple(details.get("compute_capability") or (0, 0))))
+    return capabilities
+
+
+def choose(strategy=None, flags=None, gpus=None):
+    """The `Precision` for the hardware `strategy` runs on (default: what
+    TensorFlow sees). `flags` (CPU feature flags) and `gpus` (a list of
+    `(name, (major, minor))`) override the detection, for tests."""
+    import tensorflow as tf
+    if strategy is not None and isinstance(
+            strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):
+        return Precision("mixed_bfloat16", True, "TPU: bfloat16 matrix units, XLA always")
+    gpus = _gpu_capabilities() if gpus is None else gpus
+    if gpus:
+        name, capability = min(gpus, key=lambda g: g[1])
+        if capability >= (8, 0):
+            return Precision("mixed_bfloat16", True,
+                             f"GPU {name}, compute capability {capability[0]}.{capability[1]}: "
+                             "bfloat16 tensor cores; XLA fuses the element-wise ops")
+        return Precision("float32", True,
+                         f"GPU {name}, compute capability {capability[0]}.{capability[1]}: "
+                         "no bfloat16 tensor cores; XLA fuses the element-wise ops")
+    flags = cpu_flags() if flags is None else flags
+    native = sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags)
+    if native:
+        return Precision("mixed_bfloat16", False,
+                         f"CPU with {' and '.join(f.upper() for f in native)}: native bfloat16 "
+                         "dot products; XLA measured slower in bfloat16 on CPU")
+    return Precision("float32", False, "CPU without native bfloat16 (AVX512-BF16 / AMX): "
+                     "TensorFlow would emulate it")
+
+
+def resolve(policy="auto", jit_compile=None, strategy=None):
+    """The `Precision` to use: `policy` is a Keras dtype policy name, "none"
+    (float32) or "auto"; `jit_compile` a bool or None (auto). Auto parts come
+    from `choose(strategy)`."""
+    chosen = choose(strategy)
+    if policy == "auto" and jit_compile is None:
+        return chosen
+    policy = chosen.policy if policy == "auto" else ("float32" if policy == "none" else policy)
+    jit = chosen.jit_compile if jit_compile is None else bool(jit_compile)
+    return Precision(policy, jit, f"set explicitly; auto would give {chosen.policy}, "
+                                  f"jit_compile {'on' if chosen.jit_compile else 'off'}")
