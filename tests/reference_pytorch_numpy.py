@@ -141,7 +141,9 @@ class PytorchReference:
         pos_seq = np.arange(klen - 1, -1, -1.0)
         if self.clamp_len > 0:
             pos_seq = np.minimum(pos_seq, self.clamp_len)
-        inv_freq = 1 / 10000 ** (np.arange(0, self.d_model, 2.0) / self.d_model)
+        # The PyTorch code keeps the frequencies as a (float32-made) buffer.
+        inv_freq = self.w.get("pos_emb.inv_freq",
+                              1 / 10000 ** (np.arange(0, self.d_model, 2.0) / self.d_model))
         angles = np.outer(pos_seq, inv_freq)
         pos = np.concatenate([np.sin(angles), np.cos(angles)], -1)
         mask = pytorch_mask(qlen, mlen, self.mem_len, self.same_length)
