@@ -32,6 +32,7 @@ setup(
         "gpu": ["onnxruntime-gpu>=1.31,<1.32"],
         # Only to read PyTorch .bin/.pt state dicts (safetensors need no torch).
         "torch": ["torch>=2.1"],
+        "bench": ["matplotlib>=3.8"],  # the benchmarks' PNG plots
         "test": ["onnxruntime>=1.31,<1.32", "pytest>=8", "pytest-xdist>=3.5"],
     },
 )
