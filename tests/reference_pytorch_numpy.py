@@ -16,7 +16,8 @@ EPS = 1e-5
 
 def _strip(state):
     """Paper-code names: the port's `transformer.` prefix removed."""
-    return {k[len("transformer."):] if k.startswith("transformer.") else k: np.asarray(v, np.float64)
+    prefix = "transformer."
+    return {k[len(prefix):] if k.startswith(prefix) else k: np.asarray(v, np.float64)
             for k, v in state.items()}
 
 
@@ -99,9 +100,10 @@ class PytorchReference:
         vec = np.einsum("ijbn,jbnd->ibnd", prob, v).reshape(qlen, bsz, -1)
         h = _layer_norm(h + vec @ w[f"{p}.dec_attn.o_net.weight"].T,
                         w[f"{p}.dec_attn.layer_norm.weight"], w[f"{p}.dec_attn.layer_norm.bias"])
-        hid = np.maximum(h @ w[f"{p}.pos_ff.CoreNet.0.weight"].T + w[f"{p}.pos_ff.CoreNet.0.bias"], 0)
-        ff = hid @ w[f"{p}.pos_ff.CoreNet.3.weight"].T + w[f"{p}.pos_ff.CoreNet.3.bias"]
-        return _layer_norm(h + ff, w[f"{p}.pos_ff.layer_norm.weight"], w[f"{p}.pos_ff.layer_norm.bias"])
+        ff = f"{p}.pos_ff"
+        hid = np.maximum(h @ w[f"{ff}.CoreNet.0.weight"].T + w[f"{ff}.CoreNet.0.bias"], 0)
+        out = hid @ w[f"{ff}.CoreNet.3.weight"].T + w[f"{ff}.CoreNet.3.bias"]
+        return _layer_norm(h + out, w[f"{ff}.layer_norm.weight"], w[f"{ff}.layer_norm.bias"])
 
     def _log_probs(self, hidden):
         w, ends = self.w, [0, *self.cutoffs, self.n_token]
