@@ -23,12 +23,16 @@ setup(
         "sentencepiece>=0.2,<0.3",
         "tqdm>=4.66",
         "tensorboard>=2.21,<2.22",
+        "safetensors>=0.4,<1",
     ],
     # onnxruntime and onnxruntime-gpu both provide the `onnxruntime` module:
     # install exactly one of the `cpu` and `gpu` extras.
     extras_require={
         "cpu": ["onnxruntime>=1.31,<1.32"],
         "gpu": ["onnxruntime-gpu>=1.31,<1.32"],
+        # Only to read PyTorch .bin/.pt state dicts (safetensors need no torch).
+        "torch": ["torch>=2.1"],
+        "bench": ["matplotlib>=3.8"],  # the benchmarks' PNG plots
         "test": ["onnxruntime>=1.31,<1.32", "pytest>=8", "pytest-xdist>=3.5"],
     },
 )

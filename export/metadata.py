@@ -20,6 +20,8 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
         "vocab_size": str(config.n_token),
         "log_probs": log_probs,
         "zero_filled_memory": str(bool(zero_filled)).lower(),
+        "same_length": str(bool(config.same_length)).lower(),
+        "same_length_convention": config.same_length_convention,
         "inputs": ",".join(INPUT_NAMES),
         "outputs": ",".join(OUTPUT_NAMES),
         "token_ids_dtype": "int32",

@@ -17,6 +17,9 @@ _LIBRARY_ERRORS = (
     ("txl_tf.model_dir", "ModelDirError"),        # is export.ModelDirError
     ("txl_tf.data", "CorpusNotFoundError"),
     ("txl_tf.data", "EmptyCorpusError"),
+    ("txl_tf.state_dict", "StateDictError"),      # includes PytorchImportError
+    ("txl_tf.text.pickled_vocab", "PickledVocabError"),
+    ("txl_tf.convert", "ConvertError"),
     ("export.job", "ExportError"),                # output folder in the way
     ("export.parity", "ParityError"),             # --verify found a difference
     ("absl.flags", "Error"),                      # bad flags, validators

@@ -231,3 +231,11 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
             f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
     set_weights(core, {name: reader.get_tensor(name) for name in names})
     return core
+
+
+def import_pytorch(source, config=None, **kwargs):
+    """A `TransformerXL` from PyTorch Transformer-XL weights (the paper's
+    PyTorch code or the transfo-xl-wt103 port): see `txl_tf.pytorch_import`."""
+    from txl_tf.pytorch_import import import_pytorch as _import
+
+    return _import(source, config, **kwargs)

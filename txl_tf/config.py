@@ -7,6 +7,9 @@ import json
 from typing import Any, List, Optional
 
 
+SAME_LENGTH_CONVENTIONS = ("tf", "pytorch")
+
+
 class ConfigError(ValueError):
     """A configuration value is missing, out of range or inconsistent."""
 
@@ -24,6 +27,10 @@ class TransformerXLConfig:
     memory of any length. `zero_filled_memory` makes fresh memories zero states
     that are attended (how the paper's TF code starts every stream, so models
     imported from its checkpoints set it) instead of empty slots.
+    `same_length_convention` says how many keys `same_length` leaves each
+    query (see `txl_tf.layers.masks`): "tf" (the paper's TF code) the last
+    M + 1 positions, "pytorch" (its PyTorch code) the last M, itself
+    included, M being the memory length.
     """
 
     n_token: int
@@ -46,6 +53,7 @@ class TransformerXLConfig:
     mem_len: int = 32
     clamp_len: int = -1
     same_length: bool = False
+    same_length_convention: str = "tf"
     init_std: float = 0.02
     proj_init_std: float = 0.01
     layer_norm_epsilon: float = 1e-12
@@ -85,6 +93,10 @@ class TransformerXLConfig:
         for name in ("init_std", "proj_init_std", "layer_norm_epsilon"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.same_length_convention not in SAME_LENGTH_CONVENTIONS:
+            raise ConfigError(
+                f"same_length_convention must be one of {list(SAME_LENGTH_CONVENTIONS)}, "
+                f"got {self.same_length_convention!r}")
         previous = 0
         for c in self.cutoffs:
             if not previous < c < self.n_token:

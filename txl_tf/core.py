@@ -111,7 +111,8 @@ class TransformerXL(keras.layers.Layer):
 
         output = self.emb_dropout(self.word_emb(token_ids), training=training)
         pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
-        visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length)
+        visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length,
+                                       cfg.same_length_convention)
         mems = tf.cast(memory.mems, output.dtype)
         layer_inputs = []
         for i, block in enumerate(self.blocks):

@@ -2,22 +2,38 @@
 import tensorflow as tf
 
 
-def causal_visibility(qlen, mlen, same_length=False):
+def causal_visibility(qlen, mlen, same_length=False, convention="tf"):
     """`[qlen, mlen + qlen]` bool, True where query i may attend to key j.
 
-    Query i (0-based within the segment) sees keys `j <= mlen + i`; with
-    `same_length` it also stops seeing keys `j < i`, so that every query sees
-    exactly `mlen + 1` keys (the paper's evaluation setting).
+    Query i (0-based within the segment; its own key is `mlen + i`) sees keys
+    `j <= mlen + i`. `same_length` (the paper's evaluation setting) also
+    limits how far back it looks, by the rule of the code the weights come
+    from:
+
+    * "tf" (the paper's TF code): keys `j >= i`, the last `mlen + 1`
+      positions;
+    * "pytorch" (the paper's PyTorch code, which masks with
+      `mask_len = klen - mem_len` and `tril(ones, -(qlen - mask_len))`): keys
+      `j > i`, the last `mlen` positions, itself included. There `mem_len` is
+      the configured memory length, here the memory's length `mlen`; with
+      `mlen == 0` a query still sees itself (that code would mask every key).
+
+    The two differ only once the memory is full of real states.
     """
     query = tf.range(qlen)[:, None]
     key = tf.range(mlen + qlen)[None, :]
     visible = key <= query + mlen
     if same_length:
-        visible = visible & (key >= query)
+        if convention == "tf":
+            visible = visible & (key >= query)
+        elif convention == "pytorch":
+            visible = visible & ((key > query) | (key == query + mlen))
+        else:
+            raise ValueError(f"unknown same_length convention {convention!r}")
     return visible
 
 
-def attention_visibility(qlen, mem_valid, same_length=False):
+def attention_visibility(qlen, mem_valid, same_length=False, convention="tf"):
     """`[B, 1, qlen, klen]` bool: causal visibility and real memory slots.
 
     `mem_valid` is the memory's `[B, M]` bool slot validity; the current
@@ -26,5 +42,5 @@ def attention_visibility(qlen, mem_valid, same_length=False):
     batch = tf.shape(mem_valid)[0]
     mlen = tf.shape(mem_valid)[1]
     key_valid = tf.concat([mem_valid, tf.ones([batch, qlen], tf.bool)], axis=1)
-    visible = causal_visibility(qlen, mlen, same_length)
+    visible = causal_visibility(qlen, mlen, same_length, convention)
     return (visible[None, :, :] & key_valid[:, None, :])[:, None, :, :]

@@ -1,0 +1,159 @@
+r"""Imported weights against the paper's own PyTorch code (run by hand).
+
+    python -m benchmarks.pytorch_parity --torch_python=/path/to/venv-with-torch/bin/python \
+        --ref_dir=/path/to/kimiyoung/transformer-xl/pytorch
+
+The paper's `MemTransformerLM` is built with random double-precision weights
+in a second interpreter that has PyTorch (this one needs none); its state
+dict and its log-probabilities over the whole vocabulary (every target scored
+through its own adaptive softmax, memories carried over several segments)
+come back as an `.npz`. Here the state dict is imported with
+`txl_tf.checkpoints.import_pytorch` and run through the float32 Keras core
+with each `same_length` convention; the table gives max |Δ| per segment.
+The paper's code is only read and run, never copied: the torch stage only
+patches two things the code's age requires on a CPU-only PyTorch 2
+(`torch.version.cuda` is None there; byte masks become bool).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+CASES = {
+    "enwik8-like (no cutoffs)": dict(n_token=24, cutoffs=[], div_val=1, d_embed=32),
+    "adaptive (cutoffs, div_val 2)": dict(n_token=50, cutoffs=[10, 30], div_val=2, d_embed=16),
+}
+SIZES = dict(n_layer=2, n_head=2, d_model=32, d_head=8, d_inner=48)
+SETTINGS = [(False, -1), (True, -1), (True, 3)]
+SEG, MEM, BATCH, SEGMENTS = 4, 8, 2, 4
+
+
+# ---------------------------------------------------------------- torch side
+def torch_stage(ref_dir, out):
+    import torch
+    torch.version.cuda = torch.version.cuda or "10.0"  # the code parses it at import
+    sys.path[:0] = [ref_dir, os.path.join(ref_dir, "utils")]
+    masked_fill = torch.Tensor.masked_fill
+    torch.Tensor.masked_fill = lambda self, mask, value: masked_fill(
+        self, mask.bool() if mask.dtype == torch.uint8 else mask, value)
+    from mem_transformer import MemTransformerLM
+
+    torch.manual_seed(0)
+    results = {}
+    for c, (name, case) in enumerate(CASES.items()):
+        for same_length, clamp_len in SETTINGS:
+            n_bins = len(case["cutoffs"]) + 1
+            model = MemTransformerLM(
+                case["n_token"], SIZES["n_layer"], SIZES["n_head"], SIZES["d_model"],
+                SIZES["d_head"], SIZES["d_inner"], 0.0, 0.0, tie_weight=True,
+                d_embed=case["d_embed"], div_val=case["div_val"],
+                tie_projs=[False] + [True] * (n_bins - 1), tgt_len=SEG, ext_len=0,
+                mem_len=MEM, cutoffs=list(case["cutoffs"]), same_length=same_length,
+                clamp_len=clamp_len).double().eval()
+            gen = torch.Generator().manual_seed(c)
+            with torch.no_grad():
+                for pname, p in model.named_parameters():
+                    noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+                    p.copy_(1 + 0.1 * noise if "layer_norm.weight" in pname else 0.3 * noise)
+            ids = torch.randint(0, case["n_token"], (SEG * SEGMENTS, BATCH), generator=gen)
+            mems = tuple()
+            log_probs = []
+            with torch.no_grad():
+                for s in range(SEGMENTS):
+                    seg = ids[s * SEG:(s + 1) * SEG]
+                    hidden, new_mems = model._forward(seg, mems=mems or model.init_mems())
+                    mems = tuple(new_mems)
+                    flat = hidden.reshape(-1, hidden.size(-1))
+                    rows = flat.repeat_interleave(case["n_token"], 0)
+                    targets = torch.arange(case["n_token"]).repeat(flat.size(0))
+                    nll = model.crit(rows, targets, keep_order=True)
+                    log_probs.append(-nll.view(SEG, BATCH, case["n_token"]).numpy())
+            key = f"{c}/{int(same_length)}/{clamp_len}"
+            results[f"{key}/ids"] = ids.numpy()
+            results[f"{key}/log_probs"] = np.stack(log_probs)
+            for pname, value in model.state_dict().items():
+                results[f"{key}/state/{pname}"] = value.numpy()
+    np.savez(out, **results)
+
+
+# ----------------------------------------------------------------- our side
+def compare(path):
+    from tests.reference_pytorch_numpy import PytorchReference
+    from txl_tf.checkpoints import import_pytorch
+
+    data = np.load(path, allow_pickle=False)
+    rows = []
+    for c, (name, case) in enumerate(CASES.items()):
+        for same_length, clamp_len in SETTINGS:
+            key = f"{c}/{int(same_length)}/{clamp_len}"
+            prefix = f"{key}/state/"
+            state = {k[len(prefix):]: data[k] for k in data.files if k.startswith(prefix)}
+            ids = data[f"{key}/ids"].T  # batch-major
+            want = data[f"{key}/log_probs"].transpose(0, 2, 1, 3)  # [segment, B, T, V]
+            ref = PytorchReference(state, n_head=SIZES["n_head"], d_head=SIZES["d_head"],
+                                   mem_len=MEM, same_length=same_length, clamp_len=clamp_len,
+                                   **{k: case[k] for k in ("n_token", "cutoffs", "div_val")})
+            ref_out = np.stack([ref.forward(ids[:, s * SEG:(s + 1) * SEG].T).transpose(1, 0, 2)
+                                for s in range(SEGMENTS)])
+            row = {"case": name, "same_length": same_length, "clamp_len": clamp_len,
+                   "numpy_reference": float(np.abs(ref_out - want).max())}
+            for convention in ("pytorch", "tf"):
+                core = import_pytorch(state, mem_len=MEM, same_length=same_length,
+                                      clamp_len=clamp_len, same_length_convention=convention)
+                memory = core.initial_memory(BATCH)
+                deltas = []
+                for s in range(SEGMENTS):
+                    got, memory = core(ids[:, s * SEG:(s + 1) * SEG], memory)
+                    deltas.append(float(np.abs(np.asarray(got, np.float64) - want[s]).max()))
+                row[convention] = deltas
+            rows.append(row)
+    return rows
+
+
+def table(rows):
+    seg = " | ".join(f"seg {s + 1}" for s in range(SEGMENTS))
+    lines = [f"| case | same_length | clamp_len | convention | {seg} |",
+             "|---|---|---|---|" + "---|" * SEGMENTS]
+    for r in rows:
+        for convention in ("pytorch", "tf"):
+            cells = " | ".join(f"{d:.1e}" for d in r[convention])
+            lines.append(f"| {r['case']} | {r['same_length']} | {r['clamp_len']} | "
+                         f"{convention} | {cells} |")
+    lines.append("")
+    lines.append("numpy reference (tests/reference_pytorch_numpy.py, float64) vs the paper's "
+                 "code, max |Δ| over all segments: " +
+                 ", ".join(f"{r['numpy_reference']:.1e}" for r in rows))
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--torch_python", help="A Python with PyTorch (runs the paper's code).")
+    parser.add_argument("--ref_dir", help="The paper's pytorch/ folder (mem_transformer.py).")
+    parser.add_argument("--stage", choices=["torch", "compare"], default="compare")
+    parser.add_argument("--out", help="torch stage: where to write its .npz.")
+    parser.add_argument("--output", default="benchmarks/results/pytorch_parity.json")
+    args = parser.parse_args()
+    if args.stage == "torch":
+        torch_stage(args.ref_dir, args.out)
+        return
+    if not (args.torch_python and args.ref_dir):
+        parser.error("--torch_python and --ref_dir are required")
+    with tempfile.TemporaryDirectory() as tmp:
+        npz = os.path.join(tmp, "torch.npz")
+        subprocess.run([args.torch_python, os.path.abspath(__file__), "--stage=torch",
+                        f"--ref_dir={os.path.abspath(args.ref_dir)}", f"--out={npz}"],
+                       check=True)
+        rows = compare(npz)
+    print(table(rows))
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump({"segment": SEG, "mem_len": MEM, "batch": BATCH, "rows": rows}, f, indent=2)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

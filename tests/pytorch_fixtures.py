@@ -1,0 +1,111 @@
+"""Random-weight PyTorch Transformer-XL state dicts (numpy arrays, `[out, in]`
+layout) in the paper code's naming and the transfo-xl-wt103 port's.
+
+Each case is a dict: `state` (name → float32 array), `hyper` (the sizes the
+numpy reference needs), `port` (naming/semantics of the port).
+"""
+import numpy as np
+
+
+def _rand(rng, *shape, scale=0.3):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def make_state(n_token, d_model, n_head, d_head, d_inner, n_layer, d_embed=None, cutoffs=(),
+               div_val=1, untie_r=False, tie_weight=True, tie_projs=None, port=False,
+               save_tied_copies=False, seed=0):
+    rng = np.random.default_rng(seed)
+    d_embed = d_embed or d_model
+    ends = [0, *cutoffs, n_token]
+    n_bins = len(ends) - 1
+    tie_projs = tie_projs or [False] + [True] * len(cutoffs)
+    pre = "transformer." if port else ""
+    s = {}
+    if div_val == 1:
+        s[f"{pre}word_emb.emb_layers.0.weight"] = _rand(rng, n_token, d_embed, scale=0.5)
+        if d_embed != d_model:
+            s[f"{pre}word_emb.emb_projs.0"] = _rand(rng, d_model, d_embed)
+    else:
+        for i in range(n_bins):
+            dim = d_embed // div_val ** i
+            s[f"{pre}word_emb.emb_layers.{i}.weight"] = _rand(rng, ends[i + 1] - ends[i], dim,
+                                                              scale=0.5)
+            s[f"{pre}word_emb.emb_projs.{i}"] = _rand(rng, d_model, dim)
+    s[f"{pre}pos_emb.inv_freq"] = (1 / 10000 ** (np.arange(0, d_model, 2.0) / d_model)
+                                   ).astype(np.float32)
+    heads = n_head * d_head
+    if not untie_r:
+        s[f"{pre}r_w_bias"] = _rand(rng, n_head, d_head)
+        s[f"{pre}r_r_bias"] = _rand(rng, n_head, d_head)
+    for i in range(n_layer):
+        p = f"{pre}layers.{i}"
+        s[f"{p}.dec_attn.qkv_net.weight"] = _rand(rng, 3 * heads, d_model)
+        s[f"{p}.dec_attn.r_net.weight"] = _rand(rng, heads, d_model)
+        s[f"{p}.dec_attn.o_net.weight"] = _rand(rng, d_model, heads)
+        s[f"{p}.dec_attn.layer_norm.weight"] = 1 + _rand(rng, d_model, scale=0.1)
+        s[f"{p}.dec_attn.layer_norm.bias"] = _rand(rng, d_model, scale=0.1)
+        if untie_r:
+            s[f"{p}.dec_attn.r_w_bias"] = _rand(rng, n_head, d_head)
+            s[f"{p}.dec_attn.r_r_bias"] = _rand(rng, n_head, d_head)
+        s[f"{p}.pos_ff.CoreNet.0.weight"] = _rand(rng, d_inner, d_model)
+        s[f"{p}.pos_ff.CoreNet.0.bias"] = _rand(rng, d_inner, scale=0.1)
+        s[f"{p}.pos_ff.CoreNet.3.weight"] = _rand(rng, d_model, d_inner)
+        s[f"{p}.pos_ff.CoreNet.3.bias"] = _rand(rng, d_model, scale=0.1)
+        s[f"{p}.pos_ff.layer_norm.weight"] = 1 + _rand(rng, d_model, scale=0.1)
+        s[f"{p}.pos_ff.layer_norm.bias"] = _rand(rng, d_model, scale=0.1)
+    tables = range(1) if div_val == 1 else range(n_bins)
+    for i in tables:
+        emb = s[f"{pre}word_emb.emb_layers.{i}.weight"]
+        if not tie_weight:
+            s[f"crit.out_layers.{i}.weight"] = _rand(rng, *emb.shape, scale=0.5)
+        elif save_tied_copies:
+            s[f"crit.out_layers.{i}.weight"] = emb.copy()
+        s[f"crit.out_layers.{i}.bias"] = _rand(rng, emb.shape[0], scale=0.5)
+    for i in range(n_bins):
+        emb_proj = s.get(f"{pre}word_emb.emb_projs.{0 if div_val == 1 else i}")
+        if emb_proj is None:
+            continue
+        if not tie_projs[i]:
+            s[f"crit.out_projs.{i}"] = _rand(rng, *emb_proj.shape)
+        elif save_tied_copies:
+            s[f"crit.out_projs.{i}"] = emb_proj.copy()
+    if cutoffs:
+        # Large enough that a swapped cluster order shows in the log-probs.
+        s["crit.cluster_weight"] = _rand(rng, len(cutoffs), d_embed, scale=0.5)
+        s["crit.cluster_bias"] = np.linspace(-2, 2, len(cutoffs)).astype(np.float32)
+    return s
+
+
+def wt103_like_port():
+    """The port's naming: cutoffs, div_val 4, untied r-biases in each layer."""
+    hyper = dict(n_token=60, cutoffs=[20, 40], div_val=4, n_head=2, d_head=8)
+    state = make_state(d_model=32, d_inner=48, n_layer=2, untie_r=True, port=True,
+                       save_tied_copies=True, seed=1, **hyper)
+    return dict(state=state, hyper=hyper, port=True)
+
+
+def enwik8_like_paper():
+    """The paper code's naming: a byte-sized vocabulary, shared r-biases."""
+    hyper = dict(n_token=24, n_head=2, d_head=8)
+    state = make_state(d_model=32, d_inner=48, n_layer=2, save_tied_copies=True, seed=2,
+                       **hyper)
+    return dict(state=state, hyper=hyper, port=False)
+
+
+def adaptive_paper():
+    """The paper code's naming with cutoffs, div_val 2, d_embed != d_model,
+    untied output tables: its reversed cluster rows matter here."""
+    hyper = dict(n_token=50, cutoffs=[10, 30], div_val=2, n_head=2, d_head=8)
+    state = make_state(d_model=32, d_embed=16, d_inner=48, n_layer=2, tie_weight=False,
+                       seed=3, **hyper)
+    return dict(state=state, hyper=hyper, port=False)
+
+
+CASES = {"wt103_port": wt103_like_port, "enwik8_paper": enwik8_like_paper,
+         "adaptive_paper": adaptive_paper}
+
+
+def save_safetensors(state, path):
+    from safetensors.numpy import save_file
+    save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(path))
+    return str(path)

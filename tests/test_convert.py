@@ -1,0 +1,165 @@
+"""`python -m txl_tf.convert`, pickled vocabularies, and a converted model
+through evaluation and export."""
+import collections
+import io
+import json
+import os
+import pickle
+import zipfile
+
+import numpy as np
+import pytest
+
+from tests.job_helpers import run_job
+from tests.pytorch_fixtures import CASES, save_safetensors
+from tests.reference_pytorch_numpy import PytorchReference
+from txl_tf.convert import ConvertError, convert, read_config_file
+from txl_tf.text.pickled_vocab import PickledVocabError, convert_pickled_vocab
+from txl_tf.text.vocab import read_vocab
+
+SYMBOLS = ["<eos>", "<unk>"] + [f"w{i}" for i in range(58)]  # 60 = the port fixture's n_token
+
+
+class _RunsCode:
+    """Unpickling this calls os.system: what a malicious pickle does."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_malicious_pickle_is_refused_without_running(tmp_path):
+    marker = tmp_path / "ran"
+    bad = tmp_path / "vocab.pkl"
+    bad.write_bytes(pickle.dumps({"idx2sym": SYMBOLS, "hook": _RunsCode(marker)}))
+    with pytest.raises(PickledVocabError, match=r"refusing to unpickle (posix|os)\.system"):
+        convert_pickled_vocab(bad, tmp_path / "vocab.txt")
+    assert not marker.exists() and not (tmp_path / "vocab.txt").exists()
+    obj = tmp_path / "object.pkl"
+    obj.write_bytes(pickle.dumps({"idx2sym": collections.deque(SYMBOLS)}))
+    with pytest.raises(PickledVocabError, match="refusing to unpickle collections.deque"):
+        convert_pickled_vocab(obj, tmp_path / "vocab.txt")
+
+
+def test_plain_pickles_convert(tmp_path):
+    attrs = {"idx2sym": SYMBOLS, "counter": collections.Counter(SYMBOLS),
+             "sym2idx": collections.OrderedDict((s, i) for i, s in enumerate(SYMBOLS)),
+             "special": ["<eos>"], "lower_case": False, "min_freq": 0, "max_size": None}
+    forms = {"plain.pkl": pickle.dumps(attrs, protocol=2),
+             "sym2idx.pkl": pickle.dumps(dict(attrs["sym2idx"]))}
+    # torch.save without tensors: the legacy sequence of pickles, and the zip.
+    legacy = io.BytesIO()
+    for part in (0x1950a86a20f9469cfc6c, 1001, {"protocol_version": 1001}, attrs, []):
+        pickle.dump(part, legacy, protocol=2)
+    forms["legacy.pt"] = legacy.getvalue()
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps(attrs))
+    forms["zip.pt"] = zipped.getvalue()
+    for name, data in forms.items():
+        (tmp_path / name).write_bytes(data)
+        assert convert_pickled_vocab(tmp_path / name, tmp_path / f"{name}.txt") == SYMBOLS
+        assert read_vocab(tmp_path / f"{name}.txt") == SYMBOLS
+    (tmp_path / "gap.pkl").write_bytes(pickle.dumps({"a": 0, "b": 2}))
+    with pytest.raises(PickledVocabError, match="not 0..1"):
+        convert_pickled_vocab(tmp_path / "gap.pkl", tmp_path / "gap.txt")
+
+
+def _port_files(tmp_path):
+    case = CASES["wt103_port"]()
+    weights = save_safetensors(case["state"], tmp_path / "model.safetensors")
+    port_config = {"vocab_size": 60, "cutoffs": [20, 40], "d_model": 32, "d_embed": 32,
+                   "n_head": 2, "d_head": 8, "d_inner": 48, "div_val": 4, "n_layer": 2,
+                   "untie_r": True, "proj_share_all_but_first": True, "tie_word_embeddings": True,
+                   "mem_len": 8, "clamp_len": 3, "same_length": True, "attn_type": 0,
+                   "sample_softmax": -1, "pre_lnorm": False, "layer_norm_epsilon": 1e-5,
+                   "eos_token_id": 0, "architectures": ["TransfoXLLMHeadModel"]}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(port_config))
+    vocab = tmp_path / "vocab.pkl"
+    vocab.write_bytes(pickle.dumps({"idx2sym": SYMBOLS,
+                                    "sym2idx": {s: i for i, s in enumerate(SYMBOLS)}}))
+    return case, weights, str(config), str(vocab)
+
+
+def test_cli_converts_the_port_and_export_matches_the_reference(tmp_path):
+    from export import open_runtime, run_export
+    from txl_tf.model_dir import load
+
+    case, weights, config, vocab = _port_files(tmp_path)
+    fields, ignored = read_config_file(config)
+    assert fields["tie_projs"] == [False, True, True] and fields["n_token"] == 60
+    assert ignored == ["architectures", "eos_token_id"]
+    out = tmp_path / "model"
+    proc = run_job("txl_tf.convert", ["--source=pytorch", f"--input={weights}",
+                                      f"--config={config}", f"--vocab={vocab}",
+                                      f"--output_dir={out}"])
+    printed = proc.stdout
+    assert "transfo-xl-wt103 port" in printed and "cluster_order=tf" in printed
+    assert "same_length_convention=pytorch" in printed and "restricted unpickler" in printed
+    assert sorted(os.listdir(out)) == ["config.json", "vocab", "weights.npz"]
+    core, source = load(str(out))
+    cfg = core.config
+    assert (cfg.same_length, cfg.same_length_convention, cfg.zero_filled_memory,
+            cfg.clamp_len, cfg.mem_len) == (True, "pytorch", True, 3, 8)
+    assert read_vocab(os.path.join(source.vocab_dir, "vocab.txt")) == SYMBOLS
+
+    exported = tmp_path / "exported"
+    report = run_export(str(exported), model_dir=str(out), formats=("saved_model", "onnx"),
+                        opset=17, verify=True)
+    assert set(report["parity"]) == {"onnxruntime", "saved_model"}
+    # The ONNX graph keeps the PyTorch same_length rule and the zero start:
+    # three segments (the memory full throughout) equal the numpy reference.
+    rt = open_runtime(str(exported), backend="onnx")
+    assert rt.info.values["same_length_convention"] == "pytorch"
+    ref = PytorchReference(case["state"], mem_len=8, same_length=True, clamp_len=3,
+                           zero_start=True, cluster_rule="tf", **case["hyper"])
+    ids = np.random.default_rng(5).integers(0, 60, (2, 12))
+    memory = rt.initial_memory(2)
+    for s in range(3):
+        seg = ids[:, 4 * s:4 * s + 4]
+        log_probs, memory = rt.step(seg, memory)
+        np.testing.assert_allclose(log_probs, ref.forward(seg.T).transpose(1, 0, 2), atol=1e-4)
+
+
+def test_cli_bad_input_is_one_error_line(tmp_path):
+    _, weights, config, _ = _port_files(tmp_path)
+    values = json.loads(open(config).read())
+    values["d_inner"] = 64
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(values))
+    proc = run_job("txl_tf.convert", ["--source=pytorch", f"--input={weights}",
+                                      f"--config={wrong}", f"--output_dir={tmp_path / 'o'}"],
+                   check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines[-1].startswith("error: ")
+    assert "transformer.layers.0.pos_ff.CoreNet.0.weight: the weights have (48, 32), the " \
+           "config needs (64, 32)" in lines[-1]
+    assert not (tmp_path / "o").exists()
+
+
+def test_convert_refuses_bad_inputs(tmp_path):
+    case, weights, config, vocab = _port_files(tmp_path)
+    quiet = dict(echo=lambda line: None)
+    with pytest.raises(ConvertError, match="--input .* does not exist"):
+        convert("pytorch", str(tmp_path / "none.safetensors"), str(tmp_path / "o"), **quiet)
+    with pytest.raises(ConvertError, match="needs --config"):
+        convert("tf", weights, str(tmp_path / "o"), **quiet)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep").write_text("x")
+    with pytest.raises(ConvertError, match="not empty"):
+        convert("pytorch", weights, str(busy), **quiet)
+    short = tmp_path / "short.txt"
+    short.write_text("<eos>\nw\n")
+    with pytest.raises(ConvertError, match="2 symbols, the model n_token=60"):
+        convert("pytorch", weights, str(tmp_path / "o"), config=config, vocab=str(short),
+                **quiet)
+    values = json.loads(open(config).read())
+    values["attn_type"] = 2
+    absolute = tmp_path / "absolute.json"
+    absolute.write_text(json.dumps(values))
+    with pytest.raises(ConvertError, match="attn_type=2 is not supported"):
+        read_config_file(str(absolute))

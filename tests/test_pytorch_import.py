@@ -1,0 +1,182 @@
+"""PyTorch weights → TransformerXL, checked against a numpy model with the
+PyTorch code's semantics (tests/reference_pytorch_numpy.py)."""
+import builtins
+
+import numpy as np
+import pytest
+
+from tests.pytorch_fixtures import CASES, make_state, save_safetensors
+from tests.reference_pytorch_numpy import PytorchReference, pytorch_mask
+from txl_tf import TransformerXLConfig
+from txl_tf.checkpoints import import_pytorch
+from txl_tf.layers.masks import causal_visibility
+from txl_tf.pytorch_import import PytorchImportError, read_pytorch
+from txl_tf.state_dict import StateDictError
+
+SEG, MEM, BATCH, SEGMENTS = 4, 8, 2, 3
+
+
+def _run_core(core, ids):
+    memory = core.initial_memory(BATCH, MEM)
+    out = []
+    for s in range(SEGMENTS):
+        log_probs, memory = core(ids[:, s * SEG:(s + 1) * SEG], memory)
+        out.append(np.asarray(log_probs))
+    return np.concatenate(out, 1)
+
+
+def _run_reference(case, ids, same_length, clamp_len, cluster_rule=None):
+    port = case["port"]
+    ref = PytorchReference(case["state"], mem_len=MEM, same_length=same_length,
+                           clamp_len=clamp_len, zero_start=port,
+                           cluster_rule=cluster_rule or ("tf" if port else "pytorch"),
+                           **case["hyper"])
+    out = [ref.forward(ids[:, s * SEG:(s + 1) * SEG].T).transpose(1, 0, 2)
+           for s in range(SEGMENTS)]
+    return np.concatenate(out, 1)
+
+
+def _ids(n_token, seed=0):
+    return np.random.default_rng(seed).integers(0, n_token, (BATCH, SEG * SEGMENTS))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("same_length,clamp_len", [(False, -1), (True, -1), (True, 3)])
+def test_matches_pytorch_reference(tmp_path, name, same_length, clamp_len):
+    case = CASES[name]()
+    path = save_safetensors(case["state"], tmp_path / "w.safetensors")
+    core = import_pytorch(path, same_length=same_length, clamp_len=clamp_len, mem_len=MEM)
+    ids = _ids(case["hyper"]["n_token"])
+    got = _run_core(core, ids)
+    want = _run_reference(case, ids, same_length, clamp_len)
+    np.testing.assert_allclose(np.exp(got).sum(-1), 1.0, atol=1e-4)
+    assert np.abs(got - want).max() <= 1e-4
+    if same_length:
+        # The TF rule sees one key more once the memory is full: from segment
+        # 3 with a growing memory, from the start with the port's zero states.
+        tf_rule = import_pytorch(path, same_length=True, clamp_len=clamp_len, mem_len=MEM,
+                                 same_length_convention="tf")
+        diff = np.abs(_run_core(tf_rule, ids) - want)
+        full = 0 if case["port"] else 2 * SEG
+        assert diff[:, :full].max(initial=0) <= 1e-4 and diff[:, full:].max() > 1e-2
+
+
+def test_inferred_config_and_semantics():
+    port = read_pytorch(CASES["wt103_port"]()["state"])
+    cfg = port.config
+    assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner) == (2, 32, 2, 8, 48)
+    assert (cfg.n_token, cfg.cutoffs, cfg.div_val, cfg.d_embed) == (60, [20, 40], 4, 32)
+    assert cfg.untie_r and cfg.tie_weight and cfg.tie_projs == [False, True, True]
+    assert (cfg.layer_norm_epsilon, cfg.same_length_convention, cfg.zero_filled_memory) == \
+        (1e-5, "pytorch", True)
+    assert port.report.origin == "port" and port.report.cluster_order == "tf"
+    assert "crit.out_projs.1" in port.report.duplicates
+    paper = read_pytorch(CASES["adaptive_paper"]()["state"])
+    assert paper.report.cluster_order == "pytorch" and not paper.config.zero_filled_memory
+    assert (paper.config.d_embed, paper.config.tie_weight, paper.config.untie_r) == \
+        (16, False, False)
+    np.testing.assert_array_equal(
+        paper.arrays["transformer/adaptive_softmax/cutoff_0/cluster_b"],
+        CASES["adaptive_paper"]()["state"]["crit.cluster_bias"][::-1])
+
+
+def test_cluster_order_override_changes_tail_bins():
+    case = CASES["adaptive_paper"]()
+    ids = _ids(case["hyper"]["n_token"])
+    core = import_pytorch(case["state"], cluster_order="tf", mem_len=MEM)
+    got = _run_core(core, ids)
+    assert np.abs(got - _run_reference(case, ids, False, -1, cluster_rule="tf")).max() <= 1e-4
+    assert np.abs(got - _run_reference(case, ids, False, -1)).max() > 1e-2
+
+
+def test_given_config_is_checked_tensor_by_tensor():
+    state = CASES["enwik8_paper"]()["state"]
+    good = TransformerXLConfig(n_token=24, n_layer=2, d_model=32, n_head=2, d_head=8,
+                               d_inner=48)
+    assert read_pytorch(state, good).config.d_inner == 48
+    with pytest.raises(PytorchImportError) as err:
+        read_pytorch(state, good.replace(d_inner=64))
+    message = str(err.value)
+    assert "layers.0.pos_ff.CoreNet.0.weight: the weights have (48, 32), the config needs " \
+           "(64, 32)" in message and "layers.1.pos_ff.CoreNet.3.weight" in message
+    with pytest.raises(PytorchImportError, match=r"lacks 11 tensors.*layers\.2\.dec_attn"):
+        read_pytorch(state, good.replace(n_layer=3))
+
+
+def test_unknown_and_missing_tensors_are_named():
+    state = dict(CASES["enwik8_paper"]()["state"])
+    state["layers.0.dec_attn.extra_gate"] = np.zeros(3, np.float32)
+    with pytest.raises(PytorchImportError, match="layers.0.dec_attn.extra_gate"):
+        read_pytorch(state)
+    assert read_pytorch(state, strict=False).report.unused == ["layers.0.dec_attn.extra_gate"]
+    del state["layers.1.dec_attn.o_net.weight"]
+    with pytest.raises(PytorchImportError, match=r"lacks 1 tensors.*layers\.1\.dec_attn\.o_net"):
+        read_pytorch(state, strict=False)
+
+
+def test_tied_copy_that_differs_is_refused():
+    state = make_state(24, 32, 2, 8, 48, 1, save_tied_copies=True)
+    state["crit.out_layers.0.weight"] = state["word_emb.emb_layers.0.weight"] + 1
+    assert not read_pytorch(state).config.tie_weight  # inferred: untied
+    tied = TransformerXLConfig(n_token=24, n_layer=1, d_model=32, n_head=2, d_head=8, d_inner=48)
+    with pytest.raises(PytorchImportError, match="crit.out_layers.0.weight differs from"):
+        read_pytorch(state, tied)
+
+
+def test_one_table_split_needs_cutoffs():
+    state = make_state(30, 32, 2, 8, 48, 1, cutoffs=[10, 20], seed=4)
+    with pytest.raises(PytorchImportError, match="cutoffs cannot be read"):
+        read_pytorch(state)
+    cfg = TransformerXLConfig(n_token=30, n_layer=1, d_model=32, n_head=2, d_head=8,
+                              d_inner=48, cutoffs=[10, 20])
+    arrays = read_pytorch(state, cfg).arrays
+    np.testing.assert_array_equal(arrays["transformer/adaptive_softmax/cutoff_1/b"],
+                                  state["crit.out_layers.0.bias"][10:20])
+
+
+def test_torch_pickle_without_torch_says_what_to_do(tmp_path, monkeypatch):
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"not read")
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name == "torch":
+            raise ImportError("No module named 'torch'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(StateDictError, match=r"needs PyTorch.*safetensors"):
+        import_pytorch(str(path))
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(StateDictError, match="not found"):
+        read_pytorch(str(tmp_path / "missing.safetensors"))
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    with pytest.raises(StateDictError, match="cannot read .*bad.safetensors"):
+        read_pytorch(str(bad))
+    other = tmp_path / "weights.h5"
+    other.write_bytes(b"")
+    with pytest.raises(StateDictError, match="unknown weights format"):
+        read_pytorch(str(other))
+
+
+@pytest.mark.parametrize("qlen,mlen", [(4, 0), (4, 4), (4, 8), (3, 5), (6, 2)])
+def test_pytorch_same_length_mask_matches_the_paper_formula(qlen, mlen):
+    # mem_len == mlen: the memory length here is the configured one there.
+    visible = causal_visibility(qlen, mlen, True, "pytorch").numpy()
+    if mlen:
+        np.testing.assert_array_equal(visible, ~pytorch_mask(qlen, mlen, mlen, True))
+    else:  # that code masks every key here (NaN); a query keeps itself
+        np.testing.assert_array_equal(visible, np.eye(qlen, dtype=bool))
+    np.testing.assert_array_equal(causal_visibility(qlen, mlen, False, "pytorch").numpy(),
+                                  ~pytorch_mask(qlen, mlen, mlen, False))
+    assert visible.sum(1).tolist() == [max(mlen, 1)] * qlen
+
+
+def test_convention_round_trips_and_is_validated():
+    cfg = TransformerXLConfig(n_token=10, same_length_convention="pytorch")
+    assert TransformerXLConfig.from_json(cfg.to_json()).same_length_convention == "pytorch"
+    assert TransformerXLConfig(n_token=10).same_length_convention == "tf"
+    with pytest.raises(ValueError, match="same_length_convention must be one of"):
+        TransformerXLConfig(n_token=10, same_length_convention="torch")

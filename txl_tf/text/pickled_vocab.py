@@ -1,0 +1,124 @@
+"""Pickled vocabularies → plain text, through a restricted unpickler.
+
+The transfo-xl-wt103 port ships `vocab.pkl` (its tokenizer's attributes:
+`idx2sym`, `sym2idx`, a `Counter`, ...) and the paper's scripts cache
+vocabularies with pickle. None of txl_tf's loaders unpickle anything; this
+converter is the one place that reads such a file, and its unpickler builds
+only plain containers (dict, list, tuple, str, int, float, bool, None,
+`collections.Counter` / `OrderedDict`). Any other class or function named in
+the pickle, which is how a pickle runs code, is refused before it is looked
+up. Files written by `torch.save` (a zip holding `data.pkl`, or the legacy
+sequence of pickles) are read the same way, without PyTorch.
+
+    python -m txl_tf.text.pickled_vocab vocab.pkl vocab.txt
+"""
+import collections
+import io
+import os
+import pickle
+import sys
+import zipfile
+
+from txl_tf.text.vocab import write_vocab
+
+_ALLOWED = {
+    ("collections", "Counter"): collections.Counter,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("builtins", "dict"): dict, ("builtins", "list"): list, ("builtins", "tuple"): tuple,
+    ("builtins", "str"): str, ("builtins", "int"): int,
+    ("__builtin__", "dict"): dict, ("__builtin__", "list"): list,  # Python 2 pickles
+}
+# torch.save's legacy format starts with this number, its own pickle.
+_TORCH_MAGIC = 0x1950a86a20f9469cfc6c
+
+
+class PickledVocabError(ValueError):
+    """A pickled vocabulary holds something other than plain containers, or no symbol list."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        try:
+            return _ALLOWED[(module, name)]
+        except KeyError:
+            raise PickledVocabError(
+                f"refusing to unpickle {module}.{name}: a vocabulary pickle may hold only "
+                "dict, list, tuple, str, int and collections.Counter/OrderedDict") from None
+
+    def persistent_load(self, pid):
+        raise PickledVocabError("refusing a persistent id (a tensor storage): not a vocabulary")
+
+
+def _loads(data):
+    return _PlainUnpickler(io.BytesIO(data), encoding="utf-8").load()
+
+
+def load_plain_pickle(path):
+    """The object in a pickle (or a `torch.save` file) of plain containers."""
+    path = os.fspath(path)
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                member = [n for n in archive.namelist() if n.endswith("data.pkl")]
+                if len(member) != 1:
+                    raise PickledVocabError(f"{path}: a zip without one data.pkl")
+                return _loads(archive.read(member[0]))
+        with open(path, "rb") as f:
+            stream = _PlainUnpickler(f, encoding="utf-8")
+            first = stream.load()
+            if first == _TORCH_MAGIC:  # legacy torch.save: magic, version, info, object
+                stream.load()
+                stream.load()
+                return stream.load()
+            return first
+    except PickledVocabError as err:
+        raise PickledVocabError(f"{path}: {err}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            IndexError, KeyError, UnicodeDecodeError) as err:
+        raise PickledVocabError(f"{path}: not a readable pickle of plain containers ({err})") \
+            from None
+
+
+def symbols_of(obj, path="vocabulary"):
+    """The symbols in id order: a list of str, an `idx2sym` list, or a
+    `sym2idx` mapping with ids 0..n-1."""
+    if isinstance(obj, dict) and "idx2sym" in obj:
+        obj = obj["idx2sym"]
+    elif isinstance(obj, dict) and "sym2idx" in obj:
+        obj = obj["sym2idx"]
+    if isinstance(obj, dict):
+        if not all(isinstance(k, str) and isinstance(v, int) for k, v in obj.items()):
+            raise PickledVocabError(f"{path}: a dict that is not symbol → id (keys: "
+                                    f"{sorted(map(str, obj))[:8]})")
+        ordered = sorted(obj.items(), key=lambda kv: kv[1])
+        if [v for _, v in ordered] != list(range(len(ordered))):
+            raise PickledVocabError(f"{path}: symbol ids are not 0..{len(ordered) - 1}")
+        obj = [k for k, _ in ordered]
+    if not isinstance(obj, (list, tuple)) or not obj or \
+            not all(isinstance(s, str) for s in obj):
+        raise PickledVocabError(f"{path}: no symbol list (idx2sym, sym2idx or a list of str)")
+    return list(obj)
+
+
+def convert_pickled_vocab(pickle_path, text_path):
+    """Writes the symbols of `pickle_path` to `text_path`, one per line; returns them."""
+    symbols = symbols_of(load_plain_pickle(pickle_path), os.fspath(pickle_path))
+    write_vocab(text_path, symbols)
+    return symbols
+
+
+def main(argv):
+    if len(argv) != 3:
+        print("usage: python -m txl_tf.text.pickled_vocab VOCAB.pkl VOCAB.txt", file=sys.stderr)
+        return 2
+    try:
+        symbols = convert_pickled_vocab(argv[1], argv[2])
+    except (PickledVocabError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(symbols)} symbols to {argv[2]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
