@@ -42,11 +42,14 @@ PATCHES = {
 
 
 def patched_copy(reference_dir):
-    """A temporary copy of `reference_dir` with `PATCHES` applied."""
+    """A temporary copy of `reference_dir` with `PATCHES` applied (removed
+    when this interpreter exits)."""
     if not os.path.isfile(os.path.join(reference_dir, "mem_transformer.py")):
         raise SystemExit(f"error: {reference_dir} has no mem_transformer.py "
                          "(pass the pytorch/ folder of kimiyoung/transformer-xl)")
-    target = os.path.join(tempfile.mkdtemp(prefix="txl_reference_"), "pytorch")
+    folder = tempfile.mkdtemp(prefix="txl_reference_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    target = os.path.join(folder, "pytorch")
     shutil.copytree(reference_dir, target)
     for name, replacements in PATCHES.items():
         path = os.path.join(target, name)
@@ -64,7 +67,6 @@ def patched_copy(reference_dir):
 class Worker:
     def __init__(self, reference_dir):
         copy = patched_copy(reference_dir)
-        atexit.register(shutil.rmtree, os.path.dirname(copy), ignore_errors=True)
         os.chdir(copy)  # its mem_transformer.py appends 'utils' to sys.path
         sys.path.insert(0, copy)
 

@@ -10,9 +10,9 @@ through its own adaptive softmax, memories carried over several segments)
 come back as an `.npz`. Here the state dict is imported with
 `txl_tf.checkpoints.import_pytorch` and run through the float32 Keras core
 with each `same_length` convention; the table gives max |Δ| per segment.
-The paper's code is only read and run, never copied: the torch stage only
-patches two things the code's age requires on a CPU-only PyTorch 2
-(`torch.version.cuda` is None there; byte masks become bool).
+The paper's code is only read and run, never copied into this project: the
+torch stage patches a temporary copy of it (`paper_reference.patched_copy`:
+`torch.version.cuda` is None on a CPU build; byte masks become bool).
 """
 import argparse
 import json
@@ -35,11 +35,10 @@ SEG, MEM, BATCH, SEGMENTS = 4, 8, 2, 4
 # ---------------------------------------------------------------- torch side
 def torch_stage(ref_dir, out):
     import torch
-    torch.version.cuda = torch.version.cuda or "10.0"  # the code parses it at import
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from paper_reference import patched_copy  # the two patches, on a temporary copy
+    ref_dir = patched_copy(ref_dir)
     sys.path[:0] = [ref_dir, os.path.join(ref_dir, "utils")]
-    masked_fill = torch.Tensor.masked_fill
-    torch.Tensor.masked_fill = lambda self, mask, value: masked_fill(
-        self, mask.bool() if mask.dtype == torch.uint8 else mask, value)
     from mem_transformer import MemTransformerLM
 
     torch.manual_seed(0)
