@@ -34,6 +34,10 @@ SPEC = (
     option("integer", "mem_len", None, "Training memory length (default: the preset's)."),
     option("float", "learning_rate", 1e-3, "Peak learning rate."),
     option("float", "dropout", None, "Dropout (default: the preset's)."),
+    option("multi_string", "config_override", [], "field=value changes to the preset, e.g. "
+           "d_model=192 (as the training job's flag)."),
+    option("enum", "mixed_precision", "auto", "As the training job's flag.",
+           ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
     option("integer", "eval_batch_size", 8, "Streams during evaluation."),
     option("string", "model_dir", None, "Training folder (default: a temporary one)."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "shakespeare.json"),
@@ -55,7 +59,8 @@ def run(**options):
     cache = os.path.join(model_dir, "corpus_cache")
     base = dict(preset=o["preset"], dataset="text", data_dir=o["data"], cache_dir=cache,
                 batch_size=o["batch_size"], tgt_len=o["tgt_len"], mem_len=o["mem_len"],
-                dropout=o["dropout"], learning_rate=o["learning_rate"], strategy="one_device")
+                dropout=o["dropout"], learning_rate=o["learning_rate"], strategy="one_device",
+                config_override=o["config_override"], mixed_precision=o["mixed_precision"])
     result, steps, per_step, train_seconds = train_within(
         o["budget_s"], base, model_dir, warmup_steps=200, checkpoints=5, log_every=20)
 
@@ -71,6 +76,7 @@ def run(**options):
     with open(os.path.join(model_dir, "train_log.jsonl"), encoding="utf-8") as f:
         last = [json.loads(line) for line in f][-1]
     report = {"benchmark": "tinyshakespeare byte-level, 90/10 split", "preset": o["preset"],
+              "config": core.config.to_dict(), "mixed_precision": o["mixed_precision"],
               "parameters": result["parameters"], "batch_size": o["batch_size"],
               "tgt_len": tgt, "train_mem_len": mem, "learning_rate": o["learning_rate"],
               "budget_s": o["budget_s"], "train_seconds": train_seconds,
