@@ -25,12 +25,10 @@ class Decoder:
     mem_len: memory looked back on (default the config's); segment_len: how
     much of a prompt is read per call (default the config's `tgt_len`);
     jit_compile: compile each decoding step with XLA (static shapes: one
-    compilation per batch size); stream_every: with a `stream` callback, the
-    decode runs in compiled chunks of this many tokens and the callback sees
-    each chunk.
+    compilation per batch size).
     """
 
-    def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True, stream_every=8):
+    def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
         self.core = core
         self.n_token = core.config.n_token
         self.mem_len = core.config.mem_len if mem_len is None else int(mem_len)
@@ -39,9 +37,6 @@ class Decoder:
         self.segment_len = int(segment_len or core.config.tgt_len)
         if self.segment_len < 1:
             raise ValueError(f"segment_len must be >= 1, got {self.segment_len}")
-        self.stream_every = int(stream_every)
-        if self.stream_every < 1:
-            raise ValueError(f"stream_every must be >= 1, got {self.stream_every}")
         self._last = tf.function(self._last_graph, reduce_retracing=True)
         self._step = tf.function(self._step_graph, jit_compile=True) if jit_compile \
             else self._step_graph
@@ -58,7 +53,9 @@ class Decoder:
         its seed; stop_ids: ids that end a row (included in its output, then
         `pad_id`); memory: continue from this memory (a conversation);
         resume: a `Generation.state` to go on exactly as one longer call
-        (prompts None); stream: `callback(ids [B, c])` for each chunk.
+        (prompts None); stream: `callback(ids [B, c])` called with each chunk
+        of `stream_every` (8) new ids: the decode then runs as one compiled
+        call per chunk, with the same result.
         """
         return generation.generate(self, prompts, max_new_tokens,
                                    segment_len=self.segment_len, **options)
@@ -81,12 +78,12 @@ class Decoder:
         return Memory(tf.concat([m.mems for m in memories], 1),
                       tf.concat([m.mem_mask for m in memories], 0))
 
-    def decode(self, state, num_tokens, stream=None):
+    def decode(self, state, num_tokens, stream=None, stream_every=8):
         rows = Rows(*(tf.constant(a) for a in state.rows))
         loop = [tf.constant(state.next_log_probs, tf.float32), *_tensors(state.memory),
                 tf.constant(state.seen), tf.constant(state.counters, tf.int64),
                 tf.constant(state.done)]
-        chunk = num_tokens if stream is None else self.stream_every
+        chunk = num_tokens if stream is None else stream_every
         ids, log_probs, done_tokens = [], [], 0
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)

@@ -4,7 +4,7 @@ prompts (`prefill`), then run the backend's decode loop.
 A backend (the compiled Keras `Decoder`, an export `Runtime`) provides
 `n_token`, `initial_memory(B)`, `step_last(ids, memory) -> (log_probs numpy
 [B, V], memory)`, `take(memory, rows)`, `concat(memories)` and
-`decode(state, n, stream) -> (ids, log_probs, state)`.
+`decode(state, n, stream, stream_every) -> (ids, log_probs, state)`.
 
 Prompts of different lengths: rows of one length are read together, in
 segments aligned on the right (`right_aligned_segments`), then the batch's
@@ -24,11 +24,13 @@ from txl_tf.sampling import Sampling
 
 def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
              repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None, resume=None,
-             stream=None, segment_len=64):
+             stream=None, stream_every=8, segment_len=64):
     """See `Decoder.generate` (the arguments are the same for every backend)."""
     n = check_count("max_new_tokens", max_new_tokens)
     if stream is not None and not callable(stream):
         raise ValueError(f"stream must be callable, got {type(stream).__name__}")
+    if isinstance(stream_every, bool) or not isinstance(stream_every, int) or stream_every < 1:
+        raise ValueError(f"stream_every must be an integer >= 1, got {stream_every!r}")
     if resume is not None:
         if prompts is not None or memory is not None:
             raise ValueError("pass either prompts (and a memory) or resume, not both")
@@ -46,7 +48,7 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
         batch = len(prompts)
         state = DecodeState(log_probs, memory, seen_mask(prompts, backend.n_token),
                             np.zeros(batch, np.int64), np.zeros(batch, np.bool_), rows, pad_id)
-    ids, log_probs, new_state = backend.decode(state, n, stream)
+    ids, log_probs, new_state = backend.decode(state, n, stream, stream_every)
     lengths = (new_state.counters - state.counters).astype(np.int32)
     return Generation(ids, log_probs, lengths, new_state.memory, new_state)
 
