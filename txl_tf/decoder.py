@@ -47,6 +47,7 @@ class Decoder:
 
         prompts: a list of 1-D id sequences of any lengths (or a `[B, L]`
         array); each row gets what it would get alone. Options:
+        segment_len (the decoder's: prompt positions read per call);
         temperature (1.0; 0 is greedy), top_k (0), top_p (1.0),
         repetition_penalty (1.0): see `txl_tf.sampling.Sampling`; seed: an int
         (row i uses `seed + i`) or one per row, so a row's draws depend only on
@@ -57,8 +58,8 @@ class Decoder:
         of `stream_every` (8) new ids: the decode then runs as one compiled
         call per chunk, with the same result.
         """
-        return generation.generate(self, prompts, max_new_tokens,
-                                   segment_len=self.segment_len, **options)
+        options.setdefault("segment_len", self.segment_len)
+        return generation.generate(self, prompts, max_new_tokens, **options)
 
     # --------------------------------------------------- backend interface
     def initial_memory(self, batch_size):
