@@ -17,6 +17,7 @@ from txl_tf import generation
 from txl_tf.decode_request import DecodeState, Rows
 from txl_tf.layers.memory import Memory
 from txl_tf.sampling import choose
+from txl_tf.validation import check_memory
 
 
 class Decoder:
@@ -66,7 +67,10 @@ class Decoder:
         return self.core.initial_memory(batch_size, mem_len=self.mem_len)
 
     def step_last(self, ids, memory):
-        log_probs, memory = self._last(tf.constant(ids, tf.int32), _tensors(memory))
+        memory = _tensors(memory)
+        cfg = self.core.config
+        check_memory(memory, cfg.n_layer, cfg.d_model, len(ids))  # the graph cannot name it
+        log_probs, memory = self._last(tf.constant(ids, tf.int32), memory)
         return log_probs.numpy(), memory
 
     @staticmethod
@@ -146,6 +150,9 @@ class Decoder:
 
 
 def _tensors(memory):
+    if not isinstance(memory, Memory) and not (isinstance(memory, tuple) and len(memory) == 2):
+        raise ValueError("memory must be a txl_tf.Memory (e.g. a Generation's .memory), got "
+                         f"{type(memory).__name__}")
     return Memory(tf.convert_to_tensor(memory.mems), tf.convert_to_tensor(memory.mem_mask))
 
 
