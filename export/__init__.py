@@ -26,6 +26,7 @@ _SOURCES = {
     "RuntimeInputError": "export.input_checks",
     "export_saved_model": "export.saved_model",
     "ServingModule": "export.serving_module",
+    "SessionTable": "export.sessions",
 }
 __all__ = sorted(_SOURCES)
 

@@ -48,6 +48,7 @@ class Runtime:
     memory = rt.initial_memory(batch_size)
     log_probs, memory = rt.step(token_ids, memory)      # numpy [B, T, n_token]
     nll, memory = rt.score(token_ids, target_ids, memory)
+    out = rt.generate([[5, 6, 7], [8]], 100, temperature=0.8, seed=1)  # txl_tf Generation
     ```
     Inputs are checked (integer ids in range, memory geometry and dtypes, the
     same batch in ids and memory) before the backend runs; problems raise
@@ -89,11 +90,46 @@ class Runtime:
                                     f"shape {ids.shape}")
         return self._score(ids, targets, mems, mem_mask)
 
+    def generate(self, prompts, max_new_tokens, segment_len=None, **options):
+        """Continues `prompts` as `txl_tf.decoder.Decoder.generate` does (same
+        options, same sampler and seeds), one step per call on this backend:
+        the new ids go in, the last position's log-probs come out, and the
+        memory stays in the backend's tensors (on the device with IO binding).
+        Returns a `txl_tf.Generation` whose memory is a `RuntimeMemory`."""
+        from txl_tf.generation import generate
+        return generate(self, prompts, max_new_tokens,
+                        segment_len=int(segment_len or self.config.tgt_len), **options)
+
     def describe(self):
         """One line: backend, device/provider, memory geometry."""
         cfg = self.config
         return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
                 f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")
+
+    # -------------------------------------- generation backend (txl_tf.generation)
+    @property
+    def n_token(self):
+        return self.config.n_token
+
+    def step_last(self, token_ids, memory):
+        """`(log-probs numpy [B, n_token] at the last position, new memory)`."""
+        ids, mems, mem_mask = self._checked(token_ids, memory)
+        return self._step_last(ids, mems, mem_mask)
+
+    def take(self, memory, rows):
+        """The memory of `rows` (through the host)."""
+        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
+        rows = np.asarray(rows)
+        return self._to_backend(np.ascontiguousarray(mems[:, rows]), mem_mask[rows])
+
+    def concat(self, memories):
+        parts = [[_to_numpy(v) for v in _unpack(m)] for m in memories]
+        return self._to_backend(np.concatenate([p[0] for p in parts], 1),
+                                np.concatenate([p[1] for p in parts], 0))
+
+    def decode(self, state, num_tokens, stream=None, stream_every=1):
+        from txl_tf.host_decode import host_decode
+        return host_decode(self, state, num_tokens, stream, stream_every)
 
     # --------------------------------------------------------------- helpers
     def _checked(self, token_ids, memory):
@@ -121,6 +157,10 @@ class Runtime:
 
     def _step(self, ids, mems, mem_mask):
         raise NotImplementedError
+
+    def _step_last(self, ids, mems, mem_mask):
+        log_probs, memory = self._step(ids, mems, mem_mask)
+        return (log_probs if self.log_probs_mode == "last" else log_probs[:, -1]), memory
 
     def _score(self, ids, targets, mems, mem_mask):
         log_probs, memory = self._step(ids, mems, mem_mask)

@@ -7,6 +7,8 @@ Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
 - `step(token_ids: int32 [B, T], mems, mem_mask)` → `log_probs` float32
   `[B, T, n_token]` (or `[B, n_token]` with `log_probs="last"`), `new_mems`,
   `new_mem_mask`.
+- `step_last(token_ids, mems, mem_mask)` → `step` with `log_probs` float32
+  `[B, n_token]` at the last position only: what decoding reads.
 - `score(token_ids, target_ids: int32 [B, T], mems, mem_mask)` → `nll` float32
   `[B, T]`, `new_mems`, `new_mem_mask`.
 """
@@ -66,12 +68,14 @@ class ServingModule(tf.Module):
         batch = tf.TensorSpec([], tf.int32, name="batch_size")
         self.initial_memory = tf.function(self._initial_memory, input_signature=[batch])
         self.step = tf.function(self._step, input_signature=[ids, mems, mask])
+        self.step_last = tf.function(self._step_last, input_signature=[ids, mems, mask])
         self.score = tf.function(self._score, input_signature=[ids, targets, mems, mask])
 
     def signatures(self):
         """The SavedModel signature map (`serving_default` is `step`)."""
         step = self.step.get_concrete_function()
         return {"serving_default": step, "step": step,
+                "step_last": self.step_last.get_concrete_function(),
                 "initial_memory": self.initial_memory.get_concrete_function(),
                 "score": self.score.get_concrete_function()}
 
@@ -89,6 +93,10 @@ class ServingModule(tf.Module):
     def _step(self, token_ids, mems, mem_mask):
         with self._weights_scope():
             return serve_step(self.core, token_ids, mems, mem_mask, self.log_probs_mode)
+
+    def _step_last(self, token_ids, mems, mem_mask):
+        with self._weights_scope():
+            return serve_step(self.core, token_ids, mems, mem_mask, "last")
 
     def _score(self, token_ids, target_ids, mems, mem_mask):
         with self._weights_scope():

@@ -38,6 +38,8 @@ class SavedModelRuntime(Runtime):
         self.device = name
         self._step_fn = self.loaded.signatures["step"]
         self._score_fn = self.loaded.signatures["score"]
+        # Exports before `step_last` existed decode through `step`.
+        self._step_last_fn = self.loaded.signatures.get("step_last")
 
     def _to_backend(self, mems, mem_mask):
         with tf.device(self._tf_device):
@@ -51,6 +53,14 @@ class SavedModelRuntime(Runtime):
     def _step(self, ids, mems, mem_mask):
         with tf.device(self._tf_device):
             out = self._step_fn(token_ids=tf.constant(ids), mems=mems, mem_mask=mem_mask)
+        return (np.asarray(out["log_probs"]),
+                RuntimeMemory(out["new_mems"], out["new_mem_mask"]))
+
+    def _step_last(self, ids, mems, mem_mask):
+        if self._step_last_fn is None:
+            return super()._step_last(ids, mems, mem_mask)
+        with tf.device(self._tf_device):
+            out = self._step_last_fn(token_ids=tf.constant(ids), mems=mems, mem_mask=mem_mask)
         return (np.asarray(out["log_probs"]),
                 RuntimeMemory(out["new_mems"], out["new_mem_mask"]))
 

@@ -139,6 +139,56 @@ def test_runtime_rejects(prepared, backend, call, pattern):
         call(runtime)
 
 
+# ------------------------------------------------------------- generation
+def _generate(**kwargs):
+    call = {"prompts": [[1, 2, 3], [4]], "max_new_tokens": 3, **kwargs}
+    prompts, count = call.pop("prompts"), call.pop("max_new_tokens")
+    return lambda backend: backend.generate(prompts, count, **call)
+
+
+GENERATE_CASES = [  # (id, call(backend), message pattern): the decoder and both runtimes
+    ("no_prompts", _generate(prompts=[]), r"prompts must be a non-empty list"),
+    ("empty_prompt", _generate(prompts=[[1], []]), r"prompt 1 must be a non-empty 1-D"),
+    ("float_prompt", _generate(prompts=[[1.5]]), r"prompt 0 must hold integer ids"),
+    ("id_too_large", _generate(prompts=[[1, 256]]),
+     r"prompt 0: id 256 at position 1 is out of range for a vocabulary of 256"),
+    ("negative_id", _generate(prompts=[[-1]]), r"prompt 0: id -1 at position 0"),
+    ("max_new_tokens", _generate(max_new_tokens=-1), r"max_new_tokens must be an integer >= 0"),
+    ("temperature", _generate(temperature=-0.1), r"temperature must be a finite number >= 0"),
+    ("temperature_nan", _generate(temperature=float("nan")), r"temperature must be"),
+    ("top_k", _generate(top_k=257), r"top_k must be an integer in \[0, 256\]"),
+    ("top_p_zero", _generate(top_p=0.0), r"top_p must be in \(0, 1\]"),
+    ("top_p_big", _generate(top_p=1.2), r"top_p must be in \(0, 1\]"),
+    ("penalty", _generate(repetition_penalty=0.9), r"repetition_penalty must be a finite "
+                                                   r"number >= 1"),
+    ("seed_negative", _generate(seed=-1), r"seed must be in \[0, "),
+    ("seed_count", _generate(seed=[1, 2, 3]), r"seed must be an integer or 2 integers"),
+    ("stop_id", _generate(stop_ids=[256]), r"stop_ids must be ids in \[0, 256\), got 256"),
+    ("pad_id", _generate(pad_id=-1), r"pad_id must be an id in \[0, 256\)"),
+    ("resume_and_prompts", lambda b: b.generate([[1]], 2, resume=b.generate([[1]], 1).state),
+     r"pass either prompts \(and a memory\) or resume, not both"),
+    ("stream", _generate(stream="print"), r"stream must be callable"),
+    ("memory_batch", lambda b: b.generate([[1]], 2, memory=b.initial_memory(2)),
+     r"token_ids have batch 1 but the memory has batch 2"),
+]
+
+
+@pytest.fixture(scope="module")
+def generators(prepared):
+    from txl_tf import Decoder
+    return {"decoder": Decoder(prepared["core"], mem_len=MEM_LEN, jit_compile=False),
+            **{name: open_runtime(str(prepared["exported"]), backend=name, device="cpu")
+               for name in ("onnx", "saved_model")}}
+
+
+@pytest.mark.parametrize("backend", ["decoder", "onnx", "saved_model"])
+@pytest.mark.parametrize("call, pattern", [c[1:] for c in GENERATE_CASES],
+                         ids=[c[0] for c in GENERATE_CASES])
+def test_generate_rejects(generators, backend, call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call(generators[backend])
+
+
 # ------------------------------------------------------- raw onnxruntime
 def _feeds(ids=IDS, mem_len=MEM_LEN, mems_dtype=np.float32, mask_dtype=bool):
     batch = ids.shape[0] if ids.ndim == 2 else 2
@@ -243,6 +293,30 @@ CLI_CASES = [
     ("generate_num_tokens", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                   "--num_tokens=-1"],
      r"--num_tokens must be >= 0, got -1"),
+    ("generate_top_p", "training.generate", ["--model_dir={root}/model", "--prompt=a",
+                                             "--top_p=0"], r"--top_p must be in \(0, 1\], got 0"),
+    ("generate_penalty", "training.generate", ["--model={root}/model", "--prompt=a",
+                                               "--repetition_penalty=0.5"],
+     r"--repetition_penalty must be >= 1, got 0.5"),
+    ("generate_stop_ids", "training.generate", ["--model={root}/model", "--prompt=a",
+                                                "--stop_ids=x"],
+     r"--stop_ids must be token ids \(integers >= 0\), got 'x'"),
+    ("generate_stop_id_range", "training.generate", ["--model={root}/model", "--prompt=a",
+                                                     "--stop_ids=256"],
+     r"--stop_ids must be ids below the vocabulary size 256, got 256"),
+    ("generate_two_models", "training.generate", ["--model={root}/model",
+                                                  "--model_dir={root}/model", "--prompt=a"],
+     r"pass --model or --model_dir, not both"),
+    ("generate_no_model", "training.generate", ["--prompt=a"], r"--model is required"),
+    ("generate_missing_model", "training.generate", ["--model={root}/nowhere.onnx",
+                                                     "--prompt=a"],
+     r"model directory '.*nowhere.onnx' does not exist"),
+    ("generate_export_mem_len", "training.generate", ["--model={scratch}/exported/model.onnx",
+                                                      "--prompt=a", "--mem_len=8"],
+     r"--mem_len cannot change an export's memory length"),
+    ("generate_export_no_vocab", "training.generate",
+     ["--model={scratch}/exported/saved_model", "--prompt=a"],
+     r"no tokenizer for .*exported/saved_model: no vocab/"),
     ("generate_no_vocab", "training.generate", ["--model_dir={root}/novocab", "--prompt=a"],
      r"no tokenizer for .*novocab: no vocab/"),
     ("generate_truncated_weights", "training.generate", ["--model_dir={root}/broken",

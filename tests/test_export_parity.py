@@ -106,7 +106,8 @@ def test_onnx_axes_dynamic_and_metadata(exported):
 def test_saved_model_signatures_and_assets(exported):
     mem_len, out, runtimes = exported
     loaded = runtimes["saved_model"].loaded
-    assert set(loaded.signatures) == {"serving_default", "step", "initial_memory", "score"}
+    assert set(loaded.signatures) == {"serving_default", "step", "step_last", "initial_memory",
+                                      "score"}
     _, spec = loaded.signatures["step"].structured_input_signature
     assert spec["token_ids"].shape.as_list() == [None, None]
     assert spec["mems"].shape.as_list() == [2, None, mem_len, 32]

@@ -43,3 +43,33 @@ def test_word_level_continuation_is_joined_with_a_space():
     core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=5))
     text = continue_text(core, words, "the", 4, greedy=True)
     assert text.startswith((" ", "\n"))
+
+
+def test_the_job_generates_from_a_model_dir_an_onnx_file_and_a_saved_model(tmp_path):
+    import shutil
+    from export import export_onnx, export_saved_model
+    from training.generate import run
+    from txl_tf.checkpoints import save_pretrained
+    from txl_tf.text import ByteTokenizer
+    keras.utils.set_random_seed(10)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", init_std=0.3))
+    save_pretrained(core, str(tmp_path / "model"))
+    ByteTokenizer().save(str(tmp_path / "model" / "vocab"))
+    out = tmp_path / "out"
+    out.mkdir()
+    export_onnx(core, str(out / "model.onnx"), 16, log_probs="last")
+    export_saved_model(core, str(out / "saved_model"), 16, vocab_dir=str(tmp_path / "model" /
+                                                                         "vocab"))
+    shutil.copytree(tmp_path / "model" / "vocab", out / "vocab")
+    texts = {}
+    for model in ("model", "out/model.onnx", "out/saved_model", "out"):
+        pieces = []
+        texts[model] = run(write=pieces.append, model=str(tmp_path / model), prompt="ab",
+                           num_tokens=12, temperature=0.9, top_p=0.9, seed=4, progress=False)
+        assert "".join(pieces) == texts[model]
+    assert len(set(texts.values())) == 1, texts
+    stop = texts["model"][3]
+    stopped = run(model=str(tmp_path / "out/model.onnx"), prompt="ab", num_tokens=12,
+                  temperature=0.9, top_p=0.9, seed=4, progress=False,
+                  stop_ids=[str(ord(stop))])
+    assert stopped == texts["model"][:texts["model"].index(stop) + 1]

@@ -1,15 +1,23 @@
-r"""Continues a prompt with a trained model (greedy or sampled), carrying memory.
+r"""Continues a prompt with a trained or exported model, carrying memory.
 
-    python -m training.generate --model_dir=runs/demo --prompt="def " \
-        --num_tokens=200 --temperature=0.8
+    python -m training.generate --model=runs/demo --prompt="def " \
+        --num_tokens=200 --temperature=0.8 --top_p=0.95 --stop_ids=10
+    python -m training.generate --model=out/model.onnx --prompt="def " --greedy
 
-`--model_dir` is a model directory with `vocab/` or a training run directory
-(see `txl_tf.model_dir`). The prompt is read in one pass; each new token is
+`--model` (or `--model_dir`) is a model directory with `vocab/` or a training
+run directory (see `txl_tf.model_dir`: the compiled Keras decoder), or an
+export: a `model.onnx` file, a SavedModel directory, or the export job's
+output folder (`export.open_runtime`: ONNX Runtime or the SavedModel, the
+same sampler and seeds). The prompt is read in segments; each new token is
 then fed alone with the memory of everything before it (up to `--mem_len`
-positions). The prompt and its continuation are printed joined the way the
-tokenizer joins tokens (a space between words, nothing between bytes). Bad
-input ends in one `error:` line and exit status 2 (`training.cli`).
+positions; an export has its memory length fixed). The continuation is
+printed as it is generated, joined the way the tokenizer joins tokens (a
+space between words, nothing between bytes). Bad input ends in one `error:`
+line and exit status 2 (`training.cli`).
 """
+import os
+import sys
+
 import numpy as np
 
 from training import cli
@@ -17,14 +25,23 @@ from training.errors import TrainingError
 from training.flagspec import merge, option, values
 
 SPEC = (
-    option("string", "model_dir", None, "Model directory with vocab/, or a training run "
-           "directory."),
+    option("string", "model", None, "Model directory with vocab/, training run directory, "
+           "exported model.onnx, SavedModel directory or export output folder."),
+    option("string", "model_dir", None, "Same as --model (a model or training run "
+           "directory)."),
     option("string", "checkpoint", None, "A training checkpoint (ckpt-N prefix, or a name in "
            "the run's checkpoints/) instead of the exported weights."),
     option("string", "prompt", "", "Text to continue."),
     option("integer", "num_tokens", 200, "Tokens to generate."),
     option("float", "temperature", 1.0, "Sampling temperature (>= 0; 0 is greedy)."),
     option("integer", "top_k", 0, "Sample among the k most likely tokens (0: all)."),
+    option("float", "top_p", 1.0, "Sample from the most likely tokens holding this much "
+           "probability (1: all)."),
+    option("float", "repetition_penalty", 1.0, "Multiply the log-probs of ids already in the "
+           "prompt or output by this (>= 1)."),
+    option("multi_string", "stop_ids", [], "Token ids that end the continuation (repeat the "
+           "flag for several)."),
+    option("string", "device", "auto", "auto, cpu or cuda, for an exported model."),
     option("bool", "greedy", False, "Always take the most likely token."),
     option("integer", "mem_len", None, "Memory length (default: the model's training "
            "mem_len)."),
@@ -34,17 +51,30 @@ SPEC = (
 )
 
 
-def continue_ids(core, prompt_ids, num_tokens, mem_len=None, temperature=1.0, top_k=0,
-                 greedy=False, seed=0, progress=False):
-    """`num_tokens` ids following `prompt_ids` (a non-empty 1-D sequence)."""
-    from txl_tf.generate import Generator
+def continue_ids(model, prompt_ids, num_tokens, mem_len=None, temperature=1.0, top_k=0,
+                 greedy=False, seed=0, progress=False, stream=None, **options):
+    """`num_tokens` ids following `prompt_ids` (a non-empty 1-D sequence), or
+    fewer when a stop id ends them (the stop id included). `model` is a
+    `TransformerXL` core (decoded by `txl_tf.Decoder`) or anything with a
+    `generate` method (a `Decoder`, an export runtime). `progress(done,
+    total)` and `stream(ids [1, c])` see each chunk; other `options` go to
+    `generate` (top_p, repetition_penalty, stop_ids)."""
+    from txl_tf import Decoder, TransformerXL
     prompt = np.asarray(prompt_ids, dtype=np.int32).reshape(1, -1)
     if prompt.size == 0:
         raise ValueError("the prompt must hold at least one token")
-    new = Generator(core, mem_len=mem_len).generate(
-        prompt, int(num_tokens), temperature=0.0 if greedy else temperature, top_k=top_k,
-        seed=seed, progress=progress)
-    return new[0]
+    backend = Decoder(model, mem_len=mem_len) if isinstance(model, TransformerXL) else model
+
+    def report(chunk):
+        report.done += chunk.shape[1]
+        if callable(progress):
+            progress(report.done, int(num_tokens))
+        if stream is not None:
+            stream(chunk)
+    report.done = 0
+    out = backend.generate(prompt, int(num_tokens), temperature=0.0 if greedy else temperature,
+                           top_k=top_k, seed=seed, stream=report, **options)
+    return out.ids[0, :out.lengths[0]]
 
 
 def prompt_ids(tokenizer, prompt):
@@ -66,16 +96,33 @@ def continuation(tokenizer, ids, new_ids):
     return whole[len(head):] if whole.startswith(head) else tokenizer.decode(new_ids)
 
 
-def continue_text(core, tokenizer, prompt, num_tokens, **kwargs):
-    """The text that `core` writes after `prompt`, to be printed right after
-    it (see `continue_ids`, `continuation`)."""
+def continue_text(model, tokenizer, prompt, num_tokens, write=None, **kwargs):
+    """The text that `model` writes after `prompt`, to be printed right after
+    it (see `continue_ids`, `continuation`); `write(piece)`, if given, gets
+    the text as it grows."""
     ids = prompt_ids(tokenizer, prompt)
-    return continuation(tokenizer, ids, continue_ids(core, ids, num_tokens, **kwargs))
+    printed = [""]
+    new_ids = []
+
+    def stream(chunk):
+        new_ids.extend(int(i) for i in chunk[0])
+        text = continuation(tokenizer, ids, new_ids)
+        if write is not None and text.startswith(printed[0]) and len(text) > len(printed[0]):
+            write(text[len(printed[0]):])
+            printed[0] = text
+
+    text = continuation(tokenizer, ids, continue_ids(model, ids, num_tokens, stream=stream,
+                                                     **kwargs))
+    if write is not None and text.startswith(printed[0]):
+        write(text[len(printed[0]):])
+    return text
 
 
 def _check_options(o):
-    if not o["model_dir"]:
-        raise TrainingError("--model_dir is required")
+    if o["model"] and o["model_dir"]:
+        raise TrainingError("pass --model or --model_dir, not both")
+    if not (o["model"] or o["model_dir"]):
+        raise TrainingError("--model is required")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
     if o["num_tokens"] < 0:
@@ -84,49 +131,107 @@ def _check_options(o):
         raise TrainingError(f"--temperature must be >= 0, got {o['temperature']}")
     if o["top_k"] < 0:
         raise TrainingError(f"--top_k must be >= 0, got {o['top_k']}")
+    if not 0 < o["top_p"] <= 1:
+        raise TrainingError(f"--top_p must be in (0, 1], got {o['top_p']}")
+    if not 1 <= o["repetition_penalty"] < float("inf"):
+        raise TrainingError(f"--repetition_penalty must be >= 1, got {o['repetition_penalty']}")
+    for stop in o["stop_ids"]:
+        if not stop.strip().isdigit():
+            raise TrainingError(f"--stop_ids must be token ids (integers >= 0), got {stop!r}")
+    if o["device"] not in ("auto", "cpu", "cuda", "gpu"):
+        raise TrainingError(f"--device must be auto, cpu, cuda or gpu, got {o['device']!r}")
     if o["mem_len"] is not None and o["mem_len"] < 0:
         raise TrainingError(f"--mem_len must be >= 0, got {o['mem_len']}")
 
 
-def run(**options):
-    """Generates with `options` (the flags by name); returns the continuation."""
+def _is_export(path):
+    return (os.path.isfile(path) and path.endswith(".onnx")) or any(
+        os.path.isfile(os.path.join(path, name))
+        for name in ("saved_model.pb", "model.onnx", os.path.join("saved_model", "saved_model.pb")))
+
+
+def _export_vocab(path):
+    """The tokenizer folder of an export: beside the ONNX file or in the
+    export folder (`vocab/`), or the SavedModel's `assets/`."""
+    folder = os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else path
+    for candidate in (os.path.join(folder, "vocab"), os.path.join(folder, "assets"),
+                      os.path.join(os.path.dirname(folder), "vocab")):
+        if os.path.isfile(os.path.join(candidate, "tokenizer.json")):
+            return candidate
+    return None
+
+
+def _load(o):
+    """`(model, config, vocab_dir)` for `--model`: an export runtime or a core."""
+    path = o["model"] or o["model_dir"]
+    if _is_export(path):
+        if o["checkpoint"]:
+            raise TrainingError("--checkpoint applies to a model or run directory, not to an "
+                                "export")
+        if o["mem_len"] is not None:
+            raise TrainingError("--mem_len cannot change an export's memory length (fixed "
+                                "when it was exported)")
+        from export import open_runtime
+        runtime = open_runtime(path, device=o["device"])
+        return runtime, runtime.config, _export_vocab(path)
+    from txl_tf.model_dir import load_config, load_core, resolve
+    source = resolve(path, o["checkpoint"])
+    config = load_config(source)
+    return (lambda: load_core(source, config=config)), config, source.vocab_dir
+
+
+def run(write=None, **options):
+    """Generates with `options` (the flags by name); returns the continuation
+    (and hands it to `write` piece by piece as it is generated)."""
     o = merge(SPEC, options)
     _check_options(o)
     cli.quiet_tensorflow_import()
-    from txl_tf.model_dir import load_config, load_core, resolve
     from txl_tf.text import load_tokenizer
-    source = resolve(o["model_dir"], o["checkpoint"])
-    config = load_config(source)
+    model, config, vocab_dir = _load(o)
+    name = o["model"] or o["model_dir"]
     if o["top_k"] > config.n_token:
         raise TrainingError(f"--top_k {o['top_k']} exceeds the vocabulary of "
                             f"{config.n_token} tokens")
-    if source.vocab_dir is None:
-        raise TrainingError(f"no tokenizer for {o['model_dir']}: no vocab/ folder (training "
+    stop_ids = [int(s) for s in o["stop_ids"]]
+    if any(s >= config.n_token for s in stop_ids):
+        raise TrainingError(f"--stop_ids must be ids below the vocabulary size "
+                            f"{config.n_token}, got {max(stop_ids)}")
+    if vocab_dir is None:
+        raise TrainingError(f"no tokenizer for {name}: no vocab/ folder (training "
                             "writes one into its export/)")
     try:
-        tokenizer = load_tokenizer(source.vocab_dir)
+        tokenizer = load_tokenizer(vocab_dir)
     except (OSError, ValueError) as err:
-        raise TrainingError(f"no tokenizer for {o['model_dir']}: {err}") from None
+        raise TrainingError(f"no tokenizer for {name}: {err}") from None
     if tokenizer.vocab_size != config.n_token:
-        raise TrainingError(f"vocabulary/model size mismatch: {source.vocab_dir} has "
+        raise TrainingError(f"vocabulary/model size mismatch: {vocab_dir} has "
                             f"{tokenizer.vocab_size} tokens, the model has "
                             f"n_token={config.n_token}")
     try:
         tokenizer.encode(o["prompt"])
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>
         raise TrainingError(f"--prompt cannot be encoded: {err}") from None
-    core = load_core(source, config=config)
+    if callable(model):
+        model = model()  # the core's weights are loaded only once the inputs are known
     progress = cli.Progress("generating", enabled=o["progress"] is not False,
                             lines=bool(o["progress"]))
-    return continue_text(core, tokenizer, o["prompt"], o["num_tokens"], mem_len=o["mem_len"],
-                         temperature=o["temperature"], top_k=o["top_k"], greedy=o["greedy"],
-                         seed=o["seed"], progress=progress)
+    return continue_text(model, tokenizer, o["prompt"], o["num_tokens"], write=write,
+                         mem_len=o["mem_len"], temperature=o["temperature"], top_k=o["top_k"],
+                         greedy=o["greedy"], seed=o["seed"], progress=progress,
+                         top_p=o["top_p"], repetition_penalty=o["repetition_penalty"],
+                         stop_ids=stop_ids)
 
 
 def main(argv):
     options = values(SPEC)
-    text = run(**options)
-    print(options["prompt"] + text, flush=True)
+    sys.stdout.write(options["prompt"])
+    sys.stdout.flush()
+
+    def write(piece):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    run(write=write, **options)
+    print(flush=True)
 
 
 if __name__ == "__main__":

@@ -14,3 +14,9 @@ from txl_tf.validation import InputError  # noqa: E402
 __all__ = ["PRESETS", "ConfigError", "InputError", "Memory", "ReplicaClippedAdam",
            "TransformerXL", "TransformerXLConfig", "TransformerXLLM", "WarmupCosineDecay"]
 __version__ = "0.1.0"
+
+from txl_tf.decode_request import DecodeState, Generation  # noqa: E402
+from txl_tf.decoder import Decoder  # noqa: E402
+from txl_tf.sampling import Sampling  # noqa: E402
+
+__all__ += ["DecodeState", "Decoder", "Generation", "Sampling"]

@@ -1,0 +1,166 @@
+"""Generation throughput: the per-token loop this project had before the
+compiled decoder vs `txl_tf.Decoder` (one `tf.while_loop`, XLA step, and
+without XLA) vs the export runtimes' host loop (ONNX Runtime, SavedModel).
+
+Every backend continues the same prompts by the same number of tokens with
+the same sampling (temperature 1 by default), random weights of a preset;
+runs are interleaved (one run of each backend in turn) so machine load hits
+all alike; the ratio to the old loop is taken within the run.
+
+    python -m benchmarks.bench_generate --preset=small --batch_sizes=1,16 \
+        --new_tokens=64 --repeats=5 --output=benchmarks/results/generate.json
+"""
+import json
+import os
+import platform
+import tempfile
+import time
+
+import numpy as np
+from absl import app, flags
+
+flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
+flags.DEFINE_list("batch_sizes", ["1", "16"], "Batch sizes.")
+flags.DEFINE_integer("prompt_len", 16, "Prompt length.")
+flags.DEFINE_integer("new_tokens", 64, "Tokens generated per run.")
+flags.DEFINE_integer("repeats", 5, "Timed runs per backend (after one warm-up run).")
+flags.DEFINE_float("temperature", 1.0, "Sampling temperature (0: greedy).")
+flags.DEFINE_list("backends", ["per_token_loop", "decoder", "decoder_nojit", "onnx",
+                               "saved_model"], "Backends to time.")
+flags.DEFINE_string("output", "benchmarks/results/generate.json", "JSON results file.")
+FLAGS = flags.FLAGS
+
+
+class PerTokenLoop:
+    """The decoding loop before the compiled decoder (txl_tf/generate.py at
+    a3c8cb6): the prompt in segments, then one `tf.function` call per token
+    returning `[B, 1, V]` log-probs, sampled in numpy on the host."""
+
+    def __init__(self, core, mem_len):
+        import tensorflow as tf
+        self.core, self.mem_len, self.segment_len = core, mem_len, core.config.tgt_len
+
+        def last(ids, memory):
+            log_probs, memory = core(ids, memory, training=False)
+            return log_probs[:, -1], memory
+        self._step = tf.function(last, reduce_retracing=True)
+
+    def generate(self, prompt, num_tokens, temperature, seed):
+        rng = np.random.default_rng(seed)
+        memory = self.core.initial_memory(prompt.shape[0], mem_len=self.mem_len)
+        for start in range(0, prompt.shape[1], self.segment_len):
+            log_probs, memory = self._step(prompt[:, start:start + self.segment_len], memory)
+        out = []
+        for _ in range(num_tokens):
+            token = _old_sample(log_probs.numpy(), temperature, rng)
+            out.append(token)
+            log_probs, memory = self._step(token[:, None], memory)
+        return np.stack(out, axis=1)
+
+
+def _old_sample(log_probs, temperature, rng):
+    if temperature == 0:
+        return np.argmax(log_probs, axis=-1).astype(np.int32)
+    probs = np.exp(log_probs / temperature - (log_probs / temperature).max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.array([rng.choice(len(p), p=p) for p in probs], np.int32)
+
+
+def build(core, names, workdir):
+    """`{name: generate(prompt, n, temperature, seed) -> ids}`."""
+    from export import export_onnx, export_saved_model, open_runtime
+    from txl_tf import Decoder
+    mem_len = core.config.mem_len
+    runs = {}
+    if "per_token_loop" in names:
+        runs["per_token_loop"] = PerTokenLoop(core, mem_len).generate
+    for name, jit in (("decoder", True), ("decoder_nojit", False)):
+        if name in names:
+            decoder = Decoder(core, mem_len=mem_len, jit_compile=jit)
+            runs[name] = _wrap(decoder)
+    if "onnx" in names:
+        path = os.path.join(workdir, "model.onnx")
+        export_onnx(core, path, mem_len, log_probs="last")
+        runs["onnx"] = _wrap(open_runtime(path, device="cpu",
+                                          session_options=_quiet_ort_options()))
+    if "saved_model" in names:
+        path = os.path.join(workdir, "saved_model")
+        export_saved_model(core, path, mem_len)
+        runs["saved_model"] = _wrap(open_runtime(path, device="cpu"))
+    return runs
+
+
+def _quiet_ort_options():
+    """No spin-waiting threads (they steal time from everything else on a
+    shared CPU; see bench_inference)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def _wrap(backend):
+    def generate(prompt, num_tokens, temperature, seed):
+        return backend.generate(prompt, num_tokens, temperature=temperature, seed=seed).ids
+    return generate
+
+
+def main(argv):
+    del argv
+    import onnxruntime
+    import tensorflow as tf
+    from txl_tf import TransformerXL, TransformerXLConfig
+    cfg = TransformerXLConfig.preset(FLAGS.preset)
+    core = TransformerXL(cfg)
+    rng = np.random.default_rng(0)
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        runs = build(core, FLAGS.backends, workdir)
+        for batch in [int(b) for b in FLAGS.batch_sizes]:
+            prompt = rng.integers(0, cfg.n_token, (batch, FLAGS.prompt_len), dtype=np.int32)
+            times = {name: [] for name in runs}
+            for repeat in range(FLAGS.repeats + 1):  # the first is a warm-up
+                for name, generate in runs.items():
+                    start = time.perf_counter()
+                    ids = generate(prompt, FLAGS.new_tokens, FLAGS.temperature, repeat)
+                    if repeat:
+                        times[name].append(time.perf_counter() - start)
+                    assert ids.shape == (batch, FLAGS.new_tokens)
+            base = float(np.median(times.get("per_token_loop", [np.nan])))
+            for name, t in times.items():
+                median = float(np.median(t))
+                rows.append({"backend": name, "batch": batch, "new_tokens": FLAGS.new_tokens,
+                             "median_s": median, "min_s": float(np.min(t)),
+                             "tokens_per_s": batch * FLAGS.new_tokens / median,
+                             "speedup_vs_per_token_loop": base / median})
+    table = format_table(rows)
+    print(table)
+    result = {
+        "question": "generation tokens/s: per-token loop vs compiled decoder vs runtimes",
+        "settings": {"preset": FLAGS.preset, "prompt_len": FLAGS.prompt_len,
+                     "new_tokens": FLAGS.new_tokens, "repeats": FLAGS.repeats,
+                     "temperature": FLAGS.temperature, "mem_len": cfg.mem_len},
+        "environment": {"tensorflow": tf.__version__, "onnxruntime": onnxruntime.__version__,
+                        "cpu_count": os.cpu_count(), "platform": platform.platform()},
+        "results": rows, "table": table,
+    }
+    if FLAGS.output:
+        os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
+        with open(FLAGS.output, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        print(f"wrote {FLAGS.output}")
+
+
+def format_table(rows):
+    header = (f"{'backend':16} {'batch':>5} {'tokens':>6} {'median s':>9} {'tok/s':>9} "
+              f"{'x old loop':>10}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(f"{r['backend']:16} {r['batch']:>5} {r['new_tokens']:>6} "
+                     f"{r['median_s']:>9.3f} {r['tokens_per_s']:>9.1f} "
+                     f"{r['speedup_vs_per_token_loop']:>10.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)

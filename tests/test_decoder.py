@@ -1,0 +1,142 @@
+"""The compiled decoder and the runtimes' generation: teacher-forced greedy
+checks, seeds, batches of any lengths, stop ids, resuming and conversations,
+on the Keras core, ONNX Runtime and the reloaded SavedModel."""
+import keras
+import numpy as np
+import pytest
+
+from export import export_onnx, export_saved_model, open_runtime
+from txl_tf import Decoder, TransformerXL, TransformerXLConfig
+
+N_TOKEN, MEM_LEN = 50, 64
+
+
+@pytest.fixture(scope="module")
+def core():
+    keras.utils.set_random_seed(0)
+    # Large weights: confident predictions, so no near-ties between backends.
+    return TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3))
+
+
+@pytest.fixture(scope="module")
+def backends(core, tmp_path_factory):
+    out = tmp_path_factory.mktemp("decoder")
+    export_onnx(core, str(out / "model.onnx"), MEM_LEN, log_probs="last")
+    export_saved_model(core, str(out / "saved_model"), MEM_LEN)
+    return {"keras": Decoder(core, mem_len=MEM_LEN),
+            "onnx": open_runtime(str(out / "model.onnx"), device="cpu"),
+            "saved_model": open_runtime(str(out / "saved_model"), device="cpu")}
+
+
+PROMPTS = [[3, 14, 15, 9, 2, 6], [7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]
+
+
+def test_greedy_is_the_teacher_forced_argmax_on_every_backend(core, backends):
+    results = {name: b.generate(PROMPTS, 8, temperature=0) for name, b in backends.items()}
+    for name, out in results.items():
+        assert out.ids.shape == (3, 8) and (out.lengths == 8).all()
+        for prompt, ids, lps in zip(PROMPTS, out.ids, out.log_probs):
+            seq = np.array([list(prompt) + list(ids)], np.int32)
+            one_pass = core(seq, core.initial_memory(1, 0))[0].numpy()[0]
+            positions = np.arange(len(prompt) - 1, seq.shape[1] - 1)
+            np.testing.assert_array_equal(ids, one_pass[positions].argmax(-1), err_msg=name)
+            np.testing.assert_allclose(lps, one_pass[positions, ids], atol=1e-4, err_msg=name)
+    np.testing.assert_array_equal(results["onnx"].ids, results["keras"].ids)
+    np.testing.assert_array_equal(results["saved_model"].ids, results["keras"].ids)
+
+
+SAMPLED = dict(temperature=1.0, top_k=20, top_p=0.95, repetition_penalty=1.2, seed=11)
+
+
+def test_a_seed_reproduces_sampled_output_across_runs_and_backends(backends):
+    ids = {name: b.generate(PROMPTS, 12, **SAMPLED).ids for name, b in backends.items()}
+    np.testing.assert_array_equal(backends["keras"].generate(PROMPTS, 12, **SAMPLED).ids,
+                                  ids["keras"])
+    for name in ("onnx", "saved_model"):
+        np.testing.assert_array_equal(ids[name], ids["keras"], err_msg=name)
+    other = backends["keras"].generate(PROMPTS, 12, **{**SAMPLED, "seed": 12}).ids
+    assert (other != ids["keras"]).any()
+
+
+@pytest.mark.parametrize("name, mem_len", [("keras", 16), ("onnx", MEM_LEN)])
+def test_a_batch_of_lengths_1_7_40_gives_each_row_what_it_gets_alone(core, backends, name,
+                                                                     mem_len):
+    backend = Decoder(core, mem_len=mem_len, jit_compile=False) if name == "keras" \
+        else backends[name]
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(0, N_TOKEN, n) for n in (1, 7, 40)]
+    for settings in ({"temperature": 0}, SAMPLED):
+        batch = backend.generate(prompts, 10, segment_len=16, **settings)
+        seed = settings.get("seed", 0)
+        for i, prompt in enumerate(prompts):
+            alone = backend.generate([prompt], 10, segment_len=16, **{**settings,
+                                                                      "seed": seed + i})
+            np.testing.assert_array_equal(batch.ids[i], alone.ids[0])
+            np.testing.assert_allclose(batch.log_probs[i], alone.log_probs[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["keras", "onnx"])
+def test_stop_ids_end_each_row_on_its_own(backends, name):
+    backend = backends[name]
+    free = backend.generate(PROMPTS, 10, **SAMPLED)
+    stop = int(free.ids[0, 3])
+    out = backend.generate(PROMPTS, 10, stop_ids=[stop], pad_id=0, **SAMPLED)
+    for row, ids in enumerate(free.ids):
+        hits = np.flatnonzero(ids == stop)
+        n = hits[0] + 1 if hits.size else 10
+        assert out.lengths[row] == n
+        np.testing.assert_array_equal(out.ids[row, :n], ids[:n])
+        assert (out.ids[row, n:] == 0).all() and (out.log_probs[row, n:] == 0).all()
+        assert out.state.done[row] == bool(hits.size)
+    assert out.lengths.min() < 10  # row 0 stopped
+    # a stopped row's memory is what it was right after reading its stop id
+    alone = backend.generate([PROMPTS[0]], int(out.lengths[0]), **SAMPLED)
+    np.testing.assert_allclose(_numpy(out.memory)[0][:, :1], _numpy(alone.memory)[0],
+                               atol=1e-5)
+    np.testing.assert_array_equal(_numpy(out.memory)[1][:1], _numpy(alone.memory)[1])
+
+
+def _numpy(memory):
+    return (np.asarray(memory[0]) if not hasattr(memory, "numpy") else memory.numpy()[0],
+            np.asarray(memory[1]) if not hasattr(memory, "numpy") else memory.numpy()[1])
+
+
+@pytest.mark.parametrize("name", ["keras", "onnx"])
+def test_resume_goes_on_exactly_as_one_longer_call(backends, name):
+    backend = backends[name]
+    whole = backend.generate(PROMPTS, 14, **SAMPLED)
+    first = backend.generate(PROMPTS, 9, **SAMPLED)
+    rest = backend.generate(None, 5, resume=first.state)
+    np.testing.assert_array_equal(np.concatenate([first.ids, rest.ids], 1), whole.ids)
+    np.testing.assert_allclose(np.concatenate([first.log_probs, rest.log_probs], 1),
+                               whole.log_probs, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["keras", "saved_model"])
+def test_the_returned_memory_continues_a_conversation(backends, name):
+    backend = backends[name]
+    first = backend.generate(PROMPTS, 6, temperature=0)
+    replies = [[4, 4, 8], [9, 1], [30]]
+    second = backend.generate(replies, 6, temperature=0, memory=first.memory)
+    for row in range(3):  # everything in one prompt (memory long enough for all of it)
+        history = list(PROMPTS[row]) + list(first.ids[row]) + replies[row]
+        once = backend.generate([history], 6, temperature=0)
+        np.testing.assert_array_equal(second.ids[row], once.ids[0])
+        np.testing.assert_allclose(second.log_probs[row], once.log_probs[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["keras", "onnx"])
+def test_streaming_sees_every_id_once_and_changes_nothing(backends, name):
+    chunks = []
+    out = backends[name].generate(PROMPTS, 11, stream=chunks.append, stream_every=4, **SAMPLED)
+    np.testing.assert_array_equal(np.concatenate(chunks, 1), out.ids)
+    if name == "keras":
+        assert [c.shape[1] for c in chunks] == [4, 4, 3]
+    np.testing.assert_array_equal(out.ids, backends[name].generate(PROMPTS, 11, **SAMPLED).ids)
+
+
+def test_xla_and_plain_graph_decoders_agree(core, backends):
+    plain = Decoder(core, mem_len=MEM_LEN, jit_compile=False).generate(PROMPTS, 8, **SAMPLED)
+    xla = backends["keras"].generate(PROMPTS, 8, **SAMPLED)
+    np.testing.assert_array_equal(plain.ids, xla.ids)
+    np.testing.assert_allclose(plain.log_probs, xla.log_probs, atol=1e-5)

@@ -1,0 +1,75 @@
+"""The session table: sessions interleaved in shared batches get exactly what
+each gets alone."""
+import keras
+import numpy as np
+import pytest
+
+from export import SessionTable, export_onnx, open_runtime
+from txl_tf import Decoder, TransformerXL, TransformerXLConfig
+
+N_TOKEN = 40
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    keras.utils.set_random_seed(3)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3))
+    path = str(tmp_path_factory.mktemp("sessions") / "model.onnx")
+    export_onnx(core, path, 16, log_probs="last")
+    return open_runtime(path, device="cpu")
+
+
+SESSIONS = {  # id: (prompt, max_new_tokens, settings)
+    "a": ([1, 2, 3], 12, dict(temperature=1.0, top_k=8, seed=5)),
+    "b": ([7] * 20, 9, dict(temperature=0)),
+    "c": ([4, 5], 15, dict(temperature=0.7, top_p=0.9, repetition_penalty=1.3, seed=9,
+                           stop_ids=[0, 1, 2])),
+    "d": ([30, 31, 32, 33, 34, 35, 36], 6, dict(temperature=1.5, seed=2)),
+}
+
+
+def test_interleaved_sessions_get_what_they_get_alone(runtime):
+    table = SessionTable(runtime, max_batch=2)
+    table.open("a", *SESSIONS["a"][:2], **SESSIONS["a"][2])
+    table.step()
+    table.step()
+    for sid in "bcd":  # joining while "a" is half-way
+        table.open(sid, *SESSIONS[sid][:2], **SESSIONS[sid][2])
+    seen_batches = set()
+    while table.active():
+        seen_batches.add(tuple(sorted(table.step())))
+    assert any(len(b) == 2 for b in seen_batches) and len(seen_batches) > 2
+    for sid, (prompt, n, settings) in SESSIONS.items():
+        got = table.close(sid)
+        alone = runtime.generate([prompt], n, **settings)
+        length = int(alone.lengths[0])
+        np.testing.assert_array_equal(got.ids[0], alone.ids[0, :length], err_msg=sid)
+        np.testing.assert_allclose(got.log_probs[0], alone.log_probs[0, :length], atol=1e-5)
+        np.testing.assert_allclose(got.memory.numpy()[0], alone.memory.numpy()[0], atol=1e-5)
+    assert not table.active()
+
+
+def test_the_table_also_runs_over_the_compiled_decoders_backend(runtime):
+    core = TransformerXL(runtime.config)
+    decoder = Decoder(core, mem_len=16, jit_compile=False)
+    table = SessionTable(decoder, max_batch=3)
+    for sid, (prompt, n, settings) in SESSIONS.items():
+        table.open(sid, prompt, n, **settings)
+    table.run()
+    for sid, (prompt, n, settings) in SESSIONS.items():
+        alone = decoder.generate([prompt], n, **settings)
+        np.testing.assert_array_equal(table.close(sid).ids[0],
+                                      alone.ids[0, :int(alone.lengths[0])])
+
+
+def test_bad_session_input(runtime):
+    table = SessionTable(runtime)
+    table.open("x", [1], 2)
+    with pytest.raises(ValueError, match="already open"):
+        table.open("x", [1], 2)
+    with pytest.raises(ValueError, match="prompt 0 must be a non-empty"):
+        table.open("y", [], 2)
+    with pytest.raises(ValueError, match="out of range"):
+        table.open("y", [N_TOKEN], 2)
+    with pytest.raises(ValueError, match="max_batch must be"):
+        SessionTable(runtime, max_batch=0)

@@ -1,0 +1,163 @@
+"""The compiled decoder: a whole decode in one `tf.function` (`tf.while_loop`),
+sampling in the graph, memory carried, only the last position's log-probs.
+
+```python
+decoder = Decoder(core, mem_len=640)
+out = decoder.generate([[5, 6, 7], [8]], 100, temperature=0.8, top_p=0.95, seed=1,
+                       stop_ids=[eos])
+out.ids, out.log_probs, out.lengths        # [B, n], [B, n], [B]
+more = decoder.generate(None, 50, resume=out.state)      # as one longer call
+reply = decoder.generate(user_ids, 50, memory=out.memory)  # a conversation goes on
+```
+"""
+import numpy as np
+import tensorflow as tf
+
+from txl_tf import generation
+from txl_tf.decode_request import DecodeState, Rows
+from txl_tf.layers.memory import Memory
+from txl_tf.sampling import choose
+from txl_tf.validation import check_memory
+
+
+class Decoder:
+    """Generates from a `TransformerXL` core.
+
+    mem_len: memory looked back on (default the config's); segment_len: how
+    much of a prompt is read per call (default the config's `tgt_len`);
+    jit_compile: compile each decoding step with XLA (static shapes: one
+    compilation per batch size).
+    """
+
+    def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
+        self.core = core
+        self.n_token = core.config.n_token
+        self.mem_len = core.config.mem_len if mem_len is None else int(mem_len)
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {self.mem_len}")
+        self.segment_len = int(segment_len or core.config.tgt_len)
+        if self.segment_len < 1:
+            raise ValueError(f"segment_len must be >= 1, got {self.segment_len}")
+        self._last = tf.function(self._last_graph, reduce_retracing=True)
+        self._step = tf.function(self._step_graph, jit_compile=True) if jit_compile \
+            else self._step_graph
+        self._decode = tf.function(self._decode_graph, reduce_retracing=True)
+
+    def generate(self, prompts, max_new_tokens, **options):
+        """Continues each prompt by up to `max_new_tokens` ids; a `Generation`.
+
+        prompts: a list of 1-D id sequences of any lengths (or a `[B, L]`
+        array); each row gets what it would get alone. Options:
+        segment_len (the decoder's: prompt positions read per call);
+        temperature (1.0; 0 is greedy), top_k (0), top_p (1.0),
+        repetition_penalty (1.0): see `txl_tf.sampling.Sampling`; seed: an int
+        (row i uses `seed + i`) or one per row, so a row's draws depend only on
+        its seed; stop_ids: ids that end a row (included in its output, then
+        `pad_id`); memory: continue from this memory (a conversation);
+        resume: a `Generation.state` to go on exactly as one longer call
+        (prompts None); stream: `callback(ids [B, c])` called with each chunk
+        of `stream_every` (8) new ids: the decode then runs as one compiled
+        call per chunk, with the same result.
+        """
+        options.setdefault("segment_len", self.segment_len)
+        return generation.generate(self, prompts, max_new_tokens, **options)
+
+    # --------------------------------------------------- backend interface
+    def initial_memory(self, batch_size):
+        return self.core.initial_memory(batch_size, mem_len=self.mem_len)
+
+    def step_last(self, ids, memory):
+        memory = _tensors(memory)
+        cfg = self.core.config
+        check_memory(memory, cfg.n_layer, cfg.d_model, len(ids))  # the graph cannot name it
+        log_probs, memory = self._last(tf.constant(ids, tf.int32), memory)
+        return log_probs.numpy(), memory
+
+    @staticmethod
+    def take(memory, rows):
+        rows = tf.constant(np.asarray(rows, np.int32))
+        return Memory(tf.gather(memory.mems, rows, axis=1), tf.gather(memory.mem_mask, rows))
+
+    @staticmethod
+    def concat(memories):
+        return Memory(tf.concat([m.mems for m in memories], 1),
+                      tf.concat([m.mem_mask for m in memories], 0))
+
+    def decode(self, state, num_tokens, stream=None, stream_every=8):
+        rows = Rows(*(tf.constant(a) for a in state.rows))
+        loop = [tf.constant(state.next_log_probs, tf.float32), *_tensors(state.memory),
+                tf.constant(state.seen), tf.constant(state.counters, tf.int64),
+                tf.constant(state.done)]
+        chunk = num_tokens if stream is None else stream_every
+        ids, log_probs, done_tokens = [], [], 0
+        while done_tokens < num_tokens or not ids:
+            size = min(chunk, num_tokens - done_tokens)
+            new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
+                                                   tf.constant(size))
+            ids.append(new_ids.numpy())
+            log_probs.append(new_lps.numpy())
+            done_tokens += size
+            if stream is not None and size:
+                stream(ids[-1])
+            if loop[-1].numpy().all():
+                break
+        batch = len(state.done)
+        ids = _pad_to(np.concatenate(ids, 1), num_tokens, state.pad_id)
+        log_probs = _pad_to(np.concatenate(log_probs, 1), num_tokens, 0.0)
+        lp, mems, mem_mask, seen, counters, done = loop
+        assert ids.shape == (batch, num_tokens)
+        return ids, log_probs, DecodeState(lp.numpy(), Memory(mems, mem_mask), seen.numpy(),
+                                           counters.numpy(), done.numpy(), state.rows,
+                                           state.pad_id)
+
+    # -------------------------------------------------------------- graphs
+    def _last_graph(self, ids, memory):
+        hidden, memory = self.core.hidden_states(ids, memory, training=False)
+        return self.core.crit(hidden[:, -1]), memory
+
+    def _step_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id):
+        """Picks one id per row, reads it, and freezes the memory of rows that
+        had stopped before this step."""
+        ids, chosen, seen, counters, now_done = choose(log_probs, rows, seen, counters, done,
+                                                       pad_id)
+        log_probs, new = self._last_graph(ids[:, None], Memory(mems, mem_mask))
+        mems = tf.where(done[None, :, None, None], mems, new.mems)
+        mem_mask = tf.where(done[:, None], mem_mask, new.mem_mask)
+        return ids, chosen, log_probs, mems, mem_mask, seen, counters, now_done
+
+    def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
+                      num_tokens):
+        """Up to `num_tokens` steps in one `tf.while_loop`, ending early when
+        every row is done; ids and log-probs `[B, num_tokens]` and the state."""
+        batch = tf.shape(done)[0]
+        ids = tf.fill([num_tokens, batch], pad_id)
+        chosen = tf.zeros([num_tokens, batch], tf.float32)
+
+        def body(t, ids, chosen, log_probs, mems, mem_mask, seen, counters, done):
+            new_ids, new_lps, *state = self._step(log_probs, mems, mem_mask, seen, counters,
+                                                  done, rows, pad_id)
+            ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
+            chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
+            return (t + 1, ids, chosen, *state)
+
+        def more(t, *loop):
+            return (t < num_tokens) & ~tf.reduce_all(loop[-1])
+
+        _, ids, chosen, *state = tf.while_loop(
+            more, body, [tf.constant(0), ids, chosen, log_probs, mems, mem_mask, seen,
+                         counters, done])
+        return (tf.transpose(ids), tf.transpose(chosen), *state)
+
+
+def _tensors(memory):
+    if not isinstance(memory, Memory) and not (isinstance(memory, tuple) and len(memory) == 2):
+        raise ValueError("memory must be a txl_tf.Memory (e.g. a Generation's .memory), got "
+                         f"{type(memory).__name__}")
+    return Memory(tf.convert_to_tensor(memory.mems), tf.convert_to_tensor(memory.mem_mask))
+
+
+def _pad_to(array, width, value):
+    if array.shape[1] >= width:
+        return array[:, :width]
+    pad = np.full([array.shape[0], width - array.shape[1]], value, array.dtype)
+    return np.concatenate([array, pad], 1)

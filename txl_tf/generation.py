@@ -1,0 +1,73 @@
+"""The generation flow every backend shares: check the request, read the
+prompts (`prefill`), then run the backend's decode loop.
+
+A backend (the compiled Keras `Decoder`, an export `Runtime`) provides
+`n_token`, `initial_memory(B)`, `step_last(ids, memory) -> (log_probs numpy
+[B, V], memory)`, `take(memory, rows)`, `concat(memories)` and
+`decode(state, n, stream, stream_every) -> (ids, log_probs, state)`.
+
+Prompts of different lengths: rows of one length are read together, in
+segments aligned on the right (`right_aligned_segments`), then the batch's
+memory is put together in the callers' row order. A shorter row's memory then
+holds invalid slots (`mem_mask` False) where a longer row has its older
+tokens: the left padding lives in the memory, never in a segment, so every
+row computes exactly what it computes alone (up to float summation order),
+the core needs no per-token mask, and the exported graphs are used as they
+are.
+"""
+import numpy as np
+
+from txl_tf.decode_request import (DecodeState, Generation, check_count, check_pad_id,
+                                   check_prompts, make_rows, right_aligned_segments, seen_mask)
+from txl_tf.sampling import Sampling
+
+
+def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
+             repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None, resume=None,
+             stream=None, stream_every=8, segment_len=64):
+    """See `Decoder.generate` (the arguments are the same for every backend)."""
+    n = check_count("max_new_tokens", max_new_tokens)
+    if stream is not None and not callable(stream):
+        raise ValueError(f"stream must be callable, got {type(stream).__name__}")
+    if isinstance(stream_every, bool) or not isinstance(stream_every, int) or stream_every < 1:
+        raise ValueError(f"stream_every must be an integer >= 1, got {stream_every!r}")
+    if resume is not None:
+        if prompts is not None or memory is not None:
+            raise ValueError("pass either prompts (and a memory) or resume, not both")
+        if not isinstance(resume, DecodeState):
+            raise ValueError("resume must be the .state of an earlier Generation")
+        state = resume
+    else:
+        prompts = check_prompts(prompts, backend.n_token)
+        rows = make_rows(backend.n_token, len(prompts), seed, stop_ids,
+                         Sampling(temperature, top_k, top_p, repetition_penalty))
+        pad_id = check_pad_id(pad_id, backend.n_token)
+        if memory is None:
+            memory = backend.initial_memory(len(prompts))
+        log_probs, memory = prefill(backend, prompts, memory, segment_len)
+        batch = len(prompts)
+        state = DecodeState(log_probs, memory, seen_mask(prompts, backend.n_token),
+                            np.zeros(batch, np.int64), np.zeros(batch, np.bool_), rows, pad_id)
+    ids, log_probs, new_state = backend.decode(state, n, stream, stream_every)
+    lengths = (new_state.counters - state.counters).astype(np.int32)
+    return Generation(ids, log_probs, lengths, new_state.memory, new_state)
+
+
+def prefill(backend, prompts, memory, segment_len):
+    """Reads every prompt into `memory`; `(log-probs after each prompt numpy
+    [B, V], memory)`. Rows of equal length share calls."""
+    lengths = np.array([len(p) for p in prompts])
+    order, parts, last = [], [], []
+    for length in np.unique(lengths):
+        rows = np.flatnonzero(lengths == length)
+        part = memory if len(rows) == len(prompts) else backend.take(memory, rows)
+        ids = np.stack([prompts[i] for i in rows])
+        for segment in right_aligned_segments(int(length), segment_len):
+            log_probs, part = backend.step_last(ids[:, segment], part)
+        order.append(rows)
+        parts.append(part)
+        last.append(np.asarray(log_probs))
+    if len(parts) == 1:
+        return last[0], parts[0]
+    inverse = np.argsort(np.concatenate(order))
+    return np.concatenate(last)[inverse], backend.take(backend.concat(parts), inverse)

@@ -1,0 +1,52 @@
+"""The decode loop on the host, for backends that run one step per call (the
+export runtimes): `sampling_numpy.choose` (the mirror of the compiled
+decoder's sampler) picks each id, only the new ids go in and only the last
+log-probs come out, and the memory stays in the backend's tensors. A row
+that stops leaves the batch (its memory is set aside, frozen), so later
+steps run on the live rows only.
+"""
+import numpy as np
+
+from txl_tf.decode_request import DecodeState
+from txl_tf.sampling_numpy import choose
+
+
+def host_decode(backend, state, num_tokens, stream=None, stream_every=1):
+    """`(ids [B, n], log_probs [B, n], new DecodeState)`; see `generation`."""
+    batch = len(state.done)
+    ids = np.full([batch, num_tokens], state.pad_id, np.int32)
+    chosen = np.zeros([batch, num_tokens], np.float32)
+    log_probs = np.array(state.next_log_probs, np.float32, copy=True)
+    seen, counters = state.seen.copy(), state.counters.copy()
+    done = state.done.copy()
+    live = np.flatnonzero(~done)
+    frozen = [] if live.size == batch else [(np.flatnonzero(done),
+                                              backend.take(state.memory, np.flatnonzero(done)))]
+    memory = state.memory if live.size == batch else (
+        backend.take(state.memory, live) if live.size else None)
+    streamed = 0
+    for t in range(num_tokens):
+        if not live.size:
+            break
+        token, lp, seen[live], counters[live], stopped = choose(
+            log_probs[live], state.rows.take(live), seen[live], counters[live],
+            np.zeros(live.size, np.bool_), state.pad_id)
+        ids[live, t], chosen[live, t] = token, lp
+        log_probs[live], memory = backend.step_last(token[:, None], memory)
+        if stopped.any():
+            done[live[stopped]] = True
+            frozen.append((live[stopped], backend.take(memory, np.flatnonzero(stopped))))
+            live = live[~stopped]
+            memory = backend.take(memory, np.flatnonzero(~stopped)) if live.size else None
+        if stream is not None and (t + 1 - streamed == stream_every or t + 1 == num_tokens
+                                   or not live.size):
+            stream(ids[:, streamed:t + 1])
+            streamed = t + 1
+    parts = frozen + ([(live, memory)] if live.size else [])
+    if len(parts) == 1 and parts[0][0].size == batch and (parts[0][0] == np.arange(batch)).all():
+        memory = parts[0][1]
+    else:
+        order = np.argsort(np.concatenate([rows for rows, _ in parts]))
+        memory = backend.take(backend.concat([m for _, m in parts]), order)
+    return ids, chosen, DecodeState(log_probs, memory, seen, counters, done, state.rows,
+                                    state.pad_id)

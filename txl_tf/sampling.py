@@ -1,0 +1,131 @@
+"""The one sampler: greedy, temperature, top-k, top-p and a repetition
+penalty over a batch of last-position log-probs, with per-row settings and
+per-row counter-based randomness (`txl_tf.counter_rng`).
+
+This TensorFlow version runs inside the compiled Keras decoder's
+`tf.while_loop`; `txl_tf.sampling_numpy` mirrors it line for line for the
+host loop that drives ONNX Runtime and the reloaded SavedModel. The mirror
+exists for speed: calling this function from the host costs ~1 ms per token
+in TensorFlow's dispatch (a third of an ONNX Runtime step of the `small`
+model on a CPU), numpy ~0.05 ms. `tests/test_sampling.py` checks that both
+pick the same ids for every setting, ties included. keras-hub's samplers (`keras_hub.samplers`) were
+not used: they draw from a stateful `SeedGenerator` with
+`random.categorical`, so a row's draws depend on its batch and on the
+backend's RNG; they take one setting for the whole batch; and they keep
+running the model for rows that have stopped, whereas our memory must freeze
+when a row stops. keras-hub is also not a dependency here.
+
+Ties: log-probs from two backends differ by ~1e-6, so every decision that
+compares log-probs treats values within `TIE_TOLERANCE` of each other as
+equal: greedy takes the lowest id among those within the tolerance of the
+best, and a top-k or top-p cut keeps every token tied with the last one kept.
+Sampling proper inverts the CDF in id order at the row's uniform, a decision
+that tiny differences change only when the uniform falls within ~1e-6 of a
+boundary.
+"""
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from txl_tf import counter_rng
+
+TIE_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen.
+
+    temperature: 0 is greedy; otherwise log-probs are divided by it.
+    top_k: sample among the k most likely tokens (0: no limit).
+    top_p: sample from the smallest set of most likely tokens whose
+        probability reaches top_p (1: no limit); applied after top_k.
+    repetition_penalty: >= 1; the log-probs of ids already in this call's
+        prompt or output are multiplied by it (CTRL's rule for logits <= 0).
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+
+    def checked(self, n_token):
+        """Raises ValueError naming a bad setting; returns self."""
+        t, k, p, r = self.temperature, self.top_k, self.top_p, self.repetition_penalty
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.number)) \
+                or not 0 <= t < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n_token:
+            raise ValueError(f"top_k must be an integer in [0, {n_token}] (the vocabulary "
+                             f"size; 0 = no limit), got {k!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.number)) or not 0 < p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = no limit), got {p!r}")
+        if isinstance(r, bool) or not isinstance(r, (int, float, np.number)) \
+                or not 1 <= r < float("inf"):
+            raise ValueError(f"repetition_penalty must be a finite number >= 1, got {r!r}")
+        return self
+
+
+def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, penalty):
+    """Next ids `[B]` int32 from `log_probs [B, V]`.
+
+    seen: bool `[B, V]`, ids the repetition penalty applies to. keys: int64
+    `[B]` stream keys (`counter_rng.row_key`); counters: int64 `[B]`, the
+    draw's index in the row's stream. temperature, top_p, penalty: float32
+    `[B]`; top_k: int32 `[B]`.
+    """
+    lp = tf.convert_to_tensor(log_probs, tf.float32)
+    vocab = tf.shape(lp)[1]
+    ids = tf.range(vocab)[None, :]
+    lp = tf.where(seen, lp * penalty[:, None], lp)
+    best = tf.reduce_max(lp, -1, keepdims=True)
+    greedy = tf.reduce_min(tf.where(lp >= best - TIE_TOLERANCE, ids, vocab), -1)
+
+    def sampled():
+        temp = tf.where(temperature > 0, temperature, 1.0)[:, None]
+        cut = tf.cond(tf.reduce_any(top_k > 0) | tf.reduce_any(top_p < 1),
+                      lambda: _cut_off(lp, temp, top_k, top_p, vocab),
+                      lambda: tf.fill(tf.shape(best), -np.inf))
+        allowed = lp >= cut - TIE_TOLERANCE
+        weights = tf.where(allowed, tf.exp((lp - best) / temp), 0.0)
+        cdf = tf.cumsum(weights, axis=-1)
+        u = counter_rng.uniform(keys, counters)
+        first_above = tf.reduce_sum(tf.cast(cdf <= u[:, None] * cdf[:, -1:], tf.int32), -1)
+        last_allowed = tf.reduce_max(tf.where(allowed, ids, -1), -1)
+        return tf.where(temperature > 0, tf.minimum(first_above, last_allowed), greedy)
+
+    return tf.cond(tf.reduce_any(temperature > 0), sampled, lambda: greedy)
+
+
+def _cut_off(lp, temp, top_k, top_p, vocab):
+    """`[B, 1]`: the lowest log-prob that top-k and top-p keep."""
+    ranked = tf.sort(lp, axis=-1, direction="DESCENDING")
+    k = tf.where(top_k > 0, top_k, vocab)
+    rank = tf.range(vocab)[None, :]
+    in_top_k = rank < k[:, None]
+    probs = tf.nn.softmax(tf.where(in_top_k, ranked / temp, -np.inf), axis=-1)
+    mass_before = tf.cumsum(probs, axis=-1, exclusive=True)
+    kept = in_top_k & (mass_before < top_p[:, None])
+    n_kept = tf.maximum(tf.reduce_sum(tf.cast(kept, tf.int32), -1), 1)
+    return tf.gather(ranked, n_kept - 1, batch_dims=1)[:, None]
+
+
+def choose(log_probs, rows, seen, counters, done, pad_id):
+    """One decoding step's bookkeeping around `sample_next`, for every backend.
+
+    Rows already `done` get `pad_id` and log-prob 0 and draw nothing. Returns
+    `(ids [B] int32, their log-probs [B], seen, counters, done)` updated: a
+    row is done once it has emitted one of its stop ids (`rows.stop [B, V]`).
+    """
+    lp = tf.convert_to_tensor(log_probs, tf.float32)
+    active = ~done
+    ids = sample_next(lp, seen, rows.keys, counters, rows.temperature, rows.top_k, rows.top_p,
+                      rows.penalty)
+    ids = tf.where(active, ids, pad_id)
+    chosen = tf.where(active, tf.gather(lp, ids, batch_dims=1), 0.0)
+    seen = seen | (tf.one_hot(ids, tf.shape(lp)[1], on_value=True, off_value=False)
+                   & active[:, None])
+    counters = counters + tf.cast(active, tf.int64)
+    done = done | (tf.gather(rows.stop, ids, batch_dims=1) & active)
+    return ids, chosen, seen, counters, done

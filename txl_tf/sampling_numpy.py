@@ -1,0 +1,88 @@
+"""numpy mirror of `txl_tf.sampling.choose` and `txl_tf.counter_rng`, for the
+runtimes' host loop; same operations in the same order and dtypes
+(`tests/test_sampling.py` holds the two to the same ids)."""
+import numpy as np
+
+from txl_tf.sampling import TIE_TOLERANCE
+
+_MASK32 = np.int64(0xFFFFFFFF)
+
+
+def _mulmod32(x, m):
+    high = (((x >> 16) * m) & 0xFFFF) << 16
+    return (high + (x & 0xFFFF) * m) & _MASK32
+
+
+def mix32(x):
+    x = np.asarray(x, np.int64)
+    x = x ^ (x >> 16)
+    x = _mulmod32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mulmod32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_key(seed):
+    seed = np.asarray(seed, np.int64)
+    return mix32((seed & _MASK32) ^ mix32(((seed >> 32) & _MASK32) ^ 0x9E3779B9))
+
+
+def uniform(key, counter):
+    counter = np.asarray(counter, np.int64) & _MASK32
+    bits = mix32(np.asarray(key, np.int64) ^ mix32(counter ^ 0x85EBCA6B))
+    return (bits >> 8).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, penalty):
+    lp = np.asarray(log_probs, np.float32)
+    vocab = lp.shape[1]
+    ids = np.arange(vocab)[None, :]
+    lp = np.where(seen, lp * penalty[:, None], lp).astype(np.float32)
+    best = lp.max(-1, keepdims=True)
+    greedy = np.where(lp >= best - np.float32(TIE_TOLERANCE), ids, vocab).min(-1)
+    if not (temperature > 0).any():
+        return greedy.astype(np.int32)
+    temp = np.where(temperature > 0, temperature, np.float32(1))[:, None].astype(np.float32)
+    if (top_k > 0).any() or (top_p < 1).any():
+        cut = _cut_off(lp, temp, top_k, top_p, vocab)
+    else:
+        cut = np.full(best.shape, -np.inf, np.float32)
+    allowed = lp >= cut - np.float32(TIE_TOLERANCE)
+    with np.errstate(over="ignore", under="ignore"):
+        weights = np.where(allowed, np.exp((lp - best) / temp), np.float32(0)).astype(np.float32)
+    cdf = np.cumsum(weights, axis=-1, dtype=np.float32)
+    u = uniform(keys, counters)
+    first_above = (cdf <= u[:, None] * cdf[:, -1:]).sum(-1)
+    last_allowed = np.where(allowed, ids, -1).max(-1)
+    return np.where(temperature > 0, np.minimum(first_above, last_allowed),
+                    greedy).astype(np.int32)
+
+
+def _cut_off(lp, temp, top_k, top_p, vocab):
+    ranked = -np.sort(-lp, axis=-1)
+    k = np.where(top_k > 0, top_k, vocab)
+    in_top_k = np.arange(vocab)[None, :] < k[:, None]
+    logits = np.where(in_top_k, ranked / temp, -np.inf).astype(np.float32)
+    with np.errstate(under="ignore"):
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs = (probs / probs.sum(-1, keepdims=True)).astype(np.float32)
+    mass_before = np.cumsum(probs, axis=-1, dtype=np.float32) - probs
+    kept = in_top_k & (mass_before < top_p[:, None])
+    n_kept = np.maximum(kept.sum(-1), 1)
+    return ranked[np.arange(len(ranked)), n_kept - 1][:, None]
+
+
+def choose(log_probs, rows, seen, counters, done, pad_id):
+    """See `txl_tf.sampling.choose`; numpy in, numpy out (`seen` is updated in a copy)."""
+    lp = np.asarray(log_probs, np.float32)
+    active = ~done
+    ids = sample_next(lp, seen, rows.keys, counters, rows.temperature, rows.top_k, rows.top_p,
+                      rows.penalty)
+    ids = np.where(active, ids, pad_id).astype(np.int32)
+    batch = np.arange(len(ids))
+    chosen = np.where(active, lp[batch, ids], np.float32(0)).astype(np.float32)
+    seen = seen.copy()
+    seen[batch[active], ids[active]] = True
+    counters = counters + active.astype(np.int64)
+    done = done | (rows.stop[batch, ids] & active)
+    return ids, chosen, seen, counters, done
