@@ -18,12 +18,12 @@ through the host on every gather (numpy); a GPU server would keep a
 device-resident slab and gather rows inside the graph.
 """
 import collections
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from txl_tf.decode_request import (Generation, DecodeState, check_count, check_prompts,
-                                   make_rows, seen_mask)
+from txl_tf.decode_request import (Generation, DecodeState, check_count, check_pad_id,
+                                   check_prompts, make_rows, seen_mask)
 from txl_tf.generation import prefill
 from txl_tf.sampling import Sampling
 from txl_tf.sampling_numpy import choose
@@ -62,8 +62,11 @@ class SessionTable:
                                                              repetition_penalty))
         log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
                                     self.segment_len)
+        # `done` means stopped by a stop id: a session that used its budget
+        # can go on from `close(id).state`.
         state = DecodeState(log_probs, memory, seen_mask(prompts, n_token),
-                            np.zeros(1, np.int64), np.array([budget == 0]), rows, int(pad_id))
+                            np.zeros(1, np.int64), np.array([False]), rows,
+                            check_pad_id(pad_id, n_token))
         self._sessions[session_id] = _Session(state, budget, [], [])
         if budget:
             self._queue.append(session_id)
@@ -91,11 +94,10 @@ class SessionTable:
             session = self._sessions[sid]
             session.ids.append(int(ids[i]))
             session.log_probs.append(float(chosen[i]))
-            finished = bool(stopped[i]) or len(session.ids) == session.budget
             self._sessions[sid] = session._replace(state=session.state._replace(
                 next_log_probs=log_probs[i:i + 1], memory=self.backend.take(memory, [i]),
-                seen=seen[i:i + 1], counters=counters[i:i + 1], done=np.array([finished])))
-            if not finished:
+                seen=seen[i:i + 1], counters=counters[i:i + 1], done=stopped[i:i + 1]))
+            if not stopped[i] and len(session.ids) < session.budget:
                 self._queue.append(sid)
         return {sid: int(token) for sid, token in zip(served, ids)}
 

@@ -43,6 +43,33 @@ def test_malicious_pickle_is_refused_without_running(tmp_path):
         convert_pickled_vocab(obj, tmp_path / "vocab.txt")
 
 
+@pytest.mark.parametrize("cls", ["Counter", "OrderedDict"])
+def test_pickle_cannot_set_attributes_on_an_allowed_class(tmp_path, cls):
+    # GLOBAL collections.<cls>, then BUILD with the slot state (None,
+    # {"most_common": 0}): on the real class that would be setattr for the
+    # whole process.
+    name = cls.encode()
+    payload = (b"\x80\x02ccollections\n" + name + b"\nN}X\x0b\x00\x00\x00most_commonK\x00s"
+               b"\x86b.")
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(payload)
+    before = getattr(getattr(collections, cls), "most_common", None)
+    with pytest.raises(PickledVocabError, match="not a readable pickle"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    assert getattr(getattr(collections, cls), "most_common", None) is before
+
+
+def test_bad_zip_is_one_clear_error(tmp_path):
+    path = tmp_path / "vocab.pkl"
+    # An end record naming one 46-byte central-directory entry where there is none.
+    end = (b"PK\x05\x06" + b"\x00" * 4 + (1).to_bytes(2, "little") * 2
+           + (46).to_bytes(4, "little") + (0).to_bytes(4, "little") + b"\x00\x00")
+    path.write_bytes(b"PK\x03\x04" + b"\x00" * 60 + end)
+    assert zipfile.is_zipfile(path)
+    with pytest.raises(PickledVocabError, match="not a readable pickle"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+
+
 def test_plain_pickles_convert(tmp_path):
     attrs = {"idx2sym": SYMBOLS, "counter": collections.Counter(SYMBOLS),
              "sym2idx": collections.OrderedDict((s, i) for i, s in enumerate(SYMBOLS)),

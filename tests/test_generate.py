@@ -37,6 +37,10 @@ def test_sampling_is_seeded_and_respects_top_k():
     log_probs, _ = gen.prime(prompt)
     top3 = np.argsort(log_probs.numpy(), -1)[:, -3:]
     assert all(a[i, 0] in top3[i] for i in range(3))
+    # No seed: fresh randomness each call. At temperature 100 the top 3 are
+    # near-uniform: 15 draws repeat by chance with probability ~3^-15.
+    assert not np.array_equal(gen.generate(prompt, 5, temperature=100.0, top_k=3),
+                              gen.generate(prompt, 5, temperature=100.0, top_k=3))
 
 
 
@@ -44,8 +48,8 @@ def test_bad_sampling_arguments_are_named():
     core = make_core()
     gen = Generator(core)
     prompt = np.zeros((1, 2), np.int32)
-    for kwargs, message in (({"top_k": 51}, r"top_k must be in \[0, 50\]"),
-                            ({"temperature": -0.5}, "temperature must be >= 0"),
+    for kwargs, message in (({"top_k": 51}, r"top_k must be an integer in \[0, 50\]"),
+                            ({"temperature": -0.5}, "temperature must be a finite number >= 0"),
                             ({"num_tokens": -1}, "num_tokens must be >= 0")):
         call = {"num_tokens": 3, **kwargs}
         with pytest.raises(ValueError, match=message):

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from txl_tf import TransformerXLConfig, TransformerXLLM
+from txl_tf import precision
 from txl_tf.precision import choose, cpu_flags, resolve
 
 
@@ -54,13 +55,21 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     assert cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
-def test_model_auto_dtype_and_compile_follow_the_choice():
+@pytest.mark.parametrize("flags,policy", [({"avx512_bf16"}, "mixed_bfloat16"),
+                                          (set(), "float32")])
+def test_model_auto_dtype_and_compile_follow_the_choice(monkeypatch, flags, policy):
+    # The CPU this runs on is replaced by one with / without native bfloat16.
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(precision, "_gpu_capabilities", lambda: [])
     model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=2, dtype="auto")
-    assert model.dtype_policy.name == choose().policy
-    assert model.core.blocks[0].rel_attn.dtype_policy.name == choose().policy
+    assert model.dtype_policy.name == policy
+    assert model.core.blocks[0].rel_attn.dtype_policy.name == policy
     model.compile(optimizer="adam")
-    assert model.jit_compile is choose().jit_compile
+    assert model.jit_compile is False
     model.compile(optimizer="adam", jit_compile=True)
+    assert model.jit_compile is True
+    monkeypatch.setattr(precision, "_gpu_capabilities", lambda: [("NVIDIA A100", (8, 0))])
+    model.compile(optimizer="adam")
     assert model.jit_compile is True
 
 

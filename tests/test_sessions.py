@@ -73,3 +73,17 @@ def test_bad_session_input(runtime):
         table.open("y", [N_TOKEN], 2)
     with pytest.raises(ValueError, match="max_batch must be"):
         SessionTable(runtime, max_batch=0)
+
+
+def test_a_session_that_used_its_budget_resumes_as_one_longer_call(runtime):
+    prompt, _, settings = SESSIONS["a"]
+    table = SessionTable(runtime, max_batch=2)
+    table.open("a", prompt, 5, **settings)
+    table.run()
+    first = table.close("a")
+    assert not first.state.done.any()  # out of budget, not stopped
+    rest = runtime.generate(None, 7, resume=first.state)
+    whole = runtime.generate([prompt], 12, **settings)
+    np.testing.assert_array_equal(np.concatenate([first.ids[0], rest.ids[0]]), whole.ids[0])
+    with pytest.raises(ValueError, match="pad_id"):
+        table.open("x", prompt, 3, pad_id=N_TOKEN)

@@ -69,7 +69,10 @@ def test_the_job_generates_from_a_model_dir_an_onnx_file_and_a_saved_model(tmp_p
         assert "".join(pieces) == texts[model]
     assert len(set(texts.values())) == 1, texts
     stop = texts["model"][3]
-    stopped = run(model=str(tmp_path / "out/model.onnx"), prompt="ab", num_tokens=12,
-                  temperature=0.9, top_p=0.9, seed=4, progress=False,
-                  stop_ids=[str(ord(stop))])
-    assert stopped == texts["model"][:texts["model"].index(stop) + 1]
+    for model in ("model", "out/model.onnx", "out/saved_model"):
+        pieces = []  # what is printed as it streams must be what is returned
+        stopped = run(write=pieces.append, model=str(tmp_path / model), prompt="ab",
+                      num_tokens=12, temperature=0.9, top_p=0.9, seed=4, progress=False,
+                      stop_ids=[str(ord(stop))])
+        assert stopped == texts["model"][:texts["model"].index(stop) + 1], model
+        assert "".join(pieces) == stopped, model

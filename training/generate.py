@@ -65,13 +65,21 @@ def continue_ids(model, prompt_ids, num_tokens, mem_len=None, temperature=1.0, t
         raise ValueError("the prompt must hold at least one token")
     backend = Decoder(model, mem_len=mem_len) if isinstance(model, TransformerXL) else model
 
+    stops = {int(i) for i in options.get("stop_ids") or ()}
+
     def report(chunk):
+        # Backends fill a stopped row's chunk with pad ids: stream up to the stop id.
+        if report.stopped:
+            return
+        hits = np.flatnonzero(np.isin(np.asarray(chunk)[0], list(stops)))
+        if hits.size:
+            chunk, report.stopped = np.asarray(chunk)[:, :hits[0] + 1], True
         report.done += chunk.shape[1]
         if callable(progress):
             progress(report.done, int(num_tokens))
         if stream is not None:
             stream(chunk)
-    report.done = 0
+    report.done, report.stopped = 0, False
     out = backend.generate(prompt, int(num_tokens), temperature=0.0 if greedy else temperature,
                            top_k=top_k, seed=seed, stream=report, **options)
     return out.ids[0, :out.lengths[0]]

@@ -22,7 +22,6 @@ pickled one (`vocab.pkl`), read by the restricted converter
 """
 import json
 import os
-import tempfile
 
 from txl_tf.config import TransformerXLConfig
 
@@ -73,13 +72,11 @@ def read_config_file(path):
 
 def _read_vocab(path, echo):
     """Symbols of a plain-text or pickled vocabulary."""
-    from txl_tf.text.pickled_vocab import convert_pickled_vocab
+    from txl_tf.text.pickled_vocab import load_plain_pickle, symbols_of
     from txl_tf.text.vocab import read_vocab
 
     if path.endswith((".pkl", ".pickle", ".bin", ".pt")):
-        with tempfile.TemporaryDirectory() as tmp:
-            plain = os.path.join(tmp, "vocab.txt")
-            symbols = convert_pickled_vocab(path, plain)
+        symbols = symbols_of(load_plain_pickle(path), path)
         echo(f"vocabulary: {len(symbols)} symbols from the pickle {path} (restricted "
              "unpickler: plain containers only)")
         return symbols

@@ -11,9 +11,11 @@ numpy transcription.
 """
 import tensorflow as tf
 
+# Shared with the numpy mirror (`sampling_numpy`), which must agree bit for bit.
 _MASK32 = 0xFFFFFFFF
-_GOLDEN = 0x9E3779B9
-_STEP_SALT = 0x85EBCA6B
+GOLDEN = 0x9E3779B9  # salts the high half of a seed
+STEP_SALT = 0x85EBCA6B  # salts the counter
+MULTIPLIERS = (0x7FEB352D, 0x846CA68B)  # lowbias32's two rounds
 
 
 def _shr(x, bits):
@@ -30,9 +32,9 @@ def _mulmod32(x, m):
 def mix32(x):
     """lowbias32: a bijective avalanche hash of a uint32 (held in int64)."""
     x = tf.bitwise.bitwise_xor(x, _shr(x, 16))
-    x = _mulmod32(x, 0x7FEB352D)
+    x = _mulmod32(x, MULTIPLIERS[0])
     x = tf.bitwise.bitwise_xor(x, _shr(x, 15))
-    x = _mulmod32(x, 0x846CA68B)
+    x = _mulmod32(x, MULTIPLIERS[1])
     return tf.bitwise.bitwise_xor(x, _shr(x, 16))
 
 
@@ -41,7 +43,7 @@ def row_key(seed):
     seed = tf.convert_to_tensor(seed, tf.int64)
     low = tf.bitwise.bitwise_and(seed, _MASK32)
     high = tf.bitwise.bitwise_and(_shr(seed, 32), _MASK32)
-    return mix32(tf.bitwise.bitwise_xor(low, mix32(tf.bitwise.bitwise_xor(high, _GOLDEN))))
+    return mix32(tf.bitwise.bitwise_xor(low, mix32(tf.bitwise.bitwise_xor(high, GOLDEN))))
 
 
 def uniform(key, counter):
@@ -49,5 +51,5 @@ def uniform(key, counter):
     stream `key` (see `row_key`) and the draw's `counter` (int64, same shape)."""
     counter = tf.bitwise.bitwise_and(tf.convert_to_tensor(counter, tf.int64), _MASK32)
     bits = mix32(tf.bitwise.bitwise_xor(key, mix32(tf.bitwise.bitwise_xor(counter,
-                                                                          _STEP_SALT))))
+                                                                          STEP_SALT))))
     return tf.cast(_shr(bits, 8), tf.float32) * (2.0 ** -24)

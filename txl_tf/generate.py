@@ -37,10 +37,12 @@ class Generator:
     def generate(self, prompt_ids, num_tokens, temperature=1.0, top_k=0, seed=None,
                  progress=False):
         """`[B, num_tokens]` new ids. `temperature == 0` is greedy; `top_k > 0`
-        samples among the k most likely tokens; row i draws from `seed + i`.
+        samples among the k most likely tokens; row i draws from `seed + i`
+        (`seed=None`: a fresh random seed each call).
         `progress` is a bool (a tqdm bar on stderr) or a callback
         `progress(done, num_tokens)` (called every 8 tokens and at the end)."""
-        check_sampling(num_tokens, temperature, top_k, self.core.config.n_token)
+        if num_tokens < 0:  # the sampling settings are checked by the decoder
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         prompt_ids = np.asarray(prompt_ids)
         if prompt_ids.ndim != 2 or prompt_ids.shape[1] == 0:
             raise ValueError(f"prompt_ids must be [batch, length>=1], got {prompt_ids.shape}")
@@ -55,20 +57,15 @@ class Generator:
             elif progress:
                 progress(done[0], num_tokens)
 
-        out = self.decoder.generate(prompt_ids, int(num_tokens), temperature=float(temperature),
-                                    top_k=int(top_k), seed=int(seed or 0),
+        out = self.decoder.generate(prompt_ids, int(num_tokens), temperature=temperature,
+                                    top_k=top_k, seed=_seed(seed),
                                     stream=report if progress else None)
         if bar is not None:
             bar.close()
         return out.ids
 
 
-def check_sampling(num_tokens, temperature, top_k, n_token):
-    """Raises ValueError for a negative count or temperature, or a `top_k`
-    outside `[0, n_token]`."""
-    if num_tokens < 0:
-        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-    if not temperature >= 0:  # also NaN
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if not 0 <= top_k <= n_token:
-        raise ValueError(f"top_k must be in [0, {n_token}] (the vocabulary size), got {top_k}")
+def _seed(seed):
+    if seed is None:
+        return int(np.random.SeedSequence().generate_state(1)[0] % 2 ** 31)
+    return int(seed)

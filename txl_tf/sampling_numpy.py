@@ -3,6 +3,7 @@ runtimes' host loop; same operations in the same order and dtypes
 (`tests/test_sampling.py` holds the two to the same ids)."""
 import numpy as np
 
+from txl_tf.counter_rng import GOLDEN, MULTIPLIERS, STEP_SALT
 from txl_tf.sampling import TIE_TOLERANCE
 
 _MASK32 = np.int64(0xFFFFFFFF)
@@ -16,20 +17,20 @@ def _mulmod32(x, m):
 def mix32(x):
     x = np.asarray(x, np.int64)
     x = x ^ (x >> 16)
-    x = _mulmod32(x, 0x7FEB352D)
+    x = _mulmod32(x, MULTIPLIERS[0])
     x = x ^ (x >> 15)
-    x = _mulmod32(x, 0x846CA68B)
+    x = _mulmod32(x, MULTIPLIERS[1])
     return x ^ (x >> 16)
 
 
 def row_key(seed):
     seed = np.asarray(seed, np.int64)
-    return mix32((seed & _MASK32) ^ mix32(((seed >> 32) & _MASK32) ^ 0x9E3779B9))
+    return mix32((seed & _MASK32) ^ mix32(((seed >> 32) & _MASK32) ^ GOLDEN))
 
 
 def uniform(key, counter):
     counter = np.asarray(counter, np.int64) & _MASK32
-    bits = mix32(np.asarray(key, np.int64) ^ mix32(counter ^ 0x85EBCA6B))
+    bits = mix32(np.asarray(key, np.int64) ^ mix32(counter ^ STEP_SALT))
     return (bits >> 8).astype(np.float32) * np.float32(2.0 ** -24)
 
 
@@ -66,7 +67,10 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
     with np.errstate(under="ignore"):
         probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs = (probs / probs.sum(-1, keepdims=True)).astype(np.float32)
-    mass_before = np.cumsum(probs, axis=-1, dtype=np.float32) - probs
+    # tf.cumsum(exclusive=True): the running sum shifted right, not cumsum - p
+    # (which rounds differently at the top-p boundary).
+    running = np.cumsum(probs, axis=-1, dtype=np.float32)
+    mass_before = np.concatenate([np.zeros_like(running[:, :1]), running[:, :-1]], axis=-1)
     kept = in_top_k & (mass_before < top_p[:, None])
     n_kept = np.maximum(kept.sum(-1), 1)
     return ranked[np.arange(len(ranked)), n_kept - 1][:, None]

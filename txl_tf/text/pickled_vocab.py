@@ -12,18 +12,21 @@ sequence of pickles) are read the same way, without PyTorch.
 
     python -m txl_tf.text.pickled_vocab vocab.pkl vocab.txt
 """
-import collections
 import io
 import os
 import pickle
 import sys
 import zipfile
+import zlib
 
 from txl_tf.text.vocab import write_vocab
 
+# Counter and OrderedDict are read as plain dicts: handing out the real
+# (mutable) classes would let a pickle's BUILD opcode set attributes on them
+# for the whole process. Built-in types refuse that (TypeError).
 _ALLOWED = {
-    ("collections", "Counter"): collections.Counter,
-    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("collections", "Counter"): dict,
+    ("collections", "OrderedDict"): dict,
     ("builtins", "dict"): dict, ("builtins", "list"): list, ("builtins", "tuple"): tuple,
     ("builtins", "str"): str, ("builtins", "int"): int,
     ("__builtin__", "dict"): dict, ("__builtin__", "list"): list,  # Python 2 pickles
@@ -74,7 +77,7 @@ def load_plain_pickle(path):
     except PickledVocabError as err:
         raise PickledVocabError(f"{path}: {err}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, UnicodeDecodeError) as err:
+            IndexError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, zlib.error) as err:
         raise PickledVocabError(f"{path}: not a readable pickle of plain containers ({err})") \
             from None
 
