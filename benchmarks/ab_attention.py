@@ -43,9 +43,7 @@ def main(argv):
     from txl_tf.data import segment_dataset
     env_before = tp.environment()
     old_call = revision_call(FLAGS.rev)
-    cfg, batch = tp.config_for(FLAGS.shape), tp.SHAPES[FLAGS.shape]["batch_size"]
-    ids = tp.random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
-    dataset = segment_dataset(ids, batch, cfg.tgt_len)
+    cfg, batch, dataset = tp.shape_data(FLAGS.shape, segment_dataset)
     models = {}
     for v in FLAGS.variants:
         for which in ("rev", "tree"):

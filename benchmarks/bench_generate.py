@@ -10,14 +10,14 @@ all alike; the ratio to the old loop is taken within the run.
     python -m benchmarks.bench_generate --preset=small --batch_sizes=1,16 \
         --new_tokens=64 --repeats=5 --output=benchmarks/results/generate.json
 """
-import json
 import os
-import platform
 import tempfile
 import time
 
 import numpy as np
 from absl import app, flags
+
+from benchmarks import throughput as tp
 
 flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
 flags.DEFINE_list("batch_sizes", ["1", "16"], "Batch sizes.")
@@ -108,7 +108,6 @@ def _wrap(backend):
 def main(argv):
     del argv
     import onnxruntime
-    import tensorflow as tf
     from txl_tf import TransformerXL, TransformerXLConfig
     cfg = TransformerXLConfig.preset(FLAGS.preset)
     core = TransformerXL(cfg)
@@ -133,33 +132,18 @@ def main(argv):
                              "median_s": median, "min_s": float(np.min(t)),
                              "tokens_per_s": batch * FLAGS.new_tokens / median,
                              "speedup_vs_per_token_loop": base / median})
-    table = format_table(rows)
+    table = tp.format_table(rows, [
+        ("backend", "backend", ""), ("batch", "batch", "d"), ("tokens", "new_tokens", "d"),
+        ("median s", "median_s", ".3f"), ("tok/s", "tokens_per_s", ".1f"),
+        ("x old loop", "speedup_vs_per_token_loop", ".2f")])
     print(table)
-    result = {
+    tp.write_json(FLAGS.output, {
         "question": "generation tokens/s: per-token loop vs compiled decoder vs runtimes",
         "settings": {"preset": FLAGS.preset, "prompt_len": FLAGS.prompt_len,
                      "new_tokens": FLAGS.new_tokens, "repeats": FLAGS.repeats,
                      "temperature": FLAGS.temperature, "mem_len": cfg.mem_len},
-        "environment": {"tensorflow": tf.__version__, "onnxruntime": onnxruntime.__version__,
-                        "cpu_count": os.cpu_count(), "platform": platform.platform()},
-        "results": rows, "table": table,
-    }
-    if FLAGS.output:
-        os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
-        with open(FLAGS.output, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {FLAGS.output}")
-
-
-def format_table(rows):
-    header = (f"{'backend':16} {'batch':>5} {'tokens':>6} {'median s':>9} {'tok/s':>9} "
-              f"{'x old loop':>10}")
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(f"{r['backend']:16} {r['batch']:>5} {r['new_tokens']:>6} "
-                     f"{r['median_s']:>9.3f} {r['tokens_per_s']:>9.1f} "
-                     f"{r['speedup_vs_per_token_loop']:>10.2f}")
-    return "\n".join(lines)
+        "environment": {**tp.environment(), "onnxruntime": onnxruntime.__version__},
+        "results": rows, "table": table})
 
 
 if __name__ == "__main__":

@@ -43,9 +43,7 @@ def main(argv):
     env_before, peak = tp.environment(), tp.peaks()
     rows = []
     for shape in FLAGS.shapes:
-        cfg, batch = tp.config_for(shape), tp.SHAPES[shape]["batch_size"]
-        ids = tp.random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
-        dataset = eval_segment_dataset(ids, batch, cfg.tgt_len)
+        cfg, batch, dataset = tp.shape_data(shape, eval_segment_dataset)
         variants = (["paper"] if FLAGS.reference_dir else []) + FLAGS.variants
         keys = [(v, int(m)) for m in FLAGS.mem_lens for v in variants]
         runners = {}

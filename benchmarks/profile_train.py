@@ -61,9 +61,7 @@ def main(argv):
     del argv
     import tensorflow as tf
     from txl_tf.data import segment_dataset
-    cfg, batch = tp.config_for(FLAGS.shape), tp.SHAPES[FLAGS.shape]["batch_size"]
-    ids = tp.random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
-    dataset = segment_dataset(ids, batch, cfg.tgt_len)
+    cfg, batch, dataset = tp.shape_data(FLAGS.shape, segment_dataset)
     root = FLAGS.logdir or tempfile.mkdtemp(prefix="txl_profile_")
     report = {"shape": FLAGS.shape, "steps": FLAGS.steps, "environment": tp.environment(),
               "variants": {}}

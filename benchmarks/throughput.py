@@ -202,6 +202,14 @@ def build_model(cfg, batch_size, mem_len, policy, jit_compile, steps_per_executi
     return model
 
 
+def shape_data(shape, make_dataset):
+    """`(config, batch, dataset)` of a shape: 64 segments of random ids per
+    stream through `make_dataset(ids, batch, tgt_len)`."""
+    cfg, batch = config_for(shape), SHAPES[shape]["batch_size"]
+    ids = random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
+    return cfg, batch, make_dataset(ids, batch, cfg.tgt_len)
+
+
 def random_ids(n, n_token=256, seed=0):
     return np.random.default_rng(seed).integers(0, n_token, n).astype(np.int32)
 

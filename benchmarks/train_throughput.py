@@ -38,9 +38,7 @@ def main(argv):
     env_before, peak = tp.environment(), tp.peaks()
     rows = []
     for shape in FLAGS.shapes:
-        cfg, batch = tp.config_for(shape), tp.SHAPES[shape]["batch_size"]
-        ids = tp.random_ids(batch * (cfg.tgt_len * 64 + 1), cfg.n_token)
-        dataset = segment_dataset(ids, batch, cfg.tgt_len)
+        cfg, batch, dataset = tp.shape_data(shape, segment_dataset)
         models = {v: tp.build_model(cfg, batch, cfg.mem_len, *tp.VARIANTS[v],
                                     steps_per_execution=FLAGS.steps_per_execution)
                   for v in FLAGS.variants}

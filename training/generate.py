@@ -232,13 +232,15 @@ def run(write=None, **options):
 
 def main(argv):
     options = values(SPEC)
-    sys.stdout.write(options["prompt"])
-    sys.stdout.flush()
+    shown = []
 
     def write(piece):
+        if not shown:  # the prompt first, once the inputs passed and text is coming
+            shown.append(sys.stdout.write(options["prompt"]))
         sys.stdout.write(piece)
         sys.stdout.flush()
     run(write=write, **options)
+    write("")
     print(flush=True)
 
 
