@@ -12,7 +12,7 @@ from txl_tf.layers.masks import attention_visibility
 from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initial_memory,
                                   update_memory)
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.validation import check_memory, check_targets, check_token_ids
+from txl_tf.validation import check_memory, check_targets, check_token_ids, check_token_mask
 
 
 def as_config(config):
@@ -86,21 +86,33 @@ class TransformerXL(keras.layers.Layer):
         return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
 
     # ------------------------------------------------------------------- math
-    def call(self, token_ids, memory, targets=None, training=None):
-        """Returns `(log_probs [B, T, n_token] or nll [B, T], new_memory)`."""
+    def call(self, token_ids, memory, targets=None, training=None, token_mask=None):
+        """Returns `(log_probs [B, T, n_token] or nll [B, T], new_memory)`;
+        `token_mask` as in `hidden_states`."""
         if targets is not None:
             targets = check_targets(tf.convert_to_tensor(targets), tf.convert_to_tensor(token_ids),
                                     self.config.n_token)
-        hidden, new_memory = self.hidden_states(token_ids, memory, training=training)
+        hidden, new_memory = self.hidden_states(token_ids, memory, training=training,
+                                                token_mask=token_mask)
         if targets is None:
             return self.crit(hidden), new_memory
         return self.crit(hidden, targets), new_memory
 
-    def hidden_states(self, token_ids, memory, training=None):
+    def hidden_states(self, token_ids, memory, training=None, token_mask=None):
         """Final hidden states `[B, T, d_model]` (after the output dropout) and
-        the new memory."""
+        the new memory.
+
+        `token_mask` (bool `[B, T]`, default all True) marks real tokens:
+        keys at padded (False) positions are never attended and they become
+        invalid slots of the new memory; outputs at padded positions are
+        finite but meaningless. Relative positions depend on distances only,
+        so a row left-padded inside a batch computes at its real positions
+        what it computes alone.
+        """
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        if token_mask is not None:
+            token_mask = check_token_mask(tf.convert_to_tensor(token_mask), token_ids)
         memory = as_memory(memory)
         memory = Memory(tf.convert_to_tensor(memory.mems),
                         tf.convert_to_tensor(memory.mem_mask))
@@ -112,7 +124,7 @@ class TransformerXL(keras.layers.Layer):
         output = self.emb_dropout(self.word_emb(token_ids), training=training)
         pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
         visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length,
-                                       cfg.same_length_convention)
+                                       cfg.same_length_convention, token_mask)
         mems = tf.cast(memory.mems, output.dtype)
         layer_inputs = []
         for i, block in enumerate(self.blocks):
@@ -123,7 +135,7 @@ class TransformerXL(keras.layers.Layer):
                            training=training)
         output = self.out_dropout(output, training=training)
         memory = Memory(tf.cast(memory.mems, tf.float32), memory.mem_mask)  # float16/64 given
-        return output, update_memory(memory, tf.stack(layer_inputs))
+        return output, update_memory(memory, tf.stack(layer_inputs), token_mask)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
