@@ -11,6 +11,7 @@ from txl_tf.layers.init import normal
 from txl_tf.layers.masks import attention_visibility
 from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initial_memory,
                                   update_memory)
+from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
 from txl_tf.validation import check_memory, check_targets, check_token_ids, check_token_mask
 
@@ -136,6 +137,48 @@ class TransformerXL(keras.layers.Layer):
         output = self.out_dropout(output, training=training)
         memory = Memory(tf.cast(memory.mems, tf.float32), memory.mem_mask)  # float16/64 given
         return output, update_memory(memory, tf.stack(layer_inputs), token_mask)
+
+    def read_documents(self, token_ids, lengths, segment_len, mem_len, training=None):
+        """Final hidden state `[B, d_model]` at the last token of each document.
+
+        Row b's document is `token_ids[b, :lengths[b]]` (`1 <= lengths[b] <=
+        L`). Rows are right-aligned (`layers.padding.right_align`) and read
+        segment by segment, left to right, with a memory of `mem_len` slots
+        that starts empty; padding is masked (`hidden_states`' `token_mask`),
+        so a document's result does not depend on the rest of the batch.
+        Gradients flow through the last segment only: the memory is cut
+        from the graph (as in the paper's training) and the earlier segments
+        run in a `tf.while_loop` that is never differentiated.
+        """
+        cfg = self.config
+        segment_len, mem_len = int(segment_len), int(mem_len)
+        if segment_len < 1 or mem_len < 0:
+            raise ValueError(f"segment_len must be >= 1 and mem_len >= 0, got {segment_len} "
+                             f"and {mem_len}")
+        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
+        ids, mask = right_align(token_ids, lengths, segment_len)
+        batch = tf.shape(ids)[0]
+        n_seg = tf.shape(ids)[1] // segment_len
+        memory = initial_memory(cfg.n_layer, batch, mem_len, cfg.d_model)
+
+        def segment(i):
+            begin, size = tf.stack([0, i * segment_len]), tf.stack([batch, segment_len])
+            return tf.slice(ids, begin, size), tf.slice(mask, begin, size)
+
+        if mem_len:  # without memory the earlier segments change nothing
+            def read(i, mems, mem_mask):
+                seg_ids, seg_mask = segment(i)
+                _, new = self.hidden_states(seg_ids, Memory(mems, mem_mask), training,
+                                            token_mask=seg_mask)
+                return i + 1, new.mems, new.mem_mask
+
+            _, mems, mem_mask = tf.while_loop(lambda i, *_: i < n_seg - 1, read,
+                                              (tf.constant(0), *memory))
+            memory = Memory(tf.stop_gradient(mems), tf.stop_gradient(mem_mask))
+        seg_ids, seg_mask = segment(n_seg - 1)
+        hidden, _ = self.hidden_states(seg_ids, memory, training, token_mask=seg_mask)
+        return hidden[:, -1]
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
