@@ -139,7 +139,8 @@ def test_batches_of_any_width_and_float32_logits_under_mixed_precision():
         lambda: ((d, np.zeros(len(d["lengths"]), np.int32)) for d in shapes),
         output_signature=({"token_ids": tf.TensorSpec([None, None], tf.int32),
                            "lengths": tf.TensorSpec([None], tf.int32)},
-                          tf.TensorSpec([None], tf.int32)))
+                          tf.TensorSpec([None], tf.int32))
+    ).apply(tf.data.experimental.assert_cardinality(len(shapes)))
     history = model.fit(data, verbose=0, shuffle=False)
     assert np.isfinite(history.history["loss"][0])
     mixed = TransformerXLClassifier(tiny_config(), 3, dtype="mixed_bfloat16")

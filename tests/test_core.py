@@ -336,7 +336,8 @@ def test_config_replace_rederives_defaults():
     assert TransformerXLConfig.from_json(cfg.to_json()) == cfg
 
 
-@pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp", "pre_lnorm_untied_outputs"])
+@pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp",
+                                  "pre_lnorm_untied_outputs"])
 def test_left_padded_row_computes_what_it_computes_alone(name):
     core = make_core(**VARIANTS[name])
     pad, real = 3, 5
