@@ -195,7 +195,8 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
                 progress: bool | None = None) -> Examples:
     """Examples from a folder with one sub-folder per class, one file per example.
 
-    Class names are the (sorted) sub-folder names, or ``classes``. With
+    Class names are the sub-folder names, or ``classes``; examples come in
+    class-name order, then file order (sorted paths). With
     ``labels`` given, a class folder that is not a known label is an error.
     """
     _check_choice("empty_text", empty_text, EMPTY_TEXT)
@@ -209,7 +210,7 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
             raise ClassificationDataError(f"no class sub-folders; expected {FOLDER_LAYOUT}",
                                           root)
     else:
-        classes = list(classes)
+        classes = sorted(set(classes))
         for name in classes:
             if not (root / name).is_dir():
                 raise CorpusNotFoundError(root / name, FOLDER_LAYOUT, "class folder")
@@ -316,44 +317,40 @@ def _source(texts_or_ids, label_ids, shuffle, seed, shuffle_buffer, repeat):
     return ds
 
 
-def _batch(ds: tf.data.Dataset, opts: _Batching, has_label: bool) -> tf.data.Dataset:
-    """Per-document ``ids [n]`` or ``(ids [n], label)`` -> padded batches."""
+def _features(ragged: tf.RaggedTensor, opts: _Batching) -> dict:
+    """A ragged batch of (truncated) documents -> ``{"token_ids", "lengths"}``,
+    padded to a multiple of ``segment_len`` (or to the maximum)."""
+    lengths = tf.cast(ragged.row_lengths(), tf.int32)
+    ids = ragged.to_tensor(default_value=opts.pad_id)
+    width, step = tf.shape(ids)[1], opts.segment_len
+    if opts.pad_to_max_length:
+        target = opts.num_segments * step
+    else:
+        target = tf.maximum((width + step - 1) // step, 1) * step
+    ids = tf.pad(ids, [[0, 0], [0, target - width]], constant_values=opts.pad_id)
+    batch = opts.batch_size if opts.drop_remainder else None
+    ids.set_shape([batch, target if opts.pad_to_max_length else None])
+    lengths.set_shape([batch])
+    return {"token_ids": ids, "lengths": lengths}
+
+
+def _bucket(ds: tf.data.Dataset, opts: _Batching) -> tf.data.Dataset:
+    """Per-document ``ids [n]`` or ``(ids [n], label)`` -> batches of documents
+    with the same number of segments, padded to exactly that many."""
     def features(ids, *label):
         f = {"token_ids": ids, "lengths": tf.shape(ids, out_type=tf.int32)[0]}
         return (f, *label) if label else f
 
-    def with_label(f, label):
-        return (f, label) if has_label else f
-
-    ds = ds.map(features)
+    has_label = isinstance(ds.element_spec, tuple)
     zero = tf.constant(0, tf.int32)
-    pad = with_label({"token_ids": tf.constant(opts.pad_id, tf.int32), "lengths": zero},
-                     zero)
-    step = opts.segment_len
-    if opts.bucket:
-        # bucket k holds documents of k segments, padded to exactly k * segment_len
-        boundaries = [k * step + 1 for k in range(1, opts.num_segments + 1)]
-        ds = ds.bucket_by_sequence_length(
-            lambda f, *label: f["lengths"], boundaries,
-            [opts.batch_size] * (len(boundaries) + 1), padding_values=pad,
-            pad_to_bucket_boundary=True, drop_remainder=opts.drop_remainder)
-    else:
-        width = opts.num_segments * step if opts.pad_to_max_length else None
-        shapes = with_label({"token_ids": [width], "lengths": []}, [])
-        ds = ds.padded_batch(opts.batch_size, padded_shapes=shapes, padding_values=pad,
-                             drop_remainder=opts.drop_remainder)
-        if not opts.pad_to_max_length:
-            def round_up(f, *label):
-                ids = f["token_ids"]
-                width = tf.shape(ids)[1]
-                target = tf.maximum((width + step - 1) // step, 1) * step
-                padded = tf.pad(ids, [[0, 0], [0, target - width]],
-                                constant_values=opts.pad_id)
-                padded.set_shape([ids.shape[0], None])
-                f = {"token_ids": padded, "lengths": f["lengths"]}
-                return (f, *label) if label else f
-            ds = ds.map(round_up)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    pad = {"token_ids": tf.constant(opts.pad_id, tf.int32), "lengths": zero}
+    # bucket k holds documents of k segments, padded to k * segment_len
+    boundaries = [k * opts.segment_len + 1 for k in range(1, opts.num_segments + 1)]
+    return ds.map(features).bucket_by_sequence_length(
+        lambda f, *label: f["lengths"], boundaries,
+        [opts.batch_size] * (len(boundaries) + 1),
+        padding_values=(pad, zero) if has_label else pad,
+        pad_to_bucket_boundary=True, drop_remainder=opts.drop_remainder)
 
 
 def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokenizer,
@@ -368,8 +365,7 @@ def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokeni
     alone, for ``predict``).
 
     Row b's document is ``token_ids[b, :lengths[b]]``, then ``pad_id``. Texts
-    are tokenized in the graph (``tokenizer.encode_tf``, ``tokenize_chunk``
-    texts per call) and cut to ``max_length`` tokens, keeping the ``"start"``
+    are tokenized in the graph (``tokenizer.encode_tf``) and cut to ``max_length`` tokens, keeping the ``"start"``
     (default) or the ``"end"``. ``L`` is the batch's longest document rounded
     up to a multiple of ``segment_len`` (so at most
     ``ceil(max_length / segment_len)`` distinct shapes ever occur), or always
@@ -377,7 +373,8 @@ def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokeni
     with the same number of segments, so no batch carries a whole segment of
     padding. ``shuffle`` (full buffer unless ``shuffle_buffer``; reproducible
     with ``seed``, a new order each epoch) comes before ``repeat``;
-    ``drop_remainder`` gives a static batch size.
+    ``drop_remainder`` gives a static batch size. Without bucketing whole
+    batches are tokenized at once; with it, ``tokenize_chunk`` texts per call.
     """
     opts = _Batching(batch_size, max_length, segment_len, keep, pad_id, bucket,
                      pad_to_max_length, drop_remainder)
@@ -404,14 +401,22 @@ def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokeni
     ds = _source(tf.constant(texts, tf.string), label_ids, shuffle, seed,
                  shuffle_buffer, repeat)
 
-    def encode(texts, *label):
-        ragged = opts.truncate(tokenizer.encode_tf(texts), batched=True)
-        lengths = tf.cast(ragged.row_lengths(), tf.int32)
-        return (ragged.to_tensor(default_value=opts.pad_id), lengths, *label)
+    def encode(texts):
+        return opts.truncate(tokenizer.encode_tf(texts), batched=True)
 
-    ds = (ds.batch(tokenize_chunk).map(encode, num_parallel_calls=tf.data.AUTOTUNE)
-          .unbatch().map(lambda ids, n, *label: (ids[:n], *label) if label else ids[:n]))
-    return _batch(ds, opts, label_ids is not None)
+    if opts.bucket:  # tokenize in chunks, then group single documents
+        def chunk(texts, *label):
+            ragged = encode(texts)
+            return (ragged.to_tensor(default_value=opts.pad_id),
+                    tf.cast(ragged.row_lengths(), tf.int32), *label)
+        ds = (ds.batch(tokenize_chunk).map(chunk, num_parallel_calls=tf.data.AUTOTUNE)
+              .unbatch().map(lambda ids, n, *label: (ids[:n], *label) if label else ids[:n]))
+        ds = _bucket(ds, opts)
+    else:  # tokenize whole batches
+        ds = ds.batch(opts.batch_size, drop_remainder=opts.drop_remainder).map(
+            lambda texts, *label: (_features(encode(texts), opts), *label) if label
+            else _features(encode(texts), opts), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
@@ -452,6 +457,11 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
                              f"{label_ids.shape} dtype {label_ids.dtype}")
         label_ids = label_ids.astype(np.int32)
     ds = _source(documents, label_ids, shuffle, seed, shuffle_buffer, repeat)
-    ds = ds.map(lambda ids, *label: (opts.truncate(ids, batched=False), *label)
-                if label else opts.truncate(ids, batched=False))
-    return _batch(ds, opts, label_ids is not None)
+    if opts.bucket:
+        ds = _bucket(ds.map(lambda ids, *label: (opts.truncate(ids, batched=False), *label)
+                            if label else opts.truncate(ids, batched=False)), opts)
+    else:
+        ds = ds.ragged_batch(opts.batch_size, drop_remainder=opts.drop_remainder).map(
+            lambda ids, *label: (_features(opts.truncate(ids, batched=True), opts), *label)
+            if label else _features(opts.truncate(ids, batched=True), opts))
+    return ds.prefetch(tf.data.AUTOTUNE)
