@@ -365,9 +365,10 @@ def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokeni
     alone, for ``predict``).
 
     Row b's document is ``token_ids[b, :lengths[b]]``, then ``pad_id``. Texts
-    are tokenized in the graph (``tokenizer.encode_tf``) and cut to ``max_length`` tokens, keeping the ``"start"``
-    (default) or the ``"end"``. ``L`` is the batch's longest document rounded
-    up to a multiple of ``segment_len`` (so at most
+    are tokenized in the graph (``tokenizer.encode_tf``) and cut to
+    ``max_length`` tokens, keeping the ``"start"`` (default) or the ``"end"``.
+    ``L`` is the batch's longest document rounded up to a multiple of
+    ``segment_len`` (so at most
     ``ceil(max_length / segment_len)`` distinct shapes ever occur), or always
     that maximum with ``pad_to_max_length``. ``bucket=True`` groups documents
     with the same number of segments, so no batch carries a whole segment of
