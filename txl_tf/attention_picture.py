@@ -151,8 +151,8 @@ def _ticks(n, offset, cell, line, n_memory, labels, most=12):
 
 def attention_figure(weights, visible, n_memory, key_labels=None, query_labels=None,
                      title=None, cell=None, vmax=None, cmap=CMAP):
-    """A matplotlib `Figure` showing `attention_image` one image pixel per
-    screen pixel (at the figure's 100 dpi): keys on x (numbered from the
+    """A matplotlib `Figure` holding `attention_image` pixel for pixel (at
+    the figure's 100 dpi its image is a sub-array of the PNG): keys on x (numbered from the
     segment's start, memory negative, or `key_labels`), queries on y (or
     `query_labels`), "memory" and "segment" over their regions, a colorbar
     and a key for hidden cells. `cell` defaults to fit about 1200 pixels."""
@@ -180,16 +180,22 @@ def attention_figure(weights, visible, n_memory, key_labels=None, query_labels=N
     fig_w, fig_h = width + left + right, height + bottom + top
     dpi = 100
     fig = Figure(figsize=(fig_w / dpi, fig_h / dpi), dpi=dpi)
+    # The image goes in unresampled (figimage); the axes over it only carry
+    # ticks and labels, in image pixel coordinates, without a frame.
+    fig.figimage(image, xo=left, yo=bottom, origin="upper")
     ax = fig.add_axes([left / fig_w, bottom / fig_h, width / fig_w, height / fig_h])
-    ax.imshow(image, interpolation="nearest", aspect="auto")
+    ax.set_xlim(-0.5, width - 0.5)
+    ax.set_ylim(height - 0.5, -0.5)
+    ax.patch.set_visible(False)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
     font = 7 if labelled else 9
     xs, xl = _ticks(klen, n_memory, cell, line, n_memory, key_labels)
     ax.set_xticks(xs, xl, rotation=90 if rotate else 0, fontsize=font)
     ys, yl = _ticks(qlen, 0, cell, 0, 0, query_labels)
     ax.set_yticks(ys, yl, fontsize=font)
-    ax.set_xlabel("keys: memory slots, then the segment (position from the segment's start)"
-                  if key_labels is None else "keys: memory slots, then the segment")
-    ax.set_ylabel("queries (segment positions)")
+    ax.set_xlabel("keys: memory, then segment" + (" (position)" if key_labels is None else ""))
+    ax.set_ylabel("queries")
     split = n_memory * cell + line / 2 - 0.5
     if n_memory:
         ax.text(split / 2, -4, f"memory ({n_memory})", ha="center", va="bottom", fontsize=10)
