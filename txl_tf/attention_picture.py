@@ -152,10 +152,11 @@ def _ticks(n, offset, cell, line, n_memory, labels, most=12):
 def attention_figure(weights, visible, n_memory, key_labels=None, query_labels=None,
                      title=None, cell=None, vmax=None, cmap=CMAP):
     """A matplotlib `Figure` holding `attention_image` pixel for pixel (at
-    the figure's 100 dpi its image is a sub-array of the PNG): keys on x (numbered from the
-    segment's start, memory negative, or `key_labels`), queries on y (or
-    `query_labels`), "memory" and "segment" over their regions, a colorbar
-    and a key for hidden cells. `cell` defaults to fit about 1200 pixels."""
+    the figure's 100 dpi its image is a sub-array of the PNG): keys on x
+    (numbered from the segment's start, memory negative, or `key_labels`),
+    queries on y (or `query_labels`), "memory" and "segment" over their
+    regions, a colorbar and a key for hidden cells. `cell` defaults to fit
+    about 1200 pixels."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
