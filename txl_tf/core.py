@@ -1,4 +1,6 @@
 """The pure core: `(token_ids, memory) -> (outputs, new_memory)`, no hidden state."""
+import numbers
+
 import keras
 import tensorflow as tf
 
@@ -99,7 +101,7 @@ class TransformerXL(keras.layers.Layer):
             return self.crit(hidden), new_memory
         return self.crit(hidden, targets), new_memory
 
-    def hidden_states(self, token_ids, memory, training=None, token_mask=None):
+    def hidden_states(self, token_ids, memory, training=None, token_mask=None, _probe=None):
         """Final hidden states `[B, T, d_model]` (after the output dropout) and
         the new memory.
 
@@ -108,7 +110,9 @@ class TransformerXL(keras.layers.Layer):
         invalid slots of the new memory; outputs at padded positions are
         finite but meaningless. Relative positions depend on distances only,
         so a row left-padded inside a batch computes at its real positions
-        what it computes alone.
+        what it computes alone. (`_probe(i, block, *block_args)`, if given,
+        sees the arguments of each block before it runs: see
+        `attention_probabilities`.)
         """
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
@@ -132,6 +136,8 @@ class TransformerXL(keras.layers.Layer):
             layer_inputs.append(output)
             r_w_bias = self.r_w_bias[i] if cfg.untie_r else self.r_w_bias
             r_r_bias = self.r_r_bias[i] if cfg.untie_r else self.r_r_bias
+            if _probe is not None:
+                _probe(i, block, output, pos_emb, mems[i], visible, r_w_bias, r_r_bias)
             output = block(output, pos_emb, mems[i], visible, r_w_bias, r_r_bias,
                            training=training)
         output = self.out_dropout(output, training=training)
@@ -179,6 +185,24 @@ class TransformerXL(keras.layers.Layer):
         seg_ids, seg_mask = segment(n_seg - 1)
         hidden, _ = self.hidden_states(seg_ids, memory, training, token_mask=seg_mask)
         return hidden[:, -1]
+
+    def attention_probabilities(self, token_ids, memory, layer):
+        """Layer `layer`'s attention `(probs [B, n_head, T, M + T] float32,
+        new_memory)` for one segment, by the layer's own math, in inference
+        (no dropout). Keys are the M memory slots then the T segment
+        positions; hidden keys (future, invalid slots) get exactly 0 and each
+        row sums to 1. The new memory is what `call` returns."""
+        n_layer = self.config.n_layer
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) \
+                or not 0 <= layer < n_layer:
+            raise ValueError(f"layer must be an integer in [0, {n_layer}), got {layer!r}")
+        found = []
+
+        def probe(i, block, *block_args):
+            if i == layer:
+                found.append(block.rel_attn.probabilities(*block_args))
+        _, new_memory = self.hidden_states(token_ids, memory, training=False, _probe=probe)
+        return found[0], new_memory
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

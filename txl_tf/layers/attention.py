@@ -58,6 +58,32 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):
         """inputs `[B, T, d]`, pos_emb `[K, d]`, memory `[B, M, d]` (K = M + T),
         visible `[B, 1, T, K]` bool, biases `[n_head, d_head]` → `[B, T, d]`."""
+        score, v = self._scores(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
+        prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
+        prob = self.attn_dropout(prob, training=training)
+
+        shape = tf.shape(inputs)
+        batch, qlen = shape[0], shape[1]
+        heads = self.n_head * self.d_head
+        vec = tf.transpose(tf.matmul(prob, v), [0, 2, 1, 3])  # [B, T, H, d]
+        vec = tf.reshape(vec, [-1, heads])
+        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)), [batch, qlen, self.d_model])
+        out = self.out_dropout(out, training=training)
+        if self.pre_lnorm:
+            return inputs + out
+        return self.layer_norm(inputs + out)
+
+    def probabilities(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias):
+        """The attention probabilities `[B, n_head, T, M + T]` float32 that
+        `call` (same arguments) weighs the values with, before attention
+        dropout. Keys are the memory slots then the segment; a hidden key
+        gets exactly 0 and each row sums to 1."""
+        score, _ = self._scores(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
+        return tf.nn.softmax(score, axis=-1)
+
+    def _scores(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias):
+        """float32 scores `[B, H, T, K]` (hidden keys at -1e30) and the values
+        `[B, H, K, d_head]` in the compute dtype."""
         qlen = tf.shape(inputs)[1]
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)
         if self.pre_lnorm:
@@ -96,17 +122,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # Hidden keys get -1e30 added (the sum rounds to exactly -1e30): an
         # add, whose gradient is free, in place of a select over [B, H, T, K].
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]
-        score = tf.cast(content + position, tf.float32) + hidden
-        prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
-        prob = self.attn_dropout(prob, training=training)
-
-        vec = tf.transpose(tf.matmul(prob, v), [0, 2, 1, 3])  # [B, T, H, d]
-        vec = tf.reshape(vec, [-1, heads])
-        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)), [batch, qlen, self.d_model])
-        out = self.out_dropout(out, training=training)
-        if self.pre_lnorm:
-            return inputs + out
-        return self.layer_norm(inputs + out)
+        return tf.cast(content + position, tf.float32) + hidden, v
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "n_head": self.n_head,
