@@ -240,8 +240,8 @@ def probe_steps(o, pretrained_dir, labels, train, tokenizer):
     import statistics
     model = build_classifier(o, pretrained_dir, True, o["mem_len"], labels, 100)
     timer = StepTimer()
-    model.fit(train_dataset(o, train, tokenizer), steps_per_epoch=12, epochs=1, verbose=0, shuffle=False, shuffle=False,
-              callbacks=[timer])
+    model.fit(train_dataset(o, train, tokenizer), steps_per_epoch=12, epochs=1,
+              verbose=0, shuffle=False, callbacks=[timer])
     per_step = statistics.median(timer.seconds[4:])
     return max(int(o["finetune_s"] * 0.95 / per_step), 10), per_step
 
@@ -253,7 +253,7 @@ def fine_tune(o, name, use_pretrained, mem_len, pretrained_dir, labels, train, t
     timer = StepTimer()
     start = time.time()
     history = model.fit(train_dataset(o, train, tokenizer), steps_per_epoch=steps, epochs=1,
-                        verbose=0, callbacks=[timer])
+                        verbose=0, shuffle=False, callbacks=[timer])
     seconds = time.time() - start
     acc, per_class, confusion = accuracy(model, test, tokenizer, o)
     row = {"variant": name, "pretrained": use_pretrained, "mem_len": model.mem_len,
