@@ -93,8 +93,12 @@ class TransformerXLClassifier(PrebuiltModel, keras.Model):
         published checkpoints), via `txl_tf.model_dir`. `config_overrides`
         (e.g. `{"dropout": 0.1}`) change the backbone's config."""
         from txl_tf import model_dir
+        if kwargs.get("dtype") == "auto":
+            kwargs["dtype"] = choose_precision(tf.distribute.get_strategy()).policy
         source = model_dir.resolve(path, checkpoint=checkpoint)
-        core = model_dir.load_core(source, **(config_overrides or {}))
+        # the backbone computes in the classifier's policy, as a fresh one would
+        core = model_dir.load_core(source, dtype=kwargs.get("dtype"),
+                                   **(config_overrides or {}))
         model = cls(core, num_classes, **kwargs)
         model.vocab_dir = source.vocab_dir
         return model
