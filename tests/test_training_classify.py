@@ -188,6 +188,16 @@ def test_an_existing_classifier_is_not_overwritten(trained, data):
     assert open(os.path.join(out, "classifier.keras"), "rb").read() == before
 
 
+def test_evaluate_needs_a_classifier_dir(data, tmp_path):
+    with pytest.raises(TrainingError, match=r"--classifier_dir .*nowhere does not exist"):
+        classify.run(mode="evaluate", classifier_dir=str(tmp_path / "nowhere"),
+                     eval_data=data["eval"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainingError, match=r"holds no classifier.keras"):
+        classify.run(mode="evaluate", classifier_dir=str(tmp_path / "empty"),
+                     eval_data=data["eval"])
+
+
 @pytest.mark.parametrize("args, message", [
     (["--train_data={root}/missing.tsv", "--backbone={backbone}", "--output_dir={root}/o"],
      r"error: --train_data: classification data not found: .*missing.tsv"),
@@ -203,8 +213,6 @@ def test_an_existing_classifier_is_not_overwritten(trained, data):
       "--epochs=1"], r"error: pass --steps or --epochs, not both"),
     (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
       "--export=tflite"], r"error: --export: unknown format\(s\) tflite"),
-    (["--mode=evaluate", "--classifier_dir={root}/nowhere", "--eval_data={train}"],
-     r"error: --classifier_dir .*nowhere does not exist"),
 ])
 def test_command_line_errors(data, args, message):
     root = data["root"]
