@@ -115,27 +115,35 @@ class Decoder:
         hidden, memory = self.core.hidden_states(ids, memory, training=False)
         return self.core.crit(hidden[:, -1]), memory
 
-    def _step_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id):
-        """Picks one id per row, reads it, and freezes the memory of rows that
-        had stopped before this step."""
+    def _step_graph(self, log_probs, mems, mem_mask, keys, values, seen, counters, done, rows,
+                    pad_id):
+        """Picks one id per row, reads it (projecting only the new position:
+        the memory's keys and values are carried), and freezes the memory of
+        rows that had stopped before this step."""
         ids, chosen, seen, counters, now_done = choose(log_probs, rows, seen, counters, done,
                                                        pad_id)
-        log_probs, new = self._last_graph(ids[:, None], Memory(mems, mem_mask))
-        mems = tf.where(done[None, :, None, None], mems, new.mems)
+        hidden, new, (new_keys, new_values) = self.core.cached_hidden_states(
+            ids[:, None], Memory(mems, mem_mask), (keys, values))
+        log_probs = self.core.crit(hidden[:, -1])
+        frozen = done[None, :, None, None]
+        mems = tf.where(frozen, mems, new.mems)
         mem_mask = tf.where(done[:, None], mem_mask, new.mem_mask)
-        return ids, chosen, log_probs, mems, mem_mask, seen, counters, now_done
+        keys = tf.where(frozen[..., None], keys, new_keys)
+        values = tf.where(frozen[..., None], values, new_values)
+        return ids, chosen, log_probs, mems, mem_mask, keys, values, seen, counters, now_done
 
     def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
                       num_tokens):
         """Up to `num_tokens` steps in one `tf.while_loop`, ending early when
-        every row is done; ids and log-probs `[B, num_tokens]` and the state."""
+        every row is done; ids and log-probs `[B, num_tokens]` and the state.
+        The memory's keys and values are computed once here and carried."""
         batch = tf.shape(done)[0]
         ids = tf.fill([num_tokens, batch], pad_id)
         chosen = tf.zeros([num_tokens, batch], tf.float32)
+        keys, values = self.core.memory_keys_values(Memory(mems, mem_mask))
 
-        def body(t, ids, chosen, log_probs, mems, mem_mask, seen, counters, done):
-            new_ids, new_lps, *state = self._step(log_probs, mems, mem_mask, seen, counters,
-                                                  done, rows, pad_id)
+        def body(t, ids, chosen, *state):
+            new_ids, new_lps, *state = self._step(*state, rows, pad_id)
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
             return (t + 1, ids, chosen, *state)
@@ -143,10 +151,10 @@ class Decoder:
         def more(t, *loop):
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
-        _, ids, chosen, *state = tf.while_loop(
-            more, body, [tf.constant(0), ids, chosen, log_probs, mems, mem_mask, seen,
-                         counters, done])
-        return (tf.transpose(ids), tf.transpose(chosen), *state)
+        _, ids, chosen, log_probs, mems, mem_mask, _, _, *state = tf.while_loop(
+            more, body, [tf.constant(0), ids, chosen, log_probs, mems, mem_mask, keys, values,
+                         seen, counters, done])
+        return (tf.transpose(ids), tf.transpose(chosen), log_probs, mems, mem_mask, *state)
 
 
 def _tensors(memory):
