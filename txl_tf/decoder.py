@@ -125,12 +125,11 @@ class Decoder:
         hidden, new, (new_keys, new_values) = self.core.cached_hidden_states(
             ids[:, None], Memory(mems, mem_mask), (keys, values))
         log_probs = self.core.crit(hidden[:, -1])
-        frozen = done[None, :, None, None]
-        mems = tf.where(frozen, mems, new.mems)
-        mem_mask = tf.where(done[:, None], mem_mask, new.mem_mask)
-        keys = tf.where(frozen[..., None], keys, new_keys)
-        values = tf.where(frozen[..., None], values, new_values)
-        return ids, chosen, log_probs, mems, mem_mask, keys, values, seen, counters, now_done
+        state = (mems, mem_mask, keys, values)
+        new_state = (new.mems, new.mem_mask, new_keys, new_values)
+        state = tf.cond(tf.reduce_any(done), lambda: _freeze(done, state, new_state),
+                        lambda: new_state)  # skips three passes over the memory
+        return (ids, chosen, log_probs, *state, seen, counters, now_done)
 
     def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
                       num_tokens):
@@ -155,6 +154,15 @@ class Decoder:
             more, body, [tf.constant(0), ids, chosen, log_probs, mems, mem_mask, keys, values,
                          seen, counters, done])
         return (tf.transpose(ids), tf.transpose(chosen), log_probs, mems, mem_mask, *state)
+
+
+def _freeze(done, old, new):
+    """`new` (mems, mem_mask, keys, values), with `old` in the rows `done`
+    (the batch axis is the first of mem_mask, the second of the others)."""
+    def rows(tensor):
+        axis = 0 if tensor.shape.rank == 2 else 1
+        return tf.reshape(done, [1] * axis + [-1] + [1] * (tensor.shape.rank - axis - 1))
+    return tuple(tf.where(rows(a), a, b) for a, b in zip(old, new))
 
 
 def _tensors(memory):
