@@ -96,9 +96,11 @@ def output_log_probs(w, cfg, hidden):
     return np.concatenate(parts, -1)
 
 
-def forward(w, cfg, dec_inp, mems=None):
+def forward(w, cfg, dec_inp, mems=None, attention=None):
     """dec_inp `[qlen, bsz]`, mems list of `[mlen, bsz, d]` or None →
-    (log_probs `[qlen, bsz, n_token]`, new_mems list keeping `cfg.mem_len`)."""
+    (log_probs `[qlen, bsz, n_token]`, new_mems list keeping `cfg.mem_len`).
+    `attention`, a list if given, gets each layer's attention probabilities
+    `[qlen, klen, bsz, n_head]`."""
     eps = cfg.layer_norm_epsilon
     qlen, bsz = dec_inp.shape
     mlen = mems[0].shape[0] if mems is not None else 0
@@ -136,6 +138,8 @@ def forward(w, cfg, dec_inp, mems=None):
         score = score * (1 - m) - 1e30 * m
         score = score - score.max(1, keepdims=True)
         prob = np.exp(score) / np.exp(score).sum(1, keepdims=True)
+        if attention is not None:
+            attention.append(prob)
         vec = np.einsum("ijbn,jbnd->ibnd", prob, v).reshape(qlen, bsz, n * dh)
         attn = vec @ w[f"{p}/rel_attn/o/kernel"]
         output = output + attn if cfg.pre_lnorm else ln(attn + output, "rel_attn")

@@ -1,4 +1,6 @@
 """The pure core: `(token_ids, memory) -> (outputs, new_memory)`, no hidden state."""
+import numbers
+
 import keras
 import tensorflow as tf
 
@@ -96,18 +98,39 @@ class TransformerXL(keras.layers.Layer):
             return self.crit(hidden), new_memory
         return self.crit(hidden, targets), new_memory
 
-    def hidden_states(self, token_ids, memory, training=None):
+    def hidden_states(self, token_ids, memory, training=None, _probe=None):
         """Final hidden states `[B, T, d_model]` (after the output dropout) and
-        the new memory."""
+        the new memory. (`_probe(i, block, *block_args)`, if given, sees the
+        arguments of each block before it runs: see `attention_probabilities`.)"""
         output, pos_emb, visible, memory = self._inputs(token_ids, memory, training)
         mems = tf.cast(memory.mems, output.dtype)
         layer_inputs = []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(output)
+            if _probe is not None:
+                _probe(i, block, output, pos_emb, mems[i], visible, *self._biases(i))
             output = block(output, pos_emb, mems[i], visible, *self._biases(i),
                            training=training)
         output = self.out_dropout(output, training=training)
         return output, update_memory(_float32(memory), tf.stack(layer_inputs))
+
+    def attention_probabilities(self, token_ids, memory, layer):
+        """Layer `layer`'s attention `(probs [B, n_head, T, M + T] float32,
+        new_memory)` for one segment, by the layer's own math, in inference
+        (no dropout). Keys are the M memory slots then the T segment
+        positions; hidden keys (future, invalid slots) get exactly 0 and each
+        row sums to 1. The new memory is what `call` returns."""
+        n_layer = self.config.n_layer
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) \
+                or not 0 <= layer < n_layer:
+            raise ValueError(f"layer must be an integer in [0, {n_layer}), got {layer!r}")
+        found = []
+
+        def probe(i, block, *block_args):
+            if i == layer:
+                found.append(block.rel_attn.probabilities(*block_args))
+        _, new_memory = self.hidden_states(token_ids, memory, training=False, _probe=probe)
+        return found[0], new_memory
 
     # ---------------------------------------------------------------- decoding
     def memory_keys_values(self, memory):

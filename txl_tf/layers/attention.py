@@ -58,6 +58,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):
         """inputs `[B, T, d]`, pos_emb `[K, d]`, memory `[B, M, d]` (K = M + T),
         visible `[B, 1, T, K]` bool, biases `[n_head, d_head]` → `[B, T, d]`."""
+        rows, k, v = self._rows_keys_values(inputs, memory)
+        return self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training)
+
+    def probabilities(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias):
+        """The attention probabilities `[B, n_head, T, M + T]` float32 that
+        `call` (same arguments) weighs the values with, before attention
+        dropout. Keys are the memory slots then the segment; a hidden key
+        gets exactly 0 and each row sums to 1."""
+        rows, k, _ = self._rows_keys_values(inputs, memory)
+        return tf.nn.softmax(self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias), axis=-1)
+
+    def _rows_keys_values(self, inputs, memory):
+        """The query rows (`inputs`, after LayerNorm with `pre_lnorm`) and the
+        keys and values of `concat(memory, inputs)`."""
         qlen = tf.shape(inputs)[1]
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)
         if self.pre_lnorm:
@@ -70,7 +84,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         batch, klen = shape[0], shape[1]
         rows = tf.slice(cat, tf.stack([0, klen - qlen, 0]), tf.stack([batch, qlen, self.d_model]))
         k, v = self._keys_values(cat)
-        return self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training)
+        return rows, k, v
 
     def memory_keys_values(self, memory):
         """Keys and values `[B, H, M, d_head]` of the memory positions. They
@@ -102,19 +116,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return (_heads_first(k, shape[0], shape[1], self.n_head, self.d_head),
                 _heads_first(v, shape[0], shape[1], self.n_head, self.d_head))
 
-    def _attend(self, inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training):
-        """The attention of the query `rows` (`inputs`, after LayerNorm with
-        `pre_lnorm`) over keys / values `[B, H, K, d_head]`, then the output
-        projection and the residual."""
+    def _scores(self, rows, k, pos_emb, visible, r_w_bias, r_r_bias):
+        """float32 scores `[B, H, T, K]` of the query `rows` `[B, T, d]` over
+        keys `[B, H, K, d_head]`; hidden keys at -1e30."""
         heads = self.n_head * self.d_head
         shape = tf.shape(rows)
-        batch, qlen = shape[0], shape[1]
         q_kernel = self._w(tf.slice(self.qkv_kernel, [0, 0], [self.d_model, heads]))
         q = tf.matmul(tf.reshape(rows, [-1, self.d_model]), q_kernel)
         # Heads-major [B, H, len, d_head] so that every product below is a
         # plain batch matmul: their gradients are batch matmuls too (einsum's
         # are einsums with transposes, slower in bfloat16: benchmarks/NOTES.md).
-        q = _heads_first(q, batch, qlen, self.n_head, self.d_head)
+        q = _heads_first(q, shape[0], shape[1], self.n_head, self.d_head)
         r = tf.transpose(tf.reshape(tf.matmul(pos_emb, self._w(self.r_kernel)),
                                     [-1, self.n_head, self.d_head]), [1, 0, 2])  # [H, K, d]
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
@@ -126,12 +138,19 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # Hidden keys get -1e30 added (the sum rounds to exactly -1e30): an
         # add, whose gradient is free, in place of a select over [B, H, T, K].
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]
-        score = tf.cast(content + position, tf.float32) + hidden
+        return tf.cast(content + position, tf.float32) + hidden
+
+    def _attend(self, inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training):
+        """Attention of the query `rows` over keys / values `[B, H, K, d_head]`,
+        then the output projection and the residual onto `inputs`."""
+        score = self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias)
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         prob = self.attn_dropout(prob, training=training)
+        shape = tf.shape(inputs)
         vec = tf.transpose(tf.matmul(prob, v), [0, 2, 1, 3])  # [B, T, H, d]
-        vec = tf.reshape(vec, [-1, heads])
-        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)), [batch, qlen, self.d_model])
+        vec = tf.reshape(vec, [-1, self.n_head * self.d_head])
+        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)),
+                         [shape[0], shape[1], self.d_model])
         out = self.out_dropout(out, training=training)
         if self.pre_lnorm:
             return inputs + out
