@@ -8,6 +8,9 @@ export_saved_model(loaded.core, "out/saved_model", mem_len=64)
 export_onnx(loaded.core, "out/model.onnx", mem_len=64)
 rt = open_runtime("out/model.onnx")                    # or "out/saved_model"
 log_probs, memory = rt.step(token_ids, rt.initial_memory(batch_size))
+
+export_classifier(classifier, "out/cls")                # TransformerXLClassifier
+probs = open_classifier("out/cls").probabilities(token_ids, lengths)
 ```
 """
 import importlib
@@ -16,6 +19,9 @@ import importlib
 # TensorFlow's start-up before anything here imports it.
 _SOURCES = {
     "ExportError": "export.job", "run_export": "export.job",
+    "export_classifier": "export.classifier_export",
+    "ClassifierRuntime": "export.classifier_runtime",
+    "open_classifier": "export.classifier_runtime",
     "ExportInfo": "export.metadata", "export_metadata": "export.metadata",
     "ModelDirError": "export.model_dir", "load_model": "export.model_dir",
     "save_core_weights": "export.model_dir", "save_model_dir": "export.model_dir",

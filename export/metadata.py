@@ -33,6 +33,9 @@ class ExportInfo:
     """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`."""
 
     def __init__(self, values):
+        if values.get("task") == "classification":
+            raise ValueError("this export is a txl_tf classifier: open it with "
+                             "export.open_classifier")
         missing = [k for k in (CONFIG_KEY, "mem_len") if k not in values]
         if missing:
             raise ValueError(f"export metadata lacks {missing}; was this exported by txl_tf?")
@@ -41,6 +44,58 @@ class ExportInfo:
         self.mem_len = int(values["mem_len"])
         self.log_probs = values.get("log_probs", "all")
         self.zero_filled = values.get("zero_filled_memory", "false") == "true"
+
+    @classmethod
+    def from_json_file(cls, path):
+        with open(path, encoding="utf-8") as f:
+            return cls(json.load(f))
+
+
+CLASSIFIER_INPUTS = ("token_ids", "lengths")
+CLASSIFIER_OUTPUTS = ("probabilities",)
+
+
+def classifier_metadata(model, label_names=None, vocab_files=()):
+    """String key/value pairs of an exported `TransformerXLClassifier`:
+    backbone config, classes and their names, how documents are read."""
+    import txl_tf
+    config = model.config
+    names = model.label_names if label_names is None else [str(n) for n in label_names]
+    if names is not None and len(names) != model.num_classes:
+        raise ValueError(f"{len(names)} label_names for {model.num_classes} classes")
+    return {
+        CONFIG_KEY: config.to_json(),
+        "task": "classification",
+        "num_classes": str(model.num_classes),
+        "label_names": json.dumps(names),
+        "segment_len": str(model.segment_len),
+        "mem_len": str(model.mem_len),
+        "n_token": str(config.n_token),
+        "vocab_size": str(config.n_token),
+        "vocab_files": json.dumps(list(vocab_files)),
+        "inputs": ",".join(CLASSIFIER_INPUTS),
+        "outputs": ",".join(CLASSIFIER_OUTPUTS),
+        "token_ids_dtype": "int32",
+        "txl_tf_version": txl_tf.__version__,
+    }
+
+
+class ClassifierInfo:
+    """Parsed classifier metadata: `config`, `num_classes`, `label_names`
+    (or None), `segment_len`, `mem_len`, `vocab_files`."""
+
+    def __init__(self, values):
+        if values.get("task") != "classification":
+            raise ValueError("this export is not a txl_tf classifier (metadata 'task' is "
+                             f"{values.get('task')!r}); use export.open_runtime for language "
+                             "models")
+        self.values = dict(values)
+        self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
+        self.num_classes = int(values["num_classes"])
+        self.label_names = json.loads(values.get("label_names", "null"))
+        self.segment_len = int(values["segment_len"])
+        self.mem_len = int(values["mem_len"])
+        self.vocab_files = json.loads(values.get("vocab_files", "[]"))
 
     @classmethod
     def from_json_file(cls, path):

@@ -61,12 +61,22 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
+    return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
+                             external_data_threshold)
+
+
+def save_with_weights(model, path, variables, n_inputs,
+                      external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+    """Checks `model` (from `convert_with_weight_inputs`, `n_inputs` interface
+    inputs) and writes it with `variables` as initializers; returns the
+    files written (the model, and its external data file when the weights
+    are above `external_data_threshold` bytes)."""
     # Checked while the weights are still graph inputs: checking the file would
     # parse all of a single-file model's weights (twice their size in memory).
     onnx.checker.check_model(model)
-    n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in core.weights)
+    n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in variables)
     data_path = external_data_file(path) if n_bytes > external_data_threshold else None
-    _save_with_weights(model, path, core.weights, data_path)
+    _save_with_weights(model, path, variables, data_path, n_inputs)
     del model
     if data_path:  # reads only the graph, and checks that the data file is beside it
         onnx.checker.check_model(path)
@@ -75,20 +85,30 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
 
 def _convert(core, mem_len, log_probs, opset):
     """tf2onnx ModelProto of `step(token_ids, mems, mem_mask, *weights)`."""
+    return convert_with_weight_inputs(
+        lambda token_ids, mems, mem_mask: serve_step(core, token_ids, mems, mem_mask,
+                                                     log_probs),
+        interface_specs(core.config, mem_len), core.weights, opset)
+
+
+def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
+    """tf2onnx ModelProto of `fn(*interface)` where the Keras `variables` it
+    reads are extra graph inputs named `txl_weight_NNNN` after the `specs`
+    inputs (see the module doc; `save_with_weights` makes them initializers)."""
     import tf2onnx  # heavy import, only when converting
 
-    variables = list(core.weights)
-    specs = interface_specs(core.config, mem_len) + [
-        tf.TensorSpec(v.shape, v.dtype, name=f"{_WEIGHT_PREFIX}{i:04d}")
-        for i, v in enumerate(variables)]
+    variables = list(variables)
+    n_inputs = len(specs)
+    specs = list(specs) + [tf.TensorSpec(v.shape, v.dtype, name=f"{_WEIGHT_PREFIX}{i:04d}")
+                           for i, v in enumerate(variables)]
 
     @tf.function(input_signature=specs, autograph=False)
-    def step(token_ids, mems, mem_mask, *values):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            return serve_step(core, token_ids, mems, mem_mask, log_probs)
+    def run(*args):
+        with keras.StatelessScope(state_mapping=list(zip(variables, args[n_inputs:]))):
+            return fn(*args[:n_inputs])
 
     model, _ = tf2onnx.convert.from_function(
-        step, input_signature=specs, opset=opset,
+        run, input_signature=specs, opset=opset,
         custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})
     return model
 
@@ -116,66 +136,89 @@ def id_check_node_name(n_token):
     return f"token_ids out of range: valid ids are 0 to {n_token - 1}"
 
 
+def onnx_constant(name, value, dtype=TensorProto.INT32):
+    """A Constant node whose output is `name`."""
+    return helper.make_node("Constant", [], [name], name=name,
+                            value=helper.make_tensor(name, dtype, np.shape(value),
+                                                     np.ravel(value).tolist()))
+
+
 def add_id_range_check(model, ids_name, n_token):
-    """Makes the graph fail on ids outside `[0, n_token)` (negative ones too).
-
-    bad = any(ids < 0 or ids >= n_token) indexes a 1-element constant, so a
-    bad id is a Gather out of bounds in a node named by `id_check_node_name`;
-    the gathered 0 is added to the ids the model reads, so no optimiser can
-    drop the check.
-    """
-    checked = f"{ids_name}_checked"
-    for node in model.graph.node:
-        node.input[:] = [checked if name == ids_name else name for name in node.input]
+    """Makes the graph fail on ids outside `[0, n_token)` (negative ones too)
+    (`add_input_guard` with bad = ids < 0 or ids >= n_token)."""
     c = "txl_id_check/"
-
-    def const(name, value, dtype):
-        return helper.make_node("Constant", [], [c + name], name=c + name,
-                                value=helper.make_tensor(c + name, dtype, np.shape(value),
-                                                         np.ravel(value).tolist()))
-
     nodes = [
-        const("zero", 0, TensorProto.INT32),
-        const("n_token", n_token, TensorProto.INT32),
-        const("guard_data", [0], TensorProto.INT32),
+        onnx_constant(c + "zero", 0),
+        onnx_constant(c + "n_token", n_token),
         helper.make_node("Less", [ids_name, c + "zero"], [c + "negative"], name=c + "negative"),
         helper.make_node("GreaterOrEqual", [ids_name, c + "n_token"], [c + "too_large"],
                          name=c + "too_large"),
         helper.make_node("Or", [c + "negative", c + "too_large"], [c + "bad"], name=c + "bad"),
-        helper.make_node("Cast", [c + "bad"], [c + "bad_int"], name=c + "bad_int",
+    ]
+    add_input_guard(model, ids_name, nodes, c + "bad", id_check_node_name(n_token), c)
+
+
+def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix):
+    """Makes the graph fail when any element of the bool tensor `bad_name`
+    (computed by `bad_nodes` from the raw input) is True.
+
+    any(bad) indexes a 1-element constant, so a bad input is a Gather out of
+    bounds in a node named `message` (onnxruntime prints it); the gathered 0
+    is added to the int32 input the model reads, so no optimiser can drop
+    the check. Node names start with `prefix`.
+    """
+    checked = f"{input_name}_checked"
+    for node in model.graph.node:
+        node.input[:] = [checked if name == input_name else name for name in node.input]
+    c = prefix
+    nodes = list(bad_nodes) + [
+        onnx_constant(c + "guard_data", [0]),
+        helper.make_node("Cast", [bad_name], [c + "bad_int"], name=c + "bad_int",
                          to=TensorProto.INT64),
         helper.make_node("ReduceMax", [c + "bad_int"], [c + "any_bad"], name=c + "any_bad",
                          keepdims=0),
         helper.make_node("Gather", [c + "guard_data", c + "any_bad"], [c + "zero_if_valid"],
-                         name=id_check_node_name(n_token), axis=0),
-        helper.make_node("Add", [ids_name, c + "zero_if_valid"], [checked], name=c + "add"),
+                         name=message, axis=0),
+        helper.make_node("Add", [input_name, c + "zero_if_valid"], [checked], name=c + "add"),
     ]
     existing = list(model.graph.node)
     del model.graph.node[:]
     model.graph.node.extend(nodes + existing)
 
 
-def _weight_tensors(model, variables):
+def _weight_tensors(model, variables, n_inputs):
     """`(TensorProto header without data, variable)` per weight input of `model`,
-    whose weight inputs are removed."""
-    names = {i.name for i in model.graph.input[len(INPUT_NAMES):]}
-    keep = [i for i in model.graph.input if i.name not in names]
+    whose weight inputs (after the `n_inputs` interface inputs) are removed."""
+    names = {i.name for i in model.graph.input[n_inputs:]}
+    names &= _consumed(model.graph)  # tf2onnx keeps inputs that nothing reads
+    keep = list(model.graph.input[:n_inputs])
     del model.graph.input[:]
     model.graph.input.extend(keep)
     headers = []
     for i, variable in enumerate(variables):
         name = f"{_WEIGHT_PREFIX}{i:04d}"
-        if name in names:  # a weight `step` does not use has no input
+        if name in names:  # a weight nothing reads gets no initializer
             header = TensorProto(name=name, dims=list(variable.shape), data_type=
                                  helper.np_dtype_to_tensor_dtype(np.dtype(variable.dtype)))
             headers.append((header, variable))
     return headers
 
 
-def _save_with_weights(model, path, variables, data_path):
+def _consumed(graph):
+    """Names read by any node of `graph` or of its subgraphs (Loop, If bodies)."""
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for sub in [attribute.g] + list(attribute.graphs):
+                names |= _consumed(sub)
+    return names
+
+
+def _save_with_weights(model, path, variables, data_path, n_inputs):
     """Saves `model` with the weights as initializers, one array in memory at a time:
     in `data_path` (ONNX external data) or streamed into the protobuf file."""
-    weights = _weight_tensors(model, variables)
+    weights = _weight_tensors(model, variables, n_inputs)
     if data_path:
         _write_external(model, weights, data_path)
         onnx.save_model(model, path)
@@ -256,6 +299,12 @@ def _declare_shapes(model, config, mem_len, log_probs):
               "new_mem_mask": ["batch", int(mem_len)],
               "log_probs": (["batch", "seq_len", config.n_token] if log_probs == "all"
                             else ["batch", config.n_token])}
+    declare_shapes(model, shapes)
+
+
+def declare_shapes(model, shapes):
+    """Sets the shapes of the graph inputs and outputs named in `shapes`
+    (`{name: [int or axis name, ...]}`)."""
     for value in list(model.graph.input) + list(model.graph.output):
         if value.name not in shapes:
             continue

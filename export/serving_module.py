@@ -41,6 +41,18 @@ def serve_step(core, token_ids, mems, mem_mask, log_probs_mode="all"):
     return {"log_probs": log_probs, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
 
 
+def plain_copies(weights):
+    """Plain `tf.Variable` copies of Keras weights, for a SavedModel that
+    every loader reads (see `ServingModule`)."""
+    return [tf.Variable(w.value, trainable=False, name=f"w{i:03d}/{w.path}")
+            for i, w in enumerate(weights)]
+
+
+def weights_scope(weights, values):
+    """A `keras.StatelessScope` in which Keras `weights` read as `values`."""
+    return keras.StatelessScope(state_mapping=list(zip(weights, values)))
+
+
 class ServingModule(tf.Module):
     """Wraps a `TransformerXL` core with fixed memory length and input signatures.
 
@@ -58,8 +70,7 @@ class ServingModule(tf.Module):
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")
         cfg = core.config
         self._core = Untracked(core)
-        self.weights = [tf.Variable(w.value, trainable=False, name=f"w{i:03d}/{w.path}")
-                        for i, w in enumerate(core.weights)]
+        self.weights = plain_copies(core.weights)
         self.mem_len = int(mem_len)
         self.log_probs_mode = log_probs
         self.zero_filled = bool(zero_filled)
@@ -84,7 +95,7 @@ class ServingModule(tf.Module):
         return self._core.value
 
     def _weights_scope(self):
-        return keras.StatelessScope(state_mapping=list(zip(self.core.weights, self.weights)))
+        return weights_scope(self.core.weights, self.weights)
 
     def _initial_memory(self, batch_size):
         memory = self.core.initial_memory(batch_size, self.mem_len, self.zero_filled)

@@ -334,3 +334,42 @@ def test_config_replace_rederives_defaults():
     assert cfg.replace(d_embed=16).replace(d_model=64).d_embed == 16
     assert cfg.replace(cutoffs=[100]).tie_projs == [False, True]
     assert TransformerXLConfig.from_json(cfg.to_json()) == cfg
+
+
+@pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp",
+                                  "pre_lnorm_untied_outputs"])
+def test_left_padded_row_computes_what_it_computes_alone(name):
+    core = make_core(**VARIANTS[name])
+    pad, real = 3, 5
+    first, second = ids(3, 8, 5), ids(3, 8, 6)
+    first[1, :pad] = 7  # any valid id: padding is never read
+    mask = np.ones((3, 8), bool)
+    mask[1, :pad] = False
+    memory = core.initial_memory(3)
+    out1, memory = core(first, memory, token_mask=mask)
+    out2, memory2 = core(second, memory)
+    alone1, alone_memory = core(first[1:2, pad:], core.initial_memory(1))
+    alone2, _ = core(second[1:2], alone_memory)
+    np.testing.assert_allclose(out1.numpy()[1, pad:], alone1.numpy()[0], atol=1e-5)
+    np.testing.assert_allclose(out2.numpy()[1], alone2.numpy()[0], atol=1e-5)
+    assert np.isfinite(out1.numpy()).all()
+    mem_len = core.config.mem_len
+    np.testing.assert_array_equal(memory.mem_mask.numpy()[1],
+                                  np.arange(mem_len) >= mem_len - real)
+    assert memory.mem_mask.numpy()[[0, 2], -8:].all()
+    # The other rows are unchanged by the mask of row 1.
+    plain1, _ = core(first, core.initial_memory(3))
+    np.testing.assert_allclose(out1.numpy()[[0, 2]], plain1.numpy()[[0, 2]], atol=1e-6)
+
+
+def test_token_mask_of_all_true_changes_nothing_and_bad_masks_are_named():
+    core = make_core()
+    x = ids(2, 6)
+    plain, plain_memory = core(x, core.initial_memory(2))
+    masked, masked_memory = core(x, core.initial_memory(2), token_mask=np.ones((2, 6), bool))
+    np.testing.assert_array_equal(plain.numpy(), masked.numpy())
+    np.testing.assert_array_equal(plain_memory.mem_mask.numpy(), masked_memory.mem_mask.numpy())
+    with pytest.raises(InputError, match="token_mask must be bool"):
+        core(x, core.initial_memory(2), token_mask=np.ones((2, 6), np.int32))
+    with pytest.raises(InputError, match="one flag per token"):
+        core(x, core.initial_memory(2), token_mask=np.ones((2, 5), bool))

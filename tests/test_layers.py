@@ -13,6 +13,7 @@ from txl_tf.layers.attention import RelativeMultiHeadAttention
 from txl_tf.layers.block import TransformerXLBlock
 from txl_tf.layers.feedforward import PositionwiseFeedForward
 from txl_tf.layers.masks import attention_visibility, causal_visibility
+from txl_tf.layers.memory import Memory, update_memory
 from txl_tf.layers.positional import RelativePositionalEncoding, relative_positions
 from txl_tf.layers.rel_shift import rel_shift
 
@@ -193,3 +194,16 @@ def test_every_init_argument_survives_get_config(cls, kwargs):
     assert clone.get_config() == config
     serialized = keras.saving.serialize_keras_object(layer)
     assert type(keras.saving.deserialize_keras_object(serialized)) is cls
+
+
+def test_padded_keys_are_hidden_and_become_invalid_memory_slots():
+    valid = tf.constant([[True], [True]])
+    tokens = tf.constant([[False, True], [True, True]])
+    visible = attention_visibility(2, valid, token_valid=tokens).numpy()
+    np.testing.assert_array_equal(visible[0, 0], [[1, 0, 0], [1, 0, 1]])
+    np.testing.assert_array_equal(visible[1, 0], [[1, 1, 0], [1, 1, 1]])
+    memory = Memory(tf.zeros([1, 2, 2, 4]), tf.constant([[True, False], [True, True]]))
+    new = update_memory(memory, tf.ones([1, 2, 2, 4]), tokens)
+    np.testing.assert_array_equal(new.mem_mask.numpy(), [[False, True], [True, True]])
+    same = update_memory(memory, tf.ones([1, 2, 2, 4]))
+    np.testing.assert_array_equal(same.mem_mask.numpy(), [[True, True], [True, True]])

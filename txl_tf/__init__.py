@@ -7,12 +7,14 @@ from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E40
 from txl_tf.core import TransformerXL  # noqa: E402
 from txl_tf.layers.memory import Memory  # noqa: E402
 from txl_tf.model import TransformerXLLM  # noqa: E402
+from txl_tf.classifier import TransformerXLClassifier  # noqa: E402
 from txl_tf.optimizer import ReplicaClippedAdam  # noqa: E402
 from txl_tf.schedule import WarmupCosineDecay  # noqa: E402
 from txl_tf.validation import InputError  # noqa: E402
 
 __all__ = ["PRESETS", "ConfigError", "InputError", "Memory", "ReplicaClippedAdam",
-           "TransformerXL", "TransformerXLConfig", "TransformerXLLM", "WarmupCosineDecay"]
+           "TransformerXL", "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
+           "WarmupCosineDecay"]
 __version__ = "0.1.0"
 
 from txl_tf.decode_request import DecodeState, Generation  # noqa: E402

@@ -13,8 +13,9 @@ from txl_tf.layers.init import normal
 from txl_tf.layers.masks import attention_visibility
 from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initial_memory,
                                   update_memory)
+from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.validation import check_memory, check_targets, check_token_ids
+from txl_tf.validation import check_memory, check_targets, check_token_ids, check_token_mask
 
 
 def as_config(config):
@@ -88,21 +89,33 @@ class TransformerXL(keras.layers.Layer):
         return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
 
     # ------------------------------------------------------------------- math
-    def call(self, token_ids, memory, targets=None, training=None):
-        """Returns `(log_probs [B, T, n_token] or nll [B, T], new_memory)`."""
+    def call(self, token_ids, memory, targets=None, training=None, token_mask=None):
+        """Returns `(log_probs [B, T, n_token] or nll [B, T], new_memory)`;
+        `token_mask` as in `hidden_states`."""
         if targets is not None:
             targets = check_targets(tf.convert_to_tensor(targets), tf.convert_to_tensor(token_ids),
                                     self.config.n_token)
-        hidden, new_memory = self.hidden_states(token_ids, memory, training=training)
+        hidden, new_memory = self.hidden_states(token_ids, memory, training=training,
+                                                token_mask=token_mask)
         if targets is None:
             return self.crit(hidden), new_memory
         return self.crit(hidden, targets), new_memory
 
-    def hidden_states(self, token_ids, memory, training=None, _probe=None):
+    def hidden_states(self, token_ids, memory, training=None, token_mask=None, _probe=None):
         """Final hidden states `[B, T, d_model]` (after the output dropout) and
-        the new memory. (`_probe(i, block, *block_args)`, if given, sees the
-        arguments of each block before it runs: see `attention_probabilities`.)"""
-        output, pos_emb, visible, memory = self._inputs(token_ids, memory, training)
+        the new memory.
+
+        `token_mask` (bool `[B, T]`, default all True) marks real tokens:
+        keys at padded (False) positions are never attended and they become
+        invalid slots of the new memory; outputs at padded positions are
+        finite but meaningless. Relative positions depend on distances only,
+        so a row left-padded inside a batch computes at its real positions
+        what it computes alone. (`_probe(i, block, *block_args)`, if given,
+        sees the arguments of each block before it runs: see
+        `attention_probabilities`.)
+        """
+        output, pos_emb, visible, memory, token_mask = self._inputs(token_ids, memory, training,
+                                                                    token_mask)
         mems = tf.cast(memory.mems, output.dtype)
         layer_inputs = []
         for i, block in enumerate(self.blocks):
@@ -112,7 +125,49 @@ class TransformerXL(keras.layers.Layer):
             output = block(output, pos_emb, mems[i], visible, *self._biases(i),
                            training=training)
         output = self.out_dropout(output, training=training)
-        return output, update_memory(_float32(memory), tf.stack(layer_inputs))
+        return output, update_memory(_float32(memory), tf.stack(layer_inputs), token_mask)
+
+    def read_documents(self, token_ids, lengths, segment_len, mem_len, training=None):
+        """Final hidden state `[B, d_model]` at the last token of each document.
+
+        Row b's document is `token_ids[b, :lengths[b]]` (`1 <= lengths[b] <=
+        L`). Rows are right-aligned (`layers.padding.right_align`) and read
+        segment by segment, left to right, with a memory of `mem_len` slots
+        that starts empty; padding is masked (`hidden_states`' `token_mask`),
+        so a document's result does not depend on the rest of the batch.
+        Gradients flow through the last segment only: the memory is cut
+        from the graph (as in the paper's training) and the earlier segments
+        run in a `tf.while_loop` that is never differentiated.
+        """
+        cfg = self.config
+        segment_len, mem_len = int(segment_len), int(mem_len)
+        if segment_len < 1 or mem_len < 0:
+            raise ValueError(f"segment_len must be >= 1 and mem_len >= 0, got {segment_len} "
+                             f"and {mem_len}")
+        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
+        ids, mask = right_align(token_ids, lengths, segment_len)
+        batch = tf.shape(ids)[0]
+        n_seg = tf.shape(ids)[1] // segment_len
+        memory = initial_memory(cfg.n_layer, batch, mem_len, cfg.d_model)
+
+        def segment(i):
+            begin, size = tf.stack([0, i * segment_len]), tf.stack([batch, segment_len])
+            return tf.slice(ids, begin, size), tf.slice(mask, begin, size)
+
+        if mem_len:  # without memory the earlier segments change nothing
+            def read(i, mems, mem_mask):
+                seg_ids, seg_mask = segment(i)
+                _, new = self.hidden_states(seg_ids, Memory(mems, mem_mask), training,
+                                            token_mask=seg_mask)
+                return i + 1, new.mems, new.mem_mask
+
+            _, mems, mem_mask = tf.while_loop(lambda i, *_: i < n_seg - 1, read,
+                                              (tf.constant(0), *memory))
+            memory = Memory(tf.stop_gradient(mems), tf.stop_gradient(mem_mask))
+        seg_ids, seg_mask = segment(n_seg - 1)
+        hidden, _ = self.hidden_states(seg_ids, memory, training, token_mask=seg_mask)
+        return hidden[:, -1]
 
     def attention_probabilities(self, token_ids, memory, layer):
         """Layer `layer`'s attention `(probs [B, n_head, T, M + T] float32,
@@ -150,7 +205,7 @@ class TransformerXL(keras.layers.Layer):
         (from `memory_keys_values`, or from the previous call): only the new
         positions are projected. Returns `(hidden, new_memory, new_keys_values)`;
         the new keys and values belong to the new memory's slots."""
-        output, pos_emb, visible, memory = self._inputs(token_ids, memory, False)
+        output, pos_emb, visible, memory, _ = self._inputs(token_ids, memory, False, None)
         qlen = tf.shape(output)[1]
         layer_inputs, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
@@ -164,11 +219,13 @@ class TransformerXL(keras.layers.Layer):
                 (tf.stack(keys), tf.stack(values)))
 
     # ------------------------------------------------------------- internals
-    def _inputs(self, token_ids, memory, training):
+    def _inputs(self, token_ids, memory, training, token_mask):
         """Checks; `(embedded ids, position encodings, visibility, memory with
-        invalid slots cleared)`."""
+        invalid slots cleared, token_mask)`."""
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        if token_mask is not None:
+            token_mask = check_token_mask(tf.convert_to_tensor(token_mask), token_ids)
         memory = as_memory(memory)
         memory = Memory(tf.convert_to_tensor(memory.mems),
                         tf.convert_to_tensor(memory.mem_mask))
@@ -179,8 +236,8 @@ class TransformerXL(keras.layers.Layer):
         output = self.emb_dropout(self.word_emb(token_ids), training=training)
         pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
         visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length,
-                                       cfg.same_length_convention)
-        return output, pos_emb, visible, memory
+                                       cfg.same_length_convention, token_mask)
+        return output, pos_emb, visible, memory, token_mask
 
     def _biases(self, i):
         """Layer i's `(r_w_bias, r_r_bias)` (shared by all layers unless `untie_r`)."""

@@ -60,6 +60,24 @@ def check_targets(targets, token_ids, n_token):
         return tf.identity(targets)
 
 
+def check_token_mask(token_mask, token_ids):
+    """Raises unless `token_mask` is bool with the shape of `token_ids`."""
+    if token_mask.dtype != tf.bool:
+        raise InputError(f"token_mask must be bool (True = real token), got dtype "
+                         f"{token_mask.dtype.name}")
+    if not token_mask.shape.is_compatible_with(token_ids.shape):
+        raise InputError(f"token_mask has shape {token_mask.shape} but token_ids have shape "
+                         f"{token_ids.shape}: there must be one flag per token")
+    if tf.executing_eagerly() or (token_mask.shape.is_fully_defined()
+                                  and token_ids.shape.is_fully_defined()):
+        return token_mask
+    check = tf.debugging.assert_equal(
+        tf.shape(token_mask), tf.shape(token_ids),
+        message="token_mask must have the shape of token_ids (one flag per token)")
+    with tf.control_dependencies([check]):
+        return tf.identity(token_mask)
+
+
 def out_of_range_message(ids, n_token, name="token"):
     """Names the first id of a numpy array outside `[0, n_token)`, or None."""
     bad = np.argwhere((ids < 0) | (ids >= n_token))

@@ -33,14 +33,17 @@ def causal_visibility(qlen, mlen, same_length=False, convention="tf"):
     return visible
 
 
-def attention_visibility(qlen, mem_valid, same_length=False, convention="tf"):
+def attention_visibility(qlen, mem_valid, same_length=False, convention="tf", token_valid=None):
     """`[B, 1, qlen, klen]` bool: causal visibility and real memory slots.
 
     `mem_valid` is the memory's `[B, M]` bool slot validity; the current
-    segment's own keys are always real.
+    segment's own keys are real unless `token_valid` (bool `[B, qlen]`,
+    False at padding) says otherwise.
     """
     batch = tf.shape(mem_valid)[0]
     mlen = tf.shape(mem_valid)[1]
-    key_valid = tf.concat([mem_valid, tf.ones([batch, qlen], tf.bool)], axis=1)
+    if token_valid is None:
+        token_valid = tf.ones([batch, qlen], tf.bool)
+    key_valid = tf.concat([mem_valid, token_valid], axis=1)
     visible = causal_visibility(qlen, mlen, same_length, convention)
     return (visible[None, :, :] & key_valid[:, None, :])[:, None, :, :]

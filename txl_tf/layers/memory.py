@@ -39,15 +39,19 @@ def clear_invalid_slots(memory):
     return Memory(mems, memory.mem_mask)
 
 
-def update_memory(memory, layer_inputs):
+def update_memory(memory, layer_inputs, token_valid=None):
     """Keeps the last M positions of `concat(memory, layer_inputs)`.
 
-    `layer_inputs` is `[n_layer, B, T, d_model]`; new positions are real. The
-    result has the memory's geometry and carries no gradient.
+    `layer_inputs` is `[n_layer, B, T, d_model]`; new positions are real
+    unless `token_valid` (bool `[B, T]`) is False there, which makes them
+    invalid slots. The result has the memory's geometry and carries no
+    gradient.
     """
     mems = tf.concat([memory.mems, tf.cast(layer_inputs, tf.float32)], axis=2)
-    batch, qlen = tf.shape(layer_inputs)[1], tf.shape(layer_inputs)[2]
-    mem_mask = tf.concat([memory.mem_mask, tf.ones([batch, qlen], tf.bool)], axis=1)
+    if token_valid is None:
+        batch, qlen = tf.shape(layer_inputs)[1], tf.shape(layer_inputs)[2]
+        token_valid = tf.ones([batch, qlen], tf.bool)
+    mem_mask = tf.concat([memory.mem_mask, token_valid], axis=1)
     mem_len = tf.shape(memory.mems)[2]
     start = tf.shape(mems)[2] - mem_len
     new_mems = tf.stop_gradient(mems[:, :, start:])

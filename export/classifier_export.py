@@ -1,0 +1,168 @@
+"""Export of a fine-tuned `TransformerXLClassifier`: SavedModel and ONNX.
+
+Both serve `classify(token_ids int32 [B, L], lengths int32 [B]) ->
+{"probabilities": float32 [B, num_classes]}` (the SavedModel also as
+`serving_default`), with B and L dynamic. The document loop of
+`TransformerXL.read_documents` is a `tf.while_loop`; tf2onnx turns it into
+an ONNX `Loop`, so both formats read any number of segments.
+"""
+import json
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from export.metadata import CLASSIFIER_INPUTS, CLASSIFIER_OUTPUTS, classifier_metadata
+from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_guard,
+                                convert_with_weight_inputs, declare_shapes, onnx_constant,
+                                order_outputs, save_with_weights)
+from export.serving_module import plain_copies, weights_scope
+from txl_tf.untracked import Untracked
+
+FORMATS = ("saved_model", "onnx")
+SAVED_MODEL_DIR = "saved_model"
+ONNX_FILE = "model.onnx"
+METADATA_FILE = "classifier.json"
+VOCAB_DIR = "vocab"
+
+
+def classify_specs():
+    return [tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+            tf.TensorSpec([None], tf.int32, name="lengths")]
+
+
+def classify(model, token_ids, lengths):
+    """`{"probabilities": softmax(logits)}` on the model's current weights (or
+    a StatelessScope's)."""
+    logits = model({"token_ids": token_ids, "lengths": lengths}, training=False)
+    return {"probabilities": tf.nn.softmax(logits)}
+
+
+class ClassifierServingModule(tf.Module):
+    """The classifier's weights as plain `tf.Variable`s (as `ServingModule`
+    does for the LM: TF Serving loaders fail on Keras 3 variables) and a
+    `classify` function that runs the model on them."""
+
+    def __init__(self, model):
+        super().__init__(name="txl_classifier")
+        self._model = Untracked(model)
+        self.weights = plain_copies(model.weights)
+        self.classify = tf.function(self._classify, input_signature=classify_specs())
+
+    def signatures(self):
+        fn = self.classify.get_concrete_function()
+        return {"serving_default": fn, "classify": fn}
+
+    def _classify(self, token_ids, lengths):
+        model = self._model.value
+        with weights_scope(model.weights, self.weights):
+            return classify(model, token_ids, lengths)
+
+
+def export_classifier(model, output_dir, formats=FORMATS, label_names=None, vocab_dir=None,
+                      opset=DEFAULT_OPSET):
+    """Writes the classifier to `output_dir` and returns `{artefact: path}`:
+
+    ```
+    output_dir/
+      classifier.json   metadata: backbone config, num_classes, label_names,
+                        segment_len, mem_len, vocab files
+      saved_model/      signatures classify = serving_default (assets: the same
+                        metadata and the vocabulary)
+      model.onnx        classify as ONNX (metadata_props: the same metadata)
+      vocab/            the vocabulary (`vocab_dir`, default the model's)
+    ```
+    `label_names` default to the model's.
+    """
+    formats = tuple(formats)
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown or not formats:
+        raise ValueError(f"formats must be some of {FORMATS}, got {formats}")
+    vocab_dir = vocab_dir or getattr(model, "vocab_dir", None)
+    vocab_files = _vocab_files(vocab_dir)
+    metadata = classifier_metadata(model, label_names,
+                                   [os.path.basename(p) for p in vocab_files])
+    os.makedirs(output_dir, exist_ok=True)
+    written = {"metadata": os.path.join(output_dir, METADATA_FILE)}
+    with open(written["metadata"], "w", encoding="utf-8") as f:
+        json.dump(metadata, f, indent=2, sort_keys=True)
+    if vocab_files:
+        written["vocab"] = os.path.join(output_dir, VOCAB_DIR)
+        os.makedirs(written["vocab"], exist_ok=True)
+        for path in vocab_files:
+            shutil.copy(path, written["vocab"])
+    if "saved_model" in formats:
+        written["saved_model"] = export_classifier_saved_model(
+            model, os.path.join(output_dir, SAVED_MODEL_DIR), metadata, vocab_files)
+    if "onnx" in formats:
+        written["onnx"] = export_classifier_onnx(model, os.path.join(output_dir, ONNX_FILE),
+                                                 metadata, opset)
+    return written
+
+
+def export_classifier_saved_model(model, path, metadata, vocab_files=()):
+    """The SavedModel of `ClassifierServingModule`; `assets/classifier.json`
+    holds `metadata`. Returns `path`."""
+    module = ClassifierServingModule(model)
+    with tempfile.TemporaryDirectory() as staging:
+        metadata_file = os.path.join(staging, METADATA_FILE)
+        with open(metadata_file, "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2, sort_keys=True)
+        module.metadata_file = tf.saved_model.Asset(metadata_file)
+        module.vocab_files = [tf.saved_model.Asset(p) for p in vocab_files]
+        tf.saved_model.save(module, path, signatures=module.signatures())
+    return path
+
+
+def export_classifier_onnx(model, path, metadata, opset=DEFAULT_OPSET):
+    """`classify` as ONNX: inputs `token_ids`, `lengths` (both checked in the
+    graph), output `probabilities`; returns the files written."""
+    from onnx import helper
+    onnx_model = convert_with_weight_inputs(
+        lambda token_ids, lengths: classify(model, token_ids, lengths), classify_specs(),
+        model.weights, opset)
+    got_in = [i.name for i in onnx_model.graph.input][:len(CLASSIFIER_INPUTS)]
+    got_out = [o.name for o in onnx_model.graph.output]
+    if got_in != list(CLASSIFIER_INPUTS) or got_out != list(CLASSIFIER_OUTPUTS):
+        raise RuntimeError(f"unexpected ONNX interface: inputs {got_in}, outputs {got_out}")
+    order_outputs(onnx_model, CLASSIFIER_OUTPUTS)
+    add_id_range_check(onnx_model, "token_ids", model.config.n_token)
+    add_lengths_check(onnx_model)
+    declare_shapes(onnx_model, {"token_ids": ["batch", "length"], "lengths": ["batch"],
+                                "probabilities": ["batch", model.num_classes]})
+    helper.set_model_props(onnx_model, metadata)
+    onnx_model.doc_string = ("Transformer-XL classifier: (token_ids, lengths) -> "
+                             "probabilities")
+    return save_with_weights(onnx_model, path, model.weights, len(CLASSIFIER_INPUTS))
+
+
+def lengths_check_node_name():
+    return "lengths out of range: each must be in [1, L], L = token_ids.shape[1]"
+
+
+def add_lengths_check(onnx_model):
+    """Makes the graph fail unless every length is in `[1, L]`."""
+    from onnx import TensorProto, helper
+    c = "txl_lengths_check/"
+    nodes = [
+        onnx_constant(c + "one", 1),
+        onnx_constant(c + "axis", [1], TensorProto.INT64),
+        helper.make_node("Shape", ["token_ids"], [c + "shape"], name=c + "shape"),
+        helper.make_node("Gather", [c + "shape", c + "axis"], [c + "width64"],
+                         name=c + "width64", axis=0),
+        helper.make_node("Cast", [c + "width64"], [c + "width"], name=c + "width",
+                         to=TensorProto.INT32),
+        helper.make_node("Less", ["lengths", c + "one"], [c + "empty"], name=c + "empty"),
+        helper.make_node("Greater", ["lengths", c + "width"], [c + "too_long"],
+                         name=c + "too_long"),
+        helper.make_node("Or", [c + "empty", c + "too_long"], [c + "bad"], name=c + "bad"),
+    ]
+    add_input_guard(onnx_model, "lengths", nodes, c + "bad", lengths_check_node_name(), c)
+
+
+def _vocab_files(vocab_dir):
+    if not vocab_dir:
+        return []
+    return [os.path.join(vocab_dir, n) for n in sorted(os.listdir(vocab_dir))
+            if os.path.isfile(os.path.join(vocab_dir, n))]

@@ -1,0 +1,180 @@
+"""The sequence classifier: memory carries a label across segments, padding
+changes nothing, Keras round trip, pretrained backbones, clear input errors."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from txl_tf import InputError, TransformerXL, TransformerXLClassifier, TransformerXLConfig
+from txl_tf.checkpoints import get_weights, save_pretrained
+
+SEG, N_TOKEN = 8, 16
+
+
+def tiny_config(**overrides):
+    return TransformerXLConfig(**{**dict(n_token=N_TOKEN, n_layer=2, d_model=32, n_head=2,
+                                         d_head=16, d_inner=64, dropout=0.0, tgt_len=SEG,
+                                         mem_len=16), **overrides})
+
+
+def marker_task(n, seed):
+    """Documents of 17 to 24 noise tokens (ids 3..15) with one marker, id 1
+    or 2 (the label), somewhere before the last segment of 8 tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2 * SEG + 1, 3 * SEG + 1, n)
+    ids = rng.integers(3, N_TOKEN, (n, 3 * SEG)).astype(np.int32)
+    labels = rng.integers(0, 2, n).astype(np.int32)
+    for b in range(n):
+        ids[b, lengths[b]:] = 0
+        ids[b, rng.integers(0, lengths[b] - SEG)] = 1 + labels[b]
+    return {"token_ids": ids, "lengths": lengths.astype(np.int32)}, labels
+
+
+@pytest.mark.parametrize("mem_len,low,high", [(16, 0.9, 1.0), (0, 0.35, 0.65)])
+def test_memory_carries_a_label_from_earlier_segments(mem_len, low, high):
+    keras.utils.set_random_seed(0)
+    model = TransformerXLClassifier(tiny_config(), 2, segment_len=SEG, mem_len=mem_len,
+                                    head_dropout=0.0)
+    model.compile(keras.optimizers.Adam(3e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    x, y = marker_task(150 * 32, 1)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False)
+    x_test, y_test = marker_task(512, 2)
+    _, accuracy = model.evaluate(x_test, y_test, batch_size=128, verbose=0)
+    # The marker is never in the last segment: without memory the last
+    # token cannot see it, with 16 slots it always can.
+    assert low <= accuracy <= high
+
+
+def documents(lengths, seed=3):
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), max(lengths) + 2), np.int32)  # extra right padding
+    for b, n in enumerate(lengths):
+        ids[b, :n] = rng.integers(0, N_TOKEN, n)
+    return {"token_ids": ids, "lengths": np.asarray(lengths, np.int32)}
+
+
+@pytest.mark.parametrize("mem_len", [5, 16])
+def test_padding_never_changes_a_prediction(mem_len):
+    keras.utils.set_random_seed(1)
+    model = TransformerXLClassifier(tiny_config(dropout=0.1), 3, segment_len=SEG,
+                                    mem_len=mem_len)
+    batch = documents([19, 3, 40, 8, 25])
+    together = model.predict_probabilities(batch).numpy()
+    graph = model.predict(batch, verbose=0)  # tf.function path
+    for b, n in enumerate(batch["lengths"]):
+        alone = {"token_ids": batch["token_ids"][b:b + 1, :n], "lengths": np.int32([n])}
+        np.testing.assert_allclose(model.predict_probabilities(alone).numpy()[0],
+                                   together[b], atol=1e-5)
+    np.testing.assert_allclose(tf.nn.softmax(graph).numpy(), together, atol=1e-5)
+    # ...and it does depend on the segment before the last one (through memory).
+    changed = {k: v.copy() for k, v in batch.items()}
+    earlier = slice(40 - 2 * SEG, 40 - SEG)
+    changed["token_ids"][2, earlier] = (changed["token_ids"][2, earlier] + 1) % N_TOKEN
+    moved = model.predict_probabilities(changed).numpy()
+    assert np.abs(moved[2] - together[2]).max() > 1e-5  # float noise is ~1e-7
+    np.testing.assert_allclose(np.delete(moved, 2, 0), np.delete(together, 2, 0), atol=1e-6)
+
+
+def test_gradients_reach_the_backbone_through_the_last_segment_only():
+    keras.utils.set_random_seed(2)
+    model = TransformerXLClassifier(tiny_config(), 2, segment_len=SEG, mem_len=16)
+    batch = documents([20, 12])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(batch, training=True)[:, 0])
+    grads = dict(zip([w.path for w in model.trainable_weights],
+                     tape.gradient(loss, model.trainable_weights)))
+    assert all(g is not None for g in grads.values())
+    assert not any("adaptive_softmax" in path for path in grads)  # the LM softmax is frozen
+    assert any("layer_0" in path for path in grads)
+
+
+def test_keras_round_trip_and_config(tmp_path):
+    keras.utils.set_random_seed(4)
+    model = TransformerXLClassifier(tiny_config(cutoffs=[8], div_val=2, d_embed=32), 4,
+                                    segment_len=6, mem_len=7, head_dropout=0.2,
+                                    label_names=["a", "b", "c", "d"])
+    batch = documents([14, 3, 9])
+    before = model(batch).numpy()
+    path = str(tmp_path / "classifier.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, TransformerXLClassifier)
+    np.testing.assert_array_equal(loaded(batch).numpy(), before)
+    assert (loaded.segment_len, loaded.mem_len, loaded.head_dropout, loaded.label_names) == (
+        6, 7, 0.2, ["a", "b", "c", "d"])
+    clone = TransformerXLClassifier.from_config(model.get_config())
+    assert clone.get_config() == model.get_config()
+
+
+def test_fine_tunes_a_pretrained_backbone_from_a_model_dir(tmp_path):
+    keras.utils.set_random_seed(5)
+    core = TransformerXL(tiny_config())
+    save_pretrained(core, str(tmp_path / "lm"))
+    model = TransformerXLClassifier.from_model_dir(str(tmp_path / "lm"), 2,
+                                                   config_overrides={"dropout": 0.05})
+    assert model.config.dropout == 0.05 and model.segment_len == SEG and model.mem_len == 16
+    loaded = get_weights(model.core)
+    for name, value in get_weights(core).items():
+        np.testing.assert_array_equal(loaded[name], value)
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = marker_task(64, 6)
+    model.fit(x, y, batch_size=32, verbose=0)
+    tuned = get_weights(model.core)
+    changed = [n for n in tuned if not np.array_equal(tuned[n], loaded[n])]
+    assert any("layer_1/rel_attn" in n for n in changed)  # the backbone is fine-tuned
+    assert not any("softmax" in n for n in changed)
+
+
+def test_batches_of_any_width_and_float32_logits_under_mixed_precision():
+    keras.utils.set_random_seed(6)
+    model = TransformerXLClassifier(tiny_config(), 3)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    shapes = [documents([5, 30]), documents([2, 9, 11]), documents([17])]
+    data = tf.data.Dataset.from_generator(
+        lambda: ((d, np.zeros(len(d["lengths"]), np.int32)) for d in shapes),
+        output_signature=({"token_ids": tf.TensorSpec([None, None], tf.int32),
+                           "lengths": tf.TensorSpec([None], tf.int32)},
+                          tf.TensorSpec([None], tf.int32))
+    ).apply(tf.data.experimental.assert_cardinality(len(shapes)))
+    history = model.fit(data, verbose=0, shuffle=False)
+    assert np.isfinite(history.history["loss"][0])
+    mixed = TransformerXLClassifier(tiny_config(), 3, dtype="mixed_bfloat16")
+    assert mixed.core.compute_dtype == "bfloat16"
+    logits = mixed(shapes[0])
+    assert logits.dtype == tf.float32 and logits.shape == (2, 3)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_bad_inputs_are_named(graph):
+    model = TransformerXLClassifier(tiny_config(), 2)
+    run = (lambda x: model.predict(x, verbose=0)) if graph else model
+    ids = np.ones((2, 5), np.int32)
+    errors = (InputError, tf.errors.InvalidArgumentError)
+    with pytest.raises(errors, match="lengths"):
+        run({"token_ids": ids, "lengths": np.int32([0, 3])})
+    with pytest.raises(errors, match="lengths"):
+        run({"token_ids": ids, "lengths": np.int32([6, 3])})
+    bad = ids.copy()
+    bad[1, 4] = N_TOKEN
+    with pytest.raises(errors, match="out of range"):
+        run({"token_ids": bad, "lengths": np.int32([5, 3])})
+
+
+def test_malformed_inputs_are_named():
+    model = TransformerXLClassifier(tiny_config(), 2)
+    ids = np.ones((2, 5), np.int32)
+    with pytest.raises(InputError, match="dict with keys"):
+        model(ids)
+    with pytest.raises(InputError, match="2 rows"):
+        model({"token_ids": ids, "lengths": np.int32([5, 3, 1])})
+    with pytest.raises(InputError, match="integers"):
+        model({"token_ids": ids, "lengths": np.float32([5, 3])})
+    with pytest.raises(ValueError, match="label_names"):
+        TransformerXLClassifier(tiny_config(), 2, label_names=["x"])
+    with pytest.raises(ValueError, match="num_classes"):
+        TransformerXLClassifier(tiny_config(), 0)

@@ -1,0 +1,101 @@
+"""Export of the classifier: SavedModel and ONNX probabilities match Keras on
+padded batches of multi-segment documents; metadata and input checks."""
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export import export_classifier, open_classifier, open_runtime
+from export.classifier_runtime import read_metadata
+from export.input_checks import RuntimeInputError
+from txl_tf import TransformerXLClassifier, TransformerXLConfig
+
+N_TOKEN = 40
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    keras.utils.set_random_seed(7)
+    config = TransformerXLConfig(n_token=N_TOKEN, n_layer=2, d_model=32, n_head=2, d_head=16,
+                                 d_inner=64, dropout=0.1, tgt_len=6, mem_len=10,
+                                 cutoffs=[20], div_val=2, d_embed=32, untie_r=True)
+    model = TransformerXLClassifier(config, 3, segment_len=6, mem_len=9,
+                                    label_names=["poem", "news", "wiki"])
+    for w in model.head.weights:  # a head that is far from uniform
+        w.assign(np.random.default_rng(0).normal(0, 1.0, w.shape).astype(np.float32))
+    vocab = tmp_path_factory.mktemp("vocab")
+    (vocab / "vocab.txt").write_text("a\nb\n")
+    out = str(tmp_path_factory.mktemp("export") / "cls")
+    written = export_classifier(model, out, vocab_dir=str(vocab))
+    return model, out, written
+
+
+def batch(lengths, width=None, seed=11):
+    rng = np.random.default_rng(seed)
+    ids = np.full((len(lengths), width or max(lengths)), 3, np.int32)  # right padding
+    for b, n in enumerate(lengths):
+        ids[b, :n] = rng.integers(0, N_TOKEN, n)
+    return ids, np.asarray(lengths, np.int32)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "saved_model"])
+def test_probabilities_match_keras_on_a_padded_batch(exported, backend):
+    model, out, _ = exported
+    runtime = open_classifier(out, backend=backend)
+    for lengths in ([23, 1, 6, 14, 30], [7, 2]):  # up to 5 segments of 6; a second shape
+        ids, lengths = batch(lengths, width=max(lengths) + 3)
+        want = model.predict_probabilities({"token_ids": ids, "lengths": lengths}).numpy()
+        got = runtime.probabilities(ids, lengths)
+        assert got.shape == (len(lengths), 3) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, atol=1e-4)
+        assert np.abs(want - 1 / 3).max() > 0.05  # not trivially uniform
+    assert runtime.predict(ids, lengths) == [["poem", "news", "wiki"][i]
+                                             for i in want.argmax(-1)]
+
+
+def test_artefacts_and_metadata(exported):
+    model, out, written = exported
+    assert sorted(written) == ["metadata", "onnx", "saved_model", "vocab"]
+    assert os.path.isfile(os.path.join(out, "model.onnx"))
+    assert os.path.isfile(os.path.join(out, "vocab", "vocab.txt"))
+    for info in (read_metadata(out), open_classifier(out, backend="onnx").info,
+                 open_classifier(out, backend="saved_model").info):
+        assert (info.num_classes, info.label_names, info.segment_len, info.mem_len) == (
+            3, ["poem", "news", "wiki"], 6, 9)
+        assert info.config == model.config and info.vocab_files == ["vocab.txt"]
+    loaded = tf.saved_model.load(os.path.join(out, "saved_model"))
+    assert set(loaded.signatures) == {"classify", "serving_default"}
+    spec = loaded.signatures["serving_default"].structured_outputs["probabilities"]
+    assert spec.dtype == tf.float32 and spec.shape.as_list() == [None, 3]
+    with open(os.path.join(out, "classifier.json"), encoding="utf-8") as f:
+        assert json.load(f)["task"] == "classification"
+    with pytest.raises(ValueError, match="open_classifier"):
+        open_runtime(out)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "saved_model"])
+def test_bad_inputs_are_named_before_and_inside_the_graph(exported, backend):
+    _, out, _ = exported
+    runtime = open_classifier(out, backend=backend)
+    ids, lengths = batch([5, 3])
+    with pytest.raises(RuntimeInputError, match=r"lengths\[1\] = 0"):
+        runtime.probabilities(ids, [5, 0])
+    with pytest.raises(RuntimeInputError, match=r"lengths\[0\] = 6"):
+        runtime.probabilities(ids, [6, 3])
+    with pytest.raises(RuntimeInputError, match="out of range"):
+        runtime.probabilities(np.where(ids == ids[0, 0], N_TOKEN, ids), lengths)
+    with pytest.raises(RuntimeInputError, match="shape"):
+        runtime.probabilities(ids, [5])
+    # The graphs check too, for callers that skip the runtime.
+    error = Exception
+    if backend == "onnx":
+        with pytest.raises(error, match="lengths out of range"):
+            runtime._run(ids, np.int32([6, 3]))
+        with pytest.raises(error, match="token_ids out of range"):
+            runtime._run(np.where(ids == ids[0, 0], -1, ids), lengths)
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="lengths"):
+            runtime._run(ids, np.int32([0, 3]))

@@ -1,0 +1,134 @@
+"""`TransformerXLClassifier`: a classification head on the Transformer-XL backbone."""
+import keras
+import tensorflow as tf
+
+from txl_tf.core import TransformerXL, as_config
+from txl_tf.keras_compat import PrebuiltModel
+from txl_tf.layers.dropout import Dropout
+from txl_tf.layers.init import normal
+from txl_tf.precision import choose as choose_precision
+from txl_tf.validation import InputError
+
+INPUT_KEYS = ("token_ids", "lengths")
+
+
+def split_inputs(inputs):
+    """`(token_ids, lengths)` from `{"token_ids": [B, L], "lengths": [B]}`."""
+    if not isinstance(inputs, dict) or set(INPUT_KEYS) - set(inputs):
+        got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+        raise InputError(f"classifier inputs must be a dict with keys {list(INPUT_KEYS)} "
+                         f"(token_ids int [B, L], lengths int [B]); got {got}")
+    return inputs["token_ids"], inputs["lengths"]
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class TransformerXLClassifier(PrebuiltModel, keras.Model):
+    """Sequence classifier that reads long documents segment by segment.
+
+    ```python
+    model = TransformerXLClassifier.from_model_dir("runs/lm", num_classes=3)
+    model.compile(keras.optimizers.Adam(1e-4),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(ds)  # ({"token_ids": int [B, L], "lengths": int [B]}, label) batches
+    logits = model({"token_ids": ids, "lengths": lengths})  # float32 [B, num_classes]
+    ```
+    Row b's document is `token_ids[b, :lengths[b]]` (right padding with any
+    valid id). The backbone reads it right-aligned, `segment_len` tokens at
+    a time, carrying `mem_len` slots of memory that start empty
+    (`TransformerXL.read_documents`); padding is never attended, so a
+    document's logits do not depend on the rest of its batch. The head
+    (dropout, then one dense layer) reads the final hidden state of the
+    last token, which has seen the whole document through memory.
+    Gradients flow through the last segment only (the memory carries none,
+    as in the paper's training): the earlier segments are read with the
+    same weights but are not differentiated.
+
+    `backbone` is a `TransformerXLConfig` or dict (fresh weights) or a
+    `TransformerXL` core (pretrained: its weights are fine-tuned). Its
+    language-model softmax is unused and frozen. `segment_len` and `mem_len`
+    default to the config's `tgt_len` and `mem_len`; `head_dropout` to its
+    `dropout`. `dtype="auto"` picks the fastest policy for the hardware, as
+    `TransformerXLLM` does; logits are float32 under any policy.
+    """
+
+    def __init__(self, backbone, num_classes, segment_len=None, mem_len=None,
+                 head_dropout=None, label_names=None, **kwargs):
+        if kwargs.get("dtype") == "auto":
+            kwargs["dtype"] = choose_precision(tf.distribute.get_strategy()).policy
+        super().__init__(**kwargs)
+        if isinstance(backbone, TransformerXL):
+            self.core = backbone
+        else:
+            self.core = TransformerXL(as_config(backbone), dtype=self.dtype_policy,
+                                      name="transformer")
+        cfg = self.core.config
+        self.core.crit.trainable = False  # the LM softmax: no gradient reaches it
+        self.num_classes = _positive("num_classes", num_classes)
+        self.segment_len = _positive("segment_len",
+                                     cfg.tgt_len if segment_len is None else segment_len)
+        self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+        self.head_dropout = float(cfg.dropout if head_dropout is None else head_dropout)
+        if not 0.0 <= self.head_dropout < 1.0:
+            raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        self.label_names = None if label_names is None else [str(n) for n in label_names]
+        if self.label_names is not None and len(self.label_names) != self.num_classes:
+            raise ValueError(f"{len(self.label_names)} label_names for {self.num_classes} "
+                             "classes")
+        self.dropout = Dropout(self.head_dropout, dtype=self.dtype_policy, name="head_dropout")
+        self.dropout.build(None)
+        self.head = keras.layers.Dense(self.num_classes, kernel_initializer=normal(cfg.init_std),
+                                       dtype=self.dtype_policy, name="classifier")
+        self.head.build((None, cfg.d_model))
+        self.vocab_dir = None  # set by from_model_dir; the export ships it
+        self.built = True
+
+    @classmethod
+    def from_model_dir(cls, path, num_classes, checkpoint=None, config_overrides=None,
+                       **kwargs):
+        """A classifier on the backbone of a model directory (or training run
+        directory, or one written by `python -m txl_tf.convert` from the
+        published checkpoints), via `txl_tf.model_dir`. `config_overrides`
+        (e.g. `{"dropout": 0.1}`) change the backbone's config."""
+        from txl_tf import model_dir
+        source = model_dir.resolve(path, checkpoint=checkpoint)
+        core = model_dir.load_core(source, **(config_overrides or {}))
+        model = cls(core, num_classes, **kwargs)
+        model.vocab_dir = source.vocab_dir
+        return model
+
+    @property
+    def config(self):
+        return self.core.config
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """`keras.Model.compile`; `jit_compile="auto"` follows
+        `txl_tf.precision.choose()` (XLA on GPUs and TPUs, not on CPUs)."""
+        if jit_compile == "auto":
+            jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
+        super().compile(*args, jit_compile=jit_compile, **kwargs)
+
+    def call(self, inputs, training=False):
+        token_ids, lengths = split_inputs(inputs)
+        state = self.core.read_documents(token_ids, lengths, self.segment_len, self.mem_len,
+                                         training=training)
+        logits = self.head(self.dropout(state, training=training))
+        return tf.cast(logits, tf.float32)
+
+    def predict_probabilities(self, inputs):
+        """Softmax of the logits, float32 `[B, num_classes]`."""
+        return tf.nn.softmax(self(inputs, training=False))
+
+    def get_config(self):
+        return {**super().get_config(), "backbone": self.config.to_dict(),
+                "num_classes": self.num_classes, "segment_len": self.segment_len,
+                "mem_len": self.mem_len, "head_dropout": self.head_dropout,
+                "label_names": self.label_names}
+
+
+def _positive(name, value):
+    if isinstance(value, bool) or int(value) != value or int(value) < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
