@@ -116,6 +116,11 @@ class Runtime:
         ids, mems, mem_mask = self._checked(token_ids, memory)
         return self._step_last(ids, mems, mem_mask)
 
+    def next_log_probs(self, token_ids, memory):
+        """`step_last` without the input checks, for the decode loop: ids the
+        sampler drew (int32 `[B, 1]`) and a memory this runtime returned."""
+        return self._step_last(token_ids, memory.mems, memory.mem_mask)
+
     def take(self, memory, rows):
         """The memory of `rows` (through the host)."""
         mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
