@@ -127,6 +127,12 @@ class Runtime:
         rows = np.asarray(rows)
         return self._to_backend(np.ascontiguousarray(mems[:, rows]), mem_mask[rows])
 
+    def split(self, memory):
+        """The memory of each row, in order (one copy through the host)."""
+        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
+        return [self._to_backend(np.ascontiguousarray(mems[:, i:i + 1]), mem_mask[i:i + 1])
+                for i in range(mem_mask.shape[0])]
+
     def concat(self, memories):
         parts = [[_to_numpy(v) for v in _unpack(m)] for m in memories]
         return self._to_backend(np.concatenate([p[0] for p in parts], 1),

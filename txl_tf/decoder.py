@@ -79,6 +79,13 @@ class Decoder:
         return Memory(tf.gather(memory.mems, rows, axis=1), tf.gather(memory.mem_mask, rows))
 
     @staticmethod
+    def split(memory):
+        """The memory of each row, in order."""
+        rows = memory.mem_mask.shape[0]
+        return [Memory(*part) for part in zip(tf.split(memory.mems, rows, axis=1),
+                                              tf.split(memory.mem_mask, rows, axis=0))]
+
+    @staticmethod
     def concat(memories):
         return Memory(tf.concat([m.mems for m in memories], 1),
                       tf.concat([m.mem_mask for m in memories], 0))
