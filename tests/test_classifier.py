@@ -165,6 +165,28 @@ def test_bad_inputs_are_named(graph):
         run({"token_ids": bad, "lengths": np.int32([5, 3])})
 
 
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_lengths_that_int32_would_wrap_are_refused(graph, dtype):
+    model = TransformerXLClassifier(tiny_config(), 2)
+    ids = np.ones((2, 5), np.int32)
+    run = model
+    if graph:  # unknown shapes: the check is a graph assertion, made in int64
+        spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.as_dtype(dtype))]
+        fn = tf.function(lambda i, n: model({"token_ids": i, "lengths": n}),
+                         input_signature=spec)
+        run = lambda x: fn(x["token_ids"], x["lengths"])  # noqa: E731
+    errors = (InputError, tf.errors.InvalidArgumentError)
+    for bad in (2 ** 32 + 5, 2 ** 32, 2 ** 63 + 5):  # as int32: 5 (valid), 0, 5
+        if dtype is np.int64 and bad >= 2 ** 63:
+            continue
+        with pytest.raises(errors, match="lengths"):
+            run({"token_ids": ids, "lengths": np.array([bad, 3], dtype)})
+    good = run({"token_ids": ids, "lengths": np.array([5, 3], dtype)})
+    np.testing.assert_allclose(good, model({"token_ids": ids, "lengths": np.int32([5, 3])}),
+                               atol=1e-6)
+
+
 def test_malformed_inputs_are_named():
     model = TransformerXLClassifier(tiny_config(), 2)
     ids = np.ones((2, 5), np.int32)
