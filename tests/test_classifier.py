@@ -128,6 +128,31 @@ def test_fine_tunes_a_pretrained_backbone_from_a_model_dir(tmp_path):
     assert not any("softmax" in n for n in changed)
 
 
+def test_dtype_reaches_a_pretrained_backbone(tmp_path):
+    from txl_tf.precision import choose
+    keras.utils.set_random_seed(5)
+    core = TransformerXL(tiny_config())
+    save_pretrained(core, str(tmp_path / "lm"))
+    auto = choose(tf.distribute.get_strategy()).policy
+    for dtype, want in (("mixed_bfloat16", "mixed_bfloat16"), ("auto", auto)):
+        model = TransformerXLClassifier.from_model_dir(str(tmp_path / "lm"), 2, dtype=dtype)
+        assert model.dtype_policy.name == want and model.core.dtype_policy.name == want
+        assert model.core.compute_dtype == model.head.compute_dtype
+        loaded = get_weights(model.core)  # variables stay float32: the weights are exact
+        for name, value in get_weights(core).items():
+            np.testing.assert_array_equal(loaded[name], value)
+    # A core passed in: its policy is the model's, unless another is asked for.
+    mixed_core = TransformerXL(tiny_config(), dtype="mixed_bfloat16")
+    model = TransformerXLClassifier(mixed_core, 2)
+    assert model.dtype_policy.name == "mixed_bfloat16" and model.head.compute_dtype == "bfloat16"
+    assert model(documents([9, 3])).dtype == tf.float32
+    with pytest.raises(ValueError, match="backbone computes under the dtype policy 'float32' "
+                                         "but the classifier was asked for 'mixed_bfloat16'"):
+        TransformerXLClassifier(core, 2, dtype="mixed_bfloat16")
+    clone = TransformerXLClassifier.from_config(model.get_config())
+    assert clone.core.dtype_policy.name == "mixed_bfloat16"
+
+
 def test_batches_of_any_width_and_float32_logits_under_mixed_precision():
     keras.utils.set_random_seed(6)
     model = TransformerXLClassifier(tiny_config(), 3)
