@@ -77,6 +77,49 @@ def test_padding_never_changes_a_prediction(mem_len):
     np.testing.assert_allclose(np.delete(moved, 2, 0), np.delete(together, 2, 0), atol=1e-6)
 
 
+def read_alone_unpadded(core, document, segment_len, mem_len):
+    """The last hidden state of one document read with no padding at all:
+    chunks of `[len % segment_len or segment_len, segment_len, ...]` (the
+    cut `read_documents` makes after right-aligning) through `hidden_states`,
+    the memory carried from one to the next."""
+    first = len(document) % segment_len or segment_len
+    chunks = [document[:first]] + [document[i:i + segment_len]
+                                   for i in range(first, len(document), segment_len)]
+    memory = core.initial_memory(1, mem_len, zero_filled=False)
+    for chunk in chunks:
+        hidden, memory = core.hidden_states(np.asarray([chunk], np.int32), memory,
+                                            training=False)
+    return hidden.numpy()[0, -1]
+
+
+@pytest.mark.parametrize("lengths,width,segment_len,mem_len", [
+    ([3, 5, 1], 7, 6, 8),      # every document fits one segment
+    ([13, 2, 11], 13, 6, 8),   # L not a multiple of segment_len
+    ([17], 17, 6, 8),          # batch 1
+    ([13, 2, 11], 14, 6, 0),   # no memory
+    ([20, 9], 20, 6, 2),       # mem_len < segment_len
+    ([4, 2], 5, 1, 3),         # one-token segments
+])
+def test_read_documents_equals_each_document_read_alone_without_padding(
+        lengths, width, segment_len, mem_len):
+    """Unlike a reference that goes through `read_documents` itself, this one
+    never sees a padded position: a classifier that attends to padding fails."""
+    keras.utils.set_random_seed(0)
+    core = TransformerXL(tiny_config(init_std=0.3))  # sharp attention: padding would show
+    rng = np.random.default_rng(len(lengths) * 100 + width)
+    ids = rng.integers(0, N_TOKEN, (len(lengths), width)).astype(np.int32)  # random padding
+    lengths = np.int32(lengths)
+    want = np.stack([read_alone_unpadded(core, list(ids[b, :n]), segment_len, mem_len)
+                     for b, n in enumerate(lengths)])
+    eager = core.read_documents(ids, lengths, segment_len, mem_len, training=False)
+    graph = tf.function(
+        lambda i, n: core.read_documents(i, n, segment_len, mem_len, training=False),
+        input_signature=[tf.TensorSpec([None, None], tf.int32),
+                         tf.TensorSpec([None], tf.int32)])(ids, lengths)
+    np.testing.assert_allclose(eager.numpy(), want, atol=1e-5)
+    np.testing.assert_allclose(graph.numpy(), want, atol=1e-5)
+
+
 def test_gradients_reach_the_backbone_through_the_last_segment_only():
     keras.utils.set_random_seed(2)
     model = TransformerXLClassifier(tiny_config(), 2, segment_len=SEG, mem_len=16)
