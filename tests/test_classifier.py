@@ -92,20 +92,22 @@ def read_alone_unpadded(core, document, segment_len, mem_len):
     return hidden.numpy()[0, -1]
 
 
-@pytest.mark.parametrize("lengths,width,segment_len,mem_len", [
-    ([3, 5, 1], 7, 6, 8),      # every document fits one segment
-    ([13, 2, 11], 13, 6, 8),   # L not a multiple of segment_len
-    ([17], 17, 6, 8),          # batch 1
-    ([13, 2, 11], 14, 6, 0),   # no memory
-    ([20, 9], 20, 6, 2),       # mem_len < segment_len
-    ([4, 2], 5, 1, 3),         # one-token segments
+@pytest.mark.parametrize("lengths,width,segment_len,mem_len,zero_filled", [
+    ([3, 5, 1], 7, 6, 8, False),      # every document fits one segment
+    ([13, 2, 11], 13, 6, 8, False),   # L not a multiple of segment_len
+    ([17], 17, 6, 8, False),          # batch 1
+    ([13, 2, 11], 14, 6, 0, False),   # no memory
+    ([20, 9], 20, 6, 2, False),       # mem_len < segment_len
+    ([4, 2], 5, 1, 3, False),         # one-token segments
+    ([13, 2, 11], 13, 6, 8, True),    # the memory starts empty whatever the config says
 ])
 def test_read_documents_equals_each_document_read_alone_without_padding(
-        lengths, width, segment_len, mem_len):
+        lengths, width, segment_len, mem_len, zero_filled):
     """Unlike a reference that goes through `read_documents` itself, this one
     never sees a padded position: a classifier that attends to padding fails."""
     keras.utils.set_random_seed(0)
-    core = TransformerXL(tiny_config(init_std=0.3))  # sharp attention: padding would show
+    core = TransformerXL(tiny_config(init_std=0.3,  # sharp attention: padding would show
+                                     zero_filled_memory=zero_filled))
     rng = np.random.default_rng(len(lengths) * 100 + width)
     ids = rng.integers(0, N_TOKEN, (len(lengths), width)).astype(np.int32)  # random padding
     lengths = np.int32(lengths)
