@@ -75,7 +75,7 @@ def triton_model_config(config, mem_len, model_name=DEFAULT_MODEL_NAME, log_prob
         f"    max_queue_delay_microseconds: {int(max_queue_delay_microseconds)}",
         "  }",
         "  state [",
-        _state("mems", "new_mems", "TYPE_FP32", mems, "zero_data: true", "empty memory") + ",",
+        _state("mems", "new_mems", "TYPE_FP32", mems, "zero_data: true", "zero memory") + ",",
         _state("mem_mask", "new_mem_mask", "TYPE_BOOL", mask, mask_start,
                "zero-filled memory" if zero_filled else "no valid slot"),
         "  ]",
