@@ -58,6 +58,10 @@ class Runtime:
     backend = "abstract"
 
     def __init__(self, info):
+        if info.memory_layout != "layer_major":
+            raise ValueError(f"this model keeps the memory {info.memory_layout} (the Triton "
+                             "repository's model.onnx); open_runtime reads the export's "
+                             "plain model.onnx or saved_model/")
         self.info = info
         self.config = info.config
         self.mem_len = info.mem_len
