@@ -8,8 +8,9 @@ INPUT_NAMES = ("token_ids", "mems", "mem_mask")
 OUTPUT_NAMES = ("log_probs", "new_mems", "new_mem_mask")
 
 
-def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
-    """String key/value pairs: config JSON, memory geometry, vocabulary size."""
+def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
+                    memory_layout="layer_major"):
+    """String key/value pairs: config JSON, memory geometry and layout, vocabulary size."""
     import txl_tf
     return {
         CONFIG_KEY: config.to_json(),
@@ -20,6 +21,7 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
         "vocab_size": str(config.n_token),
         "log_probs": log_probs,
         "zero_filled_memory": str(bool(zero_filled)).lower(),
+        "memory_layout": memory_layout,
         "same_length": str(bool(config.same_length)).lower(),
         "same_length_convention": config.same_length_convention,
         "inputs": ",".join(INPUT_NAMES),
@@ -30,7 +32,8 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
 
 
 class ExportInfo:
-    """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`."""
+    """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`,
+    `memory_layout`."""
 
     def __init__(self, values):
         if values.get("task") == "classification":
@@ -44,6 +47,7 @@ class ExportInfo:
         self.mem_len = int(values["mem_len"])
         self.log_probs = values.get("log_probs", "all")
         self.zero_filled = values.get("zero_filled_memory", "false") == "true"
+        self.memory_layout = values.get("memory_layout", "layer_major")
 
     @classmethod
     def from_json_file(cls, path):

@@ -20,10 +20,10 @@ def host_decode(backend, state, num_tokens, stream=None, stream_every=1):
     seen, counters = state.seen.copy(), state.counters.copy()
     done = state.done.copy()
     live = np.flatnonzero(~done)
+    start = backend.adopt(state.memory, batch)  # checked once; the steps are not
     frozen = [] if live.size == batch else [(np.flatnonzero(done),
-                                              backend.take(state.memory, np.flatnonzero(done)))]
-    memory = state.memory if live.size == batch else (
-        backend.take(state.memory, live) if live.size else None)
+                                              backend.take(start, np.flatnonzero(done)))]
+    memory = start if live.size == batch else (backend.take(start, live) if live.size else None)
     streamed = 0
     for t in range(num_tokens):
         if not live.size:
