@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 import tensorflow as tf
@@ -30,6 +29,7 @@ from export.parity import check_runtime, core_outputs, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
 from export.saved_model import export_saved_model
 from export.serving_module import LOG_PROBS_MODES
+from export.staging import staged_folder
 from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_options,
                            model_file, write_triton_repository)
 
@@ -120,18 +120,10 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ExportError(f"output path {output_dir!r} exists and is not a folder")
     stages = StageLog()
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
-    os.chmod(staging, 0o755)  # mkdtemp's 0700 would become the output folder's mode
-    try:
+    with staged_folder(output_dir) as staging:
         report = _export_into(staging, stages, model_dir, config, weights, vocab_dir, formats,
                               mem_len, opset, log_probs, zero_filled_memory, verify,
                               tolerance, external_data_threshold, dict(triton_options or {}))
-        _swap_in(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     stages.done("done", output_dir)
     return report
 
@@ -232,23 +224,6 @@ def _listing(folder):
     """Relative paths of the files under `folder`, sorted."""
     return sorted(os.path.relpath(os.path.join(root, name), folder)
                   for root, _, names in os.walk(folder) for name in names)
-
-
-def _swap_in(staging, output_dir):
-    """Replaces `output_dir` by `staging` (same parent: the renames are atomic)."""
-    if not os.path.exists(output_dir):
-        os.rename(staging, output_dir)
-        return
-    old = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.old-",
-                           dir=os.path.dirname(output_dir))
-    os.rmdir(old)
-    os.rename(output_dir, old)
-    try:
-        os.rename(staging, output_dir)
-    except BaseException:
-        os.rename(old, output_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _peak_rss():

@@ -61,7 +61,12 @@ CLASSIFIER_OUTPUTS = ("probabilities",)
 
 def classifier_metadata(model, label_names=None, vocab_files=()):
     """String key/value pairs of an exported `TransformerXLClassifier`:
-    backbone config, classes and their names, how documents are read."""
+    backbone config, classes and their names, how documents are read, and
+    the precision: `dtype_policy` (the Keras model's, under which the
+    SavedModel computes: `saved_model_compute_dtype`) and
+    `onnx_compute_dtype`, always float32 (the ONNX graph is converted from a
+    float32 copy of the weights, so a mixed-precision model's ONNX export
+    differs from it by bfloat16/float16 rounding)."""
     import txl_tf
     config = model.config
     names = model.label_names if label_names is None else [str(n) for n in label_names]
@@ -80,6 +85,9 @@ def classifier_metadata(model, label_names=None, vocab_files=()):
         "inputs": ",".join(CLASSIFIER_INPUTS),
         "outputs": ",".join(CLASSIFIER_OUTPUTS),
         "token_ids_dtype": "int32",
+        "dtype_policy": model.dtype_policy.name,
+        "saved_model_compute_dtype": str(model.compute_dtype),
+        "onnx_compute_dtype": "float32",
         "txl_tf_version": txl_tf.__version__,
     }
 
