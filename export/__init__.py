@@ -1,11 +1,13 @@
 """Export and serving of txl_tf models: SavedModel (TF Serving), ONNX (ONNX
-Runtime), one runtime interface over both, and parity checks.
+Runtime), a Triton Inference Server model repository, one runtime interface
+over SavedModel and ONNX, and parity checks.
 
 ```python
 from export import load_model, export_saved_model, export_onnx, open_runtime
 loaded = load_model("runs/tiny")                       # config.json + weights.npz
 export_saved_model(loaded.core, "out/saved_model", mem_len=64)
 export_onnx(loaded.core, "out/model.onnx", mem_len=64)
+write_triton_repository(loaded.core, "out/triton", mem_len=64)  # txl/config.pbtxt, txl/1/
 rt = open_runtime("out/model.onnx")                    # or "out/saved_model"
 log_probs, memory = rt.step(token_ids, rt.initial_memory(batch_size))
 
@@ -33,6 +35,7 @@ _SOURCES = {
     "export_saved_model": "export.saved_model",
     "ServingModule": "export.serving_module",
     "SessionTable": "export.sessions",
+    "triton_model_config": "export.triton", "write_triton_repository": "export.triton",
 }
 __all__ = sorted(_SOURCES)
 

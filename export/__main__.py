@@ -1,7 +1,9 @@
-"""Exports a txl_tf model directory to a SavedModel and/or an ONNX model.
+"""Exports a txl_tf model directory to a SavedModel, an ONNX model and/or a
+Triton model repository.
 
-    python -m export --model_dir=DIR --output_dir=OUT [--formats=saved_model,onnx]
+    python -m export --model_dir=DIR --output_dir=OUT [--formats=saved_model,onnx,triton]
         [--mem_len=N] [--opset=17] [--log_probs=all|last] [--config=... --weights=...]
+        [--triton_model_name=txl] [--triton_max_batch_size=16]
 
 `DIR` is a model directory or a training run directory. Bad input ends in
 one `error:` line on stderr and exit status 2 (`training.cli`).

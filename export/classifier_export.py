@@ -18,6 +18,8 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
                                 convert_with_weight_inputs, declare_shapes, onnx_constant,
                                 order_outputs, save_with_weights)
 from export.serving_module import plain_copies, weights_scope
+from export.staging import staged_folder
+from txl_tf.layers.init import skip_random_init
 from txl_tf.untracked import Untracked
 
 FORMATS = ("saved_model", "onnx")
@@ -61,44 +63,84 @@ class ClassifierServingModule(tf.Module):
 
 
 def export_classifier(model, output_dir, formats=FORMATS, label_names=None, vocab_dir=None,
-                      opset=DEFAULT_OPSET):
+                      opset=DEFAULT_OPSET, overwrite=False):
     """Writes the classifier to `output_dir` and returns `{artefact: path}`:
 
     ```
     output_dir/
       classifier.json   metadata: backbone config, num_classes, label_names,
-                        segment_len, mem_len, vocab files
+                        segment_len, mem_len, vocab files, compute dtypes
       saved_model/      signatures classify = serving_default (assets: the same
                         metadata and the vocabulary)
       model.onnx        classify as ONNX (metadata_props: the same metadata)
       vocab/            the vocabulary (`vocab_dir`, default the model's)
     ```
-    `label_names` default to the model's.
+    `label_names` default to the model's. The SavedModel computes under the
+    model's dtype policy; the ONNX graph always computes in float32 (see
+    `export_classifier_onnx`). Everything is written into a staging folder
+    that replaces `output_dir` whole once every format is written, so a
+    failed export leaves `output_dir` as it was. `output_dir` must be absent,
+    empty or a previous classifier export (it holds `classifier.json`);
+    anything else is refused unless `overwrite`.
     """
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ValueError(f"formats must be some of {FORMATS}, got {formats}")
+    output_dir = os.path.abspath(output_dir)
+    _check_output_dir(output_dir, overwrite)
     vocab_dir = vocab_dir or getattr(model, "vocab_dir", None)
     vocab_files = _vocab_files(vocab_dir)
     metadata = classifier_metadata(model, label_names,
                                    [os.path.basename(p) for p in vocab_files])
-    os.makedirs(output_dir, exist_ok=True)
-    written = {"metadata": os.path.join(output_dir, METADATA_FILE)}
-    with open(written["metadata"], "w", encoding="utf-8") as f:
-        json.dump(metadata, f, indent=2, sort_keys=True)
-    if vocab_files:
-        written["vocab"] = os.path.join(output_dir, VOCAB_DIR)
-        os.makedirs(written["vocab"], exist_ok=True)
-        for path in vocab_files:
-            shutil.copy(path, written["vocab"])
-    if "saved_model" in formats:
-        written["saved_model"] = export_classifier_saved_model(
-            model, os.path.join(output_dir, SAVED_MODEL_DIR), metadata, vocab_files)
-    if "onnx" in formats:
-        written["onnx"] = export_classifier_onnx(model, os.path.join(output_dir, ONNX_FILE),
-                                                 metadata, opset)
-    return written
+    written = {"metadata": METADATA_FILE}
+    with staged_folder(output_dir) as staging:
+        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2, sort_keys=True)
+        if vocab_files:
+            written["vocab"] = VOCAB_DIR
+            os.makedirs(os.path.join(staging, VOCAB_DIR))
+            for path in vocab_files:
+                shutil.copy(path, os.path.join(staging, VOCAB_DIR))
+        if "saved_model" in formats:
+            written["saved_model"] = SAVED_MODEL_DIR
+            export_classifier_saved_model(model, os.path.join(staging, SAVED_MODEL_DIR),
+                                          metadata, vocab_files)
+        if "onnx" in formats:
+            files = export_classifier_onnx(model, os.path.join(staging, ONNX_FILE), metadata,
+                                           opset)
+            written["onnx"] = [os.path.relpath(p, staging) for p in files]
+    return {name: [os.path.join(output_dir, p) for p in path] if isinstance(path, list)
+            else os.path.join(output_dir, path) for name, path in written.items()}
+
+
+def _check_output_dir(output_dir, overwrite):
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"output path {output_dir!r} exists and is not a folder")
+    if overwrite or not os.path.isdir(output_dir) or not os.listdir(output_dir):
+        return
+    if not os.path.isfile(os.path.join(output_dir, METADATA_FILE)):
+        raise ValueError(f"output folder {output_dir!r} is not empty and holds no classifier "
+                         f"export ({METADATA_FILE}); the export replaces the folder whole: "
+                         "pass overwrite=True, or choose another folder")
+
+
+def float32_twin(model):
+    """`model` if it computes in float32, else a copy of it under the float32
+    policy holding the same weights (as float32)."""
+    if model.compute_dtype == "float32":
+        return model
+    config = {**model.get_config(), "dtype": "float32"}
+    config.pop("name", None)
+    with skip_random_init():  # every weight is copied next
+        twin = type(model).from_config(config)
+    if [tuple(w.shape) for w in twin.weights] != [tuple(w.shape) for w in model.weights]:
+        raise RuntimeError("the float32 copy of the classifier has other weights than the "
+                           "classifier")
+    for target, source in zip(twin.weights, model.weights):
+        target.assign(tf.cast(source, tf.float32))
+    twin.vocab_dir = getattr(model, "vocab_dir", None)
+    return twin
 
 
 def export_classifier_saved_model(model, path, metadata, vocab_files=()):
@@ -117,8 +159,12 @@ def export_classifier_saved_model(model, path, metadata, vocab_files=()):
 
 def export_classifier_onnx(model, path, metadata, opset=DEFAULT_OPSET):
     """`classify` as ONNX: inputs `token_ids`, `lengths` (both checked in the
-    graph), output `probabilities`; returns the files written."""
+    graph), output `probabilities`; returns the files written. The graph
+    computes in float32 whatever the model's policy: a mixed-precision model
+    is converted from its `float32_twin` (tf2onnx cannot constant-fold the
+    bfloat16 constants of the document loop)."""
     from onnx import helper
+    model = float32_twin(model)
     onnx_model = convert_with_weight_inputs(
         lambda token_ids, lengths: classify(model, token_ids, lengths), classify_specs(),
         model.weights, opset)

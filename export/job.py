@@ -1,10 +1,12 @@
-"""The export job: model directory → SavedModel and/or ONNX, then a parity check.
+"""The export job: model directory → SavedModel, ONNX and/or a Triton model
+repository, then a parity check.
 
 ```
 python -m export --model_dir=runs/tiny --output_dir=exported/tiny \
     --formats=saved_model,onnx --mem_len=64 --opset=17 --log_probs=all
 ```
 Output directory: `saved_model/`, `model.onnx` (+ `model.onnx.data` past 2 GB),
+`triton/` (with `--formats=...,triton`; see `export.triton`),
 `config.json`, `vocab/` (if the model has one) and `export_report.json`
 (settings, timings, parity, files). A non-empty output directory needs
 `--overwrite`; the new export replaces it whole, or not at all.
@@ -15,7 +17,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 import tensorflow as tf
@@ -28,8 +29,13 @@ from export.parity import check_runtime, core_outputs, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
 from export.saved_model import export_saved_model
 from export.serving_module import LOG_PROBS_MODES
+from export.staging import staged_folder
+from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_options,
+                           model_file, write_triton_repository)
 
-FORMATS = ("saved_model", "onnx")
+DEFAULT_FORMATS = ("saved_model", "onnx")
+FORMATS = DEFAULT_FORMATS + ("triton",)
+TRITON_DIR = "triton"
 
 
 class ExportError(ValueError):
@@ -48,7 +54,13 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_string("vocab_dir", None, "Vocabulary folder shipped with the export.",
                         flag_values=fv)
     flags.DEFINE_string("output_dir", None, "Where the exported artefacts go.", flag_values=fv)
-    flags.DEFINE_list("formats", list(FORMATS), "Any of saved_model, onnx.", flag_values=fv)
+    flags.DEFINE_list("formats", list(DEFAULT_FORMATS), "Any of saved_model, onnx, triton "
+                      "(a Triton Inference Server model repository in triton/).",
+                      flag_values=fv)
+    flags.DEFINE_string("triton_model_name", DEFAULT_MODEL_NAME, "The model's name (and "
+                        "folder) in the Triton repository.", flag_values=fv)
+    flags.DEFINE_integer("triton_max_batch_size", 16, "Streams Triton runs in one batch.",
+                         lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("mem_len", None, "Memory length fixed in the export (default: the "
                          "config's mem_len).", lower_bound=0, flag_values=fv)
     flags.DEFINE_integer("opset", DEFAULT_OPSET, "ONNX opset.", flag_values=fv)
@@ -85,10 +97,13 @@ def max_opset():
 
 
 def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=None,
-               formats=FORMATS, mem_len=None, opset=DEFAULT_OPSET, log_probs="all",
+               formats=DEFAULT_FORMATS, mem_len=None, opset=DEFAULT_OPSET, log_probs="all",
                zero_filled_memory=None, verify=True, tolerance=1e-4, overwrite=False,
-               external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+               external_data_threshold=EXTERNAL_DATA_THRESHOLD, triton_options=None):
     """Exports and returns the report dict (also written to export_report.json).
+
+    `triton_options` go to `export.triton.write_triton_repository` (e.g.
+    `model_name`, `max_batch_size`) when `formats` holds `triton`.
 
     A non-empty `output_dir` is refused unless `overwrite`. Everything is
     written into a temporary sibling folder that replaces `output_dir` whole
@@ -105,18 +120,10 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ExportError(f"output path {output_dir!r} exists and is not a folder")
     stages = StageLog()
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
-    os.chmod(staging, 0o755)  # mkdtemp's 0700 would become the output folder's mode
-    try:
+    with staged_folder(output_dir) as staging:
         report = _export_into(staging, stages, model_dir, config, weights, vocab_dir, formats,
                               mem_len, opset, log_probs, zero_filled_memory, verify,
-                              tolerance, external_data_threshold)
-        _swap_in(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+                              tolerance, external_data_threshold, dict(triton_options or {}))
     stages.done("done", output_dir)
     return report
 
@@ -135,7 +142,8 @@ def _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_d
 
 
 def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, mem_len, opset,
-                 log_probs, zero_filled_memory, verify, tolerance, external_data_threshold):
+                 log_probs, zero_filled_memory, verify, tolerance, external_data_threshold,
+                 triton_options):
     loaded = load_model(model_dir, config, weights, vocab_dir)
     core, cfg, vocab_dir = loaded.core, loaded.config, loaded.vocab_dir
     del loaded  # `core` is the only reference left to the model (freed before parity)
@@ -143,6 +151,11 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     mem_len = cfg.mem_len if mem_len is None else int(mem_len)
     if zero_filled_memory is None:
         zero_filled_memory = cfg.zero_filled_memory
+    if "triton" in formats:
+        try:
+            check_triton_options(mem_len, log_probs=log_probs, **triton_options)
+        except (TypeError, ValueError) as error:
+            raise ExportError(f"cannot write a Triton repository: {error}") from None
     cfg.to_json(os.path.join(out, CONFIG_FILE))
     if vocab_dir:
         shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
@@ -163,6 +176,14 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)
                                                             for p in written))
+    if "triton" in formats:
+        start = time.perf_counter()
+        written = write_triton_repository(core, os.path.join(out, TRITON_DIR), opset=opset,
+                                          external_data_threshold=external_data_threshold,
+                                          **options, **triton_options)
+        gc.collect()
+        report["seconds"]["triton"] = round(time.perf_counter() - start, 2)
+        stages.done("Triton repository", ", ".join(os.path.relpath(p, out) for p in written))
     if verify:
         start = time.perf_counter()
         # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
@@ -173,7 +194,8 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         # weights make no room for those of the runtimes opened next.
         del core
         gc.collect()
-        report["parity"] = _parity(reference, segments, out, formats, tolerance)
+        report["parity"] = _parity(reference, segments, out, formats, tolerance,
+                                   triton_options.get("model_name", DEFAULT_MODEL_NAME))
         report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
         stages.done("parity", json.dumps(report["parity"]))
     report["files"] = _listing(out) + ["export_report.json"]
@@ -182,7 +204,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     return report
 
 
-def _parity(reference, segments, out, formats, tolerance):
+def _parity(reference, segments, out, formats, tolerance, triton_model_name):
     """Checks one runtime at a time (each closed before the next opens) against
     the core's `reference` outputs on `segments`."""
     report = {}
@@ -191,6 +213,9 @@ def _parity(reference, segments, out, formats, tolerance):
         report[runtime.backend] = check_runtime(reference, runtime, segments, tolerance)
         del runtime
         gc.collect()
+    if "triton" in formats:
+        path = model_file(os.path.join(out, TRITON_DIR), triton_model_name)
+        report["triton"] = check_triton_model(reference, path, segments, tolerance)
     logging.info("parity with the Keras core: %s", report)
     return report
 
@@ -199,23 +224,6 @@ def _listing(folder):
     """Relative paths of the files under `folder`, sorted."""
     return sorted(os.path.relpath(os.path.join(root, name), folder)
                   for root, _, names in os.walk(folder) for name in names)
-
-
-def _swap_in(staging, output_dir):
-    """Replaces `output_dir` by `staging` (same parent: the renames are atomic)."""
-    if not os.path.exists(output_dir):
-        os.rename(staging, output_dir)
-        return
-    old = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.old-",
-                           dir=os.path.dirname(output_dir))
-    os.rmdir(old)
-    os.rename(output_dir, old)
-    try:
-        os.rename(staging, output_dir)
-    except BaseException:
-        os.rename(old, output_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _peak_rss():
@@ -247,7 +255,9 @@ def run_from_flags(fv=flags.FLAGS):
         raise flags.ValidationError("pass --model_dir, or both --config and --weights")
     return run_export(fv.output_dir, fv.model_dir, fv.config, fv.weights, fv.vocab_dir,
                       fv.formats, fv.mem_len, fv.opset, fv.log_probs, fv.zero_filled_memory,
-                      fv.verify, fv.tolerance, overwrite=fv.overwrite)
+                      fv.verify, fv.tolerance, overwrite=fv.overwrite,
+                      triton_options={"model_name": fv.triton_model_name,
+                                      "max_batch_size": fv.triton_max_batch_size})
 
 
 def main(argv):

@@ -8,8 +8,9 @@ INPUT_NAMES = ("token_ids", "mems", "mem_mask")
 OUTPUT_NAMES = ("log_probs", "new_mems", "new_mem_mask")
 
 
-def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
-    """String key/value pairs: config JSON, memory geometry, vocabulary size."""
+def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
+                    memory_layout="layer_major"):
+    """String key/value pairs: config JSON, memory geometry and layout, vocabulary size."""
     import txl_tf
     return {
         CONFIG_KEY: config.to_json(),
@@ -20,6 +21,7 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
         "vocab_size": str(config.n_token),
         "log_probs": log_probs,
         "zero_filled_memory": str(bool(zero_filled)).lower(),
+        "memory_layout": memory_layout,
         "same_length": str(bool(config.same_length)).lower(),
         "same_length_convention": config.same_length_convention,
         "inputs": ",".join(INPUT_NAMES),
@@ -30,7 +32,8 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False):
 
 
 class ExportInfo:
-    """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`."""
+    """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`,
+    `memory_layout`."""
 
     def __init__(self, values):
         if values.get("task") == "classification":
@@ -44,6 +47,7 @@ class ExportInfo:
         self.mem_len = int(values["mem_len"])
         self.log_probs = values.get("log_probs", "all")
         self.zero_filled = values.get("zero_filled_memory", "false") == "true"
+        self.memory_layout = values.get("memory_layout", "layer_major")
 
     @classmethod
     def from_json_file(cls, path):
@@ -57,7 +61,12 @@ CLASSIFIER_OUTPUTS = ("probabilities",)
 
 def classifier_metadata(model, label_names=None, vocab_files=()):
     """String key/value pairs of an exported `TransformerXLClassifier`:
-    backbone config, classes and their names, how documents are read."""
+    backbone config, classes and their names, how documents are read, and
+    the precision: `dtype_policy` (the Keras model's, under which the
+    SavedModel computes: `saved_model_compute_dtype`) and
+    `onnx_compute_dtype`, always float32 (the ONNX graph is converted from a
+    float32 copy of the weights, so a mixed-precision model's ONNX export
+    differs from it by bfloat16/float16 rounding)."""
     import txl_tf
     config = model.config
     names = model.label_names if label_names is None else [str(n) for n in label_names]
@@ -76,6 +85,9 @@ def classifier_metadata(model, label_names=None, vocab_files=()):
         "inputs": ",".join(CLASSIFIER_INPUTS),
         "outputs": ",".join(CLASSIFIER_OUTPUTS),
         "token_ids_dtype": "int32",
+        "dtype_policy": model.dtype_policy.name,
+        "saved_model_compute_dtype": str(model.compute_dtype),
+        "onnx_compute_dtype": "float32",
         "txl_tf_version": txl_tf.__version__,
     }
 

@@ -18,7 +18,8 @@ import tensorflow as tf
 from onnx import TensorProto, helper
 
 from export.metadata import INPUT_NAMES, OUTPUT_NAMES, export_metadata
-from export.serving_module import LOG_PROBS_MODES, interface_specs, serve_step
+from export.serving_module import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
+                                   serve_step)
 
 DEFAULT_OPSET = 17
 # Protobuf cannot serialise 2 GiB; leave room for the graph itself.
@@ -33,7 +34,8 @@ def external_data_file(path):
 
 
 def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
-                opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+                opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD,
+                memory_layout="layer_major"):
     """Writes `step` as an ONNX model and returns the list of files written.
 
     Inputs `token_ids` int32 `[B, T]` (range-checked in the graph), `mems`,
@@ -41,13 +43,17 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     `new_mem_mask`; batch and segment axes dynamic; config and memory geometry
     in `metadata_props`. Weights above `external_data_threshold` bytes go to
     `external_data_file(path)` beside the model (ONNX external data).
+    `memory_layout="batch_major"` makes `mems` / `new_mems`
+    `[B, n_layer, M, d_model]` (the Triton repository's model; `open_runtime`
+    reads only the default `layer_major`).
     """
+    check_memory_layout(memory_layout)
     if log_probs not in LOG_PROBS_MODES:
         raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
     if int(mem_len) < 0:
         raise ValueError(f"mem_len must be >= 0, got {mem_len}")
     cfg = core.config
-    model = _convert(core, mem_len, log_probs, opset)
+    model = _convert(core, mem_len, log_probs, opset, memory_layout)
     weight_inputs = [i.name for i in model.graph.input][len(INPUT_NAMES):]
     got_in = [i.name for i in model.graph.input][:len(INPUT_NAMES)]
     if got_in != list(INPUT_NAMES) or sorted(o.name for o in model.graph.output) != \
@@ -57,8 +63,9 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                            f"{[o.name for o in model.graph.output]}")
     order_outputs(model, OUTPUT_NAMES)
     add_id_range_check(model, "token_ids", cfg.n_token)
-    _declare_shapes(model, cfg, mem_len, log_probs)
-    helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled))
+    _declare_shapes(model, cfg, mem_len, log_probs, memory_layout)
+    helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled,
+                                                  memory_layout))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
     return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
@@ -83,12 +90,12 @@ def save_with_weights(model, path, variables, n_inputs,
     return [path] + ([data_path] if data_path else [])
 
 
-def _convert(core, mem_len, log_probs, opset):
+def _convert(core, mem_len, log_probs, opset, memory_layout):
     """tf2onnx ModelProto of `step(token_ids, mems, mem_mask, *weights)`."""
     return convert_with_weight_inputs(
         lambda token_ids, mems, mem_mask: serve_step(core, token_ids, mems, mem_mask,
-                                                     log_probs),
-        interface_specs(core.config, mem_len), core.weights, opset)
+                                                     log_probs, memory_layout),
+        interface_specs(core.config, mem_len, memory_layout), core.weights, opset)
 
 
 def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
@@ -290,10 +297,12 @@ def _write_external(model, weights, data_path):
     logging.info("ONNX weights written to %s (external data)", data_path)
 
 
-def _declare_shapes(model, config, mem_len, log_probs):
+def _declare_shapes(model, config, mem_len, log_probs, memory_layout):
     """Writes the interface's shapes: named `batch` / `seq_len` axes, fixed geometry
     (tf2onnx leaves some output axes as anonymous `unk__N` dims)."""
     geometry = [config.n_layer, "batch", int(mem_len), config.d_model]
+    if memory_layout == "batch_major":
+        geometry[:2] = geometry[1::-1]
     shapes = {"token_ids": ["batch", "seq_len"], "mems": geometry,
               "mem_mask": ["batch", int(mem_len)], "new_mems": geometry,
               "new_mem_mask": ["batch", int(mem_len)],

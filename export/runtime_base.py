@@ -58,6 +58,10 @@ class Runtime:
     backend = "abstract"
 
     def __init__(self, info):
+        if info.memory_layout != "layer_major":
+            raise ValueError(f"this model keeps the memory {info.memory_layout} (the Triton "
+                             "repository's model.onnx); open_runtime reads the export's "
+                             "plain model.onnx or saved_model/")
         self.info = info
         self.config = info.config
         self.mem_len = info.mem_len
@@ -116,11 +120,31 @@ class Runtime:
         ids, mems, mem_mask = self._checked(token_ids, memory)
         return self._step_last(ids, mems, mem_mask)
 
+    def adopt(self, memory, batch_size):
+        """`memory` (this runtime's, another backend's or numpy) checked
+        against this model and put in this runtime's tensors: what the decode
+        loop starts from, so its steps need no checks."""
+        mems, mem_mask = _unpack(memory)
+        cfg = self.config
+        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, batch_size)
+        return RuntimeMemory(*self._native(mems, mem_mask))
+
+    def next_log_probs(self, token_ids, memory):
+        """`step_last` without the input checks, for the decode loop: ids the
+        sampler drew (int32 `[B, 1]`) and a memory from `adopt` or a step."""
+        return self._step_last(token_ids, memory.mems, memory.mem_mask)
+
     def take(self, memory, rows):
         """The memory of `rows` (through the host)."""
         mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
         rows = np.asarray(rows)
         return self._to_backend(np.ascontiguousarray(mems[:, rows]), mem_mask[rows])
+
+    def split(self, memory):
+        """The memory of each row, in order (one copy through the host)."""
+        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
+        return [self._to_backend(np.ascontiguousarray(mems[:, i:i + 1]), mem_mask[i:i + 1])
+                for i in range(mem_mask.shape[0])]
 
     def concat(self, memories):
         parts = [[_to_numpy(v) for v in _unpack(m)] for m in memories]

@@ -19,26 +19,43 @@ from txl_tf import Memory
 from txl_tf.untracked import Untracked
 
 LOG_PROBS_MODES = ("all", "last")
+# `mems` / `new_mems` as the core holds them, `[n_layer, B, M, d_model]`, or
+# batch first, `[B, n_layer, M, d_model]` (what Triton's implicit state needs).
+MEMORY_LAYOUTS = ("layer_major", "batch_major")
 
 
-def interface_specs(config, mem_len):
+def check_memory_layout(memory_layout):
+    if memory_layout not in MEMORY_LAYOUTS:
+        raise ValueError(f"memory_layout must be one of {MEMORY_LAYOUTS}, "
+                         f"got {memory_layout!r}")
+
+
+def interface_specs(config, mem_len, memory_layout="layer_major"):
     """TensorSpecs of `step`'s inputs: `token_ids`, `mems`, `mem_mask`."""
+    check_memory_layout(memory_layout)
+    geometry = [config.n_layer, None, int(mem_len), config.d_model]
+    if memory_layout == "batch_major":
+        geometry[:2] = geometry[1::-1]
     return [tf.TensorSpec([None, None], tf.int32, name="token_ids"),
-            tf.TensorSpec([config.n_layer, None, int(mem_len), config.d_model], tf.float32,
-                          name="mems"),
+            tf.TensorSpec(geometry, tf.float32, name="mems"),
             tf.TensorSpec([None, int(mem_len)], tf.bool, name="mem_mask")]
 
 
-def serve_step(core, token_ids, mems, mem_mask, log_probs_mode="all"):
+def serve_step(core, token_ids, mems, mem_mask, log_probs_mode="all",
+               memory_layout="layer_major"):
     """The `step` computation on the core's current weights (or a StatelessScope's):
-    `{"log_probs", "new_mems", "new_mem_mask"}`."""
-    memory = Memory(mems, mem_mask)
+    `{"log_probs", "new_mems", "new_mem_mask"}`, `mems` and `new_mems` in
+    `memory_layout` (batch-major ones are transposed around the core)."""
+    check_memory_layout(memory_layout)
+    swap = memory_layout == "batch_major"
+    memory = Memory(tf.transpose(mems, [1, 0, 2, 3]) if swap else mems, mem_mask)
     if log_probs_mode == "all":
         log_probs, new = core(token_ids, memory, training=False)
     else:
         hidden, new = core.hidden_states(token_ids, memory, training=False)
         log_probs = core.crit(hidden[:, -1])
-    return {"log_probs": log_probs, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
+    new_mems = tf.transpose(new.mems, [1, 0, 2, 3]) if swap else new.mems
+    return {"log_probs": log_probs, "new_mems": new_mems, "new_mem_mask": new.mem_mask}
 
 
 def plain_copies(weights):

@@ -90,12 +90,13 @@ class SessionTable:
         ids, chosen, seen, counters, stopped = choose(
             batch.next_log_probs, batch.rows, batch.seen, batch.counters, batch.done, 0)
         log_probs, memory = self.backend.step_last(ids[:, None], batch.memory)
+        memories = self.backend.split(memory)
         for i, sid in enumerate(served):
             session = self._sessions[sid]
             session.ids.append(int(ids[i]))
             session.log_probs.append(float(chosen[i]))
             self._sessions[sid] = session._replace(state=session.state._replace(
-                next_log_probs=log_probs[i:i + 1], memory=self.backend.take(memory, [i]),
+                next_log_probs=log_probs[i:i + 1], memory=memories[i],
                 seen=seen[i:i + 1], counters=counters[i:i + 1], done=stopped[i:i + 1]))
             if not stopped[i] and len(session.ids) < session.budget:
                 self._queue.append(sid)

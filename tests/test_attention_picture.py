@@ -94,6 +94,16 @@ def test_segment_attention_reads_the_earlier_segments_into_memory():
         segment_attention(core, tokens, layer=1, segment=3, seg_len=5)
 
 
+@pytest.mark.parametrize("bad", [2 ** 32 + 3, -1, 2 ** 31])
+def test_segment_attention_names_an_id_that_int32_would_wrap(bad):
+    core = make_core()
+    n_token = core.config.n_token
+    tokens = np.array([1, 2, bad], np.int64)  # 2**32 + 3 as int32 is 3, a valid id
+    with pytest.raises(ValueError, match=rf"token id {bad} at position \(2,\) is out of "
+                                         rf"range for a vocabulary of {n_token} tokens"):
+        segment_attention(core, tokens, layer=0)
+
+
 # ------------------------------------------------------------------ the picture
 def _picture(cell=4, line=2):
     core = make_core()

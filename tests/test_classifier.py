@@ -77,6 +77,51 @@ def test_padding_never_changes_a_prediction(mem_len):
     np.testing.assert_allclose(np.delete(moved, 2, 0), np.delete(together, 2, 0), atol=1e-6)
 
 
+def read_alone_unpadded(core, document, segment_len, mem_len):
+    """The last hidden state of one document read with no padding at all:
+    chunks of `[len % segment_len or segment_len, segment_len, ...]` (the
+    cut `read_documents` makes after right-aligning) through `hidden_states`,
+    the memory carried from one to the next."""
+    first = len(document) % segment_len or segment_len
+    chunks = [document[:first]] + [document[i:i + segment_len]
+                                   for i in range(first, len(document), segment_len)]
+    memory = core.initial_memory(1, mem_len, zero_filled=False)
+    for chunk in chunks:
+        hidden, memory = core.hidden_states(np.asarray([chunk], np.int32), memory,
+                                            training=False)
+    return hidden.numpy()[0, -1]
+
+
+@pytest.mark.parametrize("lengths,width,segment_len,mem_len,zero_filled", [
+    ([3, 5, 1], 7, 6, 8, False),      # every document fits one segment
+    ([13, 2, 11], 13, 6, 8, False),   # L not a multiple of segment_len
+    ([17], 17, 6, 8, False),          # batch 1
+    ([13, 2, 11], 14, 6, 0, False),   # no memory
+    ([20, 9], 20, 6, 2, False),       # mem_len < segment_len
+    ([4, 2], 5, 1, 3, False),         # one-token segments
+    ([13, 2, 11], 13, 6, 8, True),    # the memory starts empty whatever the config says
+])
+def test_read_documents_equals_each_document_read_alone_without_padding(
+        lengths, width, segment_len, mem_len, zero_filled):
+    """Unlike a reference that goes through `read_documents` itself, this one
+    never sees a padded position: a classifier that attends to padding fails."""
+    keras.utils.set_random_seed(0)
+    core = TransformerXL(tiny_config(init_std=0.3,  # sharp attention: padding would show
+                                     zero_filled_memory=zero_filled))
+    rng = np.random.default_rng(len(lengths) * 100 + width)
+    ids = rng.integers(0, N_TOKEN, (len(lengths), width)).astype(np.int32)  # random padding
+    lengths = np.int32(lengths)
+    want = np.stack([read_alone_unpadded(core, list(ids[b, :n]), segment_len, mem_len)
+                     for b, n in enumerate(lengths)])
+    eager = core.read_documents(ids, lengths, segment_len, mem_len, training=False)
+    graph = tf.function(
+        lambda i, n: core.read_documents(i, n, segment_len, mem_len, training=False),
+        input_signature=[tf.TensorSpec([None, None], tf.int32),
+                         tf.TensorSpec([None], tf.int32)])(ids, lengths)
+    np.testing.assert_allclose(eager.numpy(), want, atol=1e-5)
+    np.testing.assert_allclose(graph.numpy(), want, atol=1e-5)
+
+
 def test_gradients_reach_the_backbone_through_the_last_segment_only():
     keras.utils.set_random_seed(2)
     model = TransformerXLClassifier(tiny_config(), 2, segment_len=SEG, mem_len=16)
@@ -128,6 +173,31 @@ def test_fine_tunes_a_pretrained_backbone_from_a_model_dir(tmp_path):
     assert not any("softmax" in n for n in changed)
 
 
+def test_dtype_reaches_a_pretrained_backbone(tmp_path):
+    from txl_tf.precision import choose
+    keras.utils.set_random_seed(5)
+    core = TransformerXL(tiny_config())
+    save_pretrained(core, str(tmp_path / "lm"))
+    auto = choose(tf.distribute.get_strategy()).policy
+    for dtype, want in (("mixed_bfloat16", "mixed_bfloat16"), ("auto", auto)):
+        model = TransformerXLClassifier.from_model_dir(str(tmp_path / "lm"), 2, dtype=dtype)
+        assert model.dtype_policy.name == want and model.core.dtype_policy.name == want
+        assert model.core.compute_dtype == model.head.compute_dtype
+        loaded = get_weights(model.core)  # variables stay float32: the weights are exact
+        for name, value in get_weights(core).items():
+            np.testing.assert_array_equal(loaded[name], value)
+    # A core passed in: its policy is the model's, unless another is asked for.
+    mixed_core = TransformerXL(tiny_config(), dtype="mixed_bfloat16")
+    model = TransformerXLClassifier(mixed_core, 2)
+    assert model.dtype_policy.name == "mixed_bfloat16" and model.head.compute_dtype == "bfloat16"
+    assert model(documents([9, 3])).dtype == tf.float32
+    with pytest.raises(ValueError, match="backbone computes under the dtype policy 'float32' "
+                                         "but the classifier was asked for 'mixed_bfloat16'"):
+        TransformerXLClassifier(core, 2, dtype="mixed_bfloat16")
+    clone = TransformerXLClassifier.from_config(model.get_config())
+    assert clone.core.dtype_policy.name == "mixed_bfloat16"
+
+
 def test_batches_of_any_width_and_float32_logits_under_mixed_precision():
     keras.utils.set_random_seed(6)
     model = TransformerXLClassifier(tiny_config(), 3)
@@ -163,6 +233,28 @@ def test_bad_inputs_are_named(graph):
     bad[1, 4] = N_TOKEN
     with pytest.raises(errors, match="out of range"):
         run({"token_ids": bad, "lengths": np.int32([5, 3])})
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_lengths_that_int32_would_wrap_are_refused(graph, dtype):
+    model = TransformerXLClassifier(tiny_config(), 2)
+    ids = np.ones((2, 5), np.int32)
+    run = model
+    if graph:  # unknown shapes: the check is a graph assertion, made in int64
+        spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.as_dtype(dtype))]
+        fn = tf.function(lambda i, n: model({"token_ids": i, "lengths": n}),
+                         input_signature=spec)
+        run = lambda x: fn(x["token_ids"], x["lengths"])  # noqa: E731
+    errors = (InputError, tf.errors.InvalidArgumentError)
+    for bad in (2 ** 32 + 5, 2 ** 32, 2 ** 63 + 5):  # as int32: 5 (valid), 0, 5
+        if dtype is np.int64 and bad >= 2 ** 63:
+            continue
+        with pytest.raises(errors, match="lengths"):
+            run({"token_ids": ids, "lengths": np.array([bad, 3], dtype)})
+    good = run({"token_ids": ids, "lengths": np.array([5, 3], dtype)})
+    np.testing.assert_allclose(good, model({"token_ids": ids, "lengths": np.int32([5, 3])}),
+                               atol=1e-6)
 
 
 def test_malformed_inputs_are_named():

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export import export_classifier, open_classifier, open_runtime
+from export import classifier_export, export_classifier, open_classifier, open_runtime
+from export.classifier_export import float32_twin
 from export.classifier_runtime import read_metadata
 from export.input_checks import RuntimeInputError
 from txl_tf import TransformerXLClassifier, TransformerXLConfig
@@ -99,3 +100,73 @@ def test_bad_inputs_are_named_before_and_inside_the_graph(exported, backend):
     else:
         with pytest.raises(tf.errors.InvalidArgumentError, match="lengths"):
             runtime._run(ids, np.int32([0, 3]))
+
+
+def test_a_mixed_precision_classifier_exports_onnx_computing_in_float32(tmp_path):
+    keras.utils.set_random_seed(8)
+    config = TransformerXLConfig(n_token=N_TOKEN, n_layer=2, d_model=32, n_head=2, d_head=16,
+                                 d_inner=64, dropout=0.0, tgt_len=6, mem_len=10)
+    model = TransformerXLClassifier(config, 3, segment_len=6, mem_len=9, dtype="mixed_bfloat16")
+    for w in model.head.weights:
+        w.assign(np.random.default_rng(1).normal(0, 1.0, w.shape).astype(np.float32))
+    out = str(tmp_path / "cls")
+    written = export_classifier(model, out)  # the default formats, ONNX included
+    assert sorted(written) == ["metadata", "onnx", "saved_model"]
+    twin = float32_twin(model)
+    assert twin.compute_dtype == "float32" and twin.core.compute_dtype == "float32"
+    for a, b in zip(twin.weights, model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    ids, lengths = batch([23, 1, 6, 14, 30], width=33)
+    inputs = {"token_ids": ids, "lengths": lengths}
+    want32 = twin.predict_probabilities(inputs).numpy()
+    want16 = model.predict_probabilities(inputs).numpy()
+    onnx = open_classifier(out, backend="onnx")
+    np.testing.assert_allclose(onnx.probabilities(ids, lengths), want32, atol=1e-4)
+    # The SavedModel keeps the model's bfloat16 compute (it matches the model's
+    # graph; eager bfloat16 already differs from it by rounding, ~7e-3 here);
+    # ONNX differs from the bfloat16 model by bfloat16 rounding only.
+    graph16 = tf.function(lambda i, n: model.predict_probabilities(
+        {"token_ids": i, "lengths": n}))(ids, lengths).numpy()
+    saved = open_classifier(out, backend="saved_model").probabilities(ids, lengths)
+    np.testing.assert_allclose(saved, graph16, atol=1e-4)
+    assert np.abs(saved - want32).max() > 1e-4  # computed in bfloat16, not float32
+    for bf16 in (want16, graph16):
+        assert 1e-4 < np.abs(onnx.probabilities(ids, lengths) - bf16).max() < 0.03
+    for info in (onnx.info, read_metadata(out)):
+        assert (info.values["dtype_policy"], info.values["saved_model_compute_dtype"],
+                info.values["onnx_compute_dtype"]) == ("mixed_bfloat16", "bfloat16", "float32")
+
+
+def test_a_failed_export_leaves_the_folder_as_it_was(exported, tmp_path, monkeypatch):
+    model = exported[0]
+    out = tmp_path / "cls"
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("conversion failed")
+
+    def files(folder):
+        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+    monkeypatch.setattr(classifier_export, "export_classifier_onnx", fail)
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        export_classifier(model, str(out))
+    assert os.listdir(tmp_path) == []  # no partial folder, no staging folder
+    monkeypatch.undo()
+    export_classifier(model, str(out), formats=("saved_model",))
+    before = files(out)
+    monkeypatch.setattr(classifier_export, "export_classifier_onnx", fail)
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        export_classifier(model, str(out))
+    assert files(out) == before and os.listdir(tmp_path) == ["cls"]
+    monkeypatch.undo()
+    written = export_classifier(model, str(out), formats=("onnx",))  # replaces it whole
+    assert sorted(os.listdir(out)) == ["classifier.json", "model.onnx"]
+    assert written["onnx"] == [str(out / "model.onnx")]
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="holds no classifier export"):
+        export_classifier(model, str(other), formats=("onnx",))
+    assert os.listdir(other) == ["todo.txt"]
+    export_classifier(model, str(other), formats=("onnx",), overwrite=True)
+    assert sorted(os.listdir(other)) == ["classifier.json", "model.onnx"]

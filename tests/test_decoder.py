@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from export import export_onnx, export_saved_model, open_runtime
+from export.input_checks import RuntimeInputError
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig
 
 N_TOKEN, MEM_LEN = 50, 64
@@ -110,6 +111,21 @@ def test_resume_goes_on_exactly_as_one_longer_call(backends, name):
     np.testing.assert_array_equal(np.concatenate([first.ids, rest.ids], 1), whole.ids)
     np.testing.assert_allclose(np.concatenate([first.log_probs, rest.log_probs], 1),
                                whole.log_probs, atol=1e-6)
+
+
+@pytest.mark.parametrize("source,target", [("keras", "onnx"), ("saved_model", "onnx"),
+                                           ("onnx", "saved_model"), ("onnx", "keras")])
+def test_a_state_resumes_on_another_backend(backends, source, target):
+    whole = backends[source].generate(PROMPTS, 14, **SAMPLED)
+    first = backends[source].generate(PROMPTS, 9, **SAMPLED)
+    rest = backends[target].generate(None, 5, resume=first.state)
+    np.testing.assert_array_equal(np.concatenate([first.ids, rest.ids], 1), whole.ids)
+
+
+def test_a_resumed_memory_of_the_wrong_length_is_named(core, backends):
+    other = Decoder(core, mem_len=MEM_LEN + 3).generate(PROMPTS, 2, **SAMPLED)
+    with pytest.raises(RuntimeInputError, match="mems must have shape"):
+        backends["onnx"].generate(None, 3, resume=other.state)
 
 
 @pytest.mark.parametrize("name", ["keras", "saved_model"])

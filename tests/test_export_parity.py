@@ -133,7 +133,7 @@ def test_saved_model_cli_run_matches(core, exported, tmp_path):
     result = subprocess.run(
         [str(cli), "run", "--dir", str(out / "saved_model"), "--tag_set", "serve",
          "--signature_def", "step", "--inputs", inputs, "--outdir", str(tmp_path / "cli"),
-         "--overwrite"], capture_output=True, text=True, timeout=120,
+         "--overwrite"], capture_output=True, text=True, timeout=600,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result.stderr[-2000:]
     expected = core_outputs(core, [ids, next_ids], mem_len)[-1]
@@ -185,7 +185,7 @@ def test_fresh_process_loads_saved_model_with_core_ops_only(core, exported, tmp_
     np.save(tmp_path / "ids.npy", ids)
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, str(out / "saved_model"), str(tmp_path / "ids.npy")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""})
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])

@@ -75,7 +75,7 @@ def test_positional_outputs_in_a_client_without_txl_tf(core, onnx_path, tmp_path
     np.save(tmp_path / "segments.npy", np.stack(segments))
     result = subprocess.run(
         [sys.executable, "-c", CLIENT, onnx_path, str(tmp_path / "segments.npy"),
-         str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=120,
+         str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=600,
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == ""  # no txl_tf, TensorFlow or Keras in the client

@@ -7,7 +7,7 @@ from export import ModelDirError, load_model
 from txl_tf.checkpoints import weight_dict
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.checkpoints import save_pretrained
-from txl_tf.model_dir import load, resolve
+from txl_tf.model_dir import load, load_core, resolve
 from txl_tf.text import ByteTokenizer
 
 
@@ -53,6 +53,16 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
         weights.write_bytes(content)
         with pytest.raises(ModelDirError, match=f"{weights}.*{problem}"):
             load(str(tmp_path / "model"))
+
+
+def test_load_core_builds_under_a_dtype_policy(run, tmp_path):
+    path, core = run
+    save_pretrained(core, tmp_path / "model")
+    for folder in (str(path), str(tmp_path / "model")):  # checkpoint and npz weights
+        mixed = load_core(resolve(folder), dtype="mixed_bfloat16", dropout=0.0)
+        assert mixed.compute_dtype == "bfloat16" and mixed.config.dropout == 0.0
+        assert same_weights(mixed, core)  # variables stay float32
+        assert load(folder)[0].compute_dtype == "float32"
 
 
 def test_neither_form(tmp_path):

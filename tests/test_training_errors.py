@@ -78,7 +78,7 @@ def test_bad_flag_values(tmp_path, corpus):
 
 def test_command_line_error_is_one_line(tmp_path):
     proc = run_job("training.train", ["--preset=huge", f"--model_dir={tmp_path / 'run'}"],
-                   check=False, timeout=120)
+                   check=False, timeout=600)
     assert proc.returncode == 2
     assert "error: unknown preset 'huge'; known presets:" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

@@ -65,11 +65,15 @@ def segment_attention(core, token_ids, layer, segment=-1, seg_len=None, mem_len=
     memory of `mem_len` (default the model's) positions, so the picture shows
     the model reading that memory."""
     from txl_tf.layers.masks import attention_visibility
+    from txl_tf.validation import InputError, out_of_range_message
     cfg = core.config
     ids = np.asarray(token_ids)
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"token_ids must be a non-empty 1-D sequence of integers, got shape "
                          f"{ids.shape} and dtype {ids.dtype}")
+    problem = out_of_range_message(ids, cfg.n_token)  # before the int32 cast wraps them
+    if problem:
+        raise InputError(problem)
     seg_len = cfg.tgt_len if seg_len is None else int(seg_len)
     if seg_len <= 0:
         raise ValueError(f"seg_len must be positive, got {seg_len}")

@@ -48,16 +48,28 @@ class TransformerXLClassifier(PrebuiltModel, keras.Model):
     `TransformerXL` core (pretrained: its weights are fine-tuned). Its
     language-model softmax is unused and frozen. `segment_len` and `mem_len`
     default to the config's `tgt_len` and `mem_len`; `head_dropout` to its
-    `dropout`. `dtype="auto"` picks the fastest policy for the hardware, as
-    `TransformerXLLM` does; logits are float32 under any policy.
+    `dropout`. `dtype` (a Keras dtype policy, or "auto": the fastest for the
+    hardware, as for `TransformerXLLM`) applies to backbone and head alike:
+    a fresh backbone and `from_model_dir`'s are built under it; a core passed
+    in keeps its own policy, which is the model's when `dtype` is left out,
+    and a different `dtype` is a ValueError (the core is not rebuilt behind
+    the caller's back). Logits are float32 under any policy.
     """
 
     def __init__(self, backbone, num_classes, segment_len=None, mem_len=None,
                  head_dropout=None, label_names=None, **kwargs):
-        if kwargs.get("dtype") == "auto":
-            kwargs["dtype"] = choose_precision(tf.distribute.get_strategy()).policy
+        kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"))
+        if isinstance(backbone, TransformerXL) and kwargs["dtype"] is None:
+            kwargs["dtype"] = backbone.dtype_policy  # a core given alone sets the policy
         super().__init__(**kwargs)
         if isinstance(backbone, TransformerXL):
+            if backbone.dtype_policy.name != self.dtype_policy.name:
+                raise ValueError(
+                    f"the backbone computes under the dtype policy "
+                    f"{backbone.dtype_policy.name!r} but the classifier was asked for "
+                    f"{self.dtype_policy.name!r}: build the core with that dtype "
+                    "(TransformerXL(config, dtype=...)), or use from_model_dir(..., dtype=...), "
+                    "or leave dtype out to take the core's")
             self.core = backbone
         else:
             self.core = TransformerXL(as_config(backbone), dtype=self.dtype_policy,
@@ -91,14 +103,15 @@ class TransformerXLClassifier(PrebuiltModel, keras.Model):
         """A classifier on the backbone of a model directory (or training run
         directory, or one written by `python -m txl_tf.convert` from the
         published checkpoints), via `txl_tf.model_dir`. `config_overrides`
-        (e.g. `{"dropout": 0.1}`) change the backbone's config."""
+        (e.g. `{"dropout": 0.1}`) change the backbone's config; the backbone
+        is built under the model's `dtype` policy (`kwargs`, "auto" resolved
+        first)."""
         from txl_tf import model_dir
-        if kwargs.get("dtype") == "auto":
-            kwargs["dtype"] = choose_precision(tf.distribute.get_strategy()).policy
+        kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"))
+        policy = keras.dtype_policies.get(kwargs["dtype"] or keras.config.dtype_policy())
+        kwargs["dtype"] = policy  # the backbone is built under it, as the head
         source = model_dir.resolve(path, checkpoint=checkpoint)
-        # the backbone computes in the classifier's policy, as a fresh one would
-        core = model_dir.load_core(source, dtype=kwargs.get("dtype"),
-                                   **(config_overrides or {}))
+        core = model_dir.load_core(source, dtype=policy, **(config_overrides or {}))
         model = cls(core, num_classes, **kwargs)
         model.vocab_dir = source.vocab_dir
         return model
@@ -130,6 +143,14 @@ class TransformerXLClassifier(PrebuiltModel, keras.Model):
                 "num_classes": self.num_classes, "segment_len": self.segment_len,
                 "mem_len": self.mem_len, "head_dropout": self.head_dropout,
                 "label_names": self.label_names}
+
+
+def resolve_dtype(dtype):
+    """`dtype` with "auto" replaced by the fastest policy for the hardware
+    (`txl_tf.precision.choose`); None stays None."""
+    if isinstance(dtype, str) and dtype == "auto":
+        return choose_precision(tf.distribute.get_strategy()).policy
+    return dtype
 
 
 def _positive(name, value):

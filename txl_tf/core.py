@@ -114,35 +114,18 @@ class TransformerXL(keras.layers.Layer):
         sees the arguments of each block before it runs: see
         `attention_probabilities`.)
         """
-        cfg = self.config
-        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
-        if token_mask is not None:
-            token_mask = check_token_mask(tf.convert_to_tensor(token_mask), token_ids)
-        memory = as_memory(memory)
-        memory = Memory(tf.convert_to_tensor(memory.mems),
-                        tf.convert_to_tensor(memory.mem_mask))
-        check_memory(memory, cfg.n_layer, cfg.d_model, token_ids.shape[0])
-        memory = clear_invalid_slots(memory)  # garbage in invalid slots changes nothing
-        qlen = tf.shape(token_ids)[1]
-        klen = tf.shape(memory.mems)[2] + qlen
-
-        output = self.emb_dropout(self.word_emb(token_ids), training=training)
-        pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
-        visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length,
-                                       cfg.same_length_convention, token_mask)
+        output, pos_emb, visible, memory, token_mask = self._inputs(token_ids, memory, training,
+                                                                    token_mask)
         mems = tf.cast(memory.mems, output.dtype)
         layer_inputs = []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(output)
-            r_w_bias = self.r_w_bias[i] if cfg.untie_r else self.r_w_bias
-            r_r_bias = self.r_r_bias[i] if cfg.untie_r else self.r_r_bias
             if _probe is not None:
-                _probe(i, block, output, pos_emb, mems[i], visible, r_w_bias, r_r_bias)
-            output = block(output, pos_emb, mems[i], visible, r_w_bias, r_r_bias,
+                _probe(i, block, output, pos_emb, mems[i], visible, *self._biases(i))
+            output = block(output, pos_emb, mems[i], visible, *self._biases(i),
                            training=training)
         output = self.out_dropout(output, training=training)
-        memory = Memory(tf.cast(memory.mems, tf.float32), memory.mem_mask)  # float16/64 given
-        return output, update_memory(memory, tf.stack(layer_inputs), token_mask)
+        return output, update_memory(_float32(memory), tf.stack(layer_inputs), token_mask)
 
     def read_documents(self, token_ids, lengths, segment_len, mem_len, training=None):
         """Final hidden state `[B, d_model]` at the last token of each document.
@@ -204,5 +187,68 @@ class TransformerXL(keras.layers.Layer):
         _, new_memory = self.hidden_states(token_ids, memory, training=False, _probe=probe)
         return found[0], new_memory
 
+    # ---------------------------------------------------------------- decoding
+    def memory_keys_values(self, memory):
+        """`(keys, values)`, each `[n_layer, B, n_head, M, d_head]`: every
+        layer's attention keys and values of the memory slots. They depend on
+        the slots alone, so a decoder computes them once and carries them
+        beside the memory (`cached_hidden_states`) instead of projecting the
+        whole memory again for every new token."""
+        memory = as_memory(memory)
+        mems = clear_invalid_slots(Memory(tf.convert_to_tensor(memory.mems),
+                                          tf.convert_to_tensor(memory.mem_mask))).mems
+        kv = [block.memory_keys_values(mems[i]) for i, block in enumerate(self.blocks)]
+        return tuple(tf.stack(part) for part in zip(*kv))
+
+    def cached_hidden_states(self, token_ids, memory, keys_values):
+        """`hidden_states` for inference with the memory's `keys_values` given
+        (from `memory_keys_values`, or from the previous call): only the new
+        positions are projected. Returns `(hidden, new_memory, new_keys_values)`;
+        the new keys and values belong to the new memory's slots."""
+        output, pos_emb, visible, memory, _ = self._inputs(token_ids, memory, False, None)
+        qlen = tf.shape(output)[1]
+        layer_inputs, keys, values = [], [], []
+        for i, block in enumerate(self.blocks):
+            layer_inputs.append(output)
+            output, (k, v) = block.cached_call(output, pos_emb,
+                                               (keys_values[0][i], keys_values[1][i]),
+                                               visible, *self._biases(i))
+            keys.append(k[:, :, qlen:])
+            values.append(v[:, :, qlen:])
+        return (output, update_memory(_float32(memory), tf.stack(layer_inputs)),
+                (tf.stack(keys), tf.stack(values)))
+
+    # ------------------------------------------------------------- internals
+    def _inputs(self, token_ids, memory, training, token_mask):
+        """Checks; `(embedded ids, position encodings, visibility, memory with
+        invalid slots cleared, token_mask)`."""
+        cfg = self.config
+        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        if token_mask is not None:
+            token_mask = check_token_mask(tf.convert_to_tensor(token_mask), token_ids)
+        memory = as_memory(memory)
+        memory = Memory(tf.convert_to_tensor(memory.mems),
+                        tf.convert_to_tensor(memory.mem_mask))
+        check_memory(memory, cfg.n_layer, cfg.d_model, token_ids.shape[0])
+        memory = clear_invalid_slots(memory)  # garbage in invalid slots changes nothing
+        qlen = tf.shape(token_ids)[1]
+        klen = tf.shape(memory.mems)[2] + qlen
+        output = self.emb_dropout(self.word_emb(token_ids), training=training)
+        pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
+        visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length,
+                                       cfg.same_length_convention, token_mask)
+        return output, pos_emb, visible, memory, token_mask
+
+    def _biases(self, i):
+        """Layer i's `(r_w_bias, r_r_bias)` (shared by all layers unless `untie_r`)."""
+        if self.config.untie_r:
+            return self.r_w_bias[i], self.r_r_bias[i]
+        return self.r_w_bias, self.r_r_bias
+
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
+
+
+def _float32(memory):
+    """The memory carried on is float32 whatever was given (float16/64)."""
+    return Memory(tf.cast(memory.mems, tf.float32), memory.mem_mask)

@@ -79,6 +79,13 @@ class Decoder:
         return Memory(tf.gather(memory.mems, rows, axis=1), tf.gather(memory.mem_mask, rows))
 
     @staticmethod
+    def split(memory):
+        """The memory of each row, in order."""
+        rows = memory.mem_mask.shape[0]
+        return [Memory(*part) for part in zip(tf.split(memory.mems, rows, axis=1),
+                                              tf.split(memory.mem_mask, rows, axis=0))]
+
+    @staticmethod
     def concat(memories):
         return Memory(tf.concat([m.mems for m in memories], 1),
                       tf.concat([m.mem_mask for m in memories], 0))
@@ -115,27 +122,34 @@ class Decoder:
         hidden, memory = self.core.hidden_states(ids, memory, training=False)
         return self.core.crit(hidden[:, -1]), memory
 
-    def _step_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id):
-        """Picks one id per row, reads it, and freezes the memory of rows that
-        had stopped before this step."""
+    def _step_graph(self, log_probs, mems, mem_mask, keys, values, seen, counters, done, rows,
+                    pad_id):
+        """Picks one id per row, reads it (projecting only the new position:
+        the memory's keys and values are carried), and freezes the memory of
+        rows that had stopped before this step."""
         ids, chosen, seen, counters, now_done = choose(log_probs, rows, seen, counters, done,
                                                        pad_id)
-        log_probs, new = self._last_graph(ids[:, None], Memory(mems, mem_mask))
-        mems = tf.where(done[None, :, None, None], mems, new.mems)
-        mem_mask = tf.where(done[:, None], mem_mask, new.mem_mask)
-        return ids, chosen, log_probs, mems, mem_mask, seen, counters, now_done
+        hidden, new, (new_keys, new_values) = self.core.cached_hidden_states(
+            ids[:, None], Memory(mems, mem_mask), (keys, values))
+        log_probs = self.core.crit(hidden[:, -1])
+        state = (mems, mem_mask, keys, values)
+        new_state = (new.mems, new.mem_mask, new_keys, new_values)
+        state = tf.cond(tf.reduce_any(done), lambda: _freeze(done, state, new_state),
+                        lambda: new_state)  # skips three passes over the memory
+        return (ids, chosen, log_probs, *state, seen, counters, now_done)
 
     def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
                       num_tokens):
         """Up to `num_tokens` steps in one `tf.while_loop`, ending early when
-        every row is done; ids and log-probs `[B, num_tokens]` and the state."""
+        every row is done; ids and log-probs `[B, num_tokens]` and the state.
+        The memory's keys and values are computed once here and carried."""
         batch = tf.shape(done)[0]
         ids = tf.fill([num_tokens, batch], pad_id)
         chosen = tf.zeros([num_tokens, batch], tf.float32)
+        keys, values = self.core.memory_keys_values(Memory(mems, mem_mask))
 
-        def body(t, ids, chosen, log_probs, mems, mem_mask, seen, counters, done):
-            new_ids, new_lps, *state = self._step(log_probs, mems, mem_mask, seen, counters,
-                                                  done, rows, pad_id)
+        def body(t, ids, chosen, *state):
+            new_ids, new_lps, *state = self._step(*state, rows, pad_id)
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
             return (t + 1, ids, chosen, *state)
@@ -143,10 +157,19 @@ class Decoder:
         def more(t, *loop):
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
-        _, ids, chosen, *state = tf.while_loop(
-            more, body, [tf.constant(0), ids, chosen, log_probs, mems, mem_mask, seen,
-                         counters, done])
-        return (tf.transpose(ids), tf.transpose(chosen), *state)
+        _, ids, chosen, log_probs, mems, mem_mask, _, _, *state = tf.while_loop(
+            more, body, [tf.constant(0), ids, chosen, log_probs, mems, mem_mask, keys, values,
+                         seen, counters, done])
+        return (tf.transpose(ids), tf.transpose(chosen), log_probs, mems, mem_mask, *state)
+
+
+def _freeze(done, old, new):
+    """`new` (mems, mem_mask, keys, values), with `old` in the rows `done`
+    (the batch axis is the first of mem_mask, the second of the others)."""
+    def rows(tensor):
+        axis = 0 if tensor.shape.rank == 2 else 1
+        return tf.reshape(done, [1] * axis + [-1] + [1] * (tensor.shape.rank - axis - 1))
+    return tuple(tf.where(rows(a), a, b) for a, b in zip(old, new))
 
 
 def _tensors(memory):

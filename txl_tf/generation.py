@@ -3,8 +3,9 @@ prompts (`prefill`), then run the backend's decode loop.
 
 A backend (the compiled Keras `Decoder`, an export `Runtime`) provides
 `n_token`, `initial_memory(B)`, `step_last(ids, memory) -> (log_probs numpy
-[B, V], memory)`, `take(memory, rows)`, `concat(memories)` and
-`decode(state, n, stream, stream_every) -> (ids, log_probs, state)`.
+[B, V], memory)`, `take(memory, rows)`, `split(memory)` (one memory per row),
+`concat(memories)` and `decode(state, n, stream, stream_every) -> (ids,
+log_probs, state)`.
 
 Prompts of different lengths: rows of one length are read together, in
 segments aligned on the right (`right_aligned_segments`), then the batch's

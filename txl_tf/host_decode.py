@@ -20,19 +20,26 @@ def host_decode(backend, state, num_tokens, stream=None, stream_every=1):
     seen, counters = state.seen.copy(), state.counters.copy()
     done = state.done.copy()
     live = np.flatnonzero(~done)
+    start = backend.adopt(state.memory, batch)  # checked once; the steps are not
     frozen = [] if live.size == batch else [(np.flatnonzero(done),
-                                              backend.take(state.memory, np.flatnonzero(done)))]
-    memory = state.memory if live.size == batch else (
-        backend.take(state.memory, live) if live.size else None)
+                                              backend.take(start, np.flatnonzero(done)))]
+    memory = start if live.size == batch else (backend.take(start, live) if live.size else None)
     streamed = 0
     for t in range(num_tokens):
         if not live.size:
             break
-        token, lp, seen[live], counters[live], stopped = choose(
-            log_probs[live], state.rows.take(live), seen[live], counters[live],
-            np.zeros(live.size, np.bool_), state.pad_id)
+        every = live.size == batch  # then no row copies: the loop's cost is the model's
+        rows = state.rows if every else state.rows.take(live)
+        token, lp, new_seen, new_counters, stopped = choose(
+            log_probs if every else log_probs[live], rows, seen if every else seen[live],
+            counters if every else counters[live], np.zeros(live.size, np.bool_),
+            state.pad_id)
+        if every:
+            seen, counters = new_seen, new_counters
+        else:
+            seen[live], counters[live] = new_seen, new_counters
         ids[live, t], chosen[live, t] = token, lp
-        log_probs[live], memory = backend.step_last(token[:, None], memory)
+        log_probs[live], memory = backend.next_log_probs(token[:, None], memory)
         if stopped.any():
             done[live[stopped]] = True
             frozen.append((live[stopped], backend.take(memory, np.flatnonzero(stopped))))

@@ -121,15 +121,15 @@ def load_config(source, **overrides):
 
 def load_core(source, config=None, dtype=None, **overrides):
     """A `TransformerXL` built from the source's config (or `config`) with
-    `overrides`, holding the source's weights; `dtype` is its Keras dtype
-    policy (default: the global one)."""
+    `overrides`, holding the source's weights, under the dtype policy
+    `dtype` (a name or `keras.DTypePolicy`; default the global policy)."""
     from txl_tf.core import TransformerXL
     if config is None:
         config = load_config(source, **overrides)
     elif overrides:
         config = config.replace(**overrides)
     with skip_random_init():  # every weight is loaded next
-        core = TransformerXL(config) if dtype is None else TransformerXL(config, dtype=dtype)
+        core = TransformerXL(config, dtype=dtype)
     load_weights(core, source)
     return core
 

@@ -38,10 +38,12 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     lp = np.asarray(log_probs, np.float32)
     vocab = lp.shape[1]
     ids = np.arange(vocab)[None, :]
-    lp = np.where(seen, lp * penalty[:, None], lp).astype(np.float32)
+    if (penalty != 1).any():  # (x * 1 == x: skipping it changes nothing)
+        lp = np.where(seen, lp * penalty[:, None], lp).astype(np.float32)
     best = lp.max(-1, keepdims=True)
-    greedy = np.where(lp >= best - np.float32(TIE_TOLERANCE), ids, vocab).min(-1)
-    if not (temperature > 0).any():
+    greedy = (np.where(lp >= best - np.float32(TIE_TOLERANCE), ids, vocab).min(-1)
+              if (temperature <= 0).any() else None)
+    if greedy is not None and not (temperature > 0).any():
         return greedy.astype(np.int32)
     temp = np.where(temperature > 0, temperature, np.float32(1))[:, None].astype(np.float32)
     if (top_k > 0).any() or (top_p < 1).any():
@@ -55,8 +57,9 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     u = uniform(keys, counters)
     first_above = (cdf <= u[:, None] * cdf[:, -1:]).sum(-1)
     last_allowed = np.where(allowed, ids, -1).max(-1)
-    return np.where(temperature > 0, np.minimum(first_above, last_allowed),
-                    greedy).astype(np.int32)
+    sampled = np.minimum(first_above, last_allowed)
+    return (sampled if greedy is None else np.where(temperature > 0, sampled, greedy)
+            ).astype(np.int32)
 
 
 def _cut_off(lp, temp, top_k, top_p, vocab):

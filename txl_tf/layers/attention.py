@@ -58,63 +58,79 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):
         """inputs `[B, T, d]`, pos_emb `[K, d]`, memory `[B, M, d]` (K = M + T),
         visible `[B, 1, T, K]` bool, biases `[n_head, d_head]` → `[B, T, d]`."""
-        score, v = self._scores(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
-        prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
-        prob = self.attn_dropout(prob, training=training)
-
-        shape = tf.shape(inputs)
-        batch, qlen = shape[0], shape[1]
-        heads = self.n_head * self.d_head
-        vec = tf.transpose(tf.matmul(prob, v), [0, 2, 1, 3])  # [B, T, H, d]
-        vec = tf.reshape(vec, [-1, heads])
-        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)), [batch, qlen, self.d_model])
-        out = self.out_dropout(out, training=training)
-        if self.pre_lnorm:
-            return inputs + out
-        return self.layer_norm(inputs + out)
+        rows, k, v = self._rows_keys_values(inputs, memory)
+        return self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training)
 
     def probabilities(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias):
         """The attention probabilities `[B, n_head, T, M + T]` float32 that
         `call` (same arguments) weighs the values with, before attention
         dropout. Keys are the memory slots then the segment; a hidden key
         gets exactly 0 and each row sums to 1."""
-        score, _ = self._scores(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
-        return tf.nn.softmax(score, axis=-1)
+        rows, k, _ = self._rows_keys_values(inputs, memory)
+        return tf.nn.softmax(self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias), axis=-1)
 
-    def _scores(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias):
-        """float32 scores `[B, H, T, K]` (hidden keys at -1e30) and the values
-        `[B, H, K, d_head]` in the compute dtype."""
+    def _rows_keys_values(self, inputs, memory):
+        """The query rows (`inputs`, after LayerNorm with `pre_lnorm`) and the
+        keys and values of `concat(memory, inputs)`."""
         qlen = tf.shape(inputs)[1]
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)
         if self.pre_lnorm:
             cat = self.layer_norm(cat)
         # Queries only for the current segment (memory positions ask nothing);
-        # keys and values for all of concat(memory, inputs). Same kernel,
-        # split by columns: q | k | v.
+        # keys and values for all of concat(memory, inputs).
         # tf.slice with explicit sizes: its gradient is a Pad, and tf2onnx
         # mis-converts a size -1 slice with a dynamic begin.
-        # Projections as 2-D matmuls over the flattened rows (their kernel
-        # gradient is one matmul, not a batch matmul and a sum over the batch).
-        heads = self.n_head * self.d_head
-        qkv_kernel = self._w(self.qkv_kernel)
-        q_kernel = tf.slice(qkv_kernel, [0, 0], [self.d_model, heads])
-        kv_kernel = tf.slice(qkv_kernel, [0, heads], [self.d_model, 2 * heads])
         shape = tf.shape(cat)
         batch, klen = shape[0], shape[1]
         rows = tf.slice(cat, tf.stack([0, klen - qlen, 0]), tf.stack([batch, qlen, self.d_model]))
+        k, v = self._keys_values(cat)
+        return rows, k, v
+
+    def memory_keys_values(self, memory):
+        """Keys and values `[B, H, M, d_head]` of the memory positions. They
+        depend on the memory alone (position enters through `pos_emb`), so a
+        decoder computes them once and carries them (`cached_call`)."""
+        memory = tf.cast(memory, self.compute_dtype)
+        return self._keys_values(self.layer_norm(memory) if self.pre_lnorm else memory)
+
+    def cached_call(self, inputs, pos_emb, memory_kv, visible, r_w_bias, r_r_bias):
+        """`call` (inference) with the memory's keys and values given, as
+        `memory_keys_values` makes them: projects only the new positions.
+        Returns `(outputs [B, T, d], (keys, values) [B, H, M + T, d_head])`."""
+        rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
+        k_new, v_new = self._keys_values(rows)
+        k = tf.concat([tf.cast(memory_kv[0], k_new.dtype), k_new], axis=2)
+        v = tf.concat([tf.cast(memory_kv[1], v_new.dtype), v_new], axis=2)
+        out = self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, False)
+        return out, (k, v)
+
+    def _keys_values(self, x):
+        """`[B, len, d]` → keys, values `[B, H, len, d_head]`."""
+        # Projections as 2-D matmuls over the flattened rows (their kernel
+        # gradient is one matmul, not a batch matmul and a sum over the batch).
+        # The fused kernel's columns are q | k | v.
+        heads = self.n_head * self.d_head
+        kv_kernel = self._w(tf.slice(self.qkv_kernel, [0, heads], [self.d_model, 2 * heads]))
+        shape = tf.shape(x)
+        k, v = tf.split(tf.matmul(tf.reshape(x, [-1, self.d_model]), kv_kernel), 2, axis=-1)
+        return (_heads_first(k, shape[0], shape[1], self.n_head, self.d_head),
+                _heads_first(v, shape[0], shape[1], self.n_head, self.d_head))
+
+    def _scores(self, rows, k, pos_emb, visible, r_w_bias, r_r_bias):
+        """float32 scores `[B, H, T, K]` of the query `rows` `[B, T, d]` over
+        keys `[B, H, K, d_head]`; hidden keys at -1e30."""
+        heads = self.n_head * self.d_head
+        shape = tf.shape(rows)
+        q_kernel = self._w(tf.slice(self.qkv_kernel, [0, 0], [self.d_model, heads]))
         q = tf.matmul(tf.reshape(rows, [-1, self.d_model]), q_kernel)
-        k, v = tf.split(tf.matmul(tf.reshape(cat, [-1, self.d_model]), kv_kernel), 2, axis=-1)
         # Heads-major [B, H, len, d_head] so that every product below is a
         # plain batch matmul: their gradients are batch matmuls too (einsum's
         # are einsums with transposes, slower in bfloat16: benchmarks/NOTES.md).
-        q = _heads_first(q, batch, qlen, self.n_head, self.d_head)
-        k = _heads_first(k, batch, klen, self.n_head, self.d_head)
-        v = _heads_first(v, batch, klen, self.n_head, self.d_head)
+        q = _heads_first(q, shape[0], shape[1], self.n_head, self.d_head)
         r = tf.transpose(tf.reshape(tf.matmul(pos_emb, self._w(self.r_kernel)),
                                     [-1, self.n_head, self.d_head]), [1, 0, 2])  # [H, K, d]
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
-
         # The 1/sqrt(d_head) scale goes on the [B, H, T, d] queries, not on
         # the K / d_head times larger scores.
         content = tf.matmul((q + u) * self.scale, k, transpose_b=True)  # [B, H, T, K]
@@ -122,7 +138,23 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # Hidden keys get -1e30 added (the sum rounds to exactly -1e30): an
         # add, whose gradient is free, in place of a select over [B, H, T, K].
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]
-        return tf.cast(content + position, tf.float32) + hidden, v
+        return tf.cast(content + position, tf.float32) + hidden
+
+    def _attend(self, inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training):
+        """Attention of the query `rows` over keys / values `[B, H, K, d_head]`,
+        then the output projection and the residual onto `inputs`."""
+        score = self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias)
+        prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
+        prob = self.attn_dropout(prob, training=training)
+        shape = tf.shape(inputs)
+        vec = tf.transpose(tf.matmul(prob, v), [0, 2, 1, 3])  # [B, T, H, d]
+        vec = tf.reshape(vec, [-1, self.n_head * self.d_head])
+        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)),
+                         [shape[0], shape[1], self.d_model])
+        out = self.out_dropout(out, training=training)
+        if self.pre_lnorm:
+            return inputs + out
+        return self.layer_norm(inputs + out)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "n_head": self.n_head,

@@ -33,5 +33,16 @@ class TransformerXLBlock(keras.layers.Layer):
                                training=training)
         return self.ff(hidden, training=training)
 
+    def memory_keys_values(self, memory):
+        """See `RelativeMultiHeadAttention.memory_keys_values`."""
+        return self.rel_attn.memory_keys_values(memory)
+
+    def cached_call(self, inputs, pos_emb, memory_kv, visible, r_w_bias, r_r_bias):
+        """Inference `call` with the memory's keys and values given:
+        `(outputs, (keys, values) of memory + inputs)`."""
+        hidden, kv = self.rel_attn.cached_call(inputs, pos_emb, memory_kv, visible, r_w_bias,
+                                               r_r_bias)
+        return self.ff(hidden, training=False), kv
+
     def get_config(self):
         return {**super().get_config(), **self.sizes}

@@ -18,21 +18,22 @@ def check_lengths(lengths, token_ids):
     if lengths.shape[0] is not None and batch is not None and lengths.shape[0] != batch:
         raise InputError(f"lengths has {lengths.shape[0]} entries but token_ids have "
                          f"{batch} rows")
-    lengths = tf.cast(lengths, tf.int32)
+    # Range-checked before the int32 cast, which would wrap 2**32 + 5 to 5.
     if tf.executing_eagerly():
         problem = lengths_message(lengths.numpy(), int(token_ids.shape[1]))
         if problem:
             raise InputError(problem)
-        return lengths
+        return tf.cast(lengths, tf.int32)
     width = tf.shape(token_ids)[1]
-    ok = tf.reduce_all(lengths >= 1) & tf.reduce_all(lengths <= width) & tf.equal(
-        tf.size(lengths), tf.shape(token_ids)[0])
+    wide = tf.cast(lengths, tf.int64)  # uint64 above 2**63 turns negative: still caught
+    ok = tf.reduce_all(wide >= 1) & tf.reduce_all(wide <= tf.cast(width, tf.int64)) & \
+        tf.equal(tf.size(lengths), tf.shape(token_ids)[0])
     check = tf.debugging.Assert(
         ok, ["lengths must be one per row of token_ids, each in [1, L] with L =", width,
-             "; got min", tf.reduce_min(lengths), "max", tf.reduce_max(lengths)],
+             "; got min", tf.reduce_min(wide), "max", tf.reduce_max(wide)],
         name="check_lengths")
     with tf.control_dependencies([check]):
-        return tf.identity(lengths)
+        return tf.cast(lengths, tf.int32)
 
 
 def lengths_message(lengths, width):

@@ -1,0 +1,201 @@
+"""A Triton Inference Server model repository for the ONNX step (onnxruntime backend).
+
+```
+repo_dir/txl/config.pbtxt         sequence batching, memory as implicit state
+repo_dir/txl/1/model.onnx         (+ model.onnx.data past 2 GB of weights)
+repo_dir/txl/initial_state/       only for a zero-filled start (mem_mask all True)
+```
+Triton keeps each sequence's memory (`mems` → `new_mems`, `mem_mask` →
+`new_mem_mask`) between its requests; a client sends only `token_ids`
+`[1, T]` with a correlation id (and the start flag on a new stream) and gets
+`log_probs`. With `max_batch_size > 0` Triton batches a state along its first
+axis, so this model takes the memory batch-major, `mems`
+`[B, n_layer, M, d_model]` (`export_onnx(..., memory_layout="batch_major")`,
+the same core transposed at the graph's edges), and the sequence batcher's
+`oldest` strategy runs up to `max_batch_size` streams' steps in one batch.
+A new stream starts from the initial state: zeros with `mem_mask` all False
+(empty memory), or all True for a zero-filled export.
+"""
+import os
+
+import numpy as np
+
+from export.metadata import ExportInfo
+from export.onnx_export import DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_onnx
+from export.parity import ParityError, max_differences
+from export.serving_module import LOG_PROBS_MODES
+
+DEFAULT_MODEL_NAME = "txl"
+CONFIG_FILE = "config.pbtxt"
+VERSION = "1"
+MODEL_FILE = "model.onnx"
+INITIAL_STATE_DIR = "initial_state"  # Triton's fixed name for `data_file` initial states
+MASK_ALL_TRUE_FILE = "mem_mask_all_true"
+
+
+def triton_model_config(config, mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all",
+                        zero_filled=False, max_batch_size=16, max_candidate_sequences=None,
+                        max_queue_delay_microseconds=0,
+                        max_sequence_idle_microseconds=60_000_000, expose_memory=False):
+    """The `config.pbtxt` text of the batch-major step model of `config`.
+
+    Dims leave the batch axis out (`max_batch_size > 0`); -1 is the dynamic
+    segment length. `max_candidate_sequences` (default 4 × `max_batch_size`)
+    streams hold a state slot per model instance (more wait in Triton's
+    backlog); a stream idle for `max_sequence_idle_microseconds` is dropped
+    with its memory. `expose_memory` lists `new_mems` / `new_mem_mask` as
+    outputs too (a client may then request them; Triton keeps the state
+    either way).
+    """
+    if max_candidate_sequences is None:
+        max_candidate_sequences = 4 * int(max_batch_size)
+    check_triton_options(mem_len, model_name, log_probs, max_batch_size,
+                         max_candidate_sequences)
+    mems = [config.n_layer, int(mem_len), config.d_model]
+    mask = [int(mem_len)]
+    log_probs_dims = [-1, config.n_token] if log_probs == "all" else [config.n_token]
+    outputs = [("log_probs", "TYPE_FP32", log_probs_dims)]
+    if expose_memory:
+        outputs += [("new_mems", "TYPE_FP32", mems), ("new_mem_mask", "TYPE_BOOL", mask)]
+    mask_start = (f'data_file: "{MASK_ALL_TRUE_FILE}"' if zero_filled else "zero_data: true")
+    lines = [
+        f'name: "{model_name}"',
+        'backend: "onnxruntime"',
+        f"max_batch_size: {int(max_batch_size)}",
+        "input [",
+        _tensor("token_ids", "TYPE_INT32", [-1]),
+        "]",
+        "output [",
+        ",\n".join(_tensor(*o) for o in outputs),
+        "]",
+        "sequence_batching {",
+        f"  max_sequence_idle_microseconds: {int(max_sequence_idle_microseconds)}",
+        "  oldest {",
+        f"    max_candidate_sequences: {int(max_candidate_sequences)}",
+        f"    max_queue_delay_microseconds: {int(max_queue_delay_microseconds)}",
+        "  }",
+        "  state [",
+        _state("mems", "new_mems", "TYPE_FP32", mems, "zero_data: true", "zero memory") + ",",
+        _state("mem_mask", "new_mem_mask", "TYPE_BOOL", mask, mask_start,
+               "zero-filled memory" if zero_filled else "no valid slot"),
+        "  ]",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NAME,
+                            log_probs="all", zero_filled=False, opset=DEFAULT_OPSET,
+                            external_data_threshold=EXTERNAL_DATA_THRESHOLD, **config_options):
+    """Writes `repo_dir/model_name/` (config, version 1's batch-major
+    `model.onnx`, the initial-state file of a zero-filled start) and returns
+    the files written. `config_options` go to `triton_model_config`."""
+    config_text = triton_model_config(core.config, mem_len, model_name, log_probs,
+                                      zero_filled, **config_options)
+    model_dir = os.path.join(repo_dir, model_name)
+    os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
+    written = export_onnx(core, model_file(repo_dir, model_name), mem_len,
+                          log_probs=log_probs, zero_filled=zero_filled, opset=opset,
+                          external_data_threshold=external_data_threshold,
+                          memory_layout="batch_major")
+    if zero_filled:
+        os.makedirs(os.path.join(model_dir, INITIAL_STATE_DIR), exist_ok=True)
+        path = os.path.join(model_dir, INITIAL_STATE_DIR, MASK_ALL_TRUE_FILE)
+        np.ones([int(mem_len)], np.bool_).tofile(path)  # TYPE_BOOL: one byte a slot
+        written.append(path)
+    path = os.path.join(model_dir, CONFIG_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(config_text)
+    return [path] + written
+
+
+def sequence_outputs(model_path, segments, providers=("CPUExecutionProvider",)):
+    """Runs the repository's `model.onnx` with onnxruntime as Triton's sequence
+    batcher does (each row a stream, the state carried from the initial state)
+    and returns per segment `(log_probs, mems, mem_mask)` with `mems` back in
+    the core's layout `[n_layer, B, M, d_model]` (what `parity.core_outputs`
+    gives)."""
+    import onnxruntime as ort
+    session = ort.InferenceSession(model_path, providers=list(providers))
+    info = ExportInfo(session.get_modelmeta().custom_metadata_map)
+    if info.memory_layout != "batch_major":
+        raise ValueError(f"{model_path!r} is not a Triton repository's model (memory layout "
+                         f"{info.memory_layout!r})")
+    cfg, batch = info.config, segments[0].shape[0]
+    mems = np.zeros([batch, cfg.n_layer, info.mem_len, cfg.d_model], np.float32)
+    mem_mask = np.full([batch, info.mem_len], info.zero_filled, np.bool_)
+    names = [o.name for o in session.get_outputs()]
+    results = []
+    for ids in segments:
+        out = dict(zip(names, session.run(None, {"token_ids": ids, "mems": mems,
+                                                 "mem_mask": mem_mask})))
+        mems, mem_mask = out["new_mems"], out["new_mem_mask"]
+        results.append((out["log_probs"], np.transpose(mems, [1, 0, 2, 3]), mem_mask))
+    return results
+
+
+def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all",
+                         max_batch_size=16, max_candidate_sequences=None,
+                         max_queue_delay_microseconds=0,
+                         max_sequence_idle_microseconds=60_000_000, expose_memory=False):
+    """Raises ValueError (TypeError for an unknown option) on settings that
+    make no repository; takes `triton_model_config`'s options."""
+    if max_candidate_sequences is None:
+        max_candidate_sequences = 4 * int(max_batch_size)
+    if int(mem_len) < 1:
+        raise ValueError(f"a Triton repository needs mem_len >= 1 (the memory is its "
+                         f"state), got {mem_len}")
+    if not model_name or os.sep in model_name or model_name in (".", ".."):
+        raise ValueError(f"model_name must be a plain folder name, got {model_name!r}")
+    if log_probs not in LOG_PROBS_MODES:
+        raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+    if int(max_batch_size) < 1:
+        raise ValueError(f"max_batch_size must be >= 1 (the state is batched on its first "
+                         f"axis), got {max_batch_size}")
+    if int(max_candidate_sequences) < int(max_batch_size):
+        raise ValueError(f"max_candidate_sequences ({max_candidate_sequences}) must be at "
+                         f"least max_batch_size ({max_batch_size}) to fill a batch")
+    for name, value in (("max_queue_delay_microseconds", max_queue_delay_microseconds),
+                        ("max_sequence_idle_microseconds", max_sequence_idle_microseconds)):
+        if int(value) < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def model_file(repo_dir, model_name=DEFAULT_MODEL_NAME):
+    """`repo_dir/model_name/1/model.onnx`."""
+    return os.path.join(repo_dir, model_name, VERSION, MODEL_FILE)
+
+
+def check_triton_model(reference, model_path, segments, tol=1e-4):
+    """`parity.max_differences` of the repository's model (run by
+    `sequence_outputs`) from `reference` (`parity.core_outputs` on the same
+    `segments`), or `ParityError` beyond `tol`."""
+    diff = max_differences(reference, sequence_outputs(model_path, segments))
+    if diff["log_probs"] > tol or diff["mems"] > tol or not diff["mem_mask_equal"]:
+        raise ParityError(f"the Triton repository's model differs from the Keras core: "
+                          f"{diff} (tolerance {tol})")
+    return diff
+
+
+def _dims(dims):
+    return "[ " + ", ".join(str(int(d)) for d in dims) + " ]"
+
+
+def _tensor(name, data_type, dims):
+    return f'  {{\n    name: "{name}"\n    data_type: {data_type}\n    dims: {_dims(dims)}\n  }}'
+
+
+def _state(input_name, output_name, data_type, dims, start, start_name):
+    return "\n".join([
+        "    {",
+        f'      input_name: "{input_name}"',
+        f'      output_name: "{output_name}"',
+        f"      data_type: {data_type}",
+        f"      dims: {_dims(dims)}",
+        "      initial_state: {",
+        f"        data_type: {data_type}",
+        f"        dims: {_dims(dims)}",
+        f"        {start}",
+        f'        name: "{start_name}"',
+        "      }",
+        "    }"])

@@ -1,0 +1,204 @@
+"""The Triton model repository: its config parsed by tritonclient's model-config
+protobuf and held to the ONNX graph's interface; its batch-major model run in
+onnxruntime as Triton's sequence batcher would, against the plain export and
+the Keras core. (No Triton server runs here.)"""
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from export import ExportError, export_onnx, open_runtime, run_export, save_model_dir
+from export.parity import ParityError, core_outputs, random_segments
+from export.triton import (check_triton_model, model_file, sequence_outputs,
+                           triton_model_config, write_triton_repository)
+from txl_tf import TransformerXL, TransformerXLConfig
+
+MEM_LEN = 8
+# ONNX element types → Triton data types, for the three the interface uses.
+TRITON_TYPE = {onnx.TensorProto.INT32: model_config_pb2.TYPE_INT32,
+               onnx.TensorProto.FLOAT: model_config_pb2.TYPE_FP32,
+               onnx.TensorProto.BOOL: model_config_pb2.TYPE_BOOL}
+
+
+def random_core(seed=0):
+    core = TransformerXL(TransformerXLConfig.preset("tiny"))
+    rng = np.random.default_rng(seed)
+    for w in core.weights:
+        w.assign(rng.normal(0.0, 0.3, w.shape).astype(np.float32))
+    return core
+
+
+@pytest.fixture(scope="module")
+def core():
+    return random_core()
+
+
+@pytest.fixture(scope="module")
+def exported(core, tmp_path_factory):
+    """The repository (max batch 4) and the plain ONNX export of the same core."""
+    out = tmp_path_factory.mktemp("triton")
+    files = write_triton_repository(core, str(out / "repo"), MEM_LEN, max_batch_size=4)
+    export_onnx(core, str(out / "model.onnx"), MEM_LEN)
+    return out, files
+
+
+def parse_config(path):
+    with open(path, encoding="utf-8") as f:
+        return text_format.Parse(f.read(), model_config_pb2.ModelConfig())
+
+
+def onnx_interface(path):
+    """`{name: (Triton type, dims)}` of the graph's inputs and outputs, the
+    leading `batch` axis checked and dropped, named axes as -1."""
+    graph = onnx.load(path, load_external_data=False).graph
+    interface = {}
+    for value in list(graph.input) + list(graph.output):
+        tensor = value.type.tensor_type
+        dims = [d.dim_param or d.dim_value for d in tensor.shape.dim]
+        assert dims[0] == "batch", f"{value.name}: batch is not the first axis ({dims})"
+        interface[value.name] = (TRITON_TYPE[tensor.elem_type],
+                                 [-1 if isinstance(d, str) else d for d in dims[1:]])
+    return interface
+
+
+def test_repository_layout(exported):
+    out, files = exported
+    repo = out / "repo"
+    assert sorted(os.path.relpath(p, repo) for p in files) == [
+        "txl/1/model.onnx", "txl/config.pbtxt"]
+    assert sorted(os.listdir(repo / "txl")) == ["1", "config.pbtxt"]
+
+
+def test_config_parses_and_matches_the_onnx_graph(exported, core):
+    out, _ = exported
+    config = parse_config(out / "repo" / "txl" / "config.pbtxt")
+    interface = onnx_interface(model_file(str(out / "repo")))
+    cfg = core.config
+    assert (config.name, config.backend, config.max_batch_size) == ("txl", "onnxruntime", 4)
+    # Inputs and outputs: what the ONNX graph declares, batch axis left out.
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("token_ids", *interface["token_ids"])]
+    assert interface["token_ids"] == (model_config_pb2.TYPE_INT32, [-1])
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
+        ("log_probs", *interface["log_probs"])]
+    assert interface["log_probs"][1] == [-1, cfg.n_token]
+    # The memory is implicit state, batch-major in the graph, fixed geometry.
+    batching = config.sequence_batching
+    assert config.WhichOneof("scheduling_choice") == "sequence_batching"
+    assert batching.WhichOneof("strategy_choice") == "oldest"
+    assert batching.oldest.max_candidate_sequences >= config.max_batch_size
+    states = {s.input_name: s for s in batching.state}
+    assert sorted((s.input_name, s.output_name) for s in batching.state) == [
+        ("mem_mask", "new_mem_mask"), ("mems", "new_mems")]
+    assert list(states["mems"].dims) == [cfg.n_layer, MEM_LEN, cfg.d_model]
+    assert list(states["mem_mask"].dims) == [MEM_LEN]
+    for state in batching.state:
+        assert interface[state.input_name] == (state.data_type, list(state.dims))
+        assert interface[state.output_name] == (state.data_type, list(state.dims))
+        assert len(state.initial_state) == 1
+        start = state.initial_state[0]
+        assert start.name and start.data_type == state.data_type
+        assert list(start.dims) == list(state.dims)
+        # Zeros: an all-False mask is the empty memory (mems zero too).
+        assert start.WhichOneof("state_data") == "zero_data" and start.zero_data
+    assert states["mem_mask"].data_type == model_config_pb2.TYPE_BOOL
+    # The onnxruntime backend counts the graph's inputs: config inputs, control
+    # inputs and states. The graph has no START/READY: the initial state does it.
+    assert not batching.control_input
+    assert set(interface) == ({i.name for i in config.input} | set(states) |
+                              {s.output_name for s in batching.state} |
+                              {o.name for o in config.output})
+
+
+def test_config_options_reach_the_parsed_config(core):
+    cfg = core.config
+    text = triton_model_config(cfg, 5, model_name="lm", log_probs="last", max_batch_size=2,
+                               max_candidate_sequences=10, expose_memory=True)
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    assert (config.name, config.max_batch_size) == ("lm", 2)
+    assert config.sequence_batching.oldest.max_candidate_sequences == 10
+    outputs = {o.name: list(o.dims) for o in config.output}
+    assert outputs == {"log_probs": [cfg.n_token], "new_mems": [cfg.n_layer, 5, cfg.d_model],
+                       "new_mem_mask": [5]}
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mem_len": 0}, "mem_len >= 1"),
+    ({"max_batch_size": 0}, "max_batch_size must be >= 1"),
+    ({"max_batch_size": 8, "max_candidate_sequences": 4}, "at least max_batch_size"),
+    ({"model_name": "a/b"}, "plain folder name"),
+    ({"log_probs": "first"}, "log_probs must be one of"),
+])
+def test_bad_options_are_refused(core, options, message):
+    options = {"mem_len": 4, **options}
+    with pytest.raises(ValueError, match=message):
+        triton_model_config(core.config, **options)
+
+
+def test_model_matches_the_plain_export_and_the_core(exported, core):
+    out, _ = exported
+    segments = random_segments(core.config.n_token, 3, 5, n_segments=2, seed=3)
+    plain = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    mems = np.zeros([core.config.n_layer, 3, MEM_LEN, core.config.d_model], np.float32)
+    mask = np.zeros([3, MEM_LEN], bool)
+    batch_major = sequence_outputs(model_file(str(out / "repo")), segments)
+    for ids, (log_probs, new_mems, new_mask) in zip(segments, batch_major):
+        lp, mems, mask = plain.run(None, {"token_ids": ids, "mems": mems, "mem_mask": mask})
+        # sequence_outputs transposed the batch-major new_mems back: same numbers.
+        np.testing.assert_allclose(log_probs, lp, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(new_mems, mems, atol=1e-5, rtol=0)
+        np.testing.assert_array_equal(new_mask, mask)
+    assert batch_major[1][2].any()  # the second segment read a non-empty memory
+    reference = core_outputs(core, segments, MEM_LEN)
+    diff = check_triton_model(reference, model_file(str(out / "repo")), segments)
+    assert diff["log_probs"] < 1e-4 and diff["mem_mask_equal"]
+    # Streams batched by Triton's sequence batcher get what each gets alone.
+    alone = sequence_outputs(model_file(str(out / "repo")), [s[1:2] for s in segments])
+    for (lp_batch, _, _), (lp_alone, _, _) in zip(batch_major, alone):
+        np.testing.assert_allclose(lp_batch[1:2], lp_alone, atol=1e-5, rtol=0)
+    with pytest.raises(ParityError, match="Triton"):
+        check_triton_model(core_outputs(core, segments[::-1], MEM_LEN),
+                           model_file(str(out / "repo")), segments)
+
+
+def test_open_runtime_refuses_the_batch_major_model(exported):
+    out, _ = exported
+    with pytest.raises(ValueError, match="Triton repository"):
+        open_runtime(model_file(str(out / "repo")), device="cpu")
+
+
+def test_zero_filled_start_is_a_data_file_of_true(core, tmp_path):
+    files = write_triton_repository(core, str(tmp_path), 4, model_name="zf", zero_filled=True,
+                                    max_batch_size=2)
+    config = parse_config(tmp_path / "zf" / "config.pbtxt")
+    start = {s.input_name: s.initial_state[0] for s in config.sequence_batching.state}
+    assert start["mems"].zero_data
+    assert start["mem_mask"].WhichOneof("state_data") == "data_file"
+    data = tmp_path / "zf" / "initial_state" / start["mem_mask"].data_file
+    assert str(data) in files and data.read_bytes() == b"\x01" * 4  # TYPE_BOOL: 1 byte
+    segments = random_segments(core.config.n_token, 2, 3, n_segments=2, seed=1)
+    check_triton_model(core_outputs(core, segments, 4, zero_filled=True),
+                       model_file(str(tmp_path), "zf"), segments)
+
+
+def test_export_job_writes_and_checks_the_repository(core, tmp_path):
+    save_model_dir(core, str(tmp_path / "model"))
+    out = tmp_path / "out"
+    report = run_export(str(out), model_dir=str(tmp_path / "model"), formats=["triton"],
+                        mem_len=4, log_probs="last",
+                        triton_options={"model_name": "lm", "max_batch_size": 8})
+    assert report["files"] == ["config.json", "triton/lm/1/model.onnx",
+                               "triton/lm/config.pbtxt", "export_report.json"]
+    assert set(report["parity"]) == {"triton"} and report["parity"]["triton"]["log_probs"] < 1e-4
+    config = parse_config(out / "triton" / "lm" / "config.pbtxt")
+    assert config.max_batch_size == 8
+    assert onnx_interface(str(out / "triton" / "lm" / "1" / "model.onnx"))["log_probs"] == (
+        model_config_pb2.TYPE_FP32, [core.config.n_token])
+    with pytest.raises(ExportError, match="mem_len >= 1"):
+        run_export(str(tmp_path / "none"), model_dir=str(tmp_path / "model"),
+                   formats=["onnx", "triton"], mem_len=0)
+    assert not (tmp_path / "none").exists()
