@@ -95,13 +95,18 @@ class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
 
 class ProgressLine(keras.callbacks.Callback):
     """Prints one plain line every `every` global steps and at the end of
-    training (`tokens_per_step`: global batch x tgt_len, for tok/s;
-    `schedule`: the learning-rate schedule, or None)."""
+    training (`tokens_per_step`: global batch x tgt_len, for tok/s, or
+    whatever `unit` counts; `schedule`: the learning-rate schedule, or None;
+    `fields`: the logged metrics shown, with their digits)."""
 
-    def __init__(self, total_steps, every, tokens_per_step, schedule=None, log=print):
+    FIELDS = (("loss", 4), ("bpc", 4), ("ppl", 2))
+
+    def __init__(self, total_steps, every, tokens_per_step, schedule=None, log=print,
+                 fields=FIELDS, unit="tok"):
         super().__init__()
         self.total, self.every = int(total_steps), max(int(every), 1)
         self.tokens_per_step, self.schedule, self.log = tokens_per_step, schedule, log
+        self.fields, self.unit = tuple(fields), unit
         self.last = self.last_time = None
         self.logs = {}
 
@@ -125,7 +130,7 @@ class ProgressLine(keras.callbacks.Callback):
     def _print(self, step):
         now = time.time()
         parts = [f"step {step}/{self.total}"]
-        for key, digits in (("loss", 4), ("bpc", 4), ("ppl", 2)):
+        for key, digits in self.fields:
             if key in self.logs:
                 parts.append(f"{key} {float(self.logs[key]):.{digits}f}")
         if self.schedule is not None:
@@ -133,6 +138,7 @@ class ProgressLine(keras.callbacks.Callback):
             parts.append(f"lr {lr:.3g}")
         seconds = now - self.last_time
         if seconds > 0 and step > self.last:
-            parts.append(f"{(step - self.last) * self.tokens_per_step / seconds:,.0f} tok/s")
+            parts.append(f"{(step - self.last) * self.tokens_per_step / seconds:,.0f} "
+                         f"{self.unit}/s")
         self.log(" ".join(parts))
         self.last, self.last_time = step, now

@@ -1,0 +1,229 @@
+"""The fine-tuning job `training.classify`: a CLI run on a tiny task writes a
+classifier that reloads with the same evaluation, predicts, and exports
+artefacts that agree with Keras; bad flags and data give one `error:` line
+and exit status 2 before anything is written."""
+import json
+import os
+import random
+
+import keras
+import numpy as np
+import pytest
+
+from export import open_classifier
+from training import classify
+from training.errors import TrainingError
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.checkpoints import save_pretrained
+from txl_tf.text import ByteTokenizer
+from job_helpers import run_job
+
+LETTERS = {"ab": "ab", "mn": "mn", "xy": "xy"}  # a class is the letters its words use
+
+
+def _doc(rng, label):
+    return " ".join("".join(rng.choice(LETTERS[label]) for _ in range(rng.randint(2, 5)))
+                    for _ in range(rng.randint(3, 12)))
+
+
+def write_tsv(path, n, seed, labels=tuple(LETTERS)):
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            label = labels[i % len(labels)]
+            f.write(f"{label}\t{_doc(rng, label if label in LETTERS else 'ab')}\n")
+    return str(path)
+
+
+def write_backbone(path, vocab=True, n_token=256):
+    keras.utils.set_random_seed(3)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=n_token, tgt_len=8,
+                                                    mem_len=8))
+    save_pretrained(core, path)
+    if vocab:
+        ByteTokenizer().save(os.path.join(path, "vocab"))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classify")
+    return {"root": root, "train": write_tsv(root / "train.tsv", 120, 0),
+            "eval": write_tsv(root / "eval.tsv", 30, 1),
+            "backbone": write_backbone(root / "backbone")}
+
+
+@pytest.fixture(scope="module")
+def trained(data):
+    """One run of the command line: 40 steps from the tiny backbone, with
+    evaluation and both exports."""
+    out = str(data["root"] / "out")
+    proc = run_job("training.classify", [
+        f"--train_data={data['train']}", f"--eval_data={data['eval']}",
+        f"--backbone={data['backbone']}", f"--output_dir={out}", "--steps=40",
+        "--batch_size=8", "--learning_rate=3e-3", "--log_every=10", "--max_length=64",
+        "--mixed_precision=none", "--export=saved_model,onnx"], timeout=600)
+    return out, proc
+
+
+def test_the_run_writes_its_output_dir(trained):
+    out, proc = trained
+    for name in ("classifier.keras", "labels.json", "flags.json", "train_log.jsonl",
+                 "metrics.json", "vocab/tokenizer.json", "export/classifier.json",
+                 "export/model.onnx", "export/saved_model/saved_model.pb"):
+        assert os.path.exists(os.path.join(out, name)), name
+    assert json.load(open(os.path.join(out, "labels.json")))["labels"] == ["ab", "mn", "xy"]
+    log = [json.loads(line) for line in open(os.path.join(out, "train_log.jsonl"))]
+    assert [r["step"] for r in log] == [10, 20, 30, 40]
+    assert log[-1]["loss"] < log[0]["loss"]
+    # piped stdout: plain lines with loss and accuracy, no bar
+    assert "step 40/40 loss" in proc.stdout and "accuracy" in proc.stdout
+    assert "\r" not in proc.stdout and "\x1b" not in proc.stdout
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["examples"] == 30 and sum(map(sum, metrics["confusion"])) == 30
+    assert metrics["accuracy"] >= 0.9  # the letters decide the class: learnt in 40 steps
+
+
+def test_reloaded_classifier_evaluates_the_same(trained, data, tmp_path):
+    out, _ = trained
+    saved = json.load(open(os.path.join(out, "metrics.json")))
+    result = classify.run(mode="evaluate", classifier_dir=out, eval_data=data["eval"],
+                          max_length=64, output=str(tmp_path / "m.json"), progress=False)
+    again = result["eval"]
+    assert again["accuracy"] == saved["accuracy"]
+    assert again["confusion"] == saved["confusion"]
+    assert again["loss"] == pytest.approx(saved["loss"], abs=1e-5)
+    assert json.load(open(tmp_path / "m.json"))["accuracy"] == saved["accuracy"]
+
+
+def test_predict_writes_labels_and_probabilities(trained, data, tmp_path):
+    out, _ = trained
+    texts = tmp_path / "texts.txt"
+    rng = random.Random(5)
+    truth = ["xy", "ab", "mn", "xy"]
+    texts.write_text("\n".join(_doc(rng, t) for t in truth) + "\n\n")  # a blank line: skipped
+    classify.run(mode="predict", classifier_dir=out, predict_data=str(texts),
+                 output=str(tmp_path / "p.tsv"), progress=False)
+    lines = (tmp_path / "p.tsv").read_text().splitlines()
+    assert lines[0] == "label\tab\tmn\txy" and len(lines) == 5
+    rows = [line.split("\t") for line in lines[1:]]
+    probs = np.array([[float(x) for x in r[1:]] for r in rows])
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+    assert [r[0] for r in rows] == [["ab", "mn", "xy"][i] for i in probs.argmax(1)]
+    assert [r[0] for r in rows] == truth
+
+
+@pytest.mark.parametrize("backend", ["onnx", "saved_model"])
+def test_export_agrees_with_keras(trained, backend):
+    out, _ = trained
+    model, labels, tokenizer = classify.load_classifier(out)
+    rng = random.Random(9)
+    docs = [tokenizer.encode(_doc(rng, label)) for label in ("ab", "xy", "mn", "ab")]
+    lengths = np.array([len(d) for d in docs], np.int32)
+    ids = np.zeros((len(docs), lengths.max() + 5), np.int32)  # right padding
+    for i, d in enumerate(docs):
+        ids[i, :len(d)] = d
+    want = model.predict_probabilities({"token_ids": ids, "lengths": lengths}).numpy()
+    runtime = open_classifier(os.path.join(out, "export"), backend=backend)
+    np.testing.assert_allclose(runtime.probabilities(ids, lengths), want, atol=1e-4)
+    assert runtime.label_names == labels.names
+    assert np.abs(want - 1 / 3).max() > 0.1  # a trained, confident model
+
+
+def test_from_scratch_with_a_preset_and_bytes(data, tmp_path):
+    result = classify.run(train_data=data["train"], preset="tiny",
+                          config_override=["tgt_len=8", "mem_len=8"],
+                          output_dir=str(tmp_path / "scratch"), steps=3, batch_size=8,
+                          max_length=32, mixed_precision="none", verbose=0)
+    assert result["steps"] == 3 and result["eval"] is None
+    model, labels, tokenizer = classify.load_classifier(str(tmp_path / "scratch"))
+    assert isinstance(tokenizer, ByteTokenizer) and model.segment_len == 8
+    assert labels.names == ["ab", "mn", "xy"]
+
+
+# -- bad input -----------------------------------------------------------------
+
+def _train(data, tmp_path, **options):
+    base = dict(train_data=data["train"], backbone=data["backbone"],
+                output_dir=str(tmp_path / "out") if tmp_path else None, steps=2, batch_size=8, max_length=32,
+                mixed_precision="none", verbose=0)
+    base.update(options)
+    return classify.run(**base)
+
+
+def test_unknown_label_at_evaluation(data, tmp_path):
+    bad = write_tsv(tmp_path / "bad.tsv", 6, 2, labels=("ab", "cooking"))
+    with pytest.raises(TrainingError, match=r"--eval_data: .*bad.tsv:2: unknown label "
+                                            r"'cooking'"):
+        _train(data, tmp_path, eval_data=bad)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_num_classes_mismatch(data, tmp_path):
+    with pytest.raises(TrainingError, match=r"--num_classes=4 but the training data has 3 "
+                                            r"labels \(ab, mn, xy\)"):
+        _train(data, tmp_path, num_classes=4)
+
+
+def test_backbone_without_vocabulary(data, tmp_path):
+    bare = write_backbone(tmp_path / "bare", vocab=False)
+    with pytest.raises(TrainingError, match=r"--backbone .*bare has no vocabulary .* "
+                                            r"--vocab_dir"):
+        _train(data, tmp_path, backbone=bare)
+
+
+def test_vocabulary_size_differs_from_the_backbone(data, tmp_path):
+    big = write_backbone(tmp_path / "big", vocab=False, n_token=300)
+    vocab = str(ByteTokenizer().save(tmp_path / "bytes"))
+    with pytest.raises(TrainingError, match=r"vocabulary/model size mismatch: the tokenizer "
+                                            r"has 256 tokens, .* n_token=300"):
+        _train(data, tmp_path, backbone=big, vocab_dir=vocab)
+
+
+def test_an_existing_classifier_is_not_overwritten(trained, data):
+    out, _ = trained
+    before = open(os.path.join(out, "classifier.keras"), "rb").read()
+    with pytest.raises(TrainingError, match=r"already holds a classifier .* --overwrite"):
+        _train(data, None, output_dir=out)
+    assert open(os.path.join(out, "classifier.keras"), "rb").read() == before
+
+
+def test_evaluate_needs_a_classifier_dir(data, tmp_path):
+    with pytest.raises(TrainingError, match=r"--classifier_dir .*nowhere does not exist"):
+        classify.run(mode="evaluate", classifier_dir=str(tmp_path / "nowhere"),
+                     eval_data=data["eval"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainingError, match=r"holds no classifier.keras"):
+        classify.run(mode="evaluate", classifier_dir=str(tmp_path / "empty"),
+                     eval_data=data["eval"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--train_data={root}/missing.tsv", "--backbone={backbone}", "--output_dir={root}/o"],
+     r"error: --train_data: classification data not found: .*missing.tsv"),
+    (["--train_data={train}", "--eval_data={root}/unknown.tsv", "--backbone={backbone}",
+      "--output_dir={root}/o"], r"error: --eval_data: .*unknown.tsv:2: unknown label 'zz'"),
+    (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
+      "--num_classes=2"], r"error: --num_classes=2 but the training data has 3 labels"),
+    (["--train_data={train}", "--backbone={root}/bare", "--output_dir={root}/o"],
+     r"error: --backbone .*bare has no vocabulary"),
+    (["--train_data={train}", "--output_dir={root}/o"],
+     r"error: pass exactly one of --backbone .* got none"),
+    (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o", "--steps=3",
+      "--epochs=1"], r"error: pass --steps or --epochs, not both"),
+    (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
+      "--export=tflite"], r"error: --export: unknown format\(s\) tflite"),
+])
+def test_command_line_errors(data, args, message):
+    root = data["root"]
+    if not (root / "bare").exists():
+        write_backbone(root / "bare", vocab=False)
+    write_tsv(root / "unknown.tsv", 4, 3, labels=("ab", "zz"))
+    fill = {"root": str(root), "train": data["train"], "backbone": data["backbone"]}
+    proc = run_job("training.classify", [a.format(**fill) for a in args], check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert __import__("re").search(message, lines[0]), lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not (root / "o").exists()

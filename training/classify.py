@@ -1,0 +1,492 @@
+r"""Fine-tunes, evaluates and applies a Transformer-XL text classifier (absl app).
+
+    python -m training.classify --train_data=data/train.tsv --eval_data=data/valid.tsv \
+        --backbone=runs/lm --output_dir=runs/cls --epochs=3 --export=saved_model,onnx
+    python -m training.classify --mode=evaluate --classifier_dir=runs/cls \
+        --eval_data=data/test.tsv --output=test.json
+    python -m training.classify --mode=predict --classifier_dir=runs/cls \
+        --predict_data=texts.txt --output=predictions.tsv
+
+Data (`--train_data`, `--eval_data`) is a `label<TAB>text` file or a folder
+with one sub-folder per class (`txl_tf.data.read_examples`); the labels of
+the training data are saved as `labels.json` and the evaluation data must use
+them. `--predict_data` is a text file, one document a line.
+
+The model: `--backbone` (a model directory or training run directory,
+`txl_tf.model_dir`) gives pretrained weights and, in its `vocab/`, the
+tokenizer; `--preset` (with `--config_override`) or `--config` (a
+`config.json`) give fresh weights, with the tokenizer of `--vocab_dir` or,
+by default, bytes. `--vocab_dir` overrides the backbone's vocabulary too.
+The tokenizer's vocabulary size must be the model's `n_token`.
+
+Layout of `--output_dir` (mode train):
+
+    classifier.keras   the fine-tuned TransformerXLClassifier
+                       (keras.saving.load_model; --classifier_dir of the other modes)
+    labels.json        the class names in id order
+    vocab/             the tokenizer
+    flags.json         the options of the run
+    train_log.jsonl    step, time, lr, loss, accuracy every --log_every steps
+    metrics.json       the final evaluation on --eval_data (when given)
+    export/            with --export: classifier.json, saved_model/, model.onnx,
+                       vocab/ (export.export_classifier; open with
+                       export.open_classifier)
+
+Bad input ends in one `error:` line and exit status 2 (`training.cli`),
+before anything is written.
+"""
+import json
+import math
+import os
+import sys
+import time
+
+from training.errors import TrainingError
+from training.flagspec import merge, option, values
+
+MODES = ("train", "evaluate", "predict")
+EXPORT_FORMATS = ("saved_model", "onnx")
+MODEL_FILE = "classifier.keras"
+METRICS_FILE = "metrics.json"
+
+SPEC = (
+    option("enum", "mode", "train", "train: fine-tune (and evaluate); evaluate: score "
+           "--eval_data with --classifier_dir; predict: label --predict_data.", list(MODES)),
+    option("string", "train_data", None, "Training examples: a label<TAB>text file or a "
+           "folder of class folders."),
+    option("string", "eval_data", None, "Evaluation examples (same layouts); labels must "
+           "be those of the training data."),
+    option("string", "predict_data", None, "Texts to label (mode predict): one a line."),
+    option("string", "backbone", None, "Pretrained backbone: a model directory or training "
+           "run directory (its vocab/ gives the tokenizer)."),
+    option("string", "preset", None, "Fresh weights from this preset (instead of --backbone)."),
+    option("multi_string", "config_override", [], "field=value changes to --preset."),
+    option("string", "config", None, "Fresh weights from this config.json (instead of "
+           "--backbone)."),
+    option("string", "vocab_dir", None, "Tokenizer folder (default: the backbone's vocab/; "
+           "bytes for --preset/--config)."),
+    option("integer", "num_classes", None, "Number of classes (default: the training data's "
+           "labels; an error if they differ)."),
+    option("integer", "segment_len", None, "Tokens per segment (default: the backbone's "
+           "tgt_len)."),
+    option("integer", "mem_len", None, "Memory length; 0 for none (default: the backbone's)."),
+    option("integer", "max_length", 512, "Tokens kept per document."),
+    option("enum", "keep", "start", "Which part of a longer document is kept.",
+           ["start", "end"]),
+    option("float", "dropout", None, "Dropout of the backbone and the head (default: the "
+           "backbone's)."),
+    option("integer", "batch_size", 32, "Documents per batch."),
+    option("float", "learning_rate", 2.5e-4, "Peak Adam learning rate (linear warm-up, "
+           "cosine decay to 0)."),
+    option("integer", "warmup_steps", None, "Warm-up steps (default: a tenth of the steps)."),
+    option("float", "clip", 1.0, "Global gradient-norm clip (0: none)."),
+    option("integer", "steps", None, "Training steps (or --epochs; default: 1 epoch)."),
+    option("integer", "epochs", None, "Passes over the training data (or --steps)."),
+    option("integer", "seed", 0, "Seed of the head's (and fresh) weights and the shuffling."),
+    option("enum", "mixed_precision", "auto", "Keras dtype policy; auto: mixed_bfloat16 "
+           "where the hardware has native bfloat16, else float32 (none).",
+           ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
+    option("string", "output_dir", None, "Where mode train writes the classifier."),
+    option("bool", "overwrite", False, "Replace a classifier already in --output_dir."),
+    option("string", "export", "", "Comma-separated export formats written to "
+           "<output_dir>/export: saved_model, onnx."),
+    option("string", "classifier_dir", None, "A --output_dir of mode train (modes evaluate, "
+           "predict)."),
+    option("string", "output", None, "Mode evaluate: write the metrics JSON here; mode "
+           "predict: the predictions (label<TAB>probabilities; default stdout)."),
+    option("integer", "log_every", 50, "Steps between log lines and train_log.jsonl lines."),
+    option("integer", "verbose", 1, "1: a progress bar on a terminal, else a line every "
+           "--log_every steps; 0: silent."),
+    option("bool", "progress", None, "Evaluation/prediction progress on stderr (default: a "
+           "bar on a terminal, else a line every 10%)."),
+)
+
+
+# -- checks of the flags alone (nothing imported) ----------------------------------
+
+def export_formats(text):
+    """`--export` as a tuple of formats."""
+    formats = tuple(f.strip() for f in (text or "").split(",") if f.strip())
+    unknown = sorted(set(formats) - set(EXPORT_FORMATS))
+    if unknown:
+        raise TrainingError(f"--export: unknown format(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(EXPORT_FORMATS)}")
+    return formats
+
+
+def _require(o, *names):
+    for name in names:
+        if not o[name]:
+            raise TrainingError(f"--{name} is required with --mode={o['mode']}")
+
+
+def check_options(o):
+    """Raises `TrainingError` for flags that are wrong on their own."""
+    if o["mode"] not in MODES:
+        raise TrainingError(f"--mode must be one of {', '.join(MODES)}, got {o['mode']!r}")
+    for name in ("batch_size", "max_length", "log_every"):
+        if o[name] is None or o[name] <= 0:
+            raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
+    for name in ("segment_len", "num_classes", "steps", "epochs"):
+        if o[name] is not None and o[name] <= 0:
+            raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
+    for name in ("mem_len", "warmup_steps"):
+        if o[name] is not None and o[name] < 0:
+            raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
+    if o["mode"] == "train":
+        _require(o, "train_data", "output_dir")
+        if o["steps"] is not None and o["epochs"] is not None:
+            raise TrainingError("pass --steps or --epochs, not both")
+        if o["learning_rate"] <= 0:
+            raise TrainingError(f"--learning_rate must be > 0, got {o['learning_rate']}")
+        if o["clip"] < 0:
+            raise TrainingError(f"--clip must be >= 0, got {o['clip']}")
+        if o["dropout"] is not None and not 0 <= o["dropout"] < 1:
+            raise TrainingError(f"--dropout must be in [0, 1), got {o['dropout']}")
+        sources = [f"--{n}" for n in ("backbone", "preset", "config") if o[n]]
+        if len(sources) != 1:
+            raise TrainingError(
+                "pass exactly one of --backbone (pretrained weights), --preset or --config "
+                f"(fresh weights); got {', '.join(sources) if sources else 'none'}")
+        if o["config_override"] and not o["preset"]:
+            raise TrainingError("--config_override applies to --preset only")
+        export_formats(o["export"])
+    else:
+        _require(o, "classifier_dir", "eval_data" if o["mode"] == "evaluate" else "predict_data")
+        for name in ("train_data", "backbone", "preset", "config", "output_dir"):
+            if o[name]:
+                raise TrainingError(f"--{name} is for --mode=train, not --mode={o['mode']}")
+
+
+# -- tokenizer and model ---------------------------------------------------------
+
+def load_vocab(path, what):
+    from txl_tf.text import load_tokenizer
+    try:
+        return load_tokenizer(path)
+    except (ValueError, KeyError) as err:
+        raise TrainingError(f"{what}: cannot read the tokenizer in {path}: {err}") from None
+
+
+def check_vocab_size(tokenizer, n_token, where):
+    if tokenizer.vocab_size != n_token:
+        raise TrainingError(
+            f"vocabulary/model size mismatch: the tokenizer has {tokenizer.vocab_size} tokens, "
+            f"the model ({where}) has n_token={n_token}")
+
+
+def choose_model(o, log=print):
+    """`(build, tokenizer, config, description)`: `build(num_classes,
+    label_names, policy)` makes the classifier; everything that can fail on
+    bad input (paths, configs, vocabularies) is checked here, before any
+    weight loads."""
+    from txl_tf import TransformerXLClassifier
+    from txl_tf.text import ByteTokenizer
+    overrides = {} if o["dropout"] is None else {"dropout": o["dropout"]}
+    kwargs = dict(segment_len=o["segment_len"], mem_len=o["mem_len"])
+    if o["backbone"]:
+        from txl_tf import model_dir
+        source = model_dir.resolve(o["backbone"])
+        config = model_dir.load_config(source, **overrides)
+        if o["vocab_dir"]:
+            tokenizer = load_vocab(o["vocab_dir"], "--vocab_dir")
+        elif source.vocab_dir:
+            tokenizer = load_vocab(source.vocab_dir, "--backbone")
+        else:
+            raise TrainingError(
+                f"--backbone {o['backbone']} has no vocabulary (no vocab/ folder beside its "
+                f"weights); pass --vocab_dir with the tokenizer it was trained with")
+        check_vocab_size(tokenizer, config.n_token, f"--backbone {o['backbone']}")
+
+        def build(num_classes, label_names, policy):
+            return TransformerXLClassifier.from_model_dir(
+                o["backbone"], num_classes, config_overrides=overrides,
+                label_names=label_names, dtype=policy, **kwargs)
+        return build, tokenizer, config, f"backbone {o['backbone']}"
+
+    tokenizer = load_vocab(o["vocab_dir"], "--vocab_dir") if o["vocab_dir"] else ByteTokenizer()
+    if o["preset"]:
+        from training.model_config import build_config, parse_overrides
+        config = build_config(o["preset"], tokenizer.vocab_size, None,
+                              {**parse_overrides(o["config_override"]), **overrides}, log=log)
+        what = f"preset {o['preset']}, fresh weights"
+    else:
+        from txl_tf import ConfigError, TransformerXLConfig
+        if not os.path.isfile(o["config"]):
+            raise TrainingError(f"--config: {o['config']} not found")
+        try:
+            config = TransformerXLConfig.from_json(o["config"])
+            config = config.replace(**overrides) if overrides else config
+        except (ConfigError, ValueError, TypeError) as err:
+            raise TrainingError(f"--config {o['config']}: {err}") from None
+        check_vocab_size(tokenizer, config.n_token, f"--config {o['config']}")
+        what = f"config {o['config']}, fresh weights"
+
+    def build(num_classes, label_names, policy):
+        return TransformerXLClassifier(config, num_classes, label_names=label_names,
+                                       dtype=policy, **kwargs)
+    return build, tokenizer, config, what
+
+
+def check_lengths(o, config):
+    segment_len = o["segment_len"] or config.tgt_len
+    mem_len = config.mem_len if o["mem_len"] is None else o["mem_len"]
+    return segment_len, mem_len
+
+
+# -- evaluation and prediction ---------------------------------------------------
+
+def predict_logits(model, texts, tokenizer, batch_size, max_length, keep, progress=None):
+    """float32 logits `[N, C]` of `texts`, in order."""
+    import keras
+    import numpy as np
+    from txl_tf.data import classification_dataset
+    ds = classification_dataset(texts, tokenizer, batch_size, max_length=max_length,
+                                segment_len=model.segment_len, keep=keep)
+    total = math.ceil(len(texts) / batch_size)
+
+    class Report(keras.callbacks.Callback):
+        def on_predict_batch_end(self, batch, logs=None):
+            if progress:
+                progress(batch + 1, total)
+    logits = model.predict(ds, verbose=0, callbacks=[Report()])
+    return np.asarray(logits, np.float32)
+
+
+def evaluate_examples(model, examples, tokenizer, o, progress=None):
+    """`classification_metrics` of `model` on `examples`."""
+    from txl_tf.classification_metrics import classification_metrics
+    logits = predict_logits(model, examples.texts, tokenizer, o["batch_size"],
+                            o["max_length"], o["keep"], progress)
+    return classification_metrics(logits, examples.label_ids, examples.labels.names)
+
+
+def describe_metrics(metrics, what):
+    per_class = ", ".join(f"{name} {m['accuracy']:.3f}" for name, m in
+                          metrics["per_class"].items() if m["accuracy"] is not None)
+    return (f"{what}: accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} over "
+            f"{metrics['examples']:,} examples (per class: {per_class})")
+
+
+def load_classifier(path):
+    """`(model, labels, tokenizer)` of a --output_dir of mode train."""
+    import keras
+    import txl_tf  # noqa: F401  (registers the classifier's classes)
+    from txl_tf.data import LabelSet
+    if not os.path.isdir(path):
+        raise TrainingError(f"--classifier_dir {path} does not exist")
+    model_file = os.path.join(path, MODEL_FILE)
+    if not os.path.isfile(model_file):
+        raise TrainingError(f"--classifier_dir {path} holds no {MODEL_FILE} (the "
+                            "--output_dir of python -m training.classify --mode=train)")
+    try:
+        labels = LabelSet.load(path)
+    except ValueError as err:
+        raise TrainingError(f"--classifier_dir: {err}") from None
+    tokenizer = load_vocab(os.path.join(path, "vocab"), "--classifier_dir")
+    try:
+        model = keras.saving.load_model(model_file, compile=False)
+    except (ValueError, OSError, TypeError) as err:
+        raise TrainingError(f"cannot load {model_file}: {err}") from None
+    if model.num_classes != len(labels):
+        raise TrainingError(f"{model_file} has {model.num_classes} classes but labels.json "
+                            f"{len(labels)}")
+    check_vocab_size(tokenizer, model.config.n_token, model_file)
+    return model, labels, tokenizer
+
+
+# -- the modes ---------------------------------------------------------------------
+
+def run(**options):
+    """Runs the job with `options` (the flags by name); returns a summary dict."""
+    o = merge(SPEC, options)
+    check_options(o)
+    from training import cli
+    cli.quiet_tensorflow_import()
+    return {"train": train, "evaluate": evaluate, "predict": predict}[o["mode"]](o)
+
+
+def _progress(o, desc):
+    from training import cli
+    return cli.Progress(desc, enabled=o["progress"] is not False)
+
+
+def _read(path, labels, flag):
+    from txl_tf.data import (ClassificationDataError, CorpusNotFoundError,
+                             UnknownLabelError, read_examples)
+    try:
+        return read_examples(path, labels)
+    except (ClassificationDataError, CorpusNotFoundError, UnknownLabelError) as err:
+        raise TrainingError(f"--{flag}: {err}") from None
+
+
+def train(o):
+    import keras
+
+    from training.callbacks import ProgressLine, StepLog
+    from training.files import write_atomically
+    from training.progress import interactive
+    from txl_tf.data import classification_dataset
+    from txl_tf.optimizer import ReplicaClippedAdam
+    from txl_tf.precision import resolve as resolve_precision
+    from txl_tf.schedule import WarmupCosineDecay
+
+    def log(message):
+        if o["verbose"]:
+            print(message, flush=True)
+
+    start = time.time()
+    examples = _read(o["train_data"], None, "train_data")
+    labels = examples.labels
+    if o["num_classes"] is not None and o["num_classes"] != len(labels):
+        raise TrainingError(f"--num_classes={o['num_classes']} but the training data has "
+                            f"{len(labels)} labels ({', '.join(labels.names[:10])}"
+                            f"{', ...' if len(labels) > 10 else ''})")
+    eval_examples = _read(o["eval_data"], labels, "eval_data") if o["eval_data"] else None
+    build, tokenizer, config, what = choose_model(o, log)
+    segment_len, mem_len = check_lengths(o, config)
+    output_dir = o["output_dir"]
+    if os.path.exists(os.path.join(output_dir, MODEL_FILE)) and not o["overwrite"]:
+        raise TrainingError(f"--output_dir {output_dir} already holds a classifier "
+                            f"({MODEL_FILE}); pass --overwrite or choose another folder")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise TrainingError(f"--output_dir {output_dir} is a file")
+    formats = export_formats(o["export"])
+
+    precision = resolve_precision(o["mixed_precision"])
+    log(f"precision: {precision.describe()}")
+    keras.utils.set_random_seed(o["seed"])
+    model = build(len(labels), labels.names, precision.policy)
+    per_epoch = math.ceil(len(examples) / o["batch_size"])
+    steps = o["steps"] or per_epoch * (o["epochs"] or 1)
+    warmup = steps // 10 if o["warmup_steps"] is None else o["warmup_steps"]
+    if warmup > steps:
+        raise TrainingError(f"--warmup_steps ({warmup}) exceeds the {steps} training steps")
+    # Checked: from here on the job writes.
+    os.makedirs(output_dir, exist_ok=True)
+    log_path = os.path.join(output_dir, "train_log.jsonl")
+    if os.path.exists(log_path):
+        os.remove(log_path)  # --overwrite: a fresh log
+    write_atomically(os.path.join(output_dir, "flags.json"),
+                     json.dumps(o, indent=2, sort_keys=True) + "\n")
+    labels.save(output_dir)
+    vocab_dir = str(tokenizer.save(os.path.join(output_dir, "vocab")))
+
+    params = sum(int(v.numpy().size) for v in model.trainable_weights)
+    counts = ", ".join(f"{k} {v}" for k, v in examples.class_counts().items())
+    log(f"model: {what}, {params:,} trainable parameters, {len(labels)} classes; "
+        f"segment_len {segment_len}, mem_len {mem_len}, max_length {o['max_length']}")
+    log(f"data: {len(examples):,} training examples ({counts})"
+        + (f", {len(eval_examples):,} evaluation examples" if eval_examples else "")
+        + f"; {steps} steps of batch {o['batch_size']} ({steps / per_epoch:.2f} epochs)")
+
+    schedule = WarmupCosineDecay(o["learning_rate"], steps, warmup, min_lr_ratio=0.0)
+    model.compile(ReplicaClippedAdam(learning_rate=schedule, global_clipnorm=o["clip"] or None),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], jit_compile=precision.jit_compile)
+    ds = classification_dataset(examples, tokenizer, o["batch_size"],
+                                max_length=o["max_length"], segment_len=segment_len,
+                                keep=o["keep"], shuffle=True, seed=o["seed"], repeat=True,
+                                drop_remainder=True, bucket=True)
+    callbacks = [StepLog(log_path, o["log_every"], schedule=schedule)]
+    verbose = 1 if o["verbose"] and interactive() else 0
+    if o["verbose"] and not verbose:  # a log file: plain lines, no bar
+        callbacks.append(ProgressLine(steps, o["log_every"], o["batch_size"], schedule, log,
+                                      fields=(("loss", 4), ("accuracy", 4)), unit="examples"))
+    fit_start = time.time()
+    history = model.fit(ds, steps_per_epoch=steps, epochs=1, callbacks=callbacks,
+                        shuffle=False, verbose=verbose)
+    train_seconds = time.time() - fit_start
+    model_file = os.path.join(output_dir, MODEL_FILE)
+    model.save(model_file)
+    log(f"saved {model_file}")
+
+    result = {"mode": "train", "steps": steps, "train_seconds": train_seconds,
+              "train_loss": float(history.history["loss"][-1]),
+              "train_accuracy": float(history.history["accuracy"][-1]),
+              "labels": labels.names, "output_dir": output_dir, "parameters": params,
+              "eval": None, "export": None}
+    if eval_examples is not None:
+        metrics = evaluate_examples(model, eval_examples, tokenizer, o,
+                                    _progress(o, "evaluating"))
+        metrics.update({"eval_data": o["eval_data"], "step": steps,
+                        "segment_len": segment_len, "mem_len": mem_len,
+                        "max_length": o["max_length"], "keep": o["keep"]})
+        write_atomically(os.path.join(output_dir, METRICS_FILE),
+                         json.dumps(metrics, indent=2) + "\n")
+        result["eval"] = metrics
+        log(describe_metrics(metrics, f"eval {o['eval_data']}"))
+    if formats:
+        from export.classifier_export import export_classifier
+        written = export_classifier(model, os.path.join(output_dir, "export"), formats,
+                                    label_names=labels.names, vocab_dir=vocab_dir)
+        result["export"] = written
+        log(f"exported {', '.join(formats)} to {os.path.join(output_dir, 'export')}")
+    log(f"done in {time.time() - start:.0f}s")
+    return result
+
+
+def evaluate(o):
+    model, labels, tokenizer = load_classifier(o["classifier_dir"])
+    examples = _read(o["eval_data"], labels, "eval_data")
+    metrics = evaluate_examples(model, examples, tokenizer, o, _progress(o, "evaluating"))
+    metrics.update({"eval_data": o["eval_data"], "classifier_dir": o["classifier_dir"],
+                    "segment_len": model.segment_len, "mem_len": model.mem_len,
+                    "max_length": o["max_length"], "keep": o["keep"]})
+    if o["output"]:
+        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+        with open(o["output"], "w", encoding="utf-8") as f:
+            json.dump(metrics, f, indent=2)
+    print(describe_metrics(metrics, f"eval {o['eval_data']}"), flush=True)
+    return {"mode": "evaluate", "eval": metrics}
+
+
+def read_texts(path):
+    """The non-blank lines of a UTF-8 file."""
+    if not os.path.isfile(path):
+        raise TrainingError(f"--predict_data: {path} not found (a text file, one document "
+                            "a line)")
+    with open(path, encoding="utf-8") as f:
+        try:
+            texts = [line.rstrip("\n").removesuffix("\r") for line in f]
+        except UnicodeDecodeError as err:
+            raise TrainingError(f"--predict_data: {path} is not valid UTF-8: {err}") from None
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise TrainingError(f"--predict_data: {path} has no text")
+    return texts
+
+
+def predict(o):
+    import numpy as np
+    model, labels, tokenizer = load_classifier(o["classifier_dir"])
+    texts = read_texts(o["predict_data"])
+    logits = predict_logits(model, texts, tokenizer, o["batch_size"], o["max_length"],
+                            o["keep"], _progress(o, "predicting"))
+    shifted = logits - logits.max(-1, keepdims=True)
+    probs = np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
+    lines = ["label\t" + "\t".join(labels.names)]
+    lines += [labels.name(int(p.argmax())) + "\t" + "\t".join(f"{x:.6f}" for x in p)
+              for p in probs]
+    text = "\n".join(lines) + "\n"
+    if o["output"]:
+        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+        with open(o["output"], "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return {"mode": "predict", "labels": [labels.name(int(i)) for i in probs.argmax(-1)],
+            "probabilities": probs}
+
+
+def main(argv):
+    """The command-line entry (run through `training.cli.run`)."""
+    options = values(SPEC)
+    check_options(merge(SPEC, options))  # bad flags fail before TensorFlow loads
+    run(**options)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    from training import cli
+    cli.run(main, SPEC)
