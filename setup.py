@@ -33,9 +33,10 @@ setup(
         # Only to read PyTorch .bin/.pt state dicts (safetensors need no torch).
         "torch": ["torch>=2.1"],
         "bench": ["matplotlib>=3.8"],  # the benchmarks' PNG plots
+        "viz": ["matplotlib>=3.8"],  # attention pictures (txl_tf.attention_picture)
         # tritonclient: its model-config protobuf parses the Triton config in the tests
         # (2.73 pins protobuf < 7 and ml-dtypes <= 0.5.4, both inside TF 2.21's ranges).
         "test": ["onnxruntime>=1.31,<1.32", "pytest>=8", "pytest-xdist>=3.5",
-                 "tritonclient[grpc]>=2.73,<3"],
+                 "tritonclient[grpc]>=2.73,<3", "matplotlib>=3.8"],
     },
 )

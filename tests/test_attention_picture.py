@@ -1,5 +1,7 @@
 """Attention pictures: the core's probabilities, hidden cells drawn blank, the
 memory | segment line, the PNG and the job."""
+import sys
+
 import keras
 import matplotlib
 import matplotlib.image
@@ -239,3 +241,13 @@ def test_a_missing_model_dir_exits_2(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "nothing" in lines[0]
+
+
+def test_without_matplotlib_the_picture_and_the_job_say_how_to_get_it(model_dir, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    with pytest.raises(ImportError, match=r"txl_tf\[viz\]"):
+        attention_image(np.ones([2, 2]), np.ones([2, 2], bool), 0)
+    with pytest.raises(TrainingError, match=r"need matplotlib"):
+        job.run(model_dir=model_dir, text=TEXT, output=str(tmp_path / "a.png"))
+    assert not (tmp_path / "a.png").exists()

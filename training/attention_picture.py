@@ -87,7 +87,12 @@ def run(**options):
     _check_options(o)
     text = _read_text(o)
     cli.quiet_tensorflow_import()
-    from txl_tf.attention_picture import segment_attention, write_attention_png
+    from txl_tf.attention_picture import (require_matplotlib, segment_attention,
+                                          write_attention_png)
+    try:
+        require_matplotlib()
+    except ImportError as err:
+        raise TrainingError(str(err)) from None
     from txl_tf.model_dir import load_config, load_core, resolve
     from txl_tf.text import load_tokenizer
     source = resolve(o["model_dir"], o["checkpoint"])

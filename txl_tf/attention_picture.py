@@ -124,6 +124,17 @@ def cell_slices(row, col, n_memory, cell=8, line=2):
     return slice(row * cell, (row + 1) * cell), slice(left, left + cell)
 
 
+def require_matplotlib():
+    """The `matplotlib` module, or an ImportError that says how to get it
+    (an optional dependency: `pip install "txl_tf[viz]"`)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError('attention pictures need matplotlib: pip install "txl_tf[viz]" '
+                          '(or pip install matplotlib)') from None
+    return matplotlib
+
+
 def attention_image(weights, visible, n_memory, cell=8, line=2, vmax=None, cmap=CMAP):
     """The picture as uint8 RGB `[T * cell, (M + T) * cell + line, 3]`.
 
@@ -131,7 +142,7 @@ def attention_image(weights, visible, n_memory, cell=8, line=2, vmax=None, cmap=
     by `cmap` scaled to `[0, vmax]` (default: the largest visible weight), or
     `BLANK` where `visible` is False; `line` columns of `LINE` part the M
     memory keys from the segment's."""
-    import matplotlib
+    matplotlib = require_matplotlib()
     weights, visible, n_memory = _checked(weights, visible, n_memory)
     if int(cell) < 1 or int(line) < 0:
         raise ValueError(f"cell must be >= 1 and line >= 0, got {cell} and {line}")
@@ -161,6 +172,7 @@ def attention_figure(weights, visible, n_memory, key_labels=None, query_labels=N
     queries on y (or `query_labels`), "memory" and "segment" over their
     regions, a colorbar and a key for hidden cells. `cell` defaults to fit
     about 1200 pixels."""
+    require_matplotlib()
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
