@@ -7,7 +7,7 @@ import numpy as np
 from export.classifier_export import METADATA_FILE
 from export.input_checks import RuntimeInputError, check_ids
 from export.metadata import ClassifierInfo
-from export.runtime import _locate
+from export.runtime import choose_artefact
 from txl_tf.layers.padding import lengths_message
 
 
@@ -15,18 +15,10 @@ def open_classifier(path, backend="auto", device="auto"):
     """Opens what `export_classifier` wrote: its output directory, `model.onnx`
     or `saved_model/` (`backend` auto | onnx | saved_model; `auto` prefers
     ONNX). `device` as for `open_runtime`. Returns a `ClassifierRuntime`."""
-    if backend not in ("auto", "onnx", "saved_model"):
-        raise ValueError(f"backend must be auto, onnx or saved_model, got {backend!r}")
-    onnx_path, saved_model_path = _locate(path)
-    if backend == "auto":
-        backend = "onnx" if onnx_path else "saved_model"
+    backend, found = choose_artefact(path, backend)
     if backend == "onnx":
-        if not onnx_path:
-            raise FileNotFoundError(f"no ONNX model at {path!r}")
-        return _OnnxClassifier(onnx_path, device)
-    if not saved_model_path:
-        raise FileNotFoundError(f"no SavedModel at {path!r}")
-    return _SavedModelClassifier(saved_model_path, device)
+        return _OnnxClassifier(found, device)
+    return _SavedModelClassifier(found, device)
 
 
 class ClassifierRuntime:

@@ -15,20 +15,27 @@ def open_runtime(path, device="auto", backend="auto", **options):
     or `cpu`. Extra `options` go to the backend (`io_binding`,
     `session_options` for ONNX). Returns a `Runtime`.
     """
+    backend, found = choose_artefact(path, backend)
+    if backend == "onnx":
+        from export.onnx_runtime import OnnxRuntime
+        return OnnxRuntime(found, device=device, **options)
+    from export.tf_runtime import SavedModelRuntime
+    return SavedModelRuntime(found, device=device, **options)
+
+
+def choose_artefact(path, backend="auto"):
+    """`("onnx" | "saved_model", its path)` for an export at `path` (see
+    `open_runtime`; `auto` prefers ONNX); FileNotFoundError when absent."""
     if backend not in ("auto", "onnx", "saved_model"):
         raise ValueError(f"backend must be auto, onnx or saved_model, got {backend!r}")
     onnx_path, saved_model_path = _locate(path)
     if backend == "auto":
         backend = "onnx" if onnx_path else "saved_model"
-    if backend == "onnx":
-        if not onnx_path:
-            raise FileNotFoundError(f"no ONNX model at {path!r}")
-        from export.onnx_runtime import OnnxRuntime
-        return OnnxRuntime(onnx_path, device=device, **options)
-    if not saved_model_path:
+    if backend == "onnx" and not onnx_path:
+        raise FileNotFoundError(f"no ONNX model at {path!r}")
+    if backend == "saved_model" and not saved_model_path:
         raise FileNotFoundError(f"no SavedModel at {path!r}")
-    from export.tf_runtime import SavedModelRuntime
-    return SavedModelRuntime(saved_model_path, device=device, **options)
+    return backend, onnx_path if backend == "onnx" else saved_model_path
 
 
 def _locate(path):

@@ -15,21 +15,13 @@ from export import ExportError, export_onnx, open_runtime, run_export, save_mode
 from export.parity import ParityError, core_outputs, random_segments
 from export.triton import (check_triton_model, model_file, sequence_outputs,
                            triton_model_config, write_triton_repository)
-from txl_tf import TransformerXL, TransformerXLConfig
+from test_export_parity import random_core
 
 MEM_LEN = 8
 # ONNX element types → Triton data types, for the three the interface uses.
 TRITON_TYPE = {onnx.TensorProto.INT32: model_config_pb2.TYPE_INT32,
                onnx.TensorProto.FLOAT: model_config_pb2.TYPE_FP32,
                onnx.TensorProto.BOOL: model_config_pb2.TYPE_BOOL}
-
-
-def random_core(seed=0):
-    core = TransformerXL(TransformerXLConfig.preset("tiny"))
-    rng = np.random.default_rng(seed)
-    for w in core.weights:
-        w.assign(rng.normal(0.0, 0.3, w.shape).astype(np.float32))
-    return core
 
 
 @pytest.fixture(scope="module")

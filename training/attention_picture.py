@@ -94,7 +94,6 @@ def run(**options):
     except ImportError as err:
         raise TrainingError(str(err)) from None
     from txl_tf.model_dir import load_config, load_core, resolve
-    from txl_tf.text import load_tokenizer
     source = resolve(o["model_dir"], o["checkpoint"])
     config = load_config(source)
     if not -config.n_layer <= o["layer"] < config.n_layer:
@@ -104,17 +103,7 @@ def run(**options):
     if head is not None and head >= config.n_head:
         raise TrainingError(f"--head {head} is out of range: the model has {config.n_head} "
                             "heads")
-    if source.vocab_dir is None:
-        raise TrainingError(f"no tokenizer for {o['model_dir']}: no vocab/ folder (training "
-                            "writes one into its export/)")
-    try:
-        tokenizer = load_tokenizer(source.vocab_dir)
-    except (OSError, ValueError) as err:
-        raise TrainingError(f"no tokenizer for {o['model_dir']}: {err}") from None
-    if tokenizer.vocab_size != config.n_token:
-        raise TrainingError(f"vocabulary/model size mismatch: {source.vocab_dir} has "
-                            f"{tokenizer.vocab_size} tokens, the model has "
-                            f"n_token={config.n_token}")
+    tokenizer = cli.model_tokenizer(o["model_dir"], source.vocab_dir, config.n_token)
     try:
         ids = tokenizer.encode(text)
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>

@@ -12,7 +12,7 @@ TensorFlow is imported without its C++ start-up noise (`training.tf_startup`).
 """
 from absl import app, flags, logging
 
-from training.errors import exit_on_error, fail
+from training.errors import TrainingError, exit_on_error, fail
 from training.flagspec import define
 from training.progress import Progress
 from training.tf_startup import quiet_tensorflow_import
@@ -41,3 +41,21 @@ def run(main, spec=None):
         return exit_on_error(lambda: main(argv))
 
     app.run(checked_main, flags_parser=parse_flags)
+
+
+def model_tokenizer(name, vocab_dir, n_token):
+    """The tokenizer in a model's `vocab_dir` (None when it has none), checked
+    against the model's `n_token`; else a `TrainingError` naming `name`."""
+    from txl_tf.text import load_tokenizer
+    if vocab_dir is None:
+        raise TrainingError(f"no tokenizer for {name}: no vocab/ folder (training "
+                            "writes one into its export/)")
+    try:
+        tokenizer = load_tokenizer(vocab_dir)
+    except (OSError, ValueError) as err:
+        raise TrainingError(f"no tokenizer for {name}: {err}") from None
+    if tokenizer.vocab_size != n_token:
+        raise TrainingError(f"vocabulary/model size mismatch: {vocab_dir} has "
+                            f"{tokenizer.vocab_size} tokens, the model has "
+                            f"n_token={n_token}")
+    return tokenizer

@@ -194,7 +194,6 @@ def run(write=None, **options):
     o = merge(SPEC, options)
     _check_options(o)
     cli.quiet_tensorflow_import()
-    from txl_tf.text import load_tokenizer
     model, config, vocab_dir = _load(o)
     name = o["model"] or o["model_dir"]
     if o["top_k"] > config.n_token:
@@ -204,17 +203,7 @@ def run(write=None, **options):
     if any(s >= config.n_token for s in stop_ids):
         raise TrainingError(f"--stop_ids must be ids below the vocabulary size "
                             f"{config.n_token}, got {max(stop_ids)}")
-    if vocab_dir is None:
-        raise TrainingError(f"no tokenizer for {name}: no vocab/ folder (training "
-                            "writes one into its export/)")
-    try:
-        tokenizer = load_tokenizer(vocab_dir)
-    except (OSError, ValueError) as err:
-        raise TrainingError(f"no tokenizer for {name}: {err}") from None
-    if tokenizer.vocab_size != config.n_token:
-        raise TrainingError(f"vocabulary/model size mismatch: {vocab_dir} has "
-                            f"{tokenizer.vocab_size} tokens, the model has "
-                            f"n_token={config.n_token}")
+    tokenizer = cli.model_tokenizer(name, vocab_dir, config.n_token)
     try:
         tokenizer.encode(o["prompt"])
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>

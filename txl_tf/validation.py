@@ -50,14 +50,8 @@ def check_targets(targets, token_ids, n_token):
     if not targets.shape.is_compatible_with(ids_shape):
         raise InputError(f"targets have shape {targets.shape} but token_ids have shape "
                          f"{ids_shape}: there must be one target per token")
-    if tf.executing_eagerly() or (targets.shape.is_fully_defined()
-                                  and ids_shape.is_fully_defined()):
-        return targets
-    check = tf.debugging.assert_equal(
-        tf.shape(targets), tf.shape(token_ids),
-        message="targets must have the shape of token_ids (one target per token)")
-    with tf.control_dependencies([check]):
-        return tf.identity(targets)
+    return _shaped_like(targets, token_ids,
+                        "targets must have the shape of token_ids (one target per token)")
 
 
 def check_token_mask(token_mask, token_ids):
@@ -68,14 +62,19 @@ def check_token_mask(token_mask, token_ids):
     if not token_mask.shape.is_compatible_with(token_ids.shape):
         raise InputError(f"token_mask has shape {token_mask.shape} but token_ids have shape "
                          f"{token_ids.shape}: there must be one flag per token")
-    if tf.executing_eagerly() or (token_mask.shape.is_fully_defined()
+    return _shaped_like(token_mask, token_ids,
+                        "token_mask must have the shape of token_ids (one flag per token)")
+
+
+def _shaped_like(tensor, token_ids, message):
+    """`tensor`, checked in the graph to have `token_ids`' shape when the
+    static shapes (already found compatible) cannot tell."""
+    if tf.executing_eagerly() or (tensor.shape.is_fully_defined()
                                   and token_ids.shape.is_fully_defined()):
-        return token_mask
-    check = tf.debugging.assert_equal(
-        tf.shape(token_mask), tf.shape(token_ids),
-        message="token_mask must have the shape of token_ids (one flag per token)")
+        return tensor
+    check = tf.debugging.assert_equal(tf.shape(tensor), tf.shape(token_ids), message=message)
     with tf.control_dependencies([check]):
-        return tf.identity(token_mask)
+        return tf.identity(tensor)
 
 
 def out_of_range_message(ids, n_token, name="token"):
