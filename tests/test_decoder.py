@@ -109,8 +109,10 @@ def test_resume_goes_on_exactly_as_one_longer_call(backends, name):
     first = backend.generate(PROMPTS, 9, **SAMPLED)
     rest = backend.generate(None, 5, resume=first.state)
     np.testing.assert_array_equal(np.concatenate([first.ids, rest.ids], 1), whole.ids)
+    # float32 summation order: the resumed call projects the memory's keys
+    # in one matmul where the longer call projected them token by token
     np.testing.assert_allclose(np.concatenate([first.log_probs, rest.log_probs], 1),
-                               whole.log_probs, atol=1e-6)
+                               whole.log_probs, atol=5e-6)
 
 
 @pytest.mark.parametrize("source,target", [("keras", "onnx"), ("saved_model", "onnx"),

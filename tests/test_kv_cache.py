@@ -1,5 +1,6 @@
-"""Decoding with the memory's keys and values carried (`cached_hidden_states`)
-computes what the plain core computes, in every configuration."""
+"""Decoding over the ring cache (`decode_cache`, `cached_step`,
+`cache_memory`) computes what the plain core computes, in every
+configuration, eager and under XLA, while the ring wraps around."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -7,48 +8,104 @@ import tensorflow as tf
 from test_core import VARIANTS, ids, make_core
 from txl_tf import Memory
 
+CASES = {**VARIANTS, "same_length_pytorch": dict(same_length=True,
+                                                 same_length_convention="pytorch")}
 
-@pytest.mark.parametrize("name", list(VARIANTS))
-@pytest.mark.parametrize("step_len", [1, 3])
-def test_cached_steps_equal_plain_steps(name, step_len):
-    """A prompt, then steps of `step_len` tokens: the cached path gives the
-    plain path's hidden states and memory, and its keys / values are those of
-    the new memory (also through invalid slots, since the memory starts
-    empty and fills up)."""
-    core = make_core(**VARIANTS[name])
-    memory = core.initial_memory(2)
-    _, memory = core.hidden_states(ids(2, 4, seed=3), memory)  # slots 0..3 valid of mem_len
-    plain = cached = memory
-    keys_values = core.memory_keys_values(memory)
-    for step in range(4):
-        x = ids(2, step_len, seed=10 + step)
+
+def _assert_same_memory(got, want):
+    np.testing.assert_array_equal(got.mem_mask, want.mem_mask)
+    valid = np.asarray(want.mem_mask)[None, :, :, None]
+    np.testing.assert_allclose(np.where(valid, got.mems, 0), np.where(valid, want.mems, 0),
+                               atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cached_steps_equal_plain_steps(name):
+    """A prompt fills 3 of 5 slots, then 13 one-token steps: the ring (6
+    slots) wraps twice; hidden states and memory stay the plain path's, and
+    the carried keys / values are those of the memory it holds."""
+    core = make_core(**CASES[name])
+    memory = core.initial_memory(2, mem_len=5)
+    _, memory = core.hidden_states(ids(2, 3, seed=3), memory)
+    plain, cache = memory, core.decode_cache(memory)
+    for step in range(13):
+        x = ids(2, 1, seed=10 + step)
         want, plain = core.hidden_states(x, plain)
-        got, cached, keys_values = core.cached_hidden_states(x, cached, keys_values)
-        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
-        np.testing.assert_allclose(cached.mems, plain.mems, atol=2e-5, rtol=1e-5)
-        np.testing.assert_array_equal(cached.mem_mask, plain.mem_mask)
-        fresh = core.memory_keys_values(cached)
-        for carried, recomputed in zip(keys_values, fresh):
-            valid = np.asarray(cached.mem_mask)[None, :, None, :, None]
-            np.testing.assert_allclose(np.where(valid, carried, 0), np.where(valid, recomputed, 0),
-                                       atol=2e-5, rtol=1e-5)
+        got, cache = core.cached_step(x[:, 0], cache)
+        np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)
+        _assert_same_memory(core.cache_memory(cache), plain)
+    fresh = core.decode_cache(plain)
+    # the ring holds the memory rotated: compare in time order, slot by slot
+    order = (np.asarray(cache.slot) + 1 + np.arange(5)) % 6
+    valid = np.asarray(plain.mem_mask)[:, None, :, None]
+    for carried, recomputed in ((cache.keys, fresh.keys), (cache.values, fresh.values)):
+        for c, r in zip(carried, recomputed):
+            np.testing.assert_allclose(np.where(valid, np.asarray(c)[:, :, order], 0),
+                                       np.where(valid, np.asarray(r)[:, :, :5], 0), atol=2e-5)
 
 
-def test_memory_keys_values_geometry_and_invalid_slots():
+def test_cached_steps_under_xla_equal_eager():
+    """The decoder's use: steps inside one XLA-compiled `tf.while_loop`, the
+    ring updated in place."""
+    core = make_core(**VARIANTS["untied_r_same_length_clamp"])
+    memory = core.initial_memory(3, mem_len=4)
+    _, memory = core.hidden_states(ids(3, 2, seed=3), memory)
+    tokens = tf.constant(ids(3, 9, seed=4))
+
+    @tf.function(jit_compile=True)
+    def run(memory):
+        def body(t, out, cache):
+            hidden, cache = core.cached_step(tokens[:, t], cache)
+            return t + 1, tf.tensor_scatter_nd_update(out, [[t]], hidden[None]), cache
+        out = tf.zeros([9, 3, core.config.d_model])
+        _, out, cache = tf.while_loop(lambda t, *_: t < 9, body,
+                                      (tf.constant(0), out, core.decode_cache(memory)))
+        return out, core.cache_memory(cache)
+
+    got, got_memory = run(memory)
+    want, want_memory = core.hidden_states(tokens, memory)
+    np.testing.assert_allclose(np.transpose(got, [1, 0, 2]), want, atol=2e-5, rtol=1e-5)
+    _assert_same_memory(got_memory, want_memory)
+
+
+def test_stopped_rows_keep_their_memory():
+    """Row 0 stops after two steps: its memory stays what it was then (also
+    after the ring has wrapped), while row 1 goes on as it would alone."""
     core = make_core()
-    cfg = core.config
+    memory = core.initial_memory(2, mem_len=3)
+    _, memory = core.hidden_states(ids(2, 2, seed=3), memory)
+    cache = core.decode_cache(memory)
+    tokens = ids(2, 9, seed=5)
+    for t in range(9):
+        _, cache = core.cached_step(tokens[:, t], cache, stopped=tf.constant([t >= 2, False]))
+    got = core.cache_memory(cache)
+    row = lambda m, i: Memory(m.mems[:, i:i + 1], m.mem_mask[i:i + 1])  # noqa: E731
+    for i, steps in ((0, 2), (1, 9)):
+        want = row(memory, i)
+        for t in range(steps):  # one token at a time, as decoding reads them
+            _, want = core.hidden_states(tokens[i:i + 1, t:t + 1], want)
+        _assert_same_memory(row(got, i), want)
+
+
+def test_invalid_slots_never_reach_the_cache():
+    core = make_core()
     memory = core.initial_memory(3)
     garbage = Memory(tf.fill(memory.mems.shape, np.nan), memory.mem_mask)  # all slots invalid
-    keys, values = core.memory_keys_values(garbage)
-    assert keys.shape == values.shape == (cfg.n_layer, 3, cfg.n_head, cfg.mem_len, cfg.d_head)
-    assert np.all(np.asarray(keys) == 0) and np.all(np.asarray(values) == 0)  # never NaN
+    cache = core.decode_cache(garbage)
+    cfg = core.config
+    assert cache.keys[0].shape == (3, cfg.n_head, cfg.mem_len + 1, cfg.d_head)
+    assert all(np.all(np.asarray(k) == 0) for k in cache.keys + cache.values + cache.mems)
+    hidden, _ = core.cached_step(ids(3, 1)[:, 0], cache)
+    want, _ = core.hidden_states(ids(3, 1), memory)
+    np.testing.assert_allclose(hidden, want[:, 0], atol=2e-5, rtol=1e-5)
 
 
 def test_cached_path_with_no_memory():
     core = make_core()
     memory = core.initial_memory(2, mem_len=0)
-    want, _ = core.hidden_states(ids(2, 5), memory)
-    got, new, (keys, values) = core.cached_hidden_states(ids(2, 5), memory,
-                                                         core.memory_keys_values(memory))
-    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
-    assert keys.shape[3] == values.shape[3] == 0 and new.mems.shape[2] == 0
+    cache = core.decode_cache(memory)
+    for t in range(3):
+        got, cache = core.cached_step(ids(2, 3)[:, t], cache)
+        want, _ = core.hidden_states(ids(2, 3)[:, t:t + 1], memory)
+        np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)
+    assert core.cache_memory(cache).mems.shape[2] == 0

@@ -10,11 +10,13 @@ from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
 from txl_tf.layers.block import TransformerXLBlock
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
-from txl_tf.layers.masks import attention_visibility
+from txl_tf.layers.masks import attention_visibility, causal_visibility
 from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initial_memory,
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
+from txl_tf.layers.ring_cache import (DecodeCache, ring_memory, slot_order, with_free_slot,
+                                      write_slot)
 from txl_tf.validation import check_memory, check_targets, check_token_ids, check_token_mask
 
 
@@ -188,35 +190,66 @@ class TransformerXL(keras.layers.Layer):
         return found[0], new_memory
 
     # ---------------------------------------------------------------- decoding
-    def memory_keys_values(self, memory):
-        """`(keys, values)`, each `[n_layer, B, n_head, M, d_head]`: every
-        layer's attention keys and values of the memory slots. They depend on
-        the slots alone, so a decoder computes them once and carries them
-        beside the memory (`cached_hidden_states`) instead of projecting the
-        whole memory again for every new token."""
+    def decode_cache(self, memory):
+        """A `layers.ring_cache.DecodeCache` holding `memory` (any M >= 0),
+        for `cached_step`: every layer's memory keys and values are computed
+        here once, so a step projects only its new token."""
+        cfg = self.config
         memory = as_memory(memory)
-        mems = clear_invalid_slots(Memory(tf.convert_to_tensor(memory.mems),
-                                          tf.convert_to_tensor(memory.mem_mask))).mems
-        kv = [block.memory_keys_values(mems[i]) for i, block in enumerate(self.blocks)]
-        return tuple(tf.stack(part) for part in zip(*kv))
-
-    def cached_hidden_states(self, token_ids, memory, keys_values):
-        """`hidden_states` for inference with the memory's `keys_values` given
-        (from `memory_keys_values`, or from the previous call): only the new
-        positions are projected. Returns `(hidden, new_memory, new_keys_values)`;
-        the new keys and values belong to the new memory's slots."""
-        output, pos_emb, visible, memory, _ = self._inputs(token_ids, memory, False, None)
-        qlen = tf.shape(output)[1]
-        layer_inputs, keys, values = [], [], []
+        memory = Memory(tf.convert_to_tensor(memory.mems), tf.convert_to_tensor(memory.mem_mask))
+        check_memory(memory, cfg.n_layer, cfg.d_model)
+        memory = _float32(clear_invalid_slots(memory))
+        size = tf.shape(memory.mem_mask)[1] + 1
+        pos_emb = self.pos_emb(size)  # distances M, ..., 0
+        keys, values, position_keys = [], [], []
         for i, block in enumerate(self.blocks):
-            layer_inputs.append(output)
-            output, (k, v) = block.cached_call(output, pos_emb,
-                                               (keys_values[0][i], keys_values[1][i]),
-                                               visible, *self._biases(i))
-            keys.append(k[:, :, qlen:])
-            values.append(v[:, :, qlen:])
-        return (output, update_memory(_float32(memory), tf.stack(layer_inputs)),
-                (tf.stack(keys), tf.stack(values)))
+            k, v = block.memory_keys_values(memory.mems[i])
+            keys.append(with_free_slot(k, 2))
+            values.append(with_free_slot(v, 2))
+            position_keys.append(block.rel_attn.position_keys(pos_emb))
+        batch = tf.shape(memory.mem_mask)[0]
+        slot = size - 1
+        return DecodeCache(tuple(with_free_slot(m, 1) for m in tf.unstack(memory.mems)),
+                           tuple(keys), tuple(values), with_free_slot(memory.mem_mask, 1),
+                           slot, tf.fill([batch], slot), tuple(position_keys))
+
+    def cached_step(self, token_ids, cache, stopped=None):
+        """Reads one id per row (`token_ids [B]`) on top of the cache, in
+        inference: `(hidden [B, d_model], new cache)`, what `hidden_states`
+        gives for `token_ids[:, None]` on `cache_memory(cache)`.
+
+        Rows in `stopped` (bool `[B]`) keep their cache as it is (their
+        `hidden` is meaningless); a row that has stopped must stay stopped
+        for the cache's life.
+        """
+        cfg = self.config
+        token_ids = check_token_ids(tf.convert_to_tensor(token_ids)[:, None], cfg.n_token)[:, 0]
+        keep = tf.zeros(tf.shape(token_ids), tf.bool) if stopped is None else stopped
+        slot = cache.slot
+        size = tf.shape(cache.valid)[1]
+        order = slot_order(slot, size)
+        valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep)
+        # Which distances a query may look back to (`same_length`), per slot.
+        reach = tf.gather(causal_visibility(1, size - 1, cfg.same_length,
+                                            cfg.same_length_convention)[0], order)
+        hidden = tf.where(valid & reach[None, :], 0.0, -1e30)[:, None, :]
+        output = self.word_emb(token_ids)
+        mems, keys, values = [], [], []
+        for i, block in enumerate(self.blocks):
+            mems.append(write_slot(cache.mems[i], output[:, None], slot, 1, keep))
+            positions = tf.gather(cache.position_keys[i], order, axis=1)
+            output, k, v = block.ring_call(output, cache.keys[i], cache.values[i], slot, keep,
+                                           hidden, positions, *self._biases(i))
+            keys.append(k)
+            values.append(v)
+        row_slot = tf.where(keep, cache.row_slot, tf.math.floormod(slot + 1, size))
+        return output, cache._replace(mems=tuple(mems), keys=tuple(keys), values=tuple(values),
+                                      valid=valid, slot=tf.math.floormod(slot + 1, size),
+                                      row_slot=row_slot)
+
+    def cache_memory(self, cache):
+        """The memory a `DecodeCache` holds, in time order (a `Memory`)."""
+        return ring_memory(cache)
 
     # ------------------------------------------------------------- internals
     def _inputs(self, token_ids, memory, training, token_mask):

@@ -25,8 +25,9 @@ class Decoder:
 
     mem_len: memory looked back on (default the config's); segment_len: how
     much of a prompt is read per call (default the config's `tgt_len`);
-    jit_compile: compile each decoding step with XLA (static shapes: one
-    compilation per batch size).
+    jit_compile: compile the whole decode loop with XLA (one compilation per
+    batch size, memory length and ids buffer, a power of two >= 8 tokens);
+    False runs the same graph without XLA.
     """
 
     def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
@@ -39,9 +40,7 @@ class Decoder:
         if self.segment_len < 1:
             raise ValueError(f"segment_len must be >= 1, got {self.segment_len}")
         self._last = tf.function(self._last_graph, reduce_retracing=True)
-        self._step = tf.function(self._step_graph, jit_compile=True) if jit_compile \
-            else self._step_graph
-        self._decode = tf.function(self._decode_graph, reduce_retracing=True)
+        self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
 
     def generate(self, prompts, max_new_tokens, **options):
         """Continues each prompt by up to `max_new_tokens` ids; a `Generation`.
@@ -100,9 +99,9 @@ class Decoder:
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)
             new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
-                                                   tf.constant(size))
-            ids.append(new_ids.numpy())
-            log_probs.append(new_lps.numpy())
+                                                   tf.constant(size), _capacity(size))
+            ids.append(new_ids.numpy()[:, :size])
+            log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
             if stream is not None and size:
                 stream(ids[-1])
@@ -122,54 +121,40 @@ class Decoder:
         hidden, memory = self.core.hidden_states(ids, memory, training=False)
         return self.core.crit(hidden[:, -1]), memory
 
-    def _step_graph(self, log_probs, mems, mem_mask, keys, values, seen, counters, done, rows,
-                    pad_id):
-        """Picks one id per row, reads it (projecting only the new position:
-        the memory's keys and values are carried), and freezes the memory of
-        rows that had stopped before this step."""
-        ids, chosen, seen, counters, now_done = choose(log_probs, rows, seen, counters, done,
-                                                       pad_id)
-        hidden, new, (new_keys, new_values) = self.core.cached_hidden_states(
-            ids[:, None], Memory(mems, mem_mask), (keys, values))
-        log_probs = self.core.crit(hidden[:, -1])
-        state = (mems, mem_mask, keys, values)
-        new_state = (new.mems, new.mem_mask, new_keys, new_values)
-        state = tf.cond(tf.reduce_any(done), lambda: _freeze(done, state, new_state),
-                        lambda: new_state)  # skips three passes over the memory
-        return (ids, chosen, log_probs, *state, seen, counters, now_done)
-
     def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
-                      num_tokens):
+                      num_tokens, capacity):
         """Up to `num_tokens` steps in one `tf.while_loop`, ending early when
-        every row is done; ids and log-probs `[B, num_tokens]` and the state.
-        The memory's keys and values are computed once here and carried."""
+        every row is done; ids and log-probs `[B, capacity]` (`capacity >=
+        num_tokens`, a Python int: the shapes stay static for XLA) and the
+        state. The memory lives in a `DecodeCache` ring for the whole loop:
+        each step projects only its token and writes it in place; rows that
+        are done keep their memory as it was."""
         batch = tf.shape(done)[0]
-        ids = tf.fill([num_tokens, batch], pad_id)
-        chosen = tf.zeros([num_tokens, batch], tf.float32)
-        keys, values = self.core.memory_keys_values(Memory(mems, mem_mask))
+        ids = tf.fill([capacity, batch], pad_id)
+        chosen = tf.zeros([capacity, batch], tf.float32)
 
-        def body(t, ids, chosen, *state):
-            new_ids, new_lps, *state = self._step(*state, rows, pad_id)
+        def body(t, ids, chosen, log_probs, cache, seen, counters, done):
+            new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
+                                                                done, pad_id)
+            hidden, cache = self.core.cached_step(new_ids, cache, stopped=done)
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
-            return (t + 1, ids, chosen, *state)
+            return (t + 1, ids, chosen, self.core.crit(hidden), cache, seen, counters, now_done)
 
         def more(t, *loop):
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
-        _, ids, chosen, log_probs, mems, mem_mask, _, _, *state = tf.while_loop(
-            more, body, [tf.constant(0), ids, chosen, log_probs, mems, mem_mask, keys, values,
-                         seen, counters, done])
-        return (tf.transpose(ids), tf.transpose(chosen), log_probs, mems, mem_mask, *state)
+        cache = self.core.decode_cache(Memory(mems, mem_mask))
+        _, ids, chosen, log_probs, cache, *state = tf.while_loop(
+            more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
+        memory = self.core.cache_memory(cache)
+        return (tf.transpose(ids), tf.transpose(chosen), log_probs, *memory, *state)
 
 
-def _freeze(done, old, new):
-    """`new` (mems, mem_mask, keys, values), with `old` in the rows `done`
-    (the batch axis is the first of mem_mask, the second of the others)."""
-    def rows(tensor):
-        axis = 0 if tensor.shape.rank == 2 else 1
-        return tf.reshape(done, [1] * axis + [-1] + [1] * (tensor.shape.rank - axis - 1))
-    return tuple(tf.where(rows(a), a, b) for a, b in zip(old, new))
+def _capacity(num_tokens):
+    """The ids buffer of a decode call: a power of two (at least 8), so that
+    calls of nearby lengths share one compiled loop."""
+    return max(8, 1 << max(0, num_tokens - 1).bit_length())
 
 
 def _tensors(memory):

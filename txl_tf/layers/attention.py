@@ -5,6 +5,7 @@ import tensorflow as tf
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.rel_shift import rel_shift
+from txl_tf.layers.ring_cache import write_slot
 
 
 def _heads_first(x, batch, length, n_head, d_head):
@@ -89,20 +90,43 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def memory_keys_values(self, memory):
         """Keys and values `[B, H, M, d_head]` of the memory positions. They
         depend on the memory alone (position enters through `pos_emb`), so a
-        decoder computes them once and carries them (`cached_call`)."""
+        decoder computes them once and carries them (`ring_call`)."""
         memory = tf.cast(memory, self.compute_dtype)
         return self._keys_values(self.layer_norm(memory) if self.pre_lnorm else memory)
 
-    def cached_call(self, inputs, pos_emb, memory_kv, visible, r_w_bias, r_r_bias):
-        """`call` (inference) with the memory's keys and values given, as
-        `memory_keys_values` makes them: projects only the new positions.
-        Returns `(outputs [B, T, d], (keys, values) [B, H, M + T, d_head])`."""
+    def ring_call(self, inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias,
+                  r_r_bias):
+        """Inference `call` for one new position per row, over a ring of
+        cached keys and values (`layers.ring_cache`): inputs `[B, d]`; keys,
+        values `[B, H, S, d_head]`; the new key and value go to `slot`
+        (except in the rows `keep` [B] bool) before attending; hidden: float32
+        `[B, 1, S]`, -1e30 at hidden slots; position_keys `[H, S, d_head]`,
+        each slot's projected distance encoding in ring order. Returns
+        `(outputs [B, d], keys, values)`."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
-        k_new, v_new = self._keys_values(rows)
-        k = tf.concat([tf.cast(memory_kv[0], k_new.dtype), k_new], axis=2)
-        v = tf.concat([tf.cast(memory_kv[1], v_new.dtype), v_new], axis=2)
-        out = self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, False)
-        return out, (k, v)
+        k_new, v_new = self._keys_values(rows[:, None])  # [B, H, 1, d_head]
+        keys = write_slot(keys, k_new, slot, 2, keep)
+        values = write_slot(values, v_new, slot, 2, keep)
+        heads = self.n_head * self.d_head
+        q_kernel = self._w(tf.slice(self.qkv_kernel, [0, 0], [self.d_model, heads]))
+        q = tf.reshape(tf.matmul(rows, q_kernel), [-1, self.n_head, 1, self.d_head])
+        u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
+        w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
+        content = tf.matmul((q + u) * self.scale, keys, transpose_b=True)  # [B, H, 1, S]
+        # [H, B, d] x [H, d, S]: the position keys are shared by the batch.
+        position = tf.matmul(tf.transpose((q + w) * self.scale, [1, 0, 2, 3])[:, :, 0],
+                             position_keys, transpose_b=True)
+        position = tf.transpose(position, [1, 0, 2])[:, :, None]
+        score = tf.cast(content + position, tf.float32) + hidden[:, :, None]
+        prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
+        vec = tf.reshape(tf.matmul(prob, values), [-1, heads])
+        out = inputs + tf.matmul(vec, self._w(self.o_kernel))
+        return (out if self.pre_lnorm else self.layer_norm(out)), keys, values
+
+    def position_keys(self, pos_emb):
+        """The projected relative encodings `[n_head, K, d_head]` of `pos_emb [K, d]`."""
+        r = tf.matmul(pos_emb, self._w(self.r_kernel))
+        return tf.transpose(tf.reshape(r, [-1, self.n_head, self.d_head]), [1, 0, 2])
 
     def _keys_values(self, x):
         """`[B, len, d]` → keys, values `[B, H, len, d_head]`."""
@@ -127,8 +151,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # plain batch matmul: their gradients are batch matmuls too (einsum's
         # are einsums with transposes, slower in bfloat16: benchmarks/NOTES.md).
         q = _heads_first(q, shape[0], shape[1], self.n_head, self.d_head)
-        r = tf.transpose(tf.reshape(tf.matmul(pos_emb, self._w(self.r_kernel)),
-                                    [-1, self.n_head, self.d_head]), [1, 0, 2])  # [H, K, d]
+        r = self.position_keys(pos_emb)
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
         # The 1/sqrt(d_head) scale goes on the [B, H, T, d] queries, not on

@@ -37,12 +37,13 @@ class TransformerXLBlock(keras.layers.Layer):
         """See `RelativeMultiHeadAttention.memory_keys_values`."""
         return self.rel_attn.memory_keys_values(memory)
 
-    def cached_call(self, inputs, pos_emb, memory_kv, visible, r_w_bias, r_r_bias):
-        """Inference `call` with the memory's keys and values given:
-        `(outputs, (keys, values) of memory + inputs)`."""
-        hidden, kv = self.rel_attn.cached_call(inputs, pos_emb, memory_kv, visible, r_w_bias,
-                                               r_r_bias)
-        return self.ff(hidden, training=False), kv
+    def ring_call(self, inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias,
+                  r_r_bias):
+        """One new position per row over a ring of cached keys and values:
+        `(outputs [B, d], keys, values)`; see `RelativeMultiHeadAttention.ring_call`."""
+        hidden_states, keys, values = self.rel_attn.ring_call(
+            inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias, r_r_bias)
+        return self.ff(hidden_states, training=False), keys, values
 
     def get_config(self):
         return {**super().get_config(), **self.sizes}

@@ -1,0 +1,74 @@
+"""The decoding cache: the memory, its attention keys and values, held in a
+ring of `M + 1` slots that one-token steps write into in place.
+
+Appending a token to a memory kept in time order shifts every slot, a copy
+of the whole memory (and of its keys and values) per token. In the ring,
+the new token goes to one free slot and nothing else moves; the slot that
+falls out of the memory becomes the next free slot. Attention does not care
+where a key sits, only at what distance from the query, so the ring is
+attention over `concat(memory, token)` with the keys permuted, provided
+each slot gets the position encoding of its own distance (`slot_order`).
+Under `jit_compile` XLA updates the ring in place inside a `tf.while_loop`.
+"""
+from typing import NamedTuple
+
+import keras
+import tensorflow as tf
+
+from txl_tf.layers.memory import Memory
+
+
+class DecodeCache(NamedTuple):
+    """State of a one-token-at-a-time decode (`TransformerXL.decode_cache`).
+
+    mems, keys, values: one tensor per layer: layer inputs float32
+        `[B, S, d_model]`, attention keys and values `[B, n_head, S, d_head]`
+        (compute dtype), S = M + 1 slots.
+    valid: bool `[B, S]`, slots holding a real state.
+    slot: int32 scalar, the free slot the next token is written to.
+    row_slot: int32 `[B]`, each row's own free slot: `slot` for rows that
+        took every step, the slot a stopped row had when it stopped.
+    position_keys: one `[n_head, S, d_head]` per layer, the projected
+        encodings of the distances M, ..., 0 (fixed for the cache's life).
+    """
+
+    mems: tuple
+    keys: tuple
+    values: tuple
+    valid: tf.Tensor
+    slot: tf.Tensor
+    row_slot: tf.Tensor
+    position_keys: tuple
+
+
+def with_free_slot(tensor, axis):
+    """`tensor` with one zero slot appended on `axis` (the ring's free slot)."""
+    shape = tf.unstack(tf.shape(tensor))
+    shape[axis] = 1
+    return tf.concat([tensor, tf.zeros(tf.stack(shape), tensor.dtype)], axis)
+
+
+def slot_order(slot, size):
+    """Time index (0 = oldest, `size - 1` = the token in `slot`) of each slot."""
+    return tf.math.floormod(tf.range(size) - slot - 1, size)
+
+
+def write_slot(ring, update, slot, axis, keep):
+    """`ring` with `update` (size 1 on `axis`) written at `slot` on `axis`,
+    except for the rows (axis 0) in `keep`, whose slot stays as it was."""
+    begin = [0] * ring.shape.rank
+    begin[axis] = slot
+    size = tf.unstack(tf.shape(ring))
+    size[axis] = 1
+    old = tf.slice(ring, tf.stack(begin), tf.stack(size))
+    keep = tf.reshape(keep, [-1] + [1] * (ring.shape.rank - 1))
+    return keras.ops.slice_update(ring, begin, tf.where(keep, old, tf.cast(update, ring.dtype)))
+
+
+def ring_memory(cache):
+    """The cache's memory in time order (`Memory`, M slots, oldest first):
+    each row read from its own free slot on."""
+    size = tf.shape(cache.valid)[1]
+    index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
+    mems = tf.stack([tf.gather(m, index, axis=1, batch_dims=1) for m in cache.mems])
+    return Memory(mems, tf.gather(cache.valid, index, axis=1, batch_dims=1))
