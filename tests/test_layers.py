@@ -93,6 +93,17 @@ def test_adaptive_log_probs_normalise_and_match_nll(cutoffs, div_val):
                                atol=1e-5)
 
 
+@pytest.mark.parametrize("cutoffs,div_val,tie", [((), 1, True), ((5, 9), 1, False),
+                                                 ((5, 9), 2, True), ((5, 9), 2, False)])
+def test_decode_weights_give_the_same_log_probs(cutoffs, div_val, tie):
+    """The decoder's pre-transposed weights (projections included) change nothing."""
+    n_bins = len(cutoffs) + 1
+    _, soft = _softmax_pair(cutoffs, div_val, tie_weight=tie, tie_projs=[tie] * n_bins)
+    hidden = tf.constant(np.random.default_rng(2).normal(size=(4, 6)), tf.float32)
+    np.testing.assert_allclose(soft.log_probs(hidden, soft.decode_weights()),
+                               soft.log_probs(hidden), atol=1e-5)
+
+
 def test_adaptive_softmax_keeps_token_order():
     _, soft = _softmax_pair()
     hidden = np.random.default_rng(4).normal(size=(1, 9, 6)).astype(np.float32)

@@ -4,7 +4,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from txl_tf import counter_rng
+from txl_tf import sampling_numpy
 from txl_tf.sampling import Sampling
 
 MAX_SEED = 2 ** 63 - 1
@@ -127,7 +127,7 @@ def make_rows(n_token, batch_size, seed, stop_ids, sampling):
         raise ValueError(f"got {len(samplings)} sampling settings for {batch_size} prompts")
     for s in samplings:
         s.checked(n_token)
-    keys = counter_rng.row_key(per_row("seed", seed, batch_size)).numpy()
+    keys = sampling_numpy.row_key(per_row("seed", seed, batch_size))  # no TF dispatch
     return Rows(keys, np.array([s.temperature for s in samplings], np.float32),
                 np.array([s.top_k for s in samplings], np.int32),
                 np.array([s.top_p for s in samplings], np.float32),

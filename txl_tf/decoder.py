@@ -39,7 +39,7 @@ class Decoder:
         self.segment_len = int(segment_len or core.config.tgt_len)
         if self.segment_len < 1:
             raise ValueError(f"segment_len must be >= 1, got {self.segment_len}")
-        self._last = tf.function(self._last_graph, reduce_retracing=True)
+        self._last = tf.function(self._last_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
 
     def generate(self, prompts, max_new_tokens, **options):
@@ -137,14 +137,16 @@ class Decoder:
             new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
                                                                 done, pad_id)
             hidden, cache = self.core.cached_step(new_ids, cache, stopped=done)
+            log_probs = self.core.crit.log_probs(hidden, output_weights)
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
-            return (t + 1, ids, chosen, self.core.crit(hidden), cache, seen, counters, now_done)
+            return (t + 1, ids, chosen, log_probs, cache, seen, counters, now_done)
 
         def more(t, *loop):
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
         cache = self.core.decode_cache(Memory(mems, mem_mask))
+        output_weights = self.core.crit.decode_weights()  # loop invariants
         _, ids, chosen, log_probs, cache, *state = tf.while_loop(
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
         memory = self.core.cache_memory(cache)

@@ -94,17 +94,36 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             return tables[0][low:high]
         return tables[i]
 
-    def _logits(self, hidden, i, head=False):
-        """float32 logits of bin i (with the cluster logits appended for the head)."""
+    def _bin_weights(self, i):
+        """Bin i's (projection or None, output weight `[n, d_embed_i]`, bias) in
+        the compute dtype; the head's weight and bias end with the clusters'."""
         dtype = self.compute_dtype
-        out = hidden
         proj = self._proj(i)
-        if proj is not None:
-            out = tf.matmul(out, tf.cast(proj, dtype), transpose_b=True)
         weight, bias = tf.cast(self._table(i), dtype), tf.cast(self.biases[i], dtype)
-        if head and self.cutoffs:
+        if i == 0 and self.cutoffs:
             weight = tf.concat([weight, tf.cast(self.cluster_weight, dtype)], axis=0)
             bias = tf.concat([bias, tf.cast(self.cluster_bias, dtype)], axis=0)
+        return (None if proj is None else tf.cast(proj, dtype)), weight, bias
+
+    def decode_weights(self):
+        """Every bin's weights as `log_probs(..., weights=)` takes them,
+        transposed to `[in, out]`. A decoding loop makes them once, before
+        the loop: under XLA on a CPU, a transposed operand makes each step's
+        output matmul several times slower."""
+        out = []
+        for i in range(len(self.bounds)):
+            proj, weight, bias = self._bin_weights(i)
+            out.append((None if proj is None else tf.transpose(proj), tf.transpose(weight), bias))
+        return tuple(out)
+
+    def _logits(self, hidden, i, weights=None):
+        """float32 logits of bin i (with the cluster logits appended for the head)."""
+        if weights is not None:
+            proj_t, weight_t, bias = weights[i]
+            out = hidden if proj_t is None else tf.matmul(hidden, proj_t)
+            return tf.cast(tf.matmul(out, weight_t) + bias, tf.float32)
+        proj, weight, bias = self._bin_weights(i)
+        out = hidden if proj is None else tf.matmul(hidden, proj, transpose_b=True)
         return tf.cast(tf.matmul(out, weight, transpose_b=True) + bias, tf.float32)
 
     # ---------------------------------------------------------------- outputs
@@ -113,15 +132,16 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             return self.log_probs(hidden)
         return self.nll(hidden, target)
 
-    def log_probs(self, hidden):
-        """float32 `[..., n_token]` log-probabilities."""
-        head = tf.nn.log_softmax(self._logits(hidden, 0, head=True), axis=-1)
+    def log_probs(self, hidden, weights=None):
+        """float32 `[..., n_token]` log-probabilities (`weights`: from
+        `decode_weights`, for `hidden` of rank 2)."""
+        head = tf.nn.log_softmax(self._logits(hidden, 0, weights), axis=-1)
         if not self.cutoffs:
             return head
         shortlist = self.cutoffs[0]
         parts = [head[..., :shortlist]]
         for i in range(1, len(self.bounds)):
-            tail = tf.nn.log_softmax(self._logits(hidden, i), axis=-1)
+            tail = tf.nn.log_softmax(self._logits(hidden, i, weights), axis=-1)
             parts.append(tail + head[..., shortlist + i - 1:shortlist + i])
         return tf.concat(parts, axis=-1)
 
@@ -134,7 +154,7 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
         out_shape = tf.shape(target)
         hidden = tf.reshape(hidden, [-1, self.d_model])
         target = tf.reshape(target, [-1])
-        head = tf.nn.log_softmax(self._logits(hidden, 0, head=True), axis=-1)
+        head = tf.nn.log_softmax(self._logits(hidden, 0), axis=-1)
         shortlist = self.cutoffs[0]
         in_head = target < shortlist
         head_target = tf.where(in_head, target, shortlist + tf.zeros_like(target))

@@ -104,12 +104,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         each slot's projected distance encoding in ring order. Returns
         `(outputs [B, d], keys, values)`."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
-        k_new, v_new = self._keys_values(rows[:, None])  # [B, H, 1, d_head]
+        # One matmul with the fused kernel: slicing it would copy it every step.
+        qkv = tf.reshape(tf.matmul(rows, self._w(self.qkv_kernel)),
+                         [-1, 3, self.n_head, 1, self.d_head])
+        q, k_new, v_new = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # [B, H, 1, d_head]
         keys = write_slot(keys, k_new, slot, 2, keep)
         values = write_slot(values, v_new, slot, 2, keep)
         heads = self.n_head * self.d_head
-        q_kernel = self._w(tf.slice(self.qkv_kernel, [0, 0], [self.d_model, heads]))
-        q = tf.reshape(tf.matmul(rows, q_kernel), [-1, self.n_head, 1, self.d_head])
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
         content = tf.matmul((q + u) * self.scale, keys, transpose_b=True)  # [B, H, 1, S]
