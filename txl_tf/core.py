@@ -201,16 +201,17 @@ class TransformerXL(keras.layers.Layer):
         memory = _float32(clear_invalid_slots(memory))
         size = tf.shape(memory.mem_mask)[1] + 1
         pos_emb = self.pos_emb(size)  # distances M, ..., 0
+        mems = tuple(with_free_slot(m, 1) for m in tf.unstack(memory.mems))
         keys, values, position_keys = [], [], []
         for i, block in enumerate(self.blocks):
-            k, v = block.memory_keys_values(memory.mems[i])
-            keys.append(with_free_slot(k, 2))
-            values.append(with_free_slot(v, 2))
+            # The free slot's key and value are overwritten before any use.
+            k, v = block.memory_keys_values(mems[i])
+            keys.append(k)
+            values.append(v)
             position_keys.append(block.rel_attn.position_keys(pos_emb))
         batch = tf.shape(memory.mem_mask)[0]
         slot = size - 1
-        return DecodeCache(tuple(with_free_slot(m, 1) for m in tf.unstack(memory.mems)),
-                           tuple(keys), tuple(values), with_free_slot(memory.mem_mask, 1),
+        return DecodeCache(mems, tuple(keys), tuple(values), with_free_slot(memory.mem_mask, 1),
                            slot, tf.fill([batch], slot), tuple(position_keys))
 
     def cached_step(self, token_ids, cache, stopped=None):

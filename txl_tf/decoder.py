@@ -69,7 +69,18 @@ class Decoder:
         memory = _tensors(memory)
         cfg = self.core.config
         check_memory(memory, cfg.n_layer, cfg.d_model, len(ids))  # the graph cannot name it
-        log_probs, memory = self._last(tf.constant(ids, tf.int32), memory)
+        ids = tf.constant(ids, tf.int32)
+        unused = memory.mem_mask.shape[1] - ids.shape[1]
+        if unused > 0 and not memory.mem_mask.numpy().any():
+            # A fresh memory: read the prompt over as many empty slots as it
+            # has tokens (empty slots get exactly zero attention, so the
+            # outputs are the same), then give back the rest.
+            log_probs, new = self._last(ids, Memory(memory.mems[:, :, unused:],
+                                                    memory.mem_mask[:, unused:]))
+            return log_probs.numpy(), _join_slots(
+                Memory(tf.zeros_like(memory.mems[:, :, :unused]), memory.mem_mask[:, :unused]),
+                new)
+        log_probs, memory = self._last(ids, memory)
         return log_probs.numpy(), memory
 
     @staticmethod
@@ -151,6 +162,12 @@ class Decoder:
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
         memory = self.core.cache_memory(cache)
         return (tf.transpose(ids), tf.transpose(chosen), log_probs, *memory, *state)
+
+
+def _join_slots(older, newer):
+    """One memory: the slots of `older`, then those of `newer`."""
+    return Memory(tf.concat([older.mems, newer.mems], 2),
+                  tf.concat([older.mem_mask, newer.mem_mask], 1))
 
 
 def _capacity(num_tokens):
