@@ -15,8 +15,8 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (DecodeCache, ring_memory, slot_order, with_free_slot,
-                                      write_slot)
+from txl_tf.layers.ring_cache import (DecodeCache, in_slot_order, ring_memory, slot_order,
+                                      with_free_slot, write_slot)
 from txl_tf.validation import check_memory, check_targets, check_token_ids, check_token_mask
 
 
@@ -208,7 +208,7 @@ class TransformerXL(keras.layers.Layer):
             k, v = block.memory_keys_values(mems[i])
             keys.append(k)
             values.append(v)
-            position_keys.append(block.rel_attn.position_keys(pos_emb))
+            position_keys.append(tf.tile(block.rel_attn.position_keys(pos_emb), [1, 2, 1]))
         batch = tf.shape(memory.mem_mask)[0]
         slot = size - 1
         return DecodeCache(mems, tuple(keys), tuple(values), with_free_slot(memory.mem_mask, 1),
@@ -238,7 +238,7 @@ class TransformerXL(keras.layers.Layer):
         mems, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
             mems.append(write_slot(cache.mems[i], output[:, None], slot, 1, keep))
-            positions = tf.gather(cache.position_keys[i], order, axis=1)
+            positions = in_slot_order(cache.position_keys[i], slot, size)
             output, k, v = block.ring_call(output, cache.keys[i], cache.values[i], slot, keep,
                                            hidden, positions, *self._biases(i))
             keys.append(k)

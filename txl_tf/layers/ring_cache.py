@@ -28,8 +28,9 @@ class DecodeCache(NamedTuple):
     slot: int32 scalar, the free slot the next token is written to.
     row_slot: int32 `[B]`, each row's own free slot: `slot` for rows that
         took every step, the slot a stopped row had when it stopped.
-    position_keys: one `[n_head, S, d_head]` per layer, the projected
-        encodings of the distances M, ..., 0 (fixed for the cache's life).
+    position_keys: one `[n_head, 2S, d_head]` per layer, the projected
+        encodings of the distances M, ..., 0, twice over (`in_slot_order`;
+        fixed for the cache's life).
     """
 
     mems: tuple
@@ -51,6 +52,15 @@ def with_free_slot(tensor, axis):
 def slot_order(slot, size):
     """Time index (0 = oldest, `size - 1` = the token in `slot`) of each slot."""
     return tf.math.floormod(tf.range(size) - slot - 1, size)
+
+
+def in_slot_order(doubled, slot, size):
+    """`[H, size, d]`: row `slot_order(slot, size)[s]` of a table for each
+    slot s, from the table written twice over (`[H, 2 * size, d]`): one
+    contiguous slice instead of a gather."""
+    start = tf.math.floormod(-slot - 1, size)
+    shape = tf.shape(doubled)
+    return tf.slice(doubled, tf.stack([0, start, 0]), tf.stack([shape[0], size, shape[2]]))
 
 
 def write_slot(ring, update, slot, axis, keep):
