@@ -158,3 +158,49 @@ def test_xla_and_plain_graph_decoders_agree(core, backends):
     xla = backends["keras"].generate(PROMPTS, 8, **SAMPLED)
     np.testing.assert_array_equal(plain.ids, xla.ids)
     np.testing.assert_allclose(plain.log_probs, xla.log_probs, atol=1e-5)
+
+
+def test_new_prompts_compile_once_per_power_of_two_of_lengths(core):
+    """A new prompt's first segment is read under XLA left-padded to a power
+    of two: lengths 3, 5 and 7 share one program, and each row still gets the
+    teacher-forced result."""
+    decoder = Decoder(core, mem_len=MEM_LEN)
+    for length in (3, 5, 7):
+        prompt = list(range(1, length + 1))
+        out = decoder.generate([prompt], 4, temperature=0)
+        seq = np.array([prompt + list(out.ids[0])], np.int32)
+        one_pass = core(seq, core.initial_memory(1, 0))[0].numpy()[0]
+        np.testing.assert_array_equal(out.ids[0], one_pass[length - 1:-1].argmax(-1))
+    assert decoder._first.experimental_get_tracing_count() == 1
+
+
+def test_any_float_memory_in_and_float32_out(core):
+    """A float64 memory (fresh, or holding states) is read as float32."""
+    decoder = Decoder(core, mem_len=8)
+    for valid in (False, True):
+        memory = (np.zeros([2, 1, 8, 32]), np.full([1, 8], valid))
+        out = decoder.generate([[1, 2, 3]], 2, temperature=0, memory=memory)
+        assert out.memory.mems.dtype == "float32" and out.memory.mems.shape == (2, 1, 8, 32)
+        want = Decoder(core, mem_len=8).generate(
+            [[1, 2, 3]], 2, temperature=0,
+            memory=(np.zeros([2, 1, 8, 32], np.float32), np.full([1, 8], valid)))
+        np.testing.assert_array_equal(out.ids, want.ids)
+
+
+@pytest.mark.parametrize("overrides, mem_len", [(dict(zero_filled_memory=True), 5),
+                                                (dict(), 0)])
+def test_zero_filled_and_no_memory_decode_as_the_plain_core(overrides, mem_len):
+    """Greedy decoding equals feeding the core one token at a time (a
+    zero-filled memory attends its zero slots; mem_len 0 remembers nothing)."""
+    keras.utils.set_random_seed(1)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3,
+                                                   **overrides))
+    prompt = [4, 8, 15]
+    out = Decoder(core, mem_len=mem_len).generate([prompt], 9, temperature=0)
+    memory = core.initial_memory(1, mem_len)
+    log_probs, memory = core(np.array([prompt], np.int32), memory)
+    for i in range(9):
+        want = int(np.argmax(log_probs[0, -1]))
+        assert out.ids[0, i] == want
+        log_probs, memory = core(np.array([[want]], np.int32), memory)
+    np.testing.assert_allclose(out.memory.mems, memory.mems, atol=1e-5)

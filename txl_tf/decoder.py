@@ -25,9 +25,11 @@ class Decoder:
 
     mem_len: memory looked back on (default the config's); segment_len: how
     much of a prompt is read per call (default the config's `tgt_len`);
-    jit_compile: compile the whole decode loop with XLA (one compilation per
-    batch size, memory length and ids buffer, a power of two >= 8 tokens);
-    False runs the same graph without XLA.
+    jit_compile: compile with XLA the whole decode loop (once per batch
+    size, memory length and ids buffer: a power of two >= 8 tokens) and the
+    first segment of new prompts (once per batch size and power of two of
+    lengths); other reads stay uncompiled. False compiles nothing whole (the
+    ring's in-place slot writes still run as small XLA kernels).
     """
 
     def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
@@ -39,7 +41,8 @@ class Decoder:
         self.segment_len = int(segment_len or core.config.tgt_len)
         if self.segment_len < 1:
             raise ValueError(f"segment_len must be >= 1, got {self.segment_len}")
-        self._last = tf.function(self._last_graph, jit_compile=bool(jit_compile))
+        self._last = tf.function(self._last_graph, reduce_retracing=True)
+        self._first = tf.function(self._last_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
 
     def generate(self, prompts, max_new_tokens, **options):
@@ -69,19 +72,30 @@ class Decoder:
         memory = _tensors(memory)
         cfg = self.core.config
         check_memory(memory, cfg.n_layer, cfg.d_model, len(ids))  # the graph cannot name it
-        ids = tf.constant(ids, tf.int32)
-        unused = memory.mem_mask.shape[1] - ids.shape[1]
-        if unused > 0 and not memory.mem_mask.numpy().any():
-            # A fresh memory: read the prompt over as many empty slots as it
-            # has tokens (empty slots get exactly zero attention, so the
-            # outputs are the same), then give back the rest.
-            log_probs, new = self._last(ids, Memory(memory.mems[:, :, unused:],
-                                                    memory.mem_mask[:, unused:]))
-            return log_probs.numpy(), _join_slots(
-                Memory(tf.zeros_like(memory.mems[:, :, :unused]), memory.mem_mask[:, :unused]),
-                new)
-        log_probs, memory = self._last(ids, memory)
+        if not memory.mem_mask.numpy().any():
+            return self._read_fresh(np.asarray(ids, np.int32), memory)
+        log_probs, memory = self._last(tf.constant(ids, tf.int32), memory)
         return log_probs.numpy(), memory
+
+    def _read_fresh(self, ids, memory):
+        """`step_last` onto a memory with no valid slot (a new prompt's first
+        segment), compiled once per batch size and power of two of lengths:
+        the ids are left-padded to that power of two and masked, and read
+        over at most as many empty slots. Nothing before the prompt is
+        attended, so this computes what the plain read computes."""
+        batch, length = ids.shape
+        padded_len = _bucket(length)
+        mem_len = memory.mem_mask.shape[1]
+        kept = mem_len - min(padded_len, mem_len)  # empty slots set aside
+        padded = np.zeros([batch, padded_len], np.int32)
+        padded[:, padded_len - length:] = ids
+        mask = np.broadcast_to(np.arange(padded_len) >= padded_len - length, padded.shape)
+        log_probs, new = self._first(tf.constant(padded), Memory(memory.mems[:, :, kept:],
+                                                                 memory.mem_mask[:, kept:]),
+                                     tf.constant(mask))
+        empty = Memory(tf.zeros([memory.mems.shape[0], batch, kept, memory.mems.shape[3]]),
+                       memory.mem_mask[:, :kept])
+        return log_probs.numpy(), _join_slots(empty, new)
 
     @staticmethod
     def take(memory, rows):
@@ -110,7 +124,7 @@ class Decoder:
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)
             new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
-                                                   tf.constant(size), _capacity(size))
+                                                   tf.constant(size), _bucket(size))
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
@@ -128,8 +142,9 @@ class Decoder:
                                            state.pad_id)
 
     # -------------------------------------------------------------- graphs
-    def _last_graph(self, ids, memory):
-        hidden, memory = self.core.hidden_states(ids, memory, training=False)
+    def _last_graph(self, ids, memory, token_mask=None):
+        hidden, memory = self.core.hidden_states(ids, memory, training=False,
+                                                 token_mask=token_mask)
         return self.core.crit(hidden[:, -1]), memory
 
     def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
@@ -170,17 +185,18 @@ def _join_slots(older, newer):
                   tf.concat([older.mem_mask, newer.mem_mask], 1))
 
 
-def _capacity(num_tokens):
-    """The ids buffer of a decode call: a power of two (at least 8), so that
-    calls of nearby lengths share one compiled loop."""
-    return max(8, 1 << max(0, num_tokens - 1).bit_length())
+def _bucket(size):
+    """A power of two >= max(size, 8): calls of nearby sizes (ids buffers,
+    prompt lengths) share one compiled program."""
+    return max(8, 1 << max(0, size - 1).bit_length())
 
 
 def _tensors(memory):
     if not isinstance(memory, Memory) and not (isinstance(memory, tuple) and len(memory) == 2):
         raise ValueError("memory must be a txl_tf.Memory (e.g. a Generation's .memory), got "
                          f"{type(memory).__name__}")
-    return Memory(tf.convert_to_tensor(memory.mems), tf.convert_to_tensor(memory.mem_mask))
+    mems, mem_mask = memory
+    return Memory(tf.convert_to_tensor(mems), tf.convert_to_tensor(mem_mask))
 
 
 def _pad_to(array, width, value):
