@@ -24,7 +24,8 @@ class DecodeCache(NamedTuple):
     mems, keys, values: one tensor per layer: layer inputs float32
         `[B, S, d_model]`, attention keys and values `[B, n_head, S, d_head]`
         (compute dtype), S = M + 1 slots.
-    valid: bool `[B, S]`, slots holding a real state.
+    valid: bool `[B, S]`, slots holding a real state (the free slot's flag
+        is stale until the next token is written there).
     slot: int32 scalar, the free slot the next token is written to.
     row_slot: int32 `[B]`, each row's own free slot: `slot` for rows that
         took every step, the slot a stopped row had when it stopped.
