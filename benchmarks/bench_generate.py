@@ -1,5 +1,5 @@
 """Generation throughput: the per-token loop this project had before the
-compiled decoder vs `txl_tf.Decoder` (one `tf.while_loop`, XLA step, and
+compiled decoder vs `txl_tf.Decoder` (one `tf.while_loop` compiled with XLA, and
 without XLA) vs the export runtimes' host loop (ONNX Runtime, SavedModel).
 
 Every backend continues the same prompts by the same number of tokens with
