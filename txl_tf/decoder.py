@@ -42,7 +42,7 @@ class Decoder:
         if self.segment_len < 1:
             raise ValueError(f"segment_len must be >= 1, got {self.segment_len}")
         self._last = tf.function(self._last_graph, reduce_retracing=True)
-        self._first = tf.function(self._last_graph, jit_compile=bool(jit_compile))
+        self._first = tf.function(self._fresh_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
 
     def generate(self, prompts, max_new_tokens, **options):
@@ -80,22 +80,14 @@ class Decoder:
     def _read_fresh(self, ids, memory):
         """`step_last` onto a memory with no valid slot (a new prompt's first
         segment), compiled once per batch size and power of two of lengths:
-        the ids are left-padded to that power of two and masked, and read
-        over at most as many empty slots. Nothing before the prompt is
-        attended, so this computes what the plain read computes."""
+        the ids are left-padded to that power of two and masked."""
         batch, length = ids.shape
         padded_len = _bucket(length)
-        mem_len = memory.mem_mask.shape[1]
-        kept = mem_len - min(padded_len, mem_len)  # empty slots set aside
         padded = np.zeros([batch, padded_len], np.int32)
         padded[:, padded_len - length:] = ids
         mask = np.broadcast_to(np.arange(padded_len) >= padded_len - length, padded.shape)
-        log_probs, new = self._first(tf.constant(padded), Memory(memory.mems[:, :, kept:],
-                                                                 memory.mem_mask[:, kept:]),
-                                     tf.constant(mask))
-        empty = Memory(tf.zeros([memory.mems.shape[0], batch, kept, memory.mems.shape[3]]),
-                       memory.mem_mask[:, :kept])
-        return log_probs.numpy(), _join_slots(empty, new)
+        log_probs, memory = self._first(tf.constant(padded), memory, tf.constant(mask))
+        return log_probs.numpy(), memory
 
     @staticmethod
     def take(memory, rows):
@@ -146,6 +138,19 @@ class Decoder:
         hidden, memory = self.core.hidden_states(ids, memory, training=False,
                                                  token_mask=token_mask)
         return self.core.crit(hidden[:, -1]), memory
+
+    def _fresh_graph(self, ids, memory, token_mask):
+        """`_last_graph` for a memory with no valid slot: the read runs over
+        at most as many empty slots as `ids` has positions (nothing before
+        the prompt is attended, so the result is the same), then the other
+        empty slots are put back in front."""
+        mems, mem_mask = memory
+        kept = mem_mask.shape[1] - min(ids.shape[1], mem_mask.shape[1])  # static
+        log_probs, new = self._last_graph(ids, Memory(mems[:, :, kept:], mem_mask[:, kept:]),
+                                          token_mask)
+        empty = Memory(tf.zeros([mems.shape[0], tf.shape(ids)[0], kept, mems.shape[3]]),
+                       mem_mask[:, :kept])
+        return log_probs, _join_slots(empty, new)
 
     def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
                       num_tokens, capacity):
