@@ -16,13 +16,12 @@ import os
 import sys
 import tempfile
 
-from absl import app, logging
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from training.errors import TrainingError, exit_on_error  # noqa: E402
-from training.flagspec import define, merge, option, values  # noqa: E402
+from training import cli  # noqa: E402
+from training.errors import TrainingError  # noqa: E402
+from training.flagspec import merge, option, values  # noqa: E402
 
 SPEC = (
     option("string", "data", os.path.join(REPO, "..", "shared", "data", "tinyshakespeare.txt"),
@@ -102,12 +101,9 @@ def run(**options):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)
-    exit_on_error(lambda: run(**values(SPEC)))
+    del argv
+    return run(**values(SPEC))
 
 
 if __name__ == "__main__":
-    define(SPEC)
-    app.run(main)
+    cli.run(main, SPEC)  # the jobs' exit path: bad input is one `error:` line
