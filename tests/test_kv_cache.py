@@ -19,15 +19,17 @@ def _assert_same_memory(got, want):
                                atol=2e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_cached_steps_equal_plain_steps(name):
+@pytest.mark.parametrize("name,filled", [(name, None) for name in CASES]
+                         + [("plain", 3), ("untied_r_same_length_clamp", 4)])
+def test_cached_steps_equal_plain_steps(name, filled):
     """A prompt fills 3 of 5 slots, then 13 one-token steps: the ring (6
     slots) wraps twice; hidden states and memory stay the plain path's, and
-    the carried keys / values are those of the memory it holds."""
+    the carried keys / values are those of the memory it holds. With
+    `filled`, the cache projects only the newest slots of the prompt's memory."""
     core = make_core(**CASES[name])
     memory = core.initial_memory(2, mem_len=5)
     _, memory = core.hidden_states(ids(2, 3, seed=3), memory)
-    plain, cache = memory, core.decode_cache(memory)
+    plain, cache = memory, core.decode_cache(memory, filled=filled)
     for step in range(13):
         x = ids(2, 1, seed=10 + step)
         want, plain = core.hidden_states(x, plain)
@@ -111,3 +113,20 @@ def test_cached_path_with_no_memory():
         want, _ = core.hidden_states(ids(2, 3)[:, t:t + 1], memory)
         np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)
     assert core.cache_memory(cache).mems.shape[2] == 0
+
+
+def test_filled_projects_only_the_newest_slots():
+    """`filled` smaller than the memory in use drops the older slots' keys
+    (the steps then differ: the window matters), and bad values are refused."""
+    core = make_core()
+    memory = core.initial_memory(2, mem_len=5)
+    _, memory = core.hidden_states(ids(2, 3, seed=3), memory)
+    x = ids(2, 1, seed=4)[:, 0]
+    want, _ = core.cached_step(x, core.decode_cache(memory, filled=3))
+    short = core.decode_cache(memory, filled=2)
+    assert not np.asarray(short.keys[0])[:, :, 2].any()  # the oldest valid slot, not projected
+    got, _ = core.cached_step(x, short)
+    assert np.abs(np.asarray(got) - np.asarray(want)).max() > 1e-3
+    for bad in (-1, 2.0, True):
+        with pytest.raises(ValueError, match="filled must be"):
+            core.decode_cache(memory, filled=bad)

@@ -190,10 +190,16 @@ class TransformerXL(keras.layers.Layer):
         return found[0], new_memory
 
     # ---------------------------------------------------------------- decoding
-    def decode_cache(self, memory):
+    def decode_cache(self, memory, filled=None):
         """A `layers.ring_cache.DecodeCache` holding `memory` (any M >= 0),
         for `cached_step`: every layer's memory keys and values are computed
-        here once, so a step projects only its new token."""
+        here once, so a step projects only its new token.
+
+        filled: a Python int, when no slot older than the last `filled` of
+        the memory is valid (a new prompt's memory): keys and values are
+        then projected for those slots alone, zeros elsewhere (they are
+        never attended). The caller guarantees it; None projects every slot.
+        """
         cfg = self.config
         memory = as_memory(memory)
         memory = Memory(tf.convert_to_tensor(memory.mems), tf.convert_to_tensor(memory.mem_mask))
@@ -202,12 +208,14 @@ class TransformerXL(keras.layers.Layer):
         size = tf.shape(memory.mem_mask)[1] + 1
         pos_emb = self.pos_emb(size)  # distances M, ..., 0
         mems = tuple(with_free_slot(m, 1) for m in tf.unstack(memory.mems))
+        empty = _empty_slots(memory.mem_mask, filled)
         keys, values, position_keys = [], [], []
         for i, block in enumerate(self.blocks):
             # The free slot's key and value are overwritten before any use.
-            k, v = block.memory_keys_values(mems[i])
-            keys.append(k)
-            values.append(v)
+            k, v = block.memory_keys_values(mems[i][:, empty:])
+            pad = [[0, 0], [0, 0], [empty, 0], [0, 0]]
+            keys.append(tf.pad(k, pad) if empty else k)
+            values.append(tf.pad(v, pad) if empty else v)
             position_keys.append(tf.tile(block.rel_attn.position_keys(pos_emb), [1, 2, 1]))
         batch = tf.shape(memory.mem_mask)[0]
         slot = size - 1
@@ -286,3 +294,14 @@ class TransformerXL(keras.layers.Layer):
 def _float32(memory):
     """The memory carried on is float32 whatever was given (float16/64)."""
     return Memory(tf.cast(memory.mems, tf.float32), memory.mem_mask)
+
+
+def _empty_slots(mem_mask, filled):
+    """How many of the oldest slots `decode_cache` may skip: M - `filled`
+    when both are known statically, else 0."""
+    size = mem_mask.shape[1]
+    if filled is None or size is None:
+        return 0
+    if isinstance(filled, bool) or not isinstance(filled, int) or filled < 0:
+        raise ValueError(f"filled must be an int >= 0 or None, got {filled!r}")
+    return max(0, size - filled)

@@ -26,7 +26,8 @@ class Decoder:
     mem_len: memory looked back on (default the config's); segment_len: how
     much of a prompt is read per call (default the config's `tgt_len`);
     jit_compile: compile with XLA the whole decode loop (once per batch
-    size, memory length and ids buffer: a power of two >= 8 tokens) and the
+    size, memory length, ids buffer and span of the memory in use: powers
+    of two >= 8) and the
     first segment of new prompts (once per batch size and power of two of
     lengths); other reads stay uncompiled. False compiles nothing whole (the
     ring's in-place slot writes still run as small XLA kernels).
@@ -116,7 +117,8 @@ class Decoder:
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)
             new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
-                                                   tf.constant(size), _bucket(size))
+                                                   tf.constant(size), _bucket(size),
+                                                   _filled(loop[2].numpy()))
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
@@ -153,11 +155,12 @@ class Decoder:
         return log_probs, _join_slots(empty, new)
 
     def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
-                      num_tokens, capacity):
+                      num_tokens, capacity, filled):
         """Up to `num_tokens` steps in one `tf.while_loop`, ending early when
         every row is done; ids and log-probs `[B, capacity]` (`capacity >=
         num_tokens`, a Python int: the shapes stay static for XLA) and the
-        state. The memory lives in a `DecodeCache` ring for the whole loop:
+        state; `filled` (a Python int, see `_filled`): how many of the
+        newest memory slots can be valid. The memory lives in a `DecodeCache` ring for the whole loop:
         each step projects only its token and writes it in place; rows that
         are done keep their memory as it was."""
         batch = tf.shape(done)[0]
@@ -176,7 +179,7 @@ class Decoder:
         def more(t, *loop):
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
-        cache = self.core.decode_cache(Memory(mems, mem_mask))
+        cache = self.core.decode_cache(Memory(mems, mem_mask), filled=filled)
         output_weights = self.core.crit.decode_weights()  # loop invariants
         _, ids, chosen, log_probs, cache, *state = tf.while_loop(
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
@@ -194,6 +197,16 @@ def _bucket(size):
     """A power of two >= max(size, 8): calls of nearby sizes (ids buffers,
     prompt lengths) share one compiled program."""
     return max(8, 1 << max(0, size - 1).bit_length())
+
+
+def _filled(mem_mask):
+    """How many of the newest slots of `mem_mask` (numpy `[B, M]`) reach
+    back to the oldest valid slot of any row, rounded up to a power of two
+    (`_bucket`, at most M): a new prompt's memory is mostly empty slots,
+    whose keys and values the decode need not project."""
+    size = mem_mask.shape[1]
+    valid = np.flatnonzero(mem_mask.any(0))
+    return min(size, _bucket(size - int(valid[0]) if valid.size else 0))
 
 
 def _tensors(memory):
