@@ -20,7 +20,8 @@ def _assert_same_memory(got, want):
 
 
 @pytest.mark.parametrize("name,filled", [(name, None) for name in CASES]
-                         + [("plain", 3), ("untied_r_same_length_clamp", 4)])
+                         + [("plain", 3), ("untied_r_same_length_clamp", 4),
+                            ("pre_lnorm_untied_outputs", 3)])
 def test_cached_steps_equal_plain_steps(name, filled):
     """A prompt fills 3 of 5 slots, then 13 one-token steps: the ring (6
     slots) wraps twice; hidden states and memory stay the plain path's, and

@@ -27,9 +27,8 @@ class Decoder:
     much of a prompt is read per call (default the config's `tgt_len`);
     jit_compile: compile with XLA the whole decode loop (once per batch
     size, memory length, ids buffer and span of the memory in use: powers
-    of two >= 8) and the
-    first segment of new prompts (once per batch size and power of two of
-    lengths); other reads stay uncompiled. False compiles nothing whole (the
+    of two >= 8) and the first segment of new prompts (once per batch size
+    and power of two of lengths); other reads stay uncompiled. False compiles nothing whole (the
     ring's in-place slot writes still run as small XLA kernels).
     """
 
@@ -116,9 +115,10 @@ class Decoder:
         ids, log_probs, done_tokens = [], [], 0
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)
+            mem_mask = loop[2].numpy()
             new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
                                                    tf.constant(size), _bucket(size),
-                                                   _filled(loop[2].numpy()))
+                                                   _filled(mem_mask))
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
@@ -160,9 +160,10 @@ class Decoder:
         every row is done; ids and log-probs `[B, capacity]` (`capacity >=
         num_tokens`, a Python int: the shapes stay static for XLA) and the
         state; `filled` (a Python int, see `_filled`): how many of the
-        newest memory slots can be valid. The memory lives in a `DecodeCache` ring for the whole loop:
-        each step projects only its token and writes it in place; rows that
-        are done keep their memory as it was."""
+        newest memory slots can be valid. The memory lives in a
+        `DecodeCache` ring for the whole loop: each step projects only its
+        token and writes it in place; rows that are done keep their memory
+        as it was."""
         batch = tf.shape(done)[0]
         ids = tf.fill([capacity, batch], pad_id)
         chosen = tf.zeros([capacity, batch], tf.float32)
