@@ -299,9 +299,9 @@ def _float32(memory):
 def _empty_slots(mem_mask, filled):
     """How many of the oldest slots `decode_cache` may skip: M - `filled`
     when both are known statically, else 0."""
-    size = mem_mask.shape[1]
-    if filled is None or size is None:
+    if filled is None:
         return 0
     if isinstance(filled, bool) or not isinstance(filled, int) or filled < 0:
         raise ValueError(f"filled must be an int >= 0 or None, got {filled!r}")
-    return max(0, size - filled)
+    size = mem_mask.shape[1]
+    return 0 if size is None else max(0, size - filled)

@@ -28,8 +28,9 @@ class Decoder:
     jit_compile: compile with XLA the whole decode loop (once per batch
     size, memory length, ids buffer and span of the memory in use: powers
     of two >= 8) and the first segment of new prompts (once per batch size
-    and power of two of lengths); other reads stay uncompiled. False compiles nothing whole (the
-    ring's in-place slot writes still run as small XLA kernels).
+    and power of two of lengths); other reads stay uncompiled. False
+    compiles nothing whole (the ring's in-place slot writes still run as
+    small XLA kernels).
     """
 
     def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
