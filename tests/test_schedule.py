@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf.schedule import WarmupCosineDecay
+from txl_tf.schedule import MAX_DEFAULT_WARMUP, WarmupCosineDecay, default_warmup_steps
 
 
 def paper_lr(step, peak=1e-3, total=1000, warmup=100, alpha=0.004):
@@ -25,10 +25,17 @@ def test_matches_the_paper(step):
 
 
 def test_no_warmup_starts_at_the_peak_and_ends_at_min_ratio():
-    schedule = WarmupCosineDecay(2.5e-4, total_steps=400, min_lr_ratio=0.004)
+    schedule = WarmupCosineDecay(2.5e-4, total_steps=400, warmup_steps=0, min_lr_ratio=0.004)
     assert float(schedule(0)) == pytest.approx(2.5e-4)
     assert float(schedule(400)) == pytest.approx(2.5e-4 * 0.004)
     assert float(schedule(200)) == pytest.approx(2.5e-4 * (0.004 + 0.996 * 0.5))
+
+
+def test_warmup_defaults_to_a_tenth_of_the_steps_capped():
+    assert WarmupCosineDecay(1e-3, total_steps=1500).warmup_steps == 150
+    assert float(WarmupCosineDecay(1e-3, total_steps=1500)(0)) == 0.0
+    assert WarmupCosineDecay(1e-3, total_steps=400_000).warmup_steps == MAX_DEFAULT_WARMUP
+    assert default_warmup_steps(9) == 0  # too short a run for a warm-up step
 
 
 def test_serialization_round_trip():

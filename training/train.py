@@ -61,7 +61,8 @@ SPEC = (
     option("integer", "batch_size", 16, "Global batch size (streams), split over replicas."),
     option("integer", "train_steps", 1000, "Total optimizer steps."),
     option("float", "learning_rate", 2.5e-4, "Peak Adam learning rate."),
-    option("integer", "warmup_steps", 0, "Linear warm-up steps."),
+    option("integer", "warmup_steps", None, "Linear warm-up steps (default: a tenth of "
+                     "--train_steps, at most 4,000; 0: none)."),
     option("float", "min_lr_ratio", 0.004, "Final learning rate / peak (cosine decay)."),
     option("float", "clip", 0.25, "Global gradient-norm clip (0: none)."),
     option("float", "adam_epsilon", 1e-8, "Adam epsilon (the paper's TF/PyTorch default)."),
@@ -107,7 +108,7 @@ def _check_options(o):
     for name in ("mem_len", "eval_mem_len", "warmup_steps", "eval_every"):
         if o[name] is not None and o[name] < 0:
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
-    if o["warmup_steps"] > o["train_steps"]:
+    if o["warmup_steps"] is not None and o["warmup_steps"] > o["train_steps"]:
         raise TrainingError(f"--warmup_steps ({o['warmup_steps']}) exceeds --train_steps "
                             f"({o['train_steps']})")
     if o["learning_rate"] <= 0:
@@ -266,6 +267,9 @@ def _train(o, strategy, task_id, is_chief):
         f"tgt_len {config.tgt_len}, mem_len {config.mem_len}; {type(strategy).__name__} with "
         f"{replicas} replica(s) x batch {o['batch_size'] // replicas}; corpus {corpus.name}: "
         f"{len(train_ids):,} training tokens")
+    log(f"learning rate: peak {o['learning_rate']:g}, linear warm-up over "
+        f"{schedule.warmup_steps:,} steps, cosine decay to {o['min_lr_ratio']:g} x peak at "
+        f"step {o['train_steps']:,}")
     log(f"resumed from {restored} at step {step}" if restored else "starting at step 0")
 
     tensorboard = tensorboard_available()

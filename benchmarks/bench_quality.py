@@ -1,0 +1,186 @@
+r"""Does training land in the same place every run? Held-out perplexity over seeds.
+
+    python -m benchmarks.bench_quality [--seeds=0,1,2,3,4] [--precisions=none,auto] \
+        [--warmups=default,0] [--text=../shared/data/wikitext2.valid.txt]
+
+The recipe (one training job per seed x precision x warm-up, each in its own
+process): the `small` preset with an adaptive softmax (cutoffs 2000/6000,
+div_val 2), word level, 1,500 steps of batch 16 at learning rate 1e-3. The
+text's lines are split in three: the last `--heldout_fraction` is held out
+(never trained on, never used to choose anything) and scored at the end;
+training reads the rest; the validation split is the first 400 lines (as in
+the recipe that measured the problem; it is inside the training text and only
+logged). Each run is scored on the held-out lines at memory 64 and memory 0.
+
+`--warmups`: `default` runs the training job without `--warmup_steps` (its
+default), a number passes it. `ONEDNN_MAX_CPU_ISA=AVX2` in the environment
+reproduces an AVX2 machine's round-off. Prints a table per arm (median,
+max/min, memory gain) and writes every run to `--output` as JSON.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from training import cli  # noqa: E402
+from training.errors import TrainingError  # noqa: E402
+from training.flagspec import merge, option, values  # noqa: E402
+
+RECIPE = ("--preset=small", "--config_override=cutoffs=[2000,6000]",
+          "--config_override=div_val=2", "--batch_size=16", "--checkpoint_every=500",
+          "--final_eval=false", "--verbose=0")
+
+SPEC = (
+    option("string", "text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
+           "A word-level text file (one sentence or paragraph a line)."),
+    option("string", "seeds", "0,1,2,3,4", "Comma-separated seeds."),
+    option("string", "precisions", "none,auto", "Values of the training job's "
+           "--mixed_precision (none: float32)."),
+    option("string", "warmups", "default,0", "Warm-up arms: 'default' (no --warmup_steps "
+           "flag) or a number of steps."),
+    option("integer", "train_steps", 1500, "Training steps per run."),
+    option("float", "learning_rate", 1e-3, "Peak learning rate (0: the job's default)."),
+    option("float", "heldout_fraction", 0.1, "Last fraction of the lines held out."),
+    option("integer", "valid_lines", 400, "First lines used as the (logged) validation split."),
+    option("string", "work_dir", None, "Where runs are kept (default: a temporary folder)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "quality.json"),
+           "Where to write the JSON results."),
+)
+
+
+def split_text(path, folder, heldout_fraction, valid_lines):
+    """Writes `train.txt`, `valid.txt`, `test.txt` (the held-out lines) into
+    `folder`; returns the line counts."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    cut = len(lines) - int(len(lines) * heldout_fraction)
+    if cut <= valid_lines or cut == len(lines):
+        raise TrainingError(f"--text {path}: {len(lines)} lines are too few for "
+                            f"{valid_lines} validation lines and a held-out part")
+    parts = {"train": lines[:cut], "valid": lines[:valid_lines], "test": lines[cut:]}
+    os.makedirs(folder, exist_ok=True)
+    for name, part in parts.items():
+        with open(os.path.join(folder, f"{name}.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(part) + "\n")
+    return {name: len(part) for name, part in parts.items()}
+
+
+def _job(module, flags, log_path):
+    command = [sys.executable, "-m", module, *flags]
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise TrainingError(f"{module} failed (exit {done.returncode}); see {log_path}")
+
+
+def one_run(o, data_dir, run_dir, seed, precision, warmup):
+    """Trains one model and scores the held-out split at memory 64 and 0."""
+    flags = [*RECIPE, "--dataset=wt2", f"--data_dir={data_dir}", f"--model_dir={run_dir}",
+             f"--cache_dir={os.path.join(run_dir, 'cache')}", f"--seed={seed}",
+             f"--train_steps={o['train_steps']}", f"--mixed_precision={precision}"]
+    if o["learning_rate"]:
+        flags.append(f"--learning_rate={o['learning_rate']}")
+    if warmup != "default":
+        flags.append(f"--warmup_steps={int(warmup)}")
+    log_path = os.path.join(run_dir, "job.log")
+    os.makedirs(run_dir, exist_ok=True)
+    start = time.time()
+    _job("training.train", flags, log_path)
+    seconds = time.time() - start
+    ppl = {}
+    for mem_len in (64, 0):
+        out = os.path.join(run_dir, f"heldout_mem{mem_len}.json")
+        _job("training.evaluate", [f"--model_dir={run_dir}", "--dataset=wt2",
+                                   f"--data_dir={data_dir}", "--split=test",
+                                   f"--cache_dir={os.path.join(run_dir, 'cache')}",
+                                   f"--mem_len={mem_len}", f"--output={out}",
+                                   "--progress=false"], log_path)
+        with open(out, encoding="utf-8") as f:
+            ppl[mem_len] = json.load(f)["ppl"]
+    return {"seed": seed, "precision": precision, "warmup": warmup,
+            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+            "ppl_mem64": ppl[64], "ppl_mem0": ppl[0], "memory_gain": ppl[0] / ppl[64],
+            "train_seconds": seconds}
+
+
+def summarize(runs):
+    """One row per (precision, warm-up) arm."""
+    arms = {}
+    for r in runs:
+        arms.setdefault((r["precision"], r["warmup"]), []).append(r)
+    rows = []
+    for (precision, warmup), group in arms.items():
+        ppl = [r["ppl_mem64"] for r in group]
+        rows.append({"precision": precision, "warmup": warmup,
+                     "seeds": [r["seed"] for r in group], "ppl_mem64": ppl,
+                     "median": statistics.median(ppl), "max_over_min": max(ppl) / min(ppl),
+                     "min_memory_gain": min(r["memory_gain"] for r in group)})
+    return rows
+
+
+def table(rows):
+    lines = ["| precision | warm-up | held-out ppl at memory 64, by seed | median | max/min "
+             "| smallest memory 0 / memory 64 |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        by_seed = " / ".join(f"{p:.1f}" for p in r["ppl_mem64"])
+        lines.append(f"| {r['precision']} | {r['warmup']} | {by_seed} | {r['median']:.1f} "
+                     f"| {r['max_over_min']:.3f} | {r['min_memory_gain']:.3f} |")
+    return "\n".join(lines)
+
+
+def run(**options):
+    o = merge(SPEC, options)
+    if not os.path.isfile(o["text"]):
+        raise TrainingError(f"--text: {o['text']} not found")
+    try:
+        seeds = [int(s) for s in o["seeds"].split(",") if s.strip()]
+    except ValueError:
+        raise TrainingError(f"--seeds must be comma-separated integers, got {o['seeds']!r}") \
+            from None
+    precisions = [p.strip() for p in o["precisions"].split(",") if p.strip()]
+    warmups = [w.strip() for w in o["warmups"].split(",") if w.strip()]
+    for w in warmups:
+        if w != "default" and not w.isdigit():
+            raise TrainingError(f"--warmups takes 'default' or step counts, got {w!r}")
+    work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_quality_")
+    data_dir = os.path.join(work, "data")
+    lines = split_text(o["text"], data_dir, o["heldout_fraction"], o["valid_lines"])
+    print(f"text {o['text']}: {lines['train']} training lines, {lines['test']} held out; "
+          f"runs in {work}", flush=True)
+    runs = []
+    for warmup in warmups:
+        for precision in precisions:
+            for seed in seeds:
+                run_dir = os.path.join(work, f"{precision}_warmup-{warmup}_seed{seed}")
+                result = one_run(o, data_dir, run_dir, seed, precision, warmup)
+                runs.append(result)
+                print(f"{precision} warm-up {warmup} seed {seed}: held-out ppl "
+                      f"{result['ppl_mem64']:.1f} at memory 64, {result['ppl_mem0']:.1f} at "
+                      f"memory 0 ({result['train_seconds']:.0f}s)", flush=True)
+                _write(o["output"], o, runs)
+    print(table(summarize(runs)), flush=True)
+
+
+def _write(path, o, runs):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"settings": o, "recipe": RECIPE, "runs": runs, "arms": summarize(runs)},
+                  f, indent=2)
+
+
+def main(argv):
+    run(**values(SPEC))
+
+
+if __name__ == "__main__":
+    cli.run(main, SPEC)
