@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from export.input_checks import RuntimeInputError, check_ids, check_memory
+from txl_tf.validation import check_finite_outputs
 
 
 class RuntimeMemory(NamedTuple):
@@ -52,7 +53,9 @@ class Runtime:
     ```
     Inputs are checked (integer ids in range, memory geometry and dtypes, the
     same batch in ids and memory) before the backend runs; problems raise
-    `RuntimeInputError` (a ValueError).
+    `RuntimeInputError` (a ValueError). A memory whose valid slots hold NaN
+    or inf raises `NonFiniteMemoryError` naming the streams (seen in the
+    step's outputs, so the check costs no read of the memory).
     """
 
     backend = "abstract"
@@ -83,7 +86,8 @@ class Runtime:
     def step(self, token_ids, memory=None):
         """`(log_probs numpy, new memory)`; a `None` memory starts fresh."""
         ids, mems, mem_mask = self._checked(token_ids, memory)
-        return self._step(ids, mems, mem_mask)
+        log_probs, memory = self._step(ids, mems, mem_mask)
+        return check_finite_outputs(log_probs), memory
 
     def score(self, token_ids, target_ids, memory=None):
         """`(nll numpy [B, T], new memory)` of `target_ids` given `token_ids`."""
@@ -92,7 +96,8 @@ class Runtime:
         if targets.shape != ids.shape:
             raise RuntimeInputError(f"target_ids shape {targets.shape} differs from token_ids "
                                     f"shape {ids.shape}")
-        return self._score(ids, targets, mems, mem_mask)
+        nll, memory = self._score(ids, targets, mems, mem_mask)
+        return check_finite_outputs(nll, "negative log-likelihoods"), memory
 
     def generate(self, prompts, max_new_tokens, segment_len=None, **options):
         """Continues `prompts` as `txl_tf.decoder.Decoder.generate` does (same
@@ -118,7 +123,8 @@ class Runtime:
     def step_last(self, token_ids, memory):
         """`(log-probs numpy [B, n_token] at the last position, new memory)`."""
         ids, mems, mem_mask = self._checked(token_ids, memory)
-        return self._step_last(ids, mems, mem_mask)
+        log_probs, memory = self._step_last(ids, mems, mem_mask)
+        return check_finite_outputs(log_probs), memory
 
     def adopt(self, memory, batch_size):
         """`memory` (this runtime's, another backend's or numpy) checked

@@ -27,6 +27,7 @@ from txl_tf.decode_request import (Generation, DecodeState, check_count, check_p
 from txl_tf.generation import prefill
 from txl_tf.sampling import Sampling
 from txl_tf.sampling_numpy import choose
+from txl_tf.validation import NonFiniteMemoryError
 
 
 class _Session(NamedTuple):
@@ -89,7 +90,12 @@ class SessionTable:
                             type(states[0].rows).concat([s.rows for s in states]), 0)
         ids, chosen, seen, counters, stopped = choose(
             batch.next_log_probs, batch.rows, batch.seen, batch.counters, batch.done, 0)
-        log_probs, memory = self.backend.step_last(ids[:, None], batch.memory)
+        try:
+            log_probs, memory = self.backend.step_last(ids[:, None], batch.memory)
+        except NonFiniteMemoryError as err:  # the others wait for the next step
+            self._queue.extendleft(reversed([s for i, s in enumerate(served)
+                                             if i not in err.rows]))
+            raise err.in_batch(served) from None
         memories = self.backend.split(memory)
         for i, sid in enumerate(served):
             session = self._sessions[sid]

@@ -204,3 +204,38 @@ def test_zero_filled_and_no_memory_decode_as_the_plain_core(overrides, mem_len):
         assert out.ids[0, i] == want
         log_probs, memory = core(np.array([[want]], np.int32), memory)
     np.testing.assert_allclose(out.memory.mems, memory.mems, atol=1e-5)
+
+
+@pytest.mark.parametrize("same_length,convention", [(False, "tf"), (True, "tf"),
+                                                    (True, "pytorch")])
+def test_a_non_finite_memory_slot_is_an_error_or_leaves_the_memory(same_length, convention):
+    """The decoder's check reads only the last position's log-probs; it is
+    exact: for NaN in each valid slot, in each layer, either the step is an
+    error naming the stream, or no NaN is left in the new memory."""
+    from txl_tf import Memory, NonFiniteMemoryError
+    keras.utils.set_random_seed(1)
+    config = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, mem_len=6, tgt_len=3,
+                                        same_length=same_length,
+                                        same_length_convention=convention)
+    decoder = Decoder(TransformerXL(config), mem_len=6, jit_compile=False)
+    rng = np.random.default_rng(0)
+    mems = rng.normal(size=(2, 2, 6, 32)).astype(np.float32)
+    mask = np.ones([2, 6], bool)
+    ids = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+    raised = 0
+    for layer in range(2):
+        for slot in range(6):
+            dirty = mems.copy()
+            dirty[layer, 1, slot, 0] = np.nan
+            try:
+                _, memory = decoder.step_last(ids, Memory(dirty, mask))
+            except NonFiniteMemoryError as err:
+                assert err.rows == [1]
+                raised += 1
+                continue
+            assert np.isfinite(memory.mems.numpy()).all(), (layer, slot)
+    assert raised >= 2 * (6 - 3)  # every slot that stays in the memory is seen
+    with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) 1:"):
+        poisoned = mems.copy()
+        poisoned[0, 1, -1] = np.inf
+        decoder.generate([[1, 2], [3]], 3, memory=Memory(poisoned, mask))

@@ -12,6 +12,8 @@ from txl_tf.checkpoints import load_pretrained, save_pretrained
 from training import evaluate
 from txl_tf.evaluation import evaluate_ids
 from job_helpers import write_text_corpus
+from training.errors import TrainingError
+from txl_tf.text import ByteTokenizer, WordTokenizer
 
 
 def hand_nll(core, ids, streams, tgt_len, mem_len):
@@ -64,7 +66,7 @@ def test_evaluate_job_on_a_corpus(tmp_path):
     text = tmp_path / "corpus.txt"
     write_text_corpus(text, 3_000, seed=4)
     model = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8))
-    save_pretrained(model, tmp_path / "model")
+    save_pretrained(model, tmp_path / "model", ByteTokenizer())
     output = tmp_path / "out" / "eval.json"
     result = evaluate.run(model_dir=str(tmp_path / "model"), dataset="text",
                           data_dir=str(text), cache_dir=str(tmp_path / "cache"), split="valid",
@@ -93,13 +95,14 @@ def test_evaluate_accepts_every_model_directory_form(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     trained.config.to_json(str(run / "config.json"))
+    ByteTokenizer().save(run / "vocab")  # as training writes it at start
     tf.train.CheckpointManager(tf.train.Checkpoint(weights=weight_dict(trained)),
                                str(run / "checkpoints"), 2).save(checkpoint_number=7)
     common = dict(dataset="text", data_dir=str(text), cache_dir=str(tmp_path / "cache"),
                   batch_size=2, max_segments=3)
     from_checkpoint = evaluate.run(model_dir=str(run), **common)
     named = evaluate.run(model_dir=str(run), checkpoint="ckpt-7", **common)
-    save_pretrained(trained, run / "export")
+    save_pretrained(trained, run / "export", ByteTokenizer())
     from_export = evaluate.run(model_dir=str(run), **common)
     from_model_dir = evaluate.run(model_dir=str(run / "export"), **common)
     losses = {r["loss"] for r in (from_checkpoint, named, from_export, from_model_dir)}
@@ -120,3 +123,98 @@ def test_progress_lines_stay_few():
     silent = io.StringIO()
     Progress("scoring", enabled=False, stream=silent)(1, 1)
     assert silent.getvalue() == ""
+
+
+def _word_corpus(folder, train_lines, valid_lines):
+    folder.mkdir()
+    for split, lines in (("train", train_lines), ("valid", valid_lines), ("test", valid_lines)):
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def word_model(tmp_path_factory):
+    """A word model saved with the vocabulary of corpus `a` (same valid file
+    as corpus `b`, whose training split has other word frequencies but the
+    same words: a vocabulary rebuilt from it has the same size, other order)."""
+    root = tmp_path_factory.mktemp("words")
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(30)]
+    valid = [" ".join(rng.choice(words, 12)) for _ in range(40)]
+    corpus_a = _word_corpus(root / "a", [" ".join(words[:i + 1]) for i in range(30)], valid)
+    corpus_b = _word_corpus(root / "b", [" ".join(words[i:]) for i in range(30)], valid)
+    tokenizer = WordTokenizer.build((corpus_a / "train.txt").read_text())
+    rebuilt = WordTokenizer.build((corpus_b / "train.txt").read_text())
+    assert rebuilt.vocab_size == tokenizer.vocab_size and rebuilt.vocab != tokenizer.vocab
+    keras.utils.set_random_seed(7)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=tokenizer.vocab_size,
+                                                    tgt_len=8, mem_len=8, init_std=0.3))
+    save_pretrained(core, root / "model", tokenizer)
+    return root, core, tokenizer
+
+
+def test_evaluate_reads_the_corpus_with_the_models_vocabulary(word_model, tmp_path):
+    """The same valid text through two corpus folders whose training splits
+    differ gives the same perplexity: the model's vocab/ is used, not one
+    rebuilt from the folder's training split (ppl 669 vs 611 before)."""
+    root, core, tokenizer = word_model
+    results = [evaluate.run(model_dir=str(root / "model"), dataset="wt2",
+                            data_dir=str(root / name), cache_dir=str(tmp_path / "cache"),
+                            split="valid", batch_size=2, progress=False)
+               for name in ("a", "b")]
+    assert results[0]["ppl"] == results[1]["ppl"]
+    ids = tokenizer.encode((root / "a" / "valid.txt").read_text())
+    total, count = hand_nll(core, ids, 2, 8, 8)
+    assert results[1]["loss"] == pytest.approx(total / count, rel=1e-5)
+
+
+def test_evaluate_counts_words_outside_the_vocabulary(word_model, tmp_path):
+    root, _, _ = word_model
+    other = _word_corpus(tmp_path / "c", ["w1 w2"], ["w1 zz w2 zz", "yy"])
+    result = evaluate.run(model_dir=str(root / "model"), dataset="wt2", data_dir=str(other),
+                          cache_dir=str(tmp_path / "cache"), split="valid", batch_size=1,
+                          progress=False)
+    assert result["unknown_tokens"] == 3
+    assert "3 tokens" in evaluate.describe(result)
+
+
+def test_an_edited_vocabulary_is_an_error(word_model, tmp_path):
+    import shutil
+    root, _, _ = word_model
+    model = tmp_path / "model"
+    shutil.copytree(root / "model", model)
+    vocab = model / "vocab" / "vocab.txt"
+    lines = vocab.read_text().split("\n")
+    lines[4], lines[5] = lines[5], lines[4]
+    vocab.write_text("\n".join(lines))
+    with pytest.raises(TrainingError, match="vocabulary files changed since they were saved"):
+        evaluate.run(model_dir=str(model), dataset="wt2", data_dir=str(root / "a"),
+                     cache_dir=str(tmp_path / "cache"), progress=False)
+
+
+def test_another_vocabulary_of_the_same_size_is_an_error(word_model, tmp_path):
+    import shutil
+    root, _, _ = word_model
+    model = tmp_path / "model"
+    shutil.copytree(root / "model", model)
+    shutil.rmtree(model / "vocab")
+    WordTokenizer.build((root / "b" / "train.txt").read_text()).save(model / "vocab")
+    with pytest.raises(TrainingError, match="is not the vocabulary the model was trained with"):
+        evaluate.run(model_dir=str(model), dataset="wt2", data_dir=str(root / "a"),
+                     cache_dir=str(tmp_path / "cache"), progress=False)
+
+
+def test_a_model_without_a_vocabulary_needs_one_given(word_model, tmp_path):
+    import shutil
+    root, _, tokenizer = word_model
+    model = tmp_path / "model"
+    shutil.copytree(root / "model", model)
+    shutil.rmtree(model / "vocab")
+    with pytest.raises(TrainingError, match="the model has no vocabulary"):
+        evaluate.run(model_dir=str(model), dataset="wt2", data_dir=str(root / "a"),
+                     cache_dir=str(tmp_path / "cache"), progress=False)
+    tokenizer.save(tmp_path / "given")
+    result = evaluate.run(model_dir=str(model), vocab_dir=str(tmp_path / "given"),
+                          dataset="wt2", data_dir=str(root / "b"),
+                          cache_dir=str(tmp_path / "cache"), progress=False)
+    assert result["tokens"] > 0

@@ -204,3 +204,21 @@ def test_garbage_in_invalid_slots_changes_nothing_in_the_runtimes(runtime, garba
     np.testing.assert_allclose(got_mem.numpy()[0], expected_mem.numpy()[0], atol=1e-6)
     nll, _ = runtime.score(IDS, IDS, (dirty, mask))
     assert np.isfinite(nll).all()
+
+
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+def test_non_finite_valid_memory_is_an_error_naming_the_stream(runtime, poison):
+    """NaN/inf in a valid slot: an error naming the stream, never NaN log-probs."""
+    from txl_tf import NonFiniteMemoryError
+    clean, _, mask = garbage_memory(0.0, seed=2)
+    dirty = clean.copy()
+    dirty[1, 0, 2, 5] = poison  # layer 1, stream 0, a valid slot
+    for call in (lambda m: runtime.step(IDS, m), lambda m: runtime.step_last(IDS, m),
+                 lambda m: runtime.score(IDS, IDS, m)):
+        with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) 0:") as caught:
+            call((dirty, mask))
+        assert caught.value.rows == [0]
+    with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) 0:"):
+        runtime.generate([[1, 2], [3]], 2, memory=(dirty, mask))
+    log_probs, _ = runtime.step(IDS, (clean, mask))
+    assert np.isfinite(log_probs).all()

@@ -87,3 +87,21 @@ def test_a_session_that_used_its_budget_resumes_as_one_longer_call(runtime):
     np.testing.assert_array_equal(np.concatenate([first.ids[0], rest.ids[0]]), whole.ids[0])
     with pytest.raises(ValueError, match="pad_id"):
         table.open("x", prompt, 3, pad_id=N_TOKEN)
+
+
+def test_a_session_with_a_non_finite_memory_is_named_and_the_others_go_on(runtime):
+    from txl_tf import NonFiniteMemoryError
+    table = SessionTable(runtime, max_batch=4)
+    for sid in "ab":
+        table.open(sid, *SESSIONS[sid][:2], **SESSIONS[sid][2])
+    mems, mem_mask = table._sessions["b"].state.memory.numpy()
+    mems[0, 0, np.flatnonzero(mem_mask[0])[0]] = np.nan
+    poisoned = table._sessions["b"].state._replace(memory=runtime.adopt((mems, mem_mask), 1))
+    table._sessions["b"] = table._sessions["b"]._replace(state=poisoned)
+    with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) b:"):
+        table.step()
+    assert table.active() == ["a"]
+    table.run()
+    prompt, n, settings = SESSIONS["a"]
+    np.testing.assert_array_equal(table.close("a").ids[0], runtime.generate([prompt], n,
+                                                                           **settings).ids[0])

@@ -103,7 +103,7 @@ def run(**options):
     if head is not None and head >= config.n_head:
         raise TrainingError(f"--head {head} is out of range: the model has {config.n_head} "
                             "heads")
-    tokenizer = cli.model_tokenizer(o["model_dir"], source.vocab_dir, config.n_token)
+    tokenizer = cli.model_tokenizer(o["model_dir"], source.vocab_dir, config)
     try:
         ids = tokenizer.encode(text)
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>

@@ -43,19 +43,11 @@ def run(main, spec=None):
     app.run(checked_main, flags_parser=parse_flags)
 
 
-def model_tokenizer(name, vocab_dir, n_token):
-    """The tokenizer in a model's `vocab_dir` (None when it has none), checked
-    against the model's `n_token`; else a `TrainingError` naming `name`."""
-    from txl_tf.text import load_tokenizer
-    if vocab_dir is None:
-        raise TrainingError(f"no tokenizer for {name}: no vocab/ folder (training "
-                            "writes one into its export/)")
+def model_tokenizer(name, vocab_dir, config):
+    """The tokenizer in a model's `vocab_dir`, checked against its `config`
+    (size and vocabulary fingerprint); else a `TrainingError` naming `name`."""
+    from txl_tf.model_dir import ModelDirError, load_vocab
     try:
-        tokenizer = load_tokenizer(vocab_dir)
-    except (OSError, ValueError) as err:
-        raise TrainingError(f"no tokenizer for {name}: {err}") from None
-    if tokenizer.vocab_size != n_token:
-        raise TrainingError(f"vocabulary/model size mismatch: {vocab_dir} has "
-                            f"{tokenizer.vocab_size} tokens, the model has "
-                            f"n_token={n_token}")
-    return tokenizer
+        return load_vocab(vocab_dir, config)
+    except ModelDirError as err:
+        raise TrainingError(f"{name}: {err}") from None

@@ -7,7 +7,10 @@ r"""Evaluates a trained model on a corpus split the way the paper does (absl app
 `--model_dir` is a model directory (config.json + weights.npz, e.g. the
 `export/` written by training.train) or a training run directory (its
 `export/` if present, else its newest checkpoint; `--checkpoint` picks one,
-see `txl_tf.model_dir`). Every
+see `txl_tf.model_dir`). The corpus is read with the model's own vocabulary
+(its `vocab/`, checked against the fingerprint in its config; `--vocab_dir`
+for a model without one), never one rebuilt from the corpus: words outside
+it are read as its unknown token, and counted. Every
 token of the split except the first of each of the `--batch_size` streams is
 predicted exactly once, segment by segment with the memory carried; the
 loss is weighted by tokens. Prints and writes (`--output`) loss, bpc, ppl.
@@ -24,6 +27,8 @@ SPEC = (
     option("string", "model_dir", None, "Model directory, or a training run's directory."),
     option("string", "checkpoint", None, "A training checkpoint (ckpt-N prefix, or a name in "
            "the run's checkpoints/) to evaluate instead of the exported weights."),
+    option("string", "vocab_dir", None, "The model's tokenizer folder, for a model without "
+           "a vocab/ (default: the model's own)."),
     option("string", "dataset", "pystdlib", "Corpus name."),
     option("string", "data_dir", None, "Corpus folder."),
     option("string", "cache_dir", None, "Corpus cache folder."),
@@ -45,11 +50,12 @@ SPEC = (
 )
 
 
-def load_core(model_dir, checkpoint=None, **overrides):
-    """A `TransformerXL` from a model or training run directory, with config
-    `overrides` (clamp_len, same_length); see `txl_tf.model_dir`."""
+def load_core(model_dir, checkpoint=None, vocab_dir=None, **overrides):
+    """`(core, source)`: a `TransformerXL` from a model or training run
+    directory, with config `overrides` (clamp_len, same_length); see
+    `txl_tf.model_dir`."""
     from txl_tf.model_dir import load
-    return load(model_dir, checkpoint, **overrides)[0]
+    return load(model_dir, checkpoint, vocab_dir=vocab_dir, **overrides)
 
 
 def _check_options(o, settings):
@@ -84,13 +90,11 @@ def run(**options):
     from txl_tf.evaluation import evaluate_ids
 
     overrides = {k: settings[k] for k in ("clamp_len", "same_length") if k in settings}
-    core = load_core(o["model_dir"], o["checkpoint"], **overrides)
+    from txl_tf.data import unknown_count
+    core, source = load_core(o["model_dir"], o["checkpoint"], o["vocab_dir"], **overrides)
+    tokenizer = cli.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
-                         inputs.parse_options(o["corpus_option"]))
-    if corpus.tokenizer.vocab_size != core.config.n_token:
-        raise TrainingError(
-            f"vocabulary/model size mismatch: corpus {corpus.name!r} has "
-            f"{corpus.tokenizer.vocab_size} tokens, the model has n_token={core.config.n_token}")
+                         inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer)
     ids = corpus.split(o["split"])
     if len(ids) < 2:
         raise TrainingError(f"empty corpus: the {o['split']} split of {corpus.name!r} has "
@@ -99,6 +103,7 @@ def run(**options):
     result = evaluate_ids(core, ids, o["batch_size"], settings.get("tgt_len"),
                           settings.get("mem_len"), o["max_segments"], progress=progress)
     result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
+                   "unknown_tokens": unknown_count(ids, tokenizer),
                    "clamp_len": core.config.clamp_len, "same_length": core.config.same_length,
                    "character_level": inputs.is_character_level(corpus.tokenizer)})
     if o["output"]:
@@ -115,7 +120,16 @@ def describe(result):
     return (f"{result['dataset']} {result['split']}: {head} (loss {result['loss']:.4f} nats/token "
             f"over {result['tokens']:,} tokens; tgt_len {result['tgt_len']}, mem_len "
             f"{result['mem_len']}, clamp_len {result['clamp_len']}, same_length "
-            f"{result['same_length']}, batch {result['batch_size']}, {result['seconds']:.1f}s)")
+            f"{result['same_length']}, batch {result['batch_size']}, {result['seconds']:.1f}s)"
+            + _unknown(result))
+
+
+def _unknown(result):
+    n = result.get("unknown_tokens", 0)
+    if not n:
+        return ""
+    return (f"; {n:,} tokens ({n / max(result['tokens'], 1):.2%}) are the model's unknown "
+            "token (words outside its vocabulary, or the token itself in the text)")
 
 
 def main(argv):

@@ -203,7 +203,7 @@ def run(write=None, **options):
     if any(s >= config.n_token for s in stop_ids):
         raise TrainingError(f"--stop_ids must be ids below the vocabulary size "
                             f"{config.n_token}, got {max(stop_ids)}")
-    tokenizer = cli.model_tokenizer(name, vocab_dir, config.n_token)
+    tokenizer = cli.model_tokenizer(name, vocab_dir, config)
     try:
         tokenizer.encode(o["prompt"])
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>

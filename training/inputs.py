@@ -31,11 +31,12 @@ def convert(text):
     return text
 
 
-def load(dataset, data_dir=None, cache_dir=None, options=None):
-    """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`."""
+def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None):
+    """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`;
+    `tokenizer`: a trained model's, to read the corpus with."""
     try:
         return load_corpus(dataset, data_dir or None, cache_dir=cache_dir or None,
-                           **(options or {}))
+                           tokenizer=tokenizer, **(options or {}))
     except CorpusNotFoundError as err:
         raise TrainingError(f"--data_dir: {err}") from None
     except EmptyCorpusError as err:

@@ -63,6 +63,13 @@ def check_resumable(config, path):
             f"vocabulary/model size mismatch: {path} was trained with n_token="
             f"{previous.n_token}, the corpus tokenizer now has {config.n_token} tokens; "
             "use a new --model_dir")
+    if previous.vocab_fingerprint is None:  # recorded since; the size was checked above
+        previous = previous.replace(vocab_fingerprint=config.vocab_fingerprint)
+    if previous.vocab_fingerprint != config.vocab_fingerprint:
+        raise TrainingError(
+            f"{path} was trained with another vocabulary (fingerprint "
+            f"{previous.vocab_fingerprint}; the corpus tokenizer now gives "
+            f"{config.vocab_fingerprint}); use a new --model_dir or the same corpus")
     differ = {k: (v, config.to_dict()[k]) for k, v in previous.to_dict().items()
               if config.to_dict()[k] != v}
     if differ:

@@ -11,7 +11,9 @@ an uninterrupted one would. A restart on other data or batches is refused
 flock that dies with its owner). Layout of `--model_dir`:
 
     .lock              held by the running chief (pid, host); .lock-worker-<k>
-    config.json        the model's TransformerXLConfig (written at start)
+    config.json        the model's TransformerXLConfig (written at start), with the
+                       fingerprint of its vocabulary
+    vocab/             the corpus tokenizer the model reads with (written at start)
     flags.json         the options of the latest start
     checkpoints/       ckpt-<step>.* (chief); worker-<k>/ for other workers;
                        run.json: what they were trained on (training.run_record)
@@ -35,7 +37,7 @@ import tempfile
 import time
 
 from training.errors import TrainingError
-from training.files import write_atomically
+from training.files import save_vocab, write_atomically
 from training.flagspec import merge, option, values
 
 SPEC = (
@@ -213,7 +215,8 @@ def _train(o, strategy, task_id, is_chief):
     corpus_options = inputs.parse_options(o["corpus_option"])
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"], corpus_options)
     config = build_config(o["preset"], corpus.tokenizer.vocab_size, o["n_token"],
-                          _model_overrides(o), log=log)
+                          {**_model_overrides(o),
+                           "vocab_fingerprint": corpus.tokenizer.fingerprint()}, log=log)
     train_ids = inputs.check_split(corpus, "train", o["batch_size"], config.tgt_len,
                                    "training")
     eval_tgt_len = o["eval_tgt_len"] or config.tgt_len
@@ -240,6 +243,7 @@ def _train(o, strategy, task_id, is_chief):
         _warn(f"removed {os.path.join(ckpt_dir, name)}, left by an interrupted save")
     if is_chief:  # other workers may see the chief's files half-written
         write_atomically(config_path, config.to_json() + "\n")
+        save_vocab(corpus.tokenizer, os.path.join(model_dir, "vocab"))
         write_atomically(os.path.join(model_dir, "flags.json"),
                          json.dumps(o, indent=2, sort_keys=True) + "\n")
         write_atomically(record_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -334,8 +338,7 @@ def _train(o, strategy, task_id, is_chief):
     export_dir = os.path.join(model_dir, "export")
     final = None
     if is_chief:
-        save_pretrained(model.core, export_dir)
-        corpus.tokenizer.save(os.path.join(export_dir, "vocab"))
+        save_pretrained(model.core, export_dir, corpus.tokenizer)
         log(f"exported the model to {export_dir}")
         if o["final_eval"]:
             final = validator(step)

@@ -10,10 +10,10 @@ from txl_tf.model import TransformerXLLM  # noqa: E402
 from txl_tf.classifier import TransformerXLClassifier  # noqa: E402
 from txl_tf.optimizer import ReplicaClippedAdam  # noqa: E402
 from txl_tf.schedule import WarmupCosineDecay  # noqa: E402
-from txl_tf.validation import InputError  # noqa: E402
+from txl_tf.validation import InputError, NonFiniteMemoryError  # noqa: E402
 
-__all__ = ["PRESETS", "ConfigError", "InputError", "Memory", "ReplicaClippedAdam",
-           "TransformerXL", "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
+__all__ = ["PRESETS", "ConfigError", "InputError", "Memory", "NonFiniteMemoryError",
+           "ReplicaClippedAdam", "TransformerXL", "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
            "WarmupCosineDecay"]
 __version__ = "0.1.0"
 

@@ -183,10 +183,16 @@ class _CheckedArchive(Mapping):
         return len(self.archive.files)
 
 
-def save_pretrained(core, directory):
-    """Writes `config.json` and `weights.npz` into `directory`."""
+def save_pretrained(core, directory, tokenizer=None):
+    """Writes `config.json` and `weights.npz` into `directory`; with the
+    `tokenizer` the model reads with, also `vocab/`, and its fingerprint into
+    the config (every job then reads text with it, checked)."""
     os.makedirs(directory, exist_ok=True)
-    core.config.to_json(os.path.join(directory, CONFIG_FILE))
+    config = core.config
+    if tokenizer is not None:
+        config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
+        tokenizer.save(os.path.join(directory, VOCAB_DIR))
+    config.to_json(os.path.join(directory, CONFIG_FILE))
     save_weights(core, os.path.join(directory, WEIGHTS_FILE))
     return directory
 

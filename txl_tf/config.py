@@ -30,7 +30,9 @@ class TransformerXLConfig:
     `same_length_convention` says how many keys `same_length` leaves each
     query (see `txl_tf.layers.masks`): "tf" (the paper's TF code) the last
     M + 1 positions, "pytorch" (its PyTorch code) the last M, itself
-    included, M being the memory length.
+    included, M being the memory length. `vocab_fingerprint` is the
+    `Tokenizer.fingerprint()` of the vocabulary the model was trained with
+    (None: not recorded); loading a model's vocabulary checks it.
     """
 
     n_token: int
@@ -58,6 +60,7 @@ class TransformerXLConfig:
     proj_init_std: float = 0.01
     layer_norm_epsilon: float = 1e-12
     zero_filled_memory: bool = False
+    vocab_fingerprint: Optional[str] = None
 
     def __post_init__(self):
         if self.d_embed is None:
@@ -93,6 +96,9 @@ class TransformerXLConfig:
         for name in ("init_std", "proj_init_std", "layer_norm_epsilon"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.vocab_fingerprint is not None and not isinstance(self.vocab_fingerprint, str):
+            raise ConfigError(f"vocab_fingerprint must be a string or None, got "
+                              f"{self.vocab_fingerprint!r}")
         if self.same_length_convention not in SAME_LENGTH_CONVENTIONS:
             raise ConfigError(
                 f"same_length_convention must be one of {list(SAME_LENGTH_CONVENTIONS)}, "

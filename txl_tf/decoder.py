@@ -17,7 +17,7 @@ from txl_tf import generation
 from txl_tf.decode_request import DecodeState, Rows
 from txl_tf.layers.memory import Memory
 from txl_tf.sampling import choose
-from txl_tf.validation import check_memory
+from txl_tf.validation import check_finite_outputs, check_memory
 
 
 class Decoder:
@@ -76,7 +76,7 @@ class Decoder:
         if not memory.mem_mask.numpy().any():
             return self._read_fresh(np.asarray(ids, np.int32), memory)
         log_probs, memory = self._last(tf.constant(ids, tf.int32), memory)
-        return log_probs.numpy(), memory
+        return check_finite_outputs(log_probs.numpy()), memory
 
     def _read_fresh(self, ids, memory):
         """`step_last` onto a memory with no valid slot (a new prompt's first

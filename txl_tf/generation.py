@@ -21,6 +21,7 @@ import numpy as np
 from txl_tf.decode_request import (DecodeState, Generation, check_count, check_pad_id,
                                    check_prompts, make_rows, right_aligned_segments, seen_mask)
 from txl_tf.sampling import Sampling
+from txl_tf.validation import NonFiniteMemoryError
 
 
 def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
@@ -64,7 +65,10 @@ def prefill(backend, prompts, memory, segment_len):
         part = memory if len(rows) == len(prompts) else backend.take(memory, rows)
         ids = np.stack([prompts[i] for i in rows])
         for segment in right_aligned_segments(int(length), segment_len):
-            log_probs, part = backend.step_last(ids[:, segment], part)
+            try:
+                log_probs, part = backend.step_last(ids[:, segment], part)
+            except NonFiniteMemoryError as err:
+                raise err.in_batch(rows) from None
         order.append(rows)
         parts.append(part)
         last.append(np.asarray(log_probs))

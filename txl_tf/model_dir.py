@@ -168,6 +168,31 @@ def _load_weights(core, source):
         checkpoints.load_weights(core, path)
 
 
+def load_vocab(vocab_dir, config):
+    """The tokenizer in a model's `vocab_dir`, checked against the model's
+    `config`: `n_token` entries and, where the config records one, the
+    fingerprint of the vocabulary it was trained with (a vocabulary edited or
+    swapped for another of the same size is an error, never wrong ids)."""
+    from txl_tf.text import load_tokenizer
+    if vocab_dir is None:
+        raise ModelDirError("the model has no vocabulary: no vocab/ folder beside its "
+                            f"{CONFIG_FILE} (training writes one); pass one explicitly")
+    try:
+        tokenizer = load_tokenizer(vocab_dir)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelDirError(f"cannot read the vocabulary in {vocab_dir}: {err}") from None
+    if tokenizer.vocab_size != config.n_token:
+        raise ModelDirError(f"vocabulary/model size mismatch: {vocab_dir} has "
+                            f"{tokenizer.vocab_size} tokens, the model has "
+                            f"n_token={config.n_token}")
+    expected = config.vocab_fingerprint
+    if expected is not None and tokenizer.fingerprint() != expected:
+        raise ModelDirError(f"{vocab_dir} is not the vocabulary the model was trained with "
+                            f"(fingerprint {tokenizer.fingerprint()}; the model's config "
+                            f"records {expected})")
+    return tokenizer
+
+
 def load(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
          vocab_dir=None, **overrides):
     """`(core, source)`: resolves `model_dir` (see `resolve`) and loads the

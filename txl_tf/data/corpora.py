@@ -90,7 +90,7 @@ class _Plan:
 
     sources: list[Path]
     options: dict
-    build: Callable[[dict, bool | None], Tokenizer]
+    build: Callable[[dict, bool | None, Tokenizer | None], Tokenizer]
     required: tuple[str, ...] = SPLITS
     describe: dict = dataclasses.field(default_factory=dict)
 
@@ -153,12 +153,20 @@ def _split_points(n: int, percents: tuple[int, int, int]) -> tuple[int, int]:
     return n - n_valid - n_test, n - n_test
 
 
-def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int]) -> None:
+def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int],
+                 given: Tokenizer | None, path: Path) -> Tokenizer:
+    """Splits `data` by bytes; ids are the bytes unless another tokenizer
+    (a trained model's) is `given`, which then encodes each split's text."""
     a, b = _split_points(len(data), percents)
+    if given is not None and not isinstance(given, ByteTokenizer):
+        for split, part in zip(SPLITS, (data[:a], data[a:b], data[b:])):
+            writers[split].append(given.encode(_decode(part, path)))
+        return given
     ids = np.frombuffer(data, dtype=np.uint8)
     for split, part in zip(SPLITS, (ids[:a], ids[a:b], ids[b:])):
         for start in range(0, part.size, CHUNK_BYTES):
             writers[split].append(part[start:start + CHUNK_BYTES].astype(np.int32))
+    return ByteTokenizer()
 
 
 def _list_files(root: Path, suffix: str = "", skip_dirs: tuple[str, ...] = ()) -> list[Path]:
@@ -184,15 +192,14 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 5, 5)
 
     if name == "enwik8":
-        def build(writers, progress):
-            _write_bytes(path.read_bytes(), writers, percents)
-            return ByteTokenizer()
+        def build(writers, progress, given):
+            return _write_bytes(path.read_bytes(), writers, percents, given, path)
     else:  # text8: characters with a vocabulary
-        def build(writers, progress):
+        def build(writers, progress, given):
             text = _decode(path.read_bytes(), path)
             a, b = _split_points(len(text), percents)
             step = CHUNK_BYTES
-            tokenizer = CharTokenizer.build(text[i:i + step] for i in range(0, a, step))
+            tokenizer = given or CharTokenizer.build(text[i:i + step] for i in range(0, a, step))
             for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, len(text))):
                 for i in range(lo, hi, step):
                     writers[split].append(tokenizer.encode(text[i:min(i + step, hi)]))
@@ -210,10 +217,10 @@ def _word_files(name: str, data_dir, opts: dict) -> _Plan:
     data_dir = _require_dir(data_dir, layout)
     files = {s: _find(data_dir, names[s], layout) for s in SPLITS}
 
-    def build(writers, progress):
-        counts = count_tokens(iter_text_chunks(files["train"], progress, f"{name}: counting"))
-        tokenizer = WordTokenizer.from_counts(counts, min_count=opts["min_count"],
-                                              max_size=opts["max_size"])
+    def build(writers, progress, given):
+        tokenizer = given or WordTokenizer.from_counts(
+            count_tokens(iter_text_chunks(files["train"], progress, f"{name}: counting")),
+            min_count=opts["min_count"], max_size=opts["max_size"])
         for split in SPLITS:
             for chunk in iter_text_chunks(files[split], progress, f"{name}: {split}"):
                 writers[split].append(tokenizer.encode(chunk))
@@ -251,8 +258,10 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
             raise CorpusNotFoundError(vocab_file, layout, "lm1b vocabulary file")
     tokens = dict(unk_token="<UNK>", eos_token="<S>", bos_token="<S>")
 
-    def build(writers, progress):
-        if vocab_file is not None:
+    def build(writers, progress, given):
+        if given is not None:
+            tokenizer = given
+        elif vocab_file is not None:
             tokenizer = WordTokenizer.from_vocab_file(vocab_file, **tokens)
         else:
             counts = count_tokens(chunk for path in train for chunk in
@@ -281,9 +290,9 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
         raise EmptyCorpusError(f"no files in {data_dir} ({layout})")
     percents = (90, 10, 0)
 
-    def build(writers, progress):
-        _write_bytes(b"".join(p.read_bytes() for p in files), writers, percents)
-        return ByteTokenizer()
+    def build(writers, progress, given):
+        return _write_bytes(b"".join(p.read_bytes() for p in files), writers, percents,
+                            given, data_dir)
     return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
                  describe={"all": str(data_dir)})
 
@@ -311,10 +320,9 @@ def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
         raise EmptyCorpusError(f"no .py files found ({layout})")
     percents = (90, 5, 5)
 
-    def build(writers, progress):
+    def build(writers, progress, given):
         data = b"".join(p.read_bytes() for p in files)[:max_bytes]
-        _write_bytes(data, writers, percents)
-        return ByteTokenizer()
+        return _write_bytes(data, writers, percents, given, root)
     return _Plan(files, {"max_bytes": max_bytes, "percents": percents,
                          "root": str(root.resolve())}, build,
                  describe={"all": f"{len(files)} files under {root}"})
@@ -339,7 +347,8 @@ KNOWN_CORPORA = tuple(_READERS)
 
 def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
                 cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
-                mmap: bool = True, progress: bool | None = None, **options) -> Corpus:
+                mmap: bool = True, progress: bool | None = None,
+                tokenizer: Tokenizer | None = None, **options) -> Corpus:
     """Read, tokenize (once) and return a corpus.
 
     Args:
@@ -353,6 +362,10 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
       use_cache: False to neither read nor write the cache.
       mmap: open cached arrays with ``np.load(mmap_mode='r')``.
       progress: tqdm bars: True / False, or None for files over 32 MiB.
+      tokenizer: read every split with this tokenizer (a trained model's own)
+        instead of building one from the training split; words outside its
+        vocabulary become its unknown token (see :func:`unknown_count`).
+        Building a vocabulary from a corpus is for training a new model only.
       **options: per dataset: word corpora ``min_count``, ``max_size``; lm1b
         also ``vocab_file``, ``valid_shard``, ``test_shard``,
         ``max_train_shards``; pystdlib ``max_bytes`` (default 8,000,000).
@@ -371,9 +384,12 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         raise ValueError(f"unknown option(s) {unknown} for corpus {name!r}; valid: {valid}")
     opts = {**defaults, **options}
     plan = reader(name, data_dir, opts)
+    given = tokenizer is not None
 
     info = {"format": cache_lib.CACHE_FORMAT, "dataset": name, "options": plan.options,
             "sources": cache_lib.file_stats(plan.sources)}
+    if tokenizer is not None:
+        info["tokenizer"] = tokenizer.fingerprint()
     root = None
     if use_cache:
         explicit = cache_dir is not None
@@ -381,7 +397,7 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         root = cache_lib.usable_root(root, explicit)
     if root is None:
         writers = {s: cache_lib.MemoryWriter() for s in SPLITS}
-        tokenizer = plan.build(writers, progress)
+        tokenizer = plan.build(writers, progress, tokenizer)
         _check_not_empty(name, plan, writers)
         return Corpus(name, *(writers[s].array for s in SPLITS), tokenizer)
 
@@ -392,7 +408,7 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         try:
             writers = {s: cache_lib.NpyWriter(tmp / f"{s}.npy") for s in SPLITS}
             try:
-                tokenizer = plan.build(writers, progress)
+                tokenizer = plan.build(writers, progress, tokenizer)
             finally:
                 for writer in writers.values():
                     writer.close()
@@ -408,8 +424,16 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
     else:
         from_cache = True
     arrays, _ = found
-    return Corpus(name, *(arrays[s] for s in SPLITS), load_tokenizer(entry / "tokenizer"),
+    return Corpus(name, *(arrays[s] for s in SPLITS),
+                  tokenizer if given else load_tokenizer(entry / "tokenizer"),
                   cache_path=entry, from_cache=from_cache)
+
+
+def unknown_count(ids: np.ndarray, tokenizer: Tokenizer) -> int:
+    """How many of `ids` are the tokenizer's unknown token (0 when it has
+    none): out-of-vocabulary words, plus any literal unknown token in the text."""
+    unk = getattr(tokenizer, "unk_id", -1)
+    return int(np.count_nonzero(np.asarray(ids) == unk)) if unk >= 0 else 0
 
 
 def _check_not_empty(name: str, plan: _Plan, writers: dict) -> None:

@@ -6,6 +6,7 @@ files. Nothing is ever pickled.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -69,6 +70,19 @@ class Tokenizer:
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
         raise NotImplementedError
 
+    # -- identity ----------------------------------------------------------
+    def entries(self) -> list[str]:
+        """The vocabulary in id order (empty for a fixed one, e.g. bytes)."""
+        return []
+
+    def fingerprint(self) -> str:
+        """A hash of the kind, its options and :meth:`entries` in order: two
+        tokenizers with the same fingerprint give every text the same ids."""
+        canonical = json.dumps({"type": self.kind, "config": self.get_config(),
+                                "entries": self.entries()}, sort_keys=True,
+                               ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
     # -- saving ------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
         """JSON-able options (not the vocabulary) needed to rebuild this."""
@@ -87,7 +101,8 @@ class Tokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = {"type": self.kind, "format_version": FORMAT_VERSION,
-                  "vocab_size": self.vocab_size, **self.get_config()}
+                  "vocab_size": self.vocab_size, "fingerprint": self.fingerprint(),
+                  **self.get_config()}
         config.update(self._save_files(directory))
         (directory / CONFIG_FILE).write_text(
             json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -114,6 +129,11 @@ class Tokenizer:
         if "vocab_size" in config and config["vocab_size"] != tokenizer.vocab_size:
             raise ValueError(f"{path}: vocab_size {config['vocab_size']} does not "
                              f"match the loaded vocabulary ({tokenizer.vocab_size})")
+        saved = config.get("fingerprint")  # absent in folders saved before it existed
+        if saved is not None and saved != tokenizer.fingerprint():
+            raise ValueError(f"{directory}: the vocabulary files changed since they were "
+                             f"saved (fingerprint {saved} in {CONFIG_FILE}, "
+                             f"{tokenizer.fingerprint()} now): entries edited or reordered")
         return tokenizer
 
     # -- helpers -----------------------------------------------------------

@@ -107,6 +107,9 @@ class CharTokenizer(Tokenizer):
                 ids, message="character not in the vocabulary (no unk_char)"))
         return codes.with_flat_values(tf.cast(ids, tf.int32))
 
+    def entries(self) -> list[str]:
+        return list(self.chars)
+
     def get_config(self) -> dict[str, Any]:
         return {"unk_char": self.unk_char}
 

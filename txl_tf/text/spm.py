@@ -2,6 +2,7 @@
 with ``tensorflow_text.SentencepieceTokenizer`` (so Python and tf.data agree)."""
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from pathlib import Path
@@ -123,6 +124,9 @@ class SentencePieceTokenizer(Tokenizer):
             tf.constant(flat, tf.int32), tf.constant([len(r) for r in rows], tf.int64))
         out = self._tf_tokenizer().detokenize(ragged)
         return [s.decode("utf-8") for s in out.numpy()]
+
+    def entries(self) -> list[str]:
+        return [hashlib.sha256(self.model_proto).hexdigest()]  # the model file: pieces and scores
 
     def get_config(self) -> dict[str, Any]:
         return {"add_eos": self.add_eos}

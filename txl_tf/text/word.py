@@ -156,6 +156,9 @@ class WordTokenizer(Tokenizer):
         nested = tf.RaggedTensor.from_row_lengths(per_line, lines.row_lengths())
         return nested.merge_dims(1, 2)
 
+    def entries(self) -> list[str]:
+        return list(self.vocab)
+
     # -- saving --------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
         return {"unk_token": self.unk_token, "eos_token": self.eos_token,
