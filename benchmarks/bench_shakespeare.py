@@ -102,7 +102,7 @@ def run(**options):
 
 def main(argv):
     del argv
-    return run(**values(SPEC))
+    run(**values(SPEC))  # absl would pass a returned value to sys.exit
 
 
 if __name__ == "__main__":

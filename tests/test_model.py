@@ -41,6 +41,9 @@ def test_fit_evaluate_predict_and_memory_carry():
     np.testing.assert_allclose(model.memory.mems.numpy()[0], emb, atol=1e-6)
     model.reset_memory()
     assert not model.memory.mem_mask.numpy().any() and not model.memory.mems.numpy().any()
+    model(streams[:, :T])
+    model.reset_state()  # Keras's name for it
+    assert not model.memory.mem_mask.numpy().any() and not model.memory.mems.numpy().any()
     result = model.evaluate(data, verbose=0, return_dict=True)
     assert np.isfinite(result["loss"])
     log_probs = model.predict(data.map(lambda x, y: x), verbose=0)
@@ -250,3 +253,29 @@ def test_memory_lets_a_tiny_model_recall_beyond_the_segment():
         accuracy[mem_len] = recall_accuracy(model, test)
     assert accuracy[T] >= 0.9, accuracy
     assert accuracy[0] < 0.2, accuracy  # chance is 1/16
+
+
+def test_batches_of_another_size_are_one_clear_error():
+    """A dataset without drop_remainder, or arrays / a batch_size that do not
+    fit the memory's batch: an error naming the model's batch size and the fix."""
+    from txl_tf import InputError
+    model = TransformerXLLM(tiny(), batch_size=2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    streams = np.random.default_rng(2).integers(0, 256, (5, 2 * T + 1)).astype(np.int32)
+    x, y = streams[:, :T], streams[:, 1:T + 1]
+    unbatched = tf.data.Dataset.from_tensor_slices((x, y))
+    fix = "this model holds memory for batches of 2 streams.*drop_remainder=True"
+    for call in (lambda: model.fit(unbatched.batch(2), verbose=0),
+                 lambda: model.evaluate(unbatched.batch(2), verbose=0),
+                 lambda: model.predict(unbatched.map(lambda a, b: a).batch(2), verbose=0)):
+        with pytest.raises(InputError, match="no fixed size; " + fix):
+            call()
+    with pytest.raises(InputError, match="batches of 4; " + fix):
+        model.fit(unbatched.batch(4, drop_remainder=True), verbose=0)
+    with pytest.raises(InputError, match=r"5 rows \(not a multiple of 2\); " + fix):
+        model.predict(x, verbose=0)
+    with pytest.raises(InputError, match="batch_size=4; " + fix):
+        model.predict(x[:4], batch_size=4, verbose=0)
+    assert model.predict(x[:4], verbose=0).shape == (4, T, 256)  # Keras's default 32 not used
+    model.fit(x[:4], y[:4], verbose=0)
+    model.fit(unbatched.batch(2, drop_remainder=True), verbose=0)

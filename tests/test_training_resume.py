@@ -109,3 +109,44 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path):
     with np.load(run / "export" / "weights.npz") as f:
         for name, value in uninterrupted.items():
             np.testing.assert_allclose(f[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_ctrl_c_checkpoints_the_step_reached_and_resumes_bit_identically(tmp_path):
+    """SIGINT with the next checkpoint far away: the job saves the step it
+    reached, says so in one line, exits 130 (the shell's code for SIGINT: the
+    run is not finished), and the same command ends with the weights of an
+    uninterrupted run."""
+    write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=6)
+
+    def args(model_dir):
+        return [f"--model_dir={model_dir}", "--dataset=text",
+                f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
+                "--preset=tiny", "--batch_size=4", "--train_steps=80",
+                "--checkpoint_every=1000", "--log_every=1", "--nofinal_eval",
+                "--strategy=one_device", "--verbose=0", "--learning_rate=0.003", "--seed=2",
+                "--mixed_precision=none"]
+
+    run_job("training.train", args(tmp_path / "full"))
+    broken = tmp_path / "broken"
+    first = subprocess.Popen(job_command("training.train", args(broken)), env=job_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline, reached = broken / "train_log.jsonl", time.time() + 300, 0
+    while reached < 20 and first.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+        reached = len(log.read_text().splitlines()) if log.exists() else 0
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 130, f"exit {first.returncode}:\n{tail(out)}\n{tail(err)}"
+    found = re.search(r"stopped by SIGINT at step (\d+): saved \S+ckpt-(\d+)", out)
+    assert found, tail(out)
+    step = int(found.group(1))
+    assert int(found.group(2)) == step and 20 <= step < 80
+    assert "Traceback" not in err and "Traceback" not in out
+    assert not (broken / "export").exists()
+
+    second = run_job("training.train", args(broken))
+    assert re.search(rf"resumed from \S+ckpt-{step} at step {step}", second.stdout)
+    with np.load(tmp_path / "full" / "export" / "weights.npz") as a, \
+            np.load(broken / "export" / "weights.npz") as b:
+        for name in a.files:
+            np.testing.assert_array_equal(b[name], a[name], err_msg=name)

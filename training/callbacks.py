@@ -1,5 +1,8 @@
 """Keras callbacks of the training job: step log, plain progress line, time limit."""
+import contextlib
 import json
+import signal
+import threading
 import time
 
 import keras
@@ -55,6 +58,41 @@ class TimeLimit(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if time.time() - self.start >= self.seconds:
             self.reached = True
+            self.model.stop_training = True
+
+
+class StopOnSignal(keras.callbacks.Callback):
+    """SIGINT / SIGTERM end `fit` after the step in flight, whose update is
+    whole (the caller then checkpoints that step): `received` is the signal.
+    A second signal interrupts at once. The handlers are in place only inside
+    `with stop.installed():` (and only in the main thread, where Python
+    delivers signals)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        super().__init__()
+        self.received = None
+
+    def _handle(self, signum, frame):
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.received is not None:
             self.model.stop_training = True
 
 

@@ -8,6 +8,7 @@ traceback.
 import sys
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # the shell's code for a job ended by SIGINT
 
 # (module, class) of library errors meaning "bad input"; looked up lazily, so
 # this module imports neither TensorFlow nor the library.
@@ -57,8 +58,13 @@ def fail(message):
 
 def exit_on_error(function):
     """Runs `function()`; bad input (`bad_input_types`) prints one `error:`
-    line to stderr and exits with status 2. Other exceptions propagate."""
+    line to stderr and exits with status 2; Ctrl-C prints `interrupted` and
+    exits with status 130. Other exceptions propagate."""
     try:
         return function()
     except bad_input_types() as err:
         fail(err)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print("interrupted", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)

@@ -1,6 +1,8 @@
 """Job options declared once: absl flags for the command line, a defaults
 dict for calling the job from Python (several jobs in one process would
 otherwise define the same absl flags twice)."""
+import sys
+
 from absl import flags
 
 _DEFINE = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
@@ -21,15 +23,16 @@ def defaults(spec):
 
 def define(spec, flag_values=None):
     """Defines the spec's absl flags (in `flag_values`, default the global
-    `absl.flags.FLAGS`); names already defined are skipped."""
+    `absl.flags.FLAGS`); names already defined are skipped. They are the
+    main program's key flags, so its `--help` lists them."""
     flag_values = flags.FLAGS if flag_values is None else flag_values
     for kind, name, default, help, choices in spec:
-        if name in flag_values:
-            continue
-        if kind == "enum":
-            flags.DEFINE_enum(name, default, choices, help, flag_values=flag_values)
-        else:
-            _DEFINE[kind](name, default, help, flag_values=flag_values)
+        if name not in flag_values:
+            if kind == "enum":
+                flags.DEFINE_enum(name, default, choices, help, flag_values=flag_values)
+            else:
+                _DEFINE[kind](name, default, help, flag_values=flag_values)
+        flag_values.register_key_flag_for_module(sys.argv[0], flag_values[name])
 
 
 def values(spec, flag_values=None):

@@ -30,8 +30,10 @@ a pure function of s (txl_tf.data streams); replica r always gets streams
 [r*b, (r+1)*b). The memory is carried across data epochs, never reset. The
 model's n_token is the corpus tokenizer's vocabulary size.
 """
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -177,12 +179,13 @@ def _warn(message):
 def _train(o, strategy, task_id, is_chief):
     """`run` once this task owns its part of the model directory."""
     import keras
+    import tensorflow as tf
 
     from txl_tf import TransformerXLLM
     from txl_tf.checkpoints import save_pretrained
     from training import inputs, run_record
     from training.callbacks import (GlobalStepTensorBoard, ProgressLine, StepEvents, StepLog,
-                                    TimeLimit, tensorboard_available)
+                                    StopOnSignal, TimeLimit, tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
@@ -298,8 +301,12 @@ def _train(o, strategy, task_id, is_chief):
         return now >= o["train_steps"]
 
     history = {}
+    # Workers of a multi-worker run must stop at the same step; a signal there
+    # keeps its default effect (the run resumes from its last checkpoint).
+    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    stop = None if multi_worker else StopOnSignal()
     if step < o["train_steps"]:
-        callbacks = [StepEvents(on_step)]
+        callbacks = [StepEvents(on_step)] + ([stop] if stop else [])
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
@@ -323,13 +330,19 @@ def _train(o, strategy, task_id, is_chief):
                                      start_step=step, batch_log=batch_log)
         except ValueError as err:
             raise TrainingError(str(err)) from None
-        fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
-                        initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
-                        verbose=verbose)
+        with stop.installed() if stop else contextlib.nullcontext():
+            fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
+                            initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
+                            verbose=verbose)
         history = {k: float(v[-1]) for k, v in fit.history.items() if v}
         step = checkpoint.step
         if saved["step"] != step:
             checkpoint.save()
+        if stop and stop.received:
+            log(f"stopped by {signal.Signals(stop.received).name} at step {step}: saved "
+                f"{checkpoint.manager.latest_checkpoint}; the same command resumes from there")
+            return {"step": step, "interrupted": stop.received, "model_dir": model_dir,
+                    "final_eval": None}
         if timer and timer.reached:
             log(f"time limit of {o['max_time_s']:.0f}s reached at step {step}")
     else:
@@ -357,6 +370,9 @@ def main(argv):
     _check_options(merge(SPEC, options))  # bad flags fail before TensorFlow loads
     cli.quiet_tensorflow_import()
     result = run(**options)
+    if result.get("interrupted"):
+        sys.stdout.flush()
+        sys.exit(128 + result["interrupted"])  # the shell's code for "killed by this signal"
     if result and result["final_eval"]:
         e = result["final_eval"]
         print(f"done: step {result['step']}, valid bpc {e['bpc']:.4f}, ppl {e['ppl']:.3f} "

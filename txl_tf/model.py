@@ -8,6 +8,7 @@ from txl_tf.layers.memory import Memory
 from txl_tf.metrics import TokenNLL
 from txl_tf.precision import choose as choose_precision
 from txl_tf.untracked import Untracked
+from txl_tf.validation import InputError
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -94,6 +95,10 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
         """Forgets all history (like `reset_state()` of stateful RNNs)."""
         self._clear(self.mems, self.mem_mask)
 
+    def reset_state(self):
+        """`reset_memory()` under the name of Keras's stateful layers."""
+        self.reset_memory()
+
     # ------------------------------------------------------------------ steps
     def compile(self, *args, jit_compile="auto", **kwargs):
         """`keras.Model.compile`, where `jit_compile="auto"` (the default)
@@ -167,11 +172,48 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
         self._write(self._eval_memory.value, memory)
         return self._step_logs(self._track(nll, weights))
 
-    def evaluate(self, *args, **kwargs):
+    def fit(self, x=None, *args, batch_size=None, **kwargs):
+        """`keras.Model.fit`; batches must have the memory's batch size."""
+        batch_size = self._checked_batches(x, batch_size, "fit")
+        return super().fit(x, *args, batch_size=batch_size, **kwargs)
+
+    def evaluate(self, x=None, *args, batch_size=None, **kwargs):
         """`keras.Model.evaluate` from a fresh evaluation memory (Keras's `fit`
         validates through this method too)."""
+        batch_size = self._checked_batches(x, batch_size, "evaluate")
         self._clear(*self._eval_memory.value)
-        return super().evaluate(*args, **kwargs)
+        return super().evaluate(x, *args, batch_size=batch_size, **kwargs)
+
+    def predict(self, x, *args, batch_size=None, **kwargs):
+        """`keras.Model.predict`; batches must have the memory's batch size."""
+        batch_size = self._checked_batches(x, batch_size, "predict")
+        return super().predict(x, *args, batch_size=batch_size, **kwargs)
+
+    def _checked_batches(self, x, batch_size, method):
+        """The `batch_size` to hand Keras, after checking that every batch of
+        `x` (a tf.data.Dataset or arrays) has the memory's global batch size:
+        a batch of another size would be a shape error deep in a graph."""
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        expected = self.batch_size * replicas
+        fix = (f"this model holds memory for batches of {expected} streams (batch_size="
+               f"{self.batch_size} per replica x {replicas}); batch the data in "
+               f"{expected}s with drop_remainder=True, or build the model with the batch "
+               "size of the data (a new memory)")
+        if isinstance(x, tf.data.Dataset):
+            first = tf.nest.flatten(x.element_spec)[0]
+            size = first.shape[0] if first.shape.rank else None
+            if size is None:
+                raise InputError(f"{method}: the dataset's batches have no fixed size; {fix}")
+            if size != expected:
+                raise InputError(f"{method}: the dataset gives batches of {size}; {fix}")
+            return batch_size
+        arrays = tf.nest.flatten(x)
+        count = arrays[0].shape[0] if arrays and getattr(arrays[0], "shape", None) else None
+        if batch_size not in (None, expected) or (count is not None and count % expected):
+            got = f"batch_size={batch_size}" if batch_size not in (None, expected) else \
+                f"{count} rows (not a multiple of {expected})"
+            raise InputError(f"{method}: {got}; {fix}")
+        return expected if count is not None else batch_size
 
     def predict_step(self, data):
         token_ids = data[0] if isinstance(data, (tuple, list)) else data
