@@ -270,3 +270,19 @@ def test_malformed_inputs_are_named():
         TransformerXLClassifier(tiny_config(), 2, label_names=["x"])
     with pytest.raises(ValueError, match="num_classes"):
         TransformerXLClassifier(tiny_config(), 0)
+
+
+def test_keras_file_of_a_compiled_classifier_keeps_the_optimizer(tmp_path):
+    keras.utils.set_random_seed(6)
+    model = TransformerXLClassifier(tiny_config(), 2)
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = marker_task(32, 7)
+    model.fit(x, y, batch_size=16, verbose=0)
+    model.save(str(tmp_path / "classifier.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "classifier.keras"))
+    assert int(loaded.optimizer.iterations.numpy()) == 2
+    for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    loaded.fit(x, y, batch_size=16, verbose=0)
+    assert int(loaded.optimizer.iterations.numpy()) == 4

@@ -279,3 +279,31 @@ def test_batches_of_another_size_are_one_clear_error():
     assert model.predict(x[:4], verbose=0).shape == (4, T, 256)  # Keras's default 32 not used
     model.fit(x[:4], y[:4], verbose=0)
     model.fit(unbatched.batch(2, drop_remainder=True), verbose=0)
+
+
+def test_keras_file_of_a_compiled_model_goes_on_training_where_it_stopped(tmp_path):
+    """`.keras` keeps compile()'s arguments and the optimizer's state (Adam's
+    slots, the step driving the schedule), so save / load / fit equals one fit."""
+    from txl_tf import WarmupCosineDecay
+    streams = np.random.default_rng(3).integers(0, 256, (2, 6 * T + 1)).astype(np.int32)
+    first, second = stream_batches(streams, 3), stream_batches(streams[:, 3 * T:], 3)
+
+    def compiled():
+        keras.utils.set_random_seed(4)
+        model = TransformerXLLM(tiny(), batch_size=2)
+        model.compile(optimizer=ReplicaClippedAdam(
+            learning_rate=WarmupCosineDecay(1e-2, total_steps=6, warmup_steps=2),
+            global_clipnorm=0.25))
+        return model
+
+    straight = compiled()
+    straight.fit(first.concatenate(second), verbose=0)
+    model = compiled()
+    model.fit(first, verbose=0)
+    model.save(str(tmp_path / "lm.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "lm.keras"))
+    assert isinstance(loaded.optimizer, ReplicaClippedAdam)
+    assert int(loaded.optimizer.iterations.numpy()) == 3
+    loaded.fit(second, verbose=0)
+    for a, b in zip(get_weights(straight.core).values(), get_weights(loaded.core).values()):
+        np.testing.assert_array_equal(a, b)

@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf.core import TransformerXL, as_config
+from txl_tf.compile_mixin import AutoJitCompile
 from txl_tf.keras_compat import PrebuiltModel
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
@@ -22,7 +23,7 @@ def split_inputs(inputs):
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLClassifier(PrebuiltModel, keras.Model):
+class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     """Sequence classifier that reads long documents segment by segment.
 
     ```python
@@ -119,13 +120,6 @@ class TransformerXLClassifier(PrebuiltModel, keras.Model):
     @property
     def config(self):
         return self.core.config
-
-    def compile(self, *args, jit_compile="auto", **kwargs):
-        """`keras.Model.compile`; `jit_compile="auto"` follows
-        `txl_tf.precision.choose()` (XLA on GPUs and TPUs, not on CPUs)."""
-        if jit_compile == "auto":
-            jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
-        super().compile(*args, jit_compile=jit_compile, **kwargs)
 
     def call(self, inputs, training=False):
         token_ids, lengths = split_inputs(inputs)

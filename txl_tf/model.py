@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf.core import TransformerXL, as_config
+from txl_tf.compile_mixin import AutoJitCompile
 from txl_tf.keras_compat import PrebuiltModel
 from txl_tf.layers.memory import Memory
 from txl_tf.metrics import TokenNLL
@@ -12,7 +13,7 @@ from txl_tf.validation import InputError
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLLM(PrebuiltModel, keras.Model):
+class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
     """A Transformer-XL language model whose memory lives in variables.
 
     Each batch continues the streams of the previous one (see
@@ -100,15 +101,6 @@ class TransformerXLLM(PrebuiltModel, keras.Model):
         self.reset_memory()
 
     # ------------------------------------------------------------------ steps
-    def compile(self, *args, jit_compile="auto", **kwargs):
-        """`keras.Model.compile`, where `jit_compile="auto"` (the default)
-        follows `txl_tf.precision.choose()`: XLA on GPUs and TPUs, not on
-        CPUs, where it was measured slower for this model in bfloat16 (Keras's
-        own "auto" would turn it on)."""
-        if jit_compile == "auto":
-            jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
-        super().compile(*args, jit_compile=jit_compile, **kwargs)
-
     @property
     def metrics(self):
         return [self.loss_tracker, self.bpc_tracker, self.ppl_tracker]

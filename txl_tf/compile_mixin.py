@@ -1,0 +1,24 @@
+"""`compile()` as the project's Keras models do it, and its restore from `.keras`."""
+import keras
+import tensorflow as tf
+
+from txl_tf.precision import choose as choose_precision
+
+
+class AutoJitCompile:
+    """Mixin for a `keras.Model`: `compile(jit_compile="auto")` follows
+    `txl_tf.precision.choose()` (XLA on GPUs and TPUs, not on CPUs, where it
+    was measured slower for these models in bfloat16; Keras's own "auto"
+    would turn it on), and `keras.models.load_model` restores the compile
+    arguments and the optimizer's state, so `fit` goes on where it stopped."""
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        if jit_compile == "auto":
+            jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
+        super().compile(*args, jit_compile=jit_compile, **kwargs)
+
+    def compile_from_config(self, config):
+        """Called by `load_model` before the file's variables are read: the
+        optimizer is built here so that Keras then loads its slots and step."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        self.optimizer.build(self.trainable_variables)
