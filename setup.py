@@ -9,9 +9,12 @@ setup(
     description="Transformer-XL for TensorFlow 2 / Keras 3 with an export pipeline",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",  # as the paper's code and TensorFlow
+    license_files=["LICENSE"],
     python_requires=">=3.10",
-    packages=find_packages(include=["txl_tf", "txl_tf.*", "training", "export"]),
-    package_data={"training": ["configs/*.cfg"]},
+    packages=find_packages(include=["txl_tf", "txl_tf.*", "training", "training.configs",
+                                    "export"]),
+    package_data={"training.configs": ["*.cfg"]},
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "keras>=3.15,<3.16",
@@ -29,7 +32,8 @@ setup(
     # install exactly one of the `cpu` and `gpu` extras.
     extras_require={
         "cpu": ["onnxruntime>=1.31,<1.32"],
-        "gpu": ["onnxruntime-gpu>=1.31,<1.32"],
+        # TensorFlow's CUDA wheels (its own `and-cuda` extra) and onnxruntime-gpu.
+        "gpu": ["tensorflow[and-cuda]>=2.21,<2.22", "onnxruntime-gpu>=1.31,<1.32"],
         # Only to read PyTorch .bin/.pt state dicts (safetensors need no torch).
         "torch": ["torch>=2.1"],
         "bench": ["matplotlib>=3.8"],  # the benchmarks' PNG plots

@@ -62,8 +62,13 @@ def _checkpoint_prefix(path, run_dir):
                 return latest
         elif os.path.isfile(candidate + ".index"):
             return candidate
+    folder = os.path.join(run_dir, CHECKPOINT_DIR) if run_dir else os.path.dirname(path)
+    found = sorted((n[:-len(".index")] for n in os.listdir(folder) if n.endswith(".index")),
+                   key=lambda n: (len(n), n)) if os.path.isdir(folder) else []
+    existing = (f"; {folder} holds {', '.join(found)}" if found else
+                f"; there are no checkpoints in {folder}" if folder else "")
     raise ModelDirError(f"checkpoint {path!r} not found (a ckpt-N prefix with its .index "
-                        "file, or a folder of training checkpoints)")
+                        f"file, or a folder of training checkpoints){existing}")
 
 
 def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None,

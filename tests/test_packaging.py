@@ -1,0 +1,52 @@
+"""What `pip install` gives a user: the license, the gpu extra, the flagfiles."""
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from training import configs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    source = out / "source"  # a copy: builds in two test workers must not share build/
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", "benchmarks", "tests"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--quiet", "-w", str(out), str(source)], check=True, capture_output=True)
+    (path,) = out.glob("txl_tf-*.whl")
+    with zipfile.ZipFile(path) as z:
+        return {name: z.read(name) for name in z.namelist()
+                if name.endswith((".cfg", "METADATA")) or "LICENSE" in name}
+
+
+def test_the_wheel_carries_the_license_and_the_flagfiles(wheel):
+    assert any(name.endswith("LICENSE") and ".dist-info/" in name for name in wheel)
+    for name in configs.names():
+        assert f"training/configs/{name}.cfg" in wheel
+
+
+def test_the_gpu_extra_brings_tensorflows_cuda_wheels_and_onnxruntime_gpu(wheel):
+    (metadata,) = [text.decode() for name, text in wheel.items() if name.endswith("METADATA")]
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    gpu = [line for line in requires if 'extra == "gpu"' in line]
+    assert any("tensorflow[and-cuda]" in line for line in gpu), gpu
+    assert any("onnxruntime-gpu" in line for line in gpu), gpu
+    assert "Apache-2.0" in metadata
+
+
+def test_flagfiles_are_found_by_name():
+    assert {"enwik8_base", "wt103_large"} <= set(configs.names())
+    with open(configs.path("enwik8_base"), encoding="utf-8") as f:
+        assert "--warmup_steps=0" in f.read()
+    with pytest.raises(ValueError, match="unknown training configuration 'nope'; known: "):
+        configs.path("nope")
+    listed = subprocess.run([sys.executable, "-m", "training.configs", "wt103_base"],
+                            capture_output=True, text=True, cwd=ROOT, check=True)
+    assert listed.stdout.strip() == configs.path("wt103_base")
