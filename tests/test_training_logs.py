@@ -35,3 +35,17 @@ def test_run_shorter_than_log_every_is_logged(tmp_path):
               strategy="one_device", final_eval=False)
     records = [json.loads(line) for line in open(tmp_path / "run" / "train_log.jsonl")]
     assert [r["step"] for r in records] == [3] and "loss" in records[0]
+
+
+def test_the_terminal_bar_counts_to_train_steps(tmp_path, monkeypatch, capsys):
+    """On a terminal the bar is over --train_steps (Keras's own would count to
+    --checkpoint_every and restart at every checkpoint)."""
+    from training import progress, train
+    monkeypatch.setattr(progress, "interactive", lambda stream=None: True)
+    write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
+    train.run(model_dir=str(tmp_path / "run"), dataset="text",
+              data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
+              preset="tiny", batch_size=2, train_steps=12, checkpoint_every=5, verbose=1,
+              strategy="one_device", final_eval=False)
+    out = capsys.readouterr().out
+    assert "12/12" in out and "/5" not in out, out[-2000:]

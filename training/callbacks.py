@@ -131,6 +131,28 @@ class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
         start_tensorboard_batches_at(self, int(self.model.optimizer.iterations.numpy()))
 
 
+class ProgressBar(keras.callbacks.Callback):
+    """A terminal bar over the whole run, global step of `total_steps` (Keras's
+    own bar restarts at every `fit` epoch: every checkpoint), with its ETA."""
+
+    def __init__(self, total_steps, metrics=("loss", "ppl")):
+        super().__init__()
+        self.total, self.metrics, self.bar = int(total_steps), tuple(metrics), None
+
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_begin(self, logs=None):
+        self.bar = keras.utils.Progbar(self.total, stateful_metrics=self.metrics,
+                                       unit_name="step")
+        self.bar.update(self._step())  # a resumed run starts where it stopped
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        self.bar.update(min(self._step(), self.total),
+                        [(k, float(logs[k])) for k in self.metrics if k in logs])
+
+
 class ProgressLine(keras.callbacks.Callback):
     """Prints one plain line every `every` global steps and at the end of
     training (`tokens_per_step`: global batch x tgt_len, for tok/s, or

@@ -184,8 +184,8 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf import TransformerXLLM
     from txl_tf.checkpoints import save_pretrained
     from training import inputs, run_record
-    from training.callbacks import (GlobalStepTensorBoard, ProgressLine, StepEvents, StepLog,
-                                    StopOnSignal, TimeLimit, tensorboard_available)
+    from training.callbacks import (GlobalStepTensorBoard, ProgressBar, ProgressLine, StepEvents,
+                                    StepLog, StopOnSignal, TimeLimit, tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
@@ -315,8 +315,9 @@ def _train(o, strategy, task_id, is_chief):
             callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
                                      schedule=schedule))
         verbose = o["verbose"] if is_chief else 0
-        if verbose == 1 and not interactive():  # a log file: plain lines, no bar
-            callbacks.append(ProgressLine(o["train_steps"], o["log_every"],
+        if verbose == 1:  # a bar over --train_steps on a terminal, else plain lines
+            callbacks.append(ProgressBar(o["train_steps"]) if interactive() else
+                             ProgressLine(o["train_steps"], o["log_every"],
                                           o["batch_size"] * config.tgt_len, schedule, log))
             verbose = 0
         if timer:
