@@ -32,6 +32,7 @@ from export.serving_module import LOG_PROBS_MODES
 from export.staging import staged_folder
 from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_options,
                            model_file, write_triton_repository)
+from txl_tf.memory_budget import check_fits
 
 DEFAULT_FORMATS = ("saved_model", "onnx")
 FORMATS = DEFAULT_FORMATS + ("triton",)
@@ -149,6 +150,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     del loaded  # `core` is the only reference left to the model (freed before parity)
     stages.done("loading", f"{core.count_params():,} parameters")
     mem_len = cfg.mem_len if mem_len is None else int(mem_len)
+    check_fits(cfg, 1, 1, mem_len, what="the exported graph's smallest step")
     if zero_filled_memory is None:
         zero_filled_memory = cfg.zero_filled_memory
     if "triton" in formats:

@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from export.input_checks import RuntimeInputError, check_ids, check_memory
+from txl_tf.memory_budget import check_memory_state
 from txl_tf.validation import check_finite_outputs
 
 
@@ -79,6 +80,8 @@ class Runtime:
                 or batch_size < 1:
             raise RuntimeInputError(f"batch_size must be a positive integer, got {batch_size!r}")
         cfg = self.config
+        check_memory_state(cfg.n_layer, cfg.d_model, int(batch_size), self.mem_len,
+                           "initial_memory")
         mems = np.zeros([cfg.n_layer, int(batch_size), self.mem_len, cfg.d_model], np.float32)
         mem_mask = np.full([int(batch_size), self.mem_len], self.info.zero_filled, np.bool_)
         return self._to_backend(mems, mem_mask)

@@ -24,6 +24,31 @@ def corpus(tmp_path):
 def test_missing_data_dir(tmp_path):
     with pytest.raises(TrainingError, match=r"--data_dir: data directory not found: .*nowhere"):
         _train(tmp_path, data_dir=str(tmp_path / "nowhere"))
+    assert not (tmp_path / "run").exists()  # a refused job creates no directory
+
+
+def test_a_failed_first_start_leaves_the_directory_as_it_found_it(tmp_path, corpus,
+                                                                   monkeypatch):
+    """A first start that fails before its first checkpoint (here: out of
+    memory in the first step) removes its config.json, vocab/ and logs, so the
+    corrected retry is not refused as "a run of another model"."""
+    import keras
+    import tensorflow as tf
+
+    def out_of_memory(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+    with monkeypatch.context() as patch:
+        patch.setattr(keras.Model, "fit", out_of_memory)
+        with pytest.raises(tf.errors.ResourceExhaustedError):
+            _train(tmp_path, data_dir=corpus, mem_len=64)
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "empty").mkdir()
+    with monkeypatch.context() as patch:
+        patch.setattr(keras.Model, "fit", out_of_memory)
+        with pytest.raises(tf.errors.ResourceExhaustedError):
+            _train(tmp_path, data_dir=corpus, model_dir=str(tmp_path / "empty"))
+    assert (tmp_path / "empty").is_dir() and not list((tmp_path / "empty").iterdir())
+    assert _train(tmp_path, data_dir=corpus, mem_len=8)["step"] == 2
 
 
 def test_empty_corpus(tmp_path):
@@ -46,10 +71,11 @@ def test_vocabulary_model_size_mismatch(tmp_path, corpus):
 
 
 def test_evaluate_vocabulary_mismatch(tmp_path, corpus):
+    from txl_tf.text import ByteTokenizer
     save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny", n_token=300)),
-                    tmp_path / "model")
-    with pytest.raises(TrainingError, match=r"vocabulary/model size mismatch: corpus 'text' "
-                                            r"has 256 tokens, the model has n_token=300"):
+                    tmp_path / "model", ByteTokenizer())
+    with pytest.raises(TrainingError, match=r"vocabulary/model size mismatch: .*vocab has "
+                                            r"256 tokens, the model has n_token=300"):
         evaluate.run(model_dir=str(tmp_path / "model"), dataset="text", data_dir=corpus,
                      cache_dir=str(tmp_path / "cache"))
 

@@ -91,8 +91,12 @@ def run(**options):
 
     overrides = {k: settings[k] for k in ("clamp_len", "same_length") if k in settings}
     from txl_tf.data import unknown_count
+    from txl_tf.memory_budget import check_fits
     core, source = load_core(o["model_dir"], o["checkpoint"], o["vocab_dir"], **overrides)
     tokenizer = cli.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
+    mem_len = settings.get("mem_len")
+    check_fits(core.config, o["batch_size"], settings.get("tgt_len") or core.config.tgt_len,
+               core.config.mem_len if mem_len is None else mem_len, what="an evaluation step")
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer)
     ids = corpus.split(o["split"])

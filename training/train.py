@@ -33,6 +33,7 @@ model's n_token is the corpus tokenizer's vocabulary size.
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -160,6 +161,8 @@ def run(**options):
         raise TrainingError("--max_time_s needs a single worker (workers would stop at "
                             "different steps)")
     model_dir = o["model_dir"]
+    existed = os.path.isdir(model_dir)
+    unused = not existed or not os.listdir(model_dir)
     try:
         os.makedirs(model_dir, exist_ok=True)
     except OSError as err:
@@ -168,8 +171,27 @@ def run(**options):
     lock = DirectoryLock(lock_path(model_dir, task_id, is_chief), owner)
     try:
         return _train(o, strategy, task_id, is_chief)
+    except BaseException:
+        from training.checkpointing import checkpoint_dir, has_checkpoints
+        if is_chief and unused and not has_checkpoints(checkpoint_dir(model_dir)):
+            lock.release()  # a failed first start leaves the directory as it found it
+            _empty(model_dir, remove=not existed)
+        raise
     finally:
         lock.release()
+
+
+def _empty(folder, remove):
+    """Deletes what is in `folder` (and `folder` itself if `remove`)."""
+    if remove:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
 
 
 def _warn(message):
@@ -183,6 +205,7 @@ def _train(o, strategy, task_id, is_chief):
 
     from txl_tf import TransformerXLLM
     from txl_tf.checkpoints import save_pretrained
+    from txl_tf.memory_budget import check_fits
     from training import inputs, run_record
     from training.callbacks import (GlobalStepTensorBoard, ProgressBar, ProgressLine, StepEvents,
                                     StepLog, StopOnSignal, TimeLimit, tensorboard_available)
@@ -222,9 +245,14 @@ def _train(o, strategy, task_id, is_chief):
                            "vocab_fingerprint": corpus.tokenizer.fingerprint()}, log=log)
     train_ids = inputs.check_split(corpus, "train", o["batch_size"], config.tgt_len,
                                    "training")
+    check_fits(config, o["batch_size"] // replicas, config.tgt_len, config.mem_len,
+               training=True, what="a training step")
     eval_tgt_len = o["eval_tgt_len"] or config.tgt_len
     eval_mem_len = config.mem_len if o["eval_mem_len"] is None else o["eval_mem_len"]
     evaluating = o["final_eval"] or o["eval_every"] > 0
+    if evaluating:
+        check_fits(config, o["eval_batch_size"], eval_tgt_len, eval_mem_len,
+                   what="an evaluation step")
     valid_ids = corpus.valid if evaluating else None
     if evaluating and len(valid_ids) < 2:
         raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "

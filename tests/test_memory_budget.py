@@ -1,0 +1,69 @@
+"""Sizes that cannot fit are refused up front with the estimate and what is
+available, in training, evaluation, export and the runtimes."""
+import pytest
+
+from job_helpers import run_job, write_text_corpus
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.memory_budget import (GIB, MemoryBudgetError, check_fits, estimate_bytes,
+                                  parameter_count)
+
+
+def test_parameter_count_is_the_models():
+    for config in (TransformerXLConfig.preset("tiny"),
+                   TransformerXLConfig.preset("tiny", n_token=300, cutoffs=[100, 200],
+                                              div_val=2, d_embed=32)):
+        core = TransformerXL(config)
+        core(__import__("numpy").zeros([1, 2], "int32"), core.initial_memory(1))
+        built = core.count_params()
+        assert parameter_count(config) <= built <= 1.2 * parameter_count(config)
+
+
+def test_the_estimate_refuses_what_cannot_fit_and_names_it():
+    config = TransformerXLConfig.preset("small")
+    parts = estimate_bytes(config, 16, 64, 64, training=True)
+    assert parts["memory"] == 2 * 4 * 16 * 64 * 128 * 4
+    fits = check_fits(config, 16, 64, 64, training=True, host_only=False, available=GIB)
+    assert fits < GIB
+    with pytest.raises(MemoryBudgetError, match=r"training \(batch 1, segment 64, memory "
+                                                 r"2000000000\) needs at least [\d,.]+ GiB "
+                                                 r"\(activations .*1\.0 GiB available"):
+        check_fits(config, 1, 64, 2_000_000_000, training=True, what="training",
+                   host_only=False, available=GIB)
+
+
+def test_the_jobs_refuse_before_allocating_or_writing(tmp_path):
+    write_text_corpus(tmp_path / "corpus.txt", 5_000)
+    train = run_job("training.train", [
+        f"--model_dir={tmp_path / 'run'}", "--dataset=text",
+        f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
+        "--preset=tiny", "--mem_len=2000000000", "--strategy=one_device"], check=False)
+    assert train.returncode == 2
+    assert train.stderr.startswith("error: a training step (batch 16, segment 16, memory "
+                                   "2000000000) needs at least"), train.stderr
+    assert len(train.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+    from txl_tf.checkpoints import save_pretrained
+    from txl_tf.text import ByteTokenizer
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny")), tmp_path / "model",
+                    ByteTokenizer())
+    export = run_job("export", [f"--model_dir={tmp_path / 'model'}",
+                                f"--output_dir={tmp_path / 'out'}", "--mem_len=100000000"],
+                     check=False)
+    assert export.returncode == 2 and "error: the exported graph's smallest step" in \
+        export.stderr, export.stderr
+    assert not (tmp_path / "out").exists()
+    evaluate = run_job("training.evaluate", [
+        f"--model_dir={tmp_path / 'model'}", "--dataset=text",
+        f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
+        "--mem_len=2000000000"], check=False)
+    assert evaluate.returncode == 2 and "error: an evaluation step" in evaluate.stderr
+
+
+def test_a_runtimes_initial_memory_is_checked(tmp_path):
+    from export import export_onnx, open_runtime
+    core = TransformerXL(TransformerXLConfig.preset("tiny"))
+    export_onnx(core, str(tmp_path / "model.onnx"), 4)
+    runtime = open_runtime(str(tmp_path / "model.onnx"), device="cpu")
+    with pytest.raises(MemoryBudgetError, match=r"initial_memory \(batch 10000000000, memory "
+                                                r"4\) needs at least"):
+        runtime.initial_memory(10_000_000_000)

@@ -1,0 +1,102 @@
+"""Sizes that cannot fit in this machine's memory, refused before anything is allocated.
+
+`check_fits(config, batch_size, seq_len, mem_len, training=...)` estimates a
+lower bound of the bytes a step needs (float32 weights, the recurrence
+memory, one layer's attention scores, the output log-probs; in training also
+gradients, Adam's slots and every layer's activations) and raises
+`MemoryBudgetError` when it exceeds the memory the OS says is available. The
+bound is deliberately low: a refusal means the job would certainly fail (or
+swap, or be killed by the kernel), never that it might be tight.
+"""
+import os
+
+from txl_tf.validation import InputError
+
+FLOAT = 4  # bytes; float32 (mixed precision keeps float32 weights and memory too)
+GIB = 2 ** 30
+
+
+class MemoryBudgetError(InputError):
+    """A batch, segment or memory length this machine's memory cannot hold."""
+
+
+def available_bytes():
+    """`MemAvailable` of /proc/meminfo (what can be allocated without
+    swapping), else the physical memory; None where neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def parameter_count(config):
+    """The model's matrices (biases and LayerNorms left out: a lower bound
+    within a few percent), from its config, adaptive bins included."""
+    d, heads = config.d_model, config.n_head * config.d_head
+    layer = 5 * d * heads + 2 * d * config.d_inner  # q, k, v, r, o; the feed-forward
+    bounds = [0, *config.cutoffs, config.n_token]
+    embed = 0
+    for i in range(len(bounds) - 1):
+        width = config.d_embed // config.div_val ** i
+        embed += (bounds[i + 1] - bounds[i]) * width + (width * d if width != d else 0)
+    return config.n_layer * layer + embed
+
+
+def estimate_bytes(config, batch_size, seq_len, mem_len, training=False, host_only=False):
+    """`{part: bytes}`: a lower bound of what one step needs (see module doc);
+    `host_only`: only what stays in host memory when an accelerator computes
+    (a copy of the weights and of the memory, as checkpoints and runtimes keep)."""
+    b, t, m, layers = int(batch_size), int(seq_len), int(mem_len), config.n_layer
+    scores = b * config.n_head * t * (t + m) * FLOAT * 3  # content, position, probabilities
+    hidden = b * t * (6 * config.d_model + config.d_inner) * FLOAT
+    parts = {"weights": parameter_count(config) * FLOAT * (4 if training else 1),
+             "memory": 2 * layers * b * m * config.d_model * FLOAT}  # old and new
+    if host_only:
+        return {"weights": parameter_count(config) * FLOAT, "memory": parts["memory"] // 2}
+    if training:
+        parts["activations"] = layers * (scores + hidden)
+    else:
+        parts["activations"] = scores + hidden
+        parts["log-probs"] = b * t * config.n_token * FLOAT
+    return parts
+
+
+def check_memory_state(n_layer, d_model, batch_size, mem_len, what="the memory",
+                       available=None):
+    """Raises `MemoryBudgetError` unless a memory of `batch_size` streams and
+    `mem_len` slots, in and out of a step, fits in what is available (for a
+    model whose weights are already loaded)."""
+    return _check({"memory": 2 * n_layer * int(batch_size) * int(mem_len) * d_model * FLOAT},
+                  f"{what} (batch {batch_size}, memory {mem_len})", available)
+
+
+def _check(parts, what, available):
+    total = sum(parts.values())
+    available = available_bytes() if available is None else available
+    if available is not None and total > available:
+        biggest = max(parts, key=parts.get)
+        raise MemoryBudgetError(
+            f"{what} needs at least {total / GIB:,.1f} GiB ({biggest} "
+            f"{parts[biggest] / GIB:,.1f} GiB) and this machine has {available / GIB:,.1f} "
+            "GiB available; lower the memory length, the batch size or the segment length")
+    return total
+
+
+def check_fits(config, batch_size, seq_len, mem_len, training=False, what="this job",
+               host_only=None, available=None):
+    """Raises `MemoryBudgetError` (naming the estimate, its biggest part and
+    the memory available) when one step cannot fit; returns the estimate.
+    `host_only` (default: whether TensorFlow sees a GPU): see `estimate_bytes`."""
+    if host_only is None:
+        import tensorflow as tf
+        host_only = bool(tf.config.list_physical_devices("GPU"))
+    parts = estimate_bytes(config, batch_size, seq_len, mem_len, training, host_only)
+    return _check(parts, f"{what} (batch {batch_size}, segment {seq_len}, memory {mem_len})",
+                  available)
