@@ -279,6 +279,8 @@ def test_batches_of_another_size_are_one_clear_error():
     assert model.predict(x[:4], verbose=0).shape == (4, T, 256)  # Keras's default 32 not used
     model.fit(x[:4], y[:4], verbose=0)
     model.fit(unbatched.batch(2, drop_remainder=True), verbose=0)
+    with pytest.raises(InputError, match="shuffle=True would move rows between batches"):
+        model.fit(x[:4], y[:4], shuffle=True, verbose=0)  # Keras's default for arrays
 
 
 def test_keras_file_of_a_compiled_model_goes_on_training_where_it_stopped(tmp_path):

@@ -164,10 +164,16 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         self._write(self._eval_memory.value, memory)
         return self._step_logs(self._track(nll, weights))
 
-    def fit(self, x=None, *args, batch_size=None, **kwargs):
-        """`keras.Model.fit`; batches must have the memory's batch size."""
+    def fit(self, x=None, *args, batch_size=None, shuffle=False, **kwargs):
+        """`keras.Model.fit`; batches must have the memory's batch size, and
+        arrays are not shuffled (Keras's default would give a row of the
+        memory another stream's text; shuffle=True is an error)."""
         batch_size = self._checked_batches(x, batch_size, "fit")
-        return super().fit(x, *args, batch_size=batch_size, **kwargs)
+        if shuffle and not isinstance(x, tf.data.Dataset):
+            raise InputError("fit: shuffle=True would move rows between batches, so each row "
+                             "of the memory would continue another stream; a Transformer-XL "
+                             "reads its streams in order (shuffle=False)")
+        return super().fit(x, *args, batch_size=batch_size, shuffle=shuffle, **kwargs)
 
     def evaluate(self, x=None, *args, batch_size=None, **kwargs):
         """`keras.Model.evaluate` from a fresh evaluation memory (Keras's `fit`
