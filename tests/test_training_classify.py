@@ -84,33 +84,58 @@ def test_the_run_writes_its_output_dir(trained):
     assert metrics["accuracy"] >= 0.9  # the letters decide the class: learnt in 40 steps
 
 
-def test_reloaded_classifier_evaluates_the_same(trained, data, tmp_path):
+def test_reloaded_classifier_evaluates_the_same(trained, data, tmp_path, capsys):
+    """Evaluation reads documents as training did (--max_length=64 of the run,
+    taken from its flags.json and said), and gets the run's own metrics."""
     out, _ = trained
     saved = json.load(open(os.path.join(out, "metrics.json")))
     result = classify.run(mode="evaluate", classifier_dir=out, eval_data=data["eval"],
-                          max_length=64, output=str(tmp_path / "m.json"), progress=False)
+                          output=str(tmp_path / "m.json"), progress=False)
+    assert "as the classifier was trained: --max_length=64, --keep=start" in \
+        capsys.readouterr().err
     again = result["eval"]
+    assert again["max_length"] == 64
     assert again["accuracy"] == saved["accuracy"]
     assert again["confusion"] == saved["confusion"]
     assert again["loss"] == pytest.approx(saved["loss"], abs=1e-5)
     assert json.load(open(tmp_path / "m.json"))["accuracy"] == saved["accuracy"]
 
 
-def test_predict_writes_labels_and_probabilities(trained, data, tmp_path):
+def test_predict_gives_one_row_per_input_line(trained, data, tmp_path):
     out, _ = trained
     texts = tmp_path / "texts.txt"
     rng = random.Random(5)
     truth = ["xy", "ab", "mn", "xy"]
-    texts.write_text("\n".join(_doc(rng, t) for t in truth) + "\n\n")  # a blank line: skipped
-    classify.run(mode="predict", classifier_dir=out, predict_data=str(texts),
+    docs = [_doc(rng, t) for t in truth]
+    texts.write_text("\n".join(docs[:2] + ["  "] + docs[2:]) + "\n\n")
+    with pytest.raises(TrainingError, match=r"texts.txt line\(s\) 3, 6 blank \(pass "
+                                            r"--skip_blank"):
+        classify.run(mode="predict", classifier_dir=out, predict_data=str(texts),
+                     progress=False)
+    classify.run(mode="predict", classifier_dir=out, predict_data=str(texts), skip_blank=True,
                  output=str(tmp_path / "p.tsv"), progress=False)
     lines = (tmp_path / "p.tsv").read_text().splitlines()
-    assert lines[0] == "label\tab\tmn\txy" and len(lines) == 5
+    assert lines[0] == "line\tlabel\tab\tmn\txy" and len(lines) == 5
     rows = [line.split("\t") for line in lines[1:]]
-    probs = np.array([[float(x) for x in r[1:]] for r in rows])
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 5]  # the input's line numbers
+    probs = np.array([[float(x) for x in r[2:]] for r in rows])
     np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
-    assert [r[0] for r in rows] == [["ab", "mn", "xy"][i] for i in probs.argmax(1)]
-    assert [r[0] for r in rows] == truth
+    assert [r[1] for r in rows] == [["ab", "mn", "xy"][i] for i in probs.argmax(1)]
+    assert [r[1] for r in rows] == truth
+
+
+def test_a_reordered_labels_json_is_an_error(trained, data, tmp_path):
+    import shutil
+    out, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    labels = json.loads((copy / "labels.json").read_text())
+    labels["labels"] = labels["labels"][::-1]
+    (copy / "labels.json").write_text(json.dumps(labels))
+    with pytest.raises(TrainingError, match=r"labels.json does not list the classes .* was "
+                                            r"trained with, in its order \(ab, mn, xy\)"):
+        classify.run(mode="evaluate", classifier_dir=str(copy), eval_data=data["eval"],
+                     progress=False)
 
 
 @pytest.mark.parametrize("backend", ["onnx", "saved_model"])

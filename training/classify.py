@@ -56,7 +56,10 @@ SPEC = (
            "folder of class folders."),
     option("string", "eval_data", None, "Evaluation examples (same layouts); labels must "
            "be those of the training data."),
-    option("string", "predict_data", None, "Texts to label (mode predict): one a line."),
+    option("string", "predict_data", None, "Texts to label (mode predict): one a line; a "
+           "blank line is an error unless --skip_blank."),
+    option("bool", "skip_blank", False, "Mode predict: leave blank lines out (the output "
+           "rows keep the input's line numbers)."),
     option("string", "backbone", None, "Pretrained backbone: a model directory or training "
            "run directory (its vocab/ gives the tokenizer)."),
     option("string", "preset", None, "Fresh weights from this preset (instead of --backbone)."),
@@ -70,8 +73,10 @@ SPEC = (
     option("integer", "segment_len", None, "Tokens per segment (default: the backbone's "
            "tgt_len)."),
     option("integer", "mem_len", None, "Memory length; 0 for none (default: the backbone's)."),
-    option("integer", "max_length", 512, "Tokens kept per document."),
-    option("enum", "keep", "start", "Which part of a longer document is kept.",
+    option("integer", "max_length", None, "Tokens kept per document (default: 512 in mode "
+           "train; the trained run's in modes evaluate and predict)."),
+    option("enum", "keep", None, "Which part of a longer document is kept (default: start "
+           "in mode train; the trained run's in modes evaluate and predict).",
            ["start", "end"]),
     option("float", "dropout", None, "Dropout of the backbone and the head (default: the "
            "backbone's)."),
@@ -124,7 +129,9 @@ def check_options(o):
     """Raises `TrainingError` for flags that are wrong on their own."""
     if o["mode"] not in MODES:
         raise TrainingError(f"--mode must be one of {', '.join(MODES)}, got {o['mode']!r}")
-    for name in ("batch_size", "max_length", "log_every"):
+    if o["max_length"] is not None and o["max_length"] <= 0:
+        raise TrainingError(f"--max_length must be a positive integer, got {o['max_length']}")
+    for name in ("batch_size", "log_every"):
         if o[name] is None or o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
     for name in ("segment_len", "num_classes", "steps", "epochs"):
@@ -291,6 +298,10 @@ def load_classifier(path):
     if model.num_classes != len(labels):
         raise TrainingError(f"{model_file} has {model.num_classes} classes but labels.json "
                             f"{len(labels)}")
+    if model.label_names and list(model.label_names) != list(labels.names):
+        raise TrainingError(f"{os.path.join(path, 'labels.json')} does not list the classes "
+                            f"{model_file} was trained with, in its order "
+                            f"({', '.join(model.label_names)}); restore labels.json")
     check_vocab_size(tokenizer, model.config.n_token, model_file)
     return model, labels, tokenizer
 
@@ -336,6 +347,7 @@ def train(o):
             print(message, flush=True)
 
     start = time.time()
+    o = {**o, "max_length": o["max_length"] or 512, "keep": o["keep"] or "start"}
     examples = _read(o["train_data"], None, "train_data")
     labels = examples.labels
     if o["num_classes"] is not None and o["num_classes"] != len(labels):
@@ -426,7 +438,26 @@ def train(o):
     return result
 
 
+def reading_settings(o):
+    """`o` with `--max_length` / `--keep` taken from the trained run's
+    flags.json where not given (as training read its documents), said in a line."""
+    saved = {}
+    path = os.path.join(o["classifier_dir"], "flags.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    taken = {}
+    for name, fallback in (("max_length", 512), ("keep", "start")):
+        if o[name] is None:
+            taken[name] = saved.get(name) or fallback
+    if taken:
+        print("reading documents as the classifier was trained: "
+              + ", ".join(f"--{k}={v}" for k, v in taken.items()), file=sys.stderr, flush=True)
+    return {**o, **taken}
+
+
 def evaluate(o):
+    o = reading_settings(o)
     model, labels, tokenizer = load_classifier(o["classifier_dir"])
     examples = _read(o["eval_data"], labels, "eval_data")
     metrics = evaluate_examples(model, examples, tokenizer, o, _progress(o, "evaluating"))
@@ -441,8 +472,9 @@ def evaluate(o):
     return {"mode": "evaluate", "eval": metrics}
 
 
-def read_texts(path):
-    """The non-blank lines of a UTF-8 file."""
+def read_texts(path, skip_blank=False):
+    """`(line numbers, texts)` of a UTF-8 file, one document a line; a blank
+    line is an error naming it, unless `skip_blank` leaves it out."""
     if not os.path.isfile(path):
         raise TrainingError(f"--predict_data: {path} not found (a text file, one document "
                             "a line)")
@@ -451,23 +483,29 @@ def read_texts(path):
             texts = [line.rstrip("\n").removesuffix("\r") for line in f]
         except UnicodeDecodeError as err:
             raise TrainingError(f"--predict_data: {path} is not valid UTF-8: {err}") from None
-    texts = [t for t in texts if t.strip()]
-    if not texts:
+    blank = [n for n, t in enumerate(texts, 1) if not t.strip()]
+    if blank and not skip_blank:
+        listed = ", ".join(map(str, blank[:10])) + (", ..." if len(blank) > 10 else "")
+        raise TrainingError(f"--predict_data: {path} line(s) {listed} blank (pass --skip_blank "
+                            "to leave blank lines out; rows keep their line numbers)")
+    numbers = [n for n, t in enumerate(texts, 1) if t.strip()]
+    if not numbers:
         raise TrainingError(f"--predict_data: {path} has no text")
-    return texts
+    return numbers, [texts[n - 1] for n in numbers]
 
 
 def predict(o):
     import numpy as np
+    o = reading_settings(o)
     model, labels, tokenizer = load_classifier(o["classifier_dir"])
-    texts = read_texts(o["predict_data"])
+    numbers, texts = read_texts(o["predict_data"], o["skip_blank"])
     logits = predict_logits(model, texts, tokenizer, o["batch_size"], o["max_length"],
                             o["keep"], _progress(o, "predicting"))
     shifted = logits - logits.max(-1, keepdims=True)
     probs = np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
-    lines = ["label\t" + "\t".join(labels.names)]
-    lines += [labels.name(int(p.argmax())) + "\t" + "\t".join(f"{x:.6f}" for x in p)
-              for p in probs]
+    lines = ["line\tlabel\t" + "\t".join(labels.names)]
+    lines += [f"{n}\t{labels.name(int(p.argmax()))}\t" + "\t".join(f"{x:.6f}" for x in p)
+              for n, p in zip(numbers, probs)]
     text = "\n".join(lines) + "\n"
     if o["output"]:
         os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
@@ -475,8 +513,8 @@ def predict(o):
             f.write(text)
     else:
         sys.stdout.write(text)
-    return {"mode": "predict", "labels": [labels.name(int(i)) for i in probs.argmax(-1)],
-            "probabilities": probs}
+    return {"mode": "predict", "lines": numbers,
+            "labels": [labels.name(int(i)) for i in probs.argmax(-1)], "probabilities": probs}
 
 
 def main(argv):
