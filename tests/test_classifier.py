@@ -286,3 +286,36 @@ def test_keras_file_of_a_compiled_classifier_keeps_the_optimizer(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     loaded.fit(x, y, batch_size=16, verbose=0)
     assert int(loaded.optimizer.iterations.numpy()) == 4
+
+
+def test_gradient_through_the_memory_reaches_earlier_segments():
+    """`grad_segments`: the same logits, and a gradient that reaches a token
+    read only in the document's first segment (three segments back, two
+    layers, memory of one segment) when the memory keeps its gradient."""
+    keras.utils.set_random_seed(3)
+    config = tiny_config(dropout=0.0)
+    first_only = N_TOKEN - 1  # appears in the first segment only
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, N_TOKEN - 1, (2, 3 * SEG)).astype(np.int32)
+    ids[:, 2] = first_only
+    batch = {"token_ids": ids, "lengths": np.array([3 * SEG, 3 * SEG - 2], np.int32)}
+    short = {"token_ids": ids[:, :SEG + 3], "lengths": np.array([SEG + 3, 4], np.int32)}
+    rows = {}
+    for k in (1, 3, 5):
+        model = TransformerXLClassifier(config, 2, segment_len=SEG, mem_len=SEG,
+                                        grad_segments=k)
+        if k == 1:
+            weights = model.get_weights()
+        model.set_weights(weights)
+        with tf.GradientTape() as tape:
+            logits = model(batch, training=True)
+            loss = tf.reduce_sum(logits[:, 0])
+        table = model.core.word_emb.trainable_weights[0]
+        grad = tf.convert_to_tensor(tape.gradient(loss, table))
+        rows[k] = (logits.numpy(), float(tf.norm(grad[first_only])),
+                   model(short, training=True).numpy())
+    np.testing.assert_allclose(rows[3][0], rows[1][0], atol=1e-6)
+    np.testing.assert_allclose(rows[5][0], rows[1][0], atol=1e-6)
+    np.testing.assert_allclose(rows[5][2], rows[1][2], atol=1e-6)  # fewer segments than k
+    assert rows[1][1] == 0.0  # the memory cut: the first segment gets no gradient
+    assert rows[3][1] > 1e-6 and rows[5][1] == pytest.approx(rows[3][1], rel=1e-4)

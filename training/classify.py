@@ -73,6 +73,10 @@ SPEC = (
     option("integer", "segment_len", None, "Tokens per segment (default: the backbone's "
            "tgt_len)."),
     option("integer", "mem_len", None, "Memory length; 0 for none (default: the backbone's)."),
+    option("integer", "grad_segments", 1, "Segments the gradient flows through, the last "
+           "ones, through the memory (1: the paper's cut; more lets a classifier learn from "
+           "what its memory carries of earlier segments, at the memory cost of keeping them; "
+           "README, \"Memory reach\")."),
     option("integer", "max_length", None, "Tokens kept per document (default: 512 in mode "
            "train; the trained run's in modes evaluate and predict)."),
     option("enum", "keep", None, "Which part of a longer document is kept (default: start "
@@ -134,6 +138,8 @@ def check_options(o):
     for name in ("batch_size", "log_every"):
         if o[name] is None or o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
+    if o["grad_segments"] is None or o["grad_segments"] < 1:
+        raise TrainingError(f"--grad_segments must be >= 1, got {o['grad_segments']}")
     for name in ("segment_len", "num_classes", "steps", "epochs"):
         if o[name] is not None and o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
@@ -190,7 +196,8 @@ def choose_model(o, log=print):
     from txl_tf import TransformerXLClassifier
     from txl_tf.text import ByteTokenizer
     overrides = {} if o["dropout"] is None else {"dropout": o["dropout"]}
-    kwargs = dict(segment_len=o["segment_len"], mem_len=o["mem_len"])
+    kwargs = dict(segment_len=o["segment_len"], mem_len=o["mem_len"],
+                  grad_segments=o["grad_segments"])
     if o["backbone"]:
         from txl_tf import model_dir
         source = model_dir.resolve(o["backbone"])

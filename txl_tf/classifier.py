@@ -41,9 +41,13 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     document's logits do not depend on the rest of its batch. The head
     (dropout, then one dense layer) reads the final hidden state of the
     last token, which has seen the whole document through memory.
-    Gradients flow through the last segment only (the memory carries none,
-    as in the paper's training): the earlier segments are read with the
-    same weights but are not differentiated.
+    Gradients flow through the last `grad_segments` segments (default 1:
+    the memory carries none, as in the paper's training, and the earlier
+    segments are read with the same weights but are not differentiated).
+    With the memory cut, a classifier trained from fresh weights learns to
+    use only what lies within `mem_len` of its last segment; `grad_segments`
+    > 1 lets the loss reach what the weights do with earlier segments
+    through the memory (README, "Memory reach").
 
     `backbone` is a `TransformerXLConfig` or dict (fresh weights) or a
     `TransformerXL` core (pretrained: its weights are fine-tuned). Its
@@ -58,7 +62,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     """
 
     def __init__(self, backbone, num_classes, segment_len=None, mem_len=None,
-                 head_dropout=None, label_names=None, **kwargs):
+                 head_dropout=None, label_names=None, grad_segments=1, **kwargs):
         kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"))
         if isinstance(backbone, TransformerXL) and kwargs["dtype"] is None:
             kwargs["dtype"] = backbone.dtype_policy  # a core given alone sets the policy
@@ -83,6 +87,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
         self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
         if self.mem_len < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+        self.grad_segments = _positive("grad_segments", grad_segments)
         self.head_dropout = float(cfg.dropout if head_dropout is None else head_dropout)
         if not 0.0 <= self.head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
@@ -123,8 +128,9 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
 
     def call(self, inputs, training=False):
         token_ids, lengths = split_inputs(inputs)
-        state = self.core.read_documents(token_ids, lengths, self.segment_len, self.mem_len,
-                                         training=training)
+        state = self.core.read_documents(  # the same values; only training needs more
+            token_ids, lengths, self.segment_len, self.mem_len, training=training,
+            grad_segments=self.grad_segments if training else 1)
         logits = self.head(self.dropout(state, training=training))
         return tf.cast(logits, tf.float32)
 
@@ -136,7 +142,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
         return {**super().get_config(), "backbone": self.config.to_dict(),
                 "num_classes": self.num_classes, "segment_len": self.segment_len,
                 "mem_len": self.mem_len, "head_dropout": self.head_dropout,
-                "label_names": self.label_names}
+                "label_names": self.label_names, "grad_segments": self.grad_segments}
 
 
 def resolve_dtype(dtype):

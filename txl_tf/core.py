@@ -103,7 +103,8 @@ class TransformerXL(keras.layers.Layer):
             return self.crit(hidden), new_memory
         return self.crit(hidden, targets), new_memory
 
-    def hidden_states(self, token_ids, memory, training=None, token_mask=None, _probe=None):
+    def hidden_states(self, token_ids, memory, training=None, token_mask=None, _probe=None,
+                      memory_gradient=False):
         """Final hidden states `[B, T, d_model]` (after the output dropout) and
         the new memory.
 
@@ -114,7 +115,8 @@ class TransformerXL(keras.layers.Layer):
         so a row left-padded inside a batch computes at its real positions
         what it computes alone. (`_probe(i, block, *block_args)`, if given,
         sees the arguments of each block before it runs: see
-        `attention_probabilities`.)
+        `attention_probabilities`.) `memory_gradient`: the new memory keeps
+        its gradient (see `read_documents`); by default it carries none.
         """
         output, pos_emb, visible, memory, token_mask = self._inputs(token_ids, memory, training,
                                                                     token_mask)
@@ -127,9 +129,11 @@ class TransformerXL(keras.layers.Layer):
             output = block(output, pos_emb, mems[i], visible, *self._biases(i),
                            training=training)
         output = self.out_dropout(output, training=training)
-        return output, update_memory(_float32(memory), tf.stack(layer_inputs), token_mask)
+        return output, update_memory(_float32(memory), tf.stack(layer_inputs), token_mask,
+                                     keep_gradient=memory_gradient)
 
-    def read_documents(self, token_ids, lengths, segment_len, mem_len, training=None):
+    def read_documents(self, token_ids, lengths, segment_len, mem_len, training=None,
+                       grad_segments=1):
         """Final hidden state `[B, d_model]` at the last token of each document.
 
         Row b's document is `token_ids[b, :lengths[b]]` (`1 <= lengths[b] <=
@@ -137,18 +141,29 @@ class TransformerXL(keras.layers.Layer):
         segment by segment, left to right, with a memory of `mem_len` slots
         that starts empty; padding is masked (`hidden_states`' `token_mask`),
         so a document's result does not depend on the rest of the batch.
-        Gradients flow through the last segment only: the memory is cut
-        from the graph (as in the paper's training) and the earlier segments
-        run in a `tf.while_loop` that is never differentiated.
+        Gradients flow through the last `grad_segments` segments: before
+        them the memory is cut from the graph (as in the paper's training)
+        and the earlier segments run in a `tf.while_loop` that is never
+        differentiated; inside them the memory keeps its gradient, so the
+        loss reaches what the weights did with up to `grad_segments - 1`
+        earlier segments (the activations of those segments are kept for the
+        backward pass: memory grows with `grad_segments`).
         """
         cfg = self.config
         segment_len, mem_len = int(segment_len), int(mem_len)
-        if segment_len < 1 or mem_len < 0:
-            raise ValueError(f"segment_len must be >= 1 and mem_len >= 0, got {segment_len} "
-                             f"and {mem_len}")
+        grad_segments = int(grad_segments)
+        if segment_len < 1 or mem_len < 0 or grad_segments < 1:
+            raise ValueError(f"segment_len and grad_segments must be >= 1 and mem_len >= 0, "
+                             f"got {segment_len}, {grad_segments} and {mem_len}")
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
         ids, mask = right_align(token_ids, lengths, segment_len)
+        if not mem_len:  # without memory the earlier segments change nothing
+            grad_segments = 1
+        if grad_segments > 1:  # at least that many segments: fully padded ones in front
+            missing = tf.maximum(grad_segments * segment_len - tf.shape(ids)[1], 0)
+            ids = tf.pad(ids, [[0, 0], [missing, 0]])
+            mask = tf.pad(mask, [[0, 0], [missing, 0]])
         batch = tf.shape(ids)[0]
         n_seg = tf.shape(ids)[1] // segment_len
         memory = initial_memory(cfg.n_layer, batch, mem_len, cfg.d_model)
@@ -157,16 +172,20 @@ class TransformerXL(keras.layers.Layer):
             begin, size = tf.stack([0, i * segment_len]), tf.stack([batch, segment_len])
             return tf.slice(ids, begin, size), tf.slice(mask, begin, size)
 
-        if mem_len:  # without memory the earlier segments change nothing
+        if mem_len:
             def read(i, mems, mem_mask):
                 seg_ids, seg_mask = segment(i)
                 _, new = self.hidden_states(seg_ids, Memory(mems, mem_mask), training,
                                             token_mask=seg_mask)
                 return i + 1, new.mems, new.mem_mask
 
-            _, mems, mem_mask = tf.while_loop(lambda i, *_: i < n_seg - 1, read,
+            _, mems, mem_mask = tf.while_loop(lambda i, *_: i < n_seg - grad_segments, read,
                                               (tf.constant(0), *memory))
             memory = Memory(tf.stop_gradient(mems), tf.stop_gradient(mem_mask))
+        for k in range(grad_segments - 1, 0, -1):  # differentiated, memory included
+            seg_ids, seg_mask = segment(n_seg - 1 - k)
+            _, memory = self.hidden_states(seg_ids, memory, training, token_mask=seg_mask,
+                                           memory_gradient=True)
         seg_ids, seg_mask = segment(n_seg - 1)
         hidden, _ = self.hidden_states(seg_ids, memory, training, token_mask=seg_mask)
         return hidden[:, -1]

@@ -39,13 +39,14 @@ def clear_invalid_slots(memory):
     return Memory(mems, memory.mem_mask)
 
 
-def update_memory(memory, layer_inputs, token_valid=None):
+def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False):
     """Keeps the last M positions of `concat(memory, layer_inputs)`.
 
     `layer_inputs` is `[n_layer, B, T, d_model]`; new positions are real
     unless `token_valid` (bool `[B, T]`) is False there, which makes them
     invalid slots. The result has the memory's geometry and carries no
-    gradient.
+    gradient (the paper's rule), unless `keep_gradient`: then a later
+    segment's loss reaches the weights through it.
     """
     mems = tf.concat([memory.mems, tf.cast(layer_inputs, tf.float32)], axis=2)
     if token_valid is None:
@@ -54,7 +55,7 @@ def update_memory(memory, layer_inputs, token_valid=None):
     mem_mask = tf.concat([memory.mem_mask, token_valid], axis=1)
     mem_len = tf.shape(memory.mems)[2]
     start = tf.shape(mems)[2] - mem_len
-    new_mems = tf.stop_gradient(mems[:, :, start:])
+    new_mems = mems[:, :, start:] if keep_gradient else tf.stop_gradient(mems[:, :, start:])
     new_mem_mask = tf.stop_gradient(mem_mask[:, start:])
     new_mems.set_shape(memory.mems.shape)
     new_mem_mask.set_shape(memory.mem_mask.shape)
