@@ -14,7 +14,8 @@ def staged_folder(output_dir):
     output_dir = os.path.abspath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
+    remove_stale(output_dir)
+    staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
     os.chmod(staging, 0o755)  # mkdtemp's 0700 would become the output folder's mode
     try:
         yield staging
@@ -29,8 +30,7 @@ def swap_in(staging, output_dir):
     if not os.path.exists(output_dir):
         os.rename(staging, output_dir)
         return
-    old = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.old-",
-                           dir=os.path.dirname(output_dir))
+    old = tempfile.mkdtemp(prefix=_prefix(output_dir, "old"), dir=os.path.dirname(output_dir))
     os.rmdir(old)
     os.rename(output_dir, old)
     try:
@@ -39,3 +39,36 @@ def swap_in(staging, output_dir):
         os.rename(old, output_dir)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _prefix(output_dir, kind):
+    """`.<name>.<kind>-<pid>-`: the owner's pid in the name tells a killed
+    export's leftovers from a running one's."""
+    return f".{os.path.basename(output_dir)}.{kind}-{os.getpid()}-"
+
+
+def remove_stale(output_dir):
+    """Deletes the staging and old folders of `output_dir` whose export is
+    no longer running (it was killed); returns their names."""
+    parent, name = os.path.split(os.path.abspath(output_dir))
+    removed = []
+    for entry in os.listdir(parent) if os.path.isdir(parent) else ():
+        for kind in ("tmp", "old"):
+            head = f".{name}.{kind}-"
+            if not entry.startswith(head):
+                continue
+            pid = entry[len(head):].split("-", 1)[0]
+            if not pid.isdigit() or not _alive(int(pid)):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+                removed.append(entry)
+    return removed
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

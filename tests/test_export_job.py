@@ -197,3 +197,19 @@ def test_failed_parity_leaves_nothing(model_dir, tmp_path, monkeypatch):
     with pytest.raises(ParityError):  # no export can pass a negative tolerance
         run_export(str(out), model_dir=str(path), formats=["onnx"], mem_len=4, tolerance=-1)
     assert os.listdir(out.parent) == []
+
+
+def test_a_killed_exports_staging_is_removed_by_the_next_export(model_dir, tmp_path):
+    """SIGKILL leaves `.out.tmp-<pid>-*`; the next export into `out` removes
+    it (its pid is gone) and leaves a running export's staging alone."""
+    path, _ = model_dir
+    out = tmp_path / "exports" / "out"
+    out.parent.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    killed = out.parent / f".out.tmp-{dead}-abc123"
+    (killed / "saved_model").mkdir(parents=True)
+    running = out.parent / f".out.tmp-{os.getpid()}-def456"
+    running.mkdir()
+    run_export(str(out), model_dir=str(path), formats=["onnx"], mem_len=4, verify=False)
+    assert sorted(os.listdir(out.parent)) == sorted(["out", running.name])
