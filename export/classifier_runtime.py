@@ -62,10 +62,9 @@ class _OnnxClassifier(ClassifierRuntime):
     backend = "onnxruntime"
 
     def __init__(self, path, device):
-        import onnxruntime as ort
-        from export.onnx_runtime import choose_providers
+        from export.onnx_runtime import choose_providers, open_session
         providers, _ = choose_providers(device)
-        self.session = ort.InferenceSession(path, providers=providers)
+        self.session = open_session(path, providers=providers)
         super().__init__(ClassifierInfo(self.session.get_modelmeta().custom_metadata_map))
 
     def _run(self, ids, lengths):
@@ -76,11 +75,9 @@ class _SavedModelClassifier(ClassifierRuntime):
     backend = "saved_model"
 
     def __init__(self, path, device):
-        import tensorflow as tf
-        from export.tf_runtime import choose_tf_device
+        from export.tf_runtime import choose_tf_device, load_saved_model
         self._tf_device, _ = choose_tf_device(device)
-        with tf.device(self._tf_device):
-            self.loaded = tf.saved_model.load(path)
+        self.loaded = load_saved_model(path, self._tf_device)
         metadata = self.loaded.metadata_file.asset_path.numpy().decode()
         super().__init__(ClassifierInfo.from_json_file(metadata))
         self._classify = self.loaded.signatures["classify"]

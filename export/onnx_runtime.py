@@ -7,6 +7,7 @@ import numpy as np
 
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
+from txl_tf.model_dir import ModelDirError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # "auto" opens the single-stream session (a second copy of the weights in
@@ -26,6 +27,19 @@ def choose_providers(device="auto"):
         return [CUDA, CPU], None
     return [CPU], (f"{CUDA} is not available in this onnxruntime "
                    f"({ort.get_available_providers()}); using {CPU}")
+
+
+def open_session(path, session_options=None, providers=None):
+    """An `onnxruntime.InferenceSession`; a missing, truncated or corrupt
+    file is a `ModelDirError` naming it (never onnxruntime's traceback)."""
+    import onnxruntime as ort
+    try:
+        return ort.InferenceSession(path, sess_options=session_options, providers=providers)
+    except Exception as err:  # onnxruntime's own types (Fail, InvalidProtobuf, ...)
+        if not type(err).__module__.startswith("onnxruntime"):
+            raise
+        reason = " ".join(str(err).split())
+        raise ModelDirError(f"cannot open the ONNX model {path}: {reason}") from None
 
 
 class OnnxRuntime(Runtime):
@@ -57,8 +71,7 @@ class OnnxRuntime(Runtime):
         if single_stream not in ("auto", True, False):
             raise ValueError(f"single_stream must be 'auto', True or False, got "
                              f"{single_stream!r}")
-        self.session = ort.InferenceSession(path, sess_options=session_options,
-                                            providers=providers)
+        self.session = open_session(path, session_options, providers)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
         self.single_stream = single_stream
@@ -137,7 +150,7 @@ def _single_stream_session(path, session_options, providers):
     options = session_options or ort.SessionOptions()
     for axis in ("batch", "seq_len"):
         options.add_free_dimension_override_by_name(axis, 1)
-    return ort.InferenceSession(path, sess_options=options, providers=providers)
+    return open_session(path, options, providers)
 
 
 def _host(value):

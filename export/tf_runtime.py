@@ -9,6 +9,7 @@ import tensorflow as tf
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
+from txl_tf.model_dir import ModelDirError
 
 
 def choose_tf_device(device="auto"):
@@ -22,6 +23,17 @@ def choose_tf_device(device="auto"):
     return "/CPU:0", "cpu"
 
 
+def load_saved_model(path, device):
+    """`tf.saved_model.load(path)` on `device`; a missing, truncated or corrupt
+    SavedModel is a `ModelDirError` naming it."""
+    try:
+        with tf.device(device):
+            return tf.saved_model.load(path)
+    except (OSError, ValueError, tf.errors.OpError) as err:
+        reason = " ".join(str(err).split())[:500]
+        raise ModelDirError(f"cannot load the SavedModel {path}: {reason}") from None
+
+
 class SavedModelRuntime(Runtime):
     """Runs a SavedModel written by `export_saved_model` (`tf.saved_model.load`)."""
 
@@ -29,8 +41,7 @@ class SavedModelRuntime(Runtime):
 
     def __init__(self, path, device="auto"):
         self._tf_device, name = choose_tf_device(device)
-        with tf.device(self._tf_device):
-            self.loaded = tf.saved_model.load(path)
+        self.loaded = load_saved_model(path, self._tf_device)
         metadata = getattr(self.loaded, "metadata_file", None)
         metadata_path = (metadata.asset_path.numpy().decode() if metadata is not None
                          else os.path.join(path, "assets", METADATA_ASSET))

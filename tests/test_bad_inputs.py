@@ -59,6 +59,11 @@ def prepared(tmp_path_factory):
     exported = scratch / "exported"
     export_saved_model(core, str(exported / "saved_model"), MEM_LEN)
     export_onnx(core, str(exported / "model.onnx"), MEM_LEN)
+    truncated = scratch / "truncated"  # an export cut short (a full disk, a bad copy)
+    shutil.copytree(exported, truncated)
+    for name in ("model.onnx", "saved_model/saved_model.pb"):
+        data = (truncated / name).read_bytes()
+        (truncated / name).write_bytes(data[:len(data) // 2])
     return {"root": root, "scratch": scratch, "corpus": corpus, "core": core,
             "exported": exported}
 
@@ -317,6 +322,12 @@ CLI_CASES = [
     ("generate_export_no_vocab", "training.generate",
      ["--model={scratch}/exported/saved_model", "--prompt=a"],
      r".*exported/saved_model: the model has no vocabulary: no vocab/"),
+    ("generate_truncated_onnx", "training.generate",
+     ["--model={scratch}/truncated/model.onnx", "--prompt=a"],
+     r"cannot open the ONNX model .*truncated/model.onnx: .*INVALID_PROTOBUF"),
+    ("generate_truncated_saved_model", "training.generate",
+     ["--model={scratch}/truncated/saved_model", "--prompt=a"],
+     r"cannot load the SavedModel .*truncated/saved_model: Cannot parse file"),
     ("generate_no_vocab", "training.generate", ["--model_dir={root}/novocab", "--prompt=a"],
      r".*novocab: the model has no vocabulary: no vocab/"),
     ("generate_truncated_weights", "training.generate", ["--model_dir={root}/broken",
