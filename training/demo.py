@@ -30,8 +30,18 @@ SPEC = (
 
 
 def run(**options):
-    """Trains, evaluates and samples; returns a summary dict."""
+    """Trains, evaluates and samples; returns a summary dict. Without
+    `--model_dir` it trains in a temporary folder, removed at the end."""
     o = merge(SPEC, options)
+    if o["model_dir"]:
+        return _demo(o, o["model_dir"])
+    with tempfile.TemporaryDirectory(prefix="txl_demo_") as model_dir:
+        result = _demo(o, model_dir)
+    print(f"(trained in {model_dir}, now removed; --model_dir keeps a run)", flush=True)
+    return result
+
+
+def _demo(o, model_dir):
     cli.quiet_tensorflow_import()
     from txl_tf.checkpoints import load_pretrained
     from txl_tf.data import load_corpus
@@ -40,7 +50,6 @@ def run(**options):
     from txl_tf.evaluation import evaluate_ids
     from training.generate import continue_text
 
-    model_dir = o["model_dir"] or tempfile.mkdtemp(prefix="txl_demo_")
     base = dict(preset=o["preset"], dataset="pystdlib", batch_size=o["batch_size"],
                 corpus_option=[f"max_bytes={o['max_bytes']}"], learning_rate=o["learning_rate"],
                 strategy="one_device")
