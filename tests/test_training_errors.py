@@ -161,3 +161,24 @@ def test_every_listed_library_error_exists():
     for module, name in _LIBRARY_ERRORS:
         cls = getattr(importlib.import_module(module), name, None)
         assert isinstance(cls, type) and issubclass(cls, BaseException), (module, name)
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_error_and_leaves_no_partial_files(
+        tmp_path, corpus, monkeypatch):
+    import tensorflow as tf
+    _train(tmp_path, data_dir=corpus, train_steps=4, checkpoint_every=2)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    real_save = tf.train.CheckpointManager.save
+
+    def disk_full(self, checkpoint_number=None, **kwargs):
+        (checkpoints / f"ckpt-{checkpoint_number}_temp").mkdir()
+        (checkpoints / f"ckpt-{checkpoint_number}_temp" / "part").write_bytes(b"\0" * 10)
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", disk_full)
+    with pytest.raises(TrainingError, match=r"cannot write checkpoint ckpt-6 in .*checkpoints: "
+                                            r"ResourceExhaustedError: No space left on device"):
+        _train(tmp_path, data_dir=corpus, train_steps=8, checkpoint_every=2)
+    assert not list(checkpoints.glob("*_temp*"))
+    assert (checkpoints / "ckpt-4.index").exists()
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", real_save)
+    assert _train(tmp_path, data_dir=corpus, train_steps=8, checkpoint_every=2)["step"] == 8

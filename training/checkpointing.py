@@ -104,12 +104,18 @@ class TrainingCheckpoint:
         return self.strategy.experimental_local_results(_unwrap(variable))
 
     def save(self):
-        """Writes `ckpt-<step>`; returns its path."""
+        """Writes `ckpt-<step>`; returns its path. A write that fails (a full
+        disk) removes what it left and raises `TrainingError` naming the folder."""
         self.mems.assign(tf.stack([tf.convert_to_tensor(v)
                                             for v in self._local(self.model.mems)]))
         self.mem_mask.assign(tf.stack([tf.convert_to_tensor(v)
                                            for v in self._local(self.model.mem_mask)]))
-        return self.manager.save(checkpoint_number=self.step)
+        try:
+            return self.manager.save(checkpoint_number=self.step)
+        except (OSError, tf.errors.OpError) as err:
+            remove_stale_temporaries(self.directory)
+            raise TrainingError(f"cannot write checkpoint ckpt-{self.step} in "
+                                f"{self.directory}: {_first_line(err)}") from None
 
     def restore_latest(self, warn=print):
         """Restores the newest checkpoint that can be read, if any, and returns
