@@ -2,6 +2,7 @@
 streams scored one by one, memory carried, the shorter last segment included."""
 import json
 import math
+import shutil
 
 import numpy as np
 import keras
@@ -178,43 +179,41 @@ def test_evaluate_counts_words_outside_the_vocabulary(word_model, tmp_path):
     assert "3 tokens" in evaluate.describe(result)
 
 
-def test_an_edited_vocabulary_is_an_error(word_model, tmp_path):
-    import shutil
-    root, _, _ = word_model
+def _copy_without_vocab(word_model, tmp_path):
+    """A copy of the word model's directory, its vocab/ removed; and a
+    function that evaluates a model directory on corpus `a`."""
+    root = word_model[0]
     model = tmp_path / "model"
     shutil.copytree(root / "model", model)
+    shutil.rmtree(model / "vocab")
+
+    def evaluate_on_a(model_dir, **options):
+        return evaluate.run(model_dir=str(model_dir), dataset="wt2", data_dir=str(root / "a"),
+                            cache_dir=str(tmp_path / "cache"), progress=False, **options)
+    return model, evaluate_on_a
+
+
+def test_an_edited_vocabulary_is_an_error(word_model, tmp_path):
+    model, evaluate_on_a = _copy_without_vocab(word_model, tmp_path)
+    shutil.copytree(word_model[0] / "model" / "vocab", model / "vocab")
     vocab = model / "vocab" / "vocab.txt"
     lines = vocab.read_text().split("\n")
     lines[4], lines[5] = lines[5], lines[4]
     vocab.write_text("\n".join(lines))
     with pytest.raises(TrainingError, match="vocabulary files changed since they were saved"):
-        evaluate.run(model_dir=str(model), dataset="wt2", data_dir=str(root / "a"),
-                     cache_dir=str(tmp_path / "cache"), progress=False)
+        evaluate_on_a(model)
 
 
 def test_another_vocabulary_of_the_same_size_is_an_error(word_model, tmp_path):
-    import shutil
-    root, _, _ = word_model
-    model = tmp_path / "model"
-    shutil.copytree(root / "model", model)
-    shutil.rmtree(model / "vocab")
-    WordTokenizer.build((root / "b" / "train.txt").read_text()).save(model / "vocab")
+    model, evaluate_on_a = _copy_without_vocab(word_model, tmp_path)
+    WordTokenizer.build((word_model[0] / "b" / "train.txt").read_text()).save(model / "vocab")
     with pytest.raises(TrainingError, match="is not the vocabulary the model was trained with"):
-        evaluate.run(model_dir=str(model), dataset="wt2", data_dir=str(root / "a"),
-                     cache_dir=str(tmp_path / "cache"), progress=False)
+        evaluate_on_a(model)
 
 
 def test_a_model_without_a_vocabulary_needs_one_given(word_model, tmp_path):
-    import shutil
-    root, _, tokenizer = word_model
-    model = tmp_path / "model"
-    shutil.copytree(root / "model", model)
-    shutil.rmtree(model / "vocab")
+    model, evaluate_on_a = _copy_without_vocab(word_model, tmp_path)
     with pytest.raises(TrainingError, match="the model has no vocabulary"):
-        evaluate.run(model_dir=str(model), dataset="wt2", data_dir=str(root / "a"),
-                     cache_dir=str(tmp_path / "cache"), progress=False)
-    tokenizer.save(tmp_path / "given")
-    result = evaluate.run(model_dir=str(model), vocab_dir=str(tmp_path / "given"),
-                          dataset="wt2", data_dir=str(root / "b"),
-                          cache_dir=str(tmp_path / "cache"), progress=False)
-    assert result["tokens"] > 0
+        evaluate_on_a(model)
+    word_model[2].save(tmp_path / "given")
+    assert evaluate_on_a(model, vocab_dir=str(tmp_path / "given"))["tokens"] > 0
