@@ -142,6 +142,19 @@ def test_bad_input_is_one_error_line_and_exit_2(error, capsys):
     assert err.count("\n") == 1 and err.startswith("error: ") and "bad" in err
 
 
+def test_ctrl_c_in_any_job_is_one_line_and_exit_130(capsys):
+    """E.g. during an export (whose staging folder is removed on the way out:
+    tests/test_export_job.py)."""
+    from training.errors import exit_on_error
+
+    def interrupted():
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as exit_info:
+        exit_on_error(interrupted)
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
 def test_bugs_keep_their_traceback():
     from training.errors import exit_on_error
 
