@@ -64,7 +64,6 @@ class OnnxRuntime(Runtime):
 
     def __init__(self, path, device="auto", io_binding=True, session_options=None,
                  single_stream="auto"):
-        import onnxruntime as ort
         providers, reason = choose_providers(device)
         if reason and device != "auto":
             logging.warning("%s", reason)

@@ -13,8 +13,8 @@ from txl_tf.schedule import WarmupCosineDecay  # noqa: E402
 from txl_tf.validation import InputError, NonFiniteMemoryError  # noqa: E402
 
 __all__ = ["PRESETS", "ConfigError", "InputError", "Memory", "NonFiniteMemoryError",
-           "ReplicaClippedAdam", "TransformerXL", "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
-           "WarmupCosineDecay"]
+           "ReplicaClippedAdam", "TransformerXL", "TransformerXLClassifier",
+           "TransformerXLConfig", "TransformerXLLM", "WarmupCosineDecay"]
 __version__ = "0.1.0"
 
 from txl_tf.decode_request import DecodeState, Generation  # noqa: E402

@@ -56,10 +56,12 @@ def estimate_bytes(config, batch_size, seq_len, mem_len, training=False, host_on
     b, t, m, layers = int(batch_size), int(seq_len), int(mem_len), config.n_layer
     scores = b * config.n_head * t * (t + m) * FLOAT * 3  # content, position, probabilities
     hidden = b * t * (6 * config.d_model + config.d_inner) * FLOAT
-    parts = {"weights": parameter_count(config) * FLOAT * (4 if training else 1),
-             "memory": 2 * layers * b * m * config.d_model * FLOAT}  # old and new
+    weights = parameter_count(config) * FLOAT
+    memory = layers * b * m * config.d_model * FLOAT
     if host_only:
-        return {"weights": parameter_count(config) * FLOAT, "memory": parts["memory"] // 2}
+        return {"weights": weights, "memory": memory}
+    parts = {"weights": weights * (4 if training else 1),  # + gradients and Adam's 2 slots
+             "memory": 2 * memory}  # in and out
     if training:
         parts["activations"] = layers * (scores + hidden)
     else:

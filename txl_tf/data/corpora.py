@@ -199,7 +199,8 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
             text = _decode(path.read_bytes(), path)
             a, b = _split_points(len(text), percents)
             step = CHUNK_BYTES
-            tokenizer = given or CharTokenizer.build(text[i:i + step] for i in range(0, a, step))
+            tokenizer = given if given is not None else CharTokenizer.build(
+                text[i:i + step] for i in range(0, a, step))
             for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, len(text))):
                 for i in range(lo, hi, step):
                     writers[split].append(tokenizer.encode(text[i:min(i + step, hi)]))
@@ -218,7 +219,7 @@ def _word_files(name: str, data_dir, opts: dict) -> _Plan:
     files = {s: _find(data_dir, names[s], layout) for s in SPLITS}
 
     def build(writers, progress, given):
-        tokenizer = given or WordTokenizer.from_counts(
+        tokenizer = given if given is not None else WordTokenizer.from_counts(
             count_tokens(iter_text_chunks(files["train"], progress, f"{name}: counting")),
             min_count=opts["min_count"], max_size=opts["max_size"])
         for split in SPLITS:
