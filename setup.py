@@ -15,6 +15,19 @@ setup(
     packages=find_packages(include=["txl_tf", "txl_tf.*", "training", "training.configs",
                                     "export"]),
     package_data={"training.configs": ["*.cfg"]},
+    # Installed commands: unlike `python -m training.train`, which imports
+    # `training` from the working directory first, these cannot be shadowed
+    # by a user's own `training/` or `export/` folder.
+    entry_points={"console_scripts": [
+        "txl-train = training.train:console",
+        "txl-evaluate = training.evaluate:console",
+        "txl-generate = training.generate:console",
+        "txl-classify = training.classify:console",
+        "txl-demo = training.demo:console",
+        "txl-attention = training.attention_picture:console",
+        "txl-export = export.__main__:console",
+        "txl-convert = txl_tf.convert:console",
+    ]},
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "keras>=3.15,<3.16",

@@ -9,6 +9,7 @@ Triton model repository.
 one `error:` line on stderr and exit status 2 (`training.cli`).
 """
 import os
+import sys
 
 from absl import flags
 
@@ -22,7 +23,15 @@ cli.quiet_tensorflow_import()  # before export.job imports TensorFlow
 
 from export import job  # noqa: E402
 
-if __name__ == "__main__":
+
+
+def console():
+    """The job (`python -m export`, or the installed `txl-export`)."""
     job.define_flags(flags.FLAGS)
-    flags.adopt_module_key_flags(job)  # list the job's flags under --help
+    for flag in flags.FLAGS.get_flags_for_module(job):  # listed under --help
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     cli.run(job.main)
+
+
+if __name__ == "__main__":
+    console()

@@ -398,3 +398,13 @@ def test_snapshot_sees_changes(tmp_path):
     assert snapshot(tmp_path) != before
     shutil.copy(tmp_path / "a", tmp_path / "b")
     assert set(snapshot(tmp_path)) == {"a", "b"}
+
+
+@pytest.mark.parametrize("module, flag", [
+    ("training.train", "--train_steps"), ("training.evaluate", "--paper_settings"),
+    ("training.generate", "--num_tokens"), ("training.classify", "--grad_segments"),
+    ("training.demo", "--train_seconds"), ("training.attention_picture", "--layer"),
+    ("export", "--output_dir"), ("txl_tf.convert", "--output_dir")])
+def test_every_jobs_help_lists_its_own_flags(module, flag):
+    shown = run_job(module, ["--help"], check=False)
+    assert f"  {flag}" in shown.stdout, shown.stdout[-1000:]

@@ -23,7 +23,7 @@ def wheel(tmp_path_factory):
     (path,) = out.glob("txl_tf-*.whl")
     with zipfile.ZipFile(path) as z:
         return {name: z.read(name) for name in z.namelist()
-                if name.endswith((".cfg", "METADATA")) or "LICENSE" in name}
+                if name.endswith((".cfg", "METADATA", "entry_points.txt")) or "LICENSE" in name}
 
 
 def test_the_wheel_carries_the_license_and_the_flagfiles(wheel):
@@ -50,3 +50,16 @@ def test_flagfiles_are_found_by_name():
     listed = subprocess.run([sys.executable, "-m", "training.configs", "wt103_base"],
                             capture_output=True, text=True, cwd=ROOT, check=True)
     assert listed.stdout.strip() == configs.path("wt103_base")
+
+
+def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp_path):
+    (entry_points,) = [text.decode() for name, text in wheel.items()
+                       if name.endswith("entry_points.txt")] or [None]
+    for command in ("txl-train", "txl-evaluate", "txl-generate", "txl-classify", "txl-demo",
+                    "txl-attention", "txl-export", "txl-convert"):
+        assert f"{command} = " in entry_points, command
+    (tmp_path / "training").mkdir()  # a user's own package of that name
+    (tmp_path / "training" / "__init__.py").write_text("raise SystemExit('shadowed')\n")
+    script = os.path.join(os.path.dirname(sys.executable), "txl-train")
+    shown = subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path)
+    assert "--train_steps" in shown.stdout, shown.stderr[-500:]  # absl exits 1 after --help

@@ -137,5 +137,10 @@ def main(argv):
           f"{attn.visible.shape[1]} keys ({attn.n_memory} memory slots)", flush=True)
 
 
-if __name__ == "__main__":
+def console():
+    """The installed command (see setup.py's console scripts)."""
     cli.run(main, SPEC)
+
+
+if __name__ == "__main__":
+    console()

@@ -409,6 +409,11 @@ def main(argv):
     sys.stdout.flush()
 
 
-if __name__ == "__main__":
+def console():
+    """The installed command (see setup.py's console scripts)."""
     from training import cli
     cli.run(main, SPEC)
+
+
+if __name__ == "__main__":
+    console()

@@ -188,6 +188,11 @@ def main(argv):
             echo=lambda line: print(line, flush=True))
 
 
-if __name__ == "__main__":
+def console():
+    """The installed command (see setup.py's console scripts)."""
     from training import cli
     cli.run(main, _spec())
+
+
+if __name__ == "__main__":
+    console()
