@@ -16,6 +16,11 @@ logged). Each run is scored on the held-out lines at memory 64 and memory 0.
 default), a number passes it. `ONEDNN_MAX_CPU_ISA=AVX2` in the environment
 reproduces an AVX2 machine's round-off. Prints a table per arm (median,
 max/min, memory gain) and writes every run to `--output` as JSON.
+
+`--reference_dir` (the `pytorch/` folder of kimiyoung/transformer-xl) with
+`--reference_python` (an interpreter with torch and numpy) adds the paper's
+code as an arm on the same recipe, text, token ids, seeds and warm-ups
+(`paper_quality_worker.py`; `--precisions=` with nothing runs that arm alone).
 """
 import json
 import os
@@ -48,6 +53,11 @@ SPEC = (
     option("float", "learning_rate", 1e-3, "Peak learning rate (0: the job's default)."),
     option("float", "heldout_fraction", 0.1, "Last fraction of the lines held out."),
     option("integer", "valid_lines", 400, "First lines used as the (logged) validation split."),
+    option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
+           "adds the paper's code as an arm."),
+    option("string", "reference_python", None, "An interpreter with torch and numpy, for "
+           "--reference_dir."),
+    option("integer", "reference_threads", 2, "torch threads of the paper's code."),
     option("string", "work_dir", None, "Where runs are kept (default: a temporary folder)."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "quality.json"),
            "Where to write the JSON results."),
@@ -113,6 +123,52 @@ def one_run(o, data_dir, run_dir, seed, precision, warmup):
             "train_seconds": seconds}
 
 
+def reference_ids(data_dir, cache_dir, path):
+    """The training and held-out token ids as txl_tf's training job reads them
+    (vocabulary built from the training split), for the paper's code."""
+    import numpy as np
+    from txl_tf.data.corpora import load_corpus
+    corpus = load_corpus("wt2", data_dir, cache_dir=cache_dir)
+    np.savez(path, train=np.asarray(corpus.train, np.int32),
+             test=np.asarray(corpus.test, np.int32))
+    return corpus.tokenizer.vocab_size
+
+
+def reference_run(o, ids_path, n_token, run_dir, seed, warmup):
+    """Trains and scores the paper's PyTorch code on the recipe in a worker."""
+    from txl_tf.config import TransformerXLConfig
+    from txl_tf.schedule import default_warmup_steps
+    config = TransformerXLConfig.preset("small", cutoffs=[2000, 6000], div_val=2,
+                                        n_token=n_token)
+    steps = o["train_steps"]
+    job = {"ids": ids_path, "seed": seed, "batch_size": 16, "train_steps": steps,
+           "learning_rate": o["learning_rate"] or 2.5e-4, "clip": 0.25,
+           "warmup_steps": default_warmup_steps(steps) if warmup == "default" else int(warmup),
+           "threads": o["reference_threads"], "eval_batch_size": 10, "eval_mem_lens": [64, 0],
+           **{k: getattr(config, k) for k in ("n_token", "n_layer", "n_head", "d_model",
+                                               "d_head", "d_inner", "dropout", "dropatt",
+                                               "div_val", "cutoffs", "tie_projs", "tgt_len",
+                                               "mem_len")}}
+    os.makedirs(run_dir, exist_ok=True)
+    job_path = os.path.join(run_dir, "job.json")
+    with open(job_path, "w", encoding="utf-8") as f:
+        json.dump(job, f, indent=2)
+    worker = os.path.join(REPO, "benchmarks", "paper_quality_worker.py")
+    start = time.time()
+    with open(os.path.join(run_dir, "job.log"), "w", encoding="utf-8") as log:
+        done = subprocess.run([o["reference_python"], worker, os.path.abspath(o["reference_dir"]),
+                               job_path], stdout=subprocess.PIPE, stderr=log, text=True)
+    if done.returncode:
+        raise TrainingError(f"the paper's code failed (exit {done.returncode}); see "
+                            f"{os.path.join(run_dir, 'job.log')}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    ppl = result["ppl"]
+    return {"seed": seed, "precision": "paper (PyTorch)", "warmup": warmup,
+            "onednn_isa": "", "ppl_mem64": ppl["64"], "ppl_mem0": ppl["0"],
+            "memory_gain": ppl["0"] / ppl["64"], "train_seconds": time.time() - start,
+            "torch": result["torch"]}
+
+
 def summarize(runs):
     """One row per (precision, warm-up) arm."""
     arms = {}
@@ -157,12 +213,23 @@ def run(**options):
     lines = split_text(o["text"], data_dir, o["heldout_fraction"], o["valid_lines"])
     print(f"text {o['text']}: {lines['train']} training lines, {lines['test']} held out; "
           f"runs in {work}", flush=True)
+    arms = list(precisions)
+    if o["reference_dir"]:
+        if not o["reference_python"]:
+            raise TrainingError("--reference_dir needs --reference_python (an interpreter "
+                                "with torch and numpy)")
+        ids_path = os.path.join(work, "reference_ids.npz")
+        n_token = reference_ids(data_dir, os.path.join(work, "reference_cache"), ids_path)
+        arms.append("paper")
     runs = []
     for warmup in warmups:
-        for precision in precisions:
+        for precision in arms:
             for seed in seeds:
                 run_dir = os.path.join(work, f"{precision}_warmup-{warmup}_seed{seed}")
-                result = one_run(o, data_dir, run_dir, seed, precision, warmup)
+                if precision == "paper":
+                    result = reference_run(o, ids_path, n_token, run_dir, seed, warmup)
+                else:
+                    result = one_run(o, data_dir, run_dir, seed, precision, warmup)
                 runs.append(result)
                 print(f"{precision} warm-up {warmup} seed {seed}: held-out ppl "
                       f"{result['ppl_mem64']:.1f} at memory 64, {result['ppl_mem0']:.1f} at "
