@@ -26,7 +26,7 @@ setup(
         "txl-demo = training.demo:console",
         "txl-attention = training.attention_picture:console",
         "txl-export = export.__main__:console",
-        "txl-convert = txl_tf.convert:console",
+        "txl-convert = txl_tf.weights.convert:console",
     ]},
     install_requires=[
         "tensorflow>=2.21,<2.22",
@@ -50,7 +50,7 @@ setup(
         # Only to read PyTorch .bin/.pt state dicts (safetensors need no torch).
         "torch": ["torch>=2.1"],
         "bench": ["matplotlib>=3.8"],  # the benchmarks' PNG plots
-        "viz": ["matplotlib>=3.8"],  # attention pictures (txl_tf.attention_picture)
+        "viz": ["matplotlib>=3.8"],  # attention pictures (txl_tf.classification.attention_picture)
         # tritonclient: its model-config protobuf parses the Triton config in the tests
         # (2.73 pins protobuf < 7 and ml-dtypes <= 0.5.4, both inside TF 2.21's ranges).
         "test": ["onnxruntime>=1.31,<1.32", "pytest>=8", "pytest-xdist>=3.5",

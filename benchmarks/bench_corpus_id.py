@@ -24,7 +24,7 @@ from `--data_dir` (default `../shared/data`).
    `bench_shakespeare`) for `--pretrain_s` seconds on the training 90 % of
    all three corpora, interleaved in chunks of 1,000 words (the job's own
    90 / 10 split of that file only feeds its log).
-4. **Cut** passages of `--n_words` words (`txl_tf.data.corpus_passages`),
+4. **Cut** passages of `--n_words` words (`txl_tf.classification.corpus_passages`),
    balanced: every class gets as many passages as the smallest corpus gives
    (a seeded random choice from the larger ones), separately for training
    and test.
@@ -48,9 +48,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from training import cli  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
-from training.flagspec import merge, option, values  # noqa: E402
+from txl_tf.app.flagspec import merge, option, values  # noqa: E402
 
 CORPORA = {  # class name: files in --data_dir, read in this order
     "ptb": ("ptb.valid.txt", "ptb.test.txt"),
@@ -149,7 +149,7 @@ def interleave(texts, chunk_words=1000):
 def balanced_examples(parts, n_words, labels, rng):
     """Examples with as many passages per class as the smallest corpus gives."""
     import numpy as np
-    from txl_tf.data import Examples, corpus_passages
+    from txl_tf.classification import Examples, corpus_passages
     passages = {name: corpus_passages(" ".join(words), n_words)
                 for name, words in parts.items()}
     per_class = min(len(p) for p in passages.values())
@@ -187,9 +187,10 @@ class StepTimer:
 
 def build_classifier(o, pretrained_dir, use_pretrained, mem_len, labels, steps):
     import keras
-    from txl_tf import TransformerXLClassifier, checkpoints
-    from txl_tf.optimizer import ReplicaClippedAdam
-    from txl_tf.schedule import WarmupCosineDecay
+    from txl_tf import TransformerXLClassifier
+    from txl_tf import weights
+    from txl_tf.learning.optimizer import ReplicaClippedAdam
+    from txl_tf.learning.schedule import WarmupCosineDecay
     keras.utils.set_random_seed(o["seed"])
     policy = "auto" if o["mixed_precision"] == "auto" else (
         "float32" if o["mixed_precision"] == "none" else o["mixed_precision"])
@@ -198,7 +199,7 @@ def build_classifier(o, pretrained_dir, use_pretrained, mem_len, labels, steps):
     if use_pretrained:
         model = TransformerXLClassifier.from_model_dir(pretrained_dir, **kwargs)
     else:
-        config = checkpoints.load_pretrained(pretrained_dir).config
+        config = weights.load_pretrained(pretrained_dir).config
         model = TransformerXLClassifier(config, **kwargs)
     schedule = WarmupCosineDecay(o["learning_rate"], steps, warmup_steps=max(steps // 10, 1),
                                  min_lr_ratio=0.0)
@@ -209,7 +210,7 @@ def build_classifier(o, pretrained_dir, use_pretrained, mem_len, labels, steps):
 
 
 def train_dataset(o, train, tokenizer):
-    from txl_tf.data import classification_dataset
+    from txl_tf.classification import classification_dataset
     return classification_dataset(train, tokenizer, o["batch_size"],
                                   max_length=o["max_length"], segment_len=o["segment_len"],
                                   shuffle=True, seed=o["seed"], repeat=True,
@@ -219,7 +220,7 @@ def train_dataset(o, train, tokenizer):
 def accuracy(model, examples, tokenizer, o):
     """Accuracy, per-class accuracy and the confusion matrix (rows: truth)."""
     import numpy as np
-    from txl_tf.data import classification_dataset
+    from txl_tf.classification import classification_dataset
     ds = classification_dataset(examples.texts, tokenizer, 64, max_length=o["max_length"],
                                 segment_len=o["segment_len"])
     logits = np.concatenate([model(batch, training=False).numpy() for batch in ds])
@@ -274,7 +275,7 @@ def run(**options):
         raise TrainingError("--n_words and --segment_len must be positive, --mem_len >= 0")
     import numpy as np
     from benchmarks.throughput import environment, format_table, write_json
-    from txl_tf.data import LabelSet
+    from txl_tf.classification import LabelSet
     from txl_tf.text import ByteTokenizer
     from training.budget import train_within
 

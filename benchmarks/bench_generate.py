@@ -33,7 +33,7 @@ FLAGS = flags.FLAGS
 
 
 class PerTokenLoop:
-    """The decoding loop before the compiled decoder (txl_tf/generate.py at
+    """The decoding loop before the compiled decoder (txl_tf/generation/generate.py at
     a3c8cb6): the prompt in segments, then one `tf.function` call per token
     returning `[B, 1, V]` log-probs, sampled in numpy on the host."""
 

@@ -25,9 +25,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from training import cli  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
-from training.flagspec import merge, option, values  # noqa: E402
+from txl_tf.app.flagspec import merge, option, values  # noqa: E402
 
 N_CLASSES, MARKER = 3, 253
 

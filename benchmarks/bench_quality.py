@@ -33,9 +33,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from training import cli  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
-from training.flagspec import merge, option, values  # noqa: E402
+from txl_tf.app.flagspec import merge, option, values  # noqa: E402
 
 RECIPE = ("--preset=small", "--config_override=cutoffs=[2000,6000]",
           "--config_override=div_val=2", "--batch_size=16", "--checkpoint_every=500",
@@ -137,7 +137,7 @@ def reference_ids(data_dir, cache_dir, path):
 def reference_run(o, ids_path, n_token, run_dir, seed, warmup):
     """Trains and scores the paper's PyTorch code on the recipe in a worker."""
     from txl_tf.config import TransformerXLConfig
-    from txl_tf.schedule import default_warmup_steps
+    from txl_tf.learning.schedule import default_warmup_steps
     config = TransformerXLConfig.preset("small", cutoffs=[2000, 6000], div_val=2,
                                         n_token=n_token)
     steps = o["train_steps"]

@@ -19,9 +19,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from training import cli  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
-from training.flagspec import merge, option, values  # noqa: E402
+from txl_tf.app.flagspec import merge, option, values  # noqa: E402
 
 SPEC = (
     option("string", "data", os.path.join(REPO, "..", "shared", "data", "tinyshakespeare.txt"),
@@ -49,10 +49,10 @@ def run(**options):
     if not os.path.isfile(o["data"]):
         raise TrainingError(f"--data: {o['data']} not found (Tiny Shakespeare; the repo "
                             "expects it at ../shared/data/tinyshakespeare.txt)")
-    from txl_tf.checkpoints import load_pretrained
+    from txl_tf.weights import load_pretrained
     from txl_tf.data import load_corpus
     from training.budget import train_within
-    from txl_tf.evaluation import evaluate_ids
+    from txl_tf.learning.evaluation import evaluate_ids
 
     model_dir = o["model_dir"] or tempfile.mkdtemp(prefix="txl_shakespeare_")
     cache = os.path.join(model_dir, "corpus_cache")

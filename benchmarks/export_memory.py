@@ -1,6 +1,6 @@
 """Peak resident memory of the export job at the paper's sizes.
 
-For each preset, random weights are written with `txl_tf.checkpoints.save_pretrained`
+For each preset, random weights are written with `txl_tf.weights.save_pretrained`
 (in a child process), then `python -m export` (SavedModel + ONNX + parity) runs in
 another child whose peak RSS comes from `os.wait4` (that child's own
 `ru_maxrss`, not the loader's). Prints a table and writes JSON.
@@ -30,10 +30,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MAKE_MODEL = """
 import sys, numpy as np
-from txl_tf import TransformerXL, TransformerXLConfig, checkpoints
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf import weights
 core = TransformerXL(TransformerXLConfig.preset(sys.argv[1]))
 print(sum(int(np.prod(w.shape)) for w in core.weights))
-checkpoints.save_pretrained(core, sys.argv[2])
+weights.save_pretrained(core, sys.argv[2])
 """
 
 

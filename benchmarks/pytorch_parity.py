@@ -8,7 +8,7 @@ in a second interpreter that has PyTorch (this one needs none); its state
 dict and its log-probabilities over the whole vocabulary (every target scored
 through its own adaptive softmax, memories carried over several segments)
 come back as an `.npz`. Here the state dict is imported with
-`txl_tf.checkpoints.import_pytorch` and run through the float32 Keras core
+`txl_tf.weights.import_pytorch` and run through the float32 Keras core
 with each `same_length` convention; the table gives max |Δ| per segment.
 The paper's code is only read and run, never copied into this project: the
 torch stage patches a temporary copy of it (`paper_reference.patched_copy`:
@@ -82,7 +82,7 @@ def torch_stage(ref_dir, out):
 # ----------------------------------------------------------------- our side
 def compare(path):
     from tests.reference_pytorch_numpy import PytorchReference
-    from txl_tf.checkpoints import import_pytorch
+    from txl_tf.weights import import_pytorch
 
     data = np.load(path, allow_pickle=False)
     rows = []

@@ -16,9 +16,9 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from training import cli  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
-from training.flagspec import merge, option, values  # noqa: E402
+from txl_tf.app.flagspec import merge, option, values  # noqa: E402
 
 SPEC = (
     option("string", "text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
@@ -51,9 +51,9 @@ def observe(o, warmup_steps):
     import keras
     import numpy as np
     from txl_tf import ReplicaClippedAdam, TransformerXLConfig, TransformerXLLM
-    from txl_tf.checkpoints import get_weights
+    from txl_tf.weights.checkpoints import get_weights
     from txl_tf.data import segment_dataset
-    from txl_tf.schedule import WarmupCosineDecay
+    from txl_tf.learning.schedule import WarmupCosineDecay
     from txl_tf.text import WordTokenizer
     with open(o["text"], encoding="utf-8") as f:
         text = f.read()
@@ -86,7 +86,7 @@ def run(**options):
     o = merge(SPEC, options)
     if not os.path.isfile(o["text"]):
         raise TrainingError(f"--text: {o['text']} not found")
-    from txl_tf.schedule import default_warmup_steps
+    from txl_tf.learning.schedule import default_warmup_steps
     arms = {"default warm-up": observe(o, default_warmup_steps(o["total_steps"])),
             "no warm-up": observe(o, 0)}
     lines = [f"change after {o['steps']} steps: |w - w0| / |w0| (relative), or the rms "

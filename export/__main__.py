@@ -6,20 +6,20 @@ Triton model repository.
         [--triton_model_name=txl] [--triton_max_batch_size=16]
 
 `DIR` is a model directory or a training run directory. Bad input ends in
-one `error:` line on stderr and exit status 2 (`training.cli`).
+one `error:` line on stderr and exit status 2 (`txl_tf.app.cli`).
 """
 import os
 import sys
 
 from absl import flags
 
-from training import cli
-
 # TensorFlow's oneDNN CPU allocator keeps every freed buffer for reuse and never
 # gives it back: the job would hold on to the largest transient copies of the
-# weights while onnxruntime loads its own. Read when TensorFlow starts.
+# weights while onnxruntime loads its own. Read when TensorFlow starts, which
+# importing txl_tf (below) does.
 os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
-cli.quiet_tensorflow_import()  # before export.job imports TensorFlow
+
+from txl_tf.app import cli  # noqa: E402
 
 from export import job  # noqa: E402
 

@@ -20,7 +20,7 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
 from export.serving_module import plain_copies, weights_scope
 from export.staging import staged_folder
 from txl_tf.layers.init import skip_random_init
-from txl_tf.untracked import Untracked
+from txl_tf.keras_support.untracked import Untracked
 
 FORMATS = ("saved_model", "onnx")
 SAVED_MODEL_DIR = "saved_model"

@@ -32,14 +32,15 @@ from export.serving_module import LOG_PROBS_MODES
 from export.staging import staged_folder
 from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_options,
                            model_file, write_triton_repository)
-from txl_tf.memory_budget import check_fits
+from txl_tf.checks.memory_budget import check_fits
+from txl_tf.errors import TxlError
 
 DEFAULT_FORMATS = ("saved_model", "onnx")
 FORMATS = DEFAULT_FORMATS + ("triton",)
 TRITON_DIR = "triton"
 
 
-class ExportError(ValueError):
+class ExportError(TxlError):
     """The export cannot start: bad formats, or an output path in the way."""
 
 
@@ -132,7 +133,7 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
 def _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_dir):
     """Refuses an output folder that is, or holds, one of the export's inputs
     (replacing it would destroy them, e.g. `--output_dir` = the training run)."""
-    from txl_tf.model_dir import resolve
+    from txl_tf.weights.model_dir import resolve
     source = resolve(model_dir, config_path=config, weights_path=weights, vocab_dir=vocab_dir)
     inputs = [model_dir, source.config_path, source.weights_path, source.vocab_dir]
     for path in filter(None, inputs):
@@ -263,7 +264,7 @@ def run_from_flags(fv=flags.FLAGS):
 
 
 def main(argv):
-    """The `python -m export` entry (run through `training.cli.run`, which
+    """The `python -m export` entry (run through `txl_tf.app.cli.run`, which
     refuses stray arguments)."""
     del argv
     report = run_from_flags()

@@ -1,5 +1,5 @@
 """Reading the model directory that training writes: a thin layer over
-`txl_tf.model_dir` (one loader for every job).
+`txl_tf.weights.model_dir` (one loader for every job).
 
 ```
 model_dir/
@@ -14,9 +14,12 @@ import os
 import shutil
 from typing import NamedTuple, Optional
 
-from txl_tf import TransformerXL, TransformerXLConfig, checkpoints
-from txl_tf import model_dir as loader
-from txl_tf.model_dir import ModelDirError
+from txl_tf import TransformerXL, TransformerXLConfig
+
+from txl_tf import weights
+from txl_tf.weights import checkpoints
+from txl_tf.weights import model_dir as loader
+from txl_tf.weights.model_dir import ModelDirError
 
 CONFIG_FILE = checkpoints.CONFIG_FILE
 WEIGHTS_FILE = checkpoints.WEIGHTS_FILE
@@ -49,7 +52,7 @@ def load_core_weights(core, path):
 
 def save_model_dir(core, model_dir, vocab_dir=None):
     """Writes `config.json` and `weights.npz` (and copies `vocab_dir`)."""
-    checkpoints.save_pretrained(core, model_dir)
+    weights.save_pretrained(core, model_dir)
     if vocab_dir:
         shutil.copytree(vocab_dir, os.path.join(model_dir, VOCAB_DIR), dirs_exist_ok=True)
     return model_dir

@@ -7,7 +7,7 @@ import numpy as np
 
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
-from txl_tf.model_dir import ModelDirError
+from txl_tf.weights.model_dir import ModelDirError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # "auto" opens the single-stream session (a second copy of the weights in

@@ -1,8 +1,9 @@
 """Parity of exported runtimes with the Keras core over consecutive segments."""
 import numpy as np
+from txl_tf.errors import TxlError
 
 
-class ParityError(AssertionError):
+class ParityError(TxlError, AssertionError):
     """An exported model disagrees with the Keras core beyond the tolerance."""
 
 

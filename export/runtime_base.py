@@ -4,8 +4,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from export.input_checks import RuntimeInputError, check_ids, check_memory
-from txl_tf.memory_budget import check_memory_state
-from txl_tf.validation import check_finite_outputs
+from txl_tf.checks.memory_budget import check_memory_state
+from txl_tf.checks.inputs import check_finite_outputs
 
 
 class RuntimeMemory(NamedTuple):
@@ -103,12 +103,12 @@ class Runtime:
         return check_finite_outputs(nll, "negative log-likelihoods"), memory
 
     def generate(self, prompts, max_new_tokens, segment_len=None, **options):
-        """Continues `prompts` as `txl_tf.decoder.Decoder.generate` does (same
+        """Continues `prompts` as `txl_tf.generation.decoder.Decoder.generate` does (same
         options, same sampler and seeds), one step per call on this backend:
         the new ids go in, the last position's log-probs come out, and the
         memory stays in the backend's tensors (on the device with IO binding).
         Returns a `txl_tf.Generation` whose memory is a `RuntimeMemory`."""
-        from txl_tf.generation import generate
+        from txl_tf.generation.flow import generate
         return generate(self, prompts, max_new_tokens,
                         segment_len=int(segment_len or self.config.tgt_len), **options)
 
@@ -118,7 +118,7 @@ class Runtime:
         return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
                 f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")
 
-    # -------------------------------------- generation backend (txl_tf.generation)
+    # -------------------------------------- generation backend (txl_tf.generation.flow)
     @property
     def n_token(self):
         return self.config.n_token
@@ -161,7 +161,7 @@ class Runtime:
                                 np.concatenate([p[1] for p in parts], 0))
 
     def decode(self, state, num_tokens, stream=None, stream_every=1):
-        from txl_tf.host_decode import host_decode
+        from txl_tf.generation.host_loop import host_decode
         return host_decode(self, state, num_tokens, stream, stream_every)
 
     # --------------------------------------------------------------- helpers

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf import Memory
-from txl_tf.untracked import Untracked
+from txl_tf.keras_support.untracked import Untracked
 
 LOG_PROBS_MODES = ("all", "last")
 # `mems` / `new_mems` as the core holds them, `[n_layer, B, M, d_model]`, or

@@ -22,12 +22,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from txl_tf.decode_request import (Generation, DecodeState, check_count, check_pad_id,
+from txl_tf.generation.request import (Generation, DecodeState, check_count, check_pad_id,
                                    check_prompts, make_rows, seen_mask)
-from txl_tf.generation import prefill
-from txl_tf.sampling import Sampling
-from txl_tf.sampling_numpy import choose
-from txl_tf.validation import NonFiniteMemoryError
+from txl_tf.generation.flow import prefill
+from txl_tf.generation.sampling import Sampling
+from txl_tf.generation.sampling_numpy import choose
+from txl_tf.checks.inputs import NonFiniteMemoryError
 
 
 class _Session(NamedTuple):

@@ -9,7 +9,7 @@ import tensorflow as tf
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
-from txl_tf.model_dir import ModelDirError
+from txl_tf.weights.model_dir import ModelDirError
 
 
 def choose_tf_device(device="auto"):

@@ -2,7 +2,7 @@
 from a state dict in its own naming and layout (`[out, in]` weights).
 
 Written for the tests from the paper's equations, independently of
-`txl_tf.pytorch_import`: time-major `[len, batch]`, LayerNorm epsilon 1e-5,
+`txl_tf.weights.pytorch_import`: time-major `[len, batch]`, LayerNorm epsilon 1e-5,
 memories that start empty (size 0) and grow to `mem_len` (or, as the
 transfo-xl-wt103 port does, start as `mem_len` attended zero states), the
 PyTorch code's `same_length` mask (built from the configured `mem_len`), and

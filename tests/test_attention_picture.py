@@ -14,9 +14,9 @@ from test_core import VARIANTS, ids, make_core
 from training import attention_picture as job
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.attention_picture import (BLANK, LINE, SegmentAttention, attention_image,
+from txl_tf.classification.attention_picture import (BLANK, LINE, SegmentAttention, attention_image,
                                       cell_slices, segment_attention, write_attention_png)
-from txl_tf.checkpoints import get_weights, save_pretrained
+from txl_tf.weights import get_weights, save_pretrained
 
 
 # ------------------------------------------------------- the core's probabilities

@@ -14,9 +14,9 @@ import tensorflow as tf
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
-from txl_tf.checkpoints import weight_dict
+from txl_tf.weights.checkpoints import weight_dict
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
-from txl_tf.checkpoints import save_pretrained
+from txl_tf.weights import save_pretrained
 from txl_tf.text import ByteTokenizer
 from job_helpers import job_env, run_job, write_text_corpus
 
@@ -404,7 +404,7 @@ def test_snapshot_sees_changes(tmp_path):
     ("training.train", "--train_steps"), ("training.evaluate", "--paper_settings"),
     ("training.generate", "--num_tokens"), ("training.classify", "--grad_segments"),
     ("training.demo", "--train_seconds"), ("training.attention_picture", "--layer"),
-    ("export", "--output_dir"), ("txl_tf.convert", "--output_dir")])
+    ("export", "--output_dir"), ("txl_tf.weights.convert", "--output_dir")])
 def test_every_jobs_help_lists_its_own_flags(module, flag):
     shown = run_job(module, ["--help"], check=False)
     assert f"  {flag}" in shown.stdout, shown.stdout[-1000:]

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf.data import (ClassificationDataError, CorpusNotFoundError, Examples, LabelSet,
-                         UnknownLabelError, classification_dataset, corpus_passages,
-                         passage_examples, read_examples, read_folder, read_tsv,
-                         token_dataset)
+from txl_tf.classification import (ClassificationDataError, Examples, LabelSet,
+                                   UnknownLabelError, classification_dataset, corpus_passages,
+                                   passage_examples, read_examples, read_folder, read_tsv,
+                                   token_dataset)
+from txl_tf.data import CorpusNotFoundError
 from txl_tf.text import ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"

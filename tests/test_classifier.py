@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from txl_tf import InputError, TransformerXL, TransformerXLClassifier, TransformerXLConfig
-from txl_tf.checkpoints import get_weights, save_pretrained
+from txl_tf.weights import get_weights, save_pretrained
 
 SEG, N_TOKEN = 8, 16
 
@@ -174,7 +174,7 @@ def test_fine_tunes_a_pretrained_backbone_from_a_model_dir(tmp_path):
 
 
 def test_dtype_reaches_a_pretrained_backbone(tmp_path):
-    from txl_tf.precision import choose
+    from txl_tf.keras_support.precision import choose
     keras.utils.set_random_seed(5)
     core = TransformerXL(tiny_config())
     save_pretrained(core, str(tmp_path / "lm"))

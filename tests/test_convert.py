@@ -1,4 +1,4 @@
-"""`python -m txl_tf.convert`, pickled vocabularies, and a converted model
+"""`python -m txl_tf.weights.convert`, pickled vocabularies, and a converted model
 through evaluation and export."""
 import collections
 import io
@@ -13,7 +13,7 @@ import pytest
 from tests.job_helpers import run_job
 from tests.pytorch_fixtures import CASES, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference
-from txl_tf.convert import ConvertError, convert, read_config_file
+from txl_tf.weights.convert import ConvertError, convert, read_config_file
 from txl_tf.text.pickled_vocab import PickledVocabError, convert_pickled_vocab
 from txl_tf.text.vocab import read_vocab
 
@@ -113,14 +113,14 @@ def _port_files(tmp_path):
 
 def test_cli_converts_the_port_and_export_matches_the_reference(tmp_path):
     from export import open_runtime, run_export
-    from txl_tf.model_dir import load
+    from txl_tf.weights.model_dir import load
 
     case, weights, config, vocab = _port_files(tmp_path)
     fields, ignored = read_config_file(config)
     assert fields["tie_projs"] == [False, True, True] and fields["n_token"] == 60
     assert ignored == ["architectures", "eos_token_id"]
     out = tmp_path / "model"
-    proc = run_job("txl_tf.convert", ["--source=pytorch", f"--input={weights}",
+    proc = run_job("txl_tf.weights.convert", ["--source=pytorch", f"--input={weights}",
                                       f"--config={config}", f"--vocab={vocab}",
                                       f"--output_dir={out}"])
     printed = proc.stdout
@@ -157,7 +157,7 @@ def test_cli_bad_input_is_one_error_line(tmp_path):
     values["d_inner"] = 64
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps(values))
-    proc = run_job("txl_tf.convert", ["--source=pytorch", f"--input={weights}",
+    proc = run_job("txl_tf.weights.convert", ["--source=pytorch", f"--input={weights}",
                                       f"--config={wrong}", f"--output_dir={tmp_path / 'o'}"],
                    check=False)
     lines = proc.stderr.strip().splitlines()

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from reference_numpy import forward as reference_forward
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
-from txl_tf.checkpoints import get_weights
+from txl_tf.weights.checkpoints import get_weights
 from txl_tf.layers.masks import attention_visibility
 
 VARIANTS = {
@@ -307,7 +307,7 @@ def test_inconsistent_config_is_named():
 
 
 def test_imports_a_checkpoint_written_with_the_paper_code_names(tmp_path):
-    from txl_tf.checkpoints import import_tf_checkpoint
+    from txl_tf.weights.checkpoints import import_tf_checkpoint
     source = make_core(**VARIANTS["adaptive"])
     weights = get_weights(source)
     variables = {name: tf.Variable(value) for name, value in weights.items()}

@@ -9,9 +9,9 @@ import keras
 import pytest
 
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.checkpoints import load_pretrained, save_pretrained
+from txl_tf.weights import load_pretrained, save_pretrained
 from training import evaluate
-from txl_tf.evaluation import evaluate_ids
+from txl_tf.learning.evaluation import evaluate_ids
 from job_helpers import write_text_corpus
 from training.errors import TrainingError
 from txl_tf.text import ByteTokenizer, WordTokenizer
@@ -88,7 +88,7 @@ def test_evaluate_accepts_every_model_directory_form(tmp_path, capsys):
     """A model dir, a training run dir (its export/, else its newest
     checkpoint, or --checkpoint) give the same model; progress goes to stderr."""
     import tensorflow as tf
-    from txl_tf.checkpoints import weight_dict
+    from txl_tf.weights.checkpoints import weight_dict
     text = write_text_corpus(tmp_path / "corpus.txt", 3_000, seed=2)
     keras.utils.set_random_seed(3)
     trained = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8,
@@ -114,7 +114,7 @@ def test_evaluate_accepts_every_model_directory_form(tmp_path, capsys):
 
 def test_progress_lines_stay_few():
     import io
-    from training.cli import Progress
+    from txl_tf.app.cli import Progress
     stream = io.StringIO()
     report = Progress("scoring", stream=stream)
     for done in range(1, 1001):

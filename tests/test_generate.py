@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.generate import Generator
+from txl_tf.generation.generate import Generator
 
 
 def make_core():

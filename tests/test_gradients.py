@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from reference_numpy import forward as reference_forward
 from txl_tf import TransformerXLConfig, TransformerXLLM
-from txl_tf.checkpoints import get_weights
+from txl_tf.weights.checkpoints import get_weights
 from txl_tf.layers.dropout import Dropout
 
 T = 6

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from training.callbacks import GlobalStepTensorBoard
 from txl_tf import TransformerXLConfig, TransformerXLLM
-from txl_tf.keras_compat import check_keras_version
+from txl_tf.keras_support.keras_compat import check_keras_version
 
 
 def test_version_guard_raises_on_another_major_and_warns_on_another_minor():

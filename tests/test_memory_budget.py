@@ -4,7 +4,7 @@ import pytest
 
 from job_helpers import run_job, write_text_corpus
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.memory_budget import (GIB, MemoryBudgetError, check_fits, estimate_bytes,
+from txl_tf.checks.memory_budget import (GIB, MemoryBudgetError, check_fits, estimate_bytes,
                                   parameter_count)
 
 
@@ -42,7 +42,7 @@ def test_the_jobs_refuse_before_allocating_or_writing(tmp_path):
                                    "2000000000) needs at least"), train.stderr
     assert len(train.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
-    from txl_tf.checkpoints import save_pretrained
+    from txl_tf.weights import save_pretrained
     from txl_tf.text import ByteTokenizer
     save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny")), tmp_path / "model",
                     ByteTokenizer())

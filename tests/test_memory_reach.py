@@ -5,7 +5,7 @@ memory (`grad_segments`)."""
 import pytest
 
 from benchmarks.bench_memory_reach import SPEC, run_arm
-from training.flagspec import merge
+from txl_tf.app.flagspec import merge
 
 TASK = dict(preset="tiny", segment_len=8, segments=3, steps=800, batch_size=32,
             learning_rate=3e-3, test_documents=300)

@@ -4,10 +4,10 @@ import pytest
 import tensorflow as tf
 
 from export import ModelDirError, load_model
-from txl_tf.checkpoints import weight_dict
+from txl_tf.weights.checkpoints import weight_dict
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.checkpoints import save_pretrained
-from txl_tf.model_dir import load, load_core, resolve
+from txl_tf.weights import save_pretrained
+from txl_tf.weights.model_dir import load, load_core, resolve
 from txl_tf.text import ByteTokenizer
 
 
@@ -72,7 +72,7 @@ def test_neither_form(tmp_path):
 
 def test_weights_assigned_in_blocks_of_rows(run, tmp_path, monkeypatch):
     """Large weights are written into the variables a few rows at a time."""
-    from txl_tf import checkpoints
+    from txl_tf.weights import checkpoints
     _, core = run
     save_pretrained(core, tmp_path / "model")
     monkeypatch.setattr(checkpoints, "_BLOCK_BYTES", 100)  # every weight past 100 bytes

@@ -1,4 +1,4 @@
-"""Precision: the hardware choice (`txl_tf.precision`), its use by the model,
+"""Precision: the hardware choice (`txl_tf.keras_support.precision`), its use by the model,
 and bfloat16's tolerance against float32."""
 import keras
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from txl_tf import TransformerXLConfig, TransformerXLLM
-from txl_tf import precision
-from txl_tf.precision import choose, cpu_flags, resolve
+from txl_tf.keras_support import precision
+from txl_tf.keras_support.precision import choose, cpu_flags, resolve
 
 
 @pytest.mark.parametrize("flags,policy", [

@@ -8,10 +8,10 @@ import pytest
 from tests.pytorch_fixtures import CASES, make_state, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference, pytorch_mask
 from txl_tf import TransformerXLConfig
-from txl_tf.checkpoints import import_pytorch
+from txl_tf.weights import import_pytorch
 from txl_tf.layers.masks import causal_visibility
-from txl_tf.pytorch_import import PytorchImportError, read_pytorch
-from txl_tf.state_dict import StateDictError
+from txl_tf.weights.pytorch_import import PytorchImportError, read_pytorch
+from txl_tf.weights.state_dict import StateDictError
 
 SEG, MEM, BATCH, SEGMENTS = 4, 8, 2, 3
 

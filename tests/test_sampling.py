@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf import counter_rng, sampling_numpy
-from txl_tf.decode_request import Rows, make_rows
-from txl_tf.sampling import Sampling, choose
+from txl_tf.generation import counter_rng
+
+from txl_tf.generation import sampling_numpy
+from txl_tf.generation.request import Rows, make_rows
+from txl_tf.generation.sampling import Sampling, choose
 
 V = 12
 

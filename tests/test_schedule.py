@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf.schedule import MAX_DEFAULT_WARMUP, WarmupCosineDecay, default_warmup_steps
+from txl_tf.learning.schedule import MAX_DEFAULT_WARMUP, WarmupCosineDecay, default_warmup_steps
 
 
 def paper_lr(step, peak=1e-3, total=1000, warmup=100, alpha=0.004):

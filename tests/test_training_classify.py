@@ -14,7 +14,7 @@ from export import open_classifier
 from training import classify
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.checkpoints import save_pretrained
+from txl_tf.weights import save_pretrained
 from txl_tf.text import ByteTokenizer
 from job_helpers import run_job
 

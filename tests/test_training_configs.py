@@ -7,7 +7,7 @@ from absl import flags
 
 from txl_tf import PRESETS
 from training import train
-from training.flagspec import define, values
+from txl_tf.app.flagspec import define, values
 from training.model_config import build_config
 
 CONFIGS = os.path.join(os.path.dirname(train.__file__), "configs")

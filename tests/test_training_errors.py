@@ -2,7 +2,7 @@
 import pytest
 
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.checkpoints import save_pretrained
+from txl_tf.weights import save_pretrained
 from training import evaluate, train
 from training.errors import TrainingError
 from job_helpers import run_job, write_text_corpus
@@ -131,7 +131,7 @@ def test_float16_loss_scaling_is_refused_on_several_replicas(tmp_path, corpus):
 ], ids=["training", "input", "config", "model_dir", "runtime", "flag", "usage", "corpus",
         "empty_corpus", "export", "parity", "os"])
 def test_bad_input_is_one_error_line_and_exit_2(error, capsys):
-    from training.errors import exit_on_error
+    from txl_tf.app.exits import exit_on_error
 
     def fails():
         raise error()
@@ -145,7 +145,7 @@ def test_bad_input_is_one_error_line_and_exit_2(error, capsys):
 def test_ctrl_c_in_any_job_is_one_line_and_exit_130(capsys):
     """E.g. during an export (whose staging folder is removed on the way out:
     tests/test_export_job.py)."""
-    from training.errors import exit_on_error
+    from txl_tf.app.exits import exit_on_error
 
     def interrupted():
         raise KeyboardInterrupt
@@ -156,7 +156,7 @@ def test_ctrl_c_in_any_job_is_one_line_and_exit_130(capsys):
 
 
 def test_bugs_keep_their_traceback():
-    from training.errors import exit_on_error
+    from txl_tf.app.exits import exit_on_error
 
     def bug():
         raise KeyError("a bug")
@@ -166,14 +166,29 @@ def test_bugs_keep_their_traceback():
         exit_on_error(lambda: int("x"))
 
 
-def test_every_listed_library_error_exists():
-    """A renamed class would silently drop out of the bad-input list."""
+def test_every_error_of_the_project_is_a_txl_error():
+    """One family, no list of names: an error class added anywhere in the
+    packages without the base would be a traceback in the jobs."""
     import importlib
+    import inspect
+    import pkgutil
 
-    from training.errors import _LIBRARY_ERRORS
-    for module, name in _LIBRARY_ERRORS:
-        cls = getattr(importlib.import_module(module), name, None)
-        assert isinstance(cls, type) and issubclass(cls, BaseException), (module, name)
+    import export
+    import training
+    import txl_tf
+    from txl_tf.errors import TxlError
+
+    found = []
+    for package in (txl_tf, training, export):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for name, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ == info.name and issubclass(cls, Exception):
+                    found.append(cls)
+    assert len(found) >= 15, found
+    assert [c for c in found if not issubclass(c, TxlError)] == []
 
 
 def test_a_full_disk_during_a_checkpoint_is_one_error_and_leaves_no_partial_files(

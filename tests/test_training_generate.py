@@ -49,7 +49,7 @@ def test_the_job_generates_from_a_model_dir_an_onnx_file_and_a_saved_model(tmp_p
     import shutil
     from export import export_onnx, export_saved_model
     from training.generate import run
-    from txl_tf.checkpoints import save_pretrained
+    from txl_tf.weights import save_pretrained
     from txl_tf.text import ByteTokenizer
     keras.utils.set_random_seed(10)
     core = TransformerXL(TransformerXLConfig.preset("tiny", init_std=0.3))

@@ -3,7 +3,7 @@ frames, and a train_log.jsonl line even for a run shorter than --log_every."""
 import json
 
 from job_helpers import run_job, write_text_corpus
-from txl_tf.precision import choose
+from txl_tf.keras_support.precision import choose
 
 
 def test_piped_output_is_plain_lines(tmp_path):
@@ -40,7 +40,8 @@ def test_run_shorter_than_log_every_is_logged(tmp_path):
 def test_the_terminal_bar_counts_to_train_steps(tmp_path, monkeypatch, capsys):
     """On a terminal the bar is over --train_steps (Keras's own would count to
     --checkpoint_every and restart at every checkpoint)."""
-    from training import progress, train
+    from training import train
+    from txl_tf.app import progress
     monkeypatch.setattr(progress, "interactive", lambda stream=None: True)
     write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
     train.run(model_dir=str(tmp_path / "run"), dataset="text",

@@ -5,19 +5,19 @@ r"""Draws one layer's attention on one segment of a text as a PNG heat map.
         --seg_len=32 --mem_len=64 --output=attention.png
 
 `--model_dir` is a model or training run directory with a `vocab/` (see
-`txl_tf.model_dir`). The text is tokenized with the model's tokenizer and cut
+`txl_tf.weights.model_dir`). The text is tokenized with the model's tokenizer and cut
 into segments of `--seg_len` tokens; the segments before `--segment` are read
 first, so the memory holds up to `--mem_len` earlier positions. Keys (the
 memory, then the segment) run along x, queries down y; hidden cells (future
-keys, empty memory slots) are light grey (`txl_tf.attention_picture`).
+keys, empty memory slots) are light grey (`txl_tf.classification.attention_picture`).
 Token labels are drawn when the picture has at most `--max_labels` keys.
-Bad input ends in one `error:` line and exit status 2 (`training.cli`).
+Bad input ends in one `error:` line and exit status 2 (`txl_tf.app.cli`).
 """
 import os
 
-from training import cli
+from txl_tf.app import cli
 from training.errors import TrainingError
-from training.flagspec import merge, option, values
+from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
     option("string", "model_dir", None, "Model directory (with vocab/) or training run "
@@ -87,13 +87,13 @@ def run(**options):
     _check_options(o)
     text = _read_text(o)
     cli.quiet_tensorflow_import()
-    from txl_tf.attention_picture import (require_matplotlib, segment_attention,
+    from txl_tf.classification.attention_picture import (require_matplotlib, segment_attention,
                                           write_attention_png)
     try:
         require_matplotlib()
     except ImportError as err:
         raise TrainingError(str(err)) from None
-    from txl_tf.model_dir import load_config, load_core, resolve
+    from txl_tf.weights.model_dir import load_config, load_core, resolve
     source = resolve(o["model_dir"], o["checkpoint"])
     config = load_config(source)
     if not -config.n_layer <= o["layer"] < config.n_layer:
@@ -103,7 +103,8 @@ def run(**options):
     if head is not None and head >= config.n_head:
         raise TrainingError(f"--head {head} is out of range: the model has {config.n_head} "
                             "heads")
-    tokenizer = cli.model_tokenizer(o["model_dir"], source.vocab_dir, config)
+    from training import inputs
+    tokenizer = inputs.model_tokenizer(o["model_dir"], source.vocab_dir, config)
     try:
         ids = tokenizer.encode(text)
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>

@@ -126,7 +126,7 @@ class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
     curves over the first run's)."""
 
     def on_train_begin(self, logs=None):
-        from txl_tf.keras_compat import start_tensorboard_batches_at  # private Keras state
+        from txl_tf.keras_support.keras_compat import start_tensorboard_batches_at  # private Keras state
         super().on_train_begin(logs)
         start_tensorboard_batches_at(self, int(self.model.optimizer.iterations.numpy()))
 

@@ -27,8 +27,8 @@ import shutil
 
 import tensorflow as tf
 
-from txl_tf.checkpoints import weight_dict
-from txl_tf.model_dir import CHECKPOINT_DIR
+from txl_tf.weights.checkpoints import weight_dict
+from txl_tf.weights.model_dir import CHECKPOINT_DIR
 from training.errors import TrainingError
 from training.strategy import local_replicas
 

@@ -8,12 +8,12 @@ r"""Fine-tunes, evaluates and applies a Transformer-XL text classifier (absl app
         --predict_data=texts.txt --output=predictions.tsv
 
 Data (`--train_data`, `--eval_data`) is a `label<TAB>text` file or a folder
-with one sub-folder per class (`txl_tf.data.read_examples`); the labels of
+with one sub-folder per class (`txl_tf.classification.read_examples`); the labels of
 the training data are saved as `labels.json` and the evaluation data must use
 them. `--predict_data` is a text file, one document a line.
 
 The model: `--backbone` (a model directory or training run directory,
-`txl_tf.model_dir`) gives pretrained weights and, in its `vocab/`, the
+`txl_tf.weights.model_dir`) gives pretrained weights and, in its `vocab/`, the
 tokenizer; `--preset` (with `--config_override`) or `--config` (a
 `config.json`) give fresh weights, with the tokenizer of `--vocab_dir` or,
 by default, bytes. `--vocab_dir` overrides the backbone's vocabulary too.
@@ -32,7 +32,7 @@ Layout of `--output_dir` (mode train):
                        vocab/ (export.export_classifier; open with
                        export.open_classifier)
 
-Bad input ends in one `error:` line and exit status 2 (`training.cli`),
+Bad input ends in one `error:` line and exit status 2 (`txl_tf.app.cli`),
 before anything is written.
 """
 import json
@@ -42,7 +42,7 @@ import sys
 import time
 
 from training.errors import TrainingError
-from training.flagspec import merge, option, values
+from txl_tf.app.flagspec import merge, option, values
 
 MODES = ("train", "evaluate", "predict")
 EXPORT_FORMATS = ("saved_model", "onnx")
@@ -199,7 +199,7 @@ def choose_model(o, log=print):
     kwargs = dict(segment_len=o["segment_len"], mem_len=o["mem_len"],
                   grad_segments=o["grad_segments"])
     if o["backbone"]:
-        from txl_tf import model_dir
+        from txl_tf.weights import model_dir
         source = model_dir.resolve(o["backbone"])
         config = model_dir.load_config(source, **overrides)
         if o["vocab_dir"]:
@@ -254,7 +254,7 @@ def predict_logits(model, texts, tokenizer, batch_size, max_length, keep, progre
     """float32 logits `[N, C]` of `texts`, in order."""
     import keras
     import numpy as np
-    from txl_tf.data import classification_dataset
+    from txl_tf.classification import classification_dataset
     ds = classification_dataset(texts, tokenizer, batch_size, max_length=max_length,
                                 segment_len=model.segment_len, keep=keep)
     total = math.ceil(len(texts) / batch_size)
@@ -269,7 +269,7 @@ def predict_logits(model, texts, tokenizer, batch_size, max_length, keep, progre
 
 def evaluate_examples(model, examples, tokenizer, o, progress=None):
     """`classification_metrics` of `model` on `examples`."""
-    from txl_tf.classification_metrics import classification_metrics
+    from txl_tf.classification.metrics import classification_metrics
     logits = predict_logits(model, examples.texts, tokenizer, o["batch_size"],
                             o["max_length"], o["keep"], progress)
     return classification_metrics(logits, examples.label_ids, examples.labels.names)
@@ -286,7 +286,7 @@ def load_classifier(path):
     """`(model, labels, tokenizer)` of a --output_dir of mode train."""
     import keras
     import txl_tf  # noqa: F401  (registers the classifier's classes)
-    from txl_tf.data import LabelSet
+    from txl_tf.classification import LabelSet
     if not os.path.isdir(path):
         raise TrainingError(f"--classifier_dir {path} does not exist")
     model_file = os.path.join(path, MODEL_FILE)
@@ -319,19 +319,19 @@ def run(**options):
     """Runs the job with `options` (the flags by name); returns a summary dict."""
     o = merge(SPEC, options)
     check_options(o)
-    from training import cli
+    from txl_tf.app import cli
     cli.quiet_tensorflow_import()
     return {"train": train, "evaluate": evaluate, "predict": predict}[o["mode"]](o)
 
 
 def _progress(o, desc):
-    from training import cli
+    from txl_tf.app import cli
     return cli.Progress(desc, enabled=o["progress"] is not False)
 
 
 def _read(path, labels, flag):
-    from txl_tf.data import (ClassificationDataError, CorpusNotFoundError,
-                             UnknownLabelError, read_examples)
+    from txl_tf.classification import ClassificationDataError, UnknownLabelError, read_examples
+    from txl_tf.data import CorpusNotFoundError
     try:
         return read_examples(path, labels)
     except (ClassificationDataError, CorpusNotFoundError, UnknownLabelError) as err:
@@ -343,11 +343,11 @@ def train(o):
 
     from training.callbacks import ProgressLine, StepLog
     from training.files import write_atomically
-    from training.progress import interactive
-    from txl_tf.data import classification_dataset
-    from txl_tf.optimizer import ReplicaClippedAdam
-    from txl_tf.precision import resolve as resolve_precision
-    from txl_tf.schedule import WarmupCosineDecay
+    from txl_tf.app.progress import interactive
+    from txl_tf.classification import classification_dataset
+    from txl_tf.learning.optimizer import ReplicaClippedAdam
+    from txl_tf.keras_support.precision import resolve as resolve_precision
+    from txl_tf.learning.schedule import WarmupCosineDecay
 
     def log(message):
         if o["verbose"]:
@@ -436,7 +436,7 @@ def train(o):
         result["eval"] = metrics
         log(describe_metrics(metrics, f"eval {o['eval_data']}"))
     if formats:
-        from export.classifier_export import export_classifier
+        from export import export_classifier
         written = export_classifier(model, os.path.join(output_dir, "export"), formats,
                                     label_names=labels.names, vocab_dir=vocab_dir)
         result["export"] = written
@@ -525,7 +525,7 @@ def predict(o):
 
 
 def main(argv):
-    """The command-line entry (run through `training.cli.run`)."""
+    """The command-line entry (run through `txl_tf.app.cli.run`)."""
     options = values(SPEC)
     check_options(merge(SPEC, options))  # bad flags fail before TensorFlow loads
     run(**options)
@@ -534,7 +534,7 @@ def main(argv):
 
 def console():
     """The installed command (see setup.py's console scripts)."""
-    from training import cli
+    from txl_tf.app import cli
     cli.run(main, SPEC)
 
 

@@ -10,8 +10,8 @@ continuation of a prompt.
 import os
 import tempfile
 
-from training import cli
-from training.flagspec import merge, option, values
+from txl_tf.app import cli
+from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
     option("string", "model_dir", None, "Where to train (default: a new temporary folder)."),
@@ -43,11 +43,11 @@ def run(**options):
 
 def _demo(o, model_dir):
     cli.quiet_tensorflow_import()
-    from txl_tf.checkpoints import load_pretrained
+    from txl_tf.weights import load_pretrained
     from txl_tf.data import load_corpus
     from txl_tf.text import load_tokenizer
     from training.budget import train_within
-    from txl_tf.evaluation import evaluate_ids
+    from txl_tf.learning.evaluation import evaluate_ids
     from training.generate import continue_text
 
     base = dict(preset=o["preset"], dataset="pystdlib", batch_size=o["batch_size"],

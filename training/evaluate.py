@@ -7,21 +7,21 @@ r"""Evaluates a trained model on a corpus split the way the paper does (absl app
 `--model_dir` is a model directory (config.json + weights.npz, e.g. the
 `export/` written by training.train) or a training run directory (its
 `export/` if present, else its newest checkpoint; `--checkpoint` picks one,
-see `txl_tf.model_dir`). The corpus is read with the model's own vocabulary
+see `txl_tf.weights.model_dir`). The corpus is read with the model's own vocabulary
 (its `vocab/`, checked against the fingerprint in its config; `--vocab_dir`
 for a model without one), never one rebuilt from the corpus: words outside
 it are read as its unknown token, and counted. Every
 token of the split except the first of each of the `--batch_size` streams is
 predicted exactly once, segment by segment with the memory carried; the
 loss is weighted by tokens. Prints and writes (`--output`) loss, bpc, ppl.
-Bad input ends in one `error:` line and exit status 2 (`training.cli`).
+Bad input ends in one `error:` line and exit status 2 (`txl_tf.app.cli`).
 """
 import json
 import os
 
-from training import cli
+from txl_tf.app import cli
 from training.errors import TrainingError
-from training.flagspec import merge, option, values
+from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
     option("string", "model_dir", None, "Model directory, or a training run's directory."),
@@ -53,8 +53,8 @@ SPEC = (
 def load_core(model_dir, checkpoint=None, vocab_dir=None, **overrides):
     """`(core, source)`: a `TransformerXL` from a model or training run
     directory, with config `overrides` (clamp_len, same_length); see
-    `txl_tf.model_dir`."""
-    from txl_tf.model_dir import load
+    `txl_tf.weights.model_dir`."""
+    from txl_tf.weights.model_dir import load
     return load(model_dir, checkpoint, vocab_dir=vocab_dir, **overrides)
 
 
@@ -87,13 +87,13 @@ def run(**options):
             raise TrainingError(f"--paper_settings: {err}") from None
     settings.update(given)
     from training import inputs
-    from txl_tf.evaluation import evaluate_ids
+    from txl_tf.learning.evaluation import evaluate_ids
 
     overrides = {k: settings[k] for k in ("clamp_len", "same_length") if k in settings}
     from txl_tf.data import unknown_count
-    from txl_tf.memory_budget import check_fits
+    from txl_tf.checks.memory_budget import check_fits
     core, source = load_core(o["model_dir"], o["checkpoint"], o["vocab_dir"], **overrides)
-    tokenizer = cli.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
+    tokenizer = inputs.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
     mem_len = settings.get("mem_len")
     check_fits(core.config, o["batch_size"], settings.get("tgt_len") or core.config.tgt_len,
                core.config.mem_len if mem_len is None else mem_len, what="an evaluation step")

@@ -5,7 +5,7 @@ r"""Continues a prompt with a trained or exported model, carrying memory.
     python -m training.generate --model=out/model.onnx --prompt="def " --greedy
 
 `--model` (or `--model_dir`) is a model directory with `vocab/` or a training
-run directory (see `txl_tf.model_dir`: the compiled Keras decoder), or an
+run directory (see `txl_tf.weights.model_dir`: the compiled Keras decoder), or an
 export: a `model.onnx` file, a SavedModel directory, or the export job's
 output folder (`export.open_runtime`: ONNX Runtime or the SavedModel, the
 same sampler and seeds). The prompt is read in segments; each new token is
@@ -13,16 +13,16 @@ then fed alone with the memory of everything before it (up to `--mem_len`
 positions; an export has its memory length fixed). The continuation is
 printed as it is generated, joined the way the tokenizer joins tokens (a
 space between words, nothing between bytes). Bad input ends in one `error:`
-line and exit status 2 (`training.cli`).
+line and exit status 2 (`txl_tf.app.cli`).
 """
 import os
 import sys
 
 import numpy as np
 
-from training import cli
+from txl_tf.app import cli
 from training.errors import TrainingError
-from training.flagspec import merge, option, values
+from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
     option("string", "model", None, "Model directory with vocab/, training run directory, "
@@ -182,7 +182,7 @@ def _load(o):
         from export import open_runtime
         runtime = open_runtime(path, device=o["device"])
         return runtime, runtime.config, _export_vocab(path)
-    from txl_tf.model_dir import load_config, load_core, resolve
+    from txl_tf.weights.model_dir import load_config, load_core, resolve
     source = resolve(path, o["checkpoint"])
     config = load_config(source)
     return (lambda: load_core(source, config=config)), config, source.vocab_dir
@@ -203,7 +203,8 @@ def run(write=None, **options):
     if any(s >= config.n_token for s in stop_ids):
         raise TrainingError(f"--stop_ids must be ids below the vocabulary size "
                             f"{config.n_token}, got {max(stop_ids)}")
-    tokenizer = cli.model_tokenizer(name, vocab_dir, config)
+    from training import inputs
+    tokenizer = inputs.model_tokenizer(name, vocab_dir, config)
     try:
         tokenizer.encode(o["prompt"])
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>

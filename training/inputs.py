@@ -1,8 +1,9 @@
 """Loading a corpus for a job, with checks that name the problem."""
 import numpy as np
 
-from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
 from training.errors import TrainingError
+from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
+from txl_tf.weights.model_dir import ModelDirError, load_vocab
 
 
 def parse_options(items):
@@ -59,3 +60,12 @@ def check_split(corpus, split, batch_size, tgt_len, what):
 def is_character_level(tokenizer):
     """True for byte / character tokenizers (report bits per character)."""
     return getattr(tokenizer, "kind", "") in ("byte", "char")
+
+
+def model_tokenizer(name, vocab_dir, config):
+    """The tokenizer in a model's `vocab_dir`, checked against its `config`
+    (size and vocabulary fingerprint); else a `TrainingError` naming `name`."""
+    try:
+        return load_vocab(vocab_dir, config)
+    except ModelDirError as err:
+        raise TrainingError(f"{name}: {err}") from None

@@ -22,7 +22,7 @@ flock that dies with its owner). Layout of `--model_dir`:
                        and at the last step
     eval_log.jsonl     validation results (step, loss, bpc, ppl, tokens)
     export/            the final model: config.json, weights.npz, vocab/
-                       (load with txl_tf.checkpoints.load_pretrained)
+                       (load with txl_tf.weights.load_pretrained)
     batches.jsonl      only with --log_batches: step -> first ids per batch
 
 One Keras "epoch" is --checkpoint_every steps. The batch of global step s is
@@ -41,7 +41,7 @@ import time
 
 from training.errors import TrainingError
 from training.files import save_vocab, write_atomically
-from training.flagspec import merge, option, values
+from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
     option("string", "preset", "small", "Model preset (txl_tf.PRESETS)."),
@@ -204,18 +204,18 @@ def _train(o, strategy, task_id, is_chief):
     import tensorflow as tf
 
     from txl_tf import TransformerXLLM
-    from txl_tf.checkpoints import save_pretrained
-    from txl_tf.memory_budget import check_fits
+    from txl_tf.weights import save_pretrained
+    from txl_tf.checks.memory_budget import check_fits
     from training import inputs, run_record
     from training.callbacks import (GlobalStepTensorBoard, ProgressBar, ProgressLine, StepEvents,
                                     StepLog, StopOnSignal, TimeLimit, tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
-    from training.progress import interactive
-    from txl_tf.optimizer import ReplicaClippedAdam
-    from txl_tf.precision import resolve as resolve_precision
-    from txl_tf.schedule import WarmupCosineDecay
+    from txl_tf.app.progress import interactive
+    from txl_tf.learning.optimizer import ReplicaClippedAdam
+    from txl_tf.keras_support.precision import resolve as resolve_precision
+    from txl_tf.learning.schedule import WarmupCosineDecay
     from training.train_data import training_input
     from training.validation import Validator
 
@@ -391,9 +391,9 @@ def _train(o, strategy, task_id, is_chief):
 
 
 def main(argv):
-    """The command-line entry (run through `training.cli.run`: bad input is
+    """The command-line entry (run through `txl_tf.app.cli.run`: bad input is
     one `error:` line and exit status 2)."""
-    from training import cli
+    from txl_tf.app import cli
     options = values(SPEC)
     start = time.time()
     _check_options(merge(SPEC, options))  # bad flags fail before TensorFlow loads
@@ -411,7 +411,7 @@ def main(argv):
 
 def console():
     """The installed command (see setup.py's console scripts)."""
-    from training import cli
+    from txl_tf.app import cli
     cli.run(main, SPEC)
 
 

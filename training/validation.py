@@ -4,12 +4,12 @@ import os
 
 import tensorflow as tf
 
-from txl_tf.evaluation import evaluate_ids, make_scorer
-from training.progress import interactive
+from txl_tf.learning.evaluation import evaluate_ids, make_scorer
+from txl_tf.app.progress import interactive
 
 
 class Validator:
-    """`validator(step)` evaluates `core` on `ids` (see `txl_tf.evaluation.evaluate_ids`),
+    """`validator(step)` evaluates `core` on `ids` (see `txl_tf.learning.evaluation.evaluate_ids`),
     prints a line, appends the result to `model_dir/eval_log.jsonl` and, with
     `tensorboard`, writes scalars under `model_dir/logs/eval`."""
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Any, List, Optional
+from txl_tf.errors import TxlError
 
 
 SAME_LENGTH_CONVENTIONS = ("tf", "pytorch")
 
 
-class ConfigError(ValueError):
+class ConfigError(TxlError):
     """A configuration value is missing, out of range or inconsistent."""
 
 

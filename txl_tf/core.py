@@ -17,7 +17,7 @@ from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
 from txl_tf.layers.ring_cache import (DecodeCache, in_slot_order, ring_memory, slot_order,
                                       with_free_slot, write_slot)
-from txl_tf.validation import check_memory, check_targets, check_token_ids, check_token_mask
+from txl_tf.checks.inputs import check_memory, check_targets, check_token_ids, check_token_mask
 
 
 def as_config(config):

@@ -3,13 +3,13 @@ import keras
 import tensorflow as tf
 
 from txl_tf.core import TransformerXL, as_config
-from txl_tf.compile_mixin import AutoJitCompile
-from txl_tf.keras_compat import PrebuiltModel
+from txl_tf.keras_support.compile_mixin import AutoJitCompile
+from txl_tf.keras_support.keras_compat import PrebuiltModel
 from txl_tf.layers.memory import Memory
-from txl_tf.metrics import TokenNLL
-from txl_tf.precision import choose as choose_precision
-from txl_tf.untracked import Untracked
-from txl_tf.validation import InputError
+from txl_tf.learning.metrics import TokenNLL
+from txl_tf.keras_support.precision import choose as choose_precision
+from txl_tf.keras_support.untracked import Untracked
+from txl_tf.checks.inputs import InputError
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -35,7 +35,7 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
 
     Precision: like any Keras model it takes the global dtype policy, or
     `dtype=`; `dtype="auto"` picks the fastest for the hardware present
-    (`txl_tf.precision.choose()`: `mixed_bfloat16` on CPUs with AVX512-BF16 or
+    (`txl_tf.keras_support.precision.choose()`: `mixed_bfloat16` on CPUs with AVX512-BF16 or
     AMX, Ampere and newer GPUs and TPUs; float32 elsewhere).
     """
 

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from txl_tf.data import cache as cache_lib
 from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
 from txl_tf.text.vocab import count_tokens
+from txl_tf.errors import TxlError
 
 SPLITS = cache_lib.SPLITS
 CHUNK_BYTES = 16 << 20
@@ -42,7 +43,7 @@ PROGRESS_MIN_BYTES = 32 << 20
 LM1B_DIR = "1-billion-word-language-modeling-benchmark-r13output"
 
 
-class CorpusNotFoundError(FileNotFoundError):
+class CorpusNotFoundError(TxlError, FileNotFoundError):
     """A corpus file or folder is missing; the message shows the expected layout."""
 
     def __init__(self, path: Path | str | None, layout: str, what: str = "corpus file"):
@@ -51,7 +52,7 @@ class CorpusNotFoundError(FileNotFoundError):
         super().__init__(f"{where}\nexpected layout: {layout}")
 
 
-class EmptyCorpusError(ValueError):
+class EmptyCorpusError(TxlError):
     """A corpus (or one of its required splits) has no tokens."""
 
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from txl_tf.layers.adaptive_embedding import bin_bounds
 from txl_tf.layers.init import normal
-from txl_tf.untracked import Untracked
+from txl_tf.keras_support.untracked import Untracked
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")

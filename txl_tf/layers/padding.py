@@ -2,7 +2,7 @@
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.validation import InputError
+from txl_tf.checks.inputs import InputError
 
 
 def check_lengths(lengths, token_ids):

@@ -20,6 +20,7 @@ import zipfile
 import zlib
 
 from txl_tf.text.vocab import write_vocab
+from txl_tf.errors import TxlError
 
 # Counter and OrderedDict are read as plain dicts: handing out the real
 # (mutable) classes would let a pickle's BUILD opcode set attributes on them
@@ -35,7 +36,7 @@ _ALLOWED = {
 _TORCH_MAGIC = 0x1950a86a20f9469cfc6c
 
 
-class PickledVocabError(ValueError):
+class PickledVocabError(TxlError):
     """A pickled vocabulary holds something other than plain containers, or no symbol list."""
 
 

@@ -1,10 +1,10 @@
-"""numpy mirror of `txl_tf.sampling.choose` and `txl_tf.counter_rng`, for the
+"""numpy mirror of `txl_tf.generation.sampling.choose` and `txl_tf.generation.counter_rng`, for the
 runtimes' host loop; same operations in the same order and dtypes
 (`tests/test_sampling.py` holds the two to the same ids)."""
 import numpy as np
 
-from txl_tf.counter_rng import GOLDEN, MULTIPLIERS, STEP_SALT
-from txl_tf.sampling import TIE_TOLERANCE
+from txl_tf.generation.counter_rng import GOLDEN, MULTIPLIERS, STEP_SALT
+from txl_tf.generation.sampling import TIE_TOLERANCE
 
 _MASK32 = np.int64(0xFFFFFFFF)
 
@@ -80,7 +80,7 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
 
 
 def choose(log_probs, rows, seen, counters, done, pad_id):
-    """See `txl_tf.sampling.choose`; numpy in, numpy out (`seen` is updated in a copy)."""
+    """See `txl_tf.generation.sampling.choose`; numpy in, numpy out (`seen` is updated in a copy)."""
     lp = np.asarray(log_probs, np.float32)
     active = ~done
     ids = sample_next(lp, seen, rows.keys, counters, rows.temperature, rows.top_k, rows.top_p,

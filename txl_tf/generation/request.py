@@ -4,8 +4,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from txl_tf import sampling_numpy
-from txl_tf.sampling import Sampling
+from txl_tf.generation import sampling_numpy
+from txl_tf.generation.sampling import Sampling
 
 MAX_SEED = 2 ** 63 - 1
 

@@ -1,4 +1,4 @@
-"""Weights by the paper's TF variable names; model directories (config + weights).
+"""Weights by the paper's TF variable names, in `.npz` files and from the paper's TF checkpoints.
 
 Every weight of a `TransformerXL` has a name of the paper's TF code
 (`transformer/layer_0/rel_attn/qkv/kernel`, ...), so weights saved here, a
@@ -183,29 +183,6 @@ class _CheckedArchive(Mapping):
         return len(self.archive.files)
 
 
-def save_pretrained(core, directory, tokenizer=None):
-    """Writes `config.json` and `weights.npz` into `directory`; with the
-    `tokenizer` the model reads with, also `vocab/`, and its fingerprint into
-    the config (every job then reads text with it, checked)."""
-    os.makedirs(directory, exist_ok=True)
-    config = core.config
-    if tokenizer is not None:
-        config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
-        tokenizer.save(os.path.join(directory, VOCAB_DIR))
-    config.to_json(os.path.join(directory, CONFIG_FILE))
-    save_weights(core, os.path.join(directory, WEIGHTS_FILE))
-    return directory
-
-
-def load_pretrained(directory, **config_overrides):
-    """A `TransformerXL` from a model directory (or a training run's
-    directory: see `txl_tf.model_dir`); overrides (e.g. `clamp_len`,
-    `same_length` for evaluation) change the config, not the weights."""
-    from txl_tf.model_dir import load
-
-    return load(str(directory), **config_overrides)[0]
-
-
 def import_tf_checkpoint(checkpoint, config, **config_overrides):
     """A `TransformerXL` holding the weights of a checkpoint written by the
     paper's TF code (`tf/train_gpu.py`, `train.py`): a checkpoint prefix or a
@@ -237,11 +214,3 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
             f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
     set_weights(core, {name: reader.get_tensor(name) for name in names})
     return core
-
-
-def import_pytorch(source, config=None, **kwargs):
-    """A `TransformerXL` from PyTorch Transformer-XL weights (the paper's
-    PyTorch code or the transfo-xl-wt103 port): see `txl_tf.pytorch_import`."""
-    from txl_tf.pytorch_import import import_pytorch as _import
-
-    return _import(source, config, **kwargs)

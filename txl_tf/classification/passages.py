@@ -6,8 +6,8 @@ from typing import Mapping
 
 import numpy as np
 
-from txl_tf.data.classification import Examples
-from txl_tf.data.labels import LabelSet
+from txl_tf.classification.data import Examples
+from txl_tf.classification.labels import LabelSet
 
 
 def corpus_passages(text: str, n_words: int, *, limit: int | None = None) -> list[str]:

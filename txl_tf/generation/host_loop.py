@@ -7,8 +7,8 @@ steps run on the live rows only.
 """
 import numpy as np
 
-from txl_tf.decode_request import DecodeState
-from txl_tf.sampling_numpy import choose
+from txl_tf.generation.request import DecodeState
+from txl_tf.generation.sampling_numpy import choose
 
 
 def host_decode(backend, state, num_tokens, stream=None, stream_every=1):

@@ -1,4 +1,4 @@
-"""The first decoding API, kept as a thin shell over `txl_tf.decoder.Decoder`
+"""The first decoding API, kept as a thin shell over `txl_tf.generation.decoder.Decoder`
 (which see for batches of any lengths, top-p, stop ids, streaming and the
 memory of a conversation).
 
@@ -10,9 +10,9 @@ import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from txl_tf.decode_request import check_prompts
-from txl_tf.decoder import Decoder
-from txl_tf.generation import prefill
+from txl_tf.generation.request import check_prompts
+from txl_tf.generation.decoder import Decoder
+from txl_tf.generation.flow import prefill
 
 
 class Generator:

@@ -13,13 +13,14 @@ import os
 import re
 from pathlib import Path
 from typing import Iterable, Sequence
+from txl_tf.errors import TxlError
 
 LABELS_FILE = "labels.json"
 FORMAT_VERSION = 1
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-class UnknownLabelError(KeyError, ValueError):
+class UnknownLabelError(KeyError, TxlError):
     """A label that is not in the :class:`LabelSet` (e.g. seen only at
     evaluation). ``path`` and ``line`` name where it was read, when known."""
 

@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from txl_tf.config import TransformerXLConfig
-from txl_tf.state_dict import StateDict, StateDictError, from_arrays, read_state_dict
+from txl_tf.weights.state_dict import StateDict, StateDictError, from_arrays, read_state_dict
 
 PAPER, PORT = "paper", "port"
 CLUSTER_ORDERS = ("tf", "pytorch")
@@ -62,7 +62,7 @@ class ImportReport:
 
 @dataclasses.dataclass
 class PytorchWeights:
-    """`config`, `arrays` keyed by the TF names of `txl_tf.checkpoints`, `report`."""
+    """`config`, `arrays` keyed by the TF names of `txl_tf.weights.checkpoints`, `report`."""
 
     config: TransformerXLConfig
     arrays: "OrderedDict[str, np.ndarray]"
@@ -382,7 +382,7 @@ def import_pytorch(source, config=None, *, cluster_order=None, strict=True, **ov
     """A `TransformerXL` holding PyTorch Transformer-XL weights; see
     `read_pytorch` for the arguments. The import report is at
     `core.import_report`."""
-    from txl_tf.checkpoints import set_weights
+    from txl_tf.weights.checkpoints import set_weights
     from txl_tf.core import TransformerXL
     from txl_tf.layers.init import skip_random_init
 

@@ -3,12 +3,12 @@ import keras
 import tensorflow as tf
 
 from txl_tf.core import TransformerXL, as_config
-from txl_tf.compile_mixin import AutoJitCompile
-from txl_tf.keras_compat import PrebuiltModel
+from txl_tf.keras_support.compile_mixin import AutoJitCompile
+from txl_tf.keras_support.keras_compat import PrebuiltModel
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
-from txl_tf.precision import choose as choose_precision
-from txl_tf.validation import InputError
+from txl_tf.keras_support.precision import choose as choose_precision
+from txl_tf.checks.inputs import InputError
 
 INPUT_KEYS = ("token_ids", "lengths")
 
@@ -107,12 +107,12 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     def from_model_dir(cls, path, num_classes, checkpoint=None, config_overrides=None,
                        **kwargs):
         """A classifier on the backbone of a model directory (or training run
-        directory, or one written by `python -m txl_tf.convert` from the
-        published checkpoints), via `txl_tf.model_dir`. `config_overrides`
+        directory, or one written by `python -m txl_tf.weights.convert` from the
+        published checkpoints), via `txl_tf.weights.model_dir`. `config_overrides`
         (e.g. `{"dropout": 0.1}`) change the backbone's config; the backbone
         is built under the model's `dtype` policy (`kwargs`, "auto" resolved
         first)."""
-        from txl_tf import model_dir
+        from txl_tf.weights import model_dir
         kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"))
         policy = keras.dtype_policies.get(kwargs["dtype"] or keras.config.dtype_policy())
         kwargs["dtype"] = policy  # the backbone is built under it, as the head
@@ -147,7 +147,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
 
 def resolve_dtype(dtype):
     """`dtype` with "auto" replaced by the fastest policy for the hardware
-    (`txl_tf.precision.choose`); None stays None."""
+    (`txl_tf.keras_support.precision.choose`); None stays None."""
     if isinstance(dtype, str) and dtype == "auto":
         return choose_precision(tf.distribute.get_strategy()).policy
     return dtype

@@ -13,11 +13,11 @@ reply = decoder.generate(user_ids, 50, memory=out.memory)  # a conversation goes
 import numpy as np
 import tensorflow as tf
 
-from txl_tf import generation
-from txl_tf.decode_request import DecodeState, Rows
+from txl_tf.generation import flow as generation
+from txl_tf.generation.request import DecodeState, Rows
 from txl_tf.layers.memory import Memory
-from txl_tf.sampling import choose
-from txl_tf.validation import check_finite_outputs, check_memory
+from txl_tf.generation.sampling import choose
+from txl_tf.checks.inputs import check_finite_outputs, check_memory
 
 
 class Decoder:
@@ -53,7 +53,7 @@ class Decoder:
         array); each row gets what it would get alone. Options:
         segment_len (the decoder's: prompt positions read per call);
         temperature (1.0; 0 is greedy), top_k (0), top_p (1.0),
-        repetition_penalty (1.0): see `txl_tf.sampling.Sampling`; seed: an int
+        repetition_penalty (1.0): see `txl_tf.generation.sampling.Sampling`; seed: an int
         (row i uses `seed + i`) or one per row, so a row's draws depend only on
         its seed; stop_ids: ids that end a row (included in its output, then
         `pad_id`); memory: continue from this memory (a conversation);

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
+from txl_tf.errors import TxlError
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
@@ -17,7 +18,7 @@ TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 _NESTED_KEYS = ("state_dict", "model_state_dict", "model")
 
 
-class StateDictError(ValueError):
+class StateDictError(TxlError):
     """A weights file is missing, unreadable or not a state dict of tensors."""
 
 

@@ -20,7 +20,7 @@ def check_keras_version(version=keras.__version__):
     if major != TESTED_VERSION[0]:
         raise ImportError(f"txl_tf needs Keras {TESTED_VERSION[0]}.x, found {version}")
     if minor != TESTED_VERSION[1]:
-        warnings.warn(f"txl_tf.keras_compat was written for Keras "
+        warnings.warn(f"txl_tf.keras_support.keras_compat was written for Keras "
                       f"{TESTED_VERSION[0]}.{TESTED_VERSION[1]}, found {version}: its "
                       "workarounds of private Keras internals are untested there",
                       stacklevel=2)
@@ -29,7 +29,7 @@ def check_keras_version(version=keras.__version__):
 def _require(owner, name):
     if not hasattr(owner, name):
         raise ImportError(f"Keras {keras.__version__} has no {owner.__name__}.{name}; "
-                          "txl_tf.keras_compat must be updated for this version")
+                          "txl_tf.keras_support.keras_compat must be updated for this version")
 
 
 check_keras_version()
@@ -95,5 +95,5 @@ def start_tensorboard_batches_at(callback, step):
     """
     if not hasattr(callback, "_global_train_batch"):
         raise AttributeError("keras.callbacks.TensorBoard no longer has "
-                             "_global_train_batch; update txl_tf.keras_compat")
+                             "_global_train_batch; update txl_tf.keras_support.keras_compat")
     callback._global_train_batch = int(step)

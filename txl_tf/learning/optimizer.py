@@ -4,12 +4,12 @@ Keras 3 clips each replica's *local* gradient and all-reduces afterwards, so
 with N replicas the clip acts on N partial gradients instead of the full one,
 and training differs from the same global batch on one device. The paper
 clips the summed gradient; `ReplicaClippedAdam` does (the reordering lives in
-`txl_tf.keras_compat.ClipAfterReplicaSum`). With one replica it is plain
+`txl_tf.keras_support.keras_compat.ClipAfterReplicaSum`). With one replica it is plain
 `Adam(global_clipnorm=...)`.
 """
 import keras
 
-from txl_tf.keras_compat import ClipAfterReplicaSum
+from txl_tf.keras_support.keras_compat import ClipAfterReplicaSum
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")

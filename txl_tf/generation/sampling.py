@@ -1,9 +1,9 @@
 """The one sampler: greedy, temperature, top-k, top-p and a repetition
 penalty over a batch of last-position log-probs, with per-row settings and
-per-row counter-based randomness (`txl_tf.counter_rng`).
+per-row counter-based randomness (`txl_tf.generation.counter_rng`).
 
 This TensorFlow version runs inside the compiled Keras decoder's
-`tf.while_loop`; `txl_tf.sampling_numpy` mirrors it line for line for the
+`tf.while_loop`; `txl_tf.generation.sampling_numpy` mirrors it line for line for the
 host loop that drives ONNX Runtime and the reloaded SavedModel. The mirror
 exists for speed: calling this function from the host costs ~1 ms per token
 in TensorFlow's dispatch (a third of an ONNX Runtime step of the `small`
@@ -28,7 +28,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from txl_tf import counter_rng
+from txl_tf.generation import counter_rng
 
 TIE_TOLERANCE = 1e-4
 

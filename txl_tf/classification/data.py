@@ -12,7 +12,7 @@ Two layouts are read (UTF-8):
   ignored; ``classes=`` picks some sub-folders (e.g. IMDB's ``neg``/``pos``
   without ``unsup``).
 
-Labels become ids through a :class:`~txl_tf.data.labels.LabelSet`: built from
+Labels become ids through a :class:`~txl_tf.classification.labels.LabelSet`: built from
 the training data (sorted; numerically when every label is an integer) and
 saved as ``labels.json``, then passed to the evaluation reader, where an
 unknown label is an error naming the file and line.
@@ -44,8 +44,9 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError, _list_files
-from txl_tf.data.labels import LabelSet, UnknownLabelError
+from txl_tf.classification.labels import LabelSet, UnknownLabelError
 from txl_tf.text import Tokenizer
+from txl_tf.errors import TxlError
 
 TSV_LAYOUT = "one example a line, label<TAB>text (UTF-8)"
 FOLDER_LAYOUT = "<root>/<class name>/<one file per example> (UTF-8)"
@@ -53,7 +54,7 @@ EMPTY_TEXT = ("error", "skip")
 KEEP = ("start", "end")
 
 
-class ClassificationDataError(ValueError):
+class ClassificationDataError(TxlError):
     """A classification data file is malformed; ``path`` and ``line`` say where."""
 
     def __init__(self, message: str, path: Path | str | None = None,

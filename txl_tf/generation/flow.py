@@ -18,10 +18,10 @@ are.
 """
 import numpy as np
 
-from txl_tf.decode_request import (DecodeState, Generation, check_count, check_pad_id,
+from txl_tf.generation.request import (DecodeState, Generation, check_count, check_pad_id,
                                    check_prompts, make_rows, right_aligned_segments, seen_mask)
-from txl_tf.sampling import Sampling
-from txl_tf.validation import NonFiniteMemoryError
+from txl_tf.generation.sampling import Sampling
+from txl_tf.checks.inputs import NonFiniteMemoryError
 
 
 def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,

@@ -65,7 +65,7 @@ def segment_attention(core, token_ids, layer, segment=-1, seg_len=None, mem_len=
     memory of `mem_len` (default the model's) positions, so the picture shows
     the model reading that memory."""
     from txl_tf.layers.masks import attention_visibility
-    from txl_tf.validation import InputError, out_of_range_message
+    from txl_tf.checks.inputs import InputError, out_of_range_message
     cfg = core.config
     ids = np.asarray(token_ids)
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):

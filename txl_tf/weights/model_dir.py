@@ -1,7 +1,7 @@
 """One loader for every form of model directory the jobs accept.
 
 * a model directory: `config.json` + `weights.npz` [+ `vocab/`], as written
-  by `txl_tf.checkpoints.save_pretrained` (and training's `export/`);
+  by `txl_tf.weights.save_pretrained` (and training's `export/`);
 * a training run directory (`training.train --model_dir`): its `export/`
   when present, else its newest checkpoint in `checkpoints/` with its
   `config.json` (and `export/vocab/` when present);
@@ -15,9 +15,10 @@ import os
 import zipfile
 from typing import NamedTuple, Optional
 
-from txl_tf import checkpoints
+from txl_tf.weights import checkpoints
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.layers.init import skip_random_init
+from txl_tf.errors import TxlError
 
 CONFIG_FILE = checkpoints.CONFIG_FILE
 WEIGHTS_FILE = checkpoints.WEIGHTS_FILE
@@ -26,7 +27,7 @@ EXPORT_DIR = "export"
 CHECKPOINT_DIR = "checkpoints"
 
 
-class ModelDirError(ValueError):
+class ModelDirError(TxlError):
     """A model directory, config, weights file or checkpoint is missing or unreadable."""
 
 
@@ -204,3 +205,24 @@ def load(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
     core with config `overrides` (e.g. clamp_len, same_length)."""
     source = resolve(model_dir, checkpoint, config_path, weights_path, vocab_dir)
     return load_core(source, **overrides), source
+
+
+def save_pretrained(core, directory, tokenizer=None):
+    """Writes `config.json` and `weights.npz` into `directory`; with the
+    `tokenizer` the model reads with, also `vocab/`, and its fingerprint into
+    the config (every job then reads text with it, checked)."""
+    os.makedirs(directory, exist_ok=True)
+    config = core.config
+    if tokenizer is not None:
+        config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
+        tokenizer.save(os.path.join(directory, checkpoints.VOCAB_DIR))
+    config.to_json(os.path.join(directory, checkpoints.CONFIG_FILE))
+    checkpoints.save_weights(core, os.path.join(directory, checkpoints.WEIGHTS_FILE))
+    return directory
+
+
+def load_pretrained(directory, **config_overrides):
+    """A `TransformerXL` from a model directory (or a training run's
+    directory: see `txl_tf.weights.model_dir`); overrides (e.g. `clamp_len`,
+    `same_length` for evaluation) change the config, not the weights."""
+    return load(str(directory), **config_overrides)[0]

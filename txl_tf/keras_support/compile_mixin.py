@@ -2,12 +2,12 @@
 import keras
 import tensorflow as tf
 
-from txl_tf.precision import choose as choose_precision
+from txl_tf.keras_support.precision import choose as choose_precision
 
 
 class AutoJitCompile:
     """Mixin for a `keras.Model`: `compile(jit_compile="auto")` follows
-    `txl_tf.precision.choose()` (XLA on GPUs and TPUs, not on CPUs, where it
+    `txl_tf.keras_support.precision.choose()` (XLA on GPUs and TPUs, not on CPUs, where it
     was measured slower for these models in bfloat16; Keras's own "auto"
     would turn it on), and `keras.models.load_model` restores the compile
     arguments and the optimizer's state, so `fit` goes on where it stopped."""

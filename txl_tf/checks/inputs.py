@@ -1,9 +1,10 @@
 """Input checks that name the problem (used by the core and the runtimes)."""
 import numpy as np
 import tensorflow as tf
+from txl_tf.errors import TxlError
 
 
-class InputError(ValueError):
+class InputError(TxlError):
     """Token ids or memory that do not fit the model."""
 
     # Raised while a tf.function traces, autograph would wrap it in a

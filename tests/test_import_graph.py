@@ -1,0 +1,95 @@
+"""The house's shape, read from the code's own imports (every `import` and
+`from ... import`, function-local ones included), so it cannot drift back:
+
+* the library (`txl_tf`) imports neither the jobs (`training`) nor `export`;
+* `export` does not import `training`;
+* no circle of imports anywhere in the three packages;
+* the top of `txl_tf/` holds only the package's face and the model itself.
+"""
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("txl_tf", "training", "export")
+TOP_OF_TXL_TF = {"__init__", "config", "convert", "core", "errors", "model"}
+
+
+def module_name(path):
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules():
+    """`{module name: path}` of every module of the three packages."""
+    return {module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
+
+
+def imports_of(name, path, known):
+    """The project's modules that `name` imports (a name imported from a
+    package is that package's submodule when there is one)."""
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                child = f"{base}.{alias.name}"
+                found.add(child if child in known else base)
+    return {m for m in found if m in known and m != name}
+
+
+def graph():
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def package(module):
+    return module.split(".")[0]
+
+
+def test_imports_only_go_down():
+    upward = [(a, b) for a, targets in graph().items() for b in targets
+              if (package(a), package(b)) in {("txl_tf", "training"), ("txl_tf", "export"),
+                                              ("export", "training")}]
+    assert upward == []
+
+
+def test_no_circle_of_imports():
+    edges = graph()
+    # A package's __init__ that re-exports its own submodules is not a circle
+    # unless a submodule imports the package back; drop only __init__ -> own child.
+    edges = {a: {b for b in targets if not b.startswith(a + ".")} for a, targets in edges.items()}
+    state, stack, circles = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                circles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    assert circles == []
+
+
+def test_the_top_of_the_library_is_the_face_and_the_model():
+    top = {p.stem for p in (REPO / "txl_tf").glob("*.py")}
+    assert top == TOP_OF_TXL_TF
+    folders = {p.name for p in (REPO / "txl_tf").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == {"app", "checks", "classification", "data", "generation", "keras_support",
+                       "layers", "learning", "text", "weights"}
