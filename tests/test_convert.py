@@ -1,4 +1,4 @@
-"""`python -m txl_tf.weights.convert`, pickled vocabularies, and a converted model
+"""`python -m txl_tf.convert`, pickled vocabularies, and a converted model
 through evaluation and export."""
 import collections
 import io

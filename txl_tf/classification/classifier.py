@@ -107,7 +107,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     def from_model_dir(cls, path, num_classes, checkpoint=None, config_overrides=None,
                        **kwargs):
         """A classifier on the backbone of a model directory (or training run
-        directory, or one written by `python -m txl_tf.weights.convert` from the
+        directory, or one written by `python -m txl_tf.convert` from the
         published checkpoints), via `txl_tf.weights.model_dir`. `config_overrides`
         (e.g. `{"dropout": 0.1}`) change the backbone's config; the backbone
         is built under the model's `dtype` policy (`kwargs`, "auto" resolved

@@ -1,0 +1,112 @@
+"""The README and docs/ say what the code does: the README stays short, its
+links resolve, every `python -m ...` command they show names a job that
+exists and flags that job defines, and the README's tour runs as written
+(with a tiny model appended for CI's time)."""
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from absl import flags
+
+from tests.job_helpers import job_env
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+ABSL_FLAGS = {"flagfile", "help", "helpfull", "helpshort", "undefok", "verbosity", "v"}
+
+
+def code_blocks(path, languages=("bash", "")):
+    """The fenced code blocks of `path` in one of `languages`, as text."""
+    return [m.group(2) for m in re.finditer(r"^```(\w*)\n(.*?)^```", path.read_text(), re.M | re.S)
+            if m.group(1) in languages]
+
+
+def commands(text):
+    """`python -m MODULE ...` lines of a shell block, continuations joined."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [line.strip() for line in joined.splitlines() if line.strip().startswith("python -m ")]
+
+
+def job_flags(module):
+    """The flag names the job `module` defines: its spec's options, or the
+    absl flags defined in its source and in the benchmark helpers it imports."""
+    if module == "export":
+        values = flags.FlagValues()
+        importlib.import_module("export.job").define_flags(values)
+        return set(values)
+    if module == "txl_tf.convert":
+        return {spec[1] for spec in importlib.import_module("txl_tf.weights.convert")._spec()}
+    path = Path(importlib.util.find_spec(module).origin)
+    source = path.read_text()
+    for helper in re.findall(r"^from benchmarks(?:\.| import )(\w+)", source, re.M):
+        if (path.parent / f"{helper}.py").is_file():
+            source += (path.parent / f"{helper}.py").read_text()
+    return set(re.findall(r'(?:option\("\w+",|DEFINE_\w+\()\s*"(\w+)"', source)
+               + re.findall(r'add_argument\(\s*"--(\w+)"', source))
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[\w-]+)?\)", path.read_text()):
+            assert (path.parent / target).is_file(), (path.name, target)
+
+
+def test_cross_document_anchors_exist():
+    def anchors(path):
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.*)$", path.read_text(), re.M)}
+    for path in DOCS:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", path.read_text()):
+            assert anchor in anchors(path.parent / target if target else path), (path.name, anchor)
+
+
+def documented_commands():
+    found = []
+    for path in [*DOCS, REPO / "benchmarks" / "README.md"]:
+        for block in code_blocks(path):
+            found += [(path.name, c) for c in commands(block)]
+    return found
+
+
+def test_every_documented_command_names_a_job_and_its_flags():
+    checked = 0
+    for name, command in documented_commands():
+        module = command.split()[2]
+        if module in ("training.configs", "txl_tf.text.pickled_vocab"):
+            assert importlib.util.find_spec(module), (name, command)
+            continue
+        known = job_flags(module) | ABSL_FLAGS
+        used = {re.sub(r"^no", "", f) if re.sub(r"^no", "", f) in known else f
+                for f in re.findall(r"(?<!\S)--([a-z_]+)", command)}
+        assert used <= known, (name, command, sorted(used - known))
+        checked += 1
+    assert checked >= 25
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash tour")
+def test_the_readme_tour_runs(tmp_path):
+    readme = REPO / "README.md"
+    tour_section = readme.read_text().split("## A five-minute tour")[1].split("\n## ")[0]
+    shell = commands(re.search(r"```bash\n(.*?)```", tour_section, re.S).group(1))
+    python = re.search(r"```python\n(.*?)```", tour_section, re.S).group(1)
+    assert [c.split()[2] for c in shell] == ["training.train", "training.evaluate",
+                                           "training.generate", "export"]
+    tiny = {"training.train": " --preset=tiny --train_steps=4 --checkpoint_every=2",
+            "training.evaluate": " --max_segments=2", "training.generate": " --num_tokens=5",
+            "export": ""}
+    for command in shell:
+        line = command.replace("python -m", f"{sys.executable} -m") + tiny[command.split()[2]]
+        line = line.replace("--dataset=pystdlib", "--dataset=pystdlib "
+                            "--corpus_option=max_bytes=200000")
+        done = subprocess.run(line, shell=True, cwd=tmp_path, env=job_env(), capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    done = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, env=job_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(done.stdout) > 0
