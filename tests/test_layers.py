@@ -72,8 +72,9 @@ def test_positions_are_reversed_clamped_and_sin_then_cos():
 
 
 def _softmax_pair(cutoffs=(5, 9), div_val=2, **kwargs):
-    emb = AdaptiveEmbedding(13, 8, 6, cutoffs, div_val)
-    soft = AdaptiveLogSoftmax(13, 8, 6, cutoffs, div_val, embedding=emb, **kwargs)
+    emb = AdaptiveEmbedding(13, 8, 6, cutoffs=cutoffs, div_val=div_val)
+    soft = AdaptiveLogSoftmax(13, 8, 6, cutoffs=cutoffs, div_val=div_val, embedding=emb,
+                              **kwargs)
     rng = np.random.default_rng(1)
     for var in soft.weights:  # non-zero cluster weights and biases
         var.assign(rng.normal(size=var.shape).astype(np.float32))
@@ -149,7 +150,7 @@ def test_untied_output_weights_are_separate():
 
 
 def test_embedding_bins_and_scale():
-    emb = AdaptiveEmbedding(13, 8, 6, (5, 9), 2)
+    emb = AdaptiveEmbedding(13, 8, 6, cutoffs=(5, 9), div_val=2)
     ids = np.array([[0, 4, 5, 8, 9, 12]])
     out = emb(tf.constant(ids)).numpy()
     for pos, tok in enumerate(ids[0]):

@@ -52,23 +52,27 @@ class TransformerXL(keras.layers.Layer):
         with keras.name_scope(self.name):  # paths like transformer/layer_0/rel_attn/...
             policy = self.dtype_policy
             self.word_emb = AdaptiveEmbedding(
-                cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val,
-                cfg.proj_same_dim, cfg.init_std, cfg.proj_init_std, dtype=policy,
+                cfg.n_token, cfg.d_embed, cfg.d_model, cutoffs=cfg.cutoffs,
+                div_val=cfg.div_val, proj_same_dim=cfg.proj_same_dim, init_std=cfg.init_std,
+                proj_init_std=cfg.proj_init_std, dtype=policy,
                 name="adaptive_embed")
-            self.pos_emb = RelativePositionalEncoding(cfg.d_model, cfg.clamp_len, dtype=policy,
+            self.pos_emb = RelativePositionalEncoding(cfg.d_model, clamp_len=cfg.clamp_len, dtype=policy,
                                                       name="pos_emb")
             self.emb_dropout = Dropout(cfg.dropout, dtype=policy)
             self.pos_dropout = Dropout(cfg.dropout, dtype=policy)
             self.out_dropout = Dropout(cfg.dropout, dtype=policy)
             self.blocks = [
-                TransformerXLBlock(cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, cfg.dropout,
-                                   cfg.dropatt, cfg.pre_lnorm, cfg.init_std,
-                                   cfg.layer_norm_epsilon, dtype=policy, name=f"layer_{i}")
+                TransformerXLBlock(cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner,
+                                   dropout=cfg.dropout, dropatt=cfg.dropatt,
+                                   pre_lnorm=cfg.pre_lnorm, init_std=cfg.init_std,
+                                   layer_norm_epsilon=cfg.layer_norm_epsilon, dtype=policy,
+                                   name=f"layer_{i}")
                 for i in range(cfg.n_layer)]
             self.crit = AdaptiveLogSoftmax(
-                cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val, cfg.tie_weight,
-                cfg.tie_projs, cfg.proj_same_dim, cfg.init_std, cfg.proj_init_std,
-                embedding=self.word_emb, dtype=policy, name="adaptive_softmax")
+                cfg.n_token, cfg.d_embed, cfg.d_model, cutoffs=cfg.cutoffs, div_val=cfg.div_val,
+                tie_weight=cfg.tie_weight, tie_projs=cfg.tie_projs,
+                proj_same_dim=cfg.proj_same_dim, init_std=cfg.init_std,
+                proj_init_std=cfg.proj_init_std, embedding=self.word_emb, dtype=policy, name="adaptive_softmax")
         bias_shape = ((cfg.n_layer,) if cfg.untie_r else ()) + (cfg.n_head, cfg.d_head)
         self.r_w_bias = self.add_weight(name="r_w_bias", shape=bias_shape,
                                         initializer=normal(cfg.init_std))

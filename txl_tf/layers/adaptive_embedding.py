@@ -24,7 +24,7 @@ class AdaptiveEmbedding(keras.layers.Layer):
     exposed for weight tying by the adaptive softmax.
     """
 
-    def __init__(self, n_token, d_embed, d_model, cutoffs=(), div_val=1,
+    def __init__(self, n_token, d_embed, d_model, *, cutoffs=(), div_val=1,
                  proj_same_dim=True, init_std=0.02, proj_init_std=0.01, **kwargs):
         super().__init__(**kwargs)
         self.n_token, self.d_embed, self.d_model = int(n_token), int(d_embed), int(d_model)

@@ -25,7 +25,7 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
     falls in them).
     """
 
-    def __init__(self, n_token, d_embed, d_model, cutoffs=(), div_val=1, tie_weight=True,
+    def __init__(self, n_token, d_embed, d_model, *, cutoffs=(), div_val=1, tie_weight=True,
                  tie_projs=None, proj_same_dim=True, init_std=0.02, proj_init_std=0.01,
                  embedding=None, **kwargs):
         super().__init__(**kwargs)

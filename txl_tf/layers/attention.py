@@ -25,7 +25,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     caller because they may be shared by all layers.
     """
 
-    def __init__(self, d_model, n_head, d_head, dropout=0.0, dropatt=0.0,
+    def __init__(self, d_model, n_head, d_head, *, dropout=0.0, dropatt=0.0,
                  pre_lnorm=False, init_std=0.02, layer_norm_epsilon=1e-12, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.n_head, self.d_head = int(d_model), int(n_head), int(d_head)

@@ -9,7 +9,7 @@ from txl_tf.layers.feedforward import PositionwiseFeedForward
 class TransformerXLBlock(keras.layers.Layer):
     """`ff(attn(inputs, memory))` with the sizes of one decoder layer."""
 
-    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, dropatt=0.0,
+    def __init__(self, d_model, n_head, d_head, d_inner, *, dropout=0.0, dropatt=0.0,
                  pre_lnorm=False, init_std=0.02, layer_norm_epsilon=1e-12, **kwargs):
         super().__init__(**kwargs)
         self.sizes = dict(d_model=int(d_model), n_head=int(n_head), d_head=int(d_head),
@@ -20,12 +20,12 @@ class TransformerXLBlock(keras.layers.Layer):
         with keras.name_scope(self.name):  # unique variable paths per layer
             s = self.sizes
             self.rel_attn = RelativeMultiHeadAttention(
-                s["d_model"], s["n_head"], s["d_head"], s["dropout"], s["dropatt"],
-                s["pre_lnorm"], s["init_std"], s["layer_norm_epsilon"],
-                dtype=self.dtype_policy, name="rel_attn")
+                s["d_model"], s["n_head"], s["d_head"], dropout=s["dropout"],
+                dropatt=s["dropatt"], pre_lnorm=s["pre_lnorm"], init_std=s["init_std"],
+                layer_norm_epsilon=s["layer_norm_epsilon"], dtype=self.dtype_policy, name="rel_attn")
             self.ff = PositionwiseFeedForward(
-                s["d_model"], s["d_inner"], s["dropout"], s["pre_lnorm"], s["init_std"],
-                s["layer_norm_epsilon"], dtype=self.dtype_policy, name="ff")
+                s["d_model"], s["d_inner"], dropout=s["dropout"], pre_lnorm=s["pre_lnorm"],
+                init_std=s["init_std"], layer_norm_epsilon=s["layer_norm_epsilon"], dtype=self.dtype_policy, name="ff")
         self.built = True
 
     def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):

@@ -10,7 +10,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
     """`LN(x + drop(W2 drop(relu(W1 x + b1)) + b2))`; with `pre_lnorm` the
     LayerNorm moves to the input of W1 and the residual is added last."""
 
-    def __init__(self, d_model, d_inner, dropout=0.0, pre_lnorm=False, init_std=0.02,
+    def __init__(self, d_model, d_inner, *, dropout=0.0, pre_lnorm=False, init_std=0.02,
                  layer_norm_epsilon=1e-12, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_inner = int(d_model), int(d_inner)

@@ -26,7 +26,7 @@ def sinusoid_encoding(pos_seq, d_model):
 class RelativePositionalEncoding(keras.layers.Layer):
     """Maps a key length `klen` to the `[klen, d_model]` relative encodings."""
 
-    def __init__(self, d_model, clamp_len=-1, **kwargs):
+    def __init__(self, d_model, *, clamp_len=-1, **kwargs):
         super().__init__(**kwargs)
         self.d_model = int(d_model)
         self.clamp_len = int(clamp_len)
