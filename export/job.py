@@ -32,12 +32,14 @@ from export.serving_module import LOG_PROBS_MODES
 from export.staging import staged_folder
 from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_options,
                            model_file, write_triton_repository)
-from txl_tf.checks.memory_budget import check_fits
+from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
 
 DEFAULT_FORMATS = ("saved_model", "onnx")
 FORMATS = DEFAULT_FORMATS + ("triton",)
 TRITON_DIR = "triton"
+# The parity check: streams, segments and their length (at most the model's tgt_len).
+PARITY_BATCH, PARITY_SEGMENTS, PARITY_SEGMENT_LEN = 2, 3, 8
 
 
 class ExportError(TxlError):
@@ -152,6 +154,12 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     stages.done("loading", f"{core.count_params():,} parameters")
     mem_len = cfg.mem_len if mem_len is None else int(mem_len)
     check_fits(cfg, 1, 1, mem_len, what="the exported graph's smallest step")
+    parity_len = min(cfg.tgt_len, PARITY_SEGMENT_LEN)
+    if verify:  # the Keras core's outputs, kept while each artefact is checked against them
+        check_fits(cfg, PARITY_BATCH, parity_len, mem_len,
+                   what="the parity check (--noverify skips it)",
+                   extra={"reference memories": PARITY_SEGMENTS * memory_bytes(
+                       cfg, PARITY_BATCH, mem_len)})
     if zero_filled_memory is None:
         zero_filled_memory = cfg.zero_filled_memory
     if "triton" in formats:
@@ -191,7 +199,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         start = time.perf_counter()
         # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
         tf.config.experimental.enable_tensor_float_32_execution(False)
-        segments = random_segments(cfg.n_token, 2, min(cfg.tgt_len, 8))
+        segments = random_segments(cfg.n_token, PARITY_BATCH, parity_len, PARITY_SEGMENTS)
         reference = core_outputs(core, segments, **options)
         # The Keras core is not needed past its reference outputs: freed, its
         # weights make no room for those of the runtimes opened next.

@@ -4,8 +4,9 @@ import pytest
 
 from job_helpers import run_job, write_text_corpus
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.checks.memory_budget import (GIB, MemoryBudgetError, check_fits, estimate_bytes,
-                                  parameter_count)
+from txl_tf.checks import memory_budget
+from txl_tf.checks.memory_budget import (GIB, MemoryBudgetError, available_bytes, check_fits,
+                                         estimate_bytes, memory_bytes, parameter_count)
 
 
 def test_parameter_count_is_the_models():
@@ -57,6 +58,45 @@ def test_the_jobs_refuse_before_allocating_or_writing(tmp_path):
         f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
         "--mem_len=2000000000"], check=False)
     assert evaluate.returncode == 2 and "error: an evaluation step" in evaluate.stderr
+
+
+def test_an_export_whose_parity_check_cannot_fit_is_refused_before_writing(tmp_path):
+    """The smallest step fits, the parity check (batch 2, three reference
+    memories kept) cannot: refused up front, naming --noverify, rather than
+    growing until the kernel kills it. Sizes are relative to this machine."""
+    from txl_tf.weights import save_pretrained
+    config = TransformerXLConfig.preset("tiny")
+    save_pretrained(TransformerXL(config), tmp_path / "model")
+    mem_len = int(0.4 * available_bytes() / (2 * memory_bytes(config, 1, 1)))
+    export = run_job("export", [f"--model_dir={tmp_path / 'model'}",
+                                f"--output_dir={tmp_path / 'out'}", f"--mem_len={mem_len}"],
+                     check=False)
+    assert export.returncode == 2, export.stderr
+    errors = [line for line in export.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: the parity check (--noverify skips it) (batch 2, segment 8, memory {mem_len}) "
+        "needs at least"), export.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_containers_limit_counts_as_what_is_available(tmp_path, monkeypatch):
+    limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
+    limit.write_text(f"{3 * GIB}\n")
+    usage.write_text(f"{GIB}\n")
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        names = {"/sys/fs/cgroup/memory.max": limit, "/sys/fs/cgroup/memory.current": usage}
+        return real_open(names.get(path, path), *args, **kwargs)
+    monkeypatch.setattr(memory_budget, "open", fake_open, raising=False)
+    assert available_bytes() == min(2 * GIB, _meminfo_available())
+    limit.write_text("max\n")
+    assert available_bytes() == _meminfo_available()
+
+
+def _meminfo_available():
+    with open("/proc/meminfo", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
 
 
 def test_a_runtimes_initial_memory_is_checked(tmp_path):

@@ -21,19 +21,41 @@ class MemoryBudgetError(InputError):
 
 
 def available_bytes():
-    """`MemAvailable` of /proc/meminfo (what can be allocated without
-    swapping), else the physical memory; None where neither can be read."""
+    """What can be allocated without swapping: `MemAvailable` of /proc/meminfo
+    (else the physical memory), or less where a cgroup (a container's memory
+    limit, v2 or v1) leaves less; None where nothing can be read."""
+    found = [_cgroup_room()]
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    found.append(int(line.split()[1]) * 1024)
     except OSError:
         pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    if found == [None]:
+        try:
+            found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    found = [n for n in found if n is not None]
+    return min(found) if found else None
+
+
+def _cgroup_room():
+    """The cgroup's memory limit less its usage; None without a limit."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file, encoding="ascii") as f:
+                limit = f.read().strip()
+            with open(usage_file, encoding="ascii") as f:
+                usage = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 2 ** 60:  # "max" or a huge number: no limit
+            return max(int(limit) - usage, 0)
+    return None
 
 
 def parameter_count(config):
@@ -57,7 +79,7 @@ def estimate_bytes(config, batch_size, seq_len, mem_len, training=False, host_on
     scores = b * config.n_head * t * (t + m) * FLOAT * 3  # content, position, probabilities
     hidden = b * t * (6 * config.d_model + config.d_inner) * FLOAT
     weights = parameter_count(config) * FLOAT
-    memory = layers * b * m * config.d_model * FLOAT
+    memory = memory_bytes(config, b, m)
     if host_only:
         return {"weights": weights, "memory": memory}
     parts = {"weights": weights * (4 if training else 1),  # + gradients and Adam's 2 slots
@@ -91,14 +113,21 @@ def _check(parts, what, available):
     return total
 
 
+def memory_bytes(config, batch_size, mem_len):
+    """The bytes of one recurrence memory (float32 `[n_layer, B, M, d_model]`)."""
+    return config.n_layer * int(batch_size) * int(mem_len) * config.d_model * FLOAT
+
+
 def check_fits(config, batch_size, seq_len, mem_len, training=False, what="this job",
-               host_only=None, available=None):
+               host_only=None, available=None, extra=None):
     """Raises `MemoryBudgetError` (naming the estimate, its biggest part and
     the memory available) when one step cannot fit; returns the estimate.
-    `host_only` (default: whether TensorFlow sees a GPU): see `estimate_bytes`."""
+    `host_only` (default: whether TensorFlow sees a GPU): see `estimate_bytes`;
+    `extra`: `{part: bytes}` the job holds besides the step."""
     if host_only is None:
         import tensorflow as tf
         host_only = bool(tf.config.list_physical_devices("GPU"))
-    parts = estimate_bytes(config, batch_size, seq_len, mem_len, training, host_only)
+    parts = {**estimate_bytes(config, batch_size, seq_len, mem_len, training, host_only),
+             **(extra or {})}
     return _check(parts, f"{what} (batch {batch_size}, segment {seq_len}, memory {mem_len})",
                   available)
