@@ -24,7 +24,8 @@ from absl import flags
 
 from export.metadata import export_metadata
 from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
-from export.onnx_export import DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_onnx
+from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
+                                export_onnx)
 from export.parity import check_runtime, core_outputs, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
 from export.saved_model import export_saved_model
@@ -77,6 +78,9 @@ def define_flags(flag_values=flags.FLAGS):
                       "random segments.", flag_values=fv)
     flags.DEFINE_float("tolerance", 1e-4, "Max abs difference allowed by --verify.",
                        flag_values=fv)
+    flags.DEFINE_bool("decode_cache", True, "Also write the cached decode interface as "
+                      "decode_init.onnx and decode_step.onnx beside model.onnx (each holds "
+                      "the weights again); the SavedModel always carries it.", flag_values=fv)
     flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir (the new export "
                       "is swapped in whole once it has passed).", flag_values=fv)
     flags.mark_flag_as_required("output_dir", flag_values=fv)
@@ -103,11 +107,14 @@ def max_opset():
 def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=None,
                formats=DEFAULT_FORMATS, mem_len=None, opset=DEFAULT_OPSET, log_probs="all",
                zero_filled_memory=None, verify=True, tolerance=1e-4, overwrite=False,
-               external_data_threshold=EXTERNAL_DATA_THRESHOLD, triton_options=None):
+               external_data_threshold=EXTERNAL_DATA_THRESHOLD, triton_options=None,
+               decode_cache=True):
     """Exports and returns the report dict (also written to export_report.json).
 
     `triton_options` go to `export.triton.write_triton_repository` (e.g.
     `model_name`, `max_batch_size`) when `formats` holds `triton`.
+    `decode_cache`: also write `decode_init.onnx` / `decode_step.onnx`
+    (`export.decode_interface`) with the ONNX model.
 
     A non-empty `output_dir` is refused unless `overwrite`. Everything is
     written into a temporary sibling folder that replaces `output_dir` whole
@@ -127,7 +134,8 @@ def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=
     with staged_folder(output_dir) as staging:
         report = _export_into(staging, stages, model_dir, config, weights, vocab_dir, formats,
                               mem_len, opset, log_probs, zero_filled_memory, verify,
-                              tolerance, external_data_threshold, dict(triton_options or {}))
+                              tolerance, external_data_threshold, dict(triton_options or {}),
+                              decode_cache)
     stages.done("done", output_dir)
     return report
 
@@ -147,7 +155,7 @@ def _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_d
 
 def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, mem_len, opset,
                  log_probs, zero_filled_memory, verify, tolerance, external_data_threshold,
-                 triton_options):
+                 triton_options, decode_cache):
     loaded = load_model(model_dir, config, weights, vocab_dir)
     core, cfg, vocab_dir = loaded.core, loaded.config, loaded.vocab_dir
     del loaded  # `core` is the only reference left to the model (freed before parity)
@@ -158,7 +166,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     if verify:  # the Keras core's outputs, kept while each artefact is checked against them
         check_fits(cfg, PARITY_BATCH, parity_len, mem_len,
                    what="the parity check (--noverify skips it)",
-                   extra={"reference memories": PARITY_SEGMENTS * memory_bytes(
+                   extra={"reference memories": 2 * PARITY_SEGMENTS * memory_bytes(
                        cfg, PARITY_BATCH, mem_len)})
     if zero_filled_memory is None:
         zero_filled_memory = cfg.zero_filled_memory
@@ -183,6 +191,8 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         start = time.perf_counter()
         written = export_onnx(core, os.path.join(out, ONNX_FILE), opset=opset,
                               external_data_threshold=external_data_threshold, **options)
+        if decode_cache:
+            written += export_decode_onnx(core, out, mem_len, opset, external_data_threshold)
         gc.collect()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)
@@ -201,11 +211,12 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         tf.config.experimental.enable_tensor_float_32_execution(False)
         segments = random_segments(cfg.n_token, PARITY_BATCH, parity_len, PARITY_SEGMENTS)
         reference = core_outputs(core, segments, **options)
+        by_token = core_outputs(core, segments, **options, token_by_token=True)
         # The Keras core is not needed past its reference outputs: freed, its
         # weights make no room for those of the runtimes opened next.
         del core
         gc.collect()
-        report["parity"] = _parity(reference, segments, out, formats, tolerance,
+        report["parity"] = _parity(reference, by_token, segments, out, formats, tolerance,
                                    triton_options.get("model_name", DEFAULT_MODEL_NAME))
         report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
         stages.done("parity", json.dumps(report["parity"]))
@@ -215,13 +226,15 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     return report
 
 
-def _parity(reference, segments, out, formats, tolerance, triton_model_name):
+def _parity(reference, by_token, segments, out, formats, tolerance, triton_model_name):
     """Checks one runtime at a time (each closed before the next opens) against
-    the core's `reference` outputs on `segments`."""
+    the core's `reference` outputs on `segments` (and its cached decode
+    interface against `by_token`, the same segments read a token at a time)."""
     report = {}
     for backend in (b for b in ("onnx", "saved_model") if b in formats):
         runtime = open_runtime(out, backend=backend)
-        report[runtime.backend] = check_runtime(reference, runtime, segments, tolerance)
+        report[runtime.backend] = check_runtime(reference, runtime, segments, tolerance,
+                                                by_token)
         del runtime
         gc.collect()
     if "triton" in formats:
@@ -267,6 +280,7 @@ def run_from_flags(fv=flags.FLAGS):
     return run_export(fv.output_dir, fv.model_dir, fv.config, fv.weights, fv.vocab_dir,
                       fv.formats, fv.mem_len, fv.opset, fv.log_probs, fv.zero_filled_memory,
                       fv.verify, fv.tolerance, overwrite=fv.overwrite,
+                      decode_cache=fv.decode_cache,
                       triton_options={"model_name": fv.triton_model_name,
                                       "max_batch_size": fv.triton_max_batch_size})
 

@@ -17,6 +17,7 @@ import onnx
 import tensorflow as tf
 from onnx import TensorProto, helper
 
+from export import decode_interface as decode
 from export.metadata import INPUT_NAMES, OUTPUT_NAMES, export_metadata
 from export.serving_module import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                    serve_step)
@@ -70,6 +71,48 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                         "(log_probs, new_mems, new_mem_mask)")
     return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
                              external_data_threshold)
+
+
+DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.onnx"}
+
+
+def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,
+                       external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+    """Writes the cached decode interface (`export.decode_interface`) as two
+    ONNX models in `folder`, `decode_init.onnx` and `decode_step.onnx`, each
+    with the config and its interface in `metadata_props`; returns the files."""
+    cfg, mem_len = core.config, int(mem_len)
+    parts = {
+        "decode_init": (lambda mems, mem_mask: decode.decode_init(core, mems, mem_mask),
+                        decode.memory_specs(cfg, mem_len), decode.INIT_INPUTS,
+                        decode.INIT_OUTPUTS),
+        "decode_step": (lambda *args: decode.decode_step(core, *args),
+                        decode.step_specs(cfg, mem_len), decode.STEP_INPUTS,
+                        decode.STEP_OUTPUTS),
+    }
+    shapes = decode.cache_shapes(cfg, mem_len)
+    shapes.update({f"new_{name}": shapes[name] for name in decode.CACHE_NAMES},
+                  token_ids=["batch"], log_probs=["batch", cfg.n_token],
+                  mems=[cfg.n_layer, "batch", mem_len, cfg.d_model],
+                  mem_mask=["batch", mem_len])
+    written = []
+    for interface, (fn, specs, inputs, outputs) in parts.items():
+        model = convert_with_weight_inputs(fn, specs, core.weights, opset)
+        got = [i.name for i in model.graph.input][:len(inputs)]
+        if got != list(inputs) or sorted(o.name for o in model.graph.output) != sorted(outputs):
+            raise RuntimeError(f"unexpected ONNX {interface} interface: inputs {got}, outputs "
+                               f"{[o.name for o in model.graph.output]}")
+        order_outputs(model, outputs)
+        if "token_ids" in inputs:
+            add_id_range_check(model, "token_ids", cfg.n_token)
+        declare_shapes(model, shapes)
+        helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last"),
+                                       "interface": interface, "inputs": ",".join(inputs),
+                                       "outputs": ",".join(outputs)})
+        model.doc_string = f"Transformer-XL {interface}: see export.decode_interface"
+        written += save_with_weights(model, os.path.join(folder, DECODE_FILES[interface]),
+                                     core.weights, len(inputs), external_data_threshold)
+    return written
 
 
 def save_with_weights(model, path, variables, n_inputs,

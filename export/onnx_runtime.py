@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from export.decode_interface import CACHE_NAMES
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from txl_tf.weights.model_dir import ModelDirError
@@ -84,12 +85,20 @@ class OnnxRuntime(Runtime):
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.io_binding = bool(io_binding)
         self._outputs = [o.name for o in self.session.get_outputs()]
+        self._decode_paths = decode_files(path)
+        self._decode_sessions = None
+        self._open_decode = lambda: {name: open_session(p, session_options, providers)
+                                     for name, p in self._decode_paths.items()}
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
     def describe(self):
         return (super().describe() + f" provider={self.provider} io_binding={self.io_binding}"
-                f" single_stream={self.single_stream}")
+                f" single_stream={self.single_stream} decode_cache={self.use_decode_cache}")
+
+    @property
+    def has_decode_cache(self):
+        return self._decode_paths is not None
 
     def _session_for(self, ids):
         """The single-stream session for one token of one stream, else the main one."""
@@ -134,6 +143,57 @@ class OnnxRuntime(Runtime):
         session.run_with_iobinding(binding)
         log_probs, new_mems, new_mem_mask = binding.get_outputs()
         return log_probs.numpy(), RuntimeMemory(new_mems, new_mem_mask)
+
+
+    # ------------------------------------------------- the cached decode interface
+    def _decode_session(self, name):
+        if self._decode_sessions is None:
+            self._decode_sessions = self._open_decode()
+        return self._decode_sessions[name]
+
+    def _decode_run(self, name, inputs, host_outputs=()):
+        """`{output: value}` of a decode graph: with IO binding, OrtValues on
+        the session's device (those in `host_outputs` as numpy)."""
+        session = self._decode_session(name)
+        names = [o.name for o in session.get_outputs()]
+        if not self.io_binding:
+            feeds = {k: (v.numpy() if hasattr(v, "data_type") else v) for k, v in inputs.items()}
+            return dict(zip(names, session.run(None, feeds)))
+        binding = session.io_binding()
+        # The OrtValues made here must outlive the run: a CPU OrtValue reads
+        # its numpy array in place, and the binding does not keep it.
+        bound = {key: value if hasattr(value, "data_type") else self._ortvalue(value)
+                 for key, value in inputs.items()}
+        for key, value in bound.items():
+            binding.bind_ortvalue_input(key, value)
+        for key in names:
+            if key in host_outputs:
+                binding.bind_output(key, "cpu")
+            else:
+                binding.bind_output(key, self.device, 0)
+        session.run_with_iobinding(binding)
+        values = dict(zip(names, binding.get_outputs()))
+        return {k: (v.numpy() if k in host_outputs else v) for k, v in values.items()}
+
+    def _decode_init(self, mems, mem_mask):
+        return self._decode_run("decode_init", {"mems": mems, "mem_mask": mem_mask})
+
+    def _decode_step(self, ids, stopped, cache):
+        out = self._decode_run("decode_step", {"token_ids": np.asarray(ids, np.int32),
+                                               "stopped": np.asarray(stopped, np.bool_),
+                                               **cache}, host_outputs=("log_probs",))
+        new = {name: out[f"new_{name}"] for name in CACHE_NAMES}
+        new["position_keys"] = cache["position_keys"]
+        return out["log_probs"], new
+
+
+def decode_files(path):
+    """`{"decode_init": path, "decode_step": path}` of the decode graphs
+    written beside `path` (`export_decode_onnx`), or None."""
+    from export.onnx_export import DECODE_FILES
+    folder = os.path.dirname(os.path.abspath(path))
+    paths = {name: os.path.join(folder, file) for name, file in DECODE_FILES.items()}
+    return paths if all(os.path.isfile(p) for p in paths.values()) else None
 
 
 def _model_bytes(path):

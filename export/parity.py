@@ -14,13 +14,20 @@ def random_segments(n_token, batch_size, seg_len, n_segments=3, seed=0):
             for _ in range(n_segments)]
 
 
-def core_outputs(core, segments, mem_len, log_probs="all", zero_filled=False):
-    """Per segment `(log_probs, mems, mem_mask)` numpy from the eager Keras core."""
+def core_outputs(core, segments, mem_len, log_probs="all", zero_filled=False,
+                 token_by_token=False):
+    """Per segment `(log_probs, mems, mem_mask)` numpy from the eager Keras core;
+    `token_by_token`: each segment read one token per call (what the cached
+    decode interface computes: every token sees the memory's M positions)."""
     memory = core.initial_memory(segments[0].shape[0], mem_len, zero_filled)
     results = []
     for ids in segments:
-        lp, memory = core(ids, memory, training=False)
-        lp = lp.numpy()
+        pieces = [ids[:, j:j + 1] for j in range(ids.shape[1])] if token_by_token else [ids]
+        steps = []
+        for piece in pieces:
+            lp, memory = core(piece, memory, training=False)
+            steps.append(lp.numpy())
+        lp = np.concatenate(steps, 1)
         results.append((lp[:, -1] if log_probs == "last" else lp,
                         memory.mems.numpy(), memory.mem_mask.numpy()))
     return results
@@ -32,6 +39,23 @@ def runtime_outputs(runtime, segments):
     results = []
     for ids in segments:
         lp, memory = runtime.step(ids, memory)
+        results.append((lp, *memory.numpy()))
+    return results
+
+
+def cached_outputs(runtime, segments):
+    """`runtime_outputs` through the cached decode interface: each segment read
+    one token at a time on the decode cache of the memory before it."""
+    memory = runtime.initial_memory(segments[0].shape[0])
+    results = []
+    for ids in segments:
+        cache = runtime.decode_init(memory)
+        steps = []
+        for column in ids.T:
+            lp, cache = runtime.decode_step(column, cache)
+            steps.append(lp)
+        memory = runtime.cache_memory(cache)
+        lp = np.stack(steps, 1) if runtime.log_probs_mode == "all" else steps[-1]
         results.append((lp, *memory.numpy()))
     return results
 
@@ -53,17 +77,26 @@ def check_parity(core, runtimes, segments, tol=1e-4):
     """Compares each runtime with the core; returns `{backend: differences}` or
     raises `ParityError` naming the backend and the quantity that differs."""
     first = runtimes[0]
-    reference = core_outputs(core, segments, first.mem_len, first.log_probs_mode,
-                             first.info.zero_filled)
-    return {runtime.backend: check_runtime(reference, runtime, segments, tol)
+    options = (first.mem_len, first.log_probs_mode, first.info.zero_filled)
+    reference = core_outputs(core, segments, *options)
+    by_token = core_outputs(core, segments, *options, token_by_token=True)
+    return {runtime.backend: check_runtime(reference, runtime, segments, tol, by_token)
             for runtime in runtimes}
 
 
-def check_runtime(reference, runtime, segments, tol=1e-4):
+def check_runtime(reference, runtime, segments, tol=1e-4, token_reference=None):
     """`max_differences` of a runtime from `reference` (the core's `core_outputs` on
-    the same `segments`), or `ParityError` beyond `tol`."""
+    the same `segments`), or `ParityError` beyond `tol`; with `token_reference`
+    (`core_outputs(..., token_by_token=True)`) also its cached decode interface."""
     diff = max_differences(reference, runtime_outputs(runtime, segments))
-    if diff["log_probs"] > tol or diff["mems"] > tol or not diff["mem_mask_equal"]:
-        raise ParityError(f"{runtime.backend} differs from the Keras core: {diff} "
-                          f"(tolerance {tol})")
+    _check(diff, runtime.backend, tol)
+    if runtime.has_decode_cache and token_reference is not None:
+        diff["decode_cache"] = max_differences(token_reference,
+                                               cached_outputs(runtime, segments))
+        _check(diff["decode_cache"], f"{runtime.backend}'s cached decode", tol)
     return diff
+
+
+def _check(diff, what, tol):
+    if diff["log_probs"] > tol or diff["mems"] > tol or not diff["mem_mask_equal"]:
+        raise ParityError(f"{what} differs from the Keras core: {diff} (tolerance {tol})")

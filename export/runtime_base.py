@@ -3,7 +3,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.input_checks import RuntimeInputError, check_ids, check_memory
+from export.input_checks import RuntimeInputError, check_ids, check_memory, shape_and_dtype
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.inputs import check_finite_outputs
 
@@ -24,6 +24,10 @@ class RuntimeMemory(NamedTuple):
 
 
 def _to_numpy(value):
+    if hasattr(value, "data_type"):
+        # An OrtValue's `numpy()` on the CPU is a view of its buffer that does
+        # not keep the OrtValue alive: copy, or it dangles once the value goes.
+        return np.array(value.numpy(), copy=True)
     if hasattr(value, "numpy"):
         return np.asarray(value.numpy())
     return np.asarray(value)
@@ -161,8 +165,58 @@ class Runtime:
                                 np.concatenate([p[1] for p in parts], 0))
 
     def decode(self, state, num_tokens, stream=None, stream_every=1):
-        from txl_tf.generation.host_loop import host_decode
-        return host_decode(self, state, num_tokens, stream, stream_every)
+        from txl_tf.generation.host_loop import host_decode, host_decode_cached
+        loop = host_decode_cached if self.use_decode_cache else host_decode
+        return loop(self, state, num_tokens, stream, stream_every)
+
+    # ------------------------------------------ the cached decode interface
+    @property
+    def has_decode_cache(self):
+        """Whether the export carries the cached decode interface
+        (`export.decode_interface`); `generate` then uses it unless
+        `use_decode_cache` is set False."""
+        return False
+
+    @property
+    def use_decode_cache(self):
+        return self.has_decode_cache and getattr(self, "_use_decode_cache", True)
+
+    @use_decode_cache.setter
+    def use_decode_cache(self, value):
+        self._use_decode_cache = bool(value)
+
+    def decode_init(self, memory, batch_size=None):
+        """The decode cache (a dict of backend tensors) of `memory`, checked:
+        its keys and values projected once."""
+        mems, mem_mask = _unpack(memory)
+        cfg = self.config
+        if batch_size is None:
+            batch_size = shape_and_dtype(mem_mask)[0][0]
+        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, batch_size)
+        return self._decode_init(*self._native(mems, mem_mask))
+
+    def decode_step(self, token_ids, cache, stopped=None):
+        """`(log-probs numpy [B, n_token], new cache)`: one id per row
+        (`token_ids [B]`) read on top of the cache; rows in `stopped` keep
+        their cache (and their log-probs mean nothing)."""
+        ids = check_ids(np.asarray(token_ids).reshape(-1, 1), self.config.n_token)[:, 0]
+        stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
+            np.asarray(stopped, np.bool_)
+        log_probs, cache = self.next_cached(ids, stopped, cache)
+        return check_finite_outputs(log_probs), cache
+
+    def next_cached(self, token_ids, stopped, cache):
+        """`decode_step` without the checks, for the decode loop."""
+        return self._decode_step(token_ids, stopped, cache)
+
+    def cache_memory(self, cache):
+        """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
+        mems, valid, row_slot = (_to_numpy(cache[k]) for k in ("cache_mems", "valid",
+                                                              "row_slot"))
+        size = valid.shape[1]
+        index = (row_slot[:, None] + 1 + np.arange(size - 1)[None, :]) % size
+        rows = np.arange(valid.shape[0])[:, None]
+        return self._to_backend(np.ascontiguousarray(mems[:, rows, index]), valid[rows, index])
 
     # --------------------------------------------------------------- helpers
     def _checked(self, token_ids, memory):
@@ -198,3 +252,9 @@ class Runtime:
     def _score(self, ids, targets, mems, mem_mask):
         log_probs, memory = self._step(ids, mems, mem_mask)
         return self._gather_nll(log_probs, targets), memory
+
+    def _decode_init(self, mems, mem_mask):
+        raise NotImplementedError("this export has no cached decode interface")
+
+    def _decode_step(self, ids, stopped, cache):
+        raise NotImplementedError("this export has no cached decode interface")

@@ -11,10 +11,13 @@ Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
   `[B, n_token]` at the last position only: what decoding reads.
 - `score(token_ids, target_ids: int32 [B, T], mems, mem_mask)` → `nll` float32
   `[B, T]`, `new_mems`, `new_mem_mask`.
+- `decode_init`, `decode_step`, `decode_memory`: the cached decode interface
+  (`export.decode_interface`).
 """
 import keras
 import tensorflow as tf
 
+from export import decode_interface
 from txl_tf import Memory
 from txl_tf.keras_support.untracked import Untracked
 
@@ -98,6 +101,14 @@ class ServingModule(tf.Module):
         self.step = tf.function(self._step, input_signature=[ids, mems, mask])
         self.step_last = tf.function(self._step_last, input_signature=[ids, mems, mask])
         self.score = tf.function(self._score, input_signature=[ids, targets, mems, mask])
+        self.decode_init = tf.function(
+            self._decode_init,
+            input_signature=decode_interface.memory_specs(cfg, self.mem_len))
+        self.decode_step = tf.function(
+            self._decode_step, input_signature=decode_interface.step_specs(cfg, self.mem_len))
+        self.decode_memory = tf.function(
+            decode_interface.decode_memory,
+            input_signature=decode_interface.cache_memory_specs(cfg, self.mem_len))
 
     def signatures(self):
         """The SavedModel signature map (`serving_default` is `step`)."""
@@ -105,7 +116,10 @@ class ServingModule(tf.Module):
         return {"serving_default": step, "step": step,
                 "step_last": self.step_last.get_concrete_function(),
                 "initial_memory": self.initial_memory.get_concrete_function(),
-                "score": self.score.get_concrete_function()}
+                "score": self.score.get_concrete_function(),
+                "decode_init": self.decode_init.get_concrete_function(),
+                "decode_step": self.decode_step.get_concrete_function(),
+                "decode_memory": self.decode_memory.get_concrete_function()}
 
     @property
     def core(self):
@@ -132,3 +146,10 @@ class ServingModule(tf.Module):
                                  training=False)
         return {"nll": nll, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
 
+    def _decode_init(self, mems, mem_mask):
+        with self._weights_scope():
+            return decode_interface.decode_init(self.core, mems, mem_mask)
+
+    def _decode_step(self, *inputs):
+        with self._weights_scope():
+            return decode_interface.decode_step(self.core, *inputs)

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from export.decode_interface import CACHE_NAMES
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
@@ -51,6 +52,12 @@ class SavedModelRuntime(Runtime):
         self._score_fn = self.loaded.signatures["score"]
         # Exports before `step_last` existed decode through `step`.
         self._step_last_fn = self.loaded.signatures.get("step_last")
+        self._decode_init_fn = self.loaded.signatures.get("decode_init")
+        self._decode_step_fn = self.loaded.signatures.get("decode_step")
+
+    @property
+    def has_decode_cache(self):
+        return self._decode_step_fn is not None
 
     def _to_backend(self, mems, mem_mask):
         with tf.device(self._tf_device):
@@ -80,3 +87,15 @@ class SavedModelRuntime(Runtime):
             out = self._score_fn(token_ids=tf.constant(ids), target_ids=tf.constant(targets),
                                  mems=mems, mem_mask=mem_mask)
         return np.asarray(out["nll"]), RuntimeMemory(out["new_mems"], out["new_mem_mask"])
+
+    def _decode_init(self, mems, mem_mask):
+        with tf.device(self._tf_device):
+            return dict(self._decode_init_fn(mems=mems, mem_mask=mem_mask))
+
+    def _decode_step(self, ids, stopped, cache):
+        with tf.device(self._tf_device):
+            out = self._decode_step_fn(token_ids=tf.constant(ids, tf.int32),
+                                       stopped=tf.constant(stopped, tf.bool), **cache)
+        new = {name: out[f"new_{name}"] for name in CACHE_NAMES}
+        new["position_keys"] = cache["position_keys"]
+        return np.asarray(out["log_probs"]), new

@@ -245,14 +245,15 @@ class TransformerXL(keras.layers.Layer):
         return DecodeCache(mems, tuple(keys), tuple(values), with_free_slot(memory.mem_mask, 1),
                            slot, tf.fill([batch], slot), tuple(position_keys))
 
-    def cached_step(self, token_ids, cache, stopped=None):
+    def cached_step(self, token_ids, cache, stopped=None, in_place=True):
         """Reads one id per row (`token_ids [B]`) on top of the cache, in
         inference: `(hidden [B, d_model], new cache)`, what `hidden_states`
         gives for `token_ids[:, None]` on `cache_memory(cache)`.
 
         Rows in `stopped` (bool `[B]`) keep their cache as it is (their
         `hidden` is meaningless); a row that has stopped must stay stopped
-        for the cache's life.
+        for the cache's life. `in_place=False` writes the ring with masks
+        instead of dynamic update slices (for exported graphs; same values).
         """
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids)[:, None], cfg.n_token)[:, 0]
@@ -260,7 +261,8 @@ class TransformerXL(keras.layers.Layer):
         slot = cache.slot
         size = tf.shape(cache.valid)[1]
         order = slot_order(slot, size)
-        valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep)
+        valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep,
+                           in_place)
         # Which distances a query may look back to (`same_length`), per slot.
         reach = tf.gather(causal_visibility(1, size - 1, cfg.same_length,
                                             cfg.same_length_convention)[0], order)
@@ -268,10 +270,11 @@ class TransformerXL(keras.layers.Layer):
         output = self.word_emb(token_ids)
         mems, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
-            mems.append(write_slot(cache.mems[i], output[:, None], slot, 1, keep))
+            mems.append(write_slot(cache.mems[i], output[:, None], slot, 1, keep, in_place))
             positions = in_slot_order(cache.position_keys[i], slot, size)
             output, k, v = block.ring_call(output, cache.keys[i], cache.values[i], slot, keep,
-                                           hidden, positions, *self._biases(i))
+                                           hidden, positions, *self._biases(i),
+                                           in_place=in_place)
             keys.append(k)
             values.append(v)
         row_slot = tf.where(keep, cache.row_slot, tf.math.floormod(slot + 1, size))

@@ -4,6 +4,10 @@ decoder's sampler) picks each id, only the new ids go in and only the last
 log-probs come out, and the memory stays in the backend's tensors. A row
 that stops leaves the batch (its memory is set aside, frozen), so later
 steps run on the live rows only.
+
+`host_decode_cached` runs the same loop on a backend's decode cache (its
+memory's keys and values projected once, then one token per step): stopped
+rows stay in the batch with their cache frozen by the step itself.
 """
 import numpy as np
 
@@ -57,3 +61,30 @@ def host_decode(backend, state, num_tokens, stream=None, stream_every=1):
         memory = backend.take(backend.concat([m for _, m in parts]), order)
     return ids, chosen, DecodeState(log_probs, memory, seen, counters, done, state.rows,
                                     state.pad_id)
+
+
+def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
+    """`host_decode` on the backend's decode cache (`decode_init`,
+    `next_cached`, `cache_memory`): the same ids and log-probs."""
+    batch = len(state.done)
+    ids = np.full([batch, num_tokens], state.pad_id, np.int32)
+    chosen = np.zeros([batch, num_tokens], np.float32)
+    log_probs = np.array(state.next_log_probs, np.float32, copy=True)
+    seen, counters, done = state.seen.copy(), state.counters.copy(), state.done.copy()
+    cache = backend.decode_init(state.memory, batch)  # checked once; the steps are not
+    streamed = 0
+    for t in range(num_tokens):
+        if done.all():
+            break
+        was_done = done
+        token, lp, seen, counters, done = choose(log_probs, state.rows, seen, counters,
+                                                 was_done, state.pad_id)
+        ids[:, t], chosen[:, t] = token, lp
+        step_log_probs, cache = backend.next_cached(token, was_done, cache)
+        log_probs = np.where(was_done[:, None], log_probs, step_log_probs)
+        if stream is not None and (t + 1 - streamed == stream_every or t + 1 == num_tokens
+                                   or done.all()):
+            stream(ids[:, streamed:t + 1])
+            streamed = t + 1
+    return ids, chosen, DecodeState(log_probs, backend.cache_memory(cache), seen, counters,
+                                    done, state.rows, state.pad_id)

@@ -95,21 +95,21 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return self._keys_values(self.layer_norm(memory) if self.pre_lnorm else memory)
 
     def ring_call(self, inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias,
-                  r_r_bias):
+                  r_r_bias, in_place=True):
         """Inference `call` for one new position per row, over a ring of
         cached keys and values (`layers.ring_cache`): inputs `[B, d]`; keys,
         values `[B, H, S, d_head]`; the new key and value go to `slot`
         (except in the rows `keep` [B] bool) before attending; hidden: float32
         `[B, 1, S]`, -1e30 at hidden slots; position_keys `[H, S, d_head]`,
-        each slot's projected distance encoding in ring order. Returns
-        `(outputs [B, d], keys, values)`."""
+        each slot's projected distance encoding in ring order; `in_place`:
+        see `ring_cache.write_slot`. Returns `(outputs [B, d], keys, values)`."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
         # One matmul with the fused kernel: slicing it would copy it every step.
         qkv = tf.reshape(tf.matmul(rows, self._w(self.qkv_kernel)),
                          [-1, 3, self.n_head, 1, self.d_head])
         q, k_new, v_new = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # [B, H, 1, d_head]
-        keys = write_slot(keys, k_new, slot, 2, keep)
-        values = write_slot(values, v_new, slot, 2, keep)
+        keys = write_slot(keys, k_new, slot, 2, keep, in_place)
+        values = write_slot(values, v_new, slot, 2, keep, in_place)
         heads = self.n_head * self.d_head
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])

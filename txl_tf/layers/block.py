@@ -38,11 +38,12 @@ class TransformerXLBlock(keras.layers.Layer):
         return self.rel_attn.memory_keys_values(memory)
 
     def ring_call(self, inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias,
-                  r_r_bias):
+                  r_r_bias, in_place=True):
         """One new position per row over a ring of cached keys and values:
         `(outputs [B, d], keys, values)`; see `RelativeMultiHeadAttention.ring_call`."""
         hidden_states, keys, values = self.rel_attn.ring_call(
-            inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias, r_r_bias)
+            inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias, r_r_bias,
+            in_place)
         return self.ff(hidden_states, training=False), keys, values
 
     def get_config(self):

@@ -52,21 +52,28 @@ def with_free_slot(tensor, axis):
 
 def slot_order(slot, size):
     """Time index (0 = oldest, `size - 1` = the token in `slot`) of each slot."""
-    return tf.math.floormod(tf.range(size) - slot - 1, size)
+    # Non-negative operands (0 <= slot < size): tf2onnx's Mod is C's remainder.
+    return tf.math.floormod(tf.range(size) + size - slot - 1, size)
 
 
 def in_slot_order(doubled, slot, size):
     """`[H, size, d]`: row `slot_order(slot, size)[s]` of a table for each
     slot s, from the table written twice over (`[H, 2 * size, d]`): one
     contiguous slice instead of a gather."""
-    start = tf.math.floormod(-slot - 1, size)
+    start = tf.math.floormod(size - slot - 1, size)
     shape = tf.shape(doubled)
     return tf.slice(doubled, tf.stack([0, start, 0]), tf.stack([shape[0], size, shape[2]]))
 
 
-def write_slot(ring, update, slot, axis, keep):
+def write_slot(ring, update, slot, axis, keep, in_place=True):
     """`ring` with `update` (size 1 on `axis`) written at `slot` on `axis`,
-    except for the rows (axis 0) in `keep`, whose slot stays as it was."""
+    except for the rows (axis 0) in `keep`, whose slot stays as it was.
+
+    `in_place=False` selects the slot with a mask over `axis` instead of a
+    dynamic update slice: the same values, in ops every exporter converts
+    (an exported graph returns a new ring anyway, so nothing is lost)."""
+    if not in_place:
+        return _write_slot_masked(ring, update, slot, axis, keep)
     begin = [0] * ring.shape.rank
     begin[axis] = slot
     size = tf.unstack(tf.shape(ring))
@@ -74,6 +81,33 @@ def write_slot(ring, update, slot, axis, keep):
     old = tf.slice(ring, tf.stack(begin), tf.stack(size))
     keep = tf.reshape(keep, [-1] + [1] * (ring.shape.rank - 1))
     return keras.ops.slice_update(ring, begin, tf.where(keep, old, tf.cast(update, ring.dtype)))
+
+
+def _write_slot_masked(ring, update, slot, axis, keep):
+    shape = [1] * ring.shape.rank
+    shape[axis] = -1
+    at_slot = tf.reshape(tf.equal(tf.range(tf.shape(ring)[axis]), slot), shape)
+    write = at_slot & tf.reshape(tf.logical_not(keep), [-1] + [1] * (ring.shape.rank - 1))
+    update = tf.cast(update, ring.dtype)
+    if ring.dtype == tf.bool:  # no bool `Where` in ONNX Runtime
+        return (ring & tf.logical_not(write)) | (update & write)
+    return tf.where(write, update, ring)
+
+
+def flat_cache(cache):
+    """A `DecodeCache` as the tensors an exported graph passes in and out:
+    `{mems [L, B, S, d_model], keys, values [L, B, H, S, d_head], valid [B, S],
+    slot int32 [], row_slot int32 [B], position_keys [L, H, 2S, d_head]}`."""
+    return {"mems": tf.stack(cache.mems), "keys": tf.stack(cache.keys),
+            "values": tf.stack(cache.values), "valid": cache.valid, "slot": cache.slot,
+            "row_slot": cache.row_slot, "position_keys": tf.stack(cache.position_keys)}
+
+
+def from_flat(mems, keys, values, valid, slot, row_slot, position_keys):
+    """The `DecodeCache` of `flat_cache`'s tensors."""
+    return DecodeCache(tuple(tf.unstack(mems)), tuple(tf.unstack(keys)),
+                       tuple(tf.unstack(values)), valid, slot, row_slot,
+                       tuple(tf.unstack(position_keys)))
 
 
 def ring_memory(cache):
