@@ -1,0 +1,133 @@
+"""The cached decode interface of the exports (`export.decode_interface`):
+the same numbers as the step that re-reads the memory, in every format, a
+generation on it equal to one without it (stops included), and the files
+a client that reads only the export needs."""
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from export import open_runtime, run_export
+from export.decode_interface import INIT_OUTPUTS, STEP_INPUTS, STEP_OUTPUTS
+from export.parity import cached_outputs, core_outputs, max_differences, random_segments
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.weights import save_pretrained
+
+CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decode_cache")
+    core = TransformerXL(CONFIG)
+    save_pretrained(core, root / "model")
+    report = run_export(str(root / "out"), str(root / "model"))
+    return core, root / "out", report
+
+
+@pytest.fixture(scope="module", params=["onnx", "saved_model"])
+def runtime(request, exported):
+    return open_runtime(str(exported[1]), backend=request.param, device="cpu")
+
+
+def test_the_export_writes_and_checks_the_decode_interface(exported):
+    _, out, report = exported
+    assert {"decode_init.onnx", "decode_step.onnx"} <= {p.name for p in out.iterdir()}
+    for backend in ("onnxruntime", "saved_model"):
+        cached = report["parity"][backend]["decode_cache"]
+        assert cached["log_probs"] < 1e-5 and cached["mems"] < 1e-5 and cached["mem_mask_equal"]
+    saved = json.loads((out / "export_report.json").read_text())
+    assert "decode_step.onnx" in saved["files"]
+
+
+def test_the_onnx_files_name_their_interface(exported):
+    out = exported[1]
+    for name, inputs, outputs in (("decode_init", ["mems", "mem_mask"], INIT_OUTPUTS),
+                                  ("decode_step", STEP_INPUTS, STEP_OUTPUTS)):
+        session = ort.InferenceSession(str(out / f"{name}.onnx"))
+        meta = session.get_modelmeta().custom_metadata_map
+        assert meta["interface"] == name
+        assert meta["inputs"].split(",") == [i.name for i in session.get_inputs()] == list(inputs)
+        assert meta["outputs"].split(",") == [o.name for o in session.get_outputs()] == \
+            list(outputs)
+        assert json.loads(meta["txl_tf.config"])["n_token"] == CONFIG.n_token
+
+
+def test_a_cached_step_is_a_step_on_the_memory_it_holds(exported, runtime):
+    """Token by token, from a memory several segments deep (the ring wraps)."""
+    core = exported[0]
+    segments = random_segments(CONFIG.n_token, 2, 4, 4, seed=3)
+    reference = core_outputs(core, segments, CONFIG.mem_len, token_by_token=True)
+    diff = max_differences(reference, cached_outputs(runtime, segments))
+    assert diff["log_probs"] < 1e-5 and diff["mems"] < 1e-5 and diff["mem_mask_equal"], diff
+    # And not by accident: reading the segments whole gives other numbers.
+    whole = core_outputs(core, segments, CONFIG.mem_len)
+    assert max_differences(whole, cached_outputs(runtime, segments))["log_probs"] > 2e-5
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_generation_on_the_cache_equals_generation_without(runtime, temperature):
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [8], [9, 10]]
+    runtime.use_decode_cache = False
+    plain = runtime.generate(prompts, 14, temperature=temperature, seed=5)
+    stop = int(plain.ids[1, 3])  # row 1 stops at its 4th token, the others may later
+    plain = runtime.generate(prompts, 14, temperature=temperature, seed=5, stop_ids=[stop])
+    runtime.use_decode_cache = True
+    cached = runtime.generate(prompts, 14, temperature=temperature, seed=5, stop_ids=[stop])
+    assert plain.lengths[1] <= 4 and list(cached.lengths) == list(plain.lengths)
+    np.testing.assert_array_equal(cached.ids, plain.ids)
+    np.testing.assert_allclose(cached.log_probs, plain.log_probs, atol=1e-5)
+    for a, b in zip(cached.memory.numpy(), plain.memory.numpy()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    # A conversation goes on from either memory the same way.
+    more_cached = runtime.generate([[11]], 5, memory=runtime.take(cached.memory, [0]),
+                                   temperature=0.0)
+    more_plain = runtime.generate([[11]], 5, memory=runtime.take(plain.memory, [0]),
+                                  temperature=0.0)
+    np.testing.assert_array_equal(more_cached.ids, more_plain.ids)
+
+
+def test_decode_step_checks_its_ids(runtime):
+    cache = runtime.decode_init(runtime.initial_memory(2))
+    with pytest.raises(ValueError, match="token"):
+        runtime.decode_step(np.array([1, CONFIG.n_token]), cache)
+
+
+def test_the_saved_models_decode_memory_equals_the_runtimes(exported):
+    import tensorflow as tf
+    out = exported[1]
+    runtime = open_runtime(str(out), backend="saved_model", device="cpu")
+    cache = runtime.decode_init(runtime.initial_memory(2))
+    for ids in ([1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12], [13, 14]):
+        _, cache = runtime.decode_step(np.array(ids), cache)
+    signature = tf.saved_model.load(str(out / "saved_model")).signatures["decode_memory"]
+    graph = signature(cache_mems=cache["cache_mems"], valid=cache["valid"],
+                      row_slot=cache["row_slot"])
+    mems, mask = runtime.cache_memory(cache).numpy()
+    np.testing.assert_array_equal(graph["mems"].numpy(), mems)
+    np.testing.assert_array_equal(graph["mem_mask"].numpy(), mask)
+
+
+def test_without_the_decode_files_the_runtime_decodes_as_before(exported, tmp_path):
+    _, _, _ = exported
+    core = TransformerXL(CONFIG)
+    save_pretrained(core, tmp_path / "model")
+    run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=("onnx",),
+               decode_cache=False, verify=False)
+    assert not (tmp_path / "out" / "decode_step.onnx").exists()
+    runtime = open_runtime(str(tmp_path / "out"), backend="onnx", device="cpu")
+    assert not runtime.has_decode_cache and not runtime.use_decode_cache
+    assert runtime.generate([[1, 2]], 3, temperature=0.0).ids.shape == (1, 3)
+
+
+def test_a_memory_read_back_from_a_temporary_is_still_right(exported):
+    """`RuntimeMemory.numpy()` copies: a view of an OrtValue's buffer dangles
+    once the value is gone (`take` of a memory read back from the temporary
+    gave garbage before)."""
+    runtime = open_runtime(str(exported[1]), backend="onnx", device="cpu")
+    ids = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+    kept = runtime.step(ids)[1]
+    taken = runtime.take(kept, [1, 0]).numpy()[0]
+    _ = [np.full(taken.size, 7.0, np.float32) for _ in range(20)]  # reuse freed memory
+    np.testing.assert_array_equal(taken, kept.numpy()[0][:, [1, 0]])
