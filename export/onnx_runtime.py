@@ -151,9 +151,10 @@ class OnnxRuntime(Runtime):
             self._decode_sessions = self._open_decode()
         return self._decode_sessions[name]
 
-    def _decode_run(self, name, inputs, host_outputs=()):
+    def _decode_run(self, name, inputs, host_outputs=(), into=None):
         """`{output: value}` of a decode graph: with IO binding, OrtValues on
-        the session's device (those in `host_outputs` as numpy)."""
+        the session's device (those in `host_outputs` as numpy); outputs
+        named in `into` are written into those OrtValues (no allocation)."""
         session = self._decode_session(name)
         names = [o.name for o in session.get_outputs()]
         if not self.io_binding:
@@ -166,9 +167,12 @@ class OnnxRuntime(Runtime):
                  for key, value in inputs.items()}
         for key, value in bound.items():
             binding.bind_ortvalue_input(key, value)
+        into = into or {}
         for key in names:
             if key in host_outputs:
                 binding.bind_output(key, "cpu")
+            elif key in into:
+                binding.bind_ortvalue_output(key, into[key])
             else:
                 binding.bind_output(key, self.device, 0)
         session.run_with_iobinding(binding)
@@ -178,10 +182,16 @@ class OnnxRuntime(Runtime):
     def _decode_init(self, mems, mem_mask):
         return self._decode_run("decode_init", {"mems": mems, "mem_mask": mem_mask})
 
-    def _decode_step(self, ids, stopped, cache):
+    def _decode_step(self, ids, stopped, cache, spare=None):
+        # The cache is written in full every step: into a spare cache's
+        # buffers when there is one (no allocation and page faults per token).
+        into = {f"new_{name}": spare[name] for name in CACHE_NAMES
+                if spare is not None and hasattr(spare.get(name), "data_type")
+                and spare[name].shape() == cache[name].shape()}
         out = self._decode_run("decode_step", {"token_ids": np.asarray(ids, np.int32),
                                                "stopped": np.asarray(stopped, np.bool_),
-                                               **cache}, host_outputs=("log_probs",))
+                                               **cache}, host_outputs=("log_probs",),
+                               into=into)
         new = {name: out[f"new_{name}"] for name in CACHE_NAMES}
         new["position_keys"] = cache["position_keys"]
         return out["log_probs"], new

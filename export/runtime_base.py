@@ -205,9 +205,12 @@ class Runtime:
         log_probs, cache = self.next_cached(ids, stopped, cache)
         return check_finite_outputs(log_probs), cache
 
-    def next_cached(self, token_ids, stopped, cache):
-        """`decode_step` without the checks, for the decode loop."""
-        return self._decode_step(token_ids, stopped, cache)
+    def next_cached(self, token_ids, stopped, cache, spare=None):
+        """`decode_step` without the checks, for the decode loop. `spare`: a
+        cache of the same shapes that is no longer needed (the loop's cache
+        of two steps ago), whose buffers the backend may write the new cache
+        into instead of allocating one (ONNX Runtime with IO binding)."""
+        return self._decode_step(token_ids, stopped, cache, spare)
 
     def cache_memory(self, cache):
         """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
@@ -256,5 +259,5 @@ class Runtime:
     def _decode_init(self, mems, mem_mask):
         raise NotImplementedError("this export has no cached decode interface")
 
-    def _decode_step(self, ids, stopped, cache):
+    def _decode_step(self, ids, stopped, cache, spare=None):
         raise NotImplementedError("this export has no cached decode interface")

@@ -92,7 +92,7 @@ class SavedModelRuntime(Runtime):
         with tf.device(self._tf_device):
             return dict(self._decode_init_fn(mems=mems, mem_mask=mem_mask))
 
-    def _decode_step(self, ids, stopped, cache):
+    def _decode_step(self, ids, stopped, cache, spare=None):
         with tf.device(self._tf_device):
             out = self._decode_step_fn(token_ids=tf.constant(ids, tf.int32),
                                        stopped=tf.constant(stopped, tf.bool), **cache)

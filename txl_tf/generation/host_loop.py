@@ -72,6 +72,7 @@ def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
     log_probs = np.array(state.next_log_probs, np.float32, copy=True)
     seen, counters, done = state.seen.copy(), state.counters.copy(), state.done.copy()
     cache = backend.decode_init(state.memory, batch)  # checked once; the steps are not
+    spare = None  # the cache of two steps ago: its buffers take the next one
     streamed = 0
     for t in range(num_tokens):
         if done.all():
@@ -80,7 +81,8 @@ def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
         token, lp, seen, counters, done = choose(log_probs, state.rows, seen, counters,
                                                  was_done, state.pad_id)
         ids[:, t], chosen[:, t] = token, lp
-        step_log_probs, cache = backend.next_cached(token, was_done, cache)
+        step_log_probs, new_cache = backend.next_cached(token, was_done, cache, spare)
+        spare, cache = cache, new_cache
         log_probs = np.where(was_done[:, None], log_probs, step_log_probs)
         if stream is not None and (t + 1 - streamed == stream_every or t + 1 == num_tokens
                                    or done.all()):
