@@ -19,8 +19,9 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
                                 order_outputs, save_with_weights)
 from export.serving_module import plain_copies, weights_scope
 from export.staging import staged_folder
-from txl_tf.layers.init import skip_random_init
+from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
+from txl_tf.layers.init import skip_random_init
 
 FORMATS = ("saved_model", "onnx")
 SAVED_MODEL_DIR = "saved_model"
@@ -86,7 +87,7 @@ def export_classifier(model, output_dir, formats=FORMATS, label_names=None, voca
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
-        raise ValueError(f"formats must be some of {FORMATS}, got {formats}")
+        raise TxlError(f"formats must be some of {FORMATS}, got {formats}")
     output_dir = os.path.abspath(output_dir)
     _check_output_dir(output_dir, overwrite)
     vocab_dir = vocab_dir or getattr(model, "vocab_dir", None)
@@ -116,13 +117,13 @@ def export_classifier(model, output_dir, formats=FORMATS, label_names=None, voca
 
 def _check_output_dir(output_dir, overwrite):
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise ValueError(f"output path {output_dir!r} exists and is not a folder")
+        raise TxlError(f"output path {output_dir!r} exists and is not a folder")
     if overwrite or not os.path.isdir(output_dir) or not os.listdir(output_dir):
         return
     if not os.path.isfile(os.path.join(output_dir, METADATA_FILE)):
-        raise ValueError(f"output folder {output_dir!r} is not empty and holds no classifier "
-                         f"export ({METADATA_FILE}); the export replaces the folder whole: "
-                         "pass overwrite=True, or choose another folder")
+        raise TxlError(f"output folder {output_dir!r} is not empty and holds no classifier "
+                       f"export ({METADATA_FILE}); the export replaces the folder whole: "
+                       "pass overwrite=True, or choose another folder")
 
 
 def float32_twin(model):

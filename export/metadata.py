@@ -2,6 +2,7 @@
 import json
 
 from txl_tf import TransformerXLConfig
+from txl_tf.errors import TxlError
 
 CONFIG_KEY = "txl_tf.config"
 INPUT_NAMES = ("token_ids", "mems", "mem_mask")
@@ -37,11 +38,11 @@ class ExportInfo:
 
     def __init__(self, values):
         if values.get("task") == "classification":
-            raise ValueError("this export is a txl_tf classifier: open it with "
-                             "export.open_classifier")
+            raise TxlError("this export is a txl_tf classifier: open it with "
+                           "export.open_classifier")
         missing = [k for k in (CONFIG_KEY, "mem_len") if k not in values]
         if missing:
-            raise ValueError(f"export metadata lacks {missing}; was this exported by txl_tf?")
+            raise TxlError(f"export metadata lacks {missing}; was this exported by txl_tf?")
         self.values = dict(values)
         self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
         self.mem_len = int(values["mem_len"])
@@ -71,7 +72,7 @@ def classifier_metadata(model, label_names=None, vocab_files=()):
     config = model.config
     names = model.label_names if label_names is None else [str(n) for n in label_names]
     if names is not None and len(names) != model.num_classes:
-        raise ValueError(f"{len(names)} label_names for {model.num_classes} classes")
+        raise TxlError(f"{len(names)} label_names for {model.num_classes} classes")
     return {
         CONFIG_KEY: config.to_json(),
         "task": "classification",
@@ -98,9 +99,9 @@ class ClassifierInfo:
 
     def __init__(self, values):
         if values.get("task") != "classification":
-            raise ValueError("this export is not a txl_tf classifier (metadata 'task' is "
-                             f"{values.get('task')!r}); use export.open_runtime for language "
-                             "models")
+            raise TxlError("this export is not a txl_tf classifier (metadata 'task' is "
+                           f"{values.get('task')!r}); use export.open_runtime for language "
+                           "models")
         self.values = dict(values)
         self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
         self.num_classes = int(values["num_classes"])

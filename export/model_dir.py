@@ -15,7 +15,6 @@ import shutil
 from typing import NamedTuple, Optional
 
 from txl_tf import TransformerXL, TransformerXLConfig
-
 from txl_tf import weights
 from txl_tf.weights import checkpoints
 from txl_tf.weights import model_dir as loader

@@ -21,6 +21,7 @@ from export import decode_interface as decode
 from export.metadata import INPUT_NAMES, OUTPUT_NAMES, export_metadata
 from export.serving_module import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                    serve_step)
+from txl_tf.errors import TxlError
 
 DEFAULT_OPSET = 17
 # Protobuf cannot serialise 2 GiB; leave room for the graph itself.
@@ -50,9 +51,9 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     """
     check_memory_layout(memory_layout)
     if log_probs not in LOG_PROBS_MODES:
-        raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+        raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
     if int(mem_len) < 0:
-        raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+        raise TxlError(f"mem_len must be >= 0, got {mem_len}")
     cfg = core.config
     model = _convert(core, mem_len, log_probs, opset, memory_layout)
     weight_inputs = [i.name for i in model.graph.input][len(INPUT_NAMES):]

@@ -8,6 +8,7 @@ import numpy as np
 from export.decode_interface import CACHE_NAMES
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
+from txl_tf.errors import TxlError
 from txl_tf.weights.model_dir import ModelDirError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
@@ -21,7 +22,7 @@ def choose_providers(device="auto"):
     reason when CUDA was asked for but is not available."""
     import onnxruntime as ort
     if device not in ("auto", "cuda", "gpu", "cpu"):
-        raise ValueError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
+        raise TxlError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
     if device == "cpu":
         return [CPU], None
     if CUDA in ort.get_available_providers():
@@ -69,8 +70,8 @@ class OnnxRuntime(Runtime):
         if reason and device != "auto":
             logging.warning("%s", reason)
         if single_stream not in ("auto", True, False):
-            raise ValueError(f"single_stream must be 'auto', True or False, got "
-                             f"{single_stream!r}")
+            raise TxlError(f"single_stream must be 'auto', True or False, got "
+                           f"{single_stream!r}")
         self.session = open_session(path, session_options, providers)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES

@@ -1,5 +1,6 @@
 """Parity of exported runtimes with the Keras core over consecutive segments."""
 import numpy as np
+
 from txl_tf.errors import TxlError
 
 

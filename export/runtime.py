@@ -1,6 +1,8 @@
 """`open_runtime`: one entry point over an exported ONNX file or SavedModel."""
 import os
 
+from txl_tf.errors import TxlError
+
 ONNX_FILE = "model.onnx"
 SAVED_MODEL_DIR = "saved_model"
 
@@ -27,7 +29,7 @@ def choose_artefact(path, backend="auto"):
     """`("onnx" | "saved_model", its path)` for an export at `path` (see
     `open_runtime`; `auto` prefers ONNX); FileNotFoundError when absent."""
     if backend not in ("auto", "onnx", "saved_model"):
-        raise ValueError(f"backend must be auto, onnx or saved_model, got {backend!r}")
+        raise TxlError(f"backend must be auto, onnx or saved_model, got {backend!r}")
     onnx_path, saved_model_path = _locate(path)
     if backend == "auto":
         backend = "onnx" if onnx_path else "saved_model"

@@ -4,8 +4,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from export.input_checks import RuntimeInputError, check_ids, check_memory, shape_and_dtype
-from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.inputs import check_finite_outputs
+from txl_tf.checks.memory_budget import check_memory_state
+from txl_tf.errors import TxlError
 
 
 class RuntimeMemory(NamedTuple):
@@ -67,9 +68,9 @@ class Runtime:
 
     def __init__(self, info):
         if info.memory_layout != "layer_major":
-            raise ValueError(f"this model keeps the memory {info.memory_layout} (the Triton "
-                             "repository's model.onnx); open_runtime reads the export's "
-                             "plain model.onnx or saved_model/")
+            raise TxlError(f"this model keeps the memory {info.memory_layout} (the Triton "
+                           "repository's model.onnx); open_runtime reads the export's "
+                           "plain model.onnx or saved_model/")
         self.info = info
         self.config = info.config
         self.mem_len = info.mem_len

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from export import decode_interface
 from txl_tf import Memory
+from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 
 LOG_PROBS_MODES = ("all", "last")
@@ -29,8 +30,8 @@ MEMORY_LAYOUTS = ("layer_major", "batch_major")
 
 def check_memory_layout(memory_layout):
     if memory_layout not in MEMORY_LAYOUTS:
-        raise ValueError(f"memory_layout must be one of {MEMORY_LAYOUTS}, "
-                         f"got {memory_layout!r}")
+        raise TxlError(f"memory_layout must be one of {MEMORY_LAYOUTS}, "
+                       f"got {memory_layout!r}")
 
 
 def interface_specs(config, mem_len, memory_layout="layer_major"):
@@ -85,9 +86,9 @@ class ServingModule(tf.Module):
     def __init__(self, core, mem_len, log_probs="all", zero_filled=False):
         super().__init__(name="txl_serving")
         if log_probs not in LOG_PROBS_MODES:
-            raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+            raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
         if int(mem_len) < 0:
-            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
         cfg = core.config
         self._core = Untracked(core)
         self.weights = plain_copies(core.weights)

@@ -22,12 +22,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from txl_tf.checks.inputs import NonFiniteMemoryError
+from txl_tf.errors import TxlError
+from txl_tf.generation.flow import prefill
 from txl_tf.generation.request import (Generation, DecodeState, check_count, check_pad_id,
                                    check_prompts, make_rows, seen_mask)
-from txl_tf.generation.flow import prefill
 from txl_tf.generation.sampling import Sampling
 from txl_tf.generation.sampling_numpy import choose
-from txl_tf.checks.inputs import NonFiniteMemoryError
 
 
 class _Session(NamedTuple):
@@ -44,7 +45,7 @@ class SessionTable:
     def __init__(self, backend, max_batch=16, segment_len=None):
         self.backend = backend
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
+            raise TxlError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         self.max_batch = max_batch
         config = getattr(backend, "config", None) or backend.core.config
         self.segment_len = int(segment_len or config.tgt_len)
@@ -55,7 +56,7 @@ class SessionTable:
              repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0):
         """Reads `prompt` (1-D ids) for a new session."""
         if session_id in self._sessions:
-            raise ValueError(f"session {session_id!r} is already open")
+            raise TxlError(f"session {session_id!r} is already open")
         n_token = self.backend.n_token
         prompts = check_prompts([prompt], n_token)
         budget = check_count("max_new_tokens", max_new_tokens)

@@ -10,13 +10,14 @@ from export.decode_interface import CACHE_NAMES
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
+from txl_tf.errors import TxlError
 from txl_tf.weights.model_dir import ModelDirError
 
 
 def choose_tf_device(device="auto"):
     """`(tf device string, name)` for `device` in `auto | cuda | gpu | cpu`."""
     if device not in ("auto", "cuda", "gpu", "cpu"):
-        raise ValueError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
+        raise TxlError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
     if device != "cpu" and tf.config.list_physical_devices("GPU"):
         return "/GPU:0", "gpu"
     if device in ("cuda", "gpu"):

@@ -24,6 +24,7 @@ from export.metadata import ExportInfo
 from export.onnx_export import DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_onnx
 from export.parity import ParityError, max_differences
 from export.serving_module import LOG_PROBS_MODES
+from txl_tf.errors import TxlError
 
 DEFAULT_MODEL_NAME = "txl"
 CONFIG_FILE = "config.pbtxt"
@@ -119,8 +120,8 @@ def sequence_outputs(model_path, segments, providers=("CPUExecutionProvider",)):
     session = ort.InferenceSession(model_path, providers=list(providers))
     info = ExportInfo(session.get_modelmeta().custom_metadata_map)
     if info.memory_layout != "batch_major":
-        raise ValueError(f"{model_path!r} is not a Triton repository's model (memory layout "
-                         f"{info.memory_layout!r})")
+        raise TxlError(f"{model_path!r} is not a Triton repository's model (memory layout "
+                       f"{info.memory_layout!r})")
     cfg, batch = info.config, segments[0].shape[0]
     mems = np.zeros([batch, cfg.n_layer, info.mem_len, cfg.d_model], np.float32)
     mem_mask = np.full([batch, info.mem_len], info.zero_filled, np.bool_)
@@ -143,22 +144,22 @@ def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all"
     if max_candidate_sequences is None:
         max_candidate_sequences = 4 * int(max_batch_size)
     if int(mem_len) < 1:
-        raise ValueError(f"a Triton repository needs mem_len >= 1 (the memory is its "
-                         f"state), got {mem_len}")
+        raise TxlError(f"a Triton repository needs mem_len >= 1 (the memory is its "
+                       f"state), got {mem_len}")
     if not model_name or os.sep in model_name or model_name in (".", ".."):
-        raise ValueError(f"model_name must be a plain folder name, got {model_name!r}")
+        raise TxlError(f"model_name must be a plain folder name, got {model_name!r}")
     if log_probs not in LOG_PROBS_MODES:
-        raise ValueError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+        raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
     if int(max_batch_size) < 1:
-        raise ValueError(f"max_batch_size must be >= 1 (the state is batched on its first "
-                         f"axis), got {max_batch_size}")
+        raise TxlError(f"max_batch_size must be >= 1 (the state is batched on its first "
+                       f"axis), got {max_batch_size}")
     if int(max_candidate_sequences) < int(max_batch_size):
-        raise ValueError(f"max_candidate_sequences ({max_candidate_sequences}) must be at "
-                         f"least max_batch_size ({max_batch_size}) to fill a batch")
+        raise TxlError(f"max_candidate_sequences ({max_candidate_sequences}) must be at "
+                       f"least max_batch_size ({max_batch_size}) to fill a batch")
     for name, value in (("max_queue_delay_microseconds", max_queue_delay_microseconds),
                         ("max_sequence_idle_microseconds", max_sequence_idle_microseconds)):
         if int(value) < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+            raise TxlError(f"{name} must be >= 0, got {value}")
 
 
 def model_file(repo_dir, model_name=DEFAULT_MODEL_NAME):

@@ -7,10 +7,10 @@ import matplotlib
 import matplotlib.image
 import numpy as np
 import pytest
-
-from job_helpers import run_job
 from reference_numpy import forward as reference_forward
 from test_core import VARIANTS, ids, make_core
+
+from job_helpers import run_job
 from training import attention_picture as job
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig

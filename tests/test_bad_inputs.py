@@ -14,11 +14,11 @@ import tensorflow as tf
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
-from txl_tf.weights.checkpoints import weight_dict
-from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
-from txl_tf.weights import save_pretrained
-from txl_tf.text import ByteTokenizer
 from job_helpers import job_env, run_job, write_text_corpus
+from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
+from txl_tf.text import ByteTokenizer
+from txl_tf.weights import save_pretrained
+from txl_tf.weights.checkpoints import weight_dict
 
 MEM_LEN = 4
 NOISE = re.compile(r"cuInit|cudart_stub|port\.cc|cuda_platform|InitializeLog")

@@ -13,9 +13,9 @@ import pytest
 from tests.job_helpers import run_job
 from tests.pytorch_fixtures import CASES, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference
-from txl_tf.weights.convert import ConvertError, convert, read_config_file
 from txl_tf.text.pickled_vocab import PickledVocabError, convert_pickled_vocab
 from txl_tf.text.vocab import read_vocab
+from txl_tf.weights.convert import ConvertError, convert, read_config_file
 
 SYMBOLS = ["<eos>", "<unk>"] + [f"w{i}" for i in range(58)]  # 60 = the port fixture's n_token
 

@@ -3,11 +3,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from reference_numpy import forward as reference_forward
+
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
-from txl_tf.weights.checkpoints import get_weights
 from txl_tf.layers.masks import attention_visibility
+from txl_tf.weights.checkpoints import get_weights
 
 VARIANTS = {
     "plain": dict(),

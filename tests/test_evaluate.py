@@ -4,17 +4,17 @@ import json
 import math
 import shutil
 
-import numpy as np
 import keras
+import numpy as np
 import pytest
 
-from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.weights import load_pretrained, save_pretrained
-from training import evaluate
-from txl_tf.learning.evaluation import evaluate_ids
 from job_helpers import write_text_corpus
+from training import evaluate
 from training.errors import TrainingError
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.learning.evaluation import evaluate_ids
 from txl_tf.text import ByteTokenizer, WordTokenizer
+from txl_tf.weights import load_pretrained, save_pretrained
 
 
 def hand_nll(core, ids, streams, tgt_len, mem_len):

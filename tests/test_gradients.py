@@ -6,11 +6,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from reference_numpy import forward as reference_forward
+
 from txl_tf import TransformerXLConfig, TransformerXLLM
-from txl_tf.weights.checkpoints import get_weights
 from txl_tf.layers.dropout import Dropout
+from txl_tf.weights.checkpoints import get_weights
 
 T = 6
 

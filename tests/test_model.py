@@ -5,9 +5,9 @@ import pytest
 import tensorflow as tf
 
 from txl_tf import ReplicaClippedAdam, TransformerXLConfig, TransformerXLLM
-from txl_tf.weights.checkpoints import get_weights, set_weights
 from txl_tf.data import eval_segment_dataset
 from txl_tf.learning.evaluation import evaluate_ids
+from txl_tf.weights.checkpoints import get_weights, set_weights
 
 T = 8
 

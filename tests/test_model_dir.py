@@ -4,11 +4,11 @@ import pytest
 import tensorflow as tf
 
 from export import ModelDirError, load_model
-from txl_tf.weights.checkpoints import weight_dict
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.weights import save_pretrained
-from txl_tf.weights.model_dir import load, load_core, resolve
 from txl_tf.text import ByteTokenizer
+from txl_tf.weights import save_pretrained
+from txl_tf.weights.checkpoints import weight_dict
+from txl_tf.weights.model_dir import load, load_core, resolve
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 from tests.pytorch_fixtures import CASES, make_state, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference, pytorch_mask
 from txl_tf import TransformerXLConfig
-from txl_tf.weights import import_pytorch
 from txl_tf.layers.masks import causal_visibility
+from txl_tf.weights import import_pytorch
 from txl_tf.weights.pytorch_import import PytorchImportError, read_pytorch
 from txl_tf.weights.state_dict import StateDictError
 

@@ -5,7 +5,6 @@ import pytest
 import tensorflow as tf
 
 from txl_tf.generation import counter_rng
-
 from txl_tf.generation import sampling_numpy
 from txl_tf.generation.request import Rows, make_rows
 from txl_tf.generation.sampling import Sampling, choose

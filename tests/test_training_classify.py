@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from export import open_classifier
+from job_helpers import run_job
 from training import classify
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.weights import save_pretrained
 from txl_tf.text import ByteTokenizer
-from job_helpers import run_job
+from txl_tf.weights import save_pretrained
 
 LETTERS = {"ab": "ab", "mn": "mn", "xy": "xy"}  # a class is the letters its words use
 

@@ -5,10 +5,10 @@ import os
 import pytest
 from absl import flags
 
-from txl_tf import PRESETS
 from training import train
-from txl_tf.app.flagspec import define, values
 from training.model_config import build_config
+from txl_tf import PRESETS
+from txl_tf.app.flagspec import define, values
 
 CONFIGS = os.path.join(os.path.dirname(train.__file__), "configs")
 

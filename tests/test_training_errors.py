@@ -1,11 +1,11 @@
 """Bad input to the jobs gives one clear message, never a TensorFlow traceback."""
 import pytest
 
-from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.weights import save_pretrained
+from job_helpers import run_job, write_text_corpus
 from training import evaluate, train
 from training.errors import TrainingError
-from job_helpers import run_job, write_text_corpus
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.weights import save_pretrained
 
 
 def _train(tmp_path, **options):

@@ -2,8 +2,8 @@
 import keras
 import numpy as np
 
-from txl_tf import TransformerXL, TransformerXLConfig
 from training.generate import continue_ids
+from txl_tf import TransformerXL, TransformerXLConfig
 
 
 def test_greedy_continuation_matches_full_recomputation():

@@ -15,8 +15,8 @@ Bad input ends in one `error:` line and exit status 2 (`txl_tf.app.cli`).
 """
 import os
 
-from txl_tf.app import cli
 from training.errors import TrainingError
+from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (

@@ -27,10 +27,10 @@ import shutil
 
 import tensorflow as tf
 
-from txl_tf.weights.checkpoints import weight_dict
-from txl_tf.weights.model_dir import CHECKPOINT_DIR
 from training.errors import TrainingError
 from training.strategy import local_replicas
+from txl_tf.weights.checkpoints import weight_dict
+from txl_tf.weights.model_dir import CHECKPOINT_DIR
 
 # What reading a truncated or missing checkpoint file raises (the checkpoint
 # reader turns a short read into IndexError "Read less bytes than requested");

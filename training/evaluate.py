@@ -19,8 +19,8 @@ Bad input ends in one `error:` line and exit status 2 (`txl_tf.app.cli`).
 import json
 import os
 
-from txl_tf.app import cli
 from training.errors import TrainingError
+from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (

@@ -20,9 +20,10 @@ import sys
 
 import numpy as np
 
-from txl_tf.app import cli
 from training.errors import TrainingError
+from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.errors import TxlError
 
 SPEC = (
     option("string", "model", None, "Model directory with vocab/, training run directory, "
@@ -62,7 +63,7 @@ def continue_ids(model, prompt_ids, num_tokens, mem_len=None, temperature=1.0, t
     from txl_tf import Decoder, TransformerXL
     prompt = np.asarray(prompt_ids, dtype=np.int32).reshape(1, -1)
     if prompt.size == 0:
-        raise ValueError("the prompt must hold at least one token")
+        raise TxlError("the prompt must hold at least one token")
     backend = Decoder(model, mem_len=mem_len) if isinstance(model, TransformerXL) else model
 
     stops = {int(i) for i in options.get("stop_ids") or ()}

@@ -4,6 +4,8 @@ import os
 
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
+
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 
 
@@ -20,7 +22,7 @@ def _tf_config():
     try:
         return json.loads(os.environ.get("TF_CONFIG", "") or "{}")
     except json.JSONDecodeError as err:
-        raise ValueError(f"TF_CONFIG is not valid JSON: {err}") from None
+        raise TxlError(f"TF_CONFIG is not valid JSON: {err}") from None
 
 
 def _num_workers(tf_config):
@@ -36,7 +38,7 @@ def make_strategy(name="auto", tpu=None):
     else one device. `multi_worker` reads the cluster from TF_CONFIG.
     """
     if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}")
+        raise TxlError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}")
     if name == "auto":
         if tpu:
             name = "tpu"
@@ -54,8 +56,8 @@ def make_strategy(name="auto", tpu=None):
         return tf.distribute.TPUStrategy(resolver)
     if name == "multi_worker":
         if _num_workers(_tf_config()) < 1:
-            raise ValueError("--strategy=multi_worker needs TF_CONFIG with a cluster "
-                             "(e.g. {'cluster': {'worker': [...]}, 'task': {...}})")
+            raise TxlError("--strategy=multi_worker needs TF_CONFIG with a cluster "
+                           "(e.g. {'cluster': {'worker': [...]}, 'task': {...}})")
         # Must come before anything initialises the TF runtime: physical
         # devices only (listing logical devices would start it).
         gpus = tf.config.list_physical_devices("GPU")

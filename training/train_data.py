@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.data import distribute_segments, segment_dataset
+from txl_tf.errors import TxlError
 
 
 def _log_batches(dataset, start_step, path):
@@ -37,7 +38,7 @@ def training_input(strategy, ids, global_batch_size, tgt_len, start_step=0, batc
     """
     if batch_log:
         if strategy.num_replicas_in_sync != 1:
-            raise ValueError("batch logging needs a single replica")
+            raise TxlError("batch logging needs a single replica")
         dataset = segment_dataset(ids, global_batch_size, tgt_len, start_step=start_step)
         return _log_batches(dataset, start_step, batch_log)
     return distribute_segments(strategy, ids, global_batch_size, tgt_len, start_step=start_step)

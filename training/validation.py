@@ -4,8 +4,8 @@ import os
 
 import tensorflow as tf
 
-from txl_tf.learning.evaluation import evaluate_ids, make_scorer
 from txl_tf.app.progress import interactive
+from txl_tf.learning.evaluation import evaluate_ids, make_scorer
 
 
 class Validator:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Any, List, Optional
+
 from txl_tf.errors import TxlError
 
 

@@ -4,7 +4,9 @@ import numbers
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.inputs import check_memory, check_targets, check_token_ids, check_token_mask
 from txl_tf.config import TransformerXLConfig
+from txl_tf.errors import TxlError
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
 from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
 from txl_tf.layers.block import TransformerXLBlock
@@ -17,7 +19,6 @@ from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
 from txl_tf.layers.ring_cache import (DecodeCache, in_slot_order, ring_memory, slot_order,
                                       with_free_slot, write_slot)
-from txl_tf.checks.inputs import check_memory, check_targets, check_token_ids, check_token_mask
 
 
 def as_config(config):
@@ -91,7 +92,7 @@ class TransformerXL(keras.layers.Layer):
         zero_filled = cfg.zero_filled_memory if zero_filled is None else bool(zero_filled)
         mem_len = cfg.mem_len if mem_len is None else int(mem_len)
         if mem_len < 0:
-            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
         return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
 
     # ------------------------------------------------------------------- math
@@ -157,8 +158,8 @@ class TransformerXL(keras.layers.Layer):
         segment_len, mem_len = int(segment_len), int(mem_len)
         grad_segments = int(grad_segments)
         if segment_len < 1 or mem_len < 0 or grad_segments < 1:
-            raise ValueError(f"segment_len and grad_segments must be >= 1 and mem_len >= 0, "
-                             f"got {segment_len}, {grad_segments} and {mem_len}")
+            raise TxlError(f"segment_len and grad_segments must be >= 1 and mem_len >= 0, "
+                           f"got {segment_len}, {grad_segments} and {mem_len}")
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
         ids, mask = right_align(token_ids, lengths, segment_len)
@@ -203,7 +204,7 @@ class TransformerXL(keras.layers.Layer):
         n_layer = self.config.n_layer
         if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) \
                 or not 0 <= layer < n_layer:
-            raise ValueError(f"layer must be an integer in [0, {n_layer}), got {layer!r}")
+            raise TxlError(f"layer must be an integer in [0, {n_layer}), got {layer!r}")
         found = []
 
         def probe(i, block, *block_args):
@@ -328,6 +329,6 @@ def _empty_slots(mem_mask, filled):
     if filled is None:
         return 0
     if isinstance(filled, bool) or not isinstance(filled, int) or filled < 0:
-        raise ValueError(f"filled must be an int >= 0 or None, got {filled!r}")
+        raise TxlError(f"filled must be an int >= 0 or None, got {filled!r}")
     size = mem_mask.shape[1]
     return 0 if size is None else max(0, size - filled)

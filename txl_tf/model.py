@@ -2,14 +2,14 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.inputs import InputError
 from txl_tf.core import TransformerXL, as_config
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
 from txl_tf.keras_support.keras_compat import PrebuiltModel
-from txl_tf.layers.memory import Memory
-from txl_tf.learning.metrics import TokenNLL
 from txl_tf.keras_support.precision import choose as choose_precision
 from txl_tf.keras_support.untracked import Untracked
-from txl_tf.checks.inputs import InputError
+from txl_tf.layers.memory import Memory
+from txl_tf.learning.metrics import TokenNLL
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")

@@ -1,6 +1,7 @@
 """Input checks that name the problem (used by the core and the runtimes)."""
 import numpy as np
 import tensorflow as tf
+
 from txl_tf.errors import TxlError
 
 

@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from txl_tf.errors import TxlError
+
 CMAP = "viridis"
 BLANK = (232, 232, 232)  # a hidden cell; viridis has no grey
 LINE = (220, 20, 60)     # the memory | segment boundary; viridis has no red
@@ -53,7 +55,7 @@ class SegmentAttention(NamedTuple):
         n_head = self.probs.shape[0]
         if isinstance(head, bool) or not isinstance(head, (int, np.integer)) \
                 or not 0 <= head < n_head:
-            raise ValueError(f"head must be None (the mean) or an integer in [0, {n_head}), "
+            raise TxlError(f"head must be None (the mean) or an integer in [0, {n_head}), "
                              f"got {head!r}")
         return self.probs[head]
 
@@ -69,18 +71,18 @@ def segment_attention(core, token_ids, layer, segment=-1, seg_len=None, mem_len=
     cfg = core.config
     ids = np.asarray(token_ids)
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"token_ids must be a non-empty 1-D sequence of integers, got shape "
-                         f"{ids.shape} and dtype {ids.dtype}")
+        raise TxlError(f"token_ids must be a non-empty 1-D sequence of integers, got shape "
+                       f"{ids.shape} and dtype {ids.dtype}")
     problem = out_of_range_message(ids, cfg.n_token)  # before the int32 cast wraps them
     if problem:
         raise InputError(problem)
     seg_len = cfg.tgt_len if seg_len is None else int(seg_len)
     if seg_len <= 0:
-        raise ValueError(f"seg_len must be positive, got {seg_len}")
+        raise TxlError(f"seg_len must be positive, got {seg_len}")
     n_segments = -(-ids.size // seg_len)
     if not -n_segments <= int(segment) < n_segments:
-        raise ValueError(f"segment {segment} is out of range: {ids.size} tokens make "
-                         f"{n_segments} segments of {seg_len}")
+        raise TxlError(f"segment {segment} is out of range: {ids.size} tokens make "
+                       f"{n_segments} segments of {seg_len}")
     segment = int(segment) % n_segments
     ids = ids.astype(np.int32)
     memory = core.initial_memory(1, mem_len)
@@ -105,10 +107,10 @@ def _checked(weights, visible, n_memory):
     weights = np.asarray(weights, np.float64)
     visible = np.asarray(visible, bool)
     if weights.ndim != 2 or visible.shape != weights.shape:
-        raise ValueError(f"weights must be [T, M + T] and visible the same shape, got "
-                         f"{weights.shape} and {visible.shape}")
+        raise TxlError(f"weights must be [T, M + T] and visible the same shape, got "
+                       f"{weights.shape} and {visible.shape}")
     if not 0 <= int(n_memory) <= weights.shape[1]:
-        raise ValueError(f"n_memory must be in [0, {weights.shape[1]}], got {n_memory}")
+        raise TxlError(f"n_memory must be in [0, {weights.shape[1]}], got {n_memory}")
     return weights, visible, int(n_memory)
 
 
@@ -145,7 +147,7 @@ def attention_image(weights, visible, n_memory, cell=8, line=2, vmax=None, cmap=
     matplotlib = require_matplotlib()
     weights, visible, n_memory = _checked(weights, visible, n_memory)
     if int(cell) < 1 or int(line) < 0:
-        raise ValueError(f"cell must be >= 1 and line >= 0, got {cell} and {line}")
+        raise TxlError(f"cell must be >= 1 and line >= 0, got {cell} and {line}")
     scaled = np.clip(weights / _vmax(weights, visible, vmax), 0.0, 1.0)
     colors = matplotlib.colormaps[cmap](scaled, bytes=True)[..., :3]
     colors[~visible] = BLANK
@@ -182,7 +184,7 @@ def attention_figure(weights, visible, n_memory, key_labels=None, query_labels=N
     for name, labels, size in (("key_labels", key_labels, klen),
                                ("query_labels", query_labels, qlen)):
         if labels is not None and len(labels) != size:
-            raise ValueError(f"{name} needs {size} labels, got {len(labels)}")
+            raise TxlError(f"{name} needs {size} labels, got {len(labels)}")
     if cell is None:
         cell = int(np.clip(1200 // max(klen, qlen), 2, 24))
     line = max(1, cell // 4)

@@ -2,13 +2,14 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.inputs import InputError
 from txl_tf.core import TransformerXL, as_config
+from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
 from txl_tf.keras_support.keras_compat import PrebuiltModel
+from txl_tf.keras_support.precision import choose as choose_precision
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
-from txl_tf.keras_support.precision import choose as choose_precision
-from txl_tf.checks.inputs import InputError
 
 INPUT_KEYS = ("token_ids", "lengths")
 
@@ -69,7 +70,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
         super().__init__(**kwargs)
         if isinstance(backbone, TransformerXL):
             if backbone.dtype_policy.name != self.dtype_policy.name:
-                raise ValueError(
+                raise TxlError(
                     f"the backbone computes under the dtype policy "
                     f"{backbone.dtype_policy.name!r} but the classifier was asked for "
                     f"{self.dtype_policy.name!r}: build the core with that dtype "
@@ -86,15 +87,15 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
                                      cfg.tgt_len if segment_len is None else segment_len)
         self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
         if self.mem_len < 0:
-            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
         self.grad_segments = _positive("grad_segments", grad_segments)
         self.head_dropout = float(cfg.dropout if head_dropout is None else head_dropout)
         if not 0.0 <= self.head_dropout < 1.0:
-            raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+            raise TxlError(f"head_dropout must be in [0, 1), got {head_dropout}")
         self.label_names = None if label_names is None else [str(n) for n in label_names]
         if self.label_names is not None and len(self.label_names) != self.num_classes:
-            raise ValueError(f"{len(self.label_names)} label_names for {self.num_classes} "
-                             "classes")
+            raise TxlError(f"{len(self.label_names)} label_names for {self.num_classes} "
+                           "classes")
         self.dropout = Dropout(self.head_dropout, dtype=self.dtype_policy, name="head_dropout")
         self.dropout.build(None)
         self.head = keras.layers.Dense(self.num_classes, kernel_initializer=normal(cfg.init_std),
@@ -155,5 +156,5 @@ def resolve_dtype(dtype):
 
 def _positive(name, value):
     if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise TxlError(f"{name} must be a positive integer, got {value!r}")
     return int(value)

@@ -43,10 +43,10 @@ import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError, _list_files
 from txl_tf.classification.labels import LabelSet, UnknownLabelError
-from txl_tf.text import Tokenizer
+from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError, _list_files
 from txl_tf.errors import TxlError
+from txl_tf.text import Tokenizer
 
 TSV_LAYOUT = "one example a line, label<TAB>text (UTF-8)"
 FOLDER_LAYOUT = "<root>/<class name>/<one file per example> (UTF-8)"
@@ -79,13 +79,13 @@ class Examples:
     def __post_init__(self):
         self.label_ids = np.asarray(self.label_ids, dtype=np.int32).reshape(-1)
         if not len(self.texts) == len(self.label_ids) == len(self.sources):
-            raise ValueError(f"{len(self.texts)} texts, {len(self.label_ids)} label ids "
-                             f"and {len(self.sources)} sources do not match")
+            raise TxlError(f"{len(self.texts)} texts, {len(self.label_ids)} label ids "
+                           f"and {len(self.sources)} sources do not match")
         bad = np.flatnonzero((self.label_ids < 0) | (self.label_ids >= len(self.labels)))
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"{self.sources[i]}: label id {self.label_ids[i]} is out of "
-                             f"range for {len(self.labels)} classes")
+            raise TxlError(f"{self.sources[i]}: label id {self.label_ids[i]} is out of "
+                           f"range for {len(self.labels)} classes")
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -100,8 +100,8 @@ class Examples:
 
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, "
-                         f"got {value!r}")
+        raise TxlError(f"{name} must be one of {', '.join(map(repr, choices))}, "
+                       f"got {value!r}")
 
 
 def _decode(data: bytes, path: Path, line: int | None = None) -> str:
@@ -262,8 +262,8 @@ def read_examples(path: str | os.PathLike | Sequence[str | os.PathLike],
             raise CorpusNotFoundError(path, f"a file ({TSV_LAYOUT}) or a folder "
                                       f"({FOLDER_LAYOUT})", "classification data")
     if options.pop("classes", None) is not None:
-        raise ValueError(f"classes= applies to a folder of class folders, not to "
-                         f"line files ({path})")
+        raise TxlError(f"classes= applies to a folder of class folders, not to "
+                       f"line files ({path})")
     return read_tsv(path, labels, **options)
 
 
@@ -284,13 +284,13 @@ class _Batching:
         for name in ("batch_size", "max_length", "segment_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise TxlError(f"{name} must be a positive int, got {value!r}")
         _check_choice("keep", self.keep, KEEP)
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, (int, np.integer)):
-            raise ValueError(f"pad_id must be an int, got {self.pad_id!r}")
+            raise TxlError(f"pad_id must be an int, got {self.pad_id!r}")
         if self.bucket and self.pad_to_max_length:
-            raise ValueError("bucket and pad_to_max_length exclude each other "
-                             "(bucketing exists to vary the padded length)")
+            raise TxlError("bucket and pad_to_max_length exclude each other "
+                           "(bucketing exists to vary the padded length)")
 
     @property
     def num_segments(self) -> int:
@@ -311,7 +311,7 @@ def _source(texts_or_ids, label_ids, shuffle, seed, shuffle_buffer, repeat):
         n = len(label_ids) if label_ids is not None else int(ds.cardinality())
         buffer = shuffle_buffer if shuffle_buffer is not None else max(n, 1)
         if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer <= 0:
-            raise ValueError(f"shuffle_buffer must be a positive int, got {shuffle_buffer!r}")
+            raise TxlError(f"shuffle_buffer must be a positive int, got {shuffle_buffer!r}")
         ds = ds.shuffle(int(buffer), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
@@ -390,16 +390,16 @@ def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokeni
         texts, label_ids = list(examples), None
         sources = [f"text {i}" for i in range(len(texts))]
     if not texts:
-        raise ValueError("no examples to make a dataset from")
+        raise TxlError("no examples to make a dataset from")
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"{sources[i]}: expected str, got {type(text).__name__}")
         if not text.strip():
-            raise ValueError(f"{sources[i]}: empty text (a document needs at least "
-                             "one token)")
+            raise TxlError(f"{sources[i]}: empty text (a document needs at least "
+                           "one token)")
     if isinstance(tokenize_chunk, bool) or not isinstance(tokenize_chunk, int) \
             or tokenize_chunk <= 0:
-        raise ValueError(f"tokenize_chunk must be a positive int, got {tokenize_chunk!r}")
+        raise TxlError(f"tokenize_chunk must be a positive int, got {tokenize_chunk!r}")
     ds = _source(tf.constant(texts, tf.string), label_ids, shuffle, seed,
                  shuffle_buffer, repeat)
 
@@ -437,26 +437,26 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
         rows = [np.asarray(d) for d in documents]
         for i, row in enumerate(rows):
             if row.ndim != 1 or (row.size and not np.issubdtype(row.dtype, np.integer)):
-                raise ValueError(f"document {i} must be a 1-D sequence of ints, got "
-                                 f"shape {row.shape} dtype {row.dtype}")
+                raise TxlError(f"document {i} must be a 1-D sequence of ints, got "
+                               f"shape {row.shape} dtype {row.dtype}")
         lengths = np.array([r.size for r in rows], np.int64)
         flat = np.concatenate(rows).astype(np.int32) if rows else np.zeros([0], np.int32)
         documents = tf.RaggedTensor.from_row_lengths(flat, lengths)
     documents = tf.cast(documents, tf.int32)
     if documents.ragged_rank != 1 or documents.shape.rank != 2:
-        raise ValueError(f"documents must be [N, None], got shape {documents.shape}")
+        raise TxlError(f"documents must be [N, None], got shape {documents.shape}")
     lengths = documents.row_lengths().numpy()
     if lengths.size == 0:
-        raise ValueError("no documents to make a dataset from")
+        raise TxlError("no documents to make a dataset from")
     if (lengths == 0).any():
-        raise ValueError(f"document {int(np.flatnonzero(lengths == 0)[0])} is empty "
-                         "(a document needs at least one token)")
+        raise TxlError(f"document {int(np.flatnonzero(lengths == 0)[0])} is empty "
+                       "(a document needs at least one token)")
     if label_ids is not None:
         label_ids = np.asarray(label_ids)
         if label_ids.shape != (lengths.size,) or (
                 label_ids.size and not np.issubdtype(label_ids.dtype, np.integer)):
-            raise ValueError(f"label_ids must be {lengths.size} ints, got shape "
-                             f"{label_ids.shape} dtype {label_ids.dtype}")
+            raise TxlError(f"label_ids must be {lengths.size} ints, got shape "
+                           f"{label_ids.shape} dtype {label_ids.dtype}")
         label_ids = label_ids.astype(np.int32)
     ds = _source(documents, label_ids, shuffle, seed, shuffle_buffer, repeat)
     if opts.bucket:

@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 from typing import Iterable, Sequence
+
 from txl_tf.errors import TxlError
 
 LABELS_FILE = "labels.json"
@@ -45,19 +46,19 @@ class LabelSet:
     def __init__(self, names: Sequence[str]):
         names = list(names)
         if not names:
-            raise ValueError("a LabelSet needs at least one label")
+            raise TxlError("a LabelSet needs at least one label")
         for i, name in enumerate(names):
             if not isinstance(name, str) or not name or name != name.strip():
-                raise ValueError(f"label {i} ({name!r}) must be a non-empty string "
-                                 "without surrounding whitespace")
+                raise TxlError(f"label {i} ({name!r}) must be a non-empty string "
+                               "without surrounding whitespace")
         self.names = names
         self.integer = all(_is_integer(n) for n in names)
         self._index: dict = {}
         for i, name in enumerate(names):
             key = self._key(name)
             if key in self._index:
-                raise ValueError(f"label {name!r} appears twice (ids {self._index[key]} "
-                                 f"and {i})")
+                raise TxlError(f"label {name!r} appears twice (ids {self._index[key]} "
+                               f"and {i})")
             self._index[key] = i
 
     @classmethod
@@ -65,7 +66,7 @@ class LabelSet:
         """The distinct ``labels``, sorted (numerically if all are integers)."""
         labels = [str(label).strip() for label in labels]
         if not labels:
-            raise ValueError("no labels to build a LabelSet from")
+            raise TxlError("no labels to build a LabelSet from")
         if all(_is_integer(label) for label in labels):
             return cls([str(k) for k in sorted({int(label) for label in labels})])
         return cls(sorted(set(labels)))
@@ -96,8 +97,8 @@ class LabelSet:
 
     def name(self, label_id: int) -> str:
         if not 0 <= int(label_id) < len(self.names):
-            raise ValueError(f"label id {label_id} is out of range for "
-                             f"{len(self.names)} classes")
+            raise TxlError(f"label id {label_id} is out of range for "
+                           f"{len(self.names)} classes")
         return self.names[int(label_id)]
 
     def _preview(self, limit: int = 20) -> list[str]:
@@ -111,10 +112,10 @@ class LabelSet:
     @classmethod
     def from_json(cls, data: dict) -> "LabelSet":
         if not isinstance(data, dict) or not isinstance(data.get("labels"), list):
-            raise ValueError('expected an object {"labels": [name, ...]}')
+            raise TxlError('expected an object {"labels": [name, ...]}')
         if data.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
-            raise ValueError(f"format_version {data['format_version']} is newer than "
-                             f"this reader ({FORMAT_VERSION})")
+            raise TxlError(f"format_version {data['format_version']} is newer than "
+                           f"this reader ({FORMAT_VERSION})")
         return cls(data["labels"])
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -135,7 +136,7 @@ class LabelSet:
         try:
             return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, TypeError) as err:
-            raise ValueError(f"{path}: not a labels file: {err}") from None
+            raise TxlError(f"{path}: not a labels file: {err}") from None
 
     def __repr__(self) -> str:
         return f"LabelSet({', '.join(self._preview(8))})"

@@ -1,6 +1,8 @@
 """Metrics of a classifier's logits against the true labels (numpy only)."""
 import numpy as np
 
+from txl_tf.errors import TxlError
+
 
 def classification_metrics(logits, label_ids, label_names):
     """`{"examples", "accuracy", "loss", "per_class", "confusion"}` for float
@@ -16,13 +18,13 @@ def classification_metrics(logits, label_ids, label_names):
     label_ids = np.asarray(label_ids).reshape(-1)
     names = list(label_names)
     if logits.ndim != 2 or logits.shape != (label_ids.size, len(names)):
-        raise ValueError(f"logits must be [{label_ids.size}, {len(names)}] for "
-                         f"{label_ids.size} labels of {len(names)} classes, got "
-                         f"{list(logits.shape)}")
+        raise TxlError(f"logits must be [{label_ids.size}, {len(names)}] for "
+                       f"{label_ids.size} labels of {len(names)} classes, got "
+                       f"{list(logits.shape)}")
     if label_ids.size == 0:
-        raise ValueError("no examples to score")
+        raise TxlError("no examples to score")
     if ((label_ids < 0) | (label_ids >= len(names))).any():
-        raise ValueError(f"label ids must be in [0, {len(names)})")
+        raise TxlError(f"label ids must be in [0, {len(names)})")
     shifted = logits - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     predicted = logits.argmax(-1)

@@ -8,6 +8,7 @@ import numpy as np
 
 from txl_tf.classification.data import Examples
 from txl_tf.classification.labels import LabelSet
+from txl_tf.errors import TxlError
 
 
 def corpus_passages(text: str, n_words: int, *, limit: int | None = None) -> list[str]:
@@ -16,9 +17,9 @@ def corpus_passages(text: str, n_words: int, *, limit: int | None = None) -> lis
     of the source's layout rather than of its language, are not kept). The
     last, shorter piece is dropped; ``limit`` keeps the first passages only."""
     if isinstance(n_words, bool) or not isinstance(n_words, int) or n_words <= 0:
-        raise ValueError(f"n_words must be a positive int, got {n_words!r}")
+        raise TxlError(f"n_words must be a positive int, got {n_words!r}")
     if limit is not None and (not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+        raise TxlError(f"limit must be an int >= 0 or None, got {limit!r}")
     words = text.split()
     count = len(words) // n_words if limit is None else min(len(words) // n_words, limit)
     return [" ".join(words[i * n_words:(i + 1) * n_words]) for i in range(count)]
@@ -31,12 +32,12 @@ def passage_examples(corpora: Mapping[str, str], n_words: int, *,
     first ``per_corpus`` passages of each (all when None), corpora in the
     order given. Sources read ``name:passage i``."""
     if not corpora:
-        raise ValueError("no corpora given")
+        raise TxlError("no corpora given")
     texts, names, sources = [], [], []
     for name, text in corpora.items():
         passages = corpus_passages(text, n_words, limit=per_corpus)
         if not passages:
-            raise ValueError(f"corpus {name!r} has fewer than {n_words} words")
+            raise TxlError(f"corpus {name!r} has fewer than {n_words} words")
         texts += passages
         names += [name] * len(passages)
         sources += [f"{name}:passage {i}" for i in range(len(passages))]

@@ -33,9 +33,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from txl_tf.data import cache as cache_lib
+from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
 from txl_tf.text.vocab import count_tokens
-from txl_tf.errors import TxlError
 
 SPLITS = cache_lib.SPLITS
 CHUNK_BYTES = 16 << 20
@@ -75,7 +75,7 @@ class Corpus:
 
     def split(self, name: str) -> np.ndarray:
         if name not in SPLITS:
-            raise ValueError(f"unknown split {name!r}; known: {', '.join(SPLITS)}")
+            raise TxlError(f"unknown split {name!r}; known: {', '.join(SPLITS)}")
         return getattr(self, name)
 
     def __repr__(self) -> str:
@@ -106,7 +106,7 @@ def _decode(data: bytes, path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not valid UTF-8 near byte {err.start}") from None
+        raise TxlError(f"{path}: not valid UTF-8 near byte {err.start}") from None
 
 
 def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
@@ -307,7 +307,7 @@ def stdlib_dir() -> Path:
 def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
     max_bytes = opts["max_bytes"]
     if not isinstance(max_bytes, int) or max_bytes <= 0:
-        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+        raise TxlError(f"max_bytes must be a positive int, got {max_bytes!r}")
     root = Path(data_dir) if data_dir is not None else stdlib_dir()
     layout = f"*.py files under {root} (site-packages excluded)"
     if not root.is_dir():
@@ -378,12 +378,12 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
       unknown name (listing the known ones) or unknown options.
     """
     if name not in _READERS:
-        raise ValueError(f"unknown corpus {name!r}; known: {', '.join(KNOWN_CORPORA)}")
+        raise TxlError(f"unknown corpus {name!r}; known: {', '.join(KNOWN_CORPORA)}")
     reader, defaults = _READERS[name]
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         valid = ", ".join(sorted(defaults)) or "none"
-        raise ValueError(f"unknown option(s) {unknown} for corpus {name!r}; valid: {valid}")
+        raise TxlError(f"unknown option(s) {unknown} for corpus {name!r}; valid: {valid}")
     opts = {**defaults, **options}
     plan = reader(name, data_dir, opts)
     given = tokenizer is not None

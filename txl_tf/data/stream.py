@@ -28,20 +28,22 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
+
 
 def _check_ids(ids) -> np.ndarray:
     arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
     if arr.ndim != 1:
-        raise ValueError(f"ids must be 1-D, got shape {arr.shape}")
+        raise TxlError(f"ids must be 1-D, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"ids must be integers, got dtype {arr.dtype}")
+        raise TxlError(f"ids must be integers, got dtype {arr.dtype}")
     return arr
 
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
         if not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+            raise TxlError(f"{name} must be a positive int, got {value!r}")
 
 
 def stream_length(num_tokens: int, batch_size: int, drop_remainder: bool = True) -> int:
@@ -85,7 +87,7 @@ class _Streams:
         self.num_segments = num_segments(len(self.ids), batch_size, tgt_len, drop_remainder)
         if self.num_segments == 0:
             need = batch_size * (tgt_len + 1) if drop_remainder else 2
-            raise ValueError(
+            raise TxlError(
                 f"{len(self.ids)} ids are too few for batch_size {batch_size} and "
                 f"tgt_len {tgt_len}: {batch_size} streams of {self.length} ids give no "
                 f"{'full ' if drop_remainder else ''}segment (need at least {need} ids)")
@@ -138,7 +140,7 @@ class _Streams:
 
 def _steps(start_step: int, num_segments: int, repeat: bool) -> tf.data.Dataset:
     if not isinstance(start_step, (int, np.integer)) or start_step < 0:
-        raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
+        raise TxlError(f"start_step must be an int >= 0, got {start_step!r}")
     if repeat:
         return tf.data.Dataset.counter(start=int(start_step), dtype=tf.int64)
     return tf.data.Dataset.range(int(start_step), max(int(start_step), num_segments))
@@ -196,8 +198,8 @@ def distribute_segments(strategy: tf.distribute.Strategy, ids, global_batch_size
     _check_positive(global_batch_size=global_batch_size)
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
-        raise ValueError(f"global_batch_size {global_batch_size} is not divisible by "
-                         f"the {replicas} replicas of {type(strategy).__name__}")
+        raise TxlError(f"global_batch_size {global_batch_size} is not divisible by "
+                       f"the {replicas} replicas of {type(strategy).__name__}")
     per_replica = global_batch_size // replicas
     streams = _Streams(ids, global_batch_size, tgt_len, drop_remainder=not evaluation)
     repeat = repeat and not evaluation
@@ -206,11 +208,11 @@ def distribute_segments(strategy: tf.distribute.Strategy, ids, global_batch_size
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         workers = context.num_input_pipelines
         if replicas % workers:
-            raise ValueError(f"{replicas} replicas do not split evenly over "
-                             f"{workers} input pipelines")
+            raise TxlError(f"{replicas} replicas do not split evenly over "
+                           f"{workers} input pipelines")
         local = replicas // workers
         if context.get_per_replica_batch_size(global_batch_size) != per_replica:
-            raise ValueError("per-replica batch size mismatch")
+            raise TxlError("per-replica batch size mismatch")
         r0 = context.input_pipeline_id * local * per_replica
         steps = _steps(start_step, streams.num_segments, repeat)
         return streams.dataset(steps, r0, r0 + local * per_replica, evaluation, split=local)

@@ -13,11 +13,12 @@ reply = decoder.generate(user_ids, 50, memory=out.memory)  # a conversation goes
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.inputs import check_finite_outputs, check_memory
+from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
 from txl_tf.generation.request import DecodeState, Rows
-from txl_tf.layers.memory import Memory
 from txl_tf.generation.sampling import choose
-from txl_tf.checks.inputs import check_finite_outputs, check_memory
+from txl_tf.layers.memory import Memory
 
 
 class Decoder:
@@ -38,10 +39,10 @@ class Decoder:
         self.n_token = core.config.n_token
         self.mem_len = core.config.mem_len if mem_len is None else int(mem_len)
         if self.mem_len < 0:
-            raise ValueError(f"mem_len must be >= 0, got {self.mem_len}")
+            raise TxlError(f"mem_len must be >= 0, got {self.mem_len}")
         self.segment_len = int(segment_len or core.config.tgt_len)
         if self.segment_len < 1:
-            raise ValueError(f"segment_len must be >= 1, got {self.segment_len}")
+            raise TxlError(f"segment_len must be >= 1, got {self.segment_len}")
         self._last = tf.function(self._last_graph, reduce_retracing=True)
         self._first = tf.function(self._fresh_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
@@ -213,8 +214,8 @@ def _filled(mem_mask):
 
 def _tensors(memory):
     if not isinstance(memory, Memory) and not (isinstance(memory, tuple) and len(memory) == 2):
-        raise ValueError("memory must be a txl_tf.Memory (e.g. a Generation's .memory), got "
-                         f"{type(memory).__name__}")
+        raise TxlError("memory must be a txl_tf.Memory (e.g. a Generation's .memory), got "
+                       f"{type(memory).__name__}")
     mems, mem_mask = memory
     return Memory(tf.convert_to_tensor(mems), tf.convert_to_tensor(mem_mask))
 

@@ -18,10 +18,11 @@ are.
 """
 import numpy as np
 
+from txl_tf.checks.inputs import NonFiniteMemoryError
+from txl_tf.errors import TxlError
 from txl_tf.generation.request import (DecodeState, Generation, check_count, check_pad_id,
                                    check_prompts, make_rows, right_aligned_segments, seen_mask)
 from txl_tf.generation.sampling import Sampling
-from txl_tf.checks.inputs import NonFiniteMemoryError
 
 
 def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
@@ -30,14 +31,14 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
     """See `Decoder.generate` (the arguments are the same for every backend)."""
     n = check_count("max_new_tokens", max_new_tokens)
     if stream is not None and not callable(stream):
-        raise ValueError(f"stream must be callable, got {type(stream).__name__}")
+        raise TxlError(f"stream must be callable, got {type(stream).__name__}")
     if isinstance(stream_every, bool) or not isinstance(stream_every, int) or stream_every < 1:
-        raise ValueError(f"stream_every must be an integer >= 1, got {stream_every!r}")
+        raise TxlError(f"stream_every must be an integer >= 1, got {stream_every!r}")
     if resume is not None:
         if prompts is not None or memory is not None:
-            raise ValueError("pass either prompts (and a memory) or resume, not both")
+            raise TxlError("pass either prompts (and a memory) or resume, not both")
         if not isinstance(resume, DecodeState):
-            raise ValueError("resume must be the .state of an earlier Generation")
+            raise TxlError("resume must be the .state of an earlier Generation")
         state = resume
     else:
         prompts = check_prompts(prompts, backend.n_token)

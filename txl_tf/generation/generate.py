@@ -10,9 +10,10 @@ import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from txl_tf.generation.request import check_prompts
+from txl_tf.errors import TxlError
 from txl_tf.generation.decoder import Decoder
 from txl_tf.generation.flow import prefill
+from txl_tf.generation.request import check_prompts
 
 
 class Generator:
@@ -28,7 +29,7 @@ class Generator:
         `[B, n_token]` and the memory."""
         prompt_ids = np.asarray(prompt_ids)
         if prompt_ids.ndim != 2 or prompt_ids.shape[1] == 0:
-            raise ValueError(f"prompt_ids must be [batch, length>=1], got {prompt_ids.shape}")
+            raise TxlError(f"prompt_ids must be [batch, length>=1], got {prompt_ids.shape}")
         prompts = check_prompts(prompt_ids, self.core.config.n_token)
         memory = self.decoder.initial_memory(len(prompts))
         log_probs, memory = prefill(self.decoder, prompts, memory, self.segment_len)
@@ -42,10 +43,10 @@ class Generator:
         `progress` is a bool (a tqdm bar on stderr) or a callback
         `progress(done, num_tokens)` (called every 8 tokens and at the end)."""
         if num_tokens < 0:  # the sampling settings are checked by the decoder
-            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+            raise TxlError(f"num_tokens must be >= 0, got {num_tokens}")
         prompt_ids = np.asarray(prompt_ids)
         if prompt_ids.ndim != 2 or prompt_ids.shape[1] == 0:
-            raise ValueError(f"prompt_ids must be [batch, length>=1], got {prompt_ids.shape}")
+            raise TxlError(f"prompt_ids must be [batch, length>=1], got {prompt_ids.shape}")
         bar = None if callable(progress) or not progress else tqdm(total=num_tokens,
                                                                    desc="generating")
         done = [0]

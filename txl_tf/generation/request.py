@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from txl_tf.errors import TxlError
 from txl_tf.generation import sampling_numpy
 from txl_tf.generation.sampling import Sampling
 
@@ -69,27 +70,27 @@ def check_prompts(prompts, n_token):
     if isinstance(prompts, np.ndarray) and prompts.ndim == 2:
         prompts = list(prompts)
     if not isinstance(prompts, (list, tuple)) or not prompts:
-        raise ValueError("prompts must be a non-empty list of id sequences or a "
-                         "[batch, length] array")
+        raise TxlError("prompts must be a non-empty list of id sequences or a "
+                       "[batch, length] array")
     rows = []
     for i, prompt in enumerate(prompts):
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0:
-            raise ValueError(f"prompt {i} must be a non-empty 1-D sequence of ids, got shape "
-                             f"{ids.shape}")
+            raise TxlError(f"prompt {i} must be a non-empty 1-D sequence of ids, got shape "
+                           f"{ids.shape}")
         if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"prompt {i} must hold integer ids, got dtype {ids.dtype}")
+            raise TxlError(f"prompt {i} must hold integer ids, got dtype {ids.dtype}")
         bad = np.flatnonzero((ids < 0) | (ids >= n_token))
         if bad.size:
-            raise ValueError(f"prompt {i}: id {int(ids[bad[0]])} at position {int(bad[0])} is "
-                             f"out of range for a vocabulary of {n_token} tokens")
+            raise TxlError(f"prompt {i}: id {int(ids[bad[0]])} at position {int(bad[0])} is "
+                           f"out of range for a vocabulary of {n_token} tokens")
         rows.append(ids.astype(np.int32))
     return rows
 
 
 def check_count(name, value):
     if not _is_int(value) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        raise TxlError(f"{name} must be an integer >= 0, got {value!r}")
     return int(value)
 
 
@@ -99,10 +100,10 @@ def per_row(name, value, batch_size, low=0, high=MAX_SEED):
     values = [value] * batch_size if _is_int(value) else list(np.ravel(value)) \
         if isinstance(value, (list, tuple, np.ndarray)) else None
     if values is None or len(values) != batch_size or not all(_is_int(v) for v in values):
-        raise ValueError(f"{name} must be an integer or {batch_size} integers (one per "
-                         f"prompt), got {value!r}")
+        raise TxlError(f"{name} must be an integer or {batch_size} integers (one per "
+                       f"prompt), got {value!r}")
     if not all(low <= v <= high for v in values):
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+        raise TxlError(f"{name} must be in [{low}, {high}], got {value!r}")
     out = np.array(values, np.int64)
     if name == "seed" and _is_int(value):
         out = out + np.arange(batch_size)
@@ -115,7 +116,7 @@ def stop_mask(stop_ids, n_token, batch_size):
     mask = np.zeros([batch_size, n_token], np.bool_)
     for s in stop_ids:
         if not _is_int(s) or not 0 <= s < n_token:
-            raise ValueError(f"stop_ids must be ids in [0, {n_token}), got {s!r}")
+            raise TxlError(f"stop_ids must be ids in [0, {n_token}), got {s!r}")
         mask[:, int(s)] = True
     return mask
 
@@ -124,7 +125,7 @@ def make_rows(n_token, batch_size, seed, stop_ids, sampling):
     """`Rows` for one `Sampling` (or one per row), a seed and stop ids."""
     samplings = list(sampling) if isinstance(sampling, (list, tuple)) else [sampling] * batch_size
     if len(samplings) != batch_size:
-        raise ValueError(f"got {len(samplings)} sampling settings for {batch_size} prompts")
+        raise TxlError(f"got {len(samplings)} sampling settings for {batch_size} prompts")
     for s in samplings:
         s.checked(n_token)
     keys = sampling_numpy.row_key(per_row("seed", seed, batch_size))  # no TF dispatch
@@ -154,7 +155,7 @@ def right_aligned_segments(length, segment_len):
 
 def check_pad_id(pad_id, n_token):
     if not _is_int(pad_id) or not 0 <= pad_id < n_token:
-        raise ValueError(f"pad_id must be an id in [0, {n_token}), got {pad_id!r}")
+        raise TxlError(f"pad_id must be an id in [0, {n_token}), got {pad_id!r}")
     return int(pad_id)
 
 

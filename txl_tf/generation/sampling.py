@@ -28,6 +28,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
 from txl_tf.generation import counter_rng
 
 TIE_TOLERANCE = 1e-4
@@ -55,15 +56,15 @@ class Sampling:
         t, k, p, r = self.temperature, self.top_k, self.top_p, self.repetition_penalty
         if isinstance(t, bool) or not isinstance(t, (int, float, np.number)) \
                 or not 0 <= t < float("inf"):
-            raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}")
+            raise TxlError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n_token:
-            raise ValueError(f"top_k must be an integer in [0, {n_token}] (the vocabulary "
-                             f"size; 0 = no limit), got {k!r}")
+            raise TxlError(f"top_k must be an integer in [0, {n_token}] (the vocabulary "
+                           f"size; 0 = no limit), got {k!r}")
         if isinstance(p, bool) or not isinstance(p, (int, float, np.number)) or not 0 < p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (1 = no limit), got {p!r}")
+            raise TxlError(f"top_p must be in (0, 1] (1 = no limit), got {p!r}")
         if isinstance(r, bool) or not isinstance(r, (int, float, np.number)) \
                 or not 1 <= r < float("inf"):
-            raise ValueError(f"repetition_penalty must be a finite number >= 1, got {r!r}")
+            raise TxlError(f"repetition_penalty must be a finite number >= 1, got {r!r}")
         return self
 
 

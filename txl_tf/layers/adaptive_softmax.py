@@ -2,9 +2,10 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
+from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.adaptive_embedding import bin_bounds
 from txl_tf.layers.init import normal
-from txl_tf.keras_support.untracked import Untracked
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -35,12 +36,12 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
         n_bins = len(self.cutoffs) + 1
         self.tie_projs = [True] * n_bins if tie_projs is None else [bool(t) for t in tie_projs]
         if len(self.tie_projs) != n_bins:
-            raise ValueError(f"tie_projs needs {n_bins} flags, got {self.tie_projs}")
+            raise TxlError(f"tie_projs needs {n_bins} flags, got {self.tie_projs}")
         self.proj_same_dim = bool(proj_same_dim)
         self.init_std, self.proj_init_std = float(init_std), float(proj_init_std)
         if embedding is None and (self.tie_weight or any(self.tie_projs)):
-            raise ValueError("tie_weight / tie_projs need the AdaptiveEmbedding to tie to "
-                             "(pass embedding=...)")
+            raise TxlError("tie_weight / tie_projs need the AdaptiveEmbedding to tie to "
+                           "(pass embedding=...)")
         # Held outside Keras tracking: the tied weights belong to the embedding.
         self._tied = Untracked(embedding)
         self.bounds = bin_bounds(self.n_token, self.cutoffs)

@@ -1,6 +1,8 @@
 """Attention masks: causal with memory, `same_length`, and memory slot validity."""
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
+
 
 def causal_visibility(qlen, mlen, same_length=False, convention="tf"):
     """`[qlen, mlen + qlen]` bool, True where query i may attend to key j.
@@ -29,7 +31,7 @@ def causal_visibility(qlen, mlen, same_length=False, convention="tf"):
         elif convention == "pytorch":
             visible = visible & ((key > query) | (key == query + mlen))
         else:
-            raise ValueError(f"unknown same_length convention {convention!r}")
+            raise TxlError(f"unknown same_length convention {convention!r}")
     return visible
 
 

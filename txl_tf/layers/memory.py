@@ -3,6 +3,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
+
 
 class Memory(NamedTuple):
     """Segment-level recurrence state, batch-major.
@@ -70,9 +72,9 @@ def as_memory(value):
         try:
             return Memory(value["mems"], value["mem_mask"])
         except KeyError as missing:
-            raise ValueError(f"memory dict needs keys 'mems' and 'mem_mask', missing {missing}")
+            raise TxlError(f"memory dict needs keys 'mems' and 'mem_mask', missing {missing}")
     if isinstance(value, (tuple, list)) and len(value) == 2:
         return Memory(*value)
-    raise ValueError(
+    raise TxlError(
         "memory must be a txl_tf.Memory (mems [n_layer, B, M, d_model], mem_mask [B, M]); "
         f"got {type(value).__name__}")

@@ -4,6 +4,8 @@ import math
 import keras
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
+
 
 @keras.saving.register_keras_serializable(package="txl_tf")
 class TokenNLL(keras.metrics.Metric):
@@ -14,7 +16,7 @@ class TokenNLL(keras.metrics.Metric):
 
     def __init__(self, kind="nll", name=None, **kwargs):
         if kind not in self.KINDS:
-            raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
+            raise TxlError(f"kind must be one of {self.KINDS}, got {kind!r}")
         super().__init__(name=name or kind, **kwargs)
         self.kind = kind
         self.total = self.add_variable(shape=(), initializer="zeros", dtype="float32",

@@ -8,6 +8,8 @@ README, "Training").
 """
 import keras
 
+from txl_tf.errors import TxlError
+
 DEFAULT_WARMUP_FRACTION = 0.1
 MAX_DEFAULT_WARMUP = 4000  # the paper's warm-up of its large enwik8 / text8 models
 
@@ -34,16 +36,16 @@ class WarmupCosineDecay(keras.optimizers.schedules.CosineDecay):
     def __init__(self, peak_learning_rate, total_steps, warmup_steps=None, min_lr_ratio=0.004,
                  name="warmup_cosine"):
         if peak_learning_rate <= 0:
-            raise ValueError(f"learning rate must be > 0, got {peak_learning_rate}")
+            raise TxlError(f"learning rate must be > 0, got {peak_learning_rate}")
         if total_steps <= 0:
-            raise ValueError(f"total_steps must be > 0, got {total_steps}")
+            raise TxlError(f"total_steps must be > 0, got {total_steps}")
         if warmup_steps is None:
             warmup_steps = default_warmup_steps(total_steps)
         if not 0 <= warmup_steps <= total_steps:
-            raise ValueError(f"warmup_steps must be in [0, total_steps={total_steps}], "
-                             f"got {warmup_steps}")
+            raise TxlError(f"warmup_steps must be in [0, total_steps={total_steps}], "
+                           f"got {warmup_steps}")
         if not 0.0 <= min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+            raise TxlError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
         self.peak_learning_rate = float(peak_learning_rate)
         self.total_steps = int(total_steps)
         self.min_lr_ratio = float(min_lr_ratio)

@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
+
 CONFIG_FILE = "tokenizer.json"
 FORMAT_VERSION = 1
 _REGISTRY: dict[str, type["Tokenizer"]] = {}
@@ -64,8 +66,8 @@ class Tokenizer:
             return self._encode_tf_batch(tf.reshape(text, [1])).flat_values
         if rank == 1:
             return self._encode_tf_batch(text)
-        raise ValueError(f"encode_tf takes a scalar or 1-D tf.string tensor, "
-                         f"got shape {text.shape}")
+        raise TxlError(f"encode_tf takes a scalar or 1-D tf.string tensor, "
+                       f"got shape {text.shape}")
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
         raise NotImplementedError
@@ -120,36 +122,36 @@ class Tokenizer:
         config = json.loads(path.read_text(encoding="utf-8"))
         kind = config.get("type")
         if kind not in _REGISTRY:
-            raise ValueError(f"{path}: unknown tokenizer type {kind!r}; "
-                             f"known: {', '.join(known_kinds())}")
+            raise TxlError(f"{path}: unknown tokenizer type {kind!r}; "
+                           f"known: {', '.join(known_kinds())}")
         target = _REGISTRY[kind]
         if cls is not Tokenizer and not issubclass(target, cls):
-            raise ValueError(f"{path} holds a {kind!r} tokenizer, not {cls.kind!r}")
+            raise TxlError(f"{path} holds a {kind!r} tokenizer, not {cls.kind!r}")
         tokenizer = target._from_files(directory, config)
         if "vocab_size" in config and config["vocab_size"] != tokenizer.vocab_size:
-            raise ValueError(f"{path}: vocab_size {config['vocab_size']} does not "
-                             f"match the loaded vocabulary ({tokenizer.vocab_size})")
+            raise TxlError(f"{path}: vocab_size {config['vocab_size']} does not "
+                           f"match the loaded vocabulary ({tokenizer.vocab_size})")
         saved = config.get("fingerprint")  # absent in folders saved before it existed
         if saved is not None and saved != tokenizer.fingerprint():
-            raise ValueError(f"{directory}: the vocabulary files changed since they were "
-                             f"saved (fingerprint {saved} in {CONFIG_FILE}, "
-                             f"{tokenizer.fingerprint()} now): entries edited or reordered")
+            raise TxlError(f"{directory}: the vocabulary files changed since they were "
+                           f"saved (fingerprint {saved} in {CONFIG_FILE}, "
+                           f"{tokenizer.fingerprint()} now): entries edited or reordered")
         return tokenizer
 
     # -- helpers -----------------------------------------------------------
     def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         arr = np.asarray(ids)
         if arr.ndim != 1:
-            raise ValueError(f"decode takes a 1-D sequence of ids, got shape {arr.shape}")
+            raise TxlError(f"decode takes a 1-D sequence of ids, got shape {arr.shape}")
         if arr.size == 0:
             return arr.astype(np.int64)
         if not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"decode takes integer ids, got dtype {arr.dtype}")
+            raise TxlError(f"decode takes integer ids, got dtype {arr.dtype}")
         bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"id {int(arr[i])} at position {i} is out of range "
-                             f"for vocab_size {self.vocab_size}")
+            raise TxlError(f"id {int(arr[i])} at position {i} is out of range "
+                           f"for vocab_size {self.vocab_size}")
         return arr.astype(np.int64)
 
     def __repr__(self) -> str:

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
 from txl_tf.text.base import Tokenizer, as_text, checked, register
 from txl_tf.text.vocab import build_vocab, read_vocab, write_vocab
 
@@ -31,13 +32,13 @@ class CharTokenizer(Tokenizer):
         chars = list(chars)
         for i, ch in enumerate(chars):
             if not isinstance(ch, str) or len(ch) != 1:
-                raise ValueError(f"vocabulary entry {i} ({ch!r}) is not one character")
+                raise TxlError(f"vocabulary entry {i} ({ch!r}) is not one character")
         if len(set(chars)) != len(chars):
-            raise ValueError("duplicate characters in the vocabulary")
+            raise TxlError("duplicate characters in the vocabulary")
         if not chars:
-            raise ValueError("empty character vocabulary")
+            raise TxlError("empty character vocabulary")
         if unk_char is not None and unk_char not in chars:
-            raise ValueError(f"unk_char {unk_char!r} is not in the vocabulary")
+            raise TxlError(f"unk_char {unk_char!r} is not in the vocabulary")
         self.chars = chars
         self.unk_char = unk_char
         self.unk_id = chars.index(unk_char) if unk_char is not None else -1
@@ -81,9 +82,9 @@ class CharTokenizer(Tokenizer):
         ids = np.where(found, self._sorted_ids[pos], self.unk_id).astype(np.int32)
         if self.unk_id < 0 and not found.all():
             i = int(np.flatnonzero(~found)[0])
-            raise ValueError(f"character {text[i]!r} (U+{ord(text[i]):04X}) at "
-                             f"position {i} is not in the vocabulary and there "
-                             "is no unk_char")
+            raise TxlError(f"character {text[i]!r} (U+{ord(text[i]):04X}) at "
+                           f"position {i} is not in the vocabulary and there "
+                           "is no unk_char")
         return ids
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:

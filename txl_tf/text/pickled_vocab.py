@@ -19,8 +19,8 @@ import sys
 import zipfile
 import zlib
 
-from txl_tf.text.vocab import write_vocab
 from txl_tf.errors import TxlError
+from txl_tf.text.vocab import write_vocab
 
 # Counter and OrderedDict are read as plain dicts: handing out the real
 # (mutable) classes would let a pickle's BUILD opcode set attributes on them

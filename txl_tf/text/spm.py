@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from txl_tf.errors import TxlError
 from txl_tf.text.base import Tokenizer, as_text, register, split_lines_tf
 
 MODEL_FILE = "spm.model"
@@ -49,7 +50,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.eos_id = processor.eos_id()
         self.unk_id = processor.unk_id()
         if add_eos and self.eos_id < 0:
-            raise ValueError("add_eos=True but the SentencePiece model has no eos piece")
+            raise TxlError("add_eos=True but the SentencePiece model has no eos piece")
         self.add_eos = add_eos
         self._tokenizer = None
 
@@ -62,7 +63,7 @@ class SentencePieceTokenizer(Tokenizer):
         ``sentencepiece`` trainer flag)."""
         import sentencepiece as spm
         if (files is None) == (texts is None):
-            raise ValueError("give exactly one of files= or texts=")
+            raise TxlError("give exactly one of files= or texts=")
         kwargs = dict(TRAIN_DEFAULTS, vocab_size=vocab_size, **options)
         if files is not None:
             paths = [Path(f) for f in files]

@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from txl_tf.errors import TxlError
+
 # Python's own notion of whitespace (str.split() with no argument); the
 # tf-graph tokenizers split on exactly this set so both paths agree.
 WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
@@ -35,12 +37,12 @@ def build_vocab(counts: Mapping[str, int], specials: Sequence[str] = (),
     non-special tokens. Specials keep their given order and are not repeated.
     """
     if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}")
+        raise TxlError(f"min_count must be >= 1, got {min_count}")
     if max_size is not None and max_size < 0:
-        raise ValueError(f"max_size must be >= 0 or None, got {max_size}")
+        raise TxlError(f"max_size must be >= 0 or None, got {max_size}")
     vocab = list(dict.fromkeys(specials))
     if len(vocab) != len(specials):
-        raise ValueError(f"duplicate special tokens in {list(specials)}")
+        raise TxlError(f"duplicate special tokens in {list(specials)}")
     taken = set(vocab)
     ranked = sorted((item for item in counts.items()
                      if item[1] >= min_count and item[0] not in taken),
@@ -93,8 +95,8 @@ def write_vocab(path: str | os.PathLike, tokens: Sequence[str],
     for i, token in enumerate(tokens):
         text = escape_token(token) if escape else token
         if not escape and (not token or any(c in WHITESPACE for c in token)):
-            raise ValueError(f"token {i} ({token!r}) is empty or contains "
-                             "whitespace; it cannot be a word vocabulary entry")
+            raise TxlError(f"token {i} ({token!r}) is empty or contains "
+                           "whitespace; it cannot be a word vocabulary entry")
         lines.append(text)
     with open(path, "w", encoding="utf-8", newline="") as f:
         f.write("".join(line + "\n" for line in lines))
@@ -122,14 +124,14 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
         for n, line in enumerate(lines, 1):
             fields = line.split()
             if not fields:
-                raise ValueError(f"{path}:{n}: blank line in vocabulary file")
+                raise TxlError(f"{path}:{n}: blank line in vocabulary file")
             tokens.append(fields[0])
     if not tokens:
-        raise ValueError(f"vocabulary file is empty: {path}")
+        raise TxlError(f"vocabulary file is empty: {path}")
     seen: dict[str, int] = {}
     for i, token in enumerate(tokens):
         if token in seen:
-            raise ValueError(f"{path}: token {token!r} appears twice "
-                             f"(lines {seen[token] + 1} and {i + 1})")
+            raise TxlError(f"{path}: token {token!r} appears twice "
+                           f"(lines {seen[token] + 1} and {i + 1})")
         seen[token] = i
     return tokens

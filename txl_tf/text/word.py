@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from txl_tf.errors import TxlError
 from txl_tf.text.base import (Tokenizer, as_text, checked, register, split_lines,
                               split_lines_tf)
 from txl_tf.text.vocab import build_vocab, count_tokens, read_vocab, whitespace_regex, write_vocab
@@ -36,19 +37,19 @@ class WordTokenizer(Tokenizer):
                  eos_token: str = "<eos>", bos_token: str | None = None):
         vocab = list(vocab)
         if not vocab:
-            raise ValueError("empty vocabulary")
+            raise TxlError("empty vocabulary")
         index = {}
         for i, token in enumerate(vocab):
             if not isinstance(token, str) or not token or token.split() != [token]:
-                raise ValueError(f"vocabulary entry {i} ({token!r}) is not a word")
+                raise TxlError(f"vocabulary entry {i} ({token!r}) is not a word")
             if token in index:
-                raise ValueError(f"token {token!r} appears twice in the vocabulary "
-                                 f"(ids {index[token]} and {i})")
+                raise TxlError(f"token {token!r} appears twice in the vocabulary "
+                               f"(ids {index[token]} and {i})")
             index[token] = i
         for role, token in (("unk_token", unk_token), ("eos_token", eos_token),
                             ("bos_token", bos_token)):
             if token is not None and token not in index:
-                raise ValueError(f"{role} {token!r} is not in the vocabulary")
+                raise TxlError(f"{role} {token!r} is not in the vocabulary")
         self.vocab = vocab
         self.index = index
         self.unk_token, self.eos_token, self.bos_token = unk_token, eos_token, bos_token
@@ -107,8 +108,8 @@ class WordTokenizer(Tokenizer):
             for word in line.split():
                 i = get(word, unk)
                 if i < 0:
-                    raise ValueError(f"word {word!r} is not in the vocabulary "
-                                     "and there is no unk_token")
+                    raise TxlError(f"word {word!r} is not in the vocabulary "
+                                   "and there is no unk_token")
                 ids.append(i)
             ids.append(eos)
         return np.array(ids, dtype=np.int32)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from txl_tf.errors import TxlError
 from txl_tf.layers.init import skip_random_init
 
 CONFIG_FILE = "config.json"
@@ -82,14 +83,14 @@ def set_weights(core, arrays):
     missing = sorted(set(names) - set(arrays))
     unexpected = sorted(set(arrays) - set(names))
     if missing or unexpected:
-        raise ValueError(f"weights do not fit this model: missing {missing[:5]}"
-                         f"{'...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
-                         f"{'...' if len(unexpected) > 5 else ''}")
+        raise TxlError(f"weights do not fit this model: missing {missing[:5]}"
+                       f"{'...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
+                       f"{'...' if len(unexpected) > 5 else ''}")
     for name, variable in names.items():
         value = np.asarray(arrays[name])
         if tuple(value.shape) != tuple(variable.shape):
-            raise ValueError(f"weight {name} has shape {value.shape}, the model expects "
-                             f"{tuple(variable.shape)}")
+            raise TxlError(f"weight {name} has shape {value.shape}, the model expects "
+                           f"{tuple(variable.shape)}")
         assign_in_place(variable, value.astype(variable.dtype, copy=False))
         del value  # one weight in memory at a time, even for a lazy archive
 
@@ -151,7 +152,7 @@ def load_weights(core, path):
     try:
         archive = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(_unreadable(path, err)) from None
+        raise TxlError(_unreadable(path, err)) from None
     with archive:
         set_weights(core, _CheckedArchive(archive, path))
 
@@ -174,7 +175,7 @@ class _CheckedArchive(Mapping):
         except KeyError:
             raise
         except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
-            raise ValueError(_unreadable(self.path, err)) from None
+            raise TxlError(_unreadable(self.path, err)) from None
 
     def __iter__(self):
         return iter(self.archive.files)
@@ -209,7 +210,7 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     names = reference_names(core)
     missing = [name for name in names if name not in available]
     if missing:
-        raise ValueError(
+        raise TxlError(
             f"checkpoint {checkpoint!r} lacks {len(missing)} weights the config needs, e.g. "
             f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
     set_weights(core, {name: reader.get_tensor(name) for name in names})

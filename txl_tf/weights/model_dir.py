@@ -15,10 +15,10 @@ import os
 import zipfile
 from typing import NamedTuple, Optional
 
-from txl_tf.weights import checkpoints
 from txl_tf.config import ConfigError, TransformerXLConfig
-from txl_tf.layers.init import skip_random_init
 from txl_tf.errors import TxlError
+from txl_tf.layers.init import skip_random_init
+from txl_tf.weights import checkpoints
 
 CONFIG_FILE = checkpoints.CONFIG_FILE
 WEIGHTS_FILE = checkpoints.WEIGHTS_FILE

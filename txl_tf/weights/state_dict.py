@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
+
 from txl_tf.errors import TxlError
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
