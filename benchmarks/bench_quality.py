@@ -22,6 +22,8 @@ max/min, memory gain) and writes every run to `--output` as JSON.
 code as an arm on the same recipe, text, token ids, seeds and warm-ups
 (`paper_quality_worker.py`; `--precisions=` with nothing runs that arm alone).
 """
+import concurrent.futures
+import functools
 import json
 import os
 import statistics
@@ -58,24 +60,33 @@ SPEC = (
     option("string", "reference_python", None, "An interpreter with torch and numpy, for "
            "--reference_dir."),
     option("integer", "reference_threads", 2, "torch threads of the paper's code."),
+    option("integer", "parallel", 1, "Training jobs at once."),
+    option("integer", "threads", 0, "TensorFlow intra-op threads per job (0: its default, all "
+           "cores); with --parallel=2 on 2 cores, 1."),
     option("string", "work_dir", None, "Where runs are kept (default: a temporary folder)."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "quality.json"),
            "Where to write the JSON results."),
 )
 
 
-def split_text(path, folder, heldout_fraction, valid_lines):
+def split_text(path, folder, heldout_fraction, valid_lines, selection_fraction=0.0):
     """Writes `train.txt`, `valid.txt`, `test.txt` (the held-out lines) into
-    `folder`; returns the line counts."""
+    `folder`; returns the line counts.
+
+    With `selection_fraction` > 0 the validation split is the lines just before
+    the held-out part, taken out of training (for choosing settings);
+    otherwise it is the first `valid_lines` lines of the training text."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     cut = len(lines) - int(len(lines) * heldout_fraction)
-    if cut <= valid_lines or cut == len(lines):
+    train_end = cut - int(len(lines) * selection_fraction)
+    if cut == len(lines) or train_end <= valid_lines or (selection_fraction and train_end == cut):
         raise TrainingError(f"--text {path}: {len(lines)} lines are too few for "
-                            f"{valid_lines} validation lines and a held-out part")
-    parts = {"train": lines[:cut], "valid": lines[:valid_lines], "test": lines[cut:]}
+                            f"a validation split and a held-out part")
+    valid = lines[train_end:cut] if selection_fraction else lines[:valid_lines]
+    parts = {"train": lines[:train_end], "valid": valid, "test": lines[cut:]}
     os.makedirs(folder, exist_ok=True)
     for name, part in parts.items():
         with open(os.path.join(folder, f"{name}.txt"), "w", encoding="utf-8") as f:
@@ -83,18 +94,21 @@ def split_text(path, folder, heldout_fraction, valid_lines):
     return {name: len(part) for name, part in parts.items()}
 
 
-def _job(module, flags, log_path):
+def _job(module, flags, log_path, env=None):
     command = [sys.executable, "-m", module, *flags]
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
-        done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                              env=None if env is None else {**os.environ, **env})
     if done.returncode:
         raise TrainingError(f"{module} failed (exit {done.returncode}); see {log_path}")
 
 
-def one_run(o, data_dir, run_dir, seed, precision, warmup):
-    """Trains one model and scores the held-out split at memory 64 and 0."""
+def one_run(o, data_dir, run_dir, seed, precision, warmup, extra_flags=(), splits=("test",),
+            env=None):
+    """Trains one model and scores `splits` (the held-out one: `test`) at
+    memory 64 and 0; `extra_flags` go to the training job after the recipe's."""
     flags = [*RECIPE, "--dataset=wt2", f"--data_dir={data_dir}", f"--model_dir={run_dir}",
              f"--cache_dir={os.path.join(run_dir, 'cache')}", f"--seed={seed}",
              f"--train_steps={o['train_steps']}", f"--mixed_precision={precision}"]
@@ -102,25 +116,47 @@ def one_run(o, data_dir, run_dir, seed, precision, warmup):
         flags.append(f"--learning_rate={o['learning_rate']}")
     if warmup != "default":
         flags.append(f"--warmup_steps={int(warmup)}")
+    flags.extend(extra_flags)
     log_path = os.path.join(run_dir, "job.log")
     os.makedirs(run_dir, exist_ok=True)
     start = time.time()
-    _job("training.train", flags, log_path)
+    _job("training.train", flags, log_path, env)
     seconds = time.time() - start
     ppl = {}
-    for mem_len in (64, 0):
-        out = os.path.join(run_dir, f"heldout_mem{mem_len}.json")
-        _job("training.evaluate", [f"--model_dir={run_dir}", "--dataset=wt2",
-                                   f"--data_dir={data_dir}", "--split=test",
-                                   f"--cache_dir={os.path.join(run_dir, 'cache')}",
-                                   f"--mem_len={mem_len}", f"--output={out}",
-                                   "--progress=false"], log_path)
-        with open(out, encoding="utf-8") as f:
-            ppl[mem_len] = json.load(f)["ppl"]
-    return {"seed": seed, "precision": precision, "warmup": warmup,
-            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-            "ppl_mem64": ppl[64], "ppl_mem0": ppl[0], "memory_gain": ppl[0] / ppl[64],
-            "train_seconds": seconds}
+    for split in splits:
+        for mem_len in (64, 0):
+            out = os.path.join(run_dir, f"{split}_mem{mem_len}.json")
+            _job("training.evaluate", [f"--model_dir={run_dir}", "--dataset=wt2",
+                                       f"--data_dir={data_dir}", f"--split={split}",
+                                       f"--cache_dir={os.path.join(run_dir, 'cache')}",
+                                       f"--mem_len={mem_len}", f"--output={out}",
+                                       "--progress=false"], log_path, env)
+            with open(out, encoding="utf-8") as f:
+                ppl[split, mem_len] = json.load(f)["ppl"]
+    result = {"seed": seed, "precision": precision, "warmup": warmup,
+              "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+              "ppl_mem64": ppl["test", 64], "ppl_mem0": ppl["test", 0],
+              "memory_gain": ppl["test", 0] / ppl["test", 64], "train_seconds": seconds}
+    if "valid" in splits:
+        result.update(valid_ppl_mem64=ppl["valid", 64], valid_ppl_mem0=ppl["valid", 0])
+    return result
+
+
+def thread_env(threads):
+    """Environment of a job limited to `threads` TensorFlow/oneDNN threads
+    (None for 0: the defaults)."""
+    if not threads:
+        return None
+    return {"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": "1",
+            "OMP_NUM_THREADS": str(threads)}
+
+
+def run_all(tasks, parallel, on_result):
+    """Calls each of `tasks` (no-argument functions), `parallel` at once, and
+    `on_result` with each result as it comes (in the calling thread)."""
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
+        for future in concurrent.futures.as_completed([pool.submit(t) for t in tasks]):
+            on_result(future.result())
 
 
 def reference_ids(data_dir, cache_dir, path):
@@ -221,20 +257,27 @@ def run(**options):
         ids_path = os.path.join(work, "reference_ids.npz")
         n_token = reference_ids(data_dir, os.path.join(work, "reference_cache"), ids_path)
         arms.append("paper")
+    env = thread_env(o["threads"])
+
+    def task(precision, warmup, seed):
+        run_dir = os.path.join(work, f"{precision}_warmup-{warmup}_seed{seed}")
+        if precision == "paper":
+            return reference_run(o, ids_path, n_token, run_dir, seed, warmup)
+        return one_run(o, data_dir, run_dir, seed, precision, warmup, env=env)
+
     runs = []
-    for warmup in warmups:
-        for precision in arms:
-            for seed in seeds:
-                run_dir = os.path.join(work, f"{precision}_warmup-{warmup}_seed{seed}")
-                if precision == "paper":
-                    result = reference_run(o, ids_path, n_token, run_dir, seed, warmup)
-                else:
-                    result = one_run(o, data_dir, run_dir, seed, precision, warmup)
-                runs.append(result)
-                print(f"{precision} warm-up {warmup} seed {seed}: held-out ppl "
-                      f"{result['ppl_mem64']:.1f} at memory 64, {result['ppl_mem0']:.1f} at "
-                      f"memory 0 ({result['train_seconds']:.0f}s)", flush=True)
-                _write(o["output"], o, runs)
+
+    def record(result):
+        runs.append(result)
+        print(f"{result['precision']} warm-up {result['warmup']} seed {result['seed']}: "
+              f"held-out ppl {result['ppl_mem64']:.1f} at memory 64, {result['ppl_mem0']:.1f} "
+              f"at memory 0 ({result['train_seconds']:.0f}s)", flush=True)
+        _write(o["output"], o, runs)
+
+    run_all([functools.partial(task, p, w, s) for w in warmups for p in arms for s in seeds],
+            o["parallel"], record)
+    runs.sort(key=lambda r: (str(r["warmup"]), r["precision"], r["seed"]))
+    _write(o["output"], o, runs)
     print(table(summarize(runs)), flush=True)
 
 

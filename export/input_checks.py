@@ -61,3 +61,45 @@ def check_memory(mems, mem_mask, n_layer, mem_len, d_model, batch_size):
     if tuple(v_shape) != (batch_size, mem_len):
         raise RuntimeInputError(f"mem_mask must have shape [batch, mem_len] = "
                                 f"{[batch_size, mem_len]}, got {list(v_shape)}")
+
+
+_CACHE_DTYPES = {"valid": np.bool_, "slot": np.int32, "row_slot": np.int32}
+
+
+def check_decode_cache(cache, expected_shapes, batch_size=None):
+    """Raises `RuntimeInputError` unless `cache` is a decode cache of this
+    export: a dict with every name of `expected_shapes` (`decode_interface.
+    cache_shapes` with the batch axis named "batch"), each of that shape and
+    dtype (float32 but for `valid` bool, `slot` and `row_slot` int32), one
+    batch (the ids' when `batch_size` is given), and ring positions inside the
+    ring. Returns the batch size."""
+    if not isinstance(cache, dict):
+        raise RuntimeInputError(f"a decode cache is the dict decode_init returns, got "
+                                f"{type(cache).__name__}")
+    missing = [name for name in expected_shapes if name not in cache]
+    if missing:
+        raise RuntimeInputError(f"decode cache is missing {missing} (pass the dict "
+                                f"decode_init or decode_step returned)")
+    shapes = {name: shape_and_dtype(cache[name]) for name in expected_shapes}
+    batch = shapes["valid"][0][0] if len(shapes["valid"][0]) == 2 else None
+    if batch_size is not None and batch is not None and batch != batch_size:
+        raise RuntimeInputError(f"batch mismatch: token_ids have batch {batch_size} but the "
+                                f"decode cache has batch {batch}")
+    for name, want in expected_shapes.items():
+        (shape, dtype), want = shapes[name], tuple(batch if d == "batch" else d for d in want)
+        if tuple(shape) != want:
+            raise RuntimeInputError(f"decode cache {name} has shape {list(shape)}, this export "
+                                    f"needs {list(want)} (a cache of another model or memory "
+                                    f"length?)")
+        if dtype != _CACHE_DTYPES.get(name, np.float32):
+            raise RuntimeInputError(f"decode cache {name} must be "
+                                    f"{np.dtype(_CACHE_DTYPES.get(name, np.float32))}, got "
+                                    f"{dtype}")
+    size = expected_shapes["valid"][1]
+    for name in ("slot", "row_slot"):
+        value = cache[name]
+        value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if value.size and (value.min() < 0 or value.max() >= size):
+            raise RuntimeInputError(f"decode cache {name} must lie in [0, {size}) (the ring's "
+                                    f"slots), got {value.tolist()}")
+    return batch

@@ -112,7 +112,8 @@ class OnnxRuntime(Runtime):
     # ------------------------------------------------------------ conversion
     def _ortvalue(self, array):
         import onnxruntime as ort
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
+        # Not np.ascontiguousarray: it turns a scalar (the ring's slot) into [1].
+        return ort.OrtValue.ortvalue_from_numpy(np.asarray(array, order="C"), self.device, 0)
 
     def _to_backend(self, mems, mem_mask):
         if self.io_binding:

@@ -3,7 +3,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.input_checks import RuntimeInputError, check_ids, check_memory, shape_and_dtype
+from export.input_checks import (RuntimeInputError, check_decode_cache, check_ids, check_memory,
+                                 shape_and_dtype)
 from txl_tf.checks.inputs import check_finite_outputs
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.errors import TxlError
@@ -201,8 +202,12 @@ class Runtime:
         (`token_ids [B]`) read on top of the cache; rows in `stopped` keep
         their cache (and their log-probs mean nothing)."""
         ids = check_ids(np.asarray(token_ids).reshape(-1, 1), self.config.n_token)[:, 0]
+        self._check_cache(cache, ids.shape[0])
         stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
             np.asarray(stopped, np.bool_)
+        if stopped.shape != ids.shape:
+            raise RuntimeInputError(f"stopped must have shape {list(ids.shape)} (one flag per "
+                                    f"row), got {list(stopped.shape)}")
         log_probs, cache = self.next_cached(ids, stopped, cache)
         return check_finite_outputs(log_probs), cache
 
@@ -213,8 +218,27 @@ class Runtime:
         into instead of allocating one (ONNX Runtime with IO binding)."""
         return self._decode_step(token_ids, stopped, cache, spare)
 
+    def read_on_cache(self, cache, token_ids):
+        """`(log-probs numpy [B, n_token] after the last id, new cache)`:
+        `token_ids [B, T]` read on a decode cache one token per step (a next
+        turn of a conversation; no projection of the memory), or `(None,
+        None)` when a row of the cache stopped before the others (its ring
+        position differs: the turn is then read on the memory)."""
+        self._check_cache(cache, len(token_ids))
+        ids = check_ids(token_ids, self.config.n_token)
+        slot, row_slot = (_to_numpy(cache[k]) for k in ("slot", "row_slot"))
+        if (row_slot != slot).any():
+            return None, None
+        going = np.zeros(ids.shape[0], np.bool_)
+        spare = None  # never the given cache's buffers: its state may be read again
+        for t in range(ids.shape[1]):
+            log_probs, new = self.next_cached(ids[:, t], going, cache, spare)
+            spare, cache = (cache if t else None), new
+        return check_finite_outputs(log_probs), cache
+
     def cache_memory(self, cache):
         """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
+        self._check_cache(cache)
         mems, valid, row_slot = (_to_numpy(cache[k]) for k in ("cache_mems", "valid",
                                                               "row_slot"))
         size = valid.shape[1]
@@ -223,6 +247,13 @@ class Runtime:
         return self._to_backend(np.ascontiguousarray(mems[:, rows, index]), valid[rows, index])
 
     # --------------------------------------------------------------- helpers
+    def _check_cache(self, cache, batch_size=None):
+        if not self.has_decode_cache:
+            raise TxlError("this export has no cached decode interface (re-export with "
+                           "--decode_cache)")
+        from export.decode_interface import cache_shapes
+        return check_decode_cache(cache, cache_shapes(self.config, self.mem_len), batch_size)
+
     def _checked(self, token_ids, memory):
         ids = check_ids(token_ids, self.config.n_token)
         if memory is None:

@@ -94,6 +94,79 @@ def test_decode_step_checks_its_ids(runtime):
         runtime.decode_step(np.array([1, CONFIG.n_token]), cache)
 
 
+def test_a_next_turn_reads_on_the_cache_as_one_call_over_the_whole_text(runtime, monkeypatch):
+    # The cache reads a turn one token at a time: the same as one call that
+    # reads the whole text one token at a time (segment_len=1; with longer
+    # segments, positions early in a segment see less than mem_len back).
+    prompts, turns = [[3, 4, 5], [9, 1, 2]], [[7, 8], [6, 6]]
+    first = runtime.generate(prompts, 4, temperature=0.0)
+    projections = []
+    project = runtime._decode_init
+    monkeypatch.setattr(runtime, "_decode_init", lambda *a: projections.append(1) or project(*a))
+    turn = runtime.generate(turns, 4, resume=first.state, temperature=0.0)
+    again = runtime.generate(turns, 4, resume=first.state, temperature=0.0)
+    assert not projections  # the memory was not projected again
+    whole = runtime.generate([p + list(ids) + q for p, ids, q in zip(prompts, first.ids, turns)],
+                             4, temperature=0.0, segment_len=1)
+    for other in (whole, again):
+        np.testing.assert_array_equal(turn.ids, other.ids)
+        np.testing.assert_allclose(turn.log_probs, other.log_probs, atol=1e-4)
+        np.testing.assert_allclose(runtime.take(turn.memory, [0, 1]).numpy()[0],
+                                   runtime.take(other.memory, [0, 1]).numpy()[0], atol=1e-4)
+
+
+def test_a_next_turn_of_uneven_prompts_or_after_a_stop_reads_on_the_memory(runtime):
+    prompts = [[3, 4, 5], [9, 1, 2]]
+    stop = int(runtime.generate([[9, 1, 2]], 2, temperature=0.0).ids[0, 1])
+    first = runtime.generate(prompts, 4, temperature=0.0, stop_ids=[stop])
+    assert first.lengths.min() < 4  # a row stopped early
+    for turns in ([[7, 8], [6]], [[7, 8], [6, 6]]):
+        turn = runtime.generate(turns, 3, resume=first.state, temperature=0.0, segment_len=1)
+        whole = runtime.generate([p + list(ids[:n]) + q for p, ids, n, q in
+                                  zip(prompts, first.ids, first.lengths, turns)],
+                                 3, temperature=0.0, segment_len=1)
+        np.testing.assert_array_equal(turn.ids, whole.ids)
+        np.testing.assert_allclose(turn.log_probs, whole.log_probs, atol=1e-4)
+
+
+def test_a_next_turn_needs_a_prompt_per_row_and_no_second_memory(runtime):
+    first = runtime.generate([[3, 4], [5, 6]], 2, temperature=0.0)
+    with pytest.raises(ValueError, match="one prompt per row"):
+        runtime.generate([[7]], 2, resume=first.state)
+    with pytest.raises(ValueError, match="not both"):
+        runtime.generate([[7], [8]], 2, resume=first.state, memory=first.memory)
+
+
+def _numpy_cache(cache):
+    return {k: np.array(v.numpy(), copy=True) for k, v in cache.items()}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: {k: v for k, v in c.items() if k != "keys"}, "missing"),
+    (lambda c: {**c, "keys": c["keys"][:, :, :, :-1]}, "another model or memory length"),
+    (lambda c: {**c, "values": c["values"].astype(np.float64)}, "float32"),
+    (lambda c: {**c, "valid": c["valid"].astype(np.int32)}, "bool"),
+    (lambda c: {**c, "slot": np.int32(6)}, r"slot must lie in \[0, 6\)"),
+    (lambda c: {**c, "row_slot": np.array([0, -1], np.int32)}, "row_slot must lie"),
+    (lambda c: {k: v[:, :1] if k in ("cache_mems", "keys", "values") else
+                v[:1] if k in ("valid", "row_slot") else v for k, v in c.items()},
+     "batch mismatch"),
+    (lambda c: list(c.values()), "dict decode_init returns"),
+])
+def test_a_bad_decode_cache_is_one_clear_error(runtime, change, message):
+    cache = _numpy_cache(runtime.decode_init(runtime.initial_memory(2)))
+    cache["valid"] = cache["valid"].astype(np.bool_)
+    runtime.decode_step(np.array([1, 2]), cache)  # the numpy copy itself is accepted
+    with pytest.raises(ValueError, match=message):
+        runtime.decode_step(np.array([1, 2]), change(cache))
+
+
+def test_the_stopped_flags_need_one_per_row(runtime):
+    cache = runtime.decode_init(runtime.initial_memory(2))
+    with pytest.raises(ValueError, match="one flag per row"):
+        runtime.decode_step(np.array([1, 2]), cache, stopped=np.array([True]))
+
+
 def test_the_saved_models_decode_memory_equals_the_runtimes(exported):
     import tensorflow as tf
     out = exported[1]

@@ -115,6 +115,16 @@ def test_resume_goes_on_exactly_as_one_longer_call(backends, name):
                                whole.log_probs, atol=5e-6)
 
 
+@pytest.mark.parametrize("name", ["keras", "onnx", "saved_model"])
+def test_a_next_turn_with_resume_is_the_prompt_read_on_the_memory(backends, name):
+    backend = backends[name]
+    first = backend.generate(PROMPTS, 4, temperature=0)
+    turn = backend.generate([[5, 5], [6], [7, 8, 9]], 4, resume=first.state, temperature=0)
+    reply = backend.generate([[5, 5], [6], [7, 8, 9]], 4, memory=first.memory, temperature=0)
+    np.testing.assert_array_equal(turn.ids, reply.ids)
+    np.testing.assert_allclose(turn.log_probs, reply.log_probs, atol=1e-5)
+
+
 @pytest.mark.parametrize("source,target", [("keras", "onnx"), ("saved_model", "onnx"),
                                            ("onnx", "saved_model"), ("onnx", "keras")])
 def test_a_state_resumes_on_another_backend(backends, source, target):

@@ -20,8 +20,9 @@ import numpy as np
 
 from txl_tf.checks.inputs import NonFiniteMemoryError
 from txl_tf.errors import TxlError
-from txl_tf.generation.request import (DecodeState, Generation, check_count, check_pad_id,
-                                   check_prompts, make_rows, right_aligned_segments, seen_mask)
+from txl_tf.generation.request import (DecodeState, Generation, HeldCache, check_count,
+                                       check_pad_id, check_prompts, held_cache, make_rows,
+                                       right_aligned_segments, seen_mask)
 from txl_tf.generation.sampling import Sampling
 
 
@@ -35,11 +36,14 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
     if isinstance(stream_every, bool) or not isinstance(stream_every, int) or stream_every < 1:
         raise TxlError(f"stream_every must be an integer >= 1, got {stream_every!r}")
     if resume is not None:
-        if prompts is not None or memory is not None:
-            raise TxlError("pass either prompts (and a memory) or resume, not both")
+        if memory is not None:
+            raise TxlError("pass either a memory or resume (which holds one), not both")
         if not isinstance(resume, DecodeState):
             raise TxlError("resume must be the .state of an earlier Generation")
         state = resume
+        if prompts is not None:
+            state = next_turn(backend, resume, check_prompts(prompts, backend.n_token),
+                              segment_len)
     else:
         prompts = check_prompts(prompts, backend.n_token)
         rows = make_rows(backend.n_token, len(prompts), seed, stop_ids,
@@ -54,6 +58,31 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
     ids, log_probs, new_state = backend.decode(state, n, stream, stream_every)
     lengths = (new_state.counters - state.counters).astype(np.int32)
     return Generation(ids, log_probs, lengths, new_state.memory, new_state)
+
+
+def next_turn(backend, state, prompts, segment_len):
+    """`state` after reading a next turn's prompts (a conversation): every row
+    goes on (also one that stopped), its sampler stream and draw count
+    continue. A backend with a decode cache (`read_on_cache`) reads the
+    prompts on the state's cache, one token per step, when they have one
+    length and the cache allows (`read_on_cache`); otherwise they are read on
+    the memory."""
+    if len(prompts) != len(state.done):
+        raise TxlError(f"a next turn needs one prompt per row of the state "
+                       f"({len(state.done)}), got {len(prompts)}")
+    cache = held_cache(state, backend)
+    if cache is not None and len({len(p) for p in prompts}) == 1:
+        log_probs, cache = backend.read_on_cache(cache, np.stack(prompts))
+    else:
+        cache = None
+    if cache is None:
+        log_probs, memory = prefill(backend, prompts, state.memory, segment_len)
+    else:
+        memory = backend.cache_memory(cache)
+    seen = state.seen | seen_mask(prompts, backend.n_token)
+    return DecodeState(log_probs, memory, seen, state.counters.copy(),
+                       np.zeros_like(state.done), state.rows, state.pad_id,
+                       None if cache is None else HeldCache(backend, cache))
 
 
 def prefill(backend, prompts, memory, segment_len):

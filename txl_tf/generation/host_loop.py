@@ -7,11 +7,12 @@ steps run on the live rows only.
 
 `host_decode_cached` runs the same loop on a backend's decode cache (its
 memory's keys and values projected once, then one token per step): stopped
-rows stay in the batch with their cache frozen by the step itself.
+rows stay in the batch with their cache frozen by the step itself. The
+cache goes on in the returned state: a resume or a next turn reads on from it.
 """
 import numpy as np
 
-from txl_tf.generation.request import DecodeState
+from txl_tf.generation.request import DecodeState, HeldCache, held_cache
 from txl_tf.generation.sampling_numpy import choose
 
 
@@ -71,8 +72,13 @@ def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
     chosen = np.zeros([batch, num_tokens], np.float32)
     log_probs = np.array(state.next_log_probs, np.float32, copy=True)
     seen, counters, done = state.seen.copy(), state.counters.copy(), state.done.copy()
-    cache = backend.decode_init(state.memory, batch)  # checked once; the steps are not
-    spare = None  # the cache of two steps ago: its buffers take the next one
+    cache = held_cache(state, backend)
+    owned = cache is None
+    if owned:
+        cache = backend.decode_init(state.memory, batch)  # checked once; the steps are not
+    # The cache of two steps ago: its buffers take the next one. Never the
+    # state's own cache: the caller may resume from that state again.
+    spare = None
     streamed = 0
     for t in range(num_tokens):
         if done.all():
@@ -82,11 +88,11 @@ def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
                                                  was_done, state.pad_id)
         ids[:, t], chosen[:, t] = token, lp
         step_log_probs, new_cache = backend.next_cached(token, was_done, cache, spare)
-        spare, cache = cache, new_cache
+        spare, cache, owned = (cache if owned else None), new_cache, True
         log_probs = np.where(was_done[:, None], log_probs, step_log_probs)
         if stream is not None and (t + 1 - streamed == stream_every or t + 1 == num_tokens
                                    or done.all()):
             stream(ids[:, streamed:t + 1])
             streamed = t + 1
     return ids, chosen, DecodeState(log_probs, backend.cache_memory(cache), seen, counters,
-                                    done, state.rows, state.pad_id)
+                                    done, state.rows, state.pad_id, HeldCache(backend, cache))

@@ -35,7 +35,11 @@ class DecodeState(NamedTuple):
     """Where a decode stopped: `generate(..., resume=state)` goes on exactly as
     one longer call would. next_log_probs: float32 `[B, V]`, the model's
     prediction after the last id read; seen: bool `[B, V]` (repetition
-    penalty); counters: int64 `[B]`, draws made per row; done: bool `[B]`."""
+    penalty); counters: int64 `[B]`, draws made per row; done: bool `[B]`;
+    cache: a `HeldCache`, the decode cache holding `memory` (export runtimes
+    on their cached interface; None elsewhere), so that a resume or a next
+    turn on the same backend reads on from it without projecting the memory
+    again."""
 
     next_log_probs: np.ndarray
     memory: Any
@@ -44,6 +48,24 @@ class DecodeState(NamedTuple):
     done: np.ndarray
     rows: Rows
     pad_id: int
+    cache: Any = None
+
+
+class HeldCache(NamedTuple):
+    """A decode cache (`export.decode_interface`) and the backend whose
+    tensors hold it: only that backend reads on from it."""
+
+    backend: Any
+    tensors: dict
+
+    def on(self, backend):
+        """The cache's tensors when `backend` holds them, else None."""
+        return self.tensors if self.backend is backend else None
+
+
+def held_cache(state, backend):
+    """The decode cache of `state` that `backend` can read on from, or None."""
+    return None if state.cache is None else state.cache.on(backend)
 
 
 class Generation(NamedTuple):
