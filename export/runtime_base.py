@@ -218,24 +218,6 @@ class Runtime:
         into instead of allocating one (ONNX Runtime with IO binding)."""
         return self._decode_step(token_ids, stopped, cache, spare)
 
-    def read_on_cache(self, cache, token_ids):
-        """`(log-probs numpy [B, n_token] after the last id, new cache)`:
-        `token_ids [B, T]` read on a decode cache one token per step (a next
-        turn of a conversation; no projection of the memory), or `(None,
-        None)` when a row of the cache stopped before the others (its ring
-        position differs: the turn is then read on the memory)."""
-        self._check_cache(cache, len(token_ids))
-        ids = check_ids(token_ids, self.config.n_token)
-        slot, row_slot = (_to_numpy(cache[k]) for k in ("slot", "row_slot"))
-        if (row_slot != slot).any():
-            return None, None
-        going = np.zeros(ids.shape[0], np.bool_)
-        spare = None  # never the given cache's buffers: its state may be read again
-        for t in range(ids.shape[1]):
-            log_probs, new = self.next_cached(ids[:, t], going, cache, spare)
-            spare, cache = (cache if t else None), new
-        return check_finite_outputs(log_probs), cache
-
     def cache_memory(self, cache):
         """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
         self._check_cache(cache)

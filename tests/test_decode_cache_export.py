@@ -94,39 +94,35 @@ def test_decode_step_checks_its_ids(runtime):
         runtime.decode_step(np.array([1, CONFIG.n_token]), cache)
 
 
-def test_a_next_turn_reads_on_the_cache_as_one_call_over_the_whole_text(runtime, monkeypatch):
-    # The cache reads a turn one token at a time: the same as one call that
-    # reads the whole text one token at a time (segment_len=1; with longer
-    # segments, positions early in a segment see less than mem_len back).
-    prompts, turns = [[3, 4, 5], [9, 1, 2]], [[7, 8], [6, 6]]
+def test_a_resume_goes_on_from_the_states_cache_as_one_longer_call(runtime, monkeypatch):
+    prompts = [[3, 4, 5], [9, 1, 2]]
+    whole = runtime.generate(prompts, 9, temperature=0.0)
     first = runtime.generate(prompts, 4, temperature=0.0)
     projections = []
     project = runtime._decode_init
     monkeypatch.setattr(runtime, "_decode_init", lambda *a: projections.append(1) or project(*a))
-    turn = runtime.generate(turns, 4, resume=first.state, temperature=0.0)
-    again = runtime.generate(turns, 4, resume=first.state, temperature=0.0)
+    rest = runtime.generate(None, 5, resume=first.state)
+    again = runtime.generate(None, 5, resume=first.state)  # the state's cache is intact
     assert not projections  # the memory was not projected again
-    whole = runtime.generate([p + list(ids) + q for p, ids, q in zip(prompts, first.ids, turns)],
-                             4, temperature=0.0, segment_len=1)
-    for other in (whole, again):
-        np.testing.assert_array_equal(turn.ids, other.ids)
-        np.testing.assert_allclose(turn.log_probs, other.log_probs, atol=1e-4)
-        np.testing.assert_allclose(runtime.take(turn.memory, [0, 1]).numpy()[0],
-                                   runtime.take(other.memory, [0, 1]).numpy()[0], atol=1e-4)
+    for other in (rest, again):
+        np.testing.assert_array_equal(np.concatenate([first.ids, other.ids], 1), whole.ids)
+        np.testing.assert_allclose(np.concatenate([first.log_probs, other.log_probs], 1),
+                                   whole.log_probs, atol=1e-5)
+    np.testing.assert_allclose(runtime.take(rest.memory, [0, 1]).numpy()[0],
+                               runtime.take(whole.memory, [0, 1]).numpy()[0], atol=1e-5)
 
 
-def test_a_next_turn_of_uneven_prompts_or_after_a_stop_reads_on_the_memory(runtime):
-    prompts = [[3, 4, 5], [9, 1, 2]]
+def test_a_next_turn_after_a_stop_is_one_call_over_the_whole_text(runtime):
+    prompts, turns = [[3, 4, 5], [9, 1, 2]], [[7, 8], [6]]
     stop = int(runtime.generate([[9, 1, 2]], 2, temperature=0.0).ids[0, 1])
     first = runtime.generate(prompts, 4, temperature=0.0, stop_ids=[stop])
     assert first.lengths.min() < 4  # a row stopped early
-    for turns in ([[7, 8], [6]], [[7, 8], [6, 6]]):
-        turn = runtime.generate(turns, 3, resume=first.state, temperature=0.0, segment_len=1)
-        whole = runtime.generate([p + list(ids[:n]) + q for p, ids, n, q in
-                                  zip(prompts, first.ids, first.lengths, turns)],
-                                 3, temperature=0.0, segment_len=1)
-        np.testing.assert_array_equal(turn.ids, whole.ids)
-        np.testing.assert_allclose(turn.log_probs, whole.log_probs, atol=1e-4)
+    turn = runtime.generate(turns, 3, resume=first.state, temperature=0.0, segment_len=1)
+    whole = runtime.generate([p + list(ids[:n]) + q for p, ids, n, q in
+                              zip(prompts, first.ids, first.lengths, turns)],
+                             3, temperature=0.0, segment_len=1, stop_ids=[stop])
+    np.testing.assert_array_equal(turn.ids, whole.ids)
+    np.testing.assert_allclose(turn.log_probs, whole.log_probs, atol=1e-4)
 
 
 def test_a_next_turn_needs_a_prompt_per_row_and_no_second_memory(runtime):

@@ -20,9 +20,9 @@ import numpy as np
 
 from txl_tf.checks.inputs import NonFiniteMemoryError
 from txl_tf.errors import TxlError
-from txl_tf.generation.request import (DecodeState, Generation, HeldCache, check_count,
-                                       check_pad_id, check_prompts, held_cache, make_rows,
-                                       right_aligned_segments, seen_mask)
+from txl_tf.generation.request import (DecodeState, Generation, check_count, check_pad_id,
+                                       check_prompts, make_rows, right_aligned_segments,
+                                       seen_mask)
 from txl_tf.generation.sampling import Sampling
 
 
@@ -61,28 +61,19 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
 
 
 def next_turn(backend, state, prompts, segment_len):
-    """`state` after reading a next turn's prompts (a conversation): every row
-    goes on (also one that stopped), its sampler stream and draw count
-    continue. A backend with a decode cache (`read_on_cache`) reads the
-    prompts on the state's cache, one token per step, when they have one
-    length and the cache allows (`read_on_cache`); otherwise they are read on
-    the memory."""
+    """`state` after reading a next turn's prompts on its memory (a
+    conversation): every row goes on (also one that stopped), its sampler
+    stream and draw count continue. The prompts are read in segments, as a
+    prompt on `memory=` is; a backend with a decode cache then projects the
+    new memory once (reading the turn one token per step on the old cache
+    would cost more than that at today's step cost; see docs)."""
     if len(prompts) != len(state.done):
         raise TxlError(f"a next turn needs one prompt per row of the state "
                        f"({len(state.done)}), got {len(prompts)}")
-    cache = held_cache(state, backend)
-    if cache is not None and len({len(p) for p in prompts}) == 1:
-        log_probs, cache = backend.read_on_cache(cache, np.stack(prompts))
-    else:
-        cache = None
-    if cache is None:
-        log_probs, memory = prefill(backend, prompts, state.memory, segment_len)
-    else:
-        memory = backend.cache_memory(cache)
+    log_probs, memory = prefill(backend, prompts, state.memory, segment_len)
     seen = state.seen | seen_mask(prompts, backend.n_token)
     return DecodeState(log_probs, memory, seen, state.counters.copy(),
-                       np.zeros_like(state.done), state.rows, state.pad_id,
-                       None if cache is None else HeldCache(backend, cache))
+                       np.zeros_like(state.done), state.rows, state.pad_id)
 
 
 def prefill(backend, prompts, memory, segment_len):

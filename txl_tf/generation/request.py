@@ -37,9 +37,8 @@ class DecodeState(NamedTuple):
     prediction after the last id read; seen: bool `[B, V]` (repetition
     penalty); counters: int64 `[B]`, draws made per row; done: bool `[B]`;
     cache: a `HeldCache`, the decode cache holding `memory` (export runtimes
-    on their cached interface; None elsewhere), so that a resume or a next
-    turn on the same backend reads on from it without projecting the memory
-    again."""
+    on their cached interface; None elsewhere), so that a resume on the same
+    backend goes on from it without projecting the memory again."""
 
     next_log_probs: np.ndarray
     memory: Any
