@@ -24,6 +24,8 @@ def test_piped_output_is_plain_lines(tmp_path):
     # No precision flags: the hardware's choice, said in the log (the job
     # runs with CUDA_VISIBLE_DEVICES="", so on the CPU whatever this test sees).
     assert f"precision: {choose(gpus=[]).describe()}" in proc.stdout, proc.stdout
+    # No --learning_rate: the small presets' default, 1e-3 (the paper's presets: 2.5e-4).
+    assert "learning rate: peak 0.001," in proc.stdout, proc.stdout
 
 
 def test_run_shorter_than_log_every_is_logged(tmp_path):

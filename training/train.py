@@ -130,7 +130,7 @@ def _check_options(o):
     if o["warmup_steps"] is not None and o["warmup_steps"] > o["train_steps"]:
         raise TrainingError(f"--warmup_steps ({o['warmup_steps']}) exceeds --train_steps "
                             f"({o['train_steps']})")
-    if o["learning_rate"] <= 0:
+    if o["learning_rate"] is not None and o["learning_rate"] <= 0:
         raise TrainingError(f"--learning_rate must be > 0, got {o['learning_rate']}")
     if not 0 <= o["min_lr_ratio"] <= 1:
         raise TrainingError(f"--min_lr_ratio must be in [0, 1], got {o['min_lr_ratio']}")
