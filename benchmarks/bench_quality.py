@@ -142,6 +142,14 @@ def one_run(o, data_dir, run_dir, seed, precision, warmup, extra_flags=(), split
     return result
 
 
+def parse_seeds(text):
+    """The seeds of a `--seeds` value ("0,1,2")."""
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise TrainingError(f"--seeds must be comma-separated integers, got {text!r}") from None
+
+
 def thread_env(threads):
     """Environment of a job limited to `threads` TensorFlow/oneDNN threads
     (None for 0: the defaults)."""
@@ -234,11 +242,7 @@ def run(**options):
     o = merge(SPEC, options)
     if not os.path.isfile(o["text"]):
         raise TrainingError(f"--text: {o['text']} not found")
-    try:
-        seeds = [int(s) for s in o["seeds"].split(",") if s.strip()]
-    except ValueError:
-        raise TrainingError(f"--seeds must be comma-separated integers, got {o['seeds']!r}") \
-            from None
+    seeds = parse_seeds(o["seeds"])
     precisions = [p.strip() for p in o["precisions"].split(",") if p.strip()]
     warmups = [w.strip() for w in o["warmups"].split(",") if w.strip()]
     for w in warmups:

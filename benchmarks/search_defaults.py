@@ -24,7 +24,8 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.bench_quality import one_run, run_all, split_text, thread_env  # noqa: E402
+from benchmarks.bench_quality import (one_run, parse_seeds, run_all, split_text,  # noqa: E402
+                                      thread_env)
 from training.errors import TrainingError  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
 from txl_tf.app.flagspec import merge, option, values  # noqa: E402
@@ -104,11 +105,7 @@ def run(**options):
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
         raise TrainingError(f"--settings: unknown {unknown}; known: {list(SETTINGS)}")
-    try:
-        seeds = [int(s) for s in o["seeds"].split(",") if s.strip()]
-    except ValueError:
-        raise TrainingError(f"--seeds must be comma-separated integers, got {o['seeds']!r}") \
-            from None
+    seeds = parse_seeds(o["seeds"])
     if not os.path.isfile(o["text"]):
         raise TrainingError(f"--text: {o['text']} not found")
     runs = []

@@ -8,7 +8,8 @@ steps run on the live rows only.
 `host_decode_cached` runs the same loop on a backend's decode cache (its
 memory's keys and values projected once, then one token per step): stopped
 rows stay in the batch with their cache frozen by the step itself. The
-cache goes on in the returned state: a resume or a next turn reads on from it.
+cache goes on in the returned state: a resume on the same backend goes on
+from it.
 """
 import numpy as np
 
