@@ -24,6 +24,7 @@ of S = M + 1 slots (M = `mem_len`, fixed at export; B dynamic):
 
 A step equals `step_last` on `decode_memory(cache)` (tested for every format).
 """
+import numpy as np
 import tensorflow as tf
 
 from txl_tf import Memory
@@ -47,6 +48,19 @@ def cache_shapes(config, mem_len, batch="batch"):
             "values": [layers, batch, heads, size, d_head],
             "valid": [batch, size], "slot": [], "row_slot": [batch],
             "position_keys": [layers, heads, 2 * size, d_head]}
+
+
+def cache_bytes(config, mem_len):
+    """`{"per_stream": bytes, "shared": bytes}` of a decode cache: what each
+    stream (row) holds (layer inputs, keys, values, valid flags; float32) and
+    what all rows share (`position_keys`, `slot`)."""
+    shapes = cache_shapes(config, mem_len, batch=1)
+    sizes = {name: 4 for name in shapes}
+    sizes["valid"] = 1
+    total = {name: sizes[name] * int(np.prod(shape, dtype=np.int64))
+             for name, shape in shapes.items()}
+    shared = total["position_keys"] + total["slot"]
+    return {"per_stream": sum(total.values()) - shared, "shared": shared}
 
 
 def _spec(name, shape, dtype):

@@ -22,6 +22,7 @@ import time
 import tensorflow as tf
 from absl import flags
 
+from export.decode_interface import cache_bytes
 from export.metadata import export_metadata
 from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
@@ -179,7 +180,8 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     if vocab_dir:
         shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
     options = dict(mem_len=mem_len, log_probs=log_probs, zero_filled=zero_filled_memory)
-    report = {"metadata": export_metadata(cfg, **options), "seconds": {}}
+    report = {"metadata": export_metadata(cfg, **options), "seconds": {},
+              "decode_cache_bytes": cache_bytes(cfg, mem_len)}
     if "saved_model" in formats:
         start = time.perf_counter()
         export_saved_model(core, os.path.join(out, SAVED_MODEL_DIR),

@@ -133,6 +133,17 @@ def test_a_next_turn_needs_a_prompt_per_row_and_no_second_memory(runtime):
         runtime.generate([[7], [8]], 2, resume=first.state, memory=first.memory)
 
 
+def test_the_reported_cache_size_is_the_caches(exported, runtime):
+    report = json.loads((exported[1] / "export_report.json").read_text())
+    sizes = {}
+    for batch in (1, 3):
+        cache = _numpy_cache(runtime.decode_init(runtime.initial_memory(batch)))
+        sizes[batch] = sum(v.nbytes for v in cache.values())
+    per_stream = (sizes[3] - sizes[1]) // 2
+    assert report["decode_cache_bytes"] == {"per_stream": per_stream,
+                                            "shared": sizes[1] - per_stream}
+
+
 def _numpy_cache(cache):
     return {k: np.array(v.numpy(), copy=True) for k, v in cache.items()}
 

@@ -59,9 +59,10 @@ class Decoder:
         its seed; stop_ids: ids that end a row (included in its output, then
         `pad_id`); memory: continue from this memory (a conversation);
         resume: a `Generation.state` to go on exactly as one longer call
-        (prompts None); stream: `callback(ids [B, c])` called with each chunk
-        of `stream_every` (8) new ids: the decode then runs as one compiled
-        call per chunk, with the same result.
+        (prompts None), or with prompts, a next turn read on its memory
+        (every row goes on, its sampler too); stream: `callback(ids [B, c])`
+        called with each chunk of `stream_every` (8) new ids: the decode then
+        runs as one compiled call per chunk, with the same result.
         """
         options.setdefault("segment_len", self.segment_len)
         return generation.generate(self, prompts, max_new_tokens, **options)
