@@ -45,6 +45,9 @@ SETTINGS = {
     "floor0.1": ["--min_lr_ratio=0.1"],
     "lr2e-3+warmup25%": ["--learning_rate=2e-3", "--warmup_steps=375"],
     "lr2e-3+dropout0.2": ["--learning_rate=2e-3", "--dropout=0.2"],
+    # A probe beyond the dozen, aimed at the memory gain: train with twice
+    # the memory that the recipe evaluates with.
+    "mem128": ["--mem_len=128"],
 }
 
 SPEC = (
