@@ -7,9 +7,9 @@ Random weights of `--preset` are exported with `--mem_len` (no parity check:
 `tests/test_decode_cache_export.py` holds the numbers equal). The memory is
 full (every slot valid, random states). Per backend, batch 1, one token per
 call: `step_last` (projects the keys and values of every memory slot at every
-call) and `decode_step` (the cache: projects only the new token; run as
-`generate` runs it, the new cache written into the buffers of the cache of
-two steps ago), median
+call) and `decode_step` (the cache: projects only the new token, reads the cached
+keys and values once and returns the token's, which the host writes into
+the ring in place, as `generate` runs it), median
 milliseconds per token over `--tokens` calls after two warm-up calls, and
 `decode_init` (projecting the memory once). The bound, measured in the same
 run: reading the weights (float32) and the cached keys and values once per
@@ -72,12 +72,10 @@ def time_backend(runtime, memory, tokens):
     start = time.perf_counter()
     cache = runtime.decode_init(memory)
     init_ms = (time.perf_counter() - start) * 1e3
-    state.update(cache=cache, spare=None)
     stopped = np.zeros([1], np.bool_)
 
-    def decode():  # as `generate` runs it: the cache of two steps ago takes the new one
-        _, new = runtime.next_cached(ids[:, 0], stopped, state["cache"], state["spare"])
-        state.update(spare=state["cache"], cache=new)
+    def decode():  # as `generate` runs it: the cache advanced in place
+        runtime.next_cached(ids[:, 0], stopped, cache)
     decode_ms = per_token_ms(decode, tokens)
     return {"step_last_ms": step_ms, "decode_step_ms": decode_ms, "decode_init_ms": init_ms}
 

@@ -3,21 +3,25 @@
 `step` / `step_last` take the memory (layer inputs) and project the keys and
 values of every memory slot again at every call. The decode interface keeps
 them: its state is the decode cache of `TransformerXL.decode_cache`, a ring
-of S = M + 1 slots (M = `mem_len`, fixed at export; B dynamic):
+of S = M + 1 slots (M = `mem_len`, fixed at export; B dynamic), held by the
+caller (the runtimes: numpy arrays in host memory):
 
-- `decode_init(mems, mem_mask)` → `cache_mems` float32 `[L, B, S, d_model]`,
-  `keys`, `values` float32 `[L, B, H, S, d_head]`, `valid` bool `[B, S]`,
-  `slot` int32 `[]` (the free slot), `row_slot` int32 `[B]` (each row's own
-  free slot), `position_keys` float32 `[L, H, 2S, d_head]`: the memory's
-  keys and values projected once.
-- `decode_step(token_ids int32 [B], stopped bool [B], cache_mems, keys,
-  values, valid, slot, row_slot, position_keys)` → `log_probs` float32
+- `decode_init(mems, mem_mask)` → the cache: `cache_mems` float32
+  `[L, B, S, d_model]`, `keys`, `values` float32 `[L, B, H, S, d_head]`,
+  `valid` bool `[B, S]`, `slot` int32 `[]` (the free slot), `row_slot`
+  int32 `[B]` (each row's own free slot), `positions` float32
+  `[2S, d_model]` (the relative encodings, fixed for the cache's life):
+  the memory's keys and values projected once.
+- `decode_step(token_ids int32 [B], valid, slot, positions, keys_0, ...,
+  keys_{L-1}, values_0, ..., values_{L-1})` → `log_probs` float32
   `[B, n_token]` (the next-token distribution after each row's new token),
-  `new_cache_mems`, `new_keys`, `new_values`, `new_valid`, `new_slot`,
-  `new_row_slot`: one token per row, projecting only that token. Rows in
-  `stopped` keep their cache (their log-probs are meaningless); a row that
-  stopped stays stopped for the cache's life. `position_keys` never
-  changes: pass `decode_init`'s every step.
+  `token_mems` `[L, B, d_model]`, `token_keys`, `token_values`
+  `[L, B, H, d_head]`: one token per row, projecting only that token. The
+  graph reads the ring and writes nothing: the caller writes the token into
+  the free slot in place (`write_token`), so a step reads the cache once
+  and copies none of it. Each layer's keys and values are inputs of their
+  own (`keys[i]`, a view of the stacked array), because slicing a stacked
+  input inside an ONNX graph copies it.
 - `decode_memory(cache_mems, valid, row_slot)` → `mems`, `mem_mask`
   `[B, M]`: the memory the cache holds, in time order (what `step` and
   training read).
@@ -28,15 +32,23 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf import Memory
-from txl_tf.layers.ring_cache import DecodeCache, flat_cache, from_flat, ring_memory
+from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
 
-CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot")
+CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot", "positions")
 INIT_INPUTS = ("mems", "mem_mask")
-INIT_OUTPUTS = CACHE_NAMES + ("position_keys",)
-STEP_INPUTS = ("token_ids", "stopped") + CACHE_NAMES + ("position_keys",)
-STEP_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CACHE_NAMES)
+INIT_OUTPUTS = CACHE_NAMES
+STEP_OUTPUTS = ("log_probs", "token_mems", "token_keys", "token_values")
 MEMORY_INPUTS = ("cache_mems", "valid", "row_slot")
 MEMORY_OUTPUTS = ("mems", "mem_mask")
+# Byte alignment of the host's cache buffers (what TensorFlow and oneDNN like).
+ALIGNMENT = 64
+
+
+def step_inputs(n_layer):
+    """`decode_step`'s input names, in order."""
+    return (("token_ids", "valid", "slot", "positions")
+            + tuple(f"keys_{i}" for i in range(n_layer))
+            + tuple(f"values_{i}" for i in range(n_layer)))
 
 
 def cache_shapes(config, mem_len, batch="batch"):
@@ -47,19 +59,19 @@ def cache_shapes(config, mem_len, batch="batch"):
             "keys": [layers, batch, heads, size, d_head],
             "values": [layers, batch, heads, size, d_head],
             "valid": [batch, size], "slot": [], "row_slot": [batch],
-            "position_keys": [layers, heads, 2 * size, d_head]}
+            "positions": [2 * size, d_model]}
 
 
 def cache_bytes(config, mem_len):
     """`{"per_stream": bytes, "shared": bytes}` of a decode cache: what each
     stream (row) holds (layer inputs, keys, values, valid flags; float32) and
-    what all rows share (`position_keys`, `slot`)."""
+    what all rows share (`positions`, `slot`)."""
     shapes = cache_shapes(config, mem_len, batch=1)
     sizes = {name: 4 for name in shapes}
     sizes["valid"] = 1
     total = {name: sizes[name] * int(np.prod(shape, dtype=np.int64))
              for name, shape in shapes.items()}
-    shared = total["position_keys"] + total["slot"]
+    shared = total["positions"] + total["slot"]
     return {"per_stream": sum(total.values()) - shared, "shared": shared}
 
 
@@ -68,12 +80,14 @@ def _spec(name, shape, dtype):
 
 
 def step_specs(config, mem_len):
-    """TensorSpecs of `decode_step`'s inputs, in `STEP_INPUTS` order."""
+    """TensorSpecs of `decode_step`'s inputs, in `step_inputs` order."""
     shapes = cache_shapes(config, mem_len)
-    dtypes = {"valid": tf.bool, "slot": tf.int32, "row_slot": tf.int32}
-    return [tf.TensorSpec([None], tf.int32, name="token_ids"),
-            tf.TensorSpec([None], tf.bool, name="stopped")] + [
-        _spec(name, shapes[name], dtypes.get(name, tf.float32)) for name in STEP_INPUTS[2:]]
+    layer = {name: _spec(name, shapes[name][1:], tf.float32) for name in ("keys", "values")}
+    return ([tf.TensorSpec([None], tf.int32, name="token_ids"),
+             _spec("valid", shapes["valid"], tf.bool), _spec("slot", [], tf.int32),
+             _spec("positions", shapes["positions"], tf.float32)]
+            + [tf.TensorSpec(layer[kind].shape, tf.float32, name=f"{kind}_{i}")
+               for kind in ("keys", "values") for i in range(config.n_layer)])
 
 
 def memory_specs(config, mem_len):
@@ -98,20 +112,83 @@ def decode_init(core, mems, mem_mask):
     return flat
 
 
-def decode_step(core, token_ids, stopped, cache_mems, keys, values, valid, slot, row_slot,
-                position_keys):
-    """`{STEP_OUTPUTS}`: one token per row on the cache (ring written with
-    masks, which every exporter converts)."""
-    cache = from_flat(cache_mems, keys, values, valid, slot, row_slot, position_keys)
-    hidden, new = core.cached_step(token_ids, cache, stopped=stopped, in_place=False)
-    flat = flat_cache(new)
-    flat["cache_mems"] = flat.pop("mems")
-    return {"log_probs": core.crit(hidden),
-            **{f"new_{name}": flat[name] for name in CACHE_NAMES}}
+def decode_step(core, token_ids, valid, slot, positions, *keys_values):
+    """`{STEP_OUTPUTS}`: one token per row read on the ring, which is not
+    written (see the module's docstring)."""
+    n_layer = core.config.n_layer
+    cache = DecodeCache((), tuple(keys_values[:n_layer]), tuple(keys_values[n_layer:]), valid,
+                        slot, None, positions)
+    hidden, token = core.cached_read(token_ids, cache)
+    return {"log_probs": core.crit(hidden), "token_mems": tf.stack(token.mems),
+            "token_keys": tf.stack(token.keys), "token_values": tf.stack(token.values)}
 
 
 def decode_memory(cache_mems, valid, row_slot):
     """`{"mems", "mem_mask"}`: the memory a cache holds, in time order."""
-    cache = DecodeCache(tuple(tf.unstack(cache_mems)), (), (), valid, None, row_slot, ())
+    cache = DecodeCache(tuple(tf.unstack(cache_mems)), (), (), valid, None, row_slot, None)
     memory = ring_memory(cache)
     return {"mems": memory.mems, "mem_mask": memory.mem_mask}
+
+
+# ------------------------------------------------------------ the host's half
+def host_cache(tensors):
+    """The cache as the host holds it: `{name: numpy array}` of
+    `decode_init`'s outputs (any array-likes), each copied into a fresh
+    aligned buffer that `write_token` may write in place."""
+    cache = {}
+    for name in CACHE_NAMES:
+        value = tensors[name]
+        value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        cache[name] = aligned_empty(value.shape, value.dtype)
+        cache[name][...] = value
+    return cache
+
+
+def copy_cache(cache):
+    """A copy of a host cache (`host_cache`) that steps may write."""
+    return host_cache(cache)
+
+
+def aligned_empty(shape, dtype):
+    """An uninitialized numpy array whose data starts at an `ALIGNMENT` boundary."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(count * dtype.itemsize + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def step_feeds(cache):
+    """`{input name: array}` of `decode_step` but `token_ids`: the ring's
+    flags and position table, and each layer's keys and values as views of
+    the stacked arrays (no copy)."""
+    feeds = {name: cache[name] for name in ("valid", "slot", "positions")}
+    for kind in ("keys", "values"):
+        feeds.update({f"{kind}_{i}": layer for i, layer in enumerate(cache[kind])})
+    return feeds
+
+
+def write_token(cache, outputs, stopped):
+    """Writes a step's token (`outputs`: `decode_step`'s, numpy) into the
+    host cache's free slot in place, for the rows not in `stopped` (bool
+    `[B]`; their slot and flags stay as they were), and moves the ring on:
+    what `TransformerXL.cached_step` does inside the graph."""
+    slot, size = int(cache["slot"]), cache["valid"].shape[1]
+    live = np.flatnonzero(~np.asarray(stopped, np.bool_))
+    pairs = (("cache_mems", "token_mems"), ("keys", "token_keys"), ("values", "token_values"))
+    if live.size == cache["valid"].shape[0]:
+        for ring, token in pairs:
+            _at_slot(cache[ring], slot)[...] = outputs[token]
+    else:
+        for row in live:
+            for ring, token in pairs:
+                _at_slot(cache[ring], slot)[:, row] = outputs[token][:, row]
+    cache["valid"][live, slot] = True
+    cache["row_slot"][live] = (slot + 1) % size
+    cache["slot"][...] = (slot + 1) % size
+
+
+def _at_slot(ring, slot):
+    """The view of `ring` (`cache_mems [L, B, S, d]` or keys / values
+    `[L, B, H, S, d]`) at one slot."""
+    return ring[:, :, slot] if ring.ndim == 4 else ring[:, :, :, slot]

@@ -88,11 +88,15 @@ def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,
                         decode.memory_specs(cfg, mem_len), decode.INIT_INPUTS,
                         decode.INIT_OUTPUTS),
         "decode_step": (lambda *args: decode.decode_step(core, *args),
-                        decode.step_specs(cfg, mem_len), decode.STEP_INPUTS,
+                        decode.step_specs(cfg, mem_len), decode.step_inputs(cfg.n_layer),
                         decode.STEP_OUTPUTS),
     }
     shapes = decode.cache_shapes(cfg, mem_len)
-    shapes.update({f"new_{name}": shapes[name] for name in decode.CACHE_NAMES},
+    layer_shapes = {f"{kind}_{i}": shapes[kind][1:] for kind in ("keys", "values")
+                    for i in range(cfg.n_layer)}
+    token = {f"token_{name}": [cfg.n_layer, "batch", cfg.n_head, cfg.d_head]
+             for name in ("keys", "values")}
+    shapes.update(layer_shapes, **token, token_mems=[cfg.n_layer, "batch", cfg.d_model],
                   token_ids=["batch"], log_probs=["batch", cfg.n_token],
                   mems=[cfg.n_layer, "batch", mem_len, cfg.d_model],
                   mem_mask=["batch", mem_len])

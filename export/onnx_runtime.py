@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from export.decode_interface import CACHE_NAMES
+from export.decode_interface import host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from txl_tf.errors import TxlError
@@ -153,50 +153,33 @@ class OnnxRuntime(Runtime):
             self._decode_sessions = self._open_decode()
         return self._decode_sessions[name]
 
-    def _decode_run(self, name, inputs, host_outputs=(), into=None):
-        """`{output: value}` of a decode graph: with IO binding, OrtValues on
-        the session's device (those in `host_outputs` as numpy); outputs
-        named in `into` are written into those OrtValues (no allocation)."""
+    def _decode_run(self, name, inputs):
+        """`{output: numpy}` of a decode graph. With IO binding the inputs
+        are bound as OrtValues: on the CPU each reads its numpy array in
+        place (the cache's layer views are not copied)."""
         session = self._decode_session(name)
         names = [o.name for o in session.get_outputs()]
         if not self.io_binding:
-            feeds = {k: (v.numpy() if hasattr(v, "data_type") else v) for k, v in inputs.items()}
-            return dict(zip(names, session.run(None, feeds)))
+            return dict(zip(names, session.run(None, inputs)))
         binding = session.io_binding()
-        # The OrtValues made here must outlive the run: a CPU OrtValue reads
-        # its numpy array in place, and the binding does not keep it.
-        bound = {key: value if hasattr(value, "data_type") else self._ortvalue(value)
-                 for key, value in inputs.items()}
+        # The OrtValues must outlive the run: the binding does not keep them.
+        bound = {key: self._ortvalue(value) for key, value in inputs.items()}
         for key, value in bound.items():
             binding.bind_ortvalue_input(key, value)
-        into = into or {}
         for key in names:
-            if key in host_outputs:
-                binding.bind_output(key, "cpu")
-            elif key in into:
-                binding.bind_ortvalue_output(key, into[key])
-            else:
-                binding.bind_output(key, self.device, 0)
+            binding.bind_output(key, "cpu")
         session.run_with_iobinding(binding)
-        values = dict(zip(names, binding.get_outputs()))
-        return {k: (v.numpy() if k in host_outputs else v) for k, v in values.items()}
+        return dict(zip(names, (v.numpy() for v in binding.get_outputs())))
 
     def _decode_init(self, mems, mem_mask):
-        return self._decode_run("decode_init", {"mems": mems, "mem_mask": mem_mask})
+        return host_cache(self._decode_run("decode_init", {"mems": _host(mems),
+                                                           "mem_mask": _host(mem_mask)}))
 
-    def _decode_step(self, ids, stopped, cache, spare=None):
-        # The cache is written in full every step: into a spare cache's
-        # buffers when there is one (no allocation and page faults per token).
-        into = {f"new_{name}": spare[name] for name in CACHE_NAMES
-                if spare is not None and hasattr(spare.get(name), "data_type")
-                and spare[name].shape() == cache[name].shape()}
+    def _decode_step(self, ids, stopped, cache):
         out = self._decode_run("decode_step", {"token_ids": np.asarray(ids, np.int32),
-                                               "stopped": np.asarray(stopped, np.bool_),
-                                               **cache}, host_outputs=("log_probs",),
-                               into=into)
-        new = {name: out[f"new_{name}"] for name in CACHE_NAMES}
-        new["position_keys"] = cache["position_keys"]
-        return out["log_probs"], new
+                                               **step_feeds(cache)})
+        write_token(cache, out, stopped)
+        return out["log_probs"]
 
 
 def decode_files(path):

@@ -3,6 +3,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from export.decode_interface import copy_cache
 from export.input_checks import (RuntimeInputError, check_decode_cache, check_ids, check_memory,
                                  shape_and_dtype)
 from txl_tf.checks.inputs import check_finite_outputs
@@ -188,8 +189,9 @@ class Runtime:
         self._use_decode_cache = bool(value)
 
     def decode_init(self, memory, batch_size=None):
-        """The decode cache (a dict of backend tensors) of `memory`, checked:
-        its keys and values projected once."""
+        """The decode cache of `memory`, checked: its keys and values
+        projected once, held in host memory as a dict of numpy arrays
+        (`export.decode_interface`)."""
         mems, mem_mask = _unpack(memory)
         cfg = self.config
         if batch_size is None:
@@ -198,9 +200,11 @@ class Runtime:
         return self._decode_init(*self._native(mems, mem_mask))
 
     def decode_step(self, token_ids, cache, stopped=None):
-        """`(log-probs numpy [B, n_token], new cache)`: one id per row
-        (`token_ids [B]`) read on top of the cache; rows in `stopped` keep
-        their cache (and their log-probs mean nothing)."""
+        """`(log-probs numpy [B, n_token], cache)`: one id per row
+        (`token_ids [B]`) read on top of the cache, which is advanced **in
+        place** (the same dict comes back; `copy_cache` first to keep the
+        old state). Rows in `stopped` keep their cache (and their log-probs
+        mean nothing)."""
         ids = check_ids(np.asarray(token_ids).reshape(-1, 1), self.config.n_token)[:, 0]
         self._check_cache(cache, ids.shape[0])
         stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
@@ -208,15 +212,22 @@ class Runtime:
         if stopped.shape != ids.shape:
             raise RuntimeInputError(f"stopped must have shape {list(ids.shape)} (one flag per "
                                     f"row), got {list(stopped.shape)}")
-        log_probs, cache = self.next_cached(ids, stopped, cache)
+        if not all(isinstance(cache[name], np.ndarray) and cache[name].flags.writeable
+                   for name in cache):
+            cache.update(copy_cache(cache))  # a cache of the caller's own arrays
+        log_probs = self.next_cached(ids, stopped, cache)
         return check_finite_outputs(log_probs), cache
 
-    def next_cached(self, token_ids, stopped, cache, spare=None):
-        """`decode_step` without the checks, for the decode loop. `spare`: a
-        cache of the same shapes that is no longer needed (the loop's cache
-        of two steps ago), whose buffers the backend may write the new cache
-        into instead of allocating one (ONNX Runtime with IO binding)."""
-        return self._decode_step(token_ids, stopped, cache, spare)
+    def next_cached(self, token_ids, stopped, cache):
+        """`decode_step` without the checks, for the decode loop: the
+        log-probs; `cache` (numpy, from `decode_init` or `copy_cache`) is
+        advanced in place."""
+        return self._decode_step(token_ids, stopped, cache)
+
+    @staticmethod
+    def copy_cache(cache):
+        """A copy of a decode cache that steps may advance without touching `cache`."""
+        return copy_cache(cache)
 
     def cache_memory(self, cache):
         """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
@@ -273,5 +284,5 @@ class Runtime:
     def _decode_init(self, mems, mem_mask):
         raise NotImplementedError("this export has no cached decode interface")
 
-    def _decode_step(self, ids, stopped, cache, spare=None):
+    def _decode_step(self, ids, stopped, cache):
         raise NotImplementedError("this export has no cached decode interface")

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from export.decode_interface import CACHE_NAMES
+from export.decode_interface import ALIGNMENT, host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
@@ -91,12 +91,23 @@ class SavedModelRuntime(Runtime):
 
     def _decode_init(self, mems, mem_mask):
         with tf.device(self._tf_device):
-            return dict(self._decode_init_fn(mems=mems, mem_mask=mem_mask))
+            return host_cache(self._decode_init_fn(mems=mems, mem_mask=mem_mask))
 
-    def _decode_step(self, ids, stopped, cache, spare=None):
+    def _decode_step(self, ids, stopped, cache):
+        feeds = {name: _zero_copy(value) for name, value in step_feeds(cache).items()}
         with tf.device(self._tf_device):
-            out = self._decode_step_fn(token_ids=tf.constant(ids, tf.int32),
-                                       stopped=tf.constant(stopped, tf.bool), **cache)
-        new = {name: out[f"new_{name}"] for name in CACHE_NAMES}
-        new["position_keys"] = cache["position_keys"]
-        return np.asarray(out["log_probs"]), new
+            out = self._decode_step_fn(token_ids=tf.constant(ids, tf.int32), **feeds)
+        del feeds
+        out = {name: np.asarray(value) for name, value in out.items()}
+        write_token(cache, out, stopped)
+        return out["log_probs"]
+
+
+def _zero_copy(array):
+    """`array` as a tf.Tensor: through DLPack, which hands TensorFlow the
+    host's buffer without a copy (a numpy array converts by copying: the
+    whole ring, every step), where TensorFlow accepts the buffer (float32,
+    aligned: it aborts the process on an unaligned one); else a copy."""
+    if array.dtype == np.float32 and array.ctypes.data % ALIGNMENT == 0:
+        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    return tf.constant(array)

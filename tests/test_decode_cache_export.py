@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 
 from export import open_runtime, run_export
-from export.decode_interface import INIT_OUTPUTS, STEP_INPUTS, STEP_OUTPUTS
+from export.decode_interface import INIT_OUTPUTS, STEP_OUTPUTS, step_inputs
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
@@ -44,7 +44,7 @@ def test_the_export_writes_and_checks_the_decode_interface(exported):
 def test_the_onnx_files_name_their_interface(exported):
     out = exported[1]
     for name, inputs, outputs in (("decode_init", ["mems", "mem_mask"], INIT_OUTPUTS),
-                                  ("decode_step", STEP_INPUTS, STEP_OUTPUTS)):
+                                  ("decode_step", step_inputs(CONFIG.n_layer), STEP_OUTPUTS)):
         session = ort.InferenceSession(str(out / f"{name}.onnx"))
         meta = session.get_modelmeta().custom_metadata_map
         assert meta["interface"] == name
@@ -86,6 +86,24 @@ def test_generation_on_the_cache_equals_generation_without(runtime, temperature)
     more_plain = runtime.generate([[11]], 5, memory=runtime.take(plain.memory, [0]),
                                   temperature=0.0)
     np.testing.assert_array_equal(more_cached.ids, more_plain.ids)
+
+
+def test_a_step_reads_the_ring_and_the_host_writes_the_token_in_place(exported, runtime):
+    """The step graph's outputs hold one token (no slot axis: it returns no
+    ring), `decode_step` advances the cache it is given, and `copy_cache`
+    keeps a state to go on from twice."""
+    session = ort.InferenceSession(str(exported[1] / "decode_step.onnx"))
+    size = CONFIG.mem_len + 1
+    assert all(size not in o.shape for o in session.get_outputs())
+    cache = runtime.decode_init(runtime.initial_memory(2))
+    kept = runtime.copy_cache(cache)
+    first, same = runtime.decode_step(np.array([1, 2]), cache)
+    assert same is cache and int(cache["slot"]) == 0 and int(kept["slot"]) == size - 1
+    assert cache["valid"][:, size - 1].all() and not kept["valid"].any()
+    again, _ = runtime.decode_step(np.array([1, 2]), kept)
+    np.testing.assert_array_equal(again, first)
+    for name in ("keys", "values", "cache_mems"):
+        np.testing.assert_array_equal(kept[name], cache[name])
 
 
 def test_decode_step_checks_its_ids(runtime):
@@ -145,7 +163,7 @@ def test_the_reported_cache_size_is_the_caches(exported, runtime):
 
 
 def _numpy_cache(cache):
-    return {k: np.array(v.numpy(), copy=True) for k, v in cache.items()}
+    return {k: np.array(v, copy=True) for k, v in cache.items()}
 
 
 @pytest.mark.parametrize("change, message", [

@@ -17,7 +17,7 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (DecodeCache, in_slot_order, ring_memory, slot_order,
+from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, in_slot_order, ring_memory, slot_order,
                                       with_free_slot, write_slot)
 
 
@@ -233,54 +233,65 @@ class TransformerXL(keras.layers.Layer):
         pos_emb = self.pos_emb(size)  # distances M, ..., 0
         mems = tuple(with_free_slot(m, 1) for m in tf.unstack(memory.mems))
         empty = _empty_slots(memory.mem_mask, filled)
-        keys, values, position_keys = [], [], []
+        keys, values = [], []
         for i, block in enumerate(self.blocks):
             # The free slot's key and value are overwritten before any use.
             k, v = block.memory_keys_values(mems[i][:, empty:])
             pad = [[0, 0], [0, 0], [empty, 0], [0, 0]]
             keys.append(tf.pad(k, pad) if empty else k)
             values.append(tf.pad(v, pad) if empty else v)
-            position_keys.append(tf.tile(block.rel_attn.position_keys(pos_emb), [1, 2, 1]))
         batch = tf.shape(memory.mem_mask)[0]
         slot = size - 1
         return DecodeCache(mems, tuple(keys), tuple(values), with_free_slot(memory.mem_mask, 1),
-                           slot, tf.fill([batch], slot), tuple(position_keys))
+                           slot, tf.fill([batch], slot), tf.tile(pos_emb, [2, 1]))
 
-    def cached_step(self, token_ids, cache, stopped=None, in_place=True):
-        """Reads one id per row (`token_ids [B]`) on top of the cache, in
-        inference: `(hidden [B, d_model], new cache)`, what `hidden_states`
-        gives for `token_ids[:, None]` on `cache_memory(cache)`.
-
-        Rows in `stopped` (bool `[B]`) keep their cache as it is (their
-        `hidden` is meaningless); a row that has stopped must stay stopped
-        for the cache's life. `in_place=False` writes the ring with masks
-        instead of dynamic update slices (for exported graphs; same values).
-        """
+    def cached_read(self, token_ids, cache):
+        """Reads one id per row (`token_ids [B]`) on top of the cache without
+        writing it, in inference: `(hidden [B, d_model], token)`, where
+        `token` is a `CachedToken` of what the free slot `cache.slot` gets
+        (`cached_step` writes it; an exported step returns it for the host
+        to write). The slot's entries in `cache` are not read."""
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids)[:, None], cfg.n_token)[:, 0]
-        keep = tf.zeros(tf.shape(token_ids), tf.bool) if stopped is None else stopped
-        slot = cache.slot
-        size = tf.shape(cache.valid)[1]
-        order = slot_order(slot, size)
-        valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep,
-                           in_place)
+        slot, size = cache.slot, tf.shape(cache.valid)[1]
+        at_slot = tf.equal(tf.range(size), slot)
         # Which distances a query may look back to (`same_length`), per slot.
         reach = tf.gather(causal_visibility(1, size - 1, cfg.same_length,
-                                            cfg.same_length_convention)[0], order)
-        hidden = tf.where(valid & reach[None, :], 0.0, -1e30)[:, None, :]
+                                            cfg.same_length_convention)[0],
+                          slot_order(slot, size))
+        visible = (cache.valid | at_slot[None, :]) & reach[None, :]
+        hidden = tf.where(visible, 0.0, -1e30)[:, None, :]
+        positions = in_slot_order(cache.positions, slot, size)
         output = self.word_emb(token_ids)
         mems, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
-            mems.append(write_slot(cache.mems[i], output[:, None], slot, 1, keep, in_place))
-            positions = in_slot_order(cache.position_keys[i], slot, size)
-            output, k, v = block.ring_call(output, cache.keys[i], cache.values[i], slot, keep,
-                                           hidden, positions, *self._biases(i),
-                                           in_place=in_place)
+            mems.append(output)
+            output, k, v = block.token_call(output, cache.keys[i], cache.values[i], at_slot,
+                                            hidden, positions, *self._biases(i))
             keys.append(k)
             values.append(v)
+        return output, CachedToken(tuple(mems), tuple(keys), tuple(values))
+
+    def cached_step(self, token_ids, cache, stopped=None):
+        """Reads one id per row (`token_ids [B]`) on top of the cache, in
+        inference: `(hidden [B, d_model], new cache)`, what `hidden_states`
+        gives for `token_ids[:, None]` on `cache_memory(cache)`: `cached_read`,
+        then its token written into the ring's free slot (in place under XLA).
+
+        Rows in `stopped` (bool `[B]`) keep their cache as it is (their
+        `hidden` is meaningless); a row that has stopped must stay stopped
+        for the cache's life.
+        """
+        output, token = self.cached_read(token_ids, cache)
+        keep = tf.zeros(tf.shape(output)[:1], tf.bool) if stopped is None else stopped
+        slot, size = cache.slot, tf.shape(cache.valid)[1]
+        ring = {name: tuple(write_slot(r, t[:, None] if axis == 1 else t[:, :, None], slot,
+                                       axis, keep)
+                            for r, t in zip(getattr(cache, name), getattr(token, name)))
+                for name, axis in (("mems", 1), ("keys", 2), ("values", 2))}
+        valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep)
         row_slot = tf.where(keep, cache.row_slot, tf.math.floormod(slot + 1, size))
-        return output, cache._replace(mems=tuple(mems), keys=tuple(keys), values=tuple(values),
-                                      valid=valid, slot=tf.math.floormod(slot + 1, size),
+        return output, cache._replace(**ring, valid=valid, slot=tf.math.floormod(slot + 1, size),
                                       row_slot=row_slot)
 
     def cache_memory(self, cache):

@@ -7,7 +7,7 @@ steps run on the live rows only.
 
 `host_decode_cached` runs the same loop on a backend's decode cache (its
 memory's keys and values projected once, then one token per step): stopped
-rows stay in the batch with their cache frozen by the step itself. The
+rows stay in the batch, their token not written into the cache. The
 cache goes on in the returned state: a resume on the same backend goes on
 from it.
 """
@@ -74,12 +74,10 @@ def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
     log_probs = np.array(state.next_log_probs, np.float32, copy=True)
     seen, counters, done = state.seen.copy(), state.counters.copy(), state.done.copy()
     cache = held_cache(state, backend)
-    owned = cache is None
-    if owned:
-        cache = backend.decode_init(state.memory, batch)  # checked once; the steps are not
-    # The cache of two steps ago: its buffers take the next one. Never the
-    # state's own cache: the caller may resume from that state again.
-    spare = None
+    # Steps advance the cache in place: never the state's own (the caller
+    # may resume from that state again), a copy of it.
+    cache = backend.decode_init(state.memory, batch) if cache is None else \
+        backend.copy_cache(cache)  # decode_init checks once; the steps do not
     streamed = 0
     for t in range(num_tokens):
         if done.all():
@@ -88,8 +86,7 @@ def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
         token, lp, seen, counters, done = choose(log_probs, state.rows, seen, counters,
                                                  was_done, state.pad_id)
         ids[:, t], chosen[:, t] = token, lp
-        step_log_probs, new_cache = backend.next_cached(token, was_done, cache, spare)
-        spare, cache, owned = (cache if owned else None), new_cache, True
+        step_log_probs = backend.next_cached(token, was_done, cache)
         log_probs = np.where(was_done[:, None], log_probs, step_log_probs)
         if stream is not None and (t + 1 - streamed == stream_every or t + 1 == num_tokens
                                    or done.all()):

@@ -5,7 +5,6 @@ import tensorflow as tf
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.rel_shift import rel_shift
-from txl_tf.layers.ring_cache import write_slot
 
 
 def _heads_first(x, batch, length, n_head, d_head):
@@ -90,39 +89,48 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def memory_keys_values(self, memory):
         """Keys and values `[B, H, M, d_head]` of the memory positions. They
         depend on the memory alone (position enters through `pos_emb`), so a
-        decoder computes them once and carries them (`ring_call`)."""
+        decoder computes them once and carries them (`token_call`)."""
         memory = tf.cast(memory, self.compute_dtype)
         return self._keys_values(self.layer_norm(memory) if self.pre_lnorm else memory)
 
-    def ring_call(self, inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias,
-                  r_r_bias, in_place=True):
-        """Inference `call` for one new position per row, over a ring of
-        cached keys and values (`layers.ring_cache`): inputs `[B, d]`; keys,
-        values `[B, H, S, d_head]`; the new key and value go to `slot`
-        (except in the rows `keep` [B] bool) before attending; hidden: float32
-        `[B, 1, S]`, -1e30 at hidden slots; position_keys `[H, S, d_head]`,
-        each slot's projected distance encoding in ring order; `in_place`:
-        see `ring_cache.write_slot`. Returns `(outputs [B, d], keys, values)`."""
+    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
+        """Inference `call` for one new position per row over a ring of
+        cached keys and values (`layers.ring_cache`), read-only: inputs
+        `[B, d]`; keys, values `[B, H, S, d_head]`, whose slot `at_slot`
+        (bool `[S]`, one True) is stale or already holds this position:
+        its own key and value are used there; hidden: float32 `[B, 1, S]`,
+        -1e30 at hidden slots; positions `[S, d_model]`, each slot's
+        relative encoding in ring order. Returns `(outputs [B, d], key,
+        value)`, the new position's key and value `[B, H, d_head]`."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
         # One matmul with the fused kernel: slicing it would copy it every step.
         qkv = tf.reshape(tf.matmul(rows, self._w(self.qkv_kernel)),
                          [-1, 3, self.n_head, 1, self.d_head])
         q, k_new, v_new = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # [B, H, 1, d_head]
-        keys = write_slot(keys, k_new, slot, 2, keep, in_place)
-        values = write_slot(values, v_new, slot, 2, keep, in_place)
-        heads = self.n_head * self.d_head
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
-        content = tf.matmul((q + u) * self.scale, keys, transpose_b=True)  # [B, H, 1, S]
-        # [H, B, d] x [H, d, S]: the position keys are shared by the batch.
-        position = tf.matmul(tf.transpose((q + w) * self.scale, [1, 0, 2, 3])[:, :, 0],
-                             position_keys, transpose_b=True)
-        position = tf.transpose(position, [1, 0, 2])[:, :, None]
+        qu = (q + u) * self.scale
+        content = tf.matmul(qu, keys, transpose_b=True)  # [B, H, 1, S]
+        slot_mask = at_slot[None, None, None, :]
+        content = tf.where(slot_mask, tf.reduce_sum(qu * k_new, -1, keepdims=True), content)
+        # (q + v)·(W_r r_j) = (W_r^T (q + v))·r_j: each head's query goes
+        # through `r` once, and the positions are shared by every layer (no
+        # per-layer position keys to read over the ring).
+        r = tf.transpose(tf.reshape(self._w(self.r_kernel), [self.d_model, self.n_head,
+                                                             self.d_head]), [1, 0, 2])
+        qw = tf.transpose((q + w) * self.scale, [1, 0, 2, 3])[:, :, 0]  # [H, B, d_head]
+        query_r = tf.reshape(tf.matmul(qw, r, transpose_b=True), [-1, self.d_model])
+        position = tf.matmul(query_r, positions, transpose_b=True)  # [H * B, S]
+        position = tf.transpose(tf.reshape(position, [self.n_head, -1, tf.shape(positions)[0]]),
+                                [1, 0, 2])[:, :, None]
         score = tf.cast(content + position, tf.float32) + hidden[:, :, None]
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
-        vec = tf.reshape(tf.matmul(prob, values), [-1, heads])
-        out = inputs + tf.matmul(vec, self._w(self.o_kernel))
-        return (out if self.pre_lnorm else self.layer_norm(out)), keys, values
+        # The slot's weight goes to the new value, the rest to the ring's.
+        own = tf.reduce_sum(tf.where(slot_mask, prob, tf.zeros_like(prob)), -1, keepdims=True)
+        vec = tf.matmul(tf.where(slot_mask, tf.zeros_like(prob), prob), values) + own * v_new
+        out = inputs + tf.matmul(tf.reshape(vec, [-1, self.n_head * self.d_head]),
+                                 self._w(self.o_kernel))
+        return (out if self.pre_lnorm else self.layer_norm(out)), k_new[:, :, 0], v_new[:, :, 0]
 
     def position_keys(self, pos_emb):
         """The projected relative encodings `[n_head, K, d_head]` of `pos_emb [K, d]`."""

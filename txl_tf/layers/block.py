@@ -37,14 +37,14 @@ class TransformerXLBlock(keras.layers.Layer):
         """See `RelativeMultiHeadAttention.memory_keys_values`."""
         return self.rel_attn.memory_keys_values(memory)
 
-    def ring_call(self, inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias,
-                  r_r_bias, in_place=True):
-        """One new position per row over a ring of cached keys and values:
-        `(outputs [B, d], keys, values)`; see `RelativeMultiHeadAttention.ring_call`."""
-        hidden_states, keys, values = self.rel_attn.ring_call(
-            inputs, keys, values, slot, keep, hidden, position_keys, r_w_bias, r_r_bias,
-            in_place)
-        return self.ff(hidden_states, training=False), keys, values
+    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias,
+                   r_r_bias):
+        """One new position per row over a ring of cached keys and values,
+        read-only: `(outputs [B, d], key, value)`; see
+        `RelativeMultiHeadAttention.token_call`."""
+        hidden_states, key, value = self.rel_attn.token_call(
+            inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias)
+        return self.ff(hidden_states, training=False), key, value
 
     def get_config(self):
         return {**super().get_config(), **self.sizes}

@@ -9,6 +9,12 @@ where a key sits, only at what distance from the query, so the ring is
 attention over `concat(memory, token)` with the keys permuted, provided
 each slot gets the position encoding of its own distance (`slot_order`).
 Under `jit_compile` XLA updates the ring in place inside a `tf.while_loop`.
+
+A step reads the ring before its own token is written (`cached_read`): the
+free slot's entries are stale and the new token's key and value stand in
+for them there, so an exported step takes the ring read-only and returns
+only the new token's entries, which the host writes into the slot in place
+(`export.decode_interface`).
 """
 from typing import NamedTuple
 
@@ -29,9 +35,10 @@ class DecodeCache(NamedTuple):
     slot: int32 scalar, the free slot the next token is written to.
     row_slot: int32 `[B]`, each row's own free slot: `slot` for rows that
         took every step, the slot a stopped row had when it stopped.
-    position_keys: one `[n_head, 2S, d_head]` per layer, the projected
-        encodings of the distances M, ..., 0, twice over (`in_slot_order`;
-        fixed for the cache's life).
+    positions: `[2S, d_model]` (compute dtype), the relative encodings of
+        the distances M, ..., 0, twice over (`in_slot_order`; fixed for the
+        cache's life, shared by every layer: each layer's position scores
+        are its queries, taken through its `r` projection, against them).
     """
 
     mems: tuple
@@ -40,7 +47,17 @@ class DecodeCache(NamedTuple):
     valid: tf.Tensor
     slot: tf.Tensor
     row_slot: tf.Tensor
-    position_keys: tuple
+    positions: tf.Tensor
+
+
+class CachedToken(NamedTuple):
+    """What one step writes into the ring's free slot, one tensor per layer
+    (`TransformerXL.cached_read`): mems, the layer inputs `[B, d_model]`;
+    keys, values `[B, n_head, d_head]` (compute dtype)."""
+
+    mems: tuple
+    keys: tuple
+    values: tuple
 
 
 def with_free_slot(tensor, axis):
@@ -57,23 +74,17 @@ def slot_order(slot, size):
 
 
 def in_slot_order(doubled, slot, size):
-    """`[H, size, d]`: row `slot_order(slot, size)[s]` of a table for each
-    slot s, from the table written twice over (`[H, 2 * size, d]`): one
-    contiguous slice instead of a gather."""
+    """`[size, d]`: row `slot_order(slot, size)[s]` of a table for each slot
+    s, from the table written twice over (`[2 * size, d]`): one contiguous
+    slice instead of a gather."""
     start = tf.math.floormod(size - slot - 1, size)
-    shape = tf.shape(doubled)
-    return tf.slice(doubled, tf.stack([0, start, 0]), tf.stack([shape[0], size, shape[2]]))
+    return tf.slice(doubled, tf.stack([start, 0]), tf.stack([size, tf.shape(doubled)[1]]))
 
 
-def write_slot(ring, update, slot, axis, keep, in_place=True):
+def write_slot(ring, update, slot, axis, keep):
     """`ring` with `update` (size 1 on `axis`) written at `slot` on `axis`,
-    except for the rows (axis 0) in `keep`, whose slot stays as it was.
-
-    `in_place=False` selects the slot with a mask over `axis` instead of a
-    dynamic update slice: the same values, in ops every exporter converts
-    (an exported graph returns a new ring anyway, so nothing is lost)."""
-    if not in_place:
-        return _write_slot_masked(ring, update, slot, axis, keep)
+    except for the rows (axis 0) in `keep`, whose slot stays as it was (a
+    dynamic update slice: in place under XLA)."""
     begin = [0] * ring.shape.rank
     begin[axis] = slot
     size = tf.unstack(tf.shape(ring))
@@ -83,31 +94,14 @@ def write_slot(ring, update, slot, axis, keep, in_place=True):
     return keras.ops.slice_update(ring, begin, tf.where(keep, old, tf.cast(update, ring.dtype)))
 
 
-def _write_slot_masked(ring, update, slot, axis, keep):
-    shape = [1] * ring.shape.rank
-    shape[axis] = -1
-    at_slot = tf.reshape(tf.equal(tf.range(tf.shape(ring)[axis]), slot), shape)
-    write = at_slot & tf.reshape(tf.logical_not(keep), [-1] + [1] * (ring.shape.rank - 1))
-    update = tf.cast(update, ring.dtype)
-    if ring.dtype == tf.bool:  # no bool `Where` in ONNX Runtime
-        return (ring & tf.logical_not(write)) | (update & write)
-    return tf.where(write, update, ring)
-
 
 def flat_cache(cache):
     """A `DecodeCache` as the tensors an exported graph passes in and out:
     `{mems [L, B, S, d_model], keys, values [L, B, H, S, d_head], valid [B, S],
-    slot int32 [], row_slot int32 [B], position_keys [L, H, 2S, d_head]}`."""
+    slot int32 [], row_slot int32 [B], positions [2S, d_model]}`."""
     return {"mems": tf.stack(cache.mems), "keys": tf.stack(cache.keys),
             "values": tf.stack(cache.values), "valid": cache.valid, "slot": cache.slot,
-            "row_slot": cache.row_slot, "position_keys": tf.stack(cache.position_keys)}
-
-
-def from_flat(mems, keys, values, valid, slot, row_slot, position_keys):
-    """The `DecodeCache` of `flat_cache`'s tensors."""
-    return DecodeCache(tuple(tf.unstack(mems)), tuple(tf.unstack(keys)),
-                       tuple(tf.unstack(values)), valid, slot, row_slot,
-                       tuple(tf.unstack(position_keys)))
+            "row_slot": cache.row_slot, "positions": cache.positions}
 
 
 def ring_memory(cache):
