@@ -17,7 +17,7 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, in_slot_order, ring_memory, slot_order,
+from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, after, in_slot_order, ring_memory, slot_order,
                                       with_free_slot, write_slot)
 
 
@@ -283,6 +283,7 @@ class TransformerXL(keras.layers.Layer):
         for the cache's life.
         """
         output, token = self.cached_read(token_ids, cache)
+        token = CachedToken(*(tuple(after(t, output) for t in part) for part in token))
         keep = tf.zeros(tf.shape(output)[:1], tf.bool) if stopped is None else stopped
         slot, size = cache.slot, tf.shape(cache.valid)[1]
         ring = {name: tuple(write_slot(r, t[:, None] if axis == 1 else t[:, :, None], slot,

@@ -81,6 +81,17 @@ def in_slot_order(doubled, slot, size):
     return tf.slice(doubled, tf.stack([start, 0]), tf.stack([size, tf.shape(doubled)[1]]))
 
 
+def after(value, anchor):
+    """`value` (`[B, ...]`), computed only once `anchor` (`[B, d]`) is: a
+    data dependency that orders a ring's write after the step's reads of
+    it. Without it XLA may schedule the write first, so it copies the whole
+    ring every step to keep the old one for the reads (measured: 25 ms per
+    token instead of 16 at `enwik8_base`, memory 2,100). Adds
+    `min(|sum(anchor)|, 0)`, zero unless `anchor` holds a NaN."""
+    zero = tf.minimum(tf.abs(tf.reduce_sum(tf.cast(anchor, tf.float32), -1)), 0.0)
+    return value + tf.reshape(tf.cast(zero, value.dtype), [-1] + [1] * (value.shape.rank - 1))
+
+
 def write_slot(ring, update, slot, axis, keep):
     """`ring` with `update` (size 1 on `axis`) written at `slot` on `axis`,
     except for the rows (axis 0) in `keep`, whose slot stays as it was (a
