@@ -22,6 +22,13 @@ caller (the runtimes: numpy arrays in host memory):
   and copies none of it. Each layer's keys and values are inputs of their
   own (`keys[i]`, a view of the stacked array), because slicing a stacked
   input inside an ONNX graph copies it.
+- `decode_read(token_ids int32 [B, T], cache_mems, keys, values, valid,
+  slot, row_slot, positions)` → `log_probs` `[B, n_token]` (after each
+  row's last id), `new_cache_mems`, `new_keys`, `new_values`, `new_valid`,
+  `new_slot`, `new_row_slot`: a segment of T ids read on the cache as
+  `step_last` reads it on the memory the cache holds, projecting only the
+  T new positions (a conversation's next turn); the new cache holds its
+  memory in time order (`positions` is unchanged).
 - `decode_memory(cache_mems, valid, row_slot)` → `mems`, `mem_mask`
   `[B, M]`: the memory the cache holds, in time order (what `step` and
   training read).
@@ -38,6 +45,8 @@ CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot", "pos
 INIT_INPUTS = ("mems", "mem_mask")
 INIT_OUTPUTS = CACHE_NAMES
 STEP_OUTPUTS = ("log_probs", "token_mems", "token_keys", "token_values")
+READ_INPUTS = ("token_ids",) + CACHE_NAMES
+READ_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CACHE_NAMES[:-1])
 MEMORY_INPUTS = ("cache_mems", "valid", "row_slot")
 MEMORY_OUTPUTS = ("mems", "mem_mask")
 # Byte alignment of the host's cache buffers (what TensorFlow and oneDNN like).
@@ -90,6 +99,14 @@ def step_specs(config, mem_len):
                for kind in ("keys", "values") for i in range(config.n_layer)])
 
 
+def read_specs(config, mem_len):
+    """TensorSpecs of `decode_read`'s inputs, in `READ_INPUTS` order."""
+    shapes = cache_shapes(config, mem_len)
+    dtypes = {"valid": tf.bool, "slot": tf.int32, "row_slot": tf.int32}
+    return [tf.TensorSpec([None, None], tf.int32, name="token_ids")] + [
+        _spec(name, shapes[name], dtypes.get(name, tf.float32)) for name in CACHE_NAMES]
+
+
 def memory_specs(config, mem_len):
     """TensorSpecs of `decode_init`'s inputs (the memory)."""
     return [tf.TensorSpec([config.n_layer, None, int(mem_len), config.d_model], tf.float32,
@@ -121,6 +138,17 @@ def decode_step(core, token_ids, valid, slot, positions, *keys_values):
     hidden, token = core.cached_read(token_ids, cache)
     return {"log_probs": core.crit(hidden), "token_mems": tf.stack(token.mems),
             "token_keys": tf.stack(token.keys), "token_values": tf.stack(token.values)}
+
+
+def decode_read(core, token_ids, cache_mems, keys, values, valid, slot, row_slot, positions):
+    """`{READ_OUTPUTS}`: a segment read on the cache (`TransformerXL.cached_segment`)."""
+    cache = DecodeCache(tuple(tf.unstack(cache_mems)), tuple(tf.unstack(keys)),
+                        tuple(tf.unstack(values)), valid, slot, row_slot, positions)
+    hidden, new = core.cached_segment(token_ids, cache)
+    flat = flat_cache(new)
+    flat["cache_mems"] = flat.pop("mems")
+    return {"log_probs": core.crit(hidden[:, -1]),
+            **{f"new_{name}": flat[name] for name in CACHE_NAMES[:-1]}}
 
 
 def decode_memory(cache_mems, valid, row_slot):
@@ -156,6 +184,30 @@ def aligned_empty(shape, dtype):
     raw = np.empty(count * dtype.itemsize + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def take_rows(cache, rows):
+    """The host cache of `rows` (a copy)."""
+    rows = np.asarray(rows)
+    return host_cache({name: (value[:, rows] if name in _BATCH_SECOND else
+                              value[rows] if name in _BATCH_FIRST else value)
+                       for name, value in cache.items()})
+
+
+def concat_rows(caches):
+    """One host cache of the rows of `caches`, in order (ring positions
+    alike: `slot` must be the same in all, as after a `decode_read`)."""
+    if len({int(c["slot"]) for c in caches}) != 1:
+        raise ValueError("caches with different ring positions cannot be joined")
+    return host_cache({name: (np.concatenate([c[name] for c in caches], 1)
+                              if name in _BATCH_SECOND else
+                              np.concatenate([c[name] for c in caches], 0)
+                              if name in _BATCH_FIRST else caches[0][name])
+                       for name in CACHE_NAMES})
+
+
+_BATCH_SECOND = ("cache_mems", "keys", "values")
+_BATCH_FIRST = ("valid", "row_slot")
 
 
 def step_feeds(cache):

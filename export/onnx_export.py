@@ -74,7 +74,8 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                              external_data_threshold)
 
 
-DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.onnx"}
+DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.onnx",
+                "decode_read": "decode_read.onnx"}
 
 
 def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,
@@ -90,12 +91,16 @@ def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,
         "decode_step": (lambda *args: decode.decode_step(core, *args),
                         decode.step_specs(cfg, mem_len), decode.step_inputs(cfg.n_layer),
                         decode.STEP_OUTPUTS),
+        "decode_read": (lambda *args: decode.decode_read(core, *args),
+                        decode.read_specs(cfg, mem_len), decode.READ_INPUTS,
+                        decode.READ_OUTPUTS),
     }
     shapes = decode.cache_shapes(cfg, mem_len)
     layer_shapes = {f"{kind}_{i}": shapes[kind][1:] for kind in ("keys", "values")
                     for i in range(cfg.n_layer)}
     token = {f"token_{name}": [cfg.n_layer, "batch", cfg.n_head, cfg.d_head]
              for name in ("keys", "values")}
+    shapes.update({f"new_{name}": shapes[name] for name in decode.CACHE_NAMES})
     shapes.update(layer_shapes, **token, token_mems=[cfg.n_layer, "batch", cfg.d_model],
                   token_ids=["batch"], log_probs=["batch", cfg.n_token],
                   mems=[cfg.n_layer, "batch", mem_len, cfg.d_model],
@@ -110,7 +115,8 @@ def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,
         order_outputs(model, outputs)
         if "token_ids" in inputs:
             add_id_range_check(model, "token_ids", cfg.n_token)
-        declare_shapes(model, shapes)
+        declare_shapes(model, {**shapes, "token_ids": ["batch", "seq_len"]}
+                       if interface == "decode_read" else shapes)
         helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last"),
                                        "interface": interface, "inputs": ",".join(inputs),
                                        "outputs": ",".join(outputs)})

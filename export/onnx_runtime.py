@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from export.decode_interface import host_cache, step_feeds, write_token
+from export.decode_interface import CACHE_NAMES, host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from txl_tf.errors import TxlError
@@ -174,6 +174,12 @@ class OnnxRuntime(Runtime):
     def _decode_init(self, mems, mem_mask):
         return host_cache(self._decode_run("decode_init", {"mems": _host(mems),
                                                            "mem_mask": _host(mem_mask)}))
+
+    def _decode_read(self, ids, cache):
+        out = self._decode_run("decode_read", {"token_ids": np.asarray(ids, np.int32), **cache})
+        return out["log_probs"], host_cache({**{name: out[f"new_{name}"] for name in
+                                                CACHE_NAMES[:-1]},
+                                             "positions": cache["positions"]})
 
     def _decode_step(self, ids, stopped, cache):
         out = self._decode_run("decode_step", {"token_ids": np.asarray(ids, np.int32),

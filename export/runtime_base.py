@@ -3,7 +3,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.decode_interface import copy_cache
+from export.decode_interface import concat_rows, copy_cache, take_rows
 from export.input_checks import (RuntimeInputError, check_decode_cache, check_ids, check_memory,
                                  shape_and_dtype)
 from txl_tf.checks.inputs import check_finite_outputs
@@ -218,11 +218,36 @@ class Runtime:
         log_probs = self.next_cached(ids, stopped, cache)
         return check_finite_outputs(log_probs), cache
 
+    def decode_read(self, token_ids, cache):
+        """`(log-probs numpy [B, n_token] after each row's last id, new
+        cache)`: a segment of ids per row (`token_ids [B, T]`) read on the
+        cache as `step_last` reads it on the memory the cache holds, only
+        the T new positions projected (a conversation's next turn). `cache`
+        is left as it was."""
+        ids = check_ids(token_ids, self.config.n_token)
+        self._check_cache(cache, ids.shape[0])
+        log_probs, cache = self.read_cached(ids, cache)
+        return check_finite_outputs(log_probs), cache
+
+    def read_cached(self, token_ids, cache):
+        """`decode_read` without the checks, for the generation flow."""
+        return self._decode_read(np.asarray(token_ids, np.int32), cache)
+
     def next_cached(self, token_ids, stopped, cache):
         """`decode_step` without the checks, for the decode loop: the
         log-probs; `cache` (numpy, from `decode_init` or `copy_cache`) is
         advanced in place."""
         return self._decode_step(token_ids, stopped, cache)
+
+    @staticmethod
+    def take_cache(cache, rows):
+        """The decode cache of `rows` (a copy)."""
+        return take_rows(cache, rows)
+
+    @staticmethod
+    def concat_caches(caches):
+        """One decode cache of the rows of `caches` (read by `decode_read`), in order."""
+        return concat_rows(caches)
 
     @staticmethod
     def copy_cache(cache):
@@ -282,6 +307,9 @@ class Runtime:
         return self._gather_nll(log_probs, targets), memory
 
     def _decode_init(self, mems, mem_mask):
+        raise NotImplementedError("this export has no cached decode interface")
+
+    def _decode_read(self, ids, cache):
         raise NotImplementedError("this export has no cached decode interface")
 
     def _decode_step(self, ids, stopped, cache):

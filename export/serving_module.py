@@ -11,7 +11,7 @@ Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
   `[B, n_token]` at the last position only: what decoding reads.
 - `score(token_ids, target_ids: int32 [B, T], mems, mem_mask)` → `nll` float32
   `[B, T]`, `new_mems`, `new_mem_mask`.
-- `decode_init`, `decode_step`, `decode_memory`: the cached decode interface
+- `decode_init`, `decode_step`, `decode_read`, `decode_memory`: the cached decode interface
   (`export.decode_interface`).
 """
 import keras
@@ -107,6 +107,8 @@ class ServingModule(tf.Module):
             input_signature=decode_interface.memory_specs(cfg, self.mem_len))
         self.decode_step = tf.function(
             self._decode_step, input_signature=decode_interface.step_specs(cfg, self.mem_len))
+        self.decode_read = tf.function(
+            self._decode_read, input_signature=decode_interface.read_specs(cfg, self.mem_len))
         self.decode_memory = tf.function(
             decode_interface.decode_memory,
             input_signature=decode_interface.cache_memory_specs(cfg, self.mem_len))
@@ -120,6 +122,7 @@ class ServingModule(tf.Module):
                 "score": self.score.get_concrete_function(),
                 "decode_init": self.decode_init.get_concrete_function(),
                 "decode_step": self.decode_step.get_concrete_function(),
+                "decode_read": self.decode_read.get_concrete_function(),
                 "decode_memory": self.decode_memory.get_concrete_function()}
 
     @property
@@ -154,3 +157,7 @@ class ServingModule(tf.Module):
     def _decode_step(self, *inputs):
         with self._weights_scope():
             return decode_interface.decode_step(self.core, *inputs)
+
+    def _decode_read(self, *inputs):
+        with self._weights_scope():
+            return decode_interface.decode_read(self.core, *inputs)

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from export.decode_interface import ALIGNMENT, host_cache, step_feeds, write_token
+from export.decode_interface import ALIGNMENT, CACHE_NAMES, host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
@@ -55,10 +55,13 @@ class SavedModelRuntime(Runtime):
         self._step_last_fn = self.loaded.signatures.get("step_last")
         self._decode_init_fn = self.loaded.signatures.get("decode_init")
         self._decode_step_fn = self.loaded.signatures.get("decode_step")
+        self._decode_read_fn = self.loaded.signatures.get("decode_read")
 
     @property
     def has_decode_cache(self):
-        return self._decode_step_fn is not None
+        # An export of an older decode interface (no `decode_read`) decodes
+        # through `step_last`.
+        return self._decode_read_fn is not None
 
     def _to_backend(self, mems, mem_mask):
         with tf.device(self._tf_device):
@@ -92,6 +95,14 @@ class SavedModelRuntime(Runtime):
     def _decode_init(self, mems, mem_mask):
         with tf.device(self._tf_device):
             return host_cache(self._decode_init_fn(mems=mems, mem_mask=mem_mask))
+
+    def _decode_read(self, ids, cache):
+        with tf.device(self._tf_device):
+            out = self._decode_read_fn(token_ids=tf.constant(ids, tf.int32),
+                                       **{name: _zero_copy(value) for name, value in cache.items()})
+        return np.asarray(out["log_probs"]), host_cache(
+            {**{name: out[f"new_{name}"] for name in CACHE_NAMES[:-1]},
+             "positions": cache["positions"]})
 
     def _decode_step(self, ids, stopped, cache):
         feeds = {name: _zero_copy(value) for name, value in step_feeds(cache).items()}

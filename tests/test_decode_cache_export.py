@@ -9,7 +9,8 @@ import onnxruntime as ort
 import pytest
 
 from export import open_runtime, run_export
-from export.decode_interface import INIT_OUTPUTS, STEP_OUTPUTS, step_inputs
+from export.decode_interface import (INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
+                                     step_inputs)
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
@@ -33,7 +34,8 @@ def runtime(request, exported):
 
 def test_the_export_writes_and_checks_the_decode_interface(exported):
     _, out, report = exported
-    assert {"decode_init.onnx", "decode_step.onnx"} <= {p.name for p in out.iterdir()}
+    assert {"decode_init.onnx", "decode_step.onnx", "decode_read.onnx"} <= \
+        {p.name for p in out.iterdir()}
     for backend in ("onnxruntime", "saved_model"):
         cached = report["parity"][backend]["decode_cache"]
         assert cached["log_probs"] < 1e-5 and cached["mems"] < 1e-5 and cached["mem_mask_equal"]
@@ -44,7 +46,8 @@ def test_the_export_writes_and_checks_the_decode_interface(exported):
 def test_the_onnx_files_name_their_interface(exported):
     out = exported[1]
     for name, inputs, outputs in (("decode_init", ["mems", "mem_mask"], INIT_OUTPUTS),
-                                  ("decode_step", step_inputs(CONFIG.n_layer), STEP_OUTPUTS)):
+                                  ("decode_step", step_inputs(CONFIG.n_layer), STEP_OUTPUTS),
+                                  ("decode_read", READ_INPUTS, READ_OUTPUTS)):
         session = ort.InferenceSession(str(out / f"{name}.onnx"))
         meta = session.get_modelmeta().custom_metadata_map
         assert meta["interface"] == name
@@ -141,6 +144,41 @@ def test_a_next_turn_after_a_stop_is_one_call_over_the_whole_text(runtime):
                              3, temperature=0.0, segment_len=1, stop_ids=[stop])
     np.testing.assert_array_equal(turn.ids, whole.ids)
     np.testing.assert_allclose(turn.log_probs, whole.log_probs, atol=1e-4)
+
+
+def test_a_next_turn_is_read_on_the_cache_as_on_the_memory(runtime, monkeypatch):
+    """Turns of 5 and 2 ids in segments of 3 (rows of different lengths:
+    the cache is split and joined) read on the state's cache give what
+    reading them on its memory gives, and the memory is never projected."""
+    prompts, turns = [[3, 4, 5], [9, 1, 2]], [[7, 8, 6, 5, 4], [6, 2]]
+    first = runtime.generate(prompts, 4, temperature=0.0)
+    runtime.use_decode_cache = False
+    plain = runtime.generate(turns, 6, memory=first.memory, temperature=0.0, segment_len=3)
+    runtime.use_decode_cache = True
+    projections = []
+    project = runtime._decode_init
+    monkeypatch.setattr(runtime, "_decode_init", lambda *a: projections.append(1) or project(*a))
+    turn = runtime.generate(turns, 6, resume=first.state, temperature=0.0, segment_len=3)
+    assert not projections
+    np.testing.assert_array_equal(turn.ids, plain.ids)
+    np.testing.assert_allclose(turn.log_probs, plain.log_probs, atol=1e-5)
+    for a, b in zip(turn.memory.numpy(), plain.memory.numpy()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_decode_read_is_step_last_on_the_memory_the_cache_holds(runtime):
+    cache = runtime.decode_init(runtime.initial_memory(2))
+    for ids in ([1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12], [13, 14]):
+        _, cache = runtime.decode_step(np.array(ids), cache)
+    kept = runtime.copy_cache(cache)
+    segment = np.array([[5, 6, 7], [8, 9, 10]], np.int32)
+    want, memory = runtime.step_last(segment, runtime.cache_memory(cache))
+    got, new = runtime.decode_read(segment, cache)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    for a, b in zip(runtime.cache_memory(new).numpy(), memory.numpy()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    for name in cache:  # the cache read from is left as it was
+        np.testing.assert_array_equal(cache[name], kept[name])
 
 
 def test_a_next_turn_needs_a_prompt_per_row_and_no_second_memory(runtime):

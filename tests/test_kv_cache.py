@@ -131,3 +131,35 @@ def test_filled_projects_only_the_newest_slots():
     for bad in (-1, 2.0, True):
         with pytest.raises(ValueError, match="filled must be"):
             core.decode_cache(memory, filled=bad)
+
+
+@pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp",
+                                  "pre_lnorm_untied_outputs"])
+def test_a_segment_on_the_cache_is_a_segment_on_its_memory(name):
+    """After steps that wrapped the ring and a row that stopped, segments of
+    2, 4 and 7 ids (longer than the memory) read on the cache give what
+    `hidden_states` gives on the memory it holds, and the new cache holds
+    the new memory with its keys and values (steps go on from it)."""
+    core = make_core(**CASES[name])
+    memory = core.initial_memory(2, mem_len=5)
+    _, memory = core.hidden_states(ids(2, 3, seed=3), memory)
+    cache = core.decode_cache(memory)
+    tokens = ids(2, 8, seed=5)
+    for t in range(8):
+        _, cache = core.cached_step(tokens[:, t], cache, stopped=tf.constant([t >= 5, False]))
+    plain = core.cache_memory(cache)
+    for length in (2, 4, 7):
+        x = ids(2, length, seed=length)
+        want, plain = core.hidden_states(x, plain)
+        got, cache = core.cached_segment(x, cache)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+        _assert_same_memory(core.cache_memory(cache), plain)
+        fresh = core.decode_cache(plain)
+        for carried, recomputed in ((cache.keys, fresh.keys), (cache.values, fresh.values)):
+            for c, r in zip(carried, recomputed):
+                np.testing.assert_allclose(np.asarray(c)[:, :, :5], np.asarray(r)[:, :, :5],
+                                           atol=2e-5)
+    x = ids(2, 1, seed=9)
+    want, _ = core.hidden_states(x, plain)
+    got, _ = core.cached_step(x[:, 0], cache)
+    np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)

@@ -17,8 +17,9 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, after, in_slot_order, ring_memory, slot_order,
-                                      with_free_slot, write_slot)
+from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, after, in_slot_order,
+                                      keep_last, ring_memory, slot_order, with_free_slot,
+                                      write_slot)
 
 
 def as_config(config):
@@ -294,6 +295,41 @@ class TransformerXL(keras.layers.Layer):
         row_slot = tf.where(keep, cache.row_slot, tf.math.floormod(slot + 1, size))
         return output, cache._replace(**ring, valid=valid, slot=tf.math.floormod(slot + 1, size),
                                       row_slot=row_slot)
+
+    def cached_segment(self, token_ids, cache):
+        """Reads a segment of ids per row (`token_ids [B, T]`) on top of the
+        cache, in inference: `(hidden [B, T, d_model], new cache)`, what
+        `hidden_states` gives on `cache_memory(cache)`, with the memory's
+        keys and values taken from the cache: only the T new positions are
+        projected (a conversation's next turn). The new cache holds its
+        memory in time order (each row's free slot last); unlike
+        `cached_step`, a segment copies the rings."""
+        size = tf.shape(cache.valid)[1]
+        index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
+
+        def in_time_order(ring, axis):
+            return tf.gather(ring, index, axis=axis, batch_dims=1)
+
+        memory = Memory(tf.stack([in_time_order(m, 1) for m in cache.mems]),
+                        in_time_order(cache.valid, 1))
+        output, pos_emb, visible, memory, _ = self._inputs(token_ids, memory, False, None)
+        layer_inputs, keys, values = [], [], []
+        for i, block in enumerate(self.blocks):
+            layer_inputs.append(output)
+            mem_keys, mem_values = (in_time_order(ring[i], 2) for ring in (cache.keys,
+                                                                          cache.values))
+            output, k, v = block.call_on_keys(output, pos_emb, mem_keys, mem_values, visible,
+                                              *self._biases(i))
+            # The last M of concat(memory, segment), as `update_memory` keeps.
+            keys.append(with_free_slot(keep_last(tf.concat([mem_keys, k], 2), 2, size - 1), 2))
+            values.append(with_free_slot(keep_last(tf.concat([mem_values, v], 2), 2, size - 1),
+                                         2))
+        new = update_memory(_float32(memory), tf.stack(layer_inputs))
+        batch = tf.shape(new.mem_mask)[0]
+        return output, cache._replace(
+            mems=tuple(with_free_slot(m, 1) for m in tf.unstack(new.mems, self.config.n_layer)),
+            keys=tuple(keys), values=tuple(values), valid=with_free_slot(new.mem_mask, 1),
+            slot=size - 1, row_slot=tf.fill([batch], size - 1))
 
     def cache_memory(self, cache):
         """The memory a `DecodeCache` holds, in time order (a `Memory`)."""

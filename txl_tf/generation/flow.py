@@ -18,11 +18,11 @@ are.
 """
 import numpy as np
 
-from txl_tf.checks.inputs import NonFiniteMemoryError
+from txl_tf.checks.inputs import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
-from txl_tf.generation.request import (DecodeState, Generation, check_count, check_pad_id,
-                                       check_prompts, make_rows, right_aligned_segments,
-                                       seen_mask)
+from txl_tf.generation.request import (DecodeState, Generation, HeldCache, check_count,
+                                       check_pad_id, check_prompts, held_cache, make_rows,
+                                       right_aligned_segments, seen_mask)
 from txl_tf.generation.sampling import Sampling
 
 
@@ -64,16 +64,41 @@ def next_turn(backend, state, prompts, segment_len):
     """`state` after reading a next turn's prompts on its memory (a
     conversation): every row goes on (also one that stopped), its sampler
     stream and draw count continue. The prompts are read in segments, as a
-    prompt on `memory=` is; a backend with a decode cache then projects the
-    new memory once (reading the turn one token per step on the old cache
-    would cost more than that at today's step cost; see docs)."""
+    prompt on `memory=` is. On the state's decode cache (an export runtime
+    that decoded it) the segments are read on the cache (`read_cached`):
+    only the turn's positions are projected and the decode goes on from
+    the new cache."""
     if len(prompts) != len(state.done):
         raise TxlError(f"a next turn needs one prompt per row of the state "
                        f"({len(state.done)}), got {len(prompts)}")
-    log_probs, memory = prefill(backend, prompts, state.memory, segment_len)
+    cache = held_cache(state, backend)
+    held = None
+    if cache is None:
+        log_probs, memory = prefill(backend, prompts, state.memory, segment_len)
+    else:
+        log_probs, cache = prefill(CachedReading(backend), prompts, cache, segment_len)
+        memory, held = backend.cache_memory(cache), HeldCache(backend, cache)
     seen = state.seen | seen_mask(prompts, backend.n_token)
     return DecodeState(log_probs, memory, seen, state.counters.copy(),
-                       np.zeros_like(state.done), state.rows, state.pad_id)
+                       np.zeros_like(state.done), state.rows, state.pad_id, held)
+
+
+class CachedReading:
+    """A backend's decode cache in the shape `prefill` reads with: segments
+    read on a cache (`read_cached`) in place of a memory."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def step_last(self, ids, cache):
+        log_probs, cache = self.backend.read_cached(ids, cache)
+        return check_finite_outputs(log_probs), cache
+
+    def take(self, cache, rows):
+        return self.backend.take_cache(cache, rows)
+
+    def concat(self, caches):
+        return self.backend.concat_caches(caches)
 
 
 def prefill(backend, prompts, memory, segment_len):

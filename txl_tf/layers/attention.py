@@ -93,6 +93,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         memory = tf.cast(memory, self.compute_dtype)
         return self._keys_values(self.layer_norm(memory) if self.pre_lnorm else memory)
 
+    def call_on_keys(self, inputs, pos_emb, mem_keys, mem_values, visible, r_w_bias, r_r_bias):
+        """Inference `call` with the memory's keys and values given (`[B, H,
+        M, d_head]`, from `memory_keys_values`) in place of the memory:
+        `(outputs [B, T, d], keys, values)`, the inputs' own keys and values
+        `[B, H, T, d_head]`. A decoder's cache reads a segment this way
+        without projecting its memory again."""
+        rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
+        k, v = self._keys_values(rows)
+        keys = tf.concat([tf.cast(mem_keys, k.dtype), k], 2)
+        values = tf.concat([tf.cast(mem_values, v.dtype), v], 2)
+        out = self._attend(inputs, rows, keys, values, pos_emb, visible, r_w_bias, r_r_bias,
+                           training=False)
+        return out, k, v
+
     def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
         """Inference `call` for one new position per row over a ring of
         cached keys and values (`layers.ring_cache`), read-only: inputs

@@ -67,6 +67,16 @@ def with_free_slot(tensor, axis):
     return tf.concat([tensor, tf.zeros(tf.stack(shape), tensor.dtype)], axis)
 
 
+def keep_last(tensor, axis, count):
+    """The last `count` entries of `tensor` on `axis` (a slice with explicit
+    sizes: tf2onnx mis-converts a size -1 slice with a dynamic begin)."""
+    shape = tf.unstack(tf.shape(tensor))
+    begin = [0] * len(shape)
+    begin[axis] = shape[axis] - count
+    shape[axis] = count
+    return tf.slice(tensor, tf.stack(begin), tf.stack(shape))
+
+
 def slot_order(slot, size):
     """Time index (0 = oldest, `size - 1` = the token in `slot`) of each slot."""
     # Non-negative operands (0 <= slot < size): tf2onnx's Mod is C's remainder.
