@@ -125,6 +125,26 @@ def test_a_next_turn_with_resume_is_the_prompt_read_on_the_memory(backends, name
     np.testing.assert_allclose(turn.log_probs, reply.log_probs, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["keras", "onnx", "saved_model"])
+def test_a_resume_and_a_next_turn_never_project_the_memory_again(backends, name,
+                                                                  monkeypatch):
+    """The decode cache goes on in the state: a resume, a streamed resume (one
+    compiled call per chunk) and a next turn read on from it."""
+    backend = backends[name]
+    first = backend.generate(PROMPTS, 4, temperature=0)
+    hook = "_project" if name == "keras" else "_decode_init"
+    projections = []
+    project = getattr(backend, hook)
+    monkeypatch.setattr(backend, hook, lambda *a: projections.append(1) or project(*a))
+    rest = backend.generate(None, 6, resume=first.state, stream=lambda ids: None,
+                            stream_every=2)
+    turn = backend.generate([[5, 5], [6], [7, 8, 9]], 4, resume=rest.state, temperature=0)
+    assert not projections
+    reply = backend.generate([[5, 5], [6], [7, 8, 9]], 4, memory=rest.memory, temperature=0)
+    np.testing.assert_array_equal(turn.ids, reply.ids)
+    np.testing.assert_allclose(turn.log_probs, reply.log_probs, atol=1e-5)
+
+
 @pytest.mark.parametrize("source,target", [("keras", "onnx"), ("saved_model", "onnx"),
                                            ("onnx", "saved_model"), ("onnx", "keras")])
 def test_a_state_resumes_on_another_backend(backends, source, target):

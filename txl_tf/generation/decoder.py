@@ -16,7 +16,7 @@ import tensorflow as tf
 from txl_tf.checks.inputs import check_finite_outputs, check_memory
 from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
-from txl_tf.generation.request import DecodeState, Rows
+from txl_tf.generation.request import DecodeState, HeldCache, Rows, held_cache
 from txl_tf.generation.sampling import choose
 from txl_tf.layers.memory import Memory
 
@@ -46,6 +46,8 @@ class Decoder:
         self._last = tf.function(self._last_graph, reduce_retracing=True)
         self._first = tf.function(self._fresh_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
+        self._project = tf.function(self._project_graph, jit_compile=bool(jit_compile))
+        self._read_cached = tf.function(self._read_cached_graph, reduce_retracing=True)
 
     def generate(self, prompts, max_new_tokens, **options):
         """Continues each prompt by up to `max_new_tokens` ids; a `Generation`.
@@ -111,17 +113,22 @@ class Decoder:
 
     def decode(self, state, num_tokens, stream=None, stream_every=8):
         rows = Rows(*(tf.constant(a) for a in state.rows))
-        loop = [tf.constant(state.next_log_probs, tf.float32), *_tensors(state.memory),
+        # The decode cache: the state's own (a resume or a next turn goes on
+        # from it: the compiled loop writes into a copy of it), else the
+        # memory's keys and values projected once; every chunk goes on from it.
+        cache = held_cache(state, self)
+        if cache is None:
+            mems, mem_mask = _tensors(state.memory)
+            cache = self._project(mems, mem_mask, _filled(mem_mask.numpy()))
+        loop = [tf.constant(state.next_log_probs, tf.float32), cache,
                 tf.constant(state.seen), tf.constant(state.counters, tf.int64),
                 tf.constant(state.done)]
         chunk = num_tokens if stream is None else stream_every
         ids, log_probs, done_tokens = [], [], 0
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)
-            mem_mask = loop[2].numpy()
             new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
-                                                   tf.constant(size), _bucket(size),
-                                                   _filled(mem_mask))
+                                                   tf.constant(size), _bucket(size))
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
@@ -132,11 +139,30 @@ class Decoder:
         batch = len(state.done)
         ids = _pad_to(np.concatenate(ids, 1), num_tokens, state.pad_id)
         log_probs = _pad_to(np.concatenate(log_probs, 1), num_tokens, 0.0)
-        lp, mems, mem_mask, seen, counters, done = loop
+        lp, cache, seen, counters, done = loop
         assert ids.shape == (batch, num_tokens)
-        return ids, log_probs, DecodeState(lp.numpy(), Memory(mems, mem_mask), seen.numpy(),
-                                           counters.numpy(), done.numpy(), state.rows,
-                                           state.pad_id)
+        return ids, log_probs, DecodeState(lp.numpy(), self.core.cache_memory(cache),
+                                           seen.numpy(), counters.numpy(), done.numpy(),
+                                           state.rows, state.pad_id, HeldCache(self, cache))
+
+    # ---------------------------------------- the decode cache (generation.flow)
+    def read_cached(self, ids, cache):
+        """`(log-probs numpy [B, V] after each row's last id, new cache)`: a
+        segment read on a decode cache (`TransformerXL.cached_segment`)."""
+        log_probs, cache = self._read_cached(tf.constant(ids, tf.int32), cache)
+        return log_probs.numpy(), cache
+
+    @staticmethod
+    def take_cache(cache, rows):
+        rows = tf.constant(np.asarray(rows, np.int32))
+        return _rows_of([cache], lambda parts: tf.gather(parts[0], rows))
+
+    @staticmethod
+    def concat_caches(caches):
+        return _rows_of(caches, lambda parts: tf.concat(parts, 0))
+
+    def cache_memory(self, cache):
+        return self.core.cache_memory(cache)
 
     # -------------------------------------------------------------- graphs
     def _last_graph(self, ids, memory, token_mask=None):
@@ -157,16 +183,23 @@ class Decoder:
                        mem_mask[:, :kept])
         return log_probs, _join_slots(empty, new)
 
-    def _decode_graph(self, log_probs, mems, mem_mask, seen, counters, done, rows, pad_id,
-                      num_tokens, capacity, filled):
+    def _project_graph(self, mems, mem_mask, filled):
+        """The decode cache of a memory; `filled` (a Python int, see
+        `_filled`): how many of the newest memory slots can be valid."""
+        return self.core.decode_cache(Memory(mems, mem_mask), filled=filled)
+
+    def _read_cached_graph(self, ids, cache):
+        hidden, cache = self.core.cached_segment(ids, cache)
+        return self.core.crit(hidden[:, -1]), cache
+
+    def _decode_graph(self, log_probs, cache, seen, counters, done, rows, pad_id, num_tokens,
+                      capacity):
         """Up to `num_tokens` steps in one `tf.while_loop`, ending early when
         every row is done; ids and log-probs `[B, capacity]` (`capacity >=
         num_tokens`, a Python int: the shapes stay static for XLA) and the
-        state; `filled` (a Python int, see `_filled`): how many of the
-        newest memory slots can be valid. The memory lives in a
-        `DecodeCache` ring for the whole loop: each step projects only its
-        token and writes it in place; rows that are done keep their memory
-        as it was."""
+        state. The memory lives in the `DecodeCache` ring: each step
+        projects only its token and writes it in place; rows that are done
+        keep their memory as it was."""
         batch = tf.shape(done)[0]
         ids = tf.fill([capacity, batch], pad_id)
         chosen = tf.zeros([capacity, batch], tf.float32)
@@ -183,12 +216,19 @@ class Decoder:
         def more(t, *loop):
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
-        cache = self.core.decode_cache(Memory(mems, mem_mask), filled=filled)
         output_weights = self.core.crit.decode_weights()  # loop invariants
         _, ids, chosen, log_probs, cache, *state = tf.while_loop(
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
-        memory = self.core.cache_memory(cache)
-        return (tf.transpose(ids), tf.transpose(chosen), log_probs, *memory, *state)
+        return (tf.transpose(ids), tf.transpose(chosen), log_probs, cache, *state)
+
+
+def _rows_of(caches, fn):
+    """A `DecodeCache` whose per-row tensors (batch first) are `fn(parts)`,
+    `parts` the same tensor of each of `caches` (ring positions shared)."""
+    layers = {name: tuple(fn(parts) for parts in zip(*(getattr(c, name) for c in caches)))
+              for name in ("mems", "keys", "values")}
+    return caches[0]._replace(**layers, valid=fn([c.valid for c in caches]),
+                              row_slot=fn([c.row_slot for c in caches]))
 
 
 def _join_slots(older, newer):
