@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from export.decode_interface import CACHE_NAMES, host_cache, step_feeds, write_token
+from export.decode_interface import aligned_empty, host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from txl_tf.errors import TxlError
@@ -153,33 +153,50 @@ class OnnxRuntime(Runtime):
             self._decode_sessions = self._open_decode()
         return self._decode_sessions[name]
 
-    def _decode_run(self, name, inputs):
+    def _decode_run(self, name, inputs, into=None):
         """`{output: numpy}` of a decode graph. With IO binding the inputs
         are bound as OrtValues: on the CPU each reads its numpy array in
-        place (the cache's layer views are not copied)."""
+        place (the cache's layer views are not copied). Outputs named in
+        `into` end up in those numpy arrays (on the CPU, written there by
+        the graph: no copy)."""
         session = self._decode_session(name)
         names = [o.name for o in session.get_outputs()]
+        into = into or {}
         if not self.io_binding:
-            return dict(zip(names, session.run(None, inputs)))
-        binding = session.io_binding()
-        # The OrtValues must outlive the run: the binding does not keep them.
-        bound = {key: self._ortvalue(value) for key, value in inputs.items()}
-        for key, value in bound.items():
-            binding.bind_ortvalue_input(key, value)
-        for key in names:
-            binding.bind_output(key, "cpu")
-        session.run_with_iobinding(binding)
-        return dict(zip(names, (v.numpy() for v in binding.get_outputs())))
+            out = dict(zip(names, session.run(None, inputs)))
+        else:
+            binding = session.io_binding()
+            # The OrtValues must outlive the run: the binding does not keep them.
+            bound = {key: self._ortvalue(value) for key, value in inputs.items()}
+            for key, value in bound.items():
+                binding.bind_ortvalue_input(key, value)
+            for key in names:
+                if key in into and self.device == "cpu":
+                    array = into[key]
+                    binding.bind_output(key, "cpu", 0, array.dtype, list(array.shape),
+                                        array.ctypes.data)
+                else:
+                    binding.bind_output(key, "cpu")
+            session.run_with_iobinding(binding)
+            out = dict(zip(names, (v.numpy() for v in binding.get_outputs())))
+        for key, array in into.items():
+            if not np.may_share_memory(out[key], array):
+                array[...] = out[key]
+            out[key] = array
+        return out
 
     def _decode_init(self, mems, mem_mask):
         return host_cache(self._decode_run("decode_init", {"mems": _host(mems),
                                                            "mem_mask": _host(mem_mask)}))
 
     def _decode_read(self, ids, cache):
-        out = self._decode_run("decode_read", {"token_ids": np.asarray(ids, np.int32), **cache})
-        return out["log_probs"], host_cache({**{name: out[f"new_{name}"] for name in
-                                                CACHE_NAMES[:-1]},
-                                             "positions": cache["positions"]})
+        # The new cache is written straight into fresh aligned buffers.
+        new = {name: aligned_empty(value.shape, value.dtype) for name, value in cache.items()
+               if name != "positions"}
+        out = self._decode_run("decode_read", {"token_ids": np.asarray(ids, np.int32), **cache},
+                               into={f"new_{name}": value for name, value in new.items()})
+        # `positions` never changes: the new cache shares the old one's.
+        return out["log_probs"], {**new, "positions": cache["positions"]}
 
     def _decode_step(self, ids, stopped, cache):
         out = self._decode_run("decode_step", {"token_ids": np.asarray(ids, np.int32),

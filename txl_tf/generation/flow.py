@@ -75,9 +75,9 @@ def next_turn(backend, state, prompts, segment_len):
     held = None
     if cache is None:
         log_probs, memory = prefill(backend, prompts, state.memory, segment_len)
-    else:
+    else:  # the decode gives the memory back from the cache
         log_probs, cache = prefill(CachedReading(backend), prompts, cache, segment_len)
-        memory, held = backend.cache_memory(cache), HeldCache(backend, cache)
+        memory, held = None, HeldCache(backend, cache, private=True)
     seen = state.seen | seen_mask(prompts, backend.n_token)
     return DecodeState(log_probs, memory, seen, state.counters.copy(),
                        np.zeros_like(state.done), state.rows, state.pad_id, held)

@@ -74,10 +74,12 @@ def host_decode_cached(backend, state, num_tokens, stream=None, stream_every=1):
     log_probs = np.array(state.next_log_probs, np.float32, copy=True)
     seen, counters, done = state.seen.copy(), state.counters.copy(), state.done.copy()
     cache = held_cache(state, backend)
-    # Steps advance the cache in place: never the state's own (the caller
-    # may resume from that state again), a copy of it.
-    cache = backend.decode_init(state.memory, batch) if cache is None else \
-        backend.copy_cache(cache)  # decode_init checks once; the steps do not
+    # Steps advance the cache in place: never a state's own that a caller
+    # holds (it may resume from that state again), a copy of it.
+    if cache is None:
+        cache = backend.decode_init(state.memory, batch)  # checked once; the steps are not
+    elif not state.cache.private:
+        cache = backend.copy_cache(cache)
     streamed = 0
     for t in range(num_tokens):
         if done.all():

@@ -52,10 +52,13 @@ class DecodeState(NamedTuple):
 
 class HeldCache(NamedTuple):
     """A decode cache (`export.decode_interface`) and the backend whose
-    tensors hold it: only that backend reads on from it."""
+    tensors hold it: only that backend reads on from it. `private`: no
+    caller can reach it (a next turn's new cache, before its decode), so
+    the decode may advance it in place instead of a copy."""
 
     backend: Any
-    tensors: dict
+    tensors: Any
+    private: bool = False
 
     def on(self, backend):
         """The cache's tensors when `backend` holds them, else None."""
@@ -63,8 +66,11 @@ class HeldCache(NamedTuple):
 
 
 def held_cache(state, backend):
-    """The decode cache of `state` that `backend` can read on from, or None."""
-    return None if state.cache is None else state.cache.on(backend)
+    """The decode cache of `state` that `backend` can read on from, or None
+    (also when the backend's cached interface is turned off)."""
+    if state.cache is None or not getattr(backend, "use_decode_cache", True):
+        return None
+    return state.cache.on(backend)
 
 
 class Generation(NamedTuple):

@@ -1,0 +1,265 @@
+r"""Serving long memory: ms per new token against the bandwidth bound, turns, prompts.
+
+    python -m benchmarks.bench_long_memory [--presets=enwik8_base,wt103_base] \
+        [--batch_sizes=1,16] [--backends=xla,onnx,saved_model] [--tokens=16]
+
+Random weights of each preset, exported with the paper's evaluation memory
+(`enwik8_base` 2,100; `wt103_base` 1,600; else the preset's `mem_len`, or
+`--mem_len`). Memory full (every slot valid, random states). Per backend
+(the XLA `Decoder`, ONNX Runtime, SavedModel) and batch size:
+
+- **per token**: milliseconds per new token on the decode cache. Runtimes:
+  the median of `--tokens` `decode_step` calls (as `generate` runs them).
+  XLA: one compiled decode of `--tokens` + 32 ids minus one of `--tokens`,
+  over 32 (the projection at the call's start cancels out);
+  its first call (compile) is printed.
+- **bound**: bytes one step must read (the float32 weights once, and each
+  row's cached keys and values) over this machine's read bandwidth measured
+  in the same run (a numpy sum over 1 GiB, best of 3); the ratio is printed.
+
+At batch 1 also (`--turns`):
+- **turn**: a conversation's next turn after a full memory, 32 ids in and
+  32 generated (`generate(turn, 32, resume=state)`), beside what its parts
+  cost alone (one 32-id `decode_read` on the cache + 32 decode steps), and
+  beside the turn read on the memory (`memory=`: the memory projected again).
+- **prompt**: a prompt of the memory's length read into an empty memory
+  (`generate(prompt, 1)`, second call: compile excluded) in tokens/s,
+  beside the evaluation throughput at that memory (`step` over segments of
+  `tgt_len` on a full memory).
+
+Prints a table and writes JSON.
+"""
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
+
+PAPER_MEMORY = {"enwik8_base": 2100, "wt103_base": 1600}
+TURN = 32
+
+SPEC = (
+    option("string", "presets", "enwik8_base", "Comma-separated model presets (random weights)."),
+    option("integer", "mem_len", None, "Memory length (default: the paper's evaluation memory "
+           "for enwik8_base / wt103_base, else the preset's)."),
+    option("string", "batch_sizes", "1,16", "Comma-separated batch sizes."),
+    option("string", "backends", "xla,onnx,saved_model", "Comma-separated: xla, onnx, "
+           "saved_model."),
+    option("integer", "tokens", 16, "Timed steps per measurement."),
+    option("bool", "turns", True, "Also time a conversation turn and a prompt read (batch 1)."),
+    option("string", "work_dir", None, "Where the exports go (default: a temporary folder)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
+           "Where to write the JSON results."),
+)
+
+
+def read_bandwidth(gib=1, repeats=3):
+    """Bytes per second of a numpy sum over `gib` GiB (best of `repeats`)."""
+    import numpy as np
+    data = np.ones(gib * 2 ** 30 // 4, np.float32)
+    best = min(seconds(lambda: data.sum()) for _ in range(repeats))
+    return data.nbytes / best
+
+
+def seconds(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_seconds(fn, calls):
+    """Median seconds of `fn()` over `calls` calls after two warm-up calls."""
+    for _ in range(2):
+        fn()
+    return statistics.median(seconds(fn) for _ in range(calls))
+
+
+def step_bytes(config, mem_len, batch):
+    """What one decode step reads: float32 weights + each row's keys and values."""
+    from txl_tf.checks.memory_budget import parameter_count
+    cache = 2 * 4 * config.n_layer * (mem_len + 1) * config.n_head * config.d_head
+    return 4 * parameter_count(config) + batch * cache
+
+
+def full_memory(config, mem_len, batch, seed=0):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    mems = rng.normal(size=(config.n_layer, batch, mem_len, config.d_model)).astype(np.float32)
+    return mems, np.ones([batch, mem_len], np.bool_)
+
+
+def time_runtime(runtime, memory, batch, tokens):
+    """`{"per_token_ms"}` of `decode_step` on a full memory's cache."""
+    import numpy as np
+    cache = runtime.decode_init(memory)
+    ids, stopped = np.full([batch], 5, np.int32), np.zeros([batch], np.bool_)
+    step = median_seconds(lambda: runtime.next_cached(ids, stopped, cache), tokens)
+    return {"per_token_ms": step * 1e3}
+
+
+def time_xla(decoder, memory, batch, tokens):
+    """`{"per_token_ms", "first_call_s"}` of the compiled decoder."""
+    from txl_tf import Memory
+    import tensorflow as tf
+    memory = Memory(tf.constant(memory[0]), tf.constant(memory[1]))
+
+    def run(n):
+        return seconds(lambda: decoder.generate([[5]] * batch, n, memory=memory,
+                                                temperature=0.0))
+    more = 32
+    first = run(tokens) + run(tokens + more)
+    short, long = [], []
+    for _ in range(3):
+        short.append(run(tokens))
+        long.append(run(tokens + more))
+    per_token = (statistics.median(long) - statistics.median(short)) / more
+    return {"per_token_ms": per_token * 1e3,
+            "first_call_s": first - statistics.median(short) - statistics.median(long)}
+
+
+def time_turn(backend, memory, read_cached_and_steps):
+    """A next turn (32 ids in, 32 out) after a full memory, on the state's
+    cache and on the memory, beside its parts alone."""
+    import numpy as np
+    turn = [list(range(3, 3 + TURN))]
+    first = backend.generate([[5]], 1, memory=memory, temperature=0.0)
+    options = dict(temperature=0.0, segment_len=TURN)
+    on_cache = median_seconds(lambda: backend.generate(turn, TURN, resume=first.state,
+                                                       **options), 3)
+    on_memory = median_seconds(lambda: backend.generate(turn, TURN, memory=first.memory,
+                                                        **options), 3)
+    parts = read_cached_and_steps(first.state, np.array(turn, np.int32))
+    return {"turn_ms": on_cache * 1e3, "turn_parts_ms": parts * 1e3,
+            "turn_over_parts": on_cache / parts, "turn_on_memory_ms": on_memory * 1e3}
+
+
+def time_prompt(backend, config, mem_len, step):
+    """Tokens/s of reading a memory-long prompt into an empty memory, and of
+    evaluation (`step` over `tgt_len` segments) on a full memory."""
+    import numpy as np
+    prompt = [list(np.random.default_rng(1).integers(0, config.n_token, mem_len))]
+    read = median_seconds(lambda: backend.generate(prompt, 1, temperature=0.0), 1)
+    segment = np.ones([1, config.tgt_len], np.int32)
+    memory = full_memory(config, mem_len, 1)
+    evaluate = median_seconds(lambda: step(segment, memory), 3)
+    return {"prompt_tokens_per_s": mem_len / read,
+            "eval_tokens_per_s": config.tgt_len / evaluate,
+            "prompt_over_eval": (mem_len / read) / (config.tgt_len / evaluate)}
+
+
+def runtime_parts(runtime):
+    """Seconds of a 32-id `decode_read` on a state's cache plus 32 steps."""
+    import numpy as np
+
+    def parts(state, turn):
+        cache = state.cache.tensors
+        read = median_seconds(lambda: runtime.read_cached(turn, cache), 3)
+        new = runtime.read_cached(turn, cache)[1]
+        ids, stopped = np.full([1], 5, np.int32), np.zeros([1], np.bool_)
+        return read + TURN * median_seconds(lambda: runtime.next_cached(ids, stopped, new), 8)
+    return parts
+
+
+def decoder_parts(decoder):
+    import numpy as np
+
+    def parts(state, turn):
+        read = median_seconds(lambda: decoder.read_cached(turn, state.cache.tensors), 3)
+        decode = time_xla_from_state(decoder, state)
+        return read + TURN * decode
+    return parts
+
+
+def time_xla_from_state(decoder, state):
+    """Seconds per token of the compiled loop from a state (no projection)."""
+    def run(n):
+        return seconds(lambda: decoder.generate(None, n, resume=state))
+    run(TURN), run(3 * TURN)
+    return (statistics.median(run(3 * TURN) for _ in range(3))
+            - statistics.median(run(TURN) for _ in range(3))) / (2 * TURN)
+
+
+def run_preset(preset, o, bandwidth, work):
+    import tensorflow as tf
+    from export import open_runtime, run_export
+    from txl_tf import Decoder, Memory, TransformerXL, TransformerXLConfig
+    from txl_tf.weights import save_pretrained
+    mem_len = o["mem_len"] or PAPER_MEMORY.get(preset)
+    config = TransformerXLConfig.preset(preset, **({"mem_len": mem_len} if mem_len else {}))
+    mem_len = config.mem_len
+    core = TransformerXL(config)
+    backends = [b.strip() for b in o["backends"].split(",") if b.strip()]
+    formats = tuple(b for b in backends if b in ("onnx", "saved_model"))
+    folder = os.path.join(work, preset)
+    if formats:
+        save_pretrained(core, os.path.join(folder, "model"))
+        start = time.perf_counter()
+        run_export(os.path.join(folder, "out"), os.path.join(folder, "model"), formats=formats,
+                   verify=False, overwrite=True)
+        print(f"{preset}: exported in {time.perf_counter() - start:.0f} s", flush=True)
+    rows = []
+    for backend in backends:
+        if backend == "xla":
+            runner = Decoder(core, mem_len=mem_len)
+
+            def step(ids, memory, runner=runner):
+                return runner.step_last(ids, Memory(tf.constant(memory[0]),
+                                                    tf.constant(memory[1])))
+            parts = decoder_parts(runner)
+        else:
+            runner = open_runtime(os.path.join(folder, "out"), backend=backend, device="cpu")
+            step, parts = runner.step_last, runtime_parts(runner)
+        for batch in [int(b) for b in o["batch_sizes"].split(",")]:
+            memory = full_memory(config, mem_len, batch)
+            timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
+                                                                     o["tokens"])
+            bound_ms = step_bytes(config, mem_len, batch) / bandwidth * 1e3
+            row = {"preset": preset, "mem_len": mem_len, "backend": backend, "batch": batch,
+                   **timing, "bound_ms": bound_ms,
+                   "over_bound": timing["per_token_ms"] / bound_ms,
+                   "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
+            if batch == 1 and o["turns"]:
+                row.update(time_turn(runner, memory, parts))
+                row.update(time_prompt(runner, config, mem_len, step))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        del runner
+    return rows
+
+
+def run(o):
+    work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
+    bandwidth = read_bandwidth()
+    rows = []
+    for preset in [p.strip() for p in o["presets"].split(",") if p.strip()]:
+        rows += run_preset(preset, o, bandwidth, work)
+    result = {"settings": o, "read_gb_per_s": bandwidth / 1e9, "rows": rows}
+    print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print("| preset | memory | backend | batch | ms / token | tokens/s | bound ms | ÷ bound | "
+          "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        turn = (f"{r['turn_ms']:.0f} | {r['turn_over_parts']:.2f} | "
+                f"{r['turn_on_memory_ms']:.0f} | {r['prompt_tokens_per_s']:.0f} | "
+                f"{r['prompt_over_eval']:.2f}") if "turn_ms" in r else " | | | |"
+        print(f"| {r['preset']} | {r['mem_len']} | {r['backend']} | {r['batch']} | "
+              f"{r['per_token_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['bound_ms']:.1f} | "
+              f"{r['over_bound']:.2f} | {turn} |")
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+
+
+def main(argv):
+    run(values(SPEC))
+
+
+if __name__ == "__main__":
+    cli.run(main, SPEC)
