@@ -107,7 +107,8 @@ def test_saved_model_signatures_and_assets(exported):
     mem_len, out, runtimes = exported
     loaded = runtimes["saved_model"].loaded
     assert set(loaded.signatures) == {"serving_default", "step", "step_last", "initial_memory",
-                                      "score", "decode_init", "decode_step", "decode_memory"}
+                                      "score", "decode_init", "decode_step", "decode_read",
+                                      "decode_memory"}
     _, spec = loaded.signatures["step"].structured_input_signature
     assert spec["token_ids"].shape.as_list() == [None, None]
     assert spec["mems"].shape.as_list() == [2, None, mem_len, 32]
