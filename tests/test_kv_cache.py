@@ -73,16 +73,25 @@ def test_cached_steps_under_xla_equal_eager():
     _assert_same_memory(got_memory, core.cache_memory(cache))
 
 
+def _after_steps(core, mem_len, prompt, steps, row_0_stops):
+    """Two rows read `prompt` ids into a memory of `mem_len`, then take
+    `steps` cached steps, row 0 stopping after `row_0_stops`: `(the memory
+    before the steps, the step ids, the cache)`."""
+    memory = core.initial_memory(2, mem_len=mem_len)
+    _, memory = core.hidden_states(ids(2, prompt, seed=3), memory)
+    cache = core.decode_cache(memory)
+    tokens = ids(2, steps, seed=5)
+    for t in range(steps):
+        _, cache = core.cached_step(tokens[:, t], cache,
+                                    stopped=tf.constant([t >= row_0_stops, False]))
+    return memory, tokens, cache
+
+
 def test_stopped_rows_keep_their_memory():
     """Row 0 stops after two steps: its memory stays what it was then (also
     after the ring has wrapped), while row 1 goes on as it would alone."""
     core = make_core()
-    memory = core.initial_memory(2, mem_len=3)
-    _, memory = core.hidden_states(ids(2, 2, seed=3), memory)
-    cache = core.decode_cache(memory)
-    tokens = ids(2, 9, seed=5)
-    for t in range(9):
-        _, cache = core.cached_step(tokens[:, t], cache, stopped=tf.constant([t >= 2, False]))
+    memory, tokens, cache = _after_steps(core, mem_len=3, prompt=2, steps=9, row_0_stops=2)
     got = core.cache_memory(cache)
     row = lambda m, i: Memory(m.mems[:, i:i + 1], m.mem_mask[i:i + 1])  # noqa: E731
     for i, steps in ((0, 2), (1, 9)):
@@ -141,12 +150,7 @@ def test_a_segment_on_the_cache_is_a_segment_on_its_memory(name):
     `hidden_states` gives on the memory it holds, and the new cache holds
     the new memory with its keys and values (steps go on from it)."""
     core = make_core(**CASES[name])
-    memory = core.initial_memory(2, mem_len=5)
-    _, memory = core.hidden_states(ids(2, 3, seed=3), memory)
-    cache = core.decode_cache(memory)
-    tokens = ids(2, 8, seed=5)
-    for t in range(8):
-        _, cache = core.cached_step(tokens[:, t], cache, stopped=tf.constant([t >= 5, False]))
+    _, _, cache = _after_steps(core, mem_len=5, prompt=3, steps=8, row_0_stops=5)
     plain = core.cache_memory(cache)
     for length in (2, 4, 7):
         x = ids(2, length, seed=length)
