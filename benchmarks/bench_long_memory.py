@@ -168,8 +168,7 @@ def runtime_parts(runtime):
 
 
 def decoder_parts(decoder):
-    import numpy as np
-
+    """Seconds of a 32-id read on a state's cache plus 32 compiled steps."""
     def parts(state, turn):
         read = median_seconds(lambda: decoder.read_cached(turn, state.cache.tensors), 3)
         decode = time_xla_from_state(decoder, state)

@@ -42,11 +42,13 @@ from txl_tf import Memory
 from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
 
 CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot", "positions")
+# What a segment read changes (`positions` is fixed for the cache's life).
+CHANGING_NAMES = CACHE_NAMES[:-1]
 INIT_INPUTS = ("mems", "mem_mask")
 INIT_OUTPUTS = CACHE_NAMES
 STEP_OUTPUTS = ("log_probs", "token_mems", "token_keys", "token_values")
 READ_INPUTS = ("token_ids",) + CACHE_NAMES
-READ_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CACHE_NAMES[:-1])
+READ_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CHANGING_NAMES)
 MEMORY_INPUTS = ("cache_mems", "valid", "row_slot")
 MEMORY_OUTPUTS = ("mems", "mem_mask")
 # Byte alignment of the host's cache buffers (what TensorFlow and oneDNN like).
@@ -148,7 +150,7 @@ def decode_read(core, token_ids, cache_mems, keys, values, valid, slot, row_slot
     flat = flat_cache(new)
     flat["cache_mems"] = flat.pop("mems")
     return {"log_probs": core.crit(hidden[:, -1]),
-            **{f"new_{name}": flat[name] for name in CACHE_NAMES[:-1]}}
+            **{f"new_{name}": flat[name] for name in CHANGING_NAMES}}
 
 
 def decode_memory(cache_mems, valid, row_slot):

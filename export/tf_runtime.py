@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from export.decode_interface import ALIGNMENT, CACHE_NAMES, host_cache, step_feeds, write_token
+from export.decode_interface import ALIGNMENT, CHANGING_NAMES, host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
@@ -101,7 +101,7 @@ class SavedModelRuntime(Runtime):
             out = self._decode_read_fn(token_ids=tf.constant(ids, tf.int32),
                                        **{name: _zero_copy(value) for name, value in cache.items()})
         return np.asarray(out["log_probs"]), host_cache(
-            {**{name: out[f"new_{name}"] for name in CACHE_NAMES[:-1]},
+            {**{name: out[f"new_{name}"] for name in CHANGING_NAMES},
              "positions": cache["positions"]})
 
     def _decode_step(self, ids, stopped, cache):
