@@ -48,6 +48,23 @@ SETTINGS = {
     # A probe beyond the dozen, aimed at the memory gain: train with twice
     # the memory that the recipe evaluates with.
     "mem128": ["--mem_len=128"],
+    # Round two: the optimizer's own defaults (the paper's Adam and clip),
+    # the rates Adam's beta_2 at 0.98 allows, two dropout combinations.
+    "beta2_0.98": ["--adam_beta2=0.98"],
+    "beta2_0.98+lr2e-3": ["--adam_beta2=0.98", "--learning_rate=2e-3"],
+    "clip1.0": ["--clip=1.0"],
+    "clip0.1": ["--clip=0.1"],
+    "epsilon1e-6": ["--adam_epsilon=1e-6"],
+    "dropatt0.1+dropout0.2": ["--dropatt=0.1", "--dropout=0.2"],
+    "lr2e-3+dropout0.2+dropatt0.1": ["--learning_rate=2e-3", "--dropout=0.2", "--dropatt=0.1"],
+    "clip0": ["--clip=0"],
+    "beta2_0.98+lr1.5e-3": ["--adam_beta2=0.98", "--learning_rate=1.5e-3"],
+    "beta2_0.98+lr2e-3+warmup20%": ["--adam_beta2=0.98", "--learning_rate=2e-3",
+                                    "--warmup_steps=300"],
+    "beta2_0.98+lr1.5e-3+warmup20%": ["--adam_beta2=0.98", "--learning_rate=1.5e-3",
+                                      "--warmup_steps=300"],
+    "beta2_0.98+lr1.25e-3": ["--adam_beta2=0.98", "--learning_rate=1.25e-3"],
+    "beta2_0.98+clip1.0": ["--adam_beta2=0.98", "--clip=1.0"],
 }
 
 SPEC = (
