@@ -14,7 +14,6 @@ and how often the most likely next token changes. Also the cache's size per
 stream at each preset's paper memory, float32 against 16-bit keys and values.
 Prints a table and writes JSON.
 """
-import json
 import os
 import sys
 import time
@@ -103,6 +102,7 @@ def cache_sizes():
 
 def run(o):
     import numpy as np
+    from benchmarks.throughput import write_json
     from training import inputs
     from training.errors import TrainingError
     from training.evaluate import load_core
@@ -133,9 +133,7 @@ def run(o):
     for r in result["sizes"]:
         print(f"| {r['preset']} | {r['mem_len']:,} | {r['float32_mb']:.1f} MB | "
               f"{r['keys_values_16bit_mb']:.1f} MB |")
-    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-    with open(o["output"], "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    write_json(o["output"], result)
 
 
 def main(argv):
