@@ -23,8 +23,8 @@ At batch 1 also (`--turns`):
   cost alone (one 32-id `decode_read` on the cache + 32 decode steps), and
   beside the turn read on the memory (`memory=`: the memory projected again).
 - **prompt**: a prompt of the memory's length read into an empty memory
-  (`generate(prompt, 1)`, second call: compile excluded) in tokens/s,
-  beside the evaluation throughput at that memory (`step` over segments of
+  (`generate(prompt, 1)`, a later call: compile excluded) in tokens/s,
+  the first call's seconds (compiling included), beside the evaluation throughput at that memory (`step` over segments of
   `tgt_len` on a full memory).
 
 Prints a table and writes JSON.
@@ -141,15 +141,17 @@ def time_turn(backend, memory, read_cached_and_steps):
 
 
 def time_prompt(backend, config, mem_len, step):
-    """Tokens/s of reading a memory-long prompt into an empty memory, and of
-    evaluation (`step` over `tgt_len` segments) on a full memory."""
+    """Tokens/s of reading a memory-long prompt into an empty memory (and
+    the first read's seconds, compiling included), and of evaluation
+    (`step` over `tgt_len` segments) on a full memory."""
     import numpy as np
     prompt = [list(np.random.default_rng(1).integers(0, config.n_token, mem_len))]
+    first = seconds(lambda: backend.generate(prompt, 1, temperature=0.0))
     read = median_seconds(lambda: backend.generate(prompt, 1, temperature=0.0), 1)
     segment = np.ones([1, config.tgt_len], np.int32)
     memory = full_memory(config, mem_len, 1)
     evaluate = median_seconds(lambda: step(segment, memory), 3)
-    return {"prompt_tokens_per_s": mem_len / read,
+    return {"prompt_tokens_per_s": mem_len / read, "prompt_first_call_s": first,
             "eval_tokens_per_s": config.tgt_len / evaluate,
             "prompt_over_eval": (mem_len / read) / (config.tgt_len / evaluate)}
 
@@ -242,12 +244,13 @@ def run(o):
     result = {"settings": o, "read_gb_per_s": bandwidth / 1e9, "rows": rows}
     print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s")
     print("| preset | memory | backend | batch | ms / token | tokens/s | bound ms | ÷ bound | "
-          "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval | prompt first s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         turn = (f"{r['turn_ms']:.0f} | {r['turn_over_parts']:.2f} | "
                 f"{r['turn_on_memory_ms']:.0f} | {r['prompt_tokens_per_s']:.0f} | "
-                f"{r['prompt_over_eval']:.2f}") if "turn_ms" in r else " | | | |"
+                f"{r['prompt_over_eval']:.2f} | {r['prompt_first_call_s']:.1f}"
+                ) if "turn_ms" in r else " | | | | |"
         print(f"| {r['preset']} | {r['mem_len']} | {r['backend']} | {r['batch']} | "
               f"{r['per_token_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['bound_ms']:.1f} | "
               f"{r['over_bound']:.2f} | {turn} |")
