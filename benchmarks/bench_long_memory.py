@@ -20,8 +20,10 @@ Random weights of each preset, exported with the paper's evaluation memory
 At batch 1 also (`--turns`):
 - **turn**: a conversation's next turn after a full memory, 32 ids in and
   32 generated (`generate(turn, 32, resume=state)`), beside what its parts
-  cost alone (one 32-id `decode_read` on the cache + 32 decode steps), and
-  beside the turn read on the memory (`memory=`: the memory projected again).
+  cost alone (one 32-id `decode_read` on the cache + 32 decode steps; the
+  two alternate over 5 rounds and `÷ parts` is the median of the rounds'
+  ratios), and beside the turn read on the memory (`memory=`: the memory
+  projected again).
 - **prompt**: a prompt of the memory's length read into an empty memory
   (`generate(prompt, 1)`, a later call: compile excluded) in tokens/s,
   the first call's seconds (compiling included), beside the evaluation throughput at that memory (`step` over segments of
@@ -124,20 +126,32 @@ def time_xla(decoder, memory, batch, tokens):
             "first_call_s": first - statistics.median(short) - statistics.median(long)}
 
 
-def time_turn(backend, memory, read_cached_and_steps):
+def time_turn(backend, memory, read_cached_and_steps, rounds=5):
     """A next turn (32 ids in, 32 out) after a full memory, on the state's
-    cache and on the memory, beside its parts alone."""
+    cache and on the memory, beside its parts alone. Turn and parts are
+    timed in alternating rounds and compared round by round (median of the
+    ratios): this machine's speed drifts over minutes."""
     import numpy as np
     turn = [list(range(3, 3 + TURN))]
     first = backend.generate([[5]], 1, memory=memory, temperature=0.0)
     options = dict(temperature=0.0, segment_len=TURN)
-    on_cache = median_seconds(lambda: backend.generate(turn, TURN, resume=first.state,
-                                                       **options), 3)
+
+    def on_cache():
+        return seconds(lambda: backend.generate(turn, TURN, resume=first.state, **options))
+
+    def parts():
+        return read_cached_and_steps(first.state, np.array(turn, np.int32))
+    on_cache(), parts()  # warm-up
+    turns, part = [], []
+    for _ in range(rounds):
+        turns.append(on_cache())
+        part.append(parts())
     on_memory = median_seconds(lambda: backend.generate(turn, TURN, memory=first.memory,
                                                         **options), 3)
-    parts = read_cached_and_steps(first.state, np.array(turn, np.int32))
-    return {"turn_ms": on_cache * 1e3, "turn_parts_ms": parts * 1e3,
-            "turn_over_parts": on_cache / parts, "turn_on_memory_ms": on_memory * 1e3}
+    return {"turn_ms": statistics.median(turns) * 1e3,
+            "turn_parts_ms": statistics.median(part) * 1e3,
+            "turn_over_parts": statistics.median(t / p for t, p in zip(turns, part)),
+            "turn_on_memory_ms": on_memory * 1e3}
 
 
 def time_prompt(backend, config, mem_len, step):
@@ -161,20 +175,20 @@ def runtime_parts(runtime):
     import numpy as np
 
     def parts(state, turn):
-        cache = state.cache.tensors
-        read = median_seconds(lambda: runtime.read_cached(turn, cache), 3)
-        new = runtime.read_cached(turn, cache)[1]
+        start = time.perf_counter()
+        new = runtime.read_cached(turn, state.cache.tensors)[1]
+        read = time.perf_counter() - start
         ids, stopped = np.full([1], 5, np.int32), np.zeros([1], np.bool_)
-        return read + TURN * median_seconds(lambda: runtime.next_cached(ids, stopped, new), 8)
+        return read + TURN * statistics.median(
+            seconds(lambda: runtime.next_cached(ids, stopped, new)) for _ in range(8))
     return parts
 
 
 def decoder_parts(decoder):
     """Seconds of a 32-id read on a state's cache plus 32 compiled steps."""
     def parts(state, turn):
-        read = median_seconds(lambda: decoder.read_cached(turn, state.cache.tensors), 3)
-        decode = time_xla_from_state(decoder, state)
-        return read + TURN * decode
+        read = seconds(lambda: decoder.read_cached(turn, state.cache.tensors))
+        return read + TURN * time_xla_from_state(decoder, state)
     return parts
 
 

@@ -37,11 +37,12 @@ def uniform(key, counter):
 def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, penalty):
     lp = np.asarray(log_probs, np.float32)
     vocab = lp.shape[1]
-    ids = np.arange(vocab)[None, :]
     if (penalty != 1).any():  # (x * 1 == x: skipping it changes nothing)
         lp = np.where(seen, lp * penalty[:, None], lp).astype(np.float32)
     best = lp.max(-1, keepdims=True)
-    greedy = (np.where(lp >= best - np.float32(TIE_TOLERANCE), ids, vocab).min(-1)
+    # The smallest id within the tolerance of the best: the first True of a
+    # bool row (argmax), not a min over an id array as wide as the vocabulary.
+    greedy = ((lp >= best - np.float32(TIE_TOLERANCE)).argmax(-1)
               if (temperature <= 0).any() else None)
     if greedy is not None and not (temperature > 0).any():
         return greedy.astype(np.int32)
@@ -56,7 +57,7 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     cdf = np.cumsum(weights, axis=-1, dtype=np.float32)
     u = uniform(keys, counters)
     first_above = (cdf <= u[:, None] * cdf[:, -1:]).sum(-1)
-    last_allowed = np.where(allowed, ids, -1).max(-1)
+    last_allowed = vocab - 1 - allowed[:, ::-1].argmax(-1)  # (the best is always allowed)
     sampled = np.minimum(first_above, last_allowed)
     return (sampled if greedy is None else np.where(temperature > 0, sampled, greedy)
             ).astype(np.int32)
