@@ -7,7 +7,10 @@ of S = M + 1 slots (M = `mem_len`, fixed at export; B dynamic), held by the
 caller (the runtimes: numpy arrays in host memory):
 
 - `decode_init(mems, mem_mask)` → the cache: `cache_mems` float32
-  `[L, B, S, d_model]`, `keys`, `values` float32 `[L, B, H, S, d_head]`,
+  `[L, B, S, d_model]`, `keys` float32 `[L, B, H, d_head, S]` (each
+  head's keys as columns: a query's scores are a plain matmul, which
+  TensorFlow reads twice as fast as a transposed one), `values` float32
+  `[L, B, H, S, d_head]`,
   `valid` bool `[B, S]`, `slot` int32 `[]` (the free slot), `row_slot`
   int32 `[B]` (each row's own free slot), `positions` float32
   `[2S, d_model]` (the relative encodings, fixed for the cache's life):
@@ -39,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf import Memory
-from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
+from txl_tf.layers.ring_cache import RING_AXES, DecodeCache, flat_cache, ring_memory
 
 CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot", "positions")
 # What a segment read changes (`positions` is fixed for the cache's life).
@@ -67,7 +70,7 @@ def cache_shapes(config, mem_len, batch="batch"):
     size, layers = int(mem_len) + 1, config.n_layer
     heads, d_head, d_model = config.n_head, config.d_head, config.d_model
     return {"cache_mems": [layers, batch, size, d_model],
-            "keys": [layers, batch, heads, size, d_head],
+            "keys": [layers, batch, heads, d_head, size],
             "values": [layers, batch, heads, size, d_head],
             "valid": [batch, size], "slot": [], "row_slot": [batch],
             "positions": [2 * size, d_model]}
@@ -232,17 +235,18 @@ def write_token(cache, outputs, stopped):
     pairs = (("cache_mems", "token_mems"), ("keys", "token_keys"), ("values", "token_values"))
     if live.size == cache["valid"].shape[0]:
         for ring, token in pairs:
-            _at_slot(cache[ring], slot)[...] = outputs[token]
+            _at_slot(cache[ring], ring, slot)[...] = outputs[token]
     else:
         for row in live:
             for ring, token in pairs:
-                _at_slot(cache[ring], slot)[:, row] = outputs[token][:, row]
+                _at_slot(cache[ring], ring, slot)[:, row] = outputs[token][:, row]
     cache["valid"][live, slot] = True
     cache["row_slot"][live] = (slot + 1) % size
     cache["slot"][...] = (slot + 1) % size
 
 
-def _at_slot(ring, slot):
-    """The view of `ring` (`cache_mems [L, B, S, d]` or keys / values
-    `[L, B, H, S, d]`) at one slot."""
-    return ring[:, :, slot] if ring.ndim == 4 else ring[:, :, :, slot]
+def _at_slot(ring, name, slot):
+    """The view of the ring `name` (`cache_mems`, `keys` or `values`) at one
+    slot: its slot axis is `RING_AXES`' plus the stacked layers' axis."""
+    axis = RING_AXES["mems" if name == "cache_mems" else name] + 1
+    return ring[(slice(None),) * axis + (slot,)]

@@ -7,6 +7,10 @@ from txl_tf.errors import TxlError
 CONFIG_KEY = "txl_tf.config"
 INPUT_NAMES = ("token_ids", "mems", "mem_mask")
 OUTPUT_NAMES = ("log_probs", "new_mems", "new_mem_mask")
+# How the decode graphs' cache holds the attention keys (`export.decode_interface`):
+# as columns `[L, B, H, d_head, S]`. Exports before this key held them as rows
+# `[L, B, H, S, d_head]`; runtimes decode those through `step_last`.
+DECODE_CACHE_LAYOUT = "keys_as_columns"
 
 
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
@@ -23,6 +27,7 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
         "log_probs": log_probs,
         "zero_filled_memory": str(bool(zero_filled)).lower(),
         "memory_layout": memory_layout,
+        "decode_cache_layout": DECODE_CACHE_LAYOUT,
         "same_length": str(bool(config.same_length)).lower(),
         "same_length_convention": config.same_length_convention,
         "inputs": ",".join(INPUT_NAMES),
@@ -34,7 +39,7 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
 
 class ExportInfo:
     """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`,
-    `memory_layout`."""
+    `memory_layout`, `decode_cache_layout`."""
 
     def __init__(self, values):
         if values.get("task") == "classification":
@@ -49,6 +54,7 @@ class ExportInfo:
         self.log_probs = values.get("log_probs", "all")
         self.zero_filled = values.get("zero_filled_memory", "false") == "true"
         self.memory_layout = values.get("memory_layout", "layer_major")
+        self.decode_cache_layout = values.get("decode_cache_layout", "keys_as_rows")
 
     @classmethod
     def from_json_file(cls, path):

@@ -99,7 +99,7 @@ class OnnxRuntime(Runtime):
 
     @property
     def has_decode_cache(self):
-        return self._decode_paths is not None
+        return self._usable_decode_graphs(self._decode_paths is not None)
 
     def _session_for(self, ids):
         """The single-stream session for one token of one stream, else the main one."""

@@ -1,4 +1,5 @@
 """The interface shared by the ONNX Runtime and SavedModel backends."""
+import logging
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -6,6 +7,7 @@ import numpy as np
 from export.decode_interface import concat_rows, copy_cache, take_rows
 from export.input_checks import (RuntimeInputError, check_decode_cache, check_ids, check_memory,
                                  shape_and_dtype)
+from export.metadata import DECODE_CACHE_LAYOUT
 from txl_tf.checks.inputs import check_finite_outputs
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.errors import TxlError
@@ -180,6 +182,19 @@ class Runtime:
         `use_decode_cache` is set False."""
         return False
 
+    def _usable_decode_graphs(self, present):
+        """Whether decode graphs that are `present` in the export can be
+        used: their cache must have this version's layout (an older export's
+        decodes through `step_last`, with a warning once)."""
+        if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
+            if not getattr(self, "_warned_layout", False):
+                logging.warning("this export's decode cache keeps keys as %s, not %s: it "
+                                "decodes through step_last; re-export it to use the cache",
+                                self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
+                self._warned_layout = True
+            return False
+        return present
+
     @property
     def use_decode_cache(self):
         return self.has_decode_cache and getattr(self, "_use_decode_cache", True)
@@ -192,6 +207,7 @@ class Runtime:
         """The decode cache of `memory`, checked: its keys and values
         projected once, held in host memory as a dict of numpy arrays
         (`export.decode_interface`)."""
+        self._require_decode_cache()
         mems, mem_mask = _unpack(memory)
         cfg = self.config
         if batch_size is None:
@@ -265,10 +281,13 @@ class Runtime:
         return self._to_backend(np.ascontiguousarray(mems[:, rows, index]), valid[rows, index])
 
     # --------------------------------------------------------------- helpers
-    def _check_cache(self, cache, batch_size=None):
+    def _require_decode_cache(self):
         if not self.has_decode_cache:
-            raise TxlError("this export has no cached decode interface (re-export with "
-                           "--decode_cache)")
+            raise TxlError("this export has no cached decode interface of this version "
+                           "(re-export it with --decode_cache)")
+
+    def _check_cache(self, cache, batch_size=None):
+        self._require_decode_cache()
         from export.decode_interface import cache_shapes
         return check_decode_cache(cache, cache_shapes(self.config, self.mem_len), batch_size)
 

@@ -61,7 +61,7 @@ class SavedModelRuntime(Runtime):
     def has_decode_cache(self):
         # An export of an older decode interface (no `decode_read`) decodes
         # through `step_last`.
-        return self._decode_read_fn is not None
+        return self._usable_decode_graphs(self._decode_read_fn is not None)
 
     def _to_backend(self, mems, mem_mask):
         with tf.device(self._tf_device):

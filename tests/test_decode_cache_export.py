@@ -11,6 +11,7 @@ import pytest
 from export import open_runtime, run_export
 from export.decode_interface import (INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
                                      step_inputs)
+from export.metadata import ExportInfo
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
@@ -255,6 +256,25 @@ def test_without_the_decode_files_the_runtime_decodes_as_before(exported, tmp_pa
     runtime = open_runtime(str(tmp_path / "out"), backend="onnx", device="cpu")
     assert not runtime.has_decode_cache and not runtime.use_decode_cache
     assert runtime.generate([[1, 2]], 3, temperature=0.0).ids.shape == (1, 3)
+
+
+def test_an_export_with_keys_as_rows_decodes_through_step_last(exported, caplog):
+    """Exports before the keys-as-columns cache (no `decode_cache_layout` in
+    their metadata) hold keys the other way round: the runtime must not
+    write a token into that cache by this version's layout. It decodes
+    through `step_last`, with one warning, to the same ids."""
+    for backend in ("onnx", "saved_model"):
+        runtime = open_runtime(str(exported[1]), backend=backend, device="cpu")
+        want = runtime.generate([[1, 2, 3]], 6, temperature=0.0)
+        assert runtime.use_decode_cache
+        older = {k: v for k, v in runtime.info.values.items() if k != "decode_cache_layout"}
+        runtime.info = ExportInfo(older)
+        assert not runtime.has_decode_cache and not runtime.use_decode_cache
+        assert "re-export it to use the cache" in caplog.text
+        got = runtime.generate([[1, 2, 3]], 6, temperature=0.0)
+        np.testing.assert_array_equal(got.ids, want.ids)
+        with pytest.raises(ValueError, match="no cached decode interface"):
+            runtime.decode_init(runtime.initial_memory(1))
 
 
 def test_a_memory_read_back_from_a_temporary_is_still_right(exported):

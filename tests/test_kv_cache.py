@@ -41,10 +41,18 @@ def test_cached_steps_equal_plain_steps(name, filled):
     # the ring holds the memory rotated: compare in time order, slot by slot
     order = (np.asarray(cache.slot) + 1 + np.arange(5)) % 6
     valid = np.asarray(plain.mem_mask)[:, None, :, None]
-    for carried, recomputed in ((cache.keys, fresh.keys), (cache.values, fresh.values)):
-        for c, r in zip(carried, recomputed):
-            np.testing.assert_allclose(np.where(valid, np.asarray(c)[:, :, order], 0),
-                                       np.where(valid, np.asarray(r)[:, :, :5], 0), atol=2e-5)
+    for carried, recomputed in _keys_values_by_slot(cache, fresh):
+        np.testing.assert_allclose(np.where(valid, carried[:, :, order], 0),
+                                   np.where(valid, recomputed[:, :, :5], 0), atol=2e-5)
+
+
+def _keys_values_by_slot(*caches):
+    """Every layer's keys, then values, of each of `caches` as `[B, H, S,
+    d_head]` numpy arrays (the cache keeps keys as columns), zipped."""
+    def rows(cache):
+        return ([np.swapaxes(np.asarray(k), 2, 3) for k in cache.keys]
+                + [np.asarray(v) for v in cache.values])
+    return zip(*(rows(c) for c in caches))
 
 
 def test_cached_steps_under_xla_equal_eager():
@@ -107,7 +115,8 @@ def test_invalid_slots_never_reach_the_cache():
     garbage = Memory(tf.fill(memory.mems.shape, np.nan), memory.mem_mask)  # all slots invalid
     cache = core.decode_cache(garbage)
     cfg = core.config
-    assert cache.keys[0].shape == (3, cfg.n_head, cfg.mem_len + 1, cfg.d_head)
+    assert cache.keys[0].shape == (3, cfg.n_head, cfg.d_head, cfg.mem_len + 1)  # columns
+    assert cache.values[0].shape == (3, cfg.n_head, cfg.mem_len + 1, cfg.d_head)
     assert all(np.all(np.asarray(k) == 0) for k in cache.keys + cache.values + cache.mems)
     hidden, _ = core.cached_step(ids(3, 1)[:, 0], cache)
     want, _ = core.hidden_states(ids(3, 1), memory)
@@ -134,7 +143,9 @@ def test_filled_projects_only_the_newest_slots():
     x = ids(2, 1, seed=4)[:, 0]
     want, _ = core.cached_step(x, core.decode_cache(memory, filled=3))
     short = core.decode_cache(memory, filled=2)
-    assert not np.asarray(short.keys[0])[:, :, 2].any()  # the oldest valid slot, not projected
+    assert not np.asarray(short.keys[0])[..., 2].any()  # the oldest valid slot, not projected
+    assert not np.asarray(short.values[0])[:, :, 2].any()
+    assert np.asarray(short.keys[0])[..., 3].any()
     got, _ = core.cached_step(x, short)
     assert np.abs(np.asarray(got) - np.asarray(want)).max() > 1e-3
     for bad in (-1, 2.0, True):
@@ -159,10 +170,8 @@ def test_a_segment_on_the_cache_is_a_segment_on_its_memory(name):
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
         _assert_same_memory(core.cache_memory(cache), plain)
         fresh = core.decode_cache(plain)
-        for carried, recomputed in ((cache.keys, fresh.keys), (cache.values, fresh.values)):
-            for c, r in zip(carried, recomputed):
-                np.testing.assert_allclose(np.asarray(c)[:, :, :5], np.asarray(r)[:, :, :5],
-                                           atol=2e-5)
+        for carried, recomputed in _keys_values_by_slot(cache, fresh):
+            np.testing.assert_allclose(carried[:, :, :5], recomputed[:, :, :5], atol=2e-5)
     x = ids(2, 1, seed=9)
     want, _ = core.hidden_states(x, plain)
     got, _ = core.cached_step(x[:, 0], cache)

@@ -17,9 +17,9 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, after, in_slot_order,
-                                      keep_last, ring_memory, slot_order, with_free_slot,
-                                      write_slot)
+from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, after,
+                                      in_slot_order, keep_last, ring_memory, slot_order,
+                                      swap_key_layout, with_free_slot, write_slot)
 
 
 def as_config(config):
@@ -239,7 +239,7 @@ class TransformerXL(keras.layers.Layer):
             # The free slot's key and value are overwritten before any use.
             k, v = block.memory_keys_values(mems[i][:, empty:])
             pad = [[0, 0], [0, 0], [empty, 0], [0, 0]]
-            keys.append(tf.pad(k, pad) if empty else k)
+            keys.append(swap_key_layout(tf.pad(k, pad) if empty else k))
             values.append(tf.pad(v, pad) if empty else v)
         batch = tf.shape(memory.mem_mask)[0]
         slot = size - 1
@@ -287,10 +287,9 @@ class TransformerXL(keras.layers.Layer):
         token = CachedToken(*(tuple(after(t, output) for t in part) for part in token))
         keep = tf.zeros(tf.shape(output)[:1], tf.bool) if stopped is None else stopped
         slot, size = cache.slot, tf.shape(cache.valid)[1]
-        ring = {name: tuple(write_slot(r, t[:, None] if axis == 1 else t[:, :, None], slot,
-                                       axis, keep)
+        ring = {name: tuple(write_slot(r, tf.expand_dims(t, axis), slot, axis, keep)
                             for r, t in zip(getattr(cache, name), getattr(token, name)))
-                for name, axis in (("mems", 1), ("keys", 2), ("values", 2))}
+                for name, axis in RING_AXES.items()}
         valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep)
         row_slot = tf.where(keep, cache.row_slot, tf.math.floormod(slot + 1, size))
         return output, cache._replace(**ring, valid=valid, slot=tf.math.floormod(slot + 1, size),
@@ -310,20 +309,25 @@ class TransformerXL(keras.layers.Layer):
         def in_time_order(ring, axis):
             return tf.gather(ring, index, axis=axis, batch_dims=1)
 
+        def newest(old, new):
+            """The last M of concat(memory, segment) `[B, H, len, d_head]`, as
+            `update_memory` keeps, and the free slot."""
+            return with_free_slot(keep_last(tf.concat([old, new], 2), 2, size - 1), 2)
+
         memory = Memory(tf.stack([in_time_order(m, 1) for m in cache.mems]),
                         in_time_order(cache.valid, 1))
         output, pos_emb, visible, memory, _ = self._inputs(token_ids, memory, False, None)
         layer_inputs, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(output)
-            mem_keys, mem_values = (in_time_order(ring[i], 2) for ring in (cache.keys,
-                                                                          cache.values))
+            # Keys as rows here: gathers, concatenations and slices along the
+            # last axis of the columns cost TensorFlow several times more.
+            mem_keys = in_time_order(swap_key_layout(cache.keys[i]), 2)
+            mem_values = in_time_order(cache.values[i], 2)
             output, k, v = block.call_on_keys(output, pos_emb, mem_keys, mem_values, visible,
                                               *self._biases(i))
-            # The last M of concat(memory, segment), as `update_memory` keeps.
-            keys.append(with_free_slot(keep_last(tf.concat([mem_keys, k], 2), 2, size - 1), 2))
-            values.append(with_free_slot(keep_last(tf.concat([mem_values, v], 2), 2, size - 1),
-                                         2))
+            keys.append(swap_key_layout(newest(mem_keys, k)))
+            values.append(newest(mem_values, v))
         new = update_memory(_float32(memory), tf.stack(layer_inputs))
         batch = tf.shape(new.mem_mask)[0]
         return output, cache._replace(

@@ -112,7 +112,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         cached keys and values (`layers.ring_cache`), read-only: inputs
         `[B, d]`; keys, values `[B, H, S, d_head]`, whose slot `at_slot`
         (bool `[S]`, one True) is stale or already holds this position:
-        its own key and value are used there; hidden: float32 `[B, 1, S]`,
+        its own key and value are used there (keys as columns, `[B, H,
+        d_head, S]`: `layers.ring_cache`); hidden: float32 `[B, 1, S]`,
         -1e30 at hidden slots; positions `[S, d_model]`, each slot's
         relative encoding in ring order. Returns `(outputs [B, d], key,
         value)`, the new position's key and value `[B, H, d_head]`."""
@@ -124,7 +125,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
         qu = (q + u) * self.scale
-        content = tf.matmul(qu, keys, transpose_b=True)  # [B, H, 1, S]
+        content = tf.matmul(qu, keys)  # [B, H, 1, S]
         slot_mask = at_slot[None, None, None, :]
         content = tf.where(slot_mask, tf.reduce_sum(qu * k_new, -1, keepdims=True), content)
         # (q + v)·(W_r r_j) = (W_r^T (q + v))·r_j: each head's query goes

@@ -28,8 +28,9 @@ class DecodeCache(NamedTuple):
     """State of a one-token-at-a-time decode (`TransformerXL.decode_cache`).
 
     mems, keys, values: one tensor per layer: layer inputs float32
-        `[B, S, d_model]`, attention keys and values `[B, n_head, S, d_head]`
-        (compute dtype), S = M + 1 slots.
+        `[B, S, d_model]`, attention keys as columns `[B, n_head, d_head,
+        S]` and values `[B, n_head, S, d_head]` (compute dtype), S = M + 1
+        slots (`RING_AXES`: the slot axis of each).
     valid: bool `[B, S]`, slots holding a real state (the free slot's flag
         is stale until the next token is written there).
     slot: int32 scalar, the free slot the next token is written to.
@@ -48,6 +49,19 @@ class DecodeCache(NamedTuple):
     slot: tf.Tensor
     row_slot: tf.Tensor
     positions: tf.Tensor
+
+
+# The slot axis of each ring of a `DecodeCache`: keys are kept as columns, so
+# that a step's scores are a plain matmul of its query against them:
+# TensorFlow's batch matmul reads a transposed operand at about half the speed
+# (one query row over 2,101 keys at batch 16: 10.9 against 20.1 GB/s).
+RING_AXES = {"mems": 1, "keys": 3, "values": 2}
+
+
+def swap_key_layout(keys):
+    """Keys `[B, H, len, d_head]` as columns `[B, H, d_head, len]`, and back
+    (the same transpose)."""
+    return tf.transpose(keys, [0, 1, 3, 2])
 
 
 class CachedToken(NamedTuple):
@@ -118,7 +132,8 @@ def write_slot(ring, update, slot, axis, keep):
 
 def flat_cache(cache):
     """A `DecodeCache` as the tensors an exported graph passes in and out:
-    `{mems [L, B, S, d_model], keys, values [L, B, H, S, d_head], valid [B, S],
+    `{mems [L, B, S, d_model], keys [L, B, H, d_head, S], values [L, B, H, S,
+    d_head], valid [B, S],
     slot int32 [], row_slot int32 [B], positions [2S, d_model]}`."""
     return {"mems": tf.stack(cache.mems), "keys": tf.stack(cache.keys),
             "values": tf.stack(cache.values), "valid": cache.valid, "slot": cache.slot,
