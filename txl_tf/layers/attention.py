@@ -110,10 +110,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
         """Inference `call` for one new position per row over a ring of
         cached keys and values (`layers.ring_cache`), read-only: inputs
-        `[B, d]`; keys, values `[B, H, S, d_head]`, whose slot `at_slot`
-        (bool `[S]`, one True) is stale or already holds this position:
-        its own key and value are used there (keys as columns, `[B, H,
-        d_head, S]`: `layers.ring_cache`); hidden: float32 `[B, 1, S]`,
+        `[B, d]`; keys as columns `[B, H, d_head, S]`, values `[B, H, S,
+        d_head]`, whose slot `at_slot` (bool `[S]`, one True) is stale or
+        already holds this position: its own key and value are used
+        there; hidden: float32 `[B, 1, S]`,
         -1e30 at hidden slots; positions `[S, d_model]`, each slot's
         relative encoding in ring order. Returns `(outputs [B, d], key,
         value)`, the new position's key and value `[B, H, d_head]`."""
