@@ -29,6 +29,14 @@ At batch 1 also (`--turns`):
   the first call's seconds (compiling included), beside the evaluation throughput at that memory (`step` over segments of
   `tgt_len` on a full memory).
 
+At batch > 1 on the runtimes also (`--sessions`):
+- **sessions**: a `SessionTable` of that many sessions, each on its own full
+  memory: ms per step on the decode cache's slab, beside the runtime's own
+  step on the slab's rows without the table (`next_cached`; the two
+  alternate over 3 rounds; `÷ own` is the median of the rounds' ratios), and ms per step of the same table through
+  `step_last` (the table without the cache: every step projects every
+  memory again).
+
 Prints a table and writes JSON.
 """
 import json
@@ -56,6 +64,7 @@ SPEC = (
            "saved_model."),
     option("integer", "tokens", 16, "Timed steps per measurement."),
     option("bool", "turns", True, "Also time a conversation turn and a prompt read (batch 1)."),
+    option("bool", "sessions", True, "Also time a session table (runtimes, batch > 1)."),
     option("string", "work_dir", None, "Where the exports go (default: a temporary folder)."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
@@ -170,6 +179,36 @@ def time_prompt(backend, config, mem_len, step):
             "prompt_over_eval": (mem_len / read) / (config.tgt_len / evaluate)}
 
 
+def time_sessions(runtime, config, mem_len, batch, tokens, rounds=3):
+    """`SessionTable` steps over `batch` sessions on full memories (see the
+    module's docstring)."""
+    import numpy as np
+    from export import SessionTable
+
+    def table(cached):
+        runtime.use_decode_cache = cached
+        sessions = SessionTable(runtime, max_batch=batch)
+        for i in range(batch):
+            sessions.open(i, [5], 10 ** 6, temperature=0.0,
+                          memory=full_memory(config, mem_len, 1, seed=i))
+        sessions.step()  # the sessions join the slab
+        return sessions
+    cached = table(True)
+    rows = cached.slab.batch()  # the same rows, stepped without the table
+    ids, stopped = np.full([batch], 5, np.int32), np.zeros([batch], np.bool_)
+    own, steps = [], []
+    for _ in range(rounds):
+        own.append(median_seconds(lambda rows=rows: runtime.next_cached(ids, stopped, rows),
+                                  tokens))
+        steps.append(median_seconds(cached.step, tokens))
+    del cached, rows  # before the second table's memories
+    step_last = median_seconds(table(False).step, 1)
+    runtime.use_decode_cache = True
+    return {"table_ms": statistics.median(steps) * 1e3,
+            "table_over_own": statistics.median(t / o for t, o in zip(steps, own)),
+            "table_step_last_ms": step_last * 1e3}
+
+
 def runtime_parts(runtime):
     """Seconds of a 32-id `decode_read` on a state's cache plus 32 steps."""
     import numpy as np
@@ -243,6 +282,8 @@ def run_preset(preset, o, bandwidth, work):
             if batch == 1 and o["turns"]:
                 row.update(time_turn(runner, memory, parts))
                 row.update(time_prompt(runner, config, mem_len, step))
+            if batch > 1 and o["sessions"] and backend != "xla":
+                row.update(time_sessions(runner, config, mem_len, batch, o["tokens"]))
             print(json.dumps(row), flush=True)
             rows.append(row)
         del runner
@@ -268,6 +309,14 @@ def run(o):
         print(f"| {r['preset']} | {r['mem_len']} | {r['backend']} | {r['batch']} | "
               f"{r['per_token_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['bound_ms']:.1f} | "
               f"{r['over_bound']:.2f} | {turn} |")
+    sessions = [r for r in rows if "table_ms" in r]
+    if sessions:
+        print("\n| preset | backend | sessions | table ms / step | ÷ own batch step | "
+              "through step_last ms |")
+        print("|---|---|---|---|---|---|")
+    for r in sessions:
+        print(f"| {r['preset']} | {r['backend']} | {r['batch']} | {r['table_ms']:.1f} | "
+              f"{r['table_over_own']:.2f} | {r['table_step_last_ms']:.0f} |")
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)

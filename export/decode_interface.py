@@ -194,8 +194,8 @@ def aligned_empty(shape, dtype):
 def take_rows(cache, rows):
     """The host cache of `rows` (a copy)."""
     rows = np.asarray(rows)
-    return host_cache({name: (value[:, rows] if name in _BATCH_SECOND else
-                              value[rows] if name in _BATCH_FIRST else value)
+    return host_cache({name: (value[:, rows] if BATCH_AXES.get(name) == 1 else
+                              value[rows] if BATCH_AXES.get(name) == 0 else value)
                        for name, value in cache.items()})
 
 
@@ -204,15 +204,19 @@ def concat_rows(caches):
     alike: `slot` must be the same in all, as after a `decode_read`)."""
     if len({int(c["slot"]) for c in caches}) != 1:
         raise ValueError("caches with different ring positions cannot be joined")
-    return host_cache({name: (np.concatenate([c[name] for c in caches], 1)
-                              if name in _BATCH_SECOND else
-                              np.concatenate([c[name] for c in caches], 0)
-                              if name in _BATCH_FIRST else caches[0][name])
+    return host_cache({name: (np.concatenate([c[name] for c in caches], BATCH_AXES[name])
+                              if name in BATCH_AXES else caches[0][name])
                        for name in CACHE_NAMES})
 
 
-_BATCH_SECOND = ("cache_mems", "keys", "values")
-_BATCH_FIRST = ("valid", "row_slot")
+# The batch axis of each per-row array of a host cache (the others are shared).
+BATCH_AXES = {"cache_mems": 1, "keys": 1, "values": 1, "valid": 0, "row_slot": 0}
+
+
+def ring_axis(name):
+    """The slot axis of the host cache's ring `name` (`cache_mems`, `keys`,
+    `values` or `valid`): `RING_AXES`' plus the stacked layers' axis."""
+    return 1 if name == "valid" else RING_AXES["mems" if name == "cache_mems" else name] + 1
 
 
 def step_feeds(cache):
@@ -246,7 +250,5 @@ def write_token(cache, outputs, stopped):
 
 
 def _at_slot(ring, name, slot):
-    """The view of the ring `name` (`cache_mems`, `keys` or `values`) at one
-    slot: its slot axis is `RING_AXES`' plus the stacked layers' axis."""
-    axis = RING_AXES["mems" if name == "cache_mems" else name] + 1
-    return ring[(slice(None),) * axis + (slot,)]
+    """The view of the ring `name` (`cache_mems`, `keys` or `values`) at one slot."""
+    return ring[(slice(None),) * ring_axis(name) + (slot,)]

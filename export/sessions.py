@@ -9,24 +9,31 @@ while table.active():
 out = table.close("alice")          # a txl_tf.Generation of one row
 ```
 Each session keeps its own memory, sampling settings, seed, stop ids and
-counters. A step gathers up to `max_batch` live sessions' rows into one
-batch (round robin), samples with the shared sampler, runs one backend step
-and scatters the new memory back; a session's ids are exactly what it gets
-alone (`runtime.generate([prompt], n, ...)` with its seed), whoever shares
-its batches. Prompts are read when a session opens, alone. The memory goes
-through the host on every gather (numpy); a GPU server would keep a
-device-resident slab and gather rows inside the graph.
+counters; a session's ids are exactly what it gets alone
+(`runtime.generate([prompt], n, ...)` with its seed), whoever shares its
+batches. Prompts are read when a session opens, alone.
+
+On a runtime with the cached decode interface (an export made with it) the
+table keeps the running sessions' decode caches in one slab
+(`export.cache_slab`): a session joins it when a row is free, in the order
+the sessions opened, and leaves when it is done; a step reads and writes the
+slab in place, so a step costs what a step of the runtime's own batch costs
+(no cache is copied per step, no memory projected again). Elsewhere (the
+compiled `Decoder`, an older export) a step gathers up to `max_batch` live
+sessions' memories into one batch (round robin), runs `step_last` and splits
+the new memory back, through the host.
 """
 import collections
 from typing import NamedTuple
 
 import numpy as np
 
-from txl_tf.checks.inputs import NonFiniteMemoryError
+from export.cache_slab import CacheSlab
+from txl_tf.checks.inputs import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.flow import prefill
-from txl_tf.generation.request import (Generation, DecodeState, check_count, check_pad_id,
-                                   check_prompts, make_rows, seen_mask)
+from txl_tf.generation.request import (Generation, DecodeState, HeldCache, check_count,
+                                       check_pad_id, check_prompts, make_rows, seen_mask)
 from txl_tf.generation.sampling import Sampling
 from txl_tf.generation.sampling_numpy import choose
 
@@ -50,11 +57,16 @@ class SessionTable:
         config = getattr(backend, "config", None) or backend.core.config
         self.segment_len = int(segment_len or config.tgt_len)
         self._sessions = {}
-        self._queue = collections.deque()  # live session ids, next served first
+        # Live session ids: next served first (on the slab: waiting to join it).
+        self._queue = collections.deque()
+        self._slab = CacheSlab(max_batch) if getattr(backend, "use_decode_cache", False) \
+            else None
 
     def open(self, session_id, prompt, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
-             repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0):
-        """Reads `prompt` (1-D ids) for a new session."""
+             repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None):
+        """Reads `prompt` (1-D ids) for a new session, on `memory` (one
+        stream's, e.g. a `Generation`'s or `step`'s: a text read once that
+        many sessions go on from) or an empty memory."""
         if session_id in self._sessions:
             raise TxlError(f"session {session_id!r} is already open")
         n_token = self.backend.n_token
@@ -62,8 +74,9 @@ class SessionTable:
         budget = check_count("max_new_tokens", max_new_tokens)
         rows = make_rows(n_token, 1, seed, stop_ids, Sampling(temperature, top_k, top_p,
                                                              repetition_penalty))
-        log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
-                                    self.segment_len)
+        if memory is None:
+            memory = self.backend.initial_memory(1)
+        log_probs, memory = prefill(self.backend, prompts, memory, self.segment_len)
         # `done` means stopped by a stop id: a session that used its budget
         # can go on from `close(id).state`.
         state = DecodeState(log_probs, memory, seen_mask(prompts, n_token),
@@ -73,49 +86,56 @@ class SessionTable:
         if budget:
             self._queue.append(session_id)
 
+    @property
+    def slab(self):
+        """The running sessions' `CacheSlab` (rows in `slab.keys` order), or
+        None when the backend has no cached decode interface."""
+        return self._slab
+
     def active(self):
         """Ids of the sessions still generating."""
-        return list(self._queue)
+        return (self._slab.keys if self._slab is not None else []) + list(self._queue)
 
     def step(self):
         """One batched step for up to `max_batch` live sessions; `{id: new id}`."""
-        served = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+        served = self._serve()
         if not served:
             return {}
         states = [self._sessions[s].state for s in served]
-        batch = DecodeState(np.concatenate([s.next_log_probs for s in states]),
-                            self.backend.concat([s.memory for s in states]),
-                            np.concatenate([s.seen for s in states]),
-                            np.concatenate([s.counters for s in states]),
-                            np.zeros(len(served), np.bool_),
-                            type(states[0].rows).concat([s.rows for s in states]), 0)
         ids, chosen, seen, counters, stopped = choose(
-            batch.next_log_probs, batch.rows, batch.seen, batch.counters, batch.done, 0)
-        try:
-            log_probs, memory = self.backend.step_last(ids[:, None], batch.memory)
-        except NonFiniteMemoryError as err:  # the others wait for the next step
-            self._queue.extendleft(reversed([s for i, s in enumerate(served)
-                                             if i not in err.rows]))
-            raise err.in_batch(served) from None
-        memories = self.backend.split(memory)
+            np.concatenate([s.next_log_probs for s in states]),
+            type(states[0].rows).concat([s.rows for s in states]),
+            np.concatenate([s.seen for s in states]),
+            np.concatenate([s.counters for s in states]), np.zeros(len(served), np.bool_), 0)
+        if self._slab is None:
+            log_probs, memories = self._step_memories(served, states, ids)
+        else:
+            log_probs, memories = self._step_slab(served, ids), [None] * len(served)
         for i, sid in enumerate(served):
             session = self._sessions[sid]
             session.ids.append(int(ids[i]))
             session.log_probs.append(float(chosen[i]))
-            self._sessions[sid] = session._replace(state=session.state._replace(
-                next_log_probs=log_probs[i:i + 1], memory=memories[i],
-                seen=seen[i:i + 1], counters=counters[i:i + 1], done=stopped[i:i + 1]))
-            if not stopped[i] and len(session.ids) < session.budget:
+            state = session.state._replace(
+                next_log_probs=log_probs[i:i + 1], seen=seen[i:i + 1],
+                counters=counters[i:i + 1], done=stopped[i:i + 1])
+            self._sessions[sid] = session._replace(
+                state=state if memories[i] is None else state._replace(memory=memories[i]))
+            goes_on = not stopped[i] and len(session.ids) < session.budget
+            if self._slab is None and goes_on:
                 self._queue.append(sid)
+            elif self._slab is not None and not goes_on:
+                self._leave_slab(sid)
         return {sid: int(token) for sid, token in zip(served, ids)}
 
     def run(self):
         """Steps until every session is done."""
-        while self._queue:
+        while self.active():
             self.step()
 
     def close(self, session_id):
         """Removes a session; its `Generation` (one row, ids so far)."""
+        if self._slab is not None and session_id in self._slab.keys:
+            self._leave_slab(session_id)
         session = self._sessions.pop(session_id)
         if session_id in self._queue:
             self._queue.remove(session_id)
@@ -123,6 +143,51 @@ class SessionTable:
         return Generation(np.array([session.ids], np.int32).reshape(1, n),
                           np.array([session.log_probs], np.float32).reshape(1, n),
                           np.array([n], np.int32), session.state.memory, session.state)
+
+    # --------------------------------------------------------------- helpers
+    def _serve(self):
+        """The ids of the sessions this step runs, in batch order."""
+        if self._slab is None:  # round robin
+            return [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+        while self._queue and not self._slab.full():
+            sid = self._queue.popleft()
+            self._slab.admit(sid, self.backend.decode_init(self._sessions[sid].state.memory, 1))
+        return list(self._slab.keys)
+
+    def _step_memories(self, served, states, ids):
+        """`step_last` on the served sessions' memories; `(log-probs, one
+        memory per session)`."""
+        try:
+            log_probs, memory = self.backend.step_last(
+                ids[:, None], self.backend.concat([s.memory for s in states]))
+        except NonFiniteMemoryError as err:  # the others wait for the next step
+            self._queue.extendleft(reversed([s for i, s in enumerate(served)
+                                             if i not in err.rows]))
+            raise err.in_batch(served) from None
+        return log_probs, self.backend.split(memory)
+
+    def _step_slab(self, served, ids):
+        """One step on the slab, in place; its log-probs. Sessions whose
+        log-probs are not finite leave the slab and the step is taken back
+        for all (the others run it again at the next step)."""
+        self._slab.mark()
+        log_probs = self.backend.next_cached(ids, np.zeros(len(served), np.bool_),
+                                             self._slab.batch())
+        try:
+            return check_finite_outputs(log_probs)
+        except NonFiniteMemoryError as err:
+            self._slab.undo()
+            for row in err.rows:
+                self._leave_slab(served[row])
+            raise err.in_batch(served) from None
+
+    def _leave_slab(self, session_id):
+        """Takes a session's cache out of the slab into its state (the memory
+        it holds, and the cache for a resume on this backend)."""
+        cache = self._slab.evict(session_id)
+        session = self._sessions[session_id]
+        self._sessions[session_id] = session._replace(state=session.state._replace(
+            memory=self.backend.cache_memory(cache), cache=HeldCache(self.backend, cache)))
 
 
 __all__ = ["SessionTable"]

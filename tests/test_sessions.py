@@ -1,22 +1,40 @@
 """The session table: sessions interleaved in shared batches get exactly what
-each gets alone."""
+each gets alone, on the decode cache's slab (ONNX Runtime, SavedModel) and
+through `step_last` (an export without the cache, the compiled decoder)."""
 import keras
 import numpy as np
 import pytest
 
-from export import SessionTable, export_onnx, open_runtime
+from export import SessionTable, open_runtime, run_export
+from export.cache_slab import CacheSlab
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig
+from txl_tf.weights import save_pretrained
 
 N_TOKEN = 40
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
+def exported(tmp_path_factory):
     keras.utils.set_random_seed(3)
     core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3))
-    path = str(tmp_path_factory.mktemp("sessions") / "model.onnx")
-    export_onnx(core, path, 16, log_probs="last")
-    return open_runtime(path, device="cpu")
+    root = tmp_path_factory.mktemp("sessions")
+    save_pretrained(core, root / "model")
+    run_export(str(root / "out"), str(root / "model"), mem_len=16, log_probs="last",
+               verify=False)
+    return root / "out"
+
+
+@pytest.fixture(scope="module", params=["onnx", "saved_model", "onnx_step_last"])
+def runtime(request, exported):
+    runtime = open_runtime(str(exported), backend=request.param.replace("_step_last", ""), device="cpu")
+    runtime.use_decode_cache = request.param != "onnx_step_last"
+    assert runtime.use_decode_cache == (request.param != "onnx_step_last")
+    return runtime
+
+
+@pytest.fixture(scope="module", params=["onnx", "saved_model"])
+def cached_runtime(request, exported):
+    return open_runtime(str(exported), backend=request.param, device="cpu")
 
 
 SESSIONS = {  # id: (prompt, max_new_tokens, settings)
@@ -47,6 +65,44 @@ def test_interleaved_sessions_get_what_they_get_alone(runtime):
         np.testing.assert_allclose(got.log_probs[0], alone.log_probs[0, :length], atol=1e-5)
         np.testing.assert_allclose(got.memory.numpy()[0], alone.memory.numpy()[0], atol=1e-5)
     assert not table.active()
+
+
+def test_the_table_keeps_cached_sessions_in_one_slab(cached_runtime):
+    runtime = cached_runtime
+    table = SessionTable(runtime, max_batch=2)
+    for sid in "abc":
+        table.open(sid, *SESSIONS[sid][:2], **SESSIONS[sid][2])
+    table.step()
+    first = table.slab.batch()
+    table.step()
+    assert table.slab.keys == ["a", "b"] and table.active() == ["a", "b", "c"]
+    for name, view in table.slab.batch().items():  # stepped in place, not copied
+        assert np.shares_memory(view, first[name]), name
+
+
+def test_the_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(cached_runtime):
+    runtime = cached_runtime
+    rng = np.random.default_rng(0)
+    caches = []
+    for steps in (0, 3, 21):  # different ring slots (21 wraps a ring of 17)
+        cache = runtime.decode_init(runtime.initial_memory(1))
+        for _ in range(steps):
+            runtime.decode_step(rng.integers(0, N_TOKEN, 1), cache)
+        caches.append(cache)
+    assert len({int(c["slot"]) for c in caches}) == 3
+    slab = CacheSlab(3)
+    for key, cache in enumerate(caches):
+        slab.admit(key, runtime.copy_cache(cache))
+    token = rng.integers(0, N_TOKEN, 3)
+    together = runtime.next_cached(token, np.zeros(3, np.bool_), slab.batch())
+    for key in (1, 0, 2):  # rows move as others leave
+        back = slab.evict(key)
+        alone = runtime.decode_step(token[key:key + 1], caches[key])[0]
+        np.testing.assert_allclose(together[key:key + 1], alone, atol=1e-5)
+        for got, want in zip(runtime.cache_memory(back).numpy(),
+                             runtime.cache_memory(caches[key]).numpy()):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+    assert not len(slab)
 
 
 def test_the_table_also_runs_over_the_compiled_decoders_backend(runtime):
@@ -105,3 +161,23 @@ def test_a_session_with_a_non_finite_memory_is_named_and_the_others_go_on(runtim
     prompt, n, settings = SESSIONS["a"]
     np.testing.assert_array_equal(table.close("a").ids[0], runtime.generate([prompt], n,
                                                                            **settings).ids[0])
+
+
+def test_sessions_go_on_from_a_memory_read_once(runtime):
+    from txl_tf import NonFiniteMemoryError
+    _, shared = runtime.step(np.array([[3, 1, 4, 1, 5, 9, 2, 6]], np.int32))
+    table = SessionTable(runtime, max_batch=2)
+    for sid in "ac":
+        table.open(sid, *SESSIONS[sid][:2], memory=shared, **SESSIONS[sid][2])
+    table.run()
+    for sid in "ac":
+        prompt, n, settings = SESSIONS[sid]
+        alone = runtime.generate([prompt], n, memory=shared, **settings)
+        np.testing.assert_array_equal(table.close(sid).ids[0],
+                                      alone.ids[0, :int(alone.lengths[0])])
+    mems, mem_mask = shared.numpy()
+    mems[1, 0, -1] = np.inf
+    with pytest.raises(NonFiniteMemoryError):
+        table.open("x", [1], 3, memory=(mems, mem_mask))
+    with pytest.raises(ValueError, match="batch"):
+        table.open("y", [1], 3, memory=runtime.initial_memory(2))
