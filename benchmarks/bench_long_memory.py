@@ -37,6 +37,12 @@ At batch > 1 on the runtimes also (`--sessions`):
   `step_last` (the table without the cache: every step projects every
   memory again).
 
+With `triton` in `--backends`: the Triton repository's two models run in
+onnxruntime as Triton's sequence batcher runs them (the state fed back as
+the next input), one id per request on a full memory: the step model (the
+memory as layer inputs, projected again every request) and the cached
+model (the memory as keys and values, written whole every request).
+
 Prints a table and writes JSON.
 """
 import json
@@ -61,7 +67,7 @@ SPEC = (
            "for enwik8_base / wt103_base, else the preset's)."),
     option("string", "batch_sizes", "1,16", "Comma-separated batch sizes."),
     option("string", "backends", "xla,onnx,saved_model", "Comma-separated: xla, onnx, "
-           "saved_model."),
+           "saved_model, triton."),
     option("integer", "tokens", 16, "Timed steps per measurement."),
     option("bool", "turns", True, "Also time a conversation turn and a prompt read (batch 1)."),
     option("bool", "sessions", True, "Also time a session table (runtimes, batch > 1)."),
@@ -209,6 +215,38 @@ def time_sessions(runtime, config, mem_len, batch, tokens, rounds=3):
             "table_step_last_ms": step_last * 1e3}
 
 
+def time_triton(repo, config, mem_len, batch, tokens):
+    """`{"triton_step_ms", "triton_cached_ms"}`: ms per one-id request of the
+    repository's step and cached models on a full memory (onnxruntime, CPU)."""
+    import numpy as np
+    import onnxruntime as ort
+    from export.triton import model_file
+    from export.triton_cached import state_names, state_shapes
+    rng = np.random.default_rng(0)
+    ids = np.full([batch, 1], 5, np.int32)
+    mems, mem_mask = full_memory(config, mem_len, batch)
+    shapes = state_shapes(config, mem_len)
+    states = {"step": {"mems": np.ascontiguousarray(np.transpose(mems, [1, 0, 2, 3])),
+                       "mem_mask": mem_mask},
+              "cached": {name: (np.ones([batch, mem_len], np.bool_) if name == "mem_mask" else
+                                rng.normal(size=[batch] + shapes[name]).astype(np.float32))
+                         for name, _ in state_names(config.n_layer)}}
+    pairs = {"step": [("mems", "new_mems"), ("mem_mask", "new_mem_mask")],
+             "cached": state_names(config.n_layer)}
+    result = {}
+    for kind, name in (("step", "txl"), ("cached", "txl_cached")):
+        session = ort.InferenceSession(model_file(repo, name), providers=["CPUExecutionProvider"])
+        outputs = [o.name for o in session.get_outputs()]
+        state = states[kind]
+
+        def request(session=session, outputs=outputs, state=state, pairs=pairs[kind]):
+            out = dict(zip(outputs, session.run(None, {"token_ids": ids, **state})))
+            state.update({name: out[new] for name, new in pairs})
+        result[f"triton_{kind}_ms"] = median_seconds(request, tokens) * 1e3
+        del session
+    return result
+
+
 def runtime_parts(runtime):
     """Seconds of a 32-id `decode_read` on a state's cache plus 32 steps."""
     import numpy as np
@@ -250,16 +288,27 @@ def run_preset(preset, o, bandwidth, work):
     mem_len = config.mem_len
     core = TransformerXL(config)
     backends = [b.strip() for b in o["backends"].split(",") if b.strip()]
-    formats = tuple(b for b in backends if b in ("onnx", "saved_model"))
+    formats = tuple(b for b in backends if b in ("onnx", "saved_model", "triton"))
     folder = os.path.join(work, preset)
     if formats:
         save_pretrained(core, os.path.join(folder, "model"))
         start = time.perf_counter()
         run_export(os.path.join(folder, "out"), os.path.join(folder, "model"), formats=formats,
-                   verify=False, overwrite=True)
+                   verify=False, overwrite=True, log_probs="last" if "triton" in formats
+                   else "all")
         print(f"{preset}: exported in {time.perf_counter() - start:.0f} s", flush=True)
     rows = []
     for backend in backends:
+        if backend == "triton":
+            for batch in [int(b) for b in o["batch_sizes"].split(",")]:
+                bound_ms = step_bytes(config, mem_len, batch) / bandwidth * 1e3
+                row = {"preset": preset, "mem_len": mem_len, "backend": backend,
+                       "batch": batch, "bound_ms": bound_ms,
+                       **time_triton(os.path.join(folder, "out", "triton"), config, mem_len,
+                                     batch, o["tokens"])}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+            continue
         if backend == "xla":
             runner = Decoder(core, mem_len=mem_len)
 
@@ -301,6 +350,8 @@ def run(o):
     print("| preset | memory | backend | batch | ms / token | tokens/s | bound ms | ÷ bound | "
           "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval | prompt first s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    triton = [r for r in rows if "triton_step_ms" in r]
+    rows = [r for r in rows if "triton_step_ms" not in r]
     for r in rows:
         turn = (f"{r['turn_ms']:.0f} | {r['turn_over_parts']:.2f} | "
                 f"{r['turn_on_memory_ms']:.0f} | {r['prompt_tokens_per_s']:.0f} | "
@@ -317,6 +368,14 @@ def run(o):
     for r in sessions:
         print(f"| {r['preset']} | {r['backend']} | {r['batch']} | {r['table_ms']:.1f} | "
               f"{r['table_over_own']:.2f} | {r['table_step_last_ms']:.0f} |")
+    if triton:
+        print("\n| preset | batch | bound ms | Triton step model ms (÷ bound) | "
+              "cached model ms (÷ bound) |")
+        print("|---|---|---|---|---|")
+    for r in triton:
+        print(f"| {r['preset']} | {r['batch']} | {r['bound_ms']:.1f} | "
+              f"{r['triton_step_ms']:.1f} ({r['triton_step_ms'] / r['bound_ms']:.2f}) | "
+              f"{r['triton_cached_ms']:.1f} ({r['triton_cached_ms'] / r['bound_ms']:.2f}) |")
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)

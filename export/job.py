@@ -34,6 +34,7 @@ from export.serving_module import LOG_PROBS_MODES
 from export.staging import staged_folder
 from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_options,
                            model_file, write_triton_repository)
+from export.triton_cached import SUFFIX as CACHED_SUFFIX, check_cached_model
 from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
 
@@ -242,6 +243,9 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
     if "triton" in formats:
         path = model_file(os.path.join(out, TRITON_DIR), triton_model_name)
         report["triton"] = check_triton_model(reference, path, segments, tolerance)
+        cached = model_file(os.path.join(out, TRITON_DIR), triton_model_name + CACHED_SUFFIX)
+        if os.path.isfile(cached):
+            report["triton_cached"] = check_cached_model(reference, cached, segments, tolerance)
     logging.info("parity with the Keras core: %s", report)
     return report
 

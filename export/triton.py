@@ -4,6 +4,7 @@
 repo_dir/txl/config.pbtxt         sequence batching, memory as implicit state
 repo_dir/txl/1/model.onnx         (+ model.onnx.data past 2 GB of weights)
 repo_dir/txl/initial_state/       only for a zero-filled start (mem_mask all True)
+repo_dir/txl_cached/              the memory as keys and values (`export.triton_cached`)
 ```
 Triton keeps each sequence's memory (`mems` → `new_mems`, `mem_mask` →
 `new_mem_mask`) between its requests; a client sends only `token_ids`
@@ -23,7 +24,9 @@ import numpy as np
 from export.metadata import ExportInfo
 from export.onnx_export import DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_onnx
 from export.parity import ParityError, max_differences
+from export import triton_cached
 from export.serving_module import LOG_PROBS_MODES
+from export.triton_config import config_text, state_text
 from txl_tf.errors import TxlError
 
 DEFAULT_MODEL_NAME = "txl"
@@ -59,39 +62,24 @@ def triton_model_config(config, mem_len, model_name=DEFAULT_MODEL_NAME, log_prob
     if expose_memory:
         outputs += [("new_mems", "TYPE_FP32", mems), ("new_mem_mask", "TYPE_BOOL", mask)]
     mask_start = (f'data_file: "{MASK_ALL_TRUE_FILE}"' if zero_filled else "zero_data: true")
-    lines = [
-        f'name: "{model_name}"',
-        'backend: "onnxruntime"',
-        f"max_batch_size: {int(max_batch_size)}",
-        "input [",
-        _tensor("token_ids", "TYPE_INT32", [-1]),
-        "]",
-        "output [",
-        ",\n".join(_tensor(*o) for o in outputs),
-        "]",
-        "sequence_batching {",
-        f"  max_sequence_idle_microseconds: {int(max_sequence_idle_microseconds)}",
-        "  oldest {",
-        f"    max_candidate_sequences: {int(max_candidate_sequences)}",
-        f"    max_queue_delay_microseconds: {int(max_queue_delay_microseconds)}",
-        "  }",
-        "  state [",
-        _state("mems", "new_mems", "TYPE_FP32", mems, "zero_data: true", "zero memory") + ",",
-        _state("mem_mask", "new_mem_mask", "TYPE_BOOL", mask, mask_start,
-               "zero-filled memory" if zero_filled else "no valid slot"),
-        "  ]",
-        "}",
-    ]
-    return "\n".join(lines) + "\n"
+    states = [state_text("mems", "new_mems", "TYPE_FP32", mems, "zero_data: true",
+                         "zero memory"),
+              state_text("mem_mask", "new_mem_mask", "TYPE_BOOL", mask, mask_start,
+                         "zero-filled memory" if zero_filled else "no valid slot")]
+    return config_text(model_name, max_batch_size, outputs, states, max_candidate_sequences,
+                       max_queue_delay_microseconds, max_sequence_idle_microseconds)
 
 
 def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NAME,
                             log_probs="all", zero_filled=False, opset=DEFAULT_OPSET,
-                            external_data_threshold=EXTERNAL_DATA_THRESHOLD, **config_options):
+                            external_data_threshold=EXTERNAL_DATA_THRESHOLD, cached=True,
+                            **config_options):
     """Writes `repo_dir/model_name/` (config, version 1's batch-major
-    `model.onnx`, the initial-state file of a zero-filled start) and returns
-    the files written. `config_options` go to `triton_model_config`."""
-    config_text = triton_model_config(core.config, mem_len, model_name, log_probs,
+    `model.onnx`, the initial-state file of a zero-filled start) and, with
+    `cached` (not for a zero-filled start), `repo_dir/model_name_cached/`
+    (`export.triton_cached`); returns the files written. `config_options`
+    go to `triton_model_config`."""
+    text = triton_model_config(core.config, mem_len, model_name, log_probs,
                                       zero_filled, **config_options)
     model_dir = os.path.join(repo_dir, model_name)
     os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
@@ -104,10 +92,23 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
         path = os.path.join(model_dir, INITIAL_STATE_DIR, MASK_ALL_TRUE_FILE)
         np.ones([int(mem_len)], np.bool_).tofile(path)  # TYPE_BOOL: one byte a slot
         written.append(path)
-    path = os.path.join(model_dir, CONFIG_FILE)
+    written = [_write_text(os.path.join(model_dir, CONFIG_FILE), text)] + written
+    if cached and not zero_filled:
+        name = model_name + triton_cached.SUFFIX
+        os.makedirs(os.path.join(repo_dir, name, VERSION), exist_ok=True)
+        written.append(_write_text(os.path.join(repo_dir, name, CONFIG_FILE),
+                                   triton_cached.cached_config(core.config, mem_len, name,
+                                                               log_probs, **config_options)))
+        written += triton_cached.export_cached_onnx(
+            core, model_file(repo_dir, name), mem_len, log_probs, opset,
+            external_data_threshold)
+    return written
+
+
+def _write_text(path, text):
     with open(path, "w", encoding="utf-8") as f:
-        f.write(config_text)
-    return [path] + written
+        f.write(text)
+    return path
 
 
 def sequence_outputs(model_path, segments, providers=("CPUExecutionProvider",)):
@@ -176,27 +177,3 @@ def check_triton_model(reference, model_path, segments, tol=1e-4):
         raise ParityError(f"the Triton repository's model differs from the Keras core: "
                           f"{diff} (tolerance {tol})")
     return diff
-
-
-def _dims(dims):
-    return "[ " + ", ".join(str(int(d)) for d in dims) + " ]"
-
-
-def _tensor(name, data_type, dims):
-    return f'  {{\n    name: "{name}"\n    data_type: {data_type}\n    dims: {_dims(dims)}\n  }}'
-
-
-def _state(input_name, output_name, data_type, dims, start, start_name):
-    return "\n".join([
-        "    {",
-        f'      input_name: "{input_name}"',
-        f'      output_name: "{output_name}"',
-        f"      data_type: {data_type}",
-        f"      dims: {_dims(dims)}",
-        "      initial_state: {",
-        f"        data_type: {data_type}",
-        f"        dims: {_dims(dims)}",
-        f"        {start}",
-        f'        name: "{start_name}"',
-        "      }",
-        "    }"])

@@ -176,3 +176,31 @@ def test_a_segment_on_the_cache_is_a_segment_on_its_memory(name):
     want, _ = core.hidden_states(x, plain)
     got, _ = core.cached_step(x[:, 0], cache)
     np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp",
+                                  "pre_lnorm_untied_outputs"])
+def test_a_segment_on_keys_and_values_is_a_segment_on_their_memory(name):
+    """`segment_on_keys` (a memory held as keys and values in time order, no
+    layer inputs, no ring): segments of 1, 2, 4 and 7 ids from a memory
+    partly filled give what `hidden_states` gives, and the new keys and
+    values are those of the new memory."""
+    core = make_core(**CASES[name])
+    _, plain = core.hidden_states(ids(2, 3, seed=3), core.initial_memory(2, mem_len=5))
+
+    def keys_values(memory):
+        pairs = [block.rel_attn.memory_keys_values(m)
+                 for block, m in zip(core.blocks, tf.unstack(memory.mems))]
+        return [k for k, _ in pairs], [v for _, v in pairs]
+    keys, values = keys_values(plain)
+    mem_mask = plain.mem_mask
+    for length in (1, 2, 4, 7):
+        x = ids(2, length, seed=length)
+        want, plain = core.hidden_states(x, plain)
+        got, keys, values, mem_mask = core.segment_on_keys(x, keys, values, mem_mask)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+        np.testing.assert_array_equal(mem_mask, plain.mem_mask)
+        valid = np.asarray(mem_mask)[:, None, :, None]
+        for carried, recomputed in zip(keys + values, sum(keys_values(plain), [])):
+            np.testing.assert_allclose(np.where(valid, carried, 0),
+                                       np.where(valid, recomputed, 0), atol=2e-5)

@@ -15,6 +15,7 @@ from export import ExportError, export_onnx, open_runtime, run_export, save_mode
 from export.parity import ParityError, core_outputs, random_segments
 from export.triton import (check_triton_model, model_file, sequence_outputs,
                            triton_model_config, write_triton_repository)
+from export.triton_cached import cached_config, check_cached_model, sequence_log_probs
 from test_export_parity import random_core
 
 MEM_LEN = 8
@@ -61,7 +62,8 @@ def test_repository_layout(exported):
     out, files = exported
     repo = out / "repo"
     assert sorted(os.path.relpath(p, repo) for p in files) == [
-        "txl/1/model.onnx", "txl/config.pbtxt"]
+        "txl/1/model.onnx", "txl/config.pbtxt", "txl_cached/1/model.onnx",
+        "txl_cached/config.pbtxt"]
     assert sorted(os.listdir(repo / "txl")) == ["1", "config.pbtxt"]
 
 
@@ -172,6 +174,7 @@ def test_zero_filled_start_is_a_data_file_of_true(core, tmp_path):
     assert start["mem_mask"].WhichOneof("state_data") == "data_file"
     data = tmp_path / "zf" / "initial_state" / start["mem_mask"].data_file
     assert str(data) in files and data.read_bytes() == b"\x01" * 4  # TYPE_BOOL: 1 byte
+    assert not (tmp_path / "zf_cached").exists()  # a zero memory's keys are not zeros
     segments = random_segments(core.config.n_token, 2, 3, n_segments=2, seed=1)
     check_triton_model(core_outputs(core, segments, 4, zero_filled=True),
                        model_file(str(tmp_path), "zf"), segments)
@@ -184,8 +187,11 @@ def test_export_job_writes_and_checks_the_repository(core, tmp_path):
                         mem_len=4, log_probs="last",
                         triton_options={"model_name": "lm", "max_batch_size": 8})
     assert report["files"] == ["config.json", "triton/lm/1/model.onnx",
-                               "triton/lm/config.pbtxt", "export_report.json"]
-    assert set(report["parity"]) == {"triton"} and report["parity"]["triton"]["log_probs"] < 1e-4
+                               "triton/lm/config.pbtxt", "triton/lm_cached/1/model.onnx",
+                               "triton/lm_cached/config.pbtxt", "export_report.json"]
+    assert set(report["parity"]) == {"triton", "triton_cached"}
+    assert report["parity"]["triton"]["log_probs"] < 1e-4
+    assert report["parity"]["triton_cached"]["log_probs"] < 1e-4
     config = parse_config(out / "triton" / "lm" / "config.pbtxt")
     assert config.max_batch_size == 8
     assert onnx_interface(str(out / "triton" / "lm" / "1" / "model.onnx"))["log_probs"] == (
@@ -194,3 +200,51 @@ def test_export_job_writes_and_checks_the_repository(core, tmp_path):
         run_export(str(tmp_path / "none"), model_dir=str(tmp_path / "model"),
                    formats=["onnx", "triton"], mem_len=0)
     assert not (tmp_path / "none").exists()
+
+
+def test_the_cached_models_config_parses_and_matches_its_graph(exported, core):
+    out, _ = exported
+    cfg = core.config
+    config = parse_config(out / "repo" / "txl_cached" / "config.pbtxt")
+    interface = onnx_interface(model_file(str(out / "repo"), "txl_cached"))
+    assert (config.name, config.backend, config.max_batch_size) == ("txl_cached",
+                                                                    "onnxruntime", 4)
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("token_ids", model_config_pb2.TYPE_INT32, [-1])] == [
+        ("token_ids", *interface["token_ids"])]
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
+        ("log_probs", *interface["log_probs"])]
+    batching = config.sequence_batching
+    names = [f"{kind}_{i}" for kind in ("keys", "values") for i in range(cfg.n_layer)]
+    assert [(s.input_name, s.output_name) for s in batching.state] == [
+        (n, f"new_{n}") for n in names + ["mem_mask"]]
+    for state in batching.state:
+        dims = [MEM_LEN] if state.input_name == "mem_mask" else [cfg.n_head, MEM_LEN,
+                                                                 cfg.d_head]
+        assert list(state.dims) == dims
+        assert interface[state.input_name] == interface[state.output_name] == (
+            state.data_type, dims)
+        start = state.initial_state[0]
+        assert start.WhichOneof("state_data") == "zero_data" and list(start.dims) == dims
+    assert set(interface) == ({"token_ids", "log_probs"} | {s.input_name for s in batching.state}
+                              | {s.output_name for s in batching.state})
+    exposed = text_format.Parse(cached_config(cfg, 5, "c", "last", 2, expose_memory=True),
+                                model_config_pb2.ModelConfig())
+    assert {o.name: list(o.dims) for o in exposed.output}["new_mem_mask"] == [5]
+
+
+def test_the_cached_model_reads_what_the_core_reads(exported, core):
+    """Segments of 5 ids, then one-id requests (a decode): the memory (8)
+    fills and slides; log-probs as the core's, and streams batched by
+    Triton get what each gets alone."""
+    out, _ = exported
+    path = model_file(str(out / "repo"), "txl_cached")
+    segments = (random_segments(core.config.n_token, 3, 5, n_segments=2, seed=3)
+                + random_segments(core.config.n_token, 3, 1, n_segments=4, seed=4))
+    reference = core_outputs(core, segments, MEM_LEN)
+    assert check_cached_model(reference, path, segments)["log_probs"] < 1e-4
+    alone = sequence_log_probs(path, [s[1:2] for s in segments])
+    for batch, one in zip(sequence_log_probs(path, segments), alone):
+        np.testing.assert_allclose(batch[1:2], one, atol=1e-5, rtol=0)
+    with pytest.raises(ParityError, match="cached model"):
+        check_cached_model(core_outputs(core, segments[::-1], MEM_LEN), path, segments)

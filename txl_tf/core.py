@@ -335,6 +335,35 @@ class TransformerXL(keras.layers.Layer):
             keys=tuple(keys), values=tuple(values), valid=with_free_slot(new.mem_mask, 1),
             slot=size - 1, row_slot=tf.fill([batch], size - 1))
 
+    def segment_on_keys(self, token_ids, keys, values, mem_mask):
+        """Reads a segment (`token_ids [B, T]`) on a memory held as its
+        attention keys and values, in inference: one per layer, `[B, H, M,
+        d_head]` in time order, and `mem_mask [B, M]`. Returns `(hidden [B,
+        T, d_model], new keys, new values, new mem_mask)`: what
+        `hidden_states` gives on the memory those keys and values were
+        projected from, and the keys and values of the memory it leaves
+        (the last M positions). Keys of invalid slots must be finite (they
+        are hidden, not cleared). A serving state with no layer inputs and
+        no ring (the Triton repository's cached model)."""
+        cfg = self.config
+        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        mem_mask = tf.convert_to_tensor(mem_mask)
+        qlen, mem_len = tf.shape(token_ids)[1], tf.shape(mem_mask)[1]
+        output = self.word_emb(token_ids)
+        pos_emb = self.pos_emb(mem_len + qlen)
+        visible = attention_visibility(qlen, mem_mask, cfg.same_length,
+                                       cfg.same_length_convention, None)
+        new_keys, new_values = [], []
+        for i, block in enumerate(self.blocks):
+            output, k, v = block.call_on_keys(output, pos_emb, keys[i], values[i], visible,
+                                              *self._biases(i))
+            new_keys.append(keep_last(tf.concat([tf.cast(keys[i], k.dtype), k], 2), 2, mem_len))
+            new_values.append(keep_last(tf.concat([tf.cast(values[i], v.dtype), v], 2), 2,
+                                        mem_len))
+        new_mask = keep_last(tf.concat([mem_mask, tf.ones(tf.shape(token_ids), tf.bool)], 1),
+                             1, mem_len)
+        return output, new_keys, new_values, new_mask
+
     def cache_memory(self, cache):
         """The memory a `DecodeCache` holds, in time order (a `Memory`)."""
         return ring_memory(cache)
