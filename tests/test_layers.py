@@ -95,11 +95,15 @@ def test_adaptive_log_probs_normalise_and_match_nll(cutoffs, div_val):
 
 
 @pytest.mark.parametrize("cutoffs,div_val,tie", [((), 1, True), ((5, 9), 1, False),
-                                                 ((5, 9), 2, True), ((5, 9), 2, False)])
+                                                 ((5, 9), 1, True), ((5, 9), 2, True),
+                                                 ((5, 9), 2, False)])
 def test_decode_weights_give_the_same_log_probs(cutoffs, div_val, tie):
-    """The decoder's pre-transposed weights (projections included) change nothing."""
+    """The decoder's pre-transposed weights (projections included) change
+    nothing; nor does scoring one shared table in one matmul (`div_val` 1
+    with one projection) instead of bin by bin."""
     n_bins = len(cutoffs) + 1
     _, soft = _softmax_pair(cutoffs, div_val, tie_weight=tie, tie_projs=[tie] * n_bins)
+    assert soft._one_table() == (div_val == 1 and (tie or n_bins == 1))
     hidden = tf.constant(np.random.default_rng(2).normal(size=(4, 6)), tf.float32)
     np.testing.assert_allclose(soft.log_probs(hidden, soft.decode_weights()),
                                soft.log_probs(hidden), atol=1e-5)
