@@ -13,7 +13,7 @@ step's batch is a view of the slab's first rows.
 """
 import numpy as np
 
-from export.decode_interface import (BATCH_AXES, aligned_empty, ring_axis, take_rows)
+from export.decode_interface import BATCH_AXES, aligned_empty, ring_axis, take_rows
 
 
 class CacheSlab:
@@ -56,7 +56,7 @@ class CacheSlab:
         shift = (int(self._arrays["slot"]) - int(cache["slot"])) % size
         row = len(self.keys)
         for name in BATCH_AXES:
-            target = _row(self._arrays[name], name, row)
+            target = _rows(self._arrays[name], name, row, row + 1)
             if name == "row_slot":
                 target[...] = (cache[name] + shift) % size
             else:  # the ring moved on by `shift` slots
@@ -70,16 +70,15 @@ class CacheSlab:
         last = len(self.keys) - 1
         if row != last:
             for name in BATCH_AXES:
-                _row(self._arrays[name], name, row)[...] = _row(self._arrays[name], name, last)
+                array = self._arrays[name]
+                _rows(array, name, row, row + 1)[...] = _rows(array, name, last, last + 1)
             self.keys[row] = self.keys[last]
         self.keys.pop()
         return cache
 
     def batch(self):
         """The host cache of the rows in use (views: steps advance the slab)."""
-        n = len(self.keys)
-        views = {name: (value[:, :n] if BATCH_AXES[name] == 1 else value[:n])
-                 for name, value in self._arrays.items() if name in BATCH_AXES}
+        views = {name: _rows(self._arrays[name], name, 0, len(self.keys)) for name in BATCH_AXES}
         return {**views, "slot": self._arrays["slot"], "positions": self._arrays["positions"]}
 
     def mark(self):
@@ -105,6 +104,6 @@ def _with_rows(value, name, rows):
     return shape
 
 
-def _row(array, name, row):
-    """The view of one row of a cache array (its batch axis kept, size 1)."""
-    return array[(slice(None),) * BATCH_AXES[name] + (slice(row, row + 1),)]
+def _rows(array, name, start, stop):
+    """The view of rows `start:stop` of the cache array `name`."""
+    return array[(slice(None),) * BATCH_AXES[name] + (slice(start, stop),)]

@@ -194,8 +194,8 @@ def aligned_empty(shape, dtype):
 def take_rows(cache, rows):
     """The host cache of `rows` (a copy)."""
     rows = np.asarray(rows)
-    return host_cache({name: (value[:, rows] if BATCH_AXES.get(name) == 1 else
-                              value[rows] if BATCH_AXES.get(name) == 0 else value)
+    return host_cache({name: (np.take(value, rows, BATCH_AXES[name]) if name in BATCH_AXES
+                              else value)
                        for name, value in cache.items()})
 
 
