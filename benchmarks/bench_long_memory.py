@@ -48,6 +48,7 @@ Prints a table and writes JSON.
 import json
 import os
 import statistics
+import shutil
 import sys
 import tempfile
 import time
@@ -71,7 +72,8 @@ SPEC = (
     option("integer", "tokens", 16, "Timed steps per measurement."),
     option("bool", "turns", True, "Also time a conversation turn and a prompt read (batch 1)."),
     option("bool", "sessions", True, "Also time a session table (runtimes, batch > 1)."),
-    option("string", "work_dir", None, "Where the exports go (default: a temporary folder)."),
+    option("string", "work_dir", None,
+           "Where the exports go, kept (default: a temporary folder, removed at the end)."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
 )
@@ -343,8 +345,12 @@ def run(o):
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
     bandwidth = read_bandwidth()
     rows = []
-    for preset in [p.strip() for p in o["presets"].split(",") if p.strip()]:
-        rows += run_preset(preset, o, bandwidth, work)
+    try:
+        for preset in [p.strip() for p in o["presets"].split(",") if p.strip()]:
+            rows += run_preset(preset, o, bandwidth, work)
+    finally:  # a temporary folder's exports are gigabytes at the real presets
+        if not o["work_dir"]:
+            shutil.rmtree(work, ignore_errors=True)
     result = {"settings": o, "read_gb_per_s": bandwidth / 1e9, "rows": rows}
     print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s")
     print("| preset | memory | backend | batch | ms / token | tokens/s | bound ms | ÷ bound | "
