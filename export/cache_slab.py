@@ -13,7 +13,7 @@ step's batch is a view of the slab's first rows.
 """
 import numpy as np
 
-from export.decode_interface import BATCH_AXES, aligned_empty, ring_axis, take_rows
+from export.decode_interface import BATCH_AXES, host_empty, ring_axis, take_rows
 
 
 class CacheSlab:
@@ -46,8 +46,8 @@ class CacheSlab:
         if self.full():
             raise ValueError(f"the slab holds {self.capacity} streams already")
         if self._arrays is None:
-            self._arrays = {name: aligned_empty(_with_rows(value, name, self.capacity),
-                                                value.dtype)
+            self._arrays = {name: host_empty(name, _with_rows(value, name, self.capacity),
+                                             value.dtype)
                             for name, value in cache.items() if name in BATCH_AXES}
         if not self.keys:  # shared by every row
             self._arrays["slot"] = np.array(cache["slot"], np.int32)

@@ -172,7 +172,7 @@ def host_cache(tensors):
     for name in CACHE_NAMES:
         value = tensors[name]
         value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-        cache[name] = aligned_empty(value.shape, value.dtype)
+        cache[name] = host_empty(name, value.shape, value.dtype)
         cache[name][...] = value
     return cache
 
@@ -189,6 +189,33 @@ def aligned_empty(shape, dtype):
     raw = np.empty(count * dtype.itemsize + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def layer_aligned_empty(shape, dtype):
+    """An uninitialized numpy array `[L, ...]` each of whose `[i]` starts at
+    an `ALIGNMENT` boundary: every layer's bytes are padded up to a multiple
+    of it (the array is then not contiguous, its layers are)."""
+    dtype = np.dtype(dtype)
+    strides, size = [], dtype.itemsize
+    for dim in reversed(shape[1:]):
+        strides.insert(0, size)
+        size *= int(dim)
+    layer_stride = -(-size // ALIGNMENT) * ALIGNMENT
+    raw = np.empty(layer_stride * int(shape[0]) + ALIGNMENT, np.uint8)
+    return np.ndarray(shape, dtype, buffer=raw, offset=-raw.ctypes.data % ALIGNMENT,
+                      strides=[layer_stride] + strides)
+
+
+def host_empty(name, shape, dtype):
+    """An uninitialized array for the host cache's `name`. The rings stacked
+    by layer (`LAYER_STACKED`) start every layer at an `ALIGNMENT` boundary:
+    a step hands each layer to the graph on its own (`step_feeds`), and
+    TensorFlow takes an aligned buffer without a copy. (Stacked tight, the
+    layers of `wt103_base` at batch 1 start at odd multiples of 8 bytes:
+    their copies cost the SavedModel 12 ms a step.)"""
+    if name in LAYER_STACKED:
+        return layer_aligned_empty(shape, dtype)
+    return aligned_empty(shape, dtype)
 
 
 def take_rows(cache, rows):
@@ -209,6 +236,8 @@ def concat_rows(caches):
                        for name in CACHE_NAMES})
 
 
+# The host cache's rings stacked by layer (`[L, ...]`).
+LAYER_STACKED = ("cache_mems", "keys", "values")
 # The batch axis of each per-row array of a host cache (the others are shared).
 BATCH_AXES = {"cache_mems": 1, "keys": 1, "values": 1, "valid": 0, "row_slot": 0}
 

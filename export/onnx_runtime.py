@@ -157,8 +157,8 @@ class OnnxRuntime(Runtime):
         """`{output: numpy}` of a decode graph. With IO binding the inputs
         are bound as OrtValues: on the CPU each reads its numpy array in
         place (the cache's layer views are not copied). Outputs named in
-        `into` end up in those numpy arrays (on the CPU, written there by
-        the graph: no copy)."""
+        `into` end up in those numpy arrays (on the CPU, contiguous ones are
+        written there by the graph: no copy)."""
         session = self._decode_session(name)
         names = [o.name for o in session.get_outputs()]
         into = into or {}
@@ -171,7 +171,7 @@ class OnnxRuntime(Runtime):
             for key, value in bound.items():
                 binding.bind_ortvalue_input(key, value)
             for key in names:
-                if key in into and self.device == "cpu":
+                if key in into and self.device == "cpu" and into[key].flags.c_contiguous:
                     array = into[key]
                     binding.bind_output(key, "cpu", 0, array.dtype, list(array.shape),
                                         array.ctypes.data)

@@ -118,7 +118,9 @@ def _zero_copy(array):
     """`array` as a tf.Tensor: through DLPack, which hands TensorFlow the
     host's buffer without a copy (a numpy array converts by copying: the
     whole ring, every step), where TensorFlow accepts the buffer (float32,
-    aligned: it aborts the process on an unaligned one); else a copy."""
-    if array.dtype == np.float32 and array.ctypes.data % ALIGNMENT == 0:
+    contiguous, aligned: it aborts the process on an unaligned one); else a
+    copy."""
+    if (array.dtype == np.float32 and array.flags.c_contiguous
+            and array.ctypes.data % ALIGNMENT == 0):
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
     return tf.constant(array)

@@ -9,14 +9,18 @@ import onnxruntime as ort
 import pytest
 
 from export import open_runtime, run_export
-from export.decode_interface import (INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
-                                     step_inputs)
+from export.decode_interface import (ALIGNMENT, INIT_OUTPUTS, LAYER_STACKED, READ_INPUTS,
+                                     READ_OUTPUTS, STEP_OUTPUTS, copy_cache, step_feeds,
+                                     step_inputs, take_rows)
 from export.metadata import ExportInfo
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
-CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5)
+# Odd head sizes: a layer's ring is not a whole number of 64-byte lines, so
+# the host pads the stacked layers (`decode_interface.layer_aligned_empty`).
+CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5,
+                                    n_head=3, d_head=5)
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +72,24 @@ def test_a_cached_step_is_a_step_on_the_memory_it_holds(exported, runtime):
     # And not by accident: reading the segments whole gives other numbers.
     whole = core_outputs(core, segments, CONFIG.mem_len)
     assert max_differences(whole, cached_outputs(runtime, segments))["log_probs"] > 2e-5
+
+
+def test_every_layer_of_the_host_cache_starts_aligned(runtime):
+    """What lets TensorFlow take each layer's ring without a copy every step
+    (`tf_runtime._zero_copy`): contiguous, on a 64-byte boundary."""
+    rng = np.random.default_rng(0)
+    memory = (rng.normal(size=(CONFIG.n_layer, 1, CONFIG.mem_len, CONFIG.d_model))
+              .astype(np.float32), np.ones([1, CONFIG.mem_len], np.bool_))
+    cache = runtime.decode_init(memory)
+    assert cache["keys"][0].nbytes % ALIGNMENT  # the padding is exercised
+    for made in (cache, copy_cache(cache), take_rows(cache, [0])):
+        for name in LAYER_STACKED:
+            for layer in made[name]:
+                assert layer.flags.c_contiguous and layer.ctypes.data % ALIGNMENT == 0, name
+        np.testing.assert_array_equal(made["keys"], cache["keys"])
+    for name, array in step_feeds(cache).items():
+        if array.dtype == np.float32:
+            assert array.flags.c_contiguous and array.ctypes.data % ALIGNMENT == 0, name
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])

@@ -7,6 +7,7 @@ import pytest
 
 from export import SessionTable, open_runtime, run_export
 from export.cache_slab import CacheSlab
+from export.decode_interface import ALIGNMENT, LAYER_STACKED
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
@@ -16,7 +17,9 @@ N_TOKEN = 40
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     keras.utils.set_random_seed(3)
-    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3))
+    # Odd head sizes: the slab pads its stacked layers to 64-byte boundaries.
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3,
+                                                    n_head=3, d_head=5))
     root = tmp_path_factory.mktemp("sessions")
     save_pretrained(core, root / "model")
     run_export(str(root / "out"), str(root / "model"), mem_len=16, log_probs="last",
@@ -78,6 +81,8 @@ def test_the_table_keeps_cached_sessions_in_one_slab(cached_runtime):
     assert table.slab.keys == ["a", "b"] and table.active() == ["a", "b", "c"]
     for name, view in table.slab.batch().items():  # stepped in place, not copied
         assert np.shares_memory(view, first[name]), name
+    for name in LAYER_STACKED:  # each layer handed over without a copy
+        assert all(layer.ctypes.data % ALIGNMENT == 0 for layer in first[name]), name
 
 
 def test_the_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(cached_runtime):
