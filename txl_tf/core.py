@@ -246,18 +246,24 @@ class TransformerXL(keras.layers.Layer):
         return DecodeCache(mems, tuple(keys), tuple(values), with_free_slot(memory.mem_mask, 1),
                            slot, tf.fill([batch], slot), tf.tile(pos_emb, [2, 1]))
 
-    def decode_position_weights(self):
-        """Each layer's `position_projection()`, as `cached_read` takes them:
-        a decoding loop makes them once, before the loop."""
-        return tuple(block.rel_attn.position_projection() for block in self.blocks)
+    def decode_position_keys(self, cache):
+        """Each layer's position keys of the cache's encodings by distance
+        (`distance_keys`, `[H, d_head, S]`), as `cached_read` takes them. A
+        decoding loop makes them once, before the loop: each step's position
+        scores are then its queries against them, where without them each
+        layer takes its queries through `r` to `d_model` and scores them
+        against the shared encodings (ten times the work; under XLA 17.2
+        against 13.7 ms a token at `enwik8_base`, batch 1)."""
+        encodings = cache.positions[:tf.shape(cache.valid)[1]]
+        return tuple(block.rel_attn.distance_keys(encodings) for block in self.blocks)
 
-    def cached_read(self, token_ids, cache, position_weights=None):
+    def cached_read(self, token_ids, cache, position_keys=None):
         """Reads one id per row (`token_ids [B]`) on top of the cache without
         writing it, in inference: `(hidden [B, d_model], token)`, where
         `token` is a `CachedToken` of what the free slot `cache.slot` gets
         (`cached_step` writes it; an exported step returns it for the host
         to write). The slot's entries in `cache` are not read.
-        `position_weights`: `decode_position_weights()` (by default made here)."""
+        `position_keys`: `decode_position_keys(cache)`, if made."""
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids)[:, None], cfg.n_token)[:, 0]
         slot, size = cache.slot, tf.shape(cache.valid)[1]
@@ -268,21 +274,22 @@ class TransformerXL(keras.layers.Layer):
                           slot_order(slot, size))
         visible = (cache.valid | at_slot[None, :]) & reach[None, :]
         hidden = tf.where(visible, 0.0, -1e30)[:, None, :]
-        positions = in_slot_order(cache.positions, slot, size)
+        if position_keys is None:
+            positions = [in_slot_order(cache.positions, slot, size)] * len(self.blocks)
+        else:
+            order = slot_order(slot, size)  # each slot's distance index is its time index
+            positions = [(layer_keys, order) for layer_keys in position_keys]
         output = self.word_emb(token_ids)
-        if position_weights is None:
-            position_weights = self.decode_position_weights()
         mems, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
             mems.append(output)
             output, k, v = block.token_call(output, cache.keys[i], cache.values[i], at_slot,
-                                            hidden, positions, *self._biases(i),
-                                            position_weights[i])
+                                            hidden, positions[i], *self._biases(i))
             keys.append(k)
             values.append(v)
         return output, CachedToken(tuple(mems), tuple(keys), tuple(values))
 
-    def cached_step(self, token_ids, cache, stopped=None, position_weights=None):
+    def cached_step(self, token_ids, cache, stopped=None, position_keys=None):
         """Reads one id per row (`token_ids [B]`) on top of the cache, in
         inference: `(hidden [B, d_model], new cache)`, what `hidden_states`
         gives for `token_ids[:, None]` on `cache_memory(cache)`: `cached_read`,
@@ -290,9 +297,9 @@ class TransformerXL(keras.layers.Layer):
 
         Rows in `stopped` (bool `[B]`) keep their cache as it is (their
         `hidden` is meaningless); a row that has stopped must stay stopped
-        for the cache's life. `position_weights` as in `cached_read`.
+        for the cache's life. `position_keys` as in `cached_read`.
         """
-        output, token = self.cached_read(token_ids, cache, position_weights)
+        output, token = self.cached_read(token_ids, cache, position_keys)
         token = CachedToken(*(tuple(after(t, output) for t in part) for part in token))
         keep = tf.zeros(tf.shape(output)[:1], tf.bool) if stopped is None else stopped
         slot, size = cache.slot, tf.shape(cache.valid)[1]

@@ -208,7 +208,7 @@ class Decoder:
             new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
                                                                 done, pad_id)
             hidden, cache = self.core.cached_step(new_ids, cache, stopped=done,
-                                                  position_weights=position_weights)
+                                                  position_keys=position_keys)
             log_probs = self.core.crit.log_probs(hidden, output_weights)
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
@@ -218,7 +218,7 @@ class Decoder:
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
         output_weights = self.core.crit.decode_weights()  # loop invariants
-        position_weights = self.core.decode_position_weights()
+        position_keys = self.core.decode_position_keys(cache)
         _, ids, chosen, log_probs, cache, *state = tf.while_loop(
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
         return (tf.transpose(ids), tf.transpose(chosen), log_probs, cache, *state)

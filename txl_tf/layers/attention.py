@@ -107,19 +107,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                            training=False)
         return out, k, v
 
-    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias,
-                   r_heads=None):
+    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
         """Inference `call` for one new position per row over a ring of
         cached keys and values (`layers.ring_cache`), read-only: inputs
         `[B, d]`; keys as columns `[B, H, d_head, S]`, values `[B, H, S,
         d_head]`, whose slot `at_slot` (bool `[S]`, one True) is stale or
         already holds this position: its own key and value are used
         there; hidden: float32 `[B, 1, S]`,
-        -1e30 at hidden slots; positions `[S, d_model]`, each slot's
-        relative encoding in ring order; `r_heads`: `position_projection()`,
-        made once before a decoding loop (by default here). Returns
-        `(outputs [B, d], key, value)`, the new position's key and value
-        `[B, H, d_head]`."""
+        -1e30 at hidden slots. `positions`: either `[S, d_model]`, each
+        slot's relative encoding in ring order, or `(position_keys, order)`:
+        this layer's `distance_keys` of the encodings by distance `[H,
+        d_head, S]` and each slot's index among them (int32 `[S]`), which a
+        decoding loop makes once (a tenth of the position term's work).
+        Returns `(outputs [B, d], key, value)`, the new position's key and
+        value `[B, H, d_head]`."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
         # One matmul with the fused kernel: slicing it would copy it every step.
         qkv = tf.reshape(tf.matmul(rows, self._w(self.qkv_kernel)),
@@ -131,15 +132,18 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         content = tf.matmul(qu, keys)  # [B, H, 1, S]
         slot_mask = at_slot[None, None, None, :]
         content = tf.where(slot_mask, tf.reduce_sum(qu * k_new, -1, keepdims=True), content)
-        # (q + v)·(W_r r_j) = (W_r^T (q + v))·r_j: each head's query goes
-        # through `r` once, and the positions are shared by every layer (no
-        # per-layer position keys to read over the ring).
-        r_heads = self.position_projection() if r_heads is None else r_heads
         qw = tf.transpose((q + w) * self.scale, [1, 0, 2, 3])[:, :, 0]  # [H, B, d_head]
-        query_r = tf.reshape(tf.matmul(qw, r_heads), [-1, self.d_model])
-        position = tf.matmul(query_r, positions, transpose_b=True)  # [H * B, S]
-        position = tf.transpose(tf.reshape(position, [self.n_head, -1, tf.shape(positions)[0]]),
-                                [1, 0, 2])[:, :, None]
+        if isinstance(positions, tuple):  # the keys by distance, then into slot order
+            position_keys, order = positions
+            position = tf.gather(tf.matmul(qw, position_keys), order, axis=2)  # [H, B, S]
+        else:
+            # (q + v)·(W_r r_j) = (W_r^T (q + v))·r_j: each head's query goes
+            # through `r` once, and the positions are shared by every layer (no
+            # per-layer position keys to read over the ring).
+            query_r = tf.reshape(tf.matmul(qw, self.position_projection()), [-1, self.d_model])
+            position = tf.reshape(tf.matmul(query_r, positions, transpose_b=True),
+                                  [self.n_head, -1, tf.shape(positions)[0]])  # [H, B, S]
+        position = tf.transpose(position, [1, 0, 2])[:, :, None]
         score = tf.cast(content + position, tf.float32) + hidden[:, :, None]
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         # The slot's weight goes to the new value, the rest to the ring's.
@@ -150,12 +154,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return (out if self.pre_lnorm else self.layer_norm(out)), k_new[:, :, 0], v_new[:, :, 0]
 
     def position_projection(self):
-        """The `r` projection per head, `[n_head, d_head, d_model]`, as
-        `token_call` multiplies its queries by it. A decoding loop makes it
-        once, before the loop: under XLA on a CPU the transpose was done
-        again at every step (8% of a token's time at `enwik8_base`)."""
+        """The `r` projection per head, `[n_head, d_head, d_model]`."""
         return tf.transpose(tf.reshape(self._w(self.r_kernel), [self.d_model, self.n_head,
                                                                 self.d_head]), [1, 2, 0])
+
+    def distance_keys(self, encodings):
+        """The position keys of `encodings [S, d]` as columns `[n_head,
+        d_head, S]` (`token_call`'s `positions`)."""
+        return tf.transpose(self.position_keys(encodings), [0, 2, 1])
 
     def position_keys(self, pos_emb):
         """The projected relative encodings `[n_head, K, d_head]` of `pos_emb [K, d]`."""

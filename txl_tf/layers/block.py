@@ -46,12 +46,12 @@ class TransformerXLBlock(keras.layers.Layer):
         return self.ff(hidden_states, training=False), keys, values
 
     def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias,
-                   r_r_bias, r_heads=None):
+                   r_r_bias):
         """One new position per row over a ring of cached keys and values,
         read-only: `(outputs [B, d], key, value)`; see
         `RelativeMultiHeadAttention.token_call`."""
         hidden_states, key, value = self.rel_attn.token_call(
-            inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias, r_heads)
+            inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias)
         return self.ff(hidden_states, training=False), key, value
 
     def get_config(self):
