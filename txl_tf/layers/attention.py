@@ -118,7 +118,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         slot's relative encoding in ring order, or `(position_keys, order)`:
         this layer's `distance_keys` of the encodings by distance `[H,
         d_head, S]` and each slot's index among them (int32 `[S]`), which a
-        decoding loop makes once (a tenth of the position term's work).
+        decoding loop makes once (`d_head / d_model` of the position term's
+        work).
         Returns `(outputs [B, d], key, value)`, the new position's key and
         value `[B, H, d_head]`."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
