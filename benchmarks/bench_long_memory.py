@@ -58,6 +58,7 @@ sys.path.insert(0, REPO)
 
 from txl_tf.app import cli  # noqa: E402
 from txl_tf.app.flagspec import option, values  # noqa: E402
+from txl_tf.errors import TxlError  # noqa: E402
 
 PAPER_MEMORY = {"enwik8_base": 2100, "wt103_base": 1600}
 TURN = 32
@@ -77,6 +78,17 @@ SPEC = (
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
 )
+
+
+def parse_batch_sizes(text):
+    """The batch sizes of a `--batch_sizes` value ("1,16")."""
+    try:
+        sizes = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise TxlError(f"--batch_sizes must be comma-separated positive integers, got {text!r}")
+    return sizes
 
 
 def read_bandwidth(gib=1, repeats=3):
@@ -302,7 +314,7 @@ def run_preset(preset, o, bandwidth, work):
     rows = []
     for backend in backends:
         if backend == "triton":
-            for batch in [int(b) for b in o["batch_sizes"].split(",")]:
+            for batch in parse_batch_sizes(o["batch_sizes"]):
                 bound_ms = step_bytes(config, mem_len, batch) / bandwidth * 1e3
                 row = {"preset": preset, "mem_len": mem_len, "backend": backend,
                        "batch": batch, "bound_ms": bound_ms,
@@ -321,7 +333,7 @@ def run_preset(preset, o, bandwidth, work):
         else:
             runner = open_runtime(os.path.join(folder, "out"), backend=backend, device="cpu")
             step, parts = runner.step_last, runtime_parts(runner)
-        for batch in [int(b) for b in o["batch_sizes"].split(",")]:
+        for batch in parse_batch_sizes(o["batch_sizes"]):
             memory = full_memory(config, mem_len, batch)
             timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
                                                                      o["tokens"])
@@ -342,6 +354,7 @@ def run_preset(preset, o, bandwidth, work):
 
 
 def run(o):
+    parse_batch_sizes(o["batch_sizes"])  # a bad value fails before any export
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
     bandwidth = read_bandwidth()
     rows = []

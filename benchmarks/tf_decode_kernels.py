@@ -28,7 +28,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.bench_long_memory import PAPER_MEMORY, read_bandwidth, seconds  # noqa: E402
+from benchmarks.bench_long_memory import (PAPER_MEMORY, parse_batch_sizes,  # noqa: E402
+                                          read_bandwidth, seconds)
 from txl_tf.app import cli  # noqa: E402
 from txl_tf.app.flagspec import option, values  # noqa: E402
 
@@ -84,9 +85,10 @@ def run(o):
     from txl_tf import TransformerXLConfig
     config = TransformerXLConfig.preset(o["preset"])
     mem_len = PAPER_MEMORY.get(o["preset"], config.mem_len)
+    batch_sizes = parse_batch_sizes(o["batch_sizes"])
     bandwidth = read_bandwidth()
     rows = []
-    for batch in [int(b) for b in o["batch_sizes"].split(",") if b.strip()]:
+    for batch in batch_sizes:
         found = kernels(config, mem_len, batch)
         medians = time_alternating({name: fn for name, (fn, _) in found.items()}, o["calls"])
         for name, (_, nbytes) in found.items():
