@@ -141,7 +141,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             # (q + v)·(W_r r_j) = (W_r^T (q + v))·r_j: each head's query goes
             # through `r` once, and the positions are shared by every layer (no
             # per-layer position keys to read over the ring).
-            query_r = tf.reshape(tf.matmul(qw, self.position_projection()), [-1, self.d_model])
+            r_heads = tf.transpose(tf.reshape(self._w(self.r_kernel),
+                                              [self.d_model, self.n_head, self.d_head]), [1, 2, 0])
+            query_r = tf.reshape(tf.matmul(qw, r_heads), [-1, self.d_model])
             position = tf.reshape(tf.matmul(query_r, positions, transpose_b=True),
                                   [self.n_head, -1, tf.shape(positions)[0]])  # [H, B, S]
         position = tf.transpose(position, [1, 0, 2])[:, :, None]
@@ -153,11 +155,6 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         out = inputs + tf.matmul(tf.reshape(vec, [-1, self.n_head * self.d_head]),
                                  self._w(self.o_kernel))
         return (out if self.pre_lnorm else self.layer_norm(out)), k_new[:, :, 0], v_new[:, :, 0]
-
-    def position_projection(self):
-        """The `r` projection per head, `[n_head, d_head, d_model]`."""
-        return tf.transpose(tf.reshape(self._w(self.r_kernel), [self.d_model, self.n_head,
-                                                                self.d_head]), [1, 2, 0])
 
     def distance_keys(self, encodings):
         """The position keys of `encodings [S, d]` as columns `[n_head,
