@@ -61,6 +61,7 @@ from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
 PAPER_MEMORY = {"enwik8_base": 2100, "wt103_base": 1600}
+CACHE_PLACES = {"auto": "auto", "true": True, "false": False}
 TURN = 32
 
 SPEC = (
@@ -75,6 +76,15 @@ SPEC = (
     option("bool", "sessions", True, "Also time a session table (runtimes, batch > 1)."),
     option("string", "work_dir", None,
            "Where the exports go, kept (default: a temporary folder, removed at the end)."),
+    option("bool", "reuse_exports", False,
+           "Time the exports already in --work_dir (<preset>/out, e.g. made on another "
+           "machine: benchmarks/onnx_weights.py) instead of exporting; ONNX needs no "
+           "TensorFlow then."),
+    option("string", "device", "cpu", "The ONNX Runtime backend's device: cpu, cuda or auto "
+           "(the XLA decoder and the SavedModel run on the CPU). On cuda the bound is read "
+           "at the GPU's bandwidth."),
+    option("string", "device_cache", "auto", "ONNX Runtime's decode cache: auto (on the "
+           "device on CUDA), true or false (numpy in host memory)."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
 )
@@ -97,6 +107,30 @@ def read_bandwidth(gib=1, repeats=3):
     data = np.ones(gib * 2 ** 30 // 4, np.float32)
     best = min(seconds(lambda: data.sum()) for _ in range(repeats))
     return data.nbytes / best
+
+
+def cuda_read_bandwidth(gib=1, repeats=5):
+    """Bytes per second of an ONNX Runtime ReduceSum over `gib` GiB held on
+    the GPU (best of `repeats`): the bound's bandwidth when the runtime's
+    state lives there."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], "read",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CUDAExecutionProvider"])
+    data = ort.OrtValue.ortvalue_from_numpy(np.ones(gib * 2 ** 30 // 4, np.float32), "cuda", 0)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", data)
+    binding.bind_output("y", "cuda", 0)
+    session.run_with_iobinding(binding)
+    best = min(seconds(lambda: session.run_with_iobinding(binding)) for _ in range(repeats))
+    return gib * 2 ** 30 / best
 
 
 def seconds(fn):
@@ -293,18 +327,21 @@ def time_xla_from_state(decoder, state):
 
 
 def run_preset(preset, o, bandwidth, work):
-    import tensorflow as tf
-    from export import open_runtime, run_export
-    from txl_tf import Decoder, Memory, TransformerXL, TransformerXLConfig
-    from txl_tf.weights import save_pretrained
+    from export import open_runtime
+    from txl_tf.config import TransformerXLConfig
     mem_len = o["mem_len"] or PAPER_MEMORY.get(preset)
     config = TransformerXLConfig.preset(preset, **({"mem_len": mem_len} if mem_len else {}))
     mem_len = config.mem_len
-    core = TransformerXL(config)
     backends = [b.strip() for b in o["backends"].split(",") if b.strip()]
     formats = tuple(b for b in backends if b in ("onnx", "saved_model", "triton"))
     folder = os.path.join(work, preset)
-    if formats:
+    core = None
+    if "xla" in backends or (formats and not o["reuse_exports"]):
+        from txl_tf import TransformerXL
+        core = TransformerXL(config)
+    if formats and not o["reuse_exports"]:
+        from export import run_export
+        from txl_tf.weights import save_pretrained
         save_pretrained(core, os.path.join(folder, "model"))
         start = time.perf_counter()
         run_export(os.path.join(folder, "out"), os.path.join(folder, "model"), formats=formats,
@@ -315,7 +352,7 @@ def run_preset(preset, o, bandwidth, work):
     for backend in backends:
         if backend == "triton":
             for batch in parse_batch_sizes(o["batch_sizes"]):
-                bound_ms = step_bytes(config, mem_len, batch) / bandwidth * 1e3
+                bound_ms = step_bytes(config, mem_len, batch) / bandwidth["cpu"] * 1e3
                 row = {"preset": preset, "mem_len": mem_len, "backend": backend,
                        "batch": batch, "bound_ms": bound_ms,
                        **time_triton(os.path.join(folder, "out", "triton"), config, mem_len,
@@ -324,6 +361,8 @@ def run_preset(preset, o, bandwidth, work):
                 rows.append(row)
             continue
         if backend == "xla":
+            import tensorflow as tf
+            from txl_tf import Decoder, Memory
             runner = Decoder(core, mem_len=mem_len)
 
             def step(ids, memory, runner=runner):
@@ -331,14 +370,21 @@ def run_preset(preset, o, bandwidth, work):
                                                     tf.constant(memory[1])))
             parts = decoder_parts(runner)
         else:
-            runner = open_runtime(os.path.join(folder, "out"), backend=backend, device="cpu")
+            options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]]
+                       } if backend == "onnx" else {"device": "cpu"}
+            runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
+            if runner.mem_len != mem_len:
+                raise TxlError(f"the export in {folder} holds {runner.mem_len} memory "
+                               f"slots, not {mem_len} (--mem_len)")
             step, parts = runner.step_last, runtime_parts(runner)
         for batch in parse_batch_sizes(o["batch_sizes"]):
             memory = full_memory(config, mem_len, batch)
             timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
                                                                      o["tokens"])
-            bound_ms = step_bytes(config, mem_len, batch) / bandwidth * 1e3
+            device = getattr(runner, "device", "cpu")
+            bound_ms = step_bytes(config, mem_len, batch) / bandwidth[device] * 1e3
             row = {"preset": preset, "mem_len": mem_len, "backend": backend, "batch": batch,
+                   "device": device, "device_cache": getattr(runner, "device_cache", False),
                    **timing, "bound_ms": bound_ms,
                    "over_bound": timing["per_token_ms"] / bound_ms,
                    "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
@@ -355,8 +401,16 @@ def run_preset(preset, o, bandwidth, work):
 
 def run(o):
     parse_batch_sizes(o["batch_sizes"])  # a bad value fails before any export
+    if o["device"] not in ("cpu", "cuda", "auto"):
+        raise TxlError(f"--device must be cpu, cuda or auto, got {o['device']!r}")
+    if o["device_cache"] not in CACHE_PLACES:
+        raise TxlError(f"--device_cache must be auto, true or false, got {o['device_cache']!r}")
+    if o["reuse_exports"] and not o["work_dir"]:
+        raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
-    bandwidth = read_bandwidth()
+    bandwidth = {"cpu": read_bandwidth()}  # bytes/s of each device a backend runs on
+    if _on_cuda(o["device"]):
+        bandwidth["cuda"] = cuda_read_bandwidth()
     rows = []
     try:
         for preset in [p.strip() for p in o["presets"].split(",") if p.strip()]:
@@ -364,11 +418,14 @@ def run(o):
     finally:  # a temporary folder's exports are gigabytes at the real presets
         if not o["work_dir"]:
             shutil.rmtree(work, ignore_errors=True)
-    result = {"settings": o, "read_gb_per_s": bandwidth / 1e9, "rows": rows}
-    print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s")
-    print("| preset | memory | backend | batch | ms / token | tokens/s | bound ms | ÷ bound | "
+    result = {"settings": o, "read_gb_per_s": bandwidth["cpu"] / 1e9, "rows": rows}
+    if "cuda" in bandwidth:
+        result["cuda_read_gb_per_s"] = bandwidth["cuda"] / 1e9
+    print("read bandwidth " + ", ".join(f"{device} {value / 1e9:.1f} GB/s"
+                                        for device, value in bandwidth.items()))
+    print("| preset | memory | backend | device | batch | ms / token | tokens/s | bound ms | ÷ bound | "
           "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval | prompt first s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     triton = [r for r in rows if "triton_step_ms" in r]
     rows = [r for r in rows if "triton_step_ms" not in r]
     for r in rows:
@@ -376,7 +433,8 @@ def run(o):
                 f"{r['turn_on_memory_ms']:.0f} | {r['prompt_tokens_per_s']:.0f} | "
                 f"{r['prompt_over_eval']:.2f} | {r['prompt_first_call_s']:.1f}"
                 ) if "turn_ms" in r else " | | | | |"
-        print(f"| {r['preset']} | {r['mem_len']} | {r['backend']} | {r['batch']} | "
+        device = r["device"] + (" (cache there)" if r["device_cache"] else "")
+        print(f"| {r['preset']} | {r['mem_len']} | {r['backend']} | {device} | {r['batch']} | "
               f"{r['per_token_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['bound_ms']:.1f} | "
               f"{r['over_bound']:.2f} | {turn} |")
     sessions = [r for r in rows if "table_ms" in r]
@@ -398,6 +456,13 @@ def run(o):
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
+
+
+def _on_cuda(device):
+    if device == "cpu":
+        return False
+    import onnxruntime as ort
+    return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
 def main(argv):

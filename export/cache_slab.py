@@ -13,7 +13,7 @@ step's batch is a view of the slab's first rows.
 """
 import numpy as np
 
-from export.decode_interface import BATCH_AXES, host_empty, ring_axis, take_rows
+from export.host_cache import BATCH_AXES, host_empty, ring_axis, take_rows
 
 
 class CacheSlab:

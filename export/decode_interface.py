@@ -38,55 +38,14 @@ caller (the runtimes: numpy arrays in host memory):
 
 A step equals `step_last` on `decode_memory(cache)` (tested for every format).
 """
-import numpy as np
 import tensorflow as tf
 
+# The interface's names and shapes live with the host's half (no TensorFlow).
+from export.host_cache import (CACHE_NAMES, CHANGING_NAMES, INIT_INPUTS,  # noqa: F401
+                               INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
+                               cache_shapes, step_inputs)
 from txl_tf import Memory
-from txl_tf.layers.ring_cache import RING_AXES, DecodeCache, flat_cache, ring_memory
-
-CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot", "positions")
-# What a segment read changes (`positions` is fixed for the cache's life).
-CHANGING_NAMES = CACHE_NAMES[:-1]
-INIT_INPUTS = ("mems", "mem_mask")
-INIT_OUTPUTS = CACHE_NAMES
-STEP_OUTPUTS = ("log_probs", "token_mems", "token_keys", "token_values")
-READ_INPUTS = ("token_ids",) + CACHE_NAMES
-READ_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CHANGING_NAMES)
-MEMORY_INPUTS = ("cache_mems", "valid", "row_slot")
-MEMORY_OUTPUTS = ("mems", "mem_mask")
-# Byte alignment of the host's cache buffers (what TensorFlow and oneDNN like).
-ALIGNMENT = 64
-
-
-def step_inputs(n_layer):
-    """`decode_step`'s input names, in order."""
-    return (("token_ids", "valid", "slot", "positions")
-            + tuple(f"keys_{i}" for i in range(n_layer))
-            + tuple(f"values_{i}" for i in range(n_layer)))
-
-
-def cache_shapes(config, mem_len, batch="batch"):
-    """`{name: [int or axis name, ...]}` of the cache tensors."""
-    size, layers = int(mem_len) + 1, config.n_layer
-    heads, d_head, d_model = config.n_head, config.d_head, config.d_model
-    return {"cache_mems": [layers, batch, size, d_model],
-            "keys": [layers, batch, heads, d_head, size],
-            "values": [layers, batch, heads, size, d_head],
-            "valid": [batch, size], "slot": [], "row_slot": [batch],
-            "positions": [2 * size, d_model]}
-
-
-def cache_bytes(config, mem_len):
-    """`{"per_stream": bytes, "shared": bytes}` of a decode cache: what each
-    stream (row) holds (layer inputs, keys, values, valid flags; float32) and
-    what all rows share (`positions`, `slot`)."""
-    shapes = cache_shapes(config, mem_len, batch=1)
-    sizes = {name: 4 for name in shapes}
-    sizes["valid"] = 1
-    total = {name: sizes[name] * int(np.prod(shape, dtype=np.int64))
-             for name, shape in shapes.items()}
-    shared = total["positions"] + total["slot"]
-    return {"per_stream": sum(total.values()) - shared, "shared": shared}
+from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
 
 
 def _spec(name, shape, dtype):
@@ -161,123 +120,3 @@ def decode_memory(cache_mems, valid, row_slot):
     cache = DecodeCache(tuple(tf.unstack(cache_mems)), (), (), valid, None, row_slot, None)
     memory = ring_memory(cache)
     return {"mems": memory.mems, "mem_mask": memory.mem_mask}
-
-
-# ------------------------------------------------------------ the host's half
-def host_cache(tensors):
-    """The cache as the host holds it: `{name: numpy array}` of
-    `decode_init`'s outputs (any array-likes), each copied into a fresh
-    aligned buffer that `write_token` may write in place."""
-    cache = {}
-    for name in CACHE_NAMES:
-        value = tensors[name]
-        value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-        cache[name] = host_empty(name, value.shape, value.dtype)
-        cache[name][...] = value
-    return cache
-
-
-def copy_cache(cache):
-    """A copy of a host cache (`host_cache`) that steps may write."""
-    return host_cache(cache)
-
-
-def aligned_empty(shape, dtype):
-    """An uninitialized numpy array whose data starts at an `ALIGNMENT` boundary."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    raw = np.empty(count * dtype.itemsize + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
-
-
-def layer_aligned_empty(shape, dtype):
-    """An uninitialized numpy array `[L, ...]` each of whose `[i]` starts at
-    an `ALIGNMENT` boundary: every layer's bytes are padded up to a multiple
-    of it (the array is then not contiguous, its layers are)."""
-    dtype = np.dtype(dtype)
-    strides, size = [], dtype.itemsize
-    for dim in reversed(shape[1:]):
-        strides.insert(0, size)
-        size *= int(dim)
-    layer_stride = -(-size // ALIGNMENT) * ALIGNMENT
-    raw = np.empty(layer_stride * int(shape[0]) + ALIGNMENT, np.uint8)
-    return np.ndarray(shape, dtype, buffer=raw, offset=-raw.ctypes.data % ALIGNMENT,
-                      strides=[layer_stride] + strides)
-
-
-def host_empty(name, shape, dtype):
-    """An uninitialized array for the host cache's `name`. The rings stacked
-    by layer (`LAYER_STACKED`) start every layer at an `ALIGNMENT` boundary:
-    a step hands each layer to the graph on its own (`step_feeds`), and
-    TensorFlow takes an aligned buffer without a copy. (Stacked tight, the
-    layers of `wt103_base` at batch 1 start at odd multiples of 8 bytes:
-    their copies cost the SavedModel 12 ms a step.)"""
-    if name in LAYER_STACKED:
-        return layer_aligned_empty(shape, dtype)
-    return aligned_empty(shape, dtype)
-
-
-def take_rows(cache, rows):
-    """The host cache of `rows` (a copy)."""
-    rows = np.asarray(rows)
-    return host_cache({name: (np.take(value, rows, BATCH_AXES[name]) if name in BATCH_AXES
-                              else value)
-                       for name, value in cache.items()})
-
-
-def concat_rows(caches):
-    """One host cache of the rows of `caches`, in order (ring positions
-    alike: `slot` must be the same in all, as after a `decode_read`)."""
-    if len({int(c["slot"]) for c in caches}) != 1:
-        raise ValueError("caches with different ring positions cannot be joined")
-    return host_cache({name: (np.concatenate([c[name] for c in caches], BATCH_AXES[name])
-                              if name in BATCH_AXES else caches[0][name])
-                       for name in CACHE_NAMES})
-
-
-# The host cache's rings stacked by layer (`[L, ...]`).
-LAYER_STACKED = ("cache_mems", "keys", "values")
-# The batch axis of each per-row array of a host cache (the others are shared).
-BATCH_AXES = {"cache_mems": 1, "keys": 1, "values": 1, "valid": 0, "row_slot": 0}
-
-
-def ring_axis(name):
-    """The slot axis of the host cache's ring `name` (`cache_mems`, `keys`,
-    `values` or `valid`): `RING_AXES`' plus the stacked layers' axis."""
-    return 1 if name == "valid" else RING_AXES["mems" if name == "cache_mems" else name] + 1
-
-
-def step_feeds(cache):
-    """`{input name: array}` of `decode_step` but `token_ids`: the ring's
-    flags and position table, and each layer's keys and values as views of
-    the stacked arrays (no copy)."""
-    feeds = {name: cache[name] for name in ("valid", "slot", "positions")}
-    for kind in ("keys", "values"):
-        feeds.update({f"{kind}_{i}": layer for i, layer in enumerate(cache[kind])})
-    return feeds
-
-
-def write_token(cache, outputs, stopped):
-    """Writes a step's token (`outputs`: `decode_step`'s, numpy) into the
-    host cache's free slot in place, for the rows not in `stopped` (bool
-    `[B]`; their slot and flags stay as they were), and moves the ring on:
-    what `TransformerXL.cached_step` does inside the graph."""
-    slot, size = int(cache["slot"]), cache["valid"].shape[1]
-    live = np.flatnonzero(~np.asarray(stopped, np.bool_))
-    pairs = (("cache_mems", "token_mems"), ("keys", "token_keys"), ("values", "token_values"))
-    if live.size == cache["valid"].shape[0]:
-        for ring, token in pairs:
-            _at_slot(cache[ring], ring, slot)[...] = outputs[token]
-    else:
-        for row in live:
-            for ring, token in pairs:
-                _at_slot(cache[ring], ring, slot)[:, row] = outputs[token][:, row]
-    cache["valid"][live, slot] = True
-    cache["row_slot"][live] = (slot + 1) % size
-    cache["slot"][...] = (slot + 1) % size
-
-
-def _at_slot(ring, name, slot):
-    """The view of the ring `name` (`cache_mems`, `keys` or `values`) at one slot."""
-    return ring[(slice(None),) * ring_axis(name) + (slot,)]

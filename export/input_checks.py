@@ -1,7 +1,7 @@
 """Checks of runtime inputs, done on shapes and values before any session runs."""
 import numpy as np
 
-from txl_tf.checks.inputs import InputError, out_of_range_message
+from txl_tf.checks.numpy_checks import InputError, out_of_range_message
 
 
 class RuntimeInputError(InputError):

@@ -22,7 +22,7 @@ import time
 import tensorflow as tf
 from absl import flags
 
-from export.decode_interface import cache_bytes
+from export.host_cache import cache_bytes
 from export.metadata import export_metadata
 from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,

@@ -1,7 +1,7 @@
 """What an exported artefact records about itself (shared by SavedModel and ONNX)."""
 import json
 
-from txl_tf import TransformerXLConfig
+from txl_tf.config import TransformerXLConfig
 from txl_tf.errors import TxlError
 
 CONFIG_KEY = "txl_tf.config"
@@ -11,6 +11,14 @@ OUTPUT_NAMES = ("log_probs", "new_mems", "new_mem_mask")
 # as columns `[L, B, H, d_head, S]`. Exports before this key held them as rows
 # `[L, B, H, S, d_head]`; runtimes decode those through `step_last`.
 DECODE_CACHE_LAYOUT = "keys_as_columns"
+# The ONNX files of the cached decode interface, beside `model.onnx`.
+DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.onnx",
+                "decode_read": "decode_read.onnx"}
+
+
+def external_data_file(path):
+    """Where the weights of a large ONNX model go: `model.onnx` → `model.onnx.data`."""
+    return path + ".data"
 
 
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,

@@ -18,7 +18,8 @@ import tensorflow as tf
 from onnx import TensorProto, helper
 
 from export import decode_interface as decode
-from export.metadata import INPUT_NAMES, OUTPUT_NAMES, export_metadata
+from export.metadata import (DECODE_FILES, INPUT_NAMES, OUTPUT_NAMES, export_metadata,
+                             external_data_file)
 from export.serving_module import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                    serve_step)
 from txl_tf.errors import TxlError
@@ -28,11 +29,6 @@ DEFAULT_OPSET = 17
 EXTERNAL_DATA_THRESHOLD = 2 ** 31 - 2 ** 26
 _WEIGHT_PREFIX = "txl_weight_"
 _ALIGN = 4096
-
-
-def external_data_file(path):
-    """Where the weights of a large model go: `model.onnx` → `model.onnx.data`."""
-    return path + ".data"
 
 
 def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
@@ -73,9 +69,6 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
                              external_data_threshold)
 
-
-DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.onnx",
-                "decode_read": "decode_read.onnx"}
 
 
 def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,

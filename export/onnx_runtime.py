@@ -5,11 +5,12 @@ import os
 
 import numpy as np
 
-from export.decode_interface import aligned_empty, host_cache, step_feeds, write_token
-from export.metadata import ExportInfo
+from export.device_ring import IN_PLACE, WRITE_INPUTS, ring_write_model
+from export.host_cache import (CHANGING_NAMES, STEP_OUTPUTS, aligned_empty, host_cache,
+                               step_feeds, write_token)
+from export.metadata import DECODE_FILES, ExportInfo, external_data_file
 from export.runtime_base import Runtime, RuntimeMemory
-from txl_tf.errors import TxlError
-from txl_tf.weights.model_dir import ModelDirError
+from txl_tf.errors import ModelDirError, TxlError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # "auto" opens the single-stream session (a second copy of the weights in
@@ -65,13 +66,13 @@ class OnnxRuntime(Runtime):
     backend = "onnxruntime"
 
     def __init__(self, path, device="auto", io_binding=True, session_options=None,
-                 single_stream="auto"):
+                 single_stream="auto", device_cache="auto"):
         providers, reason = choose_providers(device)
         if reason and device != "auto":
             logging.warning("%s", reason)
-        if single_stream not in ("auto", True, False):
-            raise TxlError(f"single_stream must be 'auto', True or False, got "
-                           f"{single_stream!r}")
+        for name, value in (("single_stream", single_stream), ("device_cache", device_cache)):
+            if value not in ("auto", True, False):
+                raise TxlError(f"{name} must be 'auto', True or False, got {value!r}")
         self.session = open_session(path, session_options, providers)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
@@ -90,12 +91,36 @@ class OnnxRuntime(Runtime):
         self._decode_sessions = None
         self._open_decode = lambda: {name: open_session(p, session_options, providers)
                                      for name, p in self._decode_paths.items()}
+        self.device_cache = self._keeps_cache_on_device(device_cache)
+        self._open_writer = lambda: open_ring_writer(session_options, providers)
+        self._writer = None
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
     def describe(self):
         return (super().describe() + f" provider={self.provider} io_binding={self.io_binding}"
-                f" single_stream={self.single_stream} decode_cache={self.use_decode_cache}")
+                f" single_stream={self.single_stream} decode_cache={self.use_decode_cache}"
+                f" device_cache={self.device_cache}")
+
+    def _keeps_cache_on_device(self, wanted):
+        """Whether `decode_init` keeps the cache in OrtValues on the session's
+        device (`export.device_ring`): by default on CUDA, where a host
+        cache would cross the bus at every step; needs IO binding and onnx."""
+        if wanted is False or (wanted == "auto" and self.device != "cuda"):
+            return False
+        if not self.io_binding:
+            if wanted is True:
+                raise TxlError("device_cache=True needs io_binding=True")
+            return False
+        try:
+            import onnx  # noqa: F401  (builds the ring's write graph)
+        except ImportError:
+            if wanted is True:
+                raise TxlError("device_cache=True needs the onnx package (pip install onnx)")
+            logging.warning("the onnx package is not installed: the decode cache stays in "
+                            "host memory and crosses the bus at every step")
+            return False
+        return True
 
     @property
     def has_decode_cache(self):
@@ -186,10 +211,19 @@ class OnnxRuntime(Runtime):
         return out
 
     def _decode_init(self, mems, mem_mask):
+        if self.device_cache:
+            return self._device_run(self._decode_session("decode_init"),
+                                    {"mems": mems, "mem_mask": mem_mask})
         return host_cache(self._decode_run("decode_init", {"mems": _host(mems),
                                                            "mem_mask": _host(mem_mask)}))
 
     def _decode_read(self, ids, cache):
+        if on_device(cache):
+            log_probs = np.empty([ids.shape[0], self.n_token], np.float32)
+            out = self._device_run(self._decode_session("decode_read"),
+                                   {"token_ids": ids, **cache}, {"log_probs": log_probs})
+            new = {name: out[f"new_{name}"] for name in CHANGING_NAMES}
+            return log_probs, {**new, "positions": cache["positions"]}
         # The new cache is written straight into fresh aligned buffers.
         new = {name: aligned_empty(value.shape, value.dtype) for name, value in cache.items()
                if name != "positions"}
@@ -199,16 +233,107 @@ class OnnxRuntime(Runtime):
         return out["log_probs"], {**new, "positions": cache["positions"]}
 
     def _decode_step(self, ids, stopped, cache):
+        if on_device(cache):
+            return self._device_step(ids, stopped, cache)
         out = self._decode_run("decode_step", {"token_ids": np.asarray(ids, np.int32),
                                                **step_feeds(cache)})
         write_token(cache, out, stopped)
         return out["log_probs"]
 
 
+    # ------------------------------------------- the decode cache on the device
+    def _device_run(self, session, inputs, into=None, in_place=()):
+        """`{output: OrtValue}` of `session` on this device. `inputs` are
+        OrtValues (bound as they are) or arrays (copied to the device);
+        outputs named in `into` are written into those numpy arrays, those
+        in `in_place` into their same-named input's buffer (`new_x` into
+        `x`), the others into fresh OrtValues on the device."""
+        binding = session.io_binding()
+        # The OrtValues must outlive the run: the binding does not keep them.
+        bound = {k: v if _is_ortvalue(v) else self._ortvalue(v) for k, v in inputs.items()}
+        for key, value in bound.items():
+            binding.bind_ortvalue_input(key, value)
+        names = [o.name for o in session.get_outputs()]
+        for key in names:
+            target = (into or {}).get(key)
+            if target is not None:
+                binding.bind_output(key, "cpu", 0, target.dtype, list(target.shape),
+                                    target.ctypes.data)
+            elif key[len("new_"):] in in_place:
+                value = bound[key[len("new_"):]]
+                binding.bind_output(key, self.device, 0, _NUMPY_TYPES[value.data_type()],
+                                    value.shape(), value.data_ptr())
+            else:
+                binding.bind_output(key, self.device, 0)
+        session.run_with_iobinding(binding)
+        return dict(zip(names, binding.get_outputs()))
+
+    def _device_step(self, ids, stopped, cache):
+        """`decode_step` on a device cache, then the ring's write on the
+        device (`export.device_ring`): the cache is read once, written at one
+        slot, and never leaves the device; the log-probs come to the host."""
+        session = self._decode_session("decode_step")
+        binding = session.io_binding()
+        token_ids = self._ortvalue(np.asarray(ids, np.int32))
+        binding.bind_ortvalue_input("token_ids", token_ids)
+        for name in ("valid", "slot", "positions"):
+            binding.bind_ortvalue_input(name, cache[name])
+        for kind in ("keys", "values"):  # each layer a view of the stacked ring
+            stacked = cache[kind]
+            shape = stacked.shape()
+            layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
+            for i in range(shape[0]):
+                binding.bind_input(f"{kind}_{i}", self.device, 0, np.float32, shape[1:],
+                                   stacked.data_ptr() + i * layer_bytes)
+        log_probs = np.empty([len(ids), self.n_token], np.float32)
+        binding.bind_output("log_probs", "cpu", 0, np.float32, list(log_probs.shape),
+                            log_probs.ctypes.data)
+        for name in STEP_OUTPUTS[1:]:
+            binding.bind_output(name, self.device, 0)
+        session.run_with_iobinding(binding)
+        token = dict(zip(STEP_OUTPUTS, binding.get_outputs()))
+        if self._writer is None:
+            self._writer = self._open_writer()
+        written = self._device_run(
+            self._writer, {**{name: cache[name] for name in WRITE_INPUTS if name in cache},
+                           **{name: token[name] for name in STEP_OUTPUTS[1:]},
+                           "stopped": np.asarray(stopped, np.bool_)}, in_place=IN_PLACE)
+        cache["row_slot"], cache["slot"] = written["new_row_slot"], written["new_slot"]
+        return log_probs
+
+    def _writable(self, cache):
+        return on_device(cache) or super()._writable(cache)
+
+    def copy_cache(self, cache):
+        return self._same_place(cache, super().copy_cache)
+
+    def take_cache(self, cache, rows):
+        return self._same_place(cache, lambda host: super(OnnxRuntime, self).take_cache(
+            host, rows))
+
+    def concat_caches(self, caches):
+        if not any(on_device(c) for c in caches):
+            return super().concat_caches(caches)
+        return self._to_device(super().concat_caches([self._on_host(c) for c in caches]))
+
+    def _same_place(self, cache, host_op):
+        """`host_op` of `cache`, through the host for a device cache (which
+        comes back on the device)."""
+        if not on_device(cache):
+            return host_op(cache)
+        return self._to_device(host_op(self._on_host(cache)))
+
+    @staticmethod
+    def _on_host(cache):
+        return host_cache({name: _host(value) for name, value in cache.items()})
+
+    def _to_device(self, cache):
+        return {name: self._ortvalue(value) for name, value in cache.items()}
+
+
 def decode_files(path):
     """`{"decode_init": path, "decode_step": path}` of the decode graphs
     written beside `path` (`export_decode_onnx`), or None."""
-    from export.onnx_export import DECODE_FILES
     folder = os.path.dirname(os.path.abspath(path))
     paths = {name: os.path.join(folder, file) for name, file in DECODE_FILES.items()}
     return paths if all(os.path.isfile(p) for p in paths.values()) else None
@@ -216,7 +341,6 @@ def decode_files(path):
 
 def _model_bytes(path):
     """The model file's size plus its external data file's, if any."""
-    from export.onnx_export import external_data_file
     data = external_data_file(path)
     return os.path.getsize(path) + (os.path.getsize(data) if os.path.exists(data) else 0)
 
@@ -232,3 +356,23 @@ def _single_stream_session(path, session_options, providers):
 
 def _host(value):
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def _is_ortvalue(value):
+    return hasattr(value, "data_type") and hasattr(value, "data_ptr")
+
+
+def on_device(cache):
+    """Whether a decode cache is held in OrtValues (`device_cache`), not numpy."""
+    return _is_ortvalue(cache["keys"])
+
+
+def open_ring_writer(session_options, providers):
+    """A session of the ring's write graph (`export.device_ring`)."""
+    import onnxruntime as ort
+    model = ring_write_model().SerializeToString()
+    return ort.InferenceSession(model, sess_options=session_options, providers=providers)
+
+
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_,
+                "tensor(int32)": np.int32}

@@ -4,11 +4,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.decode_interface import concat_rows, copy_cache, take_rows
+from export.host_cache import concat_rows, copy_cache, take_rows
 from export.input_checks import (RuntimeInputError, check_decode_cache, check_ids, check_memory,
                                  shape_and_dtype)
 from export.metadata import DECODE_CACHE_LAYOUT
-from txl_tf.checks.inputs import check_finite_outputs
+from txl_tf.checks.numpy_checks import check_finite_outputs
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.errors import TxlError
 
@@ -228,9 +228,8 @@ class Runtime:
         if stopped.shape != ids.shape:
             raise RuntimeInputError(f"stopped must have shape {list(ids.shape)} (one flag per "
                                     f"row), got {list(stopped.shape)}")
-        if not all(isinstance(cache[name], np.ndarray) and cache[name].flags.writeable
-                   for name in cache):
-            cache.update(copy_cache(cache))  # a cache of the caller's own arrays
+        if not self._writable(cache):
+            cache.update(self.copy_cache(cache))  # a cache of the caller's own arrays
         log_probs = self.next_cached(ids, stopped, cache)
         return check_finite_outputs(log_probs), cache
 
@@ -255,20 +254,24 @@ class Runtime:
         advanced in place."""
         return self._decode_step(token_ids, stopped, cache)
 
-    @staticmethod
-    def take_cache(cache, rows):
+    def take_cache(self, cache, rows):
         """The decode cache of `rows` (a copy)."""
         return take_rows(cache, rows)
 
-    @staticmethod
-    def concat_caches(caches):
+    def concat_caches(self, caches):
         """One decode cache of the rows of `caches` (read by `decode_read`), in order."""
         return concat_rows(caches)
 
-    @staticmethod
-    def copy_cache(cache):
+    def copy_cache(self, cache):
         """A copy of a decode cache that steps may advance without touching `cache`."""
         return copy_cache(cache)
+
+    @staticmethod
+    def _writable(cache):
+        """Whether steps may advance `cache` in place (the host's: numpy
+        arrays the runtime made, not read-only ones a caller handed in)."""
+        return all(isinstance(value, np.ndarray) and value.flags.writeable
+                   for value in cache.values())
 
     def cache_memory(self, cache):
         """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
@@ -288,7 +291,7 @@ class Runtime:
 
     def _check_cache(self, cache, batch_size=None):
         self._require_decode_cache()
-        from export.decode_interface import cache_shapes
+        from export.host_cache import cache_shapes
         return check_decode_cache(cache, cache_shapes(self.config, self.mem_len), batch_size)
 
     def _checked(self, token_ids, memory):

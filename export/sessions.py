@@ -29,12 +29,12 @@ from typing import NamedTuple
 import numpy as np
 
 from export.cache_slab import CacheSlab
-from txl_tf.checks.inputs import NonFiniteMemoryError, check_finite_outputs
+from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.flow import prefill
 from txl_tf.generation.request import (Generation, DecodeState, HeldCache, check_count,
                                        check_pad_id, check_prompts, make_rows, seen_mask)
-from txl_tf.generation.sampling import Sampling
+from txl_tf.generation.sampling_settings import Sampling
 from txl_tf.generation.sampling_numpy import choose
 
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from export.decode_interface import ALIGNMENT, CHANGING_NAMES, host_cache, step_feeds, write_token
+from export.host_cache import ALIGNMENT, CHANGING_NAMES, host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
 from export.runtime_base import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET

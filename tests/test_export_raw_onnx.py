@@ -12,7 +12,8 @@ import onnxruntime as ort
 import pytest
 
 from export import export_onnx, open_runtime
-from export.onnx_export import external_data_file, id_check_node_name
+from export.metadata import external_data_file
+from export.onnx_export import id_check_node_name
 from export.parity import core_outputs, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 

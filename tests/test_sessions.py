@@ -7,7 +7,7 @@ import pytest
 
 from export import SessionTable, open_runtime, run_export
 from export.cache_slab import CacheSlab
-from export.decode_interface import ALIGNMENT, LAYER_STACKED
+from export.host_cache import ALIGNMENT, LAYER_STACKED
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 

@@ -9,6 +9,10 @@ folders hold one idea each: `layers/`, `generation/`, `weights/`, `data/`,
 Importing the package imports TensorFlow without its start-up noise on
 stderr (`txl_tf.app.tf_startup`; real errors are still shown, and TF's C++
 log level defaults to warnings-off unless `TF_CPP_MIN_LOG_LEVEL` is set).
+Where TensorFlow is not installed (a box that serves the ONNX export with
+onnxruntime alone), the package still imports: the ONNX Runtime runtime and
+its host loop need none of it, and the names above raise an ImportError
+that says so.
 """
 import os
 
@@ -16,23 +20,37 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from txl_tf.app.tf_startup import quiet_tensorflow_import  # noqa: E402
 
-quiet_tensorflow_import()
-
-from txl_tf.checks.inputs import InputError, NonFiniteMemoryError  # noqa: E402
-from txl_tf.classification.classifier import TransformerXLClassifier  # noqa: E402
-from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
-from txl_tf.core import TransformerXL  # noqa: E402
-from txl_tf.errors import TxlError  # noqa: E402
-from txl_tf.generation.decoder import Decoder  # noqa: E402
-from txl_tf.generation.request import DecodeState, Generation  # noqa: E402
-from txl_tf.generation.sampling import Sampling  # noqa: E402
-from txl_tf.layers.memory import Memory  # noqa: E402
-from txl_tf.learning.optimizer import ReplicaClippedAdam  # noqa: E402
-from txl_tf.learning.schedule import WarmupCosineDecay  # noqa: E402
-from txl_tf.model import TransformerXLLM  # noqa: E402
+try:
+    quiet_tensorflow_import()
+except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no TensorFlow
+    if (missing.name or "").split(".")[0] != "tensorflow":
+        raise
+    _WITHOUT_TENSORFLOW = missing
+else:
+    _WITHOUT_TENSORFLOW = None
+    from txl_tf.checks.inputs import InputError, NonFiniteMemoryError
+    from txl_tf.classification.classifier import TransformerXLClassifier
+    from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig
+    from txl_tf.core import TransformerXL
+    from txl_tf.errors import TxlError
+    from txl_tf.generation.decoder import Decoder
+    from txl_tf.generation.request import DecodeState, Generation
+    from txl_tf.generation.sampling import Sampling
+    from txl_tf.layers.memory import Memory
+    from txl_tf.learning.optimizer import ReplicaClippedAdam
+    from txl_tf.learning.schedule import WarmupCosineDecay
+    from txl_tf.model import TransformerXLLM
 
 __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "InputError",
            "Memory", "NonFiniteMemoryError", "ReplicaClippedAdam", "Sampling", "TransformerXL",
            "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM", "TxlError",
            "WarmupCosineDecay"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name in __all__ and _WITHOUT_TENSORFLOW is not None:
+        raise ImportError(f"txl_tf.{name} needs TensorFlow, which is not installed "
+                          f"({_WITHOUT_TENSORFLOW}); without it only the ONNX Runtime "
+                          "runtime works (export.open_runtime on a model.onnx)")
+    raise AttributeError(f"module 'txl_tf' has no attribute {name!r}")

@@ -10,3 +10,7 @@ anything else is a bug and keeps its traceback.
 
 class TxlError(ValueError):
     """Bad input; the message names what is wrong and, where there is one, the fix."""
+
+
+class ModelDirError(TxlError):
+    """A model directory, config, weights file or checkpoint is missing or unreadable."""

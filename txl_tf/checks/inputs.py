@@ -2,15 +2,9 @@
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.errors import TxlError
-
-
-class InputError(TxlError):
-    """Token ids or memory that do not fit the model."""
-
-    # Raised while a tf.function traces, autograph would wrap it in a
-    # StagingError (tensorflow/python/autograph/impl/api.py); this keeps its type.
-    ag_pass_through = True
+# The numpy half, re-exported: the runtimes import it without TensorFlow.
+from txl_tf.checks.numpy_checks import (InputError, NonFiniteMemoryError,  # noqa: F401
+                                        check_finite_outputs, out_of_range_message)
 
 
 def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
@@ -79,16 +73,6 @@ def _shaped_like(tensor, token_ids, message):
         return tf.identity(tensor)
 
 
-def out_of_range_message(ids, n_token, name="token"):
-    """Names the first id of a numpy array outside `[0, n_token)`, or None."""
-    bad = np.argwhere((ids < 0) | (ids >= n_token))
-    if not bad.size:
-        return None
-    where = tuple(int(i) for i in bad[0])
-    return (f"{name} id {int(ids[where])} at position {where} is out of range for a "
-            f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
-
-
 def check_memory(memory, n_layer, d_model, batch_size=None):
     """Raises `InputError` if the memory's static geometry does not fit."""
     mems, mem_mask = memory
@@ -117,40 +101,3 @@ def check_memory(memory, n_layer, d_model, batch_size=None):
     if batch_size is not None and shape[1] is not None and shape[1] != batch_size:
         raise InputError(f"token_ids have batch {batch_size} but the memory has batch "
                          f"{shape[1]}")
-
-
-class NonFiniteMemoryError(InputError):
-    """A step's outputs are NaN or inf for some streams: the memory handed in
-    held NaN or inf in valid slots. `rows`: those streams' batch rows."""
-
-    def __init__(self, rows, what="log-probs"):
-        self.rows = [r.item() if hasattr(r, "item") else r for r in rows]
-        self.what = what
-        listed = ", ".join(map(str, self.rows[:10])) + (", ..." if len(self.rows) > 10 else "")
-        super().__init__(
-            f"stream(s) {listed}: the step's {what} are NaN or inf, so the "
-            "memory passed in holds NaN or inf in valid slots (or the weights do); start "
-            "those streams from a fresh memory")
-
-    def in_batch(self, rows):
-        """The same error for streams numbered by `rows` (a sub-batch's map
-        to the caller's batch)."""
-        return NonFiniteMemoryError([rows[r] for r in self.rows], self.what)
-
-
-def check_finite_outputs(values, what="log-probs"):
-    """`values` (numpy `[batch, ...]`, a step's outputs), or
-    `NonFiniteMemoryError` naming the rows that hold NaN or inf.
-
-    With finite weights, a valid slot holding NaN or inf makes the output of
-    every query that sees it NaN (even at attention probability 0), and the
-    last query sees every slot that stays in the new memory; a slot it does
-    not see leaves the memory with this step. So checking the last
-    position's log-probs (`batch x n_token` numbers per step) is exact, and
-    the memory itself is never re-read.
-    """
-    values = np.asarray(values)
-    if values.size == 0 or np.isfinite(values.sum()):  # one pass; NaN/inf propagate
-        return values
-    finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
-    raise NonFiniteMemoryError(np.flatnonzero(~finite), what)

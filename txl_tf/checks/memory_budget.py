@@ -10,7 +10,7 @@ swap, or be killed by the kernel), never that it might be tight.
 """
 import os
 
-from txl_tf.checks.inputs import InputError
+from txl_tf.checks.numpy_checks import InputError
 
 FLOAT = 4  # bytes; float32 (mixed precision keeps float32 weights and memory too)
 GIB = 2 ** 30

@@ -11,11 +11,9 @@ numpy transcription.
 """
 import tensorflow as tf
 
-# Shared with the numpy mirror (`sampling_numpy`), which must agree bit for bit.
+from txl_tf.generation.sampling_settings import GOLDEN, MULTIPLIERS, STEP_SALT
+
 _MASK32 = 0xFFFFFFFF
-GOLDEN = 0x9E3779B9  # salts the high half of a seed
-STEP_SALT = 0x85EBCA6B  # salts the counter
-MULTIPLIERS = (0x7FEB352D, 0x846CA68B)  # lowbias32's two rounds
 
 
 def _shr(x, bits):

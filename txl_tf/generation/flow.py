@@ -18,12 +18,12 @@ are.
 """
 import numpy as np
 
-from txl_tf.checks.inputs import NonFiniteMemoryError, check_finite_outputs
+from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.request import (DecodeState, Generation, HeldCache, check_count,
                                        check_pad_id, check_prompts, held_cache, make_rows,
                                        right_aligned_segments, seen_mask)
-from txl_tf.generation.sampling import Sampling
+from txl_tf.generation.sampling_settings import Sampling
 
 
 def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,

@@ -6,7 +6,7 @@ import numpy as np
 
 from txl_tf.errors import TxlError
 from txl_tf.generation import sampling_numpy
-from txl_tf.generation.sampling import Sampling
+from txl_tf.generation.sampling_settings import Sampling
 
 MAX_SEED = 2 ** 63 - 1
 

@@ -3,8 +3,7 @@ runtimes' host loop; same operations in the same order and dtypes
 (`tests/test_sampling.py` holds the two to the same ids)."""
 import numpy as np
 
-from txl_tf.generation.counter_rng import GOLDEN, MULTIPLIERS, STEP_SALT
-from txl_tf.generation.sampling import TIE_TOLERANCE
+from txl_tf.generation.sampling_settings import GOLDEN, MULTIPLIERS, STEP_SALT, TIE_TOLERANCE
 
 _MASK32 = np.int64(0xFFFFFFFF)
 

@@ -16,7 +16,7 @@ import zipfile
 from typing import NamedTuple, Optional
 
 from txl_tf.config import ConfigError, TransformerXLConfig
-from txl_tf.errors import TxlError
+from txl_tf.errors import ModelDirError, TxlError  # noqa: F401 (ModelDirError re-exported)
 from txl_tf.layers.init import skip_random_init
 from txl_tf.weights import checkpoints
 
@@ -25,10 +25,6 @@ WEIGHTS_FILE = checkpoints.WEIGHTS_FILE
 VOCAB_DIR = checkpoints.VOCAB_DIR
 EXPORT_DIR = "export"
 CHECKPOINT_DIR = "checkpoints"
-
-
-class ModelDirError(TxlError):
-    """A model directory, config, weights file or checkpoint is missing or unreadable."""
 
 
 class ModelSource(NamedTuple):

@@ -1,0 +1,133 @@
+"""The decode cache kept on the ONNX Runtime device (`device_cache`,
+`export.device_ring`), exercised on the CPU provider: OrtValues, the step's
+layer views bound by pointer, the ring's write in place, exactly what the
+host cache does. On CUDA the same code runs with the buffers in GPU memory."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from export import open_runtime, run_export
+from export.device_ring import WRITE_INPUTS, WRITE_OUTPUTS, ring_write_model
+from export.onnx_runtime import on_device
+from export.parity import cached_outputs, core_outputs, max_differences, random_segments
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.errors import TxlError
+from txl_tf.weights import save_pretrained
+
+# Odd head sizes, as in test_decode_cache_export.py.
+CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5,
+                                    n_head=3, d_head=5)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("device_ring")
+    core = TransformerXL(CONFIG)
+    save_pretrained(core, root / "model")
+    run_export(str(root / "out"), str(root / "model"), formats=("onnx",))
+    return core, root / "out"
+
+
+@pytest.fixture(scope="module")
+def runtimes(exported):
+    path = str(exported[1] / "model.onnx")
+    return (open_runtime(path, device="cpu", device_cache=False),
+            open_runtime(path, device="cpu", device_cache=True))
+
+
+def test_device_cache_is_off_on_the_cpu_unless_asked_and_checks_its_setting(exported):
+    path = str(exported[1] / "model.onnx")
+    assert not open_runtime(path, device="cpu").device_cache
+    with pytest.raises(TxlError, match="device_cache must be"):
+        open_runtime(path, device="cpu", device_cache="yes")
+    with pytest.raises(TxlError, match="needs io_binding"):
+        open_runtime(path, device="cpu", device_cache=True, io_binding=False)
+
+
+def test_the_write_graph_is_valid_onnx_with_its_named_interface():
+    model = ring_write_model()
+    onnx.checker.check_model(model, full_check=True)
+    assert [i.name for i in model.graph.input] == list(WRITE_INPUTS)
+    assert [o.name for o in model.graph.output] == list(WRITE_OUTPUTS)
+
+
+def test_a_device_step_is_a_step_on_the_memory_it_holds(exported, runtimes):
+    """Token by token from a memory several segments deep (the ring wraps)."""
+    core, (_, device) = exported[0], runtimes
+    segments = random_segments(CONFIG.n_token, 3, 4, 5, seed=4)
+    reference = core_outputs(core, segments, CONFIG.mem_len, token_by_token=True)
+    diff = max_differences(reference, cached_outputs(device, segments))
+    assert diff["log_probs"] < 1e-5 and diff["mems"] < 1e-5 and diff["mem_mask_equal"], diff
+
+
+def test_the_device_ring_is_written_in_place_as_the_host_writes_it(runtimes):
+    host, device = runtimes
+    rng = np.random.default_rng(1)
+    _, memory = host.step(rng.integers(0, CONFIG.n_token, [3, 4]))
+    host_cache, device_cache = host.decode_init(memory), device.decode_init(memory)
+    assert on_device(device_cache) and not on_device(host_cache)
+    buffers = {name: device_cache[name].data_ptr()
+               for name in ("cache_mems", "keys", "values", "valid")}
+    for t in range(2 * (CONFIG.mem_len + 1) + 1):  # the ring wraps twice
+        ids = rng.integers(0, CONFIG.n_token, [3])
+        stopped = np.array([False, t % 3 == 1, t > 6])
+        want, _ = host.decode_step(ids, host_cache, stopped)
+        got, same = device.decode_step(ids, device_cache, stopped)
+        assert same is device_cache
+        np.testing.assert_allclose(got[~stopped], want[~stopped], atol=1e-5)
+        for name, value in host_cache.items():
+            np.testing.assert_allclose(device_cache[name].numpy(), value, atol=1e-5,
+                                       err_msg=f"step {t}: {name}")
+    assert {name: device_cache[name].data_ptr() for name in buffers} == buffers
+
+
+def test_a_device_read_and_copies_leave_the_cache_they_read(runtimes):
+    host, device = runtimes
+    segment = np.array([[3, 4, 5], [6, 7, 8]])
+    host_cache = host.decode_init(host.initial_memory(2))
+    device_cache = device.decode_init(device.initial_memory(2))
+    for ids in ([1, 2], [3, 4]):
+        host.decode_step(np.array(ids), host_cache)
+        device.decode_step(np.array(ids), device_cache)
+    kept = device.copy_cache(device_cache)
+    want, host_new = host.decode_read(segment, host_cache)
+    got, device_new = device.decode_read(segment, device_cache)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert on_device(device_new) and on_device(kept)
+    for name in host_new:
+        np.testing.assert_allclose(device_new[name].numpy(), host_new[name], atol=1e-5)
+        np.testing.assert_array_equal(device_cache[name].numpy(), kept[name].numpy())
+    rows = device.take_cache(device_new, [1])
+    np.testing.assert_array_equal(rows["keys"].numpy(), device_new["keys"].numpy()[:, 1:])
+    joined = device.concat_caches([rows, device.take_cache(device_new, [0])])
+    np.testing.assert_array_equal(joined["valid"].numpy(), device_new["valid"].numpy()[::-1])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_generation_and_a_next_turn_on_the_device_equal_the_hosts(runtimes, temperature):
+    host, device = runtimes
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [8], [9, 10]]
+    want = host.generate(prompts, 12, temperature=temperature, seed=5)
+    stop = int(want.ids[1, 3])
+    want = host.generate(prompts, 12, temperature=temperature, seed=5, stop_ids=[stop])
+    got = device.generate(prompts, 12, temperature=temperature, seed=5, stop_ids=[stop])
+    np.testing.assert_array_equal(got.ids, want.ids)
+    np.testing.assert_allclose(got.log_probs, want.log_probs, atol=1e-5)
+    turns = [[11, 12], [13], [14, 15, 16]]
+    want_turn = host.generate(turns, 6, resume=want.state, temperature=temperature, seed=6)
+    got_turn = device.generate(turns, 6, resume=got.state, temperature=temperature, seed=6)
+    np.testing.assert_array_equal(got_turn.ids, want_turn.ids)
+    for a, b in zip(got_turn.memory.numpy(), want_turn.memory.numpy()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_a_bad_device_cache_is_one_clear_error(runtimes):
+    device = runtimes[1]
+    cache = device.decode_init(device.initial_memory(2))
+    short = {**cache, "keys": ort.OrtValue.ortvalue_from_numpy(
+        cache["keys"].numpy()[:, :, :, :-1].copy())}
+    with pytest.raises(ValueError, match="another model or memory length"):
+        device.decode_step(np.array([1, 2]), short)
+    with pytest.raises(ValueError, match="batch mismatch"):
+        device.decode_step(np.array([1, 2, 3]), cache)

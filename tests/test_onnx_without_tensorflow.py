@@ -1,0 +1,73 @@
+"""Serving the ONNX export needs onnxruntime and numpy, not TensorFlow: a
+process where TensorFlow, Keras, tf2onnx and tensorflow-text cannot be
+imported opens the export and generates the same ids as this one."""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export import open_runtime, run_export
+from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.weights import save_pretrained
+
+CONFIG = TransformerXLConfig.preset("tiny", n_token=50, cutoffs=[20], mem_len=4)
+ROOT = Path(__file__).resolve().parents[1]
+
+# Makes the TensorFlow side unimportable, as on a box without it.
+BLOCK = textwrap.dedent("""
+    import sys
+    class Blocked:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf2onnx"):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    sys.meta_path.insert(0, Blocked())
+""")
+
+
+def _run_without_tensorflow(code):
+    done = subprocess.run([sys.executable, "-c", BLOCK + textwrap.dedent(code)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def model_onnx(tmp_path_factory):
+    root = tmp_path_factory.mktemp("no_tf")
+    save_pretrained(TransformerXL(CONFIG), root / "model")
+    run_export(str(root / "out"), str(root / "model"), formats=("onnx",))
+    return root / "out" / "model.onnx"
+
+
+@pytest.mark.parametrize("device_cache", [False, True])
+def test_the_onnx_runtime_generates_without_tensorflow(model_onnx, device_cache):
+    prompts, options = [[1, 2, 3], [4]], dict(temperature=0.8, seed=7)
+    out = _run_without_tensorflow(f"""
+        import json, sys
+        from export import open_runtime
+        rt = open_runtime({str(model_onnx)!r}, device="cpu", device_cache={device_cache})
+        first = rt.generate({prompts}, 6, **{options})
+        turn = rt.generate([[5], [6, 7]], 4, resume=first.state, **{options})
+        assert not [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")]
+        print(json.dumps([first.ids.tolist(), turn.ids.tolist()]))
+    """)
+    runtime = open_runtime(str(model_onnx), device="cpu")
+    first = runtime.generate(prompts, 6, **options)
+    turn = runtime.generate([[5], [6, 7]], 4, resume=first.state, **options)
+    assert json.loads(out) == [first.ids.tolist(), turn.ids.tolist()]
+    assert np.asarray(first.ids).shape == (2, 6)
+
+
+def test_the_tensorflow_names_say_they_need_it():
+    out = _run_without_tensorflow("""
+        import txl_tf
+        try:
+            txl_tf.TransformerXL
+        except ImportError as error:
+            print(error)
+    """)
+    assert "txl_tf.TransformerXL needs TensorFlow" in out and "ONNX Runtime" in out

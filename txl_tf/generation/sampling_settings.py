@@ -1,0 +1,50 @@
+"""What the sampler and its numpy mirror share, without TensorFlow: the
+`Sampling` settings, the tie tolerance (`txl_tf.generation.sampling`) and the
+constants of the counter RNG (`txl_tf.generation.counter_rng`), which the
+mirror (`sampling_numpy`) must match bit for bit. The ONNX Runtime host loop
+imports only this side."""
+import dataclasses
+
+import numpy as np
+
+from txl_tf.errors import TxlError
+
+GOLDEN = 0x9E3779B9  # salts the high half of a seed
+STEP_SALT = 0x85EBCA6B  # salts the counter
+MULTIPLIERS = (0x7FEB352D, 0x846CA68B)  # lowbias32's two rounds
+
+TIE_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen.
+
+    temperature: 0 is greedy; otherwise log-probs are divided by it.
+    top_k: sample among the k most likely tokens (0: no limit).
+    top_p: sample from the smallest set of most likely tokens whose
+        probability reaches top_p (1: no limit); applied after top_k.
+    repetition_penalty: >= 1; the log-probs of ids already in this call's
+        prompt or output are multiplied by it (CTRL's rule for logits <= 0).
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+
+    def checked(self, n_token):
+        """Raises ValueError naming a bad setting; returns self."""
+        t, k, p, r = self.temperature, self.top_k, self.top_p, self.repetition_penalty
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.number)) \
+                or not 0 <= t < float("inf"):
+            raise TxlError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n_token:
+            raise TxlError(f"top_k must be an integer in [0, {n_token}] (the vocabulary "
+                           f"size; 0 = no limit), got {k!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.number)) or not 0 < p <= 1:
+            raise TxlError(f"top_p must be in (0, 1] (1 = no limit), got {p!r}")
+        if isinstance(r, bool) or not isinstance(r, (int, float, np.number)) \
+                or not 1 <= r < float("inf"):
+            raise TxlError(f"repetition_penalty must be a finite number >= 1, got {r!r}")
+        return self
