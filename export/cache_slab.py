@@ -45,6 +45,9 @@ class CacheSlab:
         the slab's ring slot (an empty slab takes the cache's slot)."""
         if self.full():
             raise ValueError(f"the slab holds {self.capacity} streams already")
+        # A cache kept on the device (OrtValues) joins the host's slab as numpy.
+        cache = {name: np.asarray(value.numpy()) if hasattr(value, "data_ptr") else value
+                 for name, value in cache.items()}
         if self._arrays is None:
             self._arrays = {name: host_empty(name, _with_rows(value, name, self.capacity),
                                              value.dtype)

@@ -32,6 +32,17 @@ def choose_providers(device="auto"):
                    f"({ort.get_available_providers()}); using {CPU}")
 
 
+def provider_entries(names, tf32=False):
+    """`providers` for a session of the execution providers `names`: CUDA
+    with TF32 matmuls off unless `tf32`. TF32 (ONNX Runtime's default on
+    Ampere and later GPUs) rounds float32 matmul inputs to 10 bits and moves
+    log-probs by ~1e-3; off, the H100 agreed with the CPU within 4e-6 at
+    enwik8_base and wt103_base, at the same decode speed
+    (`benchmarks/cuda_parity.py`, benchmarks/README.md)."""
+    return [(name, {"use_tf32": str(int(bool(tf32)))}) if name == CUDA else name
+            for name in names]
+
+
 def open_session(path, session_options=None, providers=None):
     """An `onnxruntime.InferenceSession`; a missing, truncated or corrupt
     file is a `ModelDirError` naming it (never onnxruntime's traceback)."""
@@ -61,13 +72,23 @@ class OnnxRuntime(Runtime):
     outputs. It holds a second copy of the weights, so `"auto"` opens it only
     for models up to `SINGLE_STREAM_MAX_BYTES` (256 MiB). The overrides are
     added to `session_options` when given (after the main session is built).
+
+    `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
+    cache in OrtValues on the session's device and each step writes its
+    token there in place (`export.device_ring`); `"auto"` does so on CUDA,
+    where a numpy cache would cross the bus at every step.
+
+    `tf32` (default False): on CUDA, let float32 matmuls use TF32 tensor
+    cores (ONNX Runtime's own default), which moves log-probs by ~1e-3;
+    off, the GPU agrees with the CPU to float32 round-off.
     """
 
     backend = "onnxruntime"
 
     def __init__(self, path, device="auto", io_binding=True, session_options=None,
-                 single_stream="auto", device_cache="auto"):
-        providers, reason = choose_providers(device)
+                 single_stream="auto", device_cache="auto", tf32=False):
+        names, reason = choose_providers(device)
+        providers = provider_entries(names, tf32)
         if reason and device != "auto":
             logging.warning("%s", reason)
         for name, value in (("single_stream", single_stream), ("device_cache", device_cache)):
@@ -81,7 +102,7 @@ class OnnxRuntime(Runtime):
         self._single = None
         super().__init__(ExportInfo(self.session.get_modelmeta().custom_metadata_map))
         self.provider = self.session.get_providers()[0]
-        if CUDA in providers and self.provider != CUDA:  # listed, but it did not load
+        if CUDA in names and self.provider != CUDA:  # listed, but it did not load
             logging.warning("CUDAExecutionProvider failed to load (CUDA/cuDNN libraries?); "
                             "running on %s", self.provider)
         self.device = "cuda" if self.provider == CUDA else "cpu"

@@ -9,7 +9,7 @@ import pytest
 
 from export import open_runtime, run_export
 from export.device_ring import WRITE_INPUTS, WRITE_OUTPUTS, ring_write_model
-from export.onnx_runtime import on_device
+from export.onnx_runtime import on_device, provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.errors import TxlError
@@ -43,6 +43,14 @@ def test_device_cache_is_off_on_the_cpu_unless_asked_and_checks_its_setting(expo
         open_runtime(path, device="cpu", device_cache="yes")
     with pytest.raises(TxlError, match="needs io_binding"):
         open_runtime(path, device="cpu", device_cache=True, io_binding=False)
+
+
+def test_cuda_runs_float32_matmuls_in_full_precision_unless_tf32_is_asked():
+    names = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert provider_entries(names) == [("CUDAExecutionProvider", {"use_tf32": "0"}),
+                                       "CPUExecutionProvider"]
+    assert provider_entries(names, tf32=True)[0][1] == {"use_tf32": "1"}
+    assert provider_entries(["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
 
 
 def test_the_write_graph_is_valid_onnx_with_its_named_interface():
@@ -131,3 +139,18 @@ def test_a_bad_device_cache_is_one_clear_error(runtimes):
         device.decode_step(np.array([1, 2]), short)
     with pytest.raises(ValueError, match="batch mismatch"):
         device.decode_step(np.array([1, 2, 3]), cache)
+
+
+def test_a_session_table_over_a_device_cache_runtime_gives_each_session_its_own_ids(runtimes):
+    """The table's slab lives in host memory: caches made on the device join it."""
+    from export import SessionTable
+    host, device = runtimes
+    table = SessionTable(device, max_batch=2)
+    prompts = {"a": [1, 2, 3], "b": [4]}
+    for key, prompt in prompts.items():
+        table.open(key, prompt, 6, temperature=0.0)
+    while table.active():
+        table.step()
+    for key, prompt in prompts.items():
+        alone = host.generate([prompt], 6, temperature=0.0)
+        np.testing.assert_array_equal(table.close(key).ids, alone.ids)
