@@ -1,6 +1,7 @@
 r"""The ONNX Runtime decode on CUDA against the CPU, where a GPU is lent.
 
-    python -m benchmarks.cuda_parity EXPORT_DIR [EXPORT_DIR ...] [--steps=40]
+    python -m benchmarks.cuda_parity --exports=EXPORT_DIR[,EXPORT_DIR...] [--steps=40] \
+        [--output=benchmarks/results/cuda_parity.json]
 
 Per export (TensorFlow not needed): the runtime on CUDA with its decode
 cache on the GPU (`device_cache`), the same with TF32 matmuls, on CUDA with
@@ -12,8 +13,8 @@ whether the GPU ring's buffers stayed in place, and greedy `generate` (a
 prompt, then a next turn on the held cache): the share of ids equal to
 the CPU's (near-ties of a random model may go either way) and whether the
 device cache's ids equal the host cache's on the same GPU. Prints a table
-and one JSON line per export; exits 1 when a difference (TF32 aside)
-exceeds `--tolerance`, a buffer moved, or the two GPU caches' ids differ.
+and writes JSON; ends with an error when a difference (TF32 aside) exceeds
+`--tolerance`, a buffer moved, or the two GPU caches' ids differ.
 """
 import json
 import os
@@ -25,6 +26,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from export import open_runtime  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
+from txl_tf.errors import TxlError  # noqa: E402
+
+SPEC = (
+    option("string", "exports", None, "Comma-separated export folders (model.onnx and the "
+           "decode graphs)."),
+    option("integer", "steps", 40, "Decode steps compared (batch 2)."),
+    option("float", "tolerance", 1e-3, "Largest log-prob difference to the CPU allowed "
+           "(TF32 aside)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "cuda_parity.json"),
+           "Where to write the JSON results."),
+)
 
 
 def compare(path, steps, seed=0):
@@ -34,7 +48,7 @@ def compare(path, steps, seed=0):
                 "gpu_host": open_runtime(path, device="cuda", device_cache=False),
                 "gpu_tf32": open_runtime(path, device="cuda", device_cache=True, tf32=True)}
     if runtimes["gpu"].device != "cuda":
-        raise SystemExit("error: the CUDA provider did not load (see the warning above)")
+        raise TxlError("the CUDA provider did not load (see the warning above)")
     cpu = runtimes["cpu"]
     cfg, rng = cpu.config, np.random.default_rng(seed)
     memory = (rng.normal(size=(cfg.n_layer, 2, cpu.mem_len, cfg.d_model)).astype(np.float32),
@@ -65,15 +79,11 @@ def compare(path, steps, seed=0):
                                                                       ids["gpu_host"]))}
 
 
-def main(argv):
-    paths = [a for a in argv if not a.startswith("--")]
-    options = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-    if not paths or set(options) - {"steps", "tolerance"}:
-        print("error: usage: python -m benchmarks.cuda_parity EXPORT_DIR ... [--steps=N] "
-              "[--tolerance=X]", file=sys.stderr)
-        return 2
-    steps, tolerance = int(options.get("steps", 40)), float(options.get("tolerance", 1e-3))
-    rows = [compare(path, steps) for path in paths]
+def run(o):
+    paths = [p.strip() for p in (o["exports"] or "").split(",") if p.strip()]
+    if not paths:
+        raise TxlError("--exports is required (comma-separated export folders)")
+    rows = [compare(path, o["steps"]) for path in paths]
     print("| export | steps | max diff, cache on GPU | cache on host | with TF32 | "
           "ring in place | greedy ids = CPU's | = host cache's on GPU |")
     print("|---|---|---|---|---|---|---|---|")
@@ -82,12 +92,19 @@ def main(argv):
               f"{r['max_diff_host_cache']:.1e} | {r['max_diff_tf32']:.1e} | "
               f"{r['ring_in_place']} | {r['greedy_ids_gpu_equal_cpu']:.0%} | "
               f"{r['greedy_ids_device_equal_host_cache']} |")
-    for r in rows:
-        print(json.dumps(r))
-    bad = [r for r in rows if max(r["max_diff_device_cache"], r["max_diff_host_cache"]) >
-           tolerance or not r["ring_in_place"] or not r["greedy_ids_device_equal_host_cache"]]
-    return 1 if bad else 0
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump({"settings": o, "rows": rows}, f, indent=2)
+    bad = [r["export"] for r in rows if max(r["max_diff_device_cache"],
+                                            r["max_diff_host_cache"]) > o["tolerance"]
+           or not r["ring_in_place"] or not r["greedy_ids_device_equal_host_cache"]]
+    if bad:
+        raise TxlError(f"the GPU disagrees with the CPU on {', '.join(bad)} (see the table)")
+
+
+def main(argv):
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    cli.run(main, SPEC)

@@ -1,7 +1,7 @@
 r"""Carries an ONNX export to a machine without TensorFlow, for timing.
 
-    python -m benchmarks.onnx_weights strip EXPORT_DIR SKELETON_DIR
-    python -m benchmarks.onnx_weights fill SKELETON_DIR [--seed=0]
+    python -m benchmarks.onnx_weights --export_dir=EXPORT_DIR --skeleton_dir=SKELETON_DIR
+    python -m benchmarks.onnx_weights --fill --skeleton_dir=SKELETON_DIR [--seed=0]
 
 `strip` writes every `.onnx` file of an export with its large float weights
 emptied (shapes and names kept, marked `txl_tf:random`) beside the export's
@@ -21,10 +21,19 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
 MARK = "txl_tf:random"
 MIN_ELEMENTS = 4096  # smaller weights (and every integer constant) are kept
+
+SPEC = (
+    option("string", "export_dir", None, "The export to strip (its .onnx and .json files)."),
+    option("string", "skeleton_dir", None, "Where the skeleton goes (strip) or is (fill)."),
+    option("bool", "fill", False, "Fill the skeleton's weights instead of stripping."),
+    option("integer", "seed", 0, "Seed of the random weights (fill)."),
+)
 
 
 def strip(export_dir, skeleton_dir):
@@ -69,25 +78,21 @@ def fill(skeleton_dir, seed=0):
     return filled
 
 
+def run(o):
+    if not o["skeleton_dir"]:
+        raise TxlError("--skeleton_dir is required")
+    if o["fill"]:
+        print(f"filled {fill(o['skeleton_dir'], o['seed'])} weights in {o['skeleton_dir']}")
+    elif not o["export_dir"]:
+        raise TxlError("--export_dir is required (or --fill)")
+    else:
+        written = strip(o["export_dir"], o["skeleton_dir"])
+        print(f"wrote {len(written)} skeleton files to {o['skeleton_dir']}")
+
+
 def main(argv):
-    args = [a for a in argv if not a.startswith("--")]
-    seeds = [a.split("=", 1)[1] for a in argv if a.startswith("--seed=")]
-    unknown = [a for a in argv if a.startswith("--") and not a.startswith("--seed=")]
-    if unknown or not args or args[0] not in ("strip", "fill") or \
-            len(args) != (3 if args[0] == "strip" else 2) or not all(s.isdigit() for s in seeds):
-        print("error: usage: python -m benchmarks.onnx_weights strip EXPORT_DIR SKELETON_DIR"
-              " | fill SKELETON_DIR [--seed=N]", file=sys.stderr)
-        return 2
-    try:
-        if args[0] == "strip":
-            print(f"wrote {len(strip(args[1], args[2]))} skeleton files to {args[2]}")
-        else:
-            print(f"filled {fill(args[1], int(seeds[0]) if seeds else 0)} weights in {args[1]}")
-    except (TxlError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    cli.run(main, SPEC)

@@ -1,6 +1,7 @@
 r"""Where an ONNX Runtime decode step's time goes: its profile, per op type.
 
-    python -m benchmarks.ort_step_profile EXPORT_DIR [--batch=1] [--device=cuda] [--steps=30]
+    python -m benchmarks.ort_step_profile --export_dir=EXPORT_DIR [--batch=1] [--device=cuda] \
+        [--steps=30]
 
 Opens the export with ONNX Runtime's profiler on, decodes `--steps` tokens
 on a full random memory's cache, and prints per session (`decode_step`,
@@ -21,6 +22,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from export import open_runtime  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
+from txl_tf.errors import TxlError  # noqa: E402
+
+SPEC = (
+    option("string", "export_dir", None, "The export folder (model.onnx and the decode graphs)."),
+    option("integer", "batch", 1, "Rows per step."),
+    option("string", "device", "cuda", "ONNX Runtime's device: cuda, cpu or auto."),
+    option("integer", "steps", 30, "Decode steps profiled."),
+)
 
 
 def summary(profile_file, top=14):
@@ -43,19 +54,15 @@ def summary(profile_file, top=14):
     return lines
 
 
-def main(argv):
-    paths = [a for a in argv if not a.startswith("--")]
-    options = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-    if len(paths) != 1 or set(options) - {"batch", "device", "steps"}:
-        print("error: usage: python -m benchmarks.ort_step_profile EXPORT_DIR [--batch=N] "
-              "[--device=cuda|cpu] [--steps=N]", file=sys.stderr)
-        return 2
+def run(o):
     import onnxruntime as ort
-    batch, steps = int(options.get("batch", 1)), int(options.get("steps", 30))
+    if not o["export_dir"]:
+        raise TxlError("--export_dir is required")
+    batch, steps = o["batch"], o["steps"]
     session_options = ort.SessionOptions()
     session_options.enable_profiling = True
     session_options.profile_file_prefix = f"ort_step_profile_b{batch}"
-    runtime = open_runtime(paths[0], device=options.get("device", "cuda"),
+    runtime = open_runtime(o["export_dir"], device=o["device"],
                            session_options=session_options)
     cfg = runtime.config
     rng = np.random.default_rng(0)
@@ -66,7 +73,7 @@ def main(argv):
     start = time.perf_counter()
     for _ in range(steps):
         runtime.next_cached(ids, stopped, cache)
-    print(f"{paths[0]} batch {batch} on {runtime.device}: "
+    print(f"{o['export_dir']} batch {batch} on {runtime.device}: "
           f"{(time.perf_counter() - start) / steps * 1e3:.2f} ms per step (profiling on)")
     sessions = {"decode_step": runtime._decode_session("decode_step")}
     if runtime._writer is not None:
@@ -74,8 +81,11 @@ def main(argv):
     for name, session in sessions.items():
         print(name)
         print("\n".join(summary(session.end_profiling())))
-    return 0
+
+
+def main(argv):
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    cli.run(main, SPEC)

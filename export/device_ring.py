@@ -18,9 +18,13 @@ are different buffers, so the write touches one slot, not the cache
 values equal the host's write).
 
 Built with `onnx.helper` at run time (no TensorFlow); `onnx` is needed only
-where the cache is kept on the device.
+where the cache is kept on the device. `device_step` and `run_on_device`
+drive the decode graphs on such a cache (`export.onnx_runtime.OnnxRuntime`
+with `device_cache`).
 """
-from export.host_cache import SLOT_AXES
+import numpy as np
+
+from export.host_cache import SLOT_AXES, STEP_OUTPUTS
 
 # (ring, the token output of `decode_step` written into it, the ring's rank)
 RINGS = (("cache_mems", "token_mems", 4), ("keys", "token_keys", 5),
@@ -112,3 +116,84 @@ def _write_slot(node, const, ring, token, stopped, rank, axis):
     node("ScatterElements", [ring, f"{ring}_index", f"{ring}_update"], f"new_{ring}",
          axis=axis)
 
+
+
+# ------------------------------------------------------- driving the graphs
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_,
+                "tensor(int32)": np.int32}
+
+
+def ortvalue(array, device):
+    """An OrtValue of `array` on `device` ("cpu": over the array's buffer)."""
+    import onnxruntime as ort
+    # Not np.ascontiguousarray: it turns a scalar (the ring's slot) into [1].
+    return ort.OrtValue.ortvalue_from_numpy(np.asarray(array, order="C"), device, 0)
+
+
+def is_ortvalue(value):
+    return hasattr(value, "data_type") and hasattr(value, "data_ptr")
+
+
+def on_device(cache):
+    """Whether a decode cache is held in OrtValues (`device_cache`), not numpy."""
+    return is_ortvalue(cache["keys"])
+
+
+def run_on_device(session, device, inputs, into=None, in_place=()):
+    """`{output: OrtValue}` of `session` on `device`. `inputs` are OrtValues
+    (bound as they are) or arrays (copied to the device); outputs named in
+    `into` are written into those numpy arrays, those in `in_place` into
+    their same-named input's buffer (`new_x` into `x`), the others into
+    fresh OrtValues on the device."""
+    binding = session.io_binding()
+    # The OrtValues must outlive the run: the binding does not keep them.
+    bound = {k: v if is_ortvalue(v) else ortvalue(v, device) for k, v in inputs.items()}
+    for key, value in bound.items():
+        binding.bind_ortvalue_input(key, value)
+    names = [o.name for o in session.get_outputs()]
+    for key in names:
+        target, source = (into or {}).get(key), key[len("new_"):]
+        if target is not None:
+            binding.bind_output(key, "cpu", 0, target.dtype, list(target.shape),
+                                target.ctypes.data)
+        elif source in in_place:
+            value = bound[source]
+            binding.bind_output(key, device, 0, _NUMPY_TYPES[value.data_type()],
+                                value.shape(), value.data_ptr())
+        else:
+            binding.bind_output(key, device, 0)
+    session.run_with_iobinding(binding)
+    return dict(zip(names, binding.get_outputs()))
+
+
+def device_step(step_session, write_session, device, ids, stopped, cache, n_token):
+    """The log-probs of one `decode_step` on a device cache, which is then
+    advanced by the ring's write (`write_session`, of `ring_write_model`):
+    the cache is read once, written at one slot, and never leaves the
+    device; only the log-probs come to the host."""
+    binding = step_session.io_binding()
+    token_ids = ortvalue(np.asarray(ids, np.int32), device)
+    binding.bind_ortvalue_input("token_ids", token_ids)
+    for name in ("valid", "slot", "positions"):
+        binding.bind_ortvalue_input(name, cache[name])
+    for kind in ("keys", "values"):  # each layer a view of the stacked ring
+        stacked = cache[kind]
+        shape = stacked.shape()
+        layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
+        for i in range(shape[0]):
+            binding.bind_input(f"{kind}_{i}", device, 0, np.float32, shape[1:],
+                               stacked.data_ptr() + i * layer_bytes)
+    log_probs = np.empty([len(ids), n_token], np.float32)
+    binding.bind_output("log_probs", "cpu", 0, np.float32, list(log_probs.shape),
+                        log_probs.ctypes.data)
+    for name in STEP_OUTPUTS[1:]:
+        binding.bind_output(name, device, 0)
+    step_session.run_with_iobinding(binding)
+    token = dict(zip(STEP_OUTPUTS, binding.get_outputs()))
+    written = run_on_device(
+        write_session, device,
+        {**{name: cache[name] for name in WRITE_INPUTS if name in cache},
+         **{name: token[name] for name in STEP_OUTPUTS[1:]},
+         "stopped": np.asarray(stopped, np.bool_)}, in_place=IN_PLACE)
+    cache["row_slot"], cache["slot"] = written["new_row_slot"], written["new_slot"]
+    return log_probs

@@ -1,13 +1,15 @@
 """ONNX Runtime backend: CUDA when available, CPU otherwise; IO binding keeps
-the memory on the device between calls."""
+the memory, and on CUDA the decode cache (`export.device_ring`), on the
+device between calls. Needs numpy and onnxruntime, not TensorFlow."""
 import logging
 import os
 
 import numpy as np
 
-from export.device_ring import IN_PLACE, WRITE_INPUTS, ring_write_model
-from export.host_cache import (CHANGING_NAMES, STEP_OUTPUTS, aligned_empty, host_cache,
-                               step_feeds, write_token)
+from export.device_ring import (device_step, on_device, ortvalue, ring_write_model,
+                                run_on_device)
+from export.host_cache import (CHANGING_NAMES, aligned_empty, host_cache, step_feeds,
+                               write_token)
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
 from export.runtime_base import Runtime, RuntimeMemory
 from txl_tf.errors import ModelDirError, TxlError
@@ -157,9 +159,7 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------------------------ conversion
     def _ortvalue(self, array):
-        import onnxruntime as ort
-        # Not np.ascontiguousarray: it turns a scalar (the ring's slot) into [1].
-        return ort.OrtValue.ortvalue_from_numpy(np.asarray(array, order="C"), self.device, 0)
+        return ortvalue(array, self.device)
 
     def _to_backend(self, mems, mem_mask):
         if self.io_binding:
@@ -233,16 +233,16 @@ class OnnxRuntime(Runtime):
 
     def _decode_init(self, mems, mem_mask):
         if self.device_cache:
-            return self._device_run(self._decode_session("decode_init"),
-                                    {"mems": mems, "mem_mask": mem_mask})
+            return run_on_device(self._decode_session("decode_init"), self.device,
+                                 {"mems": mems, "mem_mask": mem_mask})
         return host_cache(self._decode_run("decode_init", {"mems": _host(mems),
                                                            "mem_mask": _host(mem_mask)}))
 
     def _decode_read(self, ids, cache):
         if on_device(cache):
             log_probs = np.empty([ids.shape[0], self.n_token], np.float32)
-            out = self._device_run(self._decode_session("decode_read"),
-                                   {"token_ids": ids, **cache}, {"log_probs": log_probs})
+            out = run_on_device(self._decode_session("decode_read"), self.device,
+                                {"token_ids": ids, **cache}, {"log_probs": log_probs})
             new = {name: out[f"new_{name}"] for name in CHANGING_NAMES}
             return log_probs, {**new, "positions": cache["positions"]}
         # The new cache is written straight into fresh aligned buffers.
@@ -261,66 +261,12 @@ class OnnxRuntime(Runtime):
         write_token(cache, out, stopped)
         return out["log_probs"]
 
-
     # ------------------------------------------- the decode cache on the device
-    def _device_run(self, session, inputs, into=None, in_place=()):
-        """`{output: OrtValue}` of `session` on this device. `inputs` are
-        OrtValues (bound as they are) or arrays (copied to the device);
-        outputs named in `into` are written into those numpy arrays, those
-        in `in_place` into their same-named input's buffer (`new_x` into
-        `x`), the others into fresh OrtValues on the device."""
-        binding = session.io_binding()
-        # The OrtValues must outlive the run: the binding does not keep them.
-        bound = {k: v if _is_ortvalue(v) else self._ortvalue(v) for k, v in inputs.items()}
-        for key, value in bound.items():
-            binding.bind_ortvalue_input(key, value)
-        names = [o.name for o in session.get_outputs()]
-        for key in names:
-            target = (into or {}).get(key)
-            if target is not None:
-                binding.bind_output(key, "cpu", 0, target.dtype, list(target.shape),
-                                    target.ctypes.data)
-            elif key[len("new_"):] in in_place:
-                value = bound[key[len("new_"):]]
-                binding.bind_output(key, self.device, 0, _NUMPY_TYPES[value.data_type()],
-                                    value.shape(), value.data_ptr())
-            else:
-                binding.bind_output(key, self.device, 0)
-        session.run_with_iobinding(binding)
-        return dict(zip(names, binding.get_outputs()))
-
     def _device_step(self, ids, stopped, cache):
-        """`decode_step` on a device cache, then the ring's write on the
-        device (`export.device_ring`): the cache is read once, written at one
-        slot, and never leaves the device; the log-probs come to the host."""
-        session = self._decode_session("decode_step")
-        binding = session.io_binding()
-        token_ids = self._ortvalue(np.asarray(ids, np.int32))
-        binding.bind_ortvalue_input("token_ids", token_ids)
-        for name in ("valid", "slot", "positions"):
-            binding.bind_ortvalue_input(name, cache[name])
-        for kind in ("keys", "values"):  # each layer a view of the stacked ring
-            stacked = cache[kind]
-            shape = stacked.shape()
-            layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
-            for i in range(shape[0]):
-                binding.bind_input(f"{kind}_{i}", self.device, 0, np.float32, shape[1:],
-                                   stacked.data_ptr() + i * layer_bytes)
-        log_probs = np.empty([len(ids), self.n_token], np.float32)
-        binding.bind_output("log_probs", "cpu", 0, np.float32, list(log_probs.shape),
-                            log_probs.ctypes.data)
-        for name in STEP_OUTPUTS[1:]:
-            binding.bind_output(name, self.device, 0)
-        session.run_with_iobinding(binding)
-        token = dict(zip(STEP_OUTPUTS, binding.get_outputs()))
         if self._writer is None:
             self._writer = self._open_writer()
-        written = self._device_run(
-            self._writer, {**{name: cache[name] for name in WRITE_INPUTS if name in cache},
-                           **{name: token[name] for name in STEP_OUTPUTS[1:]},
-                           "stopped": np.asarray(stopped, np.bool_)}, in_place=IN_PLACE)
-        cache["row_slot"], cache["slot"] = written["new_row_slot"], written["new_slot"]
-        return log_probs
+        return device_step(self._decode_session("decode_step"), self._writer, self.device,
+                           ids, stopped, cache, self.n_token)
 
     def _writable(self, cache):
         return on_device(cache) or super()._writable(cache)
@@ -379,21 +325,9 @@ def _host(value):
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
-def _is_ortvalue(value):
-    return hasattr(value, "data_type") and hasattr(value, "data_ptr")
-
-
-def on_device(cache):
-    """Whether a decode cache is held in OrtValues (`device_cache`), not numpy."""
-    return _is_ortvalue(cache["keys"])
-
-
 def open_ring_writer(session_options, providers):
     """A session of the ring's write graph (`export.device_ring`)."""
     import onnxruntime as ort
     model = ring_write_model().SerializeToString()
     return ort.InferenceSession(model, sess_options=session_options, providers=providers)
 
-
-_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_,
-                "tensor(int32)": np.int32}

@@ -1,5 +1,5 @@
-"""The serving benchmarks turn a bad `--batch_sizes` into one `error:` line
-and exit 2, before any export or measurement."""
+"""The serving benchmarks turn a bad flag into one `error:` line
+and a non-zero exit, before any export or measurement."""
 import subprocess
 import sys
 
@@ -24,3 +24,20 @@ def test_batch_sizes_parse():
     for bad in ("", "0", "2,-1", "one"):
         with pytest.raises(ValueError, match="--batch_sizes"):
             parse_batch_sizes(bad)
+
+
+@pytest.mark.parametrize("module, flags, message", [
+    ("benchmarks.bench_long_memory", ["--reuse_exports"], "--reuse_exports needs --work_dir"),
+    ("benchmarks.bench_long_memory", ["--device=tpu"], "--device must be cpu, cuda or auto"),
+    ("benchmarks.bench_long_memory", ["--device_cache=maybe"], "--device_cache must be"),
+    ("benchmarks.onnx_weights", ["--fill"], "--skeleton_dir is required"),
+    ("benchmarks.cuda_parity", [], "--exports is required"),
+    ("benchmarks.ort_step_profile", [], "--export_dir is required"),
+    ("benchmarks.ort_cuda_graph_check", [], "--step_graph is required"),
+])
+def test_the_gpu_benchmarks_flags_are_checked_first(module, flags, message):
+    done = subprocess.run([sys.executable, "-m", module, *flags],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, last

@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 
 from export import open_runtime, run_export
-from export.device_ring import WRITE_INPUTS, WRITE_OUTPUTS, ring_write_model
-from export.onnx_runtime import on_device, provider_entries
+from export.device_ring import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
+from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.errors import TxlError

@@ -11,7 +11,8 @@ stderr (`txl_tf.app.tf_startup`; real errors are still shown, and TF's C++
 log level defaults to warnings-off unless `TF_CPP_MIN_LOG_LEVEL` is set).
 Where TensorFlow is not installed (a box that serves the ONNX export with
 onnxruntime alone), the package still imports: the ONNX Runtime runtime and
-its host loop need none of it, and the names above raise an ImportError
+its host loop need none of it, nor do the config, the errors, `Sampling`,
+`Generation` and `DecodeState`; the model's names raise an ImportError
 that says so.
 """
 import os
@@ -19,6 +20,12 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from txl_tf.app.tf_startup import quiet_tensorflow_import  # noqa: E402
+# Without TensorFlow too:
+from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
+from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
+from txl_tf.errors import TxlError  # noqa: E402
+from txl_tf.generation.request import DecodeState, Generation  # noqa: E402
+from txl_tf.generation.sampling_settings import Sampling  # noqa: E402
 
 try:
     quiet_tensorflow_import()
@@ -28,14 +35,9 @@ except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no Tensor
     _WITHOUT_TENSORFLOW = missing
 else:
     _WITHOUT_TENSORFLOW = None
-    from txl_tf.checks.inputs import InputError, NonFiniteMemoryError
     from txl_tf.classification.classifier import TransformerXLClassifier
-    from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig
     from txl_tf.core import TransformerXL
-    from txl_tf.errors import TxlError
     from txl_tf.generation.decoder import Decoder
-    from txl_tf.generation.request import DecodeState, Generation
-    from txl_tf.generation.sampling import Sampling
     from txl_tf.layers.memory import Memory
     from txl_tf.learning.optimizer import ReplicaClippedAdam
     from txl_tf.learning.schedule import WarmupCosineDecay
