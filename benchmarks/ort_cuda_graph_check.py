@@ -5,10 +5,11 @@ step's time without one (GPU only; TensorFlow not needed).
 
 Binds every input and output of `decode_step` to fixed GPU buffers (random
 cache, batch 1 and 16) and times 50 runs with CUDA graphs off, then asks
-for them (`enable_cuda_graph`, also with the batch axis fixed). On the H100
-ONNX Runtime refused: tf2onnx's shape subgraphs (`zeros_like`) fall back
-to the CPU and two MemcpyToHost nodes feed them, and a captured graph must
-run wholly on CUDA (benchmarks/README.md).
+for them (`enable_cuda_graph`, also with the batch axis fixed). ONNX
+Runtime captures a graph only when no node needs a copy between the host
+and the GPU: exports made before the step used a scalar zero and a gather
+for the position table were refused; since, `enwik8_base`'s step replays
+in 1.7 ms instead of 6.6 on an H100 (benchmarks/README.md).
 """
 import os
 import statistics

@@ -38,10 +38,12 @@ IN_PLACE = ("cache_mems", "keys", "values", "valid")
 OPSET = 17
 
 
-def ring_write_model():
-    """The ONNX `ModelProto` of the ring's write (inputs `WRITE_INPUTS`,
-    outputs `WRITE_OUTPUTS`; the batch, sizes and layer count are read from
-    the inputs' shapes)."""
+def ring_write_model(size):
+    """The ONNX `ModelProto` of the ring's write for a ring of `size` slots
+    (inputs `WRITE_INPUTS`, outputs `WRITE_OUTPUTS`; the batch, the other
+    sizes and the layer count are read from the inputs' shapes). The size is
+    a constant, not read from a shape: shape arithmetic feeding the data
+    would make ONNX Runtime copy it across the bus (a Memcpy node)."""
     from onnx import TensorProto, helper
 
     nodes, inputs = [], []
@@ -81,12 +83,8 @@ def ring_write_model():
     node("Or", ["valid_old", "live_column"], "valid_update")
     node("ScatterElements", ["valid", "valid_index", "valid_update"], "new_valid", axis=1)
     # slot and each live row's own free slot move on, modulo the ring's size.
-    node("Shape", ["valid"], "valid_shape")
-    node("Gather", ["valid_shape", const("size_index", [1])], "size_64")
-    node("Cast", ["size_64"], "size_1", to=int_t)
-    node("Reshape", ["size_1", const("scalar", [])], "size")
     node("Add", ["slot", const("one", 1, int_t)], "slot_plus_one")
-    node("Mod", ["slot_plus_one", "size"], "new_slot")
+    node("Mod", ["slot_plus_one", const("size", int(size), int_t)], "new_slot")
     node("Where", ["stopped", "row_slot", "new_slot"], "new_row_slot")
 
     outputs = [helper.make_tensor_value_info(f"new_{ring}", float_t, [None] * rank)

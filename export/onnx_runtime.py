@@ -115,7 +115,8 @@ class OnnxRuntime(Runtime):
         self._open_decode = lambda: {name: open_session(p, session_options, providers)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
-        self._open_writer = lambda: open_ring_writer(session_options, providers)
+        self._open_writer = lambda: open_ring_writer(self.mem_len + 1, session_options,
+                                                     providers)
         self._writer = None
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
@@ -325,9 +326,9 @@ def _host(value):
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
-def open_ring_writer(session_options, providers):
+def open_ring_writer(size, session_options, providers):
     """A session of the ring's write graph (`export.device_ring`)."""
     import onnxruntime as ort
-    model = ring_write_model().SerializeToString()
+    model = ring_write_model(size).SerializeToString()
     return ort.InferenceSession(model, sess_options=session_options, providers=providers)
 

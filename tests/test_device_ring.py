@@ -54,7 +54,7 @@ def test_cuda_runs_float32_matmuls_in_full_precision_unless_tf32_is_asked():
 
 
 def test_the_write_graph_is_valid_onnx_with_its_named_interface():
-    model = ring_write_model()
+    model = ring_write_model(CONFIG.mem_len + 1)
     onnx.checker.check_model(model, full_check=True)
     assert [i.name for i in model.graph.input] == list(WRITE_INPUTS)
     assert [o.name for o in model.graph.output] == list(WRITE_OUTPUTS)
@@ -154,3 +154,46 @@ def test_a_session_table_over_a_device_cache_runtime_gives_each_session_its_own_
     for key, prompt in prompts.items():
         alone = host.generate([prompt], 6, temperature=0.0)
         np.testing.assert_array_equal(table.close(key).ids, alone.ids)
+
+
+# Inputs that ONNX Runtime's CUDA kernels read in host memory (shapes, axes, starts).
+HOST_INPUTS = {"Reshape": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}, "ConstantOfShape": {0},
+               "Tile": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "ReduceSum": {1},
+               "ReduceMean": {1}, "ReduceMax": {1}, "Split": {1}, "TopK": {1},
+               "Range": {0, 1, 2}, "Pad": {1, 2, 3}}
+
+
+def crossings(graph):
+    """Where a value would cross between the host and the GPU inside
+    `graph` (ONNX Runtime adds a Memcpy node, and a CUDA graph cannot be
+    captured): a value computed from shapes used as data, or a data value
+    (a graph input's) used as a shape."""
+    constant = {i.name for i in graph.initializer} | {
+        o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    from_shapes = set()
+    for node in graph.node:  # in topological order
+        inputs = [i for i in node.input if i and i not in constant]
+        if node.op_type == "Shape" or (inputs and all(i in from_shapes for i in inputs)):
+            from_shapes.update(node.output)
+    found = []
+    for node in graph.node:
+        if all(o in from_shapes for o in node.output):
+            continue
+        host = HOST_INPUTS.get(node.op_type, set())
+        for position, name in enumerate(node.input):
+            if name in from_shapes and position not in host:
+                found.append(f"{node.name}: shape-derived {name} used as data")
+            if position in host and name and name not in constant and name not in from_shapes:
+                found.append(f"{node.name}: data {name} used as a host input")
+    return found
+
+
+def test_the_step_and_the_write_graphs_keep_every_value_on_its_device(exported):
+    """What lets ONNX Runtime capture the step as a CUDA graph (it refused
+    the step with `tf.zeros_like` and a slice starting at `slot`)."""
+    step = onnx.load(str(exported[1] / "decode_step.onnx")).graph
+    assert crossings(step) == []
+    assert crossings(ring_write_model(CONFIG.mem_len + 1).graph) == []
+    # The check does find such a crossing: the model's own step graph slices
+    # its memory at a data-dependent start.
+    assert crossings(onnx.load(str(exported[1] / "model.onnx")).graph)

@@ -149,9 +149,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         position = tf.transpose(position, [1, 0, 2])[:, :, None]
         score = tf.cast(content + position, tf.float32) + hidden[:, :, None]
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
-        # The slot's weight goes to the new value, the rest to the ring's.
-        own = tf.reduce_sum(tf.where(slot_mask, prob, tf.zeros_like(prob)), -1, keepdims=True)
-        vec = tf.matmul(tf.where(slot_mask, tf.zeros_like(prob), prob), values) + own * v_new
+        # The slot's weight goes to the new value, the rest to the ring's. (A
+        # scalar zero, not zeros_like: its shape arithmetic would leave ONNX
+        # Runtime's CUDA graph nodes on the CPU.)
+        zero = tf.zeros([], prob.dtype)
+        own = tf.reduce_sum(tf.where(slot_mask, prob, zero), -1, keepdims=True)
+        vec = tf.matmul(tf.where(slot_mask, zero, prob), values) + own * v_new
         out = inputs + tf.matmul(tf.reshape(vec, [-1, self.n_head * self.d_head]),
                                  self._w(self.o_kernel))
         return (out if self.pre_lnorm else self.layer_norm(out)), k_new[:, :, 0], v_new[:, :, 0]

@@ -99,10 +99,11 @@ def slot_order(slot, size):
 
 def in_slot_order(doubled, slot, size):
     """`[size, d]`: row `slot_order(slot, size)[s]` of a table for each slot
-    s, from the table written twice over (`[2 * size, d]`): one contiguous
-    slice instead of a gather."""
+    s, from the table written twice over (`[2 * size, d]`): contiguous rows,
+    gathered rather than sliced, because a slice that starts at a tensor's
+    value makes ONNX Runtime copy that value to the host (no CUDA graph)."""
     start = tf.math.floormod(size - slot - 1, size)
-    return tf.slice(doubled, tf.stack([start, 0]), tf.stack([size, tf.shape(doubled)[1]]))
+    return tf.gather(doubled, start + tf.range(size))
 
 
 def after(value, anchor):
