@@ -85,6 +85,8 @@ SPEC = (
            "at the GPU's bandwidth."),
     option("string", "device_cache", "auto", "ONNX Runtime's decode cache: auto (on the "
            "device on CUDA), true or false (numpy in host memory)."),
+    option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA "
+           "graphs: auto (with the cache on CUDA), true or false."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
 )
@@ -370,7 +372,8 @@ def run_preset(preset, o, bandwidth, work):
                                                     tf.constant(memory[1])))
             parts = decoder_parts(runner)
         else:
-            options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]]
+            options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
+                       "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
                        } if backend == "onnx" else {"device": "cpu"}
             runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
             if runner.mem_len != mem_len:
@@ -385,6 +388,7 @@ def run_preset(preset, o, bandwidth, work):
             bound_ms = step_bytes(config, mem_len, batch) / bandwidth[device] * 1e3
             row = {"preset": preset, "mem_len": mem_len, "backend": backend, "batch": batch,
                    "device": device, "device_cache": getattr(runner, "device_cache", False),
+                   "cuda_graph": getattr(runner, "cuda_graph", False),
                    **timing, "bound_ms": bound_ms,
                    "over_bound": timing["per_token_ms"] / bound_ms,
                    "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
@@ -403,8 +407,9 @@ def run(o):
     parse_batch_sizes(o["batch_sizes"])  # a bad value fails before any export
     if o["device"] not in ("cpu", "cuda", "auto"):
         raise TxlError(f"--device must be cpu, cuda or auto, got {o['device']!r}")
-    if o["device_cache"] not in CACHE_PLACES:
-        raise TxlError(f"--device_cache must be auto, true or false, got {o['device_cache']!r}")
+    for name in ("device_cache", "cuda_graph"):
+        if o[name] not in CACHE_PLACES:
+            raise TxlError(f"--{name} must be auto, true or false, got {o[name]!r}")
     if o["reuse_exports"] and not o["work_dir"]:
         raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
@@ -433,7 +438,8 @@ def run(o):
                 f"{r['turn_on_memory_ms']:.0f} | {r['prompt_tokens_per_s']:.0f} | "
                 f"{r['prompt_over_eval']:.2f} | {r['prompt_first_call_s']:.1f}"
                 ) if "turn_ms" in r else " | | | | |"
-        device = r["device"] + (" (cache there)" if r["device_cache"] else "")
+        device = r["device"] + (" (cache there)" if r["device_cache"] else "") + (
+            ", graphs" if r.get("cuda_graph") else "")
         print(f"| {r['preset']} | {r['mem_len']} | {r['backend']} | {device} | {r['batch']} | "
               f"{r['per_token_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['bound_ms']:.1f} | "
               f"{r['over_bound']:.2f} | {turn} |")

@@ -4,7 +4,8 @@ r"""The ONNX Runtime decode on CUDA against the CPU, where a GPU is lent.
         [--output=benchmarks/results/cuda_parity.json]
 
 Per export (TensorFlow not needed): the runtime on CUDA with its decode
-cache on the GPU (`device_cache`), the same with TF32 matmuls, on CUDA with
+cache on the GPU (`device_cache`, steps replayed as CUDA graphs), the same
+without graphs, the same with TF32 matmuls, on CUDA with
 the cache in host memory, and on the CPU provider (the host cache, what CI
 tests) decode the same rows from the same full random memory (batch 2, one
 row stopping halfway, the ring wrapping when `--steps` exceeds the
@@ -45,6 +46,8 @@ def compare(path, steps, seed=0):
     """`{...}` of one export (see the module's docstring)."""
     runtimes = {"cpu": open_runtime(path, device="cpu"),
                 "gpu": open_runtime(path, device="cuda", device_cache=True),
+                "gpu_no_graph": open_runtime(path, device="cuda", device_cache=True,
+                                             cuda_graph=False),
                 "gpu_host": open_runtime(path, device="cuda", device_cache=False),
                 "gpu_tf32": open_runtime(path, device="cuda", device_cache=True, tf32=True)}
     if runtimes["gpu"].device != "cuda":
@@ -54,7 +57,8 @@ def compare(path, steps, seed=0):
     memory = (rng.normal(size=(cfg.n_layer, 2, cpu.mem_len, cfg.d_model)).astype(np.float32),
               np.ones([2, cpu.mem_len], np.bool_))
     caches = {name: rt.decode_init(memory) for name, rt in runtimes.items()}
-    buffers = {name: caches["gpu"][name].data_ptr() for name in ("cache_mems", "keys", "values")}
+    buffers = {name: caches["gpu_no_graph"][name].data_ptr()
+               for name in ("cache_mems", "keys", "values")}
     worst = {name: 0.0 for name in runtimes if name != "cpu"}
     for t in range(steps):
         ids = rng.integers(0, cfg.n_token, [2])
@@ -63,15 +67,17 @@ def compare(path, steps, seed=0):
                for name, rt in runtimes.items()}
         for name in worst:
             worst[name] = max(worst[name], float(np.abs(out[name][0] - out["cpu"][0]).max()))
-    in_place = all(caches["gpu"][name].data_ptr() == ptr for name, ptr in buffers.items())
+    in_place = all(caches["gpu_no_graph"][name].data_ptr() == ptr
+                   for name, ptr in buffers.items())
     prompts = [list(rng.integers(0, cfg.n_token, 12)), list(rng.integers(0, cfg.n_token, 5))]
     ids = {}
-    for name in ("cpu", "gpu", "gpu_host"):
+    for name in ("cpu", "gpu", "gpu_host"):  # gpu: replaying CUDA graphs
         first = runtimes[name].generate(prompts, 16, temperature=0.0)
         turn = runtimes[name].generate([[1, 2, 3], [4]], 16, resume=first.state,
                                        temperature=0.0)
         ids[name] = np.concatenate([first.ids, turn.ids], 1)
     return {"export": path, "steps": steps, "max_diff_device_cache": worst["gpu"],
+            "max_diff_no_graph": worst["gpu_no_graph"], "replays_graphs": runtimes["gpu"].cuda_graph,
             "max_diff_host_cache": worst["gpu_host"], "max_diff_tf32": worst["gpu_tf32"],
             "ring_in_place": in_place,
             "greedy_ids_gpu_equal_cpu": float((ids["cpu"] == ids["gpu"]).mean()),
@@ -84,18 +90,19 @@ def run(o):
     if not paths:
         raise TxlError("--exports is required (comma-separated export folders)")
     rows = [compare(path, o["steps"]) for path in paths]
-    print("| export | steps | max diff, cache on GPU | cache on host | with TF32 | "
-          "ring in place | greedy ids = CPU's | = host cache's on GPU |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| export | steps | max diff, cache on GPU, CUDA graphs | no graphs | cache on host | "
+          "with TF32 | ring in place | greedy ids = CPU's | = host cache's on GPU |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['export']} | {r['steps']} | {r['max_diff_device_cache']:.1e} | "
+              f"{r['max_diff_no_graph']:.1e} | "
               f"{r['max_diff_host_cache']:.1e} | {r['max_diff_tf32']:.1e} | "
               f"{r['ring_in_place']} | {r['greedy_ids_gpu_equal_cpu']:.0%} | "
               f"{r['greedy_ids_device_equal_host_cache']} |")
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump({"settings": o, "rows": rows}, f, indent=2)
-    bad = [r["export"] for r in rows if max(r["max_diff_device_cache"],
+    bad = [r["export"] for r in rows if max(r["max_diff_device_cache"], r["max_diff_no_graph"],
                                             r["max_diff_host_cache"]) > o["tolerance"]
            or not r["ring_in_place"] or not r["greedy_ids_device_equal_host_cache"]]
     if bad:

@@ -8,6 +8,7 @@ import numpy as np
 
 from export.device_ring import (device_step, on_device, ortvalue, ring_write_model,
                                 run_on_device)
+from export.graph_replay import MOVED, Resident, copy_model
 from export.host_cache import (CHANGING_NAMES, aligned_empty, host_cache, step_feeds,
                                write_token)
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
@@ -34,20 +35,23 @@ def choose_providers(device="auto"):
                    f"({ort.get_available_providers()}); using {CPU}")
 
 
-def provider_entries(names, tf32=False):
+def provider_entries(names, tf32=False, cuda_graph=False):
     """`providers` for a session of the execution providers `names`: CUDA
     with TF32 matmuls off unless `tf32`. TF32 (ONNX Runtime's default on
     Ampere and later GPUs) rounds float32 matmul inputs to 10 bits and moves
     log-probs by ~1e-3; off, the H100 agreed with the CPU within 4e-6 at
     enwik8_base and wt103_base, at the same decode speed
     (`benchmarks/cuda_parity.py`, benchmarks/README.md)."""
-    return [(name, {"use_tf32": str(int(bool(tf32)))}) if name == CUDA else name
-            for name in names]
+    cuda = {"use_tf32": str(int(bool(tf32)))}
+    if cuda_graph:
+        cuda["enable_cuda_graph"] = "1"
+    return [(name, cuda) if name == CUDA else name for name in names]
 
 
 def open_session(path, session_options=None, providers=None):
-    """An `onnxruntime.InferenceSession`; a missing, truncated or corrupt
-    file is a `ModelDirError` naming it (never onnxruntime's traceback)."""
+    """An `onnxruntime.InferenceSession` of a path (or a serialized model);
+    a missing, truncated or corrupt file, or a session the providers cannot
+    build, is a `ModelDirError` naming it (never onnxruntime's traceback)."""
     import onnxruntime as ort
     try:
         return ort.InferenceSession(path, sess_options=session_options, providers=providers)
@@ -55,7 +59,8 @@ def open_session(path, session_options=None, providers=None):
         if not type(err).__module__.startswith("onnxruntime"):
             raise
         reason = " ".join(str(err).split())
-        raise ModelDirError(f"cannot open the ONNX model {path}: {reason}") from None
+        name = "built in memory" if isinstance(path, bytes) else path
+        raise ModelDirError(f"cannot open the ONNX model {name}: {reason}") from None
 
 
 class OnnxRuntime(Runtime):
@@ -80,6 +85,12 @@ class OnnxRuntime(Runtime):
     token there in place (`export.device_ring`); `"auto"` does so on CUDA,
     where a numpy cache would cross the bus at every step.
 
+    `cuda_graph` (`"auto"`, True, False): device steps replay CUDA graphs
+    over fixed buffers, one set per batch size (`export.graph_replay`);
+    `"auto"` does so with the cache on CUDA (about 4× faster per token at
+    `enwik8_base` on an H100). An export whose step cannot be captured
+    decodes without them, with a warning.
+
     `tf32` (default False): on CUDA, let float32 matmuls use TF32 tensor
     cores (ONNX Runtime's own default), which moves log-probs by ~1e-3;
     off, the GPU agrees with the CPU to float32 round-off.
@@ -88,12 +99,13 @@ class OnnxRuntime(Runtime):
     backend = "onnxruntime"
 
     def __init__(self, path, device="auto", io_binding=True, session_options=None,
-                 single_stream="auto", device_cache="auto", tf32=False):
+                 single_stream="auto", device_cache="auto", tf32=False, cuda_graph="auto"):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
         if reason and device != "auto":
             logging.warning("%s", reason)
-        for name, value in (("single_stream", single_stream), ("device_cache", device_cache)):
+        for name, value in (("single_stream", single_stream), ("device_cache", device_cache),
+                            ("cuda_graph", cuda_graph)):
             if value not in ("auto", True, False):
                 raise TxlError(f"{name} must be 'auto', True or False, got {value!r}")
         self.session = open_session(path, session_options, providers)
@@ -118,13 +130,28 @@ class OnnxRuntime(Runtime):
         self._open_writer = lambda: open_ring_writer(self.mem_len + 1, session_options,
                                                      providers)
         self._writer = None
+        self.cuda_graph = self._replays_graphs(cuda_graph)
+        self._open_replay = lambda: open_replay_sessions(
+            self._decode_paths["decode_step"], self.mem_len + 1, session_options,
+            provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
+        self._replay_sessions, self._residents = None, {}
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
     def describe(self):
         return (super().describe() + f" provider={self.provider} io_binding={self.io_binding}"
                 f" single_stream={self.single_stream} decode_cache={self.use_decode_cache}"
-                f" device_cache={self.device_cache}")
+                f" device_cache={self.device_cache} cuda_graph={self.cuda_graph}")
+
+    def _replays_graphs(self, wanted):
+        """Whether device steps replay CUDA graphs (`export.graph_replay`): by
+        default with the cache on CUDA; True elsewhere runs the same
+        fixed-buffer path without a capture."""
+        if wanted is True and not self.device_cache:
+            raise TxlError("cuda_graph=True needs the decode cache on the device "
+                           "(device_cache=True)")
+        return bool(self.device_cache and (wanted is True or
+                                           (wanted == "auto" and self.device == "cuda")))
 
     def _keeps_cache_on_device(self, wanted):
         """Whether `decode_init` keeps the cache in OrtValues on the session's
@@ -264,6 +291,19 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------- the decode cache on the device
     def _device_step(self, ids, stopped, cache):
+        if self.cuda_graph and self._replay_sessions is None:
+            try:
+                self._replay_sessions = self._open_replay()
+            except ModelDirError as error:  # an export whose step cannot be captured
+                logging.warning("decode steps run without CUDA graphs: %s (re-export the "
+                                "model to replay them)", error)
+                self.cuda_graph = False
+        if self.cuda_graph:
+            batch = len(ids)
+            if batch not in self._residents:
+                self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
+                                                  self.n_token)
+            return self._residents[batch].step(cache, ids, stopped)
         if self._writer is None:
             self._writer = self._open_writer()
         return device_step(self._decode_session("decode_step"), self._writer, self.device,
@@ -326,9 +366,20 @@ def _host(value):
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
+def open_replay_sessions(step_path, size, session_options, graph_providers, providers):
+    """The sessions `graph_replay.Resident` runs: the step, the ring's write
+    and the move of its positions with `graph_providers` (CUDA graphs on:
+    every run of theirs is a replay of fixed buffers), the cache copy with
+    `providers`."""
+    models = {"write": ring_write_model(size), "move": copy_model(MOVED),
+              "copy": copy_model()}
+    return {"step": open_session(step_path, session_options, graph_providers),
+            **{name: open_session(model.SerializeToString(), session_options,
+                                  providers if name == "copy" else graph_providers)
+               for name, model in models.items()}}
+
+
 def open_ring_writer(size, session_options, providers):
     """A session of the ring's write graph (`export.device_ring`)."""
-    import onnxruntime as ort
-    model = ring_write_model(size).SerializeToString()
-    return ort.InferenceSession(model, sess_options=session_options, providers=providers)
+    return open_session(ring_write_model(size).SerializeToString(), session_options, providers)
 

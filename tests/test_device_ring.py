@@ -197,3 +197,59 @@ def test_the_step_and_the_write_graphs_keep_every_value_on_its_device(exported):
     # The check does find such a crossing: the model's own step graph slices
     # its memory at a data-dependent start.
     assert crossings(onnx.load(str(exported[1] / "model.onnx")).graph)
+
+
+def test_replayed_steps_keep_one_cache_in_fixed_buffers_and_equal_the_hosts(exported, runtimes):
+    """`cuda_graph`: the fixed-buffer path CUDA graphs replay, run on the CPU
+    (no capture there). Two caches of one batch size take turns in the
+    fixed buffers, a third of another batch size gets its own."""
+    host = runtimes[0]
+    path = str(exported[1] / "model.onnx")
+    replay = open_runtime(path, device="cpu", device_cache=True, cuda_graph=True)
+    assert not open_runtime(path, device="cpu", device_cache=True).cuda_graph
+    with pytest.raises(TxlError, match="needs the decode cache on the device"):
+        open_runtime(path, device="cpu", device_cache=False, cuda_graph=True)
+    rng = np.random.default_rng(2)
+    batches = (3, 3, 2)
+    memories = [host.step(rng.integers(0, CONFIG.n_token, [batch, 4]))[1] for batch in batches]
+    host_caches = [host.decode_init(m) for m in memories]
+    replay_caches = [replay.decode_init(m) for m in memories]
+    for t in range(2 * (CONFIG.mem_len + 1) + 1):
+        for k in (0, 1, 2, 1, 0):
+            batch = batches[k]
+            ids = rng.integers(0, CONFIG.n_token, [batch])
+            stopped = np.arange(batch) == t % 4
+            want, _ = host.decode_step(ids, host_caches[k], stopped)
+            got, _ = replay.decode_step(ids, replay_caches[k], stopped)
+            np.testing.assert_allclose(got[~stopped], want[~stopped], atol=1e-5)
+    for host_cache, replay_cache in zip(host_caches, replay_caches):
+        for name, value in host_cache.items():
+            np.testing.assert_allclose(replay_cache[name].numpy(), value, atol=1e-5,
+                                       err_msg=name)
+    assert len(replay._residents) == 2  # one set of fixed buffers per batch size
+    prompts = [[1, 2, 3], [4], [5, 6]]
+    want = host.generate(prompts, 8, temperature=0.9, seed=3)
+    got = replay.generate(prompts, 8, temperature=0.9, seed=3)
+    np.testing.assert_array_equal(got.ids, want.ids)
+    turn = [[7], [8, 9], [10]]
+    np.testing.assert_array_equal(
+        replay.generate(turn, 5, resume=got.state, temperature=0.0).ids,
+        host.generate(turn, 5, resume=want.state, temperature=0.0).ids)
+
+
+def test_an_export_whose_step_cannot_be_captured_decodes_without_graphs(exported, runtimes,
+                                                                         monkeypatch, caplog):
+    """Exports made before the step kept every value on the GPU: ONNX
+    Runtime refuses their graphs, and the runtime goes on without them."""
+    from txl_tf.errors import ModelDirError
+    replay = open_runtime(str(exported[1] / "model.onnx"), device="cpu", device_cache=True,
+                          cuda_graph=True)
+
+    def refuse():
+        raise ModelDirError("cannot open the ONNX model: graph capture refused")
+    monkeypatch.setattr(replay, "_open_replay", refuse)
+    with caplog.at_level("WARNING"):
+        got = replay.generate([[1, 2], [3]], 6, temperature=0.0)
+    assert not replay.cuda_graph and "without CUDA graphs" in caplog.text
+    np.testing.assert_array_equal(got.ids, runtimes[0].generate([[1, 2], [3]], 6,
+                                                                temperature=0.0).ids)
