@@ -164,6 +164,21 @@ def run_on_device(session, device, inputs, into=None, in_place=()):
     return dict(zip(names, binding.get_outputs()))
 
 
+def bind_ring(binding, cache, device):
+    """Binds `decode_step`'s inputs from a device cache but `token_ids`:
+    the ring's flags, slot and positions, and each layer's keys and values
+    as a view of the stacked ring (by address: no copy)."""
+    for name in ("valid", "slot", "positions"):
+        binding.bind_ortvalue_input(name, cache[name])
+    for kind in ("keys", "values"):
+        stacked = cache[kind]
+        shape = stacked.shape()
+        layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
+        for i in range(shape[0]):
+            binding.bind_input(f"{kind}_{i}", device, 0, np.float32, shape[1:],
+                               stacked.data_ptr() + i * layer_bytes)
+
+
 def device_step(step_session, write_session, device, ids, stopped, cache, n_token):
     """The log-probs of one `decode_step` on a device cache, which is then
     advanced by the ring's write (`write_session`, of `ring_write_model`):
@@ -172,15 +187,7 @@ def device_step(step_session, write_session, device, ids, stopped, cache, n_toke
     binding = step_session.io_binding()
     token_ids = ortvalue(np.asarray(ids, np.int32), device)
     binding.bind_ortvalue_input("token_ids", token_ids)
-    for name in ("valid", "slot", "positions"):
-        binding.bind_ortvalue_input(name, cache[name])
-    for kind in ("keys", "values"):  # each layer a view of the stacked ring
-        stacked = cache[kind]
-        shape = stacked.shape()
-        layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
-        for i in range(shape[0]):
-            binding.bind_input(f"{kind}_{i}", device, 0, np.float32, shape[1:],
-                               stacked.data_ptr() + i * layer_bytes)
+    bind_ring(binding, cache, device)
     log_probs = np.empty([len(ids), n_token], np.float32)
     binding.bind_output("log_probs", "cpu", 0, np.float32, list(log_probs.shape),
                         log_probs.ctypes.data)

@@ -18,7 +18,7 @@ import itertools
 
 import numpy as np
 
-from export.device_ring import IN_PLACE, WRITE_INPUTS, ortvalue
+from export.device_ring import IN_PLACE, WRITE_INPUTS, bind_ring, ortvalue
 from export.host_cache import CACHE_NAMES, STEP_OUTPUTS
 
 # ONNX Runtime keys captured graphs by this id: never reuse one for other buffers.
@@ -86,15 +86,7 @@ class Resident:
     def _bind_step(self):
         binding = self.sessions["step"].io_binding()
         binding.bind_ortvalue_input("token_ids", self.ids)
-        for name in ("valid", "slot", "positions"):
-            binding.bind_ortvalue_input(name, self.fixed[name])
-        for kind in ("keys", "values"):  # each layer a view of the stacked ring
-            stacked = self.fixed[kind]
-            shape = stacked.shape()
-            layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
-            for i in range(shape[0]):
-                binding.bind_input(f"{kind}_{i}", self.device, 0, np.float32, shape[1:],
-                                   stacked.data_ptr() + i * layer_bytes)
+        bind_ring(binding, self.fixed, self.device)
         binding.bind_ortvalue_output("log_probs", self.log_probs)
         for name in STEP_OUTPUTS[1:]:
             binding.bind_ortvalue_output(name, self.token[name])
