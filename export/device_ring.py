@@ -101,6 +101,47 @@ def ring_write_model(size):
     return model
 
 
+def ring_memory_model(size):
+    """The ONNX `ModelProto` of the memory a cache of `size` slots holds, in
+    time order, computed where the cache is: inputs `cache_mems`, `valid`,
+    `row_slot`; outputs `mems` `[L, B, size - 1, d]` and `mem_mask`
+    `[B, size - 1]` (what `Runtime.cache_memory` computes on the host).
+    Row b's slots `row_slot[b] + 1, ..., + size - 1` (mod size), oldest
+    first."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    span = numpy_helper.from_array(np.arange(1, size, dtype=np.int32)[None, :], "span")
+    nodes = [
+        helper.make_node("Constant", [], ["span_value"], value=span),
+        helper.make_node("Constant", [], ["size"], value=helper.make_tensor(
+            "size", TensorProto.INT32, [], [int(size)])),
+        helper.make_node("Constant", [], ["column"], value=helper.make_tensor(
+            "column", TensorProto.INT64, [1], [-1])),
+        helper.make_node("Unsqueeze", ["row_slot", "column"], ["row_start"]),
+        helper.make_node("Add", ["row_start", "span_value"], ["shifted"]),
+        helper.make_node("Mod", ["shifted", "size"], ["order_32"]),
+        helper.make_node("Cast", ["order_32"], ["order"], to=TensorProto.INT64),
+        helper.make_node("GatherElements", ["valid", "order"], ["mem_mask"], axis=1),
+        # rows first, to gather each row's slots: [B, S, L, d] -> [B, M, L, d]
+        helper.make_node("Transpose", ["cache_mems"], ["by_row"], perm=[1, 2, 0, 3]),
+        helper.make_node("Unsqueeze", ["order", "column"], ["order_nd"]),
+        helper.make_node("GatherND", ["by_row", "order_nd"], ["gathered"], batch_dims=1),
+        helper.make_node("Transpose", ["gathered"], ["mems"], perm=[2, 0, 1, 3]),
+    ]
+    graph = helper.make_graph(
+        nodes, "txl_ring_memory",
+        [helper.make_tensor_value_info("cache_mems", TensorProto.FLOAT, [None] * 4),
+         helper.make_tensor_value_info("valid", TensorProto.BOOL, [None, None]),
+         helper.make_tensor_value_info("row_slot", TensorProto.INT32, [None])],
+        [helper.make_tensor_value_info("mems", TensorProto.FLOAT, [None] * 4),
+         helper.make_tensor_value_info("mem_mask", TensorProto.BOOL, [None, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="txl_tf")
+    model.ir_version = 8
+    return model
+
+
 def _write_slot(node, const, ring, token, stopped, rank, axis):
     """Nodes writing `token` (the ring's shape without the slot axis) into
     `ring`'s free slot, rows in `stopped` keeping their old value; the

@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 
-from export.device_ring import (device_step, on_device, ortvalue, ring_write_model,
-                                run_on_device)
+from export.device_ring import (device_step, on_device, ortvalue, ring_memory_model,
+                                ring_write_model, run_on_device)
 from export.graph_replay import MOVED, Resident, copy_model
 from export.host_cache import (CHANGING_NAMES, aligned_empty, host_cache, step_feeds,
                                write_token)
@@ -135,6 +135,9 @@ class OnnxRuntime(Runtime):
             self._decode_paths["decode_step"], self.mem_len + 1, session_options,
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
+        self._open_memory = lambda: open_session(
+            ring_memory_model(self.mem_len + 1).SerializeToString(), session_options, providers)
+        self._memory_session = None
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
@@ -308,6 +311,18 @@ class OnnxRuntime(Runtime):
             self._writer = self._open_writer()
         return device_step(self._decode_session("decode_step"), self._writer, self.device,
                            ids, stopped, cache, self.n_token)
+
+    def cache_memory(self, cache):
+        """The memory a decode cache holds; a device cache's is computed on
+        the device and stays there (`device_ring.ring_memory_model`)."""
+        if not on_device(cache):
+            return super().cache_memory(cache)
+        self._check_cache(cache)
+        if self._memory_session is None:
+            self._memory_session = self._open_memory()
+        out = run_on_device(self._memory_session, self.device,
+                            {name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
+        return RuntimeMemory(out["mems"], out["mem_mask"])
 
     def _writable(self, cache):
         return on_device(cache) or super()._writable(cache)

@@ -88,6 +88,11 @@ def test_the_device_ring_is_written_in_place_as_the_host_writes_it(runtimes):
             np.testing.assert_allclose(device_cache[name].numpy(), value, atol=1e-5,
                                        err_msg=f"step {t}: {name}")
     assert {name: device_cache[name].data_ptr() for name in buffers} == buffers
+    # The memory it holds (rows at different ring positions) is taken on the device.
+    memory = device.cache_memory(device_cache)
+    assert all(hasattr(value, "data_ptr") for value in memory)
+    for got, want in zip(memory.numpy(), host.cache_memory(host_cache).numpy()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_a_device_read_and_copies_leave_the_cache_they_read(runtimes):
