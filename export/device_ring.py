@@ -18,9 +18,10 @@ are different buffers, so the write touches one slot, not the cache
 values equal the host's write).
 
 Built with `onnx.helper` at run time (no TensorFlow); `onnx` is needed only
-where the cache is kept on the device. `device_step` and `run_on_device`
-drive the decode graphs on such a cache (`export.onnx_runtime.OnnxRuntime`
-with `device_cache`).
+where the cache is kept on the device. `ring_memory_model` takes the
+memory a cache holds there too (`cache_memory`). `device_step` and
+`run_on_device` drive the decode graphs on such a cache
+(`export.onnx_runtime.OnnxRuntime` with `device_cache`).
 """
 import numpy as np
 
