@@ -1,5 +1,5 @@
 """The serving benchmarks turn a bad flag into one `error:` line
-and a non-zero exit, before any export or measurement."""
+and exit 2, before any export or measurement."""
 import subprocess
 import sys
 
@@ -38,6 +38,6 @@ def test_batch_sizes_parse():
 def test_the_gpu_benchmarks_flags_are_checked_first(module, flags, message):
     done = subprocess.run([sys.executable, "-m", module, *flags],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and message in last, last
