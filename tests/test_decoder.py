@@ -129,13 +129,16 @@ def test_a_next_turn_with_resume_is_the_prompt_read_on_the_memory(backends, name
 def test_a_resume_and_a_next_turn_never_project_the_memory_again(backends, name,
                                                                   monkeypatch):
     """The decode cache goes on in the state: a resume, a streamed resume (one
-    compiled call per chunk) and a next turn read on from it."""
+    compiled call per chunk) and a next turn read on from it (and the
+    compiled decoder's position keys with it)."""
     backend = backends[name]
     first = backend.generate(PROMPTS, 4, temperature=0)
-    hook = "_project" if name == "keras" else "_decode_init"
+    hooks = ("_project", "_position_keys") if name == "keras" else ("_decode_init",)
     projections = []
-    project = getattr(backend, hook)
-    monkeypatch.setattr(backend, hook, lambda *a: projections.append(1) or project(*a))
+    for hook in hooks:
+        project = getattr(backend, hook)
+        monkeypatch.setattr(backend, hook,
+                            lambda *a, project=project: projections.append(1) or project(*a))
     rest = backend.generate(None, 6, resume=first.state, stream=lambda ids: None,
                             stream_every=2)
     turn = backend.generate([[5, 5], [6], [7, 8, 9]], 4, resume=rest.state, temperature=0)
