@@ -65,6 +65,9 @@ SETTINGS = {
                                       "--warmup_steps=300"],
     "beta2_0.98+lr1.25e-3": ["--adam_beta2=0.98", "--learning_rate=1.25e-3"],
     "beta2_0.98+clip1.0": ["--adam_beta2=0.98", "--clip=1.0"],
+    # Round three: the small preset's own architecture defaults.
+    "pre_lnorm": ["--config_override=pre_lnorm=true"],
+    "untie_r": ["--config_override=untie_r=true"],
 }
 
 SPEC = (
