@@ -272,3 +272,23 @@ def test_a_non_finite_memory_slot_is_an_error_or_leaves_the_memory(same_length, 
         poisoned = mems.copy()
         poisoned[0, 1, -1] = np.inf
         decoder.generate([[1, 2], [3]], 3, memory=Memory(poisoned, mask))
+
+
+def test_a_clamped_model_decodes_on_its_distinct_position_keys_alone():
+    """With `clamp_len` 3 and 6 memory slots, the decoder keeps keys for the
+    4 distinct distances only; 20 greedy steps (the ring wrapped three
+    times) give the core's token-by-token ids, log-probs and memory."""
+    keras.utils.set_random_seed(2)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3,
+                                                   clamp_len=3))
+    memory = core.initial_memory(1, 6)
+    assert core.decode_position_keys(core.decode_cache(memory))[0].shape[-1] == 4
+    prompt = [4, 8, 15, 16]
+    out = Decoder(core, mem_len=6).generate([prompt], 20, temperature=0)
+    log_probs, memory = core(np.array([prompt], np.int32), memory)
+    for i in range(20):
+        want = int(np.argmax(log_probs[0, -1]))
+        assert out.ids[0, i] == want
+        np.testing.assert_allclose(out.log_probs[0, i], log_probs[0, -1, want], atol=1e-4)
+        log_probs, memory = core(np.array([[want]], np.int32), memory)
+    np.testing.assert_allclose(out.memory.mems, memory.mems, atol=1e-5)

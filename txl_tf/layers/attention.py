@@ -116,8 +116,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         there; hidden: float32 `[B, 1, S]`,
         -1e30 at hidden slots. `positions`: either `[S, d_model]`, each
         slot's relative encoding in ring order, or `(position_keys, order)`:
-        this layer's `distance_keys` of the encodings by distance `[H,
-        d_head, S]` and each slot's index among them (int32 `[S]`), which a
+        this layer's `distance_keys` of the distinct encodings by distance
+        `[H, d_head, D]` (D <= S: a clamp shares one) and each slot's index
+        among them (int32 `[S]`), which a
         decoding loop makes once (`d_head / d_model` of the position term's
         work).
         Returns `(outputs [B, d], key, value)`, the new position's key and
