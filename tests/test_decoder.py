@@ -292,3 +292,35 @@ def test_a_clamped_model_decodes_on_its_distinct_position_keys_alone():
         np.testing.assert_allclose(out.log_probs[0, i], log_probs[0, -1, want], atol=1e-4)
         log_probs, memory = core(np.array([[want]], np.int32), memory)
     np.testing.assert_allclose(out.memory.mems, memory.mems, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy,tolerance", [("mixed_float16", 0.02), ("mixed_bfloat16", 0.15)])
+def test_a_16_bit_decoder_keeps_its_cache_in_16_bits_and_scores_as_float32(policy, tolerance):
+    """The decoder of a mixed-precision core (the GPU's 16-bit cache, run
+    on the CPU): its ring of keys and values is in the compute dtype, its
+    log-probs float32, and each id it picks is scored as the float32 core
+    scores it, a token at a time on its memory of 8 (within the
+    precision's tolerance, as `test_model`'s mixed-precision check)."""
+    keras.utils.set_random_seed(0)
+    config = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3)
+    reference = TransformerXL(config)
+    reference(np.zeros([1, 1], np.int32), reference.initial_memory(1, 0))
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        core = TransformerXL(config)
+        core(np.zeros([1, 1], np.int32), core.initial_memory(1, 0))
+        core.set_weights(reference.get_weights())
+        out = Decoder(core, mem_len=8).generate(PROMPTS, 12, temperature=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    cache = out.state.cache.tensors
+    assert cache.keys[0].dtype == cache.values[0].dtype == policy.split("_")[1]
+    assert out.log_probs.dtype == np.float32 and np.isfinite(out.log_probs).all()
+    for prompt, ids, lps in zip(PROMPTS, out.ids, out.log_probs):
+        # The float32 core on the same ids: the prompt, then one id at a time.
+        log_probs, memory = reference(np.array([prompt], np.int32),
+                                      reference.initial_memory(1, 8))
+        for i, token in enumerate(ids):
+            got, want = lps[i], log_probs.numpy()[0, -1, token]
+            assert abs(np.exp(got) - np.exp(want)) < tolerance and abs(got - want) < 5 * tolerance
+            log_probs, memory = reference(np.array([[token]], np.int32), memory)
