@@ -419,6 +419,9 @@ def run(o):
             raise TxlError(f"--{name} must be auto, true or false, got {o[name]!r}")
     if o["reuse_exports"] and not o["work_dir"]:
         raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
+    if o["reuse_exports"] and o["clamp_len"] is not None:
+        raise TxlError("--clamp_len makes this run's model; with --reuse_exports the exports "
+                       "keep the clamp they were made with")
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
     bandwidth = {"cpu": read_bandwidth()}  # bytes/s of each device a backend runs on
     if _on_cuda(o["device"]):

@@ -29,6 +29,8 @@ def test_batch_sizes_parse():
 @pytest.mark.parametrize("module, flags, message", [
     ("benchmarks.bench_long_memory", ["--reuse_exports"], "--reuse_exports needs --work_dir"),
     ("benchmarks.bench_long_memory", ["--device=tpu"], "--device must be cpu, cuda or auto"),
+    ("benchmarks.bench_long_memory", ["--reuse_exports", "--work_dir=.", "--clamp_len=820"],
+     "--clamp_len makes this run's model"),
     ("benchmarks.bench_long_memory", ["--device_cache=maybe"], "--device_cache must be"),
     ("benchmarks.onnx_weights", ["--fill"], "--skeleton_dir is required"),
     ("benchmarks.cuda_parity", [], "--exports is required"),
