@@ -36,6 +36,8 @@ def test_batch_sizes_parse():
     ("benchmarks.cuda_parity", [], "--exports is required"),
     ("benchmarks.ort_step_profile", [], "--export_dir is required"),
     ("benchmarks.ort_cuda_graph_check", [], "--step_graph is required"),
+    ("benchmarks.memory_use", [], "--model_dirs is required"),
+    ("benchmarks.memory_use", ["--model_dirs=m", "--mem_lens=0,-1"], "--mem_lens must be"),
 ])
 def test_the_gpu_benchmarks_flags_are_checked_first(module, flags, message):
     done = subprocess.run([sys.executable, "-m", module, *flags],

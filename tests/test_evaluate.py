@@ -12,15 +12,17 @@ from job_helpers import write_text_corpus
 from training import evaluate
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.learning.evaluation import evaluate_ids
+from txl_tf.learning.evaluation import evaluate_ids, position_bands
 from txl_tf.text import ByteTokenizer, WordTokenizer
 from txl_tf.weights import load_pretrained, save_pretrained
 
 
-def hand_nll(core, ids, streams, tgt_len, mem_len):
+def hand_nll(core, ids, streams, tgt_len, mem_len, by_position=None):
     """Sum of NLL and count over every id but the first of each of `streams`
     contiguous streams of ceil(N / streams) ids, one stream at a time, in
-    segments of `tgt_len` (the last one shorter, unpadded), memory carried."""
+    segments of `tgt_len` (the last one shorter, unpadded), memory carried.
+    `by_position`, a list, receives every id's NLL by its position in its
+    segment."""
     ids = np.asarray(ids, np.int32)
     length = -(-len(ids) // streams)
     total, count = 0.0, 0
@@ -33,6 +35,8 @@ def hand_nll(core, ids, streams, tgt_len, mem_len):
             nll, memory = core(inputs[None], memory, targets=labels[None], training=False)
             total += float(np.sum(nll.numpy(), dtype=np.float64))
             count += len(labels)
+            if by_position is not None:
+                by_position.extend(enumerate(nll.numpy()[0].tolist()))
     return total, count
 
 
@@ -53,6 +57,26 @@ def test_evaluate_ids_matches_hand_computation(core, batch_size, mem_len):
     assert result["loss"] == pytest.approx(total / count, rel=1e-5)
     assert result["bpc"] == pytest.approx(result["loss"] / math.log(2), rel=1e-9)
     assert result["segments"] == math.ceil((math.ceil(101 / batch_size) - 1) / 8)
+
+
+@pytest.mark.parametrize("batch_size,mem_len", [(3, 8), (2, 0)])
+def test_the_loss_by_position_is_each_positions_mean_by_hand(core, batch_size, mem_len):
+    ids = np.random.default_rng(2).integers(0, 50, size=101).astype(np.int32)
+    result = evaluate_ids(core, ids, batch_size=batch_size, tgt_len=8, mem_len=mem_len,
+                          by_position=True)
+    scores = []
+    hand_nll(core, ids, batch_size, 8, mem_len, by_position=scores)
+    expected = [np.mean([nll for p, nll in scores if p == position]) for position in range(8)]
+    np.testing.assert_allclose(result["loss_by_position"], expected, rtol=1e-5)
+    assert "loss_by_position" not in evaluate_ids(core, ids, batch_size=batch_size, tgt_len=8,
+                                                  mem_len=mem_len)
+
+
+def test_position_bands_double_in_width():
+    assert [(a, b) for a, b, _ in position_bands([0.0] * 64)] == [
+        (0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63)]
+    assert position_bands([1.0, 2.0, 3.0, 5.0, 7.0]) == [(0, 0, 1.0), (1, 1, 2.0), (2, 3, 4.0),
+                                                         (4, 4, 7.0)]
 
 
 def test_memory_changes_the_loss(core):
@@ -82,6 +106,36 @@ def test_evaluate_job_on_a_corpus(tmp_path):
     assert written["bpc"] == pytest.approx(result["bpc"])
     assert (written["clamp_len"], written["same_length"], written["mem_len"]) == (5, True, 12)
     assert "bpc" in evaluate.describe(result)
+    assert "loss_by_position" not in written and "by position" not in evaluate.describe(result)
+    by_position = evaluate.run(model_dir=str(tmp_path / "model"), dataset="text",
+                               data_dir=str(text), cache_dir=str(tmp_path / "cache"),
+                               split="valid", batch_size=2, tgt_len=8, mem_len=12,
+                               by_position=True)
+    assert len(by_position["loss_by_position"]) == 8
+    assert "loss by position in the segment: 0: " in evaluate.describe(by_position)
+
+
+def test_the_memory_use_benchmark_tables_each_memory_lengths_loss_by_position(tmp_path, capsys):
+    from benchmarks import memory_use
+    text = tmp_path / "corpus.txt"
+    write_text_corpus(text, 3_000, seed=4)
+    keras.utils.set_random_seed(3)
+    model = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8, init_std=0.3))
+    save_pretrained(model, tmp_path / "model", ByteTokenizer())
+    results = memory_use.run(model_dirs=str(tmp_path / "model"), dataset="text",
+                             data_dir=str(text), split="valid", mem_lens="0,12",
+                             output=str(tmp_path / "use.json"))
+    by_memory = results[str(tmp_path / "model")]
+    assert by_memory["0"]["loss_by_position"] != by_memory["12"]["loss_by_position"]
+    # Memory 0 is evaluate_ids's loss by position on the split's ids.
+    valid = np.frombuffer(text.read_bytes()[2700:], np.uint8).astype(np.int32)
+    direct = evaluate_ids(model, valid, batch_size=10, tgt_len=8, mem_len=0, by_position=True)
+    np.testing.assert_allclose(by_memory["0"]["loss_by_position"], direct["loss_by_position"],
+                               rtol=1e-5)
+    printed = capsys.readouterr().out
+    assert "| memory | ppl (mean) | 0 | 1 | 2-3 | 4-7 |" in printed
+    assert "\n| 12 | " in printed
+    assert json.loads((tmp_path / "use.json").read_text())["results"]
 
 
 def test_evaluate_accepts_every_model_directory_form(tmp_path, capsys):

@@ -45,6 +45,8 @@ SPEC = (
     option("integer", "batch_size", 10, "Streams evaluated side by side."),
     option("integer", "max_segments", None, "Stop after this many segments (an estimate)."),
     option("string", "output", None, "Write the results as JSON here."),
+    option("bool", "by_position", False, "Also report the loss at each position of a segment "
+           "(how far back the context helps; `loss_by_position` in the JSON)."),
     option("bool", "progress", None, "Show progress on stderr (default: a bar on a terminal, "
            "else a line every 10%)."),
 )
@@ -105,7 +107,8 @@ def run(**options):
                             f"{len(ids)} tokens (at least 2 needed)")
     progress = cli.Progress(f"evaluating {o['split']}", enabled=o["progress"] is not False)
     result = evaluate_ids(core, ids, o["batch_size"], settings.get("tgt_len"),
-                          settings.get("mem_len"), o["max_segments"], progress=progress)
+                          settings.get("mem_len"), o["max_segments"], progress=progress,
+                          by_position=o["by_position"])
     result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
                    "unknown_tokens": unknown_count(ids, tokenizer),
                    "clamp_len": core.config.clamp_len, "same_length": core.config.same_length,
@@ -125,7 +128,7 @@ def describe(result):
             f"over {result['tokens']:,} tokens; tgt_len {result['tgt_len']}, mem_len "
             f"{result['mem_len']}, clamp_len {result['clamp_len']}, same_length "
             f"{result['same_length']}, batch {result['batch_size']}, {result['seconds']:.1f}s)"
-            + _unknown(result))
+            + _unknown(result) + _bands(result))
 
 
 def _unknown(result):
@@ -134,6 +137,15 @@ def _unknown(result):
         return ""
     return (f"; {n:,} tokens ({n / max(result['tokens'], 1):.2%}) are the model's unknown "
             "token (words outside its vocabulary, or the token itself in the text)")
+
+
+def _bands(result):
+    if "loss_by_position" not in result:
+        return ""
+    from txl_tf.learning.evaluation import position_bands
+    return "\nloss by position in the segment: " + ", ".join(
+        f"{first}{'' if last == first else f'-{last}'}: {loss:.3f}"
+        for first, last, loss in position_bands(result["loss_by_position"]))
 
 
 def main(argv):

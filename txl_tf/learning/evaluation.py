@@ -25,13 +25,16 @@ def make_scorer(core):
 
 
 def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segments=None,
-                 scorer=None, progress=None):
+                 scorer=None, progress=None, by_position=False):
     """Token-weighted NLL of `core` over `ids`.
 
     `tgt_len` / `mem_len` default to the core's config; `mem_len=0` evaluates
     without memory. `max_segments` stops early (a quick estimate). Returns a
     dict with `loss` (nats/token), `bpc` (bits/token), `ppl`, `tokens`,
-    `segments` and `seconds`.
+    `segments` and `seconds`; with `by_position`, also `loss_by_position`:
+    the mean NLL at each position of a segment (`tgt_len` floats; position p
+    sees p earlier ids of its segment plus the memory), which shows how far
+    back the model's context helps.
     """
     cfg = core.config
     tgt_len = int(tgt_len or cfg.tgt_len)
@@ -42,15 +45,30 @@ def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segmen
         total = min(total, int(max_segments))
     dataset = eval_segment_dataset(ids, batch_size, tgt_len).take(total)
     memory = core.initial_memory(batch_size, mem_len)
-    loss_sum, count, start = 0.0, 0.0, time.time()
+    loss_sums, counts, start = np.zeros(tgt_len), np.zeros(tgt_len), time.time()
     for i, (inputs, labels, weights) in enumerate(dataset):
         nll, memory = scorer(inputs, labels, memory)
         w = weights.numpy().astype(np.float64)
-        loss_sum += float(np.sum(nll.numpy().astype(np.float64) * w))
-        count += float(np.sum(w))
+        loss_sums += np.sum(nll.numpy().astype(np.float64) * w, axis=0)
+        counts += np.sum(w, axis=0)
         if progress is not None:
             progress(i + 1, total)
-    loss = loss_sum / max(count, 1.0)
-    return {"loss": loss, "bpc": loss / math.log(2.0), "ppl": math.exp(min(loss, 700.0)),
-            "tokens": int(count), "segments": total, "tgt_len": tgt_len, "mem_len": mem_len,
-            "batch_size": int(batch_size), "seconds": time.time() - start}
+    count = float(np.sum(counts))
+    loss = float(np.sum(loss_sums)) / max(count, 1.0)
+    result = {"loss": loss, "bpc": loss / math.log(2.0), "ppl": math.exp(min(loss, 700.0)),
+              "tokens": int(count), "segments": total, "tgt_len": tgt_len, "mem_len": mem_len,
+              "batch_size": int(batch_size), "seconds": time.time() - start}
+    if by_position:
+        result["loss_by_position"] = (loss_sums / np.maximum(counts, 1.0)).tolist()
+    return result
+
+
+def position_bands(loss_by_position):
+    """`(first, last, mean loss)` over positions 0, 1, 2-3, 4-7, ... of a
+    segment (bands doubling in width), from `loss_by_position`."""
+    bands, first = [], 0
+    while first < len(loss_by_position):
+        last = min(max(2 * first - 1, first), len(loss_by_position) - 1)
+        bands.append((first, last, float(np.mean(loss_by_position[first:last + 1]))))
+        first = last + 1
+    return bands
