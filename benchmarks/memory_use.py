@@ -30,7 +30,7 @@ SPEC = (
     option("string", "model_dirs", None, "Comma-separated model (or training run) directories."),
     option("string", "dataset", "wt2", "Corpus name."),
     option("string", "data_dir", None, "Corpus folder."),
-    option("string", "cache_dir", None, "Corpus cache folder (default: each model's own)."),
+    option("string", "cache_dir", None, "Corpus cache folder (training.evaluate's)."),
     option("enum", "split", "test", "Split to score.", ["train", "valid", "test"]),
     option("string", "mem_lens", "0,64,128,256", "Comma-separated memory lengths."),
     option("integer", "batch_size", 10, "Streams scored side by side (training.evaluate's)."),
@@ -51,9 +51,8 @@ def _mem_lens(text):
 
 def score(o, model_dir, mem_len):
     """`training.evaluate`'s result for one model at one memory length."""
-    cache = o["cache_dir"] or os.path.join(model_dir, "cache")
     return evaluate.run(model_dir=model_dir, dataset=o["dataset"], data_dir=o["data_dir"],
-                        cache_dir=cache, split=o["split"], mem_len=mem_len,
+                        cache_dir=o["cache_dir"], split=o["split"], mem_len=mem_len,
                         batch_size=o["batch_size"], by_position=True, progress=False)
 
 
