@@ -58,7 +58,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from txl_tf.app import cli  # noqa: E402
-from txl_tf.app.flagspec import option, values  # noqa: E402
+from txl_tf.app.flagspec import integer_list, option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
 PAPER_MEMORY = {"enwik8_base": 2100, "wt103_base": 1600}
@@ -98,13 +98,7 @@ SPEC = (
 
 def parse_batch_sizes(text):
     """The batch sizes of a `--batch_sizes` value ("1,16")."""
-    try:
-        sizes = [int(b) for b in text.split(",") if b.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise TxlError(f"--batch_sizes must be comma-separated positive integers, got {text!r}")
-    return sizes
+    return integer_list(text, "batch_sizes", 1, "comma-separated positive integers")
 
 
 def read_bandwidth(gib=1, repeats=3):

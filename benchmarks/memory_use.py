@@ -24,7 +24,7 @@ sys.path.insert(0, REPO)
 from training import evaluate  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
-from txl_tf.app.flagspec import merge, option, values  # noqa: E402
+from txl_tf.app.flagspec import integer_list, merge, option, values  # noqa: E402
 
 SPEC = (
     option("string", "model_dirs", None, "Comma-separated model (or training run) directories."),
@@ -37,16 +37,6 @@ SPEC = (
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "memory_use.json"),
            "Where to write the JSON results."),
 )
-
-
-def _mem_lens(text):
-    try:
-        lens = [int(m) for m in text.split(",") if m.strip()]
-    except ValueError:
-        lens = []
-    if not lens or min(lens) < 0:
-        raise TrainingError(f"--mem_lens must be comma-separated integers >= 0, got {text!r}")
-    return lens
 
 
 def score(o, model_dir, mem_len):
@@ -80,7 +70,7 @@ def run(**options):
     if not o["model_dirs"]:
         raise TrainingError("--model_dirs is required")
     model_dirs = [d.strip() for d in o["model_dirs"].split(",") if d.strip()]
-    mem_lens = _mem_lens(o["mem_lens"])
+    mem_lens = integer_list(o["mem_lens"], "mem_lens", 0, "comma-separated integers >= 0")
     results = {}
     for model_dir in model_dirs:
         results[model_dir] = {str(m): score(o, model_dir, m) for m in mem_lens}
