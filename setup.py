@@ -31,6 +31,7 @@ setup(
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "keras>=3.15,<3.16",
+        "keras-hub>=0.32,<0.33",
         "tensorflow-text>=2.21,<2.22",
         "tf2onnx>=1.17,<1.18",
         "onnx>=1.17",

@@ -2,7 +2,9 @@
 
 The model: `TransformerXLConfig` (every hyper-parameter, presets), the pure
 core `TransformerXL` (`(token_ids, memory) -> (outputs, new_memory)`), the
-stateful Keras model `TransformerXLLM`, the classifier, the decoder. The
+keras-hub family (`TransformerXLCausalLM` and its backbone, preprocessor and
+tokenizer: `from_preset`, `generate`, samplers), the stateful Keras model
+`TransformerXLLM`, the classifier, the decoder. The
 folders hold one idea each: `layers/`, `generation/`, `weights/`, `data/`,
 `text/`, `classification/`, `learning/`, `keras_support/`, `checks/`, `app/`.
 
@@ -42,11 +44,15 @@ else:
     from txl_tf.learning.optimizer import ReplicaClippedAdam
     from txl_tf.learning.schedule import WarmupCosineDecay
     from txl_tf.model import TransformerXLLM
+    from txl_tf.models.transformer_xl import (TransformerXLBackbone, TransformerXLCausalLM,
+                                              TransformerXLCausalLMPreprocessor,
+                                              TransformerXLTokenizer)
 
 __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "InputError",
            "Memory", "NonFiniteMemoryError", "ReplicaClippedAdam", "Sampling", "TransformerXL",
-           "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM", "TxlError",
-           "WarmupCosineDecay"]
+           "TransformerXLBackbone", "TransformerXLCausalLM", "TransformerXLCausalLMPreprocessor",
+           "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
+           "TransformerXLTokenizer", "TxlError", "WarmupCosineDecay"]
 __version__ = "0.1.0"
 
 

@@ -1,0 +1,76 @@
+"""Where `from_preset` finds a Transformer-XL: the paper's named
+configurations (`txl_tf.PRESETS`: `tiny`, `small`, `enwik8_base`,
+`wt103_base`, ...) and the model directories this library writes
+(`save_pretrained`, training's `export/`, `txl-convert`), beside keras-hub's
+own preset folders (which keras-hub reads itself)."""
+import json
+import os
+from typing import NamedTuple, Optional
+
+from txl_tf.config import PRESETS, TransformerXLConfig
+from txl_tf.errors import TxlError
+from txl_tf.weights import model_dir
+
+
+class PresetError(TxlError):
+    """A preset name or folder that cannot give a Transformer-XL."""
+
+
+class LocalPreset(NamedTuple):
+    """A named configuration (`source` None) or a model directory (`source`
+    its `ModelSource`); `load_weights`: whether its weights are loaded."""
+
+    config: TransformerXLConfig
+    source: Optional[model_dir.ModelSource]
+    load_weights: bool
+
+
+def _is_keras_hub_folder(path):
+    config = os.path.join(path, "config.json")
+    if not os.path.isfile(config):
+        return False
+    try:
+        with open(config, encoding="utf-8") as f:
+            return "registered_name" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
+def local_source(preset, load_weights):
+    """The `LocalPreset` that `preset` names, or None for keras-hub to read
+    (its own preset folders and handles)."""
+    preset = os.fspath(preset)
+    if preset in PRESETS:
+        if load_weights:
+            raise PresetError(
+                f"the preset {preset!r} is the paper's configuration without weights: pass "
+                f"load_weights=False for random weights, or convert the paper's released "
+                f"weights with `txl-convert` and pass the model directory it writes")
+        return LocalPreset(TransformerXLConfig.preset(preset), None, False)
+    if os.path.isdir(preset) and not _is_keras_hub_folder(preset):
+        source = model_dir.resolve(preset)
+        return LocalPreset(model_dir.load_config(source), source, bool(load_weights))
+    if "://" not in preset and not os.path.exists(preset):
+        raise PresetError(f"unknown preset {preset!r}: not one of {sorted(PRESETS)} and no "
+                          f"such folder (a keras-hub preset or a model directory)")
+    return None
+
+
+def backbone_from(cls, found, **kwargs):
+    """A `cls` backbone built from a `LocalPreset` (`kwargs`: constructor
+    overrides, e.g. `dtype`, `mem_len`)."""
+    from txl_tf.layers.init import skip_random_init
+    values = {**found.config.to_dict(), **kwargs}
+    if not found.load_weights:
+        return cls(**values)
+    with skip_random_init():  # every weight is loaded next
+        backbone = cls(**values)
+    model_dir.load_weights(backbone.transformer, found.source)
+    return backbone
+
+
+def tokenizer_of(found):
+    """The model directory's tokenizer (checked against its config), or None."""
+    if found.source is None or found.source.vocab_dir is None:
+        return None
+    return model_dir.load_vocab(found.source.vocab_dir, found.config)

@@ -1,0 +1,92 @@
+"""`TransformerXLBackbone`: the pure core as a `keras_hub.models.Backbone`."""
+import dataclasses
+
+import keras
+import keras_hub
+import tensorflow as tf
+
+from txl_tf.config import TransformerXLConfig
+from txl_tf.core import TransformerXL
+
+CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerXLConfig))
+
+
+class SequenceReader(keras.layers.Layer):
+    """Reads right-padded rows (`token_ids`, `padding_mask` `[B, T]`) from an
+    empty memory with the core it holds: the final hidden states `[B, T,
+    d_model]`. Padded positions are never attended (their outputs are
+    finite and meaningless)."""
+
+    def __init__(self, core, **kwargs):
+        super().__init__(dtype=core.dtype_policy, **kwargs)
+        self.core = core
+        self.built = True
+
+    def call(self, token_ids, padding_mask, training=None):
+        memory = self.core.initial_memory(tf.shape(token_ids)[0], mem_len=0)
+        hidden, _ = self.core.hidden_states(token_ids, memory, training=training,
+                                            token_mask=tf.cast(padding_mask, tf.bool))
+        return hidden
+
+    def compute_output_shape(self, token_ids_shape, padding_mask_shape=None):
+        return tuple(token_ids_shape) + (self.core.config.d_model,)
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class TransformerXLBackbone(keras_hub.models.Backbone):
+    """Transformer-XL (Dai et al., 2019) as a keras-hub backbone.
+
+    The constructor takes the paper's hyper-parameters, the fields of
+    `txl_tf.TransformerXLConfig` (`n_token`, `n_layer`, `d_model`, `n_head`,
+    `d_head`, `d_inner`, `cutoffs`, `div_val`, `mem_len`, `clamp_len`,
+    `same_length`, ...). Called on `{"token_ids", "padding_mask"}` (`[B,
+    T]`, right-padded), it returns the final hidden states `[B, T, d_model]`
+    of the rows read from an empty memory. The core itself, with its
+    memory and decode cache, is `backbone.transformer`; its variable paths
+    (`transformer/layer_0/...`) are the ones the weight importers use.
+
+    ```python
+    backbone = TransformerXLBackbone(n_token=256, n_layer=4, d_model=128,
+                                     n_head=4, d_head=32, d_inner=512)
+    hidden = backbone({"token_ids": ids, "padding_mask": ids >= 0})
+    ```
+    """
+
+    def __init__(self, n_token, dtype=None, **kwargs):
+        fields = {name: kwargs.pop(name) for name in CONFIG_FIELDS if name in kwargs}
+        config = TransformerXLConfig(n_token=n_token, **fields)
+        core = TransformerXL(config, dtype=dtype, name="transformer")
+        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        hidden = SequenceReader(core, name="sequence_reader")(token_ids, padding_mask)
+        super().__init__(inputs={"token_ids": token_ids, "padding_mask": padding_mask},
+                         outputs=hidden, dtype=dtype, **kwargs)
+        self.transformer = core
+        self.token_embedding = core.word_emb
+
+    @property
+    def config(self):
+        """The core's `TransformerXLConfig`."""
+        return self.transformer.config
+
+    @classmethod
+    def from_core(cls, core, **kwargs):
+        """A backbone holding a copy of `core`'s weights (same config)."""
+        from txl_tf.weights import checkpoints
+        backbone = cls(**core.config.to_dict(), **kwargs)
+        checkpoints.set_weights(backbone.transformer, checkpoints.get_weights(core))
+        return backbone
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """A backbone from a keras-hub preset folder, a model directory of
+        this library, or one of the paper's named configurations (see
+        `txl_tf.models.transformer_xl.presets`)."""
+        from txl_tf.models.transformer_xl import presets
+        found = presets.local_source(preset, load_weights)
+        if found is None:
+            return super().from_preset(preset, load_weights=load_weights, **kwargs)
+        return presets.backbone_from(cls, found, **kwargs)
+
+    def get_config(self):
+        return {**super().get_config(), **self.config.to_dict()}

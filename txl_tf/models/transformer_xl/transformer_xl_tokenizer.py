@@ -1,0 +1,87 @@
+"""`TransformerXLTokenizer`: this library's tokenizers (bytes, characters,
+words, SentencePiece) as a `keras_hub.tokenizers.Tokenizer`."""
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+
+from txl_tf.errors import TxlError
+from txl_tf.text.base import CONFIG_FILE, Tokenizer, load_tokenizer
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
+    """Text <-> ids with a `txl_tf.text` tokenizer, for keras-hub's
+    preprocessors and `generate`.
+
+    Args:
+        tokenizer: a `txl_tf.text.Tokenizer`, or a folder it was saved to
+            (`Tokenizer.save`, a model directory's `vocab/`); None until
+            `load_assets` (keras-hub's preset loading) sets it.
+
+    No id is special: the paper's corpora have no start or padding token
+    (padding is masked, id 0 stands in), and the line end (`<eos>` of
+    word vocabularies) is text, so `generate` stops only at the
+    `stop_token_ids` it is given.
+    """
+
+    def __init__(self, tokenizer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.file_assets = [CONFIG_FILE]
+        self.start_token_id = self.end_token_id = None
+        self.pad_token_id = 0
+        self.inner = None
+        if tokenizer is not None:
+            self.set_tokenizer(tokenizer)
+
+    def set_tokenizer(self, tokenizer):
+        """Uses `tokenizer` (a `txl_tf.text.Tokenizer` or its saved folder)."""
+        if not isinstance(tokenizer, Tokenizer):
+            tokenizer = load_tokenizer(tokenizer)
+        self.inner = tokenizer
+
+    def _inner(self):
+        if self.inner is None:
+            raise TxlError("the tokenizer has no vocabulary yet: pass one, or load it with "
+                           "TransformerXLTokenizer.from_preset(...)")
+        return self.inner
+
+    def tokenize(self, inputs):
+        """Strings (scalar or `[B]`) to ids (1-D, or ragged `[B, None]`)."""
+        return self._inner().encode_tf(tf.convert_to_tensor(inputs, tf.string))
+
+    def detokenize(self, inputs):
+        """Ids (1-D, `[B, T]`, ragged or lists) to a `str` or a list of them
+        (eagerly: decoding runs in Python)."""
+        tokenizer = self._inner()
+        if isinstance(inputs, tf.RaggedTensor):
+            rows = inputs.to_list()
+        elif isinstance(inputs, (list, tuple)):
+            rows = list(inputs)
+        else:
+            rows = np.asarray(keras.ops.convert_to_numpy(inputs)).tolist()
+        if not rows or not isinstance(rows[0], (list, tuple, np.ndarray)):
+            return tokenizer.decode(np.asarray(rows, np.int64))
+        return [tokenizer.decode(np.asarray(r, np.int64)) for r in rows]
+
+    def vocabulary_size(self):
+        return self._inner().vocab_size
+
+    def get_vocabulary(self):
+        """The entries in id order (empty for bytes)."""
+        return list(self._inner().entries())
+
+    def id_to_token(self, id):
+        return self._inner().decode(np.array([id], np.int64))
+
+    def token_to_id(self, token):
+        ids = self._inner().encode(token)
+        if len(ids) != 1:
+            raise TxlError(f"{token!r} is {len(ids)} ids, not one token")
+        return int(ids[0])
+
+    def save_assets(self, dir_path):
+        self._inner().save(dir_path)
+
+    def load_assets(self, dir_path):
+        self.set_tokenizer(dir_path)
