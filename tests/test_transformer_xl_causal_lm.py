@@ -1,0 +1,153 @@
+"""`TransformerXLCausalLM`: keras-hub's generate on the decode cache gives
+`Decoder`'s ids and the core's log-probs; the cached call equals one pass;
+every keras-hub sampler runs, seeded ones reproduce; stop ids end the mask;
+the output is the core's log-probs, so keras-hub's loss is the NLL."""
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from txl_tf import (Decoder, TransformerXLBackbone, TransformerXLCausalLM, TransformerXLConfig,
+                    TxlError)
+
+N_TOKEN, MEM_LEN, SEGMENT = 50, 8, 4
+PROMPTS = [[3, 14, 15, 9, 2, 6], [7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]
+WIDTH = 30  # max_length: the memory of 8 wraps several times
+
+
+@pytest.fixture(scope="module")
+def causal_lm():
+    keras.utils.set_random_seed(0)
+    # Large weights: confident predictions, so no near-ties between paths.
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3, mem_len=MEM_LEN,
+                                     tgt_len=SEGMENT)
+    model = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+    model.compile(sampler="greedy")
+    return model
+
+
+def padded(prompts, width=WIDTH):
+    ids = np.zeros([len(prompts), width], np.int32)
+    mask = np.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, :len(p)], mask[i, :len(p)] = p, 1
+    return {"token_ids": ids, "padding_mask": mask}
+
+
+def test_greedy_generate_gives_the_decoders_ids_on_ragged_prompts_with_memory_wrapped(causal_lm):
+    out = causal_lm.generate(padded(PROMPTS), stop_token_ids=None)
+    assert out["token_ids"].shape == (3, WIDTH) and out["padding_mask"].all()
+    decoder = Decoder(causal_lm.core, mem_len=MEM_LEN, segment_len=SEGMENT)
+    expected = decoder.generate(PROMPTS, WIDTH, temperature=0).ids
+    for row, prompt in enumerate(PROMPTS):
+        np.testing.assert_array_equal(out["token_ids"][row, :len(prompt)], prompt)
+        new = out["token_ids"][row, len(prompt):]
+        np.testing.assert_array_equal(new, expected[row, :len(new)], err_msg=f"row {row}")
+
+
+def test_generate_step_by_step_log_probs_are_the_cores(causal_lm):
+    """The cache's log-probs after each id equal the core reading the same
+    ids segment by segment with the same memory (the Decoder's log-probs)."""
+    prompt = PROMPTS[0]
+    out = causal_lm.generate(padded([prompt]), stop_token_ids=None)["token_ids"][0]
+    decoder = Decoder(causal_lm.core, mem_len=MEM_LEN, segment_len=SEGMENT)
+    expected = decoder.generate([prompt], WIDTH - len(prompt), temperature=0)
+    inputs = padded([prompt])
+    _, cache = causal_lm._build_cache(tf.constant(inputs["token_ids"]),
+                                      tf.constant(inputs["padding_mask"]))
+    log_probs = [cache["log_probs"]]
+    for token in out[len(prompt):-1]:
+        lp, _, cache = causal_lm.call_with_cache(tf.constant([[token]]), cache)
+        log_probs.append(lp[:, 0])
+    log_probs = np.concatenate([lp.numpy() for lp in log_probs])
+    chosen = log_probs[np.arange(len(log_probs)), out[len(prompt):]]
+    np.testing.assert_allclose(chosen, expected.log_probs[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("history", [0, 5, 8, 13])  # empty, partly filled, full, wrapped
+def test_call_with_cache_token_by_token_equals_the_core(causal_lm, history):
+    """Ids read one at a time on the cache, after a history read into the
+    memory, give the core's log-probs for the same ids on the same memory;
+    while everything read fits the memory (up to `mem_len + 1` ids), they
+    are one pass over the whole sequence."""
+    rng = np.random.default_rng(history)
+    length = max(MEM_LEN + 1, history + 4)
+    ids = rng.integers(0, N_TOKEN, [2, length]).astype(np.int32)
+    core = causal_lm.core
+    memory = core.initial_memory(2, mem_len=MEM_LEN)
+    for t in range(history):  # the history, token by token from an empty memory
+        _, memory = core(ids[:, t:t + 1], memory)
+    ring = core.decode_cache(memory)
+    cache = {name: getattr(ring, name) for name in ("mems", "keys", "values", "valid",
+                                                      "row_slot")}
+    cached = []
+    for t in range(history, length):
+        lp, _, cache = causal_lm.call_with_cache(tf.constant(ids[:, t:t + 1]), cache)
+        expected, memory = core(ids[:, t:t + 1], memory)
+        np.testing.assert_allclose(lp.numpy(), expected.numpy(), atol=1e-5)
+        cached.append(lp.numpy()[:, 0])
+    if length <= MEM_LEN + 1:
+        one_pass, _ = core(ids, core.initial_memory(2, mem_len=0))
+        np.testing.assert_allclose(np.stack(cached, 1), one_pass.numpy()[:, history:],
+                                   atol=1e-5)
+
+
+def test_call_with_cache_takes_one_id_per_row(causal_lm):
+    _, cache = causal_lm._build_cache(tf.constant(padded(PROMPTS)["token_ids"]),
+                                      tf.constant(padded(PROMPTS)["padding_mask"]))
+    with pytest.raises(TxlError, match=r"one id per row"):
+        causal_lm.call_with_cache(tf.constant([[1, 2]] * 3), cache)
+
+
+@pytest.mark.parametrize("sampler", ["top_k", "top_p", "random", "beam", "contrastive"])
+def test_every_keras_hub_sampler_runs_and_keeps_the_prompts(causal_lm, sampler):
+    causal_lm.compile(sampler=sampler)
+    try:
+        out = causal_lm.generate(padded(PROMPTS), stop_token_ids=None)
+    finally:
+        causal_lm.compile(sampler="greedy")
+    for row, prompt in enumerate(PROMPTS):
+        np.testing.assert_array_equal(out["token_ids"][row, :len(prompt)], prompt)
+    assert ((out["token_ids"] >= 0) & (out["token_ids"] < N_TOKEN)).all()
+
+
+@pytest.mark.parametrize("sampler", [keras_hub.samplers.TopKSampler, keras_hub.samplers.TopPSampler])
+def test_seeded_samplers_reproduce(causal_lm, sampler):
+    kwargs = {"k": 10} if sampler is keras_hub.samplers.TopKSampler else {"p": 0.9}
+    runs = []
+    for seed in (3, 3, 4):
+        causal_lm.compile(sampler=sampler(seed=seed, temperature=2.0, **kwargs))
+        runs.append(causal_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"])
+    causal_lm.compile(sampler="greedy")
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert (runs[0] != runs[2]).any()
+
+
+def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(causal_lm):
+    free = causal_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]
+    stop = int(free[1, len(PROMPTS[1]) + 2])  # row 1's third new id
+    out = causal_lm.generate(padded(PROMPTS), stop_token_ids=[stop])
+    for row, prompt in enumerate(PROMPTS):
+        new = free[row, len(prompt):]
+        hits = np.flatnonzero(new == stop)
+        end = len(prompt) + (hits[0] + 1 if hits.size else len(new))
+        np.testing.assert_array_equal(out["padding_mask"][row], np.arange(WIDTH) < end)
+        np.testing.assert_array_equal(out["token_ids"][row, :end], free[row, :end])
+
+
+def test_the_output_is_log_probs_so_keras_hubs_loss_is_the_nll(causal_lm):
+    x = padded([[5, 6, 7, 8, 9], [1, 2, 3]], width=6)
+    y = np.roll(x["token_ids"], -1, axis=1)
+    log_probs = causal_lm.predict(x, verbose=0)
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+    core = causal_lm.core
+    for row in range(2):
+        n = int(x["padding_mask"][row].sum())
+        alone, _ = core(x["token_ids"][row:row + 1, :n], core.initial_memory(1, mem_len=0))
+        np.testing.assert_allclose(log_probs[row, :n], alone.numpy()[0], atol=1e-5)
+    weights = x["padding_mask"].astype(np.float32)
+    nll = -np.take_along_axis(log_probs, y[..., None], -1)[..., 0]
+    causal_lm.compile(optimizer="adam", sampler="greedy")
+    loss = causal_lm.evaluate(x, y, sample_weight=weights, verbose=0, return_dict=True)["loss"]
+    np.testing.assert_allclose(loss, (nll * weights).sum() / weights.size, rtol=1e-5)
