@@ -92,4 +92,4 @@ def test_the_top_of_the_library_is_the_face_and_the_model():
     folders = {p.name for p in (REPO / "txl_tf").iterdir()
                if p.is_dir() and (p / "__init__.py").exists()}
     assert folders == {"app", "checks", "classification", "data", "generation", "keras_support",
-                       "layers", "learning", "text", "weights"}
+                       "layers", "learning", "models", "text", "weights"}

@@ -6,7 +6,6 @@ import keras_hub
 import tensorflow as tf
 
 from txl_tf.errors import TxlError
-from txl_tf.generation.request import right_aligned_segments
 from txl_tf.layers.ring_cache import DecodeCache
 from txl_tf.models.transformer_xl import presets
 from txl_tf.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
@@ -152,13 +151,30 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
             raise TxlError("generate needs prompts of a static width (max_length)")
         lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), 1)
         ids, mask = _aligned_on_the_end(tf.cast(token_ids, tf.int32), lengths)
-        memory = core.initial_memory(tf.shape(ids)[0], mem_len=self.mem_len)
-        hidden = []
-        for part in right_aligned_segments(width, self.segment_len):
-            states, memory = core.hidden_states(ids[:, part], memory, training=False,
-                                                token_mask=mask[:, part])
-            hidden.append(states)
-        hidden = tf.concat(hidden, 1)
+        # Segments aligned on the prompts' end (`Decoder`'s cut): the short
+        # one first, left-padded to a whole segment (padding is masked, so
+        # it is what reading the short one is), then one loop over them.
+        seg = self.segment_len
+        pad = -width % seg
+        ids = tf.pad(ids, [[0, 0], [pad, 0]])
+        mask = tf.pad(mask, [[0, 0], [pad, 0]])
+        batch = tf.shape(ids)[0]
+        count = (width + pad) // seg
+        states = tf.TensorArray(core.compute_dtype, size=count, element_shape=[None, seg, None])
+
+        def read(i, memory, states):
+            begin, size = tf.stack([0, i * seg]), tf.stack([batch, seg])
+            hidden, memory = core.hidden_states(tf.slice(ids, begin, size), memory,
+                                                training=False,
+                                                token_mask=tf.slice(mask, begin, size))
+            return i + 1, memory, states.write(i, hidden)
+
+        memory = core.initial_memory(batch, mem_len=self.mem_len)
+        _, memory, states = tf.while_loop(lambda i, *_: i < count, read,
+                                          (tf.constant(0), memory, states))
+        hidden = tf.reshape(tf.transpose(states.stack(), [1, 0, 2, 3]),
+                            [batch, count * seg, core.config.d_model])[:, pad:]
+        mask = mask[:, pad:]
         ring = core.decode_cache(memory)
         last = hidden[:, -1]
         cache = {**{name: getattr(ring, name) for name in _RING},

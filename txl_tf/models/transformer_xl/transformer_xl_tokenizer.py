@@ -72,12 +72,18 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         return list(self._inner().entries())
 
     def id_to_token(self, id):
-        return self._inner().decode(np.array([id], np.int64))
+        """The vocabulary entry of `id` (for bytes: its text)."""
+        entries = self.get_vocabulary()
+        return entries[id] if entries else self._inner().decode(np.array([id], np.int64))
 
     def token_to_id(self, token):
-        ids = self._inner().encode(token)
+        """The id of a vocabulary entry (for bytes: of a one-byte text)."""
+        entries = self.get_vocabulary()
+        if token in entries:
+            return entries.index(token)
+        ids = [] if entries else self._inner().encode(token)
         if len(ids) != 1:
-            raise TxlError(f"{token!r} is {len(ids)} ids, not one token")
+            raise TxlError(f"{token!r} is not one token of the vocabulary")
         return int(ids[0])
 
     def save_assets(self, dir_path):

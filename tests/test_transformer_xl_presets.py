@@ -1,0 +1,98 @@
+"""The keras-hub family's presets, backbone and tokenizer: `from_preset` of
+a model directory, of a keras-hub preset folder (`save_to_preset`, also
+through `keras_hub.models.CausalLM`), of the paper's named configurations;
+clear errors; the backbone's config round-trip; text in, text out."""
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+from txl_tf import (TransformerXL, TransformerXLBackbone, TransformerXLCausalLM,
+                    TransformerXLConfig, TransformerXLTokenizer)
+from txl_tf.models.transformer_xl.presets import PresetError
+from txl_tf.text.byte import ByteTokenizer
+from txl_tf.text.word import WordTokenizer
+from txl_tf.weights.model_dir import load_pretrained, save_pretrained
+
+IDS = np.array([[5, 6, 7, 8, 9, 10], [1, 2, 3, 0, 0, 0]], np.int32)
+MASK = np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    keras.utils.set_random_seed(1)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", init_std=0.3, mem_len=16, tgt_len=8))
+    return save_pretrained(core, str(tmp_path_factory.mktemp("txl") / "model"), ByteTokenizer())
+
+
+def scores(causal_lm):
+    """Log-probs of IDS (padding masked) with no preprocessor in the way."""
+    return causal_lm.backbone.transformer.crit(
+        causal_lm.backbone({"token_ids": IDS, "padding_mask": MASK})).numpy()
+
+
+def test_a_model_directory_loads_with_its_weights_and_vocabulary(model_dir):
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir)
+    core = load_pretrained(model_dir)
+    expected, _ = core(IDS[:1], core.initial_memory(1, mem_len=0))
+    np.testing.assert_allclose(scores(causal_lm)[:1], expected.numpy(), atol=1e-5)
+    tokenizer = causal_lm.preprocessor.tokenizer
+    assert isinstance(tokenizer, TransformerXLTokenizer) and tokenizer.vocabulary_size() == 256
+    assert causal_lm.preprocessor.sequence_length == core.config.tgt_len
+
+
+def test_save_to_preset_round_trips_through_keras_hubs_own_loader(model_dir, tmp_path):
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir, sequence_length=24)
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    for loader in (keras_hub.models.CausalLM, TransformerXLCausalLM):
+        again = loader.from_preset(str(tmp_path / "preset"))
+        assert type(again) is TransformerXLCausalLM
+        np.testing.assert_allclose(scores(again), scores(causal_lm), atol=1e-6)
+        assert again.preprocessor.sequence_length == 24
+        assert again.preprocessor.tokenizer.inner.fingerprint() == ByteTokenizer().fingerprint()
+    backbone = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
+    assert backbone.config == causal_lm.backbone.config
+
+
+def test_generate_takes_and_returns_text(model_dir):
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir)
+    causal_lm.compile(sampler="greedy")
+    one = causal_lm.generate("import os", max_length=16)
+    both = causal_lm.generate(["import os", "def f"], max_length=16)
+    assert isinstance(one, str) and one.startswith("import os") and one == both[0]
+    assert both[1].startswith("def f")
+    assert causal_lm.generate("import os", max_length=16, strip_prompt=True) == one[9:]
+
+
+def test_named_presets_build_the_papers_configurations_without_weights():
+    causal_lm = TransformerXLCausalLM.from_preset("tiny", load_weights=False)
+    assert causal_lm.backbone.config == TransformerXLConfig.preset("tiny")
+    assert causal_lm.preprocessor is None
+    with pytest.raises(PresetError, match="txl-convert"):
+        TransformerXLCausalLM.from_preset("enwik8_base")
+    with pytest.raises(PresetError, match="unknown preset 'enwik9_base'"):
+        TransformerXLCausalLM.from_preset("enwik9_base")
+
+
+def test_the_backbone_config_round_trips_and_names_the_papers_fields():
+    cfg = TransformerXLConfig.preset("tiny", n_token=40, cutoffs=[20], div_val=2, untie_r=True,
+                                     same_length=True, clamp_len=5)
+    backbone = TransformerXLBackbone(**cfg.to_dict())
+    again = TransformerXLBackbone.from_config(backbone.get_config())
+    assert again.config == cfg and backbone.config == cfg
+    assert backbone.token_embedding is backbone.transformer.word_emb
+    registered = keras.saving.get_registered_object("txl_tf>TransformerXLBackbone")
+    assert registered is TransformerXLBackbone
+
+
+def test_the_tokenizer_wraps_words_and_saves_with_the_preset(tmp_path):
+    words = WordTokenizer(["<unk>", "<eos>", "the", "cat", "sat"])
+    tokenizer = TransformerXLTokenizer(words)
+    ids = tokenizer.tokenize(["the cat sat", "the dog"])
+    assert ids.to_list() == [[2, 3, 4, 1], [2, 0, 1]]
+    assert tokenizer.detokenize(ids) == ["the cat sat\n", "the <unk>\n"]
+    assert tokenizer.token_to_id("cat") == 3 and tokenizer.get_vocabulary()[4] == "sat"
+    tokenizer.save_assets(str(tmp_path))  # what save_to_preset writes under assets/
+    again = TransformerXLTokenizer.from_config(tokenizer.get_config())
+    again.load_assets(str(tmp_path))
+    assert again.inner.fingerprint() == words.fingerprint()
