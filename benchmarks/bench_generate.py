@@ -1,6 +1,9 @@
 """Generation throughput: the per-token loop this project had before the
 compiled decoder vs `txl_tf.Decoder` (one `tf.while_loop` compiled with XLA, and
-without XLA) vs the export runtimes' host loop (ONNX Runtime, SavedModel).
+without XLA) vs keras-hub's `generate` of `TransformerXLCausalLM` (XLA, its
+sampler loop on the decode cache; greedy whatever `--temperature`: the keras-hub
+sampler is set at `compile`) vs the export runtimes' host loop (ONNX Runtime,
+SavedModel).
 
 Every backend continues the same prompts by the same number of tokens with
 the same sampling (temperature 1 by default), random weights of a preset;
@@ -25,7 +28,7 @@ flags.DEFINE_integer("prompt_len", 16, "Prompt length.")
 flags.DEFINE_integer("new_tokens", 64, "Tokens generated per run.")
 flags.DEFINE_integer("repeats", 5, "Timed runs per backend (after one warm-up run).")
 flags.DEFINE_float("temperature", 1.0, "Sampling temperature (0: greedy).")
-flags.DEFINE_list("backends", ["per_token_loop", "decoder", "decoder_nojit", "onnx",
+flags.DEFINE_list("backends", ["per_token_loop", "decoder", "decoder_nojit", "causal_lm", "onnx",
                                "onnx_1thread", "saved_model"],
                   "Backends to time (onnx_1thread: a session with one intra-op thread).")
 flags.DEFINE_string("output", "benchmarks/results/generate.json", "JSON results file.")
@@ -79,6 +82,8 @@ def build(core, names, workdir):
         if name in names:
             decoder = Decoder(core, mem_len=mem_len, jit_compile=jit)
             runs[name] = _wrap(decoder)
+    if "causal_lm" in names:
+        runs["causal_lm"] = _causal_lm(core)
     path = os.path.join(workdir, "model.onnx")
     for name, threads in (("onnx", 0), ("onnx_1thread", 1)):
         if name in names:
@@ -91,6 +96,24 @@ def build(core, names, workdir):
         export_saved_model(core, path, mem_len)
         runs["saved_model"] = _wrap(open_runtime(path, device="cpu"))
     return runs
+
+
+def _causal_lm(core):
+    """keras-hub's greedy `generate` on the same weights: each row gets its
+    prompt and `num_tokens` new ids (`max_length` counts the prompt)."""
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone.from_core(core))
+    causal_lm.compile(sampler="greedy")
+
+    def generate(prompt, num_tokens, temperature, seed):
+        del temperature, seed
+        width = prompt.shape[1] + num_tokens
+        ids = np.zeros([prompt.shape[0], width], np.int32)
+        ids[:, :prompt.shape[1]] = prompt
+        mask = (np.arange(width) < prompt.shape[1]).astype(np.int32)[None].repeat(len(ids), 0)
+        out = causal_lm.generate({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)
+        return out["token_ids"][:, prompt.shape[1]:]
+    return generate
 
 
 def _quiet_ort_options(threads=0):
