@@ -29,8 +29,8 @@ def causal_lm():
 
 @pytest.fixture(scope="module")
 def graph_lm(causal_lm):
-    """The same model, its `generate` a graph without XLA (compiles faster)."""
-    model = TransformerXLCausalLM(causal_lm.backbone, jit_generate=False)
+    """The same model, another generate function (samplers recompile it)."""
+    model = TransformerXLCausalLM(causal_lm.backbone)
     model.compile(sampler="greedy")
     return model
 

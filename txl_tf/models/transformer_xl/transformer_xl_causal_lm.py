@@ -37,8 +37,6 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         mem_len: memory length `generate` reads with (default the config's).
         segment_len: prompt positions read per step of the prompt (default
             the config's `tgt_len`).
-        jit_generate: compile `generate` with XLA (as `Decoder` does), also
-            on CPUs, where `compile`'s "auto" leaves training without it.
 
     ```python
     causal_lm = TransformerXLCausalLM.from_preset("path/to/model_dir")
@@ -55,8 +53,7 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
     backbone_cls = TransformerXLBackbone
     preprocessor_cls = TransformerXLCausalLMPreprocessor
 
-    def __init__(self, backbone, preprocessor=None, mem_len=None, segment_len=None,
-                 jit_generate=True, **kwargs):
+    def __init__(self, backbone, preprocessor=None, mem_len=None, segment_len=None, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
         inputs = backbone.input
@@ -65,7 +62,6 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         cfg = backbone.config
         self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
         self.segment_len = cfg.tgt_len if segment_len is None else int(segment_len)
-        self.jit_generate = bool(jit_generate)
         if self.mem_len < 0 or self.segment_len < 1:
             raise TxlError(f"mem_len must be >= 0 and segment_len >= 1, got {self.mem_len} "
                            f"and {self.segment_len}")
@@ -205,8 +201,10 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         before = tf.gather(aligned_hidden, tf.math.floormod(columns + width - start, width),
                            axis=1)
         hidden = tf.where((columns < start)[None, :, None], before, tf.zeros_like(before))
-        buffer = tf.zeros_like(token_ids)
         keep = tf.broadcast_to(columns[None, :] < start, tf.shape(token_ids))
+        # The kept columns hold prompt ids (never read): a buffer of constant
+        # zeros is constant-folded by Grappler into a wrong output at batch 1.
+        buffer = tf.where(keep, token_ids, tf.zeros_like(token_ids))
 
         def next(prompt, cache, index):
             def pending():  # the log-probs after the prompts
@@ -233,9 +231,12 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         return {"token_ids": token_ids, "padding_mask": tf.cast(padding_mask, tf.int32)}
 
     def make_generate_function(self):
+        """`generate_step` compiled with XLA, as `Decoder` does, also on CPUs
+        (where `compile`'s "auto" leaves `fit` without XLA). Not without it:
+        TensorFlow's graph optimizer (Grappler) turns the uncompiled graph's
+        output at batch 1 into an empty tensor (TF 2.21)."""
         if self.generate_function is None and not self.run_eagerly:
-            self.generate_function = tf.function(self.generate_step,
-                                                 jit_compile=self.jit_generate)
+            self.generate_function = tf.function(self.generate_step, jit_compile=True)
         return super().make_generate_function()
 
     def generate(self, inputs, max_length=None, stop_token_ids="auto", strip_prompt=False):
@@ -251,7 +252,7 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
 
     def get_config(self):
         return {**super().get_config(), "mem_len": self.mem_len,
-                "segment_len": self.segment_len, "jit_generate": self.jit_generate}
+                "segment_len": self.segment_len}
 
 
 def _aligned_on_the_end(token_ids, lengths):
