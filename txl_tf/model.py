@@ -25,6 +25,10 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
 
     `fit` / `evaluate` take `(token_ids, labels)` or `(token_ids, labels,
     weights)` batches (`txl_tf.data.eval_segment_dataset` gives the latter);
+    `token_ids` may be a dict `{"token_ids", "document_start"}`, where
+    `document_start` (bool `[B]`) clears a row's memory before the segment,
+    the other rows keeping theirs: separate documents streamed one after
+    another per row (`txl_tf.data.document_dataset` gives such batches);
     the reported loss is the token-weighted mean NLL and the metrics report it
     as bits per token (`bpc`) and perplexity (`ppl`); the gradient is that of
     the weighted NLL summed over all positions / their number (Keras's
@@ -111,8 +115,27 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         return {m.name: m.result() for m in self.metrics}
 
     @staticmethod
+    def _inputs(x):
+        """`(token_ids, document_start [B] bool or None)` of a batch's inputs."""
+        if isinstance(x, dict):
+            unknown = set(x) - {"token_ids", "document_start"}
+            if unknown or "token_ids" not in x:
+                raise InputError(f"inputs as a dict take 'token_ids' and optionally "
+                                 f"'document_start', got keys {sorted(x)}")
+            start = x.get("document_start")
+            return x["token_ids"], None if start is None else tf.cast(start, tf.bool)
+        return x, None
+
+    def _memory_for(self, memory, document_start):
+        """`memory` with the rows that start a document cleared."""
+        if document_start is None:
+            return memory
+        return memory.reset_rows(document_start, zero_filled=self.zero_filled)
+
+    @staticmethod
     def _unpack(data):
-        """`(token_ids, labels, weights [B, T] float32 or None)`."""
+        """`(token_ids, labels, weights [B, T] float32 or None)`; token_ids as
+        given (a tensor or the dict of `_inputs`)."""
         token_ids, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
         if weights is not None:
             weights = tf.cast(weights, tf.float32)
@@ -122,7 +145,9 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         return token_ids, labels, weights
 
     def call(self, token_ids, training=False):
-        log_probs, memory = self.core(token_ids, self.memory, training=training)
+        token_ids, document_start = self._inputs(token_ids)
+        memory = self._memory_for(self.memory, document_start)
+        log_probs, memory = self.core(token_ids, memory, training=training)
         self._write((self.mems, self.mem_mask), memory)
         return log_probs
 
@@ -149,8 +174,10 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
 
     def train_step(self, data):
         token_ids, labels, weights = self._unpack(data)
+        token_ids, document_start = self._inputs(token_ids)
+        memory = self._memory_for(self.memory, document_start)
         with tf.GradientTape() as tape:
-            nll, memory = self.core(token_ids, self.memory, targets=labels, training=True)
+            nll, memory = self.core(token_ids, memory, targets=labels, training=True)
             scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights))
         grads = tape.gradient(scaled, self.trainable_weights)
         self.optimizer.apply(grads, self.trainable_weights)
@@ -159,7 +186,8 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
 
     def test_step(self, data):
         token_ids, labels, weights = self._unpack(data)
-        memory = self._read(*self._eval_memory.value)
+        token_ids, document_start = self._inputs(token_ids)
+        memory = self._memory_for(self._read(*self._eval_memory.value), document_start)
         nll, memory = self.core(token_ids, memory, targets=labels, training=False)
         self._write(self._eval_memory.value, memory)
         return self._step_logs(self._track(nll, weights))

@@ -23,6 +23,24 @@ class Memory(NamedTuple):
     def mem_len(self):
         return self.mems.shape[2]
 
+    def reset_rows(self, rows, zero_filled=False):
+        """This memory with the rows where `rows` (bool `[B]`) is True
+        forgotten, the others unchanged: a new document starts there.
+
+        Args:
+            rows: bool `[B]`, True for the rows to clear.
+            zero_filled: the cleared rows become zero states that are
+                attended (a zero-filled fresh memory's start) instead of
+                empty slots.
+
+        Returns:
+            The new `Memory`.
+        """
+        rows = tf.convert_to_tensor(rows, tf.bool)
+        mems = tf.where(rows[None, :, None, None], tf.zeros([], self.mems.dtype), self.mems)
+        mem_mask = tf.where(rows[:, None], tf.constant(bool(zero_filled)), self.mem_mask)
+        return Memory(mems, mem_mask)
+
 
 def initial_memory(n_layer, batch_size, mem_len, d_model, zero_filled=False):
     """A fresh memory: empty (nothing attended) or, with `zero_filled`, the

@@ -50,6 +50,20 @@ class DecodeCache(NamedTuple):
     row_slot: tf.Tensor
     positions: tf.Tensor
 
+    def reset_rows(self, rows):
+        """This cache with the rows where `rows` (bool `[B]`) is True
+        forgotten (every slot marked empty: their entries are finite and
+        never attended again), the others unchanged.
+
+        Args:
+            rows: bool `[B]`, True for the rows to clear.
+
+        Returns:
+            The new `DecodeCache`.
+        """
+        rows = tf.convert_to_tensor(rows, tf.bool)
+        return self._replace(valid=self.valid & ~rows[:, None])
+
 
 # The slot axis of each ring of a `DecodeCache`: keys are kept as columns, so
 # that a step's scores are a plain matmul of its query against them:

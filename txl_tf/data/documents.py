@@ -1,0 +1,73 @@
+"""Separate documents as streams: each batch row reads documents one after
+another, and the first segment of each document says so (`document_start`),
+so a model clears that row's memory there while the other rows keep theirs."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from txl_tf.errors import TxlError
+
+
+def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
+                      tgt_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Lays documents out as `batch_size` streams of whole segments.
+
+    A document of n ids gives n - 1 predictions (its first id has nothing
+    before it), in `ceil((n - 1) / tgt_len)` segments; its last segment is
+    padded with id 0 and weight 0. Each document goes to the row with the
+    fewest segments so far (rows end nearly together), and rows that end
+    early get empty segments (weight 0).
+
+    Args:
+        documents: one 1-D sequence of ids per document, each of length >= 2.
+        batch_size: rows (streams) per batch.
+        tgt_len: segment length.
+
+    Returns:
+        `(token_ids, labels, weights, document_start)`: `[S, B, T]` int32,
+        int32, float32 and `[S, B]` bool (True at a document's first
+        segment and at every empty segment), S the number of steps.
+    """
+    if batch_size < 1 or tgt_len < 1:
+        raise TxlError(f"batch_size and tgt_len must be >= 1, got {batch_size} and {tgt_len}")
+    docs = [np.asarray(d) for d in documents]
+    if not docs:
+        raise TxlError("no documents: the dataset would be empty")
+    for i, doc in enumerate(docs):
+        if doc.ndim != 1 or doc.size < 2 or not np.issubdtype(doc.dtype, np.integer):
+            raise TxlError(f"document {i} must be a 1-D sequence of at least 2 integer ids, "
+                           f"got shape {doc.shape} and dtype {doc.dtype}")
+        if doc.min() < 0:
+            raise TxlError(f"document {i} holds a negative id ({int(doc.min())})")
+    rows = [[] for _ in range(batch_size)]  # per row: (inputs, labels, start) per segment
+    for doc in docs:
+        row = min(rows, key=len)
+        inputs, targets = doc[:-1], doc[1:]
+        for k, begin in enumerate(range(0, inputs.size, tgt_len)):
+            row.append((inputs[begin:begin + tgt_len], targets[begin:begin + tgt_len], k == 0))
+    steps = max(len(r) for r in rows)
+    token_ids = np.zeros([steps, batch_size, tgt_len], np.int32)
+    labels = np.zeros_like(token_ids)
+    weights = np.zeros(token_ids.shape, np.float32)
+    document_start = np.ones([steps, batch_size], bool)
+    for b, row in enumerate(rows):
+        for s, (inputs, targets, start) in enumerate(row):
+            token_ids[s, b, :len(inputs)] = inputs
+            labels[s, b, :len(targets)] = targets
+            weights[s, b, :len(targets)] = 1.0
+            document_start[s, b] = start
+    return token_ids, labels, weights, document_start
+
+
+def document_dataset(documents: Sequence[Sequence[int]], batch_size: int,
+                     tgt_len: int) -> tf.data.Dataset:
+    """`document_segments` as batches `({"token_ids", "document_start"},
+    labels, weights)` for `TransformerXLLM.fit` / `evaluate`, one pass in
+    order (`.repeat()` goes on from each row's first document)."""
+    token_ids, labels, weights, document_start = document_segments(documents, batch_size,
+                                                                   tgt_len)
+    inputs = {"token_ids": token_ids, "document_start": document_start}
+    return tf.data.Dataset.from_tensor_slices((inputs, labels, weights))
