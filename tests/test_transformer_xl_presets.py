@@ -96,3 +96,35 @@ def test_the_tokenizer_wraps_words_and_saves_with_the_preset(tmp_path):
     again = TransformerXLTokenizer.from_config(tokenizer.get_config())
     again.load_assets(str(tmp_path))
     assert again.inner.fingerprint() == words.fingerprint()
+
+
+def test_a_model_converted_from_the_hugging_face_port_loads_as_a_preset(tmp_path):
+    """`txl-convert`'s output of the port's layout (PyTorch same_length rule,
+    zero-filled start) through `from_preset`, `save_to_preset` and keras-hub's
+    loader: the same scores as `load_pretrained`, and `generate` the
+    Decoder's ids with the memory the model expects."""
+    from tests.test_convert import _port_files
+    from txl_tf import Decoder
+    from txl_tf.weights.convert import convert
+    _, weights, config, vocab = _port_files(tmp_path)
+    out = str(tmp_path / "model")
+    convert("pytorch", weights, out, config=config, vocab=vocab)
+    core = load_pretrained(out)
+    ids = np.random.default_rng(0).integers(0, 60, (2, 6)).astype(np.int32)
+    expected, _ = core(ids, core.initial_memory(2, mem_len=0))
+    causal_lm = TransformerXLCausalLM.from_preset(out)
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    again = keras_hub.models.CausalLM.from_preset(str(tmp_path / "preset"))
+    for model in (causal_lm, again):
+        got = model.backbone.transformer.crit(model.backbone(
+            {"token_ids": ids, "padding_mask": np.ones_like(ids)}))
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-5)
+        assert model.backbone.config == core.config
+    prompt = ids[:1]
+    padded = {"token_ids": np.pad(prompt, [[0, 0], [0, 14]]),
+              "padding_mask": np.pad(np.ones_like(prompt), [[0, 0], [0, 14]])}
+    again.compile(sampler="greedy")
+    again.preprocessor = None  # ids in, ids out
+    out_ids = again.generate(padded, stop_token_ids=None)["token_ids"][0, 6:]
+    decoder = Decoder(core)
+    np.testing.assert_array_equal(out_ids, decoder.generate(prompt, 14, temperature=0).ids[0])
