@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from txl_tf import TransformerXL, TransformerXLConfig, TransformerXLLM, TxlError
-from txl_tf.data.documents import document_dataset, document_segments
+from txl_tf.data.documents import (distribute_documents, document_dataset, document_segments,
+                                   split_documents)
 
 N_TOKEN, T, M = 40, 4, 8
 
@@ -111,3 +112,50 @@ def test_fit_and_evaluate_over_documents_give_each_documents_own_loss(core):
     np.testing.assert_allclose(logs["loss"], total / count, rtol=1e-5)
     history = model.fit(dataset, epochs=1, verbose=0)  # learning rate 0: the same loss
     np.testing.assert_allclose(history.history["loss"][0], total / count, rtol=1e-5)
+
+
+def test_a_corpus_is_cut_into_documents_after_each_separator():
+    docs = split_documents([5, 6, 1, 7, 1, 1, 8, 9], separator=1)
+    assert [d.tolist() for d in docs] == [[5, 6, 1], [7, 1], [8, 9]]  # [1] alone: dropped
+
+
+def test_distributed_documents_keep_each_row_on_its_replica_at_every_step():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    docs = [np.arange(1, 9), np.arange(10, 14), np.arange(20, 31), np.arange(40, 46)]
+    token_ids, _, weights, start = document_segments(docs, batch_size=4, tgt_len=T)
+    steps = token_ids.shape[0]
+    dataset = distribute_documents(strategy, docs, global_batch_size=4, tgt_len=T,
+                                   start_step=steps - 1)
+    batches = iter(dataset)
+    for step in (steps - 1, steps, steps + 1):  # the last segment, then the layout again
+        inputs, _, got_weights = next(batches)
+        for r, part in enumerate(strategy.experimental_local_results(inputs["token_ids"])):
+            np.testing.assert_array_equal(part, token_ids[step % steps, 2 * r:2 * r + 2])
+        starts = strategy.experimental_local_results(inputs["document_start"])
+        np.testing.assert_array_equal(np.concatenate(starts), start[step % steps])
+        np.testing.assert_array_equal(
+            np.concatenate(strategy.experimental_local_results(got_weights)),
+            weights[step % steps])
+
+
+def _train(tmp_path, **options):
+    from job_helpers import write_text_corpus
+    from training import train
+    tmp_path.mkdir(exist_ok=True)
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 5_000)
+    base = dict(model_dir=str(tmp_path / "run"), dataset="text", data_dir=str(corpus),
+                preset="tiny", cache_dir=str(tmp_path / "cache"), strategy="one_device",
+                train_steps=3, batch_size=2, verbose=0, final_eval=False)
+    return train.run(**{**base, **options})
+
+
+def test_the_training_job_reads_one_document_per_line_and_resumes_only_so(tmp_path):
+    from training.errors import TrainingError
+    result = _train(tmp_path, document_separator=10)  # the byte of a line end
+    assert result["step"] == 3 and np.isfinite(result["train"]["loss"])
+    with pytest.raises(TrainingError, match=r"--document_separator"):
+        _train(tmp_path, train_steps=4)  # the same run as one stream: refused
+    with pytest.raises(TrainingError, match=r"--document_separator must be an id >= 0"):
+        _train(tmp_path / "other", document_separator=-1)
+    with pytest.raises(TrainingError, match=r"holds no such id"):
+        _train(tmp_path / "third", document_separator=0)

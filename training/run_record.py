@@ -22,7 +22,8 @@ RUN_RECORD = "run.json"
 STRICT = (("dataset", "--dataset"), ("corpus_options", "--corpus_option"),
           ("batch_size", "--batch_size"), ("tgt_len", "--tgt_len"),
           ("replicas", "the number of replicas (--strategy)"),
-          ("vocab_size", "the vocabulary size"))
+          ("vocab_size", "the vocabulary size"),
+          ("document_separator", "--document_separator"))
 
 
 def checksum(ids, chunk=1 << 24):
@@ -34,14 +35,15 @@ def checksum(ids, chunk=1 << 24):
 
 
 def describe(dataset, data_dir, corpus_options, batch_size, tgt_len, replicas, vocab_size,
-             train_ids):
+             train_ids, document_separator=None):
     """The record of a run (a JSON-ready dict)."""
     record = {"dataset": dataset,
               "data_dir": os.path.abspath(data_dir) if data_dir else None,
               "corpus_options": dict(sorted((corpus_options or {}).items())),
               "batch_size": int(batch_size), "tgt_len": int(tgt_len),
               "replicas": int(replicas), "vocab_size": int(vocab_size),
-              "train_tokens": int(len(train_ids)), "train_crc32": checksum(train_ids)}
+              "train_tokens": int(len(train_ids)), "train_crc32": checksum(train_ids),
+              "document_separator": document_separator}
     return json.loads(json.dumps(record))
 
 

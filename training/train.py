@@ -58,6 +58,10 @@ SPEC = (
                     "$TXL_TF_CACHE, else $XDG_CACHE_HOME/txl_tf or ~/.cache/txl_tf)."),
     option("multi_string", "corpus_option", [], "key=value options of load_corpus, e.g. "
                           "max_bytes=1000000."),
+    option("integer", "document_separator", None, "The corpus is separate documents, each "
+           "ending at this id (e.g. a word vocabulary's <eos> for one document per line): "
+           "each batch row reads documents one after another and its memory is cleared at "
+           "each document's start. Default: one continuous stream (the paper's)."),
     option("string", "model_dir", None, "Checkpoints, logs and the exported model."),
     option("enum", "strategy", "auto", "tf.distribute strategy.", ["auto", "one_device", "mirrored", "multi_worker", "tpu"]),
     option("string", "tpu", None, "TPU name or address (strategy tpu)."),
@@ -143,6 +147,9 @@ def _check_options(o):
     for name in ("adam_beta1", "adam_beta2"):
         if not 0 <= o[name] < 1:
             raise TrainingError(f"--{name} must be in [0, 1), got {o[name]}")
+    if o["document_separator"] is not None and o["document_separator"] < 0:
+        raise TrainingError(f"--document_separator must be an id >= 0, got "
+                            f"{o['document_separator']}")
     if o["adam_epsilon"] <= 0:
         raise TrainingError(f"--adam_epsilon must be > 0, got {o['adam_epsilon']}")
 
@@ -287,7 +294,8 @@ def _train(o, strategy, task_id, is_chief):
 
     record = run_record.describe(o["dataset"], o["data_dir"], corpus_options,
                                  o["batch_size"], config.tgt_len, replicas,
-                                 corpus.tokenizer.vocab_size, train_ids)
+                                 corpus.tokenizer.vocab_size, train_ids,
+                                 o["document_separator"])
     record_path = os.path.join(checkpoint_dir(model_dir), run_record.RUN_RECORD)
     if has_checkpoints(ckpt_dir):
         run_record.check(record, record_path)
@@ -382,7 +390,8 @@ def _train(o, strategy, task_id, is_chief):
         batch_log = os.path.join(model_dir, "batches.jsonl") if o["log_batches"] else None
         try:
             dataset = training_input(strategy, train_ids, o["batch_size"], config.tgt_len,
-                                     start_step=step, batch_log=batch_log)
+                                     start_step=step, batch_log=batch_log,
+                                     document_separator=o["document_separator"])
         except ValueError as err:
             raise TrainingError(str(err)) from None
         with stop.installed() if stop else contextlib.nullcontext():

@@ -5,7 +5,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.data import distribute_segments, segment_dataset
+from txl_tf.data import (distribute_documents, distribute_segments, segment_dataset,
+                         split_documents)
 from txl_tf.errors import TxlError
 
 
@@ -28,14 +29,28 @@ def _log_batches(dataset, start_step, path):
     return dataset.enumerate(start=start_step).map(log)
 
 
-def training_input(strategy, ids, global_batch_size, tgt_len, start_step=0, batch_log=None):
+def training_input(strategy, ids, global_batch_size, tgt_len, start_step=0, batch_log=None,
+                   document_separator=None):
     """Batches from global step `start_step` on: the step-s batch is the same
     whatever the number of replicas, and replica r always gets streams
     `[r*b, (r+1)*b)` (`txl_tf.data.distribute_segments`).
 
     `batch_log` (a file path) records each batch's first-token ids; it needs
-    a single replica.
+    a single replica. `document_separator` (an id): the corpus is separate
+    documents, each ending at that id, streamed one after another per row,
+    each row's memory cleared at a document's start
+    (`txl_tf.data.distribute_documents`).
     """
+    if document_separator is not None:
+        if batch_log:
+            raise TxlError("batch logging reads the continuous stream: it does not go with "
+                           "--document_separator")
+        if not np.any(np.asarray(ids) == document_separator):
+            raise TxlError(f"--document_separator {document_separator}: the training data "
+                           "holds no such id, so it would be one document")
+        documents = split_documents(ids, document_separator)
+        return distribute_documents(strategy, documents, global_batch_size, tgt_len,
+                                    start_step=start_step)
     if batch_log:
         if strategy.num_replicas_in_sync != 1:
             raise TxlError("batch logging needs a single replica")

@@ -71,3 +71,48 @@ def document_dataset(documents: Sequence[Sequence[int]], batch_size: int,
                                                                    tgt_len)
     inputs = {"token_ids": token_ids, "document_start": document_start}
     return tf.data.Dataset.from_tensor_slices((inputs, labels, weights))
+
+
+def split_documents(ids: Sequence[int] | np.ndarray, separator: int) -> list[np.ndarray]:
+    """A corpus's ids cut into documents after each `separator` id (kept as
+    the document's last id: it is predicted, and it ends the document);
+    pieces of fewer than 2 ids are dropped (they predict nothing)."""
+    ids = np.asarray(ids)
+    ends = np.flatnonzero(ids == separator) + 1
+    pieces = np.split(ids, ends)
+    return [p for p in pieces if p.size >= 2]
+
+
+def distribute_documents(strategy: tf.distribute.Strategy, documents, global_batch_size: int,
+                         tgt_len: int, start_step: int = 0) -> tf.distribute.DistributedDataset:
+    """`document_dataset`'s batches from global step `start_step` on, for
+    ever (step s serves segment `s % S` of the layout), as a distributed
+    dataset: replica r always gets rows `[r*b, (r+1)*b)`, `b = global_batch_size
+    / R`, so each row's stream stays on one replica, and the step-s batch is
+    the same for any number of replicas."""
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        raise TxlError(f"global_batch_size {global_batch_size} is not divisible by the "
+                       f"{replicas} replicas of {type(strategy).__name__}")
+    if not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise TxlError(f"start_step must be an int >= 0, got {start_step!r}")
+    layout = document_segments(documents, global_batch_size, tgt_len)
+    steps = layout[0].shape[0]
+    per_replica = global_batch_size // replicas
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        local = replicas // context.num_input_pipelines
+        r0 = context.input_pipeline_id * local * per_replica
+        token_ids, labels, weights, start = (a[:, r0:r0 + local * per_replica] for a in layout)
+
+        def batch(step):
+            """Step `step`'s rows, as `local` per-replica batches one after
+            another (the order tf.distribute expects)."""
+            parts = [tf.reshape(tf.gather(a, step % steps), (local, per_replica) + a.shape[2:])
+                     for a in (token_ids, start, labels, weights)]
+            return {"token_ids": parts[0], "document_start": parts[1]}, parts[2], parts[3]
+
+        dataset = tf.data.Dataset.counter(start=int(start_step), dtype=tf.int64).map(batch)
+        return dataset.unbatch().prefetch(tf.data.AUTOTUNE)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
