@@ -38,7 +38,8 @@ def test_the_training_steps_update_is_the_gradient_of_the_papers_loss(variant):
     x, y = stream[:, T:2 * T], stream[:, T + 1:2 * T + 1]
     model.fit(x, y, batch_size=2, verbose=0)
     after = get_weights(model.core)
-    eps, checked = 1e-4, 0
+    # A small step: a wider one can cross a ReLU kink and miss the derivative.
+    eps, checked = 1e-6, 0
     for name, value in before.items():
         for flat in rng.choice(value.size, size=min(3, value.size), replace=False):
             index = np.unravel_index(flat, value.shape)

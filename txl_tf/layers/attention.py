@@ -1,10 +1,22 @@
 """Relative multi-head attention with segment memory (Dai et al., 2019, §3.3)."""
 import keras
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.rel_shift import rel_shift
+
+
+def _assign_once(dense, kernel):
+    """Sets `dense`'s kernel and skips its next `load_own_variables` (Keras
+    reads sub-layers after their parent; an old file has no entry for them)."""
+    dense.kernel.assign(kernel)
+
+    def skip(store):
+        del dense.load_own_variables
+
+    dense.load_own_variables = skip
 
 
 def _heads_first(x, batch, length, n_head, d_head):
@@ -17,11 +29,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     """score(i, j) = (q_i + u)·k_j + (q_i + v)·W_r r_{i-j}, scaled by 1/sqrt(d_head).
 
     Keys and values come from `concat(memory, inputs)`; queries from the inputs.
-    The fused `qkv` and the position projection `r` have no bias (as in the
-    paper's code); `o` maps the heads back to `d_model`. Post-LayerNorm by
-    default: `LN(inputs + attn)`; with `pre_lnorm`, `inputs + attn(LN(·))`.
-    u and v (`r_w_bias`, `r_r_bias`, `[n_head, d_head]`) are passed in by the
-    caller because they may be shared by all layers.
+    The projections `query`, `key`, `value` and `attention_output` are Keras
+    `Dense` layers without bias (the paper's fused `qkv` and `o`), so Keras's
+    LoRA (`enable_lora` on `query` and `value`) and int8 quantization act on
+    them; the weight layout by the paper's names (`weights.checkpoints`)
+    still stores `qkv` as one kernel. The position projection `r_kernel`
+    stays a plain float weight: it maps the positional encodings shared by
+    every token, and the decoder applies it transposed to the queries.
+    Post-LayerNorm by default: `LN(inputs + attn)`; with `pre_lnorm`,
+    `inputs + attn(LN(·))`. u and v (`r_w_bias`, `r_r_bias`, `[n_head,
+    d_head]`) are passed in by the caller because they may be shared by all
+    layers.
     """
 
     def __init__(self, d_model, n_head, d_head, *, dropout=0.0, dropatt=0.0,
@@ -37,20 +55,41 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             self.layer_norm = keras.layers.LayerNormalization(
                 epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm")
             self.attn_dropout = Dropout(self.dropatt, dtype=self.dtype_policy)
+            heads = self.n_head * self.d_head
+            self.query = self._projection(heads, "query")
+            self.key = self._projection(heads, "key")
+            self.value = self._projection(heads, "value")
+            self.attention_output = self._projection(self.d_model, "attention_output")
             self.out_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.build()
 
+    def _projection(self, units, name):
+        return keras.layers.Dense(units, use_bias=False, kernel_initializer=normal(self.init_std),
+                                  dtype=self.dtype_policy, name=name)
+
     def build(self, input_shape=None):
         heads = self.n_head * self.d_head
-        init = normal(self.init_std)
-        self.qkv_kernel = self.add_weight(name="qkv_kernel", shape=(self.d_model, 3 * heads),
-                                          initializer=init)
         self.r_kernel = self.add_weight(name="r_kernel", shape=(self.d_model, heads),
-                                        initializer=init)
-        self.o_kernel = self.add_weight(name="o_kernel", shape=(heads, self.d_model),
-                                        initializer=init)
+                                        initializer=normal(self.init_std))
+        for projection in (self.query, self.key, self.value):
+            projection.build((None, self.d_model))
+        self.attention_output.build((None, heads))
         self.layer_norm.build((None, None, self.d_model))
         self.built = True
+
+    def load_own_variables(self, store):
+        """Reads this layer's weights from a Keras weights file; a file written
+        before the projections were `Dense` layers holds three kernels here
+        (`qkv`, `r`, `o`), which go into the layers."""
+        if len(store.keys()) != 3:
+            super().load_own_variables(store)
+            return
+        qkv, r, out = (np.asarray(store[str(i)]) for i in range(3))
+        for projection, kernel in zip((self.query, self.key, self.value),
+                                      np.split(qkv, 3, axis=1)):
+            _assign_once(projection, kernel)
+        _assign_once(self.attention_output, out)
+        self.r_kernel.assign(r)
 
     def _w(self, variable):
         return tf.cast(variable, self.compute_dtype)
@@ -124,10 +163,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         Returns `(outputs [B, d], key, value)`, the new position's key and
         value `[B, H, d_head]`."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
-        # One matmul with the fused kernel: slicing it would copy it every step.
-        qkv = tf.reshape(tf.matmul(rows, self._w(self.qkv_kernel)),
-                         [-1, 3, self.n_head, 1, self.d_head])
-        q, k_new, v_new = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # [B, H, 1, d_head]
+        q, k_new, v_new = (tf.reshape(projection(rows), [-1, self.n_head, 1, self.d_head])
+                           for projection in (self.query, self.key, self.value))
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
         qu = (q + u) * self.scale
@@ -156,8 +193,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         zero = tf.zeros([], prob.dtype)
         own = tf.reduce_sum(tf.where(slot_mask, prob, zero), -1, keepdims=True)
         vec = tf.matmul(tf.where(slot_mask, zero, prob), values) + own * v_new
-        out = inputs + tf.matmul(tf.reshape(vec, [-1, self.n_head * self.d_head]),
-                                 self._w(self.o_kernel))
+        out = inputs + self.attention_output(tf.reshape(vec, [-1, self.n_head * self.d_head]))
         return (out if self.pre_lnorm else self.layer_norm(out)), k_new[:, :, 0], v_new[:, :, 0]
 
     def distance_keys(self, encodings):
@@ -172,23 +208,19 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _keys_values(self, x):
         """`[B, len, d]` → keys, values `[B, H, len, d_head]`."""
-        # Projections as 2-D matmuls over the flattened rows (their kernel
-        # gradient is one matmul, not a batch matmul and a sum over the batch).
-        # The fused kernel's columns are q | k | v.
-        heads = self.n_head * self.d_head
-        kv_kernel = self._w(tf.slice(self.qkv_kernel, [0, heads], [self.d_model, 2 * heads]))
+        # Projections of the flattened rows (their kernel gradient is one
+        # matmul, not a batch matmul and a sum over the batch).
         shape = tf.shape(x)
-        k, v = tf.split(tf.matmul(tf.reshape(x, [-1, self.d_model]), kv_kernel), 2, axis=-1)
+        rows = tf.reshape(x, [-1, self.d_model])
+        k, v = self.key(rows), self.value(rows)
         return (_heads_first(k, shape[0], shape[1], self.n_head, self.d_head),
                 _heads_first(v, shape[0], shape[1], self.n_head, self.d_head))
 
     def _scores(self, rows, k, pos_emb, visible, r_w_bias, r_r_bias):
         """float32 scores `[B, H, T, K]` of the query `rows` `[B, T, d]` over
         keys `[B, H, K, d_head]`; hidden keys at -1e30."""
-        heads = self.n_head * self.d_head
         shape = tf.shape(rows)
-        q_kernel = self._w(tf.slice(self.qkv_kernel, [0, 0], [self.d_model, heads]))
-        q = tf.matmul(tf.reshape(rows, [-1, self.d_model]), q_kernel)
+        q = self.query(tf.reshape(rows, [-1, self.d_model]))
         # Heads-major [B, H, len, d_head] so that every product below is a
         # plain batch matmul: their gradients are batch matmuls too (einsum's
         # are einsums with transposes, slower in bfloat16: benchmarks/NOTES.md).
@@ -214,8 +246,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         shape = tf.shape(inputs)
         vec = tf.transpose(tf.matmul(prob, v), [0, 2, 1, 3])  # [B, T, H, d]
         vec = tf.reshape(vec, [-1, self.n_head * self.d_head])
-        out = tf.reshape(tf.matmul(vec, self._w(self.o_kernel)),
-                         [shape[0], shape[1], self.d_model])
+        out = tf.reshape(self.attention_output(vec), [shape[0], shape[1], self.d_model])
         out = self.out_dropout(out, training=training)
         if self.pre_lnorm:
             return inputs + out

@@ -5,6 +5,7 @@ Every weight of a `TransformerXL` has a name of the paper's TF code
 converted TF checkpoint and the numpy reference in the tests share one layout.
 Files are `.npz` archives read with `allow_pickle=False`: no pickle anywhere.
 """
+import functools
 import os
 import zipfile
 import zlib
@@ -21,8 +22,43 @@ WEIGHTS_FILE = "weights.npz"
 VOCAB_DIR = "vocab"
 
 
+class FusedColumns:
+    """Kernels that the paper's code keeps as one (`qkv`), side by side: it
+    reads as their concatenation along the columns and assigns by splitting.
+
+    Args:
+        **parts: the kernels (Keras variables `[rows, cols]`) in column order.
+    """
+
+    def __init__(self, **parts):
+        self.parts = parts
+        first = next(iter(parts.values()))
+        self.dtype = first.dtype
+        self.shape = (first.shape[0], sum(part.shape[1] for part in parts.values()))
+
+    def numpy(self):
+        return np.concatenate([np.asarray(part.numpy()) for part in self.parts.values()], axis=1)
+
+    def assign(self, value):
+        bounds = np.cumsum([part.shape[1] for part in self.parts.values()])[:-1]
+        for part, columns in zip(self.parts.values(), np.split(value, bounds, axis=1)):
+            assign_in_place(part, np.ascontiguousarray(columns))
+
+
+def _plain_kernel(dense):
+    """`dense`'s float kernel variable; adapted or quantized kernels have no
+    place in the paper's layout."""
+    if dense.quantization_mode is not None or getattr(dense, "lora_enabled", False):
+        raise TxlError(
+            f"{dense.path} is {'quantized' if dense.quantization_mode else 'LoRA-adapted'}: "
+            "the weights file holds plain float weights; save this model with "
+            "save_to_preset (keras-hub) or model.save(...keras) instead")
+    return dense.kernel
+
+
 def reference_names(core):
-    """Ordered `{tf_name: variable}` for every weight of `core`."""
+    """Ordered `{tf_name: variable}` for every weight of `core` (the attention's
+    `qkv` kernel is a `FusedColumns` of its query, key and value)."""
     cfg = core.config
     names = OrderedDict()
     emb, crit = core.word_emb, core.crit
@@ -40,14 +76,16 @@ def reference_names(core):
     for i, block in enumerate(core.blocks):
         prefix = f"transformer/layer_{i}"
         attn, ff = block.rel_attn, block.ff
-        names[f"{prefix}/rel_attn/qkv/kernel"] = attn.qkv_kernel
+        names[f"{prefix}/rel_attn/qkv/kernel"] = FusedColumns(
+            query=_plain_kernel(attn.query), key=_plain_kernel(attn.key),
+            value=_plain_kernel(attn.value))
         names[f"{prefix}/rel_attn/r/kernel"] = attn.r_kernel
-        names[f"{prefix}/rel_attn/o/kernel"] = attn.o_kernel
+        names[f"{prefix}/rel_attn/o/kernel"] = _plain_kernel(attn.attention_output)
         names[f"{prefix}/rel_attn/LayerNorm/gamma"] = attn.layer_norm.gamma
         names[f"{prefix}/rel_attn/LayerNorm/beta"] = attn.layer_norm.beta
-        names[f"{prefix}/ff/layer_1/kernel"] = ff.layer_1.kernel
+        names[f"{prefix}/ff/layer_1/kernel"] = _plain_kernel(ff.layer_1)
         names[f"{prefix}/ff/layer_1/bias"] = ff.layer_1.bias
-        names[f"{prefix}/ff/layer_2/kernel"] = ff.layer_2.kernel
+        names[f"{prefix}/ff/layer_2/kernel"] = _plain_kernel(ff.layer_2)
         names[f"{prefix}/ff/layer_2/bias"] = ff.layer_2.bias
         names[f"{prefix}/ff/LayerNorm/gamma"] = ff.layer_norm.gamma
         names[f"{prefix}/ff/LayerNorm/beta"] = ff.layer_norm.beta
@@ -107,7 +145,7 @@ def assign_in_place(variable, value):
     after which the update copies all of it; the in-place strided-slice
     assignment needs only one block beyond the variable.
     """
-    if value.ndim == 0 or value.nbytes <= _BLOCK_BYTES:
+    if isinstance(variable, FusedColumns) or value.ndim == 0 or value.nbytes <= _BLOCK_BYTES:
         variable.assign(value)
         return
     import tensorflow as tf
@@ -118,15 +156,33 @@ def assign_in_place(variable, value):
                                               strides=[1], value=value[start:stop])
 
 
+def _checkpoint_key(name):
+    return name.replace("/", ".")
+
+
 def weight_dict(core):
-    """`{tf_name: variable}` with `/` made checkpoint-key safe: the `weights`
-    object of a training checkpoint (`training.checkpointing`)."""
-    return {name.replace("/", "."): var for name, var in reference_names(core).items()}
+    """`{key: variable}`, one per variable, keyed by the TF names with `/`
+    made checkpoint-key safe (a fused kernel's parts get their part's name
+    appended): the `weights` object of a training checkpoint
+    (`training.checkpointing`)."""
+    weights = {}
+    for name, variable in reference_names(core).items():
+        if isinstance(variable, FusedColumns):
+            weights.update({_checkpoint_key(f"{name}/{part}"): kernel
+                            for part, kernel in variable.parts.items()})
+        else:
+            weights[_checkpoint_key(name)] = variable
+    return weights
 
 
 def restore_weights(core, path):
     """Loads only the weights of a training checkpoint `path` (a `ckpt-N`
-    prefix or a directory holding checkpoints) into a bare core."""
+    prefix or a directory holding checkpoints) into a bare core; checkpoints
+    written before the attention's `qkv` kernel was split load too.
+
+    Returns:
+        The checkpoint prefix read.
+    """
     import tensorflow as tf
 
     if os.path.isdir(path):
@@ -134,8 +190,27 @@ def restore_weights(core, path):
         if latest is None:
             raise FileNotFoundError(f"no checkpoint in {path}")
         path = latest
-    tf.train.Checkpoint(weights=weight_dict(core)).restore(path).expect_partial()\
-        .assert_existing_objects_matched()
+    reader = tf.train.load_checkpoint(path)
+    available = reader.get_variable_to_shape_map()
+
+    def stored(key):  # a checkpoint escapes "." in object names as ".."
+        return f"weights/{key.replace('.', '..')}/.ATTRIBUTES/VARIABLE_VALUE"
+
+    def read(key):
+        full = stored(key)
+        if full not in available:
+            raise TxlError(f"checkpoint {path} has no weight {key!r}: is it this model's?")
+        return reader.get_tensor(full)
+
+    def read_fused(name, parts):
+        return np.concatenate([read(_checkpoint_key(f"{name}/{part}")) for part in parts], 1)
+
+    readers = {}
+    for name, variable in reference_names(core).items():
+        split = isinstance(variable, FusedColumns) and stored(_checkpoint_key(name)) not in available
+        readers[name] = (functools.partial(read_fused, name, list(variable.parts)) if split
+                         else functools.partial(read, _checkpoint_key(name)))
+    set_weights(core, _Lazy(readers))
     return path
 
 
@@ -161,6 +236,22 @@ def _unreadable(path, err):
     problem = "the file is empty" if os.path.getsize(path) == 0 else (
         f"not a complete .npz archive ({err or type(err).__name__})")
     return f"cannot read weights file {path}: {problem}"
+
+
+class _Lazy(Mapping):
+    """`{name: array}` read on access: `readers` maps each name to a function."""
+
+    def __init__(self, readers):
+        self.readers = readers
+
+    def __getitem__(self, name):
+        return self.readers[name]()
+
+    def __iter__(self):
+        return iter(self.readers)
+
+    def __len__(self):
+        return len(self.readers)
 
 
 class _CheckedArchive(Mapping):

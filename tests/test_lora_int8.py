@@ -1,0 +1,110 @@
+"""LoRA and int8 through Keras: the attention projections are `Dense` layers,
+so keras-hub's `enable_lora` trains only adapters on `query` and `value`,
+and `quantize("int8")` turns the projections and feed-forward layers int8;
+files written before the projections were layers still load."""
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from txl_tf import TransformerXLBackbone, TransformerXLCausalLM, TransformerXLConfig, TxlError
+from txl_tf.weights import get_weights, load_pretrained
+
+N_TOKEN, RANK = 50, 2
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "before_projection_layers")
+
+
+def causal_lm(seed=0):
+    keras.utils.set_random_seed(seed)
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, mem_len=8, tgt_len=4, dropout=0.0)
+    return TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+
+
+def batch(seed, rows=4, width=12):
+    ids = np.random.default_rng(seed).integers(1, N_TOKEN, (rows, width)).astype(np.int32)
+    x = {"token_ids": ids[:, :-1], "padding_mask": np.ones_like(ids[:, :-1])}
+    return x, ids[:, 1:]
+
+
+def count(variables):
+    return int(sum(np.prod(v.shape) for v in variables))
+
+
+def test_enable_lora_trains_only_adapters_on_query_and_value(tmp_path):
+    model = causal_lm()
+    before = count(model.trainable_weights)
+    assert before == count(model.weights)
+    model.backbone.enable_lora(RANK)
+    trainable = model.trainable_weights
+    n_layer = model.backbone.transformer.config.n_layer
+    assert len(trainable) == 2 * 2 * n_layer  # lora_kernel_a and _b of query and value
+    assert {v.path.split("/")[-2] for v in trainable} == {"query", "value"}
+    assert count(trainable) < before / 10
+    frozen = {v.path: v.numpy().copy() for v in model.weights if not v.trainable}
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), sampler="greedy")
+    x, y = batch(0)
+    first = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=5, verbose=0)
+    assert model.evaluate(x, y, verbose=0) < first  # the adapters learn
+    for v in model.weights:
+        if not v.trainable:
+            np.testing.assert_array_equal(v.numpy(), frozen[v.path], err_msg=v.path)
+    adapted = model.predict(x, verbose=0)
+    path = str(tmp_path / "adapters.lora.h5")
+    model.backbone.save_lora_weights(path)
+    fresh = causal_lm()
+    fresh.backbone.load_lora_weights(path)
+    np.testing.assert_allclose(fresh.predict(x, verbose=0), adapted, atol=1e-5)
+    prompts = {"token_ids": np.pad(x["token_ids"][:, :6], [[0, 0], [0, 8]]),
+               "padding_mask": np.pad(x["padding_mask"][:, :6], [[0, 0], [0, 8]])}
+    fresh.compile(sampler="greedy")
+    np.testing.assert_array_equal(fresh.generate(prompts)["token_ids"],
+                                  model.generate(prompts)["token_ids"])
+
+
+def test_adapted_weights_are_refused_by_the_plain_weight_layout():
+    model = causal_lm()
+    model.backbone.enable_lora(RANK)
+    with pytest.raises(TxlError, match="LoRA-adapted.*save_to_preset"):
+        get_weights(model.backbone.transformer)
+
+
+def test_int8_quantizes_projections_and_feed_forward_and_stays_close(tmp_path):
+    model = causal_lm()
+    x, _ = batch(1)
+    float_out = model.predict(x, verbose=0)
+    model.quantize("int8")
+    dense = [layer for layer in model.backbone._flatten_layers()
+             if isinstance(layer, keras.layers.Dense)]
+    assert {layer.name for layer in dense} == {
+        "query", "key", "value", "attention_output", "layer_1", "layer_2"}
+    assert all(layer.quantization_mode == "int8" for layer in dense)
+    assert all(str(layer._kernel.dtype) == "int8" for layer in dense)
+    out = model.predict(x, verbose=0)
+    assert not np.allclose(out, float_out, atol=1e-6)  # the int8 path runs
+    np.testing.assert_allclose(out, float_out, atol=0.05)
+    ids = model.generate(x)["token_ids"]
+    np.testing.assert_array_equal(ids[:, :6], x["token_ids"][:, :6])
+    with pytest.raises(TxlError, match="quantized"):
+        get_weights(model.backbone.transformer)
+
+
+def test_files_written_before_the_projections_were_layers_still_load():
+    """A `.keras` file, a keras-hub preset, a model directory and a training
+    checkpoint written by the code whose attention held one fused `qkv`
+    kernel (see fixtures/before_projection_layers/README.md) all give the
+    same model."""
+    reference = load_pretrained(os.path.join(FIXTURES, "model_dir"))
+    ids = (np.arange(12, dtype=np.int32).reshape(2, 6) * 7) % reference.config.n_token
+
+    def log_probs(core):
+        return core(ids, core.initial_memory(2))[0].numpy()
+
+    expected = log_probs(reference)
+    lm = keras.saving.load_model(os.path.join(FIXTURES, "lm.keras"), compile=False)
+    preset = TransformerXLCausalLM.from_preset(os.path.join(FIXTURES, "preset"))
+    run = load_pretrained(os.path.join(FIXTURES, "run"))
+    for name, core in [("keras", lm.core), ("preset", preset.backbone.transformer),
+                       ("checkpoint", run)]:
+        np.testing.assert_allclose(log_probs(core), expected, atol=1e-6, err_msg=name)
