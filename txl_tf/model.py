@@ -7,8 +7,8 @@ from txl_tf.core import TransformerXL, as_config
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
 from txl_tf.keras_support.keras_compat import PrebuiltModel
 from txl_tf.keras_support.precision import choose as choose_precision
+from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
 from txl_tf.keras_support.untracked import Untracked
-from txl_tf.layers.memory import Memory
 from txl_tf.learning.metrics import TokenNLL
 
 
@@ -52,8 +52,10 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         self.mem_len = self.config.mem_len if mem_len is None else int(mem_len)
         self.zero_filled = (self.config.zero_filled_memory if zero_filled is None
                             else bool(zero_filled))
-        self.mems, self.mem_mask = self._memory_variables("")
-        self._eval_memory = Untracked(*self._memory_variables("eval_"))
+        self._stream = StreamMemory(self.config, self.batch_size, self.mem_len, self.zero_filled)
+        self.mems, self.mem_mask = self._stream.mems, self._stream.mem_mask  # tracked: saved
+        self._eval_memory = Untracked(StreamMemory(self.config, self.batch_size, self.mem_len,
+                                                   self.zero_filled, prefix="eval_"))
         self.loss_tracker = TokenNLL("nll", name="loss")
         self.bpc_tracker = TokenNLL("bpc", name="bpc")
         self.ppl_tracker = TokenNLL("ppl", name="ppl")
@@ -64,41 +66,14 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         return self.core.config
 
     # ----------------------------------------------------------------- memory
-    def _memory_variables(self, prefix):
-        """`(mems, mem_mask)`: fresh per-replica (sync-on-read) variables."""
-        cfg = self.config
-        per_replica = dict(dtype="float32", trainable=False, autocast=False,
-                           synchronization="on_read", aggregation="only_first_replica")
-        mems = keras.Variable(
-            initializer="zeros", name=prefix + "mems", **per_replica,
-            shape=(cfg.n_layer, self.batch_size, self.mem_len, cfg.d_model))
-        mem_mask = keras.Variable(
-            initializer="ones" if self.zero_filled else "zeros", name=prefix + "mem_mask",
-            shape=(self.batch_size, self.mem_len), **per_replica)
-        return mems, mem_mask
-
-    @staticmethod
-    def _read(mems, mem_mask):
-        return Memory(tf.convert_to_tensor(mems), tf.convert_to_tensor(mem_mask) > 0.5)
-
-    @staticmethod
-    def _write(variables, memory):
-        mems, mem_mask = variables
-        mems.assign(memory.mems)
-        mem_mask.assign(tf.cast(memory.mem_mask, tf.float32))
-
-    def _clear(self, mems, mem_mask):
-        mems.assign(tf.zeros(mems.shape))
-        mem_mask.assign((tf.ones if self.zero_filled else tf.zeros)(mem_mask.shape))
-
     @property
     def memory(self):
         """The current training `Memory` (this replica's, inside a replica context)."""
-        return self._read(self.mems, self.mem_mask)
+        return self._stream.read()
 
     def reset_memory(self):
         """Forgets all history (like `reset_state()` of stateful RNNs)."""
-        self._clear(self.mems, self.mem_mask)
+        self._stream.clear()
 
     def reset_state(self):
         """`reset_memory()` under the name of Keras's stateful layers."""
@@ -115,24 +90,6 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         return {m.name: m.result() for m in self.metrics}
 
     @staticmethod
-    def _inputs(x):
-        """`(token_ids, document_start [B] bool or None)` of a batch's inputs."""
-        if isinstance(x, dict):
-            unknown = set(x) - {"token_ids", "document_start"}
-            if unknown or "token_ids" not in x:
-                raise InputError(f"inputs as a dict take 'token_ids' and optionally "
-                                 f"'document_start', got keys {sorted(x)}")
-            start = x.get("document_start")
-            return x["token_ids"], None if start is None else tf.cast(start, tf.bool)
-        return x, None
-
-    def _memory_for(self, memory, document_start):
-        """`memory` with the rows that start a document cleared."""
-        if document_start is None:
-            return memory
-        return memory.reset_rows(document_start, zero_filled=self.zero_filled)
-
-    @staticmethod
     def _unpack(data):
         """`(token_ids, labels, weights [B, T] float32 or None)`; token_ids as
         given (a tensor or the dict of `_inputs`)."""
@@ -145,10 +102,10 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         return token_ids, labels, weights
 
     def call(self, token_ids, training=False):
-        token_ids, document_start = self._inputs(token_ids)
-        memory = self._memory_for(self.memory, document_start)
-        log_probs, memory = self.core(token_ids, memory, training=training)
-        self._write((self.mems, self.mem_mask), memory)
+        token_ids, extra = split_inputs(token_ids)
+        log_probs, memory = self.core(token_ids, self._stream.read(extra["document_start"]),
+                                      training=training)
+        self._stream.write(memory)
         return log_probs
 
     def _step_logs(self, logs):
@@ -174,22 +131,22 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
 
     def train_step(self, data):
         token_ids, labels, weights = self._unpack(data)
-        token_ids, document_start = self._inputs(token_ids)
-        memory = self._memory_for(self.memory, document_start)
+        token_ids, extra = split_inputs(token_ids)
+        memory = self._stream.read(extra["document_start"])
         with tf.GradientTape() as tape:
             nll, memory = self.core(token_ids, memory, targets=labels, training=True)
             scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights))
         grads = tape.gradient(scaled, self.trainable_weights)
         self.optimizer.apply(grads, self.trainable_weights)
-        self._write((self.mems, self.mem_mask), memory)
+        self._stream.write(memory)
         return self._step_logs(self._track(nll, weights))
 
     def test_step(self, data):
         token_ids, labels, weights = self._unpack(data)
-        token_ids, document_start = self._inputs(token_ids)
-        memory = self._memory_for(self._read(*self._eval_memory.value), document_start)
+        token_ids, extra = split_inputs(token_ids)
+        memory = self._eval_memory.value.read(extra["document_start"])
         nll, memory = self.core(token_ids, memory, targets=labels, training=False)
-        self._write(self._eval_memory.value, memory)
+        self._eval_memory.value.write(memory)
         return self._step_logs(self._track(nll, weights))
 
     def fit(self, x=None, *args, batch_size=None, shuffle=False, **kwargs):
@@ -207,7 +164,7 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
         """`keras.Model.evaluate` from a fresh evaluation memory (Keras's `fit`
         validates through this method too)."""
         batch_size = self._checked_batches(x, batch_size, "evaluate")
-        self._clear(*self._eval_memory.value)
+        self._eval_memory.value.clear()
         return super().evaluate(x, *args, batch_size=batch_size, **kwargs)
 
     def predict(self, x, *args, batch_size=None, **kwargs):
@@ -225,21 +182,7 @@ class TransformerXLLM(AutoJitCompile, PrebuiltModel, keras.Model):
                f"{self.batch_size} per replica x {replicas}); batch the data in "
                f"{expected}s with drop_remainder=True, or build the model with the batch "
                "size of the data (a new memory)")
-        if isinstance(x, tf.data.Dataset):
-            first = tf.nest.flatten(x.element_spec)[0]
-            size = first.shape[0] if first.shape.rank else None
-            if size is None:
-                raise InputError(f"{method}: the dataset's batches have no fixed size; {fix}")
-            if size != expected:
-                raise InputError(f"{method}: the dataset gives batches of {size}; {fix}")
-            return batch_size
-        arrays = tf.nest.flatten(x)
-        count = arrays[0].shape[0] if arrays and getattr(arrays[0], "shape", None) else None
-        if batch_size not in (None, expected) or (count is not None and count % expected):
-            got = f"batch_size={batch_size}" if batch_size not in (None, expected) else \
-                f"{count} rows (not a multiple of {expected})"
-            raise InputError(f"{method}: {got}; {fix}")
-        return expected if count is not None else batch_size
+        return checked_batch_size(x, batch_size, expected, method, fix)
 
     def predict_step(self, data):
         token_ids = data[0] if isinstance(data, (tuple, list)) else data

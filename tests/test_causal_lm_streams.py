@@ -1,0 +1,134 @@
+"""`TransformerXLCausalLM` on streams: `fit` carries the memory from batch to
+batch exactly as `TransformerXLLM.fit` does on the paper's continuous stream,
+and over separate documents each row's memory is cleared where its next
+document starts; documents as text go through the preprocessor."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from txl_tf import (TransformerXLBackbone, TransformerXLCausalLM, TransformerXLConfig,
+                    TransformerXLLM, TxlError)
+from txl_tf.text import ByteTokenizer
+from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
+    TransformerXLCausalLMPreprocessor)
+from txl_tf.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
+
+N_TOKEN, T, M, B = 40, 4, 8, 2
+
+
+def config(n_token=N_TOKEN, **overrides):
+    return TransformerXLConfig.preset("tiny", n_token=n_token, tgt_len=T, mem_len=M,
+                                      dropout=0.0, **overrides)
+
+
+class StepLosses(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        self.losses = getattr(self, "losses", []) + [float(logs["loss"])]
+
+
+def test_fit_on_the_continuous_stream_matches_the_stateful_model_step_by_step():
+    keras.utils.set_random_seed(0)
+    stateful = TransformerXLLM(config(), batch_size=B)
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone.from_core(stateful.core))
+    stream = np.random.default_rng(0).integers(0, N_TOKEN, (B, 6 * T + 1)).astype(np.int32)
+    xs = np.stack([stream[:, s * T:(s + 1) * T] for s in range(6)])
+    ys = np.stack([stream[:, s * T + 1:(s + 1) * T + 1] for s in range(6)])
+    continuing = np.zeros([6, B], bool)  # one stream per row: never a document start
+    stateful.compile(optimizer=keras.optimizers.Adam(1e-2))
+    causal_lm.compile(optimizer=keras.optimizers.Adam(1e-2))
+    steps = [StepLosses(), StepLosses()]
+    start = stateful.core.r_w_bias.numpy().copy()
+    stateful.fit(tf.data.Dataset.from_tensor_slices((xs, ys)), verbose=0, callbacks=[steps[0]])
+    causal_lm.fit(tf.data.Dataset.from_tensor_slices(
+        ({"token_ids": xs, "padding_mask": np.ones_like(xs), "document_start": continuing}, ys)),
+        verbose=0, callbacks=[steps[1]])
+    np.testing.assert_allclose(steps[1].losses, steps[0].losses, atol=1e-5)
+    trained = stateful.core.r_w_bias.numpy()
+    assert np.abs(trained - start).max() > 1e-3  # the steps moved the weights
+    np.testing.assert_allclose(causal_lm.core.r_w_bias.numpy(), trained, atol=1e-5)
+
+
+def read_alone(core, doc):
+    """Log-probs of one document read segment by segment from an empty memory."""
+    memory, out = core.initial_memory(1, mem_len=M), []
+    for start in range(0, len(doc) - 1, T):
+        lp, memory = core(np.asarray(doc[:-1][None, start:start + T], np.int32), memory)
+        out.append(lp.numpy()[0])
+    return np.concatenate(out)
+
+
+def test_documents_stream_per_row_and_each_reads_as_if_alone():
+    keras.utils.set_random_seed(1)
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config(init_std=0.3).to_dict()))
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(1, N_TOKEN, n).astype(np.int32) for n in (10, 6, 13, 7, 9)]
+    data = causal_lm.document_dataset(docs, batch_size=B)
+    steps = [(x["token_ids"].numpy(), y.numpy(), w.numpy(), x["document_start"].numpy())
+             for x, y, w in data]
+    assert any(start[row] for _, _, _, start in steps[1:] for row in range(B))  # resets occur
+    log_probs = causal_lm.predict(data.map(lambda x, y, w: x), verbose=0)
+    log_probs = log_probs.reshape(len(steps), B, T, N_TOKEN)
+    # Each row's segments in order, cut into its documents at each start.
+    read = {}
+
+    def keep(pieces):
+        document = np.concatenate(pieces) if pieces else np.zeros([0])
+        if len(document):  # a row that ended early reads empty segments
+            read[len(document)] = document
+
+    for row in range(B):
+        pieces = []
+        for step, (_, _, weights, start) in enumerate(steps):
+            if start[row]:
+                keep(pieces)
+                pieces = []
+            pieces.append(log_probs[step, row][weights[row] > 0])
+        keep(pieces)
+    assert sorted(read) == sorted(len(d) - 1 for d in docs)  # lengths tell the documents apart
+    for doc in docs:
+        np.testing.assert_allclose(read[len(doc) - 1], read_alone(causal_lm.core, doc),
+                                   atol=1e-5)
+    # The loss of evaluate and of fit (learning rate 0) is that of these log-probs:
+    # keras-hub's weighted NLL over a batch's positions, averaged over the batches.
+    nll = -np.take_along_axis(log_probs, np.stack([y for _, y, _, _ in steps])[..., None], -1)
+    weights = np.stack([w for _, _, w, _ in steps])
+    expected = np.mean((nll[..., 0] * weights).sum((1, 2)) / (B * T))
+    causal_lm.compile(optimizer=keras.optimizers.SGD(0.0))
+    result = causal_lm.evaluate(data, verbose=0, return_dict=True)
+    assert result["loss"] == pytest.approx(expected, abs=1e-5)
+    history = causal_lm.fit(data, verbose=0)
+    assert history.history["loss"][0] == pytest.approx(expected, abs=1e-5)
+
+
+def test_documents_as_text_go_through_the_preprocessor_and_fit_learns():
+    keras.utils.set_random_seed(2)
+    cfg = config(n_token=256)
+    preprocessor = TransformerXLCausalLMPreprocessor(TransformerXLTokenizer(ByteTokenizer()),
+                                                     sequence_length=T)
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()),
+                                      preprocessor=preprocessor)
+    docs = ["def f(x):\n    return x\n", "import os\nprint(os.sep)\n", "a = 1\nb = a + 1\n"]
+    data = causal_lm.document_dataset(docs, batch_size=B)
+    first_ids = next(iter(data))[0]["token_ids"].numpy()
+    np.testing.assert_array_equal(first_ids[0], np.frombuffer(docs[0].encode()[:T], np.uint8))
+    causal_lm.compile(optimizer=keras.optimizers.Adam(3e-3))
+    history = causal_lm.fit(data.repeat(), steps_per_epoch=20, epochs=4, verbose=0)
+    assert history.history["loss"][-1] < 0.8 * history.history["loss"][0]
+    assert isinstance(causal_lm.generate("import", max_length=12), str)
+
+
+def test_stream_errors_are_one_clear_line():
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+    causal_lm.compile()
+    ids = np.zeros([4, T], np.int32)
+    x = {"token_ids": ids, "padding_mask": np.ones_like(ids), "document_start": np.zeros([4], bool)}
+    with pytest.raises(TxlError, match="shuffle=True would move rows"):
+        causal_lm.fit(x, ids, batch_size=B, shuffle=True, verbose=0)
+    with pytest.raises(TxlError, match="not a multiple of 3"):
+        causal_lm.fit(x, ids, batch_size=3, verbose=0)
+    unbatched = tf.data.Dataset.from_tensor_slices((x, ids)).batch(3)
+    with pytest.raises(TxlError, match="fixed batch size"):
+        causal_lm.evaluate(unbatched, verbose=0)
+    with pytest.raises(TxlError, match="documents as text need a preprocessor"):
+        causal_lm.document_dataset(["some text"], batch_size=B)
