@@ -108,3 +108,22 @@ def test_files_written_before_the_projections_were_layers_still_load():
     for name, core in [("keras", lm.core), ("preset", preset.backbone.transformer),
                        ("checkpoint", run)]:
         np.testing.assert_allclose(log_probs(core), expected, atol=1e-6, err_msg=name)
+
+
+def test_a_training_run_from_before_cannot_resume_and_says_its_weights_load(tmp_path):
+    import shutil
+
+    import tensorflow as tf
+
+    from training.checkpointing import TrainingCheckpoint
+    from training.errors import TrainingError
+    from txl_tf import TransformerXLLM
+
+    run = load_pretrained(os.path.join(FIXTURES, "run"))
+    model = TransformerXLLM(run.config, batch_size=1)
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    folder = shutil.copytree(os.path.join(FIXTURES, "run", "checkpoints"), tmp_path / "ckpt")
+    state = TrainingCheckpoint(model, optimizer, str(folder), tf.distribute.OneDeviceStrategy("/cpu:0"))
+    with pytest.raises(TrainingError, match="before the attention's projections.*weights load"):
+        state.restore_latest()

@@ -143,6 +143,13 @@ class TrainingCheckpoint:
         return None
 
     def _restore(self, path):
+        fused = "weights/transformer..layer_0..rel_attn..qkv..kernel/.ATTRIBUTES/VARIABLE_VALUE"
+        if fused in tf.train.load_checkpoint(path).get_variable_to_shape_map():
+            raise TrainingError(
+                f"checkpoint {path} was written before the attention's projections became "
+                "query/key/value layers: its optimizer state cannot resume this run; its "
+                "weights load (load_pretrained, TransformerXLCausalLM.from_preset), so start a "
+                "new --model_dir from them")
         self.checkpoint.restore(path).assert_existing_objects_matched()
         for target, value in zip(self._local(self.model.mems), self.mems):
             target.assign(value)

@@ -33,6 +33,7 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         self.inner = None
         if tokenizer is not None:
             self.set_tokenizer(tokenizer)
+        self.built = True  # no weights (Keras's quantize visits every built layer)
 
     def set_tokenizer(self, tokenizer):
         """Uses `tokenizer` (a `txl_tf.text.Tokenizer` or its saved folder)."""
