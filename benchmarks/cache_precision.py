@@ -4,7 +4,7 @@ r"""What a 16-bit decode cache would cost in exactness, and what it would save.
         [--split=test] [--mem_len=640] [--tokens=1000] [--streams=4]
 
 A trained model (a training job's `--model_dir`) reads held-out text one
-token at a time through the decode cache (`TransformerXL.cached_step`, the
+token at a time through the decode cache (`TransformerXL.call_with_cache`, the
 step every backend runs), once with the cache's keys and values in float32
 and once with them rounded to bfloat16 and to float16 after every step (the
 values a 16-bit cache would hold; the arithmetic stays float32, so only the
@@ -61,7 +61,7 @@ def read_through_cache(core, ids, mem_len, precision):
 
     @tf.function
     def step(token, cache):
-        hidden, cache = core.cached_step(token, cache)
+        hidden, cache = core.call_with_cache(token, cache)
         return core.crit(hidden), stored(cache)
 
     cache = stored(core.decode_cache(core.initial_memory(ids.shape[0], mem_len=mem_len)))

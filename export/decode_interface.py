@@ -99,16 +99,16 @@ def decode_step(core, token_ids, valid, slot, positions, *keys_values):
     n_layer = core.config.n_layer
     cache = DecodeCache((), tuple(keys_values[:n_layer]), tuple(keys_values[n_layer:]), valid,
                         slot, None, positions)
-    hidden, token = core.cached_read(token_ids, cache)
+    hidden, token = core.call_with_cache(token_ids, cache, write=False)
     return {"log_probs": core.crit(hidden), "token_mems": tf.stack(token.mems),
             "token_keys": tf.stack(token.keys), "token_values": tf.stack(token.values)}
 
 
 def decode_read(core, token_ids, cache_mems, keys, values, valid, slot, row_slot, positions):
-    """`{READ_OUTPUTS}`: a segment read on the cache (`TransformerXL.cached_segment`)."""
+    """`{READ_OUTPUTS}`: a segment read on the cache (`TransformerXL.call_with_cache`)."""
     cache = DecodeCache(tuple(tf.unstack(cache_mems)), tuple(tf.unstack(keys)),
                         tuple(tf.unstack(values)), valid, slot, row_slot, positions)
-    hidden, new = core.cached_segment(token_ids, cache)
+    hidden, new = core.call_with_cache(token_ids, cache)
     flat = flat_cache(new)
     flat["cache_mems"] = flat.pop("mems")
     return {"log_probs": core.crit(hidden[:, -1]),

@@ -152,7 +152,7 @@ def write_token(cache, outputs, stopped):
     """Writes a step's token (`outputs`: `decode_step`'s, numpy) into the
     host cache's free slot in place, for the rows not in `stopped` (bool
     `[B]`; their slot and flags stay as they were), and moves the ring on:
-    what `TransformerXL.cached_step` does inside the graph."""
+    what `TransformerXL.call_with_cache` does inside the graph."""
     slot, size = int(cache["slot"]), cache["valid"].shape[1]
     live = np.flatnonzero(~np.asarray(stopped, np.bool_))
     pairs = (("cache_mems", "token_mems"), ("keys", "token_keys"), ("values", "token_values"))

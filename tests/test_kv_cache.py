@@ -1,4 +1,4 @@
-"""Decoding over the ring cache (`decode_cache`, `cached_step`,
+"""Decoding over the ring cache (`decode_cache`, `call_with_cache`,
 `cache_memory`) computes what the plain core computes, in every
 configuration, eager and under XLA, while the ring wraps around."""
 import numpy as np
@@ -34,7 +34,7 @@ def test_cached_steps_equal_plain_steps(name, filled):
     for step in range(13):
         x = ids(2, 1, seed=10 + step)
         want, plain = core.hidden_states(x, plain)
-        got, cache = core.cached_step(x[:, 0], cache)
+        got, cache = core.call_with_cache(x[:, 0], cache)
         np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)
         _assert_same_memory(core.cache_memory(cache), plain)
     fresh = core.decode_cache(plain)
@@ -66,7 +66,7 @@ def test_cached_steps_under_xla_equal_eager():
     @tf.function(jit_compile=True)
     def run(memory):
         def body(t, out, cache):
-            hidden, cache = core.cached_step(tokens[:, t], cache)
+            hidden, cache = core.call_with_cache(tokens[:, t], cache)
             return t + 1, tf.tensor_scatter_nd_update(out, [[t]], hidden[None]), cache
         out = tf.zeros([9, 3, core.config.d_model])
         _, out, cache = tf.while_loop(lambda t, *_: t < 9, body,
@@ -76,7 +76,7 @@ def test_cached_steps_under_xla_equal_eager():
     got, got_memory = run(memory)
     cache = core.decode_cache(memory)
     for t in range(9):
-        want, cache = core.cached_step(tokens[:, t], cache)
+        want, cache = core.call_with_cache(tokens[:, t], cache)
         np.testing.assert_allclose(got[t], want, atol=2e-5, rtol=1e-5)
     _assert_same_memory(got_memory, core.cache_memory(cache))
 
@@ -90,7 +90,7 @@ def _after_steps(core, mem_len, prompt, steps, row_0_stops):
     cache = core.decode_cache(memory)
     tokens = ids(2, steps, seed=5)
     for t in range(steps):
-        _, cache = core.cached_step(tokens[:, t], cache,
+        _, cache = core.call_with_cache(tokens[:, t], cache,
                                     stopped=tf.constant([t >= row_0_stops, False]))
     return memory, tokens, cache
 
@@ -118,7 +118,7 @@ def test_invalid_slots_never_reach_the_cache():
     assert cache.keys[0].shape == (3, cfg.n_head, cfg.d_head, cfg.mem_len + 1)  # columns
     assert cache.values[0].shape == (3, cfg.n_head, cfg.mem_len + 1, cfg.d_head)
     assert all(np.all(np.asarray(k) == 0) for k in cache.keys + cache.values + cache.mems)
-    hidden, _ = core.cached_step(ids(3, 1)[:, 0], cache)
+    hidden, _ = core.call_with_cache(ids(3, 1)[:, 0], cache)
     want, _ = core.hidden_states(ids(3, 1), memory)
     np.testing.assert_allclose(hidden, want[:, 0], atol=2e-5, rtol=1e-5)
 
@@ -128,7 +128,7 @@ def test_cached_path_with_no_memory():
     memory = core.initial_memory(2, mem_len=0)
     cache = core.decode_cache(memory)
     for t in range(3):
-        got, cache = core.cached_step(ids(2, 3)[:, t], cache)
+        got, cache = core.call_with_cache(ids(2, 3)[:, t], cache)
         want, _ = core.hidden_states(ids(2, 3)[:, t:t + 1], memory)
         np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)
     assert core.cache_memory(cache).mems.shape[2] == 0
@@ -141,12 +141,12 @@ def test_filled_projects_only_the_newest_slots():
     memory = core.initial_memory(2, mem_len=5)
     _, memory = core.hidden_states(ids(2, 3, seed=3), memory)
     x = ids(2, 1, seed=4)[:, 0]
-    want, _ = core.cached_step(x, core.decode_cache(memory, filled=3))
+    want, _ = core.call_with_cache(x, core.decode_cache(memory, filled=3))
     short = core.decode_cache(memory, filled=2)
     assert not np.asarray(short.keys[0])[..., 2].any()  # the oldest valid slot, not projected
     assert not np.asarray(short.values[0])[:, :, 2].any()
     assert np.asarray(short.keys[0])[..., 3].any()
-    got, _ = core.cached_step(x, short)
+    got, _ = core.call_with_cache(x, short)
     assert np.abs(np.asarray(got) - np.asarray(want)).max() > 1e-3
     for bad in (-1, 2.0, True):
         with pytest.raises(ValueError, match="filled must be"):
@@ -166,7 +166,7 @@ def test_a_segment_on_the_cache_is_a_segment_on_its_memory(name):
     for length in (2, 4, 7):
         x = ids(2, length, seed=length)
         want, plain = core.hidden_states(x, plain)
-        got, cache = core.cached_segment(x, cache)
+        got, cache = core.call_with_cache(x, cache)
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
         _assert_same_memory(core.cache_memory(cache), plain)
         fresh = core.decode_cache(plain)
@@ -174,7 +174,7 @@ def test_a_segment_on_the_cache_is_a_segment_on_its_memory(name):
             np.testing.assert_allclose(carried[:, :, :5], recomputed[:, :, :5], atol=2e-5)
     x = ids(2, 1, seed=9)
     want, _ = core.hidden_states(x, plain)
-    got, _ = core.cached_step(x[:, 0], cache)
+    got, _ = core.call_with_cache(x[:, 0], cache)
     np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5)
 
 

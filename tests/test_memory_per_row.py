@@ -64,7 +64,7 @@ def test_a_decode_cache_row_reset_decodes_from_an_empty_memory(core):
     ids = rng.integers(0, N_TOKEN, [2, 5]).astype(np.int32)
     alone, with_history = core.initial_memory(1), memory
     for t in range(ids.shape[1]):
-        hidden, cache = core.cached_step(ids[:, t], cache)
+        hidden, cache = core.call_with_cache(ids[:, t], cache)
         got = core.crit.log_probs(hidden).numpy()
         expected, alone = core(ids[:1, t:t + 1], alone)
         np.testing.assert_allclose(got[0], expected.numpy()[0, 0], atol=1e-5)

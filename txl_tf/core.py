@@ -17,7 +17,7 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, after,
+from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, after, in_time_order,
                                       in_slot_order, keep_last, ring_memory, slot_order,
                                       swap_key_layout, with_free_slot, write_slot)
 
@@ -217,7 +217,7 @@ class TransformerXL(keras.layers.Layer):
     # ---------------------------------------------------------------- decoding
     def decode_cache(self, memory, filled=None):
         """A `layers.ring_cache.DecodeCache` holding `memory` (any M >= 0),
-        for `cached_step`: every layer's memory keys and values are computed
+        for `call_with_cache`: every layer's memory keys and values are computed
         here once, so a step projects only its new token.
 
         filled: a Python int, when no slot older than the last `filled` of
@@ -248,7 +248,7 @@ class TransformerXL(keras.layers.Layer):
 
     def decode_position_keys(self, cache):
         """Each layer's position keys of the cache's encodings by distance
-        (`distance_keys`, `[H, d_head, S]`), as `cached_read` takes them. A
+        (`distance_keys`, `[H, d_head, S]`), as `call_with_cache` takes them. A
         decoding loop makes them once, before the loop: each step's position
         scores are then its queries against them, where without them each
         layer takes its queries through `r` to `d_model` and scores them
@@ -268,15 +268,50 @@ class TransformerXL(keras.layers.Layer):
         clamp = self.config.clamp_len
         return size if clamp <= 0 else tf.minimum(size, clamp + 1)
 
-    def cached_read(self, token_ids, cache, position_keys=None):
-        """Reads one id per row (`token_ids [B]`) on top of the cache without
-        writing it, in inference: `(hidden [B, d_model], token)`, where
-        `token` is a `CachedToken` of what the free slot `cache.slot` gets
-        (`cached_step` writes it; an exported step returns it for the host
-        to write). The slot's entries in `cache` are not read.
-        `position_keys`: `decode_position_keys(cache)`, if made."""
+    def call_with_cache(self, token_ids, cache, *, position_keys=None, stopped=None,
+                        write=True):
+        """Reads ids on top of a decode cache (`decode_cache`), in inference:
+        what `hidden_states` gives on `cache_memory(cache)`, with the memory's
+        keys and values taken from the cache (only the new positions are
+        projected). The one cached read of the core: the `Decoder`, keras-hub's
+        `TransformerXLCausalLM` and the exports' decode graphs read through it.
+
+        Args:
+            token_ids: int `[B]`, one id per row, read on the ring: the token
+                goes into the free slot in place (under XLA); or `[B, T]`, a
+                segment per row (a conversation's next turn): the new cache
+                holds its memory in time order, each row's free slot last (a
+                segment copies the rings).
+            cache: a `layers.ring_cache.DecodeCache`.
+            position_keys: one id per row only: `decode_position_keys(cache)`,
+                if a decoding loop made them once.
+            stopped: one id per row only: bool `[B]`, rows that keep their
+                cache as it is (their `hidden` is meaningless); a row that has
+                stopped must stay stopped for the cache's life.
+            write: one id per row only: False reads without writing (the
+                slot's entries in `cache` are not read) and returns, in place
+                of the new cache, a `CachedToken` of what the free slot gets
+                (an exported step returns it for the host to write).
+
+        Returns:
+            `(hidden [B, d_model] or [B, T, d_model], new cache)`, or
+            `(hidden, CachedToken)` with `write=False`.
+        """
+        token_ids = tf.convert_to_tensor(token_ids)
+        if token_ids.shape.rank == 2:
+            if position_keys is not None or stopped is not None or not write:
+                raise TxlError("position_keys, stopped and write=False are for one id per "
+                               "row (token_ids [B]); a segment [B, T] writes its cache")
+            return self._read_segment(token_ids, cache)
+        output, token = self._read_token(token_ids, cache, position_keys)
+        if not write:
+            return output, token
+        return output, self._write_token(output, token, cache, stopped)
+
+    def _read_token(self, token_ids, cache, position_keys):
+        """One id per row (`[B]`) on the ring, read-only: `(hidden, CachedToken)`."""
         cfg = self.config
-        token_ids = check_token_ids(tf.convert_to_tensor(token_ids)[:, None], cfg.n_token)[:, 0]
+        token_ids = check_token_ids(token_ids[:, None], cfg.n_token)[:, 0]
         slot, size = cache.slot, tf.shape(cache.valid)[1]
         at_slot = tf.equal(tf.range(size), slot)
         # Which distances a query may look back to (`same_length`), per slot.
@@ -302,17 +337,8 @@ class TransformerXL(keras.layers.Layer):
             values.append(v)
         return output, CachedToken(tuple(mems), tuple(keys), tuple(values))
 
-    def cached_step(self, token_ids, cache, stopped=None, position_keys=None):
-        """Reads one id per row (`token_ids [B]`) on top of the cache, in
-        inference: `(hidden [B, d_model], new cache)`, what `hidden_states`
-        gives for `token_ids[:, None]` on `cache_memory(cache)`: `cached_read`,
-        then its token written into the ring's free slot (in place under XLA).
-
-        Rows in `stopped` (bool `[B]`) keep their cache as it is (their
-        `hidden` is meaningless); a row that has stopped must stay stopped
-        for the cache's life. `position_keys` as in `cached_read`.
-        """
-        output, token = self.cached_read(token_ids, cache, position_keys)
+    def _write_token(self, output, token, cache, stopped):
+        """The cache with `token` (of `_read_token`) written into its free slot."""
         token = CachedToken(*(tuple(after(t, output) for t in part) for part in token))
         keep = tf.zeros(tf.shape(output)[:1], tf.bool) if stopped is None else stopped
         slot, size = cache.slot, tf.shape(cache.valid)[1]
@@ -321,38 +347,27 @@ class TransformerXL(keras.layers.Layer):
                 for name, axis in RING_AXES.items()}
         valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep)
         row_slot = tf.where(keep, cache.row_slot, tf.math.floormod(slot + 1, size))
-        return output, cache._replace(**ring, valid=valid, slot=tf.math.floormod(slot + 1, size),
-                                      row_slot=row_slot)
+        return cache._replace(**ring, valid=valid, slot=tf.math.floormod(slot + 1, size),
+                              row_slot=row_slot)
 
-    def cached_segment(self, token_ids, cache):
-        """Reads a segment of ids per row (`token_ids [B, T]`) on top of the
-        cache, in inference: `(hidden [B, T, d_model], new cache)`, what
-        `hidden_states` gives on `cache_memory(cache)`, with the memory's
-        keys and values taken from the cache: only the T new positions are
-        projected (a conversation's next turn). The new cache holds its
-        memory in time order (each row's free slot last); unlike
-        `cached_step`, a segment copies the rings."""
+    def _read_segment(self, token_ids, cache):
+        """A segment per row (`[B, T]`) on the cache: `(hidden, new cache)`."""
         size = tf.shape(cache.valid)[1]
-        index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
-
-        def in_time_order(ring, axis):
-            return tf.gather(ring, index, axis=axis, batch_dims=1)
 
         def newest(old, new):
             """The last M of concat(memory, segment) `[B, H, len, d_head]`, as
             `update_memory` keeps, and the free slot."""
             return with_free_slot(keep_last(tf.concat([old, new], 2), 2, size - 1), 2)
 
-        memory = Memory(tf.stack([in_time_order(m, 1) for m in cache.mems]),
-                        in_time_order(cache.valid, 1))
+        memory = ring_memory(cache)
         output, pos_emb, visible, memory, _ = self._inputs(token_ids, memory, False, None)
         layer_inputs, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(output)
             # Keys as rows here: gathers, concatenations and slices along the
             # last axis of the columns cost TensorFlow several times more.
-            mem_keys = in_time_order(swap_key_layout(cache.keys[i]), 2)
-            mem_values = in_time_order(cache.values[i], 2)
+            mem_keys = in_time_order(swap_key_layout(cache.keys[i]), cache, 2)
+            mem_values = in_time_order(cache.values[i], cache, 2)
             output, k, v = block.call_on_keys(output, pos_emb, mem_keys, mem_values, visible,
                                               *self._biases(i))
             keys.append(swap_key_layout(newest(mem_keys, k)))

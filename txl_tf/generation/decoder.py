@@ -157,7 +157,7 @@ class Decoder:
     # ---------------------------------------- the decode cache (generation.flow)
     def read_cached(self, ids, cache):
         """`(log-probs numpy [B, V] after each row's last id, new cache)`: a
-        segment read on a decode cache (`TransformerXL.cached_segment`)."""
+        segment read on a decode cache (`TransformerXL.call_with_cache`)."""
         log_probs, cache = self._read_cached(tf.constant(ids, tf.int32), cache)
         return log_probs.numpy(), cache
 
@@ -198,7 +198,7 @@ class Decoder:
         return self.core.decode_cache(Memory(mems, mem_mask), filled=filled)
 
     def _read_cached_graph(self, ids, cache):
-        hidden, cache = self.core.cached_segment(ids, cache)
+        hidden, cache = self.core.call_with_cache(ids, cache)
         return self.core.crit(hidden[:, -1]), cache
 
     def _decode_graph(self, log_probs, cache, seen, counters, done, rows, pad_id, num_tokens,
@@ -218,8 +218,8 @@ class Decoder:
         def body(t, ids, chosen, log_probs, cache, seen, counters, done):
             new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
                                                                 done, pad_id)
-            hidden, cache = self.core.cached_step(new_ids, cache, stopped=done,
-                                                  position_keys=position_keys)
+            hidden, cache = self.core.call_with_cache(new_ids, cache, stopped=done,
+                                                      position_keys=position_keys)
             log_probs = self.core.crit.log_probs(hidden, output_weights)
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])

@@ -46,17 +46,21 @@ def lengths_message(lengths, width):
             f"= {width} tokens (token_ids[b, :lengths[b]] is row b's document)")
 
 
-def right_align(token_ids, lengths, segment_len):
+def right_align(token_ids, lengths, segment_len, width=None):
     """`(ids, token_mask)`, both `[B, n * segment_len]`: row b's document
     `token_ids[b, :lengths[b]]` moved to the end of its row and left-padded
     (with id 0, mask False), `n` the fewest segments that hold the longest
-    document (at least 1). Cut into segments from the left, every document
-    then ends at the last position, and its real tokens sit at the same
-    place in their segments whatever the batch's other lengths."""
-    width = tf.shape(token_ids)[1]
-    n_seg = tf.maximum((tf.reduce_max(lengths) + segment_len - 1) // segment_len, 1)
+    document (at least 1), or, with `width` (a Python int), the fewest that
+    hold `width` ids (a static shape). Cut into segments from the left,
+    every document then ends at the last position, and its real tokens sit
+    at the same place in their segments whatever the batch's other lengths."""
+    source_width = tf.shape(token_ids)[1]
+    if width is None:
+        n_seg = tf.maximum((tf.reduce_max(lengths) + segment_len - 1) // segment_len, 1)
+    else:
+        n_seg = max(-(-int(width) // segment_len), 1)
     total = n_seg * segment_len
     source = tf.range(total)[None, :] - total + lengths[:, None]  # [B, total]
     mask = source >= 0
-    ids = tf.gather(token_ids, tf.clip_by_value(source, 0, width - 1), batch_dims=1)
+    ids = tf.gather(token_ids, tf.clip_by_value(source, 0, source_width - 1), batch_dims=1)
     return tf.where(mask, ids, tf.zeros([], ids.dtype)), mask

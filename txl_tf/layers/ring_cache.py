@@ -10,7 +10,8 @@ attention over `concat(memory, token)` with the keys permuted, provided
 each slot gets the position encoding of its own distance (`slot_order`).
 Under `jit_compile` XLA updates the ring in place inside a `tf.while_loop`.
 
-A step reads the ring before its own token is written (`cached_read`): the
+A step reads the ring before its own token is written (`call_with_cache`
+`write=False`): the
 free slot's entries are stale and the new token's key and value stand in
 for them there, so an exported step takes the ring read-only and returns
 only the new token's entries, which the host writes into the slot in place
@@ -80,7 +81,7 @@ def swap_key_layout(keys):
 
 class CachedToken(NamedTuple):
     """What one step writes into the ring's free slot, one tensor per layer
-    (`TransformerXL.cached_read`): mems, the layer inputs `[B, d_model]`;
+    (`TransformerXL.call_with_cache`, `write=False`): mems, the layer inputs `[B, d_model]`;
     keys, values `[B, n_head, d_head]` (compute dtype)."""
 
     mems: tuple
@@ -155,10 +156,15 @@ def flat_cache(cache):
             "row_slot": cache.row_slot, "positions": cache.positions}
 
 
-def ring_memory(cache):
-    """The cache's memory in time order (`Memory`, M slots, oldest first):
-    each row read from its own free slot on."""
+def in_time_order(ring, cache, axis):
+    """The M slots of `ring` (one of `cache`'s, slot axis `axis`) in time
+    order, oldest first: each row read from its own free slot on."""
     size = tf.shape(cache.valid)[1]
     index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
-    mems = tf.stack([tf.gather(m, index, axis=1, batch_dims=1) for m in cache.mems])
-    return Memory(mems, tf.gather(cache.valid, index, axis=1, batch_dims=1))
+    return tf.gather(ring, index, axis=axis, batch_dims=1)
+
+
+def ring_memory(cache):
+    """The cache's memory in time order (`Memory`, M slots, oldest first)."""
+    return Memory(tf.stack([in_time_order(m, cache, 1) for m in cache.mems]),
+                  in_time_order(cache.valid, cache, 1))

@@ -9,6 +9,7 @@ from txl_tf.checks.inputs import InputError
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
 from txl_tf.keras_support.untracked import Untracked
+from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
 from txl_tf.models.transformer_xl import presets
 from txl_tf.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
@@ -134,7 +135,8 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
                            cache["row_slot"][0], cache["row_slot"], positions)
 
     def _step(self, ids, cache, position_keys=None, output_weights=None):
-        hidden, ring = self.core.cached_step(ids, self._ring(cache), position_keys=position_keys)
+        hidden, ring = self.core.call_with_cache(ids, self._ring(cache),
+                                                    position_keys=position_keys)
         log_probs = self.core.crit.log_probs(hidden, output_weights)
         new = {name: getattr(ring, name) for name in _RING}
         return log_probs, hidden, {**new, "log_probs": log_probs, "hidden": hidden}
@@ -150,16 +152,14 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         if width is None:
             raise TxlError("generate needs prompts of a static width (max_length)")
         lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), 1)
-        ids, mask = _aligned_on_the_end(tf.cast(token_ids, tf.int32), lengths)
         # Segments aligned on the prompts' end (`Decoder`'s cut): the short
         # one first, left-padded to a whole segment (padding is masked, so
         # it is what reading the short one is), then one loop over them.
         seg = self.segment_len
-        pad = -width % seg
-        ids = tf.pad(ids, [[0, 0], [pad, 0]])
-        mask = tf.pad(mask, [[0, 0], [pad, 0]])
+        ids, mask = right_align(tf.cast(token_ids, tf.int32), lengths, seg, width=width)
+        pad = ids.shape[1] - width
         batch = tf.shape(ids)[0]
-        count = (width + pad) // seg
+        count = ids.shape[1] // seg
         states = tf.TensorArray(core.compute_dtype, size=count, element_shape=[None, seg, None])
 
         def read(i, memory, states):
@@ -384,13 +384,3 @@ def _is_stream(x):
         spec = x.element_spec
         x = spec[0] if isinstance(spec, tuple) else spec
     return isinstance(x, dict) and "document_start" in x
-
-
-def _aligned_on_the_end(token_ids, lengths):
-    """Each row's first `lengths[b]` ids moved to the end of the row (left
-    padding, id 0), and the mask of the ids."""
-    width = tf.shape(token_ids)[1]
-    source = tf.range(width)[None, :] - (width - lengths[:, None])
-    mask = source >= 0
-    ids = tf.gather(token_ids, tf.maximum(source, 0), batch_dims=1)
-    return tf.where(mask, ids, tf.zeros_like(ids)), mask
