@@ -1,6 +1,7 @@
 """`open_runtime`: one entry point over an exported ONNX file or SavedModel."""
 import os
 
+from export.metadata import DECODE_FILES
 from txl_tf.errors import TxlError
 
 ONNX_FILE = "model.onnx"
@@ -42,6 +43,11 @@ def choose_artefact(path, backend="auto"):
 
 def _locate(path):
     if os.path.isfile(path):
+        name = os.path.basename(path)
+        if name in DECODE_FILES.values():
+            raise TxlError(f"{path} is one of the cached decode interface's graphs, which the "
+                           f"runtime opens itself beside {ONNX_FILE}: open "
+                           f"{os.path.join(os.path.dirname(path) or '.', ONNX_FILE)} or its folder")
         return (path if path.endswith(".onnx") else None), None
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path!r} is neither an ONNX file nor a directory")

@@ -5,7 +5,7 @@ import onnxruntime as ort
 import pytest
 
 from export import RuntimeInputError, RuntimeMemory, export_onnx, export_saved_model, open_runtime
-from txl_tf import InputError, TransformerXL, TransformerXLConfig
+from txl_tf import InputError, TransformerXL, TransformerXLConfig, TxlError
 
 MEM_LEN = 4
 
@@ -222,3 +222,10 @@ def test_non_finite_valid_memory_is_an_error_naming_the_stream(runtime, poison):
         runtime.generate([[1, 2], [3]], 2, memory=(dirty, mask))
     log_probs, _ = runtime.step(IDS, (clean, mask))
     assert np.isfinite(log_probs).all()
+
+
+def test_a_decode_graph_opened_alone_is_one_clear_error(tmp_path):
+    graph = tmp_path / "decode_init.onnx"
+    graph.write_bytes(b"")
+    with pytest.raises(TxlError, match=r"decode interface's graphs.*open .*model\.onnx"):
+        open_runtime(str(graph))

@@ -9,6 +9,8 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("txl_tf", "training", "export")
 TOP_OF_TXL_TF = {"__init__", "config", "convert", "core", "errors", "model"}
@@ -93,3 +95,24 @@ def test_the_top_of_the_library_is_the_face_and_the_model():
                if p.is_dir() and (p / "__init__.py").exists()}
     assert folders == {"app", "checks", "classification", "data", "generation", "keras_support",
                        "layers", "learning", "models", "text", "weights"}
+
+
+@pytest.mark.parametrize("statement, new", [
+    ("from txl_tf import checkpoints", "txl_tf.weights.checkpoints"),
+    ("from txl_tf.evaluation import evaluate_ids", "txl_tf.learning.evaluation"),
+    ("import txl_tf.decoder", "txl_tf.generation.decoder"),
+])
+def test_an_import_path_from_before_the_relayout_names_where_it_went(statement, new):
+    import txl_tf  # noqa: F401  (installs the hint)
+    with pytest.raises(ImportError, match=f"moved to {new}"):
+        exec(statement, {})
+
+
+def test_every_moved_module_exists_where_it_went():
+    import importlib
+
+    from txl_tf.app.moved_modules import MOVED
+    for old, new in MOVED.items():
+        importlib.import_module(new)
+        with pytest.raises(ImportError, match="moved to"):
+            importlib.import_module(old)

@@ -21,6 +21,7 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from txl_tf.app import moved_modules  # noqa: E402
 from txl_tf.app.tf_startup import quiet_tensorflow_import  # noqa: E402
 # Without TensorFlow too:
 from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
@@ -56,7 +57,12 @@ __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "In
 __version__ = "0.1.0"
 
 
+moved_modules.install()
+
+
 def __getattr__(name):
+    if f"txl_tf.{name}" in moved_modules.MOVED:  # `from txl_tf import checkpoints`
+        raise moved_modules.moved_error(f"txl_tf.{name}")
     if name in __all__ and _WITHOUT_TENSORFLOW is not None:
         raise ImportError(f"txl_tf.{name} needs TensorFlow, which is not installed "
                           f"({_WITHOUT_TENSORFLOW}); without it only the ONNX Runtime "

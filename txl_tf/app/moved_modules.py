@@ -1,0 +1,59 @@
+"""Import paths from before the package's re-layout into folders: importing
+one is an ImportError that names where the module went, not a bare
+"No module named"."""
+import importlib.abc
+import sys
+
+# old module -> where it went (modules moved into `checks/`, `classification/`,
+# `generation/`, `keras_support/`, `learning/` and `weights/`).
+MOVED = {
+    "txl_tf.validation": "txl_tf.checks.inputs",
+    "txl_tf.memory_budget": "txl_tf.checks.memory_budget",
+    "txl_tf.attention_picture": "txl_tf.classification.attention_picture",
+    "txl_tf.classifier": "txl_tf.classification.classifier",
+    "txl_tf.data.classification": "txl_tf.classification.data",
+    "txl_tf.data.labels": "txl_tf.classification.labels",
+    "txl_tf.classification_metrics": "txl_tf.classification.metrics",
+    "txl_tf.data.passages": "txl_tf.classification.passages",
+    "txl_tf.counter_rng": "txl_tf.generation.counter_rng",
+    "txl_tf.decoder": "txl_tf.generation.decoder",
+    "txl_tf.generate": "txl_tf.generation.generate",
+    "txl_tf.host_decode": "txl_tf.generation.host_loop",
+    "txl_tf.decode_request": "txl_tf.generation.request",
+    "txl_tf.sampling": "txl_tf.generation.sampling",
+    "txl_tf.sampling_numpy": "txl_tf.generation.sampling_numpy",
+    "txl_tf.compile_mixin": "txl_tf.keras_support.compile_mixin",
+    "txl_tf.keras_compat": "txl_tf.keras_support.keras_compat",
+    "txl_tf.precision": "txl_tf.keras_support.precision",
+    "txl_tf.untracked": "txl_tf.keras_support.untracked",
+    "txl_tf.evaluation": "txl_tf.learning.evaluation",
+    "txl_tf.metrics": "txl_tf.learning.metrics",
+    "txl_tf.optimizer": "txl_tf.learning.optimizer",
+    "txl_tf.schedule": "txl_tf.learning.schedule",
+    "txl_tf.checkpoints": "txl_tf.weights.checkpoints",
+    "txl_tf.model_dir": "txl_tf.weights.model_dir",
+    "txl_tf.pytorch_import": "txl_tf.weights.pytorch_import",
+    "txl_tf.state_dict": "txl_tf.weights.state_dict",
+}
+
+
+def moved_error(old):
+    """The ImportError for the old module path `old`."""
+    return ModuleNotFoundError(f"{old} moved to {MOVED[old]}: import it from there",
+                               name=old)
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Consulted after the real finders (so only for modules that do not
+    exist): an old path raises `moved_error`."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in MOVED:
+            raise moved_error(fullname)
+        return None
+
+
+def install():
+    """Adds the finder to `sys.meta_path` once, after the others."""
+    if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.append(MovedModuleFinder())
