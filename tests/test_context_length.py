@@ -1,0 +1,88 @@
+"""Relative effective context length (Dai et al., 2019, Appendix C): the
+gain arithmetic against a hand computation and a group whose reach is
+known; the Transformer-XL scorer reads exactly the c ids before a target."""
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from txl_tf import TransformerXL, TransformerXLConfig, TxlError
+from txl_tf.learning.context_length import (context_losses, recl, relative_gain,
+                                            sample_positions, transformer_xl_scorer)
+
+
+def test_the_gain_is_the_papers_formula_by_hand():
+    # 2 models, 2 contexts, 4 positions.
+    losses = np.array([[[2.0, 1.0, 3.0, 0.5], [1.5, 1.0, 2.0, 0.5]],
+                       [[2.5, 0.8, 2.8, 0.7], [2.5, 0.8, 2.9, 0.7]]])
+    best = np.array([2.0, 0.8, 2.8, 0.5])  # b(c0, t): min over the models
+    hard = [2, 0]  # r = 0.5: the two largest b(c0, t)
+    for model in range(2):
+        f_same = np.mean(np.minimum(best[hard], losses[model, 0, hard]))
+        f_next = np.mean(np.minimum(best[hard], losses[model, 1, hard]))
+        expected = (math.exp(f_same) - math.exp(f_next)) / math.exp(f_same)
+        assert relative_gain(losses, model, 0, 1, 0.5) == pytest.approx(expected, rel=1e-12)
+    assert relative_gain(losses, 0, 0, 1, 0.5) > 0.3  # model 0 gains on the hard tokens
+    assert relative_gain(losses, 1, 0, 1, 0.5) == pytest.approx(0.0)  # model 1 does not
+
+
+def test_recl_finds_where_each_models_gain_stops():
+    rng = np.random.default_rng(0)
+    contexts = [8, 16, 24, 32, 40, 48]
+    base = rng.uniform(1.0, 3.0, 500)
+
+    def curve(reach):  # the loss falls by 10% per step up to `reach`, then stays
+        steps = np.minimum(np.arange(len(contexts)), contexts.index(reach))
+        return base[None, :] * 0.9 ** steps[:, None]
+
+    losses = np.stack([curve(16), curve(40)])
+    for ratio in (0.1, 0.5, 1.0):
+        lengths, gains = recl(losses, contexts, ratio)
+        assert lengths == [16, 40]
+        assert gains.shape == (2, len(contexts) - 1)
+    # A model that never stops gaining on the grid reaches its end.
+    lengths, _ = recl(np.stack([curve(48)]), contexts, 1.0)
+    assert lengths == [48]
+
+
+@pytest.fixture(scope="module")
+def core():
+    keras.utils.set_random_seed(0)
+    return TransformerXL(TransformerXLConfig.preset("tiny", n_token=30, init_std=0.3,
+                                                    tgt_len=4, mem_len=4))
+
+
+def test_the_scorer_reads_exactly_the_c_ids_before_the_target(core):
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 30, 60)
+    positions = sample_positions(len(ids), 12, 4, seed=2)
+    contexts = [3, 7, 12]
+    losses = context_losses(transformer_xl_scorer(core), ids, positions, contexts,
+                            batch_size=4)
+    for k, c in enumerate(contexts):
+        for j, t in enumerate(positions):
+            # One pass over the window alone, from an empty memory.
+            log_probs, _ = core(ids[None, t - c:t].astype(np.int32),
+                                core.initial_memory(1, mem_len=0))
+            assert losses[k, j] == pytest.approx(-log_probs.numpy()[0, -1, ids[t]], abs=1e-5)
+    # Older text changes nothing: only the c ids before t are read.
+    scorer = transformer_xl_scorer(core)
+    for j, t in enumerate(positions[:3]):
+        changed = ids.copy()
+        changed[:t - 12] = rng.integers(0, 30, t - 12)
+        again = context_losses(scorer, changed, [t], [12])
+        assert again[0, 0] == pytest.approx(losses[2, j], abs=1e-6)
+    # While a longer context does change the loss.
+    assert np.abs(losses[0] - losses[2]).max() > 1e-3
+
+
+def test_bad_arguments_are_clear_errors(core):
+    with pytest.raises(TxlError, match="too few for a context of 50"):
+        sample_positions(40, 50, 10)
+    with pytest.raises(TxlError, match="must be >= 1"):
+        context_losses(transformer_xl_scorer(core), np.arange(20) % 30, [10], [0, 4])
+    with pytest.raises(TxlError, match="fewer than 12 ids"):
+        context_losses(transformer_xl_scorer(core), np.arange(20) % 30, [10], [12])
+    with pytest.raises(TxlError, match=r"ratio must be in \(0, 1\]"):
+        relative_gain(np.zeros([1, 2, 3]), 0, 0, 1, 0.0)
