@@ -1,14 +1,22 @@
-"""Training learns, and lands in the same place on every seed: the training
-job with its default warm-up, clip and schedule, a tiny model on real text.
+"""Training learns, and lands in about the same place on every seed: the
+training job with its default warm-up, clip and schedule, a tiny model on
+real text.
 
-Measured (float32, 2-core AMD EPYC): validation bpc 3.756 / 3.715 / 3.725
-for seeds 0 / 1 / 2 (max/min 1.011; a byte unigram model scores 4.8). With
-the warm-up removed (`warmup_steps=0`) the same runs give 3.713 / 3.666 /
-3.528: lower after 300 steps, but spread 1.052, which fails the spread bound.
-That separation is small beside the quality recipe's (no warm-up: held-out
-ppl 264 / 421 / 512 over three seeds; the default: 215–218 over five), which
-needs 1,500 steps of the `small` model, minutes per seed:
-`benchmarks/bench_quality.py` measures it (docs/training.md)."""
+Measured (float32, the 2-core AVX2 machine), validation bpc for seeds 0..5
+(a byte unigram model scores 4.8): before the attention's projections became
+`Dense` layers (a4b9238) 3.668 / 3.711 / 3.728 / 3.726 / 3.858 / 3.852
+(median 3.727, max/min 1.052); after (the same draws' distribution, other
+draws) 3.790 / 3.644 / 3.760 / 3.777 / 3.872 / 3.768 (median 3.773, max/min
+1.063). So three seeds spread up to about 1.06 by chance alone, and the
+bound is 1.08: it catches a run that fails to learn or diverges, not a
+small change of the recipe. An earlier bound of 1.03 passed on seeds 0-2 of
+the old draws (1.016) and would have failed on seeds 3-5 of the same code
+(1.036); it was also said to separate training without the warm-up (1.052
+on seeds 0-2), which three seeds cannot. That separation is the quality
+recipe's (no warm-up: held-out ppl 264 / 421 / 512 over three seeds; the
+default: 215–218 over five), which needs 1,500 steps of the `small` model,
+minutes per seed: `benchmarks/bench_quality.py` measures it
+(docs/training.md)."""
 import os
 
 import pytest
@@ -30,4 +38,4 @@ def test_every_seed_learns_the_text_to_the_same_loss(tmp_path):
                      cache_dir=str(tmp_path / "cache"), **RECIPE)
         bpc.append(result["final_eval"]["bpc"])
     assert max(bpc) < 3.95, bpc
-    assert max(bpc) / min(bpc) < 1.03, bpc
+    assert max(bpc) / min(bpc) < 1.08, bpc
