@@ -26,7 +26,9 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
 
     Calling it on `{"token_ids", "padding_mask"}` gives log-probabilities
     `[B, T, n_token]` of each row read from an empty memory (keras-hub's
-    `from_logits=True` loss is then the NLL exactly). `generate` reads each
+    `from_logits=True` loss is then the NLL exactly); `fit` / `evaluate` /
+    `predict` on stream batches (`document_dataset`) carry each row's memory
+    from batch to batch, cleared where its next document starts. `generate` reads each
     prompt the way `txl_tf.Decoder` does (in segments of `segment_len`,
     aligned on the prompt's end, into a memory of `mem_len` slots), then
     decodes one token at a time on the decode cache (a ring of `mem_len +
