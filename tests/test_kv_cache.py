@@ -204,3 +204,16 @@ def test_a_segment_on_keys_and_values_is_a_segment_on_their_memory(name):
         for carried, recomputed in zip(keys + values, sum(keys_values(plain), [])):
             np.testing.assert_allclose(np.where(valid, carried, 0),
                                        np.where(valid, recomputed, 0), atol=2e-5)
+
+
+def test_the_old_cached_names_warn_and_give_call_with_cache():
+    core = make_core()
+    cache = core.decode_cache(core.initial_memory(2, mem_len=3))
+    x = ids(2, 1)[:, 0]
+    expected, _ = core.call_with_cache(x, cache)
+    for name in ("cached_step", "cached_read"):
+        with pytest.warns(DeprecationWarning, match=f"{name} is deprecated"):
+            got, _ = getattr(core, name)(x, cache)
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    with pytest.warns(DeprecationWarning, match="cached_segment is deprecated"):
+        core.cached_segment(ids(2, 2), cache)

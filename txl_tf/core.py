@@ -308,6 +308,22 @@ class TransformerXL(keras.layers.Layer):
             return output, token
         return output, self._write_token(output, token, cache, stopped)
 
+    def cached_read(self, token_ids, cache, position_keys=None):
+        """Deprecated: `call_with_cache(token_ids, cache, write=False)`."""
+        _deprecated("cached_read", "call_with_cache(token_ids, cache, write=False)")
+        return self.call_with_cache(token_ids, cache, position_keys=position_keys, write=False)
+
+    def cached_step(self, token_ids, cache, stopped=None, position_keys=None):
+        """Deprecated: `call_with_cache(token_ids [B], cache)`."""
+        _deprecated("cached_step", "call_with_cache(token_ids, cache)")
+        return self.call_with_cache(token_ids, cache, stopped=stopped,
+                                    position_keys=position_keys)
+
+    def cached_segment(self, token_ids, cache):
+        """Deprecated: `call_with_cache(token_ids [B, T], cache)`."""
+        _deprecated("cached_segment", "call_with_cache(token_ids, cache)")
+        return self.call_with_cache(token_ids, cache)
+
     def _read_token(self, token_ids, cache, position_keys):
         """One id per row (`[B]`) on the ring, read-only: `(hidden, CachedToken)`."""
         cfg = self.config
@@ -457,3 +473,9 @@ def _empty_slots(mem_mask, filled):
         raise TxlError(f"filled must be an int >= 0 or None, got {filled!r}")
     size = mem_mask.shape[1]
     return 0 if size is None else max(0, size - filled)
+
+
+def _deprecated(old, new):
+    import warnings
+    warnings.warn(f"TransformerXL.{old} is deprecated: use {new}", DeprecationWarning,
+                  stacklevel=3)
