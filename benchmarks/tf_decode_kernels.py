@@ -13,7 +13,8 @@ without a transpose, in TensorFlow graph mode (alternating, median of
   second copy kept as columns `[d, V]` (`h @ table_t`);
 - **scores** and **values**: one layer's query rows against the cached keys
   as columns `[B, H, d_head, S]`, and its probabilities against the cached
-  values `[B, H, S, d_head]` (batch matmuls, as `token_call` runs them).
+  values `[B, H, S, d_head]` (batch matmuls, as the attention's
+  `call_with_cache` runs them).
 
 Each row prints milliseconds, the bytes read over that time (GB/s) and
 that rate as a fraction of this machine's read bandwidth measured in the

@@ -6,6 +6,7 @@ table.open("alice", prompt_ids, max_new_tokens=64, temperature=0.8, seed=1, stop
 table.open("bob", other_ids, max_new_tokens=32, temperature=0)
 while table.active():
     new = table.step()              # {session id: new id} for up to max_batch sessions
+table.reset("bob", next_document)   # bob's memory forgotten, the next document read
 out = table.close("alice")          # a txl_tf.Generation of one row
 ```
 Each session keeps its own memory, sampling settings, seed, stop ids and
@@ -126,6 +127,34 @@ class SessionTable:
             elif self._slab is not None and not goes_on:
                 self._leave_slab(sid)
         return {sid: int(token) for sid, token in zip(served, ids)}
+
+    def reset(self, session_id, prompt, max_new_tokens=None):
+        """Starts a new document in a session: its memory is forgotten (as a
+        document boundary clears a row's memory in training, the other
+        sessions keep theirs) and `prompt` (1-D ids) is read from an empty
+        memory. Its sampling settings, random stream, stop ids and the ids
+        it generated so far stay; it generates up to `max_new_tokens` more
+        (default: what is left of its budget)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise TxlError(f"no open session {session_id!r}")
+        n_token = self.backend.n_token
+        prompts = check_prompts([prompt], n_token)
+        more = session.budget - len(session.ids) if max_new_tokens is None else \
+            check_count("max_new_tokens", max_new_tokens)
+        if self._slab is not None and session_id in self._slab.keys:
+            self._slab.evict(session_id)  # its cache holds the memory being forgotten
+        if session_id in self._queue:
+            self._queue.remove(session_id)
+        log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
+                                    self.segment_len)
+        state = session.state._replace(next_log_probs=log_probs, memory=memory,
+                                       seen=seen_mask(prompts, n_token),
+                                       done=np.array([False]), cache=None)
+        self._sessions[session_id] = session._replace(state=state,
+                                                      budget=len(session.ids) + more)
+        if more:
+            self._queue.append(session_id)
 
     def run(self):
         """Steps until every session is done."""

@@ -1,5 +1,5 @@
 """`TransformerXLCausalLM` on streams: `fit` carries the memory from batch to
-batch exactly as `TransformerXLLM.fit` does on the paper's continuous stream,
+batch, each step the paper's gradient step on the continuous stream,
 and over separate documents each row's memory is cleared where its next
 document starts; documents as text go through the preprocessor."""
 import keras
@@ -27,26 +27,44 @@ class StepLosses(keras.callbacks.Callback):
         self.losses = getattr(self, "losses", []) + [float(logs["loss"])]
 
 
-def test_fit_on_the_continuous_stream_matches_the_stateful_model_step_by_step():
+def test_fit_on_the_continuous_stream_is_the_papers_step_with_memory_carried():
+    """Each `fit` step is an Adam step on the gradient of the mean NLL the
+    core gives with the memory the step before left (written out here), and
+    `TransformerXLLM` (the config-built stream model) steps the same."""
     keras.utils.set_random_seed(0)
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
     stateful = TransformerXLLM(config(), batch_size=B)
-    causal_lm = TransformerXLCausalLM(TransformerXLBackbone.from_core(stateful.core))
+    reference = TransformerXLBackbone.from_core(causal_lm.core).transformer
+    start = reference.r_w_bias.numpy().copy()
+    stateful.core.set_weights(causal_lm.core.get_weights())
     stream = np.random.default_rng(0).integers(0, N_TOKEN, (B, 6 * T + 1)).astype(np.int32)
     xs = np.stack([stream[:, s * T:(s + 1) * T] for s in range(6)])
     ys = np.stack([stream[:, s * T + 1:(s + 1) * T + 1] for s in range(6)])
+    optimizer = keras.optimizers.Adam(1e-2)
+    memory, expected = reference.initial_memory(B), []
+    for x, y in zip(xs, ys):
+        with tf.GradientTape() as tape:
+            nll, memory = reference(x, memory, targets=y, training=True)
+            loss = tf.reduce_mean(nll)
+        variables = reference.trainable_variables
+        optimizer.apply(tape.gradient(loss, variables), variables)
+        expected.append(float(loss))
     continuing = np.zeros([6, B], bool)  # one stream per row: never a document start
-    stateful.compile(optimizer=keras.optimizers.Adam(1e-2))
     causal_lm.compile(optimizer=keras.optimizers.Adam(1e-2))
+    stateful.compile(optimizer=keras.optimizers.Adam(1e-2))
     steps = [StepLosses(), StepLosses()]
-    start = stateful.core.r_w_bias.numpy().copy()
-    stateful.fit(tf.data.Dataset.from_tensor_slices((xs, ys)), verbose=0, callbacks=[steps[0]])
     causal_lm.fit(tf.data.Dataset.from_tensor_slices(
         ({"token_ids": xs, "padding_mask": np.ones_like(xs), "document_start": continuing}, ys)),
-        verbose=0, callbacks=[steps[1]])
-    np.testing.assert_allclose(steps[1].losses, steps[0].losses, atol=1e-5)
-    trained = stateful.core.r_w_bias.numpy()
+        verbose=0, callbacks=[steps[0]])
+    stateful.fit(tf.data.Dataset.from_tensor_slices((xs, ys)), verbose=0, callbacks=[steps[1]])
+    # Keras reports the running mean of the epoch's losses.
+    running = np.cumsum(expected) / np.arange(1, 7)
+    for logged in steps:
+        np.testing.assert_allclose(logged.losses, running, atol=1e-5)
+    trained = reference.r_w_bias.numpy()
     assert np.abs(trained - start).max() > 1e-3  # the steps moved the weights
     np.testing.assert_allclose(causal_lm.core.r_w_bias.numpy(), trained, atol=1e-5)
+    np.testing.assert_allclose(stateful.core.r_w_bias.numpy(), trained, atol=1e-5)
 
 
 def read_alone(core, doc):
@@ -90,14 +108,17 @@ def test_documents_stream_per_row_and_each_reads_as_if_alone():
         np.testing.assert_allclose(read[len(doc) - 1], read_alone(causal_lm.core, doc),
                                    atol=1e-5)
     # The loss of evaluate and of fit (learning rate 0) is that of these log-probs:
-    # keras-hub's weighted NLL over a batch's positions, averaged over the batches.
+    # the NLL per document token (padding weighs 0), and bpc / ppl of it.
     nll = -np.take_along_axis(log_probs, np.stack([y for _, y, _, _ in steps])[..., None], -1)
     weights = np.stack([w for _, _, w, _ in steps])
-    expected = np.mean((nll[..., 0] * weights).sum((1, 2)) / (B * T))
+    expected = (nll[..., 0] * weights).sum() / weights.sum()
     causal_lm.compile(optimizer=keras.optimizers.SGD(0.0))
     result = causal_lm.evaluate(data, verbose=0, return_dict=True)
     assert result["loss"] == pytest.approx(expected, abs=1e-5)
+    assert result["bpc"] == pytest.approx(expected / np.log(2), abs=1e-5)
+    assert result["ppl"] == pytest.approx(np.exp(expected), rel=1e-5)
     history = causal_lm.fit(data, verbose=0)
+    assert set(history.history) == {"loss", "bpc", "ppl"}
     assert history.history["loss"][0] == pytest.approx(expected, abs=1e-5)
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from txl_tf import TransformerXLBackbone, TransformerXLCausalLM, TransformerXLConfig, TxlError
-from txl_tf.weights import get_weights, load_pretrained
+from txl_tf.weights import get_weights, load_pretrained, model_dir
+from txl_tf.weights.legacy_keras import load_legacy_core
 
 N_TOKEN, RANK = 50, 2
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "before_projection_layers")
@@ -102,11 +103,18 @@ def test_files_written_before_the_projections_were_layers_still_load():
         return core(ids, core.initial_memory(2))[0].numpy()
 
     expected = log_probs(reference)
-    lm = keras.saving.load_model(os.path.join(FIXTURES, "lm.keras"), compile=False)
+    old_keras = os.path.join(FIXTURES, "lm.keras")
+    # The subclassed TransformerXLLM of then is a TransformerXLCausalLM now: its
+    # file says how its weights load, and they do.
+    with pytest.raises(TxlError, match="load_legacy_core"):
+        keras.saving.load_model(old_keras, compile=False)
+    lm_core = load_legacy_core(old_keras)
     preset = TransformerXLCausalLM.from_preset(os.path.join(FIXTURES, "preset"))
     run = load_pretrained(os.path.join(FIXTURES, "run"))
-    for name, core in [("keras", lm.core), ("preset", preset.backbone.transformer),
-                       ("checkpoint", run)]:
+    exported, _ = model_dir.load(  # what `txl-export --weights lm.keras` reads
+        config_path=os.path.join(FIXTURES, "model_dir", "config.json"), weights_path=old_keras)
+    for name, core in [("keras", lm_core), ("keras, loader", exported),
+                       ("preset", preset.backbone.transformer), ("checkpoint", run)]:
         np.testing.assert_allclose(log_probs(core), expected, atol=1e-6, err_msg=name)
 
 

@@ -8,7 +8,7 @@ import pytest
 from export import SessionTable, open_runtime, run_export
 from export.cache_slab import CacheSlab
 from export.host_cache import ALIGNMENT, LAYER_STACKED
-from txl_tf import Decoder, TransformerXL, TransformerXLConfig
+from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.weights import save_pretrained
 
 N_TOKEN = 40
@@ -186,3 +186,25 @@ def test_sessions_go_on_from_a_memory_read_once(runtime):
         table.open("x", [1], 3, memory=(mems, mem_mask))
     with pytest.raises(ValueError, match="batch"):
         table.open("y", [1], 3, memory=runtime.initial_memory(2))
+
+
+def test_a_reset_session_reads_its_next_document_as_if_alone_and_the_others_go_on(runtime):
+    """A document boundary in one session: after `reset` it generates what
+    its new prompt gives from an empty memory, while a session sharing its
+    batches gets what it gets alone."""
+    table = SessionTable(runtime, max_batch=2)
+    table.open("a", *SESSIONS["a"][:2], **SESSIONS["a"][2])
+    table.open("b", [3, 4, 5, 6], 12, temperature=0)
+    for _ in range(4):
+        table.step()
+    before = list(table._sessions["b"].ids)
+    table.reset("b", [9, 8, 7], max_new_tokens=7)
+    table.run()
+    got_b, got_a = table.close("b"), table.close("a")
+    fresh = runtime.generate([[9, 8, 7]], 7, temperature=0)
+    np.testing.assert_array_equal(got_b.ids[0], before + list(fresh.ids[0]))
+    np.testing.assert_allclose(got_b.memory.numpy()[0], fresh.memory.numpy()[0], atol=1e-5)
+    alone = runtime.generate([SESSIONS["a"][0]], SESSIONS["a"][1], **SESSIONS["a"][2])
+    np.testing.assert_array_equal(got_a.ids[0], alone.ids[0, :int(alone.lengths[0])])
+    with pytest.raises(TxlError, match="no open session 'b'"):
+        table.reset("b", [1])

@@ -248,8 +248,9 @@ class TransformerXL(keras.layers.Layer):
 
     def decode_position_keys(self, cache):
         """Each layer's position keys of the cache's encodings by distance
-        (`distance_keys`, `[H, d_head, S]`), as `call_with_cache` takes them. A
-        decoding loop makes them once, before the loop: each step's position
+        (`distance_keys`, `[H, d_head, S]`): a decoding loop makes them once,
+        before the loop, as the cache's `position_keys`
+        (`cache._replace(position_keys=...)`): each step's position
         scores are then its queries against them, where without them each
         layer takes its queries through `r` to `d_model` and scores them
         against the shared encodings (`d_model / d_head` times the work;
@@ -268,8 +269,7 @@ class TransformerXL(keras.layers.Layer):
         clamp = self.config.clamp_len
         return size if clamp <= 0 else tf.minimum(size, clamp + 1)
 
-    def call_with_cache(self, token_ids, cache, *, position_keys=None, stopped=None,
-                        write=True):
+    def call_with_cache(self, token_ids, cache, *, stopped=None, write=True):
         """Reads ids on top of a decode cache (`decode_cache`), in inference:
         what `hidden_states` gives on `cache_memory(cache)`, with the memory's
         keys and values taken from the cache (only the new positions are
@@ -282,9 +282,8 @@ class TransformerXL(keras.layers.Layer):
                 segment per row (a conversation's next turn): the new cache
                 holds its memory in time order, each row's free slot last (a
                 segment copies the rings).
-            cache: a `layers.ring_cache.DecodeCache`.
-            position_keys: one id per row only: `decode_position_keys(cache)`,
-                if a decoding loop made them once.
+            cache: a `layers.ring_cache.DecodeCache`; a decoding loop sets its
+                `position_keys` once (`decode_position_keys`).
             stopped: one id per row only: bool `[B]`, rows that keep their
                 cache as it is (their `hidden` is meaningless); a row that has
                 stopped must stay stopped for the cache's life.
@@ -299,11 +298,11 @@ class TransformerXL(keras.layers.Layer):
         """
         token_ids = tf.convert_to_tensor(token_ids)
         if token_ids.shape.rank == 2:
-            if position_keys is not None or stopped is not None or not write:
-                raise TxlError("position_keys, stopped and write=False are for one id per "
-                               "row (token_ids [B]); a segment [B, T] writes its cache")
+            if stopped is not None or not write:
+                raise TxlError("stopped and write=False are for one id per row (token_ids "
+                               "[B]); a segment [B, T] writes its cache")
             return self._read_segment(token_ids, cache)
-        output, token = self._read_token(token_ids, cache, position_keys)
+        output, token = self._read_token(token_ids, cache)
         if not write:
             return output, token
         return output, self._write_token(output, token, cache, stopped)
@@ -311,20 +310,19 @@ class TransformerXL(keras.layers.Layer):
     def cached_read(self, token_ids, cache, position_keys=None):
         """Deprecated: `call_with_cache(token_ids, cache, write=False)`."""
         _deprecated("cached_read", "call_with_cache(token_ids, cache, write=False)")
-        return self.call_with_cache(token_ids, cache, position_keys=position_keys, write=False)
+        return self.call_with_cache(token_ids, _keyed(cache, position_keys), write=False)
 
     def cached_step(self, token_ids, cache, stopped=None, position_keys=None):
         """Deprecated: `call_with_cache(token_ids [B], cache)`."""
         _deprecated("cached_step", "call_with_cache(token_ids, cache)")
-        return self.call_with_cache(token_ids, cache, stopped=stopped,
-                                    position_keys=position_keys)
+        return self.call_with_cache(token_ids, _keyed(cache, position_keys), stopped=stopped)
 
     def cached_segment(self, token_ids, cache):
         """Deprecated: `call_with_cache(token_ids [B, T], cache)`."""
         _deprecated("cached_segment", "call_with_cache(token_ids, cache)")
         return self.call_with_cache(token_ids, cache)
 
-    def _read_token(self, token_ids, cache, position_keys):
+    def _read_token(self, token_ids, cache):
         """One id per row (`[B]`) on the ring, read-only: `(hidden, CachedToken)`."""
         cfg = self.config
         token_ids = check_token_ids(token_ids[:, None], cfg.n_token)[:, 0]
@@ -335,20 +333,20 @@ class TransformerXL(keras.layers.Layer):
                                             cfg.same_length_convention)[0],
                           slot_order(slot, size))
         visible = (cache.valid | at_slot[None, :]) & reach[None, :]
-        hidden = tf.where(visible, 0.0, -1e30)[:, None, :]
-        if position_keys is None:
+        if not cache.position_keys:
             positions = [in_slot_order(cache.positions, slot, size)] * len(self.blocks)
         else:
             # Each slot's index among the keys: its time index less the
             # clamped distances' (those all take the first key, the clamp's).
             order = tf.maximum(slot_order(slot, size) - (size - self._distinct_distances(size)), 0)
-            positions = [(layer_keys, order) for layer_keys in position_keys]
+            positions = [(layer_keys, order) for layer_keys in cache.position_keys]
         output = self.word_emb(token_ids)
         mems, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
             mems.append(output)
-            output, k, v = block.token_call(output, cache.keys[i], cache.values[i], at_slot,
-                                            hidden, positions[i], *self._biases(i))
+            output, k, v = block.call_with_cache(output, cache.keys[i], cache.values[i],
+                                                 positions[i], visible, *self._biases(i),
+                                                 at_slot=at_slot)
             keys.append(k)
             values.append(v)
         return output, CachedToken(tuple(mems), tuple(keys), tuple(values))
@@ -384,8 +382,8 @@ class TransformerXL(keras.layers.Layer):
             # last axis of the columns cost TensorFlow several times more.
             mem_keys = in_time_order(swap_key_layout(cache.keys[i]), cache, 2)
             mem_values = in_time_order(cache.values[i], cache, 2)
-            output, k, v = block.call_on_keys(output, pos_emb, mem_keys, mem_values, visible,
-                                              *self._biases(i))
+            output, k, v = block.call_with_cache(output, mem_keys, mem_values, pos_emb,
+                                                 visible, *self._biases(i))
             keys.append(swap_key_layout(newest(mem_keys, k)))
             values.append(newest(mem_values, v))
         new = update_memory(_float32(memory), tf.stack(layer_inputs))
@@ -415,8 +413,8 @@ class TransformerXL(keras.layers.Layer):
                                        cfg.same_length_convention, None)
         new_keys, new_values = [], []
         for i, block in enumerate(self.blocks):
-            output, k, v = block.call_on_keys(output, pos_emb, keys[i], values[i], visible,
-                                              *self._biases(i))
+            output, k, v = block.call_with_cache(output, keys[i], values[i], pos_emb, visible,
+                                                 *self._biases(i))
             new_keys.append(keep_last(tf.concat([tf.cast(keys[i], k.dtype), k], 2), 2, mem_len))
             new_values.append(keep_last(tf.concat([tf.cast(values[i], v.dtype), v], 2), 2,
                                         mem_len))
@@ -473,6 +471,11 @@ def _empty_slots(mem_mask, filled):
         raise TxlError(f"filled must be an int >= 0 or None, got {filled!r}")
     size = mem_mask.shape[1]
     return 0 if size is None else max(0, size - filled)
+
+
+def _keyed(cache, position_keys):
+    """`cache` holding `position_keys` (when given)."""
+    return cache if position_keys is None else cache._replace(position_keys=tuple(position_keys))
 
 
 def _deprecated(old, new):

@@ -119,24 +119,20 @@ class Decoder:
         # from it: the compiled loop writes into a copy of it), else the
         # memory's keys and values projected once; every chunk goes on from it.
         cache = held_cache(state, self)
-        # The position keys: made once for the cache's life (every chunk, and
-        # every resume and next turn on it): 0.1 s at enwik8_base's 2,100.
-        position_keys = None if cache is None else state.cache.fixed
         if cache is None:
             mems, mem_mask = _tensors(state.memory)
             cache = self._project(mems, mem_mask, _filled(mem_mask.numpy()))
+        if not cache.position_keys:  # once for the cache's life (resumes, next turns)
+            cache = cache._replace(position_keys=self._position_keys(cache))
         loop = [tf.constant(state.next_log_probs, tf.float32), cache,
                 tf.constant(state.seen), tf.constant(state.counters, tf.int64),
                 tf.constant(state.done)]
-        if position_keys is None:
-            position_keys = self._position_keys(cache)
         chunk = num_tokens if stream is None else stream_every
         ids, log_probs, done_tokens = [], [], 0
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)
             new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
-                                                   tf.constant(size), _bucket(size),
-                                                   position_keys)
+                                                   tf.constant(size), _bucket(size))
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
@@ -152,7 +148,7 @@ class Decoder:
         return ids, log_probs, DecodeState(lp.numpy(), self.core.cache_memory(cache),
                                            seen.numpy(), counters.numpy(), done.numpy(),
                                            state.rows, state.pad_id,
-                                           HeldCache(self, cache, fixed=position_keys))
+                                           HeldCache(self, cache))
 
     # ---------------------------------------- the decode cache (generation.flow)
     def read_cached(self, ids, cache):
@@ -202,14 +198,13 @@ class Decoder:
         return self.core.crit(hidden[:, -1]), cache
 
     def _decode_graph(self, log_probs, cache, seen, counters, done, rows, pad_id, num_tokens,
-                      capacity, position_keys):
+                      capacity):
         """Up to `num_tokens` steps in one `tf.while_loop`, ending early when
         every row is done; ids and log-probs `[B, capacity]` (`capacity >=
         num_tokens`, a Python int: the shapes stay static for XLA) and the
         state. The memory lives in the `DecodeCache` ring: each step
         projects only its token and writes it in place (its position scores
-        against `position_keys`, `TransformerXL.decode_position_keys` of the
-        cache, made once per `decode`); rows that are done
+        against the cache's `position_keys`); rows that are done
         keep their memory as it was."""
         batch = tf.shape(done)[0]
         ids = tf.fill([capacity, batch], pad_id)
@@ -218,8 +213,7 @@ class Decoder:
         def body(t, ids, chosen, log_probs, cache, seen, counters, done):
             new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
                                                                 done, pad_id)
-            hidden, cache = self.core.call_with_cache(new_ids, cache, stopped=done,
-                                                      position_keys=position_keys)
+            hidden, cache = self.core.call_with_cache(new_ids, cache, stopped=done)
             log_probs = self.core.crit.log_probs(hidden, output_weights)
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])

@@ -77,7 +77,7 @@ def next_turn(backend, state, prompts, segment_len):
         log_probs, memory = prefill(backend, prompts, state.memory, segment_len)
     else:  # the decode gives the memory back from the cache
         log_probs, cache = prefill(CachedReading(backend), prompts, cache, segment_len)
-        memory, held = None, HeldCache(backend, cache, private=True, fixed=state.cache.fixed)
+        memory, held = None, HeldCache(backend, cache, private=True)
     seen = state.seen | seen_mask(prompts, backend.n_token)
     return DecodeState(log_probs, memory, seen, state.counters.copy(),
                        np.zeros_like(state.done), state.rows, state.pad_id, held)

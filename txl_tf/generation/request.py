@@ -54,15 +54,11 @@ class HeldCache(NamedTuple):
     """A decode cache (`export.decode_interface`) and the backend whose
     tensors hold it: only that backend reads on from it. `private`: no
     caller can reach it (a next turn's new cache, before its decode), so
-    the decode may advance it in place instead of a copy. `fixed`: what
-    the backend made from the cache's parts that never change (the
-    compiled `Decoder`'s position keys), for its next calls on the cache
-    and on the caches read from it (a next turn's)."""
+    the decode may advance it in place instead of a copy."""
 
     backend: Any
     tensors: Any
     private: bool = False
-    fixed: Any = None
 
     def on(self, backend):
         """The cache's tensors when `backend` holds them, else None."""

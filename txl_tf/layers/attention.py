@@ -128,16 +128,44 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def memory_keys_values(self, memory):
         """Keys and values `[B, H, M, d_head]` of the memory positions. They
         depend on the memory alone (position enters through `pos_emb`), so a
-        decoder computes them once and carries them (`token_call`)."""
+        decoder computes them once and carries them (`call_with_cache`)."""
         memory = tf.cast(memory, self.compute_dtype)
         return self._keys_values(self.layer_norm(memory) if self.pre_lnorm else memory)
 
-    def call_on_keys(self, inputs, pos_emb, mem_keys, mem_values, visible, r_w_bias, r_r_bias):
-        """Inference `call` with the memory's keys and values given (`[B, H,
-        M, d_head]`, from `memory_keys_values`) in place of the memory:
-        `(outputs [B, T, d], keys, values)`, the inputs' own keys and values
-        `[B, H, T, d_head]`. A decoder's cache reads a segment this way
-        without projecting its memory again."""
+    def call_with_cache(self, inputs, keys, values, positions, visible, r_w_bias, r_r_bias,
+                        at_slot=None):
+        """Inference over cached keys and values, the one cached call:
+        `(outputs, key, value)`, the outputs and the new positions' own keys
+        and values. Two layouts of the cache:
+
+        * a segment after the memory (`at_slot` None): inputs `[B, T, d]`;
+          keys and values `[B, H, M, d_head]` of the memory in time order
+          (`memory_keys_values`); positions `[M + T, d]` (`pos_emb`);
+          visible bool `[B, 1, T, M + T]`. Returns outputs `[B, T, d]`, keys
+          and values `[B, H, T, d_head]`.
+        * one position per row on a ring (`layers.ring_cache`), read in
+          place: inputs `[B, d]`; keys as columns `[B, H, d_head, S]`,
+          values `[B, H, S, d_head]`; `at_slot` (bool `[S]`, one True) the
+          slot that is stale or already holds this position (its own key
+          and value are used there); visible bool `[B, S]`; positions either
+          `[S, d]`, each slot's relative encoding in ring order, or
+          `(position_keys, order)`: this layer's `distance_keys` of the
+          distinct encodings by distance `[H, d_head, D]` (D <= S: a clamp
+          shares one) and each slot's index among them (int32 `[S]`), made
+          once by a decoding loop. Returns outputs `[B, d]`, key and value
+          `[B, H, d_head]`.
+        """
+        if at_slot is None:
+            return self._segment_on_keys(inputs, keys, values, positions, visible, r_w_bias,
+                                         r_r_bias)
+        hidden = tf.where(visible, 0.0, -1e30)[:, None, :]
+        return self._token_on_ring(inputs, keys, values, at_slot, hidden, positions, r_w_bias,
+                                   r_r_bias)
+
+    def _segment_on_keys(self, inputs, mem_keys, mem_values, pos_emb, visible, r_w_bias,
+                         r_r_bias):
+        """`call_with_cache` of a segment: `call` with the memory's keys and
+        values in place of the memory (it is not projected again)."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
         k, v = self._keys_values(rows)
         keys = tf.concat([tf.cast(mem_keys, k.dtype), k], 2)
@@ -146,22 +174,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                            training=False)
         return out, k, v
 
-    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
-        """Inference `call` for one new position per row over a ring of
-        cached keys and values (`layers.ring_cache`), read-only: inputs
-        `[B, d]`; keys as columns `[B, H, d_head, S]`, values `[B, H, S,
-        d_head]`, whose slot `at_slot` (bool `[S]`, one True) is stale or
-        already holds this position: its own key and value are used
-        there; hidden: float32 `[B, 1, S]`,
-        -1e30 at hidden slots. `positions`: either `[S, d_model]`, each
-        slot's relative encoding in ring order, or `(position_keys, order)`:
-        this layer's `distance_keys` of the distinct encodings by distance
-        `[H, d_head, D]` (D <= S: a clamp shares one) and each slot's index
-        among them (int32 `[S]`), which a
-        decoding loop makes once (`d_head / d_model` of the position term's
-        work).
-        Returns `(outputs [B, d], key, value)`, the new position's key and
-        value `[B, H, d_head]`."""
+    def _token_on_ring(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias,
+                       r_r_bias):
+        """`call_with_cache` of one position per row on a ring; `hidden`:
+        float32 `[B, 1, S]`, -1e30 at hidden slots."""
         rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
         q, k_new, v_new = (tf.reshape(projection(rows), [-1, self.n_head, 1, self.d_head])
                            for projection in (self.query, self.key, self.value))
@@ -198,7 +214,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def distance_keys(self, encodings):
         """The position keys of `encodings [S, d]` as columns `[n_head,
-        d_head, S]` (`token_call`'s `positions`)."""
+        d_head, S]` (`call_with_cache`'s `positions`)."""
         return tf.transpose(self.position_keys(encodings), [0, 2, 1])
 
     def position_keys(self, pos_emb):

@@ -37,22 +37,13 @@ class TransformerXLBlock(keras.layers.Layer):
         """See `RelativeMultiHeadAttention.memory_keys_values`."""
         return self.rel_attn.memory_keys_values(memory)
 
-    def call_on_keys(self, inputs, pos_emb, mem_keys, mem_values, visible, r_w_bias,
-                     r_r_bias):
-        """Inference with the memory's keys and values given: `(outputs, keys,
-        values)`; see `RelativeMultiHeadAttention.call_on_keys`."""
-        hidden_states, keys, values = self.rel_attn.call_on_keys(
-            inputs, pos_emb, mem_keys, mem_values, visible, r_w_bias, r_r_bias)
+    def call_with_cache(self, inputs, keys, values, positions, visible, r_w_bias, r_r_bias,
+                        at_slot=None):
+        """Inference over cached keys and values: `(outputs, keys, values)`;
+        see `RelativeMultiHeadAttention.call_with_cache`."""
+        hidden_states, keys, values = self.rel_attn.call_with_cache(
+            inputs, keys, values, positions, visible, r_w_bias, r_r_bias, at_slot=at_slot)
         return self.ff(hidden_states, training=False), keys, values
-
-    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias,
-                   r_r_bias):
-        """One new position per row over a ring of cached keys and values,
-        read-only: `(outputs [B, d], key, value)`; see
-        `RelativeMultiHeadAttention.token_call`."""
-        hidden_states, key, value = self.rel_attn.token_call(
-            inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias)
-        return self.ff(hidden_states, training=False), key, value
 
     def get_config(self):
         return {**super().get_config(), **self.sizes}

@@ -41,6 +41,10 @@ class DecodeCache(NamedTuple):
         the distances M, ..., 0, twice over (`in_slot_order`; fixed for the
         cache's life, shared by every layer: each layer's position scores
         are its queries, taken through its `r` projection, against them).
+    position_keys: each layer's keys of those encodings by distance
+        (`TransformerXL.decode_position_keys`), made once for the cache's
+        life by a decoding loop, which steps then score against; `()`
+        (not made) by default.
     """
 
     mems: tuple
@@ -50,6 +54,7 @@ class DecodeCache(NamedTuple):
     slot: tf.Tensor
     row_slot: tf.Tensor
     positions: tf.Tensor
+    position_keys: tuple = ()
 
     def reset_rows(self, rows):
         """This cache with the rows where `rows` (bool `[B]`) is True

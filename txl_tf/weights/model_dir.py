@@ -161,8 +161,11 @@ def _load_weights(core, source):
         checkpoints.restore_weights(core, path)
     elif source.weights_kind == "keras":
         import keras
-        model = keras.saving.load_model(path, compile=False)
-        trained = getattr(model, "core", None)
+        from txl_tf.weights.legacy_keras import is_legacy, load_legacy_core
+        if is_legacy(path):
+            trained = load_legacy_core(path)
+        else:
+            trained = getattr(keras.saving.load_model(path, compile=False), "core", None)
         if trained is None:
             raise ModelDirError(f"{path} holds no model with a `.core` Transformer-XL")
         checkpoints.set_weights(core, checkpoints.get_weights(trained))

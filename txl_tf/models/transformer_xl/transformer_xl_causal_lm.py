@@ -5,13 +5,11 @@ import keras
 import keras_hub
 import tensorflow as tf
 
-from txl_tf.checks.inputs import InputError
 from txl_tf.errors import TxlError
-from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
-from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
 from txl_tf.models.transformer_xl import presets
+from txl_tf.models.transformer_xl.stream_training import StreamTraining
 from txl_tf.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
 from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
     TransformerXLCausalLMPreprocessor)
@@ -21,7 +19,7 @@ _RING = ("mems", "keys", "values", "valid", "row_slot")
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLCausalLM(keras_hub.models.CausalLM):
+class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
     """A Transformer-XL language model with keras-hub's `CausalLM` contract.
 
     Calling it on `{"token_ids", "padding_mask"}` gives log-probabilities
@@ -71,7 +69,7 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         if self.mem_len < 0 or self.segment_len < 1:
             raise TxlError(f"mem_len must be >= 0 and segment_len >= 1, got {self.mem_len} "
                            f"and {self.segment_len}")
-        self._streams = Untracked(None)  # (training, evaluation) StreamMemory, made by fit
+        self._init_streams()
 
     @property
     def core(self):
@@ -129,16 +127,17 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         log_probs, hidden, cache = self._step(token_ids[:, 0], cache, position_keys)
         return log_probs[:, None], hidden[:, None], cache
 
-    def _ring(self, cache):
-        """The `DecodeCache` of a keras-hub cache dict."""
+    def _ring(self, cache, position_keys=()):
+        """The `DecodeCache` of a keras-hub cache dict (batch first, so
+        that samplers can copy rows; the position keys live outside it)."""
         size = tf.shape(cache["valid"])[1]
         positions = tf.tile(self.core.pos_emb(size), [2, 1])
         return DecodeCache(cache["mems"], cache["keys"], cache["values"], cache["valid"],
-                           cache["row_slot"][0], cache["row_slot"], positions)
+                           cache["row_slot"][0], cache["row_slot"], positions,
+                           tuple(position_keys or ()))
 
-    def _step(self, ids, cache, position_keys=None, output_weights=None):
-        hidden, ring = self.core.call_with_cache(ids, self._ring(cache),
-                                                    position_keys=position_keys)
+    def _step(self, ids, cache, position_keys=(), output_weights=None):
+        hidden, ring = self.core.call_with_cache(ids, self._ring(cache, position_keys))
         log_probs = self.core.crit.log_probs(hidden, output_weights)
         new = {name: getattr(ring, name) for name in _RING}
         return log_probs, hidden, {**new, "log_probs": log_probs, "hidden": hidden}
@@ -191,115 +190,8 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         batch before, each row cleared where its document starts (see
         `document_dataset`)."""
         if isinstance(inputs, dict) and "document_start" in inputs:
-            return self._read_streams(inputs, training)
+            return self._read_streams(inputs, self._call_memory(training), training=training)
         return super().call(inputs, training=training, mask=mask)
-
-    def _read_streams(self, inputs, training):
-        streams = self._streams.value
-        if streams is None:
-            raise TxlError("stream batches (with 'document_start') are read by fit, evaluate "
-                           "and predict, which size the memory; call one of them")
-        token_ids, extra = split_inputs(inputs, optional=("document_start", "padding_mask"))
-        memory_of = streams[0] if training else streams[1]
-        mask = extra["padding_mask"]
-        hidden, memory = self.core.hidden_states(
-            token_ids, memory_of.read(extra["document_start"]), training=training,
-            token_mask=None if mask is None else tf.cast(mask, tf.bool))
-        memory_of.write(memory)
-        return self.core.crit(hidden)
-
-    def document_dataset(self, documents, batch_size, segment_len=None):
-        """Batches for `fit` / `evaluate` that stream `documents` through the
-        memory: each of the `batch_size` rows reads documents one after
-        another in segments, and a row's memory is cleared where its next
-        document starts (the other rows keep theirs).
-
-        Args:
-            documents: strings (tokenized with the preprocessor's tokenizer)
-                or sequences of ids, each at least 2 ids long.
-            batch_size: rows (streams) per batch.
-            segment_len: ids per segment (default the config's `tgt_len`).
-
-        Returns:
-            A `tf.data.Dataset` of `({"token_ids", "padding_mask",
-            "document_start"}, labels, weights)`, one pass in order.
-        """
-        from txl_tf.data.documents import document_segments
-        if any(isinstance(d, (str, bytes)) for d in documents):
-            tokenizer = getattr(self.preprocessor, "tokenizer", None)
-            if tokenizer is None:
-                raise TxlError("documents as text need a preprocessor with a tokenizer; "
-                               "give ids, or build the model with a preprocessor")
-            documents = [tokenizer.tokenize(d).numpy() if isinstance(d, (str, bytes)) else d
-                         for d in documents]
-        seg = self.core.config.tgt_len if segment_len is None else int(segment_len)
-        token_ids, labels, weights, start = document_segments(documents, batch_size, seg)
-        inputs = {"token_ids": token_ids, "padding_mask": (weights > 0).astype("int32"),
-                  "document_start": start}
-        return tf.data.Dataset.from_tensor_slices((inputs, labels, weights))
-
-    def reset_memory(self):
-        """Forgets the streams' history (training and evaluation memory)."""
-        for memory in self._streams.value or ():
-            memory.clear()
-
-    def _prepare_streams(self, x, batch_size, method, shuffle=False):
-        """Sizes the stream memory for `x`'s batches (new, empty memory when
-        the size changes); returns the `batch_size` to hand Keras."""
-        if isinstance(x, tf.data.Dataset):
-            first = tf.nest.flatten(x.element_spec)[0]
-            size = first.shape[0] if first.shape.rank else None
-            if size is None:
-                raise InputError(f"{method}: stream batches need a fixed batch size (batch with "
-                                 "drop_remainder=True)")
-        elif shuffle:
-            raise InputError(f"{method}: shuffle=True would move rows between batches, so each "
-                             "row of the memory would continue another stream (shuffle=False)")
-        else:
-            size = batch_size or 32
-        replicas = self.distribute_strategy.num_replicas_in_sync
-        fix = (f"stream batches hold {size} rows, split over {replicas} replicas; batch the "
-               f"data in {size}s with drop_remainder=True")
-        if size % replicas:
-            raise InputError(f"{method}: {fix}")
-        batch_size = checked_batch_size(x, batch_size, size, method, fix)
-        per_replica = size // replicas
-        streams = self._streams.value
-        if streams is None or streams[0].batch_size != per_replica:
-            config, zero_filled = self.core.config, self.core.config.zero_filled_memory
-            with self.distribute_strategy.scope():
-                self._streams = Untracked(*(
-                    StreamMemory(config, per_replica, self.mem_len, zero_filled, prefix)
-                    for prefix in ("", "eval_")))
-            self.train_function = self.test_function = self.predict_function = None
-        return batch_size
-
-    def fit(self, x=None, y=None, batch_size=None, **kwargs):
-        """keras-hub's `fit`; stream batches (see `document_dataset`) carry
-        the memory from batch to batch, in order (never shuffled)."""
-        if not _is_stream(x):
-            return super().fit(x, y, batch_size=batch_size, **kwargs)
-        kwargs["shuffle"] = kwargs.get("shuffle", False)
-        batch_size = self._prepare_streams(x, batch_size, "fit", kwargs["shuffle"])
-        return keras.Model.fit(self, x, y, batch_size=batch_size, **kwargs)
-
-    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
-        """keras-hub's `evaluate`; stream batches are read from an empty
-        evaluation memory, carried from batch to batch (training's memory
-        is left as it is)."""
-        if not _is_stream(x):
-            return super().evaluate(x, y, batch_size=batch_size, **kwargs)
-        batch_size = self._prepare_streams(x, batch_size, "evaluate")
-        self._streams.value[1].clear()
-        return keras.Model.evaluate(self, x, y, batch_size=batch_size, **kwargs)
-
-    def predict(self, x=None, batch_size=None, **kwargs):
-        """keras-hub's `predict`; stream batches as in `evaluate`."""
-        if not _is_stream(x):
-            return super().predict(x, batch_size=batch_size, **kwargs)
-        batch_size = self._prepare_streams(x, batch_size, "predict")
-        self._streams.value[1].clear()
-        return keras.Model.predict(self, x, batch_size=batch_size, **kwargs)
 
     # ------------------------------------------------------------ generation
     def generate_step(self, inputs, stop_token_ids=None):
@@ -378,11 +270,3 @@ class TransformerXLCausalLM(keras_hub.models.CausalLM):
         return {**super().get_config(), "mem_len": self.mem_len,
                 "segment_len": self.segment_len}
 
-
-def _is_stream(x):
-    """Whether `x` (a dataset or arrays) holds stream batches: inputs with a
-    `document_start`."""
-    if isinstance(x, tf.data.Dataset):
-        spec = x.element_spec
-        x = spec[0] if isinstance(spec, tuple) else spec
-    return isinstance(x, dict) and "document_start" in x

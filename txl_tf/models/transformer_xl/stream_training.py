@@ -1,0 +1,261 @@
+"""`fit` / `evaluate` / `predict` of `TransformerXLCausalLM` over stream
+batches: each batch row continues a stream of text, its memory carried from
+batch to batch (a `StreamMemory`) and cleared where its next document
+starts. The loss is the NLL the core computes from the targets (the adaptive
+softmax never forms the full log-probs), reported as `loss` (nats per
+token), `bpc` and `ppl`."""
+import keras
+import tensorflow as tf
+
+from txl_tf.checks.inputs import InputError
+from txl_tf.errors import TxlError
+from txl_tf.keras_support.keras_compat import PrebuiltModel
+from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
+from txl_tf.keras_support.untracked import Untracked
+from txl_tf.learning.metrics import TokenNLL
+
+_STREAM_KEYS = ("document_start", "padding_mask")
+
+
+class StreamTraining:
+    """Mixin of `TransformerXLCausalLM`: stream batches (inputs with a
+    `document_start`, see `document_dataset`) through `fit`, `evaluate`
+    and `predict`; other batches go to keras-hub's methods."""
+
+    def _init_streams(self):
+        # (training memory, evaluation memory, metrics), made by `_size_streams`.
+        self._streams = Untracked(None)
+        self._streaming = False
+
+    # ------------------------------------------------------------ the memory
+    @property
+    def stream_batch_size(self):
+        """Rows per replica of the stream memory (None before a stream `fit`)."""
+        return None if self._streams.value is None else self._streams.value[0].batch_size
+
+    def _size_streams(self, per_replica, zero_filled=None):
+        """Makes an empty training and evaluation memory of `per_replica`
+        rows (and the stream metrics), under the model's strategy."""
+        config = self.core.config
+        zero_filled = config.zero_filled_memory if zero_filled is None else zero_filled
+        with self.distribute_strategy.scope():
+            memories = [StreamMemory(config, per_replica, self.mem_len, zero_filled, prefix)
+                        for prefix in ("", "eval_")]
+            metrics = tuple(TokenNLL(kind, name=name)
+                            for kind, name in (("nll", "loss"), ("bpc", "bpc"), ("ppl", "ppl")))
+        self._streams = Untracked(*memories, metrics)
+        self._drop_step_functions()
+
+    def _drop_step_functions(self):
+        self.train_function = self.test_function = self.predict_function = None
+
+    def reset_memory(self):
+        """Forgets the streams' history (training and evaluation memory)."""
+        for memory in (self._streams.value or ())[:2]:
+            memory.clear()
+
+    def reset_state(self):
+        """`reset_memory()` under the name of Keras's stateful layers."""
+        self.reset_memory()
+
+    def _call_memory(self, training):
+        """The memory a stream call reads: training's, or evaluation's."""
+        return self._streams.value[0 if training else 1]
+
+    # ----------------------------------------------------------------- steps
+    @property
+    def metrics(self):
+        if getattr(self, "_streaming", False):
+            return list(self._streams.value[2])
+        return super().metrics
+
+    def _read_streams(self, inputs, memory_of, targets=None, training=False):
+        """Reads one stream batch on `memory_of` (a `StreamMemory`) and
+        stores the memory it leaves: log-probs, or the NLL of `targets`."""
+        if self._streams.value is None:
+            raise TxlError("stream batches (with 'document_start') are read by fit, evaluate "
+                           "and predict, which size the memory; call one of them")
+        token_ids, extra = split_inputs(inputs, optional=_STREAM_KEYS)
+        mask = extra["padding_mask"]
+        out, memory = self.core(token_ids, memory_of.read(extra["document_start"]),
+                                targets=targets, training=training,
+                                token_mask=None if mask is None else tf.cast(mask, tf.bool))
+        memory_of.write(memory)
+        return out
+
+    def _track(self, nll, weights):
+        for metric in self.metrics:
+            metric.update_state(nll, sample_weight=weights)
+        return self._step_logs({m.name: m.result() for m in self.metrics})
+
+    @staticmethod
+    def _step_logs(logs):
+        """Keras reduces step outputs across workers along axis 0, which fails
+        for scalars (tensorflow/tensorflow#72388); the metrics are already
+        synchronised, so give them shape [1] when there are several workers."""
+        strategy = tf.distribute.get_strategy()
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            spec = strategy.cluster_resolver.cluster_spec()
+            if sum(spec.num_tasks(job) for job in spec.jobs) > 1:
+                return {k: tf.reshape(v, [1]) for k, v in logs.items()}
+        return logs
+
+    @staticmethod
+    def _unpack(data):
+        """`(inputs, labels, weights [B, T] float32 or None)` of a batch."""
+        inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
+        if weights is not None:
+            weights = tf.cast(weights, tf.float32)
+            if weights.shape.rank == 1:  # one weight per stream
+                weights = weights[:, None]
+            weights = tf.broadcast_to(weights, tf.shape(labels))
+        return inputs, labels, weights
+
+    @staticmethod
+    def _replica_loss(nll, weights):
+        """This replica's share of the loss the gradients are summed from: the
+        mean NLL over all replicas' positions, weighted as Keras weights
+        losses ("sum_over_batch_size": zero-weight positions count in the
+        denominator, so no extra cross-replica sum is needed)."""
+        if weights is not None:
+            nll = nll * weights
+        return tf.reduce_mean(nll) / tf.distribute.get_strategy().num_replicas_in_sync
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Under a strategy Keras pulls a first batch and builds the compiled
+        loss and metrics on its replicas' mean (float ids); stream steps use
+        neither, and the pulled batch would be read twice from a stream
+        (see `PrebuiltModel`): only the optimizer is built."""
+        if not self._streaming:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        return PrebuiltModel._maybe_symbolic_build(self, iterator, data_batch)
+
+    def train_step(self, data):
+        if not self._streaming:
+            return super().train_step(data)
+        inputs, labels, weights = self._unpack(data)
+        memory_of = self._streams.value[0]
+        with tf.GradientTape() as tape:
+            nll = self._read_streams(inputs, memory_of, targets=labels, training=True)
+            scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights))
+        grads = tape.gradient(scaled, self.trainable_weights)
+        self.optimizer.apply(grads, self.trainable_weights)
+        return self._track(nll, weights)
+
+    def test_step(self, data):
+        if not self._streaming:
+            return super().test_step(data)
+        inputs, labels, weights = self._unpack(data)
+        nll = self._read_streams(inputs, self._streams.value[1], targets=labels)
+        return self._track(nll, weights)
+
+    def predict_step(self, data):
+        if not self._streaming:
+            return super().predict_step(data)
+        inputs = data[0] if isinstance(data, (tuple, list)) else data
+        return self._read_streams(inputs, self._call_memory(False))
+
+    # ------------------------------------------------------- fit / evaluate
+    def is_stream(self, x):
+        """Whether `x` (a dataset or arrays) holds stream batches: inputs
+        with a `document_start`."""
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            x = spec[0] if isinstance(spec, tuple) else spec
+        return isinstance(x, dict) and "document_start" in x
+
+    def _stream_batch_size(self, x, batch_size, method, shuffle=False):
+        """The global rows of `x`'s batches (a new, empty memory when it
+        changes); returns the `batch_size` to hand Keras."""
+        if isinstance(x, tf.data.Dataset):
+            first = tf.nest.flatten(x.element_spec)[0]
+            size = first.shape[0] if first.shape.rank else None
+            if size is None:
+                raise InputError(f"{method}: stream batches need a fixed batch size (batch with "
+                                 "drop_remainder=True)")
+        else:
+            size = batch_size or 32
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        fix = (f"stream batches hold {size} rows, split over {replicas} replicas; batch the "
+               f"data in {size}s with drop_remainder=True")
+        if size % replicas:
+            raise InputError(f"{method}: {fix}")
+        batch_size = checked_batch_size(x, batch_size, size, method, fix)
+        if self.stream_batch_size != size // replicas:
+            self._size_streams(size // replicas)
+        return batch_size
+
+    def _prepare_streams(self, x, batch_size, method, shuffle=False):
+        if shuffle and not isinstance(x, tf.data.Dataset):
+            raise InputError(f"{method}: shuffle=True would move rows between batches, so each "
+                             "row of the memory would continue another stream; a "
+                             "Transformer-XL reads its streams in order (shuffle=False)")
+        batch_size = self._stream_batch_size(x, batch_size, method)
+        self._set_streaming(True)
+        return batch_size
+
+    def _set_streaming(self, streaming):
+        if self._streaming != streaming:
+            self._streaming = streaming
+            self._drop_step_functions()
+
+    def fit(self, x=None, y=None, batch_size=None, shuffle=False, **kwargs):
+        """keras-hub's `fit`; stream batches (see `document_dataset`) carry
+        the memory from batch to batch, in order (never shuffled)."""
+        if not self.is_stream(x):
+            self._set_streaming(False)
+            return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
+        batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
+        return keras.Model.fit(self, x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
+        """keras-hub's `evaluate`; stream batches are read from an empty
+        evaluation memory, carried from batch to batch (training's memory
+        is left as it is; `fit`'s validation comes here too)."""
+        if not self.is_stream(x):
+            self._set_streaming(False)
+            return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+        batch_size = self._prepare_streams(x, batch_size, "evaluate")
+        self._streams.value[1].clear()
+        return keras.Model.evaluate(self, x, y, batch_size=batch_size, **kwargs)
+
+    def predict(self, x=None, batch_size=None, **kwargs):
+        """keras-hub's `predict`; stream batches give log-probs `[B, T,
+        n_token]`, read from an empty evaluation memory."""
+        if not self.is_stream(x):
+            self._set_streaming(False)
+            return super().predict(x, batch_size=batch_size, **kwargs)
+        batch_size = self._prepare_streams(x, batch_size, "predict")
+        if self._call_memory(False) is self._streams.value[1]:
+            self._streams.value[1].clear()
+        return keras.Model.predict(self, x, batch_size=batch_size, **kwargs)
+
+    def document_dataset(self, documents, batch_size, segment_len=None):
+        """Batches for `fit` / `evaluate` that stream `documents` through the
+        memory: each of the `batch_size` rows reads documents one after
+        another in segments, and a row's memory is cleared where its next
+        document starts (the other rows keep theirs).
+
+        Args:
+            documents: strings (tokenized with the preprocessor's tokenizer)
+                or sequences of ids, each at least 2 ids long.
+            batch_size: rows (streams) per batch.
+            segment_len: ids per segment (default the config's `tgt_len`).
+
+        Returns:
+            A `tf.data.Dataset` of `({"token_ids", "padding_mask",
+            "document_start"}, labels, weights)`, one pass in order.
+        """
+        from txl_tf.data.documents import document_segments
+        if any(isinstance(d, (str, bytes)) for d in documents):
+            tokenizer = getattr(self.preprocessor, "tokenizer", None)
+            if tokenizer is None:
+                raise TxlError("documents as text need a preprocessor with a tokenizer; "
+                               "give ids, or build the model with a preprocessor")
+            documents = [tokenizer.tokenize(d).numpy() if isinstance(d, (str, bytes)) else d
+                         for d in documents]
+        seg = self.core.config.tgt_len if segment_len is None else int(segment_len)
+        token_ids, labels, weights, start = document_segments(documents, batch_size, seg)
+        inputs = {"token_ids": token_ids, "padding_mask": (weights > 0).astype("int32"),
+                  "document_start": start}
+        return tf.data.Dataset.from_tensor_slices((inputs, labels, weights))
