@@ -26,6 +26,14 @@ import numpy as np
 CASES = {
     "enwik8-like (no cutoffs)": dict(n_token=24, cutoffs=[], div_val=1, d_embed=32),
     "adaptive (cutoffs, div_val 2)": dict(n_token=50, cutoffs=[10, 30], div_val=2, d_embed=16),
+    # attn_type 2 adds positions in place to the memory tensors it is given
+    # and cannot start from an empty memory: its memory is mem_len = tgt_len
+    # zero states at the start, and a fresh copy is passed to every call, so
+    # that its result does not depend on those additions (see docs/model.md).
+    "learnable relative (attn_type 1)": dict(n_token=50, cutoffs=[10, 30], div_val=2,
+                                             d_embed=16, attn_type=1),
+    "absolute sinusoid (attn_type 2)": dict(n_token=50, cutoffs=[10, 30], div_val=2,
+                                            d_embed=16, attn_type=2),
 }
 SIZES = dict(n_layer=2, n_head=2, d_model=32, d_head=8, d_inner=48)
 SETTINGS = [(False, -1), (True, -1), (True, 3)]
@@ -46,25 +54,29 @@ def torch_stage(ref_dir, out):
     for c, (name, case) in enumerate(CASES.items()):
         for same_length, clamp_len in SETTINGS:
             n_bins = len(case["cutoffs"]) + 1
+            attn_type = case.get("attn_type", 0)
+            mem_len = SEG if attn_type == 2 else MEM
             model = MemTransformerLM(
                 case["n_token"], SIZES["n_layer"], SIZES["n_head"], SIZES["d_model"],
                 SIZES["d_head"], SIZES["d_inner"], 0.0, 0.0, tie_weight=True,
                 d_embed=case["d_embed"], div_val=case["div_val"],
                 tie_projs=[False] + [True] * (n_bins - 1), tgt_len=SEG, ext_len=0,
-                mem_len=MEM, cutoffs=list(case["cutoffs"]), same_length=same_length,
-                clamp_len=clamp_len).double().eval()
+                mem_len=mem_len, cutoffs=list(case["cutoffs"]), same_length=same_length,
+                clamp_len=clamp_len, attn_type=attn_type).double().eval()
             gen = torch.Generator().manual_seed(c)
             with torch.no_grad():
                 for pname, p in model.named_parameters():
                     noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
                     p.copy_(1 + 0.1 * noise if "layer_norm.weight" in pname else 0.3 * noise)
             ids = torch.randint(0, case["n_token"], (SEG * SEGMENTS, BATCH), generator=gen)
-            mems = tuple()
+            mems = model.init_mems() if attn_type != 2 else [
+                torch.zeros(mem_len, BATCH, SIZES["d_model"], dtype=torch.float64)
+                for _ in range(SIZES["n_layer"] + 1)]
             log_probs = []
             with torch.no_grad():
                 for s in range(SEGMENTS):
                     seg = ids[s * SEG:(s + 1) * SEG]
-                    hidden, new_mems = model._forward(seg, mems=mems or model.init_mems())
+                    hidden, new_mems = model._forward(seg, mems=[m.clone() for m in mems])
                     mems = tuple(new_mems)
                     flat = hidden.reshape(-1, hidden.size(-1))
                     rows = flat.repeat_interleave(case["n_token"], 0)
@@ -82,6 +94,7 @@ def torch_stage(ref_dir, out):
 # ----------------------------------------------------------------- our side
 def compare(path):
     from tests.reference_pytorch_numpy import PytorchReference
+    from txl_tf import TransformerXLConfig
     from txl_tf.weights import import_pytorch
 
     data = np.load(path, allow_pickle=False)
@@ -93,16 +106,23 @@ def compare(path):
             state = {k[len(prefix):]: data[k] for k in data.files if k.startswith(prefix)}
             ids = data[f"{key}/ids"].T  # batch-major
             want = data[f"{key}/log_probs"].transpose(0, 2, 1, 3)  # [segment, B, T, V]
+            attn_type = case.get("attn_type", 0)
+            mem_len = SEG if attn_type == 2 else MEM
             ref = PytorchReference(state, n_head=SIZES["n_head"], d_head=SIZES["d_head"],
-                                   mem_len=MEM, same_length=same_length, clamp_len=clamp_len,
+                                   mem_len=mem_len, same_length=same_length,
+                                   clamp_len=clamp_len, zero_start=attn_type == 2,
                                    **{k: case[k] for k in ("n_token", "cutoffs", "div_val")})
             ref_out = np.stack([ref.forward(ids[:, s * SEG:(s + 1) * SEG].T).transpose(1, 0, 2)
                                 for s in range(SEGMENTS)])
             row = {"case": name, "same_length": same_length, "clamp_len": clamp_len,
                    "numpy_reference": float(np.abs(ref_out - want).max())}
+            config = None if attn_type != 2 else TransformerXLConfig(  # 2: heads not inferred
+                **SIZES, **{k: case[k] for k in ("n_token", "cutoffs", "div_val", "d_embed")},
+                attn_type=attn_type, tie_projs=[False] + [True] * len(case["cutoffs"]))
             for convention in ("pytorch", "tf"):
-                core = import_pytorch(state, mem_len=MEM, same_length=same_length,
-                                      clamp_len=clamp_len, same_length_convention=convention)
+                core = import_pytorch(state, config, mem_len=mem_len, same_length=same_length,
+                                      clamp_len=clamp_len, same_length_convention=convention,
+                                      zero_filled_memory=attn_type == 2)
                 memory = core.initial_memory(BATCH)
                 deltas = []
                 for s in range(SEGMENTS):

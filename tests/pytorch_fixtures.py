@@ -13,7 +13,7 @@ def _rand(rng, *shape, scale=0.3):
 
 def make_state(n_token, d_model, n_head, d_head, d_inner, n_layer, d_embed=None, cutoffs=(),
                div_val=1, untie_r=False, tie_weight=True, tie_projs=None, port=False,
-               save_tied_copies=False, seed=0):
+               save_tied_copies=False, seed=0, attn_type=0, max_klen=12):
     rng = np.random.default_rng(seed)
     d_embed = d_embed or d_model
     ends = [0, *cutoffs, n_token]
@@ -34,13 +34,22 @@ def make_state(n_token, d_model, n_head, d_head, d_inner, n_layer, d_embed=None,
     s[f"{pre}pos_emb.inv_freq"] = (1 / 10000 ** (np.arange(0, d_model, 2.0) / d_model)
                                    ).astype(np.float32)
     heads = n_head * d_head
-    if not untie_r:
+    if attn_type == 1:  # the paper's RelLearnableMultiHeadAttn: per layer, by distance
+        s["r_emb"] = _rand(rng, n_layer, max_klen, n_head, d_head)
+        s["r_w_bias"] = _rand(rng, n_layer, n_head, d_head)
+        s["r_bias"] = _rand(rng, n_layer, max_klen, n_head)
+    if not untie_r and attn_type == 0:
         s[f"{pre}r_w_bias"] = _rand(rng, n_head, d_head)
         s[f"{pre}r_r_bias"] = _rand(rng, n_head, d_head)
     for i in range(n_layer):
         p = f"{pre}layers.{i}"
-        s[f"{p}.dec_attn.qkv_net.weight"] = _rand(rng, 3 * heads, d_model)
-        s[f"{p}.dec_attn.r_net.weight"] = _rand(rng, heads, d_model)
+        if attn_type == 2:  # the paper's MultiHeadAttn
+            s[f"{p}.dec_attn.q_net.weight"] = _rand(rng, heads, d_model)
+            s[f"{p}.dec_attn.kv_net.weight"] = _rand(rng, 2 * heads, d_model)
+        else:
+            s[f"{p}.dec_attn.qkv_net.weight"] = _rand(rng, 3 * heads, d_model)
+        if attn_type == 0:
+            s[f"{p}.dec_attn.r_net.weight"] = _rand(rng, heads, d_model)
         s[f"{p}.dec_attn.o_net.weight"] = _rand(rng, d_model, heads)
         s[f"{p}.dec_attn.layer_norm.weight"] = 1 + _rand(rng, d_model, scale=0.1)
         s[f"{p}.dec_attn.layer_norm.bias"] = _rand(rng, d_model, scale=0.1)

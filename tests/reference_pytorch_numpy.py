@@ -7,7 +7,11 @@ memories that start empty (size 0) and grow to `mem_len` (or, as the
 transfo-xl-wt103 port does, start as `mem_len` attended zero states), the
 PyTorch code's `same_length` mask (built from the configured `mem_len`), and
 a tail-cluster rule of either code: head column `-i` ("pytorch") or
-`shortlist + i - 1` ("tf"). Inference only.
+`shortlist + i - 1` ("tf"). Inference only. Weights with `q_net` and
+`kv_net` are its `attn_type=2`: the sinusoid added to the embeddings and to
+a copy of the first layer's memory, standard attention; weights with
+`r_emb` and `r_bias` its `attn_type=1` (learned embeddings and biases per
+distance, the farthest repeated beyond them).
 """
 import numpy as np
 
@@ -65,6 +69,8 @@ class PytorchReference:
         self.n_layer = len({k.split(".")[1] for k in self.w if k.startswith("layers.")})
         self.d_model = self.w["layers.0.dec_attn.layer_norm.weight"].shape[0]
         self.zero_start = zero_start
+        self.absolute = "layers.0.dec_attn.q_net.weight" in self.w
+        self.learnable = "r_emb" in self.w
         self.mems = None
 
     def _bias(self, name, layer):
@@ -86,14 +92,36 @@ class PytorchReference:
         w, p = self.w, f"layers.{i}"
         qlen, bsz = h.shape[:2]
         cat = np.concatenate([mem, h], 0)
-        heads = cat @ w[f"{p}.dec_attn.qkv_net.weight"].T
-        q, k, v = np.split(heads, 3, -1)
         shape = (-1, bsz, self.n_head, self.d_head)
-        q, k, v = q[-qlen:].reshape(shape), k.reshape(shape), v.reshape(shape)
-        r = (pos @ w[f"{p}.dec_attn.r_net.weight"].T).reshape(-1, self.n_head, self.d_head)
-        ac = np.einsum("ibnd,jbnd->ijbn", q + self._bias("r_w_bias", i), k)
-        bd = _rel_shift(np.einsum("ibnd,jnd->ijbn", q + self._bias("r_r_bias", i), r))
-        score = (ac + bd) / self.d_head ** 0.5
+        if self.absolute:
+            q = (h @ w[f"{p}.dec_attn.q_net.weight"].T).reshape(shape)
+            k, v = (x.reshape(shape) for x in
+                    np.split(cat @ w[f"{p}.dec_attn.kv_net.weight"].T, 2, -1))
+            score = np.einsum("ibnd,jbnd->ijbn", q, k) / self.d_head ** 0.5
+        elif self.learnable:
+            heads = cat @ w[f"{p}.dec_attn.qkv_net.weight"].T
+            q, k, v = np.split(heads, 3, -1)
+            q, k, v = q[-qlen:].reshape(shape), k.reshape(shape), v.reshape(shape)
+            emb, bias = w["r_emb"][i], w["r_bias"][i]
+            if self.clamp_len > 0:
+                emb, bias = emb[-self.clamp_len:], bias[-self.clamp_len:]
+            klen = k.shape[0]
+            if klen > emb.shape[0]:  # the farthest distance's row repeated in front
+                extra = klen - emb.shape[0]
+                emb = np.concatenate([np.repeat(emb[:1], extra, 0), emb])
+                bias = np.concatenate([np.repeat(bias[:1], extra, 0), bias])
+            emb, bias = emb[-klen:], bias[-klen:]
+            ac = np.einsum("ibnd,jbnd->ijbn", q + w["r_w_bias"][i], k)
+            bd = _rel_shift(np.einsum("ibnd,jnd->ijbn", q, emb) + bias[None, :, None])
+            score = (ac + bd) / self.d_head ** 0.5
+        else:
+            heads = cat @ w[f"{p}.dec_attn.qkv_net.weight"].T
+            q, k, v = np.split(heads, 3, -1)
+            q, k, v = q[-qlen:].reshape(shape), k.reshape(shape), v.reshape(shape)
+            r = (pos @ w[f"{p}.dec_attn.r_net.weight"].T).reshape(-1, self.n_head, self.d_head)
+            ac = np.einsum("ibnd,jbnd->ijbn", q + self._bias("r_w_bias", i), k)
+            bd = _rel_shift(np.einsum("ibnd,jnd->ijbn", q + self._bias("r_r_bias", i), r))
+            score = (ac + bd) / self.d_head ** 0.5
         score = np.where(mask[:, :, None, None], -np.inf, score)
         prob = np.exp(score - score.max(1, keepdims=True))
         prob /= prob.sum(1, keepdims=True)
@@ -150,9 +178,13 @@ class PytorchReference:
         pos = np.concatenate([np.sin(angles), np.cos(angles)], -1)
         mask = pytorch_mask(qlen, mlen, self.mem_len, self.same_length)
         h = self._embed(ids)
+        mems = list(self.mems)
+        if self.absolute:  # added to a copy: the memory carried on is not changed
+            h = h + pos[-qlen:, None]
+            mems[0] = mems[0] + pos[:mlen, None]
         hids = [h]
         for i in range(self.n_layer):
-            h = self._layer(i, h, self.mems[i], pos, mask)
+            h = self._layer(i, h, mems[i], pos, mask)
             hids.append(h)
         self.mems = [np.concatenate([m, x], 0)[-self.mem_len:]
                      for m, x in zip(self.mems, hids[:-1])]

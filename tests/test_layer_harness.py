@@ -14,7 +14,9 @@ import tensorflow as tf
 from txl_tf import layers as layers_package
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
 from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
+from txl_tf.layers.absolute_attention import AbsoluteMultiHeadAttention
 from txl_tf.layers.attention import RelativeMultiHeadAttention
+from txl_tf.layers.learnable_attention import LearnableRelativeAttention
 from txl_tf.layers.block import TransformerXLBlock
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.feedforward import PositionwiseFeedForward
@@ -41,6 +43,17 @@ def attention_inputs(dtype="float32"):
             *biases)
 
 
+def learnable_inputs(dtype="float32"):
+    """`attention_inputs` with attn_type 1's position terms: an embedding
+    `[M + Q, n_head, d_head]` and a bias `[M + Q, n_head]` per key."""
+    hidden, _, memory, visible, u, _ = attention_inputs(dtype)
+    return hidden, tf.cast(EMBEDDINGS, dtype), memory, visible, u, tf.cast(POSITION_BIASES, dtype)
+
+
+EMBEDDINGS = RNG.normal(size=(M + Q, 2, 4)).astype(np.float32)
+POSITION_BIASES = RNG.normal(size=(M + Q, 2)).astype(np.float32)
+
+
 # name: (class, constructor kwargs, call(layer, dtype) -> output, whether it has weights)
 CASES = {
     "adaptive_embedding": (AdaptiveEmbedding, dict(n_token=13, d_embed=8, d_model=D,
@@ -53,6 +66,10 @@ CASES = {
                          True),
     "attention": (RelativeMultiHeadAttention, dict(d_model=D, n_head=2, d_head=4),
                   lambda layer, dtype: layer(*attention_inputs(dtype)), True),
+    "absolute_attention": (AbsoluteMultiHeadAttention, dict(d_model=D, n_head=2, d_head=4),
+                           lambda layer, dtype: layer(*attention_inputs(dtype)), True),
+    "learnable_attention": (LearnableRelativeAttention, dict(d_model=D, n_head=2, d_head=4),
+                            lambda layer, dtype: layer(*learnable_inputs(dtype)), True),
     "block": (TransformerXLBlock, dict(d_model=D, n_head=2, d_head=4, d_inner=16),
               lambda layer, dtype: layer(*attention_inputs(dtype)), True),
     "feedforward": (PositionwiseFeedForward, dict(d_model=D, d_inner=16),
@@ -165,10 +182,11 @@ def test_dtype_policies(name, policy):
                                rtol=0.1, atol=0.1)
 
 
-@pytest.mark.parametrize("name", ["attention", "block"])
+@pytest.mark.parametrize("name", ["attention", "absolute_attention", "learnable_attention",
+                                  "block"])
 def test_masked_memory_slots_change_nothing(name):
     layer = build(name)
-    inputs = list(attention_inputs())
+    inputs = list(learnable_inputs() if name == "learnable_attention" else attention_inputs())
     out = layer(*inputs).numpy()
     garbage = MEMORY.copy()
     garbage[0, 0] = 1e3  # the only slot that row 0 may not see

@@ -173,7 +173,7 @@ NON_DEFAULT = [
                                       pre_lnorm=True, init_std=0.05, layer_norm_epsilon=1e-5)),
     (TransformerXLBlock, dict(d_model=8, n_head=2, d_head=4, d_inner=16, dropout=0.1,
                               dropatt=0.2, pre_lnorm=True, init_std=0.05,
-                              layer_norm_epsilon=1e-5)),
+                              layer_norm_epsilon=1e-5, attn_type=1)),
     (AdaptiveEmbedding, dict(n_token=13, d_embed=8, d_model=6, cutoffs=[5, 9], div_val=2,
                              proj_same_dim=False, init_std=0.05, proj_init_std=0.03)),
     (AdaptiveLogSoftmax, dict(n_token=13, d_embed=8, d_model=6, cutoffs=[5, 9], div_val=2,

@@ -10,6 +10,11 @@ from txl_tf.errors import TxlError
 
 
 SAME_LENGTH_CONVENTIONS = ("tf", "pytorch")
+# The paper's PyTorch code's `attn_type`s: 0 its relative encoding, 1 Shaw et
+# al.'s learnable relative encoding, 2 the absolute sinusoid of Vaswani et al.,
+# 3 Al-Rfou et al.'s learned absolute embeddings at every layer.
+ATTN_TYPES = {0: "relative (the paper's)", 1: "learnable relative (Shaw et al.)",
+              2: "absolute sinusoid (vanilla)"}
 
 
 class ConfigError(TxlError):
@@ -35,6 +40,13 @@ class TransformerXLConfig:
     included, M being the memory length. `vocab_fingerprint` is the
     `Tokenizer.fingerprint()` of the vocabulary the model was trained with
     (None: not recorded); loading a model's vocabulary checks it.
+    `attn_type` is the paper's PyTorch code's: 0 its relative encoding
+    (the default), 1 Shaw et al.'s learnable relative embeddings and biases
+    per layer (`max_klen` of them, default `tgt_len + mem_len`: farther
+    distances share the farthest; see `txl_tf.layers.learnable_attention`),
+    2 the absolute sinusoid added to the input (and to the first layer's
+    memory) with standard attention: the vanilla Transformer of the paper's
+    ablation (see `txl_tf.layers.absolute_attention`).
     """
 
     n_token: int
@@ -63,6 +75,8 @@ class TransformerXLConfig:
     layer_norm_epsilon: float = 1e-12
     zero_filled_memory: bool = False
     vocab_fingerprint: Optional[str] = None
+    attn_type: int = 0
+    max_klen: Optional[int] = None
 
     def __post_init__(self):
         if self.d_embed is None:
@@ -101,6 +115,15 @@ class TransformerXLConfig:
         if self.vocab_fingerprint is not None and not isinstance(self.vocab_fingerprint, str):
             raise ConfigError(f"vocab_fingerprint must be a string or None, got "
                               f"{self.vocab_fingerprint!r}")
+        if self.attn_type not in ATTN_TYPES or isinstance(self.attn_type, bool):
+            known = ", ".join(f"{k} {v}" for k, v in ATTN_TYPES.items())
+            raise ConfigError(
+                f"attn_type must be one of {known}, got {self.attn_type!r} (the paper's "
+                "type 3 is not implemented)")
+        if self.max_klen is not None and (not isinstance(self.max_klen, int)
+                                          or self.max_klen < 1 or self.attn_type != 1):
+            raise ConfigError(f"max_klen is for attn_type 1, a positive integer; got "
+                              f"{self.max_klen!r} with attn_type {self.attn_type}")
         if self.same_length_convention not in SAME_LENGTH_CONVENTIONS:
             raise ConfigError(
                 f"same_length_convention must be one of {list(SAME_LENGTH_CONVENTIONS)}, "
@@ -123,6 +146,11 @@ class TransformerXLConfig:
             raise ConfigError(
                 f"tie_projs needs one flag per vocabulary bin ({len(self.cutoffs) + 1}),"
                 f" got {len(self.tie_projs)}")
+
+    @property
+    def learnable_positions(self) -> int:
+        """attn_type 1's relative embeddings per layer (`max_klen`)."""
+        return self.max_klen or self.tgt_len + self.mem_len
 
     # ------------------------------------------------------------------- JSON
     def to_dict(self) -> dict:

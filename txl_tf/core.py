@@ -50,7 +50,10 @@ class TransformerXL(keras.layers.Layer):
         # float32 memory into the compute dtype under mixed precision.
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
-        self.config = cfg = as_config(config)
+        cfg = as_config(config)
+        if cfg.attn_type == 1 and cfg.max_klen is None:  # its weights' size, kept from here on
+            cfg = cfg.replace(max_klen=cfg.learnable_positions)
+        self.config = cfg
         with keras.name_scope(self.name):  # paths like transformer/layer_0/rel_attn/...
             policy = self.dtype_policy
             self.word_emb = AdaptiveEmbedding(
@@ -67,7 +70,8 @@ class TransformerXL(keras.layers.Layer):
                 TransformerXLBlock(cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner,
                                    dropout=cfg.dropout, dropatt=cfg.dropatt,
                                    pre_lnorm=cfg.pre_lnorm, init_std=cfg.init_std,
-                                   layer_norm_epsilon=cfg.layer_norm_epsilon, dtype=policy,
+                                   layer_norm_epsilon=cfg.layer_norm_epsilon,
+                                   attn_type=cfg.attn_type, dtype=policy,
                                    name=f"layer_{i}")
                 for i in range(cfg.n_layer)]
             self.crit = AdaptiveLogSoftmax(
@@ -75,11 +79,21 @@ class TransformerXL(keras.layers.Layer):
                 tie_weight=cfg.tie_weight, tie_projs=cfg.tie_projs,
                 proj_same_dim=cfg.proj_same_dim, init_std=cfg.init_std,
                 proj_init_std=cfg.proj_init_std, embedding=self.word_emb, dtype=policy, name="adaptive_softmax")
-        bias_shape = ((cfg.n_layer,) if cfg.untie_r else ()) + (cfg.n_head, cfg.d_head)
-        self.r_w_bias = self.add_weight(name="r_w_bias", shape=bias_shape,
-                                        initializer=normal(cfg.init_std))
-        self.r_r_bias = self.add_weight(name="r_r_bias", shape=bias_shape,
-                                        initializer=normal(cfg.init_std))
+        self.r_w_bias = self.r_r_bias = self.r_emb = self.r_bias = None
+        if cfg.attn_type == 1:  # per layer: u, and an embedding and a bias per distance
+            heads = (cfg.n_head, cfg.d_head)
+            self.r_emb = self.add_weight(name="r_emb", initializer=normal(cfg.init_std),
+                                         shape=(cfg.n_layer, cfg.max_klen) + heads)
+            self.r_w_bias = self.add_weight(name="r_w_bias", initializer=normal(cfg.init_std),
+                                            shape=(cfg.n_layer,) + heads)
+            self.r_bias = self.add_weight(name="r_bias", initializer=normal(cfg.init_std),
+                                          shape=(cfg.n_layer, cfg.max_klen, cfg.n_head))
+        if cfg.attn_type == 0:
+            bias_shape = ((cfg.n_layer,) if cfg.untie_r else ()) + (cfg.n_head, cfg.d_head)
+            self.r_w_bias = self.add_weight(name="r_w_bias", shape=bias_shape,
+                                            initializer=normal(cfg.init_std))
+            self.r_r_bias = self.add_weight(name="r_r_bias", shape=bias_shape,
+                                            initializer=normal(cfg.init_std))
         for layer in (self.pos_emb, self.emb_dropout, self.pos_dropout, self.out_dropout):
             if not layer.built:  # weightless: nothing builds them before the first call
                 layer.build(None)
@@ -126,14 +140,17 @@ class TransformerXL(keras.layers.Layer):
         """
         output, pos_emb, visible, memory, token_mask = self._inputs(token_ids, memory, training,
                                                                     token_mask)
-        mems = tf.cast(memory.mems, output.dtype)
+        mems = tf.unstack(tf.cast(memory.mems, output.dtype), self.config.n_layer)
+        if self.config.attn_type == 2:  # the first layer's memory at its positions here
+            mems[0] = mems[0] + pos_emb[:tf.shape(mems[0])[1]]
+        klen = tf.shape(mems[0])[1] + tf.shape(output)[1]
         layer_inputs = []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(output)
+            positions, u, v = self._positions(i, pos_emb, klen)
             if _probe is not None:
-                _probe(i, block, output, pos_emb, mems[i], visible, *self._biases(i))
-            output = block(output, pos_emb, mems[i], visible, *self._biases(i),
-                           training=training)
+                _probe(i, block, output, positions, mems[i], visible, u, v)
+            output = block(output, positions, mems[i], visible, u, v, training=training)
         output = self.out_dropout(output, training=training)
         return output, update_memory(_float32(memory), tf.stack(layer_inputs), token_mask,
                                      keep_gradient=memory_gradient)
@@ -225,6 +242,7 @@ class TransformerXL(keras.layers.Layer):
         then projected for those slots alone, zeros elsewhere (they are
         never attended). The caller guarantees it; None projects every slot.
         """
+        self._check_cacheable()
         cfg = self.config
         memory = as_memory(memory)
         memory = Memory(tf.convert_to_tensor(memory.mems), tf.convert_to_tensor(memory.mem_mask))
@@ -296,6 +314,7 @@ class TransformerXL(keras.layers.Layer):
             `(hidden [B, d_model] or [B, T, d_model], new cache)`, or
             `(hidden, CachedToken)` with `write=False`.
         """
+        self._check_cacheable()
         token_ids = tf.convert_to_tensor(token_ids)
         if token_ids.shape.rank == 2:
             if stopped is not None or not write:
@@ -403,6 +422,7 @@ class TransformerXL(keras.layers.Layer):
         (the last M positions). Keys of invalid slots must be finite (they
         are hidden, not cleared). A serving state with no layer inputs and
         no ring (the Triton repository's cached model)."""
+        self._check_cacheable()
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         mem_mask = tf.convert_to_tensor(mem_mask)
@@ -441,15 +461,52 @@ class TransformerXL(keras.layers.Layer):
         memory = clear_invalid_slots(memory)  # garbage in invalid slots changes nothing
         qlen = tf.shape(token_ids)[1]
         klen = tf.shape(memory.mems)[2] + qlen
-        output = self.emb_dropout(self.word_emb(token_ids), training=training)
-        pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
+        if cfg.attn_type == 1:  # positions enter each layer's scores (`_positions`)
+            output, pos_emb = self.emb_dropout(self.word_emb(token_ids), training=training), None
+        elif cfg.attn_type == 2:  # the absolute sinusoid added to the ids' embeddings
+            pos_emb = self.pos_emb(klen)
+            output = self.emb_dropout(self.word_emb(token_ids) + pos_emb[klen - qlen:],
+                                      training=training)
+        else:
+            output = self.emb_dropout(self.word_emb(token_ids), training=training)
+            pos_emb = self.pos_dropout(self.pos_emb(klen), training=training)
         visible = attention_visibility(qlen, memory.mem_mask, cfg.same_length,
                                        cfg.same_length_convention, token_mask)
         return output, pos_emb, visible, memory, token_mask
 
+    def _positions(self, i, pos_emb, klen):
+        """Layer i's `(positions, u, v)` for its attention: the encodings
+        and biases of `attn_type` 0, the encodings alone for 2 (unused), and
+        for 1 its embeddings `[klen, H, d_head]`, u and biases `[klen, H]`
+        by key: the last `klen` of its `max_klen` (of the last `clamp_len`,
+        with a clamp), the farthest repeated where `klen` is longer."""
+        cfg = self.config
+        if cfg.attn_type == 0:
+            return (pos_emb, *self._biases(i))
+        if cfg.attn_type == 2:
+            return pos_emb, None, None
+        size = cfg.max_klen if cfg.clamp_len <= 0 else min(cfg.clamp_len, cfg.max_klen)
+        rows = (cfg.max_klen - size) + tf.maximum(size - klen + tf.range(klen), 0)
+        return (tf.gather(self.r_emb[i], rows), self.r_w_bias[i],
+                tf.gather(self.r_bias[i], rows))
+
+    def _check_cacheable(self):
+        """The decode cache holds `attn_type` 0's keys and position keys."""
+        kind = self.config.attn_type
+        if kind == 2:
+            raise TxlError(
+                "attn_type 2 adds the first layer's memory positions anew at every read, so a "
+                "decode cache (generate, Decoder, the decode exports) cannot hold its keys: "
+                "score and read it with the core's call")
+        if kind != 0:
+            raise TxlError(
+                f"attn_type {kind} reads without a decode cache (generate, Decoder, the decode "
+                "exports serve attn_type 0): score and read it with the core's call")
+
     def _biases(self, i):
-        """Layer i's `(r_w_bias, r_r_bias)` (shared by all layers unless `untie_r`)."""
-        if self.config.untie_r:
+        """Layer i's `(r_w_bias, r_r_bias)` (shared by all layers unless `untie_r`;
+        None for `attn_type` 2)."""
+        if self.config.untie_r and self.r_w_bias is not None:
             return self.r_w_bias[i], self.r_r_bias[i]
         return self.r_w_bias, self.r_r_bias
 

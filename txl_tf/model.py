@@ -40,6 +40,10 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
             `txl_tf.keras_support.precision.choose()`), `name`, ...
     """
 
+    # Not a preset class: keras-hub's `CausalLM.from_preset` picks its task
+    # class among those of the backbone's class.
+    backbone_cls = None
+
     def __init__(self, config, batch_size, mem_len=None, zero_filled=None, **kwargs):
         dtype = kwargs.pop("dtype", None)
         if dtype == "auto":  # the fastest policy on this hardware

@@ -71,15 +71,21 @@ def reference_names(core):
             names[f"transformer/adaptive_embed/cutoff_{i}/lookup_table"] = table
             if proj is not None:
                 names[f"transformer/adaptive_embed/cutoff_{i}/proj_W"] = proj
-    names["transformer/r_w_bias"] = core.r_w_bias
-    names["transformer/r_r_bias"] = core.r_r_bias
+    if cfg.attn_type == 0:
+        names["transformer/r_w_bias"] = core.r_w_bias
+        names["transformer/r_r_bias"] = core.r_r_bias
+    elif cfg.attn_type == 1:  # per layer: embeddings, u and biases by distance
+        names["transformer/r_emb"] = core.r_emb
+        names["transformer/r_w_bias"] = core.r_w_bias
+        names["transformer/r_bias"] = core.r_bias
     for i, block in enumerate(core.blocks):
         prefix = f"transformer/layer_{i}"
         attn, ff = block.rel_attn, block.ff
         names[f"{prefix}/rel_attn/qkv/kernel"] = FusedColumns(
             query=_plain_kernel(attn.query), key=_plain_kernel(attn.key),
             value=_plain_kernel(attn.value))
-        names[f"{prefix}/rel_attn/r/kernel"] = attn.r_kernel
+        if hasattr(attn, "r_kernel"):  # attn_type 0
+            names[f"{prefix}/rel_attn/r/kernel"] = attn.r_kernel
         names[f"{prefix}/rel_attn/o/kernel"] = _plain_kernel(attn.attention_output)
         names[f"{prefix}/rel_attn/LayerNorm/gamma"] = attn.layer_norm.gamma
         names[f"{prefix}/rel_attn/LayerNorm/beta"] = attn.layer_norm.beta

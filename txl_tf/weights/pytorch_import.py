@@ -1,7 +1,8 @@
 """PyTorch Transformer-XL weights → a `TransformerXL`.
 
 Two namings are read: the paper's PyTorch code (`kimiyoung/transformer-xl`,
-`pytorch/mem_transformer.py`: `layers.{i}.dec_attn.qkv_net.weight`,
+`pytorch/mem_transformer.py`: `layers.{i}.dec_attn.qkv_net.weight`, or
+`q_net` and `kv_net` for its `attn_type=2`, `r_emb` and `r_bias` for 1,
 `word_emb.emb_layers.{i}.weight`, `crit.out_layers.{i}.weight`, `r_w_bias`,
 ...) and the `transfo-xl-wt103` port, which prefixes the backbone with
 `transformer.` and keeps untied r-biases in each layer's attention. PyTorch
@@ -109,9 +110,16 @@ def infer_config(state, names):
     if values["n_layer"] == 0:
         raise PytorchImportError(f"{state.path}: no `layers.N.` tensors; is this a "
                                  "Transformer-XL state dict?")
+    values["attn_type"] = attn_type_of(state, names)
+    if values["attn_type"] == 2:
+        raise PytorchImportError(
+            f"{state.path} holds attn_type 2 weights (standard attention), whose shapes do not "
+            "tell n_head from d_head: pass a config")
     values["d_model"] = shape("layers.0.dec_attn.qkv_net.weight")[1]
     bias = "r_w_bias" if "r_w_bias" in names else "layers.0.dec_attn.r_w_bias"
     values["n_head"], values["d_head"] = shape(bias)[-2:]
+    if values["attn_type"] == 1:
+        values["max_klen"] = shape("r_emb")[1]
     values["d_inner"] = shape("layers.0.pos_ff.CoreNet.0.weight")[0]
     tables = [shape(f"word_emb.emb_layers.{i}.weight")
               for i in _indexed(names, "word_emb.emb_layers")]
@@ -135,7 +143,7 @@ def infer_config(state, names):
                 f"{len(tables)} embedding tables need {len(tables) - 1} cluster rows; "
                 f"crit.cluster_weight has {n_clusters}")
     per_layer = "layers.0.dec_attn.r_w_bias" in names
-    values["untie_r"] = per_layer and ("r_w_bias" not in names or not all(
+    values["untie_r"] = values["attn_type"] == 0 and per_layer and ("r_w_bias" not in names or not all(
         np.array_equal(state[names[f"layers.{i}.dec_attn.{b}"]], state[names[b]])
         for i in range(values["n_layer"]) for b in ("r_w_bias", "r_r_bias")
         if f"layers.{i}.dec_attn.{b}" in names))
@@ -147,6 +155,19 @@ def infer_config(state, names):
     values["tie_projs"] = [_same(state, names, f"crit.out_projs.{i}", emb_proj(i))
                            for i in range(n_bins)]
     return values
+
+
+def attn_type_of(state, names):
+    """The paper's code's `attn_type` of a state dict, told by its tensors:
+    `r_emb` (learnable relative, 1, or absolute per layer, 3), a fused
+    `qkv_net` (relative, 0) or `q_net` and `kv_net` (absolute sinusoid, 2)."""
+    if "r_emb" in names:
+        if "r_bias" in names:
+            return 1
+        raise PytorchImportError(
+            f"{state.path} holds attn_type 3 weights (r_emb without r_bias): the paper's type "
+            "3 is not implemented here")
+    return 2 if "layers.0.dec_attn.q_net.weight" in names else 0
 
 
 def _same(state, names, copy, original):
@@ -189,7 +210,13 @@ def _plan(cfg, per_layer_r):
             plan.append(_Entry(f"word_emb.emb_projs.{i}", (cfg.d_model, dim),
                                f"{emb}/cutoff_{i}/proj_W", "T"))
     heads = cfg.n_head * cfg.d_head
-    for b in ("r_w_bias", "r_r_bias"):
+    if cfg.attn_type == 1:
+        klen = cfg.learnable_positions
+        plan += [_Entry("r_emb", (cfg.n_layer, klen, cfg.n_head, cfg.d_head),
+                        "transformer/r_emb"),
+                 _Entry("r_w_bias", (cfg.n_layer, cfg.n_head, cfg.d_head), "transformer/r_w_bias"),
+                 _Entry("r_bias", (cfg.n_layer, klen, cfg.n_head), "transformer/r_bias")]
+    for b in ("r_w_bias", "r_r_bias") if cfg.attn_type == 0 else ():
         # Untied: one pair per layer (the port keeps them in each attention).
         # Shared: one top-level pair, which the port also lists per layer.
         if not cfg.untie_r:
@@ -200,11 +227,19 @@ def _plan(cfg, per_layer_r):
                      for i in range(cfg.n_layer)]
     for i in range(cfg.n_layer):
         p, t = f"layers.{i}", f"transformer/layer_{i}"
+        if cfg.attn_type in (0, 1):
+            plan.append(_Entry(f"{p}.dec_attn.qkv_net.weight", (3 * heads, cfg.d_model),
+                               f"{t}/rel_attn/qkv/kernel", "T"))
+        if cfg.attn_type == 0:
+            plan.append(_Entry(f"{p}.dec_attn.r_net.weight", (heads, cfg.d_model),
+                               f"{t}/rel_attn/r/kernel", "T"))
+        if cfg.attn_type == 2:  # the query's, then the keys' and values' kernels: one qkv here
+            plan += [
+                _Entry(f"{p}.dec_attn.q_net.weight", (heads, cfg.d_model),
+                       f"{t}/rel_attn/qkv/kernel", "qkv"),
+                _Entry(f"{p}.dec_attn.kv_net.weight", (2 * heads, cfg.d_model),
+                       f"{t}/rel_attn/qkv/kernel", "qkv")]
         plan += [
-            _Entry(f"{p}.dec_attn.qkv_net.weight", (3 * heads, cfg.d_model),
-                   f"{t}/rel_attn/qkv/kernel", "T"),
-            _Entry(f"{p}.dec_attn.r_net.weight", (heads, cfg.d_model), f"{t}/rel_attn/r/kernel",
-                   "T"),
             _Entry(f"{p}.dec_attn.o_net.weight", (cfg.d_model, heads), f"{t}/rel_attn/o/kernel",
                    "T"),
             _Entry(f"{p}.dec_attn.layer_norm.weight", (cfg.d_model,),
@@ -311,7 +346,12 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
             TransformerXLConfig.from_dict(dict(config))
         inferred = {k: getattr(base, k) for k in (
             "n_layer", "d_model", "n_head", "d_head", "d_inner", "n_token", "d_embed",
-            "div_val", "cutoffs", "untie_r", "tie_weight", "tie_projs")}
+            "div_val", "cutoffs", "untie_r", "tie_weight", "tie_projs", "attn_type",
+            "max_klen")}
+        found = attn_type_of(state, names)
+        if found != base.attn_type:
+            raise PytorchImportError(f"{state.path} holds attn_type {found} weights; the "
+                                     f"config has attn_type {base.attn_type}")
     semantics = _semantics(origin)
     cfg = base.replace(**{**semantics, **overrides})
     semantics = {k: getattr(cfg, k) for k in semantics}
@@ -363,6 +403,9 @@ def _assemble(state, names, cfg, plan, order, report):
             report.duplicates.append(names[e.name])
         elif e.how == "T":
             arrays[e.target] = value.T
+        elif e.how == "qkv":  # columns [q | k | v], in the plan's order
+            arrays[e.target] = value.T if e.target not in arrays else \
+                np.concatenate([arrays[e.target], value.T], 1)
         elif e.how == "layer_r":
             layer_r.setdefault(e.target, []).append(value)
         elif e.how == "split":

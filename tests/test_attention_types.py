@@ -1,0 +1,102 @@
+"""The paper's other attention types, `attn_type=1` (Shaw et al.'s learnable
+relative embeddings) and `2` (absolute sinusoid, standard attention: the
+vanilla Transformer of its ablation), against a numpy model of its PyTorch
+code (tests/reference_pytorch_numpy.py) read from the same state dict, and
+what the types refuse."""
+import keras
+import numpy as np
+import pytest
+
+from tests.pytorch_fixtures import make_state, save_safetensors
+from tests.reference_pytorch_numpy import PytorchReference
+from txl_tf import TransformerXL, TransformerXLConfig, TxlError
+from txl_tf.config import ConfigError
+from txl_tf.weights import import_pytorch, load_pretrained, save_pretrained
+from txl_tf.weights.pytorch_import import PytorchImportError
+
+SEG, MEM, BATCH, SEGMENTS = 4, 8, 2, 3
+HYPER = dict(n_token=50, cutoffs=[10, 30], div_val=2, n_head=2, d_head=8)
+
+
+# attn_type 1 with 6 embeddings per layer: keys up to 12 back repeat the farthest.
+TYPES = {1: dict(max_klen=6), 2: {}}
+
+
+def type_config(attn_type):
+    return TransformerXLConfig(d_model=32, d_embed=16, d_inner=48, n_layer=2,
+                               attn_type=attn_type, tie_weight=False,
+                               tie_projs=[False, True, True], **HYPER, **TYPES[attn_type])
+
+
+@pytest.mark.parametrize("attn_type", sorted(TYPES))
+@pytest.mark.parametrize("same_length,clamp_len", [(False, -1), (True, -1), (True, 3)])
+def test_each_type_matches_the_papers_code_over_segments_with_memory(
+        tmp_path, attn_type, same_length, clamp_len):
+    state = make_state(d_model=32, d_embed=16, d_inner=48, n_layer=2, tie_weight=False,
+                       attn_type=attn_type, seed=4, **HYPER, **TYPES[attn_type])
+    path = save_safetensors(state, tmp_path / "w.safetensors")
+    core = import_pytorch(path, type_config(attn_type), same_length=same_length,
+                          clamp_len=clamp_len, mem_len=MEM)
+    assert core.config.attn_type == attn_type
+    ref = PytorchReference(state, mem_len=MEM, same_length=same_length, clamp_len=clamp_len,
+                           **HYPER)
+    ids = np.random.default_rng(0).integers(0, HYPER["n_token"], (BATCH, SEG * SEGMENTS))
+    memory = core.initial_memory(BATCH, MEM)
+    for s in range(SEGMENTS):
+        x = ids[:, s * SEG:(s + 1) * SEG]
+        got, memory = core(x, memory)
+        want = ref.forward(x.T).transpose(1, 0, 2)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5,  # float32
+                                   err_msg=f"segment {s}")
+        filled = min(MEM, (s + 1) * SEG)  # the reference's memory grows from empty
+        mems = np.asarray(memory.mems)[:, :, MEM - filled:]
+        np.testing.assert_allclose(mems, np.stack(ref.mems).transpose(0, 2, 1, 3), atol=1e-5)
+
+
+@pytest.mark.parametrize("attn_type", sorted(TYPES))
+def test_each_type_round_trips_trains_and_refuses_a_decode_cache(tmp_path, attn_type):
+    keras.utils.set_random_seed(0)
+    config = TransformerXLConfig.preset("tiny", n_token=30, attn_type=attn_type, tgt_len=4,
+                                        mem_len=4, dropout=0.0)
+    core = TransformerXL(config)
+    ids = np.random.default_rng(1).integers(0, 30, (2, 9)).astype(np.int32)
+    x, y = ids[:, :8], ids[:, 1:]
+    memory = core.initial_memory(2)
+    expected, _ = core(x, memory)
+    save_pretrained(core, tmp_path / "model")
+    reloaded = load_pretrained(tmp_path / "model")
+    np.testing.assert_allclose(reloaded(x, reloaded.initial_memory(2))[0], expected, atol=1e-6)
+
+    from txl_tf import TransformerXLLM
+    model = TransformerXLLM(config, batch_size=2)
+    model.core.set_weights(core.get_weights())
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    losses = [model.fit(x[:, :4], y[:, :4], verbose=0).history["loss"][0] for _ in range(8)]
+    assert losses[-1] < losses[0] - 0.1, losses
+    model.save(tmp_path / "lm.keras")
+    loaded = keras.saving.load_model(tmp_path / "lm.keras")
+    assert loaded.core.config.attn_type == attn_type
+    np.testing.assert_allclose(loaded.core(x, loaded.core.initial_memory(2))[0],
+                               model.core(x, model.core.initial_memory(2))[0], atol=1e-6)
+    with pytest.raises(TxlError, match=f"attn_type {attn_type} .* decode cache"):
+        core.decode_cache(memory)
+
+
+def test_unknown_types_are_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="attn_type must be one of 0 .*2 .* got 3"):
+        TransformerXLConfig(n_token=10, attn_type=3)
+    with pytest.raises(ConfigError, match="max_klen is for attn_type 1"):
+        TransformerXLConfig(n_token=10, max_klen=8)
+    state = make_state(d_model=32, d_inner=48, n_layer=1, n_token=20, n_head=2, d_head=8,
+                       attn_type=2)
+    path = save_safetensors(state, tmp_path / "w.safetensors")
+    with pytest.raises(PytorchImportError, match="do not tell n_head from d_head"):
+        import_pytorch(path)
+    with pytest.raises(PytorchImportError, match="holds attn_type 2 weights; the config has "
+                                                 "attn_type 0"):
+        import_pytorch(path, TransformerXLConfig(n_token=20, d_model=32, d_inner=48, n_layer=1,
+                                                 n_head=2, d_head=8))
+    state["r_emb"] = np.zeros([1, 4, 2, 8], np.float32)
+    path = save_safetensors(state, tmp_path / "w3.safetensors")
+    with pytest.raises(PytorchImportError, match="attn_type 3 weights .* not implemented"):
+        import_pytorch(path)
