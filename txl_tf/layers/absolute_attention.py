@@ -21,13 +21,7 @@ class AbsoluteMultiHeadAttention(RelativeMultiHeadAttention):
     normalizes both).
     """
 
-    def build(self, input_shape=None):
-        heads = self.n_head * self.d_head
-        for projection in (self.query, self.key, self.value):
-            projection.build((None, self.d_model))
-        self.attention_output.build((None, heads))
-        self.layer_norm.build((None, None, self.d_model))
-        self.built = True
+    position_projection = False
 
     def _rows_keys_values(self, inputs, memory):
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)

@@ -67,10 +67,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return keras.layers.Dense(units, use_bias=False, kernel_initializer=normal(self.init_std),
                                   dtype=self.dtype_policy, name=name)
 
+    # Whether the layer has `r_kernel` (the subclasses of the paper's other
+    # attention types take their positions otherwise).
+    position_projection = True
+
     def build(self, input_shape=None):
         heads = self.n_head * self.d_head
-        self.r_kernel = self.add_weight(name="r_kernel", shape=(self.d_model, heads),
-                                        initializer=normal(self.init_std))
+        if self.position_projection:
+            self.r_kernel = self.add_weight(name="r_kernel", shape=(self.d_model, heads),
+                                            initializer=normal(self.init_std))
         for projection in (self.query, self.key, self.value):
             projection.build((None, self.d_model))
         self.attention_output.build((None, heads))

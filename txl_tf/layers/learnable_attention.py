@@ -18,13 +18,7 @@ class LearnableRelativeAttention(RelativeMultiHeadAttention):
     dropouts as the relative layer, without its position projection.
     """
 
-    def build(self, input_shape=None):
-        heads = self.n_head * self.d_head
-        for projection in (self.query, self.key, self.value):
-            projection.build((None, self.d_model))
-        self.attention_output.build((None, heads))
-        self.layer_norm.build((None, None, self.d_model))
-        self.built = True
+    position_projection = False
 
     def _scores(self, rows, k, pos_emb, visible, r_w_bias, r_r_bias):
         """float32 scores `[B, H, T, K]`; `pos_emb` the embeddings `[K, H,
