@@ -10,7 +10,7 @@ and projects the keys and values of every remembered position again at
 every request. This one's state is, per layer, the memory's keys and values
 `[H, M, d_head]` in time order (`keys_i` → `new_keys_i`, `values_i` →
 `new_values_i`) and the validity of each slot (`mem_mask` → `new_mem_mask`):
-`TransformerXL.segment_on_keys`. There is no ring, so streams batched
+`TransformerXL.call_with_cache` on a `KeysValues` memory. There is no ring, so streams batched
 together need nothing in common, and Triton batches every state along its
 first axis as it is. Its cost: Triton's onnxruntime backend gives a state
 back only as a new output, so the graph writes all of it every request
@@ -30,6 +30,7 @@ from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_r
 from export.parity import ParityError
 from export.triton_config import config_text, state_text
 from txl_tf.errors import TxlError
+from txl_tf.layers.ring_cache import KeysValues
 
 SUFFIX = "_cached"
 MEMORY_LAYOUT = "keys_values"
@@ -74,8 +75,8 @@ def serve_segment(core, log_probs_mode, token_ids, *state):
     """`{"log_probs", "new_keys_i", ..., "new_mem_mask"}` of a segment read
     on the state (`state_names` order)."""
     n_layer = core.config.n_layer
-    hidden, keys, values, mem_mask = core.segment_on_keys(
-        token_ids, state[:n_layer], state[n_layer:2 * n_layer], state[-1])
+    hidden, (keys, values, mem_mask) = core.call_with_cache(
+        token_ids, KeysValues(state[:n_layer], state[n_layer:2 * n_layer], state[-1]))
     out = {"log_probs": core.crit(hidden if log_probs_mode == "all" else hidden[:, -1]),
            "new_mem_mask": mem_mask}
     out.update({f"new_keys_{i}": k for i, k in enumerate(keys)})

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from test_core import VARIANTS, ids, make_core
 from txl_tf import Memory
+from txl_tf.layers.ring_cache import KeysValues
 
 CASES = {**VARIANTS, "same_length_pytorch": dict(same_length=True,
                                                  same_length_convention="pytorch")}
@@ -181,7 +182,7 @@ def test_a_segment_on_the_cache_is_a_segment_on_its_memory(name):
 @pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp",
                                   "pre_lnorm_untied_outputs"])
 def test_a_segment_on_keys_and_values_is_a_segment_on_their_memory(name):
-    """`segment_on_keys` (a memory held as keys and values in time order, no
+    """`call_with_cache` on `KeysValues` (a memory held as keys and values in time order, no
     layer inputs, no ring): segments of 1, 2, 4 and 7 ids from a memory
     partly filled give what `hidden_states` gives, and the new keys and
     values are those of the new memory."""
@@ -197,7 +198,9 @@ def test_a_segment_on_keys_and_values_is_a_segment_on_their_memory(name):
     for length in (1, 2, 4, 7):
         x = ids(2, length, seed=length)
         want, plain = core.hidden_states(x, plain)
-        got, keys, values, mem_mask = core.segment_on_keys(x, keys, values, mem_mask)
+        got, (keys, values, mem_mask) = core.call_with_cache(
+            x, KeysValues(keys, values, mem_mask))
+        keys, values = list(keys), list(values)
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
         np.testing.assert_array_equal(mem_mask, plain.mem_mask)
         valid = np.asarray(mem_mask)[:, None, :, None]
@@ -217,3 +220,12 @@ def test_the_old_cached_names_warn_and_give_call_with_cache():
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
     with pytest.warns(DeprecationWarning, match="cached_segment is deprecated"):
         core.cached_segment(ids(2, 2), cache)
+    memory = core.initial_memory(2, mem_len=3)
+    pairs = [block.rel_attn.memory_keys_values(m)
+             for block, m in zip(core.blocks, tf.unstack(memory.mems))]
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    expected, new = core.call_with_cache(ids(2, 2), KeysValues(keys, values, memory.mem_mask))
+    with pytest.warns(DeprecationWarning, match="segment_on_keys is deprecated"):
+        got, *rest = core.segment_on_keys(ids(2, 2), keys, values, memory.mem_mask)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    np.testing.assert_array_equal(rest[-1], new.mem_mask)

@@ -17,7 +17,8 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, after, in_time_order,
+from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, KeysValues, after,
+                                      in_time_order,
                                       in_slot_order, keep_last, ring_memory, slot_order,
                                       swap_key_layout, with_free_slot, write_slot)
 
@@ -292,7 +293,8 @@ class TransformerXL(keras.layers.Layer):
         what `hidden_states` gives on `cache_memory(cache)`, with the memory's
         keys and values taken from the cache (only the new positions are
         projected). The one cached read of the core: the `Decoder`, keras-hub's
-        `TransformerXLCausalLM` and the exports' decode graphs read through it.
+        `TransformerXLCausalLM`, the exports' decode graphs and the Triton
+        cached model read through it.
 
         Args:
             token_ids: int `[B]`, one id per row, read on the ring: the token
@@ -301,7 +303,10 @@ class TransformerXL(keras.layers.Layer):
                 holds its memory in time order, each row's free slot last (a
                 segment copies the rings).
             cache: a `layers.ring_cache.DecodeCache`; a decoding loop sets its
-                `position_keys` once (`decode_position_keys`).
+                `position_keys` once (`decode_position_keys`). Or a
+                `layers.ring_cache.KeysValues` (a memory held as its keys and
+                values alone, the Triton cached model's state), read by
+                segments `[B, T]`: the new one holds the last M positions.
             stopped: one id per row only: bool `[B]`, rows that keep their
                 cache as it is (their `hidden` is meaningless); a row that has
                 stopped must stay stopped for the cache's life.
@@ -315,6 +320,11 @@ class TransformerXL(keras.layers.Layer):
             `(hidden, CachedToken)` with `write=False`.
         """
         self._check_cacheable()
+        if isinstance(cache, KeysValues):
+            if stopped is not None or not write:
+                raise TxlError("stopped and write=False are for a DecodeCache; a KeysValues "
+                               "memory reads segments")
+            return self._read_on_keys(token_ids, cache)
         token_ids = tf.convert_to_tensor(token_ids)
         if token_ids.shape.rank == 2:
             if stopped is not None or not write:
@@ -413,16 +423,16 @@ class TransformerXL(keras.layers.Layer):
             slot=size - 1, row_slot=tf.fill([batch], size - 1))
 
     def segment_on_keys(self, token_ids, keys, values, mem_mask):
-        """Reads a segment (`token_ids [B, T]`) on a memory held as its
-        attention keys and values, in inference: one per layer, `[B, H, M,
-        d_head]` in time order, and `mem_mask [B, M]`. Returns `(hidden [B,
-        T, d_model], new keys, new values, new mem_mask)`: what
-        `hidden_states` gives on the memory those keys and values were
-        projected from, and the keys and values of the memory it leaves
-        (the last M positions). Keys of invalid slots must be finite (they
-        are hidden, not cleared). A serving state with no layer inputs and
-        no ring (the Triton repository's cached model)."""
-        self._check_cacheable()
+        """Deprecated: `call_with_cache(token_ids, KeysValues(keys, values, mem_mask))`."""
+        _deprecated("segment_on_keys", "call_with_cache(token_ids, KeysValues(...))")
+        hidden, new = self.call_with_cache(token_ids, KeysValues(keys, values, mem_mask))
+        return hidden, list(new.keys), list(new.values), new.mem_mask
+
+    def _read_on_keys(self, token_ids, cache):
+        """A segment (`token_ids [B, T]`) on a `KeysValues` memory: `(hidden
+        [B, T, d_model], the KeysValues of the memory it leaves)` (the last M
+        positions)."""
+        keys, values, mem_mask = cache
         cfg = self.config
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         mem_mask = tf.convert_to_tensor(mem_mask)
@@ -440,7 +450,7 @@ class TransformerXL(keras.layers.Layer):
                                         mem_len))
         new_mask = keep_last(tf.concat([mem_mask, tf.ones(tf.shape(token_ids), tf.bool)], 1),
                              1, mem_len)
-        return output, new_keys, new_values, new_mask
+        return output, KeysValues(tuple(new_keys), tuple(new_values), new_mask)
 
     def cache_memory(self, cache):
         """The memory a `DecodeCache` holds, in time order (a `Memory`)."""

@@ -84,6 +84,17 @@ def swap_key_layout(keys):
     return tf.transpose(keys, [0, 1, 3, 2])
 
 
+class KeysValues(NamedTuple):
+    """A memory held as its attention keys and values alone, one per layer,
+    `[B, n_head, M, d_head]` in time order, and `mem_mask` bool `[B, M]`:
+    no layer inputs and no ring (the Triton repository's cached model).
+    Keys of invalid slots must be finite (they are hidden, not cleared)."""
+
+    keys: tuple
+    values: tuple
+    mem_mask: tf.Tensor
+
+
 class CachedToken(NamedTuple):
     """What one step writes into the ring's free slot, one tensor per layer
     (`TransformerXL.call_with_cache`, `write=False`): mems, the layer inputs `[B, d_model]`;
