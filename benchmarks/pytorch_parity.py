@@ -34,6 +34,11 @@ CASES = {
                                              d_embed=16, attn_type=1),
     "absolute sinusoid (attn_type 2)": dict(n_token=50, cutoffs=[10, 30], div_val=2,
                                             d_embed=16, attn_type=2),
+    # attn_type 3 adds to its memory in place too (where mem_len > tgt_len the
+    # additions stay in the next memory): mem_len = tgt_len, a fresh copy per
+    # call. Its embeddings are [n_head * d_head] = d_model wide.
+    "absolute per layer (attn_type 3)": dict(n_token=50, cutoffs=[10, 30], div_val=2,
+                                             d_embed=16, attn_type=3, d_head=16),
 }
 SIZES = dict(n_layer=2, n_head=2, d_model=32, d_head=8, d_inner=48)
 SETTINGS = [(False, -1), (True, -1), (True, 3)]
@@ -55,10 +60,11 @@ def torch_stage(ref_dir, out):
         for same_length, clamp_len in SETTINGS:
             n_bins = len(case["cutoffs"]) + 1
             attn_type = case.get("attn_type", 0)
-            mem_len = SEG if attn_type == 2 else MEM
+            mem_len = SEG if attn_type in (2, 3) else MEM
+            sizes = {**SIZES, "d_head": case.get("d_head", SIZES["d_head"])}
             model = MemTransformerLM(
-                case["n_token"], SIZES["n_layer"], SIZES["n_head"], SIZES["d_model"],
-                SIZES["d_head"], SIZES["d_inner"], 0.0, 0.0, tie_weight=True,
+                case["n_token"], sizes["n_layer"], sizes["n_head"], sizes["d_model"],
+                sizes["d_head"], sizes["d_inner"], 0.0, 0.0, tie_weight=True,
                 d_embed=case["d_embed"], div_val=case["div_val"],
                 tie_projs=[False] + [True] * (n_bins - 1), tgt_len=SEG, ext_len=0,
                 mem_len=mem_len, cutoffs=list(case["cutoffs"]), same_length=same_length,
@@ -107,8 +113,9 @@ def compare(path):
             ids = data[f"{key}/ids"].T  # batch-major
             want = data[f"{key}/log_probs"].transpose(0, 2, 1, 3)  # [segment, B, T, V]
             attn_type = case.get("attn_type", 0)
-            mem_len = SEG if attn_type == 2 else MEM
-            ref = PytorchReference(state, n_head=SIZES["n_head"], d_head=SIZES["d_head"],
+            mem_len = SEG if attn_type in (2, 3) else MEM
+            ref = PytorchReference(state, n_head=SIZES["n_head"],
+                                   d_head=case.get("d_head", SIZES["d_head"]),
                                    mem_len=mem_len, same_length=same_length,
                                    clamp_len=clamp_len, zero_start=attn_type == 2,
                                    **{k: case[k] for k in ("n_token", "cutoffs", "div_val")})

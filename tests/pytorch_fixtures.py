@@ -38,12 +38,14 @@ def make_state(n_token, d_model, n_head, d_head, d_inner, n_layer, d_embed=None,
         s["r_emb"] = _rand(rng, n_layer, max_klen, n_head, d_head)
         s["r_w_bias"] = _rand(rng, n_layer, n_head, d_head)
         s["r_bias"] = _rand(rng, n_layer, max_klen, n_head)
+    if attn_type == 3:  # the paper's absolute embeddings per layer and position
+        s["r_emb"] = _rand(rng, n_layer, max_klen, n_head, d_head)
     if not untie_r and attn_type == 0:
         s[f"{pre}r_w_bias"] = _rand(rng, n_head, d_head)
         s[f"{pre}r_r_bias"] = _rand(rng, n_head, d_head)
     for i in range(n_layer):
         p = f"{pre}layers.{i}"
-        if attn_type == 2:  # the paper's MultiHeadAttn
+        if attn_type in (2, 3):  # the paper's MultiHeadAttn
             s[f"{p}.dec_attn.q_net.weight"] = _rand(rng, heads, d_model)
             s[f"{p}.dec_attn.kv_net.weight"] = _rand(rng, 2 * heads, d_model)
         else:

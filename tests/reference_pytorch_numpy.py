@@ -11,7 +11,10 @@ a tail-cluster rule of either code: head column `-i` ("pytorch") or
 `kv_net` are its `attn_type=2`: the sinusoid added to the embeddings and to
 a copy of the first layer's memory, standard attention; weights with
 `r_emb` and `r_bias` its `attn_type=1` (learned embeddings and biases per
-distance, the farthest repeated beyond them).
+distance, the farthest repeated beyond them); with `r_emb` alone its
+`attn_type=3` (a learned embedding per position added to every layer's
+input, kept in the memory as the paper's in-place addition keeps it, and to
+a copy of its memory).
 """
 import numpy as np
 
@@ -70,7 +73,8 @@ class PytorchReference:
         self.d_model = self.w["layers.0.dec_attn.layer_norm.weight"].shape[0]
         self.zero_start = zero_start
         self.absolute = "layers.0.dec_attn.q_net.weight" in self.w
-        self.learnable = "r_emb" in self.w
+        self.learnable = "r_emb" in self.w and "r_bias" in self.w
+        self.per_layer = "r_emb" in self.w and not self.learnable
         self.mems = None
 
     def _bias(self, name, layer):
@@ -179,13 +183,18 @@ class PytorchReference:
         mask = pytorch_mask(qlen, mlen, self.mem_len, self.same_length)
         h = self._embed(ids)
         mems = list(self.mems)
-        if self.absolute:  # added to a copy: the memory carried on is not changed
+        if self.absolute and not self.per_layer:  # added to a copy: the memory carried on is not changed
             h = h + pos[-qlen:, None]
             mems[0] = mems[0] + pos[:mlen, None]
-        hids = [h]
+        hids = []
         for i in range(self.n_layer):
-            h = self._layer(i, h, mems[i], pos, mask)
+            if self.per_layer:  # rows counted back from the window's end, the first repeated
+                emb = self.w["r_emb"][i].reshape(self.w["r_emb"].shape[1], -1)
+                rows = np.maximum(len(emb) - klen + np.arange(klen), 0)
+                h = h + emb[rows[mlen:], None]
+                mems[i] = mems[i] + emb[rows[:mlen], None]
             hids.append(h)
+            h = self._layer(i, h, mems[i], pos, mask)
         self.mems = [np.concatenate([m, x], 0)[-self.mem_len:]
-                     for m, x in zip(self.mems, hids[:-1])]
+                     for m, x in zip(self.mems, hids)]
         return self._log_probs(h)

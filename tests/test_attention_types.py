@@ -1,6 +1,7 @@
 """The paper's other attention types, `attn_type=1` (Shaw et al.'s learnable
-relative embeddings) and `2` (absolute sinusoid, standard attention: the
-vanilla Transformer of its ablation), against a numpy model of its PyTorch
+relative embeddings), `2` (absolute sinusoid, standard attention: the
+vanilla Transformer of its ablation) and `3` (Al-Rfou et al.'s learned
+absolute embeddings at every layer), against a numpy model of its PyTorch
 code (tests/reference_pytorch_numpy.py) read from the same state dict, and
 what the types refuse."""
 import keras
@@ -18,14 +19,19 @@ SEG, MEM, BATCH, SEGMENTS = 4, 8, 2, 3
 HYPER = dict(n_token=50, cutoffs=[10, 30], div_val=2, n_head=2, d_head=8)
 
 
-# attn_type 1 with 6 embeddings per layer: keys up to 12 back repeat the farthest.
-TYPES = {1: dict(max_klen=6), 2: {}}
+# attn_type 1 and 3 with 6 embeddings per layer: windows up to 12 long repeat the
+# farthest; 3 adds n_head * d_head embeddings to d_model states.
+TYPES = {1: dict(max_klen=6), 2: {}, 3: dict(max_klen=6, d_head=16)}
+
+
+def sizes(attn_type):
+    return {**HYPER, **TYPES[attn_type]}
 
 
 def type_config(attn_type):
     return TransformerXLConfig(d_model=32, d_embed=16, d_inner=48, n_layer=2,
                                attn_type=attn_type, tie_weight=False,
-                               tie_projs=[False, True, True], **HYPER, **TYPES[attn_type])
+                               tie_projs=[False, True, True], **sizes(attn_type))
 
 
 @pytest.mark.parametrize("attn_type", sorted(TYPES))
@@ -33,13 +39,14 @@ def type_config(attn_type):
 def test_each_type_matches_the_papers_code_over_segments_with_memory(
         tmp_path, attn_type, same_length, clamp_len):
     state = make_state(d_model=32, d_embed=16, d_inner=48, n_layer=2, tie_weight=False,
-                       attn_type=attn_type, seed=4, **HYPER, **TYPES[attn_type])
+                       attn_type=attn_type, seed=4, **sizes(attn_type))
     path = save_safetensors(state, tmp_path / "w.safetensors")
     core = import_pytorch(path, type_config(attn_type), same_length=same_length,
                           clamp_len=clamp_len, mem_len=MEM)
     assert core.config.attn_type == attn_type
+    reference_sizes = {k: v for k, v in sizes(attn_type).items() if k != "max_klen"}
     ref = PytorchReference(state, mem_len=MEM, same_length=same_length, clamp_len=clamp_len,
-                           **HYPER)
+                           **reference_sizes)
     ids = np.random.default_rng(0).integers(0, HYPER["n_token"], (BATCH, SEG * SEGMENTS))
     memory = core.initial_memory(BATCH, MEM)
     for s in range(SEGMENTS):
@@ -82,11 +89,13 @@ def test_each_type_round_trips_trains_and_refuses_a_decode_cache(tmp_path, attn_
         core.decode_cache(memory)
 
 
-def test_unknown_types_are_one_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="attn_type must be one of 0 .*2 .* got 3"):
-        TransformerXLConfig(n_token=10, attn_type=3)
-    with pytest.raises(ConfigError, match="max_klen is for attn_type 1"):
+def test_bad_types_are_one_clear_error_and_the_weights_tell_theirs(tmp_path):
+    with pytest.raises(ConfigError, match="attn_type must be one of 0 .*3 .* got 4"):
+        TransformerXLConfig(n_token=10, attn_type=4)
+    with pytest.raises(ConfigError, match="max_klen is for attn_type 1 and 3"):
         TransformerXLConfig(n_token=10, max_klen=8)
+    with pytest.raises(ConfigError, match="n_head \\* d_head = 16 must be d_model = 32"):
+        TransformerXLConfig(n_token=10, d_model=32, n_head=2, d_head=8, attn_type=3)
     state = make_state(d_model=32, d_inner=48, n_layer=1, n_token=20, n_head=2, d_head=8,
                        attn_type=2)
     path = save_safetensors(state, tmp_path / "w.safetensors")
@@ -96,7 +105,9 @@ def test_unknown_types_are_one_clear_error(tmp_path):
                                                  "attn_type 0"):
         import_pytorch(path, TransformerXLConfig(n_token=20, d_model=32, d_inner=48, n_layer=1,
                                                  n_head=2, d_head=8))
-    state["r_emb"] = np.zeros([1, 4, 2, 8], np.float32)
-    path = save_safetensors(state, tmp_path / "w3.safetensors")
-    with pytest.raises(PytorchImportError, match="attn_type 3 weights .* not implemented"):
-        import_pytorch(path)
+    state = make_state(d_model=32, d_inner=48, n_layer=1, n_token=20, n_head=2, d_head=16,
+                       attn_type=3, max_klen=4)
+    path = save_safetensors(state, tmp_path / "w3.safetensors")  # r_emb alone: attn_type 3
+    inferred = import_pytorch(path).config
+    assert (inferred.attn_type, inferred.max_klen, inferred.n_head, inferred.d_head) == \
+        (3, 4, 2, 16)

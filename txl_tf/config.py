@@ -14,7 +14,7 @@ SAME_LENGTH_CONVENTIONS = ("tf", "pytorch")
 # al.'s learnable relative encoding, 2 the absolute sinusoid of Vaswani et al.,
 # 3 Al-Rfou et al.'s learned absolute embeddings at every layer.
 ATTN_TYPES = {0: "relative (the paper's)", 1: "learnable relative (Shaw et al.)",
-              2: "absolute sinusoid (vanilla)"}
+              2: "absolute sinusoid (vanilla)", 3: "learned absolute per layer (Al-Rfou et al.)"}
 
 
 class ConfigError(TxlError):
@@ -46,7 +46,9 @@ class TransformerXLConfig:
     distances share the farthest; see `txl_tf.layers.learnable_attention`),
     2 the absolute sinusoid added to the input (and to the first layer's
     memory) with standard attention: the vanilla Transformer of the paper's
-    ablation (see `txl_tf.layers.absolute_attention`).
+    ablation (see `txl_tf.layers.absolute_attention`), 3 a learned absolute
+    embedding per position (`max_klen`) added to every layer's input and
+    memory, with standard attention.
     """
 
     n_token: int
@@ -118,12 +120,15 @@ class TransformerXLConfig:
         if self.attn_type not in ATTN_TYPES or isinstance(self.attn_type, bool):
             known = ", ".join(f"{k} {v}" for k, v in ATTN_TYPES.items())
             raise ConfigError(
-                f"attn_type must be one of {known}, got {self.attn_type!r} (the paper's "
-                "type 3 is not implemented)")
+                f"attn_type must be one of {known}, got {self.attn_type!r}")
         if self.max_klen is not None and (not isinstance(self.max_klen, int)
-                                          or self.max_klen < 1 or self.attn_type != 1):
-            raise ConfigError(f"max_klen is for attn_type 1, a positive integer; got "
+                                          or self.max_klen < 1 or self.attn_type not in (1, 3)):
+            raise ConfigError(f"max_klen is for attn_type 1 and 3, a positive integer; got "
                               f"{self.max_klen!r} with attn_type {self.attn_type}")
+        if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
+            raise ConfigError(f"attn_type 3 adds [n_head * d_head] embeddings to d_model "
+                              f"states: n_head * d_head = {self.n_head * self.d_head} must be "
+                              f"d_model = {self.d_model}")
         if self.same_length_convention not in SAME_LENGTH_CONVENTIONS:
             raise ConfigError(
                 f"same_length_convention must be one of {list(SAME_LENGTH_CONVENTIONS)}, "
@@ -149,7 +154,7 @@ class TransformerXLConfig:
 
     @property
     def learnable_positions(self) -> int:
-        """attn_type 1's relative embeddings per layer (`max_klen`)."""
+        """attn_type 1's and 3's position embeddings per layer (`max_klen`)."""
         return self.max_klen or self.tgt_len + self.mem_len
 
     # ------------------------------------------------------------------- JSON

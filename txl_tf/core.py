@@ -52,7 +52,7 @@ class TransformerXL(keras.layers.Layer):
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         cfg = as_config(config)
-        if cfg.attn_type == 1 and cfg.max_klen is None:  # its weights' size, kept from here on
+        if cfg.attn_type in (1, 3) and cfg.max_klen is None:  # its weights' size, kept from here on
             cfg = cfg.replace(max_klen=cfg.learnable_positions)
         self.config = cfg
         with keras.name_scope(self.name):  # paths like transformer/layer_0/rel_attn/...
@@ -89,6 +89,9 @@ class TransformerXL(keras.layers.Layer):
                                             shape=(cfg.n_layer,) + heads)
             self.r_bias = self.add_weight(name="r_bias", initializer=normal(cfg.init_std),
                                           shape=(cfg.n_layer, cfg.max_klen, cfg.n_head))
+        if cfg.attn_type == 3:  # per layer: an embedding per position in the window
+            self.r_emb = self.add_weight(name="r_emb", initializer=normal(cfg.init_std),
+                                         shape=(cfg.n_layer, cfg.max_klen, cfg.d_model))
         if cfg.attn_type == 0:
             bias_shape = ((cfg.n_layer,) if cfg.untie_r else ()) + (cfg.n_head, cfg.d_head)
             self.r_w_bias = self.add_weight(name="r_w_bias", shape=bias_shape,
@@ -144,9 +147,12 @@ class TransformerXL(keras.layers.Layer):
         mems = tf.unstack(tf.cast(memory.mems, output.dtype), self.config.n_layer)
         if self.config.attn_type == 2:  # the first layer's memory at its positions here
             mems[0] = mems[0] + pos_emb[:tf.shape(mems[0])[1]]
-        klen = tf.shape(mems[0])[1] + tf.shape(output)[1]
+        mlen, qlen = tf.shape(mems[0])[1], tf.shape(output)[1]
+        klen = mlen + qlen
         layer_inputs = []
         for i, block in enumerate(self.blocks):
+            if self.config.attn_type == 3:  # each layer's positions, on its input and memory
+                output, mems[i] = self._add_absolute(i, output, mems[i], mlen, qlen)
             layer_inputs.append(output)
             positions, u, v = self._positions(i, pos_emb, klen)
             if _probe is not None:
@@ -471,7 +477,7 @@ class TransformerXL(keras.layers.Layer):
         memory = clear_invalid_slots(memory)  # garbage in invalid slots changes nothing
         qlen = tf.shape(token_ids)[1]
         klen = tf.shape(memory.mems)[2] + qlen
-        if cfg.attn_type == 1:  # positions enter each layer's scores (`_positions`)
+        if cfg.attn_type in (1, 3):  # positions enter each layer (`_positions`, `_add_absolute`)
             output, pos_emb = self.emb_dropout(self.word_emb(token_ids), training=training), None
         elif cfg.attn_type == 2:  # the absolute sinusoid added to the ids' embeddings
             pos_emb = self.pos_emb(klen)
@@ -493,12 +499,23 @@ class TransformerXL(keras.layers.Layer):
         cfg = self.config
         if cfg.attn_type == 0:
             return (pos_emb, *self._biases(i))
-        if cfg.attn_type == 2:
+        if cfg.attn_type in (2, 3):
             return pos_emb, None, None
         size = cfg.max_klen if cfg.clamp_len <= 0 else min(cfg.clamp_len, cfg.max_klen)
         rows = (cfg.max_klen - size) + tf.maximum(size - klen + tf.range(klen), 0)
         return (tf.gather(self.r_emb[i], rows), self.r_w_bias[i],
                 tf.gather(self.r_bias[i], rows))
+
+    def _add_absolute(self, i, output, mems, mlen, qlen):
+        """attn_type 3: layer i's embeddings of the window's positions, the
+        last `qlen` of its `max_klen` added to `output` and the `mlen` before
+        them to `mems` (a copy; the first repeated where the window is
+        longer), as the paper's code adds them."""
+        size = self.config.max_klen
+        embeddings = tf.cast(self.r_emb[i], output.dtype)
+        rows = tf.maximum(size - qlen - mlen + tf.range(mlen + qlen), 0)
+        window = tf.gather(embeddings, rows)
+        return output + window[mlen:], mems + window[:mlen]
 
     def _check_cacheable(self):
         """The decode cache holds `attn_type` 0's keys and position keys."""

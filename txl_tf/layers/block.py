@@ -12,7 +12,7 @@ from txl_tf.layers.feedforward import PositionwiseFeedForward
 class TransformerXLBlock(keras.layers.Layer):
     """`ff(attn(inputs, memory))` with the sizes of one decoder layer; the
     attention of the paper's `attn_type` 0 (`RelativeMultiHeadAttention`),
-    1 (`LearnableRelativeAttention`) or 2 (`AbsoluteMultiHeadAttention`)."""
+    1 (`LearnableRelativeAttention`) or 2 and 3 (`AbsoluteMultiHeadAttention`)."""
 
     def __init__(self, d_model, n_head, d_head, d_inner, *, dropout=0.0, dropatt=0.0,
                  pre_lnorm=False, init_std=0.02, layer_norm_epsilon=1e-12, attn_type=0,
@@ -27,7 +27,8 @@ class TransformerXLBlock(keras.layers.Layer):
         with keras.name_scope(self.name):  # unique variable paths per layer
             s = self.sizes
             attention = {0: RelativeMultiHeadAttention, 1: LearnableRelativeAttention,
-                         2: AbsoluteMultiHeadAttention}[s["attn_type"]]
+                         2: AbsoluteMultiHeadAttention,
+                         3: AbsoluteMultiHeadAttention}[s["attn_type"]]
             self.rel_attn = attention(
                 s["d_model"], s["n_head"], s["d_head"], dropout=s["dropout"],
                 dropatt=s["dropatt"], pre_lnorm=s["pre_lnorm"], init_std=s["init_std"],

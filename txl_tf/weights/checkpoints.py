@@ -78,6 +78,8 @@ def reference_names(core):
         names["transformer/r_emb"] = core.r_emb
         names["transformer/r_w_bias"] = core.r_w_bias
         names["transformer/r_bias"] = core.r_bias
+    elif cfg.attn_type == 3:  # per layer: an embedding per position
+        names["transformer/r_emb"] = core.r_emb
     for i, block in enumerate(core.blocks):
         prefix = f"transformer/layer_{i}"
         attn, ff = block.rel_attn, block.ff

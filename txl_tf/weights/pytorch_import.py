@@ -2,7 +2,8 @@
 
 Two namings are read: the paper's PyTorch code (`kimiyoung/transformer-xl`,
 `pytorch/mem_transformer.py`: `layers.{i}.dec_attn.qkv_net.weight`, or
-`q_net` and `kv_net` for its `attn_type=2`, `r_emb` and `r_bias` for 1,
+`q_net` and `kv_net` for its `attn_type=2` and 3, `r_emb` and `r_bias` for
+1, `r_emb` alone for 3,
 `word_emb.emb_layers.{i}.weight`, `crit.out_layers.{i}.weight`, `r_w_bias`,
 ...) and the `transfo-xl-wt103` port, which prefixes the backbone with
 `transformer.` and keeps untied r-biases in each layer's attention. PyTorch
@@ -111,13 +112,17 @@ def infer_config(state, names):
         raise PytorchImportError(f"{state.path}: no `layers.N.` tensors; is this a "
                                  "Transformer-XL state dict?")
     values["attn_type"] = attn_type_of(state, names)
-    if values["attn_type"] == 2:
+    if values["attn_type"] == 3:  # r_emb [n_layer, max_klen, n_head, d_head]
+        values["d_model"] = shape("layers.0.dec_attn.q_net.weight")[1]
+        values["max_klen"], values["n_head"], values["d_head"] = shape("r_emb")[1:]
+    elif values["attn_type"] == 2:
         raise PytorchImportError(
             f"{state.path} holds attn_type 2 weights (standard attention), whose shapes do not "
             "tell n_head from d_head: pass a config")
-    values["d_model"] = shape("layers.0.dec_attn.qkv_net.weight")[1]
-    bias = "r_w_bias" if "r_w_bias" in names else "layers.0.dec_attn.r_w_bias"
-    values["n_head"], values["d_head"] = shape(bias)[-2:]
+    else:
+        values["d_model"] = shape("layers.0.dec_attn.qkv_net.weight")[1]
+        bias = "r_w_bias" if "r_w_bias" in names else "layers.0.dec_attn.r_w_bias"
+        values["n_head"], values["d_head"] = shape(bias)[-2:]
     if values["attn_type"] == 1:
         values["max_klen"] = shape("r_emb")[1]
     values["d_inner"] = shape("layers.0.pos_ff.CoreNet.0.weight")[0]
@@ -162,11 +167,7 @@ def attn_type_of(state, names):
     `r_emb` (learnable relative, 1, or absolute per layer, 3), a fused
     `qkv_net` (relative, 0) or `q_net` and `kv_net` (absolute sinusoid, 2)."""
     if "r_emb" in names:
-        if "r_bias" in names:
-            return 1
-        raise PytorchImportError(
-            f"{state.path} holds attn_type 3 weights (r_emb without r_bias): the paper's type "
-            "3 is not implemented here")
+        return 1 if "r_bias" in names else 3
     return 2 if "layers.0.dec_attn.q_net.weight" in names else 0
 
 
@@ -216,6 +217,9 @@ def _plan(cfg, per_layer_r):
                         "transformer/r_emb"),
                  _Entry("r_w_bias", (cfg.n_layer, cfg.n_head, cfg.d_head), "transformer/r_w_bias"),
                  _Entry("r_bias", (cfg.n_layer, klen, cfg.n_head), "transformer/r_bias")]
+    if cfg.attn_type == 3:
+        plan.append(_Entry("r_emb", (cfg.n_layer, cfg.learnable_positions, cfg.n_head,
+                                     cfg.d_head), "transformer/r_emb", "heads_flat"))
     for b in ("r_w_bias", "r_r_bias") if cfg.attn_type == 0 else ():
         # Untied: one pair per layer (the port keeps them in each attention).
         # Shared: one top-level pair, which the port also lists per layer.
@@ -233,7 +237,7 @@ def _plan(cfg, per_layer_r):
         if cfg.attn_type == 0:
             plan.append(_Entry(f"{p}.dec_attn.r_net.weight", (heads, cfg.d_model),
                                f"{t}/rel_attn/r/kernel", "T"))
-        if cfg.attn_type == 2:  # the query's, then the keys' and values' kernels: one qkv here
+        if cfg.attn_type in (2, 3):  # the query's, then the keys' and values' kernels: one qkv
             plan += [
                 _Entry(f"{p}.dec_attn.q_net.weight", (heads, cfg.d_model),
                        f"{t}/rel_attn/qkv/kernel", "qkv"),
@@ -406,6 +410,8 @@ def _assemble(state, names, cfg, plan, order, report):
         elif e.how == "qkv":  # columns [q | k | v], in the plan's order
             arrays[e.target] = value.T if e.target not in arrays else \
                 np.concatenate([arrays[e.target], value.T], 1)
+        elif e.how == "heads_flat":  # [..., n_head, d_head] -> [..., d_model]
+            arrays[e.target] = value.reshape(value.shape[:-2] + (-1,))
         elif e.how == "layer_r":
             layer_r.setdefault(e.target, []).append(value)
         elif e.how == "split":
