@@ -229,3 +229,41 @@ def test_the_old_cached_names_warn_and_give_call_with_cache():
         got, *rest = core.segment_on_keys(ids(2, 2), keys, values, memory.mem_mask)
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
     np.testing.assert_array_equal(rest[-1], new.mem_mask)
+
+
+def test_the_old_attention_calls_and_position_keys_argument_warn_and_agree():
+    """`call_on_keys`, `token_call` and `call_with_cache(position_keys=)`,
+    the names before the one cached call, still give its results."""
+    core = make_core()
+    cache = core.decode_cache(core.initial_memory(2, mem_len=3))
+    x = ids(2, 1)[:, 0]
+    keys = core.decode_position_keys(cache)
+    expected, _ = core.call_with_cache(x, cache._replace(position_keys=keys))
+    with pytest.warns(DeprecationWarning, match="position_keys"):
+        got, _ = core.call_with_cache(x, cache, position_keys=keys)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    attention = core.blocks[0].rel_attn
+    h = core.word_emb(ids(2, 2))
+    memory = core.initial_memory(2, mem_len=3)
+    mem_keys, mem_values = attention.memory_keys_values(memory.mems[0])
+    pos = core.pos_emb(tf.constant(5))
+    visible = tf.ones([2, 1, 2, 5], tf.bool)
+    want = attention.call_with_cache(h, mem_keys, mem_values, pos, visible, *core._biases(0))
+    with pytest.warns(DeprecationWarning, match="call_on_keys is deprecated"):
+        old = attention.call_on_keys(h, pos, mem_keys, mem_values, visible, *core._biases(0))
+    for a, b in zip(old, want):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    size = 4
+    ring_keys = tf.zeros([2, 2, 16, size])
+    ring_values = tf.zeros([2, 2, size, 16])
+    at_slot = tf.constant([False, False, False, True])
+    valid = tf.constant([[False, True, True, True]] * 2)
+    positions = core.pos_emb(tf.constant(size))
+    want = attention.call_with_cache(h[:, 0], ring_keys, ring_values, positions, valid,
+                                     *core._biases(0), at_slot=at_slot)
+    hidden = tf.where(valid, 0.0, -1e30)[:, None, :]
+    with pytest.warns(DeprecationWarning, match="token_call is deprecated"):
+        old = attention.token_call(h[:, 0], ring_keys, ring_values, at_slot, hidden, positions,
+                                   *core._biases(0))
+    for a, b in zip(old, want):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

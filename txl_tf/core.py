@@ -294,7 +294,7 @@ class TransformerXL(keras.layers.Layer):
         clamp = self.config.clamp_len
         return size if clamp <= 0 else tf.minimum(size, clamp + 1)
 
-    def call_with_cache(self, token_ids, cache, *, stopped=None, write=True):
+    def call_with_cache(self, token_ids, cache, *, stopped=None, write=True, position_keys=None):
         """Reads ids on top of a decode cache (`decode_cache`), in inference:
         what `hidden_states` gives on `cache_memory(cache)`, with the memory's
         keys and values taken from the cache (only the new positions are
@@ -316,6 +316,7 @@ class TransformerXL(keras.layers.Layer):
             stopped: one id per row only: bool `[B]`, rows that keep their
                 cache as it is (their `hidden` is meaningless); a row that has
                 stopped must stay stopped for the cache's life.
+            position_keys: deprecated: the cache's own `position_keys`.
             write: one id per row only: False reads without writing (the
                 slot's entries in `cache` are not read) and returns, in place
                 of the new cache, a `CachedToken` of what the free slot gets
@@ -326,6 +327,10 @@ class TransformerXL(keras.layers.Layer):
             `(hidden, CachedToken)` with `write=False`.
         """
         self._check_cacheable()
+        if position_keys is not None:
+            _deprecated("call_with_cache(position_keys=...)",
+                        "cache._replace(position_keys=decode_position_keys(cache))")
+            cache = _keyed(cache, position_keys)
         if isinstance(cache, KeysValues):
             if stopped is not None or not write:
                 raise TxlError("stopped and write=False are for a DecodeCache; a KeysValues "

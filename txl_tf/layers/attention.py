@@ -167,6 +167,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return self._token_on_ring(inputs, keys, values, at_slot, hidden, positions, r_w_bias,
                                    r_r_bias)
 
+    def call_on_keys(self, inputs, pos_emb, mem_keys, mem_values, visible, r_w_bias, r_r_bias):
+        """Deprecated: `call_with_cache(inputs, mem_keys, mem_values, pos_emb, visible, ...)`."""
+        _deprecated("call_on_keys", "call_with_cache (a segment)")
+        return self.call_with_cache(inputs, mem_keys, mem_values, pos_emb, visible, r_w_bias,
+                                    r_r_bias)
+
+    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
+        """Deprecated: `call_with_cache(..., at_slot=at_slot)` with `visible` bool `[B, S]`
+        in place of the additive `hidden` `[B, 1, S]`."""
+        _deprecated("token_call", "call_with_cache(..., at_slot=...)")
+        visible = tf.convert_to_tensor(hidden)[:, 0, :] > -1e29
+        return self.call_with_cache(inputs, keys, values, positions, visible, r_w_bias,
+                                    r_r_bias, at_slot=at_slot)
+
     def _segment_on_keys(self, inputs, mem_keys, mem_values, pos_emb, visible, r_w_bias,
                          r_r_bias):
         """`call_with_cache` of a segment: `call` with the memory's keys and
@@ -278,3 +292,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "d_head": self.d_head, "dropout": self.dropout, "dropatt": self.dropatt,
                 "pre_lnorm": self.pre_lnorm, "init_std": self.init_std,
                 "layer_norm_epsilon": self.layer_norm_epsilon}
+
+
+def _deprecated(old, new):
+    import warnings
+    warnings.warn(f"RelativeMultiHeadAttention.{old} is deprecated: use {new}",
+                  DeprecationWarning, stacklevel=3)
