@@ -5,7 +5,10 @@ repository, then a parity check.
 python -m export --model_dir=runs/tiny --output_dir=exported/tiny \
     --formats=saved_model,onnx --mem_len=64 --opset=17 --log_probs=all
 ```
-Output directory: `saved_model/`, `model.onnx` (+ `model.onnx.data` past 2 GB),
+Output directory: `saved_model/`, `model.onnx` and the cached decode
+interface's graphs (`decode_*.onnx`), which all read their weights from one
+`model.onnx.data` (with `--nodecode_cache`, `model.onnx` alone holds them,
+up to 2 GB),
 `triton/` (with `--formats=...,triton`; see `export.triton`),
 `config.json`, `vocab/` (if the model has one) and `export_report.json`
 (settings, timings, parity, files). A non-empty output directory needs
@@ -23,10 +26,10 @@ import tensorflow as tf
 from absl import flags
 
 from export.host_cache import cache_bytes
-from export.metadata import export_metadata
+from export.metadata import export_metadata, external_data_file
 from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
-                                export_onnx)
+                                export_onnx, write_weights_file)
 from export.parity import check_runtime, core_outputs, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
 from export.saved_model import export_saved_model
@@ -81,8 +84,8 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_float("tolerance", 1e-4, "Max abs difference allowed by --verify.",
                        flag_values=fv)
     flags.DEFINE_bool("decode_cache", True, "Also write the cached decode interface as "
-                      "decode_init.onnx and decode_step.onnx beside model.onnx (each holds "
-                      "the weights again); the SavedModel always carries it.", flag_values=fv)
+                      "decode_*.onnx beside model.onnx (all of them read the weights from "
+                      "model.onnx.data); the SavedModel always carries it.", flag_values=fv)
     flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir (the new export "
                       "is swapped in whole once it has passed).", flag_values=fv)
     flags.mark_flag_as_required("output_dir", flag_values=fv)
@@ -192,10 +195,14 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         stages.done("SavedModel", SAVED_MODEL_DIR)
     if "onnx" in formats:
         start = time.perf_counter()
-        written = export_onnx(core, os.path.join(out, ONNX_FILE), opset=opset,
+        onnx_path = os.path.join(out, ONNX_FILE)
+        # With the decode graphs, every graph reads one copy of the weights.
+        shared = write_weights_file(core.weights, external_data_file(onnx_path)) \
+            if decode_cache else None
+        written = export_onnx(core, onnx_path, opset=opset, weights_file=shared,
                               external_data_threshold=external_data_threshold, **options)
         if decode_cache:
-            written += export_decode_onnx(core, out, mem_len, opset, external_data_threshold)
+            written += export_decode_onnx(core, out, mem_len, shared, opset) + [shared.path]
         gc.collect()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)

@@ -53,6 +53,10 @@ class ExportInfo:
         if values.get("task") == "classification":
             raise TxlError("this export is a txl_tf classifier: open it with "
                            "export.open_classifier")
+        if values.get("interface"):
+            raise TxlError(f"this graph is the cached decode interface's "
+                           f"{values['interface']}, which a runtime opens itself: open the "
+                           "model.onnx beside it, or its folder")
         missing = [k for k in (CONFIG_KEY, "mem_len") if k not in values]
         if missing:
             raise TxlError(f"export metadata lacks {missing}; was this exported by txl_tf?")

@@ -10,6 +10,7 @@ when it opens the session.
 """
 import logging
 import os
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -31,16 +32,40 @@ _WEIGHT_PREFIX = "txl_weight_"
 _ALIGN = 4096
 
 
+class WeightsFile(NamedTuple):
+    """An ONNX external data file that holds each weight of a core once, for
+    several graphs to read: `places` maps a weight input's name to its
+    `(offset, length)` in bytes in `path`."""
+    path: str
+    places: dict
+
+
+def write_weights_file(variables, path):
+    """Writes each of a core's `variables` once to `path` (page-aligned ONNX
+    external data), for the graphs of one export to share (`export_onnx`
+    and `export_decode_onnx` with `weights_file=`).
+
+    Returns:
+        The `WeightsFile`.
+    """
+    with open(path, "wb") as data:
+        places = {f"{_WEIGHT_PREFIX}{i:04d}": _append_aligned(data, variable)
+                  for i, variable in enumerate(variables)}
+    logging.info("ONNX weights written to %s (external data)", path)
+    return WeightsFile(path, places)
+
+
 def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                 opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD,
-                memory_layout="layer_major"):
+                memory_layout="layer_major", weights_file=None):
     """Writes `step` as an ONNX model and returns the list of files written.
 
     Inputs `token_ids` int32 `[B, T]` (range-checked in the graph), `mems`,
     `mem_mask`; outputs in this order: `log_probs`, `new_mems`,
     `new_mem_mask`; batch and segment axes dynamic; config and memory geometry
     in `metadata_props`. Weights above `external_data_threshold` bytes go to
-    `external_data_file(path)` beside the model (ONNX external data).
+    `external_data_file(path)` beside the model (ONNX external data); with a
+    `weights_file` (`write_weights_file`) the model reads them from there.
     `memory_layout="batch_major"` makes `mems` / `new_mems`
     `[B, n_layer, M, d_model]` (the Triton repository's model; `open_runtime`
     reads only the default `layer_major`).
@@ -67,15 +92,15 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
     return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
-                             external_data_threshold)
+                             external_data_threshold, weights_file)
 
 
 
-def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,
-                       external_data_threshold=EXTERNAL_DATA_THRESHOLD):
-    """Writes the cached decode interface (`export.decode_interface`) as two
-    ONNX models in `folder`, `decode_init.onnx` and `decode_step.onnx`, each
-    with the config and its interface in `metadata_props`; returns the files."""
+def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET):
+    """Writes the cached decode interface (`export.decode_interface`) as
+    ONNX models in `folder` (`DECODE_FILES`), each with the config and its
+    interface in `metadata_props` and its weights read from `weights_file`
+    (`write_weights_file`, shared with `model.onnx`); returns the files."""
     cfg, mem_len = core.config, int(mem_len)
     parts = {
         "decode_init": (lambda mems, mem_mask: decode.decode_init(core, mems, mem_mask),
@@ -115,26 +140,39 @@ def export_decode_onnx(core, folder, mem_len, opset=DEFAULT_OPSET,
                                        "outputs": ",".join(outputs)})
         model.doc_string = f"Transformer-XL {interface}: see export.decode_interface"
         written += save_with_weights(model, os.path.join(folder, DECODE_FILES[interface]),
-                                     core.weights, len(inputs), external_data_threshold)
+                                     core.weights, len(inputs), weights_file=weights_file)
     return written
 
 
 def save_with_weights(model, path, variables, n_inputs,
-                      external_data_threshold=EXTERNAL_DATA_THRESHOLD):
+                      external_data_threshold=EXTERNAL_DATA_THRESHOLD, weights_file=None):
     """Checks `model` (from `convert_with_weight_inputs`, `n_inputs` interface
-    inputs) and writes it with `variables` as initializers; returns the
-    files written (the model, and its external data file when the weights
-    are above `external_data_threshold` bytes)."""
+    inputs) and writes it with `variables` as initializers: read from
+    `weights_file` when given, else in the model's file, or in its own
+    external data file when they are above `external_data_threshold` bytes.
+
+    Returns:
+        The files written (the model, and the data file it wrote, if any).
+    """
     # Checked while the weights are still graph inputs: checking the file would
     # parse all of a single-file model's weights (twice their size in memory).
     onnx.checker.check_model(model)
-    n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in variables)
-    data_path = external_data_file(path) if n_bytes > external_data_threshold else None
-    _save_with_weights(model, path, variables, data_path, n_inputs)
+    weights = _weight_tensors(model, variables, n_inputs)
+    written = [path]
+    if weights_file is None:
+        n_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in variables)
+        if n_bytes <= external_data_threshold:
+            _save_with_weights(model, path, weights)
+            return written
+        with open(external_data_file(path), "wb") as data:
+            weights_file = WeightsFile(data.name, {header.name: _append_aligned(data, variable)
+                                                   for header, variable in weights})
+        written.append(weights_file.path)
+    _refer_to(model, weights, weights_file, os.path.dirname(os.path.abspath(path)))
+    onnx.save_model(model, path)
     del model
-    if data_path:  # reads only the graph, and checks that the data file is beside it
-        onnx.checker.check_model(path)
-    return [path] + ([data_path] if data_path else [])
+    onnx.checker.check_model(path)  # reads only the graph; the data file must be beside it
+    return written
 
 
 def _convert(core, mem_len, log_probs, opset, memory_layout):
@@ -269,14 +307,9 @@ def _consumed(graph):
     return names
 
 
-def _save_with_weights(model, path, variables, data_path, n_inputs):
-    """Saves `model` with the weights as initializers, one array in memory at a time:
-    in `data_path` (ONNX external data) or streamed into the protobuf file."""
-    weights = _weight_tensors(model, variables, n_inputs)
-    if data_path:
-        _write_external(model, weights, data_path)
-        onnx.save_model(model, path)
-        return
+def _save_with_weights(model, path, weights):
+    """Saves `model` with the `weights` (`_weight_tensors`) as initializers
+    streamed into the protobuf file, one array in memory at a time."""
     # A ModelProto is its fields in any order; repeated fields may be split. So the
     # file is: the model without its graph, then the graph field, whose bytes are the
     # graph without weights followed by one `initializer` entry per weight.
@@ -325,23 +358,28 @@ def _field_len(field, size):
     return len(_key(field)) + len(_varint(size)) + size
 
 
-def _write_external(model, weights, data_path):
-    """Appends each weight to `data_path` (page-aligned) and adds initializers
-    that point there."""
-    with open(data_path, "wb") as data:
-        for header, variable in weights:
-            array = _little_endian(variable)
-            data.seek(-data.tell() % _ALIGN, os.SEEK_CUR)
-            offset = data.tell()
-            array.tofile(data)
-            tensor = model.graph.initializer.add()
-            tensor.CopyFrom(header)
-            tensor.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", os.path.basename(data_path)),
-                               ("offset", offset), ("length", array.nbytes)):
-                entry = tensor.external_data.add()
-                entry.key, entry.value = key, str(value)
-    logging.info("ONNX weights written to %s (external data)", data_path)
+def _append_aligned(data, variable):
+    """Writes `variable` at the next page boundary of the open file `data`;
+    returns its `(offset, length)`."""
+    array = _little_endian(variable)
+    data.seek(-data.tell() % _ALIGN, os.SEEK_CUR)
+    offset = data.tell()
+    array.tofile(data)
+    return offset, array.nbytes
+
+
+def _refer_to(model, weights, weights_file, folder):
+    """Adds the `weights` (`_weight_tensors`) to `model` as initializers read
+    from `weights_file` (its location relative to the model's `folder`)."""
+    location = os.path.relpath(os.path.abspath(weights_file.path), folder)
+    for header, _ in weights:
+        offset, length = weights_file.places[header.name]
+        tensor = model.graph.initializer.add()
+        tensor.CopyFrom(header)
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", offset), ("length", length)):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, str(value)
 
 
 def _declare_shapes(model, config, mem_len, log_probs, memory_layout):

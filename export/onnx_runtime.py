@@ -48,6 +48,20 @@ def provider_entries(names, tf32=False, cuda_graph=False):
     return [(name, cuda) if name == CUDA else name for name in names]
 
 
+def default_session_options(path, providers):
+    """The session options a runtime of `path` uses unless given some: on the
+    CPU, a model whose weights are an external data file (an export's
+    `model.onnx.data`, which every graph of the export reads) keeps them as
+    ONNX Runtime maps the file, without a packed copy per session
+    (`session.disable_prepacking`), so that all the sessions share one copy
+    of the weights in memory."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    if CUDA not in providers and os.path.exists(external_data_file(path)):
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    return options
+
+
 def open_session(path, session_options=None, providers=None):
     """An `onnxruntime.InferenceSession` of a path (or a serialized model);
     a missing, truncated or corrupt file, or a session the providers cannot
@@ -76,9 +90,13 @@ class OnnxRuntime(Runtime):
     fixed to 1 (ONNX Runtime's free-dimension overrides). ONNX Runtime then
     folds the graph's shape arithmetic: on the `small` preset it keeps 301
     of 597 nodes and the step takes 0.64 ms instead of 1.01, with identical
-    outputs. It holds a second copy of the weights, so `"auto"` opens it only
-    for models up to `SINGLE_STREAM_MAX_BYTES` (256 MiB). The overrides are
-    added to `session_options` when given (after the main session is built).
+    outputs. Where the weights are not shared (`default_session_options`) it
+    holds a second copy of them, so `"auto"` opens it only for models up to
+    `SINGLE_STREAM_MAX_BYTES` (256 MiB). The overrides are added to
+    `session_options` (after the main session is built).
+
+    `session_options`: an `onnxruntime.SessionOptions` for every session
+    (default: `default_session_options`).
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
@@ -108,13 +126,18 @@ class OnnxRuntime(Runtime):
                             ("cuda_graph", cuda_graph)):
             if value not in ("auto", True, False):
                 raise TxlError(f"{name} must be 'auto', True or False, got {value!r}")
+        session_options = session_options or default_session_options(path, names)
         self.session = open_session(path, session_options, providers)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
         self.single_stream = single_stream
         self._open_single = lambda: _single_stream_session(path, session_options, providers)
         self._single = None
-        super().__init__(ExportInfo(self.session.get_modelmeta().custom_metadata_map))
+        try:
+            info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
+        except TxlError as error:
+            raise ModelDirError(f"{path}: {error}") from None
+        super().__init__(info)
         self.provider = self.session.get_providers()[0]
         if CUDA in names and self.provider != CUDA:  # listed, but it did not load
             logging.warning("CUDAExecutionProvider failed to load (CUDA/cuDNN libraries?); "

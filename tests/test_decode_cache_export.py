@@ -5,6 +5,7 @@ a client that reads only the export needs."""
 import json
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -46,6 +47,28 @@ def test_the_export_writes_and_checks_the_decode_interface(exported):
         assert cached["log_probs"] < 1e-5 and cached["mems"] < 1e-5 and cached["mem_mask_equal"]
     saved = json.loads((out / "export_report.json").read_text())
     assert "decode_step.onnx" in saved["files"]
+
+
+def test_the_onnx_graphs_share_one_copy_of_the_weights(exported):
+    core, out, _ = exported
+    weight_bytes = sum(w.numpy().nbytes for w in core.weights)
+    data = out / "model.onnx.data"
+    graphs = [out / name for name in ("model.onnx", "decode_init.onnx", "decode_step.onnx",
+                                      "decode_read.onnx")]
+    # The data file holds each weight once (page-aligned); no graph embeds them.
+    assert weight_bytes <= data.stat().st_size <= weight_bytes + 4096 * len(core.weights)
+    for graph in graphs:
+        model = onnx.load(str(graph), load_external_data=False)
+        weights = [t for t in model.graph.initializer if t.name.startswith("txl_weight_")]
+        assert weights and all(t.data_location == onnx.TensorProto.EXTERNAL and
+                               t.external_data[0].value == "model.onnx.data" for t in weights)
+    # Plain onnxruntime runs model.onnx from the folder.
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    mems = np.zeros([CONFIG.n_layer, 1, 5, CONFIG.d_model], np.float32)
+    log_probs, _, _ = session.run(None, {"token_ids": np.array([[1, 2]], np.int32),
+                                         "mems": mems, "mem_mask": np.zeros([1, 5], bool)})
+    expected = core_outputs(core, [np.array([[1, 2]], np.int32)], mem_len=5)[0][0]
+    np.testing.assert_allclose(log_probs, expected, atol=1e-5)
 
 
 def test_the_onnx_files_name_their_interface(exported):

@@ -229,3 +229,19 @@ def test_a_decode_graph_opened_alone_is_one_clear_error(tmp_path):
     graph.write_bytes(b"")
     with pytest.raises(TxlError, match=r"decode interface's graphs.*open .*model\.onnx"):
         open_runtime(str(graph))
+
+
+def test_a_graph_that_is_not_a_txl_model_is_one_error_naming_it(tmp_path):
+    from onnx import TensorProto, helper, save_model
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    foreign = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "foreign", [value],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]),
+        ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    save_model(foreign, str(tmp_path / "foreign.onnx"))
+    with pytest.raises(TxlError, match=r"foreign\.onnx: export metadata lacks"):
+        open_runtime(str(tmp_path / "foreign.onnx"))
+    helper.set_model_props(foreign, {"interface": "decode_step", "mem_len": "4"})
+    save_model(foreign, str(tmp_path / "renamed.onnx"))  # a decode graph under another name
+    with pytest.raises(TxlError, match=r"renamed\.onnx: .*decode_step.*open the model\.onnx"):
+        open_runtime(str(tmp_path / "renamed.onnx"))
