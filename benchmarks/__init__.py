@@ -1,1 +1,2 @@
-"""Benchmarks: one script per question, each printing a table and writing JSON."""
+"""Benchmarks: one script per suite, each printing a table and writing one
+JSON result (README.md); what one-off investigations found is in NOTES.md."""

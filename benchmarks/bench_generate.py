@@ -18,9 +18,10 @@ import tempfile
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from benchmarks import throughput as tp
+from txl_tf.app import cli
 
 flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
 flags.DEFINE_list("batch_sizes", ["1", "16"], "Batch sizes.")
@@ -176,4 +177,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -17,7 +17,9 @@ import tempfile
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
+
+from txl_tf.app import cli
 
 flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
 flags.DEFINE_list("batch_sizes", ["1", "16"], "Batch sizes.")
@@ -209,4 +211,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

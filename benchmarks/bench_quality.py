@@ -22,7 +22,6 @@ max/min, memory gain) and writes every run to `--output` as JSON.
 code as an arm on the same recipe, text, token ids, seeds and warm-ups
 (`paper_quality_worker.py`; `--precisions=` with nothing runs that arm alone).
 """
-import concurrent.futures
 import functools
 import json
 import os
@@ -32,139 +31,39 @@ import sys
 import tempfile
 import time
 
+from absl import flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks.common import flag_values  # noqa: E402
+from benchmarks.quality_recipe import (RECIPE, one_run, parse_seeds, run_all,  # noqa: E402
+                                       split_text, thread_env)
 from txl_tf.app import cli  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
-from txl_tf.app.flagspec import merge, option, values  # noqa: E402
 
-RECIPE = ("--preset=small", "--config_override=cutoffs=[2000,6000]",
-          "--config_override=div_val=2", "--batch_size=16", "--checkpoint_every=500",
-          "--final_eval=false", "--verbose=0")
-
-SPEC = (
-    option("string", "text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
-           "A word-level text file (one sentence or paragraph a line)."),
-    option("string", "seeds", "0,1,2,3,4", "Comma-separated seeds."),
-    option("string", "precisions", "none,auto", "Values of the training job's "
-           "--mixed_precision (none: float32)."),
-    option("string", "warmups", "default,0", "Warm-up arms: 'default' (no --warmup_steps "
-           "flag) or a number of steps."),
-    option("integer", "train_steps", 1500, "Training steps per run."),
-    option("float", "learning_rate", 1e-3, "Peak learning rate (0: the job's default)."),
-    option("float", "heldout_fraction", 0.1, "Last fraction of the lines held out."),
-    option("integer", "valid_lines", 400, "First lines used as the (logged) validation split."),
-    option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
-           "adds the paper's code as an arm."),
-    option("string", "reference_python", None, "An interpreter with torch and numpy, for "
-           "--reference_dir."),
-    option("integer", "reference_threads", 2, "torch threads of the paper's code."),
-    option("integer", "parallel", 1, "Training jobs at once."),
-    option("integer", "threads", 0, "TensorFlow intra-op threads per job (0: its default, all "
-           "cores); with --parallel=2 on 2 cores, 1."),
-    option("string", "work_dir", None, "Where runs are kept (default: a temporary folder)."),
-    option("string", "output", os.path.join(REPO, "benchmarks", "results", "quality.json"),
-           "Where to write the JSON results."),
-)
-
-
-def split_text(path, folder, heldout_fraction, valid_lines, selection_fraction=0.0):
-    """Writes `train.txt`, `valid.txt`, `test.txt` (the held-out lines) into
-    `folder`; returns the line counts.
-
-    With `selection_fraction` > 0 the validation split is the lines just before
-    the held-out part, taken out of training (for choosing settings);
-    otherwise it is the first `valid_lines` lines of the training text."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    cut = len(lines) - int(len(lines) * heldout_fraction)
-    train_end = cut - int(len(lines) * selection_fraction)
-    if cut == len(lines) or train_end <= valid_lines or (selection_fraction and train_end == cut):
-        raise TrainingError(f"--text {path}: {len(lines)} lines are too few for "
-                            f"a validation split and a held-out part")
-    valid = lines[train_end:cut] if selection_fraction else lines[:valid_lines]
-    parts = {"train": lines[:train_end], "valid": valid, "test": lines[cut:]}
-    os.makedirs(folder, exist_ok=True)
-    for name, part in parts.items():
-        with open(os.path.join(folder, f"{name}.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(part) + "\n")
-    return {name: len(part) for name, part in parts.items()}
-
-
-def _job(module, flags, log_path, env=None):
-    command = [sys.executable, "-m", module, *flags]
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write(" ".join(command) + "\n")
-        log.flush()
-        done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                              env=None if env is None else {**os.environ, **env})
-    if done.returncode:
-        raise TrainingError(f"{module} failed (exit {done.returncode}); see {log_path}")
-
-
-def one_run(o, data_dir, run_dir, seed, precision, warmup, extra_flags=(), splits=("test",),
-            env=None):
-    """Trains one model and scores `splits` (the held-out one: `test`) at
-    memory 64 and 0; `extra_flags` go to the training job after the recipe's."""
-    flags = [*RECIPE, "--dataset=wt2", f"--data_dir={data_dir}", f"--model_dir={run_dir}",
-             f"--cache_dir={os.path.join(run_dir, 'cache')}", f"--seed={seed}",
-             f"--train_steps={o['train_steps']}", f"--mixed_precision={precision}"]
-    if o["learning_rate"]:
-        flags.append(f"--learning_rate={o['learning_rate']}")
-    if warmup != "default":
-        flags.append(f"--warmup_steps={int(warmup)}")
-    flags.extend(extra_flags)
-    log_path = os.path.join(run_dir, "job.log")
-    os.makedirs(run_dir, exist_ok=True)
-    start = time.time()
-    _job("training.train", flags, log_path, env)
-    seconds = time.time() - start
-    ppl = {}
-    for split in splits:
-        for mem_len in (64, 0):
-            out = os.path.join(run_dir, f"{split}_mem{mem_len}.json")
-            _job("training.evaluate", [f"--model_dir={run_dir}", "--dataset=wt2",
-                                       f"--data_dir={data_dir}", f"--split={split}",
-                                       f"--cache_dir={os.path.join(run_dir, 'cache')}",
-                                       f"--mem_len={mem_len}", f"--output={out}",
-                                       "--progress=false"], log_path, env)
-            with open(out, encoding="utf-8") as f:
-                ppl[split, mem_len] = json.load(f)["ppl"]
-    result = {"seed": seed, "precision": precision, "warmup": warmup,
-              "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-              "ppl_mem64": ppl["test", 64], "ppl_mem0": ppl["test", 0],
-              "memory_gain": ppl["test", 0] / ppl["test", 64], "train_seconds": seconds}
-    if "valid" in splits:
-        result.update(valid_ppl_mem64=ppl["valid", 64], valid_ppl_mem0=ppl["valid", 0])
-    return result
-
-
-def parse_seeds(text):
-    """The seeds of a `--seeds` value ("0,1,2")."""
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise TrainingError(f"--seeds must be comma-separated integers, got {text!r}") from None
-
-
-def thread_env(threads):
-    """Environment of a job limited to `threads` TensorFlow/oneDNN threads
-    (None for 0: the defaults)."""
-    if not threads:
-        return None
-    return {"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": "1",
-            "OMP_NUM_THREADS": str(threads)}
-
-
-def run_all(tasks, parallel, on_result):
-    """Calls each of `tasks` (no-argument functions), `parallel` at once, and
-    `on_result` with each result as it comes (in the calling thread)."""
-    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
-        for future in concurrent.futures.as_completed([pool.submit(t) for t in tasks]):
-            on_result(future.result())
+flags.DEFINE_string("text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
+                    "A word-level text file (one sentence or paragraph a line).")
+flags.DEFINE_string("seeds", "0,1,2,3,4", "Comma-separated seeds.")
+flags.DEFINE_string("precisions", "none,auto", "Values of the training job's --mixed_precision "
+                    "(none: float32).")
+flags.DEFINE_string("warmups", "default,0", "Warm-up arms: 'default' (no --warmup_steps flag) or "
+                    "a number of steps.")
+flags.DEFINE_integer("train_steps", 1500, "Training steps per run.")
+flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (0: the job's default).")
+flags.DEFINE_float("heldout_fraction", 0.1, "Last fraction of the lines held out.")
+flags.DEFINE_integer("valid_lines", 400, "First lines used as the (logged) validation split.")
+flags.DEFINE_string("reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
+                    "adds the paper's code as an arm.")
+flags.DEFINE_string("reference_python", None, "An interpreter with torch and numpy, for "
+                    "--reference_dir.")
+flags.DEFINE_integer("reference_threads", 2, "torch threads of the paper's code.")
+flags.DEFINE_integer("parallel", 1, "Training jobs at once.")
+flags.DEFINE_integer("threads", 0, "TensorFlow intra-op threads per job (0: its default, all "
+                     "cores); with --parallel=2 on 2 cores, 1.")
+flags.DEFINE_string("work_dir", None, "Where runs are kept (default: a temporary folder).")
+flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "quality.json"),
+                    "Where to write the JSON results.")
 
 
 def reference_ids(data_dir, cache_dir, path):
@@ -238,8 +137,7 @@ def table(rows):
     return "\n".join(lines)
 
 
-def run(**options):
-    o = merge(SPEC, options)
+def run(o):
     if not os.path.isfile(o["text"]):
         raise TrainingError(f"--text: {o['text']} not found")
     seeds = parse_seeds(o["seeds"])
@@ -293,8 +191,8 @@ def _write(path, o, runs):
 
 
 def main(argv):
-    run(**values(SPEC))
+    run(flag_values())
 
 
 if __name__ == "__main__":
-    cli.run(main, SPEC)
+    cli.run(main)

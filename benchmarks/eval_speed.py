@@ -14,14 +14,25 @@ are printed as a table and written to JSON and a PNG plot. Warm-up: two calls
 for each path, plus `mem_len / tgt_len + 2` segments for Transformer-XL so
 its memory is full before timing.
 """
-import argparse
 import json
 import os
 import time
 
 import numpy as np
+from absl import flags
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+from benchmarks.common import integer_list
+from txl_tf.app import cli
+
+flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
+flags.DEFINE_string("lengths", "128,256,512,1024", "Comma-separated attention lengths L "
+                    "(segment and memory L/2 each).")
+flags.DEFINE_string("batch_sizes", "1,16", "Comma-separated batch sizes.")
+flags.DEFINE_integer("vanilla_calls", 8, "Timed calls of the vanilla window (one token each).")
+flags.DEFINE_integer("xl_calls", 4, "Timed calls of Transformer-XL (L/2 tokens each).")
+flags.DEFINE_string("output", "benchmarks/results/eval_speed.json",
+                    "JSON results file (the PNG goes next to it).")
+FLAGS = flags.FLAGS
 
 
 def build_paths(core, batch, length):
@@ -131,39 +142,34 @@ def plot(rows, path):
     fig.savefig(path, dpi=120)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="small")
-    parser.add_argument("--lengths", default="128,256,512,1024")
-    parser.add_argument("--batch_sizes", default="1,16")
-    parser.add_argument("--vanilla_calls", type=int, default=8)
-    parser.add_argument("--xl_calls", type=int, default=4)
-    parser.add_argument("--output", default="benchmarks/results/eval_speed.json")
-    args = parser.parse_args()
-
+def main(argv):
+    del argv
+    lengths = integer_list(FLAGS.lengths, "lengths", 2, "comma-separated integers >= 2")
+    batch_sizes = integer_list(FLAGS.batch_sizes, "batch_sizes", 1,
+                               "comma-separated positive integers")
     import tensorflow as tf
 
     from txl_tf import TransformerXL, TransformerXLConfig
 
-    core = TransformerXL(TransformerXLConfig.preset(args.preset, dropout=0.0, dropatt=0.0))
+    core = TransformerXL(TransformerXLConfig.preset(FLAGS.preset, dropout=0.0, dropatt=0.0))
     rows = []
-    for batch in [int(b) for b in args.batch_sizes.split(",")]:
-        for length in [int(n) for n in args.lengths.split(",")]:
-            rows.append(measure(core, batch, length, args.vanilla_calls, args.xl_calls))
+    for batch in batch_sizes:
+        for length in lengths:
+            rows.append(measure(core, batch, length, FLAGS.vanilla_calls, FLAGS.xl_calls))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
-    result = {"preset": args.preset, "config": core.config.to_dict(),
+    result = {"preset": FLAGS.preset, "config": core.config.to_dict(),
               "device": "cpu" if not tf.config.list_physical_devices("GPU") else "gpu",
               "cpu_threads": os.cpu_count(), "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
+    with open(FLAGS.output, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     try:
-        plot(rows, os.path.splitext(args.output)[0] + ".png")
+        plot(rows, os.path.splitext(FLAGS.output)[0] + ".png")
     except ImportError:
         print("matplotlib not installed: no plot")
-    print(f"wrote {args.output}")
+    print(f"wrote {FLAGS.output}")
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

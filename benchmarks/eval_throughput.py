@@ -12,11 +12,13 @@ turn (interleaved) and a callback times each batch. Every `evaluate` call
 starts from an empty memory; the work per batch does not depend on how full
 it is. Model FLOPs per token are the forward formula of `throughput.py`.
 With `--reference_dir`, the paper's PyTorch code (`paper_reference.py`) is
-the first row of each memory length, interleaved likewise.
+the first row of each memory length, interleaved likewise. Prints a table
+and writes JSON and its PNG chart.
 """
-from absl import app, flags
+from absl import flags
 
 from benchmarks import throughput as tp
+from txl_tf.app import cli
 
 flags.DEFINE_list("shapes", ["small"], f"Shapes: {sorted(tp.SHAPES)}.")
 flags.DEFINE_list("mem_lens", ["128", "512"], "Evaluation memory lengths.")
@@ -86,4 +88,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

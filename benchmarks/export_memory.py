@@ -16,7 +16,9 @@ import sys
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
+
+from txl_tf.app import cli
 
 PAPER_PRESETS = ["small", "enwik8_base", "enwik8_large", "text8", "wt103_base", "wt103_large"]
 flags.DEFINE_list("presets", PAPER_PRESETS, "TransformerXLConfig presets.")
@@ -123,4 +125,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

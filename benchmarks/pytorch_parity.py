@@ -14,7 +14,6 @@ The paper's code is only read and run, never copied into this project: the
 torch stage patches a temporary copy of it (`paper_reference.patched_copy`:
 `torch.version.cuda` is None on a CPU build; byte masks become bool).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -156,30 +155,36 @@ def table(rows):
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--torch_python", help="A Python with PyTorch (runs the paper's code).")
-    parser.add_argument("--ref_dir", help="The paper's pytorch/ folder (mem_transformer.py).")
-    parser.add_argument("--stage", choices=["torch", "compare"], default="compare")
-    parser.add_argument("--out", help="torch stage: where to write its .npz.")
-    parser.add_argument("--output", default="benchmarks/results/pytorch_parity.json")
-    args = parser.parse_args()
-    if args.stage == "torch":
-        torch_stage(args.ref_dir, args.out)
-        return
-    if not (args.torch_python and args.ref_dir):
-        parser.error("--torch_python and --ref_dir are required")
+def define_flags():
+    """The command line's flags (absl is imported here: the torch stage's
+    interpreter needs only torch and numpy)."""
+    from absl import flags
+    flags.DEFINE_string("torch_python", None, "A Python with PyTorch (runs the paper's code).")
+    flags.DEFINE_string("ref_dir", None, "The paper's pytorch/ folder (mem_transformer.py).")
+    flags.DEFINE_string("output", "benchmarks/results/pytorch_parity.json", "JSON results file.")
+    return flags.FLAGS
+
+
+def main(argv):
+    del argv
+    from txl_tf.errors import TxlError
+    if not (FLAGS.torch_python and FLAGS.ref_dir):
+        raise TxlError("--torch_python and --ref_dir are required")
     with tempfile.TemporaryDirectory() as tmp:
         npz = os.path.join(tmp, "torch.npz")
-        subprocess.run([args.torch_python, os.path.abspath(__file__), "--stage=torch",
-                        f"--ref_dir={os.path.abspath(args.ref_dir)}", f"--out={npz}"],
-                       check=True)
+        subprocess.run([FLAGS.torch_python, os.path.abspath(__file__), "torch_stage",
+                        os.path.abspath(FLAGS.ref_dir), npz], check=True)
         rows = compare(npz)
     print(table(rows))
-    with open(args.output, "w", encoding="utf-8") as f:
+    with open(FLAGS.output, "w", encoding="utf-8") as f:
         json.dump({"segment": SEG, "mem_len": MEM, "batch": BATCH, "rows": rows}, f, indent=2)
-    print(f"wrote {args.output}")
+    print(f"wrote {FLAGS.output}")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["torch_stage"]:  # run by main() in the torch interpreter
+        torch_stage(*sys.argv[2:4])
+    else:
+        from txl_tf.app import cli
+        FLAGS = define_flags()
+        cli.run(main)

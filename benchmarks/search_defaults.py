@@ -1,8 +1,7 @@
 r"""A small search for the small-model training defaults, chosen on a
 validation split and reported on a held-out one.
 
-    python -m benchmarks.search_defaults [--stage=screen|confirm] [--settings=a,b] \
-        [--seeds=0] [--parallel=2]
+    python -m benchmarks.search_defaults [--settings=a,b] [--seeds=0] [--parallel=2]
 
 The recipe is `bench_quality.py`'s (small preset, adaptive softmax, 1,500
 steps of batch 16 at 1e-3 with the default warm-up) on WikiText-2 text,
@@ -21,14 +20,16 @@ import statistics
 import sys
 import tempfile
 
+from absl import flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.bench_quality import (one_run, parse_seeds, run_all, split_text,  # noqa: E402
-                                      thread_env)
+from benchmarks.common import flag_values  # noqa: E402
+from benchmarks.quality_recipe import (one_run, parse_seeds, run_all, split_text,  # noqa: E402
+                                       thread_env)
 from training.errors import TrainingError  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
-from txl_tf.app.flagspec import merge, option, values  # noqa: E402
 
 # name -> training flags after the recipe's (1e-3, warm-up 10%, dropout 0.1,
 # dropatt 0, cosine floor 0.004, clip 0.25).
@@ -70,21 +71,19 @@ SETTINGS = {
     "untie_r": ["--config_override=untie_r=true"],
 }
 
-SPEC = (
-    option("string", "text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
-           "A word-level text file (one sentence or paragraph a line)."),
-    option("string", "settings", ",".join(SETTINGS), "Comma-separated names from SETTINGS."),
-    option("string", "seeds", "0", "Comma-separated seeds."),
-    option("string", "precision", "none", "The training job's --mixed_precision."),
-    option("integer", "train_steps", 1500, "Training steps per run."),
-    option("float", "heldout_fraction", 0.1, "Last fraction of the lines held out (reported)."),
-    option("float", "selection_fraction", 0.1, "Fraction before it used to choose."),
-    option("integer", "parallel", 2, "Jobs at once."),
-    option("integer", "threads", 1, "TensorFlow intra-op threads per job."),
-    option("string", "work_dir", None, "Where runs are kept (default: a temporary folder)."),
-    option("string", "output", os.path.join(REPO, "benchmarks", "results", "search.json"),
-           "Where to write the JSON results (runs already there are kept and reused)."),
-)
+flags.DEFINE_string("text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
+                    "A word-level text file (one sentence or paragraph a line).")
+flags.DEFINE_string("settings", ",".join(SETTINGS), "Comma-separated names from SETTINGS.")
+flags.DEFINE_string("seeds", "0", "Comma-separated seeds.")
+flags.DEFINE_string("precision", "none", "The training job's --mixed_precision.")
+flags.DEFINE_integer("train_steps", 1500, "Training steps per run.")
+flags.DEFINE_float("heldout_fraction", 0.1, "Last fraction of the lines held out (reported).")
+flags.DEFINE_float("selection_fraction", 0.1, "Fraction before it used to choose.")
+flags.DEFINE_integer("parallel", 2, "Jobs at once.")
+flags.DEFINE_integer("threads", 1, "TensorFlow intra-op threads per job.")
+flags.DEFINE_string("work_dir", None, "Where runs are kept (default: a temporary folder).")
+flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "search.json"),
+                    "Where to write the JSON results (runs already there are kept and reused).")
 
 
 def summarize(runs):
@@ -122,8 +121,7 @@ def table(rows):
     return "\n".join(lines)
 
 
-def run(**options):
-    o = merge(SPEC, options)
+def run(o):
     names = [n.strip() for n in o["settings"].split(",") if n.strip()]
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
@@ -163,8 +161,8 @@ def run(**options):
 
 
 def main(argv):
-    run(**values(SPEC))
+    run(flag_values())
 
 
 if __name__ == "__main__":
-    cli.run(main, SPEC)
+    cli.run(main)

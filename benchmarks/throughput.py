@@ -1,7 +1,8 @@
 """Shared parts of `train_throughput.py` and `eval_throughput.py`.
 
 Shapes, the model-FLOPs formula, a same-run matmul peak, interleaved timing
-of Keras `fit` / `evaluate` batches, the table and the JSON file.
+of Keras `fit` / `evaluate` batches, the table, the JSON file and its PNG
+chart (with matplotlib, the `bench` extra).
 
 Model FLOPs per token (matmul/einsum multiply-adds x 2; softmax, LayerNorm,
 dropout, the optimizer and the relative shift are not counted). With
@@ -182,6 +183,52 @@ def report(rows, peak, env_before, columns, output, question, settings):
     write_json(output, {"question": question, "settings": settings,
                         "matmul_peak_gflops": peak, "environment": env, "results": rows,
                         "table": table})
+    if output:
+        try:
+            print(f"wrote {chart(output)}")
+        except ImportError:
+            print("matplotlib not installed (the bench extra): no chart")
+
+
+def chart(path):
+    """A PNG bar chart of a throughput JSON file, next to it: tokens/s per
+    variant, grouped by shape (training) or memory length (evaluation), each
+    bar labelled with its ratio to the group's first bar."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    rows = result["results"]
+    group_key = "mem_len" if "evaluation" in result["question"] else "shape"
+    groups = list(dict.fromkeys(r[group_key] for r in rows))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    width = 0.8 / len(variants)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(groups) * len(variants) * width * 2.5, 4))
+    for v, variant in enumerate(variants):
+        xs, ys, ratios = [], [], []
+        for g, group in enumerate(groups):
+            row = next((r for r in rows if r[group_key] == group and r["variant"] == variant),
+                       None)
+            if row is not None:
+                xs.append(g + (v - (len(variants) - 1) / 2) * width)
+                ys.append(row["tokens_per_s"])
+                ratios.append(row["vs_first"])
+        bars = ax.bar(xs, ys, width, label=variant)
+        for bar, ratio in zip(bars, ratios):
+            ax.annotate(f"{ratio:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=7)
+    label = "memory" if group_key == "mem_len" else "shape"
+    ax.set_xticks(range(len(groups)), [f"{label} {g}" for g in groups])
+    ax.set_ylabel("tokens / s")
+    ax.set_title(result["question"], fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    output = os.path.splitext(path)[0] + ".png"
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
+    return output
 
 
 def build_model(cfg, batch_size, mem_len, policy, jit_compile, steps_per_execution=1):
@@ -221,6 +268,8 @@ def define_reference_flags(flags):
                         "The pytorch/ folder of kimiyoung/transformer-xl: adds its row.")
     flags.DEFINE_string("reference_python", sys.executable,
                         "A Python interpreter with torch, for --reference_dir.")
+    for name in ("reference_dir", "reference_python"):  # listed by the script's --help
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
 
 
 class ReferenceRunner:

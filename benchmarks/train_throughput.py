@@ -13,13 +13,15 @@ on random bytes through `txl_tf.data.segment_dataset`; `fit` is called for
 elsewhere hits every variant alike) and a callback times each batch. Reports
 the median step, tokens/s, model GFLOP/s (formula in `throughput.py`) and MFU
 against the large-matmul peak of the row's compute dtype measured in the same
-run; prints a table and writes JSON. With `--reference_dir`, the paper's
-PyTorch code (`paper_reference.py`) is the first row, interleaved likewise.
+run; prints a table and writes JSON and its PNG chart. With `--reference_dir`,
+the paper's PyTorch code (`paper_reference.py`) is the first row, interleaved
+likewise.
 """
 
-from absl import app, flags
+from absl import flags
 
 from benchmarks import throughput as tp
+from txl_tf.app import cli
 
 flags.DEFINE_list("shapes", ["small", "medium"], f"Shapes: {sorted(tp.SHAPES)}.")
 flags.DEFINE_list("variants", list(tp.VARIANTS), f"Variants: {list(tp.VARIANTS)}.")
@@ -80,4 +82,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

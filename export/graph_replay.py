@@ -1,8 +1,8 @@
 """The device step replayed as CUDA graphs (ONNX Runtime, `cuda_graph`).
 
 A step of a device cache (`export.device_ring`) launches about a thousand
-small kernels; replayed as a CUDA graph it costs a quarter of the time at
-`enwik8_base` on an H100 (benchmarks/README.md). A captured graph is tied
+small kernels; replayed as a CUDA graph it costs much less (benchmarks/NOTES.md
+§5). A captured graph is tied
 to the buffers it was captured with, so the runtime keeps one `Resident`
 per batch size: the cache's tensors, the step's ids, flags and outputs at
 fixed addresses, bound once. The cache being stepped lives in those

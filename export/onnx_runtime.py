@@ -48,18 +48,57 @@ def provider_entries(names, tf32=False, cuda_graph=False):
     return [(name, cuda) if name == CUDA else name for name in names]
 
 
-def default_session_options(path, providers):
-    """The session options a runtime of `path` uses unless given some: on the
-    CPU, a model whose weights are an external data file (an export's
-    `model.onnx.data`, which every graph of the export reads) keeps them as
-    ONNX Runtime maps the file, without a packed copy per session
-    (`session.disable_prepacking`), so that all the sessions share one copy
-    of the weights in memory."""
+def shared_weights(path, providers):
+    """On the CPU, where the graphs of the export at `path` read one external
+    data file (`model.onnx.data`): that file mapped once, as
+    `{initializer name: OrtValue}` views of each weight of every graph;
+    else `{}`. Handed to every session (`with_shared_weights`), they make
+    all of a runtime's sessions read one copy of the weights in memory.
+    The values must outlive the sessions."""
     import onnxruntime as ort
-    options = ort.SessionOptions()
-    if CUDA not in providers and os.path.exists(external_data_file(path)):
+    data_path = external_data_file(path)
+    if CUDA in providers or not os.path.isfile(data_path):
+        return {}
+    data = np.memmap(data_path, np.uint8, mode="r")
+    values = {}
+    for graph in [path] + list((decode_files(path) or {}).values()):
+        for name, dtype, dims, offset, length in external_weights(graph, data_path):
+            if name not in values:
+                array = data[offset:offset + length].view(dtype).reshape(dims)
+                values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+    return values
+
+
+def with_shared_weights(options, values):
+    """`options` (an `onnxruntime.SessionOptions`, or None for new ones)
+    whose sessions read the `shared_weights` `values` as they are: no packed
+    copy per session (`session.disable_prepacking`), and no CPU arena, which
+    would keep the peak of `decode_init` (the size of the cache) for the
+    runtime's life."""
+    import onnxruntime as ort
+    options = options or ort.SessionOptions()
+    if values:
+        for name, value in values.items():
+            options.add_initializer(name, value)
         options.add_session_config_entry("session.disable_prepacking", "1")
+        options.enable_cpu_mem_arena = False
     return options
+
+
+def external_weights(graph_path, data_path):
+    """`(name, numpy dtype, dims, offset, length)` of each initializer of the
+    ONNX file `graph_path` stored in `data_path` (the graph is read without
+    its weights)."""
+    import onnx
+    model = onnx.load(graph_path, load_external_data=False)
+    folder = os.path.dirname(os.path.abspath(graph_path))
+    for tensor in model.graph.initializer:
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        if tensor.data_location != onnx.TensorProto.EXTERNAL or \
+                os.path.join(folder, info.get("location", "")) != os.path.abspath(data_path):
+            continue
+        yield (tensor.name, onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type),
+               list(tensor.dims), int(info.get("offset", 0)), int(info["length"]))
 
 
 def open_session(path, session_options=None, providers=None):
@@ -90,13 +129,14 @@ class OnnxRuntime(Runtime):
     fixed to 1 (ONNX Runtime's free-dimension overrides). ONNX Runtime then
     folds the graph's shape arithmetic: on the `small` preset it keeps 301
     of 597 nodes and the step takes 0.64 ms instead of 1.01, with identical
-    outputs. Where the weights are not shared (`default_session_options`) it
-    holds a second copy of them, so `"auto"` opens it only for models up to
-    `SINGLE_STREAM_MAX_BYTES` (256 MiB). The overrides are added to
-    `session_options` (after the main session is built).
+    outputs. Where the weights are not shared (`shared_weights`) it holds a
+    second copy of them, so `"auto"` opens it only for models up to
+    `SINGLE_STREAM_MAX_BYTES` (256 MiB).
 
-    `session_options`: an `onnxruntime.SessionOptions` for every session
-    (default: `default_session_options`).
+    `session_options`: an `onnxruntime.SessionOptions` for every session;
+    on the CPU the runtime adds the export's shared weights to it
+    (`with_shared_weights`); the single-stream session adds its overrides
+    to them (after the main session is built), or to new ones.
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
@@ -126,12 +166,15 @@ class OnnxRuntime(Runtime):
                             ("cuda_graph", cuda_graph)):
             if value not in ("auto", True, False):
                 raise TxlError(f"{name} must be 'auto', True or False, got {value!r}")
-        session_options = session_options or default_session_options(path, names)
+        self._shared_weights = shared_weights(path, names)
+        user_options = session_options
+        session_options = with_shared_weights(session_options, self._shared_weights)
         self.session = open_session(path, session_options, providers)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
         self.single_stream = single_stream
-        self._open_single = lambda: _single_stream_session(path, session_options, providers)
+        self._open_single = lambda: _single_stream_session(
+            path, user_options or with_shared_weights(None, self._shared_weights), providers)
         self._single = None
         try:
             info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
@@ -391,10 +434,9 @@ def _model_bytes(path):
     return os.path.getsize(path) + (os.path.getsize(data) if os.path.exists(data) else 0)
 
 
-def _single_stream_session(path, session_options, providers):
-    """A session of `path` with the dynamic `batch` and `seq_len` axes fixed to 1."""
-    import onnxruntime as ort
-    options = session_options or ort.SessionOptions()
+def _single_stream_session(path, options, providers):
+    """A session of `path` with the dynamic `batch` and `seq_len` axes fixed
+    to 1 in `options` (which no other session may use)."""
     for axis in ("batch", "seq_len"):
         options.add_free_dimension_override_by_name(axis, 1)
     return open_session(path, options, providers)

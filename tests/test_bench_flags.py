@@ -1,29 +1,24 @@
-"""The serving benchmarks turn a bad flag into one `error:` line
-and exit 2, before any export or measurement."""
+"""The benchmarks turn a bad flag into one `error:` line and exit 2, before
+any export or measurement (they run as `txl_tf.app.cli` jobs)."""
 import subprocess
 import sys
 
 import pytest
 
-from benchmarks.bench_long_memory import parse_batch_sizes
+from job_helpers import job_env
 
 
-@pytest.mark.parametrize("module", ["benchmarks.bench_long_memory",
-                                    "benchmarks.tf_decode_kernels"])
-def test_a_bad_batch_size_is_one_error_line(module):
-    done = subprocess.run([sys.executable, "-m", module, "--batch_sizes=1,x"],
+def last_error_line(module, flags):
+    done = subprocess.run([sys.executable, "-m", module, *flags], env=job_env(),
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2
-    assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == \
-        "error: --batch_sizes must be comma-separated positive integers, got '1,x'"
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    return done.stderr.strip().splitlines()[-1]
 
 
-def test_batch_sizes_parse():
-    assert parse_batch_sizes("1, 16,") == [1, 16]
-    for bad in ("", "0", "2,-1", "one"):
-        with pytest.raises(ValueError, match="--batch_sizes"):
-            parse_batch_sizes(bad)
+@pytest.mark.parametrize("value", ["1,x", "2,-1"])
+def test_a_bad_batch_size_is_one_error_line(value):
+    assert last_error_line("benchmarks.bench_long_memory", [f"--batch_sizes={value}"]) == \
+        f"error: --batch_sizes must be comma-separated positive integers, got '{value}'"
 
 
 @pytest.mark.parametrize("module, flags, message", [
@@ -34,14 +29,11 @@ def test_batch_sizes_parse():
     ("benchmarks.bench_long_memory", ["--device_cache=maybe"], "--device_cache must be"),
     ("benchmarks.onnx_weights", ["--fill"], "--skeleton_dir is required"),
     ("benchmarks.cuda_parity", [], "--exports is required"),
-    ("benchmarks.ort_step_profile", [], "--export_dir is required"),
-    ("benchmarks.ort_cuda_graph_check", [], "--step_graph is required"),
     ("benchmarks.memory_use", [], "--model_dirs is required"),
     ("benchmarks.memory_use", ["--model_dirs=m", "--mem_lens=0,-1"], "--mem_lens must be"),
+    ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
+    ("benchmarks.train_throughput", ["--iters=many"], "--iters"),
 ])
-def test_the_gpu_benchmarks_flags_are_checked_first(module, flags, message):
-    done = subprocess.run([sys.executable, "-m", module, *flags],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
+def test_bad_flags_are_checked_first(module, flags, message):
+    last = last_error_line(module, flags)
     assert last.startswith("error: ") and message in last, last

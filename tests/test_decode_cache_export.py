@@ -14,6 +14,7 @@ from export.host_cache import (ALIGNMENT, INIT_OUTPUTS, LAYER_STACKED, READ_INPU
                                READ_OUTPUTS, STEP_OUTPUTS, copy_cache, in_time_order,
                                layer_aligned_empty, step_feeds, step_inputs, take_rows)
 from export.metadata import ExportInfo
+from export.onnx_runtime import external_weights
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
@@ -69,6 +70,28 @@ def test_the_onnx_graphs_share_one_copy_of_the_weights(exported):
                                          "mems": mems, "mem_mask": np.zeros([1, 5], bool)})
     expected = core_outputs(core, [np.array([[1, 2]], np.int32)], mem_len=5)[0][0]
     np.testing.assert_allclose(log_probs, expected, atol=1e-5)
+
+
+def test_a_cpu_runtime_holds_one_copy_of_the_weights_for_all_its_sessions(exported):
+    core, out, _ = exported
+    runtime = open_runtime(str(out), backend="onnx", device="cpu")
+    shared = runtime._shared_weights
+    # Every weight of every graph the runtime opens is one view of the one mapped file...
+    names = {name for graph in ("model", "decode_init", "decode_step", "decode_read")
+             for name, *_ in external_weights(str(out / f"{graph}.onnx"),
+                                              str(out / "model.onnx.data"))}
+    assert set(shared) == names and len(names) == len(core.weights)
+    mapped = np.memmap(out / "model.onnx.data", np.uint8, mode="r")
+    by_name = {f"txl_weight_{i:04d}": w.numpy() for i, w in enumerate(core.weights)}
+    for name, value in shared.items():
+        np.testing.assert_array_equal(value.numpy(), by_name[name])
+    assert sum(v.numpy().nbytes for v in shared.values()) <= mapped.size
+    # ...and the sessions read them as they are (no packed copy per session).
+    runtime.decode_init(runtime.initial_memory(1))
+    for session in [runtime.session, *runtime._decode_sessions.values()]:
+        config = session.get_session_options().get_session_config_entry(
+            "session.disable_prepacking")
+        assert config == "1"
 
 
 def test_the_onnx_files_name_their_interface(exported):

@@ -115,27 +115,23 @@ def test_evaluate_job_on_a_corpus(tmp_path):
     assert "loss by position in the segment: 0: " in evaluate.describe(by_position)
 
 
-def test_the_memory_use_benchmark_tables_each_memory_lengths_loss_by_position(tmp_path, capsys):
-    from benchmarks import memory_use
+def test_loss_by_position_moves_with_the_memory_and_equals_evaluate_ids_without_it(tmp_path):
+    """What `benchmarks/memory_use.py` tables: the job's loss by position at
+    two memory lengths, memory 0 being `evaluate_ids`'s on the split."""
     text = tmp_path / "corpus.txt"
     write_text_corpus(text, 3_000, seed=4)
     keras.utils.set_random_seed(3)
     model = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8, init_std=0.3))
     save_pretrained(model, tmp_path / "model", ByteTokenizer())
-    results = memory_use.run(model_dirs=str(tmp_path / "model"), dataset="text",
-                             data_dir=str(text), split="valid", mem_lens="0,12",
-                             output=str(tmp_path / "use.json"))
-    by_memory = results[str(tmp_path / "model")]
-    assert by_memory["0"]["loss_by_position"] != by_memory["12"]["loss_by_position"]
-    # Memory 0 is evaluate_ids's loss by position on the split's ids.
+    by_memory = {mem_len: evaluate.run(model_dir=str(tmp_path / "model"), dataset="text",
+                                       data_dir=str(text), split="valid", batch_size=10,
+                                       mem_len=mem_len, by_position=True, progress=False)
+                 for mem_len in (0, 12)}
+    assert by_memory[0]["loss_by_position"] != by_memory[12]["loss_by_position"]
     valid = np.frombuffer(text.read_bytes()[2700:], np.uint8).astype(np.int32)
     direct = evaluate_ids(model, valid, batch_size=10, tgt_len=8, mem_len=0, by_position=True)
-    np.testing.assert_allclose(by_memory["0"]["loss_by_position"], direct["loss_by_position"],
+    np.testing.assert_allclose(by_memory[0]["loss_by_position"], direct["loss_by_position"],
                                rtol=1e-5)
-    printed = capsys.readouterr().out
-    assert "| memory | ppl (mean) | 0 | 1 | 2-3 | 4-7 |" in printed
-    assert "\n| 12 | " in printed
-    assert json.loads((tmp_path / "use.json").read_text())["results"]
 
 
 def test_evaluate_accepts_every_model_directory_form(tmp_path, capsys):

@@ -50,15 +50,3 @@ def merge(spec, options):
     merged.update(options)
     return merged
 
-
-def integer_list(text, flag, minimum, what):
-    """The integers of a comma-separated flag value ("1,16"), each at least
-    `minimum`; otherwise a `TxlError` saying `--flag must be <what>`."""
-    from txl_tf.errors import TxlError
-    try:
-        numbers = [int(n) for n in text.split(",") if n.strip()]
-    except ValueError:
-        numbers = []
-    if not numbers or min(numbers) < minimum:
-        raise TxlError(f"--{flag} must be {what}, got {text!r}")
-    return numbers
