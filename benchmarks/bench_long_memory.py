@@ -16,7 +16,9 @@ Random weights of each preset, exported with the paper's evaluation memory
   its first call (compile) is printed.
 - **bound**: bytes one step must read (the float32 weights once, and each
   row's cached keys and values) over this machine's read bandwidth measured
-  in the same run (a numpy sum over 1 GiB, best of 3); the ratio is printed.
+  in the same run: the fastest of a numpy, a TensorFlow and an XLA sum over
+  1 GiB (best of 3 each). The ratio is printed; a ratio below 1 means the
+  bandwidth was measured too low, and is flagged as a measurement error.
 
 At batch 1 also (`--turns`):
 - **turn**: a conversation's next turn after a full memory, 32 ids in and
@@ -101,12 +103,24 @@ def parse_batch_sizes(text):
     return integer_list(text, "batch_sizes", 1, "comma-separated positive integers")
 
 
-def read_bandwidth(gib=1, repeats=3):
-    """Bytes per second of a numpy sum over `gib` GiB (best of `repeats`)."""
+def read_bandwidths(gib=1, repeats=3):
+    """`{kernel: bytes per second}` of a sum over `gib` GiB of float32 read by
+    each kind of kernel the backends read with: numpy (one thread),
+    TensorFlow's multi-threaded reduction and an XLA-compiled one (best of
+    `repeats` each). The bound uses the fastest: a step cannot read faster
+    than the best read this machine shows in the same run."""
     import numpy as np
+    import tensorflow as tf
     data = np.ones(gib * 2 ** 30 // 4, np.float32)
-    best = min(seconds(lambda: data.sum()) for _ in range(repeats))
-    return data.nbytes / best
+    held = tf.constant(data)
+    compiled = tf.function(tf.reduce_sum, jit_compile=True)
+    kernels = {"numpy": lambda: data.sum(), "tensorflow": lambda: tf.reduce_sum(held).numpy(),
+               "xla": lambda: compiled(held).numpy()}
+    result = {}
+    for name, read in kernels.items():
+        read()  # warm-up (XLA compiles)
+        result[name] = data.nbytes / min(seconds(read) for _ in range(repeats))
+    return result
 
 
 def cuda_read_bandwidth(gib=1, repeats=5):
@@ -417,7 +431,8 @@ def run(o):
         raise TxlError("--clamp_len makes this run's model; with --reuse_exports the exports "
                        "keep the clamp they were made with")
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
-    bandwidth = {"cpu": read_bandwidth()}  # bytes/s of each device a backend runs on
+    reads = read_bandwidths()
+    bandwidth = {"cpu": max(reads.values())}  # bytes/s of each device a backend runs on
     if _on_cuda(o["device"]):
         bandwidth["cuda"] = cuda_read_bandwidth()
     rows = []
@@ -427,11 +442,18 @@ def run(o):
     finally:  # a temporary folder's exports are gigabytes at the real presets
         if not o["work_dir"]:
             shutil.rmtree(work, ignore_errors=True)
-    result = {"settings": o, "read_gb_per_s": bandwidth["cpu"] / 1e9, "rows": rows}
+    result = {"settings": o, "read_gb_per_s": bandwidth["cpu"] / 1e9,
+              "reads_gb_per_s": {k: v / 1e9 for k, v in reads.items()}, "rows": rows}
     if "cuda" in bandwidth:
         result["cuda_read_gb_per_s"] = bandwidth["cuda"] / 1e9
     print("read bandwidth " + ", ".join(f"{device} {value / 1e9:.1f} GB/s"
-                                        for device, value in bandwidth.items()))
+                                        for device, value in bandwidth.items()) +
+          " (cpu: the best of " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in reads.items()) +
+          ")")
+    below = [r for r in rows if r["bound_ms"] > 0 and r.get("over_bound", 1) < 1]
+    for r in below:
+        print(f"MEASUREMENT ERROR: {r['preset']} {r['backend']} batch {r['batch']} ran at "
+              f"{r['over_bound']:.2f}x the bound: the read bandwidth was measured too low")
     print("| preset | memory | backend | device | batch | ms / token | tokens/s | bound ms | ÷ bound | "
           "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval | prompt first s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -242,7 +242,9 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
     interface against `by_token`, the same segments read a token at a time)."""
     report = {}
     for backend in (b for b in ("onnx", "saved_model") if b in formats):
-        runtime = open_runtime(out, backend=backend)
+        # One copy of the ONNX weights in memory: the check's speed does not matter.
+        runtime = open_runtime(out, backend=backend,
+                               **({"low_memory": True} if backend == "onnx" else {}))
         report[runtime.backend] = check_runtime(reference, runtime, segments, tolerance,
                                                 by_token)
         del runtime

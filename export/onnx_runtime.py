@@ -1,6 +1,7 @@
 """ONNX Runtime backend: CUDA when available, CPU otherwise; IO binding keeps
 the memory, and on CUDA the decode cache (`export.device_ring`), on the
 device between calls. Needs numpy and onnxruntime, not TensorFlow."""
+import ctypes
 import logging
 import os
 
@@ -133,10 +134,16 @@ class OnnxRuntime(Runtime):
     second copy of them, so `"auto"` opens it only for models up to
     `SINGLE_STREAM_MAX_BYTES` (256 MiB).
 
-    `session_options`: an `onnxruntime.SessionOptions` for every session;
-    on the CPU the runtime adds the export's shared weights to it
-    (`with_shared_weights`); the single-stream session adds its overrides
-    to them (after the main session is built), or to new ones.
+    Weights in memory (CPU, an export whose graphs read one
+    `model.onnx.data`): every session but the decode step reads one shared,
+    mapped copy of them (`shared_weights`); the decode step, the hot path,
+    packs its own copy for ONNX Runtime's fastest matmuls. `low_memory=True`
+    shares that one too (one copy in all; a step at batch 1 then reads the
+    unpacked weights, slower: benchmarks/README.md, "Runtime memory").
+
+    `session_options`: an `onnxruntime.SessionOptions` for every session,
+    as given (no shared weights); the single-stream session adds its
+    overrides to them after the main session is built.
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
@@ -157,7 +164,8 @@ class OnnxRuntime(Runtime):
     backend = "onnxruntime"
 
     def __init__(self, path, device="auto", io_binding=True, session_options=None,
-                 single_stream="auto", device_cache="auto", tf32=False, cuda_graph="auto"):
+                 single_stream="auto", device_cache="auto", tf32=False, cuda_graph="auto",
+                 low_memory=False):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
         if reason and device != "auto":
@@ -166,15 +174,16 @@ class OnnxRuntime(Runtime):
                             ("cuda_graph", cuda_graph)):
             if value not in ("auto", True, False):
                 raise TxlError(f"{name} must be 'auto', True or False, got {value!r}")
-        self._shared_weights = shared_weights(path, names)
-        user_options = session_options
-        session_options = with_shared_weights(session_options, self._shared_weights)
-        self.session = open_session(path, session_options, providers)
+        self._shared_weights = {} if session_options else shared_weights(path, names)
+        shared = (lambda: session_options) if session_options else \
+            (lambda: with_shared_weights(None, self._shared_weights))
+        # The decode step, the hot path, keeps its own packed copy unless `low_memory`.
+        step_options = shared if low_memory or session_options else lambda: None
+        self.session = open_session(path, shared(), providers)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
         self.single_stream = single_stream
-        self._open_single = lambda: _single_stream_session(
-            path, user_options or with_shared_weights(None, self._shared_weights), providers)
+        self._open_single = lambda: _single_stream_session(path, shared(), providers)
         self._single = None
         try:
             info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
@@ -190,19 +199,20 @@ class OnnxRuntime(Runtime):
         self._outputs = [o.name for o in self.session.get_outputs()]
         self._decode_paths = decode_files(path)
         self._decode_sessions = None
-        self._open_decode = lambda: {name: open_session(p, session_options, providers)
+        self._open_decode = lambda: {name: open_session(
+            p, step_options() if name == "decode_step" else shared(), providers)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
-        self._open_writer = lambda: open_ring_writer(self.mem_len + 1, session_options,
+        self._open_writer = lambda: open_ring_writer(self.mem_len + 1, shared(),
                                                      providers)
         self._writer = None
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._open_replay = lambda: open_replay_sessions(
-            self._decode_paths["decode_step"], self.mem_len + 1, session_options,
+            self._decode_paths["decode_step"], self.mem_len + 1, step_options(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
         self._open_memory = lambda: open_session(
-            ring_memory_model(self.mem_len + 1).SerializeToString(), session_options, providers)
+            ring_memory_model(self.mem_len + 1).SerializeToString(), shared(), providers)
         self._memory_session = None
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
@@ -332,8 +342,10 @@ class OnnxRuntime(Runtime):
         if self.device_cache:
             return run_on_device(self._decode_session("decode_init"), self.device,
                                  {"mems": mems, "mem_mask": mem_mask})
-        return host_cache(self._decode_run("decode_init", {"mems": _host(mems),
-                                                           "mem_mask": _host(mem_mask)}))
+        cache = host_cache(self._decode_run("decode_init", {"mems": _host(mems),
+                                                            "mem_mask": _host(mem_mask)}))
+        return_freed_memory()
+        return cache
 
     def _decode_read(self, ids, cache):
         if on_device(cache):
@@ -440,6 +452,16 @@ def _single_stream_session(path, options, providers):
     for axis in ("batch", "seq_len"):
         options.add_free_dimension_override_by_name(axis, 1)
     return open_session(path, options, providers)
+
+
+def return_freed_memory():
+    """Hands the C heap's free pages back to the system (glibc's
+    `malloc_trim`; elsewhere nothing): `decode_init`'s temporaries are the
+    size of the cache, and the heap would otherwise keep them."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _host(value):

@@ -16,7 +16,8 @@ def open_runtime(path, device="auto", backend="auto", **options):
     `auto` prefers ONNX, else `onnx` or `saved_model`). `device` is `auto`
     (CUDA when available), `cuda`/`gpu` (falls back to the CPU with a warning)
     or `cpu`. Extra `options` go to the backend (`io_binding`,
-    `session_options` for ONNX). Returns a `Runtime`.
+    `session_options`, `low_memory` for ONNX: `export.onnx_runtime.OnnxRuntime`).
+    Returns a `Runtime`.
     """
     backend, found = choose_artefact(path, backend)
     if backend == "onnx":

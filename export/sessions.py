@@ -12,7 +12,9 @@ out = table.close("alice")          # a txl_tf.Generation of one row
 Each session keeps its own memory, sampling settings, seed, stop ids and
 counters; a session's ids are exactly what it gets alone
 (`runtime.generate([prompt], n, ...)` with its seed), whoever shares its
-batches. Prompts are read when a session opens, alone.
+batches, up to float32 round-off (a sampled draw within ~1e-6 of the
+boundary between two ids can take the other one). Prompts are read when a
+session opens, alone.
 
 On a runtime with the cached decode interface (an export made with it) the
 table keeps the running sessions' decode caches in one slab

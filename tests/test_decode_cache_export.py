@@ -86,12 +86,18 @@ def test_a_cpu_runtime_holds_one_copy_of_the_weights_for_all_its_sessions(export
     for name, value in shared.items():
         np.testing.assert_array_equal(value.numpy(), by_name[name])
     assert sum(v.numpy().nbytes for v in shared.values()) <= mapped.size
-    # ...and the sessions read them as they are (no packed copy per session).
-    runtime.decode_init(runtime.initial_memory(1))
-    for session in [runtime.session, *runtime._decode_sessions.values()]:
-        config = session.get_session_options().get_session_config_entry(
-            "session.disable_prepacking")
-        assert config == "1"
+    # ...and the sessions read them as they are (no packed copy per session), but
+    # for the decode step, which packs its own unless `low_memory`.
+    for low_memory in (False, True):
+        runtime = open_runtime(str(out), backend="onnx", device="cpu", low_memory=low_memory)
+        runtime.decode_init(runtime.initial_memory(1))
+        for name, session in [("model", runtime.session), *runtime._decode_sessions.items()]:
+            options = session.get_session_options()
+            try:
+                unpacked = options.get_session_config_entry("session.disable_prepacking") == "1"
+            except RuntimeError:  # not set: packed
+                unpacked = False
+            assert unpacked == (low_memory or name != "decode_step"), name
 
 
 def test_the_onnx_files_name_their_interface(exported):
