@@ -3,20 +3,21 @@ and what its weight sharing costs a decode step.
 
     python -m export --model_dir=<random enwik8_base> --output_dir=/tmp/e8 \
         --formats=onnx --mem_len=2100 --noverify
-    python -m benchmarks.runtime_memory --export_dir=/tmp/e8 --batch_sizes=1,16
+    python -m benchmarks.runtime_memory --export_dir=/tmp/e8
 
 Three ways of opening the same export (CPU):
 - **every session packed**: `session_options` given, so each graph's session
   loads and packs its own copy of the weights (what runtimes did before the
   weights were shared);
-- **default**: the export's `model.onnx.data` mapped once and shared by every
-  session but the decode step, which packs its own copy;
-- **low_memory**: the decode step shares it too.
+- **default**: the two hot paths (the step, the decode step) pack their own
+  copies; the other sessions share the export's `model.onnx.data`, mapped once;
+- **low_memory**: every session shares it.
 
 For each, in a child process of its own: resident memory added by opening the
 runtime, reading a 64-id prompt (`step`), `decode_init` and 8 decode steps,
 over the weights' bytes plus the cache's. Then, in one process, the three
-runtimes' `decode_step` timed in interleaved rounds (min / median / max).
+runtimes timed in interleaved rounds (min / median / max): `decode_step`, and
+`step` of a 64-id segment on the full memory (a prompt read, or evaluation).
 Prints a table and writes JSON.
 """
 import json
@@ -36,7 +37,8 @@ from txl_tf.errors import TxlError  # noqa: E402
 
 flags.DEFINE_string("export_dir", None, "An export folder with model.onnx, the decode graphs "
                     "and model.onnx.data (`python -m export`).")
-flags.DEFINE_string("batch_sizes", "1,16", "Comma-separated batch sizes.")
+flags.DEFINE_string("batch_sizes", "1", "Comma-separated batch sizes (three runtimes at once: "
+                    "at batch 16 and memory 2,100 they need more than 24 GB).")
 flags.DEFINE_integer("rounds", 15, "Interleaved rounds of 6 decode steps per way.",
                      lower_bound=1)
 flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results",
@@ -87,16 +89,22 @@ def measure_steps(folder, batch, rounds):
     mems = rng.normal(size=[config.n_layer, batch, mem_len, config.d_model]).astype(np.float32)
     memory = RuntimeMemory(mems, np.ones([batch, mem_len], np.bool_))
     caches = {way: runtime.decode_init(memory) for way, runtime in runtimes.items()}
-    ids = np.zeros([batch], np.int32)
-    times = {way: [] for way in WAYS}
+    ids, segment = np.zeros([batch], np.int32), np.zeros([batch, 64], np.int32)
+    steps, segments = ({way: [] for way in WAYS} for _ in range(2))
     for _ in range(rounds + 1):  # the first round warms up
         for way, runtime in runtimes.items():
             for _ in range(6):
                 start = time.perf_counter()
                 runtime.decode_step(ids, caches[way])
-                times[way].append((time.perf_counter() - start) * 1e3)
-    return {way: {"min_ms": float(np.min(t[6:])), "median_ms": float(np.median(t[6:])),
-                  "max_ms": float(np.max(t[6:]))} for way, t in times.items()}
+                steps[way].append((time.perf_counter() - start) * 1e3)
+            start = time.perf_counter()
+            runtime.step(segment, memory)
+            segments[way].append((time.perf_counter() - start) * 1e3)
+    return {way: {"min_ms": float(np.min(steps[way][6:])),
+                  "median_ms": float(np.median(steps[way][6:])),
+                  "max_ms": float(np.max(steps[way][6:])),
+                  "segment_min_ms": float(np.min(segments[way][1:])),
+                  "segment_median_ms": float(np.median(segments[way][1:]))} for way in WAYS}
 
 
 def main(argv):
@@ -120,12 +128,13 @@ def main(argv):
             rows.append({"batch": batch, "way": way, **memory, **steps[way]})
             print(json.dumps(rows[-1]), flush=True)
     print("| batch | way | added MB | weights + cache MB | ÷ (weights + cache) | "
-          "decode_step ms min / median / max |")
-    print("|---|---|---|---|---|---|")
+          "decode_step ms min / median / max | 64-id step ms min / median |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['batch']} | {r['way']} | {r['added_mb']:.0f} | "
               f"{r['weights_mb']:.0f} + {r['cache_mb']:.0f} | {r['ratio']:.2f} | "
-              f"{r['min_ms']:.1f} / {r['median_ms']:.1f} / {r['max_ms']:.1f} |")
+              f"{r['min_ms']:.1f} / {r['median_ms']:.1f} / {r['max_ms']:.1f} | "
+              f"{r['segment_min_ms']:.0f} / {r['segment_median_ms']:.0f} |")
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump({"settings": o, "rows": rows}, f, indent=2)

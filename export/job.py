@@ -30,6 +30,7 @@ from export.metadata import export_metadata, external_data_file
 from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
                                 export_onnx, write_weights_file)
+from export.onnx_runtime import return_freed_memory
 from export.parity import check_runtime, core_outputs, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
 from export.saved_model import export_saved_model
@@ -190,7 +191,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         start = time.perf_counter()
         export_saved_model(core, os.path.join(out, SAVED_MODEL_DIR),
                            vocab_dir=vocab_dir, **options)
-        gc.collect()  # the serving module's copy of the weights
+        _free()  # the serving module's copy of the weights
         report["seconds"]["saved_model"] = round(time.perf_counter() - start, 2)
         stages.done("SavedModel", SAVED_MODEL_DIR)
     if "onnx" in formats:
@@ -203,7 +204,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
                               external_data_threshold=external_data_threshold, **options)
         if decode_cache:
             written += export_decode_onnx(core, out, mem_len, shared, opset) + [shared.path]
-        gc.collect()
+        _free()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)
                                                             for p in written))
@@ -212,7 +213,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         written = write_triton_repository(core, os.path.join(out, TRITON_DIR), opset=opset,
                                           external_data_threshold=external_data_threshold,
                                           **options, **triton_options)
-        gc.collect()
+        _free()
         report["seconds"]["triton"] = round(time.perf_counter() - start, 2)
         stages.done("Triton repository", ", ".join(os.path.relpath(p, out) for p in written))
     if verify:
@@ -225,7 +226,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         # The Keras core is not needed past its reference outputs: freed, its
         # weights make no room for those of the runtimes opened next.
         del core
-        gc.collect()
+        _free()
         report["parity"] = _parity(reference, by_token, segments, out, formats, tolerance,
                                    triton_options.get("model_name", DEFAULT_MODEL_NAME))
         report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
@@ -248,7 +249,7 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
         report[runtime.backend] = check_runtime(reference, runtime, segments, tolerance,
                                                 by_token)
         del runtime
-        gc.collect()
+        _free()
     if "triton" in formats:
         path = model_file(os.path.join(out, TRITON_DIR), triton_model_name)
         report["triton"] = check_triton_model(reference, path, segments, tolerance)
@@ -257,6 +258,13 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
             report["triton_cached"] = check_cached_model(reference, cached, segments, tolerance)
     logging.info("parity with the Keras core: %s", report)
     return report
+
+
+def _free():
+    """Collects the stage's garbage and hands the C heap's free pages back to
+    the system, so that the next stage's peak does not sit on this one's."""
+    gc.collect()
+    return_freed_memory()
 
 
 def _listing(folder):

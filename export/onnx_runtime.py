@@ -135,11 +135,12 @@ class OnnxRuntime(Runtime):
     `SINGLE_STREAM_MAX_BYTES` (256 MiB).
 
     Weights in memory (CPU, an export whose graphs read one
-    `model.onnx.data`): every session but the decode step reads one shared,
-    mapped copy of them (`shared_weights`); the decode step, the hot path,
-    packs its own copy for ONNX Runtime's fastest matmuls. `low_memory=True`
-    shares that one too (one copy in all; a step at batch 1 then reads the
-    unpacked weights, slower: benchmarks/README.md, "Runtime memory").
+    `model.onnx.data`): the two hot paths, the step (`model.onnx`) and the
+    decode step, pack their own copies for ONNX Runtime's fastest matmuls;
+    every other session (`decode_init`, `decode_read`, the single-stream
+    step) reads one shared, mapped copy (`shared_weights`). `low_memory=True`
+    shares it with the hot paths too: one copy in all, and slower matmuls
+    on the unpacked weights (benchmarks/README.md, "Runtime memory").
 
     `session_options`: an `onnxruntime.SessionOptions` for every session,
     as given (no shared weights); the single-stream session adds its
@@ -177,9 +178,9 @@ class OnnxRuntime(Runtime):
         self._shared_weights = {} if session_options else shared_weights(path, names)
         shared = (lambda: session_options) if session_options else \
             (lambda: with_shared_weights(None, self._shared_weights))
-        # The decode step, the hot path, keeps its own packed copy unless `low_memory`.
-        step_options = shared if low_memory or session_options else lambda: None
-        self.session = open_session(path, shared(), providers)
+        # The hot paths (the step, the decode step) pack their own copy unless `low_memory`.
+        packed = shared if low_memory or session_options else lambda: None
+        self.session = open_session(path, packed(), providers)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
         self.single_stream = single_stream
@@ -200,7 +201,7 @@ class OnnxRuntime(Runtime):
         self._decode_paths = decode_files(path)
         self._decode_sessions = None
         self._open_decode = lambda: {name: open_session(
-            p, step_options() if name == "decode_step" else shared(), providers)
+            p, packed() if name == "decode_step" else shared(), providers)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self._open_writer = lambda: open_ring_writer(self.mem_len + 1, shared(),
@@ -208,7 +209,7 @@ class OnnxRuntime(Runtime):
         self._writer = None
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._open_replay = lambda: open_replay_sessions(
-            self._decode_paths["decode_step"], self.mem_len + 1, step_options(),
+            self._decode_paths["decode_step"], self.mem_len + 1, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
         self._open_memory = lambda: open_session(

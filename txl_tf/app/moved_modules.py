@@ -17,7 +17,7 @@ MOVED = {
     "txl_tf.data.passages": "txl_tf.classification.passages",
     "txl_tf.counter_rng": "txl_tf.generation.counter_rng",
     "txl_tf.decoder": "txl_tf.generation.decoder",
-    "txl_tf.generate": "txl_tf.generation.generate",
+    "txl_tf.generate": "txl_tf.generation.decoder",
     "txl_tf.host_decode": "txl_tf.generation.host_loop",
     "txl_tf.decode_request": "txl_tf.generation.request",
     "txl_tf.sampling": "txl_tf.generation.sampling",
@@ -37,8 +37,17 @@ MOVED = {
 }
 
 
+# removed module -> what replaces it
+REMOVED = {
+    "txl_tf.generation.generate": "its Generator was a shell over txl_tf.Decoder: "
+                                  "Decoder(core, mem_len).generate(prompt_ids, n, ...).ids",
+}
+
+
 def moved_error(old):
-    """The ImportError for the old module path `old`."""
+    """The ImportError for the old module path `old` (moved or removed)."""
+    if old in REMOVED:
+        return ModuleNotFoundError(f"{old} was removed; {REMOVED[old]}", name=old)
     return ModuleNotFoundError(f"{old} moved to {MOVED[old]}: import it from there",
                                name=old)
 
@@ -48,7 +57,7 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
     exist): an old path raises `moved_error`."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in MOVED:
+        if fullname in MOVED or fullname in REMOVED:
             raise moved_error(fullname)
         return None
 

@@ -103,11 +103,6 @@ class SentencePieceTokenizer(Tokenizer):
         ids = self.encode_tf(tf.constant(as_text(text)))
         return ids.numpy().astype(np.int32)
 
-    def encode_lines(self, lines: Sequence[str]) -> list[np.ndarray]:
-        """Encode many texts in one call (faster than a loop over ``encode``)."""
-        ragged = self.encode_tf(tf.constant(list(lines), tf.string))
-        return [row.astype(np.int32) for row in ragged.numpy()]
-
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         ids = self._check_ids(ids)
         if not self.add_eos:
