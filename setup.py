@@ -14,7 +14,9 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["txl_tf", "txl_tf.*", "training", "training.configs",
                                     "export"]),
-    package_data={"training.configs": ["*.cfg"]},
+    package_data={"training.configs": ["*.cfg"],
+                  "txl_tf.weights": ["shipped/*/*.json", "shipped/*/*.npz", "shipped/*/*.md",
+                                     "shipped/*/vocab/*"]},
     # Installed commands: unlike `python -m training.train`, which imports
     # `training` from the working directory first, these cannot be shadowed
     # by a user's own `training/` or `export/` folder.

@@ -3,11 +3,12 @@ Runtime), a Triton Inference Server model repository, one runtime interface
 over SavedModel and ONNX, and parity checks.
 
 ```python
-from export import load_model, export_saved_model, export_onnx, open_runtime
-loaded = load_model("runs/tiny")                       # config.json + weights.npz
-export_saved_model(loaded.core, "out/saved_model", mem_len=64)
-export_onnx(loaded.core, "out/model.onnx", mem_len=64)
-write_triton_repository(loaded.core, "out/triton", mem_len=64)  # txl/config.pbtxt, txl/1/
+from export import export_saved_model, export_onnx, open_runtime
+from txl_tf.weights import load_pretrained
+core = load_pretrained("runs/tiny")                    # config.json + weights.npz
+export_saved_model(core, "out/saved_model", mem_len=64)
+export_onnx(core, "out/model.onnx", mem_len=64)
+write_triton_repository(core, "out/triton", mem_len=64)  # txl/config.pbtxt, txl/1/
 rt = open_runtime("out/model.onnx")                    # or "out/saved_model"
 log_probs, memory = rt.step(token_ids, rt.initial_memory(batch_size))
 
@@ -25,8 +26,7 @@ _SOURCES = {
     "ClassifierRuntime": "export.classifier_runtime",
     "open_classifier": "export.classifier_runtime",
     "ExportInfo": "export.metadata", "export_metadata": "export.metadata",
-    "ModelDirError": "export.model_dir", "load_model": "export.model_dir",
-    "save_core_weights": "export.model_dir", "save_model_dir": "export.model_dir",
+    "ModelDirError": "txl_tf.errors",
     "export_onnx": "export.onnx_export",
     "ParityError": "export.parity", "check_parity": "export.parity",
     "open_runtime": "export.runtime",
@@ -37,10 +37,20 @@ _SOURCES = {
     "SessionTable": "export.sessions",
     "triton_model_config": "export.triton", "write_triton_repository": "export.triton",
 }
+# Removed names -> what replaces them (export/model_dir.py was a layer over
+# txl_tf.weights).
+_REMOVED = {
+    "load_model": "txl_tf.weights.load_pretrained(model_dir) (or txl_tf.weights.model_dir.load "
+                  "for the files it came from)",
+    "save_model_dir": "txl_tf.weights.save_pretrained(core, model_dir, tokenizer)",
+    "save_core_weights": "txl_tf.weights.checkpoints.save_weights(core, path)",
+}
 __all__ = sorted(_SOURCES)
 
 
 def __getattr__(name):
+    if name in _REMOVED:
+        raise AttributeError(f"export.{name} was removed; use {_REMOVED[name]}")
     if name not in _SOURCES:
         raise AttributeError(f"module 'export' has no attribute {name!r}")
     value = getattr(importlib.import_module(_SOURCES[name]), name)

@@ -27,7 +27,6 @@ from absl import flags
 
 from export.host_cache import cache_bytes
 from export.metadata import export_metadata, external_data_file
-from export.model_dir import CONFIG_FILE, VOCAB_DIR, load_model
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
                                 export_onnx, write_weights_file)
 from export.onnx_runtime import return_freed_memory
@@ -41,6 +40,8 @@ from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_
 from export.triton_cached import SUFFIX as CACHED_SUFFIX, check_cached_model
 from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
+from txl_tf.weights import model_dir as model_dir_loader
+from txl_tf.weights.checkpoints import CONFIG_FILE, VOCAB_DIR
 
 DEFAULT_FORMATS = ("saved_model", "onnx")
 FORMATS = DEFAULT_FORMATS + ("triton",)
@@ -162,9 +163,10 @@ def _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_d
 def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, mem_len, opset,
                  log_probs, zero_filled_memory, verify, tolerance, external_data_threshold,
                  triton_options, decode_cache):
-    loaded = load_model(model_dir, config, weights, vocab_dir)
-    core, cfg, vocab_dir = loaded.core, loaded.config, loaded.vocab_dir
-    del loaded  # `core` is the only reference left to the model (freed before parity)
+    core, source = model_dir_loader.load(model_dir, config_path=config, weights_path=weights,
+                                         vocab_dir=vocab_dir)
+    cfg, vocab_dir = core.config, source.vocab_dir
+    del source
     stages.done("loading", f"{core.count_params():,} parameters")
     mem_len = cfg.mem_len if mem_len is None else int(mem_len)
     check_fits(cfg, 1, 1, mem_len, what="the exported graph's smallest step")

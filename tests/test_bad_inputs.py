@@ -260,9 +260,10 @@ def test_raw_onnxruntime_rejects(session, feeds, error, pattern):
 CLI_CASES = [
     ("train_unknown_flag", "training.train", ["--bogus=1"], r"Unknown command line flag 'bogus'"),
     ("demo_unknown_flag", "training.demo", ["--bogus=1"], r"Unknown command line flag 'bogus'"),
-    ("demo_bad_value", "training.demo", ["--train_seconds=soon"], r"flag --train_seconds=soon"),
-    ("demo_preset", "training.demo", ["--preset=huge", "--model_dir={scratch}/demo"],
-     r"unknown preset 'huge'"),
+    ("demo_bad_value", "training.demo", ["--finetune_seconds=soon"],
+     r"flag --finetune_seconds=soon"),
+    ("demo_model", "training.demo", ["--model={scratch}/no_model"],
+     r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),
     ("train_positional", "training.train", ["--model_dir={scratch}/t", "extra"],
      r"unexpected arguments: extra"),
@@ -410,7 +411,7 @@ def test_snapshot_sees_changes(tmp_path):
 @pytest.mark.parametrize("module, flag", [
     ("training.train", "--train_steps"), ("training.evaluate", "--paper_settings"),
     ("training.generate", "--num_tokens"), ("training.classify", "--grad_segments"),
-    ("training.demo", "--train_seconds"), ("training.attention_picture", "--layer"),
+    ("training.demo", "--finetune_seconds"), ("training.attention_picture", "--layer"),
     ("export", "--output_dir"), ("txl_tf.weights.convert", "--output_dir")])
 def test_every_jobs_help_lists_its_own_flags(module, flag):
     shown = run_job(module, ["--help"], check=False)

@@ -33,6 +33,7 @@ def test_a_bad_batch_size_is_one_error_line(value):
     ("benchmarks.memory_use", ["--model_dirs=m", "--mem_lens=0,-1"], "--mem_lens must be"),
     ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
     ("benchmarks.train_throughput", ["--iters=many"], "--iters"),
+    ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
 ])
 def test_bad_flags_are_checked_first(module, flags, message):
     last = last_error_line(module, flags)

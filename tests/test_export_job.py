@@ -1,6 +1,7 @@
 """The export job end to end through its absl flags, and the model-directory loader."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,11 @@ import onnx
 import pytest
 from absl import flags
 
-from export import (ExportError, ModelDirError, ParityError, load_model, open_runtime,
-                    run_export, save_model_dir)
+from export import ExportError, ModelDirError, ParityError, open_runtime, run_export
 from export.job import define_flags, run_from_flags
 from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.weights import save_pretrained
+from txl_tf.weights.model_dir import load
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +31,8 @@ def model_dir(tmp_path_factory):
     vocab = root / "vocab_src"
     vocab.mkdir()
     (vocab / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(256)))
-    save_model_dir(core, str(root / "model"), vocab_dir=str(vocab))
+    save_pretrained(core, str(root / "model"))
+    shutil.copytree(vocab, root / "model" / "vocab")
     return root / "model", core
 
 
@@ -94,19 +97,27 @@ def test_job_flag_errors(model_dir, tmp_path):
         run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--log_probs=first")
 
 
-def test_load_model_errors(model_dir, tmp_path):
+def test_the_loader_the_job_uses_names_each_problem(model_dir, tmp_path):
     path, core = model_dir
-    loaded = load_model(str(path))
-    assert loaded.vocab_dir and loaded.config == core.config
-    np.testing.assert_array_equal(loaded.core.weights[0].numpy(), core.weights[0].numpy())
+    loaded, source = load(str(path))
+    assert source.vocab_dir and loaded.config == core.config
+    np.testing.assert_array_equal(loaded.weights[0].numpy(), core.weights[0].numpy())
     with pytest.raises(ModelDirError, match="does not exist"):
-        load_model(str(tmp_path / "nope"))
+        load(str(tmp_path / "nope"))
     with pytest.raises(ModelDirError, match="weights file"):
-        load_model(str(path), weights_path=str(tmp_path / "missing.npz"))
+        load(str(path), weights_path=str(tmp_path / "missing.npz"))
     other = tmp_path / "other.json"
     TransformerXLConfig.preset("tiny", d_model=64, d_head=32).to_json(str(other))
     with pytest.raises(ModelDirError, match="cannot load weights"):
-        load_model(str(path), config_path=str(other))
+        load(str(path), config_path=str(other))
+
+
+def test_the_removed_model_dir_layer_names_what_replaces_it():
+    import export
+    for name, replacement in [("load_model", "load_pretrained"),
+                              ("save_model_dir", "save_pretrained")]:
+        with pytest.raises(AttributeError, match=f"export.{name} was removed; use .*{replacement}"):
+            getattr(export, name)
 
 
 def snapshot(folder):

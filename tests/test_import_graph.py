@@ -93,8 +93,8 @@ def test_the_top_of_the_library_is_the_face_and_the_model():
     assert top == TOP_OF_TXL_TF
     folders = {p.name for p in (REPO / "txl_tf").iterdir()
                if p.is_dir() and (p / "__init__.py").exists()}
-    assert folders == {"app", "checks", "classification", "data", "generation", "keras_support",
-                       "layers", "learning", "models", "text", "weights"}
+    assert folders == {"app", "baselines", "checks", "classification", "data", "generation",
+                       "keras_support", "layers", "learning", "models", "text", "weights"}
 
 
 @pytest.mark.parametrize("statement, new", [

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export import ModelDirError, load_model
+from export import ModelDirError
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.text import ByteTokenizer
 from txl_tf.weights import save_pretrained
@@ -38,9 +38,9 @@ def test_run_directory_forms(run, tmp_path):
     exported.mkdir()
     save_pretrained(core, exported / "export")
     ByteTokenizer().save(str(exported / "export" / "vocab"))
-    loaded = load_model(str(exported))  # the export job takes the run directory
-    assert loaded.config_path.endswith("export/config.json") and loaded.vocab_dir
-    assert same_weights(loaded.core, core)
+    loaded, source = load(str(exported))  # the export job takes the run directory
+    assert source.config_path.endswith("export/config.json") and source.vocab_dir
+    assert same_weights(loaded, core)
 
 
 def test_unreadable_weights_name_the_path(run, tmp_path):

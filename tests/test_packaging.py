@@ -1,4 +1,5 @@
-"""What `pip install` gives a user: the license, the gpu extra, the flagfiles."""
+"""What `pip install` gives a user: the license, the gpu extra, the flagfiles,
+the shipped models."""
 import os
 import shutil
 import subprocess
@@ -23,13 +24,22 @@ def wheel(tmp_path_factory):
     (path,) = out.glob("txl_tf-*.whl")
     with zipfile.ZipFile(path) as z:
         return {name: z.read(name) for name in z.namelist()
-                if name.endswith((".cfg", "METADATA", "entry_points.txt")) or "LICENSE" in name}
+                if name.endswith((".cfg", "METADATA", "entry_points.txt")) or "LICENSE" in name
+                or "/shipped/" in name}
 
 
 def test_the_wheel_carries_the_license_and_the_flagfiles(wheel):
     assert any(name.endswith("LICENSE") and ".dist-info/" in name for name in wheel)
     for name in configs.names():
         assert f"training/configs/{name}.cfg" in wheel
+
+
+def test_the_wheel_carries_the_shipped_models(wheel):
+    from txl_tf.weights.shipped import SHIPPED
+    for name in SHIPPED:
+        folder = f"txl_tf/weights/shipped/{name}/"
+        for file in ("config.json", "weights.npz", "vocab/tokenizer.json", "TRAINING.md"):
+            assert folder + file in wheel, (folder + file, sorted(wheel))
 
 
 def test_the_gpu_extra_brings_tensorflows_cuda_wheels_and_onnxruntime_gpu(wheel):

@@ -52,14 +52,3 @@ def test_the_terminal_bar_counts_to_train_steps(tmp_path, monkeypatch, capsys):
               strategy="one_device", final_eval=False)
     out = capsys.readouterr().out
     assert "12/12" in out and "/5" not in out, out[-2000:]
-
-
-def test_the_demo_removes_its_temporary_folder(tmp_path):
-    from job_helpers import job_env
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    proc = run_job("training.demo", [
-        "--preset=tiny", "--train_seconds=4", "--max_bytes=200000", "--eval_segments=2",
-        "--num_tokens=4"], env=job_env(TMPDIR=str(temp), TXL_TF_CACHE=str(tmp_path / "c")))
-    assert "now removed" in proc.stdout
-    assert not [p for p in temp.iterdir() if p.name.startswith("txl_demo_")]

@@ -11,7 +11,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from export import ExportError, export_onnx, open_runtime, run_export, save_model_dir
+from export import ExportError, export_onnx, open_runtime, run_export
+from txl_tf.weights import save_pretrained
 from export.parity import ParityError, core_outputs, random_segments
 from export.triton import (check_triton_model, model_file, sequence_outputs,
                            triton_model_config, write_triton_repository)
@@ -181,7 +182,7 @@ def test_zero_filled_start_is_a_data_file_of_true(core, tmp_path):
 
 
 def test_export_job_writes_and_checks_the_repository(core, tmp_path):
-    save_model_dir(core, str(tmp_path / "model"))
+    save_pretrained(core, str(tmp_path / "model"))
     out = tmp_path / "out"
     report = run_export(str(out), model_dir=str(tmp_path / "model"), formats=["triton"],
                         mem_len=4, log_probs="last",

@@ -1,92 +1,202 @@
-r"""`make demo`: trains a small Transformer-XL on this Python's standard library
-for a few minutes on CPU, then shows what it learned.
+r"""`make demo`: what a Transformer-XL's memory is for, in a few minutes on a CPU.
 
-    python -m training.demo [--train_seconds=180] [--model_dir=/tmp/txl_demo]
+    python -m training.demo [--model=pystdlib_small] [--finetune_seconds=60] \
+        [--output_dir=runs/demo]
 
-Prints validation bits per character with the memory (at the training
-length and longer) and without it (mem_len 0), and a greedy and a sampled
-continuation of a prompt.
+Starts from the model shipped with the package (`pystdlib_small`: the small
+preset trained for about an hour on this Python's standard library, bytes;
+`txl_tf/weights/shipped/pystdlib_small/TRAINING.md` has its command), or
+from any model directory (`--model`), and shows:
+
+1. its validation bits per byte with a long memory, the memory it was
+   trained with, and none;
+2. its loss against the context it sees (each position of a long segment
+   read from an empty memory sees exactly that many bytes before it);
+3. a greedy and a sampled continuation of a prompt, read with the memory;
+4. a short fine-tune as a keras-hub causal LM on this library's own source
+   (`txl_tf/`), and the bits per byte on `export/`'s source, which it did not
+   train on, before and after.
+
+`--output_dir` keeps the loss-by-context picture and the fine-tuned preset.
 """
+import glob
 import os
-import tempfile
+import time
 
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
-    option("string", "model_dir", None, "Where to train (default: a new temporary folder)."),
-    option("float", "train_seconds", 180, "Training time budget in seconds."),
-    option("string", "preset", "small", "Model preset."),
-    option("integer", "batch_size", 16, "Global batch size."),
-    option("float", "learning_rate", 1e-3, "Peak learning rate (short runs like it higher "
-           "than the paper's 2.5e-4)."),
-    option("integer", "max_bytes", 3_000_000, "Bytes of the standard library to read (3 MB: "
-           "the validation 5% is ordinary code)."),
-    option("integer", "eval_segments", 100, "Validation segments per evaluation (x batch 8 "
-           "x tgt_len bytes)."),
+    option("string", "model", "pystdlib_small", "The model to start from: a shipped model's "
+           "name or a model directory (a byte-level model of Python source)."),
+    option("integer", "eval_segments", 60, "Validation segments per evaluation (x batch 8 "
+           "x 64 bytes)."),
+    option("integer", "context", 256, "The longest context of the loss-by-context curve."),
     option("string", "prompt", "import os\n\n\ndef ", "Prompt to continue."),
-    option("integer", "num_tokens", 240, "Bytes to generate."),
+    option("integer", "num_tokens", 200, "Bytes to generate."),
+    option("float", "finetune_seconds", 60, "Fine-tuning time (0: skip the fine-tune)."),
+    option("float", "finetune_learning_rate", 3e-4, "Adam's rate when fine-tuning."),
+    option("string", "output_dir", None, "Where the loss-by-context PNG and the fine-tuned "
+           "preset go (default: nothing is written)."),
 )
 
 
+def _check(o):
+    from training.errors import TrainingError
+    for name in ("eval_segments", "context"):
+        if o[name] < 1:
+            raise TrainingError(f"--{name} must be positive, got {o[name]}")
+    if o["num_tokens"] < 0 or o["finetune_seconds"] < 0:
+        raise TrainingError("--num_tokens and --finetune_seconds must be >= 0")
+    if not o["prompt"]:
+        raise TrainingError("--prompt must not be empty")
+
+
 def run(**options):
-    """Trains, evaluates and samples; returns a summary dict. Without
-    `--model_dir` it trains in a temporary folder, removed at the end."""
+    """Evaluates, draws, continues and fine-tunes; returns a summary dict."""
     o = merge(SPEC, options)
-    if o["model_dir"]:
-        return _demo(o, o["model_dir"])
-    with tempfile.TemporaryDirectory(prefix="txl_demo_") as model_dir:
-        result = _demo(o, model_dir)
-    print(f"(trained in {model_dir}, now removed; --model_dir keeps a run)", flush=True)
+    _check(o)
+    cli.quiet_tensorflow_import()
+    from training import inputs
+    from training.generate import continue_text
+    from txl_tf.learning.evaluation import evaluate_ids
+    from txl_tf.weights.model_dir import load, load_vocab
+
+    core, source = load(o["model"])
+    tokenizer = load_vocab(source.vocab_dir, core.config)
+    cfg = core.config
+    params = sum(int(v.numpy().size) for v in core.trainable_weights)
+    print(f"model {o['model']}: {params:,} parameters, segments of {cfg.tgt_len}, trained "
+          f"with a memory of {cfg.mem_len}", flush=True)
+    valid = inputs.load("pystdlib", tokenizer=tokenizer).valid
+
+    rows = []
+    for mem_len in (3 * cfg.mem_len, cfg.mem_len, 0):
+        r = evaluate_ids(core, valid, batch_size=8, tgt_len=cfg.tgt_len, mem_len=mem_len,
+                         max_segments=o["eval_segments"])
+        rows.append((mem_len, r["bpc"]))
+    print(f"\n1. validation ({r['tokens']:,} bytes of standard library the model never "
+          f"trained on, segments of {cfg.tgt_len}):")
+    for mem_len, bpc in rows:
+        label = f"memory {mem_len}" if mem_len else "no memory"
+        print(f"   {label:<12} {bpc:.3f} bits per byte")
+    print(f"   the memory saves {rows[-1][1] - rows[0][1]:.3f} bits per byte")
+
+    curve = loss_by_context(core, valid, o["context"], o["eval_segments"])
+    print("\n2. loss against the bytes of context the model sees:")
+    for first, last, bits in curve:
+        span = f"{first}" if first == last else f"{first}-{last}"
+        print(f"   {span:>9} bytes  {bits:5.2f} bits  " + "#" * round(bits * 8))
+    if o["output_dir"]:
+        _plot(curve, os.path.join(o["output_dir"], "loss_by_context.png"))
+
+    greedy = continue_text(core, tokenizer, o["prompt"], o["num_tokens"],
+                           mem_len=3 * cfg.mem_len, greedy=True)
+    sampled = continue_text(core, tokenizer, o["prompt"], o["num_tokens"],
+                            mem_len=3 * cfg.mem_len, temperature=0.7, seed=1)
+    print(f"\n3. greedy continuation of {o['prompt']!r}:\n{o['prompt']}{greedy}")
+    print(f"\n   sampled (temperature 0.7):\n{o['prompt']}{sampled}", flush=True)
+
+    result = {"bpc": dict(rows), "loss_by_context": curve, "greedy": greedy,
+              "sampled": sampled}
+    if o["finetune_seconds"] > 0:
+        result["finetune"] = finetune(o, tokenizer)
     return result
 
 
-def _demo(o, model_dir):
-    cli.quiet_tensorflow_import()
-    from txl_tf.weights import load_pretrained
-    from txl_tf.data import load_corpus
-    from txl_tf.text import load_tokenizer
-    from training.budget import train_within
+def loss_by_context(core, ids, context, max_segments):
+    """`(first, last, bits)` bands of the mean loss at positions `first..last`
+    of segments of `context` ids read from an empty memory: position p
+    sees exactly p ids before it."""
+    import math
+
+    from txl_tf.learning.evaluation import evaluate_ids, position_bands
+    r = evaluate_ids(core, ids, batch_size=8, tgt_len=context, mem_len=0,
+                     max_segments=max(1, max_segments * core.config.tgt_len // context),
+                     by_position=True)
+    return [(first, last, loss / math.log(2.0))
+            for first, last, loss in position_bands(r["loss_by_position"])]
+
+
+def finetune(o, tokenizer):
+    """Fine-tunes the model as a keras-hub causal LM on `txl_tf/`'s source
+    for `--finetune_seconds`; returns the bits per byte on `export/`'s source
+    before and after."""
+    import keras
+
+    import export
+    import txl_tf
+    from txl_tf import TransformerXLCausalLM
     from txl_tf.learning.evaluation import evaluate_ids
-    from training.generate import continue_text
 
-    base = dict(preset=o["preset"], dataset="pystdlib", batch_size=o["batch_size"],
-                corpus_option=[f"max_bytes={o['max_bytes']}"], learning_rate=o["learning_rate"],
-                strategy="one_device")
-    print(f"timing a few steps of the {o['preset']} preset ...", flush=True)
-    result, steps, per_step, trained = train_within(o["train_seconds"], base, model_dir)
+    def source(package):
+        folder = os.path.dirname(os.path.abspath(package.__file__))
+        paths = sorted(glob.glob(os.path.join(folder, "**", "*.py"), recursive=True))
+        documents = [tokenizer.encode(open(p, encoding="utf-8").read()) for p in paths]
+        return [d for d in documents if len(d) >= 2]  # empty __init__.py files
 
-    core = load_pretrained(result["export_dir"])
-    tokenizer = load_tokenizer(os.path.join(result["export_dir"], "vocab"))
-    valid = load_corpus("pystdlib", max_bytes=o["max_bytes"]).valid
-    tgt = core.config.tgt_len
-    rows = []
-    for mem_len in (3 * tgt, tgt, 0):
-        r = evaluate_ids(core, valid, batch_size=8, tgt_len=tgt, mem_len=mem_len,
-                         max_segments=o["eval_segments"])
-        rows.append((mem_len, r))
-    greedy = continue_text(core, tokenizer, o["prompt"], o["num_tokens"], mem_len=3 * tgt,
-                           greedy=True)
-    sampled = continue_text(core, tokenizer, o["prompt"], o["num_tokens"], mem_len=3 * tgt,
-                            temperature=0.7, seed=1)
+    train_docs, held_out = source(txl_tf), source(export)
+    held_out_ids = [i for doc in held_out for i in doc]
+    causal_lm = TransformerXLCausalLM.from_preset(o["model"])
+    core = causal_lm.backbone.transformer
+    def held_out_bpc():
+        return evaluate_ids(core, held_out_ids, batch_size=8, mem_len=core.config.mem_len,
+                            max_segments=o["eval_segments"])
 
-    print(f"\ntrained {result['step']} steps ({result['parameters']:,} parameters) in "
-          f"{trained:.0f}s on {len(load_corpus('pystdlib', max_bytes=o['max_bytes']).train):,} "
-          "bytes of Python source")
-    print(f"validation ({rows[0][1]['tokens']:,} bytes, segments of {tgt}):")
-    for mem_len, r in rows:
-        label = f"memory {mem_len}" if mem_len else "no memory (mem_len 0)"
-        print(f"  {label:<24} {r['bpc']:.3f} bpc")
-    gain = rows[-1][1]["bpc"] - rows[0][1]["bpc"]
-    print(f"  memory saves {gain:.3f} bits per byte")
-    print(f"\ngreedy continuation of {o['prompt']!r}:\n{o['prompt']}{greedy}")
-    print(f"\nsampled (temperature 0.7):\n{o['prompt']}{sampled}\n", flush=True)
-    return {"model_dir": model_dir, "steps": result["step"],
-            "bpc": {mem: r["bpc"] for mem, r in rows}, "greedy": greedy, "sampled": sampled}
+    before = held_out_bpc()
+    class StopAfter(keras.callbacks.Callback):
+        """Stops `fit` once `--finetune_seconds` have passed."""
+
+        def __init__(self):
+            super().__init__()
+            self.start, self.steps, self.elapsed = time.time(), 0, 0.0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            self.elapsed = time.time() - self.start
+            if self.elapsed >= o["finetune_seconds"]:
+                self.model.stop_training = True
+
+    causal_lm.compile(optimizer=keras.optimizers.Adam(o["finetune_learning_rate"]))
+    stop = StopAfter()
+    data = causal_lm.document_dataset(train_docs, batch_size=8).repeat()
+    causal_lm.fit(data, steps_per_epoch=10_000, epochs=1, callbacks=[stop], verbose=0)
+    after = held_out_bpc()
+    print(f"\n4. fine-tuned for {stop.elapsed:.0f}s ({stop.steps} steps of 8 x "
+          f"{core.config.tgt_len} bytes) on this library's own source ({len(train_docs)} "
+          f"files of txl_tf/):\n   bits per byte on export/'s source ({before['tokens']:,} "
+          f"bytes, not trained on): {before['bpc']:.3f} before, {after['bpc']:.3f} after",
+          flush=True)
+    if o["output_dir"]:
+        causal_lm.save_to_preset(os.path.join(o["output_dir"], "finetuned_preset"))
+    return {"before": before["bpc"], "after": after["bpc"], "steps": stop.steps}
+
+
+def _plot(curve, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("loss_by_context.png skipped: matplotlib is not installed (pip install "
+              "txl_tf[viz])")
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([max(first, 0.5) for first, _, _ in curve], [bits for _, _, bits in curve],
+            marker="o")
+    ax.set(xscale="log", xlabel="bytes of context", ylabel="bits per byte")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"   (drawn in {path})")
 
 
 def main(argv):
+    del argv
+    start = time.time()
     run(**values(SPEC))
+    print(f"\n({time.time() - start:.0f}s)", flush=True)
 
 
 def console():

@@ -24,7 +24,8 @@ from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
-    option("string", "model_dir", None, "Model directory, or a training run's directory."),
+    option("string", "model_dir", None, "Model directory, or a training run's directory (a "
+           "Transformer-XL, or the LSTM baseline of training.train_lstm)."),
     option("string", "checkpoint", None, "A training checkpoint (ckpt-N prefix, or a name in "
            "the run's checkpoints/) to evaluate instead of the exported weights."),
     option("string", "vocab_dir", None, "The model's tokenizer folder, for a model without "
@@ -94,11 +95,20 @@ def run(**options):
     overrides = {k: settings[k] for k in ("clamp_len", "same_length") if k in settings}
     from txl_tf.data import unknown_count
     from txl_tf.checks.memory_budget import check_fits
-    core, source = load_core(o["model_dir"], o["checkpoint"], o["vocab_dir"], **overrides)
-    tokenizer = inputs.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
-    mem_len = settings.get("mem_len")
-    check_fits(core.config, o["batch_size"], settings.get("tgt_len") or core.config.tgt_len,
-               core.config.mem_len if mem_len is None else mem_len, what="an evaluation step")
+    from txl_tf.baselines import load_lstm, lstm_folder
+    lstm = lstm_folder(o["model_dir"])
+    if lstm is not None:  # the LSTM baseline: its state is carried unless --mem_len=0
+        core = load_lstm(lstm)
+        tokenizer = inputs.model_tokenizer(o["model_dir"], os.path.join(lstm, "vocab"),
+                                           core.config)
+        settings["mem_len"] = None if settings.get("mem_len") else settings.get("mem_len")
+    else:
+        core, source = load_core(o["model_dir"], o["checkpoint"], o["vocab_dir"], **overrides)
+        tokenizer = inputs.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
+        mem_len = settings.get("mem_len")
+        check_fits(core.config, o["batch_size"], settings.get("tgt_len") or core.config.tgt_len,
+                   core.config.mem_len if mem_len is None else mem_len,
+                   what="an evaluation step")
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer)
     ids = corpus.split(o["split"])
@@ -111,7 +121,8 @@ def run(**options):
                           by_position=o["by_position"])
     result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
                    "unknown_tokens": unknown_count(ids, tokenizer),
-                   "clamp_len": core.config.clamp_len, "same_length": core.config.same_length,
+                   "clamp_len": getattr(core.config, "clamp_len", None),
+                   "same_length": getattr(core.config, "same_length", None),
                    "character_level": inputs.is_character_level(corpus.tokenizer)})
     if o["output"]:
         os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)

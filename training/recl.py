@@ -92,34 +92,33 @@ def run(**options):
     import numpy as np
 
     from training import inputs
-    from training.evaluate import load_core
     from txl_tf.learning import context_length as cl
 
     contexts = list(range(o["first_context"], o["max_context"] + 1, o["context_step"]))
-    cores, tokenizer = [], None
+    scorers, tokenizer = [], None
     for name, path in named:
-        core, source = load_core(path)
-        model_tokenizer = inputs.model_tokenizer(path, source.vocab_dir, core.config)
+        scorer, model_tokenizer = _load(path)
         if tokenizer is not None and model_tokenizer.fingerprint() != tokenizer.fingerprint():
             raise TrainingError(f"--model_dir {name}: its vocabulary is not the first model's; "
                                 "RECL compares models on the same tokens")
-        cores.append(core)
+        scorers.append(scorer)
         tokenizer = model_tokenizer
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer)
     ids = np.asarray(corpus.split(o["split"]))
     positions = cl.sample_positions(len(ids), contexts[-1], o["positions"], o["seed"])
     losses = []
-    for (name, _), core in zip(named, cores):
+    for (name, _), scorer in zip(named, scorers):
         progress = cli.Progress(f"{name}: loss by context", enabled=o["progress"] is not False)
-        losses.append(cl.context_losses(cl.transformer_xl_scorer(core), ids, positions,
-                                        contexts, o["batch_size"], progress))
+        losses.append(cl.context_losses(scorer, ids, positions, contexts, o["batch_size"],
+                                        progress))
     losses = np.stack(losses)
     result = {"models": [name for name, _ in named], "model_dirs": [p for _, p in named],
               "dataset": corpus.name, "split": o["split"], "contexts": contexts,
               "positions": len(positions), "threshold": o["threshold"], "seed": o["seed"],
-              "how": "each target read with exactly c tokens before it, from an empty "
-                     "memory of c slots, segment by segment (tgt_len)",
+              "how": "each target read with exactly c tokens before it: a Transformer-XL "
+                     "from an empty memory of c slots, segment by segment (tgt_len); an "
+                     "LSTM from the zero state",
               "mean_loss": {name: losses[i].mean(1).tolist()
                             for i, (name, _) in enumerate(named)},
               "recl": {}, "gains": {}}
@@ -135,6 +134,22 @@ def run(**options):
             json.dump(result, f, indent=2)
         _plot(result, os.path.join(o["output_dir"], "recl.png"))
     return result
+
+
+def _load(path):
+    """`(scorer, tokenizer)` of a Transformer-XL or LSTM baseline directory."""
+    from training import inputs
+    from training.evaluate import load_core
+    from txl_tf.baselines import load_lstm, lstm_folder, lstm_scorer
+    from txl_tf.learning.context_length import transformer_xl_scorer
+    folder = lstm_folder(path)
+    if folder is not None:
+        model = load_lstm(folder)
+        return lstm_scorer(model), inputs.model_tokenizer(path, os.path.join(folder, "vocab"),
+                                                          model.config)
+    core, source = load_core(path)
+    return (transformer_xl_scorer(core),
+            inputs.model_tokenizer(path, source.vocab_dir, core.config))
 
 
 def _plot(result, path):

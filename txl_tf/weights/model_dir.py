@@ -19,6 +19,7 @@ from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.errors import ModelDirError, TxlError  # noqa: F401 (ModelDirError re-exported)
 from txl_tf.layers.init import skip_random_init
 from txl_tf.weights import checkpoints
+from txl_tf.weights.shipped import shipped_model_dir
 
 CONFIG_FILE = checkpoints.CONFIG_FILE
 WEIGHTS_FILE = checkpoints.WEIGHTS_FILE
@@ -70,7 +71,10 @@ def _checkpoint_prefix(path, run_dir):
 
 def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
             vocab_dir=None):
-    """The `ModelSource` of a model or training run directory (see module doc)."""
+    """The `ModelSource` of a model or training run directory (see module
+    doc), or of a shipped model's name (`txl_tf.weights.shipped`)."""
+    if model_dir is not None:
+        model_dir = shipped_model_dir(model_dir) or model_dir
     if model_dir is not None and not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory {model_dir!r} does not exist")
     kind = None

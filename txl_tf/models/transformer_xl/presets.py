@@ -1,6 +1,7 @@
 """Where `from_preset` finds a Transformer-XL: the paper's named
 configurations (`txl_tf.PRESETS`: `tiny`, `small`, `enwik8_base`,
-`wt103_base`, ...) and the model directories this library writes
+`wt103_base`, ...), the trained models shipped with the package
+(`txl_tf.weights.shipped`: `pystdlib_small`), the model directories this library writes
 (`save_pretrained`, training's `export/`, `txl-convert`), beside keras-hub's
 own preset folders (which keras-hub reads itself)."""
 import json
@@ -10,6 +11,7 @@ from typing import NamedTuple, Optional
 from txl_tf.config import PRESETS, TransformerXLConfig
 from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir
+from txl_tf.weights.shipped import SHIPPED, shipped_model_dir
 
 
 class PresetError(TxlError):
@@ -47,12 +49,14 @@ def local_source(preset, load_weights):
                 f"load_weights=False for random weights, or convert the paper's released "
                 f"weights with `txl-convert` and pass the model directory it writes")
         return LocalPreset(TransformerXLConfig.preset(preset), None, False)
+    preset = shipped_model_dir(preset) or preset
     if os.path.isdir(preset) and not _is_keras_hub_folder(preset):
         source = model_dir.resolve(preset)
         return LocalPreset(model_dir.load_config(source), source, bool(load_weights))
     if "://" not in preset and not os.path.exists(preset):
-        raise PresetError(f"unknown preset {preset!r}: not one of {sorted(PRESETS)} and no "
-                          f"such folder (a keras-hub preset or a model directory)")
+        raise PresetError(f"unknown preset {preset!r}: not one of {sorted(PRESETS)}, not a "
+                          f"shipped model ({', '.join(sorted(SHIPPED))}) and no such folder "
+                          f"(a keras-hub preset or a model directory)")
     return None
 
 

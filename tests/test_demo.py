@@ -1,0 +1,63 @@
+"""`make demo` and the model it starts from: the shipped `pystdlib_small`
+loads by name everywhere, its memory lowers its loss, and the demo's four
+parts run on any byte-level model directory."""
+import keras
+import numpy as np
+import pytest
+
+from training import demo
+from training.errors import TrainingError
+from txl_tf import TransformerXL, TransformerXLCausalLM, TransformerXLConfig
+from txl_tf.learning.evaluation import evaluate_ids
+from txl_tf.text import ByteTokenizer
+from txl_tf.weights import load_pretrained, save_pretrained
+from txl_tf.weights.shipped import SHIPPED, shipped_model_dir
+
+
+def test_the_shipped_model_loads_by_name_and_its_memory_helps():
+    from training import inputs
+    core = load_pretrained("pystdlib_small")
+    causal_lm = TransformerXLCausalLM.from_preset("pystdlib_small")
+    for a, b in zip(core.weights, causal_lm.backbone.transformer.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert causal_lm.preprocessor is not None  # its vocabulary came with it
+    valid = np.asarray(inputs.load("pystdlib", tokenizer=ByteTokenizer()).valid)[:20_000]
+    cfg = core.config
+    with_memory = evaluate_ids(core, valid, batch_size=4, mem_len=cfg.mem_len)["bpc"]
+    without = evaluate_ids(core, valid, batch_size=4, mem_len=0)["bpc"]
+    assert with_memory < without - 0.05 and with_memory < 2.5, (with_memory, without)
+
+
+def test_an_existing_folder_wins_over_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pystdlib_small").mkdir()
+    assert shipped_model_dir("pystdlib_small") is None
+    assert shipped_model_dir("nothing_shipped") is None and "pystdlib_small" in SHIPPED
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=256))
+    return save_pretrained(core, str(tmp_path_factory.mktemp("tiny")), ByteTokenizer())
+
+
+def test_the_demo_shows_memory_context_continuation_and_a_fine_tune(tiny_model, tmp_path,
+                                                                     capsys):
+    result = demo.run(model=tiny_model, eval_segments=2, context=32, num_tokens=8,
+                      finetune_seconds=1, output_dir=str(tmp_path))
+    out = capsys.readouterr().out
+    assert sorted(result["bpc"]) == [0, 16, 48]
+    assert [band[:2] for band in result["loss_by_context"]] == \
+        [(0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, 31)]
+    assert len(result["greedy"]) > 0 and result["finetune"]["steps"] >= 1
+    assert np.isfinite([result["finetune"]["before"], result["finetune"]["after"]]).all()
+    for heading in ("1. validation", "2. loss against", "3. greedy", "4. fine-tuned"):
+        assert heading in out
+    assert (tmp_path / "loss_by_context.png").stat().st_size > 1000
+    assert (tmp_path / "finetuned_preset" / "model.weights.h5").is_file()
+
+
+def test_bad_demo_flags_are_one_error():
+    with pytest.raises(TrainingError, match="--context must be positive"):
+        demo.run(context=0)

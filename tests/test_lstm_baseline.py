@@ -1,0 +1,158 @@
+"""The LSTM baseline: a numpy LSTM gives its log-probs, its state carried over
+segments equals one pass, a memory of no slots starts each segment afresh,
+its files round-trip, its job learns, and evaluation and RECL read it."""
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from training import evaluate, recl, train_lstm
+from training.errors import TrainingError
+from txl_tf.baselines import LSTMConfig, LSTMLanguageModel, load_lstm, lstm_scorer, save_lstm
+from txl_tf.errors import TxlError
+from txl_tf.learning.context_length import sample_positions
+from txl_tf.learning.evaluation import evaluate_ids
+from txl_tf.text import ByteTokenizer
+
+CONFIG = LSTMConfig(n_token=11, d_model=6, n_layer=2, tgt_len=5, dropout=0.0)
+
+
+def make_model(seed=0, config=CONFIG):
+    keras.utils.set_random_seed(seed)
+    model = LSTMLanguageModel(config)
+    model.build()
+    return model
+
+
+def numpy_log_probs(model, ids):
+    """The model written out in numpy: Keras's gate order i, f, c, o."""
+    def sigmoid(x):
+        return 1 / (1 + np.exp(-x))
+    weights = {v.path.split("/", 1)[1]: v.numpy().astype(np.float64) for v in model.weights}
+    d = model.config.d_model
+    x = weights["embedding/embeddings"][ids]
+    for i in range(model.config.n_layer):
+        kernel = weights[f"lstm_{i}/lstm_cell/kernel"]
+        recurrent = weights[f"lstm_{i}/lstm_cell/recurrent_kernel"]
+        bias = weights[f"lstm_{i}/lstm_cell/bias"]
+        h, c, outputs = np.zeros([len(ids), d]), np.zeros([len(ids), d]), []
+        for t in range(ids.shape[1]):
+            z = x[:, t] @ kernel + h @ recurrent + bias
+            gate_i, gate_f = sigmoid(z[:, :d]), sigmoid(z[:, d:2 * d])
+            c = gate_f * c + gate_i * np.tanh(z[:, 2 * d:3 * d])
+            h = sigmoid(z[:, 3 * d:]) * np.tanh(c)
+            outputs.append(h)
+        x = np.stack(outputs, axis=1)
+    logits = x @ weights["softmax/kernel"] + weights["softmax/bias"]
+    logits -= logits.max(-1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+
+
+def test_the_log_probs_are_a_numpy_lstms():
+    model = make_model()
+    ids = np.random.default_rng(0).integers(0, CONFIG.n_token, (3, 9)).astype(np.int32)
+    log_probs, _ = model(ids, model.initial_memory(3))
+    np.testing.assert_allclose(log_probs.numpy(), numpy_log_probs(model, ids), atol=1e-5)
+
+
+def test_carried_state_over_segments_equals_one_pass_and_no_slots_resets():
+    model = make_model()
+    ids = np.random.default_rng(1).integers(0, CONFIG.n_token, (2, 12)).astype(np.int32)
+    whole, _ = model(ids, model.initial_memory(2))
+    memory, fresh, parts, alone = model.initial_memory(2), model.initial_memory(2, 0), [], []
+    for start in range(0, 12, 4):
+        out, memory = model(ids[:, start:start + 4], memory)
+        parts.append(out.numpy())
+        out, fresh = model(ids[:, start:start + 4], fresh)
+        alone.append(out.numpy())
+        assert fresh.mems.shape[2] == 0
+    np.testing.assert_allclose(np.concatenate(parts, 1), whole.numpy(), atol=1e-6)
+    for start, out in zip(range(0, 12, 4), alone):
+        np.testing.assert_allclose(out, numpy_log_probs(model, ids[:, start:start + 4]),
+                                   atol=1e-5)
+    assert np.abs(alone[1] - parts[1]).max() > 1e-3  # the carried state matters
+
+
+def test_targets_give_the_nll_of_the_log_probs():
+    model = make_model()
+    ids = np.random.default_rng(2).integers(0, CONFIG.n_token, (2, 6)).astype(np.int32)
+    log_probs, _ = model(ids[:, :-1], None)
+    nll, _ = model(ids[:, :-1], None, targets=ids[:, 1:])
+    picked = np.take_along_axis(log_probs.numpy(), ids[:, 1:, None], -1)[..., 0]
+    np.testing.assert_allclose(nll.numpy(), -picked, atol=1e-5)
+
+
+def test_the_scorer_reads_each_window_from_the_zero_state():
+    model = make_model()
+    windows = np.random.default_rng(3).integers(0, CONFIG.n_token, (4, 7)).astype(np.int32)
+    np.testing.assert_allclose(lstm_scorer(model)(windows),
+                               numpy_log_probs(model, windows)[:, -1], atol=1e-5)
+
+
+def test_files_round_trip_and_a_foreign_folder_is_one_error(tmp_path):
+    model = make_model(seed=4)
+    save_lstm(model, str(tmp_path / "m"), ByteTokenizer())
+    make_model(seed=5)  # another instance: the saved names must not depend on it
+    loaded = load_lstm(str(tmp_path / "m"))
+    assert loaded.config == CONFIG
+    ids = np.arange(10, dtype=np.int32).reshape(2, 5) % CONFIG.n_token
+    np.testing.assert_allclose(loaded(ids, None)[0].numpy(), model(ids, None)[0].numpy(),
+                               atol=0)
+    with pytest.raises(TxlError, match="no LSTM baseline"):
+        load_lstm(str(tmp_path))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text(json.dumps({"model": "lstm", "d_model": 0}))
+    with pytest.raises(TxlError, match="d_model must be a positive int"):
+        load_lstm(str(tmp_path / "bad"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lstm_job")
+    text = root / "text.txt"
+    text.write_text("def add(x, y):\n    return x + y\n\n" * 200)
+    options = dict(dataset="text", data_dir=str(text), cache_dir=str(root / "cache"))
+    result = train_lstm.run(model_dir=str(root / "run"), d_model=32, n_layer=1, tgt_len=16,
+                            batch_size=4, train_steps=60, log_every=10, learning_rate=1e-2,
+                            eval_max_segments=10, **options)
+    return root, options, result
+
+
+def test_the_job_learns_and_its_export_is_evaluated_like_a_transformer_xls(trained):
+    root, options, result = trained
+    log = [json.loads(line) for line in (root / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == 60 and log[-1]["loss"] < 0.5 * log[0]["loss"]
+    carried = evaluate.run(model_dir=str(root / "run"), batch_size=4, progress=False, **options)
+    reset = evaluate.run(model_dir=str(root / "run"), batch_size=4, mem_len=0, progress=False,
+                         **options)
+    assert carried["loss"] == pytest.approx(
+        evaluate_ids(load_lstm(result["export_dir"]), _valid(root, options), 4)["loss"])
+    assert carried["loss"] < reset["loss"]  # the state carried across segments helps
+
+
+def test_recl_reads_lstms(trained):
+    root, options, _ = trained
+    run = str(root / "run")
+    result = recl.run(model_dir=[f"a={run}", f"b={run}"], first_context=4, context_step=4,
+                      max_context=12, positions=12, batch_size=8, progress=False, **options)
+    assert result["mean_loss"]["a"] == result["mean_loss"]["b"]
+    assert set(result["recl"]["0.5"]) == {"a", "b"}
+    assert "LSTM from the zero state" in result["how"]
+    scorer, ids = lstm_scorer(load_lstm(run)), np.asarray(_valid(root, options))
+    for c, mean_loss in zip([4, 8, 12], result["mean_loss"]["a"]):
+        by_hand = [-scorer(ids[None, t - c:t].astype(np.int32))[0, ids[t]]
+                   for t in sample_positions(len(ids), 12, 12, seed=0)]
+        assert mean_loss == pytest.approx(np.mean(by_hand), abs=1e-5)
+
+
+def test_bad_flags_are_one_error(tmp_path):
+    with pytest.raises(TrainingError, match="--model_dir is required"):
+        train_lstm.run()
+    with pytest.raises(TrainingError, match="--d_model must be a positive integer"):
+        train_lstm.run(model_dir=str(tmp_path), d_model=0)
+
+
+def _valid(root, options):
+    from training import inputs
+    return inputs.load(options["dataset"], options["data_dir"], options["cache_dir"]).valid
