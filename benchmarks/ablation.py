@@ -51,14 +51,14 @@ flags.DEFINE_string("runs_dir", os.path.join(REPO, "runs", "ablation"),
 flags.DEFINE_string("models", ",".join(GROUP), "Comma-separated models of the group.")
 flags.DEFINE_integer("train_steps", 1500, "Training steps of every model.")
 flags.DEFINE_integer("batch_size", 16, "Training streams of every model.")
-flags.DEFINE_string("mem_lens", "0,64,192,448", "Evaluation memory lengths (attention "
+flags.DEFINE_string("mem_lens", "0,64,192", "Evaluation memory lengths (attention "
                     "length = 64 + memory); the LSTM is scored with its state reset each "
                     "segment (0) and carried.")
-flags.DEFINE_integer("eval_segments", 400, "Valid segments scored per setting (x batch 8 x 64).")
-flags.DEFINE_integer("max_context", 512, "RECL: the longest context c.")
+flags.DEFINE_integer("eval_segments", 100, "Valid segments scored per setting (x batch 8 x 64).")
+flags.DEFINE_integer("max_context", 320, "RECL: the longest context c.")
 flags.DEFINE_integer("first_context", 32, "RECL: the first context c.")
 flags.DEFINE_integer("context_step", 32, "RECL: how much c grows (the paper's delta).")
-flags.DEFINE_integer("positions", 500, "RECL: target tokens sampled.")
+flags.DEFINE_integer("positions", 200, "RECL: target tokens sampled.")
 flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "ablation.json"),
                     "Where to write the JSON results.")
 

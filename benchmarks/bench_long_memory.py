@@ -283,7 +283,7 @@ def time_triton(repo, config, mem_len, batch, tokens):
     import numpy as np
     import onnxruntime as ort
     from export.triton import model_file
-    from export.triton_cached import state_names, state_shapes
+    from export.triton import state_names, state_shapes
     rng = np.random.default_rng(0)
     ids = np.full([batch, 1], 5, np.int32)
     mems, mem_mask = full_memory(config, mem_len, batch)

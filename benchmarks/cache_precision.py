@@ -86,7 +86,7 @@ def compare(reference, other, targets):
 def cache_sizes():
     """Bytes per stream at each preset's paper memory: float32 and 16-bit keys and values."""
     import numpy as np
-    from export.host_cache import cache_shapes
+    from export.decode_cache import cache_shapes
     from txl_tf import TransformerXLConfig
     rows = []
     for preset, mem_len in PAPER_MEMORY.items():

@@ -22,18 +22,15 @@ import importlib
 # TensorFlow's start-up before anything here imports it.
 _SOURCES = {
     "ExportError": "export.job", "run_export": "export.job",
-    "export_classifier": "export.classifier_export",
-    "ClassifierRuntime": "export.classifier_runtime",
-    "open_classifier": "export.classifier_runtime",
+    "ClassifierRuntime": "export.classifier", "export_classifier": "export.classifier",
+    "open_classifier": "export.classifier",
     "ExportInfo": "export.metadata", "export_metadata": "export.metadata",
     "ModelDirError": "txl_tf.errors",
     "export_onnx": "export.onnx_export",
     "ParityError": "export.parity", "check_parity": "export.parity",
-    "open_runtime": "export.runtime",
-    "Runtime": "export.runtime_base", "RuntimeMemory": "export.runtime_base",
-    "RuntimeInputError": "export.input_checks",
-    "export_saved_model": "export.saved_model",
-    "ServingModule": "export.serving_module",
+    "Runtime": "export.runtime", "RuntimeMemory": "export.runtime",
+    "RuntimeInputError": "export.runtime",
+    "ServingModule": "export.saved_model", "export_saved_model": "export.saved_model",
     "SessionTable": "export.sessions",
     "triton_model_config": "export.triton", "write_triton_repository": "export.triton",
 }
@@ -45,7 +42,29 @@ _REMOVED = {
     "save_model_dir": "txl_tf.weights.save_pretrained(core, model_dir, tokenizer)",
     "save_core_weights": "txl_tf.weights.checkpoints.save_weights(core, path)",
 }
-__all__ = sorted(_SOURCES)
+__all__ = sorted([*_SOURCES, "open_runtime"])
+
+
+def open_runtime(path, device="auto", backend="auto", **options):
+    """Opens an exported model for inference.
+
+    `path` is a `.onnx` file, a SavedModel directory, or an export output
+    directory holding `model.onnx` and/or `saved_model/` (`backend` picks:
+    `auto` prefers ONNX, else `onnx` or `saved_model`). `device` is `auto`
+    (CUDA when available), `cuda`/`gpu` (falls back to the CPU with a warning)
+    or `cpu`. Extra `options` go to the backend (`io_binding`,
+    `session_options`, `low_memory` for ONNX: `export.onnx_runtime.OnnxRuntime`).
+    Returns a `Runtime`.
+    """
+    # Here, above the backends (which build on export.runtime), and imported
+    # when called, so that `import export` stays light.
+    from export.runtime import choose_artefact
+    backend, found = choose_artefact(path, backend)
+    if backend == "onnx":
+        from export.onnx_runtime import OnnxRuntime
+        return OnnxRuntime(found, device=device, **options)
+    from export.tf_runtime import SavedModelRuntime
+    return SavedModelRuntime(found, device=device, **options)
 
 
 def __getattr__(name):

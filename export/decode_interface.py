@@ -41,9 +41,9 @@ A step equals `step_last` on `decode_memory(cache)` (tested for every format).
 import tensorflow as tf
 
 # The interface's names and shapes live with the host's half (no TensorFlow).
-from export.host_cache import (CACHE_NAMES, CHANGING_NAMES, INIT_INPUTS,  # noqa: F401
-                               INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
-                               cache_shapes, step_inputs)
+from export.decode_cache import (CACHE_NAMES, CHANGING_NAMES, INIT_INPUTS,  # noqa: F401
+                                 INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
+                                 cache_shapes, step_inputs)
 from txl_tf import Memory
 from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
 

@@ -12,32 +12,35 @@ up to 2 GB),
 `triton/` (with `--formats=...,triton`; see `export.triton`),
 `config.json`, `vocab/` (if the model has one) and `export_report.json`
 (settings, timings, parity, files). A non-empty output directory needs
-`--overwrite`; the new export replaces it whole, or not at all.
+`--overwrite`; the new export replaces it whole, or not at all: it is
+written into a staging sibling folder swapped in on success
+(`staged_folder`, which `export.classifier` uses too).
 """
+import contextlib
 import gc
 import json
 import logging
 import os
 import shutil
 import sys
+import tempfile
 import time
 
 import tensorflow as tf
 from absl import flags
 
-from export.host_cache import cache_bytes
+from export import open_runtime
+from export.decode_cache import cache_bytes
 from export.metadata import export_metadata, external_data_file
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
                                 export_onnx, write_weights_file)
 from export.onnx_runtime import return_freed_memory
 from export.parity import check_runtime, core_outputs, random_segments
-from export.runtime import ONNX_FILE, SAVED_MODEL_DIR, open_runtime
-from export.saved_model import export_saved_model
-from export.serving_module import LOG_PROBS_MODES
-from export.staging import staged_folder
-from export.triton import (DEFAULT_MODEL_NAME, check_triton_model, check_triton_options,
-                           model_file, write_triton_repository)
-from export.triton_cached import SUFFIX as CACHED_SUFFIX, check_cached_model
+from export.runtime import ONNX_FILE, SAVED_MODEL_DIR
+from export.saved_model import LOG_PROBS_MODES, export_saved_model
+from export.triton import (DEFAULT_MODEL_NAME, SUFFIX as CACHED_SUFFIX, check_cached_model,
+                           check_triton_model, check_triton_options, model_file,
+                           write_triton_repository)
 from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir as model_dir_loader
@@ -316,3 +319,73 @@ def main(argv):
     del argv
     report = run_from_flags()
     print(json.dumps(report["seconds"]), json.dumps(report.get("parity", {})))
+
+
+# --------------------------- the output folder, written whole or not at all
+@contextlib.contextmanager
+def staged_folder(output_dir):
+    """Yields a fresh, empty sibling folder of `output_dir` to write into. If
+    the block succeeds the staging folder replaces `output_dir` whole
+    (`swap_in`); if it raises, the staging folder is removed and `output_dir`
+    is left as it was."""
+    output_dir = os.path.abspath(output_dir)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    remove_stale(output_dir)
+    staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
+    os.chmod(staging, 0o755)  # mkdtemp's 0700 would become the output folder's mode
+    try:
+        yield staging
+        swap_in(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def swap_in(staging, output_dir):
+    """Replaces `output_dir` by `staging` (same parent: the renames are atomic)."""
+    if not os.path.exists(output_dir):
+        os.rename(staging, output_dir)
+        return
+    old = tempfile.mkdtemp(prefix=_prefix(output_dir, "old"), dir=os.path.dirname(output_dir))
+    os.rmdir(old)
+    os.rename(output_dir, old)
+    try:
+        os.rename(staging, output_dir)
+    except BaseException:
+        os.rename(old, output_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _prefix(output_dir, kind):
+    """`.<name>.<kind>-<pid>-`: the owner's pid in the name tells a killed
+    export's leftovers from a running one's."""
+    return f".{os.path.basename(output_dir)}.{kind}-{os.getpid()}-"
+
+
+def remove_stale(output_dir):
+    """Deletes the staging and old folders of `output_dir` whose export is
+    no longer running (it was killed); returns their names."""
+    parent, name = os.path.split(os.path.abspath(output_dir))
+    removed = []
+    for entry in os.listdir(parent) if os.path.isdir(parent) else ():
+        for kind in ("tmp", "old"):
+            head = f".{name}.{kind}-"
+            if not entry.startswith(head):
+                continue
+            pid = entry[len(head):].split("-", 1)[0]
+            if not pid.isdigit() or not _alive(int(pid)):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+                removed.append(entry)
+    return removed
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

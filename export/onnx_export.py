@@ -21,8 +21,8 @@ from onnx import TensorProto, helper
 from export import decode_interface as decode
 from export.metadata import (DECODE_FILES, INPUT_NAMES, OUTPUT_NAMES, export_metadata,
                              external_data_file)
-from export.serving_module import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
-                                   serve_step)
+from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
+                                serve_step)
 from txl_tf.errors import TxlError
 
 DEFAULT_OPSET = 17

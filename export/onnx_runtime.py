@@ -1,5 +1,5 @@
 """ONNX Runtime backend: CUDA when available, CPU otherwise; IO binding keeps
-the memory, and on CUDA the decode cache (`export.device_ring`), on the
+the memory, and on CUDA the decode cache (`export.decode_cache`), on the
 device between calls. Needs numpy and onnxruntime, not TensorFlow."""
 import ctypes
 import logging
@@ -7,13 +7,11 @@ import os
 
 import numpy as np
 
-from export.device_ring import (device_step, on_device, ortvalue, ring_memory_model,
-                                ring_write_model, run_on_device)
-from export.graph_replay import MOVED, Resident, copy_model
-from export.host_cache import (CHANGING_NAMES, aligned_empty, host_cache, step_feeds,
-                               write_token)
+from export.decode_cache import (CHANGING_NAMES, MOVED, Resident, aligned_empty, copy_model,
+                                 device_step, host_cache, on_device, ortvalue, ring_memory_model,
+                                 ring_write_model, run_on_device, step_feeds, write_token)
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
-from export.runtime_base import Runtime, RuntimeMemory
+from export.runtime import Runtime, RuntimeMemory
 from txl_tf.errors import ModelDirError, TxlError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
@@ -148,11 +146,11 @@ class OnnxRuntime(Runtime):
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
-    token there in place (`export.device_ring`); `"auto"` does so on CUDA,
+    token there in place (`export.decode_cache`); `"auto"` does so on CUDA,
     where a numpy cache would cross the bus at every step.
 
     `cuda_graph` (`"auto"`, True, False): device steps replay CUDA graphs
-    over fixed buffers, one set per batch size (`export.graph_replay`);
+    over fixed buffers, one set per batch size (`export.decode_cache`);
     `"auto"` does so with the cache on CUDA (about 4× faster per token at
     `enwik8_base` on an H100). An export whose step cannot be captured
     decodes without them, with a warning.
@@ -224,7 +222,7 @@ class OnnxRuntime(Runtime):
                 f" device_cache={self.device_cache} cuda_graph={self.cuda_graph}")
 
     def _replays_graphs(self, wanted):
-        """Whether device steps replay CUDA graphs (`export.graph_replay`): by
+        """Whether device steps replay CUDA graphs (`export.decode_cache`): by
         default with the cache on CUDA; True elsewhere runs the same
         fixed-buffer path without a capture."""
         if wanted is True and not self.device_cache:
@@ -235,7 +233,7 @@ class OnnxRuntime(Runtime):
 
     def _keeps_cache_on_device(self, wanted):
         """Whether `decode_init` keeps the cache in OrtValues on the session's
-        device (`export.device_ring`): by default on CUDA, where a host
+        device (`export.decode_cache`): by default on CUDA, where a host
         cache would cross the bus at every step; needs IO binding and onnx."""
         if wanted is False or (wanted == "auto" and self.device != "cuda"):
             return False
@@ -393,7 +391,7 @@ class OnnxRuntime(Runtime):
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on
-        the device and stays there (`device_ring.ring_memory_model`)."""
+        the device and stays there (`decode_cache.ring_memory_model`)."""
         if not on_device(cache):
             return super().cache_memory(cache)
         self._check_cache(cache)
@@ -470,7 +468,7 @@ def _host(value):
 
 
 def open_replay_sessions(step_path, size, session_options, graph_providers, providers):
-    """The sessions `graph_replay.Resident` runs: the step, the ring's write
+    """The sessions `decode_cache.Resident` runs: the step, the ring's write
     and the move of its positions with `graph_providers` (CUDA graphs on:
     every run of theirs is a replay of fixed buffers), the cache copy with
     `providers`."""
@@ -483,6 +481,6 @@ def open_replay_sessions(step_path, size, session_options, graph_providers, prov
 
 
 def open_ring_writer(size, session_options, providers):
-    """A session of the ring's write graph (`export.device_ring`)."""
+    """A session of the ring's write graph (`export.decode_cache`)."""
     return open_session(ring_write_model(size).SerializeToString(), session_options, providers)
 

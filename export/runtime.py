@@ -1,30 +1,449 @@
-"""`open_runtime`: one entry point over an exported ONNX file or SavedModel."""
+"""The runtime interface shared by the ONNX Runtime and SavedModel backends
+(`Runtime`, `RuntimeMemory`), the checks of its inputs, done on shapes and
+values before any session runs (`RuntimeInputError`), and where an export
+keeps its artefacts (`choose_artefact`). `export.open_runtime` opens one.
+"""
+import logging
 import os
+from typing import Any, NamedTuple
 
-from export.metadata import DECODE_FILES
+import numpy as np
+
+from export.decode_cache import (cache_shapes, concat_rows, copy_cache, in_time_order,
+                                 ring_axis, take_rows)
+from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
+from txl_tf.checks.memory_budget import check_memory_state
+from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
 from txl_tf.errors import TxlError
 
+
+class RuntimeMemory(NamedTuple):
+    """Recurrence memory in the backend's own tensors (OrtValue, tf.Tensor or
+    numpy), so it can stay on the device between calls.
+
+    mems: float32 `[n_layer, B, M, d_model]`; mem_mask: bool `[B, M]`.
+    """
+
+    mems: Any
+    mem_mask: Any
+
+    def numpy(self):
+        """`(mems, mem_mask)` as numpy arrays (copies device memory to the host)."""
+        return _to_numpy(self.mems), _to_numpy(self.mem_mask)
+
+
+def _to_numpy(value):
+    if hasattr(value, "data_type"):
+        # An OrtValue's `numpy()` on the CPU is a view of its buffer that does
+        # not keep the OrtValue alive: copy, or it dangles once the value goes.
+        return np.array(value.numpy(), copy=True)
+    if hasattr(value, "numpy"):
+        return np.asarray(value.numpy())
+    return np.asarray(value)
+
+
+def _unpack(memory):
+    if isinstance(memory, dict):
+        keys = ("mems", "mem_mask")
+        try:
+            return memory[keys[0]], memory[keys[1]]
+        except KeyError as missing:
+            raise RuntimeInputError(f"memory dict needs keys {keys}, missing {missing}")
+    if isinstance(memory, (tuple, list)) and len(memory) == 2:
+        return memory[0], memory[1]
+    raise RuntimeInputError("memory must be a (mems, mem_mask) pair, e.g. the Memory returned "
+                            f"by initial_memory or step; got {type(memory).__name__}")
+
+
+class Runtime:
+    """Runs an exported Transformer-XL: memory in, memory out.
+
+    ```python
+    rt = open_runtime("exported/model.onnx")
+    memory = rt.initial_memory(batch_size)
+    log_probs, memory = rt.step(token_ids, memory)      # numpy [B, T, n_token]
+    nll, memory = rt.score(token_ids, target_ids, memory)
+    out = rt.generate([[5, 6, 7], [8]], 100, temperature=0.8, seed=1)  # txl_tf Generation
+    ```
+    Inputs are checked (integer ids in range, memory geometry and dtypes, the
+    same batch in ids and memory) before the backend runs; problems raise
+    `RuntimeInputError` (a ValueError). A memory whose valid slots hold NaN
+    or inf raises `NonFiniteMemoryError` naming the streams (seen in the
+    step's outputs, so the check costs no read of the memory).
+    """
+
+    backend = "abstract"
+
+    def __init__(self, info):
+        if info.memory_layout != "layer_major":
+            raise TxlError(f"this model keeps the memory {info.memory_layout} (the Triton "
+                           "repository's model.onnx); open_runtime reads the export's "
+                           "plain model.onnx or saved_model/")
+        self.info = info
+        self.config = info.config
+        self.mem_len = info.mem_len
+        self.log_probs_mode = info.log_probs
+        self.device = "cpu"
+
+    # ------------------------------------------------------------- interface
+    def initial_memory(self, batch_size):
+        """A fresh memory for `batch_size` streams (empty unless the export was
+        made with a zero-filled start)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise RuntimeInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        cfg = self.config
+        check_memory_state(cfg.n_layer, cfg.d_model, int(batch_size), self.mem_len,
+                           "initial_memory")
+        mems = np.zeros([cfg.n_layer, int(batch_size), self.mem_len, cfg.d_model], np.float32)
+        mem_mask = np.full([int(batch_size), self.mem_len], self.info.zero_filled, np.bool_)
+        return self._to_backend(mems, mem_mask)
+
+    def step(self, token_ids, memory=None):
+        """`(log_probs numpy, new memory)`; a `None` memory starts fresh."""
+        ids, mems, mem_mask = self._checked(token_ids, memory)
+        log_probs, memory = self._step(ids, mems, mem_mask)
+        return check_finite_outputs(log_probs), memory
+
+    def score(self, token_ids, target_ids, memory=None):
+        """`(nll numpy [B, T], new memory)` of `target_ids` given `token_ids`."""
+        ids, mems, mem_mask = self._checked(token_ids, memory)
+        targets = check_ids(target_ids, self.config.n_token, name="target_ids")
+        if targets.shape != ids.shape:
+            raise RuntimeInputError(f"target_ids shape {targets.shape} differs from token_ids "
+                                    f"shape {ids.shape}")
+        nll, memory = self._score(ids, targets, mems, mem_mask)
+        return check_finite_outputs(nll, "negative log-likelihoods"), memory
+
+    def generate(self, prompts, max_new_tokens, segment_len=None, **options):
+        """Continues `prompts` as `txl_tf.generation.decoder.Decoder.generate` does (same
+        options, same sampler and seeds), one step per call on this backend:
+        the new ids go in, the last position's log-probs come out, and the
+        memory stays in the backend's tensors (on the device with IO binding).
+        Returns a `txl_tf.Generation` whose memory is a `RuntimeMemory`."""
+        from txl_tf.generation.flow import generate
+        return generate(self, prompts, max_new_tokens,
+                        segment_len=int(segment_len or self.config.tgt_len), **options)
+
+    def describe(self):
+        """One line: backend, device/provider, memory geometry."""
+        cfg = self.config
+        return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
+                f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")
+
+    # -------------------------------------- generation backend (txl_tf.generation.flow)
+    @property
+    def n_token(self):
+        return self.config.n_token
+
+    def step_last(self, token_ids, memory):
+        """`(log-probs numpy [B, n_token] at the last position, new memory)`."""
+        ids, mems, mem_mask = self._checked(token_ids, memory)
+        log_probs, memory = self._step_last(ids, mems, mem_mask)
+        return check_finite_outputs(log_probs), memory
+
+    def adopt(self, memory, batch_size):
+        """`memory` (this runtime's, another backend's or numpy) checked
+        against this model and put in this runtime's tensors: what the decode
+        loop starts from, so its steps need no checks."""
+        mems, mem_mask = _unpack(memory)
+        cfg = self.config
+        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, batch_size)
+        return RuntimeMemory(*self._native(mems, mem_mask))
+
+    def next_log_probs(self, token_ids, memory):
+        """`step_last` without the input checks, for the decode loop: ids the
+        sampler drew (int32 `[B, 1]`) and a memory from `adopt` or a step."""
+        return self._step_last(token_ids, memory.mems, memory.mem_mask)
+
+    def take(self, memory, rows):
+        """The memory of `rows` (through the host)."""
+        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
+        rows = np.asarray(rows)
+        return self._to_backend(np.ascontiguousarray(mems[:, rows]), mem_mask[rows])
+
+    def split(self, memory):
+        """The memory of each row, in order (one copy through the host)."""
+        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
+        return [self._to_backend(np.ascontiguousarray(mems[:, i:i + 1]), mem_mask[i:i + 1])
+                for i in range(mem_mask.shape[0])]
+
+    def concat(self, memories):
+        parts = [[_to_numpy(v) for v in _unpack(m)] for m in memories]
+        return self._to_backend(np.concatenate([p[0] for p in parts], 1),
+                                np.concatenate([p[1] for p in parts], 0))
+
+    def decode(self, state, num_tokens, stream=None, stream_every=1):
+        from txl_tf.generation.host_loop import host_decode, host_decode_cached
+        loop = host_decode_cached if self.use_decode_cache else host_decode
+        return loop(self, state, num_tokens, stream, stream_every)
+
+    # ------------------------------------------ the cached decode interface
+    @property
+    def has_decode_cache(self):
+        """Whether the export carries the cached decode interface
+        (`export.decode_interface`); `generate` then uses it unless
+        `use_decode_cache` is set False."""
+        return False
+
+    def _usable_decode_graphs(self, present):
+        """Whether decode graphs that are `present` in the export can be
+        used: their cache must have this version's layout (an older export's
+        decodes through `step_last`, with a warning once)."""
+        if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
+            if not getattr(self, "_warned_layout", False):
+                logging.warning("this export's decode cache keeps keys as %s, not %s: it "
+                                "decodes through step_last; re-export it to use the cache",
+                                self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
+                self._warned_layout = True
+            return False
+        return present
+
+    @property
+    def use_decode_cache(self):
+        return self.has_decode_cache and getattr(self, "_use_decode_cache", True)
+
+    @use_decode_cache.setter
+    def use_decode_cache(self, value):
+        self._use_decode_cache = bool(value)
+
+    def decode_init(self, memory, batch_size=None):
+        """The decode cache of `memory`, checked: its keys and values
+        projected once, held in host memory as a dict of numpy arrays
+        (`export.decode_interface`)."""
+        self._require_decode_cache()
+        mems, mem_mask = _unpack(memory)
+        cfg = self.config
+        if batch_size is None:
+            batch_size = shape_and_dtype(mem_mask)[0][0]
+        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, batch_size)
+        return self._decode_init(*self._native(mems, mem_mask))
+
+    def decode_step(self, token_ids, cache, stopped=None):
+        """`(log-probs numpy [B, n_token], cache)`: one id per row
+        (`token_ids [B]`) read on top of the cache, which is advanced **in
+        place** (the same dict comes back; `copy_cache` first to keep the
+        old state). Rows in `stopped` keep their cache (and their log-probs
+        mean nothing)."""
+        ids = check_ids(np.asarray(token_ids).reshape(-1, 1), self.config.n_token)[:, 0]
+        self._check_cache(cache, ids.shape[0])
+        stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
+            np.asarray(stopped, np.bool_)
+        if stopped.shape != ids.shape:
+            raise RuntimeInputError(f"stopped must have shape {list(ids.shape)} (one flag per "
+                                    f"row), got {list(stopped.shape)}")
+        if not self._writable(cache):
+            cache.update(self.copy_cache(cache))  # a cache of the caller's own arrays
+        log_probs = self.next_cached(ids, stopped, cache)
+        return check_finite_outputs(log_probs), cache
+
+    def decode_read(self, token_ids, cache):
+        """`(log-probs numpy [B, n_token] after each row's last id, new
+        cache)`: a segment of ids per row (`token_ids [B, T]`) read on the
+        cache as `step_last` reads it on the memory the cache holds, only
+        the T new positions projected (a conversation's next turn). `cache`
+        is left as it was."""
+        ids = check_ids(token_ids, self.config.n_token)
+        self._check_cache(cache, ids.shape[0])
+        log_probs, cache = self.read_cached(ids, cache)
+        return check_finite_outputs(log_probs), cache
+
+    def read_cached(self, token_ids, cache):
+        """`decode_read` without the checks, for the generation flow."""
+        return self._decode_read(np.asarray(token_ids, np.int32), cache)
+
+    def next_cached(self, token_ids, stopped, cache):
+        """`decode_step` without the checks, for the decode loop: the
+        log-probs; `cache` (numpy, from `decode_init` or `copy_cache`) is
+        advanced in place."""
+        return self._decode_step(token_ids, stopped, cache)
+
+    def take_cache(self, cache, rows):
+        """The decode cache of `rows` (a copy)."""
+        return take_rows(cache, rows)
+
+    def concat_caches(self, caches):
+        """One decode cache of the rows of `caches` (read by `decode_read`), in order."""
+        return concat_rows(caches)
+
+    def copy_cache(self, cache):
+        """A copy of a decode cache that steps may advance without touching `cache`."""
+        return copy_cache(cache)
+
+    @staticmethod
+    def _writable(cache):
+        """Whether steps may advance `cache` in place (the host's: numpy
+        arrays the runtime made, not read-only ones a caller handed in)."""
+        return all(isinstance(value, np.ndarray) and value.flags.writeable
+                   for value in cache.values())
+
+    def cache_memory(self, cache):
+        """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
+        self._check_cache(cache)
+        mems, valid, row_slot = (_to_numpy(cache[k]) for k in ("cache_mems", "valid",
+                                                              "row_slot"))
+        return self._to_backend(in_time_order(mems, row_slot, ring_axis("cache_mems")),
+                                in_time_order(valid, row_slot, ring_axis("valid")))
+
+    # --------------------------------------------------------------- helpers
+    def _require_decode_cache(self):
+        if not self.has_decode_cache:
+            raise TxlError("this export has no cached decode interface of this version "
+                           "(re-export it with --decode_cache)")
+
+    def _check_cache(self, cache, batch_size=None):
+        self._require_decode_cache()
+        return check_decode_cache(cache, cache_shapes(self.config, self.mem_len), batch_size)
+
+    def _checked(self, token_ids, memory):
+        ids = check_ids(token_ids, self.config.n_token)
+        if memory is None:
+            memory = self.initial_memory(ids.shape[0])
+        mems, mem_mask = _unpack(memory)
+        cfg = self.config
+        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, ids.shape[0])
+        mems, mem_mask = self._native(mems, mem_mask)
+        return ids, mems, mem_mask
+
+    def _gather_nll(self, log_probs, targets):
+        if self.log_probs_mode != "all":
+            raise RuntimeInputError("score needs log-probs at every position; this model was "
+                                    "exported with log_probs='last' (re-export with 'all')")
+        return -np.take_along_axis(log_probs, targets[..., None].astype(np.int64), -1)[..., 0]
+
+    # ------------------------------------------------------ backend-specific
+    def _to_backend(self, mems, mem_mask):
+        raise NotImplementedError
+
+    def _native(self, mems, mem_mask):
+        raise NotImplementedError
+
+    def _step(self, ids, mems, mem_mask):
+        raise NotImplementedError
+
+    def _step_last(self, ids, mems, mem_mask):
+        log_probs, memory = self._step(ids, mems, mem_mask)
+        return (log_probs if self.log_probs_mode == "last" else log_probs[:, -1]), memory
+
+    def _score(self, ids, targets, mems, mem_mask):
+        log_probs, memory = self._step(ids, mems, mem_mask)
+        return self._gather_nll(log_probs, targets), memory
+
+    def _decode_init(self, mems, mem_mask):
+        raise NotImplementedError("this export has no cached decode interface")
+
+    def _decode_read(self, ids, cache):
+        raise NotImplementedError("this export has no cached decode interface")
+
+    def _decode_step(self, ids, stopped, cache):
+        raise NotImplementedError("this export has no cached decode interface")
+
+
+# ------------------------------------------------------------- input checks
+class RuntimeInputError(InputError):
+    """Token ids or memory handed to a runtime do not fit the exported model."""
+
+
+def shape_and_dtype(value):
+    """`(shape tuple, numpy dtype)` of a numpy array, tf.Tensor or OrtValue."""
+    if hasattr(value, "data_type") and callable(getattr(value, "shape", None)):  # OrtValue
+        onnx_type = value.data_type()
+        dtype = _ONNX_TYPES.get(onnx_type)
+        return tuple(value.shape()), np.dtype(dtype) if dtype else onnx_type
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        dtype = getattr(value.dtype, "as_numpy_dtype", value.dtype)
+        return tuple(int(d) for d in value.shape), np.dtype(dtype)
+    array = np.asarray(value)
+    return array.shape, array.dtype
+
+
+_ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+               "tensor(float16)": np.float16, "tensor(bool)": np.bool_,
+               "tensor(int32)": np.int32, "tensor(int64)": np.int64}
+
+
+def check_ids(token_ids, n_token, name="token_ids"):
+    """Returns the ids as an int32 numpy array `[B, T]` or raises `RuntimeInputError`."""
+    ids = token_ids.numpy() if hasattr(token_ids, "numpy") else np.asarray(token_ids)
+    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+        raise RuntimeInputError(f"{name} must have an integer dtype, got {ids.dtype}")
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise RuntimeInputError(f"{name} must be a non-empty [batch, length] array, "
+                                f"got shape {ids.shape}")
+    problem = out_of_range_message(ids, n_token, f"{name}:")
+    if problem:
+        raise RuntimeInputError(problem)
+    return ids.astype(np.int32, copy=False)
+
+
+def check_memory(mems, mem_mask, n_layer, mem_len, d_model, batch_size):
+    """Raises `RuntimeInputError` unless mems are float32 `[n_layer, B, M, d_model]`
+    and mem_mask is bool `[B, M]` with the exported M and the ids' batch B."""
+    m_shape, s_dtype = shape_and_dtype(mems)
+    v_shape, v_dtype = shape_and_dtype(mem_mask)
+    if s_dtype != np.float32:
+        raise RuntimeInputError(f"mems must be float32, got {s_dtype}")
+    if v_dtype != np.bool_:
+        raise RuntimeInputError(f"mem_mask must be bool, got {v_dtype}")
+    want = (n_layer, batch_size, mem_len, d_model)
+    if len(m_shape) == 4 and m_shape[1] != batch_size and (
+            m_shape[0], m_shape[2], m_shape[3]) == (n_layer, mem_len, d_model):
+        raise RuntimeInputError(f"batch mismatch: token_ids have batch {batch_size} but the "
+                                f"memory has batch {m_shape[1]}")
+    if tuple(m_shape) != want:
+        raise RuntimeInputError(
+            f"mems must have shape [n_layer, batch, mem_len, d_model] = {list(want)}"
+            f" for this export (mem_len fixed at {mem_len}), got {list(m_shape)}")
+    if tuple(v_shape) != (batch_size, mem_len):
+        raise RuntimeInputError(f"mem_mask must have shape [batch, mem_len] = "
+                                f"{[batch_size, mem_len]}, got {list(v_shape)}")
+
+
+_CACHE_DTYPES = {"valid": np.bool_, "slot": np.int32, "row_slot": np.int32}
+
+
+def check_decode_cache(cache, expected_shapes, batch_size=None):
+    """Raises `RuntimeInputError` unless `cache` is a decode cache of this
+    export: a dict with every name of `expected_shapes` (`decode_interface.
+    cache_shapes` with the batch axis named "batch"), each of that shape and
+    dtype (float32 but for `valid` bool, `slot` and `row_slot` int32), one
+    batch (the ids' when `batch_size` is given), and ring positions inside the
+    ring. Returns the batch size."""
+    if not isinstance(cache, dict):
+        raise RuntimeInputError(f"a decode cache is the dict decode_init returns, got "
+                                f"{type(cache).__name__}")
+    missing = [name for name in expected_shapes if name not in cache]
+    if missing:
+        raise RuntimeInputError(f"decode cache is missing {missing} (pass the dict "
+                                f"decode_init or decode_step returned)")
+    shapes = {name: shape_and_dtype(cache[name]) for name in expected_shapes}
+    batch = shapes["valid"][0][0] if len(shapes["valid"][0]) == 2 else None
+    if batch_size is not None and batch is not None and batch != batch_size:
+        raise RuntimeInputError(f"batch mismatch: token_ids have batch {batch_size} but the "
+                                f"decode cache has batch {batch}")
+    for name, want in expected_shapes.items():
+        (shape, dtype), want = shapes[name], tuple(batch if d == "batch" else d for d in want)
+        if tuple(shape) != want:
+            raise RuntimeInputError(f"decode cache {name} has shape {list(shape)}, this export "
+                                    f"needs {list(want)} (a cache of another model or memory "
+                                    f"length?)")
+        if dtype != _CACHE_DTYPES.get(name, np.float32):
+            raise RuntimeInputError(f"decode cache {name} must be "
+                                    f"{np.dtype(_CACHE_DTYPES.get(name, np.float32))}, got "
+                                    f"{dtype}")
+    size = expected_shapes["valid"][1]
+    for name in ("slot", "row_slot"):
+        value = cache[name]
+        value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if value.size and (value.min() < 0 or value.max() >= size):
+            raise RuntimeInputError(f"decode cache {name} must lie in [0, {size}) (the ring's "
+                                    f"slots), got {value.tolist()}")
+    return batch
+
+
+# ---------------------------------------------------- finding the artefacts
 ONNX_FILE = "model.onnx"
 SAVED_MODEL_DIR = "saved_model"
-
-
-def open_runtime(path, device="auto", backend="auto", **options):
-    """Opens an exported model for inference.
-
-    `path` is a `.onnx` file, a SavedModel directory, or an export output
-    directory holding `model.onnx` and/or `saved_model/` (`backend` picks:
-    `auto` prefers ONNX, else `onnx` or `saved_model`). `device` is `auto`
-    (CUDA when available), `cuda`/`gpu` (falls back to the CPU with a warning)
-    or `cpu`. Extra `options` go to the backend (`io_binding`,
-    `session_options`, `low_memory` for ONNX: `export.onnx_runtime.OnnxRuntime`).
-    Returns a `Runtime`.
-    """
-    backend, found = choose_artefact(path, backend)
-    if backend == "onnx":
-        from export.onnx_runtime import OnnxRuntime
-        return OnnxRuntime(found, device=device, **options)
-    from export.tf_runtime import SavedModelRuntime
-    return SavedModelRuntime(found, device=device, **options)
 
 
 def choose_artefact(path, backend="auto"):

@@ -1,13 +1,176 @@
-"""Writes the serving module as a SavedModel with config and vocabulary as assets."""
+"""The serving module, a stateless `tf.Module` around a core (the functions
+both export formats serve), and its SavedModel with config and vocabulary
+as assets (`export_saved_model`).
+
+Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
+
+- `initial_memory(batch_size: int32 [])` → `mems` float32 `[n_layer, B, M, d_model]`,
+  `mem_mask` bool `[B, M]` (True = real slot).
+- `step(token_ids: int32 [B, T], mems, mem_mask)` → `log_probs` float32
+  `[B, T, n_token]` (or `[B, n_token]` with `log_probs="last"`), `new_mems`,
+  `new_mem_mask`.
+- `step_last(token_ids, mems, mem_mask)` → `step` with `log_probs` float32
+  `[B, n_token]` at the last position only: what decoding reads.
+- `score(token_ids, target_ids: int32 [B, T], mems, mem_mask)` → `nll` float32
+  `[B, T]`, `new_mems`, `new_mem_mask`.
+- `decode_init`, `decode_step`, `decode_read`, `decode_memory`: the cached decode interface
+  (`export.decode_interface`).
+"""
 import json
 import os
 import tempfile
 
+import keras
 import tensorflow as tf
 
+from export import decode_interface
 from export.metadata import export_metadata
-from export.serving_module import ServingModule
+from txl_tf import Memory
+from txl_tf.errors import TxlError
+from txl_tf.keras_support.untracked import Untracked
 
+LOG_PROBS_MODES = ("all", "last")
+# `mems` / `new_mems` as the core holds them, `[n_layer, B, M, d_model]`, or
+# batch first, `[B, n_layer, M, d_model]` (what Triton's implicit state needs).
+MEMORY_LAYOUTS = ("layer_major", "batch_major")
+
+
+def check_memory_layout(memory_layout):
+    if memory_layout not in MEMORY_LAYOUTS:
+        raise TxlError(f"memory_layout must be one of {MEMORY_LAYOUTS}, "
+                       f"got {memory_layout!r}")
+
+
+def interface_specs(config, mem_len, memory_layout="layer_major"):
+    """TensorSpecs of `step`'s inputs: `token_ids`, `mems`, `mem_mask`."""
+    check_memory_layout(memory_layout)
+    geometry = [config.n_layer, None, int(mem_len), config.d_model]
+    if memory_layout == "batch_major":
+        geometry[:2] = geometry[1::-1]
+    return [tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+            tf.TensorSpec(geometry, tf.float32, name="mems"),
+            tf.TensorSpec([None, int(mem_len)], tf.bool, name="mem_mask")]
+
+
+def serve_step(core, token_ids, mems, mem_mask, log_probs_mode="all",
+               memory_layout="layer_major"):
+    """The `step` computation on the core's current weights (or a StatelessScope's):
+    `{"log_probs", "new_mems", "new_mem_mask"}`, `mems` and `new_mems` in
+    `memory_layout` (batch-major ones are transposed around the core)."""
+    check_memory_layout(memory_layout)
+    swap = memory_layout == "batch_major"
+    memory = Memory(tf.transpose(mems, [1, 0, 2, 3]) if swap else mems, mem_mask)
+    if log_probs_mode == "all":
+        log_probs, new = core(token_ids, memory, training=False)
+    else:
+        hidden, new = core.hidden_states(token_ids, memory, training=False)
+        log_probs = core.crit(hidden[:, -1])
+    new_mems = tf.transpose(new.mems, [1, 0, 2, 3]) if swap else new.mems
+    return {"log_probs": log_probs, "new_mems": new_mems, "new_mem_mask": new.mem_mask}
+
+
+def plain_copies(weights):
+    """Plain `tf.Variable` copies of Keras weights, for a SavedModel that
+    every loader reads (see `ServingModule`)."""
+    return [tf.Variable(w.value, trainable=False, name=f"w{i:03d}/{w.path}")
+            for i, w in enumerate(weights)]
+
+
+def weights_scope(weights, values):
+    """A `keras.StatelessScope` in which Keras `weights` read as `values`."""
+    return keras.StatelessScope(state_mapping=list(zip(weights, values)))
+
+
+class ServingModule(tf.Module):
+    """Wraps a `TransformerXL` core with fixed memory length and input signatures.
+
+    The module owns copies of the core's weights as plain `tf.Variable`s and
+    runs the core on them through `keras.StatelessScope`: the TF1-style loaders
+    of TF Serving and `saved_model_cli run` fail to find Keras 3 variables saved
+    directly (keras-team/keras#19274), and plain variables restore everywhere.
+    """
+
+    def __init__(self, core, mem_len, log_probs="all", zero_filled=False):
+        super().__init__(name="txl_serving")
+        if log_probs not in LOG_PROBS_MODES:
+            raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
+        if int(mem_len) < 0:
+            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+        cfg = core.config
+        self._core = Untracked(core)
+        self.weights = plain_copies(core.weights)
+        self.mem_len = int(mem_len)
+        self.log_probs_mode = log_probs
+        self.zero_filled = bool(zero_filled)
+        ids, mems, mask = interface_specs(cfg, self.mem_len)
+        targets = tf.TensorSpec([None, None], tf.int32, name="target_ids")
+        batch = tf.TensorSpec([], tf.int32, name="batch_size")
+        self.initial_memory = tf.function(self._initial_memory, input_signature=[batch])
+        self.step = tf.function(self._step, input_signature=[ids, mems, mask])
+        self.step_last = tf.function(self._step_last, input_signature=[ids, mems, mask])
+        self.score = tf.function(self._score, input_signature=[ids, targets, mems, mask])
+        self.decode_init = tf.function(
+            self._decode_init,
+            input_signature=decode_interface.memory_specs(cfg, self.mem_len))
+        self.decode_step = tf.function(
+            self._decode_step, input_signature=decode_interface.step_specs(cfg, self.mem_len))
+        self.decode_read = tf.function(
+            self._decode_read, input_signature=decode_interface.read_specs(cfg, self.mem_len))
+        self.decode_memory = tf.function(
+            decode_interface.decode_memory,
+            input_signature=decode_interface.cache_memory_specs(cfg, self.mem_len))
+
+    def signatures(self):
+        """The SavedModel signature map (`serving_default` is `step`)."""
+        step = self.step.get_concrete_function()
+        return {"serving_default": step, "step": step,
+                "step_last": self.step_last.get_concrete_function(),
+                "initial_memory": self.initial_memory.get_concrete_function(),
+                "score": self.score.get_concrete_function(),
+                "decode_init": self.decode_init.get_concrete_function(),
+                "decode_step": self.decode_step.get_concrete_function(),
+                "decode_read": self.decode_read.get_concrete_function(),
+                "decode_memory": self.decode_memory.get_concrete_function()}
+
+    @property
+    def core(self):
+        return self._core.value
+
+    def _weights_scope(self):
+        return weights_scope(self.core.weights, self.weights)
+
+    def _initial_memory(self, batch_size):
+        memory = self.core.initial_memory(batch_size, self.mem_len, self.zero_filled)
+        return {"mems": memory.mems, "mem_mask": memory.mem_mask}
+
+    def _step(self, token_ids, mems, mem_mask):
+        with self._weights_scope():
+            return serve_step(self.core, token_ids, mems, mem_mask, self.log_probs_mode)
+
+    def _step_last(self, token_ids, mems, mem_mask):
+        with self._weights_scope():
+            return serve_step(self.core, token_ids, mems, mem_mask, "last")
+
+    def _score(self, token_ids, target_ids, mems, mem_mask):
+        with self._weights_scope():
+            nll, new = self.core(token_ids, Memory(mems, mem_mask), targets=target_ids,
+                                 training=False)
+        return {"nll": nll, "new_mems": new.mems, "new_mem_mask": new.mem_mask}
+
+    def _decode_init(self, mems, mem_mask):
+        with self._weights_scope():
+            return decode_interface.decode_init(self.core, mems, mem_mask)
+
+    def _decode_step(self, *inputs):
+        with self._weights_scope():
+            return decode_interface.decode_step(self.core, *inputs)
+
+    def _decode_read(self, *inputs):
+        with self._weights_scope():
+            return decode_interface.decode_read(self.core, *inputs)
+
+
+# ----------------------------------------------------------- the SavedModel
 CONFIG_ASSET = "config.json"
 METADATA_ASSET = "export_metadata.json"
 

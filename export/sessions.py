@@ -18,7 +18,7 @@ session opens, alone.
 
 On a runtime with the cached decode interface (an export made with it) the
 table keeps the running sessions' decode caches in one slab
-(`export.cache_slab`): a session joins it when a row is free, in the order
+(`export.decode_cache.CacheSlab`): a session joins it when a row is free, in the order
 the sessions opened, and leaves when it is done; a step reads and writes the
 slab in place, so a step costs what a step of the runtime's own batch costs
 (no cache is copied per step, no memory projected again). Elsewhere (the
@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from export.cache_slab import CacheSlab
+from export.decode_cache import CacheSlab
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.flow import prefill

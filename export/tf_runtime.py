@@ -6,9 +6,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from export.host_cache import ALIGNMENT, CHANGING_NAMES, host_cache, step_feeds, write_token
+from export.decode_cache import ALIGNMENT, CHANGING_NAMES, host_cache, step_feeds, write_token
 from export.metadata import ExportInfo
-from export.runtime_base import Runtime, RuntimeMemory
+from export.runtime import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
 from txl_tf.errors import TxlError
 from txl_tf.weights.model_dir import ModelDirError

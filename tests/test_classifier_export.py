@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export import classifier_export, export_classifier, open_classifier, open_runtime
-from export.classifier_export import float32_twin
-from export.classifier_runtime import read_metadata
-from export.input_checks import RuntimeInputError
+from export import classifier, export_classifier, open_classifier, open_runtime
+from export.classifier import float32_twin, read_metadata
+from export.runtime import RuntimeInputError
 from txl_tf import TransformerXLClassifier, TransformerXLConfig
 
 N_TOKEN = 40
@@ -147,14 +146,14 @@ def test_a_failed_export_leaves_the_folder_as_it_was(exported, tmp_path, monkeyp
     def files(folder):
         return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
-    monkeypatch.setattr(classifier_export, "export_classifier_onnx", fail)
+    monkeypatch.setattr(classifier, "export_classifier_onnx", fail)
     with pytest.raises(RuntimeError, match="conversion failed"):
         export_classifier(model, str(out))
     assert os.listdir(tmp_path) == []  # no partial folder, no staging folder
     monkeypatch.undo()
     export_classifier(model, str(out), formats=("saved_model",))
     before = files(out)
-    monkeypatch.setattr(classifier_export, "export_classifier_onnx", fail)
+    monkeypatch.setattr(classifier, "export_classifier_onnx", fail)
     with pytest.raises(RuntimeError, match="conversion failed"):
         export_classifier(model, str(out))
     assert files(out) == before and os.listdir(tmp_path) == ["cls"]

@@ -10,9 +10,9 @@ import onnxruntime as ort
 import pytest
 
 from export import open_runtime, run_export
-from export.host_cache import (ALIGNMENT, INIT_OUTPUTS, LAYER_STACKED, READ_INPUTS,
-                               READ_OUTPUTS, STEP_OUTPUTS, copy_cache, in_time_order,
-                               layer_aligned_empty, step_feeds, step_inputs, take_rows)
+from export.decode_cache import (ALIGNMENT, INIT_OUTPUTS, LAYER_STACKED, READ_INPUTS,
+                                 READ_OUTPUTS, STEP_OUTPUTS, copy_cache, in_time_order,
+                                 layer_aligned_empty, step_feeds, step_inputs, take_rows)
 from export.metadata import ExportInfo
 from export.onnx_runtime import external_weights
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
@@ -20,7 +20,7 @@ from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
 # Odd head sizes: a layer's ring is not a whole number of 64-byte lines, so
-# the host pads the stacked layers (`host_cache.layer_aligned_empty`).
+# the host pads the stacked layers (`decode_cache.layer_aligned_empty`).
 CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5,
                                     n_head=3, d_head=5)
 

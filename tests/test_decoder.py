@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from export import export_onnx, export_saved_model, open_runtime
-from export.input_checks import RuntimeInputError
+from export.runtime import RuntimeInputError
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig
 
 N_TOKEN, MEM_LEN = 50, 64

@@ -1,5 +1,5 @@
 """The decode cache kept on the ONNX Runtime device (`device_cache`,
-`export.device_ring`), exercised on the CPU provider: OrtValues, the step's
+`export.decode_cache`), exercised on the CPU provider: OrtValues, the step's
 layer views bound by pointer, the ring's write in place, exactly what the
 host cache does. On CUDA the same code runs with the buffers in GPU memory."""
 import numpy as np
@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from export import open_runtime, run_export
-from export.device_ring import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
+from export.decode_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig

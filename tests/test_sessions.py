@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from export import SessionTable, open_runtime, run_export
-from export.cache_slab import CacheSlab
-from export.host_cache import ALIGNMENT, LAYER_STACKED
+from export.decode_cache import ALIGNMENT, LAYER_STACKED, CacheSlab
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.weights import save_pretrained
 

@@ -14,9 +14,9 @@ from tritonclient.grpc import model_config_pb2
 from export import ExportError, export_onnx, open_runtime, run_export
 from txl_tf.weights import save_pretrained
 from export.parity import ParityError, core_outputs, random_segments
-from export.triton import (check_triton_model, model_file, sequence_outputs,
-                           triton_model_config, write_triton_repository)
-from export.triton_cached import cached_config, check_cached_model, sequence_log_probs
+from export.triton import (cached_config, check_cached_model, check_triton_model, model_file,
+                           sequence_log_probs, sequence_outputs, triton_model_config,
+                           write_triton_repository)
 from test_export_parity import random_core
 
 MEM_LEN = 8

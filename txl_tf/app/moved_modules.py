@@ -1,6 +1,6 @@
-"""Import paths from before the package's re-layout into folders: importing
-one is an ImportError that names where the module went, not a bare
-"No module named"."""
+"""Import paths from before the package's re-layout into folders (and
+`export/`'s regrouping by idea): importing one is an ImportError that names
+where the module went, not a bare "No module named"."""
 import importlib.abc
 import sys
 
@@ -34,6 +34,19 @@ MOVED = {
     "txl_tf.model_dir": "txl_tf.weights.model_dir",
     "txl_tf.pytorch_import": "txl_tf.weights.pytorch_import",
     "txl_tf.state_dict": "txl_tf.weights.state_dict",
+    # export/ regrouped by idea
+    "export.cache_slab": "export.decode_cache",
+    "export.device_ring": "export.decode_cache",
+    "export.graph_replay": "export.decode_cache",
+    "export.host_cache": "export.decode_cache",
+    "export.classifier_export": "export.classifier",
+    "export.classifier_runtime": "export.classifier",
+    "export.staging": "export.job",
+    "export.input_checks": "export.runtime",
+    "export.runtime_base": "export.runtime",
+    "export.serving_module": "export.saved_model",
+    "export.triton_cached": "export.triton",
+    "export.triton_config": "export.triton",
 }
 
 
@@ -41,6 +54,8 @@ MOVED = {
 REMOVED = {
     "txl_tf.generation.generate": "its Generator was a shell over txl_tf.Decoder: "
                                   "Decoder(core, mem_len).generate(prompt_ids, n, ...).ids",
+    "export.model_dir": "folded into txl_tf.weights.model_dir: load_pretrained(model_dir), "
+                        "save_pretrained(core, model_dir, tokenizer)",
 }
 
 

@@ -1,0 +1,665 @@
+"""The decode cache outside the graphs, in numpy and small ONNX graphs (no
+TensorFlow; the runtimes import only this side, `export.decode_interface`
+holds the graphs and says what each tensor is).
+
+* The host's cache: the names, shapes and sizes of the cached decode
+  interface's state, aligned buffers, and the host's half of a step
+  (`step_feeds`, `write_token`).
+* The device ring: on a GPU the cache lives in device memory (OrtValues) and
+  the ring's write must run there too, or every step would copy the whole
+  cache across the bus. `ring_write_model` builds that write as a small ONNX
+  graph: for the rows not stopped, the token's layer input, keys and values
+  go into the free slot of `cache_mems`, `keys` and `values`
+  (ScatterElements along the slot axis), `valid` is set there, `row_slot`
+  and `slot` move on; what `write_token` does on the host, for the same
+  layout (`cache_shapes`). The runtime binds each ring's output to the
+  ring's own buffer; ONNX Runtime's ScatterElements copies its input to its
+  output only when the two are different buffers, so the write touches one
+  slot, not the cache (`tests/test_device_ring.py` checks the buffers stay
+  in place and the values equal the host's write). Built with `onnx.helper`
+  at run time; `onnx` is needed only where the cache is kept on the device.
+  `ring_memory_model` takes the memory a cache holds there too
+  (`cache_memory`); `device_step` and `run_on_device` drive the decode
+  graphs on such a cache (`export.onnx_runtime.OnnxRuntime` with
+  `device_cache`).
+* Graph replay (ONNX Runtime, `cuda_graph`): a device step launches about a
+  thousand small kernels; replayed as a CUDA graph it costs much less
+  (benchmarks/NOTES.md §5). A captured graph is tied to the buffers it was
+  captured with, so the runtime keeps one `Resident` per batch size: the
+  cache's tensors, the step's ids, flags and outputs at fixed addresses,
+  bound once. The cache being stepped lives in those buffers (its dict
+  points at them); when another cache of that batch size steps, the
+  resident one gets its own buffers back, with its state, and the new one
+  is copied in (two device copies of the cache). So a decode loop replays
+  the same three graphs (the step, the ring's write, the copy of the moved
+  ring positions) token after token, and a server holds one captured pair
+  per batch size, not one per conversation. On the CPU provider the same
+  fixed-buffer path runs without a capture (that is how the tests exercise
+  it).
+* The slab (`CacheSlab`): many streams' caches in one batch that steps
+  advance in place. A decode step takes one ring slot for every row of its
+  batch. Streams that started at different times sit at different slots of
+  their own rings; attention sees only each slot's distance from the free
+  slot, so a stream's ring can be rotated to any slot without changing what
+  it computes. The slab rotates each stream it admits to its own slot (one
+  copy of that stream's cache), then every step reads and writes the slab's
+  rows in place: no gather, no scatter, no copy of any cache per step. Rows
+  are kept contiguous (an evicted row's place takes the last row), so a
+  step's batch is a view of the slab's first rows.
+"""
+import itertools
+
+import numpy as np
+
+
+CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot", "positions")
+# What a segment read changes (`positions` is fixed for the cache's life).
+CHANGING_NAMES = CACHE_NAMES[:-1]
+INIT_INPUTS = ("mems", "mem_mask")
+INIT_OUTPUTS = CACHE_NAMES
+STEP_OUTPUTS = ("log_probs", "token_mems", "token_keys", "token_values")
+READ_INPUTS = ("token_ids",) + CACHE_NAMES
+READ_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CHANGING_NAMES)
+MEMORY_INPUTS = ("cache_mems", "valid", "row_slot")
+MEMORY_OUTPUTS = ("mems", "mem_mask")
+# The slot axis of each ring (`txl_tf.layers.ring_cache.RING_AXES` plus the
+# stacked layers' axis; a test holds the two together).
+SLOT_AXES = {"cache_mems": 2, "keys": 4, "values": 3, "valid": 1}
+# Byte alignment of the host's cache buffers (what TensorFlow and oneDNN like).
+ALIGNMENT = 64
+
+
+def step_inputs(n_layer):
+    """`decode_step`'s input names, in order."""
+    return (("token_ids", "valid", "slot", "positions")
+            + tuple(f"keys_{i}" for i in range(n_layer))
+            + tuple(f"values_{i}" for i in range(n_layer)))
+
+
+def cache_shapes(config, mem_len, batch="batch"):
+    """`{name: [int or axis name, ...]}` of the cache tensors."""
+    size, layers = int(mem_len) + 1, config.n_layer
+    heads, d_head, d_model = config.n_head, config.d_head, config.d_model
+    return {"cache_mems": [layers, batch, size, d_model],
+            "keys": [layers, batch, heads, d_head, size],
+            "values": [layers, batch, heads, size, d_head],
+            "valid": [batch, size], "slot": [], "row_slot": [batch],
+            "positions": [2 * size, d_model]}
+
+
+def cache_bytes(config, mem_len):
+    """`{"per_stream": bytes, "shared": bytes}` of a decode cache: what each
+    stream (row) holds (layer inputs, keys, values, valid flags; float32) and
+    what all rows share (`positions`, `slot`)."""
+    shapes = cache_shapes(config, mem_len, batch=1)
+    sizes = {name: 4 for name in shapes}
+    sizes["valid"] = 1
+    total = {name: sizes[name] * int(np.prod(shape, dtype=np.int64))
+             for name, shape in shapes.items()}
+    shared = total["positions"] + total["slot"]
+    return {"per_stream": sum(total.values()) - shared, "shared": shared}
+
+
+def host_cache(tensors):
+    """The cache as the host holds it: `{name: numpy array}` of
+    `decode_init`'s outputs (any array-likes), each copied into a fresh
+    aligned buffer that `write_token` may write in place."""
+    cache = {}
+    for name in CACHE_NAMES:
+        value = tensors[name]
+        value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        cache[name] = host_empty(name, value.shape, value.dtype)
+        cache[name][...] = value
+    return cache
+
+
+def copy_cache(cache):
+    """A copy of a host cache (`host_cache`) that steps may write."""
+    return host_cache(cache)
+
+
+def aligned_empty(shape, dtype):
+    """An uninitialized numpy array whose data starts at an `ALIGNMENT` boundary."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(count * dtype.itemsize + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def layer_aligned_empty(shape, dtype):
+    """An uninitialized numpy array `[L, ...]` each of whose `[i]` starts at
+    an `ALIGNMENT` boundary: every layer's bytes are padded up to a multiple
+    of it (the array is then not contiguous, its layers are)."""
+    dtype = np.dtype(dtype)
+    strides, size = [], dtype.itemsize
+    for dim in reversed(shape[1:]):
+        strides.insert(0, size)
+        size *= int(dim)
+    layer_stride = -(-size // ALIGNMENT) * ALIGNMENT
+    raw = np.empty(layer_stride * int(shape[0]) + ALIGNMENT, np.uint8)
+    return np.ndarray(shape, dtype, buffer=raw, offset=-raw.ctypes.data % ALIGNMENT,
+                      strides=[layer_stride] + strides)
+
+
+def host_empty(name, shape, dtype):
+    """An uninitialized array for the host cache's `name`. The rings stacked
+    by layer (`LAYER_STACKED`) start every layer at an `ALIGNMENT` boundary:
+    a step hands each layer to the graph on its own (`step_feeds`), and
+    TensorFlow takes an aligned buffer without a copy. (Stacked tight, the
+    layers of `wt103_base` at batch 1 start at odd multiples of 8 bytes:
+    their copies cost the SavedModel 12 ms a step.)"""
+    if name in LAYER_STACKED:
+        return layer_aligned_empty(shape, dtype)
+    return aligned_empty(shape, dtype)
+
+
+def take_rows(cache, rows):
+    """The host cache of `rows` (a copy)."""
+    rows = np.asarray(rows)
+    return host_cache({name: (np.take(value, rows, BATCH_AXES[name]) if name in BATCH_AXES
+                              else value)
+                       for name, value in cache.items()})
+
+
+def concat_rows(caches):
+    """One host cache of the rows of `caches`, in order (ring positions
+    alike: `slot` must be the same in all, as after a `decode_read`)."""
+    if len({int(c["slot"]) for c in caches}) != 1:
+        raise ValueError("caches with different ring positions cannot be joined")
+    return host_cache({name: (np.concatenate([c[name] for c in caches], BATCH_AXES[name])
+                              if name in BATCH_AXES else caches[0][name])
+                       for name in CACHE_NAMES})
+
+
+# The host cache's rings stacked by layer (`[L, ...]`).
+LAYER_STACKED = ("cache_mems", "keys", "values")
+# The batch axis of each per-row array of a host cache (the others are shared).
+BATCH_AXES = {"cache_mems": 1, "keys": 1, "values": 1, "valid": 0, "row_slot": 0}
+
+
+def ring_axis(name):
+    """The slot axis of the host cache's ring `name` (`cache_mems`, `keys`,
+    `values` or `valid`)."""
+    return SLOT_AXES[name]
+
+
+def step_feeds(cache):
+    """`{input name: array}` of `decode_step` but `token_ids`: the ring's
+    flags and position table, and each layer's keys and values as views of
+    the stacked arrays (no copy)."""
+    feeds = {name: cache[name] for name in ("valid", "slot", "positions")}
+    for kind in ("keys", "values"):
+        feeds.update({f"{kind}_{i}": layer for i, layer in enumerate(cache[kind])})
+    return feeds
+
+
+def write_token(cache, outputs, stopped):
+    """Writes a step's token (`outputs`: `decode_step`'s, numpy) into the
+    host cache's free slot in place, for the rows not in `stopped` (bool
+    `[B]`; their slot and flags stay as they were), and moves the ring on:
+    what `TransformerXL.call_with_cache` does inside the graph."""
+    slot, size = int(cache["slot"]), cache["valid"].shape[1]
+    live = np.flatnonzero(~np.asarray(stopped, np.bool_))
+    pairs = (("cache_mems", "token_mems"), ("keys", "token_keys"), ("values", "token_values"))
+    if live.size == cache["valid"].shape[0]:
+        for ring, token in pairs:
+            _at_slot(cache[ring], ring, slot)[...] = outputs[token]
+    else:
+        for row in live:
+            for ring, token in pairs:
+                _at_slot(cache[ring], ring, slot)[:, row] = outputs[token][:, row]
+    cache["valid"][live, slot] = True
+    cache["row_slot"][live] = (slot + 1) % size
+    cache["slot"][...] = (slot + 1) % size
+
+
+def in_time_order(ring, row_slot, axis):
+    """Each row's ring (batch on axis `axis - 1`, slots on `axis`) from its
+    oldest slot to its newest, the free slot (`row_slot`) left out: a fresh
+    contiguous array. Two slice copies a row, not a gather: the memory of
+    an `enwik8_base` cache at batch 1 in 10 ms, not 26."""
+    size = ring.shape[axis]
+    shape = list(ring.shape)
+    shape[axis] = size - 1
+    out = np.empty(shape, ring.dtype)
+    lead = (slice(None),) * (axis - 1)
+    for row, slot in enumerate(np.asarray(row_slot).tolist()):
+        newer = size - 1 - slot  # the slots after the free one are the oldest
+        out[lead + (row, slice(0, newer))] = ring[lead + (row, slice(slot + 1, size))]
+        out[lead + (row, slice(newer, size - 1))] = ring[lead + (row, slice(0, slot))]
+    return out
+
+
+def _at_slot(ring, name, slot):
+    """The view of the ring `name` (`cache_mems`, `keys` or `values`) at one slot."""
+    return ring[(slice(None),) * ring_axis(name) + (slot,)]
+
+
+# ---------------------------------------------------------- the device ring
+# (ring, the token output of `decode_step` written into it, the ring's rank)
+RINGS = (("cache_mems", "token_mems", 4), ("keys", "token_keys", 5),
+         ("values", "token_values", 5))
+WRITE_INPUTS = ("cache_mems", "keys", "values", "valid", "row_slot", "slot",
+                "token_mems", "token_keys", "token_values", "stopped")
+WRITE_OUTPUTS = ("new_cache_mems", "new_keys", "new_values", "new_valid", "new_row_slot",
+                 "new_slot")
+# The outputs written into their input's buffer.
+IN_PLACE = ("cache_mems", "keys", "values", "valid")
+OPSET = 17
+
+
+def ring_write_model(size):
+    """The ONNX `ModelProto` of the ring's write for a ring of `size` slots
+    (inputs `WRITE_INPUTS`, outputs `WRITE_OUTPUTS`; the batch, the other
+    sizes and the layer count are read from the inputs' shapes). The size is
+    a constant, not read from a shape: shape arithmetic feeding the data
+    would make ONNX Runtime copy it across the bus (a Memcpy node)."""
+    from onnx import TensorProto, helper
+
+    nodes, inputs = [], []
+
+    def node(op, ins, out, **attrs):
+        nodes.append(helper.make_node(op, ins, [out], **attrs))
+        return out
+
+    def const(name, values, dtype=TensorProto.INT64):
+        """A constant: a 1-D int64 list, or an int32 scalar."""
+        shape = [len(values)] if isinstance(values, list) else []
+        nodes.append(helper.make_node("Constant", [], [name], value=helper.make_tensor(
+            name, dtype, shape, values if shape else [values])))
+        return name
+
+    float_t, bool_t, int_t = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT32
+    for ring, token, rank in RINGS:
+        inputs.append(helper.make_tensor_value_info(ring, float_t, [None] * rank))
+        inputs.append(helper.make_tensor_value_info(token, float_t, [None] * (rank - 1)))
+    inputs += [helper.make_tensor_value_info("valid", bool_t, [None, None]),
+               helper.make_tensor_value_info("row_slot", int_t, [None]),
+               helper.make_tensor_value_info("slot", int_t, []),
+               helper.make_tensor_value_info("stopped", bool_t, [None])]
+    # The stopped flags shaped to broadcast over a ring: [1, B, 1, ...].
+    for rank in sorted({rank for _, _, rank in RINGS}):
+        node("Reshape", ["stopped", const(f"row_shape_{rank}", [1, -1] + [1] * (rank - 2))],
+             f"stopped_{rank}")
+    for ring, token, rank in RINGS:
+        _write_slot(node, const, ring, token, f"stopped_{rank}", rank, SLOT_AXES[ring])
+    # valid[b, slot] |= not stopped[b]
+    node("Not", ["stopped"], "live")
+    node("Unsqueeze", ["live", const("last_axis", [1])], "live_column")
+    node("Shape", ["live_column"], "column_shape")
+    node("Reshape", ["slot", const("scalar_as_2d", [1, 1])], "slot_2d")
+    node("Expand", ["slot_2d", "column_shape"], "valid_index")
+    node("GatherElements", ["valid", "valid_index"], "valid_old", axis=1)
+    node("Or", ["valid_old", "live_column"], "valid_update")
+    node("ScatterElements", ["valid", "valid_index", "valid_update"], "new_valid", axis=1)
+    # slot and each live row's own free slot move on, modulo the ring's size.
+    node("Add", ["slot", const("one", 1, int_t)], "slot_plus_one")
+    node("Mod", ["slot_plus_one", const("size", int(size), int_t)], "new_slot")
+    node("Where", ["stopped", "row_slot", "new_slot"], "new_row_slot")
+
+    outputs = [helper.make_tensor_value_info(f"new_{ring}", float_t, [None] * rank)
+               for ring, _, rank in RINGS]
+    outputs += [helper.make_tensor_value_info("new_valid", bool_t, [None, None]),
+                helper.make_tensor_value_info("new_row_slot", int_t, [None]),
+                helper.make_tensor_value_info("new_slot", int_t, [])]
+    order = {name: i for i, name in enumerate(WRITE_INPUTS)}
+    inputs.sort(key=lambda value: order[value.name])
+    graph = helper.make_graph(nodes, "txl_ring_write", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="txl_tf")
+    model.ir_version = 8
+    return model
+
+
+def ring_memory_model(size):
+    """The ONNX `ModelProto` of the memory a cache of `size` slots holds, in
+    time order, computed where the cache is: inputs `cache_mems`, `valid`,
+    `row_slot`; outputs `mems` `[L, B, size - 1, d]` and `mem_mask`
+    `[B, size - 1]` (what `Runtime.cache_memory` computes on the host).
+    Row b's slots `row_slot[b] + 1, ..., + size - 1` (mod size), oldest
+    first."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    span = numpy_helper.from_array(np.arange(1, size, dtype=np.int32)[None, :], "span")
+    nodes = [
+        helper.make_node("Constant", [], ["span_value"], value=span),
+        helper.make_node("Constant", [], ["size"], value=helper.make_tensor(
+            "size", TensorProto.INT32, [], [int(size)])),
+        helper.make_node("Constant", [], ["column"], value=helper.make_tensor(
+            "column", TensorProto.INT64, [1], [-1])),
+        helper.make_node("Unsqueeze", ["row_slot", "column"], ["row_start"]),
+        helper.make_node("Add", ["row_start", "span_value"], ["shifted"]),
+        helper.make_node("Mod", ["shifted", "size"], ["order_32"]),
+        helper.make_node("Cast", ["order_32"], ["order"], to=TensorProto.INT64),
+        helper.make_node("GatherElements", ["valid", "order"], ["mem_mask"], axis=1),
+        # rows first, to gather each row's slots: [B, S, L, d] -> [B, M, L, d]
+        helper.make_node("Transpose", ["cache_mems"], ["by_row"], perm=[1, 2, 0, 3]),
+        helper.make_node("Unsqueeze", ["order", "column"], ["order_nd"]),
+        helper.make_node("GatherND", ["by_row", "order_nd"], ["gathered"], batch_dims=1),
+        helper.make_node("Transpose", ["gathered"], ["mems"], perm=[2, 0, 1, 3]),
+    ]
+    graph = helper.make_graph(
+        nodes, "txl_ring_memory",
+        [helper.make_tensor_value_info("cache_mems", TensorProto.FLOAT, [None] * 4),
+         helper.make_tensor_value_info("valid", TensorProto.BOOL, [None, None]),
+         helper.make_tensor_value_info("row_slot", TensorProto.INT32, [None])],
+        [helper.make_tensor_value_info("mems", TensorProto.FLOAT, [None] * 4),
+         helper.make_tensor_value_info("mem_mask", TensorProto.BOOL, [None, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="txl_tf")
+    model.ir_version = 8
+    return model
+
+
+def _write_slot(node, const, ring, token, stopped, rank, axis):
+    """Nodes writing `token` (the ring's shape without the slot axis) into
+    `ring`'s free slot, rows in `stopped` keeping their old value; the
+    result is the graph's output `new_{ring}` itself (no copy after it)."""
+    node("Unsqueeze", [token, const(f"{ring}_axis", [axis])], f"{ring}_update_new")
+    node("Shape", [f"{ring}_update_new"], f"{ring}_update_shape")
+    node("Reshape", ["slot", const(f"{ring}_ones", [1] * rank)], f"{ring}_slot")
+    node("Expand", [f"{ring}_slot", f"{ring}_update_shape"], f"{ring}_index")
+    node("GatherElements", [ring, f"{ring}_index"], f"{ring}_old", axis=axis)
+    node("Where", [stopped, f"{ring}_old", f"{ring}_update_new"], f"{ring}_update")
+    node("ScatterElements", [ring, f"{ring}_index", f"{ring}_update"], f"new_{ring}",
+         axis=axis)
+
+
+
+# ------------------------------------------------------- driving the graphs
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_,
+                "tensor(int32)": np.int32}
+
+
+def ortvalue(array, device):
+    """An OrtValue of `array` on `device` ("cpu": over the array's buffer)."""
+    import onnxruntime as ort
+    # Not np.ascontiguousarray: it turns a scalar (the ring's slot) into [1].
+    return ort.OrtValue.ortvalue_from_numpy(np.asarray(array, order="C"), device, 0)
+
+
+def is_ortvalue(value):
+    return hasattr(value, "data_type") and hasattr(value, "data_ptr")
+
+
+def on_device(cache):
+    """Whether a decode cache is held in OrtValues (`device_cache`), not numpy."""
+    return is_ortvalue(cache["keys"])
+
+
+def run_on_device(session, device, inputs, into=None, in_place=()):
+    """`{output: OrtValue}` of `session` on `device`. `inputs` are OrtValues
+    (bound as they are) or arrays (copied to the device); outputs named in
+    `into` are written into those numpy arrays, those in `in_place` into
+    their same-named input's buffer (`new_x` into `x`), the others into
+    fresh OrtValues on the device."""
+    binding = session.io_binding()
+    # The OrtValues must outlive the run: the binding does not keep them.
+    bound = {k: v if is_ortvalue(v) else ortvalue(v, device) for k, v in inputs.items()}
+    for key, value in bound.items():
+        binding.bind_ortvalue_input(key, value)
+    names = [o.name for o in session.get_outputs()]
+    for key in names:
+        target, source = (into or {}).get(key), key[len("new_"):]
+        if target is not None:
+            binding.bind_output(key, "cpu", 0, target.dtype, list(target.shape),
+                                target.ctypes.data)
+        elif source in in_place:
+            value = bound[source]
+            binding.bind_output(key, device, 0, _NUMPY_TYPES[value.data_type()],
+                                value.shape(), value.data_ptr())
+        else:
+            binding.bind_output(key, device, 0)
+    session.run_with_iobinding(binding)
+    return dict(zip(names, binding.get_outputs()))
+
+
+def bind_ring(binding, cache, device):
+    """Binds `decode_step`'s inputs from a device cache but `token_ids`:
+    the ring's flags, slot and positions, and each layer's keys and values
+    as a view of the stacked ring (by address: no copy)."""
+    for name in ("valid", "slot", "positions"):
+        binding.bind_ortvalue_input(name, cache[name])
+    for kind in ("keys", "values"):
+        stacked = cache[kind]
+        shape = stacked.shape()
+        layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
+        for i in range(shape[0]):
+            binding.bind_input(f"{kind}_{i}", device, 0, np.float32, shape[1:],
+                               stacked.data_ptr() + i * layer_bytes)
+
+
+def device_step(step_session, write_session, device, ids, stopped, cache, n_token):
+    """The log-probs of one `decode_step` on a device cache, which is then
+    advanced by the ring's write (`write_session`, of `ring_write_model`):
+    the cache is read once, written at one slot, and never leaves the
+    device; only the log-probs come to the host."""
+    binding = step_session.io_binding()
+    token_ids = ortvalue(np.asarray(ids, np.int32), device)
+    binding.bind_ortvalue_input("token_ids", token_ids)
+    bind_ring(binding, cache, device)
+    log_probs = np.empty([len(ids), n_token], np.float32)
+    binding.bind_output("log_probs", "cpu", 0, np.float32, list(log_probs.shape),
+                        log_probs.ctypes.data)
+    for name in STEP_OUTPUTS[1:]:
+        binding.bind_output(name, device, 0)
+    step_session.run_with_iobinding(binding)
+    token = dict(zip(STEP_OUTPUTS, binding.get_outputs()))
+    written = run_on_device(
+        write_session, device,
+        {**{name: cache[name] for name in WRITE_INPUTS if name in cache},
+         **{name: token[name] for name in STEP_OUTPUTS[1:]},
+         "stopped": np.asarray(stopped, np.bool_)}, in_place=IN_PLACE)
+    cache["row_slot"], cache["slot"] = written["new_row_slot"], written["new_slot"]
+    return log_probs
+
+
+# ------------------------------------------------------------- graph replay
+# ONNX Runtime keys captured graphs by this id: never reuse one for other buffers.
+_GRAPH_IDS = itertools.count(1)
+_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_, "tensor(int32)": np.int32}
+MOVED = ("slot", "row_slot")
+
+
+def copy_model(names=CACHE_NAMES):
+    """An ONNX model copying each cache tensor in `names` to `copy_<name>`:
+    bound to a destination buffer, a device-to-device copy."""
+    from onnx import TensorProto, helper
+    types = {"valid": TensorProto.BOOL, "slot": TensorProto.INT32,
+             "row_slot": TensorProto.INT32}
+    ranks = {"cache_mems": 4, "keys": 5, "values": 5, "valid": 2, "slot": 0, "row_slot": 1,
+             "positions": 2}
+    values = [(name, types.get(name, TensorProto.FLOAT), [None] * ranks[name])
+              for name in names]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [name], [f"copy_{name}"]) for name, _, _ in values],
+        "txl_cache_copy", [helper.make_tensor_value_info(*v) for v in values],
+        [helper.make_tensor_value_info(f"copy_{n}", t, s) for n, t, s in values])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="txl_tf")
+    model.ir_version = 8
+    return model
+
+
+def _empty_like(value, device):
+    import onnxruntime as ort
+    return ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), _TYPES[value.data_type()],
+                                                     device, 0)
+
+
+class Resident:
+    """Fixed buffers for the device step of one batch size, and the cache
+    that lives in them (see the module's docstring)."""
+
+    def __init__(self, sessions, device, cache, n_token):
+        import onnxruntime as ort
+        self.sessions, self.device = sessions, device
+        self.fixed = {name: _empty_like(cache[name], device) for name in CACHE_NAMES}
+        layers, batch, _, d_model = cache["cache_mems"].shape()
+        _, _, heads, d_head, _ = cache["keys"].shape()
+        self.ids = ortvalue(np.zeros([batch], np.int32), device)
+        self.stopped = ortvalue(np.zeros([batch], np.bool_), device)
+        self.log_probs = ortvalue(np.zeros([batch, n_token], np.float32), device)
+        self.token = {"token_mems": ortvalue(np.zeros([layers, batch, d_model], np.float32),
+                                             device),
+                      **{name: ortvalue(np.zeros([layers, batch, heads, d_head], np.float32),
+                                        device) for name in ("token_keys", "token_values")}}
+        # The ring positions a write moves on, then copied over the old ones:
+        # written in place, the graph could read a position it already moved.
+        self.moved = {name: _empty_like(cache[name], device) for name in MOVED}
+        self.step_binding = self._bind_step()
+        self.write_binding = self._bind_write()
+        self.move_binding = self.sessions["move"].io_binding()
+        for name in MOVED:
+            self.move_binding.bind_ortvalue_input(name, self.moved[name])
+            self.move_binding.bind_ortvalue_output(f"copy_{name}", self.fixed[name])
+        self.run_options = ort.RunOptions()
+        self.run_options.add_run_config_entry("gpu_graph_id", str(next(_GRAPH_IDS)))
+        self.owner, self.own_buffers = None, None
+
+    def _bind_step(self):
+        binding = self.sessions["step"].io_binding()
+        binding.bind_ortvalue_input("token_ids", self.ids)
+        bind_ring(binding, self.fixed, self.device)
+        binding.bind_ortvalue_output("log_probs", self.log_probs)
+        for name in STEP_OUTPUTS[1:]:
+            binding.bind_ortvalue_output(name, self.token[name])
+        return binding
+
+    def _bind_write(self):
+        binding = self.sessions["write"].io_binding()
+        inputs = {**{name: self.fixed[name] for name in WRITE_INPUTS if name in self.fixed},
+                  **self.token, "stopped": self.stopped}
+        for name, value in inputs.items():
+            binding.bind_ortvalue_input(name, value)
+        for name in IN_PLACE:
+            binding.bind_ortvalue_output(f"new_{name}", self.fixed[name])
+        for name in MOVED:
+            binding.bind_ortvalue_output(f"new_{name}", self.moved[name])
+        return binding
+
+    def step(self, cache, ids, stopped):
+        """The log-probs of one step of `cache` (advanced in place)."""
+        if self.owner is not cache:
+            self._take(cache)
+        self.ids.update_inplace(np.asarray(ids, np.int32))
+        self.stopped.update_inplace(np.asarray(stopped, np.bool_))
+        self.sessions["step"].run_with_iobinding(self.step_binding, self.run_options)
+        self.sessions["write"].run_with_iobinding(self.write_binding, self.run_options)
+        self.sessions["move"].run_with_iobinding(self.move_binding, self.run_options)
+        return self.log_probs.numpy()
+
+    def _take(self, cache):
+        """Moves `cache` into the fixed buffers, and the cache there back out."""
+        if self.owner is not None:
+            self._copy(self.fixed, self.own_buffers)
+            self.owner.update(self.own_buffers)
+        self._copy(cache, self.fixed)
+        self.owner, self.own_buffers = cache, {name: cache[name] for name in CACHE_NAMES}
+        cache.update(self.fixed)
+
+    def _copy(self, source, target):
+        binding = self.sessions["copy"].io_binding()
+        for name in CACHE_NAMES:
+            binding.bind_ortvalue_input(name, source[name])
+            binding.bind_ortvalue_output(f"copy_{name}", target[name])
+        self.sessions["copy"].run_with_iobinding(binding)
+
+
+# ----------------------------------------------------------------- the slab
+class CacheSlab:
+    """Up to `capacity` streams' host decode caches (`decode_interface`), one
+    row each, on one shared ring slot.
+
+    ```python
+    slab = CacheSlab(16)
+    slab.admit("alice", runtime.decode_init(memory))   # a one-row cache
+    log_probs = runtime.next_cached(ids, stopped, slab.batch())  # rows in slab.keys order
+    cache = slab.evict("alice")                        # her one-row cache again
+    ```
+    """
+
+    def __init__(self, capacity):
+        self.capacity = int(capacity)
+        self.keys = []  # the stream in each row, in row order
+        self._arrays = None  # {name: array with `capacity` rows}, made at the first admit
+        self._undo = None
+
+    def __len__(self):
+        return len(self.keys)
+
+    def full(self):
+        return len(self.keys) == self.capacity
+
+    def admit(self, key, cache):
+        """Puts the one-row host cache `cache` in the next row, rotated onto
+        the slab's ring slot (an empty slab takes the cache's slot)."""
+        if self.full():
+            raise ValueError(f"the slab holds {self.capacity} streams already")
+        # A cache kept on the device (OrtValues) joins the host's slab as numpy.
+        cache = {name: np.asarray(value.numpy()) if hasattr(value, "data_ptr") else value
+                 for name, value in cache.items()}
+        if self._arrays is None:
+            self._arrays = {name: host_empty(name, _with_rows(value, name, self.capacity),
+                                             value.dtype)
+                            for name, value in cache.items() if name in BATCH_AXES}
+        if not self.keys:  # shared by every row
+            self._arrays["slot"] = np.array(cache["slot"], np.int32)
+            self._arrays["positions"] = cache["positions"]
+        size = cache["valid"].shape[1]
+        shift = (int(self._arrays["slot"]) - int(cache["slot"])) % size
+        row = len(self.keys)
+        for name in BATCH_AXES:
+            target = _rows(self._arrays[name], name, row, row + 1)
+            if name == "row_slot":
+                target[...] = (cache[name] + shift) % size
+            else:  # the ring moved on by `shift` slots
+                target[...] = np.roll(cache[name], shift, ring_axis(name))
+        self.keys.append(key)
+
+    def evict(self, key):
+        """Removes `key`'s row; its one-row host cache (a copy)."""
+        row = self.keys.index(key)
+        cache = take_rows(self.batch(), [row])
+        last = len(self.keys) - 1
+        if row != last:
+            for name in BATCH_AXES:
+                array = self._arrays[name]
+                _rows(array, name, row, row + 1)[...] = _rows(array, name, last, last + 1)
+            self.keys[row] = self.keys[last]
+        self.keys.pop()
+        return cache
+
+    def batch(self):
+        """The host cache of the rows in use (views: steps advance the slab)."""
+        views = {name: _rows(self._arrays[name], name, 0, len(self.keys)) for name in BATCH_AXES}
+        return {**views, "slot": self._arrays["slot"], "positions": self._arrays["positions"]}
+
+    def mark(self):
+        """Remembers the ring's position, so that `undo` can take back the next step."""
+        n, slot = len(self.keys), int(self._arrays["slot"])
+        self._undo = (slot, self._arrays["row_slot"][:n].copy(),
+                      self._arrays["valid"][:n, slot].copy())
+
+    def undo(self):
+        """Takes back the step since `mark`: it wrote only into the free slot,
+        whose entries mean nothing until the ring moves onto it, so putting
+        back the slot, the rows' slots and the free slot's flags is enough."""
+        slot, row_slot, valid = self._undo
+        n = len(self.keys)
+        self._arrays["slot"][...] = slot
+        self._arrays["row_slot"][:n] = row_slot
+        self._arrays["valid"][:n, slot] = valid
+
+
+def _with_rows(value, name, rows):
+    shape = list(value.shape)
+    shape[BATCH_AXES[name]] = rows
+    return shape
+
+
+def _rows(array, name, start, stop):
+    """The view of rows `start:stop` of the cache array `name`."""
+    return array[(slice(None),) * BATCH_AXES[name] + (slice(start, stop),)]
