@@ -1,6 +1,6 @@
 r"""LoRA and int8 of the keras-hub causal LM on a trained model.
 
-    python -m benchmarks.bench_keras_hub --model_dir=runs/tour
+    python -m benchmarks.bench_keras_hub --model_dir=pystdlib_small
 
 int8: `causal_lm.quantize("int8")` (attention projections and feed-forward
 layers; the adaptive embedding / softmax and the position projection stay
@@ -31,8 +31,8 @@ sys.path.insert(0, REPO)
 from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
 
-flags.DEFINE_string("model_dir", os.path.join(REPO, "runs", "tour"), "A trained model directory "
-                    "(the README's tour trains runs/tour).")
+flags.DEFINE_string("model_dir", "pystdlib_small", "A trained model directory or shipped model "
+                    "name.")
 flags.DEFINE_string("dataset", "pystdlib", "Corpus whose validation split is held out.")
 flags.DEFINE_integer("eval_tokens", 32768, "Held-out ids evaluated (from the split's start).")
 flags.DEFINE_integer("eval_batch_size", 8, "Streams of the evaluation.")

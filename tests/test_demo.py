@@ -25,7 +25,7 @@ def test_the_shipped_model_loads_by_name_and_its_memory_helps():
     cfg = core.config
     with_memory = evaluate_ids(core, valid, batch_size=4, mem_len=cfg.mem_len)["bpc"]
     without = evaluate_ids(core, valid, batch_size=4, mem_len=0)["bpc"]
-    assert with_memory < without - 0.05 and with_memory < 2.5, (with_memory, without)
+    assert with_memory < without - 0.15 and with_memory < 2.3, (with_memory, without)
 
 
 def test_an_existing_folder_wins_over_a_shipped_name(tmp_path, monkeypatch):
@@ -50,9 +50,9 @@ def test_the_demo_shows_memory_context_continuation_and_a_fine_tune(tiny_model, 
     assert sorted(result["bpc"]) == [0, 16, 48]
     assert [band[:2] for band in result["loss_by_context"]] == \
         [(0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, 31)]
-    assert len(result["greedy"]) > 0 and result["finetune"]["steps"] >= 1
+    assert len(result["sampled"]) > 0 and result["finetune"]["steps"] >= 1
     assert np.isfinite([result["finetune"]["before"], result["finetune"]["after"]]).all()
-    for heading in ("1. validation", "2. loss against", "3. greedy", "4. fine-tuned"):
+    for heading in ("1. validation", "2. loss against", "3. continuation", "4. fine-tuned"):
         assert heading in out
     assert (tmp_path / "loss_by_context.png").stat().st_size > 1000
     assert (tmp_path / "finetuned_preset" / "model.weights.h5").is_file()

@@ -12,7 +12,7 @@ from any model directory (`--model`), and shows:
    trained with, and none;
 2. its loss against the context it sees (each position of a long segment
    read from an empty memory sees exactly that many bytes before it);
-3. a greedy and a sampled continuation of a prompt, read with the memory;
+3. a sampled and a greedy continuation of a prompt, read with the memory;
 4. a short fine-tune as a keras-hub causal LM on this library's own source
    (`txl_tf/`), and the bits per byte on `export/`'s source, which it did not
    train on, before and after.
@@ -90,12 +90,14 @@ def run(**options):
     if o["output_dir"]:
         _plot(curve, os.path.join(o["output_dir"], "loss_by_context.png"))
 
-    greedy = continue_text(core, tokenizer, o["prompt"], o["num_tokens"],
-                           mem_len=3 * cfg.mem_len, greedy=True)
     sampled = continue_text(core, tokenizer, o["prompt"], o["num_tokens"],
-                            mem_len=3 * cfg.mem_len, temperature=0.7, seed=1)
-    print(f"\n3. greedy continuation of {o['prompt']!r}:\n{o['prompt']}{greedy}")
-    print(f"\n   sampled (temperature 0.7):\n{o['prompt']}{sampled}", flush=True)
+                            mem_len=3 * cfg.mem_len, temperature=0.5, top_k=5, seed=1)
+    greedy = continue_text(core, tokenizer, o["prompt"], o["num_tokens"] // 2,
+                           mem_len=3 * cfg.mem_len, greedy=True)
+    print(f"\n3. continuation of {o['prompt']!r} (sampled: temperature 0.5, top-k 5):\n"
+          f"{o['prompt']}{sampled}")
+    print(f"\n   greedy (a small byte-level model's greedy decoding soon loops; sampling "
+          f"does not):\n{o['prompt']}{greedy}", flush=True)
 
     result = {"bpc": dict(rows), "loss_by_context": curve, "greedy": greedy,
               "sampled": sampled}
