@@ -16,12 +16,12 @@ holds the graphs and says what each tensor is).
   ring's own buffer; ONNX Runtime's ScatterElements copies its input to its
   output only when the two are different buffers, so the write touches one
   slot, not the cache (`tests/test_device_ring.py` checks the buffers stay
-  in place and the values equal the host's write). Built with `onnx.helper`
-  at run time; `onnx` is needed only where the cache is kept on the device.
-  `ring_memory_model` takes the memory a cache holds there too
-  (`cache_memory`); `device_step` and `run_on_device` drive the decode
-  graphs on such a cache (`export.onnx_runtime.OnnxRuntime` with
-  `device_cache`).
+  in place; `tests/test_ring_backends.py` that the TensorFlow, host and
+  device rings agree). Built with `onnx.helper` at run time; `onnx` is
+  needed only where the cache is kept on the device. `ring_memory_model`
+  takes the memory a cache holds there too (`cache_memory`); `device_step`,
+  `write_on_device` and `run_on_device` drive the decode graphs on such a
+  cache (`export.onnx_runtime.OnnxRuntime` with `device_cache`).
 * Graph replay (ONNX Runtime, `cuda_graph`): a device step launches about a
   thousand small kernels; replayed as a CUDA graph it costs much less
   (benchmarks/NOTES.md §5). A captured graph is tied to the buffers it was
@@ -63,7 +63,7 @@ READ_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CHANGING_NAMES)
 MEMORY_INPUTS = ("cache_mems", "valid", "row_slot")
 MEMORY_OUTPUTS = ("mems", "mem_mask")
 # The slot axis of each ring (`txl_tf.layers.ring_cache.RING_AXES` plus the
-# stacked layers' axis; a test holds the two together).
+# stacked layers' axis; tests/test_ring_backends.py holds the two together).
 SLOT_AXES = {"cache_mems": 2, "keys": 4, "values": 3, "valid": 1}
 # Byte alignment of the host's cache buffers (what TensorFlow and oneDNN like).
 ALIGNMENT = 64
@@ -198,7 +198,7 @@ def write_token(cache, outputs, stopped):
     """Writes a step's token (`outputs`: `decode_step`'s, numpy) into the
     host cache's free slot in place, for the rows not in `stopped` (bool
     `[B]`; their slot and flags stay as they were), and moves the ring on:
-    what `TransformerXL.call_with_cache` does inside the graph."""
+    what `txl_tf.layers.ring_cache.write_token` does inside the graph."""
     slot, size = int(cache["slot"]), cache["valid"].shape[1]
     live = np.flatnonzero(~np.asarray(stopped, np.bool_))
     pairs = (("cache_mems", "token_mems"), ("keys", "token_keys"), ("values", "token_values"))
@@ -286,13 +286,7 @@ def ring_write_model(size):
         _write_slot(node, const, ring, token, f"stopped_{rank}", rank, SLOT_AXES[ring])
     # valid[b, slot] |= not stopped[b]
     node("Not", ["stopped"], "live")
-    node("Unsqueeze", ["live", const("last_axis", [1])], "live_column")
-    node("Shape", ["live_column"], "column_shape")
-    node("Reshape", ["slot", const("scalar_as_2d", [1, 1])], "slot_2d")
-    node("Expand", ["slot_2d", "column_shape"], "valid_index")
-    node("GatherElements", ["valid", "valid_index"], "valid_old", axis=1)
-    node("Or", ["valid_old", "live_column"], "valid_update")
-    node("ScatterElements", ["valid", "valid_index", "valid_update"], "new_valid", axis=1)
+    _write_slot(node, const, "valid", "live", None, 2, SLOT_AXES["valid"])
     # slot and each live row's own free slot move on, modulo the ring's size.
     node("Add", ["slot", const("one", 1, int_t)], "slot_plus_one")
     node("Mod", ["slot_plus_one", const("size", int(size), int_t)], "new_slot")
@@ -355,14 +349,19 @@ def ring_memory_model(size):
 
 def _write_slot(node, const, ring, token, stopped, rank, axis):
     """Nodes writing `token` (the ring's shape without the slot axis) into
-    `ring`'s free slot, rows in `stopped` keeping their old value; the
-    result is the graph's output `new_{ring}` itself (no copy after it)."""
+    `ring`'s free slot, rows in `stopped` (shaped to broadcast over the
+    ring) keeping their old value; with `stopped` None, a bool ring `or`
+    `token` there (ONNX Runtime has no Where on bools). The result is the
+    graph's output `new_{ring}` itself (no copy after it)."""
     node("Unsqueeze", [token, const(f"{ring}_axis", [axis])], f"{ring}_update_new")
     node("Shape", [f"{ring}_update_new"], f"{ring}_update_shape")
     node("Reshape", ["slot", const(f"{ring}_ones", [1] * rank)], f"{ring}_slot")
     node("Expand", [f"{ring}_slot", f"{ring}_update_shape"], f"{ring}_index")
     node("GatherElements", [ring, f"{ring}_index"], f"{ring}_old", axis=axis)
-    node("Where", [stopped, f"{ring}_old", f"{ring}_update_new"], f"{ring}_update")
+    if stopped is None:
+        node("Or", [f"{ring}_old", f"{ring}_update_new"], f"{ring}_update")
+    else:
+        node("Where", [stopped, f"{ring}_old", f"{ring}_update_new"], f"{ring}_update")
     node("ScatterElements", [ring, f"{ring}_index", f"{ring}_update"], f"new_{ring}",
          axis=axis)
 
@@ -446,14 +445,22 @@ def device_step(step_session, write_session, device, ids, stopped, cache, n_toke
     for name in STEP_OUTPUTS[1:]:
         binding.bind_output(name, device, 0)
     step_session.run_with_iobinding(binding)
-    token = dict(zip(STEP_OUTPUTS, binding.get_outputs()))
+    write_on_device(write_session, device, cache,
+                    dict(zip(STEP_OUTPUTS, binding.get_outputs())), stopped)
+    return log_probs
+
+
+def write_on_device(write_session, device, cache, token, stopped):
+    """Writes a step's token (`token`: `{token_mems, token_keys,
+    token_values}`) into the device cache's free slot with `write_session`
+    (of `ring_write_model`): the rings in place, `slot` and `row_slot`
+    replaced; rows in `stopped` (bool `[B]`) keep their slots."""
     written = run_on_device(
         write_session, device,
         {**{name: cache[name] for name in WRITE_INPUTS if name in cache},
          **{name: token[name] for name in STEP_OUTPUTS[1:]},
          "stopped": np.asarray(stopped, np.bool_)}, in_place=IN_PLACE)
     cache["row_slot"], cache["slot"] = written["new_row_slot"], written["new_slot"]
-    return log_probs
 
 
 # ------------------------------------------------------------- graph replay

@@ -17,10 +17,10 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, KeysValues, after,
-                                      in_time_order,
-                                      in_slot_order, keep_last, ring_memory, slot_order,
-                                      swap_key_layout, with_free_slot, write_slot)
+from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, KeysValues, after,
+                                      in_slot_order, in_time_order, keep_last, ring_memory,
+                                      slot_order, swap_key_layout, with_free_slot,
+                                      write_token)
 
 
 def as_config(config):
@@ -392,17 +392,10 @@ class TransformerXL(keras.layers.Layer):
         return output, CachedToken(tuple(mems), tuple(keys), tuple(values))
 
     def _write_token(self, output, token, cache, stopped):
-        """The cache with `token` (of `_read_token`) written into its free slot."""
+        """The cache with `token` (of `_read_token`) written into its free
+        slot (`ring_cache.write_token`), after the step's reads (`after`)."""
         token = CachedToken(*(tuple(after(t, output) for t in part) for part in token))
-        keep = tf.zeros(tf.shape(output)[:1], tf.bool) if stopped is None else stopped
-        slot, size = cache.slot, tf.shape(cache.valid)[1]
-        ring = {name: tuple(write_slot(r, tf.expand_dims(t, axis), slot, axis, keep)
-                            for r, t in zip(getattr(cache, name), getattr(token, name)))
-                for name, axis in RING_AXES.items()}
-        valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep)
-        row_slot = tf.where(keep, cache.row_slot, tf.math.floormod(slot + 1, size))
-        return cache._replace(**ring, valid=valid, slot=tf.math.floormod(slot + 1, size),
-                              row_slot=row_slot)
+        return write_token(cache, token, stopped)
 
     def _read_segment(self, token_ids, cache):
         """A segment per row (`[B, T]`) on the cache: `(hidden, new cache)`."""

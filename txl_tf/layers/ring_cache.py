@@ -15,7 +15,9 @@ A step reads the ring before its own token is written (`call_with_cache`
 free slot's entries are stale and the new token's key and value stand in
 for them there, so an exported step takes the ring read-only and returns
 only the new token's entries, which the host writes into the slot in place
-(`export.decode_interface`).
+(`export.decode_interface`). `write_token` is the ring's write here, as
+`export.decode_cache` has it in numpy and ONNX (`tests/test_ring_backends.py`
+holds the three together).
 """
 from typing import NamedTuple
 
@@ -160,6 +162,20 @@ def write_slot(ring, update, slot, axis, keep):
     keep = tf.reshape(keep, [-1] + [1] * (ring.shape.rank - 1))
     return keras.ops.slice_update(ring, begin, tf.where(keep, old, tf.cast(update, ring.dtype)))
 
+
+def write_token(cache, token, stopped=None):
+    """`cache` with `token` (a `CachedToken`) written into its free slot,
+    for the rows not in `stopped` (bool `[B]`; their slots and `row_slot`
+    stay as they were), and the ring moved on one slot."""
+    keep = tf.zeros(tf.shape(cache.valid)[:1], tf.bool) if stopped is None else stopped
+    slot, size = cache.slot, tf.shape(cache.valid)[1]
+    ring = {name: tuple(write_slot(r, tf.expand_dims(t, axis), slot, axis, keep)
+                        for r, t in zip(getattr(cache, name), getattr(token, name)))
+            for name, axis in RING_AXES.items()}
+    valid = write_slot(cache.valid, tf.ones_like(cache.valid[:, :1]), slot, 1, keep)
+    new_slot = tf.math.floormod(slot + 1, size)
+    return cache._replace(**ring, valid=valid, slot=new_slot,
+                          row_slot=tf.where(keep, cache.row_slot, new_slot))
 
 
 def flat_cache(cache):
