@@ -9,9 +9,6 @@ Triton model repository.
 one `error:` line on stderr and exit status 2 (`txl_tf.app.cli`).
 """
 import os
-import sys
-
-from absl import flags
 
 # TensorFlow's oneDNN CPU allocator keeps every freed buffer for reuse and never
 # gives it back: the job would hold on to the largest transient copies of the
@@ -24,13 +21,9 @@ from txl_tf.app import cli  # noqa: E402
 from export import job  # noqa: E402
 
 
-
 def console():
     """The job (`python -m export`, or the installed `txl-export`)."""
-    job.define_flags(flags.FLAGS)
-    for flag in flags.FLAGS.get_flags_for_module(job):  # listed under --help
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-    cli.run(job.main)
+    cli.run(job.main, job.SPEC)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import tempfile
 import time
 
 import tensorflow as tf
-from absl import flags
 
 from export import open_runtime
 from export.decode_cache import cache_bytes
@@ -41,6 +40,7 @@ from export.saved_model import LOG_PROBS_MODES, export_saved_model
 from export.triton import (DEFAULT_MODEL_NAME, SUFFIX as CACHED_SUFFIX, check_cached_model,
                            check_triton_model, check_triton_options, model_file,
                            write_triton_repository)
+from txl_tf.app.flagspec import merge, option, values
 from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir as model_dir_loader
@@ -54,55 +54,40 @@ PARITY_BATCH, PARITY_SEGMENTS, PARITY_SEGMENT_LEN = 2, 3, 8
 
 
 class ExportError(TxlError):
-    """The export cannot start: bad formats, or an output path in the way."""
+    """The export cannot start: a bad option, or an output path in the way."""
 
 
-def define_flags(flag_values=flags.FLAGS):
-    """Defines the job's flags on `flag_values` (a fresh FlagValues in tests)."""
-    fv = flag_values
-    flags.DEFINE_string("model_dir", None, "Directory with config.json, weights.npz "
-                        "and optionally vocab/.", flag_values=fv)
-    flags.DEFINE_string("config", None, "TransformerXLConfig JSON (overrides model_dir's).",
-                        flag_values=fv)
-    flags.DEFINE_string("weights", None, "Core weights (weights.npz, or a .keras model with "
-                        "a .core); overrides model_dir's.", flag_values=fv)
-    flags.DEFINE_string("vocab_dir", None, "Vocabulary folder shipped with the export.",
-                        flag_values=fv)
-    flags.DEFINE_string("output_dir", None, "Where the exported artefacts go.", flag_values=fv)
-    flags.DEFINE_list("formats", list(DEFAULT_FORMATS), "Any of saved_model, onnx, triton "
-                      "(a Triton Inference Server model repository in triton/).",
-                      flag_values=fv)
-    flags.DEFINE_string("triton_model_name", DEFAULT_MODEL_NAME, "The model's name (and "
-                        "folder) in the Triton repository.", flag_values=fv)
-    flags.DEFINE_integer("triton_max_batch_size", 16, "Streams Triton runs in one batch.",
-                         lower_bound=1, flag_values=fv)
-    flags.DEFINE_integer("mem_len", None, "Memory length fixed in the export (default: the "
-                         "config's mem_len).", lower_bound=0, flag_values=fv)
-    flags.DEFINE_integer("opset", DEFAULT_OPSET, "ONNX opset.", flag_values=fv)
-    flags.DEFINE_enum("log_probs", "all", LOG_PROBS_MODES, "'all' positions [B, T, V] or "
-                      "only the 'last' one [B, V].", flag_values=fv)
-    flags.DEFINE_bool("zero_filled_memory", None, "Fresh memory is attended zeros (the paper "
-                      "TF code's start) instead of empty (default: the config's "
-                      "zero_filled_memory).", flag_values=fv)
-    flags.DEFINE_bool("verify", True, "Check the exported models against the Keras core on "
-                      "random segments.", flag_values=fv)
-    flags.DEFINE_float("tolerance", 1e-4, "Max abs difference allowed by --verify.",
-                       flag_values=fv)
-    flags.DEFINE_bool("decode_cache", True, "Also write the cached decode interface as "
-                      "decode_*.onnx beside model.onnx (all of them read the weights from "
-                      "model.onnx.data); the SavedModel always carries it.", flag_values=fv)
-    flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir (the new export "
-                      "is swapped in whole once it has passed).", flag_values=fv)
-    flags.mark_flag_as_required("output_dir", flag_values=fv)
-    flags.register_validator(
-        "formats", lambda value: bool(value) and set(value) <= set(FORMATS),
-        f"--formats must be a non-empty list of {', '.join(FORMATS)}", flag_values=fv)
-    flags.register_validator(
-        "opset", lambda value: value is None or MIN_OPSET <= value <= max_opset(),
-        f"--opset must be an ONNX opset from {MIN_OPSET} to {max_opset()} (tf2onnx's newest)",
-        flag_values=fv)
-    flags.register_validator("tolerance", lambda value: value is not None and value >= 0,
-                             "--tolerance must be >= 0", flag_values=fv)
+# The job's options, declared once: its flags (`python -m export`) and the
+# keywords of `run_export` (`txl_tf.app.flagspec`).
+SPEC = (
+    option("string", "model_dir", None, "Directory with config.json, weights.npz and "
+           "optionally vocab/."),
+    option("string", "config", None, "TransformerXLConfig JSON (overrides model_dir's)."),
+    option("string", "weights", None, "Core weights (weights.npz, or a .keras model with a "
+           ".core); overrides model_dir's."),
+    option("string", "vocab_dir", None, "Vocabulary folder shipped with the export."),
+    option("string", "output_dir", None, "Where the exported artefacts go."),
+    option("list", "formats", list(DEFAULT_FORMATS), "Any of saved_model, onnx, triton (a "
+           "Triton Inference Server model repository in triton/)."),
+    option("string", "triton_model_name", DEFAULT_MODEL_NAME, "The model's name (and folder) "
+           "in the Triton repository."),
+    option("integer", "triton_max_batch_size", 16, "Streams Triton runs in one batch (>= 1)."),
+    option("integer", "mem_len", None, "Memory length fixed in the export, >= 0 (default: "
+           "the config's mem_len)."),
+    option("integer", "opset", DEFAULT_OPSET, "ONNX opset."),
+    option("enum", "log_probs", "all", "'all' positions [B, T, V] or only the 'last' one "
+           "[B, V].", list(LOG_PROBS_MODES)),
+    option("bool", "zero_filled_memory", None, "Fresh memory is attended zeros (the paper TF "
+           "code's start) instead of empty (default: the config's zero_filled_memory)."),
+    option("bool", "verify", True, "Check the exported models against the Keras core on "
+           "random segments."),
+    option("float", "tolerance", 1e-4, "Max abs difference allowed by --verify."),
+    option("bool", "decode_cache", True, "Also write the cached decode interface as "
+           "decode_*.onnx beside model.onnx (all of them read the weights from "
+           "model.onnx.data); the SavedModel always carries it."),
+    option("bool", "overwrite", False, "Replace a non-empty --output_dir (the new export is "
+           "swapped in whole once it has passed)."),
+)
 
 
 MIN_OPSET = 13
@@ -114,48 +99,100 @@ def max_opset():
     return max(OPSET_TO_IR_VERSION)
 
 
-def run_export(output_dir, model_dir=None, config=None, weights=None, vocab_dir=None,
-               formats=DEFAULT_FORMATS, mem_len=None, opset=DEFAULT_OPSET, log_probs="all",
-               zero_filled_memory=None, verify=True, tolerance=1e-4, overwrite=False,
-               external_data_threshold=EXTERNAL_DATA_THRESHOLD, triton_options=None,
-               decode_cache=True):
-    """Exports and returns the report dict (also written to export_report.json).
-
-    `triton_options` go to `export.triton.write_triton_repository` (e.g.
-    `model_name`, `max_batch_size`) when `formats` holds `triton`.
-    `decode_cache`: also write `decode_init.onnx` / `decode_step.onnx`
-    (`export.decode_interface`) with the ONNX model.
+def run_export(output_dir=None, model_dir=None, *, triton_options=None,
+               external_data_threshold=EXTERNAL_DATA_THRESHOLD, **options):
+    """Exports a model and writes `export_report.json`.
 
     A non-empty `output_dir` is refused unless `overwrite`. Everything is
     written into a temporary sibling folder that replaces `output_dir` whole
     at the end, so a failed export (parity included) leaves it as it was.
+
+    Args:
+      output_dir: the export's folder.
+      model_dir: a model or training run directory (or `config` and `weights`).
+      triton_options: more options of `export.triton.write_triton_repository`
+        (e.g. `max_candidate_sequences`) when `formats` holds `triton`;
+        `model_name` and `max_batch_size` here win over `triton_model_name`
+        and `triton_max_batch_size`.
+      external_data_threshold: ONNX tensors from this many bytes go to
+        external data (`export.onnx_export`).
+      **options: the rest of `SPEC` by name (`formats`, `mem_len`, `opset`,
+        `log_probs`, `verify`, `tolerance`, `decode_cache`, `overwrite`, ...).
+
+    Returns:
+      The report dict (settings, timings, parity, files).
+
+    Raises:
+      ExportError: a bad option, or an output folder in the way.
+      TypeError: an option name `SPEC` does not know.
     """
-    unknown = sorted(set(formats) - set(FORMATS))
-    if unknown or not formats:
-        raise ExportError(f"formats must be a non-empty subset of {FORMATS}, got {formats}")
-    output_dir = os.path.abspath(output_dir)
-    _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_dir)
-    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+    o = export_options(output_dir=output_dir, model_dir=model_dir, triton_options=triton_options,
+                       external_data_threshold=external_data_threshold, **options)
+    output_dir = o["output_dir"]
+    _check_output_holds_no_input(o)
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not o["overwrite"]:
         raise ExportError(f"output folder {output_dir!r} is not empty; pass --overwrite "
-                              "(overwrite=True) to replace its contents")
+                          "(overwrite=True) to replace its contents")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ExportError(f"output path {output_dir!r} exists and is not a folder")
     stages = StageLog()
     with staged_folder(output_dir) as staging:
-        report = _export_into(staging, stages, model_dir, config, weights, vocab_dir, formats,
-                              mem_len, opset, log_probs, zero_filled_memory, verify,
-                              tolerance, external_data_threshold, dict(triton_options or {}),
-                              decode_cache)
+        report = _export_into(staging, stages, o)
     stages.done("done", output_dir)
     return report
 
 
-def _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_dir):
+def export_options(triton_options=None, external_data_threshold=EXTERNAL_DATA_THRESHOLD,
+                   **options):
+    """The options of one export, checked (see `run_export` for the arguments).
+
+    Returns:
+      `SPEC`'s defaults updated with `options`, `output_dir` made absolute,
+      `formats` a tuple, `triton_model_name` and `triton_max_batch_size`
+      folded into `triton_options`, and `external_data_threshold`.
+    """
+    o = merge(SPEC, options)
+    _check_options(o)
+    triton = {"model_name": o.pop("triton_model_name"),
+              "max_batch_size": o.pop("triton_max_batch_size"), **(triton_options or {})}
+    return {**o, "output_dir": os.path.abspath(o["output_dir"]), "formats": tuple(o["formats"]),
+            "triton_options": triton, "external_data_threshold": external_data_threshold}
+
+
+def _check_options(o):
+    """Raises `ExportError` naming the first bad flag of the merged options `o`."""
+    if not o["output_dir"]:
+        raise ExportError("--output_dir is required")
+    if not o["model_dir"] and not (o["config"] and o["weights"]):
+        raise ExportError("pass --model_dir, or both --config and --weights")
+    formats = o["formats"]
+    if isinstance(formats, str) or not formats or not set(formats) <= set(FORMATS):
+        given = formats if isinstance(formats, str) else ",".join(map(str, formats or ()))
+        raise ExportError(f"--formats must be a non-empty list of {', '.join(FORMATS)}, "
+                          f"got {given!r}")
+    if not isinstance(o["opset"], int) or not MIN_OPSET <= o["opset"] <= max_opset():
+        raise ExportError(f"--opset must be an ONNX opset from {MIN_OPSET} to {max_opset()} "
+                          f"(tf2onnx's newest), got {o['opset']}")
+    if o["log_probs"] not in LOG_PROBS_MODES:
+        raise ExportError(f"--log_probs must be one of {', '.join(LOG_PROBS_MODES)}, "
+                          f"got {o['log_probs']!r}")
+    if o["mem_len"] is not None and o["mem_len"] < 0:
+        raise ExportError(f"--mem_len must be >= 0, got {o['mem_len']}")
+    if not o["tolerance"] >= 0:  # NaN too
+        raise ExportError(f"--tolerance must be >= 0, got {o['tolerance']}")
+    if o["triton_max_batch_size"] < 1:
+        raise ExportError(f"--triton_max_batch_size must be >= 1, got "
+                          f"{o['triton_max_batch_size']}")
+
+
+def _check_output_holds_no_input(o):
     """Refuses an output folder that is, or holds, one of the export's inputs
     (replacing it would destroy them, e.g. `--output_dir` = the training run)."""
     from txl_tf.weights.model_dir import resolve
-    source = resolve(model_dir, config_path=config, weights_path=weights, vocab_dir=vocab_dir)
-    inputs = [model_dir, source.config_path, source.weights_path, source.vocab_dir]
+    output_dir = o["output_dir"]
+    source = resolve(o["model_dir"], config_path=o["config"], weights_path=o["weights"],
+                     vocab_dir=o["vocab_dir"])
+    inputs = [o["model_dir"], source.config_path, source.weights_path, source.vocab_dir]
     for path in filter(None, inputs):
         path = os.path.abspath(path)
         if os.path.commonpath([output_dir, path]) == output_dir:
@@ -163,24 +200,26 @@ def _check_output_holds_no_input(output_dir, model_dir, config, weights, vocab_d
                               f"{path!r}; choose another --output_dir")
 
 
-def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, mem_len, opset,
-                 log_probs, zero_filled_memory, verify, tolerance, external_data_threshold,
-                 triton_options, decode_cache):
-    core, source = model_dir_loader.load(model_dir, config_path=config, weights_path=weights,
-                                         vocab_dir=vocab_dir)
+def _export_into(out, stages, o):
+    """Writes the export of options `o` (`export_options`) into the folder
+    `out`, logging each stage to `stages`; returns the report."""
+    formats, log_probs, opset = o["formats"], o["log_probs"], o["opset"]
+    triton_options, threshold = o["triton_options"], o["external_data_threshold"]
+    core, source = model_dir_loader.load(o["model_dir"], config_path=o["config"],
+                                         weights_path=o["weights"], vocab_dir=o["vocab_dir"])
     cfg, vocab_dir = core.config, source.vocab_dir
     del source
     stages.done("loading", f"{core.count_params():,} parameters")
-    mem_len = cfg.mem_len if mem_len is None else int(mem_len)
+    mem_len = cfg.mem_len if o["mem_len"] is None else int(o["mem_len"])
     check_fits(cfg, 1, 1, mem_len, what="the exported graph's smallest step")
     parity_len = min(cfg.tgt_len, PARITY_SEGMENT_LEN)
-    if verify:  # the Keras core's outputs, kept while each artefact is checked against them
+    if o["verify"]:  # the Keras core's outputs, kept while each artefact is checked against them
         check_fits(cfg, PARITY_BATCH, parity_len, mem_len,
                    what="the parity check (--noverify skips it)",
                    extra={"reference memories": 2 * PARITY_SEGMENTS * memory_bytes(
                        cfg, PARITY_BATCH, mem_len)})
-    if zero_filled_memory is None:
-        zero_filled_memory = cfg.zero_filled_memory
+    zero_filled_memory = cfg.zero_filled_memory if o["zero_filled_memory"] is None \
+        else o["zero_filled_memory"]
     if "triton" in formats:
         try:
             check_triton_options(mem_len, log_probs=log_probs, **triton_options)
@@ -204,10 +243,10 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         onnx_path = os.path.join(out, ONNX_FILE)
         # With the decode graphs, every graph reads one copy of the weights.
         shared = write_weights_file(core.weights, external_data_file(onnx_path)) \
-            if decode_cache else None
+            if o["decode_cache"] else None
         written = export_onnx(core, onnx_path, opset=opset, weights_file=shared,
-                              external_data_threshold=external_data_threshold, **options)
-        if decode_cache:
+                              external_data_threshold=threshold, **options)
+        if o["decode_cache"]:
             written += export_decode_onnx(core, out, mem_len, shared, opset) + [shared.path]
         _free()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
@@ -216,12 +255,12 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
     if "triton" in formats:
         start = time.perf_counter()
         written = write_triton_repository(core, os.path.join(out, TRITON_DIR), opset=opset,
-                                          external_data_threshold=external_data_threshold,
+                                          external_data_threshold=threshold,
                                           **options, **triton_options)
         _free()
         report["seconds"]["triton"] = round(time.perf_counter() - start, 2)
         stages.done("Triton repository", ", ".join(os.path.relpath(p, out) for p in written))
-    if verify:
+    if o["verify"]:
         start = time.perf_counter()
         # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
         tf.config.experimental.enable_tensor_float_32_execution(False)
@@ -232,7 +271,7 @@ def _export_into(out, stages, model_dir, config, weights, vocab_dir, formats, me
         # weights make no room for those of the runtimes opened next.
         del core
         _free()
-        report["parity"] = _parity(reference, by_token, segments, out, formats, tolerance,
+        report["parity"] = _parity(reference, by_token, segments, out, formats, o["tolerance"],
                                    triton_options.get("model_name", DEFAULT_MODEL_NAME))
         report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
         stages.done("parity", json.dumps(report["parity"]))
@@ -301,23 +340,11 @@ class StageLog:
         print(line, file=self.stream or sys.stderr, flush=True)
 
 
-def run_from_flags(fv=flags.FLAGS):
-    """Runs `run_export` with parsed flag values."""
-    if not fv.model_dir and not (fv.config and fv.weights):
-        raise flags.ValidationError("pass --model_dir, or both --config and --weights")
-    return run_export(fv.output_dir, fv.model_dir, fv.config, fv.weights, fv.vocab_dir,
-                      fv.formats, fv.mem_len, fv.opset, fv.log_probs, fv.zero_filled_memory,
-                      fv.verify, fv.tolerance, overwrite=fv.overwrite,
-                      decode_cache=fv.decode_cache,
-                      triton_options={"model_name": fv.triton_model_name,
-                                      "max_batch_size": fv.triton_max_batch_size})
-
-
 def main(argv):
     """The `python -m export` entry (run through `txl_tf.app.cli.run`, which
-    refuses stray arguments)."""
+    refuses stray arguments): exports with the parsed flags."""
     del argv
-    report = run_from_flags()
+    report = run_export(**values(SPEC))
     print(json.dumps(report["seconds"]), json.dumps(report.get("parity", {})))
 
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from absl import flags
 
 from tests.job_helpers import job_env
 
@@ -34,9 +33,7 @@ def job_flags(module):
     """The flag names the job `module` defines: its spec's options, or the
     absl flags defined in its source and in the benchmark helpers it imports."""
     if module == "export":
-        values = flags.FlagValues()
-        importlib.import_module("export.job").define_flags(values)
-        return set(values)
+        return {spec[1] for spec in importlib.import_module("export.job").SPEC}
     if module == "txl_tf.convert":
         return {spec[1] for spec in importlib.import_module("txl_tf.weights.convert")._spec()}
     path = Path(importlib.util.find_spec(module).origin)

@@ -1,4 +1,4 @@
-"""The export job end to end through its absl flags, and the model-directory loader."""
+"""The export job end to end through its flags, and the model-directory loader."""
 import json
 import os
 import shutil
@@ -12,8 +12,10 @@ import pytest
 from absl import flags
 
 from export import ExportError, ModelDirError, ParityError, open_runtime, run_export
-from export.job import define_flags, run_from_flags
+from export import job
+from export.job import SPEC
 from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.app.flagspec import define, values
 from txl_tf.weights import save_pretrained
 from txl_tf.weights.model_dir import load
 
@@ -37,10 +39,11 @@ def model_dir(tmp_path_factory):
 
 
 def run_job(*argv):
+    """`python -m export` in this process: the flags parsed, then `run_export`."""
     fv = flags.FlagValues()
-    define_flags(fv)
+    define(SPEC, fv)
     fv(["export", *argv])
-    return run_from_flags(fv)
+    return run_export(**values(SPEC, fv))
 
 
 def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
@@ -87,14 +90,53 @@ def test_job_as_module_with_explicit_config_and_weights(model_dir, tmp_path):
     assert open_runtime(str(out)).mem_len == 6  # the config's mem_len by default
 
 
-def test_job_flag_errors(model_dir, tmp_path):
+@pytest.mark.parametrize("argv, message", [
+    ([], r"^pass --model_dir, or both --config and --weights$"),
+    (["--config=c.json"], r"^pass --model_dir, or both --config and --weights$"),
+    (["--model_dir=m", "--formats=tflite"],
+     r"^--formats must be a non-empty list of saved_model, onnx, triton, got 'tflite'$"),
+    (["--model_dir=m", "--formats=onnx,pdf"], r"got 'onnx,pdf'$"),
+    (["--model_dir=m", "--formats="], r"non-empty list .* got ''$"),
+    (["--model_dir=m", "--opset=12"], r"^--opset must be an ONNX opset from 13 to \d+ "),
+    (["--model_dir=m", "--opset=99"], r"--opset .* got 99$"),
+    (["--model_dir=m", "--tolerance=-1"], r"^--tolerance must be >= 0, got -1.0$"),
+    (["--model_dir=m", "--tolerance=nan"], r"^--tolerance must be >= 0, got nan$"),
+    (["--model_dir=m", "--mem_len=-1"], r"^--mem_len must be >= 0, got -1$"),
+    (["--model_dir=m", "--triton_max_batch_size=0"],
+     r"^--triton_max_batch_size must be >= 1, got 0$"),
+], ids=["no_model", "config_alone", "formats", "one_bad_format", "no_format", "opset_low",
+        "opset_high", "tolerance", "tolerance_nan", "mem_len", "triton_batch"])
+def test_job_flag_errors_name_the_flag(tmp_path, argv, message):
+    """Checked before the model is read: `m` and `c.json` do not exist."""
+    with pytest.raises(ExportError, match=message):
+        run_job(f"--output_dir={tmp_path / 'out'}", *argv)
+    assert not (tmp_path / "out").exists()
+
+
+def test_job_flag_errors_from_absl_and_python(model_dir, tmp_path):
     path, _ = model_dir
-    with pytest.raises(flags.ValidationError, match="--model_dir"):
-        run_job(f"--output_dir={tmp_path}")
-    with pytest.raises(flags.IllegalFlagValueError, match="formats must be"):
-        run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--formats=tflite")
-    with pytest.raises(flags.IllegalFlagValueError):
+    with pytest.raises(ExportError, match="^--output_dir is required$"):
+        run_job(f"--model_dir={path}")
+    with pytest.raises(flags.IllegalFlagValueError, match=r"value should be one of <all\|last>"):
         run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--log_probs=first")
+    for options, message in [(dict(formats="onnx"), "got 'onnx'"),  # a string, not a list
+                             (dict(log_probs="first"), "--log_probs must be one of all, last"),
+                             (dict(opset=None), "got None")]:
+        with pytest.raises(ExportError, match=message):
+            run_export(str(tmp_path / "out"), str(path), **options)
+    with pytest.raises(TypeError, match=r"unknown options \['formt'\]"):
+        run_export(str(tmp_path / "out"), str(path), formt=["onnx"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_flags_parse_to_the_spec_defaults():
+    fv = flags.FlagValues()
+    define(SPEC, fv)
+    fv(["export"])
+    parsed = values(SPEC, fv)
+    assert parsed["formats"] == ["saved_model", "onnx"] and parsed["opset"] == 17
+    assert parsed["triton_model_name"] == "txl" and parsed["output_dir"] is None
+    assert not hasattr(job, "define_flags") and not hasattr(job, "run_from_flags")
 
 
 def test_the_loader_the_job_uses_names_each_problem(model_dir, tmp_path):
@@ -208,8 +250,13 @@ def test_failed_parity_leaves_nothing(model_dir, tmp_path, monkeypatch):
     path, _ = model_dir
     out = tmp_path / "exports" / "out"
     out.parent.mkdir()
-    with pytest.raises(ParityError):  # no export can pass a negative tolerance
-        run_export(str(out), model_dir=str(path), formats=["onnx"], mem_len=4, tolerance=-1)
+    check_runtime = job.check_runtime
+
+    def impossible(reference, runtime, segments, tol, token_reference):
+        return check_runtime(reference, runtime, segments, -1.0, token_reference)
+    monkeypatch.setattr(job, "check_runtime", impossible)  # no export passes tolerance -1
+    with pytest.raises(ParityError):
+        run_export(str(out), model_dir=str(path), formats=["onnx"], mem_len=4)
     assert os.listdir(out.parent) == []
 
 

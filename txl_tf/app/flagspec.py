@@ -7,17 +7,19 @@ from absl import flags
 
 _DEFINE = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
            "float": flags.DEFINE_float, "bool": flags.DEFINE_bool,
-           "multi_string": flags.DEFINE_multi_string}
+           "list": flags.DEFINE_list, "multi_string": flags.DEFINE_multi_string}
+_LISTS = ("list", "multi_string")
 
 
 def option(kind, name, default, help, choices=None):
-    """One option: `kind` is string, integer, float, bool, enum or multi_string."""
+    """One option: `kind` is string, integer, float, bool, enum, list
+    (`--name=a,b`) or multi_string (`--name=a --name=b`)."""
     return (kind, name, default, help, choices)
 
 
 def defaults(spec):
     """`{name: default}` of a spec."""
-    return {name: (list(default) if kind == "multi_string" else default)
+    return {name: (list(default) if kind in _LISTS and default is not None else default)
             for kind, name, default, _, _ in spec}
 
 
