@@ -28,13 +28,13 @@ import sys
 import tempfile
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values, integer_list  # noqa: E402
+from benchmarks.common import integer_list  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
 # name -> (training job, its flags beyond the shared ones)
@@ -46,21 +46,23 @@ GROUP = {
     "lstm": ("training.train_lstm", []),
 }
 
-flags.DEFINE_string("runs_dir", os.path.join(REPO, "runs", "ablation"),
-                    "Where the group's model directories are (and are trained if missing).")
-flags.DEFINE_string("models", ",".join(GROUP), "Comma-separated models of the group.")
-flags.DEFINE_integer("train_steps", 1500, "Training steps of every model.")
-flags.DEFINE_integer("batch_size", 16, "Training streams of every model.")
-flags.DEFINE_string("mem_lens", "0,64,192", "Evaluation memory lengths (attention "
-                    "length = 64 + memory); the LSTM is scored with its state reset each "
-                    "segment (0) and carried.")
-flags.DEFINE_integer("eval_segments", 100, "Valid segments scored per setting (x batch 8 x 64).")
-flags.DEFINE_integer("max_context", 320, "RECL: the longest context c.")
-flags.DEFINE_integer("first_context", 32, "RECL: the first context c.")
-flags.DEFINE_integer("context_step", 32, "RECL: how much c grows (the paper's delta).")
-flags.DEFINE_integer("positions", 200, "RECL: target tokens sampled.")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "ablation.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "runs_dir", os.path.join(REPO, "runs", "ablation"),
+           "Where the group's model directories are (and are trained if missing)."),
+    option("string", "models", ",".join(GROUP), "Comma-separated models of the group."),
+    option("integer", "train_steps", 1500, "Training steps of every model."),
+    option("integer", "batch_size", 16, "Training streams of every model."),
+    option("string", "mem_lens", "0,64,192", "Evaluation memory lengths (attention "
+           "length = 64 + memory); the LSTM is scored with its state reset each "
+           "segment (0) and carried."),
+    option("integer", "eval_segments", 100, "Valid segments scored per setting (x batch 8 x 64)."),
+    option("integer", "max_context", 320, "RECL: the longest context c."),
+    option("integer", "first_context", 32, "RECL: the first context c."),
+    option("integer", "context_step", 32, "RECL: how much c grows (the paper's delta)."),
+    option("integer", "positions", 200, "RECL: target tokens sampled."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "ablation.json"),
+           "Where to write the JSON results."),
+)
 
 
 def train(name, run_dir, o):
@@ -104,7 +106,7 @@ def parameters(run_dir):
 
 def main(argv):
     del argv
-    o = flag_values()
+    o = values(SPEC)
     names = [n.strip() for n in o["models"].split(",") if n.strip()]
     unknown = [n for n in names if n not in GROUP]
     if unknown:
@@ -141,4 +143,4 @@ def main(argv):
     print(f"wrote {o['output']} and {picture}")
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

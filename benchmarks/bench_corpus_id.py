@@ -45,13 +45,12 @@ import sys
 import tempfile
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 
 CORPORA = {  # class name: files in --data_dir, read in this order
@@ -65,32 +64,34 @@ VARIANTS = (  # name, pretrained backbone, memory
     ("c: pretrained, mem_len 0", True, 0),
 )
 
-flags.DEFINE_string("data_dir", os.path.join(REPO, "..", "shared", "data"), "Folder with "
-                    "tinyshakespeare.txt, ptb.valid.txt, ptb.test.txt, wikitext2.valid.txt.")
-flags.DEFINE_integer("n_words", 48, "Words per passage.")
-flags.DEFINE_float("pretrain_s", 720, "Pretraining time budget in seconds.")
-flags.DEFINE_string("preset", "small", "Backbone preset (byte-level).")
-flags.DEFINE_multi_string("config_override", [], "field=value changes to the preset.")
-flags.DEFINE_integer("pretrain_batch_size", 16, "Pretraining batch (streams).")
-flags.DEFINE_float("pretrain_learning_rate", 1e-3, "Pretraining peak learning rate.")
-flags.DEFINE_integer("segment_len", 64, "Segment length (pretraining tgt_len and the "
-                     "classifier's).")
-flags.DEFINE_integer("mem_len", 64, "Memory length (pretraining and variants a, b).")
-flags.DEFINE_float("finetune_s", 240, "Fine-tuning budget of variant (a) in seconds; sets the "
-                   "steps of all three.")
-flags.DEFINE_integer("finetune_steps", 0, "Fine-tuning steps (0: from --finetune_s).")
-flags.DEFINE_integer("batch_size", 32, "Fine-tuning batch (passages).")
-flags.DEFINE_float("learning_rate", 5e-4, "Fine-tuning peak learning rate.")
-flags.DEFINE_integer("max_length", 512, "Bytes kept per passage (the start).")
-flags.DEFINE_enum("mixed_precision", "auto", ["auto", "none", "mixed_float16", "mixed_bfloat16"],
-                  "As the training job's flag.")
-flags.DEFINE_integer("seed", 0, "Seed of the passage choice, shuffling and the classifier head / "
-                     "scratch weights.")
-flags.DEFINE_string("model_dir", None, "Working folder (default: a temporary one).")
-flags.DEFINE_string("pretrained", None, "Skip pretraining: use this model directory (e.g. "
-                    "<model_dir>/pretrain/export of an earlier run).")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "corpus_id.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "data_dir", os.path.join(REPO, "..", "shared", "data"), "Folder with "
+           "tinyshakespeare.txt, ptb.valid.txt, ptb.test.txt, wikitext2.valid.txt."),
+    option("integer", "n_words", 48, "Words per passage."),
+    option("float", "pretrain_s", 720, "Pretraining time budget in seconds."),
+    option("string", "preset", "small", "Backbone preset (byte-level)."),
+    option("multi_string", "config_override", [], "field=value changes to the preset."),
+    option("integer", "pretrain_batch_size", 16, "Pretraining batch (streams)."),
+    option("float", "pretrain_learning_rate", 1e-3, "Pretraining peak learning rate."),
+    option("integer", "segment_len", 64, "Segment length (pretraining tgt_len and the "
+           "classifier's)."),
+    option("integer", "mem_len", 64, "Memory length (pretraining and variants a, b)."),
+    option("float", "finetune_s", 240, "Fine-tuning budget of variant (a) in seconds; sets the "
+           "steps of all three."),
+    option("integer", "finetune_steps", 0, "Fine-tuning steps (0: from --finetune_s)."),
+    option("integer", "batch_size", 32, "Fine-tuning batch (passages)."),
+    option("float", "learning_rate", 5e-4, "Fine-tuning peak learning rate."),
+    option("integer", "max_length", 512, "Bytes kept per passage (the start)."),
+    option("enum", "mixed_precision", "auto", "As the training job's flag.",
+           ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
+    option("integer", "seed", 0, "Seed of the passage choice, shuffling and the classifier head / "
+           "scratch weights."),
+    option("string", "model_dir", None, "Working folder (default: a temporary one)."),
+    option("string", "pretrained", None, "Skip pretraining: use this model directory (e.g. "
+           "<model_dir>/pretrain/export of an earlier run)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "corpus_id.json"),
+           "Where to write the JSON results."),
+)
 
 
 # -- text ----------------------------------------------------------------------
@@ -353,8 +354,8 @@ def run(o):
 
 def main(argv):
     del argv
-    run(flag_values())  # absl would pass a returned value to sys.exit
+    run(values(SPEC))  # absl would pass a returned value to sys.exit
 
 
 if __name__ == "__main__":
-    cli.run(main)  # the jobs' exit path: bad input is one `error:` line
+    cli.run(main, SPEC)  # the jobs' exit path: bad input is one `error:` line

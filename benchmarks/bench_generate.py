@@ -18,22 +18,25 @@ import tempfile
 import time
 
 import numpy as np
-from absl import flags
 
 from benchmarks import throughput as tp
+from benchmarks.common import BenchmarkError, at_least, integer_list, names_from
 from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
 
-flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
-flags.DEFINE_list("batch_sizes", ["1", "16"], "Batch sizes.")
-flags.DEFINE_integer("prompt_len", 16, "Prompt length.")
-flags.DEFINE_integer("new_tokens", 64, "Tokens generated per run.")
-flags.DEFINE_integer("repeats", 5, "Timed runs per backend (after one warm-up run).")
-flags.DEFINE_float("temperature", 1.0, "Sampling temperature (0: greedy).")
-flags.DEFINE_list("backends", ["per_token_loop", "decoder", "decoder_nojit", "causal_lm", "onnx",
-                               "onnx_1thread", "saved_model"],
-                  "Backends to time (onnx_1thread: a session with one intra-op thread).")
-flags.DEFINE_string("output", "benchmarks/results/generate.json", "JSON results file.")
-FLAGS = flags.FLAGS
+BACKENDS = ["per_token_loop", "decoder", "decoder_nojit", "causal_lm", "onnx", "onnx_1thread",
+            "saved_model"]
+SPEC = (
+    option("string", "preset", "small", "TransformerXLConfig preset (random weights)."),
+    option("list", "batch_sizes", ["1", "16"], "Batch sizes."),
+    option("integer", "prompt_len", 16, "Prompt length."),
+    option("integer", "new_tokens", 64, "Tokens generated per run."),
+    option("integer", "repeats", 5, "Timed runs per backend (after one warm-up run)."),
+    option("float", "temperature", 1.0, "Sampling temperature (0: greedy)."),
+    option("list", "backends", BACKENDS, "Backends to time (onnx_1thread: a session with one "
+           "intra-op thread)."),
+    option("string", "output", "benchmarks/results/generate.json", "JSON results file."),
+)
 
 
 class PerTokenLoop:
@@ -135,46 +138,58 @@ def _wrap(backend):
     return generate
 
 
+def check_options(o):
+    """The batch sizes of the options `o`, once every flag is checked (a
+    `BenchmarkError` names the first bad one)."""
+    names_from(o["backends"], "backends", BACKENDS)
+    at_least(o, 1, "prompt_len", "new_tokens", "repeats")
+    if not o["temperature"] >= 0:
+        raise BenchmarkError(f"--temperature must be >= 0, got {o['temperature']}")
+    return integer_list(o["batch_sizes"], "batch_sizes", 1, "comma-separated positive integers")
+
+
 def main(argv):
     del argv
+    o = values(SPEC)
+    batch_sizes = check_options(o)
     import onnxruntime
     from txl_tf import TransformerXL, TransformerXLConfig
-    cfg = TransformerXLConfig.preset(FLAGS.preset)
+    cfg = TransformerXLConfig.preset(o["preset"])
     core = TransformerXL(cfg)
     rng = np.random.default_rng(0)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        runs = build(core, FLAGS.backends, workdir)
-        for batch in [int(b) for b in FLAGS.batch_sizes]:
-            prompt = rng.integers(0, cfg.n_token, (batch, FLAGS.prompt_len), dtype=np.int32)
+        runs = build(core, o["backends"], workdir)
+        for batch in batch_sizes:
+            prompt = rng.integers(0, cfg.n_token, (batch, o["prompt_len"]), dtype=np.int32)
             times = {name: [] for name in runs}
-            for repeat in range(FLAGS.repeats + 1):  # the first is a warm-up
+            for repeat in range(o["repeats"] + 1):  # the first is a warm-up
                 for name, generate in runs.items():
                     start = time.perf_counter()
-                    ids = generate(prompt, FLAGS.new_tokens, FLAGS.temperature, repeat)
+                    ids = generate(prompt, o["new_tokens"], o["temperature"], repeat)
                     if repeat:
                         times[name].append(time.perf_counter() - start)
-                    assert ids.shape == (batch, FLAGS.new_tokens)
+                    assert ids.shape == (batch, o["new_tokens"])
             base = float(np.median(times.get("per_token_loop", [np.nan])))
             for name, t in times.items():
                 median = float(np.median(t))
-                rows.append({"backend": name, "batch": batch, "new_tokens": FLAGS.new_tokens,
+                rows.append({"backend": name, "batch": batch, "new_tokens": o["new_tokens"],
                              "median_s": median, "min_s": float(np.min(t)),
-                             "tokens_per_s": batch * FLAGS.new_tokens / median,
+                             "tokens_per_s": batch * o["new_tokens"] / median,
                              "speedup_vs_per_token_loop": base / median})
     table = tp.format_table(rows, [
         ("backend", "backend", ""), ("batch", "batch", "d"), ("tokens", "new_tokens", "d"),
         ("median s", "median_s", ".3f"), ("tok/s", "tokens_per_s", ".1f"),
         ("x old loop", "speedup_vs_per_token_loop", ".2f")])
     print(table)
-    tp.write_json(FLAGS.output, {
+    tp.write_json(o["output"], {
         "question": "generation tokens/s: per-token loop vs compiled decoder vs runtimes",
-        "settings": {"preset": FLAGS.preset, "prompt_len": FLAGS.prompt_len,
-                     "new_tokens": FLAGS.new_tokens, "repeats": FLAGS.repeats,
-                     "temperature": FLAGS.temperature, "mem_len": cfg.mem_len},
+        "settings": {"preset": o["preset"], "prompt_len": o["prompt_len"],
+                     "new_tokens": o["new_tokens"], "repeats": o["repeats"],
+                     "temperature": o["temperature"], "mem_len": cfg.mem_len},
         "environment": {**tp.environment(), "onnxruntime": onnxruntime.__version__},
         "results": rows, "table": table})
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

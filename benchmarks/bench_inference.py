@@ -17,28 +17,34 @@ import tempfile
 import time
 
 import numpy as np
-from absl import flags, logging
+from absl import logging
 
+from benchmarks.common import BenchmarkError, at_least, integer_list, names_from
 from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
 
-flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
-flags.DEFINE_list("batch_sizes", ["1", "16"], "Batch sizes.")
-flags.DEFINE_integer("mem_len", None, "Memory length (default: the preset's).")
-flags.DEFINE_integer("tgt_len", None, "Segment length of the score workload (default: the "
-                     "preset's).")
-flags.DEFINE_integer("iters", 100, "Timed calls per measurement.")
-flags.DEFINE_integer("warmup", None, "Untimed calls first (default mem_len // tgt_len + 2, "
-                     "at least 5).")
-flags.DEFINE_list("backends", ["keras", "saved_model", "onnx"], "Backends to time.")
-flags.DEFINE_list("workloads", ["decode", "score"], "Workloads to time.")
-flags.DEFINE_string("device", "auto", "auto, cpu or cuda.")
-flags.DEFINE_integer("intra_op_threads", 0, "Intra-op threads for TensorFlow and ONNX "
-                     "Runtime (0: each library's default).")
-flags.DEFINE_bool("ort_spinning", False, "Let ONNX Runtime's idle threads spin-wait (its "
-                  "default; on a shared or oversubscribed CPU it steals time from every "
-                  "other thread, so it is off unless asked for).")
-flags.DEFINE_string("output", "benchmarks/results/inference.json", "JSON results file.")
-FLAGS = flags.FLAGS
+BACKENDS = ["keras", "saved_model", "onnx"]
+WORKLOADS = ["decode", "score"]
+DEVICES = ["auto", "cpu", "cuda"]
+SPEC = (
+    option("string", "preset", "small", "TransformerXLConfig preset (random weights)."),
+    option("list", "batch_sizes", ["1", "16"], "Batch sizes."),
+    option("integer", "mem_len", None, "Memory length (default: the preset's)."),
+    option("integer", "tgt_len", None, "Segment length of the score workload (default: the "
+           "preset's)."),
+    option("integer", "iters", 100, "Timed calls per measurement."),
+    option("integer", "warmup", None, "Untimed calls first (default mem_len // tgt_len + 2, "
+           "at least 5)."),
+    option("list", "backends", BACKENDS, "Backends to time."),
+    option("list", "workloads", WORKLOADS, "Workloads to time."),
+    option("string", "device", "auto", "auto, cpu or cuda."),
+    option("integer", "intra_op_threads", 0, "Intra-op threads for TensorFlow and ONNX "
+           "Runtime (0: each library's default)."),
+    option("bool", "ort_spinning", False, "Let ONNX Runtime's idle threads spin-wait (its "
+           "default; on a shared or oversubscribed CPU it steals time from every "
+           "other thread, so it is off unless asked for)."),
+    option("string", "output", "benchmarks/results/inference.json", "JSON results file."),
+)
 
 
 class KerasBaseline:
@@ -154,32 +160,50 @@ def format_table(rows):
     return "\n".join(lines)
 
 
+def check_options(o):
+    """The batch sizes of the options `o`, once every flag is checked (a
+    `BenchmarkError` names the first bad one)."""
+    names_from(o["backends"], "backends", BACKENDS)
+    names_from(o["workloads"], "workloads", WORKLOADS)
+    if o["device"] not in DEVICES:
+        raise BenchmarkError(f"--device must be auto, cpu or cuda, got {o['device']!r}")
+    at_least(o, 1, "iters")
+    at_least(o, 0, "intra_op_threads")
+    for name in ("mem_len", "warmup"):
+        if o[name] is not None:
+            at_least(o, 0, name)
+    if o["tgt_len"] is not None:
+        at_least(o, 1, "tgt_len")
+    return integer_list(o["batch_sizes"], "batch_sizes", 1, "comma-separated positive integers")
+
+
 def main(argv):
     del argv
+    o = values(SPEC)
+    batches = check_options(o)
     import onnxruntime
     import tensorflow as tf
     from txl_tf import TransformerXL, TransformerXLConfig
 
-    if FLAGS.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
-    cfg = TransformerXLConfig.preset(FLAGS.preset)
-    mem_len = cfg.mem_len if FLAGS.mem_len is None else FLAGS.mem_len
-    tgt_len = cfg.tgt_len if FLAGS.tgt_len is None else FLAGS.tgt_len
-    warmup = FLAGS.warmup if FLAGS.warmup is not None else max(mem_len // tgt_len + 2, 5)
-    batches = [int(b) for b in FLAGS.batch_sizes]
+    if o["intra_op_threads"]:
+        tf.config.threading.set_intra_op_parallelism_threads(o["intra_op_threads"])
+    cfg = TransformerXLConfig.preset(o["preset"])
+    mem_len = cfg.mem_len if o["mem_len"] is None else o["mem_len"]
+    tgt_len = cfg.tgt_len if o["tgt_len"] is None else o["tgt_len"]
+    warmup = o["warmup"] if o["warmup"] is not None else max(mem_len // tgt_len + 2, 5)
     core = TransformerXL(cfg)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         backends = build_backends(
-            core, mem_len, FLAGS.backends, FLAGS.device, workdir,
-            ort_session_options(FLAGS.intra_op_threads, FLAGS.ort_spinning))
+            core, mem_len, o["backends"], o["device"], workdir,
+            ort_session_options(o["intra_op_threads"], o["ort_spinning"]))
         for name, rt in backends.items():
             logging.info("%s: %s", name, getattr(rt, "describe", lambda: "tf.function")())
-        for workload in FLAGS.workloads:
+        for workload in o["workloads"]:
             seg_len = 1 if workload == "decode" else tgt_len
             for batch in batches:
                 times = time_interleaved(backends, workload, batch, seg_len, cfg.n_token,
-                                         FLAGS.iters, warmup)
+                                         o["iters"], warmup)
                 group = [{"workload": workload, "batch": batch, "seg_len": seg_len,
                           "backend": name, **summarize(t, batch, seg_len)}
                          for name, t in times.items()]
@@ -194,21 +218,21 @@ def main(argv):
     print(table)
     result = {
         "question": "per-call inference latency of the exported models vs the Keras core",
-        "settings": {"preset": FLAGS.preset, "mem_len": mem_len, "tgt_len": tgt_len,
-                     "iters": FLAGS.iters, "warmup": warmup, "batch_sizes": batches,
-                     "device": FLAGS.device, "intra_op_threads": FLAGS.intra_op_threads,
-                     "ort_spinning": FLAGS.ort_spinning},
+        "settings": {"preset": o["preset"], "mem_len": mem_len, "tgt_len": tgt_len,
+                     "iters": o["iters"], "warmup": warmup, "batch_sizes": batches,
+                     "device": o["device"], "intra_op_threads": o["intra_op_threads"],
+                     "ort_spinning": o["ort_spinning"]},
         "environment": {"tensorflow": tf.__version__, "onnxruntime": onnxruntime.__version__,
                         "cpu_count": os.cpu_count(), "platform": platform.platform(),
                         "providers": providers},
         "config": cfg.to_dict(), "results": rows, "table": table,
     }
-    if FLAGS.output:
-        os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
-        with open(FLAGS.output, "w", encoding="utf-8") as f:
+    if o["output"]:
+        os.makedirs(os.path.dirname(o["output"]) or ".", exist_ok=True)
+        with open(o["output"], "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
-        print(f"wrote {FLAGS.output}")
+        print(f"wrote {o['output']}")
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

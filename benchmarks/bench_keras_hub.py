@@ -23,31 +23,32 @@ import sys
 import tempfile
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 
-flags.DEFINE_string("model_dir", "pystdlib_small", "A trained model directory or shipped model "
-                    "name.")
-flags.DEFINE_string("dataset", "pystdlib", "Corpus whose validation split is held out.")
-flags.DEFINE_integer("eval_tokens", 32768, "Held-out ids evaluated (from the split's start).")
-flags.DEFINE_integer("eval_batch_size", 8, "Streams of the evaluation.")
-flags.DEFINE_integer("prompt_len", 64, "Prompt ids of the generate timing.")
-flags.DEFINE_integer("new_tokens", 64, "New ids of the generate timing.")
-flags.DEFINE_integer("repeats", 5, "Timed generate runs (the median is reported).")
-flags.DEFINE_string("finetune_data",
-                    os.path.join(REPO, "..", "shared", "data", "tinyshakespeare.txt"),
-                    "Text the LoRA run adapts the model to.")
-flags.DEFINE_integer("lora_rank", 4, "LoRA rank.")
-flags.DEFINE_integer("lora_steps", 200, "Fine-tuning steps.")
-flags.DEFINE_integer("lora_batch_size", 8, "Fine-tuning streams.")
-flags.DEFINE_float("lora_learning_rate", 3e-3, "Fine-tuning learning rate (Adam).")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "keras_hub.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "model_dir", "pystdlib_small", "A trained model directory or shipped model "
+           "name."),
+    option("string", "dataset", "pystdlib", "Corpus whose validation split is held out."),
+    option("integer", "eval_tokens", 32768, "Held-out ids evaluated (from the split's start)."),
+    option("integer", "eval_batch_size", 8, "Streams of the evaluation."),
+    option("integer", "prompt_len", 64, "Prompt ids of the generate timing."),
+    option("integer", "new_tokens", 64, "New ids of the generate timing."),
+    option("integer", "repeats", 5, "Timed generate runs (the median is reported)."),
+    option("string", "finetune_data",
+           os.path.join(REPO, "..", "shared", "data", "tinyshakespeare.txt"),
+           "Text the LoRA run adapts the model to."),
+    option("integer", "lora_rank", 4, "LoRA rank."),
+    option("integer", "lora_steps", 200, "Fine-tuning steps."),
+    option("integer", "lora_batch_size", 8, "Fine-tuning streams."),
+    option("float", "lora_learning_rate", 3e-3, "Fine-tuning learning rate (Adam)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "keras_hub.json"),
+           "Where to write the JSON results."),
+)
 
 
 def streams(causal_lm, ids, batch_size):
@@ -175,8 +176,8 @@ def run(o):
 
 def main(argv):
     del argv
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

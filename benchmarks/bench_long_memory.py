@@ -56,46 +56,48 @@ import sys
 import tempfile
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values, integer_list  # noqa: E402
+from benchmarks.common import integer_list  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
 PAPER_MEMORY = {"enwik8_base": 2100, "wt103_base": 1600}
 CACHE_PLACES = {"auto": "auto", "true": True, "false": False}
 TURN = 32
 
-flags.DEFINE_string("presets", "enwik8_base", "Comma-separated model presets (random weights).")
-flags.DEFINE_integer("mem_len", None, "Memory length (default: the paper's evaluation memory for "
-                     "enwik8_base / wt103_base, else the preset's).")
-flags.DEFINE_integer("clamp_len", None, "The model's clamp_len (default: the preset's: none). "
-                     "The paper evaluates enwik8_base with 820, its large models at memory "
-                     "1,600-3,800 with 1,000; the XLA decoder keeps keys for the distinct "
-                     "distances only.")
-flags.DEFINE_string("batch_sizes", "1,16", "Comma-separated batch sizes.")
-flags.DEFINE_string("backends", "xla,onnx,saved_model", "Comma-separated: xla, onnx, "
-                    "saved_model, triton.")
-flags.DEFINE_integer("tokens", 16, "Timed steps per measurement.")
-flags.DEFINE_bool("turns", True, "Also time a conversation turn and a prompt read (batch 1).")
-flags.DEFINE_bool("sessions", True, "Also time a session table (runtimes, batch > 1).")
-flags.DEFINE_string("work_dir", None, "Where the exports go, kept (default: a temporary folder, "
-                    "removed at the end).")
-flags.DEFINE_bool("reuse_exports", False, "Time the exports already in --work_dir (<preset>/out, "
-                  "e.g. made on another machine: benchmarks/onnx_weights.py) instead of "
-                  "exporting; ONNX needs no TensorFlow then.")
-flags.DEFINE_string("device", "cpu", "The ONNX Runtime backend's device: cpu, cuda or auto (the "
-                    "XLA decoder and the SavedModel run on the CPU). On cuda the bound is read "
-                    "at the GPU's bandwidth.")
-flags.DEFINE_string("device_cache", "auto", "ONNX Runtime's decode cache: auto (on the device on "
-                    "CUDA), true or false (numpy in host memory).")
-flags.DEFINE_string("cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
-                    "auto (with the cache on CUDA), true or false.")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "presets", "enwik8_base", "Comma-separated model presets (random weights)."),
+    option("integer", "mem_len", None, "Memory length (default: the paper's evaluation memory for "
+           "enwik8_base / wt103_base, else the preset's)."),
+    option("integer", "clamp_len", None, "The model's clamp_len (default: the preset's: none). "
+           "The paper evaluates enwik8_base with 820, its large models at memory "
+           "1,600-3,800 with 1,000; the XLA decoder keeps keys for the distinct "
+           "distances only."),
+    option("string", "batch_sizes", "1,16", "Comma-separated batch sizes."),
+    option("string", "backends", "xla,onnx,saved_model", "Comma-separated: xla, onnx, "
+           "saved_model, triton."),
+    option("integer", "tokens", 16, "Timed steps per measurement."),
+    option("bool", "turns", True, "Also time a conversation turn and a prompt read (batch 1)."),
+    option("bool", "sessions", True, "Also time a session table (runtimes, batch > 1)."),
+    option("string", "work_dir", None, "Where the exports go, kept (default: a temporary folder, "
+           "removed at the end)."),
+    option("bool", "reuse_exports", False, "Time the exports already in --work_dir (<preset>/out, "
+           "e.g. made on another machine: benchmarks/onnx_weights.py) instead of "
+           "exporting; ONNX needs no TensorFlow then."),
+    option("string", "device", "cpu", "The ONNX Runtime backend's device: cpu, cuda or auto (the "
+           "XLA decoder and the SavedModel run on the CPU). On cuda the bound is read "
+           "at the GPU's bandwidth."),
+    option("string", "device_cache", "auto", "ONNX Runtime's decode cache: auto (on the device on "
+           "CUDA), true or false (numpy in host memory)."),
+    option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
+           "auto (with the cache on CUDA), true or false."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
+           "Where to write the JSON results."),
+)
 
 
 def parse_batch_sizes(text):
@@ -500,8 +502,8 @@ def _on_cuda(device):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

@@ -22,30 +22,31 @@ import subprocess
 import sys
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 
 N_CLASSES, MARKER = 3, 253
 
-flags.DEFINE_string("arms", "32:1,32:4,96:1", "Comma-separated mem_len:grad_segments.")
-flags.DEFINE_string("seeds", "0,1", "Comma-separated seeds.")
-flags.DEFINE_string("preset", "small", "Backbone preset (fresh weights).")
-flags.DEFINE_integer("segment_len", 32, "Bytes per segment.")
-flags.DEFINE_integer("segments", 4, "Segments per document.")
-flags.DEFINE_integer("steps", 1000, "Training steps per arm.")
-flags.DEFINE_integer("batch_size", 32, "Documents per step.")
-flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (10% warm-up, cosine decay).")
-flags.DEFINE_integer("test_documents", 600, "Held-out documents.")
-flags.DEFINE_string("arm", None, "Internal: run one arm (mem_len:grad_segments:seed) and print "
-                    "its JSON.")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "memory_reach.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "arms", "32:1,32:4,96:1", "Comma-separated mem_len:grad_segments."),
+    option("string", "seeds", "0,1", "Comma-separated seeds."),
+    option("string", "preset", "small", "Backbone preset (fresh weights)."),
+    option("integer", "segment_len", 32, "Bytes per segment."),
+    option("integer", "segments", 4, "Segments per document."),
+    option("integer", "steps", 1000, "Training steps per arm."),
+    option("integer", "batch_size", 32, "Documents per step."),
+    option("float", "learning_rate", 1e-3, "Peak learning rate (10% warm-up, cosine decay)."),
+    option("integer", "test_documents", 600, "Held-out documents."),
+    option("string", "arm", None, "Internal: run one arm (mem_len:grad_segments:seed) and print "
+           "its JSON."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "memory_reach.json"),
+           "Where to write the JSON results."),
+)
 
 
 def documents(n, segment_len, segments, seed):
@@ -142,8 +143,8 @@ def table(results, o):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

@@ -31,39 +31,40 @@ import sys
 import tempfile
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from benchmarks.quality_recipe import (RECIPE, one_run, parse_seeds, run_all,  # noqa: E402
                                        split_text, thread_env)
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 
-flags.DEFINE_string("text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
-                    "A word-level text file (one sentence or paragraph a line).")
-flags.DEFINE_string("seeds", "0,1,2,3,4", "Comma-separated seeds.")
-flags.DEFINE_string("precisions", "none,auto", "Values of the training job's --mixed_precision "
-                    "(none: float32).")
-flags.DEFINE_string("warmups", "default,0", "Warm-up arms: 'default' (no --warmup_steps flag) or "
-                    "a number of steps.")
-flags.DEFINE_integer("train_steps", 1500, "Training steps per run.")
-flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (0: the job's default).")
-flags.DEFINE_float("heldout_fraction", 0.1, "Last fraction of the lines held out.")
-flags.DEFINE_integer("valid_lines", 400, "First lines used as the (logged) validation split.")
-flags.DEFINE_string("reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
-                    "adds the paper's code as an arm.")
-flags.DEFINE_string("reference_python", None, "An interpreter with torch and numpy, for "
-                    "--reference_dir.")
-flags.DEFINE_integer("reference_threads", 2, "torch threads of the paper's code.")
-flags.DEFINE_integer("parallel", 1, "Training jobs at once.")
-flags.DEFINE_integer("threads", 0, "TensorFlow intra-op threads per job (0: its default, all "
-                     "cores); with --parallel=2 on 2 cores, 1.")
-flags.DEFINE_string("work_dir", None, "Where runs are kept (default: a temporary folder).")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "quality.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
+           "A word-level text file (one sentence or paragraph a line)."),
+    option("string", "seeds", "0,1,2,3,4", "Comma-separated seeds."),
+    option("string", "precisions", "none,auto", "Values of the training job's --mixed_precision "
+           "(none: float32)."),
+    option("string", "warmups", "default,0", "Warm-up arms: 'default' (no --warmup_steps flag) or "
+           "a number of steps."),
+    option("integer", "train_steps", 1500, "Training steps per run."),
+    option("float", "learning_rate", 1e-3, "Peak learning rate (0: the job's default)."),
+    option("float", "heldout_fraction", 0.1, "Last fraction of the lines held out."),
+    option("integer", "valid_lines", 400, "First lines used as the (logged) validation split."),
+    option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
+           "adds the paper's code as an arm."),
+    option("string", "reference_python", None, "An interpreter with torch and numpy, for "
+           "--reference_dir."),
+    option("integer", "reference_threads", 2, "torch threads of the paper's code."),
+    option("integer", "parallel", 1, "Training jobs at once."),
+    option("integer", "threads", 0, "TensorFlow intra-op threads per job (0: its default, all "
+           "cores); with --parallel=2 on 2 cores, 1."),
+    option("string", "work_dir", None, "Where runs are kept (default: a temporary folder)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "quality.json"),
+           "Where to write the JSON results."),
+)
 
 
 def reference_ids(data_dir, cache_dir, path):
@@ -191,8 +192,8 @@ def _write(path, o, runs):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

@@ -16,32 +16,33 @@ import os
 import sys
 import tempfile
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 
-flags.DEFINE_string("data", os.path.join(REPO, "..", "shared", "data", "tinyshakespeare.txt"),
-                    "Tiny Shakespeare text file.")
-flags.DEFINE_float("budget_s", 480, "Training time budget in seconds.")
-flags.DEFINE_string("preset", "small", "Model preset.")
-flags.DEFINE_integer("batch_size", 16, "Global batch size.")
-flags.DEFINE_integer("tgt_len", None, "Segment length (default: the preset's).")
-flags.DEFINE_integer("mem_len", None, "Training memory length (default: the preset's).")
-flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate.")
-flags.DEFINE_float("dropout", None, "Dropout (default: the preset's).")
-flags.DEFINE_multi_string("config_override", [], "field=value changes to the preset, e.g. "
-                          "d_model=192 (as the training job's flag).")
-flags.DEFINE_enum("mixed_precision", "auto", ["auto", "none", "mixed_float16", "mixed_bfloat16"],
-                  "As the training job's flag.")
-flags.DEFINE_integer("eval_batch_size", 8, "Streams during evaluation.")
-flags.DEFINE_string("model_dir", None, "Training folder (default: a temporary one).")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "shakespeare.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "data", os.path.join(REPO, "..", "shared", "data", "tinyshakespeare.txt"),
+           "Tiny Shakespeare text file."),
+    option("float", "budget_s", 480, "Training time budget in seconds."),
+    option("string", "preset", "small", "Model preset."),
+    option("integer", "batch_size", 16, "Global batch size."),
+    option("integer", "tgt_len", None, "Segment length (default: the preset's)."),
+    option("integer", "mem_len", None, "Training memory length (default: the preset's)."),
+    option("float", "learning_rate", 1e-3, "Peak learning rate."),
+    option("float", "dropout", None, "Dropout (default: the preset's)."),
+    option("multi_string", "config_override", [], "field=value changes to the preset, e.g. "
+           "d_model=192 (as the training job's flag)."),
+    option("enum", "mixed_precision", "auto", "As the training job's flag.",
+           ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
+    option("integer", "eval_batch_size", 8, "Streams during evaluation."),
+    option("string", "model_dir", None, "Training folder (default: a temporary one)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "shakespeare.json"),
+           "Where to write the JSON results."),
+)
 
 
 def run(o):
@@ -101,8 +102,8 @@ def run(o):
 
 def main(argv):
     del argv
-    run(flag_values())  # absl would pass a returned value to sys.exit
+    run(values(SPEC))  # absl would pass a returned value to sys.exit
 
 
 if __name__ == "__main__":
-    cli.run(main)  # the jobs' exit path: bad input is one `error:` line
+    cli.run(main, SPEC)  # the jobs' exit path: bad input is one `error:` line

@@ -18,30 +18,31 @@ import os
 import sys
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "float16")
 PAPER_MEMORY = {"enwik8_base": 2100, "enwik8_large": 3800, "wt103_base": 1600,
                 "wt103_large": 1600}
 
-flags.DEFINE_string("model_dir", None, "A training job's model directory.")
-flags.DEFINE_string("dataset", "wt2", "Corpus name (as training.evaluate).")
-flags.DEFINE_string("data_dir", None, "The corpus folder.")
-flags.DEFINE_string("cache_dir", None, "Where encoded corpora are cached.")
-flags.DEFINE_string("split", "test", "Which split to read.")
-flags.DEFINE_integer("mem_len", 640, "Memory length of the decode cache.")
-flags.DEFINE_integer("tokens", 1000, "Tokens read per stream.")
-flags.DEFINE_integer("streams", 4, "Streams (rows) read at once, each from its own part of the "
-                     "split.")
-flags.DEFINE_string("output",
-                    os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "model_dir", None, "A training job's model directory."),
+    option("string", "dataset", "wt2", "Corpus name (as training.evaluate)."),
+    option("string", "data_dir", None, "The corpus folder."),
+    option("string", "cache_dir", None, "Where encoded corpora are cached."),
+    option("string", "split", "test", "Which split to read."),
+    option("integer", "mem_len", 640, "Memory length of the decode cache."),
+    option("integer", "tokens", 1000, "Tokens read per stream."),
+    option("integer", "streams", 4, "Streams (rows) read at once, each from its own part of the "
+           "split."),
+    option("string", "output",
+           os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
+           "Where to write the JSON results."),
+)
 
 
 def read_through_cache(core, ids, mem_len, precision):
@@ -137,8 +138,8 @@ def run(o):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

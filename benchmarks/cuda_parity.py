@@ -23,23 +23,24 @@ import sys
 
 import numpy as np
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from export import open_runtime  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
-flags.DEFINE_string("exports", None, "Comma-separated export folders (model.onnx and the decode "
-                    "graphs).")
-flags.DEFINE_integer("steps", 40, "Decode steps compared (batch 2).")
-flags.DEFINE_float("tolerance", 1e-3, "Largest log-prob difference to the CPU allowed (TF32 "
-                   "aside).")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "cuda_parity.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "exports", None, "Comma-separated export folders (model.onnx and the decode "
+           "graphs)."),
+    option("integer", "steps", 40, "Decode steps compared (batch 2)."),
+    option("float", "tolerance", 1e-3, "Largest log-prob difference to the CPU allowed (TF32 "
+           "aside)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "cuda_parity.json"),
+           "Where to write the JSON results."),
+)
 
 
 def compare(path, steps, seed=0):
@@ -110,8 +111,8 @@ def run(o):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

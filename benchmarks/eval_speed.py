@@ -19,20 +19,21 @@ import os
 import time
 
 import numpy as np
-from absl import flags
 
-from benchmarks.common import integer_list
+from benchmarks.common import at_least, integer_list
 from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
 
-flags.DEFINE_string("preset", "small", "TransformerXLConfig preset (random weights).")
-flags.DEFINE_string("lengths", "128,256,512,1024", "Comma-separated attention lengths L "
-                    "(segment and memory L/2 each).")
-flags.DEFINE_string("batch_sizes", "1,16", "Comma-separated batch sizes.")
-flags.DEFINE_integer("vanilla_calls", 8, "Timed calls of the vanilla window (one token each).")
-flags.DEFINE_integer("xl_calls", 4, "Timed calls of Transformer-XL (L/2 tokens each).")
-flags.DEFINE_string("output", "benchmarks/results/eval_speed.json",
-                    "JSON results file (the PNG goes next to it).")
-FLAGS = flags.FLAGS
+SPEC = (
+    option("string", "preset", "small", "TransformerXLConfig preset (random weights)."),
+    option("string", "lengths", "128,256,512,1024", "Comma-separated attention lengths L "
+           "(segment and memory L/2 each)."),
+    option("string", "batch_sizes", "1,16", "Comma-separated batch sizes."),
+    option("integer", "vanilla_calls", 8, "Timed calls of the vanilla window (one token each)."),
+    option("integer", "xl_calls", 4, "Timed calls of Transformer-XL (L/2 tokens each)."),
+    option("string", "output", "benchmarks/results/eval_speed.json",
+           "JSON results file (the PNG goes next to it)."),
+)
 
 
 def build_paths(core, batch, length):
@@ -144,32 +145,34 @@ def plot(rows, path):
 
 def main(argv):
     del argv
-    lengths = integer_list(FLAGS.lengths, "lengths", 2, "comma-separated integers >= 2")
-    batch_sizes = integer_list(FLAGS.batch_sizes, "batch_sizes", 1,
+    o = values(SPEC)
+    at_least(o, 1, "vanilla_calls", "xl_calls")
+    lengths = integer_list(o["lengths"], "lengths", 2, "comma-separated integers >= 2")
+    batch_sizes = integer_list(o["batch_sizes"], "batch_sizes", 1,
                                "comma-separated positive integers")
     import tensorflow as tf
 
     from txl_tf import TransformerXL, TransformerXLConfig
 
-    core = TransformerXL(TransformerXLConfig.preset(FLAGS.preset, dropout=0.0, dropatt=0.0))
+    core = TransformerXL(TransformerXLConfig.preset(o["preset"], dropout=0.0, dropatt=0.0))
     rows = []
     for batch in batch_sizes:
         for length in lengths:
-            rows.append(measure(core, batch, length, FLAGS.vanilla_calls, FLAGS.xl_calls))
+            rows.append(measure(core, batch, length, o["vanilla_calls"], o["xl_calls"]))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
-    result = {"preset": FLAGS.preset, "config": core.config.to_dict(),
+    result = {"preset": o["preset"], "config": core.config.to_dict(),
               "device": "cpu" if not tf.config.list_physical_devices("GPU") else "gpu",
               "cpu_threads": os.cpu_count(), "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
-    with open(FLAGS.output, "w", encoding="utf-8") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     try:
-        plot(rows, os.path.splitext(FLAGS.output)[0] + ".png")
+        plot(rows, os.path.splitext(o["output"])[0] + ".png")
     except ImportError:
         print("matplotlib not installed: no plot")
-    print(f"wrote {FLAGS.output}")
+    print(f"wrote {o['output']}")
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

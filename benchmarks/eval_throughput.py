@@ -15,20 +15,20 @@ With `--reference_dir`, the paper's PyTorch code (`paper_reference.py`) is
 the first row of each memory length, interleaved likewise. Prints a table
 and writes JSON and its PNG chart.
 """
-from absl import flags
-
 from benchmarks import throughput as tp
+from benchmarks.common import integer_list
 from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
 
-flags.DEFINE_list("shapes", ["small"], f"Shapes: {sorted(tp.SHAPES)}.")
-flags.DEFINE_list("mem_lens", ["128", "512"], "Evaluation memory lengths.")
-flags.DEFINE_list("variants", list(tp.VARIANTS), f"Variants: {list(tp.VARIANTS)}.")
-flags.DEFINE_integer("iters", 30, "Timed batches per model.")
-flags.DEFINE_integer("warmup", 3, "Untimed batches per model first.")
-flags.DEFINE_integer("block", 5, "Batches per model per round.")
-flags.DEFINE_string("output", "benchmarks/results/eval_throughput.json", "JSON results file.")
-tp.define_reference_flags(flags)
-FLAGS = flags.FLAGS
+SPEC = (
+    option("list", "shapes", ["small"], f"Shapes: {sorted(tp.SHAPES)}."),
+    option("list", "mem_lens", ["128", "512"], "Evaluation memory lengths."),
+    option("list", "variants", list(tp.VARIANTS), f"Variants: {list(tp.VARIANTS)}."),
+    option("integer", "iters", 30, "Timed batches per model."),
+    option("integer", "warmup", 3, "Untimed batches per model first."),
+    option("integer", "block", 5, "Batches per model per round."),
+    option("string", "output", "benchmarks/results/eval_throughput.json", "JSON results file."),
+) + tp.REFERENCE_OPTIONS
 
 
 def evaluate_runner(model, dataset):
@@ -41,22 +41,24 @@ def evaluate_runner(model, dataset):
 
 def main(argv):
     del argv
+    o = tp.check_options(values(SPEC))
+    mem_lens = integer_list(o["mem_lens"], "mem_lens", 0, "comma-separated integers >= 0")
     from txl_tf.data import eval_segment_dataset
     env_before, peak = tp.environment(), tp.peaks()
     rows = []
-    for shape in FLAGS.shapes:
+    for shape in o["shapes"]:
         cfg, batch, dataset = tp.shape_data(shape, eval_segment_dataset)
-        variants = (["paper"] if FLAGS.reference_dir else []) + FLAGS.variants
-        keys = [(v, int(m)) for m in FLAGS.mem_lens for v in variants]
+        variants = (["paper"] if o["reference_dir"] else []) + o["variants"]
+        keys = [(v, m) for m in mem_lens for v in variants]
         runners = {}
         for v, m in keys:
             if v == "paper":
                 runners[f"{v} mem{m}"] = tp.ReferenceRunner(
-                    FLAGS.reference_python, FLAGS.reference_dir, "eval", shape, m)
+                    o["reference_python"], o["reference_dir"], "eval", shape, m)
             else:
                 model = tp.build_model(cfg, batch, m, *tp.VARIANTS[v])
                 runners[f"{v} mem{m}"] = evaluate_runner(model, dataset)
-        times = tp.interleave(runners, FLAGS.iters, FLAGS.warmup, FLAGS.block)
+        times = tp.interleave(runners, o["iters"], o["warmup"], o["block"])
         for runner in runners.values():
             if isinstance(runner, tp.ReferenceRunner):
                 runner.close()
@@ -80,12 +82,12 @@ def main(argv):
                ("tok/s", "tokens_per_s", ",.0f"), (f"x {rows[0]['variant']}", "vs_first", ".2f"),
                ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
                ("MFU", "mfu", ".1%")]
-    settings = {"iters": FLAGS.iters, "warmup": FLAGS.warmup, "block": FLAGS.block,
-                "mem_lens": [int(m) for m in FLAGS.mem_lens],
-                "shapes": {s: tp.SHAPES[s] for s in FLAGS.shapes}}
-    tp.report(rows, peak, env_before, columns, FLAGS.output,
+    settings = {"iters": o["iters"], "warmup": o["warmup"], "block": o["block"],
+                "mem_lens": mem_lens,
+                "shapes": {s: tp.SHAPES[s] for s in o["shapes"]}}
+    tp.report(rows, peak, env_before, columns, o["output"],
               "evaluation tokens/s of TransformerXLLM.evaluate, memory carried", settings)
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

@@ -16,18 +16,20 @@ import sys
 import tempfile
 import time
 
-from absl import flags
 
+from benchmarks.common import BenchmarkError, at_least, names_from
 from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
 
 PAPER_PRESETS = ["small", "enwik8_base", "enwik8_large", "text8", "wt103_base", "wt103_large"]
-flags.DEFINE_list("presets", PAPER_PRESETS, "TransformerXLConfig presets.")
-flags.DEFINE_integer("mem_len", 150, "--mem_len of the export.")
-flags.DEFINE_string("work_dir", None, "Where model directories and exports go (default: a "
-                    "temporary folder, removed at the end).")
-flags.DEFINE_float("max_ratio", 5.0, "Peak RSS allowed, in multiples of the weights' size.")
-flags.DEFINE_string("output", "benchmarks/results/export_memory.json", "JSON results file.")
-FLAGS = flags.FLAGS
+SPEC = (
+    option("list", "presets", PAPER_PRESETS, "TransformerXLConfig presets."),
+    option("integer", "mem_len", 150, "--mem_len of the export."),
+    option("string", "work_dir", None, "Where model directories and exports go (default: a "
+           "temporary folder, removed at the end)."),
+    option("float", "max_ratio", 5.0, "Peak RSS allowed, in multiples of the weights' size."),
+    option("string", "output", "benchmarks/results/export_memory.json", "JSON results file."),
+)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MAKE_MODEL = """
@@ -100,29 +102,40 @@ def table(rows, max_ratio):
     return "\n".join(lines)
 
 
+def check_options(o):
+    """Raises `BenchmarkError` naming the first bad flag of the options `o`."""
+    at_least(o, 0, "mem_len")
+    if not o["max_ratio"] > 0:
+        raise BenchmarkError(f"--max_ratio must be positive, got {o['max_ratio']}")
+    from txl_tf.config import PRESETS
+    names_from(o["presets"], "presets", sorted(PRESETS))
+
+
 def main(argv):
     del argv
-    work_dir = FLAGS.work_dir or tempfile.mkdtemp(prefix="export_memory_")
+    o = values(SPEC)
+    check_options(o)
+    work_dir = o["work_dir"] or tempfile.mkdtemp(prefix="export_memory_")
     os.makedirs(work_dir, exist_ok=True)
     rows = []
     try:
-        for preset in FLAGS.presets:
-            rows.append(measure(preset, work_dir, FLAGS.mem_len))
+        for preset in o["presets"]:
+            rows.append(measure(preset, work_dir, o["mem_len"]))
             r = rows[-1]
             print(f"{preset}: exit {r['exit_status']}, peak {r['peak_gb']:.2f} GB "
                   f"({r['ratio']:.2f}x weights), {r['seconds']:.0f}s", flush=True)
     finally:
-        if not FLAGS.work_dir:
+        if not o["work_dir"]:
             shutil.rmtree(work_dir, ignore_errors=True)
-    print(table(rows, FLAGS.max_ratio))
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
-    with open(FLAGS.output, "w", encoding="utf-8") as f:
-        json.dump({"mem_len": FLAGS.mem_len, "max_ratio": FLAGS.max_ratio,
+    print(table(rows, o["max_ratio"]))
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump({"mem_len": o["mem_len"], "max_ratio": o["max_ratio"],
                    "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                    "results": rows}, f, indent=2)
-    if any(r["exit_status"] or r["ratio"] > FLAGS.max_ratio for r in rows):
+    if any(r["exit_status"] or r["ratio"] > o["max_ratio"] for r in rows):
         sys.exit(1)
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

@@ -18,25 +18,27 @@ import os
 import statistics
 import sys
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values, integer_list  # noqa: E402
+from benchmarks.common import integer_list  # noqa: E402
 from training import evaluate  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 
-flags.DEFINE_string("model_dirs", None, "Comma-separated model (or training run) directories.")
-flags.DEFINE_string("dataset", "wt2", "Corpus name.")
-flags.DEFINE_string("data_dir", None, "Corpus folder.")
-flags.DEFINE_string("cache_dir", None, "Corpus cache folder (training.evaluate's).")
-flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split to score.")
-flags.DEFINE_string("mem_lens", "0,64,128,256", "Comma-separated memory lengths.")
-flags.DEFINE_integer("batch_size", 10, "Streams scored side by side (training.evaluate's).")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "memory_use.json"),
-                    "Where to write the JSON results.")
+SPEC = (
+    option("string", "model_dirs", None, "Comma-separated model (or training run) directories."),
+    option("string", "dataset", "wt2", "Corpus name."),
+    option("string", "data_dir", None, "Corpus folder."),
+    option("string", "cache_dir", None, "Corpus cache folder (training.evaluate's)."),
+    option("enum", "split", "test", "Split to score.", ["train", "valid", "test"]),
+    option("string", "mem_lens", "0,64,128,256", "Comma-separated memory lengths."),
+    option("integer", "batch_size", 10, "Streams scored side by side (training.evaluate's)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "memory_use.json"),
+           "Where to write the JSON results."),
+)
 
 
 def score(o, model_dir, mem_len):
@@ -85,8 +87,8 @@ def run(o):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

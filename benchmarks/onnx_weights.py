@@ -18,22 +18,23 @@ import sys
 
 import numpy as np
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
 MARK = "txl_tf:random"
 MIN_ELEMENTS = 4096  # smaller weights (and every integer constant) are kept
 
-flags.DEFINE_string("export_dir", None, "The export to strip (its .onnx and .json files).")
-flags.DEFINE_string("skeleton_dir", None, "Where the skeleton goes (strip) or is (fill).")
-flags.DEFINE_bool("fill", False, "Fill the skeleton's weights instead of stripping.")
-flags.DEFINE_integer("seed", 0, "Seed of the random weights (fill).")
+SPEC = (
+    option("string", "export_dir", None, "The export to strip (its .onnx and .json files)."),
+    option("string", "skeleton_dir", None, "Where the skeleton goes (strip) or is (fill)."),
+    option("bool", "fill", False, "Fill the skeleton's weights instead of stripping."),
+    option("integer", "seed", 0, "Seed of the random weights (fill)."),
+)
 
 
 def strip(export_dir, skeleton_dir):
@@ -91,8 +92,8 @@ def run(o):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

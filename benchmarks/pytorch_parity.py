@@ -22,6 +22,17 @@ import tempfile
 
 import numpy as np
 
+try:
+    from txl_tf.app.flagspec import option
+except ImportError:  # the torch stage's interpreter: torch and numpy only, no flags
+    def option(*fields):
+        return fields
+
+SPEC = (
+    option("string", "torch_python", None, "A Python with PyTorch (runs the paper's code)."),
+    option("string", "ref_dir", None, "The paper's pytorch/ folder (mem_transformer.py)."),
+    option("string", "output", "benchmarks/results/pytorch_parity.json", "JSON results file."),
+)
 CASES = {
     "enwik8-like (no cutoffs)": dict(n_token=24, cutoffs=[], div_val=1, d_embed=32),
     "adaptive (cutoffs, div_val 2)": dict(n_token=50, cutoffs=[10, 30], div_val=2, d_embed=16),
@@ -155,30 +166,22 @@ def table(rows):
     return "\n".join(lines)
 
 
-def define_flags():
-    """The command line's flags (absl is imported here: the torch stage's
-    interpreter needs only torch and numpy)."""
-    from absl import flags
-    flags.DEFINE_string("torch_python", None, "A Python with PyTorch (runs the paper's code).")
-    flags.DEFINE_string("ref_dir", None, "The paper's pytorch/ folder (mem_transformer.py).")
-    flags.DEFINE_string("output", "benchmarks/results/pytorch_parity.json", "JSON results file.")
-    return flags.FLAGS
-
-
 def main(argv):
     del argv
-    from txl_tf.errors import TxlError
-    if not (FLAGS.torch_python and FLAGS.ref_dir):
-        raise TxlError("--torch_python and --ref_dir are required")
+    from benchmarks.common import BenchmarkError
+    from txl_tf.app.flagspec import values
+    o = values(SPEC)
+    if not (o["torch_python"] and o["ref_dir"]):
+        raise BenchmarkError("--torch_python and --ref_dir are required")
     with tempfile.TemporaryDirectory() as tmp:
         npz = os.path.join(tmp, "torch.npz")
-        subprocess.run([FLAGS.torch_python, os.path.abspath(__file__), "torch_stage",
-                        os.path.abspath(FLAGS.ref_dir), npz], check=True)
+        subprocess.run([o["torch_python"], os.path.abspath(__file__), "torch_stage",
+                        os.path.abspath(o["ref_dir"]), npz], check=True)
         rows = compare(npz)
     print(table(rows))
-    with open(FLAGS.output, "w", encoding="utf-8") as f:
+    with open(o["output"], "w", encoding="utf-8") as f:
         json.dump({"segment": SEG, "mem_len": MEM, "batch": BATCH, "rows": rows}, f, indent=2)
-    print(f"wrote {FLAGS.output}")
+    print(f"wrote {o['output']}")
 
 
 if __name__ == "__main__":
@@ -186,5 +189,4 @@ if __name__ == "__main__":
         torch_stage(*sys.argv[2:4])
     else:
         from txl_tf.app import cli
-        FLAGS = define_flags()
-        cli.run(main)
+        cli.run(main, SPEC)

@@ -26,23 +26,24 @@ import subprocess
 import sys
 import time
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values, integer_list  # noqa: E402
+from benchmarks.common import at_least, integer_list  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
-flags.DEFINE_string("export_dir", None, "An export folder with model.onnx, the decode graphs "
-                    "and model.onnx.data (`python -m export`).")
-flags.DEFINE_string("batch_sizes", "1", "Comma-separated batch sizes (three runtimes at once: "
-                    "at batch 16 and memory 2,100 they need more than 24 GB).")
-flags.DEFINE_integer("rounds", 15, "Interleaved rounds of 6 decode steps per way.",
-                     lower_bound=1)
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results",
-                                           "runtime_memory.json"), "JSON results file.")
+SPEC = (
+    option("string", "export_dir", None, "An export folder with model.onnx, the decode graphs "
+           "and model.onnx.data (`python -m export`)."),
+    option("string", "batch_sizes", "1", "Comma-separated batch sizes (three runtimes at once: "
+           "at batch 16 and memory 2,100 they need more than 24 GB)."),
+    option("integer", "rounds", 15, "Interleaved rounds of 6 decode steps per way."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "runtime_memory.json"),
+           "JSON results file."),
+)
 WAYS = ("every session packed", "default", "low_memory")
 
 
@@ -109,7 +110,8 @@ def measure_steps(folder, batch, rounds):
 
 def main(argv):
     del argv
-    o = flag_values()
+    o = values(SPEC)
+    at_least(o, 1, "rounds")
     if not o["export_dir"] or not os.path.isfile(os.path.join(o["export_dir"],
                                                               "model.onnx.data")):
         raise TxlError("--export_dir must be an export folder holding model.onnx.data "
@@ -141,4 +143,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

@@ -20,16 +20,15 @@ import statistics
 import sys
 import tempfile
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from benchmarks.quality_recipe import (one_run, parse_seeds, run_all, split_text,  # noqa: E402
                                        thread_env)
 from training.errors import TrainingError  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 
 # name -> training flags after the recipe's (1e-3, warm-up 10%, dropout 0.1,
 # dropatt 0, cosine floor 0.004, clip 0.25).
@@ -71,19 +70,21 @@ SETTINGS = {
     "untie_r": ["--config_override=untie_r=true"],
 }
 
-flags.DEFINE_string("text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
-                    "A word-level text file (one sentence or paragraph a line).")
-flags.DEFINE_string("settings", ",".join(SETTINGS), "Comma-separated names from SETTINGS.")
-flags.DEFINE_string("seeds", "0", "Comma-separated seeds.")
-flags.DEFINE_string("precision", "none", "The training job's --mixed_precision.")
-flags.DEFINE_integer("train_steps", 1500, "Training steps per run.")
-flags.DEFINE_float("heldout_fraction", 0.1, "Last fraction of the lines held out (reported).")
-flags.DEFINE_float("selection_fraction", 0.1, "Fraction before it used to choose.")
-flags.DEFINE_integer("parallel", 2, "Jobs at once.")
-flags.DEFINE_integer("threads", 1, "TensorFlow intra-op threads per job.")
-flags.DEFINE_string("work_dir", None, "Where runs are kept (default: a temporary folder).")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "search.json"),
-                    "Where to write the JSON results (runs already there are kept and reused).")
+SPEC = (
+    option("string", "text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
+           "A word-level text file (one sentence or paragraph a line)."),
+    option("string", "settings", ",".join(SETTINGS), "Comma-separated names from SETTINGS."),
+    option("string", "seeds", "0", "Comma-separated seeds."),
+    option("string", "precision", "none", "The training job's --mixed_precision."),
+    option("integer", "train_steps", 1500, "Training steps per run."),
+    option("float", "heldout_fraction", 0.1, "Last fraction of the lines held out (reported)."),
+    option("float", "selection_fraction", 0.1, "Fraction before it used to choose."),
+    option("integer", "parallel", 2, "Jobs at once."),
+    option("integer", "threads", 1, "TensorFlow intra-op threads per job."),
+    option("string", "work_dir", None, "Where runs are kept (default: a temporary folder)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "search.json"),
+           "Where to write the JSON results (runs already there are kept and reused)."),
+)
 
 
 def summarize(runs):
@@ -161,8 +162,8 @@ def run(o):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

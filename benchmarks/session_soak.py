@@ -21,25 +21,25 @@ import sys
 import time
 
 import numpy as np
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
+from benchmarks.common import at_least  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
 
-flags.DEFINE_string("export_dir", None, "An export folder (`python -m export`).")
-flags.DEFINE_string("backend", "onnx", "onnx or saved_model.")
-flags.DEFINE_integer("sessions", 2000, "Sessions opened and closed in all.", lower_bound=1)
-flags.DEFINE_integer("max_open", 16, "Sessions open at once at most (the table's max_batch).",
-                     lower_bound=1)
-flags.DEFINE_integer("report_every", 250, "Print resident memory every this many sessions.",
-                     lower_bound=1)
-flags.DEFINE_integer("seed", 0, "The soak's random seed.")
-flags.DEFINE_string("output", os.path.join(REPO, "benchmarks", "results", "session_soak.json"),
-                    "JSON results file.")
+SPEC = (
+    option("string", "export_dir", None, "An export folder (`python -m export`)."),
+    option("string", "backend", "onnx", "onnx or saved_model."),
+    option("integer", "sessions", 2000, "Sessions opened and closed in all."),
+    option("integer", "max_open", 16, "Sessions open at once at most (the table's max_batch)."),
+    option("integer", "report_every", 250, "Print resident memory every this many sessions."),
+    option("integer", "seed", 0, "The soak's random seed."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "session_soak.json"),
+           "JSON results file."),
+)
 
 
 def resident_mb():
@@ -89,7 +89,8 @@ def differing(runtime, results):
 
 def main(argv):
     del argv
-    o = flag_values()
+    o = values(SPEC)
+    at_least(o, 1, "sessions", "max_open", "report_every")
     if not o["export_dir"]:
         raise TxlError("--export_dir is required (an export folder: python -m export)")
     from export import open_runtime
@@ -109,4 +110,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

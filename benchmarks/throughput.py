@@ -30,6 +30,9 @@ import time
 
 import numpy as np
 
+from benchmarks.common import at_least, names_from
+from txl_tf.app.flagspec import option
+
 # The issue's SMALL shape (5.19 M parameters) and a larger one.
 SHAPES = {
     "small": dict(n_token=256, n_layer=6, d_model=256, n_head=8, d_head=32, d_inner=1024,
@@ -261,15 +264,24 @@ def random_ids(n, n_token=256, seed=0):
     return np.random.default_rng(seed).integers(0, n_token, n).astype(np.int32)
 
 
-def define_reference_flags(flags):
-    """`--reference_dir` / `--reference_python`: the paper's code as a
-    same-run baseline row (see `paper_reference.py`)."""
-    flags.DEFINE_string("reference_dir", None,
-                        "The pytorch/ folder of kimiyoung/transformer-xl: adds its row.")
-    flags.DEFINE_string("reference_python", sys.executable,
-                        "A Python interpreter with torch, for --reference_dir.")
-    for name in ("reference_dir", "reference_python"):  # listed by the script's --help
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+# The options `train_throughput` and `eval_throughput` add to their SPEC:
+# the paper's code as a same-run baseline row (see `paper_reference.py`).
+REFERENCE_OPTIONS = (
+    option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
+           "adds its row."),
+    option("string", "reference_python", sys.executable, "A Python interpreter with torch, for "
+           "--reference_dir."),
+)
+
+
+def check_options(o):
+    """The options `o` of `train_throughput` or `eval_throughput`, checked
+    (a `BenchmarkError` names the first bad flag)."""
+    names_from(o["shapes"], "shapes", sorted(SHAPES))
+    names_from(o["variants"], "variants", list(VARIANTS))
+    at_least(o, 1, "iters", "block")
+    at_least(o, 0, "warmup")
+    return o
 
 
 class ReferenceRunner:

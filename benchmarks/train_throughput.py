@@ -18,48 +18,48 @@ the paper's PyTorch code (`paper_reference.py`) is the first row, interleaved
 likewise.
 """
 
-from absl import flags
-
 from benchmarks import throughput as tp
 from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
 
-flags.DEFINE_list("shapes", ["small", "medium"], f"Shapes: {sorted(tp.SHAPES)}.")
-flags.DEFINE_list("variants", list(tp.VARIANTS), f"Variants: {list(tp.VARIANTS)}.")
-flags.DEFINE_integer("iters", 30, "Timed batches per variant.")
-flags.DEFINE_integer("warmup", 4, "Untimed batches per variant first (tracing, compiling).")
-flags.DEFINE_integer("block", 5, "Batches per variant per round.")
-flags.DEFINE_integer("steps_per_execution", 1, "Keras steps_per_execution.")
-flags.DEFINE_string("output", "benchmarks/results/train_throughput.json", "JSON results file.")
-tp.define_reference_flags(flags)
-FLAGS = flags.FLAGS
+SPEC = (
+    option("list", "shapes", ["small", "medium"], f"Shapes: {sorted(tp.SHAPES)}."),
+    option("list", "variants", list(tp.VARIANTS), f"Variants: {list(tp.VARIANTS)}."),
+    option("integer", "iters", 30, "Timed batches per variant."),
+    option("integer", "warmup", 4, "Untimed batches per variant first (tracing, compiling)."),
+    option("integer", "block", 5, "Batches per variant per round."),
+    option("integer", "steps_per_execution", 1, "Keras steps_per_execution."),
+    option("string", "output", "benchmarks/results/train_throughput.json", "JSON results file."),
+) + tp.REFERENCE_OPTIONS
 
 
 def main(argv):
     del argv
+    o = tp.check_options(values(SPEC))
     from txl_tf.data import segment_dataset
     env_before, peak = tp.environment(), tp.peaks()
     rows = []
-    for shape in FLAGS.shapes:
+    for shape in o["shapes"]:
         cfg, batch, dataset = tp.shape_data(shape, segment_dataset)
         models = {v: tp.build_model(cfg, batch, cfg.mem_len, *tp.VARIANTS[v],
-                                    steps_per_execution=FLAGS.steps_per_execution)
-                  for v in FLAGS.variants}
+                                    steps_per_execution=o["steps_per_execution"])
+                  for v in o["variants"]}
         params = sum(int(w.numpy().size) for w in next(iter(models.values())).trainable_weights)
         flops = tp.model_flops_per_token(cfg, cfg.tgt_len, cfg.mem_len, batch, training=True)
         runners = {v: tp.fit_runner(m, dataset) for v, m in models.items()}
-        if FLAGS.reference_dir:  # first, so that the ratio column is "x paper"
-            reference = tp.ReferenceRunner(FLAGS.reference_python, FLAGS.reference_dir,
+        if o["reference_dir"]:  # first, so that the ratio column is "x paper"
+            reference = tp.ReferenceRunner(o["reference_python"], o["reference_dir"],
                                            "train", shape, cfg.mem_len)
             runners = {"paper": reference, **runners}
-        times = tp.interleave(runners, FLAGS.iters, FLAGS.warmup, FLAGS.block)
-        if FLAGS.reference_dir:
+        times = tp.interleave(runners, o["iters"], o["warmup"], o["block"])
+        if o["reference_dir"]:
             reference.close()
         group = []
         for v, seconds in times.items():
             policy, jit = tp.VARIANTS.get(v, ("PyTorch float32", False))
             dtype = "bfloat16" if "bfloat16" in policy else "float32"
             group.append({"shape": shape, "variant": v, "policy": policy, "jit_compile": jit,
-                          "steps_per_execution": FLAGS.steps_per_execution,
+                          "steps_per_execution": o["steps_per_execution"],
                           "parameters": params, "batch_size": batch, "tgt_len": cfg.tgt_len,
                           "mem_len": cfg.mem_len, "model_mflop_per_token": flops / 1e6,
                           "peak_dtype": dtype, "peak_gflops": peak[dtype],
@@ -74,12 +74,12 @@ def main(argv):
                ("tok/s", "tokens_per_s", ",.0f"), (f"x {rows[0]['variant']}", "vs_first", ".2f"),
                ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
                ("MFU", "mfu", ".1%")]
-    settings = {"iters": FLAGS.iters, "warmup": FLAGS.warmup, "block": FLAGS.block,
-                "steps_per_execution": FLAGS.steps_per_execution,
-                "shapes": {s: tp.SHAPES[s] for s in FLAGS.shapes}}
-    tp.report(rows, peak, env_before, columns, FLAGS.output,
+    settings = {"iters": o["iters"], "warmup": o["warmup"], "block": o["block"],
+                "steps_per_execution": o["steps_per_execution"],
+                "shapes": {s: tp.SHAPES[s] for s in o["shapes"]}}
+    tp.report(rows, peak, env_before, columns, o["output"],
               "training tokens/s of TransformerXLLM.fit, memory carried", settings)
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

@@ -13,23 +13,24 @@ import json
 import os
 import sys
 
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import flag_values  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 
-flags.DEFINE_string("text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
-                    "A word-level text file.")
-flags.DEFINE_integer("steps", 100, "Steps observed.")
-flags.DEFINE_integer("total_steps", 1500, "The schedule's length (its warm-up is a tenth).")
-flags.DEFINE_integer("seed", 0, "Seed.")
-flags.DEFINE_string("output",
-                    os.path.join(REPO, "benchmarks", "results", "warmup_first_steps.json"),
-                    "JSON results.")
+SPEC = (
+    option("string", "text", os.path.join(REPO, "..", "shared", "data", "wikitext2.valid.txt"),
+           "A word-level text file."),
+    option("integer", "steps", 100, "Steps observed."),
+    option("integer", "total_steps", 1500, "The schedule's length (its warm-up is a tenth)."),
+    option("integer", "seed", 0, "Seed."),
+    option("string", "output",
+           os.path.join(REPO, "benchmarks", "results", "warmup_first_steps.json"),
+           "JSON results."),
+)
 
 GROUPS = (("tail clusters (cluster_W, cluster_b)", ("cluster",)),
           ("softmax / embedding projections", ("proj",)),
@@ -105,8 +106,8 @@ def run(o):
 
 
 def main(argv):
-    run(flag_values())
+    run(values(SPEC))
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, SPEC)

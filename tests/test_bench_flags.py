@@ -1,18 +1,75 @@
-"""The benchmarks turn a bad flag into one `error:` line and exit 2, before
-any export or measurement (they run as `txl_tf.app.cli` jobs)."""
+"""The benchmarks declare their flags once, as a `txl_tf.app.flagspec` SPEC,
+and run as `txl_tf.app.cli` jobs: `--help` lists the flags (and exits as
+every job's `--help` does, absl's status 1), a bad flag is one `error:` line
+and exit status 2, before any export or measurement. Every entry point's SPEC
+is checked in this process; a few representative scripts run as subprocesses
+(each imports TensorFlow)."""
+import importlib
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from absl import flags
 
 from job_helpers import job_env
+from txl_tf.app.flagspec import defaults, define, values
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+KINDS = {"string": str, "integer": int, "float": (int, float), "bool": bool, "enum": str,
+         "list": list, "multi_string": list}
+# Every benchmark run from the command line (the paper's-code workers,
+# paper_reference.py and paper_quality_worker.py, take positional arguments
+# from the benchmarks that start them and have no flags).
+ENTRY_POINTS = sorted(p.stem for p in BENCHMARKS.glob("*.py")
+                      if re.search(r"^\s+cli\.run\(main, SPEC\)", p.read_text(), re.M))
 
 
-def last_error_line(module, flags):
-    done = subprocess.run([sys.executable, "-m", module, *flags], env=job_env(),
+def test_every_flag_defining_benchmark_is_an_entry_point():
+    assert len(ENTRY_POINTS) >= 22
+    raw = [p.name for p in BENCHMARKS.glob("*.py") if "flags.DEFINE" in p.read_text()]
+    assert raw == []
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_the_spec_is_a_valid_flagspec_spec(name):
+    spec = importlib.import_module(f"benchmarks.{name}").SPEC
+    names = [option[1] for option in spec]
+    assert len(names) == len(set(names)), names
+    for kind, flag, default, help, choices in spec:
+        assert kind in KINDS and re.fullmatch(r"[a-z][a-z0-9_]*", flag), (kind, flag)
+        assert isinstance(help, str) and help.strip(), flag
+        assert default is None or isinstance(default, KINDS[kind]), (flag, default)
+        assert (choices is not None) == (kind == "enum"), flag
+        if kind == "enum":
+            assert default is None or default in choices, (flag, default)
+    flag_values = flags.FlagValues()
+    define(spec, flag_values)
+    flag_values([name])
+    assert values(spec, flag_values) == defaults(spec)
+
+
+def run(module, *flag_args):
+    return subprocess.run([sys.executable, "-m", module, *flag_args], env=job_env(),
                           capture_output=True, text=True, timeout=300)
+
+
+def last_error_line(module, flag_args):
+    done = run(module, *flag_args)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr[-2000:]
     return done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("name", ["train_throughput"])
+def test_help_lists_the_spec(name):
+    done = run(f"benchmarks.{name}", "--help")
+    assert done.returncode == 1 and "error:" not in done.stderr, done.stderr[-2000:]
+    spec = importlib.import_module(f"benchmarks.{name}").SPEC
+    for option in spec:
+        assert f"--{option[1]}" in done.stdout, option[1]
 
 
 @pytest.mark.parametrize("value", ["1,x", "2,-1"])
@@ -21,7 +78,7 @@ def test_a_bad_batch_size_is_one_error_line(value):
         f"error: --batch_sizes must be comma-separated positive integers, got '{value}'"
 
 
-@pytest.mark.parametrize("module, flags, message", [
+@pytest.mark.parametrize("module, flag_args, message", [
     ("benchmarks.bench_long_memory", ["--reuse_exports"], "--reuse_exports needs --work_dir"),
     ("benchmarks.bench_long_memory", ["--device=tpu"], "--device must be cpu, cuda or auto"),
     ("benchmarks.bench_long_memory", ["--reuse_exports", "--work_dir=.", "--clamp_len=820"],
@@ -31,10 +88,13 @@ def test_a_bad_batch_size_is_one_error_line(value):
     ("benchmarks.cuda_parity", [], "--exports is required"),
     ("benchmarks.memory_use", [], "--model_dirs is required"),
     ("benchmarks.memory_use", ["--model_dirs=m", "--mem_lens=0,-1"], "--mem_lens must be"),
+    ("benchmarks.memory_use", ["--split=dev"], "--split"),
     ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
     ("benchmarks.train_throughput", ["--iters=many"], "--iters"),
+    ("benchmarks.train_throughput", ["--shapes=huge"], "--shapes takes"),
+    ("benchmarks.session_soak", ["--sessions=0"], "--sessions must be >= 1, got 0"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
 ])
-def test_bad_flags_are_checked_first(module, flags, message):
-    last = last_error_line(module, flags)
+def test_bad_flags_are_checked_first(module, flag_args, message):
+    last = last_error_line(module, flag_args)
     assert last.startswith("error: ") and message in last, last
