@@ -35,7 +35,8 @@ At batch 1 also (`--turns`):
 At batch > 1 on the runtimes also (`--sessions`):
 - **sessions**: a `SessionTable` of that many sessions, each on its own full
   memory: ms per step on the decode cache's slab, beside the runtime's own
-  step on the slab's rows without the table (`next_cached`; the two
+  step on the slab's rows without the table (its `GenerationBackend`'s
+  unchecked `next_cached`; the two
   alternate over 3 rounds; `÷ own` is the median of the rounds' ratios), and ms per step of the same table through
   `step_last` (the table without the cache: every step projects every
   memory again).
@@ -177,11 +178,14 @@ def full_memory(config, mem_len, batch, seed=0):
 
 
 def time_runtime(runtime, memory, batch, tokens):
-    """`{"per_token_ms"}` of `decode_step` on a full memory's cache."""
+    """`{"per_token_ms"}` of a decode step (the decode loop's, unchecked) on
+    a full memory's cache."""
     import numpy as np
+    from export.runtime import generation_backend
     cache = runtime.decode_init(memory)
     ids, stopped = np.full([batch], 5, np.int32), np.zeros([batch], np.bool_)
-    step = median_seconds(lambda: runtime.next_cached(ids, stopped, cache), tokens)
+    loop = generation_backend(runtime)
+    step = median_seconds(lambda: loop.next_cached(ids, stopped, cache), tokens)
     return {"per_token_ms": step * 1e3}
 
 
@@ -254,6 +258,7 @@ def time_sessions(runtime, config, mem_len, batch, tokens, rounds=3):
     module's docstring)."""
     import numpy as np
     from export import SessionTable
+    from export.runtime import generation_backend
 
     def table(cached):
         runtime.use_decode_cache = cached
@@ -266,9 +271,9 @@ def time_sessions(runtime, config, mem_len, batch, tokens, rounds=3):
     cached = table(True)
     rows = cached.slab.batch()  # the same rows, stepped without the table
     ids, stopped = np.full([batch], 5, np.int32), np.zeros([batch], np.bool_)
-    own, steps = [], []
+    own, steps, loop = [], [], generation_backend(runtime)
     for _ in range(rounds):
-        own.append(median_seconds(lambda rows=rows: runtime.next_cached(ids, stopped, rows),
+        own.append(median_seconds(lambda rows=rows: loop.next_cached(ids, stopped, rows),
                                   tokens))
         steps.append(median_seconds(cached.step, tokens))
     del cached, rows  # before the second table's memories
@@ -312,16 +317,19 @@ def time_triton(repo, config, mem_len, batch, tokens):
 
 
 def runtime_parts(runtime):
-    """Seconds of a 32-id `decode_read` on a state's cache plus 32 steps."""
+    """Seconds of a 32-id `decode_read` on a state's cache plus 32 steps (the
+    generation flow's unchecked calls)."""
     import numpy as np
+    from export.runtime import generation_backend
+    loop = generation_backend(runtime)
 
     def parts(state, turn):
         start = time.perf_counter()
-        new = runtime.read_cached(turn, state.cache.tensors)[1]
+        new = loop.read_cached(turn, state.cache.tensors)[1]
         read = time.perf_counter() - start
         ids, stopped = np.full([1], 5, np.int32), np.zeros([1], np.bool_)
         return read + TURN * statistics.median(
-            seconds(lambda: runtime.next_cached(ids, stopped, new)) for _ in range(8))
+            seconds(lambda: loop.next_cached(ids, stopped, new)) for _ in range(8))
     return parts
 
 
@@ -344,6 +352,7 @@ def time_xla_from_state(decoder, state):
 
 def run_preset(preset, o, bandwidth, work):
     from export import open_runtime
+    from export.runtime import generation_backend
     from txl_tf.config import TransformerXLConfig
     mem_len = o["mem_len"] or PAPER_MEMORY.get(preset)
     config = TransformerXLConfig.preset(preset, **({"mem_len": mem_len} if mem_len else {}),
@@ -395,7 +404,7 @@ def run_preset(preset, o, bandwidth, work):
             if runner.mem_len != mem_len:
                 raise TxlError(f"the export in {folder} holds {runner.mem_len} memory "
                                f"slots, not {mem_len} (--mem_len)")
-            step, parts = runner.step_last, runtime_parts(runner)
+            step, parts = generation_backend(runner).step_last, runtime_parts(runner)
         for batch in parse_batch_sizes(o["batch_sizes"]):
             memory = full_memory(config, mem_len, batch)
             timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,

@@ -583,9 +583,12 @@ class CacheSlab:
     ```python
     slab = CacheSlab(16)
     slab.admit("alice", runtime.decode_init(memory))   # a one-row cache
-    log_probs = runtime.next_cached(ids, stopped, slab.batch())  # rows in slab.keys order
+    log_probs, _ = runtime.decode_step(ids, slab.batch(), stopped)  # rows in slab.keys order
     cache = slab.evict("alice")                        # her one-row cache again
     ```
+    A step advances the slab's rows in place. `export.sessions.SessionTable`
+    steps it through the runtime's `GenerationBackend` (`next_cached`, no
+    checks per token).
     """
 
     def __init__(self, capacity):

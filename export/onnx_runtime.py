@@ -404,17 +404,17 @@ class OnnxRuntime(Runtime):
     def _writable(self, cache):
         return on_device(cache) or super()._writable(cache)
 
-    def copy_cache(self, cache):
-        return self._same_place(cache, super().copy_cache)
+    def _copy_cache(self, cache):
+        return self._same_place(cache, super()._copy_cache)
 
-    def take_cache(self, cache, rows):
-        return self._same_place(cache, lambda host: super(OnnxRuntime, self).take_cache(
+    def _take_cache(self, cache, rows):
+        return self._same_place(cache, lambda host: super(OnnxRuntime, self)._take_cache(
             host, rows))
 
-    def concat_caches(self, caches):
+    def _concat_caches(self, caches):
         if not any(on_device(c) for c in caches):
-            return super().concat_caches(caches)
-        return self._to_device(super().concat_caches([self._on_host(c) for c in caches]))
+            return super()._concat_caches(caches)
+        return self._to_device(super()._concat_caches([self._on_host(c) for c in caches]))
 
     def _same_place(self, cache, host_op):
         """`host_op` of `cache`, through the host for a device cache (which

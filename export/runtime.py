@@ -1,16 +1,20 @@
 """The runtime interface shared by the ONNX Runtime and SavedModel backends
-(`Runtime`, `RuntimeMemory`), the checks of its inputs, done on shapes and
-values before any session runs (`RuntimeInputError`), and where an export
-keeps its artefacts (`choose_artefact`). `export.open_runtime` opens one.
+(`Runtime`, `RuntimeMemory`: one public API, listed in
+docs/export-and-serving.md; the names it replaced in `DEPRECATED`), the
+checks of its inputs, done on shapes and values before any session runs
+(`RuntimeInputError`), and where an export keeps its artefacts
+(`choose_artefact`). `export.open_runtime` opens one.
 """
 import logging
 import os
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from export.decode_cache import (cache_shapes, concat_rows, copy_cache, in_time_order,
                                  ring_axis, take_rows)
+from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
@@ -55,6 +59,35 @@ def _unpack(memory):
                             f"by initial_memory or step; got {type(memory).__name__}")
 
 
+def _is_cache(state):
+    """Whether `state` is a decode cache (a dict without the memory's `mems`)."""
+    return isinstance(state, dict) and "mems" not in state
+
+
+# Public names of the runtime before its one API -> what replaces each. They
+# answer for this release with a DeprecationWarning (the `GenerationBackend`'s
+# methods of the same name, which do what they did) and go in the next.
+DEPRECATED = {
+    "step_last": "step(ids, memory) (the log-probs' last position, [:, -1])",
+    "next_log_probs": "step(ids, memory)",
+    "adopt": "take(memory, range(batch)) (checked, in this runtime's tensors)",
+    "split": "take(memory, [row]) for each row",
+    "decode": "generate(None, n, resume=state)",
+    "next_cached": "decode_step(ids, cache, stopped)",
+    "read_cached": "decode_read(ids, cache)",
+    "take_cache": "take(cache, rows)",
+    "concat_caches": "concat(caches)",
+    "copy_cache": "take(cache, range(batch)) (a copy of every row)",
+}
+
+
+def generation_backend(backend):
+    """What the generation flow drives for `backend`: a `Runtime`'s one
+    `GenerationBackend`, anything else (the Keras `Decoder`, which implements
+    the protocol itself) as it is."""
+    return backend._generation if isinstance(backend, Runtime) else backend
+
+
 class Runtime:
     """Runs an exported Transformer-XL: memory in, memory out.
 
@@ -64,12 +97,17 @@ class Runtime:
     log_probs, memory = rt.step(token_ids, memory)      # numpy [B, T, n_token]
     nll, memory = rt.score(token_ids, target_ids, memory)
     out = rt.generate([[5, 6, 7], [8]], 100, temperature=0.8, seed=1)  # txl_tf Generation
+    cache = rt.decode_init(memory)                       # the cached decode interface
+    log_probs, cache = rt.decode_step(next_ids, cache)   # one id per row, in place
     ```
-    Inputs are checked (integer ids in range, memory geometry and dtypes, the
-    same batch in ids and memory) before the backend runs; problems raise
-    `RuntimeInputError` (a ValueError). A memory whose valid slots hold NaN
-    or inf raises `NonFiniteMemoryError` naming the streams (seen in the
-    step's outputs, so the check costs no read of the memory).
+    The public API is the list in docs/export-and-serving.md ("The runtime
+    API"); a test holds the two together. Inputs are checked (integer ids in
+    range, memory geometry and dtypes, the same batch in ids and memory)
+    before the backend runs; problems raise `RuntimeInputError` (a
+    ValueError). A memory whose valid slots hold NaN or inf raises
+    `NonFiniteMemoryError` naming the streams (seen in the step's outputs, so
+    the check costs no read of the memory). The generation flow drives the
+    runtime through its `GenerationBackend` (`export.generation_backend`).
     """
 
     backend = "abstract"
@@ -84,11 +122,33 @@ class Runtime:
         self.mem_len = info.mem_len
         self.log_probs_mode = info.log_probs
         self.device = "cpu"
+        # One per runtime: a decode state's cache names it (`HeldCache`).
+        self._generation = GenerationBackend(self)
+
+    def __getattr__(self, name):
+        """The names of `DEPRECATED` (with a DeprecationWarning naming what
+        replaces each); AttributeError for any other missing name."""
+        if name not in DEPRECATED or "_generation" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"Runtime.{name} is deprecated and goes in the next release; use "
+                      f"{DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
+        return getattr(self._generation, name)
 
     # ------------------------------------------------------------- interface
+    @property
+    def n_token(self):
+        """The vocabulary size: ids lie in `[0, n_token)`."""
+        return self.config.n_token
+
     def initial_memory(self, batch_size):
-        """A fresh memory for `batch_size` streams (empty unless the export was
-        made with a zero-filled start)."""
+        """A fresh memory.
+
+        Args:
+            batch_size: streams (rows), an integer >= 1.
+        Returns:
+            A `RuntimeMemory` in this runtime's tensors: empty, unless the
+            export was made with a zero-filled start.
+        """
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or batch_size < 1:
             raise RuntimeInputError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -100,13 +160,30 @@ class Runtime:
         return self._to_backend(mems, mem_mask)
 
     def step(self, token_ids, memory=None):
-        """`(log_probs numpy, new memory)`; a `None` memory starts fresh."""
+        """Reads a segment.
+
+        Args:
+            token_ids: integer ids `[B, T]`.
+            memory: a memory of B rows (`RuntimeMemory`, a `(mems, mem_mask)`
+                pair or dict, any runtime's or numpy); None starts fresh.
+        Returns:
+            `(log_probs, new memory)`: log_probs numpy `[B, T, n_token]`
+            (`[B, n_token]`, the last position's, on a `log_probs='last'`
+            export).
+        """
         ids, mems, mem_mask = self._checked(token_ids, memory)
         log_probs, memory = self._step(ids, mems, mem_mask)
         return check_finite_outputs(log_probs), memory
 
     def score(self, token_ids, target_ids, memory=None):
-        """`(nll numpy [B, T], new memory)` of `target_ids` given `token_ids`."""
+        """Scores `target_ids` given `token_ids` (a `log_probs='all'` export).
+
+        Args:
+            token_ids, target_ids: integer ids `[B, T]`.
+            memory: as for `step`.
+        Returns:
+            `(nll numpy [B, T], new memory)`.
+        """
         ids, mems, mem_mask = self._checked(token_ids, memory)
         targets = check_ids(target_ids, self.config.n_token, name="target_ids")
         if targets.shape != ids.shape:
@@ -116,67 +193,74 @@ class Runtime:
         return check_finite_outputs(nll, "negative log-likelihoods"), memory
 
     def generate(self, prompts, max_new_tokens, segment_len=None, **options):
-        """Continues `prompts` as `txl_tf.generation.decoder.Decoder.generate` does (same
-        options, same sampler and seeds), one step per call on this backend:
-        the new ids go in, the last position's log-probs come out, and the
-        memory stays in the backend's tensors (on the device with IO binding).
-        Returns a `txl_tf.Generation` whose memory is a `RuntimeMemory`."""
+        """Continues `prompts` as `txl_tf.generation.decoder.Decoder.generate`
+        does (same options, same sampler and seeds), one step per call: the
+        new ids go in, the last position's log-probs come out, and the memory
+        (or the decode cache) stays in the backend's tensors.
+
+        Args:
+            prompts: 1-D id sequences of any lengths, or a `[B, L]` array;
+                None with `resume=` to go on from a state.
+            max_new_tokens: new ids per row.
+            segment_len: prompt positions read per call (the config's `tgt_len`).
+            **options: temperature, top_k, top_p, repetition_penalty, seed,
+                stop_ids, pad_id, memory, resume, stream, stream_every.
+        Returns:
+            A `txl_tf.Generation` whose memory is a `RuntimeMemory`.
+        """
         from txl_tf.generation.flow import generate
-        return generate(self, prompts, max_new_tokens,
+        return generate(self._generation, prompts, max_new_tokens,
                         segment_len=int(segment_len or self.config.tgt_len), **options)
+
+    def take(self, state, rows):
+        """Rows of a memory or of a decode cache (a copy; a device cache's
+        stays on the device). `take(cache, range(batch))` is a copy of a
+        cache that `decode_step` may advance while `cache` stays as it is.
+
+        Args:
+            state: a memory (as for `step`) or a decode cache (the dict
+                `decode_init` returns).
+            rows: row indices, in the order wanted (non-empty).
+        Returns:
+            A `RuntimeMemory` in this runtime's tensors, or a decode cache.
+        """
+        if _is_cache(state):
+            batch = self._check_cache(state)
+            rows = check_rows(rows, batch)
+            if np.array_equal(rows, np.arange(batch)):
+                return self._copy_cache(state)
+            return self._take_cache(state, rows)
+        return self._take_memory(state, check_rows(rows, self._check_memory(state)))
+
+    def concat(self, states):
+        """The rows of several memories, or of several decode caches, in one.
+
+        Args:
+            states: a non-empty list of memories, or of decode caches at the
+                same ring position (as `decode_read` leaves them).
+        Returns:
+            A `RuntimeMemory` in this runtime's tensors, or a decode cache.
+        """
+        if not isinstance(states, (list, tuple)) or not states:
+            raise RuntimeInputError("concat takes a non-empty list of memories or of decode "
+                                    f"caches, got {type(states).__name__}")
+        caches = [_is_cache(s) for s in states]
+        if any(caches) and not all(caches):
+            raise RuntimeInputError("concat joins memories or decode caches, not a mix")
+        for state in states:
+            (self._check_cache if _is_cache(state) else self._check_memory)(state)
+        if all(caches):
+            if len({int(_to_numpy(c["slot"])) for c in states}) != 1:
+                raise RuntimeInputError("decode caches at different ring positions cannot be "
+                                        "joined")
+            return self._concat_caches(states)
+        return self._concat_memories(states)
 
     def describe(self):
         """One line: backend, device/provider, memory geometry."""
         cfg = self.config
         return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
                 f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")
-
-    # -------------------------------------- generation backend (txl_tf.generation.flow)
-    @property
-    def n_token(self):
-        return self.config.n_token
-
-    def step_last(self, token_ids, memory):
-        """`(log-probs numpy [B, n_token] at the last position, new memory)`."""
-        ids, mems, mem_mask = self._checked(token_ids, memory)
-        log_probs, memory = self._step_last(ids, mems, mem_mask)
-        return check_finite_outputs(log_probs), memory
-
-    def adopt(self, memory, batch_size):
-        """`memory` (this runtime's, another backend's or numpy) checked
-        against this model and put in this runtime's tensors: what the decode
-        loop starts from, so its steps need no checks."""
-        mems, mem_mask = _unpack(memory)
-        cfg = self.config
-        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, batch_size)
-        return RuntimeMemory(*self._native(mems, mem_mask))
-
-    def next_log_probs(self, token_ids, memory):
-        """`step_last` without the input checks, for the decode loop: ids the
-        sampler drew (int32 `[B, 1]`) and a memory from `adopt` or a step."""
-        return self._step_last(token_ids, memory.mems, memory.mem_mask)
-
-    def take(self, memory, rows):
-        """The memory of `rows` (through the host)."""
-        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
-        rows = np.asarray(rows)
-        return self._to_backend(np.ascontiguousarray(mems[:, rows]), mem_mask[rows])
-
-    def split(self, memory):
-        """The memory of each row, in order (one copy through the host)."""
-        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
-        return [self._to_backend(np.ascontiguousarray(mems[:, i:i + 1]), mem_mask[i:i + 1])
-                for i in range(mem_mask.shape[0])]
-
-    def concat(self, memories):
-        parts = [[_to_numpy(v) for v in _unpack(m)] for m in memories]
-        return self._to_backend(np.concatenate([p[0] for p in parts], 1),
-                                np.concatenate([p[1] for p in parts], 0))
-
-    def decode(self, state, num_tokens, stream=None, stream_every=1):
-        from txl_tf.generation.host_loop import host_decode, host_decode_cached
-        loop = host_decode_cached if self.use_decode_cache else host_decode
-        return loop(self, state, num_tokens, stream, stream_every)
 
     # ------------------------------------------ the cached decode interface
     @property
@@ -186,45 +270,40 @@ class Runtime:
         `use_decode_cache` is set False."""
         return False
 
-    def _usable_decode_graphs(self, present):
-        """Whether decode graphs that are `present` in the export can be
-        used: their cache must have this version's layout (an older export's
-        decodes through `step_last`, with a warning once)."""
-        if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
-            if not getattr(self, "_warned_layout", False):
-                logging.warning("this export's decode cache keeps keys as %s, not %s: it "
-                                "decodes through step_last; re-export it to use the cache",
-                                self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
-                self._warned_layout = True
-            return False
-        return present
-
     @property
     def use_decode_cache(self):
+        """Whether `generate` and a `SessionTable` decode on the cache
+        (settable; True by default where `has_decode_cache`)."""
         return self.has_decode_cache and getattr(self, "_use_decode_cache", True)
 
     @use_decode_cache.setter
     def use_decode_cache(self, value):
         self._use_decode_cache = bool(value)
 
-    def decode_init(self, memory, batch_size=None):
-        """The decode cache of `memory`, checked: its keys and values
-        projected once, held in host memory as a dict of numpy arrays
-        (`export.decode_interface`)."""
-        self._require_decode_cache()
-        mems, mem_mask = _unpack(memory)
-        cfg = self.config
-        if batch_size is None:
-            batch_size = shape_and_dtype(mem_mask)[0][0]
-        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, batch_size)
-        return self._decode_init(*self._native(mems, mem_mask))
+    def decode_init(self, memory):
+        """The decode cache of a memory: its keys and values projected once
+        (`export.decode_interface`).
+
+        Args:
+            memory: as for `step`.
+        Returns:
+            The cache, a dict of numpy arrays (OrtValues on the device with
+            `device_cache`).
+        """
+        return self._checked_decode_init(memory, None)
 
     def decode_step(self, token_ids, cache, stopped=None):
-        """`(log-probs numpy [B, n_token], cache)`: one id per row
-        (`token_ids [B]`) read on top of the cache, which is advanced **in
-        place** (the same dict comes back; `copy_cache` first to keep the
-        old state). Rows in `stopped` keep their cache (and their log-probs
-        mean nothing)."""
+        """One id per row read on top of the cache, which is advanced **in
+        place** (`take(cache, range(batch))` first keeps the old state).
+
+        Args:
+            token_ids: integer ids `[B]`.
+            cache: a decode cache of B rows.
+            stopped: bool `[B]`, rows that keep their cache (their log-probs
+                mean nothing); None: none.
+        Returns:
+            `(log_probs numpy [B, n_token], cache)`, the same dict.
+        """
         ids = check_ids(np.asarray(token_ids).reshape(-1, 1), self.config.n_token)[:, 0]
         self._check_cache(cache, ids.shape[0])
         stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
@@ -233,41 +312,81 @@ class Runtime:
             raise RuntimeInputError(f"stopped must have shape {list(ids.shape)} (one flag per "
                                     f"row), got {list(stopped.shape)}")
         if not self._writable(cache):
-            cache.update(self.copy_cache(cache))  # a cache of the caller's own arrays
-        log_probs = self.next_cached(ids, stopped, cache)
+            cache.update(self._copy_cache(cache))  # a cache of the caller's own arrays
+        log_probs = self._decode_step(ids, stopped, cache)
         return check_finite_outputs(log_probs), cache
 
     def decode_read(self, token_ids, cache):
-        """`(log-probs numpy [B, n_token] after each row's last id, new
-        cache)`: a segment of ids per row (`token_ids [B, T]`) read on the
-        cache as `step_last` reads it on the memory the cache holds, only
-        the T new positions projected (a conversation's next turn). `cache`
-        is left as it was."""
+        """A segment of ids per row read on the cache, as `step` reads it on
+        the memory the cache holds, only the T new positions projected (a
+        conversation's next turn). `cache` is left as it was.
+
+        Args:
+            token_ids: integer ids `[B, T]`.
+            cache: a decode cache of B rows.
+        Returns:
+            `(log_probs numpy [B, n_token] after each row's last id, new cache)`.
+        """
         ids = check_ids(token_ids, self.config.n_token)
         self._check_cache(cache, ids.shape[0])
-        log_probs, cache = self.read_cached(ids, cache)
+        log_probs, cache = self._decode_read(ids, cache)
         return check_finite_outputs(log_probs), cache
 
-    def read_cached(self, token_ids, cache):
-        """`decode_read` without the checks, for the generation flow."""
-        return self._decode_read(np.asarray(token_ids, np.int32), cache)
+    def cache_memory(self, cache):
+        """The memory a decode cache holds.
 
-    def next_cached(self, token_ids, stopped, cache):
-        """`decode_step` without the checks, for the decode loop: the
-        log-probs; `cache` (numpy, from `decode_init` or `copy_cache`) is
-        advanced in place."""
-        return self._decode_step(token_ids, stopped, cache)
+        Args:
+            cache: a decode cache.
+        Returns:
+            A `RuntimeMemory`, in time order.
+        """
+        self._check_cache(cache)
+        mems, valid, row_slot = (_to_numpy(cache[k]) for k in ("cache_mems", "valid",
+                                                              "row_slot"))
+        return self._to_backend(in_time_order(mems, row_slot, ring_axis("cache_mems")),
+                                in_time_order(valid, row_slot, ring_axis("valid")))
 
-    def take_cache(self, cache, rows):
-        """The decode cache of `rows` (a copy)."""
+    # ----------------------------- what the GenerationBackend calls (no API)
+    def _checked_step_last(self, token_ids, memory):
+        """`(log-probs numpy [B, n_token] at the last position, new memory)`."""
+        ids, mems, mem_mask = self._checked(token_ids, memory)
+        log_probs, memory = self._step_last(ids, mems, mem_mask)
+        return check_finite_outputs(log_probs), memory
+
+    def _adopt(self, memory, batch_size):
+        """`memory` checked and put in this runtime's tensors."""
+        self._check_memory(memory, batch_size)
+        return RuntimeMemory(*self._native(*_unpack(memory)))
+
+    def _checked_decode_init(self, memory, batch_size):
+        """The decode cache of `memory`, checked (against `batch_size` rows
+        when given)."""
+        self._require_decode_cache()
+        self._check_memory(memory, batch_size)
+        return self._decode_init(*self._native(*_unpack(memory)))
+
+    def _take_memory(self, memory, rows):
+        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
+        rows = np.asarray(rows)
+        return self._to_backend(np.ascontiguousarray(mems[:, rows]), mem_mask[rows])
+
+    def _split_memory(self, memory):
+        mems, mem_mask = (_to_numpy(v) for v in _unpack(memory))
+        return [self._to_backend(np.ascontiguousarray(mems[:, i:i + 1]), mem_mask[i:i + 1])
+                for i in range(mem_mask.shape[0])]
+
+    def _concat_memories(self, memories):
+        parts = [[_to_numpy(v) for v in _unpack(m)] for m in memories]
+        return self._to_backend(np.concatenate([p[0] for p in parts], 1),
+                                np.concatenate([p[1] for p in parts], 0))
+
+    def _take_cache(self, cache, rows):
         return take_rows(cache, rows)
 
-    def concat_caches(self, caches):
-        """One decode cache of the rows of `caches` (read by `decode_read`), in order."""
+    def _concat_caches(self, caches):
         return concat_rows(caches)
 
-    def copy_cache(self, cache):
-        """A copy of a decode cache that steps may advance without touching `cache`."""
+    def _copy_cache(self, cache):
         return copy_cache(cache)
 
     @staticmethod
@@ -277,13 +396,18 @@ class Runtime:
         return all(isinstance(value, np.ndarray) and value.flags.writeable
                    for value in cache.values())
 
-    def cache_memory(self, cache):
-        """The memory a decode cache holds, in time order (`RuntimeMemory`)."""
-        self._check_cache(cache)
-        mems, valid, row_slot = (_to_numpy(cache[k]) for k in ("cache_mems", "valid",
-                                                              "row_slot"))
-        return self._to_backend(in_time_order(mems, row_slot, ring_axis("cache_mems")),
-                                in_time_order(valid, row_slot, ring_axis("valid")))
+    def _usable_decode_graphs(self, present):
+        """Whether decode graphs that are `present` in the export can be
+        used: their cache must have this version's layout (an older export's
+        decodes through the memory, with a warning once)."""
+        if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
+            if not getattr(self, "_warned_layout", False):
+                logging.warning("this export's decode cache keeps keys as %s, not %s: it "
+                                "decodes through step_last; re-export it to use the cache",
+                                self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
+                self._warned_layout = True
+            return False
+        return present
 
     # --------------------------------------------------------------- helpers
     def _require_decode_cache(self):
@@ -294,6 +418,17 @@ class Runtime:
     def _check_cache(self, cache, batch_size=None):
         self._require_decode_cache()
         return check_decode_cache(cache, cache_shapes(self.config, self.mem_len), batch_size)
+
+    def _check_memory(self, memory, batch_size=None):
+        """Raises `RuntimeInputError` unless `memory` fits this export (and
+        has `batch_size` rows when given); returns its batch size."""
+        mems, mem_mask = _unpack(memory)
+        if batch_size is None:
+            shape = shape_and_dtype(mem_mask)[0]
+            batch_size = shape[0] if shape else 0
+        cfg = self.config
+        check_memory(mems, mem_mask, cfg.n_layer, self.mem_len, cfg.d_model, batch_size)
+        return batch_size
 
     def _checked(self, token_ids, memory):
         ids = check_ids(token_ids, self.config.n_token)
@@ -374,6 +509,20 @@ def check_ids(token_ids, n_token, name="token_ids"):
     if problem:
         raise RuntimeInputError(problem)
     return ids.astype(np.int32, copy=False)
+
+
+def check_rows(rows, batch_size):
+    """Returns `rows` as int64 indices `[n]` or raises `RuntimeInputError`
+    unless they are a non-empty 1-D list of integers in `[0, batch_size)`."""
+    index = np.asarray(rows)
+    if index.ndim != 1 or index.size == 0 or index.dtype == np.bool_ or \
+            not np.issubdtype(index.dtype, np.integer):
+        raise RuntimeInputError(f"rows must be a non-empty 1-D list of row indices, got "
+                                f"{rows!r}")
+    if index.min() < 0 or index.max() >= batch_size:
+        raise RuntimeInputError(f"rows must lie in [0, {batch_size}) (the batch), got "
+                                f"{index.tolist()}")
+    return index.astype(np.int64, copy=False)
 
 
 def check_memory(mems, mem_mask, n_layer, mem_len, d_model, batch_size):

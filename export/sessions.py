@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from export.decode_cache import CacheSlab
+from export.runtime import generation_backend
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.flow import prefill
@@ -49,11 +50,12 @@ class _Session(NamedTuple):
 
 
 class SessionTable:
-    """Sessions keyed by id over a backend with the generation interface (an
-    export `Runtime` or a `txl_tf.Decoder`)."""
+    """Sessions keyed by id over an export `Runtime` or a `txl_tf.Decoder`."""
 
     def __init__(self, backend, max_batch=16, segment_len=None):
-        self.backend = backend
+        # The runtime's `GenerationBackend`: the one its states' caches name,
+        # so `runtime.generate(..., resume=table.close(id).state)` goes on from it.
+        self.backend = generation_backend(backend)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise TxlError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         self.max_batch = max_batch

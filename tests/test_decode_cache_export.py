@@ -168,13 +168,13 @@ def test_generation_on_the_cache_equals_generation_without(runtime, temperature)
 
 def test_a_step_reads_the_ring_and_the_host_writes_the_token_in_place(exported, runtime):
     """The step graph's outputs hold one token (no slot axis: it returns no
-    ring), `decode_step` advances the cache it is given, and `copy_cache`
-    keeps a state to go on from twice."""
+    ring), `decode_step` advances the cache it is given, and a `take` of
+    every row keeps a state to go on from twice."""
     session = ort.InferenceSession(str(exported[1] / "decode_step.onnx"))
     size = CONFIG.mem_len + 1
     assert all(size not in o.shape for o in session.get_outputs())
     cache = runtime.decode_init(runtime.initial_memory(2))
-    kept = runtime.copy_cache(cache)
+    kept = runtime.take(cache, [0, 1])
     first, same = runtime.decode_step(np.array([1, 2]), cache)
     assert same is cache and int(cache["slot"]) == 0 and int(kept["slot"]) == size - 1
     assert cache["valid"][:, size - 1].all() and not kept["valid"].any()
@@ -241,15 +241,15 @@ def test_a_next_turn_is_read_on_the_cache_as_on_the_memory(runtime, monkeypatch)
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_decode_read_is_step_last_on_the_memory_the_cache_holds(runtime):
+def test_decode_read_is_a_step_on_the_memory_the_cache_holds(runtime):
     cache = runtime.decode_init(runtime.initial_memory(2))
     for ids in ([1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12], [13, 14]):
         _, cache = runtime.decode_step(np.array(ids), cache)
-    kept = runtime.copy_cache(cache)
+    kept = runtime.take(cache, [0, 1])
     segment = np.array([[5, 6, 7], [8, 9, 10]], np.int32)
-    want, memory = runtime.step_last(segment, runtime.cache_memory(cache))
+    want, memory = runtime.step(segment, runtime.cache_memory(cache))
     got, new = runtime.decode_read(segment, cache)
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(got, want[:, -1], atol=1e-5)
     for a, b in zip(runtime.cache_memory(new).numpy(), memory.numpy()):
         np.testing.assert_allclose(a, b, atol=1e-5)
     for name in cache:  # the cache read from is left as it was

@@ -103,7 +103,7 @@ def test_a_device_read_and_copies_leave_the_cache_they_read(runtimes):
     for ids in ([1, 2], [3, 4]):
         host.decode_step(np.array(ids), host_cache)
         device.decode_step(np.array(ids), device_cache)
-    kept = device.copy_cache(device_cache)
+    kept = device.take(device_cache, [0, 1])
     want, host_new = host.decode_read(segment, host_cache)
     got, device_new = device.decode_read(segment, device_cache)
     np.testing.assert_allclose(got, want, atol=1e-5)
@@ -111,9 +111,9 @@ def test_a_device_read_and_copies_leave_the_cache_they_read(runtimes):
     for name in host_new:
         np.testing.assert_allclose(device_new[name].numpy(), host_new[name], atol=1e-5)
         np.testing.assert_array_equal(device_cache[name].numpy(), kept[name].numpy())
-    rows = device.take_cache(device_new, [1])
+    rows = device.take(device_new, [1])
     np.testing.assert_array_equal(rows["keys"].numpy(), device_new["keys"].numpy()[:, 1:])
-    joined = device.concat_caches([rows, device.take_cache(device_new, [0])])
+    joined = device.concat([rows, device.take(device_new, [0])])
     np.testing.assert_array_equal(joined["valid"].numpy(), device_new["valid"].numpy()[::-1])
 
 

@@ -1,10 +1,16 @@
-"""The runtimes: clear errors for bad input (before the backend runs), IO binding,
-device fallback, memory handed between backends."""
+"""The runtimes: one public API (the documented list, the names it replaced
+still answering with a warning), clear errors for bad input (before the
+backend runs), IO binding, device fallback, memory handed between backends."""
+import re
+import warnings
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 from export import RuntimeInputError, RuntimeMemory, export_onnx, export_saved_model, open_runtime
+from export.runtime import DEPRECATED, Runtime, generation_backend
 from txl_tf import InputError, TransformerXL, TransformerXLConfig, TxlError
 
 MEM_LEN = 4
@@ -213,7 +219,8 @@ def test_non_finite_valid_memory_is_an_error_naming_the_stream(runtime, poison):
     clean, _, mask = garbage_memory(0.0, seed=2)
     dirty = clean.copy()
     dirty[1, 0, 2, 5] = poison  # layer 1, stream 0, a valid slot
-    for call in (lambda m: runtime.step(IDS, m), lambda m: runtime.step_last(IDS, m),
+    for call in (lambda m: runtime.step(IDS, m),
+                 lambda m: generation_backend(runtime).step_last(IDS, m),
                  lambda m: runtime.score(IDS, IDS, m)):
         with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) 0:") as caught:
             call((dirty, mask))
@@ -245,3 +252,83 @@ def test_a_graph_that_is_not_a_txl_model_is_one_error_naming_it(tmp_path):
     save_model(foreign, str(tmp_path / "renamed.onnx"))  # a decode graph under another name
     with pytest.raises(TxlError, match=r"renamed\.onnx: .*decode_step.*open the model\.onnx"):
         open_runtime(str(tmp_path / "renamed.onnx"))
+
+
+# ------------------------------------------------------------ the public API
+REPO = Path(__file__).resolve().parent.parent
+
+
+def documented_api():
+    """The names of docs/export-and-serving.md's runtime API table."""
+    text = (REPO / "docs" / "export-and-serving.md").read_text()
+    section = text.split("### The runtime API\n")[1].split("\n#")[0]
+    return re.findall(r"^\| `(\w+)", section, re.M)
+
+
+def test_the_public_runtime_api_is_the_documented_list():
+    from export.onnx_runtime import OnnxRuntime
+    from export.tf_runtime import SavedModelRuntime
+    documented = documented_api()
+    assert len(documented) == len(set(documented))  # one line each
+    for cls in (Runtime, OnnxRuntime, SavedModelRuntime):
+        assert sorted(n for n in dir(cls) if not n.startswith("_")) == sorted(documented), cls
+    readme = (REPO / "README.md").read_text().split("## What replaces what")[1].split("\n## ")[0]
+    for name in DEPRECATED:
+        assert name not in documented and f"`{name}`" in readme, name
+
+
+def test_every_replaced_name_still_works_with_a_warning(paths):
+    runtime = open_runtime(str(paths / "saved_model"), device="cpu")  # with the decode cache
+    assert runtime.has_decode_cache
+    called = set()
+
+    def old(name):
+        called.add(name)
+        with pytest.warns(DeprecationWarning, match=rf"Runtime\.{name} is deprecated.*use "):
+            return getattr(runtime, name)
+
+    memory = runtime.initial_memory(2)
+    log_probs, new_memory = runtime.step(IDS, memory)
+    last, _ = old("step_last")(IDS, memory)
+    np.testing.assert_allclose(last, log_probs[:, -1], atol=1e-5)
+    adopted = old("adopt")(memory.numpy(), 2)
+    np.testing.assert_allclose(old("next_log_probs")(IDS, adopted)[0], last, atol=1e-5)
+    rows = old("split")(new_memory)
+    np.testing.assert_array_equal(rows[1].numpy()[0], runtime.take(new_memory, [1]).numpy()[0])
+    first = runtime.generate([[1, 2], [3]], 2, temperature=0.0)
+    ids, _, _ = old("decode")(first.state, 3)
+    np.testing.assert_array_equal(ids, runtime.generate(None, 3, resume=first.state).ids)
+    cache = runtime.decode_init(new_memory)
+    kept = old("copy_cache")(cache)
+    step_ids = np.array([1, 2], np.int32)
+    stepped = old("next_cached")(step_ids, np.zeros(2, np.bool_), cache)
+    np.testing.assert_allclose(stepped, runtime.decode_step(step_ids, kept)[0], atol=1e-6)
+    read, new = old("read_cached")(IDS, cache)
+    np.testing.assert_allclose(read, runtime.decode_read(IDS, cache)[0], atol=1e-6)
+    joined = old("concat_caches")([old("take_cache")(new, [1]), runtime.take(new, [0])])
+    np.testing.assert_array_equal(joined["keys"], new["keys"][:, ::-1])
+    assert called == set(DEPRECATED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+            runtime.no_such_name
+
+
+def test_take_and_concat_check_what_they_are_given(paths):
+    runtime = open_runtime(str(paths / "saved_model"), device="cpu")
+    fresh, cache = runtime.initial_memory(2), runtime.decode_init(runtime.initial_memory(2))
+    for state in (fresh, cache):
+        for rows in ([2], [-1], [], [[0]], [0.5]):
+            with pytest.raises(RuntimeInputError, match="rows"):
+                runtime.take(state, rows)
+    with pytest.raises(RuntimeInputError, match="not a mix"):
+        runtime.concat([fresh, cache])
+    with pytest.raises(RuntimeInputError, match="non-empty list"):
+        runtime.concat([])
+    with pytest.raises(RuntimeInputError, match="mem_len fixed"):
+        runtime.take(memory(mem_len=MEM_LEN + 1), [0])
+    copy = runtime.take(cache, [0, 1])  # every row, in order: a copy steps may advance
+    assert all(not np.shares_memory(copy[name], cache[name]) for name in cache)
+    runtime.decode_step(np.array([1, 2]), copy)
+    with pytest.raises(RuntimeInputError, match="ring positions"):
+        runtime.concat([cache, copy])

@@ -96,9 +96,9 @@ def test_the_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(cached_runtime
     assert len({int(c["slot"]) for c in caches}) == 3
     slab = CacheSlab(3)
     for key, cache in enumerate(caches):
-        slab.admit(key, runtime.copy_cache(cache))
+        slab.admit(key, runtime.take(cache, [0]))
     token = rng.integers(0, N_TOKEN, 3)
-    together = runtime.next_cached(token, np.zeros(3, np.bool_), slab.batch())
+    together, _ = runtime.decode_step(token, slab.batch())
     for key in (1, 0, 2):  # rows move as others leave
         back = slab.evict(key)
         alone = runtime.decode_step(token[key:key + 1], caches[key])[0]
@@ -156,7 +156,7 @@ def test_a_session_with_a_non_finite_memory_is_named_and_the_others_go_on(runtim
         table.open(sid, *SESSIONS[sid][:2], **SESSIONS[sid][2])
     mems, mem_mask = table._sessions["b"].state.memory.numpy()
     mems[0, 0, np.flatnonzero(mem_mask[0])[0]] = np.nan
-    poisoned = table._sessions["b"].state._replace(memory=runtime.adopt((mems, mem_mask), 1))
+    poisoned = table._sessions["b"].state._replace(memory=runtime.take((mems, mem_mask), [0]))
     table._sessions["b"] = table._sessions["b"]._replace(state=poisoned)
     with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) b:"):
         table.step()

@@ -1,11 +1,13 @@
 """The generation flow every backend shares: check the request, read the
 prompts (`prefill`), then run the backend's decode loop.
 
-A backend (the compiled Keras `Decoder`, an export `Runtime`) provides
-`n_token`, `initial_memory(B)`, `step_last(ids, memory) -> (log_probs numpy
-[B, V], memory)`, `take(memory, rows)`, `split(memory)` (one memory per row),
+A backend (the compiled Keras `Decoder`; for an export `Runtime`, its
+`export.generation_backend.GenerationBackend`) provides `n_token`,
+`initial_memory(B)`, `step_last(ids, memory) -> (log_probs numpy [B, V],
+memory)`, `take(memory, rows)`, `split(memory)` (one memory per row),
 `concat(memories)` and `decode(state, n, stream, stream_every) -> (ids,
-log_probs, state)`.
+log_probs, state)`; for next turns on a decode cache, `read_cached(ids,
+cache)`, `take_cache(cache, rows)` and `concat_caches(caches)`.
 
 Prompts of different lengths: rows of one length are read together, in
 segments aligned on the right (`right_aligned_segments`), then the batch's

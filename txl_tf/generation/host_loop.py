@@ -1,5 +1,7 @@
-"""The decode loop on the host, for backends that run one step per call (the
-export runtimes): `sampling_numpy.choose` (the mirror of the compiled
+"""The decode loop on the host, for backends that run one step per call (an
+export runtime's `GenerationBackend`: `adopt`, `next_log_probs`, `take`,
+`concat`; on the cache `decode_init`, `copy_cache`, `next_cached`,
+`cache_memory`): `sampling_numpy.choose` (the mirror of the compiled
 decoder's sampler) picks each id, only the new ids go in and only the last
 log-probs come out, and the memory stays in the backend's tensors. A row
 that stops leaves the batch (its memory is set aside, frozen), so later
