@@ -14,6 +14,7 @@ import tensorflow as tf
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
+from cli_runner import ForkedJobs
 from job_helpers import job_env, run_job, write_text_corpus
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
 from txl_tf.text import ByteTokenizer
@@ -66,6 +67,15 @@ def prepared(tmp_path_factory):
         (truncated / name).write_bytes(data[:len(data) // 2])
     return {"root": root, "scratch": scratch, "corpus": corpus, "core": core,
             "exported": exported}
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    """The jobs' command lines, each job's libraries imported once
+    (`tests.cli_runner`)."""
+    runners = ForkedJobs(job_env())
+    yield runners
+    runners.close()
 
 
 def snapshot(root):
@@ -388,10 +398,10 @@ CLI_CASES = [
 
 @pytest.mark.parametrize("module, args, pattern", [c[1:] for c in CLI_CASES],
                          ids=[c[0] for c in CLI_CASES])
-def test_cli_fails_in_one_line(prepared, module, args, pattern):
+def test_cli_fails_in_one_line(prepared, jobs, module, args, pattern):
     places = {k: str(prepared[k]) for k in ("root", "scratch", "corpus")}
     before = snapshot(prepared["root"])
-    proc = run_job(module, [a.format(**places) for a in args], check=False, timeout=300)
+    proc = jobs.run(module, [a.format(**places) for a in args])
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     report = f"exit {proc.returncode}\n--- stderr ---\n{proc.stderr[-3000:]}"
     assert proc.returncode == 2, report
@@ -426,6 +436,6 @@ def test_snapshot_sees_changes(tmp_path):
     ("training.generate", "--num_tokens"), ("training.classify", "--grad_segments"),
     ("training.demo", "--finetune_seconds"), ("training.attention_picture", "--layer"),
     ("export", "--output_dir"), ("txl_tf.weights.convert", "--output_dir")])
-def test_every_jobs_help_lists_its_own_flags(module, flag):
-    shown = run_job(module, ["--help"], check=False)
+def test_every_jobs_help_lists_its_own_flags(jobs, module, flag):
+    shown = jobs.run(module, ["--help"])
     assert f"  {flag}" in shown.stdout, shown.stdout[-1000:]

@@ -2,17 +2,16 @@
 and run as `txl_tf.app.cli` jobs: `--help` lists the flags (and exits as
 every job's `--help` does, absl's status 1), a bad flag is one `error:` line
 and exit status 2, before any export or measurement. Every entry point's SPEC
-is checked in this process; a few representative scripts run as subprocesses
-(each imports TensorFlow)."""
+is checked in this process; a few representative scripts run from their
+command lines (`tests.cli_runner`: each benchmark's libraries imported once)."""
 import importlib
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from absl import flags
 
+from cli_runner import ForkedJobs
 from job_helpers import job_env
 from txl_tf.app.flagspec import defaults, define, values
 
@@ -50,13 +49,15 @@ def test_the_spec_is_a_valid_flagspec_spec(name):
     assert values(spec, flag_values) == defaults(spec)
 
 
-def run(module, *flag_args):
-    return subprocess.run([sys.executable, "-m", module, *flag_args], env=job_env(),
-                          capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def jobs():
+    runners = ForkedJobs(job_env())
+    yield runners
+    runners.close()
 
 
-def last_error_line(module, flag_args):
-    done = run(module, *flag_args)
+def last_error_line(jobs, module, flag_args):
+    done = jobs.run(module, flag_args)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, done.stderr[-2000:]
@@ -64,8 +65,8 @@ def last_error_line(module, flag_args):
 
 
 @pytest.mark.parametrize("name", ["train_throughput"])
-def test_help_lists_the_spec(name):
-    done = run(f"benchmarks.{name}", "--help")
+def test_help_lists_the_spec(jobs, name):
+    done = jobs.run(f"benchmarks.{name}", ["--help"])
     assert done.returncode == 1 and "error:" not in done.stderr, done.stderr[-2000:]
     spec = importlib.import_module(f"benchmarks.{name}").SPEC
     for option in spec:
@@ -73,8 +74,8 @@ def test_help_lists_the_spec(name):
 
 
 @pytest.mark.parametrize("value", ["1,x", "2,-1"])
-def test_a_bad_batch_size_is_one_error_line(value):
-    assert last_error_line("benchmarks.bench_long_memory", [f"--batch_sizes={value}"]) == \
+def test_a_bad_batch_size_is_one_error_line(jobs, value):
+    assert last_error_line(jobs, "benchmarks.bench_long_memory", [f"--batch_sizes={value}"]) == \
         f"error: --batch_sizes must be comma-separated positive integers, got '{value}'"
 
 
@@ -95,6 +96,6 @@ def test_a_bad_batch_size_is_one_error_line(value):
     ("benchmarks.session_soak", ["--sessions=0"], "--sessions must be >= 1, got 0"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
 ])
-def test_bad_flags_are_checked_first(module, flag_args, message):
-    last = last_error_line(module, flag_args)
+def test_bad_flags_are_checked_first(jobs, module, flag_args, message):
+    last = last_error_line(jobs, module, flag_args)
     assert last.startswith("error: ") and message in last, last

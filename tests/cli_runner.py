@@ -1,0 +1,128 @@
+"""Runs many command lines of one job as `python -m <module> ...` does, in one
+interpreter: the libraries are imported once, then each command line runs
+in a forked child with its own argv, flags, stdout and stderr (file
+descriptors, so the C++ libraries' output is caught too) and exit status.
+
+A command-line test of bad flags pays the start-up of TensorFlow once per
+job instead of once per case. What only a fresh interpreter shows (the
+import's own log noise) stays with the tests that start one (`run_job`).
+
+    python -m tests.cli_runner <module>
+    stdin: one JSON list of arguments per line; stdout: one JSON line
+    {"returncode": int, "stdout": str, "stderr": str} per case
+
+`ForkedJobs` is the tests' side: one such runner per job module, started on
+first use, each case's result as `subprocess.CompletedProcess`.
+"""
+import importlib
+import json
+import os
+import runpy
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def preload(module):
+    """Imports what `module`'s command line imports, without running it (its
+    flags are defined when it runs: `txl_tf.app.cli.run`)."""
+    from txl_tf.app.tf_startup import quiet_tensorflow_import
+    quiet_tensorflow_import()
+    importlib.import_module(module + ".job" if module == "export" else module)
+
+
+def run_forked(module, args, timeout):
+    """`{"returncode", "stdout", "stderr"}` of `python -m module *args`, run
+    in a child of this process."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            code = 0
+            try:
+                sys.argv = [module, *args]
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else (0 if done.code is None
+                                                                      else 1)
+                if not isinstance(done.code, (int, type(None))):
+                    print(done.code, file=sys.stderr)
+            except BaseException:  # a bug: its traceback, as python -m would print it
+                import traceback
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        status = _wait(pid, timeout)
+        out.seek(0)
+        err.seek(0)
+        return {"returncode": status, "stdout": out.read().decode("utf-8", "replace"),
+                "stderr": err.read().decode("utf-8", "replace")}
+
+
+def _wait(pid, timeout):
+    """The child's exit status (-9 if it ran past `timeout` seconds and was killed)."""
+    import signal
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return -9
+        time.sleep(0.02)
+
+
+def main():
+    module, timeout = sys.argv[1], float(sys.argv[2])
+    replies = os.fdopen(os.dup(1), "w")  # the reply channel; anything printed goes to stderr
+    os.dup2(2, 1)
+    preload(module)
+    for line in sys.stdin:
+        replies.write(json.dumps(run_forked(module, json.loads(line), timeout)) + "\n")
+        replies.flush()
+
+
+class ForkedJobs:
+    """Runners of job modules (`python -m tests.cli_runner`), one per module,
+    kept open until `close`."""
+
+    def __init__(self, env, timeout=300):
+        self.env, self.timeout, self.runners = env, timeout, {}
+
+    def run(self, module, args):
+        """`subprocess.CompletedProcess` of `python -m module *args`."""
+        import subprocess
+        runner = self.runners.get(module)
+        if runner is None:
+            runner = subprocess.Popen(
+                [sys.executable, "-m", "tests.cli_runner", module, str(self.timeout)],
+                cwd=REPO, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True)
+            self.runners[module] = runner
+        runner.stdin.write(json.dumps(list(args)) + "\n")
+        runner.stdin.flush()
+        line = runner.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the runner of {module} stopped (exit {runner.wait()})")
+        done = json.loads(line)
+        return subprocess.CompletedProcess([module, *args], done["returncode"],
+                                           done["stdout"], done["stderr"])
+
+    def close(self):
+        for runner in self.runners.values():
+            runner.stdin.close()
+            runner.wait(timeout=60)
+        self.runners.clear()
+
+
+if __name__ == "__main__":
+    main()
