@@ -9,6 +9,10 @@ from export import export_onnx, export_saved_model, open_runtime
 from export.runtime import RuntimeInputError
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig
 
+# Its module-scoped fixtures are built once: `make test` runs with
+# `--dist loadgroup`, which keeps a group on one worker.
+pytestmark = pytest.mark.xdist_group("decoder")
+
 N_TOKEN, MEM_LEN = 50, 64
 
 
@@ -214,7 +218,7 @@ def test_any_float_memory_in_and_float32_out(core):
         memory = (np.zeros([2, 1, 8, 32]), np.full([1, 8], valid))
         out = decoder.generate([[1, 2, 3]], 2, temperature=0, memory=memory)
         assert out.memory.mems.dtype == "float32" and out.memory.mems.shape == (2, 1, 8, 32)
-        want = Decoder(core, mem_len=8).generate(
+        want = decoder.generate(  # the same decoder, on the float32 memory
             [[1, 2, 3]], 2, temperature=0,
             memory=(np.zeros([2, 1, 8, 32], np.float32), np.full([1, 8], valid)))
         np.testing.assert_array_equal(out.ids, want.ids)
