@@ -18,6 +18,12 @@ CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # "auto" opens the single-stream session (a second copy of the weights in
 # memory) only for models up to this size, where per-node overhead matters.
 SINGLE_STREAM_MAX_BYTES = 256 * 2 ** 20
+# What `low_memory` sessions leave out: constant folding would store a folded
+# copy of each weight a graph transposes (the tied output embedding:
+# `Transpose(embedding)`, 439 MB at wt103_base), one per session; unfolded,
+# ONNX Runtime fuses the transpose into the matmul (`FusedMatMul`, transB),
+# which reads the shared weight as it is.
+UNFOLDED = ("ConstantFolding",)
 
 
 def choose_providers(device="auto"):
@@ -100,13 +106,16 @@ def external_weights(graph_path, data_path):
                list(tensor.dims), int(info.get("offset", 0)), int(info["length"]))
 
 
-def open_session(path, session_options=None, providers=None):
-    """An `onnxruntime.InferenceSession` of a path (or a serialized model);
-    a missing, truncated or corrupt file, or a session the providers cannot
-    build, is a `ModelDirError` naming it (never onnxruntime's traceback)."""
+def open_session(path, session_options=None, providers=None, disabled_optimizers=()):
+    """An `onnxruntime.InferenceSession` of a path (or a serialized model),
+    without the graph optimizers named in `disabled_optimizers`; a missing,
+    truncated or corrupt file, or a session the providers cannot build, is a
+    `ModelDirError` naming it (never onnxruntime's traceback)."""
     import onnxruntime as ort
     try:
-        return ort.InferenceSession(path, sess_options=session_options, providers=providers)
+        return ort.InferenceSession(path, sess_options=session_options, providers=providers,
+                                    **({"disabled_optimizers": list(disabled_optimizers)}
+                                       if disabled_optimizers else {}))
     except Exception as err:  # onnxruntime's own types (Fail, InvalidProtobuf, ...)
         if not type(err).__module__.startswith("onnxruntime"):
             raise
@@ -138,7 +147,9 @@ class OnnxRuntime(Runtime):
     every other session (`decode_init`, `decode_read`, the single-stream
     step) reads one shared, mapped copy (`shared_weights`). `low_memory=True`
     shares it with the hot paths too: one copy in all, and slower matmuls
-    on the unpacked weights (benchmarks/README.md, "Runtime memory").
+    on the unpacked weights (benchmarks/README.md, "Runtime memory"); its
+    sessions fold no constants (`UNFOLDED`), which would copy the weights a
+    graph transposes.
 
     `session_options`: an `onnxruntime.SessionOptions` for every session,
     as given (no shared weights); the single-stream session adds its
@@ -178,11 +189,14 @@ class OnnxRuntime(Runtime):
             (lambda: with_shared_weights(None, self._shared_weights))
         # The hot paths (the step, the decode step) pack their own copy unless `low_memory`.
         packed = shared if low_memory or session_options else lambda: None
-        self.session = open_session(path, packed(), providers)
+        # `low_memory` sessions fold no weight into a copy of their own.
+        self._unfolded = UNFOLDED if low_memory and self._shared_weights else ()
+        self.session = open_session(path, packed(), providers, self._unfolded)
         if single_stream == "auto":
             single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
         self.single_stream = single_stream
-        self._open_single = lambda: _single_stream_session(path, shared(), providers)
+        self._open_single = lambda: _single_stream_session(path, shared(), providers,
+                                                           self._unfolded)
         self._single = None
         try:
             info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
@@ -199,7 +213,7 @@ class OnnxRuntime(Runtime):
         self._decode_paths = decode_files(path)
         self._decode_sessions = None
         self._open_decode = lambda: {name: open_session(
-            p, packed() if name == "decode_step" else shared(), providers)
+            p, packed() if name == "decode_step" else shared(), providers, self._unfolded)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self._open_writer = lambda: open_ring_writer(self.mem_len + 1, shared(),
@@ -445,12 +459,12 @@ def _model_bytes(path):
     return os.path.getsize(path) + (os.path.getsize(data) if os.path.exists(data) else 0)
 
 
-def _single_stream_session(path, options, providers):
+def _single_stream_session(path, options, providers, disabled_optimizers=()):
     """A session of `path` with the dynamic `batch` and `seq_len` axes fixed
     to 1 in `options` (which no other session may use)."""
     for axis in ("batch", "seq_len"):
         options.add_free_dimension_override_by_name(axis, 1)
-    return open_session(path, options, providers)
+    return open_session(path, options, providers, disabled_optimizers)
 
 
 def return_freed_memory():
