@@ -21,10 +21,6 @@ from txl_tf.text import ByteTokenizer
 from txl_tf.weights import save_pretrained
 from txl_tf.weights.checkpoints import weight_dict
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("bad_inputs")
-
 MEM_LEN = 4
 NOISE = re.compile(r"cuInit|cudart_stub|port\.cc|cuda_platform|InitializeLog")
 

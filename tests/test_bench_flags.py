@@ -15,10 +15,6 @@ from cli_runner import ForkedJobs
 from job_helpers import job_env
 from txl_tf.app.flagspec import defaults, define, values
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("bench_flags")
-
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 KINDS = {"string": str, "integer": int, "float": (int, float), "bool": bool, "enum": str,
          "list": list, "multi_string": list}

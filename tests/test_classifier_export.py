@@ -13,10 +13,6 @@ from export.classifier import float32_twin, read_metadata
 from export.runtime import RuntimeInputError
 from txl_tf import TransformerXLClassifier, TransformerXLConfig
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("classifier_export")
-
 N_TOKEN = 40
 
 

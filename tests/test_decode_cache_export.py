@@ -19,10 +19,6 @@ from export.parity import cached_outputs, core_outputs, max_differences, random_
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("decode_cache_export")
-
 # Odd head sizes: a layer's ring is not a whole number of 64-byte lines, so
 # the host pads the stacked layers (`decode_cache.layer_aligned_empty`).
 CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5,

@@ -9,10 +9,6 @@ from export import export_onnx, export_saved_model, open_runtime
 from export.runtime import RuntimeInputError
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("decoder")
-
 N_TOKEN, MEM_LEN = 50, 64
 
 

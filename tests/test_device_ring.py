@@ -15,10 +15,6 @@ from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.errors import TxlError
 from txl_tf.weights import save_pretrained
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("device_ring")
-
 # Odd head sizes, as in test_decode_cache_export.py.
 CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5,
                                     n_head=3, d_head=5)

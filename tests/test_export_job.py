@@ -19,10 +19,6 @@ from txl_tf.app.flagspec import define, values
 from txl_tf.weights import save_pretrained
 from txl_tf.weights.model_dir import load
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("export_job")
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -14,10 +14,6 @@ from export import check_parity, export_onnx, export_saved_model, open_runtime
 from export.parity import core_outputs, max_differences, random_segments, runtime_outputs
 from txl_tf import TransformerXL, TransformerXLConfig
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("export_parity")
-
 TOL = 1e-4
 SEG_LEN = 5  # "T" of the brief; 1 is the decoding case
 

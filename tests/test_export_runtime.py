@@ -13,10 +13,6 @@ from export import RuntimeInputError, RuntimeMemory, export_onnx, export_saved_m
 from export.runtime import DEPRECATED, Runtime, generation_backend
 from txl_tf import InputError, TransformerXL, TransformerXLConfig, TxlError
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("export_runtime")
-
 MEM_LEN = 4
 
 

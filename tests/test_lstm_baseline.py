@@ -15,10 +15,6 @@ from txl_tf.learning.context_length import sample_positions
 from txl_tf.learning.evaluation import evaluate_ids
 from txl_tf.text import ByteTokenizer
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("lstm_baseline")
-
 CONFIG = LSTMConfig(n_token=11, d_model=6, n_layer=2, tgt_len=5, dropout=0.0)
 
 

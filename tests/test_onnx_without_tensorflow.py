@@ -14,10 +14,6 @@ from export import open_runtime, run_export
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("onnx_without_tensorflow")
-
 CONFIG = TransformerXLConfig.preset("tiny", n_token=50, cutoffs=[20], mem_len=4)
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,6 @@ from export.decode_cache import ALIGNMENT, LAYER_STACKED, CacheSlab
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.weights import save_pretrained
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("sessions")
-
 N_TOKEN = 40
 
 

@@ -18,10 +18,6 @@ from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.text import ByteTokenizer
 from txl_tf.weights import save_pretrained
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("training_classify")
-
 LETTERS = {"ab": "ab", "mn": "mn", "xy": "xy"}  # a class is the letters its words use
 
 

@@ -19,10 +19,6 @@ from export.triton import (cached_config, check_cached_model, check_triton_model
                            write_triton_repository)
 from test_export_parity import random_core
 
-# Its module-scoped fixtures are built once: `make test` runs with
-# `--dist loadgroup`, which keeps a group on one worker.
-pytestmark = pytest.mark.xdist_group("triton_export")
-
 MEM_LEN = 8
 # ONNX element types → Triton data types, for the three the interface uses.
 TRITON_TYPE = {onnx.TensorProto.INT32: model_config_pb2.TYPE_INT32,
