@@ -17,7 +17,7 @@ $(STAMP): setup.py
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadscope --durations=15 tests
+	$(PY) -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
 demo: $(STAMP)
 	$(PY) -m training.demo

@@ -108,17 +108,23 @@ def parse_batch_sizes(text):
 
 def read_bandwidths(gib=1, repeats=3):
     """`{kernel: bytes per second}` of a sum over `gib` GiB of float32 read by
-    each kind of kernel the backends read with: numpy (one thread),
-    TensorFlow's multi-threaded reduction and an XLA-compiled one (best of
-    `repeats` each). The bound uses the fastest: a step cannot read faster
-    than the best read this machine shows in the same run."""
+    each kind of kernel the backends read with: numpy (one thread), ONNX
+    Runtime's reduction, and where TensorFlow is installed its multi-threaded
+    reduction and an XLA-compiled one (best of `repeats` each). The bound
+    uses the fastest: a step cannot read faster than the best read this
+    machine shows in the same run."""
     import numpy as np
-    import tensorflow as tf
     data = np.ones(gib * 2 ** 30 // 4, np.float32)
-    held = tf.constant(data)
-    compiled = tf.function(tf.reduce_sum, jit_compile=True)
-    kernels = {"numpy": lambda: data.sum(), "tensorflow": lambda: tf.reduce_sum(held).numpy(),
-               "xla": lambda: compiled(held).numpy()}
+    kernels = {"numpy": lambda: data.sum(), "onnxruntime": ort_reader(data, "cpu")}
+    try:
+        import tensorflow as tf
+    except ImportError:  # a serving box: only numpy and ONNX Runtime read there
+        tf = None
+    if tf is not None:
+        held = tf.constant(data)
+        compiled = tf.function(tf.reduce_sum, jit_compile=True)
+        kernels.update(tensorflow=lambda: tf.reduce_sum(held).numpy(),
+                       xla=lambda: compiled(held).numpy())
     result = {}
     for name, read in kernels.items():
         read()  # warm-up (XLA compiles)
@@ -126,11 +132,10 @@ def read_bandwidths(gib=1, repeats=3):
     return result
 
 
-def cuda_read_bandwidth(gib=1, repeats=5):
-    """Bytes per second of an ONNX Runtime ReduceSum over `gib` GiB held on
-    the GPU (best of `repeats`): the bound's bandwidth when the runtime's
-    state lives there."""
-    import numpy as np
+def ort_reader(data, device):
+    """A call that sums the float32 vector `data` with an ONNX Runtime
+    ReduceSum on `device` ("cpu" or "cuda", where the vector is copied
+    once beforehand)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
     graph = helper.make_graph(
@@ -139,15 +144,22 @@ def cuda_read_bandwidth(gib=1, repeats=5):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CUDAExecutionProvider"])
-    data = ort.OrtValue.ortvalue_from_numpy(np.ones(gib * 2 ** 30 // 4, np.float32), "cuda", 0)
+    provider = "CUDAExecutionProvider" if device == "cuda" else "CPUExecutionProvider"
+    session = ort.InferenceSession(model.SerializeToString(), providers=[provider])
     binding = session.io_binding()
-    binding.bind_ortvalue_input("x", data)
-    binding.bind_output("y", "cuda", 0)
-    session.run_with_iobinding(binding)
-    best = min(seconds(lambda: session.run_with_iobinding(binding)) for _ in range(repeats))
-    return gib * 2 ** 30 / best
+    binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(data, device, 0))
+    binding.bind_output("y", device, 0)
+    return lambda: session.run_with_iobinding(binding)
+
+
+def cuda_read_bandwidth(gib=1, repeats=5):
+    """Bytes per second of an ONNX Runtime ReduceSum over `gib` GiB held on
+    the GPU (best of `repeats`): the bound's bandwidth when the runtime's
+    state lives there."""
+    import numpy as np
+    read = ort_reader(np.ones(gib * 2 ** 30 // 4, np.float32), "cuda")
+    read()
+    return gib * 2 ** 30 / min(seconds(read) for _ in range(repeats))
 
 
 def seconds(fn):
@@ -395,7 +407,7 @@ def run_preset(preset, o, bandwidth, work):
             def step(ids, memory, runner=runner):
                 return runner.step_last(ids, Memory(tf.constant(memory[0]),
                                                     tf.constant(memory[1])))
-            parts = decoder_parts(runner)
+            parts, model_config = decoder_parts(runner), config
         else:
             options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
                        "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
@@ -405,13 +417,14 @@ def run_preset(preset, o, bandwidth, work):
                 raise TxlError(f"the export in {folder} holds {runner.mem_len} memory "
                                f"slots, not {mem_len} (--mem_len)")
             step, parts = generation_backend(runner).step_last, runtime_parts(runner)
+            model_config = runner.config  # a reused export's own sizes
         for batch in parse_batch_sizes(o["batch_sizes"]):
-            memory = full_memory(config, mem_len, batch)
+            memory = full_memory(model_config, mem_len, batch)
             timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
                                                                      o["tokens"])
             device = getattr(runner, "device", "cpu")
-            bound_ms = step_bytes(config, mem_len, batch) / bandwidth[device] * 1e3
-            row = {"preset": preset, "mem_len": mem_len, "clamp_len": config.clamp_len,
+            bound_ms = step_bytes(model_config, mem_len, batch) / bandwidth[device] * 1e3
+            row = {"preset": preset, "mem_len": mem_len, "clamp_len": model_config.clamp_len,
                    "backend": backend, "batch": batch,
                    "device": device, "device_cache": getattr(runner, "device_cache", False),
                    "cuda_graph": getattr(runner, "cuda_graph", False),
@@ -420,9 +433,9 @@ def run_preset(preset, o, bandwidth, work):
                    "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
             if batch == 1 and o["turns"]:
                 row.update(time_turn(runner, memory, parts))
-                row.update(time_prompt(runner, config, mem_len, step))
+                row.update(time_prompt(runner, model_config, mem_len, step))
             if batch > 1 and o["sessions"] and backend != "xla":
-                row.update(time_sessions(runner, config, mem_len, batch, o["tokens"]))
+                row.update(time_sessions(runner, model_config, mem_len, batch, o["tokens"]))
             print(json.dumps(row), flush=True)
             rows.append(row)
         del runner

@@ -1,18 +1,19 @@
-"""Runs many command lines of one job as `python -m <module> ...` does, in one
-interpreter: the libraries are imported once, then each command line runs
-in a forked child with its own argv, flags, stdout and stderr (file
-descriptors, so the C++ libraries' output is caught too) and exit status.
+"""Runs many command lines of jobs as `python -m <module> ...` does, in one
+interpreter: the libraries are imported once (each job's module on its first
+case), then each command line runs in a forked child with its own argv,
+flags, stdout and stderr (file descriptors, so the C++ libraries' output is
+caught too) and exit status.
 
 A command-line test of bad flags pays the start-up of TensorFlow once per
-job instead of once per case. What only a fresh interpreter shows (the
-import's own log noise) stays with the tests that start one (`run_job`).
+test module instead of once per case. What only a fresh interpreter shows
+(the import's own log noise) stays with the tests that start one (`run_job`).
 
-    python -m tests.cli_runner <module>
-    stdin: one JSON list of arguments per line; stdout: one JSON line
-    {"returncode": int, "stdout": str, "stderr": str} per case
+    python -m tests.cli_runner <timeout>
+    stdin: one JSON line {"module": str, "args": [str, ...]} per case; stdout:
+    one JSON line {"returncode": int, "stdout": str, "stderr": str} per case
 
-`ForkedJobs` is the tests' side: one such runner per job module, started on
-first use, each case's result as `subprocess.CompletedProcess`.
+`ForkedJobs` is the tests' side: one runner, started on first use, each
+case's result as `subprocess.CompletedProcess`.
 """
 import importlib
 import json
@@ -82,46 +83,51 @@ def _wait(pid, timeout):
 
 
 def main():
-    module, timeout = sys.argv[1], float(sys.argv[2])
+    timeout = float(sys.argv[1])
     replies = os.fdopen(os.dup(1), "w")  # the reply channel; anything printed goes to stderr
     os.dup2(2, 1)
-    preload(module)
+    loaded = set()
     for line in sys.stdin:
-        replies.write(json.dumps(run_forked(module, json.loads(line), timeout)) + "\n")
+        case = json.loads(line)
+        if case["module"] not in loaded:
+            loaded.add(case["module"])
+            try:
+                preload(case["module"])
+            except Exception:  # noqa: BLE001 - the case's own run shows the error
+                pass
+        replies.write(json.dumps(run_forked(case["module"], case["args"], timeout)) + "\n")
         replies.flush()
 
 
 class ForkedJobs:
-    """Runners of job modules (`python -m tests.cli_runner`), one per module,
-    kept open until `close`."""
+    """One runner of job command lines (`python -m tests.cli_runner`), kept
+    open until `close`."""
 
     def __init__(self, env, timeout=300):
-        self.env, self.timeout, self.runners = env, timeout, {}
+        self.env, self.timeout, self.runner = env, timeout, None
 
     def run(self, module, args):
         """`subprocess.CompletedProcess` of `python -m module *args`."""
         import subprocess
-        runner = self.runners.get(module)
-        if runner is None:
-            runner = subprocess.Popen(
-                [sys.executable, "-m", "tests.cli_runner", module, str(self.timeout)],
+        if self.runner is None:
+            self.runner = subprocess.Popen(
+                [sys.executable, "-m", "tests.cli_runner", str(self.timeout)],
                 cwd=REPO, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 text=True)
-            self.runners[module] = runner
-        runner.stdin.write(json.dumps(list(args)) + "\n")
-        runner.stdin.flush()
-        line = runner.stdout.readline()
+        self.runner.stdin.write(json.dumps({"module": module, "args": list(args)}) + "\n")
+        self.runner.stdin.flush()
+        line = self.runner.stdout.readline()
         if not line:
-            raise RuntimeError(f"the runner of {module} stopped (exit {runner.wait()})")
+            raise RuntimeError(f"the job runner stopped (exit {self.runner.wait()})")
         done = json.loads(line)
         return subprocess.CompletedProcess([module, *args], done["returncode"],
                                            done["stdout"], done["stderr"])
 
     def close(self):
-        for runner in self.runners.values():
-            runner.stdin.close()
-            runner.wait(timeout=60)
-        self.runners.clear()
+        if self.runner is not None:
+            self.runner.stdin.close()
+            self.runner.wait(timeout=60)
+            self.runner = None
 
 
 if __name__ == "__main__":

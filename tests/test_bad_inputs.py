@@ -71,11 +71,10 @@ def prepared(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def jobs():
-    """The jobs' command lines, each job's libraries imported once
-    (`tests.cli_runner`)."""
-    runners = ForkedJobs(job_env())
-    yield runners
-    runners.close()
+    """The jobs' command lines, the libraries imported once (`tests.cli_runner`)."""
+    runner = ForkedJobs(job_env())
+    yield runner
+    runner.close()
 
 
 def snapshot(root):

@@ -3,7 +3,7 @@ and run as `txl_tf.app.cli` jobs: `--help` lists the flags (and exits as
 every job's `--help` does, absl's status 1), a bad flag is one `error:` line
 and exit status 2, before any export or measurement. Every entry point's SPEC
 is checked in this process; a few representative scripts run from their
-command lines (`tests.cli_runner`: each benchmark's libraries imported once)."""
+command lines (`tests.cli_runner`: the libraries imported once)."""
 import importlib
 import re
 from pathlib import Path
@@ -51,9 +51,9 @@ def test_the_spec_is_a_valid_flagspec_spec(name):
 
 @pytest.fixture(scope="module")
 def jobs():
-    runners = ForkedJobs(job_env())
-    yield runners
-    runners.close()
+    runner = ForkedJobs(job_env())
+    yield runner
+    runner.close()
 
 
 def last_error_line(jobs, module, flag_args):

@@ -71,3 +71,21 @@ def test_the_tensorflow_names_say_they_need_it():
             print(error)
     """)
     assert "txl_tf.TransformerXL needs TensorFlow" in out and "ONNX Runtime" in out
+
+
+def test_the_long_memory_benchmark_times_an_export_without_tensorflow(model_onnx, tmp_path):
+    """As on the GPU machine: its bound's reads and its ONNX rows need no TensorFlow."""
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "out").symlink_to(model_onnx.parent)
+    _run_without_tensorflow(f"""
+        import runpy, sys
+        sys.argv = ["bench_long_memory", "--presets=tiny", "--mem_len={CONFIG.mem_len}",
+                    "--backends=onnx", "--batch_sizes=1", "--tokens=2", "--noturns",
+                    "--nosessions", "--reuse_exports", "--work_dir={tmp_path}",
+                    "--output={tmp_path / 'result.json'}"]
+        runpy.run_module("benchmarks.bench_long_memory", run_name="__main__")
+    """)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert set(result["reads_gb_per_s"]) == {"numpy", "onnxruntime"}
+    [row] = result["rows"]
+    assert row["backend"] == "onnx" and row["per_token_ms"] > 0 and row["over_bound"] > 0
