@@ -8,6 +8,7 @@ turned into initializers written from the core's arrays one at a time.
 onnxruntime constant-folds what tf2onnx would have folded (weight transposes)
 when it opens the session.
 """
+import contextlib
 import logging
 import os
 from typing import NamedTuple
@@ -199,10 +200,38 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
         with keras.StatelessScope(state_mapping=list(zip(variables, args[n_inputs:]))):
             return fn(*args[:n_inputs])
 
-    model, _ = tf2onnx.convert.from_function(
-        run, input_signature=specs, opset=opset,
-        custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})
-    return model
+    def convert():
+        return tf2onnx.convert.from_function(
+            run, input_signature=specs, opset=opset,
+            custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})[0]
+    try:
+        with _environment(TF2ONNX_CATCH_ERRORS="FALSE"):
+            return convert()
+    except Exception:  # noqa: BLE001  an optimizer failed: convert again, skipping it
+        logging.info("tf2onnx failed without its graph copies; converting with them")
+    return convert()
+
+
+@contextlib.contextmanager
+def _environment(**values):
+    """Sets environment variables for the block, then restores them.
+
+    `TF2ONNX_CATCH_ERRORS` (any value: tf2onnx 1.17 compares the variable's
+    name, not its value, to "TRUE") stops tf2onnx from deep-copying the whole
+    graph before each of its optimizers, so that one that fails can be
+    skipped; the copies are most of its optimizing time. A conversion that
+    fails that way is done again with them.
+    """
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _nan_safe_select(ctx, node, name, args):

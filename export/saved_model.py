@@ -16,6 +16,7 @@ Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
 - `decode_init`, `decode_step`, `decode_read`, `decode_memory`: the cached decode interface
   (`export.decode_interface`).
 """
+import functools
 import json
 import os
 import tempfile
@@ -81,6 +82,12 @@ def weights_scope(weights, values):
     return keras.StatelessScope(state_mapping=list(zip(weights, values)))
 
 
+# The signatures are traced as written: the core's control flow is TensorFlow's
+# own (the ONNX conversion traces it so too), and AutoGraph's rewrite of every
+# function it reaches only slowed the export (benchmarks/NOTES.md).
+signature_function = functools.partial(tf.function, autograph=False)
+
+
 class ServingModule(tf.Module):
     """Wraps a `TransformerXL` core with fixed memory length and input signatures.
 
@@ -105,18 +112,18 @@ class ServingModule(tf.Module):
         ids, mems, mask = interface_specs(cfg, self.mem_len)
         targets = tf.TensorSpec([None, None], tf.int32, name="target_ids")
         batch = tf.TensorSpec([], tf.int32, name="batch_size")
-        self.initial_memory = tf.function(self._initial_memory, input_signature=[batch])
-        self.step = tf.function(self._step, input_signature=[ids, mems, mask])
-        self.step_last = tf.function(self._step_last, input_signature=[ids, mems, mask])
-        self.score = tf.function(self._score, input_signature=[ids, targets, mems, mask])
-        self.decode_init = tf.function(
+        self.initial_memory = signature_function(self._initial_memory, input_signature=[batch])
+        self.step = signature_function(self._step, input_signature=[ids, mems, mask])
+        self.step_last = signature_function(self._step_last, input_signature=[ids, mems, mask])
+        self.score = signature_function(self._score, input_signature=[ids, targets, mems, mask])
+        self.decode_init = signature_function(
             self._decode_init,
             input_signature=decode_interface.memory_specs(cfg, self.mem_len))
-        self.decode_step = tf.function(
+        self.decode_step = signature_function(
             self._decode_step, input_signature=decode_interface.step_specs(cfg, self.mem_len))
-        self.decode_read = tf.function(
+        self.decode_read = signature_function(
             self._decode_read, input_signature=decode_interface.read_specs(cfg, self.mem_len))
-        self.decode_memory = tf.function(
+        self.decode_memory = signature_function(
             decode_interface.decode_memory,
             input_signature=decode_interface.cache_memory_specs(cfg, self.mem_len))
 

@@ -46,6 +46,8 @@ def run_forked(module, args, timeout):
             code = 0
             try:
                 sys.argv = [module, *args]
+                if not hasattr(sys.modules.get(module), "__path__"):  # not a package:
+                    sys.modules.pop(module, None)  # runpy warns when it runs a loaded module
                 runpy.run_module(module, run_name="__main__", alter_sys=True)
             except SystemExit as done:
                 code = done.code if isinstance(done.code, int) else (0 if done.code is None

@@ -10,8 +10,16 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# XLA's compiled code without LLVM's optimizing passes (its HLO passes still
+# run): the tests' tiny models compile in less time than the passes take, and
+# the jobs they start inherit it. Benchmarks run with XLA's default.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
+import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from cli_runner import ForkedJobs  # noqa: E402
+from job_helpers import job_env  # noqa: E402
 
 # Exact float32 comparisons: no TF32 matmuls when a test runs on an Ampere+ GPU.
 tf.config.experimental.enable_tensor_float_32_execution(False)
@@ -23,21 +31,22 @@ tf.config.set_logical_device_configuration(
 # 2-core machine; docs/testing.md). `make test` hands whole modules to its two
 # workers in this order (`--dist loadscope --no-loadscope-reorder`), the
 # longest first, so that no long module is left running alone at the end.
-# Modules not listed (under 20 s) follow in their usual order.
+# Modules not listed (under 15 s) follow in their usual order.
 MODULE_SECONDS = {
-    "test_bad_inputs": 290, "test_export_job": 220, "test_decoder": 210, "test_model": 180,
-    "test_transformer_xl_causal_lm": 150, "test_classifier": 150, "test_decode_cache_export": 140,
-    "test_docs": 140, "test_bench_flags": 130, "test_training_resume": 110,
-    "test_memory_reach": 110, "test_training_classify": 110, "test_sessions": 100,
-    "test_attention_picture": 90, "test_classifier_export": 90, "test_export_parity": 90,
-    "test_training_generate": 70, "test_export_runtime": 60, "test_training_recl": 60,
-    "test_learning": 60, "test_training_errors": 60, "test_onnx_weights": 60, "test_convert": 60,
-    "test_evaluate": 50, "test_lora_int8": 50, "test_triton_export": 50, "test_core": 40,
-    "test_kv_cache": 40, "test_causal_lm_streams": 40, "test_memory_budget": 40, "test_demo": 40,
-    "test_transformer_xl_presets": 40, "test_onnx_without_tensorflow": 30, "test_device_ring": 30,
-    "test_training_lock": 30, "test_classification_data": 20, "test_training_multiworker": 20,
-    "test_training_logs": 20, "test_generate": 20, "test_attention_types": 20,
-    "test_layer_harness": 20,
+    "test_export_job": 160, "test_model": 160, "test_training_resume": 120, "test_decoder": 120,
+    "test_transformer_xl_causal_lm": 120, "test_memory_reach": 110, "test_classifier": 100,
+    "test_docs": 90, "test_bad_inputs": 80, "test_training_classify": 80,
+    "test_export_parity": 80, "test_sessions": 60, "test_classifier_export": 60,
+    "test_onnx_weights": 60, "test_decode_cache_export": 60, "test_kv_cache": 60,
+    "test_training_mirrored": 60, "test_training_recl": 50, "test_training_generate": 50,
+    "test_demo": 50, "test_evaluate": 50, "test_learning": 50, "test_onnx_without_tensorflow": 50,
+    "test_core": 50, "test_triton_export": 50, "test_convert": 40, "test_training_logs": 40,
+    "test_training_lock": 40, "test_causal_lm_streams": 40, "test_lora_int8": 40,
+    "test_transformer_xl_presets": 30, "test_attention_types": 30,
+    "test_training_multiworker": 30, "test_lstm_baseline": 30, "test_device_ring": 30,
+    "test_attention_picture": 30, "test_training_errors": 30, "test_export_runtime": 30,
+    "test_schedule": 20, "test_precision": 20, "test_memory_budget": 20,
+    "test_training_run_record": 20,
 }
 
 
@@ -45,3 +54,13 @@ def pytest_collection_modifyitems(items):
     """The longest modules first (a stable sort: each module's tests stay
     together and in their order)."""
     items.sort(key=lambda item: -MODULE_SECONDS.get(item.path.stem, 0))
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    """Runs job command lines with the libraries imported once per test
+    module (`tests.cli_runner`): `jobs.run(module, args)` is
+    `run_job(module, args, check=False)` without a fresh interpreter."""
+    runner = ForkedJobs(job_env())
+    yield runner
+    runner.close()

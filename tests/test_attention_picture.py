@@ -223,21 +223,21 @@ def test_bad_options_are_named(model_dir, tmp_path, options, message):
     (["--head=-1"], "error: --head must be 'mean' or a head number >= 0, got '-1'"),
     (["--text_file=nowhere.txt", "--text="], "error: pass the text with exactly one"),
 ])
-def test_bad_flags_exit_2_with_one_error_line(model_dir, tmp_path, args, message):
+def test_bad_flags_exit_2_with_one_error_line(model_dir, jobs, tmp_path, args, message):
     base = [f"--model_dir={model_dir}", f"--output={tmp_path / 'a.png'}"]
     if not any(a.startswith("--text") for a in args):
         base.append("--text=abc")
-    proc = run_job("training.attention_picture", base + args, check=False)
+    proc = jobs.run("training.attention_picture", base + args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
     assert not (tmp_path / "a.png").exists()
 
 
-def test_a_missing_model_dir_exits_2(tmp_path):
-    proc = run_job("training.attention_picture",
-                   [f"--model_dir={tmp_path / 'nothing'}", "--text=abc",
-                    f"--output={tmp_path / 'a.png'}"], check=False)
+def test_a_missing_model_dir_exits_2(jobs, tmp_path):
+    proc = jobs.run("training.attention_picture",
+                    [f"--model_dir={tmp_path / 'nothing'}", "--text=abc",
+                     f"--output={tmp_path / 'a.png'}"])
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "nothing" in lines[0]

@@ -14,7 +14,6 @@ import tensorflow as tf
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
-from cli_runner import ForkedJobs
 from job_helpers import job_env, run_job, write_text_corpus
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
 from txl_tf.text import ByteTokenizer
@@ -67,14 +66,6 @@ def prepared(tmp_path_factory):
         (truncated / name).write_bytes(data[:len(data) // 2])
     return {"root": root, "scratch": scratch, "corpus": corpus, "core": core,
             "exported": exported}
-
-
-@pytest.fixture(scope="module")
-def jobs():
-    """The jobs' command lines, the libraries imported once (`tests.cli_runner`)."""
-    runner = ForkedJobs(job_env())
-    yield runner
-    runner.close()
 
 
 def snapshot(root):

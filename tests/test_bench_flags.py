@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from absl import flags
 
-from cli_runner import ForkedJobs
-from job_helpers import job_env
 from txl_tf.app.flagspec import defaults, define, values
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -47,13 +45,6 @@ def test_the_spec_is_a_valid_flagspec_spec(name):
     define(spec, flag_values)
     flag_values([name])
     assert values(spec, flag_values) == defaults(spec)
-
-
-@pytest.fixture(scope="module")
-def jobs():
-    runner = ForkedJobs(job_env())
-    yield runner
-    runner.close()
 
 
 def last_error_line(jobs, module, flag_args):

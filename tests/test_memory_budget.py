@@ -2,7 +2,7 @@
 available, in training, evaluation, export and the runtimes."""
 import pytest
 
-from job_helpers import run_job, write_text_corpus
+from job_helpers import write_text_corpus
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.checks import memory_budget
 from txl_tf.checks.memory_budget import (GIB, MemoryBudgetError, available_bytes, check_fits,
@@ -32,12 +32,12 @@ def test_the_estimate_refuses_what_cannot_fit_and_names_it():
                    host_only=False, available=GIB)
 
 
-def test_the_jobs_refuse_before_allocating_or_writing(tmp_path):
+def test_the_jobs_refuse_before_allocating_or_writing(jobs, tmp_path):
     write_text_corpus(tmp_path / "corpus.txt", 5_000)
-    train = run_job("training.train", [
+    train = jobs.run("training.train", [
         f"--model_dir={tmp_path / 'run'}", "--dataset=text",
         f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
-        "--preset=tiny", "--mem_len=2000000000", "--strategy=one_device"], check=False)
+        "--preset=tiny", "--mem_len=2000000000", "--strategy=one_device"])
     assert train.returncode == 2
     assert train.stderr.startswith("error: a training step (batch 16, segment 16, memory "
                                    "2000000000) needs at least"), train.stderr
@@ -47,20 +47,19 @@ def test_the_jobs_refuse_before_allocating_or_writing(tmp_path):
     from txl_tf.text import ByteTokenizer
     save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny")), tmp_path / "model",
                     ByteTokenizer())
-    export = run_job("export", [f"--model_dir={tmp_path / 'model'}",
-                                f"--output_dir={tmp_path / 'out'}", "--mem_len=100000000"],
-                     check=False)
+    export = jobs.run("export", [f"--model_dir={tmp_path / 'model'}",
+                                 f"--output_dir={tmp_path / 'out'}", "--mem_len=100000000"])
     assert export.returncode == 2 and "error: the exported graph's smallest step" in \
         export.stderr, export.stderr
     assert not (tmp_path / "out").exists()
-    evaluate = run_job("training.evaluate", [
+    evaluate = jobs.run("training.evaluate", [
         f"--model_dir={tmp_path / 'model'}", "--dataset=text",
         f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
-        "--mem_len=2000000000"], check=False)
+        "--mem_len=2000000000"])
     assert evaluate.returncode == 2 and "error: an evaluation step" in evaluate.stderr
 
 
-def test_an_export_whose_parity_check_cannot_fit_is_refused_before_writing(tmp_path):
+def test_an_export_whose_parity_check_cannot_fit_is_refused_before_writing(jobs, tmp_path):
     """The smallest step fits, the parity check (batch 2, three reference
     memories kept) cannot: refused up front, naming --noverify, rather than
     growing until the kernel kills it. Sizes are relative to this machine."""
@@ -68,9 +67,8 @@ def test_an_export_whose_parity_check_cannot_fit_is_refused_before_writing(tmp_p
     config = TransformerXLConfig.preset("tiny")
     save_pretrained(TransformerXL(config), tmp_path / "model")
     mem_len = int(0.4 * available_bytes() / (2 * memory_bytes(config, 1, 1)))
-    export = run_job("export", [f"--model_dir={tmp_path / 'model'}",
-                                f"--output_dir={tmp_path / 'out'}", f"--mem_len={mem_len}"],
-                     check=False)
+    export = jobs.run("export", [f"--model_dir={tmp_path / 'model'}",
+                                 f"--output_dir={tmp_path / 'out'}", f"--mem_len={mem_len}"])
     assert export.returncode == 2, export.stderr
     errors = [line for line in export.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(

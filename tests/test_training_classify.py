@@ -239,13 +239,13 @@ def test_evaluate_needs_a_classifier_dir(data, tmp_path):
     (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
       "--export=tflite"], r"error: --export: unknown format\(s\) tflite"),
 ])
-def test_command_line_errors(data, args, message):
+def test_command_line_errors(data, jobs, args, message):
     root = data["root"]
     if not (root / "bare").exists():
         write_backbone(root / "bare", vocab=False)
     write_tsv(root / "unknown.tsv", 4, 3, labels=("ab", "zz"))
     fill = {"root": str(root), "train": data["train"], "backbone": data["backbone"]}
-    proc = run_job("training.classify", [a.format(**fill) for a in args], check=False)
+    proc = jobs.run("training.classify", [a.format(**fill) for a in args])
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
