@@ -207,7 +207,7 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
     try:
         with _environment(TF2ONNX_CATCH_ERRORS="FALSE"):
             return convert()
-    except Exception:  # noqa: BLE001  an optimizer failed: convert again, skipping it
+    except Exception:  # noqa: BLE001  an optimizer failed: again, with the copies that skip it
         logging.info("tf2onnx failed without its graph copies; converting with them")
     return convert()
 
