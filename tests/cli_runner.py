@@ -108,8 +108,10 @@ class ForkedJobs:
     def __init__(self, env, timeout=300):
         self.env, self.timeout, self.runner = env, timeout, None
 
-    def run(self, module, args):
-        """`subprocess.CompletedProcess` of `python -m module *args`."""
+    def run(self, module, args, check=False):
+        """`subprocess.CompletedProcess` of `python -m module *args`; with
+        `check`, a non-zero exit raises an AssertionError showing the end of
+        the output (as `job_helpers.run_job`)."""
         import subprocess
         if self.runner is None:
             self.runner = subprocess.Popen(
@@ -122,8 +124,13 @@ class ForkedJobs:
         if not line:
             raise RuntimeError(f"the job runner stopped (exit {self.runner.wait()})")
         done = json.loads(line)
-        return subprocess.CompletedProcess([module, *args], done["returncode"],
-                                           done["stdout"], done["stderr"])
+        proc = subprocess.CompletedProcess([module, *args], done["returncode"], done["stdout"],
+                                           done["stderr"])
+        if check and proc.returncode != 0:
+            from job_helpers import tail
+            raise AssertionError(f"{module} {' '.join(args)} exited with {proc.returncode}:\n"
+                                 f"{tail(proc.stdout)}\n--- stderr ---\n{tail(proc.stderr)}")
+        return proc
 
     def close(self):
         if self.runner is not None:

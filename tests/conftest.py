@@ -56,11 +56,13 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -MODULE_SECONDS.get(item.path.stem, 0))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def jobs():
     """Runs job command lines with the libraries imported once per test
-    module (`tests.cli_runner`): `jobs.run(module, args)` is
-    `run_job(module, args, check=False)` without a fresh interpreter."""
-    runner = ForkedJobs(job_env())
+    worker (`tests.cli_runner`): `jobs.run(module, args, check)` is
+    `run_job(module, args, check=check)` without a fresh interpreter. Tests
+    that signal a job, run two at once, or look at a fresh interpreter's
+    start-up use `run_job`."""
+    runner = ForkedJobs(job_env(), timeout=600)
     yield runner
     runner.close()

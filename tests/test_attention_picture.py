@@ -10,7 +10,6 @@ import pytest
 from reference_numpy import forward as reference_forward
 from test_core import VARIANTS, ids, make_core
 
-from job_helpers import run_job
 from training import attention_picture as job
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
@@ -183,11 +182,12 @@ def model_dir(tmp_path_factory):
 TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mind"
 
 
-def test_the_job_writes_a_png_of_the_segment(model_dir, tmp_path):
+def test_the_job_writes_a_png_of_the_segment(model_dir, tmp_path, jobs):
     out = str(tmp_path / "pic" / "attention.png")
-    proc = run_job("training.attention_picture",
+    proc = jobs.run("training.attention_picture",
                    [f"--model_dir={model_dir}", f"--text={TEXT}", "--layer=-1", "--head=1",
-                    "--segment=2", "--seg_len=16", "--mem_len=24", f"--output={out}"])
+                    "--segment=2", "--seg_len=16", "--mem_len=24", f"--output={out}"],
+                    check=True)
     assert f"wrote {out}: 16 queries x 40 keys (24 memory slots)" in proc.stdout
     png = (matplotlib.image.imread(out)[..., :3] * 255).round().astype(np.uint8)
     colours = {tuple(c) for c in png.reshape(-1, 3)}

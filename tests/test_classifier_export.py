@@ -155,7 +155,7 @@ def test_a_failed_export_leaves_the_folder_as_it_was(exported, tmp_path, monkeyp
     before = files(out)
     monkeypatch.setattr(classifier, "export_classifier_onnx", fail)
     with pytest.raises(RuntimeError, match="conversion failed"):
-        export_classifier(model, str(out))
+        export_classifier(model, str(out), formats=("onnx",))
     assert files(out) == before and os.listdir(tmp_path) == ["cls"]
     monkeypatch.undo()
     written = export_classifier(model, str(out), formats=("onnx",))  # replaces it whole

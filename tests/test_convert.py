@@ -10,7 +10,6 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.job_helpers import run_job
 from tests.pytorch_fixtures import CASES, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference
 from txl_tf.text.pickled_vocab import PickledVocabError, convert_pickled_vocab
@@ -111,7 +110,7 @@ def _port_files(tmp_path):
     return case, weights, str(config), str(vocab)
 
 
-def test_cli_converts_the_port_and_export_matches_the_reference(tmp_path):
+def test_cli_converts_the_port_and_export_matches_the_reference(tmp_path, jobs):
     from export import open_runtime, run_export
     from txl_tf.weights.model_dir import load
 
@@ -120,9 +119,9 @@ def test_cli_converts_the_port_and_export_matches_the_reference(tmp_path):
     assert fields["tie_projs"] == [False, True, True] and fields["n_token"] == 60
     assert ignored == ["architectures", "eos_token_id"]
     out = tmp_path / "model"
-    proc = run_job("txl_tf.weights.convert", ["--source=pytorch", f"--input={weights}",
-                                      f"--config={config}", f"--vocab={vocab}",
-                                      f"--output_dir={out}"])
+    proc = jobs.run("txl_tf.weights.convert", ["--source=pytorch", f"--input={weights}",
+                                               f"--config={config}", f"--vocab={vocab}",
+                                               f"--output_dir={out}"], check=True)
     printed = proc.stdout
     assert "transfo-xl-wt103 port" in printed and "cluster_order=tf" in printed
     assert "same_length_convention=pytorch" in printed and "restricted unpickler" in printed
@@ -151,15 +150,15 @@ def test_cli_converts_the_port_and_export_matches_the_reference(tmp_path):
         np.testing.assert_allclose(log_probs, ref.forward(seg.T).transpose(1, 0, 2), atol=1e-4)
 
 
-def test_cli_bad_input_is_one_error_line(tmp_path):
+def test_cli_bad_input_is_one_error_line(tmp_path, jobs):
     _, weights, config, _ = _port_files(tmp_path)
     values = json.loads(open(config).read())
     values["d_inner"] = 64
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps(values))
-    proc = run_job("txl_tf.weights.convert", ["--source=pytorch", f"--input={weights}",
-                                      f"--config={wrong}", f"--output_dir={tmp_path / 'o'}"],
-                   check=False)
+    proc = jobs.run("txl_tf.weights.convert", ["--source=pytorch", f"--input={weights}",
+                                               f"--config={wrong}",
+                                               f"--output_dir={tmp_path / 'o'}"])
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and lines[-1].startswith("error: ")
     assert "transformer.layers.0.pos_ff.CoreNet.0.weight: the weights have (48, 32), the " \

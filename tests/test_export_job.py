@@ -73,17 +73,11 @@ def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
         open_runtime(str(out), backend="onnx").score(ids, ids)
 
 
-def test_job_as_module_with_explicit_config_and_weights(model_dir, tmp_path):
+def test_job_as_module_with_explicit_config_and_weights(model_dir, tmp_path, jobs):
     path, _ = model_dir
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2",
-           "KERAS_BACKEND": "tensorflow"}
-    result = subprocess.run(
-        [sys.executable, "-m", "export", f"--config={path / 'config.json'}",
-         f"--weights={path / 'weights.npz'}", f"--output_dir={out}",
-         "--formats=saved_model"], capture_output=True, text=True, timeout=300, env=env,
-        cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
+    jobs.run("export", [f"--config={path / 'config.json'}", f"--weights={path / 'weights.npz'}",
+                        f"--output_dir={out}", "--formats=saved_model"], check=True)
     assert sorted(os.listdir(out / "saved_model" / "assets")) == ["config.json",
                                                                   "export_metadata.json"]
     assert not (out / "model.onnx").exists()
@@ -233,16 +227,19 @@ def test_failed_export_leaves_the_previous_one_untouched(model_dir, previous_exp
     out = copy_of(previous_export, tmp_path)
     before = snapshot(out)
 
-    def failing_export_onnx(*args, **kwargs):
+    def failing_export_onnx(core, path, **options):  # fails with the graph half written
+        with open(path, "wb") as f:
+            f.write(b"\x08\x07")
         raise failure
     monkeypatch.setattr("export.job.export_onnx", failing_export_onnx)
     with pytest.raises(type(failure)):
-        run_job(f"--model_dir={path}", f"--output_dir={out}", "--mem_len=4", "--overwrite")
+        run_job(f"--model_dir={path}", f"--output_dir={out}", "--mem_len=4", "--overwrite",
+                "--formats=onnx")
     assert snapshot(out) == before
     assert os.listdir(out.parent) == ["out"]
     fresh = tmp_path / "exports" / "fresh"
     with pytest.raises(type(failure)):
-        run_job(f"--model_dir={path}", f"--output_dir={fresh}", "--mem_len=4")
+        run_job(f"--model_dir={path}", f"--output_dir={fresh}", "--mem_len=4", "--formats=onnx")
     assert not fresh.exists() and os.listdir(out.parent) == ["out"]
 
 

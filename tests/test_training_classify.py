@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from export import open_classifier
-from job_helpers import run_job
 from training import classify
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
@@ -54,15 +53,15 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def trained(data):
+def trained(data, jobs):
     """One run of the command line: 40 steps from the tiny backbone, with
     evaluation and both exports."""
     out = str(data["root"] / "out")
-    proc = run_job("training.classify", [
+    proc = jobs.run("training.classify", [
         f"--train_data={data['train']}", f"--eval_data={data['eval']}",
         f"--backbone={data['backbone']}", f"--output_dir={out}", "--steps=40",
         "--batch_size=8", "--learning_rate=3e-3", "--log_every=10", "--max_length=64",
-        "--mixed_precision=none", "--export=saved_model,onnx"], timeout=600)
+        "--mixed_precision=none", "--export=saved_model,onnx"], check=True)
     return out, proc
 
 

@@ -1,7 +1,7 @@
 """Bad input to the jobs gives one clear message, never a TensorFlow traceback."""
 import pytest
 
-from job_helpers import run_job, write_text_corpus
+from job_helpers import write_text_corpus
 from training import evaluate, train
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
@@ -102,9 +102,8 @@ def test_bad_flag_values(tmp_path, corpus):
         _train(tmp_path, data_dir=corpus, dropout=1.5)
 
 
-def test_command_line_error_is_one_line(tmp_path):
-    proc = run_job("training.train", ["--preset=huge", f"--model_dir={tmp_path / 'run'}"],
-                   check=False, timeout=600)
+def test_command_line_error_is_one_line(tmp_path, jobs):
+    proc = jobs.run("training.train", ["--preset=huge", f"--model_dir={tmp_path / 'run'}"])
     assert proc.returncode == 2
     assert "error: unknown preset 'huge'; known presets:" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

@@ -9,7 +9,7 @@ import pytest
 
 from training.errors import TrainingError
 from training.lock import DirectoryLock, lock_path
-from job_helpers import job_command, job_env, run_job, tail, write_text_corpus
+from job_helpers import job_command, job_env, tail, write_text_corpus
 
 
 def _args(tmp_path, **changes):
@@ -26,7 +26,7 @@ def _files(run):
     return {p.name: p.read_bytes() for p in paths if p.exists()}
 
 
-def test_second_job_is_refused_until_the_owner_dies(tmp_path):
+def test_second_job_is_refused_until_the_owner_dies(tmp_path, jobs):
     write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=6)
     run = tmp_path / "run"
     owner = subprocess.Popen(job_command("training.train", _args(tmp_path)), env=job_env(),
@@ -39,8 +39,7 @@ def test_second_job_is_refused_until_the_owner_dies(tmp_path):
         assert owner.poll() is None, tail(owner.communicate()[0])
         before = _files(run)
 
-        second = run_job("training.train", _args(tmp_path, train_steps=7, batch_size=2),
-                         check=False)
+        second = jobs.run("training.train", _args(tmp_path, train_steps=7, batch_size=2))
         assert second.returncode == 2, tail(second.stdout + second.stderr)
         assert (f"error: --model_dir {run} is in use by another training job (pid "
                 f"{owner.pid} on host") in second.stderr
@@ -54,7 +53,7 @@ def test_second_job_is_refused_until_the_owner_dies(tmp_path):
         owner.send_signal(signal.SIGKILL)
         owner.communicate(timeout=60)
 
-    restart = run_job("training.train", _args(tmp_path, train_steps=1))
+    restart = jobs.run("training.train", _args(tmp_path, train_steps=1), check=True)
     assert "resumed from" in restart.stdout and "nothing to train" in restart.stdout
     assert json.loads((run / ".lock").read_text())["pid"] != owner.pid
 

@@ -2,18 +2,18 @@
 frames, and a train_log.jsonl line even for a run shorter than --log_every."""
 import json
 
-from job_helpers import run_job, write_text_corpus
+from job_helpers import write_text_corpus
 from txl_tf.keras_support.precision import choose
 
 
-def test_piped_output_is_plain_lines(tmp_path):
+def test_piped_output_is_plain_lines(tmp_path, jobs):
     write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
     run = tmp_path / "run"
-    proc = run_job("training.train", [
+    proc = jobs.run("training.train", [
         f"--model_dir={run}", "--dataset=text", f"--data_dir={tmp_path / 'corpus.txt'}",
         f"--cache_dir={tmp_path / 'cache'}", "--preset=tiny", "--batch_size=4",
         "--train_steps=12", "--checkpoint_every=5", "--log_every=10", "--nofinal_eval",
-        "--strategy=one_device", "--verbose=1"])
+        "--strategy=one_device", "--verbose=1"], check=True)
     output = proc.stdout + proc.stderr
     assert "\r" not in output and "\x1b[" not in output, repr(output[-2000:])
     lines = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
