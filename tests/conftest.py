@@ -6,6 +6,7 @@ test package; tests of `tf.distribute` then build a 2-replica
 MirroredStrategy on `/cpu:0` and `/cpu:1`. Other tests use the default
 device and are unaffected.
 """
+import gc
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -54,6 +55,16 @@ def pytest_collection_modifyitems(items):
     """The longest modules first (a stable sort: each module's tests stay
     together and in their order)."""
     items.sort(key=lambda item: -MODULE_SECONDS.get(item.path.stem, 0))
+
+
+@pytest.fixture
+def release_distributed_iterators():
+    """Collects the garbage right after a test that iterates a dataset under a
+    MirroredStrategy. Left to a later collection, destroying such an iterator
+    blocked that collection for about a minute, in whatever test ran then
+    (a stack dump showed `~MultiDeviceIterator` waiting for its thread)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

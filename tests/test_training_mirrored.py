@@ -3,6 +3,7 @@ tests/conftest.py) trains like 1 replica with the same global batch."""
 import json
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from training import train
@@ -19,6 +20,7 @@ def _run(tmp_path, name, strategy):
         return [json.loads(line)["loss"] for line in f]
 
 
+@pytest.mark.usefixtures("release_distributed_iterators")
 def test_two_replicas_match_one(tmp_path):
     assert len(tf.config.list_logical_devices("CPU")) >= 2, "tests/conftest.py splits the CPU"
     write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=3)
