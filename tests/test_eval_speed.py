@@ -3,12 +3,9 @@
 coincide: a window of L tokens recomputed without memory, and segments of
 L/2 with a memory of L/2."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 
-from job_helpers import job_env
 from txl_tf import TransformerXL, TransformerXLConfig
 
 
@@ -47,13 +44,11 @@ def test_a_sliding_window_and_segments_with_memory_agree_on_the_first_l_tokens()
     assert np.abs(window[:, length + 1:] - segments[:, length + 1:]).max() > 1e-3
 
 
-def test_the_benchmark_runs_tiny(tmp_path):
+def test_the_benchmark_runs_tiny(tmp_path, jobs):
     output = tmp_path / "eval_speed.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.eval_speed", "--preset=tiny",
-                           "--lengths=8", "--batch_sizes=2", "--vanilla_calls=1",
-                           "--xl_calls=1", f"--output={output}"],
-                          env=job_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = jobs.run("benchmarks.eval_speed", ["--preset=tiny", "--lengths=8", "--batch_sizes=2",
+                                              "--vanilla_calls=1", "--xl_calls=1",
+                                              f"--output={output}"], check=True)
     assert "| 8 | 2 |" in done.stdout
     row, = json.loads(output.read_text())["rows"]
     assert row["vanilla_s_per_token"] > 0 and row["xl_s_per_token"] > 0

@@ -1,31 +1,25 @@
 """`python -m benchmarks.onnx_weights` carries an export's graphs without
 its weights and refills them: the skeleton is small, and filled it opens and
 decodes like an export (the way the GPU timings were taken)."""
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 
 from export import open_runtime, run_export
-from job_helpers import job_env
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
 CONFIG = TransformerXLConfig.preset("tiny", n_token=3000, mem_len=6, d_model=64, d_inner=128)
 
 
-def onnx_weights(*flags):
-    done = subprocess.run([sys.executable, "-m", "benchmarks.onnx_weights", *flags],
-                          env=job_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path):
+def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     save_pretrained(TransformerXL(CONFIG), tmp_path / "model")
     run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=("onnx",))
     skeleton = tmp_path / "skeleton"
-    onnx_weights(f"--export_dir={tmp_path / 'out'}", f"--skeleton_dir={skeleton}")
+    jobs.run("benchmarks.onnx_weights",
+             [f"--export_dir={tmp_path / 'out'}", f"--skeleton_dir={skeleton}"], check=True)
     assert {p.name for p in skeleton.glob("*.onnx")} == \
         {"model.onnx", "decode_init.onnx", "decode_step.onnx", "decode_read.onnx"}
     def size(folder):  # the graphs and any external weights file
@@ -36,7 +30,7 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path):
         marked = [t for t in onnx.load(str(skeleton / name)).graph.initializer
                   if t.doc_string == "txl_tf:random"]
         assert marked and not any(t.raw_data for t in marked)
-    onnx_weights("--fill", f"--skeleton_dir={skeleton}")
+    jobs.run("benchmarks.onnx_weights", ["--fill", f"--skeleton_dir={skeleton}"], check=True)
     runtime = open_runtime(str(skeleton), device="cpu")
     assert runtime.mem_len == CONFIG.mem_len and runtime.has_decode_cache
     out = runtime.generate([[1, 2, 3]], 8, temperature=0.0)
