@@ -28,26 +28,24 @@ _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
-# Seconds each module took (its tests summed, `pytest --durations=0` on the
-# 2-core machine; docs/testing.md). `make test` hands whole modules to its two
+# Seconds each module took (its tests summed, `pytest --durations=0` on a
+# 2-core AVX-512 machine; docs/testing.md). `make test` hands whole modules to its two
 # workers in this order (`--dist loadscope --no-loadscope-reorder`), the
 # longest first, so that no long module is left running alone at the end.
-# Modules not listed (under 15 s) follow in their usual order.
+# Modules not listed (under 8 s) follow in their usual order.
 MODULE_SECONDS = {
-    "test_export_job": 160, "test_model": 160, "test_training_resume": 120, "test_decoder": 120,
-    "test_transformer_xl_causal_lm": 120, "test_memory_reach": 110, "test_classifier": 100,
-    "test_docs": 90, "test_bad_inputs": 80, "test_training_classify": 80,
-    "test_export_parity": 80, "test_sessions": 60, "test_classifier_export": 60,
-    "test_onnx_weights": 60, "test_decode_cache_export": 60, "test_kv_cache": 60,
-    "test_training_mirrored": 60, "test_training_recl": 50, "test_training_generate": 50,
-    "test_demo": 50, "test_evaluate": 50, "test_learning": 50, "test_onnx_without_tensorflow": 50,
-    "test_core": 50, "test_triton_export": 50, "test_convert": 40, "test_training_logs": 40,
-    "test_training_lock": 40, "test_causal_lm_streams": 40, "test_lora_int8": 40,
-    "test_transformer_xl_presets": 30, "test_attention_types": 30,
-    "test_training_multiworker": 30, "test_lstm_baseline": 30, "test_device_ring": 30,
-    "test_attention_picture": 30, "test_training_errors": 30, "test_export_runtime": 30,
-    "test_schedule": 20, "test_precision": 20, "test_memory_budget": 20,
-    "test_training_run_record": 20,
+    "test_model": 85, "test_transformer_xl_causal_lm": 71, "test_memory_reach": 69,
+    "test_decoder": 66, "test_classifier": 64, "test_export_job": 56, "test_docs": 47,
+    "test_training_resume": 42, "test_export_parity": 42, "test_bad_inputs": 39,
+    "test_classifier_export": 34, "test_decode_cache_export": 32, "test_training_recl": 29,
+    "test_sessions": 29, "test_training_classify": 28, "test_transformer_xl_presets": 28,
+    "test_training_generate": 27, "test_lora_int8": 26, "test_onnx_without_tensorflow": 26,
+    "test_evaluate": 26, "test_learning": 23, "test_attention_types": 21, "test_demo": 19,
+    "test_training_multiworker": 19, "test_kv_cache": 19, "test_convert": 18,
+    "test_causal_lm_streams": 17, "test_export_runtime": 17, "test_core": 14,
+    "test_triton_export": 14, "test_training_errors": 13, "test_precision": 13,
+    "test_device_ring": 13, "test_training_mirrored": 11, "test_onnx_weights": 11,
+    "test_training_run_record": 9, "test_training_logs": 9,
 }
 
 
