@@ -126,10 +126,9 @@ class ForkedJobs:
         done = json.loads(line)
         proc = subprocess.CompletedProcess([module, *args], done["returncode"], done["stdout"],
                                            done["stderr"])
-        if check and proc.returncode != 0:
-            from job_helpers import tail
-            raise AssertionError(f"{module} {' '.join(args)} exited with {proc.returncode}:\n"
-                                 f"{tail(proc.stdout)}\n--- stderr ---\n{tail(proc.stderr)}")
+        if check:
+            from job_helpers import assert_exited_zero
+            assert_exited_zero(proc, module, args)
         return proc
 
     def close(self):

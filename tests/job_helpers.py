@@ -47,10 +47,17 @@ def run_job(module, args, timeout=300, env=None, check=True):
     AssertionError showing the end of the output."""
     proc = subprocess.run(job_command(module, args), cwd=REPO, env=env or job_env(),
                           capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
+    if check:
+        assert_exited_zero(proc, module, args)
+    return proc
+
+
+def assert_exited_zero(proc, module, args):
+    """Raises an AssertionError showing the end of the output of a job that
+    exited with a non-zero status."""
+    if proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} exited with {proc.returncode}:\n"
                              f"{tail(proc.stdout)}\n--- stderr ---\n{tail(proc.stderr)}")
-    return proc
 
 
 def tail(text, lines=40):
