@@ -59,8 +59,9 @@ def pytest_collection_modifyitems(items):
 def release_distributed_iterators():
     """Collects the garbage right after a test that iterates a dataset under a
     MirroredStrategy. Left to a later collection, destroying such an iterator
-    blocked that collection for about a minute, in whatever test ran then
-    (a stack dump showed `~MultiDeviceIterator` waiting for its thread)."""
+    waits for its threads, and blocked that collection for up to a minute in
+    whatever test ran then (benchmarks/NOTES.md §10; the training jobs
+    collect after `fit` themselves)."""
     yield
     gc.collect()
 

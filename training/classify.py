@@ -203,6 +203,7 @@ def train(o):
 
     from training.callbacks import ProgressLine, StepLog
     from training.files import write_atomically
+    from training.train_data import release_input_iterators
     from txl_tf.app.progress import interactive
     from txl_tf.classification import classification_dataset
     from txl_tf.learning.optimizer import ReplicaClippedAdam
@@ -275,6 +276,7 @@ def train(o):
     fit_start = time.time()
     history = model.fit(ds, steps_per_epoch=steps, epochs=1, callbacks=callbacks,
                         shuffle=False, verbose=verbose)
+    release_input_iterators()
     train_seconds = time.time() - fit_start
     model_file = os.path.join(output_dir, MODEL_FILE)
     model.save(model_file)

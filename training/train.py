@@ -248,7 +248,7 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf.learning.optimizer import ReplicaClippedAdam
     from txl_tf.keras_support.precision import resolve as resolve_precision
     from txl_tf.learning.schedule import WarmupCosineDecay
-    from training.train_data import training_input
+    from training.train_data import release_input_iterators, training_input
     from training.validation import Validator
 
     def log(message):
@@ -398,6 +398,7 @@ def _train(o, strategy, task_id, is_chief):
             fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
                             initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
                             verbose=verbose)
+        release_input_iterators()
         history = {k: float(v[-1]) for k, v in fit.history.items() if v}
         step = checkpoint.step
         if saved["step"] != step:

@@ -1,4 +1,5 @@
 """The training input of a job: the step-addressed segment stream, distributed."""
+import gc
 import json
 import os
 
@@ -8,6 +9,20 @@ import tensorflow as tf
 from txl_tf.data import (distribute_documents, distribute_segments, segment_dataset,
                          split_documents)
 from txl_tf.errors import TxlError
+
+
+def release_input_iterators():
+    """Frees the input iterators a finished `fit` leaves to the garbage collector.
+
+    Keras drops its epoch iterator in a reference cycle, so it is destroyed
+    at some later collection. Destroying a tf.data iterator waits for its
+    autotuning thread, which wakes less often the longer the iterator has
+    lived; a stack dump of a process stalled in a collection showed that
+    wait. Collected right after `fit`, the wait is short, and a process that
+    trains in-process (a notebook, the tests) does not pause at a random
+    later collection (the measurements: benchmarks/NOTES.md).
+    """
+    gc.collect()
 
 
 def _log_batches(dataset, start_step, path):
