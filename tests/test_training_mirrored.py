@@ -5,7 +5,6 @@ import gc
 import json
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from training import train
