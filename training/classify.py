@@ -276,8 +276,8 @@ def train(o):
     fit_start = time.time()
     history = model.fit(ds, steps_per_epoch=steps, epochs=1, callbacks=callbacks,
                         shuffle=False, verbose=verbose)
-    release_input_iterators()
     train_seconds = time.time() - fit_start
+    release_input_iterators()
     model_file = os.path.join(output_dir, MODEL_FILE)
     model.save(model_file)
     log(f"saved {model_file}")

@@ -15,12 +15,12 @@ def release_input_iterators():
     """Frees the input iterators a finished `fit` leaves to the garbage collector.
 
     Keras drops its epoch iterator in a reference cycle, so it is destroyed
-    at some later collection. Destroying a tf.data iterator waits for its
-    autotuning thread, which wakes less often the longer the iterator has
-    lived; a stack dump of a process stalled in a collection showed that
-    wait. Collected right after `fit`, the wait is short, and a process that
-    trains in-process (a notebook, the tests) does not pause at a random
-    later collection (the measurements: benchmarks/NOTES.md).
+    at some later collection. Destroying a tf.data iterator waits for a
+    thread of the iterator (a stack dump of a stalled process showed it),
+    and that wait grew with the time the iterator had lived. Collected
+    right after `fit`, the wait is short, and a process that trains
+    in-process (a notebook, the tests) does not pause at a random later
+    collection (the measurements: benchmarks/NOTES.md §10).
     """
     gc.collect()
 
