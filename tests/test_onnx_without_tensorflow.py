@@ -39,7 +39,8 @@ def _run_without_tensorflow(code):
 def model_onnx(tmp_path_factory):
     root = tmp_path_factory.mktemp("no_tf")
     save_pretrained(TransformerXL(CONFIG), root / "model")
-    # Its parity with the core is not the point here (test_export_job.py checks it).
+    # Parity with the core is not the point here: test_export_job.py and
+    # test_decode_cache_export.py check it (adaptive softmax included).
     run_export(str(root / "out"), str(root / "model"), formats=("onnx",), verify=False)
     return root / "out" / "model.onnx"
 
