@@ -2,11 +2,11 @@ r"""The paper's ablation (its Table 6) and relative effective context length
 (its Table 8) at this machine's scale: one group of models of about equal
 size, trained on the same text for the same steps, then scored together.
 
-    python -m benchmarks.ablation [--runs_dir=runs/ablation] [--train_steps=1500]
+    python -m benchmarks.ablation [--runs_dir=runs/ablation] [--seeds=0,1,2]
 
 The group, each trained by the library's own job on this Python's standard
 library (`pystdlib`, bytes; the `small` preset's size, batch 16, segments of
-64, seed 0):
+64), once per seed:
 
     xl         Transformer-XL: relative encoding (attn_type 0), memory 64
     xl_norec   the same without recurrence (trained with mem_len 0)
@@ -14,18 +14,24 @@ library (`pystdlib`, bytes; the `small` preset's size, batch 16, segments of
     vanilla    absolute sinusoids (attn_type 2), no memory: a vanilla Transformer
     lstm       a 2-layer LSTM carrying its state (training.train_lstm)
 
-A model whose `export/` exists is not trained again. Then each model's bits
-per byte on the valid split at attention lengths 64 + memory (the segment,
-and the memory it reads), and the group's RECL (`training.recl`) for the
-ratios 0.1, 0.5 and 1.0. Writes `--output` (JSON) and the gain curves beside
-it (`ablation_recl.png`).
+A seed's models live in `runs_dir/seed<S>/<model>`; one whose `export/`
+exists is not trained again. Then each model's bits per byte on the valid
+split at attention lengths 64 + memory (the segment, and the memory it
+reads), and the seed's group RECL (`training.recl`, the same sampled target
+tokens for every seed) for the ratios 0.1, 0.5 and 1.0. A seed's results are
+kept in `runs_dir/seed<S>/scores.json` and read back on the next run, so
+seeds can be trained in separate processes (`--seeds=1` and `--seeds=2`
+side by side) and summed up by one more run over all of them. Writes
+`--output` (JSON: every seed, and the median, min and max over seeds per
+model and attention length) and the first seed's gain curves beside it
+(`ablation_recl.png`).
 """
 import json
 import os
+import statistics
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 
@@ -50,6 +56,7 @@ SPEC = (
     option("string", "runs_dir", os.path.join(REPO, "runs", "ablation"),
            "Where the group's model directories are (and are trained if missing)."),
     option("string", "models", ",".join(GROUP), "Comma-separated models of the group."),
+    option("string", "seeds", "0,1,2", "Comma-separated training seeds; each trains the group."),
     option("integer", "train_steps", 1500, "Training steps of every model."),
     option("integer", "batch_size", 16, "Training streams of every model."),
     option("string", "mem_lens", "0,64,192", "Evaluation memory lengths (attention "
@@ -65,12 +72,12 @@ SPEC = (
 )
 
 
-def train(name, run_dir, o):
+def train(name, run_dir, seed, o):
     """Trains one model of the group with its job (in a child process)."""
     job, extra = GROUP[name]
     command = [sys.executable, "-m", job, f"--model_dir={run_dir}", "--dataset=pystdlib",
                f"--batch_size={o['batch_size']}", f"--train_steps={o['train_steps']}",
-               "--nofinal_eval", "--seed=0", "--log_every=100"] + extra
+               "--nofinal_eval", f"--seed={seed}", "--log_every=100"] + extra
     if job == "training.train":
         command += ["--preset=small", "--strategy=one_device", "--verbose=0",
                     "--checkpoint_every=500"]
@@ -104,6 +111,72 @@ def parameters(run_dir):
     return int(sum(v.numpy().size for v in model.trainable_weights))
 
 
+def one_seed(seed, names, mem_lens, o):
+    """The group of one seed: trained where missing, scored, its RECL; cached
+    in `runs_dir/seed<S>/scores.json`. Returns the seed's results dict."""
+    from training import recl
+    seed_dir = os.path.join(o["runs_dir"], f"seed{seed}")
+    cached = os.path.join(seed_dir, "scores.json")
+    if os.path.exists(cached):
+        with open(cached, encoding="utf-8") as f:
+            kept = json.load(f)
+        if set(names) <= set(kept["models"]) and kept["train_steps"] == o["train_steps"]:
+            print(f"seed {seed}: scores read from {cached}", flush=True)
+            return kept
+    runs = {name: os.path.join(seed_dir, name) for name in names}
+    trained = {}
+    for name, run_dir in runs.items():
+        if not os.path.isdir(os.path.join(run_dir, "export")):
+            trained[name] = train(name, run_dir, seed, o)
+    results = {"seed": seed, "models": {}, "train_steps": o["train_steps"],
+               "train_seconds_this_run": trained}
+    for name, run_dir in runs.items():
+        print(f"seed {seed}: scoring {name}", flush=True)
+        results["models"][name] = {"parameters": parameters(run_dir),
+                                   "valid_bpc": scores(name, run_dir, o, mem_lens)}
+    recl_dir = os.path.join(seed_dir, "recl")
+    results["recl"] = recl.run(model_dir=[f"{n}={d}" for n, d in runs.items()],
+                               dataset="pystdlib", max_context=o["max_context"],
+                               first_context=o["first_context"],
+                               context_step=o["context_step"], positions=o["positions"],
+                               output_dir=recl_dir, progress=False)
+    print(recl.describe(results["recl"]), flush=True)
+    with open(cached, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2)
+    return results
+
+
+def spread(per_seed, names):
+    """Median, min and max over seeds of every model's bpc at every attention
+    length, and of its RECL at every ratio."""
+    summary = {}
+    for name in names:
+        labels = per_seed[0]["models"][name]["valid_bpc"]
+        bpc = {label: [r["models"][name]["valid_bpc"][label]["bpc"] for r in per_seed]
+               for label in labels}
+        ratios = per_seed[0]["recl"]["recl"]
+        recl_lengths = {ratio: [r["recl"]["recl"][ratio][name] for r in per_seed]
+                        for ratio in ratios}
+        summary[name] = {
+            "bpc": {label: {"median": statistics.median(v), "min": min(v), "max": max(v),
+                            "per_seed": v} for label, v in bpc.items()},
+            "recl": {ratio: {"median": statistics.median(v), "min": min(v), "max": max(v),
+                             "per_seed": v} for ratio, v in recl_lengths.items()}}
+    return summary
+
+
+def describe(summary, seeds):
+    """The table: bpc median [min, max] per model and attention length."""
+    lines = [f"seeds {', '.join(map(str, seeds))}: bpc median [min, max]; RECL per seed"]
+    for name, entry in summary.items():
+        cells = [f"{label}: {v['median']:.3f} [{v['min']:.3f}, {v['max']:.3f}]"
+                 for label, v in entry["bpc"].items()]
+        recls = [f"r={ratio}: {'/'.join(map(str, v['per_seed']))}"
+                 for ratio, v in entry["recl"].items()]
+        lines.append(f"{name:>9} | " + " | ".join(cells) + " | RECL " + ", ".join(recls))
+    return "\n".join(lines)
+
+
 def main(argv):
     del argv
     o = values(SPEC)
@@ -112,35 +185,25 @@ def main(argv):
     if unknown:
         raise TxlError(f"--models: unknown {unknown}; the group is {', '.join(GROUP)}")
     mem_lens = integer_list(o["mem_lens"], "mem_lens", 0, "memory lengths >= 0")
+    seeds = integer_list(o["seeds"], "seeds", 0, "seeds >= 0")
     cli.quiet_tensorflow_import()
-    from training import recl
 
-    runs = {name: os.path.join(o["runs_dir"], name) for name in names}
-    trained = {}
-    for name, run_dir in runs.items():
-        if not os.path.isdir(os.path.join(run_dir, "export")):
-            trained[name] = train(name, run_dir, o)
-    results = {"models": {}, "train_steps": o["train_steps"], "batch_size": o["batch_size"],
-               "tgt_len": 64, "dataset": "pystdlib", "eval_segments": o["eval_segments"],
-               "train_seconds_this_run": trained}
-    for name, run_dir in runs.items():
-        print(f"scoring {name}", flush=True)
-        results["models"][name] = {"parameters": parameters(run_dir),
-                                   "valid_bpc": scores(name, run_dir, o, mem_lens)}
-    with tempfile.TemporaryDirectory() as recl_dir:
-        results["recl"] = recl.run(model_dir=[f"{n}={d}" for n, d in runs.items()],
-                                   dataset="pystdlib", max_context=o["max_context"],
-                                   first_context=o["first_context"],
-                                   context_step=o["context_step"], positions=o["positions"],
-                                   output_dir=recl_dir, progress=False)
-        picture = os.path.splitext(o["output"])[0] + "_recl.png"
-        if os.path.exists(os.path.join(recl_dir, "recl.png")):
-            shutil.copyfile(os.path.join(recl_dir, "recl.png"), picture)
-    print(recl.describe(results["recl"]))
+    per_seed = [one_seed(seed, names, mem_lens, o) for seed in seeds]
+    summary = spread(per_seed, names)
+    results = {"models": names, "seeds": seeds, "train_steps": o["train_steps"],
+               "batch_size": o["batch_size"], "tgt_len": 64, "dataset": "pystdlib",
+               "eval_segments": o["eval_segments"], "summary": summary,
+               "per_seed": per_seed}
+    print(describe(summary, seeds))
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
-    print(f"wrote {o['output']} and {picture}")
+    picture = os.path.splitext(o["output"])[0] + "_recl.png"
+    first_png = os.path.join(o["runs_dir"], f"seed{seeds[0]}", "recl", "recl.png")
+    if os.path.exists(first_png):
+        shutil.copyfile(first_png, picture)
+    print(f"wrote {o['output']}")
+
 
 if __name__ == "__main__":
     cli.run(main, SPEC)
