@@ -22,11 +22,13 @@ setup(
     # by a user's own `training/` or `export/` folder.
     entry_points={"console_scripts": [
         "txl-train = training.train:console",
+        "txl-train-lstm = training.train_lstm:console",
         "txl-evaluate = training.evaluate:console",
         "txl-generate = training.generate:console",
         "txl-classify = training.classify:console",
         "txl-demo = training.demo:console",
         "txl-attention = training.attention_picture:console",
+        "txl-recl = training.recl:console",
         "txl-export = export.__main__:console",
         "txl-convert = txl_tf.weights.convert:console",
     ]},
