@@ -122,8 +122,10 @@ def test_bad_types_are_one_clear_error_and_the_weights_tell_theirs(tmp_path):
                                                  r"d_head: pass n_head=\.\.\. and/or d_head="):
         import_pytorch(path)
     assert import_pytorch(path, n_head=8).config.d_head == 2  # the other size follows
-    with pytest.raises(PytorchImportError, match="n_head=3 and d_head=8 do not fit"):
+    with pytest.raises(PytorchImportError, match="n_head=3 and d_head=8 does not fit"):
         import_pytorch(path, n_head=3, d_head=8)
+    with pytest.raises(PytorchImportError, match="n_head=3 does not fit .* = 16 wide"):
+        import_pytorch(path, n_head=3)
     with pytest.raises(PytorchImportError, match="holds attn_type 2 weights; the config has "
                                                  "attn_type 0"):
         import_pytorch(path, TransformerXLConfig(n_token=20, d_model=32, d_inner=48, n_layer=1,

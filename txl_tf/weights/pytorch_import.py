@@ -176,11 +176,14 @@ def _heads(heads, given, path):
             f"{path} holds attn_type 2 weights (standard attention), whose shapes tell "
             f"n_head * d_head = {heads} but not n_head from d_head: pass n_head=... and/or "
             "d_head=... or a config")
-    n_head = n_head or heads // d_head
-    d_head = d_head or heads // n_head
+    if n_head is None:
+        n_head = heads // d_head if d_head >= 1 else 0
+    if d_head is None:
+        d_head = heads // n_head if n_head >= 1 else 0
     if n_head * d_head != heads:
-        raise PytorchImportError(f"n_head={n_head} and d_head={d_head} do not fit {path}: its "
-                                 f"attention projections are n_head * d_head = {heads} wide")
+        passed = " and ".join(f"{k}={given[k]}" for k in ("n_head", "d_head") if k in given)
+        raise PytorchImportError(f"{passed} does not fit {path}: its attention projections "
+                                 f"are n_head * d_head = {heads} wide")
     return n_head, d_head
 
 
