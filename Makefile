@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 .PHONY: install test demo bench clean
 
-$(STAMP): setup.py
+$(STAMP): setup.py txl_tf/__init__.py  # the version lives in txl_tf/__init__.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"

@@ -1,11 +1,18 @@
 """Transformer-XL for TensorFlow 2 / Keras 3, with SavedModel and ONNX export."""
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
+# One version, txl_tf.__version__ (read, not imported: importing txl_tf imports
+# TensorFlow); CHANGELOG.md's newest release names it too.
+VERSION = re.search(r'^__version__ = "(.+)"$',
+                    Path(__file__).with_name("txl_tf").joinpath("__init__.py").read_text(),
+                    re.M).group(1)
+
 setup(
     name="txl_tf",
-    version="0.1.0",
+    version=VERSION,
     description="Transformer-XL for TensorFlow 2 / Keras 3 with an export pipeline",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
@@ -22,11 +29,13 @@ setup(
     # by a user's own `training/` or `export/` folder.
     entry_points={"console_scripts": [
         "txl-train = training.train:console",
+        "txl-train-lstm = training.train_lstm:console",
         "txl-evaluate = training.evaluate:console",
         "txl-generate = training.generate:console",
         "txl-classify = training.classify:console",
         "txl-demo = training.demo:console",
         "txl-attention = training.attention_picture:console",
+        "txl-recl = training.recl:console",
         "txl-export = export.__main__:console",
         "txl-convert = txl_tf.weights.convert:console",
     ]},

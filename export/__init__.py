@@ -17,6 +17,29 @@ probs = open_classifier("out/cls").probabilities(token_ids, lengths)
 ```
 """
 import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def _moved_modules():
+    """`txl_tf.app.moved_modules`, its finder installed: an old module path
+    (`import export.host_cache`) names where it went from the first import
+    on. The module is standard library only; it is read from its file when
+    `txl_tf` is not imported yet, because importing it as a submodule would
+    run `txl_tf/__init__.py`, which imports TensorFlow."""
+    name = "txl_tf.app.moved_modules"
+    if name not in sys.modules:
+        txl_tf = importlib.util.find_spec("txl_tf")
+        spec = importlib.util.spec_from_file_location(
+            name, Path(txl_tf.submodule_search_locations[0], "app", "moved_modules.py"))
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    sys.modules[name].install()
+    return sys.modules[name]
+
+
+_MOVED = _moved_modules()
 
 # Names are imported on first use (PEP 562), so `python -m export` can quiet
 # TensorFlow's start-up before anything here imports it.
@@ -68,6 +91,8 @@ def open_runtime(path, device="auto", backend="auto", **options):
 
 
 def __getattr__(name):
+    if f"export.{name}" in _MOVED.MOVED or f"export.{name}" in _MOVED.REMOVED:
+        raise _MOVED.moved_error(f"export.{name}")  # `from export import host_cache`
     if name in _REMOVED:
         raise AttributeError(f"export.{name} was removed; use {_REMOVED[name]}")
     if name not in _SOURCES:

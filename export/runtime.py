@@ -7,7 +7,6 @@ checks of its inputs, done on shapes and values before any session runs
 """
 import logging
 import os
-import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -16,6 +15,7 @@ from export.decode_cache import (cache_shapes, concat_rows, copy_cache, in_time_
                                  ring_axis, take_rows)
 from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
+from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
 from txl_tf.errors import TxlError
@@ -130,8 +130,7 @@ class Runtime:
         replaces each); AttributeError for any other missing name."""
         if name not in DEPRECATED or "_generation" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        warnings.warn(f"Runtime.{name} is deprecated and goes in the next release; use "
-                      f"{DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
+        warn_deprecated(f"Runtime.{name}", DEPRECATED[name])
         return getattr(self._generation, name)
 
     # ------------------------------------------------------------- interface

@@ -28,6 +28,12 @@ def sizes(attn_type):
     return {**HYPER, **TYPES[attn_type]}
 
 
+def type_state(attn_type):
+    """A random-weight state dict of the paper's code for `attn_type`."""
+    return make_state(d_model=32, d_embed=16, d_inner=48, n_layer=2, tie_weight=False,
+                      attn_type=attn_type, seed=4, **sizes(attn_type))
+
+
 def type_config(attn_type):
     return TransformerXLConfig(d_model=32, d_embed=16, d_inner=48, n_layer=2,
                                attn_type=attn_type, tie_weight=False,
@@ -38,12 +44,25 @@ def type_config(attn_type):
 @pytest.mark.parametrize("same_length,clamp_len", [(False, -1), (True, -1), (True, 3)])
 def test_each_type_matches_the_papers_code_over_segments_with_memory(
         tmp_path, attn_type, same_length, clamp_len):
-    state = make_state(d_model=32, d_embed=16, d_inner=48, n_layer=2, tie_weight=False,
-                       attn_type=attn_type, seed=4, **sizes(attn_type))
+    state = type_state(attn_type)
     path = save_safetensors(state, tmp_path / "w.safetensors")
     core = import_pytorch(path, type_config(attn_type), same_length=same_length,
                           clamp_len=clamp_len, mem_len=MEM)
     assert core.config.attn_type == attn_type
+    assert_matches_the_papers_code(core, state, attn_type, same_length, clamp_len)
+
+
+def test_type_2_imports_given_only_the_sizes_its_shapes_cannot_tell(tmp_path):
+    state = type_state(2)
+    path = save_safetensors(state, tmp_path / "w.safetensors")
+    core = import_pytorch(path, n_head=2, d_head=8, mem_len=MEM)
+    assert (core.config.attn_type, core.config.n_head, core.config.d_head) == (2, 2, 8)
+    assert_matches_the_papers_code(core, state, 2, same_length=False, clamp_len=-1)
+
+
+def assert_matches_the_papers_code(core, state, attn_type, same_length, clamp_len):
+    """`core` against the numpy model of the paper's PyTorch code on `state`,
+    over segments with memory: outputs and memories within float32 round-off."""
     reference_sizes = {k: v for k, v in sizes(attn_type).items() if k != "max_klen"}
     ref = PytorchReference(state, mem_len=MEM, same_length=same_length, clamp_len=clamp_len,
                            **reference_sizes)
@@ -99,8 +118,14 @@ def test_bad_types_are_one_clear_error_and_the_weights_tell_theirs(tmp_path):
     state = make_state(d_model=32, d_inner=48, n_layer=1, n_token=20, n_head=2, d_head=8,
                        attn_type=2)
     path = save_safetensors(state, tmp_path / "w.safetensors")
-    with pytest.raises(PytorchImportError, match="do not tell n_head from d_head"):
+    with pytest.raises(PytorchImportError, match=r"n_head \* d_head = 16 but not n_head from "
+                                                 r"d_head: pass n_head=\.\.\. and/or d_head="):
         import_pytorch(path)
+    assert import_pytorch(path, n_head=8).config.d_head == 2  # the other size follows
+    with pytest.raises(PytorchImportError, match="n_head=3 and d_head=8 does not fit"):
+        import_pytorch(path, n_head=3, d_head=8)
+    with pytest.raises(PytorchImportError, match="n_head=3 does not fit .* = 16 wide"):
+        import_pytorch(path, n_head=3)
     with pytest.raises(PytorchImportError, match="holds attn_type 2 weights; the config has "
                                                  "attn_type 0"):
         import_pytorch(path, TransformerXLConfig(n_token=20, d_model=32, d_inner=48, n_layer=1,

@@ -3,6 +3,7 @@ command-line job. Each CLI case ends in one `error:` line matching the
 table's pattern, exit status 2, no traceback, no TensorFlow start-up noise, and
 no change to the files of earlier runs."""
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -421,11 +422,27 @@ def test_snapshot_sees_changes(tmp_path):
     assert set(snapshot(tmp_path)) == {"a", "b"}
 
 
-@pytest.mark.parametrize("module, flag", [
-    ("training.train", "--train_steps"), ("training.evaluate", "--paper_settings"),
-    ("training.generate", "--num_tokens"), ("training.classify", "--grad_segments"),
-    ("training.demo", "--finetune_seconds"), ("training.attention_picture", "--layer"),
-    ("export", "--output_dir"), ("txl_tf.weights.convert", "--output_dir")])
-def test_every_jobs_help_lists_its_own_flags(jobs, module, flag):
+def console_scripts():
+    """`{command: module}` of setup.py's console scripts (`txl-export` runs
+    `python -m export`)."""
+    text = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "setup.py")).read()
+    return {command: module.removesuffix(".__main__")
+            for command, module in re.findall(r'"(txl-[\w-]+) = ([\w.]+):console"', text)}
+
+
+def own_flags(module):
+    """The names of the flags the job `module` declares (its SPEC)."""
+    if module == "txl_tf.weights.convert":
+        return [spec[1] for spec in importlib.import_module(module)._spec()]
+    return [spec[1] for spec in importlib.import_module(
+        "export.job" if module == "export" else module).SPEC]
+
+
+@pytest.mark.parametrize("command", sorted(console_scripts()))
+def test_every_installed_commands_help_lists_its_own_flags(jobs, command):
+    module = console_scripts()[command]
     shown = jobs.run(module, ["--help"])
-    assert f"  {flag}" in shown.stdout, shown.stdout[-1000:]
+    flags = own_flags(module)
+    assert len(flags) >= 3, (module, flags)
+    missing = [f for f in flags if not re.search(rf"^  --(\[no\])?{f}:", shown.stdout, re.M)]
+    assert missing == [], (command, missing, shown.stdout[-1000:])

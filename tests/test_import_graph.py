@@ -7,6 +7,10 @@
 * the top of `txl_tf/` holds only the package's face and the model itself.
 """
 import ast
+import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -116,3 +120,50 @@ def test_every_moved_module_exists_where_it_went():
         importlib.import_module(new)
         with pytest.raises(ImportError, match="moved to"):
             importlib.import_module(old)
+
+
+# Each form of an old import path, as the first import of a fresh process.
+# The txl_tf form runs with TensorFlow unimportable: `import txl_tf` imports
+# it otherwise, and the finder's answer does not depend on it; so it leaves
+# out the old paths inside `txl_tf.data`, which needs TensorFlow
+# (test_every_moved_module_exists_where_it_went imports those).
+OLD_PATH_FORMS = {
+    "import export.X": ("export", "import {old}"),
+    "from export import X": ("export", "from export import {leaf}"),
+    "from export.X import Y": ("export", "from {old} import Y"),
+    "import txl_tf.X": ("txl_tf", "import {old}"),
+}
+WITHOUT_TENSORFLOW = """
+import sys
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "keras"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+@pytest.mark.parametrize("form", OLD_PATH_FORMS)
+def test_an_old_module_path_names_where_it_went_from_the_first_import(form):
+    from txl_tf.app.moved_modules import MOVED, REMOVED
+    package, statement = OLD_PATH_FORMS[form]
+    old_paths = [old for old in [*MOVED, *REMOVED] if old.split(".")[0] == package
+                 and not old.startswith("txl_tf.data.")]
+    code = (WITHOUT_TENSORFLOW if package == "txl_tf" else "") + textwrap.dedent(f"""
+        import json, sys
+        for old in {old_paths!r}:  # the first one is the process's first import
+            try:
+                exec({statement!r}.format(old=old, leaf=old.split(".", 1)[1]), {{}})
+                print(json.dumps([old, "imported"]))
+            except ImportError as error:
+                print(json.dumps([old, type(error).__name__ + ": " + str(error)]))
+        print(json.dumps(["tensorflow imported", "tensorflow" in sys.modules]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = dict(json.loads(line) for line in done.stdout.splitlines())
+    assert said.pop("tensorflow imported") is False
+    for old in old_paths:
+        named = f"{old} moved to {MOVED[old]}: " if old in MOVED else f"{old} was removed; "
+        assert said[old].startswith(f"ModuleNotFoundError: {named}"), (old, said[old])

@@ -65,8 +65,9 @@ def test_flagfiles_are_found_by_name():
 def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp_path):
     (entry_points,) = [text.decode() for name, text in wheel.items()
                        if name.endswith("entry_points.txt")] or [None]
-    for command in ("txl-train", "txl-evaluate", "txl-generate", "txl-classify", "txl-demo",
-                    "txl-attention", "txl-export", "txl-convert"):
+    for command in ("txl-train", "txl-train-lstm", "txl-evaluate", "txl-generate",
+                    "txl-classify", "txl-demo", "txl-attention", "txl-recl", "txl-export",
+                    "txl-convert"):
         assert f"{command} = " in entry_points, command
     (tmp_path / "training").mkdir()  # a user's own package of that name
     (tmp_path / "training" / "__init__.py").write_text("raise SystemExit('shadowed')\n")

@@ -125,13 +125,14 @@ def test_tied_copy_that_differs_is_refused():
 
 def test_one_table_split_needs_cutoffs():
     state = make_state(30, 32, 2, 8, 48, 1, cutoffs=[10, 20], seed=4)
-    with pytest.raises(PytorchImportError, match="cutoffs cannot be read"):
+    with pytest.raises(PytorchImportError, match=r"cutoffs cannot be read .* pass "
+                                                 r"cutoffs=\[\.\.\.\] \(2 values\)"):
         read_pytorch(state)
     cfg = TransformerXLConfig(n_token=30, n_layer=1, d_model=32, n_head=2, d_head=8,
                               d_inner=48, cutoffs=[10, 20])
-    arrays = read_pytorch(state, cfg).arrays
-    np.testing.assert_array_equal(arrays["transformer/adaptive_softmax/cutoff_1/b"],
-                                  state["crit.out_layers.0.bias"][10:20])
+    for arrays in read_pytorch(state, cfg).arrays, read_pytorch(state, cutoffs=[10, 20]).arrays:
+        np.testing.assert_array_equal(arrays["transformer/adaptive_softmax/cutoff_1/b"],
+                                      state["crit.out_layers.0.bias"][10:20])
 
 
 def test_torch_pickle_without_torch_says_what_to_do(tmp_path, monkeypatch):
@@ -180,3 +181,4 @@ def test_convention_round_trips_and_is_validated():
     assert TransformerXLConfig(n_token=10).same_length_convention == "tf"
     with pytest.raises(ValueError, match="same_length_convention must be one of"):
         TransformerXLConfig(n_token=10, same_length_convention="torch")
+

@@ -208,5 +208,10 @@ def main(argv):
     print(describe(run(**values(SPEC))), flush=True)
 
 
-if __name__ == "__main__":
+def console():
+    """The installed command (see setup.py's console scripts)."""
     cli.run(main, SPEC)
+
+
+if __name__ == "__main__":
+    console()

@@ -136,5 +136,10 @@ def main(argv):
     run(**values(SPEC))
 
 
-if __name__ == "__main__":
+def console():
+    """The installed command (see setup.py's console scripts)."""
     cli.run(main, SPEC)
+
+
+if __name__ == "__main__":
+    console()

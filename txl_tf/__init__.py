@@ -54,7 +54,8 @@ __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "In
            "TransformerXLBackbone", "TransformerXLCausalLM", "TransformerXLCausalLMPreprocessor",
            "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
            "TransformerXLTokenizer", "TxlError", "WarmupCosineDecay"]
-__version__ = "0.1.0"
+# setup.py reads it; CHANGELOG.md says what each release changed.
+__version__ = "0.3.0"
 
 
 moved_modules.install()

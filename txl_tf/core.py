@@ -4,6 +4,7 @@ import numbers
 import keras
 import tensorflow as tf
 
+from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.checks.inputs import check_memory, check_targets, check_token_ids, check_token_mask
 from txl_tf.config import TransformerXLConfig
 from txl_tf.errors import TxlError
@@ -328,8 +329,8 @@ class TransformerXL(keras.layers.Layer):
         """
         self._check_cacheable()
         if position_keys is not None:
-            _deprecated("call_with_cache(position_keys=...)",
-                        "cache._replace(position_keys=decode_position_keys(cache))")
+            warn_deprecated("TransformerXL.call_with_cache(position_keys=...)",
+                            "cache._replace(position_keys=decode_position_keys(cache))")
             cache = _keyed(cache, position_keys)
         if isinstance(cache, KeysValues):
             if stopped is not None or not write:
@@ -349,17 +350,18 @@ class TransformerXL(keras.layers.Layer):
 
     def cached_read(self, token_ids, cache, position_keys=None):
         """Deprecated: `call_with_cache(token_ids, cache, write=False)`."""
-        _deprecated("cached_read", "call_with_cache(token_ids, cache, write=False)")
+        warn_deprecated("TransformerXL.cached_read",
+                        "call_with_cache(token_ids, cache, write=False)")
         return self.call_with_cache(token_ids, _keyed(cache, position_keys), write=False)
 
     def cached_step(self, token_ids, cache, stopped=None, position_keys=None):
         """Deprecated: `call_with_cache(token_ids [B], cache)`."""
-        _deprecated("cached_step", "call_with_cache(token_ids, cache)")
+        warn_deprecated("TransformerXL.cached_step", "call_with_cache(token_ids, cache)")
         return self.call_with_cache(token_ids, _keyed(cache, position_keys), stopped=stopped)
 
     def cached_segment(self, token_ids, cache):
         """Deprecated: `call_with_cache(token_ids [B, T], cache)`."""
-        _deprecated("cached_segment", "call_with_cache(token_ids, cache)")
+        warn_deprecated("TransformerXL.cached_segment", "call_with_cache(token_ids, cache)")
         return self.call_with_cache(token_ids, cache)
 
     def _read_token(self, token_ids, cache):
@@ -428,7 +430,8 @@ class TransformerXL(keras.layers.Layer):
 
     def segment_on_keys(self, token_ids, keys, values, mem_mask):
         """Deprecated: `call_with_cache(token_ids, KeysValues(keys, values, mem_mask))`."""
-        _deprecated("segment_on_keys", "call_with_cache(token_ids, KeysValues(...))")
+        warn_deprecated("TransformerXL.segment_on_keys",
+                        "call_with_cache(token_ids, KeysValues(...))")
         hidden, new = self.call_with_cache(token_ids, KeysValues(keys, values, mem_mask))
         return hidden, list(new.keys), list(new.values), new.mem_mask
 
@@ -559,8 +562,3 @@ def _keyed(cache, position_keys):
     """`cache` holding `position_keys` (when given)."""
     return cache if position_keys is None else cache._replace(position_keys=tuple(position_keys))
 
-
-def _deprecated(old, new):
-    import warnings
-    warnings.warn(f"TransformerXL.{old} is deprecated: use {new}", DeprecationWarning,
-                  stacklevel=3)

@@ -1,3 +1,9 @@
 """What every command-line job shares (training, export, the converter):
 flag specs, the one-line exit on bad input, a quiet TensorFlow start-up,
-and progress for terminals and logs. Standard library and absl only."""
+and progress for terminals and logs; and what the library says about its
+own names: where a module went (`moved_modules`) and when a deprecated name
+goes (`deprecation`). Standard library and absl only."""
+
+# Bound here, so that it is an attribute of txl_tf.app even when `import
+# export` read it first, from its file (export/__init__.py says why).
+from txl_tf.app import moved_modules  # noqa: E402,F401

@@ -1,6 +1,9 @@
 """Import paths from before the package's re-layout into folders (and
 `export/`'s regrouping by idea): importing one is an ImportError that names
-where the module went, not a bare "No module named"."""
+where the module went, not a bare "No module named". Both `txl_tf` and
+`export` install the finder when imported, so the first import of a process
+may be an old path of either. Standard library only: `export` reads this
+file without importing `txl_tf` (and TensorFlow)."""
 import importlib.abc
 import sys
 

@@ -3,6 +3,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.rel_shift import rel_shift
@@ -169,14 +170,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def call_on_keys(self, inputs, pos_emb, mem_keys, mem_values, visible, r_w_bias, r_r_bias):
         """Deprecated: `call_with_cache(inputs, mem_keys, mem_values, pos_emb, visible, ...)`."""
-        _deprecated("call_on_keys", "call_with_cache (a segment)")
+        warn_deprecated("RelativeMultiHeadAttention.call_on_keys",
+                        "call_with_cache (a segment)")
         return self.call_with_cache(inputs, mem_keys, mem_values, pos_emb, visible, r_w_bias,
                                     r_r_bias)
 
     def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
         """Deprecated: `call_with_cache(..., at_slot=at_slot)` with `visible` bool `[B, S]`
         in place of the additive `hidden` `[B, 1, S]`."""
-        _deprecated("token_call", "call_with_cache(..., at_slot=...)")
+        warn_deprecated("RelativeMultiHeadAttention.token_call",
+                        "call_with_cache(..., at_slot=...)")
         visible = tf.convert_to_tensor(hidden)[:, 0, :] > -1e29
         return self.call_with_cache(inputs, keys, values, positions, visible, r_w_bias,
                                     r_r_bias, at_slot=at_slot)
@@ -293,8 +296,3 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "pre_lnorm": self.pre_lnorm, "init_std": self.init_std,
                 "layer_norm_epsilon": self.layer_norm_epsilon}
 
-
-def _deprecated(old, new):
-    import warnings
-    warnings.warn(f"RelativeMultiHeadAttention.{old} is deprecated: use {new}",
-                  DeprecationWarning, stacklevel=3)

@@ -97,10 +97,16 @@ def _indexed(names, prefix):
                   for m in [re.fullmatch(re.escape(prefix) + r"\.(\d+)(\.weight)?", k)] if m)
 
 
-def infer_config(state, names):
+def infer_config(state, names, given=None):
     """Config fields read from tensor shapes (`names`: see `_canonical`).
-    Raises `PytorchImportError` where a needed tensor is absent or the shapes
-    leave a field open (cutoffs of a one-table vocabulary split)."""
+
+    `given` (read_pytorch's overrides) fills the fields the shapes leave
+    open: `n_head` and/or `d_head` of attn_type 2, the `cutoffs` of a
+    one-table vocabulary split. Raises `PytorchImportError` where a needed
+    tensor is absent or an open field is not given, naming the keywords to
+    pass."""
+    given = given or {}
+
     def shape(name):
         if name not in names:
             raise PytorchImportError(f"cannot infer the config: no tensor {name!r} in "
@@ -115,10 +121,9 @@ def infer_config(state, names):
     if values["attn_type"] == 3:  # r_emb [n_layer, max_klen, n_head, d_head]
         values["d_model"] = shape("layers.0.dec_attn.q_net.weight")[1]
         values["max_klen"], values["n_head"], values["d_head"] = shape("r_emb")[1:]
-    elif values["attn_type"] == 2:
-        raise PytorchImportError(
-            f"{state.path} holds attn_type 2 weights (standard attention), whose shapes do not "
-            "tell n_head from d_head: pass a config")
+    elif values["attn_type"] == 2:  # q_net [n_head * d_head, d_model]
+        heads, values["d_model"] = shape("layers.0.dec_attn.q_net.weight")
+        values["n_head"], values["d_head"] = _heads(heads, given, state.path)
     else:
         values["d_model"] = shape("layers.0.dec_attn.qkv_net.weight")[1]
         bias = "r_w_bias" if "r_w_bias" in names else "layers.0.dec_attn.r_w_bias"
@@ -135,11 +140,11 @@ def infer_config(state, names):
     n_clusters = shape("crit.cluster_weight")[0] if "crit.cluster_weight" in names else 0
     if len(tables) == 1:
         values["div_val"] = 1
-        if n_clusters:
+        values["cutoffs"] = list(given.get("cutoffs", []))
+        if n_clusters and not values["cutoffs"]:
             raise PytorchImportError(
                 f"cutoffs cannot be read from these weights (one embedding table, {n_clusters} "
-                "tail clusters): pass a config with cutoffs")
-        values["cutoffs"] = []
+                f"tail clusters): pass cutoffs=[...] ({n_clusters} values) or a config")
     else:
         values["div_val"] = tables[0][1] // tables[1][1] if tables[1][1] else 0
         values["cutoffs"] = list(np.cumsum([t[0] for t in tables[:-1]]).tolist())
@@ -160,6 +165,26 @@ def infer_config(state, names):
     values["tie_projs"] = [_same(state, names, f"crit.out_projs.{i}", emb_proj(i))
                            for i in range(n_bins)]
     return values
+
+
+def _heads(heads, given, path):
+    """`(n_head, d_head)` of attn_type 2 weights, whose projections are
+    `heads = n_head * d_head` wide: one or both given."""
+    n_head, d_head = given.get("n_head"), given.get("d_head")
+    if n_head is None and d_head is None:
+        raise PytorchImportError(
+            f"{path} holds attn_type 2 weights (standard attention), whose shapes tell "
+            f"n_head * d_head = {heads} but not n_head from d_head: pass n_head=... and/or "
+            "d_head=... or a config")
+    if n_head is None:
+        n_head = heads // d_head if d_head >= 1 else 0
+    if d_head is None:
+        d_head = heads // n_head if n_head >= 1 else 0
+    if n_head * d_head != heads:
+        passed = " and ".join(f"{k}={given[k]}" for k in ("n_head", "d_head") if k in given)
+        raise PytorchImportError(f"{passed} does not fit {path}: its attention projections "
+                                 f"are n_head * d_head = {heads} wide")
+    return n_head, d_head
 
 
 def attn_type_of(state, names):
@@ -331,7 +356,9 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
 
     `config` (a `TransformerXLConfig` or dict) is checked against the tensors;
     without one it is inferred (fields the weights cannot tell, such as
-    `pre_lnorm` or the evaluation lengths, keep their defaults). The origin's
+    `pre_lnorm` or the evaluation lengths, keep their defaults; the sizes
+    they cannot tell are taken from `overrides`: `n_head=` and `d_head=` of
+    attn_type 2, `cutoffs=` of a one-table vocabulary split). The origin's
     semantics (`_semantics`) are applied on top, then `overrides`.
     `cluster_order` ("tf" or "pytorch") overrides the origin's rule for
     weights of unknown provenance.
@@ -343,7 +370,7 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
     if order not in CLUSTER_ORDERS:
         raise PytorchImportError(f"cluster_order must be one of {CLUSTER_ORDERS}, got {order!r}")
     if config is None:
-        inferred = infer_config(state, names)
+        inferred = infer_config(state, names, overrides)
         base = TransformerXLConfig(**inferred)
     else:
         base = config if isinstance(config, TransformerXLConfig) else \
