@@ -1,5 +1,5 @@
-"""What the benchmarks share besides `throughput.py`: their error and the
-checks of their flag values.
+"""What the benchmarks share besides `throughput.py`: their error, the
+checks of their flag values, and the one SPEC of a suite run in parts.
 
 Every benchmark declares its flags once, as a `SPEC` of
 `txl_tf.app.flagspec` options, and runs as `cli.run(main, SPEC)`
