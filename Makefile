@@ -23,9 +23,9 @@ demo: $(STAMP)
 	$(PY) -m training.demo
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.bench_inference --preset=small --batch_sizes=1,16 --iters=100 \
+	$(PY) -m benchmarks.inference --preset=small --batch_sizes=1,16 --iters=100 \
 		--output=benchmarks/results/inference.json
-	$(PY) -m benchmarks.bench_shakespeare --budget_s=480
+	$(PY) -m benchmarks.memory_worth --budget_s=480
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,5 +1,5 @@
-"""What the benchmarks share besides `throughput.py`: their error and the
-checks of their flag values.
+"""What the benchmarks share besides `throughput.py`: their error, the
+checks of their flag values, and the one SPEC of a suite run in parts.
 
 Every benchmark declares its flags once, as a `SPEC` of
 `txl_tf.app.flagspec` options, and runs as `cli.run(main, SPEC)`
@@ -43,3 +43,53 @@ def names_from(given, flag, known):
         raise BenchmarkError(f"--{flag} takes a non-empty list of {', '.join(known)}; "
                              f"unknown: {', '.join(unknown) or '(none given)'}")
     return list(given)
+
+
+def suite_spec(parts):
+    """One SPEC for a suite run in parts: `--part` (the first of `parts` by
+    default) and every part's options. `parts` maps each part's name to its
+    own spec. An option that parts declare with different defaults defaults
+    to None here (`part_options` fills in the chosen part's own); where
+    their helps or defaults differ, the help names each part's."""
+    from txl_tf.app.flagspec import option
+    merged = {}
+    for part, spec in parts.items():
+        for kind, name, default, help, choices in spec:
+            known = merged.setdefault(name, (kind, choices, {}))
+            if known[:2] != (kind, choices):
+                raise ValueError(f"parts declare --{name} as different kinds")
+            known[2][part] = (default, help)
+    spec = [option("enum", "part", next(iter(parts)), "Which part of the suite to run: "
+                   + ", ".join(parts) + ".", list(parts))]
+    for name, (kind, choices, by_part) in merged.items():
+        defaults = {repr(default) for default, _ in by_part.values()}
+        helps = {help for _, help in by_part.values()}
+        default, help = next(iter(by_part.values()))
+        if len(defaults) > 1:
+            default = None
+            help = " ".join(f"{part}: {h} (default {d})" for part, (d, h) in by_part.items())
+        elif len(helps) > 1:
+            help = " ".join(f"{part}: {h}" for part, (_, h) in by_part.items())
+        spec.append(option(kind, name, default, help, choices))
+    return tuple(spec)
+
+
+def part_options(spec, o):
+    """The options of the part whose own spec is `spec`, from the suite's
+    parsed values `o` (`suite_spec`): each at the part's default where the
+    suite's is None; a flag given on the command line that the part does
+    not take is a `BenchmarkError`."""
+    from absl import flags
+    own = {name: default for _, name, default, _, _ in spec}
+    given = [name for name in o if name != "part" and name not in own
+             and name in flags.FLAGS and flags.FLAGS[name].present]
+    if given:
+        raise BenchmarkError(f"--part={o['part']} takes no --{', --'.join(given)}")
+    return {name: default if o[name] is None else o[name] for name, default in own.items()}
+
+
+def run_part(parts, o):
+    """Runs the part `o["part"]` names: `parts` maps each name to `(spec,
+    run)`, and `run` is called with the part's own options."""
+    spec, run = parts[o["part"]]
+    return run(part_options(spec, o))

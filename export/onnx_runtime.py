@@ -46,7 +46,7 @@ def provider_entries(names, tf32=False, cuda_graph=False):
     Ampere and later GPUs) rounds float32 matmul inputs to 10 bits and moves
     log-probs by ~1e-3; off, the H100 agreed with the CPU within 4e-6 at
     enwik8_base and wt103_base, at the same decode speed
-    (`benchmarks/cuda_parity.py`, benchmarks/README.md)."""
+    (`benchmarks.long_memory --part=cuda_parity`, benchmarks/README.md)."""
     cuda = {"use_tf32": str(int(bool(tf32)))}
     if cuda_graph:
         cuda["enable_cuda_graph"] = "1"
@@ -147,7 +147,7 @@ class OnnxRuntime(Runtime):
     every other session (`decode_init`, `decode_read`, the single-stream
     step) reads one shared, mapped copy (`shared_weights`). `low_memory=True`
     shares it with the hot paths too: one copy in all, and slower matmuls
-    on the unpacked weights (benchmarks/README.md, "Runtime memory"); its
+    on the unpacked weights (benchmarks/NOTES.md §4, "Runtime memory"); its
     sessions fold no constants (`UNFOLDED`), which would copy the weights a
     graph transposes.
 

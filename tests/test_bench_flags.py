@@ -17,14 +17,14 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 KINDS = {"string": str, "integer": int, "float": (int, float), "bool": bool, "enum": str,
          "list": list, "multi_string": list}
 # Every benchmark run from the command line (the paper's-code workers,
-# paper_reference.py and paper_quality_worker.py, take positional arguments
-# from the benchmarks that start them and have no flags).
+# paper_reference.py and pytorch_parity.py's torch stages, take positional
+# arguments from the benchmarks that start them and have no flags).
 ENTRY_POINTS = sorted(p.stem for p in BENCHMARKS.glob("*.py")
                       if re.search(r"^\s+cli\.run\(main, SPEC\)", p.read_text(), re.M))
 
 
 def test_every_flag_defining_benchmark_is_an_entry_point():
-    assert len(ENTRY_POINTS) >= 22
+    assert len(ENTRY_POINTS) >= 8
     raw = [p.name for p in BENCHMARKS.glob("*.py") if "flags.DEFINE" in p.read_text()]
     assert raw == []
 
@@ -66,25 +66,30 @@ def test_help_lists_the_spec(jobs, name):
 
 @pytest.mark.parametrize("value", ["1,x", "2,-1"])
 def test_a_bad_batch_size_is_one_error_line(jobs, value):
-    assert last_error_line(jobs, "benchmarks.bench_long_memory", [f"--batch_sizes={value}"]) == \
+    assert last_error_line(jobs, "benchmarks.long_memory", [f"--batch_sizes={value}"]) == \
         f"error: --batch_sizes must be comma-separated positive integers, got '{value}'"
 
 
 @pytest.mark.parametrize("module, flag_args, message", [
-    ("benchmarks.bench_long_memory", ["--reuse_exports"], "--reuse_exports needs --work_dir"),
-    ("benchmarks.bench_long_memory", ["--device=tpu"], "--device must be cpu, cuda or auto"),
-    ("benchmarks.bench_long_memory", ["--reuse_exports", "--work_dir=.", "--clamp_len=820"],
+    ("benchmarks.long_memory", ["--reuse_exports"], "--reuse_exports needs --work_dir"),
+    ("benchmarks.long_memory", ["--device=tpu"], "--device must be cpu, cuda or auto"),
+    ("benchmarks.long_memory", ["--reuse_exports", "--work_dir=.", "--clamp_len=820"],
      "--clamp_len makes this run's model"),
-    ("benchmarks.bench_long_memory", ["--device_cache=maybe"], "--device_cache must be"),
-    ("benchmarks.onnx_weights", ["--fill"], "--skeleton_dir is required"),
-    ("benchmarks.cuda_parity", [], "--exports is required"),
-    ("benchmarks.memory_use", [], "--model_dirs is required"),
-    ("benchmarks.memory_use", ["--model_dirs=m", "--mem_lens=0,-1"], "--mem_lens must be"),
-    ("benchmarks.memory_use", ["--split=dev"], "--split"),
+    ("benchmarks.long_memory", ["--device_cache=maybe"], "--device_cache must be"),
+    ("benchmarks.long_memory", ["--part=onnx_weights", "--fill"], "--skeleton_dir is required"),
+    ("benchmarks.long_memory", ["--part=cuda_parity"], "--exports is required"),
+    ("benchmarks.long_memory", ["--part=soak", "--presets=tiny"],
+     "--part=soak takes no --presets"),
+    ("benchmarks.long_memory", ["--part=disk"], "--part"),
+    ("benchmarks.quality", ["--part=memory_use"], "--model_dirs is required"),
+    ("benchmarks.quality", ["--part=memory_use", "--model_dirs=m", "--mem_lens=0,-1"],
+     "--mem_lens must be"),
+    ("benchmarks.quality", ["--part=memory_use", "--split=dev"], "--split"),
     ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
     ("benchmarks.train_throughput", ["--iters=many"], "--iters"),
     ("benchmarks.train_throughput", ["--shapes=huge"], "--shapes takes"),
-    ("benchmarks.session_soak", ["--sessions=0"], "--sessions must be >= 1, got 0"),
+    ("benchmarks.long_memory", ["--part=soak", "--soak_sessions=0"],
+     "--soak_sessions must be >= 1, got 0"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
 ])
 def test_bad_flags_are_checked_first(jobs, module, flag_args, message):

@@ -45,6 +45,18 @@ def job_flags(module):
                + re.findall(r'add_argument\(\s*"--(\w+)"', source))
 
 
+def part_flags(module, command):
+    """The flags of the part a benchmark suite's `command` runs (`--part=`,
+    else the suite's first part), or None for a job without parts."""
+    parts = getattr(importlib.import_module(module), "PARTS", None) \
+        if module.startswith("benchmarks.") else None
+    if parts is None:
+        return None
+    chosen = re.search(r"--part=(\w+)", command)
+    spec = parts[chosen.group(1) if chosen else next(iter(parts))][0]
+    return {option[1] for option in spec} | {"part"}
+
+
 def test_the_readme_is_short_and_its_links_resolve():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
@@ -77,7 +89,7 @@ def test_every_documented_command_names_a_job_and_its_flags():
         if module in ("training.configs", "txl_tf.text.pickled_vocab"):
             assert importlib.util.find_spec(module), (name, command)
             continue
-        known = job_flags(module) | ABSL_FLAGS
+        known = (part_flags(module, command) or job_flags(module)) | ABSL_FLAGS
         used = {re.sub(r"^no", "", f) if re.sub(r"^no", "", f) in known else f
                 for f in re.findall(r"(?<!\S)--([a-z_]+)", command)}
         assert used <= known, (name, command, sorted(used - known))

@@ -116,7 +116,7 @@ def test_evaluate_job_on_a_corpus(tmp_path):
 
 
 def test_loss_by_position_moves_with_the_memory_and_equals_evaluate_ids_without_it(tmp_path):
-    """What `benchmarks/memory_use.py` tables: the job's loss by position at
+    """What `benchmarks.quality --part=memory_use` tables: the job's loss by position at
     two memory lengths, memory 0 being `evaluate_ids`'s on the split."""
     text = tmp_path / "corpus.txt"
     write_text_corpus(text, 3_000, seed=4)

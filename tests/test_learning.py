@@ -15,7 +15,7 @@ the old draws (1.016) and would have failed on seeds 3-5 of the same code
 on seeds 0-2), which three seeds cannot. That separation is the quality
 recipe's (no warm-up: held-out ppl 264 / 421 / 512 over three seeds; the
 default: 215–218 over five), which needs 1,500 steps of the `small` model,
-minutes per seed: `benchmarks/bench_quality.py` measures it
+minutes per seed: `benchmarks/quality.py` measures it
 (docs/training.md)."""
 import os
 

@@ -2,7 +2,7 @@
 segment (3 segments of 8 tokens, memory of one segment, 2 layers) is out of
 reach with the paper's gradient cut and learnt with the gradient through the
 memory (`TransformerXLClassifier(grad_segments=...)`; the task of
-`benchmarks/bench_memory_reach.py`)."""
+`benchmarks.memory_worth --part=reach`)."""
 import keras
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.onnx_weights` carries an export's graphs without
+"""`python -m benchmarks.long_memory --part=onnx_weights` carries an export's graphs without
 its weights and refills them: the skeleton is small, and filled it opens and
 decodes like an export (the way the GPU timings were taken)."""
 
@@ -18,8 +18,8 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     save_pretrained(TransformerXL(CONFIG), tmp_path / "model")
     run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=("onnx",))
     skeleton = tmp_path / "skeleton"
-    jobs.run("benchmarks.onnx_weights",
-             [f"--export_dir={tmp_path / 'out'}", f"--skeleton_dir={skeleton}"], check=True)
+    jobs.run("benchmarks.long_memory", ["--part=onnx_weights", f"--export_dir={tmp_path / 'out'}",
+                                        f"--skeleton_dir={skeleton}"], check=True)
     assert {p.name for p in skeleton.glob("*.onnx")} == \
         {"model.onnx", "decode_init.onnx", "decode_step.onnx", "decode_read.onnx"}
     def size(folder):  # the graphs and any external weights file
@@ -30,7 +30,8 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
         marked = [t for t in onnx.load(str(skeleton / name)).graph.initializer
                   if t.doc_string == "txl_tf:random"]
         assert marked and not any(t.raw_data for t in marked)
-    jobs.run("benchmarks.onnx_weights", ["--fill", f"--skeleton_dir={skeleton}"], check=True)
+    jobs.run("benchmarks.long_memory", ["--part=onnx_weights", "--fill",
+                                        f"--skeleton_dir={skeleton}"], check=True)
     runtime = open_runtime(str(skeleton), device="cpu")
     assert runtime.mem_len == CONFIG.mem_len and runtime.has_decode_cache
     out = runtime.generate([[1, 2, 3]], 8, temperature=0.0)

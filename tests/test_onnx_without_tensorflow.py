@@ -81,11 +81,11 @@ def test_the_long_memory_benchmark_times_an_export_without_tensorflow(model_onnx
     (tmp_path / "tiny" / "out").symlink_to(model_onnx.parent)
     _run_without_tensorflow(f"""
         import runpy, sys
-        sys.argv = ["bench_long_memory", "--presets=tiny", "--mem_len={CONFIG.mem_len}",
+        sys.argv = ["long_memory", "--presets=tiny", "--mem_len={CONFIG.mem_len}",
                     "--backends=onnx", "--batch_sizes=1", "--tokens=2", "--noturns",
                     "--nosessions", "--reuse_exports", "--work_dir={tmp_path}",
                     "--output={tmp_path / 'result.json'}"]
-        runpy.run_module("benchmarks.bench_long_memory", run_name="__main__")
+        runpy.run_module("benchmarks.long_memory", run_name="__main__")
     """)
     result = json.loads((tmp_path / "result.json").read_text())
     assert set(result["reads_gb_per_s"]) == {"numpy", "onnxruntime"}

@@ -210,14 +210,14 @@ def test_a_reset_session_reads_its_next_document_as_if_alone_and_the_others_go_o
 
 
 def test_a_short_soak_keeps_every_session_equal_to_it_alone(exported, tmp_path, jobs):
-    """`benchmarks/session_soak.py` at a small count: sessions opened, read,
+    """`benchmarks.long_memory --part=soak` at a small count: sessions opened, read,
     stepped and closed at random times (some mid-generation) each got
     exactly what they get alone."""
     import json
     output = tmp_path / "soak.json"
-    jobs.run("benchmarks.session_soak", [f"--export_dir={exported}", "--sessions=40",
-                                         "--max_open=6", "--report_every=10",
-                                         f"--output={output}"], check=True)
+    jobs.run("benchmarks.long_memory", ["--part=soak", f"--export_dir={exported}",
+                                        "--soak_sessions=40", "--max_open=6",
+                                        "--report_every=10", f"--output={output}"], check=True)
     result = json.loads(output.read_text())
     assert result["differing_sessions"] == [] and result["generated_ids"] > 40
     assert [closed for closed, _ in result["resident_mb_by_sessions_closed"]] == [10, 20, 30, 40]

@@ -1,0 +1,1095 @@
+r"""Serving long memory: the decode cache's speed on CPU and GPU, the runtime's
+memory, many sessions, and the tools the GPU flow needs. One suite in parts
+(`--part`); every part prints a table and writes JSON:
+
+    python -m benchmarks.long_memory [--part=speed] [--presets=enwik8_base,wt103_base] \
+        [--batch_sizes=1,16] [--backends=xla,onnx,saved_model] [--tokens=16] [--device=cpu]
+    python -m benchmarks.long_memory --part=runtime_memory --export_dir=EXPORT
+    python -m benchmarks.long_memory --part=soak --export_dir=EXPORT --soak_sessions=2000
+    python -m benchmarks.long_memory --part=onnx_weights --export_dir=EXPORT --skeleton_dir=SKEL
+    python -m benchmarks.long_memory --part=onnx_weights --fill --skeleton_dir=SKEL
+    python -m benchmarks.long_memory --part=cuda_parity --exports=EXPORT[,EXPORT...] [--steps=40]
+    python -m benchmarks.long_memory --part=cache_precision --model_dir=RUN --dataset=wt2 \
+        --data_dir=DIR [--mem_len=640] [--tokens=1000]
+
+- `speed` (default): ms per new token against the bandwidth bound, turns,
+  prompts, session tables (`run_speed`);
+- `runtime_memory`: what an ONNX Runtime runtime holds in memory with its
+  decode cache open, and what its weight sharing costs a step;
+- `soak`: many sessions opening, reading, generating and closing at random;
+- `onnx_weights`: carries an ONNX export to a machine without TensorFlow
+  (its weights stripped, then refilled at random there);
+- `cuda_parity`: the ONNX Runtime decode on CUDA against the CPU;
+- `cache_precision`: what a 16-bit decode cache would cost in exactness.
+
+Only `cache_precision` and `speed`'s XLA and SavedModel rows need
+TensorFlow; the rest runs where only onnxruntime is installed (the GPU
+machine).
+"""
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.common import at_least, integer_list, run_part, suite_spec  # noqa: E402
+from txl_tf.app import cli  # noqa: E402
+from txl_tf.app.flagspec import option, values  # noqa: E402
+from txl_tf.errors import TxlError  # noqa: E402
+
+
+# --------------------------------------------------------------------- speed
+PAPER_MEMORY = {"enwik8_base": 2100, "wt103_base": 1600}
+CACHE_PLACES = {"auto": "auto", "true": True, "false": False}
+TURN = 32
+
+SPEED_SPEC = (
+    option("string", "presets", "enwik8_base", "Comma-separated model presets (random weights)."),
+    option("integer", "mem_len", None, "Memory length (default: the paper's evaluation memory for "
+           "enwik8_base / wt103_base, else the preset's)."),
+    option("integer", "clamp_len", None, "The model's clamp_len (default: the preset's: none). "
+           "The paper evaluates enwik8_base with 820, its large models at memory "
+           "1,600-3,800 with 1,000; the XLA decoder keeps keys for the distinct "
+           "distances only."),
+    option("string", "batch_sizes", "1,16", "Comma-separated batch sizes."),
+    option("string", "backends", "xla,onnx,saved_model", "Comma-separated: xla, onnx, "
+           "saved_model, triton."),
+    option("integer", "tokens", 16, "Timed steps per measurement."),
+    option("bool", "turns", True, "Also time a conversation turn and a prompt read (batch 1)."),
+    option("bool", "sessions", True, "Also time a session table (runtimes, batch > 1)."),
+    option("string", "work_dir", None, "Where the exports go, kept (default: a temporary folder, "
+           "removed at the end)."),
+    option("bool", "reuse_exports", False, "Time the exports already in --work_dir (<preset>/out, "
+           "e.g. made on another machine: --part=onnx_weights) instead of "
+           "exporting; ONNX needs no TensorFlow then."),
+    option("string", "device", "cpu", "The ONNX Runtime backend's device: cpu, cuda or auto (the "
+           "XLA decoder and the SavedModel run on the CPU). On cuda the bound is read "
+           "at the GPU's bandwidth."),
+    option("string", "device_cache", "auto", "ONNX Runtime's decode cache: auto (on the device on "
+           "CUDA), true or false (numpy in host memory)."),
+    option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
+           "auto (with the cache on CUDA), true or false."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
+           "Where to write the JSON results."),
+)
+
+
+def parse_batch_sizes(text):
+    """The batch sizes of a `--batch_sizes` value ("1,16")."""
+    return integer_list(text, "batch_sizes", 1, "comma-separated positive integers")
+
+
+def read_bandwidths(gib=1, repeats=3):
+    """`{kernel: bytes per second}` of a sum over `gib` GiB of float32 read by
+    each kind of kernel the backends read with: numpy (one thread), ONNX
+    Runtime's reduction, and where TensorFlow is installed its multi-threaded
+    reduction and an XLA-compiled one (best of `repeats` each). The bound
+    uses the fastest: a step cannot read faster than the best read this
+    machine shows in the same run."""
+    import numpy as np
+    data = np.ones(gib * 2 ** 30 // 4, np.float32)
+    kernels = {"numpy": lambda: data.sum(), "onnxruntime": ort_reader(data, "cpu")}
+    try:
+        import tensorflow as tf
+    except ImportError:  # a serving box: only numpy and ONNX Runtime read there
+        tf = None
+    if tf is not None:
+        held = tf.constant(data)
+        compiled = tf.function(tf.reduce_sum, jit_compile=True)
+        kernels.update(tensorflow=lambda: tf.reduce_sum(held).numpy(),
+                       xla=lambda: compiled(held).numpy())
+    result = {}
+    for name, read in kernels.items():
+        read()  # warm-up (XLA compiles)
+        result[name] = data.nbytes / min(seconds(read) for _ in range(repeats))
+    return result
+
+
+def ort_reader(data, device):
+    """A call that sums the float32 vector `data` with an ONNX Runtime
+    ReduceSum on `device` ("cpu" or "cuda", where the vector is copied
+    once beforehand)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], "read",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    provider = "CUDAExecutionProvider" if device == "cuda" else "CPUExecutionProvider"
+    session = ort.InferenceSession(model.SerializeToString(), providers=[provider])
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(data, device, 0))
+    binding.bind_output("y", device, 0)
+    return lambda: session.run_with_iobinding(binding)
+
+
+def cuda_read_bandwidth(gib=1, repeats=5):
+    """Bytes per second of an ONNX Runtime ReduceSum over `gib` GiB held on
+    the GPU (best of `repeats`): the bound's bandwidth when the runtime's
+    state lives there."""
+    import numpy as np
+    read = ort_reader(np.ones(gib * 2 ** 30 // 4, np.float32), "cuda")
+    read()
+    return gib * 2 ** 30 / min(seconds(read) for _ in range(repeats))
+
+
+def seconds(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_seconds(fn, calls):
+    """Median seconds of `fn()` over `calls` calls after two warm-up calls."""
+    for _ in range(2):
+        fn()
+    return statistics.median(seconds(fn) for _ in range(calls))
+
+
+def step_bytes(config, mem_len, batch):
+    """What one decode step reads: float32 weights + each row's keys and values."""
+    from txl_tf.checks.memory_budget import parameter_count
+    cache = 2 * 4 * config.n_layer * (mem_len + 1) * config.n_head * config.d_head
+    return 4 * parameter_count(config) + batch * cache
+
+
+def full_memory(config, mem_len, batch, seed=0):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    mems = rng.normal(size=(config.n_layer, batch, mem_len, config.d_model)).astype(np.float32)
+    return mems, np.ones([batch, mem_len], np.bool_)
+
+
+def time_runtime(runtime, memory, batch, tokens):
+    """`{"per_token_ms"}` of a decode step (the decode loop's, unchecked) on
+    a full memory's cache."""
+    import numpy as np
+    from export.runtime import generation_backend
+    cache = runtime.decode_init(memory)
+    ids, stopped = np.full([batch], 5, np.int32), np.zeros([batch], np.bool_)
+    loop = generation_backend(runtime)
+    step = median_seconds(lambda: loop.next_cached(ids, stopped, cache), tokens)
+    return {"per_token_ms": step * 1e3}
+
+
+def time_xla(decoder, memory, batch, tokens):
+    """`{"per_token_ms", "first_call_s"}` of the compiled decoder."""
+    from txl_tf import Memory
+    import tensorflow as tf
+    memory = Memory(tf.constant(memory[0]), tf.constant(memory[1]))
+
+    def run(n):
+        return seconds(lambda: decoder.generate([[5]] * batch, n, memory=memory,
+                                                temperature=0.0))
+    more = 32
+    first = run(tokens) + run(tokens + more)
+    short, long = [], []
+    for _ in range(3):
+        short.append(run(tokens))
+        long.append(run(tokens + more))
+    per_token = (statistics.median(long) - statistics.median(short)) / more
+    return {"per_token_ms": per_token * 1e3,
+            "first_call_s": first - statistics.median(short) - statistics.median(long)}
+
+
+def time_turn(backend, memory, read_cached_and_steps, rounds=5):
+    """A next turn (32 ids in, 32 out) after a full memory, on the state's
+    cache and on the memory, beside its parts alone. Turn and parts are
+    timed in alternating rounds and compared round by round (median of the
+    ratios): this machine's speed drifts over minutes."""
+    import numpy as np
+    turn = [list(range(3, 3 + TURN))]
+    first = backend.generate([[5]], 1, memory=memory, temperature=0.0)
+    options = dict(temperature=0.0, segment_len=TURN)
+
+    def on_cache():
+        return seconds(lambda: backend.generate(turn, TURN, resume=first.state, **options))
+
+    def parts():
+        return read_cached_and_steps(first.state, np.array(turn, np.int32))
+    on_cache(), parts()  # warm-up
+    turns, part = [], []
+    for _ in range(rounds):
+        turns.append(on_cache())
+        part.append(parts())
+    on_memory = median_seconds(lambda: backend.generate(turn, TURN, memory=first.memory,
+                                                        **options), 3)
+    return {"turn_ms": statistics.median(turns) * 1e3,
+            "turn_parts_ms": statistics.median(part) * 1e3,
+            "turn_over_parts": statistics.median(t / p for t, p in zip(turns, part)),
+            "turn_on_memory_ms": on_memory * 1e3}
+
+
+def time_prompt(backend, config, mem_len, step):
+    """Tokens/s of reading a memory-long prompt into an empty memory (and
+    the first read's seconds, compiling included), and of evaluation
+    (`step` over `tgt_len` segments) on a full memory."""
+    import numpy as np
+    prompt = [list(np.random.default_rng(1).integers(0, config.n_token, mem_len))]
+    first = seconds(lambda: backend.generate(prompt, 1, temperature=0.0))
+    read = median_seconds(lambda: backend.generate(prompt, 1, temperature=0.0), 1)
+    segment = np.ones([1, config.tgt_len], np.int32)
+    memory = full_memory(config, mem_len, 1)
+    evaluate = median_seconds(lambda: step(segment, memory), 3)
+    return {"prompt_tokens_per_s": mem_len / read, "prompt_first_call_s": first,
+            "eval_tokens_per_s": config.tgt_len / evaluate,
+            "prompt_over_eval": (mem_len / read) / (config.tgt_len / evaluate)}
+
+
+def time_sessions(runtime, config, mem_len, batch, tokens, rounds=3):
+    """`SessionTable` steps over `batch` sessions on full memories (see the
+    docstring of `run_speed`)."""
+    import numpy as np
+    from export import SessionTable
+    from export.runtime import generation_backend
+
+    def table(cached):
+        runtime.use_decode_cache = cached
+        sessions = SessionTable(runtime, max_batch=batch)
+        for i in range(batch):
+            sessions.open(i, [5], 10 ** 6, temperature=0.0,
+                          memory=full_memory(config, mem_len, 1, seed=i))
+        sessions.step()  # the sessions join the slab
+        return sessions
+    cached = table(True)
+    rows = cached.slab.batch()  # the same rows, stepped without the table
+    ids, stopped = np.full([batch], 5, np.int32), np.zeros([batch], np.bool_)
+    own, steps, loop = [], [], generation_backend(runtime)
+    for _ in range(rounds):
+        own.append(median_seconds(lambda rows=rows: loop.next_cached(ids, stopped, rows),
+                                  tokens))
+        steps.append(median_seconds(cached.step, tokens))
+    del cached, rows  # before the second table's memories
+    step_last = median_seconds(table(False).step, 1)
+    runtime.use_decode_cache = True
+    return {"table_ms": statistics.median(steps) * 1e3,
+            "table_over_own": statistics.median(t / o for t, o in zip(steps, own)),
+            "table_step_last_ms": step_last * 1e3}
+
+
+def time_triton(repo, config, mem_len, batch, tokens):
+    """`{"triton_step_ms", "triton_cached_ms"}`: ms per one-id request of the
+    repository's step and cached models on a full memory (onnxruntime, CPU)."""
+    import numpy as np
+    import onnxruntime as ort
+    from export.triton import model_file
+    from export.triton import state_names, state_shapes
+    rng = np.random.default_rng(0)
+    ids = np.full([batch, 1], 5, np.int32)
+    mems, mem_mask = full_memory(config, mem_len, batch)
+    shapes = state_shapes(config, mem_len)
+    states = {"step": {"mems": np.ascontiguousarray(np.transpose(mems, [1, 0, 2, 3])),
+                       "mem_mask": mem_mask},
+              "cached": {name: (np.ones([batch, mem_len], np.bool_) if name == "mem_mask" else
+                                rng.normal(size=[batch] + shapes[name]).astype(np.float32))
+                         for name, _ in state_names(config.n_layer)}}
+    pairs = {"step": [("mems", "new_mems"), ("mem_mask", "new_mem_mask")],
+             "cached": state_names(config.n_layer)}
+    result = {}
+    for kind, name in (("step", "txl"), ("cached", "txl_cached")):
+        session = ort.InferenceSession(model_file(repo, name), providers=["CPUExecutionProvider"])
+        outputs = [o.name for o in session.get_outputs()]
+        state = states[kind]
+
+        def request(session=session, outputs=outputs, state=state, pairs=pairs[kind]):
+            out = dict(zip(outputs, session.run(None, {"token_ids": ids, **state})))
+            state.update({name: out[new] for name, new in pairs})
+        result[f"triton_{kind}_ms"] = median_seconds(request, tokens) * 1e3
+        del session
+    return result
+
+
+def runtime_parts(runtime):
+    """Seconds of a 32-id `decode_read` on a state's cache plus 32 steps (the
+    generation flow's unchecked calls)."""
+    import numpy as np
+    from export.runtime import generation_backend
+    loop = generation_backend(runtime)
+
+    def parts(state, turn):
+        start = time.perf_counter()
+        new = loop.read_cached(turn, state.cache.tensors)[1]
+        read = time.perf_counter() - start
+        ids, stopped = np.full([1], 5, np.int32), np.zeros([1], np.bool_)
+        return read + TURN * statistics.median(
+            seconds(lambda: loop.next_cached(ids, stopped, new)) for _ in range(8))
+    return parts
+
+
+def decoder_parts(decoder):
+    """Seconds of a 32-id read on a state's cache plus 32 compiled steps."""
+    def parts(state, turn):
+        read = seconds(lambda: decoder.read_cached(turn, state.cache.tensors))
+        return read + TURN * time_xla_from_state(decoder, state)
+    return parts
+
+
+def time_xla_from_state(decoder, state):
+    """Seconds per token of the compiled loop from a state (no projection)."""
+    def run(n):
+        return seconds(lambda: decoder.generate(None, n, resume=state))
+    run(TURN), run(3 * TURN)
+    return (statistics.median(run(3 * TURN) for _ in range(3))
+            - statistics.median(run(TURN) for _ in range(3))) / (2 * TURN)
+
+
+def run_preset(preset, o, bandwidth, work):
+    from export import open_runtime
+    from export.runtime import generation_backend
+    from txl_tf.config import TransformerXLConfig
+    mem_len = o["mem_len"] or PAPER_MEMORY.get(preset)
+    config = TransformerXLConfig.preset(preset, **({"mem_len": mem_len} if mem_len else {}),
+                                        **({"clamp_len": o["clamp_len"]}
+                                           if o["clamp_len"] is not None else {}))
+    mem_len = config.mem_len
+    backends = [b.strip() for b in o["backends"].split(",") if b.strip()]
+    formats = tuple(b for b in backends if b in ("onnx", "saved_model", "triton"))
+    folder = os.path.join(work, preset)
+    core = None
+    if "xla" in backends or (formats and not o["reuse_exports"]):
+        from txl_tf import TransformerXL
+        core = TransformerXL(config)
+    if formats and not o["reuse_exports"]:
+        from export import run_export
+        from txl_tf.weights import save_pretrained
+        save_pretrained(core, os.path.join(folder, "model"))
+        start = time.perf_counter()
+        run_export(os.path.join(folder, "out"), os.path.join(folder, "model"), formats=formats,
+                   verify=False, overwrite=True, log_probs="last" if "triton" in formats
+                   else "all")
+        print(f"{preset}: exported in {time.perf_counter() - start:.0f} s", flush=True)
+    rows = []
+    for backend in backends:
+        if backend == "triton":
+            for batch in parse_batch_sizes(o["batch_sizes"]):
+                bound_ms = step_bytes(config, mem_len, batch) / bandwidth["cpu"] * 1e3
+                row = {"preset": preset, "mem_len": mem_len, "backend": backend,
+                       "batch": batch, "bound_ms": bound_ms,
+                       **time_triton(os.path.join(folder, "out", "triton"), config, mem_len,
+                                     batch, o["tokens"])}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+            continue
+        if backend == "xla":
+            import tensorflow as tf
+            from txl_tf import Decoder, Memory
+            runner = Decoder(core, mem_len=mem_len)
+
+            def step(ids, memory, runner=runner):
+                return runner.step_last(ids, Memory(tf.constant(memory[0]),
+                                                    tf.constant(memory[1])))
+            parts, model_config = decoder_parts(runner), config
+        else:
+            options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
+                       "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
+                       } if backend == "onnx" else {"device": "cpu"}
+            runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
+            if runner.mem_len != mem_len:
+                raise TxlError(f"the export in {folder} holds {runner.mem_len} memory "
+                               f"slots, not {mem_len} (--mem_len)")
+            step, parts = generation_backend(runner).step_last, runtime_parts(runner)
+            model_config = runner.config  # a reused export's own sizes
+        for batch in parse_batch_sizes(o["batch_sizes"]):
+            memory = full_memory(model_config, mem_len, batch)
+            timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
+                                                                     o["tokens"])
+            device = getattr(runner, "device", "cpu")
+            bound_ms = step_bytes(model_config, mem_len, batch) / bandwidth[device] * 1e3
+            row = {"preset": preset, "mem_len": mem_len, "clamp_len": model_config.clamp_len,
+                   "backend": backend, "batch": batch,
+                   "device": device, "device_cache": getattr(runner, "device_cache", False),
+                   "cuda_graph": getattr(runner, "cuda_graph", False),
+                   **timing, "bound_ms": bound_ms,
+                   "over_bound": timing["per_token_ms"] / bound_ms,
+                   "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
+            if batch == 1 and o["turns"]:
+                row.update(time_turn(runner, memory, parts))
+                row.update(time_prompt(runner, model_config, mem_len, step))
+            if batch > 1 and o["sessions"] and backend != "xla":
+                row.update(time_sessions(runner, model_config, mem_len, batch, o["tokens"]))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        del runner
+    return rows
+
+
+def run_speed(o):
+    r"""`--part=speed`: ms per new token against the bandwidth bound, turns, prompts.
+
+    Random weights of each preset, exported with the paper's evaluation memory
+    (`enwik8_base` 2,100; `wt103_base` 1,600; else the preset's `mem_len`, or
+    `--mem_len`), unclamped unless `--clamp_len` (the paper's evaluation clamp,
+    820 for `enwik8_base`). Memory full (every slot valid, random states). Per backend
+    (the XLA `Decoder`, ONNX Runtime, SavedModel) and batch size:
+
+    - **per token**: milliseconds per new token on the decode cache. Runtimes:
+      the median of `--tokens` `decode_step` calls (as `generate` runs them).
+      XLA: one compiled decode of `--tokens` + 32 ids minus one of `--tokens`,
+      over 32 (the projection at the call's start cancels out);
+      its first call (compile) is printed.
+    - **bound**: bytes one step must read (the float32 weights once, and each
+      row's cached keys and values) over this machine's read bandwidth measured
+      in the same run: the fastest of a numpy, a TensorFlow and an XLA sum over
+      1 GiB (best of 3 each). The ratio is printed; a ratio below 1 means the
+      bandwidth was measured too low, and is flagged as a measurement error.
+
+    At batch 1 also (`--turns`):
+    - **turn**: a conversation's next turn after a full memory, 32 ids in and
+      32 generated (`generate(turn, 32, resume=state)`), beside what its parts
+      cost alone (one 32-id `decode_read` on the cache + 32 decode steps; the
+      two alternate over 5 rounds and `÷ parts` is the median of the rounds'
+      ratios), and beside the turn read on the memory (`memory=`: the memory
+      projected again).
+    - **prompt**: a prompt of the memory's length read into an empty memory
+      (`generate(prompt, 1)`, a later call: compile excluded) in tokens/s,
+      the first call's seconds (compiling included), beside the evaluation throughput at that memory (`step` over segments of
+      `tgt_len` on a full memory).
+
+    At batch > 1 on the runtimes also (`--sessions`):
+    - **sessions**: a `SessionTable` of that many sessions, each on its own full
+      memory: ms per step on the decode cache's slab, beside the runtime's own
+      step on the slab's rows without the table (its `GenerationBackend`'s
+      unchecked `next_cached`; the two
+      alternate over 3 rounds; `÷ own` is the median of the rounds' ratios), and ms per step of the same table through
+      `step_last` (the table without the cache: every step projects every
+      memory again).
+
+    With `triton` in `--backends`: the Triton repository's two models run in
+    onnxruntime as Triton's sequence batcher runs them (the state fed back as
+    the next input), one id per request on a full memory: the step model (the
+    memory as layer inputs, projected again every request) and the cached
+    model (the memory as keys and values, written whole every request).
+
+    Prints a table and writes JSON.
+    """
+    parse_batch_sizes(o["batch_sizes"])  # a bad value fails before any export
+    if o["device"] not in ("cpu", "cuda", "auto"):
+        raise TxlError(f"--device must be cpu, cuda or auto, got {o['device']!r}")
+    for name in ("device_cache", "cuda_graph"):
+        if o[name] not in CACHE_PLACES:
+            raise TxlError(f"--{name} must be auto, true or false, got {o[name]!r}")
+    if o["reuse_exports"] and not o["work_dir"]:
+        raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
+    if o["reuse_exports"] and o["clamp_len"] is not None:
+        raise TxlError("--clamp_len makes this run's model; with --reuse_exports the exports "
+                       "keep the clamp they were made with")
+    work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
+    reads = read_bandwidths()
+    bandwidth = {"cpu": max(reads.values())}  # bytes/s of each device a backend runs on
+    if _on_cuda(o["device"]):
+        bandwidth["cuda"] = cuda_read_bandwidth()
+    rows = []
+    try:
+        for preset in [p.strip() for p in o["presets"].split(",") if p.strip()]:
+            rows += run_preset(preset, o, bandwidth, work)
+    finally:  # a temporary folder's exports are gigabytes at the real presets
+        if not o["work_dir"]:
+            shutil.rmtree(work, ignore_errors=True)
+    result = {"settings": o, "read_gb_per_s": bandwidth["cpu"] / 1e9,
+              "reads_gb_per_s": {k: v / 1e9 for k, v in reads.items()}, "rows": rows}
+    if "cuda" in bandwidth:
+        result["cuda_read_gb_per_s"] = bandwidth["cuda"] / 1e9
+    print("read bandwidth " + ", ".join(f"{device} {value / 1e9:.1f} GB/s"
+                                        for device, value in bandwidth.items()) +
+          " (cpu: the best of " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in reads.items()) +
+          ")")
+    below = [r for r in rows if r["bound_ms"] > 0 and r.get("over_bound", 1) < 1]
+    for r in below:
+        print(f"MEASUREMENT ERROR: {r['preset']} {r['backend']} batch {r['batch']} ran at "
+              f"{r['over_bound']:.2f}x the bound: the read bandwidth was measured too low")
+    print("| preset | memory | backend | device | batch | ms / token | tokens/s | bound ms | ÷ bound | "
+          "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval | prompt first s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    triton = [r for r in rows if "triton_step_ms" in r]
+    rows = [r for r in rows if "triton_step_ms" not in r]
+    for r in rows:
+        turn = (f"{r['turn_ms']:.0f} | {r['turn_over_parts']:.2f} | "
+                f"{r['turn_on_memory_ms']:.0f} | {r['prompt_tokens_per_s']:.0f} | "
+                f"{r['prompt_over_eval']:.2f} | {r['prompt_first_call_s']:.1f}"
+                ) if "turn_ms" in r else " | | | | |"
+        device = r["device"] + (" (cache there)" if r["device_cache"] else "") + (
+            ", graphs" if r.get("cuda_graph") else "")
+        memory = str(r["mem_len"]) + (f" (clamp {r['clamp_len']})" if r.get("clamp_len", -1) > 0
+                                      else "")
+        print(f"| {r['preset']} | {memory} | {r['backend']} | {device} | {r['batch']} | "
+              f"{r['per_token_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['bound_ms']:.1f} | "
+              f"{r['over_bound']:.2f} | {turn} |")
+    sessions = [r for r in rows if "table_ms" in r]
+    if sessions:
+        print("\n| preset | backend | sessions | table ms / step | ÷ own batch step | "
+              "through step_last ms |")
+        print("|---|---|---|---|---|---|")
+    for r in sessions:
+        print(f"| {r['preset']} | {r['backend']} | {r['batch']} | {r['table_ms']:.1f} | "
+              f"{r['table_over_own']:.2f} | {r['table_step_last_ms']:.0f} |")
+    if triton:
+        print("\n| preset | batch | bound ms | Triton step model ms (÷ bound) | "
+              "cached model ms (÷ bound) |")
+        print("|---|---|---|---|---|")
+    for r in triton:
+        print(f"| {r['preset']} | {r['batch']} | {r['bound_ms']:.1f} | "
+              f"{r['triton_step_ms']:.1f} ({r['triton_step_ms'] / r['bound_ms']:.2f}) | "
+              f"{r['triton_cached_ms']:.1f} ({r['triton_cached_ms'] / r['bound_ms']:.2f}) |")
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+
+
+def _on_cuda(device):
+    if device == "cpu":
+        return False
+    import onnxruntime as ort
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+# ------------------------------------------------------------ runtime_memory
+RUNTIME_MEMORY_SPEC = (
+    option("string", "export_dir", None, "An export folder with model.onnx, the decode graphs "
+           "and model.onnx.data (`python -m export`)."),
+    option("string", "batch_sizes", "1", "Comma-separated batch sizes (three runtimes at once: "
+           "at batch 16 and memory 2,100 they need more than 24 GB)."),
+    option("integer", "rounds", 15, "Interleaved rounds of 6 decode steps per way."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "runtime_memory.json"),
+           "JSON results file."),
+)
+WAYS = ("every session packed", "default", "low_memory")
+
+
+def open_way(folder, way):
+    """The runtime of `folder` opened the `way` named."""
+    import onnxruntime as ort
+    from export import open_runtime
+    if way == WAYS[0]:
+        return open_runtime(folder, device="cpu", session_options=ort.SessionOptions())
+    return open_runtime(folder, device="cpu", low_memory=way == "low_memory")
+
+
+def resident_bytes():
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def measure_memory(folder, way, batch):
+    """(Run in a child.) `{"added_mb", "weights_mb", "cache_mb", "ratio"}`."""
+    import numpy as np
+    import export.onnx_runtime  # noqa: F401  (imports counted in the baseline)
+    base = resident_bytes()
+    runtime = open_way(folder, way)
+    ids = np.random.default_rng(0).integers(0, runtime.n_token, [batch, 64], dtype=np.int32)
+    _, memory = runtime.step(ids, runtime.initial_memory(batch))
+    cache = runtime.decode_init(memory)
+    del memory
+    for i in range(8):
+        runtime.decode_step(ids[:, i], cache)
+    added = resident_bytes() - base
+    weights = os.path.getsize(os.path.join(folder, "model.onnx.data"))
+    cache_bytes = sum(v.nbytes for v in cache.values())
+    return {"added_mb": added / 1e6, "weights_mb": weights / 1e6, "cache_mb": cache_bytes / 1e6,
+            "ratio": added / (weights + cache_bytes)}
+
+
+def measure_steps(folder, batch, rounds):
+    """`{way: {min_ms, median_ms, max_ms}}` of `decode_step`, interleaved."""
+    import numpy as np
+    from export import RuntimeMemory
+    runtimes = {way: open_way(folder, way) for way in WAYS}
+    config, mem_len = runtimes["default"].config, runtimes["default"].mem_len
+    rng = np.random.default_rng(0)
+    mems = rng.normal(size=[config.n_layer, batch, mem_len, config.d_model]).astype(np.float32)
+    memory = RuntimeMemory(mems, np.ones([batch, mem_len], np.bool_))
+    caches = {way: runtime.decode_init(memory) for way, runtime in runtimes.items()}
+    ids, segment = np.zeros([batch], np.int32), np.zeros([batch, 64], np.int32)
+    steps, segments = ({way: [] for way in WAYS} for _ in range(2))
+    for _ in range(rounds + 1):  # the first round warms up
+        for way, runtime in runtimes.items():
+            for _ in range(6):
+                start = time.perf_counter()
+                runtime.decode_step(ids, caches[way])
+                steps[way].append((time.perf_counter() - start) * 1e3)
+            start = time.perf_counter()
+            runtime.step(segment, memory)
+            segments[way].append((time.perf_counter() - start) * 1e3)
+    return {way: {"min_ms": float(np.min(steps[way][6:])),
+                  "median_ms": float(np.median(steps[way][6:])),
+                  "max_ms": float(np.max(steps[way][6:])),
+                  "segment_min_ms": float(np.min(segments[way][1:])),
+                  "segment_median_ms": float(np.median(segments[way][1:]))} for way in WAYS}
+
+
+def run_runtime_memory(o):
+    r"""`--part=runtime_memory`: what an ONNX Runtime runtime holds in memory with
+    its decode cache open, and what its weight sharing costs a decode step.
+    The export (`--export_dir`), e.g. of a random `enwik8_base`:
+
+        python -m export --model_dir=<random enwik8_base> --output_dir=/tmp/e8 \
+            --formats=onnx --mem_len=2100 --noverify
+
+    Three ways of opening the same export (CPU):
+    - **every session packed**: `session_options` given, so each graph's session
+      loads and packs its own copy of the weights (what runtimes did before the
+      weights were shared);
+    - **default**: the two hot paths (the step, the decode step) pack their own
+      copies; the other sessions share the export's `model.onnx.data`, mapped once;
+    - **low_memory**: every session shares it.
+
+    For each, in a child process of its own: resident memory added by opening the
+    runtime, reading a 64-id prompt (`step`), `decode_init` and 8 decode steps,
+    over the weights' bytes plus the cache's. Then, in one process, the three
+    runtimes timed in interleaved rounds (min / median / max): `decode_step`, and
+    `step` of a 64-id segment on the full memory (a prompt read, or evaluation).
+    Prints a table and writes JSON.
+    """
+    at_least(o, 1, "rounds")
+    if not o["export_dir"] or not os.path.isfile(os.path.join(o["export_dir"],
+                                                              "model.onnx.data")):
+        raise TxlError("--export_dir must be an export folder holding model.onnx.data "
+                       "(python -m export, with its decode graphs)")
+    folder = os.path.abspath(o["export_dir"])
+    rows = []
+    for batch in integer_list(o["batch_sizes"], "batch_sizes", 1, "positive integers"):
+        steps = measure_steps(folder, batch, o["rounds"])
+        for way in WAYS:
+            child = subprocess.run(
+                [sys.executable, "-c", "import json, sys; from benchmarks.long_memory "
+                 "import measure_memory; print(json.dumps(measure_memory(*sys.argv[1:3], "
+                 "int(sys.argv[3]))))", folder, way, str(batch)],
+                cwd=REPO, capture_output=True, text=True, check=True)
+            memory = json.loads(child.stdout.strip().splitlines()[-1])
+            rows.append({"batch": batch, "way": way, **memory, **steps[way]})
+            print(json.dumps(rows[-1]), flush=True)
+    print("| batch | way | added MB | weights + cache MB | ÷ (weights + cache) | "
+          "decode_step ms min / median / max | 64-id step ms min / median |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['way']} | {r['added_mb']:.0f} | "
+              f"{r['weights_mb']:.0f} + {r['cache_mb']:.0f} | {r['ratio']:.2f} | "
+              f"{r['min_ms']:.1f} / {r['median_ms']:.1f} / {r['max_ms']:.1f} | "
+              f"{r['segment_min_ms']:.0f} / {r['segment_median_ms']:.0f} |")
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump({"settings": o, "rows": rows}, f, indent=2)
+
+
+# ---------------------------------------------------------------------- soak
+SOAK_SPEC = (
+    option("string", "export_dir", None, "An export folder (`python -m export`)."),
+    option("string", "backend", "onnx", "onnx or saved_model."),
+    option("integer", "soak_sessions", 2000, "Sessions opened and closed in all."),
+    option("integer", "max_open", 16, "Sessions open at once at most (the table's max_batch)."),
+    option("integer", "report_every", 250, "Print resident memory every this many sessions."),
+    option("integer", "seed", 0, "The soak's random seed."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "session_soak.json"),
+           "JSON results file."),
+)
+
+
+def resident_mb():
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def soak(runtime, sessions, max_open, report_every, seed):
+    """Runs the soak; `(results {id: (settings, ids)}, memory curve [(closed, MB)])`."""
+    from export import SessionTable
+    rng = np.random.default_rng(seed)
+    table = SessionTable(runtime, max_batch=max_open)
+    live, results, curve = {}, {}, []
+    opened = 0
+    while len(results) < sessions:
+        while opened < sessions and len(live) < max_open and rng.random() < 0.6:
+            settings = {"prompt": rng.integers(0, runtime.n_token, rng.integers(1, 25)).tolist(),
+                        "max_new_tokens": int(rng.integers(1, 25)),
+                        "temperature": float(rng.choice([0.0, 0.8])), "seed": opened}
+            table.open(opened, **settings)
+            live[opened] = settings
+            opened += 1
+        table.step()
+        running = set(table.active())
+        for sid in list(live):
+            if rng.random() < (0.5 if sid not in running else 0.02):
+                results[sid] = (live.pop(sid), table.close(sid).ids[0].tolist())
+                if len(results) % report_every == 0:
+                    curve.append((len(results), resident_mb()))
+                    print(f"{len(results)} sessions closed: resident {curve[-1][1]:.0f} MB",
+                          flush=True)
+    return results, curve
+
+
+def differing(runtime, results):
+    """Ids of the sessions whose ids differ from the same session run alone."""
+    wrong = []
+    for sid, (settings, ids) in results.items():
+        if not ids:
+            continue
+        alone = runtime.generate([settings["prompt"]], len(ids),
+                                 temperature=settings["temperature"], seed=settings["seed"])
+        if alone.ids[0, :len(ids)].tolist() != ids:
+            wrong.append(sid)
+    return wrong
+
+
+def run_soak(o):
+    r"""`--part=soak`: a soak of the session table: many sessions that open, read
+    a prompt, generate and close at random times over one runtime (`--export_dir`:
+    a `small` export).
+
+    Seeded: up to `--max_open` sessions are open at once; each tick opens new
+    ones at random, steps the table once, and closes sessions at random (those
+    done soon, the others now and then, mid-generation). Each session has its
+    own prompt (1 to 24 ids), budget (1 to 24 new ids), temperature (greedy or
+    sampled) and seed. Resident memory is printed every `--report_every`
+    sessions; after the run every session's ids are checked against the same
+    session run alone (`runtime.generate([prompt], n, ...)` with its settings
+    and seed, n the ids it got). The JSON holds the memory curve and the
+    sessions that differ: equal up to float32 round-off, so a sampled draw
+    within ~1e-6 of the boundary between two ids may take the other one (once in
+    21,756 ids at `small`; docs/export-and-serving.md).
+    """
+    at_least(o, 1, "soak_sessions", "max_open", "report_every")
+    if not o["export_dir"]:
+        raise TxlError("--export_dir is required (an export folder: python -m export)")
+    from export import open_runtime
+    runtime = open_runtime(o["export_dir"], backend=o["backend"], device="cpu")
+    start = time.perf_counter()
+    results, curve = soak(runtime, o["soak_sessions"], o["max_open"], o["report_every"], o["seed"])
+    seconds = time.perf_counter() - start
+    wrong = differing(runtime, results)
+    generated = sum(len(ids) for _, ids in results.values())
+    print(f"{len(results)} sessions, {generated} ids in {seconds:.0f} s; "
+          f"{len(wrong)} differ from the same session alone")
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump({"settings": o, "seconds": seconds, "generated_ids": generated,
+                   "resident_mb_by_sessions_closed": curve, "differing_sessions": wrong}, f,
+                  indent=2)
+
+
+# -------------------------------------------------------------- onnx_weights
+MARK = "txl_tf:random"
+MIN_ELEMENTS = 4096  # smaller weights (and every integer constant) are kept
+
+ONNX_WEIGHTS_SPEC = (
+    option("string", "export_dir", None, "The export to strip (its .onnx and .json files)."),
+    option("string", "skeleton_dir", None, "Where the skeleton goes (strip) or is (fill)."),
+    option("bool", "fill", False, "Fill the skeleton's weights instead of stripping."),
+    option("integer", "seed", 0, "Seed of the random weights (fill)."),
+)
+
+
+def strip(export_dir, skeleton_dir):
+    """Writes the skeleton of `export_dir` into `skeleton_dir`; returns its files."""
+    import onnx
+    files = sorted(glob.glob(os.path.join(export_dir, "*.onnx")))
+    if not files:
+        raise TxlError(f"no .onnx files in {export_dir}")
+    os.makedirs(skeleton_dir, exist_ok=True)
+    written = []
+    for path in files:
+        model = onnx.load(path)
+        for tensor in model.graph.initializer:
+            if tensor.data_type == onnx.TensorProto.FLOAT and \
+                    int(np.prod(tensor.dims, dtype=np.int64)) >= MIN_ELEMENTS:
+                tensor.ClearField("raw_data")
+                tensor.ClearField("float_data")
+                tensor.doc_string = MARK
+        target = os.path.join(skeleton_dir, os.path.basename(path))
+        onnx.save(model, target)
+        written.append(target)
+    for path in glob.glob(os.path.join(export_dir, "*.json")):
+        shutil.copy(path, skeleton_dir)
+    return written
+
+
+def fill(skeleton_dir, seed=0):
+    """Gives the marked weights of every `.onnx` file in `skeleton_dir`
+    random values, in place; returns the number of weights filled."""
+    import onnx
+    rng = np.random.default_rng(seed)
+    filled = 0
+    for path in sorted(glob.glob(os.path.join(skeleton_dir, "*.onnx"))):
+        model = onnx.load(path)
+        for tensor in model.graph.initializer:
+            if tensor.doc_string == MARK:
+                values = rng.normal(0, 0.02, size=tuple(tensor.dims)).astype(np.float32)
+                tensor.raw_data = values.tobytes()
+                tensor.doc_string = ""
+                filled += 1
+        onnx.save(model, path)
+    return filled
+
+
+def run_onnx_weights(o):
+    r"""`--part=onnx_weights`: carries an ONNX export to a machine without
+    TensorFlow, for timing.
+
+    `strip` writes every `.onnx` file of an export with its large float weights
+    emptied (shapes and names kept, marked `txl_tf:random`) beside the export's
+    JSON files: megabytes instead of gigabytes. `fill` gives those weights
+    random values (normal, std 0.02, seeded) in place. The graphs are the
+    export's, so a runtime times the same work; the numbers they compute are
+    a random model's. `--part=speed --reuse_exports` then times them where
+    only onnxruntime is installed (the GPU machine, where TensorFlow cannot be).
+    """
+    if not o["skeleton_dir"]:
+        raise TxlError("--skeleton_dir is required")
+    if o["fill"]:
+        print(f"filled {fill(o['skeleton_dir'], o['seed'])} weights in {o['skeleton_dir']}")
+    elif not o["export_dir"]:
+        raise TxlError("--export_dir is required (or --fill)")
+    else:
+        written = strip(o["export_dir"], o["skeleton_dir"])
+        print(f"wrote {len(written)} skeleton files to {o['skeleton_dir']}")
+
+
+# --------------------------------------------------------------- cuda_parity
+CUDA_PARITY_SPEC = (
+    option("string", "exports", None, "Comma-separated export folders (model.onnx and the decode "
+           "graphs)."),
+    option("integer", "steps", 40, "Decode steps compared (batch 2)."),
+    option("float", "tolerance", 1e-3, "Largest log-prob difference to the CPU allowed (TF32 "
+           "aside)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "cuda_parity.json"),
+           "Where to write the JSON results."),
+)
+
+
+def compare_devices(path, steps, seed=0):
+    """`{...}` of one export (see the docstring of `run_cuda_parity`)."""
+    from export import open_runtime
+    runtimes = {"cpu": open_runtime(path, device="cpu"),
+                "gpu": open_runtime(path, device="cuda", device_cache=True),
+                "gpu_no_graph": open_runtime(path, device="cuda", device_cache=True,
+                                             cuda_graph=False),
+                "gpu_host": open_runtime(path, device="cuda", device_cache=False),
+                "gpu_tf32": open_runtime(path, device="cuda", device_cache=True, tf32=True)}
+    if runtimes["gpu"].device != "cuda":
+        raise TxlError("the CUDA provider did not load (see the warning above)")
+    cpu = runtimes["cpu"]
+    cfg, rng = cpu.config, np.random.default_rng(seed)
+    memory = (rng.normal(size=(cfg.n_layer, 2, cpu.mem_len, cfg.d_model)).astype(np.float32),
+              np.ones([2, cpu.mem_len], np.bool_))
+    caches = {name: rt.decode_init(memory) for name, rt in runtimes.items()}
+    buffers = {name: caches["gpu_no_graph"][name].data_ptr()
+               for name in ("cache_mems", "keys", "values")}
+    worst = {name: 0.0 for name in runtimes if name != "cpu"}
+    for t in range(steps):
+        ids = rng.integers(0, cfg.n_token, [2])
+        stopped = np.array([False, t >= steps // 2])
+        out = {name: rt.decode_step(ids, caches[name], stopped)[0]
+               for name, rt in runtimes.items()}
+        for name in worst:
+            worst[name] = max(worst[name], float(np.abs(out[name][0] - out["cpu"][0]).max()))
+    in_place = all(caches["gpu_no_graph"][name].data_ptr() == ptr
+                   for name, ptr in buffers.items())
+    prompts = [list(rng.integers(0, cfg.n_token, 12)), list(rng.integers(0, cfg.n_token, 5))]
+    ids = {}
+    for name in ("cpu", "gpu", "gpu_host"):  # gpu: replaying CUDA graphs
+        first = runtimes[name].generate(prompts, 16, temperature=0.0)
+        turn = runtimes[name].generate([[1, 2, 3], [4]], 16, resume=first.state,
+                                       temperature=0.0)
+        ids[name] = np.concatenate([first.ids, turn.ids], 1)
+    return {"export": path, "steps": steps, "max_diff_device_cache": worst["gpu"],
+            "max_diff_no_graph": worst["gpu_no_graph"], "replays_graphs": runtimes["gpu"].cuda_graph,
+            "max_diff_host_cache": worst["gpu_host"], "max_diff_tf32": worst["gpu_tf32"],
+            "ring_in_place": in_place,
+            "greedy_ids_gpu_equal_cpu": float((ids["cpu"] == ids["gpu"]).mean()),
+            "greedy_ids_device_equal_host_cache": bool(np.array_equal(ids["gpu"],
+                                                                      ids["gpu_host"]))}
+
+
+def run_cuda_parity(o):
+    r"""`--part=cuda_parity`: the ONNX Runtime decode on CUDA against the CPU,
+    where a GPU is lent.
+
+    Per export (TensorFlow not needed): the runtime on CUDA with its decode
+    cache on the GPU (`device_cache`, steps replayed as CUDA graphs), the same
+    without graphs, the same with TF32 matmuls, on CUDA with
+    the cache in host memory, and on the CPU provider (the host cache, what CI
+    tests) decode the same rows from the same full random memory (batch 2, one
+    row stopping halfway, the ring wrapping when `--steps` exceeds the
+    memory): the largest log-prob difference to the CPU over the steps,
+    whether the GPU ring's buffers stayed in place, and greedy `generate` (a
+    prompt, then a next turn on the held cache): the share of ids equal to
+    the CPU's (near-ties of a random model may go either way) and whether the
+    device cache's ids equal the host cache's on the same GPU. Prints a table
+    and writes JSON; ends with an error when a difference (TF32 aside) exceeds
+    `--tolerance`, a buffer moved, or the two GPU caches' ids differ.
+    """
+    paths = [p.strip() for p in (o["exports"] or "").split(",") if p.strip()]
+    if not paths:
+        raise TxlError("--exports is required (comma-separated export folders)")
+    rows = [compare_devices(path, o["steps"]) for path in paths]
+    print("| export | steps | max diff, cache on GPU, CUDA graphs | no graphs | cache on host | "
+          "with TF32 | ring in place | greedy ids = CPU's | = host cache's on GPU |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['export']} | {r['steps']} | {r['max_diff_device_cache']:.1e} | "
+              f"{r['max_diff_no_graph']:.1e} | "
+              f"{r['max_diff_host_cache']:.1e} | {r['max_diff_tf32']:.1e} | "
+              f"{r['ring_in_place']} | {r['greedy_ids_gpu_equal_cpu']:.0%} | "
+              f"{r['greedy_ids_device_equal_host_cache']} |")
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump({"settings": o, "rows": rows}, f, indent=2)
+    bad = [r["export"] for r in rows if max(r["max_diff_device_cache"], r["max_diff_no_graph"],
+                                            r["max_diff_host_cache"]) > o["tolerance"]
+           or not r["ring_in_place"] or not r["greedy_ids_device_equal_host_cache"]]
+    if bad:
+        raise TxlError(f"the GPU disagrees with the CPU on {', '.join(bad)} (see the table)")
+
+
+# ----------------------------------------------------------- cache_precision
+PRECISIONS = ("float32", "bfloat16", "float16")
+PAPER_CACHE_MEMORY = {"enwik8_base": 2100, "enwik8_large": 3800, "wt103_base": 1600,
+                "wt103_large": 1600}
+
+CACHE_PRECISION_SPEC = (
+    option("string", "model_dir", None, "A training job's model directory."),
+    option("string", "dataset", "wt2", "Corpus name (as training.evaluate)."),
+    option("string", "data_dir", None, "The corpus folder."),
+    option("string", "cache_dir", None, "Where encoded corpora are cached."),
+    option("string", "split", "test", "Which split to read."),
+    option("integer", "mem_len", 640, "Memory length of the decode cache."),
+    option("integer", "tokens", 1000, "Tokens read per stream."),
+    option("integer", "streams", 4, "Streams (rows) read at once, each from its own part of the "
+           "split."),
+    option("string", "output",
+           os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
+           "Where to write the JSON results."),
+)
+
+
+def read_through_cache(core, ids, mem_len, precision):
+    """Log-probabilities `[T, B, V]` of reading `ids` (`[B, T]`) one token at
+    a time on a decode cache whose keys and values are rounded to
+    `precision` after every step."""
+    import numpy as np
+    import tensorflow as tf
+    rounded = tf.as_dtype(precision)
+
+    def stored(cache):
+        if rounded == tf.float32:
+            return cache
+        return cache._replace(**{name: tuple(tf.cast(tf.cast(t, rounded), t.dtype)
+                                             for t in getattr(cache, name))
+                                 for name in ("keys", "values")})
+
+    @tf.function
+    def step(token, cache):
+        hidden, cache = core.call_with_cache(token, cache)
+        return core.crit(hidden), stored(cache)
+
+    cache = stored(core.decode_cache(core.initial_memory(ids.shape[0], mem_len=mem_len)))
+    out = []
+    for t in range(ids.shape[1]):
+        log_probs, cache = step(tf.constant(ids[:, t]), cache)
+        out.append(log_probs.numpy())
+    return np.stack(out)
+
+
+def compare_precisions(reference, other, targets):
+    """Perplexity of `other` and its changes against `reference` (`[T, B, V]`)."""
+    import numpy as np
+    picked = np.take_along_axis(other, targets.T[:, :, None], -1)[..., 0]
+    base = np.take_along_axis(reference, targets.T[:, :, None], -1)[..., 0]
+    change = np.abs(picked - base)
+    return {"ppl": float(np.exp(-picked.mean())), "max_abs_log_prob_change": float(change.max()),
+            "mean_abs_log_prob_change": float(change.mean()),
+            "argmax_changed": float((other.argmax(-1) != reference.argmax(-1)).mean())}
+
+
+def cache_sizes():
+    """Bytes per stream at each preset's paper memory: float32 and 16-bit keys and values."""
+    import numpy as np
+    from export.decode_cache import cache_shapes
+    from txl_tf import TransformerXLConfig
+    rows = []
+    for preset, mem_len in PAPER_CACHE_MEMORY.items():
+        shapes = cache_shapes(TransformerXLConfig.preset(preset, mem_len=mem_len), mem_len, 1)
+        count = {name: int(np.prod(shape)) for name, shape in shapes.items()}
+        keys_values = count["keys"] + count["values"]
+        rest = 4 * count["cache_mems"] + count["valid"]
+        rows.append({"preset": preset, "mem_len": mem_len,
+                     "float32_mb": (4 * keys_values + rest) / 1e6,
+                     "keys_values_16bit_mb": (2 * keys_values + rest) / 1e6})
+    return rows
+
+
+def run_cache_precision(o):
+    r"""`--part=cache_precision`: what a 16-bit decode cache would cost in
+    exactness, and what it would save.
+
+    A trained model (a training job's `--model_dir`) reads held-out text one
+    token at a time through the decode cache (`TransformerXL.call_with_cache`, the
+    step every backend runs), once with the cache's keys and values in float32
+    and once with them rounded to bfloat16 and to float16 after every step (the
+    values a 16-bit cache would hold; the arithmetic stays float32, so only the
+    storage's precision is measured). Per precision: perplexity of the text, the
+    largest and the mean change of a target's log-probability against float32,
+    and how often the most likely next token changes. Also the cache's size per
+    stream at each preset's paper memory, float32 against 16-bit keys and values.
+    Prints a table and writes JSON.
+    """
+    import numpy as np
+    from benchmarks.throughput import write_json
+    from training import inputs
+    from training.errors import TrainingError
+    from training.evaluate import load_core
+    if not o["model_dir"]:
+        raise TrainingError("--model_dir is required")
+    core, source = load_core(o["model_dir"])
+    tokenizer = inputs.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
+    corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"], {}, tokenizer=tokenizer)
+    text = np.asarray(corpus.split(o["split"]))
+    per_stream = min(o["tokens"] + 1, len(text) // o["streams"])
+    ids = text[:o["streams"] * per_stream].reshape(o["streams"], per_stream)
+    inputs_, targets = ids[:, :-1], ids[:, 1:]
+    runs, start = {}, time.time()
+    for precision in PRECISIONS:
+        runs[precision] = read_through_cache(core, inputs_, o["mem_len"], precision)
+    rows = [{"precision": p, **compare_precisions(runs["float32"], runs[p], targets)}
+            for p in PRECISIONS]
+    result = {"settings": o, "tokens": int(targets.size), "seconds": time.time() - start,
+              "rows": rows, "sizes": cache_sizes()}
+    print(f"{o['model_dir']}: {targets.size:,} tokens of {o['split']} read one at a time, "
+          f"memory {o['mem_len']}")
+    print("| keys and values stored in | ppl | max abs log-prob change | mean | argmax changed |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['precision']} | {r['ppl']:.3f} | {r['max_abs_log_prob_change']:.2e} | "
+              f"{r['mean_abs_log_prob_change']:.2e} | {100 * r['argmax_changed']:.2f}% |")
+    print("| preset | memory | per stream, float32 | with 16-bit keys and values |")
+    print("|---|---|---|---|")
+    for r in result["sizes"]:
+        print(f"| {r['preset']} | {r['mem_len']:,} | {r['float32_mb']:.1f} MB | "
+              f"{r['keys_values_16bit_mb']:.1f} MB |")
+    write_json(o["output"], result)
+
+
+PARTS = {"speed": (SPEED_SPEC, run_speed),
+         "runtime_memory": (RUNTIME_MEMORY_SPEC, run_runtime_memory),
+         "soak": (SOAK_SPEC, run_soak),
+         "onnx_weights": (ONNX_WEIGHTS_SPEC, run_onnx_weights),
+         "cuda_parity": (CUDA_PARITY_SPEC, run_cuda_parity),
+         "cache_precision": (CACHE_PRECISION_SPEC, run_cache_precision)}
+SPEC = suite_spec({name: spec for name, (spec, _) in PARTS.items()})
+
+
+def main(argv):
+    run_part(PARTS, values(SPEC))
+
+
+if __name__ == "__main__":
+    cli.run(main, SPEC)
