@@ -55,7 +55,7 @@ def last_error_line(jobs, module, flag_args):
     return done.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("name", ["train_throughput"])
+@pytest.mark.parametrize("name", ["throughput"])
 def test_help_lists_the_spec(jobs, name):
     done = jobs.run(f"benchmarks.{name}", ["--help"])
     assert done.returncode == 1 and "error:" not in done.stderr, done.stderr[-2000:]
@@ -82,8 +82,10 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.memory_use", ["--model_dirs=m", "--mem_lens=0,-1"], "--mem_lens must be"),
     ("benchmarks.memory_use", ["--split=dev"], "--split"),
     ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
-    ("benchmarks.train_throughput", ["--iters=many"], "--iters"),
-    ("benchmarks.train_throughput", ["--shapes=huge"], "--shapes takes"),
+    ("benchmarks.throughput", ["--iters=many"], "--iters"),
+    ("benchmarks.throughput", ["--shapes=huge"], "--shapes takes"),
+    ("benchmarks.throughput", ["--part=eval", "--mem_lens=8,x"], "--mem_lens must be"),
+    ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
     ("benchmarks.session_soak", ["--sessions=0"], "--sessions must be >= 1, got 0"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
 ])

@@ -1,0 +1,185 @@
+"""The one GPU check's logic on the CPU (`benchmarks/gpu_check.py`): its
+command table names flags the benchmarks and jobs have, a part that fails,
+hangs or cannot run is one line of the table and the check goes on, the
+kill-and-resume verdict, the ptxas floor, log-prob parity's plumbing, and
+the one `error:` line without a GPU. The throughput suite's sequential and
+interleaved timing with fake runners. (The GPU numbers come from a GPU.)"""
+import importlib
+import json
+import re
+import shlex
+import sys
+
+import pytest
+
+from benchmarks import gpu_check as gc
+from benchmarks import throughput as tp
+
+
+@pytest.mark.parametrize("tiny", [False, True])
+def test_every_command_names_a_module_and_flags_it_has(tiny):
+    o = {"reference_dir": "/ref", "reference_python": "python", "tiny": tiny, "device": "gpu",
+         "work_dir": "/w", "parts": gc.PARTS}
+    commands = gc.commands_for(o, "/out")
+    assert list(commands) == gc.PARTS
+    for part, argv in commands.items():
+        assert argv[:2] == [sys.executable, "-m"], argv
+        spec = importlib.import_module(argv[2]).SPEC
+        known = {option[1] for option in spec}
+        known |= {"no" + option[1] for option in spec if option[0] == "bool"}
+        flags = [re.match(r"--([a-z0-9_]+)", arg).group(1) for arg in argv[3:]]
+        assert flags and not set(flags) - known, (part, sorted(set(flags) - known))
+        assert not any("{" in arg for arg in argv), argv  # every field filled
+    assert "--reference_dir=/ref" in commands["pair_wt103_base"]
+    shape = "tiny" if tiny else "wt103_base"
+    assert f"--shapes={shape}" in commands["pair_wt103_base"]
+
+
+def fake(code):
+    return [sys.executable, "-c", code]
+
+
+def test_each_part_is_one_line_and_the_check_goes_on():
+    result = json.dumps({"summary": "max |d| 0", "ok": True})
+    bad = json.dumps({"summary": "max |d| 3e-2", "ok": False})
+    commands = {
+        "parity": fake(f"print('noise'); print({gc.RESULT_PREFIX + result!r})"),
+        "losses": fake(f"print({gc.RESULT_PREFIX + bad!r})"),
+        "mirrored": fake("import sys; print('x'); print('error: no such thing', file=sys.stderr);"
+                         " sys.exit(2)"),
+        "pair_enwik8_base": fake("import time; time.sleep(30)"),
+        "pair_wt103_base": fake("print('row'); print('last line')"),
+        "serving_parity": fake("print('never run')"),
+    }
+    budgets = dict(gc.BUDGETS, pair_enwik8_base=1)
+    rows = gc.run_parts(commands, budgets, total_s=60, env=None,
+                        skip={"serving_parity": "needs CUDA"})
+    got = {r["part"]: (r["status"], r["result"]) for r in rows}
+    assert got == {
+        "parity": ("ok", "max |d| 0"),
+        "losses": ("failed", "failed (max |d| 3e-2)"),
+        "mirrored": ("failed", "failed (error: no such thing)"),
+        "pair_enwik8_base": ("failed", "failed (timed out after 1 s)"),
+        "pair_wt103_base": ("ok", "last line"),
+        "serving_parity": ("skipped", "skipped (needs CUDA)"),
+    }
+    assert rows[0]["command"] == shlex.join(commands["parity"])
+    lines = gc.table(rows).splitlines()
+    assert len(lines) == 2 + len(commands) and lines[0].split(" | ")[0].strip() == "part"
+    # the whole check's time spent: the rest is skipped, not run
+    rows = gc.run_parts({"parity": fake("import time; time.sleep(30)"),
+                         "losses": fake("print(1)")}, gc.BUDGETS, total_s=2, env=None)
+    assert [r["status"] for r in rows] == ["failed", "skipped"]
+    assert re.fullmatch(r"failed \(timed out after [12] s\)", rows[0]["result"]), rows[0]
+    assert rows[1]["result"] == "skipped (the check's 2 s were spent)"
+
+
+def _batches(killed_steps, resumed_steps, changed=()):
+    ids = {s: [s, s + 1] for s in range(40)}
+    return ([{"step": s, "first_ids": ids[s], "pid": 1} for s in killed_steps]
+            + [{"step": s, "first_ids": [0, 0] if s in changed else ids[s], "pid": 2}
+               for s in resumed_steps])
+
+
+def test_the_resume_verdict():
+    killed, resumed = range(0, 24), range(20, 40)
+    first, second = "step 1 compiled in 12.5 s\n", "resumed from /m/checkpoints/ckpt-20 at step 20"
+    log = [{"step": s} for s in range(1, 41)]
+    ok, line = gc.resume_verdict(first, second, _batches(killed, resumed), log)
+    assert ok and "resumed at step 20" in line and "4 steps compared" in line, line
+    assert "compile 12.5 s" in line
+    assert gc.resume_verdict("", second, _batches(killed, resumed), log)[1].endswith(
+        "compile not on the progress line")
+    for batches, log_, second_, why in [
+            (_batches(killed, resumed, changed={22}), log, second, "steps [22] got other"),
+            (_batches(killed, range(21, 40)), log, second, "first batch is not step 20"),
+            (_batches(range(0, 20), resumed), log, second, "no step was fed by both"),
+            (_batches(killed, resumed), log[:-1], second, "ends at step 39"),
+            (_batches(killed, resumed), log, "starting at step 0", "no 'resumed from"),
+            (_batches(killed, []), log, second, "holds 1 runs"),
+    ]:
+        ok, line = gc.resume_verdict(first, second_, batches, log_)
+        assert not ok and why in line, (why, line)
+
+
+def test_ptxas_version_and_its_floor():
+    text = "ptxas: NVIDIA (R) Ptx optimizing assembler\nCuda compilation tools, release 12.5, V12.5.82"
+    assert gc.ptxas_version(text) == (12, 5, 82) < gc.PTXAS_FLOOR
+    assert gc.ptxas_version("release 12.6, V12.6.85") == gc.PTXAS_FLOOR
+    assert gc.ptxas_version("no version") is None
+    facts = {"ptxas": None, "tensorflow_gpus": ["NVIDIA H100"],
+             "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "failed" and "ptxas not found" in row["result"], row
+    assert gc.gpu_row(dict(facts), "cpu")["status"] == "skipped"
+
+
+def test_logprob_parity_compares_the_two_devices_outputs():
+    result = gc.logprob_parity("tiny", "cpu")
+    assert result["max_abs_diff"] == 0.0 and result["ok"], result  # the same device twice
+    assert "tiny" in result["summary"] and "TF32 off" in result["summary"]
+
+
+def test_without_a_gpu_the_check_is_one_error_line(jobs):
+    done = jobs.run("benchmarks.gpu_check", [])
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and errors == [done.stderr.strip().splitlines()[-1]], done.stderr
+    assert re.match(r"error: no GPU for the check: TensorFlow sees no GPU; onnxruntime has no "
+                    r"CUDA provider \([^)]*CPUExecutionProvider\) \(install the \[gpu\] extra",
+                    errors[0]), errors[0]
+
+
+def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_path):
+    args = ["--device=cpu", "--tiny", f"--work_dir={tmp_path / 'w'}",
+            f"--output={tmp_path / 'check.json'}"]
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=serving_parity"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "check.json").read_text())
+    assert [(r["part"], r["status"]) for r in result["parts"]] == [
+        ("gpu", "skipped"), ("serving_parity", "skipped")]
+    assert result["table"] in done.stdout and result["failed"] == []
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--budget_scale=0.001"])
+    result = json.loads((tmp_path / "check.json").read_text())
+    assert done.returncode == 1 and result["failed"] == ["parity"], done.stdout[-2000:]
+    assert "1 of 2 parts failed: parity" in done.stdout
+
+
+class FakeRunner:
+    def __init__(self, log, name, peak=None):
+        self.log, self.name, self.calls = log, name, 0
+        if peak is not None:
+            self.peak_bytes = peak
+
+    def __call__(self, n):
+        self.log.append((self.name, n))
+        self.calls += 1
+        return [10.0 if self.calls == 1 else 1.0] * n
+
+    def close(self):
+        self.log.append((self.name, "close"))
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_measure_times_each_runner_after_its_warmup(interleave):
+    log = []
+    makers = {"a": lambda: FakeRunner(log, "a", peak=7), "b": lambda: FakeRunner(log, "b")}
+    results = tp.measure(makers, iters=5, warmup=2, block=2, interleave=interleave)
+    for name in "ab":
+        assert results[name]["first_step_s"] == 10.0
+        assert list(results[name]["seconds"]) == [1.0] * 5
+    assert results["a"]["peak_bytes"] == 7 and results["b"]["peak_bytes"] is None  # no GPU
+    if interleave:
+        assert log == [("a", 2), ("b", 2), ("a", 2), ("b", 2), ("a", 2), ("b", 2),
+                       ("a", 1), ("b", 1), ("a", "close"), ("b", "close")]
+    else:  # one at a time: made, measured and closed before the next
+        assert log == [("a", 2), ("a", 5), ("a", "close"), ("b", 2), ("b", 5), ("b", "close")]
+
+
+def test_adaptive_softmax_flops_count_the_head_and_the_tails_share():
+    full = tp.config_for("tiny", cutoffs=[])
+    adaptive = tp.config_for("tiny")  # cutoffs 100, 200 of 300
+    d = adaptive.d_model
+    saved = (2 * d * 300 - (2 * d * (100 + 2) + 2 * d * (100 * 100 + 100 * 100) / 300))
+    difference = (tp.model_flops_per_token(full, 16, 16, 4, training=False)
+                  - tp.model_flops_per_token(adaptive, 16, 16, 4, training=False))
+    assert difference == pytest.approx(saved)
