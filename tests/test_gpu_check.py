@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +184,60 @@ def test_adaptive_softmax_flops_count_the_head_and_the_tails_share():
     difference = (tp.model_flops_per_token(full, 16, 16, 4, training=False)
                   - tp.model_flops_per_token(adaptive, 16, 16, 4, training=False))
     assert difference == pytest.approx(saved)
+
+
+FAKE_PIP = r'''
+import sys, zipfile
+args = sys.argv[1:]
+assert args[0] == "download" and "--python-version" in args, args
+dest = args[args.index("--dest") + 1]
+wheels = {
+    "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl": {
+        "nvidia/cuda_nvcc/bin/ptxas": "#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n"},
+    "nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl": {
+        "nvidia/cublas/lib/libcublas.so.12": "x" * 500},
+    "numpy-2.5.5-cp312-cp312-manylinux_2_27_x86_64.whl": {"numpy/__init__.py": ""},
+    "txl_tf-0.1.0-py3-none-any.whl": {"txl_tf/__init__.py": ""},
+}
+for name, files in wheels.items():
+    with zipfile.ZipFile(f"{dest}/{name}", "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+'''
+
+
+def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path):
+    """pack_wheels.sh with a fake pip (small wheels, 300-byte pieces), then
+    run_check.sh's unpacking: the environment the check runs in."""
+    import os
+    import subprocess
+    (tmp_path / "pip.py").write_text(FAKE_PIP)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "mem_transformer.py").write_text("")
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    env = dict(os.environ, PIP=f"{sys.executable} {tmp_path / 'pip.py'}", PIECE_BYTES="300",
+               SKIP="numpy", REFERENCE_DIR=str(tmp_path / "ref"))
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(device / "pack_wheels.sh"), str(out)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pieces = sorted(p.name for p in out.glob("gpu_wheels.tar.part-*"))
+    assert len(pieces) > 3 and all(p.stat().st_size <= 300 for p in out.glob("*.part-*"))
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == [  # numpy skipped, no txl_tf
+        "nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl",
+        "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl"]
+    site = tmp_path / "device" / "site"
+    env = dict(os.environ, PIECES=str(out), SITE=str(site), PREPARE_ONLY="1",
+               PYTHON=sys.executable)
+    done = subprocess.run(["bash", str(device / "run_check.sh")], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shown = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line
+                 and not line.startswith("reference"))
+    assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:")
+    assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
+    assert shown["PYTHONPATH"].split(":")[1] == str(site)
+    assert f"--reference_dir={tmp_path}/device/txl_unpacked/reference/pytorch" in done.stdout
+    ptxas = subprocess.run([f"{site}/nvidia/cuda_nvcc/bin/ptxas", "--version"],
+                           capture_output=True, text=True).stdout
+    assert gc.ptxas_version(ptxas) == (12, 9, 86)
