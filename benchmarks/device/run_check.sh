@@ -33,6 +33,9 @@ if [ ! -f "$SITE/.complete" ]; then
 fi
 
 libs=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+# then the machine's own CUDA wheels (e.g. torch's), for any left out with SKIP
+libs+=$(env -u PYTHONPATH "$PYTHON" -c "import glob, site
+print(''.join(f + ':' for p in site.getsitepackages() for f in sorted(glob.glob(p + '/nvidia/*/lib'))))")
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
 export PATH="$SITE/nvidia/cuda_nvcc/bin:$PATH"
