@@ -66,15 +66,15 @@ COMMANDS = {
     "mirrored": "{python} -m benchmarks.gpu_check --run_part=mirrored --shape={loss_shape} "
                 "--device={device}",
     "pair_enwik8_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_enwik8} "
-                        "--variants=f32+jit,bf16+jit,f16+jit --nointerleave --warmup=2 "
+                        "--variants={pair_variants} --nointerleave --warmup=2 "
                         "--iters={pair_iters} --output={out}/pair_enwik8_base.json {reference}",
     "pair_wt103_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_wt103} "
-                       "--variants=f32+jit,bf16+jit,f16+jit --nointerleave --warmup=2 "
+                       "--variants={pair_variants} --nointerleave --warmup=2 "
                        "--iters={pair_iters} --output={out}/pair_wt103_base.json {reference}",
     "train": "{python} -m training.train --model_dir={work}/train --preset={train_preset} "
              "--dataset=pystdlib --cache_dir={work}/cache --batch_size={train_batch} "
              "--train_steps=40 --checkpoint_every=20 --log_every=1 --log_batches "
-             "--nofinal_eval --seed=0 --verbose=2",
+             "--nofinal_eval --seed=0 --verbose=1",
     "serving_long_memory": "{python} -m benchmarks.bench_long_memory --device={device} "
                            "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
                            "--work_dir={work}/serving --output={out}/long_memory.json",
@@ -117,11 +117,11 @@ def sizes(tiny, device):
     """The values `COMMANDS` is formatted with (besides paths and flags)."""
     if tiny:
         return dict(check_shape="tiny", loss_shape="tiny", pair_enwik8="tiny", pair_wt103="tiny",
-                    pair_iters=2, train_preset="tiny", train_batch=4, serving_preset="tiny",
-                    device=device)
+                    pair_variants="f32", pair_iters=2, train_preset="tiny", train_batch=4,
+                    serving_preset="tiny", device=device)
     return dict(check_shape="enwik8_base", loss_shape="small", pair_enwik8="enwik8_base",
-                pair_wt103="wt103_base", pair_iters=8, train_preset="enwik8_base",
-                train_batch=22, serving_preset="enwik8_base",
+                pair_wt103="wt103_base", pair_variants="f32+jit,bf16+jit,f16+jit", pair_iters=8,
+                train_preset="enwik8_base", train_batch=22, serving_preset="enwik8_base",
                 device="cuda" if device == "gpu" else device)
 
 
@@ -329,9 +329,9 @@ def resume_verdict(first_output, second_output, batches, train_log):
     resumed = [b for b in batches if b["pid"] == pids[1]]
     if not resumed or resumed[0]["step"] != step:
         return False, f"the resumed run's first batch is not step {step}"
-    both = [b["step"] for b in resumed if b["step"] in killed]
-    changed = [s for s in both if killed[s] != dict((b["step"], b["first_ids"])
-                                                    for b in resumed)[s]]
+    resumed_ids = {b["step"]: b["first_ids"] for b in resumed}
+    both = [s for s in resumed_ids if s in killed]
+    changed = [s for s in both if killed[s] != resumed_ids[s]]
     if not both or changed:
         return False, (f"steps {changed} got other batches after the resume" if changed else
                        "no step was fed by both runs (killed too early)")
@@ -340,16 +340,24 @@ def resume_verdict(first_output, second_output, batches, train_log):
         return False, f"train_log.jsonl ends at step {last}, not 40"
     compile_s = COMPILE_SECONDS.search(first_output)
     shown = f"{compile_s.group(1)} s" if compile_s else "not on the progress line"
-    return True, (f"killed after step {max(killed)}, resumed at step {step} with the same "
-                  f"batches ({len(both)} steps compared), ended at 40, exit 0; first step's "
-                  f"compile {shown}")
+    return True, (f"killed with its batch log at step {max(killed)}, resumed at step {step} "
+                  f"with the same batches ({len(both)} steps compared), ended at 40, exit 0; "
+                  f"first step's compile {shown}")
 
 
 def _records(path):
+    """The JSON lines of `path` (none if it is missing; a line being written
+    is left out)."""
     if not os.path.exists(path):
         return []
+    records = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                pass
+    return records
 
 
 def run_train(command, work, timeout, env):
@@ -359,13 +367,15 @@ def run_train(command, work, timeout, env):
     deadline = start + timeout
     log_path = os.path.join(model_dir, "batches.jsonl")
     with open(os.path.join(work, "train_first.log"), "w+", encoding="utf-8") as out:
-        first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
         checkpoint = os.path.join(model_dir, "checkpoints", "checkpoint")
         while first.poll() is None and time.monotonic() < deadline:
             if os.path.exists(checkpoint) and any(b["step"] > 20 for b in _records(log_path)):
                 break
             time.sleep(0.05)
-        first.send_signal(signal.SIGKILL)
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         out.seek(0)
         first_output = out.read()
@@ -375,15 +385,12 @@ def run_train(command, work, timeout, env):
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return _failed(f"timed out after {timeout:.0f} s (before the resume)", start, first_output)
-    try:
-        second = subprocess.run(command, capture_output=True, text=True, env=env,
-                                timeout=remaining)
-    except subprocess.TimeoutExpired as err:
-        return _failed(f"timed out after {timeout:.0f} s (resuming)", start,
-                       (err.stdout or b"").decode("utf-8", "replace"))
-    second_output = second.stdout + second.stderr
-    if second.returncode != 0:
-        return _failed(_last_line(second_output, f"the resumed run exited {second.returncode}"),
+    returncode, out, err = run_group(command, remaining, env)
+    second_output = out + err
+    if returncode is None:
+        return _failed(f"timed out after {timeout:.0f} s (resuming)", start, second_output)
+    if returncode != 0:
+        return _failed(_last_line(second_output, f"the resumed run exited {returncode}"),
                        start, second_output)
     ok, line = resume_verdict(first_output, second_output, _records(log_path),
                               _records(os.path.join(model_dir, "train_log.jsonl")))
@@ -405,20 +412,32 @@ def _failed(line, start, output=""):
             "output_tail": output[-3000:]}
 
 
+def run_group(command, timeout, env):
+    """`(exit status, stdout, stderr)` of `command`, run in a process group
+    of its own; past `timeout` seconds the whole group (the paper's worker
+    too) is killed and the status is None."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+        return process.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        return None, out, err
+
+
 def run_command(command, timeout, env):
     """A part run as `command` (a list): ok with the summary of its last
     `RESULT_PREFIX` line (or its last line), or failed (one line)."""
     start = time.monotonic()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired as err:
-        tail = (err.stdout or b"").decode("utf-8", "replace") if isinstance(
-            err.stdout, bytes) else (err.stdout or "")
-        return _failed(f"timed out after {timeout:.0f} s", start, tail)
-    output = done.stdout + done.stderr
-    if done.returncode != 0:
-        return _failed(_last_line(output, f"exit {done.returncode}"), start, output)
-    results = [json.loads(line[len(RESULT_PREFIX):]) for line in done.stdout.splitlines()
+    returncode, stdout, stderr = run_group(command, timeout, env)
+    output = stdout + stderr
+    if returncode is None:
+        return _failed(f"timed out after {timeout:.0f} s", start, output)
+    if returncode != 0:
+        return _failed(_last_line(output, f"exit {returncode}"), start, output)
+    results = [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines()
                if line.startswith(RESULT_PREFIX)]
     if results:
         details = results[-1]
@@ -427,7 +446,7 @@ def run_command(command, timeout, env):
                 "result": details["summary"] if ok else f"failed ({details['summary']})",
                 "details": details, "output_tail": output[-3000:]}
     return {"status": "ok", "seconds": time.monotonic() - start,
-            "result": _last_line(done.stdout, "exit 0"), "output_tail": output[-3000:]}
+            "result": _last_line(stdout, "exit 0"), "output_tail": output[-3000:]}
 
 
 def skip_reason(part, o):

@@ -487,7 +487,10 @@ def train_part(o, peak):
                            **summarize(result, batch * cfg.tgt_len, flops, peak[dtype])}
         first = next(iter(group.values()))
         for name, r in group.items():
-            base = group.get(paper_name(name), first) if o["reference_dir"] else first
+            if o["reference_dir"]:  # a variant over its paper row; a paper row 1.00
+                base = group[paper_name(name)] if name in VARIANTS else r
+            else:
+                base = first
             r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
         rows.extend(group.values())
     ratio = "x its paper row" if o["reference_dir"] else f"x {rows[0]['variant']}"

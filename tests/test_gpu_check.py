@@ -88,6 +88,7 @@ def test_the_resume_verdict():
     log = [{"step": s} for s in range(1, 41)]
     ok, line = gc.resume_verdict(first, second, _batches(killed, resumed), log)
     assert ok and "resumed at step 20" in line and "4 steps compared" in line, line
+    assert "batch log at step 23" in line
     assert "compile 12.5 s" in line
     assert gc.resume_verdict("", second, _batches(killed, resumed), log)[1].endswith(
         "compile not on the progress line")
@@ -104,7 +105,8 @@ def test_the_resume_verdict():
 
 
 def test_ptxas_version_and_its_floor():
-    text = "ptxas: NVIDIA (R) Ptx optimizing assembler\nCuda compilation tools, release 12.5, V12.5.82"
+    text = ("ptxas: NVIDIA (R) Ptx optimizing assembler\n"
+            "Cuda compilation tools, release 12.5, V12.5.82")
     assert gc.ptxas_version(text) == (12, 5, 82) < gc.PTXAS_FLOOR
     assert gc.ptxas_version("release 12.6, V12.6.85") == gc.PTXAS_FLOOR
     assert gc.ptxas_version("no version") is None
@@ -193,7 +195,8 @@ assert args[0] == "download" and "--python-version" in args, args
 dest = args[args.index("--dest") + 1]
 wheels = {
     "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl": {
-        "nvidia/cuda_nvcc/bin/ptxas": "#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n"},
+        "nvidia/cuda_nvcc/bin/ptxas":
+            "#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n"},
     "nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl": {
         "nvidia/cublas/lib/libcublas.so.12": "x" * 500},
     "numpy-2.5.5-cp312-cp312-manylinux_2_27_x86_64.whl": {"numpy/__init__.py": ""},
@@ -241,3 +244,47 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path):
     ptxas = subprocess.run([f"{site}/nvidia/cuda_nvcc/bin/ptxas", "--version"],
                            capture_output=True, text=True).stdout
     assert gc.ptxas_version(ptxas) == (12, 9, 86)
+
+
+FAKE_WORKER = r'''
+import json, sys
+setups = open(sys.argv[-1] + "/setups.jsonl", "a")
+for line in sys.stdin:
+    request = json.loads(line)
+    if "setup" in request:
+        setup = request["setup"]
+        setups.write(json.dumps(setup) + "\n")
+        setups.flush()
+        reply = {"ok": True}
+    else:
+        step = 0.5 if setup["precision"] == "bf16" else 1.0
+        reply = {"seconds": [step] * request["run"], "peak_bytes": 2 ** 30}
+    print(json.dumps(reply), flush=True)
+'''
+
+
+def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatch, tmp_path):
+    """The pair's rows, ratios and the worker's setup, with a fake worker
+    speaking `paper_reference.py`'s protocol and fake Keras runners."""
+    from txl_tf.app.flagspec import defaults
+    (tmp_path / "worker.py").write_text(FAKE_WORKER)
+    (tmp_path / "python").write_text(f"#!/bin/sh\nexec {sys.executable} "
+                                     f"{tmp_path / 'worker.py'} \"$@\"\n")
+    (tmp_path / "python").chmod(0o755)
+    monkeypatch.setattr(tp, "shape_data", lambda shape, make: (tp.config_for(shape), 4, None))
+    monkeypatch.setattr(tp, "build_model", lambda *args, **kwargs: None)
+    monkeypatch.setattr(tp, "keras_runner", lambda model, data, training: lambda n: [0.25] * n)
+    o = tp.check_options(dict(defaults(tp.SPEC), shapes=["tiny"],
+                              variants=["f32", "bf16+jit", "bf16"], iters=3, warmup=1,
+                              interleave=False, reference_dir=str(tmp_path),
+                              reference_python=str(tmp_path / "python")))
+    rows, columns, _ = tp.train_part(o, {"float32": 1.0, "bfloat16": 1.0})
+    got = [(r["variant"], r["policy"], r["ratio"], r["peak_gib"]) for r in rows]
+    assert got == [("paper f32", "PyTorch float32", 1.0, 1.0), ("f32", "float32", 4.0, None),
+                   ("paper bf16", "PyTorch bf16", 1.0, 1.0),
+                   ("bf16+jit", "mixed_bfloat16", 2.0, None), ("bf16", "mixed_bfloat16", 2.0, None)]
+    assert ("x its paper row", "ratio", ".2f") in columns
+    setups = [json.loads(line) for line in (tmp_path / "setups.jsonl").read_text().splitlines()]
+    assert [(s["precision"], s["device"], s["cutoffs"], s["mode"]) for s in setups] == [
+        ("float32", "cpu", [100, 200], "train"), ("bf16", "cpu", [100, 200], "train")]
+    assert "div_val" not in setups[0] and setups[0]["batch_size"] == 4
