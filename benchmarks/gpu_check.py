@@ -85,7 +85,8 @@ COMMANDS = {
 BUDGETS = {"parity": 40, "losses": 50, "mirrored": 35, "pair_enwik8_base": 100,
            "pair_wt103_base": 70, "train": 90, "serving_long_memory": 70, "serving_parity": 25}
 PARTS = list(COMMANDS)
-# The progress line's first-step compile time (training.train).
+# The progress line's first-step compile time (training.train: "... compile 41.3s";
+# else the first `compile_s` of its train_log.jsonl).
 COMPILE_SECONDS = re.compile(r"compil\w*\D{0,30}?(\d+(?:\.\d+)?) ?s\b")
 PTXAS_FLOOR = (12, 6, 85)  # CUDA 12.6.3's ptxas, the oldest XLA accepts for Hopper
 RESULT_PREFIX = "gpu_check result: "
@@ -338,8 +339,10 @@ def resume_verdict(first_output, second_output, batches, train_log):
     last = train_log[-1]["step"] if train_log else None
     if last != 40:
         return False, f"train_log.jsonl ends at step {last}, not 40"
-    compile_s = COMPILE_SECONDS.search(first_output)
-    shown = f"{compile_s.group(1)} s" if compile_s else "not on the progress line"
+    found = COMPILE_SECONDS.search(first_output)
+    logged = [r["compile_s"] for r in train_log if r.get("compile_s") is not None]
+    shown = (f"{found.group(1)} s" if found else f"{logged[0]:.1f} s" if logged
+             else "not on the progress line")
     return True, (f"killed with its batch log at step {max(killed)}, resumed at step {step} "
                   f"with the same batches ({len(both)} steps compared), ended at 40, exit 0; "
                   f"first step's compile {shown}")
@@ -445,8 +448,10 @@ def run_command(command, timeout, env):
         return {"status": "ok" if ok else "failed", "seconds": time.monotonic() - start,
                 "result": details["summary"] if ok else f"failed ({details['summary']})",
                 "details": details, "output_tail": output[-3000:]}
-    return {"status": "ok", "seconds": time.monotonic() - start,
-            "result": _last_line(stdout, "exit 0"), "output_tail": output[-3000:]}
+    written = [arg.split("=", 1)[1] for arg in command if arg.startswith("--output=")]
+    line = _last_line(stdout, "exit 0") + (f" (all of it: {written[0]})" if written else "")
+    return {"status": "ok", "seconds": time.monotonic() - start, "result": line,
+            "output_tail": output[-3000:]}
 
 
 def skip_reason(part, o):
@@ -481,7 +486,7 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None):
             result = {"status": "skipped", "seconds": 0.0, "result": f"skipped ({skip[part]})"}
         elif left < 1:
             result = {"status": "skipped", "seconds": 0.0,
-                      "result": f"skipped (the check's {total_s:.0f} s were spent)"}
+                      "result": f"skipped (the check's {total_s:g} s were spent)"}
         elif part == "train" and train_work:
             result = run_train(command, train_work, min(budgets[part], left), env)
         else:
@@ -492,10 +497,14 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None):
 
 
 def table(rows):
-    """The check's one table (part, status, seconds, result)."""
-    from benchmarks.throughput import format_table
-    return format_table(rows, [("part", "part", ""), ("status", "status", ""),
-                               ("s", "seconds", ".0f"), ("result", "result", "")])
+    """The check's one table: part, status, seconds, result (one line each)."""
+    cells = [("part", "status", "s", "result")]
+    cells += [(r["part"], r["status"], f"{r['seconds']:.0f}", r["result"]) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(3)]
+    lines = [f"{a:<{widths[0]}} | {b:<{widths[1]}} | {c:>{widths[2]}} | {d}"
+             for a, b, c, d in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 6)
+    return "\n".join(lines)
 
 
 def commands_for(o, out_dir):

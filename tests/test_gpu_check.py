@@ -49,7 +49,7 @@ def test_each_part_is_one_line_and_the_check_goes_on():
         "mirrored": fake("import sys; print('x'); print('error: no such thing', file=sys.stderr);"
                          " sys.exit(2)"),
         "pair_enwik8_base": fake("import time; time.sleep(30)"),
-        "pair_wt103_base": fake("print('row'); print('last line')"),
+        "pair_wt103_base": fake("print('row'); print('last line')") + ["--output=/o/p.json"],
         "serving_parity": fake("print('never run')"),
     }
     budgets = dict(gc.BUDGETS, pair_enwik8_base=1)
@@ -61,18 +61,19 @@ def test_each_part_is_one_line_and_the_check_goes_on():
         "losses": ("failed", "failed (max |d| 3e-2)"),
         "mirrored": ("failed", "failed (error: no such thing)"),
         "pair_enwik8_base": ("failed", "failed (timed out after 1 s)"),
-        "pair_wt103_base": ("ok", "last line"),
+        "pair_wt103_base": ("ok", "last line (all of it: /o/p.json)"),
         "serving_parity": ("skipped", "skipped (needs CUDA)"),
     }
     assert rows[0]["command"] == shlex.join(commands["parity"])
     lines = gc.table(rows).splitlines()
     assert len(lines) == 2 + len(commands) and lines[0].split(" | ")[0].strip() == "part"
+    assert lines[3].startswith("losses ") and lines[3].endswith(" | failed (max |d| 3e-2)")
     # the whole check's time spent: the rest is skipped, not run
     rows = gc.run_parts({"parity": fake("import time; time.sleep(30)"),
-                         "losses": fake("print(1)")}, gc.BUDGETS, total_s=2, env=None)
+                         "losses": fake("print(1)")}, gc.BUDGETS, total_s=1.5, env=None)
     assert [r["status"] for r in rows] == ["failed", "skipped"]
     assert re.fullmatch(r"failed \(timed out after [12] s\)", rows[0]["result"]), rows[0]
-    assert rows[1]["result"] == "skipped (the check's 2 s were spent)"
+    assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
 
 
 def _batches(killed_steps, resumed_steps, changed=()):
@@ -84,7 +85,8 @@ def _batches(killed_steps, resumed_steps, changed=()):
 
 def test_the_resume_verdict():
     killed, resumed = range(0, 24), range(20, 40)
-    first, second = "step 1 compiled in 12.5 s\n", "resumed from /m/checkpoints/ckpt-20 at step 20"
+    first = "step 1/40 loss 5.4 12 tok/s compile 12.5s\n"
+    second = "resumed from /m/checkpoints/ckpt-20 at step 20"
     log = [{"step": s} for s in range(1, 41)]
     ok, line = gc.resume_verdict(first, second, _batches(killed, resumed), log)
     assert ok and "resumed at step 20" in line and "4 steps compared" in line, line
@@ -92,6 +94,9 @@ def test_the_resume_verdict():
     assert "compile 12.5 s" in line
     assert gc.resume_verdict("", second, _batches(killed, resumed), log)[1].endswith(
         "compile not on the progress line")
+    logged = [{"step": 1, "compile_s": 7.25}] + log[1:]
+    assert gc.resume_verdict("", second, _batches(killed, resumed), logged)[1].endswith(
+        "compile 7.2 s")
     for batches, log_, second_, why in [
             (_batches(killed, resumed, changed={22}), log, second, "steps [22] got other"),
             (_batches(killed, range(21, 40)), log, second, "first batch is not step 20"),
