@@ -75,7 +75,7 @@ COMMANDS = {
              "--dataset=pystdlib --cache_dir={work}/cache --batch_size={train_batch} "
              "--train_steps=40 --checkpoint_every=20 --log_every=1 --log_batches "
              "--nofinal_eval --seed=0 --verbose=1",
-    "serving_long_memory": "{python} -m benchmarks.bench_long_memory --device={device} "
+    "serving_long_memory": "{python} -m benchmarks.bench_long_memory --device={ort_device} "
                            "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
                            "--work_dir={work}/serving --output={out}/long_memory.json",
     "serving_parity": "{python} -m benchmarks.cuda_parity --exports={work}/serving/"
@@ -87,7 +87,7 @@ BUDGETS = {"parity": 40, "losses": 50, "mirrored": 35, "pair_enwik8_base": 100,
 PARTS = list(COMMANDS)
 # The progress line's first-step compile time (training.train: "... compile 41.3s";
 # else the first `compile_s` of its train_log.jsonl).
-COMPILE_SECONDS = re.compile(r"compil\w*\D{0,30}?(\d+(?:\.\d+)?) ?s\b")
+COMPILE_SECONDS = re.compile(r"\bcompile (\d+(?:\.\d+)?) ?s\b")
 PTXAS_FLOOR = (12, 6, 85)  # CUDA 12.6.3's ptxas, the oldest XLA accepts for Hopper
 RESULT_PREFIX = "gpu_check result: "
 
@@ -119,11 +119,11 @@ def sizes(tiny, device):
     if tiny:
         return dict(check_shape="tiny", loss_shape="tiny", pair_enwik8="tiny", pair_wt103="tiny",
                     pair_variants="f32", pair_iters=2, train_preset="tiny", train_batch=4,
-                    serving_preset="tiny", device=device)
+                    serving_preset="tiny", device=device, ort_device="cpu")
     return dict(check_shape="enwik8_base", loss_shape="small", pair_enwik8="enwik8_base",
                 pair_wt103="wt103_base", pair_variants="f32+jit,bf16+jit,f16+jit", pair_iters=8,
                 train_preset="enwik8_base", train_batch=22, serving_preset="enwik8_base",
-                device="cuda" if device == "gpu" else device)
+                device=device, ort_device="cuda" if device == "gpu" else "cpu")
 
 
 # ------------------------------------------------------------------ the GPU
