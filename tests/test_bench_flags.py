@@ -61,7 +61,8 @@ def test_help_lists_the_spec(jobs, name):
     assert done.returncode == 1 and "error:" not in done.stderr, done.stderr[-2000:]
     spec = importlib.import_module(f"benchmarks.{name}").SPEC
     for option in spec:
-        assert f"--{option[1]}" in done.stdout, option[1]
+        shown = f"--[no]{option[1]}" if option[0] == "bool" else f"--{option[1]}"
+        assert shown in done.stdout, option[1]
 
 
 @pytest.mark.parametrize("value", ["1,x", "2,-1"])
