@@ -101,7 +101,8 @@ SPEC = (
     option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl "
            "(the paper's rows of the pairs)."),
     option("string", "reference_python", sys.executable, "A Python with torch for it."),
-    option("string", "work_dir", "/tmp/txl_gpu_check", "Scratch folder (emptied first)."),
+    option("string", "work_dir", "/tmp/txl_gpu_check", "Scratch folder (its train/ and "
+           "serving/ are removed first)."),
     option("string", "output", "gpu_check.json", "The JSON file (the parts' own JSON files go "
            "beside it)."),
     option("enum", "run_part", None, "Internal: run one in-process part and print its result.",
@@ -531,8 +532,9 @@ def main(argv):
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
                             "(install the [gpu] extra on a machine with an NVIDIA GPU; "
                             "--device=cpu --tiny runs the check's logic on the CPU)")
-    shutil.rmtree(o["work_dir"], ignore_errors=True)
-    os.makedirs(o["work_dir"])
+    for folder in ("train", "serving"):  # a fresh run and export; the corpus cache is kept
+        shutil.rmtree(os.path.join(o["work_dir"], folder), ignore_errors=True)
+    os.makedirs(o["work_dir"], exist_ok=True)
     out_dir = os.path.dirname(os.path.abspath(o["output"]))
     os.makedirs(out_dir, exist_ok=True)
     env = dict(os.environ, TF_FORCE_GPU_ALLOW_GROWTH="true",  # TensorFlow beside torch
