@@ -199,6 +199,7 @@ def keras_runner(model, dataset, training):
         else:
             model.evaluate(dataset, steps=n, verbose=0, callbacks=[timer])
         return timer.times
+    run.parameters = model.count_params()
     return run
 
 
@@ -214,16 +215,17 @@ def gpu_peak_bytes(reset=False):
 
 
 def measure(makers, iters, warmup, block, interleave=True):
-    """`{name: {"seconds", "first_step_s", "peak_bytes"}}` of each runner.
+    """`{name: {"seconds", "first_step_s", "peak_bytes", "parameters"}}` of
+    each runner.
 
     `makers`: `{name: () -> runner}`; a runner is a callable `n -> list of n
-    per-batch seconds`, maybe with `close()` and a `peak_bytes` attribute
-    (its own process's peak). Each runner's first `warmup` batches are
-    untimed (the first one's seconds reported); then `iters` timed ones. With
-    `interleave` all runners live at once and run in rounds of `block`
-    batches; without it one runner is made, measured and dropped at a time,
-    and a runner without its own `peak_bytes` reports TensorFlow's GPU peak
-    over its life."""
+    per-batch seconds`, maybe with `close()`, a `peak_bytes` attribute (its
+    own process's peak) and `parameters`. Each runner's first `warmup`
+    batches are untimed (the first one's seconds reported); then `iters`
+    timed ones. With `interleave` all runners live at once and run in rounds
+    of `block` batches; without it one runner is made, measured and dropped
+    at a time, and a runner without its own `peak_bytes` reports
+    TensorFlow's GPU peak over its life."""
     def finish(runner, seconds, first):
         close = getattr(runner, "close", None)
         peak = getattr(runner, "peak_bytes", None)
@@ -231,7 +233,8 @@ def measure(makers, iters, warmup, block, interleave=True):
             close()
         if peak is None and not interleave:
             peak = gpu_peak_bytes()
-        return {"seconds": np.array(seconds), "first_step_s": first, "peak_bytes": peak}
+        return {"seconds": np.array(seconds), "first_step_s": first, "peak_bytes": peak,
+                "parameters": getattr(runner, "parameters", None)}
 
     results = {}
     if not interleave:
@@ -261,6 +264,7 @@ def summarize(result, tokens_per_batch, flops_per_token, peak_gflops):
             "tokens_per_s": tok_s, "model_gflops_per_s": tok_s * flops_per_token / 1e9,
             "mfu": tok_s * flops_per_token / 1e9 / peak_gflops, "steps_timed": len(seconds),
             "first_step_s": result["first_step_s"], "peak_bytes": peak,
+            "parameters": result.get("parameters"),
             "peak_gib": None if peak is None else peak / 2 ** 30}
 
 
@@ -429,6 +433,7 @@ class ReferenceRunner:
         sizes.pop("div_val", None)
         self.peak_bytes = None
         self.info = self._ask({"setup": sizes})
+        self.parameters = self.info.get("parameters")
 
     def _ask(self, request):
         self.process.stdin.write(json.dumps(request) + "\n")
@@ -494,7 +499,7 @@ def train_part(o, peak):
             r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
         rows.extend(group.values())
     ratio = "x its paper row" if o["reference_dir"] else f"x {rows[0]['variant']}"
-    columns = [("shape", "shape", ""), ("variant", "variant", ""),
+    columns = [("shape", "shape", ""), ("variant", "variant", ""), ("params", "parameters", ","),
                *[(ratio if key == "ratio" else t, key, f) for t, key, f in COLUMNS]]
     return rows, columns, "training tokens/s of TransformerXLLM.fit, memory carried"
 

@@ -263,7 +263,7 @@ for line in sys.stdin:
         setup = request["setup"]
         setups.write(json.dumps(setup) + "\n")
         setups.flush()
-        reply = {"ok": True}
+        reply = {"ok": True, "parameters": 123}
     else:
         step = 0.5 if setup["precision"] == "bf16" else 1.0
         reply = {"seconds": [step] * request["run"], "peak_bytes": 2 ** 30}
@@ -281,7 +281,11 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
     (tmp_path / "python").chmod(0o755)
     monkeypatch.setattr(tp, "shape_data", lambda shape, make: (tp.config_for(shape), 4, None))
     monkeypatch.setattr(tp, "build_model", lambda *args, **kwargs: None)
-    monkeypatch.setattr(tp, "keras_runner", lambda model, data, training: lambda n: [0.25] * n)
+    def keras_runner(model, data, training):
+        run = lambda n: [0.25] * n  # noqa: E731
+        run.parameters = 123
+        return run
+    monkeypatch.setattr(tp, "keras_runner", keras_runner)
     o = tp.check_options(dict(defaults(tp.SPEC), shapes=["tiny"],
                               variants=["f32", "bf16+jit", "bf16"], iters=3, warmup=1,
                               interleave=False, reference_dir=str(tmp_path),
@@ -292,6 +296,7 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
                    ("paper bf16", "PyTorch bf16", 1.0, 1.0),
                    ("bf16+jit", "mixed_bfloat16", 2.0, None), ("bf16", "mixed_bfloat16", 2.0, None)]
     assert ("x its paper row", "ratio", ".2f") in columns
+    assert {r["parameters"] for r in rows} == {123}
     setups = [json.loads(line) for line in (tmp_path / "setups.jsonl").read_text().splitlines()]
     assert [(s["precision"], s["device"], s["cutoffs"], s["mode"]) for s in setups] == [
         ("float32", "cpu", [100, 200], "train"), ("bf16", "cpu", [100, 200], "train")]
