@@ -57,8 +57,11 @@ setup(
     # install exactly one of the `cpu` and `gpu` extras.
     extras_require={
         "cpu": ["onnxruntime>=1.31,<1.32"],
-        # TensorFlow's CUDA wheels (its own `and-cuda` extra) and onnxruntime-gpu.
-        "gpu": ["tensorflow[and-cuda]>=2.21,<2.22", "onnxruntime-gpu>=1.31,<1.32"],
+        # TensorFlow's CUDA wheels (its own `and-cuda` extra), the ptxas XLA
+        # accepts for Hopper (CUDA 12.6.3's is the wheel 12.6.85; the and-cuda
+        # floor, 12.5.82, is older) and onnxruntime-gpu.
+        "gpu": ["tensorflow[and-cuda]>=2.21,<2.22", "nvidia-cuda-nvcc-cu12>=12.6.85",
+                "onnxruntime-gpu>=1.31,<1.32"],
         # Only to read PyTorch .bin/.pt state dicts (safetensors need no torch).
         "torch": ["torch>=2.1"],
         "bench": ["matplotlib>=3.8"],  # the benchmarks' PNG plots

@@ -1,6 +1,6 @@
 r"""The paper's PyTorch code as a same-run baseline (a worker process).
 
-Run by `train_throughput.py` / `eval_throughput.py` with `--reference_dir`
+Run by `throughput.py` (both parts) with `--reference_dir`
 (the `pytorch/` folder of kimiyoung/transformer-xl) and `--reference_python`
 (an interpreter with torch, e.g. a venv made by `pip install torch numpy`).
 Nothing of that code is part of txl_tf: this file copies the folder into a
@@ -17,14 +17,25 @@ this worker's steps with its own while the worker waits idle):
 
     {"setup": {"mode": "train" | "eval", "n_token", "n_layer", "d_model",
                "n_head", "d_head", "d_inner", "dropout", "dropatt",
-               "tgt_len", "mem_len", "batch_size", "threads"}}   -> {"ok": ...}
-    {"run": n}   -> {"seconds": [n per-step seconds]}
+               "tgt_len", "mem_len", "batch_size", "threads",
+               "cutoffs": [...], "device": "cpu" | "cuda",
+               "precision": "float32" | "tf32" | "bf16" | "fp16"}} -> {"ok": ...}
+    {"run": n}   -> {"seconds": [n per-step seconds], "peak_bytes": int | null}
 
 Training steps do what the paper's `train.py` does per batch: zero_grad,
 forward with the memory carried, mean loss, backward, clip the gradient norm
 to 0.25, Adam step, cosine scheduler step. Evaluation steps run under
 `torch.no_grad()` in eval mode with `reset_length(tgt_len, 0, mem_len)`, as
 its `eval.py`. Data: random token ids, time-major `[tgt_len, batch]`.
+
+On `cuda` each step ends with `torch.cuda.synchronize()`; `peak_bytes` is
+`torch.cuda.max_memory_allocated()` since setup (null on the CPU). Precision:
+`tf32` allows TF32 matmuls and convolutions (TensorFlow's default on a GPU),
+`float32` forbids them; `bf16` / `fp16` run the forward pass under
+`torch.autocast` (the paper's own fp16 path needs apex), `fp16` with a
+`GradScaler` (unscaled before the clip). With `cutoffs` the output is the
+paper's adaptive softmax (`div_val` 1; `tie_projs` as its `train.py` sets them
+for wt103).
 This file uses only the standard library, numpy and torch.
 """
 import atexit
@@ -71,20 +82,27 @@ class Worker:
         sys.path.insert(0, copy)
 
     def setup(self, mode, n_token, n_layer, d_model, n_head, d_head, d_inner, dropout,
-              dropatt, tgt_len, mem_len, batch_size, threads, seed=0):
+              dropatt, tgt_len, mem_len, batch_size, threads, cutoffs=(), device="cpu",
+              precision="float32", seed=0):
         import numpy as np
         import torch
         from mem_transformer import MemTransformerLM
         torch.set_num_threads(threads)
         torch.manual_seed(seed)
-        self.torch, self.mode, self.mems = torch, mode, tuple()
+        self.torch, self.mode, self.mems, self.device = torch, mode, tuple(), device
+        if device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        self.autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        self.scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
         self.model = MemTransformerLM(
             n_token, n_layer, n_head, d_model, d_head, d_inner, dropout, dropatt,
-            tie_weight=True, d_embed=d_model, div_val=1, tie_projs=[False], pre_lnorm=False,
-            tgt_len=tgt_len, ext_len=0, mem_len=mem_len, cutoffs=[], same_length=False,
-            attn_type=0, clamp_len=-1, sample_softmax=-1)
+            tie_weight=True, d_embed=d_model, div_val=1,
+            tie_projs=[False] + [True] * len(cutoffs), pre_lnorm=False,
+            tgt_len=tgt_len, ext_len=0, mem_len=mem_len, cutoffs=list(cutoffs),
+            same_length=False, attn_type=0, clamp_len=-1, sample_softmax=-1).to(device)
         ids = np.random.default_rng(seed).integers(0, n_token, (64 * tgt_len + 1, batch_size))
-        self.data = torch.from_numpy(ids.astype(np.int64))
+        self.data = torch.from_numpy(ids.astype(np.int64)).to(device)
         self.tgt_len, self.position = tgt_len, 0
         if mode == "train":
             self.model.train()
@@ -94,9 +112,11 @@ class Worker:
         else:
             self.model.eval()
             self.model.reset_length(tgt_len, 0, mem_len)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         params = sum(p.numel() for p in self.model.parameters())
         return {"ok": True, "parameters": params, "torch": torch.__version__,
-                "threads": torch.get_num_threads()}
+                "threads": torch.get_num_threads(), "device": device, "precision": precision}
 
     def _batch(self):
         if self.position + self.tgt_len + 1 > len(self.data):
@@ -105,32 +125,47 @@ class Worker:
         self.position += self.tgt_len
         return self.data[i:i + self.tgt_len], self.data[i + 1:i + 1 + self.tgt_len]
 
+    def _forward(self, data, target):
+        with self.torch.autocast(self.device, dtype=self.autocast,
+                                 enabled=self.autocast is not None):
+            ret = self.model(data, target, *self.mems)
+        self.mems = ret[1:]
+        return ret[0].float().mean()
+
     def _train_step(self):
         data, target = self._batch()
         self.model.zero_grad()
-        ret = self.model(data, target, *self.mems)
-        loss, self.mems = ret[0], ret[1:]
-        loss = loss.float().mean()
-        loss.backward()
+        loss = self._forward(data, target)
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
         self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.25)
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.scheduler.step()
 
     def _eval_step(self):
         data, target = self._batch()
         with self.torch.no_grad():
-            ret = self.model(data, target, *self.mems)
-            self.mems = ret[1:]
-            ret[0].float().mean().item()
+            self._forward(data, target).item()
 
     def run(self, n):
         step = self._train_step if self.mode == "train" else self._eval_step
         seconds = []
+        cuda = self.device == "cuda"
         for _ in range(n):
             start = time.perf_counter()
             step()
+            if cuda:
+                self.torch.cuda.synchronize()
             seconds.append(time.perf_counter() - start)
-        return {"seconds": seconds}
+        peak = self.torch.cuda.max_memory_allocated() if cuda else None
+        return {"seconds": seconds, "peak_bytes": peak}
 
 
 def main():

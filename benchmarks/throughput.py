@@ -1,13 +1,43 @@
-"""Shared parts of `train_throughput.py` and `eval_throughput.py`.
+r"""Training and evaluation tokens/s of the real `TransformerXLLM`, memory
+carried, beside the paper's PyTorch code in the same run.
 
-Shapes, the model-FLOPs formula, a same-run matmul peak, interleaved timing
-of Keras `fit` / `evaluate` batches, the table, the JSON file and its PNG
-chart (with matplotlib, the `bench` extra).
+    python -m benchmarks.throughput --part=train --shapes=small,medium \
+        --variants=f32,f32+jit,bf16,bf16+jit --iters=30 \
+        [--reference_dir=.../transformer-xl/pytorch --reference_python=.../bin/python]
+    python -m benchmarks.throughput --part=eval --shapes=small --mem_lens=128,512 ...
+    # the GPU pair (one variant at a time, each with its own peak memory):
+    python -m benchmarks.throughput --part=train --shapes=enwik8_base,wt103_base \
+        --variants=f32+jit,bf16+jit,f16+jit --nointerleave --warmup=2 --iters=10 \
+        --reference_dir=.../transformer-xl/pytorch --reference_python=python
+
+`--part=train`: for each shape (`SHAPES`) one model per variant (`VARIANTS`:
+a Keras dtype policy, jit_compile off / on), compiled as the training job
+compiles it (ReplicaClippedAdam, clip 0.25, cosine schedule), is trained on
+random ids through `txl_tf.data.segment_dataset`, a callback timing each
+batch of `fit`. With `--reference_dir` each variant is paired with the
+paper's code (`paper_reference.py`, its own process) at the same shape,
+optimizer, clip and steps in the matching precision (`f32`: float32 on the
+CPU, TF32 on a GPU as TensorFlow's default; `bf16` / `f16`: bf16 / fp16
+autocast), and the ratio column is each row's tok/s over its pair's.
+
+`--part=eval`: one model per variant and memory length (`--mem_lens`), its
+`evaluate` over `txl_tf.data.eval_segment_dataset` from an empty memory; with
+`--reference_dir` the paper's code (float32) is the first row of each memory
+length.
+
+Variants run interleaved in rounds of `--block` batches (load from elsewhere
+on a shared CPU hits every variant alike); `--nointerleave` runs one at a
+time and reports each one's peak GPU memory (TensorFlow's
+`get_memory_info('GPU:0')['peak']`, torch's `max_memory_allocated`). Every
+row reports the first step's seconds (tracing and compiling), the median and
+p90 step, tok/s, model GFLOP/s and MFU against the large-matmul peak of the
+row's compute dtype measured in the same run. Prints a table, writes JSON and
+its PNG chart (with matplotlib, the `bench` extra).
 
 Model FLOPs per token (matmul/einsum multiply-adds x 2; softmax, LayerNorm,
 dropout, the optimizer and the relative shift are not counted). With
 d = d_model, h = n_head * d_head, T = tgt_len, M = mem_len, K = M + T,
-B = batch, L = n_layer, V = n_token (no adaptive softmax):
+B = batch, L = n_layer, V = n_token:
 
     per layer  2*d*h             q (the T queries)
              + 2*2*d*h*K/T       k, v over the K keys (memory recomputed)
@@ -15,12 +45,16 @@ B = batch, L = n_layer, V = n_token (no adaptive softmax):
              + 3*2*h*K           q.k, q.r, prob @ v (all K keys, no causal skip)
              + 2*h*d             o
              + 2*2*d*d_inner     feed-forward
-    forward  = L * per layer + 2*d*V (output softmax)
+    output   2*d*V; with an adaptive softmax (cutoffs) the head, 2*d*(c_1 +
+             clusters), plus each tail cluster's 2*d*size weighted by the share
+             of targets in it (size/V for the uniform random ids used here)
+    forward  = L * per layer + output
     training = 3 * forward (backward = 2 x forward)
 
 This counts what the model needs, not what the code computes: work the code
 wastes (such as queries computed for memory positions) lowers the MFU.
 """
+import gc
 import json
 import os
 import platform
@@ -30,22 +64,62 @@ import time
 
 import numpy as np
 
-from benchmarks.common import at_least, names_from
-from txl_tf.app.flagspec import option
+from benchmarks.common import at_least, integer_list, names_from
+from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
 
-# The issue's SMALL shape (5.19 M parameters) and a larger one.
+# A tiny one, the issue's SMALL shape (5.19 M parameters), a larger one, and the paper's
+# base shapes with its training batch (wt103: adaptive softmax, div_val 1).
 SHAPES = {
+    "tiny": dict(n_token=300, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
+                 dropout=0.1, div_val=1, cutoffs=[100, 200], tgt_len=16, mem_len=16,
+                 batch_size=4),  # the tests' and `gpu_check --tiny`'s (adaptive softmax)
     "small": dict(n_token=256, n_layer=6, d_model=256, n_head=8, d_head=32, d_inner=1024,
                   dropout=0.1, tgt_len=128, mem_len=128, batch_size=16),
     "medium": dict(n_token=256, n_layer=8, d_model=512, n_head=8, d_head=64, d_inner=2048,
                    dropout=0.1, tgt_len=128, mem_len=128, batch_size=8),
+    "enwik8_base": dict(n_token=256, n_layer=12, d_model=512, n_head=8, d_head=64,
+                        d_inner=2048, dropout=0.1, tgt_len=512, mem_len=512, batch_size=22),
+    "wt103_base": dict(n_token=267735, n_layer=16, d_model=410, n_head=10, d_head=41,
+                       d_inner=2100, dropout=0.1, div_val=1, cutoffs=[20000, 40000, 200000],
+                       tgt_len=150, mem_len=150, batch_size=60),
 }
-VARIANTS = {  # name: (Keras dtype policy, jit_compile)
+# name: (Keras dtype policy, jit_compile). The paper's code pairs with a
+# variant's precision, `PAPER_PRECISION[policy]` (on a GPU float32 means
+# TF32 on both sides, TensorFlow's default).
+VARIANTS = {
     "f32": ("float32", False),
     "f32+jit": ("float32", True),
     "bf16": ("mixed_bfloat16", False),
     "bf16+jit": ("mixed_bfloat16", True),
+    "f16": ("mixed_float16", False),
+    "f16+jit": ("mixed_float16", True),
 }
+PAPER_PRECISION = {"float32": "float32", "mixed_bfloat16": "bf16", "mixed_float16": "fp16"}
+COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+
+SPEC = (
+    option("enum", "part", "train", "train: fit tokens/s; eval: evaluate tokens/s.",
+           ["train", "eval"]),
+    option("list", "shapes", None, f"Shapes: {sorted(SHAPES)} (default: small,medium for "
+           "train, small for eval)."),
+    option("list", "mem_lens", ["128", "512"], "Evaluation memory lengths (--part=eval)."),
+    option("list", "variants", ["f32", "f32+jit", "bf16", "bf16+jit"],
+           f"Variants: {list(VARIANTS)}."),
+    option("integer", "iters", 30, "Timed batches per variant."),
+    option("integer", "warmup", 4, "Untimed batches per variant first (the first one's seconds "
+           "are reported: tracing, compiling)."),
+    option("integer", "block", 5, "Batches per variant per round (interleaved)."),
+    option("bool", "interleave", True, "Interleave the variants in rounds of --block (a shared "
+           "CPU); --nointerleave: one at a time, each with its own peak GPU memory."),
+    option("integer", "steps_per_execution", 1, "Keras steps_per_execution (--part=train)."),
+    option("string", "output", None, "JSON results file (default: "
+           "benchmarks/results/<part>_throughput.json)."),
+    option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
+           "adds the paper's rows."),
+    option("string", "reference_python", sys.executable, "A Python interpreter with torch, for "
+           "--reference_dir."),
+)
 
 
 def config_for(shape, **overrides):
@@ -60,7 +134,15 @@ def model_flops_per_token(cfg, tgt_len, mem_len, batch_size, training):
     d, h, k, t = cfg.d_model, cfg.n_head * cfg.d_head, mem_len + tgt_len, tgt_len
     layer = (2 * d * h + 4 * d * h * k / t + 2 * d * h * k / (batch_size * t)
              + 6 * h * k + 2 * h * d + 4 * d * cfg.d_inner)
-    forward = cfg.n_layer * layer + 2 * cfg.d_model * cfg.n_token
+    cutoffs = list(cfg.cutoffs or [])
+    if cutoffs:
+        ends = cutoffs + [cfg.n_token]
+        tails = [b - a for a, b in zip(ends, ends[1:])]
+        output = 2 * d * (cutoffs[0] + len(tails)) + sum(2 * d * s * s / cfg.n_token
+                                                         for s in tails)
+    else:
+        output = 2 * d * cfg.n_token
+    forward = cfg.n_layer * layer + output
     return 3 * forward if training else forward
 
 
@@ -105,42 +187,92 @@ def batch_timer():
     return BatchTimer()
 
 
-def fit_runner(model, dataset):
-    """`n -> seconds of each of n more fit batches` (memory carried)."""
+def keras_runner(model, dataset, training):
+    """`n -> seconds of each of n more fit (or evaluate) batches` (memory
+    carried by `fit`; every `evaluate` call starts from an empty memory, and
+    the work per batch does not depend on how full it is)."""
     def run(n):
         timer = batch_timer()
-        model.fit(dataset, epochs=1, steps_per_epoch=n, verbose=0, callbacks=[timer],
-                  shuffle=False)
+        if training:
+            model.fit(dataset, epochs=1, steps_per_epoch=n, verbose=0, callbacks=[timer],
+                      shuffle=False)
+        else:
+            model.evaluate(dataset, steps=n, verbose=0, callbacks=[timer])
         return timer.times
+    run.parameters = model.count_params()
     return run
 
 
-def interleave(runners, iters, warmup, block):
-    """`{name: seconds per batch}`: `warmup` untimed batches for each runner,
-    then `iters` timed ones each in rounds of `block`, so that load from
-    elsewhere on the machine hits every variant alike. A runner is a
-    callable `n -> list of n per-batch seconds`."""
-    for run in runners.values():
-        run(warmup)
+def gpu_peak_bytes(reset=False):
+    """TensorFlow's peak memory on GPU:0 (bytes; reset when `reset`), or None
+    without a GPU."""
+    import tensorflow as tf
+    if not tf.config.list_logical_devices("GPU"):
+        return None
+    if reset:
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+
+
+def measure(makers, iters, warmup, block, interleave=True):
+    """`{name: {"seconds", "first_step_s", "peak_bytes", "parameters"}}` of
+    each runner.
+
+    `makers`: `{name: () -> runner}`; a runner is a callable `n -> list of n
+    per-batch seconds`, maybe with `close()`, a `peak_bytes` attribute (its
+    own process's peak) and `parameters`. Each runner's first `warmup`
+    batches are untimed (the first one's seconds reported); then `iters`
+    timed ones. With `interleave` all runners live at once and run in rounds
+    of `block` batches; without it one runner is made, measured and dropped
+    at a time, and a runner without its own `peak_bytes` reports
+    TensorFlow's GPU peak over its life."""
+    def finish(runner, seconds, first):
+        close = getattr(runner, "close", None)
+        peak = getattr(runner, "peak_bytes", None)
+        if close:
+            close()
+        if peak is None and not interleave:
+            peak = gpu_peak_bytes()
+        return {"seconds": np.array(seconds), "first_step_s": first, "peak_bytes": peak,
+                "parameters": getattr(runner, "parameters", None)}
+
+    results = {}
+    if not interleave:
+        for name, make in makers.items():
+            gpu_peak_bytes(reset=True)
+            runner = make()
+            first = runner(warmup)[0]
+            results[name] = finish(runner, runner(iters), first)
+            del runner
+            gc.collect()
+        return results
+    runners = {name: make() for name, make in makers.items()}
+    firsts = {name: run(warmup)[0] for name, run in runners.items()}
     times = {name: [] for name in runners}
     while min(len(t) for t in times.values()) < iters:
         for name, run in runners.items():
             times[name].extend(run(min(block, iters - len(times[name]))))
-    return {name: np.array(t) for name, t in times.items()}
+    return {name: finish(run, times[name], firsts[name]) for name, run in runners.items()}
 
 
-def summarize(seconds, tokens_per_batch, flops_per_token, peak_gflops):
+def summarize(result, tokens_per_batch, flops_per_token, peak_gflops):
+    seconds = result["seconds"]
     median = float(np.median(seconds))
     tok_s = tokens_per_batch / median
+    peak = result["peak_bytes"]
     return {"median_step_ms": 1e3 * median, "p90_step_ms": 1e3 * float(np.percentile(seconds, 90)),
             "tokens_per_s": tok_s, "model_gflops_per_s": tok_s * flops_per_token / 1e9,
-            "mfu": tok_s * flops_per_token / 1e9 / peak_gflops, "steps_timed": len(seconds)}
+            "mfu": tok_s * flops_per_token / 1e9 / peak_gflops, "steps_timed": len(seconds),
+            "first_step_s": result["first_step_s"], "peak_bytes": peak,
+            "parameters": result.get("parameters"),
+            "peak_gib": None if peak is None else peak / 2 ** 30}
 
 
 def format_table(rows, columns):
-    """`columns`: (title, key, format)."""
+    """`columns`: (title, key, format); a None value shows as `-`."""
     cells = [[title for title, _, _ in columns]]
-    cells += [[format(r[key], fmt) for _, key, fmt in columns] for r in rows]
+    cells += [["-" if r.get(key) is None else format(r[key], fmt) for _, key, fmt in columns]
+              for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = [" | ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
     lines.insert(1, "-+-".join("-" * w for w in widths))
@@ -152,14 +284,14 @@ def environment():
     import tensorflow as tf
     return {"tensorflow": tf.__version__, "keras": keras.__version__,
             "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "gpus": [d.name for d in tf.config.list_logical_devices("GPU")],
             "loadavg": list(os.getloadavg())}
 
 
-def peaks(earlier=None):
-    """Large-matmul GFLOP/s for float32 and bfloat16, measured now (the best
-    of now and `earlier`, if given: the run measures before and after)."""
-    now = {"float32": matmul_peak("float32"), "bfloat16": matmul_peak("bfloat16")}
-    return {k: max(v, (earlier or {}).get(k, 0.0)) for k, v in now.items()}
+def peaks(dtypes, earlier=None):
+    """Large-matmul GFLOP/s of each compute dtype, measured now (the best of
+    now and `earlier`, if given: the run measures before and after)."""
+    return {k: max(matmul_peak(k), (earlier or {}).get(k, 0.0)) for k in dtypes}
 
 
 def write_json(path, result):
@@ -173,15 +305,16 @@ def write_json(path, result):
 def report(rows, peak, env_before, columns, output, question, settings):
     """Fills MFU against the best matmul peak of the run, prints the table and
     writes the JSON (`question`, `settings`, peaks, environment, rows)."""
-    peak = peaks(peak)  # the best of before and after
+    peak = peaks(peak, peak)  # the best of before and after
     for r in rows:
         r["peak_gflops"] = peak[r["peak_dtype"]]
         r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
     table = format_table(rows, columns)
     env = environment()
     env["loadavg_before"] = env_before["loadavg"]
-    print(f"matmul peak GFLOP/s: float32 {peak['float32']:.1f}, bfloat16 {peak['bfloat16']:.1f}; "
-          f"loadavg before {env['loadavg_before']}, after {env['loadavg']}")
+    shown = ", ".join(f"{k} {v:.1f}" for k, v in peak.items())
+    print(f"matmul peak GFLOP/s: {shown}; loadavg before {env['loadavg_before']}, "
+          f"after {env['loadavg']}")
     print(table)
     write_json(output, {"question": question, "settings": settings,
                         "matmul_peak_gflops": peak, "environment": env, "results": rows,
@@ -196,7 +329,7 @@ def report(rows, peak, env_before, columns, output, question, settings):
 def chart(path):
     """A PNG bar chart of a throughput JSON file, next to it: tokens/s per
     variant, grouped by shape (training) or memory length (evaluation), each
-    bar labelled with its ratio to the group's first bar."""
+    bar labelled with its ratio column."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -217,7 +350,7 @@ def chart(path):
             if row is not None:
                 xs.append(g + (v - (len(variants) - 1) / 2) * width)
                 ys.append(row["tokens_per_s"])
-                ratios.append(row["vs_first"])
+                ratios.append(row["ratio"])
         bars = ax.bar(xs, ys, width, label=variant)
         for bar, ratio in zip(bars, ratios):
             ax.annotate(f"{ratio:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -264,24 +397,22 @@ def random_ids(n, n_token=256, seed=0):
     return np.random.default_rng(seed).integers(0, n_token, n).astype(np.int32)
 
 
-# The options `train_throughput` and `eval_throughput` add to their SPEC:
-# the paper's code as a same-run baseline row (see `paper_reference.py`).
-REFERENCE_OPTIONS = (
-    option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
-           "adds its row."),
-    option("string", "reference_python", sys.executable, "A Python interpreter with torch, for "
-           "--reference_dir."),
-)
-
-
 def check_options(o):
-    """The options `o` of `train_throughput` or `eval_throughput`, checked
-    (a `BenchmarkError` names the first bad flag)."""
+    """The options `o`, checked (a `BenchmarkError` names the first bad flag)
+    and completed with the part's defaults."""
+    default_shapes = ["small", "medium"] if o["part"] == "train" else ["small"]
+    o = dict(o, shapes=o["shapes"] or default_shapes,
+             output=o["output"] or f"benchmarks/results/{o['part']}_throughput.json")
     names_from(o["shapes"], "shapes", sorted(SHAPES))
     names_from(o["variants"], "variants", list(VARIANTS))
-    at_least(o, 1, "iters", "block")
-    at_least(o, 0, "warmup")
+    at_least(o, 1, "iters", "block", "warmup", "steps_per_execution")
+    o["mem_lens"] = integer_list(o["mem_lens"], "mem_lens", 0, "comma-separated integers >= 0")
     return o
+
+
+def paper_name(variant):
+    """The paper's row paired with `variant`: `paper f32`, `paper bf16`, ..."""
+    return "paper " + variant.split("+")[0]
 
 
 class ReferenceRunner:
@@ -289,13 +420,20 @@ class ReferenceRunner:
     like the other runners: `runner(n)` → seconds of each of n more steps.
     The worker waits idle on its stdin while the other variants run."""
 
-    def __init__(self, python, reference_dir, mode, shape, mem_len):
+    def __init__(self, python, reference_dir, mode, shape, mem_len, precision="float32"):
+        import tensorflow as tf
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_reference.py")
         self.process = subprocess.Popen([python, script, os.path.abspath(reference_dir)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        sizes = {k: v for k, v in SHAPES[shape].items()}
-        sizes.update(mem_len=mem_len, dropatt=0.0, threads=os.cpu_count(), mode=mode)
+        device = "cuda" if tf.config.list_logical_devices("GPU") else "cpu"
+        if device == "cuda" and precision == "float32":
+            precision = "tf32"  # TensorFlow's float32 on a GPU
+        sizes = dict(SHAPES[shape], mem_len=mem_len, dropatt=0.0, threads=os.cpu_count(),
+                     mode=mode, device=device, precision=precision)
+        sizes.pop("div_val", None)
+        self.peak_bytes = None
         self.info = self._ask({"setup": sizes})
+        self.parameters = self.info.get("parameters")
 
     def _ask(self, request):
         self.process.stdin.write(json.dumps(request) + "\n")
@@ -307,8 +445,114 @@ class ReferenceRunner:
         return json.loads(line)
 
     def __call__(self, n):
-        return self._ask({"run": n})["seconds"]
+        reply = self._ask({"run": n})
+        self.peak_bytes = reply.get("peak_bytes")
+        return reply["seconds"]
 
     def close(self):
         self.process.stdin.close()
         self.process.wait()
+
+
+COLUMNS = [("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),
+           ("tok/s", "tokens_per_s", ",.0f"), ("ratio", "ratio", ".2f"),
+           ("1st step s", "first_step_s", ".1f"), ("peak GiB", "peak_gib", ".2f"),
+           ("MFLOP/tok", "model_mflop_per_token", ".1f"), ("GFLOP/s", "model_gflops_per_s", ".1f"),
+           ("MFU", "mfu", ".1%")]
+
+
+def train_part(o, peak):
+    from txl_tf.data import segment_dataset
+    rows = []
+    for shape in o["shapes"]:
+        cfg, batch, dataset = shape_data(shape, segment_dataset)
+        flops = model_flops_per_token(cfg, cfg.tgt_len, cfg.mem_len, batch, training=True)
+        makers, kinds = {}, {}
+        for v in o["variants"]:
+            policy, jit = VARIANTS[v]
+            if o["reference_dir"] and paper_name(v) not in makers:
+                makers[paper_name(v)] = (
+                    lambda p=policy: ReferenceRunner(o["reference_python"], o["reference_dir"],
+                                                     "train", shape, cfg.mem_len,
+                                                     PAPER_PRECISION[p]))
+                kinds[paper_name(v)] = (f"PyTorch {PAPER_PRECISION[policy]}", False, policy)
+            makers[v] = (lambda p=policy, j=jit: keras_runner(
+                build_model(cfg, batch, cfg.mem_len, p, j,
+                            steps_per_execution=o["steps_per_execution"]), dataset, True))
+            kinds[v] = (policy, jit, policy)
+        results = measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"])
+        group = {}
+        for name, result in results.items():
+            label, jit, policy = kinds[name]
+            dtype = COMPUTE_DTYPE[policy]
+            group[name] = {"shape": shape, "variant": name, "policy": label, "jit_compile": jit,
+                           "steps_per_execution": o["steps_per_execution"], "batch_size": batch,
+                           "tgt_len": cfg.tgt_len, "mem_len": cfg.mem_len,
+                           "model_mflop_per_token": flops / 1e6, "peak_dtype": dtype,
+                           **summarize(result, batch * cfg.tgt_len, flops, peak[dtype])}
+        first = next(iter(group.values()))
+        for name, r in group.items():
+            if o["reference_dir"]:  # a variant over its paper row; a paper row 1.00
+                base = group[paper_name(name)] if name in VARIANTS else r
+            else:
+                base = first
+            r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
+        rows.extend(group.values())
+    ratio = "x its paper row" if o["reference_dir"] else f"x {rows[0]['variant']}"
+    columns = [("shape", "shape", ""), ("variant", "variant", ""), ("params", "parameters", ","),
+               *[(ratio if key == "ratio" else t, key, f) for t, key, f in COLUMNS]]
+    return rows, columns, "training tokens/s of TransformerXLLM.fit, memory carried"
+
+
+def eval_part(o, peak):
+    from txl_tf.data import eval_segment_dataset
+    rows = []
+    for shape in o["shapes"]:
+        cfg, batch, dataset = shape_data(shape, eval_segment_dataset)
+        variants = (["paper"] if o["reference_dir"] else []) + o["variants"]
+        makers, keys = {}, {}
+        for m in o["mem_lens"]:
+            for v in variants:
+                if v == "paper":
+                    make = (lambda m=m: ReferenceRunner(o["reference_python"],
+                                                        o["reference_dir"], "eval", shape, m))
+                else:
+                    make = (lambda m=m, v=v: keras_runner(
+                        build_model(cfg, batch, m, *VARIANTS[v]), dataset, False))
+                makers[f"{v} mem{m}"], keys[f"{v} mem{m}"] = make, (v, m)
+        results = measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"])
+        group = []
+        for name, result in results.items():
+            v, mem = keys[name]
+            policy, jit = VARIANTS.get(v, ("PyTorch float32", False))
+            dtype = COMPUTE_DTYPE.get(policy, "float32")
+            flops = model_flops_per_token(cfg, cfg.tgt_len, mem, batch, training=False)
+            group.append({"shape": shape, "variant": v, "policy": policy, "jit_compile": jit,
+                          "mem_len": mem, "batch_size": batch, "tgt_len": cfg.tgt_len,
+                          "model_mflop_per_token": flops / 1e6, "peak_dtype": dtype,
+                          **summarize(result, batch * cfg.tgt_len, flops, peak[dtype])})
+        for r in group:
+            base = next(g for g in group if g["mem_len"] == r["mem_len"])
+            r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
+        rows.extend(group)
+    columns = [("shape", "shape", ""), ("mem", "mem_len", "d"), ("variant", "variant", ""),
+               *[(f"x {rows[0]['variant']}" if key == "ratio" else t, key, f)
+                 for t, key, f in COLUMNS]]
+    return rows, columns, "evaluation tokens/s of TransformerXLLM.evaluate, memory carried"
+
+
+def main(argv):
+    del argv
+    o = check_options(values(SPEC))
+    dtypes = sorted({COMPUTE_DTYPE[VARIANTS[v][0]] for v in o["variants"]} | {"float32"})
+    env_before, peak = environment(), peaks(dtypes)
+    part = train_part if o["part"] == "train" else eval_part
+    rows, columns, question = part(o, peak)
+    settings = {key: o[key] for key in ("part", "iters", "warmup", "block", "interleave",
+                                         "steps_per_execution", "mem_lens")}
+    settings["shapes"] = {s: SHAPES[s] for s in o["shapes"]}
+    report(rows, peak, env_before, columns, o["output"], question, settings)
+
+
+if __name__ == "__main__":
+    cli.run(main, SPEC)

@@ -55,13 +55,14 @@ def last_error_line(jobs, module, flag_args):
     return done.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("name", ["train_throughput"])
+@pytest.mark.parametrize("name", ["throughput"])
 def test_help_lists_the_spec(jobs, name):
     done = jobs.run(f"benchmarks.{name}", ["--help"])
     assert done.returncode == 1 and "error:" not in done.stderr, done.stderr[-2000:]
     spec = importlib.import_module(f"benchmarks.{name}").SPEC
     for option in spec:
-        assert f"--{option[1]}" in done.stdout, option[1]
+        shown = f"--[no]{option[1]}" if option[0] == "bool" else f"--{option[1]}"
+        assert shown in done.stdout, option[1]
 
 
 @pytest.mark.parametrize("value", ["1,x", "2,-1"])
@@ -86,8 +87,10 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
      "--mem_lens must be"),
     ("benchmarks.quality", ["--part=memory_use", "--split=dev"], "--split"),
     ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
-    ("benchmarks.train_throughput", ["--iters=many"], "--iters"),
-    ("benchmarks.train_throughput", ["--shapes=huge"], "--shapes takes"),
+    ("benchmarks.throughput", ["--iters=many"], "--iters"),
+    ("benchmarks.throughput", ["--shapes=huge"], "--shapes takes"),
+    ("benchmarks.throughput", ["--part=eval", "--mem_lens=8,x"], "--mem_lens must be"),
+    ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
     ("benchmarks.long_memory", ["--part=soak", "--soak_sessions=0"],
      "--soak_sessions must be >= 1, got 0"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),

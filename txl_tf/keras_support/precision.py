@@ -4,7 +4,7 @@
 CPU's instruction set, and returns the Keras dtype policy and `jit_compile`
 value measured or known to be fastest there, with the reason in words. The
 training job and `TransformerXLLM` use it for their "auto" defaults; explicit
-settings always win. CPU choices come from `benchmarks/train_throughput.py`
+settings always win. CPU choices come from `benchmarks/throughput.py`
 (benchmarks/README.md): on a CPU with native bfloat16 dot products
 (AVX512-BF16 or AMX) `mixed_bfloat16` trains fastest and XLA slows it down;
 without them TensorFlow emulates bfloat16, which loses, so float32 is kept.

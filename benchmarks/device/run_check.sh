@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root: joins the pieces made by
+# pack_wheels.sh, unzips every wheel into one folder (once), points Python,
+# the loader and XLA at it, and runs the GPU check. See README.md here.
+#
+#   benchmarks/device/run_check.sh [gpu_check flags...]
+#   PREPARE_ONLY=1 benchmarks/device/run_check.sh     # unpack and print the environment
+#
+# Environment:
+#   PIECES  where the gpu_wheels.tar.part-* pieces are (default /tmp)
+#   SITE    where the wheels are unzipped (default /tmp/txl_site)
+#   OUT     where gpu_check.json and the parts' JSON go (default /tmp/gpu_check)
+#   PYTHON  the Python 3.12 interpreter (default python3); the paper's code
+#           runs in it with its own packages (torch), without SITE
+set -euo pipefail
+
+PIECES=${PIECES:-/tmp}
+SITE=${SITE:-/tmp/txl_site}
+OUT=${OUT:-/tmp/gpu_check}
+PYTHON=${PYTHON:-python3}
+UNPACKED=$(dirname "$SITE")/txl_unpacked
+
+if [ ! -f "$SITE/.complete" ]; then
+  if [ -f "$PIECES/gpu_wheels.sha256" ]; then
+    (cd "$PIECES" && sha256sum --check --quiet gpu_wheels.sha256)
+  fi
+  rm -rf "$SITE" "$UNPACKED" && mkdir -p "$SITE" "$UNPACKED"
+  cat "$PIECES"/gpu_wheels.tar.part-* | tar -x -C "$UNPACKED"
+  ls "$UNPACKED"/wheels/*.whl | xargs -P 8 -I{} "$PYTHON" -m zipfile -e {} "$SITE"
+  # zip keeps no exec bits: ptxas and the other CUDA tools
+  find "$SITE"/nvidia -path '*/bin/*' -type f -exec chmod +x {} + 2>/dev/null || true
+  touch "$SITE/.complete"
+fi
+
+libs=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+# then the machine's own CUDA wheels (e.g. torch's), for any left out with SKIP
+libs+=$(env -u PYTHONPATH "$PYTHON" -c "import glob, site
+print(''.join(f + ':' for p in site.getsitepackages() for f in sorted(glob.glob(p + '/nvidia/*/lib'))))")
+export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
+export PATH="$SITE/nvidia/cuda_nvcc/bin:$PATH"
+export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
+# XLA looks for libdevice under a CUDA folder: the nvcc wheel is one
+export XLA_FLAGS="--xla_gpu_cuda_data_dir=$SITE/nvidia/cuda_nvcc ${XLA_FLAGS:-}"
+
+reference=()
+if [ -d "$UNPACKED/reference/pytorch" ]; then
+  # the paper's code runs with the machine's own torch, not the wheels above
+  cat > "$UNPACKED/torch_python" <<EOF
+#!/bin/sh
+exec env -u PYTHONPATH -u LD_LIBRARY_PATH "$(command -v "$PYTHON")" "\$@"
+EOF
+  chmod +x "$UNPACKED/torch_python"
+  reference=(--reference_dir="$UNPACKED/reference/pytorch"
+             --reference_python="$UNPACKED/torch_python")
+fi
+
+if [ -n "${PREPARE_ONLY:-}" ]; then
+  echo "PYTHONPATH=$PYTHONPATH"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  echo "PATH=$PATH"
+  echo "reference: ${reference[*]:-none}"
+  exit 0
+fi
+mkdir -p "$OUT"
+exec "$PYTHON" -m benchmarks.gpu_check --output="$OUT/gpu_check.json" "${reference[@]}" "$@"

@@ -1,0 +1,568 @@
+r"""The one GPU check (issue 52): a machine with one NVIDIA GPU and the `[gpu]`
+extra runs it in about 8 minutes and prints one table.
+
+    python -m benchmarks.gpu_check [--reference_dir=.../transformer-xl/pytorch] \
+        [--reference_python=python] [--output=gpu_check.json] [--parts=parity,train]
+    python -m benchmarks.gpu_check --device=cpu --tiny   # its logic, on the CPU, tiny sizes
+
+Parts, each a command line of `COMMANDS` run in its own process with its own
+time budget (`BUDGETS`, cut to what is left of `--total_s`); a part that
+fails, runs out of time or cannot run is one line of the table (`failed
+(...)`, `skipped (...)`), and the check goes on:
+
+- `gpu`: the GPU TensorFlow sees, onnxruntime's providers, the ptxas XLA
+  will use and its version (CUDA 12.6.3's, 12.6.85, or newer: older ones
+  compile wrong sm_90 code where values are clamped).
+- `parity`: log-probs of the enwik8 base model (random weights, seed 0) on
+  the GPU against the CPU, TF32 off, two 512-token segments of batch 2 with
+  the memory carried: the largest difference, <= 1e-4.
+- `losses`: a seeded run of 50 `train_on_batch` steps on the GPU and on the
+  CPU (the `small` shape, same initial weights, dropout 0: a dropout mask is
+  not the same draw on two devices; TF32 off): the largest loss difference in
+  each window of 10 steps.
+- `mirrored`: 10 steps of `fit` under `MirroredStrategy` over the one GPU
+  against `OneDeviceStrategy`, same weights and data: losses and weights.
+- `pair_enwik8_base`, `pair_wt103_base`: `benchmarks.throughput --part=train`
+  for f32 (TF32), bf16 and f16 with XLA, one at a time, beside the paper's
+  PyTorch code in the matching precision (with `--reference_dir`): tok/s,
+  the ratio, peak GPU memory, the first step's seconds.
+- `train`: `python -m training.train` (what `txl-train` runs) for 40 steps
+  with a checkpoint at 20, SIGKILLed after its log shows a step past 20,
+  then run again: it must say it resumed at step 20, feed the batches the
+  killed run fed at those steps, end at step 40 and exit 0; the first step's
+  compile seconds from the progress line.
+- `serving_long_memory`, `serving_parity`: the serving suite of issue 53
+  (`benchmarks.long_memory --device=cuda`, then its `--part=cuda_parity`
+  over the export it made).
+
+Without a GPU (and not `--device=cpu`) it exits at once with one `error:`
+line and status 2; with a failed part, status 1 after the table. Writes the
+table and each part's details (its command, seconds, output tail, results)
+as JSON.
+"""
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.common import BenchmarkError, names_from
+from txl_tf.app import cli
+from txl_tf.app.flagspec import option, values
+
+# Every command line the check runs (formatted with `sizes()` and the flags):
+# rename a benchmark here.
+COMMANDS = {
+    "parity": "{python} -m benchmarks.gpu_check --run_part=parity --shape={check_shape} "
+              "--device={device}",
+    "losses": "{python} -m benchmarks.gpu_check --run_part=losses --shape={loss_shape} "
+              "--device={device}",
+    "mirrored": "{python} -m benchmarks.gpu_check --run_part=mirrored --shape={loss_shape} "
+                "--device={device}",
+    "pair_enwik8_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_enwik8} "
+                        "--variants={pair_variants} --nointerleave --warmup=2 "
+                        "--iters={pair_iters} --output={out}/pair_enwik8_base.json {reference}",
+    "pair_wt103_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_wt103} "
+                       "--variants={pair_variants} --nointerleave --warmup=2 "
+                       "--iters={pair_iters} --output={out}/pair_wt103_base.json {reference}",
+    "train": "{python} -m training.train --model_dir={work}/train --preset={train_preset} "
+             "--dataset=pystdlib --cache_dir={work}/cache --batch_size={train_batch} "
+             "--train_steps=40 --checkpoint_every=20 --log_every=1 --log_batches "
+             "--nofinal_eval --seed=0 --verbose=1",
+    "serving_long_memory": "{python} -m benchmarks.long_memory --device={ort_device} "
+                           "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
+                           "--work_dir={work}/serving --output={out}/long_memory.json",
+    "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
+                      "--exports={work}/serving/{serving_preset}/out "
+                      "--output={out}/cuda_parity.json",
+}
+# Seconds each part may take (the whole check: --total_s).
+BUDGETS = {"parity": 40, "losses": 50, "mirrored": 35, "pair_enwik8_base": 100,
+           "pair_wt103_base": 70, "train": 90, "serving_long_memory": 70, "serving_parity": 25}
+PARTS = list(COMMANDS)
+# The progress line's first-step compile time (training.train: "... compile 41.3s";
+# else the first `compile_s` of its train_log.jsonl).
+COMPILE_SECONDS = re.compile(r"\bcompile (\d+(?:\.\d+)?) ?s\b")
+PTXAS_FLOOR = (12, 6, 85)  # CUDA 12.6.3's ptxas, the oldest XLA accepts for Hopper
+RESULT_PREFIX = "gpu_check result: "
+
+SPEC = (
+    option("enum", "device", "gpu", "gpu: the check; cpu: its logic on the CPU (no GPU "
+           "needed; with --tiny).", ["gpu", "cpu"]),
+    option("bool", "tiny", False, "Tiny sizes everywhere (the CPU test of the logic)."),
+    option("list", "parts", PARTS, f"Parts to run: {PARTS}."),
+    option("float", "total_s", 480.0, "Seconds for the whole check."),
+    option("float", "budget_scale", 1.0, "Multiplies every part's budget (a rerun of one part)."),
+    option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl "
+           "(the paper's rows of the pairs)."),
+    option("string", "reference_python", sys.executable, "A Python with torch for it."),
+    option("string", "work_dir", "/tmp/txl_gpu_check", "Scratch folder (its train/ and "
+           "serving/ are removed first)."),
+    option("string", "output", "gpu_check.json", "The JSON file (the parts' own JSON files go "
+           "beside it)."),
+    option("enum", "run_part", None, "Internal: run one in-process part and print its result.",
+           ["parity", "losses", "mirrored"]),
+    option("string", "shape", None, "Internal: the --run_part's shape (benchmarks.throughput)."),
+)
+
+
+class GpuCheckError(BenchmarkError):
+    """The check cannot start (no GPU)."""
+
+
+def sizes(tiny, device):
+    """The values `COMMANDS` is formatted with (besides paths and flags)."""
+    if tiny:
+        return dict(check_shape="tiny", loss_shape="tiny", pair_enwik8="tiny", pair_wt103="tiny",
+                    pair_variants="f32", pair_iters=2, train_preset="tiny", train_batch=4,
+                    serving_preset="tiny", device=device, ort_device="cpu")
+    return dict(check_shape="enwik8_base", loss_shape="small", pair_enwik8="enwik8_base",
+                pair_wt103="wt103_base", pair_variants="f32+jit,bf16+jit,f16+jit", pair_iters=8,
+                train_preset="enwik8_base", train_batch=22, serving_preset="enwik8_base",
+                device=device, ort_device="cuda" if device == "gpu" else "cpu")
+
+
+# ------------------------------------------------------------------ the GPU
+def ptxas_version(text):
+    """`(major, minor, patch)` of `ptxas --version`'s output (`... V12.6.85`), or None."""
+    found = re.search(r"\bV(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(int(g) for g in found.groups()) if found else None
+
+
+def find_ptxas():
+    """The ptxas XLA will find (PATH, then the nvidia-cuda-nvcc-cu12 wheel), or None."""
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for folder in sys.path:
+        candidate = os.path.join(folder, "nvidia", "cuda_nvcc", "bin", "ptxas")
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def gpu_problems():
+    """`(problems, facts)`: what keeps the check from running on a GPU (empty
+    when TensorFlow sees one and onnxruntime has CUDA), and what was found."""
+    import onnxruntime
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    providers = onnxruntime.get_available_providers()
+    problems = []
+    if not gpus:
+        problems.append("TensorFlow sees no GPU")
+    if "CUDAExecutionProvider" not in providers:
+        problems.append(f"onnxruntime has no CUDA provider ({', '.join(providers)})")
+    facts = {"tensorflow_gpus": [tf.config.experimental.get_device_details(g).get("device_name",
+                                                                                 g.name)
+                                 for g in gpus],
+             "onnxruntime_providers": providers, "ptxas": find_ptxas()}
+    return problems, facts
+
+
+def gpu_row(facts, device):
+    """The table's `gpu` row: the GPU, the providers, the ptxas and its
+    version (failed below `PTXAS_FLOOR`; skipped with `--device=cpu`)."""
+    ptxas, version = facts["ptxas"], None
+    if ptxas:
+        done = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
+        version = ptxas_version(done.stdout)
+    facts["ptxas_version"] = ".".join(map(str, version)) if version else None
+    cuda = "CUDAExecutionProvider" in facts["onnxruntime_providers"]
+    shown = (f"GPU {', '.join(facts['tensorflow_gpus']) or 'none'}; onnxruntime "
+             f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or 'not found'}")
+    if device == "cpu":
+        status, shown = "skipped", f"skipped (--device=cpu: {shown})"
+    elif version is not None and version >= PTXAS_FLOOR:
+        status = "ok"
+    else:
+        status = "failed"
+        shown = (f"failed ({shown}: XLA wants {'.'.join(map(str, PTXAS_FLOOR))} or newer, "
+                 "pip install 'nvidia-cuda-nvcc-cu12>=12.6.85')")
+    return {"part": "gpu", "status": status, "seconds": 0.0, "result": shown, "details": facts}
+
+
+# --------------------------------------------------- the in-process parts
+def _devices(device):
+    """The (checked, reference) TensorFlow devices: the GPU and the CPU, or the
+    CPU twice (`--device=cpu`: the logic only)."""
+    return ("/GPU:0" if device == "gpu" else "/CPU:0", "/CPU:0")
+
+
+def _model_weights(cfg, batch, mem_len):
+    """Initial weights of a seeded model (numpy), built once on the host so
+    both devices start from the same numbers."""
+    import keras
+    from benchmarks.throughput import build_model
+    keras.utils.set_random_seed(0)
+    import tensorflow as tf
+    with tf.device("/CPU:0"):
+        return build_model(cfg, batch, mem_len, "float32", False).get_weights()
+
+
+def logprob_parity(shape, device, batch=2, segments=2, seed=0):
+    """The largest |log-prob difference| between the devices, with TF32 off."""
+    import keras
+    import tensorflow as tf
+    from benchmarks.throughput import config_for
+    from txl_tf.core import TransformerXL
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    cfg = config_for(shape)
+    keras.utils.set_random_seed(seed)
+    with tf.device("/CPU:0"):
+        core = TransformerXL(cfg)
+        ids = np.random.default_rng(seed).integers(0, cfg.n_token, (segments, batch, cfg.tgt_len))
+    outputs = []
+    for name in _devices(device):
+        with tf.device(name):
+            memory, log_probs = core.initial_memory(batch), []
+            for segment in ids:
+                out, memory = core(tf.constant(segment), memory, training=False)
+                log_probs.append(out.numpy())
+            outputs.append(np.stack(log_probs))
+    difference = float(np.max(np.abs(outputs[0] - outputs[1])))
+    params = sum(int(np.prod(w.shape)) for w in core.weights)
+    return {"max_abs_diff": difference, "ok": difference <= 1e-4, "shape": shape,
+            "parameters": params, "batch": batch, "segments": segments,
+            "summary": f"max |d log-prob| {difference:.2e} (<= 1e-4: "
+                       f"{'yes' if difference <= 1e-4 else 'NO'}); {shape}, {params:,} "
+                       f"parameters, random weights (seed {seed}), TF32 off, {segments} "
+                       f"segments of {batch}x{cfg.tgt_len}, memory {cfg.mem_len} carried"}
+
+
+def _trained(strategy, cfg, batch, weights, batches, use_fit=False):
+    """`(losses, final weights)` of training on `batches` from `weights`
+    under `strategy`: each step's loss (`train_on_batch`), or with `use_fit`
+    one `fit` over them and its epoch loss."""
+    import tensorflow as tf
+    from benchmarks.throughput import build_model
+    with strategy.scope():
+        model = build_model(cfg, batch, cfg.mem_len, "float32", "auto")
+        model.set_weights(weights)
+    if use_fit:
+        xs, ys = (np.stack(part) for part in zip(*batches))
+        history = model.fit(tf.data.Dataset.from_tensor_slices((xs, ys)), epochs=1, verbose=0,
+                            shuffle=False)
+        losses = history.history["loss"]
+    else:
+        losses = [float(model.train_on_batch(x, y, return_dict=True)["loss"]) for x, y in batches]
+    return losses, model.get_weights()
+
+
+def _learnable_batches(cfg, batch, steps, seed=0):
+    """`steps` batches of a stream that repeats a random 97-token phrase (the
+    loss falls as the memory and the weights learn it)."""
+    rng = np.random.default_rng(seed)
+    phrase = rng.integers(0, cfg.n_token, 97)
+    length = steps * cfg.tgt_len + 1
+    stream = np.stack([np.resize(np.roll(phrase, k), length)
+                       for k in rng.integers(0, 97, batch)]).astype(np.int32)
+    return [(stream[:, i * cfg.tgt_len:(i + 1) * cfg.tgt_len],
+             stream[:, i * cfg.tgt_len + 1:(i + 1) * cfg.tgt_len + 1]) for i in range(steps)]
+
+
+def loss_curves(shape, device, steps=50, window=10):
+    """Losses of the same seeded run on both devices, and the largest
+    difference in each window of `window` steps."""
+    import tensorflow as tf
+    from benchmarks.throughput import SHAPES, config_for
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    cfg, batch = config_for(shape, dropout=0.0, dropatt=0.0), SHAPES[shape]["batch_size"]
+    weights = _model_weights(cfg, batch, cfg.mem_len)
+    batches = _learnable_batches(cfg, batch, steps)
+    curves = [_trained(tf.distribute.OneDeviceStrategy(name), cfg, batch, weights, batches)[0]
+              for name in _devices(device)]
+    diffs = np.abs(np.array(curves[0]) - np.array(curves[1]))
+    windows = [float(diffs[i:i + window].max()) for i in range(0, steps, window)]
+    return {"checked": curves[0], "reference": curves[1], "window": window,
+            "max_abs_diff_per_window": windows, "ok": bool(np.isfinite(curves[0]).all()),
+            "summary": f"{shape}, dropout 0, TF32 off: loss {curves[0][0]:.3f} -> "
+                       f"{curves[0][-1]:.3f}; max |d loss| per {window} steps "
+                       + ", ".join(f"{w:.1e}" for w in windows)}
+
+
+def mirrored_equals_one_device(shape, device, steps=10):
+    """`fit` under `MirroredStrategy` over the one device against
+    `OneDeviceStrategy`: the epoch loss and the weights after `steps`."""
+    import tensorflow as tf
+    from benchmarks.throughput import SHAPES, config_for
+    cfg, batch = config_for(shape, dropout=0.0, dropatt=0.0), SHAPES[shape]["batch_size"]
+    weights = _model_weights(cfg, batch, cfg.mem_len)
+    batches = _learnable_batches(cfg, batch, steps, seed=1)
+    name = _devices(device)[0]
+    runs = [_trained(strategy, cfg, batch, weights, batches, use_fit=True)
+            for strategy in (tf.distribute.MirroredStrategy([name]),
+                             tf.distribute.OneDeviceStrategy(name))]
+    loss_diff = float(np.max(np.abs(np.array(runs[0][0]) - np.array(runs[1][0]))))
+    weight_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(runs[0][1], runs[1][1]))
+    ok = loss_diff <= 1e-5 and weight_diff <= 1e-5
+    return {"max_abs_loss_diff": loss_diff, "max_abs_weight_diff": weight_diff, "ok": ok,
+            "summary": f"fit, {steps} steps on {name}: |d loss| {loss_diff:.1e}, max |d weight| "
+                       f"{weight_diff:.1e} (<= 1e-5: {'yes' if ok else 'NO'})"}
+
+
+IN_PROCESS = {"parity": logprob_parity, "losses": loss_curves,
+              "mirrored": mirrored_equals_one_device}
+
+
+# ------------------------------------------------------------ the train part
+def resume_verdict(first_output, second_output, batches, train_log):
+    """`(ok, line)` of a killed-and-resumed training run: the second run's
+    resume line, its first batch at the resumed step, the batches both runs
+    fed at the same steps equal, and the log ending at step 40.
+
+    Args:
+        first_output, second_output: the two runs' stdout and stderr.
+        batches: the `batches.jsonl` records (`step`, `first_ids`, `pid`).
+        train_log: the `train_log.jsonl` records."""
+    found = re.search(r"resumed from \S+ckpt-(\d+) at step (\d+)", second_output)
+    if not found:
+        return False, "the second run printed no 'resumed from ... at step' line"
+    step = int(found.group(2))
+    pids = list(dict.fromkeys(b["pid"] for b in batches))
+    if len(pids) != 2:
+        return False, f"batches.jsonl holds {len(pids)} runs' batches, not 2"
+    killed = {b["step"]: b["first_ids"] for b in batches if b["pid"] == pids[0]}
+    resumed = [b for b in batches if b["pid"] == pids[1]]
+    if not resumed or resumed[0]["step"] != step:
+        return False, f"the resumed run's first batch is not step {step}"
+    resumed_ids = {b["step"]: b["first_ids"] for b in resumed}
+    both = [s for s in resumed_ids if s in killed]
+    changed = [s for s in both if killed[s] != resumed_ids[s]]
+    if not both or changed:
+        return False, (f"steps {changed} got other batches after the resume" if changed else
+                       "no step was fed by both runs (killed too early)")
+    last = train_log[-1]["step"] if train_log else None
+    if last != 40:
+        return False, f"train_log.jsonl ends at step {last}, not 40"
+    found = COMPILE_SECONDS.search(first_output)
+    logged = [r["compile_s"] for r in train_log if r.get("compile_s") is not None]
+    shown = (f"{found.group(1)} s" if found else f"{logged[0]:.1f} s" if logged
+             else "not on the progress line")
+    return True, (f"killed with its batch log at step {max(killed)}, resumed at step {step} "
+                  f"with the same batches ({len(both)} steps compared), ended at 40, exit 0; "
+                  f"first step's compile {shown}")
+
+
+def _records(path):
+    """The JSON lines of `path` (none if it is missing; a line being written
+    is left out)."""
+    if not os.path.exists(path):
+        return []
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                pass
+    return records
+
+
+def run_train(command, work, timeout, env):
+    """The `train` part: run, SIGKILL once the log shows a step past the
+    first checkpoint, run again to the end. Returns a part result."""
+    start, model_dir = time.monotonic(), os.path.join(work, "train")
+    deadline = start + timeout
+    log_path = os.path.join(model_dir, "batches.jsonl")
+    with open(os.path.join(work, "train_first.log"), "w+", encoding="utf-8") as out:
+        first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+        checkpoint = os.path.join(model_dir, "checkpoints", "checkpoint")
+        while first.poll() is None and time.monotonic() < deadline:
+            if os.path.exists(checkpoint) and any(b["step"] > 20 for b in _records(log_path)):
+                break
+            time.sleep(0.05)
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        out.seek(0)
+        first_output = out.read()
+    if first.returncode != -signal.SIGKILL:
+        return _failed(f"the first run was not killed mid-run (exit {first.returncode})",
+                       start, first_output)
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return _failed(f"timed out after {timeout:.0f} s (before the resume)", start, first_output)
+    returncode, out, err = run_group(command, remaining, env)
+    second_output = out + err
+    if returncode is None:
+        return _failed(f"timed out after {timeout:.0f} s (resuming)", start, second_output)
+    if returncode != 0:
+        return _failed(_last_line(second_output, f"the resumed run exited {returncode}"),
+                       start, second_output)
+    ok, line = resume_verdict(first_output, second_output, _records(log_path),
+                              _records(os.path.join(model_dir, "train_log.jsonl")))
+    result = {"status": "ok" if ok else "failed", "seconds": time.monotonic() - start,
+              "result": line if ok else f"failed ({line})", "output_tail": second_output[-3000:]}
+    return result
+
+
+# ---------------------------------------------------------- orchestration
+def _last_line(output, default):
+    """The last `error:` line of `output`, else its last line, else `default`."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or [default])[-1][:300]
+
+
+def _failed(line, start, output=""):
+    return {"status": "failed", "seconds": time.monotonic() - start, "result": f"failed ({line})",
+            "output_tail": output[-3000:]}
+
+
+def run_group(command, timeout, env):
+    """`(exit status, stdout, stderr)` of `command`, run in a process group
+    of its own; past `timeout` seconds the whole group (the paper's worker
+    too) is killed and the status is None."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+        return process.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        return None, out, err
+
+
+def run_command(command, timeout, env):
+    """A part run as `command` (a list): ok with the summary of its last
+    `RESULT_PREFIX` line (or its last line), or failed (one line)."""
+    start = time.monotonic()
+    returncode, stdout, stderr = run_group(command, timeout, env)
+    output = stdout + stderr
+    if returncode is None:
+        return _failed(f"timed out after {timeout:.0f} s", start, output)
+    if returncode != 0:
+        return _failed(_last_line(output, f"exit {returncode}"), start, output)
+    results = [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines()
+               if line.startswith(RESULT_PREFIX)]
+    if results:
+        details = results[-1]
+        ok = details.get("ok", True)
+        return {"status": "ok" if ok else "failed", "seconds": time.monotonic() - start,
+                "result": details["summary"] if ok else f"failed ({details['summary']})",
+                "details": details, "output_tail": output[-3000:]}
+    written = [arg.split("=", 1)[1] for arg in command if arg.startswith("--output=")]
+    line = _last_line(stdout, "exit 0") + (f" (all of it: {written[0]})" if written else "")
+    return {"status": "ok", "seconds": time.monotonic() - start, "result": line,
+            "output_tail": output[-3000:]}
+
+
+def skip_reason(part, o):
+    """Why `part` cannot run with the options `o` (None: it can)."""
+    if part == "serving_parity" and o["device"] == "cpu":
+        return "needs CUDA (benchmarks.long_memory --part=cuda_parity)"
+    return None
+
+
+def pair_summary(path):
+    """One line of a throughput JSON file: each row's tok/s, ratio, peak
+    memory and first step."""
+    with open(path, encoding="utf-8") as f:
+        rows = json.load(f)["results"]
+    parts = []
+    for r in rows:
+        memory = "" if r.get("peak_gib") is None else f", {r['peak_gib']:.1f} GiB"
+        parts.append(f"{r['variant']} {r['tokens_per_s']:,.0f} tok/s ({r['ratio']:.2f}x"
+                     f"{memory}, 1st {r['first_step_s']:.0f} s)")
+    return "; ".join(parts)
+
+
+def run_parts(commands, budgets, total_s, env, skip=None, train_work=None):
+    """Runs the parts in order, each within min(its budget, what is left of
+    `total_s`). `commands`: `{part: list}`; `skip`: `{part: reason}`; the
+    `train` part (given `train_work`) is the kill-and-resume run. Returns the
+    table's rows."""
+    deadline, rows = time.monotonic() + total_s, []
+    for part, command in commands.items():
+        left = deadline - time.monotonic()
+        if (skip or {}).get(part):
+            result = {"status": "skipped", "seconds": 0.0, "result": f"skipped ({skip[part]})"}
+        elif left < 1:
+            result = {"status": "skipped", "seconds": 0.0,
+                      "result": f"skipped (the check's {total_s:g} s were spent)"}
+        elif part == "train" and train_work:
+            result = run_train(command, train_work, min(budgets[part], left), env)
+        else:
+            result = run_command(command, min(budgets[part], left), env)
+        rows.append({"part": part, "command": shlex.join(command), **result})
+        print(f"{part}: {result['result']}", flush=True)
+    return rows
+
+
+def table(rows):
+    """The check's one table: part, status, seconds, result (one line each)."""
+    cells = [("part", "status", "s", "result")]
+    cells += [(r["part"], r["status"], f"{r['seconds']:.0f}", r["result"]) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(3)]
+    lines = [f"{a:<{widths[0]}} | {b:<{widths[1]}} | {c:>{widths[2]}} | {d}"
+             for a, b, c, d in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 6)
+    return "\n".join(lines)
+
+
+def commands_for(o, out_dir):
+    """`{part: argv}` of the selected parts."""
+    reference = ""
+    if o["reference_dir"]:
+        reference = (f"--reference_dir={shlex.quote(o['reference_dir'])} "
+                     f"--reference_python={shlex.quote(o['reference_python'])}")
+    fields = dict(sizes(o["tiny"], o["device"]), python=shlex.quote(sys.executable),
+                  out=shlex.quote(out_dir), work=shlex.quote(o["work_dir"]), reference=reference)
+    return {part: shlex.split(COMMANDS[part].format(**fields)) for part in o["parts"]}
+
+
+def main(argv):
+    del argv
+    o = values(SPEC)
+    if o["run_part"]:  # one in-process part, in its own process (see COMMANDS)
+        result = IN_PROCESS[o["run_part"]](o["shape"], o["device"])
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        return
+    names_from(o["parts"], "parts", PARTS)
+    problems, facts = gpu_problems()
+    if o["device"] == "gpu" and problems:
+        raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
+                            "(install the [gpu] extra on a machine with an NVIDIA GPU; "
+                            "--device=cpu --tiny runs the check's logic on the CPU)")
+    for folder in ("train", "serving"):  # a fresh run and export; the corpus cache is kept
+        shutil.rmtree(os.path.join(o["work_dir"], folder), ignore_errors=True)
+    os.makedirs(o["work_dir"], exist_ok=True)
+    out_dir = os.path.dirname(os.path.abspath(o["output"]))
+    os.makedirs(out_dir, exist_ok=True)
+    env = dict(os.environ, TF_FORCE_GPU_ALLOW_GROWTH="true",  # TensorFlow beside torch
+               PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(),
+                                                        os.environ.get("PYTHONPATH")])))
+    start = time.monotonic()
+    rows = [gpu_row(facts, o["device"])]
+    print(f"gpu: {rows[0]['result']}", flush=True)
+    budgets = {part: seconds * o["budget_scale"] for part, seconds in BUDGETS.items()}
+    skip = {part: skip_reason(part, o) for part in o["parts"]}
+    rows += run_parts(commands_for(o, out_dir), budgets, o["total_s"], env, skip,
+                      train_work=o["work_dir"])
+    for row in rows:
+        path = os.path.join(out_dir, f"{row['part']}.json")
+        if row["part"].startswith("pair_") and row["status"] == "ok" and os.path.exists(path):
+            row["result"] = pair_summary(path)
+    shown = table(rows)
+    print(shown)
+    failed = [r["part"] for r in rows if r["status"] == "failed"]
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump({"seconds": time.monotonic() - start, "device": o["device"], "tiny": o["tiny"],
+                   "failed": failed, "table": shown, "parts": rows}, f, indent=2)
+    print(f"wrote {o['output']}; {len(failed)} of {len(rows)} parts failed"
+          + (f": {', '.join(failed)}" if failed else ""))
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    cli.run(main, SPEC)

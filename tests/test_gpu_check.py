@@ -1,0 +1,303 @@
+"""The one GPU check's logic on the CPU (`benchmarks/gpu_check.py`): its
+command table names flags the benchmarks and jobs have, a part that fails,
+hangs or cannot run is one line of the table and the check goes on, the
+kill-and-resume verdict, the ptxas floor, log-prob parity's plumbing, and
+the one `error:` line without a GPU. The throughput suite's sequential and
+interleaved timing with fake runners. (The GPU numbers come from a GPU.)"""
+import importlib
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from absl import flags
+
+from benchmarks import gpu_check as gc
+from benchmarks import throughput as tp
+from txl_tf.app.flagspec import define
+
+
+@pytest.mark.parametrize("tiny, device", [(False, "gpu"), (True, "cpu")])
+def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
+    """Each command line parses with its module's SPEC (names and values)."""
+    o = {"reference_dir": "/ref", "reference_python": "python", "tiny": tiny, "device": device,
+         "work_dir": "/w", "parts": gc.PARTS}
+    commands = gc.commands_for(o, "/out")
+    assert list(commands) == gc.PARTS
+    for part, argv in commands.items():
+        assert argv[:2] == [sys.executable, "-m"], argv
+        assert not any("{" in arg for arg in argv), argv  # every field filled
+        flag_values = flags.FlagValues()
+        define(importlib.import_module(argv[2]).SPEC, flag_values)
+        assert flag_values([argv[2], *argv[3:]]) == [argv[2]], part  # raises on a bad flag
+    assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_long_memory"]
+    assert f"--device={device}" in commands["parity"]
+    assert "--reference_dir=/ref" in commands["pair_wt103_base"]
+    shape = "tiny" if tiny else "wt103_base"
+    assert f"--shapes={shape}" in commands["pair_wt103_base"]
+
+
+def fake(code):
+    return [sys.executable, "-c", code]
+
+
+def test_each_part_is_one_line_and_the_check_goes_on():
+    result = json.dumps({"summary": "max |d| 0", "ok": True})
+    bad = json.dumps({"summary": "max |d| 3e-2", "ok": False})
+    commands = {
+        "parity": fake(f"print('noise'); print({gc.RESULT_PREFIX + result!r})"),
+        "losses": fake(f"print({gc.RESULT_PREFIX + bad!r})"),
+        "mirrored": fake("import sys; print('x'); print('error: no such thing', file=sys.stderr);"
+                         " sys.exit(2)"),
+        "pair_enwik8_base": fake("import time; time.sleep(30)"),
+        "pair_wt103_base": fake("print('row'); print('last line')") + ["--output=/o/p.json"],
+        "serving_parity": fake("print('never run')"),
+    }
+    budgets = dict(gc.BUDGETS, pair_enwik8_base=1)
+    rows = gc.run_parts(commands, budgets, total_s=60, env=None,
+                        skip={"serving_parity": "needs CUDA"})
+    got = {r["part"]: (r["status"], r["result"]) for r in rows}
+    assert got == {
+        "parity": ("ok", "max |d| 0"),
+        "losses": ("failed", "failed (max |d| 3e-2)"),
+        "mirrored": ("failed", "failed (error: no such thing)"),
+        "pair_enwik8_base": ("failed", "failed (timed out after 1 s)"),
+        "pair_wt103_base": ("ok", "last line (all of it: /o/p.json)"),
+        "serving_parity": ("skipped", "skipped (needs CUDA)"),
+    }
+    assert rows[0]["command"] == shlex.join(commands["parity"])
+    lines = gc.table(rows).splitlines()
+    assert len(lines) == 2 + len(commands) and lines[0].split(" | ")[0].strip() == "part"
+    assert lines[3].startswith("losses ") and lines[3].endswith(" | failed (max |d| 3e-2)")
+    # the whole check's time spent: the rest is skipped, not run
+    rows = gc.run_parts({"parity": fake("import time; time.sleep(30)"),
+                         "losses": fake("print(1)")}, gc.BUDGETS, total_s=1.5, env=None)
+    assert [r["status"] for r in rows] == ["failed", "skipped"]
+    assert re.fullmatch(r"failed \(timed out after [12] s\)", rows[0]["result"]), rows[0]
+    assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
+
+
+def _batches(killed_steps, resumed_steps, changed=()):
+    ids = {s: [s, s + 1] for s in range(40)}
+    return ([{"step": s, "first_ids": ids[s], "pid": 1} for s in killed_steps]
+            + [{"step": s, "first_ids": [0, 0] if s in changed else ids[s], "pid": 2}
+               for s in resumed_steps])
+
+
+def test_the_resume_verdict():
+    killed, resumed = range(0, 24), range(20, 40)
+    first = "step 1/40 loss 5.4 12 tok/s compile 12.5s\n"
+    second = "resumed from /m/checkpoints/ckpt-20 at step 20"
+    log = [{"step": s} for s in range(1, 41)]
+    ok, line = gc.resume_verdict(first, second, _batches(killed, resumed), log)
+    assert ok and "resumed at step 20" in line and "4 steps compared" in line, line
+    assert "batch log at step 23" in line
+    assert "compile 12.5 s" in line
+    assert gc.resume_verdict("", second, _batches(killed, resumed), log)[1].endswith(
+        "compile not on the progress line")
+    logged = [{"step": 1, "compile_s": 7.25}] + log[1:]
+    assert gc.resume_verdict("", second, _batches(killed, resumed), logged)[1].endswith(
+        "compile 7.2 s")
+    for batches, log_, second_, why in [
+            (_batches(killed, resumed, changed={22}), log, second, "steps [22] got other"),
+            (_batches(killed, range(21, 40)), log, second, "first batch is not step 20"),
+            (_batches(range(0, 20), resumed), log, second, "no step was fed by both"),
+            (_batches(killed, resumed), log[:-1], second, "ends at step 39"),
+            (_batches(killed, resumed), log, "starting at step 0", "no 'resumed from"),
+            (_batches(killed, []), log, second, "holds 1 runs"),
+    ]:
+        ok, line = gc.resume_verdict(first, second_, batches, log_)
+        assert not ok and why in line, (why, line)
+
+
+def test_ptxas_version_and_its_floor():
+    text = ("ptxas: NVIDIA (R) Ptx optimizing assembler\n"
+            "Cuda compilation tools, release 12.5, V12.5.82")
+    assert gc.ptxas_version(text) == (12, 5, 82) < gc.PTXAS_FLOOR
+    assert gc.ptxas_version("release 12.6, V12.6.85") == gc.PTXAS_FLOOR
+    assert gc.ptxas_version("no version") is None
+    facts = {"ptxas": None, "tensorflow_gpus": ["NVIDIA H100"],
+             "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "failed" and "ptxas not found" in row["result"], row
+    assert gc.gpu_row(dict(facts), "cpu")["status"] == "skipped"
+
+
+def test_logprob_parity_compares_the_two_devices_outputs():
+    result = gc.logprob_parity("tiny", "cpu")
+    assert result["max_abs_diff"] == 0.0 and result["ok"], result  # the same device twice
+    assert "tiny" in result["summary"] and "TF32 off" in result["summary"]
+
+
+def test_without_a_gpu_the_check_is_one_error_line(jobs):
+    done = jobs.run("benchmarks.gpu_check", [])
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and errors == [done.stderr.strip().splitlines()[-1]], done.stderr
+    assert re.match(r"error: no GPU for the check: TensorFlow sees no GPU; onnxruntime has no "
+                    r"CUDA provider \([^)]*CPUExecutionProvider\) \(install the \[gpu\] extra",
+                    errors[0]), errors[0]
+
+
+def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_path):
+    args = ["--device=cpu", "--tiny", f"--work_dir={tmp_path / 'w'}",
+            f"--output={tmp_path / 'check.json'}"]
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=serving_parity"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "check.json").read_text())
+    assert [(r["part"], r["status"]) for r in result["parts"]] == [
+        ("gpu", "skipped"), ("serving_parity", "skipped")]
+    assert result["table"] in done.stdout and result["failed"] == []
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--budget_scale=0.001"])
+    result = json.loads((tmp_path / "check.json").read_text())
+    assert done.returncode == 1 and result["failed"] == ["parity"], done.stdout[-2000:]
+    assert "1 of 2 parts failed: parity" in done.stdout
+
+
+class FakeRunner:
+    def __init__(self, log, name, peak=None):
+        self.log, self.name, self.calls = log, name, 0
+        if peak is not None:
+            self.peak_bytes = peak
+
+    def __call__(self, n):
+        self.log.append((self.name, n))
+        self.calls += 1
+        return [10.0 if self.calls == 1 else 1.0] * n
+
+    def close(self):
+        self.log.append((self.name, "close"))
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_measure_times_each_runner_after_its_warmup(interleave):
+    log = []
+    makers = {"a": lambda: FakeRunner(log, "a", peak=7), "b": lambda: FakeRunner(log, "b")}
+    results = tp.measure(makers, iters=5, warmup=2, block=2, interleave=interleave)
+    for name in "ab":
+        assert results[name]["first_step_s"] == 10.0
+        assert list(results[name]["seconds"]) == [1.0] * 5
+    assert results["a"]["peak_bytes"] == 7 and results["b"]["peak_bytes"] is None  # no GPU
+    if interleave:
+        assert log == [("a", 2), ("b", 2), ("a", 2), ("b", 2), ("a", 2), ("b", 2),
+                       ("a", 1), ("b", 1), ("a", "close"), ("b", "close")]
+    else:  # one at a time: made, measured and closed before the next
+        assert log == [("a", 2), ("a", 5), ("a", "close"), ("b", 2), ("b", 5), ("b", "close")]
+
+
+def test_adaptive_softmax_flops_count_the_head_and_the_tails_share():
+    full = tp.config_for("tiny", cutoffs=[])
+    adaptive = tp.config_for("tiny")  # cutoffs 100, 200 of 300
+    d = adaptive.d_model
+    saved = (2 * d * 300 - (2 * d * (100 + 2) + 2 * d * (100 * 100 + 100 * 100) / 300))
+    difference = (tp.model_flops_per_token(full, 16, 16, 4, training=False)
+                  - tp.model_flops_per_token(adaptive, 16, 16, 4, training=False))
+    assert difference == pytest.approx(saved)
+
+
+FAKE_PIP = r'''
+import sys, zipfile
+args = sys.argv[1:]
+assert args[0] == "download" and "--python-version" in args, args
+dest = args[args.index("--dest") + 1]
+wheels = {
+    "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl": {
+        "nvidia/cuda_nvcc/bin/ptxas":
+            "#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n"},
+    "nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl": {
+        "nvidia/cublas/lib/libcublas.so.12": "x" * 500},
+    "numpy-2.5.5-cp312-cp312-manylinux_2_27_x86_64.whl": {"numpy/__init__.py": ""},
+    "txl_tf-0.1.0-py3-none-any.whl": {"txl_tf/__init__.py": ""},
+}
+for name, files in wheels.items():
+    with zipfile.ZipFile(f"{dest}/{name}", "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+'''
+
+
+def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path):
+    """pack_wheels.sh with a fake pip (small wheels, 300-byte pieces), then
+    run_check.sh's unpacking: the environment the check runs in."""
+    import os
+    import subprocess
+    (tmp_path / "pip.py").write_text(FAKE_PIP)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "mem_transformer.py").write_text("")
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    env = dict(os.environ, PIP=f"{sys.executable} {tmp_path / 'pip.py'}", PIECE_BYTES="300",
+               SKIP="numpy", REFERENCE_DIR=str(tmp_path / "ref"))
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(device / "pack_wheels.sh"), str(out)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pieces = sorted(p.name for p in out.glob("gpu_wheels.tar.part-*"))
+    assert len(pieces) > 3 and all(p.stat().st_size <= 300 for p in out.glob("*.part-*"))
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == [  # numpy skipped, no txl_tf
+        "nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl",
+        "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl"]
+    site = tmp_path / "device" / "site"
+    env = dict(os.environ, PIECES=str(out), SITE=str(site), PREPARE_ONLY="1",
+               PYTHON=sys.executable)
+    done = subprocess.run(["bash", str(device / "run_check.sh")], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shown = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line
+                 and not line.startswith("reference"))
+    assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:")
+    assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
+    assert shown["PYTHONPATH"].split(":")[1] == str(site)
+    assert f"--reference_dir={tmp_path}/device/txl_unpacked/reference/pytorch" in done.stdout
+    ptxas = subprocess.run([f"{site}/nvidia/cuda_nvcc/bin/ptxas", "--version"],
+                           capture_output=True, text=True).stdout
+    assert gc.ptxas_version(ptxas) == (12, 9, 86)
+
+
+FAKE_WORKER = r'''
+import json, sys
+setups = open(sys.argv[-1] + "/setups.jsonl", "a")
+for line in sys.stdin:
+    request = json.loads(line)
+    if "setup" in request:
+        setup = request["setup"]
+        setups.write(json.dumps(setup) + "\n")
+        setups.flush()
+        reply = {"ok": True, "parameters": 123}
+    else:
+        step = 0.5 if setup["precision"] == "bf16" else 1.0
+        reply = {"seconds": [step] * request["run"], "peak_bytes": 2 ** 30}
+    print(json.dumps(reply), flush=True)
+'''
+
+
+def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatch, tmp_path):
+    """The pair's rows, ratios and the worker's setup, with a fake worker
+    speaking `paper_reference.py`'s protocol and fake Keras runners."""
+    from txl_tf.app.flagspec import defaults
+    (tmp_path / "worker.py").write_text(FAKE_WORKER)
+    (tmp_path / "python").write_text(f"#!/bin/sh\nexec {sys.executable} "
+                                     f"{tmp_path / 'worker.py'} \"$@\"\n")
+    (tmp_path / "python").chmod(0o755)
+    monkeypatch.setattr(tp, "shape_data", lambda shape, make: (tp.config_for(shape), 4, None))
+    monkeypatch.setattr(tp, "build_model", lambda *args, **kwargs: None)
+    def keras_runner(model, data, training):
+        run = lambda n: [0.25] * n  # noqa: E731
+        run.parameters = 123
+        return run
+    monkeypatch.setattr(tp, "keras_runner", keras_runner)
+    o = tp.check_options(dict(defaults(tp.SPEC), shapes=["tiny"],
+                              variants=["f32", "bf16+jit", "bf16"], iters=3, warmup=1,
+                              interleave=False, reference_dir=str(tmp_path),
+                              reference_python=str(tmp_path / "python")))
+    rows, columns, _ = tp.train_part(o, {"float32": 1.0, "bfloat16": 1.0})
+    got = [(r["variant"], r["policy"], r["ratio"], r["peak_gib"]) for r in rows]
+    assert got == [("paper f32", "PyTorch float32", 1.0, 1.0), ("f32", "float32", 4.0, None),
+                   ("paper bf16", "PyTorch bf16", 1.0, 1.0),
+                   ("bf16+jit", "mixed_bfloat16", 2.0, None), ("bf16", "mixed_bfloat16", 2.0, None)]
+    assert ("x its paper row", "ratio", ".2f") in columns
+    assert {r["parameters"] for r in rows} == {123}
+    setups = [json.loads(line) for line in (tmp_path / "setups.jsonl").read_text().splitlines()]
+    assert [(s["precision"], s["device"], s["cutoffs"], s["mode"]) for s in setups] == [
+        ("float32", "cpu", [100, 200], "train"), ("bf16", "cpu", [100, 200], "train")]
+    assert "div_val" not in setups[0] and setups[0]["batch_size"] == 4
