@@ -10,6 +10,7 @@ import numpy as np
 from export.decode_cache import (CHANGING_NAMES, MOVED, Resident, aligned_empty, copy_model,
                                  device_step, host_cache, on_device, ortvalue, ring_memory_model,
                                  ring_write_model, run_on_device, step_feeds, write_token)
+from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory
 from txl_tf.errors import ModelDirError, TxlError
@@ -157,8 +158,11 @@ class OnnxRuntime(Runtime):
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
-    token there in place (`export.decode_cache`); `"auto"` does so on CUDA,
-    where a numpy cache would cross the bus at every step.
+    token there in place (`export.decode_cache`), and a `SessionTable`
+    keeps its slab there (`export.device_slab`); `"auto"` does so on CUDA,
+    where a numpy cache would cross the bus at every step. True on the CPU
+    provider runs the device code there (for tests and diagnosis; the host
+    cache is faster on the CPU).
 
     `cuda_graph` (`"auto"`, True, False): device steps replay CUDA graphs
     over fixed buffers, one set per batch size (`export.decode_cache`);
@@ -216,17 +220,16 @@ class OnnxRuntime(Runtime):
             p, packed() if name == "decode_step" else shared(), providers, self._unfolded)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
-        self._open_writer = lambda: open_ring_writer(self.mem_len + 1, shared(),
-                                                     providers)
         self._writer = None
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._open_replay = lambda: open_replay_sessions(
             self._decode_paths["decode_step"], self.mem_len + 1, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
-        self._open_memory = lambda: open_session(
-            ring_memory_model(self.mem_len + 1).SerializeToString(), shared(), providers)
-        self._memory_session = None
+        # A small graph of `export.decode_cache` or `export.device_slab`.
+        self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
+                                                      providers)
+        self._memory_session, self._slab_sessions = None, None
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
@@ -385,6 +388,18 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------- the decode cache on the device
     def _device_step(self, ids, stopped, cache):
+        if self._replay() is not None:
+            batch = len(ids)
+            if batch not in self._residents:
+                self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
+                                                  self.n_token)
+            return self._residents[batch].step(cache, ids, stopped)
+        return device_step(self._decode_session("decode_step"), self._ring_writer(),
+                           self.device, ids, stopped, cache, self.n_token)
+
+    def _replay(self):
+        """The sessions CUDA graphs replay (`open_replay_sessions`), or None
+        where they are off or the export's step cannot be captured."""
         if self.cuda_graph and self._replay_sessions is None:
             try:
                 self._replay_sessions = self._open_replay()
@@ -392,16 +407,28 @@ class OnnxRuntime(Runtime):
                 logging.warning("decode steps run without CUDA graphs: %s (re-export the "
                                 "model to replay them)", error)
                 self.cuda_graph = False
-        if self.cuda_graph:
-            batch = len(ids)
-            if batch not in self._residents:
-                self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
-                                                  self.n_token)
-            return self._residents[batch].step(cache, ids, stopped)
+        return self._replay_sessions if self.cuda_graph else None
+
+    def _ring_writer(self):
         if self._writer is None:
-            self._writer = self._open_writer()
-        return device_step(self._decode_session("decode_step"), self._writer, self.device,
-                           ids, stopped, cache, self.n_token)
+            self._writer = self._open_model(ring_write_model(self.mem_len + 1))
+        return self._writer
+
+    def _cache_slab(self, capacity):
+        """With the cache on the device, a `DeviceSlab` whose steps run over
+        fixed buffers (replayed as CUDA graphs where they are on), else the
+        host's `CacheSlab`."""
+        if not self.device_cache:
+            return super()._cache_slab(capacity)
+        if self._slab_sessions is None:
+            steps = self._replay() or {"step": self._decode_session("decode_step"),
+                                       "write": self._ring_writer(),
+                                       "move": self._open_model(copy_model(MOVED))}
+            self._slab_sessions = {
+                **{name: steps[name] for name in ("step", "write", "move")},
+                "put": self._open_model(slab_put_model(self.mem_len + 1)),
+                "take": self._open_model(slab_take_model())}
+        return DeviceSlab(capacity, self._slab_sessions, self.device, self.n_token)
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on
@@ -410,7 +437,7 @@ class OnnxRuntime(Runtime):
             return super().cache_memory(cache)
         self._check_cache(cache)
         if self._memory_session is None:
-            self._memory_session = self._open_memory()
+            self._memory_session = self._open_model(ring_memory_model(self.mem_len + 1))
         out = run_on_device(self._memory_session, self.device,
                             {name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
         return RuntimeMemory(out["mems"], out["mem_mask"])
@@ -492,9 +519,3 @@ def open_replay_sessions(step_path, size, session_options, graph_providers, prov
             **{name: open_session(model.SerializeToString(), session_options,
                                   providers if name == "copy" else graph_providers)
                for name, model in models.items()}}
-
-
-def open_ring_writer(size, session_options, providers):
-    """A session of the ring's write graph (`export.decode_cache`)."""
-    return open_session(ring_write_model(size).SerializeToString(), session_options, providers)
-
