@@ -9,6 +9,7 @@ import pytest
 
 from export import SessionTable, open_runtime, run_export
 from export.decode_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
+from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
@@ -165,7 +166,6 @@ def test_a_session_table_on_the_device_slab_equals_the_hosts_and_keeps_the_slab_
     """Sessions of mixed lengths join, leave and reset; every step reads and
     writes the slab's device buffers in place, and only log-probs (and the
     ring positions of a session joining or leaving) come to the host."""
-    from export.device_slab import DeviceSlab
     host, device = runtimes
     tables = [SessionTable(runtime, max_batch=2) for runtime in runtimes]
     assert isinstance(tables[1].slab, DeviceSlab) and not isinstance(tables[0].slab, DeviceSlab)
@@ -298,10 +298,14 @@ def crossings(graph):
 
 def test_the_step_and_the_write_graphs_keep_every_value_on_its_device(exported):
     """What lets ONNX Runtime capture the step as a CUDA graph (it refused
-    the step with `tf.zeros_like` and a slice starting at `slot`)."""
+    the step with `tf.zeros_like` and a slice starting at `slot`); the
+    slab's row graphs keep their values on the device too."""
     step = onnx.load(str(exported[1] / "decode_step.onnx")).graph
     assert crossings(step) == []
     assert crossings(ring_write_model(CONFIG.mem_len + 1).graph) == []
+    for model in (slab_put_model(CONFIG.mem_len + 1), slab_take_model()):
+        onnx.checker.check_model(model, full_check=True)
+        assert crossings(model.graph) == []
     # The check does find such a crossing: the model's own step graph slices
     # its memory at a data-dependent start.
     assert crossings(onnx.load(str(exported[1] / "model.onnx")).graph)
