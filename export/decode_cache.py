@@ -309,6 +309,18 @@ def ring_write_model(size):
     return model
 
 
+def small_model(nodes, name, inputs, outputs):
+    """An ONNX `ModelProto` of the graph `name` (`onnx.helper` nodes and
+    value infos) at this module's opset: the small graphs run beside the
+    exported ones."""
+    from onnx import helper
+    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="txl_tf")
+    model.ir_version = 8
+    return model
+
+
 def ring_memory_model(size):
     """The ONNX `ModelProto` of the memory a cache of `size` slots holds, in
     time order, computed where the cache is: inputs `cache_mems`, `valid`,

@@ -22,8 +22,9 @@ graphs are.
 """
 import numpy as np
 
-from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, OPSET, SLOT_AXES,
-                                 FixedStep, is_ortvalue, ortvalue, run_on_device)
+from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, FixedStep,
+                                 is_ortvalue, ortvalue, run_on_device)
+from export.decode_cache import small_model as _model
 
 # The per-row tensors a session's row holds (`positions` and `slot` are shared).
 ROW_NAMES = ("cache_mems", "keys", "values", "valid", "row_slot")
@@ -35,15 +36,6 @@ def _value_info(name, kind, rank):
     types = {"valid": TensorProto.BOOL, "row_slot": TensorProto.INT32}
     return helper.make_tensor_value_info(name, types.get(kind, TensorProto.FLOAT),
                                          [None] * rank)
-
-
-def _model(nodes, name, inputs, outputs):
-    from onnx import helper
-    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
 
 
 def slab_put_model(size):

@@ -8,11 +8,13 @@ import os
 import numpy as np
 
 from export.decode_cache import (CHANGING_NAMES, MOVED, Resident, aligned_empty, copy_model,
-                                 device_step, host_cache, on_device, ortvalue, ring_memory_model,
-                                 ring_write_model, run_on_device, step_feeds, write_token)
+                                 device_step, host_cache, is_ortvalue, on_device, ortvalue,
+                                 ring_memory_model, ring_write_model, run_on_device, step_feeds,
+                                 write_token)
+from export.device_memory import memory_concat_model, memory_take_model, nll_model
 from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
-from export.runtime import Runtime, RuntimeMemory
+from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
 from txl_tf.errors import ModelDirError, TxlError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
@@ -229,7 +231,7 @@ class OnnxRuntime(Runtime):
         # A small graph of `export.decode_cache` or `export.device_slab`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
-        self._memory_session, self._slab_sessions = None, None
+        self._memory_session, self._slab_sessions, self._memory_graphs = None, None, {}
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
@@ -304,16 +306,82 @@ class OnnxRuntime(Runtime):
             out = dict(zip(self._outputs, session.run(
                 None, {"token_ids": ids, "mems": mems, "mem_mask": mem_mask})))
             return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
+        log_probs, memory = self._bound_step(ids, mems, mem_mask, "cpu")
+        return log_probs.numpy(), memory
+
+    def _bound_step(self, ids, mems, mem_mask, log_probs_device):
+        """`(log-probs OrtValue on `log_probs_device`, new memory)` of a step
+        with IO binding: the new memory is left on the session's device."""
+        session = self._session_for(ids)
         binding = session.io_binding()
         binding.bind_ortvalue_input("token_ids", self._ortvalue(ids))
         binding.bind_ortvalue_input("mems", mems)
         binding.bind_ortvalue_input("mem_mask", mem_mask)
-        binding.bind_output("log_probs", "cpu")
+        binding.bind_output("log_probs", log_probs_device, 0)
         binding.bind_output("new_mems", self.device, 0)
         binding.bind_output("new_mem_mask", self.device, 0)
         session.run_with_iobinding(binding)
         log_probs, new_mems, new_mem_mask = binding.get_outputs()
-        return log_probs.numpy(), RuntimeMemory(new_mems, new_mem_mask)
+        return log_probs, RuntimeMemory(new_mems, new_mem_mask)
+
+    # ------------------------------------------------- memory on the device
+    @property
+    def _memory_on_device(self):
+        """Whether memories are taken, joined and scored with small graphs
+        where they are (`export.device_memory`): on a device other than the
+        CPU, and where the device path is forced (`device_cache=True`); on
+        the CPU numpy does it, without a session run."""
+        return self.io_binding and (self.device != "cpu" or self.device_cache)
+
+    def _memory_graph(self, key, build):
+        """The session of the small graph `build()`, opened once per `key`."""
+        if key not in self._memory_graphs:
+            self._memory_graphs[key] = self._open_model(build())
+        return self._memory_graphs[key]
+
+    def _score(self, ids, targets, mems, mem_mask):
+        """The log-probs stay on the device; only the nll come to the host."""
+        if not self._memory_on_device or self.log_probs_mode != "all":
+            return super()._score(ids, targets, mems, mem_mask)
+        log_probs, memory = self._bound_step(ids, mems, mem_mask, self.device)
+        nll = np.empty(targets.shape, np.float32)
+        run_on_device(self._memory_graph("nll", nll_model), self.device,
+                      {"log_probs": log_probs, "targets": targets}, into={"nll": nll})
+        return nll, memory
+
+    def _take_memory(self, memory, rows):
+        parts = self._device_parts([memory])
+        if parts is None:
+            return super()._take_memory(memory, rows)
+        out = run_on_device(self._memory_graph("take", memory_take_model), self.device,
+                            {"mems": parts[0][0], "mem_mask": parts[0][1],
+                             "rows": np.asarray(rows, np.int64)})
+        return RuntimeMemory(out["taken_mems"], out["taken_mem_mask"])
+
+    def _split_memory(self, memory):
+        parts = self._device_parts([memory])
+        if parts is None:
+            return super()._split_memory(memory)
+        return [self._take_memory(memory, [row])
+                for row in range(shape_and_dtype(parts[0][1])[0][0])]
+
+    def _concat_memories(self, memories):
+        parts = self._device_parts(memories)
+        if parts is None:
+            return super()._concat_memories(memories)
+        out = run_on_device(
+            self._memory_graph(("concat", len(parts)), lambda: memory_concat_model(len(parts))),
+            self.device, {name: value for i, (mems, mem_mask) in enumerate(parts)
+                          for name, value in ((f"mems_{i}", mems), (f"mem_mask_{i}", mem_mask))})
+        return RuntimeMemory(out["mems"], out["mem_mask"])
+
+    def _device_parts(self, memories):
+        """`[(mems, mem_mask)]` of `memories` when they are all OrtValues and
+        memories are handled on the device, else None (through the host)."""
+        if not self._memory_on_device:
+            return None
+        parts = [_unpack(memory) for memory in memories]
+        return parts if all(is_ortvalue(v) for part in parts for v in part) else None
 
 
     # ------------------------------------------------- the cached decode interface

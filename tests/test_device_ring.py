@@ -228,12 +228,15 @@ def test_the_device_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(runtime
 
 def test_a_memory_stays_in_the_runtimes_tensors_from_call_to_call_and_equals_numpys(
         runtimes, host_copies):
-    """`step`, `score` and `generate(memory=)` take and return the memory as
-    OrtValues on the runtime's device: fed from one call to the next it is
-    never copied to numpy, and every result equals the numpy path's."""
-    host, device = runtimes
+    """`step`, `score`, `take` and `generate(memory=)` take and return the
+    memory as OrtValues on the runtime's device: fed from one call to the
+    next it is never copied to numpy, and every result equals the numpy
+    path's. On the device path (forced here) rows of a memory are taken and
+    joined there (prompts of mixed lengths) and a score brings only the nll
+    to the host."""
     rng = np.random.default_rng(3)
     segments = [rng.integers(0, CONFIG.n_token, [2, 4]) for _ in range(3)]
+    prompts = [[1, 2], [3, 4, 5]]
     memory_shapes = {(CONFIG.n_layer, 2, CONFIG.mem_len, CONFIG.d_model), (2, CONFIG.mem_len)}
     for runtime in runtimes:
         numpy_memory = runtime.initial_memory(2).numpy()
@@ -242,26 +245,30 @@ def test_a_memory_stays_in_the_runtimes_tensors_from_call_to_call_and_equals_num
             numpy_memory = numpy_memory.numpy()
         want_nll, numpy_memory = runtime.score(segments[2][:, :-1], segments[2][:, 1:],
                                                numpy_memory)
-        want = runtime.generate([[1, 2], [3, 4]], 6, memory=numpy_memory.numpy(),
-                                temperature=0.0) if runtime.device_cache else None
+        numpy_memory = numpy_memory.numpy()
+        want = runtime.generate(prompts, 6, memory=numpy_memory, temperature=0.0)
         host_copies.clear()
         memory = runtime.initial_memory(2)
         for ids in segments[:2]:
             log_probs, memory = runtime.step(ids, memory)
         nll, memory = runtime.score(segments[2][:, :-1], segments[2][:, 1:], memory)
-        assert all(hasattr(value, "data_ptr") for value in memory)
-        if want is not None:
-            got = runtime.generate([[1, 2], [3, 4]], 6, memory=memory, temperature=0.0)
-            assert all(hasattr(value, "data_ptr") for value in got.memory)
         assert not memory_shapes & set(host_copies), host_copies
+        if not runtime.device_cache:  # numpy takes rows on the CPU (a view of the buffer)
+            continue
+        assert (2, 3, CONFIG.n_token) not in host_copies  # the score's log-probs
+        swapped = runtime.take(memory, [1, 0])
+        got = runtime.generate(prompts, 6, memory=memory, temperature=0.0)
+        assert not memory_shapes & set(host_copies), host_copies
+        for value in (*memory, *swapped, *got.memory):
+            assert hasattr(value, "data_ptr")
         np.testing.assert_allclose(log_probs, want_log_probs, atol=1e-6)
         np.testing.assert_allclose(nll, want_nll, atol=1e-6)
-        for a, b in zip(memory.numpy(), numpy_memory.numpy()):
+        for a, b, c in zip(memory.numpy(), numpy_memory, swapped.numpy()):
             np.testing.assert_allclose(a, b, atol=1e-6)
-        if want is not None:
-            np.testing.assert_array_equal(got.ids, want.ids)
-            for a, b in zip(got.memory.numpy(), want.memory.numpy()):
-                np.testing.assert_allclose(a, b, atol=1e-6)
+            np.testing.assert_array_equal(c, a[:, ::-1] if a.ndim == 4 else a[::-1])
+        np.testing.assert_array_equal(got.ids, want.ids)
+        for a, b in zip(got.memory.numpy(), want.memory.numpy()):
+            np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 # Inputs that ONNX Runtime's CUDA kernels read in host memory (shapes, axes, starts).
