@@ -252,6 +252,18 @@ IN_PLACE = ("cache_mems", "keys", "values", "valid")
 OPSET = 17
 
 
+def small_model(nodes, name, inputs, outputs):
+    """An ONNX `ModelProto` of the graph `name` (`onnx.helper` nodes and
+    value infos) at this module's opset: the small graphs run beside the
+    exported ones."""
+    from onnx import helper
+    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="txl_tf")
+    model.ir_version = 8
+    return model
+
+
 def ring_write_model(size):
     """The ONNX `ModelProto` of the ring's write for a ring of `size` slots
     (inputs `WRITE_INPUTS`, outputs `WRITE_OUTPUTS`; the batch, the other
@@ -302,23 +314,7 @@ def ring_write_model(size):
                 helper.make_tensor_value_info("new_slot", int_t, [])]
     order = {name: i for i, name in enumerate(WRITE_INPUTS)}
     inputs.sort(key=lambda value: order[value.name])
-    graph = helper.make_graph(nodes, "txl_ring_write", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
-
-
-def small_model(nodes, name, inputs, outputs):
-    """An ONNX `ModelProto` of the graph `name` (`onnx.helper` nodes and
-    value infos) at this module's opset: the small graphs run beside the
-    exported ones."""
-    from onnx import helper
-    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
+    return small_model(nodes, "txl_ring_write", inputs, outputs)
 
 
 def ring_memory_model(size):
@@ -349,17 +345,13 @@ def ring_memory_model(size):
         helper.make_node("GatherND", ["by_row", "order_nd"], ["gathered"], batch_dims=1),
         helper.make_node("Transpose", ["gathered"], ["mems"], perm=[2, 0, 1, 3]),
     ]
-    graph = helper.make_graph(
+    return small_model(
         nodes, "txl_ring_memory",
         [helper.make_tensor_value_info("cache_mems", TensorProto.FLOAT, [None] * 4),
          helper.make_tensor_value_info("valid", TensorProto.BOOL, [None, None]),
          helper.make_tensor_value_info("row_slot", TensorProto.INT32, [None])],
         [helper.make_tensor_value_info("mems", TensorProto.FLOAT, [None] * 4),
          helper.make_tensor_value_info("mem_mask", TensorProto.BOOL, [None, None])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
 
 
 def _write_slot(node, const, ring, token, stopped, rank, axis):
@@ -507,14 +499,10 @@ def copy_model(names=CACHE_NAMES):
              "positions": 2}
     values = [(name, types.get(name, TensorProto.FLOAT), [None] * ranks[name])
               for name in names]
-    graph = helper.make_graph(
+    return small_model(
         [helper.make_node("Identity", [name], [f"copy_{name}"]) for name, _, _ in values],
         "txl_cache_copy", [helper.make_tensor_value_info(*v) for v in values],
         [helper.make_tensor_value_info(f"copy_{n}", t, s) for n, t, s in values])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
 
 
 def _empty_like(value, device):

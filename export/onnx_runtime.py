@@ -301,9 +301,8 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------------------------------- run
     def _step(self, ids, mems, mem_mask):
-        session = self._session_for(ids)
         if not self.io_binding:
-            out = dict(zip(self._outputs, session.run(
+            out = dict(zip(self._outputs, self._session_for(ids).run(
                 None, {"token_ids": ids, "mems": mems, "mem_mask": mem_mask})))
             return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
         log_probs, memory = self._bound_step(ids, mems, mem_mask, "cpu")

@@ -1,7 +1,11 @@
 """The decode cache kept on the ONNX Runtime device (`device_cache`,
 `export.decode_cache`), exercised on the CPU provider: OrtValues, the step's
 layer views bound by pointer, the ring's write in place, exactly what the
-host cache does. On CUDA the same code runs with the buffers in GPU memory."""
+host cache does; the session table's slab in device buffers, and memories
+handed from call to call, as well. On CUDA the same code runs with the
+buffers in GPU memory (`TXL_DEVICE_TESTS=cuda` runs these tests there)."""
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -31,11 +35,18 @@ def exported(tmp_path_factory):
     return core, root / "out"
 
 
+# The device runtime's device: the CPU provider standing in for the GPU
+# (`make test`), or `TXL_DEVICE_TESTS=cuda` on a GPU machine, where the same
+# tests check the CUDA buffers, graphs and replays against the CPU's host cache.
+DEVICE = os.environ.get("TXL_DEVICE_TESTS", "cpu")
+
+
 @pytest.fixture(scope="module")
 def runtimes(exported):
     path = str(exported[1] / "model.onnx")
-    return (open_runtime(path, device="cpu", device_cache=False),
-            open_runtime(path, device="cpu", device_cache=True))
+    device = open_runtime(path, device=DEVICE, device_cache=True)
+    assert device.device == DEVICE
+    return open_runtime(path, device="cpu", device_cache=False), device
 
 
 def test_device_cache_is_off_on_the_cpu_unless_asked_and_checks_its_setting(exported):
