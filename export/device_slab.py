@@ -12,6 +12,9 @@ buffers (OrtValues), so that a step on a GPU moves no cache across the bus.
   row in place); one leaving is taken out (`slab_take_model`) and the last
   row takes its place. Nothing of the slab comes to the host but the
   log-probs and, when a session joins, the two ring positions (scalars).
+  The slab is the `SessionTable`'s on a runtime that keeps its caches on
+  the device (`OnnxRuntime(device_cache=...)`, by default on CUDA; forced
+  on the CPU provider for tests and diagnosis).
 * A step whose log-probs fail the caller's check writes nothing: the
   graph that reads the ring runs first, the write only after the check.
 

@@ -1,6 +1,8 @@
 """The session table: sessions interleaved in shared batches get exactly what
 each gets alone, on the decode cache's slab (ONNX Runtime, SavedModel) and
 through `step_last` (an export without the cache, the compiled decoder)."""
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -28,12 +30,15 @@ def exported(tmp_path_factory):
 
 
 # "onnx_device": the slab in device buffers (`DeviceSlab`), forced on the CPU
-# provider, over the fixed-buffer steps that CUDA graphs replay on a GPU.
+# provider, over the fixed-buffer steps that CUDA graphs replay on a GPU
+# (`TXL_DEVICE_TESTS=cuda -k onnx_device` runs them there).
 @pytest.fixture(scope="module", params=["onnx", "saved_model", "onnx_step_last", "onnx_device"])
 def runtime(request, exported):
     device_path = request.param == "onnx_device"
     runtime = open_runtime(str(exported), backend="saved_model" if request.param ==
-                           "saved_model" else "onnx", device="cpu",
+                           "saved_model" else "onnx",
+                           device=os.environ.get("TXL_DEVICE_TESTS", "cpu") if device_path
+                           else "cpu",
                            **(dict(device_cache=True, cuda_graph=True) if device_path else {}))
     runtime.use_decode_cache = request.param != "onnx_step_last"
     assert runtime.use_decode_cache == (request.param != "onnx_step_last")
