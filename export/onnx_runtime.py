@@ -222,16 +222,15 @@ class OnnxRuntime(Runtime):
             p, packed() if name == "decode_step" else shared(), providers, self._unfolded)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
-        self._writer = None
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._open_replay = lambda: open_replay_sessions(
             self._decode_paths["decode_step"], self.mem_len + 1, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
-        # A small graph of `export.decode_cache` or `export.device_slab`.
+        # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
-        self._memory_session, self._slab_sessions, self._memory_graphs = None, None, {}
+        self._small_graphs = {}
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
@@ -332,11 +331,11 @@ class OnnxRuntime(Runtime):
         the CPU numpy does it, without a session run."""
         return self.io_binding and (self.device != "cpu" or self.device_cache)
 
-    def _memory_graph(self, key, build):
+    def _small_graph(self, key, build):
         """The session of the small graph `build()`, opened once per `key`."""
-        if key not in self._memory_graphs:
-            self._memory_graphs[key] = self._open_model(build())
-        return self._memory_graphs[key]
+        if key not in self._small_graphs:
+            self._small_graphs[key] = self._open_model(build())
+        return self._small_graphs[key]
 
     def _score(self, ids, targets, mems, mem_mask):
         """The log-probs stay on the device; only the nll come to the host."""
@@ -344,7 +343,7 @@ class OnnxRuntime(Runtime):
             return super()._score(ids, targets, mems, mem_mask)
         log_probs, memory = self._bound_step(ids, mems, mem_mask, self.device)
         nll = np.empty(targets.shape, np.float32)
-        run_on_device(self._memory_graph("nll", nll_model), self.device,
+        run_on_device(self._small_graph("nll", nll_model), self.device,
                       {"log_probs": log_probs, "targets": targets}, into={"nll": nll})
         return nll, memory
 
@@ -352,7 +351,7 @@ class OnnxRuntime(Runtime):
         parts = self._device_parts([memory])
         if parts is None:
             return super()._take_memory(memory, rows)
-        out = run_on_device(self._memory_graph("take", memory_take_model), self.device,
+        out = run_on_device(self._small_graph("take_memory", memory_take_model), self.device,
                             {"mems": parts[0][0], "mem_mask": parts[0][1],
                              "rows": np.asarray(rows, np.int64)})
         return RuntimeMemory(out["taken_mems"], out["taken_mem_mask"])
@@ -369,7 +368,7 @@ class OnnxRuntime(Runtime):
         if parts is None:
             return super()._concat_memories(memories)
         out = run_on_device(
-            self._memory_graph(("concat", len(parts)), lambda: memory_concat_model(len(parts))),
+            self._small_graph(("concat", len(parts)), lambda: memory_concat_model(len(parts))),
             self.device, {name: value for i, (mems, mem_mask) in enumerate(parts)
                           for name, value in ((f"mems_{i}", mems), (f"mem_mask_{i}", mem_mask))})
         return RuntimeMemory(out["mems"], out["mem_mask"])
@@ -477,9 +476,7 @@ class OnnxRuntime(Runtime):
         return self._replay_sessions if self.cuda_graph else None
 
     def _ring_writer(self):
-        if self._writer is None:
-            self._writer = self._open_model(ring_write_model(self.mem_len + 1))
-        return self._writer
+        return self._small_graph("write", lambda: ring_write_model(self.mem_len + 1))
 
     def _cache_slab(self, capacity):
         """With the cache on the device, a `DeviceSlab` whose steps run over
@@ -487,15 +484,14 @@ class OnnxRuntime(Runtime):
         host's `CacheSlab`."""
         if not self.device_cache:
             return super()._cache_slab(capacity)
-        if self._slab_sessions is None:
-            steps = self._replay() or {"step": self._decode_session("decode_step"),
-                                       "write": self._ring_writer(),
-                                       "move": self._open_model(copy_model(MOVED))}
-            self._slab_sessions = {
-                **{name: steps[name] for name in ("step", "write", "move")},
-                "put": self._open_model(slab_put_model(self.mem_len + 1)),
-                "take": self._open_model(slab_take_model())}
-        return DeviceSlab(capacity, self._slab_sessions, self.device, self.n_token)
+        steps = self._replay() or {"step": self._decode_session("decode_step"),
+                                   "write": self._ring_writer(),
+                                   "move": self._small_graph("move", lambda: copy_model(MOVED))}
+        size = self.mem_len + 1
+        sessions = {**{name: steps[name] for name in ("step", "write", "move")},
+                    "put": self._small_graph("put_slab_row", lambda: slab_put_model(size)),
+                    "take": self._small_graph("take_slab_rows", slab_take_model)}
+        return DeviceSlab(capacity, sessions, self.device, self.n_token)
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on
@@ -503,9 +499,8 @@ class OnnxRuntime(Runtime):
         if not on_device(cache):
             return super().cache_memory(cache)
         self._check_cache(cache)
-        if self._memory_session is None:
-            self._memory_session = self._open_model(ring_memory_model(self.mem_len + 1))
-        out = run_on_device(self._memory_session, self.device,
+        session = self._small_graph("memory", lambda: ring_memory_model(self.mem_len + 1))
+        out = run_on_device(session, self.device,
                             {name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
         return RuntimeMemory(out["mems"], out["mem_mask"])
 
