@@ -33,9 +33,11 @@ holds the graphs and says what each tensor is).
   is copied in (two device copies of the cache). So a decode loop replays
   the same three graphs (the step, the ring's write, the copy of the moved
   ring positions) token after token, and a server holds one captured pair
-  per batch size, not one per conversation. On the CPU provider the same
-  fixed-buffer path runs without a capture (that is how the tests exercise
-  it).
+  per batch size, not one per conversation. The three graphs over fixed
+  buffers are a `FixedStep`, which also steps the first rows of a slab's
+  buffers in place (`export.device_slab.DeviceSlab`). On the CPU provider
+  the same fixed-buffer path runs without a capture (that is how the tests
+  exercise it).
 * The slab (`CacheSlab`): many streams' caches in one batch that steps
   advance in place. A decode step takes one ring slot for every row of its
   batch. Streams that started at different times sit at different slots of
@@ -45,7 +47,8 @@ holds the graphs and says what each tensor is).
   copy of that stream's cache), then every step reads and writes the slab's
   rows in place: no gather, no scatter, no copy of any cache per step. Rows
   are kept contiguous (an evicted row's place takes the last row), so a
-  step's batch is a view of the slab's first rows.
+  step's batch is a view of the slab's first rows. Its twin on the device
+  is `export.device_slab.DeviceSlab`.
 """
 import itertools
 
@@ -249,6 +252,18 @@ IN_PLACE = ("cache_mems", "keys", "values", "valid")
 OPSET = 17
 
 
+def small_model(nodes, name, inputs, outputs):
+    """An ONNX `ModelProto` of the graph `name` (`onnx.helper` nodes and
+    value infos) at this module's opset: the small graphs run beside the
+    exported ones."""
+    from onnx import helper
+    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="txl_tf")
+    model.ir_version = 8
+    return model
+
+
 def ring_write_model(size):
     """The ONNX `ModelProto` of the ring's write for a ring of `size` slots
     (inputs `WRITE_INPUTS`, outputs `WRITE_OUTPUTS`; the batch, the other
@@ -299,11 +314,7 @@ def ring_write_model(size):
                 helper.make_tensor_value_info("new_slot", int_t, [])]
     order = {name: i for i, name in enumerate(WRITE_INPUTS)}
     inputs.sort(key=lambda value: order[value.name])
-    graph = helper.make_graph(nodes, "txl_ring_write", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
+    return small_model(nodes, "txl_ring_write", inputs, outputs)
 
 
 def ring_memory_model(size):
@@ -334,17 +345,13 @@ def ring_memory_model(size):
         helper.make_node("GatherND", ["by_row", "order_nd"], ["gathered"], batch_dims=1),
         helper.make_node("Transpose", ["gathered"], ["mems"], perm=[2, 0, 1, 3]),
     ]
-    graph = helper.make_graph(
+    return small_model(
         nodes, "txl_ring_memory",
         [helper.make_tensor_value_info("cache_mems", TensorProto.FLOAT, [None] * 4),
          helper.make_tensor_value_info("valid", TensorProto.BOOL, [None, None]),
          helper.make_tensor_value_info("row_slot", TensorProto.INT32, [None])],
         [helper.make_tensor_value_info("mems", TensorProto.FLOAT, [None] * 4),
          helper.make_tensor_value_info("mem_mask", TensorProto.BOOL, [None, None])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
 
 
 def _write_slot(node, const, ring, token, stopped, rank, axis):
@@ -368,7 +375,7 @@ def _write_slot(node, const, ring, token, stopped, rank, axis):
 
 
 # ------------------------------------------------------- driving the graphs
-_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_,
+NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_,
                 "tensor(int32)": np.int32}
 
 
@@ -407,7 +414,7 @@ def run_on_device(session, device, inputs, into=None, in_place=()):
                                 target.ctypes.data)
         elif source in in_place:
             value = bound[source]
-            binding.bind_output(key, device, 0, _NUMPY_TYPES[value.data_type()],
+            binding.bind_output(key, device, 0, NUMPY_TYPES[value.data_type()],
                                 value.shape(), value.data_ptr())
         else:
             binding.bind_output(key, device, 0)
@@ -415,19 +422,32 @@ def run_on_device(session, device, inputs, into=None, in_place=()):
     return dict(zip(names, binding.get_outputs()))
 
 
-def bind_ring(binding, cache, device):
+def bind_ring(binding, cache, device, rows=None):
     """Binds `decode_step`'s inputs from a device cache but `token_ids`:
     the ring's flags, slot and positions, and each layer's keys and values
-    as a view of the stacked ring (by address: no copy)."""
-    for name in ("valid", "slot", "positions"):
+    as a view of the stacked ring (by address: no copy). With `rows`, the
+    first `rows` rows of a cache that holds more (a slab's): each layer's
+    rows, and the flags', are a prefix of its buffer."""
+    for name in ("slot", "positions"):
         binding.bind_ortvalue_input(name, cache[name])
+    bind_rows(binding.bind_input, "valid", cache["valid"], device, rows)
     for kind in ("keys", "values"):
         stacked = cache[kind]
         shape = stacked.shape()
         layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
         for i in range(shape[0]):
-            binding.bind_input(f"{kind}_{i}", device, 0, np.float32, shape[1:],
+            binding.bind_input(f"{kind}_{i}", device, 0, np.float32,
+                               [shape[1] if rows is None else rows] + shape[2:],
                                stacked.data_ptr() + i * layer_bytes)
+
+
+def bind_rows(bind, name, value, device, rows=None):
+    """`bind(name, ...)` (an IO binding's `bind_input` or `bind_output`) to
+    the first `rows` rows (all: None) of the OrtValue `value`, whose first
+    axis is the batch: a prefix of its buffer, bound by address."""
+    shape = value.shape()
+    bind(name, device, 0, NUMPY_TYPES[value.data_type()],
+         [shape[0] if rows is None else rows] + shape[1:], value.data_ptr())
 
 
 def device_step(step_session, write_session, device, ids, stopped, cache, n_token):
@@ -466,7 +486,6 @@ def write_on_device(write_session, device, cache, token, stopped):
 # ------------------------------------------------------------- graph replay
 # ONNX Runtime keys captured graphs by this id: never reuse one for other buffers.
 _GRAPH_IDS = itertools.count(1)
-_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_, "tensor(int32)": np.int32}
 MOVED = ("slot", "row_slot")
 
 
@@ -480,20 +499,94 @@ def copy_model(names=CACHE_NAMES):
              "positions": 2}
     values = [(name, types.get(name, TensorProto.FLOAT), [None] * ranks[name])
               for name in names]
-    graph = helper.make_graph(
+    return small_model(
         [helper.make_node("Identity", [name], [f"copy_{name}"]) for name, _, _ in values],
         "txl_cache_copy", [helper.make_tensor_value_info(*v) for v in values],
         [helper.make_tensor_value_info(f"copy_{n}", t, s) for n, t, s in values])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="txl_tf")
-    model.ir_version = 8
-    return model
 
 
 def _empty_like(value, device):
     import onnxruntime as ort
-    return ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), _TYPES[value.data_type()],
-                                                     device, 0)
+    return ort.OrtValue.ortvalue_from_shape_and_type(
+        value.shape(), NUMPY_TYPES[value.data_type()], device, 0)
+
+
+class FixedStep:
+    """One device step over fixed buffers, bound once: the step, the ring's
+    write and the move of its positions (`sessions["step"]`, `["write"]`,
+    `["move"]`), on the first `rows` rows of `fixed`, a device cache whose
+    tensors may hold more rows (a `DeviceSlab`'s): each graph reads and
+    writes those rows in place, so its runs can be replayed as CUDA graphs
+    (each `FixedStep` its own graph id). The ids, flags, log-probs and the
+    token's projections live in buffers of its own."""
+
+    def __init__(self, sessions, device, fixed, rows, n_token):
+        import onnxruntime as ort
+        self.sessions, self.device, self.fixed, self.rows = sessions, device, fixed, int(rows)
+        layers, _, _, d_model = fixed["cache_mems"].shape()
+        _, _, heads, d_head, _ = fixed["keys"].shape()
+        self.ids = ortvalue(np.zeros([rows], np.int32), device)
+        self.stopped = ortvalue(np.zeros([rows], np.bool_), device)
+        self.log_probs = ortvalue(np.zeros([rows, n_token], np.float32), device)
+        self.token = {"token_mems": ortvalue(np.zeros([layers, rows, d_model], np.float32),
+                                             device),
+                      **{name: ortvalue(np.zeros([layers, rows, heads, d_head], np.float32),
+                                        device) for name in ("token_keys", "token_values")}}
+        # The ring positions a write moves on, then copied over the old ones:
+        # written in place, the graph could read a position it already moved.
+        self.moved = {"slot": _empty_like(fixed["slot"], device),
+                      "row_slot": ortvalue(np.zeros([rows], np.int32), device)}
+        self.step_binding = self._bind_step()
+        self.write_binding = self._bind_write()
+        self.move_binding = self.sessions["move"].io_binding()
+        for name in MOVED:
+            self.move_binding.bind_ortvalue_input(name, self.moved[name])
+        self.move_binding.bind_ortvalue_output("copy_slot", fixed["slot"])
+        bind_rows(self.move_binding.bind_output, "copy_row_slot", fixed["row_slot"], device,
+                  rows)
+        self.run_options = ort.RunOptions()
+        self.run_options.add_run_config_entry("gpu_graph_id", str(next(_GRAPH_IDS)))
+
+    def _bind_step(self):
+        binding = self.sessions["step"].io_binding()
+        binding.bind_ortvalue_input("token_ids", self.ids)
+        bind_ring(binding, self.fixed, self.device, self.rows)
+        binding.bind_ortvalue_output("log_probs", self.log_probs)
+        for name in STEP_OUTPUTS[1:]:
+            binding.bind_ortvalue_output(name, self.token[name])
+        return binding
+
+    def _bind_write(self):
+        """The rings are bound whole (the write's indices reach only the
+        first `rows` rows: GatherElements and ScatterElements take indices
+        smaller than their data), the flags and rows' slots as prefixes."""
+        binding = self.sessions["write"].io_binding()
+        for name in ("cache_mems", "keys", "values", "slot"):
+            binding.bind_ortvalue_input(name, self.fixed[name])
+        for name in ("valid", "row_slot"):
+            bind_rows(binding.bind_input, name, self.fixed[name], self.device, self.rows)
+        for name, value in {**self.token, "stopped": self.stopped}.items():
+            binding.bind_ortvalue_input(name, value)
+        for name in ("cache_mems", "keys", "values"):
+            binding.bind_ortvalue_output(f"new_{name}", self.fixed[name])
+        bind_rows(binding.bind_output, "new_valid", self.fixed["valid"], self.device, self.rows)
+        for name in MOVED:
+            binding.bind_ortvalue_output(f"new_{name}", self.moved[name])
+        return binding
+
+    def read(self, ids, stopped):
+        """The log-probs (numpy) of one step of the rows: the ring is read,
+        not written (`write` does that)."""
+        self.ids.update_inplace(np.asarray(ids, np.int32))
+        self.stopped.update_inplace(np.asarray(stopped, np.bool_))
+        self.sessions["step"].run_with_iobinding(self.step_binding, self.run_options)
+        return self.log_probs.numpy()
+
+    def write(self):
+        """Writes the token `read` projected into the free slot of the rows
+        not stopped, and moves the ring on."""
+        self.sessions["write"].run_with_iobinding(self.write_binding, self.run_options)
+        self.sessions["move"].run_with_iobinding(self.move_binding, self.run_options)
 
 
 class Resident:
@@ -501,78 +594,37 @@ class Resident:
     that lives in them (see the module's docstring)."""
 
     def __init__(self, sessions, device, cache, n_token):
-        import onnxruntime as ort
-        self.sessions, self.device = sessions, device
+        self.sessions = sessions
         self.fixed = {name: _empty_like(cache[name], device) for name in CACHE_NAMES}
-        layers, batch, _, d_model = cache["cache_mems"].shape()
-        _, _, heads, d_head, _ = cache["keys"].shape()
-        self.ids = ortvalue(np.zeros([batch], np.int32), device)
-        self.stopped = ortvalue(np.zeros([batch], np.bool_), device)
-        self.log_probs = ortvalue(np.zeros([batch, n_token], np.float32), device)
-        self.token = {"token_mems": ortvalue(np.zeros([layers, batch, d_model], np.float32),
-                                             device),
-                      **{name: ortvalue(np.zeros([layers, batch, heads, d_head], np.float32),
-                                        device) for name in ("token_keys", "token_values")}}
-        # The ring positions a write moves on, then copied over the old ones:
-        # written in place, the graph could read a position it already moved.
-        self.moved = {name: _empty_like(cache[name], device) for name in MOVED}
-        self.step_binding = self._bind_step()
-        self.write_binding = self._bind_write()
-        self.move_binding = self.sessions["move"].io_binding()
-        for name in MOVED:
-            self.move_binding.bind_ortvalue_input(name, self.moved[name])
-            self.move_binding.bind_ortvalue_output(f"copy_{name}", self.fixed[name])
-        self.run_options = ort.RunOptions()
-        self.run_options.add_run_config_entry("gpu_graph_id", str(next(_GRAPH_IDS)))
+        self.steps = FixedStep(sessions, device, self.fixed, cache["valid"].shape()[0], n_token)
         self.owner, self.own_buffers = None, None
-
-    def _bind_step(self):
-        binding = self.sessions["step"].io_binding()
-        binding.bind_ortvalue_input("token_ids", self.ids)
-        bind_ring(binding, self.fixed, self.device)
-        binding.bind_ortvalue_output("log_probs", self.log_probs)
-        for name in STEP_OUTPUTS[1:]:
-            binding.bind_ortvalue_output(name, self.token[name])
-        return binding
-
-    def _bind_write(self):
-        binding = self.sessions["write"].io_binding()
-        inputs = {**{name: self.fixed[name] for name in WRITE_INPUTS if name in self.fixed},
-                  **self.token, "stopped": self.stopped}
-        for name, value in inputs.items():
-            binding.bind_ortvalue_input(name, value)
-        for name in IN_PLACE:
-            binding.bind_ortvalue_output(f"new_{name}", self.fixed[name])
-        for name in MOVED:
-            binding.bind_ortvalue_output(f"new_{name}", self.moved[name])
-        return binding
 
     def step(self, cache, ids, stopped):
         """The log-probs of one step of `cache` (advanced in place)."""
         if self.owner is not cache:
             self._take(cache)
-        self.ids.update_inplace(np.asarray(ids, np.int32))
-        self.stopped.update_inplace(np.asarray(stopped, np.bool_))
-        self.sessions["step"].run_with_iobinding(self.step_binding, self.run_options)
-        self.sessions["write"].run_with_iobinding(self.write_binding, self.run_options)
-        self.sessions["move"].run_with_iobinding(self.move_binding, self.run_options)
-        return self.log_probs.numpy()
+        log_probs = self.steps.read(ids, stopped)
+        self.steps.write()
+        return log_probs
 
     def _take(self, cache):
         """Moves `cache` into the fixed buffers, and the cache there back out."""
         if self.owner is not None:
-            self._copy(self.fixed, self.own_buffers)
+            copy_on_device(self.sessions["copy"], self.fixed, self.own_buffers)
             self.owner.update(self.own_buffers)
-        self._copy(cache, self.fixed)
+        copy_on_device(self.sessions["copy"], cache, self.fixed)
         self.owner, self.own_buffers = cache, {name: cache[name] for name in CACHE_NAMES}
         cache.update(self.fixed)
 
-    def _copy(self, source, target):
-        binding = self.sessions["copy"].io_binding()
-        for name in CACHE_NAMES:
-            binding.bind_ortvalue_input(name, source[name])
-            binding.bind_ortvalue_output(f"copy_{name}", target[name])
-        self.sessions["copy"].run_with_iobinding(binding)
+
+def copy_on_device(session, source, target):
+    """Copies each cache tensor of `source` into `target`'s buffer with
+    `session` (of `copy_model()`)."""
+    binding = session.io_binding()
+    for name in CACHE_NAMES:
+        binding.bind_ortvalue_input(name, source[name])
+        binding.bind_ortvalue_output(f"copy_{name}", target[name])
+    session.run_with_iobinding(binding)
 
 
 # ----------------------------------------------------------------- the slab
@@ -587,12 +639,15 @@ class CacheSlab:
     cache = slab.evict("alice")                        # her one-row cache again
     ```
     A step advances the slab's rows in place. `export.sessions.SessionTable`
-    steps it through the runtime's `GenerationBackend` (`next_cached`, no
-    checks per token).
+    steps it with `step`, through the runtime's `GenerationBackend`
+    (`next_cached`, no checks per token). On a device runtime the slab is an
+    `export.device_slab.DeviceSlab` (the same methods, its rows in device
+    buffers).
     """
 
-    def __init__(self, capacity):
+    def __init__(self, capacity, next_cached=None):
         self.capacity = int(capacity)
+        self._next_cached = next_cached  # (ids, stopped, cache) -> log-probs, for `step`
         self.keys = []  # the stream in each row, in row order
         self._arrays = None  # {name: array with `capacity` rows}, made at the first admit
         self._undo = None
@@ -646,6 +701,18 @@ class CacheSlab:
         """The host cache of the rows in use (views: steps advance the slab)."""
         views = {name: _rows(self._arrays[name], name, 0, len(self.keys)) for name in BATCH_AXES}
         return {**views, "slot": self._arrays["slot"], "positions": self._arrays["positions"]}
+
+    def step(self, ids, check):
+        """The log-probs of one step of every row (ids `[len(self)]`), the
+        slab advanced in place, unless `check(log_probs)` raises: then the
+        step is taken back (`mark`, `undo`) and the error goes on."""
+        self.mark()
+        log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_), self.batch())
+        try:
+            return check(log_probs)
+        except Exception:
+            self.undo()
+            raise
 
     def mark(self):
         """Remembers the ring's position, so that `undo` can take back the next step."""

@@ -83,6 +83,12 @@ class GenerationBackend:
         on `cache` (a next turn)."""
         return self.runtime._decode_read(np.asarray(token_ids, np.int32), cache)
 
+    def cache_slab(self, capacity):
+        """An empty slab of `capacity` rows for decode caches
+        (`decode_cache.CacheSlab`; a `device_slab.DeviceSlab` where the
+        runtime keeps its caches on the device)."""
+        return self.runtime._cache_slab(capacity)
+
     def take_cache(self, cache, rows):
         """The decode cache of `rows` (a copy, where `cache` is kept)."""
         return self.runtime._take_cache(cache, rows)

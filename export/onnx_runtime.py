@@ -8,10 +8,13 @@ import os
 import numpy as np
 
 from export.decode_cache import (CHANGING_NAMES, MOVED, Resident, aligned_empty, copy_model,
-                                 device_step, host_cache, on_device, ortvalue, ring_memory_model,
-                                 ring_write_model, run_on_device, step_feeds, write_token)
+                                 device_step, host_cache, is_ortvalue, on_device, ortvalue,
+                                 ring_memory_model, ring_write_model, run_on_device, step_feeds,
+                                 write_token)
+from export.device_memory import memory_concat_model, memory_take_model, nll_model
+from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
-from export.runtime import Runtime, RuntimeMemory
+from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
 from txl_tf.errors import ModelDirError, TxlError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
@@ -157,8 +160,11 @@ class OnnxRuntime(Runtime):
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
-    token there in place (`export.decode_cache`); `"auto"` does so on CUDA,
-    where a numpy cache would cross the bus at every step.
+    token there in place (`export.decode_cache`), and a `SessionTable`
+    keeps its slab there (`export.device_slab`); `"auto"` does so on CUDA,
+    where a numpy cache would cross the bus at every step. True on the CPU
+    provider runs the device code there (for tests and diagnosis; the host
+    cache is faster on the CPU).
 
     `cuda_graph` (`"auto"`, True, False): device steps replay CUDA graphs
     over fixed buffers, one set per batch size (`export.decode_cache`);
@@ -216,17 +222,15 @@ class OnnxRuntime(Runtime):
             p, packed() if name == "decode_step" else shared(), providers, self._unfolded)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
-        self._open_writer = lambda: open_ring_writer(self.mem_len + 1, shared(),
-                                                     providers)
-        self._writer = None
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._open_replay = lambda: open_replay_sessions(
             self._decode_paths["decode_step"], self.mem_len + 1, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
-        self._open_memory = lambda: open_session(
-            ring_memory_model(self.mem_len + 1).SerializeToString(), shared(), providers)
-        self._memory_session = None
+        # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
+        self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
+                                                      providers)
+        self._small_graphs = {}
         logging.info("onnxruntime session on %s (providers %s)", self.provider,
                      self.session.get_providers())
 
@@ -296,21 +300,86 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------------------------------- run
     def _step(self, ids, mems, mem_mask):
-        session = self._session_for(ids)
         if not self.io_binding:
-            out = dict(zip(self._outputs, session.run(
+            out = dict(zip(self._outputs, self._session_for(ids).run(
                 None, {"token_ids": ids, "mems": mems, "mem_mask": mem_mask})))
             return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
+        log_probs, memory = self._bound_step(ids, mems, mem_mask, "cpu")
+        return log_probs.numpy(), memory
+
+    def _bound_step(self, ids, mems, mem_mask, log_probs_device):
+        """`(log-probs OrtValue on `log_probs_device`, new memory)` of a step
+        with IO binding: the new memory is left on the session's device."""
+        session = self._session_for(ids)
         binding = session.io_binding()
         binding.bind_ortvalue_input("token_ids", self._ortvalue(ids))
         binding.bind_ortvalue_input("mems", mems)
         binding.bind_ortvalue_input("mem_mask", mem_mask)
-        binding.bind_output("log_probs", "cpu")
+        binding.bind_output("log_probs", log_probs_device, 0)
         binding.bind_output("new_mems", self.device, 0)
         binding.bind_output("new_mem_mask", self.device, 0)
         session.run_with_iobinding(binding)
         log_probs, new_mems, new_mem_mask = binding.get_outputs()
-        return log_probs.numpy(), RuntimeMemory(new_mems, new_mem_mask)
+        return log_probs, RuntimeMemory(new_mems, new_mem_mask)
+
+    # ------------------------------------------------- memory on the device
+    @property
+    def _memory_on_device(self):
+        """Whether memories are taken, joined and scored with small graphs
+        where they are (`export.device_memory`): on a device other than the
+        CPU, and where the device path is forced (`device_cache=True`); on
+        the CPU numpy does it, without a session run."""
+        return self.io_binding and (self.device != "cpu" or self.device_cache)
+
+    def _small_graph(self, key, build):
+        """The session of the small graph `build()`, opened once per `key`."""
+        if key not in self._small_graphs:
+            self._small_graphs[key] = self._open_model(build())
+        return self._small_graphs[key]
+
+    def _score(self, ids, targets, mems, mem_mask):
+        """The log-probs stay on the device; only the nll come to the host."""
+        if not self._memory_on_device or self.log_probs_mode != "all":
+            return super()._score(ids, targets, mems, mem_mask)
+        log_probs, memory = self._bound_step(ids, mems, mem_mask, self.device)
+        nll = np.empty(targets.shape, np.float32)
+        run_on_device(self._small_graph("nll", nll_model), self.device,
+                      {"log_probs": log_probs, "targets": targets}, into={"nll": nll})
+        return nll, memory
+
+    def _take_memory(self, memory, rows):
+        parts = self._device_parts([memory])
+        if parts is None:
+            return super()._take_memory(memory, rows)
+        out = run_on_device(self._small_graph("take_memory", memory_take_model), self.device,
+                            {"mems": parts[0][0], "mem_mask": parts[0][1],
+                             "rows": np.asarray(rows, np.int64)})
+        return RuntimeMemory(out["taken_mems"], out["taken_mem_mask"])
+
+    def _split_memory(self, memory):
+        parts = self._device_parts([memory])
+        if parts is None:
+            return super()._split_memory(memory)
+        return [self._take_memory(memory, [row])
+                for row in range(shape_and_dtype(parts[0][1])[0][0])]
+
+    def _concat_memories(self, memories):
+        parts = self._device_parts(memories)
+        if parts is None:
+            return super()._concat_memories(memories)
+        out = run_on_device(
+            self._small_graph(("concat", len(parts)), lambda: memory_concat_model(len(parts))),
+            self.device, {name: value for i, (mems, mem_mask) in enumerate(parts)
+                          for name, value in ((f"mems_{i}", mems), (f"mem_mask_{i}", mem_mask))})
+        return RuntimeMemory(out["mems"], out["mem_mask"])
+
+    def _device_parts(self, memories):
+        """`[(mems, mem_mask)]` of `memories` when they are all OrtValues and
+        memories are handled on the device, else None (through the host)."""
+        if not self._memory_on_device:
+            return None
+        parts = [_unpack(memory) for memory in memories]
+        return parts if all(is_ortvalue(v) for part in parts for v in part) else None
 
 
     # ------------------------------------------------- the cached decode interface
@@ -385,6 +454,18 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------- the decode cache on the device
     def _device_step(self, ids, stopped, cache):
+        if self._replay() is not None:
+            batch = len(ids)
+            if batch not in self._residents:
+                self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
+                                                  self.n_token)
+            return self._residents[batch].step(cache, ids, stopped)
+        return device_step(self._decode_session("decode_step"), self._ring_writer(),
+                           self.device, ids, stopped, cache, self.n_token)
+
+    def _replay(self):
+        """The sessions CUDA graphs replay (`open_replay_sessions`), or None
+        where they are off or the export's step cannot be captured."""
         if self.cuda_graph and self._replay_sessions is None:
             try:
                 self._replay_sessions = self._open_replay()
@@ -392,16 +473,25 @@ class OnnxRuntime(Runtime):
                 logging.warning("decode steps run without CUDA graphs: %s (re-export the "
                                 "model to replay them)", error)
                 self.cuda_graph = False
-        if self.cuda_graph:
-            batch = len(ids)
-            if batch not in self._residents:
-                self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
-                                                  self.n_token)
-            return self._residents[batch].step(cache, ids, stopped)
-        if self._writer is None:
-            self._writer = self._open_writer()
-        return device_step(self._decode_session("decode_step"), self._writer, self.device,
-                           ids, stopped, cache, self.n_token)
+        return self._replay_sessions if self.cuda_graph else None
+
+    def _ring_writer(self):
+        return self._small_graph("write", lambda: ring_write_model(self.mem_len + 1))
+
+    def _cache_slab(self, capacity):
+        """With the cache on the device, a `DeviceSlab` whose steps run over
+        fixed buffers (replayed as CUDA graphs where they are on), else the
+        host's `CacheSlab`."""
+        if not self.device_cache:
+            return super()._cache_slab(capacity)
+        steps = self._replay() or {"step": self._decode_session("decode_step"),
+                                   "write": self._ring_writer(),
+                                   "move": self._small_graph("move", lambda: copy_model(MOVED))}
+        size = self.mem_len + 1
+        sessions = {**{name: steps[name] for name in ("step", "write", "move")},
+                    "put": self._small_graph("put_slab_row", lambda: slab_put_model(size)),
+                    "take": self._small_graph("take_slab_rows", slab_take_model)}
+        return DeviceSlab(capacity, sessions, self.device, self.n_token)
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on
@@ -409,9 +499,8 @@ class OnnxRuntime(Runtime):
         if not on_device(cache):
             return super().cache_memory(cache)
         self._check_cache(cache)
-        if self._memory_session is None:
-            self._memory_session = self._open_memory()
-        out = run_on_device(self._memory_session, self.device,
+        session = self._small_graph("memory", lambda: ring_memory_model(self.mem_len + 1))
+        out = run_on_device(session, self.device,
                             {name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
         return RuntimeMemory(out["mems"], out["mem_mask"])
 
@@ -492,9 +581,3 @@ def open_replay_sessions(step_path, size, session_options, graph_providers, prov
             **{name: open_session(model.SerializeToString(), session_options,
                                   providers if name == "copy" else graph_providers)
                for name, model in models.items()}}
-
-
-def open_ring_writer(size, session_options, providers):
-    """A session of the ring's write graph (`export.decode_cache`)."""
-    return open_session(ring_write_model(size).SerializeToString(), session_options, providers)
-

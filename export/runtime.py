@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.decode_cache import (cache_shapes, concat_rows, copy_cache, in_time_order,
-                                 ring_axis, take_rows)
+from export.decode_cache import (CacheSlab, cache_shapes, concat_rows, copy_cache,
+                                 in_time_order, ring_axis, take_rows)
 from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.app.deprecation import warn_deprecated
@@ -381,6 +381,9 @@ class Runtime:
 
     def _take_cache(self, cache, rows):
         return take_rows(cache, rows)
+
+    def _cache_slab(self, capacity):
+        return CacheSlab(capacity, self._decode_step)
 
     def _concat_caches(self, caches):
         return concat_rows(caches)

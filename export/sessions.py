@@ -18,7 +18,9 @@ session opens, alone.
 
 On a runtime with the cached decode interface (an export made with it) the
 table keeps the running sessions' decode caches in one slab
-(`export.decode_cache.CacheSlab`): a session joins it when a row is free, in the order
+(`export.decode_cache.CacheSlab`; `export.device_slab.DeviceSlab`, in
+device buffers, where the runtime keeps its caches on the device): a
+session joins it when a row is free, in the order
 the sessions opened, and leaves when it is done; a step reads and writes the
 slab in place, so a step costs what a step of the runtime's own batch costs
 (no cache is copied per step, no memory projected again). Elsewhere (the
@@ -31,7 +33,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from export.decode_cache import CacheSlab
 from export.runtime import generation_backend
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
@@ -64,8 +65,8 @@ class SessionTable:
         self._sessions = {}
         # Live session ids: next served first (on the slab: waiting to join it).
         self._queue = collections.deque()
-        self._slab = CacheSlab(max_batch) if getattr(backend, "use_decode_cache", False) \
-            else None
+        self._slab = self.backend.cache_slab(max_batch) \
+            if getattr(backend, "use_decode_cache", False) else None
 
     def open(self, session_id, prompt, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
              repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None):
@@ -203,13 +204,9 @@ class SessionTable:
         """One step on the slab, in place; its log-probs. Sessions whose
         log-probs are not finite leave the slab and the step is taken back
         for all (the others run it again at the next step)."""
-        self._slab.mark()
-        log_probs = self.backend.next_cached(ids, np.zeros(len(served), np.bool_),
-                                             self._slab.batch())
         try:
-            return check_finite_outputs(log_probs)
+            return self._slab.step(ids, check_finite_outputs)
         except NonFiniteMemoryError as err:
-            self._slab.undo()
             for row in err.rows:
                 self._leave_slab(served[row])
             raise err.in_batch(served) from None

@@ -1,14 +1,19 @@
 """The decode cache kept on the ONNX Runtime device (`device_cache`,
 `export.decode_cache`), exercised on the CPU provider: OrtValues, the step's
 layer views bound by pointer, the ring's write in place, exactly what the
-host cache does. On CUDA the same code runs with the buffers in GPU memory."""
+host cache does; the session table's slab in device buffers, and memories
+handed from call to call, as well. On CUDA the same code runs with the
+buffers in GPU memory (`TXL_DEVICE_TESTS=cuda` runs these tests there)."""
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
-from export import open_runtime, run_export
+from export import SessionTable, open_runtime, run_export
 from export.decode_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
+from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
@@ -30,11 +35,18 @@ def exported(tmp_path_factory):
     return core, root / "out"
 
 
+# The device runtime's device: the CPU provider standing in for the GPU
+# (`make test`), or `TXL_DEVICE_TESTS=cuda` on a GPU machine, where the same
+# tests check the CUDA buffers, graphs and replays against the CPU's host cache.
+DEVICE = os.environ.get("TXL_DEVICE_TESTS", "cpu")
+
+
 @pytest.fixture(scope="module")
 def runtimes(exported):
     path = str(exported[1] / "model.onnx")
-    return (open_runtime(path, device="cpu", device_cache=False),
-            open_runtime(path, device="cpu", device_cache=True))
+    device = open_runtime(path, device=DEVICE, device_cache=True)
+    assert device.device == DEVICE
+    return open_runtime(path, device="cpu", device_cache=False), device
 
 
 def test_device_cache_is_off_on_the_cpu_unless_asked_and_checks_its_setting(exported):
@@ -147,19 +159,127 @@ def test_a_bad_device_cache_is_one_clear_error(runtimes):
         device.decode_step(np.array([1, 2, 3]), cache)
 
 
-def test_a_session_table_over_a_device_cache_runtime_gives_each_session_its_own_ids(runtimes):
-    """The table's slab lives in host memory: caches made on the device join it."""
-    from export import SessionTable
+@pytest.fixture
+def host_copies(monkeypatch):
+    """The shapes of the OrtValues copied to numpy (`OrtValue.numpy`) while
+    the test runs: a list the test may clear."""
+    shapes, numpy = [], ort.OrtValue.numpy
+
+    def counted(value):
+        shapes.append(tuple(value.shape()))
+        return numpy(value)
+    monkeypatch.setattr(ort.OrtValue, "numpy", counted)
+    return shapes
+
+
+def test_a_session_table_on_the_device_slab_equals_the_hosts_and_keeps_the_slab_there(
+        runtimes, host_copies):
+    """Sessions of mixed lengths join, leave and reset; every step reads and
+    writes the slab's device buffers in place, and only log-probs (and the
+    ring positions of a session joining or leaving) come to the host."""
     host, device = runtimes
-    table = SessionTable(device, max_batch=2)
-    prompts = {"a": [1, 2, 3], "b": [4]}
-    for key, prompt in prompts.items():
-        table.open(key, prompt, 6, temperature=0.0)
-    while table.active():
-        table.step()
-    for key, prompt in prompts.items():
-        alone = host.generate([prompt], 6, temperature=0.0)
-        np.testing.assert_array_equal(table.close(key).ids, alone.ids)
+    tables = [SessionTable(runtime, max_batch=2) for runtime in runtimes]
+    assert isinstance(tables[1].slab, DeviceSlab) and not isinstance(tables[0].slab, DeviceSlab)
+    opened = {"a": ([1, 2, 3], 9, dict(temperature=0.9, seed=4)), "b": ([4], 11, {}),
+              "c": ([5, 6, 7, 8, 9, 10, 11], 7, dict(temperature=1.2, top_k=5, seed=2))}
+    for table in tables:
+        for key, (prompt, n, settings) in opened.items():
+            table.open(key, prompt, n, **settings)
+    buffers, steps = None, 0
+    while tables[0].active():
+        if steps == 4:
+            for table in tables:
+                table.reset("b", [12, 13, 14], max_new_tokens=5)
+        want = tables[0].step()
+        host_copies.clear()
+        got = tables[1].step()
+        assert got == want, steps
+        # the log-probs of up to 2 rows; a joining or leaving row's ring positions
+        assert set(host_copies) <= {(), (1,), (1, CONFIG.n_token), (2, CONFIG.n_token)}, \
+            host_copies
+        now = {name: value.data_ptr() for name, value in tables[1].slab._tensors.items()}
+        assert buffers in (None, now)  # in place: the same buffers at every step
+        buffers, steps = now, steps + 1
+    assert not tables[1].active() and steps > 8
+    for key in opened:
+        want, got = (table.close(key) for table in tables)
+        np.testing.assert_allclose(got.log_probs, want.log_probs, atol=1e-5)
+        assert on_device(got.state.cache.tensors)
+        for a, b in zip(got.memory.numpy(), want.memory.numpy()):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_the_device_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(runtimes):
+    """As `CacheSlab` does on the host (tests/test_sessions.py): caches at
+    different ring slots share one step, and each comes back as it would be
+    stepped alone, whichever rows leave first."""
+    host, device = runtimes
+    rng = np.random.default_rng(0)
+    caches = []
+    for steps in (0, 3, 8):  # different ring slots (8 wraps a ring of 6)
+        cache = device.decode_init(device.initial_memory(1))
+        for _ in range(steps):
+            device.decode_step(rng.integers(0, CONFIG.n_token, 1), cache)
+        caches.append(cache)
+    assert len({int(c["slot"].numpy()) for c in caches}) == 3
+    slab = SessionTable(device, max_batch=3).slab
+    for key, cache in enumerate(caches):
+        slab.admit(key, device.take(cache, [0]))
+    token = rng.integers(0, CONFIG.n_token, 3)
+    together = slab.step(token, lambda log_probs: log_probs)
+    for key in (1, 0, 2):  # rows move as others leave
+        back = slab.evict(key)
+        alone = device.decode_step(token[key:key + 1], caches[key])[0]
+        np.testing.assert_allclose(together[key:key + 1], alone, atol=1e-5)
+        for got, want in zip(device.cache_memory(back).numpy(),
+                             device.cache_memory(caches[key]).numpy()):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+    assert not len(slab)
+
+
+def test_a_memory_stays_in_the_runtimes_tensors_from_call_to_call_and_equals_numpys(
+        runtimes, host_copies):
+    """`step`, `score`, `take` and `generate(memory=)` take and return the
+    memory as OrtValues on the runtime's device: fed from one call to the
+    next it is never copied to numpy, and every result equals the numpy
+    path's. On the device path (forced here) rows of a memory are taken and
+    joined there (prompts of mixed lengths) and a score brings only the nll
+    to the host."""
+    rng = np.random.default_rng(3)
+    segments = [rng.integers(0, CONFIG.n_token, [2, 4]) for _ in range(3)]
+    prompts = [[1, 2], [3, 4, 5]]
+    memory_shapes = {(CONFIG.n_layer, 2, CONFIG.mem_len, CONFIG.d_model), (2, CONFIG.mem_len)}
+    for runtime in runtimes:
+        numpy_memory = runtime.initial_memory(2).numpy()
+        for ids in segments[:2]:
+            want_log_probs, numpy_memory = runtime.step(ids, numpy_memory)
+            numpy_memory = numpy_memory.numpy()
+        want_nll, numpy_memory = runtime.score(segments[2][:, :-1], segments[2][:, 1:],
+                                               numpy_memory)
+        numpy_memory = numpy_memory.numpy()
+        want = runtime.generate(prompts, 6, memory=numpy_memory, temperature=0.0)
+        host_copies.clear()
+        memory = runtime.initial_memory(2)
+        for ids in segments[:2]:
+            log_probs, memory = runtime.step(ids, memory)
+        nll, memory = runtime.score(segments[2][:, :-1], segments[2][:, 1:], memory)
+        assert not memory_shapes & set(host_copies), host_copies
+        if not runtime.device_cache:  # numpy takes rows on the CPU (a view of the buffer)
+            continue
+        assert (2, 3, CONFIG.n_token) not in host_copies  # the score's log-probs
+        swapped = runtime.take(memory, [1, 0])
+        got = runtime.generate(prompts, 6, memory=memory, temperature=0.0)
+        assert not memory_shapes & set(host_copies), host_copies
+        for value in (*memory, *swapped, *got.memory):
+            assert hasattr(value, "data_ptr")
+        np.testing.assert_allclose(log_probs, want_log_probs, atol=1e-6)
+        np.testing.assert_allclose(nll, want_nll, atol=1e-6)
+        for a, b, c in zip(memory.numpy(), numpy_memory, swapped.numpy()):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+            np.testing.assert_array_equal(c, a[:, ::-1] if a.ndim == 4 else a[::-1])
+        np.testing.assert_array_equal(got.ids, want.ids)
+        for a, b in zip(got.memory.numpy(), want.memory.numpy()):
+            np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 # Inputs that ONNX Runtime's CUDA kernels read in host memory (shapes, axes, starts).
@@ -196,10 +316,14 @@ def crossings(graph):
 
 def test_the_step_and_the_write_graphs_keep_every_value_on_its_device(exported):
     """What lets ONNX Runtime capture the step as a CUDA graph (it refused
-    the step with `tf.zeros_like` and a slice starting at `slot`)."""
+    the step with `tf.zeros_like` and a slice starting at `slot`); the
+    slab's row graphs keep their values on the device too."""
     step = onnx.load(str(exported[1] / "decode_step.onnx")).graph
     assert crossings(step) == []
     assert crossings(ring_write_model(CONFIG.mem_len + 1).graph) == []
+    for model in (slab_put_model(CONFIG.mem_len + 1), slab_take_model()):
+        onnx.checker.check_model(model, full_check=True)
+        assert crossings(model.graph) == []
     # The check does find such a crossing: the model's own step graph slices
     # its memory at a data-dependent start.
     assert crossings(onnx.load(str(exported[1] / "model.onnx")).graph)

@@ -1,12 +1,15 @@
 """The session table: sessions interleaved in shared batches get exactly what
 each gets alone, on the decode cache's slab (ONNX Runtime, SavedModel) and
 through `step_last` (an export without the cache, the compiled decoder)."""
+import os
+
 import keras
 import numpy as np
 import pytest
 
 from export import SessionTable, open_runtime, run_export
 from export.decode_cache import ALIGNMENT, LAYER_STACKED, CacheSlab
+from export.device_slab import DeviceSlab
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.weights import save_pretrained
 
@@ -26,11 +29,20 @@ def exported(tmp_path_factory):
     return root / "out"
 
 
-@pytest.fixture(scope="module", params=["onnx", "saved_model", "onnx_step_last"])
+# "onnx_device": the slab in device buffers (`DeviceSlab`), forced on the CPU
+# provider, over the fixed-buffer steps that CUDA graphs replay on a GPU
+# (`TXL_DEVICE_TESTS=cuda -k onnx_device` runs them there).
+@pytest.fixture(scope="module", params=["onnx", "saved_model", "onnx_step_last", "onnx_device"])
 def runtime(request, exported):
-    runtime = open_runtime(str(exported), backend=request.param.replace("_step_last", ""), device="cpu")
+    device_path = request.param == "onnx_device"
+    runtime = open_runtime(str(exported), backend="saved_model" if request.param ==
+                           "saved_model" else "onnx",
+                           device=os.environ.get("TXL_DEVICE_TESTS", "cpu") if device_path
+                           else "cpu",
+                           **(dict(device_cache=True, cuda_graph=True) if device_path else {}))
     runtime.use_decode_cache = request.param != "onnx_step_last"
     assert runtime.use_decode_cache == (request.param != "onnx_step_last")
+    assert isinstance(SessionTable(runtime).slab, DeviceSlab) == device_path
     return runtime
 
 
@@ -109,8 +121,9 @@ def test_the_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(cached_runtime
     assert not len(slab)
 
 
-def test_the_table_also_runs_over_the_compiled_decoders_backend(runtime):
-    core = TransformerXL(runtime.config)
+def test_the_table_also_runs_over_the_compiled_decoders_backend():
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.3,
+                                                    n_head=3, d_head=5))
     decoder = Decoder(core, mem_len=16, jit_compile=False)
     table = SessionTable(decoder, max_batch=3)
     for sid, (prompt, n, settings) in SESSIONS.items():

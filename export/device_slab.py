@@ -1,0 +1,209 @@
+"""The session table's slab on the runtime's device (`DeviceSlab`): what
+`export.decode_cache.CacheSlab` does in host numpy, with the rows in device
+buffers (OrtValues), so that a step on a GPU moves no cache across the bus.
+
+* The slab's tensors hold `capacity` rows for its whole life (fixed
+  addresses). A step reads and writes the first `len(slab)` rows in place
+  (`decode_cache.FixedStep`: each layer's rows, the flags' and the rows'
+  slots are a prefix of their buffers), so it can be replayed as a CUDA
+  graph, one per slab size.
+* A session joining copies its one row in (`slab_put_model`: the row's
+  rings rotated onto the slab's slot by a Gather, then scattered into its
+  row in place); one leaving is taken out (`slab_take_model`) and the last
+  row takes its place. Nothing of the slab comes to the host but the
+  log-probs and, when a session joins, the two ring positions (scalars).
+  The slab is the `SessionTable`'s on a runtime that keeps its caches on
+  the device (`OnnxRuntime(device_cache=...)`, by default on CUDA; forced
+  on the CPU provider for tests and diagnosis).
+* A step whose log-probs fail the caller's check writes nothing: the
+  graph that reads the ring runs first, the write only after the check.
+
+The ring's bookkeeping (the write, the move of its positions) is
+`decode_cache`'s, as for every device step; this module holds only the
+rows' placement. Built with `onnx.helper` at run time, as `decode_cache`'s
+graphs are.
+"""
+import numpy as np
+
+from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, FixedStep,
+                                 is_ortvalue, ortvalue, run_on_device)
+from export.decode_cache import small_model as _model
+
+# The per-row tensors a session's row holds (`positions` and `slot` are shared).
+ROW_NAMES = ("cache_mems", "keys", "values", "valid", "row_slot")
+RANKS = {"cache_mems": 4, "keys": 5, "values": 5, "valid": 2, "row_slot": 1}
+
+
+def _value_info(name, kind, rank):
+    from onnx import TensorProto, helper
+    types = {"valid": TensorProto.BOOL, "row_slot": TensorProto.INT32}
+    return helper.make_tensor_value_info(name, types.get(kind, TensorProto.FLOAT),
+                                         [None] * rank)
+
+
+def slab_put_model(size):
+    """The ONNX `ModelProto` putting one row into a slab of rings of `size`
+    slots: inputs the slab's `ROW_NAMES` (all its rows), the row's
+    (`row_<name>`, one row), `row` int64 `[1]` (where it goes) and `shift`
+    int32 `[]` (how many slots its ring moves on: `np.roll`); outputs
+    `new_<name>`, meant to be bound to the slab's own buffers (ScatterElements
+    then writes the one row in place)."""
+    from onnx import TensorProto, helper
+    nodes = [
+        helper.make_node("Constant", [], ["slots"], value=helper.make_tensor(
+            "slots", TensorProto.INT64, [size], list(range(size)))),
+        helper.make_node("Constant", [], ["size"], value=helper.make_tensor(
+            "size", TensorProto.INT64, [], [size])),
+        helper.make_node("Constant", [], ["size_32"], value=helper.make_tensor(
+            "size_32", TensorProto.INT32, [], [size])),
+        helper.make_node("Cast", ["shift"], ["shift_64"], to=TensorProto.INT64),
+        # rolled[i] = row[(i - shift) mod size]
+        helper.make_node("Sub", ["slots", "shift_64"], ["back"]),
+        helper.make_node("Add", ["back", "size"], ["back_positive"]),
+        helper.make_node("Mod", ["back_positive", "size"], ["order"]),
+        helper.make_node("Add", ["row_row_slot", "shift"], ["moved_on"]),
+        helper.make_node("Mod", ["moved_on", "size_32"], ["rolled_row_slot"]),
+        helper.make_node("ScatterElements", ["row_slot", "row", "rolled_row_slot"],
+                         ["new_row_slot"], axis=0),
+    ]
+    for name in ROW_NAMES[:-1]:
+        rank = RANKS[name]
+        nodes += [
+            helper.make_node("Gather", [f"row_{name}", "order"], [f"rolled_{name}"],
+                             axis=SLOT_AXES[name]),
+            helper.make_node("Constant", [], [f"{name}_ones"], value=helper.make_tensor(
+                f"{name}_ones", TensorProto.INT64, [rank], [1] * rank)),
+            helper.make_node("Reshape", ["row", f"{name}_ones"], [f"{name}_row"]),
+            helper.make_node("Shape", [f"rolled_{name}"], [f"{name}_shape"]),
+            helper.make_node("Expand", [f"{name}_row", f"{name}_shape"], [f"{name}_index"]),
+            helper.make_node("ScatterElements", [name, f"{name}_index", f"rolled_{name}"],
+                             [f"new_{name}"], axis=BATCH_AXES[name]),
+        ]
+    inputs = ([_value_info(name, name, RANKS[name]) for name in ROW_NAMES]
+              + [_value_info(f"row_{name}", name, RANKS[name]) for name in ROW_NAMES]
+              + [helper.make_tensor_value_info("row", TensorProto.INT64, [1]),
+                 helper.make_tensor_value_info("shift", TensorProto.INT32, [])])
+    outputs = [_value_info(f"new_{name}", name, RANKS[name]) for name in ROW_NAMES]
+    return _model(nodes, "txl_slab_put", inputs, outputs)
+
+
+def slab_take_model():
+    """The ONNX `ModelProto` taking rows out of a slab: inputs its
+    `ROW_NAMES`, `slot` and `rows` int64 `[k]`; outputs `taken_<name>`, the
+    cache tensors of those rows (`taken_slot` a copy of the slot)."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Gather", [name, "rows"], [f"taken_{name}"],
+                              axis=BATCH_AXES[name]) for name in ROW_NAMES]
+    nodes.append(helper.make_node("Identity", ["slot"], ["taken_slot"]))
+    inputs = ([_value_info(name, name, RANKS[name]) for name in ROW_NAMES]
+              + [helper.make_tensor_value_info("slot", TensorProto.INT32, []),
+                 helper.make_tensor_value_info("rows", TensorProto.INT64, [None])])
+    outputs = ([_value_info(f"taken_{name}", name, RANKS[name]) for name in ROW_NAMES]
+               + [helper.make_tensor_value_info("taken_slot", TensorProto.INT32, [])])
+    return _model(nodes, "txl_slab_take", inputs, outputs)
+
+
+class DeviceSlab:
+    """Up to `capacity` streams' device decode caches, one row each, on one
+    shared ring slot, in device buffers (see the module's docstring).
+
+    `sessions`: `{"step", "write", "move"}` (`FixedStep`'s: the replay
+    sessions where CUDA graphs are on) and `{"put", "take"}` (of
+    `slab_put_model(size)` and `slab_take_model()`). Rows are kept
+    contiguous (an evicted row's place takes the last row).
+    """
+
+    def __init__(self, capacity, sessions, device, n_token):
+        self.capacity = int(capacity)
+        self.sessions, self.device, self.n_token = sessions, device, n_token
+        self.keys = []  # the stream in each row, in row order
+        self._tensors = None  # {name: OrtValue}, made at the first admit
+        self._steps = {}  # {rows: FixedStep}
+
+    def __len__(self):
+        return len(self.keys)
+
+    def full(self):
+        return len(self.keys) == self.capacity
+
+    def admit(self, key, cache):
+        """Puts the one-row decode cache `cache` (OrtValues, or numpy) in the
+        next row, rotated onto the slab's ring slot (an empty slab takes the
+        cache's slot)."""
+        if self.full():
+            raise ValueError(f"the slab holds {self.capacity} streams already")
+        cache = {name: value if is_ortvalue(value) else ortvalue(value, self.device)
+                 for name, value in cache.items()}
+        if self._tensors is None:
+            self._tensors = self._allocate(cache)
+        slot, size = _scalar(cache["slot"]), cache["valid"].shape()[1]
+        if not self.keys:
+            self._tensors["slot"].update_inplace(np.array(slot, np.int32))
+        shift = (_scalar(self._tensors["slot"]) - slot) % size
+        self._put(cache, len(self.keys), shift)
+        self.keys.append(key)
+
+    def evict(self, key):
+        """Removes `key`'s row; its one-row device cache (a copy)."""
+        row, last = self.keys.index(key), len(self.keys) - 1
+        cache = self._take([row])
+        if row != last:
+            self._put(self._take([last]), row, 0)
+            self.keys[row] = self.keys[last]
+        self.keys.pop()
+        return cache
+
+    def batch(self):
+        """A device cache of the rows in use, in row order: a copy (steps of
+        it leave the slab as it is; `step` advances the slab)."""
+        return self._take(list(range(len(self.keys))))
+
+    def step(self, ids, check):
+        """The log-probs of one step of every row (ids `[len(self)]`), the
+        slab advanced in place, unless `check(log_probs)` raises: then
+        nothing is written (the ring is read first, written after the
+        check) and the error goes on."""
+        rows = len(self.keys)
+        if rows not in self._steps:
+            self._steps[rows] = FixedStep(self.sessions, self.device, self._tensors, rows,
+                                          self.n_token)
+        steps = self._steps[rows]
+        log_probs = check(steps.read(ids, np.zeros(rows, np.bool_)))
+        steps.write()
+        return log_probs
+
+    # --------------------------------------------------------------- helpers
+    def _allocate(self, cache):
+        """The slab's tensors: `capacity` rows of each of `ROW_NAMES`, the
+        slot, and the first cache's `positions` (the same for every cache of
+        a runtime, never written)."""
+        import onnxruntime as ort
+        tensors = {}
+        for name in ROW_NAMES:
+            value = cache[name]
+            shape = value.shape()
+            shape[BATCH_AXES[name]] = self.capacity
+            tensors[name] = ort.OrtValue.ortvalue_from_shape_and_type(
+                shape, NUMPY_TYPES[value.data_type()], self.device, 0)
+        tensors["slot"] = ortvalue(np.zeros([], np.int32), self.device)
+        tensors["positions"] = cache["positions"]
+        return tensors
+
+    def _put(self, cache, row, shift):
+        run_on_device(self.sessions["put"], self.device,
+                      {**{name: self._tensors[name] for name in ROW_NAMES},
+                       **{f"row_{name}": cache[name] for name in ROW_NAMES},
+                       "row": np.array([row], np.int64), "shift": np.array(shift, np.int32)},
+                      in_place=ROW_NAMES)
+
+    def _take(self, rows):
+        out = run_on_device(self.sessions["take"], self.device,
+                            {**{name: self._tensors[name] for name in ROW_NAMES + ("slot",)},
+                             "rows": np.array(rows, np.int64)})
+        cache = {name: out[f"taken_{name}"] for name in CACHE_NAMES if name != "positions"}
+        return {**cache, "positions": self._tensors["positions"]}
+
+
+def _scalar(value):
+    """The int of a scalar OrtValue (one small copy to the host)."""
+    return int(value.numpy())
