@@ -1,0 +1,81 @@
+"""float16 loss scaling (`CountingLossScaleOptimizer` around the project's
+`ReplicaClippedAdam`): the clip sees the unscaled gradient, a skipped step
+still counts as a step, and the scale is saved and restored with the
+optimizer."""
+import numpy as np
+import tensorflow as tf
+
+from txl_tf.keras_support.keras_compat import CountingLossScaleOptimizer, counting_loss_scale
+from txl_tf.learning.optimizer import ReplicaClippedAdam
+
+# Global norm 13, clipped to 0.25.
+GRADS = (np.array([3.0, 4.0, 0.0], np.float32), np.array([[12.0]], np.float32))
+
+
+def _variables():
+    return [tf.Variable([1.0, -2.0, 3.0]), tf.Variable([[0.5]])]
+
+
+def _scaled(scale):
+    return CountingLossScaleOptimizer(ReplicaClippedAdam(0.1, global_clipnorm=0.25),
+                                      initial_scale=scale)
+
+
+def test_the_clip_acts_on_the_unscaled_gradient():
+    """Adam's moments after two steps show the gradient it was given: with a
+    scale of 1024 they equal those of the plain optimizer on the unscaled
+    gradient (clipping the scaled one would leave them 1024 times smaller)."""
+    plain, scaled = ReplicaClippedAdam(0.1, global_clipnorm=0.25), _scaled(1024.0)
+    plain_vars, scaled_vars = _variables(), _variables()
+    for _ in range(2):
+        plain.apply([tf.constant(g) for g in GRADS], plain_vars)
+        scaled.apply([tf.constant(g * 1024.0) for g in GRADS], scaled_vars)
+    for mine, theirs in zip(scaled.inner_optimizer.variables, plain.variables):
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6, err_msg=mine.name)
+    for mine, theirs in zip(scaled_vars, plain_vars):
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6)
+    assert float(scaled.dynamic_scale.numpy()) == 1024.0
+
+
+def test_a_skipped_step_counts_and_changes_nothing_else():
+    optimizer, variables = _scaled(2.0 ** 15), _variables()
+    before = [v.numpy() for v in variables]
+    optimizer.apply([tf.constant([np.inf, 0.0, 0.0]), tf.constant(GRADS[1])], variables)
+    assert int(optimizer.iterations.numpy()) == 1  # the batch is spent
+    assert float(optimizer.dynamic_scale.numpy()) == 2.0 ** 14
+    for v, value in zip(variables, before):
+        np.testing.assert_array_equal(v.numpy(), value)
+    moments = [v for v in optimizer.inner_optimizer.variables
+               if v.name.endswith(("momentum", "velocity"))]
+    assert len(moments) == 4 and not any(np.any(v.numpy()) for v in moments)
+    optimizer.apply([tf.constant(g) for g in GRADS], variables)
+    assert int(optimizer.iterations.numpy()) == 2
+
+
+def test_keras_wrapping_is_replaced_with_its_settings():
+    import keras
+    keras_lso = keras.optimizers.LossScaleOptimizer(ReplicaClippedAdam(0.1), initial_scale=8.0,
+                                                    dynamic_growth_steps=5)
+    mine = counting_loss_scale(keras_lso)
+    assert isinstance(mine, CountingLossScaleOptimizer)
+    assert (mine.initial_scale, mine.dynamic_growth_steps) == (8.0, 5)
+    assert mine.inner_optimizer is keras_lso.inner_optimizer
+    assert counting_loss_scale(mine) is mine
+    adam = ReplicaClippedAdam(0.1)
+    assert counting_loss_scale(adam) is adam
+
+
+def test_the_scale_is_checkpointed_with_the_optimizer(tmp_path):
+    optimizer, variables = _scaled(2.0 ** 15), _variables()
+    optimizer.apply([tf.constant([np.inf, 0.0, 0.0]), tf.constant(GRADS[1])], variables)
+    for _ in range(3):
+        optimizer.apply([tf.constant(g) for g in GRADS], variables)
+    path = tf.train.Checkpoint(optimizer=optimizer).save(str(tmp_path / "ckpt"))
+    assert any("dynamic_scale" in name for name, _ in tf.train.list_variables(path))
+
+    restored = _scaled(2.0 ** 15)
+    restored.build(_variables())
+    tf.train.Checkpoint(optimizer=restored).restore(path).assert_existing_objects_matched()
+    assert float(restored.dynamic_scale.numpy()) == 2.0 ** 14
+    assert int(restored.step_counter.numpy()) == 3
+    assert int(restored.iterations.numpy()) == 4
