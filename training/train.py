@@ -32,6 +32,7 @@ model's n_token is the corpus tokenizer's vocabulary size.
 """
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -84,6 +85,11 @@ SPEC = (
            ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
     option("bool", "jit_compile", None, "XLA-compile the train step (default: auto, on for "
                    "GPUs and TPUs, off on CPUs)."),
+    option("integer", "steps_per_execution", 0, "Training steps per call of the compiled "
+                     "train function (Keras's steps_per_execution; fewer calls from Python, "
+                     "which an accelerator waits on). It must divide --log_every, "
+                     "--checkpoint_every, --eval_every and --train_steps. 0: the largest "
+                     "such number up to 32 that also divides the step resumed from."),
     option("integer", "seed", 0, "Seed of the weight initialisation."),
     option("integer", "checkpoint_every", 1000, "Checkpoint every N steps (and at the end)."),
     option("integer", "keep_checkpoints", 3, "Checkpoints kept."),
@@ -150,8 +156,37 @@ def _check_options(o):
     if o["document_separator"] is not None and o["document_separator"] < 0:
         raise TrainingError(f"--document_separator must be an id >= 0, got "
                             f"{o['document_separator']}")
+    if o["steps_per_execution"] < 0:
+        raise TrainingError(f"--steps_per_execution must be >= 0, got "
+                            f"{o['steps_per_execution']}")
+    if o["steps_per_execution"]:
+        cadences = _cadences(o)
+        wrong = [f"--{name} {every}" for name, every in cadences if every % o["steps_per_execution"]]
+        if wrong:
+            raise TrainingError(f"--steps_per_execution {o['steps_per_execution']} does not "
+                                f"divide {', '.join(wrong)}: events would fall inside a call")
     if o["adam_epsilon"] <= 0:
         raise TrainingError(f"--adam_epsilon must be > 0, got {o['adam_epsilon']}")
+
+
+MAX_STEPS_PER_EXECUTION = 32  # a signal or --max_time_s stops after the call in flight
+
+
+def _cadences(o):
+    """`(flag, steps)` of the events the job acts on between steps."""
+    named = [(name, o[name]) for name in ("log_every", "checkpoint_every", "train_steps")]
+    return named + ([("eval_every", o["eval_every"])] if o["eval_every"] else [])
+
+
+def steps_per_execution(o, start_step):
+    """Steps per call of the train function: `--steps_per_execution`, or
+    the largest number up to `MAX_STEPS_PER_EXECUTION` dividing every
+    cadence and `start_step` (so each call ends on a step where something
+    may happen: a log line, a checkpoint, an evaluation, the last step)."""
+    if o["steps_per_execution"]:
+        return o["steps_per_execution"]
+    period = math.gcd(start_step, *(every for _, every in _cadences(o)))
+    return max(k for k in range(1, MAX_STEPS_PER_EXECUTION + 1) if period % k == 0)
 
 
 def _model_overrides(o):
@@ -239,8 +274,9 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf.weights import save_pretrained
     from txl_tf.checks.memory_budget import check_fits
     from training import inputs, run_record
-    from training.callbacks import (GlobalStepTensorBoard, ProgressBar, ProgressLine, StepEvents,
-                                    StepLog, StopOnSignal, TimeLimit, tensorboard_available)
+    from training.callbacks import (CompileTime, GlobalStepTensorBoard, ProgressBar,
+                                    ProgressLine, StepEvents, StepLog, StopOnSignal, TimeLimit,
+                                    tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
@@ -331,6 +367,9 @@ def _train(o, strategy, task_id, is_chief):
                                     max_to_keep=o["keep_checkpoints"])
     restored = checkpoint.restore_latest(warn=_warn)
     step = checkpoint.step
+    # Set after the restore: the step resumed from decides it; changing it
+    # only drops the traced train function (nothing was traced yet).
+    model.steps_per_execution = steps_per_execution(o, step)
     params = sum(int(v.numpy().size) for v in model.core.trainable_weights)
     log(f"model: preset {o['preset']}, {params:,} parameters, n_token {config.n_token}, "
         f"tgt_len {config.tgt_len}, mem_len {config.mem_len}; {type(strategy).__name__} with "
@@ -340,6 +379,7 @@ def _train(o, strategy, task_id, is_chief):
         f"{schedule.warmup_steps:,} steps, cosine decay to {o['min_lr_ratio']:g} x peak at "
         f"step {o['train_steps']:,}; Adam beta_2 {o['adam_beta2']:g}, clip {o['clip']:g}")
     log(f"resumed from {restored} at step {step}" if restored else "starting at step 0")
+    log(f"train step: {model.steps_per_execution} step(s) per call")
 
     tensorboard = tensorboard_available()
     if not tensorboard:
@@ -363,24 +403,27 @@ def _train(o, strategy, task_id, is_chief):
         return now >= o["train_steps"]
 
     history = {}
+    compile_time = CompileTime()
     # Workers of a multi-worker run must stop at the same step; a signal there
     # keeps its default effect (the run resumes from its last checkpoint).
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     stop = None if multi_worker else StopOnSignal()
     if step < o["train_steps"]:
-        callbacks = [StepEvents(on_step)] + ([stop] if stop else [])
+        callbacks = [compile_time, StepEvents(on_step)] + ([stop] if stop else [])
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
             callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"]))
         if is_chief:
             callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
-                                     schedule=schedule))
+                                     schedule=schedule, compile_time=compile_time))
         verbose = o["verbose"] if is_chief else 0
         if verbose == 1:  # a bar over --train_steps on a terminal, else plain lines
-            callbacks.append(ProgressBar(o["train_steps"]) if interactive() else
+            callbacks.append(ProgressBar(o["train_steps"], compile_time=compile_time)
+                             if interactive() else
                              ProgressLine(o["train_steps"], o["log_every"],
-                                          o["batch_size"] * config.tgt_len, schedule, log))
+                                          o["batch_size"] * config.tgt_len, schedule, log,
+                                          compile_time=compile_time))
             verbose = 0
         if timer:
             callbacks.append(timer)
@@ -423,7 +466,9 @@ def _train(o, strategy, task_id, is_chief):
     return {"step": step, "train": history, "final_eval": final,
             "evaluations": validator.results if validator else [],
             "export_dir": export_dir, "model_dir": model_dir, "parameters": params,
-            "character_level": character_level, "replicas": replicas}
+            "character_level": character_level, "replicas": replicas,
+            "steps_per_execution": model.steps_per_execution,
+            "compile_s": compile_time.seconds}
 
 
 def main(argv):
