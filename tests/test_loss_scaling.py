@@ -2,6 +2,8 @@
 `ReplicaClippedAdam`): the clip sees the unscaled gradient, a skipped step
 still counts as a step, and the scale is saved and restored with the
 optimizer."""
+import json
+
 import numpy as np
 import tensorflow as tf
 
@@ -79,3 +81,38 @@ def test_the_scale_is_checkpointed_with_the_optimizer(tmp_path):
     assert float(restored.dynamic_scale.numpy()) == 2.0 ** 14
     assert int(restored.step_counter.numpy()) == 3
     assert int(restored.iterations.numpy()) == 4
+
+
+def test_the_job_trains_in_float16_and_resumes_with_its_scale(tmp_path):
+    """`--mixed_precision=mixed_float16`: finite losses, the loss scale in the
+    checkpoint, and a run stopped at step 2 and resumed ends with the weights
+    and scale of an uninterrupted one."""
+    from job_helpers import write_text_corpus
+    from training import train
+    write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=5)
+
+    def run(name, steps):
+        return train.run(model_dir=str(tmp_path / name), dataset="text",
+                         data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
+                         preset="tiny", batch_size=2, train_steps=steps, checkpoint_every=2,
+                         log_every=1, final_eval=False, verbose=0, learning_rate=0.01, seed=4,
+                         min_lr_ratio=1.0, warmup_steps=0,  # the rate does not depend on steps
+                         strategy="one_device", mixed_precision="mixed_float16")
+
+    run("full", 4)
+    run("resumed", 2)
+    run("resumed", 4)
+    losses = [json.loads(line)["loss"] for line in open(tmp_path / "full" / "train_log.jsonl")]
+    assert len(losses) == 4 and np.all(np.isfinite(losses))
+    checkpoints = {}
+    for name in ("full", "resumed"):
+        path = tf.train.latest_checkpoint(str(tmp_path / name / "checkpoints"))
+        reader = tf.train.load_checkpoint(path)
+        scale = [n for n in reader.get_variable_to_shape_map() if "dynamic_scale" in n]
+        assert len(scale) == 1, sorted(reader.get_variable_to_shape_map())
+        checkpoints[name] = reader.get_tensor(scale[0])
+    assert checkpoints["resumed"] == checkpoints["full"] > 0
+    with np.load(tmp_path / "full" / "export" / "weights.npz") as a, \
+            np.load(tmp_path / "resumed" / "export" / "weights.npz") as b:
+        for name in a.files:
+            np.testing.assert_array_equal(b[name], a[name], err_msg=name)
