@@ -19,7 +19,7 @@ from txl_tf import TransformerXLLM
 
 def _options(**changes):
     o = {"log_every": 100, "checkpoint_every": 1000, "train_steps": 1000, "eval_every": 0,
-         "steps_per_execution": 0}
+         "steps_per_execution": 0, "profile_steps": None}
     o.update(changes)
     return o
 
@@ -33,6 +33,7 @@ def _options(**changes):
     ({}, 37, 1),                                    # resumed after a signal at step 37
     ({}, 250, 25),
     ({"steps_per_execution": 5}, 37, 5),            # given: taken as it is
+    ({"profile_steps": "20,30"}, 0, 10),
 ])
 def test_steps_per_call_divide_every_event(changes, start, expected):
     assert train.steps_per_execution(_options(**changes), start) == expected
@@ -42,6 +43,13 @@ def test_steps_per_call_that_split_an_event_are_refused():
     o = train.merge(train.SPEC, {"model_dir": "x", "log_every": 10, "steps_per_execution": 4})
     with pytest.raises(TrainingError, match=r"--steps_per_execution 4 does not divide "
                                             r"--log_every 10"):
+        train._check_options(o)
+
+
+@pytest.mark.parametrize("value", ["5", "0,3", "4,2", "1,2000", "a,b"])
+def test_bad_profile_steps_are_refused(value):
+    o = train.merge(train.SPEC, {"model_dir": "x", "profile_steps": value})
+    with pytest.raises(TrainingError, match="--profile_steps must be START,END"):
         train._check_options(o)
 
 
@@ -95,7 +103,8 @@ def test_callbacks_count_steps_without_reading_the_device(tmp_path, monkeypatch,
 
 def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
     """The job with 2 steps per call (auto) and with 1: the same losses at
-    every log line and the same weights; the train step traced once."""
+    every log line and the same weights; the train step traced once. The
+    auto run records a profile of steps 1-2 (`--profile_steps`)."""
     write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=3)
     traces = []
     train_step = TransformerXLLM.train_step
@@ -106,14 +115,15 @@ def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
 
     monkeypatch.setattr(TransformerXLLM, "train_step", counted)
     runs = {}
-    for name, steps_per_execution in (("single", 1), ("auto", 0)):
+    for name, steps_per_execution, profile in (("single", 1, None), ("auto", 0, "2,2")):
         traces.clear()
         result = train.run(model_dir=str(tmp_path / name), dataset="text",
                            data_dir=str(tmp_path / "corpus.txt"),
                            cache_dir=str(tmp_path / "cache"), preset="tiny", batch_size=2,
                            train_steps=4, checkpoint_every=2, log_every=2, final_eval=False,
                            verbose=0, learning_rate=0.01, seed=1, strategy="one_device",
-                           mixed_precision="none", steps_per_execution=steps_per_execution)
+                           mixed_precision="none", steps_per_execution=steps_per_execution,
+                           profile_steps=profile)
         assert len(traces) == 1, f"{name}: the train step was traced {len(traces)} times"
         assert result["compile_s"] is not None and result["compile_s"] >= 0
         with open(tmp_path / name / "train_log.jsonl", encoding="utf-8") as f:
@@ -121,6 +131,9 @@ def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
     (single, single_result), (auto, auto_result) = runs["single"], runs["auto"]
     assert (single_result["steps_per_execution"], auto_result["steps_per_execution"]) == (1, 2)
     assert len(single) == 2
+    profiles = list((tmp_path / "auto" / "logs" / "train").glob("plugins/profile/*/*.xplane.pb"))
+    assert len(profiles) == 1 and profiles[0].stat().st_size > 0
+    assert not (tmp_path / "single" / "logs" / "train" / "plugins").exists()
     np.testing.assert_array_equal(auto, single)
     with np.load(tmp_path / "single" / "export" / "weights.npz") as a, \
             np.load(tmp_path / "auto" / "export" / "weights.npz") as b:

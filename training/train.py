@@ -90,6 +90,10 @@ SPEC = (
                      "which an accelerator waits on). It must divide --log_every, "
                      "--checkpoint_every, --eval_every and --train_steps. 0: the largest "
                      "such number up to 32 that also divides the step resumed from."),
+    option("string", "profile_steps", None, "START,END: record TensorFlow's profile of the "
+                    "train-function calls that end at global steps START to END into "
+                    "<model_dir>/logs/train (TensorBoard's Profile tab; needs the "
+                    "tensorboard package)."),
     option("integer", "seed", 0, "Seed of the weight initialisation."),
     option("integer", "checkpoint_every", 1000, "Checkpoint every N steps (and at the end)."),
     option("integer", "keep_checkpoints", 3, "Checkpoints kept."),
@@ -156,6 +160,7 @@ def _check_options(o):
     if o["document_separator"] is not None and o["document_separator"] < 0:
         raise TrainingError(f"--document_separator must be an id >= 0, got "
                             f"{o['document_separator']}")
+    _profile_steps(o)
     if o["steps_per_execution"] < 0:
         raise TrainingError(f"--steps_per_execution must be >= 0, got "
                             f"{o['steps_per_execution']}")
@@ -172,10 +177,26 @@ def _check_options(o):
 MAX_STEPS_PER_EXECUTION = 32  # a signal or --max_time_s stops after the call in flight
 
 
+def _profile_steps(o):
+    """`(start, end)` of `--profile_steps`, or None."""
+    if not o["profile_steps"]:
+        return None
+    try:
+        start, end = (int(part) for part in o["profile_steps"].split(","))
+    except ValueError:
+        start = end = None
+    if start is None or not 0 < start <= end <= o["train_steps"]:
+        raise TrainingError(f"--profile_steps must be START,END with 0 < START <= END <= "
+                            f"--train_steps, got {o['profile_steps']!r}")
+    return start, end
+
+
 def _cadences(o):
     """`(flag, steps)` of the events the job acts on between steps."""
     named = [(name, o[name]) for name in ("log_every", "checkpoint_every", "train_steps")]
-    return named + ([("eval_every", o["eval_every"])] if o["eval_every"] else [])
+    profile = _profile_steps(o)
+    return (named + ([("eval_every", o["eval_every"])] if o["eval_every"] else []) +
+            ([("profile_steps", profile[0]), ("profile_steps", profile[1])] if profile else []))
 
 
 def steps_per_execution(o, start_step):
@@ -383,6 +404,8 @@ def _train(o, strategy, task_id, is_chief):
 
     tensorboard = tensorboard_available()
     if not tensorboard:
+        if o["profile_steps"]:
+            raise TrainingError("--profile_steps needs the tensorboard package")
         log("TensorBoard logs off: the tensorboard package is not installed")
     validator = None
     if evaluating and is_chief:
@@ -413,7 +436,8 @@ def _train(o, strategy, task_id, is_chief):
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
-            callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"]))
+            callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"],
+                                                   profile_batch=_profile_steps(o) or 0))
         if is_chief:
             callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
                                      schedule=schedule, compile_time=compile_time))
