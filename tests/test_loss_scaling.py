@@ -67,6 +67,16 @@ def test_keras_wrapping_is_replaced_with_its_settings():
     assert counting_loss_scale(adam) is adam
 
 
+def test_compile_under_float16_counts_skipped_steps():
+    from txl_tf import TransformerXLConfig, TransformerXLLM
+    model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=2,
+                            dtype="mixed_float16")
+    adam = ReplicaClippedAdam(0.1, global_clipnorm=0.25)
+    model.compile(optimizer=adam, jit_compile=False)
+    assert isinstance(model.optimizer, CountingLossScaleOptimizer)
+    assert model.optimizer.inner_optimizer is adam
+
+
 def test_the_scale_is_checkpointed_with_the_optimizer(tmp_path):
     optimizer, variables = _scaled(2.0 ** 15), _variables()
     optimizer.apply([tf.constant([np.inf, 0.0, 0.0]), tf.constant(GRADS[1])], variables)
