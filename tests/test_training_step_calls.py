@@ -32,7 +32,8 @@ def _options(**changes):
     ({"eval_every": 30}, 0, 10),
     ({}, 37, 1),                                    # resumed after a signal at step 37
     ({}, 250, 25),
-    ({"steps_per_execution": 5}, 37, 5),            # given: taken as it is
+    ({"steps_per_execution": 5}, 35, 5),            # given: taken as it is...
+    ({"steps_per_execution": 5}, 37, 1),            # ...where it divides the step resumed from
     ({"profile_steps": "20,30"}, 0, 10),
 ])
 def test_steps_per_call_divide_every_event(changes, start, expected):

@@ -89,7 +89,8 @@ SPEC = (
                      "train function (Keras's steps_per_execution; fewer calls from Python, "
                      "which an accelerator waits on). It must divide --log_every, "
                      "--checkpoint_every, --eval_every and --train_steps. 0: the largest "
-                     "such number up to 32 that also divides the step resumed from."),
+                     "such number up to 32 that also divides the step resumed from (also used "
+                     "where a given N does not)."),
     option("string", "profile_steps", None, "START,END: record TensorFlow's profile of the "
                     "train-function calls that end at global steps START to END into "
                     "<model_dir>/logs/train (TensorBoard's Profile tab; needs the "
@@ -200,11 +201,12 @@ def _cadences(o):
 
 
 def steps_per_execution(o, start_step):
-    """Steps per call of the train function: `--steps_per_execution`, or
-    the largest number up to `MAX_STEPS_PER_EXECUTION` dividing every
-    cadence and `start_step` (so each call ends on a step where something
-    may happen: a log line, a checkpoint, an evaluation, the last step)."""
-    if o["steps_per_execution"]:
+    """Steps per call of the train function: `--steps_per_execution` where
+    it divides `start_step`, else the largest number up to
+    `MAX_STEPS_PER_EXECUTION` dividing every cadence and `start_step` (so
+    each call ends on a step where something may happen: a log line, a
+    checkpoint, an evaluation, the last step)."""
+    if o["steps_per_execution"] and start_step % o["steps_per_execution"] == 0:
         return o["steps_per_execution"]
     period = math.gcd(start_step, *(every for _, every in _cadences(o)))
     return max(k for k in range(1, MAX_STEPS_PER_EXECUTION + 1) if period % k == 0)
@@ -391,6 +393,9 @@ def _train(o, strategy, task_id, is_chief):
     # Set after the restore: the step resumed from decides it; changing it
     # only drops the traced train function (nothing was traced yet).
     model.steps_per_execution = steps_per_execution(o, step)
+    if o["steps_per_execution"] and model.steps_per_execution != o["steps_per_execution"]:
+        _warn(f"--steps_per_execution {o['steps_per_execution']} does not divide the step "
+              f"resumed from ({step}): {model.steps_per_execution} step(s) per call in this run")
     params = sum(int(v.numpy().size) for v in model.core.trainable_weights)
     log(f"model: preset {o['preset']}, {params:,} parameters, n_token {config.n_token}, "
         f"tgt_len {config.tgt_len}, mem_len {config.mem_len}; {type(strategy).__name__} with "
