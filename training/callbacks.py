@@ -8,29 +8,83 @@ import time
 import keras
 
 
-class StepLog(keras.callbacks.Callback):
+class GlobalStep(keras.callbacks.Callback):
+    """Base of the callbacks that act on the global step (the optimizer's
+    `iterations`) without reading it from the device after every step: it
+    is read once when `fit` starts, then `step` counts the steps Keras
+    reports (a call of the train function runs `steps_per_execution` of
+    them: batches `begin..end`). Every step advances `iterations` by one
+    (`txl_tf.keras_support.keras_compat.CountingLossScaleOptimizer` also counts
+    the steps that float16 loss scaling skips), so the count stays exact."""
+
+    step = None
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self.step = int(self.model.optimizer.iterations.numpy())
+
+    def on_train_batch_begin(self, batch, logs=None):
+        super().on_train_batch_begin(batch, logs)
+        self._first_batch = batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += batch - self._first_batch + 1
+        super().on_train_batch_end(batch, logs)
+
+
+class CompileTime(keras.callbacks.Callback):
+    """Measures what the first call of the train function costs beyond the
+    second (both run `steps_per_execution` steps, so the difference is the
+    tracing and XLA compilation): `seconds`, None until known. A run with a
+    single call gets that call's whole time (an upper bound). Only those two
+    calls wait for the device. Put it first among the callbacks, so that the
+    others' work (a checkpoint) is not timed."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.seconds = [], None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter() if len(self.calls) < 2 else None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._start is None:
+            return
+        keras.tree.map_structure(keras.ops.convert_to_numpy, logs or {})  # waits for the step
+        self.calls.append(time.perf_counter() - self._start)
+        if len(self.calls) == 2:
+            self.seconds = max(self.calls[0] - self.calls[1], 0.0)
+
+    def on_train_end(self, logs=None):
+        if self.seconds is None and self.calls:
+            self.seconds = self.calls[0]
+
+
+class StepLog(GlobalStep):
     """Appends `{"step", "time", "lr", <metrics>}` as JSON lines to `path`
     every `every` steps and at the last step trained (`time`: seconds since
     the job's callbacks were made; `lr`: the rate of that step; the metrics
-    are Keras's running means since the start of the epoch)."""
+    are Keras's running means since the start of the epoch). With a
+    `CompileTime`, the first line written after it is known also has
+    `compile_s`."""
 
-    def __init__(self, path, every=1, schedule=None):
+    def __init__(self, path, every=1, schedule=None, compile_time=None):
         super().__init__()
         self.path, self.every = path, max(int(every), 1)
         self.schedule = schedule  # a LearningRateSchedule, or None for a constant rate
+        self.compile_time = compile_time
         self.start = time.time()
         self.written, self.logs = None, {}
 
     def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
         self.logs = logs or {}
-        step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every == 0:
-            self._write(step)
+        if self.step % self.every == 0:
+            self._write(self.step)
 
     def on_train_end(self, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        if self.logs and step != self.written:
-            self._write(step)
+        if self.logs and self.step != self.written:
+            self._write(self.step)
 
     def _write(self, step):
         if self.schedule is not None:
@@ -40,6 +94,9 @@ class StepLog(keras.callbacks.Callback):
         record = {"step": step, "time": round(time.time() - self.start, 4),
                   "lr": float(keras.ops.convert_to_numpy(lr))}
         record.update({k: float(v) for k, v in self.logs.items()})
+        if self.compile_time is not None and self.compile_time.seconds is not None:
+            record["compile_s"] = round(self.compile_time.seconds, 3)
+            self.compile_time = None  # once
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         self.written = step
@@ -96,18 +153,18 @@ class StopOnSignal(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class StepEvents(keras.callbacks.Callback):
-    """Runs `on_step(step)` after every training step, with the global step
-    (the optimizer's `iterations`): checkpoints, evaluation and the stop at
-    the requested step hang off it."""
+class StepEvents(GlobalStep):
+    """Runs `on_step(step)` after every call of the train function, with the
+    global step (the optimizer's `iterations`): checkpoints, evaluation and
+    the stop at the requested step hang off it."""
 
     def __init__(self, on_step):
         super().__init__()
         self.on_step = on_step
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        if self.on_step(step):
+        super().on_train_batch_end(batch, logs)
+        if self.on_step(self.step):
             self.model.stop_training = True
 
 
@@ -120,72 +177,77 @@ def tensorboard_available():
     return True
 
 
-class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
+class GlobalStepTensorBoard(GlobalStep, keras.callbacks.TensorBoard):
     """Keras's TensorBoard callback with batch summaries at the global step
-    (Keras counts from 0 in every `fit`, so a resumed job would draw its
-    curves over the first run's)."""
+    (Keras counts calls of the train function from 0 in every `fit`, so a
+    resumed job would draw its curves over the first run's, and with
+    `steps_per_execution` > 1 at the wrong steps)."""
 
-    def on_train_begin(self, logs=None):
+    def on_train_batch_begin(self, batch, logs=None):
         from txl_tf.keras_support.keras_compat import start_tensorboard_batches_at  # private Keras state
-        super().on_train_begin(logs)
-        start_tensorboard_batches_at(self, int(self.model.optimizer.iterations.numpy()))
+        # Keras adds one per call: its count ends at the step this call reaches.
+        start_tensorboard_batches_at(self, self.step + self.model.steps_per_execution - 1)
+        super().on_train_batch_begin(batch, logs)
 
 
-class ProgressBar(keras.callbacks.Callback):
+class ProgressBar(GlobalStep):
     """A terminal bar over the whole run, global step of `total_steps` (Keras's
-    own bar restarts at every `fit` epoch: every checkpoint), with its ETA."""
+    own bar restarts at every `fit` epoch: every checkpoint), with its ETA
+    (and `compile_s` once a `CompileTime` knows it)."""
 
-    def __init__(self, total_steps, metrics=("loss", "ppl")):
+    def __init__(self, total_steps, metrics=("loss", "ppl"), compile_time=None):
         super().__init__()
         self.total, self.metrics, self.bar = int(total_steps), tuple(metrics), None
-
-    def _step(self):
-        return int(self.model.optimizer.iterations.numpy())
+        self.compile_time = compile_time
 
     def on_train_begin(self, logs=None):
-        self.bar = keras.utils.Progbar(self.total, stateful_metrics=self.metrics,
+        super().on_train_begin(logs)
+        self.bar = keras.utils.Progbar(self.total, stateful_metrics=self.metrics + ("compile_s",),
                                        unit_name="step")
-        self.bar.update(self._step())  # a resumed run starts where it stopped
+        self.bar.update(self.step)  # a resumed run starts where it stopped
 
     def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
         logs = logs or {}
-        self.bar.update(min(self._step(), self.total),
-                        [(k, float(logs[k])) for k in self.metrics if k in logs])
+        values = [(k, float(logs[k])) for k in self.metrics if k in logs]
+        if self.compile_time is not None and self.compile_time.seconds is not None:
+            values.append(("compile_s", self.compile_time.seconds))
+        self.bar.update(min(self.step, self.total), values)
 
 
-class ProgressLine(keras.callbacks.Callback):
+class ProgressLine(GlobalStep):
     """Prints one plain line every `every` global steps and at the end of
     training (`tokens_per_step`: global batch x tgt_len, for tok/s, or
     whatever `unit` counts; `schedule`: the learning-rate schedule, or None;
-    `fields`: the logged metrics shown, with their digits)."""
+    `fields`: the logged metrics shown, with their digits). With a
+    `CompileTime`, the first line printed after it is known ends with
+    `compile <seconds>s`."""
 
     FIELDS = (("loss", 4), ("bpc", 4), ("ppl", 2))
 
     def __init__(self, total_steps, every, tokens_per_step, schedule=None, log=print,
-                 fields=FIELDS, unit="tok"):
+                 fields=FIELDS, unit="tok", compile_time=None):
         super().__init__()
         self.total, self.every = int(total_steps), max(int(every), 1)
         self.tokens_per_step, self.schedule, self.log = tokens_per_step, schedule, log
         self.fields, self.unit = tuple(fields), unit
+        self.compile_time = compile_time
         self.last = self.last_time = None
         self.logs = {}
 
-    def _step(self):
-        return int(self.model.optimizer.iterations.numpy())
-
     def on_train_begin(self, logs=None):
-        self.last, self.last_time = self._step(), time.time()
+        super().on_train_begin(logs)
+        self.last, self.last_time = self.step, time.time()
 
     def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
         self.logs = logs or {}
-        step = self._step()
-        if step % self.every == 0 or step >= self.total:
-            self._print(step)
+        if self.step % self.every == 0 or self.step >= self.total:
+            self._print(self.step)
 
     def on_train_end(self, logs=None):
-        step = self._step()
-        if step != self.last:
-            self._print(step)
+        if self.step != self.last:
+            self._print(self.step)
 
     def _print(self, step):
         now = time.time()
@@ -200,5 +262,8 @@ class ProgressLine(keras.callbacks.Callback):
         if seconds > 0 and step > self.last:
             parts.append(f"{(step - self.last) * self.tokens_per_step / seconds:,.0f} "
                          f"{self.unit}/s")
+        if self.compile_time is not None and self.compile_time.seconds is not None:
+            parts.append(f"compile {self.compile_time.seconds:.1f}s")
+            self.compile_time = None  # once
         self.log(" ".join(parts))
         self.last, self.last_time = step, now

@@ -30,25 +30,45 @@ def _num_workers(tf_config):
     return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
 
 
+def choose_strategy(tpu, workers, gpus, cpus):
+    """The strategy `auto` means (a name of `STRATEGIES`): `tpu` if a TPU is
+    named, `multi_worker` for several workers, `mirrored` over several GPUs
+    (or, without a GPU, over several logical CPUs), else `one_device`, on
+    the GPU where there is one (logical CPUs beside it do not count).
+
+    Args:
+        tpu: the `--tpu` name or address (None or "": none).
+        workers: workers of the cluster in TF_CONFIG.
+        gpus: GPUs visible.
+        cpus: logical CPU devices.
+    """
+    if tpu:
+        return "tpu"
+    if workers > 1:
+        return "multi_worker"
+    if gpus > 1 or (gpus == 0 and cpus > 1):
+        return "mirrored"
+    return "one_device"
+
+
+def one_device(gpus):
+    """The device of `one_device`: the first of `gpus` (logical GPU names),
+    else the CPU."""
+    return gpus[0] if gpus else "/cpu:0"
+
+
 def make_strategy(name="auto", tpu=None):
     """A strategy by name.
 
-    `auto`: TPU if `tpu` is given, multi-worker if TF_CONFIG names more than
-    one worker, mirrored over all GPUs (or logical CPUs) if there are several,
-    else one device. `multi_worker` reads the cluster from TF_CONFIG.
+    `auto`: `choose_strategy` of the devices TensorFlow sees (one GPU: that
+    GPU). `multi_worker` reads the cluster from TF_CONFIG.
     """
     if name not in STRATEGIES:
         raise TxlError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}")
     if name == "auto":
-        if tpu:
-            name = "tpu"
-        elif _num_workers(_tf_config()) > 1:
-            name = "multi_worker"
-        elif len(tf.config.list_physical_devices("GPU")) > 1 or \
-                len(tf.config.list_logical_devices("CPU")) > 1:
-            name = "mirrored"
-        else:
-            name = "one_device"
+        name = choose_strategy(tpu, _num_workers(_tf_config()),
+                               len(tf.config.list_physical_devices("GPU")),
+                               len(tf.config.list_logical_devices("CPU")))
     if name == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
         tf.config.experimental_connect_to_cluster(resolver)
@@ -69,8 +89,8 @@ def make_strategy(name="auto", tpu=None):
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices)
-    gpus = tf.config.list_logical_devices("GPU")
-    return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    return tf.distribute.OneDeviceStrategy(
+        one_device([d.name for d in tf.config.list_logical_devices("GPU")]))
 
 
 def worker_info(strategy):

@@ -32,6 +32,7 @@ model's n_token is the corpus tokenizer's vocabulary size.
 """
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -84,6 +85,16 @@ SPEC = (
            ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
     option("bool", "jit_compile", None, "XLA-compile the train step (default: auto, on for "
                    "GPUs and TPUs, off on CPUs)."),
+    option("integer", "steps_per_execution", 0, "Training steps per call of the compiled "
+                     "train function (Keras's steps_per_execution; fewer calls from Python, "
+                     "which an accelerator waits on). It must divide --log_every, "
+                     "--checkpoint_every, --eval_every and --train_steps. 0: the largest "
+                     "such number up to 32 that also divides the step resumed from (also used "
+                     "where a given N does not)."),
+    option("string", "profile_steps", None, "START,END: record TensorFlow's profile of the "
+                    "train-function calls that end at global steps START to END into "
+                    "<model_dir>/logs/train (TensorBoard's Profile tab; needs the "
+                    "tensorboard package)."),
     option("integer", "seed", 0, "Seed of the weight initialisation."),
     option("integer", "checkpoint_every", 1000, "Checkpoint every N steps (and at the end)."),
     option("integer", "keep_checkpoints", 3, "Checkpoints kept."),
@@ -150,8 +161,55 @@ def _check_options(o):
     if o["document_separator"] is not None and o["document_separator"] < 0:
         raise TrainingError(f"--document_separator must be an id >= 0, got "
                             f"{o['document_separator']}")
+    _profile_steps(o)
+    if o["steps_per_execution"] < 0:
+        raise TrainingError(f"--steps_per_execution must be >= 0, got "
+                            f"{o['steps_per_execution']}")
+    if o["steps_per_execution"]:
+        cadences = _cadences(o)
+        wrong = [f"--{name} {every}" for name, every in cadences if every % o["steps_per_execution"]]
+        if wrong:
+            raise TrainingError(f"--steps_per_execution {o['steps_per_execution']} does not "
+                                f"divide {', '.join(wrong)}: events would fall inside a call")
     if o["adam_epsilon"] <= 0:
         raise TrainingError(f"--adam_epsilon must be > 0, got {o['adam_epsilon']}")
+
+
+MAX_STEPS_PER_EXECUTION = 32  # a signal or --max_time_s stops after the call in flight
+
+
+def _profile_steps(o):
+    """`(start, end)` of `--profile_steps`, or None."""
+    if not o["profile_steps"]:
+        return None
+    try:
+        start, end = (int(part) for part in o["profile_steps"].split(","))
+    except ValueError:
+        start = end = None
+    if start is None or not 0 < start <= end <= o["train_steps"]:
+        raise TrainingError(f"--profile_steps must be START,END with 0 < START <= END <= "
+                            f"--train_steps, got {o['profile_steps']!r}")
+    return start, end
+
+
+def _cadences(o):
+    """`(flag, steps)` of the events the job acts on between steps."""
+    named = [(name, o[name]) for name in ("log_every", "checkpoint_every", "train_steps")]
+    profile = _profile_steps(o)
+    return (named + ([("eval_every", o["eval_every"])] if o["eval_every"] else []) +
+            ([("profile_steps", profile[0]), ("profile_steps", profile[1])] if profile else []))
+
+
+def steps_per_execution(o, start_step):
+    """Steps per call of the train function: `--steps_per_execution` where
+    it divides `start_step`, else the largest number up to
+    `MAX_STEPS_PER_EXECUTION` dividing every cadence and `start_step` (so
+    each call ends on a step where something may happen: a log line, a
+    checkpoint, an evaluation, the last step)."""
+    if o["steps_per_execution"] and start_step % o["steps_per_execution"] == 0:
+        return o["steps_per_execution"]
+    period = math.gcd(start_step, *(every for _, every in _cadences(o)))
+    return max(k for k in range(1, MAX_STEPS_PER_EXECUTION + 1) if period % k == 0)
 
 
 def _model_overrides(o):
@@ -239,8 +297,9 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf.weights import save_pretrained
     from txl_tf.checks.memory_budget import check_fits
     from training import inputs, run_record
-    from training.callbacks import (GlobalStepTensorBoard, ProgressBar, ProgressLine, StepEvents,
-                                    StepLog, StopOnSignal, TimeLimit, tensorboard_available)
+    from training.callbacks import (CompileTime, GlobalStepTensorBoard, ProgressBar,
+                                    ProgressLine, StepEvents, StepLog, StopOnSignal, TimeLimit,
+                                    tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
@@ -331,6 +390,12 @@ def _train(o, strategy, task_id, is_chief):
                                     max_to_keep=o["keep_checkpoints"])
     restored = checkpoint.restore_latest(warn=_warn)
     step = checkpoint.step
+    # Set after the restore: the step resumed from decides it; changing it
+    # only drops the traced train function (nothing was traced yet).
+    model.steps_per_execution = steps_per_execution(o, step)
+    if o["steps_per_execution"] and model.steps_per_execution != o["steps_per_execution"]:
+        _warn(f"--steps_per_execution {o['steps_per_execution']} does not divide the step "
+              f"resumed from ({step}): {model.steps_per_execution} step(s) per call in this run")
     params = sum(int(v.numpy().size) for v in model.core.trainable_weights)
     log(f"model: preset {o['preset']}, {params:,} parameters, n_token {config.n_token}, "
         f"tgt_len {config.tgt_len}, mem_len {config.mem_len}; {type(strategy).__name__} with "
@@ -340,9 +405,12 @@ def _train(o, strategy, task_id, is_chief):
         f"{schedule.warmup_steps:,} steps, cosine decay to {o['min_lr_ratio']:g} x peak at "
         f"step {o['train_steps']:,}; Adam beta_2 {o['adam_beta2']:g}, clip {o['clip']:g}")
     log(f"resumed from {restored} at step {step}" if restored else "starting at step 0")
+    log(f"train step: {model.steps_per_execution} step(s) per call")
 
     tensorboard = tensorboard_available()
     if not tensorboard:
+        if o["profile_steps"]:
+            raise TrainingError("--profile_steps needs the tensorboard package")
         log("TensorBoard logs off: the tensorboard package is not installed")
     validator = None
     if evaluating and is_chief:
@@ -363,24 +431,28 @@ def _train(o, strategy, task_id, is_chief):
         return now >= o["train_steps"]
 
     history = {}
+    compile_time = CompileTime()
     # Workers of a multi-worker run must stop at the same step; a signal there
     # keeps its default effect (the run resumes from its last checkpoint).
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     stop = None if multi_worker else StopOnSignal()
     if step < o["train_steps"]:
-        callbacks = [StepEvents(on_step)] + ([stop] if stop else [])
+        callbacks = [compile_time, StepEvents(on_step)] + ([stop] if stop else [])
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
-            callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"]))
+            callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"],
+                                                   profile_batch=_profile_steps(o) or 0))
         if is_chief:
             callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
-                                     schedule=schedule))
+                                     schedule=schedule, compile_time=compile_time))
         verbose = o["verbose"] if is_chief else 0
         if verbose == 1:  # a bar over --train_steps on a terminal, else plain lines
-            callbacks.append(ProgressBar(o["train_steps"]) if interactive() else
+            callbacks.append(ProgressBar(o["train_steps"], compile_time=compile_time)
+                             if interactive() else
                              ProgressLine(o["train_steps"], o["log_every"],
-                                          o["batch_size"] * config.tgt_len, schedule, log))
+                                          o["batch_size"] * config.tgt_len, schedule, log,
+                                          compile_time=compile_time))
             verbose = 0
         if timer:
             callbacks.append(timer)
@@ -423,7 +495,9 @@ def _train(o, strategy, task_id, is_chief):
     return {"step": step, "train": history, "final_eval": final,
             "evaluations": validator.results if validator else [],
             "export_dir": export_dir, "model_dir": model_dir, "parameters": params,
-            "character_level": character_level, "replicas": replicas}
+            "character_level": character_level, "replicas": replicas,
+            "steps_per_execution": model.steps_per_execution,
+            "compile_s": compile_time.seconds}
 
 
 def main(argv):

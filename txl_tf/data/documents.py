@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.data.stream import device_prefetch
 from txl_tf.errors import TxlError
 
 
@@ -115,4 +116,4 @@ def distribute_documents(strategy: tf.distribute.Strategy, documents, global_bat
         dataset = tf.data.Dataset.counter(start=int(start_step), dtype=tf.int64).map(batch)
         return dataset.unbatch().prefetch(tf.data.AUTOTUNE)
 
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return strategy.distribute_datasets_from_function(dataset_fn, options=device_prefetch())

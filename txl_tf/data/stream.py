@@ -15,7 +15,7 @@ uninterrupted job would have seen.
   dropped; segments are padded to T with id 0 and carry a float32 weight mask,
   so every id except the first of each stream is a weighted label exactly once.
 * Distribution (:func:`distribute_segments`): replica r always receives streams
-  ``[r*B/R, (r+1)*B/R)``.
+  ``[r*B/R, (r+1)*B/R)``, prefetched to its device (:func:`device_prefetch`).
 
 Slices are read from the numpy array (a memory map works, nothing is copied
 whole) through ``tf.numpy_function``; the dataset therefore runs in the
@@ -182,6 +182,20 @@ def eval_segment_dataset(ids: np.ndarray | Sequence[int], batch_size: int, tgt_l
     return streams.dataset(steps, 0, batch_size, evaluation=True)
 
 
+# Batches each replica's device holds ahead of the step: its ids arrive
+# while the step before runs, in the order of its streams (a FIFO per
+# replica). The ids are [B/R, T] int32 per replica, so two cost nothing.
+DEVICE_PREFETCH = 2
+
+
+def device_prefetch():
+    """`tf.distribute.InputOptions` of the training inputs: each replica's
+    batches copied to its device ahead of the step (`DEVICE_PREFETCH` of
+    them), one FIFO per replica."""
+    return tf.distribute.InputOptions(experimental_fetch_to_device=True,
+                                      experimental_per_replica_buffer_size=DEVICE_PREFETCH)
+
+
 def distribute_segments(strategy: tf.distribute.Strategy, ids, global_batch_size: int,
                         tgt_len: int, start_step: int = 0, repeat: bool = True,
                         evaluation: bool = False):
@@ -217,4 +231,4 @@ def distribute_segments(strategy: tf.distribute.Strategy, ids, global_batch_size
         steps = _steps(start_step, streams.num_segments, repeat)
         return streams.dataset(steps, r0, r0 + local * per_replica, evaluation, split=local)
 
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return strategy.distribute_datasets_from_function(dataset_fn, options=device_prefetch())

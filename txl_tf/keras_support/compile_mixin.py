@@ -2,6 +2,7 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.keras_support.keras_compat import counting_loss_scale
 from txl_tf.keras_support.precision import choose as choose_precision
 
 
@@ -10,12 +11,16 @@ class AutoJitCompile:
     `txl_tf.keras_support.precision.choose()` (XLA on GPUs and TPUs, not on CPUs, where it
     was measured slower for these models in bfloat16; Keras's own "auto"
     would turn it on), and `keras.models.load_model` restores the compile
-    arguments and the optimizer's state, so `fit` goes on where it stopped."""
+    arguments and the optimizer's state, so `fit` goes on where it stopped.
+    Under "mixed_float16" the loss scaling Keras adds counts skipped steps
+    (`txl_tf.keras_support.keras_compat.CountingLossScaleOptimizer`), so
+    `optimizer.iterations` counts the batches trained on."""
 
     def compile(self, *args, jit_compile="auto", **kwargs):
         if jit_compile == "auto":
             jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
         super().compile(*args, jit_compile=jit_compile, **kwargs)
+        self.optimizer = counting_loss_scale(self.optimizer)
 
     def compile_from_config(self, config):
         """Called by `load_model` before the file's variables are read: the

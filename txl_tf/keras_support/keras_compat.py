@@ -36,6 +36,7 @@ check_keras_version()
 _require(keras.Model, "_maybe_symbolic_build")
 _require(keras.optimizers.Optimizer, "_clip_gradients")
 _require(keras.optimizers.Optimizer, "_all_reduce_sum_gradients")
+_require(keras.optimizers.LossScaleOptimizer, "_stateful_handle_non_finite_grads")
 
 
 class PrebuiltModel:
@@ -83,6 +84,41 @@ class ClipAfterReplicaSum:
         if tf.distribute.has_strategy():
             return list(grads_and_vars)  # already summed in _clip_gradients
         return super()._all_reduce_sum_gradients(grads_and_vars)
+
+
+@keras.saving.register_keras_serializable(package="txl_tf")
+class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """`keras.optimizers.LossScaleOptimizer` whose skipped steps still count.
+
+    Keras 3.15 `LossScaleOptimizer` skips the update of a step whose scaled
+    gradients are not finite, halving the scale in
+    `_stateful_handle_non_finite_grads`
+    (keras/src/optimizers/loss_scale_optimizer.py), and leaves the inner
+    optimizer's `iterations` where it was. The training job's global step is
+    `iterations`: its batch of step s, its learning rate, its checkpoints and
+    its resume all count batches, so a skipped step would make a resumed job
+    read batches again. Here a skipped step advances `iterations` too (its
+    batch is spent; the weights and Adam's moments are left alone). No public
+    hook (no upstream report found).
+    """
+
+    def _stateful_handle_non_finite_grads(self):
+        super()._stateful_handle_non_finite_grads()
+        self.inner_optimizer.iterations.assign_add(1)
+
+
+def counting_loss_scale(optimizer):
+    """`optimizer` with Keras's `LossScaleOptimizer` (which `compile` puts
+    around it under "mixed_float16") replaced by a
+    `CountingLossScaleOptimizer` of the same settings; any other optimizer
+    as it is."""
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or \
+            isinstance(optimizer, CountingLossScaleOptimizer):
+        return optimizer
+    return CountingLossScaleOptimizer(optimizer.inner_optimizer,
+                                      initial_scale=optimizer.initial_scale,
+                                      dynamic_growth_steps=optimizer.dynamic_growth_steps,
+                                      name=optimizer.name)
 
 
 def start_tensorboard_batches_at(callback, step):

@@ -1,0 +1,142 @@
+"""The training job's calls of the train function: several steps per call
+(`--steps_per_execution`) train exactly like one, the callbacks know the
+global step without reading it from the device after each call, the train
+step is traced once, and the first call's compile seconds are reported."""
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from job_helpers import write_text_corpus
+from training import train
+from training.callbacks import (CompileTime, GlobalStepTensorBoard, ProgressBar, ProgressLine,
+                                StepEvents, StepLog)
+from training.errors import TrainingError
+from txl_tf import TransformerXLLM
+
+
+def _options(**changes):
+    o = {"log_every": 100, "checkpoint_every": 1000, "train_steps": 1000, "eval_every": 0,
+         "steps_per_execution": 0, "profile_steps": None}
+    o.update(changes)
+    return o
+
+
+@pytest.mark.parametrize("changes,start,expected", [
+    ({}, 0, 25),                                    # gcd 100: 25 is the largest k <= 32
+    ({"log_every": 1}, 0, 1),
+    ({"log_every": 8, "checkpoint_every": 24, "train_steps": 96}, 0, 8),
+    ({"log_every": 64, "checkpoint_every": 64, "train_steps": 640}, 0, 32),
+    ({"eval_every": 30}, 0, 10),
+    ({}, 37, 1),                                    # resumed after a signal at step 37
+    ({}, 250, 25),
+    ({"steps_per_execution": 5}, 35, 5),            # given: taken as it is...
+    ({"steps_per_execution": 5}, 37, 1),            # ...where it divides the step resumed from
+    ({"profile_steps": "20,30"}, 0, 10),
+])
+def test_steps_per_call_divide_every_event(changes, start, expected):
+    assert train.steps_per_execution(_options(**changes), start) == expected
+
+
+def test_steps_per_call_that_split_an_event_are_refused():
+    o = train.merge(train.SPEC, {"model_dir": "x", "log_every": 10, "steps_per_execution": 4})
+    with pytest.raises(TrainingError, match=r"--steps_per_execution 4 does not divide "
+                                            r"--log_every 10"):
+        train._check_options(o)
+
+
+@pytest.mark.parametrize("value", ["5", "0,3", "4,2", "1,2000", "a,b"])
+def test_bad_profile_steps_are_refused(value):
+    o = train.merge(train.SPEC, {"model_dir": "x", "profile_steps": value})
+    with pytest.raises(TrainingError, match="--profile_steps must be START,END"):
+        train._check_options(o)
+
+
+def _fit_with_the_job_callbacks(tmp_path, monkeypatch, steps_per_execution):
+    """A one-weight model fitted 3 epochs x 4 steps with the job's callbacks;
+    returns (steps seen by StepEvents, train_log steps, reads of
+    `iterations` from the device, the CompileTime)."""
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), "mse", steps_per_execution=steps_per_execution)
+    x = np.arange(8, dtype="float32")[:, None]
+    data = tf.data.Dataset.from_tensor_slices((x, 2 * x)).batch(2).repeat()
+    seen, lines = [], []
+    timer = CompileTime()
+    callbacks = [timer, StepEvents(lambda step: seen.append(step)),
+                 StepLog(str(tmp_path / "log.jsonl"), every=4, compile_time=timer),
+                 ProgressLine(12, 4, 10, log=lines.append, compile_time=timer),
+                 ProgressBar(12), GlobalStepTensorBoard(log_dir=str(tmp_path / "tb"),
+                                                        update_freq=4)]
+    model.optimizer.build(model.trainable_variables)
+    reads = []
+    variable_type = type(model.optimizer.iterations)
+    numpy = variable_type.numpy
+
+    def counted(self):
+        if self is model.optimizer.iterations:
+            reads.append(1)
+        return numpy(self)
+
+    monkeypatch.setattr(variable_type, "numpy", counted)
+    model.fit(data, epochs=3, steps_per_epoch=4, callbacks=callbacks, verbose=0, shuffle=False)
+    monkeypatch.undo()
+    assert int(model.optimizer.iterations.numpy()) == 12
+    with open(tmp_path / "log.jsonl", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    return seen, records, len(reads), timer, lines
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 2])
+def test_callbacks_count_steps_without_reading_the_device(tmp_path, monkeypatch,
+                                                          steps_per_execution):
+    seen, records, reads, timer, lines = _fit_with_the_job_callbacks(
+        tmp_path, monkeypatch, steps_per_execution)
+    assert seen == list(range(steps_per_execution, 13, steps_per_execution))
+    assert [r["step"] for r in records] == [4, 8, 12]
+    assert reads == 5  # once per callback at the start of fit, never per step
+    assert timer.seconds is not None and len(timer.calls) == 2
+    assert "compile_s" in records[0] and "compile_s" not in records[1]
+    assert [line.split()[1] for line in lines] == ["4/12", "8/12", "12/12"]
+    assert lines[0].endswith("s") and " compile " in lines[0] and " compile " not in lines[1]
+
+
+def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
+    """The job with 2 steps per call (auto) and with 1: the same losses at
+    every log line and the same weights; the train step traced once. The
+    auto run records a profile of steps 1-2 (`--profile_steps`)."""
+    write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=3)
+    traces = []
+    train_step = TransformerXLLM.train_step
+
+    def counted(self, data):
+        traces.append(1)
+        return train_step(self, data)
+
+    monkeypatch.setattr(TransformerXLLM, "train_step", counted)
+    runs = {}
+    for name, steps_per_execution, profile in (("single", 1, None), ("auto", 0, "2,2")):
+        traces.clear()
+        result = train.run(model_dir=str(tmp_path / name), dataset="text",
+                           data_dir=str(tmp_path / "corpus.txt"),
+                           cache_dir=str(tmp_path / "cache"), preset="tiny", batch_size=2,
+                           train_steps=4, checkpoint_every=2, log_every=2, final_eval=False,
+                           verbose=0, learning_rate=0.01, seed=1, strategy="one_device",
+                           mixed_precision="none", steps_per_execution=steps_per_execution,
+                           profile_steps=profile)
+        assert len(traces) == 1, f"{name}: the train step was traced {len(traces)} times"
+        assert result["compile_s"] is not None and result["compile_s"] >= 0
+        with open(tmp_path / name / "train_log.jsonl", encoding="utf-8") as f:
+            runs[name] = ([json.loads(line)["loss"] for line in f], result)
+    (single, single_result), (auto, auto_result) = runs["single"], runs["auto"]
+    assert (single_result["steps_per_execution"], auto_result["steps_per_execution"]) == (1, 2)
+    assert len(single) == 2
+    profiles = list((tmp_path / "auto" / "logs" / "train").glob("plugins/profile/*/*.xplane.pb"))
+    assert len(profiles) == 1 and profiles[0].stat().st_size > 0
+    assert not (tmp_path / "single" / "logs" / "train" / "plugins").exists()
+    np.testing.assert_array_equal(auto, single)
+    with np.load(tmp_path / "single" / "export" / "weights.npz") as a, \
+            np.load(tmp_path / "auto" / "export" / "weights.npz") as b:
+        for name in a.files:
+            np.testing.assert_array_equal(b[name], a[name], err_msg=name)
