@@ -85,7 +85,7 @@ COMMANDS = {
 # Seconds each part may take (the whole check: --total_s).
 BUDGETS = {"parity": 40, "losses": 50, "mirrored": 35, "pair_enwik8_base": 100,
            "pair_wt103_base": 70, "train": 90, "serving_long_memory": 70, "serving_parity": 25}
-PARTS = list(COMMANDS)
+CHECKS = list(COMMANDS)
 # The progress line's first-step compile time (training.train: "... compile 41.3s";
 # else the first `compile_s` of its train_log.jsonl).
 COMPILE_SECONDS = re.compile(r"\bcompile (\d+(?:\.\d+)?) ?s\b")
@@ -96,7 +96,7 @@ SPEC = (
     option("enum", "device", "gpu", "gpu: the check; cpu: its logic on the CPU (no GPU "
            "needed; with --tiny).", ["gpu", "cpu"]),
     option("bool", "tiny", False, "Tiny sizes everywhere (the CPU test of the logic)."),
-    option("list", "parts", PARTS, f"Parts to run: {PARTS}."),
+    option("list", "parts", CHECKS, f"Parts to run: {CHECKS}."),
     option("float", "total_s", 480.0, "Seconds for the whole check."),
     option("float", "budget_scale", 1.0, "Multiplies every part's budget (a rerun of one part)."),
     option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl "
@@ -527,7 +527,7 @@ def main(argv):
         result = IN_PROCESS[o["run_part"]](o["shape"], o["device"])
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return
-    names_from(o["parts"], "parts", PARTS)
+    names_from(o["parts"], "parts", CHECKS)
     problems, facts = gpu_problems()
     if o["device"] == "gpu" and problems:
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "

@@ -23,9 +23,9 @@ from txl_tf.app.flagspec import define
 def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
     """Each command line parses with its module's SPEC (names and values)."""
     o = {"reference_dir": "/ref", "reference_python": "python", "tiny": tiny, "device": device,
-         "work_dir": "/w", "parts": gc.PARTS}
+         "work_dir": "/w", "parts": gc.CHECKS}
     commands = gc.commands_for(o, "/out")
-    assert list(commands) == gc.PARTS
+    assert list(commands) == gc.CHECKS
     for part, argv in commands.items():
         assert argv[:2] == [sys.executable, "-m"], argv
         assert not any("{" in arg for arg in argv), argv  # every field filled
