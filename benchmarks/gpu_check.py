@@ -1,5 +1,6 @@
 r"""The one GPU check (issue 52): a machine with one NVIDIA GPU and the `[gpu]`
-extra runs it in about 8 minutes and prints one table.
+extra runs it within `--total_s` (8 minutes by default; each part has its
+own share, `BUDGETS`) and prints one table.
 
     python -m benchmarks.gpu_check [--reference_dir=.../transformer-xl/pytorch] \
         [--reference_python=python] [--output=gpu_check.json] [--parts=parity,train]
@@ -19,7 +20,8 @@ fails, runs out of time or cannot run is one line of the table (`failed
 - `losses`: a seeded run of 50 `train_on_batch` steps on the GPU and on the
   CPU (the `small` shape, same initial weights, dropout 0: a dropout mask is
   not the same draw on two devices; TF32 off): the largest loss difference in
-  each window of 10 steps.
+  each window of 10 steps; the first window must stay within 1e-4 (round-off
+  grows with the steps after it: the later windows are reported as seen).
 - `mirrored`: 10 steps of `fit` under `MirroredStrategy` over the one GPU
   against `OneDeviceStrategy`, same weights and data: losses and weights.
 - `pair_enwik8_base`, `pair_wt103_base`: `benchmarks.throughput --part=train`
@@ -31,9 +33,12 @@ fails, runs out of time or cannot run is one line of the table (`failed
   then run again: it must say it resumed at step 20, feed the batches the
   killed run fed at those steps, end at step 40 and exit 0; the first step's
   compile seconds from the progress line.
-- `serving_long_memory`, `serving_parity`: the serving suite of issue 53
-  (`benchmarks.long_memory --device=cuda`, then its `--part=cuda_parity`
-  over the export it made).
+- `serving_long_memory`, `serving_device_tests`, `serving_parity`: the
+  serving suite of issue 53 (`benchmarks.long_memory --device=cuda`; the
+  device slab's and the device memory's tests on CUDA,
+  `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
+  tests/test_sessions.py -k device`; then `--part=cuda_parity` over the
+  export it made).
 
 Without a GPU (and not `--device=cpu`) it exits at once with one `error:`
 line and status 2; with a failed part, status 1 after the table. Writes the
@@ -78,15 +83,19 @@ COMMANDS = {
     "serving_long_memory": "{python} -m benchmarks.long_memory --device={ort_device} "
                            "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
                            "--work_dir={work}/serving --output={out}/long_memory.json",
+    "serving_device_tests": "env TXL_DEVICE_TESTS={ort_device} {python} -m pytest -q "
+                            "-p no:cacheprovider tests/test_device_ring.py "
+                            "tests/test_sessions.py -k device",
     "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
                       "--exports={work}/serving/{serving_preset}/out "
                       "--output={out}/cuda_parity.json",
 }
 # Seconds each part may take (the whole check: --total_s).
-BUDGETS = {"parity": 40, "losses": 50, "mirrored": 35, "pair_enwik8_base": 100,
-           "pair_wt103_base": 70, "train": 90, "serving_long_memory": 70, "serving_parity": 25}
+BUDGETS = {"parity": 40, "losses": 45, "mirrored": 30, "pair_enwik8_base": 90,
+           "pair_wt103_base": 60, "train": 85, "serving_long_memory": 60,
+           "serving_device_tests": 45, "serving_parity": 25}
 CHECKS = list(COMMANDS)
-# The progress line's first-step compile time (training.train: "... compile 41.3s";
+# The progress line's first-step compile time (training.train: "... compile <seconds>s";
 # else the first `compile_s` of its train_log.jsonl).
 COMPILE_SECONDS = re.compile(r"\bcompile (\d+(?:\.\d+)?) ?s\b")
 PTXAS_FLOOR = (12, 6, 85)  # CUDA 12.6.3's ptxas, the oldest XLA accepts for Hopper
@@ -280,8 +289,9 @@ def loss_curves(shape, device, steps=50, window=10):
               for name in _devices(device)]
     diffs = np.abs(np.array(curves[0]) - np.array(curves[1]))
     windows = [float(diffs[i:i + window].max()) for i in range(0, steps, window)]
+    ok = bool(np.isfinite(curves[0]).all()) and windows[0] <= 1e-4
     return {"checked": curves[0], "reference": curves[1], "window": window,
-            "max_abs_diff_per_window": windows, "ok": bool(np.isfinite(curves[0]).all()),
+            "max_abs_diff_per_window": windows, "ok": ok,
             "summary": f"{shape}, dropout 0, TF32 off: loss {curves[0][0]:.3f} -> "
                        f"{curves[0][-1]:.3f}; max |d loss| per {window} steps "
                        + ", ".join(f"{w:.1e}" for w in windows)}
@@ -375,13 +385,16 @@ def run_train(command, work, timeout, env):
         first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
         checkpoint = os.path.join(model_dir, "checkpoints", "checkpoint")
-        while first.poll() is None and time.monotonic() < deadline:
-            if os.path.exists(checkpoint) and any(b["step"] > 20 for b in _records(log_path)):
-                break
-            time.sleep(0.05)
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        try:
+            while first.poll() is None and time.monotonic() < deadline:
+                if os.path.exists(checkpoint) and any(b.get("step", 0) > 20
+                                                      for b in _records(log_path)):
+                    break
+                time.sleep(0.05)
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
         out.seek(0)
         first_output = out.read()
     if first.returncode != -signal.SIGKILL:
@@ -442,8 +455,11 @@ def run_command(command, timeout, env):
         return _failed(f"timed out after {timeout:.0f} s", start, output)
     if returncode != 0:
         return _failed(_last_line(output, f"exit {returncode}"), start, output)
-    results = [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines()
-               if line.startswith(RESULT_PREFIX)]
+    try:
+        results = [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines()
+                   if line.startswith(RESULT_PREFIX)]
+    except ValueError as e:
+        return _failed(f"its result line is not JSON: {e}", start, output)
     if results:
         details = results[-1]
         ok = details.get("ok", True)
@@ -460,6 +476,8 @@ def skip_reason(part, o):
     """Why `part` cannot run with the options `o` (None: it can)."""
     if part == "serving_parity" and o["device"] == "cpu":
         return "needs CUDA (benchmarks.long_memory --part=cuda_parity)"
+    if part == "serving_device_tests" and o["device"] == "cpu":
+        return "needs CUDA (on the CPU these tests are make test's)"
     return None
 
 

@@ -396,6 +396,9 @@ def run_preset(preset, o, bandwidth, work):
                        "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
                        } if backend == "onnx" else {"device": "cpu"}
             runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
+            if backend == "onnx" and o["device"] == "cuda" and runner.device != "cuda":
+                raise TxlError("--device=cuda: ONNX Runtime could not open its CUDA provider "
+                               "(is onnxruntime-gpu installed, and does it see the GPU?)")
             if runner.mem_len != mem_len:
                 raise TxlError(f"the export in {folder} holds {runner.mem_len} memory "
                                f"slots, not {mem_len} (--mem_len)")

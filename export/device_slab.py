@@ -124,6 +124,7 @@ class DeviceSlab:
         return len(self.keys)
 
     def full(self):
+        """True when every row of the slab holds a stream."""
         return len(self.keys) == self.capacity
 
     def admit(self, key, cache):
@@ -132,8 +133,12 @@ class DeviceSlab:
         cache's slot)."""
         if self.full():
             raise ValueError(f"the slab holds {self.capacity} streams already")
+        if key in self.keys:
+            raise ValueError(f"the slab holds a stream {key!r} already")
         cache = {name: value if is_ortvalue(value) else ortvalue(value, self.device)
                  for name, value in cache.items()}
+        if cache["valid"].shape()[0] != 1:
+            raise ValueError(f"a slab admits one row at a time, not {cache['valid'].shape()[0]}")
         if self._tensors is None:
             self._tensors = self._allocate(cache)
         slot, size = _scalar(cache["slot"]), cache["valid"].shape()[1]

@@ -205,10 +205,12 @@ def steps_per_execution(o, start_step):
     it divides `start_step`, else the largest number up to
     `MAX_STEPS_PER_EXECUTION` dividing every cadence and `start_step` (so
     each call ends on a step where something may happen: a log line, a
-    checkpoint, an evaluation, the last step)."""
+    checkpoint, an evaluation, the last step), and the flag's value when
+    one was given (never more per call than asked for)."""
     if o["steps_per_execution"] and start_step % o["steps_per_execution"] == 0:
         return o["steps_per_execution"]
-    period = math.gcd(start_step, *(every for _, every in _cadences(o)))
+    period = math.gcd(start_step, o["steps_per_execution"] or 0,
+                      *(every for _, every in _cadences(o)))
     return max(k for k in range(1, MAX_STEPS_PER_EXECUTION + 1) if period % k == 0)
 
 
@@ -390,8 +392,8 @@ def _train(o, strategy, task_id, is_chief):
                                     max_to_keep=o["keep_checkpoints"])
     restored = checkpoint.restore_latest(warn=_warn)
     step = checkpoint.step
-    # Set after the restore: the step resumed from decides it; changing it
-    # only drops the traced train function (nothing was traced yet).
+    # Set after the restore (nothing is traced yet): the step resumed from
+    # decides it.
     model.steps_per_execution = steps_per_execution(o, step)
     if o["steps_per_execution"] and model.steps_per_execution != o["steps_per_execution"]:
         _warn(f"--steps_per_execution {o['steps_per_execution']} does not divide the step "

@@ -28,7 +28,7 @@ TARGET=(--python-version 3.12 --implementation cp --only-binary=:all:
 mkdir -p "$OUT"
 if [ -n "${DRY_RUN:-}" ]; then
   $PIP install --dry-run --ignore-installed --quiet --report "$OUT/report.json" \
-    --target "$OUT/dry-run-target" "${TARGET[@]}" "$REQUIREMENT"
+    --target "$OUT/dry-run-target" "${TARGET[@]}" "$REQUIREMENT" pytest
   python3 - "$OUT/report.json" <<'EOF'
 import json, sys
 for item in json.load(open(sys.argv[1]))["install"]:
@@ -39,7 +39,8 @@ fi
 
 rm -rf "$OUT/wheels" "$OUT"/gpu_wheels.tar*
 mkdir -p "$OUT/wheels"
-$PIP download --dest "$OUT/wheels" "${TARGET[@]}" "$REQUIREMENT"
+# pytest: the check's serving_device_tests part runs the device tests on CUDA
+$PIP download --dest "$OUT/wheels" "${TARGET[@]}" "$REQUIREMENT" pytest
 # the checkout itself travels as the working tree, not as a wheel
 rm -f "$OUT"/wheels/txl_tf-* "$OUT"/wheels/txl-tf-*
 for name in ${SKIP:-}; do

@@ -15,6 +15,7 @@ tensors are an error; tensors nothing reads are an error too unless
 `strict=False`, and either way they are listed by name.
 """
 import dataclasses
+import numbers
 import re
 from collections import OrderedDict
 from typing import List, Optional, Tuple
@@ -176,6 +177,12 @@ def _heads(heads, given, path):
             f"{path} holds attn_type 2 weights (standard attention), whose shapes tell "
             f"n_head * d_head = {heads} but not n_head from d_head: pass n_head=... and/or "
             "d_head=... or a config")
+    for name in ("n_head", "d_head"):
+        value = given.get(name)
+        whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if value is not None and (not whole or value < 1):
+            raise PytorchImportError(f"{name}={value!r}: a head count or size is an integer "
+                                     ">= 1")
     if n_head is None:
         n_head = heads // d_head if d_head >= 1 else 0
     if d_head is None:
