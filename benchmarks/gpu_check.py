@@ -83,7 +83,7 @@ COMMANDS = {
     "serving_long_memory": "{python} -m benchmarks.long_memory --device={ort_device} "
                            "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
                            "--work_dir={work}/serving --output={out}/long_memory.json",
-    "serving_device_tests": "env TXL_DEVICE_TESTS={ort_device} {python} -m pytest -q "
+    "serving_device_tests": "{python} -m pytest -q "
                             "-p no:cacheprovider tests/test_device_ring.py "
                             "tests/test_sessions.py -k device",
     "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
@@ -557,6 +557,7 @@ def main(argv):
     out_dir = os.path.dirname(os.path.abspath(o["output"]))
     os.makedirs(out_dir, exist_ok=True)
     env = dict(os.environ, TF_FORCE_GPU_ALLOW_GROWTH="true",  # TensorFlow beside torch
+               TXL_DEVICE_TESTS="cuda" if o["device"] == "gpu" else "cpu",  # device tests
                PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(),
                                                         os.environ.get("PYTHONPATH")])))
     start = time.monotonic()

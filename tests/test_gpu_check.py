@@ -6,6 +6,7 @@ the one `error:` line without a GPU. The throughput suite's sequential and
 interleaved timing with fake runners. (The GPU numbers come from a GPU.)"""
 import importlib
 import json
+import os
 import re
 import shlex
 import sys
@@ -29,6 +30,9 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
     for part, argv in commands.items():
         assert argv[:2] == [sys.executable, "-m"], argv
         assert not any("{" in arg for arg in argv), argv  # every field filled
+        if argv[2] == "pytest":  # the device tests: files of this checkout
+            assert all(os.path.isfile(arg) for arg in argv if arg.startswith("tests/")), argv
+            continue
         flag_values = flags.FlagValues()
         define(importlib.import_module(argv[2]).SPEC, flag_values)
         assert flag_values([argv[2], *argv[3:]]) == [argv[2]], part  # raises on a bad flag
