@@ -1,6 +1,7 @@
 """`TransformerXLCausalLM`: keras-hub's generate on the decode cache gives
 `Decoder`'s ids and the core's log-probs; the cached call equals one pass;
-every keras-hub sampler runs, seeded ones reproduce; stop ids end the mask;
+every keras-hub sampler runs, seeded ones reproduce, beam search finds
+sequences at least as likely as greedy's; stop ids end the mask;
 the output is the core's log-probs, so keras-hub's loss is the NLL."""
 import keras
 import keras_hub
@@ -110,29 +111,66 @@ def test_call_with_cache_takes_one_id_per_row(causal_lm):
         causal_lm.call_with_cache(tf.constant([[1, 2]] * 3), cache)
 
 
-def assert_keeps_the_prompts(token_ids):
-    for row, prompt in enumerate(PROMPTS):
+def assert_keeps_the_prompts(token_ids, prompts=PROMPTS):
+    for row, prompt in enumerate(prompts):
         np.testing.assert_array_equal(token_ids[row, :len(prompt)], prompt)
     assert ((token_ids >= 0) & (token_ids < N_TOKEN)).all()
 
 
-# top_k and top_p run in test_seeded_samplers_reproduce.
-@pytest.mark.parametrize("sampler", ["random", "beam", "contrastive"])
-def test_every_keras_hub_sampler_runs_and_keeps_the_prompts(graph_lm, sampler):
-    graph_lm.compile(sampler=sampler)
+# greedy runs above; random, top_k, top_p and beam in the tests below.
+def test_contrastive_search_runs_and_keeps_the_prompts(graph_lm):
+    graph_lm.compile(sampler="contrastive")
     assert_keeps_the_prompts(graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"])
 
 
-@pytest.mark.parametrize("sampler", [keras_hub.samplers.TopKSampler, keras_hub.samplers.TopPSampler])
-def test_seeded_samplers_reproduce(graph_lm, sampler):
-    kwargs = {"k": 10} if sampler is keras_hub.samplers.TopKSampler else {"p": 0.9}
+@pytest.mark.parametrize("sampler, kwargs", [
+    (keras_hub.samplers.RandomSampler, {}), (keras_hub.samplers.TopKSampler, {"k": 10}),
+    (keras_hub.samplers.TopPSampler, {"p": 0.9})])
+def test_seeded_samplers_repeat_under_a_seed_and_differ_under_another(graph_lm, sampler,
+                                                                      kwargs):
+    graph_lm.compile(sampler=sampler(seed=3, temperature=2.0, **kwargs))
+    # The sampler's random state set to where each seed starts (what
+    # compiling it anew with that seed does), the generate function compiled once.
+    state = graph_lm.sampler.seed_generator.state
     runs = []
     for seed in (3, 3, 4):
-        graph_lm.compile(sampler=sampler(seed=seed, temperature=2.0, **kwargs))
+        state.assign(keras.random.SeedGenerator(seed).state.value)
         runs.append(graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"])
         assert_keeps_the_prompts(runs[-1])
     np.testing.assert_array_equal(runs[0], runs[1])
-    assert (runs[0] != runs[2]).any()
+    assert (runs[0] != runs[2]).any()  # 3 x 19 or more ids at temperature 2
+
+
+def sequence_log_probs(core, token_ids, prompt_len):
+    """The core's log-prob of each row's ids after its first `prompt_len`,
+    read one id at a time on a memory of `MEM_LEN` (what generation reads:
+    the prompt fits the memory, so reading it id by id is reading it whole)."""
+    memory = core.initial_memory(len(token_ids), mem_len=MEM_LEN)
+    total = np.zeros(len(token_ids))
+    for t in range(token_ids.shape[1] - 1):
+        log_probs, memory = core(token_ids[:, t:t + 1], memory)
+        if t + 1 >= prompt_len:
+            total += log_probs.numpy()[np.arange(len(token_ids)), 0, token_ids[:, t + 1]]
+    return total
+
+
+def test_beam_search_finds_sequences_at_least_as_likely_as_greedy(graph_lm):
+    """Greedy's ids from `Decoder` (its own decode loop), beam's from
+    keras-hub's beam search here, both scored by the core. Beam search may
+    prune greedy's path (at 5 beams, one of these rows ends 0.7 nats below
+    greedy's); 20 beams keep far more than greedy's one guess, so here they
+    find sequences at least as likely."""
+    # One length: keras-hub's beams take no prompt ids after the first step.
+    prompts = [PROMPTS[0], [7, 1, 2, 3, 4, 5], [9, 9, 8, 1, 2, 3]]
+    decoder = Decoder(graph_lm.core, mem_len=MEM_LEN, segment_len=SEGMENT)
+    greedy = np.concatenate([prompts, decoder.generate(prompts, WIDTH - len(prompts[0]),
+                                                       temperature=0).ids], 1)
+    graph_lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=20))
+    beam = graph_lm.generate(padded(prompts), stop_token_ids=None)["token_ids"]
+    assert_keeps_the_prompts(beam, prompts)
+    greedy_log_prob, beam_log_prob = np.split(
+        sequence_log_probs(graph_lm.core, np.concatenate([greedy, beam]), len(prompts[0])), 2)
+    assert (beam_log_prob >= greedy_log_prob - 1e-4).all(), (beam_log_prob, greedy_log_prob)
 
 
 def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):

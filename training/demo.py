@@ -1,7 +1,7 @@
 r"""`make demo`: what a Transformer-XL's memory is for, in a few minutes on a CPU.
 
     python -m training.demo [--model=pystdlib_small] [--finetune_seconds=60] \
-        [--output_dir=runs/demo]
+        [--finetune_steps=0] [--output_dir=runs/demo]
 
 Starts from the model shipped with the package (`pystdlib_small`: the small
 preset trained for about an hour on this Python's standard library, bytes;
@@ -34,7 +34,10 @@ SPEC = (
     option("integer", "context", 256, "The longest context of the loss-by-context curve."),
     option("string", "prompt", "import os\n\n\ndef ", "Prompt to continue."),
     option("integer", "num_tokens", 200, "Bytes to generate."),
-    option("float", "finetune_seconds", 60, "Fine-tuning time (0: skip the fine-tune)."),
+    option("float", "finetune_seconds", 60, "Fine-tuning time (0, and no --finetune_steps: "
+           "skip the fine-tune)."),
+    option("integer", "finetune_steps", 0, "Fine-tuning steps (0: as many as fit in "
+           "--finetune_seconds; otherwise exactly these, the same work on any machine)."),
     option("float", "finetune_learning_rate", 3e-4, "Adam's rate when fine-tuning."),
     option("string", "output_dir", None, "Where the loss-by-context PNG and the fine-tuned "
            "preset go (default: nothing is written)."),
@@ -46,8 +49,9 @@ def _check(o):
     for name in ("eval_segments", "context"):
         if o[name] < 1:
             raise TrainingError(f"--{name} must be positive, got {o[name]}")
-    if o["num_tokens"] < 0 or o["finetune_seconds"] < 0:
-        raise TrainingError("--num_tokens and --finetune_seconds must be >= 0")
+    for name in ("num_tokens", "finetune_seconds", "finetune_steps"):
+        if o[name] < 0:
+            raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
 
@@ -101,7 +105,7 @@ def run(**options):
 
     result = {"bpc": dict(rows), "loss_by_context": curve, "greedy": greedy,
               "sampled": sampled}
-    if o["finetune_seconds"] > 0:
+    if o["finetune_steps"] > 0 or o["finetune_seconds"] > 0:
         result["finetune"] = finetune(o, tokenizer)
     return result
 
@@ -122,8 +126,8 @@ def loss_by_context(core, ids, context, max_segments):
 
 def finetune(o, tokenizer):
     """Fine-tunes the model as a keras-hub causal LM on `txl_tf/`'s source
-    for `--finetune_seconds`; returns the bits per byte on `export/`'s source
-    before and after."""
+    for `--finetune_steps` (or, without them, `--finetune_seconds`); returns
+    the bits per byte on `export/`'s source before and after."""
     import keras
 
     import export
@@ -147,7 +151,8 @@ def finetune(o, tokenizer):
 
     before = held_out_bpc()
     class StopAfter(keras.callbacks.Callback):
-        """Stops `fit` once `--finetune_seconds` have passed."""
+        """Counts the steps; without `--finetune_steps`, stops `fit` once
+        `--finetune_seconds` have passed."""
 
         def __init__(self):
             super().__init__()
@@ -156,13 +161,14 @@ def finetune(o, tokenizer):
         def on_train_batch_end(self, batch, logs=None):
             self.steps += 1
             self.elapsed = time.time() - self.start
-            if self.elapsed >= o["finetune_seconds"]:
+            if not o["finetune_steps"] and self.elapsed >= o["finetune_seconds"]:
                 self.model.stop_training = True
 
     causal_lm.compile(optimizer=keras.optimizers.Adam(o["finetune_learning_rate"]))
     stop = StopAfter()
     data = causal_lm.document_dataset(train_docs, batch_size=8).repeat()
-    causal_lm.fit(data, steps_per_epoch=10_000, epochs=1, callbacks=[stop], verbose=0)
+    causal_lm.fit(data, steps_per_epoch=o["finetune_steps"] or 10_000, epochs=1,
+                  callbacks=[stop], verbose=0)
     after = held_out_bpc()
     print(f"\n4. fine-tuned for {stop.elapsed:.0f}s ({stop.steps} steps of 8 x "
           f"{core.config.tgt_len} bytes) on this library's own source ({len(train_docs)} "
