@@ -5,7 +5,8 @@ memory, many sessions, and the tools the GPU flow needs. One suite in parts
     python -m benchmarks.long_memory [--part=speed] [--presets=enwik8_base,wt103_base] \
         [--batch_sizes=1,16] [--backends=xla,onnx,saved_model] [--tokens=16] [--device=cpu]
     python -m benchmarks.long_memory --part=runtime_memory --export_dir=EXPORT
-    python -m benchmarks.long_memory --part=soak --export_dir=EXPORT --soak_sessions=2000
+    python -m benchmarks.long_memory --part=soak --export_dir=EXPORT --soak_sessions=2000 \
+        [--device=cpu]
     python -m benchmarks.long_memory --part=onnx_weights --export_dir=EXPORT --skeleton_dir=SKEL
     python -m benchmarks.long_memory --part=onnx_weights --fill --skeleton_dir=SKEL
     python -m benchmarks.long_memory --part=cuda_parity --exports=EXPORT[,EXPORT...] [--steps=40]
@@ -396,9 +397,8 @@ def run_preset(preset, o, bandwidth, work):
                        "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
                        } if backend == "onnx" else {"device": "cpu"}
             runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
-            if backend == "onnx" and o["device"] == "cuda" and runner.device != "cuda":
-                raise TxlError("--device=cuda: ONNX Runtime could not open its CUDA provider "
-                               "(is onnxruntime-gpu installed, and does it see the GPU?)")
+            if backend == "onnx":
+                check_opened_on(runner, o["device"])
             if runner.mem_len != mem_len:
                 raise TxlError(f"the export in {folder} holds {runner.mem_len} memory "
                                f"slots, not {mem_len} (--mem_len)")
@@ -478,8 +478,7 @@ def run_speed(o):
     Prints a table and writes JSON.
     """
     parse_batch_sizes(o["batch_sizes"])  # a bad value fails before any export
-    if o["device"] not in ("cpu", "cuda", "auto"):
-        raise TxlError(f"--device must be cpu, cuda or auto, got {o['device']!r}")
+    check_device_flag(o["device"])
     for name in ("device_cache", "cuda_graph"):
         if o[name] not in CACHE_PLACES:
             raise TxlError(f"--{name} must be auto, true or false, got {o[name]!r}")
@@ -548,6 +547,20 @@ def run_speed(o):
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
+
+
+def check_device_flag(device):
+    """Raises `TxlError` unless `--device` is cpu, cuda or auto."""
+    if device not in ("cpu", "cuda", "auto"):
+        raise TxlError(f"--device must be cpu, cuda or auto, got {device!r}")
+
+
+def check_opened_on(runtime, device):
+    """Raises `TxlError` where `--device=cuda` was asked for and `runtime`
+    (an ONNX Runtime one) did not open on CUDA."""
+    if device == "cuda" and runtime.device != "cuda":
+        raise TxlError("--device=cuda: ONNX Runtime could not open its CUDA provider "
+                       "(is onnxruntime-gpu installed, and does it see the GPU?)")
 
 
 def _on_cuda(device):
@@ -689,6 +702,9 @@ def run_runtime_memory(o):
 SOAK_SPEC = (
     option("string", "export_dir", None, "An export folder (`python -m export`)."),
     option("string", "backend", "onnx", "onnx or saved_model."),
+    option("string", "device", "cpu", "The ONNX Runtime backend's device: cpu, cuda or auto "
+           "(on CUDA the sessions' decode caches and the table's slab stay on the GPU; the "
+           "SavedModel runs on the CPU)."),
     option("integer", "soak_sessions", 2000, "Sessions opened and closed in all."),
     option("integer", "max_open", 16, "Sessions open at once at most (the table's max_batch)."),
     option("integer", "report_every", 250, "Print resident memory every this many sessions."),
@@ -743,10 +759,24 @@ def differing(runtime, results):
     return wrong
 
 
+def open_soak_runtime(export_dir, backend, device):
+    """The soak's runtime: ONNX Runtime on `device` (`--device=cuda`: on
+    CUDA, or a `TxlError`), the SavedModel on the CPU."""
+    from export import open_runtime
+    if backend != "onnx":
+        if device == "cuda":
+            raise TxlError(f"--device=cuda runs --backend=onnx only, not {backend!r}")
+        return open_runtime(export_dir, backend=backend, device="cpu")
+    runtime = open_runtime(export_dir, backend=backend, device=device)
+    check_opened_on(runtime, device)
+    return runtime
+
+
 def run_soak(o):
     r"""`--part=soak`: a soak of the session table: many sessions that open, read
     a prompt, generate and close at random times over one runtime (`--export_dir`:
-    a `small` export).
+    a `small` export; ONNX Runtime on `--device`: on CUDA the sessions' decode
+    caches and the table's slab live in GPU memory).
 
     Seeded: up to `--max_open` sessions are open at once; each tick opens new
     ones at random, steps the table once, and closes sessions at random (those
@@ -761,10 +791,10 @@ def run_soak(o):
     21,756 ids at `small`; docs/export-and-serving.md).
     """
     at_least(o, 1, "soak_sessions", "max_open", "report_every")
+    check_device_flag(o["device"])
     if not o["export_dir"]:
         raise TxlError("--export_dir is required (an export folder: python -m export)")
-    from export import open_runtime
-    runtime = open_runtime(o["export_dir"], backend=o["backend"], device="cpu")
+    runtime = open_soak_runtime(o["export_dir"], o["backend"], o["device"])
     start = time.perf_counter()
     results, curve = soak(runtime, o["soak_sessions"], o["max_open"], o["report_every"], o["seed"])
     seconds = time.perf_counter() - start

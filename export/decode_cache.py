@@ -51,6 +51,7 @@ holds the graphs and says what each tensor is).
   is `export.device_slab.DeviceSlab`.
 """
 import itertools
+from typing import NamedTuple
 
 import numpy as np
 
@@ -215,6 +216,55 @@ def write_token(cache, outputs, stopped):
     cache["valid"][live, slot] = True
     cache["row_slot"][live] = (slot + 1) % size
     cache["slot"][...] = (slot + 1) % size
+
+
+class RingPositions(NamedTuple):
+    """Where a decode cache's ring stands, on the host: `slot` (int, the
+    shared free slot) and `row_slot` (int32 numpy `[B]`, each row's own:
+    `slot` for a row that took every step, the slot it had when it stopped
+    for a row that stopped)."""
+
+    slot: int
+    row_slot: np.ndarray
+
+    def advanced(self, stopped, size):
+        """The positions after a step in which the rows in `stopped` (bool
+        `[B]`) took no token, in a ring of `size` slots (what `write_token`
+        and the ring's write graph set)."""
+        slot = (self.slot + 1) % size
+        return RingPositions(slot, np.where(stopped, self.row_slot, slot).astype(np.int32))
+
+    def behind(self, stopped):
+        """The rows not in `stopped` whose own free slot is not the shared
+        one (rows that stopped before): their indices."""
+        return np.flatnonzero(~np.asarray(stopped, np.bool_) & (self.row_slot != self.slot))
+
+    def realigned(self, rows):
+        """These positions once `rows` are rotated onto the shared slot."""
+        row_slot = self.row_slot.copy()
+        row_slot[rows] = self.slot
+        return RingPositions(self.slot, row_slot)
+
+
+def ring_positions(slot, row_slot):
+    """`RingPositions` of a cache's `slot` and `row_slot` (numpy: copied)."""
+    return RingPositions(int(slot), np.array(row_slot, np.int32))
+
+
+def realign_rows(cache, rows, slot):
+    """Rotates each of `rows` of the host cache (in place) onto the shared
+    free slot `slot`: a row that stopped kept its own slot while the ring
+    moved on, and a step reads every row from the shared one. Attention sees
+    only each slot's distance from the free slot, so the rotated row holds
+    the same memory (as `CacheSlab.admit` rotates a stream onto the slab's
+    slot); one copy of each row's rings."""
+    size = cache["valid"].shape[1]
+    for row in np.asarray(rows).tolist():
+        shift = (int(slot) - int(cache["row_slot"][row])) % size
+        for name in SLOT_AXES:
+            view = _rows(cache[name], name, row, row + 1)
+            view[...] = np.roll(view, shift, ring_axis(name))
+        cache["row_slot"][row] = slot
 
 
 def in_time_order(ring, row_slot, axis):
@@ -393,6 +443,31 @@ def is_ortvalue(value):
 def on_device(cache):
     """Whether a decode cache is held in OrtValues (`device_cache`), not numpy."""
     return is_ortvalue(cache["keys"])
+
+
+class DeviceCache(dict):
+    """A decode cache in OrtValues on the runtime's device (`OnnxRuntime`
+    with `device_cache`) that knows its ring positions on the host: set
+    where they are known (a cache made from host arrays, one read once),
+    moved on by each step from the `stopped` flags the host hands it
+    (`RingPositions.advanced`). So a step checks its rows (is any row that
+    stopped going on?) without reading the device. They count only while
+    the cache's `slot` and `row_slot` are the OrtValues they were set with:
+    a cache whose tensors were swapped (a `Resident` giving it other
+    buffers, a caller's assignment) has none until they are read again."""
+
+    def __init__(self, tensors, positions=None):
+        super().__init__(tensors)
+        self.remember(positions)
+
+    def remember(self, positions):
+        """Sets the ring positions the cache's tensors hold now (None: unknown)."""
+        self._known = (self["slot"], self["row_slot"], positions)
+
+    def known_positions(self):
+        """The `RingPositions` the cache holds, or None where the host does not know them."""
+        slot, row_slot, positions = self._known
+        return positions if slot is self["slot"] and row_slot is self["row_slot"] else None
 
 
 def run_on_device(session, device, inputs, into=None, in_place=()):

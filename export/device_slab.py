@@ -25,8 +25,8 @@ graphs are.
 """
 import numpy as np
 
-from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, FixedStep,
-                                 is_ortvalue, ortvalue, run_on_device)
+from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, DeviceCache,
+                                 FixedStep, is_ortvalue, ortvalue, run_on_device)
 from export.decode_cache import small_model as _model
 
 # The per-row tensors a session's row holds (`positions` and `slot` are shared).
@@ -195,18 +195,31 @@ class DeviceSlab:
         return tensors
 
     def _put(self, cache, row, shift):
-        run_on_device(self.sessions["put"], self.device,
-                      {**{name: self._tensors[name] for name in ROW_NAMES},
-                       **{f"row_{name}": cache[name] for name in ROW_NAMES},
-                       "row": np.array([row], np.int64), "shift": np.array(shift, np.int32)},
-                      in_place=ROW_NAMES)
+        put_row(self.sessions["put"], self.device, self._tensors, cache, row, shift)
 
     def _take(self, rows):
-        out = run_on_device(self.sessions["take"], self.device,
-                            {**{name: self._tensors[name] for name in ROW_NAMES + ("slot",)},
-                             "rows": np.array(rows, np.int64)})
-        cache = {name: out[f"taken_{name}"] for name in CACHE_NAMES if name != "positions"}
-        return {**cache, "positions": self._tensors["positions"]}
+        return take_device_rows(self.sessions["take"], self.device, self._tensors, rows)
+
+
+def put_row(session, device, tensors, cache, row, shift):
+    """Writes the one-row device cache `cache` into row `row` of the device
+    cache `tensors`, in place, its ring moved on by `shift` slots, with
+    `session` (of `slab_put_model`)."""
+    run_on_device(session, device,
+                  {**{name: tensors[name] for name in ROW_NAMES},
+                   **{f"row_{name}": cache[name] for name in ROW_NAMES},
+                   "row": np.array([row], np.int64), "shift": np.array(shift, np.int32)},
+                  in_place=ROW_NAMES)
+
+
+def take_device_rows(session, device, tensors, rows):
+    """A `DeviceCache` (a copy, on the device) of `rows` of the device cache
+    `tensors`, with `session` (of `slab_take_model`)."""
+    out = run_on_device(session, device,
+                        {**{name: tensors[name] for name in ROW_NAMES + ("slot",)},
+                         "rows": np.array(rows, np.int64)})
+    cache = {name: out[f"taken_{name}"] for name in CACHE_NAMES if name != "positions"}
+    return DeviceCache({**cache, "positions": tensors["positions"]})
 
 
 def _scalar(value):

@@ -7,12 +7,13 @@ import os
 
 import numpy as np
 
-from export.decode_cache import (CHANGING_NAMES, MOVED, Resident, aligned_empty, copy_model,
-                                 device_step, host_cache, is_ortvalue, on_device, ortvalue,
-                                 ring_memory_model, ring_write_model, run_on_device, step_feeds,
-                                 write_token)
+from export.decode_cache import (CHANGING_NAMES, MOVED, DeviceCache, Resident, aligned_empty,
+                                 copy_model, device_step, host_cache, is_ortvalue, on_device,
+                                 ortvalue, ring_memory_model, ring_positions, ring_write_model,
+                                 run_on_device, step_feeds, write_token)
 from export.device_memory import memory_concat_model, memory_take_model, nll_model
-from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
+from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_model,
+                                take_device_rows)
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
 from txl_tf.errors import ModelDirError, TxlError
@@ -422,8 +423,8 @@ class OnnxRuntime(Runtime):
 
     def _decode_init(self, mems, mem_mask):
         if self.device_cache:
-            return run_on_device(self._decode_session("decode_init"), self.device,
-                                 {"mems": mems, "mem_mask": mem_mask})
+            return DeviceCache(run_on_device(self._decode_session("decode_init"), self.device,
+                                             {"mems": mems, "mem_mask": mem_mask}))
         cache = host_cache(self._decode_run("decode_init", {"mems": _host(mems),
                                                             "mem_mask": _host(mem_mask)}))
         return_freed_memory()
@@ -435,7 +436,7 @@ class OnnxRuntime(Runtime):
             out = run_on_device(self._decode_session("decode_read"), self.device,
                                 {"token_ids": ids, **cache}, {"log_probs": log_probs})
             new = {name: out[f"new_{name}"] for name in CHANGING_NAMES}
-            return log_probs, {**new, "positions": cache["positions"]}
+            return log_probs, DeviceCache({**new, "positions": cache["positions"]})
         # The new cache is written straight into fresh aligned buffers.
         new = {name: aligned_empty(value.shape, value.dtype) for name, value in cache.items()
                if name != "positions"}
@@ -454,14 +455,46 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------- the decode cache on the device
     def _device_step(self, ids, stopped, cache):
+        """One step of a device cache; a `DeviceCache`'s ring positions, where
+        the host knows them, move on with it (no read of the device)."""
+        known = cache.known_positions() if isinstance(cache, DeviceCache) else None
         if self._replay() is not None:
             batch = len(ids)
             if batch not in self._residents:
                 self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
                                                   self.n_token)
-            return self._residents[batch].step(cache, ids, stopped)
-        return device_step(self._decode_session("decode_step"), self._ring_writer(),
-                           self.device, ids, stopped, cache, self.n_token)
+            log_probs = self._residents[batch].step(cache, ids, stopped)
+        else:
+            log_probs = device_step(self._decode_session("decode_step"), self._ring_writer(),
+                                    self.device, ids, stopped, cache, self.n_token)
+        if isinstance(cache, DeviceCache):
+            cache.remember(None if known is None else
+                           known.advanced(stopped, self.mem_len + 1))
+        return log_probs
+
+    def _ring_positions(self, cache):
+        """A `DeviceCache`'s positions as the host knows them; read from the
+        device (once: then known) where it does not."""
+        known = cache.known_positions() if isinstance(cache, DeviceCache) else None
+        if known is None:
+            known = super()._ring_positions(cache)
+            if isinstance(cache, DeviceCache):
+                cache.remember(known)
+        return known
+
+    def _realign(self, cache, rows, positions):
+        """A device cache's rows are rotated on the device: each row taken
+        out and put back, its ring moved onto the shared slot, in place."""
+        if not on_device(cache):
+            return super()._realign(cache, rows, positions)
+        size = self.mem_len + 1
+        take = self._small_graph("take_slab_rows", slab_take_model)
+        put = self._small_graph("put_slab_row", lambda: slab_put_model(size))
+        for row in rows.tolist():
+            put_row(put, self.device, cache, take_device_rows(take, self.device, cache, [row]),
+                    row, (positions.slot - int(positions.row_slot[row])) % size)
+        if isinstance(cache, DeviceCache):
+            cache.remember(positions.realigned(rows))
 
     def _replay(self):
         """The sessions CUDA graphs replay (`open_replay_sessions`), or None
@@ -531,7 +564,9 @@ class OnnxRuntime(Runtime):
         return host_cache({name: _host(value) for name, value in cache.items()})
 
     def _to_device(self, cache):
-        return {name: self._ortvalue(value) for name, value in cache.items()}
+        """A `DeviceCache` of the host cache `cache` (its positions known)."""
+        return DeviceCache({name: self._ortvalue(value) for name, value in cache.items()},
+                           ring_positions(cache["slot"], cache["row_slot"]))
 
 
 def decode_files(path):

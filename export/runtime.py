@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from export.decode_cache import (CacheSlab, cache_shapes, concat_rows, copy_cache,
-                                 in_time_order, ring_axis, take_rows)
+                                 in_time_order, realign_rows, ring_axis, ring_positions,
+                                 take_rows)
 from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.app.deprecation import warn_deprecated
@@ -224,7 +225,7 @@ class Runtime:
             A `RuntimeMemory` in this runtime's tensors, or a decode cache.
         """
         if _is_cache(state):
-            batch = self._check_cache(state)
+            batch = len(self._check_cache(state).row_slot)
             rows = check_rows(rows, batch)
             if np.array_equal(rows, np.arange(batch)):
                 return self._copy_cache(state)
@@ -246,10 +247,10 @@ class Runtime:
         caches = [_is_cache(s) for s in states]
         if any(caches) and not all(caches):
             raise RuntimeInputError("concat joins memories or decode caches, not a mix")
-        for state in states:
-            (self._check_cache if _is_cache(state) else self._check_memory)(state)
+        checked = [(self._check_cache if _is_cache(state) else self._check_memory)(state)
+                   for state in states]
         if all(caches):
-            if len({int(_to_numpy(c["slot"])) for c in states}) != 1:
+            if len({positions.slot for positions in checked}) != 1:
                 raise RuntimeInputError("decode caches at different ring positions cannot be "
                                         "joined")
             return self._concat_caches(states)
@@ -299,12 +300,15 @@ class Runtime:
             token_ids: integer ids `[B]`.
             cache: a decode cache of B rows.
             stopped: bool `[B]`, rows that keep their cache (their log-probs
-                mean nothing); None: none.
+                mean nothing); None: none. A row may stop and later go on:
+                it goes on from the cache it kept, as if taken out and
+                stepped alone (its ring is first rotated onto the shared
+                slot, one copy of its row).
         Returns:
             `(log_probs numpy [B, n_token], cache)`, the same dict.
         """
         ids = check_ids(np.asarray(token_ids).reshape(-1, 1), self.config.n_token)[:, 0]
-        self._check_cache(cache, ids.shape[0])
+        positions = self._check_cache(cache, ids.shape[0])
         stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
             np.asarray(stopped, np.bool_)
         if stopped.shape != ids.shape:
@@ -312,6 +316,9 @@ class Runtime:
                                     f"row), got {list(stopped.shape)}")
         if not self._writable(cache):
             cache.update(self._copy_cache(cache))  # a cache of the caller's own arrays
+        behind = positions.behind(stopped)
+        if behind.size:
+            self._realign(cache, behind, positions)
         log_probs = self._decode_step(ids, stopped, cache)
         return check_finite_outputs(log_probs), cache
 
@@ -388,6 +395,15 @@ class Runtime:
     def _concat_caches(self, caches):
         return concat_rows(caches)
 
+    def _ring_positions(self, cache):
+        """The cache's `RingPositions` (a device cache's: copied to the host)."""
+        return ring_positions(_to_numpy(cache["slot"]), _to_numpy(cache["row_slot"]))
+
+    def _realign(self, cache, rows, positions):
+        """Rotates `rows` of the cache (in place) onto its shared slot
+        (`positions.slot`), where a step reads them."""
+        realign_rows(cache, rows, positions.slot)
+
     def _copy_cache(self, cache):
         return copy_cache(cache)
 
@@ -418,8 +434,12 @@ class Runtime:
                            "(re-export it with --decode_cache)")
 
     def _check_cache(self, cache, batch_size=None):
+        """Raises `RuntimeInputError` unless `cache` is a decode cache of this
+        export (of `batch_size` rows when given); returns its `RingPositions`."""
         self._require_decode_cache()
-        return check_decode_cache(cache, cache_shapes(self.config, self.mem_len), batch_size)
+        shapes = cache_shapes(self.config, self.mem_len)
+        check_decode_cache(cache, shapes, batch_size)
+        return check_ring_positions(self._ring_positions(cache), shapes["valid"][1])
 
     def _check_memory(self, memory, batch_size=None):
         """Raises `RuntimeInputError` unless `memory` fits this export (and
@@ -557,9 +577,9 @@ def check_decode_cache(cache, expected_shapes, batch_size=None):
     """Raises `RuntimeInputError` unless `cache` is a decode cache of this
     export: a dict with every name of `expected_shapes` (`decode_interface.
     cache_shapes` with the batch axis named "batch"), each of that shape and
-    dtype (float32 but for `valid` bool, `slot` and `row_slot` int32), one
-    batch (the ids' when `batch_size` is given), and ring positions inside the
-    ring. Returns the batch size."""
+    dtype (float32 but for `valid` bool, `slot` and `row_slot` int32) and
+    one batch (the ids' when `batch_size` is given); its values are not read
+    (`check_ring_positions`). Returns the batch size."""
     if not isinstance(cache, dict):
         raise RuntimeInputError(f"a decode cache is the dict decode_init returns, got "
                                 f"{type(cache).__name__}")
@@ -582,14 +602,18 @@ def check_decode_cache(cache, expected_shapes, batch_size=None):
             raise RuntimeInputError(f"decode cache {name} must be "
                                     f"{np.dtype(_CACHE_DTYPES.get(name, np.float32))}, got "
                                     f"{dtype}")
-    size = expected_shapes["valid"][1]
+    return batch
+
+
+def check_ring_positions(positions, size):
+    """Returns `positions` (`RingPositions`) or raises `RuntimeInputError`
+    unless they lie inside a ring of `size` slots."""
     for name in ("slot", "row_slot"):
-        value = cache[name]
-        value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        value = np.asarray(getattr(positions, name))
         if value.size and (value.min() < 0 or value.max() >= size):
             raise RuntimeInputError(f"decode cache {name} must lie in [0, {size}) (the ring's "
                                     f"slots), got {value.tolist()}")
-    return batch
+    return positions
 
 
 # ---------------------------------------------------- finding the artefacts

@@ -7,6 +7,7 @@ command lines (`tests.cli_runner`: the libraries imported once)."""
 import importlib
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from absl import flags
@@ -93,8 +94,29 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
     ("benchmarks.long_memory", ["--part=soak", "--soak_sessions=0"],
      "--soak_sessions must be >= 1, got 0"),
+    ("benchmarks.long_memory", ["--part=soak", "--device=tpu"],
+     "--device must be cpu, cuda or auto"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
 ])
 def test_bad_flags_are_checked_first(jobs, module, flag_args, message):
     last = last_error_line(jobs, module, flag_args)
     assert last.startswith("error: ") and message in last, last
+
+
+def test_the_soak_runs_on_its_device_or_says_the_gpu_is_missing(monkeypatch):
+    """`--part=soak --device=cuda` opens ONNX Runtime on CUDA; where it opens
+    on the CPU instead (no GPU, no onnxruntime-gpu), one error before any
+    session, and the SavedModel is not asked for CUDA at all."""
+    import export
+    from benchmarks import long_memory
+    from txl_tf.errors import TxlError
+    opened = []
+    monkeypatch.setattr(export, "open_runtime", lambda path, backend, device: opened.append(
+        (backend, device)) or SimpleNamespace(device="cpu"))
+    o = {"export_dir": "out", "backend": "onnx", "device": "cuda", "soak_sessions": 1,
+         "max_open": 1, "report_every": 1}
+    with pytest.raises(TxlError, match="--device=cuda: ONNX Runtime could not open its CUDA"):
+        long_memory.run_soak(o)
+    with pytest.raises(TxlError, match="--device=cuda runs --backend=onnx only"):
+        long_memory.run_soak({**o, "backend": "saved_model"})
+    assert opened == [("onnx", "cuda")]

@@ -2,6 +2,7 @@
 the same numbers as the step that re-reads the memory, in every format, a
 generation on it equal to one without it (stops included), and the files
 a client that reads only the export needs."""
+import contextlib
 import json
 
 import numpy as np
@@ -303,6 +304,35 @@ def test_the_stopped_flags_need_one_per_row(runtime):
     cache = runtime.decode_init(runtime.initial_memory(2))
     with pytest.raises(ValueError, match="one flag per row"):
         runtime.decode_step(np.array([1, 2]), cache, stopped=np.array([True]))
+
+
+def test_a_row_that_stopped_goes_on_as_if_taken_out_and_read_alone(runtime):
+    stop_and_go_on(runtime)  # on the device: tests/test_device_ring.py
+
+
+def stop_and_go_on(runtime, watch=contextlib.nullcontext):
+    """Row 1 stops while the ring moves on 3 slots, then goes on: its
+    log-probs and memory are those of its cache taken out when it stopped
+    and read alone, the other rows' those of theirs stepped without it.
+    The steps from the stop on run inside `watch()`."""
+    rng, n_token = np.random.default_rng(0), runtime.n_token
+    cache = runtime.decode_init(runtime.initial_memory(3))
+    for _ in range(4):
+        runtime.decode_step(rng.integers(0, n_token, 3), cache)
+    alone, others = runtime.take(cache, [1]), runtime.take(cache, [0, 2])
+    tokens = rng.integers(0, n_token, [4, 3])
+    with watch():
+        for token in tokens[:3]:
+            runtime.decode_step(token, cache, np.array([False, True, False]))
+        got, _ = runtime.decode_step(tokens[3], cache)
+    for token in tokens:
+        want_others, _ = runtime.decode_step(token[[0, 2]], others)
+    np.testing.assert_allclose(got[[0, 2]], want_others, atol=1e-5)
+    want, read = runtime.decode_read(tokens[3, 1:2, None], alone)
+    np.testing.assert_allclose(got[1:2], want, atol=1e-5)
+    for a, b in zip(runtime.cache_memory(runtime.take(cache, [1])).numpy(),
+                    runtime.cache_memory(read).numpy()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape, axis", [([3, 4, 7, 2], 2), ([4, 7], 1)])

@@ -4,6 +4,7 @@ layer views bound by pointer, the ring's write in place, exactly what the
 host cache does; the session table's slab in device buffers, and memories
 handed from call to call, as well. On CUDA the same code runs with the
 buffers in GPU memory (`TXL_DEVICE_TESTS=cuda` runs these tests there)."""
+import contextlib
 import os
 
 import numpy as np
@@ -16,6 +17,7 @@ from export.decode_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_wri
 from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
+from test_decode_cache_export import stop_and_go_on
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.errors import TxlError
 from txl_tf.weights import save_pretrained
@@ -209,32 +211,25 @@ def test_a_session_table_on_the_device_slab_equals_the_hosts_and_keeps_the_slab_
             np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_the_device_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(runtimes):
-    """As `CacheSlab` does on the host (tests/test_sessions.py): caches at
-    different ring slots share one step, and each comes back as it would be
-    stepped alone, whichever rows leave first."""
-    host, device = runtimes
-    rng = np.random.default_rng(0)
-    caches = []
-    for steps in (0, 3, 8):  # different ring slots (8 wraps a ring of 6)
-        cache = device.decode_init(device.initial_memory(1))
-        for _ in range(steps):
-            device.decode_step(rng.integers(0, CONFIG.n_token, 1), cache)
-        caches.append(cache)
-    assert len({int(c["slot"].numpy()) for c in caches}) == 3
-    slab = SessionTable(device, max_batch=3).slab
-    for key, cache in enumerate(caches):
-        slab.admit(key, device.take(cache, [0]))
-    token = rng.integers(0, CONFIG.n_token, 3)
-    together = slab.step(token, lambda log_probs: log_probs)
-    for key in (1, 0, 2):  # rows move as others leave
-        back = slab.evict(key)
-        alone = device.decode_step(token[key:key + 1], caches[key])[0]
-        np.testing.assert_allclose(together[key:key + 1], alone, atol=1e-5)
-        for got, want in zip(device.cache_memory(back).numpy(),
-                             device.cache_memory(caches[key]).numpy()):
-            np.testing.assert_allclose(got, want, atol=1e-5)
-    assert not len(slab)
+@pytest.mark.parametrize("other_way", [False, True])
+def test_a_row_that_stopped_goes_on_on_the_device_reading_no_ring_position(
+        exported, runtimes, host_copies, other_way):
+    """As on the host (tests/test_decode_cache_export.py), by the device step
+    and over the fixed buffers that CUDA graphs replay (the device's own way
+    and the other); the host knows where each row's ring stands, so the
+    steps copy only their log-probs out."""
+    runtime = runtimes[1] if not other_way else open_runtime(
+        str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+        cuda_graph=not runtimes[1].cuda_graph)
+    copies = []
+
+    @contextlib.contextmanager
+    def watch():
+        host_copies.clear()
+        yield
+        copies.extend(host_copies)
+    stop_and_go_on(runtime, watch)
+    assert set(copies) <= {(3, CONFIG.n_token)}, copies
 
 
 def test_a_memory_stays_in_the_runtimes_tensors_from_call_to_call_and_equals_numpys(
