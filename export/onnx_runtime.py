@@ -365,14 +365,24 @@ class OnnxRuntime(Runtime):
                 for row in range(shape_and_dtype(parts[0][1])[0][0])]
 
     def _concat_memories(self, memories):
+        """On the device, with one join graph per power of two: the first
+        2^k memories (the most a graph can take) are joined into one, which
+        takes their place, until one is left. So a runtime opens at most
+        log2(batch) + 1 of them, whatever counts it joins; 2 (or 4, 8, ...)
+        memories are one run, as with a graph per count."""
         parts = self._device_parts(memories)
         if parts is None:
             return super()._concat_memories(memories)
-        out = run_on_device(
-            self._small_graph(("concat", len(parts)), lambda: memory_concat_model(len(parts))),
-            self.device, {name: value for i, (mems, mem_mask) in enumerate(parts)
-                          for name, value in ((f"mems_{i}", mems), (f"mem_mask_{i}", mem_mask))})
-        return RuntimeMemory(out["mems"], out["mem_mask"])
+        while True:
+            count = 1 << (len(parts).bit_length() - 1)
+            out = run_on_device(
+                self._small_graph(("concat", count), lambda: memory_concat_model(count)),
+                self.device, {name: value for i, (mems, mem_mask) in enumerate(parts[:count])
+                              for name, value in ((f"mems_{i}", mems),
+                                                  (f"mem_mask_{i}", mem_mask))})
+            if count == len(parts):
+                return RuntimeMemory(out["mems"], out["mem_mask"])
+            parts = [(out["mems"], out["mem_mask"])] + parts[count:]
 
     def _device_parts(self, memories):
         """`[(mems, mem_mask)]` of `memories` when they are all OrtValues and

@@ -277,6 +277,21 @@ def test_a_memory_stays_in_the_runtimes_tensors_from_call_to_call_and_equals_num
             np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+def test_memories_are_joined_on_the_device_with_a_graph_per_power_of_two(runtimes):
+    """`concat` of 1 to 7 memories (of 1 or 2 rows) on the device is numpy's
+    join, and opens join graphs of 1, 2 and 4 memories only, not one per count."""
+    device = runtimes[1]
+    rng = np.random.default_rng(4)
+    memories = [device.step(rng.integers(0, CONFIG.n_token, [1 + i % 2, 3]))[1]
+                for i in range(7)]
+    for count in range(1, 8):
+        got = device.concat(memories[:count]).numpy()
+        for part, axis in ((0, 1), (1, 0)):
+            np.testing.assert_array_equal(got[part], np.concatenate(
+                [memory.numpy()[part] for memory in memories[:count]], axis))
+    assert sorted(key[1] for key in device._small_graphs if key[0] == "concat") == [1, 2, 4]
+
+
 # Inputs that ONNX Runtime's CUDA kernels read in host memory (shapes, axes, starts).
 HOST_INPUTS = {"Reshape": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}, "ConstantOfShape": {0},
                "Tile": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "ReduceSum": {1},
