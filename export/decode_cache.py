@@ -5,6 +5,14 @@ holds the graphs and says what each tensor is).
 * The host's cache: the names, shapes and sizes of the cached decode
   interface's state, aligned buffers, and the host's half of a step
   (`step_feeds`, `write_token`).
+* A row that stopped: a step reads every row from the shared free slot
+  (`slot`); a row a step skipped (`stopped`) keeps its own (`row_slot`)
+  while the ring moves on, and before it goes on its ring is rotated onto
+  the shared slot (`realign_rows`; on the device, `Runtime.decode_step`
+  puts the row back rotated with the slab's row graphs). Where each row
+  stands is `RingPositions`; a `DeviceCache` keeps them on the host, moved
+  on by each step from the flags the host hands it, so checking them reads
+  nothing from the device.
 * The device ring: on a GPU the cache lives in device memory (OrtValues) and
   the ring's write must run there too, or every step would copy the whole
   cache across the bus. `ring_write_model` builds that write as a small ONNX

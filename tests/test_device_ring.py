@@ -17,14 +17,10 @@ from export.decode_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_wri
 from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
-from test_decode_cache_export import stop_and_go_on
-from txl_tf import TransformerXL, TransformerXLConfig
+from test_decode_cache_export import CONFIG, stop_and_go_on  # odd head sizes
+from txl_tf import TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.weights import save_pretrained
-
-# Odd head sizes, as in test_decode_cache_export.py.
-CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_val=2, mem_len=5,
-                                    n_head=3, d_head=5)
 
 
 @pytest.fixture(scope="module")
