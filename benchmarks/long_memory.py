@@ -703,8 +703,8 @@ SOAK_SPEC = (
     option("string", "export_dir", None, "An export folder (`python -m export`)."),
     option("string", "backend", "onnx", "onnx or saved_model."),
     option("string", "device", "cpu", "The ONNX Runtime backend's device: cpu, cuda or auto "
-           "(on CUDA the sessions' decode caches and the table's slab stay on the GPU; the "
-           "SavedModel runs on the CPU)."),
+           "(on CUDA the sessions' decode caches and the table's slab stay on the GPU; "
+           "--backend=saved_model runs on the CPU and takes no cuda)."),
     option("integer", "soak_sessions", 2000, "Sessions opened and closed in all."),
     option("integer", "max_open", 16, "Sessions open at once at most (the table's max_batch)."),
     option("integer", "report_every", 250, "Print resident memory every this many sessions."),
