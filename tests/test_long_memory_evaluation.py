@@ -1,0 +1,87 @@
+"""`benchmarks.long_memory --part=evaluation` at a tiny config, in this
+process: its bad flags fail first, every path through the runtime API gives
+the bound's NLLs (and a path that drops the memory fails the part), and the
+JSON holds each batch's paths with their fields. (The speeds come from real
+sizes: benchmarks/README.md.)"""
+import json
+
+import pytest
+
+from benchmarks import long_memory as lm
+from export.onnx_runtime import OnnxRuntime
+from export.runtime import Runtime, RuntimeMemory
+from txl_tf import TransformerXL
+from txl_tf.app.flagspec import defaults
+from txl_tf.errors import TxlError
+
+MEM_LEN = 8
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A folder holding `tiny/out`: model.onnx alone, as the part exports it."""
+    root = tmp_path_factory.mktemp("evaluation")
+    lm.export_random(TransformerXL(lm.preset_config("tiny", MEM_LEN)), str(root / "tiny"),
+                     formats=("onnx",), decode_cache=False, log_probs="all")
+    return root
+
+
+def options(work, tmp_path, **changes):
+    o = dict(defaults(lm.EVALUATION_SPEC), presets="tiny", mem_len=MEM_LEN, segment_len=6,
+             batch_sizes="1,3", segments=2, repeats=2, reuse_exports=True, work_dir=str(work),
+             output=str(tmp_path / "evaluation.json"))
+    return {**o, **changes}
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(batch_sizes="1,0"), "--batch_sizes must be comma-separated positive integers"),
+    (dict(segments=1), "--segments must be >= 2, got 1"),
+    (dict(segment_len=0), "--segment_len must be >= 1, got 0"),
+    (dict(device="tpu"), "--device must be cpu, cuda or auto, got 'tpu'"),
+    (dict(device="cuda"), "--device=cuda: this onnxruntime has no CUDAExecutionProvider"),
+    (dict(reuse_exports=True, work_dir=None), "--reuse_exports needs --work_dir"),
+])
+def test_bad_flags_fail_before_any_export(tmp_path, changes, message):
+    with pytest.raises(TxlError, match=message.replace("(", r"\(")):
+        lm.run_evaluation(options(tmp_path / "none", tmp_path, **changes))
+    assert not (tmp_path / "evaluation.json").exists()
+
+
+def test_every_path_gives_the_bounds_nlls_and_the_json_has_its_fields(work, tmp_path, capsys):
+    lm.run_evaluation(options(work, tmp_path))
+    result = json.loads((tmp_path / "evaluation.json").read_text())
+    assert result["device"] == "cpu" and result["api_target"] == 0.9
+    assert result["settings"]["segment_len"] == 6
+    rows = result["rows"]
+    assert [(r["batch"], r["path"]) for r in rows] == [
+        (batch, path) for batch in (1, 3) for path in lm.EVALUATION_PATHS + ("paper",)]
+    for r in rows:
+        assert (r["preset"], r["mem_len"], r["segment_len"]) == ("tiny", MEM_LEN, 6)
+        if r["path"] == "paper":  # on the CPU: a column marked absent, with the reason
+            assert r["tokens_per_s"] is None and r["absent"] == "timed on CUDA only", r
+            continue
+        assert r["tokens_per_s"] > 0 and len(r["seconds"]) == 2 and r["over_bound"] > 0, r
+        assert r["nll_max_abs_diff"] == 0.0, r  # the same session: the same numbers
+        assert r["memory_effect"] > 1e-5, r  # a dropped memory would show
+        assert ("meets_target" in r) == (r["path"] in ("score", "step")), r
+    assert {r["over_bound"] for r in rows if r["path"] == "bound"} == {1.0}
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "| 3 | score_numpy |" in "\n".join(out)
+    assert out[-1].startswith("evaluation on cpu, API ÷ bound (NLLs equal): b1 bound "), out[-1]
+
+
+def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch):
+    def score_keeping_the_memory(self, token_ids, target_ids, memory=None):
+        nll = Runtime.score(self, token_ids, target_ids, memory)[0]
+        return nll, RuntimeMemory(*memory)
+    monkeypatch.setattr(OnnxRuntime, "score", score_keeping_the_memory, raising=False)
+    with pytest.raises(TxlError, match=r"the NLLs of score \(batch 1\) differ from the bound's"):
+        lm.run_evaluation(options(work, tmp_path, batch_sizes="1"))
+    rows = json.loads((tmp_path / "evaluation.json").read_text())["rows"]  # written first
+    wrong = {r["path"] for r in rows if r.get("nll_max_abs_diff", 0) > 1e-5}
+    assert wrong == {"score", "score_numpy"}, rows
+
+
+def test_a_memory_that_moves_no_nll_cannot_check_the_paths(work, tmp_path):
+    with pytest.raises(TxlError, match="the check cannot tell a path that drops it"):
+        lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tolerance=100.0))
