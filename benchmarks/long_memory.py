@@ -4,6 +4,8 @@ memory, many sessions, and the tools the GPU flow needs. One suite in parts
 
     python -m benchmarks.long_memory [--part=speed] [--presets=enwik8_base,wt103_base] \
         [--batch_sizes=1,16] [--backends=xla,onnx,saved_model] [--tokens=16] [--device=cpu]
+    python -m benchmarks.long_memory --part=evaluation [--presets=enwik8_base] \
+        [--segment_len=512] [--batch_sizes=1,16] [--device=cuda] [--reference_dir=DIR]
     python -m benchmarks.long_memory --part=runtime_memory --export_dir=EXPORT
     python -m benchmarks.long_memory --part=soak --export_dir=EXPORT --soak_sessions=2000
     python -m benchmarks.long_memory --part=onnx_weights --export_dir=EXPORT --skeleton_dir=SKEL
@@ -14,6 +16,9 @@ memory, many sessions, and the tools the GPU flow needs. One suite in parts
 
 - `speed` (default): ms per new token against the bandwidth bound, turns,
   prompts, session tables (`run_speed`);
+- `evaluation`: tok/s of evaluation through the runtime API (`score`,
+  `step`, the memory fed back) against the graph with every buffer bound,
+  their NLLs checked equal, and the paper's code on CUDA (`run_evaluation`);
 - `runtime_memory`: what an ONNX Runtime runtime holds in memory with its
   decode cache open, and what its weight sharing costs a step;
 - `soak`: many sessions opening, reading, generating and closing at random;
@@ -22,9 +27,9 @@ memory, many sessions, and the tools the GPU flow needs. One suite in parts
 - `cuda_parity`: the ONNX Runtime decode on CUDA against the CPU;
 - `cache_precision`: what a 16-bit decode cache would cost in exactness.
 
-Only `cache_precision` and `speed`'s XLA and SavedModel rows need
-TensorFlow; the rest runs where only onnxruntime is installed (the GPU
-machine).
+Only `cache_precision`, `speed`'s XLA and SavedModel rows and the exports
+(`speed` and `evaluation` without `--reuse_exports`) need TensorFlow; the
+rest runs where only onnxruntime is installed (the GPU machine).
 """
 import glob
 import json
@@ -713,6 +718,8 @@ def paper_tokens_per_s(o, config, mem_len, batch, device):
         return None, "timed on CUDA only"
     if not o["reference_dir"]:
         return None, "no --reference_dir"
+    if config.div_val != 1:
+        return None, "its worker builds div_val 1 only"
     from benchmarks.throughput import ReferenceWorker
     setup = dict(mode="eval", n_token=config.n_token, n_layer=config.n_layer,
                  d_model=config.d_model, n_head=config.n_head, d_head=config.d_head,

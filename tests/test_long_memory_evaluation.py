@@ -4,6 +4,7 @@ the bound's NLLs (and a path that drops the memory fails the part), and the
 JSON holds each batch's paths with their fields. (The speeds come from real
 sizes: benchmarks/README.md.)"""
 import json
+import sys
 
 import pytest
 
@@ -85,3 +86,39 @@ def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch
 def test_a_memory_that_moves_no_nll_cannot_check_the_paths(work, tmp_path):
     with pytest.raises(TxlError, match="the check cannot tell a path that drops it"):
         lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tolerance=100.0))
+
+
+FAKE_WORKER = r'''
+import json, sys
+log = open(sys.argv[-1] + "/requests.jsonl", "a")
+for line in sys.stdin:
+    request = json.loads(line)
+    log.write(line)
+    log.flush()
+    reply = {"ok": True} if "setup" in request else {"seconds": [0.5] * request["run"]}
+    print(json.dumps(reply), flush=True)
+'''
+
+
+def test_the_papers_code_runs_on_cuda_in_float32_on_a_full_memory(tmp_path):
+    """`paper_tokens_per_s` with a fake worker speaking `paper_reference.py`'s
+    protocol (on a GPU the worker is the paper's code)."""
+    (tmp_path / "worker.py").write_text(FAKE_WORKER)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'worker.py'} \"$@\"\n")
+    python.chmod(0o755)
+    o = dict(defaults(lm.EVALUATION_SPEC), segment_len=512, segments=2, repeats=3,
+             reference_dir=str(tmp_path), reference_python=str(python))
+    config = lm.preset_config("enwik8_base")
+    assert lm.paper_tokens_per_s(o, config, 2100, 16, "cuda") == (16 * 512 / 0.5, None)
+    setup, warm, timed = [json.loads(line)
+                          for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert warm == {"run": 6} and timed == {"run": 6}  # 2,100 slots fill in 5 segments
+    setup = setup["setup"]
+    assert (setup["mode"], setup["device"], setup["precision"]) == ("eval", "cuda", "float32")
+    assert (setup["tgt_len"], setup["mem_len"], setup["batch_size"]) == (512, 2100, 16)
+    assert (setup["n_layer"], setup["d_model"], setup["n_token"]) == (12, 512, config.n_token)
+    assert lm.paper_tokens_per_s(o, config, 2100, 16, "cpu") == (None, "timed on CUDA only")
+    gone = dict(o, reference_python=str(tmp_path / "no_python"))
+    tokens_per_s, why = lm.paper_tokens_per_s(gone, config, 2100, 1, "cuda")
+    assert tokens_per_s is None and why.startswith("the paper's code did not run: "), why
