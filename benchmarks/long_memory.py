@@ -832,6 +832,9 @@ def run_evaluation(o):
                 from txl_tf import TransformerXL
                 export_random(TransformerXL(config), folder, formats=("onnx",),
                               decode_cache=False, log_probs="all")
+            elif not os.path.isfile(os.path.join(folder, "out", "model.onnx")):
+                raise TxlError(f"--reuse_exports: no {preset} export in {folder}/out (made by "
+                               "--part=speed with the same --work_dir, or --part=onnx_weights)")
             runtime = open_runtime(os.path.join(folder, "out"), backend="onnx",
                                    device=o["device"])
             if o["device"] == "cuda" and runtime.device != "cuda":
