@@ -99,7 +99,7 @@ COMMANDS = {
                       "--output={out}/cuda_parity.json",
 }
 # Seconds each part may take (the whole check: --total_s).
-BUDGETS = {"parity": 40, "losses": 40, "mirrored": 25, "pair_enwik8_base": 75,
+BUDGETS = {"parity": 35, "losses": 45, "mirrored": 30, "pair_enwik8_base": 70,
            "pair_wt103_base": 50, "train": 85, "serving_long_memory": 60,
            "serving_evaluation": 40, "serving_device_tests": 40, "serving_parity": 25}
 CHECKS = list(COMMANDS)

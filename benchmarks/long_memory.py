@@ -709,33 +709,43 @@ def check_nll(runtime, memory, segments, paths, tolerance):
     return {"nll_max_abs_diff": diffs, "memory_effect": effect}
 
 
-def paper_tokens_per_s(o, config, mem_len, batch, device):
-    """`(tok/s, None)` of the paper's PyTorch code evaluating segments of
-    `--segment_len` on a memory of `mem_len` (`paper_reference.py`, its own
-    process, float32 with TF32 off; the median step after the memory has
-    filled), or `(None, why it is absent)`."""
+def paper_tokens_per_s(o, config, mem_len, batch_sizes, device):
+    """`{batch: (tok/s, None)}` of the paper's PyTorch code evaluating
+    segments of `--segment_len` on a memory of `mem_len` at each batch size
+    (`paper_reference.py`, one process set up per batch size, float32 with
+    TF32 off; the median step after its memory has filled), or `{batch:
+    (None, why it is absent)}`."""
+    def absent(why):
+        return {batch: (None, why) for batch in batch_sizes}
     if device != "cuda":
-        return None, "timed on CUDA only"
+        return absent("timed on CUDA only")
     if not o["reference_dir"]:
-        return None, "no --reference_dir"
+        return absent("no --reference_dir")
     if config.div_val != 1:
-        return None, "its worker builds div_val 1 only"
+        return absent("its worker builds div_val 1 only")
     from benchmarks.throughput import ReferenceWorker
-    setup = dict(mode="eval", n_token=config.n_token, n_layer=config.n_layer,
+    shape = dict(mode="eval", n_token=config.n_token, n_layer=config.n_layer,
                  d_model=config.d_model, n_head=config.n_head, d_head=config.d_head,
                  d_inner=config.d_inner, dropout=0.0, dropatt=0.0, tgt_len=o["segment_len"],
-                 mem_len=mem_len, batch_size=batch, threads=os.cpu_count(),
-                 cutoffs=list(config.cutoffs), device="cuda", precision="float32")
+                 mem_len=mem_len, threads=os.cpu_count(), cutoffs=list(config.cutoffs),
+                 device="cuda", precision="float32")
+    result, worker = {}, None
     try:
-        worker = ReferenceWorker(o["reference_python"], o["reference_dir"], setup)
-        try:
+        for batch in batch_sizes:
+            if worker is None:
+                worker = ReferenceWorker(o["reference_python"], o["reference_dir"],
+                                         dict(shape, batch_size=batch))
+            else:
+                worker.setup(dict(shape, batch_size=batch))
             worker(-(-mem_len // o["segment_len"]) + 1)  # its memory grows to mem_len
             seconds = worker(o["segments"] * o["repeats"])
-        finally:
-            worker.close()
+            result[batch] = (batch * o["segment_len"] / statistics.median(seconds), None)
     except (OSError, RuntimeError, ValueError) as error:
-        return None, f"the paper's code did not run: {error}"
-    return batch * o["segment_len"] / statistics.median(seconds), None
+        return absent(f"the paper's code did not run: {error}")
+    finally:
+        if worker is not None:
+            worker.close()
+    return result
 
 
 def evaluate_batch(runtime, o, batch, paper):
@@ -847,10 +857,10 @@ def run_evaluation(o):
                 raise TxlError(f"the export in {folder} has log_probs='{runtime.log_probs_mode}'"
                                "; scoring needs 'all'")
             result["device"] = runtime.device
+            papers = paper_tokens_per_s(o, runtime.config, runtime.mem_len, batch_sizes,
+                                        runtime.device)
             for batch in batch_sizes:
-                paper = paper_tokens_per_s(o, runtime.config, runtime.mem_len, batch,
-                                           runtime.device)
-                for row in evaluate_batch(runtime, o, batch, paper):
+                for row in evaluate_batch(runtime, o, batch, papers[batch]):
                     rows.append({"preset": preset, "mem_len": runtime.mem_len,
                                  "segment_len": o["segment_len"], **row})
                     print(json.dumps({k: v for k, v in rows[-1].items() if k != "seconds"}),

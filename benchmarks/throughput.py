@@ -426,7 +426,11 @@ class ReferenceWorker:
         self.process = subprocess.Popen([python, script, os.path.abspath(reference_dir)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.peak_bytes = None
-        self.info = self._ask({"setup": setup})
+        self.setup(setup)
+
+    def setup(self, fields):
+        """(Re)builds the worker's model from the protocol's `setup` fields."""
+        self.info = self._ask({"setup": fields})
         self.parameters = self.info.get("parameters")
 
     def _ask(self, request):

@@ -111,15 +111,18 @@ def test_the_papers_code_runs_on_cuda_in_float32_on_a_full_memory(tmp_path):
     o = dict(defaults(lm.EVALUATION_SPEC), segment_len=512, segments=2, repeats=3,
              reference_dir=str(tmp_path), reference_python=str(python))
     config = lm.preset_config("enwik8_base")
-    assert lm.paper_tokens_per_s(o, config, 2100, 16, "cuda") == (16 * 512 / 0.5, None)
-    setup, warm, timed = [json.loads(line)
-                          for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
-    assert warm == {"run": 6} and timed == {"run": 6}  # 2,100 slots fill in 5 segments
-    setup = setup["setup"]
-    assert (setup["mode"], setup["device"], setup["precision"]) == ("eval", "cuda", "float32")
-    assert (setup["tgt_len"], setup["mem_len"], setup["batch_size"]) == (512, 2100, 16)
-    assert (setup["n_layer"], setup["d_model"], setup["n_token"]) == (12, 512, config.n_token)
-    assert lm.paper_tokens_per_s(o, config, 2100, 16, "cpu") == (None, "timed on CUDA only")
+    assert lm.paper_tokens_per_s(o, config, 2100, [1, 16], "cuda") == {
+        1: (512 / 0.5, None), 16: (16 * 512 / 0.5, None)}
+    requests = [json.loads(line)
+                for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(requests) == 6  # one worker, set up once per batch size
+    for batch, (setup, warm, timed) in zip((1, 16), (requests[:3], requests[3:])):
+        assert warm == {"run": 6} and timed == {"run": 6}  # 2,100 slots fill in 5 segments
+        setup = setup["setup"]
+        assert (setup["mode"], setup["device"], setup["precision"]) == ("eval", "cuda", "float32")
+        assert (setup["tgt_len"], setup["mem_len"], setup["batch_size"]) == (512, 2100, batch)
+        assert (setup["n_layer"], setup["d_model"], setup["n_token"]) == (12, 512, config.n_token)
+    assert lm.paper_tokens_per_s(o, config, 2100, [1], "cpu") == {1: (None, "timed on CUDA only")}
     gone = dict(o, reference_python=str(tmp_path / "no_python"))
-    tokens_per_s, why = lm.paper_tokens_per_s(gone, config, 2100, 1, "cuda")
+    [(tokens_per_s, why)] = lm.paper_tokens_per_s(gone, config, 2100, [1], "cuda").values()
     assert tokens_per_s is None and why.startswith("the paper's code did not run: "), why
