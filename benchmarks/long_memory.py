@@ -376,8 +376,32 @@ def export_random(core, folder, **options):
           flush=True)
 
 
-def run_preset(preset, o, bandwidth, work):
+def check_export_flags(o):
+    """Raises `TxlError` for a bad `--device` or `--reuse_exports` without
+    `--work_dir` (the parts that export or reuse exports)."""
+    if o["device"] not in ("cpu", "cuda", "auto"):
+        raise TxlError(f"--device must be cpu, cuda or auto, got {o['device']!r}")
+    if o["reuse_exports"] and not o["work_dir"]:
+        raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
+
+
+def open_export(folder, backend, mem_len, asked_device, **options):
+    """The runtime of the export in `folder/out` (`open_runtime`'s
+    `options`); `TxlError` where ONNX Runtime was asked for CUDA
+    (`asked_device`) and could not open it, or where the export's memory is
+    not `mem_len` slots."""
     from export import open_runtime
+    runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
+    if backend == "onnx" and asked_device == "cuda" and runner.device != "cuda":
+        raise TxlError("--device=cuda: ONNX Runtime could not open its CUDA provider "
+                       "(is onnxruntime-gpu installed, and does it see the GPU?)")
+    if runner.mem_len != mem_len:
+        raise TxlError(f"the export in {folder} holds {runner.mem_len} memory slots, not "
+                       f"{mem_len} (--mem_len)")
+    return runner
+
+
+def run_preset(preset, o, bandwidth, work):
     from export.runtime import generation_backend
     config = preset_config(preset, o["mem_len"], o["clamp_len"])
     mem_len = config.mem_len
@@ -416,13 +440,7 @@ def run_preset(preset, o, bandwidth, work):
             options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
                        "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
                        } if backend == "onnx" else {"device": "cpu"}
-            runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
-            if backend == "onnx" and o["device"] == "cuda" and runner.device != "cuda":
-                raise TxlError("--device=cuda: ONNX Runtime could not open its CUDA provider "
-                               "(is onnxruntime-gpu installed, and does it see the GPU?)")
-            if runner.mem_len != mem_len:
-                raise TxlError(f"the export in {folder} holds {runner.mem_len} memory "
-                               f"slots, not {mem_len} (--mem_len)")
+            runner = open_export(folder, backend, mem_len, o["device"], **options)
             step, parts = generation_backend(runner).step_last, runtime_parts(runner)
             model_config = runner.config  # a reused export's own sizes
         for batch in parse_batch_sizes(o["batch_sizes"]):
@@ -499,13 +517,10 @@ def run_speed(o):
     Prints a table and writes JSON.
     """
     parse_batch_sizes(o["batch_sizes"])  # a bad value fails before any export
-    if o["device"] not in ("cpu", "cuda", "auto"):
-        raise TxlError(f"--device must be cpu, cuda or auto, got {o['device']!r}")
+    check_export_flags(o)
     for name in ("device_cache", "cuda_graph"):
         if o[name] not in CACHE_PLACES:
             raise TxlError(f"--{name} must be auto, true or false, got {o[name]!r}")
-    if o["reuse_exports"] and not o["work_dir"]:
-        raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
     if o["reuse_exports"] and o["clamp_len"] is not None:
         raise TxlError("--clamp_len makes this run's model; with --reuse_exports the exports "
                        "keep the clamp they were made with")
@@ -824,14 +839,10 @@ def run_evaluation(o):
     batch_sizes = parse_batch_sizes(o["batch_sizes"])
     at_least(o, 1, "segment_len", "repeats")
     at_least(o, 2, "segments")
-    if o["device"] not in ("cpu", "cuda", "auto"):
-        raise TxlError(f"--device must be cpu, cuda or auto, got {o['device']!r}")
+    check_export_flags(o)
     if o["device"] == "cuda" and not _on_cuda("cuda"):
         raise TxlError("--device=cuda: this onnxruntime has no CUDAExecutionProvider "
                        "(install onnxruntime-gpu on a machine with an NVIDIA GPU)")
-    if o["reuse_exports"] and not o["work_dir"]:
-        raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
-    from export import open_runtime
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
     rows, result = [], {"settings": o, "api_target": API_TARGET}
     try:
@@ -845,14 +856,8 @@ def run_evaluation(o):
             elif not os.path.isfile(os.path.join(folder, "out", "model.onnx")):
                 raise TxlError(f"--reuse_exports: no {preset} export in {folder}/out (made by "
                                "--part=speed with the same --work_dir, or --part=onnx_weights)")
-            runtime = open_runtime(os.path.join(folder, "out"), backend="onnx",
-                                   device=o["device"])
-            if o["device"] == "cuda" and runtime.device != "cuda":
-                raise TxlError("--device=cuda: ONNX Runtime could not open its CUDA provider "
-                               "(see the warning above)")
-            if runtime.mem_len != config.mem_len:
-                raise TxlError(f"the export in {folder} holds {runtime.mem_len} memory slots, "
-                               f"not {config.mem_len} (--mem_len)")
+            runtime = open_export(folder, "onnx", config.mem_len, o["device"],
+                                  device=o["device"])
             if runtime.log_probs_mode != "all":
                 raise TxlError(f"the export in {folder} has log_probs='{runtime.log_probs_mode}'"
                                "; scoring needs 'all'")
