@@ -17,7 +17,7 @@ from absl import flags
 
 from benchmarks import gpu_check as gc
 from benchmarks import throughput as tp
-from txl_tf.app.flagspec import define
+from txl_tf.app.flagspec import defaults, define
 
 
 @pytest.mark.parametrize("tiny, device", [(False, "gpu"), (True, "cpu")])
@@ -49,7 +49,6 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
 
 def test_the_parts_budgets_fit_the_checks_total():
     assert set(gc.BUDGETS) == set(gc.CHECKS)
-    from txl_tf.app.flagspec import defaults
     assert sum(gc.BUDGETS.values()) <= defaults(gc.SPEC)["total_s"] == 480.0
 
 
@@ -288,7 +287,6 @@ for line in sys.stdin:
 def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatch, tmp_path):
     """The pair's rows, ratios and the worker's setup, with a fake worker
     speaking `paper_reference.py`'s protocol and fake Keras runners."""
-    from txl_tf.app.flagspec import defaults
     (tmp_path / "worker.py").write_text(FAKE_WORKER)
     (tmp_path / "python").write_text(f"#!/bin/sh\nexec {sys.executable} "
                                      f"{tmp_path / 'worker.py'} \"$@\"\n")
