@@ -843,11 +843,14 @@ def run_evaluation(o):
     if o["device"] == "cuda" and not _on_cuda("cuda"):
         raise TxlError("--device=cuda: this onnxruntime has no CUDAExecutionProvider "
                        "(install onnxruntime-gpu on a machine with an NVIDIA GPU)")
+    configs = {p.strip(): preset_config(p.strip(), o["mem_len"])
+               for p in o["presets"].split(",") if p.strip()}
+    if not configs:
+        raise TxlError(f"--presets names no preset: {o['presets']!r}")
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
     rows, result = [], {"settings": o, "api_target": API_TARGET}
     try:
-        for preset in [p.strip() for p in o["presets"].split(",") if p.strip()]:
-            config = preset_config(preset, o["mem_len"])
+        for preset, config in configs.items():
             folder = os.path.join(work, preset)
             if not o["reuse_exports"]:
                 from txl_tf import TransformerXL

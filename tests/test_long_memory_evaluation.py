@@ -42,6 +42,8 @@ def options(work, tmp_path, **changes):
     (dict(device="tpu"), "--device must be cpu, cuda or auto, got 'tpu'"),
     (dict(device="cuda"), "--device=cuda: this onnxruntime has no CUDAExecutionProvider"),
     (dict(reuse_exports=True, work_dir=None), "--reuse_exports needs --work_dir"),
+    (dict(presets=" ,"), "--presets names no preset: ' ,'"),
+    (dict(presets="tiny,nope"), "unknown preset 'nope'"),
     (dict(), "--reuse_exports: no tiny export in "),
 ])
 def test_bad_flags_fail_before_any_export(tmp_path, monkeypatch, changes, message):
