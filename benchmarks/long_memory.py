@@ -909,17 +909,18 @@ def print_evaluation(rows):
 
 
 def evaluation_summary(rows, device):
-    """One line: each batch's API ÷ bound and the paper's (the GPU check's result)."""
+    """One line: each preset and batch's API ÷ bound and the paper's tok/s
+    (the GPU check's result)."""
     parts = []
-    for batch in dict.fromkeys(r["batch"] for r in rows):
-        by = {r["path"]: r for r in rows if r["batch"] == batch}
+    for preset, batch in dict.fromkeys((r["preset"], r["batch"]) for r in rows):
+        by = {r["path"]: r for r in rows if (r["preset"], r["batch"]) == (preset, batch)}
         paper = by["paper"]
-        parts.append(f"b{batch} bound {by['bound']['tokens_per_s']:,.0f} tok/s, score "
+        parts.append(f"{preset} b{batch} bound {by['bound']['tokens_per_s']:,.0f} tok/s, score "
                      f"{by['score']['over_bound']:.2f}x, step {by['step']['over_bound']:.2f}x, "
-                     f"numpy memory {by['score_numpy']['over_bound']:.2f}x, paper "
+                     f"score on a numpy memory {by['score_numpy']['over_bound']:.2f}x, paper "
                      + (f"{paper['tokens_per_s']:,.0f}" if paper["tokens_per_s"]
                         else f"absent ({paper['absent']})"))
-    return (f"evaluation on {device}, API ÷ bound (NLLs equal): " + "; ".join(parts))
+    return f"evaluation on {device}, API ÷ bound (NLLs equal): " + "; ".join(parts)
 
 
 # ------------------------------------------------------------ runtime_memory

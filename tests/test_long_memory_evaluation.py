@@ -73,7 +73,9 @@ def test_every_path_gives_the_bounds_nlls_and_the_json_has_its_fields(work, tmp_
     assert {r["over_bound"] for r in rows if r["path"] == "bound"} == {1.0}
     out = capsys.readouterr().out.strip().splitlines()
     assert "| 3 | score_numpy |" in "\n".join(out)
-    assert out[-1].startswith("evaluation on cpu, API ÷ bound (NLLs equal): b1 bound "), out[-1]
+    assert out[-1].startswith("evaluation on cpu, API ÷ bound (NLLs equal): tiny b1 bound "), \
+        out[-1]
+    assert "; tiny b3 bound " in out[-1] and out[-1].endswith("paper absent (timed on CUDA only)")
 
 
 def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch):
