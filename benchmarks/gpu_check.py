@@ -33,12 +33,15 @@ fails, runs out of time or cannot run is one line of the table (`failed
   then run again: it must say it resumed at step 20, feed the batches the
   killed run fed at those steps, end at step 40 and exit 0; the first step's
   compile seconds from the progress line.
-- `serving_long_memory`, `serving_device_tests`, `serving_parity`: the
-  serving suite of issue 53 (`benchmarks.long_memory --device=cuda`; the
-  device slab's and the device memory's tests on CUDA,
-  `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
+- `serving_long_memory`, `serving_evaluation`, `serving_device_tests`,
+  `serving_parity`: the serving suite of issue 53 (`benchmarks.long_memory
+  --device=cuda`; then `--part=evaluation` over the export it made:
+  512-token segments on its memory of 2,100 through the runtime API against
+  the graph with bound buffers, and the paper's code with
+  `--reference_dir`; the device slab's and the device memory's tests on
+  CUDA, `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
   tests/test_sessions.py -k device`; then `--part=cuda_parity` over the
-  export it made).
+  export).
 
 Without a GPU (and not `--device=cpu`) it exits at once with one `error:`
 line and status 2; with a failed part, status 1 after the table. Writes the
@@ -83,6 +86,11 @@ COMMANDS = {
     "serving_long_memory": "{python} -m benchmarks.long_memory --device={ort_device} "
                            "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
                            "--work_dir={work}/serving --output={out}/long_memory.json",
+    "serving_evaluation": "{python} -m benchmarks.long_memory --part=evaluation "
+                          "--device={ort_device} --presets={serving_preset} "
+                          "--segment_len={eval_segment} --batch_sizes=1,16 --segments=2 "
+                          "--repeats=3 --reuse_exports --work_dir={work}/serving "
+                          "--output={out}/long_memory_evaluation.json {reference}",
     "serving_device_tests": "{python} -m pytest -q "
                             "-p no:cacheprovider tests/test_device_ring.py "
                             "tests/test_sessions.py -k device",
@@ -91,9 +99,9 @@ COMMANDS = {
                       "--output={out}/cuda_parity.json",
 }
 # Seconds each part may take (the whole check: --total_s).
-BUDGETS = {"parity": 40, "losses": 45, "mirrored": 30, "pair_enwik8_base": 90,
-           "pair_wt103_base": 60, "train": 85, "serving_long_memory": 60,
-           "serving_device_tests": 45, "serving_parity": 25}
+BUDGETS = {"parity": 35, "losses": 45, "mirrored": 30, "pair_enwik8_base": 70,
+           "pair_wt103_base": 50, "train": 85, "serving_long_memory": 60,
+           "serving_evaluation": 40, "serving_device_tests": 40, "serving_parity": 25}
 CHECKS = list(COMMANDS)
 # The progress line's first-step compile time (training.train: "... compile <seconds>s";
 # else the first `compile_s` of its train_log.jsonl).
@@ -130,11 +138,11 @@ def sizes(tiny, device):
     if tiny:
         return dict(check_shape="tiny", loss_shape="tiny", pair_enwik8="tiny", pair_wt103="tiny",
                     pair_variants="f32", pair_iters=2, train_preset="tiny", train_batch=4,
-                    serving_preset="tiny", device=device, ort_device="cpu")
+                    serving_preset="tiny", eval_segment=32, device=device, ort_device="cpu")
     return dict(check_shape="enwik8_base", loss_shape="small", pair_enwik8="enwik8_base",
                 pair_wt103="wt103_base", pair_variants="f32+jit,bf16+jit,f16+jit", pair_iters=8,
                 train_preset="enwik8_base", train_batch=22, serving_preset="enwik8_base",
-                device=device, ort_device="cuda" if device == "gpu" else "cpu")
+                eval_segment=512, device=device, ort_device="cuda" if device == "gpu" else "cpu")
 
 
 # ------------------------------------------------------------------ the GPU

@@ -415,24 +415,22 @@ def paper_name(variant):
     return "paper " + variant.split("+")[0]
 
 
-class ReferenceRunner:
-    """The paper's code in a worker process (`paper_reference.py`), driven
+class ReferenceWorker:
+    """The paper's code in a worker process (`paper_reference.py`), set up
+    with `setup` (the fields of its protocol's `setup` request) and driven
     like the other runners: `runner(n)` → seconds of each of n more steps.
     The worker waits idle on its stdin while the other variants run."""
 
-    def __init__(self, python, reference_dir, mode, shape, mem_len, precision="float32"):
-        import tensorflow as tf
+    def __init__(self, python, reference_dir, setup):
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_reference.py")
         self.process = subprocess.Popen([python, script, os.path.abspath(reference_dir)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        device = "cuda" if tf.config.list_logical_devices("GPU") else "cpu"
-        if device == "cuda" and precision == "float32":
-            precision = "tf32"  # TensorFlow's float32 on a GPU
-        sizes = dict(SHAPES[shape], mem_len=mem_len, dropatt=0.0, threads=os.cpu_count(),
-                     mode=mode, device=device, precision=precision)
-        sizes.pop("div_val", None)
         self.peak_bytes = None
-        self.info = self._ask({"setup": sizes})
+        self.setup(setup)
+
+    def setup(self, fields):
+        """(Re)builds the worker's model from the protocol's `setup` fields."""
+        self.info = self._ask({"setup": fields})
         self.parameters = self.info.get("parameters")
 
     def _ask(self, request):
@@ -452,6 +450,21 @@ class ReferenceRunner:
     def close(self):
         self.process.stdin.close()
         self.process.wait()
+
+
+class ReferenceRunner(ReferenceWorker):
+    """The paper's code at a shape of `SHAPES`, on the GPU where TensorFlow
+    sees one (its float32 as TF32 there, as TensorFlow's)."""
+
+    def __init__(self, python, reference_dir, mode, shape, mem_len, precision="float32"):
+        import tensorflow as tf
+        device = "cuda" if tf.config.list_logical_devices("GPU") else "cpu"
+        if device == "cuda" and precision == "float32":
+            precision = "tf32"  # TensorFlow's float32 on a GPU
+        sizes = dict(SHAPES[shape], mem_len=mem_len, dropatt=0.0, threads=os.cpu_count(),
+                     mode=mode, device=device, precision=precision)
+        sizes.pop("div_val", None)
+        super().__init__(python, reference_dir, sizes)
 
 
 COLUMNS = [("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),

@@ -83,6 +83,8 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.long_memory", ["--part=soak", "--presets=tiny"],
      "--part=soak takes no --presets"),
     ("benchmarks.long_memory", ["--part=disk"], "--part"),
+    ("benchmarks.long_memory", ["--part=evaluation", "--device=cuda"],
+     "--device=cuda: this onnxruntime has no CUDAExecutionProvider"),
     ("benchmarks.quality", ["--part=memory_use"], "--model_dirs is required"),
     ("benchmarks.quality", ["--part=memory_use", "--model_dirs=m", "--mem_lens=0,-1"],
      "--mem_lens must be"),

@@ -17,7 +17,7 @@ from absl import flags
 
 from benchmarks import gpu_check as gc
 from benchmarks import throughput as tp
-from txl_tf.app.flagspec import define
+from txl_tf.app.flagspec import defaults, define
 
 
 @pytest.mark.parametrize("tiny, device", [(False, "gpu"), (True, "cpu")])
@@ -36,11 +36,20 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
         flag_values = flags.FlagValues()
         define(importlib.import_module(argv[2]).SPEC, flag_values)
         assert flag_values([argv[2], *argv[3:]]) == [argv[2]], part  # raises on a bad flag
-    assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_long_memory"]
+    for part in ("serving_long_memory", "serving_evaluation"):  # one export, on the device
+        assert f"--device={'cpu' if tiny else 'cuda'}" in commands[part]
+        assert "--work_dir=/w/serving" in commands[part]
+    assert "--reuse_exports" in commands["serving_evaluation"]
+    assert "--reference_dir=/ref" in commands["serving_evaluation"]
     assert f"--device={device}" in commands["parity"]
     assert "--reference_dir=/ref" in commands["pair_wt103_base"]
     shape = "tiny" if tiny else "wt103_base"
     assert f"--shapes={shape}" in commands["pair_wt103_base"]
+
+
+def test_the_parts_budgets_fit_the_checks_total():
+    assert set(gc.BUDGETS) == set(gc.CHECKS)
+    assert sum(gc.BUDGETS.values()) <= defaults(gc.SPEC)["total_s"] == 480.0
 
 
 def fake(code):
@@ -278,7 +287,6 @@ for line in sys.stdin:
 def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatch, tmp_path):
     """The pair's rows, ratios and the worker's setup, with a fake worker
     speaking `paper_reference.py`'s protocol and fake Keras runners."""
-    from txl_tf.app.flagspec import defaults
     (tmp_path / "worker.py").write_text(FAKE_WORKER)
     (tmp_path / "python").write_text(f"#!/bin/sh\nexec {sys.executable} "
                                      f"{tmp_path / 'worker.py'} \"$@\"\n")

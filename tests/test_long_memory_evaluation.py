@@ -1,0 +1,134 @@
+"""`benchmarks.long_memory --part=evaluation` at a tiny config, in this
+process: its bad flags fail first, every path through the runtime API gives
+the bound's NLLs (and a path that drops the memory fails the part), and the
+JSON holds each batch's paths with their fields. (The speeds come from real
+sizes: benchmarks/README.md.)"""
+import json
+import re
+import sys
+
+import pytest
+
+from benchmarks import long_memory as lm
+from export.onnx_runtime import OnnxRuntime
+from export.runtime import Runtime, RuntimeMemory
+from txl_tf import TransformerXL
+from txl_tf.app.flagspec import defaults
+from txl_tf.errors import TxlError
+
+MEM_LEN = 8
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A folder holding `tiny/out`: model.onnx alone, as the part exports it."""
+    root = tmp_path_factory.mktemp("evaluation")
+    lm.export_random(TransformerXL(lm.preset_config("tiny", MEM_LEN)), str(root / "tiny"),
+                     formats=("onnx",), decode_cache=False, log_probs="all")
+    return root
+
+
+def options(work, tmp_path, **changes):
+    o = dict(defaults(lm.EVALUATION_SPEC), presets="tiny", mem_len=MEM_LEN, segment_len=6,
+             batch_sizes="1,3", segments=2, repeats=2, reuse_exports=True, work_dir=str(work),
+             output=str(tmp_path / "evaluation.json"))
+    return {**o, **changes}
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(batch_sizes="1,0"), "--batch_sizes must be comma-separated positive integers"),
+    (dict(segments=1), "--segments must be >= 2, got 1"),
+    (dict(segment_len=0), "--segment_len must be >= 1, got 0"),
+    (dict(device="tpu"), "--device must be cpu, cuda or auto, got 'tpu'"),
+    (dict(device="cuda"), "--device=cuda: this onnxruntime has no CUDAExecutionProvider"),
+    (dict(reuse_exports=True, work_dir=None), "--reuse_exports needs --work_dir"),
+    (dict(presets=" ,"), "--presets names no preset: ' ,'"),
+    (dict(presets="tiny,nope"), "unknown preset 'nope'"),
+    (dict(), "--reuse_exports: no tiny export in "),
+])
+def test_bad_flags_fail_before_any_export(tmp_path, monkeypatch, changes, message):
+    monkeypatch.setattr(lm, "_on_cuda", lambda device: False)  # as on a machine without CUDA
+    with pytest.raises(TxlError, match=re.escape(message)):
+        lm.run_evaluation(options(tmp_path / "none", tmp_path, **changes))
+    assert not (tmp_path / "evaluation.json").exists()
+
+
+def test_every_path_gives_the_bounds_nlls_and_the_json_has_its_fields(work, tmp_path, capsys):
+    lm.run_evaluation(options(work, tmp_path))
+    result = json.loads((tmp_path / "evaluation.json").read_text())
+    assert result["device"] == "cpu" and result["api_target"] == 0.9
+    assert result["settings"]["segment_len"] == 6
+    rows = result["rows"]
+    assert [(r["batch"], r["path"]) for r in rows] == [
+        (batch, path) for batch in (1, 3) for path in lm.EVALUATION_PATHS + ("paper",)]
+    for r in rows:
+        assert (r["preset"], r["mem_len"], r["segment_len"]) == ("tiny", MEM_LEN, 6)
+        if r["path"] == "paper":  # on the CPU: a column marked absent, with the reason
+            assert r["tokens_per_s"] is None and r["absent"] == "timed on CUDA only", r
+            continue
+        assert r["tokens_per_s"] > 0 and len(r["seconds"]) == 2 and r["over_bound"] > 0, r
+        assert r["nll_max_abs_diff"] == 0.0, r  # the same session: the same numbers
+        assert r["memory_effect"] > 1e-5, r  # a dropped memory would show
+        assert ("meets_target" in r) == (r["path"] in ("score", "step")), r
+    assert {r["over_bound"] for r in rows if r["path"] == "bound"} == {1.0}
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "| 3 | score_numpy |" in "\n".join(out)
+    assert out[-1].startswith("evaluation on cpu, API ÷ bound (NLLs equal): tiny b1 bound "), \
+        out[-1]
+    assert "; tiny b3 bound " in out[-1] and out[-1].endswith("paper absent (timed on CUDA only)")
+
+
+def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch):
+    def score_keeping_the_memory(self, token_ids, target_ids, memory=None):
+        nll = Runtime.score(self, token_ids, target_ids, memory)[0]
+        return nll, RuntimeMemory(*memory)
+    monkeypatch.setattr(OnnxRuntime, "score", score_keeping_the_memory, raising=False)
+    with pytest.raises(TxlError, match=r"the NLLs of score \(batch 1\) differ from the bound's"):
+        lm.run_evaluation(options(work, tmp_path, batch_sizes="1"))
+    rows = json.loads((tmp_path / "evaluation.json").read_text())["rows"]  # written first
+    wrong = {r["path"] for r in rows if r.get("nll_max_abs_diff", 0) > 1e-5}
+    assert wrong == {"score", "score_numpy"}, rows
+
+
+def test_a_memory_that_moves_no_nll_cannot_check_the_paths(work, tmp_path):
+    with pytest.raises(TxlError, match="the check cannot tell a path that drops it"):
+        lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tolerance=100.0))
+
+
+FAKE_WORKER = r'''
+import json, sys
+log = open(sys.argv[-1] + "/requests.jsonl", "a")
+for line in sys.stdin:
+    request = json.loads(line)
+    log.write(line)
+    log.flush()
+    reply = {"ok": True} if "setup" in request else {"seconds": [0.5] * request["run"]}
+    print(json.dumps(reply), flush=True)
+'''
+
+
+def test_the_papers_code_runs_on_cuda_in_float32_on_a_full_memory(tmp_path):
+    """`paper_tokens_per_s` with a fake worker speaking `paper_reference.py`'s
+    protocol (on a GPU the worker is the paper's code)."""
+    (tmp_path / "worker.py").write_text(FAKE_WORKER)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'worker.py'} \"$@\"\n")
+    python.chmod(0o755)
+    o = dict(defaults(lm.EVALUATION_SPEC), segment_len=512, segments=2, repeats=3,
+             reference_dir=str(tmp_path), reference_python=str(python))
+    config = lm.preset_config("enwik8_base")
+    assert lm.paper_tokens_per_s(o, config, 2100, [1, 16], "cuda") == {
+        1: (512 / 0.5, None), 16: (16 * 512 / 0.5, None)}
+    requests = [json.loads(line)
+                for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(requests) == 6  # one worker, set up once per batch size
+    for batch, (setup, warm, timed) in zip((1, 16), (requests[:3], requests[3:])):
+        assert warm == {"run": 6} and timed == {"run": 6}  # 2,100 slots fill in 5 segments
+        setup = setup["setup"]
+        assert (setup["mode"], setup["device"], setup["precision"]) == ("eval", "cuda", "float32")
+        assert (setup["tgt_len"], setup["mem_len"], setup["batch_size"]) == (512, 2100, batch)
+        assert (setup["n_layer"], setup["d_model"], setup["n_token"]) == (12, 512, config.n_token)
+    assert lm.paper_tokens_per_s(o, config, 2100, [1], "cpu") == {1: (None, "timed on CUDA only")}
+    gone = dict(o, reference_python=str(tmp_path / "no_python"))
+    [(tokens_per_s, why)] = lm.paper_tokens_per_s(gone, config, 2100, [1], "cuda").values()
+    assert tokens_per_s is None and why.startswith("the paper's code did not run: "), why
