@@ -33,12 +33,14 @@ fails, runs out of time or cannot run is one line of the table (`failed
   then run again: it must say it resumed at step 20, feed the batches the
   killed run fed at those steps, end at step 40 and exit 0; the first step's
   compile seconds from the progress line.
-- `serving_long_memory`, `serving_evaluation`, `serving_device_tests`,
-  `serving_parity`: the serving suite of issue 53 (`benchmarks.long_memory
-  --device=cuda`; then `--part=evaluation` over the export it made:
-  512-token segments on its memory of 2,100 through the runtime API against
-  the graph with bound buffers, and the paper's code with
-  `--reference_dir`; the device slab's and the device memory's tests on
+- `serving_long_memory`, `serving_evaluation`, `serving_soak`,
+  `serving_device_tests`, `serving_parity`: the serving suite of issue 53
+  (`benchmarks.long_memory --device=cuda`; then `--part=evaluation` over the
+  export it made: 512-token segments on its memory of 2,100 through the
+  runtime API against the graph with bound buffers, and the paper's code
+  with `--reference_dir`; `--part=soak`: 32 sessions, up to 16 open at
+  once, on the device slab, each checked against the session run alone;
+  the device slab's and the device memory's tests on
   CUDA, `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
   tests/test_sessions.py -k device`; then `--part=cuda_parity` over the
   export).
@@ -91,6 +93,9 @@ COMMANDS = {
                           "--segment_len={eval_segment} --batch_sizes=1,16 --segments=2 "
                           "--repeats=3 --reuse_exports --work_dir={work}/serving "
                           "--output={out}/long_memory_evaluation.json {reference}",
+    "serving_soak": "{python} -m benchmarks.long_memory --part=soak --device={ort_device} "
+                    "--export_dir={work}/serving/{serving_preset}/out --soak_sessions=32 "
+                    "--max_open=16 --report_every=16 --output={out}/session_soak.json",
     "serving_device_tests": "{python} -m pytest -q "
                             "-p no:cacheprovider tests/test_device_ring.py "
                             "tests/test_sessions.py -k device",
@@ -99,9 +104,10 @@ COMMANDS = {
                       "--output={out}/cuda_parity.json",
 }
 # Seconds each part may take (the whole check: --total_s).
-BUDGETS = {"parity": 35, "losses": 45, "mirrored": 30, "pair_enwik8_base": 70,
-           "pair_wt103_base": 50, "train": 85, "serving_long_memory": 60,
-           "serving_evaluation": 40, "serving_device_tests": 40, "serving_parity": 25}
+BUDGETS = {"parity": 35, "losses": 40, "mirrored": 30, "pair_enwik8_base": 70,
+           "pair_wt103_base": 45, "train": 80, "serving_long_memory": 60,
+           "serving_evaluation": 40, "serving_soak": 25, "serving_device_tests": 30,
+           "serving_parity": 25}
 CHECKS = list(COMMANDS)
 # The progress line's first-step compile time (training.train: "... compile <seconds>s";
 # else the first `compile_s` of its train_log.jsonl).

@@ -40,6 +40,9 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
         assert f"--device={'cpu' if tiny else 'cuda'}" in commands[part]
         assert "--work_dir=/w/serving" in commands[part]
     assert "--reuse_exports" in commands["serving_evaluation"]
+    assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_soak"]
+    serving = "tiny" if tiny else "enwik8_base"  # the export made above
+    assert f"--export_dir=/w/serving/{serving}/out" in commands["serving_soak"]
     assert "--reference_dir=/ref" in commands["serving_evaluation"]
     assert f"--device={device}" in commands["parity"]
     assert "--reference_dir=/ref" in commands["pair_wt103_base"]
