@@ -41,7 +41,9 @@ def _to_numpy(value):
     if hasattr(value, "data_type"):
         # An OrtValue's `numpy()` on the CPU is a view of its buffer that does
         # not keep the OrtValue alive: copy, or it dangles once the value goes.
-        return np.array(value.numpy(), copy=True)
+        # On a device it is already a copy in host memory.
+        array = value.numpy()
+        return np.array(array, copy=True) if value.device_name().lower() == "cpu" else array
     if hasattr(value, "numpy"):
         return np.asarray(value.numpy())
     return np.asarray(value)
