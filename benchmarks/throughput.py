@@ -199,7 +199,9 @@ def keras_runner(model, dataset, training):
         else:
             model.evaluate(dataset, steps=n, verbose=0, callbacks=[timer])
         return timer.times
-    run.parameters = model.count_params()
+    # Trainable weights only: `count_params` also counts the memory the
+    # model carries between batches (non-trainable state, not parameters).
+    run.parameters = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     return run
 
 
