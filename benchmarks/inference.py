@@ -681,7 +681,8 @@ def run_decode_nodes(o):
     at_least(o, 0, "iters", "intra_op_threads")
     cfg = TransformerXLConfig.preset(o["preset"])
     mem_len = cfg.mem_len if o["mem_len"] is None else o["mem_len"]
-    at_least({"mem_len": mem_len}, 1, "mem_len")
+    if mem_len < 1:
+        raise BenchmarkError(f"--mem_len must be >= 1, got {mem_len}")
     folders = {"this": o["export_dir"] or tempfile.mkdtemp(prefix="decode_nodes_")}
     if o["compare_dir"]:
         if not all(os.path.isfile(os.path.join(o["compare_dir"], name, "decode_step.onnx"))
@@ -694,7 +695,7 @@ def run_decode_nodes(o):
     report = {"preset": o["preset"], "mem_len": mem_len, "n_layer": cfg.n_layer,
               "folders": folders, "nodes": {tree: _graph_nodes(p) for tree, p in paths.items()},
               "steps": {}}
-    for level, row in report["nodes"]["this"].items():
+    for level in report["nodes"]["this"]:
         line = " ".join(f"{tree}: {nodes[level]['total']} nodes ({nodes[level]['kernels']} "
                         f"kernels), {nodes[level]['per_layer']} a layer "
                         f"({nodes[level]['per_layer_kernels']} kernels)"
