@@ -165,7 +165,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if at_slot is None:
             return self._segment_on_keys(inputs, keys, values, positions, visible, r_w_bias,
                                          r_r_bias)
-        hidden = tf.where(visible, 0.0, -1e30)[:, None, :]
+        hidden = tf.expand_dims(tf.where(visible, 0.0, -1e30), 1)
         return self._token_on_ring(inputs, keys, values, at_slot, hidden, positions, r_w_bias,
                                    r_r_bias)
 
@@ -216,15 +216,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             r_heads = tf.transpose(tf.reshape(self._w(self.r_kernel),
                                               [self.d_model, self.n_head, self.d_head]), [1, 2, 0])
             position = tf.matmul(tf.matmul(q_v, r_heads), positions, transpose_b=True)
-        slot_mask = at_slot[None, None, None, :]
+        # Reshapes, not indexing with None: tf2onnx makes that a slice, a kernel.
+        slot_mask = tf.reshape(at_slot, [1, 1, 1, -1])
         content = tf.where(slot_mask, tf.matmul(q_u, k_new, transpose_b=True),
                            tf.matmul(q_u, keys))  # [B, H, 1, S]
-        score = tf.cast(content + position, tf.float32) + hidden[:, :, None]
+        score = tf.cast(content + position, tf.float32) + tf.expand_dims(hidden, 2)
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         # The slot's weight goes to the new value, the rest to the ring's. (A
         # scalar zero, not zeros_like: its shape arithmetic would leave ONNX
         # Runtime's CUDA graph nodes on the CPU.)
-        own = tf.matmul(prob, tf.cast(at_slot, prob.dtype)[:, None])  # [B, H, 1, 1]
+        own = tf.matmul(prob, tf.reshape(tf.cast(at_slot, prob.dtype), [-1, 1]))  # [B, H, 1, 1]
         vec = tf.matmul(tf.where(slot_mask, tf.zeros([], prob.dtype), prob), values) + own * v_new
         out = self.attention_output(tf.reshape(vec, [-1, self.n_head * self.d_head]))
         out = inputs + out if self.pre_lnorm else fused_layer_norm(self.layer_norm, inputs + out)
