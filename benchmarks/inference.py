@@ -13,7 +13,9 @@ writes JSON:
 - `generate`: tokens/s of the old per-token loop, the compiled `Decoder`,
   keras-hub's `generate` and the export runtimes (`run_generate`);
 - `keras_hub`: int8 and LoRA of the keras-hub causal LM on a trained model
-  (`run_keras_hub`).
+  (`run_keras_hub`);
+- `decode_nodes`: the exported cached decode step's ONNX nodes per layer and
+  its CPU time, beside another commit's (`run_decode_nodes`).
 """
 import json
 import os
@@ -595,9 +597,135 @@ def run_keras_hub(o):
     return report
 
 
+# -------------------------------------------------------------- decode_nodes
+DECODE_NODES_SPEC = (
+    option("string", "preset", "enwik8_base", "TransformerXLConfig preset (random weights)."),
+    option("integer", "mem_len", None, "Memory length (default: the preset's)."),
+    option("list", "batch_sizes", ["1", "16"], "Batch sizes of the timed steps."),
+    option("integer", "iters", 20, "Timed steps per graph and batch size (0: count only)."),
+    option("string", "export_dir", "", "Folder for this tree's decode graphs (default: a "
+           "temporary one)."),
+    option("string", "compare_dir", "", "An --export_dir this part wrote from another "
+           "commit: its graphs counted and timed beside this tree's, in alternating steps."),
+    option("integer", "intra_op_threads", 0, "ONNX Runtime's intra-op threads (0: its "
+           "default)."),
+    option("string", "output", "benchmarks/results/decode_nodes.json", "JSON results file."),
+)
+# The graphs the part writes in an export folder: the preset with 2 and 3
+# layers (the nodes a layer adds: the difference) and whole (timed).
+NODE_GRAPHS = {"layers_2": 2, "layers_3": 3, "full": None}
+
+
+def _decode_graphs(cfg, mem_len, folder):
+    """`{name: decode_step.onnx}` of `NODE_GRAPHS` in `folder`, written there
+    unless it holds them already (a `--compare_dir`)."""
+    from benchmarks.decode_graph import export_step
+    paths = {}
+    for name, n_layer in NODE_GRAPHS.items():
+        paths[name] = os.path.join(folder, name, "decode_step.onnx")
+        if not os.path.isfile(paths[name]):
+            config = cfg if n_layer is None else cfg.replace(n_layer=n_layer)
+            export_step(config, mem_len, os.path.join(folder, name))
+    return paths
+
+
+def _graph_nodes(paths):
+    """Per optimization level (`written` and ONNX Runtime's): the step's
+    nodes in total, the kernels among them, and per layer by op type."""
+    from benchmarks.decode_graph import OPTIMIZATION_LEVELS, kernels, node_counts, per_layer
+    out = {}
+    for level in (None,) + OPTIMIZATION_LEVELS:
+        counts = {name: node_counts(path, level) for name, path in paths.items()}
+        layer = per_layer(counts["layers_2"], counts["layers_3"])
+        out[level or "written"] = {
+            "total": sum(counts["full"].values()), "kernels": kernels(counts["full"]),
+            "per_layer": sum(layer.values()), "per_layer_kernels": kernels(layer),
+            "per_layer_ops": dict(sorted(layer.items()))}
+    return out
+
+
+def _time_steps(paths, cfg, mem_len, batch, iters, threads):
+    """ms per `decode_step` of each graph in `paths`, the graphs taking
+    turns step by step on the same random cache: `{name: [ms, ...]}`."""
+    import onnxruntime as ort
+
+    from benchmarks.decode_graph import step_feeds
+    sessions = {name: ort.InferenceSession(path, ort_session_options(threads, False),
+                                           providers=["CPUExecutionProvider"])
+                for name, path in paths.items()}
+    feeds = step_feeds(cfg, mem_len, batch)
+    times = {name: [] for name in sessions}
+    for i in range(iters + 2):  # two untimed rounds first
+        for name, session in sessions.items():
+            start = time.perf_counter()
+            session.run(["log_probs"], feeds)
+            if i >= 2:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def run_decode_nodes(o):
+    r"""`--part=decode_nodes`: the cached decode step's ONNX graph: nodes per
+    layer by op type, in total, and after ONNX Runtime's optimizations
+    (each node is a kernel launch on a GPU), and its CPU time.
+
+        python -m benchmarks.inference --part=decode_nodes --preset=enwik8_base \
+            --mem_len=2100 --export_dir=/tmp/nodes_new [--compare_dir=/tmp/nodes_old]
+
+    With `--compare_dir` (this part's `--export_dir` run from another
+    commit, e.g. `--iters=0` there) both graphs are counted, and timed in
+    alternating steps (median and min-max of `--iters` steps)."""
+    from txl_tf import TransformerXLConfig
+    batches = integer_list(o["batch_sizes"], "batch_sizes", 1,
+                           "comma-separated positive integers")
+    at_least(o, 0, "iters", "intra_op_threads")
+    cfg = TransformerXLConfig.preset(o["preset"])
+    mem_len = cfg.mem_len if o["mem_len"] is None else o["mem_len"]
+    if mem_len < 1:
+        raise BenchmarkError(f"--mem_len must be >= 1, got {mem_len}")
+    folders = {"this": o["export_dir"] or tempfile.mkdtemp(prefix="decode_nodes_")}
+    if o["compare_dir"]:
+        if not all(os.path.isfile(os.path.join(o["compare_dir"], name, "decode_step.onnx"))
+                   for name in NODE_GRAPHS):
+            raise BenchmarkError(f"--compare_dir {o['compare_dir']!r} does not hold this "
+                                 f"part's graphs ({', '.join(NODE_GRAPHS)}): write them with "
+                                 "--export_dir from the other commit")
+        folders["compare"] = o["compare_dir"]
+    paths = {tree: _decode_graphs(cfg, mem_len, folder) for tree, folder in folders.items()}
+    report = {"preset": o["preset"], "mem_len": mem_len, "n_layer": cfg.n_layer,
+              "folders": folders, "nodes": {tree: _graph_nodes(p) for tree, p in paths.items()},
+              "steps": {}}
+    for level in report["nodes"]["this"]:
+        line = " ".join(f"{tree}: {nodes[level]['total']} nodes ({nodes[level]['kernels']} "
+                        f"kernels), {nodes[level]['per_layer']} a layer "
+                        f"({nodes[level]['per_layer_kernels']} kernels)"
+                        for tree, nodes in report["nodes"].items())
+        print(f"{level:9} {line}")
+    for tree, nodes in report["nodes"].items():
+        for level in ("written", "all"):
+            print(f"{tree} {level} per layer: {nodes[level]['per_layer_ops']}")
+    for batch in batches if o["iters"] else []:
+        times = _time_steps({tree: p["full"] for tree, p in paths.items()}, cfg, mem_len,
+                            batch, o["iters"], o["intra_op_threads"])
+        report["steps"][batch] = {tree: {"median_ms": float(np.median(t)),
+                                         "min_ms": float(np.min(t)),
+                                         "max_ms": float(np.max(t)), "ms": t}
+                                  for tree, t in times.items()}
+        print(f"batch {batch}: " + "; ".join(
+            f"{tree} {r['median_ms']:.2f} ms ({r['min_ms']:.2f}-{r['max_ms']:.2f})"
+            for tree, r in report["steps"][batch].items()), flush=True)
+    report["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"results: {o['output']}", flush=True)
+    return report
+
+
 PARTS = {"latency": (LATENCY_SPEC, run_latency),
          "generate": (GENERATE_SPEC, run_generate),
-         "keras_hub": (KERAS_HUB_SPEC, run_keras_hub)}
+         "keras_hub": (KERAS_HUB_SPEC, run_keras_hub),
+         "decode_nodes": (DECODE_NODES_SPEC, run_decode_nodes)}
 SPEC = suite_spec({name: spec for name, (spec, _) in PARTS.items()})
 
 

@@ -97,10 +97,12 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
 
 
 
-def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET):
+def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
+                       interfaces=None):
     """Writes the cached decode interface (`export.decode_interface`) as
-    ONNX models in `folder` (`DECODE_FILES`), each with the config and its
-    interface in `metadata_props` and its weights read from `weights_file`
+    ONNX models in `folder` (`DECODE_FILES`; only those named in
+    `interfaces` when given), each with the config and its interface in
+    `metadata_props` and its weights read from `weights_file`
     (`write_weights_file`, shared with `model.onnx`); returns the files."""
     cfg, mem_len = core.config, int(mem_len)
     parts = {
@@ -126,6 +128,8 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET)
                   mem_mask=["batch", mem_len])
     written = []
     for interface, (fn, specs, inputs, outputs) in parts.items():
+        if interfaces is not None and interface not in interfaces:
+            continue
         model = convert_with_weight_inputs(fn, specs, core.weights, opset)
         got = [i.name for i in model.graph.input][:len(inputs)]
         if got != list(inputs) or sorted(o.name for o in model.graph.output) != sorted(outputs):
@@ -205,11 +209,29 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
             run, input_signature=specs, opset=opset,
             custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})[0]
     try:
-        with _environment(TF2ONNX_CATCH_ERRORS="FALSE"):
+        with _environment(TF2ONNX_CATCH_ERRORS="FALSE"), _without_global_pools():
             return convert()
     except Exception:  # noqa: BLE001  an optimizer failed: again, with the copies that skip it
         logging.info("tf2onnx failed without its graph copies; converting with them")
-    return convert()
+    with _without_global_pools():
+        return convert()
+
+
+@contextlib.contextmanager
+def _without_global_pools():
+    """tf2onnx without its optimizer that turns a mean over the last axis of
+    a 3-D tensor into a `GlobalAveragePool`: a layer norm's mean must stay a
+    `ReduceMean` for ONNX Runtime to fuse it (`txl_tf.layers.layer_norm`).
+    tf2onnx's `from_function` takes no list of optimizers; its table is
+    restored after the block."""
+    from tf2onnx import optimizer
+    saved = optimizer._optimizers  # pylint: disable=protected-access
+    optimizer._optimizers = type(saved)(
+        (name, step) for name, step in saved.items() if name != "global_pool_optimizer")
+    try:
+        yield
+    finally:
+        optimizer._optimizers = saved
 
 
 @contextlib.contextmanager

@@ -367,14 +367,16 @@ class TransformerXL(keras.layers.Layer):
     def _read_token(self, token_ids, cache):
         """One id per row (`[B]`) on the ring, read-only: `(hidden, CachedToken)`."""
         cfg = self.config
-        token_ids = check_token_ids(token_ids[:, None], cfg.n_token)[:, 0]
+        # Expand and squeeze, not [:, None] and [:, 0]: tf2onnx makes those
+        # slices, kernels of their own in the exported step.
+        token_ids = tf.squeeze(check_token_ids(tf.expand_dims(token_ids, 1), cfg.n_token), 1)
         slot, size = cache.slot, tf.shape(cache.valid)[1]
         at_slot = tf.equal(tf.range(size), slot)
         # Which distances a query may look back to (`same_length`), per slot.
         reach = tf.gather(causal_visibility(1, size - 1, cfg.same_length,
                                             cfg.same_length_convention)[0],
                           slot_order(slot, size))
-        visible = (cache.valid | at_slot[None, :]) & reach[None, :]
+        visible = (cache.valid | at_slot) & reach  # [B, S]
         if not cache.position_keys:
             positions = [in_slot_order(cache.positions, slot, size)] * len(self.blocks)
         else:

@@ -6,6 +6,7 @@ import tensorflow as tf
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
+from txl_tf.layers.layer_norm import fused_layer_norm
 from txl_tf.layers.rel_shift import rel_shift
 
 
@@ -164,7 +165,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if at_slot is None:
             return self._segment_on_keys(inputs, keys, values, positions, visible, r_w_bias,
                                          r_r_bias)
-        hidden = tf.where(visible, 0.0, -1e30)[:, None, :]
+        hidden = tf.expand_dims(tf.where(visible, 0.0, -1e30), 1)
         return self._token_on_ring(inputs, keys, values, at_slot, hidden, positions, r_w_bias,
                                    r_r_bias)
 
@@ -188,51 +189,72 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                          r_r_bias):
         """`call_with_cache` of a segment: `call` with the memory's keys and
         values in place of the memory (it is not projected again)."""
-        rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
+        rows = fused_layer_norm(self.layer_norm, inputs) if self.pre_lnorm else inputs
         k, v = self._keys_values(rows)
         keys = tf.concat([tf.cast(mem_keys, k.dtype), k], 2)
         values = tf.concat([tf.cast(mem_values, v.dtype), v], 2)
         out = self._attend(inputs, rows, keys, values, pos_emb, visible, r_w_bias, r_r_bias,
-                           training=False)
+                           training=False, fused_norm=True)
         return out, k, v
 
     def _token_on_ring(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias,
                        r_r_bias):
         """`call_with_cache` of one position per row on a ring; `hidden`:
-        float32 `[B, 1, S]`, -1e30 at hidden slots."""
-        rows = self.layer_norm(inputs) if self.pre_lnorm else inputs
-        q, k_new, v_new = (tf.reshape(projection(rows), [-1, self.n_head, 1, self.d_head])
-                           for projection in (self.query, self.key, self.value))
-        u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
-        w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
-        qu = (q + u) * self.scale
-        content = tf.matmul(qu, keys)  # [B, H, 1, S]
-        slot_mask = at_slot[None, None, None, :]
-        content = tf.where(slot_mask, tf.reduce_sum(qu * k_new, -1, keepdims=True), content)
-        qw = tf.transpose((q + w) * self.scale, [1, 0, 2, 3])[:, :, 0]  # [H, B, d_head]
+        float32 `[B, 1, S]`, -1e30 at hidden slots. Written for few graph
+        nodes (each is a kernel launch of an exported step on a GPU): one
+        projection for the query, key and value, the relative term one
+        additive bias, the layer norms in the pattern ONNX Runtime fuses."""
+        rows = fused_layer_norm(self.layer_norm, inputs) if self.pre_lnorm else inputs
+        q_u, q_v, k_new, v_new = self._token_projections(rows, r_w_bias, r_r_bias)
         if isinstance(positions, tuple):  # the keys by distance, then into slot order
             position_keys, order = positions
-            position = tf.gather(tf.matmul(qw, position_keys), order, axis=2)  # [H, B, S]
+            position = tf.gather(tf.matmul(q_v, position_keys), order, axis=3)  # [B, H, 1, S]
         else:
             # (q + v)·(W_r r_j) = (W_r^T (q + v))·r_j: each head's query goes
             # through `r` once, and the positions are shared by every layer (no
             # per-layer position keys to read over the ring).
             r_heads = tf.transpose(tf.reshape(self._w(self.r_kernel),
                                               [self.d_model, self.n_head, self.d_head]), [1, 2, 0])
-            query_r = tf.reshape(tf.matmul(qw, r_heads), [-1, self.d_model])
-            position = tf.reshape(tf.matmul(query_r, positions, transpose_b=True),
-                                  [self.n_head, -1, tf.shape(positions)[0]])  # [H, B, S]
-        position = tf.transpose(position, [1, 0, 2])[:, :, None]
-        score = tf.cast(content + position, tf.float32) + hidden[:, :, None]
+            position = tf.matmul(tf.matmul(q_v, r_heads), positions, transpose_b=True)
+        # Reshapes, not indexing with None: tf2onnx makes that a slice, a kernel.
+        slot_mask = tf.reshape(at_slot, [1, 1, 1, -1])
+        content = tf.where(slot_mask, tf.matmul(q_u, k_new, transpose_b=True),
+                           tf.matmul(q_u, keys))  # [B, H, 1, S]
+        score = tf.cast(content + position, tf.float32) + tf.expand_dims(hidden, 2)
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         # The slot's weight goes to the new value, the rest to the ring's. (A
         # scalar zero, not zeros_like: its shape arithmetic would leave ONNX
         # Runtime's CUDA graph nodes on the CPU.)
-        zero = tf.zeros([], prob.dtype)
-        own = tf.reduce_sum(tf.where(slot_mask, prob, zero), -1, keepdims=True)
-        vec = tf.matmul(tf.where(slot_mask, zero, prob), values) + own * v_new
-        out = inputs + self.attention_output(tf.reshape(vec, [-1, self.n_head * self.d_head]))
-        return (out if self.pre_lnorm else self.layer_norm(out)), k_new[:, :, 0], v_new[:, :, 0]
+        own = tf.matmul(prob, tf.reshape(tf.cast(at_slot, prob.dtype), [-1, 1]))  # [B, H, 1, 1]
+        vec = tf.matmul(tf.where(slot_mask, tf.zeros([], prob.dtype), prob), values) + own * v_new
+        out = self.attention_output(tf.reshape(vec, [-1, self.n_head * self.d_head]))
+        out = inputs + out if self.pre_lnorm else fused_layer_norm(self.layer_norm, inputs + out)
+        heads = [-1, self.n_head, self.d_head]
+        return out, tf.reshape(k_new, heads), tf.reshape(v_new, heads)
+
+    def _token_projections(self, rows, r_w_bias, r_r_bias):
+        """The queries with u and with v, scaled by 1/sqrt(d_head), the key
+        and the value of `rows` `[B, d]`, each `[B, H, 1, d_head]`: one
+        matmul over the three kernels side by side, the scale folded into the
+        query's and u added as its bias (ONNX Runtime folds the weights into
+        one once, at load), and v's query u's plus `(v - u) / sqrt(d_head)`.
+        A quantized projection computes itself (three matmuls)."""
+        u, v = (tf.reshape(self._w(bias), [self.n_head, 1, self.d_head]) * self.scale
+                for bias in (r_w_bias, r_r_bias))
+        projections = (self.query, self.key, self.value)
+        heads = [-1, self.n_head, 1, self.d_head]
+        if any(p.quantization_mode is not None for p in projections):
+            q, k, value = (tf.reshape(p(rows), heads) for p in projections)
+            q_u = q * self.scale + u
+        else:
+            kernel = tf.concat([self._w(self.query.kernel) * self.scale,
+                                self._w(self.key.kernel), self._w(self.value.kernel)], 1)
+            width = self.n_head * self.d_head
+            bias = tf.concat([tf.reshape(u, [width]), tf.zeros([2 * width], u.dtype)], 0)
+            joint = tf.reshape(tf.matmul(rows, kernel) + bias, [-1, 3 * self.n_head, 1,
+                                                                  self.d_head])
+            q_u, k, value = tf.split(joint, 3, axis=1)
+        return q_u, q_u + (v - u), k, value
 
     def distance_keys(self, encodings):
         """The position keys of `encodings [S, d]` as columns `[n_head,
@@ -275,9 +297,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]
         return tf.cast(content + position, tf.float32) + hidden
 
-    def _attend(self, inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training):
+    def _attend(self, inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training,
+                fused_norm=False):
         """Attention of the query `rows` over keys / values `[B, H, K, d_head]`,
-        then the output projection and the residual onto `inputs`."""
+        then the output projection and the residual onto `inputs` (the layer
+        norm as ONNX Runtime fuses it with `fused_norm`: `layers.layer_norm`)."""
         score = self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias)
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         prob = self.attn_dropout(prob, training=training)
@@ -288,6 +312,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         out = self.out_dropout(out, training=training)
         if self.pre_lnorm:
             return inputs + out
+        if fused_norm:
+            return fused_layer_norm(self.layer_norm, inputs + out)
         return self.layer_norm(inputs + out)
 
     def get_config(self):

@@ -53,7 +53,7 @@ class TransformerXLBlock(keras.layers.Layer):
         see `RelativeMultiHeadAttention.call_with_cache`."""
         hidden_states, keys, values = self.rel_attn.call_with_cache(
             inputs, keys, values, positions, visible, r_w_bias, r_r_bias, at_slot=at_slot)
-        return self.ff(hidden_states, training=False), keys, values
+        return self.ff.call_with_cache(hidden_states), keys, values
 
     def get_config(self):
         return {**super().get_config(), **self.sizes}

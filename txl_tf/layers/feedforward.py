@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
+from txl_tf.layers.layer_norm import fused_layer_norm
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -38,12 +39,20 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        core = self.layer_norm(inputs) if self.pre_lnorm else inputs
+        return self._forward(inputs, training, self.layer_norm)
+
+    def call_with_cache(self, inputs):
+        """`call` in inference, for the cached reads: the layer norm written
+        as ONNX Runtime fuses it (`layers.layer_norm`)."""
+        return self._forward(inputs, False, lambda x: fused_layer_norm(self.layer_norm, x))
+
+    def _forward(self, inputs, training, norm):
+        core = norm(inputs) if self.pre_lnorm else inputs
         core = self.drop_1(tf.nn.relu(self._affine(self.layer_1, core)), training=training)
         core = self.drop_2(self._affine(self.layer_2, core), training=training)
         if self.pre_lnorm:
             return inputs + core
-        return self.layer_norm(inputs + core)
+        return norm(inputs + core)
 
     def _affine(self, dense, x):
         """`x W + b` with `dense`'s weights, the bias added by a plain add.

@@ -1,0 +1,34 @@
+"""The exported decode step stays a graph of few nodes: at batch 1 on a GPU
+a step costs about its kernel launches, and each node is at least one
+(`benchmarks/decode_graph.py`; the table in benchmarks/README.md)."""
+import pytest
+
+from benchmarks.decode_graph import export_step, kernels, node_counts, per_layer
+from txl_tf import TransformerXLConfig
+
+CONFIG = TransformerXLConfig.preset("tiny", mem_len=5)
+# What a layer adds to the step after ONNX Runtime's optimizations: 31 nodes,
+# 23 of them kernels (71 and 58 before the step was written for few nodes).
+MAX_NODES_PER_LAYER = 31
+MAX_KERNELS_PER_LAYER = 23
+
+
+@pytest.fixture(scope="module")
+def layer_nodes(tmp_path_factory):
+    """The nodes one layer adds to the optimized decode step, by op type."""
+    folder = tmp_path_factory.mktemp("decode_step_nodes")
+    counts = [node_counts(export_step(CONFIG.replace(n_layer=n), CONFIG.mem_len,
+                                      str(folder / str(n))), "all") for n in (2, 3)]
+    return per_layer(*counts)
+
+
+def test_a_layer_adds_few_nodes_to_the_decode_step(layer_nodes):
+    assert sum(layer_nodes.values()) <= MAX_NODES_PER_LAYER, layer_nodes
+    assert kernels(layer_nodes) <= MAX_KERNELS_PER_LAYER, layer_nodes
+
+
+def test_the_step_projects_once_and_its_layer_norms_fuse(layer_nodes):
+    # One matmul for the token's query, key and value, one per feed-forward
+    # layer (Gemm: with its bias; FusedGemm: with the ReLU too).
+    assert layer_nodes["Gemm"] + layer_nodes["FusedGemm"] == 3, layer_nodes
+    assert layer_nodes["LayerNormalization"] == 2, layer_nodes
