@@ -1,9 +1,9 @@
 """The exported decode step stays a graph of few nodes: at batch 1 on a GPU
 a step costs about its kernel launches, and each node is at least one
-(`benchmarks/decode_graph.py`; the table in benchmarks/README.md)."""
+(`benchmarks/inference.py`, `--part=decode_nodes`; the table in benchmarks/README.md)."""
 import pytest
 
-from benchmarks.decode_graph import export_step, kernels, node_counts, per_layer
+from benchmarks.inference import export_step, kernels, node_counts, per_layer
 from txl_tf import TransformerXLConfig
 
 CONFIG = TransformerXLConfig.preset("tiny", mem_len=5)
