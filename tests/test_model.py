@@ -213,7 +213,8 @@ def test_jit_compiled_fit_steps_match_graph_steps():
     weights = None
     for jit in (False, True):
         keras.utils.set_random_seed(4)
-        model = TransformerXLLM(tiny(cutoffs=[100], div_val=2).replace(dropout=0.1, dropatt=0.1),
+        model = TransformerXLLM(tiny(cutoffs=[100], div_val=2, n_layer=1).replace(dropout=0.1,
+                                                                          dropatt=0.1),
                                 batch_size=2)
         weights = weights or get_weights(model.core)
         set_weights(model.core, weights)
