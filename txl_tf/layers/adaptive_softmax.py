@@ -32,7 +32,7 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
     `layer(hidden)` gives float32 log-probs over the whole vocabulary;
     `layer(hidden, target)` gives float32 NLL of the targets without building
     full-vocabulary logits (tail bins only score the positions whose target
-    falls in them).
+    falls in them; under XLA, which needs static shapes, every position).
     """
 
     def __init__(self, n_token, d_embed, d_model, *, cutoffs=(), div_val=1, tie_weight=True,
