@@ -209,13 +209,12 @@ def test_jit_compiled_fit_steps_match_graph_steps():
     at each of 3 steps (the same dropout masks) and the same weights after
     them, within float32 round-off."""
     streams = np.random.default_rng(4).integers(0, 256, (2, 3 * T + 1)).astype(np.int32)
+    config = tiny(cutoffs=[100], div_val=2, n_layer=1, dropatt=0.1).replace(dropout=0.1)
     losses, trained = [], []
     weights = None
     for jit in (False, True):
         keras.utils.set_random_seed(4)
-        model = TransformerXLLM(tiny(cutoffs=[100], div_val=2, n_layer=1).replace(dropout=0.1,
-                                                                          dropatt=0.1),
-                                batch_size=2)
+        model = TransformerXLLM(config, batch_size=2)
         weights = weights or get_weights(model.core)
         set_weights(model.core, weights)
         model.compile(optimizer=ReplicaClippedAdam(1e-2, global_clipnorm=0.25), jit_compile=jit)
