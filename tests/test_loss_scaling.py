@@ -122,6 +122,27 @@ def test_the_scale_is_checkpointed_with_the_optimizer(tmp_path):
     assert int(restored.skipped_steps.numpy()) == 1
 
 
+def test_a_float16_checkpoint_without_the_skipped_steps_is_refused_by_name(tmp_path):
+    """A float16 run checkpointed before skipped steps were counted apart
+    (Keras's own loss-scale optimizer here) cannot resume this one: one
+    `TrainingError` naming why, not an assertion from TensorFlow."""
+    import keras
+    import pytest
+    from training.checkpointing import TrainingCheckpoint
+    from training.errors import TrainingError
+    from txl_tf import TransformerXLConfig, TransformerXLLM
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=1)
+    for optimizer, save in ((keras.optimizers.LossScaleOptimizer(ReplicaClippedAdam(0.1)), True),
+                            (_scaled(2.0 ** 15), False)):
+        optimizer.build(model.trainable_variables)
+        checkpoint = TrainingCheckpoint(model, optimizer, str(tmp_path), strategy)
+        if save:
+            checkpoint.save()
+    with pytest.raises(TrainingError, match="before float16 loss scaling counted its skipped"):
+        checkpoint.restore_latest()
+
+
 def test_the_job_trains_in_float16_and_resumes_with_its_scale(tmp_path):
     """`--mixed_precision=mixed_float16`: finite losses, the loss scale in the
     checkpoint, and a run stopped at step 2 and resumed ends with the weights
