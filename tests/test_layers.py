@@ -94,6 +94,29 @@ def test_adaptive_log_probs_normalise_and_match_nll(cutoffs, div_val):
                                atol=1e-5)
 
 
+def test_adaptive_nll_under_xla_has_static_shapes_and_the_same_values():
+    """Compiled with XLA the tails score every row (no row selection, whose
+    shapes XLA would bound by the row count): the NLL and its gradients are
+    those of the selection run without XLA."""
+    _, soft = _softmax_pair(cutoffs=(5, 9), div_val=2)
+    hidden = tf.constant(np.random.default_rng(2).normal(size=(3, 7, 6)), tf.float32)
+    target = tf.constant(np.random.default_rng(3).integers(0, 13, (3, 7)), tf.int32)
+
+    def nll_and_grads(hidden, target):
+        with tf.GradientTape() as tape:
+            tape.watch(hidden)
+            nll = soft(hidden, target)
+            loss = tf.reduce_sum(nll * tf.range(1.0, 22.0)[None, :7])  # every row its weight
+        return nll, tape.gradient(loss, [hidden] + soft.trainable_weights)
+
+    compiled = tf.function(nll_and_grads, jit_compile=True)
+    hlo = compiled.experimental_get_compiler_ir(hidden, target)(stage="hlo")
+    assert "<=" not in hlo, "a shape bounded by the data (tf.where) reached XLA"
+    for mine, theirs in zip(tf.nest.flatten(compiled(hidden, target)),
+                            tf.nest.flatten(tf.function(nll_and_grads)(hidden, target))):
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("cutoffs,div_val,tie", [((), 1, True), ((5, 9), 1, False),
                                                  ((5, 9), 1, True), ((5, 9), 2, True),
                                                  ((5, 9), 2, False)])

@@ -1,7 +1,7 @@
 """float16 loss scaling (`CountingLossScaleOptimizer` around the project's
 `ReplicaClippedAdam`): the clip sees the unscaled gradient, a skipped step
-still counts as a step, and the scale is saved and restored with the
-optimizer."""
+still counts as a step but not in Adam's bias correction, and the scale is
+saved and restored with the optimizer."""
 import json
 
 import numpy as np
@@ -54,6 +54,34 @@ def test_a_skipped_step_counts_and_changes_nothing_else():
     assert int(optimizer.iterations.numpy()) == 2
 
 
+def test_after_skipped_steps_adam_updates_as_a_fresh_adam():
+    """Three skipped steps, then two applied, XLA-compiled: the weights follow
+    a fresh Adam's first two updates (bias correction by applied steps), at the
+    learning rate of the global steps 3 and 4 (the schedule counts every
+    step), while `iterations` counts all five."""
+    import keras
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
+    scaled = CountingLossScaleOptimizer(ReplicaClippedAdam(schedule, global_clipnorm=0.25),
+                                        initial_scale=2.0 ** 15)
+    scaled_vars = _variables()
+    scaled.build(scaled_vars)
+    # As in a compiled train step (the skip and the update are branches of a cond).
+    apply = tf.function(lambda grads: scaled.apply(grads, scaled_vars), jit_compile=True)
+    for _ in range(3):
+        apply([tf.constant([np.inf, 0.0, 0.0]), tf.constant(GRADS[1])])
+    fresh = ReplicaClippedAdam(keras.optimizers.schedules.ExponentialDecay(
+        0.1 * 0.5 ** 3, decay_steps=1, decay_rate=0.5), global_clipnorm=0.25)
+    fresh_vars = _variables()
+    for _ in range(2):
+        scale = float(scaled.dynamic_scale.numpy())
+        apply([tf.constant(g * scale) for g in GRADS])
+        fresh.apply([tf.constant(g) for g in GRADS], fresh_vars)
+        for mine, theirs in zip(scaled_vars, fresh_vars):
+            np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6)
+    assert int(scaled.iterations.numpy()) == 5
+    assert int(scaled.skipped_steps.numpy()) == 3
+
+
 def test_keras_wrapping_is_replaced_with_its_settings():
     import keras
     keras_lso = keras.optimizers.LossScaleOptimizer(ReplicaClippedAdam(0.1), initial_scale=8.0,
@@ -91,6 +119,28 @@ def test_the_scale_is_checkpointed_with_the_optimizer(tmp_path):
     assert float(restored.dynamic_scale.numpy()) == 2.0 ** 14
     assert int(restored.step_counter.numpy()) == 3
     assert int(restored.iterations.numpy()) == 4
+    assert int(restored.skipped_steps.numpy()) == 1
+
+
+def test_a_float16_checkpoint_without_the_skipped_steps_is_refused_by_name(tmp_path):
+    """A float16 run checkpointed before skipped steps were counted apart
+    (Keras's own loss-scale optimizer here) cannot resume this one: one
+    `TrainingError` naming why, not an assertion from TensorFlow."""
+    import keras
+    import pytest
+    from training.checkpointing import TrainingCheckpoint
+    from training.errors import TrainingError
+    from txl_tf import TransformerXLConfig, TransformerXLLM
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=1)
+    for optimizer, save in ((keras.optimizers.LossScaleOptimizer(ReplicaClippedAdam(0.1)), True),
+                            (_scaled(2.0 ** 15), False)):
+        optimizer.build(model.trainable_variables)
+        checkpoint = TrainingCheckpoint(model, optimizer, str(tmp_path), strategy)
+        if save:
+            checkpoint.save()
+    with pytest.raises(TrainingError, match="before float16 loss scaling counted its skipped"):
+        checkpoint.restore_latest()
 
 
 def test_the_job_trains_in_float16_and_resumes_with_its_scale(tmp_path):

@@ -59,7 +59,8 @@ def _fit_with_the_job_callbacks(tmp_path, monkeypatch, steps_per_execution):
     returns (steps seen by StepEvents, train_log steps, reads of
     `iterations` from the device, the CompileTime)."""
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
-    model.compile(keras.optimizers.SGD(0.01), "mse", steps_per_execution=steps_per_execution)
+    model.compile(keras.optimizers.SGD(0.01), "mse", steps_per_execution=steps_per_execution,
+                  jit_compile=steps_per_execution == 2)  # XLA, reported, in one of the two
     x = np.arange(8, dtype="float32")[:, None]
     data = tf.data.Dataset.from_tensor_slices((x, 2 * x)).batch(2).repeat()
     seen, lines = [], []
@@ -98,8 +99,11 @@ def test_callbacks_count_steps_without_reading_the_device(tmp_path, monkeypatch,
     assert reads == 5  # once per callback at the start of fit, never per step
     assert timer.seconds is not None and len(timer.calls) == 2
     assert "compile_s" in records[0] and "compile_s" not in records[1]
+    assert records[0]["jit_compile"] is (steps_per_execution == 2)
     assert [line.split()[1] for line in lines] == ["4/12", "8/12", "12/12"]
-    assert lines[0].endswith("s") and " compile " in lines[0] and " compile " not in lines[1]
+    xla = "(XLA)" if steps_per_execution == 2 else "(no XLA)"
+    assert lines[0].endswith(f"s {xla}") and " compile " in lines[0]
+    assert " compile " not in lines[1]
 
 
 def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
@@ -127,6 +131,7 @@ def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
                            profile_steps=profile)
         assert len(traces) == 1, f"{name}: the train step was traced {len(traces)} times"
         assert result["compile_s"] is not None and result["compile_s"] >= 0
+        assert result["jit_compile"] is False  # auto, on a CPU
         with open(tmp_path / name / "train_log.jsonl", encoding="utf-8") as f:
             runs[name] = ([json.loads(line)["loss"] for line in f], result)
     (single, single_result), (auto, auto_result) = runs["single"], runs["auto"]

@@ -38,11 +38,19 @@ class CompileTime(keras.callbacks.Callback):
     tracing and XLA compilation): `seconds`, None until known. A run with a
     single call gets that call's whole time (an upper bound). Only those two
     calls wait for the device. Put it first among the callbacks, so that the
-    others' work (a checkpoint) is not timed."""
+    others' work (a checkpoint) is not timed. `jit_compile`: whether Keras
+    compiled the train function with XLA (read when `fit` starts)."""
 
     def __init__(self):
         super().__init__()
-        self.calls, self.seconds = [], None
+        self.calls, self.seconds, self.jit_compile = [], None, None
+
+    def on_train_begin(self, logs=None):
+        self.jit_compile = bool(self.model.jit_compile)
+
+    def describe(self):
+        """E.g. `compile 31.0s (XLA)`, or `compile 3.2s (no XLA)`."""
+        return f"compile {self.seconds:.1f}s ({'XLA' if self.jit_compile else 'no XLA'})"
 
     def on_train_batch_begin(self, batch, logs=None):
         self._start = time.perf_counter() if len(self.calls) < 2 else None
@@ -66,7 +74,7 @@ class StepLog(GlobalStep):
     the job's callbacks were made; `lr`: the rate of that step; the metrics
     are Keras's running means since the start of the epoch). With a
     `CompileTime`, the first line written after it is known also has
-    `compile_s`."""
+    `compile_s` and `jit_compile` (whether the train step is XLA-compiled)."""
 
     def __init__(self, path, every=1, schedule=None, compile_time=None):
         super().__init__()
@@ -96,6 +104,7 @@ class StepLog(GlobalStep):
         record.update({k: float(v) for k, v in self.logs.items()})
         if self.compile_time is not None and self.compile_time.seconds is not None:
             record["compile_s"] = round(self.compile_time.seconds, 3)
+            record["jit_compile"] = self.compile_time.jit_compile
             self.compile_time = None  # once
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
@@ -221,7 +230,7 @@ class ProgressLine(GlobalStep):
     whatever `unit` counts; `schedule`: the learning-rate schedule, or None;
     `fields`: the logged metrics shown, with their digits). With a
     `CompileTime`, the first line printed after it is known ends with
-    `compile <seconds>s`."""
+    `compile <seconds>s (XLA)` or `(no XLA)`."""
 
     FIELDS = (("loss", 4), ("bpc", 4), ("ppl", 2))
 
@@ -263,7 +272,7 @@ class ProgressLine(GlobalStep):
             parts.append(f"{(step - self.last) * self.tokens_per_step / seconds:,.0f} "
                          f"{self.unit}/s")
         if self.compile_time is not None and self.compile_time.seconds is not None:
-            parts.append(f"compile {self.compile_time.seconds:.1f}s")
+            parts.append(self.compile_time.describe())
             self.compile_time = None  # once
         self.log(" ".join(parts))
         self.last, self.last_time = step, now

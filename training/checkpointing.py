@@ -143,8 +143,16 @@ class TrainingCheckpoint:
         return None
 
     def _restore(self, path):
+        names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+        if any("dynamic_scale" in name for name in names) and \
+                not any("skipped_steps" in name for name in names):
+            raise TrainingError(
+                f"checkpoint {path} was written before float16 loss scaling counted its "
+                "skipped steps apart (for Adam's bias correction): resume it with the "
+                "version that wrote it, or start a new --model_dir from its weights "
+                "(load_pretrained)")
         fused = "weights/transformer..layer_0..rel_attn..qkv..kernel/.ATTRIBUTES/VARIABLE_VALUE"
-        if fused in tf.train.load_checkpoint(path).get_variable_to_shape_map():
+        if fused in names:
             raise TrainingError(
                 f"checkpoint {path} was written before the attention's projections became "
                 "query/key/value layers: its optimizer state cannot resume this run; its "

@@ -388,6 +388,9 @@ def _train(o, strategy, task_id, is_chief):
             model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)
+    if model.jit_compile != precision.jit_compile:
+        _warn("XLA was chosen but Keras compiles the train step without it (op determinism "
+              "is enabled, or a layer does not support XLA): expect a slower step")
     checkpoint = TrainingCheckpoint(model, model.optimizer, ckpt_dir, strategy,
                                     max_to_keep=o["keep_checkpoints"])
     restored = checkpoint.restore_latest(warn=_warn)
@@ -407,7 +410,8 @@ def _train(o, strategy, task_id, is_chief):
         f"{schedule.warmup_steps:,} steps, cosine decay to {o['min_lr_ratio']:g} x peak at "
         f"step {o['train_steps']:,}; Adam beta_2 {o['adam_beta2']:g}, clip {o['clip']:g}")
     log(f"resumed from {restored} at step {step}" if restored else "starting at step 0")
-    log(f"train step: {model.steps_per_execution} step(s) per call")
+    log(f"train step: {model.steps_per_execution} step(s) per call, "
+        f"{'XLA' if model.jit_compile else 'no XLA'}")
 
     tensorboard = tensorboard_available()
     if not tensorboard:
@@ -499,7 +503,7 @@ def _train(o, strategy, task_id, is_chief):
             "export_dir": export_dir, "model_dir": model_dir, "parameters": params,
             "character_level": character_level, "replicas": replicas,
             "steps_per_execution": model.steps_per_execution,
-            "compile_s": compile_time.seconds}
+            "jit_compile": bool(model.jit_compile), "compile_s": compile_time.seconds}
 
 
 def main(argv):

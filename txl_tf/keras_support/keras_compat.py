@@ -6,10 +6,12 @@ if a hooked private name is gone (an override of a missing method would
 silently do nothing). Each workaround names the Keras source it depends on
 and the upstream report, so it can be dropped once Keras offers a public way.
 """
+import contextlib
 import warnings
 
 import keras
 import tensorflow as tf
+from keras.src.utils import tracking
 
 TESTED_VERSION = (3, 15)
 
@@ -37,6 +39,7 @@ _require(keras.Model, "_maybe_symbolic_build")
 _require(keras.optimizers.Optimizer, "_clip_gradients")
 _require(keras.optimizers.Optimizer, "_all_reduce_sum_gradients")
 _require(keras.optimizers.LossScaleOptimizer, "_stateful_handle_non_finite_grads")
+_require(keras.optimizers.LossScaleOptimizer, "_stateful_handle_finite_grads")
 
 
 class PrebuiltModel:
@@ -86,6 +89,38 @@ class ClipAfterReplicaSum:
         return super()._all_reduce_sum_gradients(grads_and_vars)
 
 
+class AppliedStepBiasCorrection:
+    """Mixin for `keras.optimizers.Adam`: under `CountingLossScaleOptimizer`
+    its bias correction counts only the steps that updated the weights.
+
+    Keras 3.15 `Adam.update_step` (keras/src/optimizers/adam.py) corrects
+    the moments with t = `self.iterations + 1`. `CountingLossScaleOptimizer`
+    also counts skipped steps in `iterations` (the job's global step), so
+    after k skipped steps the first update would be corrected as the
+    (k + 1)-th, with moments that have seen one gradient: a smaller step
+    than a fresh Adam's first. While the loss-scale optimizer applies an
+    update, `iterations` reads the steps applied before it; the learning
+    rate schedule reads the global step (`_iterations`) as before, as the
+    paper's PyTorch loop steps its schedule on every batch.
+    """
+
+    _skipped_steps = None  # a tensor, only while CountingLossScaleOptimizer applies
+
+    @property
+    def iterations(self):
+        steps = super().iterations
+        return steps if self._skipped_steps is None else steps - self._skipped_steps
+
+    @contextlib.contextmanager
+    def skipping(self, skipped_steps):
+        """Within: `iterations` reads `iterations - skipped_steps` (a tensor)."""
+        self._skipped_steps = skipped_steps
+        try:
+            yield
+        finally:
+            self._skipped_steps = None
+
+
 @keras.saving.register_keras_serializable(package="txl_tf")
 class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """`keras.optimizers.LossScaleOptimizer` whose skipped steps still count.
@@ -98,13 +133,30 @@ class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     `iterations`: its batch of step s, its learning rate, its checkpoints and
     its resume all count batches, so a skipped step would make a resumed job
     read batches again. Here a skipped step advances `iterations` too (its
-    batch is spent; the weights and Adam's moments are left alone). No public
-    hook (no upstream report found).
+    batch is spent; the weights and Adam's moments are left alone) and
+    `skipped_steps`, so that an inner `AppliedStepBiasCorrection` optimizer
+    (`ReplicaClippedAdam`) corrects its moments by the steps it applied
+    (`_stateful_handle_finite_grads`). No public hook (no upstream report
+    found).
     """
+
+    @tracking.no_automatic_dependency_tracking
+    def build(self, var_list):
+        super().build(var_list)
+        self.skipped_steps = self.add_variable(shape=(), dtype="int", initializer="zeros",
+                                               aggregation="none", name="skipped_steps")
+
+    def _stateful_handle_finite_grads(self, grads, trainable_variables):
+        inner = self.inner_optimizer
+        if not isinstance(inner, AppliedStepBiasCorrection):
+            return super()._stateful_handle_finite_grads(grads, trainable_variables)
+        with inner.skipping(tf.convert_to_tensor(self.skipped_steps)):
+            return super()._stateful_handle_finite_grads(grads, trainable_variables)
 
     def _stateful_handle_non_finite_grads(self):
         super()._stateful_handle_non_finite_grads()
         self.inner_optimizer.iterations.assign_add(1)
+        self.skipped_steps.assign_add(1)
 
 
 def counting_loss_scale(optimizer):

@@ -8,6 +8,15 @@ from txl_tf.layers.adaptive_embedding import bin_bounds
 from txl_tf.layers.init import normal
 
 
+def _compiling_with_xla():
+    """Whether the graph being traced is compiled with XLA (a
+    `tf.function(jit_compile=True)`, Keras's `jit_compile`), by TensorFlow's
+    own test (tensorflow/python/ops/control_flow_util.py: no public one)."""
+    from tensorflow.python.ops import control_flow_util
+    return (not tf.executing_eagerly() and
+            control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
 @keras.saving.register_keras_serializable(package="txl_tf")
 class AdaptiveLogSoftmax(keras.layers.Layer):
     """Hidden states `[..., d_model]` → log-probabilities or target NLL.
@@ -23,7 +32,7 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
     `layer(hidden)` gives float32 log-probs over the whole vocabulary;
     `layer(hidden, target)` gives float32 NLL of the targets without building
     full-vocabulary logits (tail bins only score the positions whose target
-    falls in them).
+    falls in them; under XLA, which needs static shapes, every position).
     """
 
     def __init__(self, n_token, d_embed, d_model, *, cutoffs=(), div_val=1, tie_weight=True,
@@ -195,12 +204,30 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             in_bin = (target >= low) & (target < high)
             head_target = tf.where(in_bin, shortlist + i - 1, head_target)
         nll = -tf.gather(head, head_target, batch_dims=1)
-        for i, (low, high) in enumerate(self.bounds[1:], start=1):
-            rows = tf.where((target >= low) & (target < high))[:, 0]
-            tail = tf.nn.log_softmax(self._logits(tf.gather(hidden, rows), i), axis=-1)
-            picked = tf.gather(tail, tf.gather(target, rows) - low, batch_dims=1)
-            nll = tf.tensor_scatter_nd_sub(nll, rows[:, None], picked)
+        if _compiling_with_xla():
+            nll += self._tail_nll_all_rows(hidden, target)
+        else:
+            for i, (low, high) in enumerate(self.bounds[1:], start=1):
+                rows = tf.where((target >= low) & (target < high))[:, 0]
+                tail = tf.nn.log_softmax(self._logits(tf.gather(hidden, rows), i), axis=-1)
+                picked = tf.gather(tail, tf.gather(target, rows) - low, batch_dims=1)
+                nll = tf.tensor_scatter_nd_sub(nll, rows[:, None], picked)
         return tf.reshape(nll, out_shape)
+
+    def _tail_nll_all_rows(self, hidden, target):
+        """The tail bins' share of the NLL `[N]` in static shapes, for XLA:
+        every bin scores every row (0 where the target is in another bin),
+        and the target's logit is picked by a one-hot product, which XLA
+        fuses into the softmax and its gradient. The selection of the rows
+        (`tf.where`) would be compiled with shapes bounded by N: the same
+        scores, and a scatter of `[N, bin size]` in the gradient besides."""
+        nll = tf.zeros(tf.shape(target), tf.float32)
+        for i, (low, high) in enumerate(self.bounds[1:], start=1):
+            logits = self._logits(hidden, i)
+            picked = tf.reduce_sum(logits * tf.one_hot(target - low, high - low), -1)
+            in_bin = (target >= low) & (target < high)
+            nll += tf.where(in_bin, tf.reduce_logsumexp(logits, -1) - picked, 0.0)
+        return nll
 
     def get_config(self):
         return {**super().get_config(), "n_token": self.n_token, "d_embed": self.d_embed,

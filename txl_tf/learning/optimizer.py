@@ -5,14 +5,17 @@ with N replicas the clip acts on N partial gradients instead of the full one,
 and training differs from the same global batch on one device. The paper
 clips the summed gradient; `ReplicaClippedAdam` does (the reordering lives in
 `txl_tf.keras_support.keras_compat.ClipAfterReplicaSum`). With one replica it is plain
-`Adam(global_clipnorm=...)`.
+`Adam(global_clipnorm=...)`. Under float16 loss scaling its bias correction
+counts only the steps that were applied, not the skipped ones
+(`txl_tf.keras_support.keras_compat.AppliedStepBiasCorrection`).
 """
 import keras
 
-from txl_tf.keras_support.keras_compat import ClipAfterReplicaSum
+from txl_tf.keras_support.keras_compat import AppliedStepBiasCorrection, ClipAfterReplicaSum
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class ReplicaClippedAdam(ClipAfterReplicaSum, keras.optimizers.Adam):
+class ReplicaClippedAdam(ClipAfterReplicaSum, AppliedStepBiasCorrection, keras.optimizers.Adam):
     """`keras.optimizers.Adam` with `global_clipnorm` applied after the
-    cross-replica gradient sum (see the module docstring)."""
+    cross-replica gradient sum, whose bias correction skips the steps that
+    float16 loss scaling skipped (see the module docstring)."""
