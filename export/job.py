@@ -236,7 +236,8 @@ def _export_into(out, stages, o):
     if vocab_dir:
         shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
     options = dict(mem_len=mem_len, log_probs=log_probs, zero_filled=zero_filled_memory)
-    report = {"metadata": export_metadata(cfg, **options), "seconds": {},
+    report = {"metadata": export_metadata(cfg, **options, cache_dtype=o["cache_dtype"]),
+              "seconds": {},
               "decode_cache_bytes": cache_bytes(cfg, mem_len, o["cache_dtype"])}
     if "saved_model" in formats:
         start = time.perf_counter()
