@@ -41,10 +41,10 @@ A step equals `step_last` on `decode_memory(cache)` (tested for every format).
 `cache_dtype` (an export option, default float32; `CACHE_DTYPES`): the dtype
 the graphs take and return `keys`, `values` (and each layer's, and the
 token's) in. A float16 cache halves what a stream's keys and values hold;
-the graphs cast them to the model's compute dtype where they read them and
-back where they return them, so the step computes as the float32 export's
-does on keys and values rounded to 16 bits (`docs/export-and-serving.md`
-states the parity). The layer inputs (`cache_mems`, `mems`) stay float32.
+the graphs cast them to float32 where they read them and back where they
+return them, so the step computes as the float32 export's does on keys and
+values rounded to 16 bits (`docs/export-and-serving.md` states the parity).
+The layer inputs (`cache_mems`, `mems`) stay float32.
 """
 import tensorflow as tf
 
@@ -126,7 +126,7 @@ def decode_step(core, token_ids, valid, slot, positions, *keys_values):
     written (see the module's docstring); the token's keys and values in
     the ring's dtype."""
     n_layer, kv_dtype = core.config.n_layer, keys_values[0].dtype
-    keys_values = _to(core.compute_dtype, keys_values)
+    keys_values = _to(tf.float32, keys_values)
     cache = DecodeCache((), keys_values[:n_layer], keys_values[n_layer:], valid,
                         slot, None, positions)
     hidden, token = core.call_with_cache(token_ids, cache, write=False)
@@ -139,8 +139,8 @@ def decode_read(core, token_ids, cache_mems, keys, values, valid, slot, row_slot
     """`{READ_OUTPUTS}`: a segment read on the cache (`TransformerXL.call_with_cache`);
     its new keys and values in the dtype of `keys`."""
     kv_dtype = keys.dtype
-    cache = DecodeCache(tuple(tf.unstack(cache_mems)), _to(core.compute_dtype, tf.unstack(keys)),
-                        _to(core.compute_dtype, tf.unstack(values)), valid, slot, row_slot,
+    cache = DecodeCache(tuple(tf.unstack(cache_mems)), _to(tf.float32, tf.unstack(keys)),
+                        _to(tf.float32, tf.unstack(values)), valid, slot, row_slot,
                         positions)
     hidden, new = core.call_with_cache(token_ids, cache)
     flat = flat_cache(new)
