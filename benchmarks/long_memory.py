@@ -1364,8 +1364,9 @@ CACHE_PRECISION_SPEC = (
     option("integer", "tokens", 1000, "Tokens read per stream."),
     option("integer", "streams", 4, "Streams (rows) read at once, each from its own part of the "
            "split."),
-    option("bool", "through_exports", True, "Also read the text through the ONNX export's decode graphs "
-           "on the CPU, exported with a float32 and with a float16 cache (--cache_dtype)."),
+    option("bool", "through_exports", True, "Also read the text through the ONNX export's "
+           "decode graphs on the CPU, exported with a float32 and with a float16 cache "
+           "(--cache_dtype)."),
     option("string", "output",
            os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
            "Where to write the JSON results."),
