@@ -12,6 +12,7 @@ from export.metadata import ExportInfo, export_metadata
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from export.runtime import shape_and_dtype
 from test_decode_cache_export import CONFIG, stop_and_go_on  # odd head sizes
+from test_device_ring import DEVICE  # the CPU provider, or TXL_DEVICE_TESTS=cuda
 from txl_tf import TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.weights import save_pretrained
@@ -36,8 +37,8 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=[False, True], ids=["host", "device"])
 def runtime(request, exported):
-    return open_runtime(str(exported[1] / "out" / "model.onnx"), device="cpu",
-                        device_cache=request.param)
+    return open_runtime(str(exported[1] / "out" / "model.onnx"),
+                        device=DEVICE if request.param else "cpu", device_cache=request.param)
 
 
 def _dtypes(cache):
@@ -76,8 +77,8 @@ def test_a_float16_cache_decodes_near_the_core_and_stays_float16(exported, runti
 
 def test_a_session_table_on_a_float16_device_slab_equals_the_hosts(exported):
     path = str(exported[1] / "out" / "model.onnx")
-    tables = [SessionTable(open_runtime(path, device="cpu", device_cache=on), max_batch=2)
-              for on in (False, True)]
+    tables = [SessionTable(open_runtime(path, device=DEVICE if on else "cpu", device_cache=on),
+                           max_batch=2) for on in (False, True)]
     for table in tables:
         table.open("a", [1, 2, 3], 6)
         table.open("b", [4], 9, temperature=0.9, seed=1)
