@@ -1364,6 +1364,9 @@ CACHE_PRECISION_SPEC = (
     option("integer", "tokens", 1000, "Tokens read per stream."),
     option("integer", "streams", 4, "Streams (rows) read at once, each from its own part of the "
            "split."),
+    option("bool", "through_exports", True, "Also read the text through the ONNX export's "
+           "decode graphs on the CPU, exported with a float32 and with a float16 cache "
+           "(--cache_dtype)."),
     option("string", "output",
            os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
            "Where to write the JSON results."),
@@ -1398,6 +1401,21 @@ def read_through_cache(core, ids, mem_len, precision):
     return np.stack(out)
 
 
+def read_through_export(model_dir, ids, mem_len, cache_dtype):
+    """Log-probabilities `[T, B, V]` of reading `ids` (`[B, T]`) one token at
+    a time through the ONNX export's decode graphs (`runtime.decode_step`,
+    ONNX Runtime on the CPU) of the model in `model_dir`, exported with its
+    cache's keys and values in `cache_dtype`."""
+    from export import open_runtime, run_export
+    with tempfile.TemporaryDirectory() as folder:
+        run_export(folder, model_dir, formats=("onnx",), mem_len=mem_len, verify=False,
+                   cache_dtype=cache_dtype)
+        runtime = open_runtime(folder, backend="onnx", device="cpu")
+        cache = runtime.decode_init(runtime.initial_memory(ids.shape[0]))
+        return np.stack([runtime.decode_step(ids[:, t], cache)[0].copy()
+                         for t in range(ids.shape[1])])
+
+
 def compare_precisions(reference, other, targets):
     """Perplexity of `other` and its changes against `reference` (`[T, B, V]`)."""
     import numpy as np
@@ -1405,6 +1423,7 @@ def compare_precisions(reference, other, targets):
     base = np.take_along_axis(reference, targets.T[:, :, None], -1)[..., 0]
     change = np.abs(picked - base)
     return {"ppl": float(np.exp(-picked.mean())), "max_abs_log_prob_change": float(change.max()),
+            "max_abs_change_any_log_prob": float(np.abs(other - reference).max()),
             "mean_abs_log_prob_change": float(change.mean()),
             "argmax_changed": float((other.argmax(-1) != reference.argmax(-1)).mean())}
 
@@ -1439,7 +1458,10 @@ def run_cache_precision(o):
     largest and the mean change of a target's log-probability against float32,
     and how often the most likely next token changes. Also the cache's size per
     stream at each preset's paper memory, float32 against 16-bit keys and values.
-    Prints a table and writes JSON.
+    With `--through_exports`, the same text through the ONNX export's decode graphs
+    (`export.decode_interface`), exported with a float32 cache and with
+    `--cache_dtype=float16` (keys and values stored and passed in float16),
+    each against the float32 export. Prints a table and writes JSON.
     """
     import numpy as np
     from benchmarks.throughput import write_json
@@ -1460,15 +1482,23 @@ def run_cache_precision(o):
         runs[precision] = read_through_cache(core, inputs_, o["mem_len"], precision)
     rows = [{"precision": p, **compare_precisions(runs["float32"], runs[p], targets)}
             for p in PRECISIONS]
+    if o["through_exports"]:
+        exported = {dtype: read_through_export(o["model_dir"], inputs_, o["mem_len"], dtype)
+                    for dtype in ("float32", "float16")}
+        rows += [{"precision": f"export, {dtype} cache",
+                  **compare_precisions(exported["float32"], exported[dtype], targets)}
+                 for dtype in exported]
     result = {"settings": o, "tokens": int(targets.size), "seconds": time.time() - start,
               "rows": rows, "sizes": cache_sizes()}
     print(f"{o['model_dir']}: {targets.size:,} tokens of {o['split']} read one at a time, "
           f"memory {o['mem_len']}")
-    print("| keys and values stored in | ppl | max abs log-prob change | mean | argmax changed |")
-    print("|---|---|---|---|---|")
+    print("| keys and values stored in | ppl | max abs log-prob change | mean | any log-prob | "
+          "argmax changed |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['precision']} | {r['ppl']:.3f} | {r['max_abs_log_prob_change']:.2e} | "
-              f"{r['mean_abs_log_prob_change']:.2e} | {100 * r['argmax_changed']:.2f}% |")
+              f"{r['mean_abs_log_prob_change']:.2e} | {r['max_abs_change_any_log_prob']:.2e} | "
+              f"{100 * r['argmax_changed']:.2f}% |")
     print("| preset | memory | per stream, float32 | with 16-bit keys and values |")
     print("|---|---|---|---|")
     for r in result["sizes"]:

@@ -99,13 +99,14 @@ def cache_shapes(config, mem_len, batch="batch"):
             "positions": [2 * size, d_model]}
 
 
-def cache_bytes(config, mem_len):
+def cache_bytes(config, mem_len, cache_dtype="float32"):
     """`{"per_stream": bytes, "shared": bytes}` of a decode cache: what each
-    stream (row) holds (layer inputs, keys, values, valid flags; float32) and
-    what all rows share (`positions`, `slot`)."""
+    stream (row) holds (layer inputs, valid flags, keys and values in
+    `cache_dtype`; the rest float32) and what all rows share (`positions`, `slot`)."""
     shapes = cache_shapes(config, mem_len, batch=1)
     sizes = {name: 4 for name in shapes}
-    sizes["valid"] = 1
+    sizes.update(valid=1, keys=np.dtype(cache_dtype).itemsize,
+                 values=np.dtype(cache_dtype).itemsize)
     total = {name: sizes[name] * int(np.prod(shape, dtype=np.int64))
              for name, shape in shapes.items()}
     shared = total["positions"] + total["slot"]
@@ -322,6 +323,19 @@ def small_model(nodes, name, inputs, outputs):
     return model
 
 
+def with_cache_dtype(model, cache_dtype):
+    """`model`, a small graph built for float32 keys and values, with its
+    inputs and outputs of keys and values (`keys`, `token_values`,
+    `new_keys`, ...) in `cache_dtype` (the export's `ExportInfo.cache_dtype`)."""
+    from onnx import helper
+    if np.dtype(cache_dtype) != np.float32:
+        elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(cache_dtype))
+        for value in list(model.graph.input) + list(model.graph.output):
+            if value.name.rsplit("_", 1)[-1] in ("keys", "values"):
+                value.type.tensor_type.elem_type = elem_type
+    return model
+
+
 def ring_write_model(size):
     """The ONNX `ModelProto` of the ring's write for a ring of `size` slots
     (inputs `WRITE_INPUTS`, outputs `WRITE_OUTPUTS`; the batch, the other
@@ -433,8 +447,8 @@ def _write_slot(node, const, ring, token, stopped, rank, axis):
 
 
 # ------------------------------------------------------- driving the graphs
-NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(bool)": np.bool_,
-                "tensor(int32)": np.int32}
+NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
+               "tensor(bool)": np.bool_, "tensor(int32)": np.int32}
 
 
 def ortvalue(array, device):
@@ -516,10 +530,10 @@ def bind_ring(binding, cache, device, rows=None):
     bind_rows(binding.bind_input, "valid", cache["valid"], device, rows)
     for kind in ("keys", "values"):
         stacked = cache[kind]
-        shape = stacked.shape()
-        layer_bytes = 4 * int(np.prod(shape[1:], dtype=np.int64))
+        shape, dtype = stacked.shape(), NUMPY_TYPES[stacked.data_type()]
+        layer_bytes = np.dtype(dtype).itemsize * int(np.prod(shape[1:], dtype=np.int64))
         for i in range(shape[0]):
-            binding.bind_input(f"{kind}_{i}", device, 0, np.float32,
+            binding.bind_input(f"{kind}_{i}", device, 0, dtype,
                                [shape[1] if rows is None else rows] + shape[2:],
                                stacked.data_ptr() + i * layer_bytes)
 
@@ -611,9 +625,10 @@ class FixedStep:
         self.ids = ortvalue(np.zeros([rows], np.int32), device)
         self.stopped = ortvalue(np.zeros([rows], np.bool_), device)
         self.log_probs = ortvalue(np.zeros([rows, n_token], np.float32), device)
+        kv_dtype = NUMPY_TYPES[fixed["keys"].data_type()]
         self.token = {"token_mems": ortvalue(np.zeros([layers, rows, d_model], np.float32),
                                              device),
-                      **{name: ortvalue(np.zeros([layers, rows, heads, d_head], np.float32),
+                      **{name: ortvalue(np.zeros([layers, rows, heads, d_head], kv_dtype),
                                         device) for name in ("token_keys", "token_values")}}
         # The ring positions a write moves on, then copied over the old ones:
         # written in place, the graph could read a position it already moved.

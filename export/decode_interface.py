@@ -37,6 +37,14 @@ caller (the runtimes: numpy arrays in host memory):
   training read).
 
 A step equals `step_last` on `decode_memory(cache)` (tested for every format).
+
+`cache_dtype` (an export option, default float32; `CACHE_DTYPES`): the dtype
+the graphs take and return `keys`, `values` (and each layer's, and the
+token's) in. A float16 cache halves what a stream's keys and values hold;
+the graphs cast them to float32 where they read them and back where they
+return them, so the step computes as the float32 export's does on keys and
+values rounded to 16 bits (`docs/export-and-serving.md` states the parity).
+The layer inputs (`cache_mems`, `mems`) stay float32.
 """
 import tensorflow as tf
 
@@ -44,29 +52,43 @@ import tensorflow as tf
 from export.decode_cache import (CACHE_NAMES, CHANGING_NAMES, INIT_INPUTS,  # noqa: F401
                                  INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
                                  cache_shapes, step_inputs)
+from export.metadata import CACHE_DTYPES
 from txl_tf import Memory
+from txl_tf.errors import TxlError
 from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
+
+
+def check_cache_dtype(cache_dtype):
+    """Returns `cache_dtype` as a `tf.DType`, or raises `TxlError` unless it is
+    one of `CACHE_DTYPES`."""
+    name = getattr(cache_dtype, "name", cache_dtype)
+    if name not in CACHE_DTYPES:
+        raise TxlError(f"cache_dtype must be one of {list(CACHE_DTYPES)}, got {name!r}")
+    return tf.as_dtype(name)
 
 
 def _spec(name, shape, dtype):
     return tf.TensorSpec([None if isinstance(n, str) else n for n in shape], dtype, name=name)
 
 
-def step_specs(config, mem_len):
-    """TensorSpecs of `decode_step`'s inputs, in `step_inputs` order."""
-    shapes = cache_shapes(config, mem_len)
-    layer = {name: _spec(name, shapes[name][1:], tf.float32) for name in ("keys", "values")}
+def step_specs(config, mem_len, cache_dtype="float32"):
+    """TensorSpecs of `decode_step`'s inputs, in `step_inputs` order (keys
+    and values in `cache_dtype`)."""
+    shapes, kv_dtype = cache_shapes(config, mem_len), check_cache_dtype(cache_dtype)
+    layer = {name: _spec(name, shapes[name][1:], kv_dtype) for name in ("keys", "values")}
     return ([tf.TensorSpec([None], tf.int32, name="token_ids"),
              _spec("valid", shapes["valid"], tf.bool), _spec("slot", [], tf.int32),
              _spec("positions", shapes["positions"], tf.float32)]
-            + [tf.TensorSpec(layer[kind].shape, tf.float32, name=f"{kind}_{i}")
+            + [tf.TensorSpec(layer[kind].shape, kv_dtype, name=f"{kind}_{i}")
                for kind in ("keys", "values") for i in range(config.n_layer)])
 
 
-def read_specs(config, mem_len):
-    """TensorSpecs of `decode_read`'s inputs, in `READ_INPUTS` order."""
-    shapes = cache_shapes(config, mem_len)
-    dtypes = {"valid": tf.bool, "slot": tf.int32, "row_slot": tf.int32}
+def read_specs(config, mem_len, cache_dtype="float32"):
+    """TensorSpecs of `decode_read`'s inputs, in `READ_INPUTS` order (keys
+    and values in `cache_dtype`)."""
+    shapes, kv_dtype = cache_shapes(config, mem_len), check_cache_dtype(cache_dtype)
+    dtypes = {"valid": tf.bool, "slot": tf.int32, "row_slot": tf.int32,
+              "keys": kv_dtype, "values": kv_dtype}
     return [tf.TensorSpec([None, None], tf.int32, name="token_ids")] + [
         _spec(name, shapes[name], dtypes.get(name, tf.float32)) for name in CACHE_NAMES]
 
@@ -86,31 +108,44 @@ def cache_memory_specs(config, mem_len):
             tf.TensorSpec([None], tf.int32, name="row_slot")]
 
 
-def decode_init(core, mems, mem_mask):
-    """`{INIT_OUTPUTS}`: the decode cache of a memory."""
+def _to(dtype, tensors):
+    return tuple(tf.cast(t, dtype) for t in tensors)
+
+
+def decode_init(core, mems, mem_mask, cache_dtype="float32"):
+    """`{INIT_OUTPUTS}`: the decode cache of a memory (keys and values in `cache_dtype`)."""
+    kv_dtype = check_cache_dtype(cache_dtype)
     flat = flat_cache(core.decode_cache(Memory(mems, mem_mask)))
     flat["cache_mems"] = flat.pop("mems")
-    return flat
+    return {**flat, "keys": tf.cast(flat["keys"], kv_dtype),
+            "values": tf.cast(flat["values"], kv_dtype)}
 
 
 def decode_step(core, token_ids, valid, slot, positions, *keys_values):
     """`{STEP_OUTPUTS}`: one token per row read on the ring, which is not
-    written (see the module's docstring)."""
-    n_layer = core.config.n_layer
-    cache = DecodeCache((), tuple(keys_values[:n_layer]), tuple(keys_values[n_layer:]), valid,
+    written (see the module's docstring); the token's keys and values in
+    the ring's dtype."""
+    n_layer, kv_dtype = core.config.n_layer, keys_values[0].dtype
+    keys_values = _to(tf.float32, keys_values)
+    cache = DecodeCache((), keys_values[:n_layer], keys_values[n_layer:], valid,
                         slot, None, positions)
     hidden, token = core.call_with_cache(token_ids, cache, write=False)
     return {"log_probs": core.crit(hidden), "token_mems": tf.stack(token.mems),
-            "token_keys": tf.stack(token.keys), "token_values": tf.stack(token.values)}
+            "token_keys": tf.cast(tf.stack(token.keys), kv_dtype),
+            "token_values": tf.cast(tf.stack(token.values), kv_dtype)}
 
 
 def decode_read(core, token_ids, cache_mems, keys, values, valid, slot, row_slot, positions):
-    """`{READ_OUTPUTS}`: a segment read on the cache (`TransformerXL.call_with_cache`)."""
-    cache = DecodeCache(tuple(tf.unstack(cache_mems)), tuple(tf.unstack(keys)),
-                        tuple(tf.unstack(values)), valid, slot, row_slot, positions)
+    """`{READ_OUTPUTS}`: a segment read on the cache (`TransformerXL.call_with_cache`);
+    its new keys and values in the dtype of `keys`."""
+    kv_dtype = keys.dtype
+    cache = DecodeCache(tuple(tf.unstack(cache_mems)), _to(tf.float32, tf.unstack(keys)),
+                        _to(tf.float32, tf.unstack(values)), valid, slot, row_slot,
+                        positions)
     hidden, new = core.call_with_cache(token_ids, cache)
     flat = flat_cache(new)
     flat["cache_mems"] = flat.pop("mems")
+    flat.update(keys=tf.cast(flat["keys"], kv_dtype), values=tf.cast(flat["values"], kv_dtype))
     return {"log_probs": core.crit(hidden[:, -1]),
             **{f"new_{name}": flat[name] for name in CHANGING_NAMES}}
 

@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from export import open_runtime
 from export.decode_cache import cache_bytes
-from export.metadata import export_metadata, external_data_file
+from export.metadata import CACHE_DTYPES, export_metadata, external_data_file
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
                                 export_onnx, write_weights_file)
 from export.onnx_runtime import return_freed_memory
@@ -85,6 +85,10 @@ SPEC = (
     option("bool", "decode_cache", True, "Also write the cached decode interface as "
            "decode_*.onnx beside model.onnx (all of them read the weights from "
            "model.onnx.data); the SavedModel always carries it."),
+    option("enum", "cache_dtype", "float32", "The dtype of the keys and values in the ONNX "
+           "decode graphs' cache (float16 halves them; its parity is in "
+           "docs/export-and-serving.md). model.onnx and the SavedModel stay float32.",
+           list(CACHE_DTYPES)),
     option("bool", "overwrite", False, "Replace a non-empty --output_dir (the new export is "
            "swapped in whole once it has passed)."),
 )
@@ -180,6 +184,9 @@ def _check_options(o):
         raise ExportError(f"--mem_len must be >= 0, got {o['mem_len']}")
     if not o["tolerance"] >= 0:  # NaN too
         raise ExportError(f"--tolerance must be >= 0, got {o['tolerance']}")
+    if o["cache_dtype"] not in CACHE_DTYPES:
+        raise ExportError(f"--cache_dtype must be one of {', '.join(CACHE_DTYPES)}, got "
+                          f"{o['cache_dtype']!r}")
     if o["triton_max_batch_size"] < 1:
         raise ExportError(f"--triton_max_batch_size must be >= 1, got "
                           f"{o['triton_max_batch_size']}")
@@ -229,8 +236,9 @@ def _export_into(out, stages, o):
     if vocab_dir:
         shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
     options = dict(mem_len=mem_len, log_probs=log_probs, zero_filled=zero_filled_memory)
-    report = {"metadata": export_metadata(cfg, **options), "seconds": {},
-              "decode_cache_bytes": cache_bytes(cfg, mem_len)}
+    report = {"metadata": export_metadata(cfg, **options, cache_dtype=o["cache_dtype"]),
+              "seconds": {},
+              "decode_cache_bytes": cache_bytes(cfg, mem_len, o["cache_dtype"])}
     if "saved_model" in formats:
         start = time.perf_counter()
         export_saved_model(core, os.path.join(out, SAVED_MODEL_DIR),
@@ -245,9 +253,11 @@ def _export_into(out, stages, o):
         shared = write_weights_file(core.weights, external_data_file(onnx_path)) \
             if o["decode_cache"] else None
         written = export_onnx(core, onnx_path, opset=opset, weights_file=shared,
-                              external_data_threshold=threshold, **options)
+                              external_data_threshold=threshold, cache_dtype=o["cache_dtype"],
+                              **options)
         if o["decode_cache"]:
-            written += export_decode_onnx(core, out, mem_len, shared, opset) + [shared.path]
+            written += export_decode_onnx(core, out, mem_len, shared, opset,
+                                          cache_dtype=o["cache_dtype"]) + [shared.path]
         _free()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)

@@ -14,6 +14,10 @@ DECODE_CACHE_LAYOUT = "keys_as_columns"
 # The ONNX files of the cached decode interface, beside `model.onnx`.
 DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.onnx",
                 "decode_read": "decode_read.onnx"}
+# The dtypes the decode graphs may keep the cache's keys and values in
+# (`--cache_dtype`; `export.decode_interface`). No bfloat16: ONNX Runtime's
+# CPU provider runs no bfloat16 MatMul or Softmax.
+CACHE_DTYPES = ("float32", "float16")
 
 
 def external_data_file(path):
@@ -22,8 +26,9 @@ def external_data_file(path):
 
 
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
-                    memory_layout="layer_major"):
-    """String key/value pairs: config JSON, memory geometry and layout, vocabulary size."""
+                    memory_layout="layer_major", cache_dtype="float32"):
+    """String key/value pairs: config JSON, memory geometry and layout, vocabulary
+    size, the dtype of the decode cache's keys and values."""
     import txl_tf
     return {
         CONFIG_KEY: config.to_json(),
@@ -36,6 +41,7 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
         "zero_filled_memory": str(bool(zero_filled)).lower(),
         "memory_layout": memory_layout,
         "decode_cache_layout": DECODE_CACHE_LAYOUT,
+        "decode_cache_dtype": cache_dtype,
         "same_length": str(bool(config.same_length)).lower(),
         "same_length_convention": config.same_length_convention,
         "inputs": ",".join(INPUT_NAMES),
@@ -47,7 +53,8 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
 
 class ExportInfo:
     """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`,
-    `memory_layout`, `decode_cache_layout`."""
+    `memory_layout`, `decode_cache_layout`, `cache_dtype` (of the decode
+    cache's keys and values; exports before it: float32)."""
 
     def __init__(self, values):
         if values.get("task") == "classification":
@@ -67,6 +74,10 @@ class ExportInfo:
         self.zero_filled = values.get("zero_filled_memory", "false") == "true"
         self.memory_layout = values.get("memory_layout", "layer_major")
         self.decode_cache_layout = values.get("decode_cache_layout", "keys_as_rows")
+        self.cache_dtype = values.get("decode_cache_dtype", "float32")
+        if self.cache_dtype not in CACHE_DTYPES:
+            raise TxlError(f"this export's decode cache is {self.cache_dtype}, which this "
+                           f"txl_tf does not read (it reads {', '.join(CACHE_DTYPES)})")
 
     @classmethod
     def from_json_file(cls, path):

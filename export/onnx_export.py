@@ -58,7 +58,7 @@ def write_weights_file(variables, path):
 
 def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                 opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD,
-                memory_layout="layer_major", weights_file=None):
+                memory_layout="layer_major", weights_file=None, cache_dtype="float32"):
     """Writes `step` as an ONNX model and returns the list of files written.
 
     Inputs `token_ids` int32 `[B, T]` (range-checked in the graph), `mems`,
@@ -69,7 +69,8 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     `weights_file` (`write_weights_file`) the model reads them from there.
     `memory_layout="batch_major"` makes `mems` / `new_mems`
     `[B, n_layer, M, d_model]` (the Triton repository's model; `open_runtime`
-    reads only the default `layer_major`).
+    reads only the default `layer_major`). `cache_dtype` is recorded for the
+    decode graphs beside it (`export_decode_onnx`); `step` is float32.
     """
     check_memory_layout(memory_layout)
     if log_probs not in LOG_PROBS_MODES:
@@ -89,7 +90,7 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     add_id_range_check(model, "token_ids", cfg.n_token)
     _declare_shapes(model, cfg, mem_len, log_probs, memory_layout)
     helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled,
-                                                  memory_layout))
+                                                  memory_layout, cache_dtype))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
     return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
@@ -98,22 +99,25 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
 
 
 def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
-                       interfaces=None):
+                       interfaces=None, cache_dtype="float32"):
     """Writes the cached decode interface (`export.decode_interface`) as
     ONNX models in `folder` (`DECODE_FILES`; only those named in
     `interfaces` when given), each with the config and its interface in
     `metadata_props` and its weights read from `weights_file`
-    (`write_weights_file`, shared with `model.onnx`); returns the files."""
+    (`write_weights_file`, shared with `model.onnx`), the cache's keys and
+    values in `cache_dtype` (`CACHE_DTYPES`); returns the files."""
     cfg, mem_len = core.config, int(mem_len)
+    decode.check_cache_dtype(cache_dtype)
     parts = {
-        "decode_init": (lambda mems, mem_mask: decode.decode_init(core, mems, mem_mask),
+        "decode_init": (lambda mems, mem_mask: decode.decode_init(core, mems, mem_mask,
+                                                                  cache_dtype),
                         decode.memory_specs(cfg, mem_len), decode.INIT_INPUTS,
                         decode.INIT_OUTPUTS),
         "decode_step": (lambda *args: decode.decode_step(core, *args),
-                        decode.step_specs(cfg, mem_len), decode.step_inputs(cfg.n_layer),
-                        decode.STEP_OUTPUTS),
+                        decode.step_specs(cfg, mem_len, cache_dtype),
+                        decode.step_inputs(cfg.n_layer), decode.STEP_OUTPUTS),
         "decode_read": (lambda *args: decode.decode_read(core, *args),
-                        decode.read_specs(cfg, mem_len), decode.READ_INPUTS,
+                        decode.read_specs(cfg, mem_len, cache_dtype), decode.READ_INPUTS,
                         decode.READ_OUTPUTS),
     }
     shapes = decode.cache_shapes(cfg, mem_len)
@@ -140,7 +144,8 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
             add_id_range_check(model, "token_ids", cfg.n_token)
         declare_shapes(model, {**shapes, "token_ids": ["batch", "seq_len"]}
                        if interface == "decode_read" else shapes)
-        helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last"),
+        helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last",
+                                                         cache_dtype=cache_dtype),
                                        "interface": interface, "inputs": ",".join(inputs),
                                        "outputs": ",".join(outputs)})
         model.doc_string = f"Transformer-XL {interface}: see export.decode_interface"

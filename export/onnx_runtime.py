@@ -10,7 +10,7 @@ import numpy as np
 from export.decode_cache import (CHANGING_NAMES, MOVED, DeviceCache, Resident, aligned_empty,
                                  copy_model, device_step, host_cache, is_ortvalue, on_device,
                                  ortvalue, ring_memory_model, ring_positions, ring_write_model,
-                                 run_on_device, step_feeds, write_token)
+                                 run_on_device, step_feeds, with_cache_dtype, write_token)
 from export.device_memory import memory_concat_model, memory_take_model, nll_model
 from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_model,
                                 take_device_rows)
@@ -225,7 +225,7 @@ class OnnxRuntime(Runtime):
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._open_replay = lambda: open_replay_sessions(
-            self._decode_paths["decode_step"], self.mem_len + 1, packed(),
+            self._decode_paths["decode_step"], self.mem_len + 1, self.info.cache_dtype, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
         # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
@@ -335,7 +335,8 @@ class OnnxRuntime(Runtime):
     def _small_graph(self, key, build):
         """The session of the small graph `build()`, opened once per `key`."""
         if key not in self._small_graphs:
-            self._small_graphs[key] = self._open_model(build())
+            self._small_graphs[key] = self._open_model(with_cache_dtype(build(),
+                                                                        self.info.cache_dtype))
         return self._small_graphs[key]
 
     def _score(self, ids, targets, mems, mem_mask):
@@ -615,13 +616,15 @@ def _host(value):
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
-def open_replay_sessions(step_path, size, session_options, graph_providers, providers):
+def open_replay_sessions(step_path, size, cache_dtype, session_options, graph_providers,
+                         providers):
     """The sessions `decode_cache.Resident` runs: the step, the ring's write
     and the move of its positions with `graph_providers` (CUDA graphs on:
     every run of theirs is a replay of fixed buffers), the cache copy with
-    `providers`."""
+    `providers` (keys and values in `cache_dtype`)."""
     models = {"write": ring_write_model(size), "move": copy_model(MOVED),
               "copy": copy_model()}
+    models = {name: with_cache_dtype(model, cache_dtype) for name, model in models.items()}
     return {"step": open_session(step_path, session_options, graph_providers),
             **{name: open_session(model.SerializeToString(), session_options,
                                   providers if name == "copy" else graph_providers)

@@ -440,7 +440,7 @@ class Runtime:
         export (of `batch_size` rows when given); returns its `RingPositions`."""
         self._require_decode_cache()
         shapes = cache_shapes(self.config, self.mem_len)
-        check_decode_cache(cache, shapes, batch_size)
+        check_decode_cache(cache, shapes, batch_size, self.info.cache_dtype)
         return check_ring_positions(self._ring_positions(cache), shapes["valid"][1])
 
     def _check_memory(self, memory, batch_size=None):
@@ -575,11 +575,12 @@ def check_memory(mems, mem_mask, n_layer, mem_len, d_model, batch_size):
 _CACHE_DTYPES = {"valid": np.bool_, "slot": np.int32, "row_slot": np.int32}
 
 
-def check_decode_cache(cache, expected_shapes, batch_size=None):
+def check_decode_cache(cache, expected_shapes, batch_size=None, cache_dtype="float32"):
     """Raises `RuntimeInputError` unless `cache` is a decode cache of this
     export: a dict with every name of `expected_shapes` (`decode_interface.
     cache_shapes` with the batch axis named "batch"), each of that shape and
-    dtype (float32 but for `valid` bool, `slot` and `row_slot` int32) and
+    dtype (float32 but for `valid` bool, `slot` and `row_slot` int32, and
+    `keys` and `values` in the export's `cache_dtype`) and
     one batch (the ids' when `batch_size` is given); its values are not read
     (`check_ring_positions`). Returns the batch size."""
     if not isinstance(cache, dict):
@@ -594,16 +595,16 @@ def check_decode_cache(cache, expected_shapes, batch_size=None):
     if batch_size is not None and batch is not None and batch != batch_size:
         raise RuntimeInputError(f"batch mismatch: token_ids have batch {batch_size} but the "
                                 f"decode cache has batch {batch}")
+    dtypes = {**_CACHE_DTYPES, "keys": np.dtype(cache_dtype), "values": np.dtype(cache_dtype)}
     for name, want in expected_shapes.items():
         (shape, dtype), want = shapes[name], tuple(batch if d == "batch" else d for d in want)
         if tuple(shape) != want:
             raise RuntimeInputError(f"decode cache {name} has shape {list(shape)}, this export "
                                     f"needs {list(want)} (a cache of another model or memory "
                                     f"length?)")
-        if dtype != _CACHE_DTYPES.get(name, np.float32):
+        if dtype != dtypes.get(name, np.float32):
             raise RuntimeInputError(f"decode cache {name} must be "
-                                    f"{np.dtype(_CACHE_DTYPES.get(name, np.float32))}, got "
-                                    f"{dtype}")
+                                    f"{np.dtype(dtypes.get(name, np.float32))}, got {dtype}")
     return batch
 
 

@@ -113,6 +113,9 @@ def test_job_flag_errors_from_absl_and_python(model_dir, tmp_path):
         run_job(f"--model_dir={path}")
     with pytest.raises(flags.IllegalFlagValueError, match=r"value should be one of <all\|last>"):
         run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--log_probs=first")
+    with pytest.raises(flags.IllegalFlagValueError,
+                       match=r"value should be one of <float32\|float16>"):
+        run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--cache_dtype=bfloat16")
     for options, message in [(dict(formats="onnx"), "got 'onnx'"),  # a string, not a list
                              (dict(log_probs="first"), "--log_probs must be one of all, last"),
                              (dict(opset=None), "got None")]:
