@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import onnx
 import tensorflow as tf
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from export import decode_interface as decode
 from export.metadata import (DECODE_FILES, INPUT_NAMES, OUTPUT_NAMES, export_metadata,
@@ -144,6 +144,7 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
             add_id_range_check(model, "token_ids", cfg.n_token)
         declare_shapes(model, {**shapes, "token_ids": ["batch", "seq_len"]}
                        if interface == "decode_read" else shapes)
+        keep_batch_axis(model)
         helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last",
                                                          cache_dtype=cache_dtype),
                                        "interface": interface, "inputs": ",".join(inputs),
@@ -450,6 +451,35 @@ def _declare_shapes(model, config, mem_len, log_probs, memory_layout):
               "log_probs": (["batch", "seq_len", config.n_token] if log_probs == "all"
                             else ["batch", config.n_token])}
     declare_shapes(model, shapes)
+
+
+def keep_batch_axis(model):
+    """Rewrites each reshape of `model` to a constant `[-1, s, ...]` whose
+    input's other axes are known and hold as many elements as `s, ...` as a
+    reshape to `[0, s, ...]` (0: the input's first axis), the same reshape,
+    so that ONNX's shape inference keeps the first axis's name (`batch`)
+    through it: ONNX Runtime's `SkipLayerNormFusion` takes only residual adds
+    whose inputs' batch axes have one name (`layers.layer_norm`)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {value.name: value.type.tensor_type.shape.dim
+              for value in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    constants = {tensor.name: tensor for tensor in model.graph.initializer}
+    for node in model.graph.node:
+        if (node.op_type != "Reshape" or node.input[1] not in constants
+                or any(attr.name == "allowzero" and attr.i for attr in node.attribute)):
+            continue
+        target = numpy_helper.to_array(constants[node.input[1]])
+        dims = shapes.get(node.input[0], [])
+        if (target.ndim != 1 or len(target) < 2 or target[0] != -1 or (target[1:] <= 0).any()
+                or len(dims) < 2 or not all(dim.HasField("dim_value") for dim in dims[1:])
+                or np.prod([dim.dim_value for dim in dims[1:]]) != np.prod(target[1:])):
+            continue
+        name = f"{node.input[1]}__batch_kept"
+        if name not in constants:
+            constants[name] = numpy_helper.from_array(np.concatenate([[0], target[1:]]).astype(
+                target.dtype), name)
+            model.graph.initializer.append(constants[name])
+        node.input[1] = name
 
 
 def declare_shapes(model, shapes):

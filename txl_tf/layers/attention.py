@@ -6,7 +6,7 @@ import tensorflow as tf
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
-from txl_tf.layers.layer_norm import fused_layer_norm
+from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
 from txl_tf.layers.rel_shift import rel_shift
 
 
@@ -228,7 +228,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         own = tf.matmul(prob, tf.reshape(tf.cast(at_slot, prob.dtype), [-1, 1]))  # [B, H, 1, 1]
         vec = tf.matmul(tf.where(slot_mask, tf.zeros([], prob.dtype), prob), values) + own * v_new
         out = self.attention_output(tf.reshape(vec, [-1, self.n_head * self.d_head]))
-        out = inputs + out if self.pre_lnorm else fused_layer_norm(self.layer_norm, inputs + out)
+        out = inputs + out if self.pre_lnorm else fused_add_layer_norm(self.layer_norm, inputs, out)
         heads = [-1, self.n_head, self.d_head]
         return out, tf.reshape(k_new, heads), tf.reshape(v_new, heads)
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
-from txl_tf.layers.layer_norm import fused_layer_norm
+from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -39,20 +39,24 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        return self._forward(inputs, training, self.layer_norm)
+        return self._forward(inputs, training, fused=False)
 
     def call_with_cache(self, inputs):
-        """`call` in inference, for the cached reads: the layer norm written
-        as ONNX Runtime fuses it (`layers.layer_norm`)."""
-        return self._forward(inputs, False, lambda x: fused_layer_norm(self.layer_norm, x))
+        """`call` in inference, for the cached reads: the layer norm (with
+        the residual add) written as ONNX Runtime fuses it (`layers.layer_norm`)."""
+        return self._forward(inputs, False, fused=True)
 
-    def _forward(self, inputs, training, norm):
-        core = norm(inputs) if self.pre_lnorm else inputs
+    def _forward(self, inputs, training, fused):
+        core = inputs
+        if self.pre_lnorm:
+            core = fused_layer_norm(self.layer_norm, inputs) if fused else self.layer_norm(inputs)
         core = self.drop_1(tf.nn.relu(self._affine(self.layer_1, core)), training=training)
         core = self.drop_2(self._affine(self.layer_2, core), training=training)
         if self.pre_lnorm:
             return inputs + core
-        return norm(inputs + core)
+        if fused:
+            return fused_add_layer_norm(self.layer_norm, inputs, core)
+        return self.layer_norm(inputs + core)
 
     def _affine(self, dense, x):
         """`x W + b` with `dense`'s weights, the bias added by a plain add.

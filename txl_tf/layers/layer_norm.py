@@ -5,10 +5,12 @@ rsqrt(var + eps) * gamma`; converted to ONNX that is a dozen nodes which ONNX
 Runtime leaves apart (a dozen kernels each on a GPU). Written as
 `(x - mean) / sqrt(mean((x - mean) ** 2) + eps) * gamma + beta`, the same
 math, ONNX Runtime's `LayerNormFusion` makes it one `LayerNormalization`
-node. The cached reads (`call_with_cache`, inference only) use it. (Its
-`SkipLayerNormFusion` would take the residual add in too, but only where
-both of the add's inputs are 3-D with one named batch axis, which the
-converted graphs do not declare.)
+node. The cached reads (`call_with_cache`, inference only) use it, and
+`fused_add_layer_norm` for a residual add and its norm, which ONNX Runtime's
+`SkipLayerNormFusion` makes one `SkipLayerNormalization` where both of the
+add's inputs are 3-D with equal static inner axes and one named batch axis
+(`export.onnx_export.keep_batch_axis` keeps the name through the step's
+reshapes).
 """
 import tensorflow as tf
 
@@ -33,3 +35,21 @@ def fused_layer_norm(layer, x):
     normed = centered / tf.sqrt(variance + tf.constant(layer.epsilon, dtype))
     out = normed * tf.cast(layer.gamma, dtype) + tf.cast(layer.beta, dtype)
     return tf.cast(out, layer.compute_dtype)
+
+
+def fused_add_layer_norm(layer, x, residual):
+    """`layer(x + residual)` as `fused_layer_norm`, rows `[B, d]` added as
+    `[B, 1, d]`: ONNX Runtime fuses only 3-D adds into its norm.
+
+    Args:
+        layer: the `LayerNormalization` whose `gamma`, `beta` and `epsilon`
+            are used.
+        x, residual: the inputs `[..., d]`, of one shape.
+
+    Returns:
+        The normalized sum, of `x`'s shape.
+    """
+    if x.shape.rank != 2:
+        return fused_layer_norm(layer, x + residual)
+    rows = tf.expand_dims(x, 1) + tf.expand_dims(residual, 1)
+    return tf.squeeze(fused_layer_norm(layer, rows), 1)
