@@ -464,6 +464,7 @@ def keep_batch_axis(model):
     shapes = {value.name: value.type.tensor_type.shape.dim
               for value in list(inferred.graph.value_info) + list(inferred.graph.input)}
     constants = {tensor.name: tensor for tensor in model.graph.initializer}
+    replaced = set()
     for node in model.graph.node:
         if (node.op_type != "Reshape" or node.input[1] not in constants
                 or any(attr.name == "allowzero" and attr.i for attr in node.attribute)):
@@ -479,7 +480,12 @@ def keep_batch_axis(model):
             constants[name] = numpy_helper.from_array(np.concatenate([[0], target[1:]]).astype(
                 target.dtype), name)
             model.graph.initializer.append(constants[name])
+        replaced.add(node.input[1])
         node.input[1] = name
+    # The shapes now unused (ONNX Runtime warns of each at load).
+    used = {name for node in model.graph.node for name in node.input}
+    for tensor in [constants[name] for name in replaced - used]:
+        model.graph.initializer.remove(tensor)
 
 
 def declare_shapes(model, shapes):
