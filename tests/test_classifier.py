@@ -235,6 +235,23 @@ def test_bad_inputs_are_named(graph):
         run({"token_ids": bad, "lengths": np.int32([5, 3])})
 
 
+
+def test_out_of_range_ids_are_one_clear_error_under_xla():
+    """XLA drops the core's range assertion: `fit` and `evaluate` check the
+    ids in the input pipeline instead (`checked_data`)."""
+    model = TransformerXLClassifier(tiny_config(n_layer=1), 2)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=True)
+    ids = np.ones((4, 5), np.int32)
+    ids[3, 1] = N_TOKEN
+    data = tf.data.Dataset.from_tensor_slices(
+        ({"token_ids": ids, "lengths": np.int32([5, 3, 5, 2])}, np.int32([0, 1, 0, 1])))
+    for call in (model.fit, model.evaluate):
+        with pytest.raises(InputError, match=f"^token_ids empty or out of range for a "
+                           f"vocabulary of {N_TOKEN} tokens; min id: 1 max id: {N_TOKEN}$"):
+            call(data.batch(2), verbose=0)
+
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("dtype", [np.int64, np.uint64])
 def test_lengths_that_int32_would_wrap_are_refused(graph, dtype):

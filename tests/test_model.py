@@ -230,6 +230,33 @@ def test_jit_compiled_fit_steps_match_graph_steps():
         np.testing.assert_allclose(trained[1][name], value, rtol=1e-5, atol=1e-4, err_msg=name)
 
 
+
+def test_out_of_range_ids_are_one_clear_error_under_xla():
+    """XLA drops the core's range assertion (a bad id would be clamped by the
+    gather, a bad target give NaN): `fit`, `evaluate` and `predict` check ids
+    and targets in the input pipeline instead, raising `InputError` with the
+    graph check's message (that in-range data trains as without XLA:
+    `test_jit_compiled_fit_steps_match_graph_steps`)."""
+    from txl_tf import InputError
+    model = TransformerXLLM(tiny(n_layer=1), batch_size=2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=True)
+    streams = np.random.default_rng(7).integers(0, 256, (2, 2 * T + 1)).astype(np.int32)
+    x, y = (np.stack([streams[:, s:s + T], streams[:, s + T:s + 2 * T]]) for s in (0, 1))
+    vocab = "empty or out of range for a vocabulary of 256 tokens; min id: "
+    bad = {"token_ids": (x.copy(), 300), "targets": (y.copy(), -5)}
+    for name, (ids, value) in bad.items():
+        ids[1, 0, 3] = value
+        data = (ids, y) if name == "token_ids" else (x, ids)
+        low, high = min(value, ids.min()), max(value, ids.max())
+        for call in (model.fit, model.evaluate):
+            with pytest.raises(InputError, match=f"^{name} {vocab}{low} max id: {high}$"):
+                call(tf.data.Dataset.from_tensor_slices(data), verbose=0)
+    with pytest.raises(InputError, match="^token_ids " + vocab):
+        model.predict(tf.data.Dataset.from_tensor_slices(bad["token_ids"][0]), verbose=0)
+    with pytest.raises(InputError, match="token id 300 at position"):  # arrays: at once
+        model.fit(bad["token_ids"][0][1], y[1], verbose=0)
+
+
 def copy_task_streams(n_streams, n_chunks, vocab, seed):
     """Each stream is chunks of T random tokens, every chunk written twice."""
     rng = np.random.default_rng(seed)

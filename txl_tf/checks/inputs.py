@@ -1,4 +1,8 @@
 """Input checks that name the problem (used by the core and the runtimes)."""
+import contextlib
+import re
+
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -15,7 +19,8 @@ def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
     range (and, for unknown shapes, emptiness) becomes an assertion (a plain
     gather on GPU would silently give zeros for a bad id); under XLA
     assertions are dropped, so callers that compile should check ids up front
-    (the runtimes do).
+    (the runtimes do; the Keras models check in their input pipeline,
+    `check_batch`, and `input_errors` turns the assertion into an `InputError`).
     """
     if not token_ids.dtype.is_integer:
         raise InputError(f"{name} must be integers, got dtype {token_ids.dtype.name}")
@@ -37,6 +42,78 @@ def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
              "min id:", low, "max id:", high], name="check_token_ids")
     with tf.control_dependencies([check]):
         return tf.identity(token_ids)
+
+
+def check_batch(data, n_token, targets=True):
+    """A batch `(inputs, labels, weights)` (or inputs alone) with its ids and,
+    if `targets`, its integer labels checked by `check_token_ids`.
+
+    Args:
+        data: `inputs`, `(inputs, labels)` or `(inputs, labels, weights)`;
+            inputs ids `[B, T]` or a dict holding them as `token_ids`.
+        n_token: the vocabulary size.
+        targets: whether integer labels are ids of the vocabulary too (a
+            language model's) rather than class labels.
+
+    Returns:
+        `data`, the same structure, its ids (and labels) checked.
+    """
+    inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
+    if isinstance(inputs, dict):
+        inputs = {**inputs, "token_ids": check_token_ids(tf.convert_to_tensor(
+            inputs["token_ids"]), n_token)}
+    else:
+        inputs = check_token_ids(tf.convert_to_tensor(inputs), n_token)
+    if targets and labels is not None:
+        labels = tf.convert_to_tensor(labels)
+        if labels.dtype.is_integer:
+            labels = check_token_ids(labels, n_token, "targets", "target")
+    return keras.utils.pack_x_y_sample_weight(inputs, labels, weights)
+
+
+def checked_data(x, n_token, y=None, targets=True):
+    """What a Keras model's `fit` / `evaluate` / `predict` read, with its ids
+    checked (`check_batch`) outside the step, where the check survives XLA
+    (which drops assertions): mapped over a `tf.data.Dataset` (each batch
+    checked by the input pipeline before the step reads it), at once for
+    arrays (raising `InputError`). Other data (None, a distributed dataset,
+    a generator) passes unchecked: its maker checks it (the training job's
+    ids come from the tokenizer whose size is the model's `n_token`).
+
+    Args:
+        x: a dataset, or `inputs` / `(inputs, labels[, weights])` arrays.
+        n_token, targets: as `check_batch`'s.
+        y: the labels of arrays `x`, if apart.
+
+    Returns:
+        `x`: a dataset mapped through the check, arrays unchanged.
+    """
+    if isinstance(x, tf.data.Dataset):
+        return x.map(lambda *batch: check_batch(batch if len(batch) > 1 else batch[0],
+                                                n_token, targets))
+    arrays = x if y is None else (x, y)
+    leaves = tf.nest.flatten(arrays)
+    if x is not None and all(tf.is_tensor(v) or hasattr(v, "__array__") for v in leaves):
+        check_batch(arrays, n_token, targets)
+    return x
+
+
+_ASSERTED = re.compile(r"\[(\w+ empty or out of range for a vocabulary of \d+ tokens; min id:)\] "
+                       r"\[(-?\d+)\] \[max id:\] \[(-?\d+)\]")
+
+
+@contextlib.contextmanager
+def input_errors():
+    """Re-raises `check_token_ids`' graph assertion (a TensorFlow
+    `InvalidArgumentError` from a step or an input pipeline) as the
+    `InputError` it stands for; other errors pass unchanged."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as error:
+        found = _ASSERTED.search(error.message or "")
+        if not found:
+            raise
+        raise InputError(f"{found[1]} {found[2]} max id: {found[3]}") from None
 
 
 def check_targets(targets, token_ids, n_token):

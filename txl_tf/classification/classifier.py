@@ -2,7 +2,7 @@
 import keras
 import tensorflow as tf
 
-from txl_tf.checks.inputs import InputError
+from txl_tf.checks.inputs import InputError, checked_data, input_errors
 from txl_tf.core import TransformerXL, as_config
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
@@ -126,6 +126,25 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     @property
     def config(self):
         return self.core.config
+
+    # fit / evaluate / predict check the ids outside the step, where the
+    # check survives XLA (`checked_data`); labels are Keras's loss's.
+    def fit(self, x=None, y=None, validation_data=None, **kwargs):
+        n_token = self.config.n_token
+        with input_errors():
+            return super().fit(checked_data(x, n_token, y, targets=False), y,
+                               validation_data=checked_data(validation_data, n_token,
+                                                            targets=False), **kwargs)
+
+    def evaluate(self, x=None, y=None, **kwargs):
+        with input_errors():
+            return super().evaluate(checked_data(x, self.config.n_token, y, targets=False), y,
+                                    **kwargs)
+
+    def predict(self, x, **kwargs):
+        with input_errors():
+            return super().predict(checked_data(x, self.config.n_token, targets=False),
+                                   **kwargs)
 
     def call(self, inputs, training=False):
         token_ids, lengths = split_inputs(inputs)

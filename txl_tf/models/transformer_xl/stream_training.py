@@ -7,7 +7,7 @@ token), `bpc` and `ppl`."""
 import keras
 import tensorflow as tf
 
-from txl_tf.checks.inputs import InputError
+from txl_tf.checks.inputs import InputError, check_batch, checked_data, input_errors
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.keras_compat import PrebuiltModel
 from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
@@ -194,6 +194,12 @@ class StreamTraining:
         self._set_streaming(True)
         return batch_size
 
+    def preprocess_samples(self, x, y=None, sample_weight=None):
+        """keras-hub's preprocessing (mapped over the data by its `fit`,
+        `evaluate` and `predict`), then the ids checked (`check_batch`)."""
+        data = super().preprocess_samples(x, y, sample_weight)
+        return check_batch(data, self.core.config.n_token)
+
     def _set_streaming(self, streaming):
         if self._streaming != streaming:
             self._streaming = streaming
@@ -204,9 +210,14 @@ class StreamTraining:
         the memory from batch to batch, in order (never shuffled)."""
         if not self.is_stream(x):
             self._set_streaming(False)
-            return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
+            with input_errors():
+                return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
-        return keras.Model.fit(self, x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
+        x = checked_data(x, self.core.config.n_token, y)
+        kwargs["validation_data"] = checked_data(kwargs.get("validation_data"),
+                                                 self.core.config.n_token)
+        with input_errors():
+            return keras.Model.fit(self, x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         """keras-hub's `evaluate`; stream batches are read from an empty
@@ -214,21 +225,27 @@ class StreamTraining:
         is left as it is; `fit`'s validation comes here too)."""
         if not self.is_stream(x):
             self._set_streaming(False)
-            return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+            with input_errors():
+                return super().evaluate(x, y, batch_size=batch_size, **kwargs)
         batch_size = self._prepare_streams(x, batch_size, "evaluate")
         self._streams.value[1].clear()
-        return keras.Model.evaluate(self, x, y, batch_size=batch_size, **kwargs)
+        x = checked_data(x, self.core.config.n_token, y)
+        with input_errors():
+            return keras.Model.evaluate(self, x, y, batch_size=batch_size, **kwargs)
 
     def predict(self, x=None, batch_size=None, **kwargs):
         """keras-hub's `predict`; stream batches give log-probs `[B, T,
         n_token]`, read from an empty evaluation memory."""
         if not self.is_stream(x):
             self._set_streaming(False)
-            return super().predict(x, batch_size=batch_size, **kwargs)
+            with input_errors():
+                return super().predict(x, batch_size=batch_size, **kwargs)
         batch_size = self._prepare_streams(x, batch_size, "predict")
         if self._call_memory(False) is self._streams.value[1]:
             self._streams.value[1].clear()
-        return keras.Model.predict(self, x, batch_size=batch_size, **kwargs)
+        x = checked_data(x, self.core.config.n_token)
+        with input_errors():
+            return keras.Model.predict(self, x, batch_size=batch_size, **kwargs)
 
     def document_dataset(self, documents, batch_size, segment_len=None):
         """Batches for `fit` / `evaluate` that stream `documents` through the
