@@ -311,6 +311,7 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf.learning.schedule import WarmupCosineDecay
     from training.train_data import release_input_iterators, training_input
     from training.validation import Validator
+    from training import xla_cache
 
     def log(message):
         if is_chief:
@@ -410,8 +411,9 @@ def _train(o, strategy, task_id, is_chief):
         f"{schedule.warmup_steps:,} steps, cosine decay to {o['min_lr_ratio']:g} x peak at "
         f"step {o['train_steps']:,}; Adam beta_2 {o['adam_beta2']:g}, clip {o['clip']:g}")
     log(f"resumed from {restored} at step {step}" if restored else "starting at step 0")
+    cache = xla_cache.directory() if model.jit_compile else None
     log(f"train step: {model.steps_per_execution} step(s) per call, "
-        f"{'XLA' if model.jit_compile else 'no XLA'}")
+        f"{'XLA' if model.jit_compile else 'no XLA'}" + (f", XLA cache {cache}" if cache else ""))
 
     tensorboard = tensorboard_available()
     if not tensorboard:
@@ -472,6 +474,9 @@ def _train(o, strategy, task_id, is_chief):
                                      document_separator=o["document_separator"])
         except ValueError as err:
             raise TrainingError(str(err)) from None
+        if cache and not xla_cache.align_function_ids():
+            _warn("TensorFlow traced too many functions before the train step: its program "
+                  f"in the XLA cache {cache} will not be found by a resumed run")
         with stop.installed() if stop else contextlib.nullcontext():
             fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
                             initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
