@@ -112,6 +112,8 @@ CHECKS = list(COMMANDS)
 # The progress line's first-step compile time (training.train: "... compile <seconds>s";
 # else the first `compile_s` of its train_log.jsonl).
 COMPILE_SECONDS = re.compile(r"\bcompile (\d+(?:\.\d+)?) ?s\b")
+# The progress line's step (training.train: "step 23/40 loss ...").
+STEP_LINE = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
 PTXAS_FLOOR = (12, 6, 85)  # CUDA 12.6.3's ptxas, the oldest XLA accepts for Hopper
 RESULT_PREFIX = "gpu_check result: "
 
@@ -369,9 +371,21 @@ def resume_verdict(first_output, second_output, batches, train_log):
     logged = [r["compile_s"] for r in train_log if r.get("compile_s") is not None]
     shown = (f"{found.group(1)} s" if found else f"{logged[0]:.1f} s" if logged
              else "not on the progress line")
+    resumed_compile = COMPILE_SECONDS.search(second_output)
+    if resumed_compile:
+        shown += f" (the resume's {resumed_compile.group(1)} s, XLA cache)"
     return True, (f"killed with its batch log at step {max(killed)}, resumed at step {step} "
                   f"with the same batches ({len(both)} steps compared), ended at 40, exit 0; "
                   f"first step's compile {shown}")
+
+
+def run_progress(output):
+    """How far a training run's output got: its last progress line's step
+    and the first step's compile seconds, as far as shown."""
+    steps = STEP_LINE.findall(output)
+    found = COMPILE_SECONDS.search(output)
+    return ((f"at step {steps[-1]}" if steps else "no step shown")
+            + (f", compile {found.group(1)} s" if found else ""))
 
 
 def _records(path):
@@ -391,9 +405,14 @@ def _records(path):
 
 def run_train(command, work, timeout, env):
     """The `train` part: run, SIGKILL once the log shows a step past the
-    first checkpoint, run again to the end. Returns a part result."""
+    first checkpoint, run again to the end, with XLA's persistent cache in
+    `work`/xla_cache (the resume loads the program the first run compiled).
+    Returns a part result; one that failed says how far each run got."""
     start, model_dir = time.monotonic(), os.path.join(work, "train")
     deadline = start + timeout
+    env = dict(env or os.environ)
+    env["TF_XLA_FLAGS"] = (f"{env.get('TF_XLA_FLAGS', '')} --tf_xla_persistent_cache_directory="
+                           f"{os.path.join(work, 'xla_cache')}").strip()
     log_path = os.path.join(model_dir, "batches.jsonl")
     with open(os.path.join(work, "train_first.log"), "w+", encoding="utf-8") as out:
         first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -411,16 +430,19 @@ def run_train(command, work, timeout, env):
             first.wait()
         out.seek(0)
         first_output = out.read()
+    first_run = f"the first run {run_progress(first_output)}"
     if first.returncode != -signal.SIGKILL:
-        return _failed(f"the first run was not killed mid-run (exit {first.returncode})",
-                       start, first_output)
+        return _failed(f"the first run was not killed mid-run (exit {first.returncode}; "
+                       f"{first_run})", start, first_output)
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        return _failed(f"timed out after {timeout:.0f} s (before the resume)", start, first_output)
+        return _failed(f"timed out after {timeout:.0f} s (before the resume; {first_run})",
+                       start, first_output)
     returncode, out, err = run_group(command, remaining, env)
     second_output = out + err
     if returncode is None:
-        return _failed(f"timed out after {timeout:.0f} s (resuming)", start, second_output)
+        return _failed(f"timed out after {timeout:.0f} s (resuming; {first_run}, the resume "
+                       f"{run_progress(second_output)})", start, second_output)
     if returncode != 0:
         return _failed(_last_line(second_output, f"the resumed run exited {returncode}"),
                        start, second_output)
@@ -480,8 +502,8 @@ def run_command(command, timeout, env):
         return {"status": "ok" if ok else "failed", "seconds": time.monotonic() - start,
                 "result": details["summary"] if ok else f"failed ({details['summary']})",
                 "details": details, "output_tail": output[-3000:]}
-    written = [arg.split("=", 1)[1] for arg in command if arg.startswith("--output=")]
-    line = _last_line(stdout, "exit 0") + (f" (all of it: {written[0]})" if written else "")
+    written = output_file(command)
+    line = _last_line(stdout, "exit 0") + (f" (all of it: {written})" if written else "")
     return {"status": "ok", "seconds": time.monotonic() - start, "result": line,
             "output_tail": output[-3000:]}
 
@@ -496,16 +518,28 @@ def skip_reason(part, o):
 
 
 def pair_summary(path):
-    """One line of a throughput JSON file: each row's tok/s, ratio, peak
-    memory and first step."""
+    """One line of a throughput JSON file, whole or as far as a stopped run
+    wrote it: each row's tok/s, ratio (`-` before its paper row), peak
+    memory and first step, in the order they ran; then the variant started
+    and not done, with its first step's seconds once known."""
     with open(path, encoding="utf-8") as f:
-        rows = json.load(f)["results"]
+        result = json.load(f)
     parts = []
-    for r in rows:
+    for r in result["results"]:
         memory = "" if r.get("peak_gib") is None else f", {r['peak_gib']:.1f} GiB"
-        parts.append(f"{r['variant']} {r['tokens_per_s']:,.0f} tok/s ({r['ratio']:.2f}x"
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+        parts.append(f"{r['variant']} {r['tokens_per_s']:,.0f} tok/s ({ratio}"
                      f"{memory}, 1st {r['first_step_s']:.0f} s)")
+    for r in result.get("started", []):
+        parts.append(f"{r['variant']} not done (" + (
+            "no step" if r["first_step_s"] is None else f"1st {r['first_step_s']:.0f} s") + ")")
     return "; ".join(parts)
+
+
+def output_file(command):
+    """The file a part's command writes (its `--output=`), or None."""
+    written = [arg.split("=", 1)[1] for arg in command if arg.startswith("--output=")]
+    return written[0] if written else None
 
 
 def run_parts(commands, budgets, total_s, env, skip=None, train_work=None):
@@ -515,7 +549,9 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None):
     table's rows."""
     deadline, rows = time.monotonic() + total_s, []
     for part, command in commands.items():
-        left = deadline - time.monotonic()
+        left, written = deadline - time.monotonic(), output_file(command)
+        if written and os.path.exists(written):  # an earlier check's
+            os.remove(written)
         if (skip or {}).get(part):
             result = {"status": "skipped", "seconds": 0.0, "result": f"skipped ({skip[part]})"}
         elif left < 1:
@@ -525,6 +561,10 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None):
             result = run_train(command, train_work, min(budgets[part], left), env)
         else:
             result = run_command(command, min(budgets[part], left), env)
+        if part.startswith("pair_") and written and os.path.exists(written):
+            summary = pair_summary(written)  # a stopped run's rows too
+            result["result"] = (summary if result["status"] == "ok"
+                                else f"{result['result'][:-1]}; so far: {summary})")
         rows.append({"part": part, "command": shlex.join(command), **result})
         print(f"{part}: {result['result']}", flush=True)
     return rows
@@ -565,7 +605,7 @@ def main(argv):
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
                             "(install the [gpu] extra on a machine with an NVIDIA GPU; "
                             "--device=cpu --tiny runs the check's logic on the CPU)")
-    for folder in ("train", "serving"):  # a fresh run and export; the corpus cache is kept
+    for folder in ("train", "serving", "xla_cache"):  # fresh; the corpus cache is kept
         shutil.rmtree(os.path.join(o["work_dir"], folder), ignore_errors=True)
     os.makedirs(o["work_dir"], exist_ok=True)
     out_dir = os.path.dirname(os.path.abspath(o["output"]))
@@ -581,10 +621,6 @@ def main(argv):
     skip = {part: skip_reason(part, o) for part in o["parts"]}
     rows += run_parts(commands_for(o, out_dir), budgets, o["total_s"], env, skip,
                       train_work=o["work_dir"])
-    for row in rows:
-        path = os.path.join(out_dir, f"{row['part']}.json")
-        if row["part"].startswith("pair_") and row["status"] == "ok" and os.path.exists(path):
-            row["result"] = pair_summary(path)
     shown = table(rows)
     print(shown)
     failed = [r["part"] for r in rows if r["status"] == "failed"]

@@ -216,9 +216,11 @@ def gpu_peak_bytes(reset=False):
     return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
 
 
-def measure(makers, iters, warmup, block, interleave=True):
+def measure(makers, iters, warmup, block, interleave=True, progress=None):
     """`{name: {"seconds", "first_step_s", "peak_bytes", "parameters"}}` of
-    each runner.
+    each runner. `progress(name, result)`, if given, is called as each
+    runner is made (`result` None), when its first step's seconds are known
+    (`result` holds only `first_step_s`) and when it is done (its result).
 
     `makers`: `{name: () -> runner}`; a runner is a callable `n -> list of n
     per-batch seconds`, maybe with `close()`, a `peak_bytes` attribute (its
@@ -238,23 +240,38 @@ def measure(makers, iters, warmup, block, interleave=True):
         return {"seconds": np.array(seconds), "first_step_s": first, "peak_bytes": peak,
                 "parameters": getattr(runner, "parameters", None)}
 
+    progress = progress or (lambda name, result: None)
+
+    def start(name, make):
+        progress(name, None)
+        return make()
+
+    def warm(name, runner):
+        first = runner(warmup)[0]
+        progress(name, {"first_step_s": first})
+        return first
+
     results = {}
     if not interleave:
         for name, make in makers.items():
             gpu_peak_bytes(reset=True)
-            runner = make()
-            first = runner(warmup)[0]
+            runner = start(name, make)
+            first = warm(name, runner)
             results[name] = finish(runner, runner(iters), first)
+            progress(name, results[name])
             del runner
             gc.collect()
         return results
-    runners = {name: make() for name, make in makers.items()}
-    firsts = {name: run(warmup)[0] for name, run in runners.items()}
+    runners = {name: start(name, make) for name, make in makers.items()}
+    firsts = {name: warm(name, run) for name, run in runners.items()}
     times = {name: [] for name in runners}
     while min(len(t) for t in times.values()) < iters:
         for name, run in runners.items():
             times[name].extend(run(min(block, iters - len(times[name]))))
-    return {name: finish(run, times[name], firsts[name]) for name, run in runners.items()}
+    for name, run in runners.items():
+        results[name] = finish(run, times[name], firsts[name])
+        progress(name, results[name])
+    return results
 
 
 def summarize(result, tokens_per_batch, flops_per_token, peak_gflops):
@@ -296,12 +313,16 @@ def peaks(dtypes, earlier=None):
     return {k: max(matmul_peak(k), (earlier or {}).get(k, 0.0)) for k in dtypes}
 
 
-def write_json(path, result):
+def write_json(path, result, quiet=False):
+    """Writes `result` to `path` whole (a reader, or a kill, never meets half
+    a file)."""
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
-        print(f"wrote {path}")
+        os.replace(path + ".tmp", path)
+        if not quiet:
+            print(f"wrote {path}")
 
 
 def report(rows, peak, env_before, columns, output, question, settings):
@@ -476,7 +497,24 @@ COLUMNS = [("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1
            ("MFU", "mfu", ".1%")]
 
 
-def train_part(o, peak):
+TRAIN_QUESTION = "training tokens/s of TransformerXLLM.fit, memory carried"
+
+
+def set_ratios(group, paired):
+    """Each row's `ratio`: over its paper row (`paired`; a paper row's own is
+    1.00, a row whose paper row is not done yet None), else over the first
+    row."""
+    first = next(iter(group.values()))
+    for name, r in group.items():
+        base = (group.get(paper_name(name)) if name in VARIANTS else r) if paired else first
+        r["ratio"] = None if base is None else r["tokens_per_s"] / base["tokens_per_s"]
+
+
+def train_part(o, peak, partial=None):
+    """`(rows, columns, question)` of `--part=train`. `partial(rows,
+    started)`, if given, is called as the rows come: the rows done so far
+    and the variants started and not done (`shape`, `variant`,
+    `first_step_s`: None until the first step is done)."""
     from txl_tf.data import segment_dataset
     rows = []
     for shape in o["shapes"]:
@@ -495,28 +533,34 @@ def train_part(o, peak):
                 build_model(cfg, batch, cfg.mem_len, p, j,
                             steps_per_execution=o["steps_per_execution"]), dataset, True))
             kinds[v] = (policy, jit, policy)
-        results = measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"])
-        group = {}
-        for name, result in results.items():
-            label, jit, policy = kinds[name]
-            dtype = COMPUTE_DTYPE[policy]
-            group[name] = {"shape": shape, "variant": name, "policy": label, "jit_compile": jit,
-                           "steps_per_execution": o["steps_per_execution"], "batch_size": batch,
-                           "tgt_len": cfg.tgt_len, "mem_len": cfg.mem_len,
-                           "model_mflop_per_token": flops / 1e6, "peak_dtype": dtype,
-                           **summarize(result, batch * cfg.tgt_len, flops, peak[dtype])}
-        first = next(iter(group.values()))
-        for name, r in group.items():
-            if o["reference_dir"]:  # a variant over its paper row; a paper row 1.00
-                base = group[paper_name(name)] if name in VARIANTS else r
+        group, started = {}, {}
+
+        def progress(name, result):
+            if result is None or "seconds" not in result:  # made, or its first step done
+                started[name] = None if result is None else result["first_step_s"]
             else:
-                base = first
-            r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
+                label, jit, policy = kinds[name]
+                dtype = COMPUTE_DTYPE[policy]
+                group[name] = {"shape": shape, "variant": name, "policy": label,
+                               "jit_compile": jit,
+                               "steps_per_execution": o["steps_per_execution"],
+                               "batch_size": batch, "tgt_len": cfg.tgt_len,
+                               "mem_len": cfg.mem_len, "model_mflop_per_token": flops / 1e6,
+                               "peak_dtype": dtype,
+                               **summarize(result, batch * cfg.tgt_len, flops, peak[dtype])}
+                set_ratios(group, bool(o["reference_dir"]))
+                del started[name]
+            if partial:
+                partial(rows + list(group.values()),
+                        [{"shape": shape, "variant": n, "first_step_s": f}
+                         for n, f in started.items()])
+
+        measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"], progress)
         rows.extend(group.values())
     ratio = "x its paper row" if o["reference_dir"] else f"x {rows[0]['variant']}"
     columns = [("shape", "shape", ""), ("variant", "variant", ""), ("params", "parameters", ","),
                *[(ratio if key == "ratio" else t, key, f) for t, key, f in COLUMNS]]
-    return rows, columns, "training tokens/s of TransformerXLLM.fit, memory carried"
+    return rows, columns, TRAIN_QUESTION
 
 
 def eval_part(o, peak):
@@ -561,11 +605,17 @@ def main(argv):
     o = check_options(values(SPEC))
     dtypes = sorted({COMPUTE_DTYPE[VARIANTS[v][0]] for v in o["variants"]} | {"float32"})
     env_before, peak = environment(), peaks(dtypes)
-    part = train_part if o["part"] == "train" else eval_part
-    rows, columns, question = part(o, peak)
     settings = {key: o[key] for key in ("part", "iters", "warmup", "block", "interleave",
                                          "steps_per_execution", "mem_lens")}
     settings["shapes"] = {s: SHAPES[s] for s in o["shapes"]}
+    if o["part"] == "train":  # the rows so far, in case the run is stopped (gpu_check)
+        def partial(rows, started):
+            write_json(o["output"], {"question": TRAIN_QUESTION, "partial": True,
+                                     "settings": settings, "results": rows,
+                                     "started": started}, quiet=True)
+        rows, columns, question = train_part(o, peak, partial)
+    else:
+        rows, columns, question = eval_part(o, peak)
     report(rows, peak, env_before, columns, o["output"], question, settings)
 
 

@@ -95,6 +95,42 @@ def test_each_part_is_one_line_and_the_check_goes_on():
     assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
 
 
+def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
+    """A pair part killed at its budget: the table's line has the rows its
+    JSON holds so far and the variant it was on; a file left by an earlier
+    check is not read."""
+    row = dict(tokens_per_s=38762.4, ratio=1.0, peak_gib=20.04, first_step_s=9.6)
+    partial = {"partial": True, "results": [
+        dict(row, variant="paper f32"), dict(row, variant="f32+jit", tokens_per_s=81000.0,
+                                             ratio=2.0897, first_step_s=41.2),
+        dict(row, variant="bf16+jit", ratio=None, peak_gib=None)],
+        "started": [{"shape": "enwik8_base", "variant": "f16+jit", "first_step_s": None}]}
+    out = tmp_path / "pair.json"
+    writes = (f"import json, time; json.dump({partial!r}, open({str(out)!r}, 'w')); "
+              "time.sleep(30)")
+    out.write_text(json.dumps({"results": [dict(row, variant="stale")]}))
+    commands = {"pair_enwik8_base": fake(writes) + [f"--output={out}"],
+                "pair_wt103_base": fake("print('no row'); exit(3)") + [f"--output={out}"]}
+    rows = gc.run_parts(commands, dict(gc.BUDGETS, pair_enwik8_base=1), total_s=60, env=None)
+    assert rows[0]["result"] == (
+        "failed (timed out after 1 s; so far: paper f32 38,762 tok/s (1.00x, 20.0 GiB, 1st 10 s)"
+        "; f32+jit 81,000 tok/s (2.09x, 20.0 GiB, 1st 41 s); bf16+jit 38,762 tok/s (-, 1st 10 s)"
+        "; f16+jit not done (no step))"), rows[0]
+    assert rows[1]["result"] == "failed (no row)"  # the file it found was removed first
+    partial["results"], partial["started"][0]["first_step_s"] = [], 63.4
+    out.write_text(json.dumps(partial))
+    assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
+
+
+def test_a_training_runs_progress():
+    output = ("starting at step 0\nstep 1/40 loss 5.6 bpc 8.1\n"
+              "step 2/40 loss 5.5 bpc 7.9 ppl 241.95 lr 0.00025 3,126 tok/s compile 10.9s (XLA)\n"
+              "step 23/40 loss 5.1 bpc 7.4\n")
+    assert gc.run_progress(output) == "at step 23, compile 10.9 s"
+    assert gc.run_progress(output.split("step 2/")[0]) == "at step 1"
+    assert gc.run_progress("loading\n") == "no step shown"
+
+
 def _batches(killed_steps, resumed_steps, changed=()):
     ids = {s: [s, s + 1] for s in range(40)}
     return ([{"step": s, "first_ids": ids[s], "pid": 1} for s in killed_steps]
@@ -110,7 +146,10 @@ def test_the_resume_verdict():
     ok, line = gc.resume_verdict(first, second, _batches(killed, resumed), log)
     assert ok and "resumed at step 20" in line and "4 steps compared" in line, line
     assert "batch log at step 23" in line
-    assert "compile 12.5 s" in line
+    assert line.endswith("compile 12.5 s"), line
+    cached = second + "\nstep 22/40 loss 5.1 compile 1.5s (XLA)"
+    ok, line = gc.resume_verdict(first, cached, _batches(killed, resumed), log)
+    assert ok and line.endswith("compile 12.5 s (the resume's 1.5 s, XLA cache)"), line
     assert gc.resume_verdict("", second, _batches(killed, resumed), log)[1].endswith(
         "compile not on the progress line")
     logged = [{"step": 1, "compile_s": 7.25}] + log[1:]
@@ -190,10 +229,18 @@ class FakeRunner:
 def test_measure_times_each_runner_after_its_warmup(interleave):
     log = []
     makers = {"a": lambda: FakeRunner(log, "a", peak=7), "b": lambda: FakeRunner(log, "b")}
-    results = tp.measure(makers, iters=5, warmup=2, block=2, interleave=interleave)
+    calls = []
+    results = tp.measure(makers, iters=5, warmup=2, block=2, interleave=interleave,
+                         progress=lambda name, result: calls.append(
+                             (name, result if result is None else sorted(result))))
     for name in "ab":
         assert results[name]["first_step_s"] == 10.0
         assert list(results[name]["seconds"]) == [1.0] * 5
+    made, first, done = None, ["first_step_s"], sorted(results["a"])
+    assert calls == ([("a", made), ("b", made), ("a", first), ("b", first), ("a", done),
+                      ("b", done)] if interleave else
+                     [("a", made), ("a", first), ("a", done), ("b", made), ("b", first),
+                      ("b", done)])
     assert results["a"]["peak_bytes"] == 7 and results["b"]["peak_bytes"] is None  # no GPU
     if interleave:
         assert log == [("a", 2), ("b", 2), ("a", 2), ("b", 2), ("a", 2), ("b", 2),
@@ -305,7 +352,17 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
                               variants=["f32", "bf16+jit", "bf16"], iters=3, warmup=1,
                               interleave=False, reference_dir=str(tmp_path),
                               reference_python=str(tmp_path / "python")))
-    rows, columns, _ = tp.train_part(o, {"float32": 1.0, "bfloat16": 1.0})
+    partials = []
+    rows, columns, _ = tp.train_part(o, {"float32": 1.0, "bfloat16": 1.0}, partial=lambda
+                                     done, started: partials.append((list(done), started)))
+    # as they come: each variant made, its first step, its row; the ratio once its pair is done
+    shown = [([(r["variant"], r["ratio"]) for r in done],
+              [(s["variant"], s["first_step_s"]) for s in started]) for done, started in partials]
+    paper, f32 = [("paper f32", 1.0)], [("paper f32", 1.0), ("f32", 4.0)]
+    assert shown[:7] == [([], [("paper f32", None)]), ([], [("paper f32", 1.0)]), (paper, []),
+                         (paper, [("f32", None)]), (paper, [("f32", 0.25)]), (f32, []),
+                         (f32, [("paper bf16", None)])]
+    assert len(partials) == 15 and partials[-1] == (rows, [])
     got = [(r["variant"], r["policy"], r["ratio"], r["peak_gib"]) for r in rows]
     assert got == [("paper f32", "PyTorch float32", 1.0, 1.0), ("f32", "float32", 4.0, None),
                    ("paper bf16", "PyTorch bf16", 1.0, 1.0),
