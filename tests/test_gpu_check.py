@@ -122,7 +122,17 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
 
 
-def test_a_training_runs_progress():
+def test_a_training_runs_progress(tmp_path):
+    """How far a training run got, and the train part's XLA cache: its
+    folder added to TF_XLA_FLAGS (`--noxla_cache`: not)."""
+    shows = fake("import os; print('step 3/40 loss 5.1'); print(os.environ['TF_XLA_FLAGS'])")
+    for cache in (True, False):
+        result = gc.run_train(shows, str(tmp_path), 10, dict(os.environ, TF_XLA_FLAGS="--x=1"),
+                              xla_cache=cache)
+        assert result["result"] == ("failed (the first run was not killed mid-run (exit 0; the "
+                                    "first run at step 3))"), result
+        assert result["output_tail"].splitlines()[-1] == "--x=1" + (
+            f" --tf_xla_persistent_cache_directory={tmp_path}/xla_cache" if cache else "")
     output = ("starting at step 0\nstep 1/40 loss 5.6 bpc 8.1\n"
               "step 2/40 loss 5.5 bpc 7.9 ppl 241.95 lr 0.00025 3,126 tok/s compile 10.9s (XLA)\n"
               "step 23/40 loss 5.1 bpc 7.4\n")
@@ -147,7 +157,10 @@ def test_the_resume_verdict():
     assert ok and "resumed at step 20" in line and "4 steps compared" in line, line
     assert "batch log at step 23" in line
     assert line.endswith("compile 12.5 s"), line
-    cached = second + "\nstep 22/40 loss 5.1 compile 1.5s (XLA)"
+    again = second + "\ntrain step: 1 step(s) per call, no XLA\nstep 22/40 loss 5.1 compile 1.5s"
+    ok, line = gc.resume_verdict(first, again, _batches(killed, resumed), log)
+    assert ok and line.endswith("compile 12.5 s (the resume's 1.5 s)"), line
+    cached = again.replace("no XLA", "XLA, XLA cache /w/xla_cache")
     ok, line = gc.resume_verdict(first, cached, _batches(killed, resumed), log)
     assert ok and line.endswith("compile 12.5 s (the resume's 1.5 s, XLA cache)"), line
     assert gc.resume_verdict("", second, _batches(killed, resumed), log)[1].endswith(
