@@ -1,17 +1,23 @@
 """The float16 decode cache (`python -m export --cache_dtype=float16`): its
 graphs take and return keys and values in float16, the ONNX runtimes keep
 them so (host numpy, device OrtValues, the slab), its decode stays within a
-stated tolerance of the float32 core's, and a bad dtype is one clear error."""
+stated tolerance of the float32 core's, and a bad dtype is one clear error.
+The float16 decode (`--decode_dtype=float16`): weights, compute, keys and
+values in float16, within its stated tolerance, with few casts."""
+import collections
+
 import numpy as np
 import onnx
 import pytest
 
+from benchmarks.inference import export_step, kernels, optimized_graph, per_layer
 from export import SessionTable, open_runtime, run_export
 from export.decode_cache import on_device
 from export.metadata import ExportInfo, export_metadata
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from export.runtime import shape_and_dtype
 from test_decode_cache_export import CONFIG, stop_and_go_on  # odd head sizes
+from test_decode_step_nodes import MAX_KERNELS_PER_LAYER
 from test_device_ring import DEVICE  # the CPU provider, or TXL_DEVICE_TESTS=cuda
 from txl_tf import TransformerXL
 from txl_tf.errors import TxlError
@@ -99,3 +105,118 @@ def test_a_bad_cache_dtype_is_one_clear_error(exported, runtime):
              "keys": np.zeros(shape_and_dtype(cache["keys"])[0], np.float32)}
     with pytest.raises(TxlError, match="decode cache keys must be float16, got float32"):
         runtime.decode_step(np.array([1]), cache)
+
+
+# This random tiny model's float16 decode (weights and compute) against the
+# float32 core: measured 1.6e-5 (log-probs) and 1.8e-3 (memory: layer inputs
+# rounded to float16). A trained model's: docs/export-and-serving.md.
+DECODE_TOLERANCE = 5e-3
+# ONNX Runtime's CPU provider casts around float16 nodes it has no kernel
+# for (a GPU runs them as they are); its casts are named so.
+CPU_CASTS = "InsertedPrecisionFreeCast"
+
+
+@pytest.fixture(scope="module")
+def exported16(exported):
+    out = exported[1] / "out16"
+    run_export(str(out), str(exported[1] / "model"), formats=("onnx",), verify=False,
+               decode_dtype="float16")
+    return out
+
+
+def test_a_float16_decode_reads_float16_weights_keys_and_values(exported16):
+    step = onnx.load(str(exported16 / "decode_step.onnx"), load_external_data=False)
+    types = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name
+             for v in list(step.graph.input) + list(step.graph.output)}
+    assert {types[name] for name in ("keys_0", "values_1", "token_keys", "token_values")} == \
+        {"float16"}
+    assert {types[name] for name in ("positions", "log_probs", "token_mems")} == {"float32"}
+    for name in ("decode_step.onnx", "decode_read.onnx", "model.onnx"):
+        metadata = {p.key: p.value for p in onnx.load(str(exported16 / name),
+                                                      load_external_data=False).metadata_props}
+        assert (metadata["decode_dtype"], metadata["decode_cache_dtype"]) == ("float16",) * 2
+    # As ONNX Runtime opens it (its constant folding): every weight a float16
+    # array, and none cast, scaled or joined at each step.
+    graph = optimized_graph(str(exported16 / "decode_step.onnx"), "basic").graph
+    weights = {t.name: t for t in graph.initializer}
+    large = collections.Counter(onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name
+                                for t in weights.values() if np.prod(t.dims) > 64)
+    assert set(large) == {"float16"} and large["float16"] >= 2 * CONFIG.n_layer, large
+    on_weights = [n.name for n in graph.node if n.input and set(n.input) <= set(weights)
+                  and not n.name.startswith(CPU_CASTS)]
+    assert not on_weights
+
+
+def test_the_float16_step_adds_no_kernel_but_its_softmax_casts(tmp_path):
+    """What a layer adds to the float16 step: as written, 6 casts (the
+    scores to float32 and back around the softmax, 2 in each layer norm,
+    which ONNX Runtime fuses into its `LayerNormalization`), besides its
+    weights' (folded at load); as optimized, the float32 step's kernels but
+    its two residual adds apart from their layer norms (the CPU provider
+    fuses no float16 `SkipLayerNormalization`), the casts that provider
+    adds around float16 nodes aside."""
+    paths = [export_step(CONFIG.replace(n_layer=n), CONFIG.mem_len, str(tmp_path / str(n)),
+                         decode_dtype="float16") for n in (2, 3)]
+    assert per_layer(*(_activation_casts(p) for p in paths)) == {"Cast": 6}
+    graphs = [optimized_graph(p, "all").graph for p in paths]
+    layer = per_layer(*(collections.Counter(n.op_type for n in g.node
+                                            if not n.name.startswith(CPU_CASTS))
+                        for g in graphs))
+    assert layer["LayerNormalization"] + layer["SkipLayerNormalization"] == 2, layer
+    assert kernels(layer) <= MAX_KERNELS_PER_LAYER + 2, layer
+
+
+@pytest.mark.parametrize("on_device_", [False, True], ids=["host", "device"])
+def test_a_float16_decode_stays_near_the_float32_core_end_to_end(exported, exported16,
+                                                                 on_device_):
+    runtime = open_runtime(str(exported16 / "model.onnx"),
+                           device=DEVICE if on_device_ else "cpu", device_cache=on_device_)
+    assert runtime.info.decode_dtype == runtime.info.cache_dtype == "float16"
+    segments = random_segments(CONFIG.n_token, 2, 4, 2)
+    want = core_outputs(exported[0], segments, CONFIG.mem_len, token_by_token=True)
+    got = cached_outputs(runtime, segments)
+    diff = max_differences(want, got)
+    assert diff["log_probs"] <= DECODE_TOLERANCE and diff["mems"] <= DECODE_TOLERANCE, diff
+    assert diff["mem_mask_equal"] and got[0][0].dtype == np.float32
+    cache = runtime.decode_init(runtime.initial_memory(3))
+    log_probs, _ = runtime.decode_step(np.array([1, 2, 3]), cache)
+    _, read = runtime.decode_read(np.array([[4], [5], [6]]), cache)
+    assert log_probs.dtype == np.float32
+    for value in (cache, read):
+        assert _dtypes(value) == FLOAT16_CACHE
+        assert on_device(value) == runtime.device_cache
+
+
+def test_contradictory_decode_dtypes_are_one_clear_error(exported):
+    root = exported[1]
+
+    def export(**options):
+        run_export(str(root / "bad"), str(root / "model"), verify=False, **options)
+    with pytest.raises(TxlError, match="--decode_dtype must be one of float32, float16, got "
+                                       "'bfloat16'"):
+        export(decode_dtype="bfloat16")
+    with pytest.raises(TxlError, match="--decode_dtype=float16 keeps the keys and values in "
+                                       "float16: drop --cache_dtype=float32"):
+        export(decode_dtype="float16", cache_dtype="float32")
+    for options in ({"decode_cache": False}, {"formats": ("saved_model",)}):
+        with pytest.raises(TxlError, match="--decode_dtype=float16 is the ONNX decode graphs' "
+                                           "dtype: it needs onnx in --formats and "
+                                           "--decode_cache"):
+            export(decode_dtype="float16", **options)
+    with pytest.raises(TxlError, match="decode graphs compute in bfloat16, which this txl_tf "
+                                       "does not read"):
+        ExportInfo(export_metadata(CONFIG, 5, decode_dtype="bfloat16"))
+
+
+def _activation_casts(path):
+    """`Counter({"Cast": n})`: the graph's casts of tensors computed from its
+    inputs (not from its weights alone: those fold at load)."""
+    graph = onnx.load(path, load_external_data=False).graph
+    constant = {t.name for t in graph.initializer}
+    casts = 0
+    for node in graph.node:  # in topological order
+        if all(name in constant for name in node.input):
+            constant.update(node.output)
+        else:
+            casts += node.op_type == "Cast"
+    return collections.Counter(Cast=casts)
