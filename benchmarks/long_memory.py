@@ -85,6 +85,9 @@ SPEED_SPEC = (
            "CUDA), true or false (numpy in host memory)."),
     option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
            "auto (with the cache on CUDA), true or false."),
+    option("enum", "decode_dtype", "float32", "The ONNX export's decode graphs' dtype (python -m "
+           "export's --decode_dtype; the bound stays the float32 step's bytes).",
+           ["float32", "float16"]),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
 )
@@ -413,7 +416,8 @@ def run_preset(preset, o, bandwidth, work):
         core = TransformerXL(config)
     if formats and not o["reuse_exports"]:
         export_random(core, folder, formats=formats,
-                      log_probs="last" if "triton" in formats else "all")
+                      log_probs="last" if "triton" in formats else "all",
+                      decode_dtype=o["decode_dtype"])
     rows = []
     for backend in backends:
         if backend == "triton":
