@@ -93,7 +93,6 @@ def decode_core(core, decode_dtype="float32"):
     Returns:
         A `TransformerXL`.
     """
-    from txl_tf.weights.checkpoints import get_weights, set_weights
     if decode_dtype not in DECODE_DTYPES:
         raise TxlError(f"decode_dtype must be one of {list(DECODE_DTYPES)}, got "
                        f"{decode_dtype!r}")
@@ -102,9 +101,11 @@ def decode_core(core, decode_dtype="float32"):
     with skip_random_init():  # every weight is copied next
         copy = TransformerXL(core.config, name=core.name,
                              dtype=keras.DTypePolicy(f"mixed_{decode_dtype}"))
-    set_weights(copy, get_weights(core))
-    if [w.path for w in copy.weights] != [w.path for w in core.weights]:
-        raise RuntimeError("the float16 decode core's weights are not the core's, in order")
+    # The exports map each weight to the shared file's by this order.
+    if [(w.path, w.shape) for w in copy.weights] != [(w.path, w.shape) for w in core.weights]:
+        raise RuntimeError(f"the {decode_dtype} decode core's weights are not the core's")
+    for mine, theirs in zip(copy.weights, core.weights):
+        mine.assign(theirs)
     return copy
 
 
