@@ -680,9 +680,9 @@ def optimized_graph(path, level, load_weights=True):
         options.graph_optimization_level = levels[level]
         options.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
         # Hardware-specific layouts (NCHWc) do not concern these graphs; the
-        # warning ONNX Runtime gives for saving them is not wanted here.
+        # warning ONNX Runtime gives for saving them is not wanted here, nor
+        # its NCHWc pass, which crashes on float16 graphs.
         options.log_severity_level = 3
-        # (Its NCHWc pass crashes on float16 graphs, so it is left out.)
         ort.InferenceSession(path, options, providers=["CPUExecutionProvider"],
                              disabled_optimizers=list(FLOAT16_DECODE_DISABLED))
         return onnx.load(options.optimized_model_filepath, load_external_data=load_weights)
