@@ -154,7 +154,7 @@ def test_a_float16_decode_reads_float16_weights_keys_and_values(exported16):
     assert set(large) == {"float16"} and large["float16"] >= 2 * CONFIG.n_layer, large
 
 
-def test_the_float16_step_adds_no_kernel_but_its_softmax_casts(tmp_path):
+def test_a_layer_of_the_float16_step_casts_6_times_and_adds_2_kernels(tmp_path):
     """What a layer adds to the float16 step: as written, 6 casts (the
     scores to float32 and back around the softmax, 2 in each layer norm,
     which ONNX Runtime fuses into its `LayerNormalization`), besides its
