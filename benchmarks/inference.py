@@ -610,6 +610,9 @@ DECODE_NODES_SPEC = (
            "commit: its graphs counted and timed beside this tree's, in alternating steps."),
     option("integer", "intra_op_threads", 0, "ONNX Runtime's intra-op threads (0: its "
            "default)."),
+    option("enum", "decode_dtype", "float32", "The dtype this tree's step computes in, with "
+           "its weights, keys and values (python -m export's --decode_dtype).",
+           ["float32", "float16"]),
     option("string", "output", "benchmarks/results/decode_nodes.json", "JSON results file."),
 )
 # The graphs the part writes in an export folder: the preset with 2 and 3
@@ -623,14 +626,18 @@ NODE_GRAPHS = {"layers_2": 2, "layers_3": 3, "full": None}
 # it (`--part=decode_nodes`). At batch 1 on a GPU a step costs about its
 # kernel count times a launch, and each node is at least one kernel, except
 # the view ops (`VIEW_OPS`), which ONNX Runtime's CUDA provider runs as
-# aliases of their input.
+# aliases of their input. In a float16 graph the CPU provider casts to
+# float32 and back around the nodes it has no float16 kernel for (a GPU's
+# has them); those casts (`CPU_CASTS`) are not counted.
 OPTIMIZATION_LEVELS = ("basic", "extended", "all")
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten"})
+CPU_CASTS = "InsertedPrecisionFreeCast"
 
 
-def export_step(config, mem_len, folder, seed=0):
+def export_step(config, mem_len, folder, seed=0, decode_dtype="float32"):
     """Writes the decode step of a core of `config` with random weights
-    (`seed`) and memory `mem_len` as the export does, to `folder`; returns
+    (`seed`) and memory `mem_len` as the export does (computing in
+    `decode_dtype`, with its keys and values in it), to `folder`; returns
     decode_step.onnx's path."""
     import keras
 
@@ -640,19 +647,31 @@ def export_step(config, mem_len, folder, seed=0):
     core = TransformerXL(config)
     os.makedirs(folder, exist_ok=True)
     weights = write_weights_file(core.weights, os.path.join(folder, "model.onnx.data"))
-    export_decode_onnx(core, folder, mem_len, weights, interfaces=("decode_step",))
+    export_decode_onnx(core, folder, mem_len, weights, interfaces=("decode_step",),
+                       cache_dtype=decode_dtype, decode_dtype=decode_dtype)
     return os.path.join(folder, "decode_step.onnx")
 
 
 def node_counts(path, level=None):
     """`collections.Counter` of the op types of the ONNX graph at `path`, as
     written (`level` None) or after ONNX Runtime's CPU graph optimizations of
-    `level` (one of `OPTIMIZATION_LEVELS`)."""
+    `level` (one of `OPTIMIZATION_LEVELS`; the CPU provider's `CPU_CASTS`
+    aside)."""
+    import onnx
+    model = onnx.load(path, load_external_data=False) if level is None else \
+        optimized_graph(path, level, load_weights=False)
+    return collections.Counter(node.op_type for node in model.graph.node
+                               if not node.name.startswith(CPU_CASTS))
+
+
+def optimized_graph(path, level, load_weights=True):
+    """The ONNX graph at `path` as ONNX Runtime's CPU provider optimizes it
+    at `level` (one of `OPTIMIZATION_LEVELS`), a `ModelProto` (its
+    initializers' data read only with `load_weights`)."""
     import onnx
     import onnxruntime as ort
-    if level is None:
-        model = onnx.load(path, load_external_data=False)
-        return collections.Counter(node.op_type for node in model.graph.node)
+
+    from export.onnx_runtime import FLOAT16_DECODE_DISABLED
     levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
               "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
               "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
@@ -661,11 +680,12 @@ def node_counts(path, level=None):
         options.graph_optimization_level = levels[level]
         options.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
         # Hardware-specific layouts (NCHWc) do not concern these graphs; the
-        # warning ONNX Runtime gives for saving them is not wanted here.
+        # warning ONNX Runtime gives for saving them is not wanted here, nor
+        # its NCHWc pass, which crashes on float16 graphs.
         options.log_severity_level = 3
-        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        model = onnx.load(options.optimized_model_filepath, load_external_data=False)
-    return collections.Counter(node.op_type for node in model.graph.node)
+        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=list(FLOAT16_DECODE_DISABLED))
+        return onnx.load(options.optimized_model_filepath, load_external_data=load_weights)
 
 
 def kernels(counts):
@@ -682,9 +702,10 @@ def per_layer(one_layer, two_layers):
                                 if two_layers[op] != one_layer[op]})
 
 
-def step_feeds(config, mem_len, batch, seed=0):
+def step_feeds(config, mem_len, batch, seed=0, cache_dtype="float32"):
     """Random inputs of `decode_step` (`export.decode_cache.step_inputs`
-    order) at batch `batch`: every slot valid, the free slot mid-ring."""
+    order) at batch `batch`: every slot valid, the free slot mid-ring, keys
+    and values in `cache_dtype`."""
     from export.decode_cache import cache_shapes, step_inputs
     rng = np.random.default_rng(seed)
     shapes = cache_shapes(config, mem_len)
@@ -699,20 +720,21 @@ def step_feeds(config, mem_len, batch, seed=0):
              "positions": normal(shapes["positions"])}
     for kind in ("keys", "values"):
         for i in range(config.n_layer):
-            feeds[f"{kind}_{i}"] = normal(shapes[kind][1:])
+            feeds[f"{kind}_{i}"] = normal(shapes[kind][1:]).astype(cache_dtype)
     assert list(feeds) == list(step_inputs(config.n_layer))
     return feeds
 
 
-def _decode_graphs(cfg, mem_len, folder):
+def _decode_graphs(cfg, mem_len, folder, decode_dtype="float32"):
     """`{name: decode_step.onnx}` of `NODE_GRAPHS` in `folder`, written there
-    unless it holds them already (a `--compare_dir`)."""
+    (computing in `decode_dtype`) unless it holds them already (a
+    `--compare_dir`)."""
     paths = {}
     for name, n_layer in NODE_GRAPHS.items():
         paths[name] = os.path.join(folder, name, "decode_step.onnx")
         if not os.path.isfile(paths[name]):
             config = cfg if n_layer is None else cfg.replace(n_layer=n_layer)
-            export_step(config, mem_len, os.path.join(folder, name))
+            export_step(config, mem_len, os.path.join(folder, name), decode_dtype=decode_dtype)
     return paths
 
 
@@ -732,18 +754,22 @@ def _graph_nodes(paths):
 
 def _time_steps(paths, cfg, mem_len, batch, iters, threads):
     """ms per `decode_step` of each graph in `paths`, the graphs taking
-    turns step by step on the same random cache: `{name: [ms, ...]}`."""
+    turns step by step on the same random cache (in each graph's dtype):
+    `{name: [ms, ...]}`."""
     import onnxruntime as ort
 
     sessions = {name: ort.InferenceSession(path, ort_session_options(threads, False),
                                            providers=["CPUExecutionProvider"])
                 for name, path in paths.items()}
-    feeds = step_feeds(cfg, mem_len, batch)
+    dtypes = {name: "float16" if {i.name: i.type for i in session.get_inputs()}["keys_0"]
+              == "tensor(float16)" else "float32" for name, session in sessions.items()}
+    feeds = {dtype: step_feeds(cfg, mem_len, batch, cache_dtype=dtype)
+             for dtype in set(dtypes.values())}
     times = {name: [] for name in sessions}
     for i in range(iters + 2):  # two untimed rounds first
         for name, session in sessions.items():
             start = time.perf_counter()
-            session.run(["log_probs"], feeds)
+            session.run(["log_probs"], feeds[dtypes[name]])
             if i >= 2:
                 times[name].append((time.perf_counter() - start) * 1e3)
     return times
@@ -776,7 +802,8 @@ def run_decode_nodes(o):
                                  f"part's graphs ({', '.join(NODE_GRAPHS)}): write them with "
                                  "--export_dir from the other commit")
         folders["compare"] = o["compare_dir"]
-    paths = {tree: _decode_graphs(cfg, mem_len, folder) for tree, folder in folders.items()}
+    paths = {tree: _decode_graphs(cfg, mem_len, folder, o["decode_dtype"])
+             for tree, folder in folders.items()}
     report = {"preset": o["preset"], "mem_len": mem_len, "n_layer": cfg.n_layer,
               "folders": folders, "nodes": {tree: _graph_nodes(p) for tree, p in paths.items()},
               "steps": {}}

@@ -85,6 +85,9 @@ SPEED_SPEC = (
            "CUDA), true or false (numpy in host memory)."),
     option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
            "auto (with the cache on CUDA), true or false."),
+    option("enum", "decode_dtype", "float32", "The ONNX export's decode graphs' dtype (python -m "
+           "export's --decode_dtype; the bound stays the float32 step's bytes).",
+           ["float32", "float16"]),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
 )
@@ -413,7 +416,8 @@ def run_preset(preset, o, bandwidth, work):
         core = TransformerXL(config)
     if formats and not o["reuse_exports"]:
         export_random(core, folder, formats=formats,
-                      log_probs="last" if "triton" in formats else "all")
+                      log_probs="last" if "triton" in formats else "all",
+                      decode_dtype=o["decode_dtype"])
     rows = []
     for backend in backends:
         if backend == "triton":
@@ -1366,7 +1370,7 @@ CACHE_PRECISION_SPEC = (
            "split."),
     option("bool", "through_exports", True, "Also read the text through the ONNX export's "
            "decode graphs on the CPU, exported with a float32 and with a float16 cache "
-           "(--cache_dtype)."),
+           "(--cache_dtype), and computing in float16 (--decode_dtype)."),
     option("string", "output",
            os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
            "Where to write the JSON results."),
@@ -1401,15 +1405,21 @@ def read_through_cache(core, ids, mem_len, precision):
     return np.stack(out)
 
 
-def read_through_export(model_dir, ids, mem_len, cache_dtype):
+# The exports `--through_exports` reads through: their row names and export options.
+EXPORT_PRECISIONS = {"export, float32 cache": {"cache_dtype": "float32"},
+                     "export, float16 cache": {"cache_dtype": "float16"},
+                     "export, float16 decode": {"decode_dtype": "float16"}}
+
+
+def read_through_export(model_dir, ids, mem_len, dtypes):
     """Log-probabilities `[T, B, V]` of reading `ids` (`[B, T]`) one token at
     a time through the ONNX export's decode graphs (`runtime.decode_step`,
-    ONNX Runtime on the CPU) of the model in `model_dir`, exported with its
-    cache's keys and values in `cache_dtype`."""
+    ONNX Runtime on the CPU) of the model in `model_dir`, exported with the
+    options `dtypes` (`cache_dtype`, `decode_dtype`)."""
     from export import open_runtime, run_export
     with tempfile.TemporaryDirectory() as folder:
         run_export(folder, model_dir, formats=("onnx",), mem_len=mem_len, verify=False,
-                   cache_dtype=cache_dtype)
+                   **dtypes)
         runtime = open_runtime(folder, backend="onnx", device="cpu")
         cache = runtime.decode_init(runtime.initial_memory(ids.shape[0]))
         return np.stack([runtime.decode_step(ids[:, t], cache)[0].copy()
@@ -1459,9 +1469,10 @@ def run_cache_precision(o):
     and how often the most likely next token changes. Also the cache's size per
     stream at each preset's paper memory, float32 against 16-bit keys and values.
     With `--through_exports`, the same text through the ONNX export's decode graphs
-    (`export.decode_interface`), exported with a float32 cache and with
-    `--cache_dtype=float16` (keys and values stored and passed in float16),
-    each against the float32 export. Prints a table and writes JSON.
+    (`export.decode_interface`), exported with a float32 cache, with
+    `--cache_dtype=float16` (keys and values stored and passed in float16)
+    and with `--decode_dtype=float16` (weights, compute, keys and values in
+    float16), each against the float32 export. Prints a table and writes JSON.
     """
     import numpy as np
     from benchmarks.throughput import write_json
@@ -1483,11 +1494,11 @@ def run_cache_precision(o):
     rows = [{"precision": p, **compare_precisions(runs["float32"], runs[p], targets)}
             for p in PRECISIONS]
     if o["through_exports"]:
-        exported = {dtype: read_through_export(o["model_dir"], inputs_, o["mem_len"], dtype)
-                    for dtype in ("float32", "float16")}
-        rows += [{"precision": f"export, {dtype} cache",
-                  **compare_precisions(exported["float32"], exported[dtype], targets)}
-                 for dtype in exported]
+        exported = {name: read_through_export(o["model_dir"], inputs_, o["mem_len"], dtypes)
+                    for name, dtypes in EXPORT_PRECISIONS.items()}
+        reference = exported["export, float32 cache"]
+        rows += [{"precision": name, **compare_precisions(reference, log_probs, targets)}
+                 for name, log_probs in exported.items()]
     result = {"settings": o, "tokens": int(targets.size), "seconds": time.time() - start,
               "rows": rows, "sizes": cache_sizes()}
     print(f"{o['model_dir']}: {targets.size:,} tokens of {o['split']} read one at a time, "

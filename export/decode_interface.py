@@ -45,16 +45,29 @@ the graphs cast them to float32 where they read them and back where they
 return them, so the step computes as the float32 export's does on keys and
 values rounded to 16 bits (`docs/export-and-serving.md` states the parity).
 The layer inputs (`cache_mems`, `mems`) stay float32.
+
+`decode_dtype` (an export option, default float32; `DECODE_DTYPES`): the
+dtype the graphs compute in. float16 exports them from `decode_core`, the
+core under Keras's `mixed_float16` policy: its float32 weights (the file
+`model.onnx` shares) are cast to float16 in the graph, which ONNX Runtime
+folds into float16 weights once, when it opens the session; keys and values
+are float16 (`cache_dtype`), read by the step's matmuls as they are; layer
+norms and softmax keep their statistics in float32 (ONNX Runtime's
+`LayerNormalization` computes them so in any dtype; the scores are cast to
+float32 for the softmax, the one cast pair a layer adds); the interface's
+other tensors (`mems`, `cache_mems`, `positions`, `log_probs`) stay float32.
 """
+import keras
 import tensorflow as tf
 
 # The interface's names and shapes live with the host's half (no TensorFlow).
 from export.decode_cache import (CACHE_NAMES, CHANGING_NAMES, INIT_INPUTS,  # noqa: F401
                                  INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
                                  cache_shapes, step_inputs)
-from export.metadata import CACHE_DTYPES
-from txl_tf import Memory
+from export.metadata import CACHE_DTYPES, DECODE_DTYPES
+from txl_tf import Memory, TransformerXL
 from txl_tf.errors import TxlError
+from txl_tf.layers.init import skip_random_init
 from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
 
 
@@ -65,6 +78,35 @@ def check_cache_dtype(cache_dtype):
     if name not in CACHE_DTYPES:
         raise TxlError(f"cache_dtype must be one of {list(CACHE_DTYPES)}, got {name!r}")
     return tf.as_dtype(name)
+
+
+def decode_core(core, decode_dtype="float32"):
+    """The core the decode graphs are exported from: `core` itself for
+    float32, else a copy of it under the `mixed_<decode_dtype>` policy
+    (float32 weights, the same ones in the same order; compute in
+    `decode_dtype`).
+
+    Args:
+        core: a float32 `TransformerXL`.
+        decode_dtype: one of `DECODE_DTYPES`.
+
+    Returns:
+        A `TransformerXL`.
+    """
+    if decode_dtype not in DECODE_DTYPES:
+        raise TxlError(f"decode_dtype must be one of {list(DECODE_DTYPES)}, got "
+                       f"{decode_dtype!r}")
+    if decode_dtype == core.compute_dtype:
+        return core
+    with skip_random_init():  # every weight is copied next
+        copy = TransformerXL(core.config, name=core.name,
+                             dtype=keras.DTypePolicy(f"mixed_{decode_dtype}"))
+    # The exports map each weight to the shared file's by this order.
+    if [(w.path, w.shape) for w in copy.weights] != [(w.path, w.shape) for w in core.weights]:
+        raise RuntimeError(f"the {decode_dtype} decode core's weights are not the core's")
+    for mine, theirs in zip(copy.weights, core.weights):
+        mine.assign(theirs)
+    return copy
 
 
 def _spec(name, shape, dtype):
@@ -112,25 +154,32 @@ def _to(dtype, tensors):
     return tuple(tf.cast(t, dtype) for t in tensors)
 
 
+def _interface_dtypes(flat, kv_dtype):
+    """The cache tensors `flat` (`flat_cache`) in the interface's dtypes:
+    keys and values in `kv_dtype`, the other floats in float32."""
+    return {name: tf.cast(t, kv_dtype if name in ("keys", "values") else tf.float32)
+            if t.dtype.is_floating else t for name, t in flat.items()}
+
+
 def decode_init(core, mems, mem_mask, cache_dtype="float32"):
     """`{INIT_OUTPUTS}`: the decode cache of a memory (keys and values in `cache_dtype`)."""
     kv_dtype = check_cache_dtype(cache_dtype)
     flat = flat_cache(core.decode_cache(Memory(mems, mem_mask)))
     flat["cache_mems"] = flat.pop("mems")
-    return {**flat, "keys": tf.cast(flat["keys"], kv_dtype),
-            "values": tf.cast(flat["values"], kv_dtype)}
+    return _interface_dtypes(flat, kv_dtype)
 
 
 def decode_step(core, token_ids, valid, slot, positions, *keys_values):
     """`{STEP_OUTPUTS}`: one token per row read on the ring, which is not
     written (see the module's docstring); the token's keys and values in
     the ring's dtype."""
-    n_layer, kv_dtype = core.config.n_layer, keys_values[0].dtype
-    keys_values = _to(tf.float32, keys_values)
+    n_layer, kv_dtype, dtype = core.config.n_layer, keys_values[0].dtype, core.compute_dtype
+    keys_values = _to(dtype, keys_values)
     cache = DecodeCache((), keys_values[:n_layer], keys_values[n_layer:], valid,
-                        slot, None, positions)
+                        slot, None, tf.cast(positions, dtype))
     hidden, token = core.call_with_cache(token_ids, cache, write=False)
-    return {"log_probs": core.crit(hidden), "token_mems": tf.stack(token.mems),
+    return {"log_probs": core.crit(hidden),
+            "token_mems": tf.cast(tf.stack(token.mems), tf.float32),
             "token_keys": tf.cast(tf.stack(token.keys), kv_dtype),
             "token_values": tf.cast(tf.stack(token.values), kv_dtype)}
 
@@ -138,14 +187,14 @@ def decode_step(core, token_ids, valid, slot, positions, *keys_values):
 def decode_read(core, token_ids, cache_mems, keys, values, valid, slot, row_slot, positions):
     """`{READ_OUTPUTS}`: a segment read on the cache (`TransformerXL.call_with_cache`);
     its new keys and values in the dtype of `keys`."""
-    kv_dtype = keys.dtype
-    cache = DecodeCache(tuple(tf.unstack(cache_mems)), _to(tf.float32, tf.unstack(keys)),
-                        _to(tf.float32, tf.unstack(values)), valid, slot, row_slot,
-                        positions)
+    kv_dtype, dtype = keys.dtype, core.compute_dtype
+    cache = DecodeCache(tuple(tf.unstack(cache_mems)), _to(dtype, tf.unstack(keys)),
+                        _to(dtype, tf.unstack(values)), valid, slot, row_slot,
+                        tf.cast(positions, dtype))
     hidden, new = core.call_with_cache(token_ids, cache)
     flat = flat_cache(new)
     flat["cache_mems"] = flat.pop("mems")
-    flat.update(keys=tf.cast(flat["keys"], kv_dtype), values=tf.cast(flat["values"], kv_dtype))
+    flat = _interface_dtypes(flat, kv_dtype)
     return {"log_probs": core.crit(hidden[:, -1]),
             **{f"new_{name}": flat[name] for name in CHANGING_NAMES}}
 

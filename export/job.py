@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from export import open_runtime
 from export.decode_cache import cache_bytes
-from export.metadata import CACHE_DTYPES, export_metadata, external_data_file
+from export.metadata import CACHE_DTYPES, DECODE_DTYPES, export_metadata, external_data_file
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
                                 export_onnx, write_weights_file)
 from export.onnx_runtime import return_freed_memory
@@ -85,10 +85,14 @@ SPEC = (
     option("bool", "decode_cache", True, "Also write the cached decode interface as "
            "decode_*.onnx beside model.onnx (all of them read the weights from "
            "model.onnx.data); the SavedModel always carries it."),
-    option("enum", "cache_dtype", "float32", "The dtype of the keys and values in the ONNX "
+    option("enum", "cache_dtype", None, "The dtype of the keys and values in the ONNX "
            "decode graphs' cache (float16 halves them; its parity is in "
-           "docs/export-and-serving.md). model.onnx and the SavedModel stay float32.",
-           list(CACHE_DTYPES)),
+           "docs/export-and-serving.md; default: --decode_dtype's). model.onnx and the "
+           "SavedModel stay float32.", list(CACHE_DTYPES)),
+    option("enum", "decode_dtype", "float32", "The dtype the ONNX decode graphs compute in, "
+           "with their weights and their cache's keys and values (float16: for a GPU; its "
+           "parity is in docs/export-and-serving.md). model.onnx and the SavedModel stay "
+           "float32.", list(DECODE_DTYPES)),
     option("bool", "overwrite", False, "Replace a non-empty --output_dir (the new export is "
            "swapped in whole once it has passed)."),
 )
@@ -157,6 +161,7 @@ def export_options(triton_options=None, external_data_threshold=EXTERNAL_DATA_TH
     """
     o = merge(SPEC, options)
     _check_options(o)
+    o["cache_dtype"] = o["cache_dtype"] or o["decode_dtype"]
     triton = {"model_name": o.pop("triton_model_name"),
               "max_batch_size": o.pop("triton_max_batch_size"), **(triton_options or {})}
     return {**o, "output_dir": os.path.abspath(o["output_dir"]), "formats": tuple(o["formats"]),
@@ -184,9 +189,19 @@ def _check_options(o):
         raise ExportError(f"--mem_len must be >= 0, got {o['mem_len']}")
     if not o["tolerance"] >= 0:  # NaN too
         raise ExportError(f"--tolerance must be >= 0, got {o['tolerance']}")
-    if o["cache_dtype"] not in CACHE_DTYPES:
+    if o["cache_dtype"] not in (None,) + CACHE_DTYPES:
         raise ExportError(f"--cache_dtype must be one of {', '.join(CACHE_DTYPES)}, got "
                           f"{o['cache_dtype']!r}")
+    if o["decode_dtype"] not in DECODE_DTYPES:
+        raise ExportError(f"--decode_dtype must be one of {', '.join(DECODE_DTYPES)}, got "
+                          f"{o['decode_dtype']!r}")
+    if o["decode_dtype"] != "float32":
+        if o["cache_dtype"] not in (None, o["decode_dtype"]):
+            raise ExportError(f"--decode_dtype={o['decode_dtype']} keeps the keys and values "
+                              f"in {o['decode_dtype']}: drop --cache_dtype={o['cache_dtype']}")
+        if "onnx" not in o["formats"] or not o["decode_cache"]:
+            raise ExportError(f"--decode_dtype={o['decode_dtype']} is the ONNX decode graphs' "
+                              "dtype: it needs onnx in --formats and --decode_cache")
     if o["triton_max_batch_size"] < 1:
         raise ExportError(f"--triton_max_batch_size must be >= 1, got "
                           f"{o['triton_max_batch_size']}")
@@ -236,7 +251,8 @@ def _export_into(out, stages, o):
     if vocab_dir:
         shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
     options = dict(mem_len=mem_len, log_probs=log_probs, zero_filled=zero_filled_memory)
-    report = {"metadata": export_metadata(cfg, **options, cache_dtype=o["cache_dtype"]),
+    dtypes = {"cache_dtype": o["cache_dtype"], "decode_dtype": o["decode_dtype"]}
+    report = {"metadata": export_metadata(cfg, **options, **dtypes),
               "seconds": {},
               "decode_cache_bytes": cache_bytes(cfg, mem_len, o["cache_dtype"])}
     if "saved_model" in formats:
@@ -253,11 +269,10 @@ def _export_into(out, stages, o):
         shared = write_weights_file(core.weights, external_data_file(onnx_path)) \
             if o["decode_cache"] else None
         written = export_onnx(core, onnx_path, opset=opset, weights_file=shared,
-                              external_data_threshold=threshold, cache_dtype=o["cache_dtype"],
-                              **options)
+                              external_data_threshold=threshold, **dtypes, **options)
         if o["decode_cache"]:
             written += export_decode_onnx(core, out, mem_len, shared, opset,
-                                          cache_dtype=o["cache_dtype"]) + [shared.path]
+                                          **dtypes) + [shared.path]
         _free()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)

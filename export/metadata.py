@@ -18,6 +18,9 @@ DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.o
 # (`--cache_dtype`; `export.decode_interface`). No bfloat16: ONNX Runtime's
 # CPU provider runs no bfloat16 MatMul or Softmax.
 CACHE_DTYPES = ("float32", "float16")
+# The dtypes the decode graphs may compute in, with their weights and their
+# cache's keys and values (`--decode_dtype`; `export.decode_interface`).
+DECODE_DTYPES = ("float32", "float16")
 
 
 def external_data_file(path):
@@ -26,9 +29,10 @@ def external_data_file(path):
 
 
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
-                    memory_layout="layer_major", cache_dtype="float32"):
+                    memory_layout="layer_major", cache_dtype="float32", decode_dtype="float32"):
     """String key/value pairs: config JSON, memory geometry and layout, vocabulary
-    size, the dtype of the decode cache's keys and values."""
+    size, the dtype of the decode cache's keys and values and the one the
+    decode graphs compute in."""
     import txl_tf
     return {
         CONFIG_KEY: config.to_json(),
@@ -42,6 +46,7 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
         "memory_layout": memory_layout,
         "decode_cache_layout": DECODE_CACHE_LAYOUT,
         "decode_cache_dtype": cache_dtype,
+        "decode_dtype": decode_dtype,
         "same_length": str(bool(config.same_length)).lower(),
         "same_length_convention": config.same_length_convention,
         "inputs": ",".join(INPUT_NAMES),
@@ -54,7 +59,8 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
 class ExportInfo:
     """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`,
     `memory_layout`, `decode_cache_layout`, `cache_dtype` (of the decode
-    cache's keys and values; exports before it: float32)."""
+    cache's keys and values; exports before it: float32), `decode_dtype`
+    (the decode graphs' weights and compute; exports before it: float32)."""
 
     def __init__(self, values):
         if values.get("task") == "classification":
@@ -78,6 +84,10 @@ class ExportInfo:
         if self.cache_dtype not in CACHE_DTYPES:
             raise TxlError(f"this export's decode cache is {self.cache_dtype}, which this "
                            f"txl_tf does not read (it reads {', '.join(CACHE_DTYPES)})")
+        self.decode_dtype = values.get("decode_dtype", "float32")
+        if self.decode_dtype not in DECODE_DTYPES:
+            raise TxlError(f"this export's decode graphs compute in {self.decode_dtype}, which "
+                           f"this txl_tf does not read (it reads {', '.join(DECODE_DTYPES)})")
 
     @classmethod
     def from_json_file(cls, path):

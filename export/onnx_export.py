@@ -58,7 +58,8 @@ def write_weights_file(variables, path):
 
 def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                 opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD,
-                memory_layout="layer_major", weights_file=None, cache_dtype="float32"):
+                memory_layout="layer_major", weights_file=None, cache_dtype="float32",
+                decode_dtype="float32"):
     """Writes `step` as an ONNX model and returns the list of files written.
 
     Inputs `token_ids` int32 `[B, T]` (range-checked in the graph), `mems`,
@@ -69,8 +70,9 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     `weights_file` (`write_weights_file`) the model reads them from there.
     `memory_layout="batch_major"` makes `mems` / `new_mems`
     `[B, n_layer, M, d_model]` (the Triton repository's model; `open_runtime`
-    reads only the default `layer_major`). `cache_dtype` is recorded for the
-    decode graphs beside it (`export_decode_onnx`); `step` is float32.
+    reads only the default `layer_major`). `cache_dtype` and `decode_dtype`
+    are recorded for the decode graphs beside it (`export_decode_onnx`);
+    `step` is float32.
     """
     check_memory_layout(memory_layout)
     if log_probs not in LOG_PROBS_MODES:
@@ -90,7 +92,7 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     add_id_range_check(model, "token_ids", cfg.n_token)
     _declare_shapes(model, cfg, mem_len, log_probs, memory_layout)
     helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled,
-                                                  memory_layout, cache_dtype))
+                                                  memory_layout, cache_dtype, decode_dtype))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
     return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
@@ -99,15 +101,21 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
 
 
 def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
-                       interfaces=None, cache_dtype="float32"):
+                       interfaces=None, cache_dtype="float32", decode_dtype="float32"):
     """Writes the cached decode interface (`export.decode_interface`) as
     ONNX models in `folder` (`DECODE_FILES`; only those named in
     `interfaces` when given), each with the config and its interface in
     `metadata_props` and its weights read from `weights_file`
-    (`write_weights_file`, shared with `model.onnx`), the cache's keys and
-    values in `cache_dtype` (`CACHE_DTYPES`); returns the files."""
+    (`write_weights_file` of the float32 `core`'s weights, shared with
+    `model.onnx`), the cache's keys and values in `cache_dtype`
+    (`CACHE_DTYPES`), computing in `decode_dtype` (`DECODE_DTYPES`; float16
+    needs a float16 cache); returns the files."""
     cfg, mem_len = core.config, int(mem_len)
     decode.check_cache_dtype(cache_dtype)
+    if decode_dtype != "float32" and cache_dtype != decode_dtype:
+        raise TxlError(f"decode graphs computing in {decode_dtype} keep their keys and values "
+                       f"in {decode_dtype}, not {cache_dtype}")
+    core = decode.decode_core(core, decode_dtype)
     parts = {
         "decode_init": (lambda mems, mem_mask: decode.decode_init(core, mems, mem_mask,
                                                                   cache_dtype),
@@ -146,7 +154,8 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
                        if interface == "decode_read" else shapes)
         keep_batch_axis(model)
         helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last",
-                                                         cache_dtype=cache_dtype),
+                                                         cache_dtype=cache_dtype,
+                                                         decode_dtype=decode_dtype),
                                        "interface": interface, "inputs": ",".join(inputs),
                                        "outputs": ",".join(outputs)})
         model.doc_string = f"Transformer-XL {interface}: see export.decode_interface"

@@ -28,6 +28,11 @@ SINGLE_STREAM_MAX_BYTES = 256 * 2 ** 20
 # ONNX Runtime fuses the transpose into the matmul (`FusedMatMul`, transB),
 # which reads the shared weight as it is.
 UNFOLDED = ("ConstantFolding",)
+# What the float16 decode graphs (`--decode_dtype=float16`) open without:
+# ONNX Runtime's CPU layout transformer (NCHWc, for convolutions; there are
+# none) crashes on `decode_read` (1.31). They fold their weights even with
+# `low_memory`: float16 copies of them are their point.
+FLOAT16_DECODE_DISABLED = ("NchwcTransformer",)
 
 
 def choose_providers(device="auto"):
@@ -219,8 +224,10 @@ class OnnxRuntime(Runtime):
         self._outputs = [o.name for o in self.session.get_outputs()]
         self._decode_paths = decode_files(path)
         self._decode_sessions = None
+        decode_disabled = self._unfolded if info.decode_dtype == "float32" else \
+            FLOAT16_DECODE_DISABLED
         self._open_decode = lambda: {name: open_session(
-            p, packed() if name == "decode_step" else shared(), providers, self._unfolded)
+            p, packed() if name == "decode_step" else shared(), providers, decode_disabled)
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self.cuda_graph = self._replays_graphs(cuda_graph)

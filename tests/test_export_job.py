@@ -98,8 +98,11 @@ def test_job_as_module_with_explicit_config_and_weights(model_dir, tmp_path, job
     (["--model_dir=m", "--mem_len=-1"], r"^--mem_len must be >= 0, got -1$"),
     (["--model_dir=m", "--triton_max_batch_size=0"],
      r"^--triton_max_batch_size must be >= 1, got 0$"),
+    (["--model_dir=m", "--decode_dtype=float16", "--cache_dtype=float32"],
+     r"^--decode_dtype=float16 keeps the keys and values in float16: drop "
+     r"--cache_dtype=float32$"),
 ], ids=["no_model", "config_alone", "formats", "one_bad_format", "no_format", "opset_low",
-        "opset_high", "tolerance", "tolerance_nan", "mem_len", "triton_batch"])
+        "opset_high", "tolerance", "tolerance_nan", "mem_len", "triton_batch", "decode_dtype"])
 def test_job_flag_errors_name_the_flag(tmp_path, argv, message):
     """Checked before the model is read: `m` and `c.json` do not exist."""
     with pytest.raises(ExportError, match=message):

@@ -238,23 +238,27 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         matmul over the three kernels side by side, the scale folded into the
         query's and u added as its bias (ONNX Runtime folds the weights into
         one once, at load), and v's query u's plus `(v - u) / sqrt(d_head)`.
-        A quantized projection computes itself (three matmuls)."""
-        u, v = (tf.reshape(self._w(bias), [self.n_head, 1, self.d_head]) * self.scale
+        The weights are joined and scaled in their own dtype, then cast to
+        the compute dtype, which ONNX Runtime folds at load in any dtype (its
+        CPU provider, which folds, has no float16 Mul). A quantized
+        projection computes itself (three matmuls)."""
+        u, v = (tf.reshape(bias, [self.n_head, 1, self.d_head]) * self.scale
                 for bias in (r_w_bias, r_r_bias))
         projections = (self.query, self.key, self.value)
         heads = [-1, self.n_head, 1, self.d_head]
         if any(p.quantization_mode is not None for p in projections):
             q, k, value = (tf.reshape(p(rows), heads) for p in projections)
-            q_u = q * self.scale + u
+            q_u = q * self.scale + self._w(u)
         else:
-            kernel = tf.concat([self._w(self.query.kernel) * self.scale,
-                                self._w(self.key.kernel), self._w(self.value.kernel)], 1)
+            kernel = self._w(tf.concat([self.query.kernel * self.scale, self.key.kernel,
+                                        self.value.kernel], 1))
             width = self.n_head * self.d_head
-            bias = tf.concat([tf.reshape(u, [width]), tf.zeros([2 * width], u.dtype)], 0)
+            bias = self._w(tf.concat([tf.reshape(u, [width]), tf.zeros([2 * width], u.dtype)],
+                                     0))
             joint = tf.reshape(tf.matmul(rows, kernel) + bias, [-1, 3 * self.n_head, 1,
                                                                   self.d_head])
             q_u, k, value = tf.split(joint, 3, axis=1)
-        return q_u, q_u + (v - u), k, value
+        return q_u, q_u + self._w(v - u), k, value
 
     def distance_keys(self, encodings):
         """The position keys of `encodings [S, d]` as columns `[n_head,

@@ -32,9 +32,10 @@ def fused_layer_norm(layer, x):
     x = tf.cast(x, dtype)
     centered = x - tf.reduce_mean(x, -1, keepdims=True)
     variance = tf.reduce_mean(tf.pow(centered, tf.constant(2.0, dtype)), -1, keepdims=True)
-    normed = centered / tf.sqrt(variance + tf.constant(layer.epsilon, dtype))
-    out = normed * tf.cast(layer.gamma, dtype) + tf.cast(layer.beta, dtype)
-    return tf.cast(out, layer.compute_dtype)
+    normed = tf.cast(centered / tf.sqrt(variance + tf.constant(layer.epsilon, dtype)),
+                     layer.compute_dtype)
+    return (normed * tf.cast(layer.gamma, layer.compute_dtype)
+            + tf.cast(layer.beta, layer.compute_dtype))
 
 
 def fused_add_layer_norm(layer, x, residual):
