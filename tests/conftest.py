@@ -8,6 +8,7 @@ device and are unaffected.
 """
 import gc
 import os
+import weakref
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -56,15 +57,41 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -MODULE_SECONDS.get(item.path.stem, 0))
 
 
-@pytest.fixture
-def release_distributed_iterators():
-    """Collects the garbage right after a test that iterates a dataset under a
-    MirroredStrategy. Left to a later collection, destroying such an iterator
-    waits for its threads, and blocked that collection for up to a minute in
-    whatever test ran then (benchmarks/NOTES.md §10; the training jobs
-    collect after `fit` themselves)."""
+# tf.data iterators made since the last test ended and not yet freed
+# (`collect_abandoned_iterators`). A `MirroredStrategy`'s multi-device
+# iterator holds one per device, so it is seen too.
+_fresh_iterators = weakref.WeakSet()
+
+
+def _track_new_iterators():
+    """Adds every tf.data iterator made from now on to `_fresh_iterators`."""
+    from tensorflow.python.data.ops.iterator_ops import OwnedIterator
+    made = OwnedIterator.__init__
+
+    def init(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        _fresh_iterators.add(self)
+    OwnedIterator.__init__ = init
+
+
+_track_new_iterators()
+
+
+@pytest.fixture(autouse=True)
+def collect_abandoned_iterators():
+    """Collects the garbage after a test that left a tf.data iterator alive.
+
+    Keras's `fit`, `evaluate` and `predict` drop their iterator in a reference
+    cycle when they raise, and a `MirroredStrategy`'s distributed iterator
+    lives in one too. Destroying an iterator waits for a thread of the
+    iterator, a wait that grows with the time it lived: left to a later
+    collection, it blocked whatever test ran then for up to a minute
+    (benchmarks/NOTES.md §10). Collected at once, the wait is short; a test
+    whose iterators are freed as it goes costs no collection."""
     yield
-    gc.collect()
+    if _fresh_iterators:
+        gc.collect()
+        _fresh_iterators.clear()
 
 
 @pytest.fixture(scope="session")
