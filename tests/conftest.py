@@ -6,8 +6,10 @@ test package; tests of `tf.distribute` then build a 2-replica
 MirroredStrategy on `/cpu:0` and `/cpu:1`. Other tests use the default
 device and are unaffected.
 """
+import fcntl
 import gc
 import os
+import shutil
 import weakref
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -104,3 +106,27 @@ def jobs():
     runner = ForkedJobs(job_env(), timeout=600)
     yield runner
     runner.close()
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory):
+    """`built_once(name, build)`: the folder `name` that `build(folder)`
+    fills, built by the first test worker of the run that asks for it and
+    read by the others (an export several modules check)."""
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker's base is a subfolder of the run's.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+    def get(name, build):
+        folder = shared / name
+        with open(shared / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not folder.is_dir():
+                partial = shared / f"{name}.partial"
+                shutil.rmtree(partial, ignore_errors=True)  # a failed build's
+                partial.mkdir()
+                build(partial)
+                partial.rename(folder)
+        return folder
+    return get
+
