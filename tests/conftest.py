@@ -1,4 +1,6 @@
-"""Test-wide setup: the TF backend, quiet logs, and two logical CPU devices.
+"""Test-wide setup: the TF backend, quiet logs, and two logical CPU devices;
+the job runner, the garbage collected after a test that leaves a tf.data
+iterator alive, and folders built once per test run.
 
 Splitting the CPU into two logical devices must happen before TensorFlow
 initialises its devices, so it is done here, when pytest first imports the
@@ -6,7 +8,6 @@ test package; tests of `tf.distribute` then build a 2-replica
 MirroredStrategy on `/cpu:0` and `/cpu:1`. Other tests use the default
 device and are unaffected.
 """
-import fcntl
 import gc
 import os
 import shutil
@@ -118,6 +119,7 @@ def built_once(tmp_path_factory):
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
     def get(name, build):
+        import fcntl  # POSIX, as the job runner's fork
         folder = shared / name
         with open(shared / f"{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
@@ -129,4 +131,3 @@ def built_once(tmp_path_factory):
                 partial.rename(folder)
         return folder
     return get
-
