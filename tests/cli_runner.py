@@ -9,8 +9,9 @@ test module instead of once per case. What only a fresh interpreter shows
 (the import's own log noise) stays with the tests that start one (`run_job`).
 
     python -m tests.cli_runner <timeout>
-    stdin: one JSON line {"module": str, "args": [str, ...]} per case; stdout:
-    one JSON line {"returncode": int, "stdout": str, "stderr": str} per case
+    stdin: one JSON line {"module": str, "args": [str, ...], "cwd": str or
+    null} per case; stdout: one JSON line {"returncode": int, "stdout": str,
+    "stderr": str} per case. The module "-c" runs `python -c args[0]`.
 
 `ForkedJobs` is the tests' side: one runner, started on first use, each
 case's result as `subprocess.CompletedProcess`.
@@ -30,12 +31,14 @@ def preload(module):
     flags are defined when it runs: `txl_tf.app.cli.run`)."""
     from txl_tf.app.tf_startup import quiet_tensorflow_import
     quiet_tensorflow_import()
-    importlib.import_module(module + ".job" if module == "export" else module)
+    if module != "-c":
+        importlib.import_module(module + ".job" if module == "export" else module)
 
 
-def run_forked(module, args, timeout):
-    """`{"returncode", "stdout", "stderr"}` of `python -m module *args`, run
-    in a child of this process."""
+def run_forked(module, args, timeout, cwd=None):
+    """`{"returncode", "stdout", "stderr"}` of `python -m module *args` (or
+    of `python -c args[0]` for the module "-c"), run in `cwd` (default: this
+    process's) in a child of this process."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -45,10 +48,16 @@ def run_forked(module, args, timeout):
             os.dup2(err.fileno(), 2)
             code = 0
             try:
-                sys.argv = [module, *args]
-                if not hasattr(sys.modules.get(module), "__path__"):  # not a package:
-                    sys.modules.pop(module, None)  # runpy warns when it runs a loaded module
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
+                if cwd:
+                    os.chdir(cwd)
+                if module == "-c":
+                    sys.argv = ["-c", *args[1:]]
+                    exec(compile(args[0], "<string>", "exec"), {"__name__": "__main__"})
+                else:
+                    sys.argv = [module, *args]
+                    if not hasattr(sys.modules.get(module), "__path__"):  # not a package:
+                        sys.modules.pop(module, None)  # runpy warns on a loaded module
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
             except SystemExit as done:
                 code = done.code if isinstance(done.code, int) else (0 if done.code is None
                                                                       else 1)
@@ -97,7 +106,8 @@ def main():
                 preload(case["module"])
             except Exception:  # noqa: BLE001 - the case's own run shows the error
                 pass
-        replies.write(json.dumps(run_forked(case["module"], case["args"], timeout)) + "\n")
+        done = run_forked(case["module"], case["args"], timeout, case.get("cwd"))
+        replies.write(json.dumps(done) + "\n")
         replies.flush()
 
 
@@ -108,17 +118,19 @@ class ForkedJobs:
     def __init__(self, env, timeout=300):
         self.env, self.timeout, self.runner = env, timeout, None
 
-    def run(self, module, args, check=False):
-        """`subprocess.CompletedProcess` of `python -m module *args`; with
-        `check`, a non-zero exit raises an AssertionError showing the end of
-        the output (as `job_helpers.run_job`)."""
+    def run(self, module, args, check=False, cwd=None):
+        """`subprocess.CompletedProcess` of `python -m module *args` (or of
+        `python -c args[0]` for the module "-c"), run in `cwd` (default: the
+        repository); with `check`, a non-zero exit raises an AssertionError
+        showing the end of the output (as `job_helpers.run_job`)."""
         import subprocess
         if self.runner is None:
             self.runner = subprocess.Popen(
                 [sys.executable, "-m", "tests.cli_runner", str(self.timeout)],
                 cwd=REPO, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 text=True)
-        self.runner.stdin.write(json.dumps({"module": module, "args": list(args)}) + "\n")
+        case = {"module": module, "args": list(args), "cwd": cwd and str(cwd)}
+        self.runner.stdin.write(json.dumps(case) + "\n")
         self.runner.stdin.flush()
         line = self.runner.stdout.readline()
         if not line:

@@ -1,4 +1,6 @@
-"""Test-wide setup: the TF backend, quiet logs, and two logical CPU devices.
+"""Test-wide setup: the TF backend, quiet logs, and two logical CPU devices;
+the job runner, the garbage collected after a test that leaves a tf.data
+iterator alive, and folders built once per test run.
 
 Splitting the CPU into two logical devices must happen before TensorFlow
 initialises its devices, so it is done here, when pytest first imports the
@@ -8,6 +10,8 @@ device and are unaffected.
 """
 import gc
 import os
+import shutil
+import weakref
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -35,7 +39,7 @@ tf.config.set_logical_device_configuration(
 # Modules not listed (under 8 s) follow in their usual order.
 MODULE_SECONDS = {
     "test_model": 85, "test_transformer_xl_causal_lm": 71, "test_memory_reach": 69,
-    "test_decoder": 66, "test_classifier": 64, "test_export_job": 56, "test_docs": 47,
+    "test_decoder": 66, "test_classifier": 64, "test_export_job": 46, "test_docs": 40,
     "test_training_resume": 42, "test_export_parity": 42, "test_bad_inputs": 39,
     "test_classifier_export": 34, "test_decode_cache_export": 32, "test_training_recl": 29,
     "test_sessions": 29, "test_training_classify": 28, "test_transformer_xl_presets": 28,
@@ -44,7 +48,7 @@ MODULE_SECONDS = {
     "test_training_multiworker": 19, "test_kv_cache": 19, "test_convert": 18,
     "test_causal_lm_streams": 17, "test_export_runtime": 17, "test_core": 14,
     "test_triton_export": 14, "test_training_errors": 13, "test_precision": 13,
-    "test_device_ring": 13, "test_training_step_calls": 12, "test_loss_scaling": 12,
+    "test_training_step_calls": 12, "test_loss_scaling": 12,
     "test_training_mirrored": 11, "test_onnx_weights": 11,
     "test_training_run_record": 9, "test_training_logs": 9,
 }
@@ -56,15 +60,41 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -MODULE_SECONDS.get(item.path.stem, 0))
 
 
-@pytest.fixture
-def release_distributed_iterators():
-    """Collects the garbage right after a test that iterates a dataset under a
-    MirroredStrategy. Left to a later collection, destroying such an iterator
-    waits for its threads, and blocked that collection for up to a minute in
-    whatever test ran then (benchmarks/NOTES.md §10; the training jobs
-    collect after `fit` themselves)."""
+# tf.data iterators made since the last test ended and not yet freed
+# (`collect_abandoned_iterators`). A `MirroredStrategy`'s multi-device
+# iterator holds one per device, so it is seen too.
+_fresh_iterators = weakref.WeakSet()
+
+
+def _track_new_iterators():
+    """Adds every tf.data iterator made from now on to `_fresh_iterators`."""
+    from tensorflow.python.data.ops.iterator_ops import OwnedIterator
+    made = OwnedIterator.__init__
+
+    def init(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        _fresh_iterators.add(self)
+    OwnedIterator.__init__ = init
+
+
+_track_new_iterators()
+
+
+@pytest.fixture(autouse=True)
+def collect_abandoned_iterators():
+    """Collects the garbage after a test that left a tf.data iterator alive.
+
+    Keras's `fit`, `evaluate` and `predict` drop their iterator in a reference
+    cycle when they raise, and a `MirroredStrategy`'s distributed iterator
+    lives in one too. Destroying an iterator waits for a thread of the
+    iterator, a wait that grows with the time it lived: left to a later
+    collection, it blocked whatever test ran then for up to a minute
+    (benchmarks/NOTES.md §10). Collected at once, the wait is short; a test
+    whose iterators are freed as it goes costs no collection."""
     yield
-    gc.collect()
+    if _fresh_iterators:
+        gc.collect()
+        _fresh_iterators.clear()
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +107,27 @@ def jobs():
     runner = ForkedJobs(job_env(), timeout=600)
     yield runner
     runner.close()
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory):
+    """`built_once(name, build)`: the folder `name` that `build(folder)`
+    fills, built by the first test worker of the run that asks for it and
+    read by the others (an export several modules check)."""
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker's base is a subfolder of the run's.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+    def get(name, build):
+        import fcntl  # POSIX, as the job runner's fork
+        folder = shared / name
+        with open(shared / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not folder.is_dir():
+                partial = shared / f"{name}.partial"
+                shutil.rmtree(partial, ignore_errors=True)  # a failed build's
+                partial.mkdir()
+                build(partial)
+                partial.rename(folder)
+        return folder
+    return get

@@ -19,6 +19,7 @@ from export.onnx_runtime import external_weights
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
+from txl_tf.weights.model_dir import load
 
 # Odd head sizes: a layer's ring is not a whole number of 64-byte lines, so
 # the host pads the stacked layers (`decode_cache.layer_aligned_empty`).
@@ -26,13 +27,21 @@ CONFIG = TransformerXLConfig.preset("tiny", n_token=60, cutoffs=[20, 40], div_va
                                     n_head=3, d_head=5)
 
 
+def export_of_config(built_once):
+    """`(core, out)`: a random CONFIG model and its default export (SavedModel,
+    ONNX and the decode graphs, parity checked), made once in a test run
+    (test_device_ring.py reads it too)."""
+    def build(root):
+        save_pretrained(TransformerXL(CONFIG), root / "model")
+        run_export(str(root / "out"), str(root / "model"))
+    root = built_once("decode_cache_export", build)
+    return load(str(root / "model"))[0], root / "out"
+
+
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("decode_cache")
-    core = TransformerXL(CONFIG)
-    save_pretrained(core, root / "model")
-    report = run_export(str(root / "out"), str(root / "model"))
-    return core, root / "out", report
+def exported(built_once):
+    core, out = export_of_config(built_once)
+    return core, out, json.loads((out / "export_report.json").read_text())
 
 
 @pytest.fixture(scope="module", params=["onnx", "saved_model"])

@@ -12,25 +12,18 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from export import SessionTable, open_runtime, run_export
+from export import SessionTable, open_runtime
 from export.decode_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
 from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
-from test_decode_cache_export import CONFIG, stop_and_go_on  # odd head sizes
-from txl_tf import TransformerXL
+from test_decode_cache_export import CONFIG, export_of_config, stop_and_go_on  # odd head sizes
 from txl_tf.errors import TxlError
-from txl_tf.weights import save_pretrained
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("device_ring")
-    core = TransformerXL(CONFIG)
-    save_pretrained(core, root / "model")
-    # Parity of this config's export: test_decode_cache_export.py.
-    run_export(str(root / "out"), str(root / "model"), formats=("onnx",), verify=False)
-    return core, root / "out"
+def exported(built_once):
+    return export_of_config(built_once)
 
 
 # The device runtime's device: the CPU provider standing in for the GPU

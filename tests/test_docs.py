@@ -4,13 +4,11 @@ exists and flags that job defines, and the README's tour runs as written
 (from the model shipped with the package)."""
 import importlib
 import re
-import subprocess
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
-
-from tests.job_helpers import job_env
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -98,7 +96,10 @@ def test_every_documented_command_names_a_job_and_its_flags():
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="bash tour")
-def test_the_readme_tour_runs(tmp_path):
+def test_the_readme_tour_runs(tmp_path, jobs):
+    """Its command and its Python blocks, each in a forked child of the
+    worker's job runner (`tests.cli_runner`), as `python -m` and `python -c`
+    run them."""
     readme = REPO / "README.md"
     tour_section = readme.read_text().split("## A five-minute tour")[1].split("\n## ")[0]
     shell = commands(re.search(r"```bash\n(.*?)```", tour_section, re.S).group(1))
@@ -106,13 +107,9 @@ def test_the_readme_tour_runs(tmp_path):
     assert [c.split()[2] for c in shell] == ["export"]
     assert 'TransformerXLCausalLM.from_preset("pystdlib_small")' in python[0]
     for command in shell:
-        line = command.replace("python -m", f"{sys.executable} -m")
-        done = subprocess.run(line, shell=True, cwd=tmp_path, env=job_env(), capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, (line, done.stderr[-2000:])
+        _, _, module, *args = shlex.split(command)
+        jobs.run(module, args, check=True, cwd=tmp_path)
     for block in python:  # the causal LM (generate, fit, save_to_preset), then ONNX Runtime
-        done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=job_env(),
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
+        done = jobs.run("-c", [block], check=True, cwd=tmp_path)
         assert len(done.stdout) > 0
     assert (tmp_path / "runs" / "tour_preset" / "model.weights.h5").is_file()

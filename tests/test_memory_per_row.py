@@ -119,7 +119,6 @@ def test_a_corpus_is_cut_into_documents_after_each_separator():
     assert [d.tolist() for d in docs] == [[5, 6, 1], [7, 1], [8, 9]]  # [1] alone: dropped
 
 
-@pytest.mark.usefixtures("release_distributed_iterators")
 def test_distributed_documents_keep_each_row_on_its_replica_at_every_step():
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     docs = [np.arange(1, 9), np.arange(10, 14), np.arange(20, 31), np.arange(40, 46)]

@@ -154,7 +154,6 @@ def _losses_and_memory(strategy, weights, streams, optimizer, token_weights, ste
     return history.history["loss"], [np.asarray(m) for m in per_replica], model, evaluation
 
 
-@pytest.mark.usefixtures("release_distributed_iterators")
 @pytest.mark.parametrize("optimizer,weighted", [("adam", False), ("clipped", False),
                                                 ("adam", True)])
 def test_one_replica_equals_two_replicas_with_memory_carried(optimizer, weighted):

@@ -16,7 +16,8 @@ CONFIG = TransformerXLConfig.preset("tiny", n_token=3000, mem_len=6, d_model=64,
 
 def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     save_pretrained(TransformerXL(CONFIG), tmp_path / "model")
-    run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=("onnx",))
+    # Parity is not the point (test_export_job.py checks it): the skeleton's round trip is.
+    run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=("onnx",), verify=False)
     skeleton = tmp_path / "skeleton"
     jobs.run("benchmarks.long_memory", ["--part=onnx_weights", f"--export_dir={tmp_path / 'out'}",
                                         f"--skeleton_dir={skeleton}"], check=True)

@@ -113,7 +113,6 @@ def two_replicas():
     return tf.distribute.MirroredStrategy([c.name for c in cpus[:2]])
 
 
-@pytest.mark.usefixtures("release_distributed_iterators")
 @pytest.mark.parametrize("evaluation", [False, True])
 def test_streams_stay_on_their_replica(two_replicas, evaluation):
     strategy = two_replicas
