@@ -293,9 +293,11 @@ for name, files in wheels.items():
 '''
 
 
-def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path):
+@pytest.mark.parametrize("skip", ["numpy", "numpy nvidia-cublas-cu12"])
+def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     """pack_wheels.sh with a fake pip (small wheels, 300-byte pieces), then
-    run_check.sh's unpacking: the environment the check runs in."""
+    run_check.sh's unpacking: the environment the check runs in, also where
+    SKIP leaves out every CUDA library (only the nvcc wheel travels)."""
     import os
     import subprocess
     (tmp_path / "pip.py").write_text(FAKE_PIP)
@@ -303,16 +305,17 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path):
     (tmp_path / "ref" / "mem_transformer.py").write_text("")
     device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
     env = dict(os.environ, PIP=f"{sys.executable} {tmp_path / 'pip.py'}", PIECE_BYTES="300",
-               SKIP="numpy", REFERENCE_DIR=str(tmp_path / "ref"))
+               SKIP=skip, REFERENCE_DIR=str(tmp_path / "ref"))
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(device / "pack_wheels.sh"), str(out)], env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     pieces = sorted(p.name for p in out.glob("gpu_wheels.tar.part-*"))
     assert len(pieces) > 3 and all(p.stat().st_size <= 300 for p in out.glob("*.part-*"))
-    assert sorted(p.name for p in (out / "wheels").iterdir()) == [  # numpy skipped, no txl_tf
-        "nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl",
-        "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl"]
+    cublas = "nvidia-cublas-cu12" not in skip
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == (  # numpy skipped, no txl_tf
+        ["nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl"] * cublas
+        + ["nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl"])
     site = tmp_path / "device" / "site"
     env = dict(os.environ, PIECES=str(out), SITE=str(site), PREPARE_ONLY="1",
                PYTHON=sys.executable)
@@ -321,7 +324,8 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path):
     assert done.returncode == 0, done.stderr
     shown = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line
                  and not line.startswith("reference"))
-    assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:")
+    assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:") == cublas
+    assert f"{site}/nvidia/" not in shown["LD_LIBRARY_PATH"].replace(f"{site}/nvidia/cublas/", "")
     assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
     assert shown["PYTHONPATH"].split(":")[1] == str(site)
     assert f"--reference_dir={tmp_path}/device/txl_unpacked/reference/pytorch" in done.stdout
@@ -386,3 +390,20 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
     assert [(s["precision"], s["device"], s["cutoffs"], s["mode"]) for s in setups] == [
         ("float32", "cpu", [100, 200], "train"), ("bf16", "cpu", [100, 200], "train")]
     assert "div_val" not in setups[0] and setups[0]["batch_size"] == 4
+
+
+def test_a_piece_and_the_working_tree_fit_one_device_call():
+    """A device call carries the working tree (tracked files and untracked
+    ones git does not ignore) and one piece of pack_wheels.sh, 64 MiB in
+    all: the default piece leaves room for the tree as it is now."""
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    script = (root / "benchmarks" / "device" / "pack_wheels.sh").read_text()
+    piece = int(re.search(r"PIECE_BYTES=\$\{PIECE_BYTES:-(\d+)\}", script).group(1))
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=root, capture_output=True, text=True, check=True).stdout
+    tree = sum((root / name).stat().st_size for name in listed.split("\0")
+               if name and (root / name).is_file())
+    assert piece + tree <= 64 * 2 ** 20, (
+        f"a {piece:,}-byte piece and the {tree:,}-byte working tree exceed one call's 64 MiB: "
+        "lower PIECE_BYTES in benchmarks/device/pack_wheels.sh")

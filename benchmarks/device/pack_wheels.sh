@@ -11,7 +11,7 @@
 #   SKIP          package names to leave out (the lent machine has them), e.g.
 #                 "numpy nvidia-nccl-cu12"
 #   REFERENCE_DIR the pytorch/ folder of kimiyoung/transformer-xl (the pairs)
-#   PIECE_BYTES   bytes per piece (default 62000000: a piece and the working
+#   PIECE_BYTES   bytes per piece (default 56000000: a piece and the working
 #                 tree fit a call's 64 MiB)
 #   PIP           the pip command (default: python3 -m pip)
 #   REQUIREMENT   what to pack (default: ".[gpu]", this checkout with the extra)
@@ -20,7 +20,7 @@ set -euo pipefail
 OUT=${1:-build/gpu_wheels}
 PIP=${PIP:-python3 -m pip}
 REQUIREMENT=${REQUIREMENT:-.[gpu]}
-PIECE_BYTES=${PIECE_BYTES:-62000000}
+PIECE_BYTES=${PIECE_BYTES:-56000000}
 TARGET=(--python-version 3.12 --implementation cp --only-binary=:all:
         --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64
         --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64)

@@ -32,7 +32,11 @@ if [ ! -f "$SITE/.complete" ]; then
   touch "$SITE/.complete"
 fi
 
-libs=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+# every nvidia/*/lib of the wheels (none where SKIP left out all CUDA libraries)
+libs=""
+for lib in "$SITE"/nvidia/*/lib; do
+  if [ -d "$lib" ]; then libs+="$lib:"; fi
+done
 # then the machine's own CUDA wheels (e.g. torch's), for any left out with SKIP
 libs+=$(env -u PYTHONPATH "$PYTHON" -c "import glob, site
 print(''.join(f + ':' for p in site.getsitepackages() for f in sorted(glob.glob(p + '/nvidia/*/lib'))))")
