@@ -29,7 +29,9 @@ fails, runs out of time or cannot run is one line of the table (`failed
   PyTorch code in the matching precision (with `--reference_dir`): tok/s,
   the ratio, peak GPU memory, the first step's seconds. The must-show rows
   (f32 and bf16 at enwik8_base) run first; a part stopped at its budget
-  shows the rows its JSON holds so far and the variant it was on.
+  shows the rows its JSON holds so far and the variant it was on; where the
+  paper's code fails, its rows say why and this library's are still timed
+  (the part fails).
 - `train`: `python -m training.train` (what `txl-train` runs) for 40 steps
   with a checkpoint at 20, SIGKILLed after its log shows a step past 20,
   then run again: it must say it resumed at step 20, feed the batches the
@@ -533,12 +535,16 @@ def skip_reason(part, o):
 def pair_summary(path):
     """One line of a throughput JSON file, whole or as far as a stopped run
     wrote it: each row's tok/s, ratio (`-` before its paper row), peak
-    memory and first step, in the order they ran; then the variant started
-    and not done, with its first step's seconds once known."""
+    memory and first step (or why it failed), in the order they ran; then
+    the variant started and not done, with its first step's seconds once
+    known."""
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
     parts = []
     for r in result["results"]:
+        if "error" in r:
+            parts.append(f"{r['variant']} failed ({r['error']})")
+            continue
         memory = "" if r.get("peak_gib") is None else f", {r['peak_gib']:.1f} GiB"
         ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
         parts.append(f"{r['variant']} {r['tokens_per_s']:,.0f} tok/s ({ratio}"

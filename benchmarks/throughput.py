@@ -64,7 +64,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import at_least, integer_list, names_from
+from benchmarks.common import BenchmarkError, at_least, integer_list, names_from
 from txl_tf.app import cli
 from txl_tf.app.flagspec import option, values
 
@@ -228,8 +228,10 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None):
     batches are untimed (the first one's seconds reported); then `iters`
     timed ones. With `interleave` all runners live at once and run in rounds
     of `block` batches; without it one runner is made, measured and dropped
-    at a time, and a runner without its own `peak_bytes` reports
-    TensorFlow's GPU peak over its life."""
+    at a time, a runner without its own `peak_bytes` reports TensorFlow's
+    GPU peak over its life, and a runner that raises `PaperCodeFailed`
+    gets `{"error": message}` (passed to `progress` too) while the others
+    go on."""
     def finish(runner, seconds, first):
         close = getattr(runner, "close", None)
         peak = getattr(runner, "peak_bytes", None)
@@ -255,11 +257,14 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None):
     if not interleave:
         for name, make in makers.items():
             gpu_peak_bytes(reset=True)
-            runner = start(name, make)
-            first = warm(name, runner)
-            results[name] = finish(runner, runner(iters), first)
+            try:
+                runner = start(name, make)
+                first = warm(name, runner)
+                results[name] = finish(runner, runner(iters), first)
+            except PaperCodeFailed as error:  # our rows are still worth having
+                results[name] = {"error": str(error)}
             progress(name, results[name])
-            del runner
+            runner = None
             gc.collect()
         return results
     runners = {name: start(name, make) for name, make in makers.items()}
@@ -330,8 +335,9 @@ def report(rows, peak, env_before, columns, output, question, settings):
     writes the JSON (`question`, `settings`, peaks, environment, rows)."""
     peak = peaks(peak, peak)  # the best of before and after
     for r in rows:
-        r["peak_gflops"] = peak[r["peak_dtype"]]
-        r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
+        if "error" not in r:
+            r["peak_gflops"] = peak[r["peak_dtype"]]
+            r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
     table = format_table(rows, columns)
     env = environment()
     env["loadavg_before"] = env_before["loadavg"]
@@ -359,7 +365,7 @@ def chart(path):
 
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
-    rows = result["results"]
+    rows = [r for r in result["results"] if "error" not in r]
     group_key = "mem_len" if "evaluation" in result["question"] else "shape"
     groups = list(dict.fromkeys(r[group_key] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -376,7 +382,7 @@ def chart(path):
                 ratios.append(row["ratio"])
         bars = ax.bar(xs, ys, width, label=variant)
         for bar, ratio in zip(bars, ratios):
-            ax.annotate(f"{ratio:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ax.annotate("-" if ratio is None else f"{ratio:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=7)
     label = "memory" if group_key == "mem_len" else "shape"
     ax.set_xticks(range(len(groups)), [f"{label} {g}" for g in groups])
@@ -438,6 +444,10 @@ def paper_name(variant):
     return "paper " + variant.split("+")[0]
 
 
+class PaperCodeFailed(RuntimeError):
+    """The paper's code stopped (its worker process exited)."""
+
+
 class ReferenceWorker:
     """The paper's code in a worker process (`paper_reference.py`), set up
     with `setup` (the fields of its protocol's `setup` request) and driven
@@ -461,8 +471,8 @@ class ReferenceWorker:
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the reference worker exited ({self.process.wait()}); "
-                               "see its error above")
+            raise PaperCodeFailed(f"the reference worker exited ({self.process.wait()}); "
+                                  "see its error above")
         return json.loads(line)
 
     def __call__(self, n):
@@ -502,12 +512,14 @@ TRAIN_QUESTION = "training tokens/s of TransformerXLLM.fit, memory carried"
 
 def set_ratios(group, paired):
     """Each row's `ratio`: over its paper row (`paired`; a paper row's own is
-    1.00, a row whose paper row is not done yet None), else over the first
-    row."""
+    1.00, a row whose paper row is not done yet or failed None), else over the
+    first row."""
     first = next(iter(group.values()))
     for name, r in group.items():
         base = (group.get(paper_name(name)) if name in VARIANTS else r) if paired else first
-        r["ratio"] = None if base is None else r["tokens_per_s"] / base["tokens_per_s"]
+        speeds = (None, None) if base is None else (r.get("tokens_per_s"),
+                                                    base.get("tokens_per_s"))
+        r["ratio"] = None if None in speeds else speeds[0] / speeds[1]
 
 
 def train_part(o, peak, partial=None):
@@ -536,7 +548,12 @@ def train_part(o, peak, partial=None):
         group, started = {}, {}
 
         def progress(name, result):
-            if result is None or "seconds" not in result:  # made, or its first step done
+            if result is not None and "error" in result:  # the paper's code failed
+                group[name] = {"shape": shape, "variant": name, "policy": kinds[name][0],
+                               "error": result["error"]}
+                set_ratios(group, bool(o["reference_dir"]))
+                started.pop(name, None)
+            elif result is None or "seconds" not in result:  # made, or its first step done
                 started[name] = None if result is None else result["first_step_s"]
             else:
                 label, jit, policy = kinds[name]
@@ -583,6 +600,10 @@ def eval_part(o, peak):
         group = []
         for name, result in results.items():
             v, mem = keys[name]
+            if "error" in result:
+                group.append({"shape": shape, "variant": v, "mem_len": mem,
+                              "error": result["error"]})
+                continue
             policy, jit = VARIANTS.get(v, ("PyTorch float32", False))
             dtype = COMPUTE_DTYPE.get(policy, "float32")
             flops = model_flops_per_token(cfg, cfg.tgt_len, mem, batch, training=False)
@@ -592,7 +613,8 @@ def eval_part(o, peak):
                           **summarize(result, batch * cfg.tgt_len, flops, peak[dtype])})
         for r in group:
             base = next(g for g in group if g["mem_len"] == r["mem_len"])
-            r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
+            speeds = (r.get("tokens_per_s"), base.get("tokens_per_s"))
+            r["ratio"] = None if None in speeds else speeds[0] / speeds[1]
         rows.extend(group)
     columns = [("shape", "shape", ""), ("mem", "mem_len", "d"), ("variant", "variant", ""),
                *[(f"x {rows[0]['variant']}" if key == "ratio" else t, key, f)
@@ -617,6 +639,10 @@ def main(argv):
     else:
         rows, columns, question = eval_part(o, peak)
     report(rows, peak, env_before, columns, o["output"], question, settings)
+    failed = [f"{r['variant']} at {r['shape']}: {r['error']}" for r in rows if "error" in r]
+    if failed:
+        raise BenchmarkError("the paper's code failed (the other rows are in the table): "
+                             + "; ".join(failed))
 
 
 if __name__ == "__main__":

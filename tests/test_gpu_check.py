@@ -392,6 +392,31 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
     assert "div_val" not in setups[0] and setups[0]["batch_size"] == 4
 
 
+def test_our_rows_are_measured_when_the_papers_code_fails(monkeypatch, tmp_path):
+    """A paper worker that exits (its code broken on that machine) is a
+    failed row with its reason; the Keras rows beside it are still measured,
+    their ratio None, and the check's summary shows both."""
+    (tmp_path / "python").write_text("#!/bin/sh\nexit 3\n")
+    (tmp_path / "python").chmod(0o755)
+    monkeypatch.setattr(tp, "shape_data", lambda shape, make: (tp.config_for(shape), 4, None))
+    monkeypatch.setattr(tp, "build_model", lambda *args, **kwargs: None)
+    monkeypatch.setattr(tp, "keras_runner", lambda model, data, training: lambda n: [0.25] * n)
+    o = tp.check_options(dict(defaults(tp.SPEC), shapes=["tiny"], variants=["f32", "bf16"],
+                              iters=3, warmup=1, interleave=False, reference_dir=str(tmp_path),
+                              reference_python=str(tmp_path / "python")))
+    rows, _, _ = tp.train_part(o, {"float32": 1.0, "bfloat16": 1.0})
+    speed = 4 * tp.config_for("tiny").tgt_len / 0.25  # batch 4, 0.25 s a step
+    assert [(r["variant"], r.get("error"), r.get("tokens_per_s"), r["ratio"]) for r in rows] == [
+        ("paper f32", "the reference worker exited (3); see its error above", None, None),
+        ("f32", None, speed, None),
+        ("paper bf16", "the reference worker exited (3); see its error above", None, None),
+        ("bf16", None, speed, None)]
+    tp.write_json(str(tmp_path / "pair.json"), {"results": rows}, quiet=True)
+    assert gc.pair_summary(str(tmp_path / "pair.json")).startswith(
+        "paper f32 failed (the reference worker exited (3); see its error above); "
+        f"f32 {speed:,.0f} tok/s (-, 1st 0 s); paper bf16 failed")
+
+
 def test_a_piece_and_the_working_tree_fit_one_device_call():
     """A device call carries the working tree (tracked files and untracked
     ones git does not ignore) and one piece of pack_wheels.sh, 64 MiB in
