@@ -53,14 +53,21 @@ def _dtypes(cache):
     return {name: np.dtype(shape_and_dtype(cache[name])[1]).name for name in FLOAT16_CACHE}
 
 
-def test_the_decode_graphs_take_and_return_float16_keys_and_values(exported):
-    out = exported[1] / "out"
+def _check_step_interface_dtypes(out):
+    """decode_step.onnx in `out` takes and returns float16 keys and values;
+    its other float tensors are float32. Returns it (onnx, no weights)."""
     step = onnx.load(str(out / "decode_step.onnx"), load_external_data=False)
     types = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name
              for v in list(step.graph.input) + list(step.graph.output)}
     assert {types[name] for name in ("keys_0", "values_1", "token_keys", "token_values")} == \
         {"float16"}
     assert {types[name] for name in ("positions", "log_probs", "token_mems")} == {"float32"}
+    return step
+
+
+def test_the_decode_graphs_take_and_return_float16_keys_and_values(exported):
+    out = exported[1] / "out"
+    _check_step_interface_dtypes(out)
     for name in ("decode_step.onnx", "model.onnx"):
         model = onnx.load(str(out / name), load_external_data=False)
         assert {p.key: p.value for p in model.metadata_props}["decode_cache_dtype"] == "float16"
@@ -131,12 +138,7 @@ def exported16(tmp_path_factory):
 
 def test_a_float16_decode_reads_float16_weights_keys_and_values(exported16):
     out = exported16[1]
-    step = onnx.load(str(out / "decode_step.onnx"), load_external_data=False)
-    types = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name
-             for v in list(step.graph.input) + list(step.graph.output)}
-    assert {types[name] for name in ("keys_0", "values_1", "token_keys", "token_values")} == \
-        {"float16"}
-    assert {types[name] for name in ("positions", "log_probs", "token_mems")} == {"float32"}
+    step = _check_step_interface_dtypes(out)
     for name in ("decode_step.onnx", "decode_read.onnx", "model.onnx"):
         metadata = {p.key: p.value for p in onnx.load(str(out / name),
                                                       load_external_data=False).metadata_props}
