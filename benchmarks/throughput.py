@@ -467,12 +467,19 @@ class ReferenceWorker:
         self.parameters = self.info.get("parameters")
 
     def _ask(self, request):
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except BrokenPipeError:  # it exited before reading the request
+            line = ""
         if not line:
-            raise PaperCodeFailed(f"the reference worker exited ({self.process.wait()}); "
-                                  "see its error above")
+            code = self.process.wait()
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:  # what it did not read is dropped
+                pass
+            raise PaperCodeFailed(f"the reference worker exited ({code}); see its error above")
         return json.loads(line)
 
     def __call__(self, n):

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -392,12 +393,24 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
     assert "div_val" not in setups[0] and setups[0]["batch_size"] == 4
 
 
-def test_our_rows_are_measured_when_the_papers_code_fails(monkeypatch, tmp_path):
-    """A paper worker that exits (its code broken on that machine) is a
-    failed row with its reason; the Keras rows beside it are still measured,
-    their ratio None, and the check's summary shows both."""
+class _ExitedPopen(subprocess.Popen):
+    """A process that has exited by the time its caller writes to it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.wait()
+
+
+@pytest.mark.parametrize("exited_first", [False, True])
+def test_our_rows_are_measured_when_the_papers_code_fails(monkeypatch, tmp_path, exited_first):
+    """A paper worker that exits (its code broken on that machine), before or
+    after the request reaches it, is a failed row with its reason; the Keras
+    rows beside it are still measured, their ratio None, and the check's
+    summary shows both."""
     (tmp_path / "python").write_text("#!/bin/sh\nexit 3\n")
     (tmp_path / "python").chmod(0o755)
+    if exited_first:  # the request's write meets a closed pipe
+        monkeypatch.setattr(tp.subprocess, "Popen", _ExitedPopen)
     monkeypatch.setattr(tp, "shape_data", lambda shape, make: (tp.config_for(shape), 4, None))
     monkeypatch.setattr(tp, "build_model", lambda *args, **kwargs: None)
     monkeypatch.setattr(tp, "keras_runner", lambda model, data, training: lambda n: [0.25] * n)
