@@ -5,6 +5,8 @@ own share, `BUDGETS`) and prints one table.
     python -m benchmarks.gpu_check [--reference_dir=.../transformer-xl/pytorch] \
         [--reference_python=python] [--output=gpu_check.json] [--parts=parity,train]
     python -m benchmarks.gpu_check --device=cpu --tiny   # its logic, on the CPU, tiny sizes
+    python -m benchmarks.gpu_check --make_serving_exports=build/gpu_exports   # beforehand
+    python -m benchmarks.gpu_check --serving_exports=build/gpu_exports        # then
 
 Parts, each a command line of `COMMANDS` run in its own process with its own
 time budget (`BUDGETS`, cut to what is left of `--total_s`); a part that
@@ -50,7 +52,20 @@ fails, runs out of time or cannot run is one line of the table (`failed
   the device slab's and the device memory's tests on
   CUDA, `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
   tests/test_sessions.py -k device`; then `--part=cuda_parity` over the
-  export).
+  export, with the step's kernel count on CUDA; then
+  `benchmarks.inference --part=step_profile`: the step's time by op type,
+  ONNX Runtime's profiler with blocking launches, at batch 1 and 16).
+- `serving_float16`, `serving_parity_float16`: the same export with its
+  decode graphs in float16 (`python -m export --decode_dtype=float16`):
+  ms per token at batch 1 and 16, and its parity to the CPU (<= 5e-2).
+  Only with `--serving_exports`.
+
+`--serving_exports=DIR` brings the serving exports made beforehand on
+another machine (`--make_serving_exports=DIR` there, with TensorFlow: the
+graphs without their large weights, megabytes): they are copied into the
+work folder and their weights filled at random (a row of the table, its
+seconds taken from `--total_s`), so the serving parts time instead of
+exporting (an export of enwik8_base is about a minute of CPU).
 
 Without a GPU (and not `--device=cpu`) it exits at once with one `error:`
 line and status 2; with a failed part, status 1 after the table. Writes the
@@ -94,7 +109,7 @@ COMMANDS = {
              "--nofinal_eval --seed=0 --verbose=1",
     "serving_long_memory": "{python} -m benchmarks.long_memory --device={ort_device} "
                            "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
-                           "--work_dir={work}/serving --output={out}/long_memory.json",
+                           "--work_dir={work}/serving {reuse} --output={out}/long_memory.json",
     "serving_evaluation": "{python} -m benchmarks.long_memory --part=evaluation "
                           "--device={ort_device} --presets={serving_preset} "
                           "--segment_len={eval_segment} --batch_sizes=1,16 --segments=2 "
@@ -109,13 +124,31 @@ COMMANDS = {
     "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
                       "--exports={work}/serving/{serving_preset}/out "
                       "--output={out}/cuda_parity.json",
+    "serving_profile": "{python} -m benchmarks.inference --part=step_profile "
+                       "--export_dir={work}/serving/{serving_preset}/out --device={ort_device} "
+                       "--output={out}/step_profile.json",
+    "serving_float16": "{python} -m benchmarks.long_memory --device={ort_device} "
+                       "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
+                       "--noturns --nosessions --work_dir={work}/serving_float16 "
+                       "--reuse_exports --output={out}/long_memory_float16.json",
+    "serving_parity_float16": "{python} -m benchmarks.long_memory --part=cuda_parity "
+                              "--exports={work}/serving_float16/{serving_preset}/out "
+                              "--tolerance=5e-2 --output={out}/cuda_parity_float16.json",
 }
 # Seconds each part may take (the whole check: --total_s). pair_enwik8_base holds the
-# must-show rows and compiles three programs; train's resume loads its program (XLA cache).
-BUDGETS = {"parity": 35, "losses": 40, "mirrored": 30, "pair_enwik8_base": 90,
-           "pair_wt103_base": 35, "train": 70, "serving_long_memory": 60,
-           "serving_evaluation": 40, "serving_soak": 25, "serving_device_tests": 30,
-           "serving_parity": 25}
+# must-show rows and compiles three programs; train's resume loads its program (XLA cache);
+# serving_long_memory exports enwik8_base unless --serving_exports brought it.
+BUDGETS = {"parity": 30, "losses": 35, "mirrored": 25, "pair_enwik8_base": 90,
+           "pair_wt103_base": 25, "train": 70, "serving_long_memory": 45,
+           "serving_evaluation": 40, "serving_soak": 20, "serving_device_tests": 20,
+           "serving_parity": 25, "serving_profile": 20, "serving_float16": 20,
+           "serving_parity_float16": 15}
+# The parts that time the float16 decode step: only over --serving_exports (an export
+# of its own would take more than their budget on the GPU machine).
+FLOAT16_PARTS = ("serving_float16", "serving_parity_float16")
+# The skeletons --make_serving_exports writes and --serving_exports reads:
+# <folder>/<decode dtype>/<preset>/out, the layout of benchmarks.long_memory's --work_dir.
+SERVING_DTYPES = {"float32": "serving", "float16": "serving_float16"}
 CHECKS = list(COMMANDS)
 # The progress line's first-step compile time (training.train: "... compile <seconds>s";
 # else the first `compile_s` of its train_log.jsonl).
@@ -136,10 +169,17 @@ SPEC = (
            "(the paper's rows of the pairs)."),
     option("string", "reference_python", sys.executable, "A Python with torch for it."),
     option("string", "work_dir", "/tmp/txl_gpu_check", "Scratch folder (its train/, "
-           "serving/ and xla_cache/ are removed first)."),
+           "serving/, serving_float16/ and xla_cache/ are removed first)."),
     option("bool", "xla_cache", True, "The train part with XLA's persistent cache (its resume "
            "loads the program the first run compiled); --noxla_cache: without, should "
            "TensorFlow fail to save or load it."),
+    option("string", "serving_exports", None, "Export skeletons made on another machine by "
+           "--make_serving_exports: the serving parts refill their weights at random (seed 0) "
+           "and time them instead of exporting here, and the float16 decode step is timed "
+           "too (serving_float16, serving_parity_float16; skipped without)."),
+    option("string", "make_serving_exports", None, "Write those skeletons into this folder "
+           "and exit: the serving preset exported with random weights, its decode graphs in "
+           "float32 and in float16, the large weights stripped (megabytes; needs TensorFlow)."),
     option("string", "output", "gpu_check.json", "The JSON file (the parts' own JSON files go "
            "beside it)."),
     option("enum", "run_part", None, "Internal: run one in-process part and print its result.",
@@ -525,11 +565,72 @@ def run_command(command, timeout, env):
 
 def skip_reason(part, o):
     """Why `part` cannot run with the options `o` (None: it can)."""
-    if part == "serving_parity" and o["device"] == "cpu":
+    if part in FLOAT16_PARTS and not o["serving_exports"]:
+        return "needs --serving_exports (the float16 export is made beforehand)"
+    if part in ("serving_parity", "serving_parity_float16") and o["device"] == "cpu":
         return "needs CUDA (benchmarks.long_memory --part=cuda_parity)"
     if part == "serving_device_tests" and o["device"] == "cpu":
         return "needs CUDA (on the CPU these tests are make test's)"
     return None
+
+
+def make_serving_exports(folder, preset):
+    """Writes the skeletons `--serving_exports` reads into `folder`: `preset`
+    with random weights (seed 0), exported as `benchmarks.long_memory`
+    exports it, once with its decode graphs in each dtype of
+    `SERVING_DTYPES`, its large weights stripped (`long_memory.strip`).
+    Returns the folders written."""
+    import tempfile
+
+    import keras
+
+    from benchmarks import long_memory
+    from txl_tf import TransformerXL
+    keras.utils.set_random_seed(0)
+    core = TransformerXL(long_memory.preset_config(preset))
+    written = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for dtype in SERVING_DTYPES:
+            made = os.path.join(scratch, dtype)
+            long_memory.export_random(core, made, formats=("onnx",), log_probs="all",
+                                      decode_dtype=dtype)
+            target = os.path.join(folder, dtype, preset, "out")
+            shutil.rmtree(target, ignore_errors=True)
+            long_memory.strip(os.path.join(made, "out"), target)
+            written.append(target)
+    return written
+
+
+def check_serving_exports(folder, preset):
+    """Raises `GpuCheckError` unless `folder` holds a skeleton of `preset`
+    in each dtype of `SERVING_DTYPES` (`make_serving_exports`)."""
+    missing = [dtype for dtype in SERVING_DTYPES
+               if not os.path.isfile(os.path.join(folder, dtype, preset, "out", "model.onnx"))]
+    if missing:
+        raise GpuCheckError(f"--serving_exports: {folder} has no {' or '.join(missing)} export "
+                            f"of {preset} ({'/'.join(['<dtype>', preset, 'out'])}; made by "
+                            f"--make_serving_exports={folder}{' --tiny' * (preset == 'tiny')})")
+
+
+def fill_serving_exports(folder, work_dir, seed=0):
+    """The check's row for the skeletons in `folder`: copied into
+    `work_dir` (the serving parts' work folders, `SERVING_DTYPES`) and their
+    weights filled at random (`long_memory.fill`, `seed`)."""
+    from benchmarks.long_memory import fill
+    start = time.monotonic()
+    try:
+        filled = 0
+        for dtype, name in SERVING_DTYPES.items():
+            target = os.path.join(work_dir, name)
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(os.path.join(folder, dtype), target)
+            for out in sorted(os.listdir(target)):
+                filled += fill(os.path.join(target, out, "out"), seed)
+    except Exception as error:  # onnx's and the file system's: the serving parts fail alone
+        return _failed(" ".join(str(error).split())[:300], start)
+    return {"status": "ok", "seconds": time.monotonic() - start,
+            "result": f"{filled} weights of the {' and '.join(SERVING_DTYPES)} exports filled "
+                      f"at random (seed {seed}), from {folder}"}
 
 
 def pair_summary(path):
@@ -607,7 +708,8 @@ def commands_for(o, out_dir):
         reference = (f"--reference_dir={shlex.quote(o['reference_dir'])} "
                      f"--reference_python={shlex.quote(o['reference_python'])}")
     fields = dict(sizes(o["tiny"], o["device"]), python=shlex.quote(sys.executable),
-                  out=shlex.quote(out_dir), work=shlex.quote(o["work_dir"]), reference=reference)
+                  out=shlex.quote(out_dir), work=shlex.quote(o["work_dir"]), reference=reference,
+                  reuse="--reuse_exports" if o.get("serving_exports") else "")
     return {part: shlex.split(COMMANDS[part].format(**fields)) for part in o["parts"]}
 
 
@@ -619,12 +721,19 @@ def main(argv):
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return
     names_from(o["parts"], "parts", CHECKS)
+    serving_preset = sizes(o["tiny"], o["device"])["serving_preset"]
+    if o["make_serving_exports"]:
+        for folder in make_serving_exports(o["make_serving_exports"], serving_preset):
+            print(f"wrote {folder}")
+        return
+    if o["serving_exports"]:
+        check_serving_exports(o["serving_exports"], serving_preset)
     problems, facts = gpu_problems()
     if o["device"] == "gpu" and problems:
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
                             "(install the [gpu] extra on a machine with an NVIDIA GPU; "
                             "--device=cpu --tiny runs the check's logic on the CPU)")
-    for folder in ("train", "serving", "xla_cache"):  # fresh; the corpus cache is kept
+    for folder in ("train", "xla_cache", *SERVING_DTYPES.values()):  # fresh; the corpus cache is kept
         shutil.rmtree(os.path.join(o["work_dir"], folder), ignore_errors=True)
     os.makedirs(o["work_dir"], exist_ok=True)
     out_dir = os.path.dirname(os.path.abspath(o["output"]))
@@ -636,9 +745,15 @@ def main(argv):
     start = time.monotonic()
     rows = [gpu_row(facts, o["device"])]
     print(f"gpu: {rows[0]['result']}", flush=True)
+    total_s = o["total_s"]
+    if o["serving_exports"] and any(part.startswith("serving_") for part in o["parts"]):
+        rows.append({"part": "serving_exports", "command": "",
+                     **fill_serving_exports(o["serving_exports"], o["work_dir"])})
+        print(f"serving_exports: {rows[-1]['result']}", flush=True)
+        total_s -= rows[-1]["seconds"]
     budgets = {part: seconds * o["budget_scale"] for part, seconds in BUDGETS.items()}
     skip = {part: skip_reason(part, o) for part in o["parts"]}
-    rows += run_parts(commands_for(o, out_dir), budgets, o["total_s"], env, skip,
+    rows += run_parts(commands_for(o, out_dir), budgets, total_s, env, skip,
                       train_work=o["work_dir"], xla_cache=o["xla_cache"])
     shown = table(rows)
     print(shown)

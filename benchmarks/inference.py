@@ -15,7 +15,9 @@ writes JSON:
 - `keras_hub`: int8 and LoRA of the keras-hub causal LM on a trained model
   (`run_keras_hub`);
 - `decode_nodes`: the exported cached decode step's ONNX nodes per layer and
-  its CPU time, beside another commit's (`run_decode_nodes`).
+  its CPU time, beside another commit's (`run_decode_nodes`);
+- `step_profile`: an export's decode step profiled by op type, on the CPU
+  or CUDA (`run_step_profile`).
 """
 import collections
 import json
@@ -652,22 +654,24 @@ def export_step(config, mem_len, folder, seed=0, decode_dtype="float32"):
     return os.path.join(folder, "decode_step.onnx")
 
 
-def node_counts(path, level=None):
+def node_counts(path, level=None, provider="CPUExecutionProvider"):
     """`collections.Counter` of the op types of the ONNX graph at `path`, as
-    written (`level` None) or after ONNX Runtime's CPU graph optimizations of
-    `level` (one of `OPTIMIZATION_LEVELS`; the CPU provider's `CPU_CASTS`
-    aside)."""
+    written (`level` None) or after the graph optimizations of `level` (one
+    of `OPTIMIZATION_LEVELS`) by a session of `provider` (the CPU
+    provider's `CPU_CASTS` aside)."""
     import onnx
     model = onnx.load(path, load_external_data=False) if level is None else \
-        optimized_graph(path, level, load_weights=False)
+        optimized_graph(path, level, load_weights=False, provider=provider)
     return collections.Counter(node.op_type for node in model.graph.node
                                if not node.name.startswith(CPU_CASTS))
 
 
-def optimized_graph(path, level, load_weights=True):
-    """The ONNX graph at `path` as ONNX Runtime's CPU provider optimizes it
-    at `level` (one of `OPTIMIZATION_LEVELS`), a `ModelProto` (its
-    initializers' data read only with `load_weights`)."""
+def optimized_graph(path, level, load_weights=True, provider="CPUExecutionProvider"):
+    """The ONNX graph at `path` as ONNX Runtime optimizes it at `level` (one
+    of `OPTIMIZATION_LEVELS`) for `provider` (e.g. `CUDAExecutionProvider`,
+    whose fusions differ from the CPU's; the CPU provider takes the nodes it
+    has no kernel for), a `ModelProto` (its initializers' data read only
+    with `load_weights`)."""
     import onnx
     import onnxruntime as ort
 
@@ -683,7 +687,8 @@ def optimized_graph(path, level, load_weights=True):
         # warning ONNX Runtime gives for saving them is not wanted here, nor
         # its NCHWc pass, which crashes on float16 graphs.
         options.log_severity_level = 3
-        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"],
+        ort.InferenceSession(path, options, providers=list(dict.fromkeys(
+                                 [provider, "CPUExecutionProvider"])),
                              disabled_optimizers=list(FLOAT16_DECODE_DISABLED))
         return onnx.load(options.optimized_model_filepath, load_external_data=load_weights)
 
@@ -834,10 +839,142 @@ def run_decode_nodes(o):
     return report
 
 
+# -------------------------------------------------------------- step_profile
+STEP_PROFILE_SPEC = (
+    option("string", "export_dir", "", "An export folder (its model.onnx and decode_step.onnx)."),
+    option("string", "device", "cpu", "cpu or cuda."),
+    option("list", "batch_sizes", ["1", "16"], "Batch sizes."),
+    option("integer", "iters", 20, "Profiled steps per batch size (after 5 untimed)."),
+    option("string", "output", "benchmarks/results/step_profile.json", "JSON results file."),
+)
+PROFILE_WARMUP = 5
+
+
+def export_info(folder):
+    """The `ExportInfo` of the export in `folder` (its model.onnx's metadata,
+    the weights not read)."""
+    import onnx
+
+    from export.metadata import ExportInfo
+    model = onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False)
+    return ExportInfo({p.key: p.value for p in model.metadata_props})
+
+
+def profile_step(path, info, device, batch, iters):
+    """ONNX Runtime's profile of `iters` runs of the decode step at `path`
+    (after `PROFILE_WARMUP`), its inputs and outputs bound on `device` (the
+    cache does not cross the bus): `{"wall_ms", "nodes_ms", "kernels",
+    "on_cpu", "ops": {op: {"ms", "count"}}}` per step, `ops` by time."""
+    import onnxruntime as ort
+
+    from export.onnx_runtime import FLOAT16_DECODE_DISABLED
+    with tempfile.TemporaryDirectory() as folder:
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(folder, "step")
+        options.log_severity_level = 3
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" \
+            else ["CPUExecutionProvider"]
+        session = ort.InferenceSession(path, options, providers=providers,
+                                       disabled_optimizers=list(FLOAT16_DECODE_DISABLED))
+        if session.get_providers()[0] != providers[0]:
+            raise BenchmarkError(f"--device={device}: ONNX Runtime did not open "
+                                 f"{providers[0]} (it has {ort.get_available_providers()})")
+        binding = session.io_binding()
+        for name, value in step_feeds(info.config, info.mem_len, batch,
+                                      cache_dtype=info.cache_dtype).items():
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device))
+        for output in session.get_outputs():
+            binding.bind_output(output.name, device)
+        for _ in range(PROFILE_WARMUP + iters):
+            session.run_with_iobinding(binding)
+        with open(session.end_profiling(), encoding="utf-8") as f:
+            events = json.load(f)
+    return summarize_profile(events, iters, device)
+
+
+def summarize_profile(events, iters, device="cpu"):
+    """`profile_step`'s summary of ONNX Runtime profile `events` (a list of
+    dicts), from the last `iters` runs (`model_run`) of the session on
+    `device` (`on_cpu`: the op types its nodes left to the CPU provider)."""
+    runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+    if len(runs) < iters:
+        raise BenchmarkError(f"the profile holds {len(runs)} runs, not {iters}")
+    start = runs[-iters]["ts"]
+    nodes = [e for e in events if e.get("cat") == "Node" and e["ts"] >= start
+             and e["name"].endswith("_kernel_time")]
+    ops = collections.defaultdict(lambda: {"ms": 0.0, "count": 0})
+    on_cpu = set()
+    for e in nodes:
+        op = e["args"]["op_name"]
+        ops[op]["ms"] += e["dur"] / 1e3 / iters
+        ops[op]["count"] += 1
+        if device != "cpu" and e["args"].get("provider") == "CPUExecutionProvider":
+            on_cpu.add(op)
+    for op in ops.values():
+        op["count"] //= iters
+    return {"wall_ms": sum(r["dur"] for r in runs[-iters:]) / 1e3 / iters,
+            "nodes_ms": sum(op["ms"] for op in ops.values()),
+            "kernels": sum(op["count"] for name, op in ops.items() if name not in VIEW_OPS),
+            "on_cpu": sorted(on_cpu),
+            "ops": dict(sorted(ops.items(), key=lambda item: -item[1]["ms"]))}
+
+
+def run_step_profile(o):
+    r"""`--part=step_profile`: where an export's decode step spends its time,
+    by op type (ONNX Runtime's profiler).
+
+        python -m benchmarks.inference --part=step_profile --export_dir=EXPORT \
+            --device=cuda [--batch_sizes=1,16] [--iters=20]
+
+    Per batch size, the step on a full random cache (`step_feeds`), every
+    input and output bound on the device, without CUDA graphs: per step the
+    run's wall milliseconds, the sum of its nodes' and each op type's
+    milliseconds and node count, and on CUDA the op types left to the CPU
+    provider (a step with any cannot be captured as a CUDA graph). On CUDA,
+    `CUDA_LAUNCH_BLOCKING=1` is set (unless already set) before CUDA starts,
+    so that a node's time is its kernels' (ONNX Runtime times a node on the
+    host): each carries a launch and a wait, which CUDA graphs save, so the
+    totals are above a replayed step's, and the split between ops is the
+    point."""
+    batches = integer_list(o["batch_sizes"], "batch_sizes", 1,
+                           "comma-separated positive integers")
+    at_least(o, 1, "iters")
+    if o["device"] not in ("cpu", "cuda"):
+        raise BenchmarkError(f"--device must be cpu or cuda, got {o['device']!r}")
+    path = os.path.join(o["export_dir"], "decode_step.onnx")
+    if not (o["export_dir"] and os.path.isfile(path)):
+        raise BenchmarkError(f"--export_dir {o['export_dir']!r} holds no decode_step.onnx (an "
+                             "export with its decode graphs: python -m export --decode_cache)")
+    if o["device"] == "cuda":
+        os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
+    info = export_info(o["export_dir"])
+    report = {"export_dir": o["export_dir"], "device": o["device"], "mem_len": info.mem_len,
+              "decode_dtype": info.decode_dtype, "iters": o["iters"],
+              "launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING"), "batches": {}}
+    lines = []
+    for batch in batches:
+        r = report["batches"][batch] = profile_step(path, info, o["device"], batch, o["iters"])
+        top = ", ".join(f"{op} {v['ms']:.2f} ms ({v['count']})"
+                        for op, v in list(r["ops"].items())[:4])
+        lines.append(f"b{batch} {r['wall_ms']:.2f} ms, {r['kernels']} kernels" +
+                     (f", on the CPU: {' '.join(r['on_cpu'])}" if r["on_cpu"] else "") +
+                     f": {top}")
+        print(json.dumps({"batch": batch, **r}), flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"results: {o['output']}", flush=True)
+    print(f"decode step on {o['device']} by op type (ms a step, nodes): " + "; ".join(lines),
+          flush=True)
+    return report
+
+
 PARTS = {"latency": (LATENCY_SPEC, run_latency),
          "generate": (GENERATE_SPEC, run_generate),
          "keras_hub": (KERAS_HUB_SPEC, run_keras_hub),
-         "decode_nodes": (DECODE_NODES_SPEC, run_decode_nodes)}
+         "decode_nodes": (DECODE_NODES_SPEC, run_decode_nodes),
+         "step_profile": (STEP_PROFILE_SPEC, run_step_profile)}
 SPEC = suite_spec({name: spec for name, (spec, _) in PARTS.items()})
 
 

@@ -86,7 +86,8 @@ SPEED_SPEC = (
     option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
            "auto (with the cache on CUDA), true or false."),
     option("enum", "decode_dtype", "float32", "The ONNX export's decode graphs' dtype (python -m "
-           "export's --decode_dtype; the bound stays the float32 step's bytes).",
+           "export's --decode_dtype; the bound stays the float32 step's bytes, and a 16-bit "
+           "step's row adds its own: own_bound_ms, over_own_bound).",
            ["float32", "float16"]),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
@@ -167,11 +168,12 @@ def median_seconds(fn, calls):
     return statistics.median(seconds(fn) for _ in range(calls))
 
 
-def step_bytes(config, mem_len, batch):
-    """What one decode step reads: float32 weights + each row's keys and values."""
+def step_bytes(config, mem_len, batch, itemsize=4):
+    """What one decode step reads: the weights + each row's keys and values,
+    `itemsize` bytes each (4: float32; 2: a float16 decode step)."""
     from txl_tf.checks.memory_budget import parameter_count
-    cache = 2 * 4 * config.n_layer * (mem_len + 1) * config.n_head * config.d_head
-    return 4 * parameter_count(config) + batch * cache
+    cache = 2 * itemsize * config.n_layer * (mem_len + 1) * config.n_head * config.d_head
+    return itemsize * parameter_count(config) + batch * cache
 
 
 def full_memory(config, mem_len, batch, seed=0):
@@ -459,6 +461,11 @@ def run_preset(preset, o, bandwidth, work):
                    **timing, "bound_ms": bound_ms,
                    "over_bound": timing["per_token_ms"] / bound_ms,
                    "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
+            if backend == "onnx" and runner.info.decode_dtype != "float32":
+                # beside the float32 bound: what this step reads in its own dtype
+                own_ms = step_bytes(model_config, mem_len, batch, 2) / bandwidth[device] * 1e3
+                row.update(decode_dtype=runner.info.decode_dtype, own_bound_ms=own_ms,
+                           over_own_bound=timing["per_token_ms"] / own_ms)
             if batch == 1 and o["turns"]:
                 row.update(time_turn(runner, memory, parts))
                 row.update(time_prompt(runner, model_config, mem_len, step))
@@ -567,7 +574,9 @@ def run_speed(o):
                                       else "")
         print(f"| {r['preset']} | {memory} | {r['backend']} | {device} | {r['batch']} | "
               f"{r['per_token_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['bound_ms']:.1f} | "
-              f"{r['over_bound']:.2f} | {turn} |")
+              f"{r['over_bound']:.2f}" + (f" ({r['over_own_bound']:.2f} of the "
+                                          f"{r['decode_dtype']} bytes)"
+                                          if "over_own_bound" in r else "") + f" | {turn} |")
     sessions = [r for r in rows if "table_ms" in r]
     if sessions:
         print("\n| preset | backend | sessions | table ms / step | ÷ own batch step | "
@@ -1303,13 +1312,32 @@ def compare_devices(path, steps, seed=0):
         turn = runtimes[name].generate([[1, 2, 3], [4]], 16, resume=first.state,
                                        temperature=0.0)
         ids[name] = np.concatenate([first.ids, turn.ids], 1)
-    return {"export": path, "steps": steps, "max_diff_device_cache": worst["gpu"],
+    return {"export": path, "steps": steps, **cuda_step_nodes(path),
+            "max_diff_device_cache": worst["gpu"],
             "max_diff_no_graph": worst["gpu_no_graph"], "replays_graphs": runtimes["gpu"].cuda_graph,
             "max_diff_host_cache": worst["gpu_host"], "max_diff_tf32": worst["gpu_tf32"],
             "ring_in_place": in_place,
             "greedy_ids_gpu_equal_cpu": float((ids["cpu"] == ids["gpu"]).mean()),
             "greedy_ids_device_equal_host_cache": bool(np.array_equal(ids["gpu"],
                                                                       ids["gpu_host"]))}
+
+
+def cuda_step_nodes(path):
+    """`{"cuda_step_kernels", "cuda_step_ops"}` of the export's decode step
+    as a CUDA session optimizes it (ONNX Runtime's default level, as the
+    runtime opens it): its kernels (nodes other than the view ops) and its
+    nodes by op type, the count a step launches; on failure, both None and
+    `cuda_step_nodes_error`."""
+    from benchmarks.inference import VIEW_OPS, kernels, node_counts
+    from export.onnx_runtime import decode_files
+    try:
+        counts = node_counts(decode_files(os.path.join(path, "model.onnx"))["decode_step"],
+                             "all", provider="CUDAExecutionProvider")
+    except Exception as error:  # onnxruntime's own types; the parity rows still count
+        return {"cuda_step_kernels": None, "cuda_step_ops": None,
+                "cuda_step_nodes_error": " ".join(str(error).split())[:300]}
+    return {"cuda_step_kernels": kernels(counts),
+            "cuda_step_ops": {op: n for op, n in sorted(counts.items()) if op not in VIEW_OPS}}
 
 
 def run_cuda_parity(o):
@@ -1323,7 +1351,8 @@ def run_cuda_parity(o):
     tests) decode the same rows from the same full random memory (batch 2, one
     row stopping halfway, the ring wrapping when `--steps` exceeds the
     memory): the largest log-prob difference to the CPU over the steps,
-    whether the GPU ring's buffers stayed in place, and greedy `generate` (a
+    whether the GPU ring's buffers stayed in place, the step's kernels as
+    the CUDA provider optimizes it (`cuda_step_nodes`), and greedy `generate` (a
     prompt, then a next turn on the held cache): the share of ids equal to
     the CPU's (near-ties of a random model may go either way) and whether the
     device cache's ids equal the host cache's on the same GPU. Prints a table
@@ -1335,14 +1364,16 @@ def run_cuda_parity(o):
         raise TxlError("--exports is required (comma-separated export folders)")
     rows = [compare_devices(path, o["steps"]) for path in paths]
     print("| export | steps | max diff, cache on GPU, CUDA graphs | no graphs | cache on host | "
-          "with TF32 | ring in place | greedy ids = CPU's | = host cache's on GPU |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "with TF32 | ring in place | greedy ids = CPU's | = host cache's on GPU | "
+          "step kernels on CUDA |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['export']} | {r['steps']} | {r['max_diff_device_cache']:.1e} | "
               f"{r['max_diff_no_graph']:.1e} | "
               f"{r['max_diff_host_cache']:.1e} | {r['max_diff_tf32']:.1e} | "
               f"{r['ring_in_place']} | {r['greedy_ids_gpu_equal_cpu']:.0%} | "
-              f"{r['greedy_ids_device_equal_host_cache']} |")
+              f"{r['greedy_ids_device_equal_host_cache']} | "
+              f"{r['cuda_step_kernels'] if r['cuda_step_kernels'] is not None else '-'} |")
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump({"settings": o, "rows": rows}, f, indent=2)

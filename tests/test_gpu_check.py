@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from absl import flags
 
@@ -21,11 +22,12 @@ from benchmarks import throughput as tp
 from txl_tf.app.flagspec import defaults, define
 
 
-@pytest.mark.parametrize("tiny, device", [(False, "gpu"), (True, "cpu")])
-def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
+@pytest.mark.parametrize("tiny, device, exports", [(False, "gpu", None), (True, "cpu", "/x"),
+                                                    (False, "gpu", "/x")])
+def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
     """Each command line parses with its module's SPEC (names and values)."""
     o = {"reference_dir": "/ref", "reference_python": "python", "tiny": tiny, "device": device,
-         "work_dir": "/w", "parts": gc.CHECKS}
+         "work_dir": "/w", "parts": gc.CHECKS, "serving_exports": exports}
     commands = gc.commands_for(o, "/out")
     assert list(commands) == gc.CHECKS
     for part, argv in commands.items():
@@ -41,6 +43,12 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device):
         assert f"--device={'cpu' if tiny else 'cuda'}" in commands[part]
         assert "--work_dir=/w/serving" in commands[part]
     assert "--reuse_exports" in commands["serving_evaluation"]
+    # the export brought along (--serving_exports) is timed, not made again
+    assert ("--reuse_exports" in commands["serving_long_memory"]) == bool(exports)
+    for part in gc.FLOAT16_PARTS:  # the float16 export, in its own work folder
+        assert any(arg.startswith("--work_dir=/w/serving_float16") or
+                   arg.startswith("--exports=/w/serving_float16/") for arg in commands[part])
+    assert "--tolerance=5e-2" in commands["serving_parity_float16"]
     assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_soak"]
     serving = "tiny" if tiny else "enwik8_base"  # the export made above
     assert f"--export_dir=/w/serving/{serving}/out" in commands["serving_soak"]
@@ -181,6 +189,75 @@ def test_the_resume_verdict():
         assert not ok and why in line, (why, line)
 
 
+def _skeleton(path, marked=True):
+    """A one-node ONNX graph with one weight of `MIN_ELEMENTS`, stripped as
+    `long_memory.strip` strips (`marked`), at `path`/model.onnx."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from benchmarks.long_memory import MARK, MIN_ELEMENTS
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [MIN_ELEMENTS],
+                                np.zeros(MIN_ELEMENTS, np.float32))
+    if marked:
+        weight.ClearField("float_data")
+        weight.ClearField("raw_data")
+        weight.doc_string = MARK
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [MIN_ELEMENTS])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [MIN_ELEMENTS])], [weight])
+    path.mkdir(parents=True)
+    onnx.save(helper.make_model(graph), str(path / "model.onnx"))
+
+
+def test_the_serving_exports_are_made_here_and_filled_there(monkeypatch, tmp_path):
+    """--make_serving_exports strips one export per decode dtype into
+    <dtype>/<preset>/out; --serving_exports checks they are all there, and
+    the check copies them into the serving parts' work folders and fills
+    their weights (the skeletons stay as they were); the float16 parts are
+    skipped without them, and their parity on the CPU."""
+    import onnx
+
+    from benchmarks import long_memory
+    made = []
+
+    def export_random(core, folder, **options):  # a real export is test_onnx_weights's
+        made.append((core.config.n_layer, options))
+        _skeleton(Path(folder) / "out", marked=False)
+
+    monkeypatch.setattr(long_memory, "export_random", export_random)
+    gx = tmp_path / "gx"
+    written = gc.make_serving_exports(str(gx), "tiny")
+    assert written == [str(gx / dtype / "tiny" / "out") for dtype in ("float32", "float16")]
+    assert [options["decode_dtype"] for _, options in made] == ["float32", "float16"]
+    assert all(options["log_probs"] == "all" and options["formats"] == ("onnx",)
+               for _, options in made)
+    for folder in written:
+        [weight] = onnx.load(os.path.join(folder, "model.onnx")).graph.initializer
+        assert weight.doc_string == long_memory.MARK and not weight.raw_data
+    gc.check_serving_exports(str(gx), "tiny")
+    with pytest.raises(gc.GpuCheckError, match="no float32 or float16 export of enwik8_base"):
+        gc.check_serving_exports(str(gx), "enwik8_base")
+    row = gc.fill_serving_exports(str(gx), str(tmp_path / "w"))
+    assert row["status"] == "ok" and row["result"].startswith("2 weights of the float32 and "
+                                                              "float16 exports filled"), row
+    for name in ("serving", "serving_float16"):
+        [weight] = onnx.load(str(tmp_path / "w" / name / "tiny" / "out" / "model.onnx")
+                             ).graph.initializer
+        values = np.frombuffer(weight.raw_data, np.float32)
+        assert weight.doc_string == "" and values.size == long_memory.MIN_ELEMENTS
+        assert 0.01 < values.std() < 0.03  # random, not the skeleton's zeros
+    [weight] = onnx.load(str(gx / "float16" / "tiny" / "out" / "model.onnx")).graph.initializer
+    assert weight.doc_string == long_memory.MARK  # the skeleton itself is kept
+    row = gc.fill_serving_exports(str(tmp_path / "none"), str(tmp_path / "w"))
+    assert row["status"] == "failed" and "none/float32" in row["result"], row
+    o = {"serving_exports": None, "device": "gpu"}
+    assert all("needs --serving_exports" in gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS)
+    o = {"serving_exports": str(gx), "device": "cpu"}
+    assert [gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS] == [
+        None, "needs CUDA (benchmarks.long_memory --part=cuda_parity)"]
+
+
 def test_ptxas_version_and_its_floor():
     text = ("ptxas: NVIDIA (R) Ptx optimizing assembler\n"
             "Cuda compilation tools, release 12.5, V12.5.82")
@@ -218,6 +295,10 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     assert [(r["part"], r["status"]) for r in result["parts"]] == [
         ("gpu", "skipped"), ("serving_parity", "skipped")]
     assert result["table"] in done.stdout and result["failed"] == []
+    done = jobs.run("benchmarks.gpu_check", args + [f"--serving_exports={tmp_path}"])
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "
+        f"(<dtype>/tiny/out; made by --make_serving_exports={tmp_path} --tiny)"), done.stderr
     done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--budget_scale=0.001"])
     result = json.loads((tmp_path / "check.json").read_text())
     assert done.returncode == 1 and result["failed"] == ["parity"], done.stdout[-2000:]
@@ -318,13 +399,19 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
         ["nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl"] * cublas
         + ["nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl"])
     site = tmp_path / "device" / "site"
+    exports = tmp_path / "gpu_exports"
     env = dict(os.environ, PIECES=str(out), SITE=str(site), PREPARE_ONLY="1",
-               PYTHON=sys.executable)
+               PYTHON=sys.executable, EXPORTS=str(exports))
     done = subprocess.run(["bash", str(device / "run_check.sh")], env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    assert "serving exports: none (the serving part exports" in done.stdout
+    exports.mkdir()  # carried along: the serving parts time them
+    done = subprocess.run(["bash", str(device / "run_check.sh")], env=env,
+                          capture_output=True, text=True)
+    assert f"serving exports: --serving_exports={exports}\n" in done.stdout, done.stdout
     shown = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line
-                 and not line.startswith("reference"))
+                 and not line.startswith(("reference", "serving")))
     assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:") == cublas
     assert f"{site}/nvidia/" not in shown["LD_LIBRARY_PATH"].replace(f"{site}/nvidia/cublas/", "")
     assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")

@@ -1,17 +1,23 @@
 """`python -m benchmarks.long_memory --part=onnx_weights` carries an export's graphs without
 its weights and refills them: the skeleton is small, and filled it opens and
-decodes like an export (the way the GPU timings were taken)."""
+decodes like an export (the way the GPU timings were taken). The tools the
+GPU check runs over such an export: the step's kernel count and its profile
+by op type (`benchmarks.inference --part=step_profile`)."""
+
+import json
 
 import numpy as np
 import onnx
+import pytest
 
+from benchmarks.common import BenchmarkError
+from benchmarks.inference import VIEW_OPS, kernels, node_counts, summarize_profile
+from benchmarks.long_memory import cuda_step_nodes
 from export import open_runtime, run_export
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
 CONFIG = TransformerXLConfig.preset("tiny", n_token=3000, mem_len=6, d_model=64, d_inner=128)
-
-
 
 
 def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
@@ -37,3 +43,43 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     assert runtime.mem_len == CONFIG.mem_len and runtime.has_decode_cache
     out = runtime.generate([[1, 2, 3]], 8, temperature=0.0)
     assert out.ids.shape == (1, 8) and np.isfinite(out.log_probs).all()
+    # cuda_parity's kernel count (without CUDA, the CPU provider optimizes the step)
+    nodes = cuda_step_nodes(str(skeleton))
+    on_cpu = node_counts(str(skeleton / "decode_step.onnx"), "all")
+    assert nodes["cuda_step_kernels"] == kernels(on_cpu) > 0, nodes
+    assert sum(nodes["cuda_step_ops"].values()) == nodes["cuda_step_kernels"]
+    assert not set(nodes["cuda_step_ops"]) & VIEW_OPS
+    # the step's profile: every node of the optimized step, once a step
+    jobs.run("benchmarks.inference", ["--part=step_profile", f"--export_dir={skeleton}",
+                                      "--iters=3", "--batch_sizes=1,2",
+                                      f"--output={tmp_path / 'profile.json'}"], check=True)
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert list(profile["batches"]) == ["1", "2"] and profile["mem_len"] == CONFIG.mem_len
+    for r in profile["batches"].values():
+        assert r["kernels"] == kernels(on_cpu) and r["on_cpu"] == [], r
+        assert {op: v["count"] for op, v in r["ops"].items()} == dict(on_cpu)
+        assert 0 < r["nodes_ms"] <= r["wall_ms"]
+        times = [v["ms"] for v in r["ops"].values()]
+        assert times == sorted(times, reverse=True)
+
+
+def test_a_profile_counts_the_last_runs_by_op_type():
+    def node(op, ts, dur, provider="CUDAExecutionProvider"):
+        return {"cat": "Node", "name": f"n{ts}_kernel_time", "ts": ts, "dur": dur,
+                "args": {"op_name": op, "provider": provider}}
+    events = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 900},
+              node("MatMul", 1, 800),  # the warm-up run: left out
+              {"cat": "Session", "name": "model_run", "ts": 1000, "dur": 100},
+              node("MatMul", 1001, 30), node("MatMul", 1031, 20), node("Reshape", 1051, 5),
+              {"cat": "Session", "name": "model_run", "ts": 2000, "dur": 80},
+              node("MatMul", 2001, 10), node("MatMul", 2011, 20), node("Reshape", 2031, 5),
+              node("Shape", 2036, 1, provider="CPUExecutionProvider")]
+    r = summarize_profile(events, 2, device="cuda")
+    assert r["wall_ms"] == pytest.approx(0.09) and r["nodes_ms"] == pytest.approx(0.0455)
+    assert r["ops"] == {"MatMul": {"ms": pytest.approx(0.04), "count": 2},
+                        "Reshape": {"ms": pytest.approx(0.005), "count": 1},
+                        "Shape": {"ms": pytest.approx(0.0005), "count": 0}}
+    assert r["kernels"] == 2 and r["on_cpu"] == ["Shape"]
+    assert summarize_profile(events, 2)["on_cpu"] == []  # a CPU session's nodes are all there
+    with pytest.raises(BenchmarkError, match="holds 3 runs, not 4"):
+        summarize_profile(events, 4)

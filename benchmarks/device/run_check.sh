@@ -12,12 +12,16 @@
 #   OUT     where gpu_check.json and the parts' JSON go (default /tmp/gpu_check)
 #   PYTHON  the Python 3.12 interpreter (default python3); the paper's code
 #           runs in it with its own packages (torch), without SITE
+#   EXPORTS the serving exports made beforehand (gpu_check --make_serving_exports;
+#           default build/gpu_exports of the checkout), passed as --serving_exports
+#           where the folder exists
 set -euo pipefail
 
 PIECES=${PIECES:-/tmp}
 SITE=${SITE:-/tmp/txl_site}
 OUT=${OUT:-/tmp/gpu_check}
 PYTHON=${PYTHON:-python3}
+EXPORTS=${EXPORTS:-$PWD/build/gpu_exports}
 UNPACKED=$(dirname "$SITE")/txl_unpacked
 
 if [ ! -f "$SITE/.complete" ]; then
@@ -59,12 +63,19 @@ EOF
              --reference_python="$UNPACKED/torch_python")
 fi
 
+exports=()
+if [ -d "$EXPORTS" ]; then
+  exports=(--serving_exports="$EXPORTS")
+fi
+
 if [ -n "${PREPARE_ONLY:-}" ]; then
   echo "PYTHONPATH=$PYTHONPATH"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "PATH=$PATH"
   echo "reference: ${reference[*]:-none}"
+  echo "serving exports: ${exports[*]:-none (the serving part exports; no float16 parts)}"
   exit 0
 fi
 mkdir -p "$OUT"
-exec "$PYTHON" -m benchmarks.gpu_check --output="$OUT/gpu_check.json" "${reference[@]}" "$@"
+exec "$PYTHON" -m benchmarks.gpu_check --output="$OUT/gpu_check.json" "${reference[@]}" \
+    "${exports[@]}" "$@"
