@@ -53,8 +53,9 @@ fails, runs out of time or cannot run is one line of the table (`failed
   CUDA, `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
   tests/test_sessions.py -k device`; then `--part=cuda_parity` over the
   export, with the step's kernel count on CUDA; then
-  `benchmarks.inference --part=step_profile`: the step's time by op type,
-  ONNX Runtime's profiler with blocking launches, at batch 1 and 16).
+  `benchmarks.inference --part=profile`: the decode step's and the segment
+  graph's time by op type, ONNX Runtime's profiler with blocking launches,
+  at batch 1 and 16).
 - `serving_float16`, `serving_parity_float16`: the same export with its
   decode graphs in float16 (`python -m export --decode_dtype=float16`):
   ms per token at batch 1 and 16, and its parity to the CPU (<= 5e-2).
@@ -124,9 +125,9 @@ COMMANDS = {
     "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
                       "--exports={work}/serving/{serving_preset}/out "
                       "--output={out}/cuda_parity.json",
-    "serving_profile": "{python} -m benchmarks.inference --part=step_profile "
+    "serving_profile": "{python} -m benchmarks.inference --part=profile "
                        "--export_dir={work}/serving/{serving_preset}/out --device={ort_device} "
-                       "--output={out}/step_profile.json",
+                       "--segment_len={eval_segment} --output={out}/profile.json",
     "serving_float16": "{python} -m benchmarks.long_memory --device={ort_device} "
                        "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
                        "--noturns --nosessions --work_dir={work}/serving_float16 "

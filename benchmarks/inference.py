@@ -16,8 +16,8 @@ writes JSON:
   (`run_keras_hub`);
 - `decode_nodes`: the exported cached decode step's ONNX nodes per layer and
   its CPU time, beside another commit's (`run_decode_nodes`);
-- `step_profile`: an export's decode step profiled by op type, on the CPU
-  or CUDA (`run_step_profile`).
+- `profile`: an export's decode step and segment graph profiled by op
+  type, on the CPU or CUDA (`run_profile`).
 """
 import collections
 import json
@@ -839,15 +839,20 @@ def run_decode_nodes(o):
     return report
 
 
-# -------------------------------------------------------------- step_profile
-STEP_PROFILE_SPEC = (
+# ------------------------------------------------------------------- profile
+PROFILE_SPEC = (
     option("string", "export_dir", "", "An export folder (its model.onnx and decode_step.onnx)."),
+    option("list", "graphs", ["decode_step", "model"], "The export's graphs profiled: "
+           "decode_step (one token a row on a full ring), model (a segment of --segment_len "
+           "ids a row on a full memory)."),
     option("string", "device", "cpu", "cpu or cuda."),
     option("list", "batch_sizes", ["1", "16"], "Batch sizes."),
-    option("integer", "iters", 20, "Profiled steps per batch size (after 5 untimed)."),
-    option("string", "output", "benchmarks/results/step_profile.json", "JSON results file."),
+    option("integer", "segment_len", 512, "Ids a row of model's segment."),
+    option("integer", "iters", 20, "Profiled runs per graph and batch size (after 5 untimed)."),
+    option("string", "output", "benchmarks/results/profile.json", "JSON results file."),
 )
 PROFILE_WARMUP = 5
+PROFILED_GRAPHS = ("decode_step", "model")
 
 
 def export_info(folder):
@@ -860,18 +865,37 @@ def export_info(folder):
     return ExportInfo({p.key: p.value for p in model.metadata_props})
 
 
-def profile_step(path, info, device, batch, iters):
-    """ONNX Runtime's profile of `iters` runs of the decode step at `path`
-    (after `PROFILE_WARMUP`), its inputs and outputs bound on `device` (the
-    cache does not cross the bus): `{"wall_ms", "nodes_ms", "kernels",
-    "on_cpu", "ops": {op: {"ms", "count"}}}` per step, `ops` by time."""
+def segment_feeds(path, info, batch, segment_len, seed=0):
+    """Random inputs of the segment graph at `path` (`model.onnx`): `batch`
+    rows of `segment_len` ids, on a full memory (every slot valid, random
+    states), shaped by the graph's own inputs."""
+    import onnx
+    rng = np.random.default_rng(seed)
+    sizes = {"batch": batch, "seq_len": segment_len}
+    feeds = {}
+    for tensor in onnx.load(path, load_external_data=False).graph.input:
+        shape = [d.dim_value or sizes[d.dim_param] for d in tensor.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.type.tensor_type.elem_type)
+        if dtype == np.bool_:
+            feeds[tensor.name] = np.ones(shape, np.bool_)
+        elif np.issubdtype(dtype, np.integer):
+            feeds[tensor.name] = rng.integers(0, info.config.n_token, shape, dtype=dtype)
+        else:
+            feeds[tensor.name] = rng.standard_normal(shape, np.float32).astype(dtype)
+    return feeds
+
+
+def profile_graph(path, feeds, device, iters):
+    """ONNX Runtime's profile of `iters` runs of the graph at `path` on
+    `feeds` (after `PROFILE_WARMUP`), its inputs and outputs bound on
+    `device` (nothing crosses the bus): `summarize_profile`'s per run."""
     import onnxruntime as ort
 
     from export.onnx_runtime import FLOAT16_DECODE_DISABLED
     with tempfile.TemporaryDirectory() as folder:
         options = ort.SessionOptions()
         options.enable_profiling = True
-        options.profile_file_prefix = os.path.join(folder, "step")
+        options.profile_file_prefix = os.path.join(folder, "profile")
         options.log_severity_level = 3
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" \
             else ["CPUExecutionProvider"]
@@ -881,8 +905,7 @@ def profile_step(path, info, device, batch, iters):
             raise BenchmarkError(f"--device={device}: ONNX Runtime did not open "
                                  f"{providers[0]} (it has {ort.get_available_providers()})")
         binding = session.io_binding()
-        for name, value in step_feeds(info.config, info.mem_len, batch,
-                                      cache_dtype=info.cache_dtype).items():
+        for name, value in feeds.items():
             binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device))
         for output in session.get_outputs():
             binding.bind_output(output.name, device)
@@ -894,8 +917,9 @@ def profile_step(path, info, device, batch, iters):
 
 
 def summarize_profile(events, iters, device="cpu"):
-    """`profile_step`'s summary of ONNX Runtime profile `events` (a list of
-    dicts), from the last `iters` runs (`model_run`) of the session on
+    """`{"wall_ms", "nodes_ms", "kernels", "on_cpu", "ops": {op: {"ms",
+    "count"}}}` a run, `ops` by time, from ONNX Runtime profile `events` (a
+    list of dicts): the last `iters` runs (`model_run`) of a session on
     `device` (`on_cpu`: the op types its nodes left to the CPU provider)."""
     runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
     if len(runs) < iters:
@@ -920,52 +944,60 @@ def summarize_profile(events, iters, device="cpu"):
             "ops": dict(sorted(ops.items(), key=lambda item: -item[1]["ms"]))}
 
 
-def run_step_profile(o):
-    r"""`--part=step_profile`: where an export's decode step spends its time,
-    by op type (ONNX Runtime's profiler).
+def run_profile(o):
+    r"""`--part=profile`: where an export's graphs spend their time, by op
+    type (ONNX Runtime's profiler).
 
-        python -m benchmarks.inference --part=step_profile --export_dir=EXPORT \
-            --device=cuda [--batch_sizes=1,16] [--iters=20]
+        python -m benchmarks.inference --part=profile --export_dir=EXPORT \
+            --device=cuda [--graphs=decode_step,model] [--batch_sizes=1,16]
 
-    Per batch size, the step on a full random cache (`step_feeds`), every
-    input and output bound on the device, without CUDA graphs: per step the
-    run's wall milliseconds, the sum of its nodes' and each op type's
-    milliseconds and node count, and on CUDA the op types left to the CPU
-    provider (a step with any cannot be captured as a CUDA graph). On CUDA,
-    `CUDA_LAUNCH_BLOCKING=1` is set (unless already set) before CUDA starts,
-    so that a node's time is its kernels' (ONNX Runtime times a node on the
-    host): each carries a launch and a wait, which CUDA graphs save, so the
-    totals are above a replayed step's, and the split between ops is the
-    point."""
+    Per graph and batch size, on random inputs: the decode step on a full
+    ring (`step_feeds`), the segment graph on `--segment_len` ids a row and
+    a full memory (`segment_feeds`); every input and output bound on the
+    device, no CUDA graphs. A run's wall milliseconds, the sum of its nodes'
+    and each op type's milliseconds and node count, and on CUDA the op types
+    left to the CPU provider (a step with any cannot be captured as a CUDA
+    graph). On CUDA, `CUDA_LAUNCH_BLOCKING=1` is set (unless already set)
+    before CUDA starts, so that a node's time is its kernels' (ONNX Runtime
+    times a node on the host): each carries a launch and a wait, so the
+    totals are above an asynchronous run's (and a replayed step's), and the
+    split between ops is the point."""
     batches = integer_list(o["batch_sizes"], "batch_sizes", 1,
                            "comma-separated positive integers")
-    at_least(o, 1, "iters")
+    at_least(o, 1, "iters", "segment_len")
+    graphs = names_from(o["graphs"], "graphs", PROFILED_GRAPHS)
     if o["device"] not in ("cpu", "cuda"):
         raise BenchmarkError(f"--device must be cpu or cuda, got {o['device']!r}")
-    path = os.path.join(o["export_dir"], "decode_step.onnx")
-    if not (o["export_dir"] and os.path.isfile(path)):
-        raise BenchmarkError(f"--export_dir {o['export_dir']!r} holds no decode_step.onnx (an "
-                             "export with its decode graphs: python -m export --decode_cache)")
+    paths = {graph: os.path.join(o["export_dir"], f"{graph}.onnx") for graph in graphs}
+    missing = [os.path.basename(p) for p in paths.values() if not os.path.isfile(p)]
+    if not o["export_dir"] or missing:
+        raise BenchmarkError(f"--export_dir {o['export_dir']!r} holds no {', '.join(missing)} "
+                             "(an ONNX export with its decode graphs: python -m export)")
     if o["device"] == "cuda":
         os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
     info = export_info(o["export_dir"])
     report = {"export_dir": o["export_dir"], "device": o["device"], "mem_len": info.mem_len,
-              "decode_dtype": info.decode_dtype, "iters": o["iters"],
-              "launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING"), "batches": {}}
+              "segment_len": o["segment_len"], "decode_dtype": info.decode_dtype,
+              "iters": o["iters"], "launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING"),
+              "graphs": {}}
     lines = []
-    for batch in batches:
-        r = report["batches"][batch] = profile_step(path, info, o["device"], batch, o["iters"])
-        top = ", ".join(f"{op} {v['ms']:.2f} ms ({v['count']})"
-                        for op, v in list(r["ops"].items())[:4])
-        lines.append(f"b{batch} {r['wall_ms']:.2f} ms, {r['kernels']} kernels" +
-                     (f", on the CPU: {' '.join(r['on_cpu'])}" if r["on_cpu"] else "") +
-                     f": {top}")
-        print(json.dumps({"batch": batch, **r}), flush=True)
+    for graph, path in paths.items():
+        for batch in batches:
+            feeds = step_feeds(info.config, info.mem_len, batch, cache_dtype=info.cache_dtype) \
+                if graph == "decode_step" else segment_feeds(path, info, batch, o["segment_len"])
+            r = profile_graph(path, feeds, o["device"], o["iters"])
+            report["graphs"].setdefault(graph, {})[batch] = r
+            top = ", ".join(f"{op} {v['ms']:.2f} ms ({v['count']})"
+                            for op, v in list(r["ops"].items())[:4])
+            lines.append(f"{graph} b{batch} {r['wall_ms']:.2f} ms, {r['kernels']} kernels" +
+                         (f", on the CPU: {' '.join(r['on_cpu'])}" if r["on_cpu"] else "") +
+                         f": {top}")
+            print(json.dumps({"graph": graph, "batch": batch, **r}), flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w") as f:
         json.dump(report, f, indent=1)
     print(f"results: {o['output']}", flush=True)
-    print(f"decode step on {o['device']} by op type (ms a step, nodes): " + "; ".join(lines),
+    print(f"profile on {o['device']} by op type (ms a run, nodes): " + "; ".join(lines),
           flush=True)
     return report
 
@@ -974,7 +1006,7 @@ PARTS = {"latency": (LATENCY_SPEC, run_latency),
          "generate": (GENERATE_SPEC, run_generate),
          "keras_hub": (KERAS_HUB_SPEC, run_keras_hub),
          "decode_nodes": (DECODE_NODES_SPEC, run_decode_nodes),
-         "step_profile": (STEP_PROFILE_SPEC, run_step_profile)}
+         "profile": (PROFILE_SPEC, run_profile)}
 SPEC = suite_spec({name: spec for name, (spec, _) in PARTS.items()})
 
 

@@ -99,9 +99,10 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.long_memory", ["--part=soak", "--device=tpu"],
      "--device must be cpu, cuda or auto"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
-    ("benchmarks.inference", ["--part=step_profile"], "--export_dir '' holds no decode_step"),
-    ("benchmarks.inference", ["--part=step_profile", "--device=tpu"],
-     "--device must be cpu or cuda"),
+    ("benchmarks.inference", ["--part=profile"],
+     "--export_dir '' holds no decode_step.onnx, model.onnx"),
+    ("benchmarks.inference", ["--part=profile", "--device=tpu"], "--device must be cpu or cuda"),
+    ("benchmarks.inference", ["--part=profile", "--graphs=decode_read"], "--graphs takes"),
     ("benchmarks.gpu_check", ["--serving_exports=/nowhere"],
      "--serving_exports: /nowhere has no float32 or float16 export of enwik8_base"),
 ])

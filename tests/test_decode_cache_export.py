@@ -415,3 +415,14 @@ def test_a_memory_read_back_from_a_temporary_is_still_right(exported):
     taken = runtime.take(kept, [1, 0]).numpy()[0]
     _ = [np.full(taken.size, 7.0, np.float32) for _ in range(20)]  # reuse freed memory
     np.testing.assert_array_equal(taken, kept.numpy()[0][:, [1, 0]])
+
+
+def test_the_segment_graphs_layer_norms_are_one_node_each(exported):
+    """`model.onnx` (inference: `training` falsy) writes its layer norms as
+    ONNX Runtime fuses them: one node each (a dozen unfused, each a kernel
+    on a GPU), also in the decode graphs (`layers.layer_norm`)."""
+    from benchmarks.inference import node_counts
+    for graph in ("model.onnx", "decode_read.onnx"):
+        counts = node_counts(str(exported[1] / graph), "all")
+        norms = counts["LayerNormalization"] + counts["SkipLayerNormalization"]
+        assert norms == 2 * CONFIG.n_layer and counts["ReduceMean"] == 0, (graph, counts)

@@ -2,7 +2,7 @@
 its weights and refills them: the skeleton is small, and filled it opens and
 decodes like an export (the way the GPU timings were taken). The tools the
 GPU check runs over such an export: the step's kernel count and its profile
-by op type (`benchmarks.inference --part=step_profile`)."""
+by op type (`benchmarks.inference --part=profile`)."""
 
 import json
 
@@ -49,18 +49,21 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     assert nodes["cuda_step_kernels"] == kernels(on_cpu) > 0, nodes
     assert sum(nodes["cuda_step_ops"].values()) == nodes["cuda_step_kernels"]
     assert not set(nodes["cuda_step_ops"]) & VIEW_OPS
-    # the step's profile: every node of the optimized step, once a step
-    jobs.run("benchmarks.inference", ["--part=step_profile", f"--export_dir={skeleton}",
-                                      "--iters=3", "--batch_sizes=1,2",
+    # the graphs' profiles: every node of the optimized graph, once a run
+    jobs.run("benchmarks.inference", ["--part=profile", f"--export_dir={skeleton}",
+                                      "--iters=3", "--batch_sizes=1,2", "--segment_len=5",
                                       f"--output={tmp_path / 'profile.json'}"], check=True)
     profile = json.loads((tmp_path / "profile.json").read_text())
-    assert list(profile["batches"]) == ["1", "2"] and profile["mem_len"] == CONFIG.mem_len
-    for r in profile["batches"].values():
-        assert r["kernels"] == kernels(on_cpu) and r["on_cpu"] == [], r
-        assert {op: v["count"] for op, v in r["ops"].items()} == dict(on_cpu)
-        assert 0 < r["nodes_ms"] <= r["wall_ms"]
-        times = [v["ms"] for v in r["ops"].values()]
-        assert times == sorted(times, reverse=True)
+    assert profile["mem_len"] == CONFIG.mem_len
+    segment = node_counts(str(skeleton / "model.onnx"), "all")
+    for graph, optimized in (("decode_step", on_cpu), ("model", segment)):
+        assert list(profile["graphs"][graph]) == ["1", "2"]
+        for r in profile["graphs"][graph].values():
+            assert r["kernels"] == kernels(optimized) and r["on_cpu"] == [], r
+            assert {op: v["count"] for op, v in r["ops"].items()} == dict(optimized)
+            assert 0 < r["nodes_ms"] <= r["wall_ms"]
+            times = [v["ms"] for v in r["ops"].values()]
+            assert times == sorted(times, reverse=True)
 
 
 def test_a_profile_counts_the_last_runs_by_op_type():

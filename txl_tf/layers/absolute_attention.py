@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from txl_tf.errors import TxlError
 from txl_tf.layers.attention import RelativeMultiHeadAttention, _heads_first
+from txl_tf.layers.layer_norm import fused_layer_norm
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -23,10 +24,10 @@ class AbsoluteMultiHeadAttention(RelativeMultiHeadAttention):
 
     position_projection = False
 
-    def _rows_keys_values(self, inputs, memory):
+    def _rows_keys_values(self, inputs, memory, fused=False):
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)
         if self.pre_lnorm:
-            cat = self.layer_norm(cat)
+            cat = fused_layer_norm(self.layer_norm, cat) if fused else self.layer_norm(cat)
         k, v = self._keys_values(cat)
         return inputs, k, v
 

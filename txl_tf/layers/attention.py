@@ -103,25 +103,31 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):
         """inputs `[B, T, d]`, pos_emb `[K, d]`, memory `[B, M, d]` (K = M + T),
-        visible `[B, 1, T, K]` bool, biases `[n_head, d_head]` → `[B, T, d]`."""
-        rows, k, v = self._rows_keys_values(inputs, memory)
-        return self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training)
+        visible `[B, 1, T, K]` bool, biases `[n_head, d_head]` → `[B, T, d]`.
+        In inference (`training` falsy) the layer norm is written as ONNX
+        Runtime fuses it (`layers.layer_norm`: the same math, one kernel of
+        an exported segment graph instead of a dozen)."""
+        fused = not training
+        rows, k, v = self._rows_keys_values(inputs, memory, fused)
+        return self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training,
+                            fused_norm=fused)
 
     def probabilities(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias):
         """The attention probabilities `[B, n_head, T, M + T]` float32 that
         `call` (same arguments) weighs the values with, before attention
         dropout. Keys are the memory slots then the segment; a hidden key
         gets exactly 0 and each row sums to 1."""
-        rows, k, _ = self._rows_keys_values(inputs, memory)
+        rows, k, _ = self._rows_keys_values(inputs, memory, fused=True)
         return tf.nn.softmax(self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias), axis=-1)
 
-    def _rows_keys_values(self, inputs, memory):
-        """The query rows (`inputs`, after LayerNorm with `pre_lnorm`) and the
-        keys and values of `concat(memory, inputs)`."""
+    def _rows_keys_values(self, inputs, memory, fused=False):
+        """The query rows (`inputs`, after LayerNorm with `pre_lnorm`; `fused`:
+        written as ONNX Runtime fuses it) and the keys and values of
+        `concat(memory, inputs)`."""
         qlen = tf.shape(inputs)[1]
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)
         if self.pre_lnorm:
-            cat = self.layer_norm(cat)
+            cat = fused_layer_norm(self.layer_norm, cat) if fused else self.layer_norm(cat)
         # Queries only for the current segment (memory positions ask nothing);
         # keys and values for all of concat(memory, inputs).
         # tf.slice with explicit sizes: its gradient is a Pad, and tf2onnx

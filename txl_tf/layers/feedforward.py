@@ -39,7 +39,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        return self._forward(inputs, training, fused=False)
+        """`[B, T, d]` → `[B, T, d]`; in inference (`training` falsy) the
+        layer norm is written as ONNX Runtime fuses it (`layers.layer_norm`)."""
+        return self._forward(inputs, training, fused=not training)
 
     def call_with_cache(self, inputs):
         """`call` in inference, for the cached reads: the layer norm (with

@@ -5,7 +5,8 @@ rsqrt(var + eps) * gamma`; converted to ONNX that is a dozen nodes which ONNX
 Runtime leaves apart (a dozen kernels each on a GPU). Written as
 `(x - mean) / sqrt(mean((x - mean) ** 2) + eps) * gamma + beta`, the same
 math, ONNX Runtime's `LayerNormFusion` makes it one `LayerNormalization`
-node. The cached reads (`call_with_cache`, inference only) use it, and
+node. Every inference path uses it (the layers' `call` with `training`
+falsy, and the cached reads, `call_with_cache`; training keeps Keras's), and
 `fused_add_layer_norm` for a residual add and its norm, which ONNX Runtime's
 `SkipLayerNormFusion` makes one `SkipLayerNormalization` where both of the
 add's inputs are 3-D with equal static inner axes and one named batch axis
