@@ -124,17 +124,19 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """The query rows (`inputs`, after LayerNorm with `pre_lnorm`; `fused`:
         written as ONNX Runtime fuses it) and the keys and values of
         `concat(memory, inputs)`."""
-        qlen = tf.shape(inputs)[1]
         cat = tf.concat([tf.cast(memory, inputs.dtype), inputs], axis=1)
-        if self.pre_lnorm:
-            cat = fused_layer_norm(self.layer_norm, cat) if fused else self.layer_norm(cat)
         # Queries only for the current segment (memory positions ask nothing);
         # keys and values for all of concat(memory, inputs).
-        # tf.slice with explicit sizes: its gradient is a Pad, and tf2onnx
-        # mis-converts a size -1 slice with a dynamic begin.
-        shape = tf.shape(cat)
-        batch, klen = shape[0], shape[1]
-        rows = tf.slice(cat, tf.stack([0, klen - qlen, 0]), tf.stack([batch, qlen, self.d_model]))
+        rows = inputs
+        if self.pre_lnorm:
+            cat = fused_layer_norm(self.layer_norm, cat) if fused else self.layer_norm(cat)
+            # The segment's normalized rows: tf.slice with explicit sizes (its
+            # gradient is a Pad; tf2onnx mis-converts a size -1 slice with a
+            # dynamic begin).
+            shape = tf.shape(cat)
+            batch, klen, qlen = shape[0], shape[1], tf.shape(inputs)[1]
+            rows = tf.slice(cat, tf.stack([0, klen - qlen, 0]),
+                            tf.stack([batch, qlen, self.d_model]))
         k, v = self._keys_values(cat)
         return rows, k, v
 
