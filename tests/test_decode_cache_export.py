@@ -417,12 +417,21 @@ def test_a_memory_read_back_from_a_temporary_is_still_right(exported):
     np.testing.assert_array_equal(taken, kept.numpy()[0][:, [1, 0]])
 
 
-def test_the_segment_graphs_layer_norms_are_one_node_each(exported):
+# The segment graph's kernels (nodes that are not views) as ONNX Runtime's CPU
+# provider optimizes it, at CONFIG: 250 (324 before its layer norms were written
+# to fuse and its queries stopped slicing the inputs back out; each is a launch
+# or a host-side step on a GPU).
+MAX_SEGMENT_KERNELS = 250
+
+
+def test_the_segment_graph_has_few_kernels_and_one_node_a_layer_norm(exported):
     """`model.onnx` (inference: `training` falsy) writes its layer norms as
-    ONNX Runtime fuses them: one node each (a dozen unfused, each a kernel
-    on a GPU), also in the decode graphs (`layers.layer_norm`)."""
-    from benchmarks.inference import node_counts
+    ONNX Runtime fuses them: one node each (a dozen unfused), as the decode
+    graphs do (`layers.layer_norm`)."""
+    from benchmarks.inference import kernels, node_counts
     for graph in ("model.onnx", "decode_read.onnx"):
         counts = node_counts(str(exported[1] / graph), "all")
         norms = counts["LayerNormalization"] + counts["SkipLayerNormalization"]
         assert norms == 2 * CONFIG.n_layer and counts["ReduceMean"] == 0, (graph, counts)
+        if graph == "model.onnx":
+            assert kernels(counts) <= MAX_SEGMENT_KERNELS, counts
