@@ -44,7 +44,8 @@ fails, runs out of time or cannot run is one line of the table (`failed
   budget, it shows how far each run got.
 - `serving_long_memory`, `serving_evaluation`, `serving_soak`,
   `serving_device_tests`, `serving_parity`: the serving suite of issue 53
-  (`benchmarks.long_memory --device=cuda`; then `--part=evaluation` over the
+  (`benchmarks.long_memory --device=cuda --noturns`: ms a token and the
+  session table at batch 1 and 16; then `--part=evaluation` over the
   export it made: 512-token segments on its memory of 2,100 through the
   runtime API against the graph with bound buffers, and the paper's code
   with `--reference_dir`; `--part=soak`: 32 sessions, up to 16 open at
@@ -110,7 +111,8 @@ COMMANDS = {
              "--nofinal_eval --seed=0 --verbose=1",
     "serving_long_memory": "{python} -m benchmarks.long_memory --device={ort_device} "
                            "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
-                           "--work_dir={work}/serving {reuse} --output={out}/long_memory.json",
+                           "--noturns --work_dir={work}/serving {reuse} "
+                           "--output={out}/long_memory.json",
     "serving_evaluation": "{python} -m benchmarks.long_memory --part=evaluation "
                           "--device={ort_device} --presets={serving_preset} "
                           "--segment_len={eval_segment} --batch_sizes=1,16 --segments=2 "
