@@ -33,7 +33,9 @@ fails, runs out of time or cannot run is one line of the table (`failed
   (f32 and bf16 at enwik8_base) run first; a part stopped at its budget
   shows the rows its JSON holds so far and the variant it was on; where the
   paper's code fails, its rows say why and this library's are still timed
-  (the part fails).
+  (the part fails). At enwik8_base each of this library's variants then
+  runs 2 more steps under TensorFlow's profiler: where the time goes, by
+  XLA op category (`benchmarks/tf_profile.py`), in its row.
 - `train`: `python -m training.train` (what `txl-train` runs) for 40 steps
   with a checkpoint at 20, SIGKILLed after its log shows a step past 20,
   then run again: it must say it resumed at step 20, feed the batches the
@@ -101,7 +103,8 @@ COMMANDS = {
                 "--device={device}",
     "pair_enwik8_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_enwik8} "
                         "--variants={pair_variants} --nointerleave --warmup=2 "
-                        "--iters={pair_iters} --output={out}/pair_enwik8_base.json {reference}",
+                        "--iters={pair_iters} --profile_steps=2 "
+                        "--output={out}/pair_enwik8_base.json {reference}",
     "pair_wt103_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_wt103} "
                        "--variants={pair_variants} --nointerleave --warmup=2 "
                        "--iters={pair_iters} --output={out}/pair_wt103_base.json {reference}",

@@ -32,7 +32,9 @@ time and reports each one's peak GPU memory (TensorFlow's
 row reports the first step's seconds (tracing and compiling), the median and
 p90 step, tok/s, model GFLOP/s and MFU against the large-matmul peak of the
 row's compute dtype measured in the same run. Prints a table, writes JSON and
-its PNG chart (with matplotlib, the `bench` extra).
+its PNG chart (with matplotlib, the `bench` extra). `--profile_steps=N` runs N
+more steps of each Keras variant under TensorFlow's profiler: where its time
+goes, by XLA op category on a GPU (`tf_profile.py`), in its row.
 
 Model FLOPs per token (matmul/einsum multiply-adds x 2; softmax, LayerNorm,
 dropout, the optimizer and the relative shift are not counted). With
@@ -113,6 +115,10 @@ SPEC = (
     option("bool", "interleave", True, "Interleave the variants in rounds of --block (a shared "
            "CPU); --nointerleave: one at a time, each with its own peak GPU memory."),
     option("integer", "steps_per_execution", 1, "Keras steps_per_execution (--part=train)."),
+    option("integer", "profile_steps", 0, "After each Keras variant's timed batches, this many "
+           "more under TensorFlow's profiler (--part=train): its row's `profile` gives the "
+           "time a step by XLA op category (on a GPU) and its largest ops "
+           "(benchmarks/tf_profile.py)."),
     option("string", "output", None, "JSON results file (default: "
            "benchmarks/results/<part>_throughput.json)."),
     option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
@@ -190,7 +196,8 @@ def batch_timer():
 def keras_runner(model, dataset, training):
     """`n -> seconds of each of n more fit (or evaluate) batches` (memory
     carried by `fit`; every `evaluate` call starts from an empty memory, and
-    the work per batch does not depend on how full it is)."""
+    the work per batch does not depend on how full it is); its `profile(n)`
+    is `n` more under TensorFlow's profiler (`tf_profile.summarize`)."""
     def run(n):
         timer = batch_timer()
         if training:
@@ -199,9 +206,17 @@ def keras_runner(model, dataset, training):
         else:
             model.evaluate(dataset, steps=n, verbose=0, callbacks=[timer])
         return timer.times
+    def profile(n):
+        import tempfile
+
+        from benchmarks.tf_profile import profiled
+        with tempfile.TemporaryDirectory(prefix="txl_profile_") as folder:
+            return profiled(run, n, folder)
+
     # Trainable weights only: `count_params` also counts the memory the
     # model carries between batches (non-trainable state, not parameters).
     run.parameters = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    run.profile = profile
     return run
 
 
@@ -216,7 +231,7 @@ def gpu_peak_bytes(reset=False):
     return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
 
 
-def measure(makers, iters, warmup, block, interleave=True, progress=None):
+def measure(makers, iters, warmup, block, interleave=True, progress=None, profile_steps=0):
     """`{name: {"seconds", "first_step_s", "peak_bytes", "parameters"}}` of
     each runner. `progress(name, result)`, if given, is called as each
     runner is made (`result` None), when its first step's seconds are known
@@ -231,7 +246,9 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None):
     at a time, a runner without its own `peak_bytes` reports TensorFlow's
     GPU peak over its life, and a runner that raises `PaperCodeFailed`
     gets `{"error": message}` (passed to `progress` too) while the others
-    go on."""
+    go on. With `profile_steps`, a runner with a `profile(n)` method runs
+    that many more batches under it once its result is reported, which
+    gains its `profile` (reported again)."""
     def finish(runner, seconds, first):
         close = getattr(runner, "close", None)
         peak = getattr(runner, "peak_bytes", None)
@@ -264,6 +281,9 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None):
             except PaperCodeFailed as error:  # our rows are still worth having
                 results[name] = {"error": str(error)}
             progress(name, results[name])
+            if profile_steps and hasattr(runner, "profile") and "error" not in results[name]:
+                results[name]["profile"] = runner.profile(profile_steps)
+                progress(name, results[name])
             runner = None
             gc.collect()
         return results
@@ -275,6 +295,8 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None):
             times[name].extend(run(min(block, iters - len(times[name]))))
     for name, run in runners.items():
         results[name] = finish(run, times[name], firsts[name])
+        if profile_steps and hasattr(run, "profile"):
+            results[name]["profile"] = run.profile(profile_steps)
         progress(name, results[name])
     return results
 
@@ -345,6 +367,10 @@ def report(rows, peak, env_before, columns, output, question, settings):
     print(f"matmul peak GFLOP/s: {shown}; loadavg before {env['loadavg_before']}, "
           f"after {env['loadavg']}")
     print(table)
+    for r in rows:
+        if "profile" in r:
+            from benchmarks.tf_profile import one_line
+            print(f"profile {r['shape']} {r['variant']}: {one_line(r['profile'])}")
     write_json(output, {"question": question, "settings": settings,
                         "matmul_peak_gflops": peak, "environment": env, "results": rows,
                         "table": table})
@@ -571,15 +597,18 @@ def train_part(o, peak, partial=None):
                                "batch_size": batch, "tgt_len": cfg.tgt_len,
                                "mem_len": cfg.mem_len, "model_mflop_per_token": flops / 1e6,
                                "peak_dtype": dtype,
-                               **summarize(result, batch * cfg.tgt_len, flops, peak[dtype])}
+                               **summarize(result, batch * cfg.tgt_len, flops, peak[dtype]),
+                               **({"profile": result["profile"]} if "profile" in result
+                                  else {})}
                 set_ratios(group, bool(o["reference_dir"]))
-                del started[name]
+                started.pop(name, None)
             if partial:
                 partial(rows + list(group.values()),
                         [{"shape": shape, "variant": n, "first_step_s": f}
                          for n, f in started.items()])
 
-        measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"], progress)
+        measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"], progress,
+                o["profile_steps"] if o["part"] == "train" else 0)
         rows.extend(group.values())
     ratio = "x its paper row" if o["reference_dir"] else f"x {rows[0]['variant']}"
     columns = [("shape", "shape", ""), ("variant", "variant", ""), ("params", "parameters", ","),

@@ -344,6 +344,54 @@ def test_measure_times_each_runner_after_its_warmup(interleave):
         assert log == [("a", 2), ("a", 5), ("a", "close"), ("b", 2), ("b", 5), ("b", "close")]
 
 
+class ProfiledRunner(FakeRunner):
+    def profile(self, n):
+        self.log.append((self.name, "profile", n))
+        return {"source": "fake", "ms_per_step": 1.0}
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_a_runner_that_profiles_runs_more_steps_under_it_after_its_row(interleave):
+    log, calls = [], []
+    makers = {"paper": lambda: FakeRunner(log, "paper"), "ours": lambda: ProfiledRunner(log, "ours")}
+    results = tp.measure(makers, iters=3, warmup=1, block=3, interleave=interleave,
+                         progress=lambda name, result: calls.append(
+                             (name, None if result is None else "profile" in result)),
+                         profile_steps=2)
+    assert results["ours"]["profile"] == {"source": "fake", "ms_per_step": 1.0}
+    assert "profile" not in results["paper"]
+    assert ("ours", "profile", 2) in log and log.index(("ours", 3)) < log.index(
+        ("ours", "profile", 2))
+    if not interleave:  # its row is reported first, then again with the profile
+        assert calls[-2:] == [("ours", False), ("ours", True)]
+    assert tp.measure(makers, iters=3, warmup=1, block=3, interleave=interleave)[
+        "ours"].get("profile") is None  # not asked
+
+
+def test_a_profile_summary_by_category_and_top_ops(tmp_path):
+    from benchmarks import tf_profile
+    rows = [{"hlo_op_name": "dot.1", "category": "convolution fusion", "total_self_time": 6000.0},
+            {"hlo_op_name": "loop.2", "category": "loop fusion", "total_self_time": 3000.0},
+            {"hlo_op_name": "dot.3", "category": "convolution fusion", "total_self_time": 1000.0}]
+    summary = tf_profile.summarize_rows(rows, 2, "hlo_stats")
+    assert summary["ms_per_step"] == 5.0
+    assert summary["by_category_ms"] == {"convolution fusion": 3.5, "loop fusion": 1.5}
+    assert [(t["name"], t["ms"], t["share"]) for t in summary["top"]] == [
+        ("dot.1", 3.0, 0.6), ("loop.2", 1.5, 0.3), ("dot.3", 0.5, 0.1)]
+    assert tf_profile.one_line(summary) == (
+        "5.0 ms a step (hlo_stats): convolution fusion 3.5, loop fusion 1.5")
+    # a real trace on the CPU: TensorFlow's ops (XLA's are traced on GPUs only)
+    import tensorflow as tf
+    step = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, x)))
+    x = tf.ones([64, 64])
+    step(x)
+    summary = tf_profile.profiled(lambda n: [step(x).numpy() for _ in range(n)], 3,
+                                  str(tmp_path))
+    assert summary["source"] == "framework_op_stats" and summary["ms_per_step"] > 0, summary
+    assert "IDLE" not in summary["by_category_ms"]
+    assert tf_profile.summarize(str(tmp_path / "none"), 1)["source"] is None
+
+
 def test_adaptive_softmax_flops_count_the_head_and_the_tails_share():
     full = tp.config_for("tiny", cutoffs=[])
     adaptive = tp.config_for("tiny")  # cutoffs 100, 200 of 300
