@@ -596,6 +596,11 @@ def run_speed(o):
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
+    print("ms a token (÷ bound): " + "; ".join(
+        f"{r['preset']} {r['backend']} {r['device']} b{r['batch']} {r['per_token_ms']:.2f} "
+        f"({r['over_bound']:.1f}x)" + (f", table {r['table_ms']:.1f} ({r['table_over_own']:.2f}x "
+                                       "the batch step)" if "table_ms" in r else "")
+        for r in rows))
 
 
 def check_device_flag(device):
