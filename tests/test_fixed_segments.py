@@ -90,9 +90,11 @@ def test_steps_and_scores_on_fixed_shapes_equal_the_dynamic_path(path, dynamic, 
     rng = np.random.default_rng(1)
     memories = {batch: (dynamic.initial_memory(batch), fixed.initial_memory(batch))
                 for batch in (1, 2)}
-    # (kind, batch, seq_len): (2, 3) opened at its second call, dropped for (2, 4), opened again
-    calls = [("step", 2, 3), ("score", 2, 3), ("step", 2, 3), ("step", 1, 3), ("score", 1, 3),
-             ("step", 2, 4), ("score", 2, 4), ("step", 2, 3), ("score", 2, 3), ("step", 1, 3)]
+    # (kind, batch, seq_len): each shape's second call opens it; (2, 3), used after (1, 3)
+    # opened, stays when (2, 4) opens, and (1, 3) is dropped, then opened again.
+    calls = [("step", 2, 3), ("score", 2, 3), ("step", 2, 3), ("score", 2, 3), ("step", 1, 3),
+             ("score", 1, 3), ("step", 2, 3), ("step", 2, 4), ("score", 2, 4), ("step", 1, 3),
+             ("score", 1, 3), ("step", 2, 3)]
     buffers, kept = {}, None
     for kind, batch, length in calls:
         ids = rng.integers(0, CONFIG.n_token, [batch, length + 1])
@@ -124,8 +126,8 @@ def test_steps_and_scores_on_fixed_shapes_equal_the_dynamic_path(path, dynamic, 
             now = {name: value.data_ptr()
                    for name, value in {**segment.inputs, **segment.outputs}.items()}
             assert buffers.setdefault(segment, now) == now  # bound once, never moved
-    assert opened == [(2, 3), (1, 3), (2, 4), (2, 3)], opened
-    assert list(fixed._fixed) == [(2, 4), (2, 3)]
+    assert opened == [(2, 3), (1, 3), (2, 4), (1, 3)], opened
+    assert list(fixed._fixed) == [(2, 4), (1, 3)]
     assert device_path == all(isinstance(s, FixedSegment) for s in fixed._fixed.values())
     assert len(buffers) == (len(opened) if device_path else 0)
 
