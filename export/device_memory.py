@@ -110,13 +110,27 @@ class FixedSegment:
         seq_len]`) on the memory `(mems, mem_mask)` (OrtValues). The
         log-probs are the fixed output buffer (the next run's too); the new
         memory is `(mems, mem_mask)` OrtValues of its own on the device."""
-        self.inputs["token_ids"].update_inplace(np.asarray(ids, np.int32))
-        self._copy((mems, mem_mask), (self.inputs["mems"], self.inputs["mem_mask"]))
-        self.session.run_with_iobinding(self.binding, self.run_options)
+        self.load(mems, mem_mask)
+        self.replay(ids)
         new = [self.outputs[name] for name in ("new_mems", "new_mem_mask")]
         fresh = [empty_like(value, self.device) for value in new]
         self._copy(new, fresh)
         return self.outputs["log_probs"], fresh
+
+    def load(self, mems, mem_mask):
+        """Copies the memory `(mems, mem_mask)` (OrtValues) into the input buffers."""
+        self._copy((mems, mem_mask), (self.inputs["mems"], self.inputs["mem_mask"]))
+
+    def replay(self, ids):
+        """Runs the session (a replay, once captured) on `ids` and the memory
+        in the input buffers; its outputs are in `outputs`."""
+        self.inputs["token_ids"].update_inplace(np.asarray(ids, np.int32))
+        self.session.run_with_iobinding(self.binding, self.run_options)
+
+    def feed_back(self):
+        """Copies the last run's new memory into the input buffers: a loop
+        that carries the memory on the device without copying it out."""
+        self.load(self.outputs["new_mems"], self.outputs["new_mem_mask"])
 
     def _copy(self, source, target):
         binding = self.copy_session.io_binding()
