@@ -152,31 +152,33 @@ class OnnxRuntime(Runtime):
     `model.onnx` with those two axes fixed (ONNX Runtime's free-dimension
     overrides), opened at the second call of that shape (a one-off prompt
     pays nothing); `FIXED_SHAPES_KEPT` (4) are kept, the least recently
-    used closed. ONNX Runtime then folds the graph's shape arithmetic: on
-    the `small` preset one token of one stream keeps 301 of 597 nodes and
-    takes 0.64 ms instead of 1.01; outputs are identical. `"one_token"`
-    fixes `[1, 1]` only (decoding one stream). Such sessions read the
+    used closed. ONNX Runtime then folds the graph's shape arithmetic (the
+    `small` preset keeps 301 of 596 nodes; docs/generation.md) and every
+    value crossing between host and device; outputs are identical.
+    `"one_token"` fixes `[1, 1]` only (decoding one stream). They read the
     shared mapped weights (`shared_weights`) where there are some (CPU, an
     export with `model.onnx.data`: no copy, matmuls on unpacked weights);
     elsewhere (CUDA, weights inside `model.onnx`) each holds its own copy.
     `"auto"`: True on CUDA (where each node is a launch, and the fixed
     buffers replay as a CUDA graph, below); on the CPU, where a segment
-    ran no faster with its shapes fixed, `"one_token"` for models up to
-    `SINGLE_STREAM_MAX_BYTES` (256 MiB), else False; False with
-    `session_options` (the overrides need options of their own).
+    gained little from it (benchmarks/README.md), `"one_token"` for models
+    up to `SINGLE_STREAM_MAX_BYTES` (256 MiB), else False. With
+    `session_options`, whose overrides would be every shape's, at most
+    `"one_token"` (its overrides added to them once the main session is
+    built).
 
     Weights in memory (CPU, an export whose graphs read one
     `model.onnx.data`): the two hot paths, the step (`model.onnx`) and the
     decode step, pack their own copies for ONNX Runtime's fastest matmuls;
-    every other session (`decode_init`, `decode_read`, the single-stream
-    step) reads one shared, mapped copy (`shared_weights`). `low_memory=True`
+    every other session (`decode_init`, `decode_read`, the fixed-shape
+    steps) reads one shared, mapped copy (`shared_weights`). `low_memory=True`
     shares it with the hot paths too: one copy in all, and slower matmuls
     on the unpacked weights (benchmarks/NOTES.md §4, "Runtime memory"); its
     sessions fold no constants (`UNFOLDED`), which would copy the weights a
     graph transposes.
 
     `session_options`: an `onnxruntime.SessionOptions` for every session,
-    as given (no shared weights, no fixed shapes).
+    as given (no shared weights; `fixed_shapes` at most `"one_token"`).
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
@@ -239,11 +241,12 @@ class OnnxRuntime(Runtime):
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.io_binding = bool(io_binding)
         if fixed_shapes == "auto":
-            fixed_shapes = False if session_options else True if self.device == "cuda" else \
+            fixed_shapes = True if self.device == "cuda" and not session_options else \
                 "one_token" if _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES else False
-        elif fixed_shapes and session_options:
-            raise TxlError("fixed_shapes needs the runtime's own session options (the axes "
-                           "are fixed in them); leave session_options out or fixed_shapes=False")
+        elif fixed_shapes is True and session_options:
+            raise TxlError("fixed_shapes=True needs the runtime's own session options (each "
+                           "shape's axes are fixed in them); with session_options, "
+                           "fixed_shapes='one_token' fixes [1, 1] in them")
         self.fixed_shapes = fixed_shapes
         self._outputs = [o.name for o in self.session.get_outputs()]
         self._decode_paths = decode_files(path)
