@@ -18,6 +18,7 @@ from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_m
                                 take_device_rows)
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
+from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.errors import ModelDirError, TxlError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
@@ -155,7 +156,8 @@ class OnnxRuntime(Runtime):
     used closed. ONNX Runtime then folds the graph's shape arithmetic (the
     `small` preset keeps 301 of 596 nodes; docs/generation.md) and every
     value crossing between host and device; outputs are identical.
-    `"one_token"` fixes `[1, 1]` only (decoding one stream). They read the
+    `"one_token"` fixes `[1, 1]` only (decoding one stream; what
+    `single_stream=True`, deprecated, did). They read the
     shared mapped weights (`shared_weights`) where there are some (CPU, an
     export with `model.onnx.data`: no copy, matmuls on unpacked weights);
     elsewhere (CUDA, weights inside `model.onnx`) each holds its own copy.
@@ -205,11 +207,15 @@ class OnnxRuntime(Runtime):
 
     def __init__(self, path, device="auto", io_binding=True, session_options=None,
                  fixed_shapes="auto", device_cache="auto", tf32=False, cuda_graph="auto",
-                 low_memory=False):
+                 low_memory=False, single_stream=None):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
         if reason and device != "auto":
             logging.warning("%s", reason)
+        if single_stream is not None:  # fixed_shapes's old name, for one token of one stream
+            warn_deprecated("OnnxRuntime.single_stream",
+                            "fixed_shapes ('one_token' for single_stream=True)")
+            fixed_shapes = "one_token" if single_stream is True else single_stream
         for name, value in (("device_cache", device_cache), ("cuda_graph", cuda_graph)):
             if value not in ("auto", True, False):
                 raise TxlError(f"{name} must be 'auto', True or False, got {value!r}")

@@ -154,6 +154,8 @@ def test_fixed_shapes_auto_follows_the_model_size_and_the_session_options(paths,
     assert open_runtime(path, device="cpu").fixed_shapes is False
     with pytest.raises(ValueError, match="fixed_shapes must be"):
         open_runtime(path, device="cpu", fixed_shapes="yes")
+    with pytest.warns(DeprecationWarning, match="single_stream is deprecated .* use fixed_shapes"):
+        assert open_runtime(path, device="cpu", single_stream=True).fixed_shapes == "one_token"
 
 
 def test_device_fallback_names_the_provider(paths, caplog):
