@@ -639,6 +639,8 @@ EVALUATION_SPEC = (
            "the API and the bound."),
     option("string", "device", "cpu", "ONNX Runtime's device: cpu, cuda or auto (cuda: an error "
            "where its provider does not load)."),
+    option("string", "fixed_shapes", "auto", "The runtime's fixed_shapes: auto, true, one_token "
+           "or false (segments on sessions of fixed shapes; auto: on CUDA)."),
     option("string", "work_dir", None, "Where the exports go, kept (default: a temporary folder, "
            "removed at the end)."),
     option("bool", "reuse_exports", False, "Time the exports already in --work_dir (<preset>/out, "
@@ -652,9 +654,10 @@ EVALUATION_SPEC = (
                                             "long_memory_evaluation.json"),
            "Where to write the JSON results."),
 )
-# The paths timed, in the table's order: the graph with bound buffers, then
-# the public API with the memory it returns fed back, then with a numpy memory.
-EVALUATION_PATHS = ("bound", "score", "step", "score_numpy", "step_numpy")
+# The paths timed, in the table's order: the graph with bound buffers (the
+# runtime's fastest way, then its dynamic-shape session), then the public API
+# with the memory it returns fed back, then with a numpy memory.
+EVALUATION_PATHS = ("bound", "bound_dynamic", "score", "step", "score_numpy", "step_numpy")
 API_TARGET = 0.9  # issue 53: the API with the memory on the device >= 0.9x the bound
 
 
@@ -663,17 +666,25 @@ def gather_nll(log_probs, targets):
     return -np.take_along_axis(log_probs, targets[..., None].astype(np.int64), -1)[..., 0]
 
 
-def bound_path(runtime, memory, segments):
-    """The graph's own speed: `model.onnx` through the runtime's session with
-    every input and output bound (IO binding) on its device: the ids placed
-    there beforehand, the memory fed back as OrtValues, two sets of memory
+def bound_path(runtime, memory, segments, dynamic=False):
+    """The graph's own speed: `model.onnx` the fastest way the runtime runs
+    it, every input and output bound on its device. Where the runtime fixes
+    the segments' shape (`fixed_shapes`) that is its fixed-shape session:
+    on the device path over its fixed buffers (`fixed_bound_path`, a CUDA
+    graph replayed on CUDA), else bound as below; otherwise, or with
+    `dynamic`, its main (dynamic-shape) session: the ids placed on the
+    device beforehand, the memory fed back as OrtValues, two sets of memory
     buffers and one of log-probs allocated once. Returns `run(keep=None)`,
     which reads `segments` (`[(ids, targets)]`, numpy `[B, T]`) from the
     numpy `memory`; `keep(nll)` (the check, not timed) gets each segment's
     NLL, its log-probs copied to the host."""
     import onnxruntime as ort
     from export.decode_cache import ortvalue
-    session, device = runtime.session, runtime.device
+    from export.device_memory import FixedSegment
+    fixed = None if dynamic else runtime._fixed_for(segments[0][0].shape, open_now=True)
+    if isinstance(fixed, FixedSegment):
+        return fixed_bound_path(fixed, memory, segments)
+    session, device = fixed or runtime.session, runtime.device
 
     def empty(shape, dtype):
         return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, device, 0)
@@ -698,6 +709,25 @@ def bound_path(runtime, memory, segments):
             if keep:
                 keep(gather_nll(log_probs.numpy(), segments[i][1]))
             mems, mem_mask = new_mems, new_mem_mask
+    return run
+
+
+def fixed_bound_path(fixed, memory, segments):
+    """`bound_path` over a `FixedSegment`'s buffers: the start memory copied
+    in, each segment's ids written in place, the new memory copied back
+    into the inputs on the device (`feed_back`: one copy a segment, what a
+    graph tied to its buffers needs)."""
+    from export.decode_cache import ortvalue
+    start = [ortvalue(value, fixed.device) for value in memory]
+    ids = [np.asarray(i, np.int32) for i, _ in segments]
+
+    def run(keep=None):
+        fixed.load(*start)
+        for segment, (_, targets) in zip(ids, segments):
+            fixed.replay(segment)
+            if keep:
+                keep(gather_nll(fixed.outputs["log_probs"].numpy(), targets))
+            fixed.feed_back()
     return run
 
 
@@ -726,8 +756,9 @@ def api_path(runtime, memory, segments, score, on_device):
 
 def evaluation_paths(runtime, memory, segments):
     """`{path: run}` of `EVALUATION_PATHS` (see `bound_path`, `api_path`)."""
-    paths = {"bound": bound_path(runtime, memory, segments)}
-    for name in EVALUATION_PATHS[1:]:
+    paths = {"bound": bound_path(runtime, memory, segments),
+             "bound_dynamic": bound_path(runtime, memory, segments, dynamic=True)}
+    for name in EVALUATION_PATHS[2:]:
         paths[name] = api_path(runtime, memory, segments, score=name.startswith("score"),
                                on_device=not name.endswith("numpy"))
     return paths
@@ -847,8 +878,13 @@ def run_evaluation(o):
     `--segment_len` random ids read one after the other, the memory carried,
     along each path:
 
-    - **bound**: `model.onnx` through the runtime's own session, every input
-      and output bound on its device (`bound_path`): the graph's speed;
+    - **bound**: `model.onnx` the fastest way the runtime runs it, every
+      input and output bound on its device (`bound_path`): the graph's
+      speed; on its fixed-shape session where it fixes the segments' shape
+      (`--fixed_shapes`; "auto": on CUDA, where the fixed buffers replay as
+      a CUDA graph);
+    - **bound_dynamic**: the same through its dynamic-shape session (what
+      fixing the shapes, and replaying, gained);
     - **score**, **step**: `rt.score(ids, targets, memory)` and
       `rt.step(ids, memory)`, the memory they return fed back as it is (on
       the device);
@@ -871,6 +907,10 @@ def run_evaluation(o):
     at_least(o, 1, "segment_len", "repeats")
     at_least(o, 2, "segments")
     check_export_flags(o)
+    fixed_shapes = {**CACHE_PLACES, "one_token": "one_token"}.get(o["fixed_shapes"])
+    if fixed_shapes is None:
+        raise TxlError("--fixed_shapes must be auto, true, one_token or false, got "
+                       f"{o['fixed_shapes']!r}")
     if o["device"] == "cuda" and not _on_cuda("cuda"):
         raise TxlError("--device=cuda: this onnxruntime has no CUDAExecutionProvider "
                        "(install onnxruntime-gpu on a machine with an NVIDIA GPU)")
@@ -891,7 +931,7 @@ def run_evaluation(o):
                 raise TxlError(f"--reuse_exports: no {preset} export in {folder}/out (made by "
                                "--part=speed with the same --work_dir, or --part=onnx_weights)")
             runtime = open_export(folder, "onnx", config.mem_len, o["device"],
-                                  device=o["device"])
+                                  device=o["device"], fixed_shapes=fixed_shapes)
             if runtime.log_probs_mode != "all":
                 raise TxlError(f"the export in {folder} has log_probs='{runtime.log_probs_mode}'"
                                "; scoring needs 'all'")
@@ -946,7 +986,8 @@ def evaluation_summary(rows, device):
     for preset, batch in dict.fromkeys((r["preset"], r["batch"]) for r in rows):
         by = {r["path"]: r for r in rows if (r["preset"], r["batch"]) == (preset, batch)}
         paper = by["paper"]
-        parts.append(f"{preset} b{batch} bound {by['bound']['tokens_per_s']:,.0f} tok/s, score "
+        parts.append(f"{preset} b{batch} bound {by['bound']['tokens_per_s']:,.0f} tok/s (dynamic "
+                     f"shapes {by['bound_dynamic']['tokens_per_s']:,.0f}), score "
                      f"{by['score']['over_bound']:.2f}x, step {by['step']['over_bound']:.2f}x, "
                      f"score on a numpy memory {by['score_numpy']['over_bound']:.2f}x, paper "
                      + (f"{paper['tokens_per_s']:,.0f}" if paper["tokens_per_s"]

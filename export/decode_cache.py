@@ -586,6 +586,15 @@ _GRAPH_IDS = itertools.count(1)
 MOVED = ("slot", "row_slot")
 
 
+def replay_run_options():
+    """`onnxruntime.RunOptions` with a graph id of its own (`gpu_graph_id`):
+    for the runs of one set of fixed buffers."""
+    import onnxruntime as ort
+    options = ort.RunOptions()
+    options.add_run_config_entry("gpu_graph_id", str(next(_GRAPH_IDS)))
+    return options
+
+
 def copy_model(names=CACHE_NAMES):
     """An ONNX model copying each cache tensor in `names` to `copy_<name>`:
     bound to a destination buffer, a device-to-device copy."""
@@ -602,7 +611,8 @@ def copy_model(names=CACHE_NAMES):
         [helper.make_tensor_value_info(f"copy_{n}", t, s) for n, t, s in values])
 
 
-def _empty_like(value, device):
+def empty_like(value, device):
+    """An uninitialized OrtValue on `device` of the OrtValue `value`'s shape and type."""
     import onnxruntime as ort
     return ort.OrtValue.ortvalue_from_shape_and_type(
         value.shape(), NUMPY_TYPES[value.data_type()], device, 0)
@@ -618,7 +628,6 @@ class FixedStep:
     token's projections live in buffers of its own."""
 
     def __init__(self, sessions, device, fixed, rows, n_token):
-        import onnxruntime as ort
         self.sessions, self.device, self.fixed, self.rows = sessions, device, fixed, int(rows)
         layers, _, _, d_model = fixed["cache_mems"].shape()
         _, _, heads, d_head, _ = fixed["keys"].shape()
@@ -632,7 +641,7 @@ class FixedStep:
                                         device) for name in ("token_keys", "token_values")}}
         # The ring positions a write moves on, then copied over the old ones:
         # written in place, the graph could read a position it already moved.
-        self.moved = {"slot": _empty_like(fixed["slot"], device),
+        self.moved = {"slot": empty_like(fixed["slot"], device),
                       "row_slot": ortvalue(np.zeros([rows], np.int32), device)}
         self.step_binding = self._bind_step()
         self.write_binding = self._bind_write()
@@ -642,8 +651,7 @@ class FixedStep:
         self.move_binding.bind_ortvalue_output("copy_slot", fixed["slot"])
         bind_rows(self.move_binding.bind_output, "copy_row_slot", fixed["row_slot"], device,
                   rows)
-        self.run_options = ort.RunOptions()
-        self.run_options.add_run_config_entry("gpu_graph_id", str(next(_GRAPH_IDS)))
+        self.run_options = replay_run_options()
 
     def _bind_step(self):
         binding = self.sessions["step"].io_binding()
@@ -693,7 +701,7 @@ class Resident:
 
     def __init__(self, sessions, device, cache, n_token):
         self.sessions = sessions
-        self.fixed = {name: _empty_like(cache[name], device) for name in CACHE_NAMES}
+        self.fixed = {name: empty_like(cache[name], device) for name in CACHE_NAMES}
         self.steps = FixedStep(sessions, device, self.fixed, cache["valid"].shape()[0], n_token)
         self.owner, self.own_buffers = None, None
 

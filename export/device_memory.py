@@ -5,7 +5,9 @@ and scores targets on its device, so that a memory (OrtValues in a
 score brings only the negative log-likelihoods there, not the log-probs.
 Built with `onnx.helper` at run time (as `export.decode_cache`'s graphs).
 """
-from export.decode_cache import small_model as _model
+import numpy as np
+
+from export.decode_cache import NUMPY_TYPES, empty_like, replay_run_options, small_model as _model
 
 
 def _memory_values(prefix="", suffix=""):
@@ -54,3 +56,86 @@ def nll_model():
                   [helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, [None] * 3),
                    helper.make_tensor_value_info("targets", TensorProto.INT32, [None] * 2)],
                   [helper.make_tensor_value_info("nll", TensorProto.FLOAT, [None] * 2)])
+
+
+def memory_copy_model():
+    """Inputs `mems`, `mem_mask`; outputs `copy_mems`, `copy_mem_mask`: bound
+    to other buffers, a copy of a memory on its device."""
+    from onnx import helper
+    return _model([helper.make_node("Identity", [name], [f"copy_{name}"])
+                   for name in ("mems", "mem_mask")],
+                  "txl_memory_copy", _memory_values(), _memory_values("copy_"))
+
+
+class FixedSegment:
+    """`model.onnx` on a session of one `(batch, seq_len)` (its free
+    dimensions fixed) run over fixed buffers bound once: the ids, the memory
+    and its mask in, the log-probs, the new memory and its mask out. What a
+    CUDA graph replays (a captured graph is tied to its buffers); on the CPU
+    provider the same path runs without a capture.
+
+    Each `run` copies the caller's memory into the input buffers and the new
+    memory out of the output buffers into fresh ones on the device (the copy
+    graph `copy_session`, of `memory_copy_model`), so a memory handed back
+    is never overwritten by the next run; the ids are written in place.
+
+    Args:
+        session: the fixed-shape session (CUDA graphs on where they replay).
+        copy_session: a session of `memory_copy_model()`.
+        device: the OrtValues' device ("cpu", "cuda").
+        shape: `(batch, seq_len)` the session is fixed to.
+    """
+
+    def __init__(self, session, copy_session, device, shape):
+        import onnxruntime as ort
+        self.session, self.copy_session, self.device = session, copy_session, device
+        batch, length = shape
+        sizes = {"batch": batch, "seq_len": length}
+
+        def buffer(value):
+            dims = [sizes.get(dim, dim) for dim in value.shape]
+            return ort.OrtValue.ortvalue_from_shape_and_type(dims, NUMPY_TYPES[value.type],
+                                                             device, 0)
+        self.inputs = {v.name: buffer(v) for v in session.get_inputs()}
+        self.outputs = {v.name: buffer(v) for v in session.get_outputs()}
+        self.binding = session.io_binding()
+        for name, value in self.inputs.items():
+            self.binding.bind_ortvalue_input(name, value)
+        for name, value in self.outputs.items():
+            self.binding.bind_ortvalue_output(name, value)
+        self.run_options = replay_run_options()
+
+    def run(self, ids, mems, mem_mask):
+        """`(log-probs, new memory)` of the segment `ids` (numpy `[batch,
+        seq_len]`) on the memory `(mems, mem_mask)` (OrtValues). The
+        log-probs are the fixed output buffer (the next run's too); the new
+        memory is `(mems, mem_mask)` OrtValues of its own on the device."""
+        self.load(mems, mem_mask)
+        self.replay(ids)
+        new = [self.outputs[name] for name in ("new_mems", "new_mem_mask")]
+        fresh = [empty_like(value, self.device) for value in new]
+        self._copy(new, fresh)
+        return self.outputs["log_probs"], fresh
+
+    def load(self, mems, mem_mask):
+        """Copies the memory `(mems, mem_mask)` (OrtValues) into the input buffers."""
+        self._copy((mems, mem_mask), (self.inputs["mems"], self.inputs["mem_mask"]))
+
+    def replay(self, ids):
+        """Runs the session (a replay, once captured) on `ids` and the memory
+        in the input buffers; its outputs are in `outputs`."""
+        self.inputs["token_ids"].update_inplace(np.asarray(ids, np.int32))
+        self.session.run_with_iobinding(self.binding, self.run_options)
+
+    def feed_back(self):
+        """Copies the last run's new memory into the input buffers: a loop
+        that carries the memory on the device without copying it out."""
+        self.load(self.outputs["new_mems"], self.outputs["new_mem_mask"])
+
+    def _copy(self, source, target):
+        binding = self.copy_session.io_binding()
+        for name, value, into in zip(("mems", "mem_mask"), source, target):
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(f"copy_{name}", into)
+        self.copy_session.run_with_iobinding(binding)
+

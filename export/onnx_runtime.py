@@ -4,6 +4,7 @@ device between calls. Needs numpy and onnxruntime, not TensorFlow."""
 import ctypes
 import logging
 import os
+from collections import OrderedDict
 
 import numpy as np
 
@@ -11,17 +12,24 @@ from export.decode_cache import (CHANGING_NAMES, MOVED, DeviceCache, Resident, a
                                  copy_model, device_step, host_cache, is_ortvalue, on_device,
                                  ortvalue, ring_memory_model, ring_positions, ring_write_model,
                                  run_on_device, step_feeds, with_cache_dtype, write_token)
-from export.device_memory import memory_concat_model, memory_take_model, nll_model
+from export.device_memory import (FixedSegment, memory_concat_model, memory_copy_model,
+                                  memory_take_model, nll_model)
 from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_model,
                                 take_device_rows)
 from export.metadata import DECODE_FILES, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
+from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.errors import ModelDirError, TxlError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
-# "auto" opens the single-stream session (a second copy of the weights in
-# memory) only for models up to this size, where per-node overhead matters.
+# On the CPU, "auto" fixes one shape only, one token of one stream (a second
+# copy of the weights where they are not shared), for models up to this
+# size, where per-node overhead matters (`OnnxRuntime`'s `fixed_shapes`).
 SINGLE_STREAM_MAX_BYTES = 256 * 2 ** 20
+# The fixed-shape sessions a runtime keeps (the least recently used goes),
+# and the shapes seen once it remembers (a shape's second call opens one).
+FIXED_SHAPES_KEPT = 4
+SHAPES_REMEMBERED = 64
 # What `low_memory` sessions leave out: constant folding would store a folded
 # copy of each weight a graph transposes (the tied output embedding:
 # `Transpose(embedding)`, 439 MB at wt103_base), one per session; unfolded,
@@ -140,29 +148,39 @@ class OnnxRuntime(Runtime):
     OrtValues on the session's device and the new memory is left there;
     only the log-probs are copied to the host.
 
-    `single_stream` (`"auto"`, True, False): steps of one token for one
-    stream (ids `[1, 1]`, what decoding a single prompt runs) go to a second
-    session opened, on first use, with the graph's `batch` and `seq_len`
-    fixed to 1 (ONNX Runtime's free-dimension overrides). ONNX Runtime then
-    folds the graph's shape arithmetic: on the `small` preset it keeps 301
-    of 597 nodes and the step takes 0.64 ms instead of 1.01, with identical
-    outputs. Where the weights are not shared (`shared_weights`) it holds a
-    second copy of them, so `"auto"` opens it only for models up to
-    `SINGLE_STREAM_MAX_BYTES` (256 MiB).
+    `fixed_shapes` (`"auto"`, True, `"one_token"`, False): a `step` or
+    `score` of a `(batch, seq_len)` seen before runs on a session of
+    `model.onnx` with those two axes fixed (ONNX Runtime's free-dimension
+    overrides), opened at the second call of that shape (a one-off prompt
+    pays nothing); `FIXED_SHAPES_KEPT` (4) are kept, the least recently
+    used closed. ONNX Runtime then folds the graph's shape arithmetic (the
+    `small` preset keeps 301 of 596 nodes; docs/generation.md) and every
+    value crossing between host and device; outputs are identical.
+    `"one_token"` fixes `[1, 1]` only (decoding one stream; what
+    `single_stream=True`, deprecated, did). They read the
+    shared mapped weights (`shared_weights`) where there are some (CPU, an
+    export with `model.onnx.data`: no copy, matmuls on unpacked weights);
+    elsewhere (CUDA, weights inside `model.onnx`) each holds its own copy.
+    `"auto"`: True on CUDA (where each node is a launch, and the fixed
+    buffers replay as a CUDA graph, below); on the CPU, where a segment
+    gained little from it (benchmarks/README.md), `"one_token"` for models
+    up to `SINGLE_STREAM_MAX_BYTES` (256 MiB), else False. With
+    `session_options`, whose overrides would be every shape's, at most
+    `"one_token"` (its overrides added to them once the main session is
+    built).
 
     Weights in memory (CPU, an export whose graphs read one
     `model.onnx.data`): the two hot paths, the step (`model.onnx`) and the
     decode step, pack their own copies for ONNX Runtime's fastest matmuls;
-    every other session (`decode_init`, `decode_read`, the single-stream
-    step) reads one shared, mapped copy (`shared_weights`). `low_memory=True`
+    every other session (`decode_init`, `decode_read`, the fixed-shape
+    steps) reads one shared, mapped copy (`shared_weights`). `low_memory=True`
     shares it with the hot paths too: one copy in all, and slower matmuls
     on the unpacked weights (benchmarks/NOTES.md §4, "Runtime memory"); its
     sessions fold no constants (`UNFOLDED`), which would copy the weights a
     graph transposes.
 
     `session_options`: an `onnxruntime.SessionOptions` for every session,
-    as given (no shared weights); the single-stream session adds its
-    overrides to them after the main session is built.
+    as given (no shared weights; `fixed_shapes` at most `"one_token"`).
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
@@ -173,10 +191,12 @@ class OnnxRuntime(Runtime):
     cache is faster on the CPU).
 
     `cuda_graph` (`"auto"`, True, False): device steps replay CUDA graphs
-    over fixed buffers, one set per batch size (`export.decode_cache`);
-    `"auto"` does so with the cache on CUDA (about 4× faster per token at
-    `enwik8_base` on an H100). An export whose step cannot be captured
-    decodes without them, with a warning.
+    over fixed buffers, one set per batch size (`export.decode_cache`),
+    and so do the fixed-shape segments (`export.device_memory.FixedSegment`,
+    on the device path: CUDA, or `device_cache=True`); `"auto"` does so
+    with the cache on CUDA (about 4× faster per token at `enwik8_base` on
+    an H100). An export whose step or segment cannot be captured runs it
+    without them, with a warning.
 
     `tf32` (default False): on CUDA, let float32 matmuls use TF32 tensor
     cores (ONNX Runtime's own default), which moves log-probs by ~1e-3;
@@ -186,16 +206,22 @@ class OnnxRuntime(Runtime):
     backend = "onnxruntime"
 
     def __init__(self, path, device="auto", io_binding=True, session_options=None,
-                 single_stream="auto", device_cache="auto", tf32=False, cuda_graph="auto",
-                 low_memory=False):
+                 fixed_shapes="auto", device_cache="auto", tf32=False, cuda_graph="auto",
+                 low_memory=False, single_stream=None):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
         if reason and device != "auto":
             logging.warning("%s", reason)
-        for name, value in (("single_stream", single_stream), ("device_cache", device_cache),
-                            ("cuda_graph", cuda_graph)):
+        if single_stream is not None:  # fixed_shapes's old name, for one token of one stream
+            warn_deprecated("OnnxRuntime.single_stream",
+                            "fixed_shapes ('one_token' for single_stream=True)")
+            fixed_shapes = "one_token" if single_stream is True else single_stream
+        for name, value in (("device_cache", device_cache), ("cuda_graph", cuda_graph)):
             if value not in ("auto", True, False):
                 raise TxlError(f"{name} must be 'auto', True or False, got {value!r}")
+        if fixed_shapes not in ("auto", True, "one_token", False):
+            raise TxlError("fixed_shapes must be 'auto', True, 'one_token' or False, got "
+                           f"{fixed_shapes!r}")
         self._shared_weights = {} if session_options else shared_weights(path, names)
         shared = (lambda: session_options) if session_options else \
             (lambda: with_shared_weights(None, self._shared_weights))
@@ -204,12 +230,11 @@ class OnnxRuntime(Runtime):
         # `low_memory` sessions fold no weight into a copy of their own.
         self._unfolded = UNFOLDED if low_memory and self._shared_weights else ()
         self.session = open_session(path, packed(), providers, self._unfolded)
-        if single_stream == "auto":
-            single_stream = _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES
-        self.single_stream = single_stream
-        self._open_single = lambda: _single_stream_session(path, shared(), providers,
-                                                           self._unfolded)
-        self._single = None
+        # `fixed_shapes`: {shape: session, or `FixedSegment` on the device path}, oldest first.
+        self._fixed, self._seen = OrderedDict(), OrderedDict()
+        self._open_fixed_session = lambda shape, graphs: _fixed_shape_session(
+            path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape,
+            self._unfolded)
         try:
             info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
         except TxlError as error:
@@ -221,6 +246,14 @@ class OnnxRuntime(Runtime):
                             "running on %s", self.provider)
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.io_binding = bool(io_binding)
+        if fixed_shapes == "auto":
+            fixed_shapes = True if self.device == "cuda" and not session_options else \
+                "one_token" if _model_bytes(path) <= SINGLE_STREAM_MAX_BYTES else False
+        elif fixed_shapes is True and session_options:
+            raise TxlError("fixed_shapes=True needs the runtime's own session options (each "
+                           "shape's axes are fixed in them); with session_options, "
+                           "fixed_shapes='one_token' fixes [1, 1] in them")
+        self.fixed_shapes = fixed_shapes
         self._outputs = [o.name for o in self.session.get_outputs()]
         self._decode_paths = decode_files(path)
         self._decode_sessions = None
@@ -231,6 +264,7 @@ class OnnxRuntime(Runtime):
                                      for name, p in self._decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self.cuda_graph = self._replays_graphs(cuda_graph)
+        self._segment_graphs = True  # until ONNX Runtime refuses to capture a segment
         self._open_replay = lambda: open_replay_sessions(
             self._decode_paths["decode_step"], self.mem_len + 1, self.info.cache_dtype, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
@@ -244,7 +278,7 @@ class OnnxRuntime(Runtime):
 
     def describe(self):
         return (super().describe() + f" provider={self.provider} io_binding={self.io_binding}"
-                f" single_stream={self.single_stream} decode_cache={self.use_decode_cache}"
+                f" fixed_shapes={self.fixed_shapes} decode_cache={self.use_decode_cache}"
                 f" device_cache={self.device_cache} cuda_graph={self.cuda_graph}")
 
     def _replays_graphs(self, wanted):
@@ -281,13 +315,45 @@ class OnnxRuntime(Runtime):
     def has_decode_cache(self):
         return self._usable_decode_graphs(self._decode_paths is not None)
 
-    def _session_for(self, ids):
-        """The single-stream session for one token of one stream, else the main one."""
-        if not self.single_stream or ids.shape != (1, 1):
-            return self.session
-        if self._single is None:
-            self._single = self._open_single()
-        return self._single
+    def _fixed_for(self, shape, open_now=False):
+        """The fixed-shape session of `shape` (`fixed_shapes`), a
+        `FixedSegment` over it on the device path, or None where the main
+        session runs it: a shape's first call (unless `open_now`) only
+        remembers it, its second opens it."""
+        shape = tuple(int(n) for n in shape)
+        if not (self.fixed_shapes is True or
+                (self.fixed_shapes == "one_token" and shape == (1, 1))):
+            return None
+        if shape in self._fixed:
+            self._fixed.move_to_end(shape)
+            return self._fixed[shape]
+        if shape not in self._seen and not open_now:
+            self._seen[shape] = True
+            if len(self._seen) > SHAPES_REMEMBERED:
+                self._seen.popitem(last=False)
+            return None
+        self._seen.pop(shape, None)
+        if len(self._fixed) >= FIXED_SHAPES_KEPT:
+            self._fixed.popitem(last=False)
+        self._fixed[shape] = self._open_fixed(shape)
+        return self._fixed[shape]
+
+    def _open_fixed(self, shape):
+        """A session of `shape`; on the device path a `FixedSegment` over
+        one, replayed as a CUDA graph where `cuda_graph` is on (without,
+        with a warning, where ONNX Runtime cannot capture it)."""
+        if not self._memory_on_device:
+            return self._open_fixed_session(shape, False)
+        session = None
+        if self.cuda_graph and self._segment_graphs:
+            try:
+                session = self._open_fixed_session(shape, self.device == "cuda")
+            except ModelDirError as error:  # a node left to the CPU: no capture
+                logging.warning("segments run without CUDA graphs: %s", error)
+                self._segment_graphs = False
+        session = session or self._open_fixed_session(shape, False)
+        return FixedSegment(session, self._small_graph("copy_memory", memory_copy_model),
+                            self.device, shape)
 
     # ------------------------------------------------------------ conversion
     def _ortvalue(self, array):
@@ -309,16 +375,25 @@ class OnnxRuntime(Runtime):
     # ------------------------------------------------------------------- run
     def _step(self, ids, mems, mem_mask):
         if not self.io_binding:
-            out = dict(zip(self._outputs, self._session_for(ids).run(
+            session = self._fixed_for(ids.shape) or self.session
+            out = dict(zip(self._outputs, session.run(
                 None, {"token_ids": ids, "mems": mems, "mem_mask": mem_mask})))
             return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
-        log_probs, memory = self._bound_step(ids, mems, mem_mask, "cpu")
-        return log_probs.numpy(), memory
+        return self._bound_step(ids, mems, mem_mask, host_log_probs=True)
 
-    def _bound_step(self, ids, mems, mem_mask, log_probs_device):
-        """`(log-probs OrtValue on `log_probs_device`, new memory)` of a step
-        with IO binding: the new memory is left on the session's device."""
-        session = self._session_for(ids)
+    def _bound_step(self, ids, mems, mem_mask, host_log_probs):
+        """`(log-probs, new memory)` of a step with IO binding: the new
+        memory is left on the session's device, the log-probs are numpy
+        (`host_log_probs`) or an OrtValue on that device, which a
+        `FixedSegment`'s next run overwrites."""
+        fixed = self._fixed_for(ids.shape)
+        if isinstance(fixed, FixedSegment):
+            log_probs, memory = fixed.run(ids, mems, mem_mask)
+            # On the host: a copy of its own (on the CPU `numpy()` is a view).
+            return (np.array(log_probs.numpy()) if host_log_probs else log_probs,
+                    RuntimeMemory(*memory))
+        log_probs_device = "cpu" if host_log_probs else self.device
+        session = fixed or self.session
         binding = session.io_binding()
         binding.bind_ortvalue_input("token_ids", self._ortvalue(ids))
         binding.bind_ortvalue_input("mems", mems)
@@ -328,7 +403,8 @@ class OnnxRuntime(Runtime):
         binding.bind_output("new_mem_mask", self.device, 0)
         session.run_with_iobinding(binding)
         log_probs, new_mems, new_mem_mask = binding.get_outputs()
-        return log_probs, RuntimeMemory(new_mems, new_mem_mask)
+        return (log_probs.numpy() if host_log_probs else log_probs,
+                RuntimeMemory(new_mems, new_mem_mask))
 
     # ------------------------------------------------- memory on the device
     @property
@@ -350,7 +426,7 @@ class OnnxRuntime(Runtime):
         """The log-probs stay on the device; only the nll come to the host."""
         if not self._memory_on_device or self.log_probs_mode != "all":
             return super()._score(ids, targets, mems, mem_mask)
-        log_probs, memory = self._bound_step(ids, mems, mem_mask, self.device)
+        log_probs, memory = self._bound_step(ids, mems, mem_mask, host_log_probs=False)
         nll = np.empty(targets.shape, np.float32)
         run_on_device(self._small_graph("nll", nll_model), self.device,
                       {"log_probs": log_probs, "targets": targets}, into={"nll": nll})
@@ -601,11 +677,11 @@ def _model_bytes(path):
     return os.path.getsize(path) + (os.path.getsize(data) if os.path.exists(data) else 0)
 
 
-def _single_stream_session(path, options, providers, disabled_optimizers=()):
-    """A session of `path` with the dynamic `batch` and `seq_len` axes fixed
-    to 1 in `options` (which no other session may use)."""
-    for axis in ("batch", "seq_len"):
-        options.add_free_dimension_override_by_name(axis, 1)
+def _fixed_shape_session(path, options, providers, shape, disabled_optimizers=()):
+    """A session of `path` with its dynamic `batch` and `seq_len` axes fixed
+    to `shape` in `options` (which no other session may use)."""
+    for axis, size in zip(("batch", "seq_len"), shape):
+        options.add_free_dimension_override_by_name(axis, int(size))
     return open_session(path, options, providers, disabled_optimizers)
 
 

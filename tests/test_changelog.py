@@ -55,9 +55,17 @@ def warned_names():
             and isinstance(node.args[0], ast.Constant)]
 
 
+def unreleased_section(heading):
+    """The text under `### heading` of "Unreleased" (empty without one)."""
+    unreleased = CHANGELOG.split("\n## Unreleased\n")[1].split("\n## ")[0]
+    parts = unreleased.split(f"\n### {heading}\n")
+    return parts[1].split("\n### ")[0] if len(parts) > 1 else ""
+
+
 def test_every_deprecated_name_is_listed_with_the_release_that_removes_it():
+    """Under the newest release's "Deprecated", or, deprecated since, Unreleased's."""
     assert version(REMOVED_IN) > version(txl_tf.__version__)
-    deprecated = newest_section("Deprecated")
+    deprecated = newest_section("Deprecated") + "\n" + unreleased_section("Deprecated")
     bullets = [" ".join(b.split()) for b in deprecated.split("\n- ")[1:]]
     assert bullets and all(f"removed in {REMOVED_IN}" in b for b in bullets), deprecated
     names = [old.split(".", 1)[1].replace("...", "") for old in warned_names()]

@@ -122,10 +122,10 @@ def test_onnx_io_binding_keeps_memory_as_ortvalues(paths):
 
 
 @pytest.mark.parametrize("io_binding", [True, False])
-def test_the_single_stream_session_computes_what_the_main_one_does(paths, io_binding):
+def test_one_token_of_one_stream_runs_on_its_fixed_shape_session(paths, io_binding):
     path = str(paths / "model.onnx")
-    fast = open_runtime(path, device="cpu", io_binding=io_binding, single_stream=True)
-    plain = open_runtime(path, device="cpu", io_binding=io_binding, single_stream=False)
+    fast = open_runtime(path, device="cpu", io_binding=io_binding, fixed_shapes="one_token")
+    plain = open_runtime(path, device="cpu", io_binding=io_binding, fixed_shapes=False)
     mem_f, mem_p = fast.initial_memory(1), plain.initial_memory(1)
     for token in range(6):  # the memory fills up, then slides
         lp_f, mem_f = fast.step(np.array([[token + 3]]), mem_f)
@@ -133,22 +133,29 @@ def test_the_single_stream_session_computes_what_the_main_one_does(paths, io_bin
         np.testing.assert_allclose(lp_f, lp_p, atol=1e-6)
         np.testing.assert_allclose(mem_f.numpy()[0], mem_p.numpy()[0], atol=1e-6)
         np.testing.assert_array_equal(mem_f.numpy()[1], mem_p.numpy()[1])
-    assert fast._single is not None and plain._single is None
-    assert fast._session_for(IDS[:, :1]) is fast.session  # batch 2: the main session
-    assert fast._session_for(IDS[:1]) is fast.session     # 3 tokens: the main session
+    assert list(fast._fixed) == [(1, 1)] and not plain._fixed
+    assert fast._fixed_for((2, 1)) is None  # batch 2: the main session
+    assert fast._fixed_for((1, 3)) is None  # 3 tokens: the main session
     got = fast.generate([[5, 6, 7]], 8, temperature=0)
     want = plain.generate([[5, 6, 7]], 8, temperature=0)
     np.testing.assert_array_equal(got.ids, want.ids)
 
 
-def test_single_stream_auto_follows_the_model_size(paths, monkeypatch):
+def test_fixed_shapes_auto_follows_the_model_size_and_the_session_options(paths, monkeypatch):
     from export import onnx_runtime
     path = str(paths / "model.onnx")
-    assert open_runtime(path, device="cpu").single_stream is True
+    assert open_runtime(path, device="cpu").fixed_shapes == "one_token"
+    assert open_runtime(path, device="cpu",
+                        session_options=ort.SessionOptions()).fixed_shapes == "one_token"
+    with pytest.raises(TxlError, match="fixed_shapes=True needs the runtime's own session"):
+        open_runtime(path, device="cpu", session_options=ort.SessionOptions(),
+                     fixed_shapes=True)
     monkeypatch.setattr(onnx_runtime, "SINGLE_STREAM_MAX_BYTES", 10)
-    assert open_runtime(path, device="cpu").single_stream is False
-    with pytest.raises(ValueError, match="single_stream must be"):
-        open_runtime(path, device="cpu", single_stream="yes")
+    assert open_runtime(path, device="cpu").fixed_shapes is False
+    with pytest.raises(ValueError, match="fixed_shapes must be"):
+        open_runtime(path, device="cpu", fixed_shapes="yes")
+    with pytest.warns(DeprecationWarning, match="single_stream is deprecated .* use fixed_shapes"):
+        assert open_runtime(path, device="cpu", single_stream=True).fixed_shapes == "one_token"
 
 
 def test_device_fallback_names_the_provider(paths, caplog):

@@ -7,6 +7,7 @@ import json
 import re
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import long_memory as lm
@@ -44,6 +45,7 @@ def options(work, tmp_path, **changes):
     (dict(reuse_exports=True, work_dir=None), "--reuse_exports needs --work_dir"),
     (dict(presets=" ,"), "--presets names no preset: ' ,'"),
     (dict(presets="tiny,nope"), "unknown preset 'nope'"),
+    (dict(fixed_shapes="yes"), "--fixed_shapes must be auto, true, one_token or false"),
     (dict(), "--reuse_exports: no tiny export in "),
 ])
 def test_bad_flags_fail_before_any_export(tmp_path, monkeypatch, changes, message):
@@ -76,6 +78,31 @@ def test_every_path_gives_the_bounds_nlls_and_the_json_has_its_fields(work, tmp_
     assert out[-1].startswith("evaluation on cpu, API ÷ bound (NLLs equal): tiny b1 bound "), \
         out[-1]
     assert "; tiny b3 bound " in out[-1] and out[-1].endswith("paper absent (timed on CUDA only)")
+
+
+@pytest.mark.parametrize("device_cache", [False, True])
+def test_the_bound_path_runs_the_runtimes_fixed_shape_session_where_it_has_one(work,
+                                                                               device_cache):
+    """With `fixed_shapes`, the bound path is the fixed-shape session (on the
+    device path its fixed buffers, the memory fed back in them) and gives
+    the dynamic-shape session's NLLs; segment by segment, the memory carried."""
+    from export import open_runtime
+    from export.device_memory import FixedSegment
+    runtime = open_runtime(str(work / "tiny" / "out"), device="cpu", fixed_shapes=True,
+                           device_cache=device_cache)
+    rng = np.random.default_rng(0)
+    segments = [(rng.integers(0, runtime.n_token, [2, 6], dtype=np.int32),
+                 rng.integers(0, runtime.n_token, [2, 6], dtype=np.int32)) for _ in range(3)]
+    memory = lm.full_memory(runtime.config, MEM_LEN, 2)
+    nll = {True: [], False: []}
+    for dynamic in nll:
+        lm.bound_path(runtime, memory, segments, dynamic=dynamic)(nll[dynamic].append)
+    assert isinstance(runtime._fixed[(2, 6)], FixedSegment) == device_cache
+    np.testing.assert_allclose(np.stack(nll[False]), np.stack(nll[True]), atol=1e-6)
+    fresh = lm.bound_path(runtime, memory, segments[1:2], dynamic=True)
+    unfed = []
+    fresh(unfed.append)
+    assert np.abs(unfed[0] - nll[True][1]).max() > 1e-4  # the memory carried shows
 
 
 def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch):
