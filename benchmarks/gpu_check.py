@@ -52,9 +52,9 @@ fails, runs out of time or cannot run is one line of the table (`failed
   runtime API against the graph with bound buffers, and the paper's code
   with `--reference_dir`; `--part=soak`: 32 sessions, up to 16 open at
   once, on the device slab, each checked against the session run alone;
-  the device slab's and the device memory's tests on
-  CUDA, `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
-  tests/test_sessions.py -k device`; then `--part=cuda_parity` over the
+  the device slab's, the device memory's and the fixed-shape segments'
+  tests on CUDA, `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
+  tests/test_sessions.py tests/test_fixed_segments.py -k device`; then `--part=cuda_parity` over the
   export, with the step's kernel count on CUDA; then
   `benchmarks.inference --part=profile`: the decode step's and the segment
   graph's time by op type, ONNX Runtime's profiler with blocking launches,
@@ -126,7 +126,7 @@ COMMANDS = {
                     "--max_open=16 --report_every=16 --output={out}/session_soak.json",
     "serving_device_tests": "{python} -m pytest -q "
                             "-p no:cacheprovider tests/test_device_ring.py "
-                            "tests/test_sessions.py -k device",
+                            "tests/test_sessions.py tests/test_fixed_segments.py -k device",
     "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
                       "--exports={work}/serving/{serving_preset}/out "
                       "--output={out}/cuda_parity.json",

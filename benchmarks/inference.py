@@ -848,6 +848,9 @@ PROFILE_SPEC = (
     option("string", "device", "cpu", "cpu or cuda."),
     option("list", "batch_sizes", ["1", "16"], "Batch sizes."),
     option("integer", "segment_len", 512, "Ids a row of model's segment."),
+    option("bool", "fixed_shapes", True, "The segment graph with its batch and seq_len axes "
+           "fixed (free-dimension overrides), as the runtime runs a repeated shape on CUDA "
+           "(OnnxRuntime's fixed_shapes); --nofixed_shapes: dynamic, as its main session."),
     option("integer", "iters", 20, "Profiled runs per graph and batch size (after 5 untimed)."),
     option("string", "output", "benchmarks/results/profile.json", "JSON results file."),
 )
@@ -885,10 +888,11 @@ def segment_feeds(path, info, batch, segment_len, seed=0):
     return feeds
 
 
-def profile_graph(path, feeds, device, iters):
+def profile_graph(path, feeds, device, iters, fixed=None):
     """ONNX Runtime's profile of `iters` runs of the graph at `path` on
     `feeds` (after `PROFILE_WARMUP`), its inputs and outputs bound on
-    `device` (nothing crosses the bus): `summarize_profile`'s per run."""
+    `device` (nothing crosses the bus), its dynamic axes named in `fixed`
+    (`{name: size}`) fixed: `summarize_profile`'s per run."""
     import onnxruntime as ort
 
     from export.onnx_runtime import FLOAT16_DECODE_DISABLED
@@ -897,6 +901,8 @@ def profile_graph(path, feeds, device, iters):
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(folder, "profile")
         options.log_severity_level = 3
+        for axis, size in (fixed or {}).items():
+            options.add_free_dimension_override_by_name(axis, size)
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" \
             else ["CPUExecutionProvider"]
         session = ort.InferenceSession(path, options, providers=providers,
@@ -954,10 +960,11 @@ def run_profile(o):
     Per graph and batch size, on random inputs: the decode step on a full
     ring (`step_feeds`), the segment graph on `--segment_len` ids a row and
     a full memory (`segment_feeds`); every input and output bound on the
-    device, no CUDA graphs. A run's wall milliseconds, the sum of its nodes'
-    and each op type's milliseconds and node count, and on CUDA the op types
-    left to the CPU provider (a step with any cannot be captured as a CUDA
-    graph). On CUDA, `CUDA_LAUNCH_BLOCKING=1` is set (unless already set)
+    device, no CUDA graphs; the segment graph with its axes fixed
+    (`--fixed_shapes`, as the runtime runs a repeated shape on CUDA). A
+    run's wall milliseconds, the sum of its nodes' and each op type's
+    milliseconds and node count, and on CUDA the op types left to the CPU
+    provider (a graph with any cannot be captured as a CUDA graph). On CUDA, `CUDA_LAUNCH_BLOCKING=1` is set (unless already set)
     before CUDA starts, so that a node's time is its kernels' (ONNX Runtime
     times a node on the host): each carries a launch and a wait, so the
     totals are above an asynchronous run's (and a replayed step's), and the
@@ -977,15 +984,21 @@ def run_profile(o):
         os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
     info = export_info(o["export_dir"])
     report = {"export_dir": o["export_dir"], "device": o["device"], "mem_len": info.mem_len,
-              "segment_len": o["segment_len"], "decode_dtype": info.decode_dtype,
+              "segment_len": o["segment_len"], "fixed_shapes": o["fixed_shapes"],
+              "decode_dtype": info.decode_dtype,
               "iters": o["iters"], "launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING"),
               "graphs": {}}
     lines = []
     for graph, path in paths.items():
         for batch in batches:
-            feeds = step_feeds(info.config, info.mem_len, batch, cache_dtype=info.cache_dtype) \
-                if graph == "decode_step" else segment_feeds(path, info, batch, o["segment_len"])
-            r = profile_graph(path, feeds, o["device"], o["iters"])
+            fixed = None
+            if graph == "decode_step":
+                feeds = step_feeds(info.config, info.mem_len, batch, cache_dtype=info.cache_dtype)
+            else:
+                feeds = segment_feeds(path, info, batch, o["segment_len"])
+                if o["fixed_shapes"]:
+                    fixed = {"batch": batch, "seq_len": o["segment_len"]}
+            r = profile_graph(path, feeds, o["device"], o["iters"], fixed)
             report["graphs"].setdefault(graph, {})[batch] = r
             top = ", ".join(f"{op} {v['ms']:.2f} ms ({v['count']})"
                             for op, v in list(r["ops"].items())[:4])

@@ -55,7 +55,15 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
                                       f"--output={tmp_path / 'profile.json'}"], check=True)
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile["mem_len"] == CONFIG.mem_len
-    segment = node_counts(str(skeleton / "model.onnx"), "all")
+    segment = node_counts(str(skeleton / "model.onnx"), "all")  # dynamic
+    assert profile["fixed_shapes"]  # the segment graph's shape arithmetic folded
+    for r in profile["graphs"]["model"].values():
+        assert "Shape" not in r["ops"] and r["kernels"] < kernels(segment), r
+    jobs.run("benchmarks.inference", ["--part=profile", f"--export_dir={skeleton}",
+                                      "--iters=3", "--batch_sizes=1,2", "--segment_len=5",
+                                      "--graphs=model", "--nofixed_shapes",
+                                      f"--output={tmp_path / 'profile.json'}"], check=True)
+    profile["graphs"].update(json.loads((tmp_path / "profile.json").read_text())["graphs"])
     for graph, optimized in (("decode_step", on_cpu), ("model", segment)):
         assert list(profile["graphs"][graph]) == ["1", "2"]
         for r in profile["graphs"][graph].values():
