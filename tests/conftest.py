@@ -131,3 +131,18 @@ def built_once(tmp_path_factory):
                 partial.rename(folder)
         return folder
     return get
+
+
+@pytest.fixture
+def host_copies(monkeypatch):
+    """The shapes of the OrtValues copied to numpy (`OrtValue.numpy`) while
+    the test runs: a list the test may clear (the device tests count what
+    crosses to the host)."""
+    import onnxruntime as ort
+    shapes, numpy = [], ort.OrtValue.numpy
+
+    def counted(value):
+        shapes.append(tuple(value.shape()))
+        return numpy(value)
+    monkeypatch.setattr(ort.OrtValue, "numpy", counted)
+    return shapes

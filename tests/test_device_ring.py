@@ -150,19 +150,6 @@ def test_a_bad_device_cache_is_one_clear_error(runtimes):
         device.decode_step(np.array([1, 2, 3]), cache)
 
 
-@pytest.fixture
-def host_copies(monkeypatch):
-    """The shapes of the OrtValues copied to numpy (`OrtValue.numpy`) while
-    the test runs: a list the test may clear."""
-    shapes, numpy = [], ort.OrtValue.numpy
-
-    def counted(value):
-        shapes.append(tuple(value.shape()))
-        return numpy(value)
-    monkeypatch.setattr(ort.OrtValue, "numpy", counted)
-    return shapes
-
-
 def test_a_session_table_on_the_device_slab_equals_the_hosts_and_keeps_the_slab_there(
         runtimes, host_copies):
     """Sessions of mixed lengths join, leave and reset; every step reads and

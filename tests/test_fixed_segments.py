@@ -65,18 +65,6 @@ def test_a_fixed_shape_session_equals_the_dynamic_one_and_keeps_its_values_on_th
     assert crossings(onnx.load(path, load_external_data=False).graph)
 
 
-@pytest.fixture
-def host_copies(monkeypatch):
-    """The shapes of the OrtValues copied to numpy while the test runs."""
-    shapes, numpy = [], ort.OrtValue.numpy
-
-    def counted(value):
-        shapes.append(tuple(value.shape()))
-        return numpy(value)
-    monkeypatch.setattr(ort.OrtValue, "numpy", counted)
-    return shapes
-
-
 @pytest.mark.parametrize("device_path", [False, True], ids=["host", "device"])
 def test_steps_and_scores_on_fixed_shapes_equal_the_dynamic_path(path, dynamic, monkeypatch,
                                                                  host_copies, device_path):
