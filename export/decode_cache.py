@@ -686,7 +686,9 @@ class FixedStep:
         self.ids.update_inplace(np.asarray(ids, np.int32))
         self.stopped.update_inplace(np.asarray(stopped, np.bool_))
         self.sessions["step"].run_with_iobinding(self.step_binding, self.run_options)
-        return self.log_probs.numpy()
+        # On the CPU `numpy()` is a view of the buffer the next step writes.
+        log_probs = self.log_probs.numpy()
+        return np.array(log_probs) if self.device == "cpu" else log_probs
 
     def write(self):
         """Writes the token `read` projected into the free slot of the rows

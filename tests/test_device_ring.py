@@ -353,6 +353,28 @@ def test_replayed_steps_keep_one_cache_in_fixed_buffers_and_equal_the_hosts(expo
         host.generate(turn, 5, resume=want.state, temperature=0.0).ids)
 
 
+def test_the_log_probs_of_a_fixed_buffer_step_are_not_changed_by_the_next(exported):
+    """The log-probs `decode_step` returns, and those a session that left a
+    slab keeps, are the caller's own: later steps over the same fixed
+    buffers (a `Resident`, a `DeviceSlab` of the same size) leave them."""
+    path = str(exported[1] / "model.onnx")
+    replay = open_runtime(path, device=DEVICE, device_cache=True, cuda_graph=True)
+    cache = replay.decode_init(replay.initial_memory(2))
+    first, cache = replay.decode_step([1, 2], cache)
+    kept = first.copy()
+    replay.decode_step([3, 4], cache)
+    np.testing.assert_array_equal(first, kept)
+    table = SessionTable(replay, max_batch=2)
+    table.open("a", [1, 2, 3], 2, temperature=0.9, seed=3)
+    table.open("b", [4], 9, seed=1)
+    table.step(), table.step()  # "a" used its budget and left
+    table.open("c", [5, 6], 9, seed=2)
+    table.step(), table.step()  # two rows again, over the buffers "a" was read from
+    rest = replay.generate(None, 3, resume=table.close("a").state)
+    alone = replay.generate([[1, 2, 3]], 5, temperature=0.9, seed=3)
+    np.testing.assert_allclose(rest.log_probs[0], alone.log_probs[0, 2:], atol=1e-6)
+
+
 def test_an_export_whose_step_cannot_be_captured_decodes_without_graphs(exported, runtimes,
                                                                          monkeypatch, caplog):
     """Exports made before the step kept every value on the GPU: ONNX
