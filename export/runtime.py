@@ -211,6 +211,10 @@ class Runtime:
             A `txl_tf.Generation` whose memory is a `RuntimeMemory`.
         """
         from txl_tf.generation.flow import generate
+        from txl_tf.generation.request import check_prompts
+        if options.get("memory") is not None and prompts is not None and \
+                options.get("resume") is None:  # prompts of several lengths take rows of it
+            self._check_memory(options["memory"], len(check_prompts(prompts, self.n_token)))
         return generate(self._generation, prompts, max_new_tokens,
                         segment_len=int(segment_len or self.config.tgt_len), **options)
 

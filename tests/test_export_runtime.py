@@ -71,6 +71,9 @@ def test_batch_mismatch(guarded):
         guarded.step(IDS, memory(batch=3))
     with pytest.raises(RuntimeInputError, match="batch mismatch"):
         guarded.step(IDS[:1], guarded.initial_memory(2))
+    for batch in (1, 3):  # prompts of two lengths: rows of the memory are taken first
+        with pytest.raises(RuntimeInputError, match="batch mismatch: token_ids have batch 2"):
+            guarded.generate([[1, 2], [3]], 2, memory=guarded.initial_memory(batch))
 
 
 @pytest.mark.parametrize("ids, message", [
