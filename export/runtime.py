@@ -215,8 +215,11 @@ class Runtime:
         if options.get("memory") is not None and prompts is not None and \
                 options.get("resume") is None:  # prompts of several lengths take rows of it
             self._check_memory(options["memory"], len(check_prompts(prompts, self.n_token)))
-        return generate(self._generation, prompts, max_new_tokens,
-                        segment_len=int(segment_len or self.config.tgt_len), **options)
+        segment_len = int(segment_len or self.config.tgt_len)
+        if segment_len < 1:
+            raise RuntimeInputError(f"segment_len must be >= 1, got {segment_len}")
+        return generate(self._generation, prompts, max_new_tokens, segment_len=segment_len,
+                        **options)
 
     def take(self, state, rows):
         """Rows of a memory or of a decode cache (a copy; a device cache's

@@ -62,6 +62,8 @@ class SessionTable:
         self.max_batch = max_batch
         config = getattr(backend, "config", None) or backend.core.config
         self.segment_len = int(segment_len or config.tgt_len)
+        if self.segment_len < 1:
+            raise TxlError(f"segment_len must be >= 1, got {self.segment_len}")
         self._sessions = {}
         # Live session ids: next served first (on the slab: waiting to join it).
         self._queue = collections.deque()
@@ -168,6 +170,8 @@ class SessionTable:
 
     def close(self, session_id):
         """Removes a session; its `Generation` (one row, ids so far)."""
+        if session_id not in self._sessions:
+            raise TxlError(f"no open session {session_id!r}")
         if self._slab is not None and session_id in self._slab.keys:
             self._leave_slab(session_id)
         session = self._sessions.pop(session_id)

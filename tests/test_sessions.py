@@ -149,6 +149,12 @@ def test_bad_session_input(runtime):
         table.open("y", [N_TOKEN], 2)
     with pytest.raises(ValueError, match="max_batch must be"):
         SessionTable(runtime, max_batch=0)
+    with pytest.raises(ValueError, match="segment_len must be >= 1, got -1"):
+        SessionTable(runtime, segment_len=-1)
+    with pytest.raises(ValueError, match="segment_len must be >= 1, got -1"):
+        runtime.generate([[1]], 2, segment_len=-1)
+    with pytest.raises(ValueError, match="no open session 'y'"):
+        table.close("y")
 
 
 def test_a_session_that_used_its_budget_resumes_as_one_longer_call(runtime):
