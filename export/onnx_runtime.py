@@ -166,8 +166,8 @@ class OnnxRuntime(Runtime):
     gained little from it (benchmarks/README.md), `"one_token"` for models
     up to `SINGLE_STREAM_MAX_BYTES` (256 MiB), else False. With
     `session_options`, whose overrides would be every shape's, at most
-    `"one_token"` (its overrides added to them once the main session is
-    built).
+    `"one_token"` (its overrides added to them once the main session and
+    the decode graphs are open).
 
     Weights in memory (CPU, an export whose graphs read one
     `model.onnx.data`): the two hot paths, the step (`model.onnx`) and the
@@ -232,6 +232,7 @@ class OnnxRuntime(Runtime):
         self.session = open_session(path, packed(), providers, self._unfolded)
         # `fixed_shapes`: {shape: session, or `FixedSegment` on the device path}, oldest first.
         self._fixed, self._seen = OrderedDict(), OrderedDict()
+        self._caller_options = bool(session_options)  # the fixed shape's overrides go into them
         self._open_fixed_session = lambda shape, graphs: _fixed_shape_session(
             path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape,
             self._unfolded)
@@ -342,6 +343,11 @@ class OnnxRuntime(Runtime):
         """A session of `shape`; on the device path a `FixedSegment` over
         one, replayed as a CUDA graph where `cuda_graph` is on (without,
         with a warning, where ONNX Runtime cannot capture it)."""
+        if self._caller_options and self._decode_paths is not None:
+            # The overrides stay in the caller's options: the graphs opened
+            # later with them (a `batch` axis) would be fixed to this shape.
+            self._decode_session("decode_step")
+            self._replay()
         if not self._memory_on_device:
             return self._open_fixed_session(shape, False)
         session = None

@@ -152,3 +152,20 @@ def test_a_segment_the_device_cannot_capture_runs_without_a_graph(path, dynamic,
         fixed.step(ids[:1], fixed.initial_memory(1))  # another shape: no second warning
     assert caplog.text.count("segments run without CUDA graphs") == 1
     assert not fixed._segment_graphs and isinstance(fixed._fixed[(2, 3)], FixedSegment)
+
+
+@pytest.mark.parametrize("device_path", [False, True], ids=["host", "device"])
+def test_the_one_token_session_in_the_callers_options_fixes_no_other_graph(path, dynamic,
+                                                                          device_path):
+    """With `session_options` the `[1, 1]` session's overrides go into them:
+    the graphs read with them later (the decode graphs' `batch` axis) must
+    not be fixed to one row."""
+    options = dict(device=DEVICE, device_cache=True, cuda_graph=True) if device_path else \
+        dict(device="cpu")
+    fixed = open_runtime(path, session_options=ort.SessionOptions(), **options)
+    assert fixed.fixed_shapes == "one_token"
+    fixed.step([[1]]), fixed.step([[1]])
+    assert list(fixed._fixed) == [(1, 1)]
+    prompts = [[1, 2], [3, 4]]
+    want = dynamic.generate(prompts, 3, temperature=0)
+    np.testing.assert_array_equal(fixed.generate(prompts, 3, temperature=0).ids, want.ids)
