@@ -68,9 +68,9 @@ class SavedModelRuntime(Runtime):
             return RuntimeMemory(tf.constant(mems), tf.constant(mem_mask))
 
     def _native(self, mems, mem_mask):
-        if hasattr(mems, "data_type"):  # an OrtValue from another runtime
-            mems, mem_mask = mems.numpy(), mem_mask.numpy()
-        return tf.convert_to_tensor(mems), tf.convert_to_tensor(mem_mask)
+        # An OrtValue from another runtime (either of the two: a mixed pair too).
+        return tuple(tf.convert_to_tensor(v.numpy() if hasattr(v, "data_type") else v)
+                     for v in (mems, mem_mask))
 
     def _step(self, ids, mems, mem_mask):
         with tf.device(self._tf_device):

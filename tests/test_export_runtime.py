@@ -180,6 +180,8 @@ def test_memory_moves_between_backends(paths):
     lp_tf, _ = tf_rt.step(IDS, mem)          # OrtValues into the SavedModel
     lp_onnx, _ = onnx_rt.step(IDS, RuntimeMemory(*mem.numpy()))
     np.testing.assert_allclose(lp_tf, lp_onnx, atol=1e-4)
+    mixed, _ = tf_rt.step(IDS, (mem.mems, mem.numpy()[1]))  # an OrtValue beside numpy
+    np.testing.assert_allclose(mixed, lp_tf, atol=1e-6)
 
 
 def test_open_runtime_errors(paths, tmp_path):
