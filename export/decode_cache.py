@@ -768,7 +768,7 @@ class CacheSlab:
 
     def admit(self, key, cache):
         """Puts the one-row host cache `cache` in the next row, rotated onto
-        the slab's ring slot (an empty slab takes the cache's slot)."""
+        the slab's ring slot (an empty slab takes the row's own slot)."""
         if self.full():
             raise ValueError(f"the slab holds {self.capacity} streams already")
         # A cache kept on the device (OrtValues) joins the host's slab as numpy.
@@ -778,11 +778,12 @@ class CacheSlab:
             self._arrays = {name: host_empty(name, _with_rows(value, name, self.capacity),
                                              value.dtype)
                             for name, value in cache.items() if name in BATCH_AXES}
+        # The row's own free slot (a row that stopped kept it as the ring moved on).
+        row_slot, size = int(cache["row_slot"][0]), cache["valid"].shape[1]
         if not self.keys:  # shared by every row
-            self._arrays["slot"] = np.array(cache["slot"], np.int32)
+            self._arrays["slot"] = np.array(row_slot, np.int32)
             self._arrays["positions"] = cache["positions"]
-        size = cache["valid"].shape[1]
-        shift = (int(self._arrays["slot"]) - int(cache["slot"])) % size
+        shift = (int(self._arrays["slot"]) - row_slot) % size
         row = len(self.keys)
         for name in BATCH_AXES:
             target = _rows(self._arrays[name], name, row, row + 1)

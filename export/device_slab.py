@@ -130,7 +130,7 @@ class DeviceSlab:
     def admit(self, key, cache):
         """Puts the one-row decode cache `cache` (OrtValues, or numpy) in the
         next row, rotated onto the slab's ring slot (an empty slab takes the
-        cache's slot)."""
+        row's own slot)."""
         if self.full():
             raise ValueError(f"the slab holds {self.capacity} streams already")
         if key in self.keys:
@@ -141,7 +141,8 @@ class DeviceSlab:
             raise ValueError(f"a slab admits one row at a time, not {cache['valid'].shape()[0]}")
         if self._tensors is None:
             self._tensors = self._allocate(cache)
-        slot, size = _scalar(cache["slot"]), cache["valid"].shape()[1]
+        # The row's own free slot (a row that stopped kept it as the ring moved on).
+        slot, size = _scalar(cache["row_slot"]), cache["valid"].shape()[1]
         if not self.keys:
             self._tensors["slot"].update_inplace(np.array(slot, np.int32))
         shift = (_scalar(self._tensors["slot"]) - slot) % size
@@ -223,5 +224,5 @@ def take_device_rows(session, device, tensors, rows):
 
 
 def _scalar(value):
-    """The int of a scalar OrtValue (one small copy to the host)."""
-    return int(value.numpy())
+    """The int of a scalar (or one-element) OrtValue (one small copy to the host)."""
+    return int(value.numpy().reshape(-1)[0])

@@ -100,7 +100,8 @@ def test_the_table_keeps_cached_sessions_in_one_slab(cached_runtime):
 def test_the_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(runtime):
     """Caches at different ring slots share one step of the slab (the host's
     `CacheSlab`; a `DeviceSlab` in device buffers), and each comes back as
-    it would be stepped alone, whichever rows leave first."""
+    it would be stepped alone, whichever rows leave first; a row that
+    stopped (its own slot behind its cache's) is rotated by its own slot."""
     rng = np.random.default_rng(0)
     caches = []
     for steps in (0, 3, 21):  # different ring slots (21 wraps a ring of 17)
@@ -108,8 +109,24 @@ def test_the_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(runtime):
         for _ in range(steps):
             runtime.decode_step(rng.integers(0, N_TOKEN, 1), cache)
         caches.append(cache)
-    assert len({int(c["slot"].numpy() if on_device(c) else c["slot"]) for c in caches}) == 3
+    two = runtime.decode_init(runtime.initial_memory(2))
+    for t in range(19):  # a full memory, then row 0 stops for 3 steps
+        runtime.decode_step(rng.integers(0, N_TOKEN, 2), two, stopped=[t >= 16, False])
+    caches.append(runtime.take(two, [0]))
+    assert len({int(c["slot"].numpy() if on_device(c) else c["slot"]) for c in caches}) == 4
+    for first in (0, 3):  # the stopped row joins a slab with rows, or an empty one
+        slab = SessionTable(runtime, max_batch=4).slab
+        for key in [first] + [k for k in range(4) if k != first]:
+            slab.admit(key, runtime.take(caches[key], [0]))
+        token = rng.integers(0, N_TOKEN, 4)
+        together = dict(zip(slab.keys, slab.step(token[slab.keys], lambda lp: lp)))
+        for key in (3, 0):
+            np.testing.assert_allclose(
+                together[key], runtime.decode_step(token[key:key + 1],
+                                                   runtime.take(caches[key], [0]))[0][0],
+                atol=1e-5)
     slab = SessionTable(runtime, max_batch=3).slab
+    caches = caches[:3]
     for key, cache in enumerate(caches):
         slab.admit(key, runtime.take(cache, [0]))
     token = rng.integers(0, N_TOKEN, 3)
