@@ -34,7 +34,9 @@ class RuntimeMemory(NamedTuple):
 
     def numpy(self):
         """`(mems, mem_mask)` as numpy arrays (copies device memory to the host)."""
-        return _to_numpy(self.mems), _to_numpy(self.mem_mask)
+        # Copies of numpy values too (`io_binding=False`): changing them leaves the memory.
+        return tuple(np.array(v, copy=True) if isinstance(v, np.ndarray) else _to_numpy(v)
+                     for v in self)
 
 
 def _to_numpy(value):

@@ -122,6 +122,9 @@ def test_onnx_io_binding_keeps_memory_as_ortvalues(paths):
         np.testing.assert_array_equal(lp_b, lp_p)
         np.testing.assert_array_equal(mem_b.numpy()[0], mem_p.numpy()[0])
     assert mem_b.numpy()[1].all()  # 9 tokens seen, 4 slots: all real
+    for memory in (mem_b, mem_p):  # `numpy()` is a copy: changing it leaves the memory
+        memory.numpy()[0][...] = np.nan
+        assert np.isfinite(memory.numpy()[0]).all()
 
 
 @pytest.mark.parametrize("io_binding", [True, False])
