@@ -178,7 +178,7 @@ def take_rows(cache, rows):
 def concat_rows(caches):
     """One host cache of the rows of `caches`, in order (ring positions
     alike: `slot` must be the same in all, as after a `decode_read`)."""
-    if len({int(c["slot"]) for c in caches}) != 1:
+    if len({int(np.asarray(c["slot"])) for c in caches}) != 1:  # OrtValues too
         raise ValueError("caches with different ring positions cannot be joined")
     return host_cache({name: (np.concatenate([c[name] for c in caches], BATCH_AXES[name])
                               if name in BATCH_AXES else caches[0][name])

@@ -119,7 +119,8 @@ def _zero_copy(array):
     host's buffer without a copy (a numpy array converts by copying: the
     whole ring, every step), where TensorFlow accepts the buffer (float32,
     contiguous, aligned: it aborts the process on an unaligned one); else a
-    copy."""
+    copy. An OrtValue (another runtime's device cache on the CPU) is read as numpy."""
+    array = np.asarray(array)
     if (array.dtype == np.float32 and array.flags.c_contiguous
             and array.ctypes.data % ALIGNMENT == 0):
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())

@@ -405,6 +405,21 @@ def test_an_export_with_keys_as_rows_decodes_through_step_last(exported, caplog)
             runtime.decode_init(runtime.initial_memory(1))
 
 
+def test_the_saved_model_reads_on_an_onnx_runtimes_device_cache(exported):
+    """A device cache (OrtValues on the CPU provider) handed to the
+    SavedModel runtime reads, joins and steps as its own host cache does."""
+    onnx_rt = open_runtime(str(exported[1]), backend="onnx", device="cpu", device_cache=True)
+    saved = open_runtime(str(exported[1]), backend="saved_model", device="cpu")
+    _, memory = saved.step(np.array([[1, 2, 3], [4, 5, 6]], np.int32))
+    caches = [onnx_rt.decode_init(memory), saved.decode_init(memory)]
+    read = [saved.decode_read([[7, 8], [9, 10]], cache) for cache in caches]
+    np.testing.assert_allclose(read[0][0], read[1][0], atol=1e-5)
+    joined = [saved.concat([cache, cache]) for cache in caches]
+    for got, want in zip(saved.cache_memory(joined[0]).numpy(),
+                         saved.cache_memory(joined[1]).numpy()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_a_memory_read_back_from_a_temporary_is_still_right(exported):
     """`RuntimeMemory.numpy()` copies: a view of an OrtValue's buffer dangles
     once the value is gone (`take` of a memory read back from the temporary
