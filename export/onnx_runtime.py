@@ -343,7 +343,7 @@ class OnnxRuntime(Runtime):
         """A session of `shape`; on the device path a `FixedSegment` over
         one, replayed as a CUDA graph where `cuda_graph` is on (without,
         with a warning, where ONNX Runtime cannot capture it)."""
-        if self._caller_options and self._decode_paths is not None:
+        if self._caller_options and self.has_decode_cache:
             # The overrides stay in the caller's options: the graphs opened
             # later with them (a `batch` axis) would be fixed to this shape.
             self._decode_session("decode_step")
