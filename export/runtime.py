@@ -318,7 +318,11 @@ class Runtime:
         Returns:
             `(log_probs numpy [B, n_token], cache)`, the same dict.
         """
-        ids = check_ids(np.asarray(token_ids).reshape(-1, 1), self.config.n_token)[:, 0]
+        ids = np.asarray(token_ids)
+        if ids.ndim > 2 or (ids.ndim == 2 and ids.shape[1] != 1):
+            raise RuntimeInputError(f"token_ids must be one id per row, [batch], got shape "
+                                    f"{ids.shape} (decode_read reads [batch, length])")
+        ids = check_ids(ids.reshape(-1, 1), self.config.n_token)[:, 0]
         positions = self._check_cache(cache, ids.shape[0])
         stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
             np.asarray(stopped, np.bool_)

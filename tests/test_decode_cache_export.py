@@ -198,6 +198,8 @@ def test_decode_step_checks_its_ids(runtime):
     cache = runtime.decode_init(runtime.initial_memory(2))
     with pytest.raises(ValueError, match="token"):
         runtime.decode_step(np.array([1, CONFIG.n_token]), cache)
+    with pytest.raises(ValueError, match=r"one id per row, \[batch\], got shape \(1, 2\)"):
+        runtime.decode_step(np.array([[1, 2]]), cache)  # not two rows: a [1, 2] segment
 
 
 def test_a_resume_goes_on_from_the_states_cache_as_one_longer_call(runtime, monkeypatch):
