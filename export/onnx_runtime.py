@@ -81,10 +81,22 @@ def shared_weights(path, providers):
     data_path = external_data_file(path)
     if CUDA in providers or not os.path.isfile(data_path):
         return {}
-    data = np.memmap(data_path, np.uint8, mode="r")
+    from google.protobuf.message import DecodeError
+    try:
+        data = np.memmap(data_path, np.uint8, mode="r")
+    except ValueError as err:  # an empty file
+        raise ModelDirError(f"cannot read the ONNX weights {data_path}: {err}") from None
     values = {}
     for graph in [path] + list((decode_files(path) or {}).values()):
-        for name, dtype, dims, offset, length in external_weights(graph, data_path):
+        try:  # a truncated or corrupt file is a ModelDirError, as `open_session` makes it
+            weights = list(external_weights(graph, data_path))
+        except (DecodeError, ValueError) as err:
+            raise ModelDirError(f"cannot open the ONNX model {graph}: {err}") from None
+        for name, dtype, dims, offset, length in weights:
+            if offset + length > data.size:
+                raise ModelDirError(f"cannot open the ONNX model {graph}: its weight {name} "
+                                    f"ends at byte {offset + length} of {data_path}, which "
+                                    f"holds {data.size} (a truncated file?)")
             if name not in values:
                 array = data[offset:offset + length].view(dtype).reshape(dims)
                 values[name] = ort.OrtValue.ortvalue_from_numpy(array)

@@ -110,6 +110,22 @@ def test_a_cpu_runtime_holds_one_copy_of_the_weights_for_all_its_sessions(export
             assert unpacked == (low_memory or name not in ("model", "decode_step")), name
 
 
+@pytest.mark.parametrize("name, cut", [("model.onnx", 2), ("decode_step.onnx", 2),
+                                       ("model.onnx.data", 2), ("model.onnx.data", 0)])
+def test_a_truncated_file_of_an_export_is_one_error_naming_it(exported, tmp_path, name, cut):
+    """On the CPU the runtime maps `model.onnx.data` itself (`shared_weights`): a
+    graph or that file cut short is a ModelDirError naming it, as onnxruntime's
+    own refusal is (`open_session`)."""
+    import shutil
+    from txl_tf.errors import ModelDirError
+    folder = tmp_path / "out"
+    shutil.copytree(exported[1], folder)
+    data = (folder / name).read_bytes()
+    (folder / name).write_bytes(data[:len(data) // cut] if cut else b"")
+    with pytest.raises(ModelDirError, match=name.replace(".", r"\.")):
+        open_runtime(str(folder / "model.onnx"), device="cpu")
+
+
 def test_the_onnx_files_name_their_interface(exported):
     out = exported[1]
     for name, inputs, outputs in (("decode_init", ["mems", "mem_mask"], INIT_OUTPUTS),
