@@ -30,6 +30,8 @@ SINGLE_STREAM_MAX_BYTES = 256 * 2 ** 20
 # and the shapes seen once it remembers (a shape's second call opens one).
 FIXED_SHAPES_KEPT = 4
 SHAPES_REMEMBERED = 64
+# The session config entry that marks options holding a fixed shape's overrides.
+FIXED_SHAPE_ENTRY = "txl_tf.fixed_shape"
 # What `low_memory` sessions leave out: constant folding would store a folded
 # copy of each weight a graph transposes (the tied output embedding:
 # `Transpose(embedding)`, 439 MB at wt103_base), one per session; unfolded,
@@ -234,6 +236,10 @@ class OnnxRuntime(Runtime):
         if fixed_shapes not in ("auto", True, "one_token", False):
             raise TxlError("fixed_shapes must be 'auto', True, 'one_token' or False, got "
                            f"{fixed_shapes!r}")
+        if session_options and fixed_shape_of(session_options):
+            raise TxlError("these session_options hold the axes another runtime fixed to "
+                           f"[{fixed_shape_of(session_options)}] for its one-token session: "
+                           "give each runtime options of its own")
         self._shared_weights = {} if session_options else shared_weights(path, names)
         shared = (lambda: session_options) if session_options else \
             (lambda: with_shared_weights(None, self._shared_weights))
@@ -700,7 +706,16 @@ def _fixed_shape_session(path, options, providers, shape, disabled_optimizers=()
     to `shape` in `options` (which no other session may use)."""
     for axis, size in zip(("batch", "seq_len"), shape):
         options.add_free_dimension_override_by_name(axis, int(size))
+    options.add_session_config_entry(FIXED_SHAPE_ENTRY, ", ".join(str(int(n)) for n in shape))
     return open_session(path, options, providers, disabled_optimizers)
+
+
+def fixed_shape_of(options):
+    """The shape (text) whose axes `_fixed_shape_session` fixed in `options`, or None."""
+    try:
+        return options.get_session_config_entry(FIXED_SHAPE_ENTRY)
+    except RuntimeError:  # onnxruntime's answer for an entry never set
+        return None
 
 
 def return_freed_memory():

@@ -17,7 +17,7 @@ from export import open_runtime, onnx_runtime
 from export.device_memory import FixedSegment
 from test_decode_cache_export import CONFIG, export_of_config
 from test_device_ring import DEVICE, crossings
-from txl_tf.errors import ModelDirError
+from txl_tf.errors import ModelDirError, TxlError
 
 # The CPU provider computes what the dynamic session does exactly (0 seen); CUDA
 # (TF32 off) within float32 round-off of the CPU.
@@ -159,13 +159,16 @@ def test_the_one_token_session_in_the_callers_options_fixes_no_other_graph(path,
                                                                           device_path):
     """With `session_options` the `[1, 1]` session's overrides go into them:
     the graphs read with them later (the decode graphs' `batch` axis) must
-    not be fixed to one row."""
+    not be fixed to one row, and another runtime given them is refused."""
     options = dict(device=DEVICE, device_cache=True, cuda_graph=True) if device_path else \
         dict(device="cpu")
-    fixed = open_runtime(path, session_options=ort.SessionOptions(), **options)
+    session_options = ort.SessionOptions()
+    fixed = open_runtime(path, session_options=session_options, **options)
     assert fixed.fixed_shapes == "one_token"
     fixed.step([[1]]), fixed.step([[1]])
     assert list(fixed._fixed) == [(1, 1)]
     prompts = [[1, 2], [3, 4]]
     want = dynamic.generate(prompts, 3, temperature=0)
     np.testing.assert_array_equal(fixed.generate(prompts, 3, temperature=0).ids, want.ids)
+    with pytest.raises(TxlError, match=r"fixed to \[1, 1\].*options of its own"):
+        open_runtime(path, session_options=session_options, **options)  # not fixed again
