@@ -33,6 +33,9 @@ class GenerationBackend:
     def initial_memory(self, batch_size):
         return self.runtime.initial_memory(batch_size)
 
+    def check_memory(self, memory, batch_size):
+        self.runtime._check_memory(memory, batch_size)
+
     def step_last(self, token_ids, memory):
         """`(log-probs numpy [B, n_token] at the last position, new memory)`,
         ids and memory checked (a caller's memory comes in here)."""

@@ -213,10 +213,6 @@ class Runtime:
             A `txl_tf.Generation` whose memory is a `RuntimeMemory`.
         """
         from txl_tf.generation.flow import generate
-        from txl_tf.generation.request import check_prompts
-        if options.get("memory") is not None and prompts is not None and \
-                options.get("resume") is None:  # prompts of several lengths take rows of it
-            self._check_memory(options["memory"], len(check_prompts(prompts, self.n_token)))
         segment_len = int(segment_len or self.config.tgt_len)
         if segment_len < 1:
             raise RuntimeInputError(f"segment_len must be >= 1, got {segment_len}")

@@ -179,6 +179,10 @@ GENERATE_CASES = [  # (id, call(backend), message pattern): the decoder and both
     ("stream", _generate(stream="print"), r"stream must be callable"),
     ("memory_batch", lambda b: b.generate([[1]], 2, memory=b.initial_memory(2)),
      r"token_ids have batch 1 but the memory has batch 2"),
+    # Prompts of two lengths: rows of the memory are taken before any step checks it.
+    ("memory_batch_two_lengths", lambda b: b.generate([[1, 2], [3]], 2,
+                                                      memory=b.initial_memory(3)),
+     r"token_ids have batch 2 but the memory has batch 3"),
 ]
 
 

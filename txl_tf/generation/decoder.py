@@ -75,10 +75,13 @@ class Decoder:
     def initial_memory(self, batch_size):
         return self.core.initial_memory(batch_size, mem_len=self.mem_len)
 
+    def check_memory(self, memory, batch_size):
+        cfg = self.core.config
+        check_memory(_tensors(memory), cfg.n_layer, cfg.d_model, batch_size)
+
     def step_last(self, ids, memory):
         memory = _tensors(memory)
-        cfg = self.core.config
-        check_memory(memory, cfg.n_layer, cfg.d_model, len(ids))  # the graph cannot name it
+        self.check_memory(memory, len(ids))  # the graph cannot name it
         if not memory.mem_mask.numpy().any():
             return self._read_fresh(np.asarray(ids, np.int32), memory)
         log_probs, memory = self._last(tf.constant(ids, tf.int32), memory)

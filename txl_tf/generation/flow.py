@@ -3,7 +3,8 @@ prompts (`prefill`), then run the backend's decode loop.
 
 A backend (the compiled Keras `Decoder`; for an export `Runtime`, its
 `export.generation_backend.GenerationBackend`) provides `n_token`,
-`initial_memory(B)`, `step_last(ids, memory) -> (log_probs numpy [B, V],
+`initial_memory(B)`, `check_memory(memory, B)` (raises unless a caller's
+memory fits B rows), `step_last(ids, memory) -> (log_probs numpy [B, V],
 memory)`, `take(memory, rows)`, `split(memory)` (one memory per row),
 `concat(memories)` and `decode(state, n, stream, stream_every) -> (ids,
 log_probs, state)`; for next turns on a decode cache, `read_cached(ids,
@@ -53,6 +54,8 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
         pad_id = check_pad_id(pad_id, backend.n_token)
         if memory is None:
             memory = backend.initial_memory(len(prompts))
+        else:  # before prompts of several lengths take rows of it
+            backend.check_memory(memory, len(prompts))
         log_probs, memory = prefill(backend, prompts, memory, segment_len)
         batch = len(prompts)
         state = DecodeState(log_probs, memory, seen_mask(prompts, backend.n_token),
