@@ -102,6 +102,27 @@ def test_bad_flag_values(tmp_path, corpus):
         _train(tmp_path, data_dir=corpus, dropout=1.5)
 
 
+def test_eval_max_segments_must_be_positive(tmp_path, corpus):
+    """0 evaluated nothing and reported valid bpc 0 / ppl 1 as the result."""
+    for bad in (0, -1):
+        with pytest.raises(TrainingError, match=rf"--eval_max_segments must be a positive "
+                                                rf"integer, got {bad}"):
+            _train(tmp_path, data_dir=corpus, eval_max_segments=bad)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_valid_split_too_short_for_the_eval_batch_is_refused_before_training(tmp_path):
+    """8 eval streams over 6 valid ids give no segment: refused at the start,
+    not after the whole run (the final evaluation failed then)."""
+    (tmp_path / "small.txt").write_text("abcdefghij" * 6)  # 54 train ids, 6 valid
+    with pytest.raises(TrainingError, match=r"valid split of corpus .text. has 6 tokens, "
+                                            r"too few for --eval_batch_size 8 \(at least 9"):
+        _train(tmp_path, data_dir=str(tmp_path / "small.txt"), tgt_len=4, eval_batch_size=8)
+    assert not (tmp_path / "run").exists()
+    assert _train(tmp_path, data_dir=str(tmp_path / "small.txt"), tgt_len=4, mem_len=4,
+                  eval_batch_size=5)["final_eval"]["tokens"] == 3
+
+
 def test_command_line_error_is_one_line(tmp_path, jobs):
     proc = jobs.run("training.train", ["--preset=huge", f"--model_dir={tmp_path / 'run'}"])
     assert proc.returncode == 2

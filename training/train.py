@@ -140,7 +140,7 @@ def _check_options(o):
                  "eval_batch_size", "keep_checkpoints"):
         if o[name] is None or o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
-    for name in ("tgt_len", "eval_tgt_len"):
+    for name in ("tgt_len", "eval_tgt_len", "eval_max_segments"):
         if o[name] is not None and o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
     for name in ("mem_len", "eval_mem_len", "warmup_steps", "eval_every"):
@@ -352,6 +352,11 @@ def _train(o, strategy, task_id, is_chief):
         raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "
                             "tokens; evaluation needs at least 2 (or pass --nofinal_eval "
                             "--eval_every=0)")
+    if evaluating and len(valid_ids) <= o["eval_batch_size"]:  # streams of 1 id: no label
+        raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "
+                            f"tokens, too few for --eval_batch_size {o['eval_batch_size']} "
+                            f"(at least {o['eval_batch_size'] + 1} needed; or pass "
+                            "--nofinal_eval --eval_every=0)")
     character_level = inputs.is_character_level(corpus.tokenizer)
 
     record = run_record.describe(o["dataset"], o["data_dir"], corpus_options,
