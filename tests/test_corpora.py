@@ -126,6 +126,18 @@ def test_text_file_and_folder(tmp_path):
     assert ByteTokenizer().decode(np.concatenate([c.train, c.valid])) == "AAAA" + "BBBB" + "C" * 12
 
 
+def test_text_read_with_a_character_model_splits_between_characters(tmp_path):
+    """The 90% byte split fell inside a two-byte character: a valid UTF-8 file
+    was refused as "not valid UTF-8" when read with a char or word model's
+    tokenizer (training.evaluate --dataset=text)."""
+    text = "\u00e9" * 100 + "a"  # 201 bytes: the split at byte 181 is inside an é
+    path = write(tmp_path / "one.txt", text)
+    tokenizer = CharTokenizer.build(text)
+    c = load_corpus("text", path, use_cache=False, tokenizer=tokenizer)
+    assert tokenizer.decode(np.concatenate([c.train, c.valid])) == text
+    assert (len(c.train), len(c.valid)) == (90, 11)
+
+
 def stdlib_files():
     root = Path(sysconfig.get_paths()["stdlib"])
     found = []

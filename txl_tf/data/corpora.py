@@ -154,12 +154,20 @@ def _split_points(n: int, percents: tuple[int, int, int]) -> tuple[int, int]:
     return n - n_valid - n_test, n - n_test
 
 
+def _char_start(data: bytes, i: int) -> int:
+    """`i`, moved back to the first byte of the UTF-8 character it falls in."""
+    while 0 < i < len(data) and data[i] & 0xC0 == 0x80:
+        i -= 1
+    return i
+
+
 def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int],
                  given: Tokenizer | None, path: Path) -> Tokenizer:
     """Splits `data` by bytes; ids are the bytes unless another tokenizer
     (a trained model's) is `given`, which then encodes each split's text."""
     a, b = _split_points(len(data), percents)
     if given is not None and not isinstance(given, ByteTokenizer):
+        a, b = _char_start(data, a), _char_start(data, b)  # each part decodes alone
         for split, part in zip(SPLITS, (data[:a], data[a:b], data[b:])):
             writers[split].append(given.encode(_decode(part, path)))
         return given
