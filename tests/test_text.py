@@ -182,6 +182,9 @@ def test_load_wrong_kind(tmp_path):
     with pytest.raises(ValueError, match="'byte' tokenizer, not 'word'"):
         WordTokenizer.load(tmp_path)
     assert isinstance(Tokenizer.load(tmp_path), ByteTokenizer)
+    (tmp_path / "tokenizer.json").write_text("[]")  # JSON, but not a tokenizer's object
+    with pytest.raises(ValueError, match=r"tokenizer\.json: not a tokenizer description"):
+        Tokenizer.load(tmp_path)
 
 
 @pytest.mark.parametrize("kind", KINDS)
