@@ -362,7 +362,8 @@ def _train(o, strategy, task_id, is_chief):
     record = run_record.describe(o["dataset"], o["data_dir"], corpus_options,
                                  o["batch_size"], config.tgt_len, replicas,
                                  corpus.tokenizer.vocab_size, train_ids,
-                                 o["document_separator"])
+                                 o["document_separator"],
+                                 loss_scaling=precision.policy == "mixed_float16")
     record_path = os.path.join(checkpoint_dir(model_dir), run_record.RUN_RECORD)
     if has_checkpoints(ckpt_dir):
         run_record.check(record, record_path)
