@@ -102,6 +102,28 @@ def test_bad_flag_values(tmp_path, corpus):
         _train(tmp_path, data_dir=corpus, dropout=1.5)
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("seed", -1, r"--seed must be in \[0, 4294967295\], got -1"),  # was numpy's traceback
+    ("seed", 2 ** 32, r"--seed must be in \[0, 4294967295\], got 4294967296"),
+    ("max_time_s", -5.0, r"--max_time_s must be >= 0 \(0: no limit\), got -5.0"),
+    ("num_cpu_devices", -1, r"--num_cpu_devices must be >= 0, got -1"),
+    ("verbose", 7, r"--verbose must be 0, 1 or 2, got 7"),
+])
+def test_flag_values_refused_at_the_start(tmp_path, corpus, flag, value, message):
+    with pytest.raises(TrainingError, match=message):
+        _train(tmp_path, data_dir=corpus, **{flag: value})
+    assert not (tmp_path / "run").exists()
+
+
+def test_classify_seed_is_checked_with_the_flags():
+    from training import classify
+    from txl_tf.app.flagspec import merge
+    options = merge(classify.SPEC, dict(train_data="t.tsv", output_dir="o", preset="tiny",
+                                        seed=-1))
+    with pytest.raises(TrainingError, match=r"--seed must be in \[0, 4294967295\], got -1"):
+        classify.check_options(options)
+
+
 def test_eval_max_segments_must_be_positive(tmp_path, corpus):
     """0 evaluated nothing and reported valid bpc 0 / ppl 1 as the result."""
     for bad in (0, -1):

@@ -173,6 +173,22 @@ def _check_options(o):
                                 f"divide {', '.join(wrong)}: events would fall inside a call")
     if o["adam_epsilon"] <= 0:
         raise TrainingError(f"--adam_epsilon must be > 0, got {o['adam_epsilon']}")
+    check_seed(o["seed"])
+    if o["max_time_s"] < 0:
+        raise TrainingError(f"--max_time_s must be >= 0 (0: no limit), got {o['max_time_s']}")
+    if o["num_cpu_devices"] < 0:
+        raise TrainingError(f"--num_cpu_devices must be >= 0, got {o['num_cpu_devices']}")
+    if o["verbose"] not in (0, 1, 2):
+        raise TrainingError(f"--verbose must be 0, 1 or 2, got {o['verbose']}")
+
+
+MAX_SEED = 2 ** 32 - 1  # what keras.utils.set_random_seed (numpy's legacy seeding) takes
+
+
+def check_seed(seed):
+    """Raises `TrainingError` unless `seed` (the `--seed` flag) is in [0, MAX_SEED]."""
+    if not 0 <= seed <= MAX_SEED:
+        raise TrainingError(f"--seed must be in [0, {MAX_SEED}], got {seed}")
 
 
 MAX_STEPS_PER_EXECUTION = 32  # a signal or --max_time_s stops after the call in flight
