@@ -138,6 +138,13 @@ def test_text_read_with_a_character_model_splits_between_characters(tmp_path):
     assert (len(c.train), len(c.valid)) == (90, 11)
 
 
+def test_a_bad_byte_is_named_by_its_place_in_the_file(tmp_path):
+    """The offset was the one within the chunk being read (16 MiB chunks)."""
+    path = write(tmp_path / "wiki.train.tokens", b"a b\n" * 10 + b"c \xff\n")
+    with pytest.raises(ValueError, match=r"not valid UTF-8 near byte 42$"):
+        list(corpora_lib.iter_text_chunks(path, chunk_bytes=8))
+
+
 def stdlib_files():
     root = Path(sysconfig.get_paths()["stdlib"])
     found = []

@@ -102,11 +102,12 @@ def _show(progress: bool | None, size: int) -> bool:
     return progress if progress is not None else size >= PROGRESS_MIN_BYTES
 
 
-def _decode(data: bytes, path: Path) -> str:
+def _decode(data: bytes, path: Path, offset: int = 0) -> str:
+    """`data` (from byte `offset` of `path`) as text, else a `TxlError` naming the byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise TxlError(f"{path}: not valid UTF-8 near byte {err.start}") from None
+        raise TxlError(f"{path}: not valid UTF-8 near byte {offset + err.start}") from None
 
 
 def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
@@ -117,7 +118,7 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
     with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True,
                                      desc=desc or path.name, leave=False,
                                      disable=not _show(progress, size)) as bar:
-        rest = b""
+        rest, offset = b"", 0  # offset: where `rest` starts in the file
         while True:
             block = f.read(chunk_bytes)
             if not block:
@@ -127,9 +128,10 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
             cut = block.rfind(b"\n") + 1
             rest = block[cut:]
             if cut:
-                yield _decode(block[:cut], path)
+                yield _decode(block[:cut], path, offset)
+                offset += cut
         if rest:
-            yield _decode(rest, path)
+            yield _decode(rest, path, offset)
 
 
 def _require_dir(data_dir, layout: str) -> Path:
@@ -168,8 +170,8 @@ def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int],
     a, b = _split_points(len(data), percents)
     if given is not None and not isinstance(given, ByteTokenizer):
         a, b = _char_start(data, a), _char_start(data, b)  # each part decodes alone
-        for split, part in zip(SPLITS, (data[:a], data[a:b], data[b:])):
-            writers[split].append(given.encode(_decode(part, path)))
+        for split, part, offset in zip(SPLITS, (data[:a], data[a:b], data[b:]), (0, a, b)):
+            writers[split].append(given.encode(_decode(part, path, offset)))
         return given
     ids = np.frombuffer(data, dtype=np.uint8)
     for split, part in zip(SPLITS, (ids[:a], ids[a:b], ids[b:])):
