@@ -300,7 +300,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
 
     try:
         reader = tf.train.load_checkpoint(checkpoint)
-    except (ValueError, tf.errors.NotFoundError) as err:
+    except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError,
+            tf.errors.OutOfRangeError) as err:  # missing, or not a checkpoint (another file)
         raise FileNotFoundError(f"no TF checkpoint at {checkpoint!r}: {err}") from None
     available = reader.get_variable_to_shape_map()
     cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
