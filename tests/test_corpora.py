@@ -105,6 +105,19 @@ def test_lm1b_sentences_wrapped(tmp_path):
     assert tok.decode(c.test) == "the cat barked .\n"
 
 
+def test_lm1b_shard_options_are_checked(tmp_path):
+    """max_train_shards=-1 dropped the last training shard without a word."""
+    lm1b_tree(tmp_path)
+    for options, message in (({"max_train_shards": -1}, r"max_train_shards must be an "
+                                                        r"integer >= 1 \(or None: all\), got -1"),
+                             ({"max_train_shards": 0}, r"max_train_shards .* got 0"),
+                             ({"valid_shard": -1}, r"valid_shard must be a heldout shard "
+                                                   r"number in \[0, 49\], got -1")):
+        with pytest.raises(ValueError, match=message):
+            load_corpus("lm1b", tmp_path, use_cache=False, **options)
+    assert len(load_corpus("lm1b", tmp_path, use_cache=False, max_train_shards=1).train) == 11
+
+
 def test_lm1b_vocab_file(tmp_path):
     c = load_corpus("lm1b", lm1b_tree(tmp_path, vocab=True))
     assert c.tokenizer.vocab == ["<S>", "</S>", "<UNK>", "the", ".", "cat"]

@@ -245,6 +245,15 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
     layout = (f"<data_dir>/[{LM1B_DIR}/]training-monolingual.tokenized.shuffled/news.en-*"
               " and heldout-monolingual.tokenized.shuffled/news.en.heldout-NNNNN-of-00050;"
               " optional <data_dir>/1b_word_vocab.txt")
+    shards = opts["max_train_shards"]
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                               or shards < 1):
+        raise TxlError(f"max_train_shards must be an integer >= 1 (or None: all), got "
+                       f"{shards!r}")
+    for key in ("valid_shard", "test_shard"):
+        shard = opts[key]
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < 50:
+            raise TxlError(f"{key} must be a heldout shard number in [0, 49], got {shard!r}")
     data_dir = _require_dir(data_dir, layout)
     root = data_dir / LM1B_DIR if (data_dir / LM1B_DIR).is_dir() else data_dir
     train_dir = root / "training-monolingual.tokenized.shuffled"
