@@ -97,6 +97,14 @@ def test_word_vocab_ties_min_count_max_size():
     assert tok.vocab[2:] == ["c", "d", "a", "b"]  # ties broken by the token
     assert WordTokenizer.build("d c b a\nd c\n", min_count=2).vocab[2:] == ["c", "d"]
     assert WordTokenizer.build("d c b a\nd c\n", max_size=3).vocab[2:] == ["c", "d", "a"]
+    # Values of --corpus_option are parsed, so a float or a word can arrive: a
+    # TypeError traceback before.
+    for options, message in (({"max_size": 1e3}, r"max_size must be an integer >= 0 or None, "
+                                                 r"got 1000\.0"),
+                             ({"min_count": "abc"}, r"min_count must be an integer >= 1, "
+                                                    r"got 'abc'")):
+        with pytest.raises(ValueError, match=message):
+            WordTokenizer.build("d c\n", **options)
 
 
 def test_word_bos_eos_lm1b_style():
