@@ -149,6 +149,11 @@ def test_text_read_with_a_character_model_splits_between_characters(tmp_path):
     c = load_corpus("text", path, use_cache=False, tokenizer=tokenizer)
     assert tokenizer.decode(np.concatenate([c.train, c.valid])) == text
     assert (len(c.train), len(c.valid)) == (90, 11)
+    # pystdlib's max_bytes cut inside a character: the incomplete one is left out.
+    write(tmp_path / "py" / "a.py", text)
+    c = load_corpus("pystdlib", tmp_path / "py", use_cache=False, tokenizer=tokenizer,
+                    max_bytes=101)
+    assert tokenizer.decode(np.concatenate([c.train, c.valid, c.test])) == "\u00e9" * 50
 
 
 def test_a_bad_byte_is_named_by_its_place_in_the_file(tmp_path):

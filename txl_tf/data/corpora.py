@@ -163,10 +163,20 @@ def _char_start(data: bytes, i: int) -> int:
     return i
 
 
+def _whole_characters(data: bytes) -> int:
+    """The length of `data` without an incomplete UTF-8 character at its end."""
+    last = _char_start(data, len(data) - 1) if data else 0
+    lead = data[last] if data else 0
+    need = 4 if lead >= 0xF0 else 3 if lead >= 0xE0 else 2 if lead >= 0xC0 else 1
+    return last if last + need > len(data) else len(data)
+
+
 def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int],
                  given: Tokenizer | None, path: Path) -> Tokenizer:
     """Splits `data` by bytes; ids are the bytes unless another tokenizer
     (a trained model's) is `given`, which then encodes each split's text."""
+    if given is not None and not isinstance(given, ByteTokenizer):
+        data = data[:_whole_characters(data)]  # pystdlib's max_bytes may cut the last one
     a, b = _split_points(len(data), percents)
     if given is not None and not isinstance(given, ByteTokenizer):
         a, b = _char_start(data, a), _char_start(data, b)  # each part decodes alone
