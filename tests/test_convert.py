@@ -12,6 +12,7 @@ import pytest
 
 from tests.pytorch_fixtures import CASES, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference
+from txl_tf.errors import TxlError
 from txl_tf.text.pickled_vocab import PickledVocabError, convert_pickled_vocab
 from txl_tf.text.vocab import read_vocab
 from txl_tf.weights.convert import ConvertError, convert, read_config_file
@@ -182,6 +183,14 @@ def test_convert_refuses_bad_inputs(tmp_path):
     short.write_text("<eos>\nw\n")
     with pytest.raises(ConvertError, match="2 symbols, the model n_token=60"):
         convert("pytorch", weights, str(tmp_path / "o"), config=config, vocab=str(short),
+                **quiet)
+    binary = tmp_path / "weights.npz"  # a wrong file given as --vocab: not UTF-8 text
+    binary.write_bytes(b"PK\x03\x04\x96\xff\n")
+    with pytest.raises(FileNotFoundError, match=r"no TF checkpoint at '.*weights\.npz': .*"
+                                                r"sstable"):  # was a DataLossError traceback
+        convert("tf", str(binary), str(tmp_path / "o"), config=config, **quiet)
+    with pytest.raises(TxlError, match=r"vocabulary file .*weights\.npz is not UTF-8 text"):
+        convert("pytorch", weights, str(tmp_path / "o"), config=config, vocab=str(binary),
                 **quiet)
     values = json.loads(open(config).read())
     values["attn_type"] = 2

@@ -105,6 +105,19 @@ def test_lm1b_sentences_wrapped(tmp_path):
     assert tok.decode(c.test) == "the cat barked .\n"
 
 
+def test_lm1b_shard_options_are_checked(tmp_path):
+    """max_train_shards=-1 dropped the last training shard without a word."""
+    lm1b_tree(tmp_path)
+    for options, message in (({"max_train_shards": -1}, r"max_train_shards must be an "
+                                                        r"integer >= 1 \(or None: all\), got -1"),
+                             ({"max_train_shards": 0}, r"max_train_shards .* got 0"),
+                             ({"valid_shard": -1}, r"valid_shard must be a heldout shard "
+                                                   r"number in \[0, 49\], got -1")):
+        with pytest.raises(ValueError, match=message):
+            load_corpus("lm1b", tmp_path, use_cache=False, **options)
+    assert len(load_corpus("lm1b", tmp_path, use_cache=False, max_train_shards=1).train) == 11
+
+
 def test_lm1b_vocab_file(tmp_path):
     c = load_corpus("lm1b", lm1b_tree(tmp_path, vocab=True))
     assert c.tokenizer.vocab == ["<S>", "</S>", "<UNK>", "the", ".", "cat"]
@@ -124,6 +137,30 @@ def test_text_file_and_folder(tmp_path):
     write(folder / "c.md", "C" * 12)
     c = load_corpus("text", folder)
     assert ByteTokenizer().decode(np.concatenate([c.train, c.valid])) == "AAAA" + "BBBB" + "C" * 12
+
+
+def test_text_read_with_a_character_model_splits_between_characters(tmp_path):
+    """The 90% byte split fell inside a two-byte character: a valid UTF-8 file
+    was refused as "not valid UTF-8" when read with a char or word model's
+    tokenizer (training.evaluate --dataset=text)."""
+    text = "\u00e9" * 100 + "a"  # 201 bytes: the split at byte 181 is inside an é
+    path = write(tmp_path / "one.txt", text)
+    tokenizer = CharTokenizer.build(text)
+    c = load_corpus("text", path, use_cache=False, tokenizer=tokenizer)
+    assert tokenizer.decode(np.concatenate([c.train, c.valid])) == text
+    assert (len(c.train), len(c.valid)) == (90, 11)
+    # pystdlib's max_bytes cut inside a character: the incomplete one is left out.
+    write(tmp_path / "py" / "a.py", text)
+    c = load_corpus("pystdlib", tmp_path / "py", use_cache=False, tokenizer=tokenizer,
+                    max_bytes=101)
+    assert tokenizer.decode(np.concatenate([c.train, c.valid, c.test])) == "\u00e9" * 50
+
+
+def test_a_bad_byte_is_named_by_its_place_in_the_file(tmp_path):
+    """The offset was the one within the chunk being read (16 MiB chunks)."""
+    path = write(tmp_path / "wiki.train.tokens", b"a b\n" * 10 + b"c \xff\n")
+    with pytest.raises(ValueError, match=r"not valid UTF-8 near byte 42$"):
+        list(corpora_lib.iter_text_chunks(path, chunk_bytes=8))
 
 
 def stdlib_files():

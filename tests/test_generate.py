@@ -48,7 +48,10 @@ def test_bad_sampling_arguments_are_named():
     prompt = np.zeros((1, 2), np.int32)
     for kwargs, message in (({"top_k": 51}, r"top_k must be an integer in \[0, 50\]"),
                             ({"temperature": -0.5}, "temperature must be a finite number >= 0"),
-                            ({"max_new_tokens": -1}, "max_new_tokens must be an integer >= 0")):
+                            ({"max_new_tokens": -1}, "max_new_tokens must be an integer >= 0"),
+                            # were a ZeroDivisionError and an UnboundLocalError
+                            ({"segment_len": 0}, "segment_len must be an integer >= 1, got 0"),
+                            ({"segment_len": -3}, "segment_len must be an integer >= 1")):
         call = {"max_new_tokens": 3, **kwargs}
         with pytest.raises(ValueError, match=message):
             decoder.generate(prompt, **call)

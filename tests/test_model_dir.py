@@ -55,6 +55,25 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
             load(str(tmp_path / "model"))
 
 
+def test_an_interrupted_save_leaves_the_previous_weights(run, tmp_path, monkeypatch):
+    """The weights were written in place: a kill during the save (training's
+    final export) left a truncated weights.npz where a good one had been."""
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+
+    def interrupted(path, **arrays):
+        with open(path, "wb") as f:
+            f.write(b"PK\x03\x04 half an archive")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_pretrained(core, tmp_path / "model")
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["config.json",
+                                                                     "weights.npz"]
+    assert same_weights(load(str(tmp_path / "model"))[0], core)
+
+
 def test_load_core_builds_under_a_dtype_policy(run, tmp_path):
     path, core = run
     save_pretrained(core, tmp_path / "model")

@@ -97,6 +97,14 @@ def test_word_vocab_ties_min_count_max_size():
     assert tok.vocab[2:] == ["c", "d", "a", "b"]  # ties broken by the token
     assert WordTokenizer.build("d c b a\nd c\n", min_count=2).vocab[2:] == ["c", "d"]
     assert WordTokenizer.build("d c b a\nd c\n", max_size=3).vocab[2:] == ["c", "d", "a"]
+    # Values of --corpus_option are parsed, so a float or a word can arrive: a
+    # TypeError traceback before.
+    for options, message in (({"max_size": 1e3}, r"max_size must be an integer >= 0 or None, "
+                                                 r"got 1000\.0"),
+                             ({"min_count": "abc"}, r"min_count must be an integer >= 1, "
+                                                    r"got 'abc'")):
+        with pytest.raises(ValueError, match=message):
+            WordTokenizer.build("d c\n", **options)
 
 
 def test_word_bos_eos_lm1b_style():
@@ -182,6 +190,9 @@ def test_load_wrong_kind(tmp_path):
     with pytest.raises(ValueError, match="'byte' tokenizer, not 'word'"):
         WordTokenizer.load(tmp_path)
     assert isinstance(Tokenizer.load(tmp_path), ByteTokenizer)
+    (tmp_path / "tokenizer.json").write_text("[]")  # JSON, but not a tokenizer's object
+    with pytest.raises(ValueError, match=r"tokenizer\.json: not a tokenizer description"):
+        Tokenizer.load(tmp_path)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -102,6 +102,49 @@ def test_bad_flag_values(tmp_path, corpus):
         _train(tmp_path, data_dir=corpus, dropout=1.5)
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("seed", -1, r"--seed must be in \[0, 4294967295\], got -1"),  # was numpy's traceback
+    ("seed", 2 ** 32, r"--seed must be in \[0, 4294967295\], got 4294967296"),
+    ("max_time_s", -5.0, r"--max_time_s must be >= 0 \(0: no limit\), got -5.0"),
+    ("num_cpu_devices", -1, r"--num_cpu_devices must be >= 0, got -1"),
+    ("verbose", 7, r"--verbose must be 0, 1 or 2, got 7"),
+])
+def test_flag_values_refused_at_the_start(tmp_path, corpus, flag, value, message):
+    with pytest.raises(TrainingError, match=message):
+        _train(tmp_path, data_dir=corpus, **{flag: value})
+    assert not (tmp_path / "run").exists()
+
+
+def test_classify_seed_is_checked_with_the_flags():
+    from training import classify
+    from txl_tf.app.flagspec import merge
+    options = merge(classify.SPEC, dict(train_data="t.tsv", output_dir="o", preset="tiny",
+                                        seed=-1))
+    with pytest.raises(TrainingError, match=r"--seed must be in \[0, 4294967295\], got -1"):
+        classify.check_options(options)
+
+
+def test_eval_max_segments_must_be_positive(tmp_path, corpus):
+    """0 evaluated nothing and reported valid bpc 0 / ppl 1 as the result."""
+    for bad in (0, -1):
+        with pytest.raises(TrainingError, match=rf"--eval_max_segments must be a positive "
+                                                rf"integer, got {bad}"):
+            _train(tmp_path, data_dir=corpus, eval_max_segments=bad)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_valid_split_too_short_for_the_eval_batch_is_refused_before_training(tmp_path):
+    """8 eval streams over 6 valid ids give no segment: refused at the start,
+    not after the whole run (the final evaluation failed then)."""
+    (tmp_path / "small.txt").write_text("abcdefghij" * 6)  # 54 train ids, 6 valid
+    with pytest.raises(TrainingError, match=r"valid split of corpus .text. has 6 tokens, "
+                                            r"too few for --eval_batch_size 8 \(at least 9"):
+        _train(tmp_path, data_dir=str(tmp_path / "small.txt"), tgt_len=4, eval_batch_size=8)
+    assert not (tmp_path / "run").exists()
+    assert _train(tmp_path, data_dir=str(tmp_path / "small.txt"), tgt_len=4, mem_len=4,
+                  eval_batch_size=5)["final_eval"]["tokens"] == 3
+
+
 def test_command_line_error_is_one_line(tmp_path, jobs):
     proc = jobs.run("training.train", ["--preset=huge", f"--model_dir={tmp_path / 'run'}"])
     assert proc.returncode == 2

@@ -45,6 +45,25 @@ def test_word_level_continuation_is_joined_with_a_space():
     assert text.startswith((" ", "\n"))
 
 
+def test_a_character_cut_between_chunks_is_printed_once_whole():
+    """A byte model writes a two-byte character in two chunks: the first
+    printed a replacement character, and nothing after it was printed."""
+    from types import SimpleNamespace
+    from training.generate import continue_text
+    from txl_tf.text import ByteTokenizer
+
+    class Backend:  # streams its ids one at a time, as the decoders do
+        def generate(self, prompt, num_tokens, stream=None, **options):
+            new = list("\u00e9!\u20ac".encode())[:num_tokens]
+            for i in new:
+                stream(np.array([[i]], np.int32))
+            return SimpleNamespace(ids=np.array([new], np.int32), lengths=np.array([len(new)]))
+
+    pieces = []
+    text = continue_text(Backend(), ByteTokenizer(), "ab", 6, write=pieces.append)
+    assert text == "".join(pieces) == "\u00e9!\u20ac"
+
+
 def test_the_job_generates_from_a_model_dir_an_onnx_file_and_a_saved_model(tmp_path):
     import shutil
     from export import export_onnx, export_saved_model

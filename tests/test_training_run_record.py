@@ -30,6 +30,18 @@ def test_another_batch_size_is_refused(tmp_path):
     assert result["step"] == 4 and result["evaluations"][0]["step"] == 3
 
 
+def test_switching_float16_loss_scaling_is_refused(tmp_path):
+    """Its optimizer state has another layout: the restore failed with a
+    TensorFlow traceback (a dtype mismatch) instead of naming the flag."""
+    corpus = str(write_text_corpus(tmp_path / "corpus.txt", 5_000))
+    _train(tmp_path, data_dir=corpus, mixed_precision="none")
+    with pytest.raises(TrainingError, match=r"float16 loss scaling \(--mixed_precision="
+                                            r"mixed_float16\) was False, now True"):
+        _train(tmp_path, data_dir=corpus, mixed_precision="mixed_float16", train_steps=4)
+    assert _train(tmp_path, data_dir=corpus, mixed_precision="mixed_bfloat16",
+                  train_steps=4)["step"] == 4
+
+
 def test_another_corpus_option_is_refused(tmp_path):
     _train(tmp_path, dataset="pystdlib", corpus_option=["max_bytes=30000"])
     with pytest.raises(TrainingError, match=r"--corpus_option was \{'max_bytes': 30000\}, now "

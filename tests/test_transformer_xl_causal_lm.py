@@ -111,6 +111,13 @@ def test_call_with_cache_takes_one_id_per_row(causal_lm):
         causal_lm.call_with_cache(tf.constant([[1, 2]] * 3), cache)
 
 
+def test_an_empty_prompt_is_an_error(causal_lm):
+    """The compiled step's assertion is dropped by XLA: an empty row came back
+    as ids the model never chose (all 0), with no error."""
+    with pytest.raises(TxlError, match=r"every prompt needs at least one id; row 1 is empty"):
+        causal_lm.generate(padded([[3, 4], []]), stop_token_ids=None)
+
+
 def assert_keeps_the_prompts(token_ids, prompts=PROMPTS):
     for row, prompt in enumerate(prompts):
         np.testing.assert_array_equal(token_ids[row, :len(prompt)], prompt)

@@ -148,6 +148,8 @@ def check_options(o):
     for name in ("mem_len", "warmup_steps"):
         if o[name] is not None and o[name] < 0:
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
+    from training.train import check_seed
+    check_seed(o["seed"])
     if o["mode"] == "train":
         _require(o, "train_data", "output_dir")
         if o["steps"] is not None and o["epochs"] is not None:

@@ -115,7 +115,8 @@ def continue_text(model, tokenizer, prompt, num_tokens, write=None, **kwargs):
 
     def stream(chunk):
         new_ids.extend(int(i) for i in chunk[0])
-        text = continuation(tokenizer, ids, new_ids)
+        # A trailing U+FFFD may be a multi-byte character cut between chunks: held back.
+        text = continuation(tokenizer, ids, new_ids).rstrip("\ufffd")
         if write is not None and text.startswith(printed[0]) and len(text) > len(printed[0]):
             write(text[len(printed[0]):])
             printed[0] = text

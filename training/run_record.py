@@ -2,9 +2,10 @@
 resumes the same run.
 
 `<model_dir>/checkpoints/run.json` holds the dataset, data folder, corpus
-options, global batch size, tgt_len, number of replicas, vocabulary size and
-the number and CRC-32 of the training ids. A restart that finds checkpoints
-must match it (the data folder may move if the data is the same); flags that
+options, global batch size, tgt_len, number of replicas, vocabulary size,
+the number and CRC-32 of the training ids, and whether the optimizer scales
+the loss (float16: its state has another layout). A restart that finds
+checkpoints must match it (the data folder may move if the data is the same); flags that
 do not change the data or the batches (train_steps, log_every, eval
 settings, verbose, max_time_s, ...) are not recorded.
 """
@@ -23,7 +24,8 @@ STRICT = (("dataset", "--dataset"), ("corpus_options", "--corpus_option"),
           ("batch_size", "--batch_size"), ("tgt_len", "--tgt_len"),
           ("replicas", "the number of replicas (--strategy)"),
           ("vocab_size", "the vocabulary size"),
-          ("document_separator", "--document_separator"))
+          ("document_separator", "--document_separator"),
+          ("loss_scaling", "float16 loss scaling (--mixed_precision=mixed_float16)"))
 
 
 def checksum(ids, chunk=1 << 24):
@@ -35,15 +37,16 @@ def checksum(ids, chunk=1 << 24):
 
 
 def describe(dataset, data_dir, corpus_options, batch_size, tgt_len, replicas, vocab_size,
-             train_ids, document_separator=None):
-    """The record of a run (a JSON-ready dict)."""
+             train_ids, document_separator=None, loss_scaling=False):
+    """The record of a run (a JSON-ready dict); `loss_scaling`: whether the
+    optimizer is float16's loss-scaling one (its state has another layout)."""
     record = {"dataset": dataset,
               "data_dir": os.path.abspath(data_dir) if data_dir else None,
               "corpus_options": dict(sorted((corpus_options or {}).items())),
               "batch_size": int(batch_size), "tgt_len": int(tgt_len),
               "replicas": int(replicas), "vocab_size": int(vocab_size),
               "train_tokens": int(len(train_ids)), "train_crc32": checksum(train_ids),
-              "document_separator": document_separator}
+              "document_separator": document_separator, "loss_scaling": bool(loss_scaling)}
     return json.loads(json.dumps(record))
 
 

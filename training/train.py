@@ -140,7 +140,7 @@ def _check_options(o):
                  "eval_batch_size", "keep_checkpoints"):
         if o[name] is None or o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
-    for name in ("tgt_len", "eval_tgt_len"):
+    for name in ("tgt_len", "eval_tgt_len", "eval_max_segments"):
         if o[name] is not None and o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
     for name in ("mem_len", "eval_mem_len", "warmup_steps", "eval_every"):
@@ -173,6 +173,22 @@ def _check_options(o):
                                 f"divide {', '.join(wrong)}: events would fall inside a call")
     if o["adam_epsilon"] <= 0:
         raise TrainingError(f"--adam_epsilon must be > 0, got {o['adam_epsilon']}")
+    check_seed(o["seed"])
+    if o["max_time_s"] < 0:
+        raise TrainingError(f"--max_time_s must be >= 0 (0: no limit), got {o['max_time_s']}")
+    if o["num_cpu_devices"] < 0:
+        raise TrainingError(f"--num_cpu_devices must be >= 0, got {o['num_cpu_devices']}")
+    if o["verbose"] not in (0, 1, 2):
+        raise TrainingError(f"--verbose must be 0, 1 or 2, got {o['verbose']}")
+
+
+MAX_SEED = 2 ** 32 - 1  # what keras.utils.set_random_seed (numpy's legacy seeding) takes
+
+
+def check_seed(seed):
+    """Raises `TrainingError` unless `seed` (the `--seed` flag) is in [0, MAX_SEED]."""
+    if not 0 <= seed <= MAX_SEED:
+        raise TrainingError(f"--seed must be in [0, {MAX_SEED}], got {seed}")
 
 
 MAX_STEPS_PER_EXECUTION = 32  # a signal or --max_time_s stops after the call in flight
@@ -352,12 +368,18 @@ def _train(o, strategy, task_id, is_chief):
         raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "
                             "tokens; evaluation needs at least 2 (or pass --nofinal_eval "
                             "--eval_every=0)")
+    if evaluating and len(valid_ids) <= o["eval_batch_size"]:  # streams of 1 id: no label
+        raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "
+                            f"tokens, too few for --eval_batch_size {o['eval_batch_size']} "
+                            f"(at least {o['eval_batch_size'] + 1} needed; or pass "
+                            "--nofinal_eval --eval_every=0)")
     character_level = inputs.is_character_level(corpus.tokenizer)
 
     record = run_record.describe(o["dataset"], o["data_dir"], corpus_options,
                                  o["batch_size"], config.tgt_len, replicas,
                                  corpus.tokenizer.vocab_size, train_ids,
-                                 o["document_separator"])
+                                 o["document_separator"],
+                                 loss_scaling=precision.policy == "mixed_float16")
     record_path = os.path.join(checkpoint_dir(model_dir), run_record.RUN_RECORD)
     if has_checkpoints(ckpt_dir):
         run_record.check(record, record_path)

@@ -102,11 +102,12 @@ def _show(progress: bool | None, size: int) -> bool:
     return progress if progress is not None else size >= PROGRESS_MIN_BYTES
 
 
-def _decode(data: bytes, path: Path) -> str:
+def _decode(data: bytes, path: Path, offset: int = 0) -> str:
+    """`data` (from byte `offset` of `path`) as text, else a `TxlError` naming the byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise TxlError(f"{path}: not valid UTF-8 near byte {err.start}") from None
+        raise TxlError(f"{path}: not valid UTF-8 near byte {offset + err.start}") from None
 
 
 def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
@@ -117,7 +118,7 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
     with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True,
                                      desc=desc or path.name, leave=False,
                                      disable=not _show(progress, size)) as bar:
-        rest = b""
+        rest, offset = b"", 0  # offset: where `rest` starts in the file
         while True:
             block = f.read(chunk_bytes)
             if not block:
@@ -127,9 +128,10 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
             cut = block.rfind(b"\n") + 1
             rest = block[cut:]
             if cut:
-                yield _decode(block[:cut], path)
+                yield _decode(block[:cut], path, offset)
+                offset += cut
         if rest:
-            yield _decode(rest, path)
+            yield _decode(rest, path, offset)
 
 
 def _require_dir(data_dir, layout: str) -> Path:
@@ -154,14 +156,32 @@ def _split_points(n: int, percents: tuple[int, int, int]) -> tuple[int, int]:
     return n - n_valid - n_test, n - n_test
 
 
+def _char_start(data: bytes, i: int) -> int:
+    """`i`, moved back to the first byte of the UTF-8 character it falls in."""
+    while 0 < i < len(data) and data[i] & 0xC0 == 0x80:
+        i -= 1
+    return i
+
+
+def _whole_characters(data: bytes) -> int:
+    """The length of `data` without an incomplete UTF-8 character at its end."""
+    last = _char_start(data, len(data) - 1) if data else 0
+    lead = data[last] if data else 0
+    need = 4 if lead >= 0xF0 else 3 if lead >= 0xE0 else 2 if lead >= 0xC0 else 1
+    return last if last + need > len(data) else len(data)
+
+
 def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int],
                  given: Tokenizer | None, path: Path) -> Tokenizer:
     """Splits `data` by bytes; ids are the bytes unless another tokenizer
     (a trained model's) is `given`, which then encodes each split's text."""
+    if given is not None and not isinstance(given, ByteTokenizer):
+        data = data[:_whole_characters(data)]  # pystdlib's max_bytes may cut the last one
     a, b = _split_points(len(data), percents)
     if given is not None and not isinstance(given, ByteTokenizer):
-        for split, part in zip(SPLITS, (data[:a], data[a:b], data[b:])):
-            writers[split].append(given.encode(_decode(part, path)))
+        a, b = _char_start(data, a), _char_start(data, b)  # each part decodes alone
+        for split, part, offset in zip(SPLITS, (data[:a], data[a:b], data[b:]), (0, a, b)):
+            writers[split].append(given.encode(_decode(part, path, offset)))
         return given
     ids = np.frombuffer(data, dtype=np.uint8)
     for split, part in zip(SPLITS, (ids[:a], ids[a:b], ids[b:])):
@@ -235,6 +255,15 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
     layout = (f"<data_dir>/[{LM1B_DIR}/]training-monolingual.tokenized.shuffled/news.en-*"
               " and heldout-monolingual.tokenized.shuffled/news.en.heldout-NNNNN-of-00050;"
               " optional <data_dir>/1b_word_vocab.txt")
+    shards = opts["max_train_shards"]
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                               or shards < 1):
+        raise TxlError(f"max_train_shards must be an integer >= 1 (or None: all), got "
+                       f"{shards!r}")
+    for key in ("valid_shard", "test_shard"):
+        shard = opts[key]
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < 50:
+            raise TxlError(f"{key} must be a heldout shard number in [0, 49], got {shard!r}")
     data_dir = _require_dir(data_dir, layout)
     root = data_dir / LM1B_DIR if (data_dir / LM1B_DIR).is_dir() else data_dir
     train_dir = root / "training-monolingual.tokenized.shuffled"

@@ -86,7 +86,7 @@ class _Streams:
         self.length = stream_length(len(self.ids), batch_size, drop_remainder)
         self.num_segments = num_segments(len(self.ids), batch_size, tgt_len, drop_remainder)
         if self.num_segments == 0:
-            need = batch_size * (tgt_len + 1) if drop_remainder else 2
+            need = batch_size * (tgt_len + 1) if drop_remainder else batch_size + 1
             raise TxlError(
                 f"{len(self.ids)} ids are too few for batch_size {batch_size} and "
                 f"tgt_len {tgt_len}: {batch_size} streams of {self.length} ids give no "

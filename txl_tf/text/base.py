@@ -120,6 +120,9 @@ class Tokenizer:
             raise FileNotFoundError(f"tokenizer file not found: {path} (expected a "
                                     "directory written by Tokenizer.save)")
         config = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            raise TxlError(f"{path}: not a tokenizer description (a JSON object with its "
+                           "\"type\")")
         kind = config.get("type")
         if kind not in _REGISTRY:
             raise TxlError(f"{path}: unknown tokenizer type {kind!r}; "

@@ -36,10 +36,12 @@ def build_vocab(counts: Mapping[str, int], specials: Sequence[str] = (),
     than ``min_count`` times are dropped; ``max_size`` caps the number of
     non-special tokens. Specials keep their given order and are not repeated.
     """
-    if min_count < 1:
-        raise TxlError(f"min_count must be >= 1, got {min_count}")
-    if max_size is not None and max_size < 0:
-        raise TxlError(f"max_size must be >= 0 or None, got {max_size}")
+    def integer(value):  # an int or numpy integer, not a bool or a float
+        return not isinstance(value, bool) and hasattr(type(value), "__index__")
+    if not integer(min_count) or min_count < 1:
+        raise TxlError(f"min_count must be an integer >= 1, got {min_count!r}")
+    if max_size is not None and (not integer(max_size) or max_size < 0):
+        raise TxlError(f"max_size must be an integer >= 0 or None, got {max_size!r}")
     vocab = list(dict.fromkeys(specials))
     if len(vocab) != len(specials):
         raise TxlError(f"duplicate special tokens in {list(specials)}")
@@ -112,8 +114,12 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except UnicodeDecodeError as err:
+        raise TxlError(f"vocabulary file {path} is not UTF-8 text (byte {err.start}): "
+                       "one token per line expected") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -223,8 +223,21 @@ def restore_weights(core, path):
 
 
 def save_weights(core, path):
-    """Writes all weights to an `.npz` file keyed by TF names."""
-    np.savez(path, **get_weights(core))
+    """Writes all weights to an `.npz` file keyed by TF names, through a
+    temporary file and a rename: an interrupted save leaves the previous file."""
+    weights = get_weights(core)
+    if not isinstance(path, (str, os.PathLike)):  # a file object
+        np.savez(path, **weights)
+        return
+    path = os.fspath(path)
+    path = path if path.endswith(".npz") else path + ".npz"  # as np.savez names it
+    temporary = f"{path}.tmp-{os.getpid()}.npz"
+    try:
+        np.savez(temporary, **weights)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def load_weights(core, path):
@@ -300,7 +313,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
 
     try:
         reader = tf.train.load_checkpoint(checkpoint)
-    except (ValueError, tf.errors.NotFoundError) as err:
+    except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError,
+            tf.errors.OutOfRangeError) as err:  # missing, or not a checkpoint (another file)
         raise FileNotFoundError(f"no TF checkpoint at {checkpoint!r}: {err}") from None
     available = reader.get_variable_to_shape_map()
     cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})

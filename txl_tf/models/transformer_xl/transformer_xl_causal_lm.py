@@ -3,6 +3,7 @@
 and takes every keras-hub sampler."""
 import keras
 import keras_hub
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.errors import TxlError
@@ -250,10 +251,23 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         """`generate_step` compiled with XLA, as `Decoder` does, also on CPUs
         (where `compile`'s "auto" leaves `fit` without XLA). Not without it:
         TensorFlow's graph optimizer (Grappler) turns the uncompiled graph's
-        output at batch 1 into an empty tensor (TF 2.21)."""
+        output at batch 1 into an empty tensor (TF 2.21). The function it
+        returns refuses an empty prompt (`TxlError`) before the compiled step."""
         if self.generate_function is None and not self.run_eagerly:
             self.generate_function = tf.function(self.generate_step, jit_compile=True)
-        return super().make_generate_function()
+        function = super().make_generate_function()
+
+        def checked(inputs, stop_token_ids=None):
+            # XLA drops generate_step's assertion: an empty row is checked here.
+            mask = inputs.get("padding_mask") if isinstance(inputs, dict) else None
+            if mask is not None and (not tf.is_tensor(mask) or tf.executing_eagerly()):
+                empty = np.flatnonzero(np.sum(np.asarray(mask) != 0, axis=-1) == 0)
+                if empty.size:
+                    rows = ", ".join(map(str, empty[:10]))
+                    raise TxlError("every prompt needs at least one id; " + (
+                        f"row {rows} is empty" if empty.size == 1 else f"rows {rows} are empty"))
+            return function(inputs, stop_token_ids=stop_token_ids)
+        return checked
 
     def generate(self, inputs, max_length=None, stop_token_ids="auto", strip_prompt=False):
         """keras-hub's `generate` (see `keras_hub.models.CausalLM.generate`);
