@@ -213,9 +213,7 @@ class Runtime:
             A `txl_tf.Generation` whose memory is a `RuntimeMemory`.
         """
         from txl_tf.generation.flow import generate
-        segment_len = int(segment_len or self.config.tgt_len)
-        if segment_len < 1:
-            raise RuntimeInputError(f"segment_len must be >= 1, got {segment_len}")
+        segment_len = self.config.tgt_len if segment_len is None else segment_len
         return generate(self._generation, prompts, max_new_tokens, segment_len=segment_len,
                         **options)
 
