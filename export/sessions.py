@@ -61,9 +61,8 @@ class SessionTable:
             raise TxlError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         self.max_batch = max_batch
         config = getattr(backend, "config", None) or backend.core.config
-        self.segment_len = int(segment_len or config.tgt_len)
-        if self.segment_len < 1:
-            raise TxlError(f"segment_len must be >= 1, got {self.segment_len}")
+        self.segment_len = check_count(
+            "segment_len", config.tgt_len if segment_len is None else segment_len, low=1)
         self._sessions = {}
         # Live session ids: next served first (on the slab: waiting to join it).
         self._queue = collections.deque()

@@ -57,6 +57,8 @@ def test_bad_sampling_arguments_are_named():
             decoder.generate(prompt, **call)
     with pytest.raises(ValueError, match="mem_len must be >= 0"):
         Decoder(make_core(), mem_len=-1)
+    with pytest.raises(ValueError, match="segment_len must be an integer >= 1, got 0"):
+        Decoder(make_core(), segment_len=0)  # was taken as "the config's"
 
 
 def test_the_removed_generator_names_what_replaces_it():

@@ -166,7 +166,7 @@ def test_bad_session_input(runtime):
         table.open("y", [N_TOKEN], 2)
     with pytest.raises(ValueError, match="max_batch must be"):
         SessionTable(runtime, max_batch=0)
-    with pytest.raises(ValueError, match="segment_len must be >= 1, got -1"):
+    with pytest.raises(ValueError, match="segment_len must be an integer >= 1, got -1"):
         SessionTable(runtime, segment_len=-1)
     for bad in (-1, 0, 2.5):  # checked in the generation flow every backend shares
         with pytest.raises(ValueError, match=f"segment_len must be an integer >= 1, got {bad}"):

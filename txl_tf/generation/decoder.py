@@ -16,7 +16,8 @@ import tensorflow as tf
 from txl_tf.checks.inputs import check_finite_outputs, check_memory
 from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
-from txl_tf.generation.request import DecodeState, HeldCache, Rows, held_cache
+from txl_tf.generation.request import (DecodeState, HeldCache, Rows, check_count,
+                                       held_cache)
 from txl_tf.generation.sampling import choose
 from txl_tf.layers.memory import Memory
 
@@ -40,9 +41,8 @@ class Decoder:
         self.mem_len = core.config.mem_len if mem_len is None else int(mem_len)
         if self.mem_len < 0:
             raise TxlError(f"mem_len must be >= 0, got {self.mem_len}")
-        self.segment_len = int(segment_len or core.config.tgt_len)
-        if self.segment_len < 1:
-            raise TxlError(f"segment_len must be >= 1, got {self.segment_len}")
+        self.segment_len = check_count(
+            "segment_len", core.config.tgt_len if segment_len is None else segment_len, low=1)
         self._last = tf.function(self._last_graph, reduce_retracing=True)
         self._first = tf.function(self._fresh_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))

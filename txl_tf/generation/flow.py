@@ -34,9 +34,7 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
              stream=None, stream_every=8, segment_len=64):
     """See `Decoder.generate` (the arguments are the same for every backend)."""
     n = check_count("max_new_tokens", max_new_tokens)
-    if isinstance(segment_len, (bool, np.bool_)) or not isinstance(segment_len, (int, np.integer)) \
-            or segment_len < 1:
-        raise TxlError(f"segment_len must be an integer >= 1, got {segment_len!r}")
+    segment_len = check_count("segment_len", segment_len, low=1)
     if stream is not None and not callable(stream):
         raise TxlError(f"stream must be callable, got {type(stream).__name__}")
     if isinstance(stream_every, bool) or not isinstance(stream_every, int) or stream_every < 1:

@@ -115,9 +115,10 @@ def check_prompts(prompts, n_token):
     return rows
 
 
-def check_count(name, value):
-    if not _is_int(value) or value < 0:
-        raise TxlError(f"{name} must be an integer >= 0, got {value!r}")
+def check_count(name, value, low=0):
+    """`value` as an int, or `TxlError` unless it is an integer >= `low`."""
+    if not _is_int(value) or value < low:
+        raise TxlError(f"{name} must be an integer >= {low}, got {value!r}")
     return int(value)
 
 
