@@ -76,10 +76,17 @@ def shared_weights(path, providers):
     `{initializer name: OrtValue}` views of each weight of every graph;
     else `{}`. Handed to every session (`with_shared_weights`), they make
     all of a runtime's sessions read one copy of the weights in memory.
-    The values must outlive the sessions."""
+    The values must outlive the sessions. Without the onnx package (which
+    reads where each weight lies) also `{}`: each session loads its own copy."""
     import onnxruntime as ort
     data_path = external_data_file(path)
     if CUDA in providers or not os.path.isfile(data_path):
+        return {}
+    try:
+        import onnx  # noqa: F401  (external_weights reads the graphs without their weights)
+    except ImportError:
+        logging.warning("the onnx package is not installed: each ONNX Runtime session "
+                        "loads its own copy of the weights (pip install onnx to share one)")
         return {}
     data = np.memmap(data_path, np.uint8, mode="r")
     values = {}
