@@ -57,6 +57,7 @@ def prepared(tmp_path_factory):
     (root / "empty" / "weights.npz").write_bytes(b"")
     _model_dir(root / "novocab", core, vocab=False)
     corpus = write_text_corpus(scratch / "corpus.txt", 3_000)
+    (scratch / "latin1.txt").write_bytes("caf\xe9 --x\n".encode("latin-1"))  # not UTF-8
     exported = scratch / "exported"
     export_saved_model(core, str(exported / "saved_model"), MEM_LEN)
     export_onnx(core, str(exported / "model.onnx"), MEM_LEN)
@@ -384,6 +385,23 @@ CLI_CASES = [
                                           "--weights={root}/missing.npz",
                                           "--output_dir={root}/out"],
      r"weights file '.*missing\.npz' does not exist"),
+    ("flagfile_not_utf8", "training.train", ["--flagfile={scratch}/latin1.txt"],
+     r"^error: a --flagfile is not UTF-8 text: 'utf-8' codec can't decode"),
+    ("flagfile_missing", "export", ["--flagfile={scratch}/nowhere.cfg"],
+     r"^error: Unable to open flagfile: .*nowhere\.cfg"),
+    ("generate_model_is_a_file", "training.generate", ["--model={scratch}/latin1.txt",
+                                                      "--prompt=a"],
+     r"model directory '.*latin1\.txt' is a file, not a directory"),
+    ("attention_text_not_utf8", "training.attention_picture",
+     ["--model_dir={root}/model", "--text_file={scratch}/latin1.txt", "--output={scratch}/a.png"],
+     r"--text_file '.*latin1\.txt' is not valid UTF-8"),
+    ("convert_vocab_not_utf8", "txl_tf.weights.convert",
+     ["--source=tf", "--input={root}/run/checkpoints/ckpt-2", "--config={root}/model/config.json",
+      "--vocab={scratch}/latin1.txt", "--output_dir={scratch}/converted"],
+     r"vocabulary file .*latin1\.txt is not valid UTF-8"),
+    ("convert_not_a_checkpoint", "txl_tf.weights.convert",
+     ["--source=tf", "--input={scratch}/latin1.txt", "--config={root}/model/config.json",
+      "--output_dir={scratch}/converted"], r"'.*latin1\.txt' is not a TF checkpoint"),
 ]
 
 

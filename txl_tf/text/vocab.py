@@ -112,8 +112,11 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except UnicodeDecodeError as err:
+        raise TxlError(f"vocabulary file {path} is not valid UTF-8: {err}") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -302,6 +302,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         reader = tf.train.load_checkpoint(checkpoint)
     except (ValueError, tf.errors.NotFoundError) as err:
         raise FileNotFoundError(f"no TF checkpoint at {checkpoint!r}: {err}") from None
+    except tf.errors.DataLossError as err:  # a file that is not a checkpoint's index
+        raise TxlError(f"{checkpoint!r} is not a TF checkpoint: {err.message}") from None
     available = reader.get_variable_to_shape_map()
     cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
     with skip_random_init():  # every weight is read from the checkpoint below

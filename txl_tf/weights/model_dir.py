@@ -76,7 +76,8 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
     if model_dir is not None:
         model_dir = shipped_model_dir(model_dir) or model_dir
     if model_dir is not None and not os.path.isdir(model_dir):
-        raise ModelDirError(f"model directory {model_dir!r} does not exist")
+        what = "is a file, not a directory" if os.path.exists(model_dir) else "does not exist"
+        raise ModelDirError(f"model directory {model_dir!r} {what}")
     kind = None
     if model_dir is not None and weights_path is None:
         export = os.path.join(model_dir, EXPORT_DIR)
