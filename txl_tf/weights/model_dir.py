@@ -215,6 +215,7 @@ def save_pretrained(core, directory, tokenizer=None):
     """Writes `config.json` and `weights.npz` into `directory`; with the
     `tokenizer` the model reads with, also `vocab/`, and its fingerprint into
     the config (every job then reads text with it, checked)."""
+    checkpoints.reference_names(core)  # a LoRA or int8 model is refused before anything is written
     os.makedirs(directory, exist_ok=True)
     config = core.config
     if tokenizer is not None:
