@@ -95,6 +95,20 @@ def test_every_documented_command_names_a_job_and_its_flags():
     assert checked >= 25
 
 
+def test_the_docs_python_imports_resolve():
+    checked = 0
+    for path in DOCS:
+        for block in code_blocks(path, ("python",)):
+            for module, names in re.findall(r"^\s*from ((?:txl_tf|export)[\w.]*) import ([\w, ]+)",
+                                            block, re.M):
+                found = importlib.import_module(module)
+                for name in filter(None, (n.strip() for n in names.split(","))):
+                    assert hasattr(found, name) or importlib.util.find_spec(
+                        f"{module}.{name}"), (path.name, f"from {module} import {name}")
+                    checked += 1
+    assert checked >= 20
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="bash tour")
 def test_the_readme_tour_runs(tmp_path, jobs):
     """Its command and its Python blocks, each in a forked child of the
