@@ -109,6 +109,28 @@ def test_the_docs_python_imports_resolve():
     assert checked >= 20
 
 
+def test_the_docs_dotted_names_resolve():
+    """`txl_tf.x.y` and `export.x.y` in backticks name a module or an attribute."""
+    def resolves(dotted):
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                found = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attribute in parts[i:]:
+                    found = getattr(found, attribute)
+            except AttributeError:
+                return False
+            return True
+        return False
+    names = [(path.name, n) for path in DOCS
+             for n in re.findall(r"`((?:txl_tf|export)(?:\.[A-Za-z_]\w*)+)", path.read_text())]
+    assert len(names) >= 50
+    assert [n for n in names if not resolves(n[1])] == []
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="bash tour")
 def test_the_readme_tour_runs(tmp_path, jobs):
     """Its command and its Python blocks, each in a forked child of the
