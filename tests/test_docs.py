@@ -149,3 +149,11 @@ def test_the_readme_tour_runs(tmp_path, jobs):
         done = jobs.run("-c", [block], check=True, cwd=tmp_path)
         assert len(done.stdout) > 0
     assert (tmp_path / "runs" / "tour_preset" / "model.weights.h5").is_file()
+
+
+def test_the_readme_python_section_runs(tmp_path, jobs):
+    """As written, at the tiny preset's size (the same calls)."""
+    section = (REPO / "README.md").read_text().split("## In Python")[1].split("\n## ")[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert 'preset("wt103_base")' in block
+    jobs.run("-c", [block.replace('"wt103_base"', '"tiny"')], check=True, cwd=tmp_path)
