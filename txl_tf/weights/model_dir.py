@@ -186,7 +186,8 @@ def load_vocab(vocab_dir, config):
     from txl_tf.text import load_tokenizer
     if vocab_dir is None:
         raise ModelDirError("the model has no vocabulary: no vocab/ folder beside its "
-                            f"{CONFIG_FILE} (training writes one); pass one explicitly")
+                            f"{CONFIG_FILE} (training writes one): copy it there, or pass "
+                            "--vocab_dir to a job that takes one")
     try:
         tokenizer = load_tokenizer(vocab_dir)
     except (OSError, ValueError, KeyError) as err:
