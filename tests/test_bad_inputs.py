@@ -50,6 +50,9 @@ def prepared(tmp_path_factory):
                                              str(root / run / "checkpoints"), max_to_keep=2)
         manager.save(checkpoint_number=2)
     _model_dir(root / "run" / "export", core)
+    shutil.copytree(root / "run_noexport", root / "run_cut")  # its checkpoint's data cut short
+    (data,) = (root / "run_cut" / "checkpoints").glob("ckpt-2.data-*")
+    data.write_bytes(data.read_bytes()[:data.stat().st_size // 10])
     weights = (root / "model" / "weights.npz").read_bytes()
     _model_dir(root / "broken", core)
     (root / "broken" / "weights.npz").write_bytes(weights[:len(weights) // 2])
@@ -291,6 +294,8 @@ CLI_CASES = [
     ("evaluate_checkpoint", "training.evaluate", ["--model_dir={root}/run",
                                                   "--checkpoint=ckpt-99"],
      r"checkpoint 'ckpt-99' not found"),
+    ("evaluate_truncated_checkpoint", "training.evaluate", ["--model_dir={root}/run_cut"],
+     r"checkpoint .*run_cut/checkpoints/ckpt-2 cannot be read \(.*\): is it truncated\?"),
     ("evaluate_missing_dir", "training.evaluate", ["--model_dir={root}/nowhere"],
      r"model directory '.*nowhere' does not exist"),
     ("evaluate_empty_weights", "training.evaluate", ["--model_dir={root}/empty"],

@@ -208,7 +208,10 @@ def restore_weights(core, path):
         full = stored(key)
         if full not in available:
             raise TxlError(f"checkpoint {path} has no weight {key!r}: is it this model's?")
-        return reader.get_tensor(full)
+        try:
+            return reader.get_tensor(full)
+        except IndexError as err:  # TensorFlow's reader on a data file cut short
+            raise TxlError(f"checkpoint {path} cannot be read ({err}): is it truncated?") from None
 
     def read_fused(name, parts):
         return np.concatenate([read(_checkpoint_key(f"{name}/{part}")) for part in parts], 1)
