@@ -317,5 +317,10 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         raise TxlError(
             f"checkpoint {checkpoint!r} lacks {len(missing)} weights the config needs, e.g. "
             f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
-    set_weights(core, {name: reader.get_tensor(name) for name in names})
+    try:
+        arrays = {name: reader.get_tensor(name) for name in names}
+    except IndexError as err:  # TensorFlow's reader on a data file cut short
+        raise TxlError(f"checkpoint {checkpoint!r} cannot be read ({err}): is it "
+                       "truncated?") from None
+    set_weights(core, arrays)
     return core
