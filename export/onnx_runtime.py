@@ -88,11 +88,15 @@ def shared_weights(path, providers):
         logging.warning("the onnx package is not installed: each ONNX Runtime session "
                         "loads its own copy of the weights (pip install onnx to share one)")
         return {}
-    data = np.memmap(data_path, np.uint8, mode="r")
+    size = os.path.getsize(data_path)
+    data = np.memmap(data_path, np.uint8, mode="r") if size else None
     values = {}
     for graph in [path] + list((decode_files(path) or {}).values()):
         for name, dtype, dims, offset, length in external_weights(graph, data_path):
             if name not in values:
+                if offset + length > size:
+                    raise ModelDirError(f"{data_path} is cut short ({size:,} bytes): {graph} "
+                                        f"reads {name} up to byte {offset + length:,}")
                 array = data[offset:offset + length].view(dtype).reshape(dims)
                 values[name] = ort.OrtValue.ortvalue_from_numpy(array)
     return values
@@ -119,7 +123,11 @@ def external_weights(graph_path, data_path):
     ONNX file `graph_path` stored in `data_path` (the graph is read without
     its weights)."""
     import onnx
-    model = onnx.load(graph_path, load_external_data=False)
+    from google.protobuf.message import DecodeError
+    try:
+        model = onnx.load(graph_path, load_external_data=False)
+    except (DecodeError, OSError) as err:  # a graph cut short or not ONNX
+        raise ModelDirError(f"cannot read the ONNX graph {graph_path}: {err}") from None
     folder = os.path.dirname(os.path.abspath(graph_path))
     for tensor in model.graph.initializer:
         info = {entry.key: entry.value for entry in tensor.external_data}

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
+from export import (RuntimeInputError, export_onnx, export_saved_model, open_runtime,
+                    run_export)
 from job_helpers import job_env, run_job, write_text_corpus
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
 from txl_tf.text import ByteTokenizer
@@ -69,6 +70,14 @@ def prepared(tmp_path_factory):
     for name in ("model.onnx", "saved_model/saved_model.pb"):
         data = (truncated / name).read_bytes()
         (truncated / name).write_bytes(data[:len(data) // 2])
+    run_export(str(scratch / "full"), str(root / "model"), formats=("saved_model", "onnx"),
+               verify=False)  # with model.onnx.data and the decode graphs
+    for name in ("saved_model/variables/variables.data-00000-of-00001", "model.onnx.data",
+                 "decode_step.onnx"):  # each cut short in a copy of its own
+        cut = scratch / ("cut_" + name.split("/")[-1].split(".")[0])
+        shutil.copytree(scratch / "full", cut)
+        data = (cut / name).read_bytes()
+        (cut / name).write_bytes(data[:len(data) // 10])
     return {"root": root, "scratch": scratch, "corpus": corpus, "core": core,
             "exported": exported}
 
@@ -343,6 +352,14 @@ CLI_CASES = [
     ("generate_truncated_saved_model", "training.generate",
      ["--model={scratch}/truncated/saved_model", "--prompt=a"],
      r"cannot load the SavedModel .*truncated/saved_model: Cannot parse file"),
+    ("generate_cut_variables", "training.generate", ["--model={scratch}/cut_variables/saved_model",
+                                                     "--prompt=a"],
+     r"cannot load the SavedModel .*cut_variables/saved_model: Read less bytes"),
+    ("generate_cut_onnx_data", "training.generate", ["--model={scratch}/cut_model", "--prompt=a"],
+     r".*cut_model/model\.onnx\.data is cut short \([\d,]+ bytes\): .*model\.onnx reads"),
+    ("generate_cut_decode_graph", "training.generate", ["--model={scratch}/cut_decode_step",
+                                                        "--prompt=a"],
+     r"cannot read the ONNX graph .*cut_decode_step/decode_step\.onnx"),
     ("generate_no_vocab", "training.generate", ["--model_dir={root}/novocab", "--prompt=a"],
      r".*novocab: the model has no vocabulary: no vocab/.*: copy it there"),  # no --vocab_dir
     ("generate_truncated_weights", "training.generate", ["--model_dir={root}/broken",
