@@ -78,10 +78,17 @@ def shared_weights(path, providers):
     `{initializer name: OrtValue}` views of each weight of every graph;
     else `{}`. Handed to every session (`with_shared_weights`), they make
     all of a runtime's sessions read one copy of the weights in memory.
-    The values must outlive the sessions."""
+    The values must outlive the sessions. Without the onnx package (which
+    reads where each weight lies) also `{}`: each session loads its own copy."""
     import onnxruntime as ort
     data_path = external_data_file(path)
     if CUDA in providers or not os.path.isfile(data_path):
+        return {}
+    try:
+        import onnx  # noqa: F401  (external_weights reads the graphs without their weights)
+    except ImportError:
+        logging.warning("the onnx package is not installed: each ONNX Runtime session "
+                        "loads its own copy of the weights (pip install onnx to share one)")
         return {}
     from google.protobuf.message import DecodeError
     try:
@@ -126,7 +133,11 @@ def external_weights(graph_path, data_path):
     ONNX file `graph_path` stored in `data_path` (the graph is read without
     its weights)."""
     import onnx
-    model = onnx.load(graph_path, load_external_data=False)
+    from google.protobuf.message import DecodeError
+    try:
+        model = onnx.load(graph_path, load_external_data=False)
+    except (DecodeError, OSError) as err:  # a graph cut short or not ONNX
+        raise ModelDirError(f"cannot read the ONNX graph {graph_path}: {err}") from None
     folder = os.path.dirname(os.path.abspath(graph_path))
     for tensor in model.graph.initializer:
         info = {entry.key: entry.value for entry in tensor.external_data}

@@ -31,7 +31,8 @@ def load_saved_model(path, device):
     try:
         with tf.device(device):
             return tf.saved_model.load(path)
-    except (OSError, ValueError, tf.errors.OpError) as err:
+    # IndexError: TensorFlow's reader on a variables data file cut short
+    except (OSError, ValueError, IndexError, tf.errors.OpError) as err:
         reason = " ".join(str(err).split())[:500]
         raise ModelDirError(f"cannot load the SavedModel {path}: {reason}") from None
 

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from export import RuntimeInputError, export_onnx, export_saved_model, open_runtime
+from export import (RuntimeInputError, export_onnx, export_saved_model, open_runtime,
+                    run_export)
 from job_helpers import job_env, run_job, write_text_corpus
 from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
 from txl_tf.text import ByteTokenizer
@@ -50,6 +51,9 @@ def prepared(tmp_path_factory):
                                              str(root / run / "checkpoints"), max_to_keep=2)
         manager.save(checkpoint_number=2)
     _model_dir(root / "run" / "export", core)
+    shutil.copytree(root / "run_noexport", root / "run_cut")  # its checkpoint's data cut short
+    (data,) = (root / "run_cut" / "checkpoints").glob("ckpt-2.data-*")
+    data.write_bytes(data.read_bytes()[:data.stat().st_size // 10])
     weights = (root / "model" / "weights.npz").read_bytes()
     _model_dir(root / "broken", core)
     (root / "broken" / "weights.npz").write_bytes(weights[:len(weights) // 2])
@@ -57,6 +61,7 @@ def prepared(tmp_path_factory):
     (root / "empty" / "weights.npz").write_bytes(b"")
     _model_dir(root / "novocab", core, vocab=False)
     corpus = write_text_corpus(scratch / "corpus.txt", 3_000)
+    (scratch / "latin1.txt").write_bytes("caf\xe9 --x\n".encode("latin-1"))  # not UTF-8
     exported = scratch / "exported"
     export_saved_model(core, str(exported / "saved_model"), MEM_LEN)
     export_onnx(core, str(exported / "model.onnx"), MEM_LEN)
@@ -65,6 +70,14 @@ def prepared(tmp_path_factory):
     for name in ("model.onnx", "saved_model/saved_model.pb"):
         data = (truncated / name).read_bytes()
         (truncated / name).write_bytes(data[:len(data) // 2])
+    run_export(str(scratch / "full"), str(root / "model"), formats=("saved_model", "onnx"),
+               verify=False)  # with model.onnx.data and the decode graphs
+    for name in ("saved_model/variables/variables.data-00000-of-00001", "model.onnx.data",
+                 "decode_step.onnx"):  # each cut short in a copy of its own
+        cut = scratch / ("cut_" + name.split("/")[-1].split(".")[0])
+        shutil.copytree(scratch / "full", cut)
+        data = (cut / name).read_bytes()
+        (cut / name).write_bytes(data[:len(data) // 10])
     return {"root": root, "scratch": scratch, "corpus": corpus, "core": core,
             "exported": exported}
 
@@ -294,6 +307,8 @@ CLI_CASES = [
     ("evaluate_checkpoint", "training.evaluate", ["--model_dir={root}/run",
                                                   "--checkpoint=ckpt-99"],
      r"checkpoint 'ckpt-99' not found"),
+    ("evaluate_truncated_checkpoint", "training.evaluate", ["--model_dir={root}/run_cut"],
+     r"checkpoint .*run_cut/checkpoints/ckpt-2 cannot be read \(.*\): is it truncated\?"),
     ("evaluate_missing_dir", "training.evaluate", ["--model_dir={root}/nowhere"],
      r"model directory '.*nowhere' does not exist"),
     ("evaluate_empty_weights", "training.evaluate", ["--model_dir={root}/empty"],
@@ -341,8 +356,17 @@ CLI_CASES = [
     ("generate_truncated_saved_model", "training.generate",
      ["--model={scratch}/truncated/saved_model", "--prompt=a"],
      r"cannot load the SavedModel .*truncated/saved_model: Cannot parse file"),
+    ("generate_cut_variables", "training.generate", ["--model={scratch}/cut_variables/saved_model",
+                                                     "--prompt=a"],
+     r"cannot load the SavedModel .*cut_variables/saved_model: Read less bytes"),
+    ("generate_cut_onnx_data", "training.generate", ["--model={scratch}/cut_model", "--prompt=a"],
+     r"cannot open the ONNX model .*cut_model/model\.onnx: its weight .* ends at byte \d+ of "
+     r".*cut_model/model\.onnx\.data, which holds \d+ \(a truncated file\?\)"),
+    ("generate_cut_decode_graph", "training.generate", ["--model={scratch}/cut_decode_step",
+                                                        "--prompt=a"],
+     r"cannot read the ONNX graph .*cut_decode_step/decode_step\.onnx"),
     ("generate_no_vocab", "training.generate", ["--model_dir={root}/novocab", "--prompt=a"],
-     r".*novocab: the model has no vocabulary: no vocab/"),
+     r".*novocab: the model has no vocabulary: no vocab/.*: copy it there"),  # no --vocab_dir
     ("generate_truncated_weights", "training.generate", ["--model_dir={root}/broken",
                                                          "--prompt=a"],
      r"cannot load weights '.*broken/weights\.npz'"),
@@ -388,6 +412,23 @@ CLI_CASES = [
                                           "--weights={root}/missing.npz",
                                           "--output_dir={root}/out"],
      r"weights file '.*missing\.npz' does not exist"),
+    ("flagfile_not_utf8", "training.train", ["--flagfile={scratch}/latin1.txt"],
+     r"^error: a --flagfile is not UTF-8 text: 'utf-8' codec can't decode"),
+    ("flagfile_missing", "export", ["--flagfile={scratch}/nowhere.cfg"],
+     r"^error: Unable to open flagfile: .*nowhere\.cfg"),
+    ("generate_model_is_a_file", "training.generate", ["--model={scratch}/latin1.txt",
+                                                      "--prompt=a"],
+     r"model directory '.*latin1\.txt' is a file, not a directory"),
+    ("attention_text_not_utf8", "training.attention_picture",
+     ["--model_dir={root}/model", "--text_file={scratch}/latin1.txt", "--output={scratch}/a.png"],
+     r"--text_file '.*latin1\.txt' is not valid UTF-8"),
+    ("convert_vocab_not_utf8", "txl_tf.weights.convert",
+     ["--source=tf", "--input={root}/run/checkpoints/ckpt-2", "--config={root}/model/config.json",
+      "--vocab={scratch}/latin1.txt", "--output_dir={scratch}/converted"],
+     r"vocabulary file .*latin1\.txt is not UTF-8 text \(byte \d+\)"),
+    ("convert_not_a_checkpoint", "txl_tf.weights.convert",
+     ["--source=tf", "--input={scratch}/latin1.txt", "--config={root}/model/config.json",
+      "--output_dir={scratch}/converted"], r"'.*latin1\.txt' is not a TF checkpoint"),
 ]
 
 

@@ -186,8 +186,8 @@ def test_convert_refuses_bad_inputs(tmp_path):
                 **quiet)
     binary = tmp_path / "weights.npz"  # a wrong file given as --vocab: not UTF-8 text
     binary.write_bytes(b"PK\x03\x04\x96\xff\n")
-    with pytest.raises(FileNotFoundError, match=r"no TF checkpoint at '.*weights\.npz': .*"
-                                                r"sstable"):  # was a DataLossError traceback
+    with pytest.raises(TxlError, match=r"'.*weights\.npz' is not a TF checkpoint: .*"
+                                       r"sstable"):  # was a DataLossError traceback
         convert("tf", str(binary), str(tmp_path / "o"), config=config, **quiet)
     with pytest.raises(TxlError, match=r"vocabulary file .*weights\.npz is not UTF-8 text"):
         convert("pytorch", weights, str(tmp_path / "o"), config=config, vocab=str(binary),

@@ -326,6 +326,12 @@ def test_imports_a_checkpoint_written_with_the_paper_code_names(tmp_path):
         import_tf_checkpoint(prefix, source.config.replace(n_layer=3))
     with pytest.raises(FileNotFoundError, match="no TF checkpoint"):
         import_tf_checkpoint(str(tmp_path / "nothing"), source.config)
+    with pytest.raises(ValueError, match="is not a TF checkpoint"):
+        import_tf_checkpoint(prefix + ".data-00000-of-00001", source.config)
+    (data,) = tmp_path.glob("model.ckpt.data-*")
+    data.write_bytes(data.read_bytes()[:data.stat().st_size // 10])
+    with pytest.raises(ValueError, match="cannot be read .*: is it truncated"):
+        import_tf_checkpoint(prefix, source.config)
 
 
 def test_config_replace_rederives_defaults():

@@ -76,3 +76,13 @@ def test_bad_demo_flags_are_one_error():
         demo.run(context=0)
     with pytest.raises(TrainingError, match="--finetune_steps must be >= 0, got -1"):
         demo.run(finetune_steps=-1)
+
+
+def test_a_model_that_does_not_read_bytes_is_refused(tmp_path):
+    """Its figures would be bits per word printed as bits per byte."""
+    from txl_tf.text import WordTokenizer
+    words = WordTokenizer.build(["a b c"])
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=words.vocab_size))
+    save_pretrained(core, str(tmp_path / "words"), words)
+    with pytest.raises(TrainingError, match="reads word tokens: the demo reports bits per byte"):
+        demo.run(model=str(tmp_path / "words"), finetune_steps=1)

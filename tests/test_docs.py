@@ -95,6 +95,42 @@ def test_every_documented_command_names_a_job_and_its_flags():
     assert checked >= 25
 
 
+def test_the_docs_python_imports_resolve():
+    checked = 0
+    for path in DOCS:
+        for block in code_blocks(path, ("python",)):
+            for module, names in re.findall(r"^\s*from ((?:txl_tf|export)[\w.]*) import ([\w, ]+)",
+                                            block, re.M):
+                found = importlib.import_module(module)
+                for name in filter(None, (n.strip() for n in names.split(","))):
+                    assert hasattr(found, name) or importlib.util.find_spec(
+                        f"{module}.{name}"), (path.name, f"from {module} import {name}")
+                    checked += 1
+    assert checked >= 20
+
+
+def test_the_docs_dotted_names_resolve():
+    """`txl_tf.x.y` and `export.x.y` in backticks name a module or an attribute."""
+    def resolves(dotted):
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                found = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attribute in parts[i:]:
+                    found = getattr(found, attribute)
+            except AttributeError:
+                return False
+            return True
+        return False
+    names = [(path.name, n) for path in DOCS
+             for n in re.findall(r"`((?:txl_tf|export)(?:\.[A-Za-z_]\w*)+)", path.read_text())]
+    assert len(names) >= 50
+    assert [n for n in names if not resolves(n[1])] == []
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="bash tour")
 def test_the_readme_tour_runs(tmp_path, jobs):
     """Its command and its Python blocks, each in a forked child of the
@@ -113,3 +149,11 @@ def test_the_readme_tour_runs(tmp_path, jobs):
         done = jobs.run("-c", [block], check=True, cwd=tmp_path)
         assert len(done.stdout) > 0
     assert (tmp_path / "runs" / "tour_preset" / "model.weights.h5").is_file()
+
+
+def test_the_readme_python_section_runs(tmp_path, jobs):
+    """As written, at the tiny preset's size (the same calls)."""
+    section = (REPO / "README.md").read_text().split("## In Python")[1].split("\n## ")[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert 'preset("wt103_base")' in block
+    jobs.run("-c", [block.replace('"wt103_base"', '"tiny"')], check=True, cwd=tmp_path)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from txl_tf import TransformerXLBackbone, TransformerXLCausalLM, TransformerXLConfig, TxlError
-from txl_tf.weights import get_weights, load_pretrained, model_dir
+from txl_tf.weights import get_weights, load_pretrained, model_dir, save_pretrained
 from txl_tf.weights.legacy_keras import load_legacy_core
 
 N_TOKEN, RANK = 50, 2
@@ -64,11 +64,14 @@ def test_enable_lora_trains_only_adapters_on_query_and_value(tmp_path):
                                   model.generate(prompts)["token_ids"])
 
 
-def test_adapted_weights_are_refused_by_the_plain_weight_layout():
+def test_adapted_weights_are_refused_by_the_plain_weight_layout(tmp_path):
     model = causal_lm()
     model.backbone.enable_lora(RANK)
     with pytest.raises(TxlError, match="LoRA-adapted.*save_to_preset"):
         get_weights(model.backbone.transformer)
+    with pytest.raises(TxlError, match="LoRA-adapted"):
+        save_pretrained(model.backbone.transformer, str(tmp_path / "model"))
+    assert not (tmp_path / "model").exists()  # no config.json without its weights
 
 
 def test_int8_quantizes_projections_and_feed_forward_and_stays_close(tmp_path):

@@ -129,6 +129,8 @@ def test_the_job_learns_and_its_export_is_evaluated_like_a_transformer_xls(train
     assert carried["loss"] == pytest.approx(
         evaluate_ids(load_lstm(result["export_dir"]), _valid(root, options), 4)["loss"])
     assert carried["loss"] < reset["loss"]  # the state carried across segments helps
+    with pytest.raises(TrainingError, match="--checkpoint: the LSTM baseline keeps no"):
+        evaluate.run(model_dir=str(root / "run"), checkpoint="ckpt-60", **options)
 
 
 def test_recl_reads_lstms(trained):

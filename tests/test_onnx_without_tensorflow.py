@@ -64,6 +64,24 @@ def test_the_onnx_runtime_generates_without_tensorflow(model_onnx, device_cache)
     assert np.asarray(first.ids).shape == (2, 6)
 
 
+def test_the_onnx_runtime_on_the_cpu_needs_no_onnx_package(model_onnx):
+    """README's serving box: numpy and onnxruntime only (onnx shares the
+    weights between sessions when it is there)."""
+    out = _run_without_tensorflow(f"""
+        import json, sys
+        class NoOnnx:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "onnx":
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, NoOnnx())
+        from export import open_runtime
+        rt = open_runtime({str(model_onnx)!r}, device="cpu")
+        print(json.dumps(rt.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()))
+    """)
+    runtime = open_runtime(str(model_onnx), device="cpu")
+    assert json.loads(out) == runtime.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()
+
+
 def test_the_tensorflow_names_say_they_need_it():
     out = _run_without_tensorflow("""
         import txl_tf

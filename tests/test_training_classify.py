@@ -222,6 +222,13 @@ def test_evaluate_needs_a_classifier_dir(data, tmp_path):
                      eval_data=data["eval"])
 
 
+def test_a_classifiers_unreadable_flags_file_is_named(tmp_path):
+    (tmp_path / "flags.json").write_text("{max_length: 64")
+    with pytest.raises(TrainingError, match=r"--classifier_dir: cannot read .*flags\.json"):
+        classify.reading_settings({"classifier_dir": str(tmp_path), "max_length": None,
+                                   "keep": None})
+
+
 @pytest.mark.parametrize("args, message", [
     (["--train_data={root}/missing.tsv", "--backbone={backbone}", "--output_dir={root}/o"],
      r"error: --train_data: classification data not found: .*missing.tsv"),
@@ -237,6 +244,8 @@ def test_evaluate_needs_a_classifier_dir(data, tmp_path):
       "--epochs=1"], r"error: pass --steps or --epochs, not both"),
     (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
       "--export=tflite"], r"error: --export: unknown format\(s\) tflite"),
+    (["--mode=predict", "--classifier_dir={root}/nowhere", "--predict_data={train}"],
+     r"error: --classifier_dir .*nowhere does not exist"),  # nothing said before it
 ])
 def test_command_line_errors(data, jobs, args, message):
     root = data["root"]

@@ -73,8 +73,11 @@ def _read_text(o):
     path = o["text_file"]
     if not os.path.isfile(path):
         raise TrainingError(f"--text_file {path!r} does not exist")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as err:
+        raise TrainingError(f"--text_file {path!r} is not valid UTF-8: {err}") from None
     if not text:
         raise TrainingError(f"--text_file {path!r} is empty")
     return text

@@ -315,8 +315,11 @@ def reading_settings(o):
     saved = {}
     path = os.path.join(o["classifier_dir"], "flags.json")
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            saved = json.load(f)
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except ValueError as err:  # not JSON, or not UTF-8
+            raise TrainingError(f"--classifier_dir: cannot read {path}: {err}") from None
     taken = {}
     for name, fallback in (("max_length", 512), ("keep", "start")):
         if o[name] is None:
@@ -328,8 +331,8 @@ def reading_settings(o):
 
 
 def evaluate(o):
-    o = reading_settings(o)
     model, labels, tokenizer = load_classifier(o["classifier_dir"])
+    o = reading_settings(o)
     examples = _read(o["eval_data"], labels, "eval_data")
     metrics = evaluate_examples(model, examples, tokenizer, o, _progress(o, "evaluating"))
     metrics.update({"eval_data": o["eval_data"], "classifier_dir": o["classifier_dir"],
@@ -367,8 +370,8 @@ def read_texts(path, skip_blank=False):
 
 def predict(o):
     import numpy as np
-    o = reading_settings(o)
     model, labels, tokenizer = load_classifier(o["classifier_dir"])
+    o = reading_settings(o)
     numbers, texts = read_texts(o["predict_data"], o["skip_blank"])
     logits = predict_logits(model, texts, tokenizer, o["batch_size"], o["max_length"],
                             o["keep"], _progress(o, "predicting"))

@@ -68,6 +68,10 @@ def run(**options):
 
     core, source = load(o["model"])
     tokenizer = load_vocab(source.vocab_dir, core.config)
+    if tokenizer.kind != "byte":  # every figure below is per byte
+        from training.errors import TrainingError
+        raise TrainingError(f"--model {o['model']!r} reads {tokenizer.kind} tokens: the demo "
+                            "reports bits per byte and needs a byte-level model")
     cfg = core.config
     params = sum(int(v.numpy().size) for v in core.trainable_weights)
     print(f"model {o['model']}: {params:,} parameters, segments of {cfg.tgt_len}, trained "

@@ -98,6 +98,9 @@ def run(**options):
     from txl_tf.baselines import load_lstm, lstm_folder
     lstm = lstm_folder(o["model_dir"])
     if lstm is not None:  # the LSTM baseline: its state is carried unless --mem_len=0
+        if o["checkpoint"]:
+            raise TrainingError("--checkpoint: the LSTM baseline keeps no checkpoints (its "
+                                "job trains without resuming); its export/ is evaluated")
         core = load_lstm(lstm)
         tokenizer = inputs.model_tokenizer(o["model_dir"], os.path.join(lstm, "vocab"),
                                            core.config)

@@ -24,7 +24,9 @@ def parse_flags(argv):
     try:
         return flags.FLAGS(argv)
     except flags.Error as err:
-        fail(err)
+        fail(str(err).removeprefix("ERROR:: "))  # absl's prefix of a flagfile it cannot open
+    except UnicodeDecodeError as err:  # absl reads a --flagfile as text
+        fail(f"a --flagfile is not UTF-8 text: {err}")
 
 
 def run(main, spec=None):

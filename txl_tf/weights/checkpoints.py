@@ -208,7 +208,10 @@ def restore_weights(core, path):
         full = stored(key)
         if full not in available:
             raise TxlError(f"checkpoint {path} has no weight {key!r}: is it this model's?")
-        return reader.get_tensor(full)
+        try:
+            return reader.get_tensor(full)
+        except IndexError as err:  # TensorFlow's reader on a data file cut short
+            raise TxlError(f"checkpoint {path} cannot be read ({err}): is it truncated?") from None
 
     def read_fused(name, parts):
         return np.concatenate([read(_checkpoint_key(f"{name}/{part}")) for part in parts], 1)
@@ -313,9 +316,10 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
 
     try:
         reader = tf.train.load_checkpoint(checkpoint)
-    except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError,
-            tf.errors.OutOfRangeError) as err:  # missing, or not a checkpoint (another file)
+    except (ValueError, tf.errors.NotFoundError) as err:
         raise FileNotFoundError(f"no TF checkpoint at {checkpoint!r}: {err}") from None
+    except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as err:  # another file
+        raise TxlError(f"{checkpoint!r} is not a TF checkpoint: {err.message}") from None
     available = reader.get_variable_to_shape_map()
     cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
     with skip_random_init():  # every weight is read from the checkpoint below
@@ -326,5 +330,10 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         raise TxlError(
             f"checkpoint {checkpoint!r} lacks {len(missing)} weights the config needs, e.g. "
             f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
-    set_weights(core, {name: reader.get_tensor(name) for name in names})
+    try:
+        arrays = {name: reader.get_tensor(name) for name in names}
+    except IndexError as err:  # TensorFlow's reader on a data file cut short
+        raise TxlError(f"checkpoint {checkpoint!r} cannot be read ({err}): is it "
+                       "truncated?") from None
+    set_weights(core, arrays)
     return core

@@ -76,7 +76,8 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
     if model_dir is not None:
         model_dir = shipped_model_dir(model_dir) or model_dir
     if model_dir is not None and not os.path.isdir(model_dir):
-        raise ModelDirError(f"model directory {model_dir!r} does not exist")
+        what = "is a file, not a directory" if os.path.exists(model_dir) else "does not exist"
+        raise ModelDirError(f"model directory {model_dir!r} {what}")
     kind = None
     if model_dir is not None and weights_path is None:
         export = os.path.join(model_dir, EXPORT_DIR)
@@ -185,7 +186,8 @@ def load_vocab(vocab_dir, config):
     from txl_tf.text import load_tokenizer
     if vocab_dir is None:
         raise ModelDirError("the model has no vocabulary: no vocab/ folder beside its "
-                            f"{CONFIG_FILE} (training writes one); pass one explicitly")
+                            f"{CONFIG_FILE} (training writes one): copy it there, or pass "
+                            "--vocab_dir to a job that takes one")
     try:
         tokenizer = load_tokenizer(vocab_dir)
     except (OSError, ValueError, KeyError) as err:
@@ -214,6 +216,7 @@ def save_pretrained(core, directory, tokenizer=None):
     """Writes `config.json` and `weights.npz` into `directory`; with the
     `tokenizer` the model reads with, also `vocab/`, and its fingerprint into
     the config (every job then reads text with it, checked)."""
+    checkpoints.reference_names(core)  # a LoRA or int8 model is refused before anything is written
     os.makedirs(directory, exist_ok=True)
     config = core.config
     if tokenizer is not None:
