@@ -184,6 +184,16 @@ def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
         end = len(prompt) + (hits[0] + 1 if hits.size else len(new))
         np.testing.assert_array_equal(out["padding_mask"][row], np.arange(WIDTH) < end)
         np.testing.assert_array_equal(out["token_ids"][row, :end], free[row, :end])
+    # No stop ids as an empty list: keras-hub's samplers would index its first.
+    np.testing.assert_array_equal(
+        graph_lm.generate(padded(PROMPTS), stop_token_ids=[])["token_ids"], free)
+
+
+def test_an_empty_prompt_is_one_clear_error(causal_lm):
+    """XLA drops the compiled step's assertion, so an empty row was continued
+    from the hidden state of padding."""
+    with pytest.raises(TxlError, match=r"every prompt needs at least one id; rows \[1\]"):
+        causal_lm.generate(padded([[3, 14], []]), stop_token_ids=None)
 
 
 def test_the_output_is_log_probs_so_keras_hubs_loss_is_the_nll(causal_lm):

@@ -265,7 +265,17 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         output at batch 1 into an empty tensor (TF 2.21)."""
         if self.generate_function is None and not self.run_eagerly:
             self.generate_function = tf.function(self.generate_step, jit_compile=True)
-        return super().make_generate_function()
+        compiled = super().make_generate_function()
+
+        def generate_function(inputs, stop_token_ids=None):
+            # XLA drops generate_step's assertion: an empty prompt would
+            # be continued from the hidden state of padding.
+            lengths = np.sum(keras.ops.convert_to_numpy(inputs["padding_mask"]) != 0, axis=1)
+            if (lengths < 1).any():
+                raise TxlError(f"generate: every prompt needs at least one id; rows "
+                               f"{np.flatnonzero(lengths < 1).tolist()} are empty")
+            return compiled(inputs, stop_token_ids=stop_token_ids)
+        return generate_function
 
     def generate(self, inputs, max_length=None, stop_token_ids="auto", strip_prompt=False):
         """keras-hub's `generate` (see `keras_hub.models.CausalLM.generate`);
@@ -275,6 +285,8 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
             tokenizer = getattr(self.preprocessor, "tokenizer", None)
             end = getattr(tokenizer, "end_token_id", None)
             stop_token_ids = None if end is None else "auto"
+        elif isinstance(stop_token_ids, (list, tuple)) and not stop_token_ids:
+            stop_token_ids = None  # keras-hub's samplers index the first stop id
         return super().generate(inputs, max_length=max_length, stop_token_ids=stop_token_ids,
                                 strip_prompt=strip_prompt)
 
