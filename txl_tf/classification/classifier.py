@@ -1,4 +1,7 @@
 """`TransformerXLClassifier`: a classification head on the Transformer-XL backbone."""
+import contextlib
+import re
+
 import keras
 import tensorflow as tf
 
@@ -127,19 +130,25 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     def config(self):
         return self.core.config
 
-    # fit / evaluate / predict check the ids outside the step, where the
-    # check survives XLA (`checked_data`); labels are Keras's loss's.
+    # fit / evaluate / predict check the ids, and integer labels, outside the
+    # step, where the check survives XLA (`checked_data`, `_checked_labels`).
     def fit(self, x=None, y=None, validation_data=None, **kwargs):
         n_token = self.config.n_token
-        with input_errors():
-            return super().fit(checked_data(x, n_token, y, targets=False), y,
-                               validation_data=checked_data(validation_data, n_token,
-                                                            targets=False), **kwargs)
+        with input_errors(), _label_errors():
+            x, y = _checked_labels(checked_data(x, n_token, y, targets=False), y,
+                                   self.num_classes)
+            if isinstance(validation_data, (tuple, list)) and len(validation_data) > 1:
+                _checked_labels(None, validation_data[1], self.num_classes)  # arrays
+            else:
+                validation_data = _checked_labels(validation_data, None, self.num_classes)[0]
+            return super().fit(x, y, validation_data=checked_data(validation_data, n_token,
+                                                                  targets=False), **kwargs)
 
     def evaluate(self, x=None, y=None, **kwargs):
-        with input_errors():
-            return super().evaluate(checked_data(x, self.config.n_token, y, targets=False), y,
-                                    **kwargs)
+        with input_errors(), _label_errors():
+            x, y = _checked_labels(checked_data(x, self.config.n_token, y, targets=False), y,
+                                   self.num_classes)
+            return super().evaluate(x, y, **kwargs)
 
     def predict(self, x, **kwargs):
         with input_errors():
@@ -171,6 +180,58 @@ def resolve_dtype(dtype):
     if isinstance(dtype, str) and dtype == "auto":
         return choose_precision(tf.distribute.get_strategy()).policy
     return dtype
+
+
+_LABELS_ASSERTED = "class labels out of range for"
+
+
+def _checked_labels(x, y, num_classes):
+    """`(x, y)` with integer class labels (`y`, or a dataset `x`'s second
+    item) checked to lie in `[0, num_classes)` (0 and 1 for one logit):
+    eagerly for arrays, in the input pipeline for a dataset. In the step
+    Keras's loss raises on CPU, and under XLA gives a NaN loss."""
+    classes = max(num_classes, 2)
+
+    def check(labels):
+        labels = tf.convert_to_tensor(labels)
+        if not labels.dtype.is_integer:  # one-hot or probabilities
+            return labels
+        if tf.executing_eagerly():
+            values = labels.numpy()
+            bad = values[(values < 0) | (values >= classes)]
+            if bad.size:
+                raise InputError(f"class label {bad.flat[0]} is out of range for "
+                                 f"{num_classes} classes (valid labels are 0..{classes - 1})")
+            return labels
+        ok = tf.reduce_all((labels >= 0) & (labels < classes))
+        assertion = tf.debugging.Assert(ok, [f"{_LABELS_ASSERTED} {num_classes} classes "
+                                             f"(valid labels are 0..{classes - 1}); min:",
+                                             tf.reduce_min(labels), "max:",
+                                             tf.reduce_max(labels)])
+        with tf.control_dependencies([assertion]):
+            return tf.identity(labels)
+
+    if isinstance(x, tf.data.Dataset):
+        return x.map(lambda *batch: (batch[0], check(batch[1]), *batch[2:])
+                     if len(batch) > 1 else batch[0]), y
+    if y is not None and (tf.is_tensor(y) or hasattr(y, "__array__")):
+        check(y)
+    return x, y
+
+
+@contextlib.contextmanager
+def _label_errors():
+    """`_checked_labels`' input-pipeline assertion as an `InputError`."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as error:
+        message = error.message or ""
+        if _LABELS_ASSERTED not in message:
+            raise
+        found = re.search(r"\[(class labels out of range[^\]]*)\] \[(-?\d+)\] \[max:\] "
+                          r"\[(-?\d+)\]", message)
+        raise InputError(f"{found[1]} {found[2]} max: {found[3]}" if found else message) \
+            from None
 
 
 def _positive(name, value):
