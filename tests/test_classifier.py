@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf import InputError, TransformerXL, TransformerXLClassifier, TransformerXLConfig
+from txl_tf import (InputError, TransformerXL, TransformerXLClassifier, TransformerXLConfig,
+                    TxlError)
 from txl_tf.weights import get_weights, save_pretrained
 
 SEG, N_TOKEN = 8, 16
@@ -308,6 +309,12 @@ def test_malformed_inputs_are_named():
         TransformerXLClassifier(tiny_config(), 2, label_names=["x"])
     with pytest.raises(ValueError, match="num_classes"):
         TransformerXLClassifier(tiny_config(), 0)
+    for kwargs, match in ((dict(mem_len=2.5), "mem_len must be an integer >= 0, got 2.5"),
+                          (dict(mem_len="8"), "mem_len must be an integer >= 0, got '8'"),
+                          (dict(head_dropout="0.1"), r"head_dropout must be in \[0, 1\)"),
+                          (dict(label_names="ab"), "label_names must be a list")):
+        with pytest.raises(TxlError, match=match):  # were cut to 2, ValueErrors, ['a', 'b']
+            TransformerXLClassifier(tiny_config(), 2, **kwargs)
 
 
 def test_keras_file_of_a_compiled_classifier_keeps_the_optimizer(tmp_path):

@@ -1,5 +1,6 @@
 """`TransformerXLClassifier`: a classification head on the Transformer-XL backbone."""
 import contextlib
+import numbers
 import re
 
 import keras
@@ -88,13 +89,15 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
         self.num_classes = _positive("num_classes", num_classes)
         self.segment_len = _positive("segment_len",
                                      cfg.tgt_len if segment_len is None else segment_len)
-        self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
-        if self.mem_len < 0:
-            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+        self.mem_len = cfg.mem_len if mem_len is None else _positive("mem_len", mem_len, 0)
         self.grad_segments = _positive("grad_segments", grad_segments)
-        self.head_dropout = float(cfg.dropout if head_dropout is None else head_dropout)
-        if not 0.0 <= self.head_dropout < 1.0:
-            raise TxlError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        self.head_dropout = cfg.dropout if head_dropout is None else head_dropout
+        if not isinstance(self.head_dropout, numbers.Real) or \
+                not 0.0 <= self.head_dropout < 1.0:
+            raise TxlError(f"head_dropout must be in [0, 1), got {head_dropout!r}")
+        self.head_dropout = float(self.head_dropout)
+        if isinstance(label_names, (str, bytes)):
+            raise TxlError(f"label_names must be a list of names, got {label_names!r}")
         self.label_names = None if label_names is None else [str(n) for n in label_names]
         if self.label_names is not None and len(self.label_names) != self.num_classes:
             raise TxlError(f"{len(self.label_names)} label_names for {self.num_classes} "
@@ -234,7 +237,9 @@ def _label_errors():
             from None
 
 
-def _positive(name, value):
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise TxlError(f"{name} must be a positive integer, got {value!r}")
+def _positive(name, value, low=1):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or \
+            int(value) != value or int(value) < low:
+        raise TxlError(f"{name} must be " + ("a positive integer" if low == 1 else
+                                             f"an integer >= {low}") + f", got {value!r}")
     return int(value)
