@@ -196,6 +196,15 @@ def test_an_empty_prompt_is_one_clear_error(causal_lm):
         causal_lm.generate(padded([[3, 14], []]), stop_token_ids=None)
 
 
+def test_attention_types_without_a_decode_cache_are_refused_with_one_error():
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, mem_len=MEM_LEN, tgt_len=SEGMENT,
+                                     attn_type=2)
+    model = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+    model.compile(sampler="greedy")
+    with pytest.raises(TxlError, match="attn_type 2 .* cannot hold its keys"):  # a StagingError
+        model.generate(padded(PROMPTS), stop_token_ids=None)
+
+
 def test_the_output_is_log_probs_so_keras_hubs_loss_is_the_nll(causal_lm):
     x = padded([[5, 6, 7, 8, 9], [1, 2, 3]], width=6)
     y = np.roll(x["token_ids"], -1, axis=1)

@@ -281,6 +281,7 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         """keras-hub's `generate` (see `keras_hub.models.CausalLM.generate`);
         `stop_token_ids="auto"` means none: the paper's vocabularies have no
         end token (a word model's `<eos>` ends a line, not the text)."""
+        self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         if stop_token_ids == "auto":
             tokenizer = getattr(self.preprocessor, "tokenizer", None)
             end = getattr(tokenizer, "end_token_id", None)
