@@ -189,11 +189,17 @@ def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
         graph_lm.generate(padded(PROMPTS), stop_token_ids=[])["token_ids"], free)
 
 
-def test_an_empty_prompt_is_one_clear_error(causal_lm):
-    """XLA drops the compiled step's assertion, so an empty row was continued
-    from the hidden state of padding."""
+def test_an_empty_prompt_or_an_id_outside_the_vocabulary_is_one_clear_error(causal_lm):
+    """XLA drops the compiled step's assertion and the gather's range check,
+    so an empty row was continued from the hidden state of padding, and an
+    id outside the vocabulary was read as another."""
     with pytest.raises(TxlError, match=r"every prompt needs at least one id; rows \[1\]"):
         causal_lm.generate(padded([[3, 14], []]), stop_token_ids=None)
+    with pytest.raises(TxlError, match=f"token id {N_TOKEN} at position \\(1, 1\\) is out of "
+                                       f"range for a vocabulary of {N_TOKEN} tokens"):
+        causal_lm.generate(padded([[3, 14], [2, N_TOKEN]]), stop_token_ids=None)
+    with pytest.raises(TxlError, match="takes {'token_ids', 'padding_mask'}"):
+        causal_lm.generate({"token_ids": padded([[3]])["token_ids"]}, stop_token_ids=None)
 
 
 def test_attention_types_without_a_decode_cache_are_refused_with_one_error():

@@ -8,6 +8,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.inputs import InputError, out_of_range_message
 from txl_tf.errors import TxlError
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
@@ -268,12 +269,22 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         compiled = super().make_generate_function()
 
         def generate_function(inputs, stop_token_ids=None):
-            # XLA drops generate_step's assertion: an empty prompt would
-            # be continued from the hidden state of padding.
-            lengths = np.sum(keras.ops.convert_to_numpy(inputs["padding_mask"]) != 0, axis=1)
+            # XLA drops generate_step's assertion and the gather's range
+            # check: an empty prompt would be continued from the hidden state
+            # of padding, an id outside the vocabulary read as another.
+            if not isinstance(inputs, dict) or {"token_ids", "padding_mask"} - set(inputs):
+                got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+                raise InputError(f"generate without a preprocessor takes {{'token_ids', "
+                                 f"'padding_mask'}} [B, N], right-padded; got {got}")
+            mask = keras.ops.convert_to_numpy(inputs["padding_mask"]) != 0
+            lengths = mask.sum(axis=1)
             if (lengths < 1).any():
-                raise TxlError(f"generate: every prompt needs at least one id; rows "
-                               f"{np.flatnonzero(lengths < 1).tolist()} are empty")
+                raise InputError(f"generate: every prompt needs at least one id; rows "
+                                 f"{np.flatnonzero(lengths < 1).tolist()} are empty")
+            ids = np.where(mask, keras.ops.convert_to_numpy(inputs["token_ids"]), 0)
+            problem = out_of_range_message(ids, self.core.config.n_token)
+            if problem:
+                raise InputError(f"generate: {problem}")
             return compiled(inputs, stop_token_ids=stop_token_ids)
         return generate_function
 
