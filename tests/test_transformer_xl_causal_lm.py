@@ -189,10 +189,11 @@ def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
         graph_lm.generate(padded(PROMPTS), stop_token_ids=[])["token_ids"], free)
 
 
-def test_an_empty_prompt_or_an_id_outside_the_vocabulary_is_one_clear_error(causal_lm):
+def test_empty_left_padded_or_out_of_vocabulary_prompts_are_one_clear_error(causal_lm):
     """XLA drops the compiled step's assertion and the gather's range check,
     so an empty row was continued from the hidden state of padding, and an
-    id outside the vocabulary was read as another."""
+    id outside the vocabulary was read as another; a left-padded row was
+    read from its padding."""
     with pytest.raises(TxlError, match=r"every prompt needs at least one id; rows \[1\]"):
         causal_lm.generate(padded([[3, 14], []]), stop_token_ids=None)
     with pytest.raises(TxlError, match=f"token id {N_TOKEN} at position \\(1, 1\\) is out of "
@@ -200,6 +201,10 @@ def test_an_empty_prompt_or_an_id_outside_the_vocabulary_is_one_clear_error(caus
         causal_lm.generate(padded([[3, 14], [2, N_TOKEN]]), stop_token_ids=None)
     with pytest.raises(TxlError, match="takes {'token_ids', 'padding_mask'}"):
         causal_lm.generate({"token_ids": padded([[3]])["token_ids"]}, stop_token_ids=None)
+    left = padded([[3, 14], [2, 5]])
+    left["padding_mask"][1] = np.roll(left["padding_mask"][1], 3)  # was read as [0, 0]
+    with pytest.raises(TxlError, match=r"must be right-padded .* rows \[1\] are not"):
+        causal_lm.generate(left, stop_token_ids=None)
 
 
 def test_attention_types_without_a_decode_cache_are_refused_with_one_error():

@@ -281,6 +281,10 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
             if (lengths < 1).any():
                 raise InputError(f"generate: every prompt needs at least one id; rows "
                                  f"{np.flatnonzero(lengths < 1).tolist()} are empty")
+            holes = (mask[:, 1:] & ~mask[:, :-1]).any(axis=1)  # the prompt is the first ids
+            if holes.any():
+                raise InputError(f"generate: prompts must be right-padded (padding_mask ones "
+                                 f"then zeros); rows {np.flatnonzero(holes).tolist()} are not")
             ids = np.where(mask, keras.ops.convert_to_numpy(inputs["token_ids"]), 0)
             problem = out_of_range_message(ids, self.core.config.n_token)
             if problem:
