@@ -153,3 +153,24 @@ def test_stream_errors_are_one_clear_line():
         causal_lm.evaluate(unbatched, verbose=0)
     with pytest.raises(TxlError, match="documents as text need a preprocessor"):
         causal_lm.document_dataset(["some text"], batch_size=B)
+
+
+def test_validation_data_of_another_batch_size_or_kind_is_one_clear_error():
+    """Validation runs through `evaluate` between epochs: another batch size
+    re-made the memories and dropped the train function (epoch 2 was a
+    TypeError), as did validation data of the other kind."""
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+    causal_lm.compile(optimizer="adam")
+    docs = [np.arange(1, n) % N_TOKEN for n in (9, 13, 7, 11)]
+    train = causal_lm.document_dataset(docs, batch_size=B)
+    with pytest.raises(TxlError, match="batches of 4; validation_data must come in batches of "
+                                       "the training data's 2 streams"):
+        causal_lm.fit(train, validation_data=causal_lm.document_dataset(docs, batch_size=4),
+                      epochs=2, verbose=0)
+    plain = tf.data.Dataset.from_tensor_slices(
+        ({"token_ids": np.ones([2, T], np.int32), "padding_mask": np.ones([2, T], np.int32)},
+         np.ones([2, T], np.int32))).batch(B)
+    with pytest.raises(TxlError, match="but validation_data does not"):
+        causal_lm.fit(train, validation_data=plain, epochs=2, verbose=0)
+    with pytest.raises(TxlError, match="validation_data holds stream batches"):
+        causal_lm.fit(plain, validation_data=train, epochs=2, verbose=0)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf import InputError, TransformerXL, TransformerXLClassifier, TransformerXLConfig
+from txl_tf import (InputError, TransformerXL, TransformerXLClassifier, TransformerXLConfig,
+                    TxlError)
 from txl_tf.weights import get_weights, save_pretrained
 
 SEG, N_TOKEN = 8, 16
@@ -252,6 +253,27 @@ def test_out_of_range_ids_are_one_clear_error_under_xla():
                            f"vocabulary of {N_TOKEN} tokens; min id: 1 max id: {N_TOKEN}$"):
             call(data.batch(2), verbose=0)
 
+def test_labels_out_of_range_are_one_clear_error_under_xla():
+    """Keras's loss raised a TensorFlow error on a label >= num_classes, and
+    gave a NaN loss under XLA: `fit` and `evaluate` check integer labels
+    (arrays at once, a dataset's in the input pipeline)."""
+    model = TransformerXLClassifier(tiny_config(n_layer=1), 3)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=True)
+    x = {"token_ids": np.ones((4, 5), np.int32), "lengths": np.int32([5, 3, 5, 2])}
+    labels = np.int32([0, 1, 2, 3])
+    with pytest.raises(InputError, match=r"^class label 3 is out of range for 3 classes "
+                                         r"\(valid labels are 0..2\)$"):
+        model.evaluate(x, labels, verbose=0)
+    data = tf.data.Dataset.from_tensor_slices((x, labels)).batch(2)
+    for call in (lambda: model.fit(data, verbose=0), lambda: model.evaluate(data, verbose=0),
+                 lambda: model.fit(data.take(1), validation_data=data, verbose=0)):
+        with pytest.raises(InputError, match=r"^class labels out of range for 3 classes "
+                                             r"\(valid labels are 0..2\); min: 2 max: 3$"):
+            call()
+
+
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("dtype", [np.int64, np.uint64])
 def test_lengths_that_int32_would_wrap_are_refused(graph, dtype):
@@ -287,6 +309,12 @@ def test_malformed_inputs_are_named():
         TransformerXLClassifier(tiny_config(), 2, label_names=["x"])
     with pytest.raises(ValueError, match="num_classes"):
         TransformerXLClassifier(tiny_config(), 0)
+    for kwargs, match in ((dict(mem_len=2.5), "mem_len must be an integer >= 0, got 2.5"),
+                          (dict(mem_len="8"), "mem_len must be an integer >= 0, got '8'"),
+                          (dict(head_dropout="0.1"), r"head_dropout must be in \[0, 1\)"),
+                          (dict(label_names="ab"), "label_names must be a list")):
+        with pytest.raises(TxlError, match=match):  # were cut to 2, ValueErrors, ['a', 'b']
+            TransformerXLClassifier(tiny_config(), 2, **kwargs)
 
 
 def test_keras_file_of_a_compiled_classifier_keeps_the_optimizer(tmp_path):

@@ -306,6 +306,33 @@ def test_inconsistent_config_is_named():
         TransformerXLConfig.preset("gpt9")
 
 
+@pytest.mark.parametrize("field,value,match", [
+    ("same_length", "no", "same_length must be a boolean"),  # a truthy string
+    ("tie_weight", "false", "tie_weight must be a boolean"),
+    ("tie_projs", ["false"], "tie_projs must be a list of booleans"),
+    ("mem_len", True, "mem_len must be an integer"),
+    ("clamp_len", "400", "clamp_len must be an integer"),
+    ("dropout", "0.1", "dropout must be a number"),
+    ("cutoffs", [50.5], "cutoffs must be a list of integers"),  # was cut to 50
+])
+def test_config_values_of_the_wrong_type_are_named(field, value, match):
+    from txl_tf import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        TransformerXLConfig(n_token=100, **{field: value})
+
+
+def test_unknown_or_missing_config_fields_are_config_errors():
+    from txl_tf import ConfigError
+    with pytest.raises(ConfigError, match=r"unknown config fields: \['n_layers'\]"):
+        TransformerXLConfig.preset("tiny", n_layers=3)
+    with pytest.raises(ConfigError, match=r"unknown config fields: \['n_layers'\]"):
+        TransformerXLConfig(n_token=100).replace(n_layers=3)
+    with pytest.raises(ConfigError, match="no n_token"):
+        TransformerXLConfig.from_dict({"n_layer": 2})
+    assert TransformerXLConfig(n_token=100, same_length=1, cutoffs=[np.int64(50)]).same_length \
+        is True
+
+
 def test_imports_a_checkpoint_written_with_the_paper_code_names(tmp_path):
     from txl_tf.weights.checkpoints import import_tf_checkpoint
     source = make_core(**VARIANTS["adaptive"])

@@ -47,3 +47,10 @@ def test_dropout_gradient_is_the_mask_times_the_scale():
     y, grad = run(x)
     mask = (y.numpy() != 0)
     np.testing.assert_allclose(grad.numpy(), mask * 65536 / (65536 - 16384), rtol=1e-6)
+
+
+def test_a_rate_just_below_one_keeps_one_level_not_a_division_by_zero():
+    """A rate within 2^-17 of 1 (the config takes any rate < 1) rounded to
+    all 2^16 levels dropped and divided by zero."""
+    y = Dropout(0.999995, seed=1)(tf.ones([4096]), training=True).numpy()
+    assert np.isfinite(y).all() and set(np.unique(y)) <= {0.0, 65536.0}

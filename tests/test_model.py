@@ -63,6 +63,25 @@ def test_keras_file_round_trip_keeps_outputs_and_memory(tmp_path):
     np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
 
 
+def test_keras_file_keeps_the_lengths_generate_reads_with(tmp_path):
+    model = TransformerXLLM(tiny(), batch_size=2, mem_len=5, segment_len=3)
+    model.save(str(tmp_path / "lm.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "lm.keras"))
+    assert (loaded.mem_len, loaded.segment_len, loaded.batch_size) == (5, 3, 2)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(batch_size=0), "batch_size must be a positive integer, got 0"),
+    (dict(batch_size=2.5), "batch_size must be a positive integer, got 2.5"),
+    (dict(batch_size=2, mem_len="16"), "mem_len must be an integer >= 0"),
+    (dict(batch_size=2, memlen=16), r"unknown arguments \['memlen'\]"),  # was dropped
+])
+def test_bad_constructor_arguments_are_named(kwargs, match):
+    from txl_tf import TxlError
+    with pytest.raises(TxlError, match=match):
+        TransformerXLLM(tiny(), **kwargs)
+
+
 def padded_corpus(batch, seed):
     """Ids whose streams do not fill the last segment (and one stream is shorter)."""
     return np.random.default_rng(seed).integers(0, 256, batch * 3 * T + batch - 1)

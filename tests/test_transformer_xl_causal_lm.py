@@ -111,13 +111,6 @@ def test_call_with_cache_takes_one_id_per_row(causal_lm):
         causal_lm.call_with_cache(tf.constant([[1, 2]] * 3), cache)
 
 
-def test_an_empty_prompt_is_an_error(causal_lm):
-    """The compiled step's assertion is dropped by XLA: an empty row came back
-    as ids the model never chose (all 0), with no error."""
-    with pytest.raises(TxlError, match=r"every prompt needs at least one id; row 1 is empty"):
-        causal_lm.generate(padded([[3, 4], []]), stop_token_ids=None)
-
-
 def assert_keeps_the_prompts(token_ids, prompts=PROMPTS):
     for row, prompt in enumerate(prompts):
         np.testing.assert_array_equal(token_ids[row, :len(prompt)], prompt)
@@ -191,6 +184,36 @@ def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
         end = len(prompt) + (hits[0] + 1 if hits.size else len(new))
         np.testing.assert_array_equal(out["padding_mask"][row], np.arange(WIDTH) < end)
         np.testing.assert_array_equal(out["token_ids"][row, :end], free[row, :end])
+    # No stop ids as an empty list: keras-hub's samplers would index its first.
+    np.testing.assert_array_equal(
+        graph_lm.generate(padded(PROMPTS), stop_token_ids=[])["token_ids"], free)
+
+
+def test_empty_left_padded_or_out_of_vocabulary_prompts_are_one_clear_error(causal_lm):
+    """XLA drops the compiled step's assertion and the gather's range check,
+    so an empty row was continued from the hidden state of padding, and an
+    id outside the vocabulary was read as another; a left-padded row was
+    read from its padding."""
+    with pytest.raises(TxlError, match=r"every prompt needs at least one id; rows \[1\]"):
+        causal_lm.generate(padded([[3, 14], []]), stop_token_ids=None)
+    with pytest.raises(TxlError, match=f"token id {N_TOKEN} at position \\(1, 1\\) is out of "
+                                       f"range for a vocabulary of {N_TOKEN} tokens"):
+        causal_lm.generate(padded([[3, 14], [2, N_TOKEN]]), stop_token_ids=None)
+    with pytest.raises(TxlError, match="takes {'token_ids', 'padding_mask'}"):
+        causal_lm.generate({"token_ids": padded([[3]])["token_ids"]}, stop_token_ids=None)
+    left = padded([[3, 14], [2, 5]])
+    left["padding_mask"][1] = np.roll(left["padding_mask"][1], 3)  # was read as [0, 0]
+    with pytest.raises(TxlError, match=r"must be right-padded .* rows \[1\] are not"):
+        causal_lm.generate(left, stop_token_ids=None)
+
+
+def test_attention_types_without_a_decode_cache_are_refused_with_one_error():
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, mem_len=MEM_LEN, tgt_len=SEGMENT,
+                                     attn_type=2)
+    model = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+    model.compile(sampler="greedy")
+    with pytest.raises(TxlError, match="attn_type 2 .* cannot hold its keys"):  # a StagingError
+        model.generate(padded(PROMPTS), stop_token_ids=None)
 
 
 def test_the_output_is_log_probs_so_keras_hubs_loss_is_the_nll(causal_lm):

@@ -85,6 +85,19 @@ def test_the_backbone_config_round_trips_and_names_the_papers_fields():
     assert registered is TransformerXLBackbone
 
 
+def test_misspelled_arguments_are_refused_not_dropped():
+    """Keras's functional model silently drops keyword arguments it does not
+    know: a typo would build a model of other sizes or lengths."""
+    from txl_tf import ConfigError, TxlError
+    with pytest.raises(ConfigError, match=r"unknown arguments \['n_layers'\]"):
+        TransformerXLBackbone(n_token=40, n_layers=3)
+    backbone = TransformerXLBackbone(**TransformerXLConfig.preset("tiny", n_token=40).to_dict())
+    with pytest.raises(TxlError, match=r"unknown arguments \['memlen'\]"):
+        TransformerXLCausalLM(backbone, memlen=4)
+    with pytest.raises(TxlError, match="segment_len an integer >= 1, got 16 and 2.5"):
+        TransformerXLCausalLM(backbone, segment_len=2.5)  # was cut to 2
+
+
 def test_the_tokenizer_wraps_words_and_saves_with_the_preset(tmp_path):
     words = WordTokenizer(["<unk>", "<eos>", "the", "cat", "sat"])
     tokenizer = TransformerXLTokenizer(words)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 from typing import Any, List, Optional
+
+import numpy as np
 
 from txl_tf.errors import TxlError
 
@@ -19,6 +22,19 @@ ATTN_TYPES = {0: "relative (the paper's)", 1: "learnable relative (Shaw et al.)"
 
 class ConfigError(TxlError):
     """A configuration value is missing, out of range or inconsistent."""
+
+
+_FLAGS = ("tie_weight", "proj_same_dim", "untie_r", "pre_lnorm", "same_length",
+          "zero_filled_memory")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_flag(value):
+    return isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, numbers.Integral) and value in (0, 1))
 
 
 @dataclasses.dataclass
@@ -83,12 +99,22 @@ class TransformerXLConfig:
     def __post_init__(self):
         if self.d_embed is None:
             self.d_embed = self.d_model
+        if not isinstance(self.cutoffs, (list, tuple)) or not all(
+                isinstance(c, numbers.Integral) and not isinstance(c, bool) for c in self.cutoffs):
+            raise ConfigError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
         self.cutoffs = [int(c) for c in self.cutoffs]
         if self.tie_projs is None:
             # proj_share_all_but_first: the head bin keeps its own projection.
             split = bool(self.cutoffs)
             self.tie_projs = [not split or i > 0 for i in range(len(self.cutoffs) + 1)]
+        if not isinstance(self.tie_projs, (list, tuple)) or not all(
+                _is_flag(t) for t in self.tie_projs):
+            raise ConfigError(f"tie_projs must be a list of booleans, got {self.tie_projs!r}")
         self.tie_projs = [bool(t) for t in self.tie_projs]
+        for name in _FLAGS:  # a string ("false", "no") would be truthy
+            if not _is_flag(getattr(self, name)):
+                raise ConfigError(f"{name} must be a boolean, got {getattr(self, name)!r}")
+            setattr(self, name, bool(getattr(self, name)))
         self.validate()
 
     # ------------------------------------------------------------------ checks
@@ -102,8 +128,14 @@ class TransformerXLConfig:
         for name in ("n_token", "n_layer", "d_model", "n_head", "d_head",
                      "d_inner", "d_embed", "div_val", "tgt_len"):
             positive(name)
-        if not isinstance(self.mem_len, int) or self.mem_len < 0:
+        if not _is_int(self.mem_len) or self.mem_len < 0:
             raise ConfigError(f"mem_len must be an integer >= 0, got {self.mem_len!r}")
+        if not _is_int(self.clamp_len):
+            raise ConfigError(f"clamp_len must be an integer, got {self.clamp_len!r}")
+        for name in ("dropout", "dropatt", "init_std", "proj_init_std", "layer_norm_epsilon"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+                raise ConfigError(f"{name} must be a number, got {value!r}")
         if self.d_model % 2:
             raise ConfigError(
                 f"d_model must be even (sin and cos halves), got {self.d_model}")
@@ -121,7 +153,7 @@ class TransformerXLConfig:
             known = ", ".join(f"{k} {v}" for k, v in ATTN_TYPES.items())
             raise ConfigError(
                 f"attn_type must be one of {known}, got {self.attn_type!r}")
-        if self.max_klen is not None and (not isinstance(self.max_klen, int)
+        if self.max_klen is not None and (not _is_int(self.max_klen)
                                           or self.max_klen < 1 or self.attn_type not in (1, 3)):
             raise ConfigError(f"max_klen is for attn_type 1 and 3, a positive integer; got "
                               f"{self.max_klen!r} with attn_type {self.attn_type}")
@@ -167,6 +199,8 @@ class TransformerXLConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown config fields: {unknown}")
+        if "n_token" not in values:
+            raise ConfigError("the config has no n_token (the vocabulary size)")
         return cls(**values)
 
     def to_json(self, path: Optional[str] = None) -> str:
@@ -188,6 +222,9 @@ class TransformerXLConfig:
         """A copy with some fields changed (validated). Derived defaults follow:
         `d_embed` tracks `d_model` if it was equal to it, and `tie_projs` is
         re-derived when `cutoffs` change, unless they are given too."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ConfigError(f"unknown config fields: {unknown}")
         if "d_model" in changes and "d_embed" not in changes and self.d_embed == self.d_model:
             changes["d_embed"] = None
         if "cutoffs" in changes and "tie_projs" not in changes:
@@ -203,7 +240,7 @@ class TransformerXLConfig:
                 f"unknown preset {name!r}; known presets: {sorted(PRESETS)}")
         values = dict(PRESETS[name])
         values.update(overrides)
-        return cls(**values)
+        return cls.from_dict(values)
 
 
 # Training settings of the paper's scripts (kimiyoung/transformer-xl tf/scripts,

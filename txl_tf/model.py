@@ -1,6 +1,8 @@
 """`TransformerXLLM`: `TransformerXLCausalLM` built from a config, over stream
 batches of a fixed size (the training job's model, and the stateful model of
 code written before the causal LM)."""
+import numbers
+
 import keras
 import tensorflow as tf
 
@@ -51,6 +53,9 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
         kwargs.pop("format", None)
         backbone = TransformerXLBackbone(**as_config(config).to_dict(), dtype=dtype)
         super().__init__(backbone, mem_len=mem_len, dtype=dtype, **kwargs)
+        if not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or \
+                batch_size < 1:
+            raise TxlError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.batch_size = int(batch_size)
         self.zero_filled = (self.config.zero_filled_memory if zero_filled is None
                             else bool(zero_filled))
@@ -102,7 +107,8 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
         return {"name": self.name, "trainable": self.trainable,
                 "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
                 "config": self.config.to_dict(), "batch_size": self.batch_size,
-                "mem_len": self.mem_len, "zero_filled": self.zero_filled, "format": _FORMAT}
+                "mem_len": self.mem_len, "segment_len": self.segment_len,
+                "zero_filled": self.zero_filled, "format": _FORMAT}
 
     @classmethod
     def from_config(cls, config):

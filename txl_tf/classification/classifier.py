@@ -1,4 +1,8 @@
 """`TransformerXLClassifier`: a classification head on the Transformer-XL backbone."""
+import contextlib
+import numbers
+import re
+
 import keras
 import tensorflow as tf
 
@@ -85,13 +89,15 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
         self.num_classes = _positive("num_classes", num_classes)
         self.segment_len = _positive("segment_len",
                                      cfg.tgt_len if segment_len is None else segment_len)
-        self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
-        if self.mem_len < 0:
-            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+        self.mem_len = cfg.mem_len if mem_len is None else _positive("mem_len", mem_len, 0)
         self.grad_segments = _positive("grad_segments", grad_segments)
-        self.head_dropout = float(cfg.dropout if head_dropout is None else head_dropout)
-        if not 0.0 <= self.head_dropout < 1.0:
-            raise TxlError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        self.head_dropout = cfg.dropout if head_dropout is None else head_dropout
+        if not isinstance(self.head_dropout, numbers.Real) or \
+                not 0.0 <= self.head_dropout < 1.0:
+            raise TxlError(f"head_dropout must be in [0, 1), got {head_dropout!r}")
+        self.head_dropout = float(self.head_dropout)
+        if isinstance(label_names, (str, bytes)):
+            raise TxlError(f"label_names must be a list of names, got {label_names!r}")
         self.label_names = None if label_names is None else [str(n) for n in label_names]
         if self.label_names is not None and len(self.label_names) != self.num_classes:
             raise TxlError(f"{len(self.label_names)} label_names for {self.num_classes} "
@@ -127,19 +133,25 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     def config(self):
         return self.core.config
 
-    # fit / evaluate / predict check the ids outside the step, where the
-    # check survives XLA (`checked_data`); labels are Keras's loss's.
+    # fit / evaluate / predict check the ids, and integer labels, outside the
+    # step, where the check survives XLA (`checked_data`, `_checked_labels`).
     def fit(self, x=None, y=None, validation_data=None, **kwargs):
         n_token = self.config.n_token
-        with input_errors():
-            return super().fit(checked_data(x, n_token, y, targets=False), y,
-                               validation_data=checked_data(validation_data, n_token,
-                                                            targets=False), **kwargs)
+        with input_errors(), _label_errors():
+            x, y = _checked_labels(checked_data(x, n_token, y, targets=False), y,
+                                   self.num_classes)
+            if isinstance(validation_data, (tuple, list)) and len(validation_data) > 1:
+                _checked_labels(None, validation_data[1], self.num_classes)  # arrays
+            else:
+                validation_data = _checked_labels(validation_data, None, self.num_classes)[0]
+            return super().fit(x, y, validation_data=checked_data(validation_data, n_token,
+                                                                  targets=False), **kwargs)
 
     def evaluate(self, x=None, y=None, **kwargs):
-        with input_errors():
-            return super().evaluate(checked_data(x, self.config.n_token, y, targets=False), y,
-                                    **kwargs)
+        with input_errors(), _label_errors():
+            x, y = _checked_labels(checked_data(x, self.config.n_token, y, targets=False), y,
+                                   self.num_classes)
+            return super().evaluate(x, y, **kwargs)
 
     def predict(self, x, **kwargs):
         with input_errors():
@@ -173,7 +185,61 @@ def resolve_dtype(dtype):
     return dtype
 
 
-def _positive(name, value):
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise TxlError(f"{name} must be a positive integer, got {value!r}")
+_LABELS_ASSERTED = "class labels out of range for"
+
+
+def _checked_labels(x, y, num_classes):
+    """`(x, y)` with integer class labels (`y`, or a dataset `x`'s second
+    item) checked to lie in `[0, num_classes)` (0 and 1 for one logit):
+    eagerly for arrays, in the input pipeline for a dataset. In the step
+    Keras's loss raises on CPU, and under XLA gives a NaN loss."""
+    classes = max(num_classes, 2)
+
+    def check(labels):
+        labels = tf.convert_to_tensor(labels)
+        if not labels.dtype.is_integer:  # one-hot or probabilities
+            return labels
+        if tf.executing_eagerly():
+            values = labels.numpy()
+            bad = values[(values < 0) | (values >= classes)]
+            if bad.size:
+                raise InputError(f"class label {bad.flat[0]} is out of range for "
+                                 f"{num_classes} classes (valid labels are 0..{classes - 1})")
+            return labels
+        ok = tf.reduce_all((labels >= 0) & (labels < classes))
+        assertion = tf.debugging.Assert(ok, [f"{_LABELS_ASSERTED} {num_classes} classes "
+                                             f"(valid labels are 0..{classes - 1}); min:",
+                                             tf.reduce_min(labels), "max:",
+                                             tf.reduce_max(labels)])
+        with tf.control_dependencies([assertion]):
+            return tf.identity(labels)
+
+    if isinstance(x, tf.data.Dataset):
+        return x.map(lambda *batch: (batch[0], check(batch[1]), *batch[2:])
+                     if len(batch) > 1 else batch[0]), y
+    if y is not None and (tf.is_tensor(y) or hasattr(y, "__array__")):
+        check(y)
+    return x, y
+
+
+@contextlib.contextmanager
+def _label_errors():
+    """`_checked_labels`' input-pipeline assertion as an `InputError`."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as error:
+        message = error.message or ""
+        if _LABELS_ASSERTED not in message:
+            raise
+        found = re.search(r"\[(class labels out of range[^\]]*)\] \[(-?\d+)\] \[max:\] "
+                          r"\[(-?\d+)\]", message)
+        raise InputError(f"{found[1]} {found[2]} max: {found[3]}" if found else message) \
+            from None
+
+
+def _positive(name, value, low=1):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or \
+            int(value) != value or int(value) < low:
+        raise TxlError(f"{name} must be " + ("a positive integer" if low == 1 else
+                                             f"an integer >= {low}") + f", got {value!r}")
     return int(value)

@@ -23,7 +23,7 @@ class Dropout(keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not training or self.rate <= 0 or self.noise_shape is not None:
             return super().call(inputs, training=training)
-        threshold = round(self.rate * _LEVELS)
+        threshold = min(round(self.rate * _LEVELS), _LEVELS - 1)  # a rate < 1 keeps some
         seed = tf.cast(tf.math.floormod(tf.cast(self.seed_generator.next(), tf.int64),
                                         2 ** 31 - 1), tf.int32)  # as Keras does, for XLA
         size = tf.size(inputs)

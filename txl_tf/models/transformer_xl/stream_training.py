@@ -208,11 +208,30 @@ class StreamTraining:
     def fit(self, x=None, y=None, batch_size=None, shuffle=False, **kwargs):
         """keras-hub's `fit`; stream batches (see `document_dataset`) carry
         the memory from batch to batch, in order (never shuffled)."""
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (tuple, list)):
+            validation = validation[0]
+        # Validation comes through `evaluate` between epochs: data of the
+        # other kind, or of another batch size, would drop the step functions
+        # `fit` goes on with (and the training memory).
         if not self.is_stream(x):
+            if validation is not None and self.is_stream(validation):
+                raise InputError("fit: validation_data holds stream batches (with "
+                                 "'document_start') but the training data does not; "
+                                 "evaluate them apart")
             self._set_streaming(False)
             with input_errors():
                 return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
+        if validation is not None:
+            if not self.is_stream(validation):
+                raise InputError("fit: the training data holds stream batches (with "
+                                 "'document_start') but validation_data does not; evaluate "
+                                 "them apart")
+            expected = self.stream_batch_size * self.distribute_strategy.num_replicas_in_sync
+            checked_batch_size(validation, kwargs.get("validation_batch_size"), expected, "fit",
+                               f"validation_data must come in batches of the training data's "
+                               f"{expected} streams (drop_remainder=True), or be evaluated apart")
         x = checked_data(x, self.core.config.n_token, y)
         kwargs["validation_data"] = checked_data(kwargs.get("validation_data"),
                                                  self.core.config.n_token)

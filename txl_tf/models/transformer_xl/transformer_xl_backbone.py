@@ -5,7 +5,7 @@ import keras
 import keras_hub
 import tensorflow as tf
 
-from txl_tf.config import TransformerXLConfig
+from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.core import TransformerXL
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerXLConfig))
@@ -54,6 +54,10 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
 
     def __init__(self, n_token, dtype=None, **kwargs):
         fields = {name: kwargs.pop(name) for name in CONFIG_FIELDS if name in kwargs}
+        unknown = sorted(set(kwargs) - {"name", "trainable"})
+        if unknown:  # Keras's functional model would drop them silently
+            raise ConfigError(f"TransformerXLBackbone got unknown arguments {unknown}: not "
+                              f"fields of TransformerXLConfig ({', '.join(CONFIG_FIELDS)})")
         config = TransformerXLConfig(n_token=n_token, **fields)
         core = TransformerXL(config, dtype=dtype, name="transformer")
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")

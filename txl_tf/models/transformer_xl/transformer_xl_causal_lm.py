@@ -1,11 +1,14 @@
 """`TransformerXLCausalLM`: keras-hub's causal LM task over the core, whose
 `generate` continues prompts with Transformer-XL's memory (the decode cache)
 and takes every keras-hub sampler."""
+import numbers
+
 import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.inputs import InputError, out_of_range_message
 from txl_tf.errors import TxlError
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
@@ -17,6 +20,10 @@ from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
 from txl_tf.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
 
 _RING = ("mems", "keys", "values", "valid", "row_slot")
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -59,17 +66,22 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
     preprocessor_cls = TransformerXLCausalLMPreprocessor
 
     def __init__(self, backbone, preprocessor=None, mem_len=None, segment_len=None, **kwargs):
+        unknown = sorted(set(kwargs) - {"name", "trainable", "dtype", "compile"})
+        if unknown:  # Keras's functional model would drop them silently
+            raise TxlError(f"{type(self).__name__} got unknown arguments {unknown}")
         self.backbone = backbone
         self.preprocessor = preprocessor
         inputs = backbone.input
         log_probs = backbone.transformer.crit(backbone(inputs))
         super().__init__(inputs=inputs, outputs=log_probs, **kwargs)
         cfg = backbone.config
-        self.mem_len = cfg.mem_len if mem_len is None else int(mem_len)
-        self.segment_len = cfg.tgt_len if segment_len is None else int(segment_len)
-        if self.mem_len < 0 or self.segment_len < 1:
-            raise TxlError(f"mem_len must be >= 0 and segment_len >= 1, got {self.mem_len} "
-                           f"and {self.segment_len}")
+        self.mem_len = cfg.mem_len if mem_len is None else mem_len
+        self.segment_len = cfg.tgt_len if segment_len is None else segment_len
+        if not (_is_int(self.mem_len) and self.mem_len >= 0 and _is_int(self.segment_len)
+                and self.segment_len >= 1):
+            raise TxlError(f"mem_len must be an integer >= 0 and segment_len an integer >= 1, "
+                           f"got {self.mem_len!r} and {self.segment_len!r}")
+        self.mem_len, self.segment_len = int(self.mem_len), int(self.segment_len)
         self._init_streams()
 
     @property
@@ -252,31 +264,47 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         (where `compile`'s "auto" leaves `fit` without XLA). Not without it:
         TensorFlow's graph optimizer (Grappler) turns the uncompiled graph's
         output at batch 1 into an empty tensor (TF 2.21). The function it
-        returns refuses an empty prompt (`TxlError`) before the compiled step."""
+        returns checks the prompts first (`InputError`: an empty or
+        left-padded prompt, an id outside the vocabulary)."""
         if self.generate_function is None and not self.run_eagerly:
             self.generate_function = tf.function(self.generate_step, jit_compile=True)
-        function = super().make_generate_function()
+        compiled = super().make_generate_function()
 
-        def checked(inputs, stop_token_ids=None):
-            # XLA drops generate_step's assertion: an empty row is checked here.
-            mask = inputs.get("padding_mask") if isinstance(inputs, dict) else None
-            if mask is not None and (not tf.is_tensor(mask) or tf.executing_eagerly()):
-                empty = np.flatnonzero(np.sum(np.asarray(mask) != 0, axis=-1) == 0)
-                if empty.size:
-                    rows = ", ".join(map(str, empty[:10]))
-                    raise TxlError("every prompt needs at least one id; " + (
-                        f"row {rows} is empty" if empty.size == 1 else f"rows {rows} are empty"))
-            return function(inputs, stop_token_ids=stop_token_ids)
-        return checked
+        def generate_function(inputs, stop_token_ids=None):
+            # XLA drops generate_step's assertion and the gather's range
+            # check: an empty prompt would be continued from the hidden state
+            # of padding, an id outside the vocabulary read as another.
+            if not isinstance(inputs, dict) or {"token_ids", "padding_mask"} - set(inputs):
+                got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+                raise InputError(f"generate without a preprocessor takes {{'token_ids', "
+                                 f"'padding_mask'}} [B, N], right-padded; got {got}")
+            mask = keras.ops.convert_to_numpy(inputs["padding_mask"]) != 0
+            lengths = mask.sum(axis=1)
+            if (lengths < 1).any():
+                raise InputError(f"generate: every prompt needs at least one id; rows "
+                                 f"{np.flatnonzero(lengths < 1).tolist()} are empty")
+            holes = (mask[:, 1:] & ~mask[:, :-1]).any(axis=1)  # the prompt is the first ids
+            if holes.any():
+                raise InputError(f"generate: prompts must be right-padded (padding_mask ones "
+                                 f"then zeros); rows {np.flatnonzero(holes).tolist()} are not")
+            ids = np.where(mask, keras.ops.convert_to_numpy(inputs["token_ids"]), 0)
+            problem = out_of_range_message(ids, self.core.config.n_token)
+            if problem:
+                raise InputError(f"generate: {problem}")
+            return compiled(inputs, stop_token_ids=stop_token_ids)
+        return generate_function
 
     def generate(self, inputs, max_length=None, stop_token_ids="auto", strip_prompt=False):
         """keras-hub's `generate` (see `keras_hub.models.CausalLM.generate`);
         `stop_token_ids="auto"` means none: the paper's vocabularies have no
         end token (a word model's `<eos>` ends a line, not the text)."""
+        self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         if stop_token_ids == "auto":
             tokenizer = getattr(self.preprocessor, "tokenizer", None)
             end = getattr(tokenizer, "end_token_id", None)
             stop_token_ids = None if end is None else "auto"
+        elif isinstance(stop_token_ids, (list, tuple)) and not stop_token_ids:
+            stop_token_ids = None  # keras-hub's samplers index the first stop id
         return super().generate(inputs, max_length=max_length, stop_token_ids=stop_token_ids,
                                 strip_prompt=strip_prompt)
 
