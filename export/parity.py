@@ -61,15 +61,28 @@ def cached_outputs(runtime, segments):
     return results
 
 
+def largest_difference(a, b):
+    """The largest abs difference of two arrays: inf where they differ by a
+    NaN (either side's), so that no tolerance passes it; 0 where both hold
+    the same inf."""
+    a, b = np.asarray(a), np.asarray(b)
+    gap = np.where(a == b, 0.0, np.abs(a - b))
+    return float(np.nan_to_num(gap, nan=np.inf).max(initial=0))
+
+
 def max_differences(reference, other):
-    """`{"log_probs": max abs diff, "mems": max abs diff, "mem_mask_equal": bool}`."""
+    """`{"log_probs": max abs diff, "mems": max abs diff, "mem_mask_equal": bool}`
+    (a NaN on either side counts as an infinite difference)."""
     diff = {"log_probs": 0.0, "mems": 0.0, "mem_mask_equal": True}
+    reference, other = list(reference), list(other)
+    if len(reference) != len(other):
+        raise ParityError(f"{len(other)} segments' outputs for {len(reference)} segments")
     for (lp_a, s_a, v_a), (lp_b, s_b, v_b) in zip(reference, other):
         if lp_a.shape != lp_b.shape or s_a.shape != s_b.shape or v_a.shape != v_b.shape:
             raise ParityError(f"shape mismatch: {lp_a.shape}/{s_a.shape}/{v_a.shape} vs "
                               f"{lp_b.shape}/{s_b.shape}/{v_b.shape}")
-        diff["log_probs"] = max(diff["log_probs"], float(np.abs(lp_a - lp_b).max(initial=0)))
-        diff["mems"] = max(diff["mems"], float(np.abs(s_a - s_b).max(initial=0)))
+        diff["log_probs"] = max(diff["log_probs"], largest_difference(lp_a, lp_b))
+        diff["mems"] = max(diff["mems"], largest_difference(s_a, s_b))
         diff["mem_mask_equal"] &= bool(np.array_equal(v_a, v_b))
     return diff
 

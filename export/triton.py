@@ -46,7 +46,7 @@ from export.metadata import ExportInfo, export_metadata
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_range_check,
                                 convert_with_weight_inputs, declare_shapes, export_onnx,
                                 order_outputs, save_with_weights)
-from export.parity import ParityError, max_differences
+from export.parity import ParityError, largest_difference, max_differences
 from export.saved_model import LOG_PROBS_MODES
 from txl_tf.errors import TxlError
 from txl_tf.layers.ring_cache import KeysValues
@@ -313,8 +313,12 @@ def check_cached_model(reference, model_path, segments, tol=1e-4):
     `sequence_log_probs`) from `reference` (`parity.core_outputs` on the
     same `segments`), or `ParityError` beyond `tol`."""
     got = sequence_log_probs(model_path, segments)
-    diff = max(float(np.max(np.abs(np.asarray(g) - np.asarray(want[0]))))
-               for g, want in zip(got, reference))
+    if len(got) != len(reference):
+        raise ParityError(f"{len(got)} segments' log-probs for {len(reference)} segments")
+    for g, want in zip(got, reference):
+        if np.shape(g) != np.shape(want[0]):
+            raise ParityError(f"shape mismatch: {np.shape(want[0])} vs {np.shape(g)}")
+    diff = max(largest_difference(want[0], g) for g, want in zip(got, reference))
     if diff > tol:
         raise ParityError(f"the Triton repository's cached model differs from the Keras "
                           f"core: log-probs by {diff} (tolerance {tol})")

@@ -195,3 +195,21 @@ def test_fresh_process_loads_saved_model_with_core_ops_only(core, exported, tmp_
     nll, _ = core(ids, core.initial_memory(2, mem_len), targets=ids)
     np.testing.assert_allclose(np.array(report["log_probs"]), log_probs.numpy(), atol=TOL)
     np.testing.assert_allclose(np.array(report["nll"]), nll.numpy(), atol=TOL)
+
+
+def test_a_nan_is_never_within_tolerance():
+    """A NaN where the core has a number (or the reverse) is an infinite
+    difference: `max` and `>` ignore NaN, so it passed any tolerance as 0."""
+    from export.parity import ParityError, _check
+    lp, mems, mask = np.zeros([2, 3, 5], np.float32), np.zeros([2, 2, 4, 8]), np.ones([2, 4], bool)
+    bad = lp.copy()
+    bad[1, 2, 0] = np.nan
+    for reference, other in [(lp, bad), (bad, lp)]:
+        diff = max_differences([(reference, mems, mask)], [(other, mems, mask)])
+        assert diff["log_probs"] == np.inf
+        with pytest.raises(ParityError, match="differs"):
+            _check(diff, "onnx", 1e-4)
+    same_inf = np.full_like(lp, -np.inf)
+    assert max_differences([(same_inf, mems, mask)], [(same_inf, mems, mask)])["log_probs"] == 0
+    with pytest.raises(ParityError, match="1 segments' outputs for 2 segments"):
+        max_differences([(lp, mems, mask)] * 2, [(lp, mems, mask)])

@@ -249,3 +249,15 @@ def test_the_cached_model_reads_what_the_core_reads(exported, core):
         np.testing.assert_allclose(batch[1:2], one, atol=1e-5, rtol=0)
     with pytest.raises(ParityError, match="cached model"):
         check_cached_model(core_outputs(core, segments[::-1], MEM_LEN), path, segments)
+
+
+def test_the_cached_models_check_fails_on_a_nan(monkeypatch):
+    """A NaN in the cached model's log-probs fails its parity check (it was
+    a difference of 0)."""
+    import export.triton as triton
+    want = np.zeros([2, 3, 5], np.float32)
+    got = want.copy()
+    got[0, 1, 2] = np.nan
+    monkeypatch.setattr(triton, "sequence_log_probs", lambda path, segments: [got])
+    with pytest.raises(ParityError, match="cached model differs .* inf"):
+        check_cached_model([(want, None, None)], "unused.onnx", [None])
