@@ -232,6 +232,9 @@ def _export_into(out, stages, o):
     cfg, vocab_dir = core.config, source.vocab_dir
     del source
     stages.done("loading", f"{core.count_params():,} parameters")
+    if cfg.attn_type != 0 and "onnx" in formats and o["decode_cache"]:
+        raise ExportError(f"attn_type {cfg.attn_type} has no cached decode interface (the "
+                          "decode graphs serve attn_type 0): pass --nodecode_cache")
     mem_len = cfg.mem_len if o["mem_len"] is None else int(o["mem_len"])
     check_fits(cfg, 1, 1, mem_len, what="the exported graph's smallest step")
     parity_len = min(cfg.tgt_len, PARITY_SEGMENT_LEN)

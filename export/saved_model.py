@@ -116,6 +116,10 @@ class ServingModule(tf.Module):
         self.step = signature_function(self._step, input_signature=[ids, mems, mask])
         self.step_last = signature_function(self._step_last, input_signature=[ids, mems, mask])
         self.score = signature_function(self._score, input_signature=[ids, targets, mems, mask])
+        # The decode cache holds attn_type 0's keys alone (`TransformerXL.decode_cache`).
+        self.has_decode_cache = cfg.attn_type == 0
+        if not self.has_decode_cache:
+            return
         self.decode_init = signature_function(
             self._decode_init,
             input_signature=decode_interface.memory_specs(cfg, self.mem_len))
@@ -130,14 +134,17 @@ class ServingModule(tf.Module):
     def signatures(self):
         """The SavedModel signature map (`serving_default` is `step`)."""
         step = self.step.get_concrete_function()
-        return {"serving_default": step, "step": step,
-                "step_last": self.step_last.get_concrete_function(),
-                "initial_memory": self.initial_memory.get_concrete_function(),
-                "score": self.score.get_concrete_function(),
+        signatures = {"serving_default": step, "step": step,
+                      "step_last": self.step_last.get_concrete_function(),
+                      "initial_memory": self.initial_memory.get_concrete_function(),
+                      "score": self.score.get_concrete_function()}
+        if self.has_decode_cache:
+            signatures.update({
                 "decode_init": self.decode_init.get_concrete_function(),
                 "decode_step": self.decode_step.get_concrete_function(),
                 "decode_read": self.decode_read.get_concrete_function(),
-                "decode_memory": self.decode_memory.get_concrete_function()}
+                "decode_memory": self.decode_memory.get_concrete_function()})
+        return signatures
 
     @property
     def core(self):

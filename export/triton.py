@@ -98,7 +98,8 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
                             **config_options):
     """Writes `repo_dir/model_name/` (config, version 1's batch-major
     `model.onnx`, the initial-state file of a zero-filled start) and, with
-    `cached` (not for a zero-filled start), `repo_dir/model_name_cached/`
+    `cached` (not for a zero-filled start, nor for `attn_type` 1-3, whose
+    keys the cache cannot hold), `repo_dir/model_name_cached/`
     (the cached model); returns the files written. `config_options`
     go to `triton_model_config`."""
     text = triton_model_config(core.config, mem_len, model_name, log_probs,
@@ -115,7 +116,7 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
         np.ones([int(mem_len)], np.bool_).tofile(path)  # TYPE_BOOL: one byte a slot
         written.append(path)
     written = [_write_text(os.path.join(model_dir, CONFIG_FILE), text)] + written
-    if cached and not zero_filled:
+    if cached and not zero_filled and core.config.attn_type == 0:
         name = model_name + SUFFIX
         os.makedirs(os.path.join(repo_dir, name, VERSION), exist_ok=True)
         written.append(_write_text(os.path.join(repo_dir, name, CONFIG_FILE),

@@ -322,3 +322,21 @@ def test_the_onnx_parity_holds_no_copy_of_the_weights(tmp_path, monkeypatch):
                         formats=["onnx"], mem_len=4)
     assert set(report["parity"]["onnxruntime"]) >= {"decode_cache"}
     assert grown["onnxruntime"] < embedding_bytes / 2, (grown, embedding_bytes)
+
+
+def test_attn_type_1_exports_its_step_and_refuses_decode_graphs_first(tmp_path):
+    """attn_type 1-3 have no decode cache: the SavedModel carries the step
+    signatures alone, the Triton repository the step model alone, and the
+    ONNX decode graphs are one ExportError before anything is written (the
+    SavedModel and the Triton cached model failed deep in the export)."""
+    cfg = TransformerXLConfig.preset("tiny", n_layer=1, mem_len=4, attn_type=1)
+    save_pretrained(TransformerXL(cfg), str(tmp_path / "model"))
+    out = tmp_path / "out"
+    report = run_export(str(out), model_dir=str(tmp_path / "model"),
+                        formats=["saved_model", "triton"], mem_len=4)
+    assert set(report["parity"]) == {"saved_model", "triton"}
+    assert "decode_cache" not in report["parity"]["saved_model"]
+    assert os.listdir(out / "triton") == ["txl"]
+    with pytest.raises(ExportError, match="attn_type 1 has no cached decode .*--nodecode_cache"):
+        run_export(str(tmp_path / "onnx"), model_dir=str(tmp_path / "model"), formats=["onnx"])
+    assert not (tmp_path / "onnx").exists()
