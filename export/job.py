@@ -215,9 +215,12 @@ def _check_output_holds_no_input(o):
     source = resolve(o["model_dir"], config_path=o["config"], weights_path=o["weights"],
                      vocab_dir=o["vocab_dir"])
     inputs = [o["model_dir"], source.config_path, source.weights_path, source.vocab_dir]
+    real_output = os.path.realpath(output_dir)
     for path in filter(None, inputs):
         path = os.path.abspath(path)
-        if os.path.commonpath([output_dir, path]) == output_dir:
+        real = os.path.realpath(path)  # an input reached through a symbolic link too
+        if os.path.commonpath([output_dir, path]) == output_dir or \
+                os.path.commonpath([real_output, real]) == real_output:
             raise ExportError(f"output folder {output_dir!r} holds the export's input "
                               f"{path!r}; choose another --output_dir")
 

@@ -203,6 +203,21 @@ def test_overwrite_never_replaces_the_input(model_dir, tmp_path):
     assert snapshot(run) == before
 
 
+def test_overwrite_never_replaces_an_input_reached_through_a_link(model_dir, tmp_path):
+    """A model directory inside the output folder, named through a symbolic
+    link outside it, was deleted with the folder the export replaced."""
+    path, _ = model_dir
+    out = tmp_path / "out"
+    out.mkdir()
+    run = Path(shutil.copytree(path, out / "model"))
+    (tmp_path / "link").symlink_to(run)
+    before = snapshot(run)
+    with pytest.raises(ExportError, match=r"holds the export's input"):
+        run_job(f"--model_dir={tmp_path / 'link'}", f"--output_dir={out}", "--overwrite",
+                "--formats=onnx")
+    assert snapshot(run) == before
+
+
 def test_overwrite_replaces_the_whole_folder(model_dir, previous_export, tmp_path, capfd):
     path, _ = model_dir
     out = copy_of(previous_export, tmp_path)
