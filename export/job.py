@@ -385,8 +385,9 @@ def staged_folder(output_dir):
     """Yields a fresh, empty sibling folder of `output_dir` to write into. If
     the block succeeds the staging folder replaces `output_dir` whole
     (`swap_in`); if it raises, the staging folder is removed and `output_dir`
-    is left as it was."""
-    output_dir = os.path.abspath(output_dir)
+    is left as it was. An `output_dir` that is a symbolic link stays one:
+    the folder it names is replaced."""
+    output_dir = os.path.realpath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     remove_stale(output_dir)

@@ -236,6 +236,22 @@ def test_overwrite_replaces_the_whole_folder(model_dir, previous_export, tmp_pat
     assert stages == ["loading", "ONNX conversion and weights", "parity", "done"]
 
 
+def test_overwrite_through_a_link_replaces_the_folder_it_names(model_dir, previous_export,
+                                                                tmp_path):
+    """An output folder named by a symbolic link: the link stays and names
+    the new export (the link was moved to `.out.old-*`, left there for good,
+    and the old export stayed in the folder it named)."""
+    path, _ = model_dir
+    real = copy_of(previous_export, tmp_path)
+    (tmp_path / "exports" / "link").symlink_to(real)
+    run_job(f"--model_dir={path}", f"--output_dir={tmp_path / 'exports' / 'link'}",
+            "--formats=onnx", "--mem_len=4", "--overwrite", "--nodecode_cache", "--noverify")
+    assert sorted(os.listdir(real.parent)) == ["link", "out"]
+    assert (tmp_path / "exports" / "link").is_symlink()
+    assert sorted(os.listdir(real)) == ["config.json", "export_report.json", "model.onnx",
+                                        "vocab"]
+
+
 class Interrupted(KeyboardInterrupt):
     pass
 
