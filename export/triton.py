@@ -170,8 +170,12 @@ def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all"
     if int(mem_len) < 1:
         raise TxlError(f"a Triton repository needs mem_len >= 1 (the memory is its "
                        f"state), got {mem_len}")
-    if not model_name or os.sep in model_name or model_name in (".", ".."):
-        raise TxlError(f"model_name must be a plain folder name, got {model_name!r}")
+    if not model_name or os.sep in model_name or model_name in (".", "..") or any(
+            c in '"\\' or not c.isprintable() for c in model_name):
+        # A quote, a backslash or a control character is not written as
+        # itself in config.pbtxt's `name: "..."`, which must match the folder.
+        raise TxlError(f"model_name must be a plain folder name (no quote, backslash or "
+                       f"control character), got {model_name!r}")
     if log_probs not in LOG_PROBS_MODES:
         raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
     if int(max_batch_size) < 1:

@@ -126,6 +126,10 @@ def test_config_options_reach_the_parsed_config(core):
     ({"max_batch_size": 0}, "max_batch_size must be >= 1"),
     ({"max_batch_size": 8, "max_candidate_sequences": 4}, "at least max_batch_size"),
     ({"model_name": "a/b"}, "plain folder name"),
+    # config.pbtxt's `name: "..."` would not parse, or name another folder
+    ({"model_name": 'my "best" lm'}, "no quote, backslash"),
+    ({"model_name": "a\\b"}, "no quote, backslash"),
+    ({"model_name": "two\nlines"}, "no quote, backslash"),
     ({"log_probs": "first"}, "log_probs must be one of"),
 ])
 def test_bad_options_are_refused(core, options, message):
