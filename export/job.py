@@ -250,7 +250,9 @@ def _export_into(out, stages, o):
         else o["zero_filled_memory"]
     if "triton" in formats:
         try:
-            check_triton_options(mem_len, log_probs=log_probs, **triton_options)
+            # `cached` is an option of the repository, not of its config.
+            check_triton_options(mem_len, log_probs=log_probs, **{
+                k: v for k, v in triton_options.items() if k != "cached"})
         except (TypeError, ValueError) as error:
             raise ExportError(f"cannot write a Triton repository: {error}") from None
     cfg.to_json(os.path.join(out, CONFIG_FILE))

@@ -207,6 +207,17 @@ def test_export_job_writes_and_checks_the_repository(core, tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+def test_export_job_takes_the_repositorys_cached_option(core, tmp_path):
+    """`triton_options` are `write_triton_repository`'s: `cached=False` was
+    refused as an unknown option of the config."""
+    save_pretrained(core, str(tmp_path / "model"))
+    report = run_export(str(tmp_path / "out"), model_dir=str(tmp_path / "model"),
+                        formats=["triton"], mem_len=4, verify=False,
+                        triton_options={"cached": False})
+    assert report["files"] == ["config.json", "triton/txl/1/model.onnx",
+                               "triton/txl/config.pbtxt", "export_report.json"]
+
+
 def test_the_cached_models_config_parses_and_matches_its_graph(exported, core):
     out, _ = exported
     cfg = core.config
