@@ -394,7 +394,10 @@ def staged_folder(output_dir):
     os.makedirs(parent, exist_ok=True)
     remove_stale(output_dir)
     staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
-    os.chmod(staging, 0o755)  # mkdtemp's 0700 would become the output folder's mode
+    # Made again by mkdir, whose mode follows the umask as any new folder's
+    # does (mkdtemp's is 0700; a fixed 0755 ignored the umask).
+    os.rmdir(staging)
+    os.mkdir(staging)
     try:
         yield staging
         swap_in(staging, output_dir)

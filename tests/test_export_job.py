@@ -252,6 +252,21 @@ def test_overwrite_through_a_link_replaces_the_folder_it_names(model_dir, previo
                                         "vocab"]
 
 
+def test_the_output_folders_mode_follows_the_umask(model_dir, tmp_path):
+    """The export's folder is made as `mkdir` makes one (it was always 0755:
+    readable by all under umask 077, not group-writable under 002)."""
+    path, _ = model_dir
+    for umask, mode in [(0o077, 0o700), (0o002, 0o775)]:
+        out = tmp_path / f"out{umask:o}"
+        old = os.umask(umask)
+        try:
+            run_export(str(out), model_dir=str(path), formats=["onnx"], mem_len=4,
+                       decode_cache=False, verify=False)
+        finally:
+            os.umask(old)
+        assert out.stat().st_mode & 0o777 == mode
+
+
 class Interrupted(KeyboardInterrupt):
     pass
 
