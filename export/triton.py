@@ -319,10 +319,12 @@ def check_cached_model(reference, model_path, segments, tol=1e-4):
     same `segments`), or `ParityError` beyond `tol`."""
     got = sequence_log_probs(model_path, segments)
     if len(got) != len(reference):
-        raise ParityError(f"{len(got)} segments' log-probs for {len(reference)} segments")
+        raise ParityError(f"the Triton repository's cached model gave {len(got)} segments' "
+                          f"log-probs for {len(reference)} segments")
     for g, want in zip(got, reference):
         if np.shape(g) != np.shape(want[0]):
-            raise ParityError(f"shape mismatch: {np.shape(want[0])} vs {np.shape(g)}")
+            raise ParityError(f"the Triton repository's cached model's log-probs are "
+                              f"{np.shape(g)}, the Keras core's {np.shape(want[0])}")
     diff = max(largest_difference(want[0], g) for g, want in zip(got, reference))
     if diff > tol:
         raise ParityError(f"the Triton repository's cached model differs from the Keras "
