@@ -84,7 +84,8 @@ SPEC = (
     option("float", "tolerance", 1e-4, "Max abs difference allowed by --verify."),
     option("bool", "decode_cache", True, "Also write the cached decode interface as "
            "decode_*.onnx beside model.onnx (all of them read the weights from "
-           "model.onnx.data); the SavedModel always carries it."),
+           "model.onnx.data); the SavedModel always carries it (attn_type 0: other types "
+           "have none, and need --nodecode_cache)."),
     option("enum", "cache_dtype", None, "The dtype of the keys and values in the ONNX "
            "decode graphs' cache (float16 halves them; its parity is in "
            "docs/export-and-serving.md; default: --decode_dtype's). model.onnx and the "
