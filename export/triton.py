@@ -36,7 +36,9 @@ attention, then a copy into the new state), where the runtimes'
 every slot invalid (the empty memory); a zero-filled export has no cached
 model (its memory's keys are not zeros).
 """
+import contextlib
 import os
+import shutil
 
 import numpy as np
 import tensorflow as tf
@@ -102,29 +104,41 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
     keys the cache cannot hold), `repo_dir/model_name_cached/`
     (the cached model); returns the files written. `config_options`
     go to `triton_model_config`."""
+    from export.job import staged_folder  # the job imports this module
     text = triton_model_config(core.config, mem_len, model_name, log_probs,
                                       zero_filled, **config_options)
-    model_dir = os.path.join(repo_dir, model_name)
-    os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
-    written = export_onnx(core, model_file(repo_dir, model_name), mem_len,
-                          log_probs=log_probs, zero_filled=zero_filled, opset=opset,
-                          external_data_threshold=external_data_threshold,
-                          memory_layout="batch_major")
-    if zero_filled:
-        os.makedirs(os.path.join(model_dir, INITIAL_STATE_DIR), exist_ok=True)
-        path = os.path.join(model_dir, INITIAL_STATE_DIR, MASK_ALL_TRUE_FILE)
-        np.ones([int(mem_len)], np.bool_).tofile(path)  # TYPE_BOOL: one byte a slot
-        written.append(path)
-    written = [_write_text(os.path.join(model_dir, CONFIG_FILE), text)] + written
-    if cached and not zero_filled and core.config.attn_type == 0:
-        name = model_name + SUFFIX
-        os.makedirs(os.path.join(repo_dir, name, VERSION), exist_ok=True)
-        written.append(_write_text(os.path.join(repo_dir, name, CONFIG_FILE),
-                                   cached_config(core.config, mem_len, name, log_probs,
-                                                 **config_options)))
-        written += export_cached_onnx(
-            core, model_file(repo_dir, name), mem_len, log_probs, opset,
-            external_data_threshold)
+    name = model_name + SUFFIX
+    with_cached = cached and not zero_filled and core.config.attn_type == 0
+    # Each model folder is replaced whole: a re-export leaves no file of the
+    # one before (a cached model of other weights beside a zero-filled one).
+    with contextlib.ExitStack() as stack:
+        model_dir = stack.enter_context(staged_folder(os.path.join(repo_dir, model_name)))
+        os.makedirs(os.path.join(model_dir, VERSION))
+        written = export_onnx(core, os.path.join(model_dir, VERSION, MODEL_FILE), mem_len,
+                              log_probs=log_probs, zero_filled=zero_filled, opset=opset,
+                              external_data_threshold=external_data_threshold,
+                              memory_layout="batch_major")
+        if zero_filled:
+            os.makedirs(os.path.join(model_dir, INITIAL_STATE_DIR), exist_ok=True)
+            path = os.path.join(model_dir, INITIAL_STATE_DIR, MASK_ALL_TRUE_FILE)
+            np.ones([int(mem_len)], np.bool_).tofile(path)  # TYPE_BOOL: one byte a slot
+            written.append(path)
+        written = [_write_text(os.path.join(model_dir, CONFIG_FILE), text)] + written
+        written = [os.path.join(repo_dir, model_name, os.path.relpath(p, model_dir))
+                   for p in written]
+        if with_cached:
+            cached_dir = stack.enter_context(staged_folder(os.path.join(repo_dir, name)))
+            os.makedirs(os.path.join(cached_dir, VERSION))
+            files = [_write_text(os.path.join(cached_dir, CONFIG_FILE),
+                                 cached_config(core.config, mem_len, name, log_probs,
+                                               **config_options))]
+            files += export_cached_onnx(
+                core, os.path.join(cached_dir, VERSION, MODEL_FILE), mem_len, log_probs,
+                opset, external_data_threshold)
+            written += [os.path.join(repo_dir, name, os.path.relpath(p, cached_dir))
+                        for p in files]
+    if not with_cached and os.path.isdir(os.path.join(repo_dir, name)):
+        shutil.rmtree(os.path.join(repo_dir, name))  # another export's cached model
     return written
 
 

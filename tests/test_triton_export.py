@@ -207,6 +207,22 @@ def test_export_job_writes_and_checks_the_repository(core, tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+def test_a_re_export_into_the_repository_leaves_no_file_of_the_one_before(core, tmp_path):
+    """A repository holds several models, so one is written into it again:
+    the cached model of the first export (other settings, maybe other
+    weights) stayed beside a zero-filled re-export, which has none, and
+    Triton served it."""
+    repo = tmp_path / "repo"
+    write_triton_repository(core, str(repo), 4, cached=True)
+    (repo / "txl" / "1" / "model.onnx.data").write_bytes(b"an older export's weights")
+    (repo / "other").mkdir()  # another model of the repository
+    written = write_triton_repository(core, str(repo), 4, zero_filled=True)
+    files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file())
+    assert files == sorted(os.path.relpath(p, repo) for p in written) == [
+        "txl/1/model.onnx", "txl/config.pbtxt", "txl/initial_state/mem_mask_all_true"]
+    assert sorted(os.listdir(repo)) == ["other", "txl"]
+
+
 def test_export_job_takes_the_repositorys_cached_option(core, tmp_path):
     """`triton_options` are `write_triton_repository`'s: `cached=False` was
     refused as an unknown option of the config."""
