@@ -439,7 +439,10 @@ class Runtime:
     # --------------------------------------------------------------- helpers
     def _require_decode_cache(self):
         if not self.has_decode_cache:
-            raise TxlError("this export has no cached decode interface of this version "
+            attn_type = getattr(self.config, "attn_type", 0)
+            raise TxlError(f"this export has no cached decode interface: attn_type {attn_type} "
+                           "reads the whole memory each step (step_last)" if attn_type else
+                           "this export has no cached decode interface of this version "
                            "(re-export it with --decode_cache)")
 
     def _check_cache(self, cache, batch_size=None):

@@ -383,6 +383,10 @@ def test_attn_type_1_exports_its_step_and_refuses_decode_graphs_first(tmp_path):
     assert set(report["parity"]) == {"saved_model", "triton"}
     assert "decode_cache" not in report["parity"]["saved_model"]
     assert os.listdir(out / "triton") == ["txl"]
+    runtime = open_runtime(str(out / "saved_model"), backend="saved_model")
+    with pytest.raises(ValueError, match="no cached decode interface: attn_type 1 reads the "
+                                         "whole memory"):  # not "re-export it with --decode_cache"
+        runtime.decode_init(runtime.initial_memory(1))
     with pytest.raises(ExportError, match="attn_type 1 has no cached decode .*--nodecode_cache"):
         run_export(str(tmp_path / "onnx"), model_dir=str(tmp_path / "model"), formats=["onnx"])
     assert not (tmp_path / "onnx").exists()
