@@ -769,11 +769,10 @@ class CacheSlab:
     def admit(self, key, cache):
         """Puts the one-row host cache `cache` in the next row, rotated onto
         the slab's ring slot (an empty slab takes the row's own slot)."""
-        if self.full():
-            raise ValueError(f"the slab holds {self.capacity} streams already")
         # A cache kept on the device (OrtValues) joins the host's slab as numpy.
         cache = {name: np.asarray(value.numpy()) if hasattr(value, "data_ptr") else value
                  for name, value in cache.items()}
+        check_admission(self, key, cache["valid"].shape[0])
         if self._arrays is None:
             self._arrays = {name: host_empty(name, _with_rows(value, name, self.capacity),
                                              value.dtype)
@@ -838,6 +837,17 @@ class CacheSlab:
         self._arrays["slot"][...] = slot
         self._arrays["row_slot"][:n] = row_slot
         self._arrays["valid"][:n, slot] = valid
+
+
+def check_admission(slab, key, rows):
+    """Raises `ValueError` unless `slab` (its `keys` and `capacity`) can
+    admit a cache of `rows` rows as `key`'s stream."""
+    if len(slab.keys) >= slab.capacity:
+        raise ValueError(f"the slab holds {slab.capacity} streams already")
+    if key in slab.keys:
+        raise ValueError(f"the slab holds a stream {key!r} already")
+    if rows != 1:
+        raise ValueError(f"a slab admits one row at a time, not {rows}")
 
 
 def _with_rows(value, name, rows):

@@ -26,7 +26,8 @@ graphs are.
 import numpy as np
 
 from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, DeviceCache,
-                                 FixedStep, is_ortvalue, ortvalue, run_on_device)
+                                 FixedStep, check_admission, is_ortvalue, ortvalue,
+                                 run_on_device)
 from export.decode_cache import small_model as _model
 
 # The per-row tensors a session's row holds (`positions` and `slot` are shared).
@@ -131,14 +132,9 @@ class DeviceSlab:
         """Puts the one-row decode cache `cache` (OrtValues, or numpy) in the
         next row, rotated onto the slab's ring slot (an empty slab takes the
         row's own slot)."""
-        if self.full():
-            raise ValueError(f"the slab holds {self.capacity} streams already")
-        if key in self.keys:
-            raise ValueError(f"the slab holds a stream {key!r} already")
         cache = {name: value if is_ortvalue(value) else ortvalue(value, self.device)
                  for name, value in cache.items()}
-        if cache["valid"].shape()[0] != 1:
-            raise ValueError(f"a slab admits one row at a time, not {cache['valid'].shape()[0]}")
+        check_admission(self, key, cache["valid"].shape()[0])
         if self._tensors is None:
             self._tensors = self._allocate(cache)
         # The row's own free slot (a row that stopped kept it as the ring moved on).

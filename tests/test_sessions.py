@@ -139,6 +139,11 @@ def test_the_slab_rotates_a_cache_onto_its_slot_and_gives_it_back(runtime):
                              runtime.cache_memory(caches[key]).numpy()):
             np.testing.assert_allclose(got, want, atol=1e-5)
     assert not len(slab)
+    slab.admit("a", runtime.take(caches[0], [0]))
+    with pytest.raises(ValueError, match="the slab holds a stream 'a' already"):
+        slab.admit("a", runtime.take(caches[1], [0]))  # the host's slab took it as a second row
+    with pytest.raises(ValueError, match="a slab admits one row at a time, not 2"):
+        slab.admit("b", two)
 
 
 def test_the_table_also_runs_over_the_compiled_decoders_backend():
