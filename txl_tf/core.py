@@ -6,7 +6,8 @@ import tensorflow as tf
 
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.checks.inputs import check_memory, check_targets, check_token_ids, check_token_mask
-from txl_tf.config import TransformerXLConfig
+from txl_tf.checks.numpy_checks import check_count, check_flag
+from txl_tf.config import as_config
 from txl_tf.errors import TxlError
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
 from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
@@ -22,14 +23,6 @@ from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, KeysValues, afte
                                       in_slot_order, in_time_order, keep_last, ring_memory,
                                       slot_order, swap_key_layout, with_free_slot,
                                       write_token)
-
-
-def as_config(config):
-    if isinstance(config, TransformerXLConfig):
-        return config
-    if isinstance(config, dict):
-        return TransformerXLConfig.from_dict(config)
-    raise TypeError(f"expected a TransformerXLConfig or a dict, got {type(config).__name__}")
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -106,13 +99,23 @@ class TransformerXL(keras.layers.Layer):
 
     # ----------------------------------------------------------------- memory
     def initial_memory(self, batch_size, mem_len=None, zero_filled=None):
-        """A fresh `Memory` of `mem_len` (default `config.mem_len`) slots, empty
-        or zero-filled and attended (default `config.zero_filled_memory`)."""
+        """A fresh memory.
+
+        Args:
+            batch_size: rows, an integer >= 1 (or an int32 scalar tensor in a graph).
+            mem_len: slots, an integer >= 0 (default `config.mem_len`).
+            zero_filled: a bool: zero states that are attended instead of
+                empty slots (default `config.zero_filled_memory`).
+
+        Returns:
+            A `Memory` (`mems` float32 `[n_layer, B, M, d_model]`, `mem_mask` bool `[B, M]`).
+        """
         cfg = self.config
-        zero_filled = cfg.zero_filled_memory if zero_filled is None else bool(zero_filled)
-        mem_len = cfg.mem_len if mem_len is None else int(mem_len)
-        if mem_len < 0:
-            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+        zero_filled = (cfg.zero_filled_memory if zero_filled is None
+                       else check_flag("zero_filled", zero_filled))
+        mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
+        if not tf.is_tensor(batch_size):
+            batch_size = check_count("batch_size", batch_size, low=1)
         return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
 
     # ------------------------------------------------------------------- math
