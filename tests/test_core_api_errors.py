@@ -91,3 +91,107 @@ def test_the_causal_lms_document_dataset_takes_integer_sizes():
     with pytest.raises(TxlError, match=r"segment_len must be an integer >= 1, got 2\.5"):
         causal_lm.document_dataset(docs, batch_size=2, segment_len=2.5)  # was cut to 2
     assert len(list(causal_lm.document_dataset(docs, batch_size=np.int64(2)))) == 1
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(segment_len=2.5), r"segment_len must be an integer >= 1, got 2\.5"),  # were cut
+    (dict(mem_len=4.5), r"mem_len must be an integer >= 0, got 4\.5"),
+    (dict(grad_segments=1.5), r"grad_segments must be an integer >= 1, got 1\.5"),
+    (dict(segment_len="2"), r"segment_len must be an integer >= 1, got '2'"),
+])
+def test_read_documents_takes_integer_sizes(core, kwargs, message):
+    call = {"segment_len": 2, "mem_len": 4, **kwargs}
+    with pytest.raises(TxlError, match=message):
+        core.read_documents(np.ones([2, 3], np.int32), [3, 2], **call)
+
+
+def test_the_decode_cache_calls_name_a_wrong_cache_ids_or_stopped_rows(core):
+    memory = core.initial_memory(2)
+    cache = core.decode_cache(memory)
+    for method in (lambda c: core.call_with_cache(np.array([1, 2], np.int32), c),
+                   core.cache_memory, core.decode_position_keys):
+        with pytest.raises(TxlError, match=r"takes a DecodeCache .* got Memory"):  # AttributeError
+            method(memory)
+    cases = [  # TensorFlow's errors from deep inside, or a write=True read as "no"
+        (dict(token_ids=np.int32(3)), r"token_ids must be \[batch\] .* got shape \(\)"),
+        (dict(token_ids=np.ones([3], np.int32)), "token_ids have batch 3 but the cache has "
+                                                 "batch 2"),
+        (dict(stopped=np.array([0, 1])), r"stopped must be bool \[batch\] \(2\), got int64"),
+        (dict(stopped=np.zeros([3], bool)), r"stopped must be bool .* of shape \(3,\)"),
+        (dict(write="no"), "write must be a boolean, got 'no'"),
+    ]
+    for kwargs, message in cases:
+        call = {"token_ids": np.array([1, 2], np.int32), **kwargs}
+        with pytest.raises(TxlError, match=message):
+            core.call_with_cache(call.pop("token_ids"), cache, **call)
+    hidden, new = core.call_with_cache(np.array([1, 2], np.int32), cache,
+                                       stopped=np.array([False, True]))
+    assert hidden.shape == (2, 32) and core.cache_memory(new).mems.shape == (2, 2, 4, 32)
+
+
+def test_the_attention_layer_on_its_own_names_wrong_shapes_and_dtypes():
+    import tensorflow as tf
+    from txl_tf.layers.attention import RelativeMultiHeadAttention
+    from txl_tf.layers.masks import attention_visibility
+    layer = RelativeMultiHeadAttention(32, 2, 16)
+    x, mem = tf.ones([2, 3, 32]), tf.ones([2, 4, 32])
+    args = dict(inputs=x, pos_emb=tf.ones([7, 32]), memory=mem,
+                visible=attention_visibility(3, tf.ones([2, 4], bool)),
+                r_w_bias=tf.zeros([2, 16]), r_r_bias=tf.zeros([2, 16]))
+    one_row = tf.ones([2, 1, 1, 7], bool)  # was broadcast to every query: the future seen
+    assert layer(**args).shape == (2, 3, 32)
+    for change, message in ((dict(visible=one_row), r"visible must be bool \[batch, 1, T, M \+ "
+                                                    r"T\] \(T=3, M=4\), got bool of shape"),
+                            (dict(visible=tf.cast(args["visible"], tf.float32)), "got float32"),
+                            (dict(inputs=tf.ones([2, 3, 16])), r"inputs must be \[batch, length, "
+                                                               r"d_model=32\]"),
+                            (dict(memory=tf.ones([3, 4, 32])), "inputs have batch 2 but memory "
+                                                               "has batch 3"),
+                            (dict(pos_emb=tf.ones([5, 32])), r"pos_emb must be \[M \+ T, "
+                                                             r"d_model\] \(7, 32\)"),
+                            (dict(r_w_bias=tf.zeros([16])), r"r_w_bias must be \[n_head, "
+                                                            r"d_head\] \(2, 16\)")):
+        with pytest.raises(TxlError, match=message):  # TensorFlow's errors, or silent
+            layer(**{**args, **change})
+
+
+def test_the_adaptive_layers_on_their_own_refuse_float_and_out_of_range_ids():
+    import tensorflow as tf
+    from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+    from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
+    emb = AdaptiveEmbedding(20, 32, 32, cutoffs=[5, 10], div_val=2)
+    crit = AdaptiveLogSoftmax(20, 32, 32, cutoffs=[5, 10], div_val=2, embedding=emb)
+    hidden = tf.ones([2, 3, 32])
+    with pytest.raises(TxlError, match="token_ids must be integers, got dtype float"):
+        emb(np.array([[1.7]]))  # was id 1
+    with pytest.raises(TxlError, match="token id 25 at position"):
+        emb(np.array([[25]]))  # was a zero vector
+    with pytest.raises(TxlError, match="target must be integer ids, got dtype float"):
+        crit(hidden, np.full([2, 3], 1.5))  # was id 1
+    with pytest.raises(TxlError, match="target id 25 at position"):
+        crit(hidden, np.full([2, 3], 25, np.int32))  # a finite, wrong NLL
+    with pytest.raises(TxlError, match=r"target has shape \(2, 1\) but hidden has"):
+        crit(hidden, np.ones([2, 1], np.int32))
+    with pytest.raises(TxlError, match=r"hidden must be floating point \[..., d_model=32\]"):
+        crit(tf.ones([2, 3, 16]))
+    assert crit(hidden, np.ones([2, 3], np.int32)).shape == (2, 3)
+
+
+def test_the_memory_functions_name_wrong_rows_and_shapes():
+    import tensorflow as tf
+    from txl_tf.layers.memory import clear_invalid_slots, initial_memory, update_memory
+    memory = initial_memory(2, 2, 4, 32)
+    for rows, message in (([True, False, True], r"shape \(3,\)"), ([1, 0], "got int32"),
+                          (True, r"shape \(\)")):
+        with pytest.raises(TxlError, match=r"rows must be bool \[batch\] \(2\)"):
+            memory.reset_rows(rows)
+        with pytest.raises(TxlError, match=message):
+            memory.reset_rows(rows)
+    with pytest.raises(TxlError, match="zero_filled must be a boolean, got 'no'"):
+        memory.reset_rows([True, False], zero_filled="no")  # was True
+    with pytest.raises(TxlError, match=r"layer_inputs must be \[n_layer, batch, T, d_model\]"):
+        update_memory(memory, tf.zeros([3, 2, 1, 32]))
+    with pytest.raises(TxlError, match=r"token_valid must be bool \[batch, T\]"):
+        update_memory(memory, tf.zeros([2, 2, 3, 32]), tf.ones([2, 3], tf.int32))
+    with pytest.raises(TxlError, match=r"mem_mask must be \[batch, mem_len\]"):
+        clear_invalid_slots(memory._replace(mem_mask=tf.ones([2, 5], bool)))

@@ -5,7 +5,8 @@ import keras
 import tensorflow as tf
 
 from txl_tf.app.deprecation import warn_deprecated
-from txl_tf.checks.inputs import check_memory, check_targets, check_token_ids, check_token_mask
+from txl_tf.checks.inputs import (InputError, check_memory, check_targets, check_token_ids,
+                                  check_token_mask)
 from txl_tf.checks.numpy_checks import check_count, check_flag
 from txl_tf.config import as_config
 from txl_tf.errors import TxlError
@@ -184,11 +185,9 @@ class TransformerXL(keras.layers.Layer):
         backward pass: memory grows with `grad_segments`).
         """
         cfg = self.config
-        segment_len, mem_len = int(segment_len), int(mem_len)
-        grad_segments = int(grad_segments)
-        if segment_len < 1 or mem_len < 0 or grad_segments < 1:
-            raise TxlError(f"segment_len and grad_segments must be >= 1 and mem_len >= 0, "
-                           f"got {segment_len}, {grad_segments} and {mem_len}")
+        segment_len = check_count("segment_len", segment_len, low=1)
+        mem_len = check_count("mem_len", mem_len)
+        grad_segments = check_count("grad_segments", grad_segments, low=1)
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
         ids, mask = right_align(token_ids, lengths, segment_len)
@@ -288,7 +287,7 @@ class TransformerXL(keras.layers.Layer):
         1` distinct ones get keys (`[H, d_head, clamp_len + 1]`): every
         farther slot shares the clamp's (the paper's `enwik8_base`
         evaluation: 821 of 2,101, 39% of the bytes a step reads for them)."""
-        size = tf.shape(cache.valid)[1]
+        size = tf.shape(_check_decode_cache(cache, "decode_position_keys").valid)[1]
         distinct = self._distinct_distances(size)
         encodings = cache.positions[size - distinct:size]  # distances distinct - 1, ..., 0
         return tuple(block.rel_attn.distance_keys(encodings) for block in self.blocks)
@@ -331,6 +330,7 @@ class TransformerXL(keras.layers.Layer):
             `(hidden, CachedToken)` with `write=False`.
         """
         self._check_cacheable()
+        write = check_flag("write", write)
         if position_keys is not None:
             warn_deprecated("TransformerXL.call_with_cache(position_keys=...)",
                             "cache._replace(position_keys=decode_position_keys(cache))")
@@ -340,7 +340,9 @@ class TransformerXL(keras.layers.Layer):
                 raise TxlError("stopped and write=False are for a DecodeCache; a KeysValues "
                                "memory reads segments")
             return self._read_on_keys(token_ids, cache)
+        _check_decode_cache(cache, "call_with_cache")
         token_ids = tf.convert_to_tensor(token_ids)
+        _check_cache_batch(token_ids, stopped, cache.valid)
         if token_ids.shape.rank == 2:
             if stopped is not None or not write:
                 raise TxlError("stopped and write=False are for one id per row (token_ids "
@@ -466,7 +468,7 @@ class TransformerXL(keras.layers.Layer):
 
     def cache_memory(self, cache):
         """The memory a `DecodeCache` holds, in time order (a `Memory`)."""
-        return ring_memory(cache)
+        return ring_memory(_check_decode_cache(cache, "cache_memory"))
 
     # ------------------------------------------------------------- internals
     def _inputs(self, token_ids, memory, training, token_mask):
@@ -561,6 +563,34 @@ def _empty_slots(mem_mask, filled):
         raise TxlError(f"filled must be an int >= 0 or None, got {filled!r}")
     size = mem_mask.shape[1]
     return 0 if size is None else max(0, size - filled)
+
+
+def _check_decode_cache(cache, method):
+    """`cache`, or `TxlError` unless it is a `DecodeCache`."""
+    if not isinstance(cache, DecodeCache):
+        raise TxlError(f"{method} takes a DecodeCache (TransformerXL.decode_cache(memory)), "
+                       f"got {type(cache).__name__}")
+    return cache
+
+
+def _check_cache_batch(token_ids, stopped, valid):
+    """`InputError` unless `token_ids` is `[B]` or `[B, T]` and `stopped`
+    bool `[B]`, B the cache's batch (static shapes: nothing in the graph)."""
+    rank = token_ids.shape.rank
+    if rank is not None and rank not in (1, 2):
+        raise InputError(f"token_ids must be [batch] (one id per row) or [batch, length] "
+                         f"(a segment), got shape {token_ids.shape}")
+    batch = valid.shape[0]
+    if rank is not None and None not in (batch, token_ids.shape[0]) \
+            and token_ids.shape[0] != batch:
+        raise InputError(f"token_ids have batch {token_ids.shape[0]} but the cache has batch "
+                         f"{batch}")
+    if stopped is None:
+        return
+    stopped = tf.convert_to_tensor(stopped)
+    if stopped.dtype != tf.bool or not stopped.shape.is_compatible_with([batch]):
+        raise InputError(f"stopped must be bool [batch] ({batch}), got {stopped.dtype.name} "
+                         f"of shape {stopped.shape}")
 
 
 def _keyed(cache, position_keys):

@@ -2,6 +2,7 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import InputError, out_of_range_message
 from txl_tf.layers.init import normal
 
 
@@ -62,6 +63,13 @@ class AdaptiveEmbedding(keras.layers.Layer):
         return out
 
     def call(self, token_ids):
+        token_ids = tf.convert_to_tensor(token_ids)
+        if not token_ids.dtype.is_integer:  # a cast would floor 1.7 to id 1
+            raise InputError(f"token_ids must be integers, got dtype {token_ids.dtype.name}")
+        if tf.executing_eagerly():  # a gather on GPU, or a bin's clip, would give a wrong row
+            problem = out_of_range_message(token_ids.numpy(), self.n_token)
+            if problem:
+                raise InputError(problem)
         token_ids = tf.cast(token_ids, tf.int32)
         if self.div_val == 1:
             out = self._lookup(self.tables[0], self.projs[0], token_ids)

@@ -2,6 +2,7 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import InputError, out_of_range_message
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.adaptive_embedding import bin_bounds
@@ -138,8 +139,23 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
 
     # ---------------------------------------------------------------- outputs
     def call(self, hidden, target=None):
+        hidden = tf.convert_to_tensor(hidden)
+        if not hidden.dtype.is_floating or not hidden.shape[-1:].is_compatible_with(
+                [self.d_model]):
+            raise InputError(f"hidden must be floating point [..., d_model={self.d_model}], got "
+                             f"{hidden.dtype.name} of shape {hidden.shape}")
         if target is None:
             return self.log_probs(hidden)
+        target = tf.convert_to_tensor(target)
+        if not target.dtype.is_integer:  # a cast would floor 1.7 to id 1
+            raise InputError(f"target must be integer ids, got dtype {target.dtype.name}")
+        if not target.shape.is_compatible_with(hidden.shape[:-1]):
+            raise InputError(f"target has shape {target.shape} but hidden has "
+                             f"{hidden.shape}: one target per hidden state")
+        if tf.executing_eagerly():  # out of range: a wrong NLL or TensorFlow's error
+            problem = out_of_range_message(target.numpy(), self.n_token, "target")
+            if problem:
+                raise InputError(problem)
         return self.nll(hidden, target)
 
     def log_probs(self, hidden, weights=None):
