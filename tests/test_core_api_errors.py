@@ -195,3 +195,22 @@ def test_the_memory_functions_name_wrong_rows_and_shapes():
         update_memory(memory, tf.zeros([2, 2, 3, 32]), tf.ones([2, 3], tf.int32))
     with pytest.raises(TxlError, match=r"mem_mask must be \[batch, mem_len\]"):
         clear_invalid_slots(memory._replace(mem_mask=tf.ones([2, 5], bool)))
+
+
+def test_the_stream_functions_take_integer_sizes_and_flags():
+    from txl_tf.data.stream import num_segments, segment_dataset, stream_length
+    ids = np.arange(100)
+    for call, message in (
+            (lambda: stream_length(100.5, 3), r"num_tokens must be an integer >= 0, got 100\.5"),
+            (lambda: stream_length(-5, 3), "num_tokens must be an integer >= 0, got -5"),  # -2
+            (lambda: stream_length(100, True), "batch_size must be a positive int, got True"),
+            (lambda: num_segments("abcdefghij", 2, 2), "num_tokens must be a count or the 1-D "
+                                                       "ids, got str"),  # was 2 segments
+            (lambda: num_segments(np.zeros([10, 10]), 2, 2), r"got ndarray shape \(10, 10\)"),
+            (lambda: num_segments(100.0, 2, 2), "got float"),  # a TypeError
+            (lambda: segment_dataset(ids, 2, 4, start_step=True), "start_step must be an "
+                                                                  "integer >= 0, got True"),
+            (lambda: segment_dataset(ids, 2, 4, repeat="no"), "repeat must be a boolean")):
+        with pytest.raises(TxlError, match=message):
+            call()
+    assert num_segments(ids, 2, 4) == num_segments(100, 2, 4) == 12
