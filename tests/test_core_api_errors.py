@@ -214,3 +214,22 @@ def test_the_stream_functions_take_integer_sizes_and_flags():
         with pytest.raises(TxlError, match=message):
             call()
     assert num_segments(ids, 2, 4) == num_segments(100, 2, 4) == 12
+
+
+def test_the_adaptive_layers_name_sizes_they_cannot_be_built_with(core):
+    from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+    from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
+    for kwargs, message in ((dict(cutoffs=[10, 5], div_val=2), r"cutoffs must be strictly "
+                                                               r"increasing .* got \[10, 5\]"),
+                            (dict(cutoffs=[30]), "inside \\(0, n_token=20\\)"),  # Keras's error
+                            (dict(cutoffs=[5], div_val=0), "div_val must be an integer >= 1"),
+                            (dict(n_token=20.5), r"n_token must be an integer >= 1, got 20\.5")):
+        call = {"n_token": 20, "d_embed": 32, "d_model": 32, **kwargs}
+        with pytest.raises(TxlError, match=message):  # a ZeroDivisionError, or cut to 20
+            AdaptiveEmbedding(call.pop("n_token"), call.pop("d_embed"), call.pop("d_model"),
+                              **call)
+    with pytest.raises(TxlError, match=r"the tied embedding has .* \(20, 32, 32, \[\], 1\), "
+                                       r"this softmax \(30, 32, 32, \[\], 1\)"):
+        AdaptiveLogSoftmax(30, 32, 32, embedding=AdaptiveEmbedding(20, 32, 32))
+    with pytest.raises(TxlError, match="jit_compile must be a boolean, got 'no'"):
+        Decoder(core, jit_compile="no")

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import check_finite_outputs, check_memory
+from txl_tf.checks.numpy_checks import check_flag
 from txl_tf.core import TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
@@ -46,6 +47,7 @@ class Decoder:
         self.mem_len = core.config.mem_len if mem_len is None else check_count("mem_len", mem_len)
         self.segment_len = check_count(
             "segment_len", core.config.tgt_len if segment_len is None else segment_len, low=1)
+        jit_compile = check_flag("jit_compile", jit_compile)  # "no" would compile
         self._last = tf.function(self._last_graph, reduce_retracing=True)
         self._first = tf.function(self._fresh_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
