@@ -233,3 +233,24 @@ def test_the_adaptive_layers_name_sizes_they_cannot_be_built_with(core):
         AdaptiveLogSoftmax(30, 32, 32, embedding=AdaptiveEmbedding(20, 32, 32))
     with pytest.raises(TxlError, match="jit_compile must be a boolean, got 'no'"):
         Decoder(core, jit_compile="no")
+
+
+def test_the_core_takes_ids_as_lists_and_names_a_memory_that_is_not_one(core):
+    log_probs, _ = core([[1, 2]], core.initial_memory(1))  # was Keras's "keyword argument"
+    assert log_probs.shape == (1, 2, 20)
+    with pytest.raises(TxlError, match="token_ids must be integers, got dtype string"):
+        core("abc", core.initial_memory(1))
+    with pytest.raises(TxlError, match="memory must be a txl_tf.Memory .* got tuple"):
+        core(np.ones([1, 2], np.int32), (1, 2, 3))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(tgt_len=2.5), r"tgt_len must be an integer >= 1, got 2\.5"),  # was cut to 2
+    (dict(tgt_len=0), "tgt_len must be an integer >= 1, got 0"),  # was the config's
+    (dict(mem_len=1.5), r"mem_len must be an integer >= 0, got 1\.5"),
+    (dict(max_segments=0), "max_segments must be an integer >= 1, got 0"),  # a loss of 0.0
+])
+def test_evaluate_ids_takes_integer_settings(core, kwargs, message):
+    from txl_tf.learning.evaluation import evaluate_ids
+    with pytest.raises(TxlError, match=message):
+        evaluate_ids(core, np.arange(40) % 20, **kwargs)

@@ -2,6 +2,7 @@
 import numbers
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.deprecation import warn_deprecated
@@ -97,6 +98,13 @@ class TransformerXL(keras.layers.Layer):
             if not layer.built:  # weightless: nothing builds them before the first call
                 layer.build(None)
         self.built = True
+
+    def __call__(self, token_ids, memory, *args, **kwargs):
+        # Keras takes only tensors positionally: ids as nested lists, or a
+        # memory that is not one, would be its error about keyword arguments.
+        if isinstance(token_ids, (list, tuple, str, bytes, numbers.Number)):
+            token_ids = np.asarray(token_ids)
+        return super().__call__(token_ids, as_memory(memory), *args, **kwargs)
 
     # ----------------------------------------------------------------- memory
     def initial_memory(self, batch_size, mem_len=None, zero_filled=None):
