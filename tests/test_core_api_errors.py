@@ -254,3 +254,14 @@ def test_evaluate_ids_takes_integer_settings(core, kwargs, message):
     from txl_tf.learning.evaluation import evaluate_ids
     with pytest.raises(TxlError, match=message):
         evaluate_ids(core, np.arange(40) % 20, **kwargs)
+
+
+def test_stream_ids_beyond_int32_are_refused_not_wrapped():
+    from txl_tf.data.stream import eval_segment_dataset, segment_dataset
+    ids = np.arange(100, dtype=np.int64)
+    ids[7] = 2 ** 32 + 5  # its int32 window read it as 5
+    for make in (segment_dataset, eval_segment_dataset):
+        with pytest.raises(TxlError, match=r"ids must fit int32 .* from 0 to 4294967301"):
+            make(ids, 2, 4)
+    inputs, _ = next(iter(segment_dataset(np.arange(100, dtype=np.uint64), 2, 4)))
+    assert inputs.numpy()[0].tolist() == [0, 1, 2, 3]

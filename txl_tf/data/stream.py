@@ -94,6 +94,14 @@ class _Streams:
 
     def __init__(self, ids, batch_size: int, tgt_len: int, drop_remainder: bool):
         self.ids = _check_ids(ids)
+        int32 = np.iinfo(np.int32)
+        if self.ids.size and (np.iinfo(self.ids.dtype).max > int32.max
+                              or np.iinfo(self.ids.dtype).min < int32.min):
+            # Windows are int32: a larger id would wrap (2**32 + 5 read as 5).
+            low, high = int(self.ids.min()), int(self.ids.max())
+            if low < int32.min or high > int32.max:
+                raise TxlError(f"ids must fit int32 (the batches' dtype), got ids from {low} "
+                               f"to {high}")
         _check_positive(batch_size=batch_size, tgt_len=tgt_len)
         self.batch_size, self.tgt_len = int(batch_size), int(tgt_len)
         self.length = stream_length(len(self.ids), batch_size, drop_remainder)
