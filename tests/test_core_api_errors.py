@@ -265,3 +265,8 @@ def test_stream_ids_beyond_int32_are_refused_not_wrapped():
             make(ids, 2, 4)
     inputs, _ = next(iter(segment_dataset(np.arange(100, dtype=np.uint64), 2, 4)))
     assert inputs.numpy()[0].tolist() == [0, 1, 2, 3]
+
+
+def test_document_ids_beyond_int32_are_refused_not_wrapped():
+    with pytest.raises(TxlError, match="document 1 holds id 4294967301, beyond int32"):
+        document_segments([[1, 2, 3], np.array([4, 2 ** 32 + 5], np.int64)], 2, 4)  # was 5

@@ -44,6 +44,8 @@ def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
                            f"got shape {doc.shape} and dtype {doc.dtype}")
         if doc.min() < 0:
             raise TxlError(f"document {i} holds a negative id ({int(doc.min())})")
+        if doc.max() > np.iinfo(np.int32).max:  # the int32 batches would wrap it
+            raise TxlError(f"document {i} holds id {int(doc.max())}, beyond int32")
     rows = [[] for _ in range(batch_size)]  # per row: (inputs, labels, start) per segment
     for doc in docs:
         row = min(rows, key=len)
