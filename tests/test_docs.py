@@ -131,6 +131,14 @@ def test_the_docs_dotted_names_resolve():
     assert [n for n in names if not resolves(n[1])] == []
 
 
+def test_every_exported_name_imports_and_is_documented():
+    import txl_tf
+    text = "\n".join(path.read_text() for path in DOCS)
+    for name in txl_tf.__all__:
+        getattr(txl_tf, name)
+    assert [n for n in txl_tf.__all__ if not re.search(rf"\b{n}\b", text)] == []
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="bash tour")
 def test_the_readme_tour_runs(tmp_path, jobs):
     """Its command and its Python blocks, each in a forked child of the

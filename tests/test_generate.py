@@ -55,7 +55,7 @@ def test_bad_sampling_arguments_are_named():
         call = {"max_new_tokens": 3, **kwargs}
         with pytest.raises(ValueError, match=message):
             decoder.generate(prompt, **call)
-    with pytest.raises(ValueError, match="mem_len must be >= 0"):
+    with pytest.raises(ValueError, match="mem_len must be an integer >= 0, got -1"):
         Decoder(make_core(), mem_len=-1)
     with pytest.raises(ValueError, match="segment_len must be an integer >= 1, got 0"):
         Decoder(make_core(), segment_len=0)  # was taken as "the config's"

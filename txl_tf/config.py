@@ -294,6 +294,32 @@ EVAL_SETTINGS = {
 }
 
 
+def as_config(config: Any) -> TransformerXLConfig:
+    """A config from a `TransformerXLConfig` or a dict of its fields.
+
+    Args:
+        config: a `TransformerXLConfig`, or a dict (`TransformerXLConfig.from_dict`).
+
+    Returns:
+        The `TransformerXLConfig`; `ConfigError` for anything else (a preset
+        name says to pass `TransformerXLConfig.preset(name)`).
+    """
+    if isinstance(config, TransformerXLConfig):
+        return config
+    if isinstance(config, dict):
+        return TransformerXLConfig.from_dict(config)
+    hint = ""
+    if isinstance(config, str):
+        hint = (f": for the preset pass TransformerXLConfig.preset({config!r})"
+                if config in PRESETS else
+                f": a preset goes through TransformerXLConfig.preset(name), one of "
+                f"{sorted(PRESETS)}")
+    shown = repr(config)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise ConfigError(f"config must be a TransformerXLConfig or a dict of its fields, got "
+                      f"{type(config).__name__} {shown}{hint}")
+
+
 def eval_settings(preset: str) -> dict:
     """The paper's evaluation settings for a preset (empty for tiny/small)."""
     if preset not in PRESETS:

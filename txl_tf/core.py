@@ -2,11 +2,14 @@
 import numbers
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.deprecation import warn_deprecated
-from txl_tf.checks.inputs import check_memory, check_targets, check_token_ids, check_token_mask
-from txl_tf.config import TransformerXLConfig
+from txl_tf.checks.inputs import (InputError, check_memory, check_targets, check_token_ids,
+                                  check_token_mask)
+from txl_tf.checks.numpy_checks import check_count, check_flag
+from txl_tf.config import as_config
 from txl_tf.errors import TxlError
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
 from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
@@ -22,14 +25,6 @@ from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, KeysValues, afte
                                       in_slot_order, in_time_order, keep_last, ring_memory,
                                       slot_order, swap_key_layout, with_free_slot,
                                       write_token)
-
-
-def as_config(config):
-    if isinstance(config, TransformerXLConfig):
-        return config
-    if isinstance(config, dict):
-        return TransformerXLConfig.from_dict(config)
-    raise TypeError(f"expected a TransformerXLConfig or a dict, got {type(config).__name__}")
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -104,15 +99,32 @@ class TransformerXL(keras.layers.Layer):
                 layer.build(None)
         self.built = True
 
+    def __call__(self, token_ids, memory, *args, **kwargs):
+        # Keras takes only tensors positionally: ids as nested lists, or a
+        # memory that is not one, would be its error about keyword arguments.
+        if isinstance(token_ids, (list, tuple, str, bytes, numbers.Number)):
+            token_ids = np.asarray(token_ids)
+        return super().__call__(token_ids, as_memory(memory), *args, **kwargs)
+
     # ----------------------------------------------------------------- memory
     def initial_memory(self, batch_size, mem_len=None, zero_filled=None):
-        """A fresh `Memory` of `mem_len` (default `config.mem_len`) slots, empty
-        or zero-filled and attended (default `config.zero_filled_memory`)."""
+        """A fresh memory.
+
+        Args:
+            batch_size: rows, an integer >= 1 (or an int32 scalar tensor in a graph).
+            mem_len: slots, an integer >= 0 (default `config.mem_len`).
+            zero_filled: a bool: zero states that are attended instead of
+                empty slots (default `config.zero_filled_memory`).
+
+        Returns:
+            A `Memory` (`mems` float32 `[n_layer, B, M, d_model]`, `mem_mask` bool `[B, M]`).
+        """
         cfg = self.config
-        zero_filled = cfg.zero_filled_memory if zero_filled is None else bool(zero_filled)
-        mem_len = cfg.mem_len if mem_len is None else int(mem_len)
-        if mem_len < 0:
-            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+        zero_filled = (cfg.zero_filled_memory if zero_filled is None
+                       else check_flag("zero_filled", zero_filled))
+        mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
+        if not tf.is_tensor(batch_size):
+            batch_size = check_count("batch_size", batch_size, low=1)
         return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
 
     # ------------------------------------------------------------------- math
@@ -181,11 +193,9 @@ class TransformerXL(keras.layers.Layer):
         backward pass: memory grows with `grad_segments`).
         """
         cfg = self.config
-        segment_len, mem_len = int(segment_len), int(mem_len)
-        grad_segments = int(grad_segments)
-        if segment_len < 1 or mem_len < 0 or grad_segments < 1:
-            raise TxlError(f"segment_len and grad_segments must be >= 1 and mem_len >= 0, "
-                           f"got {segment_len}, {grad_segments} and {mem_len}")
+        segment_len = check_count("segment_len", segment_len, low=1)
+        mem_len = check_count("mem_len", mem_len)
+        grad_segments = check_count("grad_segments", grad_segments, low=1)
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
         ids, mask = right_align(token_ids, lengths, segment_len)
@@ -285,7 +295,7 @@ class TransformerXL(keras.layers.Layer):
         1` distinct ones get keys (`[H, d_head, clamp_len + 1]`): every
         farther slot shares the clamp's (the paper's `enwik8_base`
         evaluation: 821 of 2,101, 39% of the bytes a step reads for them)."""
-        size = tf.shape(cache.valid)[1]
+        size = tf.shape(_check_decode_cache(cache, "decode_position_keys").valid)[1]
         distinct = self._distinct_distances(size)
         encodings = cache.positions[size - distinct:size]  # distances distinct - 1, ..., 0
         return tuple(block.rel_attn.distance_keys(encodings) for block in self.blocks)
@@ -328,6 +338,7 @@ class TransformerXL(keras.layers.Layer):
             `(hidden, CachedToken)` with `write=False`.
         """
         self._check_cacheable()
+        write = check_flag("write", write)
         if position_keys is not None:
             warn_deprecated("TransformerXL.call_with_cache(position_keys=...)",
                             "cache._replace(position_keys=decode_position_keys(cache))")
@@ -337,7 +348,9 @@ class TransformerXL(keras.layers.Layer):
                 raise TxlError("stopped and write=False are for a DecodeCache; a KeysValues "
                                "memory reads segments")
             return self._read_on_keys(token_ids, cache)
+        _check_decode_cache(cache, "call_with_cache")
         token_ids = tf.convert_to_tensor(token_ids)
+        _check_cache_batch(token_ids, stopped, cache.valid)
         if token_ids.shape.rank == 2:
             if stopped is not None or not write:
                 raise TxlError("stopped and write=False are for one id per row (token_ids "
@@ -463,7 +476,7 @@ class TransformerXL(keras.layers.Layer):
 
     def cache_memory(self, cache):
         """The memory a `DecodeCache` holds, in time order (a `Memory`)."""
-        return ring_memory(cache)
+        return ring_memory(_check_decode_cache(cache, "cache_memory"))
 
     # ------------------------------------------------------------- internals
     def _inputs(self, token_ids, memory, training, token_mask):
@@ -558,6 +571,34 @@ def _empty_slots(mem_mask, filled):
         raise TxlError(f"filled must be an int >= 0 or None, got {filled!r}")
     size = mem_mask.shape[1]
     return 0 if size is None else max(0, size - filled)
+
+
+def _check_decode_cache(cache, method):
+    """`cache`, or `TxlError` unless it is a `DecodeCache`."""
+    if not isinstance(cache, DecodeCache):
+        raise TxlError(f"{method} takes a DecodeCache (TransformerXL.decode_cache(memory)), "
+                       f"got {type(cache).__name__}")
+    return cache
+
+
+def _check_cache_batch(token_ids, stopped, valid):
+    """`InputError` unless `token_ids` is `[B]` or `[B, T]` and `stopped`
+    bool `[B]`, B the cache's batch (static shapes: nothing in the graph)."""
+    rank = token_ids.shape.rank
+    if rank is not None and rank not in (1, 2):
+        raise InputError(f"token_ids must be [batch] (one id per row) or [batch, length] "
+                         f"(a segment), got shape {token_ids.shape}")
+    batch = valid.shape[0]
+    if rank is not None and None not in (batch, token_ids.shape[0]) \
+            and token_ids.shape[0] != batch:
+        raise InputError(f"token_ids have batch {token_ids.shape[0]} but the cache has batch "
+                         f"{batch}")
+    if stopped is None:
+        return
+    stopped = tf.convert_to_tensor(stopped)
+    if stopped.dtype != tf.bool or not stopped.shape.is_compatible_with([batch]):
+        raise InputError(f"stopped must be bool [batch] ({batch}), got {stopped.dtype.name} "
+                         f"of shape {stopped.shape}")
 
 
 def _keyed(cache, position_keys):

@@ -58,3 +58,21 @@ def check_finite_outputs(values, what="log-probs"):
         return values
     finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
     raise NonFiniteMemoryError(np.flatnonzero(~finite), what)
+
+
+def check_count(name, value, low=0):
+    """`value` as an int, or `TxlError` unless it is an integer >= `low`
+    (a Python or numpy integer; not a bool, a float or a string)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < low:
+        raise TxlError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def check_flag(name, value):
+    """`value` as a bool, or `TxlError` unless it is a bool (or 0 or 1): a
+    string such as "no" would be truthy."""
+    if not isinstance(value, (bool, np.bool_)) and not (
+            isinstance(value, (int, np.integer)) and value in (0, 1)):
+        raise TxlError(f"{name} must be a boolean, got {value!r}")
+    return bool(value)

@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.data.stream import device_prefetch
 from txl_tf.errors import TxlError
 
@@ -32,8 +33,8 @@ def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
         int32, float32 and `[S, B]` bool (True at a document's first
         segment and at every empty segment), S the number of steps.
     """
-    if batch_size < 1 or tgt_len < 1:
-        raise TxlError(f"batch_size and tgt_len must be >= 1, got {batch_size} and {tgt_len}")
+    batch_size = check_count("batch_size", batch_size, low=1)
+    tgt_len = check_count("tgt_len", tgt_len, low=1)
     docs = [np.asarray(d) for d in documents]
     if not docs:
         raise TxlError("no documents: the dataset would be empty")
@@ -43,6 +44,8 @@ def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
                            f"got shape {doc.shape} and dtype {doc.dtype}")
         if doc.min() < 0:
             raise TxlError(f"document {i} holds a negative id ({int(doc.min())})")
+        if doc.max() > np.iinfo(np.int32).max:  # the int32 batches would wrap it
+            raise TxlError(f"document {i} holds id {int(doc.max())}, beyond int32")
     rows = [[] for _ in range(batch_size)]  # per row: (inputs, labels, start) per segment
     for doc in docs:
         row = min(rows, key=len)

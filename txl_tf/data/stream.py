@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import check_count, check_flag
 from txl_tf.errors import TxlError
 
 
@@ -42,13 +43,16 @@ def _check_ids(ids) -> np.ndarray:
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
-        if not isinstance(value, (int, np.integer)) or value <= 0:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value <= 0:
             raise TxlError(f"{name} must be a positive int, got {value!r}")
 
 
 def stream_length(num_tokens: int, batch_size: int, drop_remainder: bool = True) -> int:
     """Tokens per stream: ``N // B`` (training) or ``ceil(N / B)`` (evaluation)."""
+    num_tokens = check_count("num_tokens", num_tokens)
     _check_positive(batch_size=batch_size)
+    drop_remainder = check_flag("drop_remainder", drop_remainder)
     if drop_remainder:
         return num_tokens // batch_size
     return -(-num_tokens // batch_size)
@@ -59,7 +63,16 @@ def num_segments(num_tokens: int | np.ndarray, batch_size: int, tgt_len: int,
     """Segments (steps) in one pass: ``(L-1) // T`` full ones when
     ``drop_remainder`` (training), else ``ceil((L-1) / T)`` (evaluation, last
     one padded). ``num_tokens`` may be the ids array itself."""
-    n = len(num_tokens) if not isinstance(num_tokens, (int, np.integer)) else int(num_tokens)
+    if isinstance(num_tokens, (int, np.integer)):
+        n = check_count("num_tokens", num_tokens)
+    elif isinstance(num_tokens, (str, bytes)) or not hasattr(num_tokens, "__len__") \
+            or getattr(num_tokens, "ndim", 1) != 1:
+        shown = (f"shape {num_tokens.shape}" if hasattr(num_tokens, "shape")
+                 else repr(num_tokens)[:60])
+        raise TxlError(f"num_tokens must be a count or the 1-D ids, got "
+                       f"{type(num_tokens).__name__} {shown}")
+    else:
+        n = len(num_tokens)
     _check_positive(batch_size=batch_size, tgt_len=tgt_len)
     length = stream_length(n, batch_size, drop_remainder)
     if length < 1:
@@ -81,6 +94,14 @@ class _Streams:
 
     def __init__(self, ids, batch_size: int, tgt_len: int, drop_remainder: bool):
         self.ids = _check_ids(ids)
+        int32 = np.iinfo(np.int32)
+        if self.ids.size and (np.iinfo(self.ids.dtype).max > int32.max
+                              or np.iinfo(self.ids.dtype).min < int32.min):
+            # Windows are int32: a larger id would wrap (2**32 + 5 read as 5).
+            low, high = int(self.ids.min()), int(self.ids.max())
+            if low < int32.min or high > int32.max:
+                raise TxlError(f"ids must fit int32 (the batches' dtype), got ids from {low} "
+                               f"to {high}")
         _check_positive(batch_size=batch_size, tgt_len=tgt_len)
         self.batch_size, self.tgt_len = int(batch_size), int(tgt_len)
         self.length = stream_length(len(self.ids), batch_size, drop_remainder)
@@ -139,9 +160,8 @@ class _Streams:
 
 
 def _steps(start_step: int, num_segments: int, repeat: bool) -> tf.data.Dataset:
-    if not isinstance(start_step, (int, np.integer)) or start_step < 0:
-        raise TxlError(f"start_step must be an int >= 0, got {start_step!r}")
-    if repeat:
+    start_step = check_count("start_step", start_step)
+    if check_flag("repeat", repeat):
         return tf.data.Dataset.counter(start=int(start_step), dtype=tf.int64)
     return tf.data.Dataset.range(int(start_step), max(int(start_step), num_segments))
 
@@ -210,6 +230,7 @@ def distribute_segments(strategy: tf.distribute.Strategy, ids, global_batch_size
     batch of each step is identical for any number of replicas.
     """
     _check_positive(global_batch_size=global_batch_size)
+    evaluation = check_flag("evaluation", evaluation)
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
         raise TxlError(f"global_batch_size {global_batch_size} is not divisible by "

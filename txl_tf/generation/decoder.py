@@ -14,6 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import check_finite_outputs, check_memory
+from txl_tf.checks.numpy_checks import check_flag
+from txl_tf.core import TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
 from txl_tf.generation.request import (DecodeState, HeldCache, Rows, check_count,
@@ -36,13 +38,16 @@ class Decoder:
     """
 
     def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
+        if not isinstance(core, TransformerXL):
+            raise TxlError(f"core must be a txl_tf.TransformerXL (a Keras model's is its "
+                           f".core), got {type(core).__name__}")
+        core._check_cacheable()  # raised while tracing, it would be a StagingError
         self.core = core
         self.n_token = core.config.n_token
-        self.mem_len = core.config.mem_len if mem_len is None else int(mem_len)
-        if self.mem_len < 0:
-            raise TxlError(f"mem_len must be >= 0, got {self.mem_len}")
+        self.mem_len = core.config.mem_len if mem_len is None else check_count("mem_len", mem_len)
         self.segment_len = check_count(
             "segment_len", core.config.tgt_len if segment_len is None else segment_len, low=1)
+        jit_compile = check_flag("jit_compile", jit_compile)  # "no" would compile
         self._last = tf.function(self._last_graph, reduce_retracing=True)
         self._first = tf.function(self._fresh_graph, jit_compile=bool(jit_compile))
         self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))

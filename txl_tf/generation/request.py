@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from txl_tf.checks.numpy_checks import check_count  # noqa: F401 (re-exported)
 from txl_tf.errors import TxlError
 from txl_tf.generation import sampling_numpy
 from txl_tf.generation.sampling_settings import Sampling
@@ -115,11 +116,6 @@ def check_prompts(prompts, n_token):
     return rows
 
 
-def check_count(name, value, low=0):
-    """`value` as an int, or `TxlError` unless it is an integer >= `low`."""
-    if not _is_int(value) or value < low:
-        raise TxlError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 def per_row(name, value, batch_size, low=0, high=MAX_SEED):

@@ -2,6 +2,8 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import InputError, check_count, out_of_range_message
+from txl_tf.errors import TxlError
 from txl_tf.layers.init import normal
 
 
@@ -9,6 +11,23 @@ def bin_bounds(n_token, cutoffs):
     """`[(0, c0), (c0, c1), ..., (c_last, n_token)]`."""
     ends = [0, *cutoffs, n_token]
     return list(zip(ends[:-1], ends[1:]))
+
+
+def check_sizes(n_token, d_embed, d_model, cutoffs, div_val):
+    """`(n_token, d_embed, d_model, cutoffs, div_val)` as ints, or
+    `TxlError` naming the first that an adaptive layer cannot be built with."""
+    sizes = [check_count(name, value, low=1) for name, value in
+             (("n_token", n_token), ("d_embed", d_embed), ("d_model", d_model),
+              ("div_val", div_val))]
+    n_token, d_embed, d_model, div_val = sizes
+    ends = [0, *(check_count("cutoffs", c, low=1) for c in cutoffs), n_token]
+    if any(low >= high for low, high in zip(ends[:-1], ends[1:])):
+        raise TxlError(f"cutoffs must be strictly increasing and inside (0, n_token="
+                       f"{n_token}), got {list(cutoffs)}")
+    if d_embed // div_val ** len(cutoffs) < 1:
+        raise TxlError(f"d_embed={d_embed} // div_val={div_val}**{len(cutoffs)} leaves a bin "
+                       "with no embedding dimension")
+    return n_token, d_embed, d_model, ends[1:-1], div_val
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -27,8 +46,8 @@ class AdaptiveEmbedding(keras.layers.Layer):
     def __init__(self, n_token, d_embed, d_model, *, cutoffs=(), div_val=1,
                  proj_same_dim=True, init_std=0.02, proj_init_std=0.01, **kwargs):
         super().__init__(**kwargs)
-        self.n_token, self.d_embed, self.d_model = int(n_token), int(d_embed), int(d_model)
-        self.cutoffs, self.div_val = [int(c) for c in cutoffs], int(div_val)
+        self.n_token, self.d_embed, self.d_model, self.cutoffs, self.div_val = check_sizes(
+            n_token, d_embed, d_model, cutoffs, div_val)
         self.proj_same_dim = bool(proj_same_dim)
         self.init_std, self.proj_init_std = float(init_std), float(proj_init_std)
         self.emb_scale = self.d_model ** 0.5
@@ -62,6 +81,13 @@ class AdaptiveEmbedding(keras.layers.Layer):
         return out
 
     def call(self, token_ids):
+        token_ids = tf.convert_to_tensor(token_ids)
+        if not token_ids.dtype.is_integer:  # a cast would floor 1.7 to id 1
+            raise InputError(f"token_ids must be integers, got dtype {token_ids.dtype.name}")
+        if tf.executing_eagerly():  # a gather on GPU, or a bin's clip, would give a wrong row
+            problem = out_of_range_message(token_ids.numpy(), self.n_token)
+            if problem:
+                raise InputError(problem)
         token_ids = tf.cast(token_ids, tf.int32)
         if self.div_val == 1:
             out = self._lookup(self.tables[0], self.projs[0], token_ids)

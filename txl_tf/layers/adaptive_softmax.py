@@ -2,9 +2,10 @@
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import InputError, out_of_range_message
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
-from txl_tf.layers.adaptive_embedding import bin_bounds
+from txl_tf.layers.adaptive_embedding import bin_bounds, check_sizes
 from txl_tf.layers.init import normal
 
 
@@ -39,8 +40,8 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
                  tie_projs=None, proj_same_dim=True, init_std=0.02, proj_init_std=0.01,
                  embedding=None, **kwargs):
         super().__init__(**kwargs)
-        self.n_token, self.d_embed, self.d_model = int(n_token), int(d_embed), int(d_model)
-        self.cutoffs, self.div_val = [int(c) for c in cutoffs], int(div_val)
+        self.n_token, self.d_embed, self.d_model, self.cutoffs, self.div_val = check_sizes(
+            n_token, d_embed, d_model, cutoffs, div_val)
         self.tie_weight = bool(tie_weight)
         n_bins = len(self.cutoffs) + 1
         self.tie_projs = [True] * n_bins if tie_projs is None else [bool(t) for t in tie_projs]
@@ -51,6 +52,13 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
         if embedding is None and (self.tie_weight or any(self.tie_projs)):
             raise TxlError("tie_weight / tie_projs need the AdaptiveEmbedding to tie to "
                            "(pass embedding=...)")
+        if embedding is not None and (self.tie_weight or any(self.tie_projs)):
+            mine = (self.n_token, self.d_embed, self.d_model, self.cutoffs, self.div_val)
+            theirs = tuple(getattr(embedding, name, None) for name in
+                           ("n_token", "d_embed", "d_model", "cutoffs", "div_val"))
+            if mine != theirs:
+                raise TxlError(f"the tied embedding has (n_token, d_embed, d_model, cutoffs, "
+                               f"div_val) = {theirs}, this softmax {mine}: they must agree")
         # Held outside Keras tracking: the tied weights belong to the embedding.
         self._tied = Untracked(embedding)
         self.bounds = bin_bounds(self.n_token, self.cutoffs)
@@ -138,8 +146,23 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
 
     # ---------------------------------------------------------------- outputs
     def call(self, hidden, target=None):
+        hidden = tf.convert_to_tensor(hidden)
+        if not hidden.dtype.is_floating or not hidden.shape[-1:].is_compatible_with(
+                [self.d_model]):
+            raise InputError(f"hidden must be floating point [..., d_model={self.d_model}], got "
+                             f"{hidden.dtype.name} of shape {hidden.shape}")
         if target is None:
             return self.log_probs(hidden)
+        target = tf.convert_to_tensor(target)
+        if not target.dtype.is_integer:  # a cast would floor 1.7 to id 1
+            raise InputError(f"target must be integer ids, got dtype {target.dtype.name}")
+        if not target.shape.is_compatible_with(hidden.shape[:-1]):
+            raise InputError(f"target has shape {target.shape} but hidden has "
+                             f"{hidden.shape}: one target per hidden state")
+        if tf.executing_eagerly():  # out of range: a wrong NLL or TensorFlow's error
+            problem = out_of_range_message(target.numpy(), self.n_token, "target")
+            if problem:
+                raise InputError(problem)
         return self.nll(hidden, target)
 
     def log_probs(self, hidden, weights=None):

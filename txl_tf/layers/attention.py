@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.deprecation import warn_deprecated
+from txl_tf.checks.numpy_checks import InputError
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
@@ -107,6 +108,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         In inference (`training` falsy) the layer norm is written as ONNX
         Runtime fuses it (`layers.layer_norm`: the same math, one kernel of
         an exported segment graph instead of a dozen)."""
+        self._check_call(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
         fused = not training
         rows, k, v = self._rows_keys_values(inputs, memory, fused)
         return self._attend(inputs, rows, k, v, pos_emb, visible, r_w_bias, r_r_bias, training,
@@ -117,8 +119,44 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         `call` (same arguments) weighs the values with, before attention
         dropout. Keys are the memory slots then the segment; a hidden key
         gets exactly 0 and each row sums to 1."""
+        self._check_call(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
         rows, k, _ = self._rows_keys_values(inputs, memory, fused=True)
         return tf.nn.softmax(self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias), axis=-1)
+
+    def _check_call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias):
+        """`InputError` unless `call`'s arguments have its shapes and dtypes, as
+        far as the static shapes tell (no op in the graph): a visibility of
+        one query row would be broadcast to every query, future keys seen."""
+        inputs, memory, visible = (tf.convert_to_tensor(t) for t in (inputs, memory, visible))
+        for name, tensor in (("inputs", inputs), ("memory", memory)):
+            if not tensor.dtype.is_floating:
+                raise InputError(f"{name} must be floating point, got {tensor.dtype.name}")
+            if not tensor.shape.is_compatible_with([None, None, self.d_model]):
+                raise InputError(f"{name} must be [batch, length, d_model={self.d_model}], got "
+                                 f"shape {tensor.shape}")
+        if inputs.shape[0] is not None and memory.shape[0] is not None \
+                and inputs.shape[0] != memory.shape[0]:
+            raise InputError(f"inputs have batch {inputs.shape[0]} but memory has batch "
+                             f"{memory.shape[0]}")
+        qlen, mlen = inputs.shape[1], memory.shape[1]
+        klen = None if qlen is None or mlen is None else qlen + mlen
+        batch = inputs.shape[0] if inputs.shape[0] is not None else memory.shape[0]
+        if visible.dtype != tf.bool or not visible.shape.is_compatible_with(
+                [None, 1, qlen, klen]) or None not in (batch, visible.shape[0]) \
+                and visible.shape[0] not in (1, batch):
+            raise InputError(f"visible must be bool [batch, 1, T, M + T] (T={qlen}, M={mlen}), "
+                             f"got {visible.dtype.name} of shape {visible.shape}")
+        if not self.position_projection:
+            return
+        pos_emb = tf.convert_to_tensor(pos_emb)
+        if not pos_emb.shape.is_compatible_with([klen, self.d_model]):
+            raise InputError(f"pos_emb must be [M + T, d_model] ({klen}, {self.d_model}), got "
+                             f"shape {pos_emb.shape}")
+        for name, bias in (("r_w_bias", r_w_bias), ("r_r_bias", r_r_bias)):
+            shape = tf.convert_to_tensor(bias).shape
+            if not shape.is_compatible_with([self.n_head, self.d_head]):
+                raise InputError(f"{name} must be [n_head, d_head] ({self.n_head}, "
+                                 f"{self.d_head}), got shape {shape}")
 
     def _rows_keys_values(self, inputs, memory, fused=False):
         """The query rows (`inputs`, after LayerNorm with `pre_lnorm`; `fused`:

@@ -3,6 +3,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import InputError, check_flag
 from txl_tf.errors import TxlError
 
 
@@ -36,10 +37,21 @@ class Memory(NamedTuple):
         Returns:
             The new `Memory`.
         """
-        rows = tf.convert_to_tensor(rows, tf.bool)
+        rows = row_flags(rows, self.mem_mask)
+        zero_filled = check_flag("zero_filled", zero_filled)
         mems = tf.where(rows[None, :, None, None], tf.zeros([], self.mems.dtype), self.mems)
         mem_mask = tf.where(rows[:, None], tf.constant(bool(zero_filled)), self.mem_mask)
         return Memory(mems, mem_mask)
+
+
+def row_flags(rows, mask):
+    """`rows` as a bool tensor, or `InputError` unless it is bool `[B]`, B
+    the batch (axis 0) of `mask` (static shapes: nothing in the graph)."""
+    rows = tf.convert_to_tensor(rows)
+    if rows.dtype != tf.bool or not rows.shape.is_compatible_with(mask.shape[:1]):
+        raise InputError(f"rows must be bool [batch] ({mask.shape[0]}), True for the rows to "
+                         f"clear; got {rows.dtype.name} of shape {rows.shape}")
+    return rows
 
 
 def initial_memory(n_layer, batch_size, mem_len, d_model, zero_filled=False):
@@ -54,6 +66,9 @@ def clear_invalid_slots(memory):
     """The memory with invalid slots zeroed, so whatever they held (NaN, inf)
     cannot reach an output: masked attention still multiplies their values
     by 0, and they are carried into the new memory."""
+    if not memory.mem_mask.shape.is_compatible_with(memory.mems.shape[1:3]):
+        raise InputError(f"mem_mask must be [batch, mem_len] {memory.mems.shape[1:3]} as mems "
+                         f"{memory.mems.shape} are, got shape {memory.mem_mask.shape}")
     mems = tf.where(memory.mem_mask[None, :, :, None], memory.mems,
                     tf.zeros([], memory.mems.dtype))
     return Memory(mems, memory.mem_mask)
@@ -68,6 +83,17 @@ def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False):
     gradient (the paper's rule), unless `keep_gradient`: then a later
     segment's loss reaches the weights through it.
     """
+    layer_inputs = tf.convert_to_tensor(layer_inputs)
+    n_layer, batch, _, d_model = memory.mems.shape if memory.mems.shape.rank == 4 else [None] * 4
+    if not layer_inputs.shape.is_compatible_with([n_layer, batch, None, d_model]):
+        raise InputError(f"layer_inputs must be [n_layer, batch, T, d_model] as the memory's "
+                         f"{memory.mems.shape} are, got shape {layer_inputs.shape}")
+    if token_valid is not None:
+        token_valid = tf.convert_to_tensor(token_valid)
+        if token_valid.dtype != tf.bool or not token_valid.shape.is_compatible_with(
+                layer_inputs.shape[1:3]):
+            raise InputError(f"token_valid must be bool [batch, T] {layer_inputs.shape[1:3]}, "
+                             f"got {token_valid.dtype.name} of shape {token_valid.shape}")
     mems = tf.concat([memory.mems, tf.cast(layer_inputs, tf.float32)], axis=2)
     if token_valid is None:
         batch, qlen = tf.shape(layer_inputs)[1], tf.shape(layer_inputs)[2]

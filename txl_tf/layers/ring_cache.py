@@ -24,7 +24,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from txl_tf.layers.memory import Memory
+from txl_tf.layers.memory import Memory, row_flags
 
 
 class DecodeCache(NamedTuple):
@@ -69,7 +69,7 @@ class DecodeCache(NamedTuple):
         Returns:
             The new `DecodeCache`.
         """
-        rows = tf.convert_to_tensor(rows, tf.bool)
+        rows = row_flags(rows, self.valid)
         return self._replace(valid=self.valid & ~rows[:, None])
 
 

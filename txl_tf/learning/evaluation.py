@@ -12,6 +12,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.data import eval_segment_dataset, num_segments
 
 
@@ -37,12 +38,12 @@ def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segmen
     back the model's context helps.
     """
     cfg = core.config
-    tgt_len = int(tgt_len or cfg.tgt_len)
-    mem_len = cfg.mem_len if mem_len is None else int(mem_len)
+    tgt_len = cfg.tgt_len if tgt_len is None else check_count("tgt_len", tgt_len, low=1)
+    mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
     scorer = scorer or make_scorer(core)
     total = num_segments(len(ids), batch_size, tgt_len, drop_remainder=False)
     if max_segments is not None:
-        total = min(total, int(max_segments))
+        total = min(total, check_count("max_segments", max_segments, low=1))
     dataset = eval_segment_dataset(ids, batch_size, tgt_len).take(total)
     memory = core.initial_memory(batch_size, mem_len)
     loss_sums, counts, start = np.zeros(tgt_len), np.zeros(tgt_len), time.time()

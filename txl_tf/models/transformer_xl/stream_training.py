@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf.checks.inputs import InputError, check_batch, checked_data, input_errors
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.keras_compat import PrebuiltModel
 from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
@@ -290,7 +291,8 @@ class StreamTraining:
                                "give ids, or build the model with a preprocessor")
             documents = [tokenizer.tokenize(d).numpy() if isinstance(d, (str, bytes)) else d
                          for d in documents]
-        seg = self.core.config.tgt_len if segment_len is None else int(segment_len)
+        seg = (self.core.config.tgt_len if segment_len is None
+               else check_count("segment_len", segment_len, low=1))
         token_ids, labels, weights, start = document_segments(documents, batch_size, seg)
         inputs = {"token_ids": token_ids, "padding_mask": (weights > 0).astype("int32"),
                   "document_start": start}

@@ -1,0 +1,272 @@
+"""Bad input to the core's public API, its layers used on their own, the data
+functions and the decoder: one clear `TxlError`, raised by the library itself
+(not a TensorFlow error from deep inside, not a StagingError from a trace, not
+a silent truncation or broadcast)."""
+import numpy as np
+import pytest
+
+from txl_tf import ConfigError, Decoder, TransformerXL, TransformerXLConfig, TxlError
+from txl_tf.config import as_config
+from txl_tf.data.documents import document_segments
+
+
+@pytest.fixture(scope="module")
+def core():
+    return TransformerXL(TransformerXLConfig.preset("tiny", n_token=20, mem_len=4, tgt_len=4))
+
+
+def raised(fn, *args, **kwargs):
+    """The exception `fn(*args, **kwargs)` raises (it must raise)."""
+    with pytest.raises(Exception) as info:
+        fn(*args, **kwargs)
+    return info.value
+
+
+@pytest.mark.parametrize("attn_type", [1, 2, 3])
+def test_a_decoder_of_a_type_without_a_decode_cache_is_the_cores_own_error(attn_type):
+    config = TransformerXLConfig.preset("tiny", n_token=20, attn_type=attn_type)
+    error = raised(Decoder, TransformerXL(config))  # before anything traces
+    assert type(error) is TxlError, type(error)  # was a StagingError from the first generate
+    assert f"attn_type {attn_type}" in str(error) and "decode cache" in str(error)
+
+
+def test_a_decoder_names_a_core_that_is_not_one(core):
+    with pytest.raises(TxlError, match="core must be a txl_tf.TransformerXL .* got str"):
+        Decoder("tiny")
+    with pytest.raises(TxlError, match=r"mem_len must be an integer >= 0, got 2\.5"):
+        Decoder(core, mem_len=2.5)  # was cut to 2
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(batch_size=1, mem_len=2.5), r"mem_len must be an integer >= 0, got 2\.5"),  # was 2
+    (dict(batch_size=1, mem_len="3"), r"mem_len must be an integer >= 0, got '3'"),  # was 3
+    (dict(batch_size=1, mem_len=True), r"mem_len must be an integer >= 0, got True"),  # was 1
+    (dict(batch_size=1, mem_len=-1), r"mem_len must be an integer >= 0, got -1"),
+    (dict(batch_size=2.5), r"batch_size must be an integer >= 1, got 2\.5"),  # a TypeError
+    (dict(batch_size=-1), r"batch_size must be an integer >= 1, got -1"),  # a TF error
+    (dict(batch_size="2"), r"batch_size must be an integer >= 1, got '2'"),
+    (dict(batch_size=1, zero_filled="no"), r"zero_filled must be a boolean, got 'no'"),  # True
+])
+def test_initial_memory_takes_integers_and_a_flag_only(core, kwargs, message):
+    with pytest.raises(TxlError, match=message):
+        core.initial_memory(**kwargs)
+
+
+def test_initial_memory_still_takes_numpy_integers_and_tensors(core):
+    import tensorflow as tf
+    assert core.initial_memory(np.int64(2), mem_len=np.int32(3)).mems.shape == (2, 2, 3, 32)
+    assert core.initial_memory(tf.constant(2), 0, zero_filled=1).mem_mask.shape == (2, 0)
+
+
+def test_a_preset_name_for_a_config_says_what_to_pass():
+    error = raised(TransformerXL, "tiny")
+    assert type(error) is ConfigError  # was a TypeError
+    assert "TransformerXLConfig.preset('tiny')" in str(error)
+    with pytest.raises(ConfigError, match=r"got str 'nope': a preset goes through "
+                                          r"TransformerXLConfig.preset\(name\), one of"):
+        as_config("nope")
+    with pytest.raises(ConfigError, match="got int 3$"):
+        as_config(3)
+    assert as_config({"n_token": 7}).n_token == 7
+
+
+@pytest.mark.parametrize("batch_size,tgt_len,message", [
+    (2.5, 4, r"batch_size must be an integer >= 1, got 2\.5"),  # was a TypeError
+    (0, 4, r"batch_size must be an integer >= 1, got 0"),
+    (2, 1.5, r"tgt_len must be an integer >= 1, got 1\.5"),
+    (True, 4, r"batch_size must be an integer >= 1, got True"),
+])
+def test_document_segments_take_integer_sizes(batch_size, tgt_len, message):
+    with pytest.raises(TxlError, match=message):
+        document_segments([[1, 2, 3]], batch_size, tgt_len)
+
+
+def test_the_causal_lms_document_dataset_takes_integer_sizes():
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    config = TransformerXLConfig.preset("tiny", n_token=20, mem_len=4, tgt_len=4)
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config.to_dict()))
+    docs = [[1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(TxlError, match=r"batch_size must be an integer >= 1, got 2\.5"):
+        causal_lm.document_dataset(docs, batch_size=2.5)  # was a TypeError
+    with pytest.raises(TxlError, match=r"segment_len must be an integer >= 1, got 2\.5"):
+        causal_lm.document_dataset(docs, batch_size=2, segment_len=2.5)  # was cut to 2
+    assert len(list(causal_lm.document_dataset(docs, batch_size=np.int64(2)))) == 1
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(segment_len=2.5), r"segment_len must be an integer >= 1, got 2\.5"),  # were cut
+    (dict(mem_len=4.5), r"mem_len must be an integer >= 0, got 4\.5"),
+    (dict(grad_segments=1.5), r"grad_segments must be an integer >= 1, got 1\.5"),
+    (dict(segment_len="2"), r"segment_len must be an integer >= 1, got '2'"),
+])
+def test_read_documents_takes_integer_sizes(core, kwargs, message):
+    call = {"segment_len": 2, "mem_len": 4, **kwargs}
+    with pytest.raises(TxlError, match=message):
+        core.read_documents(np.ones([2, 3], np.int32), [3, 2], **call)
+
+
+def test_the_decode_cache_calls_name_a_wrong_cache_ids_or_stopped_rows(core):
+    memory = core.initial_memory(2)
+    cache = core.decode_cache(memory)
+    for method in (lambda c: core.call_with_cache(np.array([1, 2], np.int32), c),
+                   core.cache_memory, core.decode_position_keys):
+        with pytest.raises(TxlError, match=r"takes a DecodeCache .* got Memory"):  # AttributeError
+            method(memory)
+    cases = [  # TensorFlow's errors from deep inside, or a write=True read as "no"
+        (dict(token_ids=np.int32(3)), r"token_ids must be \[batch\] .* got shape \(\)"),
+        (dict(token_ids=np.ones([3], np.int32)), "token_ids have batch 3 but the cache has "
+                                                 "batch 2"),
+        (dict(stopped=np.array([0, 1])), r"stopped must be bool \[batch\] \(2\), got int64"),
+        (dict(stopped=np.zeros([3], bool)), r"stopped must be bool .* of shape \(3,\)"),
+        (dict(write="no"), "write must be a boolean, got 'no'"),
+    ]
+    for kwargs, message in cases:
+        call = {"token_ids": np.array([1, 2], np.int32), **kwargs}
+        with pytest.raises(TxlError, match=message):
+            core.call_with_cache(call.pop("token_ids"), cache, **call)
+    hidden, new = core.call_with_cache(np.array([1, 2], np.int32), cache,
+                                       stopped=np.array([False, True]))
+    assert hidden.shape == (2, 32) and core.cache_memory(new).mems.shape == (2, 2, 4, 32)
+
+
+def test_the_attention_layer_on_its_own_names_wrong_shapes_and_dtypes():
+    import tensorflow as tf
+    from txl_tf.layers.attention import RelativeMultiHeadAttention
+    from txl_tf.layers.masks import attention_visibility
+    layer = RelativeMultiHeadAttention(32, 2, 16)
+    x, mem = tf.ones([2, 3, 32]), tf.ones([2, 4, 32])
+    args = dict(inputs=x, pos_emb=tf.ones([7, 32]), memory=mem,
+                visible=attention_visibility(3, tf.ones([2, 4], bool)),
+                r_w_bias=tf.zeros([2, 16]), r_r_bias=tf.zeros([2, 16]))
+    one_row = tf.ones([2, 1, 1, 7], bool)  # was broadcast to every query: the future seen
+    assert layer(**args).shape == (2, 3, 32)
+    for change, message in ((dict(visible=one_row), r"visible must be bool \[batch, 1, T, M \+ "
+                                                    r"T\] \(T=3, M=4\), got bool of shape"),
+                            (dict(visible=tf.cast(args["visible"], tf.float32)), "got float32"),
+                            (dict(inputs=tf.ones([2, 3, 16])), r"inputs must be \[batch, length, "
+                                                               r"d_model=32\]"),
+                            (dict(memory=tf.ones([3, 4, 32])), "inputs have batch 2 but memory "
+                                                               "has batch 3"),
+                            (dict(pos_emb=tf.ones([5, 32])), r"pos_emb must be \[M \+ T, "
+                                                             r"d_model\] \(7, 32\)"),
+                            (dict(r_w_bias=tf.zeros([16])), r"r_w_bias must be \[n_head, "
+                                                            r"d_head\] \(2, 16\)")):
+        with pytest.raises(TxlError, match=message):  # TensorFlow's errors, or silent
+            layer(**{**args, **change})
+
+
+def test_the_adaptive_layers_on_their_own_refuse_float_and_out_of_range_ids():
+    import tensorflow as tf
+    from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+    from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
+    emb = AdaptiveEmbedding(20, 32, 32, cutoffs=[5, 10], div_val=2)
+    crit = AdaptiveLogSoftmax(20, 32, 32, cutoffs=[5, 10], div_val=2, embedding=emb)
+    hidden = tf.ones([2, 3, 32])
+    with pytest.raises(TxlError, match="token_ids must be integers, got dtype float"):
+        emb(np.array([[1.7]]))  # was id 1
+    with pytest.raises(TxlError, match="token id 25 at position"):
+        emb(np.array([[25]]))  # was a zero vector
+    with pytest.raises(TxlError, match="target must be integer ids, got dtype float"):
+        crit(hidden, np.full([2, 3], 1.5))  # was id 1
+    with pytest.raises(TxlError, match="target id 25 at position"):
+        crit(hidden, np.full([2, 3], 25, np.int32))  # a finite, wrong NLL
+    with pytest.raises(TxlError, match=r"target has shape \(2, 1\) but hidden has"):
+        crit(hidden, np.ones([2, 1], np.int32))
+    with pytest.raises(TxlError, match=r"hidden must be floating point \[..., d_model=32\]"):
+        crit(tf.ones([2, 3, 16]))
+    assert crit(hidden, np.ones([2, 3], np.int32)).shape == (2, 3)
+
+
+def test_the_memory_functions_name_wrong_rows_and_shapes():
+    import tensorflow as tf
+    from txl_tf.layers.memory import clear_invalid_slots, initial_memory, update_memory
+    memory = initial_memory(2, 2, 4, 32)
+    for rows, message in (([True, False, True], r"shape \(3,\)"), ([1, 0], "got int32"),
+                          (True, r"shape \(\)")):
+        with pytest.raises(TxlError, match=r"rows must be bool \[batch\] \(2\)"):
+            memory.reset_rows(rows)
+        with pytest.raises(TxlError, match=message):
+            memory.reset_rows(rows)
+    with pytest.raises(TxlError, match="zero_filled must be a boolean, got 'no'"):
+        memory.reset_rows([True, False], zero_filled="no")  # was True
+    with pytest.raises(TxlError, match=r"layer_inputs must be \[n_layer, batch, T, d_model\]"):
+        update_memory(memory, tf.zeros([3, 2, 1, 32]))
+    with pytest.raises(TxlError, match=r"token_valid must be bool \[batch, T\]"):
+        update_memory(memory, tf.zeros([2, 2, 3, 32]), tf.ones([2, 3], tf.int32))
+    with pytest.raises(TxlError, match=r"mem_mask must be \[batch, mem_len\]"):
+        clear_invalid_slots(memory._replace(mem_mask=tf.ones([2, 5], bool)))
+
+
+def test_the_stream_functions_take_integer_sizes_and_flags():
+    from txl_tf.data.stream import num_segments, segment_dataset, stream_length
+    ids = np.arange(100)
+    for call, message in (
+            (lambda: stream_length(100.5, 3), r"num_tokens must be an integer >= 0, got 100\.5"),
+            (lambda: stream_length(-5, 3), "num_tokens must be an integer >= 0, got -5"),  # -2
+            (lambda: stream_length(100, True), "batch_size must be a positive int, got True"),
+            (lambda: num_segments("abcdefghij", 2, 2), "num_tokens must be a count or the 1-D "
+                                                       "ids, got str"),  # was 2 segments
+            (lambda: num_segments(np.zeros([10, 10]), 2, 2), r"got ndarray shape \(10, 10\)"),
+            (lambda: num_segments(100.0, 2, 2), "got float"),  # a TypeError
+            (lambda: segment_dataset(ids, 2, 4, start_step=True), "start_step must be an "
+                                                                  "integer >= 0, got True"),
+            (lambda: segment_dataset(ids, 2, 4, repeat="no"), "repeat must be a boolean")):
+        with pytest.raises(TxlError, match=message):
+            call()
+    assert num_segments(ids, 2, 4) == num_segments(100, 2, 4) == 12
+
+
+def test_the_adaptive_layers_name_sizes_they_cannot_be_built_with(core):
+    from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+    from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
+    for kwargs, message in ((dict(cutoffs=[10, 5], div_val=2), r"cutoffs must be strictly "
+                                                               r"increasing .* got \[10, 5\]"),
+                            (dict(cutoffs=[30]), "inside \\(0, n_token=20\\)"),  # Keras's error
+                            (dict(cutoffs=[5], div_val=0), "div_val must be an integer >= 1"),
+                            (dict(n_token=20.5), r"n_token must be an integer >= 1, got 20\.5")):
+        call = {"n_token": 20, "d_embed": 32, "d_model": 32, **kwargs}
+        with pytest.raises(TxlError, match=message):  # a ZeroDivisionError, or cut to 20
+            AdaptiveEmbedding(call.pop("n_token"), call.pop("d_embed"), call.pop("d_model"),
+                              **call)
+    with pytest.raises(TxlError, match=r"the tied embedding has .* \(20, 32, 32, \[\], 1\), "
+                                       r"this softmax \(30, 32, 32, \[\], 1\)"):
+        AdaptiveLogSoftmax(30, 32, 32, embedding=AdaptiveEmbedding(20, 32, 32))
+    with pytest.raises(TxlError, match="jit_compile must be a boolean, got 'no'"):
+        Decoder(core, jit_compile="no")
+
+
+def test_the_core_takes_ids_as_lists_and_names_a_memory_that_is_not_one(core):
+    log_probs, _ = core([[1, 2]], core.initial_memory(1))  # was Keras's "keyword argument"
+    assert log_probs.shape == (1, 2, 20)
+    with pytest.raises(TxlError, match="token_ids must be integers, got dtype string"):
+        core("abc", core.initial_memory(1))
+    with pytest.raises(TxlError, match="memory must be a txl_tf.Memory .* got tuple"):
+        core(np.ones([1, 2], np.int32), (1, 2, 3))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(tgt_len=2.5), r"tgt_len must be an integer >= 1, got 2\.5"),  # was cut to 2
+    (dict(tgt_len=0), "tgt_len must be an integer >= 1, got 0"),  # was the config's
+    (dict(mem_len=1.5), r"mem_len must be an integer >= 0, got 1\.5"),
+    (dict(max_segments=0), "max_segments must be an integer >= 1, got 0"),  # a loss of 0.0
+])
+def test_evaluate_ids_takes_integer_settings(core, kwargs, message):
+    from txl_tf.learning.evaluation import evaluate_ids
+    with pytest.raises(TxlError, match=message):
+        evaluate_ids(core, np.arange(40) % 20, **kwargs)
+
+
+def test_stream_ids_beyond_int32_are_refused_not_wrapped():
+    from txl_tf.data.stream import eval_segment_dataset, segment_dataset
+    ids = np.arange(100, dtype=np.int64)
+    ids[7] = 2 ** 32 + 5  # its int32 window read it as 5
+    for make in (segment_dataset, eval_segment_dataset):
+        with pytest.raises(TxlError, match=r"ids must fit int32 .* from 0 to 4294967301"):
+            make(ids, 2, 4)
+    inputs, _ = next(iter(segment_dataset(np.arange(100, dtype=np.uint64), 2, 4)))
+    assert inputs.numpy()[0].tolist() == [0, 1, 2, 3]
+
+
+def test_document_ids_beyond_int32_are_refused_not_wrapped():
+    with pytest.raises(TxlError, match="document 1 holds id 4294967301, beyond int32"):
+        document_segments([[1, 2, 3], np.array([4, 2 ** 32 + 5], np.int64)], 2, 4)  # was 5
