@@ -15,7 +15,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from export.job import staged_folder
+from export.staging import staged_folder
 from export.metadata import (CLASSIFIER_INPUTS, CLASSIFIER_OUTPUTS, ClassifierInfo,
                              classifier_metadata)
 from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_guard,

@@ -14,16 +14,15 @@ up to 2 GB),
 (settings, timings, parity, files). A non-empty output directory needs
 `--overwrite`; the new export replaces it whole, or not at all: it is
 written into a staging sibling folder swapped in on success
-(`staged_folder`, which `export.classifier` uses too).
+(`export.staging.staged_folder`, which `export.classifier` and the Triton
+repository use too).
 """
-import contextlib
 import gc
 import json
 import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 import tensorflow as tf
@@ -37,6 +36,7 @@ from export.onnx_runtime import return_freed_memory
 from export.parity import check_runtime, core_outputs, random_segments
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR
 from export.saved_model import LOG_PROBS_MODES, export_saved_model
+from export.staging import staged_folder
 from export.triton import (DEFAULT_MODEL_NAME, SUFFIX as CACHED_SUFFIX, check_cached_model,
                            check_triton_model, check_triton_options, model_file,
                            write_triton_repository)
@@ -380,77 +380,3 @@ def main(argv):
     del argv
     report = run_export(**values(SPEC))
     print(json.dumps(report["seconds"]), json.dumps(report.get("parity", {})))
-
-
-# --------------------------- the output folder, written whole or not at all
-@contextlib.contextmanager
-def staged_folder(output_dir):
-    """Yields a fresh, empty sibling folder of `output_dir` to write into. If
-    the block succeeds the staging folder replaces `output_dir` whole
-    (`swap_in`); if it raises, the staging folder is removed and `output_dir`
-    is left as it was. An `output_dir` that is a symbolic link stays one:
-    the folder it names is replaced."""
-    output_dir = os.path.realpath(output_dir)
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    remove_stale(output_dir)
-    staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
-    # Made again by mkdir, whose mode follows the umask as any new folder's
-    # does (mkdtemp's is 0700; a fixed 0755 ignored the umask).
-    os.rmdir(staging)
-    os.mkdir(staging)
-    try:
-        yield staging
-        swap_in(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def swap_in(staging, output_dir):
-    """Replaces `output_dir` by `staging` (same parent: the renames are atomic)."""
-    if not os.path.exists(output_dir):
-        os.rename(staging, output_dir)
-        return
-    old = tempfile.mkdtemp(prefix=_prefix(output_dir, "old"), dir=os.path.dirname(output_dir))
-    os.rmdir(old)
-    os.rename(output_dir, old)
-    try:
-        os.rename(staging, output_dir)
-    except BaseException:
-        os.rename(old, output_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _prefix(output_dir, kind):
-    """`.<name>.<kind>-<pid>-`: the owner's pid in the name tells a killed
-    export's leftovers from a running one's."""
-    return f".{os.path.basename(output_dir)}.{kind}-{os.getpid()}-"
-
-
-def remove_stale(output_dir):
-    """Deletes the staging and old folders of `output_dir` whose export is
-    no longer running (it was killed); returns their names."""
-    parent, name = os.path.split(os.path.abspath(output_dir))
-    removed = []
-    for entry in os.listdir(parent) if os.path.isdir(parent) else ():
-        for kind in ("tmp", "old"):
-            head = f".{name}.{kind}-"
-            if not entry.startswith(head):
-                continue
-            pid = entry[len(head):].split("-", 1)[0]
-            if not pid.isdigit() or not _alive(int(pid)):
-                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-                removed.append(entry)
-    return removed
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

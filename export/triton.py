@@ -50,6 +50,7 @@ from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_r
                                 order_outputs, save_with_weights)
 from export.parity import ParityError, largest_difference, max_differences
 from export.saved_model import LOG_PROBS_MODES
+from export.staging import staged_folder
 from txl_tf.errors import TxlError
 from txl_tf.layers.ring_cache import KeysValues
 
@@ -104,7 +105,6 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
     keys the cache cannot hold), `repo_dir/model_name_cached/`
     (the cached model); returns the files written. `config_options`
     go to `triton_model_config`."""
-    from export.job import staged_folder  # the job imports this module
     text = triton_model_config(core.config, mem_len, model_name, log_probs,
                                       zero_filled, **config_options)
     name = model_name + SUFFIX

@@ -44,7 +44,6 @@ MOVED = {
     "export.host_cache": "export.decode_cache",
     "export.classifier_export": "export.classifier",
     "export.classifier_runtime": "export.classifier",
-    "export.staging": "export.job",
     "export.input_checks": "export.runtime",
     "export.runtime_base": "export.runtime",
     "export.serving_module": "export.saved_model",
