@@ -94,7 +94,7 @@ def test_misspelled_arguments_are_refused_not_dropped():
     backbone = TransformerXLBackbone(**TransformerXLConfig.preset("tiny", n_token=40).to_dict())
     with pytest.raises(TxlError, match=r"unknown arguments \['memlen'\]"):
         TransformerXLCausalLM(backbone, memlen=4)
-    with pytest.raises(TxlError, match="segment_len an integer >= 1, got 16 and 2.5"):
+    with pytest.raises(TxlError, match="segment_len must be an integer >= 1, got 2.5"):
         TransformerXLCausalLM(backbone, segment_len=2.5)  # was cut to 2
 
 

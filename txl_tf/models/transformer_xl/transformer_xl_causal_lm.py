@@ -1,7 +1,6 @@
 """`TransformerXLCausalLM`: keras-hub's causal LM task over the core, whose
 `generate` continues prompts with Transformer-XL's memory (the decode cache)
 and takes every keras-hub sampler."""
-import numbers
 
 import keras
 import keras_hub
@@ -9,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import InputError, out_of_range_message
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
@@ -20,10 +20,6 @@ from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
 from txl_tf.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
 
 _RING = ("mems", "keys", "values", "valid", "row_slot")
-
-
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -75,13 +71,9 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         log_probs = backbone.transformer.crit(backbone(inputs))
         super().__init__(inputs=inputs, outputs=log_probs, **kwargs)
         cfg = backbone.config
-        self.mem_len = cfg.mem_len if mem_len is None else mem_len
-        self.segment_len = cfg.tgt_len if segment_len is None else segment_len
-        if not (_is_int(self.mem_len) and self.mem_len >= 0 and _is_int(self.segment_len)
-                and self.segment_len >= 1):
-            raise TxlError(f"mem_len must be an integer >= 0 and segment_len an integer >= 1, "
-                           f"got {self.mem_len!r} and {self.segment_len!r}")
-        self.mem_len, self.segment_len = int(self.mem_len), int(self.segment_len)
+        self.mem_len = check_count("mem_len", cfg.mem_len if mem_len is None else mem_len)
+        self.segment_len = check_count(
+            "segment_len", cfg.tgt_len if segment_len is None else segment_len, low=1)
         self._init_streams()
 
     @property
