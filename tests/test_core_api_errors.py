@@ -155,6 +155,25 @@ def test_the_attention_layer_on_its_own_names_wrong_shapes_and_dtypes():
             layer(**{**args, **change})
 
 
+def test_the_attention_layers_check_reads_no_variable():
+    """The check reads static shapes: u and v passed as variables (the
+    core's, `untie_r=False`) get no `ReadVariableOp` that nothing uses."""
+    import keras
+    import tensorflow as tf
+    from txl_tf.layers.attention import RelativeMultiHeadAttention
+    layer = RelativeMultiHeadAttention(8, 2, 4)
+    u, v = (keras.Variable(np.full([2, 4], k, np.float32)) for k in (0.0, 1.0))
+    pos, mem, visible = tf.zeros([5, 8]), tf.zeros([1, 2, 8]), tf.ones([1, 1, 3, 5], bool)
+    step = tf.function(lambda x: layer(x, pos, mem, visible, u, v))
+    graph = step.get_concrete_function(tf.TensorSpec([1, 3, 8])).graph
+    reads = [op for op in graph.get_operations() if op.type == "ReadVariableOp"]
+    assert reads and all(out.consumers() for op in reads for out in op.outputs), \
+        [op.name for op in reads]
+    with pytest.raises(TxlError, match=r"r_r_bias must be \[n_head, d_head\] \(2, 4\), got "
+                                       r"shape \(4,\)"):
+        layer(tf.zeros([1, 3, 8]), pos, mem, visible, u, keras.Variable(np.zeros([4], np.float32)))
+
+
 def test_the_adaptive_layers_on_their_own_refuse_float_and_out_of_range_ids():
     import tensorflow as tf
     from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding

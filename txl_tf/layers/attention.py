@@ -153,7 +153,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             raise InputError(f"pos_emb must be [M + T, d_model] ({klen}, {self.d_model}), got "
                              f"shape {pos_emb.shape}")
         for name, bias in (("r_w_bias", r_w_bias), ("r_r_bias", r_r_bias)):
-            shape = tf.convert_to_tensor(bias).shape
+            # A variable's own shape: converting it would add a read that nothing uses.
+            shape = tf.TensorShape(bias.shape) if hasattr(bias, "shape") else \
+                tf.convert_to_tensor(bias).shape
             if not shape.is_compatible_with([self.n_head, self.d_head]):
                 raise InputError(f"{name} must be [n_head, d_head] ({self.n_head}, "
                                  f"{self.d_head}), got shape {shape}")
