@@ -51,6 +51,14 @@ def test_a_failed_first_start_leaves_the_directory_as_it_found_it(tmp_path, corp
     assert _train(tmp_path, data_dir=corpus, mem_len=8)["step"] == 2
 
 
+def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(tmp_path):
+    with pytest.raises(TrainingError, match=r"^--log_batches reads the continuous stream: it "
+                                            r"does not go with --document_separator$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), log_batches=True,
+               document_separator=10)
+    assert not (tmp_path / "run").exists()
+
+
 def test_empty_corpus(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(TrainingError, match=r"empty corpus: .*the train split is empty"):

@@ -161,6 +161,9 @@ def _check_options(o):
     if o["document_separator"] is not None and o["document_separator"] < 0:
         raise TrainingError(f"--document_separator must be an id >= 0, got "
                             f"{o['document_separator']}")
+    if o["log_batches"] and o["document_separator"] is not None:
+        raise TrainingError("--log_batches reads the continuous stream: it does not go with "
+                            "--document_separator")
     _profile_steps(o)
     if o["steps_per_execution"] < 0:
         raise TrainingError(f"--steps_per_execution must be >= 0, got "
