@@ -138,12 +138,16 @@ def run_export(output_dir=None, model_dir=None, *, triton_options=None,
     o = export_options(output_dir=output_dir, model_dir=model_dir, triton_options=triton_options,
                        external_data_threshold=external_data_threshold, **options)
     output_dir = o["output_dir"]
-    _check_output_holds_no_input(o)
+    source = model_dir_loader.resolve(o["model_dir"], config_path=o["config"],
+                                      weights_path=o["weights"], vocab_dir=o["vocab_dir"])
+    _check_output_holds_no_input(o, source)
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not o["overwrite"]:
         raise ExportError(f"output folder {output_dir!r} is not empty; pass --overwrite "
                           "(overwrite=True) to replace its contents")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ExportError(f"output path {output_dir!r} exists and is not a folder")
+    # What the config alone decides is checked before the weights load.
+    _check_model_options(o, model_dir_loader.load_config(source))
     stages = StageLog()
     with staged_folder(output_dir) as staging:
         report = _export_into(staging, stages, o)
@@ -196,6 +200,10 @@ def _check_options(o):
     if o["decode_dtype"] not in DECODE_DTYPES:
         raise ExportError(f"--decode_dtype must be one of {', '.join(DECODE_DTYPES)}, got "
                           f"{o['decode_dtype']!r}")
+    if o["cache_dtype"] not in (None, "float32") and (
+            "onnx" not in o["formats"] or not o["decode_cache"]):
+        raise ExportError(f"--cache_dtype={o['cache_dtype']} is the ONNX decode graphs' cache: "
+                          "it needs onnx in --formats and --decode_cache")
     if o["decode_dtype"] != "float32":
         if o["cache_dtype"] not in (None, o["decode_dtype"]):
             raise ExportError(f"--decode_dtype={o['decode_dtype']} keeps the keys and values "
@@ -208,13 +216,11 @@ def _check_options(o):
                           f"{o['triton_max_batch_size']}")
 
 
-def _check_output_holds_no_input(o):
+def _check_output_holds_no_input(o, source):
     """Refuses an output folder that is, or holds, one of the export's inputs
-    (replacing it would destroy them, e.g. `--output_dir` = the training run)."""
-    from txl_tf.weights.model_dir import resolve
+    (replacing it would destroy them, e.g. `--output_dir` = the training run);
+    `source` is the inputs' `ModelSource`."""
     output_dir = o["output_dir"]
-    source = resolve(o["model_dir"], config_path=o["config"], weights_path=o["weights"],
-                     vocab_dir=o["vocab_dir"])
     inputs = [o["model_dir"], source.config_path, source.weights_path, source.vocab_dir]
     real_output = os.path.realpath(output_dir)
     for path in filter(None, inputs):
@@ -224,6 +230,29 @@ def _check_output_holds_no_input(o):
                 os.path.commonpath([real_output, real]) == real_output:
             raise ExportError(f"output folder {output_dir!r} holds the export's input "
                               f"{path!r}; choose another --output_dir")
+
+
+def _check_model_options(o, cfg):
+    """Raises `ExportError` on options of `o` that the model's config `cfg`
+    rules out (or `check_fits`'s error on a size this machine cannot hold)."""
+    formats = o["formats"]
+    if cfg.attn_type != 0 and "onnx" in formats and o["decode_cache"]:
+        raise ExportError(f"attn_type {cfg.attn_type} has no cached decode interface (the "
+                          "decode graphs serve attn_type 0): pass --nodecode_cache")
+    mem_len = cfg.mem_len if o["mem_len"] is None else int(o["mem_len"])
+    check_fits(cfg, 1, 1, mem_len, what="the exported graph's smallest step")
+    if o["verify"]:  # the Keras core's outputs, kept while each artefact is checked against them
+        check_fits(cfg, PARITY_BATCH, min(cfg.tgt_len, PARITY_SEGMENT_LEN), mem_len,
+                   what="the parity check (--noverify skips it)",
+                   extra={"reference memories": 2 * PARITY_SEGMENTS * memory_bytes(
+                       cfg, PARITY_BATCH, mem_len)})
+    if "triton" in formats:
+        try:
+            # `cached` is an option of the repository, not of its config.
+            check_triton_options(mem_len, log_probs=o["log_probs"], **{
+                k: v for k, v in o["triton_options"].items() if k != "cached"})
+        except (TypeError, ValueError) as error:
+            raise ExportError(f"cannot write a Triton repository: {error}") from None
 
 
 def _export_into(out, stages, o):
@@ -236,26 +265,10 @@ def _export_into(out, stages, o):
     cfg, vocab_dir = core.config, source.vocab_dir
     del source
     stages.done("loading", f"{core.count_params():,} parameters")
-    if cfg.attn_type != 0 and "onnx" in formats and o["decode_cache"]:
-        raise ExportError(f"attn_type {cfg.attn_type} has no cached decode interface (the "
-                          "decode graphs serve attn_type 0): pass --nodecode_cache")
     mem_len = cfg.mem_len if o["mem_len"] is None else int(o["mem_len"])
-    check_fits(cfg, 1, 1, mem_len, what="the exported graph's smallest step")
     parity_len = min(cfg.tgt_len, PARITY_SEGMENT_LEN)
-    if o["verify"]:  # the Keras core's outputs, kept while each artefact is checked against them
-        check_fits(cfg, PARITY_BATCH, parity_len, mem_len,
-                   what="the parity check (--noverify skips it)",
-                   extra={"reference memories": 2 * PARITY_SEGMENTS * memory_bytes(
-                       cfg, PARITY_BATCH, mem_len)})
     zero_filled_memory = cfg.zero_filled_memory if o["zero_filled_memory"] is None \
         else o["zero_filled_memory"]
-    if "triton" in formats:
-        try:
-            # `cached` is an option of the repository, not of its config.
-            check_triton_options(mem_len, log_probs=log_probs, **{
-                k: v for k, v in triton_options.items() if k != "cached"})
-        except (TypeError, ValueError) as error:
-            raise ExportError(f"cannot write a Triton repository: {error}") from None
     cfg.to_json(os.path.join(out, CONFIG_FILE))
     if vocab_dir:
         shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)

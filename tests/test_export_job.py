@@ -101,12 +101,38 @@ def test_job_as_module_with_explicit_config_and_weights(model_dir, tmp_path, job
     (["--model_dir=m", "--decode_dtype=float16", "--cache_dtype=float32"],
      r"^--decode_dtype=float16 keeps the keys and values in float16: drop "
      r"--cache_dtype=float32$"),
+    # Recorded in the metadata of graphs that hold no cache (model.onnx, the SavedModel).
+    (["--model_dir=m", "--formats=saved_model", "--cache_dtype=float16"],
+     r"^--cache_dtype=float16 is the ONNX decode graphs' cache: it needs onnx in --formats "
+     r"and --decode_cache$"),
+    (["--model_dir=m", "--nodecode_cache", "--cache_dtype=float16"],
+     r"^--cache_dtype=float16 is the ONNX decode graphs' cache"),
 ], ids=["no_model", "config_alone", "formats", "one_bad_format", "no_format", "opset_low",
-        "opset_high", "tolerance", "tolerance_nan", "mem_len", "triton_batch", "decode_dtype"])
+        "opset_high", "tolerance", "tolerance_nan", "mem_len", "triton_batch", "decode_dtype",
+        "cache_dtype_no_onnx", "cache_dtype_no_decode_cache"])
 def test_job_flag_errors_name_the_flag(tmp_path, argv, message):
     """Checked before the model is read: `m` and `c.json` do not exist."""
     with pytest.raises(ExportError, match=message):
         run_job(f"--output_dir={tmp_path / 'out'}", *argv)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(triton_options={"max_batch_size": 8, "max_candidate_sequences": 4}),
+     r"^cannot write a Triton repository: max_candidate_sequences \(4\) must be at least "
+     r"max_batch_size \(8\)"),
+    (dict(triton_model_name='my "best" lm'), "^cannot write a Triton repository: model_name "
+                                              "must be a plain folder name"),
+    (dict(mem_len=0), "^cannot write a Triton repository: .*mem_len >= 1"),
+], ids=["candidates", "name", "mem_len"])
+def test_triton_options_are_refused_before_the_model_loads(model_dir, tmp_path, monkeypatch,
+                                                           options, message):
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the options were checked")
+    monkeypatch.setattr(job.model_dir_loader, "load", no_load)
+    with pytest.raises(ExportError, match=message):
+        run_export(str(tmp_path / "out"), str(model_dir[0]), formats=["onnx", "triton"],
+                   **options)
     assert not (tmp_path / "out").exists()
 
 
