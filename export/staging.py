@@ -1,8 +1,10 @@
 """The output folder of an export, written whole or not at all: a staging
 folder beside it that replaces it in two renames when the writing succeeds
 (`staged_folder`), and the leftovers of a killed export cleared at the next
-(`remove_stale`). The export job, the classifier's export and the Triton
-repository's model folders write through it."""
+(`remove_stale`, which puts back the previous export where a kill between the
+two renames left it under its old folder's name). The export job, the
+classifier's export and the Triton repository's model folders write through
+it."""
 import contextlib
 import os
 import shutil
@@ -57,18 +59,28 @@ def _prefix(output_dir, kind):
 
 def remove_stale(output_dir):
     """Deletes the staging and old folders of `output_dir` whose export is
-    no longer running (it was killed); returns their names."""
+    no longer running (it was killed); returns their names. An export killed
+    between `swap_in`'s two renames left no `output_dir`, the previous export
+    being its old folder: that folder is renamed back to `output_dir` (the
+    newest, if several) instead."""
     parent, name = os.path.split(os.path.abspath(output_dir))
-    removed = []
+    stale = {"tmp": [], "old": []}
     for entry in os.listdir(parent) if os.path.isdir(parent) else ():
-        for kind in ("tmp", "old"):
+        for kind in stale:
             head = f".{name}.{kind}-"
             if not entry.startswith(head):
                 continue
             pid = entry[len(head):].split("-", 1)[0]
             if not pid.isdigit() or not _alive(int(pid)):
-                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-                removed.append(entry)
+                stale[kind].append(os.path.join(parent, entry))
+    if stale["old"] and not os.path.lexists(os.path.join(parent, name)):
+        previous = max(stale["old"], key=lambda path: os.stat(path).st_ctime_ns)
+        os.rename(previous, os.path.join(parent, name))
+        stale["old"].remove(previous)
+    removed = []
+    for path in stale["tmp"] + stale["old"]:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(os.path.basename(path))
     return removed
 
 
