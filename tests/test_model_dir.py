@@ -43,6 +43,28 @@ def test_run_directory_forms(run, tmp_path):
     assert same_weights(loaded, core)
 
 
+def test_an_export_older_than_the_newest_checkpoint_is_named_on_stderr(run, tmp_path, capsys):
+    """A run resumed with a higher --train_steps and stopped before its end
+    keeps the export/ of its first end: the run directory still gives it
+    (the documented order), with a warning naming the newer checkpoint."""
+    import os
+    import shutil
+    path, core = run
+    resumed = shutil.copytree(path, tmp_path / "run")
+    save_pretrained(core, resumed / "export")
+    index = resumed / "checkpoints" / "ckpt-3.index"
+    exported = os.stat(resumed / "export" / "weights.npz").st_mtime_ns
+    os.utime(index, ns=(exported + 10 ** 9, exported + 10 ** 9))
+    assert resolve(str(resumed)).weights_path == str(resumed / "export" / "weights.npz")
+    assert capsys.readouterr().err == (
+        f"warning: {resumed / 'export'} is older than the run's newest checkpoint ckpt-3: it "
+        "holds the weights of an earlier end of the run (a resumed run stopped before its "
+        f"end?); reading {resumed / 'export'} (--checkpoint=ckpt-3 reads the checkpoint)\n")
+    os.utime(index, ns=(exported - 10 ** 9, exported - 10 ** 9))  # the run's end: export/ last
+    resolve(str(resumed))
+    assert capsys.readouterr().err == ""
+
+
 def test_unreadable_weights_name_the_path(run, tmp_path):
     _, core = run
     save_pretrained(core, tmp_path / "model")

@@ -12,6 +12,7 @@ Explicit `config_path` / `weights_path` / `vocab_dir` override what the
 directory holds. Every problem is a `ModelDirError` naming the path.
 """
 import os
+import sys
 import zipfile
 from typing import NamedTuple, Optional
 
@@ -69,6 +70,27 @@ def _checkpoint_prefix(path, run_dir):
                         f"file, or a folder of training checkpoints){existing}")
 
 
+def _warn_if_older_than_a_checkpoint(export, checkpoint_folder):
+    """A `warning:` line on stderr when the run's newest checkpoint was
+    written after `export/` (a resumed run stopped before its end): export/
+    is still what the run directory gives, and `--checkpoint` the way to the
+    newer weights."""
+    def written(path):  # a checkpoint a running job deletes meanwhile counts as none
+        try:
+            return os.stat(path).st_mtime_ns
+        except OSError:
+            return -1
+    indexes = [os.path.join(checkpoint_folder, n) for n in os.listdir(checkpoint_folder)
+               if n.endswith(".index")] if os.path.isdir(checkpoint_folder) else []
+    newest = max(indexes, key=written, default=None)
+    if newest and written(newest) > written(os.path.join(export, WEIGHTS_FILE)):
+        name = os.path.basename(newest)[:-len(".index")]
+        print(f"warning: {export} is older than the run's newest checkpoint {name}: it holds "
+              f"the weights of an earlier end of the run (a resumed run stopped before its "
+              f"end?); reading {export} (--checkpoint={name} reads the checkpoint)",
+              file=sys.stderr, flush=True)
+
+
 def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
             vocab_dir=None):
     """The `ModelSource` of a model or training run directory (see module
@@ -88,6 +110,7 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
             home = model_dir
         elif _isfile(export, WEIGHTS_FILE):
             home = export
+            _warn_if_older_than_a_checkpoint(export, os.path.join(model_dir, CHECKPOINT_DIR))
         elif _isfile(model_dir, CONFIG_FILE) and os.path.isdir(
                 os.path.join(model_dir, CHECKPOINT_DIR)):
             kind, home = "checkpoint", model_dir
