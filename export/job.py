@@ -41,6 +41,7 @@ from export.triton import (DEFAULT_MODEL_NAME, SUFFIX as CACHED_SUFFIX, check_ca
                            check_triton_model, check_triton_options, model_file,
                            write_triton_repository)
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir as model_dir_loader
@@ -146,6 +147,8 @@ def run_export(output_dir=None, model_dir=None, *, triton_options=None,
                           "(overwrite=True) to replace its contents")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ExportError(f"output path {output_dir!r} exists and is not a folder")
+    if path_in_the_way("output_dir", output_dir):  # a file above it
+        raise ExportError(path_in_the_way("output_dir", output_dir))
     # What the config alone decides is checked before the weights load.
     _check_model_options(o, model_dir_loader.load_config(source))
     stages = StageLog()

@@ -412,6 +412,32 @@ CLI_CASES = [
                                           "--weights={root}/missing.npz",
                                           "--output_dir={root}/out"],
      r"weights file '.*missing\.npz' does not exist"),
+    # A file where a folder must go: the flag and the path, before any work (the first
+    # write's "[Errno 17] File exists", at the end of an evaluation for its --output).
+    ("export_output_under_a_file", "export", ["--model_dir={root}/model",
+                                              "--output_dir={scratch}/latin1.txt/out"],
+     r"^error: --output_dir: .*latin1\.txt is not a folder, so it cannot hold "
+     r".*latin1\.txt/out; choose another --output_dir$"),
+    ("train_model_dir_is_a_file", "training.train", ["--model_dir={scratch}/latin1.txt"],
+     r"^error: --model_dir: .*latin1\.txt exists and is not a folder; choose another "
+     r"--model_dir$"),
+    ("train_model_dir_under_a_file", "training.train", ["--model_dir={scratch}/latin1.txt/run"],
+     r"^error: --model_dir: .*latin1\.txt is not a folder, so it cannot hold"),
+    ("evaluate_output_under_a_file", "training.evaluate",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--output={scratch}/latin1.txt/e.json"],
+     r"^error: --output: .*latin1\.txt is not a folder, so it cannot hold .*e\.json; choose "
+     r"another --output$"),
+    ("attention_output_under_a_file", "training.attention_picture",
+     ["--model_dir={root}/model", "--text=ab", "--output={scratch}/latin1.txt/a.png"],
+     r"^error: --output: .*latin1\.txt is not a folder"),
+    ("classify_output_under_a_file", "training.classify",
+     ["--mode=evaluate", "--classifier_dir={root}/model", "--eval_data={corpus}",
+      "--output={scratch}/latin1.txt/m.json"], r"^error: --output: .*latin1\.txt is not a folder"),
+    ("classify_output_dir_under_a_file", "training.classify",
+     ["--mode=train", "--train_data={corpus}", "--preset=tiny",
+      "--output_dir={scratch}/latin1.txt/c"], r"^error: --output_dir: .*latin1\.txt is not a "
+                                              r"folder"),
     ("flagfile_not_utf8", "training.train", ["--flagfile={scratch}/latin1.txt"],
      r"^error: a --flagfile is not UTF-8 text: 'utf-8' codec can't decode"),
     ("flagfile_missing", "export", ["--flagfile={scratch}/nowhere.cfg"],

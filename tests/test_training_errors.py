@@ -59,6 +59,15 @@ def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_model_dir_that_cannot_be_made_names_the_flag_and_the_fix(tmp_path, monkeypatch):
+    def refused(path, exist_ok=False):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(train.os, "makedirs", refused)
+    with pytest.raises(TrainingError, match=r"^--model_dir: cannot create .*run \(Permission "
+                                            r"denied\); choose another --model_dir$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"))
+
+
 def test_empty_corpus(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(TrainingError, match=r"empty corpus: .*the train split is empty"):

@@ -18,6 +18,7 @@ import os
 from training.errors import TrainingError
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 
 SPEC = (
     option("string", "model_dir", None, "Model directory (with vocab/) or training run "
@@ -52,6 +53,8 @@ def _check_options(o):
         raise TrainingError("--output (a .png file) is required")
     if not o["output"].lower().endswith(".png"):
         raise TrainingError(f"--output must name a .png file, got {o['output']!r}")
+    if path_in_the_way("output", o["output"], "file"):
+        raise TrainingError(path_in_the_way("output", o["output"], "file"))
     if (o["text"] is None) == (o["text_file"] is None):
         raise TrainingError("pass the text with exactly one of --text or --text_file")
     if o["text"] is not None and not o["text"]:

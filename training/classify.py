@@ -46,6 +46,7 @@ from training.classifier_model import (MODEL_FILE, check_lengths, choose_model,
                                        predict_logits)
 from training.errors import TrainingError
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 
 MODES = ("train", "evaluate", "predict")
 EXPORT_FORMATS = ("saved_model", "onnx")
@@ -150,6 +151,9 @@ def check_options(o):
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
     from training.train import check_seed
     check_seed(o["seed"])
+    for name, kind in (("output_dir", "folder"), ("output", "file")):  # written after the work
+        if o[name] and path_in_the_way(name, o[name], kind):
+            raise TrainingError(path_in_the_way(name, o[name], kind))
     if o["mode"] == "train":
         _require(o, "train_data", "output_dir")
         if o["steps"] is not None and o["epochs"] is not None:

@@ -22,6 +22,7 @@ import os
 from training.errors import TrainingError
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 
 SPEC = (
     option("string", "model_dir", None, "Model directory, or a training run's directory (a "
@@ -72,6 +73,8 @@ def _check_options(o, settings):
         raise TrainingError(f"--max_segments must be positive, got {o['max_segments']}")
     if not o["model_dir"]:
         raise TrainingError("--model_dir is required")
+    if o["output"] and path_in_the_way("output", o["output"], "file"):  # written at the end
+        raise TrainingError(path_in_the_way("output", o["output"], "file"))
 
 
 def run(**options):

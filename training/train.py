@@ -43,6 +43,7 @@ import time
 from training.errors import TrainingError
 from training.files import save_vocab, write_atomically
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 
 SPEC = (
     option("string", "preset", "small", "Model preset (txl_tf.PRESETS)."),
@@ -136,6 +137,8 @@ def _check_options(o):
     """Checks of the flags' values alone (nothing imported: fails fast)."""
     if not o["model_dir"]:
         raise TrainingError("--model_dir is required")
+    if path_in_the_way("model_dir", o["model_dir"]):
+        raise TrainingError(path_in_the_way("model_dir", o["model_dir"]))
     for name in ("batch_size", "train_steps", "checkpoint_every", "log_every",
                  "eval_batch_size", "keep_checkpoints"):
         if o[name] is None or o[name] <= 0:
@@ -277,7 +280,8 @@ def run(**options):
     try:
         os.makedirs(model_dir, exist_ok=True)
     except OSError as err:
-        raise TrainingError(f"--model_dir: cannot create {model_dir}: {err}") from None
+        raise TrainingError(f"--model_dir: cannot create {model_dir} ({err.strerror or err}); "
+                            "choose another --model_dir") from None
     owner = f"--model_dir {model_dir}" + ("" if is_chief else f" (worker {task_id})")
     lock = DirectoryLock(lock_path(model_dir, task_id, is_chief), owner)
     try:
