@@ -1,4 +1,5 @@
 """The pure core: exact against the paper's math, segments == one pass, memory facts, errors."""
+import re
 import keras
 import numpy as np
 import pytest
@@ -319,6 +320,23 @@ def test_config_values_of_the_wrong_type_are_named(field, value, match):
     from txl_tf import ConfigError
     with pytest.raises(ConfigError, match=match):
         TransformerXLConfig(n_token=100, **{field: value})
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(False), 0, 1, np.int64(1), 2, -1, "no", 1.0,
+                                   None])
+def test_the_config_takes_the_flags_the_shared_check_takes(value):
+    """One definition of a flag (`numpy_checks.is_flag`); the config's is a ConfigError."""
+    from txl_tf import ConfigError, TxlError
+    from txl_tf.checks.numpy_checks import check_flag
+    try:
+        expected = check_flag("same_length", value)
+    except TxlError as error:
+        with pytest.raises(ConfigError, match=f"^{re.escape(str(error))}$"):
+            TransformerXLConfig(n_token=100, same_length=value)
+    else:
+        assert TransformerXLConfig(n_token=100, same_length=value).same_length is expected
+        assert TransformerXLConfig(n_token=100, cutoffs=[50],
+                                   tie_projs=[value, value]).tie_projs == [expected] * 2
 
 
 def test_unknown_or_missing_config_fields_are_config_errors():

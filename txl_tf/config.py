@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from txl_tf.checks.numpy_checks import is_flag
 from txl_tf.errors import TxlError
 
 
@@ -29,12 +30,9 @@ _FLAGS = ("tie_weight", "proj_same_dim", "untie_r", "pre_lnorm", "same_length",
 
 
 def _is_int(value):
+    # A Python int only, not `check_count`'s numpy integers too: the config
+    # keeps the values it is given, and to_json cannot write a numpy integer.
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_flag(value):
-    return isinstance(value, (bool, np.bool_)) or (
-        isinstance(value, numbers.Integral) and value in (0, 1))
 
 
 @dataclasses.dataclass
@@ -108,11 +106,11 @@ class TransformerXLConfig:
             split = bool(self.cutoffs)
             self.tie_projs = [not split or i > 0 for i in range(len(self.cutoffs) + 1)]
         if not isinstance(self.tie_projs, (list, tuple)) or not all(
-                _is_flag(t) for t in self.tie_projs):
+                is_flag(t) for t in self.tie_projs):
             raise ConfigError(f"tie_projs must be a list of booleans, got {self.tie_projs!r}")
         self.tie_projs = [bool(t) for t in self.tie_projs]
         for name in _FLAGS:  # a string ("false", "no") would be truthy
-            if not _is_flag(getattr(self, name)):
+            if not is_flag(getattr(self, name)):
                 raise ConfigError(f"{name} must be a boolean, got {getattr(self, name)!r}")
             setattr(self, name, bool(getattr(self, name)))
         self.validate()

@@ -69,10 +69,15 @@ def check_count(name, value, low=0):
     return int(value)
 
 
+def is_flag(value):
+    """Whether `value` is a bool (Python or numpy) or the integer 0 or 1: a
+    string such as "no" is not (it would be truthy)."""
+    return isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, (int, np.integer)) and value in (0, 1))
+
+
 def check_flag(name, value):
-    """`value` as a bool, or `TxlError` unless it is a bool (or 0 or 1): a
-    string such as "no" would be truthy."""
-    if not isinstance(value, (bool, np.bool_)) and not (
-            isinstance(value, (int, np.integer)) and value in (0, 1)):
+    """`value` as a bool, or `TxlError` unless `is_flag(value)`."""
+    if not is_flag(value):
         raise TxlError(f"{name} must be a boolean, got {value!r}")
     return bool(value)
