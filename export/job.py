@@ -150,10 +150,11 @@ def run_export(output_dir=None, model_dir=None, *, triton_options=None,
     if path_in_the_way("output_dir", output_dir):  # a file above it
         raise ExportError(path_in_the_way("output_dir", output_dir))
     # What the config alone decides is checked before the weights load.
-    _check_model_options(o, model_dir_loader.load_config(source))
+    cfg = model_dir_loader.load_config(source)
+    _check_model_options(o, cfg)
     stages = StageLog()
     with staged_folder(output_dir) as staging:
-        report = _export_into(staging, stages, o)
+        report = _export_into(staging, stages, o, source, cfg)
     stages.done("done", output_dir)
     return report
 
@@ -258,13 +259,13 @@ def _check_model_options(o, cfg):
             raise ExportError(f"cannot write a Triton repository: {error}") from None
 
 
-def _export_into(out, stages, o):
-    """Writes the export of options `o` (`export_options`) into the folder
-    `out`, logging each stage to `stages`; returns the report."""
+def _export_into(out, stages, o, source, cfg):
+    """Writes the export of options `o` (`export_options`) of the model at
+    `source` (a `ModelSource`, its config `cfg`) into the folder `out`,
+    logging each stage to `stages`; returns the report."""
     formats, log_probs, opset = o["formats"], o["log_probs"], o["opset"]
     triton_options, threshold = o["triton_options"], o["external_data_threshold"]
-    core, source = model_dir_loader.load(o["model_dir"], config_path=o["config"],
-                                         weights_path=o["weights"], vocab_dir=o["vocab_dir"])
+    core = model_dir_loader.load_core(source, config=cfg)
     cfg, vocab_dir = core.config, source.vocab_dir
     del source
     stages.done("loading", f"{core.count_params():,} parameters")

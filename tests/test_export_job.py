@@ -129,7 +129,8 @@ def test_triton_options_are_refused_before_the_model_loads(model_dir, tmp_path, 
                                                            options, message):
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the options were checked")
-    monkeypatch.setattr(job.model_dir_loader, "load", no_load)
+    for name in ("load", "load_core", "load_weights"):
+        monkeypatch.setattr(job.model_dir_loader, name, no_load)
     with pytest.raises(ExportError, match=message):
         run_export(str(tmp_path / "out"), str(model_dir[0]), formats=["onnx", "triton"],
                    **options)
