@@ -59,7 +59,8 @@ def test_an_export_older_than_the_newest_checkpoint_is_named_on_stderr(run, tmp_
     assert capsys.readouterr().err == (
         f"warning: {resumed / 'export'} is older than the run's newest checkpoint ckpt-3: it "
         "holds the weights of an earlier end of the run (a resumed run stopped before its "
-        f"end?); reading {resumed / 'export'} (--checkpoint=ckpt-3 reads the checkpoint)\n")
+        f"end?); reading {resumed / 'export'} (training.evaluate and training.generate read "
+        "the checkpoint with --checkpoint=ckpt-3)\n")
     os.utime(index, ns=(exported - 10 ** 9, exported - 10 ** 9))  # the run's end: export/ last
     resolve(str(resumed))
     assert capsys.readouterr().err == ""

@@ -87,7 +87,8 @@ def _warn_if_older_than_a_checkpoint(export, checkpoint_folder):
         name = os.path.basename(newest)[:-len(".index")]
         print(f"warning: {export} is older than the run's newest checkpoint {name}: it holds "
               f"the weights of an earlier end of the run (a resumed run stopped before its "
-              f"end?); reading {export} (--checkpoint={name} reads the checkpoint)",
+              f"end?); reading {export} (training.evaluate and training.generate read the "
+              f"checkpoint with --checkpoint={name})",
               file=sys.stderr, flush=True)
 
 
