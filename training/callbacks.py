@@ -72,7 +72,7 @@ class StepLog(GlobalStep):
     """Appends `{"step", "time", "lr", <metrics>}` as JSON lines to `path`
     every `every` steps and at the last step trained (`time`: seconds since
     the job's callbacks were made; `lr`: the rate of that step; the metrics
-    are Keras's running means since the start of the epoch). With a
+    are running means since the start of the epoch, see `MetricWindow`). With a
     `CompileTime`, the first line written after it is known also has
     `compile_s` and `jit_compile` (whether the train step is XLA-compiled)."""
 
@@ -160,6 +160,42 @@ class StopOnSignal(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.received is not None:
             self.model.stop_training = True
+
+
+class MetricWindow(GlobalStep):
+    """Keeps the running training metrics a function of the global step: the
+    mean since the last multiple of `every` (--checkpoint_every, one Keras
+    epoch of an uninterrupted run). Keras resets them at each of its epochs,
+    and a run resumed at step s starts its epochs at s: at a Keras epoch that
+    begins between multiples of `every` this puts back what the metrics held
+    (restored from the checkpoint, or at the end of the previous epoch), and
+    at a multiple of `every` inside a Keras epoch it resets them."""
+
+    def __init__(self, every):
+        super().__init__()
+        self.every, self.carry = int(every), None
+
+    def _values(self):
+        return [v.numpy() for metric in self.model.metrics for v in metric.variables]
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # before Keras's reset: the restored values
+        self.carry = self._values() if self.step % self.every else None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.carry is not None:
+            variables = [v for metric in self.model.metrics for v in metric.variables]
+            for variable, value in zip(variables, self.carry):
+                variable.assign(value)
+            self.carry = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        super().on_train_batch_begin(batch, logs)
+        if self.step % self.every == 0 and batch:  # batch 0: Keras has just reset them
+            self.model.reset_metrics()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.carry = self._values() if self.step % self.every else None
 
 
 class StepEvents(GlobalStep):

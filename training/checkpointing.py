@@ -7,6 +7,10 @@
   model object alone would save little more than the r-biases);
 * `optimizer`: Adam's slots and `iterations` (the global step);
 * `state`: the model's other variables (dropout seed states), in order;
+* `metrics`: the running training metrics (`loss`, `bpc`, `ppl` since the
+  last multiple of `--checkpoint_every`; see `training.callbacks.MetricWindow`),
+  so the lines logged after a resume mid-window equal an uninterrupted run's
+  (checkpoints written before them restore without);
 * `mems` / `mem_mask`: one copy of the recurrence memory per
   local replica, `[local_replicas, ...]`. The model keeps its memory in
   sync-on-read variables whose checkpoint value would be replica 0's only;
@@ -90,9 +94,11 @@ class TrainingCheckpoint:
                 trainable=False, name="mem_mask_per_replica")
         memory_ids = {id(model.mems), id(model.mem_mask)}
         state = [v for v in model.non_trainable_variables if id(v) not in memory_ids]
-        self.checkpoint = tf.train.Checkpoint(
-            weights=weight_dict(model.core), optimizer=optimizer, state=state,
-            mems=self.mems, mem_mask=self.mem_mask)
+        parts = dict(weights=weight_dict(model.core), optimizer=optimizer, state=state,
+                     mems=self.mems, mem_mask=self.mem_mask)
+        metrics = [v for metric in model.metrics for v in metric.variables]
+        self.checkpoint = tf.train.Checkpoint(**parts, metrics=metrics)
+        self._without_metrics = tf.train.Checkpoint(**parts)  # reads older checkpoints
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=max_to_keep)
 
@@ -158,7 +164,9 @@ class TrainingCheckpoint:
                 "query/key/value layers: its optimizer state cannot resume this run; its "
                 "weights load (load_pretrained, TransformerXLCausalLM.from_preset), so start a "
                 "new --model_dir from them")
-        self.checkpoint.restore(path).assert_existing_objects_matched()
+        with_metrics = any(name.startswith("metrics/") for name in names)
+        checkpoint = self.checkpoint if with_metrics else self._without_metrics
+        checkpoint.restore(path).assert_existing_objects_matched()
         for target, value in zip(self._local(self.model.mems), self.mems):
             target.assign(value)
         for target, value in zip(self._local(self.model.mem_mask), self.mem_mask):

@@ -315,7 +315,7 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf.weights import save_pretrained
     from txl_tf.checks.memory_budget import check_fits
     from training import inputs, run_record
-    from training.callbacks import (CompileTime, GlobalStepTensorBoard, ProgressBar,
+    from training.callbacks import (CompileTime, GlobalStepTensorBoard, MetricWindow, ProgressBar,
                                     ProgressLine, StepEvents, StepLog, StopOnSignal, TimeLimit,
                                     tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
@@ -467,7 +467,8 @@ def _train(o, strategy, task_id, is_chief):
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     stop = None if multi_worker else StopOnSignal()
     if step < o["train_steps"]:
-        callbacks = [compile_time, StepEvents(on_step)] + ([stop] if stop else [])
+        callbacks = ([compile_time, MetricWindow(o["checkpoint_every"]), StepEvents(on_step)]
+                     + ([stop] if stop else []))
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
