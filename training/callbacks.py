@@ -165,37 +165,39 @@ class StopOnSignal(keras.callbacks.Callback):
 class MetricWindow(GlobalStep):
     """Keeps the running training metrics a function of the global step: the
     mean since the last multiple of `every` (--checkpoint_every, one Keras
-    epoch of an uninterrupted run). Keras resets them at each of its epochs,
-    and a run resumed at step s starts its epochs at s: at a Keras epoch that
-    begins between multiples of `every` this puts back what the metrics held
-    (restored from the checkpoint, or at the end of the previous epoch), and
-    at a multiple of `every` inside a Keras epoch it resets them."""
+    epoch). Keras resets them at each of its epochs, and a run resumed at a
+    step s between multiples of `every` starts its epochs at s: there this
+    puts back at each Keras epoch what the metrics held (restored from the
+    checkpoint, or at the end of the previous epoch), and resets them at each
+    multiple of `every` inside a Keras epoch. A run that starts on a multiple
+    (not resumed, or resumed from a periodic checkpoint) is left to Keras."""
 
     def __init__(self, every):
         super().__init__()
-        self.every, self.carry = int(every), None
+        self.every, self.shifted, self.carry = int(every), False, None
 
-    def _values(self):
-        return [v.numpy() for metric in self.model.metrics for v in metric.variables]
+    def _variables(self):
+        return [v for metric in self.model.metrics for v in metric.variables]
 
     def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)  # before Keras's reset: the restored values
-        self.carry = self._values() if self.step % self.every else None
+        super().on_train_begin(logs)  # before Keras's first reset: the restored values
+        self.shifted = self.step % self.every != 0
+        self.carry = [v.numpy() for v in self._variables()] if self.shifted else None
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.carry is not None:
-            variables = [v for metric in self.model.metrics for v in metric.variables]
-            for variable, value in zip(variables, self.carry):
+            for variable, value in zip(self._variables(), self.carry):
                 variable.assign(value)
             self.carry = None
 
     def on_train_batch_begin(self, batch, logs=None):
         super().on_train_batch_begin(batch, logs)
-        if self.step % self.every == 0 and batch:  # batch 0: Keras has just reset them
+        if self.shifted and self.step % self.every == 0:
             self.model.reset_metrics()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.carry = self._values() if self.step % self.every else None
+        if self.shifted and self.step % self.every:
+            self.carry = [v.numpy() for v in self._variables()]
 
 
 class StepEvents(GlobalStep):
