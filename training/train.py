@@ -424,6 +424,14 @@ def _train(o, strategy, task_id, is_chief):
     if o["steps_per_execution"] and model.steps_per_execution != o["steps_per_execution"]:
         _warn(f"--steps_per_execution {o['steps_per_execution']} does not divide the step "
               f"resumed from ({step}): {model.steps_per_execution} step(s) per call in this run")
+    if replicas > 1 and model.steps_per_execution > 1 and isinstance(
+            strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)):
+        # Keras's train function of several steps fails on its first call
+        # there ("You must feed a value for placeholder tensor", keras-team/keras#19246).
+        if o["steps_per_execution"] > 1:
+            _warn(f"--steps_per_execution {o['steps_per_execution']}: Keras runs several steps "
+                  f"per call on one replica only; 1 step per call on the {replicas} replicas")
+        model.steps_per_execution = 1
     params = sum(int(v.numpy().size) for v in model.core.trainable_weights)
     log(f"model: preset {o['preset']}, {params:,} parameters, n_token {config.n_token}, "
         f"tgt_len {config.tgt_len}, mem_len {config.mem_len}; {type(strategy).__name__} with "
