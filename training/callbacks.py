@@ -7,6 +7,8 @@ import time
 
 import keras
 
+from training.checkpointing import metric_values, set_metric_values
+
 
 class GlobalStep(keras.callbacks.Callback):
     """Base of the callbacks that act on the global step (the optimizer's
@@ -176,18 +178,14 @@ class MetricWindow(GlobalStep):
         super().__init__()
         self.every, self.shifted, self.carry = int(every), False, None
 
-    def _variables(self):
-        return [v for metric in self.model.metrics for v in metric.variables]
-
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)  # before Keras's first reset: the restored values
         self.shifted = self.step % self.every != 0
-        self.carry = [v.numpy() for v in self._variables()] if self.shifted else None
+        self.carry = metric_values(self.model) if self.shifted else None
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.carry is not None:
-            for variable, value in zip(self._variables(), self.carry):
-                variable.assign(value)
+            set_metric_values(self.model, self.carry)
             self.carry = None
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -197,7 +195,7 @@ class MetricWindow(GlobalStep):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.shifted and self.step % self.every:
-            self.carry = [v.numpy() for v in self._variables()]
+            self.carry = metric_values(self.model)
 
 
 class StepEvents(GlobalStep):
