@@ -41,7 +41,8 @@ class TokenNLL(keras.metrics.Metric):
             count: summed token weights.
 
         Returns:
-            The mean NLL, bits per token or perplexity (`kind`), 0 for no tokens.
+            The mean NLL, bits per token or perplexity (`kind`); the mean of no
+            tokens is taken as 0.
         """
         mean = tf.math.divide_no_nan(tf.cast(total, tf.float32), tf.cast(count, tf.float32))
         if self.kind == "bpc":
