@@ -72,6 +72,36 @@ def test_the_loss_by_position_is_each_positions_mean_by_hand(core, batch_size, m
                                                   mem_len=mem_len)
 
 
+def test_random_lengths_and_batches_match_a_numpy_loop_over_the_log_probs(core):
+    """Seeded random corpus lengths (most not dividing into the streams),
+    stream counts, segment and memory lengths: the loss is the mean of
+    -log p(label) read from the core's own log-probs, every label of the
+    paper's order (each stream's ids but its first) once, none dropped."""
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        batch_size, tgt_len = int(rng.integers(1, 6)), int(rng.integers(3, 10))
+        mem_len = int(rng.choice([0, 3, 8]))
+        ids = rng.integers(0, 50, size=int(rng.integers(batch_size + 1, 45))).astype(np.int32)
+        length = -(-len(ids) // batch_size)
+        nll, predicted = [], []
+        for k in range(batch_size):
+            stream, memory = ids[k * length:(k + 1) * length], core.initial_memory(1, mem_len)
+            for start in range(0, len(stream) - 1, tgt_len):
+                labels = stream[start + 1:start + 1 + tgt_len]
+                log_probs, memory = core(stream[start:start + len(labels)][None], memory,
+                                         training=False)
+                for p, label in enumerate(labels):
+                    nll.append(-float(log_probs[0, p, label]))
+                    predicted.append(k * length + start + 1 + p)
+        firsts = set(range(0, len(ids), length))
+        assert sorted(predicted) == sorted(set(range(len(ids))) - firsts)
+        result = evaluate_ids(core, ids, batch_size=batch_size, tgt_len=tgt_len,
+                              mem_len=mem_len)
+        case = f"{len(ids)} ids, batch {batch_size}, tgt_len {tgt_len}, mem_len {mem_len}"
+        assert result["tokens"] == len(nll), case
+        assert result["loss"] == pytest.approx(np.mean(nll), rel=2e-5), case
+
+
 def test_position_bands_double_in_width():
     assert [(a, b) for a, b, _ in position_bands([0.0] * 64)] == [
         (0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63)]

@@ -165,7 +165,12 @@ def _losses_and_memory(strategy, weights, streams, optimizer, token_weights, ste
     if token_weights is not None:
         data = tf.data.Dataset.zip((data, tf.data.Dataset.from_tensor_slices(token_weights)))
         data = data.map(lambda xy, w: (xy[0], xy[1], w))
-    history = model.fit(data.repeat(), epochs=steps, steps_per_epoch=1, verbose=0)
+    logged = []  # what a callback reads after each step (the job's train_log.jsonl)
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: logged.append(float(logs["loss"])))
+    history = model.fit(data.repeat(), epochs=steps, steps_per_epoch=1, verbose=0,
+                        callbacks=[record])
+    assert logged == pytest.approx(history.history["loss"], rel=1e-6)
     per_replica = strategy.experimental_local_results(
         strategy.run(lambda: tf.convert_to_tensor(model.mems)))
     evaluation = model.evaluate(eval_segment_dataset(padded_corpus(4, seed=3), 4, T),

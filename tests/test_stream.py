@@ -149,3 +149,52 @@ def test_streams_stay_on_their_replica(two_replicas, evaluation):
 def test_global_batch_must_divide_replicas(two_replicas):
     with pytest.raises(ValueError, match="global_batch_size 5 is not divisible by the 2 replicas"):
         distribute_segments(two_replicas, np.arange(1000), 5, 4)
+
+
+def _paper_batches(ids, b, t, evaluation):
+    """The paper's LMOrderedIterator in numpy: `b` contiguous rows (N // b ids
+    each; ceil(N / b) at evaluation, the last rows shorter), segments of `t`
+    read left to right, labels one later; training keeps full segments only,
+    evaluation pads past a row's end with id 0 (labels with weight 0)."""
+    n = len(ids)
+    length = -(-n // b) if evaluation else n // b
+    rows = [ids[k * length:(k + 1) * length] for k in range(b)]
+    batches = []
+    for i in range(0, length - 1, t):
+        if not evaluation and i + t > length - 1:
+            break
+        x, y = np.zeros([b, t], np.int32), np.zeros([b, t], np.int32)
+        w = np.zeros([b, t], np.float32)
+        for k, row in enumerate(rows):
+            inputs, labels = row[i:i + t], row[i + 1:i + 1 + t]
+            x[k, :len(inputs)], y[k, :len(labels)], w[k, :len(labels)] = inputs, labels, 1
+        batches.append((x, y, w) if evaluation else (x, y))
+    return batches
+
+
+def test_random_layouts_match_the_papers_iterator():
+    """Seeded random corpus lengths, batch sizes, segment lengths and resume
+    steps: every training batch (an epoch and the next one's first, and from
+    the resume step on)
+    and every evaluation batch equals the numpy reference."""
+    rng = np.random.default_rng(2024)
+    for _ in range(12):
+        b, t = int(rng.integers(1, 7)), int(rng.integers(1, 9))
+        n = int(rng.integers(b * (t + 1), b * (t + 1) * 3 + 20))
+        ids = rng.integers(0, 1 << 30, n).astype(np.int32)
+        case = f"n={n} b={b} t={t}"
+        train = _paper_batches(ids, b, t, evaluation=False)
+        assert num_segments(n, b, t) == len(train), case
+        for s, got in enumerate(collect(segment_dataset(ids, b, t), len(train) + 1)):
+            for u, v in zip(got, train[s % len(train)]):
+                np.testing.assert_array_equal(u, v, err_msg=f"{case} step {s}")
+        start = int(rng.integers(0, 2 * len(train)))
+        for j, got in enumerate(collect(segment_dataset(ids, b, t, start_step=start), 2)):
+            for u, v in zip(got, train[(start + j) % len(train)]):
+                np.testing.assert_array_equal(u, v, err_msg=f"{case} resumed at {start}")
+        evaluation = _paper_batches(ids, b, t, evaluation=True)
+        got = collect(eval_segment_dataset(ids, b, t))
+        assert len(got) == len(evaluation), case
+        for s, (batch, expected) in enumerate(zip(got, evaluation)):
+            for u, v in zip(batch, expected):
+                np.testing.assert_array_equal(u, v, err_msg=f"{case} evaluation segment {s}")

@@ -1,5 +1,6 @@
 """The training job on 2 replicas (MirroredStrategy over the 2 logical CPUs of
-tests/conftest.py) trains like 1 replica with the same global batch, and
+tests/conftest.py) trains like 1 replica with the same global batch (where
+one replica runs 2 steps per call, which Keras cannot do on several), and
 leaves no input iterator to a later garbage collection."""
 import gc
 import json
@@ -19,12 +20,14 @@ def _input_iterators():
 
 def _run(tmp_path, name, strategy):
     before = _input_iterators()
-    train.run(model_dir=str(tmp_path / name), dataset="text",
-              data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
-              preset="tiny", batch_size=4, train_steps=4, checkpoint_every=2, log_every=1,
-              final_eval=False, verbose=0, learning_rate=0.01, seed=1, strategy=strategy,
-              mixed_precision="none")  # float32 whatever the CPU: compared at 2e-5
+    result = train.run(
+        model_dir=str(tmp_path / name), dataset="text", data_dir=str(tmp_path / "corpus.txt"),
+        cache_dir=str(tmp_path / "cache"), preset="tiny", batch_size=4, train_steps=4,
+        checkpoint_every=2, final_eval=False, verbose=0, learning_rate=0.01, seed=1,
+        strategy=strategy, mixed_precision="none",  # float32 whatever the CPU: compared at 2e-5
+        log_every=2)  # 2 steps per call on one replica; several replicas take 1
     assert not _input_iterators() - before, "the job left its input iterators to a later gc"
+    assert result["steps_per_execution"] == (2 if strategy == "one_device" else 1)
     with open(tmp_path / name / "train_log.jsonl", encoding="utf-8") as f:
         return [json.loads(line)["loss"] for line in f]
 

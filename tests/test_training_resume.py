@@ -110,15 +110,15 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, jobs):
 def test_ctrl_c_checkpoints_the_step_reached_and_resumes_bit_identically(tmp_path, jobs):
     """SIGINT with the next checkpoint far away: the job saves the step it
     reached, says so in one line, exits 130 (the shell's code for SIGINT: the
-    run is not finished), and the same command ends with the weights of an
-    uninterrupted run."""
+    run is not finished), and the same command ends with the weights and the
+    logged losses of an uninterrupted run."""
     write_text_corpus(tmp_path / "corpus.txt", 20_000, seed=6)
 
     def args(model_dir):
         return [f"--model_dir={model_dir}", "--dataset=text",
                 f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
                 "--preset=tiny", "--batch_size=4", "--train_steps=80",
-                "--checkpoint_every=1000", "--log_every=1", "--nofinal_eval",
+                "--checkpoint_every=70", "--log_every=1", "--nofinal_eval",
                 "--strategy=one_device", "--verbose=0", "--learning_rate=0.003", "--seed=2",
                 "--mixed_precision=none"]
 
@@ -146,3 +146,40 @@ def test_ctrl_c_checkpoints_the_step_reached_and_resumes_bit_identically(tmp_pat
             np.load(broken / "export" / "weights.npz") as b:
         for name in a.files:
             np.testing.assert_array_equal(b[name], a[name], err_msg=name)
+    # The running loss logged after the resume is the uninterrupted run's: the
+    # metrics' sums resume from the checkpoint, and they restart at step 70
+    # (--checkpoint_every), not at the resumed run's first Keras epoch.
+    def logged(model_dir):
+        with open(model_dir / "train_log.jsonl", encoding="utf-8") as f:
+            return {r["step"]: (r["loss"], r["bpc"], r["ppl"], r["lr"])
+                    for r in map(json.loads, f)}
+    full_log, broken_log = logged(tmp_path / "full"), logged(broken)
+    assert sorted(broken_log) == sorted(full_log) == list(range(1, 81))
+    assert broken_log == full_log
+
+
+def test_checkpoints_hold_the_running_metrics_and_older_ones_still_restore(tmp_path):
+    """The running loss sums are in the checkpoint (a run resumed between two
+    checkpoints logs what an uninterrupted one logs); a checkpoint written
+    before they were (no `metrics/`) restores the rest and leaves them empty."""
+    import tensorflow as tf
+    from training.checkpointing import TrainingCheckpoint
+    from txl_tf import TransformerXLConfig, TransformerXLLM
+    from txl_tf.learning.optimizer import ReplicaClippedAdam
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=1)
+    optimizer = ReplicaClippedAdam(0.1)
+    optimizer.build(model.trainable_variables)
+    loss = next(m for m in model.metrics if m.name == "loss")
+    loss.update_state(tf.constant([[2.0, 4.0, 6.0]]))
+    TrainingCheckpoint(model, optimizer, str(tmp_path / "new"), strategy).save()
+    older = TrainingCheckpoint(model, optimizer, str(tmp_path / "old"), strategy)
+    tf.train.CheckpointManager(older._without_metrics, str(tmp_path / "old"),
+                               max_to_keep=1).save(checkpoint_number=0)
+    model.reset_metrics()
+    assert float(loss.result()) == 0.0
+    TrainingCheckpoint(model, optimizer, str(tmp_path / "new"), strategy).restore_latest()
+    assert float(loss.result()) == 4.0 and float(loss.count.numpy()) == 3.0
+    model.reset_metrics()
+    assert TrainingCheckpoint(model, optimizer, str(tmp_path / "old"), strategy).restore_latest()
+    assert float(loss.count.numpy()) == 0.0

@@ -7,6 +7,8 @@ import time
 
 import keras
 
+from training.checkpointing import metric_values, set_metric_values
+
 
 class GlobalStep(keras.callbacks.Callback):
     """Base of the callbacks that act on the global step (the optimizer's
@@ -72,7 +74,7 @@ class StepLog(GlobalStep):
     """Appends `{"step", "time", "lr", <metrics>}` as JSON lines to `path`
     every `every` steps and at the last step trained (`time`: seconds since
     the job's callbacks were made; `lr`: the rate of that step; the metrics
-    are Keras's running means since the start of the epoch). With a
+    are running means since the start of the epoch, see `MetricWindow`). With a
     `CompileTime`, the first line written after it is known also has
     `compile_s` and `jit_compile` (whether the train step is XLA-compiled)."""
 
@@ -160,6 +162,40 @@ class StopOnSignal(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.received is not None:
             self.model.stop_training = True
+
+
+class MetricWindow(GlobalStep):
+    """Keeps the running training metrics a function of the global step: the
+    mean since the last multiple of `every` (--checkpoint_every, one Keras
+    epoch). Keras resets them at each of its epochs, and a run resumed at a
+    step s between multiples of `every` starts its epochs at s: there this
+    puts back at each Keras epoch what the metrics held (restored from the
+    checkpoint, or at the end of the previous epoch), and resets them at each
+    multiple of `every` inside a Keras epoch. A run that starts on a multiple
+    (not resumed, or resumed from a periodic checkpoint) is left to Keras."""
+
+    def __init__(self, every):
+        super().__init__()
+        self.every, self.shifted, self.carry = int(every), False, None
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # before Keras's first reset: the restored values
+        self.shifted = self.step % self.every != 0
+        self.carry = metric_values(self.model) if self.shifted else None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.carry is not None:
+            set_metric_values(self.model, self.carry)
+            self.carry = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        super().on_train_batch_begin(batch, logs)
+        if self.shifted and self.step % self.every == 0:
+            self.model.reset_metrics()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.shifted and self.step % self.every:
+            self.carry = metric_values(self.model)
 
 
 class StepEvents(GlobalStep):

@@ -7,6 +7,11 @@
   model object alone would save little more than the r-biases);
 * `optimizer`: Adam's slots and `iterations` (the global step);
 * `state`: the model's other variables (dropout seed states), in order;
+* `metrics`: the sums of the running training metrics (`loss`, `bpc`, `ppl`
+  since the last multiple of `--checkpoint_every`; see
+  `training.callbacks.MetricWindow`), `[local_replicas, variables]` like the
+  memory, so the lines logged after a resume between two checkpoints equal an
+  uninterrupted run's (checkpoints written before them restore without);
 * `mems` / `mem_mask`: one copy of the recurrence memory per
   local replica, `[local_replicas, ...]`. The model keeps its memory in
   sync-on-read variables whose checkpoint value would be replica 0's only;
@@ -25,6 +30,7 @@ what a killed job left of those.
 import os
 import shutil
 
+import numpy as np
 import tensorflow as tf
 
 from training.errors import TrainingError
@@ -90,9 +96,13 @@ class TrainingCheckpoint:
                 trainable=False, name="mem_mask_per_replica")
         memory_ids = {id(model.mems), id(model.mem_mask)}
         state = [v for v in model.non_trainable_variables if id(v) not in memory_ids]
-        self.checkpoint = tf.train.Checkpoint(
-            weights=weight_dict(model.core), optimizer=optimizer, state=state,
-            mems=self.mems, mem_mask=self.mem_mask)
+        parts = dict(weights=weight_dict(model.core), optimizer=optimizer, state=state,
+                     mems=self.mems, mem_mask=self.mem_mask)
+        with tf.device("/cpu:0"):
+            self.metrics = tf.Variable(metric_values(model), trainable=False,
+                                       name="metrics_per_replica")
+        self.checkpoint = tf.train.Checkpoint(**parts, metrics=self.metrics)
+        self._without_metrics = tf.train.Checkpoint(**parts)  # reads older checkpoints
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=max_to_keep)
 
@@ -110,6 +120,7 @@ class TrainingCheckpoint:
                                             for v in self._local(self.model.mems)]))
         self.mem_mask.assign(tf.stack([tf.convert_to_tensor(v)
                                            for v in self._local(self.model.mem_mask)]))
+        self.metrics.assign(metric_values(self.model))
         try:
             return self.manager.save(checkpoint_number=self.step)
         except (OSError, tf.errors.OpError) as err:
@@ -158,11 +169,34 @@ class TrainingCheckpoint:
                 "query/key/value layers: its optimizer state cannot resume this run; its "
                 "weights load (load_pretrained, TransformerXLCausalLM.from_preset), so start a "
                 "new --model_dir from them")
-        self.checkpoint.restore(path).assert_existing_objects_matched()
+        with_metrics = any(name.startswith("metrics/") for name in names)
+        checkpoint = self.checkpoint if with_metrics else self._without_metrics
+        checkpoint.restore(path).assert_existing_objects_matched()
+        if with_metrics:
+            set_metric_values(self.model, self.metrics.numpy())
         for target, value in zip(self._local(self.model.mems), self.mems):
             target.assign(value)
         for target, value in zip(self._local(self.model.mem_mask), self.mem_mask):
             target.assign(value)
+
+
+def metric_values(model):
+    """`[local replicas, variables]` float32: each replica's own value of every
+    variable of `model.metrics` (a replica's share of a sum, as it holds it)."""
+    strategy = model.distribute_strategy
+    columns = [[np.float32(part.numpy()) for part in
+                strategy.experimental_local_results(_unwrap(variable))]
+               for metric in model.metrics for variable in metric.variables]
+    return np.array(columns, np.float32).T if columns else np.zeros([1, 0], np.float32)
+
+
+def set_metric_values(model, values):
+    """Gives each replica its row of `values` (from `metric_values`)."""
+    variables = [v for metric in model.metrics for v in metric.variables]
+    for column, variable in enumerate(variables):
+        parts = model.distribute_strategy.experimental_local_results(_unwrap(variable))
+        for row, part in enumerate(parts):
+            part.assign(values[row, column])
 
 
 def _first_line(err):

@@ -322,7 +322,7 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf.weights import save_pretrained
     from txl_tf.checks.memory_budget import check_fits
     from training import inputs, run_record
-    from training.callbacks import (CompileTime, GlobalStepTensorBoard, ProgressBar,
+    from training.callbacks import (CompileTime, GlobalStepTensorBoard, MetricWindow, ProgressBar,
                                     ProgressLine, StepEvents, StepLog, StopOnSignal, TimeLimit,
                                     tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
@@ -431,6 +431,14 @@ def _train(o, strategy, task_id, is_chief):
     if o["steps_per_execution"] and model.steps_per_execution != o["steps_per_execution"]:
         _warn(f"--steps_per_execution {o['steps_per_execution']} does not divide the step "
               f"resumed from ({step}): {model.steps_per_execution} step(s) per call in this run")
+    if replicas > 1 and model.steps_per_execution > 1 and isinstance(
+            strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)):
+        # Keras's train function of several steps fails on its first call
+        # there ("You must feed a value for placeholder tensor", keras-team/keras#19246).
+        if o["steps_per_execution"] > 1:
+            _warn(f"--steps_per_execution {o['steps_per_execution']}: Keras runs several steps "
+                  f"per call on one replica only; 1 step per call on the {replicas} replicas")
+        model.steps_per_execution = 1
     params = sum(int(v.numpy().size) for v in model.core.trainable_weights)
     log(f"model: preset {o['preset']}, {params:,} parameters, n_token {config.n_token}, "
         f"tgt_len {config.tgt_len}, mem_len {config.mem_len}; {type(strategy).__name__} with "
@@ -474,7 +482,8 @@ def _train(o, strategy, task_id, is_chief):
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     stop = None if multi_worker else StopOnSignal()
     if step < o["train_steps"]:
-        callbacks = [compile_time, StepEvents(on_step)] + ([stop] if stop else [])
+        callbacks = ([compile_time, MetricWindow(o["checkpoint_every"]), StepEvents(on_step)]
+                     + ([stop] if stop else []))
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))

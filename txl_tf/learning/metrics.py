@@ -31,7 +31,20 @@ class TokenNLL(keras.metrics.Metric):
         self.count.assign_add(tf.reduce_sum(weight))
 
     def result(self):
-        mean = tf.math.divide_no_nan(self.total, self.count)
+        return self.result_of(self.total, self.count)
+
+    def result_of(self, total, count):
+        """The metric of an NLL `total` over `count` tokens (e.g. sums over replicas).
+
+        Args:
+            total: summed NLL in nats (a float32 scalar).
+            count: summed token weights.
+
+        Returns:
+            The mean NLL, bits per token or perplexity (`kind`); the mean of no
+            tokens is taken as 0.
+        """
+        mean = tf.math.divide_no_nan(tf.cast(total, tf.float32), tf.cast(count, tf.float32))
         if self.kind == "bpc":
             return mean / math.log(2.0)
         if self.kind == "ppl":

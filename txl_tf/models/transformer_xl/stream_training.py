@@ -87,7 +87,15 @@ class StreamTraining:
     def _track(self, nll, weights):
         for metric in self.metrics:
             metric.update_state(nll, sample_weight=weights)
-        return self._step_logs({m.name: m.result() for m in self.metrics})
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return self._step_logs({m.name: m.result() for m in self.metrics})
+        # A replica reads its own sums: its rows' mean, not the batch's (Keras
+        # averages the replicas' results, and their token counts can differ).
+        sums = context.all_reduce("SUM", [[tf.identity(m.total.value), tf.identity(m.count.value)]
+                                          for m in self.metrics])
+        return self._step_logs({m.name: m.result_of(total, count)
+                                for m, (total, count) in zip(self.metrics, sums)})
 
     @staticmethod
     def _step_logs(logs):
