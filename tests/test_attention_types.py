@@ -136,3 +136,19 @@ def test_bad_types_are_one_clear_error_and_the_weights_tell_theirs(tmp_path):
     inferred = import_pytorch(path).config
     assert (inferred.attn_type, inferred.max_klen, inferred.n_head, inferred.d_head) == \
         (3, 4, 2, 16)
+
+
+def test_learnable_type_with_one_head_and_several_rows_matches_the_papers_code():
+    # One head, two rows, twelve positions: the position scores were a batch
+    # matmul TensorFlow's oneDNN kernel on CPU computes wrongly (see
+    # test_core.test_one_head_with_several_rows_matches_the_paper_code).
+    state = make_state(n_token=30, d_model=16, n_head=1, d_head=8, d_inner=24, n_layer=1,
+                       attn_type=1, max_klen=6, seed=5)
+    core = import_pytorch(state, mem_len=4)
+    ref = PytorchReference(state, n_token=30, n_head=1, d_head=8, mem_len=4)
+    ids = np.random.default_rng(2).integers(0, 30, (2, 24))
+    memory = core.initial_memory(2)
+    for s in range(2):
+        got, memory = core(ids[:, 12 * s:12 * (s + 1)], memory)
+        want = ref.forward(ids[:, 12 * s:12 * (s + 1)].T).transpose(1, 0, 2)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
