@@ -27,7 +27,7 @@ def _heads_first(x, batch, length, n_head, d_head):
     return tf.transpose(tf.reshape(x, [batch, length, n_head, d_head]), [0, 2, 1, 3])
 
 
-def by_head(x, r):
+def _by_head(x, r):
     """`x [B, H, T, d]` times each head's shared `r [H, K, d]` transposed:
     `[B, H, T, K]` (`x`'s H static).
 
@@ -358,7 +358,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # The 1/sqrt(d_head) scale goes on the [B, H, T, d] queries, not on
         # the K / d_head times larger scores.
         content = tf.matmul((q + u) * self.scale, k, transpose_b=True)  # [B, H, T, K]
-        position = rel_shift(by_head((q + w) * self.scale, r))
+        position = rel_shift(_by_head((q + w) * self.scale, r))
         # Hidden keys get -1e30 added (the sum rounds to exactly -1e30): an
         # add, whose gradient is free, in place of a select over [B, H, T, K].
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]
