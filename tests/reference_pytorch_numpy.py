@@ -195,6 +195,8 @@ class PytorchReference:
                 mems[i] = mems[i] + emb[rows[:mlen], None]
             hids.append(h)
             h = self._layer(i, h, mems[i], pos, mask)
-        self.mems = [np.concatenate([m, x], 0)[-self.mem_len:]
+        # mem_len 0 keeps nothing (the paper's code has no memory then; a
+        # slice [-0:] would keep everything).
+        self.mems = [np.concatenate([m, x], 0)[-self.mem_len:] if self.mem_len else m[:0]
                      for m, x in zip(self.mems, hids)]
         return self._log_probs(h)

@@ -136,3 +136,70 @@ def test_bad_types_are_one_clear_error_and_the_weights_tell_theirs(tmp_path):
     inferred = import_pytorch(path).config
     assert (inferred.attn_type, inferred.max_klen, inferred.n_head, inferred.d_head) == \
         (3, 4, 2, 16)
+
+
+def test_learnable_type_with_one_head_and_several_rows_matches_the_papers_code():
+    # One head, two rows, twelve positions: the position scores were a batch
+    # matmul TensorFlow's oneDNN kernel on CPU computes wrongly (see
+    # test_core.test_one_head_with_several_rows_matches_the_paper_code).
+    state = make_state(n_token=30, d_model=16, n_head=1, d_head=8, d_inner=24, n_layer=1,
+                       attn_type=1, max_klen=6, seed=5)
+    core = import_pytorch(state, mem_len=4)
+    ref = PytorchReference(state, n_token=30, n_head=1, d_head=8, mem_len=4)
+    ids = np.random.default_rng(2).integers(0, 30, (2, 24))
+    memory = core.initial_memory(2)
+    for s in range(2):
+        got, memory = core(ids[:, 12 * s:12 * (s + 1)], memory)
+        want = ref.forward(ids[:, 12 * s:12 * (s + 1)].T).transpose(1, 0, 2)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def random_paper_config(rng):
+    """A small random configuration of the paper's PyTorch code (any
+    `attn_type`, memory lengths 0, below and above the segment's)."""
+    attn_type = int(rng.integers(0, 4))
+    n_head, d_head = int(rng.integers(1, 4)), int(rng.choice([2, 4, 8]))
+    n_token = int(rng.integers(8, 50))
+    cutoffs = sorted(rng.choice(np.arange(1, n_token), int(rng.integers(0, 3)),
+                                replace=False).tolist())
+    tgt_len = int(rng.integers(1, 7))
+    mem_len = int(rng.choice([0, max(tgt_len - 1, 1), tgt_len + 3]))
+    klen = tgt_len + mem_len
+    untie_r = bool(rng.integers(2)) and attn_type == 0
+    return TransformerXLConfig(
+        n_token=n_token, n_layer=int(rng.integers(1, 4)), n_head=n_head, d_head=d_head,
+        d_model=n_head * d_head if attn_type == 3 else int(rng.choice([8, 16])),
+        d_inner=int(rng.choice([8, 24])), d_embed=16, cutoffs=cutoffs,
+        div_val=int(rng.choice([1, 2])) if cutoffs else 1, tie_weight=bool(rng.integers(2)),
+        tie_projs=[bool(t) for t in rng.integers(0, 2, len(cutoffs) + 1)], untie_r=untie_r,
+        # same_length without memory masks every key there (NaN): not compared.
+        same_length=bool(rng.integers(2)) and mem_len > 0, tgt_len=tgt_len, mem_len=mem_len,
+        clamp_len=int(rng.choice([-1, int(rng.integers(1, klen + 1)), klen + 2])),
+        attn_type=attn_type,
+        max_klen=int(rng.integers(tgt_len, 12)) if attn_type in (1, 3) else None)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_configurations_match_the_papers_code(seed):
+    # float32 against the float64 model of the paper's code: round-off stays
+    # near 1e-5 on log-probs of magnitude ~10.
+    rng = np.random.default_rng(100 + seed)
+    cfg = random_paper_config(rng)
+    state = make_state(cfg.n_token, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner,
+                       cfg.n_layer, d_embed=cfg.d_embed, cutoffs=cfg.cutoffs,
+                       div_val=cfg.div_val, untie_r=cfg.untie_r, tie_weight=cfg.tie_weight,
+                       tie_projs=cfg.tie_projs, seed=seed, attn_type=cfg.attn_type,
+                       max_klen=cfg.max_klen or 12)
+    core = import_pytorch(state, cfg, same_length=cfg.same_length, clamp_len=cfg.clamp_len,
+                          mem_len=cfg.mem_len)
+    ref = PytorchReference(state, n_token=cfg.n_token, n_head=cfg.n_head, d_head=cfg.d_head,
+                           cutoffs=cfg.cutoffs, div_val=cfg.div_val, mem_len=cfg.mem_len,
+                           same_length=cfg.same_length, clamp_len=cfg.clamp_len)
+    batch = int(rng.integers(1, 4))
+    ids = rng.integers(0, cfg.n_token, (batch, 3 * cfg.tgt_len))
+    memory = core.initial_memory(batch)
+    for s in range(3):
+        x = ids[:, s * cfg.tgt_len:(s + 1) * cfg.tgt_len]
+        got, memory = core(x, memory)
+        np.testing.assert_allclose(np.asarray(got), ref.forward(x.T).transpose(1, 0, 2),
+                                   rtol=1e-4, atol=1e-4, err_msg=f"{cfg} segment {s}")

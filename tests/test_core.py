@@ -424,3 +424,74 @@ def test_token_mask_of_all_true_changes_nothing_and_bad_masks_are_named():
         core(x, core.initial_memory(2), token_mask=np.ones((2, 6), np.int32))
     with pytest.raises(InputError, match="one flag per token"):
         core(x, core.initial_memory(2), token_mask=np.ones((2, 5), bool))
+
+
+def test_one_head_with_several_rows_matches_the_paper_code():
+    # Shrunk from the fuzz test below: one head, two rows, twelve queries.
+    # The position scores were a batch matmul of [B, 1, T, d] by the
+    # shared [1, K, d] encodings, which TensorFlow's oneDNN kernel on CPU
+    # computes wrongly (garbage, NaN, a corrupted heap).
+    core = make_core(n_head=1, n_layer=1)
+    weights, x = get_weights(core), ids(2, 12)
+    want, _ = reference_forward(weights, core.config, x.T, None)
+    got, _ = core(x, core.initial_memory(2, mem_len=0))
+    np.testing.assert_allclose(got.numpy(), want.transpose(1, 0, 2), atol=2e-5)
+
+
+def random_config(rng):
+    """A small random attn_type 0 configuration for `test_random_configurations...`."""
+    n_token = int(rng.integers(8, 60))
+    cutoffs = sorted(rng.choice(np.arange(1, n_token), int(rng.integers(0, 3)),
+                                replace=False).tolist())
+    div_val = int(rng.choice([1, 2, 4])) if cutoffs else 1
+    d_embed = max(int(rng.choice([8, 12, 16])), div_val ** len(cutoffs))
+    tgt_len = int(rng.integers(1, 9))
+    mem_len = int(rng.choice([0, max(tgt_len - 1, 1), tgt_len + int(rng.integers(1, 6))]))
+    clamp_len = int(rng.choice([-1, 0, int(rng.integers(1, tgt_len + mem_len + 1)),
+                                tgt_len + mem_len + 2]))
+    return TransformerXLConfig(
+        n_token=n_token, n_layer=int(rng.integers(1, 4)), d_model=int(rng.choice([8, 12, 16])),
+        n_head=int(rng.integers(1, 4)), d_head=int(rng.choice([2, 4, 8])),
+        d_inner=int(rng.choice([8, 24])), d_embed=d_embed,
+        div_val=div_val, cutoffs=cutoffs, tie_weight=bool(rng.integers(2)),
+        tie_projs=[bool(t) for t in rng.integers(0, 2, len(cutoffs) + 1)],
+        proj_same_dim=bool(rng.integers(2)), untie_r=bool(rng.integers(2)),
+        pre_lnorm=bool(rng.integers(2)), same_length=bool(rng.integers(2)),
+        clamp_len=clamp_len, tgt_len=tgt_len, mem_len=mem_len, dropout=0.0,
+        layer_norm_epsilon=float(rng.choice([1e-12, 1e-5])))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_configurations_match_the_paper_code_and_one_pass(seed):
+    # float32 against the float64 transcription: round-off over three layers
+    # of O(1) weights stays near 1e-5 on log-probs of magnitude ~10.
+    rng = np.random.default_rng(seed)
+    cfg = random_config(rng)
+    keras.utils.set_random_seed(seed)
+    core = TransformerXL(cfg)
+    for var in core.weights:  # O(1) weights: attention far from uniform
+        var.assign((rng.normal(0, 0.4, var.shape)
+                    + (1.0 if "gamma" in var.path else 0.0)).astype(np.float32))
+    weights, batch = get_weights(core), int(rng.integers(1, 4))
+    x = rng.integers(0, cfg.n_token, (batch, 2 * cfg.tgt_len + 5)).astype(np.int32)
+    # Zero-filled memory: the paper's TF code, two segments.
+    ref_mems = [np.zeros((cfg.mem_len, batch, cfg.d_model))] * cfg.n_layer
+    memory = core.initial_memory(batch, zero_filled=True)
+    for s in range(2):
+        seg = x[:, s * cfg.tgt_len:(s + 1) * cfg.tgt_len]
+        want, ref_mems = reference_forward(weights, cfg, seg.T, ref_mems)
+        got, memory = core(seg, memory)
+        np.testing.assert_allclose(got.numpy(), want.transpose(1, 0, 2), atol=1e-4)
+        np.testing.assert_allclose(memory.mems.numpy(),
+                                   np.stack(ref_mems).transpose(0, 2, 1, 3), atol=1e-4)
+    # Segments of random lengths == one pass over an empty memory that covers
+    # them (with same_length, any memory: both see the same window).
+    cuts = sorted(set(rng.integers(1, x.shape[1], 3).tolist()))
+    bounds = [0, *cuts, x.shape[1]]
+    mem_len = int(rng.integers(0, 8)) if cfg.same_length else bounds[-2]
+    full, full_memory = core(x, core.initial_memory(batch, mem_len=mem_len))
+    memory = core.initial_memory(batch, mem_len=mem_len)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        got, memory = core(x[:, a:b], memory)
+        np.testing.assert_allclose(got.numpy(), full.numpy()[:, a:b], atol=1e-5)
+    np.testing.assert_allclose(memory.mems.numpy(), full_memory.mems.numpy(), atol=1e-5)

@@ -231,3 +231,20 @@ def test_the_output_is_log_probs_so_keras_hubs_loss_is_the_nll(causal_lm):
     causal_lm.compile(optimizer="adam", sampler="greedy")
     loss = causal_lm.evaluate(x, y, sample_weight=weights, verbose=0, return_dict=True)["loss"]
     np.testing.assert_allclose(loss, (nll * weights).sum() / weights.size, rtol=1e-5)
+
+
+def test_same_length_rows_read_as_the_papers_code_reads_a_fresh_stream():
+    # With same_length the window a query sees is counted over the memory's
+    # slots: the call read with none, so each position saw only itself.
+    from tests.pytorch_fixtures import CASES
+    from tests.reference_pytorch_numpy import PytorchReference
+    from txl_tf.weights import import_pytorch
+    case = CASES["enwik8_paper"]()
+    core = import_pytorch(case["state"], same_length=True, mem_len=4)
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone.from_core(core))
+    rows = [[5, 6, 7, 8, 9, 10, 11], [1, 2, 3]]
+    log_probs = causal_lm.predict(padded(rows, width=7), verbose=0)
+    for row, ids in enumerate(rows):
+        ref = PytorchReference(case["state"], mem_len=4, same_length=True, **case["hyper"])
+        want = ref.forward(np.array(ids)[:, None])[:, 0]
+        np.testing.assert_allclose(log_probs[row, :len(ids)], want, atol=1e-4)

@@ -27,6 +27,23 @@ def _heads_first(x, batch, length, n_head, d_head):
     return tf.transpose(tf.reshape(x, [batch, length, n_head, d_head]), [0, 2, 1, 3])
 
 
+def _by_head(x, r):
+    """`x [B, H, T, d]` times each head's shared `r [H, K, d]` transposed:
+    `[B, H, T, K]` (`x`'s H static).
+
+    With one head this is one plain matmul of the `[B * T, d]` rows:
+    TensorFlow's oneDNN batch matmul on CPU (tensorflow 2.21) computes a
+    product whose batch `[B, 1]` is broadcast against fewer batch axes
+    wrongly (garbage, NaN, a corrupted heap) once T is more than a few rows.
+    """
+    if x.shape[1] != 1:
+        return tf.matmul(x, r, transpose_b=True)
+    shape = tf.shape(x)
+    rows = tf.reshape(x, [-1, shape[3]])
+    out = tf.matmul(rows, tf.reshape(r, [-1, shape[3]]), transpose_b=True)
+    return tf.reshape(out, [shape[0], 1, shape[2], -1])
+
+
 @keras.saving.register_keras_serializable(package="txl_tf")
 class RelativeMultiHeadAttention(keras.layers.Layer):
     """score(i, j) = (q_i + u)·k_j + (q_i + v)·W_r r_{i-j}, scaled by 1/sqrt(d_head).
@@ -343,7 +360,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # The 1/sqrt(d_head) scale goes on the [B, H, T, d] queries, not on
         # the K / d_head times larger scores.
         content = tf.matmul((q + u) * self.scale, k, transpose_b=True)  # [B, H, T, K]
-        position = rel_shift(tf.matmul((q + w) * self.scale, r, transpose_b=True))
+        position = rel_shift(_by_head((q + w) * self.scale, r))
         # Hidden keys get -1e30 added (the sum rounds to exactly -1e30): an
         # add, whose gradient is free, in place of a select over [B, H, T, K].
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]

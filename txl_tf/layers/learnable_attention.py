@@ -3,7 +3,7 @@ paper's PyTorch `RelLearnableMultiHeadAttn`, its `attn_type=1`."""
 import keras
 import tensorflow as tf
 
-from txl_tf.layers.attention import RelativeMultiHeadAttention, _heads_first
+from txl_tf.layers.attention import RelativeMultiHeadAttention, _heads_first, _by_head
 from txl_tf.layers.rel_shift import rel_shift
 
 
@@ -30,6 +30,6 @@ class LearnableRelativeAttention(RelativeMultiHeadAttention):
         content = tf.matmul(q + u, k, transpose_b=True)  # [B, H, T, K]
         embeddings = tf.transpose(self._w(pos_emb), [1, 0, 2])  # [H, K, d_head]
         biases = tf.transpose(self._w(r_r_bias))[:, None, :] * self.scale  # [H, 1, K]
-        position = rel_shift(tf.matmul(q, embeddings, transpose_b=True) + biases)
+        position = rel_shift(_by_head(q, embeddings) + biases)
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))
         return tf.cast(content + position, tf.float32) + hidden

@@ -15,7 +15,9 @@ class SequenceReader(keras.layers.Layer):
     """Reads right-padded rows (`token_ids`, `padding_mask` `[B, T]`) from an
     empty memory with the core it holds: the final hidden states `[B, T,
     d_model]`. Padded positions are never attended (their outputs are
-    finite and meaningless)."""
+    finite and meaningless). With `same_length` the memory has the config's
+    `mem_len` empty slots, which set how far back a query looks (as a fresh
+    `initial_memory` does); without it, no slots."""
 
     def __init__(self, core, **kwargs):
         super().__init__(dtype=core.dtype_policy, **kwargs)
@@ -23,7 +25,11 @@ class SequenceReader(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, padding_mask, training=None):
-        memory = self.core.initial_memory(tf.shape(token_ids)[0], mem_len=0)
+        cfg = self.core.config
+        # No slots would leave a same_length query only itself to see.
+        memory = self.core.initial_memory(tf.shape(token_ids)[0],
+                                          mem_len=cfg.mem_len if cfg.same_length else 0,
+                                          zero_filled=False)
         hidden, _ = self.core.hidden_states(token_ids, memory, training=training,
                                             token_mask=tf.cast(padding_mask, tf.bool))
         return hidden
