@@ -218,3 +218,57 @@ def test_encode_tf_in_dataset_map_matches_encode(kind, tokenizers, text):
     assert isinstance(batch, tf.RaggedTensor)
     for doc, row in zip(docs, batch):
         np.testing.assert_array_equal(row.numpy(), tok.encode(doc))
+
+
+def test_word_encode_tf_keeps_words_after_a_nul_byte():
+    # tensorflow-text's regex_split stopped at a NUL byte: "a\x00b c" lost
+    # everything after "a" in the graph, while encode kept three words.
+    tok = WordTokenizer(["<eos>", "<unk>", "a", "\x00", "c"])
+    for text in ("a\x00b c\nc", "\x00", "c \x00\n\x00c a"):
+        np.testing.assert_array_equal(tok.encode_tf(tf.constant(text)).numpy(),
+                                      tok.encode(text))
+    assert tok.encode("a\x00b c").tolist() == [1, 4, 0]
+
+
+# Pieces random texts are made of: control characters (NUL included), every
+# kind of line end and Unicode whitespace, combining marks, emoji sequences,
+# the special tokens, non-BMP code points.
+_PIECES = ["abc xyz", " \t", "\n", "\r\n", "\r", "\x00\x01\x1c\x1d\x1e\x1f\x7f\x85\xa0",
+           "\u0301\u0308\u20dd", "\u2028\u2029\u3000\u200b\ufeff\u180e\u2000\u2007",
+           "\U0001f600\U0001f44d\U0001f3fd\u200d", "\u00e9\u6f22\u03a9\u0436",
+           "<eos><unk><S>", "\ufffd", "\\u0041\\", "\ud7ff\ue000\U0010ffff"]
+
+
+def _random_text(rng, max_pieces=40):
+    out = []
+    for _ in range(rng.randint(0, max_pieces)):
+        piece = rng.choice(_PIECES)
+        out.append(piece if rng.random() < 0.3 else rng.choice(piece))
+    return "".join(out)
+
+
+def test_random_texts_same_ids_in_graph_and_python(tmp_path):
+    """Seeded random texts and vocabularies: encode_tf (tf.data, keras-hub)
+    gives encode's ids (the corpus reader's), and saved vocabularies load back."""
+    rng = random.Random(1234)
+    for case in range(6):
+        texts = [_random_text(rng) for _ in range(24)] + ["", "\n"]
+        train = "".join(_random_text(rng) for _ in range(4))
+        bos = rng.choice([None, "<S>"])
+        word = WordTokenizer.build(train, max_size=rng.choice([None, 5]), bos_token=bos,
+                                   eos_token=rng.choice(["<eos>", bos or "<eos>"]))
+        char = CharTokenizer.build(train + "\ufffd")
+        for tok in (ByteTokenizer(), char, word):
+            batch = tok.encode_tf(tf.constant(texts)).to_list()
+            for text, row in zip(texts, batch):
+                assert row == tok.encode(text).tolist(), (tok.kind, text)
+            loaded = load_tokenizer(tok.save(tmp_path / f"{case}-{tok.kind}"))
+            assert loaded.entries() == tok.entries()
+        whole = CharTokenizer.build("".join(texts) + "\ufffd")
+        for text in texts:
+            assert whole.decode(whole.encode(text)) == text
+            lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+            normalised = "".join(" ".join(line.split()) + "\n" for line in lines if text)
+            ids = word.encode(text)
+            if word.unk_id not in ids:
+                assert word.decode(ids) == normalised

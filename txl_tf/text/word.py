@@ -6,7 +6,6 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from txl_tf.errors import TxlError
 from txl_tf.text.base import (Tokenizer, as_text, checked, register, split_lines,
@@ -143,7 +142,11 @@ class WordTokenizer(Tokenizer):
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
         lines = split_lines_tf(texts)
-        words = tf_text.regex_split(lines.flat_values, _SPLIT_PATTERN)
+        # regex_split stops at a NUL byte (dropping the rest of the line);
+        # regex_replace and split keep every byte.
+        spaced = tf.strings.regex_replace(lines.flat_values, _SPLIT_PATTERN, " ")
+        words = tf.strings.split(spaced, " ")
+        words = tf.ragged.boolean_mask(words, tf.not_equal(words, ""))
         ids = tf.cast(self._lookup_table().lookup(words.flat_values), tf.int32)
         if self.unk_id < 0:
             ids = checked(ids, tf.debugging.assert_non_negative(
