@@ -111,6 +111,41 @@ def test_the_tokenizer_wraps_words_and_saves_with_the_preset(tmp_path):
     assert again.inner.fingerprint() == words.fingerprint()
 
 
+def test_generate_prompts_continue_their_last_line_as_the_command_line_does():
+    # keras-hub's generate_preprocess kept the <eos> the word tokenizer adds
+    # to an unfinished last line: generate("the cat") continued after a line
+    # end, while `python -m training.generate` continues the line.
+    import random
+
+    import tensorflow as tf
+
+    from training.generate import prompt_ids
+    from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
+        TransformerXLCausalLMPreprocessor)
+    words = WordTokenizer(["<unk>", "<eos>", "the", "cat", "sat"])
+    lm1b = WordTokenizer(["<S>", "<UNK>", "the", "cat"], unk_token="<UNK>", eos_token="<S>",
+                         bos_token="<S>")
+    rng = random.Random(7)
+    pieces = ["the", "cat", "sat", "dog", " ", "  ", "\t", "\n", "\r\n", "\u2028", "\x00"]
+    prompts = ["the cat", "the cat\n", "the\ncat", " ", "\n", "cat \n\n"] + [
+        "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(40)]
+    for inner in (words, lm1b, ByteTokenizer()):
+        preprocessor = TransformerXLCausalLMPreprocessor(TransformerXLTokenizer(inner),
+                                                         sequence_length=32)
+        rows = preprocessor.generate_preprocess(prompts)
+        graph = next(iter(tf.data.Dataset.from_tensors(prompts).map(
+            preprocessor.generate_preprocess)))
+        one = preprocessor.generate_preprocess(prompts[0])
+        for i, prompt in enumerate(prompts):
+            expected = prompt_ids(inner, prompt).tolist()
+            for got in (rows, graph):
+                mask = np.asarray(got["padding_mask"][i], bool)
+                assert np.asarray(got["token_ids"][i])[mask].tolist() == expected, prompt
+        assert np.asarray(one["token_ids"])[np.asarray(one["padding_mask"], bool)].tolist() \
+            == prompt_ids(inner, prompts[0]).tolist()
+    assert prompt_ids(words, "the cat").tolist() == [2, 3]
+
+
 def test_a_model_converted_from_the_hugging_face_port_loads_as_a_preset(tmp_path):
     """`txl-convert`'s output of the port's layout (PyTorch same_length rule,
     zero-filled start) through `from_preset`, `save_to_preset` and keras-hub's
