@@ -272,3 +272,15 @@ def test_random_texts_same_ids_in_graph_and_python(tmp_path):
             ids = word.encode(text)
             if word.unk_id not in ids:
                 assert word.decode(ids) == normalised
+
+
+def test_sentencepiece_keeps_the_spaces_a_line_starts_with(spm_tok):
+    # tensorflow-text's detokenize dropped them: "  the cat\n" came back as
+    # "the cat\n" (indented code lost its indentation).
+    assert spm_tok.decode(spm_tok.encode("  the cat\n \tsat\n")) == "  the cat\n \tsat\n"
+    rng = random.Random(99)
+    for _ in range(30):
+        text = "".join(rng.choice([" ", "  ", "\t", "\n", "\r\n", "\x00", "\u3000"])
+                       + " ".join(rng.sample(WORDS, rng.randint(0, 4)))
+                       + rng.choice(["", " ", "\t"]) + "\n" for _ in range(rng.randint(1, 4)))
+        assert spm_tok.decode(spm_tok.encode(text)) == text

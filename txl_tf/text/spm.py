@@ -52,6 +52,7 @@ class SentencePieceTokenizer(Tokenizer):
         if add_eos and self.eos_id < 0:
             raise TxlError("add_eos=True but the SentencePiece model has no eos piece")
         self.add_eos = add_eos
+        self._processor = processor
         self._tokenizer = None
 
     @classmethod
@@ -115,11 +116,9 @@ class SentencePieceTokenizer(Tokenizer):
         return "".join(t + "\n" for t in texts[:-1]) + texts[-1]
 
     def _detokenize(self, rows: list[np.ndarray]) -> list[str]:
-        flat = np.concatenate(rows).astype(np.int32)
-        ragged = tf.RaggedTensor.from_row_lengths(
-            tf.constant(flat, tf.int32), tf.constant([len(r) for r in rows], tf.int64))
-        out = self._tf_tokenizer().detokenize(ragged)
-        return [s.decode("utf-8") for s in out.numpy()]
+        # sentencepiece's own decoder: tensorflow-text's detokenize drops the
+        # spaces a line starts with (" x" came back as "x").
+        return [self._processor.DecodeIds([int(i) for i in row]) for row in rows]
 
     def entries(self) -> list[str]:
         return [hashlib.sha256(self.model_proto).hexdigest()]  # the model file: pieces and scores
