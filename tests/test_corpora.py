@@ -53,6 +53,44 @@ def test_text8_chars(tmp_path):
     assert c.tokenizer.chars[1] == " "  # most frequent character after unk
 
 
+def test_text8_vocabulary_comes_from_the_training_part_only(tmp_path):
+    # The vocabulary was counted over chunks that ran past the training part:
+    # characters seen only in valid/test got ids, and counts were off.
+    text = "ab " * 300 + "zq" * 50  # 1000 characters; z and q only after the 90%
+    write(tmp_path / "text8", text)
+    c = load_corpus("text8", tmp_path, use_cache=False)
+    assert c.tokenizer.chars == CharTokenizer.build(text[:900]).chars
+    assert "z" not in c.tokenizer.chars and c.valid.tolist().count(c.tokenizer.unk_id) == 50
+
+
+def test_random_word_and_char_corpora_read_as_the_tokenizer_encodes(tmp_path, monkeypatch):
+    """Seeded random files (control characters, \\r\\n, blank lines, no final
+    newline) read in chunks of a few bytes: each split's ids are what a
+    tokenizer built from the training text alone gives the whole split."""
+    import random
+    rng = random.Random(5)
+    pieces = ["the", "cat", " ", "  ", "\t", "\n", "\n\n", "\r\n", "\x00", "\x1c", "\u2028",
+              "\u00e9\u0301", "\U0001f600", "<unk>"]
+    for case in range(4):
+        monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", rng.choice([1, 5, 64]))
+        folder = tmp_path / str(case)
+        texts = {s: "".join(rng.choice(pieces) for _ in range(rng.randint(5, 60)))
+                 for s in ("train", "valid", "test")}
+        for split, text in texts.items():
+            write(folder / f"wiki.{split}.tokens", text)
+        c = load_corpus("wt2", folder, use_cache=False)
+        words = WordTokenizer.build(texts["train"])
+        assert c.tokenizer.vocab == words.vocab
+        for split, text in texts.items():
+            assert c.split(split).tolist() == words.encode(text).tolist()
+        whole = "".join(texts.values())
+        write(folder / "text8", whole)
+        c = load_corpus("text8", folder, use_cache=False)
+        chars = CharTokenizer.build(whole[:len(whole) - 2 * (len(whole) * 5 // 100)])
+        assert c.tokenizer.chars == chars.chars
+        assert np.concatenate([c.train, c.valid, c.test]).tolist() == chars.encode(whole).tolist()
+
+
 @pytest.mark.parametrize("name", ["wt2", "wt103"])
 def test_wikitext_words(name, tmp_path):
     write(tmp_path / "wiki.train.tokens", " = Title = \n\n the cat <unk> the \n the end \n")

@@ -221,7 +221,7 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
             a, b = _split_points(len(text), percents)
             step = CHUNK_BYTES
             tokenizer = given if given is not None else CharTokenizer.build(
-                text[i:i + step] for i in range(0, a, step))
+                text[i:min(i + step, a)] for i in range(0, a, step))
             for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, len(text))):
                 for i in range(lo, hi, step):
                     writers[split].append(tokenizer.encode(text[i:min(i + step, hi)]))
