@@ -92,6 +92,11 @@ def test_plain_pickles_convert(tmp_path):
     (tmp_path / "gap.pkl").write_bytes(pickle.dumps({"a": 0, "b": 2}))
     with pytest.raises(PickledVocabError, match="not 0..1"):
         convert_pickled_vocab(tmp_path / "gap.pkl", tmp_path / "gap.txt")
+    # A symbol twice in idx2sym was written out, a file read_vocab then refuses.
+    (tmp_path / "twice.pkl").write_bytes(pickle.dumps({"idx2sym": ["<eos>", "a", "<eos>"]}))
+    with pytest.raises(PickledVocabError, match=r"'<eos>' appears twice \(ids 0 and 2\)"):
+        convert_pickled_vocab(tmp_path / "twice.pkl", tmp_path / "twice.txt")
+    assert not (tmp_path / "twice.txt").exists()
 
 
 def _port_files(tmp_path):

@@ -101,6 +101,12 @@ def symbols_of(obj, path="vocabulary"):
     if not isinstance(obj, (list, tuple)) or not obj or \
             not all(isinstance(s, str) for s in obj):
         raise PickledVocabError(f"{path}: no symbol list (idx2sym, sym2idx or a list of str)")
+    first = {}
+    for i, symbol in enumerate(obj):
+        if symbol in first:  # two ids for one symbol: a vocabulary file cannot hold that
+            raise PickledVocabError(f"{path}: symbol {symbol!r} appears twice (ids "
+                                    f"{first[symbol]} and {i})")
+        first[symbol] = i
     return list(obj)
 
 
