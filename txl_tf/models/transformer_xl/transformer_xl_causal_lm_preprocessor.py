@@ -63,7 +63,16 @@ class TransformerXLCausalLMPreprocessor(keras_hub.models.CausalLMPreprocessor):
                          **kwargs)
 
     def generate_preprocess(self, x, sequence_length=None):
-        """Prompts (strings) to `{"token_ids", "padding_mask"}` for `generate`."""
+        """Prompts to ids for `generate`, each without the `<eos>` of an
+        unfinished last line.
+
+        Args:
+            x: a prompt string or a batch of them.
+            sequence_length: the padded length (default the preprocessor's).
+
+        Returns:
+            `{"token_ids", "padding_mask"}`, right-padded.
+        """
         if not self.built:
             self.build(None)
         eos_id = getattr(self.tokenizer._inner(), "eos_id", -1)
