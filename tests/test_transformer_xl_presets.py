@@ -111,6 +111,19 @@ def test_the_tokenizer_wraps_words_and_saves_with_the_preset(tmp_path):
     assert again.inner.fingerprint() == words.fingerprint()
 
 
+def test_the_tokenizer_lists_sentencepiece_pieces_as_its_vocabulary():
+    # get_vocabulary gave [the model's hash] (one entry), so id_to_token
+    # raised IndexError and token_to_id refused every piece.
+    from txl_tf.text import SentencePieceTokenizer
+    text = ["the cat sat on the mat", "a dog ran to the old tree"] * 20
+    inner = SentencePieceTokenizer.train(texts=text, vocab_size=300)
+    tokenizer = TransformerXLTokenizer(inner)
+    assert tokenizer.get_vocabulary() == inner.pieces
+    assert len(tokenizer.get_vocabulary()) == tokenizer.vocabulary_size() == inner.vocab_size
+    for i in (0, 3, inner.vocab_size - 1):
+        assert tokenizer.token_to_id(tokenizer.id_to_token(i)) == i
+
+
 def test_generate_prompts_continue_their_last_line_as_the_command_line_does():
     # keras-hub's generate_preprocess kept the <eos> the word tokenizer adds
     # to an unfinished last line: generate("the cat") continued after a line

@@ -69,8 +69,10 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         return self._inner().vocab_size
 
     def get_vocabulary(self):
-        """The entries in id order (empty for bytes)."""
-        return list(self._inner().entries())
+        """The entries in id order (SentencePiece: its pieces; empty for bytes)."""
+        inner = self._inner()
+        pieces = getattr(inner, "pieces", None)  # SentencePiece's entries() is its model's hash
+        return list(pieces if pieces is not None else inner.entries())
 
     def id_to_token(self, id):
         """The vocabulary entry of `id` (for bytes: its text)."""
