@@ -1,11 +1,13 @@
 """The sampler: its counter-based RNG, its allowed sets, its ties, and the
 numpy mirror the runtimes use, against the TensorFlow original."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from txl_tf.generation import counter_rng
-from txl_tf.generation import sampling_numpy
+from txl_tf.generation import sampling, sampling_numpy
 from txl_tf.generation.request import Rows, make_rows
 from txl_tf.generation.sampling import Sampling, choose
 
@@ -130,3 +132,108 @@ def test_repetition_penalty_and_stop_and_done_rows():
 def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
         Sampling(**settings).checked(V)
+
+
+def test_top_p_1_cuts_nothing_where_the_float32_mass_reaches_1_before_the_last_token():
+    # 50,000 tokens: the float32 running sum of the sorted probabilities reached
+    # 1.0 with 27 tokens left, and `mass_before < 1` dropped them whenever the
+    # cut ran (a row with top_k, here the last one): ~2% of the other rows' draws
+    # moved (their CDF's total changed), in TF and numpy differently.
+    vocab, batch = 50000, 100
+    lp = np.random.default_rng(0).normal(0, 1, vocab).astype(np.float32)
+    lp = (lp - np.log(np.exp(lp.astype(np.float64)).sum())).astype(np.float32)
+    lps = np.tile(lp, (batch + 1, 1))
+    free = make_rows(vocab, batch, 0, [], Sampling(1.0))
+    full_k = make_rows(vocab, batch, 0, [], Sampling(1.0, top_k=vocab))
+    mixed = Rows.concat([free, make_rows(vocab, 1, 7, [], Sampling(1.0, top_k=5))])
+
+    def draw(r, n):
+        args = (lps[:n], np.zeros([n, vocab], bool), r.keys, np.zeros(n, np.int64),
+                r.temperature, r.top_k, r.top_p, r.penalty)
+        tf_ids = sampling.sample_next(*(tf.constant(a) for a in args)).numpy()
+        np_ids = sampling_numpy.sample_next(*args)
+        np.testing.assert_array_equal(tf_ids, np_ids)
+        return np_ids[:batch]
+
+    alone = draw(free, batch)
+    np.testing.assert_array_equal(draw(mixed, batch + 1), alone)
+    np.testing.assert_array_equal(draw(full_k, batch), alone)
+
+
+def reference(lp, temperature, top_k, top_p, penalty, seen):
+    """float64 probabilities of one row as documented, its allowed ids, and
+    whether a top-p boundary or the tie tolerance is too close to call."""
+    lp = np.where(seen, lp.astype(np.float64) * penalty, lp.astype(np.float64))
+    best = lp.max()
+    if temperature == 0:
+        probs = np.zeros(len(lp))
+        probs[np.flatnonzero(lp >= best - 1e-4)[0]] = 1
+        return probs, probs > 0, False
+    ranked = np.sort(lp)[::-1][:top_k or len(lp)]
+    weights = np.exp((ranked - ranked[0]) / temperature)
+    mass_before = np.cumsum(weights / weights.sum()) - weights / weights.sum()
+    n_kept = max(int((mass_before < top_p).sum()), 1) if top_p < 1 else len(ranked)
+    cut = ranked[n_kept - 1] - 1e-4
+    close = top_p < 1 and np.abs(mass_before[1:] - top_p).min(initial=1) < 1e-5
+    close |= bool((np.abs(lp - cut) < 1e-6).any())
+    with np.errstate(invalid="ignore", over="ignore"):
+        weights = np.where(lp >= cut, np.exp((lp - best) / temperature), 0)
+    return weights / weights.sum(), lp >= cut, close
+
+
+def test_random_settings_draw_the_documented_distribution():
+    """Seeded random logits (ties, -inf, vocabularies up to 50,000) and settings
+    (top_k up to the vocabulary, top_p near 0 and 1, tiny temperatures): the
+    allowed set equals the reference's in TF and numpy, and 4,000 draws pass a
+    chi-square test against its probabilities (fails with probability ~1e-6)."""
+    rng = np.random.default_rng(5)
+    for case in range(24):
+        vocab = int(rng.choice([2, 5, 12, 40, 50000] if case % 4 else [50000]))
+        lp = rng.normal(0, rng.choice([0.3, 1.0, 4.0]), vocab)
+        if case % 3 == 1:
+            lp = np.round(lp)  # ties
+        if case % 5 == 2:
+            lp[rng.random(vocab) < 0.4] = -np.inf
+            lp[rng.integers(vocab)] = 0
+        lp = (lp - np.logaddexp.reduce(lp)).astype(np.float32)
+        setting = Sampling(float(rng.choice([0, 1e-4, 0.5, 1.0, 3.0])),
+                           int(rng.choice([0, 0, 1, 3, vocab - 1, vocab])),
+                           float(rng.choice([1.0, 1.0, 0.9, 0.3, 1e-6])),
+                           float(rng.choice([1.0, 1.5])))
+        seen = rng.random(vocab) < 0.3
+        probs, allowed, close = reference(lp, *dataclasses.astuple(setting), seen)
+        if close:
+            continue
+        if setting.temperature > 0:  # the allowed set, with a row forcing the cut on
+            lps = np.where(seen, lp * np.float32(setting.repetition_penalty), lp)[None]
+            k = np.array([setting.top_k], np.int32)
+            p = np.array([setting.top_p], np.float32)
+            temp = np.array([[setting.temperature]], np.float32)
+            for cut in (sampling._cut_off(tf.constant(lps), tf.constant(temp), tf.constant(k),
+                                          tf.constant(p), vocab).numpy(),
+                        sampling_numpy._cut_off(lps, temp, k, p, vocab)):
+                np.testing.assert_array_equal(lps[0] >= cut[0] - 1e-4, allowed,
+                                              err_msg=f"case {case}: {setting}")
+        if vocab > 40:
+            continue
+        draws = 4000
+        r = make_rows(vocab, 1, case, [], setting)
+        args = (np.tile(lp, (draws, 1)), np.tile(seen, (draws, 1)), np.repeat(r.keys, draws),
+                np.arange(draws), *(np.repeat(a, draws) for a in r[1:5]))
+        ids = sampling_numpy.sample_next(*args)
+        if case % 4 == 1:
+            np.testing.assert_array_equal(
+                sampling.sample_next(*(tf.constant(a) for a in args)).numpy(), ids)
+        counts = np.bincount(ids, minlength=vocab)
+        assert not counts[probs == 0].any(), f"case {case}: {setting} drew a cut token"
+        expected = probs * draws
+        big = expected >= 5
+        observed = np.append(counts[big], counts[~big].sum())
+        expected = np.append(expected[big], expected[~big].sum())
+        observed, expected = observed[expected > 0], expected[expected > 0]
+        if len(expected) < 2:
+            continue
+        chi2, df = ((observed - expected) ** 2 / expected).sum(), len(expected) - 1
+        # Wilson-Hilferty: the chi-square quantile at 1 - 1e-6 (z = 4.753)
+        limit = df * (1 - 2 / (9 * df) + 4.753 * np.sqrt(2 / (9 * df))) ** 3
+        assert chi2 < limit, f"case {case}: {setting}: chi2 {chi2:.1f} >= {limit:.1f}"

@@ -189,6 +189,20 @@ def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
         graph_lm.generate(padded(PROMPTS), stop_token_ids=[])["token_ids"], free)
 
 
+
+def test_stop_id_0_ends_a_row_only_where_it_is_generated(graph_lm):
+    # The columns to generate held 0 before their ids: keras-hub's samplers
+    # read a stop id there as every row's end, and each row got one id, 0.
+    graph_lm.compile(sampler="greedy")
+    free = graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]
+    out = graph_lm.generate(padded(PROMPTS), stop_token_ids=[0])
+    for row, prompt in enumerate(PROMPTS):
+        hits = np.flatnonzero(free[row, len(prompt):] == 0)
+        end = len(prompt) + (hits[0] + 1 if hits.size else WIDTH - len(prompt))
+        np.testing.assert_array_equal(out["padding_mask"][row], np.arange(WIDTH) < end)
+        np.testing.assert_array_equal(out["token_ids"][row, :end], free[row, :end])
+    assert (out["token_ids"] >= 0).all()
+
 def test_empty_left_padded_or_out_of_vocabulary_prompts_are_one_clear_error(causal_lm):
     """XLA drops the compiled step's assertion and the gather's range check,
     so an empty row was continued from the hidden state of padding, and an

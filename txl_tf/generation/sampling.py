@@ -69,7 +69,8 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
     in_top_k = rank < k[:, None]
     probs = tf.nn.softmax(tf.where(in_top_k, ranked / temp, -np.inf), axis=-1)
     mass_before = tf.cumsum(probs, axis=-1, exclusive=True)
-    kept = in_top_k & (mass_before < top_p[:, None])
+    # top_p 1 cuts nothing: a float32 running sum can reach 1 before the last token.
+    kept = in_top_k & ((mass_before < top_p[:, None]) | (top_p >= 1)[:, None])
     n_kept = tf.maximum(tf.reduce_sum(tf.cast(kept, tf.int32), -1), 1)
     return tf.gather(ranked, n_kept - 1, batch_dims=1)[:, None]
 

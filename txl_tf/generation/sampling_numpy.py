@@ -74,7 +74,7 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
     # (which rounds differently at the top-p boundary).
     running = np.cumsum(probs, axis=-1, dtype=np.float32)
     mass_before = np.concatenate([np.zeros_like(running[:, :1]), running[:, :-1]], axis=-1)
-    kept = in_top_k & (mass_before < top_p[:, None])
+    kept = in_top_k & ((mass_before < top_p[:, None]) | (top_p >= 1)[:, None])
     n_kept = np.maximum(kept.sum(-1), 1)
     return ranked[np.arange(len(ranked)), n_kept - 1][:, None]
 

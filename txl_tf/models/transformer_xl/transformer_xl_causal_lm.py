@@ -225,7 +225,10 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         keep = tf.broadcast_to(columns[None, :] < start, tf.shape(token_ids))
         # The kept columns hold prompt ids (never read): a buffer of constant
         # zeros is constant-folded by Grappler into a wrong output at batch 1.
-        buffer = tf.where(keep, token_ids, tf.zeros_like(token_ids))
+        # The columns to generate hold -1, never a stop id: keras-hub's samplers
+        # take a stop id in any column outside `mask` for a row's end (with 0
+        # there, stop id 0 ended every row before its first step).
+        buffer = tf.where(keep, token_ids, -tf.ones_like(token_ids))
 
         def next(prompt, cache, index):
             def pending():  # the log-probs after the prompts
@@ -240,6 +243,8 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
                               stop_token_ids=stop_token_ids, hidden_states=hidden, model=self)
         in_prompt = columns[None, :] < lengths[:, None]
         source = tf.clip_by_value(columns[None, :] - lengths[:, None] + start, 0, width - 1)
+        # Columns left at -1 (the loop ended: every row had stopped) come after a stop.
+        buffer = tf.maximum(buffer, 0)
         token_ids = tf.where(in_prompt, token_ids, tf.gather(buffer, source, batch_dims=1))
         if stop_token_ids is None:
             padding_mask = tf.ones_like(token_ids, tf.bool)
