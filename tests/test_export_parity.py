@@ -213,3 +213,15 @@ def test_a_nan_is_never_within_tolerance():
     assert max_differences([(same_inf, mems, mask)], [(same_inf, mems, mask)])["log_probs"] == 0
     with pytest.raises(ParityError, match="1 segments' outputs for 2 segments"):
         max_differences([(lp, mems, mask)] * 2, [(lp, mems, mask)])
+
+
+@pytest.mark.parametrize("mem_len", [0, 3])
+def test_one_head_exports_equal_the_core(tmp_path, mem_len):
+    """n_head=1: tf2onnx turned the heads-first transpose (a size-1 axis
+    moved) into a reshape copying its input's first axis, then merged it
+    into the reshape before it, whose first axis is batch * length: ONNX
+    Runtime failed on any segment longer than one token."""
+    core = random_core(seed=3, n_head=1, d_head=16)
+    export_onnx(core, str(tmp_path / "model.onnx"), mem_len)
+    runtime = open_runtime(str(tmp_path / "model.onnx"), device="cpu")
+    check_parity(core, [runtime], random_segments(256, 2, 4, n_segments=3, seed=4), tol=TOL)
