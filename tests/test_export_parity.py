@@ -273,3 +273,21 @@ def test_random_configurations_export_as_the_core(tmp_path, seed):
     np.testing.assert_allclose(log_probs, expected.numpy()[:, -1], atol=TOL)
     np.testing.assert_allclose(runtime.cache_memory(cache).numpy()[0], memory.mems.numpy(),
                                atol=TOL)
+
+
+def test_a_batch_major_graph_of_one_layer_without_memory_loads_and_matches(tmp_path):
+    """memory_layout="batch_major", n_layer=1, mem_len=0: tf2onnx wrote the
+    layer/batch transpose as a reshape to [-1, 1, 0, d], which ONNX Runtime
+    refused to load."""
+    import onnxruntime as ort
+    core = random_core(seed=5, n_layer=1)
+    export_onnx(core, str(tmp_path / "model.onnx"), 0, memory_layout="batch_major")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    ids = random_segments(256, 2, 3, n_segments=1, seed=6)[0]
+    log_probs, new_mems, new_mask = session.run(None, {
+        "token_ids": ids, "mems": np.zeros([2, 1, 0, 32], np.float32),
+        "mem_mask": np.zeros([2, 0], bool)})
+    expected, _ = core(ids, core.initial_memory(2, 0), training=False)
+    np.testing.assert_allclose(log_probs, expected.numpy(), atol=TOL)
+    assert new_mems.shape == (2, 1, 0, 32) and new_mask.shape == (2, 0)
