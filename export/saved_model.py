@@ -60,14 +60,24 @@ def serve_step(core, token_ids, mems, mem_mask, log_probs_mode="all",
     `memory_layout` (batch-major ones are transposed around the core)."""
     check_memory_layout(memory_layout)
     swap = memory_layout == "batch_major"
-    memory = Memory(tf.transpose(mems, [1, 0, 2, 3]) if swap else mems, mem_mask)
+    memory = Memory(_swap_layer_batch(mems) if swap else mems, mem_mask)
     if log_probs_mode == "all":
         log_probs, new = core(token_ids, memory, training=False)
     else:
         hidden, new = core.hidden_states(token_ids, memory, training=False)
         log_probs = core.crit(hidden[:, -1])
-    new_mems = tf.transpose(new.mems, [1, 0, 2, 3]) if swap else new.mems
+    new_mems = _swap_layer_batch(new.mems) if swap else new.mems
     return {"log_probs": log_probs, "new_mems": new_mems, "new_mem_mask": new.mem_mask}
+
+
+def _swap_layer_batch(mems):
+    """`mems` with its first two axes swapped. Without memory slots, an
+    empty tensor of that shape: with one layer, tf2onnx writes the transpose
+    as a reshape to `[-1, 1, 0, d]`, which ONNX Runtime refuses to load."""
+    if mems.shape[2] == 0:
+        shape = tf.shape(mems)
+        return tf.zeros(tf.stack([shape[1], shape[0], 0, shape[3]]), mems.dtype)
+    return tf.transpose(mems, [1, 0, 2, 3])
 
 
 def plain_copies(weights):

@@ -468,3 +468,24 @@ def test_the_segment_graph_has_few_kernels_and_one_node_a_layer_norm(exported):
         assert norms == 2 * CONFIG.n_layer and counts["ReduceMean"] == 0, (graph, counts)
         if graph == "model.onnx":
             assert kernels(counts) <= MAX_SEGMENT_KERNELS, counts
+
+
+def test_one_head_without_memory_reads_a_segment_as_the_core(tmp_path):
+    """n_head=1, mem_len=0: decode_read's ring in time order (no slot) went
+    through transposes of an empty axis that tf2onnx wrote as reshapes to a
+    0, which ONNX reads as "copy the axis": a stale slot joined the keys and
+    values (wrong log-probs, or a broadcast error)."""
+    config = TransformerXLConfig.preset("tiny", n_token=40, n_layer=1, n_head=1, d_head=4,
+                                        d_model=16, d_inner=16, mem_len=0)
+    core = TransformerXL(config)
+    rng = np.random.default_rng(1)
+    for w in core.weights:
+        w.assign(rng.normal(0.0, 0.3, w.shape).astype(np.float32))
+    save_pretrained(core, tmp_path / "model")
+    run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=["onnx"], verify=False)
+    runtime = open_runtime(str(tmp_path / "out"), backend="onnx", device="cpu")
+    for length in (1, 3):
+        ids = random_segments(40, 2, length, n_segments=1, seed=length)[0]
+        log_probs, _ = runtime.decode_read(ids, runtime.decode_init(runtime.initial_memory(2)))
+        expected, _ = core(ids, core.initial_memory(2, 0), training=False)
+        np.testing.assert_allclose(log_probs, expected.numpy()[:, -1], atol=1e-4)

@@ -213,3 +213,81 @@ def test_a_nan_is_never_within_tolerance():
     assert max_differences([(same_inf, mems, mask)], [(same_inf, mems, mask)])["log_probs"] == 0
     with pytest.raises(ParityError, match="1 segments' outputs for 2 segments"):
         max_differences([(lp, mems, mask)] * 2, [(lp, mems, mask)])
+
+
+@pytest.mark.parametrize("mem_len", [0, 3])
+def test_one_head_exports_equal_the_core(tmp_path, mem_len):
+    """n_head=1: tf2onnx turned the heads-first transpose (a size-1 axis
+    moved) into a reshape copying its input's first axis, then merged it
+    into the reshape before it, whose first axis is batch * length: ONNX
+    Runtime failed on any segment longer than one token."""
+    core = random_core(seed=3, n_head=1, d_head=16)
+    export_onnx(core, str(tmp_path / "model.onnx"), mem_len)
+    runtime = open_runtime(str(tmp_path / "model.onnx"), device="cpu")
+    check_parity(core, [runtime], random_segments(256, 2, 4, n_segments=3, seed=4), tol=TOL)
+
+
+def random_export_config(seed):
+    """A small random config and export memory length; seed % 3 picks the
+    corner (one head and no memory, memory below the segment, above it)."""
+    rng = np.random.default_rng(seed)
+    n_token = int(rng.choice([24, 40]))
+    cutoffs = [int(rng.integers(4, n_token - 4))] if rng.random() < 0.7 else []
+    n_head = [1, 2, 3][seed % 3]
+    config = TransformerXLConfig(
+        n_token=n_token, n_layer=int(rng.integers(1, 3)), d_model=int(rng.choice([8, 12, 16])),
+        n_head=n_head, d_head=int(rng.choice([3, 4, 5])), d_inner=16,
+        d_embed=int(rng.choice([8, 16, 20])), div_val=int(rng.choice([2, 4])) if cutoffs else 1,
+        cutoffs=cutoffs, tie_weight=bool(rng.random() < 0.5),
+        tie_projs=[bool(b) for b in rng.random(len(cutoffs) + 1) < 0.5], dropout=0.0,
+        untie_r=bool(rng.random() < 0.5), pre_lnorm=bool(rng.random() < 0.5), tgt_len=4,
+        mem_len=4, clamp_len=int(rng.choice([-1, 2])), same_length=bool(rng.random() < 0.5),
+        zero_filled_memory=bool(rng.random() < 0.3))
+    return config, [0, 2, 5][seed % 3]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_configurations_export_as_the_core(tmp_path, seed):
+    """model.onnx, the decode graphs stepped past a full ring and
+    decode_read equal the core over segments with the memory carried."""
+    from export import run_export
+    from txl_tf.weights import save_pretrained
+    config, mem_len = random_export_config(seed)
+    core = TransformerXL(config)
+    rng = np.random.default_rng(seed)
+    for w in core.weights:
+        w.assign(rng.normal(0.0, 0.3, w.shape).astype(np.float32))
+    save_pretrained(core, tmp_path / "model")
+    run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=["onnx"],
+               mem_len=mem_len, log_probs=["all", "last"][seed % 2], verify=False)
+    runtime = open_runtime(str(tmp_path / "out"), backend="onnx", device="cpu")
+    segments = random_segments(config.n_token, 2, 3, n_segments=3, seed=seed)
+    # Each segment decoded on a ring of mem_len + 1 slots: it wraps for mem_len 0 and 2.
+    check_parity(core, [runtime], segments, tol=TOL)
+    # decode_read of a segment on the cache of the memory before it.
+    memory = core.initial_memory(2, mem_len, config.zero_filled_memory)
+    _, memory = core(segments[0], memory, training=False)
+    expected, memory = core(segments[1], memory, training=False)
+    cache = runtime.decode_init(runtime.step(segments[0])[1])
+    log_probs, cache = runtime.decode_read(segments[1], cache)
+    np.testing.assert_allclose(log_probs, expected.numpy()[:, -1], atol=TOL)
+    np.testing.assert_allclose(runtime.cache_memory(cache).numpy()[0], memory.mems.numpy(),
+                               atol=TOL)
+
+
+def test_a_batch_major_graph_of_one_layer_without_memory_loads_and_matches(tmp_path):
+    """memory_layout="batch_major", n_layer=1, mem_len=0: tf2onnx wrote the
+    layer/batch transpose as a reshape to [-1, 1, 0, d], which ONNX Runtime
+    refused to load."""
+    import onnxruntime as ort
+    core = random_core(seed=5, n_layer=1)
+    export_onnx(core, str(tmp_path / "model.onnx"), 0, memory_layout="batch_major")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    ids = random_segments(256, 2, 3, n_segments=1, seed=6)[0]
+    log_probs, new_mems, new_mask = session.run(None, {
+        "token_ids": ids, "mems": np.zeros([2, 1, 0, 32], np.float32),
+        "mem_mask": np.zeros([2, 0], bool)})
+    expected, _ = core(ids, core.initial_memory(2, 0), training=False)
+    np.testing.assert_allclose(log_probs, expected.numpy(), atol=TOL)
+    assert new_mems.shape == (2, 1, 0, 32) and new_mask.shape == (2, 0)

@@ -23,7 +23,16 @@ def _assign_once(dense, kernel):
 
 
 def _heads_first(x, batch, length, n_head, d_head):
-    """`[B, len, H * d]` → `[B, H, len, d]`."""
+    """`[B, len, H * d]` → `[B, H, len, d]`.
+
+    With one head the transpose only moves a size-1 axis, so this is one
+    reshape: tf2onnx turns such a transpose into a reshape that copies its
+    input's first axis (`0`) and then merges it into the reshape before it,
+    whose input's first axis is `B * len` (queries and keys of wrong shapes
+    in the exported graph).
+    """
+    if n_head == 1:
+        return tf.reshape(x, [batch, 1, length, d_head])
     return tf.transpose(tf.reshape(x, [batch, length, n_head, d_head]), [0, 2, 1, 3])
 
 

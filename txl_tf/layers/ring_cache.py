@@ -191,6 +191,12 @@ def flat_cache(cache):
 def in_time_order(ring, cache, axis):
     """The M slots of `ring` (one of `cache`'s, slot axis `axis`) in time
     order, oldest first: each row read from its own free slot on."""
+    if cache.valid.shape[1] == 1:
+        # No memory (M = 0): an empty slice. tf2onnx writes the gather's
+        # transposes of its empty axis as reshapes to a 0, which ONNX reads as
+        # "copy this axis": with one head the new positions' keys and values
+        # were joined by a stale slot's.
+        return ring[(slice(None),) * axis + (slice(0, 0),)]
     size = tf.shape(cache.valid)[1]
     index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
     return tf.gather(ring, index, axis=axis, batch_dims=1)
