@@ -17,9 +17,22 @@ from txl_tf.keras_support.precision import choose, cpu_flags, resolve
     (set(), "float32"),
 ])
 def test_cpu_choice_follows_native_bfloat16(flags, policy):
-    chosen = choose(flags=frozenset(flags), gpus=[])
+    chosen = choose(flags=frozenset(flags), gpus=[], isa_cap="")
     assert chosen.policy == policy and chosen.jit_compile is False
     assert chosen.reason.startswith("CPU with ") == (policy == "mixed_bfloat16")
+
+
+@pytest.mark.parametrize("cap,policy", [
+    ("AVX2", "float32"), ("avx512_core", "float32"), ("AVX512_CORE_BF16", "mixed_bfloat16"),
+    ("AVX512_CORE_AMX", "mixed_bfloat16"), ("ALL", "mixed_bfloat16"),
+])
+def test_a_onednn_isa_cap_below_bfloat16_keeps_float32(monkeypatch, cap, policy):
+    """Under ONEDNN_MAX_CPU_ISA=AVX2 (an AVX2 machine's round-off reproduced)
+    a bfloat16 matmul has no oneDNN kernel and the process aborts."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    chosen = choose(flags=frozenset({"avx2", "avx512f", "avx512_bf16"}), gpus=[])
+    assert chosen.policy == policy
+    assert ("ONEDNN_MAX_CPU_ISA" in chosen.reason) == (policy == "float32")
 
 
 @pytest.mark.parametrize("gpus,policy", [
@@ -59,6 +72,7 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
                                           (set(), "float32")])
 def test_model_auto_dtype_and_compile_follow_the_choice(monkeypatch, flags, policy):
     # The CPU this runs on is replaced by one with / without native bfloat16.
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))
     monkeypatch.setattr(precision, "_gpu_capabilities", lambda: [])
     model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=2, dtype="auto")

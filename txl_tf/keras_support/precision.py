@@ -11,6 +11,13 @@ without them TensorFlow emulates bfloat16, which loses, so float32 is kept.
 """
 import dataclasses
 import functools
+import os
+
+# oneDNN's `ONEDNN_MAX_CPU_ISA` values below its first bfloat16 dot-product
+# ISA (AVX512_CORE_BF16): under such a cap a bfloat16 matmul has no kernel and
+# the process aborts (`could not create a primitive descriptor`).
+_ISA_WITHOUT_BFLOAT16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2",
+                                   "AVX512_CORE", "AVX512_CORE_VNNI"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +55,12 @@ def _gpu_capabilities():
     return capabilities
 
 
-def choose(strategy=None, flags=None, gpus=None):
+def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
     """The `Precision` for the hardware `strategy` runs on (default: what
-    TensorFlow sees). `flags` (CPU feature flags) and `gpus` (a list of
-    `(name, (major, minor))`) override the detection, for tests."""
+    TensorFlow sees). `flags` (CPU feature flags), `gpus` (a list of
+    `(name, (major, minor))`) and `isa_cap` (oneDNN's ISA cap, default the
+    `ONEDNN_MAX_CPU_ISA` environment variable) override the detection, for
+    tests."""
     import tensorflow as tf
     if strategy is not None and isinstance(
             strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):
@@ -68,6 +77,10 @@ def choose(strategy=None, flags=None, gpus=None):
                          "no bfloat16 tensor cores; XLA fuses the element-wise ops")
     flags = cpu_flags() if flags is None else flags
     native = sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags)
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA", "") if isa_cap is None else isa_cap).upper()
+    if native and cap in _ISA_WITHOUT_BFLOAT16:
+        return Precision("float32", False, f"CPU with {' and '.join(f.upper() for f in native)}, "
+                         f"but ONEDNN_MAX_CPU_ISA={cap} leaves oneDNN no bfloat16 dot products")
     if native:
         return Precision("mixed_bfloat16", False,
                          f"CPU with {' and '.join(f.upper() for f in native)}: native bfloat16 "
