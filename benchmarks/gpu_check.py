@@ -375,12 +375,13 @@ def mirrored_equals_one_device(shape, device, steps=10):
     `OneDeviceStrategy`: the epoch loss and the weights after `steps`."""
     import tensorflow as tf
     from benchmarks.throughput import SHAPES, config_for
+    from training.strategy import mirrored_strategy
     cfg, batch = config_for(shape, dropout=0.0, dropatt=0.0), SHAPES[shape]["batch_size"]
     weights = _model_weights(cfg, batch, cfg.mem_len)
     batches = _learnable_batches(cfg, batch, steps, seed=1)
     name = _devices(device)[0]
     runs = [_trained(strategy, cfg, batch, weights, batches, use_fit=True)
-            for strategy in (tf.distribute.MirroredStrategy([name]),
+            for strategy in (mirrored_strategy([name]),
                              tf.distribute.OneDeviceStrategy(name))]
     loss_diff = float(np.max(np.abs(np.array(runs[0][0]) - np.array(runs[1][0]))))
     weight_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(runs[0][1], runs[1][1]))

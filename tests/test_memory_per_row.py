@@ -9,6 +9,7 @@ import tensorflow as tf
 from txl_tf import TransformerXL, TransformerXLConfig, TransformerXLLM, TxlError
 from txl_tf.data.documents import (distribute_documents, document_dataset, document_segments,
                                    split_documents)
+from training.strategy import mirrored_strategy
 
 N_TOKEN, T, M = 40, 4, 8
 
@@ -120,7 +121,7 @@ def test_a_corpus_is_cut_into_documents_after_each_separator():
 
 
 def test_distributed_documents_keep_each_row_on_its_replica_at_every_step():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
     docs = [np.arange(1, 9), np.arange(10, 14), np.arange(20, 31), np.arange(40, 46)]
     token_ids, _, weights, start = document_segments(docs, batch_size=4, tgt_len=T)
     steps = token_ids.shape[0]

@@ -8,6 +8,7 @@ from txl_tf import ReplicaClippedAdam, TransformerXLConfig, TransformerXLLM
 from txl_tf.data import eval_segment_dataset
 from txl_tf.learning.evaluation import evaluate_ids
 from txl_tf.weights.checkpoints import get_weights, set_weights
+from training.strategy import mirrored_strategy
 
 T = 8
 
@@ -190,7 +191,7 @@ def test_one_replica_equals_two_replicas_with_memory_carried(optimizer, weighted
     one, (mem_one,), single, eval_one = _losses_and_memory(
         tf.distribute.OneDeviceStrategy("/cpu:0"), weights, streams, optimizer, token_weights)
     two, mems_two, double, eval_two = _losses_and_memory(
-        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), weights, streams, optimizer,
+        mirrored_strategy(["/cpu:0", "/cpu:1"]), weights, streams, optimizer,
         token_weights)
     np.testing.assert_allclose(two, one, rtol=1e-4)
     assert len(set(np.round(one, 4))) == 3  # the three steps really differ

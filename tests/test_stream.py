@@ -16,6 +16,7 @@ except RuntimeError:
 
 from txl_tf.data import (batchify, distribute_segments, eval_segment_dataset,  # noqa: E402
                          num_segments, segment_dataset)
+from training.strategy import mirrored_strategy  # noqa: E402
 
 
 def collect(ds, n=None):
@@ -114,7 +115,7 @@ def two_replicas():
     if len(cpus) < 2:
         pytest.skip("needs 2 logical CPU devices; TensorFlow was initialised before "
                     "this module (or conftest) could split the CPU")
-    return tf.distribute.MirroredStrategy([c.name for c in cpus[:2]])
+    return mirrored_strategy([c.name for c in cpus[:2]])
 
 
 @pytest.mark.parametrize("evaluation", [False, True])

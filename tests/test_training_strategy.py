@@ -1,8 +1,10 @@
 """`--strategy=auto`: which strategy the job picks for the devices present
-(injected device counts; no accelerator needed)."""
+(injected device counts; no accelerator needed); mirrored strategies made one
+after another in one process."""
 import pytest
+import tensorflow as tf
 
-from training.strategy import choose_strategy, one_device
+from training.strategy import choose_strategy, make_strategy, one_device
 
 
 @pytest.mark.parametrize("tpu,workers,gpus,cpus,expected", [
@@ -23,3 +25,22 @@ def test_auto_picks(tpu, workers, gpus, cpus, expected):
 def test_one_device_is_the_first_gpu():
     assert one_device(["/device:GPU:0", "/device:GPU:1"]) == "/device:GPU:0"
     assert one_device([]) == "/cpu:0"
+
+
+def test_mirrored_strategies_made_one_after_another_each_reduce_their_own_shapes():
+    # Each MirroredStrategy used to number its all-reduces from the same keys,
+    # and the runtime remembers an instance's shape for the process: the
+    # second strategy's first all-reduce of another shape failed ("Shape
+    # mismatch in the collective instance"), as a second training run in one
+    # process did.
+    assert len(tf.config.list_logical_devices("CPU")) >= 2, "tests/conftest.py splits the CPU"
+    for size in (3, 5, 3):
+        strategy = make_strategy("mirrored")
+
+        @tf.function
+        def summed():
+            return strategy.run(
+                lambda: tf.distribute.get_replica_context().all_reduce("SUM", tf.ones([size])))
+
+        assert [r.numpy().tolist() for r in strategy.experimental_local_results(summed())] \
+            == [[2.0] * size] * 2

@@ -57,6 +57,36 @@ def one_device(gpus):
     return gpus[0] if gpus else "/cpu:0"
 
 
+# Every MirroredStrategy numbers its collective ops from the same group and
+# instance keys, and TensorFlow's runtime keeps each instance's shapes for the
+# life of the process: a second strategy in one process (a second training
+# run, a notebook, a test session) fails its first all-reduce of another shape
+# with "Shape mismatch in the collective instance". TensorFlow's own tests
+# move the class's key base before each strategy
+# (tensorflow/python/distribute/strategy_combinations.py); so does this.
+_KEY_BASE_STRIDE = 100_000
+if not hasattr(tf.distribute.MirroredStrategy, "_collective_key_base"):
+    raise ImportError(f"TensorFlow {tf.__version__} has no MirroredStrategy._collective_key_base; "
+                      "training.strategy.mirrored_strategy must be updated for this version")
+
+
+def mirrored_strategy(devices):
+    """A `tf.distribute.MirroredStrategy` over `devices` whose collective keys
+    no other strategy of this process uses (see above).
+
+    Args:
+        devices: device names, e.g. `["/gpu:0", "/gpu:1"]`.
+
+    Returns:
+        The strategy.
+    """
+    tf.distribute.MirroredStrategy._collective_key_base += _KEY_BASE_STRIDE
+    strategy = tf.distribute.MirroredStrategy(devices)
+    # A later MirroredStrategy made directly starts past this one's keys too.
+    tf.distribute.MirroredStrategy._collective_key_base += _KEY_BASE_STRIDE
+    return strategy
+
+
 def make_strategy(name="auto", tpu=None):
     """A strategy by name.
 
@@ -88,7 +118,7 @@ def make_strategy(name="auto", tpu=None):
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
-        return tf.distribute.MirroredStrategy(devices)
+        return mirrored_strategy(devices)
     return tf.distribute.OneDeviceStrategy(
         one_device([d.name for d in tf.config.list_logical_devices("GPU")]))
 
