@@ -95,6 +95,8 @@ def export_classifier(model, output_dir, formats=FORMATS, label_names=None, voca
         raise TxlError(f"formats must be some of {FORMATS}, got {formats}")
     output_dir = os.path.abspath(output_dir)
     _check_output_dir(output_dir, overwrite)
+    if "onnx" in formats and model.compute_dtype != "float32":
+        _refuse_adapted_layers(model)  # before the SavedModel is written for nothing
     vocab_dir = vocab_dir or getattr(model, "vocab_dir", None)
     vocab_files = _vocab_files(vocab_dir)
     metadata = classifier_metadata(model, label_names,
@@ -133,9 +135,11 @@ def _check_output_dir(output_dir, overwrite):
 
 def float32_twin(model):
     """`model` if it computes in float32, else a copy of it under the float32
-    policy holding the same weights (as float32)."""
+    policy holding the same weights (as float32). A copy of LoRA-adapted or
+    quantized layers is refused (`TxlError`): it is built from the config."""
     if model.compute_dtype == "float32":
         return model
+    _refuse_adapted_layers(model)
     config = {**model.get_config(), "dtype": "float32"}
     config.pop("name", None)
     with skip_random_init():  # every weight is copied next
@@ -147,6 +151,22 @@ def float32_twin(model):
         target.assign(tf.cast(source, tf.float32))
     twin.vocab_dir = getattr(model, "vocab_dir", None)
     return twin
+
+
+def _refuse_adapted_layers(model):
+    """Raises `TxlError` if a layer of `model` has LoRA adapters or is
+    quantized (its float32 copy, built from the config, would have neither)."""
+    adapted = [(layer.path, getattr(layer, "quantization_mode", None) or "LoRA")
+               for layer in model._flatten_layers()
+               if getattr(layer, "quantization_mode", None)
+               or getattr(layer, "lora_enabled", False)]
+    if adapted:
+        kinds = " and ".join(sorted({kind for _, kind in adapted}))
+        raise TxlError(f"cannot export a {model.dtype_policy.name} classifier with {kinds} "
+                       f"layers ({len(adapted)}, e.g. {adapted[0][0]}) to ONNX: the ONNX "
+                       "graph is converted from a float32 copy built from the config, which "
+                       "has no adapters or quantized layers; export formats=('saved_model',), "
+                       "or a float32 model")
 
 
 def export_classifier_saved_model(model, path, metadata, vocab_files=()):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from export import classifier, export_classifier, open_classifier, open_runtime
 from export.classifier import float32_twin, read_metadata
 from export.runtime import RuntimeInputError
-from txl_tf import TransformerXLClassifier, TransformerXLConfig
+from txl_tf import TransformerXLClassifier, TransformerXLConfig, TxlError
 
 N_TOKEN = 40
 
@@ -134,6 +134,36 @@ def test_a_mixed_precision_classifier_exports_onnx_computing_in_float32(tmp_path
     for info in (onnx.info, read_metadata(out)):
         assert (info.values["dtype_policy"], info.values["saved_model_compute_dtype"],
                 info.values["onnx_compute_dtype"]) == ("mixed_bfloat16", "bfloat16", "float32")
+
+
+@pytest.mark.parametrize("adapt", ["lora", "int8"])
+def test_a_mixed_precision_classifier_with_lora_or_int8_is_refused_for_onnx(tmp_path, adapt):
+    """Its float32 copy (the ONNX graph's) is built from the config, without
+    the adapters or int8 layers: the export failed with a RuntimeError
+    naming neither. Refused at once, by name; the SavedModel still exports
+    (checked once)."""
+    config = TransformerXLConfig(n_token=N_TOKEN, n_layer=1, d_model=16, n_head=2, d_head=8,
+                                 d_inner=32, dropout=0.0, tgt_len=4, mem_len=4)
+    model = TransformerXLClassifier(config, 2, dtype="mixed_bfloat16")
+    if adapt == "lora":
+        next(layer for layer in model.core._flatten_layers()
+             if layer.name == "query").enable_lora(2)
+    else:
+        model.quantize("int8")
+    out = tmp_path / "cls"
+    with pytest.raises(TxlError, match=f"^cannot export a mixed_bfloat16 classifier with "
+                       f"{'LoRA' if adapt == 'lora' else 'int8'} layers .*"
+                       "formats=\\('saved_model',\\)"):
+        export_classifier(model, str(out))
+    assert not out.exists()
+    if adapt == "lora":
+        return
+    export_classifier(model, str(out), formats=("saved_model",))
+    ids, lengths = batch([5, 2], width=5)
+    want = tf.function(lambda i, n: model.predict_probabilities(
+        {"token_ids": i, "lengths": n}))(ids, lengths).numpy()
+    np.testing.assert_allclose(open_classifier(str(out)).probabilities(ids, lengths), want,
+                               atol=1e-4)
 
 
 def test_a_failed_export_leaves_the_folder_as_it_was(exported, tmp_path, monkeypatch):
