@@ -297,8 +297,8 @@ def _export_into(out, stages, o, source, cfg):
         written = export_onnx(core, onnx_path, opset=opset, weights_file=shared,
                               external_data_threshold=threshold, **dtypes, **options)
         if o["decode_cache"]:
-            written += export_decode_onnx(core, out, mem_len, shared, opset,
-                                          **dtypes) + [shared.path]
+            written += export_decode_onnx(core, out, mem_len, shared, opset, **dtypes,
+                                          zero_filled=zero_filled_memory) + [shared.path]
         _free()
         report["seconds"]["onnx"] = round(time.perf_counter() - start, 2)
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)

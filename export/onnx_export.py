@@ -101,7 +101,8 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
 
 
 def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
-                       interfaces=None, cache_dtype="float32", decode_dtype="float32"):
+                       interfaces=None, cache_dtype="float32", decode_dtype="float32",
+                       zero_filled=False):
     """Writes the cached decode interface (`export.decode_interface`) as
     ONNX models in `folder` (`DECODE_FILES`; only those named in
     `interfaces` when given), each with the config and its interface in
@@ -109,7 +110,8 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
     (`write_weights_file` of the float32 `core`'s weights, shared with
     `model.onnx`), the cache's keys and values in `cache_dtype`
     (`CACHE_DTYPES`), computing in `decode_dtype` (`DECODE_DTYPES`; float16
-    needs a float16 cache); returns the files."""
+    needs a float16 cache); `zero_filled` is recorded as `model.onnx`'s (the
+    memory a new stream starts from); returns the files."""
     cfg, mem_len = core.config, int(mem_len)
     decode.check_cache_dtype(cache_dtype)
     if decode_dtype != "float32" and cache_dtype != decode_dtype:
@@ -153,7 +155,7 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
         declare_shapes(model, {**shapes, "token_ids": ["batch", "seq_len"]}
                        if interface == "decode_read" else shapes)
         keep_batch_axis(model)
-        helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last",
+        helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last", zero_filled,
                                                          cache_dtype=cache_dtype,
                                                          decode_dtype=decode_dtype),
                                        "interface": interface, "inputs": ",".join(inputs),

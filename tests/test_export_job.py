@@ -61,6 +61,11 @@ def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
     meta = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
     assert (meta["mem_len"], meta["log_probs"], meta["zero_filled_memory"]) == \
         ("4", "last", "true")
+    for name in ("decode_init", "decode_step", "decode_read"):
+        # The decode graphs' metadata said "false": a client of them alone
+        # started from an empty memory, not the export's zero-filled one.
+        graph = onnx.load(str(out / f"{name}.onnx"), load_external_data=False)
+        assert {p.key: p.value for p in graph.metadata_props}["zero_filled_memory"] == "true"
     for backend in ("onnx", "saved_model"):
         rt = open_runtime(str(out), backend=backend)
         memory = rt.initial_memory(2)
