@@ -298,8 +298,10 @@ def export_cached_onnx(core, path, mem_len, log_probs="all", opset=DEFAULT_OPSET
     for name, new in states:
         declared[name] = declared[new] = ["batch"] + shapes[name]
     declare_shapes(model, declared)
+    # Its keys are per layer [H, M, d_head]: rows, not the decode graphs' columns.
     helper.set_model_props(model, {**export_metadata(cfg, mem_len, log_probs,
                                                      memory_layout=MEMORY_LAYOUT),
+                                   "decode_cache_layout": "keys_as_rows",
                                    "inputs": ",".join(inputs), "outputs": ",".join(outputs)})
     model.doc_string = "Transformer-XL, memory as keys and values: see export.triton"
     return save_with_weights(model, path, core.weights, len(inputs), external_data_threshold)

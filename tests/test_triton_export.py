@@ -260,6 +260,14 @@ def test_the_cached_models_config_parses_and_matches_its_graph(exported, core):
         assert start.WhichOneof("state_data") == "zero_data" and list(start.dims) == dims
     assert set(interface) == ({"token_ids", "log_probs"} | {s.input_name for s in batching.state}
                               | {s.output_name for s in batching.state})
+    # Its metadata said `decode_cache_layout: keys_as_columns`, the decode
+    # graphs' [d_head, S] keys; its keys are [n_head, M, d_head] rows.
+    graph = onnx.load(model_file(str(out / "repo"), "txl_cached"), load_external_data=False)
+    meta = {p.key: p.value for p in graph.metadata_props}
+    assert (meta["memory_layout"], meta["decode_cache_layout"]) == ("keys_values",
+                                                                    "keys_as_rows")
+    assert meta["inputs"].split(",") == [i.name for i in graph.graph.input]
+    assert meta["outputs"].split(",") == [o.name for o in graph.graph.output]
     exposed = text_format.Parse(cached_config(cfg, 5, "c", "last", 2, expose_memory=True),
                                 model_config_pb2.ModelConfig())
     assert {o.name: list(o.dims) for o in exposed.output}["new_mem_mask"] == [5]
