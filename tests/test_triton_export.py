@@ -12,11 +12,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from export import ExportError, export_onnx, open_runtime, run_export
+from txl_tf import TransformerXLConfig
 from txl_tf.weights import save_pretrained
 from export.parity import ParityError, core_outputs, random_segments
-from export.triton import (cached_config, check_cached_model, check_triton_model, model_file,
-                           sequence_log_probs, sequence_outputs, triton_model_config,
-                           write_triton_repository)
+from export.triton import (CONFIG_FILE, INITIAL_STATE_DIR, cached_config, check_cached_model,
+                           check_triton_model, model_file, sequence_log_probs,
+                           sequence_outputs, triton_model_config, write_triton_repository)
 from test_export_parity import random_core
 
 MEM_LEN = 8
@@ -300,3 +301,109 @@ def test_the_cached_models_check_fails_on_a_nan(monkeypatch):
     monkeypatch.setattr(triton, "sequence_log_probs", lambda path, segments: [got])
     with pytest.raises(ParityError, match="cached model differs .* inf"):
         check_cached_model([(want, None, None)], "unused.onnx", [None])
+
+
+def random_repository_case(seed):
+    """A small random config (one head or several, one layer or two) and
+    random repository options; seed 0 is zero-filled (no cached model)."""
+    rng = np.random.default_rng(seed)
+    n_head = int(rng.choice([1, 2]))
+    config = TransformerXLConfig(
+        n_token=int(rng.choice([13, 30])), n_layer=int(rng.integers(1, 3)), d_model=8,
+        n_head=n_head, d_head=int(rng.choice([3, 4])), d_inner=12, dropout=0.0, tgt_len=3,
+        mem_len=3, untie_r=bool(rng.random() < 0.5), same_length=bool(rng.random() < 0.5))
+    max_batch_size = int(rng.integers(1, 4))
+    options = dict(mem_len=int(rng.integers(1, 5)), log_probs=str(rng.choice(["all", "last"])),
+                   zero_filled=seed == 0, max_batch_size=max_batch_size,
+                   max_candidate_sequences=max_batch_size + int(rng.integers(0, 3)),
+                   expose_memory=bool(rng.random() < 0.5))
+    return config, options
+
+
+def check_against_the_graph(folder, name, options, config, rng):
+    """Every field of `folder/name/config.pbtxt` and of the graph's metadata
+    against the ONNX graph (declared interface, and the shapes a run at a
+    random batch and length gives)."""
+    config_pb = parse_config(os.path.join(folder, name, CONFIG_FILE))
+    path = model_file(folder, name)
+    assert (config_pb.name, config_pb.backend, config_pb.platform) == (name, "onnxruntime", "")
+    assert config_pb.default_model_filename in ("", "model.onnx") and os.path.isfile(path)
+    assert config_pb.max_batch_size == options["max_batch_size"]
+    interface = onnx_interface(path)  # every axis 0 is "batch": Triton batches there
+    batching = config_pb.sequence_batching
+    assert batching.oldest.max_candidate_sequences == options["max_candidate_sequences"]
+    named = [(i.name, i.data_type, list(i.dims)) for i in config_pb.input] + [
+        (o.name, o.data_type, list(o.dims)) for o in config_pb.output]
+    for state in batching.state:
+        named += [(n, state.data_type, list(state.dims))
+                  for n in (state.input_name, state.output_name)]
+        (start,) = state.initial_state
+        assert (start.data_type, list(start.dims)) == (state.data_type, list(state.dims))
+        if start.WhichOneof("state_data") == "data_file":
+            data = os.path.join(folder, name, INITIAL_STATE_DIR, start.data_file)
+            assert state.data_type == model_config_pb2.TYPE_BOOL
+            assert np.fromfile(data, np.uint8).tolist() == [1] * int(np.prod(state.dims))
+    for tensor, data_type, dims in named:
+        assert interface[tensor] == (data_type, dims), tensor
+    assert not batching.control_input  # the graph's inputs are the config's and the states
+    graph = onnx.load(path, load_external_data=False)
+    inputs = [i.name for i in graph.graph.input]
+    assert set(inputs) == {i.name for i in config_pb.input} | {s.input_name for s in
+                                                                batching.state}
+    # The metadata: each field it states is true of this graph.
+    meta = {p.key: p.value for p in graph.metadata_props}
+    outputs = [o.name for o in graph.graph.output]
+    assert meta["inputs"].split(",") == inputs and meta["outputs"].split(",") == outputs
+    assert TransformerXLConfig.from_json(meta["txl_tf.config"]) == config
+    assert (meta["n_token"], meta["vocab_size"], meta["token_ids_dtype"]) == (
+        str(config.n_token),) * 2 + ("int32",)
+    assert interface["token_ids"][0] == model_config_pb2.TYPE_INT32
+    assert interface["log_probs"][1] == ([-1] if meta["log_probs"] == "all" else []) + [
+        config.n_token]
+    starts = {s.input_name: s.initial_state[0] for s in batching.state}
+    assert meta["zero_filled_memory"] == str(
+        starts["mem_mask"].WhichOneof("state_data") == "data_file").lower()
+    mem_len = int(meta["mem_len"])
+    assert interface["mem_mask"][1] == [mem_len]
+    if meta["memory_layout"] == "batch_major":
+        assert interface["mems"][1] == [int(meta["n_layer"]), mem_len, int(meta["d_model"])]
+    else:
+        assert meta["memory_layout"] == "keys_values"
+        by_layout = {"keys_as_rows": [config.n_head, mem_len, config.d_head],
+                     "keys_as_columns": [config.n_head, config.d_head, mem_len]}
+        for i in range(int(meta["n_layer"])):
+            assert interface[f"keys_{i}"][1] == by_layout[meta["decode_cache_layout"]]
+    # A run at a random batch and length gives the shapes the config states.
+    batch, length = int(rng.integers(1, config_pb.max_batch_size + 1)), int(rng.integers(1, 5))
+    numpy_type = {model_config_pb2.TYPE_FP32: np.float32, model_config_pb2.TYPE_BOOL: np.bool_}
+    feeds = {s.input_name: np.zeros([batch, *s.dims], numpy_type[s.data_type])
+             for s in batching.state}
+    feeds["token_ids"] = rng.integers(0, config.n_token, (batch, length), dtype=np.int32)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = dict(zip(outputs, session.run(None, feeds)))
+    for tensor, _, dims in named:
+        if tensor in got:
+            assert list(got[tensor].shape) == [batch] + [length if d == -1 else d
+                                                         for d in dims], tensor
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_repositories_say_what_their_graphs_are(tmp_path, seed):
+    """Seeded random configs and options: every config.pbtxt and metadata
+    field of each model is held to its graph, and both models to the core."""
+    config, options = random_repository_case(seed)
+    core = random_core(seed, **config.to_dict())
+    rng = np.random.default_rng(seed)
+    folder = str(tmp_path)
+    write_triton_repository(core, folder, **options)
+    names = sorted(os.listdir(folder))
+    assert names == (["txl"] if options["zero_filled"] else ["txl", "txl_cached"])
+    for name in names:
+        check_against_the_graph(folder, name, options, core.config, rng)
+    segments = [rng.integers(0, config.n_token, (options["max_batch_size"], n), dtype=np.int32)
+                for n in (2, 1, 3)]
+    reference = core_outputs(core, segments, options["mem_len"], options["log_probs"],
+                             options["zero_filled"])
+    check_triton_model(reference, model_file(folder), segments)
+    if "txl_cached" in names:
+        check_cached_model(reference, model_file(folder, "txl_cached"), segments)
