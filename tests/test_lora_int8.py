@@ -138,3 +138,37 @@ def test_a_training_run_from_before_cannot_resume_and_says_its_weights_load(tmp_
     state = TrainingCheckpoint(model, optimizer, str(folder), tf.distribute.OneDeviceStrategy("/cpu:0"))
     with pytest.raises(TrainingError, match="before the attention's projections.*weights load"):
         state.restore_latest()
+
+
+def test_the_export_of_an_int8_keras_file_is_refused_saying_why(tmp_path):
+    """`python -m export --weights=<int8 model>.keras` said "save this model
+    with save_to_preset (keras-hub) or model.save(...keras) instead": a
+    .keras file is what it was given. A LoRA model's file exports (Keras
+    saves its adapters merged into the kernels): the export's log-probs are
+    the adapted model's."""
+    from export import ModelDirError, open_runtime, run_export
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, mem_len=8, tgt_len=4, dropout=0.0)
+    cfg.to_json(str(tmp_path / "config.json"))
+    model = causal_lm()
+    model.quantize("int8")
+    model.save(str(tmp_path / "int8.keras"))
+    with pytest.raises(ModelDirError, match=r"int8\.keras.* an int8-quantized model "
+                       r"\(transformer/layer_\d/\S+\)[^;]*; .*before quantize\(\)$") as refused:
+        run_export(str(tmp_path / "out"), config=str(tmp_path / "config.json"),
+                   weights=str(tmp_path / "int8.keras"), formats=["onnx"], verify=False)
+    assert "model.save" not in str(refused.value) and "\n" not in str(refused.value)
+    model = causal_lm()
+    model.backbone.enable_lora(RANK)
+    rng = np.random.default_rng(0)
+    for w in model.trainable_weights:  # the adapters, B zero at first
+        w.assign(rng.normal(0, 0.5, w.shape).astype(np.float32))
+    model.save(str(tmp_path / "lora.keras"))
+    run_export(str(tmp_path / "out"), config=str(tmp_path / "config.json"),
+               weights=str(tmp_path / "lora.keras"), formats=["onnx"], decode_cache=False,
+               mem_len=8, verify=False)
+    ids = np.arange(10, dtype=np.int32).reshape(2, 5) % N_TOKEN
+    core = model.backbone.transformer
+    adapted = core(ids, core.initial_memory(2, 8))[0].numpy()
+    runtime = open_runtime(str(tmp_path / "out"), backend="onnx", device="cpu")
+    np.testing.assert_allclose(runtime.step(ids, runtime.initial_memory(2))[0], adapted,
+                               atol=1e-5)

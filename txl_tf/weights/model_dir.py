@@ -197,9 +197,22 @@ def _load_weights(core, source):
             trained = getattr(keras.saving.load_model(path, compile=False), "core", None)
         if trained is None:
             raise ModelDirError(f"{path} holds no model with a `.core` Transformer-XL")
+        _refuse_quantized(trained, path)
         checkpoints.set_weights(core, checkpoints.get_weights(trained))
     else:
         checkpoints.load_weights(core, path)
+
+
+def _refuse_quantized(core, path):
+    """Raises `ModelDirError` if `core` (read from the .keras file `path`)
+    has quantized layers: the core they are read into holds float weights."""
+    for layer in core._flatten_layers():
+        mode = getattr(layer, "quantization_mode", None)
+        if mode:
+            raise ModelDirError(
+                f"cannot load weights {path!r}: it holds an {mode}-quantized model "
+                f"({layer.path}), and a job reads float weights into a core built from the "
+                f"config; pass the model's file from before quantize()")
 
 
 def load_vocab(vocab_dir, config):
