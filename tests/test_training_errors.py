@@ -59,6 +59,15 @@ def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(
     assert not (tmp_path / "run").exists()
 
 
+def test_log_batches_on_several_replicas_is_refused_before_the_data_is_read(tmp_path):
+    # Refused once the model was built (training_input), with no flag named.
+    with pytest.raises(TrainingError, match=r"^--log_batches needs a single replica; the "
+                                            r"MirroredStrategy has 2$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), log_batches=True,
+               strategy="mirrored")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_model_dir_that_cannot_be_made_names_the_flag_and_the_fix(tmp_path, monkeypatch):
     def refused(path, exist_ok=False):
         raise PermissionError(13, "Permission denied", path)
