@@ -25,6 +25,7 @@ from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.errors import TxlError
 from txl_tf.generation.request import MAX_SEED
+from txl_tf.text.prompt import prompt_ids
 
 SPEC = (
     option("string", "model", None, "Model directory with vocab/, training run directory, "
@@ -85,17 +86,6 @@ def continue_ids(model, prompt_ids, num_tokens, mem_len=None, temperature=1.0, t
     out = backend.generate(prompt, int(num_tokens), temperature=0.0 if greedy else temperature,
                            top_k=top_k, seed=seed, stream=report, **options)
     return out.ids[0, :out.lengths[0]]
-
-
-def prompt_ids(tokenizer, prompt):
-    """The ids of `prompt`, without the end-of-line id a word or SentencePiece
-    tokenizer adds to a last line the prompt did not end: the model continues
-    the line."""
-    ids = tokenizer.encode(prompt)
-    eos = getattr(tokenizer, "eos_id", -1)
-    if len(ids) > 1 and ids[-1] == eos and not prompt.endswith("\n"):
-        ids = ids[:-1]
-    return ids
 
 
 def continuation(tokenizer, ids, new_ids):
