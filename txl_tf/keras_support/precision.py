@@ -75,6 +75,11 @@ def _accelerator_choice(strategy, gpus):
     return None
 
 
+def _native_bfloat16(flags):
+    """The CPU feature flags among `flags` that multiply bfloat16 natively."""
+    return sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags)
+
+
 def _capped_below_bfloat16(native, isa_cap):
     """Why oneDNN has no bfloat16 dot products on a CPU with the `native`
     bfloat16 flags, or None: `isa_cap` (default `ONEDNN_MAX_CPU_ISA`) is below them."""
@@ -94,8 +99,7 @@ def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
     accelerator = _accelerator_choice(strategy, _gpu_capabilities() if gpus is None else gpus)
     if accelerator is not None:
         return accelerator
-    flags = cpu_flags() if flags is None else flags
-    native = sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags)
+    native = _native_bfloat16(cpu_flags() if flags is None else flags)
     capped = _capped_below_bfloat16(native, isa_cap)
     if capped:
         return Precision("float32", False, capped)
@@ -108,18 +112,25 @@ def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
 
 
 def bfloat16_would_abort(strategy=None, flags=None, gpus=None, isa_cap=None):
-    """Why a bfloat16 computation would abort the process here, or None: on
-    the CPU (no TPU `strategy`, no GPU), TensorFlow sees native bfloat16 and
-    sends bfloat16 matmuls to oneDNN, whose ISA cap leaves it no kernel
-    (`could not create a primitive descriptor`). Without native bfloat16
-    TensorFlow emulates it, and with `TF_ENABLE_ONEDNN_OPTS=0` oneDNN is
-    not used: both run. Overrides as in `choose`."""
+    """Why a bfloat16 matmul would abort the process here, or None.
+
+    On the CPU (no TPU `strategy`, no GPU) TensorFlow sends bfloat16 matmuls
+    of a CPU with native bfloat16 to oneDNN, which under an ISA cap below it
+    has no kernel (`could not create a primitive descriptor`). Without native
+    bfloat16 TensorFlow emulates it, and with `TF_ENABLE_ONEDNN_OPTS=0` oneDNN
+    is not used: both run.
+
+    Args:
+        strategy, flags, gpus, isa_cap: as in `choose` (detected when None).
+
+    Returns:
+        A phrase naming the CPU's flags and the cap, or None.
+    """
     if _accelerator_choice(strategy, _gpu_capabilities() if gpus is None else gpus):
         return None
     if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("0", "false"):
         return None
-    flags = cpu_flags() if flags is None else flags
-    return _capped_below_bfloat16(sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags),
+    return _capped_below_bfloat16(_native_bfloat16(cpu_flags() if flags is None else flags),
                                   isa_cap)
 
 
