@@ -182,3 +182,34 @@ def test_convention_round_trips_and_is_validated():
     with pytest.raises(ValueError, match="same_length_convention must be one of"):
         TransformerXLConfig(n_token=10, same_length_convention="torch")
 
+
+def _segments(core, reference, ids, seg_len, mem_len):
+    memory, got, want = core.initial_memory(ids.shape[0], mem_len), [], []
+    for start in range(0, ids.shape[1], seg_len):
+        log_probs, memory = core(ids[:, start:start + seg_len], memory)
+        got.append(np.asarray(log_probs))
+        want.append(reference.forward(ids[:, start:start + seg_len].T).transpose(1, 0, 2))
+    return np.concatenate(got, 1), np.concatenate(want, 1)
+
+
+def _reference(case, **run):
+    return PytorchReference(case["state"], mem_len=run["mem_len"],
+                            same_length=run["same_length"], clamp_len=run["clamp_len"],
+                            pre_lnorm=run["pre_lnorm"], zero_start=case["port"],
+                            cluster_rule="tf" if case["port"] else "pytorch", **case["hyper"])
+
+
+def test_given_cutoffs_keep_the_projections_the_weights_tie():
+    # One table (div_val 1) split at cutoffs the shapes cannot tell, its own
+    # projection for bin 1 and the embedding's for bin 2: `cutoffs=` used to
+    # re-derive tie_projs ([False, True, True]) and refuse the weights.
+    hyper = dict(n_token=30, n_head=2, d_head=8, cutoffs=[10, 20])
+    state = make_state(d_model=32, d_embed=16, d_inner=48, n_layer=1,
+                       tie_projs=[False, False, True], seed=5, **hyper)
+    core = import_pytorch(state, cutoffs=(10, 20), mem_len=4)
+    assert core.config.tie_projs == [False, False, True]
+    run = dict(mem_len=4, same_length=False, clamp_len=-1, pre_lnorm=False)
+    ids = np.random.default_rng(0).integers(0, 30, (2, 6))
+    got, want = _segments(core, _reference(dict(state=state, hyper=hyper, port=False), **run),
+                          ids, 3, 4)
+    assert np.abs(got - want).max() <= 1e-4

@@ -391,7 +391,12 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
             raise PytorchImportError(f"{state.path} holds attn_type {found} weights; the "
                                      f"config has attn_type {base.attn_type}")
     semantics = _semantics(origin)
-    cfg = base.replace(**{**semantics, **overrides})
+    # An override the shapes were read with (`cutoffs=` of one table) is in
+    # `base` already; given again, `replace` would re-derive `tie_projs`.
+    changes = {k: v for k, v in {**semantics, **overrides}.items()
+               if config is not None or k not in inferred
+               or (list(v) if isinstance(v, tuple) else v) != inferred[k]}
+    cfg = base.replace(**changes)
     semantics = {k: getattr(cfg, k) for k in semantics}
     per_layer_r = "layers.0.dec_attn.r_w_bias" in names
     plan = _plan(cfg, per_layer_r and not cfg.untie_r)
