@@ -213,3 +213,15 @@ def test_given_cutoffs_keep_the_projections_the_weights_tie():
     got, want = _segments(core, _reference(dict(state=state, hyper=hyper, port=False), **run),
                           ids, 3, 4)
     assert np.abs(got - want).max() <= 1e-4
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool", "complex64", "<U4"])
+def test_a_tensor_that_is_not_floating_point_is_named(tmp_path, dtype):
+    state = make_state(24, 32, 2, 8, 48, 1)
+    name = "layers.0.pos_ff.CoreNet.0.weight"
+    state[name] = state[name].astype(dtype)  # was cast silently into the weight
+    for source in [state] + ([save_safetensors(state, tmp_path / "w.safetensors")]
+                             if dtype in ("int32", "bool") else []):
+        with pytest.raises(PytorchImportError, match=f"{name} holds .* values, where a "
+                                                     "floating-point weight belongs"):
+            import_pytorch(source)

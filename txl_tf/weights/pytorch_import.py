@@ -430,6 +430,9 @@ def _assemble(state, names, cfg, plan, order, report):
         if e.name not in names:
             continue
         value = np.asarray(state[names[e.name]])
+        if value.dtype.kind != "f" and value.dtype.name != "bfloat16":  # ml_dtypes' is kind V
+            raise PytorchImportError(f"{names[e.name]} holds {value.dtype} values, where a "
+                                     "floating-point weight belongs")
         report.read += 1
         if e.how.startswith("tied:"):
             original = e.how[len("tied:"):]
