@@ -1,6 +1,7 @@
 """PyTorch weights → TransformerXL, checked against a numpy model with the
 PyTorch code's semantics (tests/reference_pytorch_numpy.py)."""
 import builtins
+import re
 
 import numpy as np
 import pytest
@@ -225,3 +226,14 @@ def test_a_tensor_that_is_not_floating_point_is_named(tmp_path, dtype):
         with pytest.raises(PytorchImportError, match=f"{name} holds .* values, where a "
                                                      "floating-point weight belongs"):
             import_pytorch(source)
+
+
+@pytest.mark.parametrize("name,shape", [("word_emb.emb_layers.0.weight", (24 * 32,)),
+                                        ("layers.0.dec_attn.qkv_net.weight", (48 * 32,)),
+                                        ("r_w_bias", (2, 8, 1))])
+def test_a_tensor_of_another_rank_is_named_while_inferring(name, shape):
+    state = make_state(24, 32, 2, 8, 48, 1)
+    state[name] = np.zeros(shape, np.float32)  # was an IndexError or ValueError
+    with pytest.raises(PytorchImportError, match=f"{re.escape(name)} has shape "
+                                                 rf"{re.escape(str(shape))}, where a \d-D"):
+        read_pytorch(state)

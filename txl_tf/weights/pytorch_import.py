@@ -108,11 +108,15 @@ def infer_config(state, names, given=None):
     pass."""
     given = given or {}
 
-    def shape(name):
+    def shape(name, rank=2):
         if name not in names:
             raise PytorchImportError(f"cannot infer the config: no tensor {name!r} in "
                                      f"{state.path}")
-        return tuple(state.shape(names[name]))
+        found = tuple(state.shape(names[name]))
+        if len(found) != rank:
+            raise PytorchImportError(f"cannot infer the config: {names[name]} has shape "
+                                     f"{found}, where a {rank}-D tensor belongs")
+        return found
 
     values = {"n_layer": _layer_count(names)}
     if values["n_layer"] == 0:
@@ -121,16 +125,17 @@ def infer_config(state, names, given=None):
     values["attn_type"] = attn_type_of(state, names)
     if values["attn_type"] == 3:  # r_emb [n_layer, max_klen, n_head, d_head]
         values["d_model"] = shape("layers.0.dec_attn.q_net.weight")[1]
-        values["max_klen"], values["n_head"], values["d_head"] = shape("r_emb")[1:]
+        values["max_klen"], values["n_head"], values["d_head"] = shape("r_emb", 4)[1:]
     elif values["attn_type"] == 2:  # q_net [n_head * d_head, d_model]
         heads, values["d_model"] = shape("layers.0.dec_attn.q_net.weight")
         values["n_head"], values["d_head"] = _heads(heads, given, state.path)
     else:
         values["d_model"] = shape("layers.0.dec_attn.qkv_net.weight")[1]
         bias = "r_w_bias" if "r_w_bias" in names else "layers.0.dec_attn.r_w_bias"
-        values["n_head"], values["d_head"] = shape(bias)[-2:]
+        rank = 3 if values["attn_type"] == 1 and bias == "r_w_bias" else 2  # type 1: per layer
+        values["n_head"], values["d_head"] = shape(bias, rank)[-2:]
     if values["attn_type"] == 1:
-        values["max_klen"] = shape("r_emb")[1]
+        values["max_klen"] = shape("r_emb", 4)[1]
     values["d_inner"] = shape("layers.0.pos_ff.CoreNet.0.weight")[0]
     tables = [shape(f"word_emb.emb_layers.{i}.weight")
               for i in _indexed(names, "word_emb.emb_layers")]
