@@ -237,3 +237,20 @@ def test_a_tensor_of_another_rank_is_named_while_inferring(name, shape):
     with pytest.raises(PytorchImportError, match=f"{re.escape(name)} has shape "
                                                  rf"{re.escape(str(shape))}, where a \d-D"):
         read_pytorch(state)
+
+
+def test_a_half_precision_state_dict_imports():
+    # model.half().state_dict() rounds the sinusoid's frequencies too; they
+    # used to be refused as "not the sinusoid's frequencies". They are
+    # checked, not read: the core computes its own (the reference too here).
+    case = CASES["wt103_port"]()
+    half = {k: v.astype(np.float16) for k, v in case["state"].items()}
+    core = import_pytorch(half, mem_len=MEM)
+    case["state"] = {k: v for k, v in half.items() if not k.endswith("inv_freq")}
+    ids = _ids(case["hyper"]["n_token"])
+    assert np.abs(_run_core(core, ids) - _run_reference(case, ids, False, -1)).max() <= 1e-4
+    wrong = dict(half)
+    wrong["transformer.pos_emb.inv_freq"] = (1 / 1000 ** (np.arange(0, 32, 2.0) / 32)).astype(
+        np.float16)  # another base
+    with pytest.raises(PytorchImportError, match="inv_freq is not the sinusoid's frequencies"):
+        read_pytorch(wrong)
