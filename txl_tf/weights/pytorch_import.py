@@ -199,6 +199,10 @@ def _heads(heads, given, path):
     return n_head, d_head
 
 
+_TOLD_BY = {0: "a fused qkv_net, no r_emb", 1: "r_emb and r_bias", 2: "q_net and kv_net, no r_emb",
+            3: "r_emb without r_bias"}
+
+
 def attn_type_of(state, names):
     """The paper's code's `attn_type` of a state dict, told by its tensors:
     `r_emb` (learnable relative, 1, or absolute per layer, 3), a fused
@@ -393,8 +397,9 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
             "max_klen")}
         found = attn_type_of(state, names)
         if found != base.attn_type:
-            raise PytorchImportError(f"{state.path} holds attn_type {found} weights; the "
-                                     f"config has attn_type {base.attn_type}")
+            raise PytorchImportError(f"{state.path} holds attn_type {found} weights "
+                                     f"({_TOLD_BY[found]}); the config has attn_type "
+                                     f"{base.attn_type}")
     semantics = _semantics(origin)
     # An override the shapes were read with (`cutoffs=` of one table) is in
     # `base` already; given again, `replace` would re-derive `tie_projs`.
