@@ -66,7 +66,8 @@ class PytorchReference:
     carrying its memories from call to call."""
 
     def __init__(self, state, n_token, n_head, d_head, cutoffs=(), div_val=1, mem_len=8,
-                 same_length=False, clamp_len=-1, cluster_rule="pytorch", zero_start=False, pre_lnorm=False):
+                 same_length=False, clamp_len=-1, cluster_rule="pytorch", zero_start=False,
+                 pre_lnorm=False):
         self.w = _strip(state)
         self.n_token, self.n_head, self.d_head = n_token, n_head, d_head
         self.cutoffs, self.div_val = list(cutoffs), div_val
