@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.pytorch_fixtures import CASES, make_state, save_safetensors
+from tests.pytorch_fixtures import CASES, make_state, random_case, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference, pytorch_mask
 from txl_tf import TransformerXLConfig
 from txl_tf.layers.masks import causal_visibility
@@ -198,6 +198,32 @@ def _reference(case, **run):
                             same_length=run["same_length"], clamp_len=run["clamp_len"],
                             pre_lnorm=run["pre_lnorm"], zero_start=case["port"],
                             cluster_rule="tf" if case["port"] else "pytorch", **case["hyper"])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_models_match_the_pytorch_reference(tmp_path, seed):
+    # Seeded random sizes, attention types, vocabulary splits, tying, namings,
+    # pre_lnorm, same_length, clamp_len and memory (0 too): two segments with
+    # memory carried equal the paper-semantics reference (float64) to 1e-4.
+    case = random_case(seed)
+    run = case["run"]
+    source = case["state"] if seed % 2 else save_safetensors(case["state"],
+                                                             tmp_path / "w.safetensors")
+    core = import_pytorch(source, **case["overrides"])
+    ids = np.random.default_rng(seed).integers(0, case["hyper"]["n_token"],
+                                               (run["batch"], 2 * run["seg_len"]))
+    got, want = _segments(core, _reference(case, **run), ids, run["seg_len"], run["mem_len"])
+    assert np.abs(got - want).max() <= 1e-4
+    # Bad input names the tensor: one that is not floating point, one missing.
+    rng = np.random.default_rng(seed)
+    needed = sorted(set(case["state"]) - set(core.import_report.duplicates))
+    name = needed[int(rng.integers(len(needed)))]
+    broken = dict(case["state"], **{name: case["state"][name].astype(np.int32)})
+    with pytest.raises(PytorchImportError, match=re.escape(name)):
+        read_pytorch(broken, core.config)
+    del broken[name]
+    with pytest.raises(PytorchImportError, match=re.escape(name.replace("transformer.", ""))):
+        read_pytorch(broken, core.config)
 
 
 def test_given_cutoffs_keep_the_projections_the_weights_tie():
