@@ -115,6 +115,20 @@ def test_unknown_and_missing_tensors_are_named():
         read_pytorch(state, strict=False)
 
 
+def test_missing_tensors_are_named_as_the_file_names_them():
+    # The port's and DataParallel's prefixes were left out of the names.
+    state = CASES["wt103_port"]()["state"]
+    state = {f"module.{k}": v for k, v in state.items()
+             if k not in ("transformer.layers.1.dec_attn.o_net.weight", "crit.out_layers.2.bias")}
+    names = "module.transformer.layers.1.dec_attn.o_net.weight, module.crit.out_layers.2.bias"
+    with pytest.raises(PytorchImportError, match=f"lacks 2 tensors the config needs: "
+                                                 f"{re.escape(names)}$"):
+        read_pytorch(state)
+    del state["module.transformer.layers.0.pos_ff.CoreNet.0.weight"]
+    with pytest.raises(PytorchImportError, match="no tensor 'module.transformer.layers.0.pos_ff"):
+        read_pytorch(state)
+
+
 def test_tied_copy_that_differs_is_refused():
     state = make_state(24, 32, 2, 8, 48, 1, save_tied_copies=True)
     state["crit.out_layers.0.weight"] = state["word_emb.emb_layers.0.weight"] + 1
@@ -221,8 +235,10 @@ def test_random_models_match_the_pytorch_reference(tmp_path, seed):
     broken = dict(case["state"], **{name: case["state"][name].astype(np.int32)})
     with pytest.raises(PytorchImportError, match=re.escape(name)):
         read_pytorch(broken, core.config)
-    del broken[name]
-    with pytest.raises(PytorchImportError, match=re.escape(name.replace("transformer.", ""))):
+    needed = [n for n in needed if n not in ("r_emb", "r_bias", "layers.0.dec_attn.q_net.weight")]
+    name = needed[int(rng.integers(len(needed)))]  # not one that tells the attn_type
+    broken = {k: v for k, v in case["state"].items() if k != name}
+    with pytest.raises(PytorchImportError, match=f"lacks 1 tensors .*: {re.escape(name)}$"):
         read_pytorch(broken, core.config)
 
 

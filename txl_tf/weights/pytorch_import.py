@@ -15,6 +15,7 @@ tensors are an error; tensors nothing reads are an error too unless
 `strict=False`, and either way they are listed by name.
 """
 import dataclasses
+import functools
 import numbers
 import re
 from collections import OrderedDict
@@ -110,8 +111,8 @@ def infer_config(state, names, given=None):
 
     def shape(name, rank=2):
         if name not in names:
-            raise PytorchImportError(f"cannot infer the config: no tensor {name!r} in "
-                                     f"{state.path}")
+            raise PytorchImportError(f"cannot infer the config: no tensor "
+                                     f"{_file_name(names, name)!r} in {state.path}")
         found = tuple(state.shape(names[name]))
         if len(found) != rank:
             raise PytorchImportError(f"cannot infer the config: {names[name]} has shape "
@@ -422,15 +423,29 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
     return PytorchWeights(cfg, arrays, report)
 
 
+def _file_name(names, name):
+    """`name` (paper-code naming) as the file spells it, absent or not: with
+    the prefixes (`module.`, the port's `transformer.`) of its neighbours,
+    the output layer's or the backbone's."""
+    if name in names:
+        return names[name]
+    output = name.startswith("crit.")
+    for short, full in names.items():
+        if short.startswith("crit.") == output:
+            return full[:len(full) - len(short)] + name
+    return name
+
+
 def _assemble(state, names, cfg, plan, order, report):
-    file_name = lambda name: names.get(name, name)  # noqa: E731
+    file_name = functools.partial(_file_name, names)
     mismatched = [f"{file_name(e.name)}: the weights have {tuple(state.shape(names[e.name]))}, "
                   f"the config needs {e.shape}"
                   for e in plan if e.name in names and tuple(state.shape(names[e.name])) != e.shape]
     if mismatched:
         raise PytorchImportError("weights do not fit the config: " + "; ".join(mismatched))
     optional = ("tied:", "inv_freq")
-    missing = [e.name for e in plan if e.name not in names and not e.how.startswith(optional)]
+    missing = [file_name(e.name) for e in plan
+               if e.name not in names and not e.how.startswith(optional)]
     if missing:
         raise PytorchImportError(
             f"{state.path} lacks {len(missing)} tensors the config needs: "
