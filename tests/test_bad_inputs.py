@@ -433,7 +433,7 @@ CLI_CASES = [
      r"^error: --model_dir: .*latin1\.txt is not a folder, so it cannot hold"),
     ("evaluate_output_under_a_file", "training.evaluate",
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
-      "--output={scratch}/latin1.txt/e.json"],
+      "--cache_dir={scratch}/cache", "--output={scratch}/latin1.txt/e.json"],
      r"^error: --output: .*latin1\.txt is not a folder, so it cannot hold .*e\.json; choose "
      r"another --output$"),
     ("attention_output_under_a_file", "training.attention_picture",

@@ -285,9 +285,14 @@ def test_a_full_disk_during_a_checkpoint_is_one_error_and_leaves_no_partial_file
         (checkpoints / f"ckpt-{checkpoint_number}_temp" / "part").write_bytes(b"\0" * 10)
         raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
     monkeypatch.setattr(tf.train.CheckpointManager, "save", disk_full)
+    summaries = tf.summary.experimental.get_step(), bool(tf.summary.should_record_summaries())
     with pytest.raises(TrainingError, match=r"cannot write checkpoint ckpt-6 in .*checkpoints: "
                                             r"ResourceExhaustedError: No space left on device"):
         _train(tmp_path, data_dir=corpus, train_steps=8, checkpoint_every=2)
+    # The process's summary state is as it was (TensorBoard's writer of the
+    # run was left the default, at step 6: later summaries went into its file).
+    assert (tf.summary.experimental.get_step(),
+            bool(tf.summary.should_record_summaries())) == summaries
     assert not list(checkpoints.glob("*_temp*"))
     assert (checkpoints / "ckpt-4.index").exists()
     monkeypatch.setattr(tf.train.CheckpointManager, "save", real_save)
