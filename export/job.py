@@ -17,6 +17,7 @@ written into a staging sibling folder swapped in on success
 (`export.staging.staged_folder`, which `export.classifier` and the Triton
 repository use too).
 """
+import contextlib
 import gc
 import json
 import logging
@@ -313,23 +314,35 @@ def _export_into(out, stages, o, source, cfg):
         stages.done("Triton repository", ", ".join(os.path.relpath(p, out) for p in written))
     if o["verify"]:
         start = time.perf_counter()
-        # float32 parity needs float32 matmuls (TF enables TF32 on Ampere+ GPUs).
-        tf.config.experimental.enable_tensor_float_32_execution(False)
-        segments = random_segments(cfg.n_token, PARITY_BATCH, parity_len, PARITY_SEGMENTS)
-        reference = core_outputs(core, segments, **options)
-        by_token = core_outputs(core, segments, **options, token_by_token=True)
-        # The Keras core is not needed past its reference outputs: freed, its
-        # weights make no room for those of the runtimes opened next.
-        del core
-        _free()
-        report["parity"] = _parity(reference, by_token, segments, out, formats, o["tolerance"],
-                                   triton_options.get("model_name", DEFAULT_MODEL_NAME))
+        with _float32_matmuls():
+            segments = random_segments(cfg.n_token, PARITY_BATCH, parity_len, PARITY_SEGMENTS)
+            reference = core_outputs(core, segments, **options)
+            by_token = core_outputs(core, segments, **options, token_by_token=True)
+            # The Keras core is not needed past its reference outputs: freed, its
+            # weights make no room for those of the runtimes opened next.
+            del core
+            _free()
+            report["parity"] = _parity(reference, by_token, segments, out, formats,
+                                       o["tolerance"],
+                                       triton_options.get("model_name", DEFAULT_MODEL_NAME))
         report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
         stages.done("parity", json.dumps(report["parity"]))
     report["files"] = _listing(out) + ["export_report.json"]
     with open(os.path.join(out, "export_report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, sort_keys=True)
     return report
+
+
+@contextlib.contextmanager
+def _float32_matmuls():
+    """TF32 off for the block (float32 parity needs float32 matmuls; TF
+    enables TF32 on Ampere+ GPUs), then as the caller had it."""
+    enabled = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(enabled)
 
 
 def _parity(reference, by_token, segments, out, formats, tolerance, triton_model_name):

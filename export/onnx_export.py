@@ -209,7 +209,8 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
     """tf2onnx ModelProto of `fn(*interface)` where the Keras `variables` it
     reads are extra graph inputs named `txl_weight_NNNN` after the `specs`
     inputs (see the module doc; `save_with_weights` makes them initializers)."""
-    import tf2onnx  # heavy import, only when converting
+    with _restored_environment("TF_CPP_MIN_LOG_LEVEL"):  # tf2onnx.convert sets it to 3
+        import tf2onnx.convert  # heavy import, only when converting
 
     variables = list(variables)
     n_inputs = len(specs)
@@ -252,6 +253,26 @@ def _without_global_pools():
 
 
 @contextlib.contextmanager
+def _restored_environment(*names):
+    """Gives the environment variables `names` back the values (or the
+    absence) they had before the block, whatever the block did to them.
+
+    Importing `tf2onnx.convert` writes `TF_CPP_MIN_LOG_LEVEL=3` into
+    `os.environ`: left there, every process started afterwards would hide
+    TensorFlow's C++ errors.
+    """
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def _environment(**values):
     """Sets environment variables for the block, then restores them.
 
@@ -261,16 +282,9 @@ def _environment(**values):
     skipped; the copies are most of its optimizing time. A conversion that
     fails that way is done again with them.
     """
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
+    with _restored_environment(*values):
+        os.environ.update(values)
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _nan_safe_select(ctx, node, name, args):

@@ -154,8 +154,9 @@ def test_loss_by_position_moves_with_the_memory_and_equals_evaluate_ids_without_
     model = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8, init_std=0.3))
     save_pretrained(model, tmp_path / "model", ByteTokenizer())
     by_memory = {mem_len: evaluate.run(model_dir=str(tmp_path / "model"), dataset="text",
-                                       data_dir=str(text), split="valid", batch_size=10,
-                                       mem_len=mem_len, by_position=True, progress=False)
+                                       data_dir=str(text), cache_dir=str(tmp_path / "cache"),
+                                       split="valid", batch_size=10, mem_len=mem_len,
+                                       by_position=True, progress=False)
                  for mem_len in (0, 12)}
     assert by_memory[0]["loss_by_position"] != by_memory[12]["loss_by_position"]
     valid = np.frombuffer(text.read_bytes()[2700:], np.uint8).astype(np.int32)

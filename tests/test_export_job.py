@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import tensorflow as tf
 from absl import flags
 
 from export import ExportError, ModelDirError, ParityError, open_runtime, run_export
@@ -328,17 +329,26 @@ def test_failed_export_leaves_the_previous_one_untouched(model_dir, previous_exp
 
 
 def test_failed_parity_leaves_nothing(model_dir, tmp_path, monkeypatch):
+    """Nor the TF32 setting it turns off for the parity (as the caller had it:
+    TF32 has no effect on the CPU; tests/conftest.py turns it off)."""
     path, _ = model_dir
     out = tmp_path / "exports" / "out"
     out.parent.mkdir()
-    check_runtime = job.check_runtime
+    check_runtime, tf32_in_parity = job.check_runtime, []
 
     def impossible(reference, runtime, segments, tol, token_reference):
+        tf32_in_parity.append(tf.config.experimental.tensor_float_32_execution_enabled())
         return check_runtime(reference, runtime, segments, -1.0, token_reference)
     monkeypatch.setattr(job, "check_runtime", impossible)  # no export passes tolerance -1
-    with pytest.raises(ParityError):  # model.onnx alone: its check is the one that fails
-        run_export(str(out), model_dir=str(path), formats=["onnx"], mem_len=4,
-                   decode_cache=False)
+    tf.config.experimental.enable_tensor_float_32_execution(True)
+    try:
+        with pytest.raises(ParityError):  # model.onnx alone: its check is the one that fails
+            run_export(str(out), model_dir=str(path), formats=["onnx"], mem_len=4,
+                       decode_cache=False)
+        assert tf32_in_parity == [False]
+        assert tf.config.experimental.tensor_float_32_execution_enabled()
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(False)
     assert os.listdir(out.parent) == []
 
 

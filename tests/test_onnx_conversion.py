@@ -2,6 +2,7 @@
 a conversion that fails so is done again with the copies."""
 import copy
 import os
+import sys
 
 import keras
 import numpy as np
@@ -55,3 +56,19 @@ def test_a_conversion_that_fails_without_the_copies_is_done_with_them(tmp_path, 
     assert tries == ["FALSE", "TRUE"] and os.environ["TF2ONNX_CATCH_ERRORS"] == "TRUE"
     x = np.ones([1, 3], np.float32)
     np.testing.assert_allclose(outputs(model, variable, tmp_path, x), [[1.5, 1.5, 1.5]])
+
+
+def test_the_first_conversion_leaves_the_tensorflow_log_level(tmp_path, monkeypatch):
+    """Importing `tf2onnx.convert` sets `TF_CPP_MIN_LOG_LEVEL=3`; the
+    conversion gives back the user's level (processes started afterwards,
+    a job or a test's, would not show TensorFlow's C++ errors)."""
+    imported = tf2onnx.convert
+    monkeypatch.delitem(sys.modules, "tf2onnx.convert")  # the import runs again here
+    monkeypatch.delattr(tf2onnx, "convert")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    variable = keras.Variable(np.array([0.5, 0.5, 0.5], np.float32))
+    model = convert(variable)
+    assert sys.modules["tf2onnx.convert"] is not imported  # imported again by the conversion
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    np.testing.assert_allclose(outputs(model, variable, tmp_path, np.ones([1, 3], np.float32)),
+                               [[1.5, 1.5, 1.5]])

@@ -5,6 +5,7 @@ from job_helpers import write_text_corpus
 from training import evaluate, train
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.errors import TxlError
 from txl_tf.weights import save_pretrained
 
 
@@ -56,6 +57,28 @@ def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(
                                             r"does not go with --document_separator$"):
         _train(tmp_path, data_dir=str(tmp_path / "nowhere"), log_batches=True,
                document_separator=10)
+    assert not (tmp_path / "run").exists()
+
+
+def test_log_batches_on_several_replicas_is_refused_before_the_data_is_read(tmp_path):
+    # Refused once the model was built (training_input), with no flag named.
+    with pytest.raises(TrainingError, match=r"^--log_batches needs a single replica; the "
+                                            r"MirroredStrategy has 2$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), log_batches=True,
+               strategy="mirrored")
+    assert not (tmp_path / "run").exists()
+
+
+def test_bfloat16_where_onednn_has_no_kernel_is_refused_before_the_data_is_read(tmp_path,
+                                                                               monkeypatch):
+    from txl_tf.keras_support import precision
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(precision, "_gpu_capabilities", lambda: [])
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    with pytest.raises(TxlError, match=r"^--mixed_precision=mixed_bfloat16: .*ONEDNN_MAX_CPU_"
+                                       r"ISA=AVX2 leaves oneDNN no bfloat16 dot products"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), mixed_precision="mixed_bfloat16")
     assert not (tmp_path / "run").exists()
 
 
@@ -262,9 +285,14 @@ def test_a_full_disk_during_a_checkpoint_is_one_error_and_leaves_no_partial_file
         (checkpoints / f"ckpt-{checkpoint_number}_temp" / "part").write_bytes(b"\0" * 10)
         raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
     monkeypatch.setattr(tf.train.CheckpointManager, "save", disk_full)
+    summaries = tf.summary.experimental.get_step(), bool(tf.summary.should_record_summaries())
     with pytest.raises(TrainingError, match=r"cannot write checkpoint ckpt-6 in .*checkpoints: "
                                             r"ResourceExhaustedError: No space left on device"):
         _train(tmp_path, data_dir=corpus, train_steps=8, checkpoint_every=2)
+    # The process's summary state is as it was (TensorBoard's writer of the
+    # run was left the default, at step 6: later summaries went into its file).
+    assert (tf.summary.experimental.get_step(),
+            bool(tf.summary.should_record_summaries())) == summaries
     assert not list(checkpoints.glob("*_temp*"))
     assert (checkpoints / "ckpt-4.index").exists()
     monkeypatch.setattr(tf.train.CheckpointManager, "save", real_save)

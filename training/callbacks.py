@@ -1,5 +1,6 @@
 """Keras callbacks of the training job: step log, plain progress line, time limit."""
 import contextlib
+import importlib
 import json
 import signal
 import threading
@@ -216,7 +217,7 @@ class StepEvents(GlobalStep):
 def tensorboard_available():
     """Whether the `tensorboard` package (needed by tf.summary) is installed."""
     try:
-        import tensorboard  # noqa: F401
+        importlib.import_module("tensorboard")  # imported to see that it imports, not used
     except ImportError:
         return False
     return True
@@ -227,6 +228,25 @@ class GlobalStepTensorBoard(GlobalStep, keras.callbacks.TensorBoard):
     (Keras counts calls of the train function from 0 in every `fit`, so a
     resumed job would draw its curves over the first run's, and with
     `steps_per_execution` > 1 at the wrong steps)."""
+
+    _running = False
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._running = True
+
+    def on_train_end(self, logs=None):
+        self._running = False
+        super().on_train_end(logs)
+
+    def end_after_failure(self):
+        """Ends what `on_train_begin` started, for a `fit` that raised (Keras
+        then calls no `on_train_end`): TensorFlow's default summary writer,
+        step and recording condition are given back and the event files
+        closed. Left, the process's later summaries went into this run's
+        file at its step, and the callback (so the model) stayed alive."""
+        if self._running:
+            self.on_train_end()
 
     def on_train_batch_begin(self, batch, logs=None):
         from txl_tf.keras_support.keras_compat import start_tensorboard_batches_at  # private Keras state

@@ -271,6 +271,9 @@ def run(**options):
     except ValueError as err:
         raise TrainingError(f"--strategy: {err}") from None
     task_id, is_chief, workers = worker_info(strategy)
+    if o["log_batches"] and strategy.num_replicas_in_sync > 1:
+        raise TrainingError(f"--log_batches needs a single replica; the "
+                            f"{type(strategy).__name__} has {strategy.num_replicas_in_sync}")
     if o["max_time_s"] and workers > 1:
         raise TrainingError("--max_time_s needs a single worker (workers would stop at "
                             "different steps)")
@@ -516,9 +519,15 @@ def _train(o, strategy, task_id, is_chief):
             _warn("TensorFlow traced too many functions before the train step: its program "
                   f"in the XLA cache {cache} will not be found by a resumed run")
         with stop.installed() if stop else contextlib.nullcontext():
-            fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
-                            initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
-                            verbose=verbose)
+            try:
+                fit = model.fit(dataset, steps_per_epoch=per_epoch, epochs=epochs,
+                                initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
+                                verbose=verbose)
+            except BaseException:
+                for callback in callbacks:
+                    if isinstance(callback, GlobalStepTensorBoard):
+                        callback.end_after_failure()
+                raise
         release_input_iterators()
         history = {k: float(v[-1]) for k, v in fit.history.items() if v}
         step = checkpoint.step
