@@ -28,6 +28,7 @@ from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.init import skip_random_init
 from txl_tf.layers.padding import lengths_message
+from txl_tf.weights.checkpoints import adapted_layers
 
 FORMATS = ("saved_model", "onnx")
 SAVED_MODEL_DIR = "saved_model"
@@ -159,10 +160,7 @@ def float32_twin(model):
 def _refuse_adapted_layers(model):
     """Raises `TxlError` if a layer of `model` has LoRA adapters or is
     quantized (its float32 copy, built from the config, would have neither)."""
-    adapted = [(layer.path, getattr(layer, "quantization_mode", None) or "LoRA")
-               for layer in model._flatten_layers()
-               if getattr(layer, "quantization_mode", None)
-               or getattr(layer, "lora_enabled", False)]
+    adapted = adapted_layers(model)
     if adapted:
         kinds = " and ".join(sorted({kind for _, kind in adapted}))
         raise TxlError(f"cannot export a {model.dtype_policy.name} classifier with {kinds} "

@@ -69,6 +69,7 @@ from txl_tf import Memory, TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.layers.init import skip_random_init
 from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
+from txl_tf.weights.checkpoints import adapted_layers
 
 
 def check_cache_dtype(cache_dtype):
@@ -84,7 +85,8 @@ def decode_core(core, decode_dtype="float32"):
     """The core the decode graphs are exported from: `core` itself for
     float32, else a copy of it under the `mixed_<decode_dtype>` policy
     (float32 weights, the same ones in the same order; compute in
-    `decode_dtype`).
+    `decode_dtype`). A core with LoRA or quantized layers has no such copy
+    (`TxlError`).
 
     Args:
         core: a float32 `TransformerXL`.
@@ -98,6 +100,13 @@ def decode_core(core, decode_dtype="float32"):
                        f"{decode_dtype!r}")
     if decode_dtype == core.compute_dtype:
         return core
+    adapted = adapted_layers(core)
+    if adapted:  # the copy below, built from the config, would have neither
+        kinds = " and ".join(sorted({kind for _, kind in adapted}))
+        raise TxlError(f"{decode_dtype} decode graphs are converted from a copy of the core "
+                       f"built from its config, which cannot hold its {kinds} layers "
+                       f"({len(adapted)}, e.g. {adapted[0][0]}): export them with "
+                       "decode_dtype='float32'")
     with skip_random_init():  # every weight is copied next
         copy = TransformerXL(core.config, name=core.name,
                              dtype=keras.DTypePolicy(f"mixed_{decode_dtype}"))

@@ -172,3 +172,26 @@ def test_the_export_of_an_int8_keras_file_is_refused_saying_why(tmp_path):
     runtime = open_runtime(str(tmp_path / "out"), backend="onnx", device="cpu")
     np.testing.assert_allclose(runtime.step(ids, runtime.initial_memory(2))[0], adapted,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("adapt", ["lora", "int8"])
+def test_float16_decode_graphs_of_an_adapted_core_are_refused_by_name(tmp_path, adapt):
+    """They are converted from a float16 copy of the core built from its
+    config, without adapters or int8 layers: a RuntimeError said only that
+    the copy's weights were not the core's. (float32 decode graphs of such a
+    core export as it computes.)"""
+    from export.onnx_export import export_decode_onnx
+    core = causal_lm().backbone.transformer
+    if adapt == "lora":
+        next(layer for layer in core._flatten_layers()
+             if layer.name == "query").enable_lora(RANK)
+    else:
+        for layer in core._flatten_layers():
+            if isinstance(layer, keras.layers.Dense):
+                layer.quantize("int8")
+    kind = "LoRA" if adapt == "lora" else "int8"
+    with pytest.raises(TxlError, match=f"^float16 decode graphs .* {kind} layers .*"
+                                       "decode_dtype='float32'"):
+        export_decode_onnx(core, str(tmp_path), 8, None, decode_dtype="float16",
+                           cache_dtype="float16")
+    assert not os.listdir(tmp_path)

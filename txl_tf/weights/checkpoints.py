@@ -45,6 +45,23 @@ class FusedColumns:
             assign_in_place(part, np.ascontiguousarray(columns))
 
 
+def adapted_layers(model):
+    """The layers of `model` (a Keras layer or model) that a copy built from
+    its config would not reproduce.
+
+    Args:
+        model: a Keras layer or model.
+
+    Returns:
+        `[(layer path, "LoRA" or the quantization mode, e.g. "int8")]`,
+        in the order `model` holds them.
+    """
+    return [(layer.path, getattr(layer, "quantization_mode", None) or "LoRA")
+            for layer in model._flatten_layers()
+            if getattr(layer, "quantization_mode", None)
+            or getattr(layer, "lora_enabled", False)]
+
+
 def _plain_kernel(dense):
     """`dense`'s float kernel variable; adapted or quantized kernels have no
     place in the paper's layout."""

@@ -206,13 +206,14 @@ def _load_weights(core, source):
 def _refuse_quantized(core, path):
     """Raises `ModelDirError` if `core` (read from the .keras file `path`)
     has quantized layers: the core they are read into holds float weights."""
-    for layer in core._flatten_layers():
-        mode = getattr(layer, "quantization_mode", None)
-        if mode:
-            raise ModelDirError(
-                f"cannot load weights {path!r}: it holds an {mode}-quantized model "
-                f"({layer.path}), and a job reads float weights into a core built from the "
-                f"config; pass the model's file from before quantize()")
+    quantized = [(name, kind) for name, kind in checkpoints.adapted_layers(core)
+                 if kind != "LoRA"]
+    if quantized:
+        name, mode = quantized[0]
+        raise ModelDirError(
+            f"cannot load weights {path!r}: it holds an {mode}-quantized model ({name}), "
+            f"and a job reads float weights into a core built from the config; pass the "
+            f"model's file from before quantize()")
 
 
 def load_vocab(vocab_dir, config):
