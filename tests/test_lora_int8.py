@@ -8,7 +8,8 @@ import keras
 import numpy as np
 import pytest
 
-from txl_tf import TransformerXLBackbone, TransformerXLCausalLM, TransformerXLConfig, TxlError
+from txl_tf import (TransformerXLBackbone, TransformerXLCausalLM, TransformerXLConfig,
+                    TransformerXLLM, TxlError)
 from txl_tf.weights import get_weights, load_pretrained, model_dir, save_pretrained
 from txl_tf.weights.legacy_keras import load_legacy_core
 
@@ -92,6 +93,22 @@ def test_int8_quantizes_projections_and_feed_forward_and_stays_close(tmp_path):
     np.testing.assert_array_equal(ids[:, :6], x["token_ids"][:, :6])
     with pytest.raises(TxlError, match="quantized"):
         get_weights(model.backbone.transformer)
+
+
+def test_an_int8_transformer_xl_lm_saved_as_keras_loads_quantized(tmp_path):
+    """`TransformerXLLM.get_config` named the model's own policy (float32),
+    so `load_model` rebuilt float layers and refused the int8 weights ("12
+    objects could not be loaded"); the backbone's policy map is kept now."""
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, mem_len=8, tgt_len=4, dropout=0.0)
+    model = TransformerXLLM(cfg, batch_size=2)
+    model.quantize("int8")
+    x = np.random.default_rng(0).integers(0, N_TOKEN, (2, 4)).astype(np.int32)
+    model.save(str(tmp_path / "int8.keras"))  # with its memory, empty here
+    loaded = keras.models.load_model(str(tmp_path / "int8.keras"))
+    modes = {layer.quantization_mode for layer in loaded._flatten_layers()
+             if isinstance(layer, keras.layers.Dense)}
+    assert modes == {"int8"}
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
 def test_files_written_before_the_projections_were_layers_still_load():

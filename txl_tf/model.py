@@ -105,7 +105,8 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable,
-                "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+                # The backbone's: after `quantize`, its map of the int8 layers.
+                "dtype": self.backbone.get_config()["dtype"],
                 "config": self.config.to_dict(), "batch_size": self.batch_size,
                 "mem_len": self.mem_len, "segment_len": self.segment_len,
                 "zero_filled": self.zero_filled, "format": _FORMAT}
