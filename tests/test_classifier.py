@@ -309,6 +309,9 @@ def test_malformed_inputs_are_named():
         TransformerXLClassifier(tiny_config(), 2, label_names=["x"])
     with pytest.raises(ValueError, match="num_classes"):
         TransformerXLClassifier(tiny_config(), 0)
+    # One logit: the softmax probabilities were 1 and every prediction class 0.
+    with pytest.raises(ValueError, match="num_classes=1: .* num_classes=2"):
+        TransformerXLClassifier(tiny_config(), 1)
     for kwargs, match in ((dict(mem_len=2.5), "mem_len must be an integer >= 0, got 2.5"),
                           (dict(mem_len="8"), "mem_len must be an integer >= 0, got '8'"),
                           (dict(head_dropout="0.1"), r"head_dropout must be in \[0, 1\)"),

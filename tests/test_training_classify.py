@@ -189,6 +189,13 @@ def test_num_classes_mismatch(data, tmp_path):
         _train(data, tmp_path, num_classes=4)
 
 
+def test_training_data_of_one_label_is_refused(data, tmp_path):
+    one = write_tsv(tmp_path / "one.tsv", 10, 0, labels=("ab",))
+    with pytest.raises(TrainingError, match=r"^the training data has one label \(ab\); a "
+                                            r"classifier needs examples of two or more$"):
+        _train({**data, "train": one}, tmp_path)
+
+
 def test_backbone_without_vocabulary(data, tmp_path):
     bare = write_backbone(tmp_path / "bare", vocab=False)
     with pytest.raises(TrainingError, match=r"--backbone .*bare has no vocabulary .* "

@@ -224,6 +224,9 @@ def train(o):
     o = {**o, "max_length": o["max_length"] or 512, "keep": o["keep"] or "start"}
     examples = _read(o["train_data"], None, "train_data")
     labels = examples.labels
+    if len(labels) < 2:
+        raise TrainingError(f"the training data has one label ({labels.names[0]}); a classifier "
+                            "needs examples of two or more")
     if o["num_classes"] is not None and o["num_classes"] != len(labels):
         raise TrainingError(f"--num_classes={o['num_classes']} but the training data has "
                             f"{len(labels)} labels ({', '.join(labels.names[:10])}"

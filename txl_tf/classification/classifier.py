@@ -87,6 +87,10 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
         cfg = self.core.config
         self.core.crit.trainable = False  # the LM softmax: no gradient reaches it
         self.num_classes = _positive("num_classes", num_classes)
+        if self.num_classes == 1:
+            raise TxlError("num_classes=1: the class probabilities are a softmax of the logits, "
+                           "1 for a single logit; a two-way task takes num_classes=2 (labels 0 "
+                           "and 1, SparseCategoricalCrossentropy)")
         self.segment_len = _positive("segment_len",
                                      cfg.tgt_len if segment_len is None else segment_len)
         self.mem_len = cfg.mem_len if mem_len is None else _positive("mem_len", mem_len, 0)
@@ -190,25 +194,23 @@ _LABELS_ASSERTED = "class labels out of range for"
 
 def _checked_labels(x, y, num_classes):
     """`(x, y)` with integer class labels (`y`, or a dataset `x`'s second
-    item) checked to lie in `[0, num_classes)` (0 and 1 for one logit):
-    eagerly for arrays, in the input pipeline for a dataset. In the step
-    Keras's loss raises on CPU, and under XLA gives a NaN loss."""
-    classes = max(num_classes, 2)
-
+    item) checked to lie in `[0, num_classes)`: eagerly for arrays, in the
+    input pipeline for a dataset. In the step Keras's loss raises on CPU, and
+    under XLA gives a NaN loss."""
     def check(labels):
         labels = tf.convert_to_tensor(labels)
         if not labels.dtype.is_integer:  # one-hot or probabilities
             return labels
         if tf.executing_eagerly():
             values = labels.numpy()
-            bad = values[(values < 0) | (values >= classes)]
+            bad = values[(values < 0) | (values >= num_classes)]
             if bad.size:
                 raise InputError(f"class label {bad.flat[0]} is out of range for "
-                                 f"{num_classes} classes (valid labels are 0..{classes - 1})")
+                                 f"{num_classes} classes (valid labels are 0..{num_classes - 1})")
             return labels
-        ok = tf.reduce_all((labels >= 0) & (labels < classes))
+        ok = tf.reduce_all((labels >= 0) & (labels < num_classes))
         assertion = tf.debugging.Assert(ok, [f"{_LABELS_ASSERTED} {num_classes} classes "
-                                             f"(valid labels are 0..{classes - 1}); min:",
+                                             f"(valid labels are 0..{num_classes - 1}); min:",
                                              tf.reduce_min(labels), "max:",
                                              tf.reduce_max(labels)])
         with tf.control_dependencies([assertion]):
