@@ -95,6 +95,32 @@ def test_every_documented_command_names_a_job_and_its_flags():
     assert checked >= 25
 
 
+# Flags of other tools the docs show: pip, pytest, saved_model_cli, tensorboard, tritonserver.
+OTHER_TOOLS_FLAGS = {"no-deps", "dist", "no-loadscope-reorder", "durations", "inputs",
+                     "input_exprs", "dir", "tag_set", "signature_def", "outdir", "logdir",
+                     "model-repository"}
+
+
+def test_every_flag_the_docs_name_is_defined():
+    """Every `--flag` in the docs' prose and blocks (not only in `python -m`
+    lines) is a flag of some job or benchmark; XLA's own (`--xla_...`,
+    `--tf_xla_...`, in XLA_FLAGS) aside."""
+    known = set(ABSL_FLAGS) | OTHER_TOOLS_FLAGS
+    for module in ("export", "txl_tf.convert", *(f"training.{p.stem}" for p in
+                   (REPO / "training").glob("*.py") if "SPEC = (" in p.read_text()),
+                   *(f"benchmarks.{p.stem}" for p in (REPO / "benchmarks").glob("*.py"))):
+        known |= job_flags(module)
+    unknown = []
+    for path in [*DOCS, REPO / "benchmarks" / "README.md"]:
+        for negated, name in re.findall(r"(?<![\w-])--(no)?([a-z][\w-]*)", path.read_text()):
+            if name.startswith(("xla_", "tf_xla_")) or name in known or (
+                    negated and f"no{name}" in known):
+                continue
+            unknown.append((path.name, f"--{negated}{name}"))
+    assert unknown == []
+    assert len(known) > 150
+
+
 def test_the_docs_python_imports_resolve():
     checked = 0
     for path in DOCS:
