@@ -121,6 +121,21 @@ def test_every_flag_the_docs_name_is_defined():
     assert len(known) > 150
 
 
+def test_the_sections_the_code_points_to_exist():
+    """A docstring or `--help` text that sends the reader to `README, "Section"`
+    or `docs/x.md, "Section"` names a heading that file has."""
+    found = []
+    for folder in ("txl_tf", "training", "export", "benchmarks"):
+        for source in (REPO / folder).rglob("*.py"):
+            text = re.sub(r"\s+", " ", source.read_text().replace('\\"', '"'))
+            for doc, section in re.findall(r"\b(README|docs/[\w-]+\.md), \"([^\"]+)\"", text):
+                path = REPO / ("README.md" if doc == "README" else doc)
+                headings = re.findall(r"^#+ (.*)$", path.read_text(), re.M) if path.is_file() else []
+                found.append((source.name, doc, section, section in headings))
+    assert [f for f in found if not f[3]] == []
+    assert len(found) >= 3
+
+
 def test_the_docs_python_imports_resolve():
     checked = 0
     for path in DOCS:
