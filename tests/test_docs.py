@@ -136,6 +136,26 @@ def test_the_sections_the_code_points_to_exist():
     assert len(found) >= 3
 
 
+def test_the_repository_paths_the_docs_name_exist():
+    """`tests/...`, `txl_tf/...`, `benchmarks/results/...` and the like in the
+    docs name a file or folder of the repository (or, ending in `_`, the start
+    of file names); `export/` not followed by a module is a run's folder."""
+    missing, checked = [], 0
+    for path in [*DOCS, REPO / "benchmarks" / "README.md"]:
+        for name in re.findall(r"`((?:txl_tf|tests|training|export|benchmarks|docs)/[\w./-]+)",
+                               path.read_text()):
+            name = name.rstrip(".")
+            if name.startswith("export/") and not name.endswith(".py"):
+                continue
+            checked += 1
+            target = REPO / name
+            if not (target.exists() or (path.parent / name).exists()
+                    or (name.endswith("_") and list(target.parent.glob(target.name + "*")))):
+                missing.append((path.name, name))
+    assert missing == []
+    assert checked >= 50
+
+
 def test_the_docs_python_imports_resolve():
     checked = 0
     for path in DOCS:
