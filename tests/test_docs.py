@@ -156,6 +156,18 @@ def test_the_repository_paths_the_docs_name_exist():
     assert checked >= 50
 
 
+def test_the_command_table_is_setup_pys_console_scripts():
+    """docs/command-line.md's table of installed commands names each console
+    script of setup.py once, with the module it runs; the README lists them."""
+    scripts = dict(re.findall(r'"(txl-[\w-]+) = ([\w.]+?)(?:\.__main__)?:console"',
+                              (REPO / "setup.py").read_text()))
+    table = (REPO / "docs" / "command-line.md").read_text().split("## The installed commands")[1]
+    rows = dict(re.findall(r"^\| `(txl-[\w-]+)` \| `([\w.]+)` \|", table, re.M))
+    assert len(scripts) >= 10
+    assert rows == scripts
+    assert set(re.findall(r"`(txl-[\w-]+)`", (REPO / "README.md").read_text())) == set(scripts)
+
+
 def test_the_docs_python_imports_resolve():
     checked = 0
     for path in DOCS:
