@@ -168,6 +168,24 @@ def test_the_command_table_is_setup_pys_console_scripts():
     assert set(re.findall(r"`(txl-[\w-]+)`", (REPO / "README.md").read_text())) == set(scripts)
 
 
+def test_the_decode_cache_size_table_is_cache_bytes():
+    """docs/export-and-serving.md's table of cache sizes per preset is what
+    `export.decode_cache.cache_bytes` says (MB of 10^6 bytes, one decimal)."""
+    from export.decode_cache import cache_bytes
+    from txl_tf import TransformerXLConfig
+    text = (REPO / "docs" / "export-and-serving.md").read_text()
+    table = text.split("**Its size**")[1].split("\n\n")[1]
+    rows = re.findall(r"^\| (`.*?) \| ([\d,]+) \| ([\d,.]+) MB \| ([\d,.]+) MB \|$", table, re.M)
+    checked = 0
+    for presets, memory, per_stream, shared in rows:
+        for preset in re.findall(r"`(\w+)`", presets):
+            size = cache_bytes(TransformerXLConfig.preset(preset), int(memory.replace(",", "")))
+            assert (f"{size['per_stream'] / 1e6:,.1f}", f"{size['shared'] / 1e6:,.1f}") == (
+                per_stream, shared), preset
+            checked += 1
+    assert checked == 7
+
+
 def test_the_docs_python_imports_resolve():
     checked = 0
     for path in DOCS:
