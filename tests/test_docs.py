@@ -59,7 +59,7 @@ def test_the_readme_is_short_and_its_links_resolve():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
     for path in DOCS:
-        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[\w-]+)?\)", path.read_text()):
+        for target in re.findall(r"\]\(([^)#:\s]+)(?:#[\w-]+)?\)", path.read_text()):  # .md, .png
             assert (path.parent / target).is_file(), (path.name, target)
 
 
