@@ -186,6 +186,19 @@ def test_the_decode_cache_size_table_is_cache_bytes():
     assert checked == 7
 
 
+def test_the_readmes_code_tree_names_every_package():
+    """README's "The code" tree and txl_tf's docstring name every sub-package
+    of txl_tf, and the tree every top-level folder of code."""
+    import txl_tf
+    tree = (REPO / "README.md").read_text().split("## The code")[1].split("```")[1]
+    packages = {p.parent.name for p in (REPO / "txl_tf").glob("*/__init__.py")}
+    assert {p for p in packages if not re.search(rf"^\s+{p}/", tree, re.M)} == set()
+    assert {p for p in packages if f"`{p}/`" not in txl_tf.__doc__} == set()
+    assert {p for p in ("txl_tf", "training", "export", "benchmarks", "tests")
+            if not re.search(rf"^{p}/", tree, re.M)} == set()
+    assert len(packages) >= 10
+
+
 def test_the_docs_python_imports_resolve():
     checked = 0
     for path in DOCS:
