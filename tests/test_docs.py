@@ -199,6 +199,15 @@ def test_the_readmes_code_tree_names_every_package():
     assert len(packages) >= 10
 
 
+def test_the_config_fields_the_model_doc_lists_are_the_configs():
+    """docs/model.md's list of `TransformerXLConfig`'s fields is all of them."""
+    from txl_tf import TransformerXLConfig
+    text = (REPO / "docs" / "model.md").read_text().split("## The pure core")[0]
+    listed = re.search(r"`TransformerXLConfig` holds .*?\(`([\w,\s]+)`\)", text, re.S).group(1)
+    named = set(re.split(r",\s*", listed.strip())) | set(re.findall(r"`(vocab_fingerprint)`", text))
+    assert named == set(TransformerXLConfig.__dataclass_fields__)
+
+
 def test_the_docs_python_imports_resolve():
     checked = 0
     for path in DOCS:
