@@ -59,7 +59,7 @@ def test_the_readme_is_short_and_its_links_resolve():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
     for path in DOCS:
-        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[\w-]+)?\)", path.read_text()):
+        for target in re.findall(r"\]\(([^)#:\s]+)(?:#[\w-]+)?\)", path.read_text()):  # .md, .png
             assert (path.parent / target).is_file(), (path.name, target)
 
 
@@ -93,6 +93,119 @@ def test_every_documented_command_names_a_job_and_its_flags():
         assert used <= known, (name, command, sorted(used - known))
         checked += 1
     assert checked >= 25
+
+
+# Flags of other tools the docs show: pip, pytest, saved_model_cli, tensorboard, tritonserver.
+OTHER_TOOLS_FLAGS = {"no-deps", "dist", "no-loadscope-reorder", "durations", "inputs",
+                     "input_exprs", "dir", "tag_set", "signature_def", "outdir", "logdir",
+                     "model-repository"}
+
+
+def test_every_flag_the_docs_name_is_defined():
+    """Every `--flag` in the docs' prose and blocks (not only in `python -m`
+    lines) is a flag of some job or benchmark; XLA's own (`--xla_...`,
+    `--tf_xla_...`, in XLA_FLAGS) aside."""
+    known = set(ABSL_FLAGS) | OTHER_TOOLS_FLAGS
+    for module in ("export", "txl_tf.convert", *(f"training.{p.stem}" for p in
+                   (REPO / "training").glob("*.py") if "SPEC = (" in p.read_text()),
+                   *(f"benchmarks.{p.stem}" for p in (REPO / "benchmarks").glob("*.py"))):
+        known |= job_flags(module)
+    unknown = []
+    for path in [*DOCS, REPO / "benchmarks" / "README.md"]:
+        for negated, name in re.findall(r"(?<![\w-])--(no)?([a-z][\w-]*)", path.read_text()):
+            if name.startswith(("xla_", "tf_xla_")) or name in known or (
+                    negated and f"no{name}" in known):
+                continue
+            unknown.append((path.name, f"--{negated}{name}"))
+    assert unknown == []
+    assert len(known) > 150
+
+
+def test_the_sections_the_code_points_to_exist():
+    """A docstring or `--help` text that sends the reader to `README, "Section"`
+    or `docs/x.md, "Section"` names a heading that file has."""
+    found = []
+    for folder in ("txl_tf", "training", "export", "benchmarks"):
+        for source in (REPO / folder).rglob("*.py"):
+            text = re.sub(r"\s+", " ", source.read_text().replace('\\"', '"'))
+            for doc, section in re.findall(r"\b(README|docs/[\w-]+\.md), \"([^\"]+)\"", text):
+                path = REPO / ("README.md" if doc == "README" else doc)
+                headings = re.findall(r"^#+ (.*)$", path.read_text(), re.M) if path.is_file() else []
+                found.append((source.name, doc, section, section in headings))
+    assert [f for f in found if not f[3]] == []
+    assert len(found) >= 3
+
+
+def test_the_repository_paths_the_docs_name_exist():
+    """`tests/...`, `txl_tf/...`, `benchmarks/results/...` and the like in the
+    docs name a file or folder of the repository (or, ending in `_`, the start
+    of file names); `export/` not followed by a module is a run's folder."""
+    missing, checked = [], 0
+    for path in [*DOCS, REPO / "benchmarks" / "README.md"]:
+        for name in re.findall(r"`((?:txl_tf|tests|training|export|benchmarks|docs)/[\w./-]+)",
+                               path.read_text()):
+            name = name.rstrip(".")
+            if name.startswith("export/") and not name.endswith(".py"):
+                continue
+            checked += 1
+            target = REPO / name
+            if not (target.exists() or (path.parent / name).exists()
+                    or (name.endswith("_") and list(target.parent.glob(target.name + "*")))):
+                missing.append((path.name, name))
+    assert missing == []
+    assert checked >= 50
+
+
+def test_the_command_table_is_setup_pys_console_scripts():
+    """docs/command-line.md's table of installed commands names each console
+    script of setup.py once, with the module it runs; the README lists them."""
+    scripts = dict(re.findall(r'"(txl-[\w-]+) = ([\w.]+?)(?:\.__main__)?:console"',
+                              (REPO / "setup.py").read_text()))
+    table = (REPO / "docs" / "command-line.md").read_text().split("## The installed commands")[1]
+    rows = dict(re.findall(r"^\| `(txl-[\w-]+)` \| `([\w.]+)` \|", table, re.M))
+    assert len(scripts) >= 10
+    assert rows == scripts
+    assert set(re.findall(r"`(txl-[\w-]+)`", (REPO / "README.md").read_text())) == set(scripts)
+
+
+def test_the_decode_cache_size_table_is_cache_bytes():
+    """docs/export-and-serving.md's table of cache sizes per preset is what
+    `export.decode_cache.cache_bytes` says (MB of 10^6 bytes, one decimal)."""
+    from export.decode_cache import cache_bytes
+    from txl_tf import TransformerXLConfig
+    text = (REPO / "docs" / "export-and-serving.md").read_text()
+    table = text.split("**Its size**")[1].split("\n\n")[1]
+    rows = re.findall(r"^\| (`.*?) \| ([\d,]+) \| ([\d,.]+) MB \| ([\d,.]+) MB \|$", table, re.M)
+    checked = 0
+    for presets, memory, per_stream, shared in rows:
+        for preset in re.findall(r"`(\w+)`", presets):
+            size = cache_bytes(TransformerXLConfig.preset(preset), int(memory.replace(",", "")))
+            assert (f"{size['per_stream'] / 1e6:,.1f}", f"{size['shared'] / 1e6:,.1f}") == (
+                per_stream, shared), preset
+            checked += 1
+    assert checked == 7
+
+
+def test_the_readmes_code_tree_names_every_package():
+    """README's "The code" tree and txl_tf's docstring name every sub-package
+    of txl_tf, and the tree every top-level folder of code."""
+    import txl_tf
+    tree = (REPO / "README.md").read_text().split("## The code")[1].split("```")[1]
+    packages = {p.parent.name for p in (REPO / "txl_tf").glob("*/__init__.py")}
+    assert {p for p in packages if not re.search(rf"^\s+{p}/", tree, re.M)} == set()
+    assert {p for p in packages if f"`{p}/`" not in txl_tf.__doc__} == set()
+    assert {p for p in ("txl_tf", "training", "export", "benchmarks", "tests")
+            if not re.search(rf"^{p}/", tree, re.M)} == set()
+    assert len(packages) >= 10
+
+
+def test_the_config_fields_the_model_doc_lists_are_the_configs():
+    """docs/model.md's list of `TransformerXLConfig`'s fields is all of them."""
+    from txl_tf import TransformerXLConfig
+    text = (REPO / "docs" / "model.md").read_text().split("## The pure core")[0]
+    listed = re.search(r"`TransformerXLConfig` holds .*?\(`([\w,\s]+)`\)", text, re.S).group(1)
+    named = set(re.split(r",\s*", listed.strip())) | set(re.findall(r"`(vocab_fingerprint)`", text))
+    assert named == set(TransformerXLConfig.__dataclass_fields__)
 
 
 def test_the_docs_python_imports_resolve():

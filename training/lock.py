@@ -56,7 +56,7 @@ class DirectoryLock:
 
 
 def describe_owner(text):
-    """`" (pid 12, host h, started ...)"` from a lock file's text, or `""`."""
+    """`" (pid 12 on host h, started ...)"` from a lock file's text, or `""`."""
     try:
         owner = json.loads(text)
         return f" (pid {owner['pid']} on host {owner['host']}, started {owner['started']})"

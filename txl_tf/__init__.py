@@ -5,8 +5,9 @@ core `TransformerXL` (`(token_ids, memory) -> (outputs, new_memory)`), the
 keras-hub family (`TransformerXLCausalLM` and its backbone, preprocessor and
 tokenizer: `from_preset`, `generate`, samplers), the stateful Keras model
 `TransformerXLLM`, the classifier, the decoder. The
-folders hold one idea each: `layers/`, `generation/`, `weights/`, `data/`,
-`text/`, `classification/`, `learning/`, `keras_support/`, `checks/`, `app/`.
+folders hold one idea each: `layers/`, `models/`, `generation/`, `weights/`,
+`baselines/`, `data/`, `text/`, `classification/`, `learning/`,
+`keras_support/`, `checks/`, `app/`.
 
 Importing the package imports TensorFlow without its start-up noise on
 stderr (`txl_tf.app.tf_startup`; real errors are still shown, and TF's C++

@@ -52,7 +52,8 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     With the memory cut, a classifier trained from fresh weights learns to
     use only what lies within `mem_len` of its last segment; `grad_segments`
     > 1 lets the loss reach what the weights do with earlier segments
-    through the memory (README, "Memory reach").
+    through the memory (docs/classification.md, "Memory
+    reach").
 
     `backbone` is a `TransformerXLConfig` or dict (fresh weights) or a
     `TransformerXL` core (pretrained: its weights are fine-tuned). Its

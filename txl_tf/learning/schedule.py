@@ -4,7 +4,7 @@ The warm-up defaults to a tenth of the steps (at most `MAX_DEFAULT_WARMUP`):
 without one, a small model at a high learning rate sits on a loss plateau for
 hundreds of steps and leaves it at a moment that float round-off decides
 (held-out ppl 260 to 530 by seed on one recipe; 212 to 220 with the warm-up;
-README, "Training").
+docs/training.md, "The warm-up by default").
 """
 import keras
 
