@@ -74,7 +74,10 @@ exporting (an export of enwik8_base is about a minute of CPU).
 Without a GPU (and not `--device=cpu`) it exits at once with one `error:`
 line and status 2; with a failed part, status 1 after the table. Writes the
 table and each part's details (its command, seconds, output tail, results)
-as JSON.
+as JSON, after every part (`"partial": true` until the last is done), so a
+check killed at a time limit keeps what it measured. SIGTERM (a time limit's
+first signal) kills the part running with its children, skips the rest and
+still prints the table and writes the JSON.
 """
 import json
 import os
@@ -251,14 +254,19 @@ def gpu_problems():
 def gpu_row(facts, device):
     """The table's `gpu` row: the GPU, the providers, the ptxas and its
     version (failed below `PTXAS_FLOOR`; skipped with `--device=cpu`)."""
-    ptxas, version = facts["ptxas"], None
+    ptxas, version, found = facts["ptxas"], None, "not found"
     if ptxas:
-        done = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
-        version = ptxas_version(done.stdout)
+        try:  # a wheel unzipped without its exec bits, a file of another machine
+            done = subprocess.run([ptxas, "--version"], capture_output=True, text=True,
+                                  timeout=60)
+            version = ptxas_version(done.stdout)
+            found = f"{ptxas} printed no version"
+        except (OSError, subprocess.SubprocessError) as error:
+            found = f"{ptxas} does not run ({type(error).__name__}: {error})"
     facts["ptxas_version"] = ".".join(map(str, version)) if version else None
     cuda = "CUDAExecutionProvider" in facts["onnxruntime_providers"]
     shown = (f"GPU {', '.join(facts['tensorflow_gpus']) or 'none'}; onnxruntime "
-             f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or 'not found'}")
+             f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or found}")
     if device == "cpu":
         status, shown = "skipped", f"skipped (--device=cpu: {shown})"
     elif version is not None and version >= PTXAS_FLOOR:
@@ -477,8 +485,8 @@ def run_train(command, work, timeout, env, xla_cache=True):
                                f"directory={os.path.join(work, 'xla_cache')}").strip()
     log_path = os.path.join(model_dir, "batches.jsonl")
     with open(os.path.join(work, "train_first.log"), "w+", encoding="utf-8") as out:
-        first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
+        first = _started(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True))
         checkpoint = os.path.join(model_dir, "checkpoints", "checkpoint")
         try:
             while first.poll() is None and time.monotonic() < deadline:
@@ -487,9 +495,12 @@ def run_train(command, work, timeout, env, xla_cache=True):
                     break
                 time.sleep(0.05)
         finally:
+            _RUNNING["process"] = None
             if first.poll() is None:
-                os.killpg(first.pid, signal.SIGKILL)
+                _kill_group(first)
             first.wait()
+        if _RUNNING["stopped"]:
+            raise Stopped(_RUNNING["stopped"])
         out.seek(0)
         first_output = out.read()
     first_run = f"the first run {run_progress(first_output)}"
@@ -528,19 +539,73 @@ def _failed(line, start, output=""):
             "output_tail": output[-3000:]}
 
 
+class Stopped(Exception):
+    """The check got SIGTERM while a part ran (`stop_on_sigterm`)."""
+
+
+# The part's process group running now, and the signal that stopped the check
+# (`stop_on_sigterm`): a part's processes are in sessions of their own, so a
+# signal to the check's process group does not reach them.
+_RUNNING = {"process": None, "stopped": None}
+
+
+def _kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it is gone already
+        pass
+
+
+def _on_sigterm(signum, frame):
+    del frame
+    _RUNNING["stopped"] = signal.Signals(signum).name
+    if _RUNNING["process"] is not None:
+        _kill_group(_RUNNING["process"])
+
+
+def stop_on_sigterm():
+    """From now on SIGTERM (what a time limit such as the device call's sends
+    first) kills the part running, with its children (the paper's worker),
+    and stops the check: the part's row says so, the rest are skipped, and
+    the table and the JSON are still written. Returns the previous handler."""
+    _RUNNING["stopped"] = None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _started(process):
+    """Registers `process` as the running part (raises `Stopped`, killing it,
+    where the check was stopped meanwhile)."""
+    _RUNNING["process"] = process
+    if _RUNNING["stopped"]:
+        _kill_group(process)
+        process.communicate()
+        raise Stopped(_RUNNING["stopped"])
+    return process
+
+
 def run_group(command, timeout, env):
     """`(exit status, stdout, stderr)` of `command`, run in a process group
     of its own; past `timeout` seconds the whole group (the paper's worker
-    too) is killed and the status is None."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, start_new_session=True)
+    too) is killed and the status is None. Raises `Stopped` where the check
+    got SIGTERM meanwhile (`stop_on_sigterm`: the group is killed)."""
+    process = _started(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env=env, start_new_session=True))
     try:
         out, err = process.communicate(timeout=timeout)
-        return process.returncode, out, err
+        returncode = process.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        _kill_group(process)
         out, err = process.communicate()
-        return None, out, err
+        returncode = None
+    except BaseException:  # Ctrl-C: the part's processes go too
+        _kill_group(process)
+        process.communicate()
+        raise
+    finally:
+        _RUNNING["process"] = None
+    if _RUNNING["stopped"]:
+        raise Stopped(_RUNNING["stopped"])
+    return returncode, out, err
 
 
 def run_command(command, timeout, env):
@@ -669,31 +734,47 @@ def output_file(command):
     return written[0] if written else None
 
 
-def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True):
+def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True,
+              done=None):
     """Runs the parts in order, each within min(its budget, what is left of
     `total_s`). `commands`: `{part: list}`; `skip`: `{part: reason}`; the
     `train` part (given `train_work`) is the kill-and-resume run (`run_train`,
-    `xla_cache`). Returns the table's rows."""
+    `xla_cache`); `done(rows)`, if given, is called after each part (the
+    rows so far). After SIGTERM (`stop_on_sigterm`) the part running fails
+    and the rest are skipped. Returns the table's rows."""
     deadline, rows = time.monotonic() + total_s, []
     for part, command in commands.items():
         left, written = deadline - time.monotonic(), output_file(command)
         if written and os.path.exists(written):  # an earlier check's
             os.remove(written)
-        if (skip or {}).get(part):
-            result = {"status": "skipped", "seconds": 0.0, "result": f"skipped ({skip[part]})"}
-        elif left < 1:
-            result = {"status": "skipped", "seconds": 0.0,
-                      "result": f"skipped (the check's {total_s:g} s were spent)"}
-        elif part == "train" and train_work:
-            result = run_train(command, train_work, min(budgets[part], left), env, xla_cache)
-        else:
-            result = run_command(command, min(budgets[part], left), env)
+        start = time.monotonic()
+        try:
+            if _RUNNING["stopped"]:
+                result = {"status": "skipped", "seconds": 0.0,
+                          "result": f"skipped (the check was stopped by {_RUNNING['stopped']})"}
+            elif (skip or {}).get(part):
+                result = {"status": "skipped", "seconds": 0.0,
+                          "result": f"skipped ({skip[part]})"}
+            elif left < 1:
+                result = {"status": "skipped", "seconds": 0.0,
+                          "result": f"skipped (the check's {total_s:g} s were spent)"}
+            elif part == "train" and train_work:
+                result = run_train(command, train_work, min(budgets[part], left), env, xla_cache)
+            else:
+                result = run_command(command, min(budgets[part], left), env)
+        except Stopped as why:
+            result = _failed(f"stopped by {why} after {time.monotonic() - start:.0f} s", start)
         if part.startswith("pair_") and written and os.path.exists(written):
-            summary = pair_summary(written)  # a stopped run's rows too
+            try:
+                summary = pair_summary(written)  # a stopped run's rows too
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                summary = f"its JSON unreadable: {type(error).__name__}: {error}"[:300]
             result["result"] = (summary if result["status"] == "ok"
                                 else f"{result['result'][:-1]}; so far: {summary})")
         rows.append({"part": part, "command": shlex.join(command), **result})
         print(f"{part}: {result['result']}", flush=True)
+        if done:
+            done(rows)
     return rows
 
 
@@ -706,6 +787,18 @@ def table(rows):
              for a, b, c, d in cells]
     lines.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 6)
     return "\n".join(lines)
+
+
+def write_result(path, rows, partial, **fields):
+    """Writes the check's JSON to `path` whole (a kill never leaves half a
+    file): `fields`, the parts that failed, the table, the rows, and
+    `partial` (true until the last part is done). Returns the failed parts."""
+    failed = [r["part"] for r in rows if r["status"] == "failed"]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({**fields, "partial": partial, "failed": failed, "table": table(rows),
+                   "parts": rows}, f, indent=2)
+    os.replace(path + ".tmp", path)
+    return failed
 
 
 def commands_for(o, out_dir):
@@ -752,22 +845,28 @@ def main(argv):
     start = time.monotonic()
     rows = [gpu_row(facts, o["device"])]
     print(f"gpu: {rows[0]['result']}", flush=True)
+
+    def save(rows, partial=True):  # after every part: a check killed keeps what it measured
+        return write_result(o["output"], rows, partial, seconds=time.monotonic() - start,
+                            device=o["device"], tiny=o["tiny"])
+
+    save(rows)
+    stop_on_sigterm()
     total_s = o["total_s"]
     if o["serving_exports"] and any(part.startswith("serving_") for part in o["parts"]):
         rows.append({"part": "serving_exports", "command": "",
                      **fill_serving_exports(o["serving_exports"], o["work_dir"])})
         print(f"serving_exports: {rows[-1]['result']}", flush=True)
         total_s -= rows[-1]["seconds"]
+        save(rows)
     budgets = {part: seconds * o["budget_scale"] for part, seconds in BUDGETS.items()}
     skip = {part: skip_reason(part, o) for part in o["parts"]}
     rows += run_parts(commands_for(o, out_dir), budgets, total_s, env, skip,
-                      train_work=o["work_dir"], xla_cache=o["xla_cache"])
+                      train_work=o["work_dir"], xla_cache=o["xla_cache"],
+                      done=lambda done_rows: save(rows + done_rows))
     shown = table(rows)
     print(shown)
-    failed = [r["part"] for r in rows if r["status"] == "failed"]
-    with open(o["output"], "w", encoding="utf-8") as f:
-        json.dump({"seconds": time.monotonic() - start, "device": o["device"], "tiny": o["tiny"],
-                   "failed": failed, "table": shown, "parts": rows}, f, indent=2)
+    failed = save(rows, partial=False)
     print(f"wrote {o['output']}; {len(failed)} of {len(rows)} parts failed"
           + (f": {', '.join(failed)}" if failed else ""))
     if failed:

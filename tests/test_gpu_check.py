@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,52 @@ def test_each_part_is_one_line_and_the_check_goes_on():
     assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
 
 
+def _running(pid):
+    """Whether process `pid` runs (a zombie no parent reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_kills_the_part_and_its_children_and_the_table_is_still_written(tmp_path):
+    """SIGTERM (a device call's time limit) while a part runs: its process
+    group (the paper's worker too) is killed, the part fails saying so, the
+    rest are skipped, and the JSON written after each part holds them all;
+    the train part's runs too."""
+    worker = tmp_path / "worker.pid"
+    stops = fake("import os, signal, subprocess, sys, time; "
+                 "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                 f"open({str(worker)!r}, 'w').write(str(w.pid)); "
+                 "os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)")
+    commands = {"parity": fake("print('fine')"), "losses": stops, "mirrored": fake("print(1)")}
+    saved, budgets = [], dict(gc.BUDGETS, losses=30, train=30)
+    previous = gc.stop_on_sigterm()
+    try:
+        rows = gc.run_parts(commands, budgets, total_s=120, env=None, done=lambda rows: (
+            saved.append(gc.write_result(str(tmp_path / "check.json"), rows, True))))
+        assert [(r["part"], r["status"]) for r in rows] == [
+            ("parity", "ok"), ("losses", "failed"), ("mirrored", "skipped")]
+        assert re.fullmatch(r"failed \(stopped by SIGTERM after \d+ s\)", rows[1]["result"])
+        assert rows[1]["seconds"] < 15, rows[1]  # at once, not at its budget's end
+        assert rows[2]["result"] == "skipped (the check was stopped by SIGTERM)"
+        assert not _running(int(worker.read_text()))  # the part's child went with it
+        assert saved == [[], ["losses"], ["losses"]]  # after every part
+        result = json.loads((tmp_path / "check.json").read_text())
+        assert result["partial"] and [r["part"] for r in result["parts"]] == list(commands)
+        assert result["table"] == gc.table(rows)
+        gc.stop_on_sigterm()  # the train part: its first run stopped
+        rows = gc.run_parts({"train": stops}, budgets, total_s=120, env=None,
+                            train_work=str(tmp_path))
+        assert re.fullmatch(r"failed \(stopped by SIGTERM after \d+ s\)", rows[0]["result"])
+        assert rows[0]["seconds"] < 15, rows[0]
+        assert not _running(int(worker.read_text()))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        gc._RUNNING["stopped"] = None
+
+
 def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     """A pair part killed at its budget: the table's line has the rows its
     JSON holds so far and the variant it was on; a file left by an earlier
@@ -126,6 +173,11 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
         "; f32+jit 81,000 tok/s (2.09x, 20.0 GiB, 1st 41 s); bf16+jit 38,762 tok/s (-, 1st 10 s)"
         "; f16+jit not done (no step))"), rows[0]
     assert rows[1]["result"] == "failed (no row)"  # the file it found was removed first
+    commands = {"pair_wt103_base": fake(f"open({str(out)!r}, 'w').write('{{}}'); exit(3)")
+                + [f"--output={out}"]}  # a JSON without its rows: the table still prints
+    rows = gc.run_parts(commands, gc.BUDGETS, total_s=60, env=None)
+    assert rows[0]["result"] == ("failed (exit 3; so far: its JSON unreadable: KeyError: "
+                                 "'results')"), rows[0]
     partial["results"], partial["started"][0]["first_step_s"] = [], 63.4
     out.write_text(json.dumps(partial))
     assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
@@ -271,6 +323,21 @@ def test_ptxas_version_and_its_floor():
     assert gc.gpu_row(dict(facts), "cpu")["status"] == "skipped"
 
 
+def test_a_ptxas_that_does_not_run_is_the_gpu_rows_failure(tmp_path):
+    """A ptxas unzipped without its exec bits is a failed row, not a
+    traceback before any part ran."""
+    ptxas = tmp_path / "ptxas"
+    ptxas.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    facts = {"ptxas": str(ptxas), "tensorflow_gpus": ["NVIDIA H200"],
+             "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "failed" and f"ptxas {ptxas} does not run (PermissionError" in \
+        row["result"], row
+    ptxas.chmod(0o755)
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "ok" and row["result"].endswith("ptxas 12.8.93"), row
+
+
 def test_logprob_parity_compares_the_two_devices_outputs():
     result = gc.logprob_parity("tiny", "cpu")
     assert result["max_abs_diff"] == 0.0 and result["ok"], result  # the same device twice
@@ -295,6 +362,7 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     assert [(r["part"], r["status"]) for r in result["parts"]] == [
         ("gpu", "skipped"), ("serving_parity", "skipped")]
     assert result["table"] in done.stdout and result["failed"] == []
+    assert result["partial"] is False  # true in the copies written after each part
     done = jobs.run("benchmarks.gpu_check", args + [f"--serving_exports={tmp_path}"])
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "
@@ -366,6 +434,26 @@ def test_a_runner_that_profiles_runs_more_steps_under_it_after_its_row(interleav
         assert calls[-2:] == [("ours", False), ("ours", True)]
     assert tp.measure(makers, iters=3, warmup=1, block=3, interleave=interleave)[
         "ours"].get("profile") is None  # not asked
+
+
+class FailingProfile(FakeRunner):
+    def profile(self, n):
+        raise KeyError("total_self_time")
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_a_profile_that_fails_says_why_and_the_next_variants_still_run(interleave):
+    """On the GPU the profile reads XLA's tables, which no CPU run has: where
+    it fails, the rows after it (bf16, f16 in the check's pair) are still
+    measured."""
+    log = []
+    makers = {"f32": lambda: FailingProfile(log, "f32"), "bf16": lambda: ProfiledRunner(log, "bf16")}
+    results = tp.measure(makers, iters=2, warmup=1, block=2, interleave=interleave,
+                         profile_steps=2)
+    assert results["f32"]["profile"] == {
+        "source": None, "why": "the profile failed: KeyError: 'total_self_time'"}
+    assert list(results["bf16"]["seconds"]) == [1.0, 1.0]
+    assert results["bf16"]["profile"]["source"] == "fake"
 
 
 def test_a_profile_summary_by_category_and_top_ops(tmp_path):
