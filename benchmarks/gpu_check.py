@@ -72,7 +72,11 @@ seconds taken from `--total_s`), so the serving parts time instead of
 exporting (an export of enwik8_base is about a minute of CPU).
 
 Without a GPU (and not `--device=cpu`) it exits at once with one `error:`
-line and status 2; with a failed part, status 1 after the table. Writes the
+line and status 2, saying why each of TensorFlow and onnxruntime has none
+(their own warnings, which the check's environment hides, from a child
+process: `probe_gpu`); where only one of them has it, the `gpu` row fails
+saying why and the parts that need the other are skipped, the rest run.
+With a failed part, status 1 after the table. Writes the
 table and each part's details (its command, seconds, output tail, results)
 as JSON, after every part (`"partial": true` until the last is done), so a
 check killed at a time limit keeps what it measured. SIGTERM (a time limit's
@@ -232,22 +236,101 @@ def find_ptxas():
     return None
 
 
-def gpu_problems():
+# What runs in a child process with TensorFlow's warnings shown (the check's
+# environment hides them): TensorFlow's GPUs, and a one-node graph run on
+# onnxruntime's CUDA provider, which `get_available_providers` lists even
+# where its libraries (cuDNN, cuBLAS) do not load.
+PROBE = """
+import json
+import numpy as np
+import onnxruntime as ort
+import tensorflow as tf
+from onnx import TensorProto, helper
+found = {"tensorflow_gpus": len(tf.config.list_physical_devices("GPU")), "onnxruntime": None}
+if "CUDAExecutionProvider" in ort.get_available_providers():
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    try:
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros(1, np.float32)})
+        found["onnxruntime"] = session.get_providers()[0]
+    except Exception as error:
+        found["onnxruntime"] = " ".join(str(error).split())[:300]
+print("probe: " + json.dumps(found), flush=True)
+"""
+# Log lines that say why TensorFlow or onnxruntime have no GPU (the first two are kept).
+PROBE_REASONS = re.compile(r"dlopen|could not load|cannot open shared|cuinit|cuda driver|"
+                           r"skipping registering|failed to load|libcu|libnv", re.IGNORECASE)
+
+
+def probe_reasons(log):
+    """The lines of a probe's log (TensorFlow's and onnxruntime's) that say
+    why a GPU is missing, without their log prefix (at most two, joined)."""
+    lines = []
+    for line in log.splitlines():
+        found = PROBE_REASONS.search(line)
+        if found:  # from just before the words that matched (a long line's reason is late)
+            text = line[max(line.rfind("] ", 0, found.start()) + 2, found.start() - 60):]
+            text = " ".join(text.split())[:200]
+            if text not in lines:
+                lines.append(text)
+    return " / ".join(lines[:2])
+
+
+def probe_gpu(timeout=300):
+    """`({"tensorflow": problem, "onnxruntime": problem}, what the probe
+    said)`: each problem None where that side works, else why, from a child
+    process with TensorFlow's and onnxruntime's warnings shown (`PROBE`);
+    `(None, why)` where the probe itself failed."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    try:
+        done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                              env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"the probe did not end within {timeout} s"
+    found = [line for line in done.stdout.splitlines() if line.startswith("probe: ")]
+    if not found:
+        return None, f"the probe failed: {_last_line(done.stderr, f'exit {done.returncode}')}"
+    found, reasons = json.loads(found[-1][len("probe: "):]), probe_reasons(done.stderr)
+    problems = {"tensorflow": None if found["tensorflow_gpus"] else (
+        "TensorFlow sees no GPU" + (f" ({reasons})" if reasons else "")), "onnxruntime": None}
+    provider = found["onnxruntime"]
+    if provider is None:
+        problems["onnxruntime"] = "onnxruntime has no CUDA provider"
+    elif provider != "CUDAExecutionProvider":
+        problems["onnxruntime"] = f"onnxruntime's CUDA provider does not load ({reasons or provider})"
+    return problems, found
+
+
+def gpu_problems(device="gpu"):
     """`(problems, facts)`: what keeps the check from running on a GPU (empty
-    when TensorFlow sees one and onnxruntime has CUDA), and what was found."""
+    when TensorFlow sees one and onnxruntime has CUDA), and what was found;
+    with `device` "gpu", `facts` also hold each side's problem
+    (`tensorflow_problem`, `onnxruntime_problem`: None where it works; see
+    `probe_gpu`)."""
     import onnxruntime
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
     providers = onnxruntime.get_available_providers()
-    problems = []
-    if not gpus:
-        problems.append("TensorFlow sees no GPU")
-    if "CUDAExecutionProvider" not in providers:
-        problems.append(f"onnxruntime has no CUDA provider ({', '.join(providers)})")
     facts = {"tensorflow_gpus": [tf.config.experimental.get_device_details(g).get("device_name",
                                                                                  g.name)
                                  for g in gpus],
-             "onnxruntime_providers": providers, "ptxas": find_ptxas()}
+             "onnxruntime_providers": providers, "ptxas": find_ptxas(),
+             "tensorflow_problem": None, "onnxruntime_problem": None}
+    tensorflow, onnxruntime = "TensorFlow sees no GPU", "onnxruntime has no CUDA provider"
+    if device == "gpu":  # why, from a child with the warnings shown
+        probed, facts["probe"] = probe_gpu()
+        tensorflow, onnxruntime = (probed or {}).get("tensorflow", tensorflow), \
+            (probed or {}).get("onnxruntime", onnxruntime)
+    if gpus:
+        tensorflow = None
+    if "CUDAExecutionProvider" not in providers:
+        onnxruntime = f"onnxruntime has no CUDA provider ({', '.join(providers)})"
+    facts["tensorflow_problem"], facts["onnxruntime_problem"] = tensorflow, onnxruntime
+    problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts[k]]
     return problems, facts
 
 
@@ -267,8 +350,11 @@ def gpu_row(facts, device):
     cuda = "CUDAExecutionProvider" in facts["onnxruntime_providers"]
     shown = (f"GPU {', '.join(facts['tensorflow_gpus']) or 'none'}; onnxruntime "
              f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or found}")
+    problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts.get(k)]
     if device == "cpu":
         status, shown = "skipped", f"skipped (--device=cpu: {shown})"
+    elif problems:  # one side only (both: the check does not start); its parts are skipped
+        status, shown = "failed", f"failed ({shown}: {'; '.join(problems)})"
     elif version is not None and version >= PTXAS_FLOOR:
         status = "ok"
     else:
@@ -635,8 +721,14 @@ def run_command(command, timeout, env):
             "output_tail": output[-3000:]}
 
 
-def skip_reason(part, o):
-    """Why `part` cannot run with the options `o` (None: it can)."""
+def skip_reason(part, o, facts=None):
+    """Why `part` cannot run with the options `o` (None: it can); with
+    `facts` (`gpu_problems`), on a GPU where only one of TensorFlow and
+    onnxruntime works, the parts that need the other."""
+    if o["device"] == "gpu" and facts:
+        needs = "onnxruntime_problem" if part.startswith("serving_") else "tensorflow_problem"
+        if facts.get(needs):
+            return facts[needs]
     if part in FLOAT16_PARTS and not o["serving_exports"]:
         return "needs --serving_exports (the float16 export is made beforehand)"
     if part in ("serving_parity", "serving_parity_float16") and o["device"] == "cpu":
@@ -828,8 +920,8 @@ def main(argv):
         return
     if o["serving_exports"]:
         check_serving_exports(o["serving_exports"], serving_preset)
-    problems, facts = gpu_problems()
-    if o["device"] == "gpu" and problems:
+    problems, facts = gpu_problems(o["device"])
+    if o["device"] == "gpu" and len(problems) == 2:  # one side working still runs its parts
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
                             "(install the [gpu] extra on a machine with an NVIDIA GPU; "
                             "--device=cpu --tiny runs the check's logic on the CPU)")
@@ -860,7 +952,7 @@ def main(argv):
         total_s -= rows[-1]["seconds"]
         save(rows)
     budgets = {part: seconds * o["budget_scale"] for part, seconds in BUDGETS.items()}
-    skip = {part: skip_reason(part, o) for part in o["parts"]}
+    skip = {part: skip_reason(part, o, facts) for part in o["parts"]}
     rows += run_parts(commands_for(o, out_dir), budgets, total_s, env, skip,
                       train_work=o["work_dir"], xla_cache=o["xla_cache"],
                       done=lambda done_rows: save(rows + done_rows))

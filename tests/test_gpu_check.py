@@ -348,9 +348,51 @@ def test_without_a_gpu_the_check_is_one_error_line(jobs):
     done = jobs.run("benchmarks.gpu_check", [])
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and errors == [done.stderr.strip().splitlines()[-1]], done.stderr
-    assert re.match(r"error: no GPU for the check: TensorFlow sees no GPU; onnxruntime has no "
-                    r"CUDA provider \([^)]*CPUExecutionProvider\) \(install the \[gpu\] extra",
-                    errors[0]), errors[0]
+    # why TensorFlow sees none, in its own words (its warnings are hidden in the check)
+    assert re.match(r"error: no GPU for the check: TensorFlow sees no GPU \(.*(cuInit|cuda "
+                    r"drivers).*\); onnxruntime has no CUDA provider \([^)]*CPUExecutionProvider\)"
+                    r" \(install the \[gpu\] extra", errors[0]), errors[0]
+
+
+def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
+    """TensorFlow's and onnxruntime's own lines on a library that did not
+    load; where only one side works, its parts run and the other's are
+    skipped with the reason (the gpu row fails saying it)."""
+    tf_log = ("I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on.\n"
+              "W0000 00:00:1.1 1 dso_loader.cc:78] Could not load dynamic library 'libcudnn.so.9';"
+              " dlerror: libcudnn.so.9: cannot open shared object file: No such file\n"
+              "W0000 00:00:1.2 1 gpu_device.cc:2344] Cannot dlopen some GPU libraries. Skipping "
+              "registering GPU devices...\n")
+    assert gc.probe_reasons(tf_log) == (
+        "Could not load dynamic library 'libcudnn.so.9'; dlerror: libcudnn.so.9: cannot open "
+        "shared object file: No such file / Cannot dlopen some GPU libraries. Skipping "
+        "registering GPU devices...")
+    ort_log = ("2026-11-29 10:00:00.0 [E:onnxruntime:Default, provider_bridge_ort.cc:2195 "
+               "TryGetProviderInfo_CUDA] " + "/onnxruntime_src/x.cc:1778 " * 8
+               + "[ONNXRuntimeError] : 1 : FAIL : Failed to load library "
+               "libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: cannot open "
+               "shared object file\n")
+    assert gc.probe_reasons(ort_log).endswith(
+        "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: "
+        "cannot open shared object file")
+    assert gc.probe_reasons("I0000 all is well\n") == ""
+    facts = {"ptxas": None, "tensorflow_gpus": ["NVIDIA H200"],
+             "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+             "tensorflow_problem": None,
+             "onnxruntime_problem": "onnxruntime's CUDA provider does not load (libcublasLt)"}
+    o = {"device": "gpu", "serving_exports": "/x"}
+    skipped = {part: gc.skip_reason(part, o, facts) for part in gc.CHECKS}
+    assert [p for p, why in skipped.items() if why is None] == [
+        "parity", "losses", "mirrored", "pair_enwik8_base", "pair_wt103_base", "train"]
+    assert skipped["serving_soak"] == facts["onnxruntime_problem"]
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "failed" and row["result"].endswith(
+        "ptxas not found: onnxruntime's CUDA provider does not load (libcublasLt))"), row
+    facts.update(tensorflow_problem="TensorFlow sees no GPU (libcudnn)", onnxruntime_problem=None)
+    skipped = {part: gc.skip_reason(part, o, facts) for part in gc.CHECKS}
+    assert [p for p, why in skipped.items() if why is None] == [
+        p for p in gc.CHECKS if p.startswith("serving_")]
+    assert gc.skip_reason("train", dict(o, device="cpu"), facts) is None  # the logic run
 
 
 def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_path):
