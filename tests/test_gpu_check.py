@@ -489,7 +489,8 @@ def test_a_profile_that_fails_says_why_and_the_next_variants_still_run(interleav
     it fails, the rows after it (bf16, f16 in the check's pair) are still
     measured."""
     log = []
-    makers = {"f32": lambda: FailingProfile(log, "f32"), "bf16": lambda: ProfiledRunner(log, "bf16")}
+    makers = {"f32": lambda: FailingProfile(log, "f32"),
+              "bf16": lambda: ProfiledRunner(log, "bf16")}
     results = tp.measure(makers, iters=2, warmup=1, block=2, interleave=interleave,
                          profile_steps=2)
     assert results["f32"]["profile"] == {
