@@ -9,7 +9,8 @@
 # Environment:
 #   PIECES  where the gpu_wheels.tar.part-* pieces are (default /tmp)
 #   SITE    where the wheels are unzipped (default /tmp/txl_site)
-#   OUT     where gpu_check.json and the parts' JSON go (default /tmp/gpu_check)
+#   OUT     where gpu_check.json and the parts' JSON go (on the device machine the
+#           call's own $OUT, so they come back; else default /tmp/gpu_check)
 #   PYTHON  the Python 3.12 interpreter (default python3); the paper's code
 #           runs in it with its own packages (torch), without SITE
 #   EXPORTS the serving exports made beforehand (gpu_check --make_serving_exports;
