@@ -195,7 +195,10 @@ SPEC = (
            "and exit: the serving preset exported with random weights, its decode graphs in "
            "float32 and in float16, the large weights stripped (megabytes; needs TensorFlow)."),
     option("string", "output", "gpu_check.json", "The JSON file (the parts' own JSON files go "
-           "beside it)."),
+           "beside it, or into --parts_dir; each is copied into its row too)."),
+    option("string", "parts_dir", None, "Where the parts' own JSON files go (default: beside "
+           "--output). Their content is in the check's JSON too (each row's `json`), so that "
+           "one file brings everything back from a machine that returns few files."),
     option("enum", "run_part", None, "Internal: run one in-process part and print its result.",
            ["parity", "losses", "mirrored"]),
     option("string", "shape", None, "Internal: the --run_part's shape (benchmarks.throughput)."),
@@ -831,6 +834,19 @@ def output_file(command):
     return written[0] if written else None
 
 
+def _json_of(path, most=4 * 2 ** 20):
+    """The JSON content of `path`, or why not (larger than `most` bytes, or
+    not JSON)."""
+    size = os.path.getsize(path)
+    if size > most:
+        return {"not_copied": f"{path} holds {size:,} bytes"}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        return {"not_copied": f"{path}: {type(error).__name__}: {error}"[:300]}
+
+
 def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True,
               done=None):
     """Runs the parts in order, each within min(its budget, what is left of
@@ -861,6 +877,8 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
                 result = run_command(command, min(budgets[part], left), env)
         except Stopped as why:
             result = _failed(f"stopped by {why} after {time.monotonic() - start:.0f} s", start)
+        if written and os.path.exists(written):  # its numbers, in the check's one file
+            result["json"] = _json_of(written)
         if part.startswith("pair_") and written and os.path.exists(written):
             try:
                 summary = pair_summary(written)  # a stopped run's rows too
@@ -933,7 +951,8 @@ def main(argv):
     for folder in ("train", "xla_cache", *SERVING_DTYPES.values()):  # fresh; the corpus cache is kept
         shutil.rmtree(os.path.join(o["work_dir"], folder), ignore_errors=True)
     os.makedirs(o["work_dir"], exist_ok=True)
-    out_dir = os.path.dirname(os.path.abspath(o["output"]))
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    out_dir = os.path.abspath(o["parts_dir"] or os.path.dirname(os.path.abspath(o["output"])))
     os.makedirs(out_dir, exist_ok=True)
     env = dict(os.environ, TF_FORCE_GPU_ALLOW_GROWTH="true",  # TensorFlow beside torch
                TXL_DEVICE_TESTS="cuda" if o["device"] == "gpu" else "cpu",  # device tests

@@ -173,11 +173,16 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
         "; f32+jit 81,000 tok/s (2.09x, 20.0 GiB, 1st 41 s); bf16+jit 38,762 tok/s (-, 1st 10 s)"
         "; f16+jit not done (no step))"), rows[0]
     assert rows[1]["result"] == "failed (no row)"  # the file it found was removed first
+    # the part's own file is copied into its row: the check's one JSON brings it back
+    assert rows[0]["json"] == json.loads(json.dumps(partial)) and "json" not in rows[1]
     commands = {"pair_wt103_base": fake(f"open({str(out)!r}, 'w').write('{{}}'); exit(3)")
                 + [f"--output={out}"]}  # a JSON without its rows: the table still prints
     rows = gc.run_parts(commands, gc.BUDGETS, total_s=60, env=None)
     assert rows[0]["result"] == ("failed (exit 3; so far: its JSON unreadable: KeyError: "
                                  "'results')"), rows[0]
+    out.write_text("{")
+    assert gc._json_of(str(out))["not_copied"].startswith(f"{out}: JSONDecodeError")
+    assert gc._json_of(str(out), most=0) == {"not_copied": f"{out} holds 1 bytes"}
     partial["results"], partial["started"][0]["first_step_s"] = [], 63.4
     out.write_text(json.dumps(partial))
     assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
@@ -595,6 +600,10 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     assert f"{site}/nvidia/" not in shown["LD_LIBRARY_PATH"].replace(f"{site}/nvidia/cublas/", "")
     assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
     assert shown["PYTHONPATH"].split(":")[1] == str(site)
+    # the call brings back 8 files of $OUT: only gpu_check.json goes there (its rows hold the
+    # parts' JSON)
+    script = (device / "run_check.sh").read_text()
+    assert re.search(r'--output="\$OUT/gpu_check.json" \\\n\s+--parts_dir=/tmp/', script)
     assert f"--reference_dir={tmp_path}/device/txl_unpacked/reference/pytorch" in done.stdout
     ptxas = subprocess.run([f"{site}/nvidia/cuda_nvcc/bin/ptxas", "--version"],
                            capture_output=True, text=True).stdout

@@ -78,5 +78,8 @@ if [ -n "${PREPARE_ONLY:-}" ]; then
   exit 0
 fi
 mkdir -p "$OUT"
-exec "$PYTHON" -m benchmarks.gpu_check --output="$OUT/gpu_check.json" "${reference[@]}" \
+# The parts' own files stay here: the call brings back 8 files of $OUT at most, and
+# gpu_check.json holds their content (each row's "json").
+exec "$PYTHON" -m benchmarks.gpu_check --output="$OUT/gpu_check.json" \
+    --parts_dir=/tmp/gpu_check_parts "${reference[@]}" \
     "${exports[@]}" "$@"
