@@ -580,7 +580,7 @@ def run_train(command, work, timeout, env, xla_cache=True):
     log_path = os.path.join(model_dir, "batches.jsonl")
     with open(os.path.join(work, "train_first.log"), "w+", encoding="utf-8") as out:
         first = _started(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True))
+                                          start_new_session=True, preexec_fn=_die_with_check))
         checkpoint = os.path.join(model_dir, "checkpoints", "checkpoint")
         try:
             while first.poll() is None and time.monotonic() < deadline:
@@ -666,6 +666,18 @@ def stop_on_sigterm():
     return signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+def _die_with_check():
+    """In a part's process, before it starts (Linux): SIGKILL it when the
+    check's process dies, also of SIGKILL (a time limit's second signal),
+    which no handler sees; in a session of its own it would otherwise run on,
+    on the GPU. (Its children, the paper's worker, end as their stdin closes.)"""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: SIGTERM's handler only
+        pass
+
+
 def _started(process):
     """Registers `process` as the running part (raises `Stopped`, killing it,
     where the check was stopped meanwhile)."""
@@ -683,7 +695,8 @@ def run_group(command, timeout, env):
     too) is killed and the status is None. Raises `Stopped` where the check
     got SIGTERM meanwhile (`stop_on_sigterm`: the group is killed)."""
     process = _started(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=env, start_new_session=True))
+                                        text=True, env=env, start_new_session=True,
+                                        preexec_fn=_die_with_check))
     try:
         out, err = process.communicate(timeout=timeout)
         returncode = process.returncode

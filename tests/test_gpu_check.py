@@ -151,6 +151,32 @@ def test_sigterm_kills_the_part_and_its_children_and_the_table_is_still_written(
         gc._RUNNING["stopped"] = None
 
 
+def test_a_check_killed_outright_takes_its_running_part_along(tmp_path):
+    """SIGKILL (a time limit's second signal) reaches no handler: the part's
+    process, in a session of its own, dies with the check all the same."""
+    import time
+    pid_file = tmp_path / "part.pid"
+    sleeper = fake(f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                   "time.sleep(60)")
+    check = os.fork()
+    if check == 0:  # the check, running a part
+        try:
+            gc.run_group(sleeper, 60, None)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the part did not start"
+        time.sleep(0.05)
+    part = int(pid_file.read_text())
+    assert _running(part)
+    os.kill(check, signal.SIGKILL)
+    os.waitpid(check, 0)
+    while _running(part) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(part)
+
+
 def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     """A pair part killed at its budget: the table's line has the rows its
     JSON holds so far and the variant it was on; a file left by an earlier
