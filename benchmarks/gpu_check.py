@@ -325,15 +325,14 @@ def gpu_problems(device="gpu"):
                                  for g in gpus],
              "onnxruntime_providers": providers, "ptxas": find_ptxas(),
              "tensorflow_problem": None, "onnxruntime_problem": None}
-    tensorflow, onnxruntime = "TensorFlow sees no GPU", "onnxruntime has no CUDA provider"
-    if device == "gpu":  # why, from a child with the warnings shown
+    tensorflow = None if gpus else "TensorFlow sees no GPU"
+    onnxruntime = None if "CUDAExecutionProvider" in providers else \
+        f"onnxruntime has no CUDA provider ({', '.join(providers)})"
+    if device == "gpu":  # why, from a child with the warnings shown; a failed probe: as above
         probed, facts["probe"] = probe_gpu()
-        tensorflow, onnxruntime = (probed or {}).get("tensorflow", tensorflow), \
-            (probed or {}).get("onnxruntime", onnxruntime)
-    if gpus:
-        tensorflow = None
-    if "CUDAExecutionProvider" not in providers:
-        onnxruntime = f"onnxruntime has no CUDA provider ({', '.join(providers)})"
+        if probed:
+            tensorflow = tensorflow and (probed["tensorflow"] or tensorflow)
+            onnxruntime = onnxruntime or probed["onnxruntime"]
     facts["tensorflow_problem"], facts["onnxruntime_problem"] = tensorflow, onnxruntime
     problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts[k]]
     return problems, facts

@@ -426,6 +426,25 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
     assert gc.skip_reason("train", dict(o, device="cpu"), facts) is None  # the logic run
 
 
+def test_each_sides_problem_is_the_probes_where_it_ran(monkeypatch):
+    """onnxruntime listing CUDA is trusted only where the probe could not
+    run; TensorFlow's missing GPU gets the probe's reason (this CPU has none)."""
+    import onnxruntime
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(gc, "probe_gpu", lambda: (
+        {"tensorflow": "TensorFlow sees no GPU (libcudnn)",
+         "onnxruntime": "onnxruntime's CUDA provider does not load (libcublasLt)"}, {}))
+    problems, facts = gc.gpu_problems("gpu")
+    assert problems == ["TensorFlow sees no GPU (libcudnn)",
+                        "onnxruntime's CUDA provider does not load (libcublasLt)"]
+    monkeypatch.setattr(gc, "probe_gpu", lambda: (None, "the probe failed: no onnx"))
+    problems, facts = gc.gpu_problems("gpu")
+    assert problems == ["TensorFlow sees no GPU"] and facts["probe"] == "the probe failed: no onnx"
+    monkeypatch.setattr(gc, "probe_gpu", lambda: pytest.fail("no probe for the logic run"))
+    assert gc.gpu_problems("cpu")[0] == ["TensorFlow sees no GPU"]
+
+
 def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_path):
     args = ["--device=cpu", "--tiny", f"--work_dir={tmp_path / 'w'}",
             f"--output={tmp_path / 'check.json'}"]
