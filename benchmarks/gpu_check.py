@@ -665,16 +665,26 @@ def stop_on_sigterm():
     return signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+def _prctl():
+    """libc's `prctl`, looked up here (not in a forked child, where loading
+    could deadlock on a lock another thread held), or None (not Linux)."""
+    import ctypes
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
 def _die_with_check():
     """In a part's process, before it starts (Linux): SIGKILL it when the
     check's process dies, also of SIGKILL (a time limit's second signal),
     which no handler sees; in a session of its own it would otherwise run on,
     on the GPU. (Its children, the paper's worker, end as their stdin closes.)"""
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: SIGTERM's handler only
-        pass
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _started(process):
