@@ -31,7 +31,16 @@ if [ ! -f "$SITE/.complete" ]; then
   fi
   rm -rf "$SITE" "$UNPACKED" && mkdir -p "$SITE" "$UNPACKED"
   cat "$PIECES"/gpu_wheels.tar.part-* | tar -x -C "$UNPACKED"
-  ls "$UNPACKED"/wheels/*.whl | xargs -P 8 -I{} "$PYTHON" -m zipfile -e {} "$SITE"
+  # 8 at once into one folder: each makes the folders it needs with exist_ok (zipfile's own
+  # -e checks, then creates, and fails where another wheel made the folder in between)
+  unzip='import os, sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+for member in wheel.infolist():
+    target = os.path.join(sys.argv[2], member.filename)
+    os.makedirs(target if member.is_dir() else os.path.dirname(target), exist_ok=True)
+    if not member.is_dir():
+        wheel.extract(member, sys.argv[2])'
+  ls "$UNPACKED"/wheels/*.whl | xargs -P 8 -I{} "$PYTHON" -c "$unzip" {} "$SITE"
   # zip keeps no exec bits: ptxas and the other CUDA tools
   find "$SITE"/nvidia -path '*/bin/*' -type f -exec chmod +x {} + 2>/dev/null || true
   touch "$SITE/.complete"
