@@ -25,7 +25,8 @@ fails, runs out of time or cannot run is one line of the table (`failed
   each window of 10 steps; the first window must stay within 1e-4 (round-off
   grows with the steps after it: the later windows are reported as seen).
 - `mirrored`: 10 steps of `fit` under `MirroredStrategy` over the one GPU
-  against `OneDeviceStrategy`, same weights and data: losses and weights.
+  against `OneDeviceStrategy`, same weights and data, TF32 off: losses and
+  weights.
 - `pair_enwik8_base`, `pair_wt103_base`: `benchmarks.throughput --part=train`
   for f32 (TF32), bf16 and f16 with XLA, one at a time, beside the paper's
   PyTorch code in the matching precision (with `--reference_dir`): tok/s,
@@ -72,9 +73,16 @@ seconds taken from `--total_s`), so the serving parts time instead of
 exporting (an export of enwik8_base is about a minute of CPU).
 
 Without a GPU (and not `--device=cpu`) it exits at once with one `error:`
-line and status 2; with a failed part, status 1 after the table. Writes the
+line and status 2, saying why each of TensorFlow and onnxruntime has none
+(their own warnings, which the check's environment hides, from a child
+process: `probe_gpu`); where only one of them has it, the `gpu` row fails
+saying why and the parts that need the other are skipped, the rest run.
+With a failed part, status 1 after the table. Writes the
 table and each part's details (its command, seconds, output tail, results)
-as JSON.
+as JSON, after every part (`"partial": true` until the last is done), so a
+check killed at a time limit keeps what it measured. SIGTERM (a time limit's
+first signal) kills the part running with its children, skips the rest and
+still prints the table and writes the JSON.
 """
 import json
 import os
@@ -187,7 +195,10 @@ SPEC = (
            "and exit: the serving preset exported with random weights, its decode graphs in "
            "float32 and in float16, the large weights stripped (megabytes; needs TensorFlow)."),
     option("string", "output", "gpu_check.json", "The JSON file (the parts' own JSON files go "
-           "beside it)."),
+           "beside it, or into --parts_dir; each is copied into its row too)."),
+    option("string", "parts_dir", None, "Where the parts' own JSON files go (default: beside "
+           "--output). Their content is in the check's JSON too (each row's `json`), so that "
+           "one file brings everything back from a machine that returns few files."),
     option("enum", "run_part", None, "Internal: run one in-process part and print its result.",
            ["parity", "losses", "mirrored"]),
     option("string", "shape", None, "Internal: the --run_part's shape (benchmarks.throughput)."),
@@ -229,38 +240,125 @@ def find_ptxas():
     return None
 
 
-def gpu_problems():
+# What runs in a child process with TensorFlow's warnings shown (the check's
+# environment hides them): TensorFlow's GPUs, and a one-node graph run on
+# onnxruntime's CUDA provider, which `get_available_providers` lists even
+# where its libraries (cuDNN, cuBLAS) do not load.
+PROBE = """
+import json
+import numpy as np
+import onnxruntime as ort
+import tensorflow as tf
+from onnx import TensorProto, helper
+found = {"tensorflow_gpus": len(tf.config.list_physical_devices("GPU")), "onnxruntime": None}
+if "CUDAExecutionProvider" in ort.get_available_providers():
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    try:
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros(1, np.float32)})
+        found["onnxruntime"] = session.get_providers()[0]
+    except Exception as error:
+        found["onnxruntime"] = " ".join(str(error).split())[:300]
+print("probe: " + json.dumps(found), flush=True)
+"""
+# Log lines that say why TensorFlow or onnxruntime have no GPU (the first two are kept).
+PROBE_REASONS = re.compile(r"dlopen|could not load|cannot open shared|cuinit|cuda driver|"
+                           r"skipping registering|failed to load|libcu|libnv", re.IGNORECASE)
+
+
+def probe_reasons(log):
+    """The lines of a probe's log (TensorFlow's and onnxruntime's) that say
+    why a GPU is missing, without their log prefix (at most two, joined)."""
+    lines = []
+    for line in log.splitlines():
+        found = PROBE_REASONS.search(line)
+        if found:  # from just before the words that matched (a long line's reason is late)
+            text = line[max(line.rfind("] ", 0, found.start()) + 2, found.start() - 60):]
+            text = " ".join(text.split())[:200]
+            if text not in lines:
+                lines.append(text)
+    return " / ".join(lines[:2])
+
+
+def probe_gpu(timeout=300):
+    """`({"tensorflow": problem, "onnxruntime": problem}, what the probe
+    said)`: each problem None where that side works, else why, from a child
+    process with TensorFlow's and onnxruntime's warnings shown (`PROBE`);
+    `(None, why)` where the probe itself failed."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    try:
+        done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                              env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"the probe did not end within {timeout} s"
+    found = [line for line in done.stdout.splitlines() if line.startswith("probe: ")]
+    if not found:
+        return None, f"the probe failed: {_last_line(done.stderr, f'exit {done.returncode}')}"
+    found, reasons = json.loads(found[-1][len("probe: "):]), probe_reasons(done.stderr)
+    problems = {"tensorflow": None if found["tensorflow_gpus"] else (
+        "TensorFlow sees no GPU" + (f" ({reasons})" if reasons else "")), "onnxruntime": None}
+    provider = found["onnxruntime"]
+    if provider is None:
+        problems["onnxruntime"] = "onnxruntime has no CUDA provider"
+    elif provider != "CUDAExecutionProvider":
+        problems["onnxruntime"] = ("onnxruntime's CUDA provider does not load "
+                                   f"({reasons or provider})")
+    return problems, found
+
+
+def gpu_problems(device="gpu"):
     """`(problems, facts)`: what keeps the check from running on a GPU (empty
-    when TensorFlow sees one and onnxruntime has CUDA), and what was found."""
+    when TensorFlow sees one and onnxruntime has CUDA), and what was found;
+    with `device` "gpu", `facts` also hold each side's problem
+    (`tensorflow_problem`, `onnxruntime_problem`: None where it works; see
+    `probe_gpu`)."""
     import onnxruntime
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
     providers = onnxruntime.get_available_providers()
-    problems = []
-    if not gpus:
-        problems.append("TensorFlow sees no GPU")
-    if "CUDAExecutionProvider" not in providers:
-        problems.append(f"onnxruntime has no CUDA provider ({', '.join(providers)})")
     facts = {"tensorflow_gpus": [tf.config.experimental.get_device_details(g).get("device_name",
                                                                                  g.name)
                                  for g in gpus],
-             "onnxruntime_providers": providers, "ptxas": find_ptxas()}
+             "onnxruntime_providers": providers, "ptxas": find_ptxas(),
+             "tensorflow_problem": None, "onnxruntime_problem": None}
+    tensorflow = None if gpus else "TensorFlow sees no GPU"
+    onnxruntime = None if "CUDAExecutionProvider" in providers else \
+        f"onnxruntime has no CUDA provider ({', '.join(providers)})"
+    if device == "gpu":  # why, from a child with the warnings shown; a failed probe: as above
+        probed, facts["probe"] = probe_gpu()
+        if probed:
+            tensorflow = tensorflow and (probed["tensorflow"] or tensorflow)
+            onnxruntime = onnxruntime or probed["onnxruntime"]
+    facts["tensorflow_problem"], facts["onnxruntime_problem"] = tensorflow, onnxruntime
+    problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts[k]]
     return problems, facts
 
 
 def gpu_row(facts, device):
     """The table's `gpu` row: the GPU, the providers, the ptxas and its
     version (failed below `PTXAS_FLOOR`; skipped with `--device=cpu`)."""
-    ptxas, version = facts["ptxas"], None
+    ptxas, version, found = facts["ptxas"], None, "not found"
     if ptxas:
-        done = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
-        version = ptxas_version(done.stdout)
+        try:  # a wheel unzipped without its exec bits, a file of another machine
+            done = subprocess.run([ptxas, "--version"], capture_output=True, text=True,
+                                  timeout=60)
+            version = ptxas_version(done.stdout)
+            found = f"{ptxas} printed no version"
+        except (OSError, subprocess.SubprocessError) as error:
+            found = f"{ptxas} does not run ({type(error).__name__}: {error})"
     facts["ptxas_version"] = ".".join(map(str, version)) if version else None
     cuda = "CUDAExecutionProvider" in facts["onnxruntime_providers"]
     shown = (f"GPU {', '.join(facts['tensorflow_gpus']) or 'none'}; onnxruntime "
-             f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or 'not found'}")
+             f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or found}")
+    problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts.get(k)]
     if device == "cpu":
         status, shown = "skipped", f"skipped (--device=cpu: {shown})"
+    elif problems:  # one side only (both: the check does not start); its parts are skipped
+        status, shown = "failed", f"failed ({shown}: {'; '.join(problems)})"
     elif version is not None and version >= PTXAS_FLOOR:
         status = "ok"
     else:
@@ -376,6 +474,9 @@ def mirrored_equals_one_device(shape, device, steps=10):
     import tensorflow as tf
     from benchmarks.throughput import SHAPES, config_for
     from training.strategy import mirrored_strategy
+    # As the other parts compare: TF32 rounds matmul inputs to 10 bits, which
+    # turns any reordering between the two programs into ~1e-3 of the loss.
+    tf.config.experimental.enable_tensor_float_32_execution(False)
     cfg, batch = config_for(shape, dropout=0.0, dropatt=0.0), SHAPES[shape]["batch_size"]
     weights = _model_weights(cfg, batch, cfg.mem_len)
     batches = _learnable_batches(cfg, batch, steps, seed=1)
@@ -387,8 +488,8 @@ def mirrored_equals_one_device(shape, device, steps=10):
     weight_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(runs[0][1], runs[1][1]))
     ok = loss_diff <= 1e-5 and weight_diff <= 1e-5
     return {"max_abs_loss_diff": loss_diff, "max_abs_weight_diff": weight_diff, "ok": ok,
-            "summary": f"fit, {steps} steps on {name}: |d loss| {loss_diff:.1e}, max |d weight| "
-                       f"{weight_diff:.1e} (<= 1e-5: {'yes' if ok else 'NO'})"}
+            "summary": f"fit, {steps} steps on {name}, TF32 off: |d loss| {loss_diff:.1e}, "
+                       f"max |d weight| {weight_diff:.1e} (<= 1e-5: {'yes' if ok else 'NO'})"}
 
 
 IN_PROCESS = {"parity": logprob_parity, "losses": loss_curves,
@@ -477,8 +578,8 @@ def run_train(command, work, timeout, env, xla_cache=True):
                                f"directory={os.path.join(work, 'xla_cache')}").strip()
     log_path = os.path.join(model_dir, "batches.jsonl")
     with open(os.path.join(work, "train_first.log"), "w+", encoding="utf-8") as out:
-        first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
+        first = _started(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True, preexec_fn=_die_with_check))
         checkpoint = os.path.join(model_dir, "checkpoints", "checkpoint")
         try:
             while first.poll() is None and time.monotonic() < deadline:
@@ -487,9 +588,12 @@ def run_train(command, work, timeout, env, xla_cache=True):
                     break
                 time.sleep(0.05)
         finally:
+            _RUNNING["process"] = None
             if first.poll() is None:
-                os.killpg(first.pid, signal.SIGKILL)
+                _kill_group(first)
             first.wait()
+        if _RUNNING["stopped"]:
+            raise Stopped(_RUNNING["stopped"])
         out.seek(0)
         first_output = out.read()
     first_run = f"the first run {run_progress(first_output)}"
@@ -528,19 +632,96 @@ def _failed(line, start, output=""):
             "output_tail": output[-3000:]}
 
 
+class Stopped(Exception):
+    """The check got SIGTERM while a part ran (`stop_on_sigterm`)."""
+
+
+# The part's process group running now, and the signal that stopped the check
+# (`stop_on_sigterm`): a part's processes are in sessions of their own, so a
+# signal to the check's process group does not reach them.
+_RUNNING = {"process": None, "stopped": None}
+
+
+def _kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it is gone already
+        pass
+
+
+def _on_sigterm(signum, frame):
+    del frame
+    _RUNNING["stopped"] = signal.Signals(signum).name
+    if _RUNNING["process"] is not None:
+        _kill_group(_RUNNING["process"])
+
+
+def stop_on_sigterm():
+    """From now on SIGTERM (what a time limit such as the device call's sends
+    first) kills the part running, with its children (the paper's worker),
+    and stops the check: the part's row says so, the rest are skipped, and
+    the table and the JSON are still written. Returns the previous handler."""
+    _RUNNING["stopped"] = None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _prctl():
+    """libc's `prctl`, looked up here (not in a forked child, where loading
+    could deadlock on a lock another thread held), or None (not Linux)."""
+    import ctypes
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def _die_with_check():
+    """In a part's process, before it starts (Linux): SIGKILL it when the
+    check's process dies, also of SIGKILL (a time limit's second signal),
+    which no handler sees; in a session of its own it would otherwise run on,
+    on the GPU. (Its children, the paper's worker, end as their stdin closes.)"""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _started(process):
+    """Registers `process` as the running part (raises `Stopped`, killing it,
+    where the check was stopped meanwhile)."""
+    _RUNNING["process"] = process
+    if _RUNNING["stopped"]:
+        _kill_group(process)
+        process.communicate()
+        raise Stopped(_RUNNING["stopped"])
+    return process
+
+
 def run_group(command, timeout, env):
     """`(exit status, stdout, stderr)` of `command`, run in a process group
     of its own; past `timeout` seconds the whole group (the paper's worker
-    too) is killed and the status is None."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, start_new_session=True)
+    too) is killed and the status is None. Raises `Stopped` where the check
+    got SIGTERM meanwhile (`stop_on_sigterm`: the group is killed)."""
+    process = _started(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env=env, start_new_session=True,
+                                        preexec_fn=_die_with_check))
     try:
         out, err = process.communicate(timeout=timeout)
-        return process.returncode, out, err
+        returncode = process.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        _kill_group(process)
         out, err = process.communicate()
-        return None, out, err
+        returncode = None
+    except BaseException:  # Ctrl-C: the part's processes go too
+        _kill_group(process)
+        process.communicate()
+        raise
+    finally:
+        _RUNNING["process"] = None
+    if _RUNNING["stopped"]:
+        raise Stopped(_RUNNING["stopped"])
+    return returncode, out, err
 
 
 def run_command(command, timeout, env):
@@ -570,8 +751,14 @@ def run_command(command, timeout, env):
             "output_tail": output[-3000:]}
 
 
-def skip_reason(part, o):
-    """Why `part` cannot run with the options `o` (None: it can)."""
+def skip_reason(part, o, facts=None):
+    """Why `part` cannot run with the options `o` (None: it can); with
+    `facts` (`gpu_problems`), on a GPU where only one of TensorFlow and
+    onnxruntime works, the parts that need the other."""
+    if o["device"] == "gpu" and facts:
+        needs = "onnxruntime_problem" if part.startswith("serving_") else "tensorflow_problem"
+        if facts.get(needs):
+            return facts[needs]
     if part in FLOAT16_PARTS and not o["serving_exports"]:
         return "needs --serving_exports (the float16 export is made beforehand)"
     if part in ("serving_parity", "serving_parity_float16") and o["device"] == "cpu":
@@ -669,31 +856,62 @@ def output_file(command):
     return written[0] if written else None
 
 
-def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True):
+def _json_of(path, most=4 * 2 ** 20):
+    """The JSON content of `path`, or why not (larger than `most` bytes, or
+    not JSON)."""
+    size = os.path.getsize(path)
+    if size > most:
+        return {"not_copied": f"{path} holds {size:,} bytes"}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        return {"not_copied": f"{path}: {type(error).__name__}: {error}"[:300]}
+
+
+def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True,
+              done=None):
     """Runs the parts in order, each within min(its budget, what is left of
     `total_s`). `commands`: `{part: list}`; `skip`: `{part: reason}`; the
     `train` part (given `train_work`) is the kill-and-resume run (`run_train`,
-    `xla_cache`). Returns the table's rows."""
+    `xla_cache`); `done(rows)`, if given, is called after each part (the
+    rows so far). After SIGTERM (`stop_on_sigterm`) the part running fails
+    and the rest are skipped. Returns the table's rows."""
     deadline, rows = time.monotonic() + total_s, []
     for part, command in commands.items():
         left, written = deadline - time.monotonic(), output_file(command)
         if written and os.path.exists(written):  # an earlier check's
             os.remove(written)
-        if (skip or {}).get(part):
-            result = {"status": "skipped", "seconds": 0.0, "result": f"skipped ({skip[part]})"}
-        elif left < 1:
-            result = {"status": "skipped", "seconds": 0.0,
-                      "result": f"skipped (the check's {total_s:g} s were spent)"}
-        elif part == "train" and train_work:
-            result = run_train(command, train_work, min(budgets[part], left), env, xla_cache)
-        else:
-            result = run_command(command, min(budgets[part], left), env)
+        start = time.monotonic()
+        try:
+            if _RUNNING["stopped"]:
+                result = {"status": "skipped", "seconds": 0.0,
+                          "result": f"skipped (the check was stopped by {_RUNNING['stopped']})"}
+            elif (skip or {}).get(part):
+                result = {"status": "skipped", "seconds": 0.0,
+                          "result": f"skipped ({skip[part]})"}
+            elif left < 1:
+                result = {"status": "skipped", "seconds": 0.0,
+                          "result": f"skipped (the check's {total_s:g} s were spent)"}
+            elif part == "train" and train_work:
+                result = run_train(command, train_work, min(budgets[part], left), env, xla_cache)
+            else:
+                result = run_command(command, min(budgets[part], left), env)
+        except Stopped as why:
+            result = _failed(f"stopped by {why} after {time.monotonic() - start:.0f} s", start)
+        if written and os.path.exists(written):  # its numbers, in the check's one file
+            result["json"] = _json_of(written)
         if part.startswith("pair_") and written and os.path.exists(written):
-            summary = pair_summary(written)  # a stopped run's rows too
+            try:
+                summary = pair_summary(written)  # a stopped run's rows too
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                summary = f"its JSON unreadable: {type(error).__name__}: {error}"[:300]
             result["result"] = (summary if result["status"] == "ok"
                                 else f"{result['result'][:-1]}; so far: {summary})")
         rows.append({"part": part, "command": shlex.join(command), **result})
         print(f"{part}: {result['result']}", flush=True)
+        if done:
+            done(rows)
     return rows
 
 
@@ -706,6 +924,18 @@ def table(rows):
              for a, b, c, d in cells]
     lines.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 6)
     return "\n".join(lines)
+
+
+def write_result(path, rows, partial, **fields):
+    """Writes the check's JSON to `path` whole (a kill never leaves half a
+    file): `fields`, the parts that failed, the table, the rows, and
+    `partial` (true until the last part is done). Returns the failed parts."""
+    failed = [r["part"] for r in rows if r["status"] == "failed"]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({**fields, "partial": partial, "failed": failed, "table": table(rows),
+                   "parts": rows}, f, indent=2)
+    os.replace(path + ".tmp", path)
+    return failed
 
 
 def commands_for(o, out_dir):
@@ -735,15 +965,16 @@ def main(argv):
         return
     if o["serving_exports"]:
         check_serving_exports(o["serving_exports"], serving_preset)
-    problems, facts = gpu_problems()
-    if o["device"] == "gpu" and problems:
+    problems, facts = gpu_problems(o["device"])
+    if o["device"] == "gpu" and len(problems) == 2:  # one side working still runs its parts
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
                             "(install the [gpu] extra on a machine with an NVIDIA GPU; "
                             "--device=cpu --tiny runs the check's logic on the CPU)")
     for folder in ("train", "xla_cache", *SERVING_DTYPES.values()):  # fresh; the corpus cache is kept
         shutil.rmtree(os.path.join(o["work_dir"], folder), ignore_errors=True)
     os.makedirs(o["work_dir"], exist_ok=True)
-    out_dir = os.path.dirname(os.path.abspath(o["output"]))
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    out_dir = os.path.abspath(o["parts_dir"] or os.path.dirname(os.path.abspath(o["output"])))
     os.makedirs(out_dir, exist_ok=True)
     env = dict(os.environ, TF_FORCE_GPU_ALLOW_GROWTH="true",  # TensorFlow beside torch
                TXL_DEVICE_TESTS="cuda" if o["device"] == "gpu" else "cpu",  # device tests
@@ -752,22 +983,28 @@ def main(argv):
     start = time.monotonic()
     rows = [gpu_row(facts, o["device"])]
     print(f"gpu: {rows[0]['result']}", flush=True)
+
+    def save(rows, partial=True):  # after every part: a check killed keeps what it measured
+        return write_result(o["output"], rows, partial, seconds=time.monotonic() - start,
+                            device=o["device"], tiny=o["tiny"])
+
+    save(rows)
+    stop_on_sigterm()
     total_s = o["total_s"]
     if o["serving_exports"] and any(part.startswith("serving_") for part in o["parts"]):
         rows.append({"part": "serving_exports", "command": "",
                      **fill_serving_exports(o["serving_exports"], o["work_dir"])})
         print(f"serving_exports: {rows[-1]['result']}", flush=True)
         total_s -= rows[-1]["seconds"]
+        save(rows)
     budgets = {part: seconds * o["budget_scale"] for part, seconds in BUDGETS.items()}
-    skip = {part: skip_reason(part, o) for part in o["parts"]}
+    skip = {part: skip_reason(part, o, facts) for part in o["parts"]}
     rows += run_parts(commands_for(o, out_dir), budgets, total_s, env, skip,
-                      train_work=o["work_dir"], xla_cache=o["xla_cache"])
+                      train_work=o["work_dir"], xla_cache=o["xla_cache"],
+                      done=lambda done_rows: save(rows + done_rows))
     shown = table(rows)
     print(shown)
-    failed = [r["part"] for r in rows if r["status"] == "failed"]
-    with open(o["output"], "w", encoding="utf-8") as f:
-        json.dump({"seconds": time.monotonic() - start, "device": o["device"], "tiny": o["tiny"],
-                   "failed": failed, "table": shown, "parts": rows}, f, indent=2)
+    failed = save(rows, partial=False)
     print(f"wrote {o['output']}; {len(failed)} of {len(rows)} parts failed"
           + (f": {', '.join(failed)}" if failed else ""))
     if failed:

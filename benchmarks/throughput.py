@@ -231,6 +231,17 @@ def gpu_peak_bytes(reset=False):
     return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
 
 
+def profile_of(runner, steps):
+    """`runner.profile(steps)`, or `{"source": None, "why": ...}` where the
+    profiler or its tables fail (a profile must not cost the rows after it)."""
+    try:
+        return runner.profile(steps)
+    except Exception as error:  # TensorFlow's profiler, its tool tables, their columns
+        return {"source": None,
+                "why": f"the profile failed: {type(error).__name__}: "
+                       + " ".join(str(error).split())[:300]}
+
+
 def measure(makers, iters, warmup, block, interleave=True, progress=None, profile_steps=0):
     """`{name: {"seconds", "first_step_s", "peak_bytes", "parameters"}}` of
     each runner. `progress(name, result)`, if given, is called as each
@@ -248,7 +259,8 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None, profil
     gets `{"error": message}` (passed to `progress` too) while the others
     go on. With `profile_steps`, a runner with a `profile(n)` method runs
     that many more batches under it once its result is reported, which
-    gains its `profile` (reported again)."""
+    gains its `profile` (reported again; a profile that fails says why there,
+    `profile_of`, and the runners after it still run)."""
     def finish(runner, seconds, first):
         close = getattr(runner, "close", None)
         peak = getattr(runner, "peak_bytes", None)
@@ -282,7 +294,7 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None, profil
                 results[name] = {"error": str(error)}
             progress(name, results[name])
             if profile_steps and hasattr(runner, "profile") and "error" not in results[name]:
-                results[name]["profile"] = runner.profile(profile_steps)
+                results[name]["profile"] = profile_of(runner, profile_steps)
                 progress(name, results[name])
             runner = None
             gc.collect()
@@ -296,7 +308,7 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None, profil
     for name, run in runners.items():
         results[name] = finish(run, times[name], firsts[name])
         if profile_steps and hasattr(run, "profile"):
-            results[name]["profile"] = run.profile(profile_steps)
+            results[name]["profile"] = profile_of(run, profile_steps)
         progress(name, results[name])
     return results
 

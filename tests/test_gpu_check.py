@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,78 @@ def test_each_part_is_one_line_and_the_check_goes_on():
     assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
 
 
+def _running(pid):
+    """Whether process `pid` runs (a zombie no parent reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_kills_the_part_and_its_children_and_the_table_is_still_written(tmp_path):
+    """SIGTERM (a device call's time limit) while a part runs: its process
+    group (the paper's worker too) is killed, the part fails saying so, the
+    rest are skipped, and the JSON written after each part holds them all;
+    the train part's runs too."""
+    worker = tmp_path / "worker.pid"
+    stops = fake("import os, signal, subprocess, sys, time; "
+                 "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                 f"open({str(worker)!r}, 'w').write(str(w.pid)); "
+                 "os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)")
+    commands = {"parity": fake("print('fine')"), "losses": stops, "mirrored": fake("print(1)")}
+    saved, budgets = [], dict(gc.BUDGETS, losses=30, train=30)
+    previous = gc.stop_on_sigterm()
+    try:
+        rows = gc.run_parts(commands, budgets, total_s=120, env=None, done=lambda rows: (
+            saved.append(gc.write_result(str(tmp_path / "check.json"), rows, True))))
+        assert [(r["part"], r["status"]) for r in rows] == [
+            ("parity", "ok"), ("losses", "failed"), ("mirrored", "skipped")]
+        assert re.fullmatch(r"failed \(stopped by SIGTERM after \d+ s\)", rows[1]["result"])
+        assert rows[1]["seconds"] < 15, rows[1]  # at once, not at its budget's end
+        assert rows[2]["result"] == "skipped (the check was stopped by SIGTERM)"
+        assert not _running(int(worker.read_text()))  # the part's child went with it
+        assert saved == [[], ["losses"], ["losses"]]  # after every part
+        result = json.loads((tmp_path / "check.json").read_text())
+        assert result["partial"] and [r["part"] for r in result["parts"]] == list(commands)
+        assert result["table"] == gc.table(rows)
+        gc.stop_on_sigterm()  # the train part: its first run stopped
+        rows = gc.run_parts({"train": stops}, budgets, total_s=120, env=None,
+                            train_work=str(tmp_path))
+        assert re.fullmatch(r"failed \(stopped by SIGTERM after \d+ s\)", rows[0]["result"])
+        assert rows[0]["seconds"] < 15, rows[0]
+        assert not _running(int(worker.read_text()))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        gc._RUNNING["stopped"] = None
+
+
+def test_a_check_killed_outright_takes_its_running_part_along(tmp_path):
+    """SIGKILL (a time limit's second signal) reaches no handler: the part's
+    process, in a session of its own, dies with the check all the same."""
+    import time
+    pid_file = tmp_path / "part.pid"
+    sleeper = fake(f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                   "time.sleep(60)")
+    check = os.fork()
+    if check == 0:  # the check, running a part
+        try:
+            gc.run_group(sleeper, 60, None)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the part did not start"
+        time.sleep(0.05)
+    part = int(pid_file.read_text())
+    assert _running(part)
+    os.kill(check, signal.SIGKILL)
+    os.waitpid(check, 0)
+    while _running(part) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(part)
+
+
 def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     """A pair part killed at its budget: the table's line has the rows its
     JSON holds so far and the variant it was on; a file left by an earlier
@@ -126,6 +199,16 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
         "; f32+jit 81,000 tok/s (2.09x, 20.0 GiB, 1st 41 s); bf16+jit 38,762 tok/s (-, 1st 10 s)"
         "; f16+jit not done (no step))"), rows[0]
     assert rows[1]["result"] == "failed (no row)"  # the file it found was removed first
+    # the part's own file is copied into its row: the check's one JSON brings it back
+    assert rows[0]["json"] == json.loads(json.dumps(partial)) and "json" not in rows[1]
+    commands = {"pair_wt103_base": fake(f"open({str(out)!r}, 'w').write('{{}}'); exit(3)")
+                + [f"--output={out}"]}  # a JSON without its rows: the table still prints
+    rows = gc.run_parts(commands, gc.BUDGETS, total_s=60, env=None)
+    assert rows[0]["result"] == ("failed (exit 3; so far: its JSON unreadable: KeyError: "
+                                 "'results')"), rows[0]
+    out.write_text("{")
+    assert gc._json_of(str(out))["not_copied"].startswith(f"{out}: JSONDecodeError")
+    assert gc._json_of(str(out), most=0) == {"not_copied": f"{out} holds 1 bytes"}
     partial["results"], partial["started"][0]["first_step_s"] = [], 63.4
     out.write_text(json.dumps(partial))
     assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
@@ -271,6 +354,21 @@ def test_ptxas_version_and_its_floor():
     assert gc.gpu_row(dict(facts), "cpu")["status"] == "skipped"
 
 
+def test_a_ptxas_that_does_not_run_is_the_gpu_rows_failure(tmp_path):
+    """A ptxas unzipped without its exec bits is a failed row, not a
+    traceback before any part ran."""
+    ptxas = tmp_path / "ptxas"
+    ptxas.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    facts = {"ptxas": str(ptxas), "tensorflow_gpus": ["NVIDIA H200"],
+             "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "failed" and f"ptxas {ptxas} does not run (PermissionError" in \
+        row["result"], row
+    ptxas.chmod(0o755)
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "ok" and row["result"].endswith("ptxas 12.8.93"), row
+
+
 def test_logprob_parity_compares_the_two_devices_outputs():
     result = gc.logprob_parity("tiny", "cpu")
     assert result["max_abs_diff"] == 0.0 and result["ok"], result  # the same device twice
@@ -281,9 +379,70 @@ def test_without_a_gpu_the_check_is_one_error_line(jobs):
     done = jobs.run("benchmarks.gpu_check", [])
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and errors == [done.stderr.strip().splitlines()[-1]], done.stderr
-    assert re.match(r"error: no GPU for the check: TensorFlow sees no GPU; onnxruntime has no "
-                    r"CUDA provider \([^)]*CPUExecutionProvider\) \(install the \[gpu\] extra",
-                    errors[0]), errors[0]
+    # why TensorFlow sees none, in its own words (its warnings are hidden in the check)
+    assert re.match(r"error: no GPU for the check: TensorFlow sees no GPU \(.*(cuInit|cuda "
+                    r"drivers).*\); onnxruntime has no CUDA provider \([^)]*CPUExecutionProvider\)"
+                    r" \(install the \[gpu\] extra", errors[0]), errors[0]
+
+
+def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
+    """TensorFlow's and onnxruntime's own lines on a library that did not
+    load; where only one side works, its parts run and the other's are
+    skipped with the reason (the gpu row fails saying it)."""
+    tf_log = ("I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on.\n"
+              "W0000 00:00:1.1 1 dso_loader.cc:78] Could not load dynamic library 'libcudnn.so.9';"
+              " dlerror: libcudnn.so.9: cannot open shared object file: No such file\n"
+              "W0000 00:00:1.2 1 gpu_device.cc:2344] Cannot dlopen some GPU libraries. Skipping "
+              "registering GPU devices...\n")
+    assert gc.probe_reasons(tf_log) == (
+        "Could not load dynamic library 'libcudnn.so.9'; dlerror: libcudnn.so.9: cannot open "
+        "shared object file: No such file / Cannot dlopen some GPU libraries. Skipping "
+        "registering GPU devices...")
+    ort_log = ("2026-11-29 10:00:00.0 [E:onnxruntime:Default, provider_bridge_ort.cc:2195 "
+               "TryGetProviderInfo_CUDA] " + "/onnxruntime_src/x.cc:1778 " * 8
+               + "[ONNXRuntimeError] : 1 : FAIL : Failed to load library "
+               "libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: cannot open "
+               "shared object file\n")
+    assert gc.probe_reasons(ort_log).endswith(
+        "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: "
+        "cannot open shared object file")
+    assert gc.probe_reasons("I0000 all is well\n") == ""
+    facts = {"ptxas": None, "tensorflow_gpus": ["NVIDIA H200"],
+             "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+             "tensorflow_problem": None,
+             "onnxruntime_problem": "onnxruntime's CUDA provider does not load (libcublasLt)"}
+    o = {"device": "gpu", "serving_exports": "/x"}
+    skipped = {part: gc.skip_reason(part, o, facts) for part in gc.CHECKS}
+    assert [p for p, why in skipped.items() if why is None] == [
+        "parity", "losses", "mirrored", "pair_enwik8_base", "pair_wt103_base", "train"]
+    assert skipped["serving_soak"] == facts["onnxruntime_problem"]
+    row = gc.gpu_row(dict(facts), "gpu")
+    assert row["status"] == "failed" and row["result"].endswith(
+        "ptxas not found: onnxruntime's CUDA provider does not load (libcublasLt))"), row
+    facts.update(tensorflow_problem="TensorFlow sees no GPU (libcudnn)", onnxruntime_problem=None)
+    skipped = {part: gc.skip_reason(part, o, facts) for part in gc.CHECKS}
+    assert [p for p, why in skipped.items() if why is None] == [
+        p for p in gc.CHECKS if p.startswith("serving_")]
+    assert gc.skip_reason("train", dict(o, device="cpu"), facts) is None  # the logic run
+
+
+def test_each_sides_problem_is_the_probes_where_it_ran(monkeypatch):
+    """onnxruntime listing CUDA is trusted only where the probe could not
+    run; TensorFlow's missing GPU gets the probe's reason (this CPU has none)."""
+    import onnxruntime
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(gc, "probe_gpu", lambda: (
+        {"tensorflow": "TensorFlow sees no GPU (libcudnn)",
+         "onnxruntime": "onnxruntime's CUDA provider does not load (libcublasLt)"}, {}))
+    problems, facts = gc.gpu_problems("gpu")
+    assert problems == ["TensorFlow sees no GPU (libcudnn)",
+                        "onnxruntime's CUDA provider does not load (libcublasLt)"]
+    monkeypatch.setattr(gc, "probe_gpu", lambda: (None, "the probe failed: no onnx"))
+    problems, facts = gc.gpu_problems("gpu")
+    assert problems == ["TensorFlow sees no GPU"] and facts["probe"] == "the probe failed: no onnx"
+    monkeypatch.setattr(gc, "probe_gpu", lambda: pytest.fail("no probe for the logic run"))
+    assert gc.gpu_problems("cpu")[0] == ["TensorFlow sees no GPU"]
 
 
 def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_path):
@@ -295,6 +454,7 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     assert [(r["part"], r["status"]) for r in result["parts"]] == [
         ("gpu", "skipped"), ("serving_parity", "skipped")]
     assert result["table"] in done.stdout and result["failed"] == []
+    assert result["partial"] is False  # true in the copies written after each part
     done = jobs.run("benchmarks.gpu_check", args + [f"--serving_exports={tmp_path}"])
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "
@@ -366,6 +526,27 @@ def test_a_runner_that_profiles_runs_more_steps_under_it_after_its_row(interleav
         assert calls[-2:] == [("ours", False), ("ours", True)]
     assert tp.measure(makers, iters=3, warmup=1, block=3, interleave=interleave)[
         "ours"].get("profile") is None  # not asked
+
+
+class FailingProfile(FakeRunner):
+    def profile(self, n):
+        raise KeyError("total_self_time")
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_a_profile_that_fails_says_why_and_the_next_variants_still_run(interleave):
+    """On the GPU the profile reads XLA's tables, which no CPU run has: where
+    it fails, the rows after it (bf16, f16 in the check's pair) are still
+    measured."""
+    log = []
+    makers = {"f32": lambda: FailingProfile(log, "f32"),
+              "bf16": lambda: ProfiledRunner(log, "bf16")}
+    results = tp.measure(makers, iters=2, warmup=1, block=2, interleave=interleave,
+                         profile_steps=2)
+    assert results["f32"]["profile"] == {
+        "source": None, "why": "the profile failed: KeyError: 'total_self_time'"}
+    assert list(results["bf16"]["seconds"]) == [1.0, 1.0]
+    assert results["bf16"]["profile"]["source"] == "fake"
 
 
 def test_a_profile_summary_by_category_and_top_ops(tmp_path):
@@ -464,6 +645,10 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     assert f"{site}/nvidia/" not in shown["LD_LIBRARY_PATH"].replace(f"{site}/nvidia/cublas/", "")
     assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
     assert shown["PYTHONPATH"].split(":")[1] == str(site)
+    # the call brings back 8 files of $OUT: only gpu_check.json goes there (its rows hold the
+    # parts' JSON)
+    script = (device / "run_check.sh").read_text()
+    assert re.search(r'--output="\$OUT/gpu_check.json" \\\n\s+--parts_dir=/tmp/', script)
     assert f"--reference_dir={tmp_path}/device/txl_unpacked/reference/pytorch" in done.stdout
     ptxas = subprocess.run([f"{site}/nvidia/cuda_nvcc/bin/ptxas", "--version"],
                            capture_output=True, text=True).stdout

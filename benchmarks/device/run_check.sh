@@ -9,7 +9,8 @@
 # Environment:
 #   PIECES  where the gpu_wheels.tar.part-* pieces are (default /tmp)
 #   SITE    where the wheels are unzipped (default /tmp/txl_site)
-#   OUT     where gpu_check.json and the parts' JSON go (default /tmp/gpu_check)
+#   OUT     where gpu_check.json and the parts' JSON go (on the device machine the
+#           call's own $OUT, so they come back; else default /tmp/gpu_check)
 #   PYTHON  the Python 3.12 interpreter (default python3); the paper's code
 #           runs in it with its own packages (torch), without SITE
 #   EXPORTS the serving exports made beforehand (gpu_check --make_serving_exports;
@@ -30,7 +31,16 @@ if [ ! -f "$SITE/.complete" ]; then
   fi
   rm -rf "$SITE" "$UNPACKED" && mkdir -p "$SITE" "$UNPACKED"
   cat "$PIECES"/gpu_wheels.tar.part-* | tar -x -C "$UNPACKED"
-  ls "$UNPACKED"/wheels/*.whl | xargs -P 8 -I{} "$PYTHON" -m zipfile -e {} "$SITE"
+  # 8 at once into one folder: each makes the folders it needs with exist_ok (zipfile's own
+  # -e checks, then creates, and fails where another wheel made the folder in between)
+  unzip='import os, sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+for member in wheel.infolist():
+    target = os.path.join(sys.argv[2], member.filename)
+    os.makedirs(target if member.is_dir() else os.path.dirname(target), exist_ok=True)
+    if not member.is_dir():
+        wheel.extract(member, sys.argv[2])'
+  ls "$UNPACKED"/wheels/*.whl | xargs -P 8 -I{} "$PYTHON" -c "$unzip" {} "$SITE"
   # zip keeps no exec bits: ptxas and the other CUDA tools
   find "$SITE"/nvidia -path '*/bin/*' -type f -exec chmod +x {} + 2>/dev/null || true
   touch "$SITE/.complete"
@@ -77,5 +87,8 @@ if [ -n "${PREPARE_ONLY:-}" ]; then
   exit 0
 fi
 mkdir -p "$OUT"
-exec "$PYTHON" -m benchmarks.gpu_check --output="$OUT/gpu_check.json" "${reference[@]}" \
+# The parts' own files stay here: the call brings back 8 files of $OUT at most, and
+# gpu_check.json holds their content (each row's "json").
+exec "$PYTHON" -m benchmarks.gpu_check --output="$OUT/gpu_check.json" \
+    --parts_dir=/tmp/gpu_check_parts "${reference[@]}" \
     "${exports[@]}" "$@"
