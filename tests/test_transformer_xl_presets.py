@@ -191,3 +191,45 @@ def test_a_model_converted_from_the_hugging_face_port_loads_as_a_preset(tmp_path
     out_ids = again.generate(padded, stop_token_ids=None)["token_ids"][0, 6:]
     decoder = Decoder(core)
     np.testing.assert_array_equal(out_ids, decoder.generate(prompt, 14, temperature=0).ids[0])
+
+
+def test_the_tokenizer_and_preprocessor_load_from_a_preset_alone(model_dir, tmp_path):
+    # TransformerXLTokenizer had no backbone_cls: keras-hub's from_preset
+    # found no tokenizer class for the preset ("Unable to find a subclass of
+    # Tokenizer that is compatible with TransformerXLBackbone").
+    from txl_tf.models.transformer_xl import TransformerXLCausalLMPreprocessor
+    TransformerXLCausalLM.from_preset(model_dir).save_to_preset(str(tmp_path / "preset"))
+    expected = ByteTokenizer().encode("import os").tolist()
+    for loader in (TransformerXLTokenizer, keras_hub.tokenizers.Tokenizer):
+        tokenizer = loader.from_preset(str(tmp_path / "preset"))
+        assert type(tokenizer) is TransformerXLTokenizer
+        assert tokenizer.tokenize("import os").numpy().tolist() == expected
+    for loader in (TransformerXLCausalLMPreprocessor, keras_hub.models.CausalLMPreprocessor):
+        assert type(loader.from_preset(str(tmp_path / "preset"))) is \
+            TransformerXLCausalLMPreprocessor
+
+
+def test_a_preset_whose_vocabulary_is_not_the_models_is_refused(model_dir, tmp_path):
+    """A preset's tokenizer files of another vocabulary (another size, or the
+    size but not the fingerprint the config records) loaded silently and
+    gave other ids, as a model directory's `vocab/` does not."""
+    import shutil
+
+    from txl_tf.errors import ModelDirError
+    from txl_tf.text.char import CharTokenizer
+    TransformerXLCausalLM.from_preset(model_dir).save_to_preset(str(tmp_path / "preset"))
+    same_size = CharTokenizer([chr(c) for c in range(256)], unk_char=None)
+    for name, other, message in [("bigger", WordTokenizer(["<unk>", "<eos>", "a"]),
+                                  "size mismatch: .* has 3 tokens, the model has n_token=256"),
+                                 ("same_size", same_size, "not the vocabulary the model was "
+                                                          "trained with")]:
+        preset = shutil.copytree(tmp_path / "preset", tmp_path / name)
+        shutil.rmtree(preset / "assets" / "tokenizer")
+        other.save(preset / "assets" / "tokenizer")
+        with pytest.raises(ModelDirError, match=message):
+            TransformerXLCausalLM.from_preset(str(preset))
+        causal_lm = keras_hub.models.CausalLM.from_preset(str(preset))  # keras-hub's own
+        with pytest.raises(ModelDirError, match=message):
+            causal_lm.generate("a", max_length=4)
+        with pytest.raises(ModelDirError, match=message):
+            causal_lm.fit(["a a"], verbose=0)
