@@ -233,3 +233,21 @@ def test_a_preset_whose_vocabulary_is_not_the_models_is_refused(model_dir, tmp_p
             causal_lm.generate("a", max_length=4)
         with pytest.raises(ModelDirError, match=message):
             causal_lm.fit(["a a"], verbose=0)
+
+
+def test_a_preset_saved_under_mixed_precision_loads(tmp_path):
+    # keras-hub's loader took the saved policy's name for a dtype:
+    # "ValueError: Invalid dtype: mixed_bfloat16". A float preset loads
+    # under the global policy (keras-hub's rule), and so does this one.
+    # `sequence_length` was refused for a keras-hub folder ("unknown arguments").
+    cfg = TransformerXLConfig.preset("tiny", n_token=256, tgt_len=4)
+    causal_lm = TransformerXLCausalLM(
+        TransformerXLBackbone(**cfg.to_dict(), dtype="mixed_bfloat16"),
+        preprocessor=TransformerXLCausalLM.preprocessor_cls(TransformerXLTokenizer(ByteTokenizer()),
+                                                            sequence_length=8))
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    again = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"), sequence_length=5)
+    assert again.core.dtype_policy.name == keras.config.dtype_policy().name
+    assert again.preprocessor.sequence_length == 5
+    bf16 = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"), dtype="mixed_bfloat16")
+    np.testing.assert_array_equal(scores(bf16), scores(causal_lm))

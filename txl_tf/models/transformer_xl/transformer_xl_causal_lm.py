@@ -117,7 +117,11 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         """
         found = presets.local_source(preset, load_weights)
         if found is None:
-            model = super().from_preset(preset, load_weights=load_weights, **kwargs)
+            sequence_length = kwargs.pop("sequence_length", None)
+            model = super().from_preset(preset, load_weights=load_weights,
+                                        **presets.keras_hub_dtype(preset, kwargs))
+            if sequence_length is not None and model.preprocessor is not None:
+                model.preprocessor.sequence_length = sequence_length
             model.check_vocabulary()
             return model
         sequence_length = kwargs.pop("sequence_length", found.config.tgt_len)
