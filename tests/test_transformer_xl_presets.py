@@ -74,6 +74,13 @@ def test_named_presets_build_the_papers_configurations_without_weights():
         TransformerXLCausalLM.from_preset("enwik9_base")
 
 
+def test_a_file_given_for_a_preset_is_named(model_dir):
+    # keras-hub said "Preset .../config.json has no config.json".
+    for loader in (TransformerXLCausalLM, TransformerXLBackbone):
+        with pytest.raises(PresetError, match=r"config.json' is a file: pass its folder"):
+            loader.from_preset(f"{model_dir}/config.json")
+
+
 def test_the_backbone_config_round_trips_and_names_the_papers_fields():
     cfg = TransformerXLConfig.preset("tiny", n_token=40, cutoffs=[20], div_val=2, untie_r=True,
                                      same_length=True, clamp_len=5)

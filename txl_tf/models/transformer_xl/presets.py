@@ -50,6 +50,9 @@ def local_source(preset, load_weights):
                 f"weights with `txl-convert` and pass the model directory it writes")
         return LocalPreset(TransformerXLConfig.preset(preset), None, False)
     preset = shipped_model_dir(preset) or preset
+    if os.path.isfile(preset):  # keras-hub: "Preset <file> has no config.json"
+        raise PresetError(f"preset {preset!r} is a file: pass its folder (a keras-hub preset "
+                          f"or a model directory)")
     if os.path.isdir(preset) and not _is_keras_hub_folder(preset):
         source = model_dir.resolve(preset)
         return LocalPreset(model_dir.load_config(source), source, bool(load_weights))
