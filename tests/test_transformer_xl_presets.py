@@ -258,3 +258,65 @@ def test_a_preset_saved_under_mixed_precision_loads(tmp_path):
     assert again.preprocessor.sequence_length == 5
     bf16 = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"), dtype="mixed_bfloat16")
     np.testing.assert_array_equal(scores(bf16), scores(causal_lm))
+
+
+@pytest.mark.parametrize("kind", ["byte", "char", "word", "sentencepiece"])
+def test_random_models_round_trip_through_a_preset_bitwise(kind, tmp_path):
+    """A seeded random small model and vocabulary of each kind, saved with
+    `save_to_preset`, comes back through every keras-hub loader: the same
+    config, lengths, log-probs (bitwise), vocabulary and ids, also after the
+    seed is set again (tf.random.set_seed dropped SentencePiece's model)."""
+    import random
+
+    from txl_tf.models.transformer_xl import TransformerXLCausalLMPreprocessor
+    from txl_tf.text import CharTokenizer, SentencePieceTokenizer
+    seed = ["byte", "char", "word", "sentencepiece"].index(kind)
+    rng = random.Random(seed)
+    texts = ["the cat sat on the mat\n", "  def f(a, b):\n", "a dog ran to the old tree"]
+    inner = {"byte": ByteTokenizer, "char": lambda: CharTokenizer.build("".join(texts)),
+             "word": lambda: WordTokenizer.build("".join(texts)),
+             "sentencepiece": lambda: SentencePieceTokenizer.train(texts=texts * 8,
+                                                                   vocab_size=300)}[kind]()
+    n_token = inner.vocab_size
+    cutoffs = sorted(rng.sample(range(2, n_token - 1), rng.randint(0, 2)))
+    cfg = TransformerXLConfig(
+        n_token=n_token, n_layer=rng.randint(1, 2), d_model=rng.choice([8, 16]),
+        n_head=rng.randint(1, 3), d_head=4, d_inner=16, cutoffs=cutoffs,
+        div_val=rng.choice([1, 2]) if cutoffs else 1, tie_weight=rng.random() < 0.7,
+        untie_r=rng.random() < 0.5, pre_lnorm=rng.random() < 0.5, dropout=0.0,
+        tgt_len=rng.randint(1, 6), mem_len=rng.randint(0, 6), clamp_len=rng.choice([-1, 3]),
+        same_length=rng.random() < 0.5, init_std=0.3)
+    dtype = "mixed_bfloat16" if seed % 2 else None
+    keras.utils.set_random_seed(seed)
+    tokenizer = TransformerXLTokenizer(inner)
+    causal_lm = TransformerXLCausalLM(
+        TransformerXLBackbone(**cfg.to_dict(), dtype=dtype),
+        TransformerXLCausalLMPreprocessor(tokenizer, sequence_length=rng.randint(4, 12)),
+        mem_len=rng.randint(0, 6), segment_len=rng.randint(1, 4))
+    lengths = [rng.randint(1, 6) for _ in range(3)]
+    ids = np.array([[rng.randrange(n_token) for _ in range(6)] for _ in lengths], np.int32)
+    inputs = {"token_ids": ids, "padding_mask": (np.arange(6) < np.c_[lengths]).astype(np.int32)}
+    expected = causal_lm(inputs).numpy()
+    words = tokenizer.tokenize(texts).to_list()
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    keras.utils.set_random_seed(seed + 1)
+    policy = {"dtype": causal_lm.backbone.dtype_policy.name}
+    # keras-hub's rule: a preset loads under the global policy unless told
+    assert TransformerXLCausalLM.from_preset(str(tmp_path / "preset")).core.compute_dtype == \
+        keras.config.dtype_policy().compute_dtype
+    loaders = [TransformerXLCausalLM.from_preset] + (
+        [] if dtype else [keras_hub.models.CausalLM.from_preset])  # keras-hub's fails on mixed
+    for load in loaders:
+        again = load(str(tmp_path / "preset"), **policy)
+        np.testing.assert_array_equal(again(inputs).numpy(), expected)
+        assert again.backbone.config == cfg
+        assert (again.mem_len, again.segment_len, again.preprocessor.sequence_length) == \
+            (causal_lm.mem_len, causal_lm.segment_len, causal_lm.preprocessor.sequence_length)
+        assert again.preprocessor.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
+    backbone = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"), **policy)
+    np.testing.assert_array_equal(backbone(inputs).numpy(), causal_lm.backbone(inputs).numpy())
+    for load in (TransformerXLTokenizer.from_preset, keras_hub.tokenizers.Tokenizer.from_preset,
+                 lambda p: keras_hub.models.CausalLMPreprocessor.from_preset(p).tokenizer):
+        again = load(str(tmp_path / "preset"))
+        assert again.inner.fingerprint() == inner.fingerprint()
+        assert again.tokenize(texts).to_list() == words == tokenizer.tokenize(texts).to_list()
