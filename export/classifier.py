@@ -23,6 +23,7 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
                                 order_outputs, save_with_weights)
 from export.runtime import RuntimeInputError, check_ids, choose_artefact
 from export.saved_model import plain_copies, weights_scope
+from txl_tf.app.paths import what_is_in_the_way
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.init import skip_random_init
@@ -87,7 +88,8 @@ def export_classifier(model, output_dir, formats=FORMATS, label_names=None, voca
     that replaces `output_dir` whole once every format is written, so a
     failed export leaves `output_dir` as it was. `output_dir` must be absent,
     empty or a previous classifier export (it holds `classifier.json`);
-    anything else is refused unless `overwrite`.
+    anything else is refused unless `overwrite`; a file at `output_dir` or
+    above it always is (`TxlError` naming it).
     """
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
@@ -121,8 +123,9 @@ def export_classifier(model, output_dir, formats=FORMATS, label_names=None, voca
 
 
 def _check_output_dir(output_dir, overwrite):
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise TxlError(f"output path {output_dir!r} exists and is not a folder")
+    problem = what_is_in_the_way(output_dir)  # a file there or above it: [Errno 17] / [Errno 20]
+    if problem:
+        raise TxlError(f"output_dir: {problem}; choose another output_dir")
     if overwrite or not os.path.isdir(output_dir) or not os.listdir(output_dir):
         return
     if not os.path.isfile(os.path.join(output_dir, METADATA_FILE)):

@@ -49,7 +49,7 @@ MODULE_SECONDS = {
     "test_training_multiworker": 19, "test_kv_cache": 19, "test_convert": 18,
     "test_causal_lm_streams": 17, "test_export_runtime": 17, "test_core": 14,
     "test_triton_export": 14, "test_training_errors": 13, "test_precision": 13,
-    "test_training_step_calls": 12, "test_loss_scaling": 12,
+    "test_training_step_calls": 12, "test_loss_scaling": 12, "test_pytorch_import": 12,
     "test_training_mirrored": 11, "test_onnx_weights": 11,
     "test_training_run_record": 9, "test_training_logs": 9,
 }

@@ -120,3 +120,58 @@ def save_safetensors(state, path):
     from safetensors.numpy import save_file
     save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(path))
     return str(path)
+
+
+def random_case(seed):
+    """A seeded random small model in either naming, with how to read it
+    (`attn_type` is `seed % 4`, `pre_lnorm` is `seed % 3 == 0`, `same_length`
+    `seed % 5 < 3` with memory, so 12 seeds meet each type with and without
+    pre_lnorm; type 0 is in the port's naming when `seed // 4` is odd).
+
+    Returns a dict: `state`, `hyper` (the reference's sizes), `port`,
+    `attn_type`, `run` (memory, segment and evaluation settings, `pre_lnorm`,
+    batch) and `overrides` (what `import_pytorch` needs beside the tensors).
+    """
+    rng = np.random.default_rng(seed)
+
+    def pick(low, high):
+        return int(rng.integers(low, high + 1))
+    attn_type, n_layer, n_head = seed % 4, pick(1, 3), pick(1, 3)  # each type in 4 seeds
+    d_head = pick(1, 8)
+    if attn_type == 3:  # its embeddings are d_model wide: n_head * d_head, even
+        d_head += d_head * n_head % 2
+        d_model = n_head * d_head
+    else:
+        d_model = 2 * pick(2, 10)
+    n_token = pick(8, 60)
+    cutoffs = sorted(rng.choice(np.arange(1, n_token), pick(0, 3), replace=False).tolist())
+    div_val = int(rng.choice([1, 2, 4])) if cutoffs else 1
+    d_embed = d_model if rng.random() < 0.5 else 2 * pick(1, 12)
+    while d_embed // div_val ** len(cutoffs) < 1:
+        d_embed *= 2
+    untie_r = attn_type == 0 and bool(rng.random() < 0.5)
+    port = attn_type == 0 and seed // 4 % 2 == 1
+    state = make_state(n_token, d_model, n_head, d_head, pick(1, 40), n_layer, d_embed=d_embed,
+                       cutoffs=cutoffs, div_val=div_val, untie_r=untie_r,
+                       tie_weight=bool(rng.random() < 0.6),
+                       tie_projs=[bool(rng.random() < 0.5) for _ in range(len(cutoffs) + 1)],
+                       port=port, save_tied_copies=bool(rng.random() < 0.5), seed=seed,
+                       attn_type=attn_type, max_klen=pick(1, 16))
+    if port and not untie_r and rng.random() < 0.5:  # the port lists shared r-biases per layer
+        for i in range(n_layer):
+            for b in ("r_w_bias", "r_r_bias"):
+                state[f"transformer.layers.{i}.dec_attn.{b}"] = state[f"transformer.{b}"].copy()
+    if rng.random() < 0.3:
+        del state[("transformer." if port else "") + "pos_emb.inv_freq"]
+    mem_len = 0 if rng.random() < 0.2 else pick(1, 8)
+    run = dict(mem_len=mem_len, same_length=mem_len > 0 and seed % 5 < 3,
+               clamp_len=int(rng.choice([-1, 0, pick(1, 6)])), pre_lnorm=seed % 3 == 0)
+    overrides = dict(run)
+    if attn_type == 2:  # its shapes tell n_head * d_head only
+        overrides["n_head"] = n_head
+    if div_val == 1 and cutoffs:  # one table: the shapes do not tell the cutoffs
+        overrides["cutoffs"] = cutoffs
+    run.update(seg_len=pick(1, 5), batch=pick(1, 3))
+    hyper = dict(n_token=n_token, n_head=n_head, d_head=d_head, cutoffs=cutoffs, div_val=div_val)
+    return dict(state=state, hyper=hyper, port=port, attn_type=attn_type, run=run,
+                overrides=overrides)

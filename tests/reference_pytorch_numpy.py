@@ -14,7 +14,10 @@ a copy of the first layer's memory, standard attention; weights with
 distance, the farthest repeated beyond them); with `r_emb` alone its
 `attn_type=3` (a learned embedding per position added to every layer's
 input, kept in the memory as the paper's in-place addition keeps it, and to
-a copy of its memory).
+a copy of its memory). `pre_lnorm`: as its layers compute it, LayerNorm on
+the attention's input (for `q_net` weights the keys' and values' only: its
+queries come from the inputs as they are) and on the feed-forward's input,
+residuals added after, no LayerNorm at the end.
 """
 import numpy as np
 
@@ -63,7 +66,8 @@ class PytorchReference:
     carrying its memories from call to call."""
 
     def __init__(self, state, n_token, n_head, d_head, cutoffs=(), div_val=1, mem_len=8,
-                 same_length=False, clamp_len=-1, cluster_rule="pytorch", zero_start=False):
+                 same_length=False, clamp_len=-1, cluster_rule="pytorch", zero_start=False,
+                 pre_lnorm=False):
         self.w = _strip(state)
         self.n_token, self.n_head, self.d_head = n_token, n_head, d_head
         self.cutoffs, self.div_val = list(cutoffs), div_val
@@ -71,7 +75,7 @@ class PytorchReference:
         self.cluster_rule = cluster_rule
         self.n_layer = len({k.split(".")[1] for k in self.w if k.startswith("layers.")})
         self.d_model = self.w["layers.0.dec_attn.layer_norm.weight"].shape[0]
-        self.zero_start = zero_start
+        self.zero_start, self.pre_lnorm = zero_start, pre_lnorm
         self.absolute = "layers.0.dec_attn.q_net.weight" in self.w
         self.learnable = "r_emb" in self.w and "r_bias" in self.w
         self.per_layer = "r_emb" in self.w and not self.learnable
@@ -96,6 +100,9 @@ class PytorchReference:
         w, p = self.w, f"layers.{i}"
         qlen, bsz = h.shape[:2]
         cat = np.concatenate([mem, h], 0)
+        norm = (lambda x, ln: _layer_norm(x, w[f"{ln}.weight"], w[f"{ln}.bias"]))
+        if self.pre_lnorm:  # the queries of q_net stay un-normalized (its `q_net(h)`)
+            cat = norm(cat, f"{p}.dec_attn.layer_norm")
         shape = (-1, bsz, self.n_head, self.d_head)
         if self.absolute:
             q = (h @ w[f"{p}.dec_attn.q_net.weight"].T).reshape(shape)
@@ -130,12 +137,13 @@ class PytorchReference:
         prob = np.exp(score - score.max(1, keepdims=True))
         prob /= prob.sum(1, keepdims=True)
         vec = np.einsum("ijbn,jbnd->ibnd", prob, v).reshape(qlen, bsz, -1)
-        h = _layer_norm(h + vec @ w[f"{p}.dec_attn.o_net.weight"].T,
-                        w[f"{p}.dec_attn.layer_norm.weight"], w[f"{p}.dec_attn.layer_norm.bias"])
+        h = h + vec @ w[f"{p}.dec_attn.o_net.weight"].T
+        h = h if self.pre_lnorm else norm(h, f"{p}.dec_attn.layer_norm")
         ff = f"{p}.pos_ff"
-        hid = np.maximum(h @ w[f"{ff}.CoreNet.0.weight"].T + w[f"{ff}.CoreNet.0.bias"], 0)
-        out = hid @ w[f"{ff}.CoreNet.3.weight"].T + w[f"{ff}.CoreNet.3.bias"]
-        return _layer_norm(h + out, w[f"{ff}.layer_norm.weight"], w[f"{ff}.layer_norm.bias"])
+        x = norm(h, f"{ff}.layer_norm") if self.pre_lnorm else h
+        hid = np.maximum(x @ w[f"{ff}.CoreNet.0.weight"].T + w[f"{ff}.CoreNet.0.bias"], 0)
+        h = h + hid @ w[f"{ff}.CoreNet.3.weight"].T + w[f"{ff}.CoreNet.3.bias"]
+        return h if self.pre_lnorm else norm(h, f"{ff}.layer_norm")
 
     def _log_probs(self, hidden):
         w, ends = self.w, [0, *self.cutoffs, self.n_token]

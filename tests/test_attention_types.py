@@ -126,8 +126,8 @@ def test_bad_types_are_one_clear_error_and_the_weights_tell_theirs(tmp_path):
         import_pytorch(path, n_head=3, d_head=8)
     with pytest.raises(PytorchImportError, match="n_head=3 does not fit .* = 16 wide"):
         import_pytorch(path, n_head=3)
-    with pytest.raises(PytorchImportError, match="holds attn_type 2 weights; the config has "
-                                                 "attn_type 0"):
+    with pytest.raises(PytorchImportError, match=r"holds attn_type 2 weights \(q_net and "
+                                                 r"kv_net, no r_emb\); the config has attn_type 0"):
         import_pytorch(path, TransformerXLConfig(n_token=20, d_model=32, d_inner=48, n_layer=1,
                                                  n_head=2, d_head=8))
     state = make_state(d_model=32, d_inner=48, n_layer=1, n_token=20, n_head=2, d_head=16,

@@ -182,6 +182,9 @@ GENERATE_CASES = [  # (id, call(backend), message pattern): the decoder and both
                                                    r"number >= 1"),
     ("seed_negative", _generate(seed=-1), r"seed must be in \[0, "),
     ("seed_count", _generate(seed=[1, 2, 3]), r"seed must be an integer or 2 integers"),
+    # Row 1's seed + 1 wrapped to -2**63 in int64 without a word.
+    ("seed_wraps", _generate(seed=2 ** 63 - 1),
+     r"seed must be in \[0, 9223372036854775806\] for 2 prompts \(row i uses seed \+ i"),
     ("stop_id", _generate(stop_ids=[256]), r"stop_ids must be ids in \[0, 256\), got 256"),
     ("pad_id", _generate(pad_id=-1), r"pad_id must be an id in \[0, 256\)"),
     ("resume_and_memory", lambda b: b.generate([[1]], 2, resume=b.generate([[1]], 1).state,
@@ -337,6 +340,11 @@ CLI_CASES = [
     ("generate_stop_id_range", "training.generate", ["--model={root}/model", "--prompt=a",
                                                      "--stop_ids=256"],
      r"--stop_ids must be ids below the vocabulary size 256, got 256"),
+    ("generate_seed", "training.generate", ["--model={root}/model", "--prompt=a",
+                                            "--seed=9223372036854775808"],
+     r"^error: --seed must be in \[0, 9223372036854775807\], got 9223372036854775808$"),
+    ("recl_seed", "training.recl", ["--model_dir={root}/model", "--seed=-1"],
+     r"^error: --seed must be >= 0, got -1$"),  # numpy's traceback, once the models loaded
     ("generate_two_models", "training.generate", ["--model={root}/model",
                                                   "--model_dir={root}/model", "--prompt=a"],
      r"pass --model or --model_dir, not both"),

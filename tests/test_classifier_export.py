@@ -12,6 +12,7 @@ from export import classifier, export_classifier, open_classifier, open_runtime
 from export.classifier import float32_twin, read_metadata
 from export.runtime import RuntimeInputError
 from txl_tf import TransformerXLClassifier, TransformerXLConfig
+from txl_tf.errors import TxlError
 
 N_TOKEN = 40
 
@@ -169,3 +170,20 @@ def test_a_failed_export_leaves_the_folder_as_it_was(exported, tmp_path, monkeyp
     assert os.listdir(other) == ["todo.txt"]
     export_classifier(model, str(other), formats=("onnx",), overwrite=True)
     assert sorted(os.listdir(other)) == ["classifier.json", "model.onnx"]
+
+
+def test_a_file_at_or_above_the_output_folder_is_named(exported, tmp_path):
+    # A file above output_dir gave the raw "[Errno 17] File exists" (or, two
+    # folders down, "[Errno 20] Not a directory") of the staging folder's makedirs.
+    (tmp_path / "notes.txt").write_text("keep me")
+    for out, in_the_way in (("notes.txt", r"notes\.txt exists and is not a folder"),
+                            ("notes.txt/cls", r"notes\.txt is not a folder, so it cannot hold "
+                                              r".*notes\.txt/cls"),
+                            ("notes.txt/a/cls", r"notes\.txt is not a folder, so it cannot "
+                                                r"hold .*notes\.txt/a/cls")):
+        with pytest.raises(TxlError, match=rf"^output_dir: .*{in_the_way}; choose another "
+                                           r"output_dir$"):
+            export_classifier(exported[0], str(tmp_path / out), formats=("onnx",),
+                              overwrite=True)
+    assert os.listdir(tmp_path) == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "keep me"

@@ -194,6 +194,31 @@ def test_text_read_with_a_character_model_splits_between_characters(tmp_path):
     assert tokenizer.decode(np.concatenate([c.train, c.valid, c.test])) == "\u00e9" * 50
 
 
+def test_text_read_with_a_word_model_splits_between_lines(tmp_path):
+    """The 90% byte split fell inside line 36: train ended in `<unk> <eos>`
+    and valid started with `<unk>` ("line36" cut in two) and one line more."""
+    text = "".join(f"line{i} alpha beta gamma delta\n" for i in range(40))
+    path = write(tmp_path / "lines.txt", text)
+    at_90, cut = len(text) - len(text) // 10, text.index("line37")
+    assert text.index("line36") < at_90 < cut  # (ASCII: bytes are characters)
+    words = WordTokenizer(["<unk>", "<eos>"] + sorted(set(text.split())))
+    for cache in (True, False):  # built, then read back
+        c = load_corpus("text", path, cache_dir=tmp_path / "cache", tokenizer=words)
+        assert c.from_cache is not cache
+        assert words.decode(c.train) == text[:cut]  # the split moved on to line 37's start
+        assert words.decode(c.valid) == text[cut:]
+        assert words.unk_id not in c.valid and words.unk_id not in c.train
+        assert np.count_nonzero(np.concatenate([c.train, c.valid]) == words.eos_id) == 40
+    # Bytes and characters still split at the 90% byte.
+    assert len(load_corpus("text", path, use_cache=False).train) == at_90
+    assert len(load_corpus("text", path, use_cache=False,
+                           tokenizer=CharTokenizer.build(text)).train) == at_90
+    # No line starts after the split point: it stays (one line, no newline).
+    path = write(tmp_path / "one_line.txt", "alpha " * 50)
+    c = load_corpus("text", path, use_cache=False, tokenizer=words)
+    assert (len(c.train), len(c.valid)) == (45 + 1, 5 + 1)  # each with an <eos>
+
+
 def test_a_bad_byte_is_named_by_its_place_in_the_file(tmp_path):
     """The offset was the one within the chunk being read (16 MiB chunks)."""
     path = write(tmp_path / "wiki.train.tokens", b"a b\n" * 10 + b"c \xff\n")

@@ -78,6 +78,26 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
             load(str(tmp_path / "model"))
 
 
+@pytest.mark.parametrize("dtype", ["int32", "bool", "complex64"])
+def test_weights_that_are_not_floating_point_are_named(run, tmp_path, dtype):
+    # They were cast into the weights without a word (integers truncated to 0).
+    from txl_tf.errors import TxlError
+    from txl_tf.weights import import_tf_checkpoint
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+    with np.load(tmp_path / "model" / "weights.npz") as archive:
+        weights = dict(archive)
+    name = "transformer/layer_0/ff/layer_1/kernel"
+    weights[name] = weights[name].astype(dtype)
+    np.savez(tmp_path / "model" / "weights.npz", **weights)
+    with pytest.raises(ModelDirError, match=f"{name} holds {dtype} values"):
+        load(str(tmp_path / "model"))
+    variables = {k: tf.Variable(v) for k, v in weights.items()}  # the paper's TF names
+    prefix = tf.compat.v1.train.Saver(var_list=variables).save(None, str(tmp_path / "ckpt"))
+    with pytest.raises(TxlError, match=f"{name} holds {dtype} values"):
+        import_tf_checkpoint(prefix, core.config)
+
+
 def test_an_interrupted_save_leaves_the_previous_weights(run, tmp_path, monkeypatch):
     """The weights were written in place: a kill during the save (training's
     final export) left a truncated weights.npz where a good one had been."""

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from txl_tf import TransformerXLConfig, TransformerXLLM
 from txl_tf.keras_support import precision
+from txl_tf.errors import TxlError
 from txl_tf.keras_support.precision import choose, cpu_flags, resolve
 
 
@@ -59,6 +60,33 @@ def test_explicit_settings_win_and_say_so():
     assert (forced.policy, forced.jit_compile) == ("float32", True)
     assert "set explicitly" in forced.reason and auto.policy in forced.reason
     assert resolve("mixed_bfloat16", None).jit_compile == auto.jit_compile
+
+
+def test_explicit_bfloat16_where_onednn_has_no_kernel_is_refused(monkeypatch):
+    """`--mixed_precision=mixed_bfloat16` under ONEDNN_MAX_CPU_ISA=AVX2 on a
+    CPU with AVX512-BF16 aborted the process in its first matmul (exit -6)."""
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(precision, "_gpu_capabilities", lambda: [])
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    for policy in ("mixed_bfloat16", "bfloat16"):
+        with pytest.raises(TxlError, match=rf"^--mixed_precision={policy}: CPU with AVX512_BF16, "
+                                           r"but ONEDNN_MAX_CPU_ISA=AVX2 leaves oneDNN no "
+                                           r"bfloat16 dot products, .* use --mixed_precision="
+                                           r"auto or none \(float32\)"):
+            resolve(policy, None)
+    assert resolve("none", None).policy == resolve("auto", True).policy == "float32"
+    # Where it runs: a cap at bfloat16, oneDNN off, a GPU, no native bfloat16 (emulated).
+    for name, value in (("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16"),
+                        ("TF_ENABLE_ONEDNN_OPTS", "0")):
+        with monkeypatch.context() as patch:
+            patch.setenv(name, value)
+            assert resolve("mixed_bfloat16", None).policy == "mixed_bfloat16"
+    with monkeypatch.context() as patch:
+        patch.setattr(precision, "_gpu_capabilities", lambda: [("NVIDIA A100", (8, 0))])
+        assert resolve("mixed_bfloat16", None).policy == "mixed_bfloat16"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert resolve("mixed_bfloat16", None).policy == "mixed_bfloat16"
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):

@@ -1,11 +1,12 @@
 """PyTorch weights → TransformerXL, checked against a numpy model with the
 PyTorch code's semantics (tests/reference_pytorch_numpy.py)."""
 import builtins
+import re
 
 import numpy as np
 import pytest
 
-from tests.pytorch_fixtures import CASES, make_state, save_safetensors
+from tests.pytorch_fixtures import CASES, make_state, random_case, save_safetensors
 from tests.reference_pytorch_numpy import PytorchReference, pytorch_mask
 from txl_tf import TransformerXLConfig
 from txl_tf.layers.masks import causal_visibility
@@ -114,6 +115,20 @@ def test_unknown_and_missing_tensors_are_named():
         read_pytorch(state, strict=False)
 
 
+def test_missing_tensors_are_named_as_the_file_names_them():
+    # The port's and DataParallel's prefixes were left out of the names.
+    state = CASES["wt103_port"]()["state"]
+    state = {f"module.{k}": v for k, v in state.items()
+             if k not in ("transformer.layers.1.dec_attn.o_net.weight", "crit.out_layers.2.bias")}
+    names = "module.transformer.layers.1.dec_attn.o_net.weight, module.crit.out_layers.2.bias"
+    with pytest.raises(PytorchImportError, match=f"lacks 2 tensors the config needs: "
+                                                 f"{re.escape(names)}$"):
+        read_pytorch(state)
+    del state["module.transformer.layers.0.pos_ff.CoreNet.0.weight"]
+    with pytest.raises(PytorchImportError, match="no tensor 'module.transformer.layers.0.pos_ff"):
+        read_pytorch(state)
+
+
 def test_tied_copy_that_differs_is_refused():
     state = make_state(24, 32, 2, 8, 48, 1, save_tied_copies=True)
     state["crit.out_layers.0.weight"] = state["word_emb.emb_layers.0.weight"] + 1
@@ -182,3 +197,102 @@ def test_convention_round_trips_and_is_validated():
     with pytest.raises(ValueError, match="same_length_convention must be one of"):
         TransformerXLConfig(n_token=10, same_length_convention="torch")
 
+
+def _segments(core, reference, ids, seg_len, mem_len):
+    memory, got, want = core.initial_memory(ids.shape[0], mem_len), [], []
+    for start in range(0, ids.shape[1], seg_len):
+        log_probs, memory = core(ids[:, start:start + seg_len], memory)
+        got.append(np.asarray(log_probs))
+        want.append(reference.forward(ids[:, start:start + seg_len].T).transpose(1, 0, 2))
+    return np.concatenate(got, 1), np.concatenate(want, 1)
+
+
+def _reference(case, **run):
+    return PytorchReference(case["state"], mem_len=run["mem_len"],
+                            same_length=run["same_length"], clamp_len=run["clamp_len"],
+                            pre_lnorm=run["pre_lnorm"], zero_start=case["port"],
+                            cluster_rule="tf" if case["port"] else "pytorch", **case["hyper"])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_models_match_the_pytorch_reference(tmp_path, seed):
+    # Seeded random sizes, attention types, vocabulary splits, tying, namings,
+    # pre_lnorm, same_length, clamp_len and memory (0 too): two segments with
+    # memory carried equal the paper-semantics reference (float64) to 1e-4.
+    case = random_case(seed)
+    run = case["run"]
+    source = case["state"] if seed % 2 else save_safetensors(case["state"],
+                                                             tmp_path / "w.safetensors")
+    core = import_pytorch(source, **case["overrides"])
+    ids = np.random.default_rng(seed).integers(0, case["hyper"]["n_token"],
+                                               (run["batch"], 2 * run["seg_len"]))
+    got, want = _segments(core, _reference(case, **run), ids, run["seg_len"], run["mem_len"])
+    assert np.abs(got - want).max() <= 1e-4
+    # Bad input names the tensor: one that is not floating point, one missing.
+    rng = np.random.default_rng(seed)
+    needed = sorted(set(case["state"]) - set(core.import_report.duplicates))
+    name = needed[int(rng.integers(len(needed)))]
+    broken = dict(case["state"], **{name: case["state"][name].astype(np.int32)})
+    with pytest.raises(PytorchImportError, match=re.escape(name)):
+        read_pytorch(broken, core.config)
+    needed = [n for n in needed if n not in ("r_emb", "r_bias", "layers.0.dec_attn.q_net.weight")]
+    name = needed[int(rng.integers(len(needed)))]  # not one that tells the attn_type
+    broken = {k: v for k, v in case["state"].items() if k != name}
+    with pytest.raises(PytorchImportError, match=f"lacks 1 tensors .*: {re.escape(name)}$"):
+        read_pytorch(broken, core.config)
+
+
+def test_given_cutoffs_keep_the_projections_the_weights_tie():
+    # One table (div_val 1) split at cutoffs the shapes cannot tell, its own
+    # projection for bin 1 and the embedding's for bin 2: `cutoffs=` used to
+    # re-derive tie_projs ([False, True, True]) and refuse the weights.
+    hyper = dict(n_token=30, n_head=2, d_head=8, cutoffs=[10, 20])
+    state = make_state(d_model=32, d_embed=16, d_inner=48, n_layer=1,
+                       tie_projs=[False, False, True], seed=5, **hyper)
+    core = import_pytorch(state, cutoffs=(10, 20), mem_len=4)
+    assert core.config.tie_projs == [False, False, True]
+    run = dict(mem_len=4, same_length=False, clamp_len=-1, pre_lnorm=False)
+    ids = np.random.default_rng(0).integers(0, 30, (2, 6))
+    got, want = _segments(core, _reference(dict(state=state, hyper=hyper, port=False), **run),
+                          ids, 3, 4)
+    assert np.abs(got - want).max() <= 1e-4
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool", "complex64", "<U4"])
+def test_a_tensor_that_is_not_floating_point_is_named(tmp_path, dtype):
+    state = make_state(24, 32, 2, 8, 48, 1)
+    name = "layers.0.pos_ff.CoreNet.0.weight"
+    state[name] = state[name].astype(dtype)  # was cast silently into the weight
+    for source in [state] + ([save_safetensors(state, tmp_path / "w.safetensors")]
+                             if dtype in ("int32", "bool") else []):
+        with pytest.raises(PytorchImportError, match=f"{name} holds .* values, where a "
+                                                     "floating-point weight belongs"):
+            import_pytorch(source)
+
+
+@pytest.mark.parametrize("name,shape", [("word_emb.emb_layers.0.weight", (24 * 32,)),
+                                        ("layers.0.dec_attn.qkv_net.weight", (48 * 32,)),
+                                        ("r_w_bias", (2, 8, 1))])
+def test_a_tensor_of_another_rank_is_named_while_inferring(name, shape):
+    state = make_state(24, 32, 2, 8, 48, 1)
+    state[name] = np.zeros(shape, np.float32)  # was an IndexError or ValueError
+    with pytest.raises(PytorchImportError, match=f"{re.escape(name)} has shape "
+                                                 rf"{re.escape(str(shape))}, where a \d-D"):
+        read_pytorch(state)
+
+
+def test_a_half_precision_state_dict_imports():
+    # model.half().state_dict() rounds the sinusoid's frequencies too; they
+    # used to be refused as "not the sinusoid's frequencies". They are
+    # checked, not read: the core computes its own (the reference too here).
+    case = CASES["wt103_port"]()
+    half = {k: v.astype(np.float16) for k, v in case["state"].items()}
+    core = import_pytorch(half, mem_len=MEM)
+    case["state"] = {k: v for k, v in half.items() if not k.endswith("inv_freq")}
+    ids = _ids(case["hyper"]["n_token"])
+    assert np.abs(_run_core(core, ids) - _run_reference(case, ids, False, -1)).max() <= 1e-4
+    wrong = dict(half)
+    wrong["transformer.pos_emb.inv_freq"] = (1 / 1000 ** (np.arange(0, 32, 2.0) / 32)).astype(
+        np.float16)  # another base
+    with pytest.raises(PytorchImportError, match="inv_freq is not the sinusoid's frequencies"):
+        read_pytorch(wrong)

@@ -5,6 +5,7 @@ from job_helpers import write_text_corpus
 from training import evaluate, train
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.errors import TxlError
 from txl_tf.weights import save_pretrained
 
 
@@ -56,6 +57,28 @@ def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(
                                             r"does not go with --document_separator$"):
         _train(tmp_path, data_dir=str(tmp_path / "nowhere"), log_batches=True,
                document_separator=10)
+    assert not (tmp_path / "run").exists()
+
+
+def test_log_batches_on_several_replicas_is_refused_before_the_data_is_read(tmp_path):
+    # Refused once the model was built (training_input), with no flag named.
+    with pytest.raises(TrainingError, match=r"^--log_batches needs a single replica; the "
+                                            r"MirroredStrategy has 2$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), log_batches=True,
+               strategy="mirrored")
+    assert not (tmp_path / "run").exists()
+
+
+def test_bfloat16_where_onednn_has_no_kernel_is_refused_before_the_data_is_read(tmp_path,
+                                                                               monkeypatch):
+    from txl_tf.keras_support import precision
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(precision, "_gpu_capabilities", lambda: [])
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    with pytest.raises(TxlError, match=r"^--mixed_precision=mixed_bfloat16: .*ONEDNN_MAX_CPU_"
+                                       r"ISA=AVX2 leaves oneDNN no bfloat16 dot products"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), mixed_precision="mixed_bfloat16")
     assert not (tmp_path / "run").exists()
 
 

@@ -52,3 +52,14 @@ def test_the_terminal_bar_counts_to_train_steps(tmp_path, monkeypatch, capsys):
               strategy="one_device", final_eval=False)
     out = capsys.readouterr().out
     assert "12/12" in out and "/5" not in out, out[-2000:]
+
+
+def test_tensorboard_available_imports_the_package(monkeypatch):
+    """Its import is only a probe (pyflakes saw an unused import): it must
+    still answer False where the package cannot be imported."""
+    import sys
+
+    from training.callbacks import tensorboard_available
+    assert tensorboard_available()  # installed with tensorflow
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import` raises ImportError
+    assert not tensorboard_available()

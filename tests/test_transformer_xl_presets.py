@@ -163,6 +163,9 @@ def test_generate_prompts_continue_their_last_line_as_the_command_line_does():
                 assert np.asarray(got["token_ids"][i])[mask].tolist() == expected, prompt
         assert np.asarray(one["token_ids"])[np.asarray(one["padding_mask"], bool)].tolist() \
             == prompt_ids(inner, prompts[0]).tolist()
+        # No ids at all (the rule's gather of each row's last id was out of range).
+        empty = preprocessor.generate_preprocess("")
+        assert not np.asarray(empty["padding_mask"]).any() and prompt_ids(inner, "").size == 0
     assert prompt_ids(words, "the cat").tolist() == [2, 3]
 
 

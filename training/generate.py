@@ -24,6 +24,8 @@ from training.errors import TrainingError
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.errors import TxlError
+from txl_tf.generation.request import MAX_SEED
+from txl_tf.text.prompt import prompt_ids
 
 SPEC = (
     option("string", "model", None, "Model directory with vocab/, training run directory, "
@@ -46,7 +48,7 @@ SPEC = (
     option("bool", "greedy", False, "Always take the most likely token."),
     option("integer", "mem_len", None, "Memory length (default: the model's training "
            "mem_len)."),
-    option("integer", "seed", 0, "Sampling seed."),
+    option("integer", "seed", 0, "Sampling seed, in [0, 2**63 - 1]."),
     option("bool", "progress", None, "Show progress on stderr (default: a bar on a terminal "
            "only; forced on elsewhere: a line every 10%)."),
 )
@@ -84,17 +86,6 @@ def continue_ids(model, prompt_ids, num_tokens, mem_len=None, temperature=1.0, t
     out = backend.generate(prompt, int(num_tokens), temperature=0.0 if greedy else temperature,
                            top_k=top_k, seed=seed, stream=report, **options)
     return out.ids[0, :out.lengths[0]]
-
-
-def prompt_ids(tokenizer, prompt):
-    """The ids of `prompt`, without the end-of-line id a word or SentencePiece
-    tokenizer adds to a last line the prompt did not end: the model continues
-    the line."""
-    ids = tokenizer.encode(prompt)
-    eos = getattr(tokenizer, "eos_id", -1)
-    if len(ids) > 1 and ids[-1] == eos and not prompt.endswith("\n"):
-        ids = ids[:-1]
-    return ids
 
 
 def continuation(tokenizer, ids, new_ids):
@@ -152,6 +143,8 @@ def _check_options(o):
         raise TrainingError(f"--device must be auto, cpu, cuda or gpu, got {o['device']!r}")
     if o["mem_len"] is not None and o["mem_len"] < 0:
         raise TrainingError(f"--mem_len must be >= 0, got {o['mem_len']}")
+    if not 0 <= o["seed"] <= MAX_SEED:
+        raise TrainingError(f"--seed must be in [0, {MAX_SEED}], got {o['seed']}")
 
 
 def _is_export(path):

@@ -41,7 +41,7 @@ SPEC = (
            "comma-separated."),
     option("float", "threshold", 0.01, "The relative gain below which c stops growing."),
     option("integer", "batch_size", 32, "Windows scored together."),
-    option("integer", "seed", 0, "Seed of the sample of target tokens."),
+    option("integer", "seed", 0, "Seed of the sample of target tokens (>= 0)."),
     option("string", "output_dir", None, "Where recl.json and recl.png go."),
     option("bool", "progress", None, "Show progress on stderr (default: a bar on a terminal, "
            "else a line every 10%)."),
@@ -81,6 +81,8 @@ def _check(o):
                             f"({o['first_context']})")
     if not 0 < o["threshold"] < 1:
         raise TrainingError(f"--threshold must be in (0, 1), got {o['threshold']}")
+    if o["seed"] < 0:  # numpy's seeding takes any integer >= 0
+        raise TrainingError(f"--seed must be >= 0, got {o['seed']}")
 
 
 def run(**options):

@@ -271,6 +271,9 @@ def run(**options):
     except ValueError as err:
         raise TrainingError(f"--strategy: {err}") from None
     task_id, is_chief, workers = worker_info(strategy)
+    if o["log_batches"] and strategy.num_replicas_in_sync > 1:
+        raise TrainingError(f"--log_batches needs a single replica; the "
+                            f"{type(strategy).__name__} has {strategy.num_replicas_in_sync}")
     if o["max_time_s"] and workers > 1:
         raise TrainingError("--max_time_s needs a single worker (workers would stop at "
                             "different steps)")

@@ -14,8 +14,23 @@ def path_in_the_way(flag, path, kind="folder"):
       kind: "folder" or "file".
 
     Returns:
-      A message naming the flag and the path in the way (`path` itself, or
-      the nearest existing path above it, which is not a folder), or None.
+      A message naming the flag and the path in the way (see `what_is_in_the_way`),
+      or None.
+    """
+    problem = what_is_in_the_way(path, kind)
+    return f"--{flag}: {problem}; choose another --{flag}" if problem else None
+
+
+def what_is_in_the_way(path, kind="folder"):
+    """Why a `kind` ("folder" or "file") cannot be written at `path`, or None.
+
+    Args:
+      path: the folder or file to be written.
+      kind: "folder" or "file".
+
+    Returns:
+      A phrase naming the path in the way (`path` itself, or the nearest
+      existing path above it, which is not a folder), or None.
     """
     path = os.path.abspath(path)
     problem = None
@@ -30,4 +45,4 @@ def path_in_the_way(flag, path, kind="folder"):
             above = os.path.dirname(above)
         if not os.path.isdir(above):
             problem = f"{above} is not a folder, so it cannot hold {path}"
-    return f"--{flag}: {problem}; choose another --{flag}" if problem else None
+    return problem

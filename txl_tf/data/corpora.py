@@ -19,6 +19,12 @@ Transformer-XL paper's code (kimiyoung/transformer-xl):
   (``test`` is empty).
 * pystdlib: this Python's standard library ``*.py`` files (sorted, capped
   at ``max_bytes``), bytes, 90 / 5 / 5. Needs no download.
+
+enwik8, text and pystdlib read with a trained model's word or SentencePiece
+tokenizer (``load_corpus(tokenizer=...)``) move each split point on to the
+start of the next line, so no line (and no word) is cut in two; where no
+line starts after it, it stays, at a character boundary. Bytes and
+characters split where the percentages fall.
 """
 from __future__ import annotations
 
@@ -94,6 +100,7 @@ class _Plan:
     build: Callable[[dict, bool | None, Tokenizer | None], Tokenizer]
     required: tuple[str, ...] = SPLITS
     describe: dict = dataclasses.field(default_factory=dict)
+    byte_split: bool = False  # split by `_write_bytes` (see `_splits_at_lines`)
 
 
 # -- reading helpers ---------------------------------------------------------
@@ -163,6 +170,22 @@ def _char_start(data: bytes, i: int) -> int:
     return i
 
 
+def _splits_at_lines(tokenizer: Tokenizer | None) -> bool:
+    """Whether a byte split must fall between lines for `tokenizer`: words
+    and pieces (a line cut in two would read as two lines, each with its
+    end-of-line id, a word cut in two as two words); not bytes or characters."""
+    return tokenizer is not None and tokenizer.kind not in ("byte", "char")
+
+
+def _line_start(data: bytes, i: int) -> int:
+    """`i`, moved on to the start of the next line when it falls inside a
+    line; where no line starts after it, `_char_start(data, i)`."""
+    if i <= 0 or i >= len(data) or data[i - 1] == 0x0A:
+        return i
+    newline = data.find(b"\n", i)
+    return newline + 1 if newline >= 0 else _char_start(data, i)
+
+
 def _whole_characters(data: bytes) -> int:
     """The length of `data` without an incomplete UTF-8 character at its end."""
     last = _char_start(data, len(data) - 1) if data else 0
@@ -179,7 +202,11 @@ def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int],
         data = data[:_whole_characters(data)]  # pystdlib's max_bytes may cut the last one
     a, b = _split_points(len(data), percents)
     if given is not None and not isinstance(given, ByteTokenizer):
-        a, b = _char_start(data, a), _char_start(data, b)  # each part decodes alone
+        if _splits_at_lines(given):
+            a = _line_start(data, a)
+            b = _line_start(data, max(a, b))
+        else:
+            a, b = _char_start(data, a), _char_start(data, b)  # each part decodes alone
         for split, part, offset in zip(SPLITS, (data[:a], data[a:b], data[b:]), (0, a, b)):
             writers[split].append(given.encode(_decode(part, path, offset)))
         return given
@@ -229,7 +256,8 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
     options = {"percents": percents}
     if name == "text8":  # a new cache key: entries cached before counted past the training part
         options["vocabulary_from"] = "train"
-    return _Plan([path], options, build, describe={"all": str(path)})
+    return _Plan([path], options, build, describe={"all": str(path)},
+                 byte_split=name == "enwik8")
 
 
 def _word_files(name: str, data_dir, opts: dict) -> _Plan:
@@ -328,7 +356,7 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
         return _write_bytes(b"".join(p.read_bytes() for p in files), writers, percents,
                             given, data_dir)
     return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
-                 describe={"all": str(data_dir)})
+                 describe={"all": str(data_dir)}, byte_split=True)
 
 
 def stdlib_dir() -> Path:
@@ -359,7 +387,7 @@ def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
         return _write_bytes(data, writers, percents, given, root)
     return _Plan(files, {"max_bytes": max_bytes, "percents": percents,
                          "root": str(root.resolve())}, build,
-                 describe={"all": f"{len(files)} files under {root}"})
+                 describe={"all": f"{len(files)} files under {root}"}, byte_split=True)
 
 
 _WORD_OPTIONS = {"min_count": 1, "max_size": None}
@@ -399,6 +427,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
       tokenizer: read every split with this tokenizer (a trained model's own)
         instead of building one from the training split; words outside its
         vocabulary become its unknown token (see :func:`unknown_count`).
+        A word or SentencePiece tokenizer moves the split points of enwik8,
+        text and pystdlib to line starts (module doc).
         Building a vocabulary from a corpus is for training a new model only.
       **options: per dataset: word corpora ``min_count``, ``max_size``; lm1b
         also ``vocab_file``, ``valid_shard``, ``test_shard``,
@@ -424,6 +454,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
             "sources": cache_lib.file_stats(plan.sources)}
     if tokenizer is not None:
         info["tokenizer"] = tokenizer.fingerprint()
+        if plan.byte_split and _splits_at_lines(tokenizer):  # entries before cut lines
+            info["split_points"] = "line starts"
     root = None
     if use_cache:
         explicit = cache_dir is not None

@@ -64,7 +64,7 @@ class Decoder:
         segment_len (the decoder's: prompt positions read per call);
         temperature (1.0; 0 is greedy), top_k (0), top_p (1.0),
         repetition_penalty (1.0): see `txl_tf.generation.sampling.Sampling`; seed: an int
-        (row i uses `seed + i`) or one per row, so a row's draws depend only on
+        (row i uses `seed + i`, each in [0, 2**63 - 1]) or one per row, so a row's draws depend only on
         its seed; stop_ids: ids that end a row (included in its output, then
         `pad_id`); memory: continue from this memory (a conversation);
         resume: a `Generation.state` to go on exactly as one longer call

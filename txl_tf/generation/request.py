@@ -128,10 +128,13 @@ def per_row(name, value, batch_size, low=0, high=MAX_SEED):
                        f"prompt), got {value!r}")
     if not all(low <= v <= high for v in values):
         raise TxlError(f"{name} must be in [{low}, {high}], got {value!r}")
-    out = np.array(values, np.int64)
     if name == "seed" and _is_int(value):
-        out = out + np.arange(batch_size)
-    return out
+        if int(value) + batch_size - 1 > high:  # int64 would wrap the last rows' seeds
+            raise TxlError(f"seed must be in [{low}, {high - batch_size + 1}] for "
+                           f"{batch_size} prompts (row i uses seed + i, at most {high}), "
+                           f"got {value!r}; or pass one seed per prompt")
+        return np.array(values, np.int64) + np.arange(batch_size)
+    return np.array(values, np.int64)
 
 
 def stop_mask(stop_ids, n_token, batch_size):

@@ -27,7 +27,11 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.generation import counter_rng
-from txl_tf.generation.sampling_settings import TIE_TOLERANCE, Sampling  # noqa: F401
+from txl_tf.generation.sampling_settings import TIE_TOLERANCE, Sampling
+
+# `Sampling` lives in sampling_settings (no TensorFlow: the runtimes' numpy
+# sampler reads it) and is re-exported here, its first home.
+__all__ = ["Sampling", "choose", "sample_next"]
 
 
 def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, penalty):

@@ -13,6 +13,8 @@ import dataclasses
 import functools
 import os
 
+from txl_tf.errors import TxlError
+
 # oneDNN's `ONEDNN_MAX_CPU_ISA` values below its first bfloat16 dot-product
 # ISA (AVX512_CORE_BF16): under such a cap a bfloat16 matmul has no kernel and
 # the process aborts (`could not create a primitive descriptor`).
@@ -55,17 +57,12 @@ def _gpu_capabilities():
     return capabilities
 
 
-def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
-    """The `Precision` for the hardware `strategy` runs on (default: what
-    TensorFlow sees). `flags` (CPU feature flags), `gpus` (a list of
-    `(name, (major, minor))`) and `isa_cap` (oneDNN's ISA cap, default the
-    `ONEDNN_MAX_CPU_ISA` environment variable) override the detection, for
-    tests."""
+def _accelerator_choice(strategy, gpus):
+    """The `Precision` of a TPU strategy or of the GPUs `gpus`, or None (the CPU)."""
     import tensorflow as tf
     if strategy is not None and isinstance(
             strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):
         return Precision("mixed_bfloat16", True, "TPU: bfloat16 matrix units, XLA always")
-    gpus = _gpu_capabilities() if gpus is None else gpus
     if gpus:
         name, capability = min(gpus, key=lambda g: g[1])
         if capability >= (8, 0):
@@ -75,12 +72,37 @@ def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
         return Precision("float32", True,
                          f"GPU {name}, compute capability {capability[0]}.{capability[1]}: "
                          "no bfloat16 tensor cores; XLA fuses the element-wise ops")
-    flags = cpu_flags() if flags is None else flags
-    native = sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags)
+    return None
+
+
+def _native_bfloat16(flags):
+    """The CPU feature flags among `flags` that multiply bfloat16 natively."""
+    return sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags)
+
+
+def _capped_below_bfloat16(native, isa_cap):
+    """Why oneDNN has no bfloat16 dot products on a CPU with the `native`
+    bfloat16 flags, or None: `isa_cap` (default `ONEDNN_MAX_CPU_ISA`) is below them."""
     cap = (os.environ.get("ONEDNN_MAX_CPU_ISA", "") if isa_cap is None else isa_cap).upper()
     if native and cap in _ISA_WITHOUT_BFLOAT16:
-        return Precision("float32", False, f"CPU with {' and '.join(f.upper() for f in native)}, "
-                         f"but ONEDNN_MAX_CPU_ISA={cap} leaves oneDNN no bfloat16 dot products")
+        return (f"CPU with {' and '.join(f.upper() for f in native)}, but "
+                f"ONEDNN_MAX_CPU_ISA={cap} leaves oneDNN no bfloat16 dot products")
+    return None
+
+
+def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
+    """The `Precision` for the hardware `strategy` runs on (default: what
+    TensorFlow sees). `flags` (CPU feature flags), `gpus` (a list of
+    `(name, (major, minor))`) and `isa_cap` (oneDNN's ISA cap, default the
+    `ONEDNN_MAX_CPU_ISA` environment variable) override the detection, for
+    tests."""
+    accelerator = _accelerator_choice(strategy, _gpu_capabilities() if gpus is None else gpus)
+    if accelerator is not None:
+        return accelerator
+    native = _native_bfloat16(cpu_flags() if flags is None else flags)
+    capped = _capped_below_bfloat16(native, isa_cap)
+    if capped:
+        return Precision("float32", False, capped)
     if native:
         return Precision("mixed_bfloat16", False,
                          f"CPU with {' and '.join(f.upper() for f in native)}: native bfloat16 "
@@ -89,14 +111,56 @@ def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
                      "TensorFlow would emulate it")
 
 
+def bfloat16_would_abort(strategy=None, flags=None, gpus=None, isa_cap=None):
+    """Why a bfloat16 matmul would abort the process here, or None.
+
+    On the CPU (no TPU `strategy`, no GPU) TensorFlow sends bfloat16 matmuls
+    of a CPU with native bfloat16 to oneDNN, which under an ISA cap below it
+    has no kernel (`could not create a primitive descriptor`). Without native
+    bfloat16 TensorFlow emulates it, and with `TF_ENABLE_ONEDNN_OPTS=0` oneDNN
+    is not used: both run.
+
+    Args:
+        strategy, flags, gpus, isa_cap: as in `choose` (detected when None).
+
+    Returns:
+        A phrase naming the CPU's flags and the cap, or None.
+    """
+    if _accelerator_choice(strategy, _gpu_capabilities() if gpus is None else gpus):
+        return None
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("0", "false"):
+        return None
+    return _capped_below_bfloat16(_native_bfloat16(cpu_flags() if flags is None else flags),
+                                  isa_cap)
+
+
 def resolve(policy="auto", jit_compile=None, strategy=None):
-    """The `Precision` to use: `policy` is a Keras dtype policy name, "none"
-    (float32) or "auto"; `jit_compile` a bool or None (auto). Auto parts come
-    from `choose(strategy)`."""
+    """The `Precision` to use.
+
+    Args:
+        policy: a Keras dtype policy name, "none" (float32) or "auto" (the
+            `--mixed_precision` flag of the jobs).
+        jit_compile: a bool, or None (auto).
+        strategy: the distribution strategy (auto parts come from
+            `choose(strategy)`).
+
+    Returns:
+        A `Precision`.
+
+    Raises:
+        TxlError: a bfloat16 policy asked for where it would abort the
+            process (`bfloat16_would_abort`).
+    """
     chosen = choose(strategy)
     if policy == "auto" and jit_compile is None:
         return chosen
     policy = chosen.policy if policy == "auto" else ("float32" if policy == "none" else policy)
+    if policy in ("mixed_bfloat16", "bfloat16"):
+        why = bfloat16_would_abort(strategy)
+        if why:
+            raise TxlError(f"--mixed_precision={policy}: {why}, so the first matmul would "
+                           "abort the process; use --mixed_precision=auto or none (float32), "
+                           "or unset ONEDNN_MAX_CPU_ISA")
     jit = chosen.jit_compile if jit_compile is None else bool(jit_compile)
     return Precision(policy, jit, f"set explicitly; auto would give {chosen.policy}, "
                                   f"jit_compile {'on' if chosen.jit_compile else 'off'}")

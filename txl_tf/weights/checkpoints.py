@@ -124,7 +124,7 @@ def get_weights(core):
 
 def set_weights(core, arrays):
     """Assigns `{tf_name: array}` (any mapping, read one weight at a time);
-    names and shapes must match exactly."""
+    names and shapes must match exactly, and every array be floating point."""
     names = reference_names(core)
     missing = sorted(set(names) - set(arrays))
     unexpected = sorted(set(arrays) - set(names))
@@ -137,6 +137,9 @@ def set_weights(core, arrays):
         if tuple(value.shape) != tuple(variable.shape):
             raise TxlError(f"weight {name} has shape {value.shape}, the model expects "
                            f"{tuple(variable.shape)}")
+        if value.dtype.kind != "f" and value.dtype.name != "bfloat16":  # ml_dtypes' is kind V
+            raise TxlError(f"weight {name} holds {value.dtype} values, where a floating-point "
+                           "weight belongs")
         assign_in_place(variable, value.astype(variable.dtype, copy=False))
         del value  # one weight in memory at a time, even for a lazy archive
 

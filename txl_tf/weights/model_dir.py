@@ -17,7 +17,7 @@ import zipfile
 from typing import NamedTuple, Optional
 
 from txl_tf.config import ConfigError, TransformerXLConfig
-from txl_tf.errors import ModelDirError, TxlError  # noqa: F401 (ModelDirError re-exported)
+from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
 from txl_tf.layers.init import skip_random_init
 from txl_tf.weights import checkpoints
 from txl_tf.weights.shipped import shipped_model_dir

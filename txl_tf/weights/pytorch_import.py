@@ -15,6 +15,7 @@ tensors are an error; tensors nothing reads are an error too unless
 `strict=False`, and either way they are listed by name.
 """
 import dataclasses
+import functools
 import numbers
 import re
 from collections import OrderedDict
@@ -108,11 +109,15 @@ def infer_config(state, names, given=None):
     pass."""
     given = given or {}
 
-    def shape(name):
+    def shape(name, rank=2):
         if name not in names:
-            raise PytorchImportError(f"cannot infer the config: no tensor {name!r} in "
-                                     f"{state.path}")
-        return tuple(state.shape(names[name]))
+            raise PytorchImportError(f"cannot infer the config: no tensor "
+                                     f"{_file_name(names, name)!r} in {state.path}")
+        found = tuple(state.shape(names[name]))
+        if len(found) != rank:
+            raise PytorchImportError(f"cannot infer the config: {names[name]} has shape "
+                                     f"{found}, where a {rank}-D tensor belongs")
+        return found
 
     values = {"n_layer": _layer_count(names)}
     if values["n_layer"] == 0:
@@ -121,16 +126,17 @@ def infer_config(state, names, given=None):
     values["attn_type"] = attn_type_of(state, names)
     if values["attn_type"] == 3:  # r_emb [n_layer, max_klen, n_head, d_head]
         values["d_model"] = shape("layers.0.dec_attn.q_net.weight")[1]
-        values["max_klen"], values["n_head"], values["d_head"] = shape("r_emb")[1:]
+        values["max_klen"], values["n_head"], values["d_head"] = shape("r_emb", 4)[1:]
     elif values["attn_type"] == 2:  # q_net [n_head * d_head, d_model]
         heads, values["d_model"] = shape("layers.0.dec_attn.q_net.weight")
         values["n_head"], values["d_head"] = _heads(heads, given, state.path)
     else:
         values["d_model"] = shape("layers.0.dec_attn.qkv_net.weight")[1]
         bias = "r_w_bias" if "r_w_bias" in names else "layers.0.dec_attn.r_w_bias"
-        values["n_head"], values["d_head"] = shape(bias)[-2:]
+        rank = 3 if values["attn_type"] == 1 and bias == "r_w_bias" else 2  # type 1: per layer
+        values["n_head"], values["d_head"] = shape(bias, rank)[-2:]
     if values["attn_type"] == 1:
-        values["max_klen"] = shape("r_emb")[1]
+        values["max_klen"] = shape("r_emb", 4)[1]
     values["d_inner"] = shape("layers.0.pos_ff.CoreNet.0.weight")[0]
     tables = [shape(f"word_emb.emb_layers.{i}.weight")
               for i in _indexed(names, "word_emb.emb_layers")]
@@ -192,6 +198,10 @@ def _heads(heads, given, path):
         raise PytorchImportError(f"{passed} does not fit {path}: its attention projections "
                                  f"are n_head * d_head = {heads} wide")
     return n_head, d_head
+
+
+_TOLD_BY = {0: "a fused qkv_net, no r_emb", 1: "r_emb and r_bias", 2: "q_net and kv_net, no r_emb",
+            3: "r_emb without r_bias"}
 
 
 def attn_type_of(state, names):
@@ -388,10 +398,16 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
             "max_klen")}
         found = attn_type_of(state, names)
         if found != base.attn_type:
-            raise PytorchImportError(f"{state.path} holds attn_type {found} weights; the "
-                                     f"config has attn_type {base.attn_type}")
+            raise PytorchImportError(f"{state.path} holds attn_type {found} weights "
+                                     f"({_TOLD_BY[found]}); the config has attn_type "
+                                     f"{base.attn_type}")
     semantics = _semantics(origin)
-    cfg = base.replace(**{**semantics, **overrides})
+    # An override the shapes were read with (`cutoffs=` of one table) is in
+    # `base` already; given again, `replace` would re-derive `tie_projs`.
+    changes = {k: v for k, v in {**semantics, **overrides}.items()
+               if config is not None or k not in inferred
+               or (list(v) if isinstance(v, tuple) else v) != inferred[k]}
+    cfg = base.replace(**changes)
     semantics = {k: getattr(cfg, k) for k in semantics}
     per_layer_r = "layers.0.dec_attn.r_w_bias" in names
     plan = _plan(cfg, per_layer_r and not cfg.untie_r)
@@ -407,15 +423,29 @@ def read_pytorch(source, config=None, *, cluster_order=None, strict=True, **over
     return PytorchWeights(cfg, arrays, report)
 
 
+def _file_name(names, name):
+    """`name` (paper-code naming) as the file spells it, absent or not: with
+    the prefixes (`module.`, the port's `transformer.`) of its neighbours,
+    the output layer's or the backbone's."""
+    if name in names:
+        return names[name]
+    output = name.startswith("crit.")
+    for short, full in names.items():
+        if short.startswith("crit.") == output:
+            return full[:len(full) - len(short)] + name
+    return name
+
+
 def _assemble(state, names, cfg, plan, order, report):
-    file_name = lambda name: names.get(name, name)  # noqa: E731
+    file_name = functools.partial(_file_name, names)
     mismatched = [f"{file_name(e.name)}: the weights have {tuple(state.shape(names[e.name]))}, "
                   f"the config needs {e.shape}"
                   for e in plan if e.name in names and tuple(state.shape(names[e.name])) != e.shape]
     if mismatched:
         raise PytorchImportError("weights do not fit the config: " + "; ".join(mismatched))
     optional = ("tied:", "inv_freq")
-    missing = [e.name for e in plan if e.name not in names and not e.how.startswith(optional)]
+    missing = [file_name(e.name) for e in plan
+               if e.name not in names and not e.how.startswith(optional)]
     if missing:
         raise PytorchImportError(
             f"{state.path} lacks {len(missing)} tensors the config needs: "
@@ -425,6 +455,9 @@ def _assemble(state, names, cfg, plan, order, report):
         if e.name not in names:
             continue
         value = np.asarray(state[names[e.name]])
+        if value.dtype.kind != "f" and value.dtype.name != "bfloat16":  # ml_dtypes' is kind V
+            raise PytorchImportError(f"{names[e.name]} holds {value.dtype} values, where a "
+                                     "floating-point weight belongs")
         report.read += 1
         if e.how.startswith("tied:"):
             original = e.how[len("tied:"):]
@@ -435,7 +468,8 @@ def _assemble(state, names, cfg, plan, order, report):
             report.duplicates.append(names[e.name])
         elif e.how == "inv_freq":
             expected = 1.0 / 10000 ** (np.arange(0, cfg.d_model, 2.0) / cfg.d_model)
-            if not np.allclose(value, expected, rtol=1e-5):
+            # A half or bfloat16 state dict holds them rounded (bfloat16: 8 significant bits).
+            if not np.allclose(value.astype(np.float64), expected, rtol=2.0 ** -7, atol=0):
                 raise PytorchImportError(f"{names[e.name]} is not the sinusoid's frequencies "
                                          f"for d_model={cfg.d_model}")
             report.duplicates.append(names[e.name])

@@ -6,36 +6,7 @@ import tensorflow as tf
 
 from txl_tf.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
 from txl_tf.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
-
-
-def without_open_line_end(texts, ids, eos_id):
-    """Prompt ids without the end-of-line id that a word or SentencePiece
-    tokenizer adds to a last line the text did not end (the model continues
-    that line), as `training.generate.prompt_ids` does.
-
-    Args:
-        texts: the prompts, a scalar or 1-D tf.string tensor.
-        ids: their ids, a 1-D tensor (scalar `texts`) or a ragged `[B, None]`.
-        eos_id: the tokenizer's end-of-line id.
-
-    Returns:
-        `ids` of the same kind, the last id dropped from each row of more than
-        one id that ends in `eos_id` while its text does not end in a newline.
-    """
-    texts = tf.convert_to_tensor(texts, tf.string)
-    scalar = not isinstance(ids, tf.RaggedTensor)
-    if scalar:
-        texts = tf.reshape(texts, [1])
-        ids = tf.RaggedTensor.from_tensor(tf.expand_dims(ids, 0))
-    lengths = ids.row_lengths()
-    last = tf.gather(ids.flat_values, tf.maximum(ids.row_limits() - 1, 0))
-    size = tf.strings.length(texts)
-    last_byte = tf.strings.substr(texts, tf.maximum(size - 1, 0), tf.ones_like(size))
-    ends_line = tf.equal(last_byte, "\n")
-    drop = (lengths > 1) & tf.equal(last, tf.cast(eos_id, last.dtype)) & ~ends_line
-    keep = tf.ragged.range(lengths) < tf.expand_dims(lengths - tf.cast(drop, lengths.dtype), 1)
-    ids = tf.ragged.boolean_mask(ids, keep)
-    return ids.flat_values if scalar else ids
+from txl_tf.text.prompt import without_open_line_end
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -50,7 +21,8 @@ class TransformerXLCausalLMPreprocessor(keras_hub.models.CausalLMPreprocessor):
             start or end token.
 
     `generate_preprocess` reads a prompt as `python -m training.generate`
-    does: a last line the prompt does not end gets no `<eos>`.
+    does (`txl_tf.text.prompt`): a last line the prompt does not end gets no
+    `<eos>`.
     """
 
     backbone_cls = TransformerXLBackbone

@@ -1,0 +1,53 @@
+"""How a prompt is read: a word or SentencePiece tokenizer ends every line
+with its end-of-line id, but a prompt's last line that the prompt does not
+end with a newline is one the model continues, so that id is dropped. One
+rule for `python -m training.generate` (`prompt_ids`) and the keras-hub
+preprocessor's `generate` (`without_open_line_end`, in the graph)."""
+import numpy as np
+import tensorflow as tf
+
+
+def without_open_line_end(texts, ids, eos_id):
+    """Prompt ids without the end-of-line id of an unfinished last line.
+
+    Args:
+        texts: the prompts, a scalar or 1-D tf.string tensor.
+        ids: their ids, a 1-D tensor (scalar `texts`) or a ragged `[B, None]`.
+        eos_id: the tokenizer's end-of-line id (-1: none, nothing dropped).
+
+    Returns:
+        `ids` of the same kind, the last id dropped from each row of more than
+        one id that ends in `eos_id` while its text does not end in a newline.
+    """
+    texts = tf.convert_to_tensor(texts, tf.string)
+    scalar = not isinstance(ids, tf.RaggedTensor)
+    if scalar:
+        texts = tf.reshape(texts, [1])
+        ids = tf.RaggedTensor.from_tensor(tf.expand_dims(ids, 0))
+    lengths = ids.row_lengths()
+    # Each row's last id; an empty row reads the -1 appended (no gather out of range).
+    flat = tf.concat([ids.flat_values, tf.constant([-1], ids.dtype)], 0)
+    appended = tf.shape(flat, out_type=lengths.dtype)[0] - 1
+    last = tf.gather(flat, tf.where(lengths > 0, ids.row_limits() - 1, appended))
+    size = tf.strings.length(texts)
+    last_byte = tf.strings.substr(texts, tf.maximum(size - 1, 0), tf.ones_like(size))
+    ends_line = tf.equal(last_byte, "\n")
+    drop = (lengths > 1) & tf.equal(last, tf.cast(eos_id, last.dtype)) & ~ends_line
+    keep = tf.ragged.range(lengths) < tf.expand_dims(lengths - tf.cast(drop, lengths.dtype), 1)
+    ids = tf.ragged.boolean_mask(ids, keep)
+    return ids.flat_values if scalar else ids
+
+
+def prompt_ids(tokenizer, prompt):
+    """The ids `tokenizer` gives `prompt`, read as `without_open_line_end` says.
+
+    Args:
+        tokenizer: a `txl_tf.text` tokenizer.
+        prompt: the prompt text.
+
+    Returns:
+        A 1-D int32 numpy array.
+    """
+    ids = np.asarray(tokenizer.encode(prompt), np.int32)
+    eos = getattr(tokenizer, "eos_id", -1)
+    return np.asarray(without_open_line_end(prompt, tf.constant(ids), eos))
