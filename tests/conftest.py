@@ -43,7 +43,7 @@ MODULE_SECONDS = {
     "test_decoder": 66, "test_classifier": 64, "test_export_job": 46, "test_docs": 40,
     "test_training_resume": 42, "test_bad_inputs": 39, "test_decode_cache_export": 37,
     "test_classifier_export": 34, "test_training_recl": 29,
-    "test_sessions": 29, "test_training_classify": 28, "test_transformer_xl_presets": 28,
+    "test_sessions": 29, "test_training_classify": 28, "test_transformer_xl_presets": 34,
     "test_training_generate": 27, "test_lora_int8": 26, "test_onnx_without_tensorflow": 26,
     "test_evaluate": 26, "test_learning": 23, "test_attention_types": 21, "test_demo": 19,
     "test_training_multiworker": 19, "test_kv_cache": 19, "test_convert": 18,

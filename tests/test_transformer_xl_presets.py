@@ -74,6 +74,13 @@ def test_named_presets_build_the_papers_configurations_without_weights():
         TransformerXLCausalLM.from_preset("enwik9_base")
 
 
+def test_a_file_given_for_a_preset_is_named(model_dir):
+    # keras-hub said "Preset .../config.json has no config.json".
+    for loader in (TransformerXLCausalLM, TransformerXLBackbone):
+        with pytest.raises(PresetError, match=r"config.json' is a file: pass its folder"):
+            loader.from_preset(f"{model_dir}/config.json")
+
+
 def test_the_backbone_config_round_trips_and_names_the_papers_fields():
     cfg = TransformerXLConfig.preset("tiny", n_token=40, cutoffs=[20], div_val=2, untie_r=True,
                                      same_length=True, clamp_len=5)
@@ -194,3 +201,125 @@ def test_a_model_converted_from_the_hugging_face_port_loads_as_a_preset(tmp_path
     out_ids = again.generate(padded, stop_token_ids=None)["token_ids"][0, 6:]
     decoder = Decoder(core)
     np.testing.assert_array_equal(out_ids, decoder.generate(prompt, 14, temperature=0).ids[0])
+
+
+def test_the_tokenizer_and_preprocessor_load_from_a_preset_alone(model_dir, tmp_path):
+    # TransformerXLTokenizer had no backbone_cls: keras-hub's from_preset
+    # found no tokenizer class for the preset ("Unable to find a subclass of
+    # Tokenizer that is compatible with TransformerXLBackbone").
+    from txl_tf.models.transformer_xl import TransformerXLCausalLMPreprocessor
+    TransformerXLCausalLM.from_preset(model_dir).save_to_preset(str(tmp_path / "preset"))
+    expected = ByteTokenizer().encode("import os").tolist()
+    for loader in (TransformerXLTokenizer, keras_hub.tokenizers.Tokenizer):
+        tokenizer = loader.from_preset(str(tmp_path / "preset"))
+        assert type(tokenizer) is TransformerXLTokenizer
+        assert tokenizer.tokenize("import os").numpy().tolist() == expected
+    for loader in (TransformerXLCausalLMPreprocessor, keras_hub.models.CausalLMPreprocessor):
+        assert type(loader.from_preset(str(tmp_path / "preset"))) is \
+            TransformerXLCausalLMPreprocessor
+
+
+def test_a_preset_whose_vocabulary_is_not_the_models_is_refused(model_dir, tmp_path):
+    """A preset's tokenizer files of another vocabulary (another size, or the
+    size but not the fingerprint the config records) loaded silently and
+    gave other ids, as a model directory's `vocab/` does not."""
+    import shutil
+
+    from txl_tf.errors import ModelDirError
+    from txl_tf.text.char import CharTokenizer
+    TransformerXLCausalLM.from_preset(model_dir).save_to_preset(str(tmp_path / "preset"))
+    same_size = CharTokenizer([chr(c) for c in range(256)], unk_char=None)
+    for name, other, message in [("bigger", WordTokenizer(["<unk>", "<eos>", "a"]),
+                                  "size mismatch: .* has 3 tokens, the model has n_token=256"),
+                                 ("same_size", same_size, "not the vocabulary the model was "
+                                                          "trained with")]:
+        preset = shutil.copytree(tmp_path / "preset", tmp_path / name)
+        shutil.rmtree(preset / "assets" / "tokenizer")
+        other.save(preset / "assets" / "tokenizer")
+        with pytest.raises(ModelDirError, match=message):
+            TransformerXLCausalLM.from_preset(str(preset))
+        causal_lm = keras_hub.models.CausalLM.from_preset(str(preset))  # keras-hub's own
+        with pytest.raises(ModelDirError, match=message):
+            causal_lm.generate("a", max_length=4)
+        with pytest.raises(ModelDirError, match=message):
+            causal_lm.fit(["a a"], verbose=0)
+
+
+def test_a_preset_saved_under_mixed_precision_loads(tmp_path):
+    # keras-hub's loader took the saved policy's name for a dtype:
+    # "ValueError: Invalid dtype: mixed_bfloat16". A float preset loads
+    # under the global policy (keras-hub's rule), and so does this one.
+    # `sequence_length` was refused for a keras-hub folder ("unknown arguments").
+    cfg = TransformerXLConfig.preset("tiny", n_token=256, tgt_len=4)
+    causal_lm = TransformerXLCausalLM(
+        TransformerXLBackbone(**cfg.to_dict(), dtype="mixed_bfloat16"),
+        preprocessor=TransformerXLCausalLM.preprocessor_cls(TransformerXLTokenizer(ByteTokenizer()),
+                                                            sequence_length=8))
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    again = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"), sequence_length=5)
+    assert again.core.dtype_policy.name == keras.config.dtype_policy().name
+    assert again.preprocessor.sequence_length == 5
+    bf16 = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"), dtype="mixed_bfloat16")
+    np.testing.assert_array_equal(scores(bf16), scores(causal_lm))
+
+
+@pytest.mark.parametrize("kind", ["byte", "char", "word", "sentencepiece"])
+def test_random_models_round_trip_through_a_preset_bitwise(kind, tmp_path):
+    """A seeded random small model and vocabulary of each kind, saved with
+    `save_to_preset`, comes back through every keras-hub loader: the same
+    config, lengths, log-probs (bitwise), vocabulary and ids, also after the
+    seed is set again (tf.random.set_seed dropped SentencePiece's model)."""
+    import random
+
+    from txl_tf.models.transformer_xl import TransformerXLCausalLMPreprocessor
+    from txl_tf.text import CharTokenizer, SentencePieceTokenizer
+    seed = ["byte", "char", "word", "sentencepiece"].index(kind)
+    rng = random.Random(seed)
+    texts = ["the cat sat on the mat\n", "  def f(a, b):\n", "a dog ran to the old tree"]
+    inner = {"byte": ByteTokenizer, "char": lambda: CharTokenizer.build("".join(texts)),
+             "word": lambda: WordTokenizer.build("".join(texts)),
+             "sentencepiece": lambda: SentencePieceTokenizer.train(texts=texts * 8,
+                                                                   vocab_size=300)}[kind]()
+    n_token = inner.vocab_size
+    cutoffs = sorted(rng.sample(range(2, n_token - 1), rng.randint(0, 2)))
+    cfg = TransformerXLConfig(
+        n_token=n_token, n_layer=rng.randint(1, 2), d_model=rng.choice([8, 16]),
+        n_head=rng.randint(1, 3), d_head=4, d_inner=16, cutoffs=cutoffs,
+        div_val=rng.choice([1, 2]) if cutoffs else 1, tie_weight=rng.random() < 0.7,
+        untie_r=rng.random() < 0.5, pre_lnorm=rng.random() < 0.5, dropout=0.0,
+        tgt_len=rng.randint(1, 6), mem_len=rng.randint(0, 6), clamp_len=rng.choice([-1, 3]),
+        same_length=rng.random() < 0.5, init_std=0.3)
+    dtype = "mixed_bfloat16" if seed % 2 else None
+    keras.utils.set_random_seed(seed)
+    tokenizer = TransformerXLTokenizer(inner)
+    causal_lm = TransformerXLCausalLM(
+        TransformerXLBackbone(**cfg.to_dict(), dtype=dtype),
+        TransformerXLCausalLMPreprocessor(tokenizer, sequence_length=rng.randint(4, 12)),
+        mem_len=rng.randint(0, 6), segment_len=rng.randint(1, 4))
+    lengths = [rng.randint(1, 6) for _ in range(3)]
+    ids = np.array([[rng.randrange(n_token) for _ in range(6)] for _ in lengths], np.int32)
+    inputs = {"token_ids": ids, "padding_mask": (np.arange(6) < np.c_[lengths]).astype(np.int32)}
+    expected = causal_lm(inputs).numpy()
+    words = tokenizer.tokenize(texts).to_list()
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    keras.utils.set_random_seed(seed + 1)
+    policy = {"dtype": causal_lm.backbone.dtype_policy.name}
+    # keras-hub's rule: a preset loads under the global policy unless told
+    assert TransformerXLCausalLM.from_preset(str(tmp_path / "preset")).core.compute_dtype == \
+        keras.config.dtype_policy().compute_dtype
+    loaders = [TransformerXLCausalLM.from_preset] + (
+        [] if dtype else [keras_hub.models.CausalLM.from_preset])  # keras-hub's fails on mixed
+    for load in loaders:
+        again = load(str(tmp_path / "preset"), **policy)
+        np.testing.assert_array_equal(again(inputs).numpy(), expected)
+        assert again.backbone.config == cfg
+        assert (again.mem_len, again.segment_len, again.preprocessor.sequence_length) == \
+            (causal_lm.mem_len, causal_lm.segment_len, causal_lm.preprocessor.sequence_length)
+        assert again.preprocessor.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
+    backbone = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"), **policy)
+    np.testing.assert_array_equal(backbone(inputs).numpy(), causal_lm.backbone(inputs).numpy())
+    for load in (TransformerXLTokenizer.from_preset, keras_hub.tokenizers.Tokenizer.from_preset,
+                 lambda p: keras_hub.models.CausalLMPreprocessor.from_preset(p).tokenizer):
+        again = load(str(tmp_path / "preset"))
+        assert again.inner.fingerprint() == inner.fingerprint()
+        assert again.tokenize(texts).to_list() == words == tokenizer.tokenize(texts).to_list()

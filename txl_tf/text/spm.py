@@ -85,8 +85,16 @@ class SentencePieceTokenizer(Tokenizer):
         return len(self.pieces)
 
     def _tf_tokenizer(self) -> tf_text.SentencepieceTokenizer:
-        if self._tokenizer is None:
-            with tf.init_scope():
+        # The model's resource belongs to a cached kernel, which
+        # `tf.random.set_seed` (so `keras.utils.set_random_seed`) drops with
+        # TensorFlow's caches: a tokenizer made before is then made again.
+        with tf.init_scope():
+            if self._tokenizer is not None:
+                try:
+                    self._tokenizer.tokenize(tf.constant([""]))
+                except tf.errors.NotFoundError:
+                    self._tokenizer = None
+            if self._tokenizer is None:
                 self._tokenizer = tf_text.SentencepieceTokenizer(
                     model=self.model_proto, out_type=tf.int32)
         return self._tokenizer

@@ -230,13 +230,29 @@ def load_vocab(vocab_dir, config):
         tokenizer = load_tokenizer(vocab_dir)
     except (OSError, ValueError, KeyError) as err:
         raise ModelDirError(f"cannot read the vocabulary in {vocab_dir}: {err}") from None
+    return check_vocab(tokenizer, config, vocab_dir)
+
+
+def check_vocab(tokenizer, config, where):
+    """Refuses a tokenizer that is not the model's vocabulary.
+
+    Args:
+        tokenizer: a `txl_tf.text.Tokenizer`.
+        config: the model's `TransformerXLConfig`.
+        where: where the tokenizer came from, for the message.
+
+    Returns:
+        `tokenizer`, of `n_token` entries and, where the config records one,
+        of the fingerprint of the vocabulary the model was trained with
+        (else a `ModelDirError`).
+    """
     if tokenizer.vocab_size != config.n_token:
-        raise ModelDirError(f"vocabulary/model size mismatch: {vocab_dir} has "
+        raise ModelDirError(f"vocabulary/model size mismatch: {where} has "
                             f"{tokenizer.vocab_size} tokens, the model has "
                             f"n_token={config.n_token}")
     expected = config.vocab_fingerprint
     if expected is not None and tokenizer.fingerprint() != expected:
-        raise ModelDirError(f"{vocab_dir} is not the vocabulary the model was trained with "
+        raise ModelDirError(f"{where} is not the vocabulary the model was trained with "
                             f"(fingerprint {tokenizer.fingerprint()}; the model's config "
                             f"records {expected})")
     return tokenizer

@@ -50,6 +50,9 @@ def local_source(preset, load_weights):
                 f"weights with `txl-convert` and pass the model directory it writes")
         return LocalPreset(TransformerXLConfig.preset(preset), None, False)
     preset = shipped_model_dir(preset) or preset
+    if os.path.isfile(preset):  # keras-hub: "Preset <file> has no config.json"
+        raise PresetError(f"preset {preset!r} is a file: pass its folder (a keras-hub preset "
+                          f"or a model directory)")
     if os.path.isdir(preset) and not _is_keras_hub_folder(preset):
         source = model_dir.resolve(preset)
         return LocalPreset(model_dir.load_config(source), source, bool(load_weights))
@@ -58,6 +61,26 @@ def local_source(preset, load_weights):
                           f"shipped model ({', '.join(sorted(SHIPPED))}) and no such folder "
                           f"(a keras-hub preset or a model directory)")
     return None
+
+
+def keras_hub_dtype(preset, kwargs):
+    """`kwargs` for keras-hub's `from_preset` of `preset`, with `dtype` set
+    to the global policy where the preset was saved under a mixed one (e.g.
+    `mixed_bfloat16`): keras-hub loads a preset saved under a float policy
+    under the global policy, but takes a mixed policy's name for a dtype and
+    fails ("Invalid dtype: mixed_bfloat16")."""
+    import keras
+    if kwargs.get("dtype") is not None or "://" in os.fspath(preset):
+        return kwargs
+    try:
+        with open(os.path.join(preset, "config.json"), encoding="utf-8") as f:
+            saved = json.load(f).get("config", {}).get("dtype")
+    except (OSError, ValueError, AttributeError):
+        return kwargs  # keras-hub says what is wrong with the folder
+    name = saved.get("config", {}).get("name") if isinstance(saved, dict) else None
+    if isinstance(name, str) and name.startswith("mixed_"):
+        return {**kwargs, "dtype": keras.config.dtype_policy()}
+    return kwargs
 
 
 def backbone_from(cls, found, **kwargs):

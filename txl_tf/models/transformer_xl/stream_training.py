@@ -217,6 +217,7 @@ class StreamTraining:
     def fit(self, x=None, y=None, batch_size=None, shuffle=False, **kwargs):
         """keras-hub's `fit`; stream batches (see `document_dataset`) carry
         the memory from batch to batch, in order (never shuffled)."""
+        self.check_vocabulary()
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)):
             validation = validation[0]
@@ -251,6 +252,7 @@ class StreamTraining:
         """keras-hub's `evaluate`; stream batches are read from an empty
         evaluation memory, carried from batch to batch (training's memory
         is left as it is; `fit`'s validation comes here too)."""
+        self.check_vocabulary()
         if not self.is_stream(x):
             self._set_streaming(False)
             with input_errors():
@@ -264,6 +266,7 @@ class StreamTraining:
     def predict(self, x=None, batch_size=None, **kwargs):
         """keras-hub's `predict`; stream batches give log-probs `[B, T,
         n_token]`, read from an empty evaluation memory."""
+        self.check_vocabulary()
         if not self.is_stream(x):
             self._set_streaming(False)
             with input_errors():
@@ -294,6 +297,7 @@ class StreamTraining:
         from txl_tf.data.documents import document_segments
         if any(isinstance(d, (str, bytes)) for d in documents):
             tokenizer = getattr(self.preprocessor, "tokenizer", None)
+            self.check_vocabulary()
             if tokenizer is None:
                 raise TxlError("documents as text need a preprocessor with a tokenizer; "
                                "give ids, or build the model with a preprocessor")

@@ -10,6 +10,7 @@ import tensorflow as tf
 from txl_tf.checks.inputs import InputError, out_of_range_message
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
+from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
 from txl_tf.models.transformer_xl import presets
@@ -18,6 +19,7 @@ from txl_tf.models.transformer_xl.transformer_xl_backbone import TransformerXLBa
 from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
     TransformerXLCausalLMPreprocessor)
 from txl_tf.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
+from txl_tf.weights import model_dir
 
 _RING = ("mems", "keys", "values", "valid", "row_slot")
 
@@ -75,6 +77,24 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         self.segment_len = check_count(
             "segment_len", cfg.tgt_len if segment_len is None else segment_len, low=1)
         self._init_streams()
+        self._checked_vocabulary = Untracked(None)
+        self.check_vocabulary()
+
+    def check_vocabulary(self):
+        """Refuses a preprocessor whose tokenizer is not the model's
+        vocabulary (`n_token` entries; the config's `vocab_fingerprint` where
+        it records one): keras-hub's `from_preset` and `.keras` files load the
+        tokenizer's files after the model, and one swapped there would give
+        other ids. `generate`, `fit`, `evaluate`, `predict` and
+        `document_dataset` check again, once per tokenizer.
+
+        Raises:
+            ModelDirError: the tokenizer is of another size or vocabulary.
+        """
+        inner = getattr(getattr(self.preprocessor, "tokenizer", None), "inner", None)
+        if inner is not None and inner is not self._checked_vocabulary.value:
+            model_dir.check_vocab(inner, self.core.config, "the preprocessor's tokenizer")
+            self._checked_vocabulary = Untracked(inner)
 
     @property
     def core(self):
@@ -97,7 +117,13 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         """
         found = presets.local_source(preset, load_weights)
         if found is None:
-            return super().from_preset(preset, load_weights=load_weights, **kwargs)
+            sequence_length = kwargs.pop("sequence_length", None)
+            model = super().from_preset(preset, load_weights=load_weights,
+                                        **presets.keras_hub_dtype(preset, kwargs))
+            if sequence_length is not None and model.preprocessor is not None:
+                model.preprocessor.sequence_length = sequence_length
+            model.check_vocabulary()
+            return model
         sequence_length = kwargs.pop("sequence_length", found.config.tgt_len)
         dtype = {"dtype": kwargs.pop("dtype")} if "dtype" in kwargs else {}
         backbone = presets.backbone_from(TransformerXLBackbone, found, **dtype)
@@ -296,6 +322,7 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         `stop_token_ids="auto"` means none: the paper's vocabularies have no
         end token (a word model's `<eos>` ends a line, not the text)."""
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
+        self.check_vocabulary()
         if stop_token_ids == "auto":
             tokenizer = getattr(self.preprocessor, "tokenizer", None)
             end = getattr(tokenizer, "end_token_id", None)

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.errors import TxlError
+from txl_tf.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
 from txl_tf.text.base import CONFIG_FILE, Tokenizer, load_tokenizer
 
 
@@ -24,6 +25,8 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
     word vocabularies) is text, so `generate` stops only at the
     `stop_token_ids` it is given.
     """
+
+    backbone_cls = TransformerXLBackbone  # keras-hub's from_preset finds the class by it
 
     def __init__(self, tokenizer=None, **kwargs):
         super().__init__(**kwargs)
