@@ -27,14 +27,21 @@ from txl_tf.layers.memory import Memory
 class Decoder:
     """Generates from a `TransformerXL` core.
 
-    mem_len: memory looked back on (default the config's); segment_len: how
-    much of a prompt is read per call (default the config's `tgt_len`);
-    jit_compile: compile with XLA the whole decode loop (once per batch
-    size, memory length, ids buffer and span of the memory in use: powers
-    of two >= 8) and the first segment of new prompts (once per batch size
-    and power of two of lengths); other reads stay uncompiled. False
-    compiles nothing whole (the ring's in-place slot writes still run as
-    small XLA kernels).
+    Args:
+        core: the `TransformerXL` to decode with (a Keras model's is its
+            `.core`).
+        mem_len: memory looked back on (None: the config's `mem_len`).
+        segment_len: how much of a prompt is read per call (None: the
+            config's `tgt_len`).
+        jit_compile: compile with XLA the whole decode loop (once per batch
+            size, memory length, ids buffer and span of the memory in use:
+            powers of two >= 8) and the first segment of new prompts (once
+            per batch size and power of two of lengths); other reads stay
+            uncompiled. False compiles nothing whole (the ring's in-place
+            slot writes still run as small XLA kernels).
+
+    Raises:
+        TxlError: `core` is not a `TransformerXL`, or a bad count or flag.
     """
 
     def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
@@ -57,10 +64,20 @@ class Decoder:
         self._read_cached = tf.function(self._read_cached_graph, reduce_retracing=True)
 
     def generate(self, prompts, max_new_tokens, **options):
-        """Continues each prompt by up to `max_new_tokens` ids; a `Generation`.
+        """Continues each prompt by up to `max_new_tokens` ids.
 
-        prompts: a list of 1-D id sequences of any lengths (or a `[B, L]`
-        array); each row gets what it would get alone. Options:
+        Args:
+            prompts: a list of 1-D id sequences of any lengths (or a `[B, L]`
+                array; None with `resume`); each row gets what it would get
+                alone.
+            max_new_tokens: the most ids added to each row.
+            **options: see below.
+
+        Returns:
+            A `Generation`: `ids` and `log_probs` `[B, max_new_tokens]`,
+            `lengths` `[B]`, `memory`, `state`.
+
+        Options:
         segment_len (the decoder's: prompt positions read per call);
         temperature (1.0; 0 is greedy), top_k (0), top_p (1.0),
         repetition_penalty (1.0): see `txl_tf.generation.sampling.Sampling`; seed: an int
@@ -78,13 +95,38 @@ class Decoder:
 
     # --------------------------------------------------- backend interface
     def initial_memory(self, batch_size):
+        """An empty memory (no valid slot) of `mem_len` slots.
+
+        Args:
+            batch_size: rows, an int.
+
+        Returns:
+            A `Memory` (`TransformerXL.initial_memory`): `mems`
+            `[n_layer, B, mem_len, d_model]`, `mem_mask` `[B, mem_len]`.
+        """
         return self.core.initial_memory(batch_size, mem_len=self.mem_len)
 
     def check_memory(self, memory, batch_size):
+        """Raises a `TxlError` unless `memory` fits the core and `batch_size`.
+
+        Args:
+            memory: a `Memory` (or `(mems, mem_mask)`).
+            batch_size: the rows it must have.
+        """
         cfg = self.core.config
         check_memory(_tensors(memory), cfg.n_layer, cfg.d_model, batch_size)
 
     def step_last(self, ids, memory):
+        """Reads a segment on `memory`; only the last position is projected.
+
+        Args:
+            ids: `[B, T]` int ids.
+            memory: a `Memory` of `B` rows.
+
+        Returns:
+            `(log_probs, memory)`: numpy `[B, V]` log-probs after each row's
+            last id, and the new `Memory`.
+        """
         memory = _tensors(memory)
         self.check_memory(memory, len(ids))  # the graph cannot name it
         if not memory.mem_mask.numpy().any():
@@ -106,22 +148,60 @@ class Decoder:
 
     @staticmethod
     def take(memory, rows):
+        """The memory of `rows` (ints, in that order), as one `Memory`.
+
+        Args:
+            memory: a `Memory`.
+            rows: row indices.
+
+        Returns:
+            A `Memory` of `len(rows)` rows.
+        """
         rows = tf.constant(np.asarray(rows, np.int32))
         return Memory(tf.gather(memory.mems, rows, axis=1), tf.gather(memory.mem_mask, rows))
 
     @staticmethod
     def split(memory):
-        """The memory of each row, in order."""
+        """The memory of each row, in order.
+
+        Args:
+            memory: a `Memory` of `B` rows.
+
+        Returns:
+            A list of `B` one-row `Memory`s.
+        """
         rows = memory.mem_mask.shape[0]
         return [Memory(*part) for part in zip(tf.split(memory.mems, rows, axis=1),
                                               tf.split(memory.mem_mask, rows, axis=0))]
 
     @staticmethod
     def concat(memories):
+        """Memories joined along the batch axis (the inverse of `split`).
+
+        Args:
+            memories: `Memory`s of the same slots.
+
+        Returns:
+            One `Memory`.
+        """
         return Memory(tf.concat([m.mems for m in memories], 1),
                       tf.concat([m.mem_mask for m in memories], 0))
 
     def decode(self, state, num_tokens, stream=None, stream_every=8):
+        """Samples `num_tokens` ids per row from a `DecodeState` (the compiled
+        loop; `generate` calls it).
+
+        Args:
+            state: the `DecodeState` to go on from.
+            num_tokens: ids to sample per row.
+            stream: None, or `callback(ids [B, c])` called with each chunk.
+            stream_every: ids per chunk when streaming.
+
+        Returns:
+            `(ids, log_probs, state)`: numpy `[B, num_tokens]` ids (rows done
+            early padded with `pad_id`) and their log-probs (0 there), and
+            the `DecodeState` to go on from.
+        """
         rows = Rows(*(tf.constant(a) for a in state.rows))
         # The decode cache: the state's own (a resume or a next turn goes on
         # from it: the compiled loop writes into a copy of it), else the
@@ -160,21 +240,54 @@ class Decoder:
 
     # ---------------------------------------- the decode cache (generation.flow)
     def read_cached(self, ids, cache):
-        """`(log-probs numpy [B, V] after each row's last id, new cache)`: a
-        segment read on a decode cache (`TransformerXL.call_with_cache`)."""
+        """A segment read on a decode cache (`TransformerXL.call_with_cache`).
+
+        Args:
+            ids: `[B, T]` int ids.
+            cache: the decode cache of `B` rows.
+
+        Returns:
+            `(log_probs, cache)`: numpy `[B, V]` log-probs after each row's
+            last id, and the new cache.
+        """
         log_probs, cache = self._read_cached(tf.constant(ids, tf.int32), cache)
         return log_probs.numpy(), cache
 
     @staticmethod
     def take_cache(cache, rows):
+        """The decode cache of `rows` (ints, in that order).
+
+        Args:
+            cache: a decode cache.
+            rows: row indices.
+
+        Returns:
+            A decode cache of `len(rows)` rows.
+        """
         rows = tf.constant(np.asarray(rows, np.int32))
         return _rows_of([cache], lambda parts: tf.gather(parts[0], rows))
 
     @staticmethod
     def concat_caches(caches):
+        """Decode caches joined along the batch axis.
+
+        Args:
+            caches: decode caches of the same slots.
+
+        Returns:
+            One decode cache.
+        """
         return _rows_of(caches, lambda parts: tf.concat(parts, 0))
 
     def cache_memory(self, cache):
+        """The `Memory` a decode cache holds (`TransformerXL.cache_memory`).
+
+        Args:
+            cache: a decode cache.
+
+        Returns:
+            A `Memory`.
+        """
         return self.core.cache_memory(cache)
 
     # -------------------------------------------------------------- graphs
