@@ -20,12 +20,15 @@ TIE_TOLERANCE = 1e-4
 class Sampling:
     """How the next token is chosen.
 
-    temperature: 0 is greedy; otherwise log-probs are divided by it.
-    top_k: sample among the k most likely tokens (0: no limit).
-    top_p: sample from the smallest set of most likely tokens whose
-        probability reaches top_p (1: no limit); applied after top_k.
-    repetition_penalty: >= 1; the log-probs of ids already in this call's
-        prompt or output are multiplied by it (CTRL's rule for logits <= 0).
+    Args:
+        temperature: 0 is greedy; otherwise log-probs are divided by it
+            (default 1.0).
+        top_k: sample among the k most likely tokens (0: no limit).
+        top_p: sample from the smallest set of most likely tokens whose
+            probability reaches top_p (1: no limit); applied after top_k.
+        repetition_penalty: >= 1; the log-probs of ids already in this
+            call's prompt or output are multiplied by it (CTRL's rule for
+            logits <= 0; default 1.0).
     """
 
     temperature: float = 1.0
@@ -34,7 +37,14 @@ class Sampling:
     repetition_penalty: float = 1.0
 
     def checked(self, n_token):
-        """Raises ValueError naming a bad setting; returns self."""
+        """Raises a `TxlError` (a ValueError) naming a bad setting.
+
+        Args:
+            n_token: the vocabulary size (`top_k`'s upper bound).
+
+        Returns:
+            self.
+        """
         t, k, p, r = self.temperature, self.top_k, self.top_p, self.repetition_penalty
         if isinstance(t, bool) or not isinstance(t, (int, float, np.number)) \
                 or not 0 <= t < float("inf"):
