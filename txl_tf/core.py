@@ -40,6 +40,10 @@ class TransformerXL(keras.layers.Layer):
     The memory length is whatever the given memory has (0 allowed), so a
     model trained with one `mem_len` evaluates with another. Weights are
     created at construction; variable names follow the paper's TF code.
+
+    Args:
+        config: a `TransformerXLConfig`, or a dict of its fields.
+        **kwargs: Keras layer arguments (`name`, `dtype`, ...).
     """
 
     def __init__(self, config, **kwargs):

@@ -55,16 +55,31 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     through the memory (docs/classification.md, "Memory
     reach").
 
-    `backbone` is a `TransformerXLConfig` or dict (fresh weights) or a
-    `TransformerXL` core (pretrained: its weights are fine-tuned). Its
-    language-model softmax is unused and frozen. `segment_len` and `mem_len`
-    default to the config's `tgt_len` and `mem_len`; `head_dropout` to its
-    `dropout`. `dtype` (a Keras dtype policy, or "auto": the fastest for the
-    hardware, as for `TransformerXLLM`) applies to backbone and head alike:
-    a fresh backbone and `from_model_dir`'s are built under it; a core passed
-    in keeps its own policy, which is the model's when `dtype` is left out,
-    and a different `dtype` is a ValueError (the core is not rebuilt behind
-    the caller's back). Logits are float32 under any policy.
+    The core's language-model softmax is unused and frozen. Logits are
+    float32 under any dtype policy.
+
+    Args:
+        backbone: a `TransformerXLConfig` or dict (fresh weights) or a
+            `TransformerXL` core (pretrained: its weights are fine-tuned).
+        num_classes: classes, an int >= 2.
+        segment_len: positions read per segment (None: the config's
+            `tgt_len`).
+        mem_len: memory slots carried between segments (None: the config's
+            `mem_len`; 0 allowed).
+        head_dropout: dropout before the head, in [0, 1) (None: the
+            config's `dropout`).
+        label_names: None, or one name per class.
+        grad_segments: the last segments gradients flow through (default 1).
+        **kwargs: Keras model arguments. `dtype` (a Keras dtype policy, or
+            "auto": the fastest for the hardware, as for `TransformerXLLM`)
+            applies to backbone and head alike: a fresh backbone and
+            `from_model_dir`'s are built under it; a core passed in keeps
+            its own policy, which is the model's when `dtype` is left out,
+            and a different `dtype` is a `TxlError` (the core is not rebuilt
+            behind the caller's back).
+
+    Raises:
+        TxlError: a bad count, dropout, label list or dtype.
     """
 
     def __init__(self, backbone, num_classes, segment_len=None, mem_len=None,

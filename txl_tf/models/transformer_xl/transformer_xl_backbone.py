@@ -56,6 +56,15 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
                                      n_head=4, d_head=32, d_inner=512)
     hidden = backbone({"token_ids": ids, "padding_mask": ids >= 0})
     ```
+
+    Args:
+        n_token: the vocabulary size.
+        dtype: a Keras dtype policy (None: the global one).
+        **kwargs: the other fields of `TransformerXLConfig`, and `name`,
+            `trainable`.
+
+    Raises:
+        ConfigError: an argument that is no config field, or a bad value.
     """
 
     def __init__(self, n_token, dtype=None, **kwargs):
