@@ -189,10 +189,26 @@ class TransformerXLConfig:
 
     # ------------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
+        """The config as a dict.
+
+        Returns:
+            A dict of every field (`from_dict`'s input).
+        """
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "TransformerXLConfig":
+        """A config from a dict of its fields.
+
+        Args:
+            values: field name -> value; `n_token` required.
+
+        Returns:
+            The `TransformerXLConfig`.
+
+        Raises:
+            ConfigError: an unknown field, no `n_token`, or a bad value.
+        """
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -202,6 +218,14 @@ class TransformerXLConfig:
         return cls(**values)
 
     def to_json(self, path: Optional[str] = None) -> str:
+        """The config as JSON (keys sorted, indented).
+
+        Args:
+            path: None, or a file to write it to as well.
+
+        Returns:
+            The JSON text.
+        """
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
@@ -210,6 +234,14 @@ class TransformerXLConfig:
 
     @classmethod
     def from_json(cls, text_or_path: str) -> "TransformerXLConfig":
+        """A config from JSON (`to_json`'s).
+
+        Args:
+            text_or_path: JSON text (starting with `{`) or a file's path.
+
+        Returns:
+            The `TransformerXLConfig`.
+        """
         text = text_or_path
         if not text_or_path.lstrip().startswith("{"):
             with open(text_or_path, encoding="utf-8") as f:
@@ -219,7 +251,17 @@ class TransformerXLConfig:
     def replace(self, **changes: Any) -> "TransformerXLConfig":
         """A copy with some fields changed (validated). Derived defaults follow:
         `d_embed` tracks `d_model` if it was equal to it, and `tie_projs` is
-        re-derived when `cutoffs` change, unless they are given too."""
+        re-derived when `cutoffs` change, unless they are given too.
+
+        Args:
+            **changes: field name -> new value.
+
+        Returns:
+            The new `TransformerXLConfig`.
+
+        Raises:
+            ConfigError: an unknown field or a bad value.
+        """
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
             raise ConfigError(f"unknown config fields: {unknown}")
@@ -232,7 +274,18 @@ class TransformerXLConfig:
     # ---------------------------------------------------------------- presets
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TransformerXLConfig":
-        """A named configuration (see `PRESETS`), optionally with overrides."""
+        """A named configuration (see `PRESETS`), optionally with overrides.
+
+        Args:
+            name: a key of `PRESETS`.
+            **overrides: field name -> value, over the preset's.
+
+        Returns:
+            The `TransformerXLConfig`.
+
+        Raises:
+            ConfigError: an unknown preset or a bad override.
+        """
         if name not in PRESETS:
             raise ConfigError(
                 f"unknown preset {name!r}; known presets: {sorted(PRESETS)}")
