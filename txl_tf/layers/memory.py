@@ -10,11 +10,13 @@ from txl_tf.errors import TxlError
 class Memory(NamedTuple):
     """Segment-level recurrence state, batch-major.
 
-    mems: float32 `[n_layer, B, M, d_model]`; `mems[i]` holds the inputs of
-        layer i (layer 0: the embedding output) at the last M positions.
-    mem_mask: bool `[B, M]`; True where a slot holds a real state. Invalid
-        slots are never attended, so an all-invalid memory is exactly "no
-        history".
+    Args:
+        mems: float32 `[n_layer, B, M, d_model]`; `mems[i]` holds the inputs
+            of layer i (layer 0: the embedding output) at the last M
+            positions.
+        mem_mask: bool `[B, M]`; True where a slot holds a real state.
+            Invalid slots are never attended, so an all-invalid memory is
+            exactly "no history".
     """
 
     mems: tf.Tensor

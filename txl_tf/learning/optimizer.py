@@ -18,4 +18,9 @@ from txl_tf.keras_support.keras_compat import AppliedStepBiasCorrection, ClipAft
 class ReplicaClippedAdam(ClipAfterReplicaSum, AppliedStepBiasCorrection, keras.optimizers.Adam):
     """`keras.optimizers.Adam` with `global_clipnorm` applied after the
     cross-replica gradient sum, whose bias correction skips the steps that
-    float16 loss scaling skipped (see the module docstring)."""
+    float16 loss scaling skipped (see the module docstring).
+
+    Args:
+        **kwargs: those of `keras.optimizers.Adam` (`learning_rate`,
+            `beta_1`, `beta_2`, `epsilon`, `global_clipnorm`, ...).
+    """

@@ -24,13 +24,23 @@ def default_warmup_steps(total_steps):
 class WarmupCosineDecay(keras.optimizers.schedules.CosineDecay):
     """`peak * step / warmup_steps` during warm-up, then cosine decay from
     `peak` to `peak * min_lr_ratio` at `total_steps` (constant after).
-    `warmup_steps=None` is `default_warmup_steps(total_steps)`; 0 is none.
 
     This is the paper's TF code (`tf.train.cosine_decay(peak, step - warmup,
     total - warmup, alpha=min_lr_ratio)` after warm-up; `step` is the number
     of updates already applied) in the arguments of the training job, over
     Keras's `CosineDecay` with `warmup_target`: tests/test_schedule.py shows the
     two equal at every step within 1 float32 ulp.
+
+    Args:
+        peak_learning_rate: the rate warm-up reaches, > 0.
+        total_steps: updates over the whole run, > 0.
+        warmup_steps: in [0, total_steps] (None:
+            `default_warmup_steps(total_steps)`; 0: no warm-up).
+        min_lr_ratio: the final rate over the peak, in [0, 1].
+        name: the schedule's name.
+
+    Raises:
+        TxlError: a value out of its range.
     """
 
     def __init__(self, peak_learning_rate, total_steps, warmup_steps=None, min_lr_ratio=0.004,
