@@ -71,13 +71,18 @@ __all__ = sorted([*_SOURCES, "open_runtime"])
 def open_runtime(path, device="auto", backend="auto", **options):
     """Opens an exported model for inference.
 
-    `path` is a `.onnx` file, a SavedModel directory, or an export output
-    directory holding `model.onnx` and/or `saved_model/` (`backend` picks:
-    `auto` prefers ONNX, else `onnx` or `saved_model`). `device` is `auto`
-    (CUDA when available), `cuda`/`gpu` (falls back to the CPU with a warning)
-    or `cpu`. Extra `options` go to the backend (`io_binding`,
-    `session_options`, `low_memory` for ONNX: `export.onnx_runtime.OnnxRuntime`).
-    Returns a `Runtime`.
+    Args:
+        path: a `.onnx` file, a SavedModel directory, or an export output
+            directory holding `model.onnx` and/or `saved_model/`.
+        device: `auto` (CUDA when available), `cuda`/`gpu` (falls back to
+            the CPU with a warning) or `cpu`.
+        backend: which artefact of a directory: `auto` (prefers ONNX),
+            `onnx` or `saved_model`.
+        **options: go to the backend (`io_binding`, `session_options`,
+            `low_memory` for ONNX: `export.onnx_runtime.OnnxRuntime`).
+
+    Returns:
+        A `Runtime`.
     """
     # Here, above the backends (which build on export.runtime), and imported
     # when called, so that `import export` stays light.

@@ -30,9 +30,22 @@ def external_data_file(path):
 
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
                     memory_layout="layer_major", cache_dtype="float32", decode_dtype="float32"):
-    """String key/value pairs: config JSON, memory geometry and layout, vocabulary
-    size, the dtype of the decode cache's keys and values and the one the
-    decode graphs compute in."""
+    """The metadata an export carries.
+
+    Args:
+        config: the model's `TransformerXLConfig`.
+        mem_len: the exported memory length.
+        log_probs: `"all"` (`[B, T, n_token]`) or `"last"` (`[B, n_token]`).
+        zero_filled: whether fresh memories are zero states.
+        memory_layout: `"layer_major"` or `"batch_major"`.
+        cache_dtype: the dtype of the decode cache's keys and values.
+        decode_dtype: the dtype the decode graphs compute in.
+
+    Returns:
+        A dict of strings: config JSON, memory geometry and layout,
+        vocabulary size, those dtypes, input and output names, the txl_tf
+        version.
+    """
     import txl_tf
     return {
         CONFIG_KEY: config.to_json(),
@@ -60,7 +73,15 @@ class ExportInfo:
     """Parsed metadata: `config`, `mem_len`, `log_probs`, `zero_filled`,
     `memory_layout`, `decode_cache_layout`, `cache_dtype` (of the decode
     cache's keys and values; exports before it: float32), `decode_dtype`
-    (the decode graphs' weights and compute; exports before it: float32)."""
+    (the decode graphs' weights and compute; exports before it: float32).
+
+    Args:
+        values: the metadata, a dict of strings (`export_metadata`'s).
+
+    Raises:
+        TxlError: a classifier's or a decode interface's metadata, a
+            required key missing, or a dtype this version does not read.
+    """
 
     def __init__(self, values):
         if values.get("task") == "classification":
@@ -91,6 +112,14 @@ class ExportInfo:
 
     @classmethod
     def from_json_file(cls, path):
+        """The `ExportInfo` of a JSON file of metadata.
+
+        Args:
+            path: the file.
+
+        Returns:
+            An `ExportInfo`.
+        """
         with open(path, encoding="utf-8") as f:
             return cls(json.load(f))
 

@@ -60,19 +60,36 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
                 opset=DEFAULT_OPSET, external_data_threshold=EXTERNAL_DATA_THRESHOLD,
                 memory_layout="layer_major", weights_file=None, cache_dtype="float32",
                 decode_dtype="float32"):
-    """Writes `step` as an ONNX model and returns the list of files written.
+    """Writes `step` as an ONNX model.
 
     Inputs `token_ids` int32 `[B, T]` (range-checked in the graph), `mems`,
     `mem_mask`; outputs in this order: `log_probs`, `new_mems`,
     `new_mem_mask`; batch and segment axes dynamic; config and memory geometry
-    in `metadata_props`. Weights above `external_data_threshold` bytes go to
-    `external_data_file(path)` beside the model (ONNX external data); with a
-    `weights_file` (`write_weights_file`) the model reads them from there.
-    `memory_layout="batch_major"` makes `mems` / `new_mems`
-    `[B, n_layer, M, d_model]` (the Triton repository's model; `open_runtime`
-    reads only the default `layer_major`). `cache_dtype` and `decode_dtype`
-    are recorded for the decode graphs beside it (`export_decode_onnx`);
-    `step` is float32.
+    in `metadata_props`. `step` is float32.
+
+    Args:
+        core: the `TransformerXL` to export.
+        path: the `.onnx` file to write.
+        mem_len: memory slots, an int >= 0.
+        log_probs: `"all"` (`[B, T, n_token]`) or `"last"` (`[B, n_token]`).
+        zero_filled: whether fresh memories are zero states (recorded).
+        opset: the ONNX opset (default 17).
+        external_data_threshold: weights above this many bytes go to
+            `external_data_file(path)` beside the model (ONNX external data).
+        memory_layout: `"layer_major"` (`mems` `[n_layer, B, M, d_model]`,
+            the only one `open_runtime` reads) or `"batch_major"`
+            (`[B, n_layer, M, d_model]`, the Triton repository's model).
+        weights_file: None, or a `write_weights_file` result the model reads
+            its weights from.
+        cache_dtype: recorded for the decode graphs beside it
+            (`export_decode_onnx`).
+        decode_dtype: likewise.
+
+    Returns:
+        The list of files written.
+
+    Raises:
+        TxlError: a bad `log_probs`, `mem_len` or `memory_layout`.
     """
     check_memory_layout(memory_layout)
     if log_probs not in LOG_PROBS_MODES:

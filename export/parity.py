@@ -88,8 +88,22 @@ def max_differences(reference, other):
 
 
 def check_parity(core, runtimes, segments, tol=1e-4):
-    """Compares each runtime with the core; returns `{backend: differences}` or
-    raises `ParityError` naming the backend and the quantity that differs."""
+    """Compares each runtime with the core.
+
+    Args:
+        core: the `TransformerXL` the runtimes were exported from.
+        runtimes: `Runtime`s (non-empty; the first's `mem_len`, log-probs
+            mode and zero-filled start are used for the core too).
+        segments: int `[B, T]` arrays, read in order from a fresh memory.
+        tol: the largest absolute difference allowed (default 1e-4; a
+            16-bit decode cache or decode graph gets at least its own).
+
+    Returns:
+        `{backend: differences}` (`max_differences`).
+
+    Raises:
+        ParityError: naming the backend and the quantity that differs.
+    """
     first = runtimes[0]
     options = (first.mem_len, first.log_probs_mode, first.info.zero_filled)
     reference = core_outputs(core, segments, *options)

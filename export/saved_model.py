@@ -105,6 +105,15 @@ class ServingModule(tf.Module):
     runs the core on them through `keras.StatelessScope`: the TF1-style loaders
     of TF Serving and `saved_model_cli run` fail to find Keras 3 variables saved
     directly (keras-team/keras#19274), and plain variables restore everywhere.
+
+    Args:
+        core: the `TransformerXL` to serve.
+        mem_len: memory slots, an int >= 0.
+        log_probs: `"all"` (`[B, T, n_token]`) or `"last"` (`[B, n_token]`).
+        zero_filled: whether fresh memories are zero states.
+
+    Raises:
+        TxlError: a bad `log_probs` or `mem_len`.
     """
 
     def __init__(self, core, mem_len, log_probs="all", zero_filled=False):
@@ -142,7 +151,11 @@ class ServingModule(tf.Module):
             input_signature=decode_interface.cache_memory_specs(cfg, self.mem_len))
 
     def signatures(self):
-        """The SavedModel signature map (`serving_default` is `step`)."""
+        """The SavedModel signature map (`serving_default` is `step`).
+
+        Returns:
+            A dict: signature name -> concrete function.
+        """
         step = self.step.get_concrete_function()
         signatures = {"serving_default": step, "step": step,
                       "step_last": self.step_last.get_concrete_function(),
@@ -205,7 +218,17 @@ def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,
 
     `assets/config.json` holds the TransformerXLConfig, `assets/export_metadata.json`
     the memory geometry, and each file of `vocab_dir` is copied into `assets/`.
-    Returns `path`.
+
+    Args:
+        core: the `TransformerXL` to export.
+        path: the SavedModel directory to write.
+        mem_len: memory slots, an int >= 0.
+        log_probs: `"all"` (`[B, T, n_token]`) or `"last"` (`[B, n_token]`).
+        zero_filled: whether fresh memories are zero states.
+        vocab_dir: None, or a folder whose files go into `assets/`.
+
+    Returns:
+        `path`.
     """
     module = ServingModule(core, mem_len, log_probs, zero_filled)
     with tempfile.TemporaryDirectory() as staging:

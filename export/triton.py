@@ -69,12 +69,26 @@ def triton_model_config(config, mem_len, model_name=DEFAULT_MODEL_NAME, log_prob
     """The `config.pbtxt` text of the batch-major step model of `config`.
 
     Dims leave the batch axis out (`max_batch_size > 0`); -1 is the dynamic
-    segment length. `max_candidate_sequences` (default 4 × `max_batch_size`)
-    streams hold a state slot per model instance (more wait in Triton's
-    backlog); a stream idle for `max_sequence_idle_microseconds` is dropped
-    with its memory. `expose_memory` lists `new_mems` / `new_mem_mask` as
-    outputs too (a client may then request them; Triton keeps the state
-    either way).
+    segment length.
+
+    Args:
+        config: the model's `TransformerXLConfig`.
+        mem_len: memory slots, >= 1.
+        model_name: the Triton model name (default `"txl"`).
+        log_probs: `"all"` (`[T, n_token]` a row) or `"last"` (`[n_token]`).
+        zero_filled: fresh memories are zero states (every slot valid).
+        max_batch_size: Triton's, > 0 (default 16).
+        max_candidate_sequences: streams holding a state slot per model
+            instance (more wait in Triton's backlog; None: 4 ×
+            `max_batch_size`).
+        max_queue_delay_microseconds: the sequence batcher's.
+        max_sequence_idle_microseconds: a stream idle this long is dropped
+            with its memory (default 60 s).
+        expose_memory: list `new_mems` / `new_mem_mask` as outputs too (a
+            client may then request them; Triton keeps the state either way).
+
+    Returns:
+        The text.
     """
     if max_candidate_sequences is None:
         max_candidate_sequences = 4 * int(max_batch_size)
@@ -101,10 +115,24 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
                             **config_options):
     """Writes `repo_dir/model_name/` (config, version 1's batch-major
     `model.onnx`, the initial-state file of a zero-filled start) and, with
-    `cached` (not for a zero-filled start, nor for `attn_type` 1-3, whose
-    keys the cache cannot hold), `repo_dir/model_name_cached/`
-    (the cached model); returns the files written. `config_options`
-    go to `triton_model_config`."""
+    `cached`, `repo_dir/model_name_cached/` (the cached model).
+
+    Args:
+        core: the `TransformerXL` to export.
+        repo_dir: the Triton model repository folder.
+        mem_len: memory slots, >= 1.
+        model_name: the model's folder name (default `"txl"`).
+        log_probs: `"all"` or `"last"`, as for `export_onnx`.
+        zero_filled: fresh memories are zero states.
+        opset: the ONNX opset (default 17).
+        external_data_threshold: as for `export_onnx`.
+        cached: write the cached model too (not for a zero-filled start,
+            nor for `attn_type` 1-3, whose keys the cache cannot hold).
+        **config_options: go to `triton_model_config`.
+
+    Returns:
+        The list of files written.
+    """
     text = triton_model_config(core.config, mem_len, model_name, log_probs,
                                       zero_filled, **config_options)
     name = model_name + SUFFIX
