@@ -72,7 +72,7 @@ class ClassifierServingModule(tf.Module):
 
 def export_classifier(model, output_dir, formats=FORMATS, label_names=None, vocab_dir=None,
                       opset=DEFAULT_OPSET, overwrite=False):
-    """Writes the classifier to `output_dir` and returns `{artefact: path}`:
+    """Writes the classifier to `output_dir`:
 
     ```
     output_dir/
@@ -91,6 +91,20 @@ def export_classifier(model, output_dir, formats=FORMATS, label_names=None, voca
     empty or a previous classifier export (it holds `classifier.json`);
     anything else is refused unless `overwrite`; a file at `output_dir` or
     above it always is (`TxlError` naming it).
+
+    Args:
+        model: a `TransformerXLClassifier`.
+        output_dir: the folder to write.
+        formats: some of `("saved_model", "onnx")` (default both).
+        label_names: one name per class (None: the model's).
+        vocab_dir: the vocabulary folder to ship (None: the model's
+            `vocab_dir`, if any).
+        opset: the ONNX opset (default 17).
+        overwrite: replace an `output_dir` that is no classifier export.
+
+    Returns:
+        `{artefact: path}` (absolute): `metadata`, `vocab` (when shipped),
+        `saved_model`, `onnx` (a list of files).
     """
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
@@ -243,9 +257,16 @@ def _vocab_files(vocab_dir):
 
 # ------------------------------------------------------------------ serving
 def open_classifier(path, backend="auto", device="auto"):
-    """Opens what `export_classifier` wrote: its output directory, `model.onnx`
-    or `saved_model/` (`backend` auto | onnx | saved_model; `auto` prefers
-    ONNX). `device` as for `open_runtime`. Returns a `ClassifierRuntime`."""
+    """Opens what `export_classifier` wrote.
+
+    Args:
+        path: its output directory, `model.onnx` or `saved_model/`.
+        backend: `auto` (prefers ONNX), `onnx` or `saved_model`.
+        device: as for `open_runtime` (`auto`, `cuda`/`gpu`, `cpu`).
+
+    Returns:
+        A `ClassifierRuntime`.
+    """
     backend, found = choose_artefact(path, backend)
     if backend == "onnx":
         return _OnnxClassifier(found, device)
@@ -256,7 +277,11 @@ class ClassifierRuntime:
     """`probabilities(token_ids, lengths)` → float32 numpy `[B, num_classes]`;
     `info` holds the metadata (`num_classes`, `label_names`, `segment_len`,
     `mem_len`, `config`). Inputs are checked before the backend runs
-    (`RuntimeInputError`)."""
+    (`RuntimeInputError`). `open_classifier` makes one.
+
+    Args:
+        info: the export's metadata (a `ClassifierInfo`).
+    """
 
     backend = "abstract"
 
@@ -266,6 +291,19 @@ class ClassifierRuntime:
         self.label_names = info.label_names
 
     def probabilities(self, token_ids, lengths):
+        """The class probabilities of each document.
+
+        Args:
+            token_ids: int `[B, L]`; row b's document is
+                `token_ids[b, :lengths[b]]`.
+            lengths: int `[B]`, each in `[1, L]`.
+
+        Returns:
+            float32 numpy `[B, num_classes]`.
+
+        Raises:
+            RuntimeInputError: bad ids or lengths.
+        """
         ids = check_ids(token_ids, self.info.config.n_token)
         lengths = np.asarray(lengths)
         if lengths.dtype == np.bool_ or not np.issubdtype(lengths.dtype, np.integer) \
@@ -278,8 +316,16 @@ class ClassifierRuntime:
         return self._run(ids, lengths.astype(np.int32))
 
     def predict(self, token_ids, lengths):
-        """The most probable class of each document: its label name when the
-        export has names, else its index."""
+        """The most probable class of each document.
+
+        Args:
+            token_ids: int `[B, L]`, as for `probabilities`.
+            lengths: int `[B]`, as for `probabilities`.
+
+        Returns:
+            A list of `B` label names when the export has names, else an int
+            numpy array `[B]` of class indices.
+        """
         best = self.probabilities(token_ids, lengths).argmax(-1)
         if self.label_names is None:
             return best

@@ -26,14 +26,20 @@ class RuntimeMemory(NamedTuple):
     """Recurrence memory in the backend's own tensors (OrtValue, tf.Tensor or
     numpy), so it can stay on the device between calls.
 
-    mems: float32 `[n_layer, B, M, d_model]`; mem_mask: bool `[B, M]`.
+    Args:
+        mems: float32 `[n_layer, B, M, d_model]`.
+        mem_mask: bool `[B, M]`; True where a slot holds a real state.
     """
 
     mems: Any
     mem_mask: Any
 
     def numpy(self):
-        """`(mems, mem_mask)` as numpy arrays (copies device memory to the host)."""
+        """The memory on the host (a copy, also of numpy values).
+
+        Returns:
+            `(mems, mem_mask)` as numpy arrays.
+        """
         # Copies of numpy values too (`io_binding=False`): changing them leaves the memory.
         return tuple(np.array(v, copy=True) if isinstance(v, np.ndarray) else _to_numpy(v)
                      for v in self)
@@ -113,6 +119,12 @@ class Runtime:
     `NonFiniteMemoryError` naming the streams (seen in the step's outputs, so
     the check costs no read of the memory). The generation flow drives the
     runtime through its `GenerationBackend` (`export.generation_backend`).
+
+    Args:
+        info: the export's `ExportInfo` (`open_runtime` reads it).
+
+    Raises:
+        TxlError: a batch-major export (the Triton repository's model).
     """
 
     backend = "abstract"
@@ -262,7 +274,11 @@ class Runtime:
         return self._concat_memories(states)
 
     def describe(self):
-        """One line: backend, device/provider, memory geometry."""
+        """A summary of the runtime.
+
+        Returns:
+            One line: backend, device/provider, memory geometry.
+        """
         cfg = self.config
         return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
                 f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")

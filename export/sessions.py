@@ -51,7 +51,17 @@ class _Session(NamedTuple):
 
 
 class SessionTable:
-    """Sessions keyed by id over an export `Runtime` or a `txl_tf.Decoder`."""
+    """Sessions keyed by id over an export `Runtime` or a `txl_tf.Decoder`.
+
+    Args:
+        backend: an export `Runtime` or a `txl_tf.Decoder`.
+        max_batch: the most sessions one step runs, an int >= 1 (default 16).
+        segment_len: prompt positions read per call (None: the config's
+            `tgt_len`).
+
+    Raises:
+        TxlError: a bad `max_batch` or `segment_len`.
+    """
 
     def __init__(self, backend, max_batch=16, segment_len=None):
         # The runtime's `GenerationBackend`: the one its states' caches name,
@@ -71,9 +81,26 @@ class SessionTable:
 
     def open(self, session_id, prompt, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
              repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None):
-        """Reads `prompt` (1-D ids) for a new session, on `memory` (one
-        stream's, e.g. a `Generation`'s or `step`'s: a text read once that
-        many sessions go on from) or an empty memory."""
+        """Reads `prompt` for a new session.
+
+        Args:
+            session_id: a new key (any hashable).
+            prompt: 1-D ids, non-empty.
+            max_new_tokens: the most ids it generates (0: none).
+            temperature: as in `txl_tf.Sampling` (1.0; 0 is greedy).
+            top_k: as in `txl_tf.Sampling` (0: no limit).
+            top_p: as in `txl_tf.Sampling` (1.0: no limit).
+            repetition_penalty: as in `txl_tf.Sampling` (1.0).
+            seed: the session's random stream, an int.
+            stop_ids: ids that end the session (included in its output).
+            pad_id: the id after a stop in its `Generation`.
+            memory: one stream's memory to read on (e.g. a `Generation`'s
+                or `step`'s: a text read once that many sessions go on
+                from); None: an empty memory.
+
+        Raises:
+            TxlError: the id is already open, or a bad prompt or setting.
+        """
         if session_id in self._sessions:
             raise TxlError(f"session {session_id!r} is already open")
         n_token = self.backend.n_token
@@ -100,11 +127,19 @@ class SessionTable:
         return self._slab
 
     def active(self):
-        """Ids of the sessions still generating."""
+        """The sessions still generating.
+
+        Returns:
+            A list of their ids.
+        """
         return (self._slab.keys if self._slab is not None else []) + list(self._queue)
 
     def step(self):
-        """One batched step for up to `max_batch` live sessions; `{id: new id}`."""
+        """One batched step for up to `max_batch` live sessions.
+
+        Returns:
+            `{session id: new id}` (empty when no session is live).
+        """
         served = self._serve()
         if not served:
             return {}
@@ -139,8 +174,17 @@ class SessionTable:
         document boundary clears a row's memory in training, the other
         sessions keep theirs) and `prompt` (1-D ids) is read from an empty
         memory. Its sampling settings, random stream, stop ids and the ids
-        it generated so far stay; it generates up to `max_new_tokens` more
-        (default: what is left of its budget)."""
+        it generated so far stay.
+
+        Args:
+            session_id: an open session.
+            prompt: 1-D ids, non-empty.
+            max_new_tokens: the most ids it generates from here (None: what
+                is left of its budget).
+
+        Raises:
+            TxlError: no such session, or a bad prompt or count.
+        """
         session = self._sessions.get(session_id)
         if session is None:
             raise TxlError(f"no open session {session_id!r}")
@@ -168,7 +212,18 @@ class SessionTable:
             self.step()
 
     def close(self, session_id):
-        """Removes a session; its `Generation` (one row, ids so far)."""
+        """Removes a session.
+
+        Args:
+            session_id: an open session.
+
+        Returns:
+            Its `Generation` (one row, the ids so far; `state` goes on
+            with the backend's `generate(..., resume=...)`).
+
+        Raises:
+            TxlError: no such session.
+        """
         if session_id not in self._sessions:
             raise TxlError(f"no open session {session_id!r}")
         if self._slab is not None and session_id in self._slab.keys:
