@@ -133,8 +133,20 @@ class TransformerXL(keras.layers.Layer):
 
     # ------------------------------------------------------------------- math
     def call(self, token_ids, memory, targets=None, training=None, token_mask=None):
-        """Returns `(log_probs [B, T, n_token] or nll [B, T], new_memory)`;
-        `token_mask` as in `hidden_states`."""
+        """Reads a segment on `memory` (call the layer: `core(ids, memory)`).
+
+        Args:
+            token_ids: int `[B, T]`, each in `[0, n_token)`.
+            memory: a `Memory` of `B` rows (any number of slots).
+            targets: None, or int `[B, T]`: the next ids, to score.
+            training: Keras's flag (dropout on when True).
+            token_mask: as in `hidden_states`.
+
+        Returns:
+            `(log_probs, new_memory)`: float32 `[B, T, n_token]` log-probs,
+            or with `targets` each target's negative log-likelihood float32
+            `[B, T]`; the new `Memory`.
+        """
         if targets is not None:
             targets = check_targets(tf.convert_to_tensor(targets), tf.convert_to_tensor(token_ids),
                                     self.config.n_token)
@@ -146,18 +158,28 @@ class TransformerXL(keras.layers.Layer):
 
     def hidden_states(self, token_ids, memory, training=None, token_mask=None, _probe=None,
                       memory_gradient=False):
-        """Final hidden states `[B, T, d_model]` (after the output dropout) and
-        the new memory.
+        """Final hidden states (after the output dropout) and the new memory.
 
-        `token_mask` (bool `[B, T]`, default all True) marks real tokens:
-        keys at padded (False) positions are never attended and they become
-        invalid slots of the new memory; outputs at padded positions are
-        finite but meaningless. Relative positions depend on distances only,
-        so a row left-padded inside a batch computes at its real positions
-        what it computes alone. (`_probe(i, block, *block_args)`, if given,
-        sees the arguments of each block before it runs: see
-        `attention_probabilities`.) `memory_gradient`: the new memory keeps
-        its gradient (see `read_documents`); by default it carries none.
+        Relative positions depend on distances only, so a row left-padded
+        inside a batch computes at its real positions what it computes
+        alone.
+
+        Args:
+            token_ids: int `[B, T]`.
+            memory: a `Memory` of `B` rows.
+            training: Keras's flag (dropout on when True).
+            token_mask: bool `[B, T]` (None: all True), True at real tokens:
+                keys at padded (False) positions are never attended and
+                they become invalid slots of the new memory; outputs at
+                padded positions are finite but meaningless.
+            _probe: internal: `_probe(i, block, *block_args)` sees the
+                arguments of each block before it runs (see
+                `attention_probabilities`).
+            memory_gradient: the new memory keeps its gradient (see
+                `read_documents`); by default it carries none.
+
+        Returns:
+            `(hidden, new_memory)`: `[B, T, d_model]` and a `Memory`.
         """
         output, pos_emb, visible, memory, token_mask = self._inputs(token_ids, memory, training,
                                                                     token_mask)
@@ -181,10 +203,9 @@ class TransformerXL(keras.layers.Layer):
 
     def read_documents(self, token_ids, lengths, segment_len, mem_len, training=None,
                        grad_segments=1):
-        """Final hidden state `[B, d_model]` at the last token of each document.
+        """Final hidden state at the last token of each document.
 
-        Row b's document is `token_ids[b, :lengths[b]]` (`1 <= lengths[b] <=
-        L`). Rows are right-aligned (`layers.padding.right_align`) and read
+        Rows are right-aligned (`layers.padding.right_align`) and read
         segment by segment, left to right, with a memory of `mem_len` slots
         that starts empty; padding is masked (`hidden_states`' `token_mask`),
         so a document's result does not depend on the rest of the batch.
@@ -195,6 +216,18 @@ class TransformerXL(keras.layers.Layer):
         loss reaches what the weights did with up to `grad_segments - 1`
         earlier segments (the activations of those segments are kept for the
         backward pass: memory grows with `grad_segments`).
+
+        Args:
+            token_ids: int `[B, L]`; row b's document is
+                `token_ids[b, :lengths[b]]`.
+            lengths: int `[B]`, each in `[1, L]`.
+            segment_len: positions read per segment, >= 1.
+            mem_len: memory slots, >= 0.
+            training: Keras's flag (dropout on when True).
+            grad_segments: the last segments gradients flow through, >= 1.
+
+        Returns:
+            `[B, d_model]`.
         """
         cfg = self.config
         segment_len = check_count("segment_len", segment_len, low=1)
@@ -236,11 +269,20 @@ class TransformerXL(keras.layers.Layer):
         return hidden[:, -1]
 
     def attention_probabilities(self, token_ids, memory, layer):
-        """Layer `layer`'s attention `(probs [B, n_head, T, M + T] float32,
-        new_memory)` for one segment, by the layer's own math, in inference
-        (no dropout). Keys are the M memory slots then the T segment
-        positions; hidden keys (future, invalid slots) get exactly 0 and each
-        row sums to 1. The new memory is what `call` returns."""
+        """One layer's attention for one segment, by the layer's own math, in
+        inference (no dropout). Keys are the M memory slots then the T
+        segment positions; hidden keys (future, invalid slots) get exactly 0
+        and each row sums to 1.
+
+        Args:
+            token_ids: int `[B, T]`.
+            memory: a `Memory` of `B` rows and M slots.
+            layer: an int in `[0, n_layer)`.
+
+        Returns:
+            `(probs, new_memory)`: float32 `[B, n_head, T, M + T]`, and the
+            `Memory` `call` returns.
+        """
         n_layer = self.config.n_layer
         if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) \
                 or not 0 <= layer < n_layer:
@@ -255,14 +297,20 @@ class TransformerXL(keras.layers.Layer):
 
     # ---------------------------------------------------------------- decoding
     def decode_cache(self, memory, filled=None):
-        """A `layers.ring_cache.DecodeCache` holding `memory` (any M >= 0),
-        for `call_with_cache`: every layer's memory keys and values are computed
-        here once, so a step projects only its new token.
+        """The decode cache of a memory, for `call_with_cache`: every layer's
+        memory keys and values are computed here once, so a step projects
+        only its new token.
 
-        filled: a Python int, when no slot older than the last `filled` of
-        the memory is valid (a new prompt's memory): keys and values are
-        then projected for those slots alone, zeros elsewhere (they are
-        never attended). The caller guarantees it; None projects every slot.
+        Args:
+            memory: a `Memory` (any M >= 0).
+            filled: a Python int, when no slot older than the last `filled`
+                of the memory is valid (a new prompt's memory): keys and
+                values are then projected for those slots alone, zeros
+                elsewhere (they are never attended). The caller guarantees
+                it; None projects every slot.
+
+        Returns:
+            A `layers.ring_cache.DecodeCache` of M + 1 slots (one free).
         """
         self._check_cacheable()
         cfg = self.config
@@ -288,17 +336,23 @@ class TransformerXL(keras.layers.Layer):
 
     def decode_position_keys(self, cache):
         """Each layer's position keys of the cache's encodings by distance
-        (`distance_keys`, `[H, d_head, S]`): a decoding loop makes them once,
-        before the loop, as the cache's `position_keys`
-        (`cache._replace(position_keys=...)`): each step's position
-        scores are then its queries against them, where without them each
-        layer takes its queries through `r` to `d_model` and scores them
-        against the shared encodings (`d_model / d_head` times the work;
-        under XLA 17.2 against 13.7 ms a token at `enwik8_base`, batch 1).
-        With `clamp_len` below the cache's distances, only the `clamp_len +
-        1` distinct ones get keys (`[H, d_head, clamp_len + 1]`): every
-        farther slot shares the clamp's (the paper's `enwik8_base`
-        evaluation: 821 of 2,101, 39% of the bytes a step reads for them)."""
+        (`distance_keys`): a decoding loop makes them once, before the loop,
+        as the cache's `position_keys` (`cache._replace(position_keys=...)`):
+        each step's position scores are then its queries against them, where
+        without them each layer takes its queries through `r` to `d_model`
+        and scores them against the shared encodings (`d_model / d_head`
+        times the work). With `clamp_len` below the cache's distances, only
+        the `clamp_len + 1` distinct ones get keys: every farther slot
+        shares the clamp's (the paper's `enwik8_base` evaluation: 821 of
+        2,101).
+
+        Args:
+            cache: a `layers.ring_cache.DecodeCache` of S slots.
+
+        Returns:
+            A tuple of `n_layer` float `[H, d_head, S]` (`[H, d_head,
+            clamp_len + 1]` when that is fewer).
+        """
         size = tf.shape(_check_decode_cache(cache, "decode_position_keys").valid)[1]
         distinct = self._distinct_distances(size)
         encodings = cache.positions[size - distinct:size]  # distances distinct - 1, ..., 0
@@ -366,18 +420,45 @@ class TransformerXL(keras.layers.Layer):
         return output, self._write_token(output, token, cache, stopped)
 
     def cached_read(self, token_ids, cache, position_keys=None):
-        """Deprecated: `call_with_cache(token_ids, cache, write=False)`."""
+        """Deprecated: `call_with_cache(token_ids, cache, write=False)`.
+
+        Args:
+            token_ids: int `[B]`.
+            cache: a `DecodeCache`.
+            position_keys: deprecated: the cache's own `position_keys`.
+
+        Returns:
+            `(hidden [B, d_model], CachedToken)`.
+        """
         warn_deprecated("TransformerXL.cached_read",
                         "call_with_cache(token_ids, cache, write=False)")
         return self.call_with_cache(token_ids, _keyed(cache, position_keys), write=False)
 
     def cached_step(self, token_ids, cache, stopped=None, position_keys=None):
-        """Deprecated: `call_with_cache(token_ids [B], cache)`."""
+        """Deprecated: `call_with_cache(token_ids [B], cache)`.
+
+        Args:
+            token_ids: int `[B]`.
+            cache: a `DecodeCache`.
+            stopped: as for `call_with_cache`.
+            position_keys: deprecated: the cache's own `position_keys`.
+
+        Returns:
+            `(hidden [B, d_model], new cache)`.
+        """
         warn_deprecated("TransformerXL.cached_step", "call_with_cache(token_ids, cache)")
         return self.call_with_cache(token_ids, _keyed(cache, position_keys), stopped=stopped)
 
     def cached_segment(self, token_ids, cache):
-        """Deprecated: `call_with_cache(token_ids [B, T], cache)`."""
+        """Deprecated: `call_with_cache(token_ids [B, T], cache)`.
+
+        Args:
+            token_ids: int `[B, T]`.
+            cache: a `DecodeCache`.
+
+        Returns:
+            `(hidden [B, T, d_model], new cache)`.
+        """
         warn_deprecated("TransformerXL.cached_segment", "call_with_cache(token_ids, cache)")
         return self.call_with_cache(token_ids, cache)
 
@@ -448,7 +529,18 @@ class TransformerXL(keras.layers.Layer):
             slot=size - 1, row_slot=tf.fill([batch], size - 1))
 
     def segment_on_keys(self, token_ids, keys, values, mem_mask):
-        """Deprecated: `call_with_cache(token_ids, KeysValues(keys, values, mem_mask))`."""
+        """Deprecated: `call_with_cache(token_ids, KeysValues(keys, values, mem_mask))`.
+
+        Args:
+            token_ids: int `[B, T]`.
+            keys: each layer's memory keys.
+            values: each layer's memory values.
+            mem_mask: bool `[B, M]`.
+
+        Returns:
+            `(hidden [B, T, d_model], new keys, new values, new mem_mask)`
+            (the last M positions).
+        """
         warn_deprecated("TransformerXL.segment_on_keys",
                         "call_with_cache(token_ids, KeysValues(...))")
         hidden, new = self.call_with_cache(token_ids, KeysValues(keys, values, mem_mask))
@@ -479,7 +571,14 @@ class TransformerXL(keras.layers.Layer):
         return output, KeysValues(tuple(new_keys), tuple(new_values), new_mask)
 
     def cache_memory(self, cache):
-        """The memory a `DecodeCache` holds, in time order (a `Memory`)."""
+        """The memory a decode cache holds, in time order.
+
+        Args:
+            cache: a `DecodeCache`.
+
+        Returns:
+            A `Memory`.
+        """
         return ring_memory(_check_decode_cache(cache, "cache_memory"))
 
     # ------------------------------------------------------------- internals
