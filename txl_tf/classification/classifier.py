@@ -135,10 +135,23 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
                        **kwargs):
         """A classifier on the backbone of a model directory (or training run
         directory, or one written by `python -m txl_tf.convert` from the
-        published checkpoints), via `txl_tf.weights.model_dir`. `config_overrides`
-        (e.g. `{"dropout": 0.1}`) change the backbone's config; the backbone
-        is built under the model's `dtype` policy (`kwargs`, "auto" resolved
-        first)."""
+        published checkpoints), via `txl_tf.weights.model_dir`.
+
+        Args:
+            path: the model (or run) directory, or a shipped model's name.
+            num_classes: classes, an int >= 2.
+            checkpoint: None (the directory's weights), or which checkpoint
+                of a run directory (as `txl_tf.weights.model_dir.resolve`).
+            config_overrides: None, or fields that change the backbone's
+                config (e.g. `{"dropout": 0.1}`).
+            **kwargs: the constructor's (`segment_len`, `mem_len`, ...); the
+                backbone is built under their `dtype` policy ("auto"
+                resolved first).
+
+        Returns:
+            A `TransformerXLClassifier`; its `vocab_dir` is the directory's
+            vocabulary.
+        """
         from txl_tf.weights import model_dir
         kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"))
         policy = keras.dtype_policies.get(kwargs["dtype"] or keras.config.dtype_policy())
@@ -156,6 +169,18 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
     # fit / evaluate / predict check the ids, and integer labels, outside the
     # step, where the check survives XLA (`checked_data`, `_checked_labels`).
     def fit(self, x=None, y=None, validation_data=None, **kwargs):
+        """`keras.Model.fit`, the ids and integer labels checked first.
+
+        Args:
+            x: `{"token_ids": [B, L], "lengths": [B]}` arrays, or a dataset
+                of `(inputs, labels)`.
+            y: int labels `[B]` in `[0, num_classes)` (with arrays).
+            validation_data: as `x` and `y`, a tuple or a dataset.
+            **kwargs: `keras.Model.fit`'s.
+
+        Returns:
+            The Keras `History`.
+        """
         n_token = self.config.n_token
         with input_errors(), _label_errors():
             x, y = _checked_labels(checked_data(x, n_token, y, targets=False), y,
@@ -168,17 +193,46 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
                                                                   targets=False), **kwargs)
 
     def evaluate(self, x=None, y=None, **kwargs):
+        """`keras.Model.evaluate`, the ids and integer labels checked first.
+
+        Args:
+            x: as for `fit`.
+            y: as for `fit`.
+            **kwargs: `keras.Model.evaluate`'s.
+
+        Returns:
+            What `keras.Model.evaluate` returns (the loss and metrics).
+        """
         with input_errors(), _label_errors():
             x, y = _checked_labels(checked_data(x, self.config.n_token, y, targets=False), y,
                                    self.num_classes)
             return super().evaluate(x, y, **kwargs)
 
     def predict(self, x, **kwargs):
+        """`keras.Model.predict`, the ids checked first.
+
+        Args:
+            x: `{"token_ids": [B, L], "lengths": [B]}` arrays, or a dataset.
+            **kwargs: `keras.Model.predict`'s.
+
+        Returns:
+            float32 numpy logits `[B, num_classes]`.
+        """
         with input_errors():
             return super().predict(checked_data(x, self.config.n_token, targets=False),
                                    **kwargs)
 
     def call(self, inputs, training=False):
+        """The logits of each document.
+
+        Args:
+            inputs: `{"token_ids": int [B, L], "lengths": int [B]}`; row b's
+                document is `token_ids[b, :lengths[b]]`.
+            training: Keras's flag (dropout and `grad_segments` on when True).
+
+        Returns:
+            float32 `[B, num_classes]`.
+        """
         token_ids, lengths = split_inputs(inputs)
         state = self.core.read_documents(  # the same values; only training needs more
             token_ids, lengths, self.segment_len, self.mem_len, training=training,
@@ -187,7 +241,14 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
         return tf.cast(logits, tf.float32)
 
     def predict_probabilities(self, inputs):
-        """Softmax of the logits, float32 `[B, num_classes]`."""
+        """Softmax of the logits.
+
+        Args:
+            inputs: as for `call`.
+
+        Returns:
+            float32 `[B, num_classes]`.
+        """
         return tf.nn.softmax(self(inputs, training=False))
 
     def get_config(self):
