@@ -135,13 +135,30 @@ def reference_names(core):
 
 
 def get_weights(core):
-    """`{tf_name: numpy array}` of all weights."""
+    """All weights, by the paper's TF variable names.
+
+    Args:
+        core: a `TransformerXL`.
+
+    Returns:
+        An ordered `{tf_name: numpy array}`.
+    """
     return OrderedDict((k, np.asarray(v.numpy())) for k, v in reference_names(core).items())
 
 
 def set_weights(core, arrays):
-    """Assigns `{tf_name: array}` (any mapping, read one weight at a time);
-    names and shapes must match exactly, and every array be floating point."""
+    """Assigns weights by the paper's TF variable names, in place.
+
+    Args:
+        core: a `TransformerXL`.
+        arrays: `{tf_name: array}` (any mapping, read one weight at a time);
+            names and shapes must match exactly, and every array be
+            floating point.
+
+    Raises:
+        TxlError: a missing or unexpected name, a shape or dtype that does
+            not fit.
+    """
     names = reference_names(core)
     missing = sorted(set(names) - set(arrays))
     unexpected = sorted(set(arrays) - set(names))
@@ -329,6 +346,18 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     `zero_filled_memory=True`, since that code starts every stream from
     attended zero states, and keeps the TF code's LayerNorm epsilon (1e-12)
     unless overridden. Optimizer slots and other extra variables are ignored.
+
+    Args:
+        checkpoint: a checkpoint prefix or a folder with a `checkpoint` file.
+        config: a `TransformerXLConfig` or dict of the checkpoint's model.
+        **config_overrides: config fields to change.
+
+    Returns:
+        The `TransformerXL`.
+
+    Raises:
+        FileNotFoundError: no checkpoint there.
+        TxlError: the file is not a TF checkpoint, or its weights do not fit.
     """
     import tensorflow as tf
 

@@ -267,9 +267,19 @@ def load(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
 
 
 def save_pretrained(core, directory, tokenizer=None):
-    """Writes `config.json` and `weights.npz` into `directory`; with the
-    `tokenizer` the model reads with, also `vocab/`, and its fingerprint into
-    the config (every job then reads text with it, checked)."""
+    """Writes `config.json` and `weights.npz` into `directory`.
+
+    Args:
+        core: the `TransformerXL` to save (a LoRA or int8 model is refused
+            before anything is written).
+        directory: the folder (made if missing).
+        tokenizer: None, or the `txl_tf.text.Tokenizer` the model reads
+            with: written as `vocab/`, its fingerprint into the config
+            (every job then reads text with it, checked).
+
+    Returns:
+        `directory`.
+    """
     checkpoints.reference_names(core)  # a LoRA or int8 model is refused before anything is written
     os.makedirs(directory, exist_ok=True)
     config = core.config
@@ -282,7 +292,18 @@ def save_pretrained(core, directory, tokenizer=None):
 
 
 def load_pretrained(directory, **config_overrides):
-    """A `TransformerXL` from a model directory (or a training run's
-    directory: see `txl_tf.weights.model_dir`); overrides (e.g. `clamp_len`,
-    `same_length` for evaluation) change the config, not the weights."""
+    """A `TransformerXL` from a model directory.
+
+    Args:
+        directory: a model directory, a training run's directory (see
+            `txl_tf.weights.model_dir`), or a shipped model's name.
+        **config_overrides: config fields to change (e.g. `clamp_len`,
+            `same_length` for evaluation), not the weights.
+
+    Returns:
+        The `TransformerXL`.
+
+    Raises:
+        ModelDirError: naming the path that is missing or wrong.
+    """
     return load(str(directory), **config_overrides)[0]

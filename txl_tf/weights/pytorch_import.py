@@ -496,9 +496,26 @@ def _assemble(state, names, cfg, plan, order, report):
 
 
 def import_pytorch(source, config=None, *, cluster_order=None, strict=True, **overrides):
-    """A `TransformerXL` holding PyTorch Transformer-XL weights; see
-    `read_pytorch` for the arguments. The import report is at
-    `core.import_report`."""
+    """A `TransformerXL` holding PyTorch Transformer-XL weights (`read_pytorch`
+    reads them).
+
+    Args:
+        source: a path (`.safetensors`, or `.bin` / `.pt` with PyTorch
+            installed) or a mapping of arrays.
+        config: None (inferred from the tensors), or a `TransformerXLConfig`
+            or dict, checked against them.
+        cluster_order: None (the origin's rule), `"tf"` or `"pytorch"`:
+            the vocabulary clusters' order for weights of unknown provenance.
+        strict: tensors nothing reads are an error (False: listed only).
+        **overrides: config fields applied last (and the sizes the weights
+            cannot tell: see `read_pytorch`).
+
+    Returns:
+        The `TransformerXL`; the import report is at `core.import_report`.
+
+    Raises:
+        PytorchImportError: a tensor that does not fit, naming it.
+    """
     from txl_tf.weights.checkpoints import set_weights
     from txl_tf.core import TransformerXL
     from txl_tf.layers.init import skip_random_init
