@@ -86,11 +86,29 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
         return self._streams.value[0]
 
     def is_stream(self, x):
+        """Every batch continues the streams here (the parent's test for a
+        `document_start` does not apply).
+
+        Args:
+            x: a dataset or arrays (not looked at).
+
+        Returns:
+            True.
+        """
         return True
 
     def call(self, inputs, training=None, mask=None):
-        """Log-probs `[B, T, n_token]` of `inputs` (ids `[B, T]` or a dict
-        with `document_start`), read on the training memory."""
+        """Reads `inputs` on the training memory, which it updates.
+
+        Args:
+            inputs: int ids `[B, T]`, or a dict of `token_ids`,
+                `document_start` (see `TransformerXLCausalLM.document_dataset`).
+            training: Keras's flag (dropout on when True).
+            mask: unused (Keras's).
+
+        Returns:
+            Log-probs `[B, T, n_token]`.
+        """
         return self._read_streams(inputs, self._streams.value[0], training=training)
 
     def _stream_batch_size(self, x, batch_size, method, shuffle=False):
@@ -113,6 +131,18 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
 
     @classmethod
     def from_config(cls, config):
+        """The model `get_config` describes (Keras loading).
+
+        Args:
+            config: `get_config`'s dict.
+
+        Returns:
+            A `TransformerXLLM`.
+
+        Raises:
+            TxlError: a config of the TransformerXLLM before it became a
+                `TransformerXLCausalLM` (names how to read its weights).
+        """
         if config.get("format") != _FORMAT:
             raise TxlError(
                 "this .keras file holds a TransformerXLLM written before it became a "
