@@ -29,6 +29,11 @@ def register(cls: type["Tokenizer"]) -> type["Tokenizer"]:
 
 
 def known_kinds() -> list[str]:
+    """The tokenizer kinds `load_tokenizer` reads.
+
+    Returns:
+        Their names, sorted.
+    """
     return sorted(_REGISTRY)
 
 
@@ -47,18 +52,44 @@ class Tokenizer:
         raise NotImplementedError
 
     def encode(self, text: str | bytes) -> np.ndarray:
-        """Encode one text; returns a 1-D int32 numpy array."""
+        """Encode one text.
+
+        Args:
+            text: a str, or UTF-8 bytes.
+
+        Returns:
+            A 1-D int32 numpy array.
+        """
         raise NotImplementedError
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        """Decode ids to text; raises ValueError on ids outside [0, vocab_size)."""
+        """Decode ids to text.
+
+        Args:
+            ids: 1-D ints in `[0, vocab_size)`.
+
+        Returns:
+            The text.
+
+        Raises:
+            ValueError: an id outside `[0, vocab_size)`.
+        """
         raise NotImplementedError
 
     def encode_tf(self, text: tf.Tensor) -> tf.Tensor | tf.RaggedTensor:
         """Graph-mode encoding for tf.data / tf.function.
 
-        A scalar tf.string gives a 1-D int32 Tensor; a 1-D tf.string batch
-        gives an int32 RaggedTensor ``[batch, None]``. Same ids as ``encode``.
+        Same ids as ``encode``.
+
+        Args:
+            text: a scalar or 1-D tf.string tensor (or what converts to one).
+
+        Returns:
+            For a scalar, a 1-D int32 Tensor; for a 1-D batch, an int32
+            RaggedTensor ``[batch, None]``.
+
+        Raises:
+            TxlError: a tensor of rank 2 or more.
         """
         text = tf.convert_to_tensor(text, dtype=tf.string)
         rank = text.shape.rank
@@ -74,12 +105,20 @@ class Tokenizer:
 
     # -- identity ----------------------------------------------------------
     def entries(self) -> list[str]:
-        """The vocabulary in id order (empty for a fixed one, e.g. bytes)."""
+        """The vocabulary.
+
+        Returns:
+            Its entries in id order (empty for a fixed one, e.g. bytes).
+        """
         return []
 
     def fingerprint(self) -> str:
         """A hash of the kind, its options and :meth:`entries` in order: two
-        tokenizers with the same fingerprint give every text the same ids."""
+        tokenizers with the same fingerprint give every text the same ids.
+
+        Returns:
+            16 hex digits.
+        """
         canonical = json.dumps({"type": self.kind, "config": self.get_config(),
                                 "entries": self.entries()}, sort_keys=True,
                                ensure_ascii=False)
@@ -87,7 +126,11 @@ class Tokenizer:
 
     # -- saving ------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
-        """JSON-able options (not the vocabulary) needed to rebuild this."""
+        """The options needed to rebuild this (not the vocabulary).
+
+        Returns:
+            A JSON-able dict.
+        """
         return {}
 
     def _save_files(self, directory: Path) -> dict[str, Any]:
@@ -99,7 +142,14 @@ class Tokenizer:
         raise NotImplementedError
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Save to ``directory`` (created if needed); returns the directory."""
+        """Save to ``directory``: ``tokenizer.json`` and the vocabulary files.
+
+        Args:
+            directory: the folder (created if needed).
+
+        Returns:
+            The directory, a `Path`.
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = {"type": self.kind, "format_version": FORMAT_VERSION,
@@ -112,8 +162,21 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Tokenizer":
-        """Load a tokenizer saved with :meth:`save` (any kind when called on
-        ``Tokenizer``; the named kind otherwise)."""
+        """Load a tokenizer saved with :meth:`save`.
+
+        Args:
+            directory: the folder :meth:`save` wrote.
+
+        Returns:
+            The tokenizer (any kind when called on ``Tokenizer``; the named
+            kind otherwise).
+
+        Raises:
+            FileNotFoundError: no ``tokenizer.json`` there.
+            TxlError: an unreadable description, an unknown kind (or not
+                this class's), or vocabulary files that changed since the
+                save.
+        """
         directory = Path(directory)
         path = directory / CONFIG_FILE
         if not path.is_file():
@@ -162,7 +225,14 @@ class Tokenizer:
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
-    """Load any saved tokenizer (dispatches on ``tokenizer.json``'s ``type``)."""
+    """Load any saved tokenizer (dispatches on ``tokenizer.json``'s ``type``).
+
+    Args:
+        directory: the folder `Tokenizer.save` wrote.
+
+    Returns:
+        The `Tokenizer`.
+    """
     return Tokenizer.load(directory)
 
 

@@ -34,7 +34,14 @@ class ByteTokenizer(Tokenizer):
         return np.frombuffer(bytes(text), dtype=np.uint8).astype(np.int32)
 
     def decode_bytes(self, ids: Sequence[int] | np.ndarray) -> bytes:
-        """Ids back to the exact bytes."""
+        """Ids back to the exact bytes.
+
+        Args:
+            ids: 1-D ints in `[0, 256)`.
+
+        Returns:
+            The bytes.
+        """
         return self._check_ids(ids).astype(np.uint8).tobytes()
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:

@@ -19,11 +19,17 @@ DEFAULT_UNK = "\ufffd"
 class CharTokenizer(Tokenizer):
     """One id per Unicode character (code point).
 
-    ``chars`` is the vocabulary (id = index), each entry a single character.
-    ``unk_char`` (default U+FFFD, itself in the vocabulary at id 0 when built
-    with :meth:`build`) receives characters not in the vocabulary; with
-    ``unk_char=None`` an unknown character is an error. Newlines are ordinary
-    characters; nothing is appended at line ends.
+    Newlines are ordinary characters; nothing is appended at line ends.
+
+    Args:
+        chars: the vocabulary (id = index), each entry a single character,
+            none twice.
+        unk_char: receives characters not in the vocabulary (default
+            U+FFFD, itself in the vocabulary at id 0 when built with
+            :meth:`build`); with None an unknown character is an error.
+
+    Raises:
+        TxlError: an empty or bad vocabulary, or ``unk_char`` not in it.
     """
 
     kind = "char"
@@ -51,9 +57,18 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def build(cls, texts: Iterable[str] | str, unk_char: str | None = DEFAULT_UNK,
               min_count: int = 1, max_size: int | None = None) -> "CharTokenizer":
-        """Vocabulary from training text (a str or an iterable of chunks):
-        ``unk_char`` first, then characters by count (descending), ties by
-        code point. Deterministic."""
+        """Vocabulary from training text: ``unk_char`` first, then characters
+        by count (descending), ties by code point. Deterministic.
+
+        Args:
+            texts: a str or an iterable of chunks.
+            unk_char: as for the constructor.
+            min_count: characters seen fewer times are dropped.
+            max_size: None, or the most characters besides ``unk_char``.
+
+        Returns:
+            A `CharTokenizer`.
+        """
         if isinstance(texts, str):
             texts = [texts]
         total = np.zeros([0], np.int64)

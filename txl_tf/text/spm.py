@@ -36,6 +36,13 @@ class SentencePieceTokenizer(Tokenizer):
     line structure survives: with the lossless training defaults,
     ``decode(encode(t)) == t`` for text that ends with ``\\n`` (every decoded
     line ends with one). ``vocab_size`` is the model's piece count.
+
+    Args:
+        model_proto: the serialized SentencePiece model, bytes.
+        add_eos: end every line with the model's ``</s>`` id.
+
+    Raises:
+        TxlError: ``add_eos`` with a model that has no eos piece.
     """
 
     kind = "sentencepiece"
@@ -59,9 +66,24 @@ class SentencePieceTokenizer(Tokenizer):
     def train(cls, files: Sequence[str | os.PathLike] | None = None, *,
               texts: Iterable[str] | None = None, vocab_size: int = 8000,
               seed: int = 0, add_eos: bool = True, **options) -> "SentencePieceTokenizer":
-        """Train a model on text files (one sentence per line) or an iterable of
-        lines. ``options`` override :data:`TRAIN_DEFAULTS` (any
-        ``sentencepiece`` trainer flag)."""
+        """Train a model on text files or lines.
+
+        Args:
+            files: text files (one sentence per line); or None with ``texts``.
+            texts: an iterable of lines; or None with ``files``.
+            vocab_size: the model's pieces.
+            seed: the trainer's random seed.
+            add_eos: as for the constructor.
+            **options: override :data:`TRAIN_DEFAULTS` (any
+                ``sentencepiece`` trainer flag).
+
+        Returns:
+            A `SentencePieceTokenizer`.
+
+        Raises:
+            TxlError: both or neither of ``files`` and ``texts``.
+            FileNotFoundError: a missing file.
+        """
         import sentencepiece as spm
         if (files is None) == (texts is None):
             raise TxlError("give exactly one of files= or texts=")

@@ -29,12 +29,23 @@ def whitespace_regex(exclude: str = "") -> str:
 
 def build_vocab(counts: Mapping[str, int], specials: Sequence[str] = (),
                 min_count: int = 1, max_size: int | None = None) -> list[str]:
-    """Return ``specials`` followed by counted tokens, most frequent first.
+    """A vocabulary: ``specials``, then counted tokens, most frequent first.
 
     Ties are broken by the token itself (code-point order), so the result
-    depends only on ``counts``, never on insertion order. Tokens seen fewer
-    than ``min_count`` times are dropped; ``max_size`` caps the number of
-    non-special tokens. Specials keep their given order and are not repeated.
+    depends only on ``counts``, never on insertion order. Specials keep
+    their given order and are not repeated.
+
+    Args:
+        counts: ``{token: count}``.
+        specials: tokens that come first (none twice).
+        min_count: tokens seen fewer times are dropped (an int >= 1).
+        max_size: None, or the most non-special tokens (an int >= 0).
+
+    Returns:
+        The list of tokens (id = index).
+
+    Raises:
+        TxlError: a bad ``min_count`` or ``max_size``, or a special twice.
     """
     def integer(value):  # an int or numpy integer, not a bool or a float
         return not isinstance(value, bool) and hasattr(type(value), "__index__")
@@ -91,7 +102,17 @@ def unescape_token(line: str) -> str:
 
 def write_vocab(path: str | os.PathLike, tokens: Sequence[str],
                 escape: bool = False) -> Path:
-    """Write one token per line (escaped if ``escape``); return the path."""
+    """Write one token per line.
+
+    Args:
+        path: the file.
+        tokens: the tokens in id order.
+        escape: escape each token (``escape_token``); without it a token
+            that is empty or holds whitespace is an error.
+
+    Returns:
+        The path, a `Path`.
+    """
     path = Path(path)
     lines = []
     for i, token in enumerate(tokens):
@@ -108,8 +129,14 @@ def write_vocab(path: str | os.PathLike, tokens: Sequence[str],
 def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
     """Read a vocabulary file written by :func:`write_vocab`.
 
-    Unescaped (word) files may carry extra whitespace-separated columns, e.g.
-    ``word count``; only the first column is the token.
+    Args:
+        path: the file.
+        escape: the file was written with ``escape=True``. Unescaped (word)
+            files may carry extra whitespace-separated columns, e.g.
+            ``word count``; only the first column is the token.
+
+    Returns:
+        The tokens in id order.
     """
     path = Path(path)
     if not path.is_file():

@@ -28,6 +28,15 @@ class WordTokenizer(Tokenizer):
     ``unk_token``. ``decode`` joins words with single spaces and ends every
     line with ``\\n``, so ``decode(encode(t))`` is ``t`` with whitespace
     normalised (and unknown words as ``unk_token``).
+
+    Args:
+        vocab: the words (id = index), none twice.
+        unk_token: the word unknown words map to (None: they are an error).
+        eos_token: the line end.
+        bos_token: None, or the line start.
+
+    Raises:
+        TxlError: an empty or bad vocabulary, or a token not in it.
     """
 
     kind = "word"
@@ -67,7 +76,18 @@ class WordTokenizer(Tokenizer):
 
         Order: ``specials`` (default: eos, bos, unk, those set), then words by
         count (descending), ties by the word itself; deterministic.
-        ``min_count`` drops rarer words; ``max_size`` caps the non-special words.
+
+        Args:
+            texts: a str or an iterable of chunks of whole lines.
+            min_count: words seen fewer times are dropped.
+            max_size: None, or the most non-special words.
+            unk_token: as for the constructor.
+            eos_token: as for the constructor.
+            bos_token: as for the constructor.
+            specials: None, or the words that come first, in order.
+
+        Returns:
+            A `WordTokenizer`.
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -81,7 +101,20 @@ class WordTokenizer(Tokenizer):
                     unk_token: str | None = "<unk>", eos_token: str = "<eos>",
                     bos_token: str | None = None,
                     specials: Sequence[str] | None = None) -> "WordTokenizer":
-        """Like :meth:`build`, from a ``{word: count}`` mapping."""
+        """Like :meth:`build`, from counts.
+
+        Args:
+            counts: a ``{word: count}`` mapping.
+            min_count: as for :meth:`build`.
+            max_size: as for :meth:`build`.
+            unk_token: as for the constructor.
+            eos_token: as for the constructor.
+            bos_token: as for the constructor.
+            specials: as for :meth:`build`.
+
+        Returns:
+            A `WordTokenizer`.
+        """
         if specials is None:
             specials = [t for t in dict.fromkeys((eos_token, bos_token, unk_token))
                         if t is not None]
@@ -90,7 +123,16 @@ class WordTokenizer(Tokenizer):
 
     @classmethod
     def from_vocab_file(cls, path, **tokens) -> "WordTokenizer":
-        """From a one-word-per-line file (extra columns, e.g. counts, ignored)."""
+        """From a one-word-per-line file (extra columns, e.g. counts, ignored).
+
+        Args:
+            path: the file (`read_vocab`).
+            **tokens: ``unk_token``, ``eos_token``, ``bos_token`` as for the
+                constructor.
+
+        Returns:
+            A `WordTokenizer`.
+        """
         return cls(read_vocab(path), **tokens)
 
     # -- encoding ------------------------------------------------------------
