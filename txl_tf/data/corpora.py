@@ -64,8 +64,18 @@ class EmptyCorpusError(TxlError):
 
 @dataclasses.dataclass
 class Corpus:
-    """An encoded corpus. ``train``/``valid``/``test`` are 1-D int32 arrays
-    (read-only memory maps when loaded from the cache with ``mmap=True``)."""
+    """An encoded corpus (:func:`load_corpus` makes one).
+
+    Args:
+        name: the corpus name.
+        train: 1-D int32 ids (a read-only memory map when loaded from the
+            cache with ``mmap=True``).
+        valid: 1-D int32 ids.
+        test: 1-D int32 ids.
+        tokenizer: the `Tokenizer` that encoded them.
+        cache_path: the cache entry, or None.
+        from_cache: whether the ids were read from the cache.
+    """
 
     name: str
     train: np.ndarray
@@ -80,6 +90,14 @@ class Corpus:
         return self.tokenizer.vocab_size
 
     def split(self, name: str) -> np.ndarray:
+        """One split's ids.
+
+        Args:
+            name: ``train``, ``valid`` or ``test``.
+
+        Returns:
+            The 1-D int32 ids.
+        """
         if name not in SPLITS:
             raise TxlError(f"unknown split {name!r}; known: {', '.join(SPLITS)}")
         return getattr(self, name)
@@ -360,7 +378,11 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
 
 
 def stdlib_dir() -> Path:
-    """Folder of this Python's standard library (``sysconfig`` 'stdlib')."""
+    """Folder of this Python's standard library.
+
+    Returns:
+        ``sysconfig``'s 'stdlib' path, a `Path`.
+    """
     return Path(sysconfig.get_paths()["stdlib"])
 
 
@@ -434,6 +456,9 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         also ``vocab_file``, ``valid_shard``, ``test_shard``,
         ``max_train_shards``; pystdlib ``max_bytes`` (default 8,000,000).
 
+    Returns:
+      The `Corpus`.
+
     Raises:
       CorpusNotFoundError (a FileNotFoundError) naming the missing path and the
       expected layout; EmptyCorpusError (a ValueError); ValueError for an
@@ -496,8 +521,16 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
 
 
 def unknown_count(ids: np.ndarray, tokenizer: Tokenizer) -> int:
-    """How many of `ids` are the tokenizer's unknown token (0 when it has
-    none): out-of-vocabulary words, plus any literal unknown token in the text."""
+    """How many ids are the tokenizer's unknown token: out-of-vocabulary
+    words, plus any literal unknown token in the text.
+
+    Args:
+        ids: integer ids.
+        tokenizer: the `Tokenizer` that encoded them.
+
+    Returns:
+        The count (0 when the tokenizer has no unknown token).
+    """
     unk = getattr(tokenizer, "unk_id", -1)
     return int(np.count_nonzero(np.asarray(ids) == unk)) if unk >= 0 else 0
 

@@ -68,9 +68,19 @@ def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
 
 def document_dataset(documents: Sequence[Sequence[int]], batch_size: int,
                      tgt_len: int) -> tf.data.Dataset:
-    """`document_segments` as batches `({"token_ids", "document_start"},
-    labels, weights)` for `TransformerXLLM.fit` / `evaluate`, one pass in
-    order (`.repeat()` goes on from each row's first document)."""
+    """`document_segments` as batches for `TransformerXLLM.fit` / `evaluate`,
+    one pass in order (`.repeat()` goes on from each row's first document).
+
+    Args:
+        documents: one 1-D sequence of ids per document, each of length >= 2.
+        batch_size: rows (streams) per batch.
+        tgt_len: segment length.
+
+    Returns:
+        A `tf.data.Dataset` of `({"token_ids" [B, T] int32,
+        "document_start" [B] bool}, labels [B, T] int32, weights [B, T]
+        float32)`.
+    """
     token_ids, labels, weights, document_start = document_segments(documents, batch_size,
                                                                    tgt_len)
     inputs = {"token_ids": token_ids, "document_start": document_start}
@@ -78,9 +88,17 @@ def document_dataset(documents: Sequence[Sequence[int]], batch_size: int,
 
 
 def split_documents(ids: Sequence[int] | np.ndarray, separator: int) -> list[np.ndarray]:
-    """A corpus's ids cut into documents after each `separator` id (kept as
-    the document's last id: it is predicted, and it ends the document);
-    pieces of fewer than 2 ids are dropped (they predict nothing)."""
+    """A corpus's ids cut into documents.
+
+    Args:
+        ids: 1-D ids.
+        separator: the id that ends a document (kept as its last id: it is
+            predicted, and it ends the document).
+
+    Returns:
+        A list of 1-D numpy arrays; pieces of fewer than 2 ids are dropped
+        (they predict nothing).
+    """
     ids = np.asarray(ids)
     ends = np.flatnonzero(ids == separator) + 1
     pieces = np.split(ids, ends)
@@ -93,7 +111,18 @@ def distribute_documents(strategy: tf.distribute.Strategy, documents, global_bat
     ever (step s serves segment `s % S` of the layout), as a distributed
     dataset: replica r always gets rows `[r*b, (r+1)*b)`, `b = global_batch_size
     / R`, so each row's stream stays on one replica, and the step-s batch is
-    the same for any number of replicas."""
+    the same for any number of replicas.
+
+    Args:
+        strategy: the `tf.distribute.Strategy`.
+        documents: as for `document_dataset`.
+        global_batch_size: rows over all replicas, divisible by their number.
+        tgt_len: segment length.
+        start_step: the global step of the first batch, an int >= 0.
+
+    Returns:
+        A `tf.distribute.DistributedDataset` of `document_dataset`'s batches.
+    """
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
         raise TxlError(f"global_batch_size {global_batch_size} is not divisible by the "

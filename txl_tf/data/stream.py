@@ -49,7 +49,16 @@ def _check_positive(**values) -> None:
 
 
 def stream_length(num_tokens: int, batch_size: int, drop_remainder: bool = True) -> int:
-    """Tokens per stream: ``N // B`` (training) or ``ceil(N / B)`` (evaluation)."""
+    """Tokens per stream.
+
+    Args:
+        num_tokens: ``N``, ids in the corpus (an int >= 0).
+        batch_size: ``B``, streams (an int >= 1).
+        drop_remainder: True for training, False for evaluation.
+
+    Returns:
+        ``N // B`` (training) or ``ceil(N / B)`` (evaluation).
+    """
     num_tokens = check_count("num_tokens", num_tokens)
     _check_positive(batch_size=batch_size)
     drop_remainder = check_flag("drop_remainder", drop_remainder)
@@ -60,9 +69,19 @@ def stream_length(num_tokens: int, batch_size: int, drop_remainder: bool = True)
 
 def num_segments(num_tokens: int | np.ndarray, batch_size: int, tgt_len: int,
                  drop_remainder: bool = True) -> int:
-    """Segments (steps) in one pass: ``(L-1) // T`` full ones when
-    ``drop_remainder`` (training), else ``ceil((L-1) / T)`` (evaluation, last
-    one padded). ``num_tokens`` may be the ids array itself."""
+    """Segments (steps) in one pass.
+
+    Args:
+        num_tokens: ids in the corpus, or the 1-D ids array itself.
+        batch_size: ``B``, streams (an int >= 1).
+        tgt_len: ``T``, positions per segment (an int >= 1).
+        drop_remainder: True for training, False for evaluation.
+
+    Returns:
+        With ``L = stream_length(...)``: ``(L-1) // T`` full ones when
+        ``drop_remainder`` (training), else ``ceil((L-1) / T)`` (evaluation,
+        last one padded); 0 when ``L < 1``.
+    """
     if isinstance(num_tokens, (int, np.integer)):
         n = check_count("num_tokens", num_tokens)
     elif isinstance(num_tokens, (str, bytes)) or not hasattr(num_tokens, "__len__") \
@@ -83,7 +102,16 @@ def num_segments(num_tokens: int | np.ndarray, batch_size: int, tgt_len: int,
 
 
 def batchify(ids, batch_size: int) -> np.ndarray:
-    """The training layout ``[B, N // B]`` (a view; remainder dropped)."""
+    """The training layout of a corpus.
+
+    Args:
+        ids: 1-D integer ids, ``N`` of them.
+        batch_size: ``B``, streams (an int >= 1).
+
+    Returns:
+        ``[B, N // B]``, stream b in row b (a view when ``ids`` is a numpy
+        array; the remainder dropped).
+    """
     ids = _check_ids(ids)
     length = stream_length(len(ids), batch_size)
     return ids[:batch_size * length].reshape(batch_size, length)
@@ -180,6 +208,19 @@ def segment_dataset(ids: np.ndarray | Sequence[int], batch_size: int, tgt_len: i
     so recurrence memory carried over holds the end of each stream; reset it
     when ``step % num_segments == 0`` to treat epochs as separate documents.
     With ``repeat=False`` it stops after the last full segment.
+
+    Args:
+        ids: 1-D integer ids (they must fit int32).
+        batch_size: ``B``, streams.
+        tgt_len: ``T``, positions per segment.
+        start_step: the global step of the first element (resuming).
+        repeat: infinite (True) or one pass.
+
+    Returns:
+        A `tf.data.Dataset` of ``(inputs, labels)``.
+
+    Raises:
+        TxlError: bad ids or counts, or too few ids for one full segment.
     """
     streams = _Streams(ids, batch_size, tgt_len, drop_remainder=True)
     steps = _steps(start_step, streams.num_segments, repeat)
@@ -196,6 +237,18 @@ def eval_segment_dataset(ids: np.ndarray | Sequence[int], batch_size: int, tgt_l
     except the first of each stream is a label with weight 1 exactly once, so
     ``sum(weights * nll) / sum(weights)`` is the corpus loss; there are
     ``num_segments(ids, B, T, drop_remainder=False)`` batches.
+
+    Args:
+        ids: 1-D integer ids (they must fit int32).
+        batch_size: ``B``, streams.
+        tgt_len: ``T``, positions per segment.
+        start_step: the first segment served (resuming).
+
+    Returns:
+        A `tf.data.Dataset` of ``(inputs, labels, weights)``.
+
+    Raises:
+        TxlError: bad ids or counts, or too few ids for one segment.
     """
     streams = _Streams(ids, batch_size, tgt_len, drop_remainder=False)
     steps = _steps(start_step, streams.num_segments, repeat=False)
@@ -228,6 +281,20 @@ def distribute_segments(strategy: tf.distribute.Strategy, ids, global_batch_size
     (``input_context.input_pipeline_id``), assuming replica ids are numbered
     worker-major as in MultiWorkerMirroredStrategy and TPUStrategy. The global
     batch of each step is identical for any number of replicas.
+
+    Args:
+        strategy: the `tf.distribute.Strategy`.
+        ids: 1-D integer ids.
+        global_batch_size: streams over all replicas, divisible by their
+            number.
+        tgt_len: positions per segment.
+        start_step: as for :func:`segment_dataset`.
+        repeat: as for :func:`segment_dataset` (evaluation: one pass).
+        evaluation: serve :func:`eval_segment_dataset`'s batches.
+
+    Returns:
+        A `tf.distribute.DistributedDataset`, each replica's batches
+        prefetched to its device (:func:`device_prefetch`).
     """
     _check_positive(global_batch_size=global_batch_size)
     evaluation = check_flag("evaluation", evaluation)
