@@ -67,8 +67,18 @@ class ClassificationDataError(TxlError):
 @dataclasses.dataclass
 class Examples:
     """Labelled texts: ``texts[i]`` has id ``label_ids[i]`` in ``labels`` and
-    was read at ``sources[i]`` (``path:line`` or ``path``). ``skipped`` lists
-    where empty texts were dropped (``empty_text="skip"``)."""
+    was read at ``sources[i]``.
+
+    Args:
+        texts: the texts.
+        label_ids: one int id per text (kept as int32 ``[N]``).
+        labels: the :class:`LabelSet` the ids index.
+        sources: where each text was read (``path:line`` or ``path``).
+        skipped: where empty texts were dropped (``empty_text="skip"``).
+
+    Raises:
+        TxlError: lengths that differ, or an id out of range.
+    """
 
     texts: list[str]
     label_ids: np.ndarray
@@ -91,7 +101,11 @@ class Examples:
         return len(self.texts)
 
     def class_counts(self) -> dict[str, int]:
-        """Examples per class name, in id order."""
+        """Examples per class.
+
+        Returns:
+            ``{class name: count}``, in id order.
+        """
         counts = np.bincount(self.label_ids, minlength=len(self.labels))
         return {name: int(c) for name, c in zip(self.labels.names, counts)}
 
@@ -177,8 +191,21 @@ def read_tsv(paths: str | os.PathLike | Sequence[str | os.PathLike],
              progress: bool | None = None) -> Examples:
     """Examples from one or more ``label<TAB>text`` files (in the given order).
 
-    ``labels=None`` builds the :class:`LabelSet` from these files (training);
-    pass the training set's labels when reading evaluation data.
+    Args:
+        paths: a file or a list of files.
+        labels: None builds the :class:`LabelSet` from these files
+            (training); pass the training set's labels when reading
+            evaluation data.
+        empty_text: ``"error"`` (an example with no text is an error) or
+            ``"skip"``.
+        progress: tqdm bars: True / False, or None for large files.
+
+    Returns:
+        The :class:`Examples`.
+
+    Raises:
+        CorpusNotFoundError: no file given, or a missing one.
+        ClassificationDataError: a malformed or empty file, naming it.
     """
     _check_choice("empty_text", empty_text, EMPTY_TEXT)
     if isinstance(paths, (str, os.PathLike)):
@@ -196,9 +223,26 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
                 progress: bool | None = None) -> Examples:
     """Examples from a folder with one sub-folder per class, one file per example.
 
-    Class names are the sub-folder names, or ``classes``; examples come in
-    class-name order, then file order (sorted paths). With
-    ``labels`` given, a class folder that is not a known label is an error.
+    Examples come in class-name order, then file order (sorted paths).
+
+    Args:
+        root: the folder.
+        labels: None builds the :class:`LabelSet` from the class folders;
+            given, a class folder that is not a known label is an error.
+        classes: None (every sub-folder not starting with ``.``), or the
+            class folders to read.
+        empty_text: ``"error"`` (an empty file is an error) or ``"skip"``.
+        progress: a tqdm bar: True / False, or None for 10,000 files or
+            more.
+
+    Returns:
+        The :class:`Examples`.
+
+    Raises:
+        CorpusNotFoundError: a missing folder.
+        ClassificationDataError: no class folder, an empty one, an empty
+            file, or no examples.
+        UnknownLabelError: a class folder not in ``labels``.
     """
     _check_choice("empty_text", empty_text, EMPTY_TEXT)
     root = Path(root)
@@ -254,7 +298,19 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
 def read_examples(path: str | os.PathLike | Sequence[str | os.PathLike],
                   labels: LabelSet | None = None, **options) -> Examples:
     """:func:`read_folder` for a folder, :func:`read_tsv` for a file or a list
-    of files. A missing path is a :class:`CorpusNotFoundError` naming both layouts."""
+    of files.
+
+    Args:
+        path: a folder, a file or a list of files.
+        labels: as for :func:`read_tsv` / :func:`read_folder`.
+        **options: theirs (``classes`` for a folder only).
+
+    Returns:
+        The :class:`Examples`.
+
+    Raises:
+        CorpusNotFoundError: a missing path, naming both layouts.
+    """
     if isinstance(path, (str, os.PathLike)):
         if Path(path).is_dir():
             return read_folder(path, labels, **options)
@@ -361,22 +417,41 @@ def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokeni
                            seed: int | None = None, shuffle_buffer: int | None = None,
                            repeat: bool = False, drop_remainder: bool = False,
                            tokenize_chunk: int = 256) -> tf.data.Dataset:
-    """Batches ``({"token_ids": int32 [B, L], "lengths": int32 [B]}, label_ids
-    int32 [B])`` from :class:`Examples` (a list of texts gives the features
-    alone, for ``predict``).
+    """Batches of tokenized documents for the classifier.
 
     Row b's document is ``token_ids[b, :lengths[b]]``, then ``pad_id``. Texts
-    are tokenized in the graph (``tokenizer.encode_tf``) and cut to
-    ``max_length`` tokens, keeping the ``"start"`` (default) or the ``"end"``.
-    ``L`` is the batch's longest document rounded up to a multiple of
-    ``segment_len`` (so at most
-    ``ceil(max_length / segment_len)`` distinct shapes ever occur), or always
-    that maximum with ``pad_to_max_length``. ``bucket=True`` groups documents
-    with the same number of segments, so no batch carries a whole segment of
-    padding. ``shuffle`` (full buffer unless ``shuffle_buffer``; reproducible
-    with ``seed``, a new order each epoch) comes before ``repeat``;
-    ``drop_remainder`` gives a static batch size. Without bucketing whole
-    batches are tokenized at once; with it, ``tokenize_chunk`` texts per call.
+    are tokenized in the graph (``tokenizer.encode_tf``). ``L`` is the
+    batch's longest document rounded up to a multiple of ``segment_len`` (so
+    at most ``ceil(max_length / segment_len)`` distinct shapes ever occur),
+    or always that maximum with ``pad_to_max_length``.
+
+    Args:
+        examples: :class:`Examples`, or a list of texts (the features alone,
+            for ``predict``).
+        tokenizer: the model's `Tokenizer`.
+        batch_size: documents per batch.
+        max_length: documents are cut to this many tokens.
+        segment_len: the classifier's; ``L`` is a multiple of it.
+        keep: which part a cut keeps: ``"start"`` or ``"end"``.
+        pad_id: the id after each document.
+        bucket: group documents with the same number of segments, so no
+            batch carries a whole segment of padding.
+        pad_to_max_length: ``L`` always ``max_length`` rounded up.
+        shuffle: shuffle before ``repeat`` (a new order each epoch).
+        seed: None, or an int that makes the shuffle reproducible.
+        shuffle_buffer: None (the whole set), or the buffer size.
+        repeat: repeat for ever.
+        drop_remainder: a static batch size.
+        tokenize_chunk: texts per tokenizer call with ``bucket`` (without
+            it, whole batches are tokenized at once).
+
+    Returns:
+        A `tf.data.Dataset` of ``({"token_ids": int32 [B, L], "lengths":
+        int32 [B]}, label_ids int32 [B])``, or the features alone.
+
+    Raises:
+        TxlError: no examples, an empty text or a bad option.
+        TypeError: a tokenizer that is no `Tokenizer`, or a text no str.
     """
     opts = _Batching(batch_size, max_length, segment_len, keep, pad_id, bucket,
                      pad_to_max_length, drop_remainder)
@@ -428,9 +503,31 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
                   shuffle: bool = False, seed: int | None = None,
                   shuffle_buffer: int | None = None, repeat: bool = False,
                   drop_remainder: bool = False) -> tf.data.Dataset:
-    """:func:`classification_dataset` for documents that are already token ids
-    (lists of ints or an int RaggedTensor ``[N, None]``); ``label_ids=None``
-    gives the features alone."""
+    """:func:`classification_dataset` for documents that are already token ids.
+
+    Args:
+        documents: lists of ints, or an int RaggedTensor ``[N, None]``; none
+            empty.
+        label_ids: ``N`` ints, or None (the features alone).
+        batch_size: as for :func:`classification_dataset`.
+        max_length: as for :func:`classification_dataset`.
+        segment_len: as for :func:`classification_dataset`.
+        keep: as for :func:`classification_dataset`.
+        pad_id: as for :func:`classification_dataset`.
+        bucket: as for :func:`classification_dataset`.
+        pad_to_max_length: as for :func:`classification_dataset`.
+        shuffle: as for :func:`classification_dataset`.
+        seed: as for :func:`classification_dataset`.
+        shuffle_buffer: as for :func:`classification_dataset`.
+        repeat: as for :func:`classification_dataset`.
+        drop_remainder: as for :func:`classification_dataset`.
+
+    Returns:
+        A `tf.data.Dataset`, as :func:`classification_dataset`'s.
+
+    Raises:
+        TxlError: no documents, an empty one, or bad ids or labels.
+    """
     opts = _Batching(batch_size, max_length, segment_len, keep, pad_id, bucket,
                      pad_to_max_length, drop_remainder)
     if not isinstance(documents, tf.RaggedTensor):

@@ -41,6 +41,13 @@ class LabelSet:
 
     When every name is an integer (``integer`` is True) lookups compare the
     integer values, so ``"07"`` finds ``"7"``.
+
+    Args:
+        names: the class names in id order: non-empty strings without
+            surrounding whitespace, none twice.
+
+    Raises:
+        TxlError: no names, a bad one, or one twice.
     """
 
     def __init__(self, names: Sequence[str]):
@@ -63,7 +70,15 @@ class LabelSet:
 
     @classmethod
     def from_labels(cls, labels: Iterable[str]) -> "LabelSet":
-        """The distinct ``labels``, sorted (numerically if all are integers)."""
+        """The distinct labels, sorted (numerically if all are integers).
+
+        Args:
+            labels: label strings (surrounding whitespace dropped), e.g. one
+                per example.
+
+        Returns:
+            A :class:`LabelSet`.
+        """
         labels = [str(label).strip() for label in labels]
         if not labels:
             raise TxlError("no labels to build a LabelSet from")
@@ -88,7 +103,17 @@ class LabelSet:
         return isinstance(other, LabelSet) and self.names == other.names
 
     def id(self, name: str) -> int:
-        """The id of ``name``; :class:`UnknownLabelError` if it is not a label."""
+        """The id of a class name.
+
+        Args:
+            name: the name (surrounding whitespace dropped).
+
+        Returns:
+            Its int id.
+
+        Raises:
+            UnknownLabelError: it is not a label.
+        """
         found = self._index.get(self._key(str(name).strip()))
         if found is None:
             raise UnknownLabelError(f"unknown label {name!r}; known labels: "
@@ -96,6 +121,14 @@ class LabelSet:
         return found
 
     def name(self, label_id: int) -> str:
+        """The name of a class id.
+
+        Args:
+            label_id: an int in ``[0, num_classes)``.
+
+        Returns:
+            The name.
+        """
         if not 0 <= int(label_id) < len(self.names):
             raise TxlError(f"label id {label_id} is out of range for "
                            f"{len(self.names)} classes")
@@ -107,10 +140,23 @@ class LabelSet:
 
     # -- JSON ----------------------------------------------------------------
     def to_json(self) -> dict:
+        """The labels as JSON data.
+
+        Returns:
+            ``{"format_version": ..., "labels": [name, ...]}``.
+        """
         return {"format_version": FORMAT_VERSION, "labels": list(self.names)}
 
     @classmethod
     def from_json(cls, data: dict) -> "LabelSet":
+        """The labels of :meth:`to_json`'s data.
+
+        Args:
+            data: ``{"labels": [name, ...]}`` (``format_version`` optional).
+
+        Returns:
+            A :class:`LabelSet`.
+        """
         if not isinstance(data, dict) or not isinstance(data.get("labels"), list):
             raise TxlError('expected an object {"labels": [name, ...]}')
         if data.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
@@ -119,7 +165,14 @@ class LabelSet:
         return cls(data["labels"])
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``labels.json``; ``path`` is a directory or a ``.json`` file."""
+        """Write ``labels.json``.
+
+        Args:
+            path: a directory (made if missing) or a ``.json`` file.
+
+        Returns:
+            The file written, a `Path`.
+        """
         path = _json_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n",
@@ -128,7 +181,18 @@ class LabelSet:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LabelSet":
-        """Read a file written by :meth:`save` (a directory or the file itself)."""
+        """Read a file written by :meth:`save`.
+
+        Args:
+            path: the directory or the file itself.
+
+        Returns:
+            A :class:`LabelSet`.
+
+        Raises:
+            FileNotFoundError: no labels file there.
+            TxlError: the file is not a labels file.
+        """
         path = _json_path(path)
         if not path.is_file():
             raise FileNotFoundError(f"labels file not found: {path} (written by "

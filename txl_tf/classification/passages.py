@@ -15,7 +15,16 @@ def corpus_passages(text: str, n_words: int, *, limit: int | None = None) -> lis
     """Consecutive, non-overlapping passages of exactly ``n_words``
     whitespace-separated words, joined by single spaces (line breaks, a cue
     of the source's layout rather than of its language, are not kept). The
-    last, shorter piece is dropped; ``limit`` keeps the first passages only."""
+    last, shorter piece is dropped.
+
+    Args:
+        text: the corpus.
+        n_words: words per passage, a positive int.
+        limit: None, or the most passages kept (the first ones).
+
+    Returns:
+        The passages, a list of str.
+    """
     if isinstance(n_words, bool) or not isinstance(n_words, int) or n_words <= 0:
         raise TxlError(f"n_words must be a positive int, got {n_words!r}")
     if limit is not None and (not isinstance(limit, int) or limit < 0):
@@ -28,9 +37,21 @@ def corpus_passages(text: str, n_words: int, *, limit: int | None = None) -> lis
 def passage_examples(corpora: Mapping[str, str], n_words: int, *,
                      per_corpus: int | None = None,
                      labels: LabelSet | None = None) -> Examples:
-    """Examples labelled with the corpus name, from ``{name: text}``: the
-    first ``per_corpus`` passages of each (all when None), corpora in the
-    order given. Sources read ``name:passage i``."""
+    """Examples labelled with the corpus name, corpora in the order given.
+    Sources read ``name:passage i``.
+
+    Args:
+        corpora: ``{name: text}``.
+        n_words: words per passage (:func:`corpus_passages`).
+        per_corpus: None (all), or the first passages of each corpus kept.
+        labels: None (the sorted corpus names), or the :class:`LabelSet`.
+
+    Returns:
+        The :class:`Examples`.
+
+    Raises:
+        TxlError: no corpora, or one shorter than ``n_words``.
+    """
     if not corpora:
         raise TxlError("no corpora given")
     texts, names, sources = [], [], []
