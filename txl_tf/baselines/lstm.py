@@ -59,10 +59,26 @@ class LSTMConfig:
     zero_filled_memory = True
 
     def to_dict(self):
+        """The config as `config.json` holds it.
+
+        Returns:
+            A dict of every field, and `"model": "lstm"`.
+        """
         return {"model": MODEL_KIND, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, values):
+        """The config of `to_dict`'s dict.
+
+        Args:
+            values: the dict, with `"model": "lstm"`.
+
+        Returns:
+            An `LSTMConfig`.
+
+        Raises:
+            TxlError: no `"model": "lstm"`, an unknown field or a bad value.
+        """
         values = dict(values)
         if values.pop("model", None) != MODEL_KIND:
             raise TxlError("not an LSTM baseline's config (no \"model\": \"lstm\")")
@@ -98,8 +114,17 @@ class LSTMLanguageModel(keras.layers.Layer):
         self.built = True
 
     def initial_memory(self, batch_size, mem_len=None):
-        """The zero state of `batch_size` rows; `mem_len=0`: no state at all
-        (every segment starts from zeros)."""
+        """The zero state.
+
+        Args:
+            batch_size: rows.
+            mem_len: None (the state carried: two slots, h and c), or 0: no
+                state at all (every segment starts from zeros).
+
+        Returns:
+            A `Memory`: `mems` `[n_layer, B, 2 or 0, d_model]` zeros,
+            `mem_mask` all True.
+        """
         slots = 2 if mem_len is None or mem_len else 0
         return Memory(tf.zeros([self.config.n_layer, batch_size, slots, self.config.d_model]),
                       tf.fill([batch_size, slots], True))
@@ -149,7 +174,13 @@ class LSTMLanguageModel(keras.layers.Layer):
 
 def save_lstm(model, directory, tokenizer=None):
     """Writes `config.json`, `model.weights.h5` (and the tokenizer into
-    `vocab/`) into `directory`."""
+    `vocab/`) into `directory`.
+
+    Args:
+        model: an `LSTMLanguageModel`.
+        directory: the folder (made if missing).
+        tokenizer: None, or the `txl_tf.text.Tokenizer` the model reads with.
+    """
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(model.config.to_dict(), f, indent=2)
@@ -161,14 +192,28 @@ def save_lstm(model, directory, tokenizer=None):
 
 
 def lstm_folder(directory):
-    """The folder (`directory` or its `export/`) that holds a saved LSTM
-    baseline, or None."""
+    """Where a saved LSTM baseline is.
+
+    Args:
+        directory: a model or training run directory.
+
+    Returns:
+        The folder (`directory` or its `export/`) that holds a saved LSTM
+        baseline, or None.
+    """
     path = _config_path(directory)
     return None if path is None else os.path.dirname(path)
 
 
 def load_lstm(directory):
     """The `LSTMLanguageModel` saved in `directory` (or its `export/`).
+
+    Args:
+        directory: the folder `save_lstm` wrote (or a run directory whose
+            `export/` it is).
+
+    Returns:
+        The `LSTMLanguageModel`, built, its weights set.
 
     Raises:
         TxlError: no LSTM baseline there, or its weights do not match.
@@ -195,7 +240,15 @@ def load_lstm(directory):
 
 def lstm_scorer(model):
     """A `context_losses` scorer: each window read from the zero state, so
-    nothing older than the window reaches the prediction."""
+    nothing older than the window reaches the prediction.
+
+    Args:
+        model: an `LSTMLanguageModel`.
+
+    Returns:
+        `scorer(windows)`: int windows `[N, c]` -> numpy log-probs
+        `[N, n_token]` of the id after each window.
+    """
     compiled = tf.function(lambda ids: model(ids, None)[0][:, -1], reduce_retracing=True)
     return lambda windows: compiled(tf.constant(windows, tf.int32)).numpy()
 
