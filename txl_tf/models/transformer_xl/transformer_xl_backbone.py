@@ -90,7 +90,15 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
 
     @classmethod
     def from_core(cls, core, **kwargs):
-        """A backbone holding a copy of `core`'s weights (same config)."""
+        """A backbone holding a copy of `core`'s weights (same config).
+
+        Args:
+            core: a `TransformerXL`.
+            **kwargs: constructor arguments (`dtype`, `name`, ...).
+
+        Returns:
+            A `TransformerXLBackbone`.
+        """
         from txl_tf.weights import checkpoints
         backbone = cls(**core.config.to_dict(), **kwargs)
         checkpoints.set_weights(backbone.transformer, checkpoints.get_weights(core))
@@ -100,7 +108,17 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
     def from_preset(cls, preset, load_weights=True, **kwargs):
         """A backbone from a keras-hub preset folder, a model directory of
         this library, or one of the paper's named configurations (see
-        `txl_tf.models.transformer_xl.presets`)."""
+        `txl_tf.models.transformer_xl.presets`).
+
+        Args:
+            preset: a keras-hub preset folder, a model directory, or a name
+                in `txl_tf.PRESETS` (with `load_weights=False`).
+            load_weights: False builds the architecture with random weights.
+            **kwargs: constructor overrides (e.g. `dtype`).
+
+        Returns:
+            A `TransformerXLBackbone`.
+        """
         from txl_tf.models.transformer_xl import presets
         found = presets.local_source(preset, load_weights)
         if found is None:

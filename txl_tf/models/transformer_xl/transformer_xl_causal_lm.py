@@ -114,6 +114,9 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
             load_weights: False builds the architecture with random weights.
             **kwargs: `sequence_length` (the preprocessor's, default the
                 config's `tgt_len`), `mem_len`, `segment_len`, `dtype`, ...
+
+        Returns:
+            A `TransformerXLCausalLM`.
         """
         found = presets.local_source(preset, load_weights)
         if found is None:
@@ -215,21 +218,37 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
 
     # --------------------------------------------------------------- streams
     def call(self, inputs, training=None, mask=None):
-        """Log-probs `[B, T, n_token]`. keras-hub's inputs `{"token_ids",
-        "padding_mask"}` are read from an empty memory; stream batches (a
-        `"document_start"` key too, bool `[B]`) continue the memory of the
-        batch before, each row cleared where its document starts (see
-        `document_dataset`)."""
+        """Reads a batch.
+
+        Args:
+            inputs: keras-hub's `{"token_ids", "padding_mask"}` `[B, T]`,
+                read from an empty memory; or stream batches (a
+                `"document_start"` key too, bool `[B]`), which continue the
+                memory of the batch before, each row cleared where its
+                document starts (see `document_dataset`).
+            training: Keras's flag (dropout on when True).
+            mask: Keras's.
+
+        Returns:
+            Log-probs `[B, T, n_token]`.
+        """
         if isinstance(inputs, dict) and "document_start" in inputs:
             return self._read_streams(inputs, self._call_memory(training), training=training)
         return super().call(inputs, training=training, mask=mask)
 
     # ------------------------------------------------------------ generation
     def generate_step(self, inputs, stop_token_ids=None):
-        """keras-hub's compiled generation of one batch: `inputs` are
-        `{"token_ids", "padding_mask"}` `[B, N]`, right-padded; returns
-        them with each row's prompt followed by its new ids (up to N in
-        all), the mask ending after a row's first stop id."""
+        """keras-hub's compiled generation of one batch.
+
+        Args:
+            inputs: `{"token_ids", "padding_mask"}` `[B, N]`, right-padded.
+            stop_token_ids: None, or ids that end a row.
+
+        Returns:
+            `{"token_ids", "padding_mask"}` `[B, N]`: each row's prompt
+            followed by its new ids (up to N in all), the mask ending after
+            a row's first stop id.
+        """
         token_ids = tf.cast(inputs["token_ids"], tf.int32)
         padding_mask = tf.cast(inputs["padding_mask"], tf.bool)
         width = token_ids.shape[1]
@@ -288,7 +307,11 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         TensorFlow's graph optimizer (Grappler) turns the uncompiled graph's
         output at batch 1 into an empty tensor (TF 2.21). The function it
         returns checks the prompts first (`InputError`: an empty or
-        left-padded prompt, an id outside the vocabulary)."""
+        left-padded prompt, an id outside the vocabulary).
+
+        Returns:
+            `generate_function(inputs, stop_token_ids=None)`.
+        """
         if self.generate_function is None and not self.run_eagerly:
             self.generate_function = tf.function(self.generate_step, jit_compile=True)
         compiled = super().make_generate_function()
@@ -318,9 +341,21 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         return generate_function
 
     def generate(self, inputs, max_length=None, stop_token_ids="auto", strip_prompt=False):
-        """keras-hub's `generate` (see `keras_hub.models.CausalLM.generate`);
-        `stop_token_ids="auto"` means none: the paper's vocabularies have no
-        end token (a word model's `<eos>` ends a line, not the text)."""
+        """keras-hub's `generate` (see `keras_hub.models.CausalLM.generate`).
+
+        Args:
+            inputs: prompts: strings with a preprocessor, else
+                `{"token_ids", "padding_mask"}` `[B, N]`, right-padded.
+            max_length: with a preprocessor, the most ids per row, prompt
+                included (None: its `sequence_length`).
+            stop_token_ids: ids that end a row; `"auto"` means none: the
+                paper's vocabularies have no end token (a word model's
+                `<eos>` ends a line, not the text).
+            strip_prompt: return only the new ids or text.
+
+        Returns:
+            Texts with a preprocessor, else `{"token_ids", "padding_mask"}`.
+        """
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         self.check_vocabulary()
         if stop_token_ids == "auto":

@@ -39,7 +39,11 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         self.built = True  # no weights (Keras's quantize visits every built layer)
 
     def set_tokenizer(self, tokenizer):
-        """Uses `tokenizer` (a `txl_tf.text.Tokenizer` or its saved folder)."""
+        """Uses `tokenizer` from now on.
+
+        Args:
+            tokenizer: a `txl_tf.text.Tokenizer` or its saved folder.
+        """
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = load_tokenizer(tokenizer)
         self.inner = tokenizer
@@ -51,12 +55,25 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         return self.inner
 
     def tokenize(self, inputs):
-        """Strings (scalar or `[B]`) to ids (1-D, or ragged `[B, None]`)."""
+        """Strings to ids.
+
+        Args:
+            inputs: a string, or strings `[B]`.
+
+        Returns:
+            int32 ids: 1-D for a string, ragged `[B, None]` for a batch.
+        """
         return self._inner().encode_tf(tf.convert_to_tensor(inputs, tf.string))
 
     def detokenize(self, inputs):
-        """Ids (1-D, `[B, T]`, ragged or lists) to a `str` or a list of them
-        (eagerly: decoding runs in Python)."""
+        """Ids to text (eagerly: decoding runs in Python).
+
+        Args:
+            inputs: ids: 1-D, `[B, T]`, ragged or lists.
+
+        Returns:
+            A `str` for 1-D ids, else a list of them.
+        """
         tokenizer = self._inner()
         if isinstance(inputs, tf.RaggedTensor):
             rows = inputs.to_list()
@@ -69,21 +86,48 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         return [tokenizer.decode(np.asarray(r, np.int64)) for r in rows]
 
     def vocabulary_size(self):
+        """The vocabulary's size.
+
+        Returns:
+            The number of ids.
+        """
         return self._inner().vocab_size
 
     def get_vocabulary(self):
-        """The entries in id order (SentencePiece: its pieces; empty for bytes)."""
+        """The vocabulary.
+
+        Returns:
+            The entries in id order (SentencePiece: its pieces; empty for
+            bytes).
+        """
         inner = self._inner()
         pieces = getattr(inner, "pieces", None)  # SentencePiece's entries() is its model's hash
         return list(pieces if pieces is not None else inner.entries())
 
     def id_to_token(self, id):
-        """The vocabulary entry of `id` (for bytes: its text)."""
+        """The vocabulary entry of an id.
+
+        Args:
+            id: an int in `[0, vocabulary_size())`.
+
+        Returns:
+            The entry (for bytes: its text).
+        """
         entries = self.get_vocabulary()
         return entries[id] if entries else self._inner().decode(np.array([id], np.int64))
 
     def token_to_id(self, token):
-        """The id of a vocabulary entry (for bytes: of a one-byte text)."""
+        """The id of a vocabulary entry.
+
+        Args:
+            token: an entry (for bytes: a one-byte text).
+
+        Returns:
+            Its int id.
+
+        Raises:
+            TxlError: it is not one token of the vocabulary.
+        """
         entries = self.get_vocabulary()
         if token in entries:
             return entries.index(token)
@@ -93,7 +137,17 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         return int(ids[0])
 
     def save_assets(self, dir_path):
+        """Saves the tokenizer into a keras-hub preset's assets.
+
+        Args:
+            dir_path: the assets folder.
+        """
         self._inner().save(dir_path)
 
     def load_assets(self, dir_path):
+        """Loads the tokenizer from a keras-hub preset's assets.
+
+        Args:
+            dir_path: the assets folder.
+        """
         self.set_tokenizer(dir_path)
