@@ -78,6 +78,19 @@ def test_read_tsv_windows_line_ends_bom_and_several_files(tmp_path):
     assert ex.label_ids.tolist() == [1, 0, 0]
 
 
+def test_read_tsv_cr_line_ends_are_line_ends(tmp_path):
+    # a file with CR line ends (old Mac) was one example: label 'pos', the rest its text
+    path = tmp_path / "cr.tsv"
+    path.write_bytes(b"pos\tgood film\rneg\tbad\r\n\rneg\tdull")
+    ex = read_tsv(path)
+    assert ex.texts == ["good film", "bad", "dull"]
+    assert ex.labels.names == ["neg", "pos"] and ex.label_ids.tolist() == [1, 0, 0]
+    assert ex.sources == [f"{path}:1", f"{path}:2", f"{path}:4"]
+    path.write_bytes(b"pos\tgood\rno tab here\n")
+    with pytest.raises(ClassificationDataError, match=r"cr.tsv:2: no TAB"):
+        read_tsv(path)
+
+
 def test_integer_labels_ordered_numerically(tmp_path):
     rows = [("10", "x"), ("2", "y"), ("1", "z"), ("2", "w")]
     ex = read_tsv(write_tsv(tmp_path / "t.tsv", rows))

@@ -5,7 +5,8 @@ Two layouts are read (UTF-8):
 * **lines** (:func:`read_tsv`): one example a line, ``label<TAB>text``. The
   label is everything before the first TAB (surrounding spaces dropped), the
   text everything after it (further TABs stay in the text). Blank lines are
-  not examples and are skipped; a line without a TAB is an error.
+  not examples and are skipped; a line without a TAB is an error. Lines end
+  in LF, CRLF or CR (as Python's text mode reads them).
 * **folders** (:func:`read_folder`): ``<root>/<class>/<file>``, one example a
   file (every non-hidden file under the class folder, recursively, sorted);
   class names are the sub-folder names. Files directly in ``<root>`` are
@@ -148,6 +149,38 @@ def _resolve(rows: list[tuple[str, str, str]], labels: LabelSet | None,
     return Examples([t for _, t, _ in rows], ids, labels, [s for _, _, s in rows], skipped)
 
 
+def _numbered_lines(path: Path, progress=None):
+    """``(line number, text)`` of each line of a UTF-8 file; lines end in LF,
+    CRLF or CR (as Python's text mode reads them), a BOM at a line's start is
+    dropped, and bytes that are not UTF-8 are an error naming the line.
+    ``progress(n)`` is told the bytes read."""
+    n = 0
+    with open(path, "rb") as f:
+        for raw in f:  # ends in b"\n" (but maybe the last): CRLF stays in one piece
+            if progress is not None:
+                progress(len(raw))
+            for piece in raw.removesuffix(b"\n").removesuffix(b"\r").split(b"\r"):
+                n += 1
+                yield n, _decode(piece, path, n)
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a UTF-8 text file, as the ``label<TAB>text`` reader sees
+    them (e.g. one document a line for ``predict``).
+
+    Args:
+        path: the file.
+
+    Returns:
+        Its lines (without line ends; LF, CRLF and CR end a line; a leading
+        BOM dropped), line ``n`` at index ``n - 1``.
+
+    Raises:
+        ClassificationDataError: bytes that are not UTF-8, naming the line.
+    """
+    return [line for _, line in _numbered_lines(Path(path))]
+
+
 def _tsv_rows(path: Path, empty_text: str, skipped: list[str],
               progress: bool | None) -> list[tuple[str, str, str]]:
     if not path.is_file():
@@ -155,12 +188,9 @@ def _tsv_rows(path: Path, empty_text: str, skipped: list[str],
     size = path.stat().st_size
     show = progress if progress is not None else size >= PROGRESS_MIN_BYTES
     rows, dropped = [], 0
-    with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True, leave=False,
-                                     desc=path.name, disable=not show) as bar:
-        for n, raw in enumerate(f, 1):
-            bar.update(len(raw))
-            line = _decode(raw, path, n)
-            line = line.rstrip("\n").removesuffix("\r")
+    with tqdm(total=size, unit="B", unit_scale=True, leave=False, desc=path.name,
+              disable=not show) as bar:
+        for n, line in _numbered_lines(path, bar.update):
             if not line.strip():
                 continue
             name, tab, text = line.partition("\t")
