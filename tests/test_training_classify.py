@@ -100,6 +100,18 @@ def test_reloaded_classifier_evaluates_the_same(trained, data, tmp_path, capsys)
     assert json.load(open(tmp_path / "m.json"))["accuracy"] == saved["accuracy"]
 
 
+def test_predict_data_is_read_as_the_line_files_are(tmp_path):
+    # a UTF-8 BOM stayed in the first document (3 more byte tokens); bytes that were not
+    # UTF-8 gave a position in a buffer instead of the line
+    texts = tmp_path / "texts.txt"
+    texts.write_bytes(b"\xef\xbb\xbffirst\r\nsecond\rthird\n")
+    assert classify.read_texts(str(texts)) == ([1, 2, 3], ["first", "second", "third"])
+    texts.write_bytes(b"ok\n" * 5000 + b"caf\xe9\n")
+    with pytest.raises(TrainingError, match=r"^--predict_data: \S*texts.txt:5001: not valid "
+                                            r"UTF-8 \(byte 0xe9\)$"):
+        classify.read_texts(str(texts))
+
+
 def test_predict_gives_one_row_per_input_line(trained, data, tmp_path):
     out, _ = trained
     texts = tmp_path / "texts.txt"

@@ -356,14 +356,14 @@ def evaluate(o):
 def read_texts(path, skip_blank=False):
     """`(line numbers, texts)` of a UTF-8 file, one document a line; a blank
     line is an error naming it, unless `skip_blank` leaves it out."""
+    from txl_tf.classification.data import ClassificationDataError, read_lines
     if not os.path.isfile(path):
         raise TrainingError(f"--predict_data: {path} not found (a text file, one document "
                             "a line)")
-    with open(path, encoding="utf-8") as f:
-        try:
-            texts = [line.rstrip("\n").removesuffix("\r") for line in f]
-        except UnicodeDecodeError as err:
-            raise TrainingError(f"--predict_data: {path} is not valid UTF-8: {err}") from None
+    try:
+        texts = read_lines(path)  # as --train_data / --eval_data lines are read
+    except ClassificationDataError as err:
+        raise TrainingError(f"--predict_data: {err}") from None
     blank = [n for n, t in enumerate(texts, 1) if not t.strip()]
     if blank and not skip_blank:
         listed = ", ".join(map(str, blank[:10])) + (", ..." if len(blank) > 10 else "")
