@@ -1,6 +1,8 @@
 """Classification data: readers, labels.json, errors, and the padded batches."""
 import json
 import math
+import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ from txl_tf.classification import (ClassificationDataError, Examples, LabelSet,
                                    UnknownLabelError, classification_dataset, corpus_passages,
                                    passage_examples, read_examples, read_folder, read_tsv,
                                    token_dataset)
+from txl_tf.classification.data import read_lines
 from txl_tf.data import CorpusNotFoundError
 from txl_tf.text import ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer
 
@@ -89,6 +92,69 @@ def test_read_tsv_cr_line_ends_are_line_ends(tmp_path):
     path.write_bytes(b"pos\tgood\rno tab here\n")
     with pytest.raises(ClassificationDataError, match=r"cr.tsv:2: no TAB"):
         read_tsv(path)
+
+
+def _reference_tsv(data: bytes):
+    """The documented line layout, parsed independently: ``[(label, text,
+    line)]``, or the line number of the first error (None: no examples)."""
+    text = data.decode("utf-8").removeprefix("\ufeff")
+    lines = re.split(r"\r\n|\r|\n", text)
+    if lines[-1] == "":
+        lines.pop()
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        label, tab, text = line.partition("\t")
+        if not tab or not label.strip() or not text.strip():
+            return n
+        rows.append((label.strip(), text, n))
+    return rows or None
+
+
+def test_random_line_files_read_as_the_documented_layout(tmp_path):
+    # LF / CRLF / CR line ends, BOM, blank lines, a missing last line end, TABs in texts,
+    # non-ASCII and Python-whitespace characters, labels that are or look like numbers,
+    # differently cased labels; against _reference_tsv
+    rng = random.Random(0)
+    pool = ["pos", "Pos", "neg", "7", "07", "-3", "+4", "1.0", "1e3", "\u00e9t\u00e9", "a b"]
+    chars = list("ab z\t\"'\u00e9\u6f22\U0001f600\u00a0\u2028\x85\x0b\x0c\x1c\ufeff\\")
+    for case in range(150):
+        labels = rng.sample(pool, rng.randint(1, 4))
+        if rng.random() < 0.5:
+            labels = [x for x in labels if re.fullmatch(r"[+-]?[0-9]+", x)] or ["2", "10"]
+        lines = []
+        for _ in range(rng.randint(1, 8)):
+            if rng.random() < 0.1:
+                lines.append(rng.choice(["", " ", "\t", " \t "]))
+                continue
+            text = "".join(rng.choice(chars) for _ in range(rng.choice([0, 1, 4, 30, 300])))
+            lines.append(rng.choice(["", " "]) + rng.choice(labels) + rng.choice(["", " "])
+                         + "\t" + text)
+        end = rng.choice(["\n", "\r\n", "\r"])
+        data = (end.join(lines) + end * rng.randint(0, 1)).encode("utf-8")
+        path = tmp_path / f"{case}.tsv"
+        path.write_bytes(b"\xef\xbb\xbf" * rng.randint(0, 1) + data)
+        want = _reference_tsv(path.read_bytes())
+        if not isinstance(want, list):
+            with pytest.raises(ClassificationDataError) as err:
+                read_tsv(path)
+            assert err.value.line == want, (case, data)
+            continue
+        ex = read_tsv(path)
+        names = [label for label, _, _ in want]
+        if all(re.fullmatch(r"[+-]?[0-9]+", x) for x in names):
+            order = sorted({int(x) for x in names})
+            assert ex.labels.names == [str(k) for k in order]
+            ids = [order.index(int(x)) for x in names]
+        else:
+            assert ex.labels.names == sorted(set(names))
+            ids = [ex.labels.names.index(x) for x in names]
+        assert ex.label_ids.tolist() == ids, (case, data)
+        assert ex.texts == [text for _, text, _ in want], (case, data)
+        assert ex.sources == [f"{path}:{n}" for _, _, n in want], (case, data)
+        assert read_lines(path) == re.split(r"\r\n|\r|\n", data.decode()
+                                            .removesuffix(end))
 
 
 def test_integer_labels_ordered_numerically(tmp_path):
