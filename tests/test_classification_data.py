@@ -233,6 +233,24 @@ def test_read_folder(tmp_path):
     assert evaluation.label_ids.tolist() == [1, 0, 0, 0, 2]
 
 
+def test_read_folder_follows_links_to_folders(tmp_path):
+    # a linked folder inside a class folder was skipped without a word (a linked file and
+    # a linked class folder were read); a link to nothing was skipped too
+    root = make_folder(tmp_path / "data", {"pos": {"a.txt": "great"}, "neg": {"b.txt": "dull"}})
+    make_folder(tmp_path / "elsewhere", {"d": {"e.txt": "deeper"}})
+    (tmp_path / "elsewhere" / "c.txt").write_text("kept elsewhere")
+    (root / "pos" / "more").symlink_to(tmp_path / "elsewhere")
+    (root / "pos" / "loop").symlink_to(root / "pos")  # a link to a folder above ends there
+    (root / "neg" / "f.txt").symlink_to(tmp_path / "elsewhere" / "c.txt")
+    ex = read_folder(root)
+    assert ex.texts == ["dull", "kept elsewhere", "great", "kept elsewhere", "deeper"]
+    assert ex.sources[3:] == [str(root / "pos" / "more" / "c.txt"),
+                              str(root / "pos" / "more" / "d" / "e.txt")]
+    (root / "neg" / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(ClassificationDataError, match=r"neg/gone.txt: a link to nothing"):
+        read_folder(root)
+
+
 def test_read_examples_dispatches(tmp_path):
     path = write_tsv(tmp_path / "t.tsv", TRAIN)
     assert read_examples(path).texts == read_tsv(path).texts

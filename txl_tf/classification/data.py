@@ -8,7 +8,8 @@ Two layouts are read (UTF-8):
   not examples and are skipped; a line without a TAB is an error. Lines end
   in LF, CRLF or CR (as Python's text mode reads them).
 * **folders** (:func:`read_folder`): ``<root>/<class>/<file>``, one example a
-  file (every non-hidden file under the class folder, recursively, sorted);
+  file (every non-hidden file under the class folder, recursively, sorted;
+  links to files and folders are followed, a link to nothing is an error);
   class names are the sub-folder names. Files directly in ``<root>`` are
   ignored; ``classes=`` picks some sub-folders (e.g. IMDB's ``neg``/``pos``
   without ``unsup``).
@@ -45,7 +46,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from txl_tf.classification.labels import LabelSet, UnknownLabelError
-from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError, _list_files
+from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError
 from txl_tf.errors import TxlError
 from txl_tf.text import Tokenizer
 
@@ -216,6 +217,29 @@ def _tsv_rows(path: Path, empty_text: str, skipped: list[str],
     return rows
 
 
+def _class_files(folder: Path) -> list[Path]:
+    """Files under a class folder, hidden ones pruned, sorted by relative POSIX
+    path. Links to folders are followed (each real folder read once, so a link
+    to a folder above ends there); a link to nothing is an error."""
+    found, seen = [], set()
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))  # a fixed walk
+        for name in filenames:
+            path = Path(dirpath) / name
+            if name.startswith("."):
+                continue
+            if path.is_file():
+                found.append(path)
+            elif path.is_symlink() and not path.exists():
+                raise ClassificationDataError("a link to nothing (a missing example?)", path)
+    return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
+
+
 def read_tsv(paths: str | os.PathLike | Sequence[str | os.PathLike],
              labels: LabelSet | None = None, *, empty_text: str = "error",
              progress: bool | None = None) -> Examples:
@@ -300,7 +324,7 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
                 raise error
     files = {}
     for name in classes:
-        files[name] = _list_files(root / name)
+        files[name] = _class_files(root / name)
         if not files[name]:
             raise ClassificationDataError("empty class folder: no files", root / name)
     total = sum(len(v) for v in files.values())
