@@ -14,7 +14,7 @@ from export import open_classifier
 from training import classify
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.text import ByteTokenizer
+from txl_tf.text import ByteTokenizer, CharTokenizer
 from txl_tf.weights import save_pretrained
 
 LETTERS = {"ab": "ab", "mn": "mn", "xy": "xy"}  # a class is the letters its words use
@@ -265,12 +265,19 @@ def test_a_classifiers_unreadable_flags_file_is_named(tmp_path):
       "--export=tflite"], r"error: --export: unknown format\(s\) tflite"),
     (["--mode=predict", "--classifier_dir={root}/nowhere", "--predict_data={train}"],
      r"error: --classifier_dir .*nowhere does not exist"),  # nothing said before it
+    # a tokenizer without an unknown entry failed inside fit (a TensorFlow traceback)
+    # after writing flags.json, labels.json and vocab/
+    (["--train_data={train}", "--preset=tiny", "--vocab_dir={root}/strict",
+      "--output_dir={root}/o"], r"error: --train_data: .*train.tsv:3: character 'x' "
+                                r"\(U\+0078\) at position \d+ is not in the vocabulary"),
 ])
 def test_command_line_errors(data, jobs, args, message):
     root = data["root"]
     if not (root / "bare").exists():
         write_backbone(root / "bare", vocab=False)
     write_tsv(root / "unknown.tsv", 4, 3, labels=("ab", "zz"))
+    if not (root / "strict").exists():
+        CharTokenizer(list("abmny \n"), unk_char=None).save(root / "strict")
     fill = {"root": str(root), "train": data["train"], "backbone": data["backbone"]}
     proc = jobs.run("training.classify", [a.format(**fill) for a in args])
     assert proc.returncode == 2, proc.stderr

@@ -204,6 +204,20 @@ def _read(path, labels, flag):
         raise TrainingError(f"--{flag}: {err}") from None
 
 
+def check_encodable(texts, sources, tokenizer, flag):
+    """Raises `TrainingError` naming the first text that `tokenizer` cannot
+    encode (a vocabulary without an unknown entry, `unk_id` < 0): inside
+    tf.data that would fail mid-run with a TensorFlow traceback."""
+    from txl_tf.errors import TxlError
+    if getattr(tokenizer, "unk_id", 0) >= 0:
+        return
+    for text, source in zip(texts, sources):
+        try:
+            tokenizer.encode(text)
+        except TxlError as err:
+            raise TrainingError(f"--{flag}: {source}: {err}") from None
+
+
 def train(o):
     import keras
 
@@ -233,6 +247,9 @@ def train(o):
                             f"{', ...' if len(labels) > 10 else ''})")
     eval_examples = _read(o["eval_data"], labels, "eval_data") if o["eval_data"] else None
     build, tokenizer, config, what = choose_model(o, log)
+    check_encodable(examples.texts, examples.sources, tokenizer, "train_data")
+    if eval_examples is not None:
+        check_encodable(eval_examples.texts, eval_examples.sources, tokenizer, "eval_data")
     segment_len, mem_len = check_lengths(o, config)
     output_dir = o["output_dir"]
     if os.path.exists(os.path.join(output_dir, MODEL_FILE)) and not o["overwrite"]:
@@ -341,6 +358,7 @@ def evaluate(o):
     model, labels, tokenizer = load_classifier(o["classifier_dir"])
     o = reading_settings(o)
     examples = _read(o["eval_data"], labels, "eval_data")
+    check_encodable(examples.texts, examples.sources, tokenizer, "eval_data")
     metrics = evaluate_examples(model, examples, tokenizer, o, _progress(o, "evaluating"))
     metrics.update({"eval_data": o["eval_data"], "classifier_dir": o["classifier_dir"],
                     "segment_len": model.segment_len, "mem_len": model.mem_len,
@@ -380,6 +398,8 @@ def predict(o):
     model, labels, tokenizer = load_classifier(o["classifier_dir"])
     o = reading_settings(o)
     numbers, texts = read_texts(o["predict_data"], o["skip_blank"])
+    check_encodable(texts, [f"{o['predict_data']}:{n}" for n in numbers], tokenizer,
+                    "predict_data")
     logits = predict_logits(model, texts, tokenizer, o["batch_size"], o["max_length"],
                             o["keep"], _progress(o, "predicting"))
     shifted = logits - logits.max(-1, keepdims=True)
