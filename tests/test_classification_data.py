@@ -305,6 +305,9 @@ def test_invalid_utf8_names_line(tmp_path):
     (root / "x" / "b.txt").write_bytes(b"line one\nline \xc3 two")
     with pytest.raises(ClassificationDataError, match=r"b\.txt:2: not valid UTF-8"):
         read_folder(root)
+    (root / "x" / "b.txt").write_bytes(b"one\r\ntwo\rthree\n\rfive \xc3")  # CR ends a line
+    with pytest.raises(ClassificationDataError, match=r"b\.txt:5: not valid UTF-8"):
+        read_folder(root)
 
 
 def test_empty_text_is_an_error_or_skipped(tmp_path):

@@ -124,8 +124,9 @@ def _decode(data: bytes, path: Path, line: int | None = None) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        if line is None:
-            line = data[:err.start].count(b"\n") + 1
+        if line is None:  # LF, CRLF and CR end a line
+            before = data[:err.start]
+            line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
         raise ClassificationDataError(f"not valid UTF-8 (byte {data[err.start]:#04x})",
                                       path, line) from None
     return text[1:] if text.startswith("\ufeff") else text
