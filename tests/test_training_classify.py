@@ -14,7 +14,7 @@ from export import open_classifier
 from training import classify
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.text import ByteTokenizer, CharTokenizer
+from txl_tf.text import ByteTokenizer, CharTokenizer, WordTokenizer
 from txl_tf.weights import save_pretrained
 
 LETTERS = {"ab": "ab", "mn": "mn", "xy": "xy"}  # a class is the letters its words use
@@ -110,6 +110,14 @@ def test_predict_data_is_read_as_the_line_files_are(tmp_path):
     with pytest.raises(TrainingError, match=r"^--predict_data: \S*texts.txt:5001: not valid "
                                             r"UTF-8 \(byte 0xe9\)$"):
         classify.read_texts(str(texts))
+
+
+def test_texts_a_vocabulary_cannot_encode_are_named():
+    words = WordTokenizer(["<eos>", "a", "b"], unk_token=None)
+    classify.check_encodable(["a b", "b\na"], ["f:1", "f:2"], words, "predict_data")
+    with pytest.raises(TrainingError, match=r"^--eval_data: f:2: word 'c' is not in the "):
+        classify.check_encodable(["a b", "b c"], ["f:1", "f:2"], words, "eval_data")
+    classify.check_encodable(["\u00e9"], ["f:1"], ByteTokenizer(), "eval_data")  # no unk_id
 
 
 def test_predict_gives_one_row_per_input_line(trained, data, tmp_path):
