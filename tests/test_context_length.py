@@ -87,3 +87,49 @@ def test_bad_arguments_are_clear_errors(core):
         context_losses(transformer_xl_scorer(core), np.arange(20) % 30, [10], [12])
     with pytest.raises(TxlError, match=r"ratio must be in \(0, 1\]"):
         relative_gain(np.zeros([1, 2, 3]), 0, 0, 1, 0.0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_nan_or_infinite_loss_is_a_clear_error(bad):
+    # Before, a NaN gain compared as "not below the threshold" (the RECL grew
+    # to the grid's end) and a NaN best loss was sorted out of the hard tokens.
+    losses = np.ones([2, 3, 4])
+    losses[0, 1, 2] = bad
+    with pytest.raises(TxlError, match="context index 1, position 2 .* finite"):
+        recl(losses, [4, 8, 12], 0.5)
+    with pytest.raises(TxlError, match="finite"):
+        relative_gain(losses, 1, 0, 1, 1.0)
+
+
+def _paper_recl(losses, contexts, ratio, threshold):
+    """RECL as Appendix C words it, position by position."""
+    lengths = []
+    for model in range(len(losses)):
+        k = 0
+        while k + 1 < len(contexts):
+            best = [min(m[k][t] for m in losses) for t in range(len(losses[0][0]))]
+            ranked = sorted(range(len(best)), key=lambda t: (-best[t], t))
+            hard = ranked[:max(1, math.ceil(ratio * len(best)))]
+            f_same = sum(min(best[t], losses[model][k][t]) for t in hard) / len(hard)
+            f_next = sum(min(best[t], losses[model][k + 1][t]) for t in hard) / len(hard)
+            if (math.exp(f_same) - math.exp(f_next)) / math.exp(f_same) < threshold:
+                break
+            k += 1
+        lengths.append(contexts[k])
+    return lengths
+
+
+def test_recl_matches_the_papers_definition_on_random_tables():
+    rng = np.random.default_rng(7)
+    for case in range(300):
+        n, k, p = rng.integers(1, 4), rng.integers(1, 6), rng.integers(1, 10)
+        if case % 3 == 0:  # ties and equal models
+            losses = np.repeat(rng.integers(0, 3, (1, k, p)), n, 0).astype(float)
+            losses[rng.integers(n)] += rng.integers(0, 2, (k, p))
+        else:  # losses that fall with the context, more or less
+            losses = rng.uniform(1, 4, (n, 1, p)) * rng.choice(
+                [1.0, 0.995, 0.9, 0.5], (n, k, p)).cumprod(1)
+        contexts = list(range(8, 8 + 8 * k, 8))
+        for ratio in (0.1, 0.5, 1.0, float(rng.uniform(0.05, 1))):
+            lengths, _ = recl(losses, contexts, ratio)
+            assert lengths == _paper_recl(losses.tolist(), contexts, ratio, 0.01), (case, ratio)

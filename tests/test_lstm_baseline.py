@@ -10,6 +10,7 @@ import pytest
 from training import evaluate, recl, train_lstm
 from training.errors import TrainingError
 from txl_tf.baselines import LSTMConfig, LSTMLanguageModel, load_lstm, lstm_scorer, save_lstm
+from txl_tf.checks.inputs import InputError
 from txl_tf.errors import TxlError
 from txl_tf.learning.context_length import sample_positions
 from txl_tf.learning.evaluation import evaluate_ids
@@ -88,6 +89,46 @@ def test_the_scorer_reads_each_window_from_the_zero_state():
     windows = np.random.default_rng(3).integers(0, CONFIG.n_token, (4, 7)).astype(np.int32)
     np.testing.assert_allclose(lstm_scorer(model)(windows),
                                numpy_log_probs(model, windows)[:, -1], atol=1e-5)
+
+
+def test_random_configurations_evaluate_like_a_numpy_lstm_over_each_stream():
+    rng = np.random.default_rng(11)
+    for case in range(3):
+        config = LSTMConfig(n_token=int(rng.integers(3, 20)), d_model=int(rng.integers(1, 7)),
+                            n_layer=int(rng.integers(1, 4)), tgt_len=int(rng.integers(1, 6)),
+                            dropout=float(rng.choice([0.0, 0.5])))
+        model = make_model(case, config)
+        for variable in model.weights:  # larger than the init, so that the gates differ
+            variable.assign(rng.normal(0, 0.8, variable.shape).astype(np.float32))
+        ids = rng.integers(0, config.n_token, int(rng.integers(8, 30)))
+        batch = int(rng.integers(1, 4))
+        width = -(-len(ids) // batch)  # the streams evaluate_ids cuts
+        streams = [ids[b * width:(b + 1) * width] for b in range(batch)]
+        for mem_len in (None, 0):  # the state carried over segments, or none
+            total, count = 0.0, 0
+            for stream in streams:
+                step = len(stream) if mem_len is None else config.tgt_len
+                for start in range(0, len(stream) - 1, step):
+                    piece = stream[start:start + step + 1]
+                    log_probs = numpy_log_probs(model, piece[None, :-1])[0]
+                    total -= log_probs[np.arange(len(piece) - 1), piece[1:]].sum()
+                    count += len(piece) - 1
+            result = evaluate_ids(model, ids, batch_size=batch, mem_len=mem_len)
+            assert result["tokens"] == count, (case, mem_len)
+            assert result["loss"] == pytest.approx(total / count, abs=1e-5), (case, mem_len)
+
+
+def test_ids_of_any_integer_dtype_are_read_and_bad_ids_are_one_error():
+    # Before, int64 ids (numpy's default) failed with a conversion error, and
+    # an id or target out of range failed deep in TensorFlow's kernels.
+    model = make_model()
+    ids = np.random.default_rng(4).integers(0, CONFIG.n_token, (2, 5))
+    log_probs, _ = model(ids, None)
+    np.testing.assert_allclose(log_probs.numpy(), numpy_log_probs(model, ids), atol=1e-5)
+    with pytest.raises(InputError, match="token id 11"):
+        model(np.array([[1, 11]], np.int32), None)
+    with pytest.raises(InputError, match="target id -1"):
+        model(np.array([[1, 2]], np.int32), None, targets=np.array([[2, -1]], np.int32))
 
 
 def test_files_round_trip_and_a_foreign_folder_is_one_error(tmp_path):

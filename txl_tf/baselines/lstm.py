@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.inputs import check_targets, check_token_ids
 from txl_tf.errors import TxlError
 from txl_tf.layers.memory import Memory
 
@@ -133,10 +134,10 @@ class LSTMLanguageModel(keras.layers.Layer):
         """Reads one segment.
 
         Args:
-            token_ids: int `[B, T]`.
+            token_ids: int `[B, T]` (any integer dtype), each in `[0, n_token)`.
             memory: the state from the previous segment (`initial_memory`),
                 or None for the zero state (then no state is returned to carry).
-            targets: int `[B, T]` next ids, or None.
+            targets: int `[B, T]` next ids in `[0, n_token)`, or None.
             training: dropout on.
             token_mask: accepted for the core's contract; padded positions
                 are excluded by the caller's weights.
@@ -144,9 +145,17 @@ class LSTMLanguageModel(keras.layers.Layer):
         Returns:
             `(nll [B, T], new_memory)` with targets, else
             `(log_probs [B, T, n_token], new_memory)`.
+
+        Raises:
+            InputError: ids or targets that are not integers `[B, T]` in
+                `[0, n_token)` (in a graph, an assertion).
         """
         del token_mask
-        token_ids = tf.convert_to_tensor(token_ids, tf.int32)
+        n_token = self.config.n_token
+        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), n_token)
+        if targets is not None:
+            targets = check_targets(tf.convert_to_tensor(targets), token_ids, n_token)
+        token_ids = tf.cast(token_ids, tf.int32)
         batch = tf.shape(token_ids)[0]
         carried = memory is not None and memory.mems.shape[2] != 0
         x = self.dropout(self.embedding(token_ids), training=training)

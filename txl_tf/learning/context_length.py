@@ -114,15 +114,32 @@ def relative_gain(losses, model, c, c_next, ratio):
         c, c_next: indices into the contexts.
         ratio: the fraction r of positions kept (those where the group's best
             loss at `c` is largest), in (0, 1].
+
+    Returns:
+        The relative gain, a float.
+
+    Raises:
+        TxlError: a ratio outside (0, 1], or a NaN or infinite loss.
     """
     if not 0 < ratio <= 1:
         raise TxlError(f"ratio must be in (0, 1], got {ratio}")
+    _check_finite(losses)
     best = losses[:, c].min(0)  # b(c, t)
     keep = max(1, math.ceil(ratio * best.size))
     hard = np.argsort(-best, kind="stable")[:keep]
     f_same = np.minimum(best[hard], losses[model, c, hard]).mean()
     f_next = np.minimum(best[hard], losses[model, c_next, hard]).mean()
     return (math.exp(f_same) - math.exp(f_next)) / math.exp(f_same)
+
+
+def _check_finite(losses):
+    """Raises `TxlError` at the first NaN or infinite loss: the best loss,
+    the means and the gains of the definition are undefined there."""
+    bad = np.argwhere(~np.isfinite(losses))
+    if bad.size:
+        model, c, t = (int(v) for v in bad[0])
+        raise TxlError(f"model {model}'s loss at context index {c}, position {t} is "
+                       f"{losses[model, c, t]}: RECL needs finite losses")
 
 
 def recl(losses, contexts, ratio, threshold=0.01):
@@ -138,7 +155,11 @@ def recl(losses, contexts, ratio, threshold=0.01):
         `(lengths, gains)`: RECL per model (a context length; the last one
         where the gain never fell below the threshold: then RECL is at least
         that), and `gains [models, len(contexts) - 1]`, `g_i(c_k, c_{k+1})`.
+
+    Raises:
+        TxlError: a NaN or infinite loss.
     """
+    _check_finite(losses)
     n_models, n_contexts = losses.shape[:2]
     gains = np.array([[relative_gain(losses, i, k, k + 1, ratio) for k in range(n_contexts - 1)]
                       for i in range(n_models)]).reshape(n_models, n_contexts - 1)
