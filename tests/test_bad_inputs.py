@@ -353,6 +353,12 @@ CLI_CASES = [
      r"^error: --seed must be in \[0, 9223372036854775807\], got 9223372036854775808$"),
     ("recl_seed", "training.recl", ["--model_dir={root}/model", "--seed=-1"],
      r"^error: --seed must be >= 0, got -1$"),  # numpy's traceback, once the models loaded
+    # A list of every context up to --max_context before the text's length was checked: a
+    # MemoryError traceback (at 2**31, minutes of filling memory).
+    ("recl_max_context_huge", "training.recl",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--max_context=9223372036854775808"],
+     r"^error: the text has \d+ ids: too few for a context of 9223372036854775808 "),
     ("generate_two_models", "training.generate", ["--model={root}/model",
                                                   "--model_dir={root}/model", "--prompt=a"],
      r"pass --model or --model_dir, not both"),
