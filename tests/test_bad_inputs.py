@@ -283,6 +283,11 @@ CLI_CASES = [
     ("demo_unknown_flag", "training.demo", ["--bogus=1"], r"Unknown command line flag 'bogus'"),
     ("demo_bad_value", "training.demo", ["--finetune_seconds=soon"],
      r"flag --finetune_seconds=soon"),
+    # A RuntimeError traceback from tf.data (set_shape), after three evaluations.
+    ("demo_context_huge", "training.demo", ["--model={root}/model",
+                                            "--context=9223372036854775808"],
+     r"^error: the loss-by-context curve \(--context\) \(batch 8, segment 9223372036854775808, "
+     r"memory 0\) needs at least "),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),

@@ -73,6 +73,8 @@ def run(**options):
         raise TrainingError(f"--model {o['model']!r} reads {tokenizer.kind} tokens: the demo "
                             "reports bits per byte and needs a byte-level model")
     cfg = core.config
+    from txl_tf.checks.memory_budget import check_fits
+    check_fits(cfg, 8, o["context"], 0, what="the loss-by-context curve (--context)")
     params = sum(int(v.numpy().size) for v in core.trainable_weights)
     print(f"model {o['model']}: {params:,} parameters, segments of {cfg.tgt_len}, trained "
           f"with a memory of {cfg.mem_len}", flush=True)
