@@ -288,6 +288,9 @@ CLI_CASES = [
                                             "--context=9223372036854775808"],
      r"^error: the loss-by-context curve \(--context\) \(batch 8, segment 9223372036854775808, "
      r"memory 0\) needs at least "),
+    # NaN passed `< 0` and meant no fine-tuning, without a word.
+    ("demo_finetune_seconds_nan", "training.demo", ["--finetune_seconds=nan"],
+     r"^error: --finetune_seconds must be >= 0, got nan$"),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),

@@ -50,7 +50,7 @@ def _check(o):
         if o[name] < 1:
             raise TrainingError(f"--{name} must be positive, got {o[name]}")
     for name in ("num_tokens", "finetune_seconds", "finetune_steps"):
-        if o[name] < 0:
+        if not o[name] >= 0:  # NaN too
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
