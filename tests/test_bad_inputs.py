@@ -300,6 +300,10 @@ CLI_CASES = [
      r"unknown preset 'huge'; known presets: .*tiny"),
     ("train_steps", "training.train", ["--train_steps=0", "--model_dir={root}/run"],
      r"--train_steps must be a positive integer, got 0"),
+    # A MemoryError traceback (a list of that many logical device configurations).
+    ("train_num_cpu_devices_huge", "training.train", ["--num_cpu_devices=9223372036854775807",
+                                                      "--model_dir={root}/run"],
+     r"^error: --num_cpu_devices must be in \[0, 1024\], got 9223372036854775807$"),
     ("train_adam_beta2", "training.train", ["--adam_beta2=1.5", "--model_dir={root}/run"],
      r"--adam_beta2 must be in \[0, 1\), got 1.5"),
     ("train_adam_epsilon", "training.train", ["--adam_epsilon=0", "--model_dir={root}/run"],
