@@ -283,6 +283,14 @@ CLI_CASES = [
     ("demo_unknown_flag", "training.demo", ["--bogus=1"], r"Unknown command line flag 'bogus'"),
     ("demo_bad_value", "training.demo", ["--finetune_seconds=soon"],
      r"flag --finetune_seconds=soon"),
+    # A RuntimeError traceback from tf.data (set_shape), after three evaluations.
+    ("demo_context_huge", "training.demo", ["--model={root}/model",
+                                            "--context=9223372036854775808"],
+     r"^error: the loss-by-context curve \(--context\) \(batch 8, segment 9223372036854775808, "
+     r"memory 0\) needs at least "),
+    # NaN passed `< 0` and meant no fine-tuning, without a word.
+    ("demo_finetune_seconds_nan", "training.demo", ["--finetune_seconds=nan"],
+     r"^error: --finetune_seconds must be >= 0, got nan$"),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),
@@ -292,6 +300,10 @@ CLI_CASES = [
      r"unknown preset 'huge'; known presets: .*tiny"),
     ("train_steps", "training.train", ["--train_steps=0", "--model_dir={root}/run"],
      r"--train_steps must be a positive integer, got 0"),
+    # A MemoryError traceback (a list of that many logical device configurations).
+    ("train_num_cpu_devices_huge", "training.train", ["--num_cpu_devices=9223372036854775807",
+                                                      "--model_dir={root}/run"],
+     r"^error: --num_cpu_devices must be in \[0, 1024\], got 9223372036854775807$"),
     ("train_adam_beta2", "training.train", ["--adam_beta2=1.5", "--model_dir={root}/run"],
      r"--adam_beta2 must be in \[0, 1\), got 1.5"),
     ("train_adam_epsilon", "training.train", ["--adam_epsilon=0", "--model_dir={root}/run"],
@@ -326,6 +338,10 @@ CLI_CASES = [
      r"--temperature must be >= 0, got -1"),
     ("generate_mem_len", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                "--mem_len=-1"], r"--mem_len must be >= 0"),
+    # tf.zeros' "out-of-range integer" traceback (an OOM traceback at 2**31), not a budget line.
+    ("generate_mem_len_huge", "training.generate", ["--model_dir={root}/model", "--prompt=a",
+                                                    "--mem_len=9223372036854775808"],
+     r"^error: generating \(batch 1, segment 8, memory 9223372036854775808\) needs at least "),
     ("generate_num_tokens", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                   "--num_tokens=-1"],
      r"--num_tokens must be >= 0, got -1"),
@@ -337,6 +353,10 @@ CLI_CASES = [
     ("generate_stop_ids", "training.generate", ["--model={root}/model", "--prompt=a",
                                                 "--stop_ids=x"],
      r"--stop_ids must be token ids \(integers >= 0\), got 'x'"),
+    # str.isdigit() accepts "²", which int() refuses: a ValueError traceback.
+    ("generate_stop_ids_superscript", "training.generate", ["--model={root}/model", "--prompt=a",
+                                                            "--stop_ids=\u00b2"],
+     r"^error: --stop_ids must be token ids \(integers >= 0\), got '\u00b2'$"),
     ("generate_stop_id_range", "training.generate", ["--model={root}/model", "--prompt=a",
                                                      "--stop_ids=256"],
      r"--stop_ids must be ids below the vocabulary size 256, got 256"),
@@ -345,6 +365,12 @@ CLI_CASES = [
      r"^error: --seed must be in \[0, 9223372036854775807\], got 9223372036854775808$"),
     ("recl_seed", "training.recl", ["--model_dir={root}/model", "--seed=-1"],
      r"^error: --seed must be >= 0, got -1$"),  # numpy's traceback, once the models loaded
+    # A list of every context up to --max_context before the text's length was checked: a
+    # MemoryError traceback (at 2**31, minutes of filling memory).
+    ("recl_max_context_huge", "training.recl",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--max_context=9223372036854775808"],
+     r"^error: the text has \d+ ids: too few for a context of 9223372036854775808 "),
     ("generate_two_models", "training.generate", ["--model={root}/model",
                                                   "--model_dir={root}/model", "--prompt=a"],
      r"pass --model or --model_dir, not both"),
@@ -453,6 +479,14 @@ CLI_CASES = [
     ("generate_model_is_a_file", "training.generate", ["--model={scratch}/latin1.txt",
                                                       "--prompt=a"],
      r"model directory '.*latin1\.txt' is a file, not a directory"),
+    ("attention_head_superscript", "training.attention_picture",
+     ["--model_dir={root}/model", "--text=ab", "--head=\u00b2", "--output={scratch}/a.png"],
+     r"^error: --head must be 'mean' or a head number >= 0, got '\u00b2'$"),
+    # tf.zeros' "out-of-range integer" traceback (an OOM traceback at 2**31), not a budget line.
+    ("attention_mem_len_huge", "training.attention_picture",
+     ["--model_dir={root}/model", "--text=ab", "--mem_len=9223372036854775808",
+      "--output={scratch}/a.png"],
+     r"^error: the attention picture \(batch 1, segment 2, memory 9223372036854775808\) needs "),
     ("attention_text_not_utf8", "training.attention_picture",
      ["--model_dir={root}/model", "--text_file={scratch}/latin1.txt", "--output={scratch}/a.png"],
      r"--text_file '.*latin1\.txt' is not valid UTF-8"),

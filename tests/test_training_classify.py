@@ -271,6 +271,14 @@ def test_a_classifiers_unreadable_flags_file_is_named(tmp_path):
       "--epochs=1"], r"error: pass --steps or --epochs, not both"),
     (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
       "--export=tflite"], r"error: --export: unknown format\(s\) tflite"),
+    # Found by random command lines: flags.json, labels.json and vocab/ written, then an
+    # error (or an OOM traceback at 2**31; a TypeError at segment_len=2**63).
+    (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
+      "--mem_len=10000000000"],
+     r"error: a training step \(batch 32, segment 8, memory 10000000000\) needs at least"),
+    (["--train_data={train}", "--backbone={backbone}", "--output_dir={root}/o",
+      "--segment_len=9223372036854775808"],
+     r"error: a training step \(batch 32, segment 9223372036854775808, memory 8\) needs"),
     (["--mode=predict", "--classifier_dir={root}/nowhere", "--predict_data={train}"],
      r"error: --classifier_dir .*nowhere does not exist"),  # nothing said before it
     # a tokenizer without an unknown entry failed inside fit (a TensorFlow traceback)

@@ -146,7 +146,7 @@ def test_bad_flag_values(tmp_path, corpus):
     ("seed", -1, r"--seed must be in \[0, 4294967295\], got -1"),  # was numpy's traceback
     ("seed", 2 ** 32, r"--seed must be in \[0, 4294967295\], got 4294967296"),
     ("max_time_s", -5.0, r"--max_time_s must be >= 0 \(0: no limit\), got -5.0"),
-    ("num_cpu_devices", -1, r"--num_cpu_devices must be >= 0, got -1"),
+    ("num_cpu_devices", -1, r"--num_cpu_devices must be in \[0, 1024\], got -1"),
     ("verbose", 7, r"--verbose must be 0, 1 or 2, got 7"),
 ])
 def test_flag_values_refused_at_the_start(tmp_path, corpus, flag, value, message):

@@ -66,7 +66,7 @@ def _check_options(o):
     if o["max_labels"] < 0:
         raise TrainingError(f"--max_labels must be >= 0, got {o['max_labels']}")
     head = str(o["head"]).strip()
-    if head != "mean" and not head.isdigit():
+    if head != "mean" and not (head.isascii() and head.isdigit()):  # int() refuses "²"
         raise TrainingError(f"--head must be 'mean' or a head number >= 0, got {o['head']!r}")
 
 
@@ -122,6 +122,10 @@ def run(**options):
     if not -n_segments <= o["segment"] < n_segments:
         raise TrainingError(f"--segment {o['segment']} is out of range: the text's "
                             f"{len(ids)} tokens make {n_segments} segments of {seg_len}")
+    from txl_tf.checks.memory_budget import check_fits
+    check_fits(config, 1, min(seg_len, len(ids)),
+               config.mem_len if o["mem_len"] is None else o["mem_len"],
+               what="the attention picture")
     core = load_core(source, config=config)
     layer = o["layer"] % config.n_layer
     attn = segment_attention(core, ids, layer, o["segment"], seg_len, o["mem_len"])

@@ -83,6 +83,9 @@ def choose_model(o, log=print):
 def check_lengths(o, config):
     segment_len = o["segment_len"] or config.tgt_len
     mem_len = config.mem_len if o["mem_len"] is None else o["mem_len"]
+    from txl_tf.checks.memory_budget import check_fits
+    check_fits(config, o["batch_size"], segment_len, mem_len, training=True,
+               what="a training step")  # before the output folder is written
     return segment_len, mem_len
 
 

@@ -50,7 +50,7 @@ def _check(o):
         if o[name] < 1:
             raise TrainingError(f"--{name} must be positive, got {o[name]}")
     for name in ("num_tokens", "finetune_seconds", "finetune_steps"):
-        if o[name] < 0:
+        if not o[name] >= 0:  # NaN too
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
@@ -73,6 +73,8 @@ def run(**options):
         raise TrainingError(f"--model {o['model']!r} reads {tokenizer.kind} tokens: the demo "
                             "reports bits per byte and needs a byte-level model")
     cfg = core.config
+    from txl_tf.checks.memory_budget import check_fits
+    check_fits(cfg, 8, o["context"], 0, what="the loss-by-context curve (--context)")
     params = sum(int(v.numpy().size) for v in core.trainable_weights)
     print(f"model {o['model']}: {params:,} parameters, segments of {cfg.tgt_len}, trained "
           f"with a memory of {cfg.mem_len}", flush=True)

@@ -137,7 +137,7 @@ def _check_options(o):
     if not 1 <= o["repetition_penalty"] < float("inf"):
         raise TrainingError(f"--repetition_penalty must be >= 1, got {o['repetition_penalty']}")
     for stop in o["stop_ids"]:
-        if not stop.strip().isdigit():
+        if not (stop.strip().isascii() and stop.strip().isdigit()):  # int() refuses "²"
             raise TrainingError(f"--stop_ids must be token ids (integers >= 0), got {stop!r}")
     if o["device"] not in ("auto", "cpu", "cuda", "gpu"):
         raise TrainingError(f"--device must be auto, cpu, cuda or gpu, got {o['device']!r}")
@@ -205,6 +205,10 @@ def run(write=None, **options):
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>
         raise TrainingError(f"--prompt cannot be encoded: {err}") from None
     if callable(model):
+        from txl_tf.checks.memory_budget import check_fits
+        check_fits(config, 1, config.tgt_len,  # the decoder reads prompts in tgt_len segments
+                   config.mem_len if o["mem_len"] is None else o["mem_len"],
+                   what="generating")
         model = model()  # the core's weights are loaded only once the inputs are known
     progress = cli.Progress("generating", enabled=o["progress"] is not False,
                             lines=bool(o["progress"]))

@@ -96,7 +96,8 @@ def run(**options):
     from training import inputs
     from txl_tf.learning import context_length as cl
 
-    contexts = list(range(o["first_context"], o["max_context"] + 1, o["context_step"]))
+    # A range until the text's length has refused a --max_context too long for it.
+    contexts = range(o["first_context"], o["max_context"] + 1, o["context_step"])
     scorers, tokenizer = [], None
     for name, path in named:
         scorer, model_tokenizer = _load(path)
@@ -109,6 +110,7 @@ def run(**options):
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer)
     ids = np.asarray(corpus.split(o["split"]))
     positions = cl.sample_positions(len(ids), contexts[-1], o["positions"], o["seed"])
+    contexts = list(contexts)
     losses = []
     for (name, _), scorer in zip(named, scorers):
         progress = cli.Progress(f"{name}: loss by context", enabled=o["progress"] is not False)

@@ -45,6 +45,8 @@ from training.files import save_vocab, write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 
+MAX_CPU_DEVICES = 1024  # logical devices --num_cpu_devices may split the CPU into
+
 SPEC = (
     option("string", "preset", "small", "Model preset (txl_tf.PRESETS)."),
     option("multi_string", "config_override", [], "field=value changes to the preset (JSON values), e.g. untie_r=false."),
@@ -182,8 +184,9 @@ def _check_options(o):
     check_seed(o["seed"])
     if o["max_time_s"] < 0:
         raise TrainingError(f"--max_time_s must be >= 0 (0: no limit), got {o['max_time_s']}")
-    if o["num_cpu_devices"] < 0:
-        raise TrainingError(f"--num_cpu_devices must be >= 0, got {o['num_cpu_devices']}")
+    if not 0 <= o["num_cpu_devices"] <= MAX_CPU_DEVICES:  # a list of that many configs
+        raise TrainingError(f"--num_cpu_devices must be in [0, {MAX_CPU_DEVICES}], got "
+                            f"{o['num_cpu_devices']}")
     if o["verbose"] not in (0, 1, 2):
         raise TrainingError(f"--verbose must be 0, 1 or 2, got {o['verbose']}")
 
