@@ -564,18 +564,9 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
         documents: lists of ints, or an int RaggedTensor ``[N, None]``; none
             empty.
         label_ids: ``N`` ints, or None (the features alone).
-        batch_size: as for :func:`classification_dataset`.
-        max_length: as for :func:`classification_dataset`.
-        segment_len: as for :func:`classification_dataset`.
-        keep: as for :func:`classification_dataset`.
-        pad_id: as for :func:`classification_dataset`.
-        bucket: as for :func:`classification_dataset`.
-        pad_to_max_length: as for :func:`classification_dataset`.
-        shuffle: as for :func:`classification_dataset`.
-        seed: as for :func:`classification_dataset`.
-        shuffle_buffer: as for :func:`classification_dataset`.
-        repeat: as for :func:`classification_dataset`.
-        drop_remainder: as for :func:`classification_dataset`.
+        batch_size, max_length, segment_len, keep, pad_id, bucket,
+            pad_to_max_length, shuffle, seed, shuffle_buffer, repeat,
+            drop_remainder: as for :func:`classification_dataset`.
 
     Returns:
         A `tf.data.Dataset`, as :func:`classification_dataset`'s.
