@@ -48,7 +48,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import at_least, integer_list, run_part, suite_spec  # noqa: E402
+from benchmarks.common import (at_least, integer_list, run_part, share_the_gpu,  # noqa: E402
+                               suite_spec)
 from txl_tf.app import cli  # noqa: E402
 from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
@@ -572,6 +573,7 @@ def run_speed(o):
         raise TxlError("--clamp_len makes this run's model; with --reuse_exports the exports "
                        "keep the clamp they were made with")
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_long_memory_")
+    share_the_gpu()  # TensorFlow's reads below, onnxruntime-gpu beside them
     reads = read_bandwidths()
     bandwidth = {"cpu": max(reads.values())}  # bytes/s of each device a backend runs on
     if _on_cuda(o["device"]):

@@ -1,12 +1,18 @@
 """The figures the GPU check prints, where their logic runs on the CPU: the
 bound's bandwidth without a call's fixed cost, the measurement-error flag
-of a 16-bit step, the CUDA parity over every live row, and the check's
-parity threshold (issue 53's). (A GPU decides the numbers themselves.)"""
+of a 16-bit step, the CUDA parity over every live row, the check's parity
+threshold (issue 53's), the clocks that wait for the device (a Keras batch,
+the evaluation-speed calls after their warm-up), the paper's TF32 setting
+beside TensorFlow's, and TensorFlow sharing the GPU with the paper's worker.
+(A GPU decides the numbers themselves.)"""
+import os
+
 import numpy as np
 import pytest
 
-from benchmarks import gpu_check
+from benchmarks import common, eval_speed, gpu_check, paper_reference
 from benchmarks import long_memory as lm
+from benchmarks import throughput as tp
 from txl_tf.app.flagspec import defaults
 
 GIB = 2 ** 30
@@ -80,3 +86,65 @@ def test_the_checks_cuda_parity_holds_issue_53s_threshold():
     commands = gpu_check.commands_for(o, "/out")
     assert "--tolerance=1e-5" in commands["serving_parity"]
     assert "--tolerance=5e-2" in commands["serving_parity_float16"]
+
+
+class Pending:
+    """A device result: reading it on the host waits for the device."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __array__(self, dtype=None, copy=None):
+        self.log.append("wait")
+        return np.zeros(1)
+
+
+def test_the_evaluation_speed_clock_starts_after_the_warm_up_is_done(monkeypatch):
+    log = []
+    monkeypatch.setattr(eval_speed.time, "perf_counter", lambda: log.append("clock") or 0.0)
+
+    def call():
+        log.append("call")
+        return Pending(log)
+    eval_speed._timed(call, 2, warmup=3)
+    assert log == ["call"] * 3 + ["wait", "clock", "call", "call", "wait", "clock"]
+
+
+def test_a_keras_batch_clock_stops_after_its_logs_are_on_the_host(monkeypatch):
+    log = []
+    monkeypatch.setattr(tp.time, "perf_counter", lambda: log.append("clock") or 0.0)
+    timer = tp.batch_timer()
+    timer.on_train_batch_begin(0)
+    timer.on_train_batch_end(0, {"loss": Pending(log)})
+    assert log == ["clock", "wait", "clock"] and timer.times == [0.0]
+
+
+@pytest.mark.parametrize("precision, tf32", [("float32", False), ("tf32", True), ("bf16", True),
+                                             ("fp16", True)])
+def test_the_papers_tf32_is_tensorflows_in_each_precision(precision, tf32):
+    """TensorFlow keeps TF32 on under its mixed policies for what stays
+    float32; the paper's worker did so only for `tf32`."""
+    assert paper_reference.tf32_allowed(precision) is tf32
+
+
+def test_the_pair_lets_tensorflow_share_the_gpu_with_the_papers_worker(monkeypatch):
+    """Run alone (not from the check, which sets it), the pair's TensorFlow
+    would take the whole GPU at its first op, before the paper's worker."""
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "x")
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH")
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def check_options(o):
+        seen.append(os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH"))
+        raise Stop
+    monkeypatch.setattr(tp, "values", defaults)
+    monkeypatch.setattr(tp, "check_options", check_options)
+    with pytest.raises(Stop):
+        tp.main([])
+    assert seen == ["true"]
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false")  # the caller's choice stays
+    common.share_the_gpu()
+    assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
