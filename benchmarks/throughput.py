@@ -154,9 +154,18 @@ def model_flops_per_token(cfg, tgt_len, mem_len, batch_size, training):
     return 3 * forward if training else forward
 
 
-def matmul_peak(dtype_name, n=2048, repeats=5):
-    """GFLOP/s of the best of `repeats` `[n, n] @ [n, n]` TensorFlow matmuls."""
+def matmul_size(on_gpu):
+    """The side of `matmul_peak`'s matrices: 2048 on a CPU; 8192 on a GPU,
+    where a 2048 matmul takes tens of microseconds, about a call's own
+    launch and read-back, which would halve the peak and double the MFU."""
+    return 8192 if on_gpu else 2048
+
+
+def matmul_peak(dtype_name, n=None, repeats=5):
+    """GFLOP/s of the best of `repeats` `[n, n] @ [n, n]` TensorFlow matmuls
+    (`n`: `matmul_size` of the device TensorFlow computes on)."""
     import tensorflow as tf
+    n = n or matmul_size(bool(tf.config.list_logical_devices("GPU")))
     dtype = tf.as_dtype(dtype_name)
     a = tf.random.normal([n, n], dtype=tf.float32)
     a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)

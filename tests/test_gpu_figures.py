@@ -148,3 +148,11 @@ def test_the_pair_lets_tensorflow_share_the_gpu_with_the_papers_worker(monkeypat
     monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false")  # the caller's choice stays
     common.share_the_gpu()
     assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
+
+
+def test_the_mfus_matmul_is_large_enough_on_a_gpu():
+    """The peak the MFU divides by: a matmul of 2 * 8192^3 FLOPs takes
+    milliseconds on an H200 (a 2048 one, tens of microseconds: its launch
+    and read-back would halve the peak); the CPU keeps 2048."""
+    assert tp.matmul_size(on_gpu=True) == 8192 and tp.matmul_size(on_gpu=False) == 2048
+    assert tp.matmul_peak("float32", repeats=1) > 0  # 2048 here, on the CPU
