@@ -122,6 +122,7 @@ class Worker:
             self.model.eval()
             self.model.reset_length(tgt_len, 0, mem_len)
         if device == "cuda":
+            torch.cuda.synchronize()  # the first step's clock starts on an idle GPU
             torch.cuda.reset_peak_memory_stats()
         params = sum(p.numel() for p in self.model.parameters())
         return {"ok": True, "parameters": params, "torch": torch.__version__,
