@@ -830,19 +830,22 @@ def fill_serving_exports(folder, work_dir, seed=0):
 
 def pair_summary(path):
     """One line of a throughput JSON file, whole or as far as a stopped run
-    wrote it: each row's tok/s, ratio (`-` before its paper row), peak
-    memory and first step (or why it failed), in the order they ran; then
-    the variant started and not done, with its first step's seconds once
-    known."""
+    wrote it: each row's tok/s, ratio (`-` before its paper row; without
+    paper rows, over the first row, which it names), peak memory and first
+    step (or why it failed), in the order they ran; then the variant
+    started and not done, with its first step's seconds once known."""
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
     parts = []
+    variants = [r["variant"] for r in result["results"] + result.get("started", [])]
+    over = "" if any(v.startswith("paper ") for v in variants) or not variants \
+        else f" {variants[0]}"  # no --reference_dir: throughput's ratio is over its first row
     for r in result["results"]:
         if "error" in r:
             parts.append(f"{r['variant']} failed ({r['error']})")
             continue
         memory = "" if r.get("peak_gib") is None else f", {r['peak_gib']:.1f} GiB"
-        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x{over}"
         parts.append(f"{r['variant']} {r['tokens_per_s']:,.0f} tok/s ({ratio}"
                      f"{memory}, 1st {r['first_step_s']:.0f} s)")
     for r in result.get("started", []):

@@ -3,8 +3,10 @@ bound's bandwidth without a call's fixed cost, the measurement-error flag
 of a 16-bit step, the CUDA parity over every live row, the check's parity
 threshold (issue 53's), the clocks that wait for the device (a Keras batch,
 the evaluation-speed calls after their warm-up), the paper's TF32 setting
-beside TensorFlow's, and TensorFlow sharing the GPU with the paper's worker.
-(A GPU decides the numbers themselves.)"""
+beside TensorFlow's, TensorFlow sharing the GPU with the paper's worker, the
+MFU's peak matmul, and what a pair's ratio is over. (A GPU decides the
+numbers themselves.)"""
+import json
 import os
 
 import numpy as np
@@ -156,3 +158,19 @@ def test_the_mfus_matmul_is_large_enough_on_a_gpu():
     and read-back would halve the peak); the CPU keeps 2048."""
     assert tp.matmul_size(on_gpu=True) == 8192 and tp.matmul_size(on_gpu=False) == 2048
     assert tp.matmul_peak("float32", repeats=1) > 0  # 2048 here, on the CPU
+
+
+def test_a_pair_without_the_papers_rows_says_what_its_ratio_is_over(tmp_path):
+    """Without `--reference_dir` throughput's ratio is over its first row: the
+    check's line names it, so that 1.40x is not read as the paper's ratio."""
+    row = dict(tokens_per_s=50000.0, ratio=1.0, peak_gib=None, first_step_s=40.0)
+    out = tmp_path / "pair.json"
+    out.write_text(json.dumps({"results": [dict(row, variant="f32+jit"),
+                                           dict(row, variant="bf16+jit", ratio=1.4)]}))
+    assert gpu_check.pair_summary(str(out)) == (
+        "f32+jit 50,000 tok/s (1.00x f32+jit, 1st 40 s); "
+        "bf16+jit 50,000 tok/s (1.40x f32+jit, 1st 40 s)")
+    out.write_text(json.dumps({"results": [dict(row, variant="paper f32"),
+                                           dict(row, variant="f32+jit", ratio=2.1)]}))
+    assert gpu_check.pair_summary(str(out)) == (
+        "paper f32 50,000 tok/s (1.00x, 1st 40 s); f32+jit 50,000 tok/s (2.10x, 1st 40 s)")
