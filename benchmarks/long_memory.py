@@ -155,8 +155,8 @@ def cuda_read_bandwidth(gib=1, repeats=5, device="cuda"):
     GPU (`device`): the bound's bandwidth when the runtime's state lives
     there. A read of `gib` GiB and one of twice that, in `repeats` rounds
     (`bandwidth_between`): a call's fixed cost (its launch, ONNX Runtime's
-    own work, the wait for the stream) is tens of microseconds, a tenth or
-    more of a GiB's read on an HBM GPU, and cancels in the difference."""
+    own work, the wait for the stream), not small beside a GiB's read on an
+    HBM GPU, cancels in the difference."""
     import numpy as np
     count = int(gib * 2 ** 30) // 4
     small = ort_reader(np.ones(count, np.float32), device)

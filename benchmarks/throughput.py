@@ -156,8 +156,8 @@ def model_flops_per_token(cfg, tgt_len, mem_len, batch_size, training):
 
 def matmul_size(on_gpu):
     """The side of `matmul_peak`'s matrices: 2048 on a CPU; 8192 on a GPU,
-    where a 2048 matmul takes tens of microseconds, about a call's own
-    launch and read-back, which would halve the peak and double the MFU."""
+    where a 2048 matmul takes about as long as the call's own launch and
+    read-back, which would lower the peak and raise the MFU."""
     return 8192 if on_gpu else 2048
 
 
