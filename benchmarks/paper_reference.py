@@ -34,9 +34,9 @@ On `cuda` each step ends with `torch.cuda.synchronize()`; `peak_bytes` is
 `float32` forbids them; `bf16` / `fp16` run the forward pass under
 `torch.autocast` (the paper's own fp16 path needs apex), `fp16` with a
 `GradScaler` (unscaled before the clip), and allow TF32 for what stays in
-float32 (as TensorFlow's mixed policies do: `tf32_allowed`). With `cutoffs` the output is the
-paper's adaptive softmax (`div_val` 1; `tie_projs` as its `train.py` sets them
-for wt103).
+float32 (as TensorFlow's mixed policies do: `tf32_allowed`). With `cutoffs`
+the output is the paper's adaptive softmax (`div_val` 1; `tie_projs` as its
+`train.py` sets them for wt103).
 This file uses only the standard library, numpy and torch.
 """
 import atexit
