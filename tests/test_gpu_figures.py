@@ -177,3 +177,20 @@ def test_a_pair_without_the_papers_rows_says_what_its_ratio_is_over(tmp_path):
                                            dict(row, variant="f32+jit", ratio=2.1)]}))
     assert gpu_check.pair_summary(str(out)) == (
         "paper f32 50,000 tok/s (1.00x, 1st 40 s); f32+jit 50,000 tok/s (2.10x, 1st 40 s)")
+
+
+def test_the_cuda_profile_runs_the_step_as_the_runtime_times_it(monkeypatch):
+    """TF32 off, as `OnnxRuntime` opens the graphs the serving rows time
+    (ONNX Runtime's own default turns it on)."""
+    import onnxruntime
+
+    from benchmarks import inference
+    opened = []
+
+    def session(path, options, providers, disabled_optimizers):
+        opened.append(providers)
+        raise RuntimeError("enough")
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    with pytest.raises(RuntimeError, match="enough"):
+        inference.profile_graph("decode_step.onnx", {}, "cuda", 1)
+    assert opened == [[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]]
