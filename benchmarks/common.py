@@ -6,11 +6,22 @@ Every benchmark declares its flags once, as a `SPEC` of
 (`txl_tf.app.cli`), like the project's jobs: `--help` lists its flags, and a
 bad flag (one absl rejects, or one refused by these checks) is one `error:`
 line and exit status 2."""
+import os
+
 from txl_tf.errors import TxlError
 
 
 class BenchmarkError(TxlError):
     """A benchmark cannot start: a bad flag value."""
+
+
+def share_the_gpu():
+    """Lets TensorFlow take GPU memory as it needs it, not all of it at its
+    first op (`TF_FORCE_GPU_ALLOW_GROWTH=true`, unless the caller set it):
+    so that another process (the paper's PyTorch worker) or onnxruntime-gpu
+    in this one finds memory on the same GPU. Call it before TensorFlow
+    first touches the GPU."""
+    os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 
 def integer_list(text, flag, minimum, what):

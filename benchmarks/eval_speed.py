@@ -82,11 +82,24 @@ def xl_log_probs(core, ids, length):
     return np.concatenate(out, 1)
 
 
-def _timed(fn, calls):
+def _wait(result):
+    """Reads `result` (a call's output, or its first item) back to the host:
+    on a GPU a call returns once its work is queued, so this waits for it."""
+    np.asarray(result[0] if isinstance(result, tuple) else result)
+
+
+def _timed(fn, calls, warmup=0):
+    """Seconds of `calls` calls of `fn` after `warmup` untimed ones, each end
+    waited for: the warm-up's queued work is done before the clock starts,
+    the last call's before it stops."""
+    if warmup:
+        for _ in range(warmup):
+            result = fn()
+        _wait(result)
     start = time.perf_counter()
     for _ in range(calls):
         result = fn()
-    np.asarray(result[0] if isinstance(result, tuple) else result)  # wait for the result
+    _wait(result)
     return time.perf_counter() - start
 
 
@@ -96,9 +109,8 @@ def measure(core, batch, length, vanilla_calls, xl_calls, seed=0):
     vanilla_step, xl_step = build_paths(core, batch, length)
     rng = np.random.default_rng(seed)
     window = rng.integers(0, core.config.n_token, (batch, length)).astype(np.int32)
-    for _ in range(2):
-        vanilla_step(window)
-    vanilla_s = _timed(lambda: vanilla_step(window), vanilla_calls) / (vanilla_calls * batch)
+    vanilla_s = _timed(lambda: vanilla_step(window), vanilla_calls, warmup=2) / (
+        vanilla_calls * batch)
 
     ids = rng.integers(0, core.config.n_token, (batch, seg)).astype(np.int32)
     memory = core.initial_memory(batch, seg)
@@ -107,9 +119,8 @@ def measure(core, batch, length, vanilla_calls, xl_calls, seed=0):
     def xl_call():
         log_probs, state[0], state[1] = xl_step(ids, state[0], state[1])
         return log_probs
-    for _ in range(1 + 2):  # mem_len / tgt_len + 2 segments (the first one traces)
-        xl_call()
-    xl_s = _timed(xl_call, xl_calls) / (xl_calls * batch * seg)
+    # mem_len / tgt_len + 2 segments (the first one traces)
+    xl_s = _timed(xl_call, xl_calls, warmup=1 + 2) / (xl_calls * batch * seg)
     return {"length": length, "batch": batch, "segment": seg, "memory": seg,
             "vanilla_s_per_token": vanilla_s, "xl_s_per_token": xl_s,
             "speedup": vanilla_s / xl_s, "vanilla_calls": vanilla_calls, "xl_calls": xl_calls}

@@ -56,7 +56,8 @@ fails, runs out of time or cannot run is one line of the table (`failed
   the device slab's, the device memory's and the fixed-shape segments'
   tests on CUDA, `TXL_DEVICE_TESTS=cuda pytest tests/test_device_ring.py
   tests/test_sessions.py tests/test_fixed_segments.py -k device`; then `--part=cuda_parity` over the
-  export, with the step's kernel count on CUDA; then
+  export (float32, TF32 off: within issue 53's 1e-5 of the CPU), with the step's kernel count
+  on CUDA; then
   `benchmarks.inference --part=profile`: the decode step's and the segment
   graph's time by op type, ONNX Runtime's profiler with blocking launches,
   at batch 1 and 16).
@@ -136,7 +137,7 @@ COMMANDS = {
                             "-p no:cacheprovider tests/test_device_ring.py "
                             "tests/test_sessions.py tests/test_fixed_segments.py -k device",
     "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
-                      "--exports={work}/serving/{serving_preset}/out "
+                      "--exports={work}/serving/{serving_preset}/out --tolerance=1e-5 "
                       "--output={out}/cuda_parity.json",
     "serving_profile": "{python} -m benchmarks.inference --part=profile "
                        "--export_dir={work}/serving/{serving_preset}/out --device={ort_device} "
@@ -829,19 +830,22 @@ def fill_serving_exports(folder, work_dir, seed=0):
 
 def pair_summary(path):
     """One line of a throughput JSON file, whole or as far as a stopped run
-    wrote it: each row's tok/s, ratio (`-` before its paper row), peak
-    memory and first step (or why it failed), in the order they ran; then
-    the variant started and not done, with its first step's seconds once
-    known."""
+    wrote it: each row's tok/s, ratio (`-` before its paper row; without
+    paper rows, over the first row, which it names), peak memory and first
+    step (or why it failed), in the order they ran; then the variant
+    started and not done, with its first step's seconds once known."""
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
     parts = []
+    variants = [r["variant"] for r in result["results"] + result.get("started", [])]
+    over = "" if any(v.startswith("paper ") for v in variants) or not variants \
+        else f" {variants[0]}"  # no --reference_dir: throughput's ratio is over its first row
     for r in result["results"]:
         if "error" in r:
             parts.append(f"{r['variant']} failed ({r['error']})")
             continue
         memory = "" if r.get("peak_gib") is None else f", {r['peak_gib']:.1f} GiB"
-        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x{over}"
         parts.append(f"{r['variant']} {r['tokens_per_s']:,.0f} tok/s ({ratio}"
                      f"{memory}, 1st {r['first_step_s']:.0f} s)")
     for r in result.get("started", []):

@@ -895,7 +895,7 @@ def profile_graph(path, feeds, device, iters, fixed=None):
     (`{name: size}`) fixed: `summarize_profile`'s per run."""
     import onnxruntime as ort
 
-    from export.onnx_runtime import FLOAT16_DECODE_DISABLED
+    from export.onnx_runtime import FLOAT16_DECODE_DISABLED, provider_entries
     with tempfile.TemporaryDirectory() as folder:
         options = ort.SessionOptions()
         options.enable_profiling = True
@@ -905,7 +905,8 @@ def profile_graph(path, feeds, device, iters, fixed=None):
             options.add_free_dimension_override_by_name(axis, size)
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" \
             else ["CPUExecutionProvider"]
-        session = ort.InferenceSession(path, options, providers=providers,
+        # TF32 off on CUDA, as the runtime opens the graphs it times (`OnnxRuntime`'s default)
+        session = ort.InferenceSession(path, options, providers=provider_entries(providers),
                                        disabled_optimizers=list(FLOAT16_DECODE_DISABLED))
         if session.get_providers()[0] != providers[0]:
             raise BenchmarkError(f"--device={device}: ONNX Runtime did not open "

@@ -33,9 +33,10 @@ On `cuda` each step ends with `torch.cuda.synchronize()`; `peak_bytes` is
 `tf32` allows TF32 matmuls and convolutions (TensorFlow's default on a GPU),
 `float32` forbids them; `bf16` / `fp16` run the forward pass under
 `torch.autocast` (the paper's own fp16 path needs apex), `fp16` with a
-`GradScaler` (unscaled before the clip). With `cutoffs` the output is the
-paper's adaptive softmax (`div_val` 1; `tie_projs` as its `train.py` sets them
-for wt103).
+`GradScaler` (unscaled before the clip), and allow TF32 for what stays in
+float32 (as TensorFlow's mixed policies do: `tf32_allowed`). With `cutoffs`
+the output is the paper's adaptive softmax (`div_val` 1; `tie_projs` as its
+`train.py` sets them for wt103).
 This file uses only the standard library, numpy and torch.
 """
 import atexit
@@ -75,6 +76,14 @@ def patched_copy(reference_dir):
     return target
 
 
+def tf32_allowed(precision):
+    """Whether a run in `precision` lets float32 matmuls and convolutions use
+    TF32: all but `float32` (torch's defaults differ for the two, so both are
+    set), as TensorFlow on a GPU does, also under `mixed_bfloat16` and
+    `mixed_float16` for the ops they keep in float32."""
+    return precision != "float32"
+
+
 class Worker:
     def __init__(self, reference_dir):
         copy = patched_copy(reference_dir)
@@ -91,8 +100,8 @@ class Worker:
         torch.manual_seed(seed)
         self.torch, self.mode, self.mems, self.device = torch, mode, tuple(), device
         if device == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = tf32_allowed(precision)
+            torch.backends.cudnn.allow_tf32 = tf32_allowed(precision)
         self.autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
         self.model = MemTransformerLM(
@@ -113,6 +122,7 @@ class Worker:
             self.model.eval()
             self.model.reset_length(tgt_len, 0, mem_len)
         if device == "cuda":
+            torch.cuda.synchronize()  # the first step's clock starts on an idle GPU
             torch.cuda.reset_peak_memory_stats()
         params = sum(p.numel() for p in self.model.parameters())
         return {"ok": True, "parameters": params, "torch": torch.__version__,

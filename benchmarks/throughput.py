@@ -28,7 +28,9 @@ length.
 Variants run interleaved in rounds of `--block` batches (load from elsewhere
 on a shared CPU hits every variant alike); `--nointerleave` runs one at a
 time and reports each one's peak GPU memory (TensorFlow's
-`get_memory_info('GPU:0')['peak']`, torch's `max_memory_allocated`). Every
+`get_memory_info('GPU:0')['peak']`, torch's `max_memory_allocated`;
+TensorFlow takes GPU memory as it needs it, `common.share_the_gpu`, so the
+paper's worker finds room on the same GPU). Every
 row reports the first step's seconds (tracing and compiling), the median and
 p90 step, tok/s, model GFLOP/s and MFU against the large-matmul peak of the
 row's compute dtype measured in the same run. Prints a table, writes JSON and
@@ -66,7 +68,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import BenchmarkError, at_least, integer_list, names_from
+from benchmarks.common import BenchmarkError, at_least, integer_list, names_from, share_the_gpu
 from txl_tf.app import cli
 from txl_tf.app.flagspec import option, values
 
@@ -152,9 +154,18 @@ def model_flops_per_token(cfg, tgt_len, mem_len, batch_size, training):
     return 3 * forward if training else forward
 
 
-def matmul_peak(dtype_name, n=2048, repeats=5):
-    """GFLOP/s of the best of `repeats` `[n, n] @ [n, n]` TensorFlow matmuls."""
+def matmul_size(on_gpu):
+    """The side of `matmul_peak`'s matrices: 2048 on a CPU; 8192 on a GPU,
+    where a 2048 matmul takes about as long as the call's own launch and
+    read-back, which would lower the peak and raise the MFU."""
+    return 8192 if on_gpu else 2048
+
+
+def matmul_peak(dtype_name, n=None, repeats=5):
+    """GFLOP/s of the best of `repeats` `[n, n] @ [n, n]` TensorFlow matmuls
+    (`n`: `matmul_size` of the device TensorFlow computes on)."""
     import tensorflow as tf
+    n = n or matmul_size(bool(tf.config.list_logical_devices("GPU")))
     dtype = tf.as_dtype(dtype_name)
     a = tf.random.normal([n, n], dtype=tf.float32)
     a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
@@ -172,7 +183,11 @@ def matmul_peak(dtype_name, n=2048, repeats=5):
 def batch_timer():
     """A Keras callback whose `times` are the seconds per batch of `fit` or
     `evaluate` (Keras calls `on_*_batch_begin/end` once per execution of
-    `steps_per_execution` batches; the time is shared among them)."""
+    `steps_per_execution` batches; the time is shared among them). Each
+    batch's clock stops after its logs are read back to the host, which
+    waits for the step on a GPU (Keras reads them before a callback with
+    its own `on_*_batch_end`; read here again, so the timer never depends
+    on that)."""
     import keras
 
     class BatchTimer(keras.callbacks.Callback):
@@ -184,6 +199,7 @@ def batch_timer():
             self._first, self._start = batch, time.perf_counter()
 
         def _end(self, batch, logs=None):
+            keras.tree.map_structure(keras.ops.convert_to_numpy, logs or {})  # the step done
             n = batch - self._first + 1
             self.times.extend([(time.perf_counter() - self._start) / n] * n)
 
@@ -672,6 +688,7 @@ def eval_part(o, peak):
 
 def main(argv):
     del argv
+    share_the_gpu()  # the paper's worker runs beside this process on the same GPU
     o = check_options(values(SPEC))
     dtypes = sorted({COMPUTE_DTYPE[VARIANTS[v][0]] for v in o["variants"]} | {"float32"})
     env_before, peak = environment(), peaks(dtypes)
