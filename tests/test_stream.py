@@ -1,5 +1,9 @@
 """Stream layout: continuity, shifted labels, resumption, evaluation coverage,
-and streams pinned to replicas under a 2-replica MirroredStrategy."""
+streams pinned to replicas under a 2-replica MirroredStrategy, and the ids
+held exactly as long as a dataset or iterator reads them."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,7 +19,8 @@ except RuntimeError:
     pass
 
 from txl_tf.data import (batchify, distribute_segments, eval_segment_dataset,  # noqa: E402
-                         num_segments, segment_dataset)
+                         num_segments, segment_dataset, stream)
+from txl_tf.errors import TxlError  # noqa: E402
 from training.strategy import mirrored_strategy  # noqa: E402
 
 
@@ -199,3 +204,95 @@ def test_random_layouts_match_the_papers_iterator():
         for s, (batch, expected) in enumerate(zip(got, evaluation)):
             for u, v in zip(batch, expected):
                 np.testing.assert_array_equal(u, v, err_msg=f"{case} evaluation segment {s}")
+
+
+def _freed_with_the_last_user(make, read, evaluation=False):
+    """`make(ids)` builds a dataset (or distributed dataset) over fresh ids
+    (6 streams of 5, from step 2); the ids must outlive the dataset while an
+    iterator of it is left, serve it the batches of `segment_dataset` (or
+    `eval_segment_dataset`) over a copy, and be freed once the iterator is
+    gone too (TensorFlow keeps every `numpy_function`'s callable for the life
+    of the process: it must not hold the ids)."""
+    ids = np.arange(4003, dtype=np.int32)
+    reference = (eval_segment_dataset if evaluation else segment_dataset)(
+        ids.copy(), 6, 5, start_step=2)
+    expected = [batch[0] for batch in collect(reference, 3)]
+    freed = weakref.ref(ids)
+    iterator = iter(make(ids))
+    del ids
+    gc.collect()
+    assert freed() is not None, "the ids were freed while an iterator still reads them"
+    for want in expected:
+        np.testing.assert_array_equal(read(next(iterator)), want)
+    del iterator
+    gc.collect()
+    assert freed() is None, "the ids outlived the dataset and its iterators"
+
+
+def _first(batch):
+    return batch[0].numpy()
+
+
+def test_a_dataset_holds_its_ids_as_long_as_it_is_read():
+    """Regression: every dataset kept its ids (and callable) for the life of the process."""
+    _freed_with_the_last_user(lambda ids: segment_dataset(ids, 6, 5, start_step=2), _first)
+    _freed_with_the_last_user(lambda ids: eval_segment_dataset(ids, 6, 5, start_step=2), _first,
+                              evaluation=True)
+    # Nested in another dataset, which holds its variant tensor only.
+    _freed_with_the_last_user(
+        lambda ids: tf.data.Dataset.from_tensors(segment_dataset(ids, 6, 5, start_step=2))
+        .flat_map(lambda d: d), _first)
+
+
+def test_a_distributed_dataset_is_read_after_the_callers_references_are_gone(two_replicas):
+    """The iterator alone keeps the ids of `distribute_segments` (a dataset per
+    input pipeline) and of `experimental_distribute_dataset`, which rebatches
+    and auto-shards a dataset (new datasets over it) before iterating."""
+    strategy = two_replicas
+
+    def read(batch):
+        return np.concatenate([v.numpy() for v in strategy.experimental_local_results(batch[0])])
+
+    for evaluation in (False, True):
+        _freed_with_the_last_user(lambda ids: distribute_segments(
+            strategy, ids, 6, 5, start_step=2, evaluation=evaluation), read, evaluation)
+    _freed_with_the_last_user(lambda ids: strategy.experimental_distribute_dataset(
+        segment_dataset(ids, 6, 5, start_step=2)), read)
+
+
+def test_a_dataset_built_in_a_tf_function_keeps_its_ids():
+    """Its Python dataset lives only while the function is traced; the graph
+    runs at every call."""
+    ids = np.arange(4003, dtype=np.int32)
+    first = collect(segment_dataset(ids, 6, 5), 3)
+
+    @tf.function
+    def total():
+        return segment_dataset(ids, 6, 5).take(3).reduce(
+            tf.zeros([6, 5], tf.int32), lambda acc, batch: acc + batch[0])
+
+    for _ in range(2):
+        np.testing.assert_array_equal(total().numpy(), sum(x for x, _ in first))
+
+
+def test_a_freed_reader_says_so():
+    streams = stream._Streams(np.arange(100), 4, 3, drop_remainder=True)
+    reader = stream._Reader(streams, evaluation=False)
+    np.testing.assert_array_equal(reader(1, 0, 4)[0], streams.train_pair(1, 0, 4)[0])
+    del streams
+    gc.collect()
+    with pytest.raises(TxlError, match="ids of this segment dataset are freed"):
+        reader(1, 0, 4)
+
+
+def test_a_dataset_built_off_the_first_cpu_keeps_its_ids(two_replicas):
+    """`experimental_distribute_dataset` rebuilds a dataset that is not on the
+    input worker's device from its serialized graph, where no Python object
+    of it is left: such a dataset keeps its ids for the life of the process."""
+    ids = np.arange(4003, dtype=np.int32)
+    freed = weakref.ref(ids)
+    with tf.device("/cpu:1"):
+        dataset = segment_dataset(ids, 6, 5)
+    del dataset, ids
+    gc.collect()
+    assert freed() is not None

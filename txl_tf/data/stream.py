@@ -19,10 +19,15 @@ uninterrupted job would have seen.
 
 Slices are read from the numpy array (a memory map works, nothing is copied
 whole) through ``tf.numpy_function``; the dataset therefore runs in the
-Python process that built it (not through the tf.data service).
+Python process that built it (not through the tf.data service). TensorFlow
+keeps that function for the life of the process, so it holds the array
+weakly: the array lives as long as the dataset (the Python datasets and
+iterators built on it, a `tf.function` that captured it) and is freed with
+the last of them (:class:`_Reader`).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 import numpy as np
@@ -165,15 +170,11 @@ class _Streams:
         the rows are cut into ``split`` consecutive per-replica batches, served
         one after another for each step (the order tf.distribute expects)."""
         rows, n, t = r1 - r0, self.num_segments, self.tgt_len
+        reader = _Reader(self, evaluation)
+        dtypes = [tf.int32, tf.int32, tf.float32] if evaluation else [tf.int32, tf.int32]
 
         def to_segment(step):
-            seg = step % n
-            if evaluation:
-                out = tf.numpy_function(self.eval_triple, [seg, r0, r1],
-                                        [tf.int32, tf.int32, tf.float32], stateful=False)
-            else:
-                out = tf.numpy_function(self.train_pair, [seg, r0, r1],
-                                        [tf.int32, tf.int32], stateful=False)
+            out = tf.numpy_function(reader, [step % n, r0, r1], dtypes, stateful=False)
             shaped = []
             for tensor in out:
                 tensor.set_shape([rows, t])
@@ -184,7 +185,49 @@ class _Streams:
         ds = steps.map(to_segment)
         if split > 1:
             ds = ds.unbatch()
-        return ds.prefetch(tf.data.AUTOTUNE)
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+        reader.hold(tf.data.experimental.to_variant(ds))
+        return ds
+
+
+class _Reader:
+    """The callable of a dataset's ``tf.numpy_function``.
+
+    TensorFlow registers it by a token and keeps it for the life of the
+    process (in its default graph, `tensorflow/python/ops/script_ops.py`),
+    so it refers to the streams (and their ids) weakly. The strong reference
+    is an attribute of the dataset's variant tensor: the Python datasets and
+    iterators built on the dataset hold it, and so do a `tf.function` that
+    captured the dataset and ``Dataset.from_tensors(dataset)``. A dataset
+    built in a `tf.function`, or on another device than the first CPU (which
+    ``experimental_distribute_dataset`` rebuilds from its serialized graph,
+    where no Python object refers to it), keeps its streams for the life of
+    the process, as every dataset did before.
+    """
+
+    def __init__(self, streams: _Streams, evaluation: bool):
+        self._streams = weakref.ref(streams)
+        self._evaluation = evaluation
+        self._pinned = None
+
+    def hold(self, variant) -> None:
+        """Ties the streams' lifetime to the dataset whose variant is ``variant``."""
+        streams = self._streams()
+        device = tf.DeviceSpec.from_string(variant.device or "")
+        if tf.executing_eagerly() and (device.device_type, device.device_index) == ("CPU", 0):
+            variant._txl_streams = streams
+        else:
+            self._pinned = streams
+
+    def __call__(self, seg, r0, r1):
+        streams = self._streams()
+        if streams is None:
+            raise TxlError("the ids of this segment dataset are freed: the dataset was deleted "
+                           "while a graph rebuilt from it still reads them; keep the dataset "
+                           "(or a dataset or iterator built on it) while it is read")
+        if self._evaluation:
+            return streams.eval_triple(seg, r0, r1)
+        return streams.train_pair(seg, r0, r1)
 
 
 def _steps(start_step: int, num_segments: int, repeat: bool) -> tf.data.Dataset:
