@@ -202,7 +202,9 @@ class _Reader:
     built in a `tf.function`, or on another device than the first CPU (which
     ``experimental_distribute_dataset`` rebuilds from its serialized graph,
     where no Python object refers to it), keeps its streams for the life of
-    the process, as every dataset did before.
+    the process, as every dataset did before. An iterator deleted while its
+    prefetch thread reads can meet the freed streams in that thread: that
+    element is never served (TensorFlow logs the error below log level 2).
     """
 
     def __init__(self, streams: _Streams, evaluation: bool):
