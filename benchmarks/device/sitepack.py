@@ -143,7 +143,7 @@ def pack(wheels, out_dir, drop=(), stream_bytes=STREAM_BYTES, preset=PRESET, job
                 data += chunk
             pending.append(pool.submit(_compress, bytes(data), os.path.join(out_dir, name),
                                        preset))
-            while len(pending) > 2 * jobs:
+            while len(pending) > jobs:  # at most jobs + 1 streams held in memory
                 pending.pop(0).result()
         for future in pending:
             future.result()
