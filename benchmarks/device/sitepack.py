@@ -284,7 +284,7 @@ def main(argv=None):
         else:
             count, total = unpack(o.index, o.site, o.jobs)
             print(f"unpacked {count} files, {total:,} bytes, into {o.site}")
-    except (PackError, OSError) as err:
+    except (PackError, OSError, zipfile.BadZipFile) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
