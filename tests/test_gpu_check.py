@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -595,6 +596,8 @@ wheels = {
     "nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl": {
         "nvidia/cublas/lib/libcublas.so.12": "x" * 500},
     "numpy-2.5.5-cp312-cp312-manylinux_2_27_x86_64.whl": {"numpy/__init__.py": ""},
+    "tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl": {
+        "tensorflow/__init__.py": "# tf\n", "tensorflow/include/tensorflow/c/c_api.h": "int;\n"},
     "txl_tf-0.1.0-py3-none-any.whl": {"txl_tf/__init__.py": ""},
 }
 for name, files in wheels.items():
@@ -616,7 +619,7 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     (tmp_path / "ref" / "mem_transformer.py").write_text("")
     device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
     env = dict(os.environ, PIP=f"{sys.executable} {tmp_path / 'pip.py'}", PIECE_BYTES="300",
-               SKIP=skip, REFERENCE_DIR=str(tmp_path / "ref"))
+               SKIP=skip, REFERENCE_DIR=str(tmp_path / "ref"), STREAM_BYTES="200")
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(device / "pack_wheels.sh"), str(out)], env=env,
                           capture_output=True, text=True)
@@ -624,9 +627,12 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     pieces = sorted(p.name for p in out.glob("gpu_wheels.tar.part-*"))
     assert len(pieces) > 3 and all(p.stat().st_size <= 300 for p in out.glob("*.part-*"))
     cublas = "nvidia-cublas-cu12" not in skip
-    assert sorted(p.name for p in (out / "wheels").iterdir()) == (  # numpy skipped, no txl_tf
+    wheels = sorted((out / "wheels").iterdir())
+    assert [p.name for p in wheels] == (  # numpy skipped, no txl_tf
         ["nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl"] * cublas
-        + ["nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl"])
+        + ["nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl",
+           "tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl"])
+    assert not (out / "site").exists() and not (out / "site.json").exists()  # in the pieces
     site = tmp_path / "device" / "site"
     exports = tmp_path / "gpu_exports"
     env = dict(os.environ, PIECES=str(out), SITE=str(site), PREPARE_ONLY="1",
@@ -653,7 +659,61 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     ptxas = subprocess.run([f"{site}/nvidia/cuda_nvcc/bin/ptxas", "--version"],
                            capture_output=True, text=True).stdout
     assert gc.ptxas_version(ptxas) == (12, 9, 86)
+    # every file of the wheels, byte for byte, but the headers DROP leaves out by default
+    # (libcublas's 500 bytes span three 200-byte xz streams); the streams are gone
+    expected = {}
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            expected.update({name: z.read(name) for name in z.namelist()
+                             if not name.startswith("tensorflow/include/")})
+    assert {str(p.relative_to(site)): p.read_bytes() for p in site.rglob("*")
+            if p.is_file() and p.name != ".complete"} == expected
+    assert not (tmp_path / "device" / "txl_unpacked" / "site").exists()
 
+
+
+def test_sitepack_cuts_streams_exactly_and_refuses_damage_with_one_error_line(tmp_path):
+    """sitepack.py (the pieces' format): files laid end to end are cut into
+    streams of at most the given bytes, each byte in one stream; a stream cut
+    short or altered, an index naming a path outside the folder, and pieces of
+    the older wheels-only layout each stop the unpacking with one `error:` line."""
+    import importlib.util
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    spec = importlib.util.spec_from_file_location("sitepack", device / "sitepack.py")
+    sitepack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sitepack)
+    assert sitepack.split([0, 5, 3, 0, 9], 4) == [
+        [[1, 0, 4]], [[1, 4, 1], [2, 0, 3]], [[4, 0, 4]], [[4, 4, 4]], [[4, 8, 1]]]
+    with zipfile.ZipFile(tmp_path / "a-1-py3-none-any.whl", "w") as z:
+        z.writestr("a/lib.so", bytes(range(256)) * 40)
+    packed = tmp_path / "packed"
+    assert sitepack.main(["pack", str(tmp_path), str(packed), "--stream_bytes=4096"]) == 0
+    streams = sorted((packed / "site").iterdir())
+    assert len(streams) == 3
+
+    def unpack(index=packed / "site.json"):
+        done = subprocess.run([sys.executable, str(device / "sitepack.py"), "unpack", str(index),
+                               str(tmp_path / "site")], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done
+        return done.stderr
+
+    good = streams[1].read_bytes()
+    streams[1].write_bytes(good[:-9])
+    assert unpack() == "error: site/0001.xz ends before its xz stream does\n"
+    streams[1].write_bytes(good[:40] + bytes([good[40] ^ 1]) + good[41:])
+    assert unpack().startswith("error: site/0001.xz: ")  # lzma's own words
+    index = json.loads((packed / "site.json").read_text())
+    index["files"][0][0] = "../a/lib.so"
+    (packed / "site.json").write_text(json.dumps(index))
+    assert unpack() == "error: unsafe path '../a/lib.so' in a wheel or index\n"
+    # pieces packed before site.json: run_check.sh says to pack again
+    (tmp_path / "old" / "wheels").mkdir(parents=True)
+    subprocess.run(["tar", "-cf", str(tmp_path / "gpu_wheels.tar.part-00"), "-C",
+                    str(tmp_path / "old"), "wheels"], check=True)
+    done = subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True, text=True,
+                          env=dict(os.environ, PIECES=str(tmp_path), PREPARE_ONLY="1",
+                                   SITE=str(tmp_path / "device" / "site"), PYTHON=sys.executable))
+    assert done.returncode == 2 and done.stderr.startswith("error: the pieces in "), done
 
 FAKE_WORKER = r'''
 import json, sys

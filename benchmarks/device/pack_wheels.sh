@@ -2,7 +2,9 @@
 # Packs what `python -m benchmarks.gpu_check` needs on a GPU machine without
 # network: the Python 3.12 manylinux wheels of the [gpu] extra (and their
 # dependencies), and the paper's pytorch/ folder if REFERENCE_DIR is set, as
-# one tar split into pieces that each fit one device call. See README.md here.
+# one tar split into pieces that each fit one device call. The wheels travel
+# unzipped and recompressed with xz (sitepack.py: independent streams that
+# the GPU machine's Python decompresses on all its cores). See README.md here.
 #
 #   benchmarks/device/pack_wheels.sh [OUT_DIR]        # default build/gpu_wheels
 #   DRY_RUN=1 benchmarks/device/pack_wheels.sh        # resolve only: list, no download
@@ -13,6 +15,12 @@
 #   REFERENCE_DIR the pytorch/ folder of kimiyoung/transformer-xl (the pairs)
 #   PIECE_BYTES   bytes per piece (default 56000000: a piece and the working
 #                 tree fit a call's 64 MiB)
+#   DROP          fnmatch patterns of paths in the wheels to leave out; default
+#                 what no part of the check loads: TensorFlow's C++ headers (for
+#                 building custom ops) and cuSOLVER's multi-GPU library (no
+#                 library of the set needs it; TensorFlow loads libcusolver only).
+#                 DROP= keeps every file.
+#   STREAM_BYTES  raw bytes per xz stream (default 64 MiB; see sitepack.py)
 #   PIP           the pip command (default: python3 -m pip)
 #   REQUIREMENT   what to pack (default: ".[gpu]", this checkout with the extra)
 set -euo pipefail
@@ -21,6 +29,8 @@ OUT=${1:-build/gpu_wheels}
 PIP=${PIP:-python3 -m pip}
 REQUIREMENT=${REQUIREMENT:-.[gpu]}
 PIECE_BYTES=${PIECE_BYTES:-56000000}
+DROP=${DROP-"tensorflow/include/* nvidia/cusolver/lib/libcusolverMg.so*"}
+STREAM_BYTES=${STREAM_BYTES:-67108864}
 TARGET=(--python-version 3.12 --implementation cp --only-binary=:all:
         --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64
         --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64)
@@ -37,7 +47,7 @@ EOF
   exit 0
 fi
 
-rm -rf "$OUT/wheels" "$OUT"/gpu_wheels.tar*
+rm -rf "$OUT/wheels" "$OUT/site" "$OUT/site.json" "$OUT"/gpu_wheels.tar* "$OUT/gpu_wheels.sha256"
 mkdir -p "$OUT/wheels"
 # pytest: the check's serving_device_tests part runs the device tests on CUDA
 $PIP download --dest "$OUT/wheels" "${TARGET[@]}" "$REQUIREMENT" pytest
@@ -48,7 +58,14 @@ for name in ${SKIP:-}; do
   rm -fv "$OUT"/wheels/"$pattern"-[0-9]*.whl
 done
 
-contents=(wheels)
+# the wheels' files, recompressed as xz streams, with site.json to unpack them
+drop=()
+set -f  # the patterns stay patterns
+for pattern in $DROP; do drop+=(--drop="$pattern"); done
+set +f
+python3 "$(dirname "${BASH_SOURCE[0]}")/sitepack.py" pack "$OUT/wheels" "$OUT" \
+    --stream_bytes="$STREAM_BYTES" "${drop[@]}"
+contents=(site.json site)
 if [ -n "${REFERENCE_DIR:-}" ]; then
   if [ ! -f "$REFERENCE_DIR/mem_transformer.py" ]; then
     echo "error: REFERENCE_DIR=$REFERENCE_DIR has no mem_transformer.py" >&2
@@ -58,9 +75,9 @@ if [ -n "${REFERENCE_DIR:-}" ]; then
   cp -r "$REFERENCE_DIR" "$OUT/reference/pytorch"
   contents+=(reference)
 fi
-tar -cf "$OUT/gpu_wheels.tar" -C "$OUT" "${contents[@]}"
-split -b "$PIECE_BYTES" -d -a 2 "$OUT/gpu_wheels.tar" "$OUT/gpu_wheels.tar.part-"
-rm "$OUT/gpu_wheels.tar"
+tar -cf - -C "$OUT" "${contents[@]}" | split -b "$PIECE_BYTES" -d -a 2 - "$OUT/gpu_wheels.tar.part-"
+rm -rf "$OUT/site" "$OUT/site.json"  # in the pieces now
 (cd "$OUT" && sha256sum gpu_wheels.tar.part-* > gpu_wheels.sha256)
 count=$(ls "$OUT"/gpu_wheels.tar.part-* | wc -l)
 echo "packed $(ls "$OUT"/wheels | wc -l) wheels into $count pieces of <= $PIECE_BYTES bytes in $OUT"
+echo "($OUT/wheels stays here: only the pieces and gpu_wheels.sha256 travel)"

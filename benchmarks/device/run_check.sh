@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root: joins the pieces made by
-# pack_wheels.sh, unzips every wheel into one folder (once), points Python,
+# pack_wheels.sh, unpacks the wheels' files into one folder (once, with
+# sitepack.py: Python's lzma, one xz stream a core), points Python,
 # the loader and XLA at it, and runs the GPU check. See README.md here.
 #
 #   benchmarks/device/run_check.sh [gpu_check flags...]
@@ -8,7 +9,7 @@
 #
 # Environment:
 #   PIECES  where the gpu_wheels.tar.part-* pieces are (default /tmp)
-#   SITE    where the wheels are unzipped (default /tmp/txl_site)
+#   SITE    where the wheels' files are unpacked (default /tmp/txl_site)
 #   OUT     where gpu_check.json and the parts' JSON go (on the device machine the
 #           call's own $OUT, so they come back; else default /tmp/gpu_check)
 #   PYTHON  the Python 3.12 interpreter (default python3); the paper's code
@@ -31,17 +32,14 @@ if [ ! -f "$SITE/.complete" ]; then
   fi
   rm -rf "$SITE" "$UNPACKED" && mkdir -p "$SITE" "$UNPACKED"
   cat "$PIECES"/gpu_wheels.tar.part-* | tar -x -C "$UNPACKED"
-  # 8 at once into one folder: each makes the folders it needs with exist_ok (zipfile's own
-  # -e checks, then creates, and fails where another wheel made the folder in between)
-  unzip='import os, sys, zipfile
-wheel = zipfile.ZipFile(sys.argv[1])
-for member in wheel.infolist():
-    target = os.path.join(sys.argv[2], member.filename)
-    os.makedirs(target if member.is_dir() else os.path.dirname(target), exist_ok=True)
-    if not member.is_dir():
-        wheel.extract(member, sys.argv[2])'
-  ls "$UNPACKED"/wheels/*.whl | xargs -P 8 -I{} "$PYTHON" -c "$unzip" {} "$SITE"
-  # zip keeps no exec bits: ptxas and the other CUDA tools
+  if [ ! -f "$UNPACKED/site.json" ]; then
+    echo "error: the pieces in $PIECES hold no site.json (packed by an older pack_wheels.sh?):" \
+         "pack them again with this checkout's benchmarks/device/pack_wheels.sh" >&2
+    exit 2
+  fi
+  "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/sitepack.py" unpack "$UNPACKED/site.json" "$SITE"
+  rm -rf "$UNPACKED/site"  # the streams (GBs): SITE holds their files now
+  # where a wheel's zip kept no exec bits: ptxas and the other CUDA tools
   find "$SITE"/nvidia -path '*/bin/*' -type f -exec chmod +x {} + 2>/dev/null || true
   touch "$SITE/.complete"
 fi
