@@ -650,6 +650,23 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:") == cublas
     assert f"{site}/nvidia/" not in shown["LD_LIBRARY_PATH"].replace(f"{site}/nvidia/cublas/", "")
     assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
+    # LIB_ORDER=machine: the machine's own CUDA libraries (a fake python names them) first
+    (tmp_path / "python").write_text(
+        '#!/bin/sh\ncase "$*" in *getsitepackages*) echo /own/nvidia/cudnn/lib:; exit;; esac\n'
+        f'exec {sys.executable} "$@"\n')
+    (tmp_path / "python").chmod(0o755)
+    own = "/own/nvidia/cudnn/lib:"
+    for order, first in (("packed", f"{site}/nvidia/" if cublas else own), ("machine", own),
+                         ("cuda13", None)):
+        ordered = subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True,
+                              text=True, env=dict(env, LIB_ORDER=order,
+                                                  PYTHON=str(tmp_path / "python")))
+        if first is None:
+            assert ordered.returncode == 2 and ordered.stderr.startswith("error: LIB_ORDER=cuda13")
+            continue
+        libs = dict(line.split("=", 1) for line in ordered.stdout.splitlines()
+                    if line.startswith("LD_LIBRARY_PATH="))["LD_LIBRARY_PATH"]
+        assert libs.startswith(first) and own in libs, libs
     assert shown["PYTHONPATH"].split(":")[1] == str(site)
     # the call brings back 8 files of $OUT: only gpu_check.json goes there (its rows hold the
     # parts' JSON)

@@ -14,6 +14,9 @@
 #           call's own $OUT, so they come back; else default /tmp/gpu_check)
 #   PYTHON  the Python 3.12 interpreter (default python3); the paper's code
 #           runs in it with its own packages (torch), without SITE
+#   LIB_ORDER packed (default: the packed CUDA 12 libraries first in
+#           LD_LIBRARY_PATH, as TensorFlow needs) or machine (the machine's own
+#           first: where the probe says onnxruntime-gpu cannot use the GPU)
 #   EXPORTS the serving exports made beforehand (gpu_check --make_serving_exports;
 #           default build/gpu_exports of the checkout), passed as --serving_exports
 #           where the folder exists
@@ -45,13 +48,23 @@ if [ ! -f "$SITE/.complete" ]; then
 fi
 
 # every nvidia/*/lib of the wheels (none where SKIP left out all CUDA libraries)
-libs=""
+packed=""
 for lib in "$SITE"/nvidia/*/lib; do
-  if [ -d "$lib" ]; then libs+="$lib:"; fi
+  if [ -d "$lib" ]; then packed+="$lib:"; fi
 done
-# then the machine's own CUDA wheels (e.g. torch's), for any left out with SKIP
-libs+=$(env -u PYTHONPATH "$PYTHON" -c "import glob, site
+# the machine's own CUDA wheels (e.g. torch's), for any left out with SKIP
+own=$(env -u PYTHONPATH "$PYTHON" -c "import glob, site
 print(''.join(f + ':' for p in site.getsitepackages() for f in sorted(glob.glob(p + '/nvidia/*/lib'))))")
+# Both hold a libcudnn.so.9: TensorFlow was built with the CUDA 12 one (packed),
+# onnxruntime-gpu 1.31 is a CUDA 13 build (the H200's own wheels hold its
+# libraries); a process loads the first one found.
+case "${LIB_ORDER:-packed}" in
+  packed) libs="$packed$own" ;;
+  machine) libs="$own$packed" ;;
+  *) echo "error: LIB_ORDER=$LIB_ORDER: use packed (the packed CUDA 12 libraries first," \
+          "TensorFlow's; the default) or machine (the machine's own first)" >&2
+     exit 2 ;;
+esac
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
 export PATH="$SITE/nvidia/cuda_nvcc/bin:$PATH"
