@@ -8,6 +8,7 @@ import tensorflow as tf
 from txl_tf import (InputError, TransformerXL, TransformerXLClassifier, TransformerXLConfig,
                     TxlError)
 from txl_tf.weights import get_weights, save_pretrained
+from bfloat16_cpu import needs_bfloat16_matmuls
 
 SEG, N_TOKEN = 8, 16
 
@@ -174,6 +175,7 @@ def test_fine_tunes_a_pretrained_backbone_from_a_model_dir(tmp_path):
     assert not any("softmax" in n for n in changed)
 
 
+@needs_bfloat16_matmuls
 def test_dtype_reaches_a_pretrained_backbone(tmp_path):
     from txl_tf.keras_support.precision import choose
     keras.utils.set_random_seed(5)

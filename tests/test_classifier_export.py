@@ -13,6 +13,7 @@ from export.classifier import float32_twin, read_metadata
 from export.runtime import RuntimeInputError
 from txl_tf import TransformerXLClassifier, TransformerXLConfig
 from txl_tf.errors import TxlError
+from bfloat16_cpu import needs_bfloat16_matmuls
 
 N_TOKEN = 40
 
@@ -102,6 +103,7 @@ def test_bad_inputs_are_named_before_and_inside_the_graph(exported, backend):
             runtime._run(ids, np.int32([0, 3]))
 
 
+@needs_bfloat16_matmuls
 def test_a_mixed_precision_classifier_exports_onnx_computing_in_float32(tmp_path):
     keras.utils.set_random_seed(8)
     config = TransformerXLConfig(n_token=N_TOKEN, n_layer=2, d_model=32, n_head=2, d_head=16,

@@ -11,6 +11,7 @@ from reference_numpy import forward as reference_forward
 from txl_tf import TransformerXLConfig, TransformerXLLM
 from txl_tf.layers.dropout import Dropout
 from txl_tf.weights.checkpoints import get_weights
+from bfloat16_cpu import needs_bfloat16_matmuls
 
 T = 6
 
@@ -74,6 +75,7 @@ def test_dropout_masks_differ_between_steps_and_layers_and_keep_the_rate():
 
 
 
+@needs_bfloat16_matmuls
 def test_the_feed_forwards_bias_gradients_sum_in_float32_under_bfloat16():
     """TensorFlow's `BiasAdd` gradient (Keras's `Dense`) sums a bfloat16
     gradient in bfloat16 on CPU: 3.8% error over 1,024 rows. With

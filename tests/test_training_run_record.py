@@ -7,6 +7,7 @@ from training import train
 from training.errors import TrainingError
 from training.run_record import describe, differences
 from job_helpers import write_text_corpus
+from bfloat16_cpu import needs_bfloat16_matmuls
 
 
 def _train(tmp_path, **options):
@@ -30,6 +31,7 @@ def test_another_batch_size_is_refused(tmp_path):
     assert result["step"] == 4 and result["evaluations"][0]["step"] == 3
 
 
+@needs_bfloat16_matmuls
 def test_switching_float16_loss_scaling_is_refused(tmp_path):
     """Its optimizer state has another layout: the restore failed with a
     TensorFlow traceback (a dtype mismatch) instead of naming the flag."""

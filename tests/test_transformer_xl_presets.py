@@ -13,6 +13,7 @@ from txl_tf.models.transformer_xl.presets import PresetError
 from txl_tf.text.byte import ByteTokenizer
 from txl_tf.text.word import WordTokenizer
 from txl_tf.weights.model_dir import load_pretrained, save_pretrained
+from bfloat16_cpu import needs_bfloat16_matmuls
 
 IDS = np.array([[5, 6, 7, 8, 9, 10], [1, 2, 3, 0, 0, 0]], np.int32)
 MASK = np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], np.int32)
@@ -245,6 +246,7 @@ def test_a_preset_whose_vocabulary_is_not_the_models_is_refused(model_dir, tmp_p
             causal_lm.fit(["a a"], verbose=0)
 
 
+@needs_bfloat16_matmuls
 def test_a_preset_saved_under_mixed_precision_loads(tmp_path):
     # keras-hub's loader took the saved policy's name for a dtype:
     # "ValueError: Invalid dtype: mixed_bfloat16". A float preset loads
@@ -263,7 +265,9 @@ def test_a_preset_saved_under_mixed_precision_loads(tmp_path):
     np.testing.assert_array_equal(scores(bf16), scores(causal_lm))
 
 
-@pytest.mark.parametrize("kind", ["byte", "char", "word", "sentencepiece"])
+@pytest.mark.parametrize("kind", [  # the odd seeds compute in bfloat16
+    "byte", pytest.param("char", marks=needs_bfloat16_matmuls), "word",
+    pytest.param("sentencepiece", marks=needs_bfloat16_matmuls)])
 def test_random_models_round_trip_through_a_preset_bitwise(kind, tmp_path):
     """A seeded random small model and vocabulary of each kind, saved with
     `save_to_preset`, comes back through every keras-hub loader: the same
