@@ -4,6 +4,10 @@ import numpy as np
 
 from txl_tf.errors import TxlError
 
+# TensorFlow counts positions in int32 (a tensor's shape in a graph, a
+# segment's keys, a document's length): more cannot be held without wrapping.
+MAX_POSITIONS = 2 ** 31 - 1
+
 
 class InputError(TxlError):
     """Token ids or memory that do not fit the model."""
