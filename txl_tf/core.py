@@ -138,7 +138,9 @@ class TransformerXL(keras.layers.Layer):
         cfg = self.config
         zero_filled = (cfg.zero_filled_memory if zero_filled is None
                        else check_flag("zero_filled", zero_filled))
-        mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
+        # In a graph the shape is int32: a larger mem_len wrapped (2**32 + 4 gave 4 slots).
+        mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len,
+                                                                   high=MAX_POSITIONS)
         if not tf.is_tensor(batch_size):
             batch_size = check_count("batch_size", batch_size, low=1)
         return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
