@@ -79,8 +79,8 @@ SPEC = (
     option("integer", "grad_segments", 1, "Segments the gradient flows through, the last "
            "ones, through the memory (1: the paper's cut; more lets a classifier learn from "
            "what its memory carries of earlier segments, at the memory cost of keeping them; "
-           "at most the segments of a --max_length document; docs/classification.md, "
-           "\"Memory reach\")."),
+           "at most the segments of a --max_length document; "
+           "docs/classification.md, \"Memory reach\")."),
     option("integer", "max_length", None, "Tokens kept per document, in [1, 2**31 - 1] "
            "(default: 512 in mode train; the trained run's in modes evaluate and predict)."),
     option("enum", "keep", None, "Which part of a longer document is kept (default: start "
