@@ -258,13 +258,22 @@ def test_text8_read_with_a_sentencepiece_model_gives_the_pieces_of_the_whole(tmp
     from txl_tf.text import SentencePieceTokenizer
     text = _text8_like()
     write(tmp_path / "text8", text)
-    pieces = SentencePieceTokenizer.train(texts=[text[i:i + 200] for i in range(0, 2000, 50)],
-                                          vocab_size=300)
     monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 7)
-    c = load_corpus("text8", tmp_path, use_cache=False, tokenizer=pieces)
-    got = np.concatenate([split[:-1] for split in (c.train, c.valid, c.test)])
-    np.testing.assert_array_equal(got, pieces.encode(text)[:-1])
-    assert all(np.count_nonzero(split == pieces.eos_id) == 1 for split in (c.train, c.valid))
+    # Without a dummy prefix, a word after a cut space reads otherwise: no cut there.
+    for options in ({}, {"add_dummy_prefix": False}):
+        pieces = SentencePieceTokenizer.train(
+            texts=[text[i:i + 200] for i in range(0, 2000, 50)], vocab_size=300, **options)
+        c = load_corpus("text8", tmp_path, use_cache=False, tokenizer=pieces)
+        splits = (c.train, c.valid, c.test)
+        assert all(np.count_nonzero(split == pieces.eos_id) == 1 for split in splits)
+        parts = [pieces.decode(split) for split in splits]  # each split is its text's encoding
+        assert all(part.endswith("\n") for part in parts)
+        assert " ".join(part[:-1] for part in parts) == text  # cut at two spaces
+        for split, part in zip(splits, parts):
+            np.testing.assert_array_equal(split, pieces.encode(part))
+        if not options:  # the pieces of the whole text, but at the split points
+            got = np.concatenate([split[:-1] for split in splits])
+            np.testing.assert_array_equal(got, pieces.encode(text)[:-1])
 
 
 def test_a_bad_byte_is_named_by_its_place_in_the_file(tmp_path):

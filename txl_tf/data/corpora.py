@@ -208,12 +208,15 @@ def _line_start(data: bytes, i: int) -> int:
     return newline + 1 if newline >= 0 else _char_start(data, i)
 
 
-def _line_pieces(text: str, lo: int, hi: int, step: int) -> Iterator[tuple[int, int, bool]]:
+def _line_pieces(text: str, lo: int, hi: int, step: int,
+                 can_cut: Callable[[int], bool] = lambda space: True
+                 ) -> Iterator[tuple[int, int, bool]]:
     """`(start, end, inside)`: `text[lo:hi]` in pieces of about `step`
     characters for a word or SentencePiece tokenizer, each ending just after
-    a `\n`, else at a space (`inside`: the line goes on after it; the space
-    itself is in neither piece, a word tokenizer's separator and what a
-    SentencePiece model's prefix stands for), else at `hi`."""
+    a `\n`, else at a space where `can_cut(space)` (`inside`: the line goes
+    on after it; the space itself is in neither piece, a word tokenizer's
+    separator and what a SentencePiece model's prefix stands for), else at
+    the next line start or `hi`."""
     start = lo
     while start < hi:
         end, inside = min(start + step, hi), False
@@ -222,10 +225,11 @@ def _line_pieces(text: str, lo: int, hi: int, step: int) -> Iterator[tuple[int, 
             space = text.find(" ", end, hi - 1) if newline < 0 else -1  # a piece follows
             if newline >= 0:
                 end = newline + 1
-            elif space >= 0:
+            elif space >= 0 and can_cut(space):
                 end, inside = space, True
             else:
-                end = hi
+                newline = text.find("\n", end, hi)
+                end = newline + 1 if newline >= 0 else hi
         yield start, end, inside
         start = end + 1 if inside else end
 
@@ -254,8 +258,17 @@ def _encode_in_pieces(tokenizer: Tokenizer, text: str, lo: int, hi: int, step: i
     if tokenizer.encode("\n").tolist() != head + tail:  # a line's markers, known
         raise TxlError(f"cannot read {tokenizer.kind} ids in pieces: a line's markers are "
                        f"{tokenizer.encode(chr(10)).tolist()}, not {head + tail}")
+    def exact(space):  # the words around `space` read alike whole and cut there
+        left = max(lo, text.rfind(" ", lo, space) + 1, text.rfind("\n", lo, space) + 1)
+        right = text.find(" ", space + 1, hi)
+        right = hi if right < 0 else right
+        whole = tokenizer.encode(text[left:right]).tolist()
+        cut = tokenizer.encode(text[left:space]).tolist()[:-len(tail) or None] + \
+            tokenizer.encode(text[space + 1:right]).tolist()[len(head):]
+        return "\n" not in text[left:right] and whole == cut
+
     follows = False  # the piece goes on with the line of the one before
-    for start, end, inside in _line_pieces(text, lo, hi, step):
+    for start, end, inside in _line_pieces(text, lo, hi, step, exact):
         ids = tokenizer.encode(text[start:end])
         yield ids[len(head) if follows else 0:len(ids) - len(tail) if inside else len(ids)]
         follows = inside
