@@ -258,14 +258,15 @@ def _encode_in_pieces(tokenizer: Tokenizer, text: str, lo: int, hi: int, step: i
     if tokenizer.encode("\n").tolist() != head + tail:  # a line's markers, known
         raise TxlError(f"cannot read {tokenizer.kind} ids in pieces: a line's markers are "
                        f"{tokenizer.encode(chr(10)).tolist()}, not {head + tail}")
+
     def exact(space):  # the words around `space` read alike whole and cut there
         left = max(lo, text.rfind(" ", lo, space) + 1, text.rfind("\n", lo, space) + 1)
-        right = text.find(" ", space + 1, hi)
-        right = hi if right < 0 else right
+        right = min([i for i in (text.find(" ", space + 1, hi), text.find("\n", space + 1, hi))
+                     if i >= 0] or [hi])
         whole = tokenizer.encode(text[left:right]).tolist()
         cut = tokenizer.encode(text[left:space]).tolist()[:-len(tail) or None] + \
             tokenizer.encode(text[space + 1:right]).tolist()[len(head):]
-        return "\n" not in text[left:right] and whole == cut
+        return whole == cut
 
     follows = False  # the piece goes on with the line of the one before
     for start, end, inside in _line_pieces(text, lo, hi, step, exact):
