@@ -127,6 +127,16 @@ def parse_seeds(text):
         raise TrainingError(f"--seeds must be comma-separated integers, got {text!r}") from None
 
 
+def parse_warmups(text):
+    """The arms of a `--warmups` value ("default,0"): 'default' or a step
+    count in ASCII digits (`str.isdigit` also takes "²", which `int()` refuses)."""
+    warmups = [w.strip() for w in text.split(",") if w.strip()]
+    for w in warmups:
+        if w != "default" and not (w.isascii() and w.isdigit()):
+            raise TrainingError(f"--warmups takes 'default' or step counts, got {w!r}")
+    return warmups
+
+
 def thread_env(threads):
     """Environment of a job limited to `threads` TensorFlow/oneDNN threads
     (None for 0: the defaults)."""
@@ -271,10 +281,7 @@ def run_seeds(o):
         raise TrainingError(f"--text: {o['text']} not found")
     seeds = parse_seeds(o["seeds"])
     precisions = [p.strip() for p in o["precisions"].split(",") if p.strip()]
-    warmups = [w.strip() for w in o["warmups"].split(",") if w.strip()]
-    for w in warmups:
-        if w != "default" and not w.isdigit():
-            raise TrainingError(f"--warmups takes 'default' or step counts, got {w!r}")
+    warmups = parse_warmups(o["warmups"])
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_quality_")
     data_dir = os.path.join(work, "data")
     lines = split_text(o["text"], data_dir, o["heldout_fraction"], o["valid_lines"])

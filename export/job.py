@@ -30,7 +30,8 @@ import tensorflow as tf
 
 from export import open_runtime
 from export.decode_cache import cache_bytes
-from export.metadata import CACHE_DTYPES, DECODE_DTYPES, export_metadata, external_data_file
+from export.metadata import (CACHE_DTYPES, DECODE_DTYPES, export_metadata, external_data_file,
+                             weights_quantization)
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
                                 export_onnx, write_weights_file)
 from export.onnx_runtime import return_freed_memory
@@ -279,7 +280,8 @@ def _export_into(out, stages, o, source, cfg):
         shutil.copytree(vocab_dir, os.path.join(out, VOCAB_DIR), dirs_exist_ok=True)
     options = dict(mem_len=mem_len, log_probs=log_probs, zero_filled=zero_filled_memory)
     dtypes = {"cache_dtype": o["cache_dtype"], "decode_dtype": o["decode_dtype"]}
-    report = {"metadata": export_metadata(cfg, **options, **dtypes),
+    report = {"metadata": export_metadata(cfg, **options, **dtypes,
+                                          quantization=weights_quantization(core)),
               "seconds": {},
               "decode_cache_bytes": cache_bytes(cfg, mem_len, o["cache_dtype"])}
     if "saved_model" in formats:

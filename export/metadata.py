@@ -23,13 +23,31 @@ CACHE_DTYPES = ("float32", "float16")
 DECODE_DTYPES = ("float32", "float16")
 
 
+def weights_quantization(model):
+    """What an export of `model` records as `weights_quantization`: the
+    Keras quantization mode of its quantized layers (`"int8"`: their
+    kernels are int8 in the graphs, which multiply int8 inputs quantized at
+    each call), several joined by ",", or `"none"`.
+
+    Args:
+        model: the Keras layer or model exported (a core, a classifier).
+
+    Returns:
+        A string.
+    """
+    from txl_tf.weights.checkpoints import adapted_layers  # serving imports no TensorFlow
+    modes = sorted({kind for _, kind in adapted_layers(model) if kind != "LoRA"})
+    return ",".join(modes) or "none"
+
+
 def external_data_file(path):
     """Where the weights of a large ONNX model go: `model.onnx` → `model.onnx.data`."""
     return path + ".data"
 
 
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
-                    memory_layout="layer_major", cache_dtype="float32", decode_dtype="float32"):
+                    memory_layout="layer_major", cache_dtype="float32", decode_dtype="float32",
+                    quantization="none"):
     """The metadata an export carries.
 
     Args:
@@ -40,11 +58,12 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
         memory_layout: `"layer_major"` or `"batch_major"`.
         cache_dtype: the dtype of the decode cache's keys and values.
         decode_dtype: the dtype the decode graphs compute in.
+        quantization: the weights' quantization (`weights_quantization`).
 
     Returns:
         A dict of strings: config JSON, memory geometry and layout,
-        vocabulary size, those dtypes, input and output names, the txl_tf
-        version.
+        vocabulary size, those dtypes, the weights' quantization, input and
+        output names, the txl_tf version.
     """
     import txl_tf
     return {
@@ -60,6 +79,7 @@ def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
         "decode_cache_layout": DECODE_CACHE_LAYOUT,
         "decode_cache_dtype": cache_dtype,
         "decode_dtype": decode_dtype,
+        "weights_quantization": quantization,
         "same_length": str(bool(config.same_length)).lower(),
         "same_length_convention": config.same_length_convention,
         "inputs": ",".join(INPUT_NAMES),
@@ -132,10 +152,11 @@ def classifier_metadata(model, label_names=None, vocab_files=()):
     """String key/value pairs of an exported `TransformerXLClassifier`:
     backbone config, classes and their names, how documents are read, and
     the precision: `dtype_policy` (the Keras model's, under which the
-    SavedModel computes: `saved_model_compute_dtype`) and
+    SavedModel computes: `saved_model_compute_dtype`),
     `onnx_compute_dtype`, always float32 (the ONNX graph is converted from a
     float32 copy of the weights, so a mixed-precision model's ONNX export
-    differs from it by bfloat16/float16 rounding)."""
+    differs from it by bfloat16/float16 rounding), and
+    `weights_quantization`, as a language model's export records it."""
     import txl_tf
     config = model.config
     names = model.label_names if label_names is None else [str(n) for n in label_names]
@@ -157,6 +178,7 @@ def classifier_metadata(model, label_names=None, vocab_files=()):
         "dtype_policy": model.dtype_policy.name,
         "saved_model_compute_dtype": str(model.compute_dtype),
         "onnx_compute_dtype": "float32",
+        "weights_quantization": weights_quantization(model),
         "txl_tf_version": txl_tf.__version__,
     }
 

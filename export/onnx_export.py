@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export import decode_interface as decode
 from export.metadata import (DECODE_FILES, INPUT_NAMES, OUTPUT_NAMES, export_metadata,
-                             external_data_file)
+                             external_data_file, weights_quantization)
 from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                 serve_step)
 from txl_tf.errors import TxlError
@@ -109,7 +109,8 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     add_id_range_check(model, "token_ids", cfg.n_token)
     _declare_shapes(model, cfg, mem_len, log_probs, memory_layout)
     helper.set_model_props(model, export_metadata(cfg, mem_len, log_probs, zero_filled,
-                                                  memory_layout, cache_dtype, decode_dtype))
+                                                  memory_layout, cache_dtype, decode_dtype,
+                                                  weights_quantization(core)))
     model.doc_string = ("Transformer-XL step: (token_ids, mems, mem_mask) -> "
                         "(log_probs, new_mems, new_mem_mask)")
     return save_with_weights(model, path, core.weights, len(INPUT_NAMES),
@@ -134,6 +135,7 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
     if decode_dtype != "float32" and cache_dtype != decode_dtype:
         raise TxlError(f"decode graphs computing in {decode_dtype} keep their keys and values "
                        f"in {decode_dtype}, not {cache_dtype}")
+    quantization = weights_quantization(core)
     core = decode.decode_core(core, decode_dtype)
     parts = {
         "decode_init": (lambda mems, mem_mask: decode.decode_init(core, mems, mem_mask,
@@ -174,7 +176,8 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
         keep_batch_axis(model)
         helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last", zero_filled,
                                                          cache_dtype=cache_dtype,
-                                                         decode_dtype=decode_dtype),
+                                                         decode_dtype=decode_dtype,
+                                                         quantization=quantization),
                                        "interface": interface, "inputs": ",".join(inputs),
                                        "outputs": ",".join(outputs)})
         model.doc_string = f"Transformer-XL {interface}: see export.decode_interface"

@@ -217,7 +217,7 @@ class Runtime:
         Args:
             prompts: 1-D id sequences of any lengths, or a `[B, L]` array;
                 None with `resume=` to go on from a state.
-            max_new_tokens: new ids per row.
+            max_new_tokens: new ids per row, in [0, 2**30].
             segment_len: prompt positions read per call (the config's `tgt_len`).
             **options: temperature, top_k, top_p, repetition_penalty, seed,
                 stop_ids, pad_id, memory, resume, stream, stream_every.

@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from export import decode_interface
-from export.metadata import export_metadata
+from export.metadata import export_metadata, weights_quantization
 from txl_tf import Memory
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
@@ -236,7 +236,8 @@ def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,
         core.config.to_json(config_file)
         metadata_file = os.path.join(staging, METADATA_ASSET)
         with open(metadata_file, "w", encoding="utf-8") as f:
-            json.dump(export_metadata(core.config, mem_len, log_probs, zero_filled), f,
+            json.dump(export_metadata(core.config, mem_len, log_probs, zero_filled,
+                                      quantization=weights_quantization(core)), f,
                       indent=2, sort_keys=True)
         module.config_file = tf.saved_model.Asset(config_file)
         module.metadata_file = tf.saved_model.Asset(metadata_file)

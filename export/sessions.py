@@ -37,8 +37,9 @@ from export.runtime import generation_backend
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.flow import prefill
-from txl_tf.generation.request import (Generation, DecodeState, HeldCache, check_count,
-                                       check_pad_id, check_prompts, make_rows, seen_mask)
+from txl_tf.generation.request import (MAX_NEW_TOKENS, Generation, DecodeState, HeldCache,
+                                       check_count, check_pad_id, check_prompts, make_rows,
+                                       seen_mask)
 from txl_tf.generation.sampling_settings import Sampling
 from txl_tf.generation.sampling_numpy import choose
 
@@ -105,7 +106,7 @@ class SessionTable:
             raise TxlError(f"session {session_id!r} is already open")
         n_token = self.backend.n_token
         prompts = check_prompts([prompt], n_token)
-        budget = check_count("max_new_tokens", max_new_tokens)
+        budget = check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
         rows = make_rows(n_token, 1, seed, stop_ids, Sampling(temperature, top_k, top_p,
                                                              repetition_penalty))
         if memory is None:
@@ -191,7 +192,7 @@ class SessionTable:
         n_token = self.backend.n_token
         prompts = check_prompts([prompt], n_token)
         more = session.budget - len(session.ids) if max_new_tokens is None else \
-            check_count("max_new_tokens", max_new_tokens)
+            check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
         if self._slab is not None and session_id in self._slab.keys:
             self._slab.evict(session_id)  # its cache holds the memory being forgotten
         if session_id in self._queue:

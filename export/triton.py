@@ -44,7 +44,7 @@ import numpy as np
 import tensorflow as tf
 from onnx import helper
 
-from export.metadata import ExportInfo, export_metadata
+from export.metadata import ExportInfo, export_metadata, weights_quantization
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_range_check,
                                 convert_with_weight_inputs, declare_shapes, export_onnx,
                                 order_outputs, save_with_weights)
@@ -328,7 +328,8 @@ def export_cached_onnx(core, path, mem_len, log_probs="all", opset=DEFAULT_OPSET
     declare_shapes(model, declared)
     # Its keys are per layer [H, M, d_head]: rows, not the decode graphs' columns.
     helper.set_model_props(model, {**export_metadata(cfg, mem_len, log_probs,
-                                                     memory_layout=MEMORY_LAYOUT),
+                                                     memory_layout=MEMORY_LAYOUT,
+                                                     quantization=weights_quantization(core)),
                                    "decode_cache_layout": "keys_as_rows",
                                    "inputs": ",".join(inputs), "outputs": ",".join(outputs)})
     model.doc_string = "Transformer-XL, memory as keys and values: see export.triton"

@@ -165,6 +165,11 @@ def _generate(**kwargs):
     return lambda backend: backend.generate(prompts, count, **call)
 
 
+def _worn(state):
+    """`state` as if its row had drawn one id short of 2**32 times."""
+    return state._replace(counters=np.full_like(state.counters, 2 ** 32 - 1))
+
+
 GENERATE_CASES = [  # (id, call(backend), message pattern): the decoder and both runtimes
     ("no_prompts", _generate(prompts=[]), r"prompts must be a non-empty list"),
     ("empty_prompt", _generate(prompts=[[1], []]), r"prompt 1 must be a non-empty 1-D"),
@@ -173,6 +178,12 @@ GENERATE_CASES = [  # (id, call(backend), message pattern): the decoder and both
      r"prompt 0: id 256 at position 1 is out of range for a vocabulary of 256"),
     ("negative_id", _generate(prompts=[[-1]]), r"prompt 0: id -1 at position 0"),
     ("max_new_tokens", _generate(max_new_tokens=-1), r"max_new_tokens must be an integer >= 0"),
+    # The compiled loop's ids buffer (a power of two, int32 dimensions) cannot hold 2**30 + 1.
+    ("max_new_tokens_huge", _generate(max_new_tokens=2 ** 30 + 1),
+     r"max_new_tokens must be an integer in \[0, 1073741824\], got 1073741825"),
+    # The sampler draws with the low 32 bits of a row's counter: its draws would repeat.
+    ("draws_wrap", lambda b: b.generate(None, 2, resume=_worn(b.generate([[1]], 1).state)),
+     r"a row has made 4294967295 draws: 2 more would pass the sampler's 4294967296"),
     ("temperature", _generate(temperature=-0.1), r"temperature must be a finite number >= 0"),
     ("temperature_nan", _generate(temperature=float("nan")), r"temperature must be"),
     ("top_k", _generate(top_k=257), r"top_k must be an integer in \[0, 256\]"),
@@ -342,9 +353,10 @@ CLI_CASES = [
     ("generate_mem_len_huge", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                     "--mem_len=9223372036854775808"],
      r"^error: generating \(batch 1, segment 8, memory 9223372036854775808\) needs at least "),
+    # 2**31 and beyond ran without end (the printed text, not an id buffer, bounded it).
     ("generate_num_tokens", "training.generate", ["--model_dir={root}/model", "--prompt=a",
-                                                  "--num_tokens=-1"],
-     r"--num_tokens must be >= 0, got -1"),
+                                                  "--num_tokens=2147483648"],
+     r"^error: --num_tokens must be in \[0, 1073741824\], got 2147483648$"),
     ("generate_top_p", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                              "--top_p=0"], r"--top_p must be in \(0, 1\], got 0"),
     ("generate_penalty", "training.generate", ["--model={root}/model", "--prompt=a",

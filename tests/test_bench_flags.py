@@ -128,3 +128,14 @@ def test_the_soak_runs_on_its_device_or_says_the_gpu_is_missing(monkeypatch):
     with pytest.raises(TxlError, match="--device=cuda runs --backend=onnx only"):
         long_memory.run_soak({**o, "backend": "saved_model"})
     assert opened == [("onnx", "cuda")]
+
+
+def test_quality_warmups_are_ascii_step_counts():
+    """`str.isdigit` took "²", which `int()` refused once the runs had begun."""
+    from benchmarks.quality import parse_warmups
+    from training.errors import TrainingError
+    assert parse_warmups("default, 0,75") == ["default", "0", "75"]
+    for bad in ("\u00b2", "1\u00b2", "\u0663", "-1", "x"):
+        with pytest.raises(TrainingError, match=rf"^--warmups takes 'default' or step counts, "
+                                                rf"got '{bad}'$"):
+            parse_warmups(f"default,{bad}")

@@ -457,6 +457,21 @@ def test_shapes_are_multiples_of_segment_len_and_static_options(tmp_path):
     assert fixed.element_spec[0]["token_ids"].shape.as_list() == [6, 48]
 
 
+def test_bucketing_does_not_grow_with_max_length():
+    """The buckets were a list of every segment count up to max_length's: at
+    2**31 - 1 making it hung (and each document was compared with all)."""
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(1, 50, size=n).tolist() for n in rng.integers(1, 40, size=20)]
+    labels = rng.integers(0, 3, size=20)
+    short, huge = (batches(token_dataset(docs, labels, 4, max_length=length, segment_len=16,
+                                         bucket=True))
+                   for length in (45, 2 ** 31 - 1))
+    assert len(short) == len(huge) > 1
+    for a, b in zip(short, huge):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_shuffle_is_deterministic_with_a_seed_and_repeat_reshuffles(tmp_path):
     ex = Examples([f"text {i}" for i in range(30)], np.arange(30) % 3, LabelSet(["a", "b", "c"]),
                   [f"s{i}" for i in range(30)])
@@ -507,6 +522,9 @@ def test_argument_errors():
         classification_dataset(["a", " "], tok, 1, max_length=4, segment_len=2)
     with pytest.raises(TypeError, match="Tokenizer"):
         classification_dataset(["a"], "byte", 1, max_length=4, segment_len=2)
+    with pytest.raises(ValueError, match=r"max_length must be at most 2147483647 \(2\*\*31 - 1\), "
+                                         r"got 2147483648"):  # lengths are int32
+        classification_dataset(["a"], tok, 1, max_length=2 ** 31, segment_len=2)
 
 
 # -- passages --------------------------------------------------------------------

@@ -369,3 +369,16 @@ def test_gradient_through_the_memory_reaches_earlier_segments():
     np.testing.assert_allclose(rows[5][2], rows[1][2], atol=1e-6)  # fewer segments than k
     assert rows[1][1] == 0.0  # the memory cut: the first segment gets no gradient
     assert rows[3][1] > 1e-6 and rows[5][1] == pytest.approx(rows[3][1], rel=1e-4)
+
+
+@pytest.mark.parametrize("grad_segments", [2 ** 28, 2 ** 63])
+def test_grad_segments_an_int32_length_cannot_hold_are_refused(grad_segments):
+    """2**63 was Python's OverflowError inside `call` (`read_documents` padding
+    to grad_segments x segment_len positions)."""
+    with pytest.raises(TxlError, match=rf"grad_segments \({grad_segments}\) x segment_len "
+                                       r"\(8\) must be at most 2147483647 positions"):
+        TransformerXLClassifier(tiny_config(), 2, segment_len=8, grad_segments=grad_segments)
+    core = TransformerXLClassifier(tiny_config(), 2, segment_len=8).core
+    with pytest.raises(TxlError, match=r"must be at most 2147483647 positions"):
+        core.read_documents(np.ones((1, 8), np.int32), np.int32([8]), 8, 4,
+                            grad_segments=grad_segments)

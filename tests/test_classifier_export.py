@@ -68,6 +68,7 @@ def test_artefacts_and_metadata(exported):
         assert (info.num_classes, info.label_names, info.segment_len, info.mem_len) == (
             3, ["poem", "news", "wiki"], 6, 9)
         assert info.config == model.config and info.vocab_files == ["vocab.txt"]
+        assert info.values["weights_quantization"] == "none"
     loaded = tf.saved_model.load(os.path.join(out, "saved_model"))
     assert set(loaded.signatures) == {"classify", "serving_default"}
     spec = loaded.signatures["serving_default"].structured_outputs["probabilities"]
@@ -167,6 +168,24 @@ def test_a_mixed_precision_classifier_with_lora_or_int8_is_refused_for_onnx(tmp_
         {"token_ids": i, "lengths": n}))(ids, lengths).numpy()
     np.testing.assert_allclose(open_classifier(str(out)).probabilities(ids, lengths), want,
                                atol=1e-4)
+
+
+def test_an_int8_classifiers_export_says_its_weights_are_int8(tmp_path):
+    """A float32 classifier quantized to int8 exports both formats, its ONNX
+    graph holding int8 kernels; the metadata said `onnx_compute_dtype:
+    float32` and nothing of the quantization."""
+    import onnx
+    config = TransformerXLConfig(n_token=N_TOKEN, n_layer=1, d_model=16, n_head=2, d_head=8,
+                                 d_inner=32, dropout=0.0, tgt_len=4, mem_len=4)
+    model = TransformerXLClassifier(config, 2)
+    model.quantize("int8")
+    out = str(tmp_path / "cls")
+    export_classifier(model, out)
+    graph = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False).graph
+    assert onnx.TensorProto.INT8 in {i.data_type for i in graph.initializer}
+    for info in (read_metadata(out), open_classifier(out, backend="onnx").info,
+                 open_classifier(out, backend="saved_model").info):
+        assert info.values["weights_quantization"] == "int8"
 
 
 def test_a_failed_export_leaves_the_folder_as_it_was(exported, tmp_path, monkeypatch):

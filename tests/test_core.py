@@ -307,6 +307,24 @@ def test_inconsistent_config_is_named():
         TransformerXLConfig.preset("gpt9")
 
 
+@pytest.mark.parametrize("fields, match", [
+    # the keras-hub backbone's memory of mem_len slots wrapped to 4 (2**32 + 4) in its graph
+    (dict(mem_len=2 ** 32 + 4), r"tgt_len \+ mem_len must be at most 2147483647 \(2\*\*31 - 1: "
+                                r"TensorFlow counts a segment's keys in int32\), got 16 \+ "
+                                r"4294967300"),
+    (dict(mem_len=10 ** 10), r"got 16 \+ 10000000000"),
+    (dict(tgt_len=2 ** 31 - 16), r"got 2147483632 \+ 16"),
+    (dict(attn_type=1, max_klen=2 ** 31), r"max_klen is for attn_type 1 and 3, an integer in "
+                                          r"\[1, 2147483647\]; got 2147483648"),
+])
+def test_lengths_an_int32_cannot_hold_are_refused_by_the_config(fields, match):
+    from txl_tf import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        TransformerXLConfig.preset("tiny", **fields)
+    largest = TransformerXLConfig.preset("tiny", mem_len=2 ** 31 - 1 - 16)  # the limit holds
+    assert largest.tgt_len + largest.mem_len == 2 ** 31 - 1
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("same_length", "no", "same_length must be a boolean"),  # a truthy string
     ("tie_weight", "false", "tie_weight must be a boolean"),

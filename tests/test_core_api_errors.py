@@ -52,6 +52,18 @@ def test_initial_memory_takes_integers_and_a_flag_only(core, kwargs, message):
         core.initial_memory(**kwargs)
 
 
+def test_a_memory_longer_than_int32_holds_is_refused_not_wrapped(core):
+    """In a graph the memory's shape is int32: mem_len 2**32 + 4 made 4 slots
+    (10**10 made 1,410,065,408) without a word."""
+    import tensorflow as tf
+    for mem_len in (2 ** 31, 2 ** 32 + 4, 10 ** 10):
+        shape = tf.function(lambda n: tf.shape(core.initial_memory(n, mem_len=mem_len).mem_mask),
+                            autograph=False)  # autograph would wrap the error
+        with pytest.raises(TxlError, match=rf"mem_len must be an integer in \[0, 2147483647\], "
+                                           rf"got {mem_len}"):
+            shape(tf.constant(1))
+
+
 def test_initial_memory_still_takes_numpy_integers_and_tensors(core):
     import tensorflow as tf
     assert core.initial_memory(np.int64(2), mem_len=np.int32(3)).mems.shape == (2, 2, 3, 32)

@@ -219,6 +219,63 @@ def test_text_read_with_a_word_model_splits_between_lines(tmp_path):
     assert (len(c.train), len(c.valid)) == (45 + 1, 5 + 1)  # each with an <eos>
 
 
+def _text8_like():
+    """One line of words and no newline, as text8 is."""
+    import random
+    rng = random.Random(3)
+    return " ".join(rng.choice(["anarchism", "as", "a", "term", "of", "abuse", "zero"])
+                    for _ in range(300))
+
+
+def test_text8_read_with_a_word_model_cuts_chunks_between_words(tmp_path, monkeypatch):
+    """Each chunk was encoded alone: a word cut at its end (two unknown
+    halves) and an `<eos>` after it, though text8 has no line end."""
+    text = _text8_like()
+    write(tmp_path / "text8", text)
+    words = WordTokenizer.build(text)
+    assert words.unk_id not in words.encode(text)
+    monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 7)
+    for cache in (True, False):  # built, then read back (entries of old cuts are not reused)
+        c = load_corpus("text8", tmp_path, cache_dir=tmp_path / "cache", tokenizer=words)
+        assert c.from_cache is not cache
+        for split in (c.train, c.valid, c.test):  # each ends its (one) line: one <eos>
+            assert split[-1] == words.eos_id and np.count_nonzero(split == words.eos_id) == 1
+        got = np.concatenate([split[:-1] for split in (c.train, c.valid, c.test)])
+        np.testing.assert_array_equal(got, words.encode(text)[:-1])  # every word, whole
+        assert len(c.train) / len(got) == pytest.approx(0.9, abs=0.02)
+    # With lines, a chunk ends at a line start, and each split is the encoding of its lines.
+    lines = "".join(line + "\n" for line in text.split(" a "))
+    write(tmp_path / "lines" / "text8", lines)
+    c = load_corpus("text8", tmp_path / "lines", use_cache=False, tokenizer=words)
+    assert "".join(words.decode(split) for split in (c.train, c.valid, c.test)) == lines
+    # Characters are read as before: fixed chunks, every character kept.
+    c = load_corpus("text8", tmp_path, use_cache=False)
+    assert np.concatenate([c.train, c.valid, c.test]).tolist() == c.tokenizer.encode(text).tolist()
+
+
+def test_text8_read_with_a_sentencepiece_model_gives_the_pieces_of_the_whole(tmp_path,
+                                                                             monkeypatch):
+    from txl_tf.text import SentencePieceTokenizer
+    text = _text8_like()
+    write(tmp_path / "text8", text)
+    monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 7)
+    # Without a dummy prefix, a word after a cut space reads otherwise: no cut there.
+    for options in ({}, {"add_dummy_prefix": False}):
+        pieces = SentencePieceTokenizer.train(
+            texts=[text[i:i + 200] for i in range(0, 2000, 50)], vocab_size=300, **options)
+        c = load_corpus("text8", tmp_path, use_cache=False, tokenizer=pieces)
+        splits = (c.train, c.valid, c.test)
+        assert all(np.count_nonzero(split == pieces.eos_id) == 1 for split in splits)
+        parts = [pieces.decode(split) for split in splits]  # each split is its text's encoding
+        assert all(part.endswith("\n") for part in parts)
+        assert " ".join(part[:-1] for part in parts) == text  # cut at two spaces
+        for split, part in zip(splits, parts):
+            np.testing.assert_array_equal(split, pieces.encode(part))
+        if not options:  # the pieces of the whole text, but at the split points
+            got = np.concatenate([split[:-1] for split in splits])
+            np.testing.assert_array_equal(got, pieces.encode(text)[:-1])
+
+
 def test_a_bad_byte_is_named_by_its_place_in_the_file(tmp_path):
     """The offset was the one within the chunk being read (16 MiB chunks)."""
     path = write(tmp_path / "wiki.train.tokens", b"a b\n" * 10 + b"c \xff\n")

@@ -60,8 +60,8 @@ def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
     assert set(report["parity"]) == {"onnxruntime", "saved_model"}
     assert json.loads((out / "export_report.json").read_text())["parity"] == report["parity"]
     meta = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
-    assert (meta["mem_len"], meta["log_probs"], meta["zero_filled_memory"]) == \
-        ("4", "last", "true")
+    assert (meta["mem_len"], meta["log_probs"], meta["zero_filled_memory"],
+            meta["weights_quantization"]) == ("4", "last", "true", "none")
     for name in ("decode_init", "decode_step", "decode_read"):
         # The decode graphs' metadata said "false": a client of them alone
         # started from an empty memory, not the export's zero-filled one.

@@ -212,3 +212,23 @@ def test_float16_decode_graphs_of_an_adapted_core_are_refused_by_name(tmp_path, 
         export_decode_onnx(core, str(tmp_path), 8, None, decode_dtype="float16",
                            cache_dtype="float16")
     assert not os.listdir(tmp_path)
+
+
+def test_the_exports_of_an_int8_core_record_its_quantization(tmp_path):
+    """They hold its int8 kernels (ONNX initializers, MatMulInteger) and said
+    nothing of it (a float core's say "none": tests/test_export_job.py; one
+    rule with the classifier's)."""
+    import onnx
+
+    from export import export_onnx, export_saved_model, open_runtime
+    core = causal_lm().backbone.transformer
+    for layer in core._flatten_layers():
+        if isinstance(layer, keras.layers.Dense):
+            layer.quantize("int8")
+    export_onnx(core, str(tmp_path / "int8.onnx"), 8)
+    export_saved_model(core, str(tmp_path / "int8_saved_model"), 8)
+    graph = onnx.load(str(tmp_path / "int8.onnx"), load_external_data=False).graph
+    assert onnx.TensorProto.INT8 in {i.data_type for i in graph.initializer}
+    for path, backend in [("int8.onnx", "onnx"), ("int8_saved_model", "saved_model")]:
+        info = open_runtime(str(tmp_path / path), backend=backend, device="cpu").info
+        assert info.values["weights_quantization"] == "int8", path

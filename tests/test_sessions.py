@@ -169,6 +169,10 @@ def test_bad_session_input(runtime):
         table.open("y", [], 2)
     with pytest.raises(ValueError, match="out of range"):
         table.open("y", [N_TOKEN], 2)
+    for method in (table.open, table.reset):  # what one decode call holds, as in generate
+        with pytest.raises(ValueError, match=r"max_new_tokens must be an integer in "
+                                             r"\[0, 1073741824\], got 1073741825"):
+            method("x" if method == table.reset else "y", [1], 2 ** 30 + 1)
     with pytest.raises(ValueError, match="max_batch must be"):
         SessionTable(runtime, max_batch=0)
     with pytest.raises(ValueError, match="segment_len must be an integer >= 1, got -1"):

@@ -209,6 +209,22 @@ def test_num_classes_mismatch(data, tmp_path):
         _train(data, tmp_path, num_classes=4)
 
 
+def test_grad_segments_beyond_what_can_be_read_or_held_are_refused_before_writing(
+        data, tmp_path):
+    """100,000 of them trained (unrolled in the graph) without end; the kept
+    segments count in the memory budget (2**20 of them: terabytes)."""
+    from txl_tf.checks.memory_budget import MemoryBudgetError
+    with pytest.raises(TrainingError, match=r"^--grad_segments 100000 exceeds the 4 segments "
+                                            r"of 8 tokens that a document of --max_length 32 "
+                                            r"has$"):
+        _train(data, tmp_path, grad_segments=100_000)
+    with pytest.raises(MemoryBudgetError, match=r"^a training step \(batch 8, segment 8, "
+                                                r"memory 8\) needs at least [\d,.]+ GiB "
+                                                r"\(activations"):
+        _train(data, tmp_path, grad_segments=2 ** 20, max_length=2 ** 31 - 1)
+    assert not (tmp_path / "out").exists()
+
+
 def test_training_data_of_one_label_is_refused(data, tmp_path):
     one = write_tsv(tmp_path / "one.tsv", 10, 0, labels=("ab",))
     with pytest.raises(TrainingError, match=r"^the training data has one label \(ab\); a "

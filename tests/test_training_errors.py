@@ -164,6 +164,24 @@ def test_classify_seed_is_checked_with_the_flags():
         classify.check_options(options)
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    # 2**63 was an OverflowError traceback once training began
+    ("grad_segments", 2 ** 63,
+     r"--grad_segments must be in \[1, 2147483647\], got 9223372036854775808"),
+    ("grad_segments", 0, r"--grad_segments must be in \[1, 2147483647\], got 0"),
+    # 2**63 hung making a bucket per segment count
+    ("max_length", 2 ** 63, r"--max_length must be in \[1, 2147483647\], got 9223372036854775808"),
+    ("max_length", 0, r"--max_length must be in \[1, 2147483647\], got 0"),
+])
+def test_classify_lengths_are_checked_with_the_flags(flag, value, message):
+    from training import classify
+    from txl_tf.app.flagspec import merge
+    options = merge(classify.SPEC, dict(train_data="t.tsv", output_dir="o", preset="tiny",
+                                        **{flag: value}))
+    with pytest.raises(TrainingError, match=message):
+        classify.check_options(options)
+
+
 def test_eval_max_segments_must_be_positive(tmp_path, corpus):
     """0 evaluated nothing and reported valid bpc 0 / ppl 1 as the result."""
     for bad in (0, -1):

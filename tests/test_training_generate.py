@@ -1,8 +1,10 @@
 """Incremental generation with carried memory picks what a full recomputation picks."""
 import keras
 import numpy as np
+import pytest
 
-from training.generate import continue_ids
+from training.errors import TrainingError
+from training.generate import continue_ids, run
 from txl_tf import TransformerXL, TransformerXLConfig
 
 
@@ -95,3 +97,11 @@ def test_the_job_generates_from_a_model_dir_an_onnx_file_and_a_saved_model(tmp_p
                       stop_ids=[str(ord(stop))])
         assert stopped == texts["model"][:texts["model"].index(stop) + 1], model
         assert "".join(pieces) == stopped, model
+
+
+@pytest.mark.parametrize("count", [-1, 2 ** 30 + 1, 2 ** 31, 2 ** 63])
+def test_num_tokens_outside_what_one_decode_holds_is_refused_with_the_flags(count):
+    """2**31 and beyond ran without end; refused before the model is read."""
+    with pytest.raises(TrainingError, match=rf"^--num_tokens must be in \[0, 1073741824\], "
+                                            rf"got {count}$"):
+        run(model="nowhere", prompt="a", num_tokens=count)

@@ -193,7 +193,10 @@ def test_a_model_converted_from_the_hugging_face_port_loads_as_a_preset(tmp_path
         got = model.backbone.transformer.crit(model.backbone(
             {"token_ids": ids, "padding_mask": np.ones_like(ids)}))
         np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-5)
-        assert model.backbone.config == core.config
+        # the preset records the vocabulary's fingerprint, which the model directory lacks
+        assert model.backbone.config.replace(vocab_fingerprint=None) == core.config
+    assert again.backbone.config.vocab_fingerprint == \
+        causal_lm.preprocessor.tokenizer.inner.fingerprint()
     prompt = ids[:1]
     padded = {"token_ids": np.pad(prompt, [[0, 0], [0, 14]]),
               "padding_mask": np.pad(np.ones_like(prompt), [[0, 0], [0, 14]])}
@@ -244,6 +247,37 @@ def test_a_preset_whose_vocabulary_is_not_the_models_is_refused(model_dir, tmp_p
             causal_lm.generate("a", max_length=4)
         with pytest.raises(ModelDirError, match=message):
             causal_lm.fit(["a a"], verbose=0)
+
+
+def test_a_preset_of_a_model_without_a_recorded_vocabulary_records_it(tmp_path):
+    """`save_to_preset` of a model whose config records no fingerprint wrote
+    none: its vocabulary with two lines swapped (the folder rewritten, as by
+    `Tokenizer.save`) loaded without a word and read "the cat" as "cat the"."""
+    import json
+    import shutil
+
+    from txl_tf.errors import ModelDirError
+    words = ["<unk>", "<eos>", "the", "cat", "sat"]
+    cfg = TransformerXLConfig.preset("tiny", n_token=len(words), tgt_len=4, mem_len=4)
+    causal_lm = TransformerXLCausalLM(
+        TransformerXLBackbone(**cfg.to_dict()),
+        preprocessor=TransformerXLCausalLM.preprocessor_cls(
+            TransformerXLTokenizer(WordTokenizer(words)), sequence_length=8))
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    assert causal_lm.core.config.vocab_fingerprint is None  # the model is left as it was
+    with open(tmp_path / "preset" / "config.json", encoding="utf-8") as f:
+        assert json.load(f)["config"]["vocab_fingerprint"] == WordTokenizer(words).fingerprint()
+    assert TransformerXLCausalLM.from_preset(str(tmp_path / "preset")).core.config == \
+        cfg.replace(vocab_fingerprint=WordTokenizer(words).fingerprint())
+    shutil.rmtree(tmp_path / "preset" / "assets" / "tokenizer")
+    WordTokenizer(words[:2] + [words[3], words[2]] + words[4:]).save(
+        tmp_path / "preset" / "assets" / "tokenizer")
+    message = "the preprocessor's tokenizer is not the vocabulary the model was trained with"
+    with pytest.raises(ModelDirError, match=message):
+        TransformerXLCausalLM.from_preset(str(tmp_path / "preset"))
+    with pytest.raises(ModelDirError, match=message):
+        keras_hub.models.CausalLM.from_preset(str(tmp_path / "preset")).generate("the",
+                                                                                 max_length=4)
 
 
 @needs_bfloat16_matmuls
@@ -316,7 +350,7 @@ def test_random_models_round_trip_through_a_preset_bitwise(kind, tmp_path):
     for load in loaders:
         again = load(str(tmp_path / "preset"), **policy)
         np.testing.assert_array_equal(again(inputs).numpy(), expected)
-        assert again.backbone.config == cfg
+        assert again.backbone.config == cfg.replace(vocab_fingerprint=inner.fingerprint())
         assert (again.mem_len, again.segment_len, again.preprocessor.sequence_length) == \
             (causal_lm.mem_len, causal_lm.segment_len, causal_lm.preprocessor.sequence_length)
         assert again.preprocessor.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()

@@ -83,9 +83,16 @@ def choose_model(o, log=print):
 def check_lengths(o, config):
     segment_len = o["segment_len"] or config.tgt_len
     mem_len = config.mem_len if o["mem_len"] is None else o["mem_len"]
+    most = math.ceil(o["max_length"] / segment_len)  # a document's segments at most
+    if o["grad_segments"] > most:  # the rest would be padding, unrolled in the graph
+        raise TrainingError(f"--grad_segments {o['grad_segments']} exceeds the {most} "
+                            f"segments of {segment_len} tokens that a document of --max_length "
+                            f"{o['max_length']} has")
     from txl_tf.checks.memory_budget import check_fits
+    # Before anything is written; the last --grad_segments segments keep their
+    # activations for the backward pass.
     check_fits(config, o["batch_size"], segment_len, mem_len, training=True,
-               what="a training step")  # before the output folder is written
+               what="a training step", grad_segments=o["grad_segments"])
     return segment_len, mem_len
 
 

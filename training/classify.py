@@ -79,9 +79,10 @@ SPEC = (
     option("integer", "grad_segments", 1, "Segments the gradient flows through, the last "
            "ones, through the memory (1: the paper's cut; more lets a classifier learn from "
            "what its memory carries of earlier segments, at the memory cost of keeping them; "
+           "at most the segments of a --max_length document; "
            "docs/classification.md, \"Memory reach\")."),
-    option("integer", "max_length", None, "Tokens kept per document (default: 512 in mode "
-           "train; the trained run's in modes evaluate and predict)."),
+    option("integer", "max_length", None, "Tokens kept per document, in [1, 2**31 - 1] "
+           "(default: 512 in mode train; the trained run's in modes evaluate and predict)."),
     option("enum", "keep", None, "Which part of a longer document is kept (default: start "
            "in mode train; the trained run's in modes evaluate and predict).",
            ["start", "end"]),
@@ -136,13 +137,16 @@ def check_options(o):
     """Raises `TrainingError` for flags that are wrong on their own."""
     if o["mode"] not in MODES:
         raise TrainingError(f"--mode must be one of {', '.join(MODES)}, got {o['mode']!r}")
-    if o["max_length"] is not None and o["max_length"] <= 0:
-        raise TrainingError(f"--max_length must be a positive integer, got {o['max_length']}")
+    from txl_tf.checks.numpy_checks import MAX_POSITIONS  # lengths are int32
+    if o["max_length"] is not None and not 0 < o["max_length"] <= MAX_POSITIONS:
+        raise TrainingError(f"--max_length must be in [1, {MAX_POSITIONS}], got "
+                            f"{o['max_length']}")
     for name in ("batch_size", "log_every"):
         if o[name] is None or o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
-    if o["grad_segments"] is None or o["grad_segments"] < 1:
-        raise TrainingError(f"--grad_segments must be >= 1, got {o['grad_segments']}")
+    if o["grad_segments"] is None or not 1 <= o["grad_segments"] <= MAX_POSITIONS:
+        raise TrainingError(f"--grad_segments must be in [1, {MAX_POSITIONS}], got "
+                            f"{o['grad_segments']}")
     for name in ("segment_len", "num_classes", "steps", "epochs"):
         if o[name] is not None and o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")

@@ -24,7 +24,7 @@ from training.errors import TrainingError
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.errors import TxlError
-from txl_tf.generation.request import MAX_SEED
+from txl_tf.generation.request import MAX_NEW_TOKENS, MAX_SEED
 from txl_tf.text.prompt import prompt_ids
 
 SPEC = (
@@ -35,7 +35,7 @@ SPEC = (
     option("string", "checkpoint", None, "A training checkpoint (ckpt-N prefix, or a name in "
            "the run's checkpoints/) instead of the exported weights."),
     option("string", "prompt", "", "Text to continue."),
-    option("integer", "num_tokens", 200, "Tokens to generate."),
+    option("integer", "num_tokens", 200, "Tokens to generate, in [0, 2**30]."),
     option("float", "temperature", 1.0, "Sampling temperature (>= 0; 0 is greedy)."),
     option("integer", "top_k", 0, "Sample among the k most likely tokens (0: all)."),
     option("float", "top_p", 1.0, "Sample from the most likely tokens holding this much "
@@ -126,8 +126,9 @@ def _check_options(o):
         raise TrainingError("--model is required")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
-    if o["num_tokens"] < 0:
-        raise TrainingError(f"--num_tokens must be >= 0, got {o['num_tokens']}")
+    if not 0 <= o["num_tokens"] <= MAX_NEW_TOKENS:  # what one decode call holds
+        raise TrainingError(f"--num_tokens must be in [0, {MAX_NEW_TOKENS}], got "
+                            f"{o['num_tokens']}")
     if not o["temperature"] >= 0:
         raise TrainingError(f"--temperature must be >= 0, got {o['temperature']}")
     if o["top_k"] < 0:

@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from txl_tf.checks.numpy_checks import is_flag
+from txl_tf.checks.numpy_checks import MAX_POSITIONS, is_flag
 from txl_tf.errors import TxlError
 
 
@@ -128,6 +128,10 @@ class TransformerXLConfig:
             positive(name)
         if not _is_int(self.mem_len) or self.mem_len < 0:
             raise ConfigError(f"mem_len must be an integer >= 0, got {self.mem_len!r}")
+        if self.tgt_len + self.mem_len > MAX_POSITIONS:  # a graph's shapes wrapped them
+            raise ConfigError(
+                f"tgt_len + mem_len must be at most {MAX_POSITIONS} (2**31 - 1: TensorFlow "
+                f"counts a segment's keys in int32), got {self.tgt_len} + {self.mem_len}")
         if not _is_int(self.clamp_len):
             raise ConfigError(f"clamp_len must be an integer, got {self.clamp_len!r}")
         for name in ("dropout", "dropatt", "init_std", "proj_init_std", "layer_norm_epsilon"):
@@ -151,9 +155,11 @@ class TransformerXLConfig:
             known = ", ".join(f"{k} {v}" for k, v in ATTN_TYPES.items())
             raise ConfigError(
                 f"attn_type must be one of {known}, got {self.attn_type!r}")
-        if self.max_klen is not None and (not _is_int(self.max_klen)
-                                          or self.max_klen < 1 or self.attn_type not in (1, 3)):
-            raise ConfigError(f"max_klen is for attn_type 1 and 3, a positive integer; got "
+        if self.max_klen is not None and (not _is_int(self.max_klen) or self.max_klen < 1
+                                          or self.max_klen > MAX_POSITIONS
+                                          or self.attn_type not in (1, 3)):
+            raise ConfigError(f"max_klen is for attn_type 1 and 3, an integer in [1, "
+                              f"{MAX_POSITIONS}]; got "
                               f"{self.max_klen!r} with attn_type {self.attn_type}")
         if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
             raise ConfigError(f"attn_type 3 adds [n_head * d_head] embeddings to d_model "

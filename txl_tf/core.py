@@ -8,7 +8,7 @@ import tensorflow as tf
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.checks.inputs import (InputError, check_memory, check_targets, check_token_ids,
                                   check_token_mask)
-from txl_tf.checks.numpy_checks import check_count, check_flag
+from txl_tf.checks.numpy_checks import MAX_POSITIONS, check_count, check_flag
 from txl_tf.config import as_config
 from txl_tf.errors import TxlError
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
@@ -25,6 +25,18 @@ from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, KeysValues, afte
                                       in_slot_order, in_time_order, keep_last, ring_memory,
                                       slot_order, swap_key_layout, with_free_slot,
                                       write_token)
+
+
+def check_grad_segments(grad_segments, segment_len):
+    """`grad_segments` as an int, or `TxlError` unless it is an integer >= 1
+    whose segments of `segment_len` positions an int32 length holds (see
+    `TransformerXL.read_documents`)."""
+    grad_segments = check_count("grad_segments", grad_segments, low=1)
+    if grad_segments * segment_len > MAX_POSITIONS:
+        raise TxlError(f"grad_segments ({grad_segments}) x segment_len ({segment_len}) must "
+                       f"be at most {MAX_POSITIONS} positions (2**31 - 1: TensorFlow counts "
+                       "them in int32)")
+    return grad_segments
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -126,7 +138,9 @@ class TransformerXL(keras.layers.Layer):
         cfg = self.config
         zero_filled = (cfg.zero_filled_memory if zero_filled is None
                        else check_flag("zero_filled", zero_filled))
-        mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
+        # In a graph the shape is int32: a larger mem_len wrapped (2**32 + 4 gave 4 slots).
+        mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len,
+                                                                   high=MAX_POSITIONS)
         if not tf.is_tensor(batch_size):
             batch_size = check_count("batch_size", batch_size, low=1)
         return initial_memory(cfg.n_layer, batch_size, mem_len, cfg.d_model, zero_filled)
@@ -232,7 +246,7 @@ class TransformerXL(keras.layers.Layer):
         cfg = self.config
         segment_len = check_count("segment_len", segment_len, low=1)
         mem_len = check_count("mem_len", mem_len)
-        grad_segments = check_count("grad_segments", grad_segments, low=1)
+        grad_segments = check_grad_segments(grad_segments, segment_len)
         token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
         lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
         ids, mask = right_align(token_ids, lengths, segment_len)

@@ -71,10 +71,13 @@ def parameter_count(config):
     return config.n_layer * layer + embed
 
 
-def estimate_bytes(config, batch_size, seq_len, mem_len, training=False, host_only=False):
+def estimate_bytes(config, batch_size, seq_len, mem_len, training=False, host_only=False,
+                   grad_segments=1):
     """`{part: bytes}`: a lower bound of what one step needs (see module doc);
     `host_only`: only what stays in host memory when an accelerator computes
-    (a copy of the weights and of the memory, as checkpoints and runtimes keep)."""
+    (a copy of the weights and of the memory, as checkpoints and runtimes keep);
+    `grad_segments`: in training, segments of `seq_len` whose activations are
+    kept for the backward pass (the classifier's)."""
     b, t, m, layers = int(batch_size), int(seq_len), int(mem_len), config.n_layer
     scores = b * config.n_head * t * (t + m) * FLOAT * 3  # content, position, probabilities
     hidden = b * t * (6 * config.d_model + config.d_inner) * FLOAT
@@ -85,7 +88,7 @@ def estimate_bytes(config, batch_size, seq_len, mem_len, training=False, host_on
     parts = {"weights": weights * (4 if training else 1),  # + gradients and Adam's 2 slots
              "memory": 2 * memory}  # in and out
     if training:
-        parts["activations"] = layers * (scores + hidden)
+        parts["activations"] = int(grad_segments) * layers * (scores + hidden)
     else:
         parts["activations"] = scores + hidden
         parts["log-probs"] = b * t * config.n_token * FLOAT
@@ -119,15 +122,17 @@ def memory_bytes(config, batch_size, mem_len):
 
 
 def check_fits(config, batch_size, seq_len, mem_len, training=False, what="this job",
-               host_only=None, available=None, extra=None):
+               host_only=None, available=None, extra=None, grad_segments=1):
     """Raises `MemoryBudgetError` (naming the estimate, its biggest part and
     the memory available) when one step cannot fit; returns the estimate.
     `host_only` (default: whether TensorFlow sees a GPU): see `estimate_bytes`;
-    `extra`: `{part: bytes}` the job holds besides the step."""
+    `extra`: `{part: bytes}` the job holds besides the step; `grad_segments`:
+    see `estimate_bytes`."""
     if host_only is None:
         import tensorflow as tf
         host_only = bool(tf.config.list_physical_devices("GPU"))
-    parts = {**estimate_bytes(config, batch_size, seq_len, mem_len, training, host_only),
+    parts = {**estimate_bytes(config, batch_size, seq_len, mem_len, training, host_only,
+                              grad_segments),
              **(extra or {})}
     return _check(parts, f"{what} (batch {batch_size}, segment {seq_len}, memory {mem_len})",
                   available)

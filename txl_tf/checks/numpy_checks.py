@@ -4,6 +4,10 @@ import numpy as np
 
 from txl_tf.errors import TxlError
 
+# TensorFlow counts positions in int32 (a tensor's shape in a graph, a
+# segment's keys, a document's length): more cannot be held without wrapping.
+MAX_POSITIONS = 2 ** 31 - 1
+
 
 class InputError(TxlError):
     """Token ids or memory that do not fit the model."""
@@ -60,12 +64,15 @@ def check_finite_outputs(values, what="log-probs"):
     raise NonFiniteMemoryError(np.flatnonzero(~finite), what)
 
 
-def check_count(name, value, low=0):
+def check_count(name, value, low=0, high=None):
     """`value` as an int, or `TxlError` unless it is an integer >= `low`
-    (a Python or numpy integer; not a bool, a float or a string)."""
+    (and <= `high` when given; a Python or numpy integer; not a bool, a
+    float or a string)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
             or value < low:
         raise TxlError(f"{name} must be an integer >= {low}, got {value!r}")
+    if high is not None and value > high:
+        raise TxlError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
     return int(value)
 
 

@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf.checks.inputs import InputError, checked_data, input_errors
-from txl_tf.core import TransformerXL, as_config
+from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
 from txl_tf.keras_support.keras_compat import PrebuiltModel
@@ -111,6 +111,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
                                      cfg.tgt_len if segment_len is None else segment_len)
         self.mem_len = cfg.mem_len if mem_len is None else _positive("mem_len", mem_len, 0)
         self.grad_segments = _positive("grad_segments", grad_segments)
+        check_grad_segments(self.grad_segments, self.segment_len)
         self.head_dropout = cfg.dropout if head_dropout is None else head_dropout
         if not isinstance(self.head_dropout, numbers.Real) or \
                 not 0.0 <= self.head_dropout < 1.0:

@@ -45,6 +45,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
 
+from txl_tf.checks.numpy_checks import MAX_POSITIONS
 from txl_tf.classification.labels import LabelSet, UnknownLabelError
 from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError
 from txl_tf.errors import TxlError
@@ -396,6 +397,9 @@ class _Batching:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
                 raise TxlError(f"{name} must be a positive int, got {value!r}")
+            if value > MAX_POSITIONS:  # lengths are int32
+                raise TxlError(f"{name} must be at most {MAX_POSITIONS} (2**31 - 1), got "
+                               f"{value!r}")
         _check_choice("keep", self.keep, KEEP)
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, (int, np.integer)):
             raise TxlError(f"pad_id must be an int, got {self.pad_id!r}")
@@ -456,13 +460,19 @@ def _bucket(ds: tf.data.Dataset, opts: _Batching) -> tf.data.Dataset:
     has_label = isinstance(ds.element_spec, tuple)
     zero = tf.constant(0, tf.int32)
     pad = {"token_ids": tf.constant(opts.pad_id, tf.int32), "lengths": zero}
-    # bucket k holds documents of k segments, padded to k * segment_len
-    boundaries = [k * opts.segment_len + 1 for k in range(1, opts.num_segments + 1)]
-    return ds.map(features).bucket_by_sequence_length(
-        lambda f, *label: f["lengths"], boundaries,
-        [opts.batch_size] * (len(boundaries) + 1),
-        padding_values=(pad, zero) if has_label else pad,
-        pad_to_bucket_boundary=True, drop_remainder=opts.drop_remainder)
+
+    def segments(f, *label):  # key k: documents of k + 1 segments
+        return tf.cast((f["lengths"] - 1) // opts.segment_len, tf.int64)
+
+    def batch(key, group):  # padded to exactly (k + 1) * segment_len
+        shapes = {"token_ids": [(key + 1) * opts.segment_len], "lengths": []}
+        return group.padded_batch(opts.batch_size, (shapes, []) if has_label else shapes,
+                                  (pad, zero) if has_label else pad,
+                                  drop_remainder=opts.drop_remainder)
+
+    # Grouped by a key computed per document, not by a list of every possible
+    # segment count (`bucket_by_sequence_length`: a huge max_length hung making it).
+    return ds.map(features).group_by_window(segments, batch, window_size=opts.batch_size)
 
 
 def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokenizer,

@@ -24,7 +24,10 @@ enwik8, text and pystdlib read with a trained model's word or SentencePiece
 tokenizer (``load_corpus(tokenizer=...)``) move each split point on to the
 start of the next line, so no line (and no word) is cut in two; where no
 line starts after it, it stays, at a character boundary. Bytes and
-characters split where the percentages fall.
+characters split where the percentages fall. text8 read with such a
+tokenizer is encoded in chunks that end at a line start or else at a space
+(its split points too), so no word is cut and no ``<eos>`` added inside a
+line; read as characters, it is cut where the chunk sizes fall.
 """
 from __future__ import annotations
 
@@ -119,6 +122,7 @@ class _Plan:
     required: tuple[str, ...] = SPLITS
     describe: dict = dataclasses.field(default_factory=dict)
     byte_split: bool = False  # split by `_write_bytes` (see `_splits_at_lines`)
+    space_cuts: bool = False  # cut by `_line_pieces` for words and pieces (text8)
 
 
 # -- reading helpers ---------------------------------------------------------
@@ -204,6 +208,73 @@ def _line_start(data: bytes, i: int) -> int:
     return newline + 1 if newline >= 0 else _char_start(data, i)
 
 
+def _line_pieces(text: str, lo: int, hi: int, step: int,
+                 can_cut: Callable[[int], bool] = lambda space: True
+                 ) -> Iterator[tuple[int, int, bool]]:
+    """`(start, end, inside)`: `text[lo:hi]` in pieces of about `step`
+    characters for a word or SentencePiece tokenizer, each ending just after
+    a `\n`, else at a space where `can_cut(space)` (`inside`: the line goes
+    on after it; the space itself is in neither piece, a word tokenizer's
+    separator and what a SentencePiece model's prefix stands for), else at
+    the next line start or `hi`."""
+    start = lo
+    while start < hi:
+        end, inside = min(start + step, hi), False
+        if end < hi:
+            newline = text.rfind("\n", start, end)
+            space = text.find(" ", end, hi - 1) if newline < 0 else -1  # a piece follows
+            if newline >= 0:
+                end = newline + 1
+            elif space >= 0 and can_cut(space):
+                end, inside = space, True
+            else:
+                newline = text.find("\n", end, hi)
+                end = newline + 1 if newline >= 0 else hi
+        yield start, end, inside
+        start = end + 1 if inside else end
+
+
+def _word_cut(text: str, i: int) -> tuple[int, int]:
+    """`(end, start)`: where a part of `text` cut at `i` ends and the next
+    starts, moved on to the next line start, else to the next space (in
+    neither part), else `(i, i)`."""
+    if i <= 0 or i >= len(text) or text[i - 1] == "\n":
+        return i, i
+    newline = text.find("\n", i)
+    if newline >= 0:
+        return newline + 1, newline + 1
+    space = text.find(" ", i)
+    return (space, space + 1) if space >= 0 else (i, i)
+
+
+def _encode_in_pieces(tokenizer: Tokenizer, text: str, lo: int, hi: int, step: int):
+    """The ids `tokenizer` gives `text[lo:hi]`, encoded in `_line_pieces`: a
+    piece ending inside a line loses the end-of-line id its encoding adds,
+    the next piece its start-of-line id, so no `<eos>` is added that the
+    text has not and no word is cut in two."""
+    eos = tokenizer.eos_id if getattr(tokenizer, "add_eos", True) else None
+    bos = getattr(tokenizer, "bos_id", -1)
+    head, tail = [bos] if bos >= 0 else [], [eos] if eos is not None else []
+    if tokenizer.encode("\n").tolist() != head + tail:  # a line's markers, known
+        raise TxlError(f"cannot read {tokenizer.kind} ids in pieces: a line's markers are "
+                       f"{tokenizer.encode(chr(10)).tolist()}, not {head + tail}")
+
+    def exact(space):  # the words around `space` read alike whole and cut there
+        left = max(lo, text.rfind(" ", lo, space) + 1, text.rfind("\n", lo, space) + 1)
+        right = min([i for i in (text.find(" ", space + 1, hi), text.find("\n", space + 1, hi))
+                     if i >= 0] or [hi])
+        whole = tokenizer.encode(text[left:right]).tolist()
+        cut = tokenizer.encode(text[left:space]).tolist()[:-len(tail) or None] + \
+            tokenizer.encode(text[space + 1:right]).tolist()[len(head):]
+        return whole == cut
+
+    follows = False  # the piece goes on with the line of the one before
+    for start, end, inside in _line_pieces(text, lo, hi, step, exact):
+        ids = tokenizer.encode(text[start:end])
+        yield ids[len(head) if follows else 0:len(ids) - len(tail) if inside else len(ids)]
+        follows = inside
+
+
 def _whole_characters(data: bytes) -> int:
     """The length of `data` without an incomplete UTF-8 character at its end."""
     last = _char_start(data, len(data) - 1) if data else 0
@@ -267,6 +338,14 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
             step = CHUNK_BYTES
             tokenizer = given if given is not None else CharTokenizer.build(
                 text[i:min(i + step, a)] for i in range(0, a, step))
+            if _splits_at_lines(tokenizer):  # words, pieces: no word cut, no <eos> added
+                (a, valid), (b, test) = _word_cut(text, a), _word_cut(text, b)
+                if b < valid:  # both in one word
+                    b, test = valid, valid
+                for split, lo, hi in zip(SPLITS, (0, valid, test), (a, b, len(text))):
+                    for ids in _encode_in_pieces(tokenizer, text, lo, hi, step):
+                        writers[split].append(ids)
+                return tokenizer
             for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, len(text))):
                 for i in range(lo, hi, step):
                     writers[split].append(tokenizer.encode(text[i:min(i + step, hi)]))
@@ -275,7 +354,7 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
     if name == "text8":  # a new cache key: entries cached before counted past the training part
         options["vocabulary_from"] = "train"
     return _Plan([path], options, build, describe={"all": str(path)},
-                 byte_split=name == "enwik8")
+                 byte_split=name == "enwik8", space_cuts=name == "text8")
 
 
 def _word_files(name: str, data_dir, opts: dict) -> _Plan:
@@ -481,6 +560,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         info["tokenizer"] = tokenizer.fingerprint()
         if plan.byte_split and _splits_at_lines(tokenizer):  # entries before cut lines
             info["split_points"] = "line starts"
+        if plan.space_cuts and _splits_at_lines(tokenizer):  # entries before cut words
+            info["split_points"] = "line starts or spaces"
     root = None
     if use_cache:
         explicit = cache_dir is not None

@@ -70,7 +70,9 @@ class Decoder:
             prompts: a list of 1-D id sequences of any lengths (or a `[B, L]`
                 array; None with `resume`); each row gets what it would get
                 alone.
-            max_new_tokens: the most ids added to each row.
+            max_new_tokens: the most ids added to each row, in [0, 2**30]
+                (what one call's ids buffer holds; a row's sampler makes at
+                most 2**32 draws in all, resumes included).
             **options: see below.
 
         Returns:

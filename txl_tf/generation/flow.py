@@ -23,9 +23,10 @@ import numpy as np
 
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
-from txl_tf.generation.request import (DecodeState, Generation, HeldCache, check_count,
-                                       check_pad_id, check_prompts, held_cache, make_rows,
-                                       right_aligned_segments, seen_mask)
+from txl_tf.generation.request import (MAX_DRAWS, MAX_NEW_TOKENS, DecodeState, Generation,
+                                       HeldCache, check_count, check_pad_id, check_prompts,
+                                       held_cache, make_rows, right_aligned_segments,
+                                       seen_mask)
 from txl_tf.generation.sampling_settings import Sampling
 
 
@@ -33,7 +34,7 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
              repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None, resume=None,
              stream=None, stream_every=8, segment_len=64):
     """See `Decoder.generate` (the arguments are the same for every backend)."""
-    n = check_count("max_new_tokens", max_new_tokens)
+    n = check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
     segment_len = check_count("segment_len", segment_len, low=1)
     if stream is not None and not callable(stream):
         raise TxlError(f"stream must be callable, got {type(stream).__name__}")
@@ -61,6 +62,11 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
         batch = len(prompts)
         state = DecodeState(log_probs, memory, seen_mask(prompts, backend.n_token),
                             np.zeros(batch, np.int64), np.zeros(batch, np.bool_), rows, pad_id)
+    if n and int(np.max(state.counters)) + n > MAX_DRAWS:
+        raise TxlError(f"a row has made {int(np.max(state.counters))} draws: "
+                       f"{n} more would pass the sampler's {MAX_DRAWS} (2**32) draws per "
+                       "row, after which its draws repeat; start a new decode instead of "
+                       "resuming")
     ids, log_probs, new_state = backend.decode(state, n, stream, stream_every)
     lengths = (new_state.counters - state.counters).astype(np.int32)
     return Generation(ids, log_probs, lengths, new_state.memory, new_state)

@@ -10,6 +10,12 @@ from txl_tf.generation import sampling_numpy
 from txl_tf.generation.sampling_settings import Sampling
 
 MAX_SEED = 2 ** 63 - 1
+# The compiled decode loop keeps a call's ids in a buffer rounded up to a power
+# of two with int32 dimensions: 2**30 ids per row is the most one call holds.
+MAX_NEW_TOKENS = 2 ** 30
+# The sampler draws with the low 32 bits of a row's draw counter
+# (`counter_rng.uniform`): past 2**32 draws a row's draws would repeat.
+MAX_DRAWS = 2 ** 32
 
 
 class Rows(NamedTuple):
@@ -186,6 +192,6 @@ def check_pad_id(pad_id, n_token):
     return int(pad_id)
 
 
-__all__ = ["DecodeState", "Generation", "Rows", "Sampling", "check_count", "check_pad_id",
-           "check_prompts", "make_rows", "per_row", "right_aligned_segments", "seen_mask",
-           "stop_mask"]
+__all__ = ["MAX_DRAWS", "MAX_NEW_TOKENS", "DecodeState", "Generation", "Rows", "Sampling",
+           "check_count", "check_pad_id", "check_prompts", "make_rows", "per_row",
+           "right_aligned_segments", "seen_mask", "stop_mask"]

@@ -101,6 +101,27 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         """The backbone's `TransformerXL`."""
         return self.backbone.transformer
 
+    def save_to_preset(self, preset_dir, **kwargs):
+        """Saves a keras-hub preset folder (keras-hub's `save_to_preset`),
+        its config recording the fingerprint of the preprocessor's
+        vocabulary, as `save_pretrained` records it: loading the preset
+        then refuses other tokenizer files of the same size.
+
+        Args:
+            preset_dir: the folder.
+            **kwargs: keras-hub's (`max_shard_size`).
+        """
+        inner = getattr(getattr(self.preprocessor, "tokenizer", None), "inner", None)
+        if inner is None:
+            return super().save_to_preset(preset_dir, **kwargs)
+        self.check_vocabulary()  # a recorded fingerprint is the tokenizer's
+        core, config = self.core, self.core.config
+        core.config = config.replace(vocab_fingerprint=inner.fingerprint())
+        try:  # the model itself is left as it was
+            return super().save_to_preset(preset_dir, **kwargs)
+        finally:
+            core.config = config
+
     # --------------------------------------------------------------- presets
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
