@@ -201,6 +201,7 @@ def test_dtype_reaches_a_pretrained_backbone(tmp_path):
     assert clone.core.dtype_policy.name == "mixed_bfloat16"
 
 
+@needs_bfloat16_matmuls
 def test_batches_of_any_width_and_float32_logits_under_mixed_precision():
     keras.utils.set_random_seed(6)
     model = TransformerXLClassifier(tiny_config(), 3)

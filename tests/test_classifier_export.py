@@ -141,6 +141,7 @@ def test_a_mixed_precision_classifier_exports_onnx_computing_in_float32(tmp_path
 
 
 @pytest.mark.parametrize("adapt", ["lora", "int8"])
+@needs_bfloat16_matmuls
 def test_a_mixed_precision_classifier_with_lora_or_int8_is_refused_for_onnx(tmp_path, adapt):
     """Its float32 copy (the ONNX graph's) is built from the config, without
     the adapters or int8 layers: the export failed with a RuntimeError
