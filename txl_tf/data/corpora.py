@@ -236,12 +236,13 @@ def _line_pieces(text: str, lo: int, hi: int, step: int,
 
 def _word_cut(text: str, i: int) -> tuple[int, int]:
     """`(end, start)`: where a part of `text` cut at `i` ends and the next
-    starts, moved on to the next line start, else to the next space (in
+    starts, moved on to the next line start (not the text's end: a text of
+    one line that ends in `\n` is cut at a space), else to the next space (in
     neither part), else `(i, i)`."""
     if i <= 0 or i >= len(text) or text[i - 1] == "\n":
         return i, i
     newline = text.find("\n", i)
-    if newline >= 0:
+    if 0 <= newline < len(text) - 1:
         return newline + 1, newline + 1
     space = text.find(" ", i)
     return (space, space + 1) if space >= 0 else (i, i)
