@@ -213,7 +213,7 @@ def _line_pieces(text: str, lo: int, hi: int, step: int,
                  ) -> Iterator[tuple[int, int, bool]]:
     """`(start, end, inside)`: `text[lo:hi]` in pieces of about `step`
     characters for a word or SentencePiece tokenizer, each ending just after
-    a `\n`, else at a space where `can_cut(space)` (`inside`: the line goes
+    a `\n`, else at a space of the same line where `can_cut(space)` (`inside`: the line goes
     on after it; the space itself is in neither piece, a word tokenizer's
     separator and what a SentencePiece model's prefix stands for), else at
     the next line start or `hi`."""
@@ -222,14 +222,15 @@ def _line_pieces(text: str, lo: int, hi: int, step: int,
         end, inside = min(start + step, hi), False
         if end < hi:
             newline = text.rfind("\n", start, end)
-            space = text.find(" ", end, hi - 1) if newline < 0 else -1  # a piece follows
+            ahead = text.find("\n", end, hi) if newline < 0 else -1  # the line's end
+            # a space before that line end (a piece follows)
+            space = text.find(" ", end, ahead if ahead >= 0 else hi - 1) if newline < 0 else -1
             if newline >= 0:
                 end = newline + 1
             elif space >= 0 and can_cut(space):
                 end, inside = space, True
             else:
-                newline = text.find("\n", end, hi)
-                end = newline + 1 if newline >= 0 else hi
+                end = ahead + 1 if ahead >= 0 else hi
         yield start, end, inside
         start = end + 1 if inside else end
 
