@@ -64,6 +64,14 @@ def test_a_memory_longer_than_int32_holds_is_refused_not_wrapped(core):
             shape(tf.constant(1))
 
 
+def test_grad_segments_times_a_numpy_segment_len_is_not_wrapped():
+    """2**16 segments of np.int32(2**16) positions: the int32 product wrapped to 0."""
+    from txl_tf.core import check_grad_segments
+    with pytest.raises(TxlError, match=r"grad_segments \(65536\) x segment_len \(65536\)"):
+        check_grad_segments(2 ** 16, np.int32(2 ** 16))
+    assert check_grad_segments(np.int64(2), np.int32(2 ** 30 - 1)) == 2
+
+
 def test_initial_memory_still_takes_numpy_integers_and_tensors(core):
     import tensorflow as tf
     assert core.initial_memory(np.int64(2), mem_len=np.int32(3)).mems.shape == (2, 2, 3, 32)

@@ -253,6 +253,33 @@ def test_text8_read_with_a_word_model_cuts_chunks_between_words(tmp_path, monkey
     assert np.concatenate([c.train, c.valid, c.test]).tolist() == c.tokenizer.encode(text).tolist()
 
 
+def test_text8_of_one_line_ending_in_a_newline_is_split_at_spaces(tmp_path):
+    """Regression: the split points moved on to the next line start, the
+    text's end: all of it went to train, and valid was refused as empty."""
+    text = _text8_like() + "\n"
+    write(tmp_path / "text8", text)
+    words = WordTokenizer.build(text)
+    c = load_corpus("text8", tmp_path, use_cache=False, tokenizer=words)
+    got = np.concatenate([split[:-1] for split in (c.train, c.valid, c.test)])
+    np.testing.assert_array_equal(got, words.encode(text)[:-1])
+    assert len(c.train) / len(got) == pytest.approx(0.9, abs=0.02)
+    assert len(c.valid) / len(got) == pytest.approx(0.05, abs=0.02)
+
+
+def test_pieces_never_cut_at_a_space_past_a_line_end():
+    """Regression: a piece cut at the space a line starts with ended with the
+    `\n` before it, and lost that line's `<eos>` as a cut inside a line."""
+    text = "aa bb\n cc dd\r\n  ee\n\n ff gg"
+    for bos in (None, "<s>"):
+        words = WordTokenizer.build(text, bos_token=bos)
+        for step in range(1, len(text) + 1):
+            for lo in (0, 3):
+                got = np.concatenate(list(corpora_lib._encode_in_pieces(words, text, lo,
+                                                                        len(text), step)))
+                np.testing.assert_array_equal(got, words.encode(text[lo:]),
+                                              err_msg=f"step {step}, from {lo}, bos {bos}")
+
+
 def test_text8_read_with_a_sentencepiece_model_gives_the_pieces_of_the_whole(tmp_path,
                                                                              monkeypatch):
     from txl_tf.text import SentencePieceTokenizer

@@ -732,6 +732,30 @@ def test_sitepack_cuts_streams_exactly_and_refuses_damage_with_one_error_line(tm
                                    SITE=str(tmp_path / "device" / "site"), PYTHON=sys.executable))
     assert done.returncode == 2 and done.stderr.startswith("error: the pieces in "), done
 
+def test_sitepack_unpacks_a_stream_of_many_small_files_with_few_descriptors(tmp_path):
+    """Regression: a stream kept every file it wrote to open until its end; a
+    64 MiB stream of a wheel's small .py files (thousands) on each of 16
+    threads ran out of file descriptors ("Too many open files")."""
+    import resource
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    contents = {f"t/m{i:03d}.py": bytes([i % 251]) * (i % 7) for i in range(300)}
+    with zipfile.ZipFile(tmp_path / "t-1-py3-none-any.whl", "w") as z:
+        for name, data in contents.items():
+            z.writestr(name, data)
+    sitepack = [sys.executable, str(device / "sitepack.py")]
+    subprocess.run(sitepack + ["pack", str(tmp_path), str(tmp_path / "packed")], check=True,
+                   capture_output=True)
+
+    def few_descriptors():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    done = subprocess.run(sitepack + ["unpack", str(tmp_path / "packed" / "site.json"),
+                                      str(tmp_path / "site")],
+                          capture_output=True, text=True, preexec_fn=few_descriptors)
+    assert done.returncode == 0, done.stderr
+    assert {str(p.relative_to(tmp_path / "site")): p.read_bytes()
+            for p in (tmp_path / "site").rglob("*") if p.is_file()} == contents
+
+
 FAKE_WORKER = r'''
 import json, sys
 setups = open(sys.argv[-1] + "/setups.jsonl", "a")

@@ -32,7 +32,7 @@ def check_grad_segments(grad_segments, segment_len):
     whose segments of `segment_len` positions an int32 length holds (see
     `TransformerXL.read_documents`)."""
     grad_segments = check_count("grad_segments", grad_segments, low=1)
-    if grad_segments * segment_len > MAX_POSITIONS:
+    if grad_segments * int(segment_len) > MAX_POSITIONS:  # a numpy int32 product wraps
         raise TxlError(f"grad_segments ({grad_segments}) x segment_len ({segment_len}) must "
                        f"be at most {MAX_POSITIONS} positions (2**31 - 1: TensorFlow counts "
                        "them in int32)")

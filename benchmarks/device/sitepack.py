@@ -159,7 +159,7 @@ def _unpack_stream(base, stream, targets):
     decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
     parts = iter(stream["parts"])
     part, written, total = None, 0, 0
-    fds = {}
+    fd = None  # the open file of `part` only: a stream holds thousands of small files
     try:
         with open(os.path.join(base, _checked(stream["name"])), "rb") as source:
             while not decompressor.eof:
@@ -170,13 +170,15 @@ def _unpack_stream(base, stream, targets):
                 while data:
                     if part is None or written == part[2]:
                         part, written = next(parts, None), 0
+                        if fd is not None:
+                            os.close(fd)
+                            fd = None
                         if part is None:
                             raise PackError(f"{stream['name']} holds more bytes than site.json "
                                             "lists")
-                        if part[0] not in fds:
-                            fds[part[0]] = os.open(targets[part[0]], os.O_WRONLY)
+                        fd = os.open(targets[part[0]], os.O_WRONLY)
                     take = min(len(data), part[2] - written)
-                    os.pwrite(fds[part[0]], data[:take], part[1] + written)
+                    os.pwrite(fd, data[:take], part[1] + written)
                     written += take
                     total += take
                     data = data[take:]
@@ -185,7 +187,7 @@ def _unpack_stream(base, stream, targets):
     except lzma.LZMAError as err:
         raise PackError(f"{stream['name']}: {err}") from None
     finally:
-        for fd in fds.values():
+        if fd is not None:
             os.close(fd)
     if (part is not None and written != part[2]) or next(parts, None) is not None:
         raise PackError(f"{stream['name']} holds fewer bytes than site.json lists")

@@ -213,7 +213,7 @@ def _line_pieces(text: str, lo: int, hi: int, step: int,
                  ) -> Iterator[tuple[int, int, bool]]:
     """`(start, end, inside)`: `text[lo:hi]` in pieces of about `step`
     characters for a word or SentencePiece tokenizer, each ending just after
-    a `\n`, else at a space where `can_cut(space)` (`inside`: the line goes
+    a `\n`, else at a space of the same line where `can_cut(space)` (`inside`: the line goes
     on after it; the space itself is in neither piece, a word tokenizer's
     separator and what a SentencePiece model's prefix stands for), else at
     the next line start or `hi`."""
@@ -222,26 +222,28 @@ def _line_pieces(text: str, lo: int, hi: int, step: int,
         end, inside = min(start + step, hi), False
         if end < hi:
             newline = text.rfind("\n", start, end)
-            space = text.find(" ", end, hi - 1) if newline < 0 else -1  # a piece follows
+            ahead = text.find("\n", end, hi) if newline < 0 else -1  # the line's end
+            # a space before that line end (a piece follows)
+            space = text.find(" ", end, ahead if ahead >= 0 else hi - 1) if newline < 0 else -1
             if newline >= 0:
                 end = newline + 1
             elif space >= 0 and can_cut(space):
                 end, inside = space, True
             else:
-                newline = text.find("\n", end, hi)
-                end = newline + 1 if newline >= 0 else hi
+                end = ahead + 1 if ahead >= 0 else hi
         yield start, end, inside
         start = end + 1 if inside else end
 
 
 def _word_cut(text: str, i: int) -> tuple[int, int]:
     """`(end, start)`: where a part of `text` cut at `i` ends and the next
-    starts, moved on to the next line start, else to the next space (in
+    starts, moved on to the next line start (not the text's end: a text of
+    one line that ends in `\n` is cut at a space), else to the next space (in
     neither part), else `(i, i)`."""
     if i <= 0 or i >= len(text) or text[i - 1] == "\n":
         return i, i
     newline = text.find("\n", i)
-    if newline >= 0:
+    if 0 <= newline < len(text) - 1:
         return newline + 1, newline + 1
     space = text.find(" ", i)
     return (space, space + 1) if space >= 0 else (i, i)
