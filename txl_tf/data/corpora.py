@@ -257,9 +257,10 @@ def _encode_in_pieces(tokenizer: Tokenizer, text: str, lo: int, hi: int, step: i
     eos = tokenizer.eos_id if getattr(tokenizer, "add_eos", True) else None
     bos = getattr(tokenizer, "bos_id", -1)
     head, tail = [bos] if bos >= 0 else [], [eos] if eos is not None else []
-    if tokenizer.encode("\n").tolist() != head + tail:  # a line's markers, known
+    markers = tokenizer.encode("\n").tolist()
+    if markers != head + tail:  # a line's markers, known
         raise TxlError(f"cannot read {tokenizer.kind} ids in pieces: a line's markers are "
-                       f"{tokenizer.encode(chr(10)).tolist()}, not {head + tail}")
+                       f"{markers}, not {head + tail}")
 
     def exact(space):  # the words around `space` read alike whole and cut there
         left = max(lo, text.rfind(" ", lo, space) + 1, text.rfind("\n", lo, space) + 1)
