@@ -219,7 +219,8 @@ def test_grad_segments_beyond_what_can_be_read_or_held_are_refused_before_writin
                                             r"has$"):
         _train(data, tmp_path, grad_segments=100_000)
     with pytest.raises(MemoryBudgetError, match=r"^a training step \(batch 8, segment 8, "
-                                                r"memory 8\) needs at least [\d,.]+ GiB "
+                                                r"memory 8, 1048576 segments kept for the backward "
+                                                r"pass\) needs at least [\d,.]+ GiB "
                                                 r"\(activations"):
         _train(data, tmp_path, grad_segments=2 ** 20, max_length=2 ** 31 - 1)
     assert not (tmp_path / "out").exists()

@@ -134,5 +134,6 @@ def check_fits(config, batch_size, seq_len, mem_len, training=False, what="this 
     parts = {**estimate_bytes(config, batch_size, seq_len, mem_len, training, host_only,
                               grad_segments),
              **(extra or {})}
-    return _check(parts, f"{what} (batch {batch_size}, segment {seq_len}, memory {mem_len})",
+    kept = f", {grad_segments} segments kept for the backward pass" if grad_segments > 1 else ""
+    return _check(parts, f"{what} (batch {batch_size}, segment {seq_len}, memory {mem_len}{kept})",
                   available)
