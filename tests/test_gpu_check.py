@@ -456,6 +456,10 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
         ("gpu", "skipped"), ("serving_parity", "skipped")]
     assert result["table"] in done.stdout and result["failed"] == []
     assert result["partial"] is False  # true in the copies written after each part
+    # the issues' targets after the table, none judged from a CPU run (tests/test_issue_targets.py)
+    assert result["targets"]["table"] in done.stdout.split(result["table"])[1]
+    assert {(r["verdict"], r["why"].split(" (and: ")[0]) for r in result["targets"]["rows"]} \
+        == {("not judged", "CPU run")}
     done = jobs.run("benchmarks.gpu_check", args + [f"--serving_exports={tmp_path}"])
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "

@@ -1,0 +1,352 @@
+"""Issues 52's and 53's targets judged from a GPU check's JSON
+(`benchmarks/issue_targets.py`): hand-written check documents (every target
+met, short, a part failed or skipped, a check stopped early, a field
+missing, a CPU or --tiny run), the JSON of a real `--device=cpu --tiny` run
+(`fixtures/gpu_check_tiny_cpu.json`), and the command's one `error:` line."""
+import copy
+import json
+import math
+
+import pytest
+
+from benchmarks import gpu_check as gc
+from benchmarks import issue_targets as it
+
+FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "gpu_check_tiny_cpu.json"
+
+
+def _pair(shape, ours, papers):
+    """A pair part's JSON: `ours` and `papers` `{precision: tok/s}`."""
+    results = []
+    for precision, speed in ours.items():
+        results.append({"shape": shape, "variant": f"paper {precision}",
+                        "tokens_per_s": papers[precision], "ratio": 1.0})
+        results.append({"shape": shape, "variant": f"{precision}+jit", "tokens_per_s": speed,
+                        "ratio": speed / papers[precision], "peak_gib": 20.04})
+    return {"results": results, "environment": {"gpus": ["/device:GPU:0"]}}
+
+
+def _evaluation(bound, score, step, paper):
+    rows = []
+    for batch in (1, 16):
+        for path, speed in (("bound", bound), ("score", score), ("step", step)):
+            rows.append({"preset": "enwik8_base", "batch": batch, "path": path,
+                         "tokens_per_s": speed * batch, "over_bound": speed / bound})
+        rows.append({"preset": "enwik8_base", "batch": batch, "path": "paper",
+                     "tokens_per_s": paper * batch})
+    return {"device": "cuda", "rows": rows}
+
+
+def _speed(ms_b1, over_b16, table_over_own, dtype="float32"):
+    base = {"preset": "enwik8_base", "mem_len": 2100, "backend": "onnx", "device": "cuda"}
+    rows = [dict(base, batch=1, per_token_ms=ms_b1, over_bound=ms_b1 / 0.068),
+            dict(base, batch=16, per_token_ms=0.46 * over_b16, bound_ms=0.46,
+                 over_bound=over_b16, table_ms=0.46 * over_b16 * table_over_own,
+                 table_over_own=table_over_own)]
+    if dtype != "float32":
+        for row in rows:
+            row.update(decode_dtype=dtype, over_own_bound=2 * row["over_bound"])
+    return {"rows": rows}
+
+
+def _parity(worst):
+    return {"rows": [{"max_diff_device_cache": worst, "max_diff_no_graph": worst / 2,
+                      "max_diff_host_cache": worst / 3}]}
+
+
+def _row(part, status="ok", result="fine", **extra):
+    return {"part": part, "status": status, "seconds": 1.0, "result": result, **extra}
+
+
+def met_check():
+    """A whole GPU check in which every judged target is met."""
+    parts = [
+        _row("gpu"),
+        _row("parity", details={"max_abs_diff": 3e-6, "ok": True}),
+        _row("losses", details={"max_abs_diff_per_window": [2e-6, 1e-5, 4e-5], "window": 10,
+                                "checked": [5.6, 5.1, 4.2], "ok": True}),
+        _row("mirrored", details={"max_abs_loss_diff": 0.0, "max_abs_weight_diff": 2e-7}),
+        _row("pair_enwik8_base", json=_pair("enwik8_base", {"f32": 81000.0, "bf16": 82914.0,
+                                                            "f16": 70000.0},
+                                            {"f32": 38762.0, "bf16": 41457.0, "f16": 40000.0})),
+        _row("pair_wt103_base", json=_pair("wt103_base", {"f32": 60000.0, "bf16": 70000.0,
+                                                          "f16": 65000.0},
+                                           {"f32": 50000.0, "bf16": 52000.0, "f16": 51000.0})),
+        _row("train", result="killed with its batch log at step 23, resumed at step 20 ...",
+             details={"first_step_compile_s": 31.5, "resume_compile_s": 4.2}),
+        _row("serving_long_memory", json=_speed(0.78, 1.9, 1.1)),
+        _row("serving_evaluation", json=_evaluation(70000.0, 66500.0, 65100.0, 31716.0)),
+        _row("serving_soak", json={"settings": {"soak_sessions": 32, "device": "cuda"},
+                                   "differing_sessions": []}),
+        _row("serving_device_tests"),
+        _row("serving_parity", json=_parity(1e-5)),
+        _row("serving_profile"),
+        _row("serving_float16", json=_speed(0.3, 1.2, 1.0, "float16")),
+        _row("serving_parity_float16", json=_parity(2e-3)),
+    ]
+    return {"seconds": 470.0, "device": "gpu", "tiny": False, "partial": False, "failed": [],
+            "parts": parts}
+
+
+def by_target(check):
+    return {r["target"]: r for r in it.judge(check)}
+
+
+def part(check, name):
+    return next(r for r in check["parts"] if r["part"] == name)
+
+
+TF32 = "enwik8_base TF32 pair: this library (f32+jit) >= 2x the paper's code (TF32)"
+BF16 = ("enwik8_base bf16 pair: this library (bf16+jit) >= 2x the paper's code (bf16 "
+        "autocast)")
+TABLE = "SessionTable step of 16 sessions <= 1.2x the batch step of the same rows"
+DECODE_B1 = "decode step, batch 1 (float32): <= 0.78 ms a token"
+EVAL_B16 = ("evaluation, batch 16: the runtime API (memory on the device) >= 0.9x the graph "
+            "with bound buffers")
+RESUME = ("txl-train: 40 steps, a checkpoint, a kill and a resume to the same step and data, "
+          "exit 0")
+
+
+def test_each_judged_target_names_its_issue_and_one_threshold():
+    limits = {t.limit for t in it.TARGETS} - {None, "passes"}
+    assert limits == set(it.THRESHOLDS)  # no threshold without its target, and back
+    for target in it.TARGETS:
+        if target.limit in it.THRESHOLDS:
+            assert target.issue == it.THRESHOLDS[target.limit][0], target.asks
+    assert len({t.asks for t in it.TARGETS}) == len(it.TARGETS)
+    assert {t.part for t in it.TARGETS} <= set(gc.CHECKS)  # parts the check runs
+
+
+def test_every_target_met_at_its_bounds():
+    rows = it.judge(met_check())
+    assert {r["verdict"] for r in rows} == {"met", "shown"}
+    assert sum(r["verdict"] == "met" for r in rows) == sum(
+        t.limit is not None for t in it.TARGETS)
+    got = by_target(met_check())
+    assert got[TF32]["measured"] == "2.09x (f32+jit 81,000 / paper f32 38,762 tok/s)"
+    assert got[TF32]["from"] == ("pair_enwik8_base: json.results['f32+jit'].tokens_per_s / "
+                                 "['paper f32'].tokens_per_s")
+    assert got[TF32]["threshold"] == ">= 2" and got[TF32]["issue"] == 52
+    assert got[BF16]["value"] == pytest.approx(2.0)  # 82,914 / 41,457: met at the bound
+    assert got[DECODE_B1]["value"] == 0.78 and got[DECODE_B1]["verdict"] == "met"
+    assert got[TABLE]["measured"].startswith("1.10x the batch step (16 sessions")
+    compile_row = got["txl-train: the first step's compile seconds"]
+    assert (compile_row["verdict"], compile_row["measured"]) == (
+        "shown", "31.5 s (the resume's 4.2 s)")
+    assert got["wt103_base pair, bf16+jit"]["measured"] == ("70,000 tok/s (1.35x paper bf16), "
+                                                             "peak 20.0 GiB")
+    table = it.table(it.judge(met_check())).splitlines()
+    assert table[0].split(" | ")[:3] == ["issue", "target".ljust(len(table[2].split(" | ")[1])),
+                                         "verdict"]
+    assert len(table) == 2 + len(it.TARGETS) + 1
+    shown = sum(t.limit is None for t in it.TARGETS)
+    assert table[-1] == f"targets: {len(rows) - shown} met, {shown} shown"
+
+
+def test_a_figure_past_its_threshold_is_short():
+    check = met_check()
+    part(check, "pair_enwik8_base")["json"]["results"][1]["tokens_per_s"] = 77000.0  # 1.99x
+    part(check, "serving_long_memory")["json"]["rows"][0]["per_token_ms"] = 0.781
+    part(check, "serving_long_memory")["json"]["rows"][1]["table_over_own"] = 1.21
+    part(check, "serving_evaluation")["json"]["rows"][5]["over_bound"] = 0.89  # b16 score
+    part(check, "parity")["details"]["max_abs_diff"] = 1.1e-4
+    part(check, "losses")["details"]["checked"][2] = math.nan  # a diverged run
+    part(check, "serving_soak")["json"]["differing_sessions"] = [7]
+    got = by_target(check)
+    short = {t for t, r in got.items() if r["verdict"] == "short"}
+    assert short == {TF32, DECODE_B1, TABLE, EVAL_B16,
+                     "GPU vs CPU log-probs (enwik8_base, TF32 off) <= 1e-4",
+                     "seeded losses GPU vs CPU: first 10 steps <= 1e-4 (the check's bound)",
+                     "a short soak on the GPU: every session gets what it gets alone"}
+    assert got[EVAL_B16]["measured"] == "0.89x the bound graph (score 0.89x, step 0.93x)"
+    assert got["a short soak on the GPU: every session gets what it gets alone"][
+        "measured"] == "1 of 32 sessions differ from the session run alone"
+
+
+def test_a_failed_part_is_judged_only_where_its_figures_hold():
+    check = met_check()
+    pair = part(check, "pair_enwik8_base")
+    pair.update(status="failed", result="failed (timed out after 90 s; so far: ...)")
+    pair["json"]["results"][2]["error"] = "the reference worker exited (1)"  # paper bf16
+    del pair["json"]["results"][2]["tokens_per_s"]
+    evaluation = part(check, "serving_evaluation")
+    evaluation.update(status="failed", result="failed (error: the NLLs of step (batch 16) "
+                                              "differ from the bound's by 3.0e-02)")
+    part(check, "parity").update(status="failed", result="failed (timed out after 30 s)")
+    del part(check, "parity")["details"]
+    part(check, "train").update(status="failed", result="failed (steps [21] got other "
+                                                        "batches after the resume)")
+    got = by_target(check)
+    assert (got[TF32]["verdict"], got[TF32]["why"]) == (
+        "met", "pair_enwik8_base failed (timed out after 90 s; so far: ...)")
+    assert (got[BF16]["verdict"], got[BF16]["why"]) == (
+        "not measured", "pair_enwik8_base failed (timed out after 90 s; so far: ...): the "
+                        "paper's code failed: the reference worker exited (1)")
+    assert got[EVAL_B16]["verdict"] == "not measured"  # its speeds shown, not judged
+    assert got[EVAL_B16]["why"] == ("serving_evaluation failed (error: the NLLs of step "
+                                    "(batch 16) differ from the bound's by 3.0e-02)")
+    assert got[EVAL_B16]["measured"].startswith("0.93x the bound graph")
+    parity = got["GPU vs CPU log-probs (enwik8_base, TF32 off) <= 1e-4"]
+    assert (parity["verdict"], parity["why"]) == (
+        "not measured", "parity failed (timed out after 30 s): no details in the row")
+    assert (got[RESUME]["verdict"], got[RESUME]["measured"]) == (
+        "short", "failed (steps [21] got other batches after the resume)")
+    part(check, "train")["result"] = "failed (stopped by SIGTERM after 12 s)"
+    assert by_target(check)[RESUME]["verdict"] == "not measured"
+
+
+def test_a_check_stopped_early_skipped_parts_and_parts_not_run():
+    check = met_check()
+    check["partial"] = True  # killed outright while pair_wt103_base ran
+    check["parts"] = check["parts"][:5]
+    got = by_target(check)
+    assert got[TF32]["verdict"] == "met"
+    assert (got[TABLE]["verdict"], got[TABLE]["why"]) == (
+        "not measured", "the check stopped before serving_long_memory (a partial file)")
+    check["partial"] = False  # the same rows in a finished file: not in --parts
+    assert by_target(check)[TABLE]["why"] == "serving_long_memory did not run (not in --parts)"
+    check = met_check()  # SIGTERM while bf16+jit ran: the rows done so far are judged
+    pair = part(check, "pair_enwik8_base")
+    pair.update(status="failed", result="failed (stopped by SIGTERM after 80 s; so far: ...)")
+    pair["json"]["results"] = pair["json"]["results"][:3]  # paper bf16 done
+    pair["json"]["started"] = [{"shape": "enwik8_base", "variant": "bf16+jit",
+                                "first_step_s": 40.1}]
+    del pair["json"]["environment"]  # written at the end only
+    got = by_target(check)
+    assert (got[TF32]["verdict"], got[TF32]["why"]) == (
+        "met", "pair_enwik8_base failed (stopped by SIGTERM after 80 s; so far: ...)")
+    assert (got[BF16]["verdict"], got[BF16]["why"]) == (
+        "not measured", "pair_enwik8_base failed (stopped by SIGTERM after 80 s; so far: ...): "
+                        "bf16+jit not done (stopped while it ran)")
+    check = met_check()
+    part(check, "serving_float16").update(status="skipped", result="skipped (needs "
+                                                                   "--serving_exports)")
+    part(check, "serving_long_memory").update(
+        status="skipped", result="skipped (the check was stopped by SIGTERM)")
+    got = by_target(check)
+    assert got[TABLE]["why"] == ("serving_long_memory skipped (the check was stopped by "
+                                 "SIGTERM)")
+    assert got["decode step, batch 1, the float16 export option: <= 0.78 ms a token"][
+        "why"] == "serving_float16 skipped (needs --serving_exports)"
+    assert got[TABLE]["measured"] is None
+
+
+def test_a_missing_or_wrong_field_is_not_measured_and_says_which():
+    check = met_check()
+    del part(check, "serving_long_memory")["json"]["rows"][0]["per_token_ms"]
+    part(check, "serving_long_memory")["json"]["rows"][1]["table_over_own"] = "fast"
+    part(check, "serving_parity")["json"] = {"not_copied": "/tmp/p.json holds 9,000,000 bytes"}
+    del part(check, "serving_evaluation")["json"]["rows"][3]["tokens_per_s"]  # b1 paper
+    part(check, "serving_evaluation")["json"]["rows"][3]["absent"] = "no --reference_dir"
+    del part(check, "pair_wt103_base")["json"]  # the part wrote no file
+    part(check, "serving_soak")["json"]["settings"]["device"] = "cpu"  # no CUDA after all
+    got = by_target(check)
+    why = {t: r["why"] for t, r in got.items() if r["verdict"] == "not measured"}
+    assert why == {
+        DECODE_B1: "no json.rows[onnx, batch 1].per_token_ms",
+        TABLE: "json.rows[onnx, batch 16].table_over_own is not a number: 'fast'",
+        "decode step parity to the CPU (float32): <= 1e-5":
+            "its JSON was not copied: /tmp/p.json holds 9,000,000 bytes",
+        "evaluation, batch 1: the API and the bound graph >= 2x the paper's code":
+            "the paper's code absent: no --reference_dir",
+        **{f"wt103_base pair, {v}": "its JSON is not in the row"
+           for v in ("f32+jit", "bf16+jit", "f16+jit")},
+        "a short soak on the GPU: every session gets what it gets alone":
+            "taken on cpu, not on the GPU"}
+
+
+@pytest.mark.parametrize("device, tiny, why", [("cpu", True, "CPU run"), ("cpu", False, "CPU run"),
+                                               ("gpu", True, "--tiny run")])
+def test_a_cpu_or_tiny_run_is_never_judged(device, tiny, why):
+    check = dict(met_check(), device=device, tiny=tiny)
+    part(check, "pair_enwik8_base")["json"]["results"][1]["tokens_per_s"] = 1.0
+    rows = it.judge(check)
+    assert {r["verdict"] for r in rows} == {"not judged"}
+    assert {r["why"] for r in rows} == {why}
+    assert by_target(check)[TF32]["measured"].startswith("0.00x")  # shown all the same
+    assert it.table(rows).splitlines()[-1] == f"targets: {len(rows)} not judged"
+
+
+def test_the_json_of_a_tiny_cpu_run():
+    """`python -m benchmarks.gpu_check --device=cpu --tiny` (all parts; its
+    output tails and commands dropped): nothing judged, the figures read
+    from the fields its parts write; as if from a GPU, the serving rows
+    taken on the CPU are still not judged."""
+    check = json.loads(FIXTURE.read_text())
+    assert check["partial"] is False and not check["failed"]
+    got = by_target(check)
+    assert {r["verdict"] for r in got.values()} == {"not judged"}
+    measured = {t for t, r in got.items() if r["measured"] is not None}
+    assert measured == {
+        RESUME, "txl-train: the first step's compile seconds",
+        "GPU vs CPU log-probs (enwik8_base, TF32 off) <= 1e-4",
+        "seeded losses GPU vs CPU: first 10 steps <= 1e-4 (the check's bound)",
+        "fit under MirroredStrategy (one GPU) == one device: <= 1e-5", TABLE, DECODE_B1,
+        "decode step, batch 16 (float32): <= 2x the bound",
+        "evaluation, batch 1: the runtime API (memory on the device) >= 0.9x the graph with "
+        "bound buffers", EVAL_B16,
+        "a short soak on the GPU: every session gets what it gets alone"}
+    assert got[TF32]["why"] == "CPU run (and: no f32+jit row in its JSON)"  # tiny runs f32
+    as_gpu = dict(copy.deepcopy(check), device="gpu", tiny=False)
+    got = by_target(as_gpu)
+    for target in (TABLE, DECODE_B1, EVAL_B16):
+        assert (got[target]["verdict"], got[target]["why"]) == (
+            "not measured", "taken on cpu, not on the GPU")
+    assert got[TF32]["why"] == "no f32+jit row in its JSON"
+
+
+def test_the_command_prints_the_table_or_one_error_line(tmp_path, capsys):
+    path = tmp_path / "gpu_check.json"
+    path.write_text(json.dumps(met_check()))
+    it.main([str(path)])
+    out = capsys.readouterr().out
+    assert out == it.table(it.judge(met_check())) + "\n"
+    for text, error in [
+            (None, f"error: {tmp_path}/none.json: no such file (the GPU check writes "
+                   "gpu_check.json, --output)"),
+            ('{"parts": [', "error: {path}: not JSON (JSONDecodeError: Expecting value: "
+                            "line 1 column 12 (char 11))"),
+            ("[1]", "error: {path} is not a GPU check's JSON (not an object)"),
+            ('{"parts": []}', "error: {path} is not a GPU check's JSON (no device, tiny, "
+                              "partial; python -m benchmarks.gpu_check writes one)"),
+            ('{"parts": [{"part": "gpu"}], "device": "gpu", "tiny": false, "partial": false}',
+             "error: {path}: its parts are not rows with a part and a status of ok, failed "
+             "or skipped")]:
+        name = tmp_path / ("none.json" if text is None else "bad.json")
+        if text is not None:
+            name.write_text(text)
+        with pytest.raises(SystemExit) as exited:
+            it.main([str(name)])
+        captured = capsys.readouterr()
+        assert exited.value.code == 2 and captured.out == ""
+        assert captured.err == error.replace("{path}", str(name)) + "\n"
+    with pytest.raises(SystemExit):
+        it.main([])
+    assert capsys.readouterr().err == ("error: usage: python -m benchmarks.issue_targets "
+                                       "GPU_CHECK_JSON\n")
+
+
+def test_the_check_stores_the_targets_after_every_part(tmp_path):
+    """`write_result` keeps the targets in the check's JSON, partial or not;
+    a document the judging cannot read keeps its rows and says why."""
+    check = met_check()
+    path = str(tmp_path / "check.json")
+    gc.write_result(path, check["parts"][:3], True, device="gpu", tiny=False)
+    saved = json.loads(open(path, encoding="utf-8").read())
+    assert saved["targets"]["rows"] == it.judge(saved)
+    assert by_target(saved)[TABLE]["why"] == ("the check stopped before serving_long_memory "
+                                              "(a partial file)")
+    assert saved["targets"]["table"] == it.table(saved["targets"]["rows"])
+    gc.write_result(path, check["parts"], False)  # no device: not a check's JSON
+    saved = json.loads(open(path, encoding="utf-8").read())
+    assert saved["targets"] == {"error": "the check's JSON is not a GPU check's JSON (no "
+                                         "device, tiny; python -m benchmarks.gpu_check "
+                                         "writes one)"}
+    assert len(saved["parts"]) == len(check["parts"])
+
+
+def test_the_train_parts_compile_seconds():
+    output = "step 1/40 loss 5.6\nstep 2/40 loss 5.5 3,126 tok/s compile 10.9s (XLA)\n"
+    assert gc.compile_seconds(output) == 10.9
+    assert gc.compile_seconds("step 1/40\n", [{"step": 1}, {"step": 2, "compile_s": 7.25}]) == 7.25
+    assert gc.compile_seconds("step 1/40\n") is None
