@@ -106,13 +106,16 @@ def _json(row):
     return data
 
 
-def _number(mapping, key, where):
-    """`mapping[key]` as a float, or `NotMeasured` naming `where`.`key`."""
+def _number(mapping, key, where, positive=False):
+    """`mapping[key]` as a float, or `NotMeasured` naming `where`.`key`
+    (also where `positive` and it is not above 0: a speed divided by)."""
     value = mapping.get(key) if isinstance(mapping, dict) else None
     if value is None:
         raise NotMeasured(f"no {where}.{key}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NotMeasured(f"{where}.{key} is not a number: {value!r}"[:200])
+    if positive and not value > 0:
+        raise NotMeasured(f"{where}.{key} is {value!r}, not a speed")
     return float(value)
 
 
@@ -130,17 +133,19 @@ def _paper(variant):
 
 
 def _pair_rows(row, variant):
-    """`(ours, paper or None, device)` of a pair part's JSON."""
+    """`(ours, paper or None, the variants started and not done, device)` of
+    a pair part's JSON."""
     data = _json(row)
     results = _items(data, "results", "json")
     started = [s.get("variant") for s in _items(data, "started", "json")
                ] if "started" in data else []
-    found = {r.get("variant"): r for r in results}
+    found = {r["variant"]: r for r in results if isinstance(r.get("variant"), str)}
     if variant not in found:
         raise NotMeasured(f"{variant} not done (stopped while it ran)" if variant in started
                           else f"no {variant} row in its JSON")
-    gpus = (data.get("environment") or {}).get("gpus")
-    device = None if gpus is None else ("cuda" if gpus else "cpu")
+    environment = data.get("environment")
+    gpus = environment.get("gpus") if isinstance(environment, dict) else None
+    device = None if not isinstance(gpus, list) else ("cuda" if gpus else "cpu")
     return found[variant], found.get(_paper(variant)), started, device
 
 
@@ -158,7 +163,7 @@ def pair_ratio(variant):
                               f"no {paper_name} row (the check ran without --reference_dir)")
         if "error" in paper:
             raise NotMeasured(f"the paper's code failed: {paper['error']}"[:300])
-        base = _number(paper, "tokens_per_s", f"json.results[{paper_name!r}]")
+        base = _number(paper, "tokens_per_s", f"json.results[{paper_name!r}]", positive=True)
         ratio = speed / base
         return Figure(ratio, f"{ratio:.2f}x ({variant} {speed:,.0f} / {paper_name} "
                              f"{base:,.0f} tok/s)",
@@ -173,7 +178,8 @@ def pair_speed(variant):
         ours, paper, _, device = _pair_rows(row, variant)
         speed = _number(ours, "tokens_per_s", f"json.results[{variant!r}]")
         text = f"{speed:,.0f} tok/s"
-        if paper is not None and isinstance(paper.get("tokens_per_s"), (int, float)):
+        if paper is not None and isinstance(paper.get("tokens_per_s"), (int, float)) \
+                and paper["tokens_per_s"] > 0:
             text += f" ({speed / paper['tokens_per_s']:.2f}x {_paper(variant)})"
         elif paper is not None and "error" in paper:
             text += " (the paper's code failed)"
@@ -193,20 +199,26 @@ def _details(row):
 
 
 def logprob_parity(row):
+    """`measure` of the parity part: the largest log-prob difference."""
     value = _number(_details(row), "max_abs_diff", "details")
     return Figure(value, f"{value:.1e} max |d log-prob|", "details.max_abs_diff")
 
 
 def seeded_losses(row):
+    """`measure` of the losses part: the first window's largest loss
+    difference (NaN where the GPU's losses are not finite: short)."""
     details = _details(row)
     windows = details.get("max_abs_diff_per_window")
     if not isinstance(windows, list) or not windows or not all(
             isinstance(w, (int, float)) and not isinstance(w, bool) for w in windows):
         raise NotMeasured("no numbers in details.max_abs_diff_per_window")
-    finite = all(isinstance(v, (int, float)) and math.isfinite(v)
-                 for v in details.get("checked") or [])
-    window = details.get("window", "the first")
-    text = (f"{windows[0]:.1e} max |d loss| over the first {window} steps (later windows "
+    checked = details.get("checked")
+    if not isinstance(checked, list):
+        raise NotMeasured("no list details.checked (the GPU's losses)")
+    finite = all(isinstance(v, (int, float)) and math.isfinite(v) for v in checked)
+    window = details.get("window")
+    steps = f"{window} steps" if isinstance(window, int) else "window"
+    text = (f"{windows[0]:.1e} max |d loss| over the first {steps} (later windows "
             + ", ".join(f"{w:.1e}" for w in windows[1:]) + ")")
     if not finite:  # a diverged run: short whatever the differences
         return Figure(math.nan, text + "; the GPU's losses are not all finite",
@@ -215,6 +227,8 @@ def seeded_losses(row):
 
 
 def mirrored(row):
+    """`measure` of the mirrored part: the larger of its loss and weight
+    differences."""
     details = _details(row)
     loss = _number(details, "max_abs_loss_diff", "details")
     weight = _number(details, "max_abs_weight_diff", "details")
@@ -225,15 +239,18 @@ def mirrored(row):
 
 # ------------------------------------------------------------ the train part
 def train_resume(row):
+    """The train part's own verdict (`gpu_check.resume_verdict`): its status;
+    not measured where it ran out of time or was stopped."""
     result = str(row.get("result", ""))
     if row.get("status") == "ok":
         return Figure(True, "ok: " + result, "status, result")
-    if "stopped by" in result:  # SIGTERM before its verdict
-        raise NotMeasured("stopped before its verdict")
+    if "stopped by" in result or "timed out" in result:  # out of time: no verdict
+        raise NotMeasured("no verdict")
     return Figure(False, result, "status, result")
 
 
 def train_compile(row):
+    """`measure` of the train part: the first step's compile seconds."""
     details = _details(row)
     first = _number(details, "first_step_compile_s", "details")
     text = f"{first:.1f} s"
@@ -245,6 +262,7 @@ def train_compile(row):
 
 # ------------------------------------------------------------------ serving
 def _speed_row(row, batch):
+    """The ONNX row at `batch` of a speed part's JSON, and where it is."""
     data = _json(row)
     rows = [r for r in _items(data, "rows", "json")
             if r.get("backend") == "onnx" and r.get("batch") == batch]
@@ -258,6 +276,7 @@ def _where(r):
 
 
 def decode_ms(row):
+    """`measure` of a speed part: ms a token at batch 1."""
     r, where = _speed_row(row, 1)
     ms = _number(r, "per_token_ms", where)
     over = r.get("over_bound")
@@ -267,6 +286,7 @@ def decode_ms(row):
 
 
 def decode_bound(row):
+    """`measure` of a speed part: the batch-16 step over its bound."""
     r, where = _speed_row(row, 16)
     over = _number(r, "over_bound", where)
     text = f"{over:.2f}x the bound ({_number(r, 'per_token_ms', where):.2f} ms a step"
@@ -278,6 +298,8 @@ def decode_bound(row):
 
 
 def session_table(row):
+    """`measure` of a speed part: the session table's step of 16 sessions
+    over the batch step of its rows."""
     r, where = _speed_row(row, 16)
     if "table_over_own" not in r:
         raise NotMeasured(f"no session table in {where} (run with --nosessions?)")
@@ -289,8 +311,10 @@ def session_table(row):
 
 
 def _evaluation(row, batch):
+    """`({path: row}, device)` of the evaluation part's JSON at `batch`."""
     data = _json(row)
-    paths = {r.get("path"): r for r in _items(data, "rows", "json") if r.get("batch") == batch}
+    paths = {r["path"]: r for r in _items(data, "rows", "json")
+             if r.get("batch") == batch and isinstance(r.get("path"), str)}
     if not paths:
         raise NotMeasured(f"no rows at batch {batch} in its JSON")
     return paths, data.get("device")
@@ -320,7 +344,7 @@ def eval_over_paper(batch):
             raise NotMeasured(f"no paper row at batch {batch}")
         if paper.get("tokens_per_s") is None:
             raise NotMeasured(f"the paper's code absent: {paper.get('absent', 'no reason')}")
-        base = _number(paper, "tokens_per_s", f"json.rows[batch {batch}, paper]")
+        base = _number(paper, "tokens_per_s", f"json.rows[batch {batch}, paper]", positive=True)
         speeds = {p: _number(paths.get(p), "tokens_per_s", f"json.rows[batch {batch}, {p}]")
                   for p in ("bound", "score", "step")}
         low = min(speeds, key=speeds.get)
@@ -333,6 +357,8 @@ def eval_over_paper(batch):
 
 
 def decode_parity(row):
+    """`measure` of a cuda_parity part: the largest of its float32 paths'
+    log-prob differences to the CPU (TF32 aside)."""
     data = _json(row)
     rows = _items(data, "rows", "json")
     if not rows:
@@ -346,6 +372,8 @@ def decode_parity(row):
 
 
 def soak_differing(row):
+    """`measure` of the soak part: the sessions that differ from their run
+    alone."""
     data = _json(row)
     differing = data.get("differing_sessions")
     if not isinstance(differing, (list, dict)):
@@ -403,17 +431,33 @@ TARGETS = (
 
 
 def limit_of(name):
-    """`THRESHOLDS[name]`'s number (the check's parts judge their own rows by it)."""
+    """The number of a threshold (the check's parts judge their own rows by it).
+
+    Args:
+        name: a key of `THRESHOLDS`.
+    Returns:
+        float."""
     return THRESHOLDS[name][2]
 
 
 def number_text(value):
-    """A threshold as the issues write it: 2, 0.78, 1e-4."""
+    """A threshold as the issues write it.
+
+    Args:
+        value: a number.
+    Returns:
+        str: "2", "0.78", "1e-4"."""
     return f"{value:.0e}".replace("e-0", "e-") if value and abs(value) < 1e-2 else f"{value:g}"
 
 
 def compare(limit, value):
-    """Whether `value` meets `limit` (a key of `THRESHOLDS`, or "passes")."""
+    """Whether a figure meets its target.
+
+    Args:
+        limit: a key of `THRESHOLDS`, or "passes" (a pass/fail figure).
+        value: the figure's value (NaN never meets a threshold).
+    Returns:
+        bool."""
     if limit == "passes":
         return value is True
     _, op, threshold = THRESHOLDS[limit]
@@ -422,14 +466,22 @@ def compare(limit, value):
 
 # ------------------------------------------------------------------ judging
 def check_document(check, name="the check's JSON"):
-    """Raises `TargetsError` unless `check` has what `judge` reads: `parts`
-    (rows with `part`, `status`, `result`), `device`, `tiny` and `partial`."""
+    """Raises `TargetsError` unless `check` has what `judge` reads.
+
+    Args:
+        check: a parsed JSON document: it needs `parts` (rows with `part` and
+            a `status` of ok, failed or skipped), `device`, `tiny`, `partial`.
+        name: what the error calls it (a file's path)."""
     if not isinstance(check, dict):
         raise TargetsError(f"{name} is not a GPU check's JSON (not an object)")
     missing = [key for key in ("parts", "device", "tiny", "partial") if key not in check]
     if missing:
         raise TargetsError(f"{name} is not a GPU check's JSON (no {', '.join(missing)}; "
                            "python -m benchmarks.gpu_check writes one)")
+    if check["device"] not in ("gpu", "cpu") or not isinstance(check["tiny"], bool) \
+            or not isinstance(check["partial"], bool):
+        raise TargetsError(f"{name}: its device is not gpu or cpu, or its tiny or partial "
+                           "not true or false")
     if not isinstance(check["parts"], list) or not all(
             isinstance(r, dict) and isinstance(r.get("part"), str)
             and r.get("status") in ("ok", "failed", "skipped") for r in check["parts"]):
@@ -498,8 +550,12 @@ def _judge(target, row, partial, not_judged):
 
 
 def table(rows):
-    """The targets table: issue, target, verdict, then the figure with its
-    source and why (one line each)."""
+    """The targets table, one line a target, and a count of the verdicts.
+
+    Args:
+        rows: `judge`'s rows.
+    Returns:
+        str: issue, target, verdict, then the figure [its part: field] and why."""
     cells = [("issue", "target", "verdict", "measured [from]; why")]
     for r in rows:
         shown = f"{r['measured']} [{r['from']}]" if r["measured"] is not None else "-"
@@ -515,8 +571,13 @@ def table(rows):
 
 
 def entry(check):
-    """What the check stores under its JSON's `targets` key: `{"rows",
-    "table"}`, or `{"error"}` where `check` is not a check's JSON."""
+    """What the check stores under its JSON's `targets` key.
+
+    Args:
+        check: the check's document (`gpu_check.write_result`'s).
+    Returns:
+        `{"rows": judge's rows, "table": str}`, or `{"error": why}` where
+        `check` is not a check's JSON."""
     try:
         rows = judge(check)
     except TargetsError as error:
@@ -525,7 +586,14 @@ def entry(check):
 
 
 def load(path):
-    """The parsed check JSON at `path`; `TargetsError` if missing or malformed."""
+    """A saved check's JSON.
+
+    Args:
+        path: a gpu_check.json.
+    Returns:
+        the parsed document (`check_document` passed).
+    Raises:
+        TargetsError: the file is missing, unreadable or not a check's JSON."""
     try:
         with open(path, encoding="utf-8") as f:
             check = json.load(f)
@@ -533,13 +601,18 @@ def load(path):
         raise TargetsError(f"{path}: no such file (the GPU check writes gpu_check.json, "
                            "--output)") from None
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise TargetsError(f"{path}: not JSON ({type(error).__name__}: {error})") from None
+        raise TargetsError(f"{path}: not readable as JSON ({type(error).__name__}: "
+                           f"{error})") from None
     check_document(check, path)
     return check
 
 
 def main(argv):
-    """`python -m benchmarks.issue_targets GPU_CHECK_JSON`: prints the table."""
+    """`python -m benchmarks.issue_targets GPU_CHECK_JSON`: prints the table;
+    bad input is one `error:` line, exit status 2.
+
+    Args:
+        argv: the command's arguments (one path)."""
     from txl_tf.app.exits import exit_on_error
 
     def run():

@@ -191,8 +191,10 @@ def test_a_failed_part_is_judged_only_where_its_figures_hold():
         "not measured", "parity failed (timed out after 30 s): no details in the row")
     assert (got[RESUME]["verdict"], got[RESUME]["measured"]) == (
         "short", "failed (steps [21] got other batches after the resume)")
-    part(check, "train")["result"] = "failed (stopped by SIGTERM after 12 s)"
-    assert by_target(check)[RESUME]["verdict"] == "not measured"
+    for stopped in ("failed (stopped by SIGTERM after 12 s)",
+                    "failed (timed out after 70 s (resuming; the first run at step 23, ...))"):
+        part(check, "train")["result"] = stopped
+        assert by_target(check)[RESUME]["why"] == f"train {stopped}: no verdict"
 
 
 def test_a_check_stopped_early_skipped_parts_and_parts_not_run():
@@ -304,11 +306,14 @@ def test_the_command_prints_the_table_or_one_error_line(tmp_path, capsys):
     for text, error in [
             (None, f"error: {tmp_path}/none.json: no such file (the GPU check writes "
                    "gpu_check.json, --output)"),
-            ('{"parts": [', "error: {path}: not JSON (JSONDecodeError: Expecting value: "
-                            "line 1 column 12 (char 11))"),
+            ('{"parts": [', "error: {path}: not readable as JSON (JSONDecodeError: Expecting "
+                            "value: line 1 column 12 (char 11))"),
             ("[1]", "error: {path} is not a GPU check's JSON (not an object)"),
             ('{"parts": []}', "error: {path} is not a GPU check's JSON (no device, tiny, "
                               "partial; python -m benchmarks.gpu_check writes one)"),
+            ('{"parts": [], "device": "cuda", "tiny": false, "partial": false}',
+             "error: {path}: its device is not gpu or cpu, or its tiny or partial not true or "
+             "false"),
             ('{"parts": [{"part": "gpu"}], "device": "gpu", "tiny": false, "partial": false}',
              "error: {path}: its parts are not rows with a part and a status of ok, failed "
              "or skipped")]:
@@ -350,3 +355,35 @@ def test_the_train_parts_compile_seconds():
     assert gc.compile_seconds(output) == 10.9
     assert gc.compile_seconds("step 1/40\n", [{"step": 1}, {"step": 2, "compile_s": 7.25}]) == 7.25
     assert gc.compile_seconds("step 1/40\n") is None
+
+
+def _paths(node, path=()):
+    """Every key path of a JSON document's values."""
+    yield path
+    items = node.items() if isinstance(node, dict) else enumerate(node) \
+        if isinstance(node, list) else ()
+    for key, value in items:
+        yield from _paths(value, path + (key,))
+
+
+def test_any_value_of_a_part_replaced_is_a_verdict_never_an_exception():
+    """Each value under the parts (a row, a field, a list item) replaced by
+    something of another kind: every target still gets a verdict."""
+    check = met_check()
+    paths = [p for p in _paths(check["parts"]) if p]
+    assert len(paths) > 150
+    for path in paths:
+        for odd in (None, "x", [], {}, 0, -1.0, math.nan, True, [[1]]):
+            changed = copy.deepcopy(check)
+            node = changed["parts"]
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = odd
+            try:
+                rows = it.judge(changed)
+            except it.TargetsError:  # a row without its part or status
+                assert len(path) <= 2 and (len(path) == 1 or path[1] in ("part", "status"))
+                continue
+            assert len(rows) == len(it.TARGETS), (path, odd)
+            assert {r["verdict"] for r in rows} <= set(it.VERDICTS), (path, odd)
+            it.table(rows)
