@@ -616,6 +616,9 @@ def main(argv):
     from txl_tf.app.exits import exit_on_error
 
     def run():
+        if argv in (["-h"], ["--help"], ["--helpfull"]):
+            print(__doc__.split("\n\n")[1].strip() + "\n\nThe targets: benchmarks/issue_targets.py")
+            return
         if len(argv) != 1 or argv[0].startswith("-"):
             raise TargetsError("usage: python -m benchmarks.issue_targets GPU_CHECK_JSON")
         print(table(judge(load(argv[0]))))

@@ -325,6 +325,8 @@ def test_the_command_prints_the_table_or_one_error_line(tmp_path, capsys):
         captured = capsys.readouterr()
         assert exited.value.code == 2 and captured.out == ""
         assert captured.err == error.replace("{path}", str(name)) + "\n"
+    it.main(["--help"])
+    assert capsys.readouterr().out.startswith("python -m benchmarks.issue_targets gpu_check.json")
     with pytest.raises(SystemExit):
         it.main([])
     assert capsys.readouterr().err == ("error: usage: python -m benchmarks.issue_targets "
