@@ -251,16 +251,20 @@ def find_ptxas():
 # where its libraries (cuDNN, cuBLAS) do not load.
 PROBE = """
 import json
+import sys
 import numpy as np
 import onnxruntime as ort
 import tensorflow as tf
 from onnx import TensorProto, helper
 found = {"tensorflow_gpus": len(tf.config.list_physical_devices("GPU")), "onnxruntime": None}
+sys.stderr.write("%s\\n" % {split!r})  # onnxruntime's lines below, TensorFlow's above
+sys.stderr.flush()
 if "CUDAExecutionProvider" in ort.get_available_providers():
     value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # onnx's own default can be newer than onnxruntime reads
     try:
         session = ort.InferenceSession(model.SerializeToString(),
                                        providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
@@ -270,6 +274,9 @@ if "CUDAExecutionProvider" in ort.get_available_providers():
         found["onnxruntime"] = " ".join(str(error).split())[:300]
 print("probe: " + json.dumps(found), flush=True)
 """
+# The probe's line between TensorFlow's log and onnxruntime's.
+PROBE_SPLIT = "probe: onnxruntime's log follows"
+PROBE = PROBE.replace("{split!r}", repr(PROBE_SPLIT))
 # Log lines that say why TensorFlow or onnxruntime have no GPU (the first two are kept).
 PROBE_REASONS = re.compile(r"dlopen|could not load|cannot open shared|cuinit|cuda driver|"
                            r"skipping registering|failed to load|libcu|libnv", re.IGNORECASE)
@@ -303,16 +310,26 @@ def probe_gpu(timeout=300):
     found = [line for line in done.stdout.splitlines() if line.startswith("probe: ")]
     if not found:
         return None, f"the probe failed: {_last_line(done.stderr, f'exit {done.returncode}')}"
-    found, reasons = json.loads(found[-1][len("probe: "):]), probe_reasons(done.stderr)
+    found = json.loads(found[-1][len("probe: "):])
+    tensorflow, onnxruntime = probe_reasons_by_side(done.stderr)
     problems = {"tensorflow": None if found["tensorflow_gpus"] else (
-        "TensorFlow sees no GPU" + (f" ({reasons})" if reasons else "")), "onnxruntime": None}
+        "TensorFlow sees no GPU" + (f" ({tensorflow})" if tensorflow else "")),
+        "onnxruntime": None}
     provider = found["onnxruntime"]
     if provider is None:
         problems["onnxruntime"] = "onnxruntime has no CUDA provider"
     elif provider != "CUDAExecutionProvider":
         problems["onnxruntime"] = ("onnxruntime's CUDA provider does not load "
-                                   f"({reasons or provider})")
+                                   f"({onnxruntime or provider})")
     return problems, found
+
+
+def probe_reasons_by_side(log):
+    """`(TensorFlow's reasons, onnxruntime's)` in a probe's log
+    (`probe_reasons` of the lines before and after `PROBE_SPLIT`: each
+    side's problem is said in its own library's words)."""
+    tensorflow, _, onnxruntime = log.partition(PROBE_SPLIT)
+    return probe_reasons(tensorflow), probe_reasons(onnxruntime)
 
 
 def gpu_problems(device="gpu"):

@@ -2,6 +2,7 @@
 the memory, and on CUDA the decode cache (`export.decode_cache`), on the
 device between calls. Needs numpy and onnxruntime, not TensorFlow."""
 import ctypes
+import functools
 import logging
 import os
 from collections import OrderedDict
@@ -47,16 +48,51 @@ FLOAT16_DECODE_DISABLED = ("NchwcTransformer",)
 
 def choose_providers(device="auto"):
     """Execution providers for `device` in `auto | cuda | gpu | cpu`, with the
-    reason when CUDA was asked for but is not available."""
+    reason when CUDA was asked for but is not available, or is listed but
+    does not load (`cuda_loads`)."""
     import onnxruntime as ort
     if device not in ("auto", "cuda", "gpu", "cpu"):
         raise TxlError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
     if device == "cpu":
         return [CPU], None
-    if CUDA in ort.get_available_providers():
-        return [CUDA, CPU], None
-    return [CPU], (f"{CUDA} is not available in this onnxruntime "
-                   f"({ort.get_available_providers()}); using {CPU}")
+    if not cuda_built():
+        return [CPU], (f"{CUDA} is not available in this onnxruntime "
+                       f"({ort.get_available_providers()}); using {CPU}")
+    if not cuda_loads():
+        return [CPU], cuda_load_failure(CPU)
+    return [CUDA, CPU], None
+
+
+def cuda_built():
+    """Whether this onnxruntime lists the CUDA provider (onnxruntime-gpu)."""
+    import onnxruntime as ort
+    return CUDA in ort.get_available_providers()
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_loads():
+    """Whether onnxruntime's CUDA provider, which it lists wherever it was
+    built with one, also loads here (its CUDA libraries found, a GPU seen):
+    a one-node session on it, once a process, with onnxruntime's own log of
+    a failure (lines of an error and a warning on stderr, from its
+    process-wide logger) silenced: `cuda_load_failure` says it in one line.
+    Without the onnx package (which builds that graph): True, and a runtime
+    finds out at its first session."""
+    import onnxruntime as ort
+    try:
+        from onnx import TensorProto, helper
+    except ImportError:
+        return True
+    from export.decode_cache import small_model
+    value = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1]) for name in "xy"]
+    model = small_model([helper.make_node("Identity", ["x"], ["y"])], "cuda_loads",
+                        value[:1], value[1:])
+    ort.set_default_logger_severity(4)  # fatal only
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=[CUDA, CPU])
+        return session.get_providers()[0] == CUDA
+    finally:
+        ort.set_default_logger_severity(2)  # onnxruntime's default: warnings
 
 
 def provider_entries(names, tf32=False, cuda_graph=False):
@@ -148,6 +184,20 @@ def external_weights(graph_path, data_path):
                list(tensor.dims), int(info.get("offset", 0)), int(info["length"]))
 
 
+def cuda_load_failure(provider):
+    """The warning for CUDA listed by this onnxruntime but not loaded: the
+    CUDA version it was built for (onnxruntime-gpu 1.31 is a CUDA 13 build),
+    whose libraries the loader must find, and `provider`, where it runs."""
+    try:
+        from onnxruntime.capi import build_and_package_info
+        built = f"a CUDA {build_and_package_info.cuda_version} build"
+    except (ImportError, AttributeError):
+        built = "its CUDA build"
+    return (f"{CUDA} failed to load: this onnxruntime is {built} and needs that CUDA's "
+            "libraries (cuBLAS, cuDNN, ...) where the loader finds them (LD_LIBRARY_PATH, or "
+            f"onnxruntime.preload_dlls() for the nvidia-* wheels); running on {provider}")
+
+
 def open_session(path, session_options=None, providers=None, disabled_optimizers=()):
     """An `onnxruntime.InferenceSession` of a path (or a serialized model),
     without the graph optimizers named in `disabled_optimizers`; a missing,
@@ -235,8 +285,8 @@ class OnnxRuntime(Runtime):
                  low_memory=False, single_stream=None):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
-        if reason and device != "auto":
-            logging.warning("%s", reason)
+        if reason and (device != "auto" or cuda_built()):
+            logging.warning("%s", reason)  # asked for, or onnxruntime-gpu that cannot load it
         if single_stream is not None:  # fixed_shapes's old name, for one token of one stream
             warn_deprecated("OnnxRuntime.single_stream",
                             "fixed_shapes ('one_token' for single_stream=True)")
@@ -271,9 +321,8 @@ class OnnxRuntime(Runtime):
             raise ModelDirError(f"{path}: {error}") from None
         super().__init__(info)
         self.provider = self.session.get_providers()[0]
-        if CUDA in names and self.provider != CUDA:  # listed, but it did not load
-            logging.warning("CUDAExecutionProvider failed to load (CUDA/cuDNN libraries?); "
-                            "running on %s", self.provider)
+        if CUDA in names and self.provider != CUDA:  # it loaded for `cuda_loads`, not here
+            logging.warning("%s", cuda_load_failure(self.provider))
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.io_binding = bool(io_binding)
         if fixed_shapes == "auto":

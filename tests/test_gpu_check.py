@@ -381,9 +381,12 @@ def test_without_a_gpu_the_check_is_one_error_line(jobs):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and errors == [done.stderr.strip().splitlines()[-1]], done.stderr
     # why TensorFlow sees none, in its own words (its warnings are hidden in the check)
+    # and onnxruntime, in its own: no CUDA provider (onnxruntime), or one whose libraries did
+    # not load (onnxruntime-gpu without a GPU: never TensorFlow's lines)
     assert re.match(r"error: no GPU for the check: TensorFlow sees no GPU \(.*(cuInit|cuda "
-                    r"drivers).*\); onnxruntime has no CUDA provider \([^)]*CPUExecutionProvider\)"
-                    r" \(install the \[gpu\] extra", errors[0]), errors[0]
+                    r"drivers).*\); onnxruntime( has no CUDA provider \([^)]*CPUExecutionProvider"
+                    r"\)|'s CUDA provider does not load \((?!.*(cuInit|cuda drivers)).*\)) "
+                    r"\(install the \[gpu\] extra", errors[0]), errors[0]
 
 
 def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
@@ -408,6 +411,9 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
         "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: "
         "cannot open shared object file")
     assert gc.probe_reasons("I0000 all is well\n") == ""
+    # each side's problem in its own library's words, from the probe's one log
+    assert gc.probe_reasons_by_side(tf_log + gc.PROBE_SPLIT + "\n" + ort_log) == (
+        gc.probe_reasons(tf_log), gc.probe_reasons(ort_log))
     facts = {"ptxas": None, "tensorflow_gpus": ["NVIDIA H200"],
              "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
              "tensorflow_problem": None,
@@ -425,6 +431,20 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
     assert [p for p, why in skipped.items() if why is None] == [
         p for p in gc.CHECKS if p.startswith("serving_")]
     assert gc.skip_reason("train", dict(o, device="cpu"), facts) is None  # the logic run
+
+
+def test_the_probes_graph_runs_on_this_onnxruntime():
+    """The probe's one-node graph, run on the CPU provider in its place: a
+    graph this onnxruntime cannot read would stand as "the CUDA provider
+    does not load" on a GPU (onnx's default IR version once did)."""
+    probe = gc.PROBE.replace('if "CUDAExecutionProvider" in', 'if "CPUExecutionProvider" in')
+    probe = probe.replace('providers=["CUDAExecutionProvider", ', 'providers=[')
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    found = [line for line in done.stdout.splitlines() if line.startswith("probe: ")]
+    assert found and json.loads(found[-1][len("probe: "):])["onnxruntime"] == \
+        "CPUExecutionProvider", done.stdout + done.stderr[-2000:]
+    assert gc.PROBE_SPLIT in done.stderr
 
 
 def test_each_sides_problem_is_the_probes_where_it_ran(monkeypatch):
