@@ -693,10 +693,12 @@ def check_opened_on(runtime, device):
 
 
 def _on_cuda(device):
+    """Whether ONNX Runtime runs on CUDA here for `--device` (its CUDA
+    provider listed and loading: `export.onnx_runtime.choose_providers`)."""
     if device == "cpu":
         return False
-    import onnxruntime as ort
-    return "CUDAExecutionProvider" in ort.get_available_providers()
+    from export.onnx_runtime import CUDA, choose_providers
+    return CUDA in choose_providers(device)[0]
 
 
 # ---------------------------------------------------------------- evaluation
@@ -988,8 +990,12 @@ def run_evaluation(o):
         raise TxlError("--fixed_shapes must be auto, true, one_token or false, got "
                        f"{o['fixed_shapes']!r}")
     if o["device"] == "cuda" and not _on_cuda("cuda"):
-        raise TxlError("--device=cuda: this onnxruntime has no CUDAExecutionProvider "
-                       "(install onnxruntime-gpu on a machine with an NVIDIA GPU)")
+        from export.onnx_runtime import cuda_built
+        raise TxlError("--device=cuda: " + (
+            "this onnxruntime's CUDA provider does not load here (no GPU, or its CUDA "
+            "libraries not on the loader's path)" if cuda_built() else
+            "this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu on a "
+            "machine with an NVIDIA GPU)"))
     configs = {p.strip(): preset_config(p.strip(), o["mem_len"])
                for p in o["presets"].split(",") if p.strip()}
     if not configs:

@@ -302,6 +302,7 @@ def measure(makers, iters, warmup, block, interleave=True, progress=None, profil
     if not interleave:
         for name, make in makers.items():
             gpu_peak_bytes(reset=True)
+            runner = None  # where the paper's worker fails to start, none
             try:
                 runner = start(name, make)
                 first = warm(name, runner)

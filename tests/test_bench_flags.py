@@ -84,7 +84,7 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
      "--part=soak takes no --presets"),
     ("benchmarks.long_memory", ["--part=disk"], "--part"),
     ("benchmarks.long_memory", ["--part=evaluation", "--device=cuda"],
-     "--device=cuda: this onnxruntime has no CUDAExecutionProvider"),
+     "--device=cuda: this onnxruntime"),  # has no CUDA provider, or its does not load
     ("benchmarks.quality", ["--part=memory_use"], "--model_dirs is required"),
     ("benchmarks.quality", ["--part=memory_use", "--model_dirs=m", "--mem_lens=0,-1"],
      "--mem_lens must be"),

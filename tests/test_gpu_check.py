@@ -846,12 +846,14 @@ class _ExitedPopen(subprocess.Popen):
         self.wait()
 
 
-@pytest.mark.parametrize("exited_first", [False, True])
-def test_our_rows_are_measured_when_the_papers_code_fails(monkeypatch, tmp_path, exited_first):
+@pytest.mark.parametrize("exited_first,profile_steps", [(False, 0), (True, 0), (False, 2)])
+def test_our_rows_are_measured_when_the_papers_code_fails(monkeypatch, tmp_path, exited_first,
+                                                          profile_steps):
     """A paper worker that exits (its code broken on that machine), before or
     after the request reaches it, is a failed row with its reason; the Keras
     rows beside it are still measured, their ratio None, and the check's
-    summary shows both."""
+    summary shows both; so with the profile the check's enwik8 pair asks for
+    (a paper row failing first once left nothing to profile: a traceback)."""
     (tmp_path / "python").write_text("#!/bin/sh\nexit 3\n")
     (tmp_path / "python").chmod(0o755)
     if exited_first:  # the request's write meets a closed pipe
@@ -861,7 +863,8 @@ def test_our_rows_are_measured_when_the_papers_code_fails(monkeypatch, tmp_path,
     monkeypatch.setattr(tp, "keras_runner", lambda model, data, training: lambda n: [0.25] * n)
     o = tp.check_options(dict(defaults(tp.SPEC), shapes=["tiny"], variants=["f32", "bf16"],
                               iters=3, warmup=1, interleave=False, reference_dir=str(tmp_path),
-                              reference_python=str(tmp_path / "python")))
+                              reference_python=str(tmp_path / "python"),
+                              profile_steps=profile_steps))
     rows, _, _ = tp.train_part(o, {"float32": 1.0, "bfloat16": 1.0})
     speed = 4 * tp.config_for("tiny").tgt_len / 0.25  # batch 4, 0.25 s a step
     assert [(r["variant"], r.get("error"), r.get("tokens_per_s"), r["ratio"]) for r in rows] == [
