@@ -9,7 +9,8 @@ own share, `BUDGETS`) and prints one table.
     python -m benchmarks.gpu_check --serving_exports=build/gpu_exports        # then
 
 Parts, each a command line of `COMMANDS` run in its own process with its own
-time budget (`BUDGETS`, cut to what is left of `--total_s`); a part that
+time budget (`BUDGETS`, plus what the parts before it left unused, cut to what
+is left of `--total_s`: `part_limit`); a part that
 fails, runs out of time or cannot run is one line of the table (`failed
 (...)`, `skipped (...)`), and the check goes on:
 
@@ -914,15 +915,20 @@ def _json_of(path, most=4 * 2 ** 20):
 
 def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True,
               done=None):
-    """Runs the parts in order, each within min(its budget, what is left of
-    `total_s`). `commands`: `{part: list}`; `skip`: `{part: reason}`; the
+    """Runs the parts in order, each within `part_limit`: its budget and
+    the time the parts before it left unused, never what the parts after it
+    are budgeted (nor more than is left of `total_s`). `commands`: `{part:
+    list}`; `skip`: `{part: reason}`; the
     `train` part (given `train_work`) is the kill-and-resume run (`run_train`,
     `xla_cache`); `done(rows)`, if given, is called after each part (the
     rows so far). After SIGTERM (`stop_on_sigterm`) the part running fails
     and the rest are skipped. Returns the table's rows."""
     deadline, rows = time.monotonic() + total_s, []
+    to_run = [part for part in commands if not (skip or {}).get(part)]
     for part, command in commands.items():
         left, written = deadline - time.monotonic(), output_file(command)
+        later = to_run[to_run.index(part) + 1:] if part in to_run else []
+        limit = part_limit(budgets[part], left, sum(budgets[p] for p in later))
         if written and os.path.exists(written):  # an earlier check's
             os.remove(written)
         start = time.monotonic()
@@ -937,9 +943,9 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
                 result = {"status": "skipped", "seconds": 0.0,
                           "result": f"skipped (the check's {total_s:g} s were spent)"}
             elif part == "train" and train_work:
-                result = run_train(command, train_work, min(budgets[part], left), env, xla_cache)
+                result = run_train(command, train_work, limit, env, xla_cache)
             else:
-                result = run_command(command, min(budgets[part], left), env)
+                result = run_command(command, limit, env)
         except Stopped as why:
             result = _failed(f"stopped by {why} after {time.monotonic() - start:.0f} s", start)
         if written and os.path.exists(written):  # its numbers, in the check's one file
@@ -956,6 +962,15 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
         if done:
             done(rows)
     return rows
+
+
+def part_limit(budget, left, later):
+    """A part's seconds: its `budget`, or more where the parts before it
+    finished early (what is `left` of the check's time less the budgets of
+    the parts `later`), never more than is `left`; an earlier part's slack
+    goes to a slow part instead of being lost, and a short `--total_s`
+    still cuts the first parts last."""
+    return min(left, max(budget, left - later))
 
 
 def table(rows):

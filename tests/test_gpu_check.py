@@ -73,12 +73,12 @@ def fake(code):
 def test_each_part_is_one_line_and_the_check_goes_on():
     result = json.dumps({"summary": "max |d| 0", "ok": True})
     bad = json.dumps({"summary": "max |d| 3e-2", "ok": False})
-    commands = {
+    commands = {  # the slow part first: no earlier part's time left over for it
+        "pair_enwik8_base": fake("import time; time.sleep(30)"),
         "parity": fake(f"print('noise'); print({gc.RESULT_PREFIX + result!r})"),
         "losses": fake(f"print({gc.RESULT_PREFIX + bad!r})"),
         "mirrored": fake("import sys; print('x'); print('error: no such thing', file=sys.stderr);"
                          " sys.exit(2)"),
-        "pair_enwik8_base": fake("import time; time.sleep(30)"),
         "pair_wt103_base": fake("print('row'); print('last line')") + ["--output=/o/p.json"],
         "serving_parity": fake("print('never run')"),
     }
@@ -94,16 +94,28 @@ def test_each_part_is_one_line_and_the_check_goes_on():
         "pair_wt103_base": ("ok", "last line (all of it: /o/p.json)"),
         "serving_parity": ("skipped", "skipped (needs CUDA)"),
     }
-    assert rows[0]["command"] == shlex.join(commands["parity"])
+    assert rows[1]["command"] == shlex.join(commands["parity"])
     lines = gc.table(rows).splitlines()
     assert len(lines) == 2 + len(commands) and lines[0].split(" | ")[0].strip() == "part"
-    assert lines[3].startswith("losses ") and lines[3].endswith(" | failed (max |d| 3e-2)")
+    assert lines[4].startswith("losses ") and lines[4].endswith(" | failed (max |d| 3e-2)")
     # the whole check's time spent: the rest is skipped, not run
     rows = gc.run_parts({"parity": fake("import time; time.sleep(30)"),
                          "losses": fake("print(1)")}, gc.BUDGETS, total_s=1.5, env=None)
     assert [r["status"] for r in rows] == ["failed", "skipped"]
     assert re.fullmatch(r"failed \(timed out after [12] s\)", rows[0]["result"]), rows[0]
     assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
+
+
+def test_a_part_gets_the_time_the_parts_before_it_left():
+    """A part over its budget runs on in the time the parts before it did not
+    use, never in what the parts after it are budgeted."""
+    assert gc.part_limit(20, left=480, later=400) == 80  # 60 s left unused before it
+    assert gc.part_limit(20, left=410, later=400) == 20  # none: its own budget
+    assert gc.part_limit(20, left=10, later=400) == 10  # --total_s cut short: what is left
+    rows = gc.run_parts({"parity": fake("print(1)"), "losses": fake("import time; time.sleep(2)"),
+                         "mirrored": fake("print(3)")}, dict(parity=4, losses=1, mirrored=1),
+                        total_s=6, env=None)
+    assert [r["status"] for r in rows] == ["ok", "ok", "ok"], rows
 
 
 def _running(pid):
@@ -194,7 +206,8 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     out.write_text(json.dumps({"results": [dict(row, variant="stale")]}))
     commands = {"pair_enwik8_base": fake(writes) + [f"--output={out}"],
                 "pair_wt103_base": fake("print('no row'); exit(3)") + [f"--output={out}"]}
-    rows = gc.run_parts(commands, dict(gc.BUDGETS, pair_enwik8_base=1), total_s=60, env=None)
+    budgets = dict(gc.BUDGETS, pair_enwik8_base=1)  # and no time left over for it
+    rows = gc.run_parts(commands, budgets, total_s=1 + budgets["pair_wt103_base"], env=None)
     assert rows[0]["result"] == (
         "failed (timed out after 1 s; so far: paper f32 38,762 tok/s (1.00x, 20.0 GiB, 1st 10 s)"
         "; f32+jit 81,000 tok/s (2.09x, 20.0 GiB, 1st 41 s); bf16+jit 38,762 tok/s (-, 1st 10 s)"
@@ -484,7 +497,7 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "
         f"(<dtype>/tiny/out; made by --make_serving_exports={tmp_path} --tiny)"), done.stderr
-    done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--budget_scale=0.001"])
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--total_s=2"])
     result = json.loads((tmp_path / "check.json").read_text())
     assert done.returncode == 1 and result["failed"] == ["parity"], done.stdout[-2000:]
     assert "1 of 2 parts failed: parity" in done.stdout
