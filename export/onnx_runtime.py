@@ -77,7 +77,8 @@ def cuda_loads():
     a failure (lines of an error and a warning on stderr, from its
     process-wide logger) silenced: `cuda_load_failure` says it in one line.
     Without the onnx package (which builds that graph): True, and a runtime
-    finds out at its first session."""
+    finds out at its first session. onnxruntime's logger is left at its
+    default level (warnings)."""
     import onnxruntime as ort
     try:
         from onnx import TensorProto, helper
