@@ -290,7 +290,8 @@ def probe_reasons(log):
     for line in log.splitlines():
         found = PROBE_REASONS.search(line)
         if found:  # from just before the words that matched (a long line's reason is late)
-            text = line[max(line.rfind("] ", 0, found.start()) + 2, found.start() - 60):]
+            prefix = line.rfind("] ", 0, found.start())  # -1: a line without a log prefix
+            text = line[max(prefix + 2 if prefix >= 0 else 0, found.start() - 60):]
             text = " ".join(text.split())[:200]
             if text not in lines:
                 lines.append(text)

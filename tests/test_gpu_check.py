@@ -424,6 +424,9 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
         "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: "
         "cannot open shared object file")
     assert gc.probe_reasons("I0000 all is well\n") == ""
+    # a line without a log prefix, whole (its first character was once cut)
+    assert gc.probe_reasons("Failed to load library libcublasLt.so.13\n") == (
+        "Failed to load library libcublasLt.so.13")
     # each side's problem in its own library's words, from the probe's one log
     assert gc.probe_reasons_by_side(tf_log + gc.PROBE_SPLIT + "\n" + ort_log) == (
         gc.probe_reasons(tf_log), gc.probe_reasons(ort_log))
