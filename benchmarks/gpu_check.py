@@ -358,7 +358,7 @@ def probe_reasons_by_side(log):
     return probe_reasons(tensorflow), probe_reasons(onnxruntime)
 
 
-# run_check.sh's two lists of CUDA library folders (each "folder:folder:...:"):
+# run_check.sh's two lists of CUDA library folders ("folder:folder:..."):
 # the packed CUDA 12 wheels' (TensorFlow 2.21's) and the machine's own (where
 # onnxruntime-gpu 1.31, a CUDA 13 build, finds its libraries). Both hold a
 # libcudnn.so.9 and a process loads the first one on LD_LIBRARY_PATH, which
@@ -381,17 +381,18 @@ def library_orders(environ):
         lists in that order), then the other, each with what followed them;
         `[]` where either list is unset or empty (one order only) or
         `LD_LIBRARY_PATH` starts with neither order."""
-    lists = {order: environ.get(name, "") for order, name in LIBRARY_LISTS.items()}
+    lists = {order: [f for f in environ.get(name, "").split(":") if f]
+             for order, name in LIBRARY_LISTS.items()}
     if not all(lists.values()):
         return []
     current = environ.get("LD_LIBRARY_PATH", "")
+    folders = current.split(":")
     both = {"packed": lists["packed"] + lists["machine"],
             "machine": lists["machine"] + lists["packed"]}
-    for order, prefix in both.items():
-        if current.startswith(prefix):
-            rest = current[len(prefix):]
+    for order, first in both.items():
+        if folders[:len(first)] == first:
             other = "machine" if order == "packed" else "packed"
-            return [(order, current), (other, both[other] + rest)]
+            return [(order, current), (other, ":".join(both[other] + folders[len(first):]))]
     return []
 
 

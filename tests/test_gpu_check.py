@@ -569,7 +569,8 @@ def test_the_second_probe_runs_with_the_other_order_and_no_tensorflow(monkeypatc
                         "os.environ['LD_LIBRARY_PATH'] + ' ' + ' '.join(sys.argv[1:])}))")
     assert gc.probe_onnxruntime(MACHINE + PACKED) == (
         "onnxruntime's CUDA provider does not load (Failed to load library libcublasLt.so.13)")
-    monkeypatch.setattr(gc, "PROBE", gc.PROBE.replace("Failed to load library libcublasLt.so.13", "all is well"))
+    monkeypatch.setattr(gc, "PROBE", gc.PROBE.replace("Failed to load library libcublasLt.so.13",
+                                                      "all is well"))
     assert gc.probe_onnxruntime(MACHINE + PACKED) == (
         f"onnxruntime's CUDA provider does not load ({MACHINE + PACKED} onnxruntime)")
     monkeypatch.setattr(gc, "PROBE", "import sys; sys.exit('error: no onnx')")
@@ -823,7 +824,7 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     assert f"serving exports: --serving_exports={exports}\n" in done.stdout, done.stdout
     shown = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line
                  and not line.startswith(("reference", "serving")))
-    assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:") == cublas
+    assert (shown["LD_LIBRARY_PATH"].split(":")[0] == f"{site}/nvidia/cublas/lib") == cublas
     assert f"{site}/nvidia/" not in shown["LD_LIBRARY_PATH"].replace(f"{site}/nvidia/cublas/", "")
     assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
     # the environment the check's process gets: a fake python names the machine's own CUDA
@@ -833,23 +834,31 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
         '*benchmarks.gpu_check*) env | grep -E "^(LD_LIBRARY_PATH|TXL_[A-Z]+_LIBS)="; exit;;\n'
         f'esac\nexec {sys.executable} "$@"\n')
     (tmp_path / "python").chmod(0o755)
-    own, packed = "/own/nvidia/cudnn/lib:", f"{site}/nvidia/cublas/lib:" * cublas
-    check_env = {k: v for k, v in env.items() if k != "PREPARE_ONLY"}
-    for order, first in (("", packed or own), ("auto", packed or own),
-                         ("packed", packed or own), ("machine", own), ("cuda13", None)):
+    own, packed = "/own/nvidia/cudnn/lib", f"{site}/nvidia/cublas/lib" * cublas
+    check_env = {k: v for k, v in env.items() if k not in ("PREPARE_ONLY", "LD_LIBRARY_PATH")}
+    for order, first, caller in (("", packed or own, ""), ("auto", packed or own, "/caller/lib"),
+                                 ("packed", packed or own, ""), ("machine", own, "/caller/lib"),
+                                 ("cuda13", None, "")):
         ordered = subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True,
                                  text=True, env=dict(check_env, LIB_ORDER=order,
                                                      OUT=str(tmp_path / "check"),
                                                      TXL_PACKED_LIBS="/stale:",
-                                                     PYTHON=str(tmp_path / "python")))
+                                                     PYTHON=str(tmp_path / "python"),
+                                                     **({"LD_LIBRARY_PATH": caller} if caller
+                                                        else {})))
         if first is None:
             assert ordered.returncode == 2 and ordered.stderr.startswith("error: LIB_ORDER=cuda13")
             continue
         got = dict(line.split("=", 1) for line in ordered.stdout.splitlines())
-        assert got["LD_LIBRARY_PATH"].startswith(first) and own in got["LD_LIBRARY_PATH"], got
+        libs = got["LD_LIBRARY_PATH"].split(":")
+        assert libs[0] == first and own in libs, got
+        # the caller's own folders last, and no empty entry (the loader's current folder)
+        assert "" not in libs and libs[-1] == (caller or own), got
         if order in ("", "auto"):  # both lists, for the check to give onnxruntime its order
             assert (got["TXL_PACKED_LIBS"], got["TXL_MACHINE_LIBS"]) == (packed, own), got
-            assert [o for o, _ in gc.library_orders(got)] == ["packed", "machine"] * cublas
+            assert gc.library_orders(got) == [
+                ("packed", got["LD_LIBRARY_PATH"]),
+                ("machine", ":".join([own, packed] + [caller] * bool(caller)))] * cublas
         else:  # an order given: every part runs with it (a caller's stale list dropped)
             assert "TXL_PACKED_LIBS" not in got and "TXL_MACHINE_LIBS" not in got, got
     assert f"TXL_MACHINE_LIBS={shown['TXL_MACHINE_LIBS']}\n" in done.stdout  # PREPARE_ONLY's

@@ -66,7 +66,7 @@ print(''.join(f + ':' for p in site.getsitepackages() for f in sorted(glob.glob(
 unset TXL_PACKED_LIBS TXL_MACHINE_LIBS
 case "${LIB_ORDER:-auto}" in
   auto) libs="$packed$own"
-        export TXL_PACKED_LIBS="$packed" TXL_MACHINE_LIBS="$own" ;;
+        export TXL_PACKED_LIBS="${packed%:}" TXL_MACHINE_LIBS="${own%:}" ;;
   packed) libs="$packed$own" ;;
   machine) libs="$own$packed" ;;
   *) echo "error: LIB_ORDER=$LIB_ORDER: use auto (the default: the packed CUDA 12 libraries" \
@@ -75,7 +75,11 @@ case "${LIB_ORDER:-auto}" in
      exit 2 ;;
 esac
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
-export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
+# no empty entry (the loader reads one as the current folder): none at the end, none before
+# the caller's own
+libs="${libs%:}"
+if [ -n "${LD_LIBRARY_PATH:-}" ]; then libs="${libs:+$libs:}$LD_LIBRARY_PATH"; fi
+export LD_LIBRARY_PATH="$libs"
 export PATH="$SITE/nvidia/cuda_nvcc/bin:$PATH"
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
 # XLA looks for libdevice under a CUDA folder: the nvcc wheel is one
