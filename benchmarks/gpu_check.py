@@ -79,6 +79,11 @@ line and status 2, saying why each of TensorFlow and onnxruntime has none
 (their own warnings, which the check's environment hides, from a child
 process: `probe_gpu`); where only one of them has it, the `gpu` row fails
 saying why and the parts that need the other are skipped, the rest run.
+Under `benchmarks/device/run_check.sh` (its two lists of CUDA library
+folders, `LIBRARY_LISTS`), where onnxruntime's CUDA provider does not load
+with the check's `LD_LIBRARY_PATH` but does with the other order of the two
+lists, the parts that need it run with that order (`part_envs`; the `gpu`
+row says which order each side got, and why).
 With a failed part, status 1 after the table. After it, the issues'
 numeric must-show targets judged from the parts' figures
 (`benchmarks/issue_targets.py`: met, short, shown or not measured, and why;
@@ -249,15 +254,19 @@ def find_ptxas():
 # What runs in a child process with TensorFlow's warnings shown (the check's
 # environment hides them): TensorFlow's GPUs, and a one-node graph run on
 # onnxruntime's CUDA provider, which `get_available_providers` lists even
-# where its libraries (cuDNN, cuBLAS) do not load.
+# where its libraries (cuDNN, cuBLAS) do not load. With the argument
+# `onnxruntime` (`python -c PROBE onnxruntime`), onnxruntime's side only:
+# TensorFlow is not imported and loads none of its CUDA libraries.
 PROBE = """
 import json
 import sys
 import numpy as np
 import onnxruntime as ort
-import tensorflow as tf
+found = {"tensorflow_gpus": None, "onnxruntime": None}
+if "onnxruntime" not in sys.argv[1:]:
+    import tensorflow as tf
+    found["tensorflow_gpus"] = len(tf.config.list_physical_devices("GPU"))
 from onnx import TensorProto, helper
-found = {"tensorflow_gpus": len(tf.config.list_physical_devices("GPU")), "onnxruntime": None}
 sys.stderr.write("%s\\n" % {split!r})  # onnxruntime's lines below, TensorFlow's above
 sys.stderr.flush()
 if "CUDAExecutionProvider" in ort.get_available_providers():
@@ -290,22 +299,28 @@ def probe_reasons(log):
     for line in log.splitlines():
         found = PROBE_REASONS.search(line)
         if found:  # from just before the words that matched (a long line's reason is late)
-            text = line[max(line.rfind("] ", 0, found.start()) + 2, found.start() - 60):]
+            prefix = line.rfind("] ", 0, found.start())  # -1: a line without a log prefix
+            text = line[max(prefix + 2 if prefix >= 0 else 0, found.start() - 60):]
             text = " ".join(text.split())[:200]
             if text not in lines:
                 lines.append(text)
     return " / ".join(lines[:2])
 
 
-def probe_gpu(timeout=300):
+def probe_gpu(timeout=300, ld_library_path=None, onnxruntime_only=False):
     """`({"tensorflow": problem, "onnxruntime": problem}, what the probe
     said)`: each problem None where that side works, else why, from a child
     process with TensorFlow's and onnxruntime's warnings shown (`PROBE`);
-    `(None, why)` where the probe itself failed."""
+    `(None, why)` where the probe itself failed. `ld_library_path`: the
+    child's `LD_LIBRARY_PATH` (default: this process's); `onnxruntime_only`:
+    TensorFlow is not imported (its problem None)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    if ld_library_path is not None:
+        env["LD_LIBRARY_PATH"] = ld_library_path
+    command = [sys.executable, "-c", PROBE] + ["onnxruntime"] * bool(onnxruntime_only)
     try:
-        done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                              env=env, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, env=env,
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"the probe did not end within {timeout} s"
     found = [line for line in done.stdout.splitlines() if line.startswith("probe: ")]
@@ -313,7 +328,9 @@ def probe_gpu(timeout=300):
         return None, f"the probe failed: {_last_line(done.stderr, f'exit {done.returncode}')}"
     found = json.loads(found[-1][len("probe: "):])
     tensorflow, onnxruntime = probe_reasons_by_side(done.stderr)
-    problems = {"tensorflow": None if found["tensorflow_gpus"] else (
+    if onnxruntime_only:  # every line is onnxruntime's, its import's too
+        tensorflow, onnxruntime = "", probe_reasons(done.stderr)
+    problems = {"tensorflow": None if onnxruntime_only or found["tensorflow_gpus"] else (
         "TensorFlow sees no GPU" + (f" ({tensorflow})" if tensorflow else "")),
         "onnxruntime": None}
     provider = found["onnxruntime"]
@@ -325,6 +342,14 @@ def probe_gpu(timeout=300):
     return problems, found
 
 
+def probe_onnxruntime(ld_library_path, timeout=120):
+    """onnxruntime's problem with `ld_library_path` (None: its CUDA provider
+    runs the probe's graph), from a child process that imports no TensorFlow
+    (`probe_gpu`, `onnxruntime_only`); where the probe itself failed, why."""
+    problems, found = probe_gpu(timeout, ld_library_path, onnxruntime_only=True)
+    return problems["onnxruntime"] if problems else found
+
+
 def probe_reasons_by_side(log):
     """`(TensorFlow's reasons, onnxruntime's)` in a probe's log
     (`probe_reasons` of the lines before and after `PROBE_SPLIT`: each
@@ -333,12 +358,75 @@ def probe_reasons_by_side(log):
     return probe_reasons(tensorflow), probe_reasons(onnxruntime)
 
 
+# run_check.sh's two lists of CUDA library folders ("folder:folder:..."):
+# the packed CUDA 12 wheels' (TensorFlow 2.21's) and the machine's own (where
+# onnxruntime-gpu 1.31, a CUDA 13 build, finds its libraries). Both hold a
+# libcudnn.so.9 and a process loads the first one on LD_LIBRARY_PATH, which
+# the loader reads as the process starts: each part, a process of its own, may
+# get its own order. Not set (a machine with its own pip wheels, or LIB_ORDER
+# given): every part runs with the check's own LD_LIBRARY_PATH.
+LIBRARY_LISTS = {"packed": "TXL_PACKED_LIBS", "machine": "TXL_MACHINE_LIBS"}
+ORDER_WORDS = {"packed": "the packed libraries", "machine": "the machine's libraries"}
+
+
+def library_orders(environ):
+    """Both orders of run_check.sh's two library lists (`LIBRARY_LISTS`).
+
+    Args:
+        environ: an environment (`os.environ`, a part's env).
+
+    Returns:
+        `[(order, LD_LIBRARY_PATH), (other order, LD_LIBRARY_PATH)]`: the
+        order `environ` runs with (its `LD_LIBRARY_PATH` starts with the two
+        lists in that order), then the other, each with what followed them;
+        `[]` where either list is unset or empty (one order only) or
+        `LD_LIBRARY_PATH` starts with neither order."""
+    lists = {order: [f for f in environ.get(name, "").split(":") if f]
+             for order, name in LIBRARY_LISTS.items()}
+    if not all(lists.values()):
+        return []
+    current = environ.get("LD_LIBRARY_PATH", "")
+    folders = current.split(":")
+    both = {"packed": lists["packed"] + lists["machine"],
+            "machine": lists["machine"] + lists["packed"]}
+    for order, first in both.items():
+        if folders[:len(first)] == first:
+            other = "machine" if order == "packed" else "packed"
+            return [(order, current), (other, ":".join(both[other] + folders[len(first):]))]
+    return []
+
+
+def onnxruntime_order(orders, problem, probe_other):
+    """The library order the parts that need onnxruntime's GPU run with: the
+    current one where its CUDA provider works there, else the other where it
+    works there, else the current one.
+
+    Args:
+        orders: `library_orders`'s two, the current first.
+        problem: onnxruntime's problem in the current order (None: it works;
+            else why, or why the probe failed).
+        probe_other: onnxruntime's problem with a given `LD_LIBRARY_PATH`
+            (`probe_onnxruntime`); called only where `problem` is not None.
+
+    Returns:
+        `(order, tried)`: the order's name and `{order: onnxruntime's problem
+        there}` for each order probed."""
+    (current, _), (other, path) = orders
+    if problem is None:
+        return current, {current: None}
+    tried = {current: problem, other: probe_other(path)}
+    return (other if tried[other] is None else current), tried
+
+
 def gpu_problems(device="gpu"):
     """`(problems, facts)`: what keeps the check from running on a GPU (empty
     when TensorFlow sees one and onnxruntime has CUDA), and what was found;
     with `device` "gpu", `facts` also hold each side's problem
     (`tensorflow_problem`, `onnxruntime_problem`: None where it works; see
-    `probe_gpu`)."""
+    `probe_gpu`) and, where run_check.sh gave both library orders
+    (`library_orders`), the order each side's parts get (`library_order`:
+    TensorFlow's the check's own, onnxruntime's from `onnxruntime_order`)
+    and onnxruntime's problem in each order probed (`onnxruntime_by_order`)."""
     import onnxruntime
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
@@ -356,9 +444,36 @@ def gpu_problems(device="gpu"):
         if probed:
             tensorflow = tensorflow and (probed["tensorflow"] or tensorflow)
             onnxruntime = onnxruntime or probed["onnxruntime"]
+        orders = library_orders(os.environ)
+        if orders:
+            order, tried = orders[0][0], {}
+            if "CUDAExecutionProvider" in providers:  # else no order gives it one
+                order, tried = onnxruntime_order(
+                    orders, probed["onnxruntime"] if probed else facts["probe"],
+                    probe_onnxruntime)
+            facts["library_order"] = {"tensorflow": orders[0][0], "onnxruntime": order}
+            facts["onnxruntime_by_order"] = tried
+            if order != orders[0][0]:  # its parts run with the order where it works
+                onnxruntime = None
+            elif onnxruntime and len(tried) == 2:
+                onnxruntime += f"; with {ORDER_WORDS[orders[1][0]]} first: {tried[orders[1][0]]}"
     facts["tensorflow_problem"], facts["onnxruntime_problem"] = tensorflow, onnxruntime
     problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts[k]]
     return problems, facts
+
+
+def order_text(facts):
+    """The `gpu` row's words on the library order each side's parts got and
+    why (`gpu_problems`'s `library_order`), or "" where there was no choice."""
+    chosen = facts.get("library_order")
+    if not chosen:
+        return ""
+    tensorflow, onnxruntime = chosen["tensorflow"], chosen["onnxruntime"]
+    if tensorflow == onnxruntime:
+        return f"; every part with {ORDER_WORDS[tensorflow]} first"
+    return (f"; TensorFlow's parts with {ORDER_WORDS[tensorflow]} first, onnxruntime's with "
+            f"{ORDER_WORDS[onnxruntime]} first (with {ORDER_WORDS[tensorflow]} first: "
+            f"{facts['onnxruntime_by_order'][tensorflow]})")
 
 
 def gpu_row(facts, device):
@@ -376,7 +491,8 @@ def gpu_row(facts, device):
     facts["ptxas_version"] = ".".join(map(str, version)) if version else None
     cuda = "CUDAExecutionProvider" in facts["onnxruntime_providers"]
     shown = (f"GPU {', '.join(facts['tensorflow_gpus']) or 'none'}; onnxruntime "
-             f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or found}")
+             f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or found}"
+             f"{order_text(facts)}")
     problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts.get(k)]
     if device == "cpu":
         status, shown = "skipped", f"skipped (--device=cpu: {shown})"
@@ -792,12 +908,41 @@ def run_command(command, timeout, env):
             "output_tail": output[-3000:]}
 
 
+def needs_onnxruntime(part):
+    """Whether `part` needs onnxruntime's GPU (the serving parts) rather than
+    TensorFlow's."""
+    return part.startswith("serving_")
+
+
+def part_envs(parts, env, facts):
+    """The environments of the parts that run with another `LD_LIBRARY_PATH`
+    than the check's: those that need onnxruntime's GPU (`needs_onnxruntime`)
+    where `gpu_problems` found it working only in the other library order.
+
+    Args:
+        parts: the parts' names.
+        env: the check's environment for its parts.
+        facts: `gpu_problems`'s (its `library_order`), or None.
+
+    Returns:
+        `{part: environment}` (`run_parts`' `envs`); the parts left out run
+        with `env`."""
+    chosen = (facts or {}).get("library_order")
+    if not chosen or chosen["onnxruntime"] == chosen["tensorflow"]:
+        return {}
+    path = dict(library_orders(env)).get(chosen["onnxruntime"])
+    if path is None:  # env is not the environment the orders were probed in
+        return {}
+    serving = dict(env, LD_LIBRARY_PATH=path)
+    return {part: serving for part in parts if needs_onnxruntime(part)}
+
+
 def skip_reason(part, o, facts=None):
     """Why `part` cannot run with the options `o` (None: it can); with
     `facts` (`gpu_problems`), on a GPU where only one of TensorFlow and
     onnxruntime works, the parts that need the other."""
     if o["device"] == "gpu" and facts:
-        needs = "onnxruntime_problem" if part.startswith("serving_") else "tensorflow_problem"
+        needs = "onnxruntime_problem" if needs_onnxruntime(part) else "tensorflow_problem"
         if facts.get(needs):
             return facts[needs]
     if part in FLOAT16_PARTS and not o["serving_exports"]:
@@ -914,11 +1059,12 @@ def _json_of(path, most=4 * 2 ** 20):
 
 
 def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True,
-              done=None):
+              done=None, envs=None):
     """Runs the parts in order, each within `part_limit`: its budget and
     the time the parts before it left unused, never what the parts after it
     are budgeted (nor more than is left of `total_s`). `commands`: `{part:
-    list}`; `skip`: `{part: reason}`; the
+    list}`, each run with `env`, or with `envs[part]` where given
+    (`part_envs`); `skip`: `{part: reason}`; the
     `train` part (given `train_work`) is the kill-and-resume run (`run_train`,
     `xla_cache`); `done(rows)`, if given, is called after each part (the
     rows so far). After SIGTERM (`stop_on_sigterm`) the part running fails
@@ -927,6 +1073,7 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
     to_run = [part for part in commands if not (skip or {}).get(part)]
     for part, command in commands.items():
         left, written = deadline - time.monotonic(), output_file(command)
+        part_env = (envs or {}).get(part, env)
         later = to_run[to_run.index(part) + 1:] if part in to_run else []
         limit = part_limit(budgets[part], left, sum(budgets[p] for p in later))
         if written and os.path.exists(written):  # an earlier check's
@@ -943,9 +1090,9 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
                 result = {"status": "skipped", "seconds": 0.0,
                           "result": f"skipped (the check's {total_s:g} s were spent)"}
             elif part == "train" and train_work:
-                result = run_train(command, train_work, limit, env, xla_cache)
+                result = run_train(command, train_work, limit, part_env, xla_cache)
             else:
-                result = run_command(command, limit, env)
+                result = run_command(command, limit, part_env)
         except Stopped as why:
             result = _failed(f"stopped by {why} after {time.monotonic() - start:.0f} s", start)
         if written and os.path.exists(written):  # its numbers, in the check's one file
@@ -957,6 +1104,8 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
                 summary = f"its JSON unreadable: {type(error).__name__}: {error}"[:300]
             result["result"] = (summary if result["status"] == "ok"
                                 else f"{result['result'][:-1]}; so far: {summary})")
+        if part_env is not env:  # what a rerun of its command needs besides the check's
+            result["env"] = {"LD_LIBRARY_PATH": part_env.get("LD_LIBRARY_PATH", "")}
         rows.append({"part": part, "command": shlex.join(command), **result})
         print(f"{part}: {result['result']}", flush=True)
         if done:
@@ -1066,7 +1215,8 @@ def main(argv):
     skip = {part: skip_reason(part, o, facts) for part in o["parts"]}
     rows += run_parts(commands_for(o, out_dir), budgets, total_s, env, skip,
                       train_work=o["work_dir"], xla_cache=o["xla_cache"],
-                      done=lambda done_rows: save(rows + done_rows))
+                      done=lambda done_rows: save(rows + done_rows),
+                      envs=part_envs(o["parts"], env, facts))
     shown = table(rows)
     print(shown)
     failed = save(rows, partial=False)

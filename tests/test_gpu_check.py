@@ -424,6 +424,9 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
         "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: "
         "cannot open shared object file")
     assert gc.probe_reasons("I0000 all is well\n") == ""
+    # a line without a log prefix, whole (its first character was once cut)
+    assert gc.probe_reasons("Failed to load library libcublasLt.so.13\n") == (
+        "Failed to load library libcublasLt.so.13")
     # each side's problem in its own library's words, from the probe's one log
     assert gc.probe_reasons_by_side(tf_log + gc.PROBE_SPLIT + "\n" + ort_log) == (
         gc.probe_reasons(tf_log), gc.probe_reasons(ort_log))
@@ -458,12 +461,149 @@ def test_the_probes_graph_runs_on_this_onnxruntime():
     assert found and json.loads(found[-1][len("probe: "):])["onnxruntime"] == \
         "CPUExecutionProvider", done.stdout + done.stderr[-2000:]
     assert gc.PROBE_SPLIT in done.stderr
+    # onnxruntime's side alone (the other library order's probe): no TensorFlow imported
+    done = subprocess.run([sys.executable, "-c", probe + "print('tf', 'tensorflow' in "
+                           "sys.modules)", "onnxruntime"], capture_output=True, text=True,
+                          timeout=300)
+    found = [line for line in done.stdout.splitlines() if line.startswith("probe: ")]
+    assert found and json.loads(found[-1][len("probe: "):]) == {
+        "tensorflow_gpus": None, "onnxruntime": "CPUExecutionProvider"}, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "tf False"
+
+
+PACKED, MACHINE, REST = "/site/nvidia/cudnn/lib:/site/nvidia/cublas/lib:", "/own/cudnn/lib:", \
+    "/usr/local/lib"
+
+
+def test_both_library_orders_from_run_check_shs_lists():
+    """The order the check runs with (LD_LIBRARY_PATH starts with the lists
+    in it), then the other, each with what followed them; none where there
+    is no choice."""
+    lists = {"TXL_PACKED_LIBS": PACKED, "TXL_MACHINE_LIBS": MACHINE}
+    assert gc.library_orders(dict(lists, LD_LIBRARY_PATH=PACKED + MACHINE + REST)) == [
+        ("packed", PACKED + MACHINE + REST), ("machine", MACHINE + PACKED + REST)]
+    assert gc.library_orders(dict(lists, LD_LIBRARY_PATH=MACHINE + PACKED)) == [
+        ("machine", MACHINE + PACKED), ("packed", PACKED + MACHINE)]
+    for environ in ({"LD_LIBRARY_PATH": PACKED + MACHINE},  # a user's machine: no lists
+                    dict(lists, TXL_MACHINE_LIBS="", LD_LIBRARY_PATH=PACKED),  # one order only
+                    dict(lists, LD_LIBRARY_PATH=REST + ":" + PACKED + MACHINE)):  # not theirs
+        assert gc.library_orders(environ) == [], environ
+
+
+def test_onnxruntime_gets_the_order_its_cuda_provider_works_in(monkeypatch):
+    """The current order where onnxruntime works there (no second probe),
+    else the other where the onnxruntime-only probe says it works there,
+    else the current one with both reasons (its parts skipped, as before)."""
+    orders = [("packed", PACKED + MACHINE), ("machine", MACHINE + PACKED)]
+    assert gc.onnxruntime_order(orders, None, lambda path: pytest.fail("probed")) == (
+        "packed", {"packed": None})
+    probed = []
+    assert gc.onnxruntime_order(orders, "no cuDNN", lambda path: probed.append(path)) == (
+        "machine", {"packed": "no cuDNN", "machine": None})
+    assert probed == [MACHINE + PACKED]
+    assert gc.onnxruntime_order(orders, "no cuDNN", lambda path: "no cuBLAS") == (
+        "packed", {"packed": "no cuDNN", "machine": "no cuBLAS"})
+    # gpu_problems with the probes faked: the facts, the gpu row, the skipped parts, the envs
+    import onnxruntime
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setenv("TXL_PACKED_LIBS", PACKED)
+    monkeypatch.setenv("TXL_MACHINE_LIBS", MACHINE)
+    monkeypatch.setenv("LD_LIBRARY_PATH", PACKED + MACHINE + REST)
+    packed = "onnxruntime's CUDA provider does not load (libcudnn_graph.so.9)"
+    o = {"device": "gpu", "serving_exports": "/x"}
+
+    def check(first, second):
+        monkeypatch.setattr(gc, "probe_gpu", lambda: first)
+        monkeypatch.setattr(gc, "probe_onnxruntime", lambda path: (
+            pytest.fail("no second probe") if second == "never" else second[path]))
+        problems, facts = gc.gpu_problems("gpu")
+        facts.update(tensorflow_gpus=["NVIDIA H200"], tensorflow_problem=None)  # this CPU's none
+        return (facts, gc.gpu_row(dict(facts), "gpu")["result"],
+                [p for p in gc.CHECKS if gc.skip_reason(p, o, facts)],
+                gc.part_envs(gc.CHECKS, dict(os.environ), facts))
+
+    works = {"tensorflow": None, "onnxruntime": None}
+    facts, row, skipped, envs = check((works, {}), "never")  # both work in the packed order
+    assert facts["library_order"] == {"tensorflow": "packed", "onnxruntime": "packed"}
+    assert facts["onnxruntime_problem"] is None and envs == {} and skipped == []
+    assert row.endswith("; every part with the packed libraries first"), row
+    # onnxruntime's provider works only with the machine's libraries first: its parts get them
+    machine = {MACHINE + PACKED + REST: None}
+    facts, row, skipped, envs = check((dict(works, onnxruntime=packed), {}), machine)
+    assert facts["library_order"] == {"tensorflow": "packed", "onnxruntime": "machine"}
+    assert facts["onnxruntime_by_order"] == {"packed": packed, "machine": None}
+    assert facts["onnxruntime_problem"] is None and skipped == []
+    assert row.endswith("; TensorFlow's parts with the packed libraries first, onnxruntime's "
+                        f"with the machine's libraries first (with the packed libraries first: "
+                        f"{packed})"), row
+    serving = [p for p in gc.CHECKS if p.startswith("serving_")]
+    assert list(envs) == serving and {
+        e["LD_LIBRARY_PATH"] for e in envs.values()} == {MACHINE + PACKED + REST}
+    # the probe itself failed (the list is trusted, as before): an order shown to work wins
+    facts, row, skipped, envs = check((None, "the probe failed: exit -11"), machine)
+    assert facts["library_order"]["onnxruntime"] == "machine" and list(envs) == serving
+    # neither order: as before, its parts skipped, with both orders' reasons
+    other = "onnxruntime's CUDA provider does not load (libcublasLt.so.13)"
+    facts, row, skipped, envs = check((dict(works, onnxruntime=packed), {}),
+                                      {MACHINE + PACKED + REST: other})
+    assert facts["library_order"] == {"tensorflow": "packed", "onnxruntime": "packed"}
+    assert facts["onnxruntime_problem"] == (
+        f"{packed}; with the machine's libraries first: {other}")
+    assert skipped == serving and envs == {}
+    assert gc.skip_reason("serving_soak", o, facts) == facts["onnxruntime_problem"]
+    # without run_check.sh's lists (a user's machine): one probe, one order, as before
+    monkeypatch.delenv("TXL_MACHINE_LIBS")
+    facts, row, skipped, envs = check((dict(works, onnxruntime=packed), {}), "never")
+    assert "library_order" not in facts and facts["onnxruntime_problem"] == packed
+    assert skipped == serving and envs == {} and row.endswith(f": {packed})"), row
+
+
+def test_the_second_probe_runs_with_the_other_order_and_no_tensorflow(monkeypatch):
+    """probe_onnxruntime's child: the LD_LIBRARY_PATH given (the loader
+    reads it as the process starts) and the probe's onnxruntime-only
+    argument; its reasons are onnxruntime's."""
+    monkeypatch.setattr(gc, "PROBE", "import json, os, sys\n"
+                        "sys.stderr.write('Failed to load library libcublasLt.so.13\\n')\n"
+                        "print('probe: ' + json.dumps({'tensorflow_gpus': None, 'onnxruntime': "
+                        "os.environ['LD_LIBRARY_PATH'] + ' ' + ' '.join(sys.argv[1:])}))")
+    assert gc.probe_onnxruntime(MACHINE + PACKED) == (
+        "onnxruntime's CUDA provider does not load (Failed to load library libcublasLt.so.13)")
+    monkeypatch.setattr(gc, "PROBE", gc.PROBE.replace("Failed to load library libcublasLt.so.13",
+                                                      "all is well"))
+    assert gc.probe_onnxruntime(MACHINE + PACKED) == (
+        f"onnxruntime's CUDA provider does not load ({MACHINE + PACKED} onnxruntime)")
+    monkeypatch.setattr(gc, "PROBE", "import sys; sys.exit('error: no onnx')")
+    assert gc.probe_onnxruntime(MACHINE) == "the probe failed: error: no onnx"
+
+
+def test_the_parts_that_need_onnxruntime_run_with_its_order(tmp_path):
+    """Each part a process of its own: the serving parts with the order
+    onnxruntime works in, the others with the check's; each such row says
+    its LD_LIBRARY_PATH."""
+    env = dict(os.environ, TXL_PACKED_LIBS=PACKED, TXL_MACHINE_LIBS=MACHINE,
+               LD_LIBRARY_PATH=PACKED + MACHINE + REST)
+    shows = fake("import os; print(os.environ['LD_LIBRARY_PATH'])")
+    commands = {"parity": shows, "train": shows, "serving_soak": shows, "serving_parity": shows}
+    facts = {"library_order": {"tensorflow": "packed", "onnxruntime": "machine"}}
+    envs = gc.part_envs(commands, env, facts)
+    rows = gc.run_parts(commands, gc.BUDGETS, total_s=60, env=env, envs=envs)
+    assert {r["part"]: r["result"] for r in rows} == {
+        "parity": PACKED + MACHINE + REST, "train": PACKED + MACHINE + REST,
+        "serving_soak": MACHINE + PACKED + REST, "serving_parity": MACHINE + PACKED + REST}
+    assert [r["part"] for r in rows if "env" in r] == ["serving_soak", "serving_parity"]
+    assert rows[2]["env"] == {"LD_LIBRARY_PATH": MACHINE + PACKED + REST}
+    # the same order for both sides, or no lists: every part with the check's env
+    assert gc.part_envs(commands, env, {"library_order": {"tensorflow": "packed",
+                                                          "onnxruntime": "packed"}}) == {}
+    assert gc.part_envs(commands, dict(os.environ), facts) == {}
 
 
 def test_each_sides_problem_is_the_probes_where_it_ran(monkeypatch):
     """onnxruntime listing CUDA is trusted only where the probe could not
     run; TensorFlow's missing GPU gets the probe's reason (this CPU has none)."""
     import onnxruntime
+    monkeypatch.delenv("TXL_MACHINE_LIBS", raising=False)  # one order (run_check.sh's: below)
     monkeypatch.setattr(onnxruntime, "get_available_providers",
                         lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     monkeypatch.setattr(gc, "probe_gpu", lambda: (
@@ -684,26 +824,44 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     assert f"serving exports: --serving_exports={exports}\n" in done.stdout, done.stdout
     shown = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line
                  and not line.startswith(("reference", "serving")))
-    assert shown["LD_LIBRARY_PATH"].startswith(f"{site}/nvidia/cublas/lib:") == cublas
+    assert (shown["LD_LIBRARY_PATH"].split(":")[0] == f"{site}/nvidia/cublas/lib") == cublas
     assert f"{site}/nvidia/" not in shown["LD_LIBRARY_PATH"].replace(f"{site}/nvidia/cublas/", "")
     assert shown["PATH"].startswith(f"{site}/nvidia/cuda_nvcc/bin:")
-    # LIB_ORDER=machine: the machine's own CUDA libraries (a fake python names them) first
+    # the environment the check's process gets: a fake python names the machine's own CUDA
+    # libraries and prints what the check would be run with
     (tmp_path / "python").write_text(
-        '#!/bin/sh\ncase "$*" in *getsitepackages*) echo /own/nvidia/cudnn/lib:; exit;; esac\n'
-        f'exec {sys.executable} "$@"\n')
+        '#!/bin/sh\ncase "$*" in *getsitepackages*) echo /own/nvidia/cudnn/lib:; exit;;\n'
+        '*benchmarks.gpu_check*) env | grep -E "^(LD_LIBRARY_PATH|TXL_[A-Z]+_LIBS)="; exit;;\n'
+        f'esac\nexec {sys.executable} "$@"\n')
     (tmp_path / "python").chmod(0o755)
-    own = "/own/nvidia/cudnn/lib:"
-    for order, first in (("packed", f"{site}/nvidia/" if cublas else own), ("machine", own),
-                         ("cuda13", None)):
+    own, packed = "/own/nvidia/cudnn/lib", f"{site}/nvidia/cublas/lib" * cublas
+    check_env = {k: v for k, v in env.items() if k not in ("PREPARE_ONLY", "LD_LIBRARY_PATH")}
+    for order, first, caller in (("", packed or own, ""), ("auto", packed or own, "/caller/lib"),
+                                 ("packed", packed or own, ""), ("machine", own, "/caller/lib"),
+                                 ("cuda13", None, "")):
         ordered = subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True,
-                              text=True, env=dict(env, LIB_ORDER=order,
-                                                  PYTHON=str(tmp_path / "python")))
+                                 text=True, env=dict(check_env, LIB_ORDER=order,
+                                                     OUT=str(tmp_path / "check"),
+                                                     TXL_PACKED_LIBS="/stale:",
+                                                     PYTHON=str(tmp_path / "python"),
+                                                     **({"LD_LIBRARY_PATH": caller} if caller
+                                                        else {})))
         if first is None:
             assert ordered.returncode == 2 and ordered.stderr.startswith("error: LIB_ORDER=cuda13")
             continue
-        libs = dict(line.split("=", 1) for line in ordered.stdout.splitlines()
-                    if line.startswith("LD_LIBRARY_PATH="))["LD_LIBRARY_PATH"]
-        assert libs.startswith(first) and own in libs, libs
+        got = dict(line.split("=", 1) for line in ordered.stdout.splitlines())
+        libs = got["LD_LIBRARY_PATH"].split(":")
+        assert libs[0] == first and own in libs, got
+        # the caller's own folders last, and no empty entry (the loader's current folder)
+        assert "" not in libs and libs[-1] == (caller or own), got
+        if order in ("", "auto"):  # both lists, for the check to give onnxruntime its order
+            assert (got["TXL_PACKED_LIBS"], got["TXL_MACHINE_LIBS"]) == (packed, own), got
+            assert gc.library_orders(got) == [
+                ("packed", got["LD_LIBRARY_PATH"]),
+                ("machine", ":".join([own, packed] + [caller] * bool(caller)))] * cublas
+        else:  # an order given: every part runs with it (a caller's stale list dropped)
+            assert "TXL_PACKED_LIBS" not in got and "TXL_MACHINE_LIBS" not in got, got
+    assert f"TXL_MACHINE_LIBS={shown['TXL_MACHINE_LIBS']}\n" in done.stdout  # PREPARE_ONLY's
     assert shown["PYTHONPATH"].split(":")[1] == str(site)
     # the call brings back 8 files of $OUT: only gpu_check.json goes there (its rows hold the
     # parts' JSON)

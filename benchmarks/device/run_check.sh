@@ -14,9 +14,12 @@
 #           call's own $OUT, so they come back; else default /tmp/gpu_check)
 #   PYTHON  the Python 3.12 interpreter (default python3); the paper's code
 #           runs in it with its own packages (torch), without SITE
-#   LIB_ORDER packed (default: the packed CUDA 12 libraries first in
-#           LD_LIBRARY_PATH, as TensorFlow needs) or machine (the machine's own
-#           first: where the probe says onnxruntime-gpu cannot use the GPU)
+#   LIB_ORDER unset (or auto): the packed CUDA 12 libraries first in
+#           LD_LIBRARY_PATH, as TensorFlow needs, and both lists exported
+#           (TXL_PACKED_LIBS, TXL_MACHINE_LIBS): the check's probe gives the
+#           parts that need onnxruntime-gpu the machine's own first where its
+#           CUDA provider works only so. packed or machine: that order for
+#           every part (the lists not exported; the check chooses nothing)
 #   EXPORTS the serving exports made beforehand (gpu_check --make_serving_exports;
 #           default build/gpu_exports of the checkout), passed as --serving_exports
 #           where the folder exists
@@ -57,16 +60,26 @@ own=$(env -u PYTHONPATH "$PYTHON" -c "import glob, site
 print(''.join(f + ':' for p in site.getsitepackages() for f in sorted(glob.glob(p + '/nvidia/*/lib'))))")
 # Both hold a libcudnn.so.9: TensorFlow was built with the CUDA 12 one (packed),
 # onnxruntime-gpu 1.31 is a CUDA 13 build (the H200's own wheels hold its
-# libraries); a process loads the first one found.
-case "${LIB_ORDER:-packed}" in
+# libraries); a process loads the first one found. Each of the check's parts is
+# a process of its own: with both lists exported, gpu_check gives the parts that
+# need onnxruntime's GPU the order its probe found working.
+unset TXL_PACKED_LIBS TXL_MACHINE_LIBS
+case "${LIB_ORDER:-auto}" in
+  auto) libs="$packed$own"
+        export TXL_PACKED_LIBS="${packed%:}" TXL_MACHINE_LIBS="${own%:}" ;;
   packed) libs="$packed$own" ;;
   machine) libs="$own$packed" ;;
-  *) echo "error: LIB_ORDER=$LIB_ORDER: use packed (the packed CUDA 12 libraries first," \
-          "TensorFlow's; the default) or machine (the machine's own first)" >&2
+  *) echo "error: LIB_ORDER=$LIB_ORDER: use auto (the default: the packed CUDA 12 libraries" \
+          "first, onnxruntime's parts in the order its probe finds working), packed (the" \
+          "packed first for every part) or machine (the machine's own first for every part)" >&2
      exit 2 ;;
 esac
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
-export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
+# no empty entry (the loader reads one as the current folder): none at the end, none before
+# the caller's own
+libs="${libs%:}"
+if [ -n "${LD_LIBRARY_PATH:-}" ]; then libs="${libs:+$libs:}$LD_LIBRARY_PATH"; fi
+export LD_LIBRARY_PATH="$libs"
 export PATH="$SITE/nvidia/cuda_nvcc/bin:$PATH"
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
 # XLA looks for libdevice under a CUDA folder: the nvcc wheel is one
@@ -92,6 +105,8 @@ fi
 if [ -n "${PREPARE_ONLY:-}" ]; then
   echo "PYTHONPATH=$PYTHONPATH"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  echo "TXL_PACKED_LIBS=${TXL_PACKED_LIBS-(not set: LIB_ORDER=$LIB_ORDER)}"
+  echo "TXL_MACHINE_LIBS=${TXL_MACHINE_LIBS-(not set: LIB_ORDER=$LIB_ORDER)}"
   echo "PATH=$PATH"
   echo "reference: ${reference[*]:-none}"
   echo "serving exports: ${exports[*]:-none (the serving part exports; no float16 parts)}"
