@@ -252,7 +252,8 @@ def find_ptxas():
 
 
 # What runs in a child process with TensorFlow's warnings shown (the check's
-# environment hides them): TensorFlow's GPUs, and a one-node graph run on
+# environment hides them): TensorFlow's GPUs, and a one-node graph (a
+# convolution, so that cuDNN loads too) run on
 # onnxruntime's CUDA provider, which `get_available_providers` lists even
 # where its libraries (cuDNN, cuBLAS) do not load. With the argument
 # `onnxruntime` (`python -c PROBE onnxruntime`), onnxruntime's side only:
@@ -270,15 +271,20 @@ from onnx import TensorProto, helper
 sys.stderr.write("%s\\n" % {split!r})  # onnxruntime's lines below, TensorFlow's above
 sys.stderr.flush()
 if "CUDAExecutionProvider" in ort.get_available_providers():
-    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    # a 1x1 convolution: cuDNN's, which onnxruntime opens only when a kernel needs it
+    shape = [1, 1, 1, 1]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        initializer=[helper.make_tensor("w", TensorProto.FLOAT, shape, [2.0])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8  # onnx's own default can be newer than onnxruntime reads
     try:
         session = ort.InferenceSession(model.SerializeToString(),
                                        providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-        session.run(None, {"x": np.zeros(1, np.float32)})
+        y = session.run(None, {"x": np.full(shape, 3.0, np.float32)})[0]
+        assert y.ravel().tolist() == [6.0], f"the probe's convolution gave {y.ravel().tolist()}"
         found["onnxruntime"] = session.get_providers()[0]
     except Exception as error:
         found["onnxruntime"] = " ".join(str(error).split())[:300]
