@@ -1075,13 +1075,17 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
     `xla_cache`); `done(rows)`, if given, is called after each part (the
     rows so far). After SIGTERM (`stop_on_sigterm`) the part running fails
     and the rest are skipped. Returns the table's rows."""
-    deadline, rows = time.monotonic() + total_s, []
     to_run = [part for part in commands if not (skip or {}).get(part)]
+    now = time.monotonic()
+    # where the budgets of the parts to run end (a part's slack is what those before it left
+    # unused, not the time of the parts not run: a rerun of one part keeps its own budget)
+    deadline, budgeted, rows = now + total_s, now + sum(budgets[p] for p in to_run), []
     for part, command in commands.items():
-        left, written = deadline - time.monotonic(), output_file(command)
+        now, written = time.monotonic(), output_file(command)
+        left = deadline - now
         part_env = (envs or {}).get(part, env)
         later = to_run[to_run.index(part) + 1:] if part in to_run else []
-        limit = part_limit(budgets[part], left, sum(budgets[p] for p in later))
+        limit = part_limit(budgets[part], left, sum(budgets[p] for p in later), budgeted - now)
         if written and os.path.exists(written):  # an earlier check's
             os.remove(written)
         start = time.monotonic()
@@ -1119,13 +1123,23 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
     return rows
 
 
-def part_limit(budget, left, later):
+def part_limit(budget, left, later, budgeted=None):
     """A part's seconds: its `budget`, or more where the parts before it
-    finished early (what is `left` of the check's time less the budgets of
-    the parts `later`), never more than is `left`; an earlier part's slack
-    goes to a slow part instead of being lost, and a short `--total_s`
-    still cuts the first parts last."""
-    return min(left, max(budget, left - later))
+    finished early, never more than is `left` of the check's time; an
+    earlier part's slack goes to a slow part instead of being lost, and a
+    short `--total_s` still cuts the first parts last.
+
+    Args:
+        budget: the part's own seconds.
+        left: what is left of `--total_s`.
+        later: the budgets of the parts after it, summed.
+        budgeted: what is left of the budgets of the parts run, this one's
+            and the later ones' included (default `left`): time no part is
+            budgeted (parts not run, a `--total_s` above their sum) is no
+            earlier part's slack.
+    Returns:
+        seconds."""
+    return min(left, max(budget, (left if budgeted is None else budgeted) - later))
 
 
 def table(rows):

@@ -116,6 +116,13 @@ def test_a_part_gets_the_time_the_parts_before_it_left():
                          "mirrored": fake("print(3)")}, dict(parity=4, losses=1, mirrored=1),
                         total_s=6, env=None)
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"], rows
+    # a part rerun alone (--parts=X --budget_scale=2) keeps its own budget: the check's
+    # other seconds were no earlier part's to leave (a hang there once took all of --total_s)
+    assert gc.part_limit(50, left=480, later=0, budgeted=50) == 50
+    assert gc.part_limit(50, left=480, later=0, budgeted=80) == 80  # 30 s left before it
+    rows = gc.run_parts({"losses": fake("import time; time.sleep(30)")}, dict(losses=1),
+                        total_s=60, env=None)
+    assert rows[0]["result"] == "failed (timed out after 1 s)", rows
 
 
 def _running(pid):
