@@ -75,7 +75,8 @@ def cuda_loads():
     built with one, also loads here (its CUDA libraries found, a GPU seen):
     a one-node session on it, once a process, with onnxruntime's own log of
     a failure (lines of an error and a warning on stderr, from its
-    process-wide logger) silenced: `cuda_load_failure` says it in one line.
+    process-wide logger, or the error of a provider that cannot start)
+    silenced: `cuda_load_failure` says it in one line.
     Without the onnx package (which builds that graph): True, and a runtime
     finds out at its first session. onnxruntime's logger is left at its
     default level (warnings)."""
@@ -90,8 +91,13 @@ def cuda_loads():
                         value[:1], value[1:])
     ort.set_default_logger_severity(4)  # fatal only
     try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=[CUDA, CPU])
+        # enable_fallback=0: a provider that loads and then cannot start (a driver without a
+        # GPU) raises, where onnxruntime's Python would print its own banner on stdout
+        session = ort.InferenceSession(model.SerializeToString(), providers=[CUDA, CPU],
+                                       enable_fallback=0)
         return session.get_providers()[0] == CUDA
+    except Exception:  # onnxruntime's own types (its Fail, RuntimeError)
+        return False
     finally:
         ort.set_default_logger_severity(2)  # onnxruntime's default: warnings
 
