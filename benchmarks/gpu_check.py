@@ -281,7 +281,9 @@ if "CUDAExecutionProvider" in ort.get_available_providers():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8  # onnx's own default can be newer than onnxruntime reads
     try:
-        session = ort.InferenceSession(model.SerializeToString(),
+        # enable_fallback=0: a provider that cannot start raises (its error the reason below),
+        # where onnxruntime's Python would print it on stdout and go on with the CPU
+        session = ort.InferenceSession(model.SerializeToString(), enable_fallback=0,
                                        providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
         y = session.run(None, {"x": np.full(shape, 3.0, np.float32)})[0]
         assert y.ravel().tolist() == [6.0], f"the probe's convolution gave {y.ravel().tolist()}"
@@ -1075,13 +1077,17 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
     `xla_cache`); `done(rows)`, if given, is called after each part (the
     rows so far). After SIGTERM (`stop_on_sigterm`) the part running fails
     and the rest are skipped. Returns the table's rows."""
-    deadline, rows = time.monotonic() + total_s, []
     to_run = [part for part in commands if not (skip or {}).get(part)]
+    now = time.monotonic()
+    # where the budgets of the parts to run end (a part's slack is what those before it left
+    # unused, not the time of the parts not run: a rerun of one part keeps its own budget)
+    deadline, budgeted, rows = now + total_s, now + sum(budgets[p] for p in to_run), []
     for part, command in commands.items():
-        left, written = deadline - time.monotonic(), output_file(command)
+        now, written = time.monotonic(), output_file(command)
+        left = deadline - now
         part_env = (envs or {}).get(part, env)
         later = to_run[to_run.index(part) + 1:] if part in to_run else []
-        limit = part_limit(budgets[part], left, sum(budgets[p] for p in later))
+        limit = part_limit(budgets[part], left, sum(budgets[p] for p in later), budgeted - now)
         if written and os.path.exists(written):  # an earlier check's
             os.remove(written)
         start = time.monotonic()
@@ -1119,13 +1125,23 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
     return rows
 
 
-def part_limit(budget, left, later):
+def part_limit(budget, left, later, budgeted=None):
     """A part's seconds: its `budget`, or more where the parts before it
-    finished early (what is `left` of the check's time less the budgets of
-    the parts `later`), never more than is `left`; an earlier part's slack
-    goes to a slow part instead of being lost, and a short `--total_s`
-    still cuts the first parts last."""
-    return min(left, max(budget, left - later))
+    finished early, never more than is `left` of the check's time; an
+    earlier part's slack goes to a slow part instead of being lost, and a
+    short `--total_s` still cuts the first parts last.
+
+    Args:
+        budget: the part's own seconds.
+        left: what is left of `--total_s`.
+        later: the budgets of the parts after it, summed.
+        budgeted: what is left of the budgets of the parts run, this one's
+            and the later ones' included (default `left`): time no part is
+            budgeted (parts not run, a `--total_s` above their sum) is no
+            earlier part's slack.
+    Returns:
+        seconds."""
+    return min(left, max(budget, (left if budgeted is None else budgeted) - later))
 
 
 def table(rows):
@@ -1185,6 +1201,7 @@ def main(argv):
         return
     if o["serving_exports"]:
         check_serving_exports(o["serving_exports"], serving_preset)
+    start = time.monotonic()  # the check's seconds and --total_s: its probes' too
     problems, facts = gpu_problems(o["device"])
     if o["device"] == "gpu" and len(problems) == 2:  # one side working still runs its parts
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
@@ -1200,8 +1217,7 @@ def main(argv):
                TXL_DEVICE_TESTS="cuda" if o["device"] == "gpu" else "cpu",  # device tests
                PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(),
                                                         os.environ.get("PYTHONPATH")])))
-    start = time.monotonic()
-    rows = [gpu_row(facts, o["device"])]
+    rows = [dict(gpu_row(facts, o["device"]), seconds=time.monotonic() - start)]
     print(f"gpu: {rows[0]['result']}", flush=True)
 
     def save(rows, partial=True):  # after every part: a check killed keeps what it measured
@@ -1210,7 +1226,7 @@ def main(argv):
 
     save(rows)
     stop_on_sigterm()
-    total_s = o["total_s"]
+    total_s = o["total_s"] - rows[0]["seconds"]
     if o["serving_exports"] and any(part.startswith("serving_") for part in o["parts"]):
         rows.append({"part": "serving_exports", "command": "",
                      **fill_serving_exports(o["serving_exports"], o["work_dir"])})

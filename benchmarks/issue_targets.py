@@ -38,6 +38,7 @@ Not measured by the check, so not in this table (judge them elsewhere):
   change; a trained model's perplexity with the 16-bit decode
   (`benchmarks.long_memory --part=cache_precision`, on the CPU).
 """
+import decimal
 import json
 import math
 import sys
@@ -441,13 +442,17 @@ def limit_of(name):
 
 
 def number_text(value):
-    """A threshold as the issues write it.
+    """A threshold as the issues write it, every digit kept (the check
+    passes it to its parts as a flag's value too: `--tolerance`).
 
     Args:
         value: a number.
     Returns:
-        str: "2", "0.78", "1e-4"."""
-    return f"{value:.0e}".replace("e-0", "e-") if value and abs(value) < 1e-2 else f"{value:g}"
+        str: "2", "0.78", "1e-4", "2.5e-3"."""
+    shortest = repr(float(value))  # the fewest digits that read back as `value`
+    if not value or abs(value) >= 1e-2:
+        return shortest.removesuffix(".0")
+    return format(decimal.Decimal(shortest), "e")
 
 
 def compare(limit, value):

@@ -8,6 +8,7 @@ Both formats serve `classify(token_ids int32 [B, L], lengths int32 [B]) ->
 an ONNX `Loop`, so both formats read any number of segments.
 """
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -339,8 +340,10 @@ class _OnnxClassifier(ClassifierRuntime):
     backend = "onnxruntime"
 
     def __init__(self, path, device):
-        from export.onnx_runtime import choose_providers, open_session
-        providers, _ = choose_providers(device)
+        from export.onnx_runtime import choose_providers, cuda_built, open_session
+        providers, reason = choose_providers(device)
+        if reason and (device != "auto" or cuda_built()):  # as `OnnxRuntime` says it
+            logging.warning("%s", reason)
         self.session = open_session(path, providers=providers)
         super().__init__(ClassifierInfo(self.session.get_modelmeta().custom_metadata_map))
 

@@ -64,21 +64,26 @@ def choose_providers(device="auto"):
 
 
 def cuda_built():
-    """Whether this onnxruntime lists the CUDA provider (onnxruntime-gpu)."""
+    """Whether this onnxruntime lists the CUDA provider (onnxruntime-gpu),
+    loading or not (`cuda_loads`).
+
+    Returns:
+        bool."""
     import onnxruntime as ort
     return CUDA in ort.get_available_providers()
 
 
 @functools.lru_cache(maxsize=None)
 def cuda_loads():
-    """Whether onnxruntime's CUDA provider, which it lists wherever it was
-    built with one, also loads here (its CUDA libraries found, a GPU seen):
-    a one-node session on it, once a process, with onnxruntime's own log of
-    a failure (lines of an error and a warning on stderr, from its
-    process-wide logger) silenced: `cuda_load_failure` says it in one line.
-    Without the onnx package (which builds that graph): True, and a runtime
-    finds out at its first session. onnxruntime's logger is left at its
-    default level (warnings)."""
+    """Whether onnxruntime's CUDA provider, listed wherever it was built
+    (`cuda_built`), also loads here (its CUDA libraries found, a GPU seen):
+    a one-node session on it, once a process, onnxruntime's own words on a
+    failure silenced (`cuda_load_failure` says it in one line). Leaves
+    onnxruntime's process-wide logger at its default level (warnings).
+
+    Returns:
+        bool; True without the onnx package (which builds the graph): a
+        runtime then finds out at its first session."""
     import onnxruntime as ort
     try:
         from onnx import TensorProto, helper
@@ -90,8 +95,13 @@ def cuda_loads():
                         value[:1], value[1:])
     ort.set_default_logger_severity(4)  # fatal only
     try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=[CUDA, CPU])
+        # enable_fallback=0: a provider that loads and then cannot start (a driver without a
+        # GPU) raises, where onnxruntime's Python would print its own banner on stdout
+        session = ort.InferenceSession(model.SerializeToString(), providers=[CUDA, CPU],
+                                       enable_fallback=0)
         return session.get_providers()[0] == CUDA
+    except Exception:  # onnxruntime's own types (its Fail, RuntimeError)
+        return False
     finally:
         ort.set_default_logger_severity(2)  # onnxruntime's default: warnings
 
@@ -186,9 +196,13 @@ def external_weights(graph_path, data_path):
 
 
 def cuda_load_failure(provider):
-    """The warning for CUDA listed by this onnxruntime but not loaded: the
-    CUDA version it was built for (onnxruntime-gpu 1.31 is a CUDA 13 build),
-    whose libraries the loader must find, and `provider`, where it runs."""
+    """The warning for CUDA listed by this onnxruntime but not loaded.
+
+    Args:
+        provider: where the session runs instead.
+    Returns:
+        str: one line naming the CUDA version onnxruntime was built for
+        (onnxruntime-gpu 1.31: 13.0), whose libraries the loader must find."""
     try:
         from onnxruntime.capi import build_and_package_info
         built = f"a CUDA {build_and_package_info.cuda_version} build"

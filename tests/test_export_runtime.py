@@ -204,6 +204,30 @@ def test_a_listed_cuda_provider_that_does_not_load_is_one_warning_and_the_cpu(
         onnx_runtime.cuda_loads.cache_clear()
 
 
+def test_a_cuda_provider_that_cannot_start_is_not_loaded_and_prints_nothing(monkeypatch, capfd):
+    """onnxruntime-gpu with a driver and no usable GPU: its CUDA provider
+    loads, then raises as the session starts, which onnxruntime's Python (its
+    fallback on, the default) prints on stdout before going on with the CPU;
+    `cuda_loads` turns the fallback off and takes the error as its answer."""
+    from export import onnx_runtime
+    real = ort.InferenceSession
+
+    def session(model, providers=None, enable_fallback=1, **kwargs):  # as onnxruntime does
+        if "CUDAExecutionProvider" in providers:
+            if int(enable_fallback) != 1:
+                raise RuntimeError("CUDA failure 100: no CUDA-capable device is detected")
+            print("*************** EP Error ***************")
+            providers = ["CPUExecutionProvider"]
+        return real(model, providers=providers, **kwargs)
+    monkeypatch.setattr(ort, "InferenceSession", session)
+    onnx_runtime.cuda_loads.cache_clear()
+    try:
+        assert onnx_runtime.cuda_loads() is False
+        assert capfd.readouterr().out == ""
+    finally:
+        onnx_runtime.cuda_loads.cache_clear()
+
+
 def test_memory_moves_between_backends(paths):
     onnx_rt = open_runtime(str(paths), backend="onnx", device="cpu")
     tf_rt = open_runtime(str(paths), backend="saved_model")

@@ -116,6 +116,13 @@ def test_a_part_gets_the_time_the_parts_before_it_left():
                          "mirrored": fake("print(3)")}, dict(parity=4, losses=1, mirrored=1),
                         total_s=6, env=None)
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"], rows
+    # a part rerun alone (--parts=X --budget_scale=2) keeps its own budget: the check's
+    # other seconds were no earlier part's to leave (a hang there once took all of --total_s)
+    assert gc.part_limit(50, left=480, later=0, budgeted=50) == 50
+    assert gc.part_limit(50, left=480, later=0, budgeted=80) == 80  # 30 s left before it
+    rows = gc.run_parts({"losses": fake("import time; time.sleep(30)")}, dict(losses=1),
+                        total_s=60, env=None)
+    assert rows[0]["result"] == "failed (timed out after 1 s)", rows
 
 
 def _running(pid):
@@ -629,6 +636,9 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
         ("gpu", "skipped"), ("serving_parity", "skipped")]
     assert result["table"] in done.stdout and result["failed"] == []
     assert result["partial"] is False  # true in the copies written after each part
+    # the gpu row's seconds (TensorFlow's and onnxruntime's imports, the probes on a GPU) are
+    # the check's, taken from --total_s
+    assert 0 < result["parts"][0]["seconds"] <= result["seconds"]
     # the issues' targets after the table, none judged from a CPU run (tests/test_issue_targets.py)
     assert result["targets"]["table"] in done.stdout.split(result["table"])[1]
     assert {(r["verdict"], r["why"].split(" (and: ")[0]) for r in result["targets"]["rows"]} \
@@ -637,7 +647,7 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "
         f"(<dtype>/tiny/out; made by --make_serving_exports={tmp_path} --tiny)"), done.stderr
-    done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--total_s=2"])
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--budget_scale=0.001"])
     result = json.loads((tmp_path / "check.json").read_text())
     assert done.returncode == 1 and result["failed"] == ["parity"], done.stdout[-2000:]
     assert "1 of 2 parts failed: parity" in done.stdout

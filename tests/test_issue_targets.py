@@ -389,3 +389,13 @@ def test_any_value_of_a_part_replaced_is_a_verdict_never_an_exception():
             assert len(rows) == len(it.TARGETS), (path, odd)
             assert {r["verdict"] for r in rows} <= set(it.VERDICTS), (path, odd)
             it.table(rows)
+
+
+def test_a_threshold_is_written_with_every_digit():
+    """`number_text` is shown in the table and passed to a part as its
+    `--tolerance`: it reads back as the threshold (1.5e-4 was once "1e-4")."""
+    for value, text in [(1e-4, "1e-4"), (1.5e-4, "1.5e-4"), (2.5e-3, "2.5e-3"), (0.78, "0.78"),
+                        (2.0, "2"), (0, "0"), (0.05, "0.05")]:
+        assert it.number_text(value) == text and float(text) == value
+    for name in it.THRESHOLDS:
+        assert float(it.number_text(it.limit_of(name))) == it.limit_of(name)
