@@ -300,6 +300,11 @@ PROBE_REASONS = re.compile(r"dlopen|could not load|cannot open shared|cuinit|cud
                            r"skipping registering|failed to load|libcu|libnv", re.IGNORECASE)
 
 
+# onnxruntime's status words before its message ("[ONNXRuntimeError] : 1 : FAIL : ..."),
+# whole or as far as a reason's start cut them.
+ORT_STATUS = re.compile(r"^.*?\b(?:EP_)?FAIL : ")
+
+
 def probe_reasons(log):
     """The lines of a probe's log (TensorFlow's and onnxruntime's) that say
     why a GPU is missing, without their log prefix (at most two, joined)."""
@@ -309,7 +314,7 @@ def probe_reasons(log):
         if found:  # from just before the words that matched (a long line's reason is late)
             prefix = line.rfind("] ", 0, found.start())  # -1: a line without a log prefix
             text = line[max(prefix + 2 if prefix >= 0 else 0, found.start() - 60):]
-            text = " ".join(text.split())[:200]
+            text = ORT_STATUS.sub("", " ".join(text.split()))[:200]
             if text not in lines:
                 lines.append(text)
     return " / ".join(lines[:2])
