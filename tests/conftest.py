@@ -145,3 +145,20 @@ def host_copies(monkeypatch):
         return numpy(value)
     monkeypatch.setattr(ort.OrtValue, "numpy", counted)
     return shapes
+
+
+@pytest.fixture
+def cuda_that_does_not_load(monkeypatch):
+    """onnxruntime listing a CUDA provider that does not load (onnxruntime-gpu
+    without a GPU or its CUDA libraries), with `cuda_loads` asked afresh;
+    skipped where this onnxruntime's CUDA provider loads (nothing falls back)."""
+    import onnxruntime as ort
+
+    from export import onnx_runtime
+    if onnx_runtime.cuda_built() and onnx_runtime.cuda_loads():
+        pytest.skip("this onnxruntime's CUDA provider loads: nothing falls back")
+    monkeypatch.setattr(ort, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    onnx_runtime.cuda_loads.cache_clear()
+    yield
+    onnx_runtime.cuda_loads.cache_clear()

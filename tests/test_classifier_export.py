@@ -241,25 +241,14 @@ def test_a_file_at_or_above_the_output_folder_is_named(exported, tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
-def test_onnx_on_a_cuda_that_does_not_load_says_so(exported, monkeypatch, caplog):
+def test_onnx_on_a_cuda_that_does_not_load_says_so(exported, cuda_that_does_not_load, caplog):
     """onnxruntime-gpu whose CUDA provider does not load (`cuda_loads`):
     the classifier runs on the CPU and says why in one warning, as the
     language model's runtime does (it once ran there without a word)."""
-    import onnxruntime as ort
-
-    from export import onnx_runtime
-    if onnx_runtime.cuda_built() and onnx_runtime.cuda_loads():
-        pytest.skip("this onnxruntime's CUDA provider loads: nothing falls back")
-    monkeypatch.setattr(ort, "get_available_providers",
-                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    onnx_runtime.cuda_loads.cache_clear()
-    try:
-        runtime = open_classifier(exported[1], backend="onnx", device="cuda")
-        assert runtime.session.get_providers() == ["CPUExecutionProvider"]
-        said = [r.getMessage() for r in caplog.records]
-        assert len(said) == 1 and said[0].startswith("CUDAExecutionProvider failed to load"), said
-        caplog.clear()
-        open_classifier(exported[1], backend="onnx", device="cpu")
-        assert not caplog.records
-    finally:
-        onnx_runtime.cuda_loads.cache_clear()
+    runtime = open_classifier(exported[1], backend="onnx", device="cuda")
+    assert runtime.session.get_providers() == ["CPUExecutionProvider"]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith("CUDAExecutionProvider failed to load"), said
+    caplog.clear()
+    open_classifier(exported[1], backend="onnx", device="cpu")
+    assert not caplog.records
