@@ -32,6 +32,7 @@ Only `cache_precision`, `speed`'s XLA and SavedModel rows and the exports
 (`speed` and `evaluation` without `--reuse_exports`) need TensorFlow; the
 rest runs where only onnxruntime is installed (the GPU machine).
 """
+import contextlib
 import glob
 import json
 import os
@@ -405,6 +406,13 @@ def preset_config(preset, mem_len=None, clamp_len=None):
                                          else {}))
 
 
+def tf_cpu_scope():
+    """TensorFlow's device scope of the CPU, where the XLA decoder runs
+    (imported here: a run of the ONNX exports alone needs no TensorFlow)."""
+    import tensorflow as tf
+    return tf.device("/CPU:0")
+
+
 def export_random(core, folder, **options):
     """Exports the model `core` (random weights) into `folder/out` (its
     weights in `folder/model`), unverified, with the export job's `options`."""
@@ -451,7 +459,8 @@ def run_preset(preset, o, bandwidth, work):
     core = None
     if "xla" in backends or (formats and not o["reuse_exports"]):
         from txl_tf import TransformerXL
-        core = TransformerXL(config)
+        with tf_cpu_scope():  # the XLA decoder's weights, on the CPU it runs on
+            core = TransformerXL(config)
     if formats and not o["reuse_exports"]:
         export_random(core, folder, formats=formats,
                       log_probs="last" if "triton" in formats else "all",
@@ -468,48 +477,51 @@ def run_preset(preset, o, bandwidth, work):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
             continue
-        if backend == "xla":
-            import tensorflow as tf
-            from txl_tf import Decoder, Memory
-            runner = Decoder(core, mem_len=mem_len)
+        # On a machine where TensorFlow sees a GPU it would place the XLA decoder
+        # there, timed against the CPU's bound: it stays on the CPU (--device).
+        with tf_cpu_scope() if backend == "xla" else contextlib.nullcontext():
+            if backend == "xla":
+                import tensorflow as tf
+                from txl_tf import Decoder, Memory
+                runner = Decoder(core, mem_len=mem_len)
 
-            def step(ids, memory, runner=runner):
-                return runner.step_last(ids, Memory(tf.constant(memory[0]),
-                                                    tf.constant(memory[1])))
-            parts, model_config = decoder_parts(runner), config
-        else:
-            options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
-                       "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
-                       } if backend == "onnx" else {"device": "cpu"}
-            runner = open_export(folder, backend, mem_len, o["device"], **options)
-            step, parts = generation_backend(runner).step_last, runtime_parts(runner)
-            model_config = runner.config  # a reused export's own sizes
-        for batch in parse_batch_sizes(o["batch_sizes"]):
-            memory = full_memory(model_config, mem_len, batch)
-            timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
-                                                                     o["tokens"])
-            device = getattr(runner, "device", "cpu")
-            bound_ms = step_bytes(model_config, mem_len, batch) / bandwidth[device] * 1e3
-            row = {"preset": preset, "mem_len": mem_len, "clamp_len": model_config.clamp_len,
-                   "backend": backend, "batch": batch,
-                   "device": device, "device_cache": getattr(runner, "device_cache", False),
-                   "cuda_graph": getattr(runner, "cuda_graph", False),
-                   **timing, "bound_ms": bound_ms,
-                   "over_bound": timing["per_token_ms"] / bound_ms,
-                   "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
-            if backend == "onnx" and runner.info.decode_dtype != "float32":
-                # beside the float32 bound: what this step reads in its own dtype
-                own_ms = step_bytes(model_config, mem_len, batch, 2) / bandwidth[device] * 1e3
-                row.update(decode_dtype=runner.info.decode_dtype, own_bound_ms=own_ms,
-                           over_own_bound=timing["per_token_ms"] / own_ms)
-            if batch == 1 and o["turns"]:
-                row.update(time_turn(runner, memory, parts))
-                row.update(time_prompt(runner, model_config, mem_len, step))
-            if batch > 1 and o["sessions"] and backend != "xla":
-                row.update(time_sessions(runner, model_config, mem_len, batch, o["tokens"]))
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-        del runner
+                def step(ids, memory, runner=runner):
+                    return runner.step_last(ids, Memory(tf.constant(memory[0]),
+                                                        tf.constant(memory[1])))
+                parts, model_config = decoder_parts(runner), config
+            else:
+                options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
+                           "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
+                           } if backend == "onnx" else {"device": "cpu"}
+                runner = open_export(folder, backend, mem_len, o["device"], **options)
+                step, parts = generation_backend(runner).step_last, runtime_parts(runner)
+                model_config = runner.config  # a reused export's own sizes
+            for batch in parse_batch_sizes(o["batch_sizes"]):
+                memory = full_memory(model_config, mem_len, batch)
+                timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
+                                                                         o["tokens"])
+                device = getattr(runner, "device", "cpu")
+                bound_ms = step_bytes(model_config, mem_len, batch) / bandwidth[device] * 1e3
+                row = {"preset": preset, "mem_len": mem_len, "clamp_len": model_config.clamp_len,
+                       "backend": backend, "batch": batch,
+                       "device": device, "device_cache": getattr(runner, "device_cache", False),
+                       "cuda_graph": getattr(runner, "cuda_graph", False),
+                       **timing, "bound_ms": bound_ms,
+                       "over_bound": timing["per_token_ms"] / bound_ms,
+                       "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
+                if backend == "onnx" and runner.info.decode_dtype != "float32":
+                    # beside the float32 bound: what this step reads in its own dtype
+                    own_ms = step_bytes(model_config, mem_len, batch, 2) / bandwidth[device] * 1e3
+                    row.update(decode_dtype=runner.info.decode_dtype, own_bound_ms=own_ms,
+                               over_own_bound=timing["per_token_ms"] / own_ms)
+                if batch == 1 and o["turns"]:
+                    row.update(time_turn(runner, memory, parts))
+                    row.update(time_prompt(runner, model_config, mem_len, step))
+                if batch > 1 and o["sessions"] and backend != "xla":
+                    row.update(time_sessions(runner, model_config, mem_len, batch, o["tokens"]))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+            del runner
     return rows
 
 
