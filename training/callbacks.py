@@ -214,7 +214,8 @@ class StopOnNonFinite(GlobalStep):
 
     Args:
         last_saved: a callable giving the step of the newest checkpoint
-            (None: none), for the message.
+            (None: none), for the message; None for a job that saves only
+            at its end.
         policy: the dtype policy trained in (under "mixed_float16" loss
             scaling leaves the weights of a step whose gradients are not
             finite as they were).
@@ -246,8 +247,9 @@ class StopOnNonFinite(GlobalStep):
             return
         steps = (f"step {self.step}" if first >= self.step else
                  f"steps {first} to {self.step} (one call of the train function)")
-        saved = self.last_saved()
-        kept = (f"the newest checkpoint, step {saved}, is kept" if saved is not None else
+        saved = None if self.last_saved is None else self.last_saved()
+        kept = ("nothing was saved" if self.last_saved is None else
+                f"the newest checkpoint, step {saved}, is kept" if saved is not None else
                 "no checkpoint was written")
         unchanged = (" (float16 loss scaling left the weights of that step as they were)"
                      if self.policy == "mixed_float16" and "loss" in problem else "")
