@@ -336,16 +336,17 @@ class Decoder:
 
         def body(t, ids, chosen, log_probs, cache, seen, counters, done):
             # A row whose log-probs are NaN or inf (a 16-bit step that
-            # overflowed) draws nothing more and keeps them, for `decode` to
-            # report: the sampler would make them an id out of the vocabulary
-            # (n_token or -1), which XLA's gather clamps to a real one.
-            finite = tf.reduce_all(tf.math.is_finite(log_probs), -1)
-            halted = done | ~finite
+            # overflowed) draws nothing more, as a done row: the sampler would
+            # make them an id out of the vocabulary (n_token or -1), which
+            # XLA's gather clamps to a real one. Such rows keep their
+            # log-probs (those after their last step, as the host loops keep
+            # them), so `decode` finds the NaN and names the row.
+            halted = done | ~tf.reduce_all(tf.math.is_finite(log_probs), -1)
             new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
                                                                 halted, pad_id)
             hidden, cache = self.core.call_with_cache(new_ids, cache, stopped=halted)
-            log_probs = tf.where(finite[:, None],
-                                 self.core.crit.log_probs(hidden, output_weights), log_probs)
+            log_probs = tf.where(halted[:, None], log_probs,
+                                 self.core.crit.log_probs(hidden, output_weights))
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
             return (t + 1, ids, chosen, log_probs, cache, seen, counters, now_done)
