@@ -241,8 +241,8 @@ class StopOnNonFinite(GlobalStep):
         if loss is not None and not math.isfinite(loss):
             problem = f"the training loss is {loss}"
         elif not bool(self._all_finite()):
-            problem = ("the weights hold NaN or inf (the loss was finite: a gradient of NaN or "
-                       "infinite norm, which the global-norm clip spreads to every weight)")
+            problem = ("the weights hold NaN or inf (the loss was finite: a NaN or infinite "
+                       "gradient, which a global-norm clip spreads to every weight)")
         else:
             return
         steps = (f"step {self.step}" if first >= self.step else
