@@ -326,3 +326,30 @@ def test_a_16_bit_decoder_keeps_its_cache_in_16_bits_and_scores_as_float32(polic
             got, want = lps[i], log_probs.numpy()[0, -1, token]
             assert abs(np.exp(got) - np.exp(want)) < tolerance and abs(got - want) < 5 * tolerance
             log_probs, memory = reference(np.array([[token]], np.int32), memory)
+
+
+def test_a_float16_step_that_overflows_mid_decode_is_named_not_sampled_as_an_id():
+    """Under mixed_float16 the prompt reads finite, then the generated id 7,
+    whose embedding overflows float16, makes the next log-probs NaN: the
+    sampler turned them into id n_token (greedy) or -1 (sampled), which a
+    plain graph refused with TensorFlow's out-of-range assertion and XLA's
+    gather clamped to a real row (generation went on, returning id 50)."""
+    from txl_tf import NonFiniteMemoryError
+    keras.utils.set_random_seed(0)
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN,
+                                                        tie_weight=False))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    table = core.word_emb.tables[0]
+    table.assign(table.numpy() * (np.arange(N_TOKEN) != 7)[:, None]
+                 + 60000.0 * (np.arange(N_TOKEN) == 7)[:, None])  # x sqrt(d_model): inf
+    bias = core.crit.biases[0]
+    bias.assign(np.where(np.arange(N_TOKEN) == 7, 50.0, 0.0))  # greedy draws 7 first
+    decoder = Decoder(core, mem_len=8, jit_compile=False)
+    for sampling in ({"temperature": 0.0}, {"temperature": 1.0, "seed": 3}):
+        with pytest.raises(NonFiniteMemoryError,
+                           match=r"^stream\(s\) 0, 1: .* a step of the decode overflowed "
+                                 r".*float16; decode in float32$"):
+            decoder.generate([[1, 2, 3], [4]], 4, **sampling)

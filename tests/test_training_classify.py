@@ -319,3 +319,14 @@ def test_command_line_errors(data, jobs, args, message):
     assert __import__("re").search(message, lines[0]), lines[0]
     assert "Traceback" not in proc.stderr
     assert not (root / "o").exists()
+
+
+def test_a_nan_loss_stops_the_classifier_before_it_is_saved(data, tmp_path):
+    """Weights so large that the first step's loss is NaN: the job saved
+    and exported a NaN classifier, reporting a NaN loss."""
+    with pytest.raises(TrainingError, match=r"^the training loss is nan at step 1: training "
+                                            r"stopped there and nothing was saved; lower "
+                                            r"--learning_rate$"):
+        _train(data, tmp_path, backbone=None, preset="tiny",
+               config_override=["tgt_len=8", "mem_len=8", "init_std=1e20"])
+    assert not (tmp_path / "out" / classify.MODEL_FILE).exists()

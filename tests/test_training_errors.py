@@ -315,3 +315,49 @@ def test_a_full_disk_during_a_checkpoint_is_one_error_and_leaves_no_partial_file
     assert (checkpoints / "ckpt-4.index").exists()
     monkeypatch.setattr(tf.train.CheckpointManager, "save", real_save)
     assert _train(tmp_path, data_dir=corpus, train_steps=8, checkpoint_every=2)["step"] == 8
+
+
+def test_a_nan_loss_stops_the_job_at_its_step_and_keeps_the_last_good_checkpoint(tmp_path,
+                                                                                 corpus):
+    """A run resumed at a learning rate that overflows the weights: without
+    the check it trained on NaN to the end, saved NaN checkpoints over the
+    good ones and exported them."""
+    _train(tmp_path, data_dir=corpus, checkpoint_every=2, final_eval=False)
+    with pytest.raises(TrainingError, match=r"^the training loss is nan at steps 3 to 4 \(one "
+                                            r"call of the train function\): training stopped "
+                                            r"there and the newest checkpoint, step 2, is kept; "
+                                            r"lower --learning_rate$"):
+        _train(tmp_path, data_dir=corpus, train_steps=6, checkpoint_every=2, log_every=2,
+               steps_per_execution=2, learning_rate=1e30, final_eval=False,
+               mixed_precision="none")
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert [n for n in names if n.startswith("ckpt-")] == ["ckpt-2.data-00000-of-00001",
+                                                           "ckpt-2.index"]
+
+
+def test_weights_made_nan_by_a_finite_loss_stop_training():
+    """A gradient of NaN norm under a finite loss (d sqrt(|w|) at w = 0):
+    the clip spreads the NaN to every weight, and the loss shows it only a
+    step later (after a checkpoint of those weights could be written)."""
+    import keras
+    import numpy as np
+
+    from training.callbacks import StopOnNonFinite
+
+    class Root(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(), initializer="zeros")
+
+        def call(self, x):
+            return x * 0.0 + keras.ops.sqrt(keras.ops.abs(self.w))
+
+    model = keras.Sequential([keras.Input((1,)), Root()])
+    model.compile(keras.optimizers.Adam(global_clipnorm=0.25), loss=lambda y, p: p)
+    seen = []
+    logger = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(logs))
+    with pytest.raises(TrainingError, match=r"^the weights hold NaN or inf \(the loss was "
+                                            r"finite.*\) at step 1: training stopped there and "
+                                            r"the newest checkpoint, step 0, is kept"):
+        model.fit(np.zeros((4, 1)), np.zeros((4, 1)), batch_size=4, epochs=3, verbose=0,
+                  callbacks=[logger, StopOnNonFinite(lambda: 0)])
+    assert len(seen) == 1 and seen[0]["loss"] == 0.0

@@ -2,6 +2,7 @@
 import contextlib
 import importlib
 import json
+import math
 import signal
 import threading
 import time
@@ -9,6 +10,7 @@ import time
 import keras
 
 from training.checkpointing import metric_values, set_metric_values
+from training.errors import TrainingError
 
 
 class GlobalStep(keras.callbacks.Callback):
@@ -197,6 +199,65 @@ class MetricWindow(GlobalStep):
     def on_epoch_end(self, epoch, logs=None):
         if self.shifted and self.step % self.every:
             self.carry = metric_values(self.model)
+
+
+class StopOnNonFinite(GlobalStep):
+    """Ends `fit` with a `TrainingError` after the first call of the train
+    function whose loss is NaN or infinite or that leaves a NaN or infinite
+    weight, naming the step (the call's steps when it runs several): put it
+    before `StepEvents`, so that no checkpoint, evaluation or export of
+    those weights is made. Without it a job trained on NaN to the end,
+    replaced its good checkpoints with NaN ones and exported them. A
+    gradient of NaN or infinite norm makes every weight NaN even where the
+    loss is finite (the global-norm clip multiplies each gradient by
+    `clip / norm`), hence the weights' check.
+
+    Args:
+        last_saved: a callable giving the step of the newest checkpoint
+            (None: none), for the message; None for a job that saves only
+            at its end.
+        policy: the dtype policy trained in (under "mixed_float16" loss
+            scaling leaves the weights of a step whose gradients are not
+            finite as they were).
+    """
+
+    def __init__(self, last_saved, policy="float32"):
+        super().__init__()
+        self.last_saved, self.policy = last_saved, str(policy)
+        self._all_finite = None
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        import tensorflow as tf
+        variables = list(self.model.trainable_variables)
+        self._all_finite = tf.function(
+            lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables]))
+
+    def on_train_batch_end(self, batch, logs=None):
+        first = self.step + 1
+        super().on_train_batch_end(batch, logs)
+        loss = (logs or {}).get("loss")
+        loss = None if loss is None else float(loss)
+        if loss is not None and not math.isfinite(loss):
+            problem = f"the training loss is {loss}"
+        elif not bool(self._all_finite()):
+            problem = ("the weights hold NaN or inf (the loss was finite: a NaN or infinite "
+                       "gradient, which a global-norm clip spreads to every weight)")
+        else:
+            return
+        steps = (f"step {self.step}" if first >= self.step else
+                 f"steps {first} to {self.step} (one call of the train function)")
+        saved = None if self.last_saved is None else self.last_saved()
+        kept = ("nothing was saved" if self.last_saved is None else
+                f"the newest checkpoint, step {saved}, is kept" if saved is not None else
+                "no checkpoint was written")
+        unchanged = (" (float16 loss scaling left the weights of that step as they were)"
+                     if self.policy == "mixed_float16" and "loss" in problem else "")
+        advice = "lower --learning_rate" + (
+            "" if self.policy == "float32" else
+            f", or train in float32 (--mixed_precision=none; this run: {self.policy})")
+        raise TrainingError(f"{problem} at {steps}{unchanged}: training stopped there and "
+                            f"{kept}; {advice}")
 
 
 class StepEvents(GlobalStep):

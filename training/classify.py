@@ -225,7 +225,7 @@ def check_encodable(texts, sources, tokenizer, flag):
 def train(o):
     import keras
 
-    from training.callbacks import ProgressLine, StepLog
+    from training.callbacks import ProgressLine, StepLog, StopOnNonFinite
     from training.files import write_atomically
     from training.train_data import release_input_iterators
     from txl_tf.app.progress import interactive
@@ -298,7 +298,9 @@ def train(o):
                                 max_length=o["max_length"], segment_len=segment_len,
                                 keep=o["keep"], shuffle=True, seed=o["seed"], repeat=True,
                                 drop_remainder=True, bucket=True)
-    callbacks = [StepLog(log_path, o["log_every"], schedule=schedule)]
+    # A NaN or inf loss or weight ends the job before the model is saved.
+    callbacks = [StopOnNonFinite(None, precision.policy),
+                 StepLog(log_path, o["log_every"], schedule=schedule)]
     verbose = 1 if o["verbose"] and interactive() else 0
     if o["verbose"] and not verbose:  # a log file: plain lines, no bar
         callbacks.append(ProgressLine(steps, o["log_every"], o["batch_size"], schedule, log,

@@ -329,8 +329,8 @@ def _train(o, strategy, task_id, is_chief):
     from txl_tf.checks.memory_budget import check_fits
     from training import inputs, run_record
     from training.callbacks import (CompileTime, GlobalStepTensorBoard, MetricWindow, ProgressBar,
-                                    ProgressLine, StepEvents, StepLog, StopOnSignal, TimeLimit,
-                                    tensorboard_available)
+                                    ProgressLine, StepEvents, StepLog, StopOnNonFinite,
+                                    StopOnSignal, TimeLimit, tensorboard_available)
     from training.checkpointing import (TrainingCheckpoint, checkpoint_dir, has_checkpoints,
                                         remove_stale_temporaries)
     from training.model_config import build_config, check_resumable
@@ -488,8 +488,10 @@ def _train(o, strategy, task_id, is_chief):
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     stop = None if multi_worker else StopOnSignal()
     if step < o["train_steps"]:
-        callbacks = ([compile_time, MetricWindow(o["checkpoint_every"]), StepEvents(on_step)]
-                     + ([stop] if stop else []))
+        # Non-finite losses and weights stop the job before on_step could save them.
+        finite = StopOnNonFinite(lambda: saved["step"], precision.policy)
+        callbacks = ([compile_time, MetricWindow(o["checkpoint_every"]), finite,
+                      StepEvents(on_step)] + ([stop] if stop else []))
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))

@@ -29,21 +29,24 @@ def out_of_range_message(ids, n_token, name="token"):
 
 class NonFiniteMemoryError(InputError):
     """A step's outputs are NaN or inf for some streams: the memory handed in
-    held NaN or inf in valid slots. `rows`: those streams' batch rows."""
+    held NaN or inf in valid slots. `rows`: those streams' batch rows;
+    `cause`: the message's reason in place of that one (a decode whose own
+    steps overflowed)."""
 
-    def __init__(self, rows, what="log-probs"):
+    MEMORY = ("the memory passed in holds NaN or inf in valid slots (or the weights do); "
+              "start those streams from a fresh memory")
+
+    def __init__(self, rows, what="log-probs", cause=None):
         self.rows = [r.item() if hasattr(r, "item") else r for r in rows]
-        self.what = what
+        self.what, self.cause = what, cause
         listed = ", ".join(map(str, self.rows[:10])) + (", ..." if len(self.rows) > 10 else "")
-        super().__init__(
-            f"stream(s) {listed}: the step's {what} are NaN or inf, so the "
-            "memory passed in holds NaN or inf in valid slots (or the weights do); start "
-            "those streams from a fresh memory")
+        super().__init__(f"stream(s) {listed}: the step's {what} are NaN or inf, so "
+                         f"{cause or self.MEMORY}")
 
     def in_batch(self, rows):
         """The same error for streams numbered by `rows` (a sub-batch's map
         to the caller's batch)."""
-        return NonFiniteMemoryError([rows[r] for r in self.rows], self.what)
+        return NonFiniteMemoryError([rows[r] for r in self.rows], self.what, self.cause)
 
 
 def check_finite_outputs(values, what="log-probs"):

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import check_finite_outputs, check_memory
-from txl_tf.checks.numpy_checks import check_flag
+from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_flag
 from txl_tf.core import TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
@@ -226,6 +226,7 @@ class Decoder:
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
+            _check_steps_finite(loop[0].numpy(), self.core.compute_dtype)
             if stream is not None and size:
                 stream(ids[-1])
             if loop[-1].numpy().all():
@@ -334,10 +335,18 @@ class Decoder:
         chosen = tf.zeros([capacity, batch], tf.float32)
 
         def body(t, ids, chosen, log_probs, cache, seen, counters, done):
+            # A row whose log-probs are NaN or inf (a 16-bit step that
+            # overflowed) draws nothing more, as a done row: the sampler would
+            # make them an id out of the vocabulary (n_token or -1), which
+            # XLA's gather clamps to a real one. Such rows keep their
+            # log-probs (those after their last step, as the host loops keep
+            # them), so `decode` finds the NaN and names the row.
+            halted = done | ~tf.reduce_all(tf.math.is_finite(log_probs), -1)
             new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
-                                                                done, pad_id)
-            hidden, cache = self.core.call_with_cache(new_ids, cache, stopped=done)
-            log_probs = self.core.crit.log_probs(hidden, output_weights)
+                                                                halted, pad_id)
+            hidden, cache = self.core.call_with_cache(new_ids, cache, stopped=halted)
+            log_probs = tf.where(halted[:, None], log_probs,
+                                 self.core.crit.log_probs(hidden, output_weights))
             ids = tf.tensor_scatter_nd_update(ids, [[t]], new_ids[None])
             chosen = tf.tensor_scatter_nd_update(chosen, [[t]], new_lps[None])
             return (t + 1, ids, chosen, log_probs, cache, seen, counters, now_done)
@@ -354,6 +363,18 @@ class Decoder:
         _, ids, chosen, log_probs, cache, *state = tf.while_loop(
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
         return (tf.transpose(ids), tf.transpose(chosen), log_probs, cache, *state)
+
+
+def _check_steps_finite(log_probs, dtype):
+    """`NonFiniteMemoryError` naming the rows whose next log-probs (numpy
+    `[B, V]`, after the decode loop's steps) hold NaN or inf; the prompts'
+    were checked before the loop, so a step of the loop made them."""
+    bad = ~np.isfinite(log_probs).all(-1)
+    if bad.any():
+        cause = ("a step of the decode overflowed (the memory and prompts gave finite "
+                 "log-probs)" + (f": the model computes in {dtype}; decode in float32"
+                                 if dtype in ("float16", "bfloat16") else ""))
+        raise NonFiniteMemoryError(np.flatnonzero(bad), cause=cause)
 
 
 def _rows_of(caches, fn):

@@ -144,7 +144,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """The attention probabilities `[B, n_head, T, M + T]` float32 that
         `call` (same arguments) weighs the values with, before attention
         dropout. Keys are the memory slots then the segment; a hidden key
-        gets exactly 0 and each row sums to 1."""
+        gets exactly 0 and each row sums to 1, except a query that sees no
+        key at all (`visible` all False in its row: the core's padded
+        positions, `token_mask`), which weighs every key equally, hidden
+        ones included, in every dtype (finite; its output is meaningless)."""
         self._check_call(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
         rows, k, _ = self._rows_keys_values(inputs, memory, fused=True)
         return tf.nn.softmax(self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias), axis=-1)
