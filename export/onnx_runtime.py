@@ -478,31 +478,32 @@ class OnnxRuntime(Runtime):
             out = dict(zip(self._outputs, session.run(
                 None, {"token_ids": ids, "mems": mems, "mem_mask": mem_mask})))
             return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
-        return self._bound_step(ids, mems, mem_mask, host_log_probs=True)
+        return self._bound_step(ids, mems, mem_mask)
 
-    def _bound_step(self, ids, mems, mem_mask, host_log_probs):
+    def _bound_step(self, ids, mems, mem_mask, read=None):
         """`(log-probs, new memory)` of a step with IO binding: the new
-        memory is left on the session's device, the log-probs are numpy
-        (`host_log_probs`) or an OrtValue on that device, which a
-        `FixedSegment`'s next run overwrites."""
+        memory is left on the session's device; the log-probs are numpy, or
+        what `read(log-probs OrtValue on the device)` makes of them, called
+        while a `FixedSegment`'s buffers (which its next run overwrites, from
+        any thread) are still held."""
         fixed = self._fixed_for(ids.shape)
         if isinstance(fixed, FixedSegment):
-            log_probs, memory = fixed.run(ids, mems, mem_mask)
-            # On the host: a copy of its own (on the CPU `numpy()` is a view).
-            return (np.array(log_probs.numpy()) if host_log_probs else log_probs,
-                    RuntimeMemory(*memory))
-        log_probs_device = "cpu" if host_log_probs else self.device
+            with fixed.lock:
+                log_probs, memory = fixed.run(ids, mems, mem_mask)
+                # On the host: a copy of its own (on the CPU `numpy()` is a view).
+                return (np.array(log_probs.numpy()) if read is None else read(log_probs),
+                        RuntimeMemory(*memory))
         session = fixed or self.session
         binding = session.io_binding()
         binding.bind_ortvalue_input("token_ids", self._ortvalue(ids))
         binding.bind_ortvalue_input("mems", mems)
         binding.bind_ortvalue_input("mem_mask", mem_mask)
-        binding.bind_output("log_probs", log_probs_device, 0)
+        binding.bind_output("log_probs", "cpu" if read is None else self.device, 0)
         binding.bind_output("new_mems", self.device, 0)
         binding.bind_output("new_mem_mask", self.device, 0)
         session.run_with_iobinding(binding)
         log_probs, new_mems, new_mem_mask = binding.get_outputs()
-        return (log_probs.numpy() if host_log_probs else log_probs,
+        return (log_probs.numpy() if read is None else read(log_probs),
                 RuntimeMemory(new_mems, new_mem_mask))
 
     # ------------------------------------------------- memory on the device
@@ -525,11 +526,14 @@ class OnnxRuntime(Runtime):
         """The log-probs stay on the device; only the nll come to the host."""
         if not self._memory_on_device or self.log_probs_mode != "all":
             return super()._score(ids, targets, mems, mem_mask)
-        log_probs, memory = self._bound_step(ids, mems, mem_mask, host_log_probs=False)
-        nll = np.empty(targets.shape, np.float32)
-        run_on_device(self._small_graph("nll", nll_model), self.device,
-                      {"log_probs": log_probs, "targets": targets}, into={"nll": nll})
-        return nll, memory
+        nll_session = self._small_graph("nll", nll_model)
+
+        def nll_of(log_probs):
+            nll = np.empty(targets.shape, np.float32)
+            run_on_device(nll_session, self.device, {"log_probs": log_probs, "targets": targets},
+                          into={"nll": nll})
+            return nll
+        return self._bound_step(ids, mems, mem_mask, read=nll_of)
 
     def _take_memory(self, memory, rows):
         parts = self._device_parts([memory])

@@ -1,0 +1,88 @@
+"""Serving objects used from several threads at once (a server's thread
+pool): each thread's calls on one shared object give what the same calls
+give alone. The objects that keep buffers between calls (a fixed-shape
+segment's, a `Resident`'s, the fixed-shape sessions' bookkeeping, a
+`SessionTable`) run here on the CPU provider, where the device path runs
+too (tests/test_device_ring.py); a session slowed down (`Slow`) lets the
+other threads in between a call's writes and its reads, where a missing
+lock would hand one thread another's results."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from export import SessionTable, onnx_runtime, open_runtime
+from export.device_memory import FixedSegment
+from test_decode_cache_export import CONFIG, export_of_config
+
+THREADS = 3
+
+
+class Slow:
+    """A session whose IO-binding runs wait a little first (the GIL let go)."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+    def run_with_iobinding(self, *args):
+        time.sleep(0.002)
+        return self.session.run_with_iobinding(*args)
+
+
+def in_threads(work, count=THREADS):
+    """`[work(i) for i in range(count)]`, each in a thread of its own,
+    started together; the first error is raised here."""
+    results, errors = [None] * count, []
+    barrier = threading.Barrier(count)
+
+    def run(i):
+        try:
+            barrier.wait()
+            results[i] = work(i)
+        except Exception as error:  # raised again below, in the test's thread
+            errors.append(error)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.fixture(scope="module")
+def path(built_once):
+    return str(export_of_config(built_once)[1] / "model.onnx")
+
+
+def device_runtime(path, **options):
+    """The device path (fixed buffers, `Resident`s) forced on the CPU provider."""
+    return open_runtime(path, device="cpu", device_cache=True, cuda_graph=True, **options)
+
+
+def test_steps_and_scores_on_one_fixed_segment_from_threads_equal_each_alone(path):
+    runtime = device_runtime(path, fixed_shapes=True)
+    shape = (2, 3)
+    segment = runtime._fixed_for(shape, open_now=True)
+    assert isinstance(segment, FixedSegment)
+    segment.session = Slow(segment.session)
+
+    def calls(i):
+        rng = np.random.default_rng(i)
+        out, memory = [], None
+        for _ in range(3):
+            ids = rng.integers(0, CONFIG.n_token, shape)
+            log_probs, memory = runtime.step(ids, memory)
+            nll, memory = runtime.score(ids, rng.integers(0, CONFIG.n_token, shape), memory)
+            out += [log_probs, nll]
+        return out + list(memory.numpy())
+    alone = [calls(i) for i in range(THREADS)]
+    for got, want in zip(in_threads(calls), alone):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
