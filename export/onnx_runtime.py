@@ -5,6 +5,7 @@ import ctypes
 import functools
 import logging
 import os
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -363,6 +364,9 @@ class OnnxRuntime(Runtime):
             self._decode_paths["decode_step"], self.mem_len + 1, self.info.cache_dtype, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
+        # What threads share: the sessions opened on first use, and `_fixed`
+        # and `_seen` (the bookkeeping, held briefly).
+        self._lock = threading.RLock()
         # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
@@ -418,19 +422,26 @@ class OnnxRuntime(Runtime):
         if not (self.fixed_shapes is True or
                 (self.fixed_shapes == "one_token" and shape == (1, 1))):
             return None
-        if shape in self._fixed:
+        with self._lock:
+            if shape in self._fixed:
+                self._fixed.move_to_end(shape)
+                return self._fixed[shape]
+            if shape not in self._seen and not open_now:
+                self._seen[shape] = True
+                if len(self._seen) > SHAPES_REMEMBERED:
+                    self._seen.popitem(last=False)
+                return None
+        # Opened without the lock (other shapes' calls go on meanwhile); a
+        # thread that opened the same shape first wins.
+        fixed = self._open_fixed(shape)
+        with self._lock:
+            self._seen.pop(shape, None)
+            if shape not in self._fixed:
+                while len(self._fixed) >= FIXED_SHAPES_KEPT:
+                    self._fixed.popitem(last=False)
+                self._fixed[shape] = fixed
             self._fixed.move_to_end(shape)
             return self._fixed[shape]
-        if shape not in self._seen and not open_now:
-            self._seen[shape] = True
-            if len(self._seen) > SHAPES_REMEMBERED:
-                self._seen.popitem(last=False)
-            return None
-        self._seen.pop(shape, None)
-        if len(self._fixed) >= FIXED_SHAPES_KEPT:
-            self._fixed.popitem(last=False)
-        self._fixed[shape] = self._open_fixed(shape)
-        return self._fixed[shape]
 
     def _open_fixed(self, shape):
         """A session of `shape`; on the device path a `FixedSegment` over
@@ -517,10 +528,14 @@ class OnnxRuntime(Runtime):
 
     def _small_graph(self, key, build):
         """The session of the small graph `build()`, opened once per `key`."""
-        if key not in self._small_graphs:
-            self._small_graphs[key] = self._open_model(with_cache_dtype(build(),
-                                                                        self.info.cache_dtype))
-        return self._small_graphs[key]
+        session = self._small_graphs.get(key)
+        if session is None:
+            with self._lock:
+                if key not in self._small_graphs:
+                    self._small_graphs[key] = self._open_model(
+                        with_cache_dtype(build(), self.info.cache_dtype))
+                session = self._small_graphs[key]
+        return session
 
     def _score(self, ids, targets, mems, mem_mask):
         """The log-probs stay on the device; only the nll come to the host."""
@@ -583,7 +598,9 @@ class OnnxRuntime(Runtime):
     # ------------------------------------------------- the cached decode interface
     def _decode_session(self, name):
         if self._decode_sessions is None:
-            self._decode_sessions = self._open_decode()
+            with self._lock:
+                if self._decode_sessions is None:
+                    self._decode_sessions = self._open_decode()
         return self._decode_sessions[name]
 
     def _decode_run(self, name, inputs, into=None):
@@ -697,12 +714,14 @@ class OnnxRuntime(Runtime):
         """The sessions CUDA graphs replay (`open_replay_sessions`), or None
         where they are off or the export's step cannot be captured."""
         if self.cuda_graph and self._replay_sessions is None:
-            try:
-                self._replay_sessions = self._open_replay()
-            except ModelDirError as error:  # an export whose step cannot be captured
-                logging.warning("decode steps run without CUDA graphs: %s (re-export the "
-                                "model to replay them)", error)
-                self.cuda_graph = False
+            with self._lock:
+                if self.cuda_graph and self._replay_sessions is None:
+                    try:
+                        self._replay_sessions = self._open_replay()
+                    except ModelDirError as error:  # an export whose step cannot be captured
+                        logging.warning("decode steps run without CUDA graphs: %s (re-export "
+                                        "the model to replay them)", error)
+                        self.cuda_graph = False
         return self._replay_sessions if self.cuda_graph else None
 
     def _ring_writer(self):

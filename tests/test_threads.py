@@ -86,3 +86,26 @@ def test_steps_and_scores_on_one_fixed_segment_from_threads_equal_each_alone(pat
     for got, want in zip(in_threads(calls), alone):
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_fixed_shape_sessions_opened_by_threads_at_once_keep_to_the_kept_count(path,
+                                                                              monkeypatch):
+    """Threads opening sessions of different shapes at once keep at most
+    `FIXED_SHAPES_KEPT` of them, each thread's step computing what the
+    dynamic session does."""
+    monkeypatch.setattr(onnx_runtime, "FIXED_SHAPES_KEPT", 1)
+    runtime = open_runtime(path, device="cpu", fixed_shapes=True)
+    dynamic = open_runtime(path, device="cpu", fixed_shapes=False)
+    opened = runtime._open_fixed
+
+    def slow_open(shape):
+        time.sleep(0.05)
+        return opened(shape)
+    monkeypatch.setattr(runtime, "_open_fixed", slow_open)
+    ids = [np.full([1, n], n) for n in range(1, THREADS + 1)]
+    for segment in ids:  # each shape seen once: the next call opens its session
+        runtime.step(segment)
+    got = in_threads(lambda i: runtime.step(ids[i])[0])
+    assert len(runtime._fixed) == 1
+    for segment, log_probs in zip(ids, got):
+        np.testing.assert_allclose(log_probs, dynamic.step(segment)[0], atol=1e-6)
