@@ -1,6 +1,7 @@
 """ONNX Runtime backend: CUDA when available, CPU otherwise; IO binding keeps
 the memory, and on CUDA the decode cache (`export.decode_cache`), on the
 device between calls. Needs numpy and onnxruntime, not TensorFlow."""
+import contextlib
 import ctypes
 import functools
 import logging
@@ -364,9 +365,11 @@ class OnnxRuntime(Runtime):
             self._decode_paths["decode_step"], self.mem_len + 1, self.info.cache_dtype, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
-        # What threads share: the sessions opened on first use, and `_fixed`
-        # and `_seen` (the bookkeeping, held briefly).
+        # What threads share: the sessions opened on first use, `_fixed` and
+        # `_seen` (the bookkeeping, held briefly), and one lock per batch size
+        # for the `Resident` whose fixed buffers caches of that size take turns in.
         self._lock = threading.RLock()
+        self._resident_locks = {}
         # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
@@ -647,8 +650,10 @@ class OnnxRuntime(Runtime):
     def _decode_read(self, ids, cache):
         if on_device(cache):
             log_probs = np.empty([ids.shape[0], self.n_token], np.float32)
-            out = run_on_device(self._decode_session("decode_read"), self.device,
-                                {"token_ids": ids, **cache}, {"log_probs": log_probs})
+            session = self._decode_session("decode_read")
+            with self._holding(cache):
+                out = run_on_device(session, self.device, {"token_ids": ids, **cache},
+                                    {"log_probs": log_probs})
             new = {name: out[f"new_{name}"] for name in CHANGING_NAMES}
             return log_probs, DeviceCache({**new, "positions": cache["positions"]})
         # The new cache is written straight into fresh aligned buffers.
@@ -671,29 +676,49 @@ class OnnxRuntime(Runtime):
     def _device_step(self, ids, stopped, cache):
         """One step of a device cache; a `DeviceCache`'s ring positions, where
         the host knows them, move on with it (no read of the device)."""
-        known = cache.known_positions() if isinstance(cache, DeviceCache) else None
-        if self._replay() is not None:
-            batch = len(ids)
+        with self._holding(cache):
+            known = cache.known_positions() if isinstance(cache, DeviceCache) else None
+            if self._replay() is not None:
+                log_probs = self._resident(cache).step(cache, ids, stopped)
+            else:
+                log_probs = device_step(self._decode_session("decode_step"),
+                                        self._ring_writer(), self.device, ids, stopped, cache,
+                                        self.n_token)
+            if isinstance(cache, DeviceCache):
+                cache.remember(None if known is None else
+                               known.advanced(stopped, self.mem_len + 1))
+        return log_probs
+
+    def _resident(self, cache):
+        """The `Resident` of the cache's batch size (made at its first step)."""
+        batch = shape_and_dtype(cache["valid"])[0][0]
+        with self._lock:
             if batch not in self._residents:
                 self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
                                                   self.n_token)
-            log_probs = self._residents[batch].step(cache, ids, stopped)
-        else:
-            log_probs = device_step(self._decode_session("decode_step"), self._ring_writer(),
-                                    self.device, ids, stopped, cache, self.n_token)
-        if isinstance(cache, DeviceCache):
-            cache.remember(None if known is None else
-                           known.advanced(stopped, self.mem_len + 1))
-        return log_probs
+            return self._residents[batch]
+
+    def _holding(self, cache):
+        """The lock to hold while reading or writing a device cache's tensors
+        where steps run over a `Resident`'s fixed buffers (`cuda_graph`): a
+        step of another cache of its batch size, from any thread, moves it
+        out of them (its dict then names other buffers, holding the same
+        state). Elsewhere none: a cache's tensors are its own."""
+        if not (self.cuda_graph and on_device(cache)):
+            return contextlib.nullcontext()
+        batch = shape_and_dtype(cache["valid"])[0][0]
+        with self._lock:
+            return self._resident_locks.setdefault(batch, threading.RLock())
 
     def _ring_positions(self, cache):
         """A `DeviceCache`'s positions as the host knows them; read from the
         device (once: then known) where it does not."""
-        known = cache.known_positions() if isinstance(cache, DeviceCache) else None
-        if known is None:
-            known = super()._ring_positions(cache)
-            if isinstance(cache, DeviceCache):
-                cache.remember(known)
+        with self._holding(cache):
+            known = cache.known_positions() if isinstance(cache, DeviceCache) else None
+            if known is None:
+                known = super()._ring_positions(cache)
+                if isinstance(cache, DeviceCache):
+                    cache.remember(known)
         return known
 
     def _realign(self, cache, rows, positions):
@@ -704,11 +729,13 @@ class OnnxRuntime(Runtime):
         size = self.mem_len + 1
         take = self._small_graph("take_slab_rows", slab_take_model)
         put = self._small_graph("put_slab_row", lambda: slab_put_model(size))
-        for row in rows.tolist():
-            put_row(put, self.device, cache, take_device_rows(take, self.device, cache, [row]),
-                    row, (positions.slot - int(positions.row_slot[row])) % size)
-        if isinstance(cache, DeviceCache):
-            cache.remember(positions.realigned(rows))
+        with self._holding(cache):
+            for row in rows.tolist():
+                put_row(put, self.device, cache,
+                        take_device_rows(take, self.device, cache, [row]), row,
+                        (positions.slot - int(positions.row_slot[row])) % size)
+            if isinstance(cache, DeviceCache):
+                cache.remember(positions.realigned(rows))
 
     def _replay(self):
         """The sessions CUDA graphs replay (`open_replay_sessions`), or None
@@ -749,8 +776,9 @@ class OnnxRuntime(Runtime):
             return super().cache_memory(cache)
         self._check_cache(cache)
         session = self._small_graph("memory", lambda: ring_memory_model(self.mem_len + 1))
-        out = run_on_device(session, self.device,
-                            {name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
+        with self._holding(cache):
+            out = run_on_device(session, self.device, {
+                name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
         return RuntimeMemory(out["mems"], out["mem_mask"])
 
     def _writable(self, cache):
@@ -766,18 +794,19 @@ class OnnxRuntime(Runtime):
     def _concat_caches(self, caches):
         if not any(on_device(c) for c in caches):
             return super()._concat_caches(caches)
-        return self._to_device(super()._concat_caches([self._on_host(c) for c in caches]))
+        return self._to_device(super()._concat_caches([self._host_copy(c) for c in caches]))
 
     def _same_place(self, cache, host_op):
         """`host_op` of `cache`, through the host for a device cache (which
         comes back on the device)."""
         if not on_device(cache):
             return host_op(cache)
-        return self._to_device(host_op(self._on_host(cache)))
+        return self._to_device(host_op(self._host_copy(cache)))
 
-    @staticmethod
-    def _on_host(cache):
-        return host_cache({name: _host(value) for name, value in cache.items()})
+    def _host_copy(self, cache):
+        """A host cache of `cache` (a device cache's read under `_holding`)."""
+        with self._holding(cache):
+            return host_cache({name: _host(value) for name, value in cache.items()})
 
     def _to_device(self, cache):
         """A `DeviceCache` of the host cache `cache` (its positions known)."""

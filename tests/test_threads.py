@@ -88,6 +88,31 @@ def test_steps_and_scores_on_one_fixed_segment_from_threads_equal_each_alone(pat
             np.testing.assert_array_equal(a, b)
 
 
+def test_decode_steps_of_caches_taking_turns_in_one_resident_from_threads_equal_each_alone(
+        path):
+    """Each thread decodes its own one-row cache; they share the `Resident`
+    of batch size 1, whose buffers each step moves its cache into."""
+    runtime = device_runtime(path, fixed_shapes=False)
+    runtime._replay()
+    runtime._replay_sessions["step"] = Slow(runtime._replay_sessions["step"])
+
+    def calls(i):
+        rng = np.random.default_rng(i)
+        _, memory = runtime.step(rng.integers(0, CONFIG.n_token, [1, 4]))
+        cache = runtime.decode_init(memory)
+        out = []
+        for _ in range(5):
+            log_probs, cache = runtime.decode_step(rng.integers(0, CONFIG.n_token, [1]), cache)
+            out.append(log_probs)
+        return out + list(runtime.cache_memory(cache).numpy())
+    alone = [calls(i) for i in range(THREADS)]
+    got = in_threads(calls)
+    assert list(runtime._residents) == [1]
+    for a_thread, want in zip(got, alone):
+        for a, b in zip(a_thread, want):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_fixed_shape_sessions_opened_by_threads_at_once_keep_to_the_kept_count(path,
                                                                               monkeypatch):
     """Threads opening sessions of different shapes at once keep at most
