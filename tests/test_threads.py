@@ -134,3 +134,35 @@ def test_fixed_shape_sessions_opened_by_threads_at_once_keep_to_the_kept_count(p
     assert len(runtime._fixed) == 1
     for segment, log_probs in zip(ids, got):
         np.testing.assert_allclose(log_probs, dynamic.step(segment)[0], atol=1e-6)
+
+
+def test_a_table_stepped_by_one_thread_while_others_open_and_close_sessions(path):
+    """Request threads open a session each, wait for it to finish and close
+    it while a loop thread steps the table: each gets what it gets alone."""
+    runtime = open_runtime(path, device="cpu")
+    table = SessionTable(runtime, max_batch=2)
+    prompts = {i: list(range(1 + i, 4 + 2 * i)) for i in range(2 * THREADS)}
+    alone = {i: runtime.generate([p], 4, seed=i).ids[0].tolist() for i, p in prompts.items()}
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            if not table.step():
+                time.sleep(0.001)
+    stepping = threading.Thread(target=loop)
+    stepping.start()
+
+    def client(i):
+        got = {}
+        for key in (i, i + THREADS):
+            table.open(key, prompts[key], 4, seed=key)
+            while key in table.active() and stepping.is_alive():
+                time.sleep(0.001)
+            got[key] = table.close(key).ids[0].tolist()
+        return got
+    try:
+        results = in_threads(client)
+    finally:
+        stop.set()
+        stepping.join(60)
+    assert {key: ids for got in results for key, ids in got.items()} == alone
