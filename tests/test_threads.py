@@ -14,6 +14,7 @@ import pytest
 
 from export import SessionTable, onnx_runtime, open_runtime
 from export.device_memory import FixedSegment
+from txl_tf.errors import TxlError
 from test_decode_cache_export import CONFIG, export_of_config
 
 THREADS = 3
@@ -166,3 +167,32 @@ def test_a_table_stepped_by_one_thread_while_others_open_and_close_sessions(path
         stop.set()
         stepping.join(60)
     assert {key: ids for got in results for key, ids in got.items()} == alone
+
+
+@pytest.mark.parametrize("device_path", [False, True], ids=["host", "device"])
+def test_a_slab_used_by_a_second_thread_while_one_steps_it_raises(path, device_path):
+    """A slab serves one thread at a time: a call from another thread while
+    one is inside a step is refused, naming the slab, and the step goes on."""
+    runtime = device_runtime(path) if device_path else open_runtime(path, device="cpu")
+    inside, go_on = threading.Event(), threading.Event()
+
+    def check(log_probs):  # the step's check: the slab's first thread is inside
+        inside.set()
+        assert go_on.wait(30)
+        return log_probs
+    slab = runtime._generation.cache_slab(2)
+    cache = runtime.decode_init(runtime.step(np.ones([1, 3], np.int32))[1])
+    slab.admit("a", runtime.take(cache, [0]))
+    stepping = threading.Thread(target=lambda: slab.step(np.array([1]), check))
+    stepping.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(TxlError, match=f"{type(slab).__name__} is in use by another "
+                                           "thread: a slab serves one thread at a time"):
+            slab.admit("b", runtime.take(cache, [0]))
+    finally:
+        go_on.set()
+        stepping.join(30)
+    assert slab.keys == ["a"]
+    slab.admit("b", runtime.take(cache, [0]))  # the step over, another thread may go on
+    assert slab.keys == ["a", "b"]
