@@ -88,9 +88,12 @@ class FixedSegment:
         copy_session: a session of `memory_copy_model()`.
         device: the OrtValues' device ("cpu", "cuda").
         shape: `(batch, seq_len)` the session is fixed to.
+        lock: the `lock` (a `threading.Lock` or `RLock`) to share with other
+            runs (the runtime's, for sessions replaying CUDA graphs); None:
+            one of its own.
     """
 
-    def __init__(self, session, copy_session, device, shape):
+    def __init__(self, session, copy_session, device, shape, lock=None):
         import onnxruntime as ort
         self.session, self.copy_session, self.device = session, copy_session, device
         batch, length = shape
@@ -108,7 +111,7 @@ class FixedSegment:
         for name, value in self.outputs.items():
             self.binding.bind_ortvalue_output(name, value)
         self.run_options = replay_run_options()
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()
 
     def run(self, ids, mems, mem_mask):
         """`(log-probs, new memory)` of the segment `ids` (numpy `[batch,

@@ -23,6 +23,7 @@ The ring's bookkeeping (the write, the move of its positions) is
 rows' placement. Built with `onnx.helper` at run time, as `decode_cache`'s
 graphs are.
 """
+import contextlib
 import threading
 
 import numpy as np
@@ -114,11 +115,14 @@ class DeviceSlab:
     sessions where CUDA graphs are on) and `{"put", "take"}` (of
     `slab_put_model(size)` and `slab_take_model()`). Rows are kept
     contiguous (an evicted row's place takes the last row). One thread at a
-    time, as `CacheSlab`.
+    time, as `CacheSlab`; `lock` (None: none), held around each step, is
+    the runtime's for sessions replaying CUDA graphs (its other device
+    steps run them too).
     """
 
-    def __init__(self, capacity, sessions, device, n_token):
+    def __init__(self, capacity, sessions, device, n_token, lock=None):
         self._in_use, self._user = threading.Lock(), None  # `one_thread_at_a_time`
+        self._lock = lock or contextlib.nullcontext()
         self.capacity = int(capacity)
         self.sessions, self.device, self.n_token = sessions, device, n_token
         self.keys = []  # the stream in each row, in row order
@@ -178,8 +182,9 @@ class DeviceSlab:
             self._steps[rows] = FixedStep(self.sessions, self.device, self._tensors, rows,
                                           self.n_token)
         steps = self._steps[rows]
-        log_probs = check(steps.read(ids, np.zeros(rows, np.bool_)))
-        steps.write()
+        with self._lock:
+            log_probs = check(steps.read(ids, np.zeros(rows, np.bool_)))
+            steps.write()
         return log_probs
 
     # --------------------------------------------------------------- helpers

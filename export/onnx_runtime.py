@@ -366,10 +366,11 @@ class OnnxRuntime(Runtime):
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
         # What threads share: the sessions opened on first use, `_fixed` and
-        # `_seen` (the bookkeeping, held briefly), and one lock per batch size
-        # for the `Resident` whose fixed buffers caches of that size take turns in.
+        # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the
+        # `Resident`s' buffers, which device caches take turns in, and on CUDA
+        # every run of a session that replays CUDA graphs (`_replay_lock_of`).
         self._lock = threading.RLock()
-        self._resident_locks = {}
+        self._replay_lock = threading.RLock()
         # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
@@ -464,9 +465,18 @@ class OnnxRuntime(Runtime):
             except ModelDirError as error:  # a node left to the CPU: no capture
                 logging.warning("segments run without CUDA graphs: %s", error)
                 self._segment_graphs = False
+        captured = session is not None and self.device == "cuda"
         session = session or self._open_fixed_session(shape, False)
         return FixedSegment(session, self._small_graph("copy_memory", memory_copy_model),
-                            self.device, shape)
+                            self.device, shape, lock=self._replay_lock_of(captured))
+
+    def _replay_lock_of(self, captured):
+        """The lock of the runs of a session that replays CUDA graphs
+        (`captured`), or None. ONNX Runtime keeps each session's captured
+        graphs and its count of runs before a capture unguarded, and a
+        capture forbids other threads' CUDA calls meanwhile: on CUDA such
+        runs take turns, one runtime-wide lock (`_replay_lock`)."""
+        return self._replay_lock if captured else None
 
     # ------------------------------------------------------------ conversion
     def _ortvalue(self, array):
@@ -703,12 +713,12 @@ class OnnxRuntime(Runtime):
         where steps run over a `Resident`'s fixed buffers (`cuda_graph`): a
         step of another cache of its batch size, from any thread, moves it
         out of them (its dict then names other buffers, holding the same
-        state). Elsewhere none: a cache's tensors are its own."""
+        state); one lock for all sizes, as on CUDA their steps replay the
+        same sessions' graphs (`_replay_lock_of`). Elsewhere none: a
+        cache's tensors are its own."""
         if not (self.cuda_graph and on_device(cache)):
             return contextlib.nullcontext()
-        batch = shape_and_dtype(cache["valid"])[0][0]
-        with self._lock:
-            return self._resident_locks.setdefault(batch, threading.RLock())
+        return self._replay_lock
 
     def _ring_positions(self, cache):
         """A `DeviceCache`'s positions as the host knows them; read from the
@@ -767,7 +777,8 @@ class OnnxRuntime(Runtime):
         sessions = {**{name: steps[name] for name in ("step", "write", "move")},
                     "put": self._small_graph("put_slab_row", lambda: slab_put_model(size)),
                     "take": self._small_graph("take_slab_rows", slab_take_model)}
-        return DeviceSlab(capacity, sessions, self.device, self.n_token)
+        return DeviceSlab(capacity, sessions, self.device, self.n_token,
+                          lock=self._replay_lock_of(self.cuda_graph and self.device == "cuda"))
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on

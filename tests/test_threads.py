@@ -196,3 +196,21 @@ def test_a_slab_used_by_a_second_thread_while_one_steps_it_raises(path, device_p
     assert slab.keys == ["a"]
     slab.admit("b", runtime.take(cache, [0]))  # the step over, another thread may go on
     assert slab.keys == ["a", "b"]
+
+
+def test_runs_replaying_cuda_graphs_take_turns_under_the_runtimes_lock(path, monkeypatch):
+    """On CUDA, where a session's captured graphs are its own unguarded
+    state, its fixed-shape segments, its `Resident`s and its slabs share one
+    lock (here, on the CPU provider, as if each of their sessions replayed)."""
+    runtime = device_runtime(path, fixed_shapes=True)
+    monkeypatch.setattr(runtime, "_replay_lock_of",
+                        lambda captured: runtime._replay_lock)
+    assert runtime._fixed_for((1, 2), open_now=True).lock is runtime._replay_lock
+    cache = runtime.decode_init(runtime.step(np.ones([1, 3], np.int32))[1])
+    assert runtime._holding(cache) is runtime._replay_lock
+    slab = runtime._generation.cache_slab(2)
+    slab.admit("a", cache)
+    held = []
+    slab.step(np.array([1]), lambda log_probs: held.append(runtime._replay_lock._is_owned())
+              or log_probs)
+    assert held == [True]
