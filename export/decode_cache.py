@@ -58,10 +58,14 @@ holds the graphs and says what each tensor is).
   step's batch is a view of the slab's first rows. Its twin on the device
   is `export.device_slab.DeviceSlab`.
 """
+import functools
 import itertools
+import threading
 from typing import NamedTuple
 
 import numpy as np
+
+from txl_tf.errors import TxlError
 
 
 CACHE_NAMES = ("cache_mems", "keys", "values", "valid", "slot", "row_slot", "positions")
@@ -736,6 +740,29 @@ def copy_on_device(session, source, target):
 
 
 # ----------------------------------------------------------------- the slab
+def one_thread_at_a_time(method):
+    """`method` of a slab, which serves one thread at a time: a call while
+    another thread is inside one of its methods raises `TxlError` naming
+    the slab and the rule (it would read or write rows the other thread is
+    changing). A method calling another goes on."""
+    @functools.wraps(method)
+    def guarded(slab, *args, **kwargs):
+        me = threading.get_ident()
+        if slab._user == me:
+            return method(slab, *args, **kwargs)
+        if not slab._in_use.acquire(blocking=False):
+            raise TxlError(f"{type(slab).__name__} is in use by another thread: a slab serves "
+                           "one thread at a time (a SessionTable holds its lock around its "
+                           "slab; elsewhere hold one around every use of it)")
+        slab._user = me
+        try:
+            return method(slab, *args, **kwargs)
+        finally:
+            slab._user = None
+            slab._in_use.release()
+    return guarded
+
+
 class CacheSlab:
     """Up to `capacity` streams' host decode caches (`decode_interface`), one
     row each, on one shared ring slot.
@@ -750,10 +777,12 @@ class CacheSlab:
     steps it with `step`, through the runtime's `GenerationBackend`
     (`next_cached`, no checks per token). On a device runtime the slab is an
     `export.device_slab.DeviceSlab` (the same methods, its rows in device
-    buffers).
+    buffers). A slab serves one thread at a time: a call made while
+    another thread is in one raises `TxlError` (`one_thread_at_a_time`).
     """
 
     def __init__(self, capacity, next_cached=None):
+        self._in_use, self._user = threading.Lock(), None  # `one_thread_at_a_time`
         self.capacity = int(capacity)
         self._next_cached = next_cached  # (ids, stopped, cache) -> log-probs, for `step`
         self.keys = []  # the stream in each row, in row order
@@ -766,6 +795,7 @@ class CacheSlab:
     def full(self):
         return len(self.keys) == self.capacity
 
+    @one_thread_at_a_time
     def admit(self, key, cache):
         """Puts the one-row host cache `cache` in the next row, rotated onto
         the slab's ring slot (an empty slab takes the row's own slot)."""
@@ -792,6 +822,7 @@ class CacheSlab:
                 target[...] = np.roll(cache[name], shift, ring_axis(name))
         self.keys.append(key)
 
+    @one_thread_at_a_time
     def evict(self, key):
         """Removes `key`'s row; its one-row host cache (a copy)."""
         row = self.keys.index(key)
@@ -805,11 +836,13 @@ class CacheSlab:
         self.keys.pop()
         return cache
 
+    @one_thread_at_a_time
     def batch(self):
         """The host cache of the rows in use (views: steps advance the slab)."""
         views = {name: _rows(self._arrays[name], name, 0, len(self.keys)) for name in BATCH_AXES}
         return {**views, "slot": self._arrays["slot"], "positions": self._arrays["positions"]}
 
+    @one_thread_at_a_time
     def step(self, ids, check):
         """The log-probs of one step of every row (ids `[len(self)]`), the
         slab advanced in place, unless `check(log_probs)` raises: then the
@@ -822,12 +855,14 @@ class CacheSlab:
             self.undo()
             raise
 
+    @one_thread_at_a_time
     def mark(self):
         """Remembers the ring's position, so that `undo` can take back the next step."""
         n, slot = len(self.keys), int(self._arrays["slot"])
         self._undo = (slot, self._arrays["row_slot"][:n].copy(),
                       self._arrays["valid"][:n, slot].copy())
 
+    @one_thread_at_a_time
     def undo(self):
         """Takes back the step since `mark`: it wrote only into the free slot,
         whose entries mean nothing until the ring moves onto it, so putting

@@ -5,6 +5,8 @@ and scores targets on its device, so that a memory (OrtValues in a
 score brings only the negative log-likelihoods there, not the log-probs.
 Built with `onnx.helper` at run time (as `export.decode_cache`'s graphs).
 """
+import threading
+
 import numpy as np
 
 from export.decode_cache import NUMPY_TYPES, empty_like, replay_run_options, small_model as _model
@@ -78,15 +80,20 @@ class FixedSegment:
     memory out of the output buffers into fresh ones on the device (the copy
     graph `copy_session`, of `memory_copy_model`), so a memory handed back
     is never overwritten by the next run; the ids are written in place.
+    Its buffers serve one run at a time: a caller holds `lock` from `run`
+    (or `load`) until it has read the log-probs (`OnnxRuntime` does).
 
     Args:
         session: the fixed-shape session (CUDA graphs on where they replay).
         copy_session: a session of `memory_copy_model()`.
         device: the OrtValues' device ("cpu", "cuda").
         shape: `(batch, seq_len)` the session is fixed to.
+        lock: the `lock` (a `threading.Lock` or `RLock`) to share with other
+            runs (the runtime's, for sessions replaying CUDA graphs); None:
+            one of its own.
     """
 
-    def __init__(self, session, copy_session, device, shape):
+    def __init__(self, session, copy_session, device, shape, lock=None):
         import onnxruntime as ort
         self.session, self.copy_session, self.device = session, copy_session, device
         batch, length = shape
@@ -104,6 +111,7 @@ class FixedSegment:
         for name, value in self.outputs.items():
             self.binding.bind_ortvalue_output(name, value)
         self.run_options = replay_run_options()
+        self.lock = lock or threading.Lock()
 
     def run(self, ids, mems, mem_mask):
         """`(log-probs, new memory)` of the segment `ids` (numpy `[batch,

@@ -23,11 +23,14 @@ The ring's bookkeeping (the write, the move of its positions) is
 rows' placement. Built with `onnx.helper` at run time, as `decode_cache`'s
 graphs are.
 """
+import contextlib
+import threading
+
 import numpy as np
 
 from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, DeviceCache,
-                                 FixedStep, check_admission, is_ortvalue, ortvalue,
-                                 run_on_device)
+                                 FixedStep, check_admission, is_ortvalue,
+                                 one_thread_at_a_time, ortvalue, run_on_device)
 from export.decode_cache import small_model as _model
 
 # The per-row tensors a session's row holds (`positions` and `slot` are shared).
@@ -111,10 +114,15 @@ class DeviceSlab:
     `sessions`: `{"step", "write", "move"}` (`FixedStep`'s: the replay
     sessions where CUDA graphs are on) and `{"put", "take"}` (of
     `slab_put_model(size)` and `slab_take_model()`). Rows are kept
-    contiguous (an evicted row's place takes the last row).
+    contiguous (an evicted row's place takes the last row). One thread at a
+    time, as `CacheSlab`; `lock` (None: none), held around each step, is
+    the runtime's for sessions replaying CUDA graphs (its other device
+    steps run them too).
     """
 
-    def __init__(self, capacity, sessions, device, n_token):
+    def __init__(self, capacity, sessions, device, n_token, lock=None):
+        self._in_use, self._user = threading.Lock(), None  # `one_thread_at_a_time`
+        self._lock = lock or contextlib.nullcontext()
         self.capacity = int(capacity)
         self.sessions, self.device, self.n_token = sessions, device, n_token
         self.keys = []  # the stream in each row, in row order
@@ -128,6 +136,7 @@ class DeviceSlab:
         """True when every row of the slab holds a stream."""
         return len(self.keys) == self.capacity
 
+    @one_thread_at_a_time
     def admit(self, key, cache):
         """Puts the one-row decode cache `cache` (OrtValues, or numpy) in the
         next row, rotated onto the slab's ring slot (an empty slab takes the
@@ -145,6 +154,7 @@ class DeviceSlab:
         self._put(cache, len(self.keys), shift)
         self.keys.append(key)
 
+    @one_thread_at_a_time
     def evict(self, key):
         """Removes `key`'s row; its one-row device cache (a copy)."""
         row, last = self.keys.index(key), len(self.keys) - 1
@@ -155,11 +165,13 @@ class DeviceSlab:
         self.keys.pop()
         return cache
 
+    @one_thread_at_a_time
     def batch(self):
         """A device cache of the rows in use, in row order: a copy (steps of
         it leave the slab as it is; `step` advances the slab)."""
         return self._take(list(range(len(self.keys))))
 
+    @one_thread_at_a_time
     def step(self, ids, check):
         """The log-probs of one step of every row (ids `[len(self)]`), the
         slab advanced in place, unless `check(log_probs)` raises: then
@@ -170,8 +182,9 @@ class DeviceSlab:
             self._steps[rows] = FixedStep(self.sessions, self.device, self._tensors, rows,
                                           self.n_token)
         steps = self._steps[rows]
-        log_probs = check(steps.read(ids, np.zeros(rows, np.bool_)))
-        steps.write()
+        with self._lock:
+            log_probs = check(steps.read(ids, np.zeros(rows, np.bool_)))
+            steps.write()
         return log_probs
 
     # --------------------------------------------------------------- helpers

@@ -1,10 +1,12 @@
 """ONNX Runtime backend: CUDA when available, CPU otherwise; IO binding keeps
 the memory, and on CUDA the decode cache (`export.decode_cache`), on the
 device between calls. Needs numpy and onnxruntime, not TensorFlow."""
+import contextlib
 import ctypes
 import functools
 import logging
 import os
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -363,6 +365,12 @@ class OnnxRuntime(Runtime):
             self._decode_paths["decode_step"], self.mem_len + 1, self.info.cache_dtype, packed(),
             provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
         self._replay_sessions, self._residents = None, {}
+        # What threads share: the sessions opened on first use, `_fixed` and
+        # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the
+        # `Resident`s' buffers, which device caches take turns in, and on CUDA
+        # every run of a session that replays CUDA graphs (`_replay_lock_of`).
+        self._lock = threading.RLock()
+        self._replay_lock = threading.RLock()
         # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
@@ -418,19 +426,26 @@ class OnnxRuntime(Runtime):
         if not (self.fixed_shapes is True or
                 (self.fixed_shapes == "one_token" and shape == (1, 1))):
             return None
-        if shape in self._fixed:
+        with self._lock:
+            if shape in self._fixed:
+                self._fixed.move_to_end(shape)
+                return self._fixed[shape]
+            if shape not in self._seen and not open_now:
+                self._seen[shape] = True
+                if len(self._seen) > SHAPES_REMEMBERED:
+                    self._seen.popitem(last=False)
+                return None
+        # Opened without the lock (other shapes' calls go on meanwhile); a
+        # thread that opened the same shape first wins.
+        fixed = self._open_fixed(shape)
+        with self._lock:
+            self._seen.pop(shape, None)
+            if shape not in self._fixed:
+                while len(self._fixed) >= FIXED_SHAPES_KEPT:
+                    self._fixed.popitem(last=False)
+                self._fixed[shape] = fixed
             self._fixed.move_to_end(shape)
             return self._fixed[shape]
-        if shape not in self._seen and not open_now:
-            self._seen[shape] = True
-            if len(self._seen) > SHAPES_REMEMBERED:
-                self._seen.popitem(last=False)
-            return None
-        self._seen.pop(shape, None)
-        if len(self._fixed) >= FIXED_SHAPES_KEPT:
-            self._fixed.popitem(last=False)
-        self._fixed[shape] = self._open_fixed(shape)
-        return self._fixed[shape]
 
     def _open_fixed(self, shape):
         """A session of `shape`; on the device path a `FixedSegment` over
@@ -450,9 +465,18 @@ class OnnxRuntime(Runtime):
             except ModelDirError as error:  # a node left to the CPU: no capture
                 logging.warning("segments run without CUDA graphs: %s", error)
                 self._segment_graphs = False
+        captured = session is not None and self.device == "cuda"
         session = session or self._open_fixed_session(shape, False)
         return FixedSegment(session, self._small_graph("copy_memory", memory_copy_model),
-                            self.device, shape)
+                            self.device, shape, lock=self._replay_lock_of(captured))
+
+    def _replay_lock_of(self, captured):
+        """The lock of the runs of a session that replays CUDA graphs
+        (`captured`), or None. ONNX Runtime keeps each session's captured
+        graphs and its count of runs before a capture unguarded, and a
+        capture forbids other threads' CUDA calls meanwhile: on CUDA such
+        runs take turns, one runtime-wide lock (`_replay_lock`)."""
+        return self._replay_lock if captured else None
 
     # ------------------------------------------------------------ conversion
     def _ortvalue(self, array):
@@ -478,31 +502,32 @@ class OnnxRuntime(Runtime):
             out = dict(zip(self._outputs, session.run(
                 None, {"token_ids": ids, "mems": mems, "mem_mask": mem_mask})))
             return out["log_probs"], RuntimeMemory(out["new_mems"], out["new_mem_mask"])
-        return self._bound_step(ids, mems, mem_mask, host_log_probs=True)
+        return self._bound_step(ids, mems, mem_mask)
 
-    def _bound_step(self, ids, mems, mem_mask, host_log_probs):
+    def _bound_step(self, ids, mems, mem_mask, read=None):
         """`(log-probs, new memory)` of a step with IO binding: the new
-        memory is left on the session's device, the log-probs are numpy
-        (`host_log_probs`) or an OrtValue on that device, which a
-        `FixedSegment`'s next run overwrites."""
+        memory is left on the session's device; the log-probs are numpy, or
+        what `read(log-probs OrtValue on the device)` makes of them, called
+        while a `FixedSegment`'s buffers (which its next run overwrites, from
+        any thread) are still held."""
         fixed = self._fixed_for(ids.shape)
         if isinstance(fixed, FixedSegment):
-            log_probs, memory = fixed.run(ids, mems, mem_mask)
-            # On the host: a copy of its own (on the CPU `numpy()` is a view).
-            return (np.array(log_probs.numpy()) if host_log_probs else log_probs,
-                    RuntimeMemory(*memory))
-        log_probs_device = "cpu" if host_log_probs else self.device
+            with fixed.lock:
+                log_probs, memory = fixed.run(ids, mems, mem_mask)
+                # On the host: a copy of its own (on the CPU `numpy()` is a view).
+                return (np.array(log_probs.numpy()) if read is None else read(log_probs),
+                        RuntimeMemory(*memory))
         session = fixed or self.session
         binding = session.io_binding()
         binding.bind_ortvalue_input("token_ids", self._ortvalue(ids))
         binding.bind_ortvalue_input("mems", mems)
         binding.bind_ortvalue_input("mem_mask", mem_mask)
-        binding.bind_output("log_probs", log_probs_device, 0)
+        binding.bind_output("log_probs", "cpu" if read is None else self.device, 0)
         binding.bind_output("new_mems", self.device, 0)
         binding.bind_output("new_mem_mask", self.device, 0)
         session.run_with_iobinding(binding)
         log_probs, new_mems, new_mem_mask = binding.get_outputs()
-        return (log_probs.numpy() if host_log_probs else log_probs,
+        return (log_probs.numpy() if read is None else read(log_probs),
                 RuntimeMemory(new_mems, new_mem_mask))
 
     # ------------------------------------------------- memory on the device
@@ -516,20 +541,27 @@ class OnnxRuntime(Runtime):
 
     def _small_graph(self, key, build):
         """The session of the small graph `build()`, opened once per `key`."""
-        if key not in self._small_graphs:
-            self._small_graphs[key] = self._open_model(with_cache_dtype(build(),
-                                                                        self.info.cache_dtype))
-        return self._small_graphs[key]
+        session = self._small_graphs.get(key)
+        if session is None:
+            with self._lock:
+                if key not in self._small_graphs:
+                    self._small_graphs[key] = self._open_model(
+                        with_cache_dtype(build(), self.info.cache_dtype))
+                session = self._small_graphs[key]
+        return session
 
     def _score(self, ids, targets, mems, mem_mask):
         """The log-probs stay on the device; only the nll come to the host."""
         if not self._memory_on_device or self.log_probs_mode != "all":
             return super()._score(ids, targets, mems, mem_mask)
-        log_probs, memory = self._bound_step(ids, mems, mem_mask, host_log_probs=False)
-        nll = np.empty(targets.shape, np.float32)
-        run_on_device(self._small_graph("nll", nll_model), self.device,
-                      {"log_probs": log_probs, "targets": targets}, into={"nll": nll})
-        return nll, memory
+        nll_session = self._small_graph("nll", nll_model)
+
+        def nll_of(log_probs):
+            nll = np.empty(targets.shape, np.float32)
+            run_on_device(nll_session, self.device, {"log_probs": log_probs, "targets": targets},
+                          into={"nll": nll})
+            return nll
+        return self._bound_step(ids, mems, mem_mask, read=nll_of)
 
     def _take_memory(self, memory, rows):
         parts = self._device_parts([memory])
@@ -579,7 +611,9 @@ class OnnxRuntime(Runtime):
     # ------------------------------------------------- the cached decode interface
     def _decode_session(self, name):
         if self._decode_sessions is None:
-            self._decode_sessions = self._open_decode()
+            with self._lock:
+                if self._decode_sessions is None:
+                    self._decode_sessions = self._open_decode()
         return self._decode_sessions[name]
 
     def _decode_run(self, name, inputs, into=None):
@@ -626,8 +660,10 @@ class OnnxRuntime(Runtime):
     def _decode_read(self, ids, cache):
         if on_device(cache):
             log_probs = np.empty([ids.shape[0], self.n_token], np.float32)
-            out = run_on_device(self._decode_session("decode_read"), self.device,
-                                {"token_ids": ids, **cache}, {"log_probs": log_probs})
+            session = self._decode_session("decode_read")
+            with self._holding(cache):
+                out = run_on_device(session, self.device, {"token_ids": ids, **cache},
+                                    {"log_probs": log_probs})
             new = {name: out[f"new_{name}"] for name in CHANGING_NAMES}
             return log_probs, DeviceCache({**new, "positions": cache["positions"]})
         # The new cache is written straight into fresh aligned buffers.
@@ -650,29 +686,49 @@ class OnnxRuntime(Runtime):
     def _device_step(self, ids, stopped, cache):
         """One step of a device cache; a `DeviceCache`'s ring positions, where
         the host knows them, move on with it (no read of the device)."""
-        known = cache.known_positions() if isinstance(cache, DeviceCache) else None
-        if self._replay() is not None:
-            batch = len(ids)
+        with self._holding(cache):
+            known = cache.known_positions() if isinstance(cache, DeviceCache) else None
+            if self._replay() is not None:
+                log_probs = self._resident(cache).step(cache, ids, stopped)
+            else:
+                log_probs = device_step(self._decode_session("decode_step"),
+                                        self._ring_writer(), self.device, ids, stopped, cache,
+                                        self.n_token)
+            if isinstance(cache, DeviceCache):
+                cache.remember(None if known is None else
+                               known.advanced(stopped, self.mem_len + 1))
+        return log_probs
+
+    def _resident(self, cache):
+        """The `Resident` of the cache's batch size (made at its first step)."""
+        batch = shape_and_dtype(cache["valid"])[0][0]
+        with self._lock:
             if batch not in self._residents:
                 self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
                                                   self.n_token)
-            log_probs = self._residents[batch].step(cache, ids, stopped)
-        else:
-            log_probs = device_step(self._decode_session("decode_step"), self._ring_writer(),
-                                    self.device, ids, stopped, cache, self.n_token)
-        if isinstance(cache, DeviceCache):
-            cache.remember(None if known is None else
-                           known.advanced(stopped, self.mem_len + 1))
-        return log_probs
+            return self._residents[batch]
+
+    def _holding(self, cache):
+        """The lock to hold while reading or writing a device cache's tensors
+        where steps run over a `Resident`'s fixed buffers (`cuda_graph`): a
+        step of another cache of its batch size, from any thread, moves it
+        out of them (its dict then names other buffers, holding the same
+        state); one lock for all sizes, as on CUDA their steps replay the
+        same sessions' graphs (`_replay_lock_of`). Elsewhere none: a
+        cache's tensors are its own."""
+        if not (self.cuda_graph and on_device(cache)):
+            return contextlib.nullcontext()
+        return self._replay_lock
 
     def _ring_positions(self, cache):
         """A `DeviceCache`'s positions as the host knows them; read from the
         device (once: then known) where it does not."""
-        known = cache.known_positions() if isinstance(cache, DeviceCache) else None
-        if known is None:
-            known = super()._ring_positions(cache)
-            if isinstance(cache, DeviceCache):
-                cache.remember(known)
+        with self._holding(cache):
+            known = cache.known_positions() if isinstance(cache, DeviceCache) else None
+            if known is None:
+                known = super()._ring_positions(cache)
+                if isinstance(cache, DeviceCache):
+                    cache.remember(known)
         return known
 
     def _realign(self, cache, rows, positions):
@@ -683,22 +739,26 @@ class OnnxRuntime(Runtime):
         size = self.mem_len + 1
         take = self._small_graph("take_slab_rows", slab_take_model)
         put = self._small_graph("put_slab_row", lambda: slab_put_model(size))
-        for row in rows.tolist():
-            put_row(put, self.device, cache, take_device_rows(take, self.device, cache, [row]),
-                    row, (positions.slot - int(positions.row_slot[row])) % size)
-        if isinstance(cache, DeviceCache):
-            cache.remember(positions.realigned(rows))
+        with self._holding(cache):
+            for row in rows.tolist():
+                put_row(put, self.device, cache,
+                        take_device_rows(take, self.device, cache, [row]), row,
+                        (positions.slot - int(positions.row_slot[row])) % size)
+            if isinstance(cache, DeviceCache):
+                cache.remember(positions.realigned(rows))
 
     def _replay(self):
         """The sessions CUDA graphs replay (`open_replay_sessions`), or None
         where they are off or the export's step cannot be captured."""
         if self.cuda_graph and self._replay_sessions is None:
-            try:
-                self._replay_sessions = self._open_replay()
-            except ModelDirError as error:  # an export whose step cannot be captured
-                logging.warning("decode steps run without CUDA graphs: %s (re-export the "
-                                "model to replay them)", error)
-                self.cuda_graph = False
+            with self._lock:
+                if self.cuda_graph and self._replay_sessions is None:
+                    try:
+                        self._replay_sessions = self._open_replay()
+                    except ModelDirError as error:  # an export whose step cannot be captured
+                        logging.warning("decode steps run without CUDA graphs: %s (re-export "
+                                        "the model to replay them)", error)
+                        self.cuda_graph = False
         return self._replay_sessions if self.cuda_graph else None
 
     def _ring_writer(self):
@@ -717,7 +777,8 @@ class OnnxRuntime(Runtime):
         sessions = {**{name: steps[name] for name in ("step", "write", "move")},
                     "put": self._small_graph("put_slab_row", lambda: slab_put_model(size)),
                     "take": self._small_graph("take_slab_rows", slab_take_model)}
-        return DeviceSlab(capacity, sessions, self.device, self.n_token)
+        return DeviceSlab(capacity, sessions, self.device, self.n_token,
+                          lock=self._replay_lock_of(self.cuda_graph and self.device == "cuda"))
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on
@@ -726,8 +787,9 @@ class OnnxRuntime(Runtime):
             return super().cache_memory(cache)
         self._check_cache(cache)
         session = self._small_graph("memory", lambda: ring_memory_model(self.mem_len + 1))
-        out = run_on_device(session, self.device,
-                            {name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
+        with self._holding(cache):
+            out = run_on_device(session, self.device, {
+                name: cache[name] for name in ("cache_mems", "valid", "row_slot")})
         return RuntimeMemory(out["mems"], out["mem_mask"])
 
     def _writable(self, cache):
@@ -743,18 +805,19 @@ class OnnxRuntime(Runtime):
     def _concat_caches(self, caches):
         if not any(on_device(c) for c in caches):
             return super()._concat_caches(caches)
-        return self._to_device(super()._concat_caches([self._on_host(c) for c in caches]))
+        return self._to_device(super()._concat_caches([self._host_copy(c) for c in caches]))
 
     def _same_place(self, cache, host_op):
         """`host_op` of `cache`, through the host for a device cache (which
         comes back on the device)."""
         if not on_device(cache):
             return host_op(cache)
-        return self._to_device(host_op(self._on_host(cache)))
+        return self._to_device(host_op(self._host_copy(cache)))
 
-    @staticmethod
-    def _on_host(cache):
-        return host_cache({name: _host(value) for name, value in cache.items()})
+    def _host_copy(self, cache):
+        """A host cache of `cache` (a device cache's read under `_holding`)."""
+        with self._holding(cache):
+            return host_cache({name: _host(value) for name, value in cache.items()})
 
     def _to_device(self, cache):
         """A `DeviceCache` of the host cache `cache` (its positions known)."""

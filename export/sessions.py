@@ -16,6 +16,11 @@ batches, up to float32 round-off (a sampled draw within ~1e-6 of the
 boundary between two ids can take the other one). Prompts are read when a
 session opens, alone.
 
+A table may be used from several threads (request threads opening and
+closing sessions, one loop stepping): each method holds the table's lock
+while it reads or changes the sessions, the queue and the slab; a prompt
+is read (`open`, `reset`) without it, so a step need not wait for one.
+
 On a runtime with the cached decode interface (an export made with it) the
 table keeps the running sessions' decode caches in one slab
 (`export.decode_cache.CacheSlab`; `export.device_slab.DeviceSlab`, in
@@ -29,6 +34,7 @@ sessions' memories into one batch (round robin), runs `step_last` and splits
 the new memory back, through the host.
 """
 import collections
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -79,6 +85,8 @@ class SessionTable:
         self._queue = collections.deque()
         self._slab = self.backend.cache_slab(max_batch) \
             if getattr(backend, "use_decode_cache", False) else None
+        # Held while the sessions, the queue or the slab are read or changed.
+        self._lock = threading.RLock()
 
     def open(self, session_id, prompt, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
              repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None):
@@ -100,10 +108,10 @@ class SessionTable:
                 from); None: an empty memory.
 
         Raises:
-            TxlError: the id is already open, or a bad prompt or setting.
+            TxlError: the id is already open (also by another thread while
+                this prompt was read), or a bad prompt or setting.
         """
-        if session_id in self._sessions:
-            raise TxlError(f"session {session_id!r} is already open")
+        self._check_new(session_id)
         n_token = self.backend.n_token
         prompts = check_prompts([prompt], n_token)
         budget = check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
@@ -117,9 +125,16 @@ class SessionTable:
         state = DecodeState(log_probs, memory, seen_mask(prompts, n_token),
                             np.zeros(1, np.int64), np.array([False]), rows,
                             check_pad_id(pad_id, n_token))
-        self._sessions[session_id] = _Session(state, budget, [], [])
-        if budget:
-            self._queue.append(session_id)
+        with self._lock:
+            self._check_new(session_id)
+            self._sessions[session_id] = _Session(state, budget, [], [])
+            if budget:
+                self._queue.append(session_id)
+
+    def _check_new(self, session_id):
+        with self._lock:
+            if session_id in self._sessions:
+                raise TxlError(f"session {session_id!r} is already open")
 
     @property
     def slab(self):
@@ -133,7 +148,8 @@ class SessionTable:
         Returns:
             A list of their ids.
         """
-        return (self._slab.keys if self._slab is not None else []) + list(self._queue)
+        with self._lock:
+            return (self._slab.keys if self._slab is not None else []) + list(self._queue)
 
     def step(self):
         """One batched step for up to `max_batch` live sessions.
@@ -141,6 +157,10 @@ class SessionTable:
         Returns:
             `{session id: new id}` (empty when no session is live).
         """
+        with self._lock:
+            return self._step()
+
+    def _step(self):
         served = self._serve()
         if not served:
             return {}
@@ -184,28 +204,35 @@ class SessionTable:
                 is left of its budget).
 
         Raises:
-            TxlError: no such session, or a bad prompt or count.
+            TxlError: no such session, a bad prompt or count, or the session
+                closed or reset by another thread while this prompt was read.
         """
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise TxlError(f"no open session {session_id!r}")
         n_token = self.backend.n_token
         prompts = check_prompts([prompt], n_token)
-        more = session.budget - len(session.ids) if max_new_tokens is None else \
-            check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
-        if self._slab is not None and session_id in self._slab.keys:
-            self._slab.evict(session_id)  # its cache holds the memory being forgotten
-        if session_id in self._queue:
-            self._queue.remove(session_id)
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                raise TxlError(f"no open session {session_id!r}")
+            more = session.budget - len(session.ids) if max_new_tokens is None else \
+                check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
+            if self._slab is not None and session_id in self._slab.keys:
+                self._slab.evict(session_id)  # its cache holds the memory being forgotten
+            if session_id in self._queue:
+                self._queue.remove(session_id)
+        # Neither queued nor in the slab: no step serves it while its prompt is read.
         log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
                                     self.segment_len)
         state = session.state._replace(next_log_probs=log_probs, memory=memory,
                                        seen=seen_mask(prompts, n_token),
                                        done=np.array([False]), cache=None)
-        self._sessions[session_id] = session._replace(state=state,
-                                                      budget=len(session.ids) + more)
-        if more:
-            self._queue.append(session_id)
+        with self._lock:
+            if self._sessions.get(session_id) is not session:
+                raise TxlError(f"session {session_id!r} was closed or reset by another "
+                               "thread while reset read its prompt")
+            self._sessions[session_id] = session._replace(state=state,
+                                                          budget=len(session.ids) + more)
+            if more:
+                self._queue.append(session_id)
 
     def run(self):
         """Steps until every session is done."""
@@ -225,13 +252,14 @@ class SessionTable:
         Raises:
             TxlError: no such session.
         """
-        if session_id not in self._sessions:
-            raise TxlError(f"no open session {session_id!r}")
-        if self._slab is not None and session_id in self._slab.keys:
-            self._leave_slab(session_id)
-        session = self._sessions.pop(session_id)
-        if session_id in self._queue:
-            self._queue.remove(session_id)
+        with self._lock:
+            if session_id not in self._sessions:
+                raise TxlError(f"no open session {session_id!r}")
+            if self._slab is not None and session_id in self._slab.keys:
+                self._leave_slab(session_id)
+            session = self._sessions.pop(session_id)
+            if session_id in self._queue:
+                self._queue.remove(session_id)
         n = len(session.ids)
         return Generation(np.array([session.ids], np.int32).reshape(1, n),
                           np.array([session.log_probs], np.float32).reshape(1, n),
