@@ -98,3 +98,46 @@ def test_a_0_3_0_run_resumes_at_its_step_and_place_in_the_data(tmp_path):
         assert sorted(mine.files) == sorted(theirs.files)
         for name in theirs.files:
             np.testing.assert_allclose(mine[name], theirs[name], atol=1e-6, err_msg=name)
+
+
+# Files from before 0.3.0: the keras-hub family's first commit (19601b1, where
+# that round of work began, `__version__` still 0.1.0) and the subclassed
+# TransformerXLLM of then (see also tests/fixtures/before_projection_layers).
+
+def test_a_preset_of_the_first_keras_hub_version_loads_without_its_jit_generate(tmp_path):
+    """Its task config held `jit_generate` (refused as an unknown argument);
+    `generate` is always compiled now, so the preset reads as saved."""
+    import keras_hub
+
+    from txl_tf.models.transformer_xl import TransformerXLCausalLM
+    saved = TransformerXLCausalLM.from_preset(str(FIXTURES / "model_dir"))
+    saved.save_to_preset(str(tmp_path / "preset"))
+    task = json.loads((tmp_path / "preset" / "task.json").read_text())
+    task["config"]["jit_generate"] = True
+    (tmp_path / "preset" / "task.json").write_text(json.dumps(task))
+    x = {"token_ids": IDS[:, :4], "padding_mask": np.ones([2, 4], bool)}
+    for loaded in (TransformerXLCausalLM.from_preset(str(tmp_path / "preset")),
+                   keras_hub.models.CausalLM.from_preset(str(tmp_path / "preset"))):
+        np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(saved(x)))
+
+
+def test_the_weights_file_of_the_old_transformer_xllm_is_refused_by_name_and_reads(tmp_path):
+    """`save_weights` of the TransformerXLLM before it became a causal LM kept
+    its variables under `core/`: `load_weights` names the reader (Keras listed
+    every layer it could not load), which gives the weights."""
+    from txl_tf import TransformerXLLM
+    from txl_tf.errors import TxlError
+    from txl_tf.weights import model_dir
+    from txl_tf.weights.legacy_keras import _LegacyLM, load_legacy_core
+    core, _ = model_dir.load(str(FIXTURES / "model_dir"))
+    old = _LegacyLM(core.config, batch_size=2)  # that model's variable layout
+    old.core.set_weights(core.get_weights())
+    old.save_weights(str(tmp_path / "old.weights.h5"))
+    with pytest.raises(TxlError, match="before it became a TransformerXLCausalLM.*"
+                                       "load_legacy_core"):
+        TransformerXLLM(core.config, batch_size=2).load_weights(str(tmp_path / "old.weights.h5"))
+    with pytest.raises(TxlError, match="config and batch_size"):
+        load_legacy_core(tmp_path / "old.weights.h5")
+    read = load_legacy_core(tmp_path / "old.weights.h5", core.config, batch_size=2)
+    for mine, theirs in zip(read.get_weights(), core.get_weights()):
+        np.testing.assert_array_equal(mine, theirs)
