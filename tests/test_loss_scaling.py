@@ -176,3 +176,90 @@ def test_the_job_trains_in_float16_and_resumes_with_its_scale(tmp_path):
             np.load(tmp_path / "resumed" / "export" / "weights.npz") as b:
         for name in a.files:
             np.testing.assert_array_equal(b[name], a[name], err_msg=name)
+
+
+def _v030_store(optimizer):
+    """The store Keras saves of `optimizer` as txl_tf 0.3.0 laid it out: the
+    same variables in the same order, without `skipped_steps`."""
+    return {str(i): v.numpy() for i, v in
+            enumerate(v for v in optimizer.variables if v is not optimizer.skipped_steps)}
+
+
+def _skip_then_apply(optimizer, variables, applied=2):
+    optimizer.apply([tf.constant([np.inf, 0.0, 0.0]), tf.constant(GRADS[1])], variables)
+    for _ in range(applied):
+        optimizer.apply([tf.constant(g) for g in GRADS], variables)
+
+
+def test_an_optimizer_saved_by_0_3_0_is_read_with_its_scale_and_counter():
+    """A 0.3.0 store (no `skipped_steps`) around a plain Adam: every variable
+    read, the halved scale and the growth counter included (Keras alone
+    skipped the store with a warning, and the resumed fit started again at
+    the initial scale)."""
+    import keras
+    saved, variables = CountingLossScaleOptimizer(keras.optimizers.Adam(0.1)), _variables()
+    _skip_then_apply(saved, variables)
+    restored = CountingLossScaleOptimizer(keras.optimizers.Adam(0.1))
+    restored.build(_variables())
+    restored.load_own_variables(_v030_store(saved))
+    assert float(restored.dynamic_scale.numpy()) == 2.0 ** 14
+    assert int(restored.step_counter.numpy()) == 2
+    assert int(restored.iterations.numpy()) == 3
+    assert int(restored.skipped_steps.numpy()) == 0
+    for mine, theirs in zip(restored.inner_optimizer.variables, saved.inner_optimizer.variables):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=mine.name)
+
+
+def test_a_0_3_0_replica_clipped_adam_is_read_without_skips_and_refused_after_one():
+    """Around `ReplicaClippedAdam` (whose bias correction needs the count):
+    a 0.3.0 store whose scale shows no skipped step is read exactly with
+    `skipped_steps` 0; one that skipped steps is one `TxlError` naming 0.3.0."""
+    import pytest
+    from txl_tf.errors import TxlError
+    clean, variables = _scaled(2.0 ** 15), _variables()
+    for _ in range(3):
+        clean.apply([tf.constant(g) for g in GRADS], variables)
+    restored = _scaled(2.0 ** 15)
+    restored.build(_variables())
+    restored.load_own_variables(_v030_store(clean))
+    assert (int(restored.iterations.numpy()), int(restored.step_counter.numpy())) == (3, 3)
+    assert int(restored.skipped_steps.numpy()) == 0
+    for mine, theirs in zip(restored.inner_optimizer.variables, clean.inner_optimizer.variables):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=mine.name)
+
+    skipped = _scaled(2.0 ** 15)
+    _skip_then_apply(skipped, _variables())
+    refusing = _scaled(2.0 ** 15)
+    refusing.build(_variables())
+    with pytest.raises(TxlError, match="saved by txl_tf 0.3.0.*compile=False"):
+        refusing.load_own_variables(_v030_store(skipped))
+    assert float(refusing.dynamic_scale.numpy()) == 2.0 ** 15  # nothing half-read
+
+
+def test_a_keras_file_of_0_3_0_keeps_its_loss_scale(tmp_path, monkeypatch):
+    """End to end through a `.keras` file: the optimizer written with 0.3.0's
+    variables (its class had no `skipped_steps`) is loaded whole, with no
+    "Skipping variable loading" warning."""
+    import warnings
+    import keras
+    with monkeypatch.context() as patch:  # 0.3.0's build: Keras's, nothing added
+        patch.setattr(CountingLossScaleOptimizer, "build",
+                      keras.optimizers.LossScaleOptimizer.build)
+        model = keras.Sequential([keras.Input([3]), keras.layers.Dense(1)])
+        optimizer = CountingLossScaleOptimizer(keras.optimizers.Adam(0.1))
+        model.compile(optimizer=optimizer, loss="mse")
+        optimizer.build(model.trainable_variables)
+        assert not hasattr(optimizer, "skipped_steps")
+        optimizer.dynamic_scale.assign(2.0 ** 13)  # as after two skipped steps, then one
+        optimizer.step_counter.assign(1)
+        optimizer.iterations.assign(3)
+        model.save(tmp_path / "old.keras")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Skipping variable loading")
+        loaded = keras.models.load_model(tmp_path / "old.keras")
+    assert float(loaded.optimizer.dynamic_scale.numpy()) == 2.0 ** 13
+    assert int(loaded.optimizer.step_counter.numpy()) == 1
+    assert int(loaded.optimizer.iterations.numpy()) == 3
+    assert int(loaded.optimizer.skipped_steps.numpy()) == 0
+    loaded.fit(np.ones([4, 3], np.float32), np.ones([4, 1], np.float32), verbose=0)
+    assert int(loaded.optimizer.iterations.numpy()) == 4

@@ -2,6 +2,7 @@
 batches of a fixed size (the training job's model, and the stateful model of
 code written before the causal LM)."""
 import numbers
+import os
 
 import keras
 import tensorflow as tf
@@ -128,6 +129,28 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
                 "config": self.config.to_dict(), "batch_size": self.batch_size,
                 "mem_len": self.mem_len, "segment_len": self.segment_len,
                 "zero_filled": self.zero_filled, "format": _FORMAT}
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """Keras's `load_weights`, which refuses by name the `.weights.h5`
+        file of the `TransformerXLLM` before it became a
+        `TransformerXLCausalLM` (before 0.3.0; Keras would list every layer it
+        could not load).
+
+        Args:
+            filepath: the weights file.
+            *args, **kwargs: those of `keras.Model.load_weights`.
+
+        Raises:
+            TxlError: such a file (names how to read its weights).
+        """
+        from txl_tf.weights.legacy_keras import is_legacy_weights
+        if os.fspath(filepath).endswith(".weights.h5") and is_legacy_weights(filepath):
+            raise TxlError(
+                f"{filepath} holds the weights of a TransformerXLLM written before it became "
+                "a TransformerXLCausalLM (before 0.3.0): read them with "
+                "txl_tf.weights.legacy_keras.load_legacy_core(path, config, batch_size), then "
+                "set_weights on this model's core")
+        return super().load_weights(filepath, *args, **kwargs)
 
     @classmethod
     def from_config(cls, config):

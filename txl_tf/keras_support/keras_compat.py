@@ -158,6 +158,52 @@ class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.inner_optimizer.iterations.assign_add(1)
         self.skipped_steps.assign_add(1)
 
+    def load_own_variables(self, store):
+        """Keras's `load_own_variables` (a `.keras` file, `load_weights`),
+        which also reads the optimizer of txl_tf 0.3.0.
+
+        Keras 3.15 `BaseOptimizer.load_own_variables`
+        (keras/src/optimizers/base_optimizer.py) skips a store with another
+        number of variables, with a warning only: a 0.3.0 file, saved before
+        `skipped_steps` existed, would resume with a fresh Adam and loss
+        scale. Its variables are those of this one without `skipped_steps`,
+        in order, and are read so. Whether it skipped steps shows in its
+        scale: `n` steps without a skip leave `initial_scale * 2**(n //
+        dynamic_growth_steps)` and a counter of `n % dynamic_growth_steps`;
+        each skip halves the scale and the growth needs that many finite
+        steps in a row. Without a skip `skipped_steps` is 0, exactly; after
+        one, an inner `AppliedStepBiasCorrection` optimizer (whose update
+        needs the count) refuses the file, any other ignores the count.
+
+        Args:
+            store: Keras's `{"0": value, ...}` of the saved variables.
+
+        Raises:
+            TxlError: a 0.3.0 store of a `ReplicaClippedAdam` that skipped
+                steps it did not count.
+        """
+        others = [v for v in self.variables if v is not getattr(self, "skipped_steps", None)]
+        if len(others) == len(self.variables) or len(store.keys()) != len(others) or any(
+                tuple(v.shape) != tuple(store[str(i)].shape) for i, v in enumerate(others)):
+            return super().load_own_variables(store)
+        saved = {id(v): store[str(i)][...] for i, v in enumerate(others)}
+        steps = int(saved[id(self.inner_optimizer.iterations)])
+        growth = int(self.dynamic_growth_steps)
+        skipped = (int(saved[id(self.step_counter)]) != steps % growth or
+                   float(saved[id(self.dynamic_scale)]) !=
+                   float(self.initial_scale) * 2.0 ** (steps // growth))
+        if skipped and isinstance(self.inner_optimizer, AppliedStepBiasCorrection):
+            from txl_tf.errors import TxlError
+            raise TxlError(
+                f"this optimizer ({type(self.inner_optimizer).__name__} under float16 loss "
+                "scaling) was saved by txl_tf 0.3.0, which did not count the steps loss "
+                "scaling skipped, and it skipped some: its Adam state cannot resume here; "
+                "load the file with compile=False (weights and memory) and compile again, "
+                "or resume it with txl_tf 0.3.0")
+        for v in others:
+            v.assign(saved[id(v)])
+        self.skipped_steps.assign(0)
+
 
 def counting_loss_scale(optimizer):
     """`optimizer` with Keras's `LossScaleOptimizer` (which `compile` puts

@@ -1,9 +1,12 @@
 """Reads the `.keras` files of the subclassed `TransformerXLLM` that came
 before it became a `TransformerXLCausalLM`: their variables sit under
 `core/...`, where the causal LM has its backbone."""
+import os
+
 import keras
 
 from txl_tf.core import TransformerXL, as_config
+from txl_tf.errors import TxlError
 
 
 class _LegacyLM(keras.Model):
@@ -23,10 +26,44 @@ class _LegacyLM(keras.Model):
         self.built = True
 
 
-def load_legacy_core(path):
-    """The `TransformerXL` of an old `TransformerXLLM` `.keras` file."""
+def load_legacy_core(path, config=None, batch_size=None, mem_len=None):
+    """The `TransformerXL` of an old `TransformerXLLM` file.
+
+    Args:
+        path: its `.keras` file, or a `.weights.h5` file its `save_weights`
+            wrote.
+        config: for a `.weights.h5` file (which holds no config), the model's
+            `TransformerXLConfig` (or its dict).
+        batch_size: for a `.weights.h5` file, the model's batch size.
+        mem_len: for a `.weights.h5` file, its memory length if not the
+            config's.
+
+    Returns:
+        The `TransformerXL` with the file's weights.
+
+    Raises:
+        TxlError: a `.weights.h5` file without `config` and `batch_size`.
+    """
+    if os.fspath(path).endswith(".weights.h5"):
+        if config is None or batch_size is None:
+            raise TxlError(f"{path}: a .weights.h5 file holds no config: pass the model's "
+                           "config and batch_size")
+        model = _LegacyLM(config, batch_size, mem_len)
+        model.load_weights(path)
+        return model.core
     with keras.saving.custom_object_scope({"txl_tf>TransformerXLLM": _LegacyLM}):
         return keras.saving.load_model(path, compile=False).core
+
+
+def is_legacy_weights(path):
+    """Whether the `.weights.h5` file at `path` was saved by an old
+    `TransformerXLLM` (its variables under `core/`, not `layers/`)."""
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            return "core" in f and "layers" not in f
+    except OSError:
+        return False  # not an HDF5 file: Keras says so
 
 
 def is_legacy(path):

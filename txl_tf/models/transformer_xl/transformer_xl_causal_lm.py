@@ -392,3 +392,19 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         return {**super().get_config(), "mem_len": self.mem_len,
                 "segment_len": self.segment_len}
 
+    @classmethod
+    def from_config(cls, config):
+        """keras-hub's `from_config`, which also reads the config of the first
+        keras-hub version (19601b1, before 0.3.0): its `jit_generate` chose
+        whether `generate` was XLA-compiled, as it always is since (the
+        uncompiled graph was wrong at batch 1), so it is dropped.
+
+        Args:
+            config: what `get_config` returned.
+
+        Returns:
+            The `TransformerXLCausalLM`.
+        """
+        config = {k: v for k, v in config.items() if k != "jit_generate"}
+        return super().from_config(config)
+
