@@ -16,6 +16,7 @@ import sys
 import zipfile
 from typing import NamedTuple, Optional
 
+from txl_tf.app.files import stage
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
 from txl_tf.layers.init import skip_random_init
@@ -281,13 +282,17 @@ def save_pretrained(core, directory, tokenizer=None):
         `directory`.
     """
     checkpoints.reference_names(core)  # a LoRA or int8 model is refused before anything is written
-    os.makedirs(directory, exist_ok=True)
     config = core.config
-    if tokenizer is not None:
-        config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
-        tokenizer.save(os.path.join(directory, checkpoints.VOCAB_DIR))
-    config.to_json(os.path.join(directory, checkpoints.CONFIG_FILE))
-    checkpoints.save_weights(core, os.path.join(directory, checkpoints.WEIGHTS_FILE))
+    # Written under temporary names, then renamed in with config.json last: a
+    # kill leaves the previous save or this one, never one's config beside
+    # the other's weights (a folder without config.json is refused by name).
+    with stage(os.path.join(directory, checkpoints.CONFIG_FILE)) as files:
+        if tokenizer is not None:
+            config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
+            tokenizer.save(files.path(os.path.join(directory, checkpoints.VOCAB_DIR)))
+        checkpoints.save_weights(core, files.path(os.path.join(directory,
+                                                               checkpoints.WEIGHTS_FILE)))
+        config.to_json(files.path(os.path.join(directory, checkpoints.CONFIG_FILE)))
     return directory
 
 
