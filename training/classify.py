@@ -227,6 +227,7 @@ def train(o):
 
     from training.callbacks import ProgressLine, StepLog
     from training.files import write_atomically
+    from txl_tf.app.files import stage
     from training.train_data import release_input_iterators
     from txl_tf.app.progress import interactive
     from txl_tf.classification import classification_dataset
@@ -277,10 +278,6 @@ def train(o):
     log_path = os.path.join(output_dir, "train_log.jsonl")
     if os.path.exists(log_path):
         os.remove(log_path)  # --overwrite: a fresh log
-    write_atomically(os.path.join(output_dir, "flags.json"),
-                     json.dumps(o, indent=2, sort_keys=True) + "\n")
-    labels.save(output_dir)
-    vocab_dir = str(tokenizer.save(os.path.join(output_dir, "vocab")))
 
     params = sum(int(v.numpy().size) for v in model.trainable_weights)
     counts = ", ".join(f"{k} {v}" for k, v in examples.class_counts().items())
@@ -309,7 +306,19 @@ def train(o):
     train_seconds = time.time() - fit_start
     release_input_iterators()
     model_file = os.path.join(output_dir, MODEL_FILE)
-    model.save(model_file)
+    vocab_dir = os.path.join(output_dir, "vocab")
+    # The run's files replace a previous run's together, classifier.keras last
+    # (txl_tf.app.files): a run killed before leaves the previous classifier
+    # whole, with its own flags, labels and vocabulary; its metrics and export
+    # go with it.
+    with stage(model_file) as files:
+        write_atomically(files.path(os.path.join(output_dir, "flags.json")),
+                         json.dumps(o, indent=2, sort_keys=True) + "\n")
+        labels.save(files.path(os.path.join(output_dir, "labels.json")))
+        tokenizer.save(files.path(vocab_dir))
+        model.save(files.path(model_file))
+        files.drop(os.path.join(output_dir, METRICS_FILE))
+        files.drop(os.path.join(output_dir, "export"))
     log(f"saved {model_file}")
 
     result = {"mode": "train", "steps": steps, "train_seconds": train_seconds,

@@ -24,7 +24,7 @@ class Staged:
 
     def __init__(self, marker):
         self.marker = os.path.abspath(marker)
-        self.paths = {}
+        self.paths, self.dropped = {}, []
 
     def path(self, final):
         """Where to write what goes to `final` (a file or a folder).
@@ -39,10 +39,22 @@ class Staged:
         self.paths[final] = temporary_path(final)
         return self.paths[final]
 
+    def drop(self, final):
+        """Deletes `final` (a file or a folder of the previous save that this
+        one does not write) at the commit, once the marker is gone.
+
+        Args:
+            final: the path to delete.
+        """
+        self.dropped.append(os.path.abspath(final))
+
     def commit(self):
-        """Removes the marker, renames the other files in, then the marker."""
+        """Removes the marker and the dropped paths, renames the other files
+        in, then the marker."""
         if os.path.lexists(self.marker):
             os.remove(self.marker)
+        for final in self.dropped:
+            _remove(final)
         for final, temporary in self.paths.items():
             if final != self.marker:
                 _replace(temporary, final)
