@@ -373,3 +373,40 @@ def test_a_save_killed_before_its_classifier_leaves_the_previous_one(
                                        "train_log.jsonl", "vocab"]  # no metrics, no export
     assert result["eval"] is None and result["export"] is None
     classify.load_classifier(str(out))
+
+
+def test_a_kill_while_writing_output_leaves_the_previous_file(trained, tmp_path, monkeypatch):
+    """`--output` (predict, evaluate; `training.evaluate`, `training.recl`
+    alike) was opened in place: a kill while it was written left a cut
+    file where the previous one had been."""
+    import builtins
+    from training import files
+    texts = tmp_path / "texts.txt"
+    texts.write_text("ab ab\nxy xy\n")
+    output = tmp_path / "p.tsv"
+    output.write_text("the previous run's rows\n")
+
+    class HalfWritten:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            self.f.write(text[:len(text) // 2])
+            self.f.close()
+            raise KeyboardInterrupt  # a SIGKILL half-way
+
+    def killed_while_writing(path, mode="r", *args, **kwargs):
+        f = builtins.open(path, mode, *args, **kwargs)
+        return HalfWritten(f) if "w" in mode else f
+    monkeypatch.setattr(classify, "open", killed_while_writing, raising=False)
+    monkeypatch.setattr(files, "open", killed_while_writing, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        classify.run(mode="predict", classifier_dir=trained[0], predict_data=str(texts),
+                     output=str(output), progress=False)
+    assert output.read_text() == "the previous run's rows\n"

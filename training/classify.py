@@ -45,6 +45,7 @@ from training.classifier_model import (MODEL_FILE, check_lengths, choose_model,
                                        describe_metrics, evaluate_examples, load_classifier,
                                        predict_logits)
 from training.errors import TrainingError
+from training.files import write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 
@@ -226,7 +227,6 @@ def train(o):
     import keras
 
     from training.callbacks import ProgressLine, StepLog
-    from training.files import write_atomically
     from txl_tf.app.files import stage
     from training.train_data import release_input_iterators
     from txl_tf.app.progress import interactive
@@ -376,10 +376,8 @@ def evaluate(o):
     metrics.update({"eval_data": o["eval_data"], "classifier_dir": o["classifier_dir"],
                     "segment_len": model.segment_len, "mem_len": model.mem_len,
                     "max_length": o["max_length"], "keep": o["keep"]})
-    if o["output"]:
-        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-        with open(o["output"], "w", encoding="utf-8") as f:
-            json.dump(metrics, f, indent=2)
+    if o["output"]:  # through a rename: a kill never leaves half of it
+        write_atomically(o["output"], json.dumps(metrics, indent=2))
     print(describe_metrics(metrics, f"eval {o['eval_data']}"), flush=True)
     return {"mode": "evaluate", "eval": metrics}
 
@@ -421,10 +419,8 @@ def predict(o):
     lines += [f"{n}\t{labels.name(int(p.argmax()))}\t" + "\t".join(f"{x:.6f}" for x in p)
               for n, p in zip(numbers, probs)]
     text = "\n".join(lines) + "\n"
-    if o["output"]:
-        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-        with open(o["output"], "w", encoding="utf-8") as f:
-            f.write(text)
+    if o["output"]:  # through a rename: a kill never leaves half of it
+        write_atomically(o["output"], text)
     else:
         sys.stdout.write(text)
     return {"mode": "predict", "lines": numbers,
