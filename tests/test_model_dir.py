@@ -206,3 +206,20 @@ def test_a_save_clears_what_a_killed_save_left(run, tmp_path):
     save_pretrained(core, tmp_path / "model")
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["config.json",
                                                                      "weights.npz"]
+
+
+def test_a_run_whose_export_lost_its_config_reads_its_checkpoint(run, tmp_path):
+    """A re-export killed between its renames leaves export/ without its
+    config.json (written last): the run directory was refused ("config file
+    .../export/config.json does not exist") though its checkpoint reads."""
+    import shutil
+    path, core = run
+    copy = tmp_path / "run"
+    shutil.copytree(path, copy)
+    save_pretrained(core, copy / "export")
+    (copy / "export" / "config.json").unlink()
+    source = resolve(str(copy))
+    assert source.weights_kind == "checkpoint" and source.weights_path.endswith("ckpt-3")
+    assert same_weights(load(str(copy))[0], core)
+    with pytest.raises(ModelDirError, match=r"config file .*export/config.json' does not exist"):
+        resolve(str(copy / "export"))  # a model directory alone still says what it lacks

@@ -3,8 +3,9 @@
 * a model directory: `config.json` + `weights.npz` [+ `vocab/`], as written
   by `txl_tf.weights.save_pretrained` (and training's `export/`);
 * a training run directory (`training.train --model_dir`): its `export/`
-  when present, else its newest checkpoint in `checkpoints/` with its
-  `config.json` (and `export/vocab/` when present);
+  when present (with its `config.json`, which a save writes last), else its
+  newest checkpoint in `checkpoints/` with its `config.json` (and
+  `export/vocab/` when present);
 * either, with an explicit training `checkpoint` (a `ckpt-N` prefix, or a
   name relative to the run's `checkpoints/`).
 
@@ -110,7 +111,9 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
             home = model_dir if _isfile(model_dir, CONFIG_FILE) else export
         elif _isfile(model_dir, WEIGHTS_FILE):
             home = model_dir
-        elif _isfile(export, WEIGHTS_FILE):
+        elif _isfile(export, WEIGHTS_FILE) and (  # no config.json: a save cut short
+                _isfile(export, CONFIG_FILE) or not os.path.isdir(
+                    os.path.join(model_dir, CHECKPOINT_DIR))):
             home = export
             _warn_if_older_than_a_checkpoint(export, os.path.join(model_dir, CHECKPOINT_DIR))
         elif _isfile(model_dir, CONFIG_FILE) and os.path.isdir(
