@@ -223,3 +223,17 @@ def test_a_run_whose_export_lost_its_config_reads_its_checkpoint(run, tmp_path):
     assert same_weights(load(str(copy))[0], core)
     with pytest.raises(ModelDirError, match=r"config file .*export/config.json' does not exist"):
         resolve(str(copy / "export"))  # a model directory alone still says what it lacks
+
+
+def test_save_weights_clears_what_a_killed_save_weights_left(run, tmp_path):
+    """save_weights's temporary (`weights.npz.tmp-<pid>.npz`, the model's size)
+    stayed for good where a kill had left it."""
+    import subprocess
+    import sys
+    from txl_tf.weights.checkpoints import save_weights
+    _, core = run
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f".tmp-{gone}-weights.npz").write_bytes(b"PK half")
+    save_weights(core, str(tmp_path / "weights.npz"))
+    assert [p.name for p in tmp_path.iterdir()] == ["weights.npz"]
