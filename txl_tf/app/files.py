@@ -54,7 +54,10 @@ class Staged:
         if os.path.lexists(self.marker):
             os.remove(self.marker)
         for final in self.dropped:
-            _remove(final)
+            if os.path.lexists(final):  # gone at once: a kill leaves no half of it
+                old = temporary_path(final) + ".old"
+                os.rename(final, old)
+                _remove(old)
         for final, temporary in self.paths.items():
             if final != self.marker:
                 _replace(temporary, final)
