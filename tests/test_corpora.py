@@ -446,3 +446,32 @@ def test_real_ptb_valid_as_word_corpus(tmp_path):
     assert c.tokenizer.vocab[:2] == ["<eos>", "<unk>"] and c.vocab_size < 10_002
     assert (c.valid == c.tokenizer.unk_id).sum() == text.split().count("<unk>") > 0
     assert c.tokenizer.decode(c.valid) == "".join(" ".join(l.split()) + "\n" for l in lines)
+
+
+def test_a_build_clears_what_a_killed_build_left(tmp_path):
+    """A job killed while encoding a corpus left its build folder (the
+    corpus's ids so far) in the cache for good: each kill kept that much disk."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    cache = tmp_path / "cache"
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+    owners = {"killed": (gone, socket.gethostname()), "running": (os.getpid(),
+                                                                  socket.gethostname()),
+              "elsewhere": (gone, socket.gethostname() + "-another")}
+    for name, (pid, host) in owners.items():
+        (cache / f".tmp-text-{name}").mkdir(parents=True)
+        (cache / f".tmp-text-{name}" / "train.npy").write_bytes(b"\0" * 128)
+        (cache / f".tmp-text-{name}" / "owner.json").write_text(
+            json.dumps({"pid": pid, "host": host}))
+    (cache / ".tmp-text-being-made").mkdir()
+    write(tmp_path / "one.txt", "x" * 95 + "y" * 5)
+    c = load_corpus("text", tmp_path / "one.txt", cache_dir=cache)
+    assert len(c.train) == 90 and not c.from_cache
+    left = sorted(p.name for p in cache.iterdir())
+    assert left[:3] == [".tmp-text-being-made", ".tmp-text-elsewhere", ".tmp-text-running"]
+    assert len(left) == 4 and left[3].startswith("text-")
+    assert sorted(p.name for p in (cache / left[3]).iterdir()) == [
+        "meta.json", "test.npy", "tokenizer", "train.npy", "valid.npy"]

@@ -199,3 +199,46 @@ def test_bad_flags_are_one_error(tmp_path):
 def _valid(root, options):
     from training import inputs
     return inputs.load(options["dataset"], options["data_dir"], options["cache_dir"]).valid
+
+
+def test_a_save_killed_anywhere_leaves_one_whole_save_or_an_error(tmp_path, monkeypatch):
+    """save_lstm wrote config.json in place before the weights: a save over
+    another killed before its weights were renamed in left the new config
+    (another tgt_len) beside the old weights, loaded without a word."""
+    import os
+    from txl_tf.app import files
+    old = make_model(0)
+    new = make_model(1, LSTMConfig(n_token=11, d_model=6, n_layer=2, tgt_len=7, dropout=0.0))
+    real = {name: getattr(os, name) for name in ("replace", "rename", "remove")}
+    outcomes, k = set(), 0
+    while "new" not in outcomes:
+        k += 1
+        folder = str(tmp_path / f"k{k}")
+        save_lstm(old, folder, ByteTokenizer())
+        calls = {"n": 0}
+
+        def counted(*args, _call, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == k:
+                raise KeyboardInterrupt("killed")  # a SIGKILL before the k-th rename
+            return _call(*args, **kwargs)
+        with monkeypatch.context() as patch:
+            patch.setattr(files.Staged, "discard", lambda self: None)  # a kill cleans nothing
+            for name, call in real.items():
+                patch.setattr(os, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
+                                                                             **kw))
+            try:
+                save_lstm(new, folder, ByteTokenizer())
+            except KeyboardInterrupt:
+                pass
+        try:
+            loaded = load_lstm(folder)
+        except TxlError as err:
+            assert "no LSTM baseline" in str(err)
+            outcomes.add("refused")
+            continue
+        expected = new if loaded.config.tgt_len == 7 else old
+        for got, want in zip(loaded.weights, expected.weights):
+            np.testing.assert_array_equal(got.numpy(), want.numpy(), f"killed at {k}")
+        outcomes.add("new" if expected is new else "old")
+    assert outcomes == {"old", "refused", "new"}

@@ -142,3 +142,98 @@ def test_weights_assigned_in_blocks_of_rows(run, tmp_path, monkeypatch):
     assert same_weights(loaded, core)
     assert any(len(w.shape) and w.shape[0] > 1 and np.prod(w.shape) * 4 > 100
                for w in core.weights)  # some weights were split
+
+
+def _kill_at(monkeypatch, k):
+    """Makes the k-th rename or removal of a file raise, as a SIGKILL there
+    would stop the save (no clean-up runs: `Staged.discard` is off)."""
+    import os
+    from txl_tf.app import files
+    monkeypatch.setattr(files.Staged, "discard", lambda self: None)
+    calls = {"n": 0}
+    for name in ("replace", "rename", "remove"):
+        real = getattr(os, name)
+
+        def counted(*args, _real=real, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == k:
+                raise KeyboardInterrupt("killed")
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(os, name, counted)
+
+
+def test_a_save_killed_anywhere_leaves_one_whole_save_or_an_error(run, tmp_path, monkeypatch):
+    """save_pretrained wrote config.json (and vocab/) in place before the
+    weights: a kill during the weights' write left the new config beside the
+    old weights, loaded without a word (another clamp_len and same_length)."""
+    _, old = run
+    new = TransformerXL(TransformerXLConfig.preset("tiny", clamp_len=3, same_length=True))
+    outcomes = set()
+    for k in range(1, 20):
+        folder = tmp_path / f"k{k}"
+        save_pretrained(old, folder, ByteTokenizer())
+        _kill_at(monkeypatch, k)
+        try:
+            save_pretrained(new, folder, ByteTokenizer())
+            finished = True
+        except KeyboardInterrupt:
+            finished = False
+        monkeypatch.undo()
+        try:
+            core = load(str(folder))[0]
+        except ModelDirError as err:
+            assert str(err) == f"config file '{folder / 'config.json'}' does not exist"
+            outcomes.add("refused")
+        else:
+            expected = new if core.config.clamp_len == 3 else old
+            assert core.config.same_length == expected.config.same_length
+            assert same_weights(core, expected), f"killed at step {k}: a mixed save"
+            outcomes.add("new" if expected is new else "old")
+        if finished:
+            break
+    assert finished and outcomes == {"old", "refused", "new"}
+
+
+def test_a_save_clears_what_a_killed_save_left(run, tmp_path):
+    import subprocess
+    import sys
+    _, core = run
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / f".tmp-{gone}-weights.npz").write_bytes(b"PK half")
+    (tmp_path / "model" / f".tmp-{gone}-vocab").mkdir()
+    save_pretrained(core, tmp_path / "model")
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["config.json",
+                                                                     "weights.npz"]
+
+
+def test_a_run_whose_export_lost_its_config_reads_its_checkpoint(run, tmp_path):
+    """A re-export killed between its renames leaves export/ without its
+    config.json (written last): the run directory was refused ("config file
+    .../export/config.json does not exist") though its checkpoint reads."""
+    import shutil
+    path, core = run
+    copy = tmp_path / "run"
+    shutil.copytree(path, copy)
+    save_pretrained(core, copy / "export")
+    (copy / "export" / "config.json").unlink()
+    source = resolve(str(copy))
+    assert source.weights_kind == "checkpoint" and source.weights_path.endswith("ckpt-3")
+    assert same_weights(load(str(copy))[0], core)
+    with pytest.raises(ModelDirError, match=r"config file .*export/config.json' does not exist"):
+        resolve(str(copy / "export"))  # a model directory alone still says what it lacks
+
+
+def test_save_weights_clears_what_a_killed_save_weights_left(run, tmp_path):
+    """save_weights's temporary (`weights.npz.tmp-<pid>.npz`, the model's size)
+    stayed for good where a kill had left it."""
+    import subprocess
+    import sys
+    from txl_tf.weights.checkpoints import save_weights
+    _, core = run
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f".tmp-{gone}-weights.npz").write_bytes(b"PK half")
+    save_weights(core, str(tmp_path / "weights.npz"))
+    assert [p.name for p in tmp_path.iterdir()] == ["weights.npz"]

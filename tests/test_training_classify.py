@@ -330,3 +330,94 @@ def test_a_nan_loss_stops_the_classifier_before_it_is_saved(data, tmp_path):
         _train(data, tmp_path, backbone=None, preset="tiny",
                config_override=["tgt_len=8", "mem_len=8", "init_std=1e20"])
     assert not (tmp_path / "out" / classify.MODEL_FILE).exists()
+
+
+def _files_of(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != "train_log.jsonl"}
+
+
+def test_an_overwrite_killed_while_training_leaves_the_previous_classifier(
+        trained, data, tmp_path, monkeypatch):
+    """`--overwrite` wrote the new run's flags.json, labels.json and vocab/ at
+    its start: killed while training, the folder held the previous
+    classifier.keras read with the new run's --max_length (another accuracy,
+    neither run's) without a word."""
+    import pathlib
+    import shutil
+    out = tmp_path / "out"
+    shutil.copytree(trained[0], out)
+    before = _files_of(out)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # a SIGKILL while training: nothing after it runs
+    monkeypatch.setattr(keras.Model, "fit", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _train(data, None, output_dir=str(out), overwrite=True, max_length=16, seed=9)
+    assert _files_of(pathlib.Path(out)) == before
+
+
+def test_a_save_killed_before_its_classifier_leaves_the_previous_one(
+        trained, data, tmp_path, monkeypatch):
+    """classifier.keras was written in place: a kill while Keras wrote it left
+    neither the previous classifier nor the new one."""
+    import shutil
+    from txl_tf.app import files
+    out = tmp_path / "out"
+    shutil.copytree(trained[0], out)
+    before = _files_of(out)
+    monkeypatch.setattr(files.Staged, "discard", lambda self: None)  # a kill cleans nothing
+
+    def killed(self, path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(keras.Model, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _train(data, None, output_dir=str(out), overwrite=True, steps=1, seed=9)
+    after = _files_of(out)
+    assert {name: after[name] for name in before} == before  # leftovers aside
+    assert all(name.startswith(".tmp-") for name in set(after) - set(before))
+    monkeypatch.undo()
+    result = _train(data, None, output_dir=str(out), overwrite=True, steps=1, seed=9)
+    assert sorted(os.listdir(out)) == ["classifier.keras", "flags.json", "labels.json",
+                                       "train_log.jsonl", "vocab"]  # no metrics, no export
+    assert result["eval"] is None and result["export"] is None
+    classify.load_classifier(str(out))
+
+
+def test_a_kill_while_writing_output_leaves_the_previous_file(trained, tmp_path, monkeypatch):
+    """`--output` (predict, evaluate; `training.evaluate`, `training.recl`
+    alike) was opened in place: a kill while it was written left a cut
+    file where the previous one had been."""
+    import builtins
+    from training import files
+    texts = tmp_path / "texts.txt"
+    texts.write_text("ab ab\nxy xy\n")
+    output = tmp_path / "p.tsv"
+    output.write_text("the previous run's rows\n")
+
+    class HalfWritten:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            self.f.write(text[:len(text) // 2])
+            self.f.close()
+            raise KeyboardInterrupt  # a SIGKILL half-way
+
+    def killed_while_writing(path, mode="r", *args, **kwargs):
+        f = builtins.open(path, mode, *args, **kwargs)
+        return HalfWritten(f) if "w" in mode else f
+    monkeypatch.setattr(classify, "open", killed_while_writing, raising=False)
+    monkeypatch.setattr(files, "open", killed_while_writing, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        classify.run(mode="predict", classifier_dir=trained[0], predict_data=str(texts),
+                     output=str(output), progress=False)
+    assert output.read_text() == "the previous run's rows\n"

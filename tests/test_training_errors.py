@@ -52,6 +52,30 @@ def test_a_failed_first_start_leaves_the_directory_as_it_found_it(tmp_path, corp
     assert _train(tmp_path, data_dir=corpus, mem_len=8)["step"] == 2
 
 
+def test_a_first_start_killed_before_its_first_checkpoint_does_not_block_the_retry(
+        tmp_path, corpus, monkeypatch, capsys):
+    """Killed (SIGKILL, the OOM killer: no clean-up runs) before its first
+    checkpoint, a first start left its config.json: the retry with a smaller
+    --mem_len was refused as "a run of another model", though nothing had
+    been trained."""
+    import keras
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as patch:
+        patch.setattr(keras.Model, "fit", killed)
+        patch.setattr(train, "_empty", lambda folder, remove: None)  # a kill cleans nothing
+        with pytest.raises(KeyboardInterrupt):
+            _train(tmp_path, data_dir=corpus, mem_len=64)
+    assert (tmp_path / "run" / "config.json").exists()
+    capsys.readouterr()
+    assert _train(tmp_path, data_dir=corpus, mem_len=8)["step"] == 2
+    assert "from a run stopped before its first checkpoint (nothing was trained)" in \
+        capsys.readouterr().err
+    with pytest.raises(TrainingError, match="holds a run of another model"):  # now trained
+        _train(tmp_path, data_dir=corpus, mem_len=64)
+
+
 def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(tmp_path):
     with pytest.raises(TrainingError, match=r"^--log_batches reads the continuous stream: it "
                                             r"does not go with --document_separator$"):
@@ -122,7 +146,9 @@ def test_evaluate_vocabulary_mismatch(tmp_path, corpus):
 
 def test_resume_with_another_vocabulary(tmp_path, corpus):
     (tmp_path / "run").mkdir()
-    TransformerXLConfig.preset("tiny", n_token=27).to_json(str(tmp_path / "run" / "config.json"))
+    config = TransformerXLConfig.preset("tiny", n_token=27)
+    config.to_json(str(tmp_path / "run" / "config.json"))
+    save_pretrained(TransformerXL(config), tmp_path / "run" / "export")  # a trained run
     with pytest.raises(TrainingError, match=r"vocabulary/model size mismatch: .*config.json "
                                             r"was trained with n_token=27"):
         _train(tmp_path, data_dir=corpus)

@@ -63,3 +63,32 @@ def test_tensorboard_available_imports_the_package(monkeypatch):
     assert tensorboard_available()  # installed with tensorflow
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import` raises ImportError
     assert not tensorboard_available()
+
+
+def test_a_resume_drops_the_lines_logged_past_its_checkpoint(tmp_path):
+    """A job killed after its last checkpoint logged steps that the resumed
+    job trains and logs again: each appeared twice (and a line cut short by a
+    full disk ran into the next)."""
+    from training.files import trim_log
+    log = tmp_path / "train_log.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (5, 10, 15))
+                   + '{"step": 20, "lo')
+    assert trim_log(str(log), 10) == 2
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [5, 10]
+    assert trim_log(str(log), 10) == 0 and trim_log(str(tmp_path / "none.jsonl"), 0) == 0
+
+
+def test_a_resumed_run_logs_each_step_once(tmp_path):
+    """The state a kill after the last checkpoint leaves: lines past it."""
+    from training import train
+    options = dict(model_dir=str(tmp_path / "run"), dataset="text", preset="tiny",
+                   data_dir=str(write_text_corpus(tmp_path / "corpus.txt", 5_000)),
+                   cache_dir=str(tmp_path / "cache"), strategy="one_device", batch_size=2,
+                   log_every=1, verbose=0)
+    train.run(train_steps=2, final_eval=False, **options)
+    log = tmp_path / "run" / "train_log.jsonl"
+    with open(log, "a", encoding="utf-8") as f:  # the killed job's steps 3 and 4
+        f.write(json.dumps({"step": 3, "loss": 9.0}) + "\n" + json.dumps({"step": 4}) + "\n")
+    train.run(train_steps=4, final_eval=False, **options)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4] and records[2]["loss"] != 9.0

@@ -193,8 +193,8 @@ def test_a_model_converted_from_the_hugging_face_port_loads_as_a_preset(tmp_path
         got = model.backbone.transformer.crit(model.backbone(
             {"token_ids": ids, "padding_mask": np.ones_like(ids)}))
         np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-5)
-        # the preset records the vocabulary's fingerprint, which the model directory lacks
-        assert model.backbone.config.replace(vocab_fingerprint=None) == core.config
+        # the preset records the vocabulary's fingerprint, as txl-convert's directory does
+        assert model.backbone.config == core.config
     assert again.backbone.config.vocab_fingerprint == \
         causal_lm.preprocessor.tokenizer.inner.fingerprint()
     prompt = ids[:1]
@@ -361,3 +361,53 @@ def test_random_models_round_trip_through_a_preset_bitwise(kind, tmp_path):
         again = load(str(tmp_path / "preset"))
         assert again.inner.fingerprint() == inner.fingerprint()
         assert again.tokenize(texts).to_list() == words == tokenizer.tokenize(texts).to_list()
+
+
+def test_a_preset_save_killed_anywhere_leaves_one_whole_preset_or_an_error(
+        model_dir, tmp_path, monkeypatch):
+    """keras-hub wrote the preset in place, config.json before the weights: a
+    save over another preset killed in between left the new config (another
+    clamp_len and same_length) beside the old weights, loaded without a word."""
+    import os
+    from txl_tf.app import files
+    from txl_tf.errors import TxlError
+    old = TransformerXLCausalLM.from_preset(model_dir)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", init_std=0.3, mem_len=16, tgt_len=8,
+                                                    clamp_len=3, same_length=True))
+    new = TransformerXLCausalLM(TransformerXLBackbone.from_core(core),
+                                preprocessor=old.preprocessor)
+    # Killed before the k-th rename or removal of a file or write of the weights.
+    real = {(os, name): getattr(os, name) for name in ("replace", "rename", "remove")}
+    real[keras.Model, "save_weights"] = keras.Model.save_weights
+    outcomes, k = set(), 0
+    while "new" not in outcomes:
+        k += 1
+        folder = tmp_path / f"k{k}"
+        old.save_to_preset(str(folder))
+        calls = {"n": 0}
+
+        def counted(*args, _call, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == k:
+                raise KeyboardInterrupt("killed")
+            return _call(*args, **kwargs)
+        with monkeypatch.context() as patch:
+            patch.setattr(files.Staged, "discard", lambda self: None)  # a kill cleans nothing
+            for (owner, name), call in real.items():
+                patch.setattr(owner, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
+                                                                                **kw))
+            try:
+                new.save_to_preset(str(folder))
+            except KeyboardInterrupt:
+                pass
+        try:
+            loaded = TransformerXLCausalLM.from_preset(str(folder))
+        except TxlError as err:
+            assert "is neither a model directory" in str(err)
+            outcomes.add("refused")
+            continue
+        expected = new if loaded.core.config.clamp_len == 3 else old
+        assert loaded.core.config.same_length == expected.core.config.same_length
+        np.testing.assert_array_equal(scores(loaded), scores(expected), f"killed at {k}")
+        outcomes.add("new" if expected is new else "old")
+    assert outcomes == {"old", "refused", "new"}

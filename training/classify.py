@@ -45,6 +45,7 @@ from training.classifier_model import (MODEL_FILE, check_lengths, choose_model,
                                        describe_metrics, evaluate_examples, load_classifier,
                                        predict_logits)
 from training.errors import TrainingError
+from training.files import write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 
@@ -226,7 +227,7 @@ def train(o):
     import keras
 
     from training.callbacks import ProgressLine, StepLog, StopOnNonFinite
-    from training.files import write_atomically
+    from txl_tf.app.files import stage
     from training.train_data import release_input_iterators
     from txl_tf.app.progress import interactive
     from txl_tf.classification import classification_dataset
@@ -277,10 +278,6 @@ def train(o):
     log_path = os.path.join(output_dir, "train_log.jsonl")
     if os.path.exists(log_path):
         os.remove(log_path)  # --overwrite: a fresh log
-    write_atomically(os.path.join(output_dir, "flags.json"),
-                     json.dumps(o, indent=2, sort_keys=True) + "\n")
-    labels.save(output_dir)
-    vocab_dir = str(tokenizer.save(os.path.join(output_dir, "vocab")))
 
     params = sum(int(v.numpy().size) for v in model.trainable_weights)
     counts = ", ".join(f"{k} {v}" for k, v in examples.class_counts().items())
@@ -311,7 +308,19 @@ def train(o):
     train_seconds = time.time() - fit_start
     release_input_iterators()
     model_file = os.path.join(output_dir, MODEL_FILE)
-    model.save(model_file)
+    vocab_dir = os.path.join(output_dir, "vocab")
+    # The run's files replace a previous run's together, classifier.keras last
+    # (txl_tf.app.files): a run killed before leaves the previous classifier
+    # whole, with its own flags, labels and vocabulary; its metrics and export
+    # go with it.
+    with stage(model_file) as files:
+        write_atomically(files.path(os.path.join(output_dir, "flags.json")),
+                         json.dumps(o, indent=2, sort_keys=True) + "\n")
+        labels.save(files.path(os.path.join(output_dir, "labels.json")))
+        tokenizer.save(files.path(vocab_dir))
+        model.save(files.path(model_file))
+        files.drop(os.path.join(output_dir, METRICS_FILE))
+        files.drop(os.path.join(output_dir, "export"))
     log(f"saved {model_file}")
 
     result = {"mode": "train", "steps": steps, "train_seconds": train_seconds,
@@ -369,10 +378,8 @@ def evaluate(o):
     metrics.update({"eval_data": o["eval_data"], "classifier_dir": o["classifier_dir"],
                     "segment_len": model.segment_len, "mem_len": model.mem_len,
                     "max_length": o["max_length"], "keep": o["keep"]})
-    if o["output"]:
-        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-        with open(o["output"], "w", encoding="utf-8") as f:
-            json.dump(metrics, f, indent=2)
+    if o["output"]:  # through a rename: a kill never leaves half of it
+        write_atomically(o["output"], json.dumps(metrics, indent=2))
     print(describe_metrics(metrics, f"eval {o['eval_data']}"), flush=True)
     return {"mode": "evaluate", "eval": metrics}
 
@@ -414,10 +421,8 @@ def predict(o):
     lines += [f"{n}\t{labels.name(int(p.argmax()))}\t" + "\t".join(f"{x:.6f}" for x in p)
               for n, p in zip(numbers, probs)]
     text = "\n".join(lines) + "\n"
-    if o["output"]:
-        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-        with open(o["output"], "w", encoding="utf-8") as f:
-            f.write(text)
+    if o["output"]:  # through a rename: a kill never leaves half of it
+        write_atomically(o["output"], text)
     else:
         sys.stdout.write(text)
     return {"mode": "predict", "lines": numbers,

@@ -20,6 +20,7 @@ import json
 import os
 
 from training.errors import TrainingError
+from training.files import write_atomically
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
@@ -130,10 +131,8 @@ def run(**options):
                    "clamp_len": getattr(core.config, "clamp_len", None),
                    "same_length": getattr(core.config, "same_length", None),
                    "character_level": inputs.is_character_level(corpus.tokenizer)})
-    if o["output"]:
-        os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-        with open(o["output"], "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2, sort_keys=True)
+    if o["output"]:  # through a rename: a kill never leaves half of it
+        write_atomically(o["output"], json.dumps(result, indent=2, sort_keys=True))
     return result
 
 

@@ -1,4 +1,5 @@
 """Small file helpers of the jobs."""
+import json
 import os
 import shutil
 
@@ -20,3 +21,29 @@ def save_vocab(tokenizer, directory):
     tokenizer.save(staging)
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(staging, directory)
+
+
+def trim_log(path, step):
+    """Drops the lines of the JSON-lines log `path` whose `step` is past
+    `step` (those of a run killed after its last checkpoint, which the resumed
+    run logs again), and a last line cut short; returns how many."""
+    if not os.path.isfile(path):
+        return 0
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines, cut = lines[:-1], 1
+    else:
+        cut = 0
+    kept = [line for line in lines if _step(line) <= step]
+    if cut or len(kept) < len(lines):
+        write_atomically(path, "".join(kept))
+    return cut + len(lines) - len(kept)
+
+
+def _step(line):
+    """A log line's step (-1 for a line that is not a record of one)."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return -1

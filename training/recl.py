@@ -20,6 +20,7 @@ import json
 import os
 
 from training.errors import TrainingError
+from training.files import write_atomically
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 
@@ -133,9 +134,8 @@ def run(**options):
             result["gains"][str(r)] = {name: gains[i].tolist()
                                        for i, name in enumerate(result["models"])}
     if o["output_dir"]:
-        os.makedirs(o["output_dir"], exist_ok=True)
-        with open(os.path.join(o["output_dir"], "recl.json"), "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        write_atomically(os.path.join(o["output_dir"], "recl.json"),  # through a rename
+                         json.dumps(result, indent=2))
         _plot(result, os.path.join(o["output_dir"], "recl.png"))
     return result
 

@@ -41,7 +41,7 @@ import tempfile
 import time
 
 from training.errors import TrainingError
-from training.files import save_vocab, write_atomically
+from training.files import save_vocab, trim_log, write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 
@@ -315,6 +315,14 @@ def _empty(folder, remove):
             os.remove(path)
 
 
+def _holds_weights(model_dir):
+    """Whether `model_dir` holds trained weights: checkpoints or an export."""
+    from training.checkpointing import checkpoint_dir, has_checkpoints
+    return has_checkpoints(checkpoint_dir(model_dir)) or any(
+        os.path.exists(os.path.join(model_dir, *path))
+        for path in (("export", "weights.npz"), ("weights.npz",)))
+
+
 def _warn(message):
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
@@ -398,7 +406,15 @@ def _train(o, strategy, task_id, is_chief):
         run_record.check(record, record_path)
     config_path = os.path.join(model_dir, "config.json")
     if is_chief:
-        check_resumable(config, config_path)
+        try:
+            check_resumable(config, config_path)
+        except TrainingError:
+            if _holds_weights(model_dir):
+                raise
+            # A first start killed before its first checkpoint (SIGKILL, the
+            # OOM killer) trained nothing: the corrected retry goes ahead.
+            _warn(f"{config_path} is of another model, from a run stopped before its first "
+                  "checkpoint (nothing was trained): replaced by this run's")
     # Checked: from here on the job may write into the model directory.
     for name in remove_stale_temporaries(ckpt_dir):
         _warn(f"removed {os.path.join(ckpt_dir, name)}, left by an interrupted save")
@@ -431,6 +447,12 @@ def _train(o, strategy, task_id, is_chief):
                                     max_to_keep=o["keep_checkpoints"])
     restored = checkpoint.restore_latest(warn=_warn)
     step = checkpoint.step
+    if is_chief:  # a run killed after its last checkpoint logged steps it trains again
+        for name in ("train_log.jsonl", "eval_log.jsonl"):
+            dropped = trim_log(os.path.join(model_dir, name), step)
+            if dropped:
+                log(f"{name}: dropped {dropped} line(s) past step {step}, logged by a run "
+                    "stopped after its last checkpoint")
     # Set after the restore (nothing is traced yet): the step resumed from
     # decides it.
     model.steps_per_execution = steps_per_execution(o, step)

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.app.files import stage
 from txl_tf.checks.inputs import check_targets, check_token_ids
 from txl_tf.errors import TxlError
 from txl_tf.layers.memory import Memory
@@ -190,14 +191,15 @@ def save_lstm(model, directory, tokenizer=None):
         directory: the folder (made if missing).
         tokenizer: None, or the `txl_tf.text.Tokenizer` the model reads with.
     """
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
-        json.dump(model.config.to_dict(), f, indent=2)
     weights = {_name(v): v.numpy() for v in model.weights}
-    path = os.path.join(directory, WEIGHTS_FILE)
-    _write_weights(path, weights)
-    if tokenizer is not None:
-        tokenizer.save(os.path.join(directory, "vocab"))
+    # Renamed in together, config.json last (txl_tf.app.files): a kill leaves
+    # the previous save or this one, or a folder without config.json.
+    with stage(os.path.join(directory, CONFIG_FILE)) as files:
+        _write_weights(files.path(os.path.join(directory, WEIGHTS_FILE)), weights)
+        if tokenizer is not None:
+            tokenizer.save(files.path(os.path.join(directory, "vocab")))
+        with open(files.path(os.path.join(directory, CONFIG_FILE)), "w", encoding="utf-8") as f:
+            json.dump(model.config.to_dict(), f, indent=2)
 
 
 def lstm_folder(directory):

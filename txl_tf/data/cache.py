@@ -4,7 +4,9 @@ tokenizer as plain text, keyed by dataset, options and source file stats.
 Layout: ``<cache_root>/<name>-<key>/{train,valid,test}.npy``, ``tokenizer/``
 and ``meta.json`` (written last; an entry without it is ignored). Entries are
 built in a temporary directory and renamed into place, so concurrent jobs
-never see half-written data.
+never see half-written data; the temporary directory of a job killed while
+encoding (its owner, a process of this host, is gone) is deleted by the next
+build in that cache.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import struct
 import tempfile
 import warnings
@@ -23,6 +26,7 @@ import numpy as np
 CACHE_FORMAT = 1
 SPLITS = ("train", "valid", "test")
 _HEADER_BYTES = 128  # fixed .npy v1.0 header size so arrays can be streamed
+OWNER_FILE = "owner.json"  # in a build folder: {"pid", "host"} of the job writing it
 
 
 def file_stats(paths: Iterable[Path]) -> list[list]:
@@ -113,12 +117,46 @@ def read_entry(entry: Path, mmap: bool):
 
 
 def new_build_dir(root: Path, name: str) -> Path:
+    """A fresh build folder in ``root`` (``.tmp-<name>-*``) holding its owner
+    (this process and host), after deleting those of killed builds."""
     root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
+    remove_stale_builds(root)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
+    (tmp / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(),
+                                              "host": socket.gethostname()}), encoding="utf-8")
+    return tmp
+
+
+def remove_stale_builds(root: Path) -> list[str]:
+    """Deletes the build folders in ``root`` whose owner is a process of this
+    host that is gone (a job killed while encoding); returns their names. A
+    folder of another host, or without its owner (being made), is kept."""
+    removed = []
+    for build in sorted(root.glob(".tmp-*")):
+        try:
+            owner = json.loads((build / OWNER_FILE).read_text(encoding="utf-8"))
+            pid, host = int(owner["pid"]), owner["host"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if host == socket.gethostname() and not _alive(pid):
+            shutil.rmtree(build, ignore_errors=True)
+            removed.append(build.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def commit_entry(tmp: Path, entry: Path, meta: dict) -> Path:
     """Write ``meta.json`` and move ``tmp`` to ``entry`` (first writer wins)."""
+    (tmp / OWNER_FILE).unlink(missing_ok=True)
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
                                    encoding="utf-8")
     if entry.exists() and not (entry / "meta.json").is_file():

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from txl_tf.app.files import remove_leftovers, temporary_path
 from txl_tf.errors import TxlError
 from txl_tf.layers.init import skip_random_init
 
@@ -264,14 +265,17 @@ def restore_weights(core, path):
 
 def save_weights(core, path):
     """Writes all weights to an `.npz` file keyed by TF names, through a
-    temporary file and a rename: an interrupted save leaves the previous file."""
+    temporary file and a rename: an interrupted save leaves the previous file
+    (and a killed one its temporary, `.tmp-<pid>-<name>`, which the next
+    save in that folder deletes)."""
     weights = get_weights(core)
     if not isinstance(path, (str, os.PathLike)):  # a file object
         np.savez(path, **weights)
         return
     path = os.fspath(path)
     path = path if path.endswith(".npz") else path + ".npz"  # as np.savez names it
-    temporary = f"{path}.tmp-{os.getpid()}.npz"
+    remove_leftovers(os.path.dirname(os.path.abspath(path)))
+    temporary = temporary_path(path)
     try:
         np.savez(temporary, **weights)
         os.replace(temporary, path)

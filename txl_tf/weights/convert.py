@@ -116,7 +116,6 @@ def convert(source, input, output_dir, config=None, vocab=None, cluster_order=No
     """Writes the model directory `output_dir`; returns its path. `config` is
     a path, a dict or a `TransformerXLConfig`; `overrides` change config fields."""
     from txl_tf import weights
-    from txl_tf.weights import checkpoints
 
     if source not in SOURCES:
         raise ConvertError(f"--source must be one of {SOURCES}, got {source!r}")
@@ -148,9 +147,7 @@ def convert(source, input, output_dir, config=None, vocab=None, cluster_order=No
         echo(f"read the TF checkpoint {input}: zero_filled_memory=True, layer_norm_epsilon="
              f"{core.config.layer_norm_epsilon}")
     tokenizer = _tokenizer(symbols, core.config.n_token) if symbols is not None else None
-    weights.save_pretrained(core, output_dir)
-    if tokenizer is not None:
-        tokenizer.save(os.path.join(output_dir, checkpoints.VOCAB_DIR))
+    weights.save_pretrained(core, output_dir, tokenizer)  # vocab/ with the model, not after it
     cfg = core.config
     echo(f"wrote {output_dir}: config.json, weights.npz"
          f"{', vocab/' if tokenizer is not None else ''} (evaluation: tgt_len {cfg.tgt_len}, "

@@ -3,8 +3,9 @@
 * a model directory: `config.json` + `weights.npz` [+ `vocab/`], as written
   by `txl_tf.weights.save_pretrained` (and training's `export/`);
 * a training run directory (`training.train --model_dir`): its `export/`
-  when present, else its newest checkpoint in `checkpoints/` with its
-  `config.json` (and `export/vocab/` when present);
+  when present (with its `config.json`, which a save writes last), else its
+  newest checkpoint in `checkpoints/` with its `config.json` (and
+  `export/vocab/` when present);
 * either, with an explicit training `checkpoint` (a `ckpt-N` prefix, or a
   name relative to the run's `checkpoints/`).
 
@@ -16,6 +17,7 @@ import sys
 import zipfile
 from typing import NamedTuple, Optional
 
+from txl_tf.app.files import stage
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
 from txl_tf.layers.init import skip_random_init
@@ -109,7 +111,9 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
             home = model_dir if _isfile(model_dir, CONFIG_FILE) else export
         elif _isfile(model_dir, WEIGHTS_FILE):
             home = model_dir
-        elif _isfile(export, WEIGHTS_FILE):
+        elif _isfile(export, WEIGHTS_FILE) and (  # no config.json: a save cut short
+                _isfile(export, CONFIG_FILE) or not os.path.isdir(
+                    os.path.join(model_dir, CHECKPOINT_DIR))):
             home = export
             _warn_if_older_than_a_checkpoint(export, os.path.join(model_dir, CHECKPOINT_DIR))
         elif _isfile(model_dir, CONFIG_FILE) and os.path.isdir(
@@ -281,13 +285,17 @@ def save_pretrained(core, directory, tokenizer=None):
         `directory`.
     """
     checkpoints.reference_names(core)  # a LoRA or int8 model is refused before anything is written
-    os.makedirs(directory, exist_ok=True)
     config = core.config
-    if tokenizer is not None:
-        config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
-        tokenizer.save(os.path.join(directory, checkpoints.VOCAB_DIR))
-    config.to_json(os.path.join(directory, checkpoints.CONFIG_FILE))
-    checkpoints.save_weights(core, os.path.join(directory, checkpoints.WEIGHTS_FILE))
+    # Written under temporary names, then renamed in with config.json last: a
+    # kill leaves the previous save or this one, never one's config beside
+    # the other's weights (a folder without config.json is refused by name).
+    with stage(os.path.join(directory, checkpoints.CONFIG_FILE)) as files:
+        if tokenizer is not None:
+            config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
+            tokenizer.save(files.path(os.path.join(directory, checkpoints.VOCAB_DIR)))
+        checkpoints.save_weights(core, files.path(os.path.join(directory,
+                                                               checkpoints.WEIGHTS_FILE)))
+        config.to_json(files.path(os.path.join(directory, checkpoints.CONFIG_FILE)))
     return directory
 
 

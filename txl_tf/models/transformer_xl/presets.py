@@ -6,8 +6,10 @@ configurations (`txl_tf.PRESETS`: `tiny`, `small`, `enwik8_base`,
 own preset folders (which keras-hub reads itself)."""
 import json
 import os
+import shutil
 from typing import NamedTuple, Optional
 
+from txl_tf.app.files import stage, temporary_path
 from txl_tf.config import PRESETS, TransformerXLConfig
 from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir
@@ -61,6 +63,34 @@ def local_source(preset, load_weights):
                           f"shipped model ({', '.join(sorted(SHIPPED))}) and no such folder "
                           f"(a keras-hub preset or a model directory)")
     return None
+
+
+def save_staged(save, preset_dir):
+    """Runs keras-hub's `save(folder)` (a `save_to_preset`) into a temporary
+    folder inside `preset_dir`, then renames its files in with `config.json`
+    last (`txl_tf.app.files.stage`): a kill leaves the previous preset whole,
+    the new one, or a folder without `config.json`, never one's config beside
+    the other's weights. Weights files of the previous preset that this one
+    does not write (another sharding) are deleted with it.
+
+    Args:
+        save: keras-hub's saver, called with the temporary folder.
+        preset_dir: the preset folder.
+    """
+    preset_dir = os.fspath(preset_dir)
+    with stage(os.path.join(preset_dir, "config.json")) as files:
+        staging = temporary_path(os.path.join(preset_dir, "preset"))
+        try:
+            save(staging)
+            names = os.listdir(staging)
+            for name in names:
+                os.rename(os.path.join(staging, name),
+                          files.path(os.path.join(preset_dir, name)))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        for name in os.listdir(preset_dir):
+            if name not in names and name.startswith("model") and ".weights." in name:
+                files.drop(os.path.join(preset_dir, name))
 
 
 def keras_hub_dtype(preset, kwargs):

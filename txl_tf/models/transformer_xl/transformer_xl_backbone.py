@@ -125,5 +125,17 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
             return super().from_preset(preset, load_weights=load_weights, **kwargs)
         return presets.backbone_from(cls, found, **kwargs)
 
+    def save_to_preset(self, preset_dir, **kwargs):
+        """Saves a keras-hub preset folder (keras-hub's `save_to_preset`)
+        through a temporary folder, `config.json` last (`presets.save_staged`).
+
+        Args:
+            preset_dir: the folder.
+            **kwargs: keras-hub's (`max_shard_size`).
+        """
+        from txl_tf.models.transformer_xl import presets
+        presets.save_staged(lambda folder: super(TransformerXLBackbone, self).save_to_preset(
+            folder, **kwargs), preset_dir)
+
     def get_config(self):
         return {**super().get_config(), **self.config.to_dict()}

@@ -105,20 +105,24 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
         """Saves a keras-hub preset folder (keras-hub's `save_to_preset`),
         its config recording the fingerprint of the preprocessor's
         vocabulary, as `save_pretrained` records it: loading the preset
-        then refuses other tokenizer files of the same size.
+        then refuses other tokenizer files of the same size. Written through
+        a temporary folder, `config.json` last (`presets.save_staged`).
 
         Args:
             preset_dir: the folder.
             **kwargs: keras-hub's (`max_shard_size`).
         """
+        def save(folder):
+            return super(TransformerXLCausalLM, self).save_to_preset(folder, **kwargs)
+
         inner = getattr(getattr(self.preprocessor, "tokenizer", None), "inner", None)
         if inner is None:
-            return super().save_to_preset(preset_dir, **kwargs)
+            return presets.save_staged(save, preset_dir)
         self.check_vocabulary()  # a recorded fingerprint is the tokenizer's
         core, config = self.core, self.core.config
         core.config = config.replace(vocab_fingerprint=inner.fingerprint())
         try:  # the model itself is left as it was
-            return super().save_to_preset(preset_dir, **kwargs)
+            return presets.save_staged(save, preset_dir)
         finally:
             core.config = config
 

@@ -1,0 +1,107 @@
+"""`txl_tf.app.files.stage`: a folder's files replaced together, the marker
+last; what a kill at any point leaves."""
+import os
+import shutil
+
+import pytest
+
+from txl_tf.app import files
+
+
+def _save(folder, version, marker="config.json"):
+    with files.stage(os.path.join(folder, marker)) as staged:
+        with open(staged.path(os.path.join(folder, "weights.bin")), "w") as f:
+            f.write(version)
+        os.makedirs(staged.path(os.path.join(folder, "vocab")))
+        with open(os.path.join(staged.path(os.path.join(folder, "vocab")), "v.txt"), "w") as f:
+            f.write(version)
+        with open(staged.path(os.path.join(folder, marker)), "w") as f:
+            f.write(version)
+        staged.drop(os.path.join(folder, "export"))
+
+
+def _state(folder):
+    """The version the folder holds, None without its marker, or "mixed"."""
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        return None
+    found = {open(os.path.join(folder, name)).read()
+             for name in ("config.json", "weights.bin", os.path.join("vocab", "v.txt"))}
+    return found.pop() if len(found) == 1 else "mixed"
+
+
+def test_a_kill_at_any_rename_leaves_one_version_or_no_marker(tmp_path, monkeypatch):
+    seen = set()
+    for k in range(1, 30):
+        folder = str(tmp_path / f"k{k}")
+        _save(folder, "old")
+        os.makedirs(os.path.join(folder, "export", "deep"))
+        calls = {"n": 0}
+        real = {name: getattr(os, name) for name in ("rename", "replace", "remove")}
+
+        def counted(*args, _call, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == k:
+                raise KeyboardInterrupt  # a SIGKILL before the k-th rename or removal
+            return _call(*args, **kwargs)
+        with monkeypatch.context() as patch:
+            patch.setattr(files.Staged, "discard", lambda self: None)  # a kill cleans nothing
+            for name, call in real.items():
+                patch.setattr(os, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
+                                                                             **kw))
+            try:
+                _save(folder, "new")
+                done = True
+            except KeyboardInterrupt:
+                done = False
+        state = _state(folder)
+        assert state != "mixed", f"killed at {k}"
+        seen.add(state)
+        if done:
+            break
+    assert done and seen == {"old", None, "new"}
+    _save(folder, "again")  # a later save in this process: its own leftovers aside
+    assert _state(folder) == "again"
+
+
+def test_a_dropped_folder_goes_at_once(tmp_path, monkeypatch):
+    """A folder of the previous save that the new one does not write went
+    with `shutil.rmtree` in place: a kill during it left half of it."""
+    folder = str(tmp_path / "m")
+    _save(folder, "old")
+    os.makedirs(os.path.join(folder, "export", "deep"))
+
+    def killed(path, *args, **kwargs):
+        raise KeyboardInterrupt  # a SIGKILL while deleting
+    monkeypatch.setattr(files.Staged, "discard", lambda self: None)
+    monkeypatch.setattr(shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _save(folder, "new")
+    assert not os.path.exists(os.path.join(folder, "export"))
+
+
+def test_a_failed_save_leaves_the_folder_as_it_was(tmp_path):
+    folder = str(tmp_path / "m")
+    _save(folder, "old")
+    with pytest.raises(OSError):
+        with files.stage(os.path.join(folder, "config.json")) as staged:
+            with open(staged.path(os.path.join(folder, "weights.bin")), "w") as f:
+                f.write("new")
+            raise OSError("disk full")
+    assert sorted(os.listdir(folder)) == ["config.json", "vocab", "weights.bin"]
+    assert _state(folder) == "old"
+
+
+def test_leftovers_of_processes_that_are_gone_are_removed(tmp_path):
+    import subprocess
+    import sys
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for name in (f".tmp-{gone}-weights.bin", f".tmp-{os.getpid()}-weights.bin",
+                 ".tmp-x-weights.bin", "weights.bin"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / f".tmp-{gone}-vocab.old").mkdir()
+    assert files.remove_leftovers(str(tmp_path)) == [f".tmp-{gone}-vocab.old",
+                                                     f".tmp-{gone}-weights.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".tmp-{os.getpid()}-weights.bin", ".tmp-x-weights.bin", "weights.bin"]
+    shutil.rmtree(tmp_path)

@@ -1,0 +1,138 @@
+"""A folder's files replaced together, so that a kill (SIGKILL, a full
+disk) never leaves one save's config beside another's weights: each file or
+subfolder is written under a temporary name beside its final one, then the
+folder's marker (the file a loader looks for first, e.g. `config.json`) is
+removed, the others are renamed in, and the marker is renamed in last. A kill
+leaves the previous save whole, the new one whole, or a folder without its
+marker, which loaders refuse by name. Standard library only."""
+import contextlib
+import os
+import shutil
+
+PREFIX = ".tmp-"  # `.tmp-<pid>-<name>`: keeps the name's suffix (.npz, .keras, .h5)
+
+
+def temporary_path(path):
+    """The temporary name `stage` writes `path` under (same folder, the
+    writer's pid in it, the name's suffixes kept)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f"{PREFIX}{os.getpid()}-{name}")
+
+
+class Staged:
+    """The temporary paths of one save (see `stage`)."""
+
+    def __init__(self, marker):
+        self.marker = os.path.abspath(marker)
+        self.paths, self.dropped = {}, []
+
+    def path(self, final):
+        """Where to write what goes to `final` (a file or a folder).
+
+        Args:
+            final: the final path, in the marker's folder.
+
+        Returns:
+            The temporary path to write instead.
+        """
+        final = os.path.abspath(final)
+        self.paths[final] = temporary_path(final)
+        return self.paths[final]
+
+    def drop(self, final):
+        """Deletes `final` (a file or a folder of the previous save that this
+        one does not write) at the commit, once the marker is gone.
+
+        Args:
+            final: the path to delete.
+        """
+        self.dropped.append(os.path.abspath(final))
+
+    def commit(self):
+        """Removes the marker and the dropped paths, renames the other files
+        in, then the marker."""
+        if os.path.lexists(self.marker):
+            os.remove(self.marker)
+        for final in self.dropped:
+            if os.path.lexists(final):  # gone at once: a kill leaves no half of it
+                old = temporary_path(final) + ".old"
+                os.rename(final, old)
+                _remove(old)
+        for final, temporary in self.paths.items():
+            if final != self.marker:
+                _replace(temporary, final)
+        if self.marker in self.paths:
+            _replace(self.paths[self.marker], self.marker)
+
+    def discard(self):
+        """Deletes the temporaries written so far."""
+        for temporary in self.paths.values():
+            _remove(temporary)
+
+
+@contextlib.contextmanager
+def stage(marker):
+    """Yields a `Staged` whose `path(final)` names the temporary to write
+    for `final`; when the block succeeds they replace their final paths,
+    `marker` last (see the module doc); when it raises they are deleted and
+    the folder is left as it was. Leftovers of a killed writer (`.tmp-<pid>-`
+    entries of a process that is gone) are deleted first.
+
+    Args:
+        marker: the folder's marker file (its folder is made if missing).
+    """
+    folder = os.path.dirname(os.path.abspath(marker))
+    os.makedirs(folder, exist_ok=True)
+    remove_leftovers(folder)
+    staged = Staged(marker)
+    try:
+        yield staged
+        staged.commit()
+    except BaseException:
+        staged.discard()
+        raise
+
+
+def remove_leftovers(folder):
+    """Deletes the `.tmp-<pid>-*` entries of `folder` whose process is gone.
+
+    Args:
+        folder: the folder to clear.
+
+    Returns:
+        The names removed.
+    """
+    removed = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        pid = name[len(PREFIX):].split("-", 1)[0] if name.startswith(PREFIX) else ""
+        if pid.isdigit() and not _alive(int(pid)):
+            _remove(os.path.join(folder, name))
+            removed.append(name)
+    return removed
+
+
+def _replace(temporary, final):
+    if os.path.isdir(temporary) and os.path.isdir(final) and not os.path.islink(final):
+        old = temporary + ".old"  # a leftover of this pid's name: cleared as one
+        os.rename(final, old)
+        os.rename(temporary, final)
+        _remove(old)
+    else:
+        os.replace(temporary, final)
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
