@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+from txl_tf.app.files import process_alive
+
 
 @contextlib.contextmanager
 def staged_folder(output_dir):
@@ -71,7 +73,7 @@ def remove_stale(output_dir):
             if not entry.startswith(head):
                 continue
             pid = entry[len(head):].split("-", 1)[0]
-            if not pid.isdigit() or not _alive(int(pid)):
+            if not pid.isdigit() or not process_alive(int(pid)):
                 stale[kind].append(os.path.join(parent, entry))
     if stale["old"] and not os.path.lexists(os.path.join(parent, name)):
         previous = max(stale["old"], key=lambda path: os.stat(path).st_ctime_ns)
@@ -83,12 +85,3 @@ def remove_stale(output_dir):
         removed.append(os.path.basename(path))
     return removed
 
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -162,3 +162,33 @@ def cuda_that_does_not_load(monkeypatch):
     onnx_runtime.cuda_loads.cache_clear()
     yield
     onnx_runtime.cuda_loads.cache_clear()
+
+
+@pytest.fixture
+def killed_at_file_operation(monkeypatch):
+    """`run(save, k)`: calls `save()` as if SIGKILLed just before its k-th
+    `os.rename`, `os.replace` or `os.remove` (a `KeyboardInterrupt` there,
+    and no clean-up of `txl_tf.app.files.stage`'s temporaries, as a kill
+    runs none); returns whether `save` finished first."""
+    from txl_tf.app import files
+    real = {name: getattr(os, name) for name in ("rename", "replace", "remove")}
+
+    def run(save, k):
+        calls = {"n": 0}
+
+        def counted(*args, _call, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == k:
+                raise KeyboardInterrupt("killed")
+            return _call(*args, **kwargs)
+        with monkeypatch.context() as patch:
+            patch.setattr(files.Staged, "discard", lambda self: None)
+            for name, call in real.items():
+                patch.setattr(os, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
+                                                                             **kw))
+            try:
+                save()
+            except KeyboardInterrupt:
+                return False
+        return True
+    return run

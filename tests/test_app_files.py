@@ -29,30 +29,14 @@ def _state(folder):
     return found.pop() if len(found) == 1 else "mixed"
 
 
-def test_a_kill_at_any_rename_leaves_one_version_or_no_marker(tmp_path, monkeypatch):
+def test_a_kill_at_any_rename_leaves_one_version_or_no_marker(tmp_path,
+                                                              killed_at_file_operation):
     seen = set()
     for k in range(1, 30):
         folder = str(tmp_path / f"k{k}")
         _save(folder, "old")
         os.makedirs(os.path.join(folder, "export", "deep"))
-        calls = {"n": 0}
-        real = {name: getattr(os, name) for name in ("rename", "replace", "remove")}
-
-        def counted(*args, _call, **kwargs):
-            calls["n"] += 1
-            if calls["n"] == k:
-                raise KeyboardInterrupt  # a SIGKILL before the k-th rename or removal
-            return _call(*args, **kwargs)
-        with monkeypatch.context() as patch:
-            patch.setattr(files.Staged, "discard", lambda self: None)  # a kill cleans nothing
-            for name, call in real.items():
-                patch.setattr(os, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
-                                                                             **kw))
-            try:
-                _save(folder, "new")
-                done = True
-            except KeyboardInterrupt:
-                done = False
+        done = killed_at_file_operation(lambda: _save(folder, "new"), k)
         state = _state(folder)
         assert state != "mixed", f"killed at {k}"
         seen.add(state)

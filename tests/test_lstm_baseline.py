@@ -201,36 +201,19 @@ def _valid(root, options):
     return inputs.load(options["dataset"], options["data_dir"], options["cache_dir"]).valid
 
 
-def test_a_save_killed_anywhere_leaves_one_whole_save_or_an_error(tmp_path, monkeypatch):
+def test_a_save_killed_anywhere_leaves_one_whole_save_or_an_error(tmp_path,
+                                                                  killed_at_file_operation):
     """save_lstm wrote config.json in place before the weights: a save over
     another killed before its weights were renamed in left the new config
     (another tgt_len) beside the old weights, loaded without a word."""
-    import os
-    from txl_tf.app import files
     old = make_model(0)
     new = make_model(1, LSTMConfig(n_token=11, d_model=6, n_layer=2, tgt_len=7, dropout=0.0))
-    real = {name: getattr(os, name) for name in ("replace", "rename", "remove")}
     outcomes, k = set(), 0
     while "new" not in outcomes:
         k += 1
         folder = str(tmp_path / f"k{k}")
         save_lstm(old, folder, ByteTokenizer())
-        calls = {"n": 0}
-
-        def counted(*args, _call, **kwargs):
-            calls["n"] += 1
-            if calls["n"] == k:
-                raise KeyboardInterrupt("killed")  # a SIGKILL before the k-th rename
-            return _call(*args, **kwargs)
-        with monkeypatch.context() as patch:
-            patch.setattr(files.Staged, "discard", lambda self: None)  # a kill cleans nothing
-            for name, call in real.items():
-                patch.setattr(os, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
-                                                                             **kw))
-            try:
-                save_lstm(new, folder, ByteTokenizer())
-            except KeyboardInterrupt:
-                pass
+        killed_at_file_operation(lambda: save_lstm(new, folder, ByteTokenizer()), k)
         try:
             loaded = load_lstm(folder)
         except TxlError as err:

@@ -105,7 +105,7 @@ def remove_leftovers(folder):
     removed = []
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
         pid = name[len(PREFIX):].split("-", 1)[0] if name.startswith(PREFIX) else ""
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             _remove(os.path.join(folder, name))
             removed.append(name)
     return removed
@@ -128,7 +128,15 @@ def _remove(path):
         os.remove(path)
 
 
-def _alive(pid):
+def process_alive(pid):
+    """Whether a process `pid` runs on this host (one of another user counts).
+
+    Args:
+        pid: a process id.
+
+    Returns:
+        bool.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

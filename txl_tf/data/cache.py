@@ -23,6 +23,8 @@ from typing import Iterable
 
 import numpy as np
 
+from txl_tf.app.files import process_alive
+
 CACHE_FORMAT = 1
 SPLITS = ("train", "valid", "test")
 _HEADER_BYTES = 128  # fixed .npy v1.0 header size so arrays can be streamed
@@ -138,20 +140,11 @@ def remove_stale_builds(root: Path) -> list[str]:
             pid, host = int(owner["pid"]), owner["host"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if host == socket.gethostname() and not _alive(pid):
+        if host == socket.gethostname() and not process_alive(pid):
             shutil.rmtree(build, ignore_errors=True)
             removed.append(build.name)
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def commit_entry(tmp: Path, entry: Path, meta: dict) -> Path:
