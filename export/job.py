@@ -14,8 +14,9 @@ up to 2 GB),
 (settings, timings, parity, files). A non-empty output directory needs
 `--overwrite`; the new export replaces it whole, or not at all: it is
 written into a staging sibling folder swapped in on success
-(`export.staging.staged_folder`, which `export.classifier` and the Triton
-repository use too).
+(`export.staging.staged_folder`, which `export.classifier` uses too; the
+Triton repository's model folders are replaced together by
+`export.staging.staged_folders`).
 """
 import contextlib
 import gc

@@ -2,9 +2,10 @@
 folder beside it that replaces it in two renames when the writing succeeds
 (`staged_folder`), and the leftovers of a killed export cleared at the next
 (`remove_stale`, which puts back the previous export where a kill between the
-two renames left it under its old folder's name). The export job, the
-classifier's export and the Triton repository's model folders write through
-it."""
+two renames left it under its old folder's name). The export job and the
+classifier's export write through it; a Triton repository's model folders,
+which share their folder with other models, are replaced together by
+`staged_folders`."""
 import contextlib
 import os
 import shutil
@@ -53,6 +54,88 @@ def swap_in(staging, output_dir):
     shutil.rmtree(old, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def staged_folders(parent, names, drop=()):
+    """Sibling folders `parent/<name>` replaced together, and `drop`'s
+    deleted with them, so that a kill never leaves one of the old folders
+    beside one of the new ones.
+
+    The block writes into a staging folder; one rename then commits it, after
+    which every old folder is moved aside before any new one comes in. A kill
+    before the commit leaves the old folders; after it, the next call whose
+    first name (of `names`, then `drop`) is the same finishes the killed one's
+    replacement first (`remove_stale` for a single folder).
+
+    Args:
+        parent: the folder holding them (made if missing).
+        names: the folder names to write.
+        drop: folder names to delete (not in `names`).
+
+    Yields:
+        `{name: an empty folder to write parent/<name>'s files into}`.
+    """
+    parent = os.path.realpath(parent)
+    key = os.path.join(parent, (list(names) + list(drop))[0])
+    os.makedirs(parent, exist_ok=True)
+    finish_stale(key)
+    staging = tempfile.mkdtemp(prefix=_prefix(key, "tmp"), dir=parent)
+    os.rmdir(staging)  # made again by mkdir, whose mode follows the umask
+    os.mkdir(staging)
+    try:
+        new = os.path.join(staging, "new")
+        os.mkdir(new)
+        folders = {}
+        for name in names:
+            folders[name] = os.path.join(new, name)
+            os.mkdir(folders[name])
+        for name in drop:
+            open(os.path.join(new, name), "w").close()  # a file: the name is deleted
+        yield folders
+        committed = os.path.join(parent, os.path.basename(staging).replace(
+            _prefix(key, "tmp"), _prefix(key, "commit"), 1))
+        os.rename(staging, committed)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _roll_forward(committed)
+
+
+def _roll_forward(committed):
+    """Moves every old folder of a committed `staged_folders` into its `old/`,
+    then its `new/` folders into their places; deletes it. Run again after a
+    kill, it goes on where the kill left it."""
+    parent = os.path.dirname(committed)
+    new, old = os.path.join(committed, "new"), os.path.join(committed, "old")
+    os.makedirs(old, exist_ok=True)
+    names = sorted(os.listdir(new)) if os.path.isdir(new) else []
+    for name in names:  # an entry still in new/: its final path holds the old one
+        if os.path.lexists(os.path.join(parent, name)):
+            os.rename(os.path.join(parent, name), os.path.join(old, name))
+    for name in names:
+        if os.path.isdir(os.path.join(new, name)):
+            os.rename(os.path.join(new, name), os.path.join(parent, name))
+    shutil.rmtree(committed, ignore_errors=True)
+
+
+def finish_stale(key):
+    """The leftovers of `staged_folders` calls keyed `key` (their parent
+    folder and first name) that were killed: a staging folder is deleted, a
+    committed one finished (the oldest first).
+
+    Args:
+        key: the path `parent/<first name>`.
+
+    Returns:
+        The leftovers' names.
+    """
+    stale = _stale(key, ("tmp", "commit"))
+    for path in stale["tmp"]:
+        shutil.rmtree(path, ignore_errors=True)
+    for path in sorted(stale["commit"], key=lambda p: os.stat(p).st_mtime_ns):
+        _roll_forward(path)
+    return [os.path.basename(p) for p in stale["tmp"] + stale["commit"]]
+
+
 def _prefix(output_dir, kind):
     """`.<name>.<kind>-<pid>-`: the owner's pid in the name tells a killed
     export's leftovers from a running one's."""
@@ -66,15 +149,7 @@ def remove_stale(output_dir):
     being its old folder: that folder is renamed back to `output_dir` (the
     newest, if several) instead."""
     parent, name = os.path.split(os.path.abspath(output_dir))
-    stale = {"tmp": [], "old": []}
-    for entry in os.listdir(parent) if os.path.isdir(parent) else ():
-        for kind in stale:
-            head = f".{name}.{kind}-"
-            if not entry.startswith(head):
-                continue
-            pid = entry[len(head):].split("-", 1)[0]
-            if not pid.isdigit() or not process_alive(int(pid)):
-                stale[kind].append(os.path.join(parent, entry))
+    stale = _stale(output_dir, ("tmp", "old"))
     if stale["old"] and not os.path.lexists(os.path.join(parent, name)):
         previous = max(stale["old"], key=lambda path: os.stat(path).st_ctime_ns)
         os.rename(previous, os.path.join(parent, name))
@@ -85,3 +160,19 @@ def remove_stale(output_dir):
         removed.append(os.path.basename(path))
     return removed
 
+
+
+def _stale(output_dir, kinds):
+    """`{kind: [path]}`: the `_prefix(output_dir, kind)` entries beside
+    `output_dir` whose process is gone."""
+    parent, name = os.path.split(os.path.abspath(output_dir))
+    stale = {kind: [] for kind in kinds}
+    for entry in os.listdir(parent) if os.path.isdir(parent) else ():
+        for kind in stale:
+            head = f".{name}.{kind}-"
+            if not entry.startswith(head):
+                continue
+            pid = entry[len(head):].split("-", 1)[0]
+            if not pid.isdigit() or not process_alive(int(pid)):
+                stale[kind].append(os.path.join(parent, entry))
+    return stale

@@ -36,9 +36,7 @@ attention, then a copy into the new state), where the runtimes'
 every slot invalid (the empty memory); a zero-filled export has no cached
 model (its memory's keys are not zeros).
 """
-import contextlib
 import os
-import shutil
 
 import numpy as np
 import tensorflow as tf
@@ -50,7 +48,7 @@ from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_r
                                 order_outputs, save_with_weights)
 from export.parity import ParityError, largest_difference, max_differences
 from export.saved_model import LOG_PROBS_MODES
-from export.staging import staged_folder
+from export.staging import staged_folders
 from txl_tf.errors import TxlError
 from txl_tf.layers.ring_cache import KeysValues
 
@@ -137,10 +135,12 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
                                       zero_filled, **config_options)
     name = model_name + SUFFIX
     with_cached = cached and not zero_filled and core.config.attn_type == 0
-    # Each model folder is replaced whole: a re-export leaves no file of the
-    # one before (a cached model of other weights beside a zero-filled one).
-    with contextlib.ExitStack() as stack:
-        model_dir = stack.enter_context(staged_folder(os.path.join(repo_dir, model_name)))
+    # The model folders are replaced together (a re-export leaves no file of
+    # the one before, e.g. a cached model of other weights beside a
+    # zero-filled one), and a kill never pairs an old folder with a new one.
+    names = [model_name, name] if with_cached else [model_name]
+    with staged_folders(repo_dir, names, drop=[] if with_cached else [name]) as folders:
+        model_dir = folders[model_name]
         os.makedirs(os.path.join(model_dir, VERSION))
         written = export_onnx(core, os.path.join(model_dir, VERSION, MODEL_FILE), mem_len,
                               log_probs=log_probs, zero_filled=zero_filled, opset=opset,
@@ -155,7 +155,7 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
         written = [os.path.join(repo_dir, model_name, os.path.relpath(p, model_dir))
                    for p in written]
         if with_cached:
-            cached_dir = stack.enter_context(staged_folder(os.path.join(repo_dir, name)))
+            cached_dir = folders[name]
             os.makedirs(os.path.join(cached_dir, VERSION))
             files = [_write_text(os.path.join(cached_dir, CONFIG_FILE),
                                  cached_config(core.config, mem_len, name, log_probs,
@@ -165,8 +165,6 @@ def write_triton_repository(core, repo_dir, mem_len, model_name=DEFAULT_MODEL_NA
                 opset, external_data_threshold)
             written += [os.path.join(repo_dir, name, os.path.relpath(p, cached_dir))
                         for p in files]
-    if not with_cached and os.path.isdir(os.path.join(repo_dir, name)):
-        shutil.rmtree(os.path.join(repo_dir, name))  # another export's cached model
     return written
 
 

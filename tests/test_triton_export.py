@@ -3,6 +3,7 @@ protobuf and held to the ONNX graph's interface; its batch-major model run in
 onnxruntime as Triton's sequence batcher would, against the plain export and
 the Keras core. (No Triton server runs here.)"""
 import os
+import types
 
 import numpy as np
 import onnx
@@ -14,6 +15,7 @@ from tritonclient.grpc import model_config_pb2
 from export import ExportError, export_onnx, open_runtime, run_export
 from txl_tf import TransformerXLConfig
 from txl_tf.weights import save_pretrained
+from export import staging, triton
 from export.parity import ParityError, core_outputs, random_segments
 from export.triton import (CONFIG_FILE, INITIAL_STATE_DIR, cached_config, check_cached_model,
                            check_triton_model, model_file, sequence_log_probs,
@@ -222,6 +224,57 @@ def test_a_re_export_into_the_repository_leaves_no_file_of_the_one_before(core, 
     assert files == sorted(os.path.relpath(p, repo) for p in written) == [
         "txl/1/model.onnx", "txl/config.pbtxt", "txl/initial_state/mem_mask_all_true"]
     assert sorted(os.listdir(repo)) == ["other", "txl"]
+
+
+def _write_generation(repo, generation, monkeypatch, zero_filled=False):
+    """`write_triton_repository` with each model file holding `generation`
+    (no conversion: only the folders' replacement is under test)."""
+    def export(core, path, *args, **kwargs):
+        with open(path, "w") as f:
+            f.write(generation)
+        return [path]
+    monkeypatch.setattr(triton, "export_onnx", export)
+    monkeypatch.setattr(triton, "export_cached_onnx", export)
+    core = types.SimpleNamespace(config=TransformerXLConfig.preset("tiny"))
+    return write_triton_repository(core, str(repo), 4, zero_filled=zero_filled)
+
+
+def _generations(repo):
+    """`{model folder: its generation}`, each folder checked whole."""
+    seen = {}
+    for name in sorted(os.listdir(repo)):
+        if not name.startswith("."):
+            assert os.listdir(repo / name / "1") == ["model.onnx"]
+            assert (repo / name / CONFIG_FILE).is_file()
+            seen[name] = (repo / name / "1" / "model.onnx").read_text()
+    return seen
+
+
+@pytest.mark.parametrize("zero_filled", [False, True])
+def test_a_killed_write_never_pairs_an_old_model_with_a_new_one(tmp_path, monkeypatch,
+                                                                killed_at_file_operation,
+                                                                zero_filled):
+    """Each model folder was swapped in on its own, the cached one first, and
+    an older cached model deleted after: a kill between left the new cached
+    model beside the old step model, or an old cached model beside a new
+    zero-filled one. At every kill point the models Triton sees are of one
+    export; the next call finishes the killed one's replacement or undoes it."""
+    new = {"txl": "new"} if zero_filled else {"txl": "new", "txl_cached": "new"}
+    for k in range(1, 20):
+        repo = tmp_path / str(k)
+        _write_generation(repo, "old", monkeypatch)
+        done = killed_at_file_operation(
+            lambda: _write_generation(repo, "new", monkeypatch, zero_filled), k)
+        seen = _generations(repo)
+        assert set(seen) <= {"txl", "txl_cached"} and len(set(seen.values())) <= 1, (k, seen)
+        with monkeypatch.context() as patch:
+            patch.setattr(staging, "process_alive", lambda pid: False)  # the writer is gone
+            staging.finish_stale(str(repo / "txl"))
+        assert _generations(repo) in ({"txl": "old", "txl_cached": "old"}, new), k
+        assert sorted(os.listdir(repo)) == sorted(_generations(repo)), k  # no leftover
+        if done:
+            break
+    assert done and k > 3, k
 
 
 def test_export_job_takes_the_repositorys_cached_option(core, tmp_path):
