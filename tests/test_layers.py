@@ -248,3 +248,22 @@ def test_padded_keys_are_hidden_and_become_invalid_memory_slots():
     np.testing.assert_array_equal(new.mem_mask.numpy(), [[False, True], [True, True]])
     same = update_memory(memory, tf.ones([1, 2, 2, 4]))
     np.testing.assert_array_equal(same.mem_mask.numpy(), [[True, True], [True, True]])
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_attention_probabilities_called_directly_cast_their_arguments(policy):
+    """`probabilities` under a 16-bit policy failed in a float32 × half matmul
+    on float32 arguments (its `pos_emb` was not cast, as Keras casts
+    `call`'s); they are now read as the arguments in the compute dtype."""
+    layer = RelativeMultiHeadAttention(8, 2, 4, dtype=policy)
+    rng = np.random.default_rng(0)
+    x, memory = rng.normal(size=(2, 3, 8)), rng.normal(size=(2, 2, 8))
+    pos_emb, bias = rng.normal(size=(5, 8)), rng.normal(size=(2, 4))
+    visible = np.tril(np.ones((3, 5), bool), 2)[None, None].repeat(2, 0)
+    args = [np.float32(a) for a in (x, pos_emb, memory)] + [visible] + [np.float32(bias)] * 2
+    probs = layer.probabilities(*args)
+    cast = [tf.cast(a, layer.compute_dtype) if a.dtype != bool else a for a in args]
+    assert probs.dtype == tf.float32
+    np.testing.assert_array_equal(probs.numpy(), layer.probabilities(*cast).numpy())
+    np.testing.assert_allclose(probs.numpy().sum(-1), 1.0, rtol=1e-5)
+    assert not probs.numpy()[..., ~visible[0, 0]].any()

@@ -147,8 +147,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         gets exactly 0 and each row sums to 1, except a query that sees no
         key at all (`visible` all False in its row: the core's padded
         positions, `token_mask`), which weighs every key equally, hidden
-        ones included, in every dtype (finite; its output is meaningless)."""
+        ones included, in every dtype (finite; its output is meaningless).
+        Its float arguments are cast to the compute dtype, as Keras casts
+        `call`'s."""
         self._check_call(inputs, pos_emb, memory, visible, r_w_bias, r_r_bias)
+        if self.autocast:
+            inputs, pos_emb, memory, r_w_bias, r_r_bias = (
+                _cast_float(t, self.compute_dtype)
+                for t in (inputs, pos_emb, memory, r_w_bias, r_r_bias))
         rows, k, _ = self._rows_keys_values(inputs, memory, fused=True)
         return tf.nn.softmax(self._scores(rows, k, pos_emb, visible, r_w_bias, r_r_bias), axis=-1)
 
@@ -403,3 +409,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "pre_lnorm": self.pre_lnorm, "init_std": self.init_std,
                 "layer_norm_epsilon": self.layer_norm_epsilon}
 
+
+def _cast_float(tensor, dtype):
+    """`tensor` in `dtype` if it is floating point, else as it is."""
+    tensor = tf.convert_to_tensor(tensor)
+    return tf.cast(tensor, dtype) if tensor.dtype.is_floating else tensor
