@@ -1,6 +1,8 @@
 """Tokenizers: round trips, line markers, vocabulary order, save/load, tf.data."""
 import random
 import re
+import threading
+import types
 
 import numpy as np
 import pytest
@@ -145,6 +147,59 @@ def test_sentencepiece_encodes_after_the_seed_is_set_again(spm_tok):
     assert spm_tok.encode("the cat sat\n").tolist() == expected
     lines = tf.data.Dataset.from_tensors(["the cat sat\n"]).map(spm_tok.encode_tf)
     assert next(iter(lines)).to_list() == [expected]
+
+
+def test_two_threads_rebuilding_the_sentencepiece_model_each_get_one(monkeypatch):
+    """Y rebuilt the dropped model (`set_seed`), X found it dropped too and
+    set the attribute to None just before Y returned it: Y got None. The
+    interleaving is forced: Y waits, having stored its new model, until X
+    moves (drops it or builds its own), and X's build waits for Y's return."""
+    from txl_tf.text import spm
+    x_read, x_go, x_moved, y_done = (threading.Event() for _ in range(4))
+
+    class Dropped:  # a model whose resource `tf.random.set_seed` dropped
+        def tokenize(self, texts):
+            if threading.current_thread().name == "X":
+                x_read.set()
+                x_go.wait(10)  # X reads it first, finds it dropped once Y has built
+            raise tf.errors.NotFoundError(None, None, "SentencepieceResource does not exist")
+
+    class Watched(SentencePieceTokenizer):
+        @property
+        def _tokenizer(self):
+            return self.__dict__["model"]
+
+        @_tokenizer.setter
+        def _tokenizer(self, value):
+            self.__dict__["model"] = value
+            if threading.current_thread().name == "X":
+                x_moved.set()
+            elif value is not None:  # Y stored its new model
+                x_go.set()
+                x_moved.wait(10)
+
+    def build(model, out_type):
+        if threading.current_thread().name == "X":
+            x_moved.set()
+            y_done.wait(10)
+        return object()
+
+    monkeypatch.setattr(spm, "tf_text", types.SimpleNamespace(SentencepieceTokenizer=build))
+    tok = object.__new__(Watched)
+    tok.model_proto, tok.__dict__["model"] = b"", Dropped()
+    got = {}
+
+    def run():
+        got[threading.current_thread().name] = tok._tf_tokenizer()
+        if threading.current_thread().name == "Y":
+            y_done.set()
+    threads = [threading.Thread(target=run, name=name) for name in ("X", "Y")]
+    threads[0].start()
+    assert x_read.wait(10)
+    threads[1].start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(got) == ["X", "Y"] and None not in got.values(), got
 
 
 def test_sentencepiece_training_is_deterministic(text, spm_tok):

@@ -110,16 +110,20 @@ class SentencePieceTokenizer(Tokenizer):
         # The model's resource belongs to a cached kernel, which
         # `tf.random.set_seed` (so `keras.utils.set_random_seed`) drops with
         # TensorFlow's caches: a tokenizer made before is then made again.
+        # Read once and returned as read or built: another thread may drop or
+        # replace `self._tokenizer` meanwhile (two may build one each).
+        tokenizer = self._tokenizer
         with tf.init_scope():
-            if self._tokenizer is not None:
+            if tokenizer is not None:
                 try:
-                    self._tokenizer.tokenize(tf.constant([""]))
+                    tokenizer.tokenize(tf.constant([""]))
                 except tf.errors.NotFoundError:
-                    self._tokenizer = None
-            if self._tokenizer is None:
-                self._tokenizer = tf_text.SentencepieceTokenizer(
-                    model=self.model_proto, out_type=tf.int32)
-        return self._tokenizer
+                    tokenizer = None
+            if tokenizer is None:
+                tokenizer = tf_text.SentencepieceTokenizer(model=self.model_proto,
+                                                           out_type=tf.int32)
+                self._tokenizer = tokenizer
+        return tokenizer
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
         lines = split_lines_tf(texts)
