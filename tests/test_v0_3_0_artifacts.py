@@ -100,6 +100,47 @@ def test_a_0_3_0_run_resumes_at_its_step_and_place_in_the_data(tmp_path):
             np.testing.assert_allclose(mine[name], theirs[name], atol=1e-6, err_msg=name)
 
 
+FLOAT16 = FIXTURES / "float16"
+
+
+def _resume_float16(tmp_path, name):
+    """`train.run` of 0.3.0's float16 run `FLOAT16 / name` (stopped after its
+    checkpoint at step 3) with its flags; the run folder."""
+    from training import train
+    run = tmp_path / name
+    shutil.copytree(FLOAT16 / name, run)
+    shutil.copy(FIXTURES / "corpus.txt", tmp_path / "corpus.txt")
+    flags = json.loads((FLOAT16 / "flags.json").read_text())[name]
+    result = train.run(**_flag_options(flags), model_dir=str(run),
+                       data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
+                       strategy="one_device", verbose=0)
+    assert result["step"] == 6, result
+    return run
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_0_3_0_float16_run_that_skipped_no_step_resumes_exactly(tmp_path):
+    """Its checkpoint has no `skipped_steps` (0.3.0 did not count them) and
+    was refused; its loss scale (2**15, a counter of 3 at step 3) shows no
+    skip, so it resumes with none and ends with 0.3.0's uninterrupted run's
+    weights."""
+    run = _resume_float16(tmp_path, "run")
+    with np.load(run / "export" / "weights.npz") as mine, \
+            np.load(FLOAT16 / "weights_step_6.npz") as theirs:
+        assert sorted(mine.files) == sorted(theirs.files)
+        for name in theirs.files:
+            np.testing.assert_allclose(mine[name], theirs[name], atol=1e-6, err_msg=name)
+
+
+def test_a_0_3_0_float16_run_that_skipped_steps_is_refused_naming_0_3_0(tmp_path):
+    """Its loss scale (2**13, a counter of 1 at step 3) shows two skipped
+    steps, which Adam's bias correction would need counted."""
+    from training.errors import TrainingError
+    with pytest.raises(TrainingError, match=r"txl_tf 0\.3\.0.*skipped") as refused:
+        _resume_float16(tmp_path, "skipped")
+    assert "ckpt-3" in str(refused.value)
+
+
 # Files from before 0.3.0: the keras-hub family's first commit (19601b1, where
 # that round of work began, `__version__` still 0.1.0) and the subclassed
 # TransformerXLLM of then (see also tests/fixtures/before_projection_layers).

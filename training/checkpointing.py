@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from training.errors import TrainingError
 from training.strategy import local_replicas
+from txl_tf.keras_support.keras_compat import CountingLossScaleOptimizer
 from txl_tf.weights.checkpoints import weight_dict
 from txl_tf.weights.model_dir import CHECKPOINT_DIR
 
@@ -101,6 +102,7 @@ class TrainingCheckpoint:
         with tf.device("/cpu:0"):
             self.metrics = tf.Variable(metric_values(model), trainable=False,
                                        name="metrics_per_replica")
+        self._parts = parts
         self.checkpoint = tf.train.Checkpoint(**parts, metrics=self.metrics)
         self._without_metrics = tf.train.Checkpoint(**parts)  # reads older checkpoints
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
@@ -154,14 +156,13 @@ class TrainingCheckpoint:
         return None
 
     def _restore(self, path):
-        names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
-        if any("dynamic_scale" in name for name in names) and \
-                not any("skipped_steps" in name for name in names):
-            raise TrainingError(
-                f"checkpoint {path} was written before float16 loss scaling counted its "
-                "skipped steps apart (for Adam's bias correction): resume it with the "
-                "version that wrote it, or start a new --model_dir from its weights "
-                "(load_pretrained)")
+        reader = tf.train.load_checkpoint(path)
+        names = reader.get_variable_to_shape_map()
+        uncounted = isinstance(self.optimizer, CountingLossScaleOptimizer) and \
+            any("dynamic_scale" in name for name in names) and \
+            not any("skipped_steps" in name for name in names)
+        if uncounted:
+            self._check_no_step_skipped(path, reader)
         fused = "weights/transformer..layer_0..rel_attn..qkv..kernel/.ATTRIBUTES/VARIABLE_VALUE"
         if fused in names:
             raise TrainingError(
@@ -171,13 +172,37 @@ class TrainingCheckpoint:
                 "new --model_dir from them")
         with_metrics = any(name.startswith("metrics/") for name in names)
         checkpoint = self.checkpoint if with_metrics else self._without_metrics
-        checkpoint.restore(path).assert_existing_objects_matched()
+        status = checkpoint.restore(path)
+        if uncounted:
+            # 0.3.0's optimizer had no `skipped_steps` (no step skipped: 0);
+            # what else the run holds must all be in the file.
+            status.expect_partial()
+            rest = {k: v for k, v in self._parts.items() if k != "optimizer"}
+            tf.train.Checkpoint(**rest, **({"metrics": self.metrics} if with_metrics else {})
+                                ).restore(path).expect_partial().assert_existing_objects_matched()
+            self.optimizer.skipped_steps.assign(0)
+        else:
+            status.assert_existing_objects_matched()
         if with_metrics:
             set_metric_values(self.model, self.metrics.numpy())
         for target, value in zip(self._local(self.model.mems), self.mems):
             target.assign(value)
         for target, value in zip(self._local(self.model.mem_mask), self.mem_mask):
             target.assign(value)
+
+    def _check_no_step_skipped(self, path, reader):
+        """`TrainingError` unless the float16 checkpoint `path` of txl_tf 0.3.0
+        (which did not count the steps loss scaling skipped) shows no skipped
+        step in its loss scale."""
+        keys = [f"optimizer/{name}/.ATTRIBUTES/VARIABLE_VALUE"
+                for name in ("inner_optimizer/_iterations", "step_counter", "dynamic_scale")]
+        if not all(reader.has_tensor(key) for key in keys) or \
+                self.optimizer.skipped_before_0_3_0_counted(*map(reader.get_tensor, keys)):
+            raise TrainingError(
+                f"checkpoint {path} was written by txl_tf 0.3.0, which did not count the "
+                "steps float16 loss scaling skipped, and its loss scale shows skipped steps: "
+                "Adam's bias correction cannot resume from it; resume it with txl_tf 0.3.0, or "
+                "start a new --model_dir from its weights (load_pretrained)")
 
 
 def metric_values(model):

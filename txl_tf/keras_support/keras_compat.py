@@ -158,6 +158,26 @@ class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.inner_optimizer.iterations.assign_add(1)
         self.skipped_steps.assign_add(1)
 
+    def skipped_before_0_3_0_counted(self, steps, step_counter, dynamic_scale):
+        """Whether the saved loss scale of txl_tf 0.3.0 (whose optimizer had no
+        `skipped_steps`; a skipped step advanced `iterations`) shows a
+        skipped step: `n` steps without one leave `initial_scale * 2**(n //
+        dynamic_growth_steps)` and a counter of `n % dynamic_growth_steps`,
+        each skip halves the scale and the growth needs that many finite steps
+        in a row.
+
+        Args:
+            steps: the saved `iterations` of the inner optimizer.
+            step_counter: the saved `step_counter`.
+            dynamic_scale: the saved `dynamic_scale`.
+
+        Returns:
+            bool.
+        """
+        steps, growth = int(steps), int(self.dynamic_growth_steps)
+        return (int(step_counter) != steps % growth or
+                float(dynamic_scale) != float(self.initial_scale) * 2.0 ** (steps // growth))
+
     def load_own_variables(self, store):
         """Keras's `load_own_variables` (a `.keras` file, `load_weights`),
         which also reads the optimizer of txl_tf 0.3.0.
@@ -168,10 +188,8 @@ class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         `skipped_steps` existed, would resume with a fresh Adam and loss
         scale. Its variables are those of this one without `skipped_steps`,
         in order, and are read so. Whether it skipped steps shows in its
-        scale: `n` steps without a skip leave `initial_scale * 2**(n //
-        dynamic_growth_steps)` and a counter of `n % dynamic_growth_steps`;
-        each skip halves the scale and the growth needs that many finite
-        steps in a row. Without a skip `skipped_steps` is 0, exactly; after
+        scale (`skipped_before_0_3_0_counted`). Without a skip
+        `skipped_steps` is 0, exactly; after
         one, an inner `AppliedStepBiasCorrection` optimizer (whose update
         needs the count) refuses the file, any other ignores the count.
 
@@ -187,11 +205,9 @@ class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 tuple(v.shape) != tuple(store[str(i)].shape) for i, v in enumerate(others)):
             return super().load_own_variables(store)
         saved = {id(v): store[str(i)][...] for i, v in enumerate(others)}
-        steps = int(saved[id(self.inner_optimizer.iterations)])
-        growth = int(self.dynamic_growth_steps)
-        skipped = (int(saved[id(self.step_counter)]) != steps % growth or
-                   float(saved[id(self.dynamic_scale)]) !=
-                   float(self.initial_scale) * 2.0 ** (steps // growth))
+        skipped = self.skipped_before_0_3_0_counted(saved[id(self.inner_optimizer.iterations)],
+                                                    saved[id(self.step_counter)],
+                                                    saved[id(self.dynamic_scale)])
         if skipped and isinstance(self.inner_optimizer, AppliedStepBiasCorrection):
             from txl_tf.errors import TxlError
             raise TxlError(
