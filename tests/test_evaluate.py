@@ -145,6 +145,28 @@ def test_evaluate_job_on_a_corpus(tmp_path):
     assert "loss by position in the segment: 0: " in evaluate.describe(by_position)
 
 
+def test_a_model_with_nan_weights_is_one_error_line(tmp_path, capsys):
+    """`txl-evaluate` of a model whose weights hold NaN printed `bpc nan` and
+    exited 0; it is one `error:` line naming the weights, exit status 2, and
+    no `--output`."""
+    from txl_tf.app.exits import exit_on_error
+    text = write_text_corpus(tmp_path / "corpus.txt", 3_000, seed=4)
+    model = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8))
+    kernel = next(w for w in model.weights if w.path.endswith("layer_0/ff/layer_1/kernel"))
+    kernel.assign(np.where(np.arange(kernel.shape[1]) == 3, np.nan, kernel.numpy()))
+    save_pretrained(model, tmp_path / "model", ByteTokenizer())
+    output = tmp_path / "eval.json"
+    with pytest.raises(SystemExit) as exited:
+        exit_on_error(lambda: evaluate.run(
+            model_dir=str(tmp_path / "model"), dataset="text", data_dir=str(text),
+            cache_dir=str(tmp_path / "cache"), batch_size=2, max_segments=2,
+            output=str(output), progress=False))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: the model's outputs are NaN or infinite (loss nan): 1 of ")
+    assert "/layer_0/ff/layer_1/kernel)" in err[0] and not output.exists()
+
+
 def test_loss_by_position_moves_with_the_memory_and_equals_evaluate_ids_without_it(tmp_path):
     """What `benchmarks.quality --part=memory_use` tables: the job's loss by position at
     two memory lengths, memory 0 being `evaluate_ids`'s on the split."""

@@ -17,6 +17,7 @@ loss is weighted by tokens. Prints and writes (`--output`) loss, bpc, ppl.
 Bad input ends in one `error:` line and exit status 2 (`txl_tf.app.cli`).
 """
 import json
+import math
 import os
 
 from training.errors import TrainingError
@@ -126,6 +127,8 @@ def run(**options):
     result = evaluate_ids(core, ids, o["batch_size"], settings.get("tgt_len"),
                           settings.get("mem_len"), o["max_segments"], progress=progress,
                           by_position=o["by_position"])
+    if not math.isfinite(result["loss"]):
+        raise TrainingError(_not_finite(core, result["loss"], o["model_dir"]))
     result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
                    "unknown_tokens": unknown_count(ids, tokenizer),
                    "clamp_len": getattr(core.config, "clamp_len", None),
@@ -134,6 +137,21 @@ def run(**options):
     if o["output"]:  # through a rename: a kill never leaves half of it
         write_atomically(o["output"], json.dumps(result, indent=2, sort_keys=True))
     return result
+
+
+def _not_finite(core, loss, model_dir):
+    """The error of a model whose loss is NaN or infinite, naming its
+    weights that are (or saying that none is)."""
+    import numpy as np
+    bad = [w.path for w in core.weights if not np.isfinite(np.asarray(w.numpy())).all()]
+    if not bad:
+        return (f"the model's outputs are NaN or infinite (loss {loss}) though its weights "
+                f"in {model_dir} are finite: an overflow in its computation")
+    named = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    return (f"the model's outputs are NaN or infinite (loss {loss}): {len(bad)} of its "
+            f"{len(core.weights)} weights in {model_dir} hold NaN or inf ({named}), as a "
+            "training run that diverged leaves them; evaluate an earlier checkpoint "
+            "(--checkpoint)")
 
 
 def describe(result):
