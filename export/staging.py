@@ -120,7 +120,9 @@ def _roll_forward(committed):
 def finish_stale(key):
     """The leftovers of `staged_folders` calls keyed `key` (their parent
     folder and first name) that were killed: a staging folder is deleted, a
-    committed one finished (the oldest first).
+    committed one finished (the oldest first). A committed one of this
+    process counts (one interrupted here: finished before the next call's,
+    never after it).
 
     Args:
         key: the path `parent/<first name>`.
@@ -128,7 +130,7 @@ def finish_stale(key):
     Returns:
         The leftovers' names.
     """
-    stale = _stale(key, ("tmp", "commit"))
+    stale = _stale(key, ("tmp", "commit"), own=("commit",))
     for path in stale["tmp"]:
         shutil.rmtree(path, ignore_errors=True)
     for path in sorted(stale["commit"], key=lambda p: os.stat(p).st_mtime_ns):
@@ -162,9 +164,10 @@ def remove_stale(output_dir):
 
 
 
-def _stale(output_dir, kinds):
+def _stale(output_dir, kinds, own=()):
     """`{kind: [path]}`: the `_prefix(output_dir, kind)` entries beside
-    `output_dir` whose process is gone."""
+    `output_dir` whose process is gone (or is this one, for the kinds in
+    `own`)."""
     parent, name = os.path.split(os.path.abspath(output_dir))
     stale = {kind: [] for kind in kinds}
     for entry in os.listdir(parent) if os.path.isdir(parent) else ():
@@ -173,6 +176,7 @@ def _stale(output_dir, kinds):
             if not entry.startswith(head):
                 continue
             pid = entry[len(head):].split("-", 1)[0]
-            if not pid.isdigit() or not process_alive(int(pid)):
+            if not pid.isdigit() or not process_alive(int(pid)) or \
+                    kind in own and int(pid) == os.getpid():
                 stale[kind].append(os.path.join(parent, entry))
     return stale

@@ -277,6 +277,22 @@ def test_a_killed_write_never_pairs_an_old_model_with_a_new_one(tmp_path, monkey
     assert done and k > 3, k
 
 
+def test_a_write_interrupted_in_this_process_is_finished_before_the_next(
+        tmp_path, monkeypatch, killed_at_file_operation):
+    """A write stopped after its commit (Ctrl-C) in a process that goes on:
+    its leftover was left for a later process, which put its models in place
+    of the newer ones written since."""
+    repo = tmp_path / "repo"
+    _write_generation(repo, "old", monkeypatch)
+    assert not killed_at_file_operation(lambda: _write_generation(repo, "new", monkeypatch), 3)
+    _write_generation(repo, "next", monkeypatch)
+    with monkeypatch.context() as patch:
+        patch.setattr(staging, "process_alive", lambda pid: False)  # a later process
+        staging.finish_stale(str(repo / "txl"))
+    assert _generations(repo) == {"txl": "next", "txl_cached": "next"}
+    assert sorted(os.listdir(repo)) == ["txl", "txl_cached"]
+
+
 def test_export_job_takes_the_repositorys_cached_option(core, tmp_path):
     """`triton_options` are `write_triton_repository`'s: `cached=False` was
     refused as an unknown option of the config."""
