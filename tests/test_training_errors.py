@@ -405,3 +405,31 @@ def test_a_folder_of_another_kind_is_not_taken_for_a_killed_first_start(tmp_path
         _train(tmp_path, data_dir=corpus)
     assert (run / "config.json").read_text() == preset
     assert not {"vocab", "flags.json", "checkpoints", "export"} & {p.name for p in run.iterdir()}
+
+
+def test_the_non_finite_check_is_one_read_compiled_as_the_train_step():
+    """The check read the loss and then ran a graph of one reduction per
+    weight (two waits for the device per call, a kernel per weight on a
+    GPU): it is one function of the loss, XLA-compiled where the train step
+    is, whose one result is read."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from training.callbacks import StopOnNonFinite
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse", jit_compile=True)
+    check = StopOnNonFinite(None)
+    check.set_model(model)
+    check.on_train_begin()
+    assert check._finite._jit_compile
+    for step, (kernel, loss) in enumerate((([[1.0, 0.0]], 1.0), ([[1.0, 0.0]], np.inf),
+                                           ([[np.nan, 0.0]], 1.0))):
+        model.layers[0].kernel.assign(kernel)
+        check.on_train_batch_begin(step)
+        if step == 0:
+            check.on_train_batch_end(step, {"loss": tf.constant(loss)})
+            continue
+        with pytest.raises(TrainingError, match="loss is inf" if step == 1 else "weights hold"):
+            check.on_train_batch_end(step, {"loss": tf.constant(loss)})
