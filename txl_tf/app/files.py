@@ -91,18 +91,22 @@ def stage(marker):
         raise
 
 
-def remove_leftovers(folder):
+def remove_leftovers(folder, final=None):
     """Deletes the `.tmp-<pid>-*` entries of `folder` whose process is gone.
 
     Args:
         folder: the folder to clear.
+        final: None (all), or a name: only the leftovers of writes of that
+            name (`.tmp-<pid>-<final>`, `.tmp-<pid>-<final>.old`).
 
     Returns:
         The names removed.
     """
     removed = []
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
-        pid = name[len(PREFIX):].split("-", 1)[0] if name.startswith(PREFIX) else ""
+        pid, _, rest = name[len(PREFIX):].partition("-") if name.startswith(PREFIX) else ("",) * 3
+        if final is not None and rest not in (final, final + ".old"):
+            continue
         if pid.isdigit() and not process_alive(int(pid)):
             _remove(os.path.join(folder, name))
             removed.append(name)
