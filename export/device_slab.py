@@ -115,9 +115,9 @@ class DeviceSlab:
     sessions where CUDA graphs are on) and `{"put", "take"}` (of
     `slab_put_model(size)` and `slab_take_model()`). Rows are kept
     contiguous (an evicted row's place takes the last row). One thread at a
-    time, as `CacheSlab`; `lock` (None: none), held around each step, is
-    the runtime's for sessions replaying CUDA graphs (its other device
-    steps run them too).
+    time, as `CacheSlab`; `lock` (None: none), held around each run of a
+    step (not its `check`), is the runtime's for sessions replaying CUDA
+    graphs (its other device steps run them too).
     """
 
     def __init__(self, capacity, sessions, device, n_token, lock=None):
@@ -182,8 +182,10 @@ class DeviceSlab:
             self._steps[rows] = FixedStep(self.sessions, self.device, self._tensors, rows,
                                           self.n_token)
         steps = self._steps[rows]
+        with self._lock:  # each run; `check` (the caller's) outside it
+            log_probs = steps.read(ids, np.zeros(rows, np.bool_))
+        log_probs = check(log_probs)
         with self._lock:
-            log_probs = check(steps.read(ids, np.zeros(rows, np.bool_)))
             steps.write()
         return log_probs
 

@@ -89,3 +89,23 @@ def test_leftovers_of_processes_that_are_gone_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         f".tmp-{os.getpid()}-weights.bin", ".tmp-x-weights.bin", "weights.bin"]
     shutil.rmtree(tmp_path)
+
+
+def test_a_linked_or_other_kind_of_entry_is_replaced_not_broken(tmp_path):
+    """`vocab` a link to a shared folder: the rename of the new folder onto
+    the link failed (NotADirectoryError) after the marker was removed, so the
+    previous save lost its config.json. The link is replaced (what it names
+    is left alone), as a folder is where the new save writes a file (the
+    marker's went with IsADirectoryError, the others' after it was gone)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "v.txt").write_text("shared")
+    folder = str(tmp_path / "m")
+    os.makedirs(folder)
+    os.symlink(shared, os.path.join(folder, "vocab"))
+    for name in ("weights.bin", "config.json"):  # folders where files are written
+        (tmp_path / "m" / name).mkdir()
+    _save(folder, "new")
+    assert _state(folder) == "new" and not os.path.islink(os.path.join(folder, "vocab"))
+    assert (shared / "v.txt").read_text() == "shared"
+    assert sorted(os.listdir(folder)) == ["config.json", "vocab", "weights.bin"]

@@ -353,3 +353,21 @@ def test_a_float16_step_that_overflows_mid_decode_is_named_not_sampled_as_an_id(
                            match=r"^stream\(s\) 0, 1: .* a step of the decode overflowed "
                                  r".*float16; decode in float32$"):
             decoder.generate([[1, 2, 3], [4]], 4, **sampling)
+
+
+def test_the_decode_loop_brings_one_finite_flag_per_row_to_the_host(monkeypatch):
+    """The check of the loop's steps read the whole `[B, V]` log-probs to the
+    host after every chunk (on a GPU: the vocabulary's width per row, every
+    `stream_every` ids); one flag per row is enough."""
+    from txl_tf.generation import decoder as decoder_module
+    seen = []
+    check = decoder_module._check_steps_finite
+    monkeypatch.setattr(decoder_module, "_check_steps_finite",
+                        lambda finite, dtype: (seen.append(np.shape(finite)),
+                                               check(finite, dtype)))
+    keras.utils.set_random_seed(0)
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN))
+    Decoder(core, mem_len=8, jit_compile=False).generate([[1, 2, 3], [4]], 4,
+                                                         stream=lambda ids: None,
+                                                         stream_every=2)
+    assert seen == [(2,), (2,)]

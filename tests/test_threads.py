@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from export import SessionTable, onnx_runtime, open_runtime
+from export.decode_cache import FixedStep
 from export.device_memory import FixedSegment
 from txl_tf.errors import TxlError
 from test_decode_cache_export import CONFIG, export_of_config
@@ -210,7 +211,32 @@ def test_runs_replaying_cuda_graphs_take_turns_under_the_runtimes_lock(path, mon
     assert runtime._holding(cache) is runtime._replay_lock
     slab = runtime._generation.cache_slab(2)
     slab.admit("a", cache)
-    held = []
+    held, read = [], FixedStep.read
+    monkeypatch.setattr(FixedStep, "read", lambda self, *args: held.append(
+        runtime._replay_lock._is_owned()) or read(self, *args))
     slab.step(np.array([1]), lambda log_probs: held.append(runtime._replay_lock._is_owned())
               or log_probs)
-    assert held == [True]
+    assert held == [True, False]  # the run under it; the check (the caller's code) outside
+
+
+def test_a_slab_steps_check_waiting_on_another_threads_step_does_not_deadlock(path,
+                                                                            monkeypatch):
+    """`DeviceSlab.step` held the runtime's replay lock around its `check`
+    (the caller's code): a check waiting for another thread's step on that
+    runtime (a server handing work to its pool) waited for good."""
+    runtime = device_runtime(path)
+    monkeypatch.setattr(runtime, "_replay_lock_of", lambda captured: runtime._replay_lock)
+    cache = runtime.decode_init(runtime.step(np.ones([1, 3], np.int32))[1])
+    slab = runtime._generation.cache_slab(2)
+    slab.admit("a", runtime.take(cache, [0]))
+    finished = []
+
+    def check(log_probs):
+        other = threading.Thread(target=lambda: finished.append(
+            runtime.decode_step(np.array([2]), runtime.take(cache, [0]))))
+        other.start()
+        other.join(5)
+        assert finished, "the other thread's step waited for the slab's lock"
+        return log_probs
+    slab.step(np.array([1]), check)
+    assert slab.keys == ["a"]

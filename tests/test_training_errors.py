@@ -387,3 +387,49 @@ def test_weights_made_nan_by_a_finite_loss_stop_training():
         model.fit(np.zeros((4, 1)), np.zeros((4, 1)), batch_size=4, epochs=3, verbose=0,
                   callbacks=[logger, StopOnNonFinite(lambda: 0)])
     assert len(seen) == 1 and seen[0]["loss"] == 0.0
+
+
+def test_a_folder_of_another_kind_is_not_taken_for_a_killed_first_start(tmp_path, corpus):
+    """The retry of a first start killed before its first checkpoint took any
+    folder without checkpoints or weights.npz for one: a keras-hub preset
+    (its config.json not a TransformerXLConfig, its weights in
+    model.weights.h5) was trained into, its config.json replaced."""
+    import json
+    run = tmp_path / "run"
+    run.mkdir()
+    preset = json.dumps({"module": "txl_tf.models", "class_name": "TransformerXLBackbone",
+                         "config": {"n_layer": 2}, "registered_name": "TransformerXLBackbone"})
+    (run / "config.json").write_text(preset)
+    (run / "model.weights.h5").write_bytes(b"weights")
+    with pytest.raises(TrainingError, match=r"cannot read .*config\.json"):
+        _train(tmp_path, data_dir=corpus)
+    assert (run / "config.json").read_text() == preset
+    assert not {"vocab", "flags.json", "checkpoints", "export"} & {p.name for p in run.iterdir()}
+
+
+def test_the_non_finite_check_is_one_read_compiled_as_the_train_step():
+    """The check read the loss and then ran a graph of one reduction per
+    weight (two waits for the device per call, a kernel per weight on a
+    GPU): it is one function of the loss, XLA-compiled where the train step
+    is, whose one result is read."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from training.callbacks import StopOnNonFinite
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse", jit_compile=True)
+    check = StopOnNonFinite(None)
+    check.set_model(model)
+    check.on_train_begin()
+    assert check._finite._jit_compile
+    for step, (kernel, loss) in enumerate((([[1.0, 0.0]], 1.0), ([[1.0, 0.0]], np.inf),
+                                           ([[np.nan, 0.0]], 1.0))):
+        model.layers[0].kernel.assign(kernel)
+        check.on_train_batch_begin(step)
+        if step == 0:
+            check.on_train_batch_end(step, {"loss": tf.constant(loss)})
+            continue
+        with pytest.raises(TrainingError, match="loss is inf" if step == 1 else "weights hold"):
+            check.on_train_batch_end(step, {"loss": tf.constant(loss)})

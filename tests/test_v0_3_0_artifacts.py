@@ -180,5 +180,10 @@ def test_the_weights_file_of_the_old_transformer_xllm_is_refused_by_name_and_rea
     with pytest.raises(TxlError, match="config and batch_size"):
         load_legacy_core(tmp_path / "old.weights.h5")
     read = load_legacy_core(tmp_path / "old.weights.h5", core.config, batch_size=2)
+    # A file of today's TransformerXLLM: Keras's "A total of N objects could not be loaded".
+    TransformerXLLM(core.config, batch_size=2).save_weights(str(tmp_path / "new.weights.h5"))
+    with pytest.raises(TxlError, match=r"new\.weights\.h5 is not a weights file of the "
+                                       r"TransformerXLLM before 0\.3\.0"):
+        load_legacy_core(tmp_path / "new.weights.h5", core.config, batch_size=2)
     for mine, theirs in zip(read.get_weights(), core.get_weights()):
         np.testing.assert_array_equal(mine, theirs)

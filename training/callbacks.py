@@ -2,7 +2,6 @@
 import contextlib
 import importlib
 import json
-import math
 import signal
 import threading
 import time
@@ -224,23 +223,30 @@ class StopOnNonFinite(GlobalStep):
     def __init__(self, last_saved, policy="float32"):
         super().__init__()
         self.last_saved, self.policy = last_saved, str(policy)
-        self._all_finite = None
+        self._finite = None
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         import tensorflow as tf
         variables = list(self.model.trainable_variables)
-        self._all_finite = tf.function(
-            lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables]))
+
+        def finite(loss):  # [loss finite, weights finite]: one read per call
+            weights = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
+            return tf.stack([tf.reduce_all(tf.math.is_finite(loss)), weights])
+        # Compiled as the train step is: on a GPU one fused reduction, not a
+        # kernel per weight.
+        self._finite = tf.function(finite, jit_compile=bool(self.model.jit_compile))
 
     def on_train_batch_end(self, batch, logs=None):
+        import tensorflow as tf
         first = self.step + 1
         super().on_train_batch_end(batch, logs)
         loss = (logs or {}).get("loss")
-        loss = None if loss is None else float(loss)
-        if loss is not None and not math.isfinite(loss):
-            problem = f"the training loss is {loss}"
-        elif not bool(self._all_finite()):
+        loss_finite, weights_finite = self._finite(
+            tf.cast(0.0 if loss is None else loss, tf.float32)).numpy()
+        if not loss_finite:
+            problem = f"the training loss is {float(loss)}"
+        elif not weights_finite:
             problem = ("the weights hold NaN or inf (the loss was finite: a NaN or infinite "
                        "gradient, which a global-norm clip spreads to every weight)")
         else:

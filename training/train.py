@@ -315,12 +315,21 @@ def _empty(folder, remove):
             os.remove(path)
 
 
-def _holds_weights(model_dir):
-    """Whether `model_dir` holds trained weights: checkpoints or an export."""
+def _killed_first_start(model_dir):
+    """Whether `model_dir` is what a first start killed before its first
+    checkpoint leaves: its `flags.json` and a readable `config.json`, no
+    checkpoints and no export (a folder of another kind, e.g. a keras-hub
+    preset, is not)."""
     from training.checkpointing import checkpoint_dir, has_checkpoints
-    return has_checkpoints(checkpoint_dir(model_dir)) or any(
-        os.path.exists(os.path.join(model_dir, *path))
-        for path in (("export", "weights.npz"), ("weights.npz",)))
+    from txl_tf.config import TransformerXLConfig
+    try:
+        TransformerXLConfig.from_json(os.path.join(model_dir, "config.json"))
+    except (ValueError, OSError):  # not a TransformerXL config
+        return False
+    return os.path.isfile(os.path.join(model_dir, "flags.json")) and not (
+        has_checkpoints(checkpoint_dir(model_dir)) or any(
+            os.path.exists(os.path.join(model_dir, *path))
+            for path in (("export", "weights.npz"), ("weights.npz",))))
 
 
 def _warn(message):
@@ -409,7 +418,7 @@ def _train(o, strategy, task_id, is_chief):
         try:
             check_resumable(config, config_path)
         except TrainingError:
-            if _holds_weights(model_dir):
+            if not _killed_first_start(model_dir):
                 raise
             # A first start killed before its first checkpoint (SIGKILL, the
             # OOM killer) trained nothing: the corrected retry goes ahead.

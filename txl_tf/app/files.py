@@ -51,9 +51,7 @@ class Staged:
     def commit(self):
         """Removes the marker and the dropped paths, renames the other files
         in, then the marker."""
-        if os.path.lexists(self.marker):
-            os.remove(self.marker)
-        for final in self.dropped:
+        for final in [self.marker] + self.dropped:
             if os.path.lexists(final):  # gone at once: a kill leaves no half of it
                 old = temporary_path(final) + ".old"
                 os.rename(final, old)
@@ -93,18 +91,22 @@ def stage(marker):
         raise
 
 
-def remove_leftovers(folder):
+def remove_leftovers(folder, final=None):
     """Deletes the `.tmp-<pid>-*` entries of `folder` whose process is gone.
 
     Args:
         folder: the folder to clear.
+        final: None (all), or a name: only the leftovers of writes of that
+            name (`.tmp-<pid>-<final>`, `.tmp-<pid>-<final>.old`).
 
     Returns:
         The names removed.
     """
     removed = []
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
-        pid = name[len(PREFIX):].split("-", 1)[0] if name.startswith(PREFIX) else ""
+        pid, _, rest = name[len(PREFIX):].partition("-") if name.startswith(PREFIX) else ("",) * 3
+        if final is not None and rest not in (final, final + ".old"):
+            continue
         if pid.isdigit() and not process_alive(int(pid)):
             _remove(os.path.join(folder, name))
             removed.append(name)
@@ -112,7 +114,11 @@ def remove_leftovers(folder):
 
 
 def _replace(temporary, final):
-    if os.path.isdir(temporary) and os.path.isdir(final) and not os.path.islink(final):
+    """Renames `temporary` to `final`: one rename where both are files (or
+    `final` a link to one), else `final` renamed away first (a link is
+    replaced, not what it names)."""
+    real_folder = os.path.isdir(final) and not os.path.islink(final)
+    if os.path.lexists(final) and (os.path.isdir(temporary) or real_folder):
         old = temporary + ".old"  # a leftover of this pid's name: cleared as one
         os.rename(final, old)
         os.rename(temporary, final)

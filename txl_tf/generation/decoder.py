@@ -226,7 +226,9 @@ class Decoder:
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
-            _check_steps_finite(loop[0].numpy(), self.core.compute_dtype)
+            # One flag per row comes to the host, not the [B, V] log-probs.
+            _check_steps_finite(tf.reduce_all(tf.math.is_finite(loop[0]), -1).numpy(),
+                                self.core.compute_dtype)
             if stream is not None and size:
                 stream(ids[-1])
             if loop[-1].numpy().all():
@@ -365,11 +367,12 @@ class Decoder:
         return (tf.transpose(ids), tf.transpose(chosen), log_probs, cache, *state)
 
 
-def _check_steps_finite(log_probs, dtype):
-    """`NonFiniteMemoryError` naming the rows whose next log-probs (numpy
-    `[B, V]`, after the decode loop's steps) hold NaN or inf; the prompts'
-    were checked before the loop, so a step of the loop made them."""
-    bad = ~np.isfinite(log_probs).all(-1)
+def _check_steps_finite(finite, dtype):
+    """`NonFiniteMemoryError` naming the rows whose next log-probs (after
+    the decode loop's steps) hold NaN or inf (`finite`: numpy `[B]`, False
+    there); the prompts' were checked before the loop, so a step of the loop
+    made them."""
+    bad = ~finite
     if bad.any():
         cause = ("a step of the decode overflowed (the memory and prompts gave finite "
                  "log-probs)" + (f": the model computes in {dtype}; decode in float32"

@@ -267,14 +267,14 @@ def save_weights(core, path):
     """Writes all weights to an `.npz` file keyed by TF names, through a
     temporary file and a rename: an interrupted save leaves the previous file
     (and a killed one its temporary, `.tmp-<pid>-<name>`, which the next
-    save in that folder deletes)."""
+    save of that file deletes; other files' are left alone)."""
     weights = get_weights(core)
     if not isinstance(path, (str, os.PathLike)):  # a file object
         np.savez(path, **weights)
         return
     path = os.fspath(path)
     path = path if path.endswith(".npz") else path + ".npz"  # as np.savez names it
-    remove_leftovers(os.path.dirname(os.path.abspath(path)))
+    remove_leftovers(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
     temporary = temporary_path(path)
     try:
         np.savez(temporary, **weights)

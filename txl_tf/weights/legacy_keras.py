@@ -42,12 +42,17 @@ def load_legacy_core(path, config=None, batch_size=None, mem_len=None):
         The `TransformerXL` with the file's weights.
 
     Raises:
-        TxlError: a `.weights.h5` file without `config` and `batch_size`.
+        TxlError: a `.weights.h5` file without `config` and `batch_size`, or
+            one that is not of the old `TransformerXLLM`.
     """
     if os.fspath(path).endswith(".weights.h5"):
         if config is None or batch_size is None:
             raise TxlError(f"{path}: a .weights.h5 file holds no config: pass the model's "
                            "config and batch_size")
+        if not is_legacy_weights(path):
+            raise TxlError(f"{path} is not a weights file of the TransformerXLLM before 0.3.0 "
+                           "(its variables are not under core/): read it with the model's own "
+                           "load_weights")
         model = _LegacyLM(config, batch_size, mem_len)
         model.load_weights(path)
         return model.core
