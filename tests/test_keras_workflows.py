@@ -76,6 +76,29 @@ class InterruptAt(keras.callbacks.Callback):
             raise Interrupted()
 
 
+def test_backup_and_restore_resumes_as_the_uninterrupted_run(tmp_path, make=stateful,
+                                                             data=streams):
+    """Interrupted in its second epoch, `fit` with the same `BackupAndRestore`
+    in a new model goes on from the first epoch's end: weights, Adam's state
+    and the memory equal the run that was not interrupted. A later `fit` of
+    that model starts at its own first epoch again (Keras leaves the
+    restored epoch set)."""
+    straight = make()
+    straight.fit(data(), epochs=2, verbose=0)
+    backup = str(tmp_path / "backup")
+    with pytest.raises(Interrupted):
+        make().fit(data(), epochs=2, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(backup), InterruptAt(1, 1)])
+    resumed = make(seed=1)
+    history = resumed.fit(data(), epochs=2, verbose=0,
+                          callbacks=[keras.callbacks.BackupAndRestore(backup)])
+    assert len(history.history["loss"]) == 1
+    assert_same_state(straight, resumed)
+    steps = int(resumed.optimizer.iterations.numpy())
+    resumed.fit(data(), epochs=1, verbose=0)  # was: no epoch run
+    assert int(resumed.optimizer.iterations.numpy()) == steps + STEPS
+
+
 def test_a_weights_checkpoint_restores_the_optimizer_and_the_memory(tmp_path):
     """`ModelCheckpoint(save_weights_only=True)`, then `load_weights` into a
     new compiled model and `fit` on: as one `fit` (Keras skipped the
@@ -106,3 +129,24 @@ def test_a_keras_checkpoint_of_the_causal_lm_restores_its_compile(tmp_path):
     assert isinstance(model.sampler, type(straight.sampler))
     model.fit(documents(), epochs=2, initial_epoch=1, verbose=0)
     assert_same_state(straight, model)
+
+
+def test_the_causal_lms_memory_is_cleared_by_load_weights(tmp_path):
+    """Its memory is not saved: weights loaded over a run leave none of the
+    memory the old weights computed, as a new model would have."""
+    model = causal_lm()
+    path = str(tmp_path / "lm.weights.h5")
+    model.save_weights(path)
+    continuous = streams().map(lambda x, y: (
+        {"token_ids": x, "document_start": tf.zeros([B], tf.bool)}, y))
+    model.fit(continuous, verbose=0)
+    assert model._streams.value[0].mem_mask.numpy().all()
+    model.load_weights(path)
+    assert not model._streams.value[0].mem_mask.numpy().any()
+
+
+def test_backups_within_an_epoch_are_one_clear_error(tmp_path):
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=2)
+    with pytest.raises(InputError, match=r"BackupAndRestore\(save_freq=2\) backs up within an "
+                                         r"epoch.*use save_freq='epoch'"):
+        stateful().fit(streams(), verbose=0, callbacks=[backup])
