@@ -150,3 +150,14 @@ def test_backups_within_an_epoch_are_one_clear_error(tmp_path):
     with pytest.raises(InputError, match=r"BackupAndRestore\(save_freq=2\) backs up within an "
                                          r"epoch.*use save_freq='epoch'"):
         stateful().fit(streams(), verbose=0, callbacks=[backup])
+
+
+def test_clone_model_is_one_clear_error():
+    model = stateful()
+    with pytest.raises(TxlError, match=r"keras.models.clone_model rebuilds a model layer by "
+                                       r"layer: copy a Transformer-XL model with "
+                                       r"type\(model\).from_config"):
+        keras.models.clone_model(model)
+    copy = type(model).from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    assert type(copy) is TransformerXLLM
