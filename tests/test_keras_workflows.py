@@ -135,11 +135,11 @@ def test_the_causal_lms_memory_is_cleared_by_load_weights(tmp_path):
     """Its memory is not saved: weights loaded over a run leave none of the
     memory the old weights computed, as a new model would have."""
     model = causal_lm()
-    path = str(tmp_path / "lm.weights.h5")
-    model.save_weights(path)
     continuous = streams().map(lambda x, y: (
         {"token_ids": x, "document_start": tf.zeros([B], tf.bool)}, y))
     model.fit(continuous, verbose=0)
+    path = str(tmp_path / "lm.weights.h5")
+    model.save_weights(path)
     assert model._streams.value[0].mem_mask.numpy().all()
     model.load_weights(path)
     assert not model._streams.value[0].mem_mask.numpy().any()
