@@ -46,6 +46,7 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
     # Not a preset class: keras-hub's `CausalLM.from_preset` picks its task
     # class among those of the backbone's class.
     backbone_cls = None
+    _memory_saved = True  # `mems`, `mem_mask`: saved and loaded with the weights
 
     def __init__(self, config, batch_size, mem_len=None, zero_filled=None, **kwargs):
         dtype = kwargs.pop("dtype", None)

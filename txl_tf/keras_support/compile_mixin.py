@@ -6,7 +6,45 @@ from txl_tf.keras_support.keras_compat import counting_loss_scale
 from txl_tf.keras_support.precision import choose as choose_precision
 
 
-class AutoJitCompile:
+class RestoresCompile:
+    """Mixin for a `keras.Model` whose `compile()` is its own (keras-hub's,
+    `AutoJitCompile`'s): `keras.models.load_model` calls it with the saved
+    arguments (Keras skips a custom `compile()` with a warning, leaving a
+    keras-hub task on its default Adam(2e-5)) and builds the optimizer so
+    that Keras then loads its slots and step; `load_weights` builds it too,
+    so that a weights file's optimizer state is read, not skipped with a
+    warning."""
+
+    def compile_from_config(self, config):
+        """Called by `load_model` before the file's variables are read.
+
+        Args:
+            config: `get_compile_config()`'s dict.
+        """
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        self._build_optimizer()
+
+    def _build_optimizer(self):
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            with self.distribute_strategy.scope():
+                optimizer.build(self.trainable_variables)
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """Keras's `load_weights`, with the optimizer built first (as
+        `keras.callbacks.BackupAndRestore` does): a compiled model reads the
+        optimizer's state (Adam's slots, its step) from a file that holds
+        it, where Keras would skip it with a warning.
+
+        Args:
+            filepath: the weights file.
+            *args, **kwargs: those of `keras.Model.load_weights`.
+        """
+        self._build_optimizer()
+        return super().load_weights(filepath, *args, **kwargs)
+
+
+class AutoJitCompile(RestoresCompile):
     """Mixin for a `keras.Model`: `compile(jit_compile="auto")` follows
     `txl_tf.keras_support.precision.choose()` (XLA on GPUs and TPUs, not on CPUs, where it
     was measured slower for these models in bfloat16; Keras's own "auto"
@@ -21,9 +59,3 @@ class AutoJitCompile:
             jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
         super().compile(*args, jit_compile=jit_compile, **kwargs)
         self.optimizer = counting_loss_scale(self.optimizer)
-
-    def compile_from_config(self, config):
-        """Called by `load_model` before the file's variables are read: the
-        optimizer is built here so that Keras then loads its slots and step."""
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        self.optimizer.build(self.trainable_variables)

@@ -259,3 +259,27 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
                 "proj_same_dim": self.proj_same_dim, "init_std": self.init_std,
                 "proj_init_std": self.proj_init_std}
 
+
+    @classmethod
+    def from_config(cls, config):
+        """The layer `get_config` describes, where nothing is tied (a tied
+        softmax shares the weights of an embedding its config cannot name).
+
+        Args:
+            config: `get_config`'s dict.
+
+        Returns:
+            An `AdaptiveLogSoftmax`.
+
+        Raises:
+            TxlError: a tied config (names what to use to copy a model:
+                `keras.models.clone_model` rebuilds a model layer by layer).
+        """
+        if config.get("tie_weight", True) or any(config.get("tie_projs") or [True]):
+            raise TxlError(
+                "an AdaptiveLogSoftmax whose weights are tied to the embedding cannot be "
+                "rebuilt from its config alone, as keras.models.clone_model rebuilds a model "
+                "layer by layer: copy a Transformer-XL model with "
+                "type(model).from_config(model.get_config()) (fresh weights, then "
+                "set_weights(model.get_weights())), or save and load it")
+        return super().from_config(config)

@@ -4,6 +4,8 @@ batch to batch (a `StreamMemory`) and cleared where its next document
 starts. The loss is the NLL the core computes from the targets (the adaptive
 softmax never forms the full log-probs), reported as `loss` (nats per
 token), `bpc` and `ppl`."""
+import contextlib
+
 import keras
 import tensorflow as tf
 
@@ -22,6 +24,10 @@ class StreamTraining:
     """Mixin of `TransformerXLCausalLM`: stream batches (inputs with a
     `document_start`, see `document_dataset`) through `fit`, `evaluate`
     and `predict`; other batches go to keras-hub's methods."""
+
+    # Whether the training memory is among the model's saved variables
+    # (`TransformerXLLM`'s is; the causal LM sizes its own from the data).
+    _memory_saved = False
 
     def _init_streams(self):
         # (training memory, evaluation memory, metrics), made by `_size_streams`.
@@ -54,6 +60,22 @@ class StreamTraining:
         """Forgets the streams' history (training and evaluation memory)."""
         for memory in (self._streams.value or ())[:2]:
             memory.clear()
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """Keras's `load_weights`; where the file does not hold the training
+        memory (this model's is not saved), the memory is cleared: it was
+        computed by other weights, and a restored run (`BackupAndRestore`)
+        then starts as a new model would, not on the memory of the batches
+        it is going back over.
+
+        Args:
+            filepath: the weights file.
+            *args, **kwargs: those of `keras.Model.load_weights`.
+        """
+        result = super().load_weights(filepath, *args, **kwargs)
+        if not self._memory_saved:
+            self.reset_memory()
+        return result
 
     def reset_state(self):
         """`reset_memory()` under the name of Keras's stateful layers."""
@@ -230,8 +252,9 @@ class StreamTraining:
                                  "'document_start') but the training data does not; "
                                  "evaluate them apart")
             self._set_streaming(False)
-            with input_errors():
+            with input_errors(), _one_restore(self):
                 return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
+        _refuse_batch_backups(kwargs.get("callbacks"))
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
         if validation is not None:
             if not self.is_stream(validation):
@@ -245,7 +268,7 @@ class StreamTraining:
         x = checked_data(x, self.core.config.n_token, y)
         kwargs["validation_data"] = checked_data(kwargs.get("validation_data"),
                                                  self.core.config.n_token)
-        with input_errors():
+        with input_errors(), _one_restore(self):
             return keras.Model.fit(self, x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
@@ -309,3 +332,33 @@ class StreamTraining:
         inputs = {"token_ids": token_ids, "padding_mask": (weights > 0).astype("int32"),
                   "document_start": start}
         return tf.data.Dataset.from_tensor_slices((inputs, labels, weights))
+
+
+def _refuse_batch_backups(callbacks):
+    """Raises `InputError` for a `keras.callbacks.BackupAndRestore` that backs
+    up every N batches: Keras restores such a backup at the start of the
+    epoch it was made in (its `training_metadata.json` records the batch,
+    which Keras 3.15 does not read), so the batches before it would be
+    trained on twice, the first of them read on the memory left after
+    them."""
+    for callback in getattr(callbacks, "callbacks", callbacks) or ():
+        if isinstance(callback, keras.callbacks.BackupAndRestore) and \
+                callback.save_freq != "epoch":
+            raise InputError(
+                f"fit: BackupAndRestore(save_freq={callback.save_freq!r}) backs up within an "
+                "epoch, but Keras resumes from the start of that epoch: stream batches before "
+                "the backup would be trained on again, on the memory left after them; use "
+                "save_freq='epoch', or python -m training.train, which resumes at the step "
+                "and place in the data where it stopped")
+
+
+@contextlib.contextmanager
+def _one_restore(model):
+    """Within: `fit`. Keras 3.15's `BackupAndRestore` sets the model's
+    `_initial_epoch` for the `fit` it restores and nothing resets it, so a
+    later `fit(epochs=n)` of the same model would start at that epoch
+    (trained on nothing when n is not larger); reset when `fit` ends."""
+    try:
+        yield
+    finally:
+        model._initial_epoch = None

@@ -10,6 +10,7 @@ import tensorflow as tf
 from txl_tf.checks.inputs import InputError, out_of_range_message
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
+from txl_tf.keras_support.compile_mixin import RestoresCompile
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
@@ -25,7 +26,7 @@ _RING = ("mems", "keys", "values", "valid", "row_slot")
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
+class TransformerXLCausalLM(RestoresCompile, StreamTraining, keras_hub.models.CausalLM):
     """A Transformer-XL language model with keras-hub's `CausalLM` contract.
 
     Calling it on `{"token_ids", "padding_mask"}` gives log-probabilities
@@ -395,6 +396,14 @@ class TransformerXLCausalLM(StreamTraining, keras_hub.models.CausalLM):
     def get_config(self):
         return {**super().get_config(), "mem_len": self.mem_len,
                 "segment_len": self.segment_len}
+
+    def get_compile_config(self):
+        """Keras's compile config, with the `sampler` `generate` uses (so
+        `keras.models.load_model` restores it too)."""
+        config = super().get_compile_config()
+        if config and getattr(self, "sampler", None) is not None:
+            config = {**config, "sampler": keras.saving.serialize_keras_object(self.sampler)}
+        return config
 
     @classmethod
     def from_config(cls, config):
