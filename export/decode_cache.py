@@ -449,7 +449,6 @@ def _write_slot(node, const, ring, token, stopped, rank, axis):
          axis=axis)
 
 
-
 # ------------------------------------------------------- driving the graphs
 NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
                "tensor(bool)": np.bool_, "tensor(int32)": np.int32}

@@ -146,4 +146,3 @@ class FixedSegment:
             binding.bind_ortvalue_input(name, value)
             binding.bind_ortvalue_output(f"copy_{name}", into)
         self.copy_session.run_with_iobinding(binding)
-

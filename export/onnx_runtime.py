@@ -607,7 +607,6 @@ class OnnxRuntime(Runtime):
         parts = [_unpack(memory) for memory in memories]
         return parts if all(is_ortvalue(v) for part in parts for v in part) else None
 
-
     # ------------------------------------------------- the cached decode interface
     def _decode_session(self, name):
         if self._decode_sessions is None:

@@ -163,7 +163,6 @@ def remove_stale(output_dir):
     return removed
 
 
-
 def _stale(output_dir, kinds, own=()):
     """`{kind: [path]}`: the `_prefix(output_dir, kind)` entries beside
     `output_dir` whose process is gone (or is this one, for the kinds in

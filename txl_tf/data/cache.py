@@ -146,7 +146,6 @@ def remove_stale_builds(root: Path) -> list[str]:
     return removed
 
 
-
 def commit_entry(tmp: Path, entry: Path, meta: dict) -> Path:
     """Write ``meta.json`` and move ``tmp`` to ``entry`` (first writer wins)."""
     (tmp / OWNER_FILE).unlink(missing_ok=True)

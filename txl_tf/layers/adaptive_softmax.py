@@ -259,7 +259,6 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
                 "proj_same_dim": self.proj_same_dim, "init_std": self.init_std,
                 "proj_init_std": self.proj_init_std}
 
-
     @classmethod
     def from_config(cls, config):
         """The layer `get_config` describes, where nothing is tied (a tied

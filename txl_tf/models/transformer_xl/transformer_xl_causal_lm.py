@@ -420,4 +420,3 @@ class TransformerXLCausalLM(RestoresCompile, StreamTraining, keras_hub.models.Ca
         """
         config = {k: v for k, v in config.items() if k != "jit_generate"}
         return super().from_config(config)
-
