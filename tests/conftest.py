@@ -167,15 +167,17 @@ def cuda_that_does_not_load(monkeypatch):
 
 @pytest.fixture
 def killed_at_file_operation(monkeypatch):
-    """`run(save, k)`: calls `save()` as if SIGKILLed just before its k-th
-    `os.rename`, `os.replace` or `os.remove` (a `KeyboardInterrupt` there,
-    and no clean-up of `txl_tf.app.files.stage`'s temporaries, as a kill
-    runs none); returns whether `save` finished first."""
+    """`run(save, k, also=())`: calls `save()` as if SIGKILLed just before its
+    k-th `os.rename`, `os.replace` or `os.remove` (or call of one of `also`,
+    `(owner, attribute name)` pairs, e.g. `(keras.Model, "save_weights")`): a
+    `KeyboardInterrupt` there, and no clean-up of `txl_tf.app.files.stage`'s
+    temporaries, as a kill runs none; returns whether `save` finished first."""
     from txl_tf.app import files
-    real = {name: getattr(os, name) for name in ("rename", "replace", "remove")}
 
-    def run(save, k):
+    def run(save, k, also=()):
         calls = {"n": 0}
+        real = {(owner, name): getattr(owner, name)
+                for owner, name in [(os, "rename"), (os, "replace"), (os, "remove"), *also]}
 
         def counted(*args, _call, **kwargs):
             calls["n"] += 1
@@ -184,9 +186,9 @@ def killed_at_file_operation(monkeypatch):
             return _call(*args, **kwargs)
         with monkeypatch.context() as patch:
             patch.setattr(files.Staged, "discard", lambda self: None)
-            for name, call in real.items():
-                patch.setattr(os, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
-                                                                             **kw))
+            for (owner, name), call in real.items():
+                patch.setattr(owner, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
+                                                                                **kw))
             try:
                 save()
             except KeyboardInterrupt:

@@ -364,12 +364,10 @@ def test_random_models_round_trip_through_a_preset_bitwise(kind, tmp_path):
 
 
 def test_a_preset_save_killed_anywhere_leaves_one_whole_preset_or_an_error(
-        model_dir, tmp_path, monkeypatch):
+        model_dir, tmp_path, killed_at_file_operation):
     """keras-hub wrote the preset in place, config.json before the weights: a
     save over another preset killed in between left the new config (another
     clamp_len and same_length) beside the old weights, loaded without a word."""
-    import os
-    from txl_tf.app import files
     from txl_tf.errors import TxlError
     old = TransformerXLCausalLM.from_preset(model_dir)
     core = TransformerXL(TransformerXLConfig.preset("tiny", init_std=0.3, mem_len=16, tgt_len=8,
@@ -377,29 +375,13 @@ def test_a_preset_save_killed_anywhere_leaves_one_whole_preset_or_an_error(
     new = TransformerXLCausalLM(TransformerXLBackbone.from_core(core),
                                 preprocessor=old.preprocessor)
     # Killed before the k-th rename or removal of a file or write of the weights.
-    real = {(os, name): getattr(os, name) for name in ("replace", "rename", "remove")}
-    real[keras.Model, "save_weights"] = keras.Model.save_weights
     outcomes, k = set(), 0
     while "new" not in outcomes:
         k += 1
         folder = tmp_path / f"k{k}"
         old.save_to_preset(str(folder))
-        calls = {"n": 0}
-
-        def counted(*args, _call, **kwargs):
-            calls["n"] += 1
-            if calls["n"] == k:
-                raise KeyboardInterrupt("killed")
-            return _call(*args, **kwargs)
-        with monkeypatch.context() as patch:
-            patch.setattr(files.Staged, "discard", lambda self: None)  # a kill cleans nothing
-            for (owner, name), call in real.items():
-                patch.setattr(owner, name, lambda *a, _call=call, **kw: counted(*a, _call=_call,
-                                                                                **kw))
-            try:
-                new.save_to_preset(str(folder))
-            except KeyboardInterrupt:
-                pass
+        killed_at_file_operation(lambda: new.save_to_preset(str(folder)), k,
+                                 also=[(keras.Model, "save_weights")])
         try:
             loaded = TransformerXLCausalLM.from_preset(str(folder))
         except TxlError as err:
