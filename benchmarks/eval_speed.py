@@ -22,6 +22,7 @@ import numpy as np
 
 from benchmarks.common import at_least, integer_list
 from txl_tf.app import cli
+from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import option, values
 
 SPEC = (
@@ -151,7 +152,8 @@ def plot(rows, path):
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as temporary:  # a kill never leaves half a picture
+        fig.savefig(temporary, dpi=120)
 
 
 def main(argv):

@@ -70,6 +70,7 @@ import numpy as np
 
 from benchmarks.common import BenchmarkError, at_least, integer_list, names_from, share_the_gpu
 from txl_tf.app import cli
+from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import option, values
 
 # A tiny one, the SMALL shape (5.19 M parameters), a larger one, and the paper's
@@ -446,7 +447,8 @@ def chart(path):
     ax.legend(fontsize=8)
     fig.tight_layout()
     output = os.path.splitext(path)[0] + ".png"
-    fig.savefig(output, dpi=110)
+    with replacing(output) as temporary:  # a kill never leaves half a picture
+        fig.savefig(temporary, dpi=110)
     plt.close(fig)
     return output
 

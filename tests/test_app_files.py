@@ -109,3 +109,56 @@ def test_a_linked_or_other_kind_of_entry_is_replaced_not_broken(tmp_path):
     assert _state(folder) == "new" and not os.path.islink(os.path.join(folder, "vocab"))
     assert (shared / "v.txt").read_text() == "shared"
     assert sorted(os.listdir(folder)) == ["config.json", "vocab", "weights.bin"]
+
+
+def test_replacing_puts_the_file_in_with_one_rename_or_leaves_it(tmp_path):
+    import subprocess
+    import sys
+    path = tmp_path / "a.png"
+    path.write_bytes(b"old")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f".tmp-{gone}-a.png").write_bytes(b"half")  # a killed writer's
+    with pytest.raises(RuntimeError):
+        with files.replacing(str(path)) as temporary:
+            assert temporary.endswith("a.png")  # the suffix a writer reads its format from
+            with open(temporary, "wb") as f:
+                f.write(b"ha")
+            raise RuntimeError("failed")
+    assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["a.png"]
+    with files.replacing(str(path)) as temporary:
+        with open(temporary, "wb") as f:
+            f.write(b"new")
+    assert path.read_bytes() == b"new" and os.listdir(tmp_path) == ["a.png"]
+
+
+def test_a_figure_written_over_another_is_whole_or_the_old_one(tmp_path, monkeypatch):
+    """The PNG figures were written in place: a kill (or a full disk) while
+    matplotlib wrote one left half a file over the previous figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from benchmarks.eval_speed import plot
+    from training import demo, recl
+    from txl_tf.classification.attention_picture import write_attention_png
+
+    def killed(self, fname, **kwargs):
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG half")
+        raise KeyboardInterrupt("killed")
+    monkeypatch.setattr(Figure, "savefig", killed)
+    writers = {
+        "recl.png": lambda p: recl._plot({"contexts": [1, 2], "gains": {},
+                                          "mean_loss": {"m": [1.0, 0.5]}}, p),
+        "loss_by_context.png": lambda p: demo._plot([(0, 1, 2.0), (1, 2, 1.5)], p),
+        "attention.png": lambda p: write_attention_png(p, np.full((2, 3), 0.5),
+                                                       np.ones((2, 3), bool), 1),
+        "speed.png": lambda p: plot([{"batch": 1, "length": 2, "speedup": 1.5}], p)}
+    for name, write in writers.items():
+        (tmp_path / name).write_bytes(b"old figure")
+        with pytest.raises(KeyboardInterrupt):
+            write(str(tmp_path / name))
+        assert (tmp_path / name).read_bytes() == b"old figure", name
+    assert sorted(os.listdir(tmp_path)) == sorted(writers)

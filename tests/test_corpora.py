@@ -475,3 +475,23 @@ def test_a_build_clears_what_a_killed_build_left(tmp_path):
     assert len(left) == 4 and left[3].startswith("text-")
     assert sorted(p.name for p in (cache / left[3]).iterdir()) == [
         "meta.json", "test.npy", "tokenizer", "train.npy", "valid.npy"]
+
+
+def test_a_build_killed_while_committing_is_cleared(tmp_path, monkeypatch):
+    """`commit_entry` removed the owner file before the rename: a kill in
+    between left a build folder without its owner, which no sweep deletes."""
+    from txl_tf.data import cache as cache_lib
+    tmp = cache_lib.new_build_dir(tmp_path, "text")
+    (tmp / "train.npy").write_bytes(b"\0" * 128)
+
+    def killed(*args):
+        raise KeyboardInterrupt("killed")
+    with monkeypatch.context() as patch:
+        patch.setattr(cache_lib.os, "replace", killed)
+        with pytest.raises(KeyboardInterrupt):
+            cache_lib.commit_entry(tmp, tmp_path / "text-key", {"format": 1})
+    monkeypatch.setattr(cache_lib, "process_alive", lambda pid: pid != os.getpid())
+    assert cache_lib.remove_stale_builds(tmp_path) == [tmp.name] and not tmp.exists()
+    tmp = cache_lib.new_build_dir(tmp_path, "text")  # and a commit leaves no owner
+    entry = cache_lib.commit_entry(tmp, tmp_path / "text-key", {"format": 1})
+    assert sorted(p.name for p in entry.iterdir()) == ["meta.json"]

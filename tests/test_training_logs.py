@@ -92,3 +92,27 @@ def test_a_resumed_run_logs_each_step_once(tmp_path):
     train.run(train_steps=4, final_eval=False, **options)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4] and records[2]["loss"] != 9.0
+
+
+def test_a_finished_job_run_again_logs_its_final_evaluation_once(tmp_path):
+    """The final evaluation of a finished job run again (nothing to train)
+    was appended to eval_log.jsonl a second time at the same step."""
+    from training import train
+    options = dict(model_dir=str(tmp_path / "run"), dataset="text", preset="tiny",
+                   data_dir=str(write_text_corpus(tmp_path / "corpus.txt", 5_000)),
+                   cache_dir=str(tmp_path / "cache"), strategy="one_device", batch_size=2,
+                   train_steps=2, eval_every=1, eval_max_segments=1, verbose=0)
+    train.run(**options)
+    result = train.run(**options)
+    records = [json.loads(line) for line in (tmp_path / "run" / "eval_log.jsonl").open()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert [r["step"] for r in result["evaluations"]] == [2]
+
+
+def test_an_evaluation_at_a_logged_step_replaces_its_line(tmp_path):
+    from training.files import log_record
+    log = tmp_path / "eval_log.jsonl"
+    for record in ({"step": 1, "bpc": 3.0}, {"step": 2, "bpc": 2.0}, {"step": 2, "bpc": 1.5}):
+        log_record(str(log), record)
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [
+        {"step": 1, "bpc": 3.0}, {"step": 2, "bpc": 1.5}]

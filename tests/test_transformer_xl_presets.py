@@ -393,3 +393,32 @@ def test_a_preset_save_killed_anywhere_leaves_one_whole_preset_or_an_error(
         np.testing.assert_array_equal(scores(loaded), scores(expected), f"killed at {k}")
         outcomes.add("new" if expected is new else "old")
     assert outcomes == {"old", "refused", "new"}
+
+
+def test_a_backbone_saved_over_a_causal_lm_preset_leaves_a_backbone_preset(model_dir, tmp_path):
+    """The task's task.json, preprocessor.json, tokenizer.json and assets/
+    stayed: `TransformerXLCausalLM.from_preset` built the old task, the old
+    backbone's config in its task.json (clamp_len -1), over the new weights.
+    A backbone's preset has no tokenizer: keras-hub's task loader needs
+    `preprocessor=None` there."""
+    import os
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir, sequence_length=24)
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    assert {"task.json", "preprocessor.json", "tokenizer.json", "assets"} <= set(
+        os.listdir(tmp_path / "preset"))
+    core = TransformerXL(TransformerXLConfig.preset("tiny", init_std=0.3, mem_len=16, tgt_len=8,
+                                                    clamp_len=3))
+    backbone = TransformerXLBackbone.from_core(core)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    backbone.save_to_preset(str(tmp_path / "alone"))
+    assert sorted(os.listdir(tmp_path / "preset")) == sorted(os.listdir(tmp_path / "alone")) \
+        == ["config.json", "metadata.json", "model.weights.h5"]
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        TransformerXLCausalLM.from_preset(str(tmp_path / "preset"))
+    again = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"), preprocessor=None)
+    assert again.core.config.clamp_len == 3
+    np.testing.assert_array_equal(again.backbone({"token_ids": IDS, "padding_mask": MASK}),
+                                  backbone({"token_ids": IDS, "padding_mask": MASK}))
+    causal_lm.save_to_preset(str(tmp_path / "preset"))  # and back: the task's files again
+    assert TransformerXLCausalLM.from_preset(
+        str(tmp_path / "preset")).preprocessor.sequence_length == 24

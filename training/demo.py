@@ -24,6 +24,7 @@ import os
 import time
 
 from txl_tf.app import cli
+from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
@@ -201,7 +202,8 @@ def _plot(curve, path):
             marker="o")
     ax.set(xscale="log", xlabel="bytes of context", ylabel="bits per byte")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with replacing(path) as temporary:  # a kill never leaves half a picture
+        fig.savefig(temporary, dpi=100)
     plt.close(fig)
     print(f"   (drawn in {path})")
 

@@ -41,6 +41,23 @@ def trim_log(path, step):
     return cut + len(lines) - len(kept)
 
 
+def log_record(path, record):
+    """Appends `record` (a dict with a `step`) as a line of the JSON-lines log
+    `path`, replacing the lines already there at its step (a finished job run
+    again evaluates its last step again): one line per step."""
+    step, line = int(record["step"]), json.dumps(record) + "\n"
+    lines = []
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    kept = [old for old in lines if _step(old) != step]
+    if len(kept) < len(lines):
+        write_atomically(path, "".join(kept) + line)
+    else:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+
+
 def _step(line):
     """A log line's step (-1 for a line that is not a record of one)."""
     try:

@@ -22,6 +22,7 @@ import os
 from training.errors import TrainingError
 from training.files import write_atomically
 from txl_tf.app import cli
+from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
 
 SPEC = (
@@ -183,7 +184,8 @@ def _plot(result, path):
         ax.set(xlabel="context length c", ylabel="mean loss (nats)")
         ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with replacing(path) as temporary:  # a kill never leaves half a picture
+        fig.savefig(temporary, dpi=100)
     plt.close(fig)
 
 

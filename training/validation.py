@@ -1,16 +1,17 @@
 """Validation during training: evaluate, log a line, append JSON, TensorBoard."""
-import json
 import os
 
 import tensorflow as tf
 
+from training.files import log_record
 from txl_tf.app.progress import interactive
 from txl_tf.learning.evaluation import evaluate_ids, make_scorer
 
 
 class Validator:
     """`validator(step)` evaluates `core` on `ids` (see `txl_tf.learning.evaluation.evaluate_ids`),
-    prints a line, appends the result to `model_dir/eval_log.jsonl` and, with
+    prints a line, logs the result in `model_dir/eval_log.jsonl` (one line per
+    step: an evaluation at a step logged before replaces that line) and, with
     `tensorboard`, writes scalars under `model_dir/logs/eval`."""
 
     def __init__(self, core, ids, model_dir, batch_size, tgt_len, mem_len, max_segments=None,
@@ -27,14 +28,13 @@ class Validator:
     def __call__(self, step):
         result = evaluate_ids(self.core, self.ids, scorer=self.scorer, **self.settings)
         result["step"] = int(step)
-        self.results.append(result)
+        self.results = [r for r in self.results if r["step"] != result["step"]] + [result]
         headline = (f"bpc {result['bpc']:.4f}" if self.character_level
                     else f"ppl {result['ppl']:.2f}")
         newline = "\n" if interactive() else ""  # ends a progress bar's line
         self.log(f"{newline}step {step}: valid {headline} (loss {result['loss']:.4f} over "
                  f"{result['tokens']:,} tokens, {result['seconds']:.1f}s)")
-        with open(os.path.join(self.model_dir, "eval_log.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps(result) + "\n")
+        log_record(os.path.join(self.model_dir, "eval_log.jsonl"), result)
         if self.writer is not None:
             with self.writer.as_default(step=int(step)):
                 for key in ("loss", "bpc", "ppl"):

@@ -4,7 +4,9 @@ subfolder is written under a temporary name beside its final one, then the
 folder's marker (the file a loader looks for first, e.g. `config.json`) is
 removed, the others are renamed in, and the marker is renamed in last. A kill
 leaves the previous save whole, the new one whole, or a folder without its
-marker, which loaders refuse by name. Standard library only."""
+marker, which loaders refuse by name. A single file (a figure) is written
+likewise under a temporary name and renamed over its final one (`replacing`).
+Standard library only."""
 import contextlib
 import os
 import shutil
@@ -88,6 +90,26 @@ def stage(marker):
         staged.commit()
     except BaseException:
         staged.discard()
+        raise
+
+
+@contextlib.contextmanager
+def replacing(path):
+    """Yields the temporary path to write instead of the file `path`; when
+    the block succeeds one rename puts it at `path`, when it raises it is
+    deleted and `path` is left as it was. Leftovers of a killed writer of
+    `path` are deleted first.
+
+    Args:
+        path: the file to write (its folder must exist).
+    """
+    remove_leftovers(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
+    temporary = temporary_path(path)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        _remove(temporary)
         raise
 
 

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from txl_tf.app.files import replacing
 from txl_tf.errors import TxlError
 
 CMAP = "viridis"
@@ -237,5 +238,6 @@ def write_attention_png(path, weights, visible, n_memory, **figure_options):
     """Writes `attention_figure(weights, visible, n_memory, **figure_options)`
     as a PNG at `path`; returns the path."""
     fig = attention_figure(weights, visible, n_memory, **figure_options)
-    fig.savefig(path, format="png", dpi=fig.dpi)
+    with replacing(path) as temporary:  # a kill never leaves half a picture
+        fig.savefig(temporary, format="png", dpi=fig.dpi)
     return path

@@ -4,8 +4,8 @@ tokenizer as plain text, keyed by dataset, options and source file stats.
 Layout: ``<cache_root>/<name>-<key>/{train,valid,test}.npy``, ``tokenizer/``
 and ``meta.json`` (written last; an entry without it is ignored). Entries are
 built in a temporary directory and renamed into place, so concurrent jobs
-never see half-written data; the temporary directory of a job killed while
-encoding (its owner, a process of this host, is gone) is deleted by the next
+never see half-written data; the temporary directory of a job killed before
+the rename (its owner, a process of this host, is gone) is deleted by the next
 build in that cache.
 """
 from __future__ import annotations
@@ -147,8 +147,9 @@ def remove_stale_builds(root: Path) -> list[str]:
 
 
 def commit_entry(tmp: Path, entry: Path, meta: dict) -> Path:
-    """Write ``meta.json`` and move ``tmp`` to ``entry`` (first writer wins)."""
-    (tmp / OWNER_FILE).unlink(missing_ok=True)
+    """Write ``meta.json`` and move ``tmp`` to ``entry`` (first writer wins),
+    then drop its owner file: until the rename the build folder keeps its
+    owner, so a kill in between leaves one the next build deletes."""
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
                                    encoding="utf-8")
     if entry.exists() and not (entry / "meta.json").is_file():
@@ -159,6 +160,8 @@ def commit_entry(tmp: Path, entry: Path, meta: dict) -> Path:
         if not (entry / "meta.json").is_file():
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # another job finished first
+        return entry
+    (entry / OWNER_FILE).unlink(missing_ok=True)
     return entry
 
 

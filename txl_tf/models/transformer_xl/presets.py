@@ -7,6 +7,7 @@ own preset folders (which keras-hub reads itself)."""
 import json
 import os
 import shutil
+import threading
 from typing import NamedTuple, Optional
 
 from txl_tf.app.files import stage, temporary_path
@@ -65,21 +66,48 @@ def local_source(preset, load_weights):
     return None
 
 
+# keras-hub's names for a preset's files beside `config.json` and the
+# weights (`keras_hub.src.utils.preset_utils`): a backbone's save writes
+# `metadata.json` only; a task's adds its own, its preprocessor's and its
+# tokenizer's (with `assets/`).
+PRESET_FILES = ("metadata.json", "task.json", "task.weights.h5", "preprocessor.json",
+                "tokenizer.json", "audio_converter.json", "image_converter.json",
+                "video_converter.json", "assets")
+
+
+class _Saving(threading.local):
+    """The temporary folders of the saves this thread is inside."""
+
+    def __init__(self):
+        self.folders = []
+
+
+_saving = _Saving()
+
+
 def save_staged(save, preset_dir):
     """Runs keras-hub's `save(folder)` (a `save_to_preset`) into a temporary
     folder inside `preset_dir`, then renames its files in with `config.json`
     last (`txl_tf.app.files.stage`): a kill leaves the previous preset whole,
     the new one, or a folder without `config.json`, never one's config beside
-    the other's weights. Weights files of the previous preset that this one
-    does not write (another sharding) are deleted with it.
+    the other's weights. The previous preset's files that this one does not
+    write (another sharding's weights; a task's `task.json`, preprocessor and
+    tokenizer under a backbone's save, which a task's `from_preset` would
+    read over the new backbone) are deleted with it. A save within a save
+    (keras-hub saves a task's backbone into the task's folder) writes into
+    the outer one's temporary folder directly.
 
     Args:
         save: keras-hub's saver, called with the temporary folder.
         preset_dir: the preset folder.
     """
     preset_dir = os.fspath(preset_dir)
+    folders = _saving.folders
+    if folders and os.path.abspath(preset_dir) == folders[-1]:
+        return save(preset_dir)
     with stage(os.path.join(preset_dir, "config.json")) as files:
         staging = temporary_path(os.path.join(preset_dir, "preset"))
+        folders.append(staging)
         try:
             save(staging)
             names = os.listdir(staging)
@@ -87,9 +115,11 @@ def save_staged(save, preset_dir):
                 os.rename(os.path.join(staging, name),
                           files.path(os.path.join(preset_dir, name)))
         finally:
+            folders.pop()
             shutil.rmtree(staging, ignore_errors=True)
         for name in os.listdir(preset_dir):
-            if name not in names and name.startswith("model") and ".weights." in name:
+            if name not in names and (name in PRESET_FILES or (
+                    name.startswith("model") and ".weights." in name)):
                 files.drop(os.path.join(preset_dir, name))
 
 
