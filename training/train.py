@@ -521,16 +521,19 @@ def _train(o, strategy, task_id, is_chief):
     if step < o["train_steps"]:
         # Non-finite losses and weights stop the job before on_step could save them.
         finite = StopOnNonFinite(lambda: saved["step"], precision.policy)
-        callbacks = ([compile_time, MetricWindow(o["checkpoint_every"]), finite,
+        # A step's log line before its checkpoint: a kill between the two
+        # leaves every step up to the checkpoint logged (a resume drops the
+        # lines past it).
+        step_log = ([StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
+                             schedule=schedule, compile_time=compile_time)]
+                    if is_chief else [])
+        callbacks = ([compile_time, MetricWindow(o["checkpoint_every"]), finite, *step_log,
                       StepEvents(on_step)] + ([stop] if stop else []))
         if tensorboard:
             log_dir = (os.path.join(model_dir, "logs") if is_chief
                        else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
             callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"],
                                                    profile_batch=_profile_steps(o) or 0))
-        if is_chief:
-            callbacks.append(StepLog(os.path.join(model_dir, "train_log.jsonl"), o["log_every"],
-                                     schedule=schedule, compile_time=compile_time))
         verbose = o["verbose"] if is_chief else 0
         if verbose == 1:  # a bar over --train_steps on a terminal, else plain lines
             callbacks.append(ProgressBar(o["train_steps"], compile_time=compile_time)
