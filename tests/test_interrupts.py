@@ -1,0 +1,71 @@
+"""What a user sees when they stop a command or pipe it: Ctrl-C while the
+command's modules still import prints `interrupted` (exit by SIGINT, no
+traceback); a reader that goes away (`| head -n 1`) ends the command quietly
+with status 141, from `--help` (absl prints it while parsing flags) and from
+a job's own output alike. (Ctrl-C during training: test_training_resume.)"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from job_helpers import job_command, job_env
+
+# Sends a signal to the process itself when a module is first imported: the
+# interrupt lands at a known moment of the start-up.
+SITECUSTOMIZE = textwrap.dedent("""
+    import os, signal, sys
+    class SignalAtImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == os.environ["SIGNAL_AT_IMPORT"]:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+    sys.meta_path.insert(0, SignalAtImport())
+""")
+
+
+def _interrupted_at_import(tmp_path, command, module="tensorflow"):
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = job_env(SIGNAL_AT_IMPORT=module)
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_ctrl_c_while_a_command_imports_is_one_line(tmp_path):
+    proc = _interrupted_at_import(tmp_path, job_command("training.generate", ["--help"]))
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip() == "interrupted", proc.stderr  # was a traceback
+    assert proc.stdout == ""
+
+
+def test_ctrl_c_while_a_library_user_imports_keeps_the_traceback(tmp_path):
+    proc = _interrupted_at_import(tmp_path, [sys.executable, "-c", "import txl_tf"])
+    assert proc.returncode == -signal.SIGINT
+    assert "Traceback" in proc.stderr and "KeyboardInterrupt" in proc.stderr
+
+
+def _to_a_closed_pipe(command):
+    """`command` with its stdout a pipe whose reader has gone."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(command, stdout=write, stderr=subprocess.PIPE, env=job_env(),
+                              text=True, timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_help_into_a_closed_pipe_exits_quietly():
+    proc = _to_a_closed_pipe(job_command("training.generate", ["--help"]))
+    assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_a_jobs_output_into_a_closed_pipe_exits_quietly():
+    # A job's print that fails (was `error: [Errno 32] Broken pipe`, exit 2) and
+    # one left in the buffer until the end (a warning at exit, status 120).
+    for body in ("print('x' * 100_000, flush=True)", "print('x')"):
+        code = f"from txl_tf.app.exits import exit_on_error; exit_on_error(lambda: {body})"
+        proc = _to_a_closed_pipe([sys.executable, "-c", code])
+        assert proc.returncode == 141 and proc.stderr == "", (body, proc.returncode,
+                                                              proc.stderr)
