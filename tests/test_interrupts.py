@@ -69,3 +69,28 @@ def test_a_jobs_output_into_a_closed_pipe_exits_quietly():
         proc = _to_a_closed_pipe([sys.executable, "-c", code])
         assert proc.returncode == 141 and proc.stderr == "", (body, proc.returncode,
                                                               proc.stderr)
+
+
+def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
+    """`txl-train`'s second Ctrl-C raised `KeyboardInterrupt` in its signal
+    handler, wherever Python was: in a `__del__` (TensorFlow's functions are
+    collected all the time) it printed `Exception ignored ... Traceback ...
+    KeyboardInterrupt` and the job went on. It now ends the process there."""
+    code = textwrap.dedent("""
+        import os, signal
+        import txl_tf  # TensorFlow without its start-up lines
+        from training.callbacks import StopOnSignal
+        class Collected:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C
+                sum(range(1000))  # a few bytecodes: the handler runs here
+        stop = StopOnSignal()
+        with stop.installed():
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.received == signal.SIGINT  # the first: stop after the step
+            Collected()
+            print("went on", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")

@@ -48,6 +48,24 @@ def interrupted():
     sys.exit(EXIT_INTERRUPTED)
 
 
+def stop_now(signum):
+    """Ends the process at once, for a second Ctrl-C or SIGTERM during a
+    graceful stop: `interrupted` on stderr, exit status 128 + `signum`, and
+    no Python code after it (no `finally`, no `atexit`), as a kill: what was
+    being written stays staged, never half in place. Safe in a signal handler
+    (raising `KeyboardInterrupt` there could land in a `__del__`, which
+    prints `Exception ignored ...` and goes on)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, RuntimeError, AttributeError):  # gone, or mid-write
+        pass
+    try:
+        os.write(2, b"interrupted\n")
+    except OSError:
+        pass
+    os._exit(128 + int(signum))
+
+
 def reader_gone():
     """Exits with status 141 and no message: the reader of stdout or stderr
     went away (`| head -n 1`). Both streams are pointed at /dev/null first, so
