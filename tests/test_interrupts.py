@@ -2,7 +2,9 @@
 command's modules still import prints `interrupted` (exit by SIGINT, no
 traceback); a reader that goes away (`| head -n 1`) ends the command quietly
 with status 141, from `--help` (absl prints it while parsing flags) and from
-a job's own output alike. (Ctrl-C during training: test_training_resume.)"""
+a job's own output alike; a second signal during `txl-train`'s graceful stop ends
+it at once; progress bars stay off log files. (Ctrl-C during training:
+test_training_resume.)"""
 import os
 import signal
 import subprocess
@@ -94,3 +96,25 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
                           text=True, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
+
+
+def test_reading_a_large_corpus_shows_a_bar_only_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """A large corpus or classification file (32 MiB, made small here) wrote
+    tqdm's frames (`\\r`, block characters) into a log file too."""
+    from txl_tf.classification import data as classification_data
+    from txl_tf.data import corpora
+    monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)
+    monkeypatch.setattr(classification_data, "PROGRESS_MIN_BYTES", 10)
+    text, table = tmp_path / "text.txt", tmp_path / "table.tsv"
+    text.write_text("a b c .\n" * 50)
+    table.write_text("x\ta b\ny\tc d\n" * 20)
+
+    def read():
+        list(corpora.iter_text_chunks(text))
+        classification_data.read_tsv(table)
+        return capsys.readouterr().err
+
+    assert read() == ""  # stderr is not a terminal here
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    shown = read()
+    assert "text.txt" in shown and "table.tsv" in shown and "\r" in shown
