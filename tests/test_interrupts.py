@@ -2,9 +2,9 @@
 command's modules still import prints `interrupted` (exit by SIGINT, no
 traceback); a reader that goes away (`| head -n 1`) ends the command quietly
 with status 141, from `--help` (absl prints it while parsing flags) and from
-a job's own output alike; a second signal during `txl-train`'s graceful stop ends
-it at once; progress bars stay off log files. (Ctrl-C during training:
-test_training_resume.)"""
+a job's own output alike; a Ctrl-C in a `__del__` is not lost; a second
+signal during `txl-train`'s graceful stop ends it at once; progress bars
+stay off log files. (Ctrl-C during training: test_training_resume.)"""
 import os
 import signal
 import subprocess
@@ -27,6 +27,24 @@ SITECUSTOMIZE = textwrap.dedent("""
 """)
 
 
+# Ctrl-C while Python runs a `__del__` (TensorFlow collects its functions all
+# the time), once the command's modules are imported.
+SITECUSTOMIZE_DEL = textwrap.dedent("""
+    import os, signal, sys
+    class Collected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # a few bytecodes: the handler runs here
+    class AfterImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == "txl_tf.app.cli":  # once txl_tf and TensorFlow are imported
+                sys.meta_path.remove(self)
+                Collected()
+            return None
+    sys.meta_path.insert(0, AfterImport())
+""")
+
+
 def _interrupted_at_import(tmp_path, command, module="tensorflow"):
     (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = job_env(SIGNAL_AT_IMPORT=module)
@@ -39,6 +57,18 @@ def test_ctrl_c_while_a_command_imports_is_one_line(tmp_path):
     assert proc.returncode == -signal.SIGINT, (proc.returncode, proc.stderr)
     assert proc.stderr.strip() == "interrupted", proc.stderr  # was a traceback
     assert proc.stdout == ""
+
+
+def test_ctrl_c_in_a_del_ends_a_command(tmp_path):
+    """Python prints a `KeyboardInterrupt` raised in a `__del__` as
+    `Exception ignored ...` and goes on: the Ctrl-C was lost (here the help
+    was printed, exit 0)."""
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE_DEL)
+    env = job_env()
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    proc = subprocess.run(job_command("training.generate", ["--help"]), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
 
 
 def test_ctrl_c_while_a_library_user_imports_keeps_the_traceback(tmp_path):

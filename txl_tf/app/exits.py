@@ -4,12 +4,13 @@ Bad input is any `TxlError` (the project's one error family), a flag that
 absl rejects, or an `OSError` (a path that cannot be read or written, a full
 disk): it prints `error: <message>` on one line to stderr and exits with
 status 2. Ctrl-C prints `interrupted` and exits with 130, also while the
-job's modules are still importing (`report_interrupt_at_exit`). A reader
+job's modules are still importing, or in a `__del__` (`quiet_interrupts`). A reader
 that goes away (`txl-generate ... | head -n 1`) ends the job quietly with
 141, as SIGPIPE ends a Unix tool. Anything else is a bug and keeps its
 traceback.
 """
 import os
+import signal
 import sys
 
 from absl import app, flags
@@ -111,17 +112,24 @@ def running_a_command():
     return bool(sys.argv) and os.path.basename(sys.argv[0]).startswith("txl-")
 
 
-def report_interrupt_at_exit():
-    """Makes a Ctrl-C that no job caught (one while the job's modules import,
-    before `exit_on_error` runs) print `interrupted` instead of a traceback,
-    in the project's commands only (`running_a_command`); elsewhere the
-    previous `sys.excepthook` runs. Python still exits with status 130.
-    Installing it twice is a no-op."""
+def quiet_interrupts():
+    """In the project's commands only (`running_a_command`; elsewhere the
+    previous hooks run):
+
+    - a Ctrl-C that no job caught (one while the job's modules import, before
+      `exit_on_error` runs) prints `interrupted` instead of a traceback
+      (`sys.excepthook`; Python still exits with status 130);
+    - a Ctrl-C that Python would print as `Exception ignored ...
+      KeyboardInterrupt` and go on from (it landed in a `__del__`, such as
+      TensorFlow's when it collects a function, or in an `atexit` function)
+      ends the job at once (`sys.unraisablehook`, `stop_now`).
+
+    Installing them twice is a no-op."""
     previous = sys.excepthook
     if getattr(previous, "txl_interrupt_hook", False):
         return
 
-    def hook(kind, value, traceback):
+    def excepthook(kind, value, traceback):
         if issubclass(kind, KeyboardInterrupt) and running_a_command():
             try:
                 print("interrupted", file=sys.stderr, flush=True)
@@ -130,5 +138,13 @@ def report_interrupt_at_exit():
             return
         previous(kind, value, traceback)
 
-    hook.txl_interrupt_hook = True
-    sys.excepthook = hook
+    previous_unraisable = sys.unraisablehook
+
+    def unraisablehook(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and running_a_command():
+            stop_now(signal.SIGINT)
+        previous_unraisable(unraisable)
+
+    excepthook.txl_interrupt_hook = True
+    sys.excepthook = excepthook
+    sys.unraisablehook = unraisablehook
