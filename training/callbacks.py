@@ -10,6 +10,7 @@ import keras
 
 from training.checkpointing import metric_values, set_metric_values
 from training.errors import TrainingError
+from txl_tf.app.exits import stop_now
 
 
 class GlobalStep(keras.callbacks.Callback):
@@ -134,9 +135,10 @@ class TimeLimit(keras.callbacks.Callback):
 class StopOnSignal(keras.callbacks.Callback):
     """SIGINT / SIGTERM end `fit` after the step in flight, whose update is
     whole (the caller then checkpoints that step): `received` is the signal.
-    A second signal interrupts at once. The handlers are in place only inside
-    `with stop.installed():` (and only in the main thread, where Python
-    delivers signals)."""
+    A second signal ends the process at once (`txl_tf.app.exits.stop_now`:
+    `interrupted`, status 128 + the signal). The handlers are in place only
+    inside `with stop.installed():` (and only in the main thread, where
+    Python delivers signals)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -146,7 +148,7 @@ class StopOnSignal(keras.callbacks.Callback):
 
     def _handle(self, signum, frame):
         if self.received is not None:
-            raise KeyboardInterrupt
+            stop_now(signum)
         self.received = signum
 
     @contextlib.contextmanager

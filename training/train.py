@@ -567,11 +567,11 @@ def _train(o, strategy, task_id, is_chief):
                     if isinstance(callback, GlobalStepTensorBoard):
                         callback.end_after_failure()
                 raise
-        release_input_iterators()
-        history = {k: float(v[-1]) for k, v in fit.history.items() if v}
-        step = checkpoint.step
-        if saved["step"] != step:
-            checkpoint.save()
+            release_input_iterators()
+            history = {k: float(v[-1]) for k, v in fit.history.items() if v}
+            step = checkpoint.step
+            if saved["step"] != step:  # a second signal here ends the job at once
+                checkpoint.save()
         if stop and stop.received:
             log(f"stopped by {signal.Signals(stop.received).name} at step {step}: saved "
                 f"{checkpoint.manager.latest_checkpoint}; the same command resumes from there")

@@ -23,6 +23,7 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from txl_tf.app import moved_modules  # noqa: E402
+from txl_tf.app.exits import quiet_interrupts  # noqa: E402
 from txl_tf.app.tf_startup import quiet_tensorflow_import  # noqa: E402
 # Without TensorFlow too:
 from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
@@ -30,6 +31,10 @@ from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E40
 from txl_tf.errors import TxlError  # noqa: E402
 from txl_tf.generation.request import DecodeState, Generation  # noqa: E402
 from txl_tf.generation.sampling_settings import Sampling  # noqa: E402
+
+# A Ctrl-C during the long import below: `interrupted`, not a traceback; one
+# that lands in a `__del__` is not lost (in the project's commands only).
+quiet_interrupts()
 
 try:
     quiet_tensorflow_import()

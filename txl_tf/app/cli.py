@@ -11,7 +11,7 @@ TensorFlow is imported without its C++ start-up noise (`txl_tf.app.tf_startup`).
 """
 from absl import app, flags, logging
 
-from txl_tf.app.exits import exit_on_error, fail
+from txl_tf.app.exits import exit_on_error, fail, reader_gone
 from txl_tf.app.flagspec import define
 from txl_tf.app.progress import Progress
 from txl_tf.app.tf_startup import quiet_tensorflow_import
@@ -41,4 +41,7 @@ def run(main, spec=None):
         logging.set_verbosity(logging.WARNING)  # TF's checkpoint INFO lines
         return exit_on_error(lambda: main(argv))
 
-    app.run(checked_main, flags_parser=parse_flags)
+    try:
+        app.run(checked_main, flags_parser=parse_flags)
+    except BrokenPipeError:  # `--help | head -n 1`: absl prints the help while parsing
+        reader_gone()

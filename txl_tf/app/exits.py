@@ -3,9 +3,14 @@
 Bad input is any `TxlError` (the project's one error family), a flag that
 absl rejects, or an `OSError` (a path that cannot be read or written, a full
 disk): it prints `error: <message>` on one line to stderr and exits with
-status 2. Ctrl-C prints `interrupted` and exits with 130. Anything else is a
-bug and keeps its traceback.
+status 2. Ctrl-C prints `interrupted` and exits with 130, also while the
+job's modules are still importing, or in a `__del__` (`quiet_interrupts`). A reader
+that goes away (`txl-generate ... | head -n 1`) ends the job quietly with
+141, as SIGPIPE ends a Unix tool. Anything else is a bug and keeps its
+traceback.
 """
+import os
+import signal
 import sys
 
 from absl import app, flags
@@ -14,6 +19,7 @@ from txl_tf.errors import TxlError
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # the shell's code for a job ended by SIGINT
+EXIT_BROKEN_PIPE = 141  # the shell's code for a job ended by SIGPIPE
 BAD_INPUT = (TxlError, OSError, flags.Error, app.UsageError)
 
 
@@ -25,20 +31,120 @@ def one_line(message):
 
 def fail(message):
     """Prints `error: <message>` to stderr and exits with status 2."""
-    sys.stdout.flush()
-    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    try:
+        sys.stdout.flush()
+        print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        reader_gone()
     sys.exit(EXIT_BAD_INPUT)
+
+
+def interrupted():
+    """Prints `interrupted` to stderr and exits with status 130."""
+    try:
+        sys.stdout.flush()
+        print("interrupted", file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        reader_gone()
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def stop_now(signum):
+    """Ends the process at once, for a second Ctrl-C or SIGTERM during a
+    graceful stop: `interrupted` on stderr, exit status 128 + `signum`, and
+    no Python code after it (no `finally`, no `atexit`), as a kill: what was
+    being written stays staged, never half in place. Safe in a signal handler
+    (raising `KeyboardInterrupt` there could land in a `__del__`, which
+    prints `Exception ignored ...` and goes on)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, RuntimeError, AttributeError):  # gone, or mid-write
+        pass
+    try:
+        os.write(2, b"interrupted\n")
+    except OSError:
+        pass
+    os._exit(128 + int(signum))
+
+
+def reader_gone():
+    """Exits with status 141 and no message: the reader of stdout or stderr
+    went away (`| head -n 1`). Both streams are pointed at /dev/null first, so
+    that the interpreter's last flush has nothing to report."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):  # no such stream, or no fd
+            pass
+    sys.exit(EXIT_BROKEN_PIPE)
 
 
 def exit_on_error(function):
     """Runs `function()`; bad input (`BAD_INPUT`) prints one `error:` line to
     stderr and exits with status 2; Ctrl-C prints `interrupted` and exits
-    with status 130. Other exceptions propagate."""
+    with status 130; a reader gone (`BrokenPipeError`) exits quietly with
+    status 141. Other exceptions propagate."""
     try:
-        return function()
+        result = function()
+        sys.stdout.flush()  # here, not at exit, where a reader gone is a warning
+        return result
+    except BrokenPipeError:  # an OSError, but not the user's input
+        reader_gone()
     except BAD_INPUT as err:
         fail(err)
     except KeyboardInterrupt:
-        sys.stdout.flush()
-        print("interrupted", file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
+        interrupted()
+
+
+JOB_PACKAGES = ("training", "export", "benchmarks")  # `python -m <package>.<job>`
+
+
+def running_a_command():
+    """Whether this process is one of the project's commands: an installed
+    `txl-*` script, or `python -m` of a job in `JOB_PACKAGES` or of
+    `txl_tf.weights.convert`."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None) or ""
+    if name.split(".")[0] in JOB_PACKAGES or name == "txl_tf.weights.convert":
+        return True
+    return bool(sys.argv) and os.path.basename(sys.argv[0]).startswith("txl-")
+
+
+def quiet_interrupts():
+    """In the project's commands only (`running_a_command`; elsewhere the
+    previous hooks run):
+
+    - a Ctrl-C that no job caught (one while the job's modules import, before
+      `exit_on_error` runs) prints `interrupted` instead of a traceback
+      (`sys.excepthook`; Python still exits with status 130);
+    - a Ctrl-C that Python would print as `Exception ignored ...
+      KeyboardInterrupt` and go on from (it landed in a `__del__`, such as
+      TensorFlow's when it collects a function, or in an `atexit` function)
+      ends the job at once (`sys.unraisablehook`, `stop_now`).
+
+    Installing them twice is a no-op."""
+    previous = sys.excepthook
+    if getattr(previous, "txl_interrupt_hook", False):
+        return
+
+    def excepthook(kind, value, traceback):
+        if issubclass(kind, KeyboardInterrupt) and running_a_command():
+            try:
+                print("interrupted", file=sys.stderr, flush=True)
+            except (OSError, ValueError, AttributeError):  # stderr gone
+                pass
+            return
+        previous(kind, value, traceback)
+
+    previous_unraisable = sys.unraisablehook
+
+    def unraisablehook(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and running_a_command():
+            stop_now(signal.SIGINT)
+        previous_unraisable(unraisable)
+
+    excepthook.txl_interrupt_hook = True
+    sys.excepthook = excepthook
+    sys.unraisablehook = unraisablehook

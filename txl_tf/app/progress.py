@@ -15,6 +15,24 @@ def interactive(stream=None):
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
+
+def show_bar(progress, large, stream=None):
+    """Whether a tqdm bar over some work shows by default.
+
+    Args:
+      progress: True / False to say so, or None for the default.
+      large: whether the work is long enough to show a bar for.
+      stream: where the bar goes (default stderr, tqdm's).
+
+    Returns:
+      `progress` when given, else whether the work is `large` and `stream` is
+      a terminal (in a log a bar is a frame of control characters per update).
+    """
+    if progress is not None:
+        return bool(progress)
+    return bool(large) and interactive(sys.stderr if stream is None else stream)
+
+
 class Progress:
     """A `progress(done, total)` callback for long loops.
 

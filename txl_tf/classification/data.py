@@ -45,6 +45,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
 
+from txl_tf.app.progress import show_bar
 from txl_tf.checks.numpy_checks import MAX_POSITIONS
 from txl_tf.classification.labels import LabelSet, UnknownLabelError
 from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError
@@ -189,7 +190,7 @@ def _tsv_rows(path: Path, empty_text: str, skipped: list[str],
     if not path.is_file():
         raise CorpusNotFoundError(path, TSV_LAYOUT, "classification file")
     size = path.stat().st_size
-    show = progress if progress is not None else size >= PROGRESS_MIN_BYTES
+    show = show_bar(progress, size >= PROGRESS_MIN_BYTES)
     rows, dropped = [], 0
     with tqdm(total=size, unit="B", unit_scale=True, leave=False, desc=path.name,
               disable=not show) as bar:
@@ -254,7 +255,8 @@ def read_tsv(paths: str | os.PathLike | Sequence[str | os.PathLike],
             evaluation data.
         empty_text: ``"error"`` (an example with no text is an error) or
             ``"skip"``.
-        progress: tqdm bars: True / False, or None for large files.
+        progress: tqdm bars: True / False, or None for large files when
+            stderr is a terminal.
 
     Returns:
         The :class:`Examples`.
@@ -289,7 +291,7 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
             class folders to read.
         empty_text: ``"error"`` (an empty file is an error) or ``"skip"``.
         progress: a tqdm bar: True / False, or None for 10,000 files or
-            more.
+            more when stderr is a terminal.
 
     Returns:
         The :class:`Examples`.
@@ -332,7 +334,7 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
     total = sum(len(v) for v in files.values())
     rows, skipped = [], []
     with tqdm(total=total, desc=root.name, leave=False,
-              disable=not (progress if progress is not None else total >= 10_000)) as bar:
+              disable=not show_bar(progress, total >= 10_000)) as bar:
         for name in classes:
             for path in files[name]:
                 bar.update(1)

@@ -41,6 +41,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
+from txl_tf.app.progress import show_bar
 from txl_tf.data import cache as cache_lib
 from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
@@ -128,7 +129,7 @@ class _Plan:
 # -- reading helpers ---------------------------------------------------------
 
 def _show(progress: bool | None, size: int) -> bool:
-    return progress if progress is not None else size >= PROGRESS_MIN_BYTES
+    return show_bar(progress, size >= PROGRESS_MIN_BYTES)
 
 
 def _decode(data: bytes, path: Path, offset: int = 0) -> str:
@@ -433,7 +434,7 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
         for split, paths in (("train", train), ("valid", [held["valid"]]),
                              ("test", [held["test"]])):
             for path in tqdm(paths, desc=f"lm1b: {split}", leave=False,
-                             disable=not (progress if progress is not None else len(paths) > 1)):
+                             disable=not show_bar(progress, len(paths) > 1)):
                 for chunk in iter_text_chunks(path, progress):
                     writers[split].append(tokenizer.encode(chunk))
         return tokenizer
@@ -527,7 +528,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         (never next to the data).
       use_cache: False to neither read nor write the cache.
       mmap: open cached arrays with ``np.load(mmap_mode='r')``.
-      progress: tqdm bars: True / False, or None for files over 32 MiB.
+      progress: tqdm bars: True / False, or None for files over 32 MiB when
+        stderr is a terminal.
       tokenizer: read every split with this tokenizer (a trained model's own)
         instead of building one from the training split; words outside its
         vocabulary become its unknown token (see :func:`unknown_count`).

@@ -1,0 +1,150 @@
+"""What a user sees when they stop a command or pipe it: Ctrl-C while the
+command's modules still import prints `interrupted` (exit by SIGINT, no
+traceback); a reader that goes away (`| head -n 1`) ends the command quietly
+with status 141, from `--help` (absl prints it while parsing flags) and from
+a job's own output alike; a Ctrl-C in a `__del__` is not lost; a second
+signal during `txl-train`'s graceful stop ends it at once; progress bars
+stay off log files. (Ctrl-C during training: test_training_resume.)"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from job_helpers import job_command, job_env
+
+# Sends a signal to the process itself when a module is first imported: the
+# interrupt lands at a known moment of the start-up.
+SITECUSTOMIZE = textwrap.dedent("""
+    import os, signal, sys
+    class SignalAtImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == os.environ["SIGNAL_AT_IMPORT"]:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+    sys.meta_path.insert(0, SignalAtImport())
+""")
+
+
+# Ctrl-C while Python runs a `__del__` (TensorFlow collects its functions all
+# the time), once the command's modules are imported.
+SITECUSTOMIZE_DEL = textwrap.dedent("""
+    import os, signal, sys
+    class Collected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # a few bytecodes: the handler runs here
+    class AfterImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == "txl_tf.app.cli":  # once txl_tf and TensorFlow are imported
+                sys.meta_path.remove(self)
+                Collected()
+            return None
+    sys.meta_path.insert(0, AfterImport())
+""")
+
+
+def _interrupted_at_import(tmp_path, command, module="tensorflow"):
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = job_env(SIGNAL_AT_IMPORT=module)
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_ctrl_c_while_a_command_imports_is_one_line(tmp_path):
+    proc = _interrupted_at_import(tmp_path, job_command("training.generate", ["--help"]))
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip() == "interrupted", proc.stderr  # was a traceback
+    assert proc.stdout == ""
+
+
+def test_ctrl_c_in_a_del_ends_a_command(tmp_path):
+    """Python prints a `KeyboardInterrupt` raised in a `__del__` as
+    `Exception ignored ...` and goes on: the Ctrl-C was lost (here the help
+    was printed, exit 0)."""
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE_DEL)
+    env = job_env()
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    proc = subprocess.run(job_command("training.generate", ["--help"]), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
+
+
+def test_ctrl_c_while_a_library_user_imports_keeps_the_traceback(tmp_path):
+    proc = _interrupted_at_import(tmp_path, [sys.executable, "-c", "import txl_tf"])
+    assert proc.returncode == -signal.SIGINT
+    assert "Traceback" in proc.stderr and "KeyboardInterrupt" in proc.stderr
+
+
+def _to_a_closed_pipe(command):
+    """`command` with its stdout a pipe whose reader has gone."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(command, stdout=write, stderr=subprocess.PIPE, env=job_env(),
+                              text=True, timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_help_into_a_closed_pipe_exits_quietly():
+    proc = _to_a_closed_pipe(job_command("training.generate", ["--help"]))
+    assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_a_jobs_output_into_a_closed_pipe_exits_quietly():
+    # A job's print that fails (was `error: [Errno 32] Broken pipe`, exit 2) and
+    # one left in the buffer until the end (a warning at exit, status 120).
+    for body in ("print('x' * 100_000, flush=True)", "print('x')"):
+        code = f"from txl_tf.app.exits import exit_on_error; exit_on_error(lambda: {body})"
+        proc = _to_a_closed_pipe([sys.executable, "-c", code])
+        assert proc.returncode == 141 and proc.stderr == "", (body, proc.returncode,
+                                                              proc.stderr)
+
+
+def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
+    """`txl-train`'s second Ctrl-C raised `KeyboardInterrupt` in its signal
+    handler, wherever Python was: in a `__del__` (TensorFlow's functions are
+    collected all the time) it printed `Exception ignored ... Traceback ...
+    KeyboardInterrupt` and the job went on. It now ends the process there."""
+    code = textwrap.dedent("""
+        import os, signal
+        import txl_tf  # TensorFlow without its start-up lines
+        from training.callbacks import StopOnSignal
+        class Collected:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C
+                sum(range(1000))  # a few bytecodes: the handler runs here
+        stop = StopOnSignal()
+        with stop.installed():
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.received == signal.SIGINT  # the first: stop after the step
+            Collected()
+            print("went on", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
+
+
+def test_reading_a_large_corpus_shows_a_bar_only_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """A large corpus or classification file (32 MiB, made small here) wrote
+    tqdm's frames (`\\r`, block characters) into a log file too."""
+    from txl_tf.classification import data as classification_data
+    from txl_tf.data import corpora
+    monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)
+    monkeypatch.setattr(classification_data, "PROGRESS_MIN_BYTES", 10)
+    text, table = tmp_path / "text.txt", tmp_path / "table.tsv"
+    text.write_text("a b c .\n" * 50)
+    table.write_text("x\ta b\ny\tc d\n" * 20)
+
+    def read():
+        list(corpora.iter_text_chunks(text))
+        classification_data.read_tsv(table)
+        return capsys.readouterr().err
+
+    assert read() == ""  # stderr is not a terminal here
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    shown = read()
+    assert "text.txt" in shown and "table.tsv" in shown and "\r" in shown
