@@ -15,7 +15,6 @@ def interactive(stream=None):
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-
 def show_bar(progress, large, stream=None):
     """Whether a tqdm bar over some work shows by default.
 
