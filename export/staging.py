@@ -9,9 +9,10 @@ which share their folder with other models, are replaced together by
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 
-from txl_tf.app.files import process_alive
+from txl_tf.app.files import WriteError, naming, process_alive
 
 
 @contextlib.contextmanager
@@ -33,8 +34,11 @@ def staged_folder(output_dir):
     try:
         yield staging
         swap_in(staging, output_dir)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
+        failed = _write_error(err, staging, output_dir)
+        if failed is not None:
+            raise failed from err
         raise
 
 
@@ -94,8 +98,11 @@ def staged_folders(parent, names, drop=()):
         committed = os.path.join(parent, os.path.basename(staging).replace(
             _prefix(key, "tmp"), _prefix(key, "commit"), 1))
         os.rename(staging, committed)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
+        failed = _write_error(err, os.path.join(staging, "new"), parent)
+        if failed is not None:
+            raise failed from err
         raise
     _roll_forward(committed)
 
@@ -136,6 +143,29 @@ def finish_stale(key):
     for path in sorted(stale["commit"], key=lambda p: os.stat(p).st_mtime_ns):
         _roll_forward(path)
     return [os.path.basename(p) for p in stale["tmp"] + stale["commit"]]
+
+
+def _write_error(err, staging, output_dir):
+    """An `OSError` naming `output_dir` (not the staging folder, which is
+    gone) for `err`, an error of writing into `staging`, whose files go to
+    `output_dir` (a full disk, a file size limit, a read-only folder); None
+    for any other error."""
+    if isinstance(err, OSError):
+        if err.filename is None:  # met at a write or a close, or numpy's short write
+            return naming(err, output_dir)
+        name = err.filename
+        if isinstance(name, str) and err.strerror and \
+                os.path.commonpath([os.path.abspath(name), staging]) == staging:
+            final = os.path.join(output_dir, os.path.relpath(name, staging))
+            return WriteError(final, err.strerror, err.errno)
+        return None
+    tf = sys.modules.get("tensorflow")  # not loaded: `err` is none of its errors
+    message = getattr(err, "message", "")
+    if tf is not None and isinstance(err, tf.errors.OpError) and staging in message:
+        # TensorFlow's file-system errors read "<temporary path>; <cause>".
+        cause = message.rsplit("; ", 1)[-1].strip() if "; " in message else message
+        return WriteError(output_dir, cause.splitlines()[0])
+    return None
 
 
 def _prefix(output_dir, kind):

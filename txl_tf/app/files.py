@@ -88,8 +88,10 @@ def stage(marker):
     try:
         yield staged
         staged.commit()
-    except BaseException:
+    except BaseException as err:
         staged.discard()
+        if isinstance(err, OSError) and err.filename is None:
+            raise naming(err, folder) from err
         raise
 
 
@@ -108,9 +110,40 @@ def replacing(path):
     try:
         yield temporary
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as err:
         _remove(temporary)
+        if isinstance(err, OSError) and err.filename is None:
+            raise naming(err, path) from err
         raise
+
+
+class WriteError(OSError):
+    """A write that failed, naming where: `cannot write '<path>': <cause>`
+    (`filename` the path, `strerror` the cause, `errno` the failed call's,
+    None for numpy's short write)."""
+
+    def __init__(self, path, cause, errno=None):
+        super().__init__(errno, cause, os.fspath(path))
+
+    def __str__(self):
+        return f"cannot write {self.filename!r}: {self.strerror}"
+
+
+def naming(err, path):
+    """`err`, a failed write's `OSError`, as one that names `path`: a full
+    disk met at a write or a close, or numpy's short write, names no file
+    (its `error:` line would say "No space left on device" and not where).
+
+    Args:
+        err: the `OSError`.
+        path: the file or folder being written.
+
+    Returns:
+        `err` if it names a file; else a `WriteError` naming `path`.
+    """
+    if err.filename is not None:
+        return err
+    return WriteError(path, err.strerror or str(err), err.errno)
 
 
 def remove_leftovers(folder, final=None):
