@@ -26,11 +26,14 @@ def staged_folder(output_dir):
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     remove_stale(output_dir)
-    staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
-    # Made again by mkdir, whose mode follows the umask as any new folder's
-    # does (mkdtemp's is 0700; a fixed 0755 ignored the umask).
-    os.rmdir(staging)
-    os.mkdir(staging)
+    try:
+        staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
+        # Made again by mkdir, whose mode follows the umask as any new folder's
+        # does (mkdtemp's is 0700; a fixed 0755 ignored the umask).
+        os.rmdir(staging)
+        os.mkdir(staging)
+    except OSError as err:  # a read-only or full parent: named by the export's folder
+        raise WriteError(output_dir, err.strerror or str(err), err.errno) from err
     try:
         yield staging
         swap_in(staging, output_dir)

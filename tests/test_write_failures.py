@@ -161,3 +161,43 @@ def test_onnx_weights_are_written_as_tofile_wrote_them(tmp_path):
             onnx_export._write_array(f, array)
         array.tofile(str(tmp_path / "b"))
         assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+
+
+# The LSTM baseline's HDF5 weights under a 16 kB file size limit.
+HDF5_LIMIT = r"""
+import os, resource, signal, sys
+import numpy as np
+from txl_tf.baselines import lstm
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+try:
+    lstm._write_weights(sys.argv[1], {"lstm/kernel": np.ones(20_000, np.float32)})
+except OSError as err:
+    print(f"OSError {err.errno}")
+"""
+
+
+def test_hdf5_weights_past_a_file_size_limit_are_an_os_error(tmp_path):
+    # HDF5 writing to the file itself raised a RuntimeError at the limit and
+    # crashed the process (a segmentation fault) at a full disk.
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "KERAS_BACKEND": "tensorflow"}
+    path = tmp_path / ".tmp-1-model.weights.h5"
+    proc = subprocess.run([sys.executable, "-c", HDF5_LIMIT, str(path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"OSError {errno.EFBIG}", \
+        proc.stderr[-3000:]
+    assert os.listdir(tmp_path) == [path.name]  # the temporary `stage` deletes
+
+
+def test_a_read_only_parent_names_the_output_folder(tmp_path, monkeypatch):
+    out = tmp_path / "export"
+
+    def read_only(prefix, dir):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.path.join(dir, prefix + "x"))
+
+    monkeypatch.setattr("export.staging.tempfile.mkdtemp", read_only)
+    with pytest.raises(files.WriteError) as caught:
+        with staged_folder(str(out)):
+            pass
+    assert str(caught.value) == f"cannot write {str(out)!r}: Read-only file system"

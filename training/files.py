@@ -4,7 +4,7 @@ import json
 import os
 import shutil
 
-from txl_tf.app.files import naming
+from txl_tf.app.files import WriteError, naming
 
 
 def write_atomically(path, text):
@@ -20,6 +20,8 @@ def write_atomically(path, text):
     except OSError as err:
         with contextlib.suppress(OSError):
             os.remove(path + ".tmp")
+        if err.filename == path + ".tmp":  # a read-only folder: named by the file written
+            raise WriteError(path, err.strerror, err.errno) from err
         raise naming(err, path) from err
 
 
