@@ -201,3 +201,21 @@ def test_a_read_only_parent_names_the_output_folder(tmp_path, monkeypatch):
         with staged_folder(str(out)):
             pass
     assert str(caught.value) == f"cannot write {str(out)!r}: Read-only file system"
+
+
+def test_a_full_disk_while_the_corpus_cache_builds_names_the_cache(tmp_path, monkeypatch):
+    from txl_tf.data import cache as cache_lib, load_corpus
+
+    (tmp_path / "corpus.txt").write_text("the river and the city .\n" * 400)
+
+    def full(self, ids):
+        raise ENOSPC
+
+    monkeypatch.setattr(cache_lib.NpyWriter, "append", full)
+    cache = tmp_path / "cache"
+    with pytest.raises(files.WriteError) as caught:
+        load_corpus("text", str(tmp_path / "corpus.txt"), cache_dir=str(cache))
+    assert str(caught.value) == f"cannot write {str(cache)!r}: No space left on device"
+    assert [p for p in cache.rglob("*") if p.is_file()] == []  # the build folder went
+    monkeypatch.undo()
+    assert len(load_corpus("text", str(tmp_path / "corpus.txt"), cache_dir=str(cache)).train)
