@@ -219,3 +219,19 @@ def test_a_full_disk_while_the_corpus_cache_builds_names_the_cache(tmp_path, mon
     assert [p for p in cache.rglob("*") if p.is_file()] == []  # the build folder went
     monkeypatch.undo()
     assert len(load_corpus("text", str(tmp_path / "corpus.txt"), cache_dir=str(cache)).train)
+
+
+def test_a_staged_save_names_the_final_path_not_its_temporary(tmp_path):
+    folder = tmp_path / "classifier"
+    with pytest.raises(files.WriteError) as caught:
+        with files.stage(str(folder / "classifier.keras")) as staged:
+            temporary = staged.path(str(folder / "vocab"))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          os.path.join(temporary, "tokenizer.json"))
+    assert str(caught.value) == \
+        f"cannot write {str(folder / 'vocab' / 'tokenizer.json')!r}: No space left on device"
+    with pytest.raises(files.WriteError, match=r"^cannot write '.*/classifier/flags\.json': No"):
+        with files.stage(str(folder / "classifier.keras")) as staged:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          staged.path(str(folder / "flags.json")) + ".tmp")
+    assert os.listdir(folder) == []

@@ -64,6 +64,27 @@ class Staged:
         if self.marker in self.paths:
             _replace(self.paths[self.marker], self.marker)
 
+    def naming(self, err, folder):
+        """`err`, an `OSError` of this save, naming the final path of the
+        temporary it names (or `folder`, where it names none: see `naming`).
+
+        Args:
+            err: the `OSError`.
+            folder: the folder saved into.
+
+        Returns:
+            `err`, or a `WriteError`.
+        """
+        name = err.filename
+        if name is None:
+            return naming(err, folder)
+        for final, temporary in self.paths.items() if isinstance(name, str) else ():
+            if name == temporary or name.startswith((temporary + os.sep, temporary + ".")):
+                rest = name[len(temporary):]
+                return WriteError(final + rest if rest.startswith(os.sep) else final,
+                                  err.strerror or str(err), err.errno)
+        return err
+
     def discard(self):
         """Deletes the temporaries written so far."""
         for temporary in self.paths.values():
@@ -90,8 +111,9 @@ def stage(marker):
         staged.commit()
     except BaseException as err:
         staged.discard()
-        if isinstance(err, OSError) and err.filename is None:
-            raise naming(err, folder) from err
+        named = staged.naming(err, folder) if isinstance(err, OSError) else err
+        if named is not err:
+            raise named from err
         raise
 
 
