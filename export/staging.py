@@ -167,7 +167,8 @@ def _write_error(err, staging, output_dir):
     if tf is not None and isinstance(err, tf.errors.OpError) and staging in message:
         # TensorFlow's file-system errors read "<temporary path>; <cause>".
         cause = message.rsplit("; ", 1)[-1].strip() if "; " in message else message
-        return WriteError(output_dir, cause.splitlines()[0])
+        cause = cause.splitlines()[0].split(" [Op:")[0]  # the op's name: not the cause
+        return WriteError(output_dir, cause)
     return None
 
 

@@ -133,7 +133,7 @@ def test_a_tensorflow_write_error_names_the_output_folder(tmp_path):
         with staged_folder(str(out)) as staging:
             raise tf.errors.ResourceExhaustedError(
                 None, None, f"{staging}/saved_model/saved_model.pb.tmp1f2e; "
-                "No space left on device")
+                "No space left on device [Op:SaveV2]")
     assert str(caught.value) == f"cannot write {str(out)!r}: No space left on device"
     assert os.listdir(out) == ["previous"] and sorted(os.listdir(tmp_path)) == ["export"]
 
