@@ -235,3 +235,31 @@ def test_a_staged_save_names_the_final_path_not_its_temporary(tmp_path):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
                           staged.path(str(folder / "flags.json")) + ".tmp")
     assert os.listdir(folder) == []
+
+
+# keras-hub's save_to_preset of a backbone under a 64 kB file size limit.
+PRESET_LIMIT = r"""
+import resource, signal, sys
+from txl_tf import TransformerXLConfig
+from txl_tf.models.transformer_xl import TransformerXLBackbone
+backbone = TransformerXLBackbone(**TransformerXLConfig.preset("tiny").to_dict())
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+try:
+    backbone.save_to_preset(sys.argv[1])
+except OSError as err:
+    print(err)
+"""
+
+
+def test_save_to_preset_past_a_file_size_limit_is_one_error(tmp_path):
+    # Keras's HDF5 store writing to the file itself raised a RuntimeError at
+    # the limit and crashed the process (a segmentation fault) at a full disk.
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
+    preset = tmp_path / "preset"
+    proc = subprocess.run([sys.executable, "-c", PRESET_LIMIT, str(preset)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == \
+        f"cannot write {str(preset)!r}: {os.strerror(errno.EFBIG)}", proc.stderr[-3000:]
+    assert os.listdir(preset) == []
