@@ -263,3 +263,24 @@ def test_save_to_preset_past_a_file_size_limit_is_one_error(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == \
         f"cannot write {str(preset)!r}: {os.strerror(errno.EFBIG)}", proc.stderr[-3000:]
     assert os.listdir(preset) == []
+
+
+def test_a_full_disk_at_the_lock_file_names_it(tmp_path, monkeypatch):
+    from training import lock
+    from training.errors import TrainingError
+
+    def full_open(path, *args, **kwargs):
+        f = open(path, *args, **kwargs)
+
+        def flush():
+            raise ENOSPC
+        f.flush = flush
+        return f
+
+    monkeypatch.setattr(lock, "open", full_open, raising=False)
+    path = lock.lock_path(tmp_path)
+    with pytest.raises(TrainingError, match=rf"^cannot write the lock file {path} of --model_dir "
+                                            r"x: No space left on device$"):
+        lock.DirectoryLock(path, "--model_dir x")
+    monkeypatch.undo()
+    lock.DirectoryLock(path, "--model_dir x").release()  # not held
