@@ -428,7 +428,7 @@ def _save_with_weights(model, path, weights):
             array = _little_endian(variable)
             f.write(_key(_INITIALIZER) + _varint(size) + head)
             f.write(_key(_RAW_DATA) + _varint(n_bytes))
-            array.tofile(f)
+            _write_array(f, array)
 
 
 def _little_endian(variable):
@@ -466,8 +466,15 @@ def _append_aligned(data, variable):
     array = _little_endian(variable)
     data.seek(-data.tell() % _ALIGN, os.SEEK_CUR)
     offset = data.tell()
-    array.tofile(data)
+    _write_array(data, array)
     return offset, array.nbytes
+
+
+def _write_array(f, array):
+    """Writes `array`'s bytes (C order) to the open binary file `f`: through
+    `f.write`, whose full disk is an `OSError` saying so (numpy's `tofile`
+    says only how many bytes it wrote)."""
+    f.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
 def _refer_to(model, weights, weights_file, folder):

@@ -9,9 +9,10 @@ which share their folder with other models, are replaced together by
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 
-from txl_tf.app.files import process_alive
+from txl_tf.app.files import WriteError, naming, process_alive
 
 
 @contextlib.contextmanager
@@ -25,16 +26,22 @@ def staged_folder(output_dir):
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     remove_stale(output_dir)
-    staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
-    # Made again by mkdir, whose mode follows the umask as any new folder's
-    # does (mkdtemp's is 0700; a fixed 0755 ignored the umask).
-    os.rmdir(staging)
-    os.mkdir(staging)
+    try:
+        staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
+        # Made again by mkdir, whose mode follows the umask as any new folder's
+        # does (mkdtemp's is 0700; a fixed 0755 ignored the umask).
+        os.rmdir(staging)
+        os.mkdir(staging)
+    except OSError as err:  # a read-only or full parent: named by the export's folder
+        raise WriteError(output_dir, err.strerror or str(err), err.errno) from err
     try:
         yield staging
         swap_in(staging, output_dir)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
+        failed = _write_error(err, staging, output_dir)
+        if failed is not None:
+            raise failed from err
         raise
 
 
@@ -94,8 +101,11 @@ def staged_folders(parent, names, drop=()):
         committed = os.path.join(parent, os.path.basename(staging).replace(
             _prefix(key, "tmp"), _prefix(key, "commit"), 1))
         os.rename(staging, committed)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
+        failed = _write_error(err, os.path.join(staging, "new"), parent)
+        if failed is not None:
+            raise failed from err
         raise
     _roll_forward(committed)
 
@@ -136,6 +146,30 @@ def finish_stale(key):
     for path in sorted(stale["commit"], key=lambda p: os.stat(p).st_mtime_ns):
         _roll_forward(path)
     return [os.path.basename(p) for p in stale["tmp"] + stale["commit"]]
+
+
+def _write_error(err, staging, output_dir):
+    """An `OSError` naming `output_dir` (not the staging folder, which is
+    gone) for `err`, an error of writing into `staging`, whose files go to
+    `output_dir` (a full disk, a file size limit, a read-only folder); None
+    for any other error."""
+    if isinstance(err, OSError):
+        if err.filename is None:  # met at a write or a close, or numpy's short write
+            return naming(err, output_dir)
+        name = err.filename
+        if isinstance(name, str) and err.strerror and \
+                os.path.commonpath([os.path.abspath(name), staging]) == staging:
+            final = os.path.join(output_dir, os.path.relpath(name, staging))
+            return WriteError(final, err.strerror, err.errno)
+        return None
+    tf = sys.modules.get("tensorflow")  # not loaded: `err` is none of its errors
+    message = getattr(err, "message", "")
+    if tf is not None and isinstance(err, tf.errors.OpError) and staging in message:
+        # TensorFlow's file-system errors read "<temporary path>; <cause>".
+        cause = message.rsplit("; ", 1)[-1].strip() if "; " in message else message
+        cause = cause.splitlines()[0].split(" [Op:")[0]  # the op's name: not the cause
+        return WriteError(output_dir, cause)
+    return None
 
 
 def _prefix(output_dir, kind):

@@ -10,6 +10,7 @@ import keras
 
 from training.checkpointing import metric_values, set_metric_values
 from training.errors import TrainingError
+from txl_tf.app.files import naming
 from txl_tf.app.exits import stop_now
 
 
@@ -111,8 +112,11 @@ class StepLog(GlobalStep):
             record["compile_s"] = round(self.compile_time.seconds, 3)
             record["jit_compile"] = self.compile_time.jit_compile
             self.compile_time = None  # once
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as err:  # a full disk names no file: the log is named
+            raise naming(err, self.path) from err
         self.written = step
 
 

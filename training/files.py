@@ -1,24 +1,42 @@
 """Small file helpers of the jobs."""
+import contextlib
 import json
 import os
 import shutil
 
+from txl_tf.app.files import WriteError, naming
+
 
 def write_atomically(path, text):
     """Writes `text` to `path` through a temporary file and a rename, so a
-    reader (or a kill) never sees half a file; creates the parent folder."""
+    reader (or a kill) never sees half a file; creates the parent folder. A
+    write that fails (a full disk) deletes the temporary and raises an
+    `OSError` naming `path`."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.remove(path + ".tmp")
+        if err.filename == path + ".tmp":  # a read-only folder: named by the file written
+            raise WriteError(path, err.strerror, err.errno) from err
+        raise naming(err, path) from err
 
 
 def save_vocab(tokenizer, directory):
     """Saves `tokenizer` into `directory` through a staging folder and a
-    rename (replacing what was there), so a kill never leaves half of one."""
+    rename (replacing what was there), so a kill never leaves half of one;
+    a save that fails (a full disk) deletes the staging folder and raises an
+    `OSError` naming `directory`."""
     staging = directory + ".tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    tokenizer.save(staging)
+    try:
+        tokenizer.save(staging)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise naming(err, directory) from err
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(staging, directory)
 
@@ -54,8 +72,11 @@ def log_record(path, record):
     if len(kept) < len(lines):
         write_atomically(path, "".join(kept) + line)
     else:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError as err:
+            raise naming(err, path) from err
 
 
 def _step(line):

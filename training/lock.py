@@ -5,6 +5,7 @@
 writes `{"pid", "host", "started"}` into the file for the message a second
 job gets.
 """
+import contextlib
 import errno
 import fcntl
 import json
@@ -37,11 +38,18 @@ class DirectoryLock:
             raise TrainingError(
                 f"{what} is in use by another training job{owner} (lock {path}); wait for "
                 "it to end or stop it, or use another --model_dir") from None
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                     "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
-        self._file.flush()
+        try:
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                         "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+            self._file.flush()
+        except OSError as err:  # a full disk: it names no file
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):  # its close flushes again
+                self._file.close()
+            raise TrainingError(f"cannot write the lock file {path} of {what}: "
+                                f"{err.strerror or err}") from None
 
     def release(self):
         if not self._file.closed:

@@ -64,6 +64,27 @@ class Staged:
         if self.marker in self.paths:
             _replace(self.paths[self.marker], self.marker)
 
+    def naming(self, err, folder):
+        """`err`, an `OSError` of this save, naming the final path of the
+        temporary it names (or `folder`, where it names none: see `naming`).
+
+        Args:
+            err: the `OSError`.
+            folder: the folder saved into.
+
+        Returns:
+            `err`, or a `WriteError`.
+        """
+        name = err.filename
+        if name is None:
+            return naming(err, folder)
+        for final, temporary in self.paths.items() if isinstance(name, str) else ():
+            if name == temporary or name.startswith((temporary + os.sep, temporary + ".")):
+                rest = name[len(temporary):]
+                return WriteError(final + rest if rest.startswith(os.sep) else final,
+                                  err.strerror or str(err), err.errno)
+        return err
+
     def discard(self):
         """Deletes the temporaries written so far."""
         for temporary in self.paths.values():
@@ -88,8 +109,11 @@ def stage(marker):
     try:
         yield staged
         staged.commit()
-    except BaseException:
+    except BaseException as err:
         staged.discard()
+        named = staged.naming(err, folder) if isinstance(err, OSError) else err
+        if named is not err:
+            raise named from err
         raise
 
 
@@ -108,9 +132,40 @@ def replacing(path):
     try:
         yield temporary
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as err:
         _remove(temporary)
+        if isinstance(err, OSError) and err.filename is None:
+            raise naming(err, path) from err
         raise
+
+
+class WriteError(OSError):
+    """A write that failed, naming where: `cannot write '<path>': <cause>`
+    (`filename` the path, `strerror` the cause, `errno` the failed call's,
+    None for numpy's short write)."""
+
+    def __init__(self, path, cause, errno=None):
+        super().__init__(errno, cause, os.fspath(path))
+
+    def __str__(self):
+        return f"cannot write {self.filename!r}: {self.strerror}"
+
+
+def naming(err, path):
+    """`err`, a failed write's `OSError`, as one that names `path`: a full
+    disk met at a write or a close, or numpy's short write, names no file
+    (its `error:` line would say "No space left on device" and not where).
+
+    Args:
+        err: the `OSError`.
+        path: the file or folder being written.
+
+    Returns:
+        `err` if it names a file; else a `WriteError` naming `path`.
+    """
+    if err.filename is not None:
+        return err
+    return WriteError(path, err.strerror or str(err), err.errno)
 
 
 def remove_leftovers(folder, final=None):

@@ -9,6 +9,7 @@ NLL, new_memory)` like `TransformerXL`, so the same stream evaluation
 slots (`initial_memory(batch, 0)`) starts every segment from the zero state.
 """
 import dataclasses
+import io
 import json
 import os
 from typing import Optional
@@ -283,11 +284,17 @@ def _config_path(directory):
 
 
 def _write_weights(path, weights):
+    """Writes `weights` (`{name: array}`) as the HDF5 file `path` (`save_lstm`'s
+    temporary): built in memory, then written with one `write`, whose full
+    disk is an `OSError` (HDF5 writing to the disk itself crashed the process
+    on one: a segmentation fault)."""
     import h5py
-    with h5py.File(path + ".tmp", "w") as f:
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
         for name, value in weights.items():
             f.create_dataset(name, data=value)
-    os.replace(path + ".tmp", path)
+    with open(path, "wb") as f:
+        f.write(buffer.getbuffer())
 
 
 def _read_weights(path):

@@ -41,6 +41,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
+from txl_tf.app.files import naming
 from txl_tf.app.progress import show_bar
 from txl_tf.data import cache as cache_lib
 from txl_tf.errors import TxlError
@@ -594,6 +595,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
             meta = {**info, "lengths": {s: writers[s].length for s in SPLITS},
                     "tokenizer": tokenizer.kind, "vocab_size": tokenizer.vocab_size}
             cache_lib.commit_entry(tmp, entry, meta)
+        except OSError as err:  # a full disk names no file: the cache folder is named
+            raise naming(err, root) from err
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         found = cache_lib.read_entry(entry, mmap)

@@ -4,6 +4,8 @@ configurations (`txl_tf.PRESETS`: `tiny`, `small`, `enwik8_base`,
 (`txl_tf.weights.shipped`: `pystdlib_small`), the model directories this library writes
 (`save_pretrained`, training's `export/`, `txl-convert`), beside keras-hub's
 own preset folders (which keras-hub reads itself)."""
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -85,6 +87,42 @@ class _Saving(threading.local):
 _saving = _Saving()
 
 
+_STORE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _weights_through_memory():
+    """For the block, Keras's `.weights.h5` files (`save_weights`) are built
+    in memory and written with one `write`: HDF5 writing to a full disk
+    itself crashed the process (a segmentation fault), where a `write`
+    raises an `OSError`. One thread at a time (Keras's store class is
+    swapped for the block)."""
+    from keras.src.saving import saving_lib
+
+    keras_store = saving_lib.H5IOStore
+
+    class MemoryH5IOStore(keras_store):
+        def __init__(self, path_or_io, archive=None, mode="r"):
+            self.target = None
+            if mode == "w" and archive is None and isinstance(path_or_io, (str, os.PathLike)):
+                self.target, path_or_io = os.fspath(path_or_io), io.BytesIO()
+            super().__init__(path_or_io, archive=archive, mode=mode)
+
+        def close(self):
+            buffer = self.path_or_io
+            super().close()
+            if self.target is not None:
+                with open(self.target, "wb") as f:
+                    f.write(buffer.getbuffer())
+
+    with _STORE_LOCK:
+        saving_lib.H5IOStore = MemoryH5IOStore
+        try:
+            yield
+        finally:
+            saving_lib.H5IOStore = keras_store
+
+
 def save_staged(save, preset_dir):
     """Runs keras-hub's `save(folder)` (a `save_to_preset`) into a temporary
     folder inside `preset_dir`, then renames its files in with `config.json`
@@ -109,7 +147,8 @@ def save_staged(save, preset_dir):
         staging = temporary_path(os.path.join(preset_dir, "preset"))
         folders.append(staging)
         try:
-            save(staging)
+            with _weights_through_memory():
+                save(staging)
             names = os.listdir(staging)
             for name in names:
                 os.rename(os.path.join(staging, name),
