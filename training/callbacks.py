@@ -10,8 +10,8 @@ import keras
 
 from training.checkpointing import metric_values, set_metric_values
 from training.errors import TrainingError
-from txl_tf.app.files import naming
 from txl_tf.app.exits import stop_now
+from txl_tf.app.files import naming
 
 
 class GlobalStep(keras.callbacks.Callback):
