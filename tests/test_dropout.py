@@ -54,3 +54,14 @@ def test_a_rate_just_below_one_keeps_one_level_not_a_division_by_zero():
     all 2^16 levels dropped and divided by zero."""
     y = Dropout(0.999995, seed=1)(tf.ones([4096]), training=True).numpy()
     assert np.isfinite(y).all() and set(np.unique(y)) <= {0.0, 65536.0}
+
+
+def test_a_draw_equal_to_the_threshold_is_kept():
+    """Rate 65535/65536 drops 65,535 levels and keeps draws of the last one
+    (1 in 65,536: ~16 of 2^20 elements), each scaled by 65536. Keeping only
+    draws above the threshold would keep none and, at any rate, bias the
+    expectation by one level against the scale."""
+    y = Dropout(65535 / 65536, seed=1)(tf.ones([1 << 20]), training=True).numpy()
+    kept = y[y != 0]
+    assert 1 <= kept.size <= 60
+    assert (kept == 65536).all()

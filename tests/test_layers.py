@@ -267,3 +267,47 @@ def test_attention_probabilities_called_directly_cast_their_arguments(policy):
     np.testing.assert_array_equal(probs.numpy(), layer.probabilities(*cast).numpy())
     np.testing.assert_allclose(probs.numpy().sum(-1), 1.0, rtol=1e-5)
     assert not probs.numpy()[..., ~visible[0, 0]].any()
+
+
+def _attention_with_unit_weights(**kwargs):
+    """A `RelativeMultiHeadAttention(8, ...)` with N(0, 1) weights: scores
+    far from 0, so a mask or a dropout in the wrong place shows."""
+    keras.utils.set_random_seed(0)
+    layer = RelativeMultiHeadAttention(8, **kwargs)
+    rng = np.random.default_rng(0)
+    for var in layer.weights:
+        var.assign(rng.normal(size=var.shape).astype(np.float32))
+    return layer
+
+
+def test_a_query_that_sees_no_key_weighs_every_key_equally():
+    """Hidden keys get -1e30 added, which the score rounds to: a row with
+    every key hidden is exactly uniform (`probabilities`' contract), not the
+    softmax of its scores as a smaller mask value (-1e4) left it."""
+    layer = _attention_with_unit_weights(n_head=2, d_head=4)
+    rng = np.random.default_rng(1)
+    x, memory = rng.normal(size=(1, 2, 8)), rng.normal(size=(1, 2, 8))
+    pos_emb, bias = rng.normal(size=(4, 8)), rng.normal(size=(2, 4))
+    visible = np.array([[[[False] * 4, [True, True, True, False]]]])
+    probs = layer.probabilities(*(np.float32(a) for a in (x, pos_emb, memory)), visible,
+                                np.float32(bias), np.float32(bias)).numpy()
+    np.testing.assert_allclose(probs[0, :, 0], 0.25, rtol=1e-6)
+    assert np.ptp(probs[0, :, 1, :3], -1).min() > 1e-3  # the visible row: not uniform
+
+
+def test_attention_dropout_drops_probabilities_not_output_features():
+    """`dropatt` acts on the attention probabilities, as the paper's
+    `attn_prob = dropatt(attn_prob)`: with one head and one key a query's
+    attention output is its value's projection dropped or doubled as a
+    whole (rate 0.5), never feature by feature."""
+    layer = _attention_with_unit_weights(n_head=1, d_head=8, dropatt=0.5, pre_lnorm=True)
+    rng = np.random.default_rng(1)
+    x = np.float32(rng.normal(size=(256, 1, 8)))
+    args = (x, np.float32(rng.normal(size=(1, 8))), np.zeros([256, 0, 8], np.float32),
+            np.ones([256, 1, 1, 1], bool), np.zeros([1, 8], np.float32),
+            np.zeros([1, 8], np.float32))
+    plain = layer(*args, training=False).numpy() - x  # pre_lnorm: inputs + attention
+    dropped = layer(*args, training=True).numpy() - x
+    zero = np.abs(dropped).max(-1) == 0
+    assert 50 < zero.sum() < 206  # 128 expected
+    np.testing.assert_allclose(dropped[~zero], 2 * plain[~zero], rtol=1e-4, atol=1e-5)

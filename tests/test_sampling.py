@@ -237,3 +237,43 @@ def test_random_settings_draw_the_documented_distribution():
         # Wilson-Hilferty: the chi-square quantile at 1 - 1e-6 (z = 4.753)
         limit = df * (1 - 2 / (9 * df) + 4.753 * np.sqrt(2 / (9 * df))) ** 3
         assert chi2 < limit, f"case {case}: {setting}: chi2 {chi2:.1f} >= {limit:.1f}"
+
+
+def test_temperature_divides_the_log_probs_once():
+    """Row r draws the id at which the CDF of p ** (1 / T), in id order,
+    passes its uniform: computed here in float64 from that definition, in
+    TF and numpy, at T = 0.5, 2 and 3 (a temperature applied twice, T², drew
+    from another distribution that no other test looked at)."""
+    p = np.array([0.3, 0.25, 0.2, 0.12, 0.08, 0.05])
+    vocab, batch = len(p), 300
+    counters = np.arange(batch, dtype=np.int64)
+    for temperature in (0.5, 2.0, 3.0):
+        r = make_rows(vocab, batch, 11, [], Sampling(temperature))
+        u = sampling_numpy.uniform(r.keys, counters).astype(np.float64)
+        cdf = np.cumsum(p ** (1 / temperature))
+        cdf /= cdf[-1]
+        expected = np.searchsorted(cdf, u, side="right")
+        clear = np.abs(cdf[None, :] - u[:, None]).min(-1) > 1e-5
+        assert clear.sum() > 250
+        args = (np.tile(np.log(p).astype(np.float32), (batch, 1)), np.zeros([batch, vocab], bool),
+                r.keys, counters, *r[1:5])
+        for ids in (sampling.sample_next(*(tf.constant(a) for a in args)).numpy(),
+                    sampling_numpy.sample_next(*args)):
+            np.testing.assert_array_equal(ids[clear], expected[clear],
+                                          err_msg=f"temperature {temperature}")
+
+
+@pytest.mark.parametrize("top_p, kept", [(0.5, 1), (0.75, 2), (0.875, 3)])
+def test_top_p_keeps_the_smallest_set_whose_mass_reaches_it_exactly(top_p, kept):
+    """Masses exact in float32 (powers of two): 1/2 reaches top_p 0.5 alone,
+    1/2 + 1/4 reaches 0.75, so the next token is cut (a mass before it
+    equal to top_p is enough: `<`, not `<=`)."""
+    lp = np.log(np.float32([[0.0625, 0.5, 0.125, 0.25, 0.0625]]))
+    rank = [1, 3, 2, 0, 4]  # ids by probability
+    k, p = np.array([0], np.int32), np.array([top_p], np.float32)
+    temp = np.ones([1, 1], np.float32)
+    for cut in (sampling._cut_off(tf.constant(lp), tf.constant(temp), tf.constant(k),
+                                  tf.constant(p), 5).numpy(),
+                sampling_numpy._cut_off(lp, temp, k, p, 5)):
+        np.testing.assert_array_equal(np.flatnonzero(lp[0] >= cut[0] - 1e-4),
+                                      sorted(rank[:kept]))
