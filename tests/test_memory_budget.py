@@ -105,3 +105,50 @@ def test_a_runtimes_initial_memory_is_checked(tmp_path):
     with pytest.raises(MemoryBudgetError, match=r"initial_memory \(batch 10000000000, memory "
                                                 r"4\) needs at least"):
         runtime.initial_memory(10_000_000_000)
+
+
+def test_an_address_space_limit_counts_as_what_is_available(monkeypatch):
+    """`ulimit -v` (RLIMIT_AS): a job under it was told the machine's memory
+    and then failed allocating (MemoryError, TensorFlow's OOM)."""
+    import resource
+    with open("/proc/self/status", encoding="ascii") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    monkeypatch.setattr(resource, "getrlimit",
+                        lambda which: (size + GIB, resource.RLIM_INFINITY))
+    assert 0.9 * GIB < available_bytes() <= GIB
+    monkeypatch.setattr(resource, "getrlimit",
+                        lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert available_bytes() > GIB or available_bytes() == _meminfo_available()
+
+
+class _NoBackend:
+    """A backend that must not be used: the request is refused first."""
+    n_token = 50
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_generation_whose_new_ids_cannot_fit_is_refused_before_reading(monkeypatch, rows):
+    """The outputs `[B, max_new_tokens]` are allocated whole even when a stop
+    id ends every row at once: 2**29 new ids (4 GiB) ended in a MemoryError
+    after one chunk, or in TensorFlow's OOM."""
+    from txl_tf.generation.flow import generate
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: GIB)
+    count = GIB // 8 // rows + 1
+    with pytest.raises(MemoryBudgetError, match=rf"^max_new_tokens {count:,} for {rows} rows? "
+                                                rf"needs at least 1\.0 GiB \(the new ids and "
+                                                rf"their log-probs, 8 bytes each\) and this "
+                                                rf"machine has 1\.0 GiB available; ask for fewer"):
+        generate(_NoBackend(), [[1, 2]] * rows, count, stop_ids=[1])
+
+
+def test_a_resumed_generation_whose_new_ids_cannot_fit_is_refused(monkeypatch):
+    import numpy as np
+    from txl_tf.generation.flow import generate
+    from txl_tf.generation.request import DecodeState
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: GIB)
+    state = DecodeState(np.zeros([2, 50], np.float32), None, np.zeros([2, 50], np.bool_),
+                        np.zeros(2, np.int64), np.zeros(2, np.bool_), None, 0)
+    with pytest.raises(MemoryBudgetError, match=r"^max_new_tokens 67,108,865 for 2 rows"):
+        generate(_NoBackend(), None, GIB // 16 + 1, resume=state)
+    with pytest.raises(MemoryBudgetError, match=r"^max_new_tokens 67,108,865 for 2 rows"):
+        generate(_NoBackend(), [[1], [2]], GIB // 16 + 1, resume=state)  # a next turn
