@@ -142,7 +142,7 @@ NEW_ID_BYTES = 8
 
 def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
                   advice="ask for fewer new ids (a decode resumed from its state goes on "
-                         "exactly) or fewer rows"):
+                         "exactly) or fewer rows", holds="the new ids and their log-probs"):
     """Raises `MemoryBudgetError` unless a generation's outputs (`[B, n]`
     int32 ids and float32 log-probs, allocated whole even when a stop id
     ends every row early) fit in what is available; returns their bytes.
@@ -153,6 +153,7 @@ def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
         what: the argument or flag that asked for `num_tokens`.
         available: bytes (None: `available_bytes()`).
         advice: what the refusal suggests.
+        holds: what the `NEW_ID_BYTES` of a position are, in the refusal.
 
     Returns:
         The bytes of the outputs.
@@ -163,7 +164,7 @@ def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
         rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
         raise MemoryBudgetError(
             f"{what} {int(num_tokens):,} for {rows} needs at least {total / GIB:,.1f} GiB "
-            f"(the new ids and their log-probs, {NEW_ID_BYTES} bytes each) and this machine has "
+            f"({holds}, {NEW_ID_BYTES} bytes each) and this machine has "
             f"{available / GIB:,.1f} GiB available; {advice}")
     return total
 
