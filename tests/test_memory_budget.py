@@ -152,3 +152,27 @@ def test_a_resumed_generation_whose_new_ids_cannot_fit_is_refused(monkeypatch):
         generate(_NoBackend(), None, GIB // 16 + 1, resume=state)
     with pytest.raises(MemoryBudgetError, match=r"^max_new_tokens 67,108,865 for 2 rows"):
         generate(_NoBackend(), [[1], [2]], GIB // 16 + 1, resume=state)  # a next turn
+
+
+def test_weights_and_stream_memories_that_cannot_fit_are_refused_before_they_are_made(
+        monkeypatch):
+    """`TransformerXL` of `n_token=2**31` and `TransformerXLLM` of
+    `batch_size=10**7` or `mem_len=10**8` were TensorFlow's OOM (a traceback)
+    while their variables were made; here the memory available is made a
+    little more than a tiny model's weights."""
+    from txl_tf import TransformerXLLM
+    config = TransformerXLConfig.preset("tiny", n_token=50, mem_len=8, tgt_len=4)
+    weights = parameter_count(config) * 4
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: weights + 1000)
+    TransformerXL(config)
+    with pytest.raises(MemoryBudgetError, match=r"^the model's weights \([\d,]+ parameters\) "
+                                                r"needs at least .* lower n_token"):
+        TransformerXL(config.replace(n_token=100))
+    row = 2 * config.n_layer * config.mem_len * config.d_model * 4  # training + evaluation
+    TransformerXLLM(config, batch_size=weights // row)
+    with pytest.raises(MemoryBudgetError, match=rf"^the training and evaluation memories \(batch "
+                                                rf"{weights // row + 1}, memory 8\) needs"):
+        TransformerXLLM(config, batch_size=weights // row + 1)
+    with pytest.raises(MemoryBudgetError, match=r"^the training and evaluation memories \(batch "
+                                                r"1, memory 1000\) needs"):
+        TransformerXLLM(config, batch_size=1, mem_len=1000)

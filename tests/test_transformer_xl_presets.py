@@ -78,9 +78,9 @@ def test_a_max_length_that_is_no_length_or_cannot_fit_is_refused(model_dir, monk
     an OOM kill; here the memory available is made 1 KiB (65 ids: 1,040 bytes)."""
     from txl_tf.checks import memory_budget
     from txl_tf.errors import TxlError
-    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 1024)
     causal_lm = TransformerXLCausalLM.from_preset(model_dir)
     causal_lm.compile(sampler="greedy")
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 1024)
     with pytest.raises(TxlError, match=refusal):
         causal_lm.generate(["import os", "def f"], max_length=max_length)
 

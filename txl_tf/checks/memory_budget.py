@@ -124,7 +124,29 @@ def check_memory_state(n_layer, d_model, batch_size, mem_len, what="the memory",
                   f"{what} (batch {batch_size}, memory {mem_len})", available)
 
 
-def _check(parts, what, available):
+ADVICE = "lower the memory length, the batch size or the segment length"
+
+
+def check_weights(config, what="the model's weights", available=None):
+    """Raises `MemoryBudgetError` unless the float32 weights of `config` (the
+    matrices `parameter_count` counts) fit in what is available; returns
+    their bytes.
+
+    Args:
+        config: a `TransformerXLConfig`.
+        what: what the refusal names.
+        available: bytes (None: `available_bytes()`).
+
+    Returns:
+        The bytes of the weights.
+    """
+    count = parameter_count(config)
+    return _check({"weights": count * FLOAT}, f"{what} ({count:,} parameters)", available,
+                  advice="lower n_token (or use adaptive cutoffs with div_val > 1), d_model, "
+                         "d_inner or n_layer")
+
+
+def _check(parts, what, available, advice=ADVICE):
     total = sum(parts.values())
     available = available_bytes() if available is None else available
     if available is not None and total > available:
@@ -132,7 +154,7 @@ def _check(parts, what, available):
         raise MemoryBudgetError(
             f"{what} needs at least {total / GIB:,.1f} GiB ({biggest} "
             f"{parts[biggest] / GIB:,.1f} GiB) and this machine has {available / GIB:,.1f} "
-            "GiB available; lower the memory length, the batch size or the segment length")
+            f"GiB available; {advice}")
     return total
 
 
