@@ -146,6 +146,21 @@ def check_weights(config, what="the model's weights", available=None):
                          "d_inner or n_layer")
 
 
+def check_bytes(parts, what, advice, available=None):
+    """Raises `MemoryBudgetError` unless `parts` fit in what is available.
+
+    Args:
+        parts: `{part: bytes}`.
+        what: what the refusal names.
+        advice: what the refusal suggests.
+        available: bytes (None: `available_bytes()`).
+
+    Returns:
+        The bytes in all.
+    """
+    return _check(parts, what, available, advice)
+
+
 def _check(parts, what, available, advice=ADVICE):
     total = sum(parts.values())
     available = available_bytes() if available is None else available
