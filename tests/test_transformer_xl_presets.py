@@ -85,6 +85,21 @@ def test_a_max_length_that_is_no_length_or_cannot_fit_is_refused(model_dir, monk
         causal_lm.generate(["import os", "def f"], max_length=max_length)
 
 
+def test_a_preprocessor_sequence_length_that_cannot_fit_is_refused(model_dir, monkeypatch):
+    """`generate` without `max_length` pads to the preprocessor's
+    `sequence_length`: `from_preset(..., sequence_length=10**9)` was a
+    MemoryError in keras-hub's packer."""
+    from txl_tf.checks import memory_budget
+    from txl_tf.errors import TxlError
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir, sequence_length=65)
+    causal_lm.compile(sampler="greedy")
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 1024)
+    with pytest.raises(TxlError, match=r"^generate: the preprocessor's sequence_length 65 for 2 "
+                                       r"rows needs at least"):
+        causal_lm.generate(["import os", "def f"])
+    causal_lm.generate("import os", max_length=16)  # 128 bytes
+
+
 def test_named_presets_build_the_papers_configurations_without_weights():
     causal_lm = TransformerXLCausalLM.from_preset("tiny", load_weights=False)
     assert causal_lm.backbone.config == TransformerXLConfig.preset("tiny")
