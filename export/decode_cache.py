@@ -873,6 +873,25 @@ class CacheSlab:
         self._arrays["valid"][:n, slot] = valid
 
 
+def slab_row_bytes(config, mem_len, cache_dtype="float32"):
+    """The bytes one row of a host `CacheSlab` holds: its rings of `mem_len + 1`
+    slots (`cache_mems` float32, `keys` and `values` in `cache_dtype`,
+    `valid`) and its `row_slot`.
+
+    Args:
+        config: the model's config (`n_layer`, `d_model`, `n_head`, `d_head`).
+        mem_len: the export's memory length.
+        cache_dtype: the keys' and values' dtype.
+
+    Returns:
+        An int.
+    """
+    size = int(mem_len) + 1
+    heads = config.n_head * config.d_head
+    return (config.n_layer * size * (config.d_model * 4 + 2 * heads * np.dtype(cache_dtype).itemsize)
+            + size + 4)
+
+
 def check_admission(slab, key, rows):
     """Raises `ValueError` unless `slab` (its `keys` and `capacity`) can
     admit a cache of `rows` rows as `key`'s stream."""

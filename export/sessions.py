@@ -83,8 +83,11 @@ class SessionTable:
         self._sessions = {}
         # Live session ids: next served first (on the slab: waiting to join it).
         self._queue = collections.deque()
-        self._slab = self.backend.cache_slab(max_batch) \
-            if getattr(backend, "use_decode_cache", False) else None
+        self._slab = None
+        if getattr(backend, "use_decode_cache", False):
+            if not getattr(backend, "device_cache", False):  # a device slab is not host memory
+                _check_slab_fits(backend, max_batch)
+            self._slab = self.backend.cache_slab(max_batch)
         # Held while the sessions, the queue or the slab are read or changed.
         self._lock = threading.RLock()
 
@@ -308,3 +311,17 @@ class SessionTable:
 
 
 __all__ = ["SessionTable"]
+
+
+def _check_slab_fits(runtime, max_batch):
+    """Raises `MemoryBudgetError` unless the host slab of `max_batch` decode
+    caches (allocated whole at the first session) fits in memory."""
+    from export.decode_cache import slab_row_bytes
+    from txl_tf.checks.memory_budget import GIB, MemoryBudgetError, available_bytes
+    row = slab_row_bytes(runtime.config, runtime.mem_len, runtime.info.cache_dtype)
+    available = available_bytes()
+    if available is not None and max_batch * row > available:
+        raise MemoryBudgetError(
+            f"max_batch {max_batch:,} needs at least {max_batch * row / GIB:,.1f} GiB for the "
+            f"table's decode caches ({row:,} bytes a session, memory {runtime.mem_len}) and "
+            f"this machine has {available / GIB:,.1f} GiB available; lower max_batch")

@@ -87,6 +87,7 @@ def test_a_containers_limit_counts_as_what_is_available(tmp_path, monkeypatch):
         names = {"/sys/fs/cgroup/memory.max": limit, "/sys/fs/cgroup/memory.current": usage}
         return real_open(names.get(path, path), *args, **kwargs)
     monkeypatch.setattr(memory_budget, "open", fake_open, raising=False)
+    monkeypatch.setattr(memory_budget, "_address_space_room", lambda: None)  # a `ulimit -v`
     assert available_bytes() == min(2 * GIB, _meminfo_available())
     limit.write_text("max\n")
     assert available_bytes() == _meminfo_available()
@@ -105,3 +106,88 @@ def test_a_runtimes_initial_memory_is_checked(tmp_path):
     with pytest.raises(MemoryBudgetError, match=r"initial_memory \(batch 10000000000, memory "
                                                 r"4\) needs at least"):
         runtime.initial_memory(10_000_000_000)
+
+
+def test_an_address_space_limit_counts_as_what_is_available(monkeypatch):
+    """`ulimit -v` (RLIMIT_AS): a job under it was told the machine's memory
+    and then failed allocating (MemoryError, TensorFlow's OOM)."""
+    import resource
+    with open("/proc/self/status", encoding="ascii") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    monkeypatch.setattr(resource, "getrlimit",
+                        lambda which: (size + GIB, resource.RLIM_INFINITY))
+    assert 0.9 * GIB < available_bytes() <= GIB
+    monkeypatch.setattr(memory_budget, "_cgroup_room", lambda: None)
+    monkeypatch.setattr(resource, "getrlimit",
+                        lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert available_bytes() == _meminfo_available()
+
+
+class _NoBackend:
+    """A backend that must not be used: the request is refused first."""
+    n_token = 50
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_generation_whose_new_ids_cannot_fit_is_refused_before_reading(monkeypatch, rows):
+    """The outputs `[B, max_new_tokens]` are allocated whole even when a stop
+    id ends every row at once: 2**29 new ids (4 GiB) ended in a MemoryError
+    after one chunk, or in TensorFlow's OOM."""
+    from txl_tf.generation.flow import generate
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: GIB)
+    count = GIB // 8 // rows + 1
+    with pytest.raises(MemoryBudgetError, match=rf"^max_new_tokens {count:,} for {rows} rows? "
+                                                rf"needs at least 1\.0 GiB \(the new ids and "
+                                                rf"their log-probs, 8 bytes each\) and this "
+                                                rf"machine has 1\.0 GiB available; ask for fewer"):
+        generate(_NoBackend(), [[1, 2]] * rows, count, stop_ids=[1])
+
+
+def test_a_resumed_generation_whose_new_ids_cannot_fit_is_refused(monkeypatch):
+    import numpy as np
+    from txl_tf.generation.flow import generate
+    from txl_tf.generation.request import DecodeState
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: GIB)
+    state = DecodeState(np.zeros([2, 50], np.float32), None, np.zeros([2, 50], np.bool_),
+                        np.zeros(2, np.int64), np.zeros(2, np.bool_), None, 0)
+    with pytest.raises(MemoryBudgetError, match=r"^max_new_tokens 67,108,865 for 2 rows"):
+        generate(_NoBackend(), None, GIB // 16 + 1, resume=state)
+    with pytest.raises(MemoryBudgetError, match=r"^max_new_tokens 67,108,865 for 2 rows"):
+        generate(_NoBackend(), [[1], [2]], GIB // 16 + 1, resume=state)  # a next turn
+
+
+def test_weights_and_stream_memories_that_cannot_fit_are_refused_before_they_are_made(
+        monkeypatch):
+    """`TransformerXL` of `n_token=2**31` and `TransformerXLLM` of
+    `batch_size=10**7` or `mem_len=10**8` were TensorFlow's OOM (a traceback)
+    while their variables were made; here the memory available is made a
+    little more than a tiny model's weights."""
+    from txl_tf import TransformerXLLM
+    config = TransformerXLConfig.preset("tiny", n_token=50, mem_len=8, tgt_len=4)
+    weights = parameter_count(config) * 4
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: weights + 1000)
+    TransformerXL(config)
+    with pytest.raises(MemoryBudgetError, match=r"^the model's weights \([\d,]+ parameters\) "
+                                                r"needs at least .* lower n_token"):
+        TransformerXL(config.replace(n_token=100))
+    row = 2 * config.n_layer * config.mem_len * config.d_model * 4  # training + evaluation
+    TransformerXLLM(config, batch_size=weights // row)
+    with pytest.raises(MemoryBudgetError, match=rf"^the training and evaluation memories \(batch "
+                                                rf"{weights // row + 1}, memory 8\) needs"):
+        TransformerXLLM(config, batch_size=weights // row + 1)
+    with pytest.raises(MemoryBudgetError, match=r"^the training and evaluation memories \(batch "
+                                                r"1, memory 1000\) needs"):
+        TransformerXLLM(config, batch_size=1, mem_len=1000)
+
+
+def test_document_batches_that_cannot_fit_are_refused_before_they_are_made(monkeypatch):
+    """`document_dataset(docs, 2, segment_len=10**9)` of two 3-id documents
+    was a MemoryError (22 GiB of padding); here the memory available is 1 MiB."""
+    from txl_tf.data.documents import document_segments
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 2 ** 20)
+    assert document_segments([[1, 2, 3]] * 2, 2, 2 ** 15)[0].shape == (1, 2, 2 ** 15)
+    with pytest.raises(MemoryBudgetError, match=r"^the document batches \(1 steps of batch 2, "
+                                                r"segment 1,000,000\) needs at least 0\.0 GiB "
+                                                r"\(ids, labels and weights 0\.0 GiB\) .* lower "
+                                                r"the segment length or the batch size$"):
+        document_segments([[1, 2, 3]] * 2, 2, 10 ** 6)

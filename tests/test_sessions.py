@@ -370,3 +370,24 @@ def test_random_operation_sequences_give_each_session_what_it_gets_alone(runtime
     if runtime.use_decode_cache:
         for what, got, alone in _random_slab_sequence(runtime, rng, ops=45):
             np.testing.assert_allclose(got, alone, atol=1e-5, err_msg=what)
+
+
+def test_a_slab_that_cannot_fit_is_refused_when_the_table_is_made(cached_runtime, monkeypatch):
+    """`max_batch=10**7` was a MemoryError (a 40 GiB ring) at the first
+    session; the estimate is the slab's own arrays (less their alignment)."""
+    from export.decode_cache import BATCH_AXES, slab_row_bytes
+    from txl_tf.checks import memory_budget
+    from txl_tf.checks.memory_budget import MemoryBudgetError
+    row = slab_row_bytes(cached_runtime.config, cached_runtime.mem_len)
+    table = SessionTable(cached_runtime, max_batch=3)
+    table.open("a", [1, 2], 2, temperature=0)
+    table.step()
+    held = sum(table.slab._arrays[name].nbytes for name in BATCH_AXES)
+    assert 3 * row <= held <= 3 * row + ALIGNMENT * (3 * cached_runtime.config.n_layer + 2)
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 100 * row)
+    SessionTable(cached_runtime, max_batch=100)
+    with pytest.raises(MemoryBudgetError, match=rf"^max_batch 101 needs at least 0\.0 GiB for "
+                                                rf"the table's decode caches \({row:,} bytes a "
+                                                rf"session, memory 16\) and this machine has "
+                                                rf"0\.0 GiB available; lower max_batch$"):
+        SessionTable(cached_runtime, max_batch=101)

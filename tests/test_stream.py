@@ -296,3 +296,21 @@ def test_a_dataset_built_off_the_first_cpu_keeps_its_ids(two_replicas):
     del dataset, ids
     gc.collect()
     assert freed() is not None
+
+
+def test_a_segment_whose_window_cannot_fit_is_refused_before_it_is_made(monkeypatch):
+    """`eval_segment_dataset(100 ids, 2, 10**9)` made a 7.5 GiB array of
+    positions (a MemoryError, or 30 GiB once read) for streams of 50 ids; here
+    the memory available is made 1 MiB."""
+    from txl_tf.checks import memory_budget
+    from txl_tf.checks.memory_budget import MemoryBudgetError
+    from txl_tf.data.stream import eval_segment_dataset, segment_dataset
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 2 ** 20)
+    ids = np.arange(100) % 7
+    eval_segment_dataset(ids, 2, 10_000)
+    with pytest.raises(MemoryBudgetError, match=r"^a segment of the streams \(batch 2, tgt_len "
+                                                r"100,000\) needs at least 0\.0 GiB \(windows "
+                                                r"0\.0 GiB\) .* lower tgt_len or the batch size$"):
+        eval_segment_dataset(ids, 2, 100_000)
+    with pytest.raises(MemoryBudgetError, match=r"^a segment of the streams \(batch 1, tgt_len "):
+        segment_dataset(np.arange(200_000) % 7, 1, 100_000)

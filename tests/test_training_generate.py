@@ -105,3 +105,14 @@ def test_num_tokens_outside_what_one_decode_holds_is_refused_with_the_flags(coun
     with pytest.raises(TrainingError, match=rf"^--num_tokens must be in \[0, 1073741824\], "
                                             rf"got {count}$"):
         run(model="nowhere", prompt="a", num_tokens=count)
+
+
+def test_num_tokens_whose_ids_cannot_fit_are_refused_with_the_flag(monkeypatch):
+    """Refused before the model is read (it was after: `max_new_tokens`, or a
+    MemoryError once generated)."""
+    from txl_tf.checks import memory_budget
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 2 ** 30)
+    with pytest.raises(memory_budget.MemoryBudgetError,
+                       match=r"^--num_tokens 134,217,729 for 1 row needs at least 1\.0 GiB .* "
+                             r"lower --num_tokens$"):
+        run(model="nowhere", prompt="a", num_tokens=2 ** 27 + 1)

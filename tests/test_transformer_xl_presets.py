@@ -65,6 +65,41 @@ def test_generate_takes_and_returns_text(model_dir):
     assert causal_lm.generate("import os", max_length=16, strip_prompt=True) == one[9:]
 
 
+@pytest.mark.parametrize("max_length, refusal", [
+    (0, r"^generate: max_length must be an integer >= 1, got 0$"),  # was the preprocessor's 1024
+    (-5, r"^generate: max_length must be an integer >= 1, got -5$"),  # cut 5 ids off the prompt
+    (2 ** 31, r"^generate: max_length must be an integer in \[1, 2147483647\], got 2147483648$"),
+    (65, r"^generate: max_length 65 for 2 rows needs at least 0\.0 GiB \(the ids and their "
+         r"padding mask, 8 bytes each\) and this machine has 0\.0 GiB available; ask for a "
+         r"shorter max_length or fewer prompts$")])
+def test_a_max_length_that_is_no_length_or_cannot_fit_is_refused(model_dir, monkeypatch,
+                                                                 max_length, refusal):
+    """10**9 (15 GiB for two prompts) was a MemoryError in keras-hub's packer, or
+    an OOM kill; here the memory available is made 1 KiB (65 ids: 1,040 bytes)."""
+    from txl_tf.checks import memory_budget
+    from txl_tf.errors import TxlError
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir)
+    causal_lm.compile(sampler="greedy")
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 1024)
+    with pytest.raises(TxlError, match=refusal):
+        causal_lm.generate(["import os", "def f"], max_length=max_length)
+
+
+def test_a_preprocessor_sequence_length_that_cannot_fit_is_refused(model_dir, monkeypatch):
+    """`generate` without `max_length` pads to the preprocessor's
+    `sequence_length`: `from_preset(..., sequence_length=10**9)` was a
+    MemoryError in keras-hub's packer."""
+    from txl_tf.checks import memory_budget
+    from txl_tf.errors import TxlError
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir, sequence_length=65)
+    causal_lm.compile(sampler="greedy")
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 1024)
+    with pytest.raises(TxlError, match=r"^generate: the preprocessor's sequence_length 65 for 2 "
+                                       r"rows needs at least"):
+        causal_lm.generate(["import os", "def f"])
+    causal_lm.generate("import os", max_length=16)  # 128 bytes
+
+
 def test_named_presets_build_the_papers_configurations_without_weights():
     causal_lm = TransformerXLCausalLM.from_preset("tiny", load_weights=False)
     assert causal_lm.backbone.config == TransformerXLConfig.preset("tiny")

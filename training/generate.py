@@ -189,6 +189,8 @@ def run(write=None, **options):
     (and hands it to `write` piece by piece as it is generated)."""
     o = merge(SPEC, options)
     _check_options(o)
+    from txl_tf.checks.memory_budget import check_new_ids
+    check_new_ids(1, o["num_tokens"], what="--num_tokens", advice="lower --num_tokens")
     cli.quiet_tensorflow_import()
     model, config, vocab_dir = _load(o)
     name = o["model"] or o["model_dir"]

@@ -67,6 +67,9 @@ class TransformerXL(keras.layers.Layer):
         if cfg.attn_type in (1, 3) and cfg.max_klen is None:  # its weights' size, kept from here on
             cfg = cfg.replace(max_klen=cfg.learnable_positions)
         self.config = cfg
+        if not tf.config.list_physical_devices("GPU"):  # else the weights are the GPU's
+            from txl_tf.checks.memory_budget import check_weights
+            check_weights(cfg)  # before any is made (n_token=2**31 was TensorFlow's OOM)
         with keras.name_scope(self.name):  # paths like transformer/layer_0/rel_attn/...
             policy = self.dtype_policy
             self.word_emb = AdaptiveEmbedding(

@@ -23,8 +23,10 @@ class MemoryBudgetError(InputError):
 def available_bytes():
     """What can be allocated without swapping: `MemAvailable` of /proc/meminfo
     (else the physical memory), or less where a cgroup (a container's memory
-    limit, v2 or v1) leaves less; None where nothing can be read."""
-    found = [_cgroup_room()]
+    limit, v2 or v1) or the process's address-space limit (`ulimit -v`,
+    `RLIMIT_AS`, as batch schedulers set) leaves less; None where nothing can
+    be read."""
+    found = [_cgroup_room(), _address_space_room()]
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -32,13 +34,31 @@ def available_bytes():
                     found.append(int(line.split()[1]) * 1024)
     except OSError:
         pass
-    if found == [None]:
+    if found == [None, None]:
         try:
             found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
         except (ValueError, OSError, AttributeError):
             pass
     found = [n for n in found if n is not None]
     return min(found) if found else None
+
+
+def _address_space_room():
+    """`RLIMIT_AS` less the process's address space (`VmSize`); None without a
+    limit (or where it cannot be read)."""
+    try:
+        import resource
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if limit == resource.RLIM_INFINITY or limit < 0:
+        return None
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (OSError, ValueError, StopIteration):
+        return None
+    return max(limit - size, 0)
 
 
 def _cgroup_room():
@@ -104,7 +124,44 @@ def check_memory_state(n_layer, d_model, batch_size, mem_len, what="the memory",
                   f"{what} (batch {batch_size}, memory {mem_len})", available)
 
 
-def _check(parts, what, available):
+ADVICE = "lower the memory length, the batch size or the segment length"
+
+
+def check_weights(config, what="the model's weights", available=None):
+    """Raises `MemoryBudgetError` unless the float32 weights of `config` (the
+    matrices `parameter_count` counts) fit in what is available; returns
+    their bytes.
+
+    Args:
+        config: a `TransformerXLConfig`.
+        what: what the refusal names.
+        available: bytes (None: `available_bytes()`).
+
+    Returns:
+        The bytes of the weights.
+    """
+    count = parameter_count(config)
+    return _check({"weights": count * FLOAT}, f"{what} ({count:,} parameters)", available,
+                  advice="lower n_token (or use adaptive cutoffs with div_val > 1), d_model, "
+                         "d_inner or n_layer")
+
+
+def check_bytes(parts, what, advice, available=None):
+    """Raises `MemoryBudgetError` unless `parts` fit in what is available.
+
+    Args:
+        parts: `{part: bytes}`.
+        what: what the refusal names.
+        advice: what the refusal suggests.
+        available: bytes (None: `available_bytes()`).
+
+    Returns:
+        The bytes in all.
+    """
+    return _check(parts, what, available, advice)
+
+
+def _check(parts, what, available, advice=ADVICE):
     total = sum(parts.values())
     available = available_bytes() if available is None else available
     if available is not None and total > available:
@@ -112,7 +169,40 @@ def _check(parts, what, available):
         raise MemoryBudgetError(
             f"{what} needs at least {total / GIB:,.1f} GiB ({biggest} "
             f"{parts[biggest] / GIB:,.1f} GiB) and this machine has {available / GIB:,.1f} "
-            "GiB available; lower the memory length, the batch size or the segment length")
+            f"GiB available; {advice}")
+    return total
+
+
+# A new id's int32 and its float32 log-prob, in a generation's outputs.
+NEW_ID_BYTES = 8
+
+
+def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
+                  advice="ask for fewer new ids (a decode resumed from its state goes on "
+                         "exactly) or fewer rows", holds="the new ids and their log-probs"):
+    """Raises `MemoryBudgetError` unless a generation's outputs (`[B, n]`
+    int32 ids and float32 log-probs, allocated whole even when a stop id
+    ends every row early) fit in what is available; returns their bytes.
+
+    Args:
+        batch_size: rows.
+        num_tokens: new ids per row.
+        what: the argument or flag that asked for `num_tokens`.
+        available: bytes (None: `available_bytes()`).
+        advice: what the refusal suggests.
+        holds: what the `NEW_ID_BYTES` of a position are, in the refusal.
+
+    Returns:
+        The bytes of the outputs.
+    """
+    total = int(batch_size) * int(num_tokens) * NEW_ID_BYTES
+    available = available_bytes() if available is None else available
+    if available is not None and total > available:
+        rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
+        raise MemoryBudgetError(
+            f"{what} {int(num_tokens):,} for {rows} needs at least {total / GIB:,.1f} GiB "
+            f"({holds}, {NEW_ID_BYTES} bytes each) and this machine has "
+            f"{available / GIB:,.1f} GiB available; {advice}")
     return total
 
 

@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.memory_budget import check_bytes
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.data.stream import device_prefetch
 from txl_tf.errors import TxlError
@@ -53,6 +54,10 @@ def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
         for k, begin in enumerate(range(0, inputs.size, tgt_len)):
             row.append((inputs[begin:begin + tgt_len], targets[begin:begin + tgt_len], k == 0))
     steps = max(len(r) for r in rows)
+    positions = steps * batch_size * tgt_len
+    check_bytes({"ids, labels and weights": 12 * positions, "document starts": steps * batch_size},
+                f"the document batches ({steps:,} steps of batch {batch_size:,}, segment "
+                f"{tgt_len:,})", "lower the segment length or the batch size")
     token_ids = np.zeros([steps, batch_size, tgt_len], np.int32)
     labels = np.zeros_like(token_ids)
     weights = np.zeros(token_ids.shape, np.float32)

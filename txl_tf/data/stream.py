@@ -33,6 +33,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.memory_budget import check_bytes
 from txl_tf.checks.numpy_checks import check_count, check_flag
 from txl_tf.errors import TxlError
 
@@ -145,6 +146,13 @@ class _Streams:
                 f"{len(self.ids)} ids are too few for batch_size {batch_size} and "
                 f"tgt_len {tgt_len}: {batch_size} streams of {self.length} ids give no "
                 f"{'full ' if drop_remainder else ''}segment (need at least {need} ids)")
+        # A segment's window: its positions, and per row an int64 index, the
+        # int32 ids and a validity flag (an evaluation segment may be far
+        # longer than its streams: it is padded).
+        check_bytes({"positions": 8 * (tgt_len + 1),
+                     "windows": 13 * batch_size * (tgt_len + 1)},
+                    f"a segment of the streams (batch {batch_size:,}, tgt_len {tgt_len:,})",
+                    "lower tgt_len or the batch size")
         self.offsets = np.arange(tgt_len + 1)
 
     def window(self, seg, r0, r1):

@@ -21,6 +21,7 @@ are.
 """
 import numpy as np
 
+from txl_tf.checks.memory_budget import check_new_ids
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.request import (MAX_DRAWS, MAX_NEW_TOKENS, DecodeState, Generation,
@@ -46,11 +47,13 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
         if not isinstance(resume, DecodeState):
             raise TxlError("resume must be the .state of an earlier Generation")
         state = resume
+        check_new_ids(len(state.done), n)  # before a next turn is read
         if prompts is not None:
             state = next_turn(backend, resume, check_prompts(prompts, backend.n_token),
                               segment_len)
     else:
         prompts = check_prompts(prompts, backend.n_token)
+        check_new_ids(len(prompts), n)  # before the prompts are read
         rows = make_rows(backend.n_token, len(prompts), seed, stop_ids,
                          Sampling(temperature, top_k, top_p, repetition_penalty))
         pad_id = check_pad_id(pad_id, backend.n_token)

@@ -45,6 +45,12 @@ class StreamTraining:
         rows (and the stream metrics), under the model's strategy."""
         config = self.core.config
         zero_filled = config.zero_filled_memory if zero_filled is None else zero_filled
+        if not tf.config.list_physical_devices("GPU"):  # else the memories are the GPU's
+            from txl_tf.checks.memory_budget import check_memory_state
+            # Two memories (training, evaluation) per replica, in host memory.
+            check_memory_state(config.n_layer, config.d_model,
+                               per_replica * self.distribute_strategy.num_replicas_in_sync,
+                               self.mem_len, "the training and evaluation memories")
         with self.distribute_strategy.scope():
             memories = [StreamMemory(config, per_replica, self.mem_len, zero_filled, prefix)
                         for prefix in ("", "eval_")]

@@ -373,7 +373,7 @@ class TransformerXLCausalLM(RestoresCompile, StreamTraining, keras_hub.models.Ca
             inputs: prompts: strings with a preprocessor, else
                 `{"token_ids", "padding_mask"}` `[B, N]`, right-padded.
             max_length: with a preprocessor, the most ids per row, prompt
-                included (None: its `sequence_length`).
+                included, in [1, 2**31 - 1] (None: its `sequence_length`).
             stop_token_ids: ids that end a row; `"auto"` means none: the
                 paper's vocabularies have no end token (a word model's
                 `<eos>` ends a line, not the text).
@@ -384,6 +384,11 @@ class TransformerXLCausalLM(RestoresCompile, StreamTraining, keras_hub.models.Ca
         """
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         self.check_vocabulary()
+        if max_length is not None:
+            _check_max_length(max_length, inputs)
+        elif isinstance(getattr(self.preprocessor, "sequence_length", None), int):
+            _check_max_length(self.preprocessor.sequence_length, inputs,
+                              "generate: the preprocessor's sequence_length")
         if stop_token_ids == "auto":
             tokenizer = getattr(self.preprocessor, "tokenizer", None)
             end = getattr(tokenizer, "end_token_id", None)
@@ -420,3 +425,17 @@ class TransformerXLCausalLM(RestoresCompile, StreamTraining, keras_hub.models.Ca
         """
         config = {k: v for k, v in config.items() if k != "jit_generate"}
         return super().from_config(config)
+
+
+def _check_max_length(max_length, inputs, what="generate: max_length"):
+    """Raises a `TxlError` unless `max_length` (named `what`) is in [1, 2**31 - 1]
+    (keras-hub read 0 as its default and a negative one as a slice: `-5` cut
+    five ids off the prompt) and the padded prompts (`[B, max_length]` int32
+    ids and padding mask) fit in memory."""
+    from txl_tf.checks.memory_budget import check_new_ids
+    check_count(what, max_length, low=1, high=2 ** 31 - 1)  # an int32 length
+    rows = 1 if isinstance(inputs, (str, bytes)) else \
+        len(inputs) if isinstance(inputs, (list, tuple)) else None
+    if rows:
+        check_new_ids(rows, max_length, what=what, holds="the ids and their padding mask",
+                      advice="ask for a shorter max_length or fewer prompts")
