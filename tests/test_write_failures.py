@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,6 +220,23 @@ def test_a_full_disk_while_the_corpus_cache_builds_names_the_cache(tmp_path, mon
     assert [p for p in cache.rglob("*") if p.is_file()] == []  # the build folder went
     monkeypatch.undo()
     assert len(load_corpus("text", str(tmp_path / "corpus.txt"), cache_dir=str(cache)).train)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="no /proc/self/mem")
+def test_a_read_error_while_the_corpus_cache_builds_names_the_file_read(tmp_path):
+    """A read() that fails (EIO, as /proc/self/mem's first page gives) names
+    no file: the cache build named it `cannot write '<cache_dir>'`."""
+    from txl_tf.data import load_corpus
+    from txl_tf.data.corpora import iter_text_chunks
+
+    for cache in (str(tmp_path / "cache"), None):
+        with pytest.raises(OSError) as caught:
+            load_corpus("text", "/proc/self/mem", cache_dir=cache, use_cache=cache is not None)
+        assert not isinstance(caught.value, files.WriteError), caught.value
+        assert (caught.value.errno, caught.value.filename) == (errno.EIO, "/proc/self/mem")
+    with pytest.raises(OSError) as caught:
+        list(iter_text_chunks(Path("/proc/self/mem")))
+    assert (caught.value.errno, caught.value.filename) == (errno.EIO, "/proc/self/mem")
 
 
 def test_a_staged_save_names_the_final_path_not_its_temporary(tmp_path):
