@@ -255,6 +255,17 @@ def test_a_staged_save_names_the_final_path_not_its_temporary(tmp_path):
     assert os.listdir(folder) == []
 
 
+def test_a_staged_file_is_not_named_by_a_staged_folder_its_name_starts_with(tmp_path):
+    folder = tmp_path / "model"
+    for first, failed in [("vocab", "vocab.json"), ("vocab.json", "vocab")]:
+        with pytest.raises(files.WriteError) as caught:
+            with files.stage(str(folder / "config.json")) as staged:
+                staged.path(str(folder / first))
+                temporary = staged.path(str(folder / failed))
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), temporary)
+        assert caught.value.filename == str(folder / failed), (first, failed)
+
+
 # keras-hub's save_to_preset of a backbone under a 64 kB file size limit.
 PRESET_LIMIT = r"""
 import resource, signal, sys
