@@ -202,6 +202,11 @@ def test_a_read_only_parent_names_the_output_folder(tmp_path, monkeypatch):
         with staged_folder(str(out)):
             pass
     assert str(caught.value) == f"cannot write {str(out)!r}: Read-only file system"
+    repo = tmp_path / "triton"  # a Triton repository's model folders: not the hidden one
+    with pytest.raises(files.WriteError) as caught:
+        with staged_folders(str(repo), ["txl"]):
+            pass
+    assert str(caught.value) == f"cannot write {str(repo)!r}: Read-only file system"
 
 
 def test_a_full_disk_while_the_corpus_cache_builds_names_the_cache(tmp_path, monkeypatch):
