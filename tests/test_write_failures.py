@@ -81,6 +81,22 @@ def test_the_jobs_writers_name_the_path_and_leave_no_temporary(tmp_path):
     assert json.loads((folder / "eval_log.jsonl").read_text().splitlines()[0]) == {"step": 1}
 
 
+def test_save_vocab_names_the_final_path_not_its_staging_folder(tmp_path):
+    from training.files import save_vocab
+
+    class Tokenizer:  # a file it cannot create: no inode left
+        def save(self, directory):
+            os.makedirs(directory)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          os.path.join(directory, "vocab.txt"))
+
+    with pytest.raises(files.WriteError) as caught:
+        save_vocab(Tokenizer(), str(tmp_path / "vocab"))
+    assert str(caught.value) == \
+        f"cannot write {str(tmp_path / 'vocab' / 'vocab.txt')!r}: No space left on device"
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_full_disk_in_a_staged_save_names_its_folder(tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()
