@@ -26,14 +26,7 @@ def staged_folder(output_dir):
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     remove_stale(output_dir)
-    try:
-        staging = tempfile.mkdtemp(prefix=_prefix(output_dir, "tmp"), dir=parent)
-        # Made again by mkdir, whose mode follows the umask as any new folder's
-        # does (mkdtemp's is 0700; a fixed 0755 ignored the umask).
-        os.rmdir(staging)
-        os.mkdir(staging)
-    except OSError as err:  # a read-only or full parent: named by the export's folder
-        raise WriteError(output_dir, err.strerror or str(err), err.errno) from err
+    staging = _new_staging(_prefix(output_dir, "tmp"), parent, output_dir)
     try:
         yield staging
         swap_in(staging, output_dir)
@@ -85,9 +78,7 @@ def staged_folders(parent, names, drop=()):
     key = os.path.join(parent, (list(names) + list(drop))[0])
     os.makedirs(parent, exist_ok=True)
     finish_stale(key)
-    staging = tempfile.mkdtemp(prefix=_prefix(key, "tmp"), dir=parent)
-    os.rmdir(staging)  # made again by mkdir, whose mode follows the umask
-    os.mkdir(staging)
+    staging = _new_staging(_prefix(key, "tmp"), parent, parent)
     try:
         new = os.path.join(staging, "new")
         os.mkdir(new)
@@ -146,6 +137,20 @@ def finish_stale(key):
     for path in sorted(stale["commit"], key=lambda p: os.stat(p).st_mtime_ns):
         _roll_forward(path)
     return [os.path.basename(p) for p in stale["tmp"] + stale["commit"]]
+
+
+def _new_staging(prefix, parent, output_dir):
+    """A new empty folder `<parent>/<prefix>...` whose mode follows the umask
+    as any new folder's does (mkdtemp's is 0700; a fixed 0755 ignored the
+    umask); a read-only or full `parent` is a `WriteError` naming
+    `output_dir`, not the hidden folder."""
+    try:
+        staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
+        os.rmdir(staging)
+        os.mkdir(staging)
+    except OSError as err:
+        raise WriteError(output_dir, err.strerror or str(err), err.errno) from err
+    return staging
 
 
 def _write_error(err, staging, output_dir):

@@ -77,6 +77,30 @@ def test_ctrl_c_while_a_library_user_imports_keeps_the_traceback(tmp_path):
     assert "Traceback" in proc.stderr and "KeyboardInterrupt" in proc.stderr
 
 
+def test_a_users_own_training_package_keeps_pythons_behaviour(tmp_path):
+    """`python -m training.run` of a user's package that imports txl_tf is
+    not one of the commands: its Ctrl-C in a `__del__` is Python's warning
+    and its `finally` runs (it ended at once with 130, skipping both)."""
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "__init__.py").write_text("")
+    (tmp_path / "training" / "run.py").write_text(textwrap.dedent("""
+        import os, signal
+        import txl_tf
+        class Collected:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                sum(range(1000))  # a few bytecodes: the handler runs here
+        try:
+            Collected()
+        finally:
+            print("finally", flush=True)
+    """))
+    proc = subprocess.run([sys.executable, "-m", "training.run"], cwd=tmp_path, env=job_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "finally\n"), (proc.returncode, proc.stderr)
+    assert "KeyboardInterrupt" in proc.stderr
+
+
 def _to_a_closed_pipe(command):
     """`command` with its stdout a pipe whose reader has gone."""
     read, write = os.pipe()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,6 +79,22 @@ def test_the_jobs_writers_name_the_path_and_leave_no_temporary(tmp_path):
     assert (folder / "config.json").read_text() == "old config"
     assert (folder / "vocab" / "tokenizer.json").read_text() == "old vocab"
     assert json.loads((folder / "eval_log.jsonl").read_text().splitlines()[0]) == {"step": 1}
+
+
+def test_save_vocab_names_the_final_path_not_its_staging_folder(tmp_path):
+    from training.files import save_vocab
+
+    class Tokenizer:  # a file it cannot create: no inode left
+        def save(self, directory):
+            os.makedirs(directory)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          os.path.join(directory, "vocab.txt"))
+
+    with pytest.raises(files.WriteError) as caught:
+        save_vocab(Tokenizer(), str(tmp_path / "vocab"))
+    assert str(caught.value) == \
+        f"cannot write {str(tmp_path / 'vocab' / 'vocab.txt')!r}: No space left on device"
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_full_disk_in_a_staged_save_names_its_folder(tmp_path):
@@ -201,6 +218,11 @@ def test_a_read_only_parent_names_the_output_folder(tmp_path, monkeypatch):
         with staged_folder(str(out)):
             pass
     assert str(caught.value) == f"cannot write {str(out)!r}: Read-only file system"
+    repo = tmp_path / "triton"  # a Triton repository's model folders: not the hidden one
+    with pytest.raises(files.WriteError) as caught:
+        with staged_folders(str(repo), ["txl"]):
+            pass
+    assert str(caught.value) == f"cannot write {str(repo)!r}: Read-only file system"
 
 
 def test_a_full_disk_while_the_corpus_cache_builds_names_the_cache(tmp_path, monkeypatch):
@@ -221,6 +243,23 @@ def test_a_full_disk_while_the_corpus_cache_builds_names_the_cache(tmp_path, mon
     assert len(load_corpus("text", str(tmp_path / "corpus.txt"), cache_dir=str(cache)).train)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="no /proc/self/mem")
+def test_a_read_error_while_the_corpus_cache_builds_names_the_file_read(tmp_path):
+    """A read() that fails (EIO, as /proc/self/mem's first page gives) names
+    no file: the cache build named it `cannot write '<cache_dir>'`."""
+    from txl_tf.data import load_corpus
+    from txl_tf.data.corpora import iter_text_chunks
+
+    for cache in (str(tmp_path / "cache"), None):
+        with pytest.raises(OSError) as caught:
+            load_corpus("text", "/proc/self/mem", cache_dir=cache, use_cache=cache is not None)
+        assert not isinstance(caught.value, files.WriteError), caught.value
+        assert (caught.value.errno, caught.value.filename) == (errno.EIO, "/proc/self/mem")
+    with pytest.raises(OSError) as caught:
+        list(iter_text_chunks(Path("/proc/self/mem")))
+    assert (caught.value.errno, caught.value.filename) == (errno.EIO, "/proc/self/mem")
+
+
 def test_a_staged_save_names_the_final_path_not_its_temporary(tmp_path):
     folder = tmp_path / "classifier"
     with pytest.raises(files.WriteError) as caught:
@@ -235,6 +274,17 @@ def test_a_staged_save_names_the_final_path_not_its_temporary(tmp_path):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
                           staged.path(str(folder / "flags.json")) + ".tmp")
     assert os.listdir(folder) == []
+
+
+def test_a_staged_file_is_not_named_by_a_staged_folder_its_name_starts_with(tmp_path):
+    folder = tmp_path / "model"
+    for first, failed in [("vocab", "vocab.json"), ("vocab.json", "vocab")]:
+        with pytest.raises(files.WriteError) as caught:
+            with files.stage(str(folder / "config.json")) as staged:
+                staged.path(str(folder / first))
+                temporary = staged.path(str(folder / failed))
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), temporary)
+        assert caught.value.filename == str(folder / failed), (first, failed)
 
 
 # keras-hub's save_to_preset of a backbone under a 64 kB file size limit.

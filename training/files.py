@@ -36,6 +36,11 @@ def save_vocab(tokenizer, directory):
         tokenizer.save(staging)
     except OSError as err:
         shutil.rmtree(staging, ignore_errors=True)
+        name = err.filename
+        if isinstance(name, str) and (name == staging or name.startswith(staging + os.sep)):
+            # a file it could not make (no inode left): named by its final path
+            raise WriteError(directory + name[len(staging):], err.strerror or str(err),
+                             err.errno) from err
         raise naming(err, directory) from err
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(staging, directory)

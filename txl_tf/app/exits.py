@@ -99,16 +99,20 @@ def exit_on_error(function):
 
 
 JOB_PACKAGES = ("training", "export", "benchmarks")  # `python -m <package>.<job>`
+# Where `txl_tf` and `JOB_PACKAGES` are (the checkout, or site-packages).
+PACKAGES_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
 def running_a_command():
     """Whether this process is one of the project's commands: an installed
     `txl-*` script, or `python -m` of a job in `JOB_PACKAGES` or of
-    `txl_tf.weights.convert`."""
+    `txl_tf.weights.convert` (the project's, not a user's own `training`
+    package)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None) or ""
     if name.split(".")[0] in JOB_PACKAGES or name == "txl_tf.weights.convert":
-        return True
+        origin = os.path.realpath(getattr(spec, "origin", None) or os.sep)
+        return origin.startswith(PACKAGES_ROOT + os.sep)
     return bool(sys.argv) and os.path.basename(sys.argv[0]).startswith("txl-")
 
 

@@ -78,12 +78,15 @@ class Staged:
         name = err.filename
         if name is None:
             return naming(err, folder)
-        for final, temporary in self.paths.items() if isinstance(name, str) else ():
-            if name == temporary or name.startswith((temporary + os.sep, temporary + ".")):
-                rest = name[len(temporary):]
-                return WriteError(final + rest if rest.startswith(os.sep) else final,
-                                  err.strerror or str(err), err.errno)
-        return err
+        found = [(temporary, final) for final, temporary in self.paths.items()
+                 if isinstance(name, str) and (name == temporary or name.startswith(
+                     (temporary + os.sep, temporary + ".")))]
+        if not found:
+            return err
+        temporary, final = max(found, key=lambda pair: len(pair[0]))  # `vocab.json`, not `vocab`
+        rest = name[len(temporary):]
+        return WriteError(final + rest if rest.startswith(os.sep) else final,
+                          err.strerror or str(err), err.errno)
 
     def discard(self):
         """Deletes the temporaries written so far."""

@@ -151,7 +151,10 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
                                      disable=not _show(progress, size)) as bar:
         rest, offset = b"", 0  # offset: where `rest` starts in the file
         while True:
-            block = f.read(chunk_bytes)
+            try:
+                block = f.read(chunk_bytes)
+            except OSError as err:
+                raise _reading(err, path) from err
             if not block:
                 break
             bar.update(len(block))
@@ -163,6 +166,23 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
                 offset += cut
         if rest:
             yield _decode(rest, path, offset)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """`path`'s bytes; a failed read names `path` (`_reading`)."""
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise _reading(err, path) from err
+
+
+def _reading(err: OSError, path: Path) -> OSError:
+    """`err`, a failed read of `path`, as one naming `path`: a read() error
+    (EIO, a stale network file handle) names no file, and the cache build
+    (`load_corpus`) names such an error as a write of its cache folder."""
+    if err.filename is not None:
+        return err
+    return OSError(err.errno, err.strerror or str(err), str(path))
 
 
 def _require_dir(data_dir, layout: str) -> Path:
@@ -335,10 +355,10 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
 
     if name == "enwik8":
         def build(writers, progress, given):
-            return _write_bytes(path.read_bytes(), writers, percents, given, path)
+            return _write_bytes(_read_bytes(path), writers, percents, given, path)
     else:  # text8: characters with a vocabulary
         def build(writers, progress, given):
-            text = _decode(path.read_bytes(), path)
+            text = _decode(_read_bytes(path), path)
             a, b = _split_points(len(text), percents)
             step = CHUNK_BYTES
             tokenizer = given if given is not None else CharTokenizer.build(
@@ -455,7 +475,7 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 10, 0)
 
     def build(writers, progress, given):
-        return _write_bytes(b"".join(p.read_bytes() for p in files), writers, percents,
+        return _write_bytes(b"".join(_read_bytes(p) for p in files), writers, percents,
                             given, data_dir)
     return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
                  describe={"all": str(data_dir)}, byte_split=True)
@@ -489,7 +509,7 @@ def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 5, 5)
 
     def build(writers, progress, given):
-        data = b"".join(p.read_bytes() for p in files)[:max_bytes]
+        data = b"".join(_read_bytes(p) for p in files)[:max_bytes]
         return _write_bytes(data, writers, percents, given, root)
     return _Plan(files, {"max_bytes": max_bytes, "percents": percents,
                          "root": str(root.resolve())}, build,
