@@ -6,6 +6,7 @@ subprocess."""
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -334,3 +335,34 @@ def test_a_full_disk_at_the_lock_file_names_it(tmp_path, monkeypatch):
         lock.DirectoryLock(path, "--model_dir x")
     monkeypatch.undo()
     lock.DirectoryLock(path, "--model_dir x").release()  # not held
+
+
+def test_errors_that_are_no_writes_keep_their_type_and_message(tmp_path):
+    """Any `OSError` naming no file (a broken pipe, a read's error,
+    `shutil.Error` of a copy) and any of TensorFlow's errors naming the
+    staging folder became `cannot write '<path>'`."""
+    folder = tmp_path / "model"
+    stale = OSError(errno.ESTALE, os.strerror(errno.ESTALE))  # a read of a network file
+    copy = shutil.Error([("a", "b", "[Errno 5] Input/output error")])
+    for err in [BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)), stale, copy]:
+        assert files.naming(err, str(folder)) is err
+        with pytest.raises(type(err)) as caught:
+            with files.stage(str(folder / "config.json")):
+                raise err
+        assert caught.value is err
+        with pytest.raises(type(err)) as caught:
+            with staged_folder(str(tmp_path / "export")):
+                raise err
+        assert caught.value is err
+    with pytest.raises(FileNotFoundError) as caught:  # reading back a staged file
+        with files.stage(str(folder / "config.json")) as staged:
+            missing = staged.path(str(folder / "weights.npz"))
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), missing)
+    assert caught.value.filename == missing
+    with pytest.raises(tf.errors.NotFoundError):
+        with staged_folder(str(tmp_path / "export")) as staging:
+            raise tf.errors.NotFoundError(None, None, f"{staging}/vocab.txt; No such file or "
+                                          "directory [Op:ReadFile]")
+    for err in [ENOSPC, OSError("1024 requested and 596 written")]:  # still writes
+        assert isinstance(files.naming(err, str(folder)), files.WriteError)
+    assert sorted(os.listdir(tmp_path)) == ["model"] and os.listdir(folder) == []
