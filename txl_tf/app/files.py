@@ -181,6 +181,23 @@ def naming(err, path):
     return WriteError(path, err.strerror or str(err), err.errno)
 
 
+def reading(err, path):
+    """`err`, a failed read of `path`, as one naming `path`: a read() error
+    (EIO, a stale network file handle) names no file, and a save around the
+    read (the corpus cache's build) would name it as a write (`naming`).
+
+    Args:
+        err: the `OSError`.
+        path: the file being read.
+
+    Returns:
+        `err` if it names a file; else an `OSError` of its errno naming `path`.
+    """
+    if err.filename is not None:
+        return err
+    return OSError(err.errno, err.strerror or str(err), os.fspath(path))
+
+
 def is_write_error(err):
     """Whether `err` is a write the file system refused (`WRITE_ERRNOS`), or
     numpy's short write (no errno).
