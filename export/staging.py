@@ -12,7 +12,10 @@ import shutil
 import sys
 import tempfile
 
-from txl_tf.app.files import WriteError, naming, process_alive
+from txl_tf.app.files import WRITE_ERRNOS, WriteError, is_write_error, naming, process_alive
+
+# TensorFlow's file-system errors end with the cause's `strerror`.
+WRITE_CAUSES = frozenset(os.strerror(code) for code in WRITE_ERRNOS)
 
 
 @contextlib.contextmanager
@@ -157,8 +160,10 @@ def _write_error(err, staging, output_dir):
     """An `OSError` naming `output_dir` (not the staging folder, which is
     gone) for `err`, an error of writing into `staging`, whose files go to
     `output_dir` (a full disk, a file size limit, a read-only folder); None
-    for any other error."""
+    for any other error (a read's, a broken pipe)."""
     if isinstance(err, OSError):
+        if not is_write_error(err):
+            return None
         if err.filename is None:  # met at a write or a close, or numpy's short write
             return naming(err, output_dir)
         name = err.filename
@@ -173,7 +178,8 @@ def _write_error(err, staging, output_dir):
         # TensorFlow's file-system errors read "<temporary path>; <cause>".
         cause = message.rsplit("; ", 1)[-1].strip() if "; " in message else message
         cause = cause.splitlines()[0].split(" [Op:")[0]  # the op's name: not the cause
-        return WriteError(output_dir, cause)
+        if cause in WRITE_CAUSES:  # not a read's error (a file not found)
+            return WriteError(output_dir, cause)
     return None
 
 

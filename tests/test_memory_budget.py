@@ -7,6 +7,8 @@ from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.checks import memory_budget
 from txl_tf.checks.memory_budget import (GIB, MemoryBudgetError, available_bytes, check_fits,
                                          estimate_bytes, memory_bytes, parameter_count)
+from txl_tf.errors import TxlError
+from txl_tf.generation.flow import generate as generate_on
 
 
 def test_parameter_count_is_the_models():
@@ -191,3 +193,44 @@ def test_document_batches_that_cannot_fit_are_refused_before_they_are_made(monke
                                                 r"\(ids, labels and weights 0\.0 GiB\) .* lower "
                                                 r"the segment length or the batch size$"):
         document_segments([[1, 2, 3]] * 2, 2, 10 ** 6)
+
+
+def test_the_compiled_decoders_buffer_counts_with_its_new_ids(monkeypatch):
+    """`Decoder.generate` without `stream=` also fills a `[B, 2**k]` buffer
+    of ids and log-probs (2**k >= max_new_tokens) in its compiled loop: a
+    request whose outputs just fit passed the check and ended in
+    TensorFlow's OOM. A bad `pad_id`, checked after the budget, shows that
+    a request got past it."""
+    from txl_tf.generation.decoder import Decoder
+    decoder = Decoder(TransformerXL(TransformerXLConfig.preset("tiny", n_token=50)),
+                      jit_compile=False)
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 2 ** 20)  # 1 MiB
+    count = 2 ** 16 + 1  # 0.5 MiB of outputs, a buffer of 2**17 positions (1 MiB)
+    assert decoder.loop_buffer(count) == 2 ** 17
+    with pytest.raises(MemoryBudgetError, match=r"^max_new_tokens 65,537 for 1 row needs at "
+                                                r"least 0\.0 GiB \(the new ids and their "
+                                                r"log-probs, and the decode loop's buffer of "
+                                                r"131,072, 8 bytes each\)"):
+        decoder.generate([[1, 2]], count, pad_id=50)
+    assert decoder.loop_buffer(count, stream=print, stream_every=8) == 8
+    with pytest.raises(TxlError, match="^pad_id must be"):  # chunks of 8: it fits
+        decoder.generate([[1, 2]], count, pad_id=50, stream=print)
+    with pytest.raises(TxlError, match="^pad_id must be"):  # outputs alone: no buffer
+        generate_on(_NoBackend(), [[1, 2]], count, pad_id=50)
+
+
+def test_a_refusal_under_an_address_space_limit_names_the_process(monkeypatch):
+    """Under `ulimit -v` the room is the process's, not the machine's: the
+    refusal said "this machine has 1.0 GiB available"."""
+    from txl_tf.checks.memory_budget import check_bytes, check_new_ids
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: GIB)
+    monkeypatch.setattr(memory_budget, "_address_space_room", lambda: GIB)
+    for check in (lambda: check_new_ids(1, GIB), lambda: check_bytes({"x": 2 * GIB}, "x", "less")):
+        with pytest.raises(MemoryBudgetError, match=r" and this process can allocate 1\.0 GiB; "):
+            check()
+    monkeypatch.setattr(memory_budget, "_address_space_room", lambda: 4 * GIB)  # not the bound
+    with pytest.raises(MemoryBudgetError, match=r" and this machine has 1\.0 GiB available; "):
+        check_new_ids(1, GIB)
+    monkeypatch.setattr(memory_budget, "_address_space_room", lambda: None)  # no limit
+    with pytest.raises(MemoryBudgetError, match=r" and this machine has 1\.0 GiB available; "):
+        check_bytes({"x": 2 * GIB}, "x", "less")

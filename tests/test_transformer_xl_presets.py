@@ -457,3 +457,63 @@ def test_a_backbone_saved_over_a_causal_lm_preset_leaves_a_backbone_preset(model
     causal_lm.save_to_preset(str(tmp_path / "preset"))  # and back: the task's files again
     assert TransformerXLCausalLM.from_preset(
         str(tmp_path / "preset")).preprocessor.sequence_length == 24
+
+
+def test_another_threads_weights_save_and_load_are_untouched_by_a_preset_save(tmp_path,
+                                                                               monkeypatch):
+    """A preset save swapped Keras's module-level `H5IOStore` for its
+    in-memory subclass: another thread's `save_weights` whose store was made
+    before then failed Keras's check inside ("Expected weights_store to be an
+    instance of H5IOStore")."""
+    import threading
+    user_inside, preset_inside, user_done = (threading.Event() for _ in range(3))
+
+    class Outer(keras.layers.Layer):  # the user's save pauses at it, its store made
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.inner = keras.layers.Dense(2)
+
+        def build(self, shape):
+            self.inner.build(shape)
+
+        def call(self, x):
+            return self.inner(x)
+
+        def save_own_variables(self, store):
+            user_inside.set()
+            assert preset_inside.wait(60)
+
+    user, other = (keras.Sequential([keras.Input((3,)), Outer()]) for _ in range(2))
+    path = str(tmp_path / "user.weights.h5")
+    errors = []
+
+    def user_thread():
+        try:
+            user.save_weights(path)
+            other.load_weights(path)
+        except Exception as err:  # reported below
+            errors.append(err)
+        finally:
+            user_done.set()
+
+    keras_save = TransformerXLBackbone.save_own_variables
+
+    def inside_the_preset_save(self, store):  # the preset's store is the in-memory one
+        assert store is not None
+        preset_inside.set()
+        assert user_done.wait(60)
+        return keras_save(self, store)
+
+    monkeypatch.setattr(TransformerXLBackbone, "save_own_variables", inside_the_preset_save)
+    thread = threading.Thread(target=user_thread)
+    thread.start()
+    assert user_inside.wait(60)
+    backbone = TransformerXLBackbone(**TransformerXLConfig.preset("tiny").to_dict())
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    thread.join(60)
+    assert errors == [] and preset_inside.is_set()
+    np.testing.assert_array_equal(other.layers[0].inner.kernel.numpy(),
+                                  user.layers[0].inner.kernel.numpy())
+    again = TransformerXLBackbone.from_preset(str(tmp_path / "preset"))
+    for a, b in zip(again.weights, backbone.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

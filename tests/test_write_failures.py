@@ -6,6 +6,7 @@ subprocess."""
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -334,3 +335,60 @@ def test_a_full_disk_at_the_lock_file_names_it(tmp_path, monkeypatch):
         lock.DirectoryLock(path, "--model_dir x")
     monkeypatch.undo()
     lock.DirectoryLock(path, "--model_dir x").release()  # not held
+
+
+def test_errors_that_are_no_writes_keep_their_type_and_message(tmp_path):
+    """Any `OSError` naming no file (a broken pipe, a read's error,
+    `shutil.Error` of a copy) and any of TensorFlow's errors naming the
+    staging folder became `cannot write '<path>'`."""
+    folder = tmp_path / "model"
+    stale = OSError(errno.ESTALE, os.strerror(errno.ESTALE))  # a read of a network file
+    copy = shutil.Error([("a", "b", "[Errno 5] Input/output error")])
+    for err in [BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)), stale, copy]:
+        assert files.naming(err, str(folder)) is err
+        with pytest.raises(type(err)) as caught:
+            with files.stage(str(folder / "config.json")):
+                raise err
+        assert caught.value is err
+        with pytest.raises(type(err)) as caught:
+            with staged_folder(str(tmp_path / "export")):
+                raise err
+        assert caught.value is err
+    with pytest.raises(FileNotFoundError) as caught:  # reading back a staged file
+        with files.stage(str(folder / "config.json")) as staged:
+            missing = staged.path(str(folder / "weights.npz"))
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), missing)
+    assert caught.value.filename == missing
+    with pytest.raises(tf.errors.NotFoundError):
+        with staged_folder(str(tmp_path / "export")) as staging:
+            raise tf.errors.NotFoundError(None, None, f"{staging}/vocab.txt; No such file or "
+                                          "directory [Op:ReadFile]")
+    for err in [ENOSPC, OSError("1024 requested and 596 written")]:  # still writes
+        assert isinstance(files.naming(err, str(folder)), files.WriteError)
+    assert sorted(os.listdir(tmp_path)) == ["model"] and os.listdir(folder) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="no /proc/self/mem")
+def test_a_read_error_of_a_vocabulary_file_names_it(tmp_path):
+    """A vocabulary file whose read() failed (EIO) named no file: under the
+    corpus cache's build (lm1b's `vocab_file`) the error read `cannot write
+    '<cache_dir>': Input/output error`."""
+    from txl_tf.data import load_corpus
+    from txl_tf.text.word import WordTokenizer
+
+    with pytest.raises(OSError) as caught:
+        WordTokenizer.from_vocab_file("/proc/self/mem")
+    assert (caught.value.errno, caught.value.filename) == (errno.EIO, "/proc/self/mem")
+    root = tmp_path / "lm1b"
+    for folder, name in [("training-monolingual.tokenized.shuffled", "news.en-00001-of-00100"),
+                         ("heldout-monolingual.tokenized.shuffled",
+                          "news.en.heldout-00000-of-00050"),
+                         ("heldout-monolingual.tokenized.shuffled",
+                          "news.en.heldout-00001-of-00050")]:
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / name).write_text("the cat sat .\n")
+    with pytest.raises(OSError) as caught:
+        load_corpus("lm1b", str(root), cache_dir=str(tmp_path / "cache"),
+                    vocab_file="/proc/self/mem")
+    assert not isinstance(caught.value, files.WriteError), caught.value
+    assert (caught.value.errno, caught.value.filename) == (errno.EIO, "/proc/self/mem")

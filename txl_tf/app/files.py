@@ -8,10 +8,18 @@ marker, which loaders refuse by name. A single file (a figure) is written
 likewise under a temporary name and renamed over its final one (`replacing`).
 Standard library only."""
 import contextlib
+import errno as errnos
 import os
+import re
 import shutil
 
 PREFIX = ".tmp-"  # `.tmp-<pid>-<name>`: keeps the name's suffix (.npz, .keras, .h5)
+
+# The errnos of a write the file system refused: a full disk or quota, a file
+# size limit, a read-only or forbidden folder, a device's failure.
+WRITE_ERRNOS = frozenset({errnos.ENOSPC, errnos.EFBIG, errnos.EDQUOT, errnos.EROFS,
+                          errnos.EACCES, errnos.EPERM, errnos.EIO})
+SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy's `tofile`, no errno
 
 
 def temporary_path(path):
@@ -76,7 +84,7 @@ class Staged:
             `err`, or a `WriteError`.
         """
         name = err.filename
-        if name is None:
+        if name is None or not is_write_error(err):
             return naming(err, folder)
         found = [(temporary, final) for final, temporary in self.paths.items()
                  if isinstance(name, str) and (name == temporary or name.startswith(
@@ -164,11 +172,47 @@ def naming(err, path):
         path: the file or folder being written.
 
     Returns:
-        `err` if it names a file; else a `WriteError` naming `path`.
+        `err` if it names a file or is no write's (`is_write_error`: a
+        broken pipe, a read's error, `shutil.Error`); else a `WriteError`
+        naming `path`.
+    """
+    if err.filename is not None or not is_write_error(err):
+        return err
+    return WriteError(path, err.strerror or str(err), err.errno)
+
+
+def reading(err, path):
+    """`err`, a failed read of `path`, as one naming `path`: a read() error
+    (EIO, a stale network file handle) names no file, and a save around the
+    read (the corpus cache's build) would name it as a write (`naming`).
+
+    Args:
+        err: the `OSError`.
+        path: the file being read.
+
+    Returns:
+        `err` if it names a file; else an `OSError` of its errno naming `path`.
     """
     if err.filename is not None:
         return err
-    return WriteError(path, err.strerror or str(err), err.errno)
+    return OSError(err.errno, err.strerror or str(err), os.fspath(path))
+
+
+def is_write_error(err):
+    """Whether `err` is a write the file system refused (`WRITE_ERRNOS`), or
+    numpy's short write (no errno).
+
+    Args:
+        err: an exception.
+
+    Returns:
+        True or False.
+    """
+    if not isinstance(err, OSError):
+        return False
+    if err.errno is None:
+        return type(err) is OSError and SHORT_WRITE.fullmatch(str(err)) is not None
+    return err.errno in WRITE_ERRNOS
 
 
 def remove_leftovers(folder, final=None):

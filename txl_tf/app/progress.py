@@ -24,12 +24,18 @@ def show_bar(progress, large, stream=None):
       stream: where the bar goes (default stderr, tqdm's).
 
     Returns:
-      `progress` when given, else whether the work is `large` and `stream` is
+      `progress` when given, else whether the work is `large` and, in the
+      project's commands (`txl_tf.app.exits.running_a_command`), `stream` is
       a terminal (in a log a bar is a frame of control characters per update).
+      In library use the bar shows whenever the work is `large` (Jupyter's
+      stderr is no terminal, yet shows a bar).
     """
     if progress is not None:
         return bool(progress)
-    return bool(large) and interactive(sys.stderr if stream is None else stream)
+    if not large:
+        return False
+    from txl_tf.app.exits import running_a_command  # absl: not before it is needed
+    return not running_a_command() or interactive(sys.stderr if stream is None else stream)
 
 
 class Progress:

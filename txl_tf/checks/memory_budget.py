@@ -61,6 +61,23 @@ def _address_space_room():
     return max(limit - size, 0)
 
 
+def room_words(available):
+    """How a refusal names `available` bytes: "this process can allocate X
+    GiB" where the process's address-space limit (`_address_space_room`)
+    leaves no more, else "this machine has X GiB available".
+
+    Args:
+        available: bytes.
+
+    Returns:
+        The words.
+    """
+    room = _address_space_room()
+    if room is not None and room <= available:
+        return f"this process can allocate {available / GIB:,.1f} GiB"
+    return f"this machine has {available / GIB:,.1f} GiB available"
+
+
 def _cgroup_room():
     """The cgroup's memory limit less its usage; None without a limit."""
     for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
@@ -168,8 +185,7 @@ def _check(parts, what, available, advice=ADVICE):
         biggest = max(parts, key=parts.get)
         raise MemoryBudgetError(
             f"{what} needs at least {total / GIB:,.1f} GiB ({biggest} "
-            f"{parts[biggest] / GIB:,.1f} GiB) and this machine has {available / GIB:,.1f} "
-            f"GiB available; {advice}")
+            f"{parts[biggest] / GIB:,.1f} GiB) and {room_words(available)}; {advice}")
     return total
 
 
@@ -179,10 +195,13 @@ NEW_ID_BYTES = 8
 
 def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
                   advice="ask for fewer new ids (a decode resumed from its state goes on "
-                         "exactly) or fewer rows", holds="the new ids and their log-probs"):
+                         "exactly) or fewer rows", holds="the new ids and their log-probs",
+                  buffer=0):
     """Raises `MemoryBudgetError` unless a generation's outputs (`[B, n]`
     int32 ids and float32 log-probs, allocated whole even when a stop id
-    ends every row early) fit in what is available; returns their bytes.
+    ends every row early), and the buffer of as many positions a compiled
+    decode loop fills before them, fit in what is available; returns their
+    bytes.
 
     Args:
         batch_size: rows.
@@ -191,18 +210,21 @@ def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
         available: bytes (None: `available_bytes()`).
         advice: what the refusal suggests.
         holds: what the `NEW_ID_BYTES` of a position are, in the refusal.
+        buffer: positions per row of the compiled loop's buffer (the
+            `Decoder`'s: a power of two >= `num_tokens`; 0 for none).
 
     Returns:
-        The bytes of the outputs.
+        The bytes of the outputs and the buffer.
     """
-    total = int(batch_size) * int(num_tokens) * NEW_ID_BYTES
+    total = int(batch_size) * (int(num_tokens) + int(buffer)) * NEW_ID_BYTES
     available = available_bytes() if available is None else available
     if available is not None and total > available:
         rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
+        held = f", and the decode loop's buffer of {int(buffer):,}" if buffer else ""
         raise MemoryBudgetError(
             f"{what} {int(num_tokens):,} for {rows} needs at least {total / GIB:,.1f} GiB "
-            f"({holds}, {NEW_ID_BYTES} bytes each) and this machine has "
-            f"{available / GIB:,.1f} GiB available; {advice}")
+            f"({holds}{held}, {NEW_ID_BYTES} bytes each) and {room_words(available)}; "
+            f"{advice}")
     return total
 
 

@@ -41,7 +41,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from txl_tf.app.files import naming
+from txl_tf.app.files import naming, reading
 from txl_tf.app.progress import show_bar
 from txl_tf.data import cache as cache_lib
 from txl_tf.errors import TxlError
@@ -154,7 +154,7 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
             try:
                 block = f.read(chunk_bytes)
             except OSError as err:
-                raise _reading(err, path) from err
+                raise reading(err, path) from err
             if not block:
                 break
             bar.update(len(block))
@@ -169,20 +169,11 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
 
 
 def _read_bytes(path: Path) -> bytes:
-    """`path`'s bytes; a failed read names `path` (`_reading`)."""
+    """`path`'s bytes; a failed read names `path` (`reading`)."""
     try:
         return path.read_bytes()
     except OSError as err:
-        raise _reading(err, path) from err
-
-
-def _reading(err: OSError, path: Path) -> OSError:
-    """`err`, a failed read of `path`, as one naming `path`: a read() error
-    (EIO, a stale network file handle) names no file, and the cache build
-    (`load_corpus`) names such an error as a write of its cache folder."""
-    if err.filename is not None:
-        return err
-    return OSError(err.errno, err.strerror or str(err), str(path))
+        raise reading(err, path) from err
 
 
 def _require_dir(data_dir, layout: str) -> Path:

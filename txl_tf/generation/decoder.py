@@ -243,6 +243,21 @@ class Decoder:
                                            state.rows, state.pad_id,
                                            HeldCache(self, cache))
 
+    def loop_buffer(self, num_tokens, stream=None, stream_every=8):
+        """The positions per row of the ids and log-probs buffer that the
+        compiled loop of `decode` fills (a power of two >= each call's
+        ids), besides the outputs: `check_new_ids` counts them.
+
+        Args:
+            num_tokens: ids to sample per row.
+            stream: None, or the streaming callback.
+            stream_every: ids per chunk when streaming.
+
+        Returns:
+            The positions.
+        """
+        return _bucket(min(num_tokens if stream is None else stream_every, num_tokens))
+
     # ---------------------------------------- the decode cache (generation.flow)
     def read_cached(self, ids, cache):
         """A segment read on a decode cache (`TransformerXL.call_with_cache`).

@@ -41,19 +41,22 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
         raise TxlError(f"stream must be callable, got {type(stream).__name__}")
     if isinstance(stream_every, bool) or not isinstance(stream_every, int) or stream_every < 1:
         raise TxlError(f"stream_every must be an integer >= 1, got {stream_every!r}")
+    # A compiled decode loop's buffer (the `Decoder`'s), beside the outputs.
+    loop_buffer = getattr(backend, "loop_buffer", None)
+    buffer = loop_buffer(n, stream, stream_every) if loop_buffer is not None else 0
     if resume is not None:
         if memory is not None:
             raise TxlError("pass either a memory or resume (which holds one), not both")
         if not isinstance(resume, DecodeState):
             raise TxlError("resume must be the .state of an earlier Generation")
         state = resume
-        check_new_ids(len(state.done), n)  # before a next turn is read
+        check_new_ids(len(state.done), n, buffer=buffer)  # before a next turn is read
         if prompts is not None:
             state = next_turn(backend, resume, check_prompts(prompts, backend.n_token),
                               segment_len)
     else:
         prompts = check_prompts(prompts, backend.n_token)
-        check_new_ids(len(prompts), n)  # before the prompts are read
+        check_new_ids(len(prompts), n, buffer=buffer)  # before the prompts are read
         rows = make_rows(backend.n_token, len(prompts), seed, stop_ids,
                          Sampling(temperature, top_k, top_p, repetition_penalty))
         pad_id = check_pad_id(pad_id, backend.n_token)

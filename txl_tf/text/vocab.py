@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from txl_tf.app.files import reading
 from txl_tf.errors import TxlError
 
 # Python's own notion of whitespace (str.split() with no argument); the
@@ -147,6 +148,8 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
     except UnicodeDecodeError as err:
         raise TxlError(f"vocabulary file {path} is not UTF-8 text (byte {err.start}): "
                        "one token per line expected") from None
+    except OSError as err:  # a read() error (EIO) names no file
+        raise reading(err, path) from err
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

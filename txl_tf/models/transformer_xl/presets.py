@@ -78,49 +78,72 @@ PRESET_FILES = ("metadata.json", "task.json", "task.weights.h5", "preprocessor.j
 
 
 class _Saving(threading.local):
-    """The temporary folders of the saves this thread is inside."""
+    """The temporary folders of the saves this thread is inside, and how
+    many `_weights_through_memory` blocks it is inside."""
 
     def __init__(self):
         self.folders = []
+        self.through_memory = 0
 
 
 _saving = _Saving()
 
 
-_STORE_LOCK = threading.Lock()
+_WRAP_LOCK = threading.Lock()
+
+
+def _wrap_h5_store():
+    """Wraps `__init__` and `close` of Keras's `H5IOStore` class (once):
+    inside a `_weights_through_memory` block of the calling thread, a
+    `.weights.h5` file written by path is built in memory and written at
+    `close` with one `write`; in every other thread, or outside the block,
+    the store is Keras's own. The class keeps its name and identity, so
+    Keras's `isinstance` checks hold for every thread's store."""
+    from keras.src.saving import saving_lib
+
+    store = saving_lib.H5IOStore
+    with _WRAP_LOCK:
+        if store.__dict__.get("_txl_through_memory"):
+            return
+        keras_init, keras_close = store.__init__, store.close
+
+        def __init__(self, path_or_io, archive=None, mode="r"):
+            target = None
+            if (_saving.through_memory and mode == "w" and archive is None
+                    and isinstance(path_or_io, (str, os.PathLike))):
+                target, path_or_io = os.fspath(path_or_io), io.BytesIO()
+            self._txl_target = target
+            keras_init(self, path_or_io, archive=archive, mode=mode)
+
+        def close(self):
+            target, buffer = self.__dict__.get("_txl_target"), self.path_or_io
+            keras_close(self)
+            if target is not None:
+                self._txl_target = None
+                with open(target, "wb") as f:
+                    f.write(buffer.getbuffer())
+
+        __init__.__doc__, close.__doc__ = keras_init.__doc__, keras_close.__doc__
+        store.__init__, store.close = __init__, close
+        store._txl_through_memory = True
 
 
 @contextlib.contextmanager
 def _weights_through_memory():
-    """For the block, Keras's `.weights.h5` files (`save_weights`) are built
-    in memory and written with one `write`: HDF5 writing to a full disk
-    itself crashed the process (a segmentation fault), where a `write`
-    raises an `OSError`. One thread at a time (Keras's store class is
-    swapped for the block)."""
-    from keras.src.saving import saving_lib
-
-    keras_store = saving_lib.H5IOStore
-
-    class MemoryH5IOStore(keras_store):
-        def __init__(self, path_or_io, archive=None, mode="r"):
-            self.target = None
-            if mode == "w" and archive is None and isinstance(path_or_io, (str, os.PathLike)):
-                self.target, path_or_io = os.fspath(path_or_io), io.BytesIO()
-            super().__init__(path_or_io, archive=archive, mode=mode)
-
-        def close(self):
-            buffer = self.path_or_io
-            super().close()
-            if self.target is not None:
-                with open(self.target, "wb") as f:
-                    f.write(buffer.getbuffer())
-
-    with _STORE_LOCK:
-        saving_lib.H5IOStore = MemoryH5IOStore
-        try:
-            yield
-        finally:
-            saving_lib.H5IOStore = keras_store
+    """For the block, Keras's `.weights.h5` files (`save_weights`) that this
+    thread writes are built in memory and written with one `write`: HDF5
+    writing to a full disk itself crashed the process (a segmentation
+    fault), where a `write` raises an `OSError`. The file is held in memory
+    once more until it is written. Other threads' saves and loads are
+    Keras's own. A sharded save (`max_shard_size` smaller than the model:
+    Keras's `ShardedH5IOStore`, which reopens its shards to read them)
+    writes its shards straight to disk."""
+    _wrap_h5_store()
+    _saving.through_memory += 1
+    try:
+        yield
+    finally:
+        _saving.through_memory -= 1
 
 
 def save_staged(save, preset_dir):

@@ -128,6 +128,9 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
     def save_to_preset(self, preset_dir, **kwargs):
         """Saves a keras-hub preset folder (keras-hub's `save_to_preset`)
         through a temporary folder, `config.json` last (`presets.save_staged`).
+        The save holds one extra copy of the weights file in memory
+        (`wt103_large`: about 1.05 GiB); a sharded save (`max_shard_size`)
+        writes its shards straight to disk.
 
         Args:
             preset_dir: the folder.

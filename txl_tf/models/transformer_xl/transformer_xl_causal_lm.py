@@ -108,6 +108,9 @@ class TransformerXLCausalLM(RestoresCompile, StreamTraining, keras_hub.models.Ca
         vocabulary, as `save_pretrained` records it: loading the preset
         then refuses other tokenizer files of the same size. Written through
         a temporary folder, `config.json` last (`presets.save_staged`).
+        The save holds one extra copy of the weights file in memory
+        (`wt103_large`: about 1.05 GiB); a sharded save (`max_shard_size`)
+        writes its shards straight to disk.
 
         Args:
             preset_dir: the folder.
