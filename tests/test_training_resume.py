@@ -185,3 +185,41 @@ def test_checkpoints_hold_the_running_metrics_and_older_ones_still_restore(tmp_p
     model.reset_metrics()
     assert TrainingCheckpoint(model, optimizer, str(tmp_path / "old"), strategy).restore_latest()
     assert float(loss.count.numpy()) == 0.0
+
+
+def test_each_replica_resumes_its_own_memory_and_metric_sums(tmp_path):
+    """Two replicas hold different memories and running sums (their own
+    streams): a save and a restore give each replica back its own, not
+    replica 0's."""
+    import tensorflow as tf
+    from training.checkpointing import TrainingCheckpoint
+    from training.strategy import mirrored_strategy
+    from txl_tf import TransformerXLConfig, TransformerXLLM
+    from txl_tf.learning.optimizer import ReplicaClippedAdam
+    assert len(tf.config.list_logical_devices("CPU")) >= 2, "tests/conftest.py splits the CPU"
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=1)
+        optimizer = ReplicaClippedAdam(0.1)
+        optimizer.build(model.trainable_variables)
+    loss = next(m for m in model.metrics if m.name == "loss")
+
+    def parts(variable):
+        return strategy.experimental_local_results(getattr(variable, "value", variable))
+
+    for r, (mem, mask, total) in enumerate(zip(parts(model.mems), parts(model.mem_mask),
+                                               parts(loss.total))):
+        mem.assign(tf.fill(mem.shape, float(r + 1)))
+        mask.assign(tf.fill(mask.shape, float(r + 3)))
+        total.assign(float(10 * (r + 1)))
+    TrainingCheckpoint(model, optimizer, str(tmp_path), strategy).save()
+    for variable in (model.mems, model.mem_mask, loss.total):
+        for part in parts(variable):
+            part.assign(tf.zeros_like(part))
+    TrainingCheckpoint(model, optimizer, str(tmp_path), strategy).restore_latest()
+    for r in range(2):
+        assert float(tf.reduce_min(parts(model.mems)[r])) == \
+            float(tf.reduce_max(parts(model.mems)[r])) == r + 1, f"replica {r}'s memory"
+        assert float(tf.reduce_min(parts(model.mem_mask)[r])) == \
+            float(tf.reduce_max(parts(model.mem_mask)[r])) == r + 3, f"replica {r}'s mask"
+        assert float(parts(loss.total)[r]) == 10 * (r + 1), f"replica {r}'s loss sum"
