@@ -223,3 +223,37 @@ def test_each_replica_resumes_its_own_memory_and_metric_sums(tmp_path):
         assert float(tf.reduce_min(parts(model.mem_mask)[r])) == \
             float(tf.reduce_max(parts(model.mem_mask)[r])) == r + 3, f"replica {r}'s mask"
         assert float(parts(loss.total)[r]) == 10 * (r + 1), f"replica {r}'s loss sum"
+
+
+def test_the_training_input_resumes_at_its_step_and_logs_each_rows_first_id(tmp_path):
+    """`training_input` from step 3: the continuous stream (distributed, or
+    logged: the log names the global step and each row's first input id)
+    and the documents' stream (the layout's step 3, 4, memory resets
+    included) start there."""
+    import tensorflow as tf
+    from training.train_data import training_input
+    from txl_tf.data import document_segments, split_documents, segment_dataset
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    ids = np.arange(1, 203, dtype=np.int32)
+    log = tmp_path / "batches.jsonl"
+    got = [batch[0].numpy() for batch in
+           training_input(strategy, ids, 4, 5, start_step=3, batch_log=str(log)).take(2)]
+    expected = [batch[0].numpy() for batch in segment_dataset(ids, 4, 5, start_step=3).take(2)]
+    np.testing.assert_array_equal(got, expected)
+    plain = iter(training_input(strategy, ids, 4, 5, start_step=3))
+    for want in expected:  # the distributed stream, no log
+        np.testing.assert_array_equal(
+            strategy.experimental_local_results(next(plain)[0])[0], want)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    # 4 streams of 50 ids (1, 51, 101, 151 first); step s starts at position 5 s
+    assert [(r["step"], r["first_ids"]) for r in records[:2]] == [
+        (3, [16, 66, 116, 166]), (4, [21, 71, 121, 171])]
+    ids[::7] = 0  # a document ends at every 0
+    layout = document_segments(split_documents(ids, 0), 4, 5)
+    batches = iter(training_input(strategy, ids, 4, 5, start_step=3, document_separator=0))
+    for step in (3, 4):
+        inputs, labels, weights = next(batches)
+        for got, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
+                             layout):
+            np.testing.assert_array_equal(strategy.experimental_local_results(got)[0],
+                                          want[step], err_msg=f"step {step}")
