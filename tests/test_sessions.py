@@ -420,3 +420,26 @@ def test_a_session_without_budget_generates_nothing(runtime):
     assert table.active() == ["one"]
     assert list(table.step()) == ["one"] and table.step() == {}
     assert table.close("none").ids.shape == (1, 0)
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "onnx_device"], indirect=True)
+def test_a_step_whose_check_fails_leaves_the_slab_as_it_was(runtime):
+    """`slab.step(ids, check)` with a `check` that raises writes nothing:
+    the next step is the first step of a slab that never saw it."""
+    rng = np.random.default_rng(5)
+    caches = [runtime.decode_init(runtime.step(rng.integers(0, N_TOKEN, [1, n]))[1])
+              for n in (3, 7)]
+    slabs = [SessionTable(runtime, max_batch=2).slab for _ in range(2)]
+    for slab in slabs:
+        for key, cache in enumerate(caches):
+            slab.admit(key, runtime.take(cache, [0]))
+    ids = rng.integers(0, N_TOKEN, 2)
+
+    def refuse(log_probs):
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        slabs[0].step(ids, refuse)
+    for _ in range(2):
+        np.testing.assert_allclose(*(slab.step(ids, lambda lp: np.array(lp)) for slab in slabs),
+                                   atol=1e-6)
