@@ -456,7 +456,8 @@ def test_under_float16_only_a_non_finite_loss_says_the_weights_were_left_unchang
     with pytest.raises(TrainingError) as raised:
         check.on_train_batch_end(0, {"loss": tf.constant(float("inf"))})
     assert str(raised.value) == (f"the training loss is inf at step 1{unchanged}: training "
-                                 f"stopped there and the newest checkpoint, step 4, is kept{advice}")
+                                 "stopped there and the newest checkpoint, step 4, is kept"
+                                 f"{advice}")
     model.layers[0].kernel.assign([[float("nan"), 0.0]])
     check.on_train_batch_begin(1)
     with pytest.raises(TrainingError, match=r"^the weights hold NaN or inf") as raised:
