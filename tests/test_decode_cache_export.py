@@ -489,3 +489,35 @@ def test_one_head_without_memory_reads_a_segment_as_the_core(tmp_path):
         log_probs, _ = runtime.decode_read(ids, runtime.decode_init(runtime.initial_memory(2)))
         expected, _ = core(ids, core.initial_memory(2, 0), training=False)
         np.testing.assert_allclose(log_probs, expected.numpy()[:, -1], atol=1e-4)
+
+
+def test_the_host_slab_rotates_an_admitted_row_and_its_own_slot_together():
+    """A row admitted at another ring slot than the slab's is rotated onto
+    it, its own free slot with it: the slab's rows all stand at the slab's
+    slot, and the row evicted at once holds its memory in the same order."""
+    from export.decode_cache import CacheSlab, SLOT_AXES, in_time_order
+    rng = np.random.default_rng(4)
+    size = 5  # odd: a rotation by +2 is not one by -2
+
+    def one_row(row_slot):
+        valid = np.ones([1, size], bool)
+        valid[0, row_slot] = False
+        return {"cache_mems": rng.normal(size=[1, 1, size, 2]).astype(np.float32),
+                "keys": rng.normal(size=[1, 1, 1, 2, size]).astype(np.float32),
+                "values": rng.normal(size=[1, 1, 1, size, 2]).astype(np.float32),
+                "valid": valid, "slot": np.array(row_slot, np.int32),
+                "row_slot": np.array([row_slot], np.int32),
+                "positions": np.zeros([2 * size, 2], np.float32)}
+
+    caches = {"a": one_row(1), "b": one_row(3)}
+    slab = CacheSlab(2)
+    for key, cache in caches.items():
+        slab.admit(key, {name: value.copy() for name, value in cache.items()})
+    assert int(slab.batch()["slot"]) == 1
+    np.testing.assert_array_equal(slab.batch()["row_slot"], [1, 1])
+    for key in ("b", "a"):
+        back, alone = slab.evict(key), caches[key]
+        for name, axis in SLOT_AXES.items():
+            np.testing.assert_array_equal(
+                in_time_order(back[name], back["row_slot"], axis),
+                in_time_order(alone[name], alone["row_slot"], axis), err_msg=f"{key} {name}")

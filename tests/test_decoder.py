@@ -371,3 +371,22 @@ def test_the_decode_loop_brings_one_finite_flag_per_row_to_the_host(monkeypatch)
                                                          stream=lambda ids: None,
                                                          stream_every=2)
     assert seen == [(2,), (2,)]
+
+
+def test_lengths_count_this_calls_ids_and_early_stops_pad_with_pad_id(core):
+    """A resumed call's `lengths` are its own ids, not the state's total; no
+    ids is an empty call; a call cut short by its stop ids (in chunks, as
+    streaming reads it) pads with `pad_id`, not 0."""
+    decoder = Decoder(core, mem_len=MEM_LEN, jit_compile=False)
+    first = decoder.generate([[1, 2, 3]], 3, temperature=0)
+    more = decoder.generate(None, 4, resume=first.state)
+    np.testing.assert_array_equal(first.lengths, [3])
+    np.testing.assert_array_equal(more.lengths, [4])
+    none = decoder.generate([[1, 2, 3]], 0, temperature=0)
+    assert none.ids.shape == (1, 0) and none.lengths.tolist() == [0]
+    stop = int(first.ids[0, 0])
+    chunks = []
+    cut = decoder.generate([[1, 2, 3]], 5, temperature=0, stop_ids=[stop], pad_id=7,
+                           stream=chunks.append, stream_every=1)
+    assert cut.ids.tolist() == [[stop, 7, 7, 7, 7]] and cut.lengths.tolist() == [1]
+    assert len(chunks) == 1

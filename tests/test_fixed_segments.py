@@ -172,3 +172,18 @@ def test_the_one_token_session_in_the_callers_options_fixes_no_other_graph(path,
     np.testing.assert_array_equal(fixed.generate(prompts, 3, temperature=0).ids, want.ids)
     with pytest.raises(TxlError, match=r"fixed to \[1, 1\].*options of its own"):
         open_runtime(path, session_options=session_options, **options)  # not fixed again
+
+
+def test_memories_joined_on_the_device_keep_each_rows_memory_and_mask(path, dynamic):
+    """`concat` of memories on the device (the join graphs) puts each
+    memory's rows, masks included, where the host's join puts them: three
+    memories of different lengths read (two graphs: 2, then 1 more)."""
+    device = open_runtime(path, device=DEVICE, device_cache=True)
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(0, 50, [1, n]).astype(np.int32) for n in (1, 2, 4)]
+    on_device = device.concat([device.step(p)[1] for p in prompts])
+    on_host = dynamic.concat([dynamic.step(p)[1] for p in prompts])
+    got, want = on_device.numpy(), on_host.numpy()
+    np.testing.assert_array_equal(got[1], want[1])
+    assert len({tuple(row) for row in want[1]}) == 3  # the masks tell the rows apart
+    np.testing.assert_allclose(got[0], want[0], atol=ATOL)

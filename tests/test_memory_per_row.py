@@ -139,6 +139,31 @@ def test_distributed_documents_keep_each_row_on_its_replica_at_every_step():
             weights[step % steps])
 
 
+
+class _SecondWorker:
+    """A strategy of 4 replicas over 2 input pipelines (2 replicas each) that
+    builds worker 1's dataset (no cluster needed)."""
+    num_replicas_in_sync = 4
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        return dataset_fn(tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                                     num_replicas_in_sync=4))
+
+
+def test_the_second_worker_serves_its_own_block_of_rows():
+    """Global batch 8 over 4 replicas: worker 1 holds replicas 2 and 3, so it
+    serves rows [4, 6) then [6, 8) of each step's layout."""
+    docs = [np.arange(100 * k + 1, 100 * k + 4 + 3 * k) for k in range(10)]
+    layout = document_segments(docs, batch_size=8, tgt_len=T)
+    got = list(distribute_documents(_SecondWorker(), docs, global_batch_size=8, tgt_len=T)
+               .take(4))
+    for i, (inputs, labels, weights) in enumerate(got):
+        step, rows = i // 2, slice(4 + 2 * (i % 2), 6 + 2 * (i % 2))
+        for part, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
+                              layout):
+            np.testing.assert_array_equal(part.numpy(), want[step, rows], err_msg=f"element {i}")
+
+
 def _train(tmp_path, **options):
     from job_helpers import write_text_corpus
     from training import train

@@ -391,3 +391,76 @@ def test_a_slab_that_cannot_fit_is_refused_when_the_table_is_made(cached_runtime
                                                 rf"session, memory 16\) and this machine has "
                                                 rf"0\.0 GiB available; lower max_batch$"):
         SessionTable(cached_runtime, max_batch=101)
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "onnx_step_last"], indirect=True)
+def test_a_reset_starts_the_session_afresh_but_for_its_budget_and_random_stream(runtime):
+    """After `reset` a session is its new prompt read from an empty memory:
+    not stopped (it stopped at a stop id before), no cache of the old
+    memory, no penalty for the ids of the old document; without
+    `max_new_tokens` it has what was left of its budget."""
+    table = SessionTable(runtime, max_batch=2)
+    old = list(range(20))  # seen before the reset: penalised if they were kept
+    settings = dict(temperature=0, repetition_penalty=1.5)
+    stop = int(runtime.generate([old], 1, **settings).ids[0, 0])
+    table.open("r", old, 6, stop_ids=[stop], **settings)  # stops at its first id
+    table.run()
+    assert table._sessions["r"].state.done.all()
+    table.reset("r", [30, 31, 32], max_new_tokens=0)
+    got = table.close("r")
+    fresh = runtime.generate([[30, 31, 32]], 7, stop_ids=[stop], **settings)
+    assert int(fresh.lengths[0]) > 2
+    more = runtime.generate(None, 7, resume=got.state)
+    np.testing.assert_array_equal(more.ids[0], fresh.ids[0])
+    np.testing.assert_allclose(more.log_probs[0], fresh.log_probs[0], atol=1e-5)
+    table.open("s", old, 10, **settings)
+    for _ in range(3):
+        table.step()
+    table.reset("s", [30, 31, 32])
+    table.run()
+    alone = runtime.generate([[30, 31, 32]], 7, **settings)
+    np.testing.assert_array_equal(table.close("s").ids[0][3:], alone.ids[0])
+
+
+@pytest.mark.parametrize("runtime", ["onnx_step_last"], indirect=True)
+def test_sessions_beyond_max_batch_take_turns(runtime):
+    """Round robin: with more live sessions than `max_batch`, the ones
+    waiting longest are served next."""
+    table = SessionTable(runtime, max_batch=2)
+    for sid in "abcd":
+        table.open(sid, [1, 2], 2, temperature=0)
+    assert [sorted(table.step()) for _ in range(4)] == [["a", "b"], ["c", "d"]] * 2
+    assert not table.active()
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "onnx_step_last"], indirect=True)
+def test_a_session_without_budget_generates_nothing(runtime):
+    table = SessionTable(runtime, max_batch=2)
+    table.open("none", [1, 2], 0)
+    table.open("one", [1, 2], 1, temperature=0)
+    assert table.active() == ["one"]
+    assert list(table.step()) == ["one"] and table.step() == {}
+    assert table.close("none").ids.shape == (1, 0)
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "onnx_device"], indirect=True)
+def test_a_step_whose_check_fails_leaves_the_slab_as_it_was(runtime):
+    """`slab.step(ids, check)` with a `check` that raises writes nothing:
+    the next step is the first step of a slab that never saw it."""
+    rng = np.random.default_rng(5)
+    caches = [runtime.decode_init(runtime.step(rng.integers(0, N_TOKEN, [1, n]))[1])
+              for n in (3, 7)]
+    slabs = [SessionTable(runtime, max_batch=2).slab for _ in range(2)]
+    for slab in slabs:
+        for key, cache in enumerate(caches):
+            slab.admit(key, runtime.take(cache, [0]))
+    ids = rng.integers(0, N_TOKEN, 2)
+
+    def refuse(log_probs):
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        slabs[0].step(ids, refuse)
+    for _ in range(2):
+        np.testing.assert_allclose(*(slab.step(ids, lambda lp: np.array(lp)) for slab in slabs),
+                                   atol=1e-6)

@@ -314,3 +314,32 @@ def test_a_segment_whose_window_cannot_fit_is_refused_before_it_is_made(monkeypa
         eval_segment_dataset(ids, 2, 100_000)
     with pytest.raises(MemoryBudgetError, match=r"^a segment of the streams \(batch 1, tgt_len "):
         segment_dataset(np.arange(200_000) % 7, 1, 100_000)
+
+
+class _WorkerStub:
+    """A strategy of 4 replicas over 2 input pipelines (workers), 2 replicas
+    each, whose `distribute_datasets_from_function` builds worker 1's dataset
+    (the rows a second worker reads; no cluster needed)."""
+    num_replicas_in_sync = 4
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        return dataset_fn(tf.distribute.InputContext(num_input_pipelines=2,
+                                                     input_pipeline_id=1,
+                                                     num_replicas_in_sync=4))
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+def test_second_worker_reads_its_own_block_of_streams(evaluation):
+    """Global batch 8 over 4 replicas: worker 1 holds replicas 2 and 3, so it
+    serves streams [4, 6) then [6, 8) of every step, in that order."""
+    ids = np.arange(4001, dtype=np.int32)
+    B, T, start = 8, 5, 3
+    worker = distribute_segments(_WorkerStub(), ids, B, T, start_step=start,
+                                 evaluation=evaluation)
+    reference = (eval_segment_dataset(ids, B, T, start_step=start) if evaluation
+                 else segment_dataset(ids, B, T, start_step=start))
+    got = collect(worker, 4)
+    for s, ref in enumerate(collect(reference, 2)):
+        for replica, rows in enumerate([slice(4, 6), slice(6, 8)]):
+            for u, v in zip(got[2 * s + replica], ref):
+                np.testing.assert_array_equal(u, v[rows], err_msg=f"step {s} replica {replica}")

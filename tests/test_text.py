@@ -68,6 +68,13 @@ def test_char_roundtrip_and_order(text):
     assert unknown[1] == tok.unk_id and tok.decode(unknown) == "a\ufffdb"
 
 
+
+def test_char_counts_add_up_over_chunks():
+    """A later chunk's counts add to the earlier ones', whatever its highest code point."""
+    tok = CharTokenizer.build(["aab", "b", "b"])
+    assert tok.chars == ["\ufffd", "b", "a"]  # b: 3, a: 2
+    assert CharTokenizer.build(["b", "b", "ac"]).chars == ["\ufffd", "b", "a", "c"]
+
 def test_char_without_unk_names_the_character(text):
     tok = CharTokenizer.build(text, unk_char=None)
     with pytest.raises(ValueError, match=r"'Z'.*position 1"):
@@ -87,6 +94,14 @@ def test_word_eos_every_line_and_unk():
     assert tok.encode("").size == 0
     assert tok.encode("x\n").tolist() == tok.encode("x").tolist() == [unk, eos]
 
+
+
+def test_word_decode_keeps_a_last_line_without_its_end():
+    """Generated ids seldom end with eos: their last words are text too."""
+    tok = WordTokenizer.build("b a b\nc a b\n")
+    b, a, c = (tok.index[w] for w in "bac")
+    assert tok.decode([b, a]) == "b a"
+    assert tok.decode([b, tok.eos_id, c, a]) == "b\nc a"
 
 def test_word_roundtrip_normalised(text):
     tok = WordTokenizer.build(text)

@@ -433,3 +433,35 @@ def test_the_non_finite_check_is_one_read_compiled_as_the_train_step():
             continue
         with pytest.raises(TrainingError, match="loss is inf" if step == 1 else "weights hold"):
             check.on_train_batch_end(step, {"loss": tf.constant(loss)})
+
+
+def test_under_float16_only_a_non_finite_loss_says_the_weights_were_left_unchanged():
+    """Loss scaling skips the update of a step whose loss is not finite (the
+    message says the weights stayed); weights made NaN under a finite loss
+    were not left as they were, and the message must not claim it."""
+    import keras
+    import tensorflow as tf
+
+    from training.callbacks import StopOnNonFinite
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse")
+    check = StopOnNonFinite(lambda: 4, policy="mixed_float16")
+    check.set_model(model)
+    check.on_train_begin()
+    unchanged = " (float16 loss scaling left the weights of that step as they were)"
+    advice = ("; lower --learning_rate, or train in float32 (--mixed_precision=none; this run: "
+              "mixed_float16)")
+    check.on_train_batch_begin(0)
+    with pytest.raises(TrainingError) as raised:
+        check.on_train_batch_end(0, {"loss": tf.constant(float("inf"))})
+    assert str(raised.value) == (f"the training loss is inf at step 1{unchanged}: training "
+                                 "stopped there and the newest checkpoint, step 4, is kept"
+                                 f"{advice}")
+    model.layers[0].kernel.assign([[float("nan"), 0.0]])
+    check.on_train_batch_begin(1)
+    with pytest.raises(TrainingError, match=r"^the weights hold NaN or inf") as raised:
+        check.on_train_batch_end(1, {"loss": tf.constant(1.0)})
+    assert "loss scaling left" not in str(raised.value)
+    assert str(raised.value).endswith(f"at step 2: training stopped there and the newest "
+                                      f"checkpoint, step 4, is kept{advice}")

@@ -185,3 +185,75 @@ def test_checkpoints_hold_the_running_metrics_and_older_ones_still_restore(tmp_p
     model.reset_metrics()
     assert TrainingCheckpoint(model, optimizer, str(tmp_path / "old"), strategy).restore_latest()
     assert float(loss.count.numpy()) == 0.0
+
+
+def test_each_replica_resumes_its_own_memory_and_metric_sums(tmp_path):
+    """Two replicas hold different memories and running sums (their own
+    streams): a save and a restore give each replica back its own, not
+    replica 0's."""
+    import tensorflow as tf
+    from training.checkpointing import TrainingCheckpoint
+    from training.strategy import mirrored_strategy
+    from txl_tf import TransformerXLConfig, TransformerXLLM
+    from txl_tf.learning.optimizer import ReplicaClippedAdam
+    assert len(tf.config.list_logical_devices("CPU")) >= 2, "tests/conftest.py splits the CPU"
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=1)
+        optimizer = ReplicaClippedAdam(0.1)
+        optimizer.build(model.trainable_variables)
+    loss = next(m for m in model.metrics if m.name == "loss")
+
+    def parts(variable):
+        return strategy.experimental_local_results(getattr(variable, "value", variable))
+
+    for r, (mem, mask, total) in enumerate(zip(parts(model.mems), parts(model.mem_mask),
+                                               parts(loss.total))):
+        mem.assign(tf.fill(mem.shape, float(r + 1)))
+        mask.assign(tf.fill(mask.shape, float(r + 3)))
+        total.assign(float(10 * (r + 1)))
+    TrainingCheckpoint(model, optimizer, str(tmp_path), strategy).save()
+    for variable in (model.mems, model.mem_mask, loss.total):
+        for part in parts(variable):
+            part.assign(tf.zeros_like(part))
+    TrainingCheckpoint(model, optimizer, str(tmp_path), strategy).restore_latest()
+    for r in range(2):
+        assert float(tf.reduce_min(parts(model.mems)[r])) == \
+            float(tf.reduce_max(parts(model.mems)[r])) == r + 1, f"replica {r}'s memory"
+        assert float(tf.reduce_min(parts(model.mem_mask)[r])) == \
+            float(tf.reduce_max(parts(model.mem_mask)[r])) == r + 3, f"replica {r}'s mask"
+        assert float(parts(loss.total)[r]) == 10 * (r + 1), f"replica {r}'s loss sum"
+
+
+def test_the_training_input_resumes_at_its_step_and_logs_each_rows_first_id(tmp_path):
+    """`training_input` from step 3: the continuous stream (distributed, or
+    logged: the log names the global step and each row's first input id)
+    and the documents' stream (the layout's step 3, 4, memory resets
+    included) start there."""
+    import tensorflow as tf
+    from training.train_data import training_input
+    from txl_tf.data import document_segments, split_documents, segment_dataset
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    ids = np.arange(1, 203, dtype=np.int32)
+    log = tmp_path / "batches.jsonl"
+    got = [batch[0].numpy() for batch in
+           training_input(strategy, ids, 4, 5, start_step=3, batch_log=str(log)).take(2)]
+    expected = [batch[0].numpy() for batch in segment_dataset(ids, 4, 5, start_step=3).take(2)]
+    np.testing.assert_array_equal(got, expected)
+    plain = iter(training_input(strategy, ids, 4, 5, start_step=3))
+    for want in expected:  # the distributed stream, no log
+        np.testing.assert_array_equal(
+            strategy.experimental_local_results(next(plain)[0])[0], want)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    # 4 streams of 50 ids (1, 51, 101, 151 first); step s starts at position 5 s
+    assert [(r["step"], r["first_ids"]) for r in records[:2]] == [
+        (3, [16, 66, 116, 166]), (4, [21, 71, 121, 171])]
+    ids[::7] = 0  # a document ends at every 0
+    layout = document_segments(split_documents(ids, 0), 4, 5)
+    batches = iter(training_input(strategy, ids, 4, 5, start_step=3, document_separator=0))
+    for step in (3, 4):
+        inputs, labels, weights = next(batches)
+        for got, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
+                             layout):
+            np.testing.assert_array_equal(strategy.experimental_local_results(got)[0],
+                                          want[step], err_msg=f"step {step}")
