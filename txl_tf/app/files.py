@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 
+from txl_tf.errors import TxlError
+
 PREFIX = ".tmp-"  # `.tmp-<pid>-<name>`: keeps the name's suffix (.npz, .keras, .h5)
 
 # The errnos of a write the file system refused: a full disk or quota, a file
@@ -150,10 +152,11 @@ def replacing(path):
         raise
 
 
-class WriteError(OSError):
+class WriteError(OSError, TxlError):
     """A write that failed, naming where: `cannot write '<path>': <cause>`
     (`filename` the path, `strerror` the cause, `errno` the failed call's,
-    None for numpy's short write)."""
+    None for numpy's short write). An `OSError` as the failed call's was, and
+    one of the project's errors (`TxlError`)."""
 
     def __init__(self, path, cause, errno=None):
         super().__init__(errno, cause, os.fspath(path))
