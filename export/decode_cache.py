@@ -753,8 +753,8 @@ def one_thread_at_a_time(method):
             raise TxlError(f"{type(slab).__name__} is in use by another thread: a slab serves "
                            "one thread at a time (a SessionTable holds its lock around its "
                            "slab; elsewhere hold one around every use of it)")
-        slab._user = me
         try:
+            slab._user = me
             return method(slab, *args, **kwargs)
         finally:
             slab._user = None
@@ -823,16 +823,22 @@ class CacheSlab:
 
     @one_thread_at_a_time
     def evict(self, key):
-        """Removes `key`'s row; its one-row host cache (a copy)."""
+        """Removes `key`'s row; its one-row host cache (a copy). The last row
+        moves into it; an interrupt while it moves puts the row back."""
         row = self.keys.index(key)
         cache = take_rows(self.batch(), [row])
         last = len(self.keys) - 1
-        if row != last:
+        try:
             for name in BATCH_AXES:
                 array = self._arrays[name]
                 _rows(array, name, row, row + 1)[...] = _rows(array, name, last, last + 1)
-            self.keys[row] = self.keys[last]
-        self.keys.pop()
+            # One change: the last key into the row, the list one shorter.
+            self.keys[row:] = ([self.keys[last]] if row != last else []) + self.keys[row + 1:last]
+        except BaseException:
+            if self.keys[row] == key:
+                for name in BATCH_AXES:
+                    _rows(self._arrays[name], name, row, row + 1)[...] = cache[name]
+            raise
         return cache
 
     @one_thread_at_a_time
@@ -847,10 +853,11 @@ class CacheSlab:
         slab advanced in place, unless `check(log_probs)` raises: then the
         step is taken back (`mark`, `undo`) and the error goes on."""
         self.mark()
-        log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_), self.batch())
-        try:
+        try:  # also when the step itself is interrupted half-way through its writes
+            log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_),
+                                          self.batch())
             return check(log_probs)
-        except Exception:
+        except BaseException:
             self.undo()
             raise
 

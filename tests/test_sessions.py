@@ -391,3 +391,62 @@ def test_a_slab_that_cannot_fit_is_refused_when_the_table_is_made(cached_runtime
                                                 rf"session, memory 16\) and this machine has "
                                                 rf"0\.0 GiB available; lower max_batch$"):
         SessionTable(cached_runtime, max_batch=101)
+
+
+def _interrupt_at(monkeypatch, owner, name, k, after=False):
+    """`owner.name` raising `KeyboardInterrupt` at its k-th call (Ctrl-C in a
+    notebook, a cancelled request): before its work, or after it (`after`)."""
+    original, calls = getattr(owner, name), [0]
+
+    def interrupted(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == k and not after:
+            raise KeyboardInterrupt
+        out = original(*args, **kwargs)
+        if calls[0] == k:
+            raise KeyboardInterrupt
+        return out
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+@pytest.mark.parametrize("path", ["slab", "step_last"])
+def test_an_interrupted_step_leaves_every_session_to_get_what_it_gets_alone(
+        exported, monkeypatch, path):
+    import export.onnx_runtime as onnx_runtime
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu")
+    runtime.use_decode_cache = path == "slab"
+    alone = {sid: _alone(runtime, [(prompt, None, n)], settings)
+             for sid, (prompt, n, settings) in SESSIONS.items()}
+    where = {"slab": [(onnx_runtime, "write_token", 3, True),  # the slab written, not recorded
+                      (type(runtime), "_checked_decode_init", 3, False),  # a session joining
+                      (type(runtime), "cache_memory", 1, False)],  # a session leaving
+             "step_last": [(type(runtime), "_step_last", 2, False)]}[path]
+    for owner, name, k, after in where:
+        table = SessionTable(runtime, max_batch=2)
+        for sid, (prompt, n, settings) in SESSIONS.items():
+            table.open(sid, prompt, n, **settings)
+        _interrupt_at(monkeypatch, owner, name, k, after)
+        with pytest.raises(KeyboardInterrupt):
+            table.run()
+        monkeypatch.undo()
+        table.run()
+        for sid in SESSIONS:
+            assert list(table.close(sid).ids[0]) == alone[sid], (name, sid)
+
+
+def test_an_interrupted_evict_leaves_the_slabs_rows_as_they_were(exported, monkeypatch):
+    import export.decode_cache as decode_cache
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu")
+    slab = SessionTable(runtime, max_batch=3).slab
+    for i, sid in enumerate("abc"):
+        _, memory = runtime.step(np.full([1, 3 + i], i + 1))
+        slab.admit(sid, runtime.decode_init(memory))
+    before = {name: np.array(value) for name, value in slab.batch().items()}
+    # `batch` takes one view per array, then each array's row moves: stop after the first.
+    _interrupt_at(monkeypatch, decode_cache, "_rows", len(decode_cache.BATCH_AXES) + 3)
+    with pytest.raises(KeyboardInterrupt):
+        slab.evict("a")
+    monkeypatch.undo()
+    assert slab.keys == ["a", "b", "c"]
+    for name, value in slab.batch().items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
