@@ -237,13 +237,23 @@ class SessionTable:
                 raise TxlError(f"no open session {session_id!r}")
             more = session.budget - len(session.ids) if max_new_tokens is None else \
                 check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
+            live = session_id in self._queue
             if self._slab is not None and session_id in self._slab.keys:
-                self._slab.evict(session_id)  # its cache holds the memory being forgotten
+                live = True
+                self._leave_slab(session_id)  # kept in its state until the prompt is read
             if session_id in self._queue:
                 self._queue.remove(session_id)
+            session = self._sessions[session_id]
         # Neither queued nor in the slab: no step serves it while its prompt is read.
-        log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
-                                    self.segment_len)
+        try:
+            log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
+                                        self.segment_len)
+        except BaseException:  # interrupted or refused: the session goes on as it was
+            with self._lock:
+                if live and self._sessions.get(session_id) is session and \
+                        session_id not in self._queue:
+                    self._queue.append(session_id)
+            raise
         state = session.state._replace(next_log_probs=log_probs, memory=memory,
                                        seen=seen_mask(prompts, n_token),
                                        done=np.array([False]), cache=None)

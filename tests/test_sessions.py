@@ -450,3 +450,24 @@ def test_an_interrupted_evict_leaves_the_slabs_rows_as_they_were(exported, monke
     assert slab.keys == ["a", "b", "c"]
     for name, value in slab.batch().items():
         np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+@pytest.mark.parametrize("path", ["slab", "step_last"])
+def test_an_interrupted_reset_leaves_the_session_going_on_as_it_was(exported, monkeypatch, path):
+    import export.sessions as sessions
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu")
+    runtime.use_decode_cache = path == "slab"
+    table = SessionTable(runtime, max_batch=2)
+    for sid in "ab":
+        table.open(sid, *SESSIONS[sid][:2], **SESSIONS[sid][2])
+    for _ in range(3):
+        table.step()
+    _interrupt_at(monkeypatch, sessions, "prefill", 1)
+    with pytest.raises(KeyboardInterrupt):
+        table.reset("a", [9, 9])
+    monkeypatch.undo()
+    assert sorted(table.active()) == ["a", "b"]
+    table.run()
+    for sid in "ab":
+        prompt, n, settings = SESSIONS[sid]
+        assert list(table.close(sid).ids[0]) == _alone(runtime, [(prompt, None, n)], settings)
