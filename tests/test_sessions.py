@@ -471,3 +471,22 @@ def test_an_interrupted_reset_leaves_the_session_going_on_as_it_was(exported, mo
     for sid in "ab":
         prompt, n, settings = SESSIONS[sid]
         assert list(table.close(sid).ids[0]) == _alone(runtime, [(prompt, None, n)], settings)
+
+
+def test_an_interrupted_evict_leaves_the_device_slabs_rows_as_they_were(exported, monkeypatch):
+    import export.device_slab as device_slab
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu", device_cache=True,
+                           cuda_graph=True)
+    slab = SessionTable(runtime, max_batch=3).slab
+    for i, sid in enumerate("abc"):
+        _, memory = runtime.step(np.full([1, 3 + i], i + 1))
+        slab.admit(sid, runtime.decode_init(memory))
+    before = {name: np.array(value.numpy()) for name, value in slab.batch().items()}
+    # Ctrl-C as the last row's copy into "a"'s returns, before the keys change.
+    _interrupt_at(monkeypatch, device_slab, "put_row", 1, after=True)
+    with pytest.raises(KeyboardInterrupt):
+        slab.evict("a")
+    monkeypatch.undo()
+    assert slab.keys == ["a", "b", "c"]
+    for name, value in slab.batch().items():
+        np.testing.assert_array_equal(value.numpy(), before[name], err_msg=name)
