@@ -787,6 +787,8 @@ class CacheSlab:
         self.keys = []  # the stream in each row, in row order
         self._arrays = None  # {name: array with `capacity` rows}, made at the first admit
         self._undo = None
+        # (steps taken, the last one's log-probs): what an interrupted caller goes on from
+        self.taken = (0, None)
 
     def __len__(self):
         return len(self.keys)
@@ -851,12 +853,16 @@ class CacheSlab:
     def step(self, ids, check):
         """The log-probs of one step of every row (ids `[len(self)]`), the
         slab advanced in place, unless `check(log_probs)` raises: then the
-        step is taken back (`mark`, `undo`) and the error goes on."""
+        step is taken back (`mark`, `undo`) and the error goes on. `taken`
+        counts the steps and keeps the last one's log-probs (for a caller
+        interrupted as this returns)."""
         self.mark()
         try:  # also when the step itself is interrupted half-way through its writes
             log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_),
                                           self.batch())
-            return check(log_probs)
+            log_probs = check(log_probs)
+            self.taken = (self.taken[0] + 1, log_probs)  # nothing after it can fail
+            return log_probs
         except BaseException:
             self.undo()
             raise

@@ -128,6 +128,7 @@ class DeviceSlab:
         self.keys = []  # the stream in each row, in row order
         self._tensors = None  # {name: OrtValue}, made at the first admit
         self._steps = {}  # {rows: FixedStep}
+        self.taken = (0, None)  # as `CacheSlab.taken`
 
     def __len__(self):
         return len(self.keys)
@@ -193,6 +194,7 @@ class DeviceSlab:
         log_probs = check(log_probs)
         with self._lock:
             steps.write()
+            self.taken = (self.taken[0] + 1, log_probs)  # as `CacheSlab.taken`
         return log_probs
 
     # --------------------------------------------------------------- helpers

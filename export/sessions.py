@@ -174,21 +174,11 @@ class SessionTable:
         if not served:
             return {}
         states = [self._sessions[s].state for s in served]
-        ids, chosen, seen, counters, stopped = choose(
-            np.concatenate([s.next_log_probs for s in states]),
-            type(states[0].rows).concat([s.rows for s in states]),
-            np.concatenate([s.seen for s in states]),
-            np.concatenate([s.counters for s in states]), np.zeros(len(served), np.bool_), 0)
-        if self._slab is None:
-            log_probs, memories = self._step_memories(served, states, ids)
-        else:
-            log_probs, memories = self._step_slab(served, ids), [None] * len(served)
-        # The step is taken: record it for every served session (an interrupt
-        # while recording is finished first), then move them behind the others
-        # (round robin); `_settle` takes out those that are done.
         lengths = [len(self._sessions[sid].ids) for sid in served]
+        log_probs = None  # set once the step is taken
+        taken = self._slab.taken[0] if self._slab is not None else None
 
-        def record(i):  # the same when repeated
+        def record(i):  # the i-th served session's step (the same when repeated)
             sid, state = served[i], states[i]._replace(
                 next_log_probs=log_probs[i:i + 1], seen=seen[i:i + 1],
                 counters=counters[i:i + 1], done=stopped[i:i + 1])
@@ -201,12 +191,30 @@ class SessionTable:
 
         recorded = 0
         try:
+            ids, chosen, seen, counters, stopped = choose(
+                np.concatenate([s.next_log_probs for s in states]),
+                type(states[0].rows).concat([s.rows for s in states]),
+                np.concatenate([s.seen for s in states]),
+                np.concatenate([s.counters for s in states]), np.zeros(len(served), np.bool_),
+                0)
+            memories = [None] * len(served)
+            if self._slab is None:
+                log_probs, memories = self._step_memories(served, states, ids)
+            else:
+                log_probs = self._step_slab(served, ids)
             for recorded in range(len(served)):
                 record(recorded)
         except BaseException:
-            for i in range(recorded, len(served)):
-                record(i)
+            # Interrupted (or failed) before the step was taken: nothing changed
+            # (a slab's step is taken back). After: it is recorded for every
+            # served session first.
+            if log_probs is None and self._slab is not None and self._slab.taken[0] != taken:
+                log_probs = self._slab.taken[1]  # taken as the slab's step returned
+            if log_probs is not None:
+                for i in range(recorded, len(served)):
+                    record(i)
             raise
+        # Behind the others (round robin); `_settle` takes out those that are done.
         if self._slab is None:
             self._queue.rotate(-len(served))
         self._settle()

@@ -490,3 +490,21 @@ def test_an_interrupted_evict_leaves_the_device_slabs_rows_as_they_were(exported
     assert slab.keys == ["a", "b", "c"]
     for name, value in slab.batch().items():
         np.testing.assert_array_equal(value.numpy(), before[name], err_msg=name)
+
+
+def test_a_step_interrupted_as_the_slabs_step_returns_is_recorded(runtime, monkeypatch):
+    if not runtime.use_decode_cache:
+        pytest.skip("no slab")
+    alone = {sid: _alone(runtime, [(prompt, None, n)], settings)
+             for sid, (prompt, n, settings) in SESSIONS.items()}
+    table = SessionTable(runtime, max_batch=2)
+    for sid, (prompt, n, settings) in SESSIONS.items():
+        table.open(sid, prompt, n, **settings)
+    # Ctrl-C after the slab's step (taken) and before the table has its log-probs.
+    _interrupt_at(monkeypatch, SessionTable, "_step_slab", 2, after=True)
+    with pytest.raises(KeyboardInterrupt):
+        table.run()
+    monkeypatch.undo()
+    table.run()
+    for sid in SESSIONS:
+        assert list(table.close(sid).ids[0]) == alone[sid], sid
