@@ -753,8 +753,8 @@ def one_thread_at_a_time(method):
             raise TxlError(f"{type(slab).__name__} is in use by another thread: a slab serves "
                            "one thread at a time (a SessionTable holds its lock around its "
                            "slab; elsewhere hold one around every use of it)")
-        slab._user = me
         try:
+            slab._user = me
             return method(slab, *args, **kwargs)
         finally:
             slab._user = None
@@ -787,6 +787,8 @@ class CacheSlab:
         self.keys = []  # the stream in each row, in row order
         self._arrays = None  # {name: array with `capacity` rows}, made at the first admit
         self._undo = None
+        # (steps taken, the last one's log-probs): what an interrupted caller goes on from
+        self.taken = (0, None)
 
     def __len__(self):
         return len(self.keys)
@@ -823,16 +825,22 @@ class CacheSlab:
 
     @one_thread_at_a_time
     def evict(self, key):
-        """Removes `key`'s row; its one-row host cache (a copy)."""
+        """Removes `key`'s row; its one-row host cache (a copy). The last row
+        moves into it; an interrupt while it moves puts the row back."""
         row = self.keys.index(key)
         cache = take_rows(self.batch(), [row])
         last = len(self.keys) - 1
-        if row != last:
+        try:
             for name in BATCH_AXES:
                 array = self._arrays[name]
                 _rows(array, name, row, row + 1)[...] = _rows(array, name, last, last + 1)
-            self.keys[row] = self.keys[last]
-        self.keys.pop()
+            # One change: the last key into the row, the list one shorter.
+            self.keys[row:] = ([self.keys[last]] if row != last else []) + self.keys[row + 1:last]
+        except BaseException:
+            if self.keys[row] == key:
+                for name in BATCH_AXES:
+                    _rows(self._arrays[name], name, row, row + 1)[...] = cache[name]
+            raise
         return cache
 
     @one_thread_at_a_time
@@ -845,12 +853,17 @@ class CacheSlab:
     def step(self, ids, check):
         """The log-probs of one step of every row (ids `[len(self)]`), the
         slab advanced in place, unless `check(log_probs)` raises: then the
-        step is taken back (`mark`, `undo`) and the error goes on."""
+        step is taken back (`mark`, `undo`) and the error goes on. `taken`
+        counts the steps and keeps the last one's log-probs (for a caller
+        interrupted as this returns)."""
         self.mark()
-        log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_), self.batch())
-        try:
-            return check(log_probs)
-        except Exception:
+        try:  # also when the step itself is interrupted half-way through its writes
+            log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_),
+                                          self.batch())
+            log_probs = check(log_probs)
+            self.taken = (self.taken[0] + 1, log_probs)  # nothing after it can fail
+            return log_probs
+        except BaseException:
             self.undo()
             raise
 

@@ -128,6 +128,7 @@ class DeviceSlab:
         self.keys = []  # the stream in each row, in row order
         self._tensors = None  # {name: OrtValue}, made at the first admit
         self._steps = {}  # {rows: FixedStep}
+        self.taken = (0, None)  # as `CacheSlab.taken`
 
     def __len__(self):
         return len(self.keys)
@@ -156,13 +157,19 @@ class DeviceSlab:
 
     @one_thread_at_a_time
     def evict(self, key):
-        """Removes `key`'s row; its one-row device cache (a copy)."""
+        """Removes `key`'s row; its one-row device cache (a copy). The last row
+        moves into it; an interrupt while it moves puts the row back."""
         row, last = self.keys.index(key), len(self.keys) - 1
         cache = self._take([row])
-        if row != last:
-            self._put(self._take([last]), row, 0)
-            self.keys[row] = self.keys[last]
-        self.keys.pop()
+        try:
+            if row != last:
+                self._put(self._take([last]), row, 0)
+            # One change: the last key into the row, the list one shorter.
+            self.keys[row:] = ([self.keys[last]] if row != last else []) + self.keys[row + 1:last]
+        except BaseException:
+            if row != last and self.keys[row] == key:
+                self._put(cache, row, 0)
+            raise
         return cache
 
     @one_thread_at_a_time
@@ -187,6 +194,7 @@ class DeviceSlab:
         log_probs = check(log_probs)
         with self._lock:
             steps.write()
+            self.taken = (self.taken[0] + 1, log_probs)  # as `CacheSlab.taken`
         return log_probs
 
     # --------------------------------------------------------------- helpers

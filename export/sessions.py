@@ -34,6 +34,7 @@ sessions' memories into one batch (round robin), runs `step_last` and splits
 the new memory back, through the host.
 """
 import collections
+import itertools
 import threading
 from typing import NamedTuple
 
@@ -152,6 +153,7 @@ class SessionTable:
             A list of their ids.
         """
         with self._lock:
+            self._settle()
             return (self._slab.keys if self._slab is not None else []) + list(self._queue)
 
     def step(self):
@@ -164,33 +166,58 @@ class SessionTable:
             return self._step()
 
     def _step(self):
+        # An interrupt (Ctrl-C, a cancelled task) anywhere in a step leaves the
+        # table as before it (the sessions' states, the slab's rows) or with the
+        # step taken for every served session; the next step goes on from there.
+        self._settle()
         served = self._serve()
         if not served:
             return {}
         states = [self._sessions[s].state for s in served]
-        ids, chosen, seen, counters, stopped = choose(
-            np.concatenate([s.next_log_probs for s in states]),
-            type(states[0].rows).concat([s.rows for s in states]),
-            np.concatenate([s.seen for s in states]),
-            np.concatenate([s.counters for s in states]), np.zeros(len(served), np.bool_), 0)
-        if self._slab is None:
-            log_probs, memories = self._step_memories(served, states, ids)
-        else:
-            log_probs, memories = self._step_slab(served, ids), [None] * len(served)
-        for i, sid in enumerate(served):
-            session = self._sessions[sid]
-            session.ids.append(int(ids[i]))
-            session.log_probs.append(float(chosen[i]))
-            state = session.state._replace(
+        lengths = [len(self._sessions[sid].ids) for sid in served]
+        log_probs = None  # set once the step is taken
+        taken = self._slab.taken[0] if self._slab is not None else None
+
+        def record(i):  # the i-th served session's step (the same when repeated)
+            sid, state = served[i], states[i]._replace(
                 next_log_probs=log_probs[i:i + 1], seen=seen[i:i + 1],
                 counters=counters[i:i + 1], done=stopped[i:i + 1])
+            session = self._sessions[sid]
             self._sessions[sid] = session._replace(
                 state=state if memories[i] is None else state._replace(memory=memories[i]))
-            goes_on = not stopped[i] and len(session.ids) < session.budget
-            if self._slab is None and goes_on:
-                self._queue.append(sid)
-            elif self._slab is not None and not goes_on:
-                self._leave_slab(sid)
+            del session.ids[lengths[i]:], session.log_probs[lengths[i]:]
+            session.ids.append(int(ids[i]))
+            session.log_probs.append(float(chosen[i]))
+
+        recorded = 0
+        try:
+            ids, chosen, seen, counters, stopped = choose(
+                np.concatenate([s.next_log_probs for s in states]),
+                type(states[0].rows).concat([s.rows for s in states]),
+                np.concatenate([s.seen for s in states]),
+                np.concatenate([s.counters for s in states]), np.zeros(len(served), np.bool_),
+                0)
+            memories = [None] * len(served)
+            if self._slab is None:
+                log_probs, memories = self._step_memories(served, states, ids)
+            else:
+                log_probs = self._step_slab(served, ids)
+            for recorded in range(len(served)):
+                record(recorded)
+        except BaseException:
+            # Interrupted (or failed) before the step was taken: nothing changed
+            # (a slab's step is taken back). After: it is recorded for every
+            # served session first.
+            if log_probs is None and self._slab is not None and self._slab.taken[0] != taken:
+                log_probs = self._slab.taken[1]  # taken as the slab's step returned
+            if log_probs is not None:
+                for i in range(recorded, len(served)):
+                    record(i)
+            raise
+        # Behind the others (round robin); `_settle` takes out those that are done.
+        if self._slab is None:
+            self._queue.rotate(-len(served))
+        self._settle()
         return {sid: int(token) for sid, token in zip(served, ids)}
 
     def reset(self, session_id, prompt, max_new_tokens=None):
@@ -218,13 +245,23 @@ class SessionTable:
                 raise TxlError(f"no open session {session_id!r}")
             more = session.budget - len(session.ids) if max_new_tokens is None else \
                 check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
+            live = session_id in self._queue
             if self._slab is not None and session_id in self._slab.keys:
-                self._slab.evict(session_id)  # its cache holds the memory being forgotten
+                live = True
+                self._leave_slab(session_id)  # kept in its state until the prompt is read
             if session_id in self._queue:
                 self._queue.remove(session_id)
+            session = self._sessions[session_id]
         # Neither queued nor in the slab: no step serves it while its prompt is read.
-        log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
-                                    self.segment_len)
+        try:
+            log_probs, memory = prefill(self.backend, prompts, self.backend.initial_memory(1),
+                                        self.segment_len)
+        except BaseException:  # interrupted or refused: the session goes on as it was
+            with self._lock:
+                if live and self._sessions.get(session_id) is session and \
+                        session_id not in self._queue:
+                    self._queue.append(session_id)
+            raise
         state = session.state._replace(next_log_probs=log_probs, memory=memory,
                                        seen=seen_mask(prompts, n_token),
                                        done=np.array([False]), cache=None)
@@ -269,13 +306,31 @@ class SessionTable:
                           np.array([n], np.int32), session.state.memory, session.state)
 
     # --------------------------------------------------------------- helpers
+    def _goes_on(self, session_id):
+        session = self._sessions[session_id]
+        return not session.state.done[0] and len(session.ids) < session.budget
+
+    def _settle(self):
+        """Takes the sessions that are done out of the queue and the slab
+        (also what an interrupted step or settle left)."""
+        for sid in [s for s in self._queue if not self._goes_on(s) or
+                    (self._slab is not None and s in self._slab.keys)]:
+            self._queue.remove(sid)
+        if self._slab is not None:
+            for sid in [s for s in self._slab.keys if not self._goes_on(s)]:
+                self._leave_slab(sid)
+
     def _serve(self):
-        """The ids of the sessions this step runs, in batch order."""
+        """The ids of the sessions this step runs, in batch order (on the
+        slab: the rows it holds once the waiting sessions joined; elsewhere:
+        the first `max_batch` queued, which stay queued until the step is
+        taken)."""
         if self._slab is None:  # round robin
-            return [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+            return list(itertools.islice(self._queue, self.max_batch))
         while self._queue and not self._slab.full():
-            sid = self._queue.popleft()
+            sid = self._queue[0]
             self._slab.admit(sid, self.backend.decode_init(self._sessions[sid].state.memory, 1))
+            self._queue.popleft()
         return list(self._slab.keys)
 
     def _step_memories(self, served, states, ids):
@@ -285,8 +340,8 @@ class SessionTable:
             log_probs, memory = self.backend.step_last(
                 ids[:, None], self.backend.concat([s.memory for s in states]))
         except NonFiniteMemoryError as err:  # the others wait for the next step
-            self._queue.extendleft(reversed([s for i, s in enumerate(served)
-                                             if i not in err.rows]))
+            for row in err.rows:
+                self._queue.remove(served[row])
             raise err.in_batch(served) from None
         return log_probs, self.backend.split(memory)
 
@@ -305,9 +360,14 @@ class SessionTable:
         """Takes a session's cache out of the slab into its state (the memory
         it holds, and the cache for a resume on this backend)."""
         cache = self._slab.evict(session_id)
+        try:
+            memory = self.backend.cache_memory(cache)
+        except BaseException:  # interrupted: the row goes back (the next settle retries)
+            self._slab.admit(session_id, cache)
+            raise
         session = self._sessions[session_id]
         self._sessions[session_id] = session._replace(state=session.state._replace(
-            memory=self.backend.cache_memory(cache), cache=HeldCache(self.backend, cache)))
+            memory=memory, cache=HeldCache(self.backend, cache)))
 
 
 __all__ = ["SessionTable"]

@@ -161,3 +161,31 @@ def test_clone_model_is_one_clear_error():
     copy = type(model).from_config(model.get_config())
     copy.set_weights(model.get_weights())
     assert type(copy) is TransformerXLLM
+
+
+def test_a_step_interrupted_before_its_update_leaves_the_memory_of_its_batch():
+    """Ctrl-C (or an error) inside an eager stream step, after the batch is
+    read but before the optimizer applies: the memory stays the one that
+    batch reads, so `fit` on the batches from `optimizer.iterations` on is
+    one uninterrupted `fit`."""
+    def eager():
+        model = stateful()
+        model.compile(optimizer=model.optimizer, run_eagerly=True)
+        return model
+    straight = eager()
+    straight.fit(streams(), verbose=0)
+    model = eager()
+    apply, calls = model.optimizer.apply, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return apply(*args, **kwargs)
+    model.optimizer.apply = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(streams(), verbose=0)
+    model.optimizer.apply = apply
+    assert int(model.optimizer.iterations.numpy()) == 1
+    model.fit(streams().skip(1), verbose=0)
+    assert_same_state(straight, model)

@@ -464,3 +464,120 @@ def test_a_step_whose_check_fails_leaves_the_slab_as_it_was(runtime):
     for _ in range(2):
         np.testing.assert_allclose(*(slab.step(ids, lambda lp: np.array(lp)) for slab in slabs),
                                    atol=1e-6)
+
+
+def _interrupt_at(monkeypatch, owner, name, k, after=False):
+    """`owner.name` raising `KeyboardInterrupt` at its k-th call (Ctrl-C in a
+    notebook, a cancelled request): before its work, or after it (`after`)."""
+    original, calls = getattr(owner, name), [0]
+
+    def interrupted(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == k and not after:
+            raise KeyboardInterrupt
+        out = original(*args, **kwargs)
+        if calls[0] == k:
+            raise KeyboardInterrupt
+        return out
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+@pytest.mark.parametrize("path", ["slab", "step_last"])
+def test_an_interrupted_step_leaves_every_session_to_get_what_it_gets_alone(
+        exported, monkeypatch, path):
+    import export.onnx_runtime as onnx_runtime
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu")
+    runtime.use_decode_cache = path == "slab"
+    alone = {sid: _alone(runtime, [(prompt, None, n)], settings)
+             for sid, (prompt, n, settings) in SESSIONS.items()}
+    where = {"slab": [(onnx_runtime, "write_token", 3, True),  # the slab written, not recorded
+                      (type(runtime), "_checked_decode_init", 3, False),  # a session joining
+                      (type(runtime), "cache_memory", 1, False)],  # a session leaving
+             "step_last": [(type(runtime), "_step_last", 2, False)]}[path]
+    for owner, name, k, after in where:
+        table = SessionTable(runtime, max_batch=2)
+        for sid, (prompt, n, settings) in SESSIONS.items():
+            table.open(sid, prompt, n, **settings)
+        _interrupt_at(monkeypatch, owner, name, k, after)
+        with pytest.raises(KeyboardInterrupt):
+            table.run()
+        monkeypatch.undo()
+        table.run()
+        for sid in SESSIONS:
+            assert list(table.close(sid).ids[0]) == alone[sid], (name, sid)
+
+
+def test_an_interrupted_evict_leaves_the_slabs_rows_as_they_were(exported, monkeypatch):
+    import export.decode_cache as decode_cache
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu")
+    slab = SessionTable(runtime, max_batch=3).slab
+    for i, sid in enumerate("abc"):
+        _, memory = runtime.step(np.full([1, 3 + i], i + 1))
+        slab.admit(sid, runtime.decode_init(memory))
+    before = {name: np.array(value) for name, value in slab.batch().items()}
+    # `batch` takes one view per array, then each array's row moves: stop after the first.
+    _interrupt_at(monkeypatch, decode_cache, "_rows", len(decode_cache.BATCH_AXES) + 3)
+    with pytest.raises(KeyboardInterrupt):
+        slab.evict("a")
+    monkeypatch.undo()
+    assert slab.keys == ["a", "b", "c"]
+    for name, value in slab.batch().items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+@pytest.mark.parametrize("path", ["slab", "step_last"])
+def test_an_interrupted_reset_leaves_the_session_going_on_as_it_was(exported, monkeypatch, path):
+    import export.sessions as sessions
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu")
+    runtime.use_decode_cache = path == "slab"
+    table = SessionTable(runtime, max_batch=2)
+    for sid in "ab":
+        table.open(sid, *SESSIONS[sid][:2], **SESSIONS[sid][2])
+    for _ in range(3):
+        table.step()
+    _interrupt_at(monkeypatch, sessions, "prefill", 1)
+    with pytest.raises(KeyboardInterrupt):
+        table.reset("a", [9, 9])
+    monkeypatch.undo()
+    assert sorted(table.active()) == ["a", "b"]
+    table.run()
+    for sid in "ab":
+        prompt, n, settings = SESSIONS[sid]
+        assert list(table.close(sid).ids[0]) == _alone(runtime, [(prompt, None, n)], settings)
+
+
+def test_an_interrupted_evict_leaves_the_device_slabs_rows_as_they_were(exported, monkeypatch):
+    import export.device_slab as device_slab
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu", device_cache=True,
+                           cuda_graph=True)
+    slab = SessionTable(runtime, max_batch=3).slab
+    for i, sid in enumerate("abc"):
+        _, memory = runtime.step(np.full([1, 3 + i], i + 1))
+        slab.admit(sid, runtime.decode_init(memory))
+    before = {name: np.array(value.numpy()) for name, value in slab.batch().items()}
+    # Ctrl-C as the last row's copy into "a"'s returns, before the keys change.
+    _interrupt_at(monkeypatch, device_slab, "put_row", 1, after=True)
+    with pytest.raises(KeyboardInterrupt):
+        slab.evict("a")
+    monkeypatch.undo()
+    assert slab.keys == ["a", "b", "c"]
+    for name, value in slab.batch().items():
+        np.testing.assert_array_equal(value.numpy(), before[name], err_msg=name)
+
+
+def test_a_step_interrupted_as_the_slabs_step_returns_is_recorded(runtime, monkeypatch):
+    if not runtime.use_decode_cache:
+        pytest.skip("no slab")
+    alone = {sid: _alone(runtime, [(prompt, None, n)], settings)
+             for sid, (prompt, n, settings) in SESSIONS.items()}
+    table = SessionTable(runtime, max_batch=2)
+    for sid, (prompt, n, settings) in SESSIONS.items():
+        table.open(sid, prompt, n, **settings)
+    # Ctrl-C after the slab's step (taken) and before the table has its log-probs.
+    _interrupt_at(monkeypatch, SessionTable, "_step_slab", 2, after=True)
+    with pytest.raises(KeyboardInterrupt):
+        table.run()
+    monkeypatch.undo()
+    table.run()
+    for sid in SESSIONS:
+        assert list(table.close(sid).ids[0]) == alone[sid], sid

@@ -98,9 +98,10 @@ class StreamTraining:
             return list(self._streams.value[2])
         return super().metrics
 
-    def _read_streams(self, inputs, memory_of, targets=None, training=False):
+    def _read_streams(self, inputs, memory_of, targets=None, training=False, store=True):
         """Reads one stream batch on `memory_of` (a `StreamMemory`) and
-        stores the memory it leaves: log-probs, or the NLL of `targets`."""
+        stores the memory it leaves: log-probs, or the NLL of `targets`
+        (`store=False`: `(that, the memory)`, not stored)."""
         if self._streams.value is None:
             raise TxlError("stream batches (with 'document_start') are read by fit, evaluate "
                            "and predict, which size the memory; call one of them")
@@ -109,6 +110,8 @@ class StreamTraining:
         out, memory = self.core(token_ids, memory_of.read(extra["document_start"]),
                                 targets=targets, training=training,
                                 token_mask=None if mask is None else tf.cast(mask, tf.bool))
+        if not store:
+            return out, memory
         memory_of.write(memory)
         return out
 
@@ -173,10 +176,14 @@ class StreamTraining:
         inputs, labels, weights = self._unpack(data)
         memory_of = self._streams.value[0]
         with tf.GradientTape() as tape:
-            nll = self._read_streams(inputs, memory_of, targets=labels, training=True)
+            nll, memory = self._read_streams(inputs, memory_of, targets=labels, training=True,
+                                             store=False)
             scaled = self.optimizer.scale_loss(self._replica_loss(nll, weights))
         grads = tape.gradient(scaled, self.trainable_weights)
         self.optimizer.apply(grads, self.trainable_weights)
+        # Stored once the step is taken: a step stopped before (Ctrl-C or an
+        # error while run eagerly) leaves the memory of the batch it would read.
+        memory_of.write(memory)
         return self._track(nll, weights)
 
     def test_step(self, data):
