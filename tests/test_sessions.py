@@ -565,9 +565,8 @@ def test_an_interrupted_evict_leaves_the_device_slabs_rows_as_they_were(exported
         np.testing.assert_array_equal(value.numpy(), before[name], err_msg=name)
 
 
+@pytest.mark.parametrize("runtime", ["onnx", "saved_model", "onnx_device"], indirect=True)
 def test_a_step_interrupted_as_the_slabs_step_returns_is_recorded(runtime, monkeypatch):
-    if not runtime.use_decode_cache:
-        pytest.skip("no slab")
     alone = {sid: _alone(runtime, [(prompt, None, n)], settings)
              for sid, (prompt, n, settings) in SESSIONS.items()}
     table = SessionTable(runtime, max_batch=2)
