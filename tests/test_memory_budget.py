@@ -182,6 +182,18 @@ def test_weights_and_stream_memories_that_cannot_fit_are_refused_before_they_are
         TransformerXLLM(config, batch_size=1, mem_len=1000)
 
 
+def test_weights_are_counted_in_the_variables_dtype(monkeypatch):
+    """A bfloat16 model's weights are half a float32 one's: one that fits was
+    refused as if float32; a mixed-precision model's variables stay float32."""
+    config = TransformerXLConfig.preset("tiny", n_token=50, mem_len=8, tgt_len=4)
+    weights = parameter_count(config) * 4
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: int(0.6 * weights))
+    core = TransformerXL(config, dtype="bfloat16")
+    assert {v.dtype for v in core.weights} == {"bfloat16"}
+    with pytest.raises(MemoryBudgetError, match=r"^the model's weights"):
+        TransformerXL(config, dtype="mixed_bfloat16")
+
+
 def test_document_batches_that_cannot_fit_are_refused_before_they_are_made(monkeypatch):
     """`document_dataset(docs, 2, segment_len=10**9)` of two 3-id documents
     was a MemoryError (22 GiB of padding); here the memory available is 1 MiB."""

@@ -144,8 +144,8 @@ def check_memory_state(n_layer, d_model, batch_size, mem_len, what="the memory",
 ADVICE = "lower the memory length, the batch size or the segment length"
 
 
-def check_weights(config, what="the model's weights", available=None):
-    """Raises `MemoryBudgetError` unless the float32 weights of `config` (the
+def check_weights(config, what="the model's weights", available=None, itemsize=FLOAT):
+    """Raises `MemoryBudgetError` unless the weights of `config` (the
     matrices `parameter_count` counts) fit in what is available; returns
     their bytes.
 
@@ -153,12 +153,13 @@ def check_weights(config, what="the model's weights", available=None):
         config: a `TransformerXLConfig`.
         what: what the refusal names.
         available: bytes (None: `available_bytes()`).
+        itemsize: bytes of a weight (the variables' dtype: 2 for bfloat16).
 
     Returns:
         The bytes of the weights.
     """
     count = parameter_count(config)
-    return _check({"weights": count * FLOAT}, f"{what} ({count:,} parameters)", available,
+    return _check({"weights": count * int(itemsize)}, f"{what} ({count:,} parameters)", available,
                   advice="lower n_token (or use adaptive cutoffs with div_val > 1), d_model, "
                          "d_inner or n_layer")
 
