@@ -69,9 +69,9 @@ def test_generate_takes_and_returns_text(model_dir):
     (0, r"^generate: max_length must be an integer >= 1, got 0$"),  # was the preprocessor's 1024
     (-5, r"^generate: max_length must be an integer >= 1, got -5$"),  # cut 5 ids off the prompt
     (2 ** 31, r"^generate: max_length must be an integer in \[1, 2147483647\], got 2147483648$"),
-    (65, r"^generate: max_length 65 for 2 rows needs at least 0\.0 GiB \(the ids and their "
-         r"padding mask, 8 bytes each\) and this machine has 0\.0 GiB available; ask for a "
-         r"shorter max_length or fewer prompts$")])
+    (65, r"^generate: max_length 65 for 2 rows needs at least 1,040 bytes \(the ids and "
+         r"their padding mask, 8 bytes each\) and this machine has 1,024 bytes available; "
+         r"ask for a shorter max_length or fewer prompts$")])
 def test_a_max_length_that_is_no_length_or_cannot_fit_is_refused(model_dir, monkeypatch,
                                                                  max_length, refusal):
     """10**9 (15 GiB for two prompts) was a MemoryError in keras-hub's packer, or

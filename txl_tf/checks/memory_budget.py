@@ -14,6 +14,24 @@ from txl_tf.checks.numpy_checks import InputError
 
 FLOAT = 4  # bytes; float32 (mixed precision keeps float32 weights and memory too)
 GIB = 2 ** 30
+MIB = 2 ** 20
+
+
+def size_words(size):
+    """`size` bytes as a refusal says them: in GiB from 1 GiB, else in MiB
+    from 1 MiB, else in bytes (a small need said "0.0 GiB").
+
+    Args:
+        size: bytes.
+
+    Returns:
+        The words, e.g. "1.5 GiB", "12.0 MiB", "4,096 bytes".
+    """
+    if size >= GIB:
+        return f"{size / GIB:,.1f} GiB"
+    if size >= MIB:
+        return f"{size / MIB:,.1f} MiB"
+    return f"{int(size):,} bytes"
 
 
 class MemoryBudgetError(InputError):
@@ -74,8 +92,8 @@ def room_words(available):
     """
     room = _address_space_room()
     if room is not None and room <= available:
-        return f"this process can allocate {available / GIB:,.1f} GiB"
-    return f"this machine has {available / GIB:,.1f} GiB available"
+        return f"this process can allocate {size_words(available)}"
+    return f"this machine has {size_words(available)} available"
 
 
 def _cgroup_room():
@@ -185,8 +203,8 @@ def _check(parts, what, available, advice=ADVICE):
     if available is not None and total > available:
         biggest = max(parts, key=parts.get)
         raise MemoryBudgetError(
-            f"{what} needs at least {total / GIB:,.1f} GiB ({biggest} "
-            f"{parts[biggest] / GIB:,.1f} GiB) and {room_words(available)}; {advice}")
+            f"{what} needs at least {size_words(total)} ({biggest} "
+            f"{size_words(parts[biggest])}) and {room_words(available)}; {advice}")
     return total
 
 
@@ -223,7 +241,7 @@ def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
         rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
         held = f", and the decode loop's buffer of {int(buffer):,}" if buffer else ""
         raise MemoryBudgetError(
-            f"{what} {int(num_tokens):,} for {rows} needs at least {total / GIB:,.1f} GiB "
+            f"{what} {int(num_tokens):,} for {rows} needs at least {size_words(total)} "
             f"({holds}{held}, {NEW_ID_BYTES} bytes each) and {room_words(available)}; "
             f"{advice}")
     return total
