@@ -517,3 +517,30 @@ def test_another_threads_weights_save_and_load_are_untouched_by_a_preset_save(tm
     again = TransformerXLBackbone.from_preset(str(tmp_path / "preset"))
     for a, b in zip(again.weights, backbone.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_second_object_of_the_presets_module_still_builds_weights_in_memory(tmp_path,
+                                                                             monkeypatch):
+    """The wrapped `H5IOStore` read the depth of the module object that
+    wrapped it: once the module was imported again (its `sys.modules` entry
+    deleted, as test runners and reloaders do), the new object's blocks
+    raised a depth the wrapper never read, and weights went to HDF5's own
+    file writes again (a full disk: a segmentation fault)."""
+    import importlib
+    import io
+    import sys
+
+    from keras.src.saving import saving_lib
+    name = "txl_tf.models.transformer_xl.presets"
+    first = importlib.import_module(name)
+    with first._weights_through_memory():
+        pass  # the store is wrapped by the first object
+    monkeypatch.setattr(sys.modules["txl_tf.models.transformer_xl"], "presets", first)
+    monkeypatch.delitem(sys.modules, name)
+    second = importlib.import_module(name)
+    assert second is not first
+    with second._weights_through_memory():
+        store = saving_lib.H5IOStore(str(tmp_path / "a.weights.h5"), mode="w")
+        assert isinstance(store.path_or_io, io.BytesIO)
+        store.close()
+    assert (tmp_path / "a.weights.h5").stat().st_size > 0
