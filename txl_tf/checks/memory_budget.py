@@ -197,15 +197,32 @@ def check_bytes(parts, what, advice, available=None):
     return _check(parts, what, available, advice)
 
 
-def _check(parts, what, available, advice=ADVICE):
-    total = sum(parts.values())
+def check_total(total, need, advice, available=None):
+    """Raises `MemoryBudgetError` "`need(total)` and <what is available>;
+    `advice`" unless `total` bytes fit in what is available: the one refusal
+    the checks of this module (and `SessionTable`'s) share.
+
+    Args:
+        total: bytes.
+        need: `need(words)`: what needs `words` (`size_words(total)`).
+        advice: what the refusal suggests.
+        available: bytes (None: `available_bytes()`).
+
+    Returns:
+        `total`.
+    """
     available = available_bytes() if available is None else available
     if available is not None and total > available:
-        biggest = max(parts, key=parts.get)
-        raise MemoryBudgetError(
-            f"{what} needs at least {size_words(total)} ({biggest} "
-            f"{size_words(parts[biggest])}) and {room_words(available)}; {advice}")
+        raise MemoryBudgetError(f"{need(size_words(total))} and {room_words(available)}; "
+                                f"{advice}")
     return total
+
+
+def _check(parts, what, available, advice=ADVICE):
+    biggest = max(parts, key=parts.get)
+    return check_total(sum(parts.values()), lambda words: (
+        f"{what} needs at least {words} ({biggest} {size_words(parts[biggest])})"),
+        advice, available)
 
 
 # A new id's int32 and its float32 log-prob, in a generation's outputs.
@@ -235,16 +252,12 @@ def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
     Returns:
         The bytes of the outputs and the buffer.
     """
-    total = int(batch_size) * (int(num_tokens) + int(buffer)) * NEW_ID_BYTES
-    available = available_bytes() if available is None else available
-    if available is not None and total > available:
-        rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
-        held = f", and the decode loop's buffer of {int(buffer):,}" if buffer else ""
-        raise MemoryBudgetError(
-            f"{what} {int(num_tokens):,} for {rows} needs at least {size_words(total)} "
-            f"({holds}{held}, {NEW_ID_BYTES} bytes each) and {room_words(available)}; "
-            f"{advice}")
-    return total
+    rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
+    held = f", and the decode loop's buffer of {int(buffer):,}" if buffer else ""
+    return check_total(
+        int(batch_size) * (int(num_tokens) + int(buffer)) * NEW_ID_BYTES,
+        lambda words: (f"{what} {int(num_tokens):,} for {rows} needs at least {words} "
+                       f"({holds}{held}, {NEW_ID_BYTES} bytes each)"), advice, available)
 
 
 def memory_bytes(config, batch_size, mem_len):
