@@ -377,11 +377,8 @@ def _check_slab_fits(runtime, max_batch):
     """Raises `MemoryBudgetError` unless the host slab of `max_batch` decode
     caches (allocated whole at the first session) fits in memory."""
     from export.decode_cache import slab_row_bytes
-    from txl_tf.checks.memory_budget import GIB, MemoryBudgetError, available_bytes, room_words
+    from txl_tf.checks.memory_budget import check_total
     row = slab_row_bytes(runtime.config, runtime.mem_len, runtime.info.cache_dtype)
-    available = available_bytes()
-    if available is not None and max_batch * row > available:
-        raise MemoryBudgetError(
-            f"max_batch {max_batch:,} needs at least {max_batch * row / GIB:,.1f} GiB for the "
-            f"table's decode caches ({row:,} bytes a session, memory {runtime.mem_len}) and "
-            f"{room_words(available)}; lower max_batch")
+    check_total(max_batch * row, lambda words: (
+        f"max_batch {max_batch:,} needs at least {words} for the table's decode caches "
+        f"({row:,} bytes a session, memory {runtime.mem_len})"), "lower max_batch")

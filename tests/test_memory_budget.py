@@ -182,6 +182,18 @@ def test_weights_and_stream_memories_that_cannot_fit_are_refused_before_they_are
         TransformerXLLM(config, batch_size=1, mem_len=1000)
 
 
+def test_weights_are_counted_in_the_variables_dtype(monkeypatch):
+    """A bfloat16 model's weights are half a float32 one's: one that fits was
+    refused as if float32; a mixed-precision model's variables stay float32."""
+    config = TransformerXLConfig.preset("tiny", n_token=50, mem_len=8, tgt_len=4)
+    weights = parameter_count(config) * 4
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: int(0.6 * weights))
+    core = TransformerXL(config, dtype="bfloat16")
+    assert {v.dtype for v in core.weights} == {"bfloat16"}
+    with pytest.raises(MemoryBudgetError, match=r"^the model's weights"):
+        TransformerXL(config, dtype="mixed_bfloat16")
+
+
 def test_document_batches_that_cannot_fit_are_refused_before_they_are_made(monkeypatch):
     """`document_dataset(docs, 2, segment_len=10**9)` of two 3-id documents
     was a MemoryError (22 GiB of padding); here the memory available is 1 MiB."""
@@ -189,8 +201,9 @@ def test_document_batches_that_cannot_fit_are_refused_before_they_are_made(monke
     monkeypatch.setattr(memory_budget, "available_bytes", lambda: 2 ** 20)
     assert document_segments([[1, 2, 3]] * 2, 2, 2 ** 15)[0].shape == (1, 2, 2 ** 15)
     with pytest.raises(MemoryBudgetError, match=r"^the document batches \(1 steps of batch 2, "
-                                                r"segment 1,000,000\) needs at least 0\.0 GiB "
-                                                r"\(ids, labels and weights 0\.0 GiB\) .* lower "
+                                                r"segment 1,000,000\) needs at least 22\.9 MiB "
+                                                r"\(ids, labels and weights 22\.9 MiB\) and this "
+                                                r"machine has 1\.0 MiB available; lower "
                                                 r"the segment length or the batch size$"):
         document_segments([[1, 2, 3]] * 2, 2, 10 ** 6)
 
@@ -208,7 +221,7 @@ def test_the_compiled_decoders_buffer_counts_with_its_new_ids(monkeypatch):
     count = 2 ** 16 + 1  # 0.5 MiB of outputs, a buffer of 2**17 positions (1 MiB)
     assert decoder.loop_buffer(count) == 2 ** 17
     with pytest.raises(MemoryBudgetError, match=r"^max_new_tokens 65,537 for 1 row needs at "
-                                                r"least 0\.0 GiB \(the new ids and their "
+                                                r"least 1\.5 MiB \(the new ids and their "
                                                 r"log-probs, and the decode loop's buffer of "
                                                 r"131,072, 8 bytes each\)"):
         decoder.generate([[1, 2]], count, pad_id=50)

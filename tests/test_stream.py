@@ -309,8 +309,8 @@ def test_a_segment_whose_window_cannot_fit_is_refused_before_it_is_made(monkeypa
     ids = np.arange(100) % 7
     eval_segment_dataset(ids, 2, 10_000)
     with pytest.raises(MemoryBudgetError, match=r"^a segment of the streams \(batch 2, tgt_len "
-                                                r"100,000\) needs at least 0\.0 GiB \(windows "
-                                                r"0\.0 GiB\) .* lower tgt_len or the batch size$"):
+                                                r"100,000\) needs at least 3\.2 MiB \(windows "
+                                                r"2\.5 MiB\) .* lower tgt_len or the batch size$"):
         eval_segment_dataset(ids, 2, 100_000)
     with pytest.raises(MemoryBudgetError, match=r"^a segment of the streams \(batch 1, tgt_len "):
         segment_dataset(np.arange(200_000) % 7, 1, 100_000)

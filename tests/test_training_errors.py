@@ -465,3 +465,7 @@ def test_under_float16_only_a_non_finite_loss_says_the_weights_were_left_unchang
     assert "loss scaling left" not in str(raised.value)
     assert str(raised.value).endswith(f"at step 2: training stopped there and the newest "
                                       f"checkpoint, step 4, is kept{advice}")
+    check.on_train_batch_begin(2)  # NaN weights and a NaN loss (several steps in one call)
+    with pytest.raises(TrainingError, match=r"^the training loss is nan") as raised:
+        check.on_train_batch_end(2, {"loss": tf.constant(float("nan"))})
+    assert "loss scaling left" not in str(raised.value)

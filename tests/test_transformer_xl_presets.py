@@ -69,9 +69,9 @@ def test_generate_takes_and_returns_text(model_dir):
     (0, r"^generate: max_length must be an integer >= 1, got 0$"),  # was the preprocessor's 1024
     (-5, r"^generate: max_length must be an integer >= 1, got -5$"),  # cut 5 ids off the prompt
     (2 ** 31, r"^generate: max_length must be an integer in \[1, 2147483647\], got 2147483648$"),
-    (65, r"^generate: max_length 65 for 2 rows needs at least 0\.0 GiB \(the ids and their "
-         r"padding mask, 8 bytes each\) and this machine has 0\.0 GiB available; ask for a "
-         r"shorter max_length or fewer prompts$")])
+    (65, r"^generate: max_length 65 for 2 rows needs at least 1,040 bytes \(the ids and "
+         r"their padding mask, 8 bytes each\) and this machine has 1,024 bytes available; "
+         r"ask for a shorter max_length or fewer prompts$")])
 def test_a_max_length_that_is_no_length_or_cannot_fit_is_refused(model_dir, monkeypatch,
                                                                  max_length, refusal):
     """10**9 (15 GiB for two prompts) was a MemoryError in keras-hub's packer, or
@@ -517,3 +517,30 @@ def test_another_threads_weights_save_and_load_are_untouched_by_a_preset_save(tm
     again = TransformerXLBackbone.from_preset(str(tmp_path / "preset"))
     for a, b in zip(again.weights, backbone.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_second_object_of_the_presets_module_still_builds_weights_in_memory(tmp_path,
+                                                                             monkeypatch):
+    """The wrapped `H5IOStore` read the depth of the module object that
+    wrapped it: once the module was imported again (its `sys.modules` entry
+    deleted, as test runners and reloaders do), the new object's blocks
+    raised a depth the wrapper never read, and weights went to HDF5's own
+    file writes again (a full disk: a segmentation fault)."""
+    import importlib
+    import io
+    import sys
+
+    from keras.src.saving import saving_lib
+    name = "txl_tf.models.transformer_xl.presets"
+    first = importlib.import_module(name)
+    with first._weights_through_memory():
+        pass  # the store is wrapped by the first object
+    monkeypatch.setattr(sys.modules["txl_tf.models.transformer_xl"], "presets", first)
+    monkeypatch.delitem(sys.modules, name)
+    second = importlib.import_module(name)
+    assert second is not first
+    with second._weights_through_memory():
+        store = saving_lib.H5IOStore(str(tmp_path / "a.weights.h5"), mode="w")
+        assert isinstance(store.path_or_io, io.BytesIO)
+        store.close()
+    assert (tmp_path / "a.weights.h5").stat().st_size > 0

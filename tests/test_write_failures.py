@@ -129,6 +129,22 @@ def test_a_short_write_names_the_output_folder(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["export"] and os.listdir(out) == ["previous"]
 
 
+def test_a_short_write_of_a_staged_save_in_an_export_names_the_output_folder(tmp_path):
+    """A `stage` save inside `staged_folder` (a model folder in an export):
+    the inner save makes numpy's short write (no errno) a `WriteError` naming
+    its folder in the staging folder; the export names it by its final path,
+    not the hidden staging folder (`is_write_error` said a `WriteError`
+    without an errno was no write's)."""
+    out = tmp_path / "export"
+    with pytest.raises(files.WriteError) as caught:
+        with staged_folder(str(out)) as staging:
+            with files.stage(os.path.join(staging, "model", "config.json")):
+                raise OSError("1024 requested and 596 written")
+    assert one_line(caught.value) == (f"cannot write {str(out / 'model')!r}: 1024 requested "
+                                      "and 596 written")
+    assert files.is_write_error(caught.value) and os.listdir(tmp_path) == []
+
+
 def test_a_file_of_the_staging_folder_is_named_by_its_final_path(tmp_path):
     out = tmp_path / "export"
     with pytest.raises(files.WriteError) as caught:

@@ -264,7 +264,8 @@ class StopOnNonFinite(GlobalStep):
                 f"the newest checkpoint, step {saved}, is kept" if saved is not None else
                 "no checkpoint was written")
         unchanged = (" (float16 loss scaling left the weights of that step as they were)"
-                     if self.policy == "mixed_float16" and not loss_finite else "")
+                     if self.policy == "mixed_float16" and not loss_finite and weights_finite
+                     else "")  # weights already NaN were not left as they were
         advice = "lower --learning_rate" + (
             "" if self.policy == "float32" else
             f", or train in float32 (--mixed_precision=none; this run: {self.policy})")

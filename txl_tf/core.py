@@ -69,7 +69,9 @@ class TransformerXL(keras.layers.Layer):
         self.config = cfg
         if not tf.config.list_physical_devices("GPU"):  # else the weights are the GPU's
             from txl_tf.checks.memory_budget import check_weights
-            check_weights(cfg)  # before any is made (n_token=2**31 was TensorFlow's OOM)
+            # Before any is made (n_token=2**31 was TensorFlow's OOM), in the
+            # variables' dtype (a bfloat16 model's are half a float32 one's).
+            check_weights(cfg, itemsize=tf.as_dtype(self.dtype_policy.variable_dtype).size)
         with keras.name_scope(self.name):  # paths like transformer/layer_0/rel_attn/...
             policy = self.dtype_policy
             self.word_emb = AdaptiveEmbedding(

@@ -203,7 +203,7 @@ def reading(err, path):
 
 def is_write_error(err):
     """Whether `err` is a write the file system refused (`WRITE_ERRNOS`), or
-    numpy's short write (no errno).
+    numpy's short write (no errno), or a `WriteError` made of either.
 
     Args:
         err: an exception.
@@ -211,6 +211,8 @@ def is_write_error(err):
     Returns:
         True or False.
     """
+    if isinstance(err, WriteError):  # made of one (a nested save's, named by its path)
+        return True
     if not isinstance(err, OSError):
         return False
     if err.errno is None:

@@ -14,6 +14,24 @@ from txl_tf.checks.numpy_checks import InputError
 
 FLOAT = 4  # bytes; float32 (mixed precision keeps float32 weights and memory too)
 GIB = 2 ** 30
+MIB = 2 ** 20
+
+
+def size_words(size):
+    """`size` bytes as a refusal says them: in GiB from 1 GiB, else in MiB
+    from 1 MiB, else in bytes (a small need said "0.0 GiB").
+
+    Args:
+        size: bytes.
+
+    Returns:
+        The words, e.g. "1.5 GiB", "12.0 MiB", "4,096 bytes".
+    """
+    if size >= GIB:
+        return f"{size / GIB:,.1f} GiB"
+    if size >= MIB:
+        return f"{size / MIB:,.1f} MiB"
+    return f"{int(size):,} bytes"
 
 
 class MemoryBudgetError(InputError):
@@ -74,8 +92,8 @@ def room_words(available):
     """
     room = _address_space_room()
     if room is not None and room <= available:
-        return f"this process can allocate {available / GIB:,.1f} GiB"
-    return f"this machine has {available / GIB:,.1f} GiB available"
+        return f"this process can allocate {size_words(available)}"
+    return f"this machine has {size_words(available)} available"
 
 
 def _cgroup_room():
@@ -144,8 +162,8 @@ def check_memory_state(n_layer, d_model, batch_size, mem_len, what="the memory",
 ADVICE = "lower the memory length, the batch size or the segment length"
 
 
-def check_weights(config, what="the model's weights", available=None):
-    """Raises `MemoryBudgetError` unless the float32 weights of `config` (the
+def check_weights(config, what="the model's weights", available=None, itemsize=FLOAT):
+    """Raises `MemoryBudgetError` unless the weights of `config` (the
     matrices `parameter_count` counts) fit in what is available; returns
     their bytes.
 
@@ -153,12 +171,13 @@ def check_weights(config, what="the model's weights", available=None):
         config: a `TransformerXLConfig`.
         what: what the refusal names.
         available: bytes (None: `available_bytes()`).
+        itemsize: bytes of a weight (the variables' dtype: 2 for bfloat16).
 
     Returns:
         The bytes of the weights.
     """
     count = parameter_count(config)
-    return _check({"weights": count * FLOAT}, f"{what} ({count:,} parameters)", available,
+    return _check({"weights": count * int(itemsize)}, f"{what} ({count:,} parameters)", available,
                   advice="lower n_token (or use adaptive cutoffs with div_val > 1), d_model, "
                          "d_inner or n_layer")
 
@@ -178,15 +197,32 @@ def check_bytes(parts, what, advice, available=None):
     return _check(parts, what, available, advice)
 
 
-def _check(parts, what, available, advice=ADVICE):
-    total = sum(parts.values())
+def check_total(total, need, advice, available=None):
+    """Raises `MemoryBudgetError` "`need(total)` and <what is available>;
+    `advice`" unless `total` bytes fit in what is available: the one refusal
+    the checks of this module (and `SessionTable`'s) share.
+
+    Args:
+        total: bytes.
+        need: `need(words)`: what needs `words` (`size_words(total)`).
+        advice: what the refusal suggests.
+        available: bytes (None: `available_bytes()`).
+
+    Returns:
+        `total`.
+    """
     available = available_bytes() if available is None else available
     if available is not None and total > available:
-        biggest = max(parts, key=parts.get)
-        raise MemoryBudgetError(
-            f"{what} needs at least {total / GIB:,.1f} GiB ({biggest} "
-            f"{parts[biggest] / GIB:,.1f} GiB) and {room_words(available)}; {advice}")
+        raise MemoryBudgetError(f"{need(size_words(total))} and {room_words(available)}; "
+                                f"{advice}")
     return total
+
+
+def _check(parts, what, available, advice=ADVICE):
+    biggest = max(parts, key=parts.get)
+    return check_total(sum(parts.values()), lambda words: (
+        f"{what} needs at least {words} ({biggest} {size_words(parts[biggest])})"),
+        advice, available)
 
 
 # A new id's int32 and its float32 log-prob, in a generation's outputs.
@@ -216,16 +252,12 @@ def check_new_ids(batch_size, num_tokens, what="max_new_tokens", available=None,
     Returns:
         The bytes of the outputs and the buffer.
     """
-    total = int(batch_size) * (int(num_tokens) + int(buffer)) * NEW_ID_BYTES
-    available = available_bytes() if available is None else available
-    if available is not None and total > available:
-        rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
-        held = f", and the decode loop's buffer of {int(buffer):,}" if buffer else ""
-        raise MemoryBudgetError(
-            f"{what} {int(num_tokens):,} for {rows} needs at least {total / GIB:,.1f} GiB "
-            f"({holds}{held}, {NEW_ID_BYTES} bytes each) and {room_words(available)}; "
-            f"{advice}")
-    return total
+    rows = f"{int(batch_size):,} row" + ("s" if int(batch_size) != 1 else "")
+    held = f", and the decode loop's buffer of {int(buffer):,}" if buffer else ""
+    return check_total(
+        int(batch_size) * (int(num_tokens) + int(buffer)) * NEW_ID_BYTES,
+        lambda words: (f"{what} {int(num_tokens):,} for {rows} needs at least {words} "
+                       f"({holds}{held}, {NEW_ID_BYTES} bytes each)"), advice, available)
 
 
 def memory_bytes(config, batch_size, mem_len):

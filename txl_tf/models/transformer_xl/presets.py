@@ -78,12 +78,17 @@ PRESET_FILES = ("metadata.json", "task.json", "task.weights.h5", "preprocessor.j
 
 
 class _Saving(threading.local):
-    """The temporary folders of the saves this thread is inside, and how
-    many `_weights_through_memory` blocks it is inside."""
+    """The temporary folders of the saves this thread is inside."""
 
     def __init__(self):
         self.folders = []
-        self.through_memory = 0
+
+
+class _ThroughMemory(threading.local):
+    """How many `_weights_through_memory` blocks this thread is inside."""
+
+    def __init__(self):
+        self.depth = 0
 
 
 _saving = _Saving()
@@ -98,18 +103,23 @@ def _wrap_h5_store():
     `.weights.h5` file written by path is built in memory and written at
     `close` with one `write`; in every other thread, or outside the block,
     the store is Keras's own. The class keeps its name and identity, so
-    Keras's `isinstance` checks hold for every thread's store."""
+    Keras's `isinstance` checks hold for every thread's store. Returns the
+    `_ThroughMemory` the wrapper reads, kept on the class: a second object of
+    this module (its entry of `sys.modules` deleted and imported again) uses
+    the same one, not a flag the wrapper never reads."""
     from keras.src.saving import saving_lib
 
     store = saving_lib.H5IOStore
     with _WRAP_LOCK:
-        if store.__dict__.get("_txl_through_memory"):
-            return
+        through_memory = store.__dict__.get("_txl_through_memory")
+        if through_memory is not None:
+            return through_memory
+        through_memory = _ThroughMemory()
         keras_init, keras_close = store.__init__, store.close
 
         def __init__(self, path_or_io, archive=None, mode="r"):
             target = None
-            if (_saving.through_memory and mode == "w" and archive is None
+            if (through_memory.depth and mode == "w" and archive is None
                     and isinstance(path_or_io, (str, os.PathLike))):
                 target, path_or_io = os.fspath(path_or_io), io.BytesIO()
             self._txl_target = target
@@ -125,7 +135,8 @@ def _wrap_h5_store():
 
         __init__.__doc__, close.__doc__ = keras_init.__doc__, keras_close.__doc__
         store.__init__, store.close = __init__, close
-        store._txl_through_memory = True
+        store._txl_through_memory = through_memory
+        return through_memory
 
 
 @contextlib.contextmanager
@@ -138,12 +149,12 @@ def _weights_through_memory():
     Keras's own. A sharded save (`max_shard_size` smaller than the model:
     Keras's `ShardedH5IOStore`, which reopens its shards to read them)
     writes its shards straight to disk."""
-    _wrap_h5_store()
-    _saving.through_memory += 1
+    through_memory = _wrap_h5_store()
+    through_memory.depth += 1
     try:
         yield
     finally:
-        _saving.through_memory -= 1
+        through_memory.depth -= 1
 
 
 def save_staged(save, preset_dir):
