@@ -152,12 +152,10 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
 
 
-def test_reading_a_large_corpus_shows_a_bar_only_on_a_terminal(tmp_path, monkeypatch, capsys):
+def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypatch, capsys):
     """A large corpus or classification file (32 MiB, made small here) wrote
-    tqdm's frames (`\\r`, block characters) into a log file too. The rule
-    is the commands': in library use the bar shows off a terminal too (it hid
-    it in Jupyter, whose stderr is no terminal)."""
-    from txl_tf.app import exits
+    tqdm's frames (`\\r`, block characters) into a log file too. The bar
+    shows on a terminal, and in Jupyter (whose stderr is no terminal)."""
     from txl_tf.classification import data as classification_data
     from txl_tf.data import corpora
     monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)
@@ -171,11 +169,12 @@ def test_reading_a_large_corpus_shows_a_bar_only_on_a_terminal(tmp_path, monkeyp
         classification_data.read_tsv(table)
         return capsys.readouterr().err
 
-    assert not exits.running_a_command()  # pytest: library use
-    shown = read()  # stderr is not a terminal here
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    assert read() == ""  # stderr is not a terminal here: a log
+    monkeypatch.setitem(sys.modules, "ipykernel", sys)  # a Jupyter kernel
+    shown = read()
     assert "text.txt" in shown and "table.tsv" in shown and "\r" in shown
-    monkeypatch.setattr(exits, "running_a_command", lambda: True)
-    assert read() == ""
+    monkeypatch.delitem(sys.modules, "ipykernel")
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     shown = read()
     assert "text.txt" in shown and "table.tsv" in shown and "\r" in shown

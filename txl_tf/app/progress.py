@@ -24,18 +24,15 @@ def show_bar(progress, large, stream=None):
       stream: where the bar goes (default stderr, tqdm's).
 
     Returns:
-      `progress` when given, else whether the work is `large` and, in the
-      project's commands (`txl_tf.app.exits.running_a_command`), `stream` is
-      a terminal (in a log a bar is a frame of control characters per update).
-      In library use the bar shows whenever the work is `large` (Jupyter's
-      stderr is no terminal, yet shows a bar).
+      `progress` when given, else whether the work is `large` and shown to a
+      person: `stream` is a terminal, or this is a Jupyter kernel (whose
+      stderr is no terminal, yet draws a bar). In a log a bar is a frame of
+      control characters per update.
     """
     if progress is not None:
         return bool(progress)
-    if not large:
-        return False
-    from txl_tf.app.exits import running_a_command  # absl: not before it is needed
-    return not running_a_command() or interactive(sys.stderr if stream is None else stream)
+    stream = sys.stderr if stream is None else stream
+    return bool(large) and (interactive(stream) or "ipykernel" in sys.modules)
 
 
 class Progress:
