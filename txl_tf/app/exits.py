@@ -40,7 +40,11 @@ def fail(message):
 
 
 def interrupted():
-    """Prints `interrupted` to stderr and exits with status 130."""
+    """Prints `interrupted` to stderr and exits with status 130.
+
+    Returns:
+        Never: raises `SystemExit` (141 where stderr's reader is gone).
+    """
     try:
         sys.stdout.flush()
         print("interrupted", file=sys.stderr, flush=True)
@@ -55,7 +59,14 @@ def stop_now(signum):
     no Python code after it (no `finally`, no `atexit`), as a kill: what was
     being written stays staged, never half in place. Safe in a signal handler
     (raising `KeyboardInterrupt` there could land in a `__del__`, which
-    prints `Exception ignored ...` and goes on)."""
+    prints `Exception ignored ...` and goes on).
+
+    Args:
+        signum: the signal's number (`signal.SIGINT`: status 130).
+
+    Returns:
+        Never: the process ends (`os._exit`).
+    """
     try:
         sys.stdout.flush()
     except (OSError, ValueError, RuntimeError, AttributeError):  # gone, or mid-write
@@ -70,7 +81,11 @@ def stop_now(signum):
 def reader_gone():
     """Exits with status 141 and no message: the reader of stdout or stderr
     went away (`| head -n 1`). Both streams are pointed at /dev/null first, so
-    that the interpreter's last flush has nothing to report."""
+    that the interpreter's last flush has nothing to report.
+
+    Returns:
+        Never: raises `SystemExit` (status 141).
+    """
     for stream in (sys.stdout, sys.stderr):
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -107,7 +122,11 @@ def running_a_command():
     """Whether this process is one of the project's commands: an installed
     `txl-*` script, or `python -m` of a job in `JOB_PACKAGES` or of
     `txl_tf.weights.convert` (the project's, not a user's own `training`
-    package)."""
+    package).
+
+    Returns:
+        True or False.
+    """
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None) or ""
     if name.split(".")[0] in JOB_PACKAGES or name == "txl_tf.weights.convert":
@@ -128,7 +147,11 @@ def quiet_interrupts():
       TensorFlow's when it collects a function, or in an `atexit` function)
       ends the job at once (`sys.unraisablehook`, `stop_now`).
 
-    Installing them twice is a no-op."""
+    Installing them twice is a no-op.
+
+    Returns:
+        None.
+    """
     previous = sys.excepthook
     if getattr(previous, "txl_interrupt_hook", False):
         return

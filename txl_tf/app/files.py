@@ -156,7 +156,13 @@ class WriteError(OSError, TxlError):
     """A write that failed, naming where: `cannot write '<path>': <cause>`
     (`filename` the path, `strerror` the cause, `errno` the failed call's,
     None for numpy's short write). An `OSError` as the failed call's was, and
-    one of the project's errors (`TxlError`)."""
+    one of the project's errors (`TxlError`).
+
+    Args:
+        path: the file or folder being written.
+        cause: what went wrong (an `OSError`'s `strerror`).
+        errno: the failed call's errno, or None.
+    """
 
     def __init__(self, path, cause, errno=None):
         super().__init__(errno, cause, os.fspath(path))

@@ -4,9 +4,13 @@
 lower bound of the bytes a step needs (float32 weights, the recurrence
 memory, one layer's attention scores, the output log-probs; in training also
 gradients, Adam's slots and every layer's activations) and raises
-`MemoryBudgetError` when it exceeds the memory the OS says is available. The
-bound is deliberately low: a refusal means the job would certainly fail (or
-swap, or be killed by the kernel), never that it might be tight.
+`MemoryBudgetError` when it exceeds the memory available (`available_bytes`:
+the OS's, a container's limit, the process's `RLIMIT_AS`). The bound is
+deliberately low: a refusal means the job would certainly fail (or swap, or
+be killed by the kernel), never that it might be tight. The other checks
+(`check_weights`, `check_memory_state`, `check_new_ids`, `check_bytes`) refuse
+the weights, stream memories, generation outputs and dataset arrays alike,
+all through `check_total`.
 """
 import os
 
