@@ -201,14 +201,15 @@ class DeviceSlab:
         with self._lock:  # each run; `check` (the caller's) outside it
             log_probs = steps.read(ids, np.zeros(rows, np.bool_))
         log_probs = check(log_probs)
+        self._slot = None  # until the step is finished (an interrupt may land anywhere)
         try:
             with self._lock:
                 steps.write()
                 self.taken = (count + 1, log_probs)  # as `CacheSlab.taken`
+            self._slot = (slot + 1) % self._size()
         except BaseException:
             self._finish(steps, slot, count, log_probs)
             raise
-        self._slot = (slot + 1) % self._size()
         return log_probs
 
     def _finish(self, steps, slot, count, log_probs):
@@ -217,7 +218,6 @@ class DeviceSlab:
         positions, from `slot` (the ring's slot before it): the slot the
         slab holds tells whether the move ran; if not, both run (again: the
         write of the same token at the same slot writes the same values)."""
-        self._slot = None
         if self.taken[0] == count:
             if _scalar(self._tensors["slot"]) == slot:
                 with self._lock:

@@ -596,7 +596,8 @@ def test_an_interrupted_device_slab_write_leaves_every_session_to_get_what_it_ge
     sessions = SessionTable(runtime, max_batch=2).slab.sessions
     where = [(FixedStep, "write", 3, False), (FixedStep, "write", 3, True),
              (sessions["write"], "run_with_iobinding", 2, True),  # written, not moved
-             (sessions["move"], "run_with_iobinding", 3, True)]  # moved, not recorded
+             (sessions["move"], "run_with_iobinding", 3, True),  # moved, not recorded
+             (DeviceSlab, "_size", 3, True)]  # recorded, the host's slot not moved on
     for owner, name, k, after in where:
         table = SessionTable(runtime, max_batch=2)
         assert all(table.slab.sessions[n] is sessions[n] for n in ("write", "move"))
