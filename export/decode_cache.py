@@ -708,23 +708,31 @@ class Resident:
         self.sessions = sessions
         self.fixed = {name: empty_like(cache[name], device) for name in CACHE_NAMES}
         self.steps = FixedStep(sessions, device, self.fixed, cache["valid"].shape()[0], n_token)
-        self.owner, self.own_buffers = None, None
+        self.owner = None  # (the cache last moved in, its own buffers), or None
 
     def step(self, cache, ids, stopped):
         """The log-probs of one step of `cache` (advanced in place)."""
-        if self.owner is not cache:
+        if not self._holds(cache):
             self._take(cache)
         log_probs = self.steps.read(ids, stopped)
         self.steps.write()
         return log_probs
 
+    def _holds(self, cache):
+        """Whether `cache` lives in the fixed buffers (its tensors are them)."""
+        return all(cache[name] is self.fixed[name] for name in CACHE_NAMES)
+
     def _take(self, cache):
-        """Moves `cache` into the fixed buffers, and the cache there back out."""
-        if self.owner is not None:
-            copy_on_device(self.sessions["copy"], self.fixed, self.own_buffers)
-            self.owner.update(self.own_buffers)
+        """Moves `cache` into the fixed buffers, and the cache there back out.
+        Each cache is in them or out (one `dict.update`), and what holds them
+        is read from the caches, not `owner`: an interrupt anywhere leaves no
+        cache reading another's buffers."""
+        if self.owner is not None and self._holds(self.owner[0]):
+            owner, own_buffers = self.owner
+            copy_on_device(self.sessions["copy"], self.fixed, own_buffers)
+            owner.update(own_buffers)
         copy_on_device(self.sessions["copy"], cache, self.fixed)
-        self.owner, self.own_buffers = cache, {name: cache[name] for name in CACHE_NAMES}
+        self.owner = (cache, {name: cache[name] for name in CACHE_NAMES})
         cache.update(self.fixed)
 
 

@@ -129,6 +129,9 @@ class DeviceSlab:
         self._tensors = None  # {name: OrtValue}, made at the first admit
         self._steps = {}  # {rows: FixedStep}
         self.taken = (0, None)  # as `CacheSlab.taken`
+        # The ring slot, kept on the host (None: unknown, read at the next step):
+        # an interrupted step tells from it whether its write was moved on.
+        self._slot = None
 
     def __len__(self):
         return len(self.keys)
@@ -150,8 +153,10 @@ class DeviceSlab:
         # The row's own free slot (a row that stopped kept it as the ring moved on).
         slot, size = _scalar(cache["row_slot"]), cache["valid"].shape()[1]
         if not self.keys:
+            self._slot = None
             self._tensors["slot"].update_inplace(np.array(slot, np.int32))
-        shift = (_scalar(self._tensors["slot"]) - slot) % size
+        self._slot = _scalar(self._tensors["slot"])
+        shift = (self._slot - slot) % size
         self._put(cache, len(self.keys), shift)
         self.keys.append(key)
 
@@ -183,19 +188,46 @@ class DeviceSlab:
         """The log-probs of one step of every row (ids `[len(self)]`), the
         slab advanced in place, unless `check(log_probs)` raises: then
         nothing is written (the ring is read first, written after the
-        check) and the error goes on."""
+        check) and the error goes on. Interrupted after the check, the step
+        is finished (and `taken`) before the interrupt goes on."""
         rows = len(self.keys)
         if rows not in self._steps:
             self._steps[rows] = FixedStep(self.sessions, self.device, self._tensors, rows,
                                           self.n_token)
         steps = self._steps[rows]
+        if self._slot is None:  # only after an interrupt the slab could not finish
+            self._slot = _scalar(self._tensors["slot"])
+        slot, count = self._slot, self.taken[0]
         with self._lock:  # each run; `check` (the caller's) outside it
             log_probs = steps.read(ids, np.zeros(rows, np.bool_))
         log_probs = check(log_probs)
-        with self._lock:
-            steps.write()
-            self.taken = (self.taken[0] + 1, log_probs)  # as `CacheSlab.taken`
+        self._slot = None  # until the step is finished (an interrupt may land anywhere)
+        try:
+            with self._lock:
+                steps.write()
+                self.taken = (count + 1, log_probs)  # as `CacheSlab.taken`
+            self._slot = (slot + 1) % self._size()
+        except BaseException:
+            self._finish(steps, slot, count, log_probs)
+            raise
         return log_probs
+
+    def _finish(self, steps, slot, count, log_probs):
+        """Finishes a step interrupted in (or as it returns from) its
+        `FixedStep.write`, which is its write then the move of the ring's
+        positions, from `slot` (the ring's slot before it): the slot the
+        slab holds tells whether the move ran; if not, both run (again: the
+        write of the same token at the same slot writes the same values)."""
+        if self.taken[0] == count:
+            if _scalar(self._tensors["slot"]) == slot:
+                with self._lock:
+                    steps.write()
+            self.taken = (count + 1, log_probs)
+        self._slot = (slot + 1) % self._size()
+
+    def _size(self):
+        """The ring's number of slots."""
+        return self._tensors["valid"].shape()[1]
 
     # --------------------------------------------------------------- helpers
     def _allocate(self, cache):

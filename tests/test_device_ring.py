@@ -353,6 +353,41 @@ def test_replayed_steps_keep_one_cache_in_fixed_buffers_and_equal_the_hosts(expo
         host.generate(turn, 5, resume=want.state, temperature=0.0).ids)
 
 
+@pytest.mark.parametrize("k, after", [(1, False), (1, True), (2, False), (2, True)])
+def test_a_cache_interrupted_moving_into_the_fixed_buffers_leaves_the_other_as_it_was(
+        exported, runtimes, monkeypatch, k, after):
+    """Ctrl-C in `Resident._take` as cache `b` moves in (its k-th copy:
+    `a` out, then `b` in; before or after it): `b`'s step run again and
+    `a`'s next steps are the host's (`a` was read from `b`'s buffers)."""
+    import export.decode_cache as decode_cache
+    host, path = runtimes[0], str(exported[1] / "model.onnx")
+    replay = open_runtime(path, device="cpu", device_cache=True, cuda_graph=True)
+    rng = np.random.default_rng(4)
+    memories = [host.step(rng.integers(0, CONFIG.n_token, [2, 4]))[1] for _ in range(2)]
+    host_caches = [host.decode_init(m) for m in memories]
+    caches = [replay.decode_init(m) for m in memories]
+    ids = rng.integers(0, CONFIG.n_token, [2])
+    np.testing.assert_allclose(replay.decode_step(ids, caches[0])[0],
+                               host.decode_step(ids, host_caches[0])[0], atol=1e-5)
+    original, calls = decode_cache.copy_on_device, [0]
+
+    def interrupted(*args):
+        calls[0] += 1
+        if calls[0] == k and not after:
+            raise KeyboardInterrupt
+        original(*args)
+        if calls[0] == k:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(decode_cache, "copy_on_device", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        replay.decode_step(ids, caches[1])
+    monkeypatch.undo()
+    for i in (1, 0, 1, 0):
+        np.testing.assert_allclose(replay.decode_step(ids, caches[i])[0],
+                                   host.decode_step(ids, host_caches[i])[0], atol=1e-5,
+                                   err_msg=i)
+
+
 def test_the_log_probs_of_a_fixed_buffer_step_are_not_changed_by_the_next(exported):
     """The log-probs `decode_step` returns, and those a session that left a
     slab keeps, are the caller's own: later steps over the same fixed
