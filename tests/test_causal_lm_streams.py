@@ -174,3 +174,21 @@ def test_validation_data_of_another_batch_size_or_kind_is_one_clear_error():
         causal_lm.fit(train, validation_data=plain, epochs=2, verbose=0)
     with pytest.raises(TxlError, match="validation_data holds stream batches"):
         causal_lm.fit(plain, validation_data=train, epochs=2, verbose=0)
+
+
+def test_ids_given_to_a_model_with_a_preprocessor_are_one_error():
+    """`generate({"token_ids", "padding_mask"})` on a model with a
+    preprocessor was the tokenizer's `ValueError` traceback."""
+    from txl_tf.checks.inputs import InputError
+    preprocessor = TransformerXLCausalLMPreprocessor(TransformerXLTokenizer(ByteTokenizer()),
+                                                     sequence_length=T)
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config(n_token=256).to_dict()),
+                                      preprocessor=preprocessor)
+    ids = {"token_ids": np.array([[1, 2, 0]], np.int32), "padding_mask": np.array([[1, 1, 0]], bool)}
+    with pytest.raises(InputError, match=r"^generate with a preprocessor takes text; .*"
+                                         r"`causal_lm\.preprocessor = None` first$"):
+        causal_lm.generate(ids, max_length=6)
+    causal_lm.preprocessor = None
+    out = causal_lm.generate(ids, stop_token_ids=None)
+    assert list(np.asarray(out["token_ids"])[0, :2]) == [1, 2]
+    assert np.asarray(out["padding_mask"]).all()  # the padding slot was generated

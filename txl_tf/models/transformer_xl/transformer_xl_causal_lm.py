@@ -387,6 +387,9 @@ class TransformerXLCausalLM(RestoresCompile, StreamTraining, keras_hub.models.Ca
         """
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         self.check_vocabulary()
+        if self.preprocessor is not None and isinstance(inputs, dict):
+            raise InputError("generate with a preprocessor takes text; for {'token_ids', "
+                             "'padding_mask'} ids set `causal_lm.preprocessor = None` first")
         if max_length is not None:
             _check_max_length(max_length, inputs)
         elif isinstance(getattr(self.preprocessor, "sequence_length", None), int):
