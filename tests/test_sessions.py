@@ -484,6 +484,21 @@ def _interrupt_at(monkeypatch, owner, name, k, after=False):
     monkeypatch.setattr(owner, name, interrupted)
 
 
+def _run_interrupted(table, monkeypatch, owner, name, k, after, alone):
+    """Opens `SESSIONS` in `table`, runs it interrupted at `owner.name`'s k-th
+    call (`_interrupt_at`), runs it again; every session must get its ids
+    alone (`alone`)."""
+    for sid, (prompt, n, settings) in SESSIONS.items():
+        table.open(sid, prompt, n, **settings)
+    _interrupt_at(monkeypatch, owner, name, k, after)
+    with pytest.raises(KeyboardInterrupt):
+        table.run()
+    monkeypatch.undo()
+    table.run()
+    for sid in SESSIONS:
+        assert list(table.close(sid).ids[0]) == alone[sid], (name, k, after, sid)
+
+
 @pytest.mark.parametrize("path", ["slab", "step_last"])
 def test_an_interrupted_step_leaves_every_session_to_get_what_it_gets_alone(
         exported, monkeypatch, path):
@@ -497,16 +512,8 @@ def test_an_interrupted_step_leaves_every_session_to_get_what_it_gets_alone(
                       (type(runtime), "cache_memory", 1, False)],  # a session leaving
              "step_last": [(type(runtime), "_step_last", 2, False)]}[path]
     for owner, name, k, after in where:
-        table = SessionTable(runtime, max_batch=2)
-        for sid, (prompt, n, settings) in SESSIONS.items():
-            table.open(sid, prompt, n, **settings)
-        _interrupt_at(monkeypatch, owner, name, k, after)
-        with pytest.raises(KeyboardInterrupt):
-            table.run()
-        monkeypatch.undo()
-        table.run()
-        for sid in SESSIONS:
-            assert list(table.close(sid).ids[0]) == alone[sid], (name, sid)
+        _run_interrupted(SessionTable(runtime, max_batch=2), monkeypatch, owner, name, k, after,
+                         alone)
 
 
 def test_an_interrupted_evict_leaves_the_slabs_rows_as_they_were(exported, monkeypatch):
@@ -601,12 +608,4 @@ def test_an_interrupted_device_slab_write_leaves_every_session_to_get_what_it_ge
     for owner, name, k, after in where:
         table = SessionTable(runtime, max_batch=2)
         assert all(table.slab.sessions[n] is sessions[n] for n in ("write", "move"))
-        for sid, (prompt, n, settings) in SESSIONS.items():
-            table.open(sid, prompt, n, **settings)
-        _interrupt_at(monkeypatch, owner, name, k, after)
-        with pytest.raises(KeyboardInterrupt):
-            table.run()
-        monkeypatch.undo()
-        table.run()
-        for sid in SESSIONS:
-            assert list(table.close(sid).ids[0]) == alone[sid], (name, k, after, sid)
+        _run_interrupted(table, monkeypatch, owner, name, k, after, alone)
