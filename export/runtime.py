@@ -422,7 +422,7 @@ class Runtime:
         if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
             if not getattr(self, "_warned_layout", False):
                 logging.warning("this export's decode cache keeps keys as %s, not %s: it "
-                                "decodes through step_last; re-export it to use the cache",
+                                "decodes on the memory, without the cache; re-export it to use the cache",
                                 self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
                 self._warned_layout = True
             return False
