@@ -64,7 +64,7 @@ def unreleased_section(heading):
 
 def bullets(text):
     """The bullets of a section, each on one line."""
-    return [" ".join(b.split()) for b in text.split("\n- ")[1:]]
+    return [" ".join(b.split()) for b in ("\n" + text).split("\n- ")[1:]]
 
 
 def test_every_deprecated_name_is_listed_with_the_release_that_removes_it():
@@ -80,9 +80,10 @@ def test_every_deprecated_name_is_listed_with_the_release_that_removes_it():
 
 
 def test_every_removed_name_is_listed_under_removed():
-    """Under Unreleased's "Removed" (the newest release's, once it is cut),
+    """Under "Removed" (Unreleased's, or the release's that removed it),
     beside the call that replaces it."""
-    removed = bullets(unreleased_section("Removed") or newest_section("Removed"))
+    removed = bullets("\n".join(part.split("\n### ")[0].split("\n## ")[0]
+                                for part in CHANGELOG.split("\n### Removed\n")[1:]))
     for old, replacement in REMOVED.items():
         name = old.split(".", 1)[1]
         listed = [b for b in removed if f"`{name}`" in b]
