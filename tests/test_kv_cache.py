@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from test_core import VARIANTS, ids, make_core
 from txl_tf import Memory
+from txl_tf.app.deprecation import REMOVED
 from txl_tf.layers.ring_cache import KeysValues
 
 CASES = {**VARIANTS, "same_length_pytorch": dict(same_length=True,
@@ -229,6 +230,7 @@ REMOVED_CALLS = {  # what each removed call was, as a user wrote it
 def test_the_names_removed_in_0_4_0_name_their_replacement(name):
     """The cached reads before `call_with_cache` (deprecated in 0.3.0): one
     error naming the call that replaces each (on an instance or the class)."""
+    assert set(REMOVED_CALLS) == {n for n in REMOVED if not n.startswith("Runtime.")}
     core = make_core()
     cache = core.decode_cache(core.initial_memory(2, mem_len=3))
     error = TypeError if name.endswith("=)") else AttributeError
