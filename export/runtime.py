@@ -1,6 +1,6 @@
 """The runtime interface shared by the ONNX Runtime and SavedModel backends
 (`Runtime`, `RuntimeMemory`: one public API, listed in
-docs/export-and-serving.md; the names it replaced in `DEPRECATED`), the
+docs/export-and-serving.md; the names it replaced say so), the
 checks of its inputs, done on shapes and values before any session runs
 (`RuntimeInputError`), and where an export keeps its artefacts
 (`choose_artefact`). `export.open_runtime` opens one.
@@ -16,7 +16,7 @@ from export.decode_cache import (CacheSlab, cache_shapes, concat_rows, copy_cach
                                  take_rows)
 from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
-from txl_tf.app.deprecation import warn_deprecated
+from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
 from txl_tf.errors import TxlError
@@ -75,23 +75,6 @@ def _is_cache(state):
     return isinstance(state, dict) and "mems" not in state
 
 
-# Public names of the runtime before its one API -> what replaces each. They
-# answer for this release with a DeprecationWarning (the `GenerationBackend`'s
-# methods of the same name, which do what they did) and go in the next.
-DEPRECATED = {
-    "step_last": "step(ids, memory) (the log-probs' last position, [:, -1])",
-    "next_log_probs": "step(ids, memory)",
-    "adopt": "take(memory, range(batch)) (checked, in this runtime's tensors)",
-    "split": "take(memory, [row]) for each row",
-    "decode": "generate(None, n, resume=state)",
-    "next_cached": "decode_step(ids, cache, stopped)",
-    "read_cached": "decode_read(ids, cache)",
-    "take_cache": "take(cache, rows)",
-    "concat_caches": "concat(caches)",
-    "copy_cache": "take(cache, range(batch)) (a copy of every row)",
-}
-
-
 def generation_backend(backend):
     """What the generation flow drives for `backend`: a `Runtime`'s one
     `GenerationBackend`, anything else (the Keras `Decoder`, which implements
@@ -99,6 +82,7 @@ def generation_backend(backend):
     return backend._generation if isinstance(backend, Runtime) else backend
 
 
+@answers_removed_names("Runtime")
 class Runtime:
     """Runs an exported Transformer-XL: memory in, memory out.
 
@@ -141,14 +125,6 @@ class Runtime:
         self.device = "cpu"
         # One per runtime: a decode state's cache names it (`HeldCache`).
         self._generation = GenerationBackend(self)
-
-    def __getattr__(self, name):
-        """The names of `DEPRECATED` (with a DeprecationWarning naming what
-        replaces each); AttributeError for any other missing name."""
-        if name not in DEPRECATED or "_generation" not in self.__dict__:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        warn_deprecated(f"Runtime.{name}", DEPRECATED[name])
-        return getattr(self._generation, name)
 
     # ------------------------------------------------------------- interface
     @property
@@ -446,7 +422,7 @@ class Runtime:
         if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
             if not getattr(self, "_warned_layout", False):
                 logging.warning("this export's decode cache keeps keys as %s, not %s: it "
-                                "decodes through step_last; re-export it to use the cache",
+                                "decodes on the memory, without the cache; re-export it to use the cache",
                                 self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
                 self._warned_layout = True
             return False

@@ -1,7 +1,8 @@
 """CHANGELOG.md agrees with the code: its newest release is the version that
-setup.py gives pip and `txl_tf.__version__`, and every deprecated name the
+setup.py gives pip and `txl_tf.__version__`, every deprecated name the
 code still answers is listed under that release's "Deprecated" with the
-release that removes it, the one its warning names."""
+release that removes it, the one its warning names, and every removed name
+that names its replacement under "Removed"."""
 import ast
 import functools
 import re
@@ -10,8 +11,7 @@ import sys
 from pathlib import Path
 
 import txl_tf
-from export.runtime import DEPRECATED
-from txl_tf.app.deprecation import REMOVED_IN
+from txl_tf.app.deprecation import REMOVED, REMOVED_IN
 
 REPO = Path(__file__).resolve().parent.parent
 CHANGELOG = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
@@ -62,16 +62,33 @@ def unreleased_section(heading):
     return parts[1].split("\n### ")[0] if len(parts) > 1 else ""
 
 
+def bullets(text):
+    """The bullets of a section, each on one line."""
+    return [" ".join(b.split()) for b in ("\n" + text).split("\n- ")[1:]]
+
+
 def test_every_deprecated_name_is_listed_with_the_release_that_removes_it():
     """Under the newest release's "Deprecated", or, deprecated since, Unreleased's."""
     assert version(REMOVED_IN) > version(txl_tf.__version__)
-    deprecated = newest_section("Deprecated") + "\n" + unreleased_section("Deprecated")
-    bullets = [" ".join(b.split()) for b in deprecated.split("\n- ")[1:]]
-    assert bullets and all(f"removed in {REMOVED_IN}" in b for b in bullets), deprecated
+    deprecated = bullets(newest_section("Deprecated") + "\n" + unreleased_section("Deprecated"))
     names = [old.split(".", 1)[1].replace("...", "") for old in warned_names()]
-    assert len(names) >= 7, names
-    for name in [*names, *DEPRECATED]:
-        assert f"`{name}`" in deprecated, name
+    assert names, "warned_names finds no warn_deprecated call"
+    for name in names:
+        listed = [b for b in deprecated if f"`{name}`" in b]
+        assert listed and all(f"removed in {REMOVED_IN}" in b for b in listed), (name, listed)
+        assert not any(removed.endswith(f".{name}") for removed in REMOVED), name
+
+
+def test_every_removed_name_is_listed_under_removed():
+    """Under "Removed" (Unreleased's, or the release's that removed it),
+    beside the call that replaces it."""
+    removed = bullets("\n".join(part.split("\n### ")[0].split("\n## ")[0]
+                                for part in CHANGELOG.split("\n### Removed\n")[1:]))
+    for old, replacement in REMOVED.items():
+        name = old.split(".", 1)[1]
+        listed = [b for b in removed if f"`{name}`" in b]
+        assert listed, old
+        assert any(f"`{replacement.split('(')[0]}" in b for b in listed), (old, listed)
 
 
 def test_only_the_one_helper_warns_of_a_deprecation():

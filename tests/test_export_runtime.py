@@ -1,8 +1,7 @@
 """The runtimes: one public API (the documented list, the names it replaced
-still answering with a warning), clear errors for bad input (before the
+naming their replacement), clear errors for bad input (before the
 backend runs), IO binding, device fallback, memory handed between backends."""
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +9,9 @@ import onnxruntime as ort
 import pytest
 
 from export import RuntimeInputError, RuntimeMemory, export_onnx, export_saved_model, open_runtime
-from export.runtime import DEPRECATED, Runtime, generation_backend
+from export.runtime import Runtime, generation_backend
 from txl_tf import InputError, TransformerXL, TransformerXLConfig, TxlError
-from txl_tf.app.deprecation import REMOVED_IN
+from txl_tf.app.deprecation import REMOVED
 
 MEM_LEN = 4
 
@@ -325,53 +324,32 @@ def documented_api():
     return re.findall(r"^\| `(\w+)", section, re.M)
 
 
+# The runtime's names removed in 0.4.0 (deprecated in 0.3.0).
+REMOVED_NAMES = [name.split(".")[1] for name in REMOVED if name.startswith("Runtime.")]
+
+
 def test_the_public_runtime_api_is_the_documented_list():
     from export.onnx_runtime import OnnxRuntime
     from export.tf_runtime import SavedModelRuntime
     documented = documented_api()
     assert len(documented) == len(set(documented))  # one line each
     for cls in (Runtime, OnnxRuntime, SavedModelRuntime):
-        assert sorted(n for n in dir(cls) if not n.startswith("_")) == sorted(documented), cls
-    for name in DEPRECATED:  # CHANGELOG.md lists them (tests/test_changelog.py)
-        assert name not in documented, name
+        public = [n for n in dir(cls) if not n.startswith("_") and n not in REMOVED_NAMES]
+        assert sorted(public) == sorted(documented), cls
+    assert len(REMOVED_NAMES) == 10 and not set(REMOVED_NAMES) & set(documented)
 
 
-def test_every_replaced_name_still_works_with_a_warning(paths):
-    runtime = open_runtime(str(paths / "saved_model"), device="cpu")  # with the decode cache
-    assert runtime.has_decode_cache
-    called = set()
-
-    def old(name):
-        called.add(name)
-        with pytest.warns(DeprecationWarning, match=rf"Runtime\.{name} is deprecated and "
-                                                    rf"removed in {REMOVED_IN}: use "):
-            return getattr(runtime, name)
-
-    memory = runtime.initial_memory(2)
-    log_probs, new_memory = runtime.step(IDS, memory)
-    last, _ = old("step_last")(IDS, memory)
-    np.testing.assert_allclose(last, log_probs[:, -1], atol=1e-5)
-    adopted = old("adopt")(memory.numpy(), 2)
-    np.testing.assert_allclose(old("next_log_probs")(IDS, adopted)[0], last, atol=1e-5)
-    rows = old("split")(new_memory)
-    np.testing.assert_array_equal(rows[1].numpy()[0], runtime.take(new_memory, [1]).numpy()[0])
-    first = runtime.generate([[1, 2], [3]], 2, temperature=0.0)
-    ids, _, _ = old("decode")(first.state, 3)
-    np.testing.assert_array_equal(ids, runtime.generate(None, 3, resume=first.state).ids)
-    cache = runtime.decode_init(new_memory)
-    kept = old("copy_cache")(cache)
-    step_ids = np.array([1, 2], np.int32)
-    stepped = old("next_cached")(step_ids, np.zeros(2, np.bool_), cache)
-    np.testing.assert_allclose(stepped, runtime.decode_step(step_ids, kept)[0], atol=1e-6)
-    read, new = old("read_cached")(IDS, cache)
-    np.testing.assert_allclose(read, runtime.decode_read(IDS, cache)[0], atol=1e-6)
-    joined = old("concat_caches")([old("take_cache")(new, [1]), runtime.take(new, [0])])
-    np.testing.assert_array_equal(joined["keys"], new["keys"][:, ::-1])
-    assert called == set(DEPRECATED)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
-            runtime.no_such_name
+@pytest.mark.parametrize("name", REMOVED_NAMES)
+def test_the_names_removed_in_0_4_0_name_their_replacement(runtime, name):
+    """One AttributeError naming the documented call that replaces each."""
+    replacement = REMOVED[f"Runtime.{name}"]
+    assert replacement.split("(")[0] in documented_api()
+    with pytest.raises(AttributeError,
+                       match=rf"^Runtime\.{name} was removed; use {re.escape(replacement)}$"):
+        getattr(runtime, name)
+    assert not hasattr(runtime, name) and not hasattr(type(runtime), name)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        runtime.no_such_name
 
 
 def test_take_and_concat_check_what_they_are_given(paths):

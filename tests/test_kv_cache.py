@@ -1,12 +1,15 @@
 """Decoding over the ring cache (`decode_cache`, `call_with_cache`,
 `cache_memory`) computes what the plain core computes, in every
 configuration, eager and under XLA, while the ring wraps around."""
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from test_core import VARIANTS, ids, make_core
 from txl_tf import Memory
+from txl_tf.app.deprecation import REMOVED
 from txl_tf.layers.ring_cache import KeysValues
 
 CASES = {**VARIANTS, "same_length_pytorch": dict(same_length=True,
@@ -209,61 +212,34 @@ def test_a_segment_on_keys_and_values_is_a_segment_on_their_memory(name):
                                        np.where(valid, recomputed, 0), atol=2e-5)
 
 
-def test_the_old_cached_names_warn_and_give_call_with_cache():
-    core = make_core()
-    cache = core.decode_cache(core.initial_memory(2, mem_len=3))
-    x = ids(2, 1)[:, 0]
-    expected, _ = core.call_with_cache(x, cache)
-    for name in ("cached_step", "cached_read"):
-        with pytest.warns(DeprecationWarning, match=f"{name} is deprecated"):
-            got, _ = getattr(core, name)(x, cache)
-        np.testing.assert_array_equal(got.numpy(), expected.numpy())
-    with pytest.warns(DeprecationWarning, match="cached_segment is deprecated"):
-        core.cached_segment(ids(2, 2), cache)
-    memory = core.initial_memory(2, mem_len=3)
-    pairs = [block.rel_attn.memory_keys_values(m)
-             for block, m in zip(core.blocks, tf.unstack(memory.mems))]
-    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
-    expected, new = core.call_with_cache(ids(2, 2), KeysValues(keys, values, memory.mem_mask))
-    with pytest.warns(DeprecationWarning, match="segment_on_keys is deprecated"):
-        got, *rest = core.segment_on_keys(ids(2, 2), keys, values, memory.mem_mask)
-    np.testing.assert_array_equal(got.numpy(), expected.numpy())
-    np.testing.assert_array_equal(rest[-1], new.mem_mask)
+REMOVED_CALLS = {  # what each removed call was, as a user wrote it
+    "TransformerXL.cached_step": lambda core, cache: core.cached_step(ids(2, 1)[:, 0], cache),
+    "TransformerXL.cached_read": lambda core, cache: core.cached_read,
+    "TransformerXL.cached_segment": lambda core, cache: type(core).cached_segment,
+    "TransformerXL.segment_on_keys": lambda core, cache: core.segment_on_keys,
+    "TransformerXL.call_with_cache(position_keys=)": lambda core, cache: core.call_with_cache(
+        ids(2, 1)[:, 0], cache, position_keys=core.decode_position_keys(cache)),
+    "RelativeMultiHeadAttention.call_on_keys":
+        lambda core, cache: core.blocks[0].rel_attn.call_on_keys,
+    "RelativeMultiHeadAttention.token_call":
+        lambda core, cache: type(core.blocks[0].rel_attn).token_call,
+}
 
 
-def test_the_old_attention_calls_and_position_keys_argument_warn_and_agree():
-    """`call_on_keys`, `token_call` and `call_with_cache(position_keys=)`,
-    the names before the one cached call, still give its results."""
+@pytest.mark.parametrize("name", REMOVED_CALLS)
+def test_the_names_removed_in_0_4_0_name_their_replacement(name):
+    """The cached reads before `call_with_cache` (deprecated in 0.3.0): one
+    error naming the call that replaces each (on an instance or the class)."""
+    assert set(REMOVED_CALLS) == {n for n in REMOVED if not n.startswith("Runtime.")}
     core = make_core()
     cache = core.decode_cache(core.initial_memory(2, mem_len=3))
-    x = ids(2, 1)[:, 0]
-    keys = core.decode_position_keys(cache)
-    expected, _ = core.call_with_cache(x, cache._replace(position_keys=keys))
-    with pytest.warns(DeprecationWarning, match="position_keys"):
-        got, _ = core.call_with_cache(x, cache, position_keys=keys)
-    np.testing.assert_array_equal(got.numpy(), expected.numpy())
-    attention = core.blocks[0].rel_attn
-    h = core.word_emb(ids(2, 2))
-    memory = core.initial_memory(2, mem_len=3)
-    mem_keys, mem_values = attention.memory_keys_values(memory.mems[0])
-    pos = core.pos_emb(tf.constant(5))
-    visible = tf.ones([2, 1, 2, 5], tf.bool)
-    want = attention.call_with_cache(h, mem_keys, mem_values, pos, visible, *core._biases(0))
-    with pytest.warns(DeprecationWarning, match="call_on_keys is deprecated"):
-        old = attention.call_on_keys(h, pos, mem_keys, mem_values, visible, *core._biases(0))
-    for a, b in zip(old, want):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
-    size = 4
-    ring_keys = tf.zeros([2, 2, 16, size])
-    ring_values = tf.zeros([2, 2, size, 16])
-    at_slot = tf.constant([False, False, False, True])
-    valid = tf.constant([[False, True, True, True]] * 2)
-    positions = core.pos_emb(tf.constant(size))
-    want = attention.call_with_cache(h[:, 0], ring_keys, ring_values, positions, valid,
-                                     *core._biases(0), at_slot=at_slot)
-    hidden = tf.where(valid, 0.0, -1e30)[:, None, :]
-    with pytest.warns(DeprecationWarning, match="token_call is deprecated"):
-        old = attention.token_call(h[:, 0], ring_keys, ring_values, at_slot, hidden, positions,
-                                   *core._biases(0))
-    for a, b in zip(old, want):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    error = TypeError if name.endswith("=)") else AttributeError
+    with pytest.raises(error, match=rf"^{re.escape(name)} was removed; use call_with_cache\("):
+        REMOVED_CALLS[name](core, cache)
+    if error is TypeError:  # another unknown keyword is Python's own error
+        with pytest.raises(TypeError, match=r"call_with_cache\(\) got an unexpected keyword "
+                                            r"argument 'stoped'$"):
+            core.call_with_cache(ids(2, 1)[:, 0], cache, stoped=None)
+    else:
+        assert not hasattr(core.blocks[0].rel_attn if "Attention" in name else core,
+                           name.split(".")[1])

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.app.deprecation import warn_deprecated
+from txl_tf.app.deprecation import answers_removed_names, check_no_removed_keywords
 from txl_tf.checks.inputs import (InputError, check_memory, check_targets, check_token_ids,
                                   check_token_mask)
 from txl_tf.checks.numpy_checks import MAX_POSITIONS, check_count, check_flag
@@ -40,6 +40,7 @@ def check_grad_segments(grad_segments, segment_len):
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
+@answers_removed_names("TransformerXL")
 class TransformerXL(keras.layers.Layer):
     """Transformer-XL language model as a pure function of ids and memory.
 
@@ -382,7 +383,7 @@ class TransformerXL(keras.layers.Layer):
         clamp = self.config.clamp_len
         return size if clamp <= 0 else tf.minimum(size, clamp + 1)
 
-    def call_with_cache(self, token_ids, cache, *, stopped=None, write=True, position_keys=None):
+    def call_with_cache(self, token_ids, cache, *, stopped=None, write=True, **removed):
         """Reads ids on top of a decode cache (`decode_cache`), in inference:
         what `hidden_states` gives on `cache_memory(cache)`, with the memory's
         keys and values taken from the cache (only the new positions are
@@ -404,22 +405,20 @@ class TransformerXL(keras.layers.Layer):
             stopped: one id per row only: bool `[B]`, rows that keep their
                 cache as it is (their `hidden` is meaningless); a row that has
                 stopped must stay stopped for the cache's life.
-            position_keys: deprecated: the cache's own `position_keys`.
             write: one id per row only: False reads without writing (the
                 slot's entries in `cache` are not read) and returns, in place
                 of the new cache, a `CachedToken` of what the free slot gets
                 (an exported step returns it for the host to write).
+            **removed: none taken: `position_keys=` (removed; the cache holds
+                them) raises a TypeError naming what replaces it.
 
         Returns:
             `(hidden [B, d_model] or [B, T, d_model], new cache)`, or
             `(hidden, CachedToken)` with `write=False`.
         """
+        check_no_removed_keywords("TransformerXL.call_with_cache", removed)
         self._check_cacheable()
         write = check_flag("write", write)
-        if position_keys is not None:
-            warn_deprecated("TransformerXL.call_with_cache(position_keys=...)",
-                            "cache._replace(position_keys=decode_position_keys(cache))")
-            cache = _keyed(cache, position_keys)
         if isinstance(cache, KeysValues):
             if stopped is not None or not write:
                 raise TxlError("stopped and write=False are for a DecodeCache; a KeysValues "
@@ -437,49 +436,6 @@ class TransformerXL(keras.layers.Layer):
         if not write:
             return output, token
         return output, self._write_token(output, token, cache, stopped)
-
-    def cached_read(self, token_ids, cache, position_keys=None):
-        """Deprecated: `call_with_cache(token_ids, cache, write=False)`.
-
-        Args:
-            token_ids: int `[B]`.
-            cache: a `DecodeCache`.
-            position_keys: deprecated: the cache's own `position_keys`.
-
-        Returns:
-            `(hidden [B, d_model], CachedToken)`.
-        """
-        warn_deprecated("TransformerXL.cached_read",
-                        "call_with_cache(token_ids, cache, write=False)")
-        return self.call_with_cache(token_ids, _keyed(cache, position_keys), write=False)
-
-    def cached_step(self, token_ids, cache, stopped=None, position_keys=None):
-        """Deprecated: `call_with_cache(token_ids [B], cache)`.
-
-        Args:
-            token_ids: int `[B]`.
-            cache: a `DecodeCache`.
-            stopped: as for `call_with_cache`.
-            position_keys: deprecated: the cache's own `position_keys`.
-
-        Returns:
-            `(hidden [B, d_model], new cache)`.
-        """
-        warn_deprecated("TransformerXL.cached_step", "call_with_cache(token_ids, cache)")
-        return self.call_with_cache(token_ids, _keyed(cache, position_keys), stopped=stopped)
-
-    def cached_segment(self, token_ids, cache):
-        """Deprecated: `call_with_cache(token_ids [B, T], cache)`.
-
-        Args:
-            token_ids: int `[B, T]`.
-            cache: a `DecodeCache`.
-
-        Returns:
-            `(hidden [B, T, d_model], new cache)`.
-        """
-        warn_deprecated("TransformerXL.cached_segment", "call_with_cache(token_ids, cache)")
-        return self.call_with_cache(token_ids, cache)
 
     def _read_token(self, token_ids, cache):
         """One id per row (`[B]`) on the ring, read-only: `(hidden, CachedToken)`."""
@@ -546,24 +502,6 @@ class TransformerXL(keras.layers.Layer):
             mems=tuple(with_free_slot(m, 1) for m in tf.unstack(new.mems, self.config.n_layer)),
             keys=tuple(keys), values=tuple(values), valid=with_free_slot(new.mem_mask, 1),
             slot=size - 1, row_slot=tf.fill([batch], size - 1))
-
-    def segment_on_keys(self, token_ids, keys, values, mem_mask):
-        """Deprecated: `call_with_cache(token_ids, KeysValues(keys, values, mem_mask))`.
-
-        Args:
-            token_ids: int `[B, T]`.
-            keys: each layer's memory keys.
-            values: each layer's memory values.
-            mem_mask: bool `[B, M]`.
-
-        Returns:
-            `(hidden [B, T, d_model], new keys, new values, new mem_mask)`
-            (the last M positions).
-        """
-        warn_deprecated("TransformerXL.segment_on_keys",
-                        "call_with_cache(token_ids, KeysValues(...))")
-        hidden, new = self.call_with_cache(token_ids, KeysValues(keys, values, mem_mask))
-        return hidden, list(new.keys), list(new.values), new.mem_mask
 
     def _read_on_keys(self, token_ids, cache):
         """A segment (`token_ids [B, T]`) on a `KeysValues` memory: `(hidden
@@ -721,9 +659,3 @@ def _check_cache_batch(token_ids, stopped, valid):
     if stopped.dtype != tf.bool or not stopped.shape.is_compatible_with([batch]):
         raise InputError(f"stopped must be bool [batch] ({batch}), got {stopped.dtype.name} "
                          f"of shape {stopped.shape}")
-
-
-def _keyed(cache, position_keys):
-    """`cache` holding `position_keys` (when given)."""
-    return cache if position_keys is None else cache._replace(position_keys=tuple(position_keys))
-

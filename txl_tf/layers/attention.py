@@ -3,7 +3,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.app.deprecation import warn_deprecated
+from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.checks.numpy_checks import InputError
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
@@ -54,6 +54,7 @@ def _by_head(x, r):
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
+@answers_removed_names("RelativeMultiHeadAttention")
 class RelativeMultiHeadAttention(keras.layers.Layer):
     """score(i, j) = (q_i + u)·k_j + (q_i + v)·W_r r_{i-j}, scaled by 1/sqrt(d_head).
 
@@ -251,22 +252,6 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         hidden = tf.expand_dims(tf.where(visible, 0.0, -1e30), 1)
         return self._token_on_ring(inputs, keys, values, at_slot, hidden, positions, r_w_bias,
                                    r_r_bias)
-
-    def call_on_keys(self, inputs, pos_emb, mem_keys, mem_values, visible, r_w_bias, r_r_bias):
-        """Deprecated: `call_with_cache(inputs, mem_keys, mem_values, pos_emb, visible, ...)`."""
-        warn_deprecated("RelativeMultiHeadAttention.call_on_keys",
-                        "call_with_cache (a segment)")
-        return self.call_with_cache(inputs, mem_keys, mem_values, pos_emb, visible, r_w_bias,
-                                    r_r_bias)
-
-    def token_call(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias, r_r_bias):
-        """Deprecated: `call_with_cache(..., at_slot=at_slot)` with `visible` bool `[B, S]`
-        in place of the additive `hidden` `[B, 1, S]`."""
-        warn_deprecated("RelativeMultiHeadAttention.token_call",
-                        "call_with_cache(..., at_slot=...)")
-        visible = tf.convert_to_tensor(hidden)[:, 0, :] > -1e29
-        return self.call_with_cache(inputs, keys, values, positions, visible, r_w_bias,
-                                    r_r_bias, at_slot=at_slot)
 
     def _segment_on_keys(self, inputs, mem_keys, mem_values, pos_emb, visible, r_w_bias,
                          r_r_bias):
