@@ -2,6 +2,8 @@
 non-UTF-8 stdout (a latin-1 locale; Windows writing into a file, cp1252),
 and text files opened in the locale's encoding (cp1252 on Windows)."""
 import ast
+import os
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,3 +53,71 @@ def test_no_text_file_is_opened_in_the_locales_encoding():
              for path in sorted((REPO / package).rglob("*.py"))
              if (calls := _text_opens_without_encoding(path))}
     assert found == {}
+
+
+WITHOUT_POSIX = '''
+import importlib, os, pkgutil, signal, sys
+for name in ("SIGPIPE", "SIGKILL", "SIGHUP", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGCHLD",
+             "SIGQUIT"):
+    if hasattr(signal, name):
+        delattr(signal, name)
+for name in ("fork", "getloadavg", "sysconf", "wait4", "killpg", "setsid", "getpgid",
+             "getuid"):
+    if hasattr(os, name):
+        delattr(os, name)
+for name in ("fcntl", "resource", "termios", "pwd", "grp"):
+    sys.modules[name] = None
+for name in [m for m in sys.modules if m.split(".")[0] in PACKAGES]:
+    del sys.modules[name]
+failed = []
+for package in PACKAGES:
+    for found in pkgutil.walk_packages(importlib.import_module(package).__path__,
+                                       package + "."):
+        if found.name.endswith("__main__"):  # runs a command
+            continue
+        try:
+            importlib.import_module(found.name)
+        except Exception as err:
+            failed.append(f"{found.name}: {type(err).__name__}: {err}")
+print(failed)
+'''
+
+
+def test_every_module_imports_without_what_windows_lacks(jobs):
+    """Windows has no `fcntl`, `resource`, SIGPIPE, SIGKILL, `os.fork`...:
+    no module of ours may need them to import (training.lock did)."""
+    code = "PACKAGES = ('txl_tf', 'training', 'export', 'benchmarks')\n" + WITHOUT_POSIX
+    done = jobs.run("-c", [code])
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr[-2000:]
+
+
+def test_without_proc_or_resource_the_memory_checks_fall_back_or_step_aside(monkeypatch):
+    """macOS and /proc-less containers: the physical memory; Windows (no
+    /proc, `resource` or `os.sysconf`): no check, never an error."""
+    import builtins
+    from txl_tf import TransformerXLConfig
+    from txl_tf.checks import memory_budget
+    from txl_tf.keras_support import precision
+    from export import job
+
+    real_open = builtins.open
+
+    def without_proc(path, *args, **kwargs):
+        if str(path).startswith(("/proc/", "/sys/")):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", without_proc)
+    monkeypatch.setitem(sys.modules, "resource", None)
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert memory_budget.available_bytes() == physical
+    assert memory_budget.room_words(2 ** 30) == "this machine has 1.0 GiB available"
+    assert job._peak_rss() == ""
+    precision.cpu_flags.cache_clear()
+    assert precision.cpu_flags() == frozenset()
+    precision.cpu_flags.cache_clear()
+    monkeypatch.delattr(os, "sysconf")
+    assert memory_budget.available_bytes() is None
+    config = TransformerXLConfig(n_token=2 ** 31, n_layer=2, d_model=8, n_head=2, d_head=4,
+                                 d_inner=16)
+    memory_budget.check_fits(config, 10 ** 6, 10 ** 6, 10 ** 6, host_only=False)
