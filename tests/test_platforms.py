@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 # Calls that open a file in the locale's encoding unless given one.
 OPENERS = {"open", "fdopen", "TextIOWrapper", "read_text", "write_text"}
@@ -121,3 +123,30 @@ def test_without_proc_or_resource_the_memory_checks_fall_back_or_step_aside(monk
     config = TransformerXLConfig(n_token=2 ** 31, n_layer=2, d_model=8, n_head=2, d_head=4,
                                  d_inner=16)
     memory_budget.check_fits(config, 10 ** 6, 10 ** 6, 10 ** 6, host_only=False)
+
+
+def test_a_path_tensorflow_and_onnx_would_write_elsewhere_is_refused(tmp_path, monkeypatch):
+    """Under `LC_ALL=en_US.ISO-8859-1` (file names latin-1) `txl-train
+    --model_dir=runé` wrote its config, vocabulary and logs into `runé/` and
+    TensorFlow its checkpoints and TensorBoard logs into `runÃ©/` (the UTF-8
+    bytes of the same name read as latin-1); `txl-export --output_dir=outé`
+    ended in ONNX's checker's traceback (no `model.onnx` at the UTF-8 path)."""
+    from export.job import ExportError, run_export
+    from training.errors import TrainingError
+    from training.train import run
+    from txl_tf import TransformerXL, TransformerXLConfig
+    from txl_tf.weights import save_pretrained
+    from txl_tf.app.paths import utf8_path_problem
+
+    assert utf8_path_problem(tmp_path / "runé") is None  # this box: UTF-8 file names
+    monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "iso8859-1")
+    assert utf8_path_problem(tmp_path / "run") is None
+    assert utf8_path_problem(tmp_path / "runé").startswith(f"{tmp_path / 'runé'} is not ASCII")
+    with pytest.raises(TrainingError, match="^--model_dir: .*runé is not ASCII and this locale's "
+                                            "file names are iso8859-1, not UTF-8: TensorFlow and ONNX"):
+        run(model_dir=str(tmp_path / "runé"), dataset="text", data_dir=str(tmp_path))
+    assert not (tmp_path / "runé").exists()
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny")), str(tmp_path / "model"))
+    with pytest.raises(ExportError, match="^--output_dir: .*outé is not ASCII"):
+        run_export(str(tmp_path / "outé"), str(tmp_path / "model"), formats=["onnx"])
+    assert not (tmp_path / "outé").exists()
