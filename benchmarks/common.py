@@ -7,12 +7,32 @@ Every benchmark declares its flags once, as a `SPEC` of
 bad flag (one absl rejects, or one refused by these checks) is one `error:`
 line and exit status 2."""
 import os
+import sys
 
 from txl_tf.errors import TxlError
 
 
 class BenchmarkError(TxlError):
     """A benchmark cannot start: a bad flag value."""
+
+
+def peak_rss_bytes(usage=None):
+    """The peak resident memory in bytes of a `resource.getrusage` or
+    `os.wait4` result (`ru_maxrss`: KiB on Linux, bytes on macOS).
+
+    Args:
+        usage: the result (None: this process's).
+
+    Returns:
+        Bytes, or None where there is no `resource` module (Windows).
+    """
+    if usage is None:
+        try:
+            import resource
+        except ImportError:
+            return None
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
 def share_the_gpu():

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 
-from benchmarks.common import BenchmarkError, at_least, names_from
+from benchmarks.common import BenchmarkError, at_least, names_from, peak_rss_bytes
 from txl_tf.app import cli
 from txl_tf.app.flagspec import option, values
 
@@ -57,7 +57,7 @@ def run_measured(command, log_path):
                                 stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss * 1024, time.perf_counter() - start
+    return proc.returncode, peak_rss_bytes(usage), time.perf_counter() - start
 
 
 def measure(preset, work_dir, mem_len):

@@ -833,7 +833,7 @@ def run_decode_nodes(o):
             for tree, r in report["steps"][batch].items()), flush=True)
     report["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count()}
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-    with open(o["output"], "w") as f:
+    with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
     print(f"results: {o['output']}", flush=True)
     return report
@@ -1008,7 +1008,7 @@ def run_profile(o):
                          f": {top}")
             print(json.dumps({"graph": graph, "batch": batch, **r}), flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-    with open(o["output"], "w") as f:
+    with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
     print(f"results: {o['output']}", flush=True)
     print(f"profile on {o['device']} by op type (ms a run, nodes): " + "; ".join(lines),

@@ -19,7 +19,6 @@ back a classifier can read, and in telling corpora apart. One suite in parts
 import json
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import run_part, suite_spec  # noqa: E402
+from benchmarks.common import peak_rss_bytes, run_part, suite_spec  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
 from txl_tf.app.flagspec import option, values  # noqa: E402
@@ -176,7 +175,7 @@ def run_arm(o, mem_len, grad_segments, seed):
     return {"mem_len": mem_len, "grad_segments": grad_segments, "seed": seed,
             "accuracy": float(np.mean(predicted == ty)),
             "seconds_per_step": seconds / o["steps"],
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": (peak_rss_bytes() or float("nan")) / 2 ** 20}  # nan: Windows
 
 
 def _parse(o):

@@ -361,7 +361,7 @@ def environment():
     return {"tensorflow": tf.__version__, "keras": keras.__version__,
             "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "gpus": [d.name for d in tf.config.list_logical_devices("GPU")],
-            "loadavg": list(os.getloadavg())}
+            "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
 def peaks(dtypes, earlier=None):

@@ -90,7 +90,7 @@ def staged_folders(parent, names, drop=()):
             folders[name] = os.path.join(new, name)
             os.mkdir(folders[name])
         for name in drop:
-            open(os.path.join(new, name), "w").close()  # a file: the name is deleted
+            open(os.path.join(new, name), "wb").close()  # a file: the name is deleted
         yield folders
         committed = os.path.join(parent, os.path.basename(staging).replace(
             _prefix(key, "tmp"), _prefix(key, "commit"), 1))

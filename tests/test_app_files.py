@@ -2,6 +2,7 @@
 last; what a kill at any point leaves."""
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -162,3 +163,50 @@ def test_a_figure_written_over_another_is_whole_or_the_old_one(tmp_path, monkeyp
             write(str(tmp_path / name))
         assert (tmp_path / name).read_bytes() == b"old figure", name
     assert sorted(os.listdir(tmp_path)) == sorted(writers)
+
+
+class _Kernel32:
+    """Windows's kernel32 as `process_alive` calls it: the pids in `running`
+    run, those in `others` are another user's (access denied)."""
+
+    def __init__(self, running, others):
+        self.running, self.others, self.error, self.closed = running, others, 0, []
+
+    def OpenProcess(self, access, inherit, pid):
+        self.error = 5 if pid in self.others else 87  # access denied; no such process
+        return pid if pid in self.running else 0
+
+    def GetExitCodeProcess(self, handle, code):
+        code._obj.value = 259  # STILL_ACTIVE
+        return 1
+
+    def CloseHandle(self, handle):
+        self.closed.append(handle)
+
+
+def test_leftovers_on_windows_are_told_by_a_process_handle(tmp_path, monkeypatch):
+    """On Windows `os.kill(pid, 0)` is no probe: it sends Ctrl-C to pid's
+    process group, and fails (`OSError`, WinError 87) for any other pid, so
+    a leftover of a killed writer made every later save of its folder fail."""
+    import ctypes
+
+    def kill(pid, signum):  # GenerateConsoleCtrlEvent(CTRL_C_EVENT, pid)
+        raise OSError(22, "The parameter is incorrect")
+
+    kernel32 = _Kernel32(running={4242}, others={4343})
+    monkeypatch.setattr(ctypes, "WinDLL", lambda name, use_last_error: kernel32, raising=False)
+    monkeypatch.setattr(ctypes, "get_last_error", lambda: kernel32.error, raising=False)
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(files.os, "kill", kill)
+    for pid in (4141, 4242, 4343, 2 ** 40):
+        (tmp_path / f".tmp-{pid}-weights.bin").write_text("x", encoding="utf-8")
+    assert files.remove_leftovers(str(tmp_path)) == [".tmp-1099511627776-weights.bin",
+                                                     ".tmp-4141-weights.bin"]
+    assert kernel32.closed == [4242]
+    _save(str(tmp_path), "1")
+    assert _state(str(tmp_path)) == "1"
+
+
+def test_a_leftover_with_a_pid_past_c_int_is_gone(tmp_path):
+    (tmp_path / f".tmp-{2 ** 70}-weights.bin").write_text("x", encoding="utf-8")
+    assert files.remove_leftovers(str(tmp_path)) == [f".tmp-{2 ** 70}-weights.bin"]

@@ -1,9 +1,13 @@
 """`benchmarks.common.integer_list`, the parsing of the benchmarks'
 comma-separated integer flags: good values are their integers, bad ones a
 `BenchmarkError` naming the flag, what it takes and the value given."""
+import importlib
+import os
+import sys
+
 import pytest
 
-from benchmarks.common import BenchmarkError, integer_list
+from benchmarks.common import BenchmarkError, integer_list, peak_rss_bytes
 
 
 @pytest.mark.parametrize("text, minimum, numbers", [
@@ -22,3 +26,26 @@ def test_bad_values_are_an_error_naming_the_flag(text):
     with pytest.raises(BenchmarkError) as raised:
         integer_list(text, "mem_lens", 1, "comma-separated integers >= 1")
     assert str(raised.value) == f"--mem_lens must be comma-separated integers >= 1, got {shown!r}"
+
+
+@pytest.mark.parametrize("platform, factor", [("linux", 1024), ("darwin", 1)])
+def test_peak_rss_is_in_bytes_on_linux_and_macos(monkeypatch, platform, factor):
+    """`ru_maxrss` is KiB on Linux, bytes on macOS (export_memory's and
+    memory_worth's peaks were 1024 times too large there)."""
+    import types
+    monkeypatch.setattr(sys, "platform", platform)
+    assert peak_rss_bytes(types.SimpleNamespace(ru_maxrss=3000)) == 3000 * factor
+
+
+def test_without_resource_or_getloadavg_the_benchmarks_still_describe_the_machine(
+        monkeypatch):
+    """Windows has neither `resource` nor `os.getloadavg` (memory_worth
+    imported the first, throughput's `environment` called the second: both
+    ended in a traceback)."""
+    from benchmarks import throughput
+    monkeypatch.setitem(sys.modules, "resource", None)
+    monkeypatch.delattr(os, "getloadavg")
+    assert peak_rss_bytes() is None
+    assert throughput.environment()["loadavg"] is None
+    monkeypatch.delitem(sys.modules, "benchmarks.memory_worth", raising=False)
+    importlib.import_module("benchmarks.memory_worth")

@@ -1,14 +1,17 @@
 """A model directory has one owner: a second job on it is refused and touches
 nothing; the lock dies with its holder, so a restart after a kill proceeds."""
+import errno
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
 from training.errors import TrainingError
-from training.lock import DirectoryLock, lock_path
+from training.lock import WINDOWS_LOCKED_BYTE, DirectoryLock, lock_path
 from job_helpers import job_command, job_env, tail, write_text_corpus
 
 
@@ -67,3 +70,47 @@ def test_lock_per_task(tmp_path):
     chief.release()
     DirectoryLock(lock_path(tmp_path), "--model_dir x").release()
     worker.release()
+
+
+def _fake_msvcrt(calls):
+    """Windows's `msvcrt.locking`, made of `flock` (also per open file), with
+    the byte each call locks recorded."""
+    import fcntl
+    import types
+
+    def locking(fd, mode, nbytes):
+        calls.append((mode, os.lseek(fd, 0, os.SEEK_CUR), nbytes))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN if mode == 0 else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PermissionError(errno.EACCES, "Permission denied") from None
+
+    return types.SimpleNamespace(locking=locking, LK_UNLCK=0, LK_NBLCK=2)
+
+
+def test_without_fcntl_windows_locks_a_byte_past_the_owner(tmp_path, monkeypatch):
+    """Windows has no `fcntl` (training.lock imported it: every training job
+    ended in a traceback). There `msvcrt.locking` locks one byte far past the
+    owner's text, which a second job reads (Windows's locks are mandatory)."""
+    calls = []
+    monkeypatch.setitem(sys.modules, "msvcrt", _fake_msvcrt(calls))
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    owner = DirectoryLock(lock_path(tmp_path), "--model_dir x")
+    with pytest.raises(TrainingError, match=rf"--model_dir x is in use by another training "
+                                            rf"job \(pid {os.getpid()} on host"):
+        DirectoryLock(lock_path(tmp_path), "--model_dir x")
+    owner.release()
+    DirectoryLock(lock_path(tmp_path), "--model_dir x").release()
+    assert calls == [(2, WINDOWS_LOCKED_BYTE, 1)] * 2 + [(0, WINDOWS_LOCKED_BYTE, 1)] + \
+        [(2, WINDOWS_LOCKED_BYTE, 1), (0, WINDOWS_LOCKED_BYTE, 1)]
+    assert json.loads((tmp_path / ".lock").read_text(encoding="utf-8"))["pid"] == os.getpid()
+
+
+def test_without_any_file_lock_the_job_runs_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "msvcrt", None)
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    with DirectoryLock(lock_path(tmp_path), "--model_dir x"):
+        assert json.loads((tmp_path / ".lock").read_text(encoding="utf-8"))["pid"] == \
+            os.getpid()
+    assert capsys.readouterr().err == ("warning: this platform has no file lock: nothing "
+                                       "stops a second job on --model_dir x\n")

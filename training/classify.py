@@ -156,9 +156,12 @@ def check_options(o):
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
     from training.train import check_seed
     check_seed(o["seed"])
+    exported = bool(export_formats(o["export"]))  # TensorFlow and ONNX write there
     for name, kind in (("output_dir", "folder"), ("output", "file")):  # written after the work
-        if o[name] and path_in_the_way(name, o[name], kind):
-            raise TrainingError(path_in_the_way(name, o[name], kind))
+        in_the_way = o[name] and path_in_the_way(name, o[name], kind,
+                                                 utf8_paths=exported and name == "output_dir")
+        if in_the_way:
+            raise TrainingError(in_the_way)
     if o["mode"] == "train":
         _require(o, "train_data", "output_dir")
         if o["steps"] is not None and o["epochs"] is not None:

@@ -149,7 +149,7 @@ def pack(wheels, out_dir, drop=(), stream_bytes=STREAM_BYTES, preset=PRESET, job
             future.result()
     index = {"format": FORMAT, "files": files,
              "streams": [{"name": n, "parts": p} for n, p in zip(names, streams)]}
-    with open(os.path.join(out_dir, "site.json"), "w") as out:
+    with open(os.path.join(out_dir, "site.json"), "w", encoding="utf-8") as out:
         json.dump(index, out)
     return index
 
@@ -206,7 +206,7 @@ def unpack(index_path, site, jobs=None):
         (files, raw bytes) written.
     """
     try:
-        with open(index_path) as source:
+        with open(index_path, encoding="utf-8") as source:
             index = json.load(source)
     except (OSError, ValueError) as err:
         raise PackError(f"{index_path}: not a site index ({err})") from None

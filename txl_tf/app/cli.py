@@ -9,6 +9,8 @@ see `txl_tf.app.exits`) prints a single `error: ...` line to stderr and exits
 with status 2: no usage dump, no traceback. Other exceptions are bugs and keep their traceback.
 TensorFlow is imported without its C++ start-up noise (`txl_tf.app.tf_startup`).
 """
+import sys
+
 from absl import app, flags, logging
 
 from txl_tf.app.exits import exit_on_error, fail, reader_gone
@@ -41,7 +43,26 @@ def run(main, spec=None):
         logging.set_verbosity(logging.WARNING)  # TF's checkpoint INFO lines
         return exit_on_error(lambda: main(argv))
 
+    lenient_stdout()
     try:
         app.run(checked_main, flags_parser=parse_flags)
     except BrokenPipeError:  # `--help | head -n 1`: absl prints the help while parsing
         reader_gone()
+
+
+def lenient_stdout():
+    """Characters that stdout's encoding cannot hold (generated text under a
+    latin-1 locale, or on Windows into a file or pipe: cp1252) are written as
+    backslash escapes (`\\uc0b5`), as Python writes them to stderr, instead of
+    ending the job in a `UnicodeEncodeError` traceback. A stream whose errors handler is
+    not `strict` (`surrogateescape` under the C locale) is left as it is.
+
+    Returns:
+        None.
+    """
+    stream = sys.stdout
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError, AttributeError):  # closed, or not a TextIOWrapper's
+            pass

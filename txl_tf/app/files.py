@@ -12,6 +12,7 @@ import errno as errnos
 import os
 import re
 import shutil
+import sys
 
 from txl_tf.errors import TxlError
 
@@ -278,10 +279,34 @@ def process_alive(pid):
     Returns:
         bool.
     """
+    if sys.platform == "win32":  # there os.kill(pid, 0) sends Ctrl-C to pid's group
+        return _windows_process_alive(pid)
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such pid (one past C's int)
         return False
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def _windows_process_alive(pid, kernel32=None, last_error=None):
+    """`process_alive` on Windows: a handle to `pid` opens and its exit code is
+    STILL_ACTIVE (`kernel32`, `last_error`: `ctypes.WinDLL("kernel32")` and
+    `ctypes.get_last_error`, given by tests)."""
+    import ctypes
+    if not 0 < pid < 2 ** 32:
+        return False
+    if kernel32 is None:
+        kernel32, last_error = ctypes.WinDLL("kernel32", use_last_error=True), \
+            ctypes.get_last_error
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return last_error() == 5  # ERROR_ACCESS_DENIED: another user's
+    try:
+        code = ctypes.c_ulong()
+        if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
+            return True
+        return code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)

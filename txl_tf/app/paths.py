@@ -1,10 +1,14 @@
 """The jobs' output paths checked before any work: a file where a folder
 must go (or a folder where a file must go) is named, instead of the
-`[Errno 17] File exists` the first write would meet. Standard library only."""
+`[Errno 17] File exists` the first write would meet; a path that TensorFlow
+and ONNX would write elsewhere (`utf8_path_problem`) is refused. Standard
+library only."""
+import codecs
 import os
+import sys
 
 
-def path_in_the_way(flag, path, kind="folder"):
+def path_in_the_way(flag, path, kind="folder", utf8_paths=False):
     """The `error:` message for a `kind` ("folder" or "file") that cannot be
     written at `path`, given as `--flag`, or None.
 
@@ -12,13 +16,39 @@ def path_in_the_way(flag, path, kind="folder"):
       flag: the flag's name, without dashes.
       path: the folder or file the job will write.
       kind: "folder" or "file".
+      utf8_paths: whether libraries that take a path's UTF-8 bytes write
+        under it (TensorFlow's checkpoints, TensorBoard logs and SavedModel;
+        ONNX's checker and ONNX Runtime): see `utf8_path_problem`.
 
     Returns:
       A message naming the flag and the path in the way (see `what_is_in_the_way`),
       or None.
     """
-    problem = what_is_in_the_way(path, kind)
+    problem = what_is_in_the_way(path, kind) or (utf8_paths and utf8_path_problem(path))
     return f"--{flag}: {problem}; choose another --{flag}" if problem else None
+
+
+def utf8_path_problem(path):
+    """Why TensorFlow and ONNX would write under `path` elsewhere than
+    Python, or None. Their C++ code takes a path's UTF-8 bytes, Python the
+    file system encoding's: under a locale whose file names are not UTF-8
+    (`LC_ALL=en_US.ISO-8859-1`) a non-ASCII path names two folders (a run's
+    checkpoints in one, its config and vocabulary in the other; an export's
+    `model.onnx` that ONNX's checker cannot find).
+
+    Args:
+      path: the folder or file they will write.
+
+    Returns:
+      A phrase naming the path and the locale's encoding, or None.
+    """
+    encoding = sys.getfilesystemencoding()
+    path = os.path.abspath(path)
+    if path.isascii() or codecs.lookup(encoding).name == "utf-8":
+        return None
+    return (f"{path} is not ASCII and this locale's file names are {encoding}, not UTF-8: "
+            "TensorFlow and ONNX would write their files under another folder (the path's "
+            "UTF-8 bytes); use an ASCII path, or a UTF-8 locale (LC_ALL=C.UTF-8)")
 
 
 def what_is_in_the_way(path, kind="folder"):

@@ -98,7 +98,7 @@ class SentencePieceTokenizer(Tokenizer):
             kwargs["sentence_iterator"] = iter(texts)
         model = io.BytesIO()
         spm.set_random_generator_seed(seed)
-        with open(os.devnull, "w") as quiet:
+        with open(os.devnull, "w", encoding="utf-8") as quiet:
             spm.SentencePieceTrainer.train(model_writer=model, logstream=quiet, **kwargs)
         return cls(model.getvalue(), add_eos=add_eos)
 
