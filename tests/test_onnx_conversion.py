@@ -94,8 +94,8 @@ def test_two_conversions_of_one_function_are_the_same_bytes(tmp_path):
         written.append((tmp_path / name).read_bytes())
     assert written[0] == written[1]
     x = np.array([[1.0, 1.0, 1.0], [-1.0, 0.5, 2.0]], np.float32)
-    np.testing.assert_allclose(ort.InferenceSession(str(tmp_path / "a.onnx")).run(None, {"x": x})[0],
-                               fn(tf.constant(x))["y"].numpy(), rtol=1e-5)
+    got = ort.InferenceSession(str(tmp_path / "a.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, fn(tf.constant(x))["y"].numpy(), rtol=1e-5)
 
 
 def test_the_canonical_graph_does_not_depend_on_node_order_or_internal_names():
@@ -127,3 +127,38 @@ def test_the_canonical_graph_does_not_depend_on_node_order_or_internal_names():
     model = first.SerializeToString()
     np.testing.assert_allclose(ort.InferenceSession(model).run(None, {"x": x})[0],
                                2 * x + np.exp(x), rtol=1e-6)
+
+
+def test_a_loop_body_is_made_canonical_too():
+    """The classifier's graph runs its documents in a Loop: the body's nodes,
+    names and graph name (tf2onnx's have counters) are put in order too, and
+    the body reads the outer graph's constant under its new name."""
+    def graph(prefix, body_order):
+        body_nodes = [helper.make_node("Identity", [f"{prefix}cond"], [f"{prefix}cond_out"],
+                                       name=f"{prefix}I"),
+                      helper.make_node("Mul", [f"{prefix}v", f"{prefix}two"], [f"{prefix}v2"],
+                                       name=f"{prefix}M")]
+        body = helper.make_graph(
+            [body_nodes[k] for k in body_order], f"{prefix}body",
+            [helper.make_tensor_value_info(f"{prefix}i", TensorProto.INT64, []),
+             helper.make_tensor_value_info(f"{prefix}cond", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(f"{prefix}v", TensorProto.FLOAT,
+                                           [f"unk__{len(prefix)}"])],
+            [helper.make_tensor_value_info(f"{prefix}cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(f"{prefix}v2", TensorProto.FLOAT, [None])])
+        constants = [numpy_helper.from_array(np.array([2.0], np.float32), f"{prefix}two"),
+                     numpy_helper.from_array(np.array(3, np.int64), f"{prefix}trips"),
+                     numpy_helper.from_array(np.array(True), f"{prefix}true")]
+        loop = helper.make_node("Loop", [f"{prefix}trips", f"{prefix}true", "x"], ["y"],
+                                name=f"{prefix}L", body=body)
+        g = helper.make_graph([loop], "g", [helper.make_tensor_value_info(
+            "x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info(
+                "y", TensorProto.FLOAT, [3])], constants)
+        return helper.make_model(g, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    first = canonical_graph(graph("p_", [0, 1]))
+    again = canonical_graph(graph("another_", [1, 0]))
+    onnx.checker.check_model(again)
+    assert again.SerializeToString() == first.SerializeToString()
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    np.testing.assert_allclose(ort.InferenceSession(first.SerializeToString()).run(
+        None, {"x": x})[0], 8 * x)
