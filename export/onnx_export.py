@@ -20,6 +20,7 @@ import tensorflow as tf
 from onnx import TensorProto, helper, numpy_helper
 
 from export import decode_interface as decode
+from export.canonical import canonical_graph
 from export.metadata import (DECODE_FILES, INPUT_NAMES, OUTPUT_NAMES, export_metadata,
                              external_data_file, weights_quantization)
 from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
@@ -228,7 +229,8 @@ def _convert(core, mem_len, log_probs, opset, memory_layout):
 def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
     """tf2onnx ModelProto of `fn(*interface)` where the Keras `variables` it
     reads are extra graph inputs named `txl_weight_NNNN` after the `specs`
-    inputs (see the module doc; `save_with_weights` makes them initializers)."""
+    inputs (see the module doc; `save_with_weights` makes them initializers),
+    its nodes and names made independent of the conversion (`canonical_graph`)."""
     with _restored_environment("TF_CPP_MIN_LOG_LEVEL"):  # tf2onnx.convert sets it to 3
         import tf2onnx.convert  # heavy import, only when converting
 
@@ -248,11 +250,12 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
             custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})[0]
     try:
         with _environment(TF2ONNX_CATCH_ERRORS="FALSE"), _without_global_pools():
-            return convert()
+            model = convert()
     except Exception:  # noqa: BLE001  an optimizer failed: again, with the copies that skip it
         logging.info("tf2onnx failed without its graph copies; converting with them")
-    with _without_global_pools():
-        return convert()
+        with _without_global_pools():
+            model = convert()
+    return canonical_graph(model)  # the same bytes for the same function and weights
 
 
 @contextlib.contextmanager

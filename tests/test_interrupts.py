@@ -149,7 +149,41 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     """)
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
                           text=True, timeout=120)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", STOPPING + "interrupted\n")
+
+
+STOPPING = ("SIGINT: stopping after the step in flight, which is then saved (another SIGINT "
+            "ends the job without saving it)\n")
+
+
+def test_the_first_signal_is_announced_while_python_waits_on_a_long_call():
+    """The first Ctrl-C printed nothing until the step in flight ended (a
+    first XLA compile: minutes); Python runs its handlers only between
+    bytecodes. The main thread here is in a sleep that the signal does not
+    interrupt (it is blocked there, as in a long call into TensorFlow): the
+    line comes before a thread's "later", written while the sleep goes on."""
+    code = textwrap.dedent("""
+        import os, signal, threading, time
+        import txl_tf  # TensorFlow without its start-up lines
+        from training.callbacks import StopOnSignal
+        stop = StopOnSignal()
+        with stop.installed():
+            def later():
+                time.sleep(1.0)
+                os.write(2, b"later\\n")
+            helper = threading.Thread(target=later)
+            helper.start()  # before the mask: the signal is delivered to a thread
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2.0)  # no handler runs until it returns
+            helper.join()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+            assert stop.received == signal.SIGINT
+        os.write(2, b"done\\n")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", STOPPING + "later\ndone\n")
 
 
 def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypatch, capsys):

@@ -225,3 +225,31 @@ def test_a_save_killed_anywhere_leaves_one_whole_save_or_an_error(tmp_path,
             np.testing.assert_array_equal(got.numpy(), want.numpy(), f"killed at {k}")
         outcomes.add("new" if expected is new else "old")
     assert outcomes == {"old", "refused", "new"}
+
+
+def test_a_rerun_that_fails_before_its_save_keeps_the_saved_models_log(trained, tmp_path,
+                                                                       monkeypatch):
+    """The job truncated train_log.jsonl at its start: a run stopped before its
+    save left the previous export beside the stopped run's log."""
+    import shutil
+    import txl_tf.baselines
+    root, options, _ = trained
+    run = tmp_path / "run"
+    shutil.copytree(root / "run", run)
+    log = (run / "train_log.jsonl").read_bytes()
+    weights = (run / "export" / "model.weights.h5").read_bytes()
+    again = dict(model_dir=str(run), d_model=32, n_layer=1, tgt_len=16, batch_size=4,
+                 train_steps=2, log_every=1, final_eval=False, **options)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(txl_tf.baselines, "save_lstm", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train_lstm.run(**again)
+    assert (run / "train_log.previous.jsonl").read_bytes() == log
+    assert len((run / "train_log.jsonl").read_text().splitlines()) == 2  # the stopped run's
+    assert (run / "export" / "model.weights.h5").read_bytes() == weights
+    monkeypatch.undo()
+    train_lstm.run(**again)
+    assert not (run / "train_log.previous.jsonl").exists()
+    assert len((run / "train_log.jsonl").read_text().splitlines()) == 2

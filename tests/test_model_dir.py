@@ -241,3 +241,17 @@ def test_save_weights_clears_what_a_killed_save_weights_left(run, tmp_path):
     save_weights(core, str(tmp_path / "weights.npz"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".tmp-{gone}-other.npz",
                                                           "weights.npz"]
+
+
+def test_a_save_without_a_tokenizer_deletes_the_previous_saves_vocabulary(run, tmp_path):
+    """Its config records no fingerprint: a `vocab/` left by a save with a
+    tokenizer would be read, unchecked, as the new model's vocabulary."""
+    _, core = run
+    folder = tmp_path / "model"
+    save_pretrained(core, folder, ByteTokenizer())
+    assert resolve(str(folder)).vocab_dir is not None
+    save_pretrained(core, folder)
+    assert resolve(str(folder)).vocab_dir is None and not (folder / "vocab").exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "weights.npz"]
+    save_pretrained(core, folder, ByteTokenizer())  # and back
+    assert resolve(str(folder)).vocab_dir == str(folder / "vocab")

@@ -6,10 +6,13 @@ import sys
 
 import keras
 import numpy as np
+import onnx
 import onnxruntime as ort
 import tensorflow as tf
 import tf2onnx
+from onnx import TensorProto, helper, numpy_helper
 
+from export.canonical import canonical_graph
 from export.onnx_export import convert_with_weight_inputs, save_with_weights
 
 SPECS = [tf.TensorSpec([None, 3], tf.float32, name="x")]
@@ -72,3 +75,90 @@ def test_the_first_conversion_leaves_the_tensorflow_log_level(tmp_path, monkeypa
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
     np.testing.assert_allclose(outputs(model, variable, tmp_path, np.ones([1, 3], np.float32)),
                                [[1.5, 1.5, 1.5]])
+
+
+def test_two_conversions_of_one_function_are_the_same_bytes(tmp_path):
+    """tf2onnx orders nodes by iterating sets and names them from process-wide
+    counters: without `canonical_graph`, a second conversion in the same
+    process differs in node order and names (a file hash changes each export)."""
+    variable = keras.Variable(np.array([1.0, -2.0, 3.0], np.float32))
+
+    def fn(x):
+        h = tf.reduce_mean(x * variable, axis=-1, keepdims=True) + tf.reduce_max(x, -1, True)
+        return {"y": tf.nn.softmax(tf.concat([h, x - h, tf.abs(x)], axis=-1) * 2.0)}
+    written = []
+    for name in ("a.onnx", "b.onnx"):
+        model = convert_with_weight_inputs(fn, SPECS, [variable])
+        onnx.checker.check_model(model)
+        save_with_weights(model, str(tmp_path / name), [variable], len(SPECS))
+        written.append((tmp_path / name).read_bytes())
+    assert written[0] == written[1]
+    x = np.array([[1.0, 1.0, 1.0], [-1.0, 0.5, 2.0]], np.float32)
+    got = ort.InferenceSession(str(tmp_path / "a.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, fn(tf.constant(x))["y"].numpy(), rtol=1e-5)
+
+
+def test_the_canonical_graph_does_not_depend_on_node_order_or_internal_names():
+    """Equal graphs in another topological order, under other internal names
+    (equal constants and equal nodes made one) serialize to the same bytes."""
+    def graph(order, prefix, twice):
+        c = [numpy_helper.from_array(np.array([2.0], np.float32), f"{prefix}two")]
+        nodes = {"a": helper.make_node("Mul", ["x", f"{prefix}two"], [f"{prefix}a"],
+                                       name=f"{prefix}A"),
+                 "b": helper.make_node("Exp", ["x"], [f"{prefix}b"], name=f"{prefix}B"),
+                 "s": helper.make_node("Add", [f"{prefix}a", f"{prefix}b"], ["y"], name="S")}
+        if twice:  # an equal constant and an equal Exp, each read instead of the first
+            c.append(numpy_helper.from_array(np.array([2.0], np.float32), f"{prefix}two2"))
+            nodes["b2"] = helper.make_node("Exp", ["x"], [f"{prefix}b2"], name=f"{prefix}B2")
+            nodes["s"] = helper.make_node("Add", [f"{prefix}a", f"{prefix}b2"], ["y"], name="S")
+            nodes["a"].input[1] = f"{prefix}two2"
+        value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 3])
+                 for n in ("x", "y")]
+        g = helper.make_graph([nodes[k] for k in order], "g", value[:1], value[1:], c,
+                              doc_string=f"converted from b'__inference_run_{len(prefix)}'")
+        return helper.make_model(g, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    first = canonical_graph(graph(["a", "b", "s"], "p_", False))
+    for order, prefix, twice in [(["b", "a", "s"], "other__", False),
+                                 (["b2", "b", "a", "s"], "q", True)]:
+        model = canonical_graph(graph(order, prefix, twice))
+        onnx.checker.check_model(model)
+        assert model.SerializeToString() == first.SerializeToString()
+    x = np.array([[0.0, 1.0, -1.0]], np.float32)
+    model = first.SerializeToString()
+    np.testing.assert_allclose(ort.InferenceSession(model).run(None, {"x": x})[0],
+                               2 * x + np.exp(x), rtol=1e-6)
+
+
+def test_a_loop_body_is_made_canonical_too():
+    """The classifier's graph runs its documents in a Loop: the body's nodes,
+    names and graph name (tf2onnx's have counters) are put in order too, and
+    the body reads the outer graph's constant under its new name."""
+    def graph(prefix, body_order):
+        body_nodes = [helper.make_node("Identity", [f"{prefix}cond"], [f"{prefix}cond_out"],
+                                       name=f"{prefix}I"),
+                      helper.make_node("Mul", [f"{prefix}v", f"{prefix}two"], [f"{prefix}v2"],
+                                       name=f"{prefix}M")]
+        body = helper.make_graph(
+            [body_nodes[k] for k in body_order], f"{prefix}body",
+            [helper.make_tensor_value_info(f"{prefix}i", TensorProto.INT64, []),
+             helper.make_tensor_value_info(f"{prefix}cond", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(f"{prefix}v", TensorProto.FLOAT,
+                                           [f"unk__{len(prefix)}"])],
+            [helper.make_tensor_value_info(f"{prefix}cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(f"{prefix}v2", TensorProto.FLOAT, [None])])
+        constants = [numpy_helper.from_array(np.array([2.0], np.float32), f"{prefix}two"),
+                     numpy_helper.from_array(np.array(3, np.int64), f"{prefix}trips"),
+                     numpy_helper.from_array(np.array(True), f"{prefix}true")]
+        loop = helper.make_node("Loop", [f"{prefix}trips", f"{prefix}true", "x"], ["y"],
+                                name=f"{prefix}L", body=body)
+        g = helper.make_graph([loop], "g", [helper.make_tensor_value_info(
+            "x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info(
+                "y", TensorProto.FLOAT, [3])], constants)
+        return helper.make_model(g, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    first = canonical_graph(graph("p_", [0, 1]))
+    again = canonical_graph(graph("another_", [1, 0]))
+    onnx.checker.check_model(again)
+    assert again.SerializeToString() == first.SerializeToString()
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    np.testing.assert_allclose(ort.InferenceSession(first.SerializeToString()).run(
+        None, {"x": x})[0], 8 * x)

@@ -334,7 +334,7 @@ def test_a_nan_loss_stops_the_classifier_before_it_is_saved(data, tmp_path):
 
 def _files_of(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != "train_log.jsonl"}
+            if p.is_file() and p.name not in ("train_log.jsonl", "train_log.previous.jsonl")}
 
 
 def test_an_overwrite_killed_while_training_leaves_the_previous_classifier(
@@ -352,9 +352,15 @@ def test_an_overwrite_killed_while_training_leaves_the_previous_classifier(
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # a SIGKILL while training: nothing after it runs
     monkeypatch.setattr(keras.Model, "fit", killed)
+    log = (out / "train_log.jsonl").read_bytes()
     with pytest.raises(KeyboardInterrupt):
         _train(data, None, output_dir=str(out), overwrite=True, max_length=16, seed=9)
     assert _files_of(pathlib.Path(out)) == before
+    # The kept classifier's log was deleted: it is aside until a new classifier is saved.
+    assert (out / "train_log.previous.jsonl").read_bytes() == log and log
+    with pytest.raises(KeyboardInterrupt):  # killed again: still the kept classifier's
+        _train(data, None, output_dir=str(out), overwrite=True, max_length=16, seed=9)
+    assert (out / "train_log.previous.jsonl").read_bytes() == log
 
 
 def test_a_save_killed_before_its_classifier_leaves_the_previous_one(

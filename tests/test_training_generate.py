@@ -116,3 +116,17 @@ def test_num_tokens_whose_ids_cannot_fit_are_refused_with_the_flag(monkeypatch):
                        match=r"^--num_tokens 134,217,729 for 1 row needs at least 1\.0 GiB .* "
                              r"lower --num_tokens$"):
         run(model="nowhere", prompt="a", num_tokens=2 ** 27 + 1)
+
+
+def test_num_tokens_whose_ids_fit_but_not_the_decode_loops_buffer_are_refused_with_the_flag(
+        monkeypatch):
+    """The early check left out the core's decode loop buffer (8 positions
+    when streamed): a size just under the limit passed it and was refused
+    later as `max_new_tokens`, after the model was read."""
+    from txl_tf.checks import memory_budget
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 2 ** 30)
+    count = 2 ** 27 - 4  # its ids and log-probs fit in 2**30 bytes, with 8 more positions not
+    with pytest.raises(memory_budget.MemoryBudgetError,
+                       match=r"^--num_tokens 134,217,724 for 1 row needs at least 1\.0 GiB "
+                             r"\(.*decode loop's buffer of 8, .* lower --num_tokens$"):
+        run(model="nowhere", prompt="a", num_tokens=count)

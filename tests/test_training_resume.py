@@ -140,6 +140,7 @@ def test_ctrl_c_checkpoints_the_step_reached_and_resumes_bit_identically(tmp_pat
     step = int(found.group(1))
     assert int(found.group(2)) == step and 20 <= step < 80
     assert "Traceback" not in err and "Traceback" not in out
+    assert "SIGINT: stopping after the step in flight, which is then saved" in err, tail(err)
     assert not (broken / "export").exists()
 
     second = jobs.run("training.train", args(broken), check=True)

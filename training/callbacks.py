@@ -2,7 +2,9 @@
 import contextlib
 import importlib
 import json
+import os
 import signal
+import socket
 import threading
 import time
 
@@ -139,33 +141,87 @@ class TimeLimit(keras.callbacks.Callback):
 class StopOnSignal(keras.callbacks.Callback):
     """SIGINT / SIGTERM end `fit` after the step in flight, whose update is
     whole (the caller then checkpoints that step): `received` is the signal.
-    A second signal ends the process at once (`txl_tf.app.exits.stop_now`:
-    `interrupted`, status 128 + the signal). The handlers are in place only
-    inside `with stop.installed():` (and only in the main thread, where
-    Python delivers signals)."""
+    The first one says so on stderr at once (`announce`), also while the
+    step is one long call into TensorFlow (the first step's XLA compile),
+    during which Python's own handlers wait: a thread reads the signal from
+    the wakeup fd (`signal.set_wakeup_fd`). A second signal ends the process
+    at once (`txl_tf.app.exits.stop_now`: `interrupted`, status 128 + the
+    signal) when the handler runs. The handlers are in place only inside
+    `with stop.installed():` (and only in the main thread, where Python
+    delivers signals)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         super().__init__()
         self.received = None
+        self._announced = threading.Lock()  # taken by the first announcement, never released
 
     def _handle(self, signum, frame):
         if self.received is not None:
             stop_now(signum)
         self.received = signum
+        self.announce(signum)
+
+    def announce(self, signum):
+        """Writes `<SIGNAL>: stopping after the step in flight ...` to
+        stderr, once (from the handler or the wakeup fd's thread, whichever
+        is first; an unbuffered write, safe in either).
+
+        Args:
+            signum: the signal's number.
+        """
+        if not self._announced.acquire(blocking=False):
+            return
+        name = signal.Signals(signum).name
+        line = (f"{name}: stopping after the step in flight, which is then saved (another "
+                f"{name} ends the job without saving it)\n")
+        try:
+            os.write(2, line.encode())
+        except OSError:  # stderr gone: the stop goes on
+            pass
+
+    def _watch(self, reader, forward):
+        """Announces each of `SIGNALS` read from the wakeup socket `reader`
+        (passing every byte on to the wakeup fd `forward`, when one was
+        set) until the socket's other end is closed."""
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            if forward != -1:
+                try:
+                    os.write(forward, data)
+                except OSError:
+                    pass
+            for signum in data:
+                if signum in self.SIGNALS:
+                    self.announce(signum)
 
     @contextlib.contextmanager
     def installed(self):
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
         previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        forward = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        watcher = threading.Thread(target=self._watch, args=(reader, forward), daemon=True,
+                                   name="StopOnSignal")
+        watcher.start()
         try:
             yield self
         finally:
+            signal.set_wakeup_fd(forward)
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            writer.close()  # the watcher reads the end of the socket and returns
+            watcher.join()
+            reader.close()
 
     def on_train_batch_end(self, batch, logs=None):
         if self.received is not None:

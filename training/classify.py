@@ -27,6 +27,8 @@ Layout of `--output_dir` (mode train):
     vocab/             the tokenizer
     flags.json         the options of the run
     train_log.jsonl    step, time, lr, loss, accuracy every --log_every steps
+                       (with --overwrite, the kept classifier's log is
+                       train_log.previous.jsonl until the new one is saved)
     metrics.json       the final evaluation on --eval_data (when given)
     export/            with --export: classifier.json, saved_model/, model.onnx,
                        vocab/ (export.export_classifier; open with
@@ -45,7 +47,7 @@ from training.classifier_model import (MODEL_FILE, check_lengths, choose_model,
                                        describe_metrics, evaluate_examples, load_classifier,
                                        predict_logits)
 from training.errors import TrainingError
-from training.files import write_atomically
+from training.files import LOG_FILE, set_aside_log, write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 
@@ -278,9 +280,9 @@ def train(o):
         raise TrainingError(f"--warmup_steps ({warmup}) exceeds the {steps} training steps")
     # Checked: from here on the job writes.
     os.makedirs(output_dir, exist_ok=True)
-    log_path = os.path.join(output_dir, "train_log.jsonl")
-    if os.path.exists(log_path):
-        os.remove(log_path)  # --overwrite: a fresh log
+    log_path = os.path.join(output_dir, LOG_FILE)
+    # --overwrite: the kept classifier's log is train_log.previous.jsonl until this one is saved.
+    previous_log = set_aside_log(output_dir, os.path.exists(os.path.join(output_dir, MODEL_FILE)))
 
     params = sum(int(v.numpy().size) for v in model.trainable_weights)
     counts = ", ".join(f"{k} {v}" for k, v in examples.class_counts().items())
@@ -324,6 +326,7 @@ def train(o):
         model.save(files.path(model_file))
         files.drop(os.path.join(output_dir, METRICS_FILE))
         files.drop(os.path.join(output_dir, "export"))
+        files.drop(previous_log)
     log(f"saved {model_file}")
 
     result = {"mode": "train", "steps": steps, "train_seconds": train_seconds,

@@ -25,6 +25,38 @@ def write_atomically(path, text):
         raise naming(err, path) from err
 
 
+LOG_FILE = "train_log.jsonl"
+PREVIOUS_LOG_FILE = "train_log.previous.jsonl"
+
+
+def set_aside_log(folder, replaces_a_model):
+    """Makes way for a new run's `train_log.jsonl` in `folder` without losing
+    the log of the model the run will replace: it is moved to
+    `train_log.previous.jsonl`, which the run deletes when it saves its own
+    model (`Staged.drop`), so a run that fails or is killed leaves the kept
+    model with its own log under that name. One already there (a run failed
+    or was killed before) is the kept model's log: kept, and the failed run's
+    `train_log.jsonl` is deleted. Without a model to replace, a log there is
+    deleted.
+
+    Args:
+        folder: the run's folder.
+        replaces_a_model: whether `folder` holds a model the run replaces.
+
+    Returns:
+        The path of `train_log.previous.jsonl`, for the save to delete.
+    """
+    log, previous = os.path.join(folder, LOG_FILE), os.path.join(folder, PREVIOUS_LOG_FILE)
+    try:
+        if replaces_a_model and os.path.isfile(log) and not os.path.lexists(previous):
+            os.replace(log, previous)
+        elif os.path.lexists(log):
+            os.remove(log)
+    except OSError as err:
+        raise naming(err, log) from err
+    return previous
+
+
 def save_vocab(tokenizer, directory):
     """Saves `tokenizer` into `directory` through a staging folder and a
     rename (replacing what was there), so a kill never leaves half of one;

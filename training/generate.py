@@ -165,6 +165,16 @@ def _export_vocab(path):
     return None
 
 
+def _loop_buffer(path, num_tokens):
+    """The positions per row of the compiled decode loop's buffer that
+    `continue_ids` (which always streams) holds beside its outputs: a core's
+    `Decoder.loop_buffer`; none for an export's runtime."""
+    if _is_export(path):
+        return 0
+    from txl_tf.generation.decoder import Decoder
+    return Decoder.loop_buffer(int(num_tokens), stream=continue_ids)
+
+
 def _load(o):
     """`(model, config, vocab_dir)` for `--model`: an export runtime or a core."""
     path = o["model"] or o["model_dir"]
@@ -189,9 +199,10 @@ def run(write=None, **options):
     (and hands it to `write` piece by piece as it is generated)."""
     o = merge(SPEC, options)
     _check_options(o)
-    from txl_tf.checks.memory_budget import check_new_ids
-    check_new_ids(1, o["num_tokens"], what="--num_tokens", advice="lower --num_tokens")
     cli.quiet_tensorflow_import()
+    from txl_tf.checks.memory_budget import check_new_ids
+    check_new_ids(1, o["num_tokens"], what="--num_tokens", advice="lower --num_tokens",
+                  buffer=_loop_buffer(o["model"] or o["model_dir"], o["num_tokens"]))
     model, config, vocab_dir = _load(o)
     name = o["model"] or o["model_dir"]
     if o["top_k"] > config.n_token:

@@ -20,7 +20,8 @@ flock that dies with its owner). Layout of `--model_dir`:
     logs/              TensorBoard: train/ (Keras), eval/ (validation)
     train_log.jsonl    step, lr and running metrics every --log_every steps
                        and at the last step
-    eval_log.jsonl     validation results (step, loss, bpc, ppl, tokens)
+    eval_log.jsonl     validation results (step, loss, bpc, ppl, tokens), one
+                       line per step (an evaluation again replaces its line)
     export/            the final model: config.json, weights.npz, vocab/
                        (load with txl_tf.weights.load_pretrained)
     batches.jsonl      only with --log_batches: step -> first ids per batch

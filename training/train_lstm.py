@@ -10,13 +10,15 @@ carried from segment to segment as Transformer-XL's memory is, Adam with the
 job's linear warm-up and cosine decay and global-norm clip. One device, no
 resume: a baseline for comparisons, trained in one go. Writes
 `train_log.jsonl` and `export/` (`config.json`, `model.weights.h5`, `vocab/`;
-`txl_tf.baselines.load_lstm` reads it), then evaluates on the valid split.
+`txl_tf.baselines.load_lstm` reads it), then evaluates on the valid split. A
+previous run's log is `train_log.previous.jsonl` until the new model is saved.
 """
 import json
 import os
 import time
 
 from training.errors import TrainingError
+from training.files import LOG_FILE, set_aside_log
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 
@@ -67,7 +69,7 @@ def run(**options):
     import tensorflow as tf
 
     from training import inputs
-    from txl_tf.baselines import LSTMConfig, LSTMLanguageModel, save_lstm
+    from txl_tf.baselines import LSTMConfig, LSTMLanguageModel, lstm_folder, save_lstm
     from txl_tf.data import segment_dataset
     from txl_tf.learning.evaluation import evaluate_ids
     from txl_tf.layers.memory import Memory
@@ -104,7 +106,9 @@ def run(**options):
           f"{config.n_token}, tgt_len {config.tgt_len}; corpus {corpus.name}: "
           f"{len(train_ids):,} training tokens", flush=True)
     os.makedirs(o["model_dir"], exist_ok=True)
-    log_path = os.path.join(o["model_dir"], "train_log.jsonl")
+    log_path = os.path.join(o["model_dir"], LOG_FILE)
+    # A previous run's log is train_log.previous.jsonl until this run's model is saved.
+    previous_log = set_aside_log(o["model_dir"], lstm_folder(o["model_dir"]) is not None)
     dataset = segment_dataset(train_ids, o["batch_size"], o["tgt_len"])
     start, losses = time.time(), []
     progress = cli.Progress("training the LSTM")
@@ -119,7 +123,7 @@ def run(**options):
                 log.flush()
                 losses = []
     export_dir = os.path.join(o["model_dir"], "export")
-    save_lstm(model, export_dir, corpus.tokenizer)
+    save_lstm(model, export_dir, corpus.tokenizer, replaces=[previous_log])
     print(f"trained {o['train_steps']} steps in {time.time() - start:.0f}s; exported the "
           f"model to {export_dir}", flush=True)
     final = None

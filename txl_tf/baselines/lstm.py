@@ -183,7 +183,7 @@ class LSTMLanguageModel(keras.layers.Layer):
         return nll, memory
 
 
-def save_lstm(model, directory, tokenizer=None):
+def save_lstm(model, directory, tokenizer=None, replaces=()):
     """Writes `config.json`, `model.weights.h5` (and the tokenizer into
     `vocab/`) into `directory`.
 
@@ -191,6 +191,8 @@ def save_lstm(model, directory, tokenizer=None):
         model: an `LSTMLanguageModel`.
         directory: the folder (made if missing).
         tokenizer: None, or the `txl_tf.text.Tokenizer` the model reads with.
+        replaces: paths of the previous save's files elsewhere (its
+            training log), deleted when this save is renamed in.
     """
     weights = {_name(v): v.numpy() for v in model.weights}
     # Renamed in together, config.json last (txl_tf.app.files): a kill leaves
@@ -201,6 +203,8 @@ def save_lstm(model, directory, tokenizer=None):
             tokenizer.save(files.path(os.path.join(directory, "vocab")))
         with open(files.path(os.path.join(directory, CONFIG_FILE)), "w", encoding="utf-8") as f:
             json.dump(model.config.to_dict(), f, indent=2)
+        for path in replaces:
+            files.drop(path)
 
 
 def lstm_folder(directory):

@@ -243,14 +243,16 @@ class Decoder:
                                            state.rows, state.pad_id,
                                            HeldCache(self, cache))
 
-    def loop_buffer(self, num_tokens, stream=None, stream_every=8):
+    @staticmethod
+    def loop_buffer(num_tokens, stream=None, stream_every=8):
         """The positions per row of the ids and log-probs buffer that the
         compiled loop of `decode` fills (a power of two >= each call's
-        ids), besides the outputs: `check_new_ids` counts them.
+        ids), besides the outputs: `check_new_ids` counts them (also before
+        a `Decoder` is made: `python -m training.generate`).
 
         Args:
             num_tokens: ids to sample per row.
-            stream: None, or the streaming callback.
+            stream: None, or the streaming callback (anything else: streamed).
             stream_every: ids per chunk when streaming.
 
         Returns:

@@ -279,7 +279,9 @@ def save_pretrained(core, directory, tokenizer=None):
         directory: the folder (made if missing).
         tokenizer: None, or the `txl_tf.text.Tokenizer` the model reads
             with: written as `vocab/`, its fingerprint into the config
-            (every job then reads text with it, checked).
+            (every job then reads text with it, checked). Without one, a
+            `vocab/` already in `directory` is deleted with the previous
+            save (it would be read, unchecked, as this model's).
 
     Returns:
         `directory`.
@@ -293,6 +295,8 @@ def save_pretrained(core, directory, tokenizer=None):
         if tokenizer is not None:
             config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
             tokenizer.save(files.path(os.path.join(directory, checkpoints.VOCAB_DIR)))
+        elif os.path.lexists(os.path.join(directory, checkpoints.VOCAB_DIR)):
+            files.drop(os.path.join(directory, checkpoints.VOCAB_DIR))
         checkpoints.save_weights(core, files.path(os.path.join(directory,
                                                                checkpoints.WEIGHTS_FILE)))
         config.to_json(files.path(os.path.join(directory, checkpoints.CONFIG_FILE)))
