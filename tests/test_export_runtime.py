@@ -352,6 +352,14 @@ def test_the_names_removed_in_0_4_0_name_their_replacement(runtime, name):
         runtime.no_such_name
 
 
+def test_step_lasts_replacement_says_what_a_last_export_returns():
+    """`step` of a `log_probs='last'` export is `[B, n_token]` already: the
+    `[:, -1]` the message asked for was each row's last vocabulary entry."""
+    for name in ("step_last", "next_log_probs"):
+        assert "[:, -1]" in REMOVED[f"Runtime.{name}"], name
+        assert "all of them on a log_probs='last' export" in REMOVED[f"Runtime.{name}"], name
+
+
 def test_take_and_concat_check_what_they_are_given(paths):
     runtime = open_runtime(str(paths / "saved_model"), device="cpu")
     fresh, cache = runtime.initial_memory(2), runtime.decode_init(runtime.initial_memory(2))
