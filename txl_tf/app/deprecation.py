@@ -55,10 +55,12 @@ def removed_error(name):
 
 
 class _Removed:
-    """A removed method on its class: reading it raises `removed_error`."""
+    """A removed method on its class: reading it raises `removed_error`
+    (`help()` of the class, which lists it among the methods, says so)."""
 
     def __init__(self, name):
         self.name = name
+        self.__doc__ = str(removed_error(name))
 
     def __get__(self, obj, owner=None):
         raise removed_error(self.name)
