@@ -211,5 +211,9 @@ def test_leftovers_on_windows_are_told_by_a_process_handle(tmp_path, monkeypatch
 
 
 def test_a_leftover_with_a_pid_past_c_int_is_gone(tmp_path):
+    """A pid past C's int ended in an `OverflowError` traceback, one of
+    digits that are not ASCII (`str.isdigit`: '²') in a `ValueError` one."""
     (tmp_path / f".tmp-{2 ** 70}-weights.bin").write_text("x", encoding="utf-8")
+    (tmp_path / ".tmp-\u00b2-weights.bin").write_text("x", encoding="utf-8")
     assert files.remove_leftovers(str(tmp_path)) == [f".tmp-{2 ** 70}-weights.bin"]
+    assert os.listdir(tmp_path) == [".tmp-\u00b2-weights.bin"]  # no writer of ours: kept
