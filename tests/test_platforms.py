@@ -173,4 +173,14 @@ def test_only_what_tensorflow_would_write_elsewhere_or_cannot_name_is_refused(tm
     monkeypatch.chdir(tmp_path / "cwdé")
     assert utf8_path_problem("run") is None
     assert utf8_path_problem(os.path.abspath("run")).startswith(f"{tmp_path / 'cwdé'}")
+    from training import classify
+    from txl_tf.app.flagspec import merge
+    for export in ("", "onnx"):  # the export is written at its absolute path
+        o = merge(classify.SPEC, {"mode": "train", "output_dir": "cls", "export": export,
+                                  "train_data": "x", "preset": "tiny"})
+        if export:
+            with pytest.raises(TrainingError, match="^--output_dir: .*cwdé/cls is not ASCII"):
+                classify.check_options(o)
+        else:
+            classify.check_options(o)
     assert utf8_path_problem(b"/tmp/run\xe9") is None  # bytes: the same for both
