@@ -150,8 +150,9 @@ def run_export(output_dir=None, model_dir=None, *, triton_options=None,
                           "(overwrite=True) to replace its contents")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ExportError(f"output path {output_dir!r} exists and is not a folder")
-    if path_in_the_way("output_dir", output_dir, utf8_paths=True):  # a file above it
-        raise ExportError(path_in_the_way("output_dir", output_dir, utf8_paths=True))
+    in_the_way = path_in_the_way("output_dir", output_dir, utf8_paths=True)  # a file above it
+    if in_the_way:
+        raise ExportError(in_the_way)
     # What the config alone decides is checked before the weights load.
     cfg = model_dir_loader.load_config(source)
     _check_model_options(o, cfg)

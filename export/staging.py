@@ -220,7 +220,7 @@ def _stale(output_dir, kinds, own=()):
             if not entry.startswith(head):
                 continue
             pid = entry[len(head):].split("-", 1)[0]
-            if not pid.isdigit() or not process_alive(int(pid)) or \
+            if not (pid.isascii() and pid.isdigit()) or not process_alive(int(pid)) or \
                     kind in own and int(pid) == os.getpid():
                 stale[kind].append(os.path.join(parent, entry))
     return stale

@@ -167,17 +167,19 @@ def test_a_figure_written_over_another_is_whole_or_the_old_one(tmp_path, monkeyp
 
 class _Kernel32:
     """Windows's kernel32 as `process_alive` calls it: the pids in `running`
-    run, those in `others` are another user's (access denied)."""
+    run, those in `others` are another user's (access denied), those in
+    `exited` have ended while a handle keeps their process object."""
 
-    def __init__(self, running, others):
-        self.running, self.others, self.error, self.closed = running, others, 0, []
+    def __init__(self, running, others, exited=()):
+        self.running, self.others, self.exited = running, others, set(exited)
+        self.error, self.closed = 0, []
 
     def OpenProcess(self, access, inherit, pid):
         self.error = 5 if pid in self.others else 87  # access denied; no such process
-        return pid if pid in self.running else 0
+        return pid if pid in self.running | self.exited else 0
 
     def GetExitCodeProcess(self, handle, code):
-        code._obj.value = 259  # STILL_ACTIVE
+        code._obj.value = 0 if handle in self.exited else 259  # STILL_ACTIVE
         return 1
 
     def CloseHandle(self, handle):
@@ -193,20 +195,25 @@ def test_leftovers_on_windows_are_told_by_a_process_handle(tmp_path, monkeypatch
     def kill(pid, signum):  # GenerateConsoleCtrlEvent(CTRL_C_EVENT, pid)
         raise OSError(22, "The parameter is incorrect")
 
-    kernel32 = _Kernel32(running={4242}, others={4343})
+    kernel32 = _Kernel32(running={4242}, others={4343}, exited={4444})
     monkeypatch.setattr(ctypes, "WinDLL", lambda name, use_last_error: kernel32, raising=False)
     monkeypatch.setattr(ctypes, "get_last_error", lambda: kernel32.error, raising=False)
     monkeypatch.setattr(sys, "platform", "win32")
     monkeypatch.setattr(files.os, "kill", kill)
-    for pid in (4141, 4242, 4343, 2 ** 40):
+    for pid in (4141, 4242, 4343, 4444, 2 ** 40):
         (tmp_path / f".tmp-{pid}-weights.bin").write_text("x", encoding="utf-8")
     assert files.remove_leftovers(str(tmp_path)) == [".tmp-1099511627776-weights.bin",
-                                                     ".tmp-4141-weights.bin"]
-    assert kernel32.closed == [4242]
+                                                     ".tmp-4141-weights.bin",
+                                                     ".tmp-4444-weights.bin"]
+    assert sorted(kernel32.closed) == [4242, 4444]
     _save(str(tmp_path), "1")
     assert _state(str(tmp_path)) == "1"
 
 
 def test_a_leftover_with_a_pid_past_c_int_is_gone(tmp_path):
+    """A pid past C's int ended in an `OverflowError` traceback, one of
+    digits that are not ASCII (`str.isdigit`: '²') in a `ValueError` one."""
     (tmp_path / f".tmp-{2 ** 70}-weights.bin").write_text("x", encoding="utf-8")
+    (tmp_path / ".tmp-\u00b2-weights.bin").write_text("x", encoding="utf-8")
     assert files.remove_leftovers(str(tmp_path)) == [f".tmp-{2 ** 70}-weights.bin"]
+    assert os.listdir(tmp_path) == [".tmp-\u00b2-weights.bin"]  # no writer of ours: kept

@@ -1,6 +1,7 @@
 """The runtimes: one public API (the documented list, the names it replaced
 naming their replacement), clear errors for bad input (before the
 backend runs), IO binding, device fallback, memory handed between backends."""
+import pydoc
 import re
 from pathlib import Path
 
@@ -350,6 +351,17 @@ def test_the_names_removed_in_0_4_0_name_their_replacement(runtime, name):
     assert not hasattr(runtime, name) and not hasattr(type(runtime), name)
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         runtime.no_such_name
+    # help() lists it among the methods: there it says it was removed, not nothing
+    assert f"|  {name}\n |      Runtime.{name} was removed; use " in \
+        pydoc.render_doc(type(runtime), renderer=pydoc.plaintext)
+
+
+def test_step_lasts_replacement_says_what_a_last_export_returns():
+    """`step` of a `log_probs='last'` export is `[B, n_token]` already: the
+    `[:, -1]` the message asked for was each row's last vocabulary entry."""
+    for name in ("step_last", "next_log_probs"):
+        assert "[:, -1]" in REMOVED[f"Runtime.{name}"], name
+        assert "all of them on a log_probs='last' export" in REMOVED[f"Runtime.{name}"], name
 
 
 def test_take_and_concat_check_what_they_are_given(paths):

@@ -150,3 +150,37 @@ def test_a_path_tensorflow_and_onnx_would_write_elsewhere_is_refused(tmp_path, m
     with pytest.raises(ExportError, match="^--output_dir: .*outé is not ASCII"):
         run_export(str(tmp_path / "outé"), str(tmp_path / "model"), formats=["onnx"])
     assert not (tmp_path / "outé").exists()
+
+
+def test_only_what_tensorflow_would_write_elsewhere_or_cannot_name_is_refused(tmp_path,
+                                                                            monkeypatch):
+    """A relative ASCII `--model_dir` in a non-ASCII working folder is one
+    folder for Python and TensorFlow alike (it was refused, its absolute
+    path checked); under a UTF-8 locale a name whose bytes are not UTF-8
+    (`--model_dir=$'run\\xe9'`) ended `txl-train` in TensorFlow's
+    `UnicodeEncodeError` traceback."""
+    from training.errors import TrainingError
+    from training.train import run
+    from txl_tf.app.paths import utf8_path_problem
+
+    escaped = os.fsdecode(bytes(tmp_path / "run") + b"\xe9")  # run\udce9
+    assert utf8_path_problem(escaped).startswith(f"{escaped} names bytes that are not UTF-8")
+    with pytest.raises(TrainingError, match="^--model_dir: .* names bytes that are not UTF-8"):
+        run(model_dir=escaped, dataset="text", data_dir=str(tmp_path))
+    assert utf8_path_problem(tmp_path / "runé") is None
+    monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "iso8859-1")
+    (tmp_path / "cwdé").mkdir()
+    monkeypatch.chdir(tmp_path / "cwdé")
+    assert utf8_path_problem("run") is None
+    assert utf8_path_problem(os.path.abspath("run")).startswith(f"{tmp_path / 'cwdé'}")
+    from training import classify
+    from txl_tf.app.flagspec import merge
+    for export in ("", "onnx"):  # the export is written at its absolute path
+        o = merge(classify.SPEC, {"mode": "train", "output_dir": "cls", "export": export,
+                                  "train_data": "x", "preset": "tiny"})
+        if export:
+            with pytest.raises(TrainingError, match="^--output_dir: .*cwdé/cls is not ASCII"):
+                classify.check_options(o)
+        else:
+            classify.check_options(o)
+    assert utf8_path_problem(b"/tmp/run\xe9") is None  # bytes: the same for both

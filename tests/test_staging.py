@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from export.staging import staged_folder
+from export.staging import remove_stale, staged_folder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Writes "new" through staged_folder into argv[1], killed (os._exit) at swap_in's second rename.
@@ -53,3 +53,12 @@ def test_the_next_export_replaces_the_previous_one(killed_between_the_renames):
     with staged_folder(str(out)) as staging:
         open(os.path.join(staging, "next"), "w").close()
     assert os.listdir(out.parent) == ["out"] and os.listdir(out) == ["next"]
+
+
+def test_a_staging_folder_named_with_non_ascii_digits_is_no_traceback(tmp_path):
+    """`str.isdigit` takes '²', which `int()` refuses: every export beside
+    such a folder ended in a `ValueError` traceback. It is stale, as any
+    name without a pid."""
+    (tmp_path / ".out.tmp-\u00b2-1").mkdir()
+    (tmp_path / f".out.tmp-{os.getpid()}-1").mkdir()  # a running export's: kept
+    assert remove_stale(str(tmp_path / "out")) == [".out.tmp-\u00b2-1"]

@@ -160,8 +160,9 @@ def check_options(o):
     check_seed(o["seed"])
     exported = bool(export_formats(o["export"]))  # TensorFlow and ONNX write there
     for name, kind in (("output_dir", "folder"), ("output", "file")):  # written after the work
-        in_the_way = o[name] and path_in_the_way(name, o[name], kind,
-                                                 utf8_paths=exported and name == "output_dir")
+        utf8 = exported and name == "output_dir"  # the export's own absolute path
+        in_the_way = o[name] and path_in_the_way(
+            name, os.path.abspath(o[name]) if utf8 else o[name], kind, utf8_paths=utf8)
         if in_the_way:
             raise TrainingError(in_the_way)
     if o["mode"] == "train":

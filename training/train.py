@@ -140,8 +140,9 @@ def _check_options(o):
     """Checks of the flags' values alone (nothing imported: fails fast)."""
     if not o["model_dir"]:
         raise TrainingError("--model_dir is required")
-    if path_in_the_way("model_dir", o["model_dir"], utf8_paths=True):  # TF checkpoints
-        raise TrainingError(path_in_the_way("model_dir", o["model_dir"], utf8_paths=True))
+    in_the_way = path_in_the_way("model_dir", o["model_dir"], utf8_paths=True)  # TF checkpoints
+    if in_the_way:
+        raise TrainingError(in_the_way)
     for name in ("batch_size", "train_steps", "checkpoint_every", "log_every",
                  "eval_batch_size", "keep_checkpoints"):
         if o[name] is None or o[name] <= 0:

@@ -7,6 +7,10 @@ import warnings
 # The release that removes the names deprecated now.
 REMOVED_IN = "0.5.0"
 
+# A log_probs="last" export's step gives the last position alone ([B, n_token]).
+_STEP_LAST = ("step(ids, memory) (the last position's log-probs: [:, -1] of them; all of them "
+              "on a log_probs='last' export)")
+
 # Removed names -> what replaces each: `Class.method` (the class declares
 # it with `answers_removed_names`) and `Class.method(keyword=)` (the method
 # passes its unknown keywords to `check_no_removed_keywords`).
@@ -24,8 +28,8 @@ REMOVED = {
     "RelativeMultiHeadAttention.token_call":
         "call_with_cache(inputs, keys, values, positions, visible, r_w_bias, r_r_bias, "
         "at_slot=at_slot) (visible: bool [B, S])",
-    "Runtime.step_last": "step(ids, memory) (the log-probs' last position, [:, -1])",
-    "Runtime.next_log_probs": "step(ids, memory)",
+    "Runtime.step_last": _STEP_LAST,
+    "Runtime.next_log_probs": _STEP_LAST,
     "Runtime.adopt": "take(memory, range(batch)) (checked, in this runtime's tensors)",
     "Runtime.split": "take(memory, [row]) for each row",
     "Runtime.decode": "generate(None, n, resume=state)",
@@ -51,10 +55,12 @@ def removed_error(name):
 
 
 class _Removed:
-    """A removed method on its class: reading it raises `removed_error`."""
+    """A removed method on its class: reading it raises `removed_error`
+    (`help()` of the class, which lists it among the methods, says so)."""
 
     def __init__(self, name):
         self.name = name
+        self.__doc__ = str(removed_error(name))
 
     def __get__(self, obj, owner=None):
         raise removed_error(self.name)

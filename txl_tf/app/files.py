@@ -243,7 +243,7 @@ def remove_leftovers(folder, final=None):
         pid, _, rest = name[len(PREFIX):].partition("-") if name.startswith(PREFIX) else ("",) * 3
         if final is not None and rest not in (final, final + ".old"):
             continue
-        if pid.isdigit() and not process_alive(int(pid)):
+        if pid.isascii() and pid.isdigit() and not process_alive(int(pid)):  # not '²'
             _remove(os.path.join(folder, name))
             removed.append(name)
     return removed

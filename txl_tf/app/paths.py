@@ -34,21 +34,31 @@ def utf8_path_problem(path):
     file system encoding's: under a locale whose file names are not UTF-8
     (`LC_ALL=en_US.ISO-8859-1`) a non-ASCII path names two folders (a run's
     checkpoints in one, its config and vocabulary in the other; an export's
-    `model.onnx` that ONNX's checker cannot find).
+    `model.onnx` that ONNX's checker cannot find). Under a UTF-8 locale
+    a name whose bytes are not UTF-8 (which Python keeps as surrogate
+    escapes) is one they cannot take at all (a `UnicodeEncodeError`).
 
     Args:
-      path: the folder or file they will write.
+      path: the folder or file they will write, as they are given it (a
+        relative path resolves in the same folder for Python and for them).
 
     Returns:
       A phrase naming the path and the locale's encoding, or None.
     """
-    encoding = sys.getfilesystemencoding()
-    path = os.path.abspath(path)
-    if path.isascii() or codecs.lookup(encoding).name == "utf-8":
+    path = os.fspath(path)
+    if isinstance(path, bytes) or path.isascii():  # bytes: the same for Python and for them
         return None
-    return (f"{path} is not ASCII and this locale's file names are {encoding}, not UTF-8: "
-            "TensorFlow and ONNX would write their files under another folder (the path's "
-            "UTF-8 bytes); use an ASCII path, or a UTF-8 locale (LC_ALL=C.UTF-8)")
+    encoding = sys.getfilesystemencoding()
+    if codecs.lookup(encoding).name != "utf-8":
+        return (f"{path} is not ASCII and this locale's file names are {encoding}, not UTF-8: "
+                "TensorFlow and ONNX would write their files under another folder (the path's "
+                "UTF-8 bytes); use an ASCII path, or a UTF-8 locale (LC_ALL=C.UTF-8)")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"{path} names bytes that are not UTF-8 (shown as \\udcXX): TensorFlow and "
+                "ONNX cannot take it; use an ASCII path")
+    return None
 
 
 def what_is_in_the_way(path, kind="folder"):
