@@ -26,7 +26,8 @@ def canonical_graph(model):
     serialize to equal bytes: nodes in a topological order with ties broken
     by content, internal tensors named `t{node}_{output}`, nodes
     `n{node}_{op}`, constants `c{k}` in content order (equal ones made one,
-    and equal nodes too), a subgraph's names under its node's
+    and equal nodes too, unless they draw: random ops, Dropout, a Loop or
+    If whose body holds one), a subgraph's names under its node's
     (`n{node}/...`), tf2onnx's anonymous axes `unk__{k}` in order of use, no
     doc string (tf2onnx's names the traced function). The graph's inputs
     and outputs keep their names and order.
@@ -126,7 +127,8 @@ def _scope(graph, outer, kept):
         raise RuntimeError("the converted ONNX graph has a cycle")
     graph_key = _digest(repr(([key[value.name] for value in graph.input],
                               [node_keys[i] for i in order],
-                              [key.get(value.name, value.name) for value in graph.output])).encode())
+                              [key.get(value.name, value.name) for value in graph.output]
+                              )).encode())
 
     def apply(prefix, outer_renamed):
         renamed = dict(outer_renamed)
@@ -151,6 +153,9 @@ def _scope(graph, outer, kept):
         for node in nodes:
             node.input[:] = [renamed[name] for name in node.input]
             node.output[:] = [renamed[name] for name in node.output]
+            if not node.domain:  # tf2onnx sets "" on some nodes, not on others
+                node.ClearField("domain")
+            node.ClearField("doc_string")
             for attribute in node.attribute:
                 if attribute.HasField("t"):
                     attribute.t.name = ""

@@ -109,7 +109,8 @@ def test_the_canonical_graph_does_not_depend_on_node_order_or_internal_names():
                  "s": helper.make_node("Add", [f"{prefix}a", f"{prefix}b"], ["y"], name="S")}
         if twice:  # an equal constant and an equal Exp, each read instead of the first
             c.append(numpy_helper.from_array(np.array([2.0], np.float32), f"{prefix}two2"))
-            nodes["b2"] = helper.make_node("Exp", ["x"], [f"{prefix}b2"], name=f"{prefix}B2")
+            nodes["b2"] = helper.make_node("Exp", ["x"], [f"{prefix}b2"], name=f"{prefix}B2",
+                                           domain="")  # tf2onnx sets it on some nodes
             nodes["s"] = helper.make_node("Add", [f"{prefix}a", f"{prefix}b2"], ["y"], name="S")
             nodes["a"].input[1] = f"{prefix}two2"
         value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 3])
@@ -180,7 +181,8 @@ def test_nodes_that_draw_or_differ_in_their_outputs_are_not_made_one():
              helper.make_node("Add", ["r", "v"], ["v2"])], "body",
             [value("i", TensorProto.INT64, []), value("cond", TensorProto.BOOL, []),
              value("v", TensorProto.FLOAT, [1, 1, 4, 4])],
-            [value("cond_out", TensorProto.BOOL, []), value("v2", TensorProto.FLOAT, [1, 1, 4, 4])])
+            [value("cond_out", TensorProto.BOOL, []),
+             value("v2", TensorProto.FLOAT, [1, 1, 4, 4])])
     nodes = [helper.make_node("Dropout", ["x", "ratio", "train"], ["d1"]),
              helper.make_node("Dropout", ["x", "ratio", "train"], ["d2"]),
              helper.make_node("Loop", ["trips", "", "x"], ["l1"], body=body()),
