@@ -15,10 +15,10 @@ import re
 import onnx
 
 _UNKNOWN_DIM = re.compile(r"unk__\d+")
-_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-# Two of these on the same inputs draw twice: never made one.
+# Two of these on the same inputs draw twice (Dropout with its training_mode
+# on), as does a Loop or If whose body holds one: never made one.
 _RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-               "Multinomial", "Bernoulli"}
+               "Multinomial", "Bernoulli", "Dropout"}
 
 
 def canonical_graph(model):
@@ -26,7 +26,8 @@ def canonical_graph(model):
     serialize to equal bytes: nodes in a topological order with ties broken
     by content, internal tensors named `t{node}_{output}`, nodes
     `n{node}_{op}`, constants `c{k}` in content order (equal ones made one,
-    and equal nodes too), a subgraph's names under its node's
+    and equal nodes too, unless they draw: random ops, Dropout, a Loop or
+    If whose body holds one), a subgraph's names under its node's
     (`n{node}/...`), tf2onnx's anonymous axes `unk__{k}` in order of use, no
     doc string (tf2onnx's names the traced function). The graph's inputs
     and outputs keep their names and order.
@@ -40,10 +41,9 @@ def canonical_graph(model):
     """
     graph = model.graph
     kept = {value.name for value in list(graph.input) + list(graph.output)}
-    _, apply = _scope(graph, {"": ""}, kept)
+    _, apply, _ = _scope(graph, {"": ""}, kept)
     apply("", {name: name for name in kept} | {"": ""})
     _rename_unknown_dims(_values(graph))
-    graph.doc_string = ""  # tf2onnx's "converted from b'__inference_run_N'", N a counter
     return model
 
 
@@ -53,15 +53,15 @@ def _scope(graph, outer, kept):
     inside a subgraph).
 
     Returns:
-        `(key, apply)`: the graph's key, and `apply(prefix, renamed)` that
+        `(key, apply, draws)`: the graph's key, `apply(prefix, renamed)` that
         renames (its names prefixed, `renamed` mapping the outer scopes'
-        names) and reorders it in place.
+        names) and reorders it in place, and whether it holds a random op.
     """
     key = dict(outer)
     for i, value in enumerate(graph.input):
         key[value.name] = (f"input:{value.name}" if kept else
                            f"input:{i}:{_digest(_type_bytes(value.type))}")
-    content_of, constants = {}, {}
+    content_of, constants, graph_draws = {}, {}, False
     for tensor in graph.initializer:
         content = ("kept:" + tensor.name if tensor.name in kept else
                    _digest(_without_name(tensor).SerializeToString()))
@@ -72,28 +72,28 @@ def _scope(graph, outer, kept):
     nodes = list(graph.node)
     node_keys, subgraphs, drawn = [], [], {}
     for node in nodes:
-        parts = [node.domain, node.op_type]
-        inner = []
+        attributes, inner, draws = [], [], node.op_type in _RANDOM_OPS
         for attribute in sorted(node.attribute, key=lambda a: a.name):
-            if attribute.type in _GRAPH_TYPES:
-                subs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH \
-                    else list(attribute.graphs)
-                for k, sub in enumerate(subs):
-                    sub_key, sub_apply = _scope(sub, key, set())
-                    parts.append(f"{attribute.name}={sub_key}")
-                    inner.append((sub, sub_apply, attribute.name + (f"_{k}" if k else "")))
-            else:
-                parts.append(_without_name(attribute).SerializeToString().hex())
+            for k, sub in enumerate(_subgraphs(attribute)):
+                sub_key, sub_apply, sub_draws = _scope(sub, key, set())
+                attributes.append((attribute.name, sub_key))
+                inner.append((sub, sub_apply, attribute.name + (f"_{k}" if k else "")))
+                draws = draws or sub_draws
+            if not _subgraphs(attribute):
+                attributes.append(_without_name(attribute).SerializeToString())
         try:
-            parts += [key[name] for name in node.input]
+            inputs = [key[name] for name in node.input]
         except KeyError as err:
             raise RuntimeError(f"ONNX node {node.name!r} reads {err.args[0]!r} before it is "
                                "made (the graph is not in topological order)") from None
-        parts += [name if name in kept else "" for name in node.output]
-        node_key = _digest("\0".join(parts).encode())
-        if node.op_type in _RANDOM_OPS:
+        # An output is its name when the graph's, else whether it is made at all.
+        outputs = [name if name in kept else bool(name) for name in node.output]
+        node_key = _digest(repr((node.domain, node.op_type, attributes, inputs,
+                                 outputs)).encode())
+        if draws:
             drawn[node_key] = drawn.get(node_key, -1) + 1
             node_key = _digest(f"{node_key}:{drawn[node_key]}".encode())
+            graph_draws = True
         node_keys.append(node_key)
         subgraphs.append(inner)
         for j, out in enumerate(node.output):
@@ -125,9 +125,10 @@ def _scope(graph, outer, kept):
                 heapq.heappush(ready, (node_keys[j], j))
     if len(order) != len(first):
         raise RuntimeError("the converted ONNX graph has a cycle")
-    graph_key = _digest("\0".join(
-        [key[value.name] for value in graph.input] + [node_keys[i] for i in order]
-        + [key.get(value.name, value.name) for value in graph.output]).encode())
+    graph_key = _digest(repr(([key[value.name] for value in graph.input],
+                              [node_keys[i] for i in order],
+                              [key.get(value.name, value.name) for value in graph.output]
+                              )).encode())
 
     def apply(prefix, outer_renamed):
         renamed = dict(outer_renamed)
@@ -152,6 +153,9 @@ def _scope(graph, outer, kept):
         for node in nodes:
             node.input[:] = [renamed[name] for name in node.input]
             node.output[:] = [renamed[name] for name in node.output]
+            if not node.domain:  # tf2onnx sets "" on some nodes, not on others
+                node.ClearField("domain")
+            node.ClearField("doc_string")
             for attribute in node.attribute:
                 if attribute.HasField("t"):
                     attribute.t.name = ""
@@ -167,26 +171,34 @@ def _scope(graph, outer, kept):
         del graph.initializer[:]
         graph.initializer.extend(copies)
 
-        values = [_copy(v) for v in graph.value_info if v.name in renamed]
-        for value in values:
-            value.name = renamed[value.name]
-        values.sort(key=lambda v: v.name)
+        values = {}  # one per name (an equal node's went with it), whatever their order
+        for value in sorted(graph.value_info, key=lambda v: _type_bytes(v.type)):
+            name = renamed.get(value.name)
+            if name is not None and name not in values:
+                values[name] = _copy(value)
+                values[name].name = name
         del graph.value_info[:]
-        graph.value_info.extend(values)
-        graph.doc_string = ""
-    return graph_key, apply
+        graph.value_info.extend(values[name] for name in sorted(values))
+        graph.doc_string = ""  # tf2onnx's "converted from b'__inference_run_N'", N a counter
+    return graph_key, apply, graph_draws
 
 
 def _reads(node):
     """The names `node` reads: its inputs and its subgraphs' outer names."""
     names = set(node.input)
     for attribute in node.attribute:
-        for sub in [attribute.g] * (attribute.type == onnx.AttributeProto.GRAPH) + list(
-                attribute.graphs):
+        for sub in _subgraphs(attribute):
             made = {v.name for v in sub.input} | {t.name for t in sub.initializer} | {
                 out for n in sub.node for out in n.output}
             names |= {name for n in sub.node for name in _reads(n)} - made
     return names
+
+
+def _subgraphs(attribute):
+    """The graphs `attribute` holds (a Loop's body, an If's branches)."""
+    if attribute.type == onnx.AttributeProto.GRAPH:
+        return [attribute.g]
+    return list(attribute.graphs)
 
 
 def _type_bytes(value_type):
@@ -203,8 +215,7 @@ def _values(graph):
     values = list(graph.input) + list(graph.output) + list(graph.value_info)
     for node in graph.node:
         for attribute in node.attribute:
-            for sub in [attribute.g] * (attribute.type == onnx.AttributeProto.GRAPH) + list(
-                    attribute.graphs):
+            for sub in _subgraphs(attribute):
                 values += _values(sub)
     return values
 

@@ -109,13 +109,17 @@ def test_the_canonical_graph_does_not_depend_on_node_order_or_internal_names():
                  "s": helper.make_node("Add", [f"{prefix}a", f"{prefix}b"], ["y"], name="S")}
         if twice:  # an equal constant and an equal Exp, each read instead of the first
             c.append(numpy_helper.from_array(np.array([2.0], np.float32), f"{prefix}two2"))
-            nodes["b2"] = helper.make_node("Exp", ["x"], [f"{prefix}b2"], name=f"{prefix}B2")
+            nodes["b2"] = helper.make_node("Exp", ["x"], [f"{prefix}b2"], name=f"{prefix}B2",
+                                           domain="")  # tf2onnx sets it on some nodes
             nodes["s"] = helper.make_node("Add", [f"{prefix}a", f"{prefix}b2"], ["y"], name="S")
             nodes["a"].input[1] = f"{prefix}two2"
         value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 3])
                  for n in ("x", "y")]
+        shapes = [helper.make_tensor_value_info(f"{prefix}{k}", TensorProto.FLOAT, [None, 3])
+                  for k in nodes if k != "s"]  # b2's goes with it
         g = helper.make_graph([nodes[k] for k in order], "g", value[:1], value[1:], c,
-                              doc_string=f"converted from b'__inference_run_{len(prefix)}'")
+                              doc_string=f"converted from b'__inference_run_{len(prefix)}'",
+                              value_info=shapes[::-1] if twice else shapes)
         return helper.make_model(g, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
     first = canonical_graph(graph(["a", "b", "s"], "p_", False))
     for order, prefix, twice in [(["b", "a", "s"], "other__", False),
@@ -162,3 +166,46 @@ def test_a_loop_body_is_made_canonical_too():
     x = np.array([1.0, -2.0, 0.5], np.float32)
     np.testing.assert_allclose(ort.InferenceSession(first.SerializeToString()).run(
         None, {"x": x})[0], 8 * x)
+
+
+def test_nodes_that_draw_or_differ_in_their_outputs_are_not_made_one():
+    """Equal nodes were made one when they drew (a Dropout in training mode,
+    a Loop whose body draws), and a node without its optional second output
+    was taken for one with it (its reader then read the name "")."""
+    value = helper.make_tensor_value_info
+
+    def body():
+        return helper.make_graph(
+            [helper.make_node("Identity", ["cond"], ["cond_out"]),
+             helper.make_node("RandomUniformLike", ["v"], ["r"]),
+             helper.make_node("Add", ["r", "v"], ["v2"])], "body",
+            [value("i", TensorProto.INT64, []), value("cond", TensorProto.BOOL, []),
+             value("v", TensorProto.FLOAT, [1, 1, 4, 4])],
+            [value("cond_out", TensorProto.BOOL, []),
+             value("v2", TensorProto.FLOAT, [1, 1, 4, 4])])
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "train"], ["d1"]),
+             helper.make_node("Dropout", ["x", "ratio", "train"], ["d2"]),
+             helper.make_node("Loop", ["trips", "", "x"], ["l1"], body=body()),
+             helper.make_node("Loop", ["trips", "", "x"], ["l2"], body=body()),
+             helper.make_node("MaxPool", ["x"], ["p", ""], kernel_shape=[2, 2],
+                               strides=[2, 2]),
+             helper.make_node("MaxPool", ["x"], ["q", "where"], kernel_shape=[2, 2],
+                               strides=[2, 2]),
+             helper.make_node("Cast", ["where"], ["at"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["p", "at"], ["y"]),
+             helper.make_node("Sub", ["d1", "d2"], ["d"]),
+             helper.make_node("Sub", ["l1", "l2"], ["l"])]
+    constants = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
+                 numpy_helper.from_array(np.array(True), "train"),
+                 numpy_helper.from_array(np.array(1, np.int64), "trips")]
+    outputs = [value(n, TensorProto.FLOAT, None) for n in ("d", "l", "y")]
+    model = canonical_graph(helper.make_model(
+        helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [1, 1, 4, 4])], outputs,
+                          constants),
+        ir_version=8, opset_imports=[helper.make_opsetid("", 17)]))
+    assert sorted(n.op_type for n in model.graph.node) == sorted(n.op_type for n in nodes)
+    cast, = [n for n in model.graph.node if n.op_type == "Cast"]
+    assert cast.input[0], cast
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    got = ort.InferenceSession(model.SerializeToString()).run(["y"], {"x": x})[0]
+    np.testing.assert_array_equal(got.ravel(), [5 + 5, 7 + 7, 13 + 13, 15 + 15])
