@@ -255,3 +255,17 @@ def test_a_save_without_a_tokenizer_deletes_the_previous_saves_vocabulary(run, t
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "weights.npz"]
     save_pretrained(core, folder, ByteTokenizer())  # and back
     assert resolve(str(folder)).vocab_dir == str(folder / "vocab")
+
+
+def test_a_save_without_a_tokenizer_keeps_a_vocabulary_put_there_by_hand(run, tmp_path, capsys):
+    """Not written by a save (the config records no fingerprint): the
+    user's files, kept, with a warning that they are read unchecked."""
+    _, core = run
+    folder = tmp_path / "model"
+    save_pretrained(core, folder)
+    ByteTokenizer().save(str(folder / "vocab"))
+    capsys.readouterr()
+    save_pretrained(core, folder)
+    assert resolve(str(folder)).vocab_dir == str(folder / "vocab")
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and str(folder / "vocab") in err and "unchecked" in err

@@ -12,6 +12,7 @@
 Explicit `config_path` / `weights_path` / `vocab_dir` override what the
 directory holds. Every problem is a `ModelDirError` naming the path.
 """
+import json
 import os
 import sys
 import zipfile
@@ -270,6 +271,25 @@ def load(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
     return load_core(source, **overrides), source
 
 
+def _drop_the_previous_saves_vocabulary(directory, files):
+    """Drops (with the save's commit) the `vocab/` of `directory` that a
+    save with a tokenizer wrote (the previous `config.json` records its
+    fingerprint); a `vocab/` put there by hand is kept, with a `warning:`
+    line (it is read, unchecked, as the model's vocabulary)."""
+    vocab = os.path.join(directory, checkpoints.VOCAB_DIR)
+    try:
+        with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
+            written_by_a_save = json.load(f).get("vocab_fingerprint") is not None
+    except (OSError, ValueError, AttributeError):  # no previous config, or not one of ours
+        written_by_a_save = False
+    if written_by_a_save:
+        files.drop(vocab)
+    else:
+        print(f"warning: {vocab} was not written by a save with a tokenizer: kept, and read "
+              f"unchecked as this model's vocabulary (save with tokenizer= to pair them)",
+              file=sys.stderr)
+
+
 def save_pretrained(core, directory, tokenizer=None):
     """Writes `config.json` and `weights.npz` into `directory`.
 
@@ -279,9 +299,10 @@ def save_pretrained(core, directory, tokenizer=None):
         directory: the folder (made if missing).
         tokenizer: None, or the `txl_tf.text.Tokenizer` the model reads
             with: written as `vocab/`, its fingerprint into the config
-            (every job then reads text with it, checked). Without one, a
-            `vocab/` already in `directory` is deleted with the previous
-            save (it would be read, unchecked, as this model's).
+            (every job then reads text with it, checked). Without one, the
+            `vocab/` a previous save with a tokenizer wrote is deleted with
+            that save (it would be read, unchecked, as this model's); one
+            put there by hand is kept, with a `warning:` line.
 
     Returns:
         `directory`.
@@ -296,7 +317,7 @@ def save_pretrained(core, directory, tokenizer=None):
             config = config.replace(vocab_fingerprint=tokenizer.fingerprint())
             tokenizer.save(files.path(os.path.join(directory, checkpoints.VOCAB_DIR)))
         elif os.path.lexists(os.path.join(directory, checkpoints.VOCAB_DIR)):
-            files.drop(os.path.join(directory, checkpoints.VOCAB_DIR))
+            _drop_the_previous_saves_vocabulary(directory, files)
         checkpoints.save_weights(core, files.path(os.path.join(directory,
                                                                checkpoints.WEIGHTS_FILE)))
         config.to_json(files.path(os.path.join(directory, checkpoints.CONFIG_FILE)))
