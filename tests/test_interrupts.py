@@ -186,6 +186,34 @@ def test_the_first_signal_is_announced_while_python_waits_on_a_long_call():
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", STOPPING + "later\ndone\n")
 
 
+def test_a_second_signal_ends_the_job_while_python_waits_on_a_long_call():
+    """The second Ctrl-C waited for the long call too (the handler that ends
+    the process runs between bytecodes): it ends the process at once,
+    before the thread's "later", with `interrupted` and status 130."""
+    code = textwrap.dedent("""
+        import os, signal, threading, time
+        import txl_tf  # TensorFlow without its start-up lines
+        from training.callbacks import StopOnSignal
+        stop = StopOnSignal()
+        with stop.installed():
+            def twice_then_later():
+                time.sleep(0.3)  # the main thread is in its sleep by then
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.3)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1.5)
+                os.write(2, b"later\\n")
+            helper = threading.Thread(target=twice_then_later, daemon=True)
+            helper.start()  # before the mask: the signals are delivered to a thread
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+            time.sleep(4.0)  # no handler runs until it returns
+        os.write(2, b"not ended\\n")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", STOPPING + "interrupted\n")
+
+
 def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypatch, capsys):
     """A large corpus or classification file (32 MiB, made small here) wrote
     tqdm's frames (`\\r`, block characters) into a log file too. The bar

@@ -143,12 +143,12 @@ class StopOnSignal(keras.callbacks.Callback):
     whole (the caller then checkpoints that step): `received` is the signal.
     The first one says so on stderr at once (`announce`), also while the
     step is one long call into TensorFlow (the first step's XLA compile),
-    during which Python's own handlers wait: a thread reads the signal from
+    during which Python's own handlers wait: a thread reads the signals from
     the wakeup fd (`signal.set_wakeup_fd`). A second signal ends the process
     at once (`txl_tf.app.exits.stop_now`: `interrupted`, status 128 + the
-    signal) when the handler runs. The handlers are in place only inside
-    `with stop.installed():` (and only in the main thread, where Python
-    delivers signals)."""
+    signal), from that thread or the handler, whichever is first. The
+    handlers are in place only inside `with stop.installed():` (and only in
+    the main thread, where Python delivers signals)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -182,9 +182,12 @@ class StopOnSignal(keras.callbacks.Callback):
             pass
 
     def _watch(self, reader, forward):
-        """Announces each of `SIGNALS` read from the wakeup socket `reader`
-        (passing every byte on to the wakeup fd `forward`, when one was
-        set) until the socket's other end is closed."""
+        """Announces the first of `SIGNALS` read from the wakeup socket
+        `reader` and ends the process at the second (`stop_now`), also while
+        the main thread is in one long call into TensorFlow; passes every
+        byte on to the wakeup fd `forward`, when one was set; returns when
+        the socket's other end is closed."""
+        seen = 0
         while True:
             try:
                 data = reader.recv(64)
@@ -199,6 +202,9 @@ class StopOnSignal(keras.callbacks.Callback):
                     pass
             for signum in data:
                 if signum in self.SIGNALS:
+                    seen += 1
+                    if seen > 1:
+                        stop_now(signum, flush=False)
                     self.announce(signum)
 
     @contextlib.contextmanager

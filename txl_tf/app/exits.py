@@ -12,6 +12,7 @@ traceback.
 import os
 import signal
 import sys
+import threading
 
 from absl import app, flags
 
@@ -53,24 +54,33 @@ def interrupted():
     sys.exit(EXIT_INTERRUPTED)
 
 
-def stop_now(signum):
+_ending = threading.Lock()  # held by the one call of `stop_now` that ends the process
+
+
+def stop_now(signum, flush=True):
     """Ends the process at once, for a second Ctrl-C or SIGTERM during a
     graceful stop: `interrupted` on stderr, exit status 128 + `signum`, and
     no Python code after it (no `finally`, no `atexit`), as a kill: what was
     being written stays staged, never half in place. Safe in a signal handler
     (raising `KeyboardInterrupt` there could land in a `__del__`, which
-    prints `Exception ignored ...` and goes on).
+    prints `Exception ignored ...` and goes on) and in another thread (the
+    first caller ends the process; a second waits for it).
 
     Args:
         signum: the signal's number (`signal.SIGINT`: status 130).
+        flush: write out what `sys.stdout` holds first (not from a thread
+            other than the main one: the main thread may hold its lock).
 
     Returns:
         Never: the process ends (`os._exit`).
     """
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError, RuntimeError, AttributeError):  # gone, or mid-write
-        pass
+    if not _ending.acquire(blocking=False):
+        _ending.acquire()  # another thread is ending the process
+    if flush:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError, RuntimeError, AttributeError):  # gone, or mid-write
+            pass
     try:
         os.write(2, b"interrupted\n")
     except OSError:
