@@ -31,6 +31,8 @@ from txl_tf.layers.init import skip_random_init
 from txl_tf.layers.padding import lengths_message
 from txl_tf.weights.checkpoints import adapted_layers
 
+log = logging.getLogger(__name__)
+
 FORMATS = ("saved_model", "onnx")
 SAVED_MODEL_DIR = "saved_model"
 ONNX_FILE = "model.onnx"
@@ -343,7 +345,7 @@ class _OnnxClassifier(ClassifierRuntime):
         from export.onnx_runtime import choose_providers, cuda_built, open_session
         providers, reason = choose_providers(device)
         if reason and (device != "auto" or cuda_built()):  # as `OnnxRuntime` says it
-            logging.warning("%s", reason)
+            log.warning("%s", reason)
         self.session = open_session(path, providers=providers)
         super().__init__(ClassifierInfo(self.session.get_modelmeta().custom_metadata_map))
 

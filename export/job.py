@@ -50,6 +50,8 @@ from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir as model_dir_loader
 from txl_tf.weights.checkpoints import CONFIG_FILE, VOCAB_DIR
 
+log = logging.getLogger(__name__)
+
 DEFAULT_FORMATS = ("saved_model", "onnx")
 FORMATS = DEFAULT_FORMATS + ("triton",)
 TRITON_DIR = "triton"
@@ -367,7 +369,7 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
         cached = model_file(os.path.join(out, TRITON_DIR), triton_model_name + CACHED_SUFFIX)
         if os.path.isfile(cached):
             report["triton_cached"] = check_cached_model(reference, cached, segments, tolerance)
-    logging.info("parity with the Keras core: %s", report)
+    log.info("parity with the Keras core: %s", report)
     return report
 
 

@@ -24,6 +24,10 @@ from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.errors import ModelDirError, TxlError
 
+# The project's records go to these modules' loggers, never to the root logger
+# (whose `logging.info` would configure logging for the user's whole process).
+log = logging.getLogger(__name__)
+
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # On the CPU, "auto" fixes one shape only, one token of one stream (a second
 # copy of the weights where they are not shared), for models up to this
@@ -136,8 +140,8 @@ def shared_weights(path, providers):
     try:
         import onnx  # noqa: F401  (external_weights reads the graphs without their weights)
     except ImportError:
-        logging.warning("the onnx package is not installed: each ONNX Runtime session "
-                        "loads its own copy of the weights (pip install onnx to share one)")
+        log.warning("the onnx package is not installed: each ONNX Runtime session "
+                    "loads its own copy of the weights (pip install onnx to share one)")
         return {}
     from google.protobuf.message import DecodeError
     try:
@@ -303,7 +307,7 @@ class OnnxRuntime(Runtime):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
         if reason and (device != "auto" or cuda_built()):
-            logging.warning("%s", reason)  # asked for, or onnxruntime-gpu that cannot load it
+            log.warning("%s", reason)  # asked for, or onnxruntime-gpu that cannot load it
         if single_stream is not None:  # fixed_shapes's old name, for one token of one stream
             warn_deprecated("OnnxRuntime.single_stream",
                             "fixed_shapes ('one_token' for single_stream=True)")
@@ -339,7 +343,7 @@ class OnnxRuntime(Runtime):
         super().__init__(info)
         self.provider = self.session.get_providers()[0]
         if CUDA in names and self.provider != CUDA:  # it loaded for `cuda_loads`, not here
-            logging.warning("%s", cuda_load_failure(self.provider))
+            log.warning("%s", cuda_load_failure(self.provider))
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.io_binding = bool(io_binding)
         if fixed_shapes == "auto":
@@ -375,8 +379,8 @@ class OnnxRuntime(Runtime):
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
         self._small_graphs = {}
-        logging.info("onnxruntime session on %s (providers %s)", self.provider,
-                     self.session.get_providers())
+        log.info("onnxruntime session on %s (providers %s)", self.provider,
+                 self.session.get_providers())
 
     def describe(self):
         return (super().describe() + f" provider={self.provider} io_binding={self.io_binding}"
@@ -408,8 +412,8 @@ class OnnxRuntime(Runtime):
         except ImportError:
             if wanted is True:
                 raise TxlError("device_cache=True needs the onnx package (pip install onnx)")
-            logging.warning("the onnx package is not installed: the decode cache stays in "
-                            "host memory and crosses the bus at every step")
+            log.warning("the onnx package is not installed: the decode cache stays in "
+                        "host memory and crosses the bus at every step")
             return False
         return True
 
@@ -463,7 +467,7 @@ class OnnxRuntime(Runtime):
             try:
                 session = self._open_fixed_session(shape, self.device == "cuda")
             except ModelDirError as error:  # a node left to the CPU: no capture
-                logging.warning("segments run without CUDA graphs: %s", error)
+                log.warning("segments run without CUDA graphs: %s", error)
                 self._segment_graphs = False
         captured = session is not None and self.device == "cuda"
         session = session or self._open_fixed_session(shape, False)
@@ -755,8 +759,8 @@ class OnnxRuntime(Runtime):
                     try:
                         self._replay_sessions = self._open_replay()
                     except ModelDirError as error:  # an export whose step cannot be captured
-                        logging.warning("decode steps run without CUDA graphs: %s (re-export "
-                                        "the model to replay them)", error)
+                        log.warning("decode steps run without CUDA graphs: %s (re-export "
+                                    "the model to replay them)", error)
                         self.cuda_graph = False
         return self._replay_sessions if self.cuda_graph else None
 

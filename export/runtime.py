@@ -21,6 +21,8 @@ from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
 from txl_tf.errors import TxlError
 
+log = logging.getLogger(__name__)
+
 
 class RuntimeMemory(NamedTuple):
     """Recurrence memory in the backend's own tensors (OrtValue, tf.Tensor or
@@ -445,9 +447,9 @@ class Runtime:
         decodes through the memory, with a warning once)."""
         if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
             if not getattr(self, "_warned_layout", False):
-                logging.warning("this export's decode cache keeps keys as %s, not %s: it "
-                                "decodes through step_last; re-export it to use the cache",
-                                self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
+                log.warning("this export's decode cache keeps keys as %s, not %s: it "
+                            "decodes through step_last; re-export it to use the cache",
+                            self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
                 self._warned_layout = True
             return False
         return present

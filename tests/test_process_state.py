@@ -1,0 +1,61 @@
+"""The library lives in the user's process (a notebook, a server, a script
+with Keras models of its own): its calls leave that process's global state
+as they found it (`process_state`), and its log records go to loggers of
+its own, never to the root logger (whose `logging.info` would configure
+logging for the whole process, so that the user's `logging.basicConfig`
+then does nothing)."""
+import logging
+import re
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from export.onnx_export import write_weights_file
+from export.tf_runtime import choose_tf_device
+from process_state import changes, snapshot
+from txl_tf import ReplicaClippedAdam, TransformerXL, TransformerXLConfig, TransformerXLLM
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT_LOGGER_CALL = re.compile(r"^\s*logging\.(debug|info|warning|error|exception|critical|log)\(",
+                              re.M)
+
+
+def test_logging_calls_leave_the_root_logger_unconfigured(tmp_path, monkeypatch):
+    records = []
+    keep = logging.Handler()
+    keep.emit = records.append
+    monkeypatch.setattr(logging.root, "handlers", [])  # as in a fresh process
+    monkeypatch.setattr(logging.getLogger("export"), "handlers", [keep])
+    monkeypatch.setattr(logging.getLogger("export"), "level", logging.INFO)
+    write_weights_file([keras.Variable(np.zeros(3, np.float32))], str(tmp_path / "w.data"))
+    choose_tf_device("cuda")  # without a GPU: a warning
+    assert logging.root.handlers == []
+    assert "export.onnx_export" in {r.name for r in records}
+    assert {r.name for r in records} <= {"export.onnx_export", "export.tf_runtime"}
+
+
+def test_no_module_logs_through_the_root_logger():
+    """absl's `logging` (the commands' own) is not the standard library's."""
+    found = []
+    for package in ("txl_tf", "export", "training"):
+        for path in (REPO / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if re.search(r"^\s*import logging\b", text, re.M):
+                found += [f"{path.relative_to(REPO)}: {m.group(0).strip()}"
+                          for m in ROOT_LOGGER_CALL.finditer(text)]
+    assert not found
+
+
+def test_building_fitting_and_calling_models_leave_the_process_as_found():
+    before = snapshot()
+    config = TransformerXLConfig.preset("tiny", n_token=20, tgt_len=4, mem_len=4, dropout=0.0)
+    core = TransformerXL(config)
+    core(np.ones([1, 4], np.int32), core.initial_memory(1))
+    model = TransformerXLLM(config, batch_size=2)
+    model.compile(optimizer=ReplicaClippedAdam(1e-3))
+    ids = np.ones([1, 2, 4], np.int32)
+    model.fit(tf.data.Dataset.from_tensor_slices((ids, ids)), verbose=0)
+    # Keras's initializers draw their seeds from Python's generator (a draw, not a reseed).
+    assert changes(before, snapshot()) in ([], ["python random"])
