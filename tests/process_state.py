@@ -33,6 +33,7 @@ def snapshot():
         "warnings filters": tuple(map(repr, warnings.filters)),
         "hooks": (sys.excepthook, sys.unraisablehook, threading.excepthook, sys.displayhook),
         "signals": tuple(signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)),
+        "meta path": tuple(map(id, sys.meta_path)),
         "recursion limit": sys.getrecursionlimit(),
         "numpy errors": tuple(sorted(np.geterr().items())),
         "python random": random.getstate(),

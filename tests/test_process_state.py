@@ -4,8 +4,12 @@ as they found it (`process_state`), and its log records go to loggers of
 its own, never to the root logger (whose `logging.info` would configure
 logging for the whole process, so that the user's `logging.basicConfig`
 then does nothing)."""
+import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
@@ -59,3 +63,17 @@ def test_building_fitting_and_calling_models_leave_the_process_as_found():
     model.fit(tf.data.Dataset.from_tensor_slices((ids, ids)), verbose=0)
     # Keras's initializers draw their seeds from Python's generator (a draw, not a reseed).
     assert changes(before, snapshot()) in ([], ["python random"])
+
+
+def test_importing_txl_tf_changes_only_what_the_docs_list():
+    """docs/command-line.md, "What the library changes in your process"; in a
+    process that imported TensorFlow, Keras and keras-hub first (their own
+    changes aside)."""
+    script = ("import json, sys; sys.path.insert(0, 'tests'); import tensorflow, keras, keras_hub; "
+              "from process_state import changes, snapshot; before = snapshot(); import txl_tf; "
+              "print(json.dumps(changes(before, snapshot())))")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == ["env KERAS_BACKEND", "hooks", "meta path"]
