@@ -322,20 +322,21 @@ class OnnxRuntime(Runtime):
             raise TxlError("these session_options hold the axes another runtime fixed to "
                            f"[{fixed_shape_of(session_options)}] for its one-token session: "
                            "give each runtime options of its own")
-        self._shared_weights = {} if session_options else shared_weights(path, names)
+        # The session openers below hold no reference to `self`: a runtime in a
+        # reference cycle would keep its sessions until a garbage collection.
+        weights = self._shared_weights = {} if session_options else shared_weights(path, names)
         shared = (lambda: session_options) if session_options else \
-            (lambda: with_shared_weights(None, self._shared_weights))
+            (lambda: with_shared_weights(None, weights))
         # The hot paths (the step, the decode step) pack their own copy unless `low_memory`.
         packed = shared if low_memory or session_options else lambda: None
         # `low_memory` sessions fold no weight into a copy of their own.
-        self._unfolded = UNFOLDED if low_memory and self._shared_weights else ()
+        unfolded = self._unfolded = UNFOLDED if low_memory and weights else ()
         self.session = open_session(path, packed(), providers, self._unfolded)
         # `fixed_shapes`: {shape: session, or `FixedSegment` on the device path}, oldest first.
         self._fixed, self._seen = OrderedDict(), OrderedDict()
         self._caller_options = bool(session_options)  # the fixed shape's overrides go into them
         self._open_fixed_session = lambda shape, graphs: _fixed_shape_session(
-            path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape,
-            self._unfolded)
+            path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape, unfolded)
         try:
             info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
         except TxlError as error:
@@ -355,19 +356,20 @@ class OnnxRuntime(Runtime):
                            "fixed_shapes='one_token' fixes [1, 1] in them")
         self.fixed_shapes = fixed_shapes
         self._outputs = [o.name for o in self.session.get_outputs()]
-        self._decode_paths = decode_files(path)
+        decode_paths = self._decode_paths = decode_files(path)
         self._decode_sessions = None
         decode_disabled = self._unfolded if info.decode_dtype == "float32" else \
             FLOAT16_DECODE_DISABLED
         self._open_decode = lambda: {name: open_session(
             p, packed() if name == "decode_step" else shared(), providers, decode_disabled)
-                                     for name, p in self._decode_paths.items()}
+                                     for name, p in decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._segment_graphs = True  # until ONNX Runtime refuses to capture a segment
+        ring, on_cuda = self.mem_len + 1, self.device == "cuda"
         self._open_replay = lambda: open_replay_sessions(
-            self._decode_paths["decode_step"], self.mem_len + 1, self.info.cache_dtype, packed(),
-            provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
+            decode_paths["decode_step"], ring, info.cache_dtype, packed(),
+            provider_entries(names, tf32, cuda_graph=on_cuda), providers)
         self._replay_sessions, self._residents = None, {}
         # What threads share: the sessions opened on first use, `_fixed` and
         # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the

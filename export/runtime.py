@@ -7,6 +7,8 @@ checks of its inputs, done on shapes and values before any session runs
 """
 import logging
 import os
+import threading
+import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -141,13 +143,27 @@ class Runtime:
         self.mem_len = info.mem_len
         self.log_probs_mode = info.log_probs
         self.device = "cpu"
-        # One per runtime: a decode state's cache names it (`HeldCache`).
-        self._generation = GenerationBackend(self)
+        self._generation_lock = threading.Lock()
+        self._generation_ref = None  # a weakref.ref
+
+    @property
+    def _generation(self):
+        """The runtime's one `GenerationBackend` (a decode state's cache names
+        it: `HeldCache`), for as long as anything holds it (a `SessionTable`,
+        a cache); made again when nothing does. Held weakly, as the backend
+        holds the runtime: a cycle would keep a dropped runtime's sessions,
+        memory and open files until Python's next garbage collection."""
+        with self._generation_lock:
+            backend = self._generation_ref and self._generation_ref()
+            if backend is None:
+                backend = GenerationBackend(self)
+                self._generation_ref = weakref.ref(backend)
+            return backend
 
     def __getattr__(self, name):
         """The names of `DEPRECATED` (with a DeprecationWarning naming what
         replaces each); AttributeError for any other missing name."""
-        if name not in DEPRECATED or "_generation" not in self.__dict__:
+        if name not in DEPRECATED or "_generation_ref" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         warn_deprecated(f"Runtime.{name}", DEPRECATED[name])
         return getattr(self._generation, name)
