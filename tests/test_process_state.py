@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import keras
@@ -19,6 +20,9 @@ import tensorflow as tf
 from export.onnx_export import write_weights_file
 from export.tf_runtime import choose_tf_device
 from process_state import changes, snapshot
+from txl_tf.app.progress import Progress
+from txl_tf.classification import read_tsv
+from txl_tf.data.corpora import iter_text_chunks
 from txl_tf import ReplicaClippedAdam, TransformerXL, TransformerXLConfig, TransformerXLLM
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,6 +67,22 @@ def test_building_fitting_and_calling_models_leave_the_process_as_found():
     model.fit(tf.data.Dataset.from_tensor_slices((ids, ids)), verbose=0)
     # Keras's initializers draw their seeds from Python's generator (a draw, not a reseed).
     assert changes(before, snapshot()) in ([], ["python random"])
+
+
+def test_progress_bars_leave_no_thread_running(tmp_path):
+    """tqdm starts a monitor thread with its first bar (shown or disabled)
+    and leaves it running for good; the library's bars start none."""
+    from tqdm._monitor import TMonitor
+    for thread in threading.enumerate():
+        if isinstance(thread, TMonitor):  # one an earlier test's tqdm left
+            thread.exit()
+    path = tmp_path / "a.tsv"
+    path.write_text("ab\tab ab\nmn\tmn mn\n", encoding="utf-8")
+    for progress in (False, True):
+        assert len(read_tsv(path, progress=progress)) == 2
+        assert "".join(iter_text_chunks(path, progress)).count("\n") == 2
+    Progress("steps", bar=True)(1, 1)
+    assert not [t for t in threading.enumerate() if isinstance(t, TMonitor)]
 
 
 def test_importing_txl_tf_changes_only_what_the_docs_list():
