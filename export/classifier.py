@@ -23,7 +23,7 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
                                 convert_with_weight_inputs, declare_shapes, onnx_constant,
                                 order_outputs, save_with_weights)
 from export.runtime import RuntimeInputError, check_ids, choose_artefact
-from export.saved_model import plain_copies, weights_scope
+from export.saved_model import plain_copies, save_module, weights_scope
 from txl_tf.app.paths import what_is_in_the_way
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
@@ -197,7 +197,7 @@ def export_classifier_saved_model(model, path, metadata, vocab_files=()):
             json.dump(metadata, f, indent=2, sort_keys=True)
         module.metadata_file = tf.saved_model.Asset(metadata_file)
         module.vocab_files = [tf.saved_model.Asset(p) for p in vocab_files]
-        tf.saved_model.save(module, path, signatures=module.signatures())
+        save_module(module, path)
     return path
 
 

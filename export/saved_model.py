@@ -16,8 +16,10 @@ Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
 - `decode_init`, `decode_step`, `decode_read`, `decode_memory`: the cached decode interface
   (`export.decode_interface`).
 """
+import contextlib
 import functools
 import json
+import logging
 import os
 import tempfile
 
@@ -212,6 +214,40 @@ CONFIG_ASSET = "config.json"
 METADATA_ASSET = "export_metadata.json"
 
 
+def save_module(module, path):
+    """`tf.saved_model.save` of a serving `module` with its `signatures()`,
+    leaving the process's logging as it found it. TensorFlow logs through
+    absl while it saves, and absl calls `logging.basicConfig()` when the root
+    logger has no handler (the user's own `basicConfig` then does nothing);
+    it also sets absl's verbosity to FATAL and back to the level it read,
+    which pins the `absl` logger at WARNING where it inherited the root's.
+
+    Args:
+        module: a `tf.Module` with a `signatures()` method.
+        path: the SavedModel directory to write.
+
+    Returns:
+        `path`.
+    """
+    with _logging_as_found():
+        tf.saved_model.save(module, path, signatures=module.signatures())
+    return path
+
+
+@contextlib.contextmanager
+def _logging_as_found():
+    root, absl = logging.getLogger(), logging.getLogger("absl")
+    had_handlers, levels = bool(root.handlers), (root.level, absl.level)
+    try:
+        yield
+    finally:
+        if not had_handlers:
+            for handler in root.handlers[:]:
+                root.removeHandler(handler)
+        root.setLevel(levels[0])
+        absl.setLevel(levels[1])
+
+
 def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,
                        vocab_dir=None):
     """Saves `initial_memory`, `step` (= `serving_default`) and `score` signatures.
@@ -242,7 +278,7 @@ def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,
         module.config_file = tf.saved_model.Asset(config_file)
         module.metadata_file = tf.saved_model.Asset(metadata_file)
         module.vocab_files = [tf.saved_model.Asset(p) for p in _vocab_files(vocab_dir)]
-        tf.saved_model.save(module, path, signatures=module.signatures())
+        save_module(module, path)
     return path
 
 

@@ -4,6 +4,7 @@ global random generators and Keras's and TensorFlow's global settings.
 
 `snapshot()` reads them (cheaply, nothing is created); `changes(before,
 after)` names the entries that differ."""
+import contextlib
 import logging
 import os
 import random
@@ -58,3 +59,19 @@ def snapshot():
 def changes(before, after):
     """The names whose values differ between two snapshots (sorted)."""
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+@contextlib.contextmanager
+def unconfigured_logging():
+    """Within: the root logger without handlers and the `absl` logger at
+    NOTSET, as in a fresh process (pytest's capture handlers are put back,
+    in the same list, on the way out)."""
+    root, absl = logging.getLogger(), logging.getLogger("absl")
+    handlers, level = root.handlers[:], absl.level
+    root.handlers.clear()
+    absl.setLevel(logging.NOTSET)
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        absl.setLevel(level)

@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from export.onnx_export import write_weights_file
 from export.tf_runtime import choose_tf_device
-from process_state import changes, snapshot
+from export.saved_model import export_saved_model
+from process_state import changes, snapshot, unconfigured_logging
 from txl_tf.app.progress import Progress
 from txl_tf.classification import read_tsv
 from txl_tf.data.corpora import iter_text_chunks
@@ -34,14 +35,24 @@ def test_logging_calls_leave_the_root_logger_unconfigured(tmp_path, monkeypatch)
     records = []
     keep = logging.Handler()
     keep.emit = records.append
-    monkeypatch.setattr(logging.root, "handlers", [])  # as in a fresh process
     monkeypatch.setattr(logging.getLogger("export"), "handlers", [keep])
     monkeypatch.setattr(logging.getLogger("export"), "level", logging.INFO)
-    write_weights_file([keras.Variable(np.zeros(3, np.float32))], str(tmp_path / "w.data"))
-    choose_tf_device("cuda")  # without a GPU: a warning
-    assert logging.root.handlers == []
+    with unconfigured_logging():
+        write_weights_file([keras.Variable(np.zeros(3, np.float32))], str(tmp_path / "w.data"))
+        choose_tf_device("cuda")  # without a GPU: a warning
+        assert logging.root.handlers == []
     assert "export.onnx_export" in {r.name for r in records}
     assert {r.name for r in records} <= {"export.onnx_export", "export.tf_runtime"}
+
+
+def test_a_saved_model_export_leaves_logging_as_found(tmp_path):
+    """TensorFlow's save logs through absl (which calls `basicConfig` on an
+    unconfigured root logger) and resets absl's verbosity (`save_module`)."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=20, tgt_len=4, mem_len=4))
+    with unconfigured_logging():
+        export_saved_model(core, str(tmp_path / "saved_model"), 4)
+        assert logging.root.handlers == []
+        assert logging.getLogger("absl").level == logging.NOTSET
 
 
 def test_no_module_logs_through_the_root_logger():
