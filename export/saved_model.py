@@ -16,10 +16,8 @@ Signatures (M = `mem_len`, fixed at export; batch B and length T dynamic):
 - `decode_init`, `decode_step`, `decode_read`, `decode_memory`: the cached decode interface
   (`export.decode_interface`).
 """
-import contextlib
 import functools
 import json
-import logging
 import os
 import tempfile
 
@@ -29,6 +27,7 @@ import tensorflow as tf
 from export import decode_interface
 from export.metadata import export_metadata, weights_quantization
 from txl_tf import Memory
+from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 
@@ -216,11 +215,8 @@ METADATA_ASSET = "export_metadata.json"
 
 def save_module(module, path):
     """`tf.saved_model.save` of a serving `module` with its `signatures()`,
-    leaving the process's logging as it found it. TensorFlow logs through
-    absl while it saves, and absl calls `logging.basicConfig()` when the root
-    logger has no handler (the user's own `basicConfig` then does nothing);
-    it also sets absl's verbosity to FATAL and back to the level it read,
-    which pins the `absl` logger at WARNING where it inherited the root's.
+    leaving the process's logging as it found it
+    (`txl_tf.app.tf_logs.logging_as_found`).
 
     Args:
         module: a `tf.Module` with a `signatures()` method.
@@ -229,23 +225,9 @@ def save_module(module, path):
     Returns:
         `path`.
     """
-    with _logging_as_found():
+    with logging_as_found():
         tf.saved_model.save(module, path, signatures=module.signatures())
     return path
-
-
-@contextlib.contextmanager
-def _logging_as_found():
-    root, absl = logging.getLogger(), logging.getLogger("absl")
-    had_handlers, levels = bool(root.handlers), (root.level, absl.level)
-    try:
-        yield
-    finally:
-        if not had_handlers:
-            for handler in root.handlers[:]:
-                root.removeHandler(handler)
-        root.setLevel(levels[0])
-        absl.setLevel(levels[1])
 
 
 def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,

@@ -44,6 +44,7 @@ from training.errors import TrainingError
 from training.files import save_vocab, trim_log, write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.tf_logs import logging_as_found
 
 MAX_CPU_DEVICES = 1024  # logical devices --num_cpu_devices may split the CPU into
 
@@ -248,6 +249,7 @@ def _model_overrides(o):
     return overrides
 
 
+@logging_as_found()
 def run(**options):
     """Trains with `options` (the flags, by name; see `SPEC`) and
     returns a summary dict (final step, last metrics, validation results,
