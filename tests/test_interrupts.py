@@ -112,7 +112,8 @@ def test_only_the_installed_scripts_are_commands(monkeypatch):
                            ("txl-", False)):
         monkeypatch.setattr(sys, "argv", [argv0])
         assert exits.running_a_command() is command, argv0
-    scripts = re.findall(r'"(txl-[\w-]+) = ', open(os.path.join(REPO, "setup.py")).read())
+    with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as setup:
+        scripts = re.findall(r'"(txl-[\w-]+) = ', setup.read())
     assert sorted(exits.COMMANDS) == sorted(scripts)
 
 
