@@ -23,13 +23,15 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
                                 convert_with_weight_inputs, declare_shapes, onnx_constant,
                                 order_outputs, save_with_weights)
 from export.runtime import RuntimeInputError, check_ids, choose_artefact
-from export.saved_model import plain_copies, weights_scope
+from export.saved_model import plain_copies, save_module, weights_scope
 from txl_tf.app.paths import what_is_in_the_way
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.init import skip_random_init
 from txl_tf.layers.padding import lengths_message
 from txl_tf.weights.checkpoints import adapted_layers
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("saved_model", "onnx")
 SAVED_MODEL_DIR = "saved_model"
@@ -195,7 +197,7 @@ def export_classifier_saved_model(model, path, metadata, vocab_files=()):
             json.dump(metadata, f, indent=2, sort_keys=True)
         module.metadata_file = tf.saved_model.Asset(metadata_file)
         module.vocab_files = [tf.saved_model.Asset(p) for p in vocab_files]
-        tf.saved_model.save(module, path, signatures=module.signatures())
+        save_module(module, path)
     return path
 
 
@@ -343,7 +345,7 @@ class _OnnxClassifier(ClassifierRuntime):
         from export.onnx_runtime import choose_providers, cuda_built, open_session
         providers, reason = choose_providers(device)
         if reason and (device != "auto" or cuda_built()):  # as `OnnxRuntime` says it
-            logging.warning("%s", reason)
+            log.warning("%s", reason)
         self.session = open_session(path, providers=providers)
         super().__init__(ClassifierInfo(self.session.get_modelmeta().custom_metadata_map))
 

@@ -7,10 +7,10 @@ The loops' verbs live here, not on the runtime: a runtime's users get one
 public API (`docs/export-and-serving.md`), and the loops get the unchecked
 calls they make once per token (`next_log_probs`, `next_cached`) with the
 memory or cache checked once, where it comes in (`adopt`, `decode_init`,
-`step_last`). Each runtime makes one `GenerationBackend` and keeps it: a
-decode state's cache names the backend that holds it
-(`txl_tf.generation.request.HeldCache`, compared by identity), so a resume
-through `runtime.generate` or a `SessionTable` finds it.
+`step_last`). Each runtime has one `GenerationBackend` at a time (held
+weakly, made again when nothing holds it): a decode state's cache names the
+backend that holds it (`txl_tf.generation.request.HeldCache`, compared by
+identity), so a resume through `runtime.generate` or a `SessionTable` finds it.
 """
 import numpy as np
 

@@ -45,10 +45,13 @@ from export.triton import (DEFAULT_MODEL_NAME, SUFFIX as CACHED_SUFFIX, check_ca
                            write_triton_repository)
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir as model_dir_loader
 from txl_tf.weights.checkpoints import CONFIG_FILE, VOCAB_DIR
+
+log = logging.getLogger(__name__)
 
 DEFAULT_FORMATS = ("saved_model", "onnx")
 FORMATS = DEFAULT_FORMATS + ("triton",)
@@ -112,6 +115,7 @@ def max_opset():
     return max(OPSET_TO_IR_VERSION)
 
 
+@logging_as_found()
 def run_export(output_dir=None, model_dir=None, *, triton_options=None,
                external_data_threshold=EXTERNAL_DATA_THRESHOLD, **options):
     """Exports a model and writes `export_report.json`.
@@ -368,7 +372,7 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
         cached = model_file(os.path.join(out, TRITON_DIR), triton_model_name + CACHED_SUFFIX)
         if os.path.isfile(cached):
             report["triton_cached"] = check_cached_model(reference, cached, segments, tolerance)
-    logging.info("parity with the Keras core: %s", report)
+    log.info("parity with the Keras core: %s", report)
     return report
 
 

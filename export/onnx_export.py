@@ -27,6 +27,8 @@ from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_
                                 serve_step)
 from txl_tf.errors import TxlError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_OPSET = 17
 # Protobuf cannot serialise 2 GiB; leave room for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2 ** 31 - 2 ** 26
@@ -53,7 +55,7 @@ def write_weights_file(variables, path):
     with open(path, "wb") as data:
         places = {f"{_WEIGHT_PREFIX}{i:04d}": _append_aligned(data, variable)
                   for i, variable in enumerate(variables)}
-    logging.info("ONNX weights written to %s (external data)", path)
+    log.info("ONNX weights written to %s (external data)", path)
     return WeightsFile(path, places)
 
 
@@ -252,7 +254,7 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
         with _environment(TF2ONNX_CATCH_ERRORS="FALSE"), _without_global_pools():
             model = convert()
     except Exception:  # noqa: BLE001  an optimizer failed: again, with the copies that skip it
-        logging.info("tf2onnx failed without its graph copies; converting with them")
+        log.info("tf2onnx failed without its graph copies; converting with them")
         with _without_global_pools():
             model = convert()
     return canonical_graph(model)  # the same bytes for the same function and weights

@@ -24,6 +24,10 @@ from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.errors import ModelDirError, TxlError
 
+# The project's records go to these modules' loggers, never to the root logger
+# (whose `logging.info` would configure logging for the user's whole process).
+log = logging.getLogger(__name__)
+
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # On the CPU, "auto" fixes one shape only, one token of one stream (a second
 # copy of the weights where they are not shared), for models up to this
@@ -136,8 +140,8 @@ def shared_weights(path, providers):
     try:
         import onnx  # noqa: F401  (external_weights reads the graphs without their weights)
     except ImportError:
-        logging.warning("the onnx package is not installed: each ONNX Runtime session "
-                        "loads its own copy of the weights (pip install onnx to share one)")
+        log.warning("the onnx package is not installed: each ONNX Runtime session "
+                    "loads its own copy of the weights (pip install onnx to share one)")
         return {}
     from google.protobuf.message import DecodeError
     try:
@@ -303,7 +307,7 @@ class OnnxRuntime(Runtime):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
         if reason and (device != "auto" or cuda_built()):
-            logging.warning("%s", reason)  # asked for, or onnxruntime-gpu that cannot load it
+            log.warning("%s", reason)  # asked for, or onnxruntime-gpu that cannot load it
         if single_stream is not None:  # fixed_shapes's old name, for one token of one stream
             warn_deprecated("OnnxRuntime.single_stream",
                             "fixed_shapes ('one_token' for single_stream=True)")
@@ -318,20 +322,21 @@ class OnnxRuntime(Runtime):
             raise TxlError("these session_options hold the axes another runtime fixed to "
                            f"[{fixed_shape_of(session_options)}] for its one-token session: "
                            "give each runtime options of its own")
-        self._shared_weights = {} if session_options else shared_weights(path, names)
+        # The session openers below hold no reference to `self`: a runtime in a
+        # reference cycle would keep its sessions until a garbage collection.
+        weights = self._shared_weights = {} if session_options else shared_weights(path, names)
         shared = (lambda: session_options) if session_options else \
-            (lambda: with_shared_weights(None, self._shared_weights))
+            (lambda: with_shared_weights(None, weights))
         # The hot paths (the step, the decode step) pack their own copy unless `low_memory`.
         packed = shared if low_memory or session_options else lambda: None
         # `low_memory` sessions fold no weight into a copy of their own.
-        self._unfolded = UNFOLDED if low_memory and self._shared_weights else ()
+        unfolded = self._unfolded = UNFOLDED if low_memory and weights else ()
         self.session = open_session(path, packed(), providers, self._unfolded)
         # `fixed_shapes`: {shape: session, or `FixedSegment` on the device path}, oldest first.
         self._fixed, self._seen = OrderedDict(), OrderedDict()
         self._caller_options = bool(session_options)  # the fixed shape's overrides go into them
         self._open_fixed_session = lambda shape, graphs: _fixed_shape_session(
-            path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape,
-            self._unfolded)
+            path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape, unfolded)
         try:
             info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
         except TxlError as error:
@@ -339,7 +344,7 @@ class OnnxRuntime(Runtime):
         super().__init__(info)
         self.provider = self.session.get_providers()[0]
         if CUDA in names and self.provider != CUDA:  # it loaded for `cuda_loads`, not here
-            logging.warning("%s", cuda_load_failure(self.provider))
+            log.warning("%s", cuda_load_failure(self.provider))
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.io_binding = bool(io_binding)
         if fixed_shapes == "auto":
@@ -351,19 +356,20 @@ class OnnxRuntime(Runtime):
                            "fixed_shapes='one_token' fixes [1, 1] in them")
         self.fixed_shapes = fixed_shapes
         self._outputs = [o.name for o in self.session.get_outputs()]
-        self._decode_paths = decode_files(path)
+        decode_paths = self._decode_paths = decode_files(path)
         self._decode_sessions = None
         decode_disabled = self._unfolded if info.decode_dtype == "float32" else \
             FLOAT16_DECODE_DISABLED
         self._open_decode = lambda: {name: open_session(
             p, packed() if name == "decode_step" else shared(), providers, decode_disabled)
-                                     for name, p in self._decode_paths.items()}
+                                     for name, p in decode_paths.items()}
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._segment_graphs = True  # until ONNX Runtime refuses to capture a segment
+        ring, on_cuda = self.mem_len + 1, self.device == "cuda"
         self._open_replay = lambda: open_replay_sessions(
-            self._decode_paths["decode_step"], self.mem_len + 1, self.info.cache_dtype, packed(),
-            provider_entries(names, tf32, cuda_graph=self.device == "cuda"), providers)
+            decode_paths["decode_step"], ring, info.cache_dtype, packed(),
+            provider_entries(names, tf32, cuda_graph=on_cuda), providers)
         self._replay_sessions, self._residents = None, {}
         # What threads share: the sessions opened on first use, `_fixed` and
         # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the
@@ -375,8 +381,8 @@ class OnnxRuntime(Runtime):
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
         self._small_graphs = {}
-        logging.info("onnxruntime session on %s (providers %s)", self.provider,
-                     self.session.get_providers())
+        log.info("onnxruntime session on %s (providers %s)", self.provider,
+                 self.session.get_providers())
 
     def describe(self):
         return (super().describe() + f" provider={self.provider} io_binding={self.io_binding}"
@@ -408,8 +414,8 @@ class OnnxRuntime(Runtime):
         except ImportError:
             if wanted is True:
                 raise TxlError("device_cache=True needs the onnx package (pip install onnx)")
-            logging.warning("the onnx package is not installed: the decode cache stays in "
-                            "host memory and crosses the bus at every step")
+            log.warning("the onnx package is not installed: the decode cache stays in "
+                        "host memory and crosses the bus at every step")
             return False
         return True
 
@@ -463,7 +469,7 @@ class OnnxRuntime(Runtime):
             try:
                 session = self._open_fixed_session(shape, self.device == "cuda")
             except ModelDirError as error:  # a node left to the CPU: no capture
-                logging.warning("segments run without CUDA graphs: %s", error)
+                log.warning("segments run without CUDA graphs: %s", error)
                 self._segment_graphs = False
         captured = session is not None and self.device == "cuda"
         session = session or self._open_fixed_session(shape, False)
@@ -755,8 +761,8 @@ class OnnxRuntime(Runtime):
                     try:
                         self._replay_sessions = self._open_replay()
                     except ModelDirError as error:  # an export whose step cannot be captured
-                        logging.warning("decode steps run without CUDA graphs: %s (re-export "
-                                        "the model to replay them)", error)
+                        log.warning("decode steps run without CUDA graphs: %s (re-export "
+                                    "the model to replay them)", error)
                         self.cuda_graph = False
         return self._replay_sessions if self.cuda_graph else None
 

@@ -7,6 +7,8 @@ checks of its inputs, done on shapes and values before any session runs
 """
 import logging
 import os
+import threading
+import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -20,6 +22,8 @@ from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
 from txl_tf.errors import TxlError
+
+log = logging.getLogger(__name__)
 
 
 class RuntimeMemory(NamedTuple):
@@ -123,8 +127,22 @@ class Runtime:
         self.mem_len = info.mem_len
         self.log_probs_mode = info.log_probs
         self.device = "cpu"
-        # One per runtime: a decode state's cache names it (`HeldCache`).
-        self._generation = GenerationBackend(self)
+        self._generation_lock = threading.Lock()
+        self._generation_ref = None  # a weakref.ref
+
+    @property
+    def _generation(self):
+        """The runtime's one `GenerationBackend` (a decode state's cache names
+        it: `HeldCache`), for as long as anything holds it (a `SessionTable`,
+        a cache); made again when nothing does. Held weakly, as the backend
+        holds the runtime: a cycle would keep a dropped runtime's sessions,
+        memory and open files until Python's next garbage collection."""
+        with self._generation_lock:
+            backend = self._generation_ref and self._generation_ref()
+            if backend is None:
+                backend = GenerationBackend(self)
+                self._generation_ref = weakref.ref(backend)
+            return backend
 
     # ------------------------------------------------------------- interface
     @property
@@ -421,9 +439,9 @@ class Runtime:
         decodes through the memory, with a warning once)."""
         if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
             if not getattr(self, "_warned_layout", False):
-                logging.warning("this export's decode cache keeps keys as %s, not %s: it "
-                                "decodes on the memory, without the cache; re-export it to use the cache",
-                                self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
+                log.warning("this export's decode cache keeps keys as %s, not %s: it "
+                            "decodes on the memory, without the cache; re-export it to use the cache",
+                            self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
                 self._warned_layout = True
             return False
         return present

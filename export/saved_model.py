@@ -27,6 +27,7 @@ import tensorflow as tf
 from export import decode_interface
 from export.metadata import export_metadata, weights_quantization
 from txl_tf import Memory
+from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 
@@ -212,6 +213,23 @@ CONFIG_ASSET = "config.json"
 METADATA_ASSET = "export_metadata.json"
 
 
+def save_module(module, path):
+    """`tf.saved_model.save` of a serving `module` with its `signatures()`,
+    leaving the process's logging as it found it
+    (`txl_tf.app.tf_logs.logging_as_found`).
+
+    Args:
+        module: a `tf.Module` with a `signatures()` method.
+        path: the SavedModel directory to write.
+
+    Returns:
+        `path`.
+    """
+    with logging_as_found():
+        tf.saved_model.save(module, path, signatures=module.signatures())
+    return path
+
+
 def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,
                        vocab_dir=None):
     """Saves `initial_memory`, `step` (= `serving_default`) and `score` signatures.
@@ -242,7 +260,7 @@ def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,
         module.config_file = tf.saved_model.Asset(config_file)
         module.metadata_file = tf.saved_model.Asset(metadata_file)
         module.vocab_files = [tf.saved_model.Asset(p) for p in _vocab_files(vocab_dir)]
-        tf.saved_model.save(module, path, signatures=module.signatures())
+        save_module(module, path)
     return path
 
 

@@ -13,6 +13,8 @@ from export.saved_model import METADATA_ASSET
 from txl_tf.errors import TxlError
 from txl_tf.weights.model_dir import ModelDirError
 
+log = logging.getLogger(__name__)
+
 
 def choose_tf_device(device="auto"):
     """`(tf device string, name)` for `device` in `auto | cuda | gpu | cpu`."""
@@ -21,7 +23,7 @@ def choose_tf_device(device="auto"):
     if device != "cpu" and tf.config.list_physical_devices("GPU"):
         return "/GPU:0", "gpu"
     if device in ("cuda", "gpu"):
-        logging.warning("no GPU visible to TensorFlow; the SavedModel runs on the CPU")
+        log.warning("no GPU visible to TensorFlow; the SavedModel runs on the CPU")
     return "/CPU:0", "cpu"
 
 

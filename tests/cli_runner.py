@@ -147,6 +147,7 @@ class ForkedJobs:
         if self.runner is not None:
             self.runner.stdin.close()
             self.runner.wait(timeout=60)
+            self.runner.stdout.close()
             self.runner = None
 
 

@@ -550,7 +550,9 @@ def test_snapshot_sees_changes(tmp_path):
 def console_scripts():
     """`{command: module}` of setup.py's console scripts (`txl-export` runs
     `python -m export`)."""
-    text = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "setup.py")).read()
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "setup.py"),
+              encoding="utf-8") as setup:
+        text = setup.read()
     return {command: module.removesuffix(".__main__")
             for command, module in re.findall(r'"(txl-[\w-]+) = ([\w.]+):console"', text)}
 

@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,7 +159,7 @@ def test_cli_converts_the_port_and_export_matches_the_reference(tmp_path, jobs):
 
 def test_cli_bad_input_is_one_error_line(tmp_path, jobs):
     _, weights, config, _ = _port_files(tmp_path)
-    values = json.loads(open(config).read())
+    values = json.loads(Path(config).read_text(encoding="utf-8"))
     values["d_inner"] = 64
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps(values))
@@ -197,7 +198,7 @@ def test_convert_refuses_bad_inputs(tmp_path):
     with pytest.raises(TxlError, match=r"vocabulary file .*weights\.npz is not UTF-8 text"):
         convert("pytorch", weights, str(tmp_path / "o"), config=config, vocab=str(binary),
                 **quiet)
-    values = json.loads(open(config).read())
+    values = json.loads(Path(config).read_text(encoding="utf-8"))
     values["attn_type"] = 2
     absolute = tmp_path / "absolute.json"
     absolute.write_text(json.dumps(values))

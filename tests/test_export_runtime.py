@@ -1,15 +1,18 @@
 """The runtimes: one public API (the documented list, the names it replaced
 naming their replacement), clear errors for bad input (before the
 backend runs), IO binding, device fallback, memory handed between backends."""
+import gc
 import pydoc
 import re
+import weakref
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-from export import RuntimeInputError, RuntimeMemory, export_onnx, export_saved_model, open_runtime
+from export import (RuntimeInputError, RuntimeMemory, SessionTable, export_onnx,
+                    export_saved_model, open_runtime)
 from export.runtime import Runtime, generation_backend
 from txl_tf import InputError, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.app.deprecation import REMOVED
@@ -218,6 +221,30 @@ def test_a_cuda_provider_that_cannot_start_is_not_loaded_and_prints_nothing(monk
         assert capfd.readouterr().out == ""
     finally:
         onnx_runtime.cuda_loads.cache_clear()
+
+
+def test_a_dropped_onnx_runtime_is_freed_at_once(paths):
+    """A runtime holds its sessions, the weights and open files: dropped, it
+    is freed then, not at Python's next garbage collection (no reference
+    cycle; a server that swaps models would hold both until then). The
+    SavedModel's loaded functions are TensorFlow's own cycles."""
+    gc.collect()
+    gc.disable()
+    try:
+        runtime = open_runtime(str(paths / "model.onnx"), device="cpu")
+        first = runtime.generate([[1, 2, 3]], 2, temperature=0)
+        again = runtime.generate(None, 2, resume=first.state, temperature=0)
+        assert generation_backend(runtime) is generation_backend(runtime)
+        table = SessionTable(runtime, max_batch=2)
+        table.open("a", [1, 2], 2)
+        while table.active():
+            table.step()
+        assert table.close("a").ids.shape == (1, 2)
+        freed = weakref.ref(runtime)
+        del runtime, first, again, table
+        assert freed() is None
+    finally:
+        gc.enable()
 
 
 def test_memory_moves_between_backends(paths):

@@ -6,12 +6,14 @@ a job's own output alike; a Ctrl-C in a `__del__` is not lost; a second
 signal during `txl-train`'s graceful stop ends it at once; progress bars
 stay off log files. (Ctrl-C during training: test_training_resume.)"""
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 
-from job_helpers import job_command, job_env
+from job_helpers import REPO, job_command, job_env
+from txl_tf.app import exits
 
 # Sends a signal to the process itself when a module is first imported: the
 # interrupt lands at a known moment of the start-up.
@@ -99,6 +101,20 @@ def test_a_users_own_training_package_keeps_pythons_behaviour(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout) == (0, "finally\n"), (proc.returncode, proc.stderr)
     assert "KeyboardInterrupt" in proc.stderr
+
+
+def test_only_the_installed_scripts_are_commands(monkeypatch):
+    """A user's own `txl-notes.py` that imports txl_tf is no command: a Ctrl-C
+    in one of its `__del__` is Python's warning (it ended the script)."""
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
+    for argv0, command in (("/usr/local/bin/txl-train", True), ("txl-export", True),
+                           ("txl-notes.py", False), ("/home/me/txl-train.py", False),
+                           ("txl-", False)):
+        monkeypatch.setattr(sys, "argv", [argv0])
+        assert exits.running_a_command() is command, argv0
+    with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as setup:
+        scripts = re.findall(r'"(txl-[\w-]+) = ', setup.read())
+    assert sorted(exits.COMMANDS) == sorted(scripts)
 
 
 def _to_a_closed_pipe(command):

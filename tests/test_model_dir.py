@@ -1,4 +1,7 @@
 """One loader for model directories and training run directories."""
+import gc
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -74,8 +77,13 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
     for content, problem in ((data[:len(data) // 3], "not a complete .npz archive"),
                              (b"", "the file is empty")):
         weights.write_bytes(content)
-        with pytest.raises(ModelDirError, match=f"{weights}.*{problem}"):
-            load(str(tmp_path / "model"))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ResourceWarning)
+            with pytest.raises(ModelDirError, match=f"{weights}.*{problem}"):
+                load(str(tmp_path / "model"))
+            gc.collect()
+        # numpy's `np.load(path)` left the file open, for the collector to close.
+        assert not [w for w in seen if issubclass(w.category, ResourceWarning)]
 
 
 @pytest.mark.parametrize("dtype", ["int32", "bool", "complex64"])

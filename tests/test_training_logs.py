@@ -1,8 +1,10 @@
 """Logs of a job whose output is not a terminal: plain lines, no progress-bar
 frames, and a train_log.jsonl line even for a run shorter than --log_every."""
 import json
+import logging
 
 from job_helpers import write_text_corpus
+from process_state import unconfigured_logging
 from txl_tf.keras_support.precision import choose
 
 
@@ -31,10 +33,12 @@ def test_piped_output_is_plain_lines(tmp_path, jobs):
 def test_run_shorter_than_log_every_is_logged(tmp_path):
     write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
     from training import train
-    train.run(model_dir=str(tmp_path / "run"), dataset="text",
-              data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
-              preset="tiny", batch_size=2, train_steps=3, log_every=100, verbose=0,
-              strategy="one_device", final_eval=False)
+    with unconfigured_logging():  # as in a notebook: the run configures no logging
+        train.run(model_dir=str(tmp_path / "run"), dataset="text",
+                  data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
+                  preset="tiny", batch_size=2, train_steps=3, log_every=100, verbose=0,
+                  strategy="one_device", final_eval=False)
+        assert logging.root.handlers == [] and logging.getLogger("absl").level == logging.NOTSET
     records = [json.loads(line) for line in open(tmp_path / "run" / "train_log.jsonl")]
     assert [r["step"] for r in records] == [3] and "loss" in records[0]
 

@@ -31,11 +31,13 @@ def test_two_workers_match_one_process(tmp_path):
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
     jobs = {}
+    scratch = tmp_path / "tmp"  # the workers' temporary folder
+    scratch.mkdir()
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         jobs[f"worker {index}"] = subprocess.Popen(
             job_command("training.train", _args(tmp_path, tmp_path / "multi", "multi_worker")),
-            env=job_env(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
+            env=job_env(TF_CONFIG=tf_config, TMPDIR=str(scratch)), stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
     jobs["single"] = subprocess.Popen(
         job_command("training.train", _args(tmp_path, tmp_path / "single", "one_device")),
@@ -52,6 +54,7 @@ def test_two_workers_match_one_process(tmp_path):
     assert not failed, f"jobs failed: {failed}\n" + "\n".join(
         f"--- {n} ---\n{tail(outputs.get(n, ''), 25)}" for n in jobs)
     assert "CollectiveAllReduceStrategy with 2 replica(s) x batch 2" in outputs["worker 0"]
+    assert not list(scratch.glob("txl-worker*")), "a worker left its TensorBoard logs"
 
     multi, single = _losses(tmp_path / "multi"), _losses(tmp_path / "single")
     assert [r["step"] for r in multi] == [r["step"] for r in single] == list(range(1, STEPS + 1))

@@ -19,6 +19,7 @@ from training.errors import TrainingError
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
     option("string", "model_dir", None, "Model directory (with vocab/) or training run "
@@ -86,6 +87,7 @@ def _read_text(o):
     return text
 
 
+@logging_as_found()
 def run(**options):
     """Draws the picture for `options` (the flags by name); returns the
     `SegmentAttention` drawn."""

@@ -50,6 +50,7 @@ from training.errors import TrainingError
 from training.files import LOG_FILE, set_aside_log, write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.tf_logs import logging_as_found
 
 MODES = ("train", "evaluate", "predict")
 EXPORT_FORMATS = ("saved_model", "onnx")
@@ -192,6 +193,7 @@ def check_options(o):
 
 # -- the modes ---------------------------------------------------------------------
 
+@logging_as_found()
 def run(**options):
     """Runs the job with `options` (the flags by name); returns a summary dict."""
     o = merge(SPEC, options)

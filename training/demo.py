@@ -26,6 +26,7 @@ import time
 from txl_tf.app import cli
 from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
     option("string", "model", "pystdlib_small", "The model to start from: a shipped model's "
@@ -57,6 +58,7 @@ def _check(o):
         raise TrainingError("--prompt must not be empty")
 
 
+@logging_as_found()
 def run(**options):
     """Evaluates, draws, continues and fine-tunes; returns a summary dict."""
     o = merge(SPEC, options)

@@ -25,6 +25,7 @@ from training.files import write_atomically
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
     option("string", "model_dir", None, "Model directory, or a training run's directory (a "
@@ -79,6 +80,7 @@ def _check_options(o, settings):
         raise TrainingError(path_in_the_way("output", o["output"], "file"))
 
 
+@logging_as_found()
 def run(**options):
     """Evaluates with `options` (the flags by name); returns the results dict."""
     o = merge(SPEC, options)

@@ -23,6 +23,7 @@ import numpy as np
 from training.errors import TrainingError
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.errors import TxlError
 from txl_tf.generation.request import MAX_NEW_TOKENS, MAX_SEED
 from txl_tf.text.prompt import prompt_ids
@@ -194,6 +195,7 @@ def _load(o):
     return (lambda: load_core(source, config=config)), config, source.vocab_dir
 
 
+@logging_as_found()
 def run(write=None, **options):
     """Generates with `options` (the flags by name); returns the continuation
     (and hands it to `write` piece by piece as it is generated)."""

@@ -24,6 +24,7 @@ from training.files import write_atomically
 from txl_tf.app import cli
 from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
     option("multi_string", "model_dir", [], "A model or training run directory; repeat for "
@@ -87,6 +88,7 @@ def _check(o):
         raise TrainingError(f"--seed must be >= 0, got {o['seed']}")
 
 
+@logging_as_found()
 def run(**options):
     """Measures with `options` (the flags by name); returns the results dict."""
     o = merge(SPEC, options)

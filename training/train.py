@@ -45,6 +45,7 @@ from training.errors import TrainingError
 from training.files import save_vocab, trim_log, write_atomically
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.tf_logs import logging_as_found
 
 MAX_CPU_DEVICES = 1024  # logical devices --num_cpu_devices may split the CPU into
 
@@ -250,6 +251,7 @@ def _model_overrides(o):
     return overrides
 
 
+@logging_as_found()
 def run(**options):
     """Trains with `options` (the flags, by name; see `SPEC`) and
     returns a summary dict (final step, last metrics, validation results,
@@ -339,7 +341,15 @@ def _warn(message):
 
 
 def _train(o, strategy, task_id, is_chief):
-    """`run` once this task owns its part of the model directory."""
+    """`run` once this task owns its part of the model directory. A worker
+    other than the chief writes its TensorBoard logs into a temporary folder,
+    removed on return (each run left one behind)."""
+    with (contextlib.nullcontext() if is_chief else
+          tempfile.TemporaryDirectory(prefix=f"txl-worker{task_id}-logs-")) as scratch:
+        return _train_in(o, strategy, task_id, is_chief, scratch)
+
+
+def _train_in(o, strategy, task_id, is_chief, scratch):
     import keras
     import tensorflow as tf
 
@@ -532,8 +542,7 @@ def _train(o, strategy, task_id, is_chief):
         callbacks = ([compile_time, MetricWindow(o["checkpoint_every"]), finite, *step_log,
                       StepEvents(on_step)] + ([stop] if stop else []))
         if tensorboard:
-            log_dir = (os.path.join(model_dir, "logs") if is_chief
-                       else tempfile.mkdtemp(prefix=f"txl-worker{task_id}-logs-"))
+            log_dir = os.path.join(model_dir, "logs") if is_chief else scratch
             callbacks.append(GlobalStepTensorBoard(log_dir=log_dir, update_freq=o["log_every"],
                                                    profile_batch=_profile_steps(o) or 0))
         verbose = o["verbose"] if is_chief else 0

@@ -21,6 +21,7 @@ from training.errors import TrainingError
 from training.files import LOG_FILE, set_aside_log
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
     option("string", "model_dir", None, "Where the log and export/ go."),
@@ -60,6 +61,7 @@ def _check(o):
         raise TrainingError("--learning_rate must be > 0 and --clip >= 0")
 
 
+@logging_as_found()
 def run(**options):
     """Trains with `options` (the flags by name); returns a summary dict."""
     o = merge(SPEC, options)

@@ -124,13 +124,17 @@ def exit_on_error(function):
 
 
 JOB_PACKAGES = ("training", "export", "benchmarks")  # `python -m <package>.<job>`
+# The installed scripts (setup.py's console_scripts), by name: a user's own
+# `txl-notes.py` that imports txl_tf is not one of them.
+COMMANDS = ("txl-train", "txl-train-lstm", "txl-evaluate", "txl-generate", "txl-classify",
+            "txl-demo", "txl-attention", "txl-recl", "txl-export", "txl-convert")
 # Where `txl_tf` and `JOB_PACKAGES` are (the checkout, or site-packages).
 PACKAGES_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
 def running_a_command():
     """Whether this process is one of the project's commands: an installed
-    `txl-*` script, or `python -m` of a job in `JOB_PACKAGES` or of
+    script (`COMMANDS`), or `python -m` of a job in `JOB_PACKAGES` or of
     `txl_tf.weights.convert` (the project's, not a user's own `training`
     package).
 
@@ -142,7 +146,7 @@ def running_a_command():
     if name.split(".")[0] in JOB_PACKAGES or name == "txl_tf.weights.convert":
         origin = os.path.realpath(getattr(spec, "origin", None) or os.sep)
         return origin.startswith(PACKAGES_ROOT + os.sep)
-    return bool(sys.argv) and os.path.basename(sys.argv[0]).startswith("txl-")
+    return bool(sys.argv) and os.path.basename(sys.argv[0]).removesuffix(".exe") in COMMANDS
 
 
 def quiet_interrupts():

@@ -5,6 +5,7 @@ A bar that rewrites its line with `\\r` is one frame per update in a log
 (CI, `nohup`); off a terminal the jobs print a few plain lines instead
 (training's per-step line is `training.callbacks.ProgressLine`).
 """
+import functools
 import math
 import sys
 
@@ -35,6 +36,29 @@ def show_bar(progress, large, stream=None):
     return bool(large) and (interactive(stream) or "ipykernel" in sys.modules)
 
 
+@functools.cache
+def _bar_class():
+    from tqdm.auto import tqdm
+
+    class Bar(tqdm):
+        monitor_interval = 0  # no `tqdm_monitor` thread (it only tunes `miniters`)
+    return Bar
+
+
+def tqdm_bar(*args, **kwargs):
+    """A `tqdm.auto` bar that starts no thread: tqdm's own starts a monitor
+    thread with its first bar, shown or disabled, and leaves it running in
+    the process for good.
+
+    Args:
+      *args, **kwargs: tqdm's.
+
+    Returns:
+      The bar.
+    """
+    return _bar_class()(*args, **kwargs)
+
+
 class Progress:
     """A `progress(done, total)` callback for long loops.
 
@@ -60,8 +84,7 @@ class Progress:
 
     def _update_bar(self, done, total):
         if self._bar is None:
-            from tqdm.auto import tqdm
-            self._bar = tqdm(total=total, desc=self.desc, file=self.stream, leave=False)
+            self._bar = tqdm_bar(total=total, desc=self.desc, file=self.stream, leave=False)
         self._bar.update(done - self._bar.n)
         if done >= total:
             self._bar.close()

@@ -43,9 +43,8 @@ from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
-from tqdm.auto import tqdm
 
-from txl_tf.app.progress import show_bar
+from txl_tf.app.progress import show_bar, tqdm_bar
 from txl_tf.checks.numpy_checks import MAX_POSITIONS
 from txl_tf.classification.labels import LabelSet, UnknownLabelError
 from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError
@@ -192,8 +191,8 @@ def _tsv_rows(path: Path, empty_text: str, skipped: list[str],
     size = path.stat().st_size
     show = show_bar(progress, size >= PROGRESS_MIN_BYTES)
     rows, dropped = [], 0
-    with tqdm(total=size, unit="B", unit_scale=True, leave=False, desc=path.name,
-              disable=not show) as bar:
+    with tqdm_bar(total=size, unit="B", unit_scale=True, leave=False, desc=path.name,
+                  disable=not show) as bar:
         for n, line in _numbered_lines(path, bar.update):
             if not line.strip():
                 continue
@@ -333,8 +332,8 @@ def read_folder(root: str | os.PathLike, labels: LabelSet | None = None, *,
             raise ClassificationDataError("empty class folder: no files", root / name)
     total = sum(len(v) for v in files.values())
     rows, skipped = [], []
-    with tqdm(total=total, desc=root.name, leave=False,
-              disable=not show_bar(progress, total >= 10_000)) as bar:
+    with tqdm_bar(total=total, desc=root.name, leave=False,
+                  disable=not show_bar(progress, total >= 10_000)) as bar:
         for name in classes:
             for path in files[name]:
                 bar.update(1)

@@ -39,10 +39,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from txl_tf.app.files import naming, reading
-from txl_tf.app.progress import show_bar
+from txl_tf.app.progress import show_bar, tqdm_bar
 from txl_tf.data import cache as cache_lib
 from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
@@ -146,9 +145,9 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
     """Yield a UTF-8 file as str chunks of whole lines (``\\n``-terminated,
     except perhaps the last), with a tqdm bar over bytes for large files."""
     size = path.stat().st_size
-    with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True,
-                                     desc=desc or path.name, leave=False,
-                                     disable=not _show(progress, size)) as bar:
+    with open(path, "rb") as f, tqdm_bar(total=size, unit="B", unit_scale=True,
+                                         desc=desc or path.name, leave=False,
+                                         disable=not _show(progress, size)) as bar:
         rest, offset = b"", 0  # offset: where `rest` starts in the file
         while True:
             try:
@@ -445,8 +444,8 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
                                                   max_size=opts["max_size"], **tokens)
         for split, paths in (("train", train), ("valid", [held["valid"]]),
                              ("test", [held["test"]])):
-            for path in tqdm(paths, desc=f"lm1b: {split}", leave=False,
-                             disable=not show_bar(progress, len(paths) > 1)):
+            for path in tqdm_bar(paths, desc=f"lm1b: {split}", leave=False,
+                                 disable=not show_bar(progress, len(paths) > 1)):
                 for chunk in iter_text_chunks(path, progress):
                     writers[split].append(tokenizer.encode(chunk))
         return tokenizer

@@ -289,11 +289,18 @@ def load_weights(core, path):
     time, so loading needs little memory beyond the model's own."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"weights file not found: {path}")
+    # Opened here: numpy's `np.load(path)` leaves its file open when the
+    # archive is damaged (until a garbage collection).
     try:
-        archive = np.load(path, allow_pickle=False)
+        file = open(path, "rb")
+        try:
+            archive = np.load(file, allow_pickle=False)
+        except BaseException:
+            file.close()
+            raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise TxlError(_unreadable(path, err)) from None
-    with archive:
+    with file, archive:
         set_weights(core, _CheckedArchive(archive, path))
 
 

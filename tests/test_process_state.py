@@ -1,0 +1,110 @@
+"""The library lives in the user's process (a notebook, a server, a script
+with Keras models of its own): its calls leave that process's global state
+as they found it (`process_state`), and its log records go to loggers of
+its own, never to the root logger (whose `logging.info` would configure
+logging for the whole process, so that the user's `logging.basicConfig`
+then does nothing)."""
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from export.onnx_export import write_weights_file
+from export.tf_runtime import choose_tf_device
+from export.saved_model import export_saved_model
+from process_state import changes, snapshot, unconfigured_logging
+from txl_tf.app.progress import Progress
+from txl_tf.classification import read_tsv
+from txl_tf.data.corpora import iter_text_chunks
+from txl_tf import ReplicaClippedAdam, TransformerXL, TransformerXLConfig, TransformerXLLM
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT_LOGGER_CALL = re.compile(r"^\s*logging\.(debug|info|warning|error|exception|critical|log)\(",
+                              re.M)
+
+
+def test_logging_calls_leave_the_root_logger_unconfigured(tmp_path, monkeypatch):
+    records = []
+    keep = logging.Handler()
+    keep.emit = records.append
+    monkeypatch.setattr(logging.getLogger("export"), "handlers", [keep])
+    monkeypatch.setattr(logging.getLogger("export"), "level", logging.INFO)
+    with unconfigured_logging():
+        write_weights_file([keras.Variable(np.zeros(3, np.float32))], str(tmp_path / "w.data"))
+        choose_tf_device("cuda")  # without a GPU: a warning
+        assert logging.root.handlers == []
+    assert "export.onnx_export" in {r.name for r in records}
+    assert {r.name for r in records} <= {"export.onnx_export", "export.tf_runtime"}
+
+
+def test_a_saved_model_export_leaves_logging_as_found(tmp_path):
+    """TensorFlow's save logs through absl (which calls `basicConfig` on an
+    unconfigured root logger) and resets absl's verbosity (`save_module`)."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=20, tgt_len=4, mem_len=4))
+    with unconfigured_logging():
+        export_saved_model(core, str(tmp_path / "saved_model"), 4)
+        assert logging.root.handlers == []
+        assert logging.getLogger("absl").level == logging.NOTSET
+
+
+def test_no_module_logs_through_the_root_logger():
+    """absl's `logging` (the commands' own) is not the standard library's."""
+    found = []
+    for package in ("txl_tf", "export", "training"):
+        for path in (REPO / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if re.search(r"^\s*import logging\b", text, re.M):
+                found += [f"{path.relative_to(REPO)}: {m.group(0).strip()}"
+                          for m in ROOT_LOGGER_CALL.finditer(text)]
+    assert not found
+
+
+def test_building_fitting_and_calling_models_leave_the_process_as_found():
+    before = snapshot()
+    config = TransformerXLConfig.preset("tiny", n_token=20, tgt_len=4, mem_len=4, dropout=0.0)
+    core = TransformerXL(config)
+    core(np.ones([1, 4], np.int32), core.initial_memory(1))
+    model = TransformerXLLM(config, batch_size=2)
+    model.compile(optimizer=ReplicaClippedAdam(1e-3))
+    ids = np.ones([1, 2, 4], np.int32)
+    model.fit(tf.data.Dataset.from_tensor_slices((ids, ids)), verbose=0)
+    # Keras's initializers draw their seeds from Python's generator (a draw, not a reseed).
+    assert changes(before, snapshot()) in ([], ["python random"])
+
+
+def test_progress_bars_leave_no_thread_running(tmp_path):
+    """tqdm starts a monitor thread with its first bar (shown or disabled)
+    and leaves it running for good; the library's bars start none."""
+    from tqdm._monitor import TMonitor
+    for thread in threading.enumerate():
+        if isinstance(thread, TMonitor):  # one an earlier test's tqdm left
+            thread.exit()
+    path = tmp_path / "a.tsv"
+    path.write_text("ab\tab ab\nmn\tmn mn\n", encoding="utf-8")
+    for progress in (False, True):
+        assert len(read_tsv(path, progress=progress)) == 2
+        assert "".join(iter_text_chunks(path, progress)).count("\n") == 2
+    Progress("steps", bar=True)(1, 1)
+    assert not [t for t in threading.enumerate() if isinstance(t, TMonitor)]
+
+
+def test_importing_txl_tf_changes_only_what_the_docs_list():
+    """docs/command-line.md, "What the library changes in your process"; in a
+    process that imported TensorFlow, Keras and keras-hub first (their own
+    changes aside)."""
+    script = ("import json, sys; sys.path.insert(0, 'tests'); import tensorflow, keras, keras_hub; "
+              "from process_state import changes, snapshot; before = snapshot(); import txl_tf; "
+              "print(json.dumps(changes(before, snapshot())))")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == ["env KERAS_BACKEND", "hooks", "meta path"]
