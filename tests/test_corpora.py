@@ -243,6 +243,23 @@ def test_byte_corpora_are_read_a_chunk_at_a_time(tmp_path, monkeypatch):
     assert c.train[-1] == words.eos_id  # the word split still falls at a line start
 
 
+def test_a_corpus_read_without_the_cache_holds_its_ids_once(tmp_path, monkeypatch):
+    """Without a cache (`use_cache=False`, or a default cache folder that is
+    not writable) the ids were collected in chunks and joined at the end:
+    two copies at once, 8 GB for a 1 GB byte corpus. They grow one buffer."""
+    import tracemalloc
+    monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 1 << 14)
+    data = bytes(range(256)) * 4096  # 1 MiB: its ids take 4 MiB
+    path = write(tmp_path / "big.bin", data)
+    tracemalloc.start()
+    c = load_corpus("text", path, use_cache=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 6 << 20, peak  # the ids once (4 MiB), not twice (8 MiB)
+    assert np.array_equal(np.concatenate([c.train, c.valid]), np.frombuffer(data, np.uint8))
+    assert c.train.dtype == np.int32 and c.test.size == 0
+
+
 def _text8_like():
     """One line of words and no newline, as text8 is."""
     import random
