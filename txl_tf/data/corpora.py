@@ -294,10 +294,12 @@ class _Concat:
     a chunk of the corpus at a time, never the whole of it."""
 
     def __init__(self, files: list[Path], limit: int | None = None):
-        self.spans, total = [], 0  # (path, start, end) in the joined bytes
+        self.spans, total = [], 0  # (path, start, end, its bytes or None) in the joined bytes
         for path in files:
-            size = path.stat().st_size
-            self.spans.append((path, total, total + size))
+            # a file that gives its size as 0 (/proc's) is read whole: its read says what it holds
+            held = _read_bytes(path) if path.stat().st_size == 0 else None
+            size = len(held) if held is not None else path.stat().st_size
+            self.spans.append((path, total, total + size, held))
             total += size
         self.size = total if limit is None else min(total, limit)
 
@@ -305,10 +307,13 @@ class _Concat:
         """Bytes `[lo, hi)` of the joined files (clipped to `[0, size)`)."""
         lo, hi = max(lo, 0), min(hi, self.size)
         parts = []
-        for path, start, end in self.spans:
+        for path, start, end, held in self.spans:
             if end <= lo or start >= hi or end == start:
                 continue
             want = min(hi, end) - max(lo, start)
+            if held is not None:
+                parts.append(held[max(lo - start, 0):max(lo - start, 0) + want])
+                continue
             try:
                 with open(path, "rb") as f:
                     f.seek(max(lo - start, 0))
