@@ -219,6 +219,47 @@ def test_text_read_with_a_word_model_splits_between_lines(tmp_path):
     assert (len(c.train), len(c.valid)) == (45 + 1, 5 + 1)  # each with an <eos>
 
 
+def test_byte_corpora_are_read_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """text / enwik8 / pystdlib held the whole corpus as one bytes object (two,
+    for a folder: the files, then their join), and read with a word model
+    (training.evaluate) encoded each split whole: a 1 GB text file hit 7 GB
+    and a MemoryError. Now peak memory follows the chunk, not the corpus."""
+    import tracemalloc
+    monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 1 << 14)
+    lines = "".join(f"w{i % 997} alpha beta w{i % 13}\n" for i in range(40000))
+    folder = tmp_path / "docs"
+    for name in ("a.txt", "b.txt"):  # 2 x about 1 MB
+        write(folder / name, lines)
+    text = lines + lines
+    words = WordTokenizer(["<unk>", "<eos>"] + sorted(set(text.split())))
+    for tokenizer in (None, words):
+        tracemalloc.start()
+        c = load_corpus("text", folder, cache_dir=tmp_path / "cache", tokenizer=tokenizer)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 1 << 19, (tokenizer, peak)  # the corpus is 2 MB; its ids 8 or 2 MB
+        expected = (words if tokenizer else ByteTokenizer()).encode(text)
+        assert np.array_equal(np.concatenate([c.train, c.valid]), expected)
+    assert c.train[-1] == words.eos_id  # the word split still falls at a line start
+
+
+def test_a_corpus_read_without_the_cache_holds_its_ids_once(tmp_path, monkeypatch):
+    """Without a cache (`use_cache=False`, or a default cache folder that is
+    not writable) the ids were collected in chunks and joined at the end:
+    two copies at once, 8 GB for a 1 GB byte corpus. They grow one buffer."""
+    import tracemalloc
+    monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 1 << 14)
+    data = bytes(range(256)) * 4096  # 1 MiB: its ids take 4 MiB
+    path = write(tmp_path / "big.bin", data)
+    tracemalloc.start()
+    c = load_corpus("text", path, use_cache=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 6 << 20, peak  # the ids once (4 MiB), not twice (8 MiB)
+    assert np.array_equal(np.concatenate([c.train, c.valid]), np.frombuffer(data, np.uint8))
+    assert c.train.dtype == np.int32 and c.test.size == 0
+
+
 def _text8_like():
     """One line of words and no newline, as text8 is."""
     import random

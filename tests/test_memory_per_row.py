@@ -185,3 +185,24 @@ def test_the_training_job_reads_one_document_per_line_and_resumes_only_so(tmp_pa
         _train(tmp_path / "other", document_separator=-1)
     with pytest.raises(TrainingError, match=r"holds no such id"):
         _train(tmp_path / "third", document_separator=0)
+
+
+def test_distributed_documents_hold_the_ids_not_the_padded_batches():
+    """The training job's documents (`--document_separator`) were laid out
+    as every batch at once, 12 bytes a position, a short document's segment
+    mostly padding: 20 MB of text, one document a line, took 1.7 GB at
+    tgt_len 512. Now the ids once and each segment's start and length."""
+    import tracemalloc
+    docs = [np.arange(k % 50, k % 50 + 4) for k in range(4000)]  # 16,000 ids
+    layout = document_segments(docs, batch_size=4, tgt_len=512)  # 1,000 steps: 24 MB
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    tracemalloc.start()
+    dataset = distribute_documents(strategy, docs, global_batch_size=4, tgt_len=512,
+                                   start_step=998)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20, peak
+    for step, (inputs, labels, weights) in zip((998, 999, 1000), dataset):
+        for got, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
+                             layout):
+            np.testing.assert_array_equal(got.numpy(), want[step % 1000])

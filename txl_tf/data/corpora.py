@@ -211,15 +211,6 @@ def _splits_at_lines(tokenizer: Tokenizer | None) -> bool:
     return tokenizer is not None and tokenizer.kind not in ("byte", "char")
 
 
-def _line_start(data: bytes, i: int) -> int:
-    """`i`, moved on to the start of the next line when it falls inside a
-    line; where no line starts after it, `_char_start(data, i)`."""
-    if i <= 0 or i >= len(data) or data[i - 1] == 0x0A:
-        return i
-    newline = data.find(b"\n", i)
-    return newline + 1 if newline >= 0 else _char_start(data, i)
-
-
 def _line_pieces(text: str, lo: int, hi: int, step: int,
                  can_cut: Callable[[int], bool] = lambda space: True
                  ) -> Iterator[tuple[int, int, bool]]:
@@ -298,27 +289,103 @@ def _whole_characters(data: bytes) -> int:
     return last if last + need > len(data) else len(data)
 
 
-def _write_bytes(data: bytes, writers: dict, percents: tuple[int, int, int],
-                 given: Tokenizer | None, path: Path) -> Tokenizer:
-    """Splits `data` by bytes; ids are the bytes unless another tokenizer
-    (a trained model's) is `given`, which then encodes each split's text."""
-    if given is not None and not isinstance(given, ByteTokenizer):
-        data = data[:_whole_characters(data)]  # pystdlib's max_bytes may cut the last one
-    a, b = _split_points(len(data), percents)
-    if given is not None and not isinstance(given, ByteTokenizer):
-        if _splits_at_lines(given):
-            a = _line_start(data, a)
-            b = _line_start(data, max(a, b))
-        else:
-            a, b = _char_start(data, a), _char_start(data, b)  # each part decodes alone
-        for split, part, offset in zip(SPLITS, (data[:a], data[a:b], data[b:]), (0, a, b)):
-            writers[split].append(given.encode(_decode(part, path, offset)))
-        return given
-    ids = np.frombuffer(data, dtype=np.uint8)
-    for split, part in zip(SPLITS, (ids[:a], ids[a:b], ids[b:])):
-        for start in range(0, part.size, CHUNK_BYTES):
-            writers[split].append(part[start:start + CHUNK_BYTES].astype(np.int32))
-    return ByteTokenizer()
+class _Concat:
+    """The first `limit` bytes of `files` joined, read by range: a reader holds
+    a chunk of the corpus at a time, never the whole of it."""
+
+    def __init__(self, files: list[Path], limit: int | None = None):
+        self.spans, total = [], 0  # (path, start, end, its bytes or None) in the joined bytes
+        for path in files:
+            # a file that gives its size as 0 (/proc's) is read whole: its read says what it holds
+            held = _read_bytes(path) if path.stat().st_size == 0 else None
+            size = len(held) if held is not None else path.stat().st_size
+            self.spans.append((path, total, total + size, held))
+            total += size
+        self.size = total if limit is None else min(total, limit)
+
+    def read(self, lo: int, hi: int) -> bytes:
+        """Bytes `[lo, hi)` of the joined files (clipped to `[0, size)`)."""
+        lo, hi = max(lo, 0), min(hi, self.size)
+        parts = []
+        for path, start, end, held in self.spans:
+            if end <= lo or start >= hi or end == start:
+                continue
+            want = min(hi, end) - max(lo, start)
+            if held is not None:
+                parts.append(held[max(lo - start, 0):max(lo - start, 0) + want])
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(lo - start, 0))
+                    data = f.read(want)
+            except OSError as err:
+                raise reading(err, path) from err
+            if len(data) != want:
+                raise TxlError(f"{path}: shorter than when it was listed (changed while read)")
+            parts.append(data)
+        return b"".join(parts)
+
+    def char_start(self, i: int, size: int) -> int:
+        """`_char_start` at byte `i` of the first `size` bytes."""
+        if i <= 0 or i >= size:
+            return i
+        head = max(i - 3, 0)
+        return head + _char_start(self.read(head, i + 1), i - head)
+
+    def whole_characters(self) -> int:
+        """`_whole_characters` of the joined bytes."""
+        head = max(self.size - 4, 0)
+        return head + _whole_characters(self.read(head, self.size))
+
+    def line_start(self, i: int, size: int) -> int:
+        """`_line_start` at byte `i` of the first `size` bytes, looking for
+        the line's end a chunk at a time."""
+        if i <= 0 or i >= size or self.read(i - 1, i) == b"\n":
+            return i
+        for lo in range(i, size, CHUNK_BYTES):
+            found = self.read(lo, min(lo + CHUNK_BYTES, size)).find(b"\n")
+            if found >= 0:
+                return lo + found + 1
+        return self.char_start(i, size)
+
+
+def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
+                 given: Tokenizer | None, path: Path, progress: bool | None = None,
+                 chunk_bytes: int | None = None) -> Tokenizer:
+    """Splits `source` by bytes; ids are the bytes unless another tokenizer
+    (a trained model's) is `given`, which then encodes each split's text,
+    a chunk of whole lines (characters, for a character tokenizer) at a time;
+    `chunk_bytes` (default `CHUNK_BYTES`) are read at once."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    text = given is not None and not isinstance(given, ByteTokenizer)
+    size = source.whole_characters() if text else source.size  # max_bytes may cut the last one
+    a, b = _split_points(size, percents)
+    if text and _splits_at_lines(given):
+        a = source.line_start(a, size)
+        b = source.line_start(max(a, b), size)
+    elif text:
+        a, b = source.char_start(a, size), source.char_start(b, size)  # each part decodes alone
+    bar = tqdm_bar(total=size, unit="B", unit_scale=True, desc=f"{path.name}: encoding",
+                   leave=False, disable=not _show(progress, size))
+    for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
+        rest, offset = b"", lo  # offset: where `rest` starts in the joined files
+        for start in range(lo, hi, chunk_bytes):
+            block = source.read(start, min(start + chunk_bytes, hi))
+            bar.update(len(block))
+            if not text:
+                writers[split].append(np.frombuffer(block, dtype=np.uint8).astype(np.int32))
+                continue
+            block = rest + block
+            # a line's end for words and pieces (lines encode alone), else a character's
+            cut = block.rfind(b"\n") + 1 if _splits_at_lines(given) else _whole_characters(block)
+            rest = block[cut:]
+            if cut:
+                writers[split].append(given.encode(_decode(block[:cut], path, offset)))
+                offset += cut
+        if rest:
+            writers[split].append(given.encode(_decode(rest, path, offset)))
+    bar.close()
+    return given if text else ByteTokenizer()
 
 
 def _list_files(root: Path, suffix: str = "", skip_dirs: tuple[str, ...] = ()) -> list[Path]:
@@ -345,7 +412,7 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
 
     if name == "enwik8":
         def build(writers, progress, given):
-            return _write_bytes(_read_bytes(path), writers, percents, given, path)
+            return _write_bytes(_Concat([path]), writers, percents, given, path, progress)
     else:  # text8: characters with a vocabulary
         def build(writers, progress, given):
             text = _decode(_read_bytes(path), path)
@@ -465,8 +532,7 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 10, 0)
 
     def build(writers, progress, given):
-        return _write_bytes(b"".join(_read_bytes(p) for p in files), writers, percents,
-                            given, data_dir)
+        return _write_bytes(_Concat(files), writers, percents, given, data_dir, progress)
     return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
                  describe={"all": str(data_dir)}, byte_split=True)
 
@@ -499,8 +565,8 @@ def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 5, 5)
 
     def build(writers, progress, given):
-        data = b"".join(_read_bytes(p) for p in files)[:max_bytes]
-        return _write_bytes(data, writers, percents, given, root)
+        return _write_bytes(_Concat(files, max_bytes), writers, percents, given, root,
+                            progress)
     return _Plan(files, {"max_bytes": max_bytes, "percents": percents,
                          "root": str(root.resolve())}, build,
                  describe={"all": f"{len(files)} files under {root}"}, byte_split=True)

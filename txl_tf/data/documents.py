@@ -3,6 +3,7 @@ another, and the first segment of each document says so (`document_start`),
 so a model clears that row's memory there while the other rows keep theirs."""
 from __future__ import annotations
 
+import heapq
 from typing import Sequence
 
 import numpy as np
@@ -12,6 +13,67 @@ from txl_tf.checks.memory_budget import check_bytes
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.data.stream import device_prefetch
 from txl_tf.errors import TxlError
+
+
+def _plan(documents, batch_size, tgt_len):
+    """`(docs, (begin, length, document_start))`: the checked documents, and
+    per step and row (`[S, B]`) where its segment's inputs start in the
+    documents joined (`_flat`), how many it predicts (0: an empty segment)
+    and whether it is a document's first (or empty); each document goes to
+    the row with the fewest segments so far (the first such row)."""
+    batch_size = check_count("batch_size", batch_size, low=1)
+    tgt_len = check_count("tgt_len", tgt_len, low=1)
+    docs = [np.asarray(d) for d in documents]
+    if not docs:
+        raise TxlError("no documents: the dataset would be empty")
+    for i, doc in enumerate(docs):
+        if doc.ndim != 1 or doc.size < 2 or not np.issubdtype(doc.dtype, np.integer):
+            raise TxlError(f"document {i} must be a 1-D sequence of at least 2 integer ids, "
+                           f"got shape {doc.shape} and dtype {doc.dtype}")
+        if doc.min() < 0:
+            raise TxlError(f"document {i} holds a negative id ({int(doc.min())})")
+        if doc.max() > np.iinfo(np.int32).max:  # the int32 batches would wrap it
+            raise TxlError(f"document {i} holds id {int(doc.max())}, beyond int32")
+    sizes = np.array([doc.size for doc in docs], np.int64)
+    segments = -(-(sizes - 1) // tgt_len)
+    heap = [(0, row) for row in range(batch_size)]  # (segments so far, row): min picks the first
+    rows, firsts = np.empty(len(docs), np.int64), np.empty(len(docs), np.int64)
+    for d, n in enumerate(segments.tolist()):
+        first, row = heapq.heappop(heap)
+        rows[d], firsts[d] = row, first
+        heapq.heappush(heap, (first + n, row))
+    steps = max(count for count, _ in heap)
+    check_bytes({"segment starts and lengths": 13 * steps * batch_size},
+                f"the document layout ({steps:,} steps of batch {batch_size:,})",
+                "lower the batch size")
+    begin = np.zeros([steps, batch_size], np.int64)
+    length = np.zeros([steps, batch_size], np.int32)
+    document_start = np.ones([steps, batch_size], bool)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    # one entry per segment: its document, and its number k within it
+    doc_of = np.repeat(np.arange(len(docs)), segments)
+    k = np.arange(doc_of.size) - np.repeat(np.cumsum(segments) - segments, segments)
+    at = (firsts[doc_of] + k, rows[doc_of])
+    begin[at] = offsets[doc_of] + k * tgt_len
+    length[at] = np.minimum(tgt_len, sizes[doc_of] - 1 - k * tgt_len)
+    document_start[at] = k == 0
+    return docs, (begin, length, document_start)
+
+
+def _flat(docs):
+    """The documents joined, int32."""
+    return np.concatenate([np.asarray(doc, np.int32) for doc in docs])
+
+
+def _windows(flat, begin, length, tgt_len):
+    """`(token_ids, labels, weights)` of the segments at `begin` with
+    `length` predictions (`_plan`), numpy, `begin`'s shape + `[tgt_len]`."""
+    t = np.arange(tgt_len)
+    valid = t < length[..., None]
+    index = np.where(valid, begin[..., None] + t, 0)
+    token_ids = np.where(valid, flat[index], 0).astype(np.int32)
+    labels = np.where(valid, flat[np.where(valid, index + 1, 0)], 0).astype(np.int32)
+    return token_ids, labels, valid.astype(np.float32)
 
 
 def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
@@ -34,40 +96,20 @@ def document_segments(documents: Sequence[Sequence[int]], batch_size: int,
         int32, float32 and `[S, B]` bool (True at a document's first
         segment and at every empty segment), S the number of steps.
     """
-    batch_size = check_count("batch_size", batch_size, low=1)
-    tgt_len = check_count("tgt_len", tgt_len, low=1)
-    docs = [np.asarray(d) for d in documents]
-    if not docs:
-        raise TxlError("no documents: the dataset would be empty")
-    for i, doc in enumerate(docs):
-        if doc.ndim != 1 or doc.size < 2 or not np.issubdtype(doc.dtype, np.integer):
-            raise TxlError(f"document {i} must be a 1-D sequence of at least 2 integer ids, "
-                           f"got shape {doc.shape} and dtype {doc.dtype}")
-        if doc.min() < 0:
-            raise TxlError(f"document {i} holds a negative id ({int(doc.min())})")
-        if doc.max() > np.iinfo(np.int32).max:  # the int32 batches would wrap it
-            raise TxlError(f"document {i} holds id {int(doc.max())}, beyond int32")
-    rows = [[] for _ in range(batch_size)]  # per row: (inputs, labels, start) per segment
-    for doc in docs:
-        row = min(rows, key=len)
-        inputs, targets = doc[:-1], doc[1:]
-        for k, begin in enumerate(range(0, inputs.size, tgt_len)):
-            row.append((inputs[begin:begin + tgt_len], targets[begin:begin + tgt_len], k == 0))
-    steps = max(len(r) for r in rows)
+    docs, (begin, length, document_start) = _plan(documents, batch_size, tgt_len)
+    steps = begin.shape[0]
     positions = steps * batch_size * tgt_len
     check_bytes({"ids, labels and weights": 12 * positions, "document starts": steps * batch_size},
                 f"the document batches ({steps:,} steps of batch {batch_size:,}, segment "
                 f"{tgt_len:,})", "lower the segment length or the batch size")
+    flat = _flat(docs)
     token_ids = np.zeros([steps, batch_size, tgt_len], np.int32)
     labels = np.zeros_like(token_ids)
     weights = np.zeros(token_ids.shape, np.float32)
-    document_start = np.ones([steps, batch_size], bool)
-    for b, row in enumerate(rows):
-        for s, (inputs, targets, start) in enumerate(row):
-            token_ids[s, b, :len(inputs)] = inputs
-            labels[s, b, :len(targets)] = targets
-            weights[s, b, :len(targets)] = 1.0
-            document_start[s, b] = start
+    block = max(1, (1 << 20) // (batch_size * tgt_len))  # steps filled at once
+    for lo in range(0, steps, block):
+        token_ids[lo:lo + block], labels[lo:lo + block], weights[lo:lo + block] = _windows(
+            flat, begin[lo:lo + block], length[lo:lo + block], tgt_len)
     return token_ids, labels, weights, document_start
 
 
@@ -134,20 +176,36 @@ def distribute_documents(strategy: tf.distribute.Strategy, documents, global_bat
                        f"{replicas} replicas of {type(strategy).__name__}")
     if not isinstance(start_step, (int, np.integer)) or start_step < 0:
         raise TxlError(f"start_step must be an int >= 0, got {start_step!r}")
-    layout = document_segments(documents, global_batch_size, tgt_len)
-    steps = layout[0].shape[0]
+    # The ids once and each segment's start and length, not the batches
+    # padded (12 bytes a position, a short document's segment mostly padding).
+    docs, (begin, length, document_start) = _plan(documents, global_batch_size, tgt_len)
+    check_bytes({"ids, labels, weights and positions": 21 * global_batch_size * tgt_len},
+                f"a batch of the documents (batch {global_batch_size:,}, segment {tgt_len:,})",
+                "lower the segment length or the batch size")
+    flat = _flat(docs)
+    del docs
+    steps = begin.shape[0]
     per_replica = global_batch_size // replicas
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = replicas // context.num_input_pipelines
         r0 = context.input_pipeline_id * local * per_replica
-        token_ids, labels, weights, start = (a[:, r0:r0 + local * per_replica] for a in layout)
+        rows = slice(r0, r0 + local * per_replica)
+        ids = tf.constant(flat)
+        starts, lengths, firsts = (tf.constant(a[:, rows]) for a in
+                                   (begin, length, document_start))
+        t = tf.range(tgt_len, dtype=tf.int64)
 
         def batch(step):
             """Step `step`'s rows, as `local` per-replica batches one after
             another (the order tf.distribute expects)."""
-            parts = [tf.reshape(tf.gather(a, step % steps), (local, per_replica) + a.shape[2:])
-                     for a in (token_ids, start, labels, weights)]
+            s = step % steps
+            valid = t[None, :] < tf.cast(tf.gather(lengths, s), tf.int64)[:, None]
+            index = tf.where(valid, tf.gather(starts, s)[:, None] + t[None, :], 0)
+            token_ids = tf.where(valid, tf.gather(ids, index), 0)
+            labels = tf.where(valid, tf.gather(ids, tf.where(valid, index + 1, 0)), 0)
+            parts = [tf.reshape(a, (local, per_replica) + tuple(a.shape[1:])) for a in
+                     (token_ids, tf.gather(firsts, s), labels, tf.cast(valid, tf.float32))]
             return {"token_ids": parts[0], "document_start": parts[1]}, parts[2], parts[3]
 
         dataset = tf.data.Dataset.counter(start=int(start_step), dtype=tf.int64).map(batch)
