@@ -17,6 +17,7 @@ from export.decode_cache import (CacheSlab, cache_shapes, concat_rows, copy_cach
 from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.app.deprecation import answers_removed_names
+from txl_tf.app.reprs import fields_repr
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
 from txl_tf.errors import TxlError
@@ -33,6 +34,8 @@ class RuntimeMemory(NamedTuple):
 
     mems: Any
     mem_mask: Any
+
+    __repr__ = fields_repr
 
     def numpy(self):
         """The memory on the host (a copy, also of numpy values).
