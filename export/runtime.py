@@ -262,6 +262,12 @@ class Runtime:
         return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
                 f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")
 
+    def __repr__(self):
+        try:
+            return f"<{type(self).__name__} {self.describe()}>"
+        except Exception:  # not opened (its __init__ failed): the default
+            return object.__repr__(self)
+
     # ------------------------------------------ the cached decode interface
     @property
     def has_decode_cache(self):

@@ -382,3 +382,21 @@ def test_take_and_concat_check_what_they_are_given(paths):
     runtime.decode_step(np.array([1, 2]), copy)
     with pytest.raises(RuntimeInputError, match="ring positions"):
         runtime.concat([cache, copy])
+
+
+def test_a_runtime_and_a_session_tables_repr_say_what_they_are(runtime):
+    """In a notebook a cell ending in the object shows its repr: the export's
+    geometry and options, and the table's sessions, not `<... object at 0x...>`."""
+    from export import SessionTable
+    name = {"onnxruntime": "OnnxRuntime", "saved_model": "SavedModelRuntime"}[runtime.backend]
+    assert repr(runtime) == f"<{name} {runtime.describe()}>"
+    table = SessionTable(runtime, max_batch=2)
+    table.open("a", [1, 2, 3], 2)
+    table.open("b", [4], 0)
+    kind = "slab" if runtime.use_decode_cache else "round robin"
+    assert repr(table) == (f"<SessionTable: 2 open, 1 generating, max_batch=2, {kind} over "
+                           f"{runtime!r}>")
+    table.run()
+    assert repr(table).startswith("<SessionTable: 2 open, 0 generating,")
+    unopened = object.__new__(type(runtime))  # as a debugger shows one whose __init__ failed
+    assert repr(unopened).startswith("<export.")
