@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from job_helpers import job_command, job_env
 
 # Sends a signal to the process itself when a module is first imported: the
@@ -133,7 +135,8 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     collected all the time) it printed `Exception ignored ... Traceback ...
     KeyboardInterrupt` and the job went on. It now ends the process there."""
     code = textwrap.dedent("""
-        import os, signal
+        import os, signal, sys
+        sys.argv[0] = os.path.join(os.path.dirname(sys.executable), "txl-train")  # the command
         import txl_tf  # TensorFlow without its start-up lines
         from training.callbacks import StopOnSignal
         class Collected:
@@ -150,6 +153,38 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
                           text=True, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", STOPPING + "interrupted\n")
+
+
+def test_a_second_interrupt_in_a_notebook_raises_keyboard_interrupt(monkeypatch, capfd):
+    """`training.train.run` in a Jupyter kernel: a second interrupt during
+    the graceful stop ended the process (`os._exit(130)`), the kernel with
+    it and everything it held. Outside the commands it is Python's
+    `KeyboardInterrupt`; a second SIGTERM still ends the process."""
+    from training import callbacks
+    ended = []
+
+    def stop_now(signum):
+        ended.append(signum)
+    monkeypatch.setattr(callbacks, "stop_now", stop_now)
+    monkeypatch.setattr(callbacks, "running_a_command", lambda: False)
+    stop = callbacks.StopOnSignal()
+    stop._handle(signal.SIGINT, None)
+    assert stop.received == signal.SIGINT and capfd.readouterr().err == STOPPING
+    with pytest.raises(KeyboardInterrupt):
+        stop._handle(signal.SIGINT, None)
+
+    class Collected:
+        def __del__(self):
+            stop._handle(signal.SIGINT, sys._getframe())  # as the handler gets it here
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+    Collected()  # nothing raised in the __del__ (Python would print and drop it)
+    assert dropped == []
+    stop._handle(signal.SIGTERM, None)
+    assert ended == [signal.SIGTERM]
+    monkeypatch.setattr(callbacks, "running_a_command", lambda: True)  # txl-train
+    stop._handle(signal.SIGINT, None)
+    assert ended == [signal.SIGTERM, signal.SIGINT]
 
 
 STOPPING = ("SIGINT: stopping after the step in flight, which is then saved (another SIGINT "
