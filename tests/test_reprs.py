@@ -51,3 +51,28 @@ def test_short_keeps_other_values_as_they_are():
     assert short(np.array([0.5, 1 / 3])) == "float64[2] [0.5, 0.333333]"
     assert short([np.zeros(3)] * 9) == "[9 items: float64[3] [0, 0, 0], ...]"
     assert short((np.zeros([2, 2], np.int8),)) == "(int8[2, 2] [[0, 0], [0, 0]])"
+
+
+def test_caches_attention_and_examples_are_summarised():
+    from txl_tf.classification.attention_picture import SegmentAttention
+    from txl_tf.classification.data import Examples
+    from txl_tf.classification.labels import LabelSet
+    from txl_tf.layers.ring_cache import DecodeCache
+    cache = DecodeCache((tf.zeros([1, 9, 8]),) * 2, (tf.zeros([1, 2, 4, 9]),) * 2,
+                        (tf.zeros([1, 2, 9, 4]),) * 2, tf.ones([1, 9], tf.bool),
+                        tf.constant(3), tf.constant([3]), tf.zeros([18, 8]))
+    assert repr(cache) == (
+        "DecodeCache(mems=(float32[1, 9, 8], float32[1, 9, 8]), keys=(float32[1, 2, 4, 9], "
+        "float32[1, 2, 4, 9]), values=(float32[1, 2, 9, 4], float32[1, 2, 9, 4]), "
+        "valid=bool[1, 9], slot=int32[], row_slot=int32[1], positions=float32[18, 8], "
+        "position_keys=())")
+    attention = SegmentAttention(np.zeros([2, 4, 12], np.float32), np.ones([4, 12], bool),
+                                 np.arange(12, dtype=np.int32), 8, 0, 1)
+    assert repr(attention) == ("SegmentAttention(probs=float32[2, 4, 12], visible=bool[4, 12], "
+                               "key_ids=int32[12], n_memory=8, layer=0, segment=1)")
+    texts = ["a long review " * 100] * 3000  # the dataclass's repr printed each
+    examples = Examples(texts, [0, 1, 0] * 1000, LabelSet(["neg", "pos"]),
+                        [f"reviews.tsv:{i + 1}" for i in range(3000)], ["reviews.tsv:9"])
+    text = repr(examples)
+    assert text == ("Examples(3,000 texts, LabelSet('neg', 'pos'), first from reviews.tsv:1, "
+                    "1 skipped)"), text
