@@ -29,9 +29,11 @@ def test_a_generations_repr_names_shapes_not_values():
     assert "\n" not in text and len(text) < 1200, text
     assert text.startswith("Generation(ids=int32[1, 20], log_probs=float32[1, 20], "
                            "lengths=int32[1] [20], memory=Memory(mems=float32[4, 1, 128, 128], "
-                           "mem_mask=bool[1, 128]), state=DecodeState(next_log_probs=float32[1, 256]")
+                           "mem_mask=bool[1, 128]), "
+                           "state=DecodeState(next_log_probs=float32[1, 256]")
     assert "-5.5" not in text and "-0.25" not in text  # no array's values beyond 8 elements
-    assert "cache=HeldCache(" in text and "'keys': float32[4, 1, 4, 32, 129], 'slot': int32[] 3" in text
+    assert "cache=HeldCache(" in text
+    assert "'keys': float32[4, 1, 4, 32, 129], 'slot': int32[] 3" in text
     assert "rows=Rows(keys=int64[1] [7], temperature=float32[1] [1]," in text
     assert repr(generation.state) == text.split("state=", 1)[1][:-1]
 
