@@ -102,6 +102,10 @@ def __getattr__(name):
         raise AttributeError(f"export.{name} was removed; use {_REMOVED[name]}")
     if name not in _SOURCES:
         raise AttributeError(f"module 'export' has no attribute {name!r}")
+    # txl_tf first: importing it starts TensorFlow without its C++ start-up
+    # lines, which the export modules' own `import tensorflow` / `import
+    # keras` (above their txl_tf imports) printed, in a notebook's cell too.
+    importlib.import_module("txl_tf")
     value = getattr(importlib.import_module(_SOURCES[name]), name)
     globals()[name] = value
     return value

@@ -192,8 +192,11 @@ def _check_options(o):
     if not o["model_dir"] and not (o["config"] and o["weights"]):
         raise ExportError("pass --model_dir, or both --config and --weights")
     formats = o["formats"]
-    if isinstance(formats, str) or not formats or not set(formats) <= set(FORMATS):
-        given = formats if isinstance(formats, str) else ",".join(map(str, formats or ()))
+    if isinstance(formats, str):  # the flag's text, given to `run_export`
+        raise ExportError(f"--formats must be a list of {', '.join(FORMATS)}, not a string: "
+                          f"formats={formats.split(',')!r}, got {formats!r}")
+    if not formats or not set(formats) <= set(FORMATS):
+        given = ",".join(map(str, formats or ()))
         raise ExportError(f"--formats must be a non-empty list of {', '.join(FORMATS)}, "
                           f"got {given!r}")
     if not isinstance(o["opset"], int) or not MIN_OPSET <= o["opset"] <= max_opset():

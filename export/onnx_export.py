@@ -72,7 +72,7 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
 
     Args:
         core: the `TransformerXL` to export.
-        path: the `.onnx` file to write.
+        path: the `.onnx` file to write (its folder is made when missing).
         mem_len: memory slots, an int >= 0.
         log_probs: `"all"` (`[B, T, n_token]`) or `"last"` (`[B, n_token]`).
         zero_filled: whether fresh memories are zero states (recorded).
@@ -99,6 +99,9 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
         raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
     if int(mem_len) < 0:
         raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+    # Its folder is made first (as `export_saved_model` makes its own): not
+    # found only when the converted graph is written, it cost the conversion.
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     cfg = core.config
     model = _convert(core, mem_len, log_probs, opset, memory_layout)
     weight_inputs = [i.name for i in model.graph.input][len(INPUT_NAMES):]

@@ -335,8 +335,10 @@ class OnnxRuntime(Runtime):
         # `fixed_shapes`: {shape: session, or `FixedSegment` on the device path}, oldest first.
         self._fixed, self._seen = OrderedDict(), OrderedDict()
         self._caller_options = bool(session_options)  # the fixed shape's overrides go into them
-        self._open_fixed_session = lambda shape, graphs: _fixed_shape_session(
-            path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape, unfolded)
+        # Sessions opened later read the files then: they must be the ones opened now.
+        files = self._files = _FilesOpened(path)
+        self._open_fixed_session = files.checked(lambda shape, graphs: _fixed_shape_session(
+            path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape, unfolded))
         try:
             info = ExportInfo(self.session.get_modelmeta().custom_metadata_map)
         except TxlError as error:
@@ -360,16 +362,17 @@ class OnnxRuntime(Runtime):
         self._decode_sessions = None
         decode_disabled = self._unfolded if info.decode_dtype == "float32" else \
             FLOAT16_DECODE_DISABLED
-        self._open_decode = lambda: {name: open_session(
+        files.add(decode_paths)
+        self._open_decode = files.checked(lambda: {name: open_session(
             p, packed() if name == "decode_step" else shared(), providers, decode_disabled)
-                                     for name, p in decode_paths.items()}
+                                     for name, p in decode_paths.items()})
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._segment_graphs = True  # until ONNX Runtime refuses to capture a segment
         ring, on_cuda = self.mem_len + 1, self.device == "cuda"
-        self._open_replay = lambda: open_replay_sessions(
+        self._open_replay = files.checked(lambda: open_replay_sessions(
             decode_paths["decode_step"], ring, info.cache_dtype, packed(),
-            provider_entries(names, tf32, cuda_graph=on_cuda), providers)
+            provider_entries(names, tf32, cuda_graph=on_cuda), providers))
         self._replay_sessions, self._residents = None, {}
         # What threads share: the sessions opened on first use, `_fixed` and
         # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the
@@ -828,6 +831,51 @@ class OnnxRuntime(Runtime):
         """A `DeviceCache` of the host cache `cache` (its positions known)."""
         return DeviceCache({name: self._ortvalue(value) for name, value in cache.items()},
                            ring_positions(cache["slot"], cache["row_slot"]))
+
+
+class _FilesOpened:
+    """The export's files as a runtime opened them (inode, size, mtime):
+    the sessions it opens later (decode graphs, fixed shapes) read the files
+    again, and a re-export into the folder since (a notebook's cell run
+    again) would mix two exports' graphs and weights, silently where their
+    geometry agrees."""
+
+    def __init__(self, path):
+        self.folder = os.path.dirname(os.path.abspath(path))
+        self.stamps = {}
+        self.add({"model": path, "weights": external_data_file(path)})
+
+    def add(self, paths):
+        """Records `paths` (`{name: path}`, or None), those that exist."""
+        for p in (paths or {}).values():
+            if os.path.exists(p):
+                self.stamps[p] = _stamp(p)
+
+    def check(self):
+        """Raises `TxlError` when a recorded file changed or went (not a
+        `ModelDirError`, which a failed CUDA graph capture is)."""
+        for p, stamp in self.stamps.items():
+            try:
+                now = _stamp(p)
+            except OSError:
+                now = None
+            if now != stamp:
+                raise TxlError(
+                    f"the export in {self.folder} changed after this runtime opened it "
+                    f"({os.path.basename(p)} was {'replaced' if now else 'removed'}: exported "
+                    "again?); open it again with export.open_runtime")
+
+    def checked(self, open_function):
+        """`open_function`, run after `check`."""
+        def opened(*args):
+            self.check()
+            return open_function(*args)
+        return opened
+
+
+def _stamp(path):
+    status = os.stat(path)
+    return status.st_ino, status.st_size, status.st_mtime_ns
 
 
 def decode_files(path):

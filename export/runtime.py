@@ -19,6 +19,7 @@ from export.decode_cache import (CacheSlab, cache_shapes, concat_rows, copy_cach
 from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.app.deprecation import answers_removed_names
+from txl_tf.app.reprs import fields_repr
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
 from txl_tf.errors import TxlError
@@ -37,6 +38,8 @@ class RuntimeMemory(NamedTuple):
 
     mems: Any
     mem_mask: Any
+
+    __repr__ = fields_repr
 
     def numpy(self):
         """The memory on the host (a copy, also of numpy values).
@@ -276,6 +279,12 @@ class Runtime:
         cfg = self.config
         return (f"{self.backend} on {self.device}: n_layer={cfg.n_layer} mem_len={self.mem_len} "
                 f"d_model={cfg.d_model} n_token={cfg.n_token} log_probs={self.log_probs_mode}")
+
+    def __repr__(self):
+        try:
+            return f"<{type(self).__name__} {self.describe()}>"
+        except Exception:  # not opened (its __init__ failed): the default
+            return object.__repr__(self)
 
     # ------------------------------------------ the cached decode interface
     @property

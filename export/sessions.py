@@ -135,6 +135,14 @@ class SessionTable:
             if budget:
                 self._queue.append(session_id)
 
+    def __repr__(self):
+        with self._lock:
+            generating = sum(map(self._goes_on, self._sessions))
+            kind = "slab" if self._slab is not None else "round robin"
+            return (f"<SessionTable: {len(self._sessions)} open, {generating} generating, "
+                    f"max_batch={self.max_batch}, {kind} over "
+                    f"{getattr(self.backend, 'runtime', self.backend)!r}>")
+
     def _check_new(self, session_id):
         with self._lock:
             if session_id in self._sessions:

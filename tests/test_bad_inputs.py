@@ -573,3 +573,19 @@ def test_every_installed_commands_help_lists_its_own_flags(jobs, command):
     assert len(flags) >= 3, (module, flags)
     missing = [f for f in flags if not re.search(rf"^  --(\[no\])?{f}:", shown.stdout, re.M)]
     assert missing == [], (command, missing, shown.stdout[-1000:])
+
+
+@pytest.mark.parametrize("statement", ["from export import export_onnx",
+                                       "import export; export.export_saved_model"])
+def test_the_export_api_as_a_first_import_has_no_start_up_noise(statement):
+    """`from export import export_onnx` as a script's or a notebook's first
+    import printed TensorFlow's C++ start-up lines (its modules import
+    tensorflow and keras before txl_tf, whose import quiets them)."""
+    import subprocess
+    import sys
+    env = job_env()
+    env.pop("CUDA_VISIBLE_DEVICES")  # let TensorFlow look for a GPU (and log about it)
+    proc = subprocess.run([sys.executable, "-c", statement], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not NOISE.search(proc.stderr), proc.stderr[-3000:]

@@ -152,9 +152,12 @@ def test_job_flag_errors_from_absl_and_python(model_dir, tmp_path):
     with pytest.raises(flags.IllegalFlagValueError,
                        match=r"value should be one of <float32\|float16>"):
         run_job(f"--model_dir={path}", f"--output_dir={tmp_path}", "--cache_dtype=bfloat16")
-    for options, message in [(dict(formats="onnx"), "got 'onnx'"),  # a string, not a list
-                             (dict(log_probs="first"), "--log_probs must be one of all, last"),
-                             (dict(opset=None), "got None")]:
+    for options, message in [  # a string, not a list: the list it means is named
+            (dict(formats="onnx"), r"not a string: formats=\['onnx'\], got 'onnx'$"),
+            (dict(formats="saved_model,onnx"),
+             r"not a string: formats=\['saved_model', 'onnx'\], got 'saved_model,onnx'$"),
+            (dict(log_probs="first"), "--log_probs must be one of all, last"),
+            (dict(opset=None), "got None")]:
         with pytest.raises(ExportError, match=message):
             run_export(str(tmp_path / "out"), str(path), **options)
     with pytest.raises(TypeError, match=r"unknown options \['formt'\]"):

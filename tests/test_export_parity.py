@@ -227,6 +227,17 @@ def test_one_head_exports_equal_the_core(tmp_path, mem_len):
     check_parity(core, [runtime], random_segments(256, 2, 4, n_segments=3, seed=4), tol=TOL)
 
 
+def test_an_onnx_export_makes_its_folder(tmp_path):
+    """`export_onnx(core, "out/model.onnx", ...)` into a folder not made yet
+    ended, after the whole conversion, in `FileNotFoundError` naming the
+    file (`export_saved_model` makes its folder)."""
+    core = random_core(seed=5)
+    path = tmp_path / "new" / "deeper" / "model.onnx"
+    export_onnx(core, str(path), 2)
+    runtime = open_runtime(str(path), device="cpu")
+    check_parity(core, [runtime], random_segments(256, 1, 3, n_segments=1, seed=6), tol=TOL)
+
+
 def random_export_config(seed):
     """A small random config and export memory length; seed % 3 picks the
     corner (one head and no memory, memory below the segment, above it)."""

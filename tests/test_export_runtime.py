@@ -2,6 +2,7 @@
 naming their replacement), clear errors for bad input (before the
 backend runs), IO binding, device fallback, memory handed between backends."""
 import gc
+import os
 import pydoc
 import re
 import weakref
@@ -409,3 +410,41 @@ def test_take_and_concat_check_what_they_are_given(paths):
     runtime.decode_step(np.array([1, 2]), copy)
     with pytest.raises(RuntimeInputError, match="ring positions"):
         runtime.concat([cache, copy])
+
+
+def test_a_runtime_and_a_session_tables_repr_say_what_they_are(runtime):
+    """In a notebook a cell ending in the object shows its repr: the export's
+    geometry and options, and the table's sessions, not `<... object at 0x...>`."""
+    from export import SessionTable
+    name = {"onnxruntime": "OnnxRuntime", "saved_model": "SavedModelRuntime"}[runtime.backend]
+    assert repr(runtime) == f"<{name} {runtime.describe()}>"
+    table = SessionTable(runtime, max_batch=2)
+    table.open("a", [1, 2, 3], 2)
+    table.open("b", [4], 0)
+    kind = "slab" if runtime.use_decode_cache else "round robin"
+    assert repr(table) == (f"<SessionTable: 2 open, 1 generating, max_batch=2, {kind} over "
+                           f"{runtime!r}>")
+    table.run()
+    assert repr(table).startswith("<SessionTable: 2 open, 0 generating,")
+    unopened = object.__new__(type(runtime))  # as a debugger shows one whose __init__ failed
+    assert repr(unopened).startswith("<export.")
+
+
+def test_a_runtime_whose_export_was_replaced_says_so(tmp_path):
+    """A runtime opens some sessions at first use (a fixed shape's, the
+    decode graphs): after a re-export into its folder (a notebook cell run
+    again) they read the new files, and its answers mixed two exports."""
+    path = str(tmp_path / "model.onnx")
+    export_onnx(TransformerXL(TransformerXLConfig.preset("tiny")), path, MEM_LEN)
+    runtime = open_runtime(path, device="cpu", fixed_shapes="one_token")
+    one_token = np.array([[5]], np.int32)
+    runtime.step(one_token)  # a shape's first call: the main session (its second opens one)
+    export_onnx(TransformerXL(TransformerXLConfig.preset("tiny")), path, MEM_LEN)  # other weights
+    with pytest.raises(TxlError, match=r"changed after this runtime opened it \(model\.onnx "
+                                       r"was replaced: exported again\?\); open it again"):
+        runtime.step(one_token)  # its one-token session opens now
+    log_probs, _ = open_runtime(path, device="cpu", fixed_shapes="one_token").step(one_token)
+    assert np.isfinite(log_probs).all()
+    os.remove(path)
+    with pytest.raises(TxlError, match=r"model\.onnx was removed"):
+        runtime.step(one_token)

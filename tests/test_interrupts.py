@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from job_helpers import REPO, job_command, job_env
 from txl_tf.app import exits
 
@@ -149,7 +151,8 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     collected all the time) it printed `Exception ignored ... Traceback ...
     KeyboardInterrupt` and the job went on. It now ends the process there."""
     code = textwrap.dedent("""
-        import os, signal
+        import os, signal, sys
+        sys.argv[0] = os.path.join(os.path.dirname(sys.executable), "txl-train")  # the command
         import txl_tf  # TensorFlow without its start-up lines
         from training.callbacks import StopOnSignal
         class Collected:
@@ -166,6 +169,38 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
                           text=True, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", STOPPING + "interrupted\n")
+
+
+def test_a_second_interrupt_in_a_notebook_raises_keyboard_interrupt(monkeypatch, capfd):
+    """`training.train.run` in a Jupyter kernel: a second interrupt during
+    the graceful stop ended the process (`os._exit(130)`), the kernel with
+    it and everything it held. Outside the commands it is Python's
+    `KeyboardInterrupt`; a second SIGTERM still ends the process."""
+    from training import callbacks
+    ended = []
+
+    def stop_now(signum):
+        ended.append(signum)
+    monkeypatch.setattr(callbacks, "stop_now", stop_now)
+    monkeypatch.setattr(callbacks, "running_a_command", lambda: False)
+    stop = callbacks.StopOnSignal()
+    stop._handle(signal.SIGINT, None)
+    assert stop.received == signal.SIGINT and capfd.readouterr().err == STOPPING
+    with pytest.raises(KeyboardInterrupt):
+        stop._handle(signal.SIGINT, None)
+
+    class Collected:
+        def __del__(self):
+            stop._handle(signal.SIGINT, sys._getframe())  # as the handler gets it here
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+    Collected()  # nothing raised in the __del__ (Python would print and drop it)
+    assert dropped == []
+    stop._handle(signal.SIGTERM, None)
+    assert ended == [signal.SIGTERM]
+    monkeypatch.setattr(callbacks, "running_a_command", lambda: True)  # txl-train
+    stop._handle(signal.SIGINT, None)
+    assert ended == [signal.SIGTERM, signal.SIGINT]
 
 
 STOPPING = ("SIGINT: stopping after the step in flight, which is then saved (another SIGINT "
@@ -202,12 +237,18 @@ def test_the_first_signal_is_announced_while_python_waits_on_a_long_call():
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", STOPPING + "later\ndone\n")
 
 
-def test_a_second_signal_ends_the_job_while_python_waits_on_a_long_call():
+@pytest.mark.parametrize("argv0, ending", [
+    ("txl-train", (130, STOPPING + "interrupted\n")),
+    ("notebook", (0, STOPPING + "later\nnot ended\n"))])
+def test_a_second_signal_ends_the_job_while_python_waits_on_a_long_call(argv0, ending):
     """The second Ctrl-C waited for the long call too (the handler that ends
-    the process runs between bytecodes): it ends the process at once,
-    before the thread's "later", with `interrupted` and status 130."""
-    code = textwrap.dedent("""
-        import os, signal, threading, time
+    the process runs between bytecodes): in a command it ends the process at
+    once, before the thread's "later", with `interrupted` and status 130. In
+    a notebook's kernel (not a command) the process goes on: the handler's
+    `KeyboardInterrupt` is the one a second interrupt gets there."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys, threading, time
+        sys.argv[0] = {argv0!r}
         import txl_tf  # TensorFlow without its start-up lines
         from training.callbacks import StopOnSignal
         stop = StopOnSignal()
@@ -222,12 +263,12 @@ def test_a_second_signal_ends_the_job_while_python_waits_on_a_long_call():
             helper = threading.Thread(target=twice_then_later, daemon=True)
             helper.start()  # before the mask: the signals are delivered to a thread
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
-            time.sleep(4.0)  # no handler runs until it returns
+            time.sleep(4.0)  # no handler runs until it returns (then once, for both)
         os.write(2, b"not ended\\n")
     """)
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
                           text=True, timeout=120)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", STOPPING + "interrupted\n")
+    assert (proc.returncode, proc.stderr) == ending and proc.stdout == ""
 
 
 def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypatch, capsys):

@@ -12,7 +12,7 @@ import keras
 
 from training.checkpointing import metric_values, set_metric_values
 from training.errors import TrainingError
-from txl_tf.app.exits import stop_now
+from txl_tf.app.exits import running_a_command, stop_now
 from txl_tf.app.files import naming
 
 
@@ -138,6 +138,15 @@ class TimeLimit(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def _in_a_del(frame):
+    """Whether `frame` (a signal handler's) is inside a `__del__`."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 class StopOnSignal(keras.callbacks.Callback):
     """SIGINT / SIGTERM end `fit` after the step in flight, whose update is
     whole (the caller then checkpoints that step): `received` is the signal.
@@ -146,9 +155,13 @@ class StopOnSignal(keras.callbacks.Callback):
     during which Python's own handlers wait: a thread reads the signals from
     the wakeup fd (`signal.set_wakeup_fd`). A second signal ends the process
     at once (`txl_tf.app.exits.stop_now`: `interrupted`, status 128 + the
-    signal), from that thread or the handler, whichever is first. The
-    handlers are in place only inside `with stop.installed():` (and only in
-    the main thread, where Python delivers signals)."""
+    signal), from that thread or the handler, whichever is first; outside
+    the project's commands (a notebook's kernel, a script calling
+    `training.train.run`) a second SIGINT raises `KeyboardInterrupt` from
+    the handler instead (none inside a `__del__`, where Python would print
+    and drop it), so that the process (the kernel and what it holds) goes
+    on. The handlers are in place only inside `with stop.installed():` (and
+    only in the main thread, where Python delivers signals)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -157,8 +170,21 @@ class StopOnSignal(keras.callbacks.Callback):
         self.received = None
         self._announced = threading.Lock()  # taken by the first announcement, never released
 
+    @staticmethod
+    def _second_ends_the_process(signum):
+        """Whether a second `signum` ends the process (not a notebook's or a
+        user's script's SIGINT: that one raises `KeyboardInterrupt`)."""
+        return signum != signal.SIGINT or running_a_command()
+
     def _handle(self, signum, frame):
         if self.received is not None:
+            if not self._second_ends_the_process(signum):
+                # A notebook's second interrupt: not the kernel's end. In a
+                # `__del__` it would be printed and dropped: the graceful stop
+                # goes on, and a next interrupt lands elsewhere.
+                if not _in_a_del(frame):
+                    raise KeyboardInterrupt
+                return
             stop_now(signum)
         self.received = signum
         self.announce(signum)
@@ -183,8 +209,9 @@ class StopOnSignal(keras.callbacks.Callback):
 
     def _watch(self, reader, forward):
         """Announces the first of `SIGNALS` read from the wakeup socket
-        `reader` and ends the process at the second (`stop_now`), also while
-        the main thread is in one long call into TensorFlow; passes every
+        `reader` and ends the process at a second one that ends it
+        (`stop_now`), also while the main thread is in one long call into
+        TensorFlow (the handler raises a notebook's); passes every
         byte on to the wakeup fd `forward`, when one was set; returns when
         the socket's other end is closed."""
         seen = 0
@@ -203,7 +230,7 @@ class StopOnSignal(keras.callbacks.Callback):
             for signum in data:
                 if signum in self.SIGNALS:
                     seen += 1
-                    if seen > 1:
+                    if seen > 1 and self._second_ends_the_process(signum):
                         stop_now(signum, flush=False)
                     self.announce(signum)
 

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from txl_tf.app.files import replacing
+from txl_tf.app.reprs import fields_repr
 from txl_tf.errors import TxlError
 
 CMAP = "viridis"
@@ -44,6 +45,8 @@ class SegmentAttention(NamedTuple):
     n_memory: int
     layer: int
     segment: int
+
+    __repr__ = fields_repr
 
     @property
     def query_ids(self):

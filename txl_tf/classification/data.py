@@ -103,6 +103,12 @@ class Examples:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def __repr__(self) -> str:
+        # Not the dataclass's: that printed every text and source.
+        first = f", first from {self.sources[0]}" if self.sources else ""
+        return (f"Examples({len(self.texts):,} texts, {self.labels!r}{first}, "
+                f"{len(self.skipped):,} skipped)")
+
     def class_counts(self) -> dict[str, int]:
         """Examples per class.
 

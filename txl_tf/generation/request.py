@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from txl_tf.app.reprs import fields_repr
 from txl_tf.checks.numpy_checks import check_count  # noqa: F401 (re-exported)
 from txl_tf.errors import TxlError
 from txl_tf.generation import sampling_numpy
@@ -29,6 +30,8 @@ class Rows(NamedTuple):
     top_p: np.ndarray
     penalty: np.ndarray
     stop: np.ndarray
+
+    __repr__ = fields_repr
 
     def take(self, index):
         return Rows(*(np.asarray(a)[index] for a in self))
@@ -56,6 +59,8 @@ class DecodeState(NamedTuple):
     pad_id: int
     cache: Any = None
 
+    __repr__ = fields_repr
+
 
 class HeldCache(NamedTuple):
     """A decode cache (`export.decode_interface`) and the backend whose
@@ -66,6 +71,8 @@ class HeldCache(NamedTuple):
     backend: Any
     tensors: Any
     private: bool = False
+
+    __repr__ = fields_repr
 
     def on(self, backend):
         """The cache's tensors when `backend` holds them, else None."""
@@ -92,6 +99,8 @@ class Generation(NamedTuple):
     lengths: np.ndarray
     memory: Any
     state: DecodeState
+
+    __repr__ = fields_repr
 
 
 def _is_int(value):

@@ -3,6 +3,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from txl_tf.app.reprs import fields_repr
 from txl_tf.checks.numpy_checks import InputError, check_flag
 from txl_tf.errors import TxlError
 
@@ -21,6 +22,8 @@ class Memory(NamedTuple):
 
     mems: tf.Tensor
     mem_mask: tf.Tensor
+
+    __repr__ = fields_repr
 
     @property
     def mem_len(self):

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
+from txl_tf.app.reprs import fields_repr
 from txl_tf.layers.memory import Memory, row_flags
 
 
@@ -57,6 +58,8 @@ class DecodeCache(NamedTuple):
     row_slot: tf.Tensor
     positions: tf.Tensor
     position_keys: tuple = ()
+
+    __repr__ = fields_repr
 
     def reset_rows(self, rows):
         """This cache with the rows where `rows` (bool `[B]`) is True
@@ -96,6 +99,8 @@ class KeysValues(NamedTuple):
     values: tuple
     mem_mask: tf.Tensor
 
+    __repr__ = fields_repr
+
 
 class CachedToken(NamedTuple):
     """What one step writes into the ring's free slot, one tensor per layer
@@ -105,6 +110,8 @@ class CachedToken(NamedTuple):
     mems: tuple
     keys: tuple
     values: tuple
+
+    __repr__ = fields_repr
 
 
 def with_free_slot(tensor, axis):
