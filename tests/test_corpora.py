@@ -10,6 +10,7 @@ import pytest
 from txl_tf.data import (KNOWN_CORPORA, CorpusNotFoundError, EmptyCorpusError,
                          load_corpus)
 from txl_tf.data import corpora as corpora_lib
+from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer, CharTokenizer, WordTokenizer
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -241,6 +242,67 @@ def test_byte_corpora_are_read_a_chunk_at_a_time(tmp_path, monkeypatch):
         expected = (words if tokenizer else ByteTokenizer()).encode(text)
         assert np.array_equal(np.concatenate([c.train, c.valid]), expected)
     assert c.train[-1] == words.eos_id  # the word split still falls at a line start
+
+
+def _one_shot(data, percents, tokenizer, path):
+    """The ids of `_write_bytes` as it was before the chunked reader: the
+    whole corpus in memory, each split encoded at once (the reference)."""
+    text = tokenizer is not None and not isinstance(tokenizer, ByteTokenizer)
+    if text:
+        data = data[:corpora_lib._whole_characters(data)]
+    a, b = corpora_lib._split_points(len(data), percents)
+
+    def start(i):  # of the next line for words, else of the character at `i`
+        if text and tokenizer.kind == "word" and 0 < i < len(data) and data[i - 1] != 0x0A:
+            newline = data.find(b"\n", i)
+            if newline >= 0:
+                return newline + 1
+        while text and 0 < i < len(data) and data[i] & 0xC0 == 0x80:
+            i -= 1
+        return i
+    a = start(a)
+    b = start(max(a, b))
+    if not text:
+        ids = np.frombuffer(data, np.uint8).astype(np.int32)
+        return [ids[:a], ids[a:b], ids[b:]]
+    return [tokenizer.encode(corpora_lib._decode(part, path, lo))
+            for part, lo in ((data[:a], 0), (data[a:b], a), (data[b:], b))]
+
+
+def test_chunked_reading_gives_the_one_shot_ids_wherever_the_chunks_fall(tmp_path):
+    """Chunks of random sizes over files that end mid-line, hold CRLF pairs,
+    2- to 4-byte characters, invalid bytes or nothing, cut by `max_bytes`
+    anywhere: the ids (or the error naming the byte) are those of the corpus
+    read and encoded whole."""
+    import random
+    from txl_tf.data.cache import MemoryWriter
+    rng = random.Random(8)
+    pieces = ["a", "b", " ", "\n", "\r\n", "é", "€", "𝄞", "ab", "  "]
+    chars = CharTokenizer(sorted(set("ab \n\ré€𝄞")), unk_char=None)
+    for trial in range(300):
+        files = [write(tmp_path / f"{trial}-{k}.txt",
+                       "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))).encode()
+                       + (b"\xff" if rng.random() < 0.05 else b""))
+                 for k in range(rng.randint(1, 4))]
+        data = b"".join(p.read_bytes() for p in files)
+        limit = rng.choice([None, rng.randint(0, len(data) + 2)])
+        data = data[:limit]
+        words = WordTokenizer(["<unk>", "<eos>"] + sorted(set(data.decode("utf-8", "replace")
+                                                                  .split())))
+        tokenizer = rng.choice([None, ByteTokenizer(), chars, words])
+        percents = rng.choice([(90, 10, 0), (90, 5, 5), (34, 33, 33)])
+        writers = {s: MemoryWriter() for s in corpora_lib.SPLITS}
+        try:
+            want = _one_shot(data, percents, tokenizer, tmp_path)
+        except TxlError as err:
+            with pytest.raises(TxlError, match=re.escape(str(err))):
+                corpora_lib._write_bytes(corpora_lib._Concat(files, limit), writers, percents,
+                                         tokenizer, tmp_path, False, rng.randint(1, 12))
+            continue
+        corpora_lib._write_bytes(corpora_lib._Concat(files, limit), writers, percents,
+                                 tokenizer, tmp_path, False, rng.randint(1, 12))
+        for split, ids in zip(corpora_lib.SPLITS, want):
+            assert np.array_equal(writers[split].array, ids), (trial, split, data)
 
 
 def test_a_corpus_read_without_the_cache_holds_its_ids_once(tmp_path, monkeypatch):

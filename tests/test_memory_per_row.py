@@ -206,3 +206,22 @@ def test_distributed_documents_hold_the_ids_not_the_padded_batches():
         for got, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
                              layout):
             np.testing.assert_array_equal(got.numpy(), want[step % 1000])
+
+
+def test_distributed_documents_keep_no_numpy_copy_of_the_ids():
+    """The dataset's function kept the joined ids as numpy beside the
+    TensorFlow tensor it made of them: the ids twice for the run's life."""
+    import tracemalloc
+    docs = [np.arange(k, k + 1000) for k in range(1000)]  # 1,000,000 ids: 4 MB as int32
+    layout = document_segments(docs, batch_size=4, tgt_len=512)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    tracemalloc.start()
+    dataset = distribute_documents(strategy, docs, global_batch_size=4, tgt_len=512,
+                                   start_step=7)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held < 1 << 20, held
+    inputs, labels, weights = next(iter(dataset))
+    for got, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
+                         layout):
+        np.testing.assert_array_equal(got.numpy(), want[7])

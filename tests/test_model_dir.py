@@ -1,5 +1,6 @@
 """One loader for model directories and training run directories."""
 import gc
+import io
 import warnings
 
 import numpy as np
@@ -74,8 +75,11 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
     save_pretrained(core, tmp_path / "model")
     weights = tmp_path / "model" / "weights.npz"
     data = weights.read_bytes()
+    npy = io.BytesIO()
+    np.save(npy, np.zeros(3, np.float32))
     for content, problem in ((data[:len(data) // 3], "not a complete .npz archive"),
-                             (b"", "the file is empty")):
+                             (b"", "the file is empty"),
+                             (npy.getvalue(), "one .npy array, not an .npz archive")):
         weights.write_bytes(content)
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always", ResourceWarning)

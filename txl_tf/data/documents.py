@@ -176,13 +176,14 @@ def distribute_documents(strategy: tf.distribute.Strategy, documents, global_bat
                        f"{replicas} replicas of {type(strategy).__name__}")
     if not isinstance(start_step, (int, np.integer)) or start_step < 0:
         raise TxlError(f"start_step must be an int >= 0, got {start_step!r}")
-    # The ids once and each segment's start and length, not the batches
-    # padded (12 bytes a position, a short document's segment mostly padding).
+    # The ids (one TensorFlow tensor) and each segment's start and length, not the
+    # batches padded (12 bytes a position, a short document's segment mostly padding).
     docs, (begin, length, document_start) = _plan(documents, global_batch_size, tgt_len)
     check_bytes({"ids, labels, weights and positions": 21 * global_batch_size * tgt_len},
                 f"a batch of the documents (batch {global_batch_size:,}, segment {tgt_len:,})",
                 "lower the segment length or the batch size")
-    flat = _flat(docs)
+    with tf.device("/cpu:0"):  # the ids in TensorFlow's copy only (dataset_fn keeps no other)
+        ids = tf.constant(_flat(docs))
     del docs
     steps = begin.shape[0]
     per_replica = global_batch_size // replicas
@@ -191,7 +192,6 @@ def distribute_documents(strategy: tf.distribute.Strategy, documents, global_bat
         local = replicas // context.num_input_pipelines
         r0 = context.input_pipeline_id * local * per_replica
         rows = slice(r0, r0 + local * per_replica)
-        ids = tf.constant(flat)
         starts, lengths, firsts = (tf.constant(a[:, rows]) for a in
                                    (begin, length, document_start))
         t = tf.range(tgt_len, dtype=tf.int64)

@@ -300,6 +300,9 @@ def load_weights(core, path):
             raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise TxlError(_unreadable(path, err)) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):  # an .npy's one array
+        file.close()
+        raise TxlError(f"cannot read weights file {path}: one .npy array, not an .npz archive")
     with file, archive:
         set_weights(core, _CheckedArchive(archive, path))
 
