@@ -322,6 +322,28 @@ def test_a_corpus_read_without_the_cache_holds_its_ids_once(tmp_path, monkeypatc
     assert c.train.dtype == np.int32 and c.test.size == 0
 
 
+def test_a_memory_writers_array_closes_it_and_is_read_only(tmp_path):
+    """`MemoryWriter.array` was a writable view of the growing buffer: an
+    append after it raised `BufferError`, and writing into the ids wrote into
+    the writer. Reading `array` closes the writer (an append is the one error
+    naming the misuse); the ids are read-only, as the cache's memory maps."""
+    from txl_tf.data.cache import MemoryWriter
+    writer = MemoryWriter()
+    writer.append(np.array([3, 1, 4]))
+    ids = writer.array
+    assert ids.tolist() == [3, 1, 4] and ids.dtype == np.int32 and not ids.flags.writeable
+    with pytest.raises(TxlError, match=r"^MemoryWriter\.append after the writer was closed "
+                                       r"\(its `array` read"):
+        writer.append(np.array([1]))
+    with pytest.raises(ValueError, match="read-only"):
+        ids[0] = 9
+    assert writer.array.tolist() == [3, 1, 4] and writer.length == 3
+    cached = load_corpus("text", write(tmp_path / "a.txt", b"abc\n" * 10),
+                         cache_dir=tmp_path / "cache")
+    uncached = load_corpus("text", tmp_path / "a.txt", use_cache=False)
+    assert not cached.train.flags.writeable and not uncached.train.flags.writeable
+
+
 def _text8_like():
     """One line of words and no newline, as text8 is."""
     import random

@@ -55,6 +55,33 @@ def test_a_saved_model_export_leaves_logging_as_found(tmp_path):
         assert logging.getLogger("absl").level == logging.NOTSET
 
 
+def test_logging_as_found_leaves_what_its_docstring_says_it_leaves():
+    """Its docstring and docs/command-line.md say what it does not put back:
+    absl's verbosity, and a handler or level set inside the block (by any
+    thread) is undone. Each is as said (a change here needs their words)."""
+    from absl import logging as absl_logging
+
+    from txl_tf.app.tf_logs import logging_as_found
+    doc = " ".join(logging_as_found.__doc__.split())
+    page = " ".join((REPO / "docs" / "command-line.md").read_text(encoding="utf-8").split())
+    assert "absl.logging.get_verbosity()" in doc and "absl.logging.get_verbosity()" in page
+    assert "another thread" in doc and "your thread sets" in page
+    verbosity, level = absl_logging.get_verbosity(), logging.root.level
+    with unconfigured_logging():
+        try:
+            with logging_as_found():
+                absl_logging.set_verbosity(absl_logging.ERROR)
+                thread = threading.Thread(target=lambda: (logging.basicConfig(),
+                                                          logging.root.setLevel(logging.DEBUG)))
+                thread.start()
+                thread.join()
+                assert logging.root.handlers
+            assert absl_logging.get_verbosity() == absl_logging.ERROR  # not put back
+            assert logging.root.handlers == [] and logging.root.level == level
+        finally:
+            absl_logging.set_verbosity(verbosity)
+
+
 def test_no_module_logs_through_the_root_logger():
     """absl's `logging` (the commands' own) is not the standard library's."""
     found = []

@@ -17,6 +17,13 @@ def logging_as_found():
     way out, the root logger's level and its having no handler, and the
     `absl` logger's level.
 
+    Not put back: absl's own verbosity (`absl.logging.get_verbosity()`,
+    only its logger's level is). Not kept apart: while the block runs (a
+    whole training job) the root logger may carry absl's stderr handler, so
+    any thread's records go there and a `basicConfig` does nothing; on the
+    way out a handler or level that another thread set meanwhile on these
+    two loggers is undone too.
+
     Returns:
         A context manager, also usable as a decorator.
     """

@@ -24,6 +24,7 @@ from typing import Iterable
 import numpy as np
 
 from txl_tf.app.files import process_alive
+from txl_tf.errors import TxlError
 
 CACHE_FORMAT = 1
 SPLITS = ("train", "valid", "test")
@@ -83,23 +84,33 @@ class NpyWriter:
 class MemoryWriter:
     """Same interface as :class:`NpyWriter`, collecting in memory (no cache):
     the ids grow one buffer in place, which :attr:`array` reads without a
-    copy (not chunks joined at the end: two copies of the ids at once)."""
+    copy (not chunks joined at the end: two copies of the ids at once).
+    Reading :attr:`array` closes the writer, as :meth:`close` does."""
 
     def __init__(self):
         self._buffer = bytearray()
+        self._closed = False
         self.length = 0
 
     def append(self, ids: np.ndarray) -> None:
+        if self._closed:  # the buffer, read by `array`, cannot grow
+            raise TxlError("MemoryWriter.append after the writer was closed (its `array` read, "
+                           "or `close()` called): append every chunk first, then read `array`")
         ids = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
         self._buffer += ids.data
         self.length += ids.size
 
     def close(self) -> None:
-        pass
+        self._closed = True
 
     @property
     def array(self) -> np.ndarray:
-        return np.frombuffer(self._buffer, dtype=np.int32)
+        """The ids appended, int32, read-only (as the cache's memory-mapped
+        arrays are); reading it closes the writer."""
+        self._closed = True
+        ids = np.frombuffer(self._buffer, dtype=np.int32)
+        ids.flags.writeable = False
+        return ids
 
 
 def entry_dir(root: Path, name: str, key: str) -> Path:

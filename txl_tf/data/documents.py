@@ -15,6 +15,15 @@ from txl_tf.data.stream import device_prefetch
 from txl_tf.errors import TxlError
 
 
+# Segments placed at once by `_plan`, the bytes of its temporaries per segment
+# (int64 indices and values, several alive at once) and of its table per
+# document (int64 sizes, segments, rows, first steps, offsets, ends); the test
+# of `_plan`'s memory check holds the count to tracemalloc's peak.
+_SEGMENT_BLOCK = 1 << 16
+_BYTES_PER_SEGMENT = 64
+_BYTES_PER_DOCUMENT = 48
+
+
 def _plan(documents, batch_size, tgt_len):
     """`(docs, (begin, length, document_start))`: the checked documents, and
     per step and row (`[S, B]`) where its segment's inputs start in the
@@ -43,20 +52,26 @@ def _plan(documents, batch_size, tgt_len):
         rows[d], firsts[d] = row, first
         heapq.heappush(heap, (first + n, row))
     steps = max(count for count, _ in heap)
-    check_bytes({"segment starts and lengths": 13 * steps * batch_size},
+    total = int(segments.sum())
+    block = min(total, _SEGMENT_BLOCK)
+    check_bytes({"segment starts and lengths": 13 * steps * batch_size,
+                 "their placement": _BYTES_PER_SEGMENT * block,
+                 "the document table": _BYTES_PER_DOCUMENT * len(docs)},
                 f"the document layout ({steps:,} steps of batch {batch_size:,})",
                 "lower the batch size")
     begin = np.zeros([steps, batch_size], np.int64)
     length = np.zeros([steps, batch_size], np.int32)
     document_start = np.ones([steps, batch_size], bool)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    # one entry per segment: its document, and its number k within it
-    doc_of = np.repeat(np.arange(len(docs)), segments)
-    k = np.arange(doc_of.size) - np.repeat(np.cumsum(segments) - segments, segments)
-    at = (firsts[doc_of] + k, rows[doc_of])
-    begin[at] = offsets[doc_of] + k * tgt_len
-    length[at] = np.minimum(tgt_len, sizes[doc_of] - 1 - k * tgt_len)
-    document_start[at] = k == 0
+    ends = np.cumsum(segments)  # segment j belongs to the document whose end passes it
+    for lo in range(0, total, block):  # a block of segments at a time: bounded temporaries
+        j = np.arange(lo, min(lo + block, total))
+        doc_of = np.searchsorted(ends, j, side="right")
+        k = j - (ends[doc_of] - segments[doc_of])  # the segment's number within its document
+        at = (firsts[doc_of] + k, rows[doc_of])
+        begin[at] = offsets[doc_of] + k * tgt_len
+        length[at] = np.minimum(tgt_len, sizes[doc_of] - 1 - k * tgt_len)
+        document_start[at] = k == 0
     return docs, (begin, length, document_start)
 
 
