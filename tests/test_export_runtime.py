@@ -5,6 +5,7 @@ import gc
 import os
 import pydoc
 import re
+import threading
 import weakref
 from pathlib import Path
 
@@ -424,6 +425,20 @@ def test_a_runtime_and_a_session_tables_repr_say_what_they_are(runtime):
     kind = "slab" if runtime.use_decode_cache else "round robin"
     assert repr(table) == (f"<SessionTable: 2 open, 1 generating, max_batch=2, {kind} over "
                            f"{runtime!r}>")
+    held, release = threading.Event(), threading.Event()
+
+    def a_step():  # holds the lock, as a step in another thread does
+        with table._lock:
+            held.set()
+            release.wait(60)
+    stepping = threading.Thread(target=a_step)
+    stepping.start()
+    held.wait(60)
+    try:  # a log line's repr does not wait for the step
+        assert repr(table).startswith("<SessionTable: stepping, max_batch=2,")
+    finally:
+        release.set()
+        stepping.join()
     table.run()
     assert repr(table).startswith("<SessionTable: 2 open, 0 generating,")
     unopened = object.__new__(type(runtime))  # as a debugger shows one whose __init__ failed
