@@ -324,6 +324,9 @@ class OnnxRuntime(Runtime):
                            "give each runtime options of its own")
         # The session openers below hold no reference to `self`: a runtime in a
         # reference cycle would keep its sessions until a garbage collection.
+        # Sessions opened later read the files then: they must be the ones
+        # read now (recorded before they are read: a re-export meanwhile is seen).
+        files = self._files = _FilesOpened(path)
         weights = self._shared_weights = {} if session_options else shared_weights(path, names)
         shared = (lambda: session_options) if session_options else \
             (lambda: with_shared_weights(None, weights))
@@ -335,8 +338,6 @@ class OnnxRuntime(Runtime):
         # `fixed_shapes`: {shape: session, or `FixedSegment` on the device path}, oldest first.
         self._fixed, self._seen = OrderedDict(), OrderedDict()
         self._caller_options = bool(session_options)  # the fixed shape's overrides go into them
-        # Sessions opened later read the files then: they must be the ones opened now.
-        files = self._files = _FilesOpened(path)
         self._open_fixed_session = files.checked(lambda shape, graphs: _fixed_shape_session(
             path, shared(), provider_entries(names, tf32, cuda_graph=graphs), shape, unfolded))
         try:

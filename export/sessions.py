@@ -136,12 +136,18 @@ class SessionTable:
                 self._queue.append(session_id)
 
     def __repr__(self):
-        with self._lock:
-            generating = sum(map(self._goes_on, self._sessions))
-            kind = "slab" if self._slab is not None else "round robin"
-            return (f"<SessionTable: {len(self._sessions)} open, {generating} generating, "
-                    f"max_batch={self.max_batch}, {kind} over "
-                    f"{getattr(self.backend, 'runtime', self.backend)!r}>")
+        # Not waiting for the lock: a step in another thread holds it for the
+        # whole step (a log line or a debugger's view would wait on it).
+        kind = "slab" if self._slab is not None else "round robin"
+        sessions = "stepping"
+        if self._lock.acquire(blocking=False):
+            try:
+                generating = sum(map(self._goes_on, self._sessions))
+                sessions = f"{len(self._sessions)} open, {generating} generating"
+            finally:
+                self._lock.release()
+        return (f"<SessionTable: {sessions}, max_batch={self.max_batch}, {kind} over "
+                f"{getattr(self.backend, 'runtime', self.backend)!r}>")
 
     def _check_new(self, session_id):
         with self._lock:

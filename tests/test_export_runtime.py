@@ -5,6 +5,7 @@ import gc
 import os
 import pydoc
 import re
+import threading
 import weakref
 from pathlib import Path
 
@@ -424,6 +425,20 @@ def test_a_runtime_and_a_session_tables_repr_say_what_they_are(runtime):
     kind = "slab" if runtime.use_decode_cache else "round robin"
     assert repr(table) == (f"<SessionTable: 2 open, 1 generating, max_batch=2, {kind} over "
                            f"{runtime!r}>")
+    held, release = threading.Event(), threading.Event()
+
+    def a_step():  # holds the lock, as a step in another thread does
+        with table._lock:
+            held.set()
+            release.wait(60)
+    stepping = threading.Thread(target=a_step)
+    stepping.start()
+    held.wait(60)
+    try:  # a log line's repr does not wait for the step
+        assert repr(table).startswith("<SessionTable: stepping, max_batch=2,")
+    finally:
+        release.set()
+        stepping.join()
     table.run()
     assert repr(table).startswith("<SessionTable: 2 open, 0 generating,")
     unopened = object.__new__(type(runtime))  # as a debugger shows one whose __init__ failed
@@ -448,3 +463,26 @@ def test_a_runtime_whose_export_was_replaced_says_so(tmp_path):
     os.remove(path)
     with pytest.raises(TxlError, match=r"model\.onnx was removed"):
         runtime.step(one_token)
+
+
+def test_an_export_replaced_while_the_runtime_opens_it_is_seen(tmp_path, monkeypatch):
+    """The runtime recorded its files after its main session had read them:
+    a re-export landing in between (another process writing the folder) was
+    recorded as the files opened, and later sessions mixed the two."""
+    from export import onnx_runtime
+    path = str(tmp_path / "model.onnx")
+    export_onnx(TransformerXL(TransformerXLConfig.preset("tiny")), path, MEM_LEN)
+    opened = onnx_runtime.open_session
+
+    def then_replaced(*args):
+        session = opened(*args)
+        stamp = os.stat(path).st_mtime_ns + 10**9
+        os.utime(path, ns=(stamp, stamp))  # written again once the main session read it
+        monkeypatch.setattr(onnx_runtime, "open_session", opened)
+        return session
+    monkeypatch.setattr(onnx_runtime, "open_session", then_replaced)
+    runtime = open_runtime(path, device="cpu", fixed_shapes="one_token")
+    one_token = np.array([[5]], np.int32)
+    runtime.step(one_token)  # the main session
+    with pytest.raises(TxlError, match=r"model\.onnx was replaced"):
+        runtime.step(one_token)  # its one-token session opens now

@@ -239,13 +239,14 @@ def test_the_first_signal_is_announced_while_python_waits_on_a_long_call():
 
 @pytest.mark.parametrize("argv0, ending", [
     ("txl-train", (130, STOPPING + "interrupted\n")),
-    ("notebook", (0, STOPPING + "later\nnot ended\n"))])
+    ("notebook", (0, STOPPING + "later\nKeyboardInterrupt\nnot ended\n"))])
 def test_a_second_signal_ends_the_job_while_python_waits_on_a_long_call(argv0, ending):
     """The second Ctrl-C waited for the long call too (the handler that ends
     the process runs between bytecodes): in a command it ends the process at
     once, before the thread's "later", with `interrupted` and status 130. In
     a notebook's kernel (not a command) the process goes on: the handler's
-    `KeyboardInterrupt` is the one a second interrupt gets there."""
+    `KeyboardInterrupt` is the one a second interrupt gets there, once the
+    call returns (Python ran its handler once for both: it was lost)."""
     code = textwrap.dedent(f"""
         import os, signal, sys, threading, time
         sys.argv[0] = {argv0!r}
@@ -263,12 +264,60 @@ def test_a_second_signal_ends_the_job_while_python_waits_on_a_long_call(argv0, e
             helper = threading.Thread(target=twice_then_later, daemon=True)
             helper.start()  # before the mask: the signals are delivered to a thread
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
-            time.sleep(4.0)  # no handler runs until it returns (then once, for both)
+            try:
+                time.sleep(4.0)  # no handler runs until it returns (then once, for both)
+            except KeyboardInterrupt:
+                os.write(2, b"KeyboardInterrupt\\n")
         os.write(2, b"not ended\\n")
     """)
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
                           text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == ending and proc.stdout == ""
+
+
+def test_a_signal_while_stop_now_flushes_into_a_stalled_reader_ends_the_job():
+    """`stop_now`'s lock (one caller ends the process) was not reentrant: a
+    second stop whose flush blocked (stdout a pipe whose reader stalled,
+    `txl-train | less`) and a next Ctrl-C, whose handler called `stop_now`
+    again in that thread, waited on itself for ever (only a kill ended it)."""
+    code = textwrap.dedent("""
+        import fcntl, os, signal, sys
+        import txl_tf  # TensorFlow without its start-up lines
+        from txl_tf.app.exits import stop_now
+        signal.signal(signal.SIGINT, lambda signum, frame: stop_now(signum))
+        flags = fcntl.fcntl(1, fcntl.F_GETFL)
+        fcntl.fcntl(1, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        try:
+            while True:  # the pipe full: its reader does not read
+                os.write(1, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        fcntl.fcntl(1, fcntl.F_SETFL, flags)
+        sys.stdout.write("held\\n")  # in the buffer: the flush blocks
+        os.write(2, b"ready\\n")
+        stop_now(signal.SIGTERM)
+    """)
+    env = job_env()
+    env.pop("PYTHONUNBUFFERED", None)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        while proc.stderr.readline() not in (b"ready\n", b""):
+            pass
+        for _ in range(20):  # one lands in the blocked flush (the first may come before it)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        assert proc.poll() == 130
+        assert proc.stderr.read() == b"interrupted\n"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypatch, capsys):

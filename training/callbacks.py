@@ -169,6 +169,7 @@ class StopOnSignal(keras.callbacks.Callback):
         super().__init__()
         self.received = None
         self._announced = threading.Lock()  # taken by the first announcement, never released
+        self._seen = 0  # `SIGNALS` the wakeup fd's thread read
 
     @staticmethod
     def _second_ends_the_process(signum):
@@ -177,17 +178,21 @@ class StopOnSignal(keras.callbacks.Callback):
         return signum != signal.SIGINT or running_a_command()
 
     def _handle(self, signum, frame):
-        if self.received is not None:
-            if not self._second_ends_the_process(signum):
-                # A notebook's second interrupt: not the kernel's end. In a
-                # `__del__` it would be printed and dropped: the graceful stop
-                # goes on, and a next interrupt lands elsewhere.
-                if not _in_a_del(frame):
-                    raise KeyboardInterrupt
+        if self.received is None:
+            self.received = signum
+            self.announce(signum)
+            # Python runs its handler once for the signals that came during
+            # one long call into TensorFlow: a second the watcher read counts.
+            if self._seen < 2:
                 return
-            stop_now(signum)
-        self.received = signum
-        self.announce(signum)
+        if not self._second_ends_the_process(signum):
+            # A notebook's second interrupt: not the kernel's end. In a
+            # `__del__` it would be printed and dropped: the graceful stop
+            # goes on, and a next interrupt lands elsewhere.
+            if not _in_a_del(frame):
+                raise KeyboardInterrupt
+            return
+        stop_now(signum)
 
     def announce(self, signum):
         """Writes `<SIGNAL>: stopping after the step in flight ...` to
@@ -214,7 +219,6 @@ class StopOnSignal(keras.callbacks.Callback):
         TensorFlow (the handler raises a notebook's); passes every
         byte on to the wakeup fd `forward`, when one was set; returns when
         the socket's other end is closed."""
-        seen = 0
         while True:
             try:
                 data = reader.recv(64)
@@ -229,8 +233,8 @@ class StopOnSignal(keras.callbacks.Callback):
                     pass
             for signum in data:
                 if signum in self.SIGNALS:
-                    seen += 1
-                    if seen > 1 and self._second_ends_the_process(signum):
+                    self._seen += 1
+                    if self._seen > 1 and self._second_ends_the_process(signum):
                         stop_now(signum, flush=False)
                     self.announce(signum)
 

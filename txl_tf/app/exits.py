@@ -54,7 +54,10 @@ def interrupted():
     sys.exit(EXIT_INTERRUPTED)
 
 
-_ending = threading.Lock()  # held by the one call of `stop_now` that ends the process
+# Held by the one call of `stop_now` that ends the process; reentrant: a
+# signal's handler that calls it again in the thread holding it (whose flush
+# blocks on a reader that stalled) ends the process instead of waiting on itself.
+_ending = threading.RLock()
 
 
 def stop_now(signum, flush=True):
@@ -74,8 +77,7 @@ def stop_now(signum, flush=True):
     Returns:
         Never: the process ends (`os._exit`).
     """
-    if not _ending.acquire(blocking=False):
-        _ending.acquire()  # another thread is ending the process
+    _ending.acquire()  # another thread that holds it is ending the process
     if flush:
         try:
             sys.stdout.flush()
