@@ -61,7 +61,7 @@ __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "In
            "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
            "TransformerXLTokenizer", "TxlError", "WarmupCosineDecay"]
 # setup.py reads it; CHANGELOG.md says what each release changed.
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 
 moved_modules.install()
