@@ -383,3 +383,25 @@ def test_grad_segments_an_int32_length_cannot_hold_are_refused(grad_segments):
     with pytest.raises(TxlError, match=r"must be at most 2147483647 positions"):
         core.read_documents(np.ones((1, 8), np.int32), np.int32([8]), 8, 4,
                             grad_segments=grad_segments)
+
+
+def test_xla_steps_run_on_the_device_of_a_one_device_strategy():
+    """Under `OneDeviceStrategy` of a device other than the default one (here
+    the second logical CPU), `fit`, `evaluate` and `predict` with XLA run
+    beside the variables the strategy put there, as on the default device."""
+    x, labels = marker_task(4, seed=6)
+    data = tf.data.Dataset.from_tensor_slices((x, labels)).batch(2)
+    keras.utils.set_random_seed(6)
+    weights = TransformerXLClassifier(tiny_config(n_layer=1), 2).get_weights()
+    results = []
+    for device in ("/cpu:0", "/cpu:1"):
+        with tf.distribute.OneDeviceStrategy(device).scope():
+            model = TransformerXLClassifier(tiny_config(n_layer=1), 2)
+            model.set_weights(weights)
+            model.compile(keras.optimizers.Adam(1e-2),
+                          keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                          jit_compile=True)
+        history = model.fit(data, verbose=0, shuffle=False)
+        results.append([*history.history["loss"], model.evaluate(data, verbose=0),
+                        *model.predict(x, verbose=0).ravel()])
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6)

@@ -257,6 +257,39 @@ def test_jit_compiled_fit_steps_match_graph_steps():
 
 
 
+def _xla_run_under(device, weights, streams):
+    """Losses of `fit`, `train_on_batch`, `evaluate`, `predict` with XLA
+    under `OneDeviceStrategy(device)`, and where the memory lives."""
+    with tf.distribute.OneDeviceStrategy(device).scope():
+        model = TransformerXLLM(tiny(n_layer=1), batch_size=2)
+        set_weights(model.core, weights)
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=True)
+    data = stream_batches(streams, 3)
+    history = model.fit(data.take(2), epochs=1, verbose=0)
+    x, y = next(iter(data.skip(2)))
+    step = model.train_on_batch(x, y, return_dict=True)
+    evaluation = model.evaluate(data, verbose=0, return_dict=True)
+    log_probs = model.predict(data.map(lambda x, y: x), verbose=0)
+    return ([*history.history["loss"], step["loss"], evaluation["loss"]], log_probs,
+            model.mems.value.device)
+
+
+def test_xla_steps_run_on_the_device_of_a_one_device_strategy():
+    """Under a `OneDeviceStrategy` of a device other than the default one (the
+    CPU of a machine with a GPU, a second GPU; here the second logical CPU),
+    the XLA steps run there, beside the variables the strategy put there
+    (Keras ran them on the default device: "Trying to access resource ...
+    located in device"), and compute what they compute on the default one."""
+    keras.utils.set_random_seed(5)
+    weights = get_weights(TransformerXLLM(tiny(n_layer=1), batch_size=2).core)
+    streams = np.random.default_rng(5).integers(0, 256, (2, 3 * T + 1)).astype(np.int32)
+    losses, log_probs, device = _xla_run_under("/cpu:0", weights, streams)
+    other_losses, other_log_probs, other_device = _xla_run_under("/cpu:1", weights, streams)
+    assert device.endswith("CPU:0") and other_device.endswith("CPU:1")
+    np.testing.assert_allclose(other_losses, losses, rtol=1e-6)
+    np.testing.assert_allclose(other_log_probs, log_probs, atol=1e-6)
+
+
 def test_out_of_range_ids_are_one_clear_error_under_xla():
     """XLA drops the core's range assertion (a bad id would be clamped by the
     gather, a bad target give NaN): `fit`, `evaluate` and `predict` check ids

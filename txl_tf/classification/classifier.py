@@ -10,7 +10,7 @@ from txl_tf.checks.inputs import InputError, checked_data, input_errors
 from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
-from txl_tf.keras_support.keras_compat import PrebuiltModel
+from txl_tf.keras_support.keras_compat import PrebuiltModel, StepsOnStrategyDevice
 from txl_tf.keras_support.precision import choose as choose_precision
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
@@ -28,7 +28,7 @@ def split_inputs(inputs):
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, keras.Model):
+class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevice, keras.Model):
     """Sequence classifier that reads long documents segment by segment.
 
     ```python

@@ -36,6 +36,8 @@ def _require(owner, name):
 
 check_keras_version()
 _require(keras.Model, "_maybe_symbolic_build")
+for _name in ("make_train_function", "make_test_function", "make_predict_function"):
+    _require(keras.Model, _name)
 _require(keras.optimizers.Optimizer, "_clip_gradients")
 _require(keras.optimizers.Optimizer, "_all_reduce_sum_gradients")
 _require(keras.optimizers.LossScaleOptimizer, "_stateful_handle_non_finite_grads")
@@ -57,6 +59,51 @@ class PrebuiltModel:
         if self.optimizer is not None and not self.optimizer.built:
             with self.distribute_strategy.scope():
                 self.optimizer.build(self.trainable_variables)
+
+
+class StepsOnStrategyDevice:
+    """Mixin for a `keras.Model`: its step functions run on the device of a
+    `tf.distribute.OneDeviceStrategy` it was made under.
+
+    Keras 3.15 compiles the whole step with `jit_compile=True`, the strategy's
+    `run` inside it (`TensorFlowTrainer._make_function`,
+    keras/src/backend/tensorflow/trainer.py), and an XLA function runs on the
+    device it is called from, the default one: under
+    `OneDeviceStrategy("/cpu:0")` on a machine with a GPU (or `"/gpu:1"`) the
+    step ran on the GPU (`GPU:0`) and read the variables the strategy had put
+    elsewhere ("Trying to access resource ... located in device"). Here
+    `fit`, `evaluate`, `predict` and the `*_on_batch` calls enter the
+    strategy's device around each step function. No upstream report found.
+    """
+
+    def make_train_function(self, force=False):
+        result = super().make_train_function(force)
+        self.train_function = self._on_strategy_device(self.train_function)
+        return result
+
+    def make_test_function(self, force=False):
+        result = super().make_test_function(force)
+        self.test_function = self._on_strategy_device(self.test_function)
+        return result
+
+    def make_predict_function(self, force=False):
+        result = super().make_predict_function(force)
+        self.predict_function = self._on_strategy_device(self.predict_function)
+        return result
+
+    def _on_strategy_device(self, function):
+        strategy = self.distribute_strategy
+        if function is None or getattr(function, "_txl_device", None) is not None or \
+                not isinstance(strategy, tf.distribute.OneDeviceStrategy):
+            return function
+        device = strategy.extended.worker_devices[0]
+
+        def on_device(*args, **kwargs):
+            with tf.device(device):
+                return function(*args, **kwargs)
+
+        on_device._txl_device = device
+        return on_device
 
 
 class ClipAfterReplicaSum:
