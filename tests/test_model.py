@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from txl_tf import ReplicaClippedAdam, TransformerXLConfig, TransformerXLLM
 from txl_tf.data import eval_segment_dataset
+from txl_tf.generation.decoder import Decoder
 from txl_tf.learning.evaluation import evaluate_ids
 from txl_tf.weights.checkpoints import get_weights, set_weights
 from training.strategy import mirrored_strategy
@@ -270,24 +271,31 @@ def _xla_run_under(device, weights, streams):
     step = model.train_on_batch(x, y, return_dict=True)
     evaluation = model.evaluate(data, verbose=0, return_dict=True)
     log_probs = model.predict(data.map(lambda x, y: x), verbose=0)
+    prompts = {"token_ids": streams[:, :T], "padding_mask": np.ones((2, T), bool)}
+    generated = model.generate(prompts, max_length=T + 3)["token_ids"]
+    decoded = Decoder(model.core).generate(streams[:, :T], 3, seed=0).ids
     return ([*history.history["loss"], step["loss"], evaluation["loss"]], log_probs,
-            model.mems.value.device)
+            (np.asarray(generated), decoded), model.mems.value.device)
 
 
 def test_xla_steps_run_on_the_device_of_a_one_device_strategy():
     """Under a `OneDeviceStrategy` of a device other than the default one (the
     CPU of a machine with a GPU, a second GPU; here the second logical CPU),
-    the XLA steps run there, beside the variables the strategy put there
-    (Keras ran them on the default device: "Trying to access resource ...
-    located in device"), and compute what they compute on the default one."""
+    the XLA steps, `generate` and a `Decoder` of its core run there, beside
+    the variables the strategy put there (they ran on the default device:
+    "Trying to access resource ... located in device"), and compute what
+    they compute on the default one."""
     keras.utils.set_random_seed(5)
     weights = get_weights(TransformerXLLM(tiny(n_layer=1), batch_size=2).core)
     streams = np.random.default_rng(5).integers(0, 256, (2, 3 * T + 1)).astype(np.int32)
-    losses, log_probs, device = _xla_run_under("/cpu:0", weights, streams)
-    other_losses, other_log_probs, other_device = _xla_run_under("/cpu:1", weights, streams)
+    losses, log_probs, ids, device = _xla_run_under("/cpu:0", weights, streams)
+    other_losses, other_log_probs, other_ids, other_device = _xla_run_under(
+        "/cpu:1", weights, streams)
     assert device.endswith("CPU:0") and other_device.endswith("CPU:1")
     np.testing.assert_allclose(other_losses, losses, rtol=1e-6)
     np.testing.assert_allclose(other_log_probs, log_probs, atol=1e-6)
+    for other, reference in zip(other_ids, ids):  # keras-hub's generate, the Decoder's
+        np.testing.assert_array_equal(other, reference)
 
 
 def test_out_of_range_ids_are_one_clear_error_under_xla():

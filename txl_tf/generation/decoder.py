@@ -21,6 +21,7 @@ from txl_tf.generation import flow as generation
 from txl_tf.generation.request import (DecodeState, HeldCache, Rows, check_count,
                                        held_cache)
 from txl_tf.generation.sampling import choose
+from txl_tf.keras_support.placement import on_device, weights_device
 from txl_tf.layers.memory import Memory
 
 
@@ -55,13 +56,18 @@ class Decoder:
         self.segment_len = check_count(
             "segment_len", core.config.tgt_len if segment_len is None else segment_len, low=1)
         jit_compile = check_flag("jit_compile", jit_compile)  # "no" would compile
-        self._last = tf.function(self._last_graph, reduce_retracing=True)
-        self._first = tf.function(self._fresh_graph, jit_compile=bool(jit_compile))
-        self._decode = tf.function(self._decode_graph, jit_compile=bool(jit_compile))
-        self._project = tf.function(self._project_graph, jit_compile=bool(jit_compile))
-        self._position_keys = tf.function(self.core.decode_position_keys,
-                                          jit_compile=bool(jit_compile))
-        self._read_cached = tf.function(self._read_cached_graph, reduce_retracing=True)
+        device = weights_device(core)  # where XLA must run to read the weights
+
+        def compiled(function, **options):
+            return on_device(tf.function(function, **options), device)
+
+        self._last = compiled(self._last_graph, reduce_retracing=True)
+        self._first = compiled(self._fresh_graph, jit_compile=bool(jit_compile))
+        self._decode = compiled(self._decode_graph, jit_compile=bool(jit_compile))
+        self._project = compiled(self._project_graph, jit_compile=bool(jit_compile))
+        self._position_keys = compiled(self.core.decode_position_keys,
+                                       jit_compile=bool(jit_compile))
+        self._read_cached = compiled(self._read_cached_graph, reduce_retracing=True)
 
     def generate(self, prompts, max_new_tokens, **options):
         """Continues each prompt by up to `max_new_tokens` ids.

@@ -13,6 +13,8 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking
 
+from txl_tf.keras_support.placement import on_device
+
 TESTED_VERSION = (3, 15)
 
 
@@ -93,17 +95,9 @@ class StepsOnStrategyDevice:
 
     def _on_strategy_device(self, function):
         strategy = self.distribute_strategy
-        if function is None or getattr(function, "_txl_device", None) is not None or \
-                not isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        if not isinstance(strategy, tf.distribute.OneDeviceStrategy):
             return function
-        device = strategy.extended.worker_devices[0]
-
-        def on_device(*args, **kwargs):
-            with tf.device(device):
-                return function(*args, **kwargs)
-
-        on_device._txl_device = device
-        return on_device
+        return on_device(function, strategy.extended.worker_devices[0])
 
 
 class ClipAfterReplicaSum:

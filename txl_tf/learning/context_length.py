@@ -89,6 +89,7 @@ def transformer_xl_scorer(core, segment_len=None):
     an empty memory of as many slots as the window has ids, so every id of
     the window is attended and nothing older exists."""
     import tensorflow as tf
+    from txl_tf.keras_support.placement import on_device, weights_device
     segment_len = core.config.tgt_len if segment_len is None else int(segment_len)
     compiled = {}
 
@@ -99,7 +100,8 @@ def transformer_xl_scorer(core, segment_len=None):
                 lengths = tf.fill([tf.shape(ids)[0]], width)
                 hidden = core.read_documents(ids, lengths, segment_len, mem_len=width)
                 return core.crit.log_probs(hidden)
-            compiled[width] = tf.function(read, jit_compile=True)
+            compiled[width] = on_device(tf.function(read, jit_compile=True),
+                                        weights_device(core))
         return compiled[width](tf.constant(windows)).numpy()
 
     return score

@@ -338,14 +338,15 @@ class TransformerXLCausalLM(RestoresCompile, StepsOnStrategyDevice, StreamTraini
         TensorFlow's graph optimizer (Grappler) turns the uncompiled graph's
         output at batch 1 into an empty tensor (TF 2.21). The function it
         returns checks the prompts first (`InputError`: an empty or
-        left-padded prompt, an id outside the vocabulary).
+        left-padded prompt, an id outside the vocabulary) and runs it on
+        the device of the model's `OneDeviceStrategy` (`StepsOnStrategyDevice`).
 
         Returns:
             `generate_function(inputs, stop_token_ids=None)`.
         """
         if self.generate_function is None and not self.run_eagerly:
             self.generate_function = tf.function(self.generate_step, jit_compile=True)
-        compiled = super().make_generate_function()
+        compiled = self._on_strategy_device(super().make_generate_function())
 
         def generate_function(inputs, stop_token_ids=None):
             # XLA drops generate_step's assertion and the gather's range
