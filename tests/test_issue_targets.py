@@ -6,6 +6,7 @@ missing, a CPU or --tiny run), the JSON of a real `--device=cpu --tiny` run
 import copy
 import json
 import math
+import re
 
 import pytest
 
@@ -343,11 +344,13 @@ def test_the_json_of_a_tiny_cpu_run():
         "decode step, batch 16 (float32): <= 2x the bound",
         "evaluation, batch 1: the runtime API (memory on the device) >= 0.9x the graph with "
         "bound buffers", EVAL_B16,
-        "a short soak on the GPU: every session gets what it gets alone"}
+        "a short soak on the GPU: every session gets what it gets alone", FLAGS}
     assert got[TF32]["why"] == "CPU run (and: no f32+jit row in its JSON)"  # tiny runs f32
+    assert re.fullmatch(r"triton_gemm_off 1st \d+\.\d s, [\d,]+ tok/s; autotune_level_0 1st "
+                        r"\d+\.\d s, [\d,]+ tok/s", got[FLAGS]["measured"]), got[FLAGS]
     as_gpu = dict(copy.deepcopy(check), device="gpu", tiny=False)
     got = by_target(as_gpu)
-    for target in (TABLE, DECODE_B1, EVAL_B16):
+    for target in (TABLE, DECODE_B1, EVAL_B16, FLAGS):
         assert (got[target]["verdict"], got[target]["why"]) == (
             "not measured", "taken on cpu, not on the GPU")
     assert got[TF32]["why"] == "no f32+jit row in its JSON"
