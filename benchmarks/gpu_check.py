@@ -1,22 +1,31 @@
 r"""The one GPU check (issue 52): a machine with one NVIDIA GPU and the `[gpu]`
-extra runs it within `--total_s` (8 minutes by default; each part has its
-own share, `BUDGETS`) and prints one table.
+extra runs it within `--total_s` (by default what one device session leaves,
+`SESSION_S`; each part has its own share, `BUDGETS`) and prints one table.
+All its parts do not fit one session: `--parts=training` and
+`--parts=serving` (`GROUPS`) each do; the parts in neither run by name.
 
     python -m benchmarks.gpu_check [--reference_dir=.../transformer-xl/pytorch] \
-        [--reference_python=python] [--output=gpu_check.json] [--parts=parity,train]
+        [--reference_python=python] [--output=gpu_check.json] [--parts=training]
+    python -m benchmarks.gpu_check --parts=serving,mirrored   # groups and parts
     python -m benchmarks.gpu_check --device=cpu --tiny   # its logic, on the CPU, tiny sizes
     python -m benchmarks.gpu_check --make_serving_exports=build/gpu_exports   # beforehand
     python -m benchmarks.gpu_check --serving_exports=build/gpu_exports        # then
 
 Parts, each a command line of `COMMANDS` run in its own process with its own
 time budget (`BUDGETS`, plus what the parts before it left unused, cut to what
-is left of `--total_s`: `part_limit`); a part that
+is left of `--total_s`: `part_limit`); a part of `SETTINGS` runs its command
+once per setting, each in a process whose environment adds the setting's
+variables (`run_settings`); a part that
 fails, runs out of time or cannot run is one line of the table (`failed
 (...)`, `skipped (...)`), and the check goes on:
 
 - `gpu`: the GPU TensorFlow sees, onnxruntime's providers, the ptxas XLA
   will use and its version (CUDA 12.6.3's, 12.6.85, or newer: older ones
   compile wrong sm_90 code where values are clamped).
+- `compile_flags`: `benchmarks.throughput --part=train` of enwik8_base
+  f32+jit (no paper row), once with `--xla_gpu_enable_triton_gemm=false`
+  added to `XLA_FLAGS` and once with `--xla_gpu_autotune_level=0`: each
+  setting's first step's seconds (XLA's compile) and tok/s.
 - `parity`: log-probs of the enwik8 base model (random weights, seed 0) on
   the GPU against the CPU, TF32 off, two 512-token segments of batch 2 with
   the memory carried: the largest difference, <= 1e-4.
@@ -29,10 +38,10 @@ fails, runs out of time or cannot run is one line of the table (`failed
   against `OneDeviceStrategy`, same weights and data, TF32 off: losses and
   weights.
 - `pair_enwik8_base`, `pair_wt103_base`: `benchmarks.throughput --part=train`
-  for f32 (TF32), bf16 and f16 with XLA, one at a time, beside the paper's
+  with XLA (enwik8_base: bf16, the must-show row not yet measured;
+  wt103_base: f32 with TF32; the other rows left out to fit, `GROUPS`), beside the paper's
   PyTorch code in the matching precision (with `--reference_dir`): tok/s,
-  the ratio, peak GPU memory, the first step's seconds. The must-show rows
-  (f32 and bf16 at enwik8_base) run first; a part stopped at its budget
+  the ratio, peak GPU memory, the first step's seconds. A part stopped at its budget
   shows the rows its JSON holds so far and the variant it was on; where the
   paper's code fails, its rows say why and this library's are still timed
   (the part fails). At enwik8_base each of this library's variants then
@@ -114,6 +123,9 @@ from txl_tf.app.flagspec import option, values
 # Every command line the check runs (formatted with `sizes()` and the flags):
 # rename a benchmark here.
 COMMANDS = {
+    "compile_flags": "{python} -m benchmarks.throughput --part=train --shapes={pair_enwik8} "
+                     "--variants={compile_variant} --warmup=1 --iters=3 "
+                     "--output={out}/compile_flags.json",
     "parity": "{python} -m benchmarks.gpu_check --run_part=parity --shape={check_shape} "
               "--device={device}",
     "losses": "{python} -m benchmarks.gpu_check --run_part=losses --shape={loss_shape} "
@@ -121,11 +133,11 @@ COMMANDS = {
     "mirrored": "{python} -m benchmarks.gpu_check --run_part=mirrored --shape={loss_shape} "
                 "--device={device}",
     "pair_enwik8_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_enwik8} "
-                        "--variants={pair_variants} --nointerleave --warmup=2 "
+                        "--variants={enwik8_variants} --nointerleave --warmup=2 "
                         "--iters={pair_iters} --profile_steps=2 "
                         "--output={out}/pair_enwik8_base.json {reference}",
     "pair_wt103_base": "{python} -m benchmarks.throughput --part=train --shapes={pair_wt103} "
-                       "--variants={pair_variants} --nointerleave --warmup=2 "
+                       "--variants={wt103_variants} --nointerleave --warmup=2 "
                        "--iters={pair_iters} --output={out}/pair_wt103_base.json {reference}",
     "train": "{python} -m training.train --model_dir={work}/train --preset={train_preset} "
              "--dataset=pystdlib --cache_dir={work}/cache --batch_size={train_batch} "
@@ -160,14 +172,53 @@ COMMANDS = {
                               "--exports={work}/serving_float16/{serving_preset}/out "
                               "--tolerance=5e-2 --output={out}/cuda_parity_float16.json",
 }
-# Seconds each part may take (the whole check: --total_s). pair_enwik8_base holds the
-# must-show rows and compiles three programs; train's resume loads its program (XLA cache);
-# serving_long_memory exports enwik8_base unless --serving_exports brought it.
-BUDGETS = {"parity": 30, "losses": 35, "mirrored": 25, "pair_enwik8_base": 90,
-           "pair_wt103_base": 25, "train": 70, "serving_long_memory": 45,
-           "serving_evaluation": 40, "serving_soak": 20, "serving_device_tests": 20,
-           "serving_parity": 25, "serving_profile": 20, "serving_float16": 20,
-           "serving_parity_float16": 15}
+# Parts run once per setting, each run a process of its own with these variables added
+# to the check's environment (after any value it has: run_check.sh's XLA_FLAGS holds
+# --xla_gpu_cuda_data_dir), each with an equal share of the part's time (`run_settings`).
+# compile_flags: the first training step's seconds (XLA's compile: GEMM autotuning, ptxas)
+# and tok/s with Triton's GEMMs off, and with no autotuning. Both flags parse in TensorFlow
+# 2.21; an unknown XLA flag aborts the process: check one with
+# `XLA_FLAGS=--flag python -c "import tensorflow as tf; tf.function(lambda x: x + 1,
+# jit_compile=True)(tf.ones(1))"` before adding it.
+SETTINGS = {"compile_flags": {
+    "triton_gemm_off": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false"},
+    "autotune_level_0": {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}}}
+# Seconds each part may take, from the check's run of 2026-11-30 on an H200
+# (benchmarks/device/README.md, Next GPU session): a part that finished there has its seconds
+# and a margin (parity, serving_long_memory, serving_evaluation, serving_soak); one that
+# timed out has what that run showed it needs: its process's start (TensorFlow's and
+# onnxruntime's imports, the GPU opened: the gpu and parity rows), one compile per XLA
+# program as the enwik8_base pair's f32+jit first step measured it (mostly GPU-only work:
+# GEMM autotuning, ptxas; the small shape's programs are given the same), then its work.
+# losses: its seconds to the GPU program's compile there, the compile, 50 steps on each
+# device; mirrored: two programs, the second given less (its GEMMs are the first's, whose
+# autotuning XLA keeps in the process);
+# pair_enwik8_base: its one variant (`sizes`), the paper's row and 2 profiled steps;
+# pair_wt103_base: its paper row as measured, one program; compile_flags: each setting
+# its start and what `issue_targets`' first-step target allows (a setting still compiling
+# then is short of it, and its row says so); train: the first run's compile and 21 steps,
+# then the resume, which loads the program from XLA's cache; serving_device_tests: the
+# tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
+# had printed, then the rest. The serving parts time exports brought along
+# (--serving_exports): serving_long_memory exports enwik8_base otherwise.
+BUDGETS = {"compile_flags": 100, "parity": 30, "losses": 140, "mirrored": 120,
+           "pair_enwik8_base": 95, "pair_wt103_base": 100, "train": 135,
+           "serving_long_memory": 40, "serving_evaluation": 50, "serving_soak": 40,
+           "serving_device_tests": 75, "serving_parity": 45, "serving_profile": 40,
+           "serving_float16": 35, "serving_parity_float16": 45}
+# What one device session leaves for the check (its device time less the machine's start,
+# the pieces and their unpacking, as on 2026-11-30): the whole check does not fit one, so
+# it runs as named groups of parts (`--parts=training`, `--parts=serving`), one a
+# session, each group's budgets and the gpu and serving_exports rows within SESSION_S.
+SESSION_S = 540.0
+# Left out of the groups to fit (run by name, e.g. `--parts=serving,mirrored`): mirrored
+# (two XLA programs) and pair_wt103_base (its rows are shown, not judged); and of the pairs'
+# rows (`sizes`) enwik8_base's f32+jit (5.19x the paper's on 2026-11-30) and f16+jit, and
+# wt103_base's bf16+jit and f16+jit.
+GROUPS = {"training": ("compile_flags", "parity", "losses", "pair_enwik8_base", "train"),
+          "serving": ("serving_long_memory", "serving_evaluation", "serving_soak",
+                      "serving_device_tests", "serving_parity", "serving_profile",
+                      "serving_float16", "serving_parity_float16")}
 # The parts that time the float16 decode step: only over --serving_exports (an export
 # of its own would take more than their budget on the GPU machine).
 FLOAT16_PARTS = ("serving_float16", "serving_parity_float16")
@@ -187,8 +238,11 @@ SPEC = (
     option("enum", "device", "gpu", "gpu: the check; cpu: its logic on the CPU (no GPU "
            "needed; with --tiny).", ["gpu", "cpu"]),
     option("bool", "tiny", False, "Tiny sizes everywhere (the CPU test of the logic)."),
-    option("list", "parts", CHECKS, f"Parts to run: {CHECKS}."),
-    option("float", "total_s", 480.0, "Seconds for the whole check."),
+    option("list", "parts", CHECKS, f"Parts to run, in this order: of {CHECKS}, or a group's "
+           "name for its parts (" + "; ".join(f"{g}: {', '.join(p)}" for g, p in GROUPS.items())
+           + ")."),
+    option("float", "total_s", SESSION_S, "Seconds for the whole check (what a device session "
+           "leaves: one group's parts fit)."),
     option("float", "budget_scale", 1.0, "Multiplies every part's budget (a rerun of one part)."),
     option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl "
            "(the paper's rows of the pairs)."),
@@ -224,10 +278,12 @@ def sizes(tiny, device):
     """The values `COMMANDS` is formatted with (besides paths and flags)."""
     if tiny:
         return dict(check_shape="tiny", loss_shape="tiny", pair_enwik8="tiny", pair_wt103="tiny",
-                    pair_variants="f32", pair_iters=2, train_preset="tiny", train_batch=4,
+                    enwik8_variants="f32", wt103_variants="f32", compile_variant="f32",
+                    pair_iters=2, train_preset="tiny", train_batch=4,
                     serving_preset="tiny", eval_segment=32, device=device, ort_device="cpu")
     return dict(check_shape="enwik8_base", loss_shape="small", pair_enwik8="enwik8_base",
-                pair_wt103="wt103_base", pair_variants="f32+jit,bf16+jit,f16+jit", pair_iters=8,
+                pair_wt103="wt103_base", enwik8_variants="bf16+jit", wt103_variants="f32+jit",
+                compile_variant="f32+jit", pair_iters=8,
                 train_preset="enwik8_base", train_batch=22, serving_preset="enwik8_base",
                 eval_segment=512, device=device, ort_device="cuda" if device == "gpu" else "cpu")
 
@@ -1072,16 +1128,18 @@ def _json_of(path, most=4 * 2 ** 20):
 
 
 def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_cache=True,
-              done=None, envs=None):
+              done=None, envs=None, settings=None):
     """Runs the parts in order, each within `part_limit`: its budget and
     the time the parts before it left unused, never what the parts after it
     are budgeted (nor more than is left of `total_s`). `commands`: `{part:
     list}`, each run with `env`, or with `envs[part]` where given
     (`part_envs`); `skip`: `{part: reason}`; the
     `train` part (given `train_work`) is the kill-and-resume run (`run_train`,
-    `xla_cache`); `done(rows)`, if given, is called after each part (the
+    `xla_cache`); a part of `settings` (default `SETTINGS`) runs once per
+    setting (`run_settings`); `done(rows)`, if given, is called after each part (the
     rows so far). After SIGTERM (`stop_on_sigterm`) the part running fails
     and the rest are skipped. Returns the table's rows."""
+    settings = SETTINGS if settings is None else settings
     to_run = [part for part in commands if not (skip or {}).get(part)]
     now = time.monotonic()
     # where the budgets of the parts to run end (a part's slack is what those before it left
@@ -1105,18 +1163,22 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
                           "result": f"skipped ({skip[part]})"}
             elif left < 1:
                 result = {"status": "skipped", "seconds": 0.0,
-                          "result": f"skipped (the check's {total_s:g} s were spent)"}
+                          "result": f"skipped (the check's {max(total_s, 0):g} s were spent)"}
             elif part == "train" and train_work:
                 result = run_train(command, train_work, limit, part_env, xla_cache)
+            elif part in settings:
+                result = run_settings(command, settings[part], limit, part_env)
             else:
                 result = run_command(command, limit, part_env)
         except Stopped as why:
             result = _failed(f"stopped by {why} after {time.monotonic() - start:.0f} s", start)
         if written and os.path.exists(written):  # its numbers, in the check's one file
             result["json"] = _json_of(written)
-        if part.startswith("pair_") and written and os.path.exists(written):
+        summarize = (pair_summary if part.startswith("pair_")
+                     else settings_summary if part in settings else None)
+        if summarize and written and os.path.exists(written):
             try:
-                summary = pair_summary(written)  # a stopped run's rows too
+                summary = summarize(written)  # a stopped run's rows too
             except (OSError, ValueError, KeyError, TypeError) as error:
                 summary = f"its JSON unreadable: {type(error).__name__}: {error}"[:300]
             result["result"] = (summary if result["status"] == "ok"
@@ -1128,6 +1190,114 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
         if done:
             done(rows)
     return rows
+
+
+def setting_output(path, name):
+    """The file a setting's run of a part writes: the part's `--output=`
+    `path` with the setting's `name` before its extension."""
+    root, extension = os.path.splitext(path)
+    return f"{root}.{re.sub(r'[^A-Za-z0-9_-]+', '_', name)}{extension}"
+
+
+def with_settings(env, extra):
+    """`env` (None: this process's) with each of `extra`'s variables added
+    after the value it has (a space between), or set where it has none."""
+    env = dict(os.environ if env is None else env)
+    for name, value in extra.items():
+        env[name] = f"{env.get(name, '')} {value}".strip()
+    return env
+
+
+def setting_figures(data):
+    """`(first step's seconds, tok/s, status word)` of a setting's
+    throughput JSON (whole, or as far as a stopped run wrote it): its first
+    row's figures; else the variant it started, its first step's seconds
+    once known (tok/s None)."""
+    results = [r for r in data.get("results", []) if isinstance(r, dict)]
+    if results and "error" in results[0]:
+        return None, None, f"failed ({results[0]['error']})"
+    if results:
+        return results[0].get("first_step_s"), results[0].get("tokens_per_s"), "done"
+    started = [r for r in data.get("started", []) if isinstance(r, dict)]
+    return (started[0].get("first_step_s") if started else None), None, "not done"
+
+
+def run_settings(command, settings, timeout, env):
+    """A part run once per setting (`SETTINGS`): `command` in a process of
+    its own with the setting's variables added to `env` (`with_settings`),
+    each run an equal share of what is left of `timeout`, writing its own
+    file (`setting_output`); the part's own `--output=` file (rewritten
+    after each run, and when the check is stopped) holds `{"settings":
+    {name: {"env", "status", "result", "first_step_s", "tokens_per_s",
+    "json"}}}`.
+
+    Args:
+        command: the part's argv (its `--output=` names the part's file).
+        settings: `{name: {variable: value}}`.
+        timeout: the part's seconds.
+        env: the check's environment for the part (None: this process's).
+    Returns:
+        a part result: ok where every setting's run was; else failed,
+        naming the runs that failed (its row's line: `settings_summary`)."""
+    start, written = time.monotonic(), output_file(command)
+    runs, failed, outputs = {}, [], []
+
+    def save():
+        if written:
+            with open(written + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"settings": runs}, f, indent=1)
+            os.replace(written + ".tmp", written)
+    try:
+        for i, (name, extra) in enumerate(settings.items()):
+            own = setting_output(written, name) if written else None
+            argv = [f"--output={own}" if own and arg == f"--output={written}" else arg
+                    for arg in command]
+            run_env = with_settings(env, extra)
+            runs[name] = {"env": {k: run_env[k] for k in extra}, "status": "started",
+                          "result": "", "first_step_s": None, "tokens_per_s": None}
+            if own and os.path.exists(own):  # an earlier check's
+                os.remove(own)
+            share = max(0.0, timeout - (time.monotonic() - start)) / (len(settings) - i)
+            try:
+                result = run_command(argv, share, run_env)
+            finally:  # a stopped run's figures so far too
+                if own and os.path.exists(own):
+                    runs[name]["json"] = _json_of(own)
+                    if "not_copied" not in runs[name]["json"]:
+                        first, speed, _ = setting_figures(runs[name]["json"])
+                        runs[name].update(first_step_s=first, tokens_per_s=speed)
+            runs[name].update(status=result["status"], result=result["result"])
+            outputs.append(f"--- {name}\n{result.get('output_tail', '')}")
+            if result["status"] != "ok":
+                failed.append(f"{name}: {result['result'][len('failed ('):-1]}")
+            save()
+    finally:
+        save()
+    output = "\n".join(outputs)[-3000:]
+    if failed:
+        return _failed("; ".join(failed), start, output)
+    return {"status": "ok", "seconds": time.monotonic() - start,
+            "result": settings_summary(written) if written else "ok", "output_tail": output}
+
+
+def settings_summary(path):
+    """One line of a settings part's file (`run_settings`), whole or as far
+    as it got: each setting's first step's seconds and tok/s, or how far
+    its run got."""
+    with open(path, encoding="utf-8") as f:
+        runs = json.load(f)["settings"]
+    parts = []
+    for name, run in runs.items():
+        data = run.get("json") if isinstance(run.get("json"), dict) else {}
+        first, speed, state = setting_figures(data)
+        if state == "done" and speed is not None:
+            parts.append(f"{name} 1st {first:.1f} s, {speed:,.0f} tok/s")
+        elif state.startswith("failed"):
+            parts.append(f"{name} {state}")
+        else:
+            parts.append(f"{name} not done (" + (
+                "no step" if first is None else f"1st {first:.1f} s") + ")")
+    return "; ".join(parts)
 
 
 def part_limit(budget, left, later, budgeted=None):
@@ -1191,6 +1361,21 @@ def commands_for(o, out_dir):
     return {part: shlex.split(COMMANDS[part].format(**fields)) for part in o["parts"]}
 
 
+def selected_parts(given):
+    """The parts `--parts` names, in its order: each a part of `CHECKS` or
+    a group of `GROUPS` (its parts), each part once.
+
+    Args:
+        given: the flag's items.
+    Returns:
+        a list of parts.
+    Raises:
+        BenchmarkError: an item is neither (`names_from`)."""
+    names_from(given, "parts", CHECKS + list(GROUPS))
+    parts = [part for name in given for part in GROUPS.get(name, (name,))]
+    return list(dict.fromkeys(parts))
+
+
 def main(argv):
     del argv
     o = values(SPEC)
@@ -1198,7 +1383,7 @@ def main(argv):
         result = IN_PROCESS[o["run_part"]](o["shape"], o["device"])
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return
-    names_from(o["parts"], "parts", CHECKS)
+    o["parts"] = selected_parts(o["parts"])
     serving_preset = sizes(o["tiny"], o["device"])["serving_preset"]
     if o["make_serving_exports"]:
         for folder in make_serving_exports(o["make_serving_exports"], serving_preset):

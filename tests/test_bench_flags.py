@@ -94,6 +94,10 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.throughput", ["--shapes=huge"], "--shapes takes"),
     ("benchmarks.throughput", ["--part=eval", "--mem_lens=8,x"], "--mem_lens must be"),
     ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
+    ("benchmarks.gpu_check", ["--parts=training,servings"],
+     "train, serving_long_memory, serving_evaluation, serving_soak, serving_device_tests, "
+     "serving_parity, serving_profile, serving_float16, serving_parity_float16, training, "
+     "serving; unknown: servings"),  # its groups, named with its parts
     ("benchmarks.long_memory", ["--part=soak", "--soak_sessions=0"],
      "--soak_sessions must be >= 1, got 0"),
     ("benchmarks.long_memory", ["--part=soak", "--device=tpu"],

@@ -61,9 +61,43 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
     assert f"--shapes={shape}" in commands["pair_wt103_base"]
 
 
-def test_the_parts_budgets_fit_the_checks_total():
+# The gpu and serving_exports rows' seconds in the check of 2026-11-30 on an H200 (taken
+# from --total_s before the parts run).
+ROWS_BEFORE_S = {"gpu": 14, "serving_exports": 9}
+
+
+def test_each_group_fits_one_session():
+    """`--parts=training` and `--parts=serving` each fit what a device session
+    leaves (`SESSION_S`, the default `--total_s`) with the rows before the
+    parts; the parts left out to fit are the two named, and the serving half
+    leaves room for mirrored (benchmarks/device/README.md's plan)."""
     assert set(gc.BUDGETS) == set(gc.CHECKS)
-    assert sum(gc.BUDGETS.values()) <= defaults(gc.SPEC)["total_s"] == 480.0
+    assert defaults(gc.SPEC)["total_s"] == gc.SESSION_S == 540.0
+    grouped = [part for parts in gc.GROUPS.values() for part in parts]
+    assert len(grouped) == len(set(grouped)) and set(grouped) <= set(gc.CHECKS)
+    assert set(gc.GROUPS["serving"]) == {p for p in gc.CHECKS if p.startswith("serving_")}
+    assert set(gc.CHECKS) - set(grouped) == {"mirrored", "pair_wt103_base"}
+    assert gc.GROUPS["training"][0] == "compile_flags"  # its figures first
+    for group, parts in gc.GROUPS.items():
+        before = ROWS_BEFORE_S["gpu"] + ROWS_BEFORE_S["serving_exports"] * (group == "serving")
+        assert sum(gc.BUDGETS[p] for p in parts) + before <= gc.SESSION_S, group
+    serving = gc.selected_parts(["serving", "mirrored"])
+    assert sum(gc.BUDGETS[p] for p in serving) + sum(ROWS_BEFORE_S.values()) <= gc.SESSION_S
+    # what a compile of a minute leaves no room for: one variant per pair
+    sized = gc.sizes(False, "gpu")
+    assert (sized["enwik8_variants"], sized["wt103_variants"]) == ("bf16+jit", "f32+jit")
+
+
+def test_parts_and_groups_select_parts_in_their_order():
+    assert gc.selected_parts(["training"]) == list(gc.GROUPS["training"])
+    assert gc.selected_parts(["serving_soak", "serving", "mirrored", "mirrored"]) == [
+        "serving_soak", *[p for p in gc.GROUPS["serving"] if p != "serving_soak"], "mirrored"]
+    assert gc.selected_parts(["train", "parity"]) == ["train", "parity"]
+    for bad, unknown in ((["training", "servings"], "servings"), ([], "(none given)")):
+        with pytest.raises(gc.BenchmarkError) as error:
+            gc.selected_parts(bad)
+        assert str(error.value) == ("--parts takes a non-empty list of " + ", ".join(
+            gc.CHECKS + ["training", "serving"]) + f"; unknown: {unknown}")
 
 
 def fake(code):
@@ -104,6 +138,82 @@ def test_each_part_is_one_line_and_the_check_goes_on():
     assert [r["status"] for r in rows] == ["failed", "skipped"]
     assert re.fullmatch(r"failed \(timed out after [12] s\)", rows[0]["result"]), rows[0]
     assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
+
+
+def _throughput_like(first_s, tokens_per_s=None, sleep=0):
+    """A fake part that writes a throughput JSON to its --output (a row, or
+    only its start where `tokens_per_s` is None), with the XLA_FLAGS and
+    OTHER it ran with, then sleeps `sleep` seconds."""
+    row = {"variant": "f32+jit", "first_step_s": first_s, "tokens_per_s": tokens_per_s}
+    data = ({"results": [row]} if tokens_per_s is not None else
+            {"partial": True, "results": [], "started": [dict(row, tokens_per_s=None)]})
+    return fake("import json, os, sys, time; out = [a.split('=', 1)[1] for a in sys.argv "
+                "if a.startswith('--output=')][0]; "
+                f"data = dict({data!r}, seen=[os.environ.get('XLA_FLAGS'), "
+                "os.environ.get('OTHER')]); "
+                f"json.dump(data, open(out, 'w')); print('wrote ' + out); time.sleep({sleep})")
+
+
+def test_a_part_with_settings_runs_once_per_setting_in_its_environment(tmp_path):
+    """`SETTINGS`: the part's command once per setting, each run with the
+    setting's variables added after the check's (XLA_FLAGS keeps
+    run_check.sh's), its own file and an equal share of the part's time;
+    the row's line and JSON hold each setting's first step and tok/s, what a
+    stopped run showed too."""
+    assert gc.with_settings({"XLA_FLAGS": "--a=1", "K": "v"}, {"XLA_FLAGS": "--b=2"}) == {
+        "XLA_FLAGS": "--a=1 --b=2", "K": "v"}
+    assert gc.with_settings({}, {"XLA_FLAGS": "--b=2"}) == {"XLA_FLAGS": "--b=2"}
+    assert gc.setting_output("/o/compile_flags.json", "level=0") == "/o/compile_flags.level_0.json"
+    out = tmp_path / "compile_flags.json"
+    settings = {"compile_flags": {"gemm_off": {"XLA_FLAGS": "--one"},
+                                  "level_0": {"XLA_FLAGS": "--two", "OTHER": "x"}}}
+    env = dict(os.environ, XLA_FLAGS="--data_dir=/c")
+    env.pop("OTHER", None)
+    commands = {"compile_flags": _throughput_like(20.5, 190401.2) + [f"--output={out}"]}
+    rows = gc.run_parts(commands, {"compile_flags": 60}, total_s=60, env=env, settings=settings)
+    assert (rows[0]["status"], rows[0]["result"]) == (
+        "ok", "gemm_off 1st 20.5 s, 190,401 tok/s; level_0 1st 20.5 s, 190,401 tok/s"), rows[0]
+    runs = rows[0]["json"]["settings"]
+    assert runs["gemm_off"]["json"]["seen"] == ["--data_dir=/c --one", None]
+    assert runs["level_0"]["json"]["seen"] == ["--data_dir=/c --two", "x"]
+    assert runs["level_0"]["env"] == {"XLA_FLAGS": "--data_dir=/c --two", "OTHER": "x"}
+    assert (runs["gemm_off"]["first_step_s"], runs["gemm_off"]["tokens_per_s"]) == (20.5, 190401.2)
+    assert (tmp_path / "compile_flags.gemm_off.json").exists()
+    assert "--- level_0" in rows[0]["output_tail"]
+    # a run past its share: the next still gets its own; the part fails, showing both
+    settings["compile_flags"]["gemm_off"]["SLEEP"] = "1"
+    commands = {"compile_flags": fake(
+        "import os, subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1] if "
+        "os.environ.get('SLEEP') else sys.argv[2]] + sys.argv[3:], check=True)")
+        + [_throughput_like(61.2, sleep=30)[2], _throughput_like(9.0, 150000.0)[2],
+           f"--output={out}"]}
+    rows = gc.run_parts(commands, {"compile_flags": 6}, total_s=60, env=env, settings=settings)
+    assert rows[0]["status"] == "failed"
+    assert rows[0]["result"] == (
+        "failed (gemm_off: timed out after 3 s; so far: gemm_off not done (1st 61.2 s); "
+        "level_0 1st 9.0 s, 150,000 tok/s)"), rows[0]
+    assert rows[0]["json"]["settings"]["gemm_off"]["first_step_s"] == 61.2
+
+
+def test_sigterm_during_a_setting_keeps_the_settings_before_it(tmp_path):
+    out = tmp_path / "compile_flags.json"
+    settings = {"compile_flags": {"a": {"STOP": ""}, "b": {"STOP": "1"}}}
+    command = fake("import os, signal, subprocess, sys, time; "
+                   "subprocess.run([sys.executable, '-c', sys.argv[1]] + sys.argv[2:]); "
+                   "os.environ['STOP'] and (os.kill(os.getppid(), signal.SIGTERM), "
+                   "time.sleep(30))") + [_throughput_like(12.0, 1000.0)[2], f"--output={out}"]
+    previous = gc.stop_on_sigterm()
+    try:
+        rows = gc.run_parts({"compile_flags": command, "parity": fake("print(1)")},
+                            {"compile_flags": 60, "parity": 5}, total_s=120, env=None,
+                            settings=settings)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        gc._RUNNING["stopped"] = None
+    assert re.fullmatch(r"failed \(stopped by SIGTERM after \d+ s; so far: a 1st 12.0 s, "
+                        r"1,000 tok/s; b 1st 12.0 s, 1,000 tok/s\)", rows[0]["result"]), rows[0]
+    assert rows[0]["json"]["settings"]["b"]["status"] == "started"
+    assert [r["status"] for r in rows] == ["failed", "skipped"]
 
 
 def test_a_part_gets_the_time_the_parts_before_it_left():
@@ -444,7 +554,8 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
     o = {"device": "gpu", "serving_exports": "/x"}
     skipped = {part: gc.skip_reason(part, o, facts) for part in gc.CHECKS}
     assert [p for p, why in skipped.items() if why is None] == [
-        "parity", "losses", "mirrored", "pair_enwik8_base", "pair_wt103_base", "train"]
+        "compile_flags", "parity", "losses", "mirrored", "pair_enwik8_base", "pair_wt103_base",
+        "train"]
     assert skipped["serving_soak"] == facts["onnxruntime_problem"]
     row = gc.gpu_row(dict(facts), "gpu")
     assert row["status"] == "failed" and row["result"].endswith(
@@ -643,6 +754,17 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     assert result["targets"]["table"] in done.stdout.split(result["table"])[1]
     assert {(r["verdict"], r["why"].split(" (and: ")[0]) for r in result["targets"]["rows"]} \
         == {("not judged", "CPU run")}
+    # a group and a part: the group's parts in its order (no time left: each skipped, cheaply)
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=training,serving_parity",
+                                                    "--total_s=0"])
+    result = json.loads((tmp_path / "check.json").read_text())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [(r["part"], r["result"]) for r in result["parts"][1:]] == [
+        *((part, "skipped (the check's 0 s were spent)") for part in gc.GROUPS["training"]),
+        ("serving_parity", "skipped (needs CUDA (benchmarks.long_memory --part=cuda_parity))")]
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=training,servings"])
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
+        "training, serving; unknown: servings"), done.stderr[-2000:]
     done = jobs.run("benchmarks.gpu_check", args + [f"--serving_exports={tmp_path}"])
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "

@@ -6,6 +6,7 @@ missing, a CPU or --tiny run), the JSON of a real `--device=cpu --tiny` run
 import copy
 import json
 import math
+import re
 
 import pytest
 
@@ -22,7 +23,8 @@ def _pair(shape, ours, papers):
         results.append({"shape": shape, "variant": f"paper {precision}",
                         "tokens_per_s": papers[precision], "ratio": 1.0})
         results.append({"shape": shape, "variant": f"{precision}+jit", "tokens_per_s": speed,
-                        "ratio": speed / papers[precision], "peak_gib": 20.04})
+                        "ratio": speed / papers[precision], "peak_gib": 20.04,
+                        "first_step_s": 30.0})
     return {"results": results, "environment": {"gpus": ["/device:GPU:0"]}}
 
 
@@ -54,6 +56,15 @@ def _parity(worst):
                       "max_diff_host_cache": worst / 3}]}
 
 
+def _settings(**first_steps):
+    """The compile_flags part's JSON (`gpu_check.run_settings`): `{setting:
+    (first step's seconds, tok/s)}`."""
+    return {"settings": {name: {"env": {"XLA_FLAGS": f"--{name}"}, "status": "ok",
+                                "first_step_s": first, "tokens_per_s": speed,
+                                "json": {"environment": {"gpus": ["/device:GPU:0"]}}}
+                         for name, (first, speed) in first_steps.items()}}
+
+
 def _row(part, status="ok", result="fine", **extra):
     return {"part": part, "status": status, "seconds": 1.0, "result": result, **extra}
 
@@ -62,6 +73,8 @@ def met_check():
     """A whole GPU check in which every judged target is met."""
     parts = [
         _row("gpu"),
+        _row("compile_flags", json=_settings(triton_gemm_off=(21.4, 190000.0),
+                                             autotune_level_0=(12.25, 150000.0))),
         _row("parity", details={"max_abs_diff": 3e-6, "ok": True}),
         _row("losses", details={"max_abs_diff_per_window": [2e-6, 1e-5, 4e-5], "window": 10,
                                 "checked": [5.6, 5.1, 4.2], "ok": True}),
@@ -103,6 +116,9 @@ TABLE = "SessionTable step of 16 sessions <= 1.2x the batch step of the same row
 DECODE_B1 = "decode step, batch 1 (float32): <= 0.78 ms a token"
 EVAL_B16 = ("evaluation, batch 16: the runtime API (memory on the device) >= 0.9x the graph "
             "with bound buffers")
+COMPILE = "enwik8_base f32+jit: the first training step (XLA's compile) <= 30 s"
+FLAGS = ("enwik8_base f32+jit's first step and tok/s with Triton's GEMMs off, and with "
+         "autotuning off (XLA_FLAGS)")
 RESUME = ("txl-train: 40 steps, a checkpoint, a kill and a resume to the same step and data, "
           "exit 0")
 
@@ -141,6 +157,47 @@ def test_every_target_met_at_its_bounds():
     assert len(table) == 2 + len(it.TARGETS) + 1
     shown = sum(t.limit is None for t in it.TARGETS)
     assert table[-1] == f"targets: {len(rows) - shown} met, {shown} shown"
+
+
+def test_the_first_steps_compile_and_the_flags_that_may_shorten_it():
+    """The pair's f32+jit first step against its 30 s (also from a pair
+    stopped after it); the compile_flags part's settings shown, the fewest
+    seconds its value; a setting stopped before its first step says so."""
+    got = by_target(met_check())
+    assert (got[COMPILE]["verdict"], got[COMPILE]["measured"], got[COMPILE]["from"]) == (
+        "met", "30.0 s, the first step of f32+jit",
+        "pair_enwik8_base: json.results['f32+jit'].first_step_s")
+    assert (got[FLAGS]["verdict"], got[FLAGS]["value"], got[FLAGS]["measured"]) == (
+        "shown", 12.25, "triton_gemm_off 1st 21.4 s, 190,000 tok/s; autotune_level_0 1st "
+                        "12.2 s, 150,000 tok/s")
+    check = met_check()
+    pair = part(check, "pair_enwik8_base")
+    pair.update(status="failed", result="failed (timed out after 95 s; so far: ...)")
+    pair["json"]["results"] = pair["json"]["results"][:1]  # paper f32 done, f32+jit started
+    pair["json"]["started"] = [{"variant": "f32+jit", "first_step_s": 60.7}]
+    flags = part(check, "compile_flags")
+    flags.update(status="failed", result="failed (autotune_level_0: timed out after 50 s)")
+    flags["json"]["settings"]["autotune_level_0"].update(
+        status="failed", first_step_s=None, tokens_per_s=None)
+    flags["json"]["settings"]["triton_gemm_off"]["tokens_per_s"] = None
+    got = by_target(check)
+    assert (got[COMPILE]["verdict"], got[COMPILE]["measured"]) == (
+        "short", "60.7 s, the first step of f32+jit (stopped after it)")
+    assert (got[FLAGS]["verdict"], got[FLAGS]["measured"], got[FLAGS]["why"]) == (
+        "shown", "triton_gemm_off 1st 21.4 s (stopped after it); autotune_level_0 no first "
+                 "step (failed)", "compile_flags failed (autotune_level_0: timed out after 50 s)")
+    pair["json"]["started"][0]["first_step_s"] = None
+    flags["json"]["settings"]["triton_gemm_off"]["first_step_s"] = None
+    got = by_target(check)
+    assert (got[COMPILE]["verdict"], got[COMPILE]["why"]) == (
+        "not measured", "pair_enwik8_base failed (timed out after 95 s; so far: ...): no "
+                        "json.started['f32+jit'].first_step_s")
+    assert got[FLAGS]["why"] == (
+        "compile_flags failed (autotune_level_0: timed out after 50 s): no setting's first "
+        "step done: triton_gemm_off no first step (ok); autotune_level_0 no first step (failed)")
+    flags["json"]["settings"]["triton_gemm_off"].update(first_step_s=3.0, json={
+        "environment": {"gpus": []}})
+    assert by_target(check)[FLAGS]["why"] == "taken on cpu, not on the GPU"
 
 
 def test_a_figure_past_its_threshold_is_short():
@@ -200,7 +257,7 @@ def test_a_failed_part_is_judged_only_where_its_figures_hold():
 def test_a_check_stopped_early_skipped_parts_and_parts_not_run():
     check = met_check()
     check["partial"] = True  # killed outright while pair_wt103_base ran
-    check["parts"] = check["parts"][:5]
+    check["parts"] = check["parts"][:6]
     got = by_target(check)
     assert got[TF32]["verdict"] == "met"
     assert (got[TABLE]["verdict"], got[TABLE]["why"]) == (
@@ -287,11 +344,13 @@ def test_the_json_of_a_tiny_cpu_run():
         "decode step, batch 16 (float32): <= 2x the bound",
         "evaluation, batch 1: the runtime API (memory on the device) >= 0.9x the graph with "
         "bound buffers", EVAL_B16,
-        "a short soak on the GPU: every session gets what it gets alone"}
+        "a short soak on the GPU: every session gets what it gets alone", FLAGS}
     assert got[TF32]["why"] == "CPU run (and: no f32+jit row in its JSON)"  # tiny runs f32
+    assert re.fullmatch(r"triton_gemm_off 1st \d+\.\d s, [\d,]+ tok/s; autotune_level_0 1st "
+                        r"\d+\.\d s, [\d,]+ tok/s", got[FLAGS]["measured"]), got[FLAGS]
     as_gpu = dict(copy.deepcopy(check), device="gpu", tiny=False)
     got = by_target(as_gpu)
-    for target in (TABLE, DECODE_B1, EVAL_B16):
+    for target in (TABLE, DECODE_B1, EVAL_B16, FLAGS):
         assert (got[target]["verdict"], got[target]["why"]) == (
             "not measured", "taken on cpu, not on the GPU")
     assert got[TF32]["why"] == "no f32+jit row in its JSON"
