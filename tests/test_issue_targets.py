@@ -28,7 +28,9 @@ def _pair(shape, ours, papers):
     return {"results": results, "environment": {"gpus": ["/device:GPU:0"]}}
 
 
-def _evaluation(bound, score, step, paper):
+def _evaluation(bound, score, step, paper, tf32=1.25):
+    """The evaluation part's JSON; the TF32 rows `tf32` times as fast, 2e-3
+    off the float32 bound's NLLs (None: no TF32 rows)."""
     rows = []
     for batch in (1, 16):
         for path, speed in (("bound", bound), ("score", score), ("step", step)):
@@ -36,6 +38,11 @@ def _evaluation(bound, score, step, paper):
                          "tokens_per_s": speed * batch, "over_bound": speed / bound})
         rows.append({"preset": "enwik8_base", "batch": batch, "path": "paper",
                      "tokens_per_s": paper * batch})
+    for batch in (1, 16) if tf32 else ():  # after the others: their indices stay
+        for path, speed in (("bound_tf32", bound), ("score_tf32", score)):
+            rows.append({"preset": "enwik8_base", "batch": batch, "path": path,
+                         "tokens_per_s": speed * batch * tf32, "over_bound": speed * tf32 / bound,
+                         "nll_max_abs_diff": 2e-3 if path == "score_tf32" else 1e-3})
     return {"device": "cuda", "rows": rows}
 
 
@@ -157,6 +164,28 @@ def test_every_target_met_at_its_bounds():
     assert len(table) == 2 + len(it.TARGETS) + 1
     shown = sum(t.limit is None for t in it.TARGETS)
     assert table[-1] == f"targets: {len(rows) - shown} met, {shown} shown"
+
+
+def test_evaluation_with_tf32_matmuls_against_the_papers_code_states_its_parity():
+    """The TF32 rows (`--tf32_rows`) judged against 2x the paper's code on
+    their own, their NLLs' difference to the float32 bound in the text; an
+    evaluation without them is not measured there and nothing else moves."""
+    tf32_b1 = ("evaluation, batch 1, TF32 matmuls: the API and the bound graph >= 2x the "
+               "paper's code (its parity stated)")
+    got = by_target(met_check())
+    assert got[tf32_b1]["verdict"] == "met"
+    assert got[tf32_b1]["value"] == pytest.approx(66500.0 * 1.25 / 31716.0)
+    assert got[tf32_b1]["measured"] == (
+        "2.62x the paper's 31,716 tok/s (bound_tf32 87,500, score_tf32 83,125; NLLs 2.0e-03 "
+        "off the float32 bound's)")
+    check = met_check()
+    part(check, "serving_evaluation")["json"] = _evaluation(70000.0, 66500.0, 65100.0,
+                                                             31716.0, tf32=None)
+    without = by_target(check)
+    assert without[tf32_b1]["verdict"] == "not measured", without[tf32_b1]
+    assert "bound_tf32" in without[tf32_b1]["why"], without[tf32_b1]
+    assert {k: v for k, v in without.items() if "TF32 matmuls" not in k} == {
+        k: v for k, v in got.items() if "TF32 matmuls" not in k}
 
 
 def test_the_first_steps_compile_and_the_flags_that_may_shorten_it():
@@ -308,6 +337,8 @@ def test_a_missing_or_wrong_field_is_not_measured_and_says_which():
             "its JSON was not copied: /tmp/p.json holds 9,000,000 bytes",
         "evaluation, batch 1: the API and the bound graph >= 2x the paper's code":
             "the paper's code absent: no --reference_dir",
+        "evaluation, batch 1, TF32 matmuls: the API and the bound graph >= 2x the paper's code "
+        "(its parity stated)": "the paper's code absent: no --reference_dir",
         **{f"wt103_base pair, {v}": "its JSON is not in the row"
            for v in ("f32+jit", "bf16+jit", "f16+jit")},
         "a short soak on the GPU: every session gets what it gets alone":

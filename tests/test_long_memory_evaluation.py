@@ -46,6 +46,7 @@ def options(work, tmp_path, **changes):
     (dict(presets=" ,"), "--presets names no preset: ' ,'"),
     (dict(presets="tiny,nope"), "unknown preset 'nope'"),
     (dict(fixed_shapes="yes"), "--fixed_shapes must be auto, true, one_token or false"),
+    (dict(tf32_rows="yes"), "--tf32_rows must be auto, true or false, got 'yes'"),
     (dict(), "--reuse_exports: no tiny export in "),
 ])
 def test_bad_flags_fail_before_any_export(tmp_path, monkeypatch, changes, message):
@@ -78,6 +79,31 @@ def test_every_path_gives_the_bounds_nlls_and_the_json_has_its_fields(work, tmp_
     assert out[-1].startswith("evaluation on cpu, API ÷ bound (NLLs equal): tiny b1 bound "), \
         out[-1]
     assert "; tiny b3 bound " in out[-1] and out[-1].endswith("paper absent (timed on CUDA only)")
+
+
+def test_tf32_rows_time_a_second_runtime_and_state_their_nlls(work, tmp_path, capsys,
+                                                              monkeypatch):
+    """`--tf32_rows=true` (on CUDA by default): the bound graph and score on a
+    runtime opened with `tf32=True`, after the float32 paths; their NLLs'
+    difference to the bound is stated, not held to --tolerance (on the CPU
+    TF32 changes nothing: 0)."""
+    opened = []
+    real_open = lm.open_export
+
+    def recording_open(*args, **options):
+        opened.append(options.get("tf32", False))
+        return real_open(*args, **options)
+    monkeypatch.setattr(lm, "open_export", recording_open)
+    lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tf32_rows="true"))
+    assert opened == [False, True]
+    rows = json.loads((tmp_path / "evaluation.json").read_text())["rows"]
+    assert [r["path"] for r in rows] == [*lm.EVALUATION_PATHS, *lm.TF32_PATHS, "paper"]
+    for r in rows[len(lm.EVALUATION_PATHS):-1]:
+        assert r["tokens_per_s"] > 0 and r["nll_max_abs_diff"] == 0.0, r
+    assert ", score with TF32 " in capsys.readouterr().out.strip().splitlines()[-1]
+    opened.clear()
+    lm.run_evaluation(options(work, tmp_path, batch_sizes="1"))  # auto: on CUDA only
+    assert opened == [False]
 
 
 @pytest.mark.parametrize("device_cache", [False, True])
