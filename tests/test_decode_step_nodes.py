@@ -16,12 +16,17 @@ MAX_KERNELS_PER_LAYER = 20
 
 
 @pytest.fixture(scope="module")
-def layer_nodes(tmp_path_factory):
-    """The nodes one layer adds to the optimized decode step, by op type."""
+def step_nodes(tmp_path_factory):
+    """The optimized decode step's nodes by op type, with 2 and 3 layers."""
     folder = tmp_path_factory.mktemp("decode_step_nodes")
-    counts = [node_counts(export_step(CONFIG.replace(n_layer=n), CONFIG.mem_len,
-                                      str(folder / str(n))), "all") for n in (2, 3)]
-    return per_layer(*counts)
+    return [node_counts(export_step(CONFIG.replace(n_layer=n), CONFIG.mem_len,
+                                    str(folder / str(n))), "all") for n in (2, 3)]
+
+
+@pytest.fixture(scope="module")
+def layer_nodes(step_nodes):
+    """The nodes one layer adds to the optimized decode step, by op type."""
+    return per_layer(*step_nodes)
 
 
 def test_a_layer_adds_few_nodes_to_the_decode_step(layer_nodes):
@@ -46,3 +51,11 @@ def test_the_queries_with_u_and_v_come_from_the_projection(layer_nodes):
     assert layer_nodes["Add"] == 3, layer_nodes
     # The one Mul: the new position's weight times its value.
     assert layer_nodes["Mul"] == 1, layer_nodes
+
+
+def test_the_step_orders_its_slots_once(step_nodes):
+    # Each slot's time index (a floor mod: Sub, Div, Mul, Sub as converted)
+    # serves the visibility and the positions: one Div in the step, 3 Subs
+    # with the ring's offset (2 and 6 when the positions took a mod of their own).
+    assert step_nodes[0]["Div"] == 1, step_nodes[0]
+    assert step_nodes[0]["Sub"] == 3, step_nodes[0]

@@ -445,17 +445,19 @@ class TransformerXL(keras.layers.Layer):
         token_ids = tf.squeeze(check_token_ids(tf.expand_dims(token_ids, 1), cfg.n_token), 1)
         slot, size = cache.slot, tf.shape(cache.valid)[1]
         at_slot = tf.equal(tf.range(size), slot)
+        # Each slot's time index: one index for the visibility and the
+        # positions (computed once in an exported step).
+        time_index = slot_order(slot, size)
         # Which distances a query may look back to (`same_length`), per slot.
         reach = tf.gather(causal_visibility(1, size - 1, cfg.same_length,
-                                            cfg.same_length_convention)[0],
-                          slot_order(slot, size))
+                                            cfg.same_length_convention)[0], time_index)
         visible = (cache.valid | at_slot) & reach  # [B, S]
         if not cache.position_keys:
-            positions = [in_slot_order(cache.positions, slot, size)] * len(self.blocks)
+            positions = [in_slot_order(cache.positions, time_index)] * len(self.blocks)
         else:
             # Each slot's index among the keys: its time index less the
             # clamped distances' (those all take the first key, the clamp's).
-            order = tf.maximum(slot_order(slot, size) - (size - self._distinct_distances(size)), 0)
+            order = tf.maximum(time_index - (size - self._distinct_distances(size)), 0)
             positions = [(layer_keys, order) for layer_keys in cache.position_keys]
         output = self.word_emb(token_ids)
         mems, keys, values = [], [], []

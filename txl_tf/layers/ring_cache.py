@@ -41,7 +41,8 @@ class DecodeCache(NamedTuple):
     row_slot: int32 `[B]`, each row's own free slot: `slot` for rows that
         took every step, the slot a stopped row had when it stopped.
     positions: `[2S, d_model]` (compute dtype), the relative encodings of
-        the distances M, ..., 0, twice over (`in_slot_order`; fixed for the
+        the distances M, ..., 0, twice over (a step reads the first S in
+        slot order: `in_slot_order`; fixed for the
         cache's life, shared by every layer: each layer's position scores
         are its queries, taken through its `r` projection, against them).
     position_keys: each layer's keys of those encodings by distance
@@ -137,13 +138,22 @@ def slot_order(slot, size):
     return tf.math.floormod(tf.range(size) + size - slot - 1, size)
 
 
-def in_slot_order(doubled, slot, size):
-    """`[size, d]`: row `slot_order(slot, size)[s]` of a table for each slot
-    s, from the table written twice over (`[2 * size, d]`): contiguous rows,
-    gathered rather than sliced, because a slice that starts at a tensor's
-    value makes ONNX Runtime copy that value to the host (no CUDA graph)."""
-    start = tf.math.floormod(size - slot - 1, size)
-    return tf.gather(doubled, start + tf.range(size))
+def in_slot_order(table, order):
+    """`[size, d]`: row `order[s]` of a table of the distances' rows for each
+    slot s, `order` being `slot_order(slot, size)`: the same index the
+    step's visibility is gathered by, so that an exported step computes it
+    once (a gather, not a slice: a slice that starts at a tensor's value
+    makes ONNX Runtime copy that value to the host, no CUDA graph). Only the
+    table's first `size` rows are read.
+
+    Args:
+        table: `[>= size, d]`, row i the encoding of distance `size - 1 - i`.
+        order: int32 `[size]`, `slot_order(slot, size)`.
+
+    Returns:
+        `[size, d]`, each slot's row.
+    """
+    return tf.gather(table, order)
 
 
 def after(value, anchor):
