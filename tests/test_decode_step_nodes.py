@@ -54,8 +54,21 @@ def test_the_queries_with_u_and_v_come_from_the_projection(layer_nodes):
 
 
 def test_the_step_orders_its_slots_once(step_nodes):
-    # Each slot's time index (a floor mod: Sub, Div, Mul, Sub as converted)
-    # serves the visibility and the positions: one Div in the step, 3 Subs
-    # with the ring's offset (2 and 6 when the positions took a mod of their own).
-    assert step_nodes[0]["Div"] == 1, step_nodes[0]
-    assert step_nodes[0]["Sub"] == 3, step_nodes[0]
+    # Each slot's row in the tables written twice over (positions,
+    # visibility by distance): one Sub, no floor mod (tf2onnx's: Sub, Div,
+    # Mul, Sub; the step took 6 Subs and 2 Divs when the positions had a mod
+    # of their own).
+    assert (step_nodes[0]["Sub"], step_nodes[0]["Div"]) == (1, 0), step_nodes[0]
+
+
+@pytest.mark.parametrize("same_length,convention,gathers", [
+    (False, "tf", 3), (True, "tf", 3), (True, "pytorch", 4)])
+def test_the_step_gathers_a_visibility_by_distance_only_where_one_hides_a_key(
+        tmp_path, same_length, convention, gathers):
+    # The ids' guard, the embedding, the positions; and the visibility by
+    # distance (with its And) only where a query after a full memory does
+    # not see all of it.
+    config = CONFIG.replace(n_layer=2, same_length=same_length,
+                            same_length_convention=convention)
+    counts = node_counts(export_step(config, CONFIG.mem_len, str(tmp_path)), "all")
+    assert (counts["Gather"], counts["And"]) == (gathers, gathers - 3), counts

@@ -41,8 +41,7 @@ class DecodeCache(NamedTuple):
     row_slot: int32 `[B]`, each row's own free slot: `slot` for rows that
         took every step, the slot a stopped row had when it stopped.
     positions: `[2S, d_model]` (compute dtype), the relative encodings of
-        the distances M, ..., 0, twice over (a step reads the first S in
-        slot order: `in_slot_order`; fixed for the
+        the distances M, ..., 0, twice over (`in_slot_order`; fixed for the
         cache's life, shared by every layer: each layer's position scores
         are its queries, taken through its `r` projection, against them).
     position_keys: each layer's keys of those encodings by distance
@@ -138,22 +137,31 @@ def slot_order(slot, size):
     return tf.math.floormod(tf.range(size) + size - slot - 1, size)
 
 
-def in_slot_order(table, order):
-    """`[size, d]`: row `order[s]` of a table of the distances' rows for each
-    slot s, `order` being `slot_order(slot, size)`: the same index the
-    step's visibility is gathered by, so that an exported step computes it
-    once (a gather, not a slice: a slice that starts at a tensor's value
-    makes ONNX Runtime copy that value to the host, no CUDA graph). Only the
-    table's first `size` rows are read.
+def doubled_index(slot, size):
+    """Each slot's row in a table of the ring's `size` distances written
+    twice over (`[2 * size, ...]`: rows i and `i + size` the same, the
+    entry of time index i): `size - 1 - slot + s` for slot s, which is
+    `slot_order(slot, size)[s]` or that plus `size`, so a gather by it
+    takes no mod (one subtraction in an exported step)."""
+    return tf.range(size) + (size - 1) - slot
+
+
+def in_slot_order(doubled, index):
+    """`[size, d]`: row `index[s]` of a table written twice over for each
+    slot s, `index` being `doubled_index(slot, size)`: gathered, not sliced
+    (a slice that starts at a tensor's value makes ONNX Runtime copy that
+    value to the host: no CUDA graph), by the index the step's visibility
+    is gathered by, so that an exported step computes it once.
 
     Args:
-        table: `[>= size, d]`, row i the encoding of distance `size - 1 - i`.
-        order: int32 `[size]`, `slot_order(slot, size)`.
+        doubled: `[2 * size, d]`, row i the encoding of time index `i mod
+            size` (distance `size - 1 - i mod size`).
+        index: int32 `[size]`, `doubled_index(slot, size)`.
 
     Returns:
         `[size, d]`, each slot's row.
     """
-    return tf.gather(table, order)
+    return tf.gather(doubled, index)
 
 
 def after(value, anchor):
