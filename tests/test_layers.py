@@ -7,12 +7,13 @@ import pytest
 import tensorflow as tf
 
 from txl_tf import TransformerXL, TransformerXLConfig, TransformerXLLM
+from txl_tf.errors import TxlError
 from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
 from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
 from txl_tf.layers.attention import RelativeMultiHeadAttention
 from txl_tf.layers.block import TransformerXLBlock
 from txl_tf.layers.feedforward import PositionwiseFeedForward
-from txl_tf.layers.masks import attention_visibility, causal_visibility
+from txl_tf.layers.masks import attention_visibility, causal_visibility, sees_whole_memory
 from txl_tf.layers.memory import Memory, update_memory
 from txl_tf.layers.positional import RelativePositionalEncoding, relative_positions
 from txl_tf.layers.rel_shift import rel_shift
@@ -51,6 +52,19 @@ def test_same_length_mask_sees_exactly_mlen_plus_one_keys():
     visible = causal_visibility(3, 2, same_length=True).numpy()
     np.testing.assert_array_equal(visible, expected)
     assert (visible.sum(1) == 3).all()
+
+
+@pytest.mark.parametrize("same_length,convention", [(False, "tf"), (False, "pytorch"),
+                                                    (True, "tf"), (True, "pytorch")])
+def test_sees_whole_memory_says_what_one_query_after_its_memory_sees(same_length, convention):
+    # The cached decode step gathers no visibility by distance where it is True.
+    every = [bool(causal_visibility(1, mlen, same_length, convention).numpy().all())
+             for mlen in range(6)]
+    assert sees_whole_memory(same_length, convention) == all(every), every
+    assert sees_whole_memory(same_length, convention) == (not (same_length
+                                                              and convention == "pytorch"))
+    with pytest.raises(TxlError, match="unknown same_length convention 'x'"):
+        sees_whole_memory(same_length, "x")
 
 
 def test_invalid_memory_slots_are_hidden():

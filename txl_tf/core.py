@@ -16,14 +16,14 @@ from txl_tf.layers.adaptive_softmax import AdaptiveLogSoftmax
 from txl_tf.layers.block import TransformerXLBlock
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
-from txl_tf.layers.masks import attention_visibility, causal_visibility
+from txl_tf.layers.masks import attention_visibility, causal_visibility, sees_whole_memory
 from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initial_memory,
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
 from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, KeysValues, after,
-                                      in_slot_order, in_time_order, keep_last, ring_memory,
-                                      slot_order, swap_key_layout, with_free_slot,
+                                      doubled_index, in_slot_order, in_time_order, keep_last,
+                                      ring_memory, slot_order, swap_key_layout, with_free_slot,
                                       write_token)
 
 
@@ -445,17 +445,21 @@ class TransformerXL(keras.layers.Layer):
         token_ids = tf.squeeze(check_token_ids(tf.expand_dims(token_ids, 1), cfg.n_token), 1)
         slot, size = cache.slot, tf.shape(cache.valid)[1]
         at_slot = tf.equal(tf.range(size), slot)
-        # Which distances a query may look back to (`same_length`), per slot.
-        reach = tf.gather(causal_visibility(1, size - 1, cfg.same_length,
-                                            cfg.same_length_convention)[0],
-                          slot_order(slot, size))
-        visible = (cache.valid | at_slot) & reach  # [B, S]
+        # Each slot's row in tables of the time indices written twice over:
+        # one index for the visibility and the positions, without a mod.
+        index = doubled_index(slot, size)
+        visible = cache.valid | at_slot  # [B, S]
+        if not sees_whole_memory(cfg.same_length, cfg.same_length_convention):
+            # Which distances a query may look back to (`same_length`), per slot.
+            reach = causal_visibility(1, size - 1, cfg.same_length, cfg.same_length_convention)
+            visible &= tf.gather(tf.tile(reach[0], [2]), index)
         if not cache.position_keys:
-            positions = [in_slot_order(cache.positions, slot, size)] * len(self.blocks)
+            positions = [in_slot_order(cache.positions, index)] * len(self.blocks)
         else:
             # Each slot's index among the keys: its time index less the
             # clamped distances' (those all take the first key, the clamp's).
-            order = tf.maximum(slot_order(slot, size) - (size - self._distinct_distances(size)), 0)
+            order = tf.maximum(slot_order(slot, size) - (size - self._distinct_distances(size)),
+                               0)
             positions = [(layer_keys, order) for layer_keys in cache.position_keys]
         output = self.word_emb(token_ids)
         mems, keys, values = [], [], []

@@ -303,30 +303,39 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def _token_projections(self, rows, r_w_bias, r_r_bias):
         """The queries with u and with v, scaled by 1/sqrt(d_head), the key
         and the value of `rows` `[B, d]`, each `[B, H, 1, d_head]`: one
-        matmul over the three kernels side by side, the scale folded into the
-        query's and u added as its bias (ONNX Runtime folds the weights into
-        one once, at load), and v's query u's plus `(v - u) / sqrt(d_head)`.
-        The weights are joined and scaled in their own dtype, then cast to
-        the compute dtype, which ONNX Runtime folds at load in any dtype (its
-        CPU provider, which folds, has no float16 Mul). A quantized
-        projection computes itself (three matmuls)."""
+        matmul over the kernels side by side (the query's twice, scaled),
+        with u and v the bias of the queries' columns (ONNX Runtime folds
+        the joined weights and the bias into one each, once, at load; a
+        query's column more in place of an add per layer). The weights are
+        joined and scaled in their own dtype, then cast to the compute
+        dtype, which ONNX Runtime folds at load in any dtype (its CPU
+        provider, which folds, has no float16 Mul). A quantized projection
+        computes itself (three matmuls).
+
+        Args:
+            rows: the layer's query rows `[B, d_model]`.
+            r_w_bias: u `[n_head, d_head]`.
+            r_r_bias: v `[n_head, d_head]`.
+
+        Returns:
+            `(q_u, q_v, k, value)`, each `[B, n_head, 1, d_head]`.
+        """
         u, v = (tf.reshape(bias, [self.n_head, 1, self.d_head]) * self.scale
                 for bias in (r_w_bias, r_r_bias))
         projections = (self.query, self.key, self.value)
         heads = [-1, self.n_head, 1, self.d_head]
         if any(p.quantization_mode is not None for p in projections):
             q, k, value = (tf.reshape(p(rows), heads) for p in projections)
-            q_u = q * self.scale + self._w(u)
-        else:
-            kernel = self._w(tf.concat([self.query.kernel * self.scale, self.key.kernel,
-                                        self.value.kernel], 1))
-            width = self.n_head * self.d_head
-            bias = self._w(tf.concat([tf.reshape(u, [width]), tf.zeros([2 * width], u.dtype)],
-                                     0))
-            joint = tf.reshape(tf.matmul(rows, kernel) + bias, [-1, 3 * self.n_head, 1,
-                                                                  self.d_head])
-            q_u, k, value = tf.split(joint, 3, axis=1)
-        return q_u, q_u + self._w(v - u), k, value
+            q = q * self.scale
+            return q + self._w(u), q + self._w(v), k, value
+        query = self.query.kernel * self.scale
+        kernel = self._w(tf.concat([query, query, self.key.kernel, self.value.kernel], 1))
+        width = self.n_head * self.d_head
+        bias = self._w(tf.concat([tf.reshape(u, [width]), tf.reshape(v, [width]),
+                                  tf.zeros([2 * width], u.dtype)], 0))
+        joint = tf.reshape(tf.matmul(rows, kernel) + bias, [-1, 4 * self.n_head, 1, self.d_head])
+        q_u, q_v, k, value = tf.split(joint, 4, axis=1)
+        return q_u, q_v, k, value
 
     def distance_keys(self, encodings):
         """The position keys of `encodings [S, d]` as columns `[n_head,

@@ -35,6 +35,24 @@ def causal_visibility(qlen, mlen, same_length=False, convention="tf"):
     return visible
 
 
+def sees_whole_memory(same_length=False, convention="tf"):
+    """Whether a query right after its memory sees every key of it whatever
+    the memory's length (`causal_visibility(1, mlen, same_length,
+    convention)` all True for every `mlen`): all but `same_length`'s
+    "pytorch" convention, which leaves a full memory's oldest key out.
+
+    Args:
+        same_length: the paper's evaluation setting.
+        convention: "tf" or "pytorch", as `causal_visibility` takes it.
+
+    Returns:
+        A Python bool.
+    """
+    if convention not in ("tf", "pytorch"):
+        raise TxlError(f"unknown same_length convention {convention!r}")
+    return not (same_length and convention == "pytorch")
+
+
 def attention_visibility(qlen, mem_valid, same_length=False, convention="tf", token_valid=None):
     """`[B, 1, qlen, klen]` bool: causal visibility and real memory slots.
 

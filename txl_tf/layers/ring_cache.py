@@ -137,13 +137,31 @@ def slot_order(slot, size):
     return tf.math.floormod(tf.range(size) + size - slot - 1, size)
 
 
-def in_slot_order(doubled, slot, size):
-    """`[size, d]`: row `slot_order(slot, size)[s]` of a table for each slot
-    s, from the table written twice over (`[2 * size, d]`): contiguous rows,
-    gathered rather than sliced, because a slice that starts at a tensor's
-    value makes ONNX Runtime copy that value to the host (no CUDA graph)."""
-    start = tf.math.floormod(size - slot - 1, size)
-    return tf.gather(doubled, start + tf.range(size))
+def doubled_index(slot, size):
+    """Each slot's row in a table of the ring's `size` distances written
+    twice over (`[2 * size, ...]`: rows i and `i + size` the same, the
+    entry of time index i): `size - 1 - slot + s` for slot s, which is
+    `slot_order(slot, size)[s]` or that plus `size`, so a gather by it
+    takes no mod (one subtraction in an exported step)."""
+    return tf.range(size) + (size - 1) - slot
+
+
+def in_slot_order(doubled, index):
+    """`[size, d]`: row `index[s]` of a table written twice over for each
+    slot s, `index` being `doubled_index(slot, size)`: gathered, not sliced
+    (a slice that starts at a tensor's value makes ONNX Runtime copy that
+    value to the host: no CUDA graph), by the index the step's visibility
+    is gathered by, so that an exported step computes it once.
+
+    Args:
+        doubled: `[2 * size, d]`, row i the encoding of time index `i mod
+            size` (distance `size - 1 - i mod size`).
+        index: int32 `[size]`, `doubled_index(slot, size)`.
+
+    Returns:
+        `[size, d]`, each slot's row.
+    """
+    return tf.gather(doubled, index)
 
 
 def after(value, anchor):
