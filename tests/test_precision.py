@@ -54,6 +54,34 @@ def test_tpu_gets_bfloat16_and_xla():
     assert (chosen.policy, chosen.jit_compile) == ("mixed_bfloat16", True)
 
 
+def test_no_xla_under_a_strategy_over_several_devices():
+    """Keras compiles the whole step, the strategy's `run` inside, as one XLA
+    program: under `MirroredStrategy` over two devices (two GPUs; here two
+    logical CPUs) it read the second replica's variables from the first
+    device and `fit` failed with a traceback ("Trying to access resource").
+    "auto" leaves XLA off there (on for one device), and asking for it is
+    one error."""
+    from training.strategy import mirrored_strategy
+    gpus, flags = [("NVIDIA H200", (9, 0))], frozenset()
+    two, one = mirrored_strategy(["/cpu:0", "/cpu:1"]), mirrored_strategy(["/cpu:0"])
+    chosen = choose(two, flags=flags, gpus=gpus)
+    assert (chosen.policy, chosen.jit_compile) == ("mixed_bfloat16", False)
+    assert "no XLA: its replicas are on 2 devices" in chosen.reason
+    for strategy in (one, tf.distribute.OneDeviceStrategy("/cpu:1"), None):
+        assert choose(strategy, flags=flags, gpus=gpus).jit_compile is True
+    assert precision.xla_spans_devices(two) and not precision.xla_spans_devices(one)
+    with pytest.raises(TxlError, match=r"^--jit_compile under MirroredStrategy: its replicas "
+                                       r"are on 2 devices"):
+        resolve("none", True, two)
+    assert resolve("none", None, two).jit_compile is False  # auto on a CPU: off anyway
+    with two.scope():
+        model = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=2)
+    with pytest.raises(TxlError, match=r"^jit_compile=True under MirroredStrategy"):
+        model.compile(optimizer="adam", jit_compile=True)
+    model.compile(optimizer="adam")
+    assert model.jit_compile is False
+
+
 def test_explicit_settings_win_and_say_so(monkeypatch):
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)  # a cap refuses bfloat16 (below)
     auto = choose()

@@ -435,6 +435,31 @@ def test_the_non_finite_check_is_one_read_compiled_as_the_train_step():
             check.on_train_batch_end(step, {"loss": tf.constant(loss)})
 
 
+def test_the_non_finite_check_runs_beside_the_weights_of_a_one_device_strategy():
+    """Under `OneDeviceStrategy` of a device other than the default one (the
+    CPU of a machine with a GPU; here the second logical CPU) the check's
+    XLA function ran on the default device, away from the weights it reads
+    ("Trying to access resource ... located in device"), as the train step
+    did before `StepsOnStrategyDevice`."""
+    import keras
+    import tensorflow as tf
+
+    from training.callbacks import StopOnNonFinite
+
+    with tf.distribute.OneDeviceStrategy("/cpu:1").scope():
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
+        model.compile("adam", "mse", jit_compile=True)
+    check = StopOnNonFinite(None)
+    check.set_model(model)
+    check.on_train_begin()
+    check.on_train_batch_begin(0)
+    check.on_train_batch_end(0, {"loss": tf.constant(1.0)})  # finite: no error
+    model.layers[0].kernel.assign([[float("nan"), 0.0]])
+    check.on_train_batch_begin(1)
+    with pytest.raises(TrainingError, match="weights hold NaN"):
+        check.on_train_batch_end(1, {"loss": tf.constant(1.0)})
+
+
 def test_under_float16_only_a_non_finite_loss_says_the_weights_were_left_unchanged():
     """Loss scaling skips the update of a step whose loss is not finite (the
     message says the weights stayed); weights made NaN under a finite loss

@@ -327,14 +327,18 @@ class StopOnNonFinite(GlobalStep):
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         import tensorflow as tf
+
+        from txl_tf.keras_support.placement import on_device, strategy_device
         variables = list(self.model.trainable_variables)
 
         def finite(loss):  # [loss finite, weights finite]: one read per call
             weights = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
             return tf.stack([tf.reduce_all(tf.math.is_finite(loss)), weights])
         # Compiled as the train step is: on a GPU one fused reduction, not a
-        # kernel per weight.
-        self._finite = tf.function(finite, jit_compile=bool(self.model.jit_compile))
+        # kernel per weight; run where the step runs (an XLA function runs on
+        # the device it is called from, not beside the variables it reads).
+        self._finite = on_device(tf.function(finite, jit_compile=bool(self.model.jit_compile)),
+                                 strategy_device(self.model.distribute_strategy))
 
     def on_train_batch_end(self, batch, logs=None):
         import tensorflow as tf

@@ -89,7 +89,7 @@ SPEC = (
                      "TPUs), else float32 (none).",
            ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
     option("bool", "jit_compile", None, "XLA-compile the train step (default: auto, on for "
-                   "GPUs and TPUs, off on CPUs)."),
+                   "GPUs and TPUs, off on CPUs and under mirrored over several devices)."),
     option("integer", "steps_per_execution", 0, "Training steps per call of the compiled "
                      "train function (Keras's steps_per_execution; fewer calls from Python, "
                      "which an accelerator waits on). It must divide --log_every, "

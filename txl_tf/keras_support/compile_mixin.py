@@ -1,9 +1,9 @@
 """`compile()` as the project's Keras models do it, and its restore from `.keras`."""
 import keras
-import tensorflow as tf
 
+from txl_tf.errors import TxlError
 from txl_tf.keras_support.keras_compat import counting_loss_scale
-from txl_tf.keras_support.precision import choose as choose_precision
+from txl_tf.keras_support.precision import choose as choose_precision, xla_spans_devices
 
 
 class RestoresCompile:
@@ -48,14 +48,20 @@ class AutoJitCompile(RestoresCompile):
     """Mixin for a `keras.Model`: `compile(jit_compile="auto")` follows
     `txl_tf.keras_support.precision.choose()` (XLA on GPUs and TPUs, not on CPUs, where it
     was measured slower for these models in bfloat16; Keras's own "auto"
-    would turn it on), and `keras.models.load_model` restores the compile
+    would turn it on; nor under a strategy over several devices, where
+    `jit_compile=True` raises `TxlError`: `precision.xla_spans_devices`),
+    and `keras.models.load_model` restores the compile
     arguments and the optimizer's state, so `fit` goes on where it stopped.
     Under "mixed_float16" the loss scaling Keras adds counts skipped steps
     (`txl_tf.keras_support.keras_compat.CountingLossScaleOptimizer`), so
     `optimizer.iterations` counts the batches trained on."""
 
     def compile(self, *args, jit_compile="auto", **kwargs):
+        strategy = self.distribute_strategy  # the one it was made under, or the current one
         if jit_compile == "auto":
-            jit_compile = choose_precision(tf.distribute.get_strategy()).jit_compile
+            jit_compile = choose_precision(strategy).jit_compile
+        elif jit_compile and xla_spans_devices(strategy):
+            raise TxlError(f"jit_compile=True under {type(strategy).__name__}: "
+                           f"{xla_spans_devices(strategy)}; use jit_compile='auto' (off there)")
         super().compile(*args, jit_compile=jit_compile, **kwargs)
         self.optimizer = counting_loss_scale(self.optimizer)

@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking
 
-from txl_tf.keras_support.placement import on_device
+from txl_tf.keras_support.placement import on_device, strategy_device
 
 TESTED_VERSION = (3, 15)
 
@@ -94,10 +94,7 @@ class StepsOnStrategyDevice:
         return result
 
     def _on_strategy_device(self, function):
-        strategy = self.distribute_strategy
-        if not isinstance(strategy, tf.distribute.OneDeviceStrategy):
-            return function
-        return on_device(function, strategy.extended.worker_devices[0])
+        return on_device(function, strategy_device(self.distribute_strategy))
 
 
 class ClipAfterReplicaSum:

@@ -24,6 +24,22 @@ def weights_device(layer):
     return weights[0].value.device if weights else None
 
 
+def strategy_device(strategy):
+    """The device of a `tf.distribute.OneDeviceStrategy` (its variables'),
+    else None (another strategy places its own functions).
+
+    Args:
+        strategy: a `tf.distribute.Strategy`, e.g. a model's
+            `distribute_strategy`.
+
+    Returns:
+        A TensorFlow device name, or None.
+    """
+    if not isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        return None
+    return strategy.extended.worker_devices[0]
+
+
 def on_device(function, device):
     """`function`, each call made under `tf.device(device)`.
 

@@ -75,6 +75,34 @@ def _accelerator_choice(strategy, gpus):
     return None
 
 
+def xla_spans_devices(strategy):
+    """Why Keras cannot XLA-compile the steps under `strategy`, or None.
+
+    Keras 3.15 compiles the whole step, the strategy's `run` inside it, as
+    one XLA program (`TensorFlowTrainer._make_function`); under a mirrored
+    strategy over several devices of a machine it runs on one of them and
+    cannot read the other replicas' variables ("Trying to access resource
+    ... located in device"; keras-team/keras#19005). One device per worker,
+    or a TPU's cores (its own replication), compile.
+
+    Args:
+        strategy: a `tf.distribute.Strategy`, or None.
+
+    Returns:
+        A phrase naming the devices, or None.
+    """
+    import tensorflow as tf
+    if not isinstance(strategy, (tf.distribute.MirroredStrategy,
+                                 tf.distribute.MultiWorkerMirroredStrategy)):
+        return None
+    devices = strategy.extended.worker_devices
+    if len(devices) < 2:
+        return None
+    return (f"its replicas are on {len(devices)} devices of this machine and Keras compiles "
+            "the whole step as one XLA program, which runs on one device and cannot read "
+            "the others' variables (keras-team/keras#19005)")
+
+
 def _native_bfloat16(flags):
     """The CPU feature flags among `flags` that multiply bfloat16 natively."""
     return sorted(f for f in ("avx512_bf16", "amx_bf16") if f in flags)
@@ -97,6 +125,9 @@ def choose(strategy=None, flags=None, gpus=None, isa_cap=None):
     `ONEDNN_MAX_CPU_ISA` environment variable) override the detection, for
     tests."""
     accelerator = _accelerator_choice(strategy, _gpu_capabilities() if gpus is None else gpus)
+    if accelerator is not None and accelerator.jit_compile and xla_spans_devices(strategy):
+        return dataclasses.replace(accelerator, jit_compile=False, reason=(
+            f"{accelerator.reason}; no XLA: {xla_spans_devices(strategy)}"))
     if accelerator is not None:
         return accelerator
     native = _native_bfloat16(cpu_flags() if flags is None else flags)
@@ -149,7 +180,8 @@ def resolve(policy="auto", jit_compile=None, strategy=None):
 
     Raises:
         TxlError: a bfloat16 policy asked for where it would abort the
-            process (`bfloat16_would_abort`).
+            process (`bfloat16_would_abort`), or XLA under a strategy
+            over several devices (`xla_spans_devices`).
     """
     chosen = choose(strategy)
     if policy == "auto" and jit_compile is None:
@@ -162,5 +194,9 @@ def resolve(policy="auto", jit_compile=None, strategy=None):
                            "abort the process; use --mixed_precision=auto or none (float32), "
                            "or unset ONEDNN_MAX_CPU_ISA")
     jit = chosen.jit_compile if jit_compile is None else bool(jit_compile)
+    if jit and xla_spans_devices(strategy):
+        raise TxlError(f"--jit_compile under {type(strategy).__name__}: "
+                       f"{xla_spans_devices(strategy)}; leave --jit_compile unset (auto: off "
+                       "there) or train on one device")
     return Precision(policy, jit, f"set explicitly; auto would give {chosen.policy}, "
                                   f"jit_compile {'on' if chosen.jit_compile else 'off'}")
