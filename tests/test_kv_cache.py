@@ -50,6 +50,39 @@ def test_cached_steps_equal_plain_steps(name, filled):
                                    np.where(valid, recomputed[:, :, :5], 0), atol=2e-5)
 
 
+# (mem_len, same_length, convention, clamp_len (0: none), position keys)
+STEP_CORNERS = [(0, True, "pytorch", 0, False), (1, True, "pytorch", 0, True),
+                (1, True, "tf", 1, False), (2, True, "pytorch", 1, False),
+                (2, False, "tf", 3, True), (5, True, "pytorch", 3, False),
+                (5, True, "tf", 1, True), (5, True, "pytorch", 2, True)]
+
+
+@pytest.mark.parametrize("seed", range(len(STEP_CORNERS)))
+def test_cached_steps_equal_plain_steps_at_the_steps_corners(seed):
+    """The one-pass core is the oracle over the step's corners: memories of
+    0, 1, 2 and 5 (`clamp_len` below and above them), `same_length` with
+    each convention, rows at different fill levels (a session table mixes
+    them), with and without position keys (the Decoder's), while the ring
+    wraps twice (the free slot at every slot, 0 and the last too)."""
+    mem_len, same_length, convention, clamp, keys = STEP_CORNERS[seed]
+    rng = np.random.default_rng(seed)
+    core = make_core(seed=seed, same_length=same_length, same_length_convention=convention,
+                     clamp_len=clamp, untie_r=bool(seed % 2))
+    batch, cfg = 3, core.config
+    fill = rng.permutation([0, mem_len // 2, mem_len])  # each row its own
+    plain = Memory(rng.normal(size=(cfg.n_layer, batch, mem_len, cfg.d_model)).astype(np.float32),
+                   np.arange(mem_len)[None, :] >= (mem_len - fill)[:, None])
+    cache = core.decode_cache(plain)
+    if keys:
+        cache = cache._replace(position_keys=core.decode_position_keys(cache))
+    for step in range(2 * mem_len + 3):
+        x = ids(batch, 1, seed=100 + step)
+        want, plain = core.hidden_states(x, plain)
+        got, cache = core.call_with_cache(x[:, 0], cache)
+        np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5, err_msg=f"step {step}")
+        _assert_same_memory(core.cache_memory(cache), plain)
+
+
 def _keys_values_by_slot(*caches):
     """Every layer's keys, then values, of each of `caches` as `[B, H, S,
     d_head]` numpy arrays (the cache keeps keys as columns), zipped."""
