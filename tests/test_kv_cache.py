@@ -3,6 +3,7 @@
 configuration, eager and under XLA, while the ring wraps around."""
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -83,6 +84,31 @@ def test_cached_steps_equal_plain_steps_at_the_steps_corners(seed):
         _assert_same_memory(core.cache_memory(cache), plain)
 
 
+@pytest.mark.parametrize("adapt", ["lora", "int8"])
+def test_cached_steps_of_an_adapted_core_equal_plain_steps(adapt):
+    """A LoRA-adapted core's step joins the adapted query kernel (twice,
+    with u and v as its bias); an int8 core's projects itself (three
+    matmuls, u and v added): both the one-pass core's."""
+    core = make_core(untie_r=True, same_length=True, same_length_convention="pytorch",
+                     clamp_len=2)
+    rng = np.random.default_rng(4)
+    for layer in core._flatten_layers():
+        if isinstance(layer, keras.layers.Dense) and layer.name in ("query", "key", "value"):
+            if adapt == "int8":
+                layer.quantize("int8")
+            else:  # the adapters' B starts at zero: a random one changes the kernels
+                layer.enable_lora(2)
+                layer.lora_kernel_b.assign(rng.normal(0, 0.3, layer.lora_kernel_b.shape))
+    memory = core.initial_memory(2, mem_len=4)
+    _, plain = core.hidden_states(ids(2, 3, seed=3), memory)
+    cache = core.decode_cache(plain)
+    for step in range(7):
+        x = ids(2, 1, seed=10 + step)
+        want, plain = core.hidden_states(x, plain)
+        got, cache = core.call_with_cache(x[:, 0], cache)
+        np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5, err_msg=f"step {step}")
+
+
 def _keys_values_by_slot(*caches):
     """Every layer's keys, then values, of each of `caches` as `[B, H, S,
     d_head]` numpy arrays (the cache keeps keys as columns), zipped."""
@@ -92,13 +118,22 @@ def _keys_values_by_slot(*caches):
     return zip(*(rows(c) for c in caches))
 
 
-def test_cached_steps_under_xla_equal_eager():
+@pytest.mark.parametrize("overrides,keys", [
+    (VARIANTS["untied_r_same_length_clamp"], False),
+    (dict(same_length=True, same_length_convention="pytorch", clamp_len=2), True)])
+def test_cached_steps_under_xla_equal_eager(overrides, keys):
     """The decoder's use: steps inside one XLA-compiled `tf.while_loop`, the
-    ring updated in place, equal the same steps run eagerly."""
-    core = make_core(**VARIANTS["untied_r_same_length_clamp"])
+    ring updated in place, equal the same steps run eagerly (also with the
+    "pytorch" convention's visibility, `clamp_len` below the memory and the
+    position keys the Decoder makes)."""
+    core = make_core(**overrides)
     memory = core.initial_memory(3, mem_len=4)
     _, memory = core.hidden_states(ids(3, 2, seed=3), memory)
     tokens = tf.constant(ids(3, 9, seed=4))
+
+    def decode_cache(memory):
+        cache = core.decode_cache(memory)
+        return cache._replace(position_keys=core.decode_position_keys(cache)) if keys else cache
 
     @tf.function(jit_compile=True)
     def run(memory):
@@ -107,11 +142,11 @@ def test_cached_steps_under_xla_equal_eager():
             return t + 1, tf.tensor_scatter_nd_update(out, [[t]], hidden[None]), cache
         out = tf.zeros([9, 3, core.config.d_model])
         _, out, cache = tf.while_loop(lambda t, *_: t < 9, body,
-                                      (tf.constant(0), out, core.decode_cache(memory)))
+                                      (tf.constant(0), out, decode_cache(memory)))
         return out, core.cache_memory(cache)
 
     got, got_memory = run(memory)
-    cache = core.decode_cache(memory)
+    cache = core.decode_cache(memory)  # eager, without position keys
     for t in range(9):
         want, cache = core.call_with_cache(tokens[:, t], cache)
         np.testing.assert_allclose(got[t], want, atol=2e-5, rtol=1e-5)
