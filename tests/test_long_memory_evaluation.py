@@ -131,16 +131,20 @@ def test_the_bound_path_runs_the_runtimes_fixed_shape_session_where_it_has_one(w
     assert np.abs(unfed[0] - nll[True][1]).max() > 1e-4  # the memory carried shows
 
 
-def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch):
+@pytest.mark.parametrize("tf32_rows", ["false", "true"])
+def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch, tf32_rows):
+    """Also beside TF32 rows that drop it too: their exemption from
+    --tolerance hides no float32 path's error."""
     def score_keeping_the_memory(self, token_ids, target_ids, memory=None):
         nll = Runtime.score(self, token_ids, target_ids, memory)[0]
         return nll, RuntimeMemory(*memory)
     monkeypatch.setattr(OnnxRuntime, "score", score_keeping_the_memory, raising=False)
     with pytest.raises(TxlError, match=r"the NLLs of score \(batch 1\) differ from the bound's"):
-        lm.run_evaluation(options(work, tmp_path, batch_sizes="1"))
+        lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tf32_rows=tf32_rows))
     rows = json.loads((tmp_path / "evaluation.json").read_text())["rows"]  # written first
     wrong = {r["path"] for r in rows if r.get("nll_max_abs_diff", 0) > 1e-5}
-    assert wrong == {"score", "score_numpy"}, rows
+    assert wrong == {"score", "score_numpy", *(("score_tf32",) if tf32_rows == "true" else ())}, \
+        rows
 
 
 def test_a_memory_that_moves_no_nll_cannot_check_the_paths(work, tmp_path):
