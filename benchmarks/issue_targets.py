@@ -404,8 +404,14 @@ def eval_over_paper(batch, names=("bound", "score", "step")):
         speeds = {p: _number(paths.get(p), "tokens_per_s", f"json.rows[batch {batch}, {p}]")
                   for p in names}
         low = min(speeds, key=speeds.get)
-        drift = [paths[p].get("nll_max_abs_diff") for p in names if p.endswith("_tf32")]
-        drift = [d for d in drift if isinstance(d, (int, float))]
+        drift = []
+        for p in names:
+            if p.endswith("_tf32"):  # its parity stated: each row's, a number
+                where = f"json.rows[batch {batch}, {p}]"
+                drift.append(_number(paths[p], "nll_max_abs_diff", where))
+                if not math.isfinite(drift[-1]):
+                    raise NotMeasured(f"{where}.nll_max_abs_diff is {drift[-1]}, not a "
+                                      "difference")
         parity = f"; NLLs {max(drift):.1e} off the float32 bound's" if drift else ""
         return Figure(speeds[low] / base,
                       f"{speeds[low] / base:.2f}x the paper's {base:,.0f} tok/s ("

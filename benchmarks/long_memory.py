@@ -35,6 +35,7 @@ rest runs where only onnxruntime is installed (the GPU machine).
 import contextlib
 import glob
 import json
+import math
 import os
 import shutil
 import statistics
@@ -1072,13 +1073,29 @@ def run_evaluation(o):
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
-    worst = max((r for r in rows if "nll_max_abs_diff" in r and r["path"] not in TF32_PATHS),
-                key=lambda r: r["nll_max_abs_diff"])
-    if worst["nll_max_abs_diff"] > o["tolerance"]:
+    check_nll_rows(rows, o["tolerance"])
+    print(evaluation_summary(rows, result["device"]), flush=True)
+
+
+def check_nll_rows(rows, tolerance):
+    """`TxlError` naming the first row whose NLLs are off the bound's: a
+    float32 path's beyond `tolerance`, or any path's not finite (NaN never
+    compares above a tolerance; the TF32 paths are exempt from the
+    tolerance, not from giving numbers)."""
+    for r in rows:
+        diff = r.get("nll_max_abs_diff")
+        if diff is None:
+            continue
+        if not math.isfinite(diff):
+            raise TxlError(f"the NLLs of {r['path']} (batch {r['batch']}) differ from the "
+                           f"bound's by {diff} (not finite)")
+    fp32 = [r for r in rows if r.get("nll_max_abs_diff") is not None
+            and r["path"] not in TF32_PATHS]
+    worst = max(fp32, key=lambda r: r["nll_max_abs_diff"])
+    if worst["nll_max_abs_diff"] > tolerance:
         raise TxlError(f"the NLLs of {worst['path']} (batch {worst['batch']}) differ from the "
                        f"bound's by {worst['nll_max_abs_diff']:.1e} (> --tolerance "
-                       f"{o['tolerance']:g})")
-    print(evaluation_summary(rows, result["device"]), flush=True)
+                       f"{tolerance:g})")
 
 
 def print_evaluation(rows):

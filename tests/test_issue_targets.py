@@ -188,6 +188,27 @@ def test_evaluation_with_tf32_matmuls_against_the_papers_code_states_its_parity(
         k: v for k, v in got.items() if "TF32 matmuls" not in k}
 
 
+@pytest.mark.parametrize("value,why", [
+    (None, "no json.rows[batch 1, score_tf32].nll_max_abs_diff"),
+    ("2e-3", "json.rows[batch 1, score_tf32].nll_max_abs_diff is not a number: '2e-3'"),
+    (float("nan"), "json.rows[batch 1, score_tf32].nll_max_abs_diff is nan, not a difference")])
+def test_tf32_rows_without_their_nll_difference_are_not_measured(value, why):
+    """The TF32 target states its parity: a TF32 row without a numeric,
+    finite NLL difference is not measured and says which (the target was
+    met with the other row's difference, or none, in its text)."""
+    tf32_b1 = ("evaluation, batch 1, TF32 matmuls: the API and the bound graph >= 2x the "
+               "paper's code (its parity stated)")
+    check = met_check()
+    rows = part(check, "serving_evaluation")["json"]["rows"]
+    row = next(r for r in rows if r["path"] == "score_tf32" and r["batch"] == 1)
+    if value is None:
+        del row["nll_max_abs_diff"]
+    else:
+        row["nll_max_abs_diff"] = value
+    got = by_target(check)[tf32_b1]
+    assert (got["verdict"], got["why"]) == ("not measured", why), got
+
+
 def test_the_first_steps_compile_and_the_flags_that_may_shorten_it():
     """The pair's f32+jit first step against its 30 s (also from a pair
     stopped after it); the compile_flags part's settings shown, the fewest

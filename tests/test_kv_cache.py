@@ -3,6 +3,7 @@
 configuration, eager and under XLA, while the ring wraps around."""
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -50,6 +51,64 @@ def test_cached_steps_equal_plain_steps(name, filled):
                                    np.where(valid, recomputed[:, :, :5], 0), atol=2e-5)
 
 
+# (mem_len, same_length, convention, clamp_len (0: none), position keys)
+STEP_CORNERS = [(0, True, "pytorch", 0, False), (1, True, "pytorch", 0, True),
+                (1, True, "tf", 1, False), (2, True, "pytorch", 1, False),
+                (2, False, "tf", 3, True), (5, True, "pytorch", 3, False),
+                (5, True, "tf", 1, True), (5, True, "pytorch", 2, True)]
+
+
+@pytest.mark.parametrize("seed", range(len(STEP_CORNERS)))
+def test_cached_steps_equal_plain_steps_at_the_steps_corners(seed):
+    """The one-pass core is the oracle over the step's corners: memories of
+    0, 1, 2 and 5 (`clamp_len` below and above them), `same_length` with
+    each convention, rows at different fill levels (a session table mixes
+    them), with and without position keys (the Decoder's), while the ring
+    wraps twice (the free slot at every slot, 0 and the last too)."""
+    mem_len, same_length, convention, clamp, keys = STEP_CORNERS[seed]
+    rng = np.random.default_rng(seed)
+    core = make_core(seed=seed, same_length=same_length, same_length_convention=convention,
+                     clamp_len=clamp, untie_r=bool(seed % 2))
+    batch, cfg = 3, core.config
+    fill = rng.permutation([0, mem_len // 2, mem_len])  # each row its own
+    plain = Memory(rng.normal(size=(cfg.n_layer, batch, mem_len, cfg.d_model)).astype(np.float32),
+                   np.arange(mem_len)[None, :] >= (mem_len - fill)[:, None])
+    cache = core.decode_cache(plain)
+    if keys:
+        cache = cache._replace(position_keys=core.decode_position_keys(cache))
+    for step in range(2 * mem_len + 3):
+        x = ids(batch, 1, seed=100 + step)
+        want, plain = core.hidden_states(x, plain)
+        got, cache = core.call_with_cache(x[:, 0], cache)
+        np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5, err_msg=f"step {step}")
+        _assert_same_memory(core.cache_memory(cache), plain)
+
+
+@pytest.mark.parametrize("adapt", ["lora", "int8"])
+def test_cached_steps_of_an_adapted_core_equal_plain_steps(adapt):
+    """A LoRA-adapted core's step joins the adapted query kernel (twice,
+    with u and v as its bias); an int8 core's projects itself (three
+    matmuls, u and v added): both the one-pass core's."""
+    core = make_core(untie_r=True, same_length=True, same_length_convention="pytorch",
+                     clamp_len=2)
+    rng = np.random.default_rng(4)
+    for layer in core._flatten_layers():
+        if isinstance(layer, keras.layers.Dense) and layer.name in ("query", "key", "value"):
+            if adapt == "int8":
+                layer.quantize("int8")
+            else:  # the adapters' B starts at zero: a random one changes the kernels
+                layer.enable_lora(2)
+                layer.lora_kernel_b.assign(rng.normal(0, 0.3, layer.lora_kernel_b.shape))
+    memory = core.initial_memory(2, mem_len=4)
+    _, plain = core.hidden_states(ids(2, 3, seed=3), memory)
+    cache = core.decode_cache(plain)
+    for step in range(7):
+        x = ids(2, 1, seed=10 + step)
+        want, plain = core.hidden_states(x, plain)
+        got, cache = core.call_with_cache(x[:, 0], cache)
+        np.testing.assert_allclose(got, want[:, 0], atol=2e-5, rtol=1e-5, err_msg=f"step {step}")
+
+
 def _keys_values_by_slot(*caches):
     """Every layer's keys, then values, of each of `caches` as `[B, H, S,
     d_head]` numpy arrays (the cache keeps keys as columns), zipped."""
@@ -59,13 +118,22 @@ def _keys_values_by_slot(*caches):
     return zip(*(rows(c) for c in caches))
 
 
-def test_cached_steps_under_xla_equal_eager():
+@pytest.mark.parametrize("overrides,keys", [
+    (VARIANTS["untied_r_same_length_clamp"], False),
+    (dict(same_length=True, same_length_convention="pytorch", clamp_len=2), True)])
+def test_cached_steps_under_xla_equal_eager(overrides, keys):
     """The decoder's use: steps inside one XLA-compiled `tf.while_loop`, the
-    ring updated in place, equal the same steps run eagerly."""
-    core = make_core(**VARIANTS["untied_r_same_length_clamp"])
+    ring updated in place, equal the same steps run eagerly (also with the
+    "pytorch" convention's visibility, `clamp_len` below the memory and the
+    position keys the Decoder makes)."""
+    core = make_core(**overrides)
     memory = core.initial_memory(3, mem_len=4)
     _, memory = core.hidden_states(ids(3, 2, seed=3), memory)
     tokens = tf.constant(ids(3, 9, seed=4))
+
+    def decode_cache(memory):
+        cache = core.decode_cache(memory)
+        return cache._replace(position_keys=core.decode_position_keys(cache)) if keys else cache
 
     @tf.function(jit_compile=True)
     def run(memory):
@@ -74,11 +142,11 @@ def test_cached_steps_under_xla_equal_eager():
             return t + 1, tf.tensor_scatter_nd_update(out, [[t]], hidden[None]), cache
         out = tf.zeros([9, 3, core.config.d_model])
         _, out, cache = tf.while_loop(lambda t, *_: t < 9, body,
-                                      (tf.constant(0), out, core.decode_cache(memory)))
+                                      (tf.constant(0), out, decode_cache(memory)))
         return out, core.cache_memory(cache)
 
     got, got_memory = run(memory)
-    cache = core.decode_cache(memory)
+    cache = core.decode_cache(memory)  # eager, without position keys
     for t in range(9):
         want, cache = core.call_with_cache(tokens[:, t], cache)
         np.testing.assert_allclose(got[t], want, atol=2e-5, rtol=1e-5)

@@ -131,16 +131,20 @@ def test_the_bound_path_runs_the_runtimes_fixed_shape_session_where_it_has_one(w
     assert np.abs(unfed[0] - nll[True][1]).max() > 1e-4  # the memory carried shows
 
 
-def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch):
+@pytest.mark.parametrize("tf32_rows", ["false", "true"])
+def test_a_path_that_drops_the_memory_fails_the_part(work, tmp_path, monkeypatch, tf32_rows):
+    """Also beside TF32 rows that drop it too: their exemption from
+    --tolerance hides no float32 path's error."""
     def score_keeping_the_memory(self, token_ids, target_ids, memory=None):
         nll = Runtime.score(self, token_ids, target_ids, memory)[0]
         return nll, RuntimeMemory(*memory)
     monkeypatch.setattr(OnnxRuntime, "score", score_keeping_the_memory, raising=False)
     with pytest.raises(TxlError, match=r"the NLLs of score \(batch 1\) differ from the bound's"):
-        lm.run_evaluation(options(work, tmp_path, batch_sizes="1"))
+        lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tf32_rows=tf32_rows))
     rows = json.loads((tmp_path / "evaluation.json").read_text())["rows"]  # written first
     wrong = {r["path"] for r in rows if r.get("nll_max_abs_diff", 0) > 1e-5}
-    assert wrong == {"score", "score_numpy"}, rows
+    assert wrong == {"score", "score_numpy", *(("score_tf32",) if tf32_rows == "true" else ())}, \
+        rows
 
 
 def test_a_memory_that_moves_no_nll_cannot_check_the_paths(work, tmp_path):
@@ -185,3 +189,33 @@ def test_the_papers_code_runs_on_cuda_in_float32_on_a_full_memory(tmp_path):
     gone = dict(o, reference_python=str(tmp_path / "no_python"))
     [(tokens_per_s, why)] = lm.paper_tokens_per_s(gone, config, 2100, [1], "cuda").values()
     assert tokens_per_s is None and why.startswith("the paper's code did not run: "), why
+
+
+@pytest.mark.parametrize("path", ["step", "score_tf32"])
+def test_a_path_whose_nlls_are_not_finite_fails_the_part(work, tmp_path, monkeypatch, path):
+    """NaN NLLs are no NLLs: a float32 path's fail the part (a NaN
+    difference compared with `>` passed --tolerance), and so do a TF32
+    path's (exempt from --tolerance, not from giving numbers)."""
+    opened = []
+    real_open, real_step, real_score = lm.open_export, Runtime.step, Runtime.score
+
+    def recording_open(*args, **options):
+        opened.append(real_open(*args, **options))
+        return opened[-1]
+
+    def nan_step(self, token_ids, memory=None):
+        log_probs, new = real_step(self, token_ids, memory)
+        return np.full_like(np.asarray(log_probs), np.nan), new
+
+    def nan_score(self, token_ids, target_ids, memory=None):
+        nll, new = real_score(self, token_ids, target_ids, memory)
+        if self is opened[-1] and len(opened) == 2:  # the TF32 runtime's
+            nll = np.full_like(np.asarray(nll), np.nan)
+        return nll, new
+    monkeypatch.setattr(lm, "open_export", recording_open)
+    if path == "step":
+        monkeypatch.setattr(OnnxRuntime, "step", nan_step, raising=False)
+    else:
+        monkeypatch.setattr(OnnxRuntime, "score", nan_score, raising=False)
+    with pytest.raises(TxlError, match=rf"the NLLs of {path} \(batch 1\) .*nan"):
+        lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tf32_rows="true"))
