@@ -219,3 +219,15 @@ def test_a_path_whose_nlls_are_not_finite_fails_the_part(work, tmp_path, monkeyp
         monkeypatch.setattr(OnnxRuntime, "score", nan_score, raising=False)
     with pytest.raises(TxlError, match=rf"the NLLs of {path} \(batch 1\) .*nan"):
         lm.run_evaluation(options(work, tmp_path, batch_sizes="1", tf32_rows="true"))
+
+
+def test_a_tf32_path_off_by_a_tenth_of_the_memorys_effect_fails_the_part():
+    """TF32 paths are not held to --tolerance, but one whose NLLs move by a
+    tenth of what the memory carried moves them (a dropped memory) fails."""
+    rows = [{"path": "score", "batch": 1, "nll_max_abs_diff": 0.0, "memory_effect": 0.1},
+            {"path": "score_tf32", "batch": 1, "nll_max_abs_diff": 2e-3, "memory_effect": 0.1}]
+    lm.check_nll_rows(rows, 1e-5)  # TF32's round-off: stated, not failed
+    rows[1]["nll_max_abs_diff"] = 0.01
+    with pytest.raises(TxlError, match=r"the NLLs of score_tf32 \(batch 1\) differ from the "
+                                       r"bound's by 1\.0e-02, a tenth or more of what the memory"):
+        lm.check_nll_rows(rows, 1e-5)
