@@ -351,6 +351,23 @@ def decode_bound(row):
     return Figure(over, text + f"; {_where(r)})", f"{where}.over_bound", r.get("device"))
 
 
+def token_parts(batch):
+    """`measure` of a speed part: where a token's ms go at `batch` (the
+    step graph, the ring's write, the host's copies and Python), shown."""
+    def measure(row):
+        r, where = _speed_row(row, batch)
+        parts = r.get("token_parts")
+        if not isinstance(parts, dict):
+            raise NotMeasured(f"no token parts in {where} (steps without fixed buffers?)")
+        ms = {name: _number(parts, name, f"{where}.token_parts")
+              for name in ("token", "step_graph", "write", "host")}
+        return Figure(ms["token"], f"{ms['token']:.3f} ms a token: step graph "
+                                   f"{ms['step_graph']:.3f}, write {ms['write']:.3f}, host "
+                                   f"{ms['host']:.3f} ({_where(r)})",
+                      f"{where}.token_parts", r.get("device"))
+    return measure
+
+
 def session_table(row):
     """`measure` of a speed part: the session table's step of 16 sessions
     over the batch step of its rows."""
@@ -490,6 +507,8 @@ TARGETS = (
            decode_ms, "decode_ms_b1", False),
     Target(53, "decode step, batch 16 (float32): <= 2x the bound", "serving_long_memory",
            decode_bound, "decode_bound_b16", False),
+    *(Target(53, f"decode step, batch {b} (float32): a token's parts, ms", "serving_long_memory",
+             token_parts(b), None, False) for b in (1, 16)),
     Target(53, "decode step parity to the CPU (float32): <= 1e-5", "serving_parity",
            decode_parity, "decode_parity", True),
     Target(53, "decode step, batch 1, the float16 export option: <= 0.78 ms a token",

@@ -235,6 +235,48 @@ def time_runtime(runtime, memory, batch, tokens):
     return {"per_token_ms": step * 1e3}
 
 
+TOKEN_PARTS = ("step_graph", "read", "write", "token", "host")
+
+
+def time_token_parts(runtime, memory, batch, tokens):
+    """`{"token_parts": {...}}`: ms a token of each part of a decode step
+    over fixed buffers (`decode_cache.FixedStep`, replayed as CUDA graphs
+    where `runtime.cuda_graph` is on a GPU), on a full memory's cache:
+
+    - `step_graph`: one run of the step graph alone (its kernels, its graph
+      launch and ONNX Runtime's end-of-run synchronization);
+    - `read`: the step as the loop runs it: the ids and stopped flags copied
+      in, the step graph, the log-probs copied out;
+    - `write`: the ring's write and the move of its slots (two runs);
+    - `token`: the loop's whole step (`read`, `write` and the bookkeeping
+      around them);
+    - `host`: `token` less `read` and `write`'s graph runs' share that is
+      not copies: `token - step_graph - write`, what the copies and Python
+      add to the graphs.
+
+    Empty where the runtime's steps do not run over fixed buffers."""
+    import numpy as np
+    from export.runtime import generation_backend
+    if not getattr(runtime, "cuda_graph", False):
+        return {}
+    cache = runtime.decode_init(memory)
+    ids, stopped = np.full([batch], 5, np.int32), np.zeros([batch], np.bool_)
+    loop = generation_backend(runtime)
+    loop.next_cached(ids, stopped, cache)  # the fixed buffers made, the graphs captured
+    steps = runtime._resident(cache).steps
+    step_session = steps.sessions["step"]
+    # Each part alone, repeated: reads of the same ring, or writes of the
+    # same token moving the ring on (the cache is dropped afterwards).
+    parts = {"step_graph": lambda: step_session.run_with_iobinding(steps.step_binding,
+                                                                   steps.run_options),
+             "read": lambda: steps.read(ids, stopped),
+             "write": steps.write,
+             "token": lambda: loop.next_cached(ids, stopped, cache)}
+    ms = {name: median_seconds(run, tokens) * 1e3 for name, run in parts.items()}
+    ms["host"] = ms["token"] - ms["step_graph"] - ms["write"]
+    return {"token_parts": {name: ms[name] for name in TOKEN_PARTS}}
+
+
 def time_xla(decoder, memory, batch, tokens):
     """`{"per_token_ms", "first_call_s"}` of the compiled decoder."""
     from txl_tf import Memory
@@ -510,6 +552,8 @@ def run_preset(preset, o, bandwidth, work):
                        **timing, "bound_ms": bound_ms,
                        "over_bound": timing["per_token_ms"] / bound_ms,
                        "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
+                if backend == "onnx":
+                    row.update(time_token_parts(runner, memory, batch, o["tokens"]))
                 if backend == "onnx" and runner.info.decode_dtype != "float32":
                     # beside the float32 bound: what this step reads in its own dtype
                     own_ms = step_bytes(model_config, mem_len, batch, 2) / bandwidth[device] * 1e3
@@ -570,6 +614,13 @@ def run_speed(o):
       alternate over 3 rounds; `÷ own` is the median of the rounds' ratios), and ms per step of the same table through
       `step_last` (the table without the cache: every step projects every
       memory again).
+
+    On ONNX Runtime where the steps run over fixed buffers (`--cuda_graph`:
+    on CUDA by default) also:
+    - **token parts**: ms a token of the step graph's run alone, the step
+      with its copies in and out, the ring's write, the whole loop step, and
+      the rest (`time_token_parts`): how much of a token is the graphs'
+      kernels and how much the host's copies, launches and Python.
 
     With `triton` in `--backends`: the Triton repository's two models run in
     onnxruntime as Triton's sequence batcher runs them (the state fed back as
@@ -639,6 +690,13 @@ def run_speed(o):
     for r in sessions:
         print(f"| {r['preset']} | {r['backend']} | {r['batch']} | {r['table_ms']:.1f} | "
               f"{r['table_over_own']:.2f} | {r['table_step_last_ms']:.0f} |")
+    parts = [r for r in rows if "token_parts" in r]
+    if parts:
+        print("\n| preset | batch | step graph ms | read ms | write ms | token ms | host ms |")
+        print("|---|---|---|---|---|---|---|")
+    for r in parts:
+        print(f"| {r['preset']} | {r['batch']} | " + " | ".join(
+            f"{r['token_parts'][name]:.3f}" for name in TOKEN_PARTS) + " |")
     if triton:
         print("\n| preset | batch | bound ms | Triton step model ms (÷ bound) | "
               "cached model ms (÷ bound) |")

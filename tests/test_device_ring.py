@@ -426,3 +426,20 @@ def test_an_export_whose_step_cannot_be_captured_decodes_without_graphs(exported
     assert not replay.cuda_graph and "without CUDA graphs" in caplog.text
     np.testing.assert_array_equal(got.ids, runtimes[0].generate([[1, 2], [3]], 6,
                                                                 temperature=0.0).ids)
+
+
+def test_token_parts_time_the_fixed_steps_parts_and_only_where_they_run(exported, runtimes):
+    """`benchmarks.long_memory.time_token_parts`: each part of a replayed
+    step timed on its own, the host's share what the graphs leave of the
+    token, and nothing where the steps do not run over fixed buffers."""
+    from benchmarks.long_memory import TOKEN_PARTS, time_token_parts
+    host = runtimes[0]
+    path = str(exported[1] / "model.onnx")
+    replay = open_runtime(path, device=DEVICE, device_cache=True, cuda_graph=True)
+    memory = host.step(np.random.default_rng(3).integers(0, CONFIG.n_token, [2, 5]))[1]
+    memory = (np.asarray(memory.mems), np.asarray(memory.mem_mask))
+    parts = time_token_parts(replay, memory, 2, 5)["token_parts"]
+    assert list(parts) == list(TOKEN_PARTS)
+    assert all(parts[name] > 0 for name in ("step_graph", "read", "write", "token"))
+    assert parts["host"] == pytest.approx(parts["token"] - parts["step_graph"] - parts["write"])
+    assert time_token_parts(runtimes[1], memory, 2, 5) == {}  # steps without fixed buffers

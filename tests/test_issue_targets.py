@@ -52,8 +52,11 @@ def _speed(ms_b1, over_b16, table_over_own, dtype="float32"):
             dict(base, batch=16, per_token_ms=0.46 * over_b16, bound_ms=0.46,
                  over_bound=over_b16, table_ms=0.46 * over_b16 * table_over_own,
                  table_over_own=table_over_own)]
-    if dtype != "float32":
-        for row in rows:
+    for row in rows:
+        step = row["per_token_ms"]
+        row["token_parts"] = {"step_graph": 0.8 * step, "read": 0.85 * step,
+                              "write": 0.1 * step, "token": step, "host": 0.1 * step}
+        if dtype != "float32":
             row.update(decode_dtype=dtype, over_own_bound=2 * row["over_bound"])
     return {"rows": rows}
 
@@ -510,3 +513,18 @@ def test_a_threshold_is_written_with_every_digit():
         assert it.number_text(value) == text and float(text) == value
     for name in it.THRESHOLDS:
         assert float(it.number_text(it.limit_of(name))) == it.limit_of(name)
+
+
+def test_a_tokens_parts_are_shown_and_their_absence_said():
+    """The decode step's parts (step graph, write, host) shown per batch size
+    from the speed part's rows; a row without them is not measured, saying
+    why."""
+    check = met_check()
+    got = by_target(check)
+    b1 = "decode step, batch 1 (float32): a token's parts, ms"
+    assert (got[b1]["verdict"], got[b1]["measured"]) == (
+        "shown", "0.780 ms a token: step graph 0.624, write 0.078, host 0.078 "
+                 "(enwik8_base, memory 2100)")
+    del part(check, "serving_long_memory")["json"]["rows"][0]["token_parts"]
+    got = by_target(check)[b1]
+    assert got["verdict"] == "not measured" and "no token parts" in got["why"], got
