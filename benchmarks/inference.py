@@ -636,11 +636,13 @@ VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten"})
 CPU_CASTS = "InsertedPrecisionFreeCast"
 
 
-def export_step(config, mem_len, folder, seed=0, decode_dtype="float32"):
-    """Writes the decode step of a core of `config` with random weights
+def export_step(config, mem_len, folder, seed=0, decode_dtype="float32",
+                interface="decode_step"):
+    """Writes the decode step (`interface`: or `decode_token`, the step that
+    writes its rings in place) of a core of `config` with random weights
     (`seed`) and memory `mem_len` as the export does (computing in
     `decode_dtype`, with its keys and values in it), to `folder`; returns
-    decode_step.onnx's path."""
+    its graph's path."""
     import keras
 
     from export.onnx_export import export_decode_onnx, write_weights_file
@@ -649,9 +651,9 @@ def export_step(config, mem_len, folder, seed=0, decode_dtype="float32"):
     core = TransformerXL(config)
     os.makedirs(folder, exist_ok=True)
     weights = write_weights_file(core.weights, os.path.join(folder, "model.onnx.data"))
-    export_decode_onnx(core, folder, mem_len, weights, interfaces=("decode_step",),
+    export_decode_onnx(core, folder, mem_len, weights, interfaces=(interface,),
                        cache_dtype=decode_dtype, decode_dtype=decode_dtype)
-    return os.path.join(folder, "decode_step.onnx")
+    return os.path.join(folder, f"{interface}.onnx")
 
 
 def node_counts(path, level=None, provider="CPUExecutionProvider"):
@@ -728,6 +730,19 @@ def step_feeds(config, mem_len, batch, seed=0, cache_dtype="float32"):
             feeds[f"{kind}_{i}"] = normal(shapes[kind][1:]).astype(cache_dtype)
     assert list(feeds) == list(step_inputs(config.n_layer))
     return feeds
+
+
+def token_feeds(config, mem_len, batch, seed=0, cache_dtype="float32"):
+    """Random inputs of `decode_token` (`export.decode_cache.token_inputs`
+    order): `step_feeds`', no row stopped, each row at the ring's slot."""
+    from export.decode_cache import cache_shapes, token_inputs
+    step = step_feeds(config, mem_len, batch, seed, cache_dtype)
+    mems = cache_shapes(config, mem_len)["cache_mems"]
+    feeds = {**step, "stopped": np.zeros([batch], bool),
+             "row_slot": np.full([batch], step["slot"], np.int32),
+             "cache_mems": np.random.default_rng(seed + 1).standard_normal(
+                 [batch if d == "batch" else d for d in mems], dtype=np.float32)}
+    return {name: feeds[name] for name in token_inputs(config.n_layer)}
 
 
 def _decode_graphs(cfg, mem_len, folder, decode_dtype="float32"):
@@ -841,10 +856,11 @@ def run_decode_nodes(o):
 
 # ------------------------------------------------------------------- profile
 PROFILE_SPEC = (
-    option("string", "export_dir", "", "An export folder (its model.onnx and decode_step.onnx)."),
-    option("list", "graphs", ["decode_step", "model"], "The export's graphs profiled: "
-           "decode_step (one token a row on a full ring), model (a segment of --segment_len "
-           "ids a row on a full memory)."),
+    option("string", "export_dir", "", "An export folder (its model.onnx and decode graphs)."),
+    option("list", "graphs", ["decode_token", "model"], "The export's graphs profiled: "
+           "decode_token (one token a row on a full ring, written in place: the step a GPU "
+           "replays), decode_step (the same, read-only: the host's), model (a segment of "
+           "--segment_len ids a row on a full memory)."),
     option("string", "device", "cpu", "cpu or cuda."),
     option("list", "batch_sizes", ["1", "16"], "Batch sizes."),
     option("integer", "segment_len", 512, "Ids a row of model's segment."),
@@ -855,7 +871,7 @@ PROFILE_SPEC = (
     option("string", "output", "benchmarks/results/profile.json", "JSON results file."),
 )
 PROFILE_WARMUP = 5
-PROFILED_GRAPHS = ("decode_step", "model")
+PROFILED_GRAPHS = ("decode_token", "decode_step", "model")
 
 
 def export_info(folder):
@@ -956,10 +972,10 @@ def run_profile(o):
     type (ONNX Runtime's profiler).
 
         python -m benchmarks.inference --part=profile --export_dir=EXPORT \
-            --device=cuda [--graphs=decode_step,model] [--batch_sizes=1,16]
+            --device=cuda [--graphs=decode_token,model] [--batch_sizes=1,16]
 
     Per graph and batch size, on random inputs: the decode step on a full
-    ring (`step_feeds`), the segment graph on `--segment_len` ids a row and
+    ring (`token_feeds`, `step_feeds`), the segment graph on `--segment_len` ids a row and
     a full memory (`segment_feeds`); every input and output bound on the
     device, no CUDA graphs; the segment graph with its axes fixed
     (`--fixed_shapes`, as the runtime runs a repeated shape on CUDA). A
@@ -993,8 +1009,9 @@ def run_profile(o):
     for graph, path in paths.items():
         for batch in batches:
             fixed = None
-            if graph == "decode_step":
-                feeds = step_feeds(info.config, info.mem_len, batch, cache_dtype=info.cache_dtype)
+            if graph in ("decode_step", "decode_token"):
+                feeds = (step_feeds if graph == "decode_step" else token_feeds)(
+                    info.config, info.mem_len, batch, cache_dtype=info.cache_dtype)
             else:
                 feeds = segment_feeds(path, info, batch, o["segment_len"])
                 if o["fixed_shapes"]:

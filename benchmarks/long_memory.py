@@ -244,10 +244,12 @@ def time_token_parts(runtime, memory, batch, tokens):
     where `runtime.cuda_graph` is on a GPU), on a full memory's cache:
 
     - `step_graph`: one run of the step graph alone (its kernels, its graph
-      launch and ONNX Runtime's end-of-run synchronization);
+      launch and ONNX Runtime's end-of-run synchronization); where the
+      export has `decode_token`, that graph, which writes the ring too;
     - `read`: the step as the loop runs it: the ids and stopped flags copied
       in, the step graph, the log-probs copied out;
-    - `write`: the ring's write and the move of its slots (two runs);
+    - `write`: the ring's write and the move of its slots (two runs; the
+      move alone after `decode_token`);
     - `token`: the loop's whole step (`read`, `write` and the bookkeeping
       around them);
     - `host`: `token` less `read` and `write`'s graph runs' share that is
@@ -264,11 +266,11 @@ def time_token_parts(runtime, memory, batch, tokens):
     loop = generation_backend(runtime)
     loop.next_cached(ids, stopped, cache)  # the fixed buffers made, the graphs captured
     steps = runtime._resident(cache).steps
-    step_session = steps.sessions["step"]
+    step_session, binding = (steps.sessions["token"], steps.token_binding) \
+        if steps.token_binding is not None else (steps.sessions["step"], steps.step_binding)
     # Each part alone, repeated: reads of the same ring, or writes of the
     # same token moving the ring on (the cache is dropped afterwards).
-    parts = {"step_graph": lambda: step_session.run_with_iobinding(steps.step_binding,
-                                                                   steps.run_options),
+    parts = {"step_graph": lambda: step_session.run_with_iobinding(binding, steps.run_options),
              "read": lambda: steps.read(ids, stopped),
              "write": steps.write,
              "token": lambda: loop.next_cached(ids, stopped, cache)}
@@ -1591,20 +1593,23 @@ def live_difference(log_probs, reference, stopped):
 
 
 def cuda_step_nodes(path):
-    """`{"cuda_step_kernels", "cuda_step_ops"}` of the export's decode step
-    as a CUDA session optimizes it (ONNX Runtime's default level, as the
-    runtime opens it): its kernels (nodes other than the view ops) and its
-    nodes by op type, the count a step launches; on failure, both None and
-    `cuda_step_nodes_error`."""
+    """`{"cuda_step_graph", "cuda_step_kernels", "cuda_step_ops"}` of the
+    decode step a replayed runtime runs (`decode_token` where the export has
+    it, else `decode_step`) as a CUDA session optimizes it (ONNX Runtime's
+    default level, as the runtime opens it): its kernels (nodes other than
+    the view ops) and its nodes by op type, the count a step launches; on
+    failure, None and `cuda_step_nodes_error`."""
     from benchmarks.inference import VIEW_OPS, kernels, node_counts
-    from export.onnx_runtime import decode_files
+    from export.onnx_runtime import decode_files, token_file
+    model = os.path.join(path, "model.onnx")
+    graph = token_file(model) or decode_files(model)["decode_step"]
+    name = os.path.basename(graph)[:-len(".onnx")]
     try:
-        counts = node_counts(decode_files(os.path.join(path, "model.onnx"))["decode_step"],
-                             "all", provider="CUDAExecutionProvider")
+        counts = node_counts(graph, "all", provider="CUDAExecutionProvider")
     except Exception as error:  # onnxruntime's own types; the parity rows still count
-        return {"cuda_step_kernels": None, "cuda_step_ops": None,
+        return {"cuda_step_graph": name, "cuda_step_kernels": None, "cuda_step_ops": None,
                 "cuda_step_nodes_error": " ".join(str(error).split())[:300]}
-    return {"cuda_step_kernels": kernels(counts),
+    return {"cuda_step_graph": name, "cuda_step_kernels": kernels(counts),
             "cuda_step_ops": {op: n for op, n in sorted(counts.items()) if op not in VIEW_OPS}}
 
 

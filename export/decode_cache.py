@@ -92,6 +92,20 @@ def step_inputs(n_layer):
             + tuple(f"values_{i}" for i in range(n_layer)))
 
 
+def token_inputs(n_layer):
+    """`decode_token`'s input names, in order."""
+    return (("token_ids", "stopped", "valid", "slot", "row_slot", "positions", "cache_mems")
+            + step_inputs(n_layer)[4:])
+
+
+def token_outputs(n_layer):
+    """`decode_token`'s output names, in order: each ring's, written in
+    place of the input of the same name without `new_`."""
+    return (("log_probs", "new_cache_mems")
+            + tuple(f"new_{name}" for name in step_inputs(n_layer)[4:])
+            + ("new_valid", "new_slot", "new_row_slot"))
+
+
 def cache_shapes(config, mem_len, batch="batch"):
     """`{name: [int or axis name, ...]}` of the cache tensors."""
     size, layers = int(mem_len) + 1, config.n_layer
@@ -531,14 +545,21 @@ def bind_ring(binding, cache, device, rows=None):
     for name in ("slot", "positions"):
         binding.bind_ortvalue_input(name, cache[name])
     bind_rows(binding.bind_input, "valid", cache["valid"], device, rows)
+    bind_layers(binding.bind_input, cache, device, rows)
+
+
+def bind_layers(bind, cache, device, rows=None, prefix=""):
+    """`bind` (an IO binding's `bind_input` or `bind_output`) of each
+    layer's keys and values (`{prefix}keys_{i}`, ...) to its view of the
+    stacked ring (by address), the first `rows` rows (all: None)."""
     for kind in ("keys", "values"):
         stacked = cache[kind]
         shape, dtype = stacked.shape(), NUMPY_TYPES[stacked.data_type()]
         layer_bytes = np.dtype(dtype).itemsize * int(np.prod(shape[1:], dtype=np.int64))
         for i in range(shape[0]):
-            binding.bind_input(f"{kind}_{i}", device, 0, dtype,
-                               [shape[1] if rows is None else rows] + shape[2:],
-                               stacked.data_ptr() + i * layer_bytes)
+            bind(f"{prefix}{kind}_{i}", device, 0, dtype,
+                 [shape[1] if rows is None else rows] + shape[2:],
+                 stacked.data_ptr() + i * layer_bytes)
 
 
 def bind_rows(bind, name, value, device, rows=None):
@@ -628,7 +649,9 @@ class FixedStep:
     tensors may hold more rows (a `DeviceSlab`'s): each graph reads and
     writes those rows in place, so its runs can be replayed as CUDA graphs
     (each `FixedStep` its own graph id). The ids, flags, log-probs and the
-    token's projections live in buffers of its own."""
+    token's projections live in buffers of its own. Where the export has
+    `decode_token` (`sessions["token"]`), that one graph is the step and
+    the write, and the move follows it."""
 
     def __init__(self, sessions, device, fixed, rows, n_token):
         self.sessions, self.device, self.fixed, self.rows = sessions, device, fixed, int(rows)
@@ -637,17 +660,18 @@ class FixedStep:
         self.ids = ortvalue(np.zeros([rows], np.int32), device)
         self.stopped = ortvalue(np.zeros([rows], np.bool_), device)
         self.log_probs = ortvalue(np.zeros([rows, n_token], np.float32), device)
-        kv_dtype = NUMPY_TYPES[fixed["keys"].data_type()]
-        self.token = {"token_mems": ortvalue(np.zeros([layers, rows, d_model], np.float32),
-                                             device),
-                      **{name: ortvalue(np.zeros([layers, rows, heads, d_head], kv_dtype),
-                                        device) for name in ("token_keys", "token_values")}}
         # The ring positions a write moves on, then copied over the old ones:
         # written in place, the graph could read a position it already moved.
         self.moved = {"slot": empty_like(fixed["slot"], device),
                       "row_slot": ortvalue(np.zeros([rows], np.int32), device)}
-        self.step_binding = self._bind_step()
-        self.write_binding = self._bind_write()
+        self.token_binding = self._bind_token() if "token" in sessions else None
+        if self.token_binding is None:  # the token's projections, between step and write
+            kv_dtype = NUMPY_TYPES[fixed["keys"].data_type()]
+            self.token = {"token_mems": ortvalue(np.zeros([layers, rows, d_model], np.float32),
+                                                 device),
+                          **{name: ortvalue(np.zeros([layers, rows, heads, d_head], kv_dtype),
+                                            device) for name in ("token_keys", "token_values")}}
+            self.step_binding, self.write_binding = self._bind_step(), self._bind_write()
         self.move_binding = self.sessions["move"].io_binding()
         for name in MOVED:
             self.move_binding.bind_ortvalue_input(name, self.moved[name])
@@ -663,6 +687,25 @@ class FixedStep:
         binding.bind_ortvalue_output("log_probs", self.log_probs)
         for name in STEP_OUTPUTS[1:]:
             binding.bind_ortvalue_output(name, self.token[name])
+        return binding
+
+    def _bind_token(self):
+        """`decode_token` over the fixed buffers: the rings' and the flags'
+        outputs are their inputs' buffers (written in place); the stacked
+        layer inputs are bound whole, as the write's (its batch axis is not
+        the first: the rows are no prefix of it)."""
+        binding = self.sessions["token"].io_binding()
+        binding.bind_ortvalue_input("token_ids", self.ids)
+        binding.bind_ortvalue_input("stopped", self.stopped)
+        bind_ring(binding, self.fixed, self.device, self.rows)
+        bind_rows(binding.bind_input, "row_slot", self.fixed["row_slot"], self.device, self.rows)
+        binding.bind_ortvalue_input("cache_mems", self.fixed["cache_mems"])
+        binding.bind_ortvalue_output("log_probs", self.log_probs)
+        binding.bind_ortvalue_output("new_cache_mems", self.fixed["cache_mems"])
+        bind_layers(binding.bind_output, self.fixed, self.device, self.rows, prefix="new_")
+        bind_rows(binding.bind_output, "new_valid", self.fixed["valid"], self.device, self.rows)
+        for name in MOVED:
+            binding.bind_ortvalue_output(f"new_{name}", self.moved[name])
         return binding
 
     def _bind_write(self):
@@ -684,19 +727,25 @@ class FixedStep:
         return binding
 
     def read(self, ids, stopped):
-        """The log-probs (numpy) of one step of the rows: the ring is read,
-        not written (`write` does that)."""
+        """The log-probs (numpy) of one step of the rows. The ring is read,
+        not written (`write` does that), or, with `decode_token`, written
+        only at each row's free slot (outside its memory: what any read of
+        the cache sees is as it was until `write` moves the ring on)."""
         self.ids.update_inplace(np.asarray(ids, np.int32))
         self.stopped.update_inplace(np.asarray(stopped, np.bool_))
-        self.sessions["step"].run_with_iobinding(self.step_binding, self.run_options)
+        if self.token_binding is not None:
+            self.sessions["token"].run_with_iobinding(self.token_binding, self.run_options)
+        else:
+            self.sessions["step"].run_with_iobinding(self.step_binding, self.run_options)
         # On the CPU `numpy()` is a view of the buffer the next step writes.
         log_probs = self.log_probs.numpy()
         return np.array(log_probs) if self.device == "cpu" else log_probs
 
     def write(self):
         """Writes the token `read` projected into the free slot of the rows
-        not stopped, and moves the ring on."""
-        self.sessions["write"].run_with_iobinding(self.write_binding, self.run_options)
+        not stopped (with `decode_token`, `read` did), and moves the ring on."""
+        if self.token_binding is None:
+            self.sessions["write"].run_with_iobinding(self.write_binding, self.run_options)
         self.sessions["move"].run_with_iobinding(self.move_binding, self.run_options)
 
 

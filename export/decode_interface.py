@@ -63,12 +63,13 @@ import tensorflow as tf
 # The interface's names and shapes live with the host's half (no TensorFlow).
 from export.decode_cache import (CACHE_NAMES, CHANGING_NAMES, INIT_INPUTS,  # noqa: F401
                                  INIT_OUTPUTS, READ_INPUTS, READ_OUTPUTS, STEP_OUTPUTS,
-                                 cache_shapes, step_inputs)
+                                 cache_shapes, step_inputs, token_inputs, token_outputs)
 from export.metadata import CACHE_DTYPES, DECODE_DTYPES
 from txl_tf import Memory, TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.layers.init import skip_random_init
-from txl_tf.layers.ring_cache import DecodeCache, flat_cache, ring_memory
+from txl_tf.layers.ring_cache import (DecodeCache, flat_cache, ring_memory, row_write,
+                                      write_rows, write_slots)
 from txl_tf.weights.checkpoints import adapted_layers
 
 
@@ -191,6 +192,39 @@ def decode_step(core, token_ids, valid, slot, positions, *keys_values):
             "token_mems": tf.cast(tf.stack(token.mems), tf.float32),
             "token_keys": tf.cast(tf.stack(token.keys), kv_dtype),
             "token_values": tf.cast(tf.stack(token.values), kv_dtype)}
+
+
+def decode_token(core, token_ids, stopped, valid, slot, row_slot, positions, cache_mems,
+                 *keys_values):
+    """`{token_outputs}`: one token per row written into the ring and read
+    there (see the module's docstring): the rings, the flags and each row's
+    slot written where the token goes (`ring_cache.write_slots`: a stopped
+    row's own free slot, outside its memory); the ring's positions moved
+    on into outputs of their own."""
+    cfg, dtype = core.config, core.compute_dtype
+    slots = write_slots(DecodeCache((), (), (), valid, slot, row_slot, None), stopped)
+    # The flags first, read through the written ones: nothing reads the
+    # input after its write, which runs in place.
+    valid = write_rows(valid, tf.logical_not(stopped), row_write([None], slots, 1))
+    cache = DecodeCache((), keys_values[:cfg.n_layer], keys_values[cfg.n_layer:], valid,
+                        slot, row_slot, tf.cast(positions, dtype))
+    hidden, token = core.call_with_cache(token_ids, cache, stopped=stopped, write="first")
+    mems = write_rows(cache_mems, tf.cast(tf.stack(token.mems), tf.float32),
+                      row_write([cfg.n_layer, None, cfg.d_model], slots, 2, row_axis=1))
+    new_slot = tf.math.floormod(slot + 1, valid.shape[1])  # the ring's size, a constant
+    return {"log_probs": core.crit(hidden), "new_cache_mems": mems,
+            **{f"new_keys_{i}": ring for i, ring in enumerate(token.keys)},
+            **{f"new_values_{i}": ring for i, ring in enumerate(token.values)},
+            "new_valid": valid, "new_slot": new_slot,
+            "new_row_slot": tf.where(stopped, row_slot, new_slot)}
+
+
+def token_specs(config, mem_len, cache_dtype="float32"):
+    """TensorSpecs of `decode_token`'s inputs, in `token_inputs` order."""
+    shapes, step = cache_shapes(config, mem_len), step_specs(config, mem_len, cache_dtype)
+    return (step[:1] + [tf.TensorSpec([None], tf.bool, name="stopped")] + step[1:3]
+            + [tf.TensorSpec([None], tf.int32, name="row_slot"), step[3],
+               _spec("cache_mems", shapes["cache_mems"], tf.float32)] + step[4:])
 
 
 def decode_read(core, token_ids, cache_mems, keys, values, valid, slot, row_slot, positions):

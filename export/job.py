@@ -35,8 +35,9 @@ from export.metadata import (CACHE_DTYPES, DECODE_DTYPES, export_metadata, exter
                              weights_quantization)
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, export_decode_onnx,
                                 export_onnx, write_weights_file)
-from export.onnx_runtime import return_freed_memory
-from export.parity import check_runtime, core_outputs, random_segments
+from export.onnx_runtime import return_freed_memory, token_file
+from export.parity import (check_cached_decode, check_runtime, core_outputs,
+                           random_segments)
 from export.runtime import ONNX_FILE, SAVED_MODEL_DIR
 from export.saved_model import LOG_PROBS_MODES, export_saved_model
 from export.staging import staged_folder
@@ -365,10 +366,18 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
         # One copy of the ONNX weights in memory: the check's speed does not matter.
         runtime = open_runtime(out, backend=backend,
                                **({"low_memory": True} if backend == "onnx" else {}))
-        report[runtime.backend] = check_runtime(reference, runtime, segments, tolerance,
-                                                by_token)
+        name = runtime.backend
+        report[name] = check_runtime(reference, runtime, segments, tolerance, by_token)
         del runtime
         _free()
+        if backend == "onnx" and token_file(os.path.join(out, ONNX_FILE)):
+            # The step a GPU replays (`decode_token` over fixed buffers), on the CPU.
+            runtime = open_runtime(out, backend="onnx", device="cpu", device_cache=True,
+                                   cuda_graph=True)
+            report[name]["decode_token"] = check_cached_decode(
+                runtime, segments, by_token, tolerance, "onnx's decode_token")
+            del runtime
+            _free()
     if "triton" in formats:
         path = model_file(os.path.join(out, TRITON_DIR), triton_model_name)
         report["triton"] = check_triton_model(reference, path, segments, tolerance)

@@ -14,6 +14,10 @@ DECODE_CACHE_LAYOUT = "keys_as_columns"
 # The ONNX files of the cached decode interface, beside `model.onnx`.
 DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.onnx",
                 "decode_read": "decode_read.onnx"}
+# The step that writes its rings in place (`decode_interface.decode_token`),
+# beside them since this key; a runtime steps an export without it through
+# `decode_step` and the ring's write graph.
+DECODE_TOKEN_FILE = "decode_token.onnx"
 # The dtypes the decode graphs may keep the cache's keys and values in
 # (`--cache_dtype`; `export.decode_interface`). No bfloat16: ONNX Runtime's
 # CPU provider runs no bfloat16 MatMul or Softmax.

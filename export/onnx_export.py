@@ -11,6 +11,7 @@ when it opens the session.
 import contextlib
 import logging
 import os
+import re
 from typing import NamedTuple
 
 import keras
@@ -21,11 +22,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export import decode_interface as decode
 from export.canonical import canonical_graph
-from export.metadata import (DECODE_FILES, INPUT_NAMES, OUTPUT_NAMES, export_metadata,
-                             external_data_file, weights_quantization)
+from export.metadata import (DECODE_FILES, DECODE_TOKEN_FILE, INPUT_NAMES, OUTPUT_NAMES,
+                             export_metadata, external_data_file, weights_quantization)
 from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                 serve_step)
 from txl_tf.errors import TxlError
+from txl_tf.layers.ring_cache import WRITE_ROWS_SCOPE
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,9 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
         "decode_read": (lambda *args: decode.decode_read(core, *args),
                         decode.read_specs(cfg, mem_len, cache_dtype), decode.READ_INPUTS,
                         decode.READ_OUTPUTS),
+        "decode_token": (lambda *args: decode.decode_token(core, *args),
+                         decode.token_specs(cfg, mem_len, cache_dtype),
+                         decode.token_inputs(cfg.n_layer), decode.token_outputs(cfg.n_layer)),
     }
     shapes = decode.cache_shapes(cfg, mem_len)
     layer_shapes = {f"{kind}_{i}": shapes[kind][1:] for kind in ("keys", "values")
@@ -161,10 +166,16 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
     token = {f"token_{name}": [cfg.n_layer, "batch", cfg.n_head, cfg.d_head]
              for name in ("keys", "values")}
     shapes.update({f"new_{name}": shapes[name] for name in decode.CACHE_NAMES})
+    shapes.update({f"new_{name}": shape for name, shape in layer_shapes.items()})
     shapes.update(layer_shapes, **token, token_mems=[cfg.n_layer, "batch", cfg.d_model],
                   token_ids=["batch"], log_probs=["batch", cfg.n_token],
                   mems=[cfg.n_layer, "batch", mem_len, cfg.d_model],
                   mem_mask=["batch", mem_len])
+    # A slab's step reads its first rows; the stacked layer inputs, whose
+    # rows are not their first axis, are bound whole (`decode_cache.FixedStep`).
+    slab_mems = [cfg.n_layer, "capacity"] + shapes["cache_mems"][2:]
+    interface_shapes = {"decode_read": {"token_ids": ["batch", "seq_len"]},
+                        "decode_token": {"cache_mems": slab_mems, "new_cache_mems": slab_mems}}
     written = []
     for interface, (fn, specs, inputs, outputs) in parts.items():
         if interfaces is not None and interface not in interfaces:
@@ -177,8 +188,7 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
         order_outputs(model, outputs)
         if "token_ids" in inputs:
             add_id_range_check(model, "token_ids", cfg.n_token)
-        declare_shapes(model, {**shapes, "token_ids": ["batch", "seq_len"]}
-                       if interface == "decode_read" else shapes)
+        declare_shapes(model, {**shapes, **interface_shapes.get(interface, {})})
         keep_batch_axis(model)
         helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last", zero_filled,
                                                          cache_dtype=cache_dtype,
@@ -187,7 +197,8 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
                                        "interface": interface, "inputs": ",".join(inputs),
                                        "outputs": ",".join(outputs)})
         model.doc_string = f"Transformer-XL {interface}: see export.decode_interface"
-        written += save_with_weights(model, os.path.join(folder, DECODE_FILES[interface]),
+        files = {**DECODE_FILES, "decode_token": DECODE_TOKEN_FILE}
+        written += save_with_weights(model, os.path.join(folder, files[interface]),
                                      core.weights, len(inputs), weights_file=weights_file)
     return written
 
@@ -250,9 +261,11 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
             return fn(*args[:n_inputs])
 
     def convert():
-        return tf2onnx.convert.from_function(
-            run, input_signature=specs, opset=opset,
-            custom_op_handlers={op: (_nan_safe_select, []) for op in ("Select", "SelectV2")})[0]
+        handlers = {op: (_nan_safe_select, []) for op in ("Select", "SelectV2")}
+        # (tf2onnx's old handler API takes the ONNX op first, then the arguments.)
+        handlers["TensorScatterUpdate"] = (_scatter_rows, ["ScatterND", {}])
+        return tf2onnx.convert.from_function(run, input_signature=specs, opset=opset,
+                                             custom_op_handlers=handlers)[0]
     try:
         with _environment(TF2ONNX_CATCH_ERRORS="FALSE"), _without_global_pools():
             model = convert()
@@ -322,6 +335,56 @@ def _nan_safe_select(ctx, node, name, args):
     from tf2onnx.onnx_opset.controlflow import Select
     node.set_attr("handles_nan", True)
     Select.version_9(ctx, node)
+
+
+def _scatter_rows(ctx, node, name, args):
+    """`ring_cache.write_rows`' scatter as ONNX `ScatterElements` along the
+    ring's slot axis (named in its scope): one kernel, which runs in place
+    where the output is bound to the ring's buffer, and takes its indices
+    as kernel arguments (ScatterND copies its shape from the host at each
+    run, which a replayed CUDA graph would not repeat). Its indices are the
+    slot coordinate of tf's element coordinates, taken once for every
+    scatter that shares them (`args[0]`: a cache). Any other
+    TensorScatterUpdate converts as tf2onnx has it."""
+    from tf2onnx.onnx_opset.tensor import TensorScatterUpdate
+    found = re.search(rf"{WRITE_ROWS_SCOPE}(\d+)(?:_\d+)?/", node.name)  # tf numbers a repeat
+    if found is None:
+        return TensorScatterUpdate.version_11(ctx, node)
+    axis, ring, coords, update = int(found.group(1)), *node.input
+    cache = args[0]
+    if (coords, axis) not in cache:
+        slots = _stacked_input(ctx, coords, axis)
+        if slots is None:
+            slots = ctx.make_node("Gather", [coords, ctx.make_const(
+                f"{node.name}_axis", np.array(axis, np.int64)).output[0]],
+                attr={"axis": -1}).output[0]
+        cache[coords, axis] = _unsqueeze(ctx, slots, axis, f"{node.name}_slots")
+    node.type = "ScatterElements"
+    node.set_attr("axis", axis)
+    ctx.replace_inputs(node, [ring, cache[coords, axis],
+                              _unsqueeze(ctx, update, axis, f"{node.name}_update")])
+
+
+def _stacked_input(ctx, stacked, i):
+    """The `i`th tensor `tf.stack(..., -1)` stacked into `stacked`, as
+    tf2onnx converts a stack (each one unsqueezed, then concatenated), or
+    None where `stacked` was made otherwise. Read from there, the other
+    coordinates `row_write` stacks with it are left to no reader (tf2onnx
+    drops them)."""
+    concat = ctx.get_node_by_output(stacked)
+    if concat is None or concat.type != "Concat" or concat.get_attr_value("axis") not in (
+            -1, len(concat.input) - 1) or len(concat.input) <= i:
+        return None
+    unsqueeze = ctx.get_node_by_output(concat.input[i])
+    if unsqueeze is None or unsqueeze.type != "Unsqueeze":
+        return None
+    return unsqueeze.input[0]
+
+
+def _unsqueeze(ctx, tensor, axis, name):
+    """The output name of `tensor` with a new axis `axis` (opset 13's Unsqueeze)."""
+    axes = ctx.make_const(f"{name}_axes", np.array([axis], np.int64)).output[0]
+    return ctx.make_node("Unsqueeze", [tensor, axes]).output[0]
 
 
 def order_outputs(model, names):

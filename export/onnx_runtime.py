@@ -19,7 +19,7 @@ from export.device_memory import (FixedSegment, memory_concat_model, memory_copy
                                   memory_take_model, nll_model)
 from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_model,
                                 take_device_rows)
-from export.metadata import DECODE_FILES, ExportInfo, external_data_file
+from export.metadata import DECODE_FILES, DECODE_TOKEN_FILE, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.errors import ModelDirError, TxlError
@@ -363,7 +363,9 @@ class OnnxRuntime(Runtime):
         self._decode_sessions = None
         decode_disabled = self._unfolded if info.decode_dtype == "float32" else \
             FLOAT16_DECODE_DISABLED
+        token_path = token_file(path) if decode_paths else None
         files.add(decode_paths)
+        files.add({"decode_token": token_path} if token_path else None)
         self._open_decode = files.checked(lambda: {name: open_session(
             p, packed() if name == "decode_step" else shared(), providers, decode_disabled)
                                      for name, p in decode_paths.items()})
@@ -373,7 +375,9 @@ class OnnxRuntime(Runtime):
         ring, on_cuda = self.mem_len + 1, self.device == "cuda"
         self._open_replay = files.checked(lambda: open_replay_sessions(
             decode_paths["decode_step"], ring, info.cache_dtype, packed(),
-            provider_entries(names, tf32, cuda_graph=on_cuda), providers))
+            provider_entries(names, tf32, cuda_graph=on_cuda), providers, token_path))
+        self._open_token = files.checked(lambda: token_path and open_session(
+            token_path, packed(), providers, decode_disabled))
         self._replay_sessions, self._residents = None, {}
         # What threads share: the sessions opened on first use, `_fixed` and
         # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the
@@ -779,15 +783,25 @@ class OnnxRuntime(Runtime):
         host's `CacheSlab`."""
         if not self.device_cache:
             return super()._cache_slab(capacity)
-        steps = self._replay() or {"step": self._decode_session("decode_step"),
-                                   "write": self._ring_writer(),
-                                   "move": self._small_graph("move", lambda: copy_model(MOVED))}
+        steps = self._replay() or self._fixed_step_sessions()
         size = self.mem_len + 1
-        sessions = {**{name: steps[name] for name in ("step", "write", "move")},
+        sessions = {**{name: steps[name] for name in ("step", "write", "move", "token")
+                       if name in steps},
                     "put": self._small_graph("put_slab_row", lambda: slab_put_model(size)),
                     "take": self._small_graph("take_slab_rows", slab_take_model)}
         return DeviceSlab(capacity, sessions, self.device, self.n_token,
                           lock=self._replay_lock_of(self.cuda_graph and self.device == "cuda"))
+
+    def _fixed_step_sessions(self):
+        """`FixedStep`'s sessions without CUDA graphs: `decode_token` where
+        the export has it, else the step and the ring's write; the move."""
+        with self._lock:
+            if "token" not in self._small_graphs:
+                self._small_graphs["token"] = self._open_token()
+        token = self._small_graphs["token"]
+        steps = {"token": token} if token else {"step": self._decode_session("decode_step"),
+                                                "write": self._ring_writer()}
+        return {**steps, "move": self._small_graph("move", lambda: copy_model(MOVED))}
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on
@@ -887,6 +901,13 @@ def decode_files(path):
     return paths if all(os.path.isfile(p) for p in paths.values()) else None
 
 
+def token_file(path):
+    """The `decode_token` graph written beside `path`, or None (an export
+    made before it, or with `interfaces` that left it out)."""
+    token = os.path.join(os.path.dirname(os.path.abspath(path)), DECODE_TOKEN_FILE)
+    return token if os.path.isfile(token) else None
+
+
 def _model_bytes(path):
     """The model file's size plus its external data file's, if any."""
     data = external_data_file(path)
@@ -925,15 +946,18 @@ def _host(value):
 
 
 def open_replay_sessions(step_path, size, cache_dtype, session_options, graph_providers,
-                         providers):
-    """The sessions `decode_cache.Resident` runs: the step, the ring's write
-    and the move of its positions with `graph_providers` (CUDA graphs on:
-    every run of theirs is a replay of fixed buffers), the cache copy with
-    `providers` (keys and values in `cache_dtype`)."""
-    models = {"write": ring_write_model(size), "move": copy_model(MOVED),
-              "copy": copy_model()}
+                         providers, token_path=None):
+    """The sessions `decode_cache.Resident` runs: the step and the ring's
+    write (`decode_token`'s one graph where `token_path` is given), and the
+    move of its positions with `graph_providers` (CUDA graphs on: every run
+    of theirs is a replay of fixed buffers), the cache copy with `providers`
+    (keys and values in `cache_dtype`)."""
+    models = {"move": copy_model(MOVED), "copy": copy_model()}
+    if token_path is None:
+        models["write"] = ring_write_model(size)
     models = {name: with_cache_dtype(model, cache_dtype) for name, model in models.items()}
-    return {"step": open_session(step_path, session_options, graph_providers),
-            **{name: open_session(model.SerializeToString(), session_options,
-                                  providers if name == "copy" else graph_providers)
-               for name, model in models.items()}}
+    steps = {"token": open_session(token_path, session_options, graph_providers)} \
+        if token_path else {"step": open_session(step_path, session_options, graph_providers)}
+    return {**steps, **{name: open_session(model.SerializeToString(), session_options,
+                                           providers if name == "copy" else graph_providers)
+                        for name, model in models.items()}}

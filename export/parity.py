@@ -131,11 +131,19 @@ def check_runtime(reference, runtime, segments, tol=1e-4, token_reference=None):
     diff = max_differences(reference, runtime_outputs(runtime, segments))
     _check(diff, runtime.backend, tol)
     if runtime.has_decode_cache and token_reference is not None:
-        diff["decode_cache"] = max_differences(token_reference,
-                                               cached_outputs(runtime, segments))
-        _check(diff["decode_cache"], f"{runtime.backend}'s cached decode",
-               max(tol, CACHE_TOLERANCES.get(runtime.info.cache_dtype, tol),
-                   DECODE_TOLERANCES.get(runtime.info.decode_dtype, tol)))
+        diff["decode_cache"] = check_cached_decode(runtime, segments, token_reference, tol,
+                                                   f"{runtime.backend}'s cached decode")
+    return diff
+
+
+def check_cached_decode(runtime, segments, token_reference, tol=1e-4, what="cached decode"):
+    """`max_differences` of `runtime`'s cached decode interface from
+    `token_reference` (`core_outputs(..., token_by_token=True)`), or
+    `ParityError` naming `what` beyond `tol` (or `CACHE_TOLERANCES`,
+    `DECODE_TOLERANCES` where its cache or its compute is 16-bit)."""
+    diff = max_differences(token_reference, cached_outputs(runtime, segments))
+    _check(diff, what, max(tol, CACHE_TOLERANCES.get(runtime.info.cache_dtype, tol),
+                           DECODE_TOLERANCES.get(runtime.info.decode_dtype, tol)))
     return diff
 
 

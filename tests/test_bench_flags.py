@@ -104,7 +104,7 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
      "--device must be cpu, cuda or auto"),
     ("benchmarks.ablation", ["--models=xl,gru"], "--models: unknown ['gru']"),
     ("benchmarks.inference", ["--part=profile"],
-     "--export_dir '' holds no decode_step.onnx, model.onnx"),
+     "--export_dir '' holds no decode_token.onnx, model.onnx"),
     ("benchmarks.inference", ["--part=profile", "--device=tpu"], "--device must be cpu or cuda"),
     ("benchmarks.inference", ["--part=profile", "--graphs=decode_read"], "--graphs takes"),
     ("benchmarks.gpu_check", ["--serving_exports=/nowhere"],

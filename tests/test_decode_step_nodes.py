@@ -72,3 +72,53 @@ def test_the_step_gathers_a_visibility_by_distance_only_where_one_hides_a_key(
                             same_length_convention=convention)
     counts = node_counts(export_step(config, CONFIG.mem_len, str(tmp_path)), "all")
     assert (counts["Gather"], counts["And"]) == (gathers, gathers - 3), counts
+
+
+# `decode_token`, the step that writes its rings in place: per layer the
+# step's kernels less the new position's stand-ins (its score's matmul and
+# Where, its weight's matmul and Where, the Mul and Add onto the values),
+# plus the two writes (one ScatterElements each for the key and the value).
+MAX_TOKEN_KERNELS_PER_LAYER = 16
+
+
+@pytest.fixture(scope="module")
+def token_graphs(tmp_path_factory):
+    """The optimized `decode_token` graphs with 2 and 3 layers."""
+    from benchmarks.inference import optimized_graph
+    folder = tmp_path_factory.mktemp("decode_token_nodes")
+    return [optimized_graph(export_step(CONFIG.replace(n_layer=n), CONFIG.mem_len,
+                                        str(folder / str(n)), interface="decode_token"),
+                            "all", load_weights=False) for n in (2, 3)]
+
+
+def _counts(graph):
+    import collections
+    return collections.Counter(node.op_type for node in graph.graph.node)
+
+
+def test_the_token_step_writes_each_ring_once_in_place_and_reads_it_there(token_graphs):
+    layer = per_layer(*(_counts(g) for g in token_graphs))
+    assert kernels(layer) <= MAX_TOKEN_KERNELS_PER_LAYER, layer
+    assert layer["ScatterElements"] == 2 and layer["Where"] == 0, layer
+    # q·r, its positions, the scores, the values, the output projection
+    assert layer["MatMul"] + layer["FusedMatMul"] == 5, layer
+    graph = token_graphs[1].graph
+    outputs = {o.name for o in graph.output}
+    scatters = [n for n in graph.node if n.op_type == "ScatterElements"]
+    # Every ring, the layer inputs and the flags: written by the scatter
+    # itself into the graph's output, which a runtime binds to the ring's
+    # buffer (no copy after it).
+    assert len(scatters) == 2 * 3 + 2 and all(n.output[0] in outputs for n in scatters)
+    # No ScatterND (it copies its shape from the host each run) and no shape
+    # arithmetic (ONNX Runtime would run it on the CPU: no CUDA graph).
+    counts = _counts(token_graphs[1])
+    assert not {"ScatterND", "Shape", "Slice", "Range", "ConstantOfShape"} & set(counts), counts
+
+
+def test_the_token_step_is_fewer_kernels_than_the_step_and_the_write(step_nodes, token_graphs,
+                                                                      tmp_path):
+    from export.decode_cache import ring_write_model
+    path = tmp_path / "write.onnx"
+    path.write_bytes(ring_write_model(CONFIG.mem_len + 1).SerializeToString())
+    write = kernels(node_counts(str(path), "all"))
+    assert kernels(_counts(token_graphs[1])) < kernels(step_nodes[1]) + write

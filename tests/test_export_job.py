@@ -54,8 +54,9 @@ def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
                      "--formats=saved_model,onnx", "--mem_len=4", "--opset=17",
                      "--log_probs=last", "--zero_filled_memory", "--verify")
     assert sorted(os.listdir(out)) == ["config.json", "decode_init.onnx", "decode_read.onnx",
-                                       "decode_step.onnx", "export_report.json", "model.onnx",
-                                       "model.onnx.data", "saved_model", "vocab"]
+                                       "decode_step.onnx", "decode_token.onnx",
+                                       "export_report.json", "model.onnx", "model.onnx.data",
+                                       "saved_model", "vocab"]
     assert "vocab.txt" in os.listdir(out / "saved_model" / "assets")
     assert set(report["parity"]) == {"onnxruntime", "saved_model"}
     assert json.loads((out / "export_report.json").read_text())["parity"] == report["parity"]
@@ -261,12 +262,13 @@ def test_overwrite_replaces_the_whole_folder(model_dir, previous_export, tmp_pat
     report = run_job(f"--model_dir={path}", f"--output_dir={out}", "--formats=onnx",
                      "--mem_len=4", "--overwrite")
     assert sorted(os.listdir(out)) == ["config.json", "decode_init.onnx", "decode_read.onnx",
-                                       "decode_step.onnx", "export_report.json", "model.onnx",
-                                       "model.onnx.data", "vocab"]
+                                       "decode_step.onnx", "decode_token.onnx",
+                                       "export_report.json", "model.onnx", "model.onnx.data",
+                                       "vocab"]
     assert os.listdir(out.parent) == ["out"]  # no temporary or old folder left behind
     assert report["files"] == ["config.json", "decode_init.onnx", "decode_read.onnx",
-                               "decode_step.onnx", "model.onnx", "model.onnx.data",
-                               "vocab/vocab.txt", "export_report.json"]
+                               "decode_step.onnx", "decode_token.onnx", "model.onnx",
+                               "model.onnx.data", "vocab/vocab.txt", "export_report.json"]
     stages = [line.split("] ")[1].split(":")[0] for line in capfd.readouterr().err.splitlines()
               if line.startswith("[export")]
     assert stages == ["loading", "ONNX conversion and weights", "parity", "done"]

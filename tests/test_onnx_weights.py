@@ -28,7 +28,8 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     jobs.run("benchmarks.long_memory", ["--part=onnx_weights", f"--export_dir={tmp_path / 'out'}",
                                         f"--skeleton_dir={skeleton}"], check=True)
     assert {p.name for p in skeleton.glob("*.onnx")} == \
-        {"model.onnx", "decode_init.onnx", "decode_step.onnx", "decode_read.onnx"}
+        {"model.onnx", "decode_init.onnx", "decode_step.onnx", "decode_read.onnx",
+         "decode_token.onnx"}
     def size(folder):  # the graphs and any external weights file
         return sum(p.stat().st_size for p in folder.iterdir() if ".onnx" in p.name)
     assert size(skeleton) * 2 < size(tmp_path / "out")
@@ -45,7 +46,8 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     assert out.ids.shape == (1, 8) and np.isfinite(out.log_probs).all()
     # cuda_parity's kernel count (without CUDA, the CPU provider optimizes the step)
     nodes = cuda_step_nodes(str(skeleton))
-    on_cpu = node_counts(str(skeleton / "decode_step.onnx"), "all")
+    on_cpu = node_counts(str(skeleton / "decode_token.onnx"), "all")
+    assert nodes["cuda_step_graph"] == "decode_token", nodes
     assert nodes["cuda_step_kernels"] == kernels(on_cpu) > 0, nodes
     assert sum(nodes["cuda_step_ops"].values()) == nodes["cuda_step_kernels"]
     assert not set(nodes["cuda_step_ops"]) & VIEW_OPS
@@ -64,7 +66,7 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
                                       "--graphs=model", "--nofixed_shapes",
                                       f"--output={tmp_path / 'profile.json'}"], check=True)
     profile["graphs"].update(json.loads((tmp_path / "profile.json").read_text())["graphs"])
-    for graph, optimized in (("decode_step", on_cpu), ("model", segment)):
+    for graph, optimized in (("decode_token", on_cpu), ("model", segment)):
         assert list(profile["graphs"][graph]) == ["1", "2"]
         for r in profile["graphs"][graph].values():
             assert r["kernels"] == kernels(optimized) and r["on_cpu"] == [], r

@@ -593,8 +593,9 @@ def test_a_step_interrupted_as_the_slabs_step_returns_is_recorded(runtime, monke
 
 def test_an_interrupted_device_slab_write_leaves_every_session_to_get_what_it_gets_alone(
         exported, monkeypatch):
-    """Ctrl-C before, inside (between the ring's write and the move of its
-    positions) or just after `FixedStep.write` in a `DeviceSlab.step`."""
+    """Ctrl-C before, inside (between the ring's write, `decode_token`'s
+    run, and the move of its positions) or just after `FixedStep.write` in a
+    `DeviceSlab.step`."""
     from export.decode_cache import FixedStep
     runtime = open_runtime(str(exported), backend="onnx", device="cpu", device_cache=True,
                            cuda_graph=True)
@@ -602,10 +603,10 @@ def test_an_interrupted_device_slab_write_leaves_every_session_to_get_what_it_ge
              for sid, (prompt, n, settings) in SESSIONS.items()}
     sessions = SessionTable(runtime, max_batch=2).slab.sessions
     where = [(FixedStep, "write", 3, False), (FixedStep, "write", 3, True),
-             (sessions["write"], "run_with_iobinding", 2, True),  # written, not moved
+             (sessions["token"], "run_with_iobinding", 2, True),  # written, not moved
              (sessions["move"], "run_with_iobinding", 3, True),  # moved, not recorded
              (DeviceSlab, "_size", 3, True)]  # recorded, the host's slot not moved on
     for owner, name, k, after in where:
         table = SessionTable(runtime, max_batch=2)
-        assert all(table.slab.sessions[n] is sessions[n] for n in ("write", "move"))
+        assert all(table.slab.sessions[n] is sessions[n] for n in ("token", "move"))
         _run_interrupted(table, monkeypatch, owner, name, k, after, alone)

@@ -21,10 +21,10 @@ from txl_tf.layers.memory import (Memory, as_memory, clear_invalid_slots, initia
                                   update_memory)
 from txl_tf.layers.padding import check_lengths, right_align
 from txl_tf.layers.positional import RelativePositionalEncoding
-from txl_tf.layers.ring_cache import (CachedToken, DecodeCache, KeysValues, after,
+from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, KeysValues, after,
                                       doubled_index, in_slot_order, in_time_order, keep_last,
-                                      ring_memory, slot_order, swap_key_layout, with_free_slot,
-                                      write_token)
+                                      ring_memory, row_write, slot_order, swap_key_layout,
+                                      with_free_slot, write_slots, write_token)
 
 
 def check_grad_segments(grad_segments, segment_len):
@@ -408,7 +408,13 @@ class TransformerXL(keras.layers.Layer):
             write: one id per row only: False reads without writing (the
                 slot's entries in `cache` are not read) and returns, in place
                 of the new cache, a `CachedToken` of what the free slot gets
-                (an exported step returns it for the host to write).
+                (an exported step returns it for the host to write). "first"
+                writes each layer's key and value into its rings before it
+                reads them there, each row at its slot of
+                `ring_cache.write_slots` (a stopped row at its own free slot,
+                outside its memory), and returns a `CachedToken` of the
+                token's layer inputs and the written rings (an exported step
+                that writes its rings in place).
             **removed: none taken: `position_keys=` (removed; the cache holds
                 them) raises a TypeError naming what replaces it.
 
@@ -418,7 +424,8 @@ class TransformerXL(keras.layers.Layer):
         """
         check_no_removed_keywords("TransformerXL.call_with_cache", removed)
         self._check_cacheable()
-        write = check_flag("write", write)
+        write_first = isinstance(write, str) and write == "first"
+        write = write_first or check_flag("write", write)
         if isinstance(cache, KeysValues):
             if stopped is not None or not write:
                 raise TxlError("stopped and write=False are for a DecodeCache; a KeysValues "
@@ -428,17 +435,21 @@ class TransformerXL(keras.layers.Layer):
         token_ids = tf.convert_to_tensor(token_ids)
         _check_cache_batch(token_ids, stopped, cache.valid)
         if token_ids.shape.rank == 2:
-            if stopped is not None or not write:
-                raise TxlError("stopped and write=False are for one id per row (token_ids "
-                               "[B]); a segment [B, T] writes its cache")
+            if stopped is not None or not write or write_first:
+                raise TxlError("stopped and write=False or 'first' are for one id per row "
+                               "(token_ids [B]); a segment [B, T] writes its cache")
             return self._read_segment(token_ids, cache)
+        if write_first:
+            return self._read_token(token_ids, cache, write_slots(cache, stopped))
         output, token = self._read_token(token_ids, cache)
         if not write:
             return output, token
         return output, self._write_token(output, token, cache, stopped)
 
-    def _read_token(self, token_ids, cache):
-        """One id per row (`[B]`) on the ring, read-only: `(hidden, CachedToken)`."""
+    def _read_token(self, token_ids, cache, slots=None):
+        """One id per row (`[B]`) on the ring: `(hidden, CachedToken)`, read
+        only; with `slots` (int32 `[B]`), each layer's key and value written
+        into its rings there first, the rings returned in the token's place."""
         cfg = self.config
         # Expand and squeeze, not [:, None] and [:, 0]: tf2onnx makes those
         # slices, kernels of their own in the exported step.
@@ -461,13 +472,18 @@ class TransformerXL(keras.layers.Layer):
             order = tf.maximum(slot_order(slot, size) - (size - self._distinct_distances(size)),
                                0)
             positions = [(layer_keys, order) for layer_keys in cache.position_keys]
+        write = None
+        if slots is not None:  # where each layer's key (as a column) and value go
+            update = [None, cfg.n_head, cfg.d_head]
+            write = (row_write(update, slots, RING_AXES["keys"]),
+                     row_write(update, slots, RING_AXES["values"]))
         output = self.word_emb(token_ids)
         mems, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
             mems.append(output)
             output, k, v = block.call_with_cache(output, cache.keys[i], cache.values[i],
                                                  positions[i], visible, *self._biases(i),
-                                                 at_slot=at_slot)
+                                                 at_slot=at_slot, write=write)
             keys.append(k)
             values.append(v)
         return output, CachedToken(tuple(mems), tuple(keys), tuple(values))

@@ -9,6 +9,7 @@ from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
 from txl_tf.layers.rel_shift import rel_shift
+from txl_tf.layers.ring_cache import write_rows
 
 
 def _assign_once(dense, kernel):
@@ -224,7 +225,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return self._keys_values(self.layer_norm(memory) if self.pre_lnorm else memory)
 
     def call_with_cache(self, inputs, keys, values, positions, visible, r_w_bias, r_r_bias,
-                        at_slot=None):
+                        at_slot=None, write=None):
         """Inference over cached keys and values, the one cached call:
         `(outputs, key, value)`, the outputs and the new positions' own keys
         and values. Two layouts of the cache:
@@ -244,14 +245,18 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
           distinct encodings by distance `[H, d_head, D]` (D <= S: a clamp
           shares one) and each slot's index among them (int32 `[S]`), made
           once by a decoding loop. Returns outputs `[B, d]`, key and value
-          `[B, H, d_head]`.
+          `[B, H, d_head]`. With `write` (`(key, value)`, the layer's
+          `ring_cache.RowWrite`s), the ring written first: the key and value
+          go into the rings (in their dtype) at each row's slot, the read
+          takes them from there, and the written rings are returned in
+          place of the key and value.
         """
         if at_slot is None:
             return self._segment_on_keys(inputs, keys, values, positions, visible, r_w_bias,
                                          r_r_bias)
         hidden = tf.expand_dims(tf.where(visible, 0.0, -1e30), 1)
         return self._token_on_ring(inputs, keys, values, at_slot, hidden, positions, r_w_bias,
-                                   r_r_bias)
+                                   r_r_bias, write)
 
     def _segment_on_keys(self, inputs, mem_keys, mem_values, pos_emb, visible, r_w_bias,
                          r_r_bias):
@@ -266,7 +271,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return out, k, v
 
     def _token_on_ring(self, inputs, keys, values, at_slot, hidden, positions, r_w_bias,
-                       r_r_bias):
+                       r_r_bias, write=None):
         """`call_with_cache` of one position per row on a ring; `hidden`:
         float32 `[B, 1, S]`, -1e30 at hidden slots. Written for few graph
         nodes (each is a kernel launch of an exported step on a GPU): one
@@ -284,6 +289,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             r_heads = tf.transpose(tf.reshape(self._w(self.r_kernel),
                                               [self.d_model, self.n_head, self.d_head]), [1, 2, 0])
             position = tf.matmul(tf.matmul(q_v, r_heads), positions, transpose_b=True)
+        heads = [-1, self.n_head, self.d_head]
+        if write is not None:  # the token's own key and value read from the ring
+            keys = write_rows(keys, tf.reshape(k_new, heads), write[0])
+            values = write_rows(values, tf.reshape(v_new, heads), write[1])
+            content = tf.matmul(q_u, tf.cast(keys, q_u.dtype))
+            score = tf.cast(content + position, tf.float32) + tf.expand_dims(hidden, 2)
+            prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
+            vec = tf.matmul(prob, tf.cast(values, prob.dtype))
+            return self._attention_out(inputs, vec), keys, values
         # Reshapes, not indexing with None: tf2onnx makes that a slice, a kernel.
         slot_mask = tf.reshape(at_slot, [1, 1, 1, -1])
         content = tf.where(slot_mask, tf.matmul(q_u, k_new, transpose_b=True),
@@ -295,10 +309,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # Runtime's CUDA graph nodes on the CPU.)
         own = tf.matmul(prob, tf.reshape(tf.cast(at_slot, prob.dtype), [-1, 1]))  # [B, H, 1, 1]
         vec = tf.matmul(tf.where(slot_mask, tf.zeros([], prob.dtype), prob), values) + own * v_new
+        return (self._attention_out(inputs, vec), tf.reshape(k_new, heads),
+                tf.reshape(v_new, heads))
+
+    def _attention_out(self, inputs, vec):
+        """A token's attention output `[B, d]` from its heads' values `vec`
+        `[B, H, 1, d_head]`: projected, the residual, the layer norm."""
         out = self.attention_output(tf.reshape(vec, [-1, self.n_head * self.d_head]))
-        out = inputs + out if self.pre_lnorm else fused_add_layer_norm(self.layer_norm, inputs, out)
-        heads = [-1, self.n_head, self.d_head]
-        return out, tf.reshape(k_new, heads), tf.reshape(v_new, heads)
+        return inputs + out if self.pre_lnorm else fused_add_layer_norm(self.layer_norm, inputs,
+                                                                        out)
 
     def _token_projections(self, rows, r_w_bias, r_r_bias):
         """The queries with u and with v, scaled by 1/sqrt(d_head), the key

@@ -48,11 +48,12 @@ class TransformerXLBlock(keras.layers.Layer):
         return self.rel_attn.memory_keys_values(memory)
 
     def call_with_cache(self, inputs, keys, values, positions, visible, r_w_bias, r_r_bias,
-                        at_slot=None):
+                        at_slot=None, write=None):
         """Inference over cached keys and values: `(outputs, keys, values)`;
         see `RelativeMultiHeadAttention.call_with_cache`."""
         hidden_states, keys, values = self.rel_attn.call_with_cache(
-            inputs, keys, values, positions, visible, r_w_bias, r_r_bias, at_slot=at_slot)
+            inputs, keys, values, positions, visible, r_w_bias, r_r_bias, at_slot=at_slot,
+            write=write)
         return self.ff.call_with_cache(hidden_states), keys, values
 
     def get_config(self):

@@ -114,6 +114,77 @@ class CachedToken(NamedTuple):
     __repr__ = fields_repr
 
 
+class RowWrite(NamedTuple):
+    """Where `write_rows` puts an update: the coordinates in the ring of each
+    of its elements (`indices`, int32 `[*update_shape, rank]`) and the ring's
+    slot axis (`axis`), the one coordinate that is not the element's own
+    (`row_write`)."""
+
+    indices: tf.Tensor
+    axis: int
+
+
+# The name scope of `write_rows`' scatter, its slot axis after it: the ONNX
+# export writes it as a ScatterElements along that axis (export.onnx_export).
+WRITE_ROWS_SCOPE = "txl_write_rows_axis"
+
+
+def row_write(update_shape, slots, axis, row_axis=0):
+    """The `RowWrite` of an update of `update_shape` (a ring's shape without
+    its slot axis `axis`) that puts row b's entries (the rows on the ring's
+    `row_axis`) at slot `slots[b]`. Made once a step, shared by every
+    layer's write of that shape. Built from the rows' slots and constants,
+    with no shape arithmetic (which an exported graph would run on the host).
+
+    Args:
+        update_shape: the update's dims: None for the rows' (read from
+            `slots`), ints for the others.
+        slots: int32 `[B]`, each row's slot.
+        axis: the ring's slot axis.
+        row_axis: the ring's row axis (not `axis`).
+
+    Returns:
+        A `RowWrite`.
+    """
+    rank = len(update_shape) + 1
+    update_axes = [a for a in range(rank) if a != axis]
+    row = update_axes.index(row_axis)
+
+    def along(values, j):  # `values` laid on the update's axis j
+        return tf.reshape(values, [-1 if i == j else 1 for i in range(rank - 1)])
+
+    slots = along(tf.cast(slots, tf.int32), row)
+    # Broadcast to the update's shape by adding zeros of its other dims (the
+    # export keeps only the slots' coordinate: one add).
+    fill = tf.zeros([1 if i == row else d for i, d in enumerate(update_shape)], tf.int32)
+    coords = []
+    for a in range(rank):
+        if a == axis:
+            coords.append(slots if rank == 2 else slots + fill)
+            continue
+        j = update_axes.index(a)
+        count = tf.shape(slots)[row] if j == row else update_shape[j]
+        coords.append(along(tf.range(count), j) + slots * 0 + fill)
+    return RowWrite(tf.stack(coords, -1), axis)
+
+
+def write_rows(ring, update, where):
+    """`ring` with `update` written where `where` (a `RowWrite`) says, cast
+    to the ring's dtype: one scatter, which an exported graph runs in place
+    where its output is bound to the ring's buffer."""
+    with tf.name_scope(f"{WRITE_ROWS_SCOPE}{where.axis}"):
+        return tf.tensor_scatter_nd_update(ring, where.indices, tf.cast(update, ring.dtype))
+
+
+def write_slots(cache, stopped):
+    """Each row's slot for a step that writes before it reads: the ring's
+    free slot, a stopped row's own (`row_slot`: outside its memory, which
+    stays as it was). int32 `[B]`."""
+    if stopped is None:
+        return tf.fill(tf.shape(cache.valid)[:1], cache.slot)
+    return tf.where(stopped, cache.row_slot, cache.slot)
+
+
 def with_free_slot(tensor, axis):
     """`tensor` with one zero slot appended on `axis` (the ring's free slot)."""
     shape = tf.unstack(tf.shape(tensor))

@@ -1,0 +1,136 @@
+"""The step that writes its rings in place (`decode_token`): the core's
+`call_with_cache(write="first")` equals its read then its write, and a
+runtime stepping over fixed buffers with it (as CUDA graphs replay it; here
+on the CPU provider) gives every row what the step and the ring's write
+give: log-probs, memory, generations and session tables, with stopped rows
+and the ring wrapping, in each cache and decode dtype."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export import SessionTable, open_runtime, run_export
+from export.metadata import DECODE_TOKEN_FILE
+from test_decode_cache_export import CONFIG, export_of_config
+from test_device_ring import assert_same_state
+from txl_tf import Memory, TransformerXL
+from txl_tf.errors import TxlError
+from txl_tf.layers.ring_cache import write_slots, write_token
+from txl_tf.weights import save_pretrained
+
+
+def _ring_rows(ring, axis, row, skip):
+    """Row `row` of a layer's ring `[B, ...]` without slot `skip` (None: all)."""
+    slots = [s for s in range(ring.shape[axis]) if s != skip]
+    return np.take(ring[row], slots, axis=axis - 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_core_writing_first_equals_its_read_then_its_write(seed):
+    """Rows at different slots of their rings (a row stopped for a while,
+    one stopped now, one going on), the ring wrapping: the live rows' hidden
+    states equal, and every ring equal but a stopped row's free slot."""
+    rng = np.random.default_rng(seed)
+    core = TransformerXL(CONFIG.replace(n_token=60))
+    batch, mem = 3, CONFIG.mem_len
+    cache = core.decode_cache(Memory(tf.random.stateless_normal(
+        [CONFIG.n_layer, batch, mem, CONFIG.d_model], [seed, 1]),
+        tf.constant(rng.random([batch, mem]) > 0.3)))
+    for t in range(2 * (mem + 1) + 1):
+        ids = tf.constant(rng.integers(0, 60, batch), tf.int32)
+        stopped = tf.constant([False, t % 3 == 1, 2 <= t <= 4])
+        want, token = core.call_with_cache(ids, cache, write=False)
+        written = write_token(cache, token, stopped)
+        got, rings = core.call_with_cache(ids, cache, stopped=stopped, write="first")
+        live = ~stopped.numpy()
+        np.testing.assert_allclose(got.numpy()[live], want.numpy()[live], atol=1e-5)
+        free = write_slots(cache, stopped).numpy()
+        for name, axis in (("keys", 3), ("values", 2)):
+            for i in range(CONFIG.n_layer):
+                for row in range(batch):
+                    skip = None if live[row] else free[row]
+                    np.testing.assert_allclose(
+                        _ring_rows(getattr(rings, name)[i].numpy(), axis, row, skip),
+                        _ring_rows(getattr(written, name)[i].numpy(), axis, row, skip),
+                        atol=1e-6, err_msg=f"step {t}, {name} {i}, row {row}")
+        cache = written
+    with pytest.raises(TxlError, match="for one id per row"):
+        core.call_with_cache(tf.zeros([batch, 2], tf.int32), cache, write="first")
+
+
+@pytest.fixture(scope="module")
+def exports(built_once, tmp_path_factory):
+    """`{name: (with decode_token, without)}`: the default export and ones
+    with a float16 cache and a float16 decode, each also copied without its
+    `decode_token` graph (as an export made before it)."""
+    root = tmp_path_factory.mktemp("decode_token")
+    folders = {"float32": export_of_config(built_once)[1]}
+    model = root / "model"
+    save_pretrained(TransformerXL(CONFIG), model)
+    for name, options in (("float16 cache", {"cache_dtype": "float16"}),
+                          ("float16 decode", {"decode_dtype": "float16",
+                                              "cache_dtype": "float16"})):
+        folders[name] = root / name.replace(" ", "_")
+        run_export(str(folders[name]), str(model), formats=("onnx",), verify=False, **options)
+    pairs = {}
+    for name, folder in folders.items():
+        without = root / f"{name.replace(' ', '_')}_without"
+        shutil.copytree(folder, without)
+        (without / DECODE_TOKEN_FILE).unlink()
+        pairs[name] = (folder, without)
+    return pairs
+
+
+def _replay(folder):
+    return open_runtime(str(folder / "model.onnx"), device="cpu", device_cache=True,
+                        cuda_graph=True)
+
+
+@pytest.mark.parametrize("name", ["float32", "float16 cache", "float16 decode"])
+def test_a_replayed_token_step_gives_what_the_step_and_the_write_give(exports, name):
+    with_token, without = (_replay(folder) for folder in exports[name])
+    tolerance = 1e-5 if name == "float32" else 2e-3
+    rng = np.random.default_rng(4)
+    memory = with_token.step(rng.integers(0, CONFIG.n_token, [3, 4]))[1]
+    caches = [runtime.decode_init(memory) for runtime in (with_token, without)]
+    for t in range(2 * (CONFIG.mem_len + 1) + 1):  # the ring wraps twice
+        ids = rng.integers(0, CONFIG.n_token, [3])
+        stopped = np.array([False, t % 3 == 1, 2 <= t <= 5])
+        got, _ = with_token.decode_step(ids, caches[0], stopped)
+        want, _ = without.decode_step(ids, caches[1], stopped)
+        np.testing.assert_allclose(got[~stopped], want[~stopped], atol=tolerance,
+                                   err_msg=f"step {t}")
+    assert with_token._residents[3].steps.token_binding is not None
+    assert without._residents[3].steps.token_binding is None
+    assert_same_state(caches[0], {k: v.numpy() for k, v in caches[1].items()})
+    for a, b in zip(with_token.cache_memory(caches[0]).numpy(),
+                    without.cache_memory(caches[1]).numpy()):
+        np.testing.assert_allclose(a, b, atol=tolerance)
+    prompts = [[1, 2, 3], [4], [5, 6]]
+    got = with_token.generate(prompts, 6, temperature=0.0)
+    want = without.generate(prompts, 6, temperature=0.0)
+    np.testing.assert_array_equal(got.ids, want.ids)
+
+
+def test_a_session_table_over_the_token_step_equals_one_over_the_step_and_write(exports):
+    """Sessions joining and leaving a device slab stepped by `decode_token`."""
+    outcomes = []
+    for folder in exports["float32"]:
+        runtime = _replay(folder)
+        table = SessionTable(runtime, max_batch=2)
+        assert ("token" in table.slab.sessions) == (folder == exports["float32"][0])
+        for sid, prompt in enumerate([[1, 2], [3], [4, 5, 6]]):
+            table.open(sid, prompt, 3 + sid, temperature=0.0)
+        table.run()
+        outcomes.append([list(table.close(sid).ids[0]) for sid in range(3)])
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_export_checks_its_token_step_against_the_core(exports):
+    """The export's parity covers the step a GPU replays (`decode_token`
+    over fixed buffers), run on the CPU."""
+    report = json.loads((exports["float32"][0] / "export_report.json").read_text())
+    token = report["parity"]["onnxruntime"]["decode_token"]
+    assert token["log_probs"] <= 1e-4 and token["mem_mask_equal"], token
