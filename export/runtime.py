@@ -675,13 +675,20 @@ BACKEND_OPTIONS = {
              "cuda_graph", "low_memory", "single_stream"),
     "saved_model": (),
 }
-_BACKEND_NAMES = {"onnx": ("ONNX", "OnnxRuntime"), "saved_model": ("SavedModel", "SavedModelRuntime")}
+_BACKEND_NAMES = {"onnx": ("ONNX", "OnnxRuntime"),
+                  "saved_model": ("SavedModel", "SavedModelRuntime")}
 
 
 def check_options(backend, found, options):
-    """Raises `TxlError` unless the runtime of `backend` ("onnx" or
-    "saved_model"), opening `found`, takes every name in `options`: the
-    error names the backend an option belongs to, or what each backend takes."""
+    """Raises `TxlError` unless the runtime of `backend` takes every name in
+    `options`: the error names the backend an option belongs to, or what
+    each backend takes.
+
+    Args:
+        backend: "onnx" or "saved_model" (`choose_artefact`'s).
+        found: the path it opens (named in the error).
+        options: `open_runtime`'s **options.
+    """
     wrong = sorted(set(options) - set(BACKEND_OPTIONS[backend]))
     if not wrong:
         return
