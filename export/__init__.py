@@ -78,16 +78,20 @@ def open_runtime(path, device="auto", backend="auto", **options):
             the CPU with a warning) or `cpu`.
         backend: which artefact of a directory: `auto` (prefers ONNX),
             `onnx` or `saved_model`.
-        **options: go to the backend (`io_binding`, `session_options`,
-            `low_memory` for ONNX: `export.onnx_runtime.OnnxRuntime`).
+        **options: go to the backend: ONNX's (`io_binding`,
+            `session_options`, `low_memory`, ...: `export.onnx_runtime.OnnxRuntime`;
+            `export.runtime.BACKEND_OPTIONS`); the SavedModel backend takes
+            none. One the opened backend does not take is a `TxlError`
+            naming the backend it belongs to.
 
     Returns:
         A `Runtime`.
     """
     # Here, above the backends (which build on export.runtime), and imported
     # when called, so that `import export` stays light.
-    from export.runtime import choose_artefact
+    from export.runtime import check_options, choose_artefact
     backend, found = choose_artefact(path, backend)
+    check_options(backend, found, options)
     if backend == "onnx":
         from export.onnx_runtime import OnnxRuntime
         return OnnxRuntime(found, device=device, **options)

@@ -668,6 +668,44 @@ def choose_artefact(path, backend="auto"):
     return backend, onnx_path if backend == "onnx" else saved_model_path
 
 
+# The options each backend's runtime takes besides `path` and `device`
+# (`open_runtime`'s **options), and the names an error gives the backends.
+BACKEND_OPTIONS = {
+    "onnx": ("io_binding", "session_options", "fixed_shapes", "device_cache", "tf32",
+             "cuda_graph", "low_memory", "single_stream"),
+    "saved_model": (),
+}
+_BACKEND_NAMES = {"onnx": ("ONNX", "OnnxRuntime"),
+                  "saved_model": ("SavedModel", "SavedModelRuntime")}
+
+
+def check_options(backend, found, options):
+    """Raises `TxlError` unless the runtime of `backend` takes every name in
+    `options`: the error names the backend an option belongs to, or what
+    each backend takes.
+
+    Args:
+        backend: "onnx" or "saved_model" (`choose_artefact`'s).
+        found: the path it opens (named in the error).
+        options: `open_runtime`'s **options.
+    """
+    wrong = sorted(set(options) - set(BACKEND_OPTIONS[backend]))
+    if not wrong:
+        return
+    (other,) = set(BACKEND_OPTIONS) - {backend}
+    if set(wrong) <= set(BACKEND_OPTIONS[other]):
+        verb = "is an option" if len(wrong) == 1 else "are options"
+        name, runtime = _BACKEND_NAMES[other]
+        raise TxlError(f"open_runtime: {', '.join(wrong)} {verb} of the {name} backend "
+                       f"({runtime}), not of the {_BACKEND_NAMES[backend][0]} one that opens "
+                       f"{found}")
+    unknown = [option for option in wrong if option not in BACKEND_OPTIONS[other]]
+    onnx, saved = (", ".join(BACKEND_OPTIONS[b]) or "none" for b in ("onnx", "saved_model"))
+    raise TxlError(f"open_runtime: unknown option{'s' if len(unknown) > 1 else ''} "
+                   f"{', '.join(unknown)}; the ONNX backend takes {onnx}, the SavedModel one "
+                   f"{saved}")
+
+
 def _locate(path):
     if os.path.isfile(path):
         name = os.path.basename(path)

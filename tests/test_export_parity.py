@@ -240,7 +240,10 @@ def test_an_onnx_export_makes_its_folder(tmp_path):
 
 def random_export_config(seed):
     """A small random config and export memory length; seed % 3 picks the
-    corner (one head and no memory, memory below the segment, above it)."""
+    corner (one head and no memory, memory below the segment, above it), and
+    the two with memory read with `same_length`, seed % 2 picking its
+    convention (seeds 1 and 2: "pytorch" below the segment, "tf" above); the
+    one above it has empty slots, not zeros (seeds 0 to 2 all drew zeros)."""
     rng = np.random.default_rng(seed)
     n_token = int(rng.choice([24, 40]))
     cutoffs = [int(rng.integers(4, n_token - 4))] if rng.random() < 0.7 else []
@@ -252,8 +255,10 @@ def random_export_config(seed):
         cutoffs=cutoffs, tie_weight=bool(rng.random() < 0.5),
         tie_projs=[bool(b) for b in rng.random(len(cutoffs) + 1) < 0.5], dropout=0.0,
         untie_r=bool(rng.random() < 0.5), pre_lnorm=bool(rng.random() < 0.5), tgt_len=4,
-        mem_len=4, clamp_len=int(rng.choice([-1, 2])), same_length=bool(rng.random() < 0.5),
-        zero_filled_memory=bool(rng.random() < 0.3))
+        mem_len=4, clamp_len=int(rng.choice([-1, 2])),
+        same_length=bool(rng.random() < 0.5) or seed % 3 > 0,
+        zero_filled_memory=bool(rng.random() < 0.3) and seed % 3 != 2,
+        same_length_convention=["tf", "pytorch"][seed % 2])
     return config, [0, 2, 5][seed % 3]
 
 

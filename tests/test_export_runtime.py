@@ -268,6 +268,31 @@ def test_open_runtime_errors(paths, tmp_path):
     assert open_runtime(str(paths)).backend == "onnxruntime"  # auto prefers ONNX
 
 
+def test_an_option_of_the_other_backend_is_one_error_naming_it_and_its_backend(paths):
+    """`open_runtime(backend="saved_model", low_memory=True)` (or any other
+    ONNX Runtime option, or a SavedModel folder opened by "auto") was a bare
+    `TypeError` from the SavedModel runtime's constructor, and a misspelt
+    option one from ONNX Runtime's; each is refused before anything loads."""
+    import inspect
+    from export.onnx_runtime import OnnxRuntime
+    from export.tf_runtime import SavedModelRuntime
+    shared = {"self", "path", "device"}
+    only_onnx = set(inspect.signature(OnnxRuntime.__init__).parameters) - shared
+    assert {"low_memory", "io_binding", "tf32"} <= only_onnx
+    assert not set(inspect.signature(SavedModelRuntime.__init__).parameters) - shared
+    with pytest.raises(TxlError, match=r"^open_runtime: low_memory is an option of the ONNX "
+                                       r"backend \(OnnxRuntime\), not of the SavedModel one"):
+        open_runtime(str(paths), backend="saved_model", low_memory=True)
+    for name in sorted(only_onnx):  # a SavedModel folder: "auto" opens it
+        with pytest.raises(TxlError, match=rf"^open_runtime: {name} is an option of the ONNX"):
+            open_runtime(str(paths / "saved_model"), **{name: True})
+    with pytest.raises(TxlError, match=r"^open_runtime: io_binding, tf32 are options of the ONNX"):
+        open_runtime(str(paths), backend="saved_model", tf32=True, io_binding=False)
+    with pytest.raises(TxlError, match=r"^open_runtime: unknown option low_memroy; the ONNX "
+                                       r"backend takes .*low_memory.*, the SavedModel one none"):
+        open_runtime(str(paths), backend="onnx", low_memroy=True)
+
+
 def garbage_memory(garbage, seed=0):
     """`(clean, dirty, mem_mask)`: the same real slots, zeros or `garbage` elsewhere."""
     rng = np.random.default_rng(seed)

@@ -54,7 +54,7 @@ def test_tpu_gets_bfloat16_and_xla():
     assert (chosen.policy, chosen.jit_compile) == ("mixed_bfloat16", True)
 
 
-def test_no_xla_under_a_strategy_over_several_devices():
+def test_no_xla_under_a_strategy_over_several_devices(tmp_path):
     """Keras compiles the whole step, the strategy's `run` inside, as one XLA
     program: under `MirroredStrategy` over two devices (two GPUs; here two
     logical CPUs) it read the second replica's variables from the first
@@ -80,6 +80,13 @@ def test_no_xla_under_a_strategy_over_several_devices():
         model.compile(optimizer="adam", jit_compile=True)
     model.compile(optimizer="adam")
     assert model.jit_compile is False
+    # Saved where "auto" meant XLA (Keras saves the value): load_model raised the error above.
+    saved = TransformerXLLM(TransformerXLConfig.preset("tiny"), batch_size=2)
+    saved.compile(optimizer="adam", jit_compile=True)
+    saved.optimizer.build(saved.trainable_variables)  # as after fit: its slots are saved
+    saved.save(tmp_path / "xla.keras")
+    with two.scope():
+        assert keras.models.load_model(tmp_path / "xla.keras").jit_compile is False
 
 
 def test_explicit_settings_win_and_say_so(monkeypatch):

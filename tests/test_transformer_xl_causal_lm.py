@@ -262,3 +262,42 @@ def test_same_length_rows_read_as_the_papers_code_reads_a_fresh_stream():
         ref = PytorchReference(case["state"], mem_len=4, same_length=True, **case["hyper"])
         want = ref.forward(np.array(ids)[:, None])[:, 0]
         np.testing.assert_allclose(log_probs[row, :len(ids)], want, atol=1e-4)
+
+
+def test_no_xla_under_a_strategy_over_several_devices_and_a_saved_xla_compile_loads(tmp_path):
+    """keras-hub's `compile` under `MirroredStrategy` over two devices (two
+    GPUs; here two logical CPUs): `jit_compile=True` was taken and `fit`
+    failed with a traceback (one XLA program cannot read the other replica's
+    variables, keras-team/keras#19005), and a model saved where "auto" meant
+    XLA (any one GPU: Keras saves the value it chose) loaded with it and
+    failed the same way. Now True is one `TxlError`, "auto" and a saved True
+    are off there, and one device keeps keras-hub's behaviour."""
+    from training.strategy import mirrored_strategy
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, mem_len=MEM_LEN, tgt_len=SEGMENT)
+    one = mirrored_strategy(["/cpu:0"])
+    with one.scope():
+        model = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+        model.compile(jit_compile=True)  # one device: as asked
+    assert model.jit_compile is True
+    model.compile()
+    assert model.jit_compile is model._resolve_auto_jit_compile()  # Keras's "auto", untouched
+    saved = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+    saved.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=True, sampler="greedy")
+    saved.optimizer.build(saved.trainable_variables)  # as after fit: its slots are saved
+    saved.save(tmp_path / "xla.keras")
+    two = mirrored_strategy(["/cpu:0", "/cpu:1"])
+    with two.scope():
+        model = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+        with pytest.raises(TxlError, match=r"^jit_compile=True under MirroredStrategy: its "
+                                           r"replicas are on 2 devices"):
+            model.compile(jit_compile=True)
+        model.compile()
+        assert model.jit_compile is False
+        loaded = keras.models.load_model(tmp_path / "xla.keras")
+    assert loaded.jit_compile is False
+    assert loaded.optimizer.get_config()["learning_rate"] == pytest.approx(1e-3)  # restored
+    x = padded([[5, 6, 7, 8], [1, 2, 3, 4]], width=4)
+    history = loaded.fit(x, np.roll(x["token_ids"], -1, axis=1), batch_size=2, epochs=2,
+                         verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert keras.ops.convert_to_numpy(loaded.optimizer.iterations) == 2

@@ -13,7 +13,9 @@ class RestoresCompile:
     keras-hub task on its default Adam(2e-5)) and builds the optimizer so
     that Keras then loads its slots and step; `load_weights` builds it too,
     so that a weights file's optimizer state is read, not skipped with a
-    warning."""
+    warning. A saved `jit_compile=True` (what Keras's "auto" chose where it
+    was saved) is restored as False under a strategy over several devices,
+    where XLA cannot run (`precision.xla_spans_devices`)."""
 
     def compile_from_config(self, config):
         """Called by `load_model` before the file's variables are read.
@@ -21,7 +23,11 @@ class RestoresCompile:
         Args:
             config: `get_compile_config()`'s dict.
         """
-        self.compile(**keras.saving.deserialize_keras_object(config))
+        config = keras.saving.deserialize_keras_object(config)
+        if config.get("jit_compile") is True and xla_spans_devices(self.distribute_strategy):
+            # Keras saves what its "auto" chose (XLA on any GPU); not possible here.
+            config["jit_compile"] = False
+        self.compile(**config)
         self._build_optimizer()
 
     def _build_optimizer(self):
@@ -44,7 +50,24 @@ class RestoresCompile:
         return super().load_weights(filepath, *args, **kwargs)
 
 
-class AutoJitCompile(RestoresCompile):
+class XlaOnOneDevice(RestoresCompile):
+    """Mixin for a `keras.Model` whose `compile()` is its parent's (Keras's,
+    keras-hub's): under a strategy over several devices
+    (`precision.xla_spans_devices`) `jit_compile="auto"` means off and
+    `jit_compile=True` raises `TxlError` (a saved True that `load_model`
+    restores there is off); elsewhere the parent's "auto" is untouched."""
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        spans = xla_spans_devices(self.distribute_strategy)  # made under it, or the current one
+        if spans and jit_compile == "auto":
+            jit_compile = False
+        elif spans and jit_compile:
+            raise TxlError(f"jit_compile=True under {type(self.distribute_strategy).__name__}: "
+                           f"{spans}; use jit_compile='auto' (off there)")
+        super().compile(*args, jit_compile=jit_compile, **kwargs)
+
+
+class AutoJitCompile(XlaOnOneDevice):
     """Mixin for a `keras.Model`: `compile(jit_compile="auto")` follows
     `txl_tf.keras_support.precision.choose()` (XLA on GPUs and TPUs, not on CPUs, where it
     was measured slower for these models in bfloat16; Keras's own "auto"
@@ -57,11 +80,7 @@ class AutoJitCompile(RestoresCompile):
     `optimizer.iterations` counts the batches trained on."""
 
     def compile(self, *args, jit_compile="auto", **kwargs):
-        strategy = self.distribute_strategy  # the one it was made under, or the current one
         if jit_compile == "auto":
-            jit_compile = choose_precision(strategy).jit_compile
-        elif jit_compile and xla_spans_devices(strategy):
-            raise TxlError(f"jit_compile=True under {type(strategy).__name__}: "
-                           f"{xla_spans_devices(strategy)}; use jit_compile='auto' (off there)")
+            jit_compile = choose_precision(self.distribute_strategy).jit_compile
         super().compile(*args, jit_compile=jit_compile, **kwargs)
         self.optimizer = counting_loss_scale(self.optimizer)

@@ -10,7 +10,7 @@ import tensorflow as tf
 from txl_tf.checks.inputs import InputError, out_of_range_message
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
-from txl_tf.keras_support.compile_mixin import RestoresCompile
+from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.padding import right_align
@@ -27,7 +27,7 @@ _RING = ("mems", "keys", "values", "valid", "row_slot")
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLCausalLM(RestoresCompile, StepsOnStrategyDevice, StreamTraining,
+class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTraining,
                             keras_hub.models.CausalLM):
     """A Transformer-XL language model with keras-hub's `CausalLM` contract.
 
