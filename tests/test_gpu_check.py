@@ -61,6 +61,35 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
     assert f"--shapes={shape}" in commands["pair_wt103_base"]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_float16_parts_settings_say_float16_and_a_mismatch_is_refused(monkeypatch, dtype):
+    """`serving_float16` times the float16 export: its command sets
+    `--decode_dtype=float16`, which its JSON's settings record (the run of
+    2026-11-30 recorded the flag's default, float32, beside float16 rows);
+    and `long_memory` refuses to time a reused export whose decode graphs
+    are not in `--decode_dtype` (the settings would not say what ran)."""
+    import export
+    from types import SimpleNamespace
+
+    from benchmarks import long_memory as lm
+    from txl_tf.errors import TxlError
+    argv = gc.commands_for({"reference_dir": None, "reference_python": "python", "tiny": False,
+                            "device": "gpu", "work_dir": "/w", "parts": gc.CHECKS,
+                            "serving_exports": "/x"}, "/out")["serving_float16"]
+    flag_values = flags.FlagValues()
+    define(lm.SPEC, flag_values)
+    flag_values([argv[2], *argv[3:]])
+    assert flag_values["decode_dtype"].value == "float16" and flag_values["reuse_exports"].value
+    runtime = SimpleNamespace(device="cpu", mem_len=8, info=SimpleNamespace(decode_dtype=dtype))
+    monkeypatch.setattr(export, "open_runtime", lambda path, backend, **options: runtime)
+    assert lm.open_export("/w/tiny", "onnx", 8, "cpu", decode_dtype=dtype) is runtime
+    other = {"float32": "float16", "float16": "float32"}[dtype]
+    with pytest.raises(TxlError, match=re.escape(
+            f"the export in /w/tiny has {dtype} decode graphs, not {other} (--decode_dtype: "
+            f"pass --decode_dtype={dtype} to time them)")):
+        lm.open_export("/w/tiny", "onnx", 8, "cpu", decode_dtype=other)
+
+
 # The gpu and serving_exports rows' seconds in the check of 2026-11-30 on an H200 (taken
 # from --total_s before the parts run).
 ROWS_BEFORE_S = {"gpu": 14, "serving_exports": 9}
