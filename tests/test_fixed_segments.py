@@ -194,10 +194,10 @@ def test_a_numpy_memory_crosses_once_each_way_and_nothing_handed_back_is_copied_
     """Evaluation with a numpy memory on the device path (forced here on the
     CPU provider, its OrtValues read as a device's: `numpy()` makes a fresh
     host array): each `step` or `score` moves the memory and its mask to the
-    device once (`ortvalue_from_numpy`) and `memory.numpy()` brings them back
-    once; the arrays `numpy()` made, the log-probs' and the memory's, are
-    returned as they are, not copied again on the host (benchmarks/NOTES.md
-    §5: what a numpy memory costs)."""
+    device once (`ortvalue_from_numpy` or `update_inplace`) and
+    `memory.numpy()` brings them back once; the arrays `numpy()` made, the
+    log-probs' and the memory's, are returned as they are, not copied again
+    on the host (benchmarks/NOTES.md §5: what a numpy memory costs)."""
     fixed = open_runtime(path, device=DEVICE, device_cache=True, cuda_graph=True,
                          fixed_shapes=True)
     batch, length = 2, 3
@@ -205,15 +205,21 @@ def test_a_numpy_memory_crosses_once_each_way_and_nothing_handed_back_is_copied_
               (batch, CONFIG.mem_len): "mem_mask", (batch, length, CONFIG.n_token): "log_probs"}
     to_device, made = [], []
     from_numpy, numpy = ort.OrtValue.ortvalue_from_numpy, ort.OrtValue.numpy
+    update_inplace = ort.OrtValue.update_inplace
 
     def counted_from_numpy(array, *args, **kwargs):
         to_device.append(shapes.get(tuple(array.shape)))
         return from_numpy(array, *args, **kwargs)
 
+    def counted_update(value, array):  # a host array written into a device buffer
+        to_device.append(shapes.get(tuple(array.shape)))
+        return update_inplace(value, array)
+
     def device_numpy(value):
         made.append(np.array(numpy(value)))  # a device's numpy(): a host array of its own
         return made[-1]
     monkeypatch.setattr(ort.OrtValue, "ortvalue_from_numpy", staticmethod(counted_from_numpy))
+    monkeypatch.setattr(ort.OrtValue, "update_inplace", counted_update)
     monkeypatch.setattr(ort.OrtValue, "numpy", device_numpy)
     monkeypatch.setattr(ort.OrtValue, "device_name", lambda value: "Cuda")
     rng = np.random.default_rng(5)
