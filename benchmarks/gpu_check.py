@@ -167,7 +167,8 @@ COMMANDS = {
     "serving_float16": "{python} -m benchmarks.long_memory --device={ort_device} "
                        "--presets={serving_preset} --batch_sizes=1,16 --backends=onnx "
                        "--noturns --nosessions --work_dir={work}/serving_float16 "
-                       "--reuse_exports --output={out}/long_memory_float16.json",
+                       "--reuse_exports --decode_dtype=float16 "
+                       "--output={out}/long_memory_float16.json",
     "serving_parity_float16": "{python} -m benchmarks.long_memory --part=cuda_parity "
                               "--exports={work}/serving_float16/{serving_preset}/out "
                               "--tolerance=5e-2 --output={out}/cuda_parity_float16.json",

@@ -90,8 +90,9 @@ SPEED_SPEC = (
     option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
            "auto (with the cache on CUDA), true or false."),
     option("enum", "decode_dtype", "float32", "The ONNX export's decode graphs' dtype (python -m "
-           "export's --decode_dtype; the bound stays the float32 step's bytes, and a 16-bit "
-           "step's row adds its own: own_bound_ms, over_own_bound).",
+           "export's --decode_dtype; with --reuse_exports the dtype the exports must have; the "
+           "bound stays the float32 step's bytes, and a 16-bit step's row adds its own: "
+           "own_bound_ms, over_own_bound).",
            ["float32", "float16"]),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "long_memory.json"),
            "Where to write the JSON results."),
@@ -479,11 +480,13 @@ def check_export_flags(o):
         raise TxlError("--reuse_exports needs --work_dir (the folder holding the exports)")
 
 
-def open_export(folder, backend, mem_len, asked_device, **options):
+def open_export(folder, backend, mem_len, asked_device, decode_dtype=None, **options):
     """The runtime of the export in `folder/out` (`open_runtime`'s
     `options`); `TxlError` where ONNX Runtime was asked for CUDA
-    (`asked_device`) and could not open it, or where the export's memory is
-    not `mem_len` slots."""
+    (`asked_device`) and could not open it, where the export's memory is
+    not `mem_len` slots, or where its ONNX decode graphs do not compute in
+    `decode_dtype` (where given: `--decode_dtype`, which the results'
+    settings record, must say what ran)."""
     from export import open_runtime
     runner = open_runtime(os.path.join(folder, "out"), backend=backend, **options)
     if backend == "onnx":
@@ -491,6 +494,10 @@ def open_export(folder, backend, mem_len, asked_device, **options):
     if runner.mem_len != mem_len:
         raise TxlError(f"the export in {folder} holds {runner.mem_len} memory slots, not "
                        f"{mem_len} (--mem_len)")
+    if backend == "onnx" and decode_dtype and runner.info.decode_dtype != decode_dtype:
+        raise TxlError(f"the export in {folder} has {runner.info.decode_dtype} decode graphs, "
+                       f"not {decode_dtype} (--decode_dtype: pass "
+                       f"--decode_dtype={runner.info.decode_dtype} to time them)")
     return runner
 
 
@@ -538,7 +545,8 @@ def run_preset(preset, o, bandwidth, work):
                 options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
                            "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
                            } if backend == "onnx" else {"device": "cpu"}
-                runner = open_export(folder, backend, mem_len, o["device"], **options)
+                runner = open_export(folder, backend, mem_len, o["device"],
+                                     decode_dtype=o["decode_dtype"], **options)
                 step, parts = generation_backend(runner).step_last, runtime_parts(runner)
                 model_config = runner.config  # a reused export's own sizes
             for batch in parse_batch_sizes(o["batch_sizes"]):

@@ -18,12 +18,14 @@ batch of `fit`. With `--reference_dir` each variant is paired with the
 paper's code (`paper_reference.py`, its own process) at the same shape,
 optimizer, clip and steps in the matching precision (`f32`: float32 on the
 CPU, TF32 on a GPU as TensorFlow's default; `bf16` / `f16`: bf16 / fp16
-autocast), and the ratio column is each row's tok/s over its pair's.
+autocast; the paper row's `policy` names it: `PyTorch float32`, `PyTorch
+tf32`, `PyTorch bf16`, `PyTorch fp16`), and the ratio column is each row's
+tok/s over its pair's.
 
 `--part=eval`: one model per variant and memory length (`--mem_lens`), its
 `evaluate` over `txl_tf.data.eval_segment_dataset` from an empty memory; with
-`--reference_dir` the paper's code (float32) is the first row of each memory
-length.
+`--reference_dir` the paper's code (float32; TF32 matmuls on a GPU: `PyTorch
+tf32`) is the first row of each memory length.
 
 Variants run interleaved in rounds of `--block` batches (load from elsewhere
 on a shared CPU hits every variant alike); `--nointerleave` runs one at a
@@ -549,15 +551,37 @@ class ReferenceWorker:
         self.process.wait()
 
 
-class ReferenceRunner(ReferenceWorker):
-    """The paper's code at a shape of `SHAPES`, on the GPU where TensorFlow
-    sees one (its float32 as TF32 there, as TensorFlow's)."""
+def paper_device():
+    """Where the paper's code runs: "cuda" where TensorFlow sees a GPU, else "cpu"."""
+    import tensorflow as tf
+    return "cuda" if tf.config.list_logical_devices("GPU") else "cpu"
 
-    def __init__(self, python, reference_dir, mode, shape, mem_len, precision="float32"):
-        import tensorflow as tf
-        device = "cuda" if tf.config.list_logical_devices("GPU") else "cpu"
-        if device == "cuda" and precision == "float32":
-            precision = "tf32"  # TensorFlow's float32 on a GPU
+
+def paper_precision(policy, device):
+    """The `paper_reference.py` precision the paper's code runs in beside a
+    Keras `policy` on `device`: float32 is "tf32" on a GPU (TF32 matmuls
+    allowed, as TensorFlow's float32 there), else `PAPER_PRECISION`'s.
+
+    Args:
+        policy: a Keras dtype policy of `VARIANTS`.
+        device: "cuda" or "cpu" (`paper_device`).
+    Returns:
+        "float32", "tf32", "bf16" or "fp16".
+    """
+    precision = PAPER_PRECISION[policy]
+    return "tf32" if device == "cuda" and precision == "float32" else precision
+
+
+def paper_label(precision):
+    """The `policy` column of a paper row run in `precision`: what it ran."""
+    return f"PyTorch {precision}"
+
+
+class ReferenceRunner(ReferenceWorker):
+    """The paper's code at a shape of `SHAPES` on `device` (`paper_device`)
+    in `precision` (`paper_precision`, which the row's label names too)."""
+
+    def __init__(self, python, reference_dir, mode, shape, mem_len, precision, device):
         sizes = dict(SHAPES[shape], mem_len=mem_len, dropatt=0.0, threads=os.cpu_count(),
                      mode=mode, device=device, precision=precision)
         sizes.pop("div_val", None)
@@ -593,6 +617,7 @@ def train_part(o, peak, partial=None):
     `first_step_s`: None until the first step is done)."""
     from txl_tf.data import segment_dataset
     rows = []
+    device = paper_device() if o["reference_dir"] else None
     for shape in o["shapes"]:
         cfg, batch, dataset = shape_data(shape, segment_dataset)
         flops = model_flops_per_token(cfg, cfg.tgt_len, cfg.mem_len, batch, training=True)
@@ -600,11 +625,11 @@ def train_part(o, peak, partial=None):
         for v in o["variants"]:
             policy, jit = VARIANTS[v]
             if o["reference_dir"] and paper_name(v) not in makers:
+                precision = paper_precision(policy, device)
                 makers[paper_name(v)] = (
-                    lambda p=policy: ReferenceRunner(o["reference_python"], o["reference_dir"],
-                                                     "train", shape, cfg.mem_len,
-                                                     PAPER_PRECISION[p]))
-                kinds[paper_name(v)] = (f"PyTorch {PAPER_PRECISION[policy]}", False, policy)
+                    lambda p=precision: ReferenceRunner(o["reference_python"], o["reference_dir"],
+                                                        "train", shape, cfg.mem_len, p, device))
+                kinds[paper_name(v)] = (paper_label(precision), False, policy)
             makers[v] = (lambda p=policy, j=jit: keras_runner(
                 build_model(cfg, batch, cfg.mem_len, p, j,
                             steps_per_execution=o["steps_per_execution"]), dataset, True))
@@ -650,6 +675,9 @@ def train_part(o, peak, partial=None):
 def eval_part(o, peak):
     from txl_tf.data import eval_segment_dataset
     rows = []
+    if o["reference_dir"]:  # the paper's row: float32 (TF32 matmuls on a GPU)
+        device = paper_device()
+        precision = paper_precision("float32", device)
     for shape in o["shapes"]:
         cfg, batch, dataset = shape_data(shape, eval_segment_dataset)
         variants = (["paper"] if o["reference_dir"] else []) + o["variants"]
@@ -658,7 +686,8 @@ def eval_part(o, peak):
             for v in variants:
                 if v == "paper":
                     make = (lambda m=m: ReferenceRunner(o["reference_python"],
-                                                        o["reference_dir"], "eval", shape, m))
+                                                        o["reference_dir"], "eval", shape, m,
+                                                        precision, device))
                 else:
                     make = (lambda m=m, v=v: keras_runner(
                         build_model(cfg, batch, m, *VARIANTS[v]), dataset, False))
@@ -671,7 +700,7 @@ def eval_part(o, peak):
                 group.append({"shape": shape, "variant": v, "mem_len": mem,
                               "error": result["error"]})
                 continue
-            policy, jit = VARIANTS.get(v, ("PyTorch float32", False))
+            policy, jit = (paper_label(precision), False) if v == "paper" else VARIANTS[v]
             dtype = COMPUTE_DTYPE.get(policy, "float32")
             flops = model_flops_per_token(cfg, cfg.tgt_len, mem, batch, training=False)
             group.append({"shape": shape, "variant": v, "policy": policy, "jit_compile": jit,

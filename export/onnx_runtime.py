@@ -20,7 +20,7 @@ from export.device_memory import (FixedSegment, memory_concat_model, memory_copy
 from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_model,
                                 take_device_rows)
 from export.metadata import DECODE_FILES, DECODE_TOKEN_FILE, ExportInfo, external_data_file
-from export.runtime import Runtime, RuntimeMemory, _unpack, shape_and_dtype
+from export.runtime import Runtime, RuntimeMemory, _to_numpy, _unpack, shape_and_dtype
 from txl_tf.app.deprecation import warn_deprecated
 from txl_tf.errors import ModelDirError, TxlError
 
@@ -528,8 +528,9 @@ class OnnxRuntime(Runtime):
         if isinstance(fixed, FixedSegment):
             with fixed.lock:
                 log_probs, memory = fixed.run(ids, mems, mem_mask)
-                # On the host: a copy of its own (on the CPU `numpy()` is a view).
-                return (np.array(log_probs.numpy()) if read is None else read(log_probs),
+                # On the host, an array of its own: `_to_numpy` copies the CPU's view of
+                # the buffer (the next run's too), not a device's numpy(), already a copy.
+                return (_to_numpy(log_probs) if read is None else read(log_probs),
                         RuntimeMemory(*memory))
         session = fixed or self.session
         binding = session.io_binding()

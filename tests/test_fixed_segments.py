@@ -187,3 +187,66 @@ def test_memories_joined_on_the_device_keep_each_rows_memory_and_mask(path, dyna
     np.testing.assert_array_equal(got[1], want[1])
     assert len({tuple(row) for row in want[1]}) == 3  # the masks tell the rows apart
     np.testing.assert_allclose(got[0], want[0], atol=ATOL)
+
+
+def test_a_numpy_memory_crosses_once_each_way_and_nothing_handed_back_is_copied_again(
+        path, dynamic, monkeypatch):
+    """Evaluation with a numpy memory on the device path (forced here on the
+    CPU provider, its OrtValues read as a device's: `numpy()` makes a fresh
+    host array): each `step` or `score` moves the memory and its mask to the
+    device once (`ortvalue_from_numpy` or `update_inplace`) and
+    `memory.numpy()` brings them back once; the arrays `numpy()` made, the
+    log-probs' and the memory's, are returned as they are, not copied again
+    on the host (benchmarks/NOTES.md §5: what a numpy memory costs)."""
+    fixed = open_runtime(path, device=DEVICE, device_cache=True, cuda_graph=True,
+                         fixed_shapes=True)
+    batch, length = 2, 3
+    shapes = {(CONFIG.n_layer, batch, CONFIG.mem_len, CONFIG.d_model): "mems",
+              (batch, CONFIG.mem_len): "mem_mask", (batch, length, CONFIG.n_token): "log_probs"}
+    to_device, made = [], []
+    from_numpy, numpy = ort.OrtValue.ortvalue_from_numpy, ort.OrtValue.numpy
+    update_inplace = ort.OrtValue.update_inplace
+
+    def counted_from_numpy(array, *args, **kwargs):
+        to_device.append(shapes.get(tuple(array.shape)))
+        return from_numpy(array, *args, **kwargs)
+
+    def counted_update(value, array):  # a host array written into a device buffer
+        to_device.append(shapes.get(tuple(array.shape)))
+        return update_inplace(value, array)
+
+    def device_numpy(value):
+        made.append(np.array(numpy(value)))  # a device's numpy(): a host array of its own
+        return made[-1]
+    monkeypatch.setattr(ort.OrtValue, "ortvalue_from_numpy", staticmethod(counted_from_numpy))
+    monkeypatch.setattr(ort.OrtValue, "update_inplace", counted_update)
+    monkeypatch.setattr(ort.OrtValue, "numpy", device_numpy)
+    monkeypatch.setattr(ort.OrtValue, "device_name", lambda value: "Cuda")
+    rng = np.random.default_rng(5)
+    memory = (rng.standard_normal(list(shapes)[0], dtype=np.float32),
+              rng.random(list(shapes)[1]) < 0.7)
+    want_memory = memory
+    for call in range(4):
+        ids = rng.integers(0, CONFIG.n_token, [batch, length + 1])
+        to_device.clear(), made.clear()
+        if call % 2:
+            got, new_memory = fixed.score(ids[:, :-1], ids[:, 1:], memory)
+        else:
+            got, new_memory = fixed.step(ids[:, :-1], memory)
+        crossed = [shapes.get(tuple(array.shape)) for array in made]
+        memory = new_memory.numpy()
+        if call:  # the shape's second call on: its fixed buffers
+            assert isinstance(fixed._fixed[(batch, length)], FixedSegment)
+            assert sorted(filter(None, to_device)) == ["mem_mask", "mems"], to_device
+            # a step's log-probs come to the host, a score's stay (its nll are written there)
+            assert crossed == ([] if call % 2 else ["log_probs"]), crossed
+            assert call % 2 or any(got is array for array in made), "log-probs copied again"
+            assert [id(a) for a in memory] == [id(a) for a in made[len(crossed):]]
+        if call % 2:
+            want, want_memory = dynamic.score(ids[:, :-1], ids[:, 1:], want_memory)
+        else:
+            want, want_memory = dynamic.step(ids[:, :-1], want_memory)
+        np.testing.assert_allclose(got, want, atol=ATOL)
+        for a, b in zip(memory, want_memory.numpy()):
+            np.testing.assert_allclose(a, b, atol=ATOL)
+        want_memory = want_memory.numpy()

@@ -61,6 +61,35 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
     assert f"--shapes={shape}" in commands["pair_wt103_base"]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_float16_parts_settings_say_float16_and_a_mismatch_is_refused(monkeypatch, dtype):
+    """`serving_float16` times the float16 export: its command sets
+    `--decode_dtype=float16`, which its JSON's settings record (the run of
+    2026-11-30 recorded the flag's default, float32, beside float16 rows);
+    and `long_memory` refuses to time a reused export whose decode graphs
+    are not in `--decode_dtype` (the settings would not say what ran)."""
+    import export
+    from types import SimpleNamespace
+
+    from benchmarks import long_memory as lm
+    from txl_tf.errors import TxlError
+    argv = gc.commands_for({"reference_dir": None, "reference_python": "python", "tiny": False,
+                            "device": "gpu", "work_dir": "/w", "parts": gc.CHECKS,
+                            "serving_exports": "/x"}, "/out")["serving_float16"]
+    flag_values = flags.FlagValues()
+    define(lm.SPEC, flag_values)
+    flag_values([argv[2], *argv[3:]])
+    assert flag_values["decode_dtype"].value == "float16" and flag_values["reuse_exports"].value
+    runtime = SimpleNamespace(device="cpu", mem_len=8, info=SimpleNamespace(decode_dtype=dtype))
+    monkeypatch.setattr(export, "open_runtime", lambda path, backend, **options: runtime)
+    assert lm.open_export("/w/tiny", "onnx", 8, "cpu", decode_dtype=dtype) is runtime
+    other = {"float32": "float16", "float16": "float32"}[dtype]
+    with pytest.raises(TxlError, match=re.escape(
+            f"the export in /w/tiny has {dtype} decode graphs, not {other} (--decode_dtype: "
+            f"pass --decode_dtype={dtype} to time them)")):
+        lm.open_export("/w/tiny", "onnx", 8, "cpu", decode_dtype=other)
+
+
 # The gpu and serving_exports rows' seconds in the check of 2026-11-30 on an H200 (taken
 # from --total_s before the parts run).
 ROWS_BEFORE_S = {"gpu": 14, "serving_exports": 9}
@@ -1100,13 +1129,26 @@ for line in sys.stdin:
 '''
 
 
-def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatch, tmp_path):
-    """The pair's rows, ratios and the worker's setup, with a fake worker
-    speaking `paper_reference.py`'s protocol and fake Keras runners."""
+def fake_paper_worker(tmp_path):
+    """A `--reference_python` running `FAKE_WORKER`, which logs each setup to
+    `tmp_path`/setups.jsonl."""
     (tmp_path / "worker.py").write_text(FAKE_WORKER)
     (tmp_path / "python").write_text(f"#!/bin/sh\nexec {sys.executable} "
                                      f"{tmp_path / 'worker.py'} \"$@\"\n")
     (tmp_path / "python").chmod(0o755)
+    return str(tmp_path / "python")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatch, tmp_path,
+                                                                     device):
+    """The pair's rows, ratios and the worker's setup, with a fake worker
+    speaking `paper_reference.py`'s protocol and fake Keras runners. The
+    paper row's label names the precision its worker was set up with: on a
+    GPU float32 runs with TF32 matmuls allowed, `PyTorch tf32` (the GPU
+    check of 2026-11-30 labelled it `PyTorch float32`)."""
+    python = fake_paper_worker(tmp_path)
+    monkeypatch.setattr(tp, "paper_device", lambda: device)
     monkeypatch.setattr(tp, "shape_data", lambda shape, make: (tp.config_for(shape), 4, None))
     monkeypatch.setattr(tp, "build_model", lambda *args, **kwargs: None)
     def keras_runner(model, data, training):
@@ -1117,7 +1159,7 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
     o = tp.check_options(dict(defaults(tp.SPEC), shapes=["tiny"],
                               variants=["f32", "bf16+jit", "bf16"], iters=3, warmup=1,
                               interleave=False, reference_dir=str(tmp_path),
-                              reference_python=str(tmp_path / "python")))
+                              reference_python=python))
     partials = []
     rows, columns, _ = tp.train_part(o, {"float32": 1.0, "bfloat16": 1.0}, partial=lambda
                                      done, started: partials.append((list(done), started)))
@@ -1130,15 +1172,37 @@ def test_each_variant_is_paired_with_the_papers_code_in_its_precision(monkeypatc
                          (f32, [("paper bf16", None)])]
     assert len(partials) == 15 and partials[-1] == (rows, [])
     got = [(r["variant"], r["policy"], r["ratio"], r["peak_gib"]) for r in rows]
-    assert got == [("paper f32", "PyTorch float32", 1.0, 1.0), ("f32", "float32", 4.0, None),
+    float32 = "tf32" if device == "cuda" else "float32"
+    assert got == [("paper f32", f"PyTorch {float32}", 1.0, 1.0), ("f32", "float32", 4.0, None),
                    ("paper bf16", "PyTorch bf16", 1.0, 1.0),
                    ("bf16+jit", "mixed_bfloat16", 2.0, None), ("bf16", "mixed_bfloat16", 2.0, None)]
     assert ("x its paper row", "ratio", ".2f") in columns
     assert {r["parameters"] for r in rows} == {123}
     setups = [json.loads(line) for line in (tmp_path / "setups.jsonl").read_text().splitlines()]
     assert [(s["precision"], s["device"], s["cutoffs"], s["mode"]) for s in setups] == [
-        ("float32", "cpu", [100, 200], "train"), ("bf16", "cpu", [100, 200], "train")]
+        (float32, device, [100, 200], "train"), ("bf16", device, [100, 200], "train")]
     assert "div_val" not in setups[0] and setups[0]["batch_size"] == 4
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_eval_parts_paper_row_names_the_precision_it_ran(monkeypatch, tmp_path, device):
+    """`--part=eval`'s paper row (float32) is labelled with its worker's
+    precision: `PyTorch tf32` on a GPU, where TF32 matmuls are allowed."""
+    python = fake_paper_worker(tmp_path)
+    monkeypatch.setattr(tp, "paper_device", lambda: device)
+    monkeypatch.setattr(tp, "shape_data", lambda shape, make: (tp.config_for(shape), 4, None))
+    monkeypatch.setattr(tp, "build_model", lambda *args, **kwargs: None)
+    monkeypatch.setattr(tp, "keras_runner", lambda model, data, training: lambda n: [0.25] * n)
+    o = tp.check_options(dict(defaults(tp.SPEC), part="eval", shapes=["tiny"], variants=["f32"],
+                              mem_lens=["4"], iters=2, warmup=1, interleave=False,
+                              reference_dir=str(tmp_path), reference_python=python))
+    rows, _, _ = tp.eval_part(o, {"float32": 1.0})
+    float32 = "tf32" if device == "cuda" else "float32"
+    assert [(r["variant"], r["policy"]) for r in rows] == [("paper", f"PyTorch {float32}"),
+                                                           ("f32", "float32")]
+    setups = [json.loads(line) for line in (tmp_path / "setups.jsonl").read_text().splitlines()]
+    assert [(s["precision"], s["device"], s["mode"]) for s in setups] == [
+        (float32, device, "eval")]
 
 
 class _ExitedPopen(subprocess.Popen):
