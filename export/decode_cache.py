@@ -39,9 +39,11 @@ holds the graphs and says what each tensor is).
   points at them); when another cache of that batch size steps, the
   resident one gets its own buffers back, with its state, and the new one
   is copied in (two device copies of the cache). So a decode loop replays
-  the same three graphs (the step, the ring's write, the copy of the moved
-  ring positions) token after token, and a server holds one captured pair
-  per batch size, not one per conversation. The three graphs over fixed
+  the same two graphs (`decode_token`, the step that writes the ring in
+  place, and the copy of the moved ring positions; for an export made
+  before it, three: the step, the ring's write, the copy) token after
+  token, and a server holds one captured set per batch size, not one per
+  conversation. The three graphs over fixed
   buffers are a `FixedStep`, which also steps the first rows of a slab's
   buffers in place (`export.device_slab.DeviceSlab`). On the CPU provider
   the same fixed-buffer path runs without a capture (that is how the tests

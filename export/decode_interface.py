@@ -25,6 +25,15 @@ caller (the runtimes: numpy arrays in host memory):
   and copies none of it. Each layer's keys and values are inputs of their
   own (`keys[i]`, a view of the stacked array), because slicing a stacked
   input inside an ONNX graph copies it.
+- `decode_token(token_ids int32 [B], stopped bool [B], valid, slot,
+  row_slot, positions, cache_mems, keys_0, ..., values_{L-1})` →
+  `log_probs`, `new_cache_mems`, `new_keys_i`, `new_values_i`, `new_valid`,
+  `new_slot`, `new_row_slot` (ONNX only): the step and the write in one
+  graph, for a caller that binds each ring's `new_` output to its input's
+  buffer (`decode_cache.FixedStep`): each layer's key and value go into its
+  rings first (ScatterElements, in place) and are read there, each row at
+  its `ring_cache.write_slots` slot; the flags are written before the read
+  sees them, the ring's positions move on into outputs of their own.
 - `decode_read(token_ids int32 [B, T], cache_mems, keys, values, valid,
   slot, row_slot, positions)` → `log_probs` `[B, n_token]` (after each
   row's last id), `new_cache_mems`, `new_keys`, `new_values`, `new_valid`,
