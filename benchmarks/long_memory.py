@@ -73,7 +73,8 @@ SPEED_SPEC = (
            "distances only."),
     option("string", "batch_sizes", "1,16", "Comma-separated batch sizes."),
     option("string", "backends", "xla,onnx,saved_model", "Comma-separated: xla, onnx, "
-           "saved_model, triton."),
+           "saved_model, triton, onnx_step_write (the ONNX export stepped as before "
+           "decode_token: the step, then the ring's write)."),
     option("integer", "tokens", 16, "Timed steps per measurement."),
     option("bool", "turns", True, "Also time a conversation turn and a prompt read (batch 1)."),
     option("bool", "sessions", True, "Also time a session table (runtimes, batch > 1)."),
@@ -501,12 +502,32 @@ def open_export(folder, backend, mem_len, asked_device, decode_dtype=None, **opt
     return runner
 
 
+# The ONNX export stepped as before `decode_token` (the step, then the ring's
+# write graph), timed beside it: `--backends=onnx,onnx_step_write`.
+STEP_AND_WRITE = "onnx_step_write"
+
+
+def without_token_step(folder):
+    """`folder` + "_step_write": its `out` seen without `decode_token.onnx`
+    (links to every other file), as an export made before it."""
+    from export.metadata import DECODE_TOKEN_FILE
+    view = folder.rstrip(os.sep) + "_step_write"
+    out = os.path.join(view, "out")
+    shutil.rmtree(view, ignore_errors=True)
+    os.makedirs(out)
+    for name in os.listdir(os.path.join(folder, "out")):
+        if name != DECODE_TOKEN_FILE:
+            os.symlink(os.path.abspath(os.path.join(folder, "out", name)), os.path.join(out, name))
+    return view
+
+
 def run_preset(preset, o, bandwidth, work):
     from export.runtime import generation_backend
     config = preset_config(preset, o["mem_len"], o["clamp_len"])
     mem_len = config.mem_len
     backends = [b.strip() for b in o["backends"].split(",") if b.strip()]
-    formats = tuple(b for b in backends if b in ("onnx", "saved_model", "triton"))
+    formats = tuple(dict.fromkeys("onnx" if b == STEP_AND_WRITE else b for b in backends
+                                  if b in ("onnx", STEP_AND_WRITE, "saved_model", "triton")))
     folder = os.path.join(work, preset)
     core = None
     if "xla" in backends or (formats and not o["reuse_exports"]):
@@ -542,10 +563,12 @@ def run_preset(preset, o, bandwidth, work):
                                                         tf.constant(memory[1])))
                 parts, model_config = decoder_parts(runner), config
             else:
+                kind = "onnx" if backend == STEP_AND_WRITE else backend
                 options = {"device": o["device"], "device_cache": CACHE_PLACES[o["device_cache"]],
                            "cuda_graph": CACHE_PLACES[o["cuda_graph"]]
-                           } if backend == "onnx" else {"device": "cpu"}
-                runner = open_export(folder, backend, mem_len, o["device"],
+                           } if kind == "onnx" else {"device": "cpu"}
+                source = without_token_step(folder) if backend == STEP_AND_WRITE else folder
+                runner = open_export(source, kind, mem_len, o["device"],
                                      decode_dtype=o["decode_dtype"], **options)
                 step, parts = generation_backend(runner).step_last, runtime_parts(runner)
                 model_config = runner.config  # a reused export's own sizes
@@ -562,7 +585,7 @@ def run_preset(preset, o, bandwidth, work):
                        **timing, "bound_ms": bound_ms,
                        "over_bound": timing["per_token_ms"] / bound_ms,
                        "tokens_per_s": batch * 1e3 / timing["per_token_ms"]}
-                if backend == "onnx":
+                if backend in ("onnx", STEP_AND_WRITE):
                     row.update(time_token_parts(runner, memory, batch, o["tokens"]))
                 if backend == "onnx" and runner.info.decode_dtype != "float32":
                     # beside the float32 bound: what this step reads in its own dtype
@@ -572,7 +595,7 @@ def run_preset(preset, o, bandwidth, work):
                 if batch == 1 and o["turns"]:
                     row.update(time_turn(runner, memory, parts))
                     row.update(time_prompt(runner, model_config, mem_len, step))
-                if batch > 1 and o["sessions"] and backend != "xla":
+                if batch > 1 and o["sessions"] and backend not in ("xla", STEP_AND_WRITE):
                     row.update(time_sessions(runner, model_config, mem_len, batch, o["tokens"]))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -702,10 +725,11 @@ def run_speed(o):
               f"{r['table_over_own']:.2f} | {r['table_step_last_ms']:.0f} |")
     parts = [r for r in rows if "token_parts" in r]
     if parts:
-        print("\n| preset | batch | step graph ms | read ms | write ms | token ms | host ms |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| preset | backend | batch | step graph ms | read ms | write ms | token ms | "
+              "host ms |")
+        print("|---|---|---|---|---|---|---|---|")
     for r in parts:
-        print(f"| {r['preset']} | {r['batch']} | " + " | ".join(
+        print(f"| {r['preset']} | {r['backend']} | {r['batch']} | " + " | ".join(
             f"{r['token_parts'][name]:.3f}" for name in TOKEN_PARTS) + " |")
     if triton:
         print("\n| preset | batch | bound ms | Triton step model ms (÷ bound) | "
