@@ -67,6 +67,7 @@ float32 for the softmax, the one cast pair a layer adds); the interface's
 other tensors (`mems`, `cache_mems`, `positions`, `log_probs`) stay float32.
 """
 import keras
+import numpy as np
 import tensorflow as tf
 
 # The interface's names and shapes live with the host's half (no TensorFlow).
@@ -220,7 +221,9 @@ def decode_token(core, token_ids, stopped, valid, slot, row_slot, positions, cac
     hidden, token = core.call_with_cache(token_ids, cache, stopped=stopped, write="first")
     mems = write_rows(cache_mems, tf.cast(tf.stack(token.mems), tf.float32),
                       row_write([cfg.n_layer, None, cfg.d_model], slots, 2, row_axis=1))
-    new_slot = tf.math.floormod(slot + 1, valid.shape[1])  # the ring's size, a constant
+    # The next slot from a table of them (one gather; a floor mod is three kernels).
+    size = valid.shape[1]
+    new_slot = tf.gather(tf.constant(np.roll(np.arange(size, dtype=np.int32), -1)), slot)
     return {"log_probs": core.crit(hidden), "new_cache_mems": mems,
             **{f"new_keys_{i}": ring for i, ring in enumerate(token.keys)},
             **{f"new_values_{i}": ring for i, ring in enumerate(token.values)},
