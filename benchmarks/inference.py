@@ -615,6 +615,8 @@ DECODE_NODES_SPEC = (
     option("enum", "decode_dtype", "float32", "The dtype this tree's step computes in, with "
            "its weights, keys and values (python -m export's --decode_dtype).",
            ["float32", "float16"]),
+    option("bool", "token", True, "Also count this tree's decode_token (the step that writes "
+           "its rings in place; timed by benchmarks.long_memory, where it runs bound)."),
     option("string", "output", "benchmarks/results/decode_nodes.json", "JSON results file."),
 )
 # The graphs the part writes in an export folder: the preset with 2 and 3
@@ -745,16 +747,17 @@ def token_feeds(config, mem_len, batch, seed=0, cache_dtype="float32"):
     return {name: feeds[name] for name in token_inputs(config.n_layer)}
 
 
-def _decode_graphs(cfg, mem_len, folder, decode_dtype="float32"):
-    """`{name: decode_step.onnx}` of `NODE_GRAPHS` in `folder`, written there
+def _decode_graphs(cfg, mem_len, folder, decode_dtype="float32", interface="decode_step"):
+    """`{name: <interface>.onnx}` of `NODE_GRAPHS` in `folder`, written there
     (computing in `decode_dtype`) unless it holds them already (a
     `--compare_dir`)."""
     paths = {}
     for name, n_layer in NODE_GRAPHS.items():
-        paths[name] = os.path.join(folder, name, "decode_step.onnx")
+        paths[name] = os.path.join(folder, name, f"{interface}.onnx")
         if not os.path.isfile(paths[name]):
             config = cfg if n_layer is None else cfg.replace(n_layer=n_layer)
-            export_step(config, mem_len, os.path.join(folder, name), decode_dtype=decode_dtype)
+            export_step(config, mem_len, os.path.join(folder, name), decode_dtype=decode_dtype,
+                        interface=interface)
     return paths
 
 
@@ -824,9 +827,12 @@ def run_decode_nodes(o):
         folders["compare"] = o["compare_dir"]
     paths = {tree: _decode_graphs(cfg, mem_len, folder, o["decode_dtype"])
              for tree, folder in folders.items()}
+    nodes = {tree: _graph_nodes(p) for tree, p in paths.items()}
+    if o["token"]:  # counted, not timed: only a bound run writes its rings in place
+        nodes["this_token"] = _graph_nodes(_decode_graphs(
+            cfg, mem_len, folders["this"], o["decode_dtype"], "decode_token"))
     report = {"preset": o["preset"], "mem_len": mem_len, "n_layer": cfg.n_layer,
-              "folders": folders, "nodes": {tree: _graph_nodes(p) for tree, p in paths.items()},
-              "steps": {}}
+              "folders": folders, "nodes": nodes, "steps": {}}
     for level in report["nodes"]["this"]:
         line = " ".join(f"{tree}: {nodes[level]['total']} nodes ({nodes[level]['kernels']} "
                         f"kernels), {nodes[level]['per_layer']} a layer "
