@@ -138,7 +138,8 @@ def test_the_decode_cache_calls_name_a_wrong_cache_ids_or_stopped_rows(core):
                                                  "batch 2"),
         (dict(stopped=np.array([0, 1])), r"stopped must be bool \[batch\] \(2\), got int64"),
         (dict(stopped=np.zeros([3], bool)), r"stopped must be bool .* of shape \(3,\)"),
-        (dict(write="no"), "write must be a boolean, got 'no'"),
+        (dict(write="no"), "write must be a boolean or 'first', got 'no'"),
+        (dict(write=None), "write must be a boolean, got None"),
     ]
     for kwargs, message in cases:
         call = {"token_ids": np.array([1, 2], np.int32), **kwargs}

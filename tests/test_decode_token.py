@@ -17,7 +17,7 @@ from test_decode_cache_export import CONFIG, export_of_config
 from test_device_ring import assert_same_state
 from txl_tf import Memory, TransformerXL
 from txl_tf.errors import TxlError
-from txl_tf.layers.ring_cache import write_slots, write_token
+from txl_tf.layers.ring_cache import KeysValues, write_slots, write_token
 from txl_tf.weights import save_pretrained
 
 
@@ -58,6 +58,20 @@ def test_the_core_writing_first_equals_its_read_then_its_write(seed):
         cache = written
     with pytest.raises(TxlError, match="for one id per row"):
         core.call_with_cache(tf.zeros([batch, 2], tf.int32), cache, write="first")
+
+
+def test_write_first_is_refused_where_the_core_would_not_write_first():
+    """A KeysValues memory read its segment and returned a KeysValues with
+    write="first" (its rings are never written first): refused, as a
+    DecodeCache's segment is; a misspelt "first" is named."""
+    core = TransformerXL(CONFIG)
+    rings = tuple(tf.zeros([2, CONFIG.n_head, 3, CONFIG.d_head]) for _ in range(CONFIG.n_layer))
+    memory = KeysValues(rings, rings, tf.ones([2, 3], tf.bool))
+    with pytest.raises(TxlError, match="'first' are for a DecodeCache"):
+        core.call_with_cache(tf.zeros([2, 2], tf.int32), memory, write="first")
+    cache = core.decode_cache(core.initial_memory(2, 3))
+    with pytest.raises(TxlError, match="write must be a boolean or 'first', got 'First'"):
+        core.call_with_cache(tf.zeros([2], tf.int32), cache, write="First")
 
 
 @pytest.fixture(scope="module")

@@ -420,16 +420,18 @@ class TransformerXL(keras.layers.Layer):
 
         Returns:
             `(hidden [B, d_model] or [B, T, d_model], new cache)`, or
-            `(hidden, CachedToken)` with `write=False`.
+            `(hidden, CachedToken)` with `write=False` or "first".
         """
         check_no_removed_keywords("TransformerXL.call_with_cache", removed)
         self._check_cacheable()
         write_first = isinstance(write, str) and write == "first"
+        if not write_first and isinstance(write, str):
+            raise TxlError(f"write must be a boolean or 'first', got {write!r}")
         write = write_first or check_flag("write", write)
         if isinstance(cache, KeysValues):
-            if stopped is not None or not write:
-                raise TxlError("stopped and write=False are for a DecodeCache; a KeysValues "
-                               "memory reads segments")
+            if stopped is not None or not write or write_first:
+                raise TxlError("stopped and write=False or 'first' are for a DecodeCache; a "
+                               "KeysValues memory reads segments")
             return self._read_on_keys(token_ids, cache)
         _check_decode_cache(cache, "call_with_cache")
         token_ids = tf.convert_to_tensor(token_ids)
