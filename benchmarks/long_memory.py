@@ -1634,7 +1634,10 @@ def cuda_step_nodes(path):
     from benchmarks.inference import VIEW_OPS, kernels, node_counts
     from export.onnx_runtime import decode_files, token_file
     model = os.path.join(path, "model.onnx")
-    graph = token_file(model) or decode_files(model)["decode_step"]
+    graph = token_file(model) or (decode_files(model) or {}).get("decode_step")
+    if graph is None:  # an export without the cached decode interface
+        return {"cuda_step_graph": None, "cuda_step_kernels": None, "cuda_step_ops": None,
+                "cuda_step_nodes_error": f"{path} holds no decode step graph"}
     name = os.path.basename(graph)[:-len(".onnx")]
     try:
         counts = node_counts(graph, "all", provider="CUDAExecutionProvider")

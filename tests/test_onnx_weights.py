@@ -76,6 +76,15 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
             assert times == sorted(times, reverse=True)
 
 
+def test_the_step_kernels_of_an_export_without_decode_graphs_are_an_error_entry(tmp_path):
+    """cuda_parity's row of a folder without the decode graphs: its error
+    entry, as for a step ONNX Runtime cannot optimize (was a TypeError
+    once the step's file was looked up outside the `try`)."""
+    nodes = cuda_step_nodes(str(tmp_path))
+    assert nodes["cuda_step_kernels"] is None and "no decode step" in \
+        nodes["cuda_step_nodes_error"], nodes
+
+
 def test_a_profile_counts_the_last_runs_by_op_type():
     def node(op, ts, dur, provider="CUDAExecutionProvider"):
         return {"cat": "Node", "name": f"n{ts}_kernel_time", "ts": ts, "dur": dur,
