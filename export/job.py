@@ -371,9 +371,10 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
         del runtime
         _free()
         if backend == "onnx" and token_file(os.path.join(out, ONNX_FILE)):
-            # The step a GPU replays (`decode_token` over fixed buffers), on the CPU.
+            # The step a GPU replays (`decode_token` over fixed buffers), on the
+            # CPU; one copy of the weights again (each hot path packs its own).
             runtime = open_runtime(out, backend="onnx", device="cpu", device_cache=True,
-                                   cuda_graph=True)
+                                   cuda_graph=True, low_memory=True)
             report[name]["decode_token"] = check_cached_decode(
                 runtime, segments, by_token, tolerance, "onnx's decode_token")
             del runtime

@@ -148,3 +148,25 @@ def test_the_export_checks_its_token_step_against_the_core(exports):
     report = json.loads((exports["float32"][0] / "export_report.json").read_text())
     token = report["parity"]["onnxruntime"]["decode_token"]
     assert token["log_probs"] <= 1e-4 and token["mem_mask_equal"], token
+
+
+def test_the_exports_token_check_holds_one_copy_of_the_weights(tmp_path, monkeypatch):
+    """Each runtime the export's parity opens shares one mapped copy of the
+    weights (`low_memory`): the one replaying `decode_token` packed its own
+    for the model, the decode step and the token step (three copies)."""
+    import export.job as job
+    opened = []
+
+    class Opened:
+        backend = "onnxruntime"
+
+    def open_runtime(path, **options):
+        opened.append(options)
+        return Opened()
+    monkeypatch.setattr(job, "open_runtime", open_runtime)
+    monkeypatch.setattr(job, "check_runtime", lambda *args: {})
+    monkeypatch.setattr(job, "check_cached_decode", lambda *args: {})
+    (tmp_path / DECODE_TOKEN_FILE).write_bytes(b"")
+    report = job._parity(None, None, None, str(tmp_path), ("onnx",), 1e-4, "txl")
+    assert "decode_token" in report["onnxruntime"]
+    assert [options.get("low_memory") for options in opened] == [True, True], opened
