@@ -15,8 +15,11 @@ buffers (OrtValues), so that a step on a GPU moves no cache across the bus.
   The slab is the `SessionTable`'s on a runtime that keeps its caches on
   the device (`OnnxRuntime(device_cache=...)`, by default on CUDA; forced
   on the CPU provider for tests and diagnosis).
-* A step whose log-probs fail the caller's check writes nothing: the
-  graph that reads the ring runs first, the write only after the check.
+* A step whose log-probs fail the caller's check is not taken: the ring's
+  positions move on only after the check. (`decode_token`, where the
+  export has it, has by then written each row's token into its free slot,
+  which no read sees and the next step writes again; the step and the
+  ring's write of an older export write nothing before it.)
 
 The ring's bookkeeping (the write, the move of its positions) is
 `decode_cache`'s, as for every device step; this module holds only the
@@ -111,7 +114,7 @@ class DeviceSlab:
     """Up to `capacity` streams' device decode caches, one row each, on one
     shared ring slot, in device buffers (see the module's docstring).
 
-    `sessions`: `{"step", "write", "move"}` (`FixedStep`'s: the replay
+    `sessions`: `{"step", "write", "move"}` or `{"token", "move"}` (`FixedStep`'s: the replay
     sessions where CUDA graphs are on) and `{"put", "take"}` (of
     `slab_put_model(size)` and `slab_take_model()`). Rows are kept
     contiguous (an evicted row's place takes the last row). One thread at a
@@ -186,10 +189,11 @@ class DeviceSlab:
     @one_thread_at_a_time
     def step(self, ids, check):
         """The log-probs of one step of every row (ids `[len(self)]`), the
-        slab advanced in place, unless `check(log_probs)` raises: then
-        nothing is written (the ring is read first, written after the
-        check) and the error goes on. Interrupted after the check, the step
-        is finished (and `taken`) before the interrupt goes on."""
+        slab advanced in place, unless `check(log_probs)` raises: then the
+        step is not taken (the ring moves on after the check; at most the
+        rows' free slots are written, see the module's docstring) and the
+        error goes on. Interrupted after the check, the step is finished
+        (and `taken`) before the interrupt goes on."""
         rows = len(self.keys)
         if rows not in self._steps:
             self._steps[rows] = FixedStep(self.sessions, self.device, self._tensors, rows,
