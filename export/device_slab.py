@@ -219,9 +219,10 @@ class DeviceSlab:
     def _finish(self, steps, slot, count, log_probs):
         """Finishes a step interrupted in (or as it returns from) its
         `FixedStep.write`, which is its write then the move of the ring's
-        positions, from `slot` (the ring's slot before it): the slot the
-        slab holds tells whether the move ran; if not, both run (again: the
-        write of the same token at the same slot writes the same values)."""
+        positions (the move alone after `decode_token`), from `slot` (the
+        ring's slot before it): the slot the slab holds tells whether the
+        move ran; if not, `write` runs again (the write of the same token at
+        the same slot writes the same values)."""
         if self.taken[0] == count:
             if _scalar(self._tensors["slot"]) == slot:
                 with self._lock:
