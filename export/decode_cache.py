@@ -593,6 +593,34 @@ def device_step(step_session, write_session, device, ids, stopped, cache, n_toke
     return log_probs
 
 
+def device_token_step(token_session, device, ids, stopped, cache, n_token):
+    """The log-probs of one `decode_token` run (`token_session`) on a
+    device cache: its rings and flags written in place, its ring positions
+    moved on into new OrtValues it then holds (written in place, a node
+    could read a position already moved); only the log-probs come to the
+    host."""
+    binding = token_session.io_binding()
+    # The OrtValues must outlive the run: the binding does not keep them.
+    inputs = {"token_ids": ortvalue(np.asarray(ids, np.int32), device),
+              "stopped": ortvalue(np.asarray(stopped, np.bool_), device),
+              "row_slot": cache["row_slot"], "cache_mems": cache["cache_mems"]}
+    for name, value in inputs.items():
+        binding.bind_ortvalue_input(name, value)
+    bind_ring(binding, cache, device)
+    log_probs = np.empty([len(ids), n_token], np.float32)
+    binding.bind_output("log_probs", "cpu", 0, np.float32, list(log_probs.shape),
+                        log_probs.ctypes.data)
+    binding.bind_ortvalue_output("new_cache_mems", cache["cache_mems"])
+    bind_layers(binding.bind_output, cache, device, prefix="new_")
+    binding.bind_ortvalue_output("new_valid", cache["valid"])
+    for name in MOVED:
+        binding.bind_output(f"new_{name}", device, 0)
+    token_session.run_with_iobinding(binding)
+    out = dict(zip([o.name for o in token_session.get_outputs()], binding.get_outputs()))
+    cache["slot"], cache["row_slot"] = out["new_slot"], out["new_row_slot"]
+    return log_probs
+
+
 def write_on_device(write_session, device, cache, token, stopped):
     """Writes a step's token (`token`: `{token_mems, token_keys,
     token_values}`) into the device cache's free slot with `write_session`

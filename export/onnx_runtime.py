@@ -12,7 +12,8 @@ from collections import OrderedDict
 import numpy as np
 
 from export.decode_cache import (CHANGING_NAMES, MOVED, DeviceCache, Resident, aligned_empty,
-                                 copy_model, device_step, host_cache, is_ortvalue, on_device,
+                                 copy_model, device_step, device_token_step, host_cache,
+                                 is_ortvalue, on_device,
                                  ortvalue, ring_memory_model, ring_positions, ring_write_model,
                                  run_on_device, step_feeds, with_cache_dtype, write_token)
 from export.device_memory import (FixedSegment, memory_concat_model, memory_copy_model,
@@ -360,24 +361,26 @@ class OnnxRuntime(Runtime):
         self.fixed_shapes = fixed_shapes
         self._outputs = [o.name for o in self.session.get_outputs()]
         decode_paths = self._decode_paths = decode_files(path)
-        self._decode_sessions = None
         decode_disabled = self._unfolded if info.decode_dtype == "float32" else \
             FLOAT16_DECODE_DISABLED
-        token_path = token_file(path) if decode_paths else None
+        token_path = self._token_path = token_file(path) if decode_paths else None
+        if token_path:
+            decode_paths = {**decode_paths, "decode_token": token_path}
         files.add(decode_paths)
-        files.add({"decode_token": token_path} if token_path else None)
-        self._open_decode = files.checked(lambda: {name: open_session(
-            p, packed() if name == "decode_step" else shared(), providers, decode_disabled)
-                                     for name, p in decode_paths.items()})
+        # Each decode graph's session, opened at its first use (a device
+        # cache steps through decode_token, a host cache through decode_step).
+        self._decode_sessions, self._decode_graph_names = {}, tuple(decode_paths or ())
+        self._open_decode = files.checked(lambda name: open_session(
+            decode_paths[name], packed() if name in ("decode_step", "decode_token") else shared(),
+            providers, decode_disabled))
         self.device_cache = self._keeps_cache_on_device(device_cache)
         self.cuda_graph = self._replays_graphs(cuda_graph)
         self._segment_graphs = True  # until ONNX Runtime refuses to capture a segment
         ring, on_cuda = self.mem_len + 1, self.device == "cuda"
-        self._open_replay = files.checked(lambda: open_replay_sessions(
+        self._open_replay = files.checked(lambda token=True: open_replay_sessions(
             decode_paths["decode_step"], ring, info.cache_dtype, packed(),
-            provider_entries(names, tf32, cuda_graph=on_cuda), providers, token_path))
-        self._open_token = files.checked(lambda: token_path and open_session(
-            token_path, packed(), providers, decode_disabled))
+            provider_entries(names, tf32, cuda_graph=on_cuda), providers,
+            token_path if token else None))
         self._replay_sessions, self._residents = None, {}
         # What threads share: the sessions opened on first use, `_fixed` and
         # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the
@@ -468,7 +471,8 @@ class OnnxRuntime(Runtime):
         if self._caller_options and self.has_decode_cache:
             # The overrides stay in the caller's options: the graphs opened
             # later with them (a `batch` axis) would be fixed to this shape.
-            self._decode_session("decode_step")
+            for name in self._decode_graph_names:
+                self._decode_session(name)
             self._replay()
         if not self._memory_on_device:
             return self._open_fixed_session(shape, False)
@@ -624,11 +628,13 @@ class OnnxRuntime(Runtime):
 
     # ------------------------------------------------- the cached decode interface
     def _decode_session(self, name):
-        if self._decode_sessions is None:
+        session = self._decode_sessions.get(name)
+        if session is None:
             with self._lock:
-                if self._decode_sessions is None:
-                    self._decode_sessions = self._open_decode()
-        return self._decode_sessions[name]
+                if name not in self._decode_sessions:
+                    self._decode_sessions[name] = self._open_decode(name)
+                session = self._decode_sessions[name]
+        return session
 
     def _decode_run(self, name, inputs, into=None):
         """`{output: numpy}` of a decode graph. With IO binding the inputs
@@ -704,6 +710,9 @@ class OnnxRuntime(Runtime):
             known = cache.known_positions() if isinstance(cache, DeviceCache) else None
             if self._replay() is not None:
                 log_probs = self._resident(cache).step(cache, ids, stopped)
+            elif self._token_path:
+                log_probs = device_token_step(self._decode_session("decode_token"), self.device,
+                                              ids, stopped, cache, self.n_token)
             else:
                 log_probs = device_step(self._decode_session("decode_step"),
                                         self._ring_writer(), self.device, ids, stopped, cache,
@@ -768,12 +777,23 @@ class OnnxRuntime(Runtime):
             with self._lock:
                 if self.cuda_graph and self._replay_sessions is None:
                     try:
-                        self._replay_sessions = self._open_replay()
+                        self._replay_sessions = self._open_replay_any()
                     except ModelDirError as error:  # an export whose step cannot be captured
                         log.warning("decode steps run without CUDA graphs: %s (re-export "
                                     "the model to replay them)", error)
                         self.cuda_graph = False
         return self._replay_sessions if self.cuda_graph else None
+
+    def _open_replay_any(self):
+        """The replayed sessions: `decode_token`'s where it is captured, else
+        the step's and the ring's write's (`ModelDirError` where neither is)."""
+        if self._token_path:
+            try:
+                return self._open_replay()
+            except ModelDirError as error:
+                log.warning("decode_token is not captured as a CUDA graph (%s): replaying the "
+                            "step and the ring's write", error)
+        return self._open_replay(token=False)
 
     def _ring_writer(self):
         return self._small_graph("write", lambda: ring_write_model(self.mem_len + 1))
@@ -796,12 +816,8 @@ class OnnxRuntime(Runtime):
     def _fixed_step_sessions(self):
         """`FixedStep`'s sessions without CUDA graphs: `decode_token` where
         the export has it, else the step and the ring's write; the move."""
-        with self._lock:
-            if "token" not in self._small_graphs:
-                self._small_graphs["token"] = self._open_token()
-        token = self._small_graphs["token"]
-        steps = {"token": token} if token else {"step": self._decode_session("decode_step"),
-                                                "write": self._ring_writer()}
+        steps = {"token": self._decode_session("decode_token")} if self._token_path else {
+            "step": self._decode_session("decode_step"), "write": self._ring_writer()}
         return {**steps, "move": self._small_graph("move", lambda: copy_model(MOVED))}
 
     def cache_memory(self, cache):
@@ -883,9 +899,9 @@ class _FilesOpened:
 
     def checked(self, open_function):
         """`open_function`, run after `check`."""
-        def opened(*args):
+        def opened(*args, **kwargs):
             self.check()
-            return open_function(*args)
+            return open_function(*args, **kwargs)
         return opened
 
 

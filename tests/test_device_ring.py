@@ -106,9 +106,7 @@ def test_the_device_ring_is_written_in_place_as_the_host_writes_it(runtimes):
         got, same = device.decode_step(ids, device_cache, stopped)
         assert same is device_cache
         np.testing.assert_allclose(got[~stopped], want[~stopped], atol=1e-5)
-        for name, value in host_cache.items():
-            np.testing.assert_allclose(device_cache[name].numpy(), value, atol=1e-5,
-                                       err_msg=f"step {t}: {name}")
+        assert_same_state(device_cache, host_cache)  # decode_token: stopped rows' free slots
     assert {name: device_cache[name].data_ptr() for name in buffers} == buffers
     # The memory it holds (rows at different ring positions) is taken on the device.
     memory = device.cache_memory(device_cache)
@@ -432,19 +430,32 @@ def test_the_log_probs_of_a_fixed_buffer_step_are_not_changed_by_the_next(export
 def test_an_export_whose_step_cannot_be_captured_decodes_without_graphs(exported, runtimes,
                                                                          monkeypatch, caplog):
     """Exports made before the step kept every value on the GPU: ONNX
-    Runtime refuses their graphs, and the runtime goes on without them."""
+    Runtime refuses their graphs, and the runtime goes on without them;
+    where only `decode_token` is refused, it replays the step and the
+    ring's write."""
     from txl_tf.errors import ModelDirError
-    replay = open_runtime(str(exported[1] / "model.onnx"), device="cpu", device_cache=True,
-                          cuda_graph=True)
+    path = str(exported[1] / "model.onnx")
+    want = runtimes[0].generate([[1, 2], [3]], 6, temperature=0.0).ids
+    for refused in ({True, False}, {True}):
+        replay = open_runtime(path, device="cpu", device_cache=True, cuda_graph=True)
+        opened, tried = replay._open_replay, []
 
-    def refuse():
-        raise ModelDirError("cannot open the ONNX model: graph capture refused")
-    monkeypatch.setattr(replay, "_open_replay", refuse)
-    with caplog.at_level("WARNING"):
-        got = replay.generate([[1, 2], [3]], 6, temperature=0.0)
-    assert not replay.cuda_graph and "without CUDA graphs" in caplog.text
-    np.testing.assert_array_equal(got.ids, runtimes[0].generate([[1, 2], [3]], 6,
-                                                                temperature=0.0).ids)
+        def refuse(token=True, opened=opened, tried=tried, refused=refused):
+            tried.append(token)
+            if token in refused:
+                raise ModelDirError("cannot open the ONNX model: graph capture refused")
+            return opened(token=token)
+        monkeypatch.setattr(replay, "_open_replay", refuse)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            got = replay.generate([[1, 2], [3]], 6, temperature=0.0)
+        assert tried == [True, False] and "decode_token is not captured" in caplog.text
+        assert replay.cuda_graph == (refused == {True}), refused
+        if replay.cuda_graph:
+            assert "step" in replay._replay_sessions and "token" not in replay._replay_sessions
+        else:
+            assert "without CUDA graphs" in caplog.text
+        np.testing.assert_array_equal(got.ids, want)
 
 
 def test_token_parts_time_the_fixed_steps_parts_and_only_where_they_run(exported, runtimes):
