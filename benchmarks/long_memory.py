@@ -254,9 +254,10 @@ def time_token_parts(runtime, memory, batch, tokens):
       move alone after `decode_token`);
     - `token`: the loop's whole step (`read`, `write` and the bookkeeping
       around them);
-    - `host`: `token` less `read` and `write`'s graph runs' share that is
-      not copies: `token - step_graph - write`, what the copies and Python
-      add to the graphs.
+    - `host`: `token - step_graph - write`, what the token costs beyond its
+      graphs' runs alone: the copies, Python, and what the runs cost each
+      other when they alternate (on the CPU a read after the ring's write
+      graph ran slower than reads alone).
 
     Empty where the runtime's steps do not run over fixed buffers."""
     import numpy as np
