@@ -58,7 +58,9 @@ fails, runs out of time or cannot run is one line of the table (`failed
 - `serving_long_memory`, `serving_evaluation`, `serving_soak`,
   `serving_device_tests`, `serving_parity`: the serving suite of issue 53
   (`benchmarks.long_memory --device=cuda --noturns`: ms a token and the
-  session table at batch 1 and 16; then `--part=evaluation` over the
+  session table at batch 1 and 16, a token's parts, and the same export
+  stepped as before `decode_token` (`onnx_step_write`) beside it; then
+  `--part=evaluation` over the
   export it made: 512-token segments on its memory of 2,100 through the
   runtime API against the graph with bound buffers, and the paper's code
   with `--reference_dir`; `--part=soak`: 32 sessions, up to 16 open at
