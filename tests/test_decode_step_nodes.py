@@ -113,6 +113,13 @@ def test_the_token_step_writes_each_ring_once_in_place_and_reads_it_there(token_
     # arithmetic (ONNX Runtime would run it on the CPU: no CUDA graph).
     counts = _counts(token_graphs[1])
     assert not {"ScatterND", "Shape", "Slice", "Range", "ConstantOfShape"} & set(counts), counts
+    # Each input written in place is read by its write alone: a node reading
+    # it could run after the write and see the new token (the flags, keys and
+    # values are read through the written tensors).
+    for name in ("valid", "cache_mems", "keys_0", "keys_2", "values_1"):
+        readers = [n for n in graph.node if name in n.input]
+        assert [n.op_type for n in readers] == ["ScatterElements"] and \
+            readers[0].input[0] == name and readers[0].output[0] == f"new_{name}", name
 
 
 def test_the_token_step_is_fewer_kernels_than_the_step_and_the_write(step_nodes, token_graphs,
