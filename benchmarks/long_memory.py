@@ -506,6 +506,7 @@ def open_export(folder, backend, mem_len, asked_device, decode_dtype=None, **opt
 # The ONNX export stepped as before `decode_token` (the step, then the ring's
 # write graph), timed beside it: `--backends=onnx,onnx_step_write`.
 STEP_AND_WRITE = "onnx_step_write"
+SPEED_BACKENDS = ("xla", "onnx", "saved_model", "triton", STEP_AND_WRITE)
 
 
 def without_token_step(folder):
@@ -665,6 +666,9 @@ def run_speed(o):
     Prints a table and writes JSON.
     """
     parse_batch_sizes(o["batch_sizes"])  # a bad value fails before any export
+    unknown = [b.strip() for b in o["backends"].split(",") if b.strip() not in SPEED_BACKENDS]
+    if unknown:
+        raise TxlError(f"--backends: unknown {unknown}; each one of {', '.join(SPEED_BACKENDS)}")
     check_export_flags(o)
     for name in ("device_cache", "cuda_graph"):
         if o[name] not in CACHE_PLACES:
@@ -716,34 +720,36 @@ def run_speed(o):
               f"{r['over_bound']:.2f}" + (f" ({r['over_own_bound']:.2f} of the "
                                           f"{r['decode_dtype']} bytes)"
                                           if "over_own_bound" in r else "") + f" | {turn} |")
-    sessions = [r for r in rows if "table_ms" in r]
-    if sessions:
-        print("\n| preset | backend | sessions | table ms / step | ÷ own batch step | "
-              "through step_last ms |")
-        print("|---|---|---|---|---|---|")
-    for r in sessions:
-        print(f"| {r['preset']} | {r['backend']} | {r['batch']} | {r['table_ms']:.1f} | "
-              f"{r['table_over_own']:.2f} | {r['table_step_last_ms']:.0f} |")
-    parts = [r for r in rows if "token_parts" in r]
-    if parts:
-        print("\n| preset | backend | batch | step graph ms | read ms | write ms | token ms | "
-              "host ms |")
-        print("|---|---|---|---|---|---|---|---|")
-    for r in parts:
-        print(f"| {r['preset']} | {r['backend']} | {r['batch']} | " + " | ".join(
-            f"{r['token_parts'][name]:.3f}" for name in TOKEN_PARTS) + " |")
-    if triton:
-        print("\n| preset | batch | bound ms | Triton step model ms (÷ bound) | "
-              "cached model ms (÷ bound) |")
-        print("|---|---|---|---|---|")
-    for r in triton:
-        print(f"| {r['preset']} | {r['batch']} | {r['bound_ms']:.1f} | "
-              f"{r['triton_step_ms']:.1f} ({r['triton_step_ms'] / r['bound_ms']:.2f}) | "
-              f"{r['triton_cached_ms']:.1f} ({r['triton_cached_ms'] / r['bound_ms']:.2f}) |")
+    print_table(["preset", "backend", "sessions", "table ms / step", "÷ own batch step",
+                 "through step_last ms"],
+                [[r["preset"], r["backend"], r["batch"], f"{r['table_ms']:.1f}",
+                  f"{r['table_over_own']:.2f}", f"{r['table_step_last_ms']:.0f}"]
+                 for r in rows if "table_ms" in r])
+    print_table(["preset", "backend", "batch", "step graph ms", "read ms", "write ms", "token ms",
+                 "host ms"],
+                [[r["preset"], r["backend"], r["batch"]] +
+                 [f"{r['token_parts'][name]:.3f}" for name in TOKEN_PARTS]
+                 for r in rows if "token_parts" in r])
+    print_table(["preset", "batch", "bound ms", "Triton step model ms (÷ bound)",
+                 "cached model ms (÷ bound)"],
+                [[r["preset"], r["batch"], f"{r['bound_ms']:.1f}",
+                  f"{r['triton_step_ms']:.1f} ({r['triton_step_ms'] / r['bound_ms']:.2f})",
+                  f"{r['triton_cached_ms']:.1f} ({r['triton_cached_ms'] / r['bound_ms']:.2f})"]
+                 for r in triton])
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(speed_summary(rows))
+
+
+def print_table(header, rows):
+    """Prints a markdown table of `rows` (lists of cells) after a blank
+    line, nothing where there are no rows."""
+    if rows:
+        print("\n| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+    for cells in rows:
+        print("| " + " | ".join(str(cell) for cell in cells) + " |")
 
 
 def lowest_ratio(row):

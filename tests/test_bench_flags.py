@@ -78,6 +78,7 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.long_memory", ["--reuse_exports", "--work_dir=.", "--clamp_len=820"],
      "--clamp_len makes this run's model"),
     ("benchmarks.long_memory", ["--device_cache=maybe"], "--device_cache must be"),
+    ("benchmarks.long_memory", ["--backends=onnx,bogus"], "--backends: unknown ['bogus']"),
     ("benchmarks.long_memory", ["--part=onnx_weights", "--fill"], "--skeleton_dir is required"),
     ("benchmarks.long_memory", ["--part=cuda_parity"], "--exports is required"),
     ("benchmarks.long_memory", ["--part=soak", "--presets=tiny"],
