@@ -877,6 +877,7 @@ PROFILE_SPEC = (
     option("string", "output", "benchmarks/results/profile.json", "JSON results file."),
 )
 PROFILE_WARMUP = 5
+PROFILE_SHAPES = 12  # the groups of nodes of one op type and input shapes a profile lists
 PROFILED_GRAPHS = ("decode_token", "decode_step", "model")
 
 
@@ -910,11 +911,14 @@ def segment_feeds(path, info, batch, segment_len, seed=0):
     return feeds
 
 
-def profile_graph(path, feeds, device, iters, fixed=None):
+def profile_graph(path, feeds, device, iters, fixed=None, in_place=()):
     """ONNX Runtime's profile of `iters` runs of the graph at `path` on
     `feeds` (after `PROFILE_WARMUP`), its inputs and outputs bound on
     `device` (nothing crosses the bus), its dynamic axes named in `fixed`
-    (`{name: size}`) fixed: `summarize_profile`'s per run."""
+    (`{name: size}`) fixed: `summarize_profile`'s per run. The inputs
+    named in `in_place` are written in place, as the runtime runs the
+    graph: each one's output `new_<name>` is bound to its buffer (else
+    the write would copy the whole input into a fresh output first)."""
     import onnxruntime as ort
 
     from export.onnx_runtime import FLOAT16_DECODE_DISABLED, provider_entries
@@ -933,11 +937,7 @@ def profile_graph(path, feeds, device, iters, fixed=None):
         if session.get_providers()[0] != providers[0]:
             raise BenchmarkError(f"--device={device}: ONNX Runtime did not open "
                                  f"{providers[0]} (it has {ort.get_available_providers()})")
-        binding = session.io_binding()
-        for name, value in feeds.items():
-            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device))
-        for output in session.get_outputs():
-            binding.bind_output(output.name, device)
+        binding, bound = bind_profiled(session, feeds, device, in_place)  # bound: kept alive
         for _ in range(PROFILE_WARMUP + iters):
             session.run_with_iobinding(binding)
         with open(session.end_profiling(), encoding="utf-8") as f:
@@ -945,11 +945,36 @@ def profile_graph(path, feeds, device, iters, fixed=None):
     return summarize_profile(events, iters, device)
 
 
+def bind_profiled(session, feeds, device, in_place=()):
+    """`(binding, {input: OrtValue})`: `session`'s inputs bound to `feeds`
+    copied onto `device` (the values must outlive the runs), the output
+    `new_<name>` of each input named in `in_place` to that input's buffer,
+    the other outputs to fresh buffers on `device`."""
+    import onnxruntime as ort
+    binding = session.io_binding()
+    bound = {name: ort.OrtValue.ortvalue_from_numpy(value, device)
+             for name, value in feeds.items()}
+    for name, value in bound.items():
+        binding.bind_ortvalue_input(name, value)
+    for output in session.get_outputs():
+        source = output.name[len("new_"):] if output.name.startswith("new_") else None
+        if source in in_place:
+            binding.bind_ortvalue_output(output.name, bound[source])
+        else:
+            binding.bind_output(output.name, device)
+    return binding, bound
+
+
 def summarize_profile(events, iters, device="cpu"):
     """`{"wall_ms", "nodes_ms", "kernels", "on_cpu", "ops": {op: {"ms",
-    "count"}}}` a run, `ops` by time, from ONNX Runtime profile `events` (a
-    list of dicts): the last `iters` runs (`model_run`) of a session on
-    `device` (`on_cpu`: the op types its nodes left to the CPU provider)."""
+    "count"}}, "shapes": [{"op", "inputs", "ms", "count"}, ...]}` a run,
+    `ops` by time, from ONNX Runtime profile `events` (a list of dicts):
+    the last `iters` runs (`model_run`) of a session on `device` (`on_cpu`:
+    the op types its nodes left to the CPU provider). `shapes`: the
+    `PROFILE_SHAPES` costliest groups of nodes of one op type and the same
+    input shapes (`inputs`, as the profile lists them: a weight held in the
+    graph is not listed), which tells apart nodes of one type (a layer's
+    matmuls against the memory from those against its weights)."""
     runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
     if len(runs) < iters:
         raise BenchmarkError(f"the profile holds {len(runs)} runs, not {iters}")
@@ -957,20 +982,27 @@ def summarize_profile(events, iters, device="cpu"):
     nodes = [e for e in events if e.get("cat") == "Node" and e["ts"] >= start
              and e["name"].endswith("_kernel_time")]
     ops = collections.defaultdict(lambda: {"ms": 0.0, "count": 0})
+    shapes = collections.defaultdict(lambda: {"ms": 0.0, "count": 0})
     on_cpu = set()
     for e in nodes:
         op = e["args"]["op_name"]
-        ops[op]["ms"] += e["dur"] / 1e3 / iters
-        ops[op]["count"] += 1
+        inputs = json.dumps([dims for shape in e["args"].get("input_type_shape", [])
+                             for dims in shape.values()])
+        for group in (ops[op], shapes[op, inputs]):
+            group["ms"] += e["dur"] / 1e3 / iters
+            group["count"] += 1
         if device != "cpu" and e["args"].get("provider") == "CPUExecutionProvider":
             on_cpu.add(op)
-    for op in ops.values():
-        op["count"] //= iters
+    for group in (*ops.values(), *shapes.values()):
+        group["count"] //= iters
+    costliest = sorted(shapes.items(), key=lambda item: -item[1]["ms"])[:PROFILE_SHAPES]
     return {"wall_ms": sum(r["dur"] for r in runs[-iters:]) / 1e3 / iters,
             "nodes_ms": sum(op["ms"] for op in ops.values()),
             "kernels": sum(op["count"] for name, op in ops.items() if name not in VIEW_OPS),
             "on_cpu": sorted(on_cpu),
-            "ops": dict(sorted(ops.items(), key=lambda item: -item[1]["ms"]))}
+            "ops": dict(sorted(ops.items(), key=lambda item: -item[1]["ms"])),
+            "shapes": [{"op": op, "inputs": json.loads(inputs), **group}
+                       for (op, inputs), group in costliest]}
 
 
 def run_profile(o):
@@ -1005,6 +1037,7 @@ def run_profile(o):
                              "(an ONNX export with its decode graphs: python -m export)")
     if o["device"] == "cuda":
         os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
+    from export.decode_cache import token_in_place
     info = export_info(o["export_dir"])
     report = {"export_dir": o["export_dir"], "device": o["device"], "mem_len": info.mem_len,
               "segment_len": o["segment_len"], "fixed_shapes": o["fixed_shapes"],
@@ -1022,13 +1055,18 @@ def run_profile(o):
                 feeds = segment_feeds(path, info, batch, o["segment_len"])
                 if o["fixed_shapes"]:
                     fixed = {"batch": batch, "seq_len": o["segment_len"]}
-            r = profile_graph(path, feeds, o["device"], o["iters"], fixed)
+            in_place = token_in_place(info.config.n_layer) if graph == "decode_token" else ()
+            r = profile_graph(path, feeds, o["device"], o["iters"], fixed, in_place)
             report["graphs"].setdefault(graph, {})[batch] = r
             top = ", ".join(f"{op} {v['ms']:.2f} ms ({v['count']})"
                             for op, v in list(r["ops"].items())[:4])
+            costliest = r["shapes"][0] if r["shapes"] else None
             lines.append(f"{graph} b{batch} {r['wall_ms']:.2f} ms, {r['kernels']} kernels" +
                          (f", on the CPU: {' '.join(r['on_cpu'])}" if r["on_cpu"] else "") +
-                         f": {top}")
+                         f": {top}" + (f"; costliest shapes: {costliest['op']} " +
+                                       "x".join(map(str, costliest["inputs"])) +
+                                       f" {costliest['ms']:.2f} ms ({costliest['count']})"
+                                       if costliest else ""))
             print(json.dumps({"graph": graph, "batch": batch, **r}), flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
     with open(o["output"], "w", encoding="utf-8") as f:

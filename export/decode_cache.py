@@ -108,6 +108,13 @@ def token_outputs(n_layer):
             + ("new_valid", "new_slot", "new_row_slot"))
 
 
+def token_in_place(n_layer):
+    """The inputs of `decode_token` that it writes in place: each is bound
+    as the output `new_<name>` too (the flags, the layer inputs, each
+    layer's rings; not the slots, which go to other buffers: `MOVED`)."""
+    return ("cache_mems", "valid") + step_inputs(n_layer)[4:]
+
+
 def cache_shapes(config, mem_len, batch="batch"):
     """`{name: [int or axis name, ...]}` of the cache tensors."""
     size, layers = int(mem_len) + 1, config.n_layer

@@ -11,8 +11,10 @@ import onnx
 import pytest
 
 from benchmarks.common import BenchmarkError
-from benchmarks.inference import VIEW_OPS, kernels, node_counts, summarize_profile
+from benchmarks.inference import (VIEW_OPS, bind_profiled, kernels, node_counts,
+                                  summarize_profile)
 from benchmarks.long_memory import cuda_step_nodes
+from export.decode_cache import token_in_place, token_inputs, token_outputs
 from export import open_runtime, run_export
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
@@ -86,22 +88,63 @@ def test_the_step_kernels_of_an_export_without_decode_graphs_are_an_error_entry(
 
 
 def test_a_profile_counts_the_last_runs_by_op_type():
-    def node(op, ts, dur, provider="CUDAExecutionProvider"):
+    def node(op, ts, dur, provider="CUDAExecutionProvider", inputs=([2, 3],)):
         return {"cat": "Node", "name": f"n{ts}_kernel_time", "ts": ts, "dur": dur,
-                "args": {"op_name": op, "provider": provider}}
+                "args": {"op_name": op, "provider": provider,
+                         "input_type_shape": [{"float": list(dims)} for dims in inputs]}}
+    memory = ([4, 1, 8], [4, 8, 9])  # a matmul against the memory, the others against weights
     events = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 900},
               node("MatMul", 1, 800),  # the warm-up run: left out
               {"cat": "Session", "name": "model_run", "ts": 1000, "dur": 100},
-              node("MatMul", 1001, 30), node("MatMul", 1031, 20), node("Reshape", 1051, 5),
+              node("MatMul", 1001, 30, inputs=memory), node("MatMul", 1031, 20),
+              node("Reshape", 1051, 5),
               {"cat": "Session", "name": "model_run", "ts": 2000, "dur": 80},
-              node("MatMul", 2001, 10), node("MatMul", 2011, 20), node("Reshape", 2031, 5),
-              node("Shape", 2036, 1, provider="CPUExecutionProvider")]
+              node("MatMul", 2001, 10, inputs=memory), node("MatMul", 2011, 20),
+              node("Reshape", 2031, 5), node("Shape", 2036, 1, provider="CPUExecutionProvider")]
     r = summarize_profile(events, 2, device="cuda")
     assert r["wall_ms"] == pytest.approx(0.09) and r["nodes_ms"] == pytest.approx(0.0455)
     assert r["ops"] == {"MatMul": {"ms": pytest.approx(0.04), "count": 2},
                         "Reshape": {"ms": pytest.approx(0.005), "count": 1},
                         "Shape": {"ms": pytest.approx(0.0005), "count": 0}}
+    # the two matmuls of a run told apart by their inputs' shapes, costliest first
+    assert r["shapes"][:2] == [
+        {"op": "MatMul", "inputs": [[4, 1, 8], [4, 8, 9]], "ms": pytest.approx(0.02), "count": 1},
+        {"op": "MatMul", "inputs": [[2, 3]], "ms": pytest.approx(0.02), "count": 1}]
+    assert [g["op"] for g in r["shapes"]] == ["MatMul", "MatMul", "Reshape", "Shape"]
     assert r["kernels"] == 2 and r["on_cpu"] == ["Shape"]
     assert summarize_profile(events, 2)["on_cpu"] == []  # a CPU session's nodes are all there
     with pytest.raises(BenchmarkError, match="holds 3 runs, not 4"):
         summarize_profile(events, 4)
+
+
+def test_a_profiled_token_step_writes_its_rings_in_place():
+    """The profile runs decode_token as the runtime does: each ring's output
+    is its input's buffer (a write into a fresh output would first copy the
+    whole ring: that copy, not the step, would fill the profile)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    n_layer = 2
+    assert set(token_in_place(n_layer)) == {name[len("new_"):] for name in token_outputs(n_layer)
+                                            if name[len("new_"):] in token_inputs(n_layer)
+                                            } - {"slot", "row_slot"}
+    # A ring written at one slot (ScatterElements, as decode_token writes each ring), whose
+    # output is named as the input written in place.
+    ring = helper.make_tensor_value_info("keys_0", TensorProto.FLOAT, [2, 5])
+    graph = helper.make_graph(
+        [helper.make_node("ScatterElements", ["keys_0", "slot", "token"], ["new_keys_0"],
+                          axis=1)], "write",
+        [ring, helper.make_tensor_value_info("slot", TensorProto.INT64, [2, 1]),
+         helper.make_tensor_value_info("token", TensorProto.FLOAT, [2, 1])],
+        [helper.make_tensor_value_info("new_keys_0", TensorProto.FLOAT, [2, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {"keys_0": np.zeros((2, 5), np.float32), "slot": np.array([[1], [3]], np.int64),
+             "token": np.array([[7.0], [8.0]], np.float32)}
+    written = np.zeros((2, 5), np.float32)
+    written[0, 1], written[1, 3] = 7.0, 8.0
+    for in_place, ring_after in ((token_in_place(n_layer), written), ((), feeds["keys_0"])):
+        binding, bound = bind_profiled(session, feeds, "cpu", in_place)
+        session.run_with_iobinding(binding)
+        np.testing.assert_array_equal(binding.get_outputs()[0].numpy(), written)
+        np.testing.assert_array_equal(bound["keys_0"].numpy(), ring_after)
