@@ -235,6 +235,10 @@ CHECKS = list(COMMANDS)
 COMPILE_SECONDS = re.compile(r"\bcompile (\d+(?:\.\d+)?) ?s\b")
 # The progress line's step (training.train: "step 23/40 loss ...").
 STEP_LINE = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
+# The two libraries whose GPU the parts use (`sides_needed`).
+SIDES = ("tensorflow", "onnxruntime")
+# TensorFlow's problem where it is not installed (a serving-only pack: its parts need none).
+NO_TENSORFLOW = "TensorFlow is not installed"
 PTXAS_FLOOR = (12, 6, 85)  # CUDA 12.6.3's ptxas, the oldest XLA accepts for Hopper
 RESULT_PREFIX = "gpu_check result: "
 
@@ -491,29 +495,52 @@ def onnxruntime_order(orders, problem, probe_other):
     return (other if tried[other] is None else current), tried
 
 
-def gpu_problems(device="gpu"):
-    """`(problems, facts)`: what keeps the check from running on a GPU (empty
-    when TensorFlow sees one and onnxruntime has CUDA), and what was found;
-    with `device` "gpu", `facts` also hold each side's problem
+def sides_needed(parts):
+    """The libraries whose GPU `parts` need: "tensorflow" (the training
+    parts), "onnxruntime" (the serving parts, `needs_onnxruntime`), or both."""
+    return tuple(side for side, needed in (
+        ("tensorflow", any(not needs_onnxruntime(p) for p in parts)),
+        ("onnxruntime", any(needs_onnxruntime(p) for p in parts))) if needed)
+
+
+def tensorflow_installed():
+    """Whether TensorFlow can be imported (a serving-only pack has none)."""
+    import importlib.util
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def gpu_problems(device="gpu", parts=CHECKS):
+    """`(problems, facts)`: what keeps the check's `parts` from running on a
+    GPU (empty when the sides they need work: TensorFlow sees a GPU,
+    onnxruntime has CUDA; `sides_needed`), and what was found; with
+    `device` "gpu", `facts` also hold each side's problem
     (`tensorflow_problem`, `onnxruntime_problem`: None where it works; see
-    `probe_gpu`) and, where run_check.sh gave both library orders
+    `probe_gpu`; TensorFlow's where it is not installed, `NO_TENSORFLOW`)
+    and, where run_check.sh gave both library orders
     (`library_orders`), the order each side's parts get (`library_order`:
     TensorFlow's the check's own, onnxruntime's from `onnxruntime_order`)
-    and onnxruntime's problem in each order probed (`onnxruntime_by_order`)."""
+    and onnxruntime's problem in each order probed (`onnxruntime_by_order`).
+    `facts["needed"]`: the sides the parts need (the gpu row judges those);
+    `facts["tensorflow_installed"]`: whether TensorFlow can be imported at
+    all (the serving parts run without it on exports brought along, less
+    the device tests, which export their own: `skip_reason`)."""
     import onnxruntime
-    import tensorflow as tf
-    gpus = tf.config.list_physical_devices("GPU")
+    installed = tensorflow_installed()
+    names = []
+    if installed:
+        import tensorflow as tf
+        names = [tf.config.experimental.get_device_details(g).get("device_name", g.name)
+                 for g in tf.config.list_physical_devices("GPU")]
     providers = onnxruntime.get_available_providers()
-    facts = {"tensorflow_gpus": [tf.config.experimental.get_device_details(g).get("device_name",
-                                                                                 g.name)
-                                 for g in gpus],
+    facts = {"tensorflow_gpus": names,
              "onnxruntime_providers": providers, "ptxas": find_ptxas(),
-             "tensorflow_problem": None, "onnxruntime_problem": None}
-    tensorflow = None if gpus else "TensorFlow sees no GPU"
+             "tensorflow_problem": None, "onnxruntime_problem": None,
+             "needed": sides_needed(parts), "tensorflow_installed": installed}
+    tensorflow = None if names else ("TensorFlow sees no GPU" if installed else NO_TENSORFLOW)
     onnxruntime = None if "CUDAExecutionProvider" in providers else \
         f"onnxruntime has no CUDA provider ({', '.join(providers)})"
     if device == "gpu":  # why, from a child with the warnings shown; a failed probe: as above
-        probed, facts["probe"] = probe_gpu()
+        probed, facts["probe"] = probe_gpu() if installed else probe_gpu(onnxruntime_only=True)
         if probed:
             tensorflow = tensorflow and (probed["tensorflow"] or tensorflow)
             onnxruntime = onnxruntime or probed["onnxruntime"]
@@ -531,8 +558,13 @@ def gpu_problems(device="gpu"):
             elif onnxruntime and len(tried) == 2:
                 onnxruntime += f"; with {ORDER_WORDS[orders[1][0]]} first: {tried[orders[1][0]]}"
     facts["tensorflow_problem"], facts["onnxruntime_problem"] = tensorflow, onnxruntime
-    problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts[k]]
-    return problems, facts
+    return needed_problems(facts), facts
+
+
+def needed_problems(facts):
+    """The problems (`gpu_problems`'s facts) of the sides the parts need."""
+    return [facts[f"{side}_problem"] for side in facts.get("needed", SIDES)
+            if facts.get(f"{side}_problem")]
 
 
 def order_text(facts):
@@ -563,15 +595,19 @@ def gpu_row(facts, device):
             found = f"{ptxas} does not run ({type(error).__name__}: {error})"
     facts["ptxas_version"] = ".".join(map(str, version)) if version else None
     cuda = "CUDAExecutionProvider" in facts["onnxruntime_providers"]
-    shown = (f"GPU {', '.join(facts['tensorflow_gpus']) or 'none'}; onnxruntime "
+    xla = "tensorflow" in facts.get("needed", SIDES)  # ptxas: XLA's, for TensorFlow's parts
+    tensorflow = ", ".join(facts["tensorflow_gpus"]) or (
+        "none" if xla or not facts.get("tensorflow_problem") else
+        f"not needed ({facts['tensorflow_problem']})")
+    shown = (f"GPU {tensorflow}; onnxruntime "
              f"{'CUDA' if cuda else 'no CUDA'}; ptxas {facts['ptxas_version'] or found}"
              f"{order_text(facts)}")
-    problems = [facts[k] for k in ("tensorflow_problem", "onnxruntime_problem") if facts.get(k)]
+    problems = needed_problems(facts)
     if device == "cpu":
         status, shown = "skipped", f"skipped (--device=cpu: {shown})"
     elif problems:  # one side only (both: the check does not start); its parts are skipped
         status, shown = "failed", f"failed ({shown}: {'; '.join(problems)})"
-    elif version is not None and version >= PTXAS_FLOOR:
+    elif not xla or (version is not None and version >= PTXAS_FLOOR):
         status = "ok"
     else:
         status = "failed"
@@ -1013,11 +1049,20 @@ def part_envs(parts, env, facts):
 def skip_reason(part, o, facts=None):
     """Why `part` cannot run with the options `o` (None: it can); with
     `facts` (`gpu_problems`), on a GPU where only one of TensorFlow and
-    onnxruntime works, the parts that need the other."""
+    onnxruntime works, the parts that need the other; where TensorFlow is
+    not installed, all but the serving parts over `--serving_exports` (the
+    device tests export their own)."""
     if o["device"] == "gpu" and facts:
         needs = "onnxruntime_problem" if needs_onnxruntime(part) else "tensorflow_problem"
         if facts.get(needs):
             return facts[needs]
+    if (facts or {}).get("tensorflow_installed") is False:  # onnxruntime's parts, on exports
+        if not needs_onnxruntime(part):
+            return NO_TENSORFLOW
+        if part == "serving_device_tests":
+            return f"{NO_TENSORFLOW} (the tests export their models)"
+        if not o["serving_exports"]:
+            return f"{NO_TENSORFLOW} (without --serving_exports the serving parts export)"
     if part in FLOAT16_PARTS and not o["serving_exports"]:
         return "needs --serving_exports (the float16 export is made beforehand)"
     if part in ("serving_parity", "serving_parity_float16") and o["device"] == "cpu":
@@ -1396,8 +1441,9 @@ def main(argv):
     if o["serving_exports"]:
         check_serving_exports(o["serving_exports"], serving_preset)
     start = time.monotonic()  # the check's seconds and --total_s: its probes' too
-    problems, facts = gpu_problems(o["device"])
-    if o["device"] == "gpu" and len(problems) == 2:  # one side working still runs its parts
+    problems, facts = gpu_problems(o["device"], o["parts"])
+    if o["device"] == "gpu" and problems and len(problems) == len(facts["needed"]):
+        # one side working still runs its parts
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
                             "(install the [gpu] extra on a machine with an NVIDIA GPU; "
                             "--device=cpu --tiny runs the check's logic on the CPU)")

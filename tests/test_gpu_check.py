@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -766,6 +767,48 @@ def test_each_sides_problem_is_the_probes_where_it_ran(monkeypatch):
     assert gc.gpu_problems("cpu")[0] == ["TensorFlow sees no GPU"]
 
 
+def test_the_serving_parts_need_onnxruntimes_gpu_alone(monkeypatch):
+    """A machine with the base set only (pack_wheels.sh: TensorFlow without
+    its CUDA libraries) or no TensorFlow at all: the serving parts need
+    onnxruntime's GPU alone, so TensorFlow's missing GPU, and ptxas, do not
+    fail the gpu row of a serving run; without TensorFlow installed the parts
+    that import it are skipped, saying so."""
+    serving = list(gc.GROUPS["serving"])
+    assert gc.sides_needed(serving) == ("onnxruntime",)
+    assert gc.sides_needed(["parity", "train"]) == ("tensorflow",)
+    assert gc.sides_needed(["parity", "serving_soak"]) == gc.SIDES
+    facts = {"ptxas": None, "tensorflow_gpus": [], "tensorflow_problem": "TensorFlow sees no GPU",
+             "onnxruntime_problem": None,
+             "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    row = gc.gpu_row(dict(facts, needed=("onnxruntime",)), "gpu")
+    assert row["status"] == "ok" and row["result"].startswith(
+        "GPU not needed (TensorFlow sees no GPU); onnxruntime CUDA; ptxas not found"), row
+    row = gc.gpu_row(dict(facts), "gpu")  # every side needed (the facts of an older caller)
+    assert row["status"] == "failed" and "TensorFlow sees no GPU" in row["result"], row
+    assert gc.needed_problems(dict(facts, needed=("onnxruntime",))) == []
+    # TensorFlow not installed: its parts, the device tests, and any serving part that would
+    # export, skipped with the reason; the serving parts over brought exports run
+    import onnxruntime
+    monkeypatch.setattr(gc, "tensorflow_installed", lambda: False)
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.delenv("TXL_MACHINE_LIBS", raising=False)
+    probed = []
+    monkeypatch.setattr(gc, "probe_gpu", lambda onnxruntime_only=False: (
+        probed.append(onnxruntime_only) or ({"tensorflow": None, "onnxruntime": None}, {})))
+    problems, facts = gc.gpu_problems("gpu", serving + ["parity"])
+    assert probed == [True]  # the probe imports no TensorFlow
+    assert problems == [gc.NO_TENSORFLOW] and facts["tensorflow_installed"] is False
+    assert gc.gpu_problems("gpu", serving)[0] == []
+    o = {"device": "gpu", "serving_exports": "/x"}
+    skipped = {p: gc.skip_reason(p, o, facts) for p in serving + ["parity"]}
+    assert {p: r for p, r in skipped.items() if r} == {
+        "parity": gc.NO_TENSORFLOW,
+        "serving_device_tests": f"{gc.NO_TENSORFLOW} (the tests export their models)"}
+    assert gc.skip_reason("serving_soak", dict(o, serving_exports=None), facts) == (
+        f"{gc.NO_TENSORFLOW} (without --serving_exports the serving parts export)")
+
+
 def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_path):
     args = ["--device=cpu", "--tiny", f"--work_dir={tmp_path / 'w'}",
             f"--output={tmp_path / 'check.json'}"]
@@ -949,7 +992,9 @@ for name, files in wheels.items():
 def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     """pack_wheels.sh with a fake pip (small wheels, 300-byte pieces), then
     run_check.sh's unpacking: the environment the check runs in, also where
-    SKIP leaves out every CUDA library (only the nvcc wheel travels)."""
+    SKIP leaves out every CUDA library (only the nvcc wheel travels); the
+    base set's pieces alone first (the serving parts' environment: no CUDA 12
+    library), then the cuda set's beside them (base is not unpacked again)."""
     import os
     import subprocess
     (tmp_path / "pip.py").write_text(FAKE_PIP)
@@ -962,22 +1007,40 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
     done = subprocess.run(["bash", str(device / "pack_wheels.sh"), str(out)], env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    pieces = sorted(p.name for p in out.glob("gpu_wheels.tar.part-*"))
-    assert len(pieces) > 3 and all(p.stat().st_size <= 300 for p in out.glob("*.part-*"))
+    sets = {name: sorted(out.glob(f"{name}.tar.part-*")) for name in ("base", "cuda")}
+    assert all(len(pieces) > 1 for pieces in sets.values()), sets
+    assert all(p.stat().st_size <= 300 for p in out.glob("*.part-*"))
+    assert sorted(line.split()[1] for line in (out / "gpu_wheels.sha256").read_text().splitlines()
+                  ) == sorted(p.name for pieces in sets.values() for p in pieces)
     cublas = "nvidia-cublas-cu12" not in skip
     wheels = sorted((out / "wheels").iterdir())
     assert [p.name for p in wheels] == (  # numpy skipped, no txl_tf
         ["nvidia_cublas_cu12-12.9.3.13-py3-none-manylinux_2_27_x86_64.whl"] * cublas
         + ["nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux_2_17_x86_64.whl",
            "tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl"])
-    assert not (out / "site").exists() and not (out / "site.json").exists()  # in the pieces
+    assert sorted(p.name for p in out.iterdir()) == sorted(  # the sets' folders in the pieces
+        ["wheels", "gpu_wheels.sha256"] + [p.name for pieces in sets.values() for p in pieces])
     site = tmp_path / "device" / "site"
     exports = tmp_path / "gpu_exports"
-    env = dict(os.environ, PIECES=str(out), SITE=str(site), PREPARE_ONLY="1",
+    base_only = tmp_path / "base_only"  # a session that carried the base set's pieces alone
+    base_only.mkdir()
+    for piece in sets["base"] + [out / "gpu_wheels.sha256"]:
+        shutil.copy(piece, base_only)
+    env = dict(os.environ, PIECES=str(base_only), SITE=str(site), PREPARE_ONLY="1",
                PYTHON=sys.executable, EXPORTS=str(exports))
     done = subprocess.run(["bash", str(device / "run_check.sh")], env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    assert sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file()) == [
+        ".complete-base", "tensorflow/__init__.py"]
+    assert f"{site}/nvidia" not in done.stdout.split("LD_LIBRARY_PATH=")[1].split("\n")[0]
+    (site / "kept").write_text("")  # a second call unpacks the cuda set beside base
+    env["PIECES"] = str(out)
+    done = subprocess.run(["bash", str(device / "run_check.sh")], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (site / "kept").exists() and (site / ".complete-cuda").exists()
+    (site / "kept").unlink()
     assert "serving exports: none (the serving part exports" in done.stdout
     exports.mkdir()  # carried along: the serving parts time them
     done = subprocess.run(["bash", str(device / "run_check.sh")], env=env,
@@ -1040,8 +1103,16 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
             expected.update({name: z.read(name) for name in z.namelist()
                              if not name.startswith("tensorflow/include/")})
     assert {str(p.relative_to(site)): p.read_bytes() for p in site.rglob("*")
-            if p.is_file() and p.name != ".complete"} == expected
-    assert not (tmp_path / "device" / "txl_unpacked" / "site").exists()
+            if p.is_file() and not p.name.startswith(".complete-")} == expected
+    assert not list((tmp_path / "device" / "txl_unpacked").glob("*/site"))
+    # pieces of an older pack (one tar), or none: one error line
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "gpu_wheels.tar.part-00").write_bytes(b"")
+    done = subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True, text=True,
+                          env=dict(env, PIECES=str(tmp_path / "old"),
+                                   SITE=str(tmp_path / "other_site")))
+    assert done.returncode == 2 and done.stderr.startswith("error: no pieces in ") and \
+        done.stderr.count("\n") == 1, done.stderr
 
 
 
@@ -1079,14 +1150,15 @@ def test_sitepack_cuts_streams_exactly_and_refuses_damage_with_one_error_line(tm
     index["files"][0][0] = "../a/lib.so"
     (packed / "site.json").write_text(json.dumps(index))
     assert unpack() == "error: unsafe path '../a/lib.so' in a wheel or index\n"
-    # pieces packed before site.json: run_check.sh says to pack again
+    # pieces without their set's site.json: run_check.sh says to pack again
     (tmp_path / "old" / "wheels").mkdir(parents=True)
-    subprocess.run(["tar", "-cf", str(tmp_path / "gpu_wheels.tar.part-00"), "-C",
+    subprocess.run(["tar", "-cf", str(tmp_path / "base.tar.part-00"), "-C",
                     str(tmp_path / "old"), "wheels"], check=True)
     done = subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True, text=True,
                           env=dict(os.environ, PIECES=str(tmp_path), PREPARE_ONLY="1",
                                    SITE=str(tmp_path / "device" / "site"), PYTHON=sys.executable))
-    assert done.returncode == 2 and done.stderr.startswith("error: the pieces in "), done
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"error: the pieces {tmp_path}/base.tar.part-* hold no base/site.json"), done
 
 def test_sitepack_unpacks_a_stream_of_many_small_files_with_few_descriptors(tmp_path):
     """Regression: a stream kept every file it wrote to open until its end; a

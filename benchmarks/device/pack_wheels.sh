@@ -2,7 +2,9 @@
 # Packs what `python -m benchmarks.gpu_check` needs on a GPU machine without
 # network: the Python 3.12 manylinux wheels of the [gpu] extra (and their
 # dependencies), and the paper's pytorch/ folder if REFERENCE_DIR is set, as
-# one tar split into pieces that each fit one device call. The wheels travel
+# two tars, `base` (all but the CUDA 12 wheels: what the serving parts need)
+# and `cuda` (the CUDA 12 wheels), each split into pieces that each fit one
+# device call (base.tar.part-00 ..., cuda.tar.part-00 ...). The wheels travel
 # unzipped and recompressed with xz (sitepack.py: independent streams that
 # the GPU machine's Python decompresses on all its cores). See README.md here.
 #
@@ -47,7 +49,7 @@ EOF
   exit 0
 fi
 
-rm -rf "$OUT/wheels" "$OUT/site" "$OUT/site.json" "$OUT"/gpu_wheels.tar* "$OUT/gpu_wheels.sha256"
+rm -rf "$OUT/wheels" "$OUT/sets" "$OUT"/*.tar.part-* "$OUT/gpu_wheels.sha256"
 mkdir -p "$OUT/wheels"
 # pytest: the check's serving_device_tests part runs the device tests on CUDA
 $PIP download --dest "$OUT/wheels" "${TARGET[@]}" "$REQUIREMENT" pytest
@@ -58,26 +60,44 @@ for name in ${SKIP:-}; do
   rm -fv "$OUT"/wheels/"$pattern"-[0-9]*.whl
 done
 
-# the wheels' files, recompressed as xz streams, with site.json to unpack them
+if [ -n "${REFERENCE_DIR:-}" ] && [ ! -f "$REFERENCE_DIR/mem_transformer.py" ]; then
+  echo "error: REFERENCE_DIR=$REFERENCE_DIR has no mem_transformer.py" >&2
+  exit 2
+fi
+# Two sets, each its own tar and pieces: `base` (TensorFlow, onnxruntime-gpu, the rest, and
+# the paper's code) and `cuda` (the CUDA 12 wheels: TensorFlow's GPU and XLA's ptxas). The
+# serving parts need base alone (onnxruntime-gpu uses the machine's own CUDA libraries;
+# TensorFlow runs on the CPU there): a session can carry base, run them, then carry cuda.
+rm -rf "$OUT/sets" && mkdir -p "$OUT/sets/base" "$OUT/sets/cuda"
+wheels=$(cd "$OUT/wheels" && pwd)
+for wheel in "$wheels"/*.whl; do
+  case "$(basename "$wheel")" in
+    nvidia_*_cu12-*) ln -s "$wheel" "$OUT/sets/cuda/" ;;
+    *) ln -s "$wheel" "$OUT/sets/base/" ;;
+  esac
+done
 drop=()
 set -f  # the patterns stay patterns
 for pattern in $DROP; do drop+=(--drop="$pattern"); done
 set +f
-python3 "$(dirname "${BASH_SOURCE[0]}")/sitepack.py" pack "$OUT/wheels" "$OUT" \
-    --stream_bytes="$STREAM_BYTES" "${drop[@]}"
-contents=(site.json site)
-if [ -n "${REFERENCE_DIR:-}" ]; then
-  if [ ! -f "$REFERENCE_DIR/mem_transformer.py" ]; then
-    echo "error: REFERENCE_DIR=$REFERENCE_DIR has no mem_transformer.py" >&2
-    exit 2
+for set in base cuda; do
+  if [ -z "$(ls "$OUT/sets/$set")" ]; then continue; fi  # SKIP left it empty
+  # the set's files, recompressed as xz streams, with $set/site.json to unpack them
+  python3 "$(dirname "${BASH_SOURCE[0]}")/sitepack.py" pack "$OUT/sets/$set" "$OUT/$set" \
+      --stream_bytes="$STREAM_BYTES" "${drop[@]}"
+  contents=("$set")
+  if [ "$set" = base ] && [ -n "${REFERENCE_DIR:-}" ]; then
+    rm -rf "$OUT/reference" && mkdir -p "$OUT/reference"
+    cp -r "$REFERENCE_DIR" "$OUT/reference/pytorch"
+    contents+=(reference)
   fi
-  rm -rf "$OUT/reference" && mkdir -p "$OUT/reference"
-  cp -r "$REFERENCE_DIR" "$OUT/reference/pytorch"
-  contents+=(reference)
-fi
-tar -cf - -C "$OUT" "${contents[@]}" | split -b "$PIECE_BYTES" -d -a 2 - "$OUT/gpu_wheels.tar.part-"
-rm -rf "$OUT/site" "$OUT/site.json"  # in the pieces now
-(cd "$OUT" && sha256sum gpu_wheels.tar.part-* > gpu_wheels.sha256)
-count=$(ls "$OUT"/gpu_wheels.tar.part-* | wc -l)
-echo "packed $(ls "$OUT"/wheels | wc -l) wheels into $count pieces of <= $PIECE_BYTES bytes in $OUT"
+  tar -cf - -C "$OUT" "${contents[@]}" | split -b "$PIECE_BYTES" -d -a 2 - "$OUT/$set.tar.part-"
+  rm -rf "$OUT/$set" "$OUT/reference"  # in the pieces now
+done
+rm -rf "$OUT/sets"
+(cd "$OUT" && sha256sum -- *.tar.part-* > gpu_wheels.sha256)
+for set in base cuda; do
+  count=$(ls "$OUT"/$set.tar.part-* 2>/dev/null | wc -l)
+  echo "$set: $count pieces of <= $PIECE_BYTES bytes in $OUT ($set.tar.part-*)"
+done
 echo "($OUT/wheels stays here: only the pieces and gpu_wheels.sha256 travel)"

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root: joins the pieces made by
-# pack_wheels.sh, unpacks the wheels' files into one folder (once, with
+# pack_wheels.sh, unpacks the wheels' files into one folder (once a set, with
 # sitepack.py: Python's lzma, one xz stream a core), points Python,
-# the loader and XLA at it, and runs the GPU check. See README.md here.
+# the loader and XLA at it, and runs the GPU check. With the base set's
+# pieces alone the serving parts run (`--parts=serving`); the cuda set's
+# pieces, carried later, are unpacked beside it. See README.md here.
 #
 #   benchmarks/device/run_check.sh [gpu_check flags...]
 #   PREPARE_ONLY=1 benchmarks/device/run_check.sh     # unpack and print the environment
 #
 # Environment:
-#   PIECES  where the gpu_wheels.tar.part-* pieces are (default /tmp)
+#   PIECES  where the pieces (base.tar.part-*, cuda.tar.part-*) are (default /tmp)
 #   SITE    where the wheels' files are unpacked (default /tmp/txl_site)
 #   OUT     where gpu_check.json and the parts' JSON go (on the device machine the
 #           call's own $OUT, so they come back; else default /tmp/gpu_check)
@@ -32,23 +34,38 @@ PYTHON=${PYTHON:-python3}
 EXPORTS=${EXPORTS:-$PWD/build/gpu_exports}
 UNPACKED=$(dirname "$SITE")/txl_unpacked
 
-if [ ! -f "$SITE/.complete" ]; then
-  if [ -f "$PIECES/gpu_wheels.sha256" ]; then
-    (cd "$PIECES" && sha256sum --check --quiet gpu_wheels.sha256)
+# The sets whose pieces are here (pack_wheels.sh: base, cuda), each unpacked once into SITE.
+sets=()
+for set in base cuda; do
+  if [ -f "$PIECES/$set.tar.part-00" ]; then sets+=("$set"); fi
+done
+if [ ${#sets[@]} -eq 0 ]; then
+  echo "error: no pieces in $PIECES (base.tar.part-00 ...; gpu_wheels.tar.part-* are an older" \
+       "pack_wheels.sh's: pack them again with this checkout's benchmarks/device/pack_wheels.sh)" >&2
+  exit 2
+fi
+if ! ls "$SITE"/.complete-* > /dev/null 2>&1; then  # nothing unpacked yet: start clean
+  rm -rf "$SITE" "$UNPACKED"
+fi
+mkdir -p "$SITE" "$UNPACKED"
+for set in "${sets[@]}"; do
+  if [ -f "$SITE/.complete-$set" ]; then continue; fi
+  if [ -f "$PIECES/gpu_wheels.sha256" ]; then  # it lists both sets' pieces: check this one's
+    (cd "$PIECES" && grep " $set\.tar\.part-" gpu_wheels.sha256 | sha256sum --check --quiet)
   fi
-  rm -rf "$SITE" "$UNPACKED" && mkdir -p "$SITE" "$UNPACKED"
-  cat "$PIECES"/gpu_wheels.tar.part-* | tar -x -C "$UNPACKED"
-  if [ ! -f "$UNPACKED/site.json" ]; then
-    echo "error: the pieces in $PIECES hold no site.json (packed by an older pack_wheels.sh?):" \
-         "pack them again with this checkout's benchmarks/device/pack_wheels.sh" >&2
+  rm -rf "${UNPACKED:?}/$set"
+  cat "$PIECES/$set".tar.part-* | tar -x -C "$UNPACKED"
+  if [ ! -f "$UNPACKED/$set/site.json" ]; then
+    echo "error: the pieces $PIECES/$set.tar.part-* hold no $set/site.json: pack them again" \
+         "with this checkout's benchmarks/device/pack_wheels.sh" >&2
     exit 2
   fi
-  "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/sitepack.py" unpack "$UNPACKED/site.json" "$SITE"
-  rm -rf "$UNPACKED/site"  # the streams (GBs): SITE holds their files now
+  "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/sitepack.py" unpack "$UNPACKED/$set/site.json" "$SITE"
+  rm -rf "${UNPACKED:?}/$set/site"  # the streams (GBs): SITE holds their files now
   # where a wheel's zip kept no exec bits: ptxas and the other CUDA tools
   find "$SITE"/nvidia -path '*/bin/*' -type f -exec chmod +x {} + 2>/dev/null || true
-  touch "$SITE/.complete"
-fi
+  touch "$SITE/.complete-$set"
+done
 
 # every nvidia/*/lib of the wheels (none where SKIP left out all CUDA libraries)
 packed=""
