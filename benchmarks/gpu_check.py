@@ -55,6 +55,11 @@ fails, runs out of time or cannot run is one line of the table (`failed
   XLA's persistent cache in `--work_dir`/xla_cache, cleared at the start:
   the resume loads the program the first run compiled). Stopped at its
   budget, it shows how far each run got.
+- `decode_xla`: the Keras side's decoder on TensorFlow's GPU
+  (`benchmarks.long_memory --backends=xla --xla_device=gpu`: `Decoder.generate`
+  compiled by XLA, the whole loop one program), ms a token at batch 1 and 16
+  on the serving preset's memory, against the GPU's bound: beside the ONNX
+  step of `serving_long_memory`. In no group (run by name).
 - `serving_long_memory`, `serving_evaluation`, `serving_soak`,
   `serving_device_tests`, `serving_parity`: the serving suite of issue 53
   (`benchmarks.long_memory --device=cuda --noturns`: ms a token and the
@@ -145,6 +150,9 @@ COMMANDS = {
              "--dataset=pystdlib --cache_dir={work}/cache --batch_size={train_batch} "
              "--train_steps=40 --checkpoint_every=20 --log_every=1 --log_batches "
              "--nofinal_eval --seed=0 --verbose=1",
+    "decode_xla": "{python} -m benchmarks.long_memory --presets={serving_preset} "
+                  "--batch_sizes=1,16 --backends=xla --xla_device={xla_device} --noturns "
+                  "--nosessions --work_dir={work}/decode_xla --output={out}/long_memory_xla.json",
     "serving_long_memory": "{python} -m benchmarks.long_memory --device={ort_device} "
                            "--presets={serving_preset} --batch_sizes=1,16 "
                            "--backends=onnx,onnx_step_write "
@@ -201,12 +209,14 @@ SETTINGS = {"compile_flags": {
 # pair_wt103_base: its paper row as measured, one program; compile_flags: each setting
 # its start and a compile short of the 61 s seen (one still compiling then shows how far it
 # got); train: the first run's compile and 21 steps,
-# then the resume, which loads the program from XLA's cache; serving_device_tests: the
+# then the resume, which loads the program from XLA's cache; decode_xla (never run on a GPU):
+# its start and four XLA programs (two loop lengths at each batch size) of the decode step,
+# each given a third of a training step's compile; serving_device_tests: the
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
 # had printed, then the rest. The serving parts time exports brought along
 # (--serving_exports): serving_long_memory exports enwik8_base otherwise.
 BUDGETS = {"compile_flags": 120, "parity": 30, "losses": 120, "mirrored": 120,
-           "pair_enwik8_base": 95, "pair_wt103_base": 100, "train": 135,
+           "pair_enwik8_base": 95, "pair_wt103_base": 100, "train": 135, "decode_xla": 120,
            "serving_long_memory": 50, "serving_evaluation": 60, "serving_soak": 40,
            "serving_device_tests": 75, "serving_parity": 45, "serving_profile": 40,
            "serving_float16": 35, "serving_parity_float16": 45}
@@ -216,7 +226,8 @@ BUDGETS = {"compile_flags": 120, "parity": 30, "losses": 120, "mirrored": 120,
 # session, each group's budgets and the gpu and serving_exports rows within SESSION_S.
 SESSION_S = 540.0
 # Left out of the groups to fit (run by name, e.g. `--parts=serving,mirrored`): mirrored
-# (two XLA programs) and pair_wt103_base (its rows are shown, not judged); and of the pairs'
+# (two XLA programs), pair_wt103_base (its rows are shown, not judged) and decode_xla (the
+# Keras side's decoder on the GPU, shown beside the ONNX step); and of the pairs'
 # rows (`sizes`) enwik8_base's f32+jit (5.19x the paper's on 2026-11-30) and f16+jit, and
 # wt103_base's bf16+jit and f16+jit.
 GROUPS = {"training": ("compile_flags", "parity", "losses", "pair_enwik8_base", "train"),
@@ -288,12 +299,14 @@ def sizes(tiny, device):
         return dict(check_shape="tiny", loss_shape="tiny", pair_enwik8="tiny", pair_wt103="tiny",
                     enwik8_variants="f32", wt103_variants="f32", compile_variant="f32",
                     pair_iters=2, train_preset="tiny", train_batch=4,
-                    serving_preset="tiny", eval_segment=32, device=device, ort_device="cpu")
+                    serving_preset="tiny", eval_segment=32, device=device, ort_device="cpu",
+                    xla_device="cpu")
     return dict(check_shape="enwik8_base", loss_shape="small", pair_enwik8="enwik8_base",
                 pair_wt103="wt103_base", enwik8_variants="bf16+jit", wt103_variants="f32+jit",
                 compile_variant="f32+jit", pair_iters=8,
                 train_preset="enwik8_base", train_batch=22, serving_preset="enwik8_base",
-                eval_segment=512, device=device, ort_device="cuda" if device == "gpu" else "cpu")
+                eval_segment=512, device=device, ort_device="cuda" if device == "gpu" else "cpu",
+                xla_device="gpu" if device == "gpu" else "cpu")
 
 
 # ------------------------------------------------------------------ the GPU

@@ -61,6 +61,8 @@ from txl_tf.errors import TxlError  # noqa: E402
 # --------------------------------------------------------------------- speed
 PAPER_MEMORY = {"enwik8_base": 2100, "wt103_base": 1600}
 CACHE_PLACES = {"auto": "auto", "true": True, "false": False}
+# --xla_device: (TensorFlow's device, the rows' device and its bandwidth's name)
+XLA_DEVICES = {"cpu": ("/CPU:0", "cpu"), "gpu": ("/GPU:0", "cuda")}
 TURN = 32
 
 SPEED_SPEC = (
@@ -84,8 +86,11 @@ SPEED_SPEC = (
            "e.g. made on another machine: --part=onnx_weights) instead of "
            "exporting; ONNX needs no TensorFlow then."),
     option("string", "device", "cpu", "The ONNX Runtime backend's device: cpu, cuda or auto (the "
-           "XLA decoder and the SavedModel run on the CPU). On cuda the bound is read "
-           "at the GPU's bandwidth."),
+           "XLA decoder (see --xla_device) and the SavedModel run on the CPU). On cuda the "
+           "bound is read at the GPU's bandwidth."),
+    option("enum", "xla_device", "cpu", "The XLA decoder's device (the xla backend: the Keras "
+           "side's compiled generate): cpu, or gpu (TensorFlow's first GPU, its bound at the "
+           "GPU's bandwidth).", ["cpu", "gpu"]),
     option("string", "device_cache", "auto", "ONNX Runtime's decode cache: auto (on the device on "
            "CUDA), true or false (numpy in host memory)."),
     option("string", "cuda_graph", "auto", "ONNX Runtime's device steps replayed as CUDA graphs: "
@@ -454,11 +459,31 @@ def preset_config(preset, mem_len=None, clamp_len=None):
                                          else {}))
 
 
-def tf_cpu_scope():
-    """TensorFlow's device scope of the CPU, where the XLA decoder runs
-    (imported here: a run of the ONNX exports alone needs no TensorFlow)."""
+def xla_scope(xla_device="cpu"):
+    """TensorFlow's device scope where the XLA decoder runs, `--xla_device`:
+    the CPU, or the first GPU (imported here: a run of the ONNX exports alone
+    needs no TensorFlow)."""
     import tensorflow as tf
-    return tf.device("/CPU:0")
+    return tf.device(XLA_DEVICES[xla_device][0])
+
+
+def tf_read_bandwidth(device, gib=0.75, repeats=5):
+    """Bytes per second of an XLA-compiled TensorFlow sum over float32 held
+    on `device` ("/GPU:0"): the GPU's bandwidth as the XLA decoder reads
+    (`bandwidth_between` of a read of `gib` GiB and one of twice that)."""
+    import tensorflow as tf
+    count = int(gib * 2 ** 30) // 4
+    compiled = tf.function(tf.reduce_sum, jit_compile=True)
+
+    def reader(size):
+        with tf.device(device):
+            data = tf.ones([size], tf.float32)
+
+        def read():
+            with tf.device(device):
+                return compiled(data).numpy()
+        return read
+    return bandwidth_between(reader(count), reader(2 * count), 4 * count, repeats)
 
 
 def export_random(core, folder, **options):
@@ -534,7 +559,7 @@ def run_preset(preset, o, bandwidth, work):
     core = None
     if "xla" in backends or (formats and not o["reuse_exports"]):
         from txl_tf import TransformerXL
-        with tf_cpu_scope():  # the XLA decoder's weights, on the CPU it runs on
+        with xla_scope(o["xla_device"]):  # the XLA decoder's weights, where it runs
             core = TransformerXL(config)
     if formats and not o["reuse_exports"]:
         export_random(core, folder, formats=formats,
@@ -553,8 +578,8 @@ def run_preset(preset, o, bandwidth, work):
                 rows.append(row)
             continue
         # On a machine where TensorFlow sees a GPU it would place the XLA decoder
-        # there, timed against the CPU's bound: it stays on the CPU (--device).
-        with tf_cpu_scope() if backend == "xla" else contextlib.nullcontext():
+        # there: it runs where --xla_device says, timed against that device's bound.
+        with xla_scope(o["xla_device"]) if backend == "xla" else contextlib.nullcontext():
             if backend == "xla":
                 import tensorflow as tf
                 from txl_tf import Decoder, Memory
@@ -578,7 +603,8 @@ def run_preset(preset, o, bandwidth, work):
                 memory = full_memory(model_config, mem_len, batch)
                 timing = (time_xla if backend == "xla" else time_runtime)(runner, memory, batch,
                                                                          o["tokens"])
-                device = getattr(runner, "device", "cpu")
+                device = XLA_DEVICES[o["xla_device"]][1] if backend == "xla" else \
+                    getattr(runner, "device", "cpu")
                 bound_ms = step_bytes(model_config, mem_len, batch) / bandwidth[device] * 1e3
                 row = {"preset": preset, "mem_len": mem_len, "clamp_len": model_config.clamp_len,
                        "backend": backend, "batch": batch,
@@ -670,6 +696,10 @@ def run_speed(o):
     if unknown:
         raise TxlError(f"--backends: unknown {unknown}; each one of {', '.join(SPEED_BACKENDS)}")
     check_export_flags(o)
+    if o["xla_device"] == "gpu" and "xla" in [b.strip() for b in o["backends"].split(",")]:
+        import tensorflow as tf
+        if not tf.config.list_physical_devices("GPU"):
+            raise TxlError("--xla_device=gpu: TensorFlow sees no GPU here")
     for name in ("device_cache", "cuda_graph"):
         if o[name] not in CACHE_PLACES:
             raise TxlError(f"--{name} must be auto, true or false, got {o[name]!r}")
@@ -682,6 +712,8 @@ def run_speed(o):
     bandwidth = {"cpu": max(reads.values())}  # bytes/s of each device a backend runs on
     if _on_cuda(o["device"]):
         bandwidth["cuda"] = cuda_read_bandwidth()
+    if "xla" in o["backends"].split(",") and o["xla_device"] == "gpu":
+        bandwidth["cuda"] = max(bandwidth.get("cuda", 0.0), tf_read_bandwidth("/GPU:0"))
     rows = []
     try:
         for preset in [p.strip() for p in o["presets"].split(",") if p.strip()]:

@@ -79,6 +79,8 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
      "--clamp_len makes this run's model"),
     ("benchmarks.long_memory", ["--device_cache=maybe"], "--device_cache must be"),
     ("benchmarks.long_memory", ["--backends=onnx,bogus"], "--backends: unknown ['bogus']"),
+    ("benchmarks.long_memory", ["--xla_device=gpu", "--backends=xla"],
+     "--xla_device=gpu: TensorFlow sees no GPU here"),
     ("benchmarks.long_memory", ["--part=onnx_weights", "--fill"], "--skeleton_dir is required"),
     ("benchmarks.long_memory", ["--part=cuda_parity"], "--exports is required"),
     ("benchmarks.long_memory", ["--part=soak", "--presets=tiny"],
@@ -95,10 +97,11 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.throughput", ["--shapes=huge"], "--shapes takes"),
     ("benchmarks.throughput", ["--part=eval", "--mem_lens=8,x"], "--mem_lens must be"),
     ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
+    # its groups, named with its parts
     ("benchmarks.gpu_check", ["--parts=training,servings"],
-     "train, serving_long_memory, serving_evaluation, serving_soak, serving_device_tests, "
-     "serving_parity, serving_profile, serving_float16, serving_parity_float16, training, "
-     "serving; unknown: servings"),  # its groups, named with its parts
+     "train, decode_xla, serving_long_memory, serving_evaluation, serving_soak, "
+     "serving_device_tests, serving_parity, serving_profile, serving_float16, "
+     "serving_parity_float16, training, serving; unknown: servings"),
     ("benchmarks.long_memory", ["--part=soak", "--soak_sessions=0"],
      "--soak_sessions must be >= 1, got 0"),
     ("benchmarks.long_memory", ["--part=soak", "--device=tpu"],

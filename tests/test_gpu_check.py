@@ -106,7 +106,7 @@ def test_each_group_fits_one_session():
     grouped = [part for parts in gc.GROUPS.values() for part in parts]
     assert len(grouped) == len(set(grouped)) and set(grouped) <= set(gc.CHECKS)
     assert set(gc.GROUPS["serving"]) == {p for p in gc.CHECKS if p.startswith("serving_")}
-    assert set(gc.CHECKS) - set(grouped) == {"mirrored", "pair_wt103_base"}
+    assert set(gc.CHECKS) - set(grouped) == {"mirrored", "pair_wt103_base", "decode_xla"}
     assert gc.GROUPS["training"][0] == "compile_flags"  # its figures first
     for group, parts in gc.GROUPS.items():
         before = ROWS_BEFORE_S["gpu"] + ROWS_BEFORE_S["serving_exports"] * (group == "serving")
@@ -585,7 +585,7 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
     skipped = {part: gc.skip_reason(part, o, facts) for part in gc.CHECKS}
     assert [p for p, why in skipped.items() if why is None] == [
         "compile_flags", "parity", "losses", "mirrored", "pair_enwik8_base", "pair_wt103_base",
-        "train"]
+        "train", "decode_xla"]
     assert skipped["serving_soak"] == facts["onnxruntime_problem"]
     row = gc.gpu_row(dict(facts), "gpu")
     assert row["status"] == "failed" and row["result"].endswith(

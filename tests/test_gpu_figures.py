@@ -43,6 +43,22 @@ def test_the_bandwidth_leaves_out_a_calls_fixed_cost(monkeypatch):
     assert GIB / 2 <= 2 * default * GIB < 2 ** 31
 
 
+def test_the_xla_decoder_on_a_gpu_is_timed_against_the_gpus_bound(monkeypatch, tmp_path):
+    """`--xla_device=gpu` (the Keras side's compiled generate on TensorFlow's
+    GPU): its rows say the device the decoder ran on and divide by that
+    device's bandwidth, not the CPU's. Here the GPU is the CPU under another
+    name; a GPU decides the numbers."""
+    monkeypatch.setattr(lm, "XLA_DEVICES", dict(lm.XLA_DEVICES, gpu=("/CPU:0", "cuda")))
+    o = dict(defaults(lm.SPEED_SPEC), presets="tiny", batch_sizes="1", backends="xla",
+             tokens=2, turns=False, sessions=False, xla_device="gpu")
+    bandwidth = {"cpu": 1e10, "cuda": 4e12}
+    (row,) = lm.run_preset("tiny", o, bandwidth, str(tmp_path))
+    config = lm.preset_config("tiny", None, None)
+    assert row["device"] == "cuda" and row["backend"] == "xla"
+    assert row["bound_ms"] == pytest.approx(lm.step_bytes(config, config.mem_len, 1) / 4e12 * 1e3)
+    assert lm.tf_read_bandwidth("/CPU:0", gib=1 / 256, repeats=1) > 0  # the XLA read, any device
+
+
 def test_the_bandwidth_of_reads_whose_difference_is_noise(monkeypatch):
     """Where the larger read was not the slower (noise), the larger read's
     own rate; each read is warmed up once and timed in alternating rounds."""
