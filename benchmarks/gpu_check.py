@@ -110,6 +110,7 @@ done), so a check killed at a time limit keeps what it measured. SIGTERM (a time
 first signal) kills the part running with its children, skips the rest and
 still prints the table and writes the JSON.
 """
+import collections
 import json
 import os
 import re
@@ -192,9 +193,21 @@ COMMANDS = {
 # 2.21; an unknown XLA flag aborts the process: check one with
 # `XLA_FLAGS=--flag python -c "import tensorflow as tf; tf.function(lambda x: x + 1,
 # jit_compile=True)(tf.ones(1))"` before adding it.
+# Each compile_flags run also logs XLA's own compile timers (XLA_SCOPED_LOGGING_TIMER, on at
+# VLOG 1 in these files; INFO lines, hence the log level): where its first step's compile
+# goes, by phase (`compile_phases`: HLO passes, autotuning, LLVM and ptxas).
+COMPILE_TIMERS = {"TF_CPP_MIN_LOG_LEVEL": "0",
+                  "TF_CPP_VMODULE": "gpu_compiler=1,nvptx_compiler=1,gemm_fusion_autotuner=1,"
+                                    "autotuner_util=1,device_compiler=1,cpu_compiler=1"}
 SETTINGS = {"compile_flags": {
-    "triton_gemm_off": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false"},
-    "autotune_level_0": {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}}}
+    "triton_gemm_off": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false", **COMPILE_TIMERS},
+    "autotune_level_0": {"XLA_FLAGS": "--xla_gpu_autotune_level=0", **COMPILE_TIMERS}}}
+# The variables a setting adds to (a list of flags); a setting sets the others.
+FLAG_LISTS = ("XLA_FLAGS", "TF_XLA_FLAGS")
+# TensorFlow's timer of a whole XLA compile (the sum of the phases XLA's own timers split).
+WHOLE_COMPILE = "Compilation of XLA executable"
+# An XLA timer's log line: "... ] <label> time: 1.2 s (1234567 us) (cumulative: ...)".
+TIMER_LINE = re.compile(r"\] (.+?) time: [^(]*\((\d+) us\)")
 # Seconds each part may take, from the check's run of 2026-11-30 on an H200
 # (benchmarks/device/README.md, Next GPU session): a part that finished there has its seconds
 # and a margin (parity, serving_long_memory, serving_evaluation, serving_soak); one that
@@ -1018,16 +1031,18 @@ def run_command(command, timeout, env):
                    if line.startswith(RESULT_PREFIX)]
     except ValueError as e:
         return _failed(f"its result line is not JSON: {e}", start, output)
+    phases = compile_phases(output)
     if results:
         details = results[-1]
         ok = details.get("ok", True)
         return {"status": "ok" if ok else "failed", "seconds": time.monotonic() - start,
                 "result": details["summary"] if ok else f"failed ({details['summary']})",
-                "details": details, "output_tail": output[-3000:]}
+                "details": details, "output_tail": output[-3000:],
+                **({"compile_phases": phases} if phases else {})}
     written = output_file(command)
     line = _last_line(stdout, "exit 0") + (f" (all of it: {written})" if written else "")
     return {"status": "ok", "seconds": time.monotonic() - start, "result": line,
-            "output_tail": output[-3000:]}
+            "output_tail": output[-3000:], **({"compile_phases": phases} if phases else {})}
 
 
 def needs_onnxruntime(part):
@@ -1262,12 +1277,25 @@ def setting_output(path, name):
 
 
 def with_settings(env, extra):
-    """`env` (None: this process's) with each of `extra`'s variables added
-    after the value it has (a space between), or set where it has none."""
+    """`env` (None: this process's) with `extra`'s variables: a list of
+    flags (`FLAG_LISTS`) added after the value it has (a space between),
+    any other set."""
     env = dict(os.environ if env is None else env)
     for name, value in extra.items():
-        env[name] = f"{env.get(name, '')} {value}".strip()
+        env[name] = f"{env.get(name, '')} {value}".strip() if name in FLAG_LISTS else value
     return env
+
+
+def compile_phases(output, top=8):
+    """`{label: seconds}` of XLA's compile timers in a run's `output`
+    (`COMPILE_TIMERS`; `TIMER_LINE`), each label's lines summed, a module's
+    name dropped from the label (a last word after " for ", or in brackets), the `top`
+    costliest, costliest first; {} where it logged none."""
+    phases = collections.Counter()
+    for label, micros in TIMER_LINE.findall(output):
+        label = re.sub(r" for \S+$", "", re.sub(r"\[[^\]]*\]", "[...]", label)).strip()
+        phases[label] += int(micros) / 1e6
+    return dict(phases.most_common(top))
 
 
 def setting_figures(data):
@@ -1328,7 +1356,8 @@ def run_settings(command, settings, timeout, env):
                     if "not_copied" not in runs[name]["json"]:
                         first, speed, _ = setting_figures(runs[name]["json"])
                         runs[name].update(first_step_s=first, tokens_per_s=speed)
-            runs[name].update(status=result["status"], result=result["result"])
+            runs[name].update(status=result["status"], result=result["result"],
+                              compile_phases=result.get("compile_phases", {}))
             outputs.append(f"--- {name}\n{result.get('output_tail', '')}")
             if result["status"] != "ok":
                 failed.append(f"{name}: {result['result'][len('failed ('):-1]}")
@@ -1344,7 +1373,8 @@ def run_settings(command, settings, timeout, env):
 
 def settings_summary(path):
     """One line of a settings part's file (`run_settings`), whole or as far
-    as it got: each setting's first step's seconds and tok/s, or how far
+    as it got: each setting's first step's seconds and tok/s (and its
+    compile's costliest phase, where XLA's timers logged one), or how far
     its run got."""
     with open(path, encoding="utf-8") as f:
         runs = json.load(f)["settings"]
@@ -1352,8 +1382,13 @@ def settings_summary(path):
     for name, run in runs.items():
         data = run.get("json") if isinstance(run.get("json"), dict) else {}
         first, speed, state = setting_figures(data)
+        phases = {label: seconds for label, seconds in (run.get("compile_phases") or {}).items()
+                  if label != WHOLE_COMPILE}
+        costliest = ", ".join(f"{label} {seconds:.1f} s" for label, seconds
+                              in list(phases.items())[:1])
         if state == "done" and speed is not None:
-            parts.append(f"{name} 1st {first:.1f} s, {speed:,.0f} tok/s")
+            parts.append(f"{name} 1st {first:.1f} s, {speed:,.0f} tok/s" +
+                         (f" (costliest compile phase: {costliest})" if costliest else ""))
         elif state.startswith("failed"):
             parts.append(f"{name} {state}")
         else:

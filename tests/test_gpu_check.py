@@ -170,10 +170,14 @@ def test_each_part_is_one_line_and_the_check_goes_on():
     assert rows[1]["result"] == "skipped (the check's 1.5 s were spent)"
 
 
-def _throughput_like(first_s, tokens_per_s=None, sleep=0):
+def _throughput_like(first_s, tokens_per_s=None, sleep=0, timers=False):
     """A fake part that writes a throughput JSON to its --output (a row, or
     only its start where `tokens_per_s` is None), with the XLA_FLAGS and
-    OTHER it ran with, then sleeps `sleep` seconds."""
+    OTHER it ran with, (with `timers`) logs two of XLA's compile timers,
+    then sleeps `sleep` seconds."""
+    logged = ("print('I0 device_compiler.h:1] Compilation of XLA executable time: 9 s "
+              "(9000000 us)'); print('I0 gpu_compiler.cc:1] GpuCompiler::RunHloPasses for m "
+              "time: 3 s (3000000 us)'); ") if timers else ""
     row = {"variant": "f32+jit", "first_step_s": first_s, "tokens_per_s": tokens_per_s}
     data = ({"results": [row]} if tokens_per_s is not None else
             {"partial": True, "results": [], "started": [dict(row, tokens_per_s=None)]})
@@ -181,7 +185,8 @@ def _throughput_like(first_s, tokens_per_s=None, sleep=0):
                 "if a.startswith('--output=')][0]; "
                 f"data = dict({data!r}, seen=[os.environ.get('XLA_FLAGS'), "
                 "os.environ.get('OTHER')]); "
-                f"json.dump(data, open(out, 'w')); print('wrote ' + out); time.sleep({sleep})")
+                f"json.dump(data, open(out, 'w')); print('wrote ' + out); {logged}"
+                f"time.sleep({sleep})")
 
 
 def test_a_part_with_settings_runs_once_per_setting_in_its_environment(tmp_path):
@@ -193,17 +198,24 @@ def test_a_part_with_settings_runs_once_per_setting_in_its_environment(tmp_path)
     assert gc.with_settings({"XLA_FLAGS": "--a=1", "K": "v"}, {"XLA_FLAGS": "--b=2"}) == {
         "XLA_FLAGS": "--a=1 --b=2", "K": "v"}
     assert gc.with_settings({}, {"XLA_FLAGS": "--b=2"}) == {"XLA_FLAGS": "--b=2"}
+    # any other variable is set (a log level, a module list: no list of flags)
+    assert gc.with_settings({"TF_CPP_MIN_LOG_LEVEL": "2"}, gc.COMPILE_TIMERS) == gc.COMPILE_TIMERS
     assert gc.setting_output("/o/compile_flags.json", "level=0") == "/o/compile_flags.level_0.json"
     out = tmp_path / "compile_flags.json"
     settings = {"compile_flags": {"gemm_off": {"XLA_FLAGS": "--one"},
                                   "level_0": {"XLA_FLAGS": "--two", "OTHER": "x"}}}
     env = dict(os.environ, XLA_FLAGS="--data_dir=/c")
     env.pop("OTHER", None)
-    commands = {"compile_flags": _throughput_like(20.5, 190401.2) + [f"--output={out}"]}
+    commands = {"compile_flags": _throughput_like(20.5, 190401.2, timers=True)
+                + [f"--output={out}"]}
     rows = gc.run_parts(commands, {"compile_flags": 60}, total_s=60, env=env, settings=settings)
+    phase = " (costliest compile phase: GpuCompiler::RunHloPasses 3.0 s)"  # XLA's timers
     assert (rows[0]["status"], rows[0]["result"]) == (
-        "ok", "gemm_off 1st 20.5 s, 190,401 tok/s; level_0 1st 20.5 s, 190,401 tok/s"), rows[0]
+        "ok", f"gemm_off 1st 20.5 s, 190,401 tok/s{phase}; level_0 1st 20.5 s, 190,401 tok/s"
+        f"{phase}"), rows[0]
     runs = rows[0]["json"]["settings"]
+    assert runs["gemm_off"]["compile_phases"] == {gc.WHOLE_COMPILE: 9.0,
+                                                  "GpuCompiler::RunHloPasses": 3.0}
     assert runs["gemm_off"]["json"]["seen"] == ["--data_dir=/c --one", None]
     assert runs["level_0"]["json"]["seen"] == ["--data_dir=/c --two", "x"]
     assert runs["level_0"]["env"] == {"XLA_FLAGS": "--data_dir=/c --two", "OTHER": "x"}
@@ -223,6 +235,29 @@ def test_a_part_with_settings_runs_once_per_setting_in_its_environment(tmp_path)
         "failed (gemm_off: timed out after 3 s; so far: gemm_off not done (1st 61.2 s); "
         "level_0 1st 9.0 s, 150,000 tok/s)"), rows[0]
     assert rows[0]["json"]["settings"]["gemm_off"]["first_step_s"] == 61.2
+
+
+def test_xlas_compile_timers_split_a_compile_into_its_phases():
+    """compile_flags' runs log XLA's own timers (`COMPILE_TIMERS`):
+    `compile_phases` sums them by label, a module's name left out. Here on
+    the CPU, the lines this TensorFlow writes for a compiled function; on a
+    GPU the same timer writes the GPU compiler's phases."""
+    code = ("import tensorflow as tf\n"
+            "f = tf.function(lambda x: tf.nn.softmax(tf.matmul(x, x)), jit_compile=True)\n"
+            "f(tf.ones([32, 32])).numpy(); f(tf.ones([16, 16])).numpy()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=gc.with_settings(dict(os.environ), gc.COMPILE_TIMERS), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    phases = gc.compile_phases(done.stdout + done.stderr)
+    whole = phases["Compilation of XLA executable"]  # TensorFlow's: both programs, summed
+    assert 0 < phases["Compiling [...] for CPU using JIT"] <= whole < 300, phases
+    assert list(phases.values()) == sorted(phases.values(), reverse=True)
+    assert gc.compile_phases(
+        "I0 gpu_compiler.cc:9] GpuCompiler::RunHloPasses for a_inference_1 time: 2.5 s "
+        "(2500000 us) (cumulative: 1 s)\nI0 gpu_compiler.cc:9] GpuCompiler::RunHloPasses for "
+        "a_inference_2 time: 500 ms (500000 us)\nI0 x.cc:1] other time: 1 s") == {
+        "GpuCompiler::RunHloPasses": 3.0}
+    assert gc.compile_phases("no timers") == {}
 
 
 def test_sigterm_during_a_setting_keeps_the_settings_before_it(tmp_path):
