@@ -380,7 +380,7 @@ class OnnxRuntime(Runtime):
         self._open_replay = files.checked(lambda token=True: open_replay_sessions(
             decode_paths["decode_step"], ring, info.cache_dtype, packed(),
             provider_entries(names, tf32, cuda_graph=on_cuda), providers,
-            token_path if token else None))
+            token_path if token else None, decode_disabled))
         self._replay_sessions, self._residents = None, {}
         # What threads share: the sessions opened on first use, `_fixed` and
         # `_seen` (the bookkeeping, held briefly); `_replay_lock`: the
@@ -963,18 +963,21 @@ def _host(value):
 
 
 def open_replay_sessions(step_path, size, cache_dtype, session_options, graph_providers,
-                         providers, token_path=None):
+                         providers, token_path=None, disabled_optimizers=()):
     """The sessions `decode_cache.Resident` runs: the step and the ring's
     write (`decode_token`'s one graph where `token_path` is given), and the
     move of its positions with `graph_providers` (CUDA graphs on: every run
     of theirs is a replay of fixed buffers), the cache copy with `providers`
-    (keys and values in `cache_dtype`)."""
+    (keys and values in `cache_dtype`). The step's graph without the
+    optimizers in `disabled_optimizers`, as the runtime's other decode
+    sessions (`low_memory`'s unfolded weights, float16's NCHWc)."""
     models = {"move": copy_model(MOVED), "copy": copy_model()}
     if token_path is None:
         models["write"] = ring_write_model(size)
     models = {name: with_cache_dtype(model, cache_dtype) for name, model in models.items()}
-    steps = {"token": open_session(token_path, session_options, graph_providers)} \
-        if token_path else {"step": open_session(step_path, session_options, graph_providers)}
+    steps = {"token": open_session(token_path, session_options, graph_providers,
+                                   disabled_optimizers)} if token_path else \
+        {"step": open_session(step_path, session_options, graph_providers, disabled_optimizers)}
     return {**steps, **{name: open_session(model.SerializeToString(), session_options,
                                            providers if name == "copy" else graph_providers)
                         for name, model in models.items()}}

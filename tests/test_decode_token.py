@@ -170,3 +170,30 @@ def test_the_exports_token_check_holds_one_copy_of_the_weights(tmp_path, monkeyp
     report = job._parity(None, None, None, str(tmp_path), ("onnx",), 1e-4, "txl")
     assert "decode_token" in report["onnxruntime"]
     assert [options.get("low_memory") for options in opened] == [True, True], opened
+
+
+@pytest.mark.parametrize("name, options, disabled", [
+    ("float32", {"low_memory": True}, "UNFOLDED"),
+    ("float16 decode", {}, "FLOAT16_DECODE_DISABLED")])
+def test_the_replayed_step_opens_without_the_optimizers_the_runtime_disables(
+        exports, monkeypatch, name, options, disabled):
+    """The replayed step's session leaves out the optimizers the runtime's
+    other decode sessions leave out (`low_memory`: no weight folded into a
+    copy of its own; a float16 decode: no NCHWc), with decode_token and
+    with the step and write of an export without it."""
+    from export import onnx_runtime
+    opened = []
+
+    def recording(path, session_options=None, providers=None, disabled_optimizers=()):
+        if isinstance(path, str) and path.endswith((DECODE_TOKEN_FILE, "decode_step.onnx")):
+            opened.append((path.rsplit("/", 1)[-1], tuple(disabled_optimizers)))
+        return open_session(path, session_options, providers, disabled_optimizers)
+    open_session = onnx_runtime.open_session
+    monkeypatch.setattr(onnx_runtime, "open_session", recording)
+    want = tuple(getattr(onnx_runtime, disabled))
+    for folder, graph in zip(exports[name], (DECODE_TOKEN_FILE, "decode_step.onnx")):
+        opened.clear()
+        runtime = open_runtime(str(folder / "model.onnx"), device="cpu", device_cache=True,
+                               cuda_graph=True, **options)
+        runtime.generate([[1, 2], [3]], 2, temperature=0.0)
+        assert (graph, want) in opened and all(d == want for _, d in opened), opened
