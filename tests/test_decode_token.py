@@ -197,3 +197,28 @@ def test_the_replayed_step_opens_without_the_optimizers_the_runtime_disables(
                                cuda_graph=True, **options)
         runtime.generate([[1, 2], [3]], 2, temperature=0.0)
         assert (graph, want) in opened and all(d == want for _, d in opened), opened
+
+
+def test_the_token_step_leaves_the_id_check_to_the_runtime(exports):
+    """`decode_token` carries no in-graph id check (it runs only inside a
+    runtime, which checks ids on the host; on CUDA the check could not fail:
+    ONNX Runtime's Gather gives 0 for an index out of range), while the step
+    a host cache runs keeps its own; a bad id on the device path is still
+    one clear error before any graph runs."""
+    import onnx
+    from export.onnx_export import UNCHECKED_IDS
+    folder = exports["float32"][0]
+
+    def checked(name):
+        graph = onnx.load(str(folder / name), load_external_data=False).graph
+        return any(n.name.startswith("txl_id_check/") for n in graph.node)
+    assert UNCHECKED_IDS == ("decode_token",)
+    assert not checked(DECODE_TOKEN_FILE) and checked("decode_step.onnx")
+    runtime = _replay(folder)
+    memory = runtime.step(np.ones([2, 3], np.int32))[1]
+    cache = runtime.decode_init(memory)
+    for bad in (CONFIG.n_token, -1):
+        with pytest.raises(TxlError, match="out of range"):
+            runtime.decode_step(np.array([bad, 1]), cache)
+    got, _ = runtime.decode_step(np.array([2, 1]), cache)  # the cache is still usable
+    assert np.isfinite(got).all()
