@@ -1151,6 +1151,32 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
 
 
 
+def _pack(tmp_path, skip="numpy"):
+    """pack_wheels.sh's pieces of the fake pip's wheels (300-byte pieces) in
+    `tmp_path`/out: `(the finished run, the out folder)`."""
+    (tmp_path / "pip.py").write_text(FAKE_PIP)
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    env = dict(os.environ, PIP=f"{sys.executable} {tmp_path / 'pip.py'}", PIECE_BYTES="300",
+               SKIP=skip, STREAM_BYTES="200")
+    env.pop("REFERENCE_DIR", None)
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(device / "pack_wheels.sh"), str(out)], env=env,
+                          capture_output=True, text=True)
+    return done, out
+
+
+def test_a_pack_whose_cuda_set_skip_left_empty_ends_well(tmp_path):
+    """SKIP leaving out every CUDA 12 wheel (the machine has its own) leaves
+    the cuda set empty: the base set is packed and the run ends with exit 0
+    (was: the count of the cuda set's pieces, an `ls` failing under
+    pipefail, ended it with exit 2 after the packing)."""
+    done, out = _pack(tmp_path, skip="numpy nvidia-cublas-cu12 nvidia-cuda-nvcc-cu12")
+    assert done.returncode == 0, done.stderr
+    assert "cuda: 0 pieces" in done.stdout and "only the pieces" in done.stdout, done.stdout
+    assert list(out.glob("base.tar.part-*")) and not list(out.glob("cuda.tar.part-*"))
+
+
+
 def test_sitepack_cuts_streams_exactly_and_refuses_damage_with_one_error_line(tmp_path):
     """sitepack.py (the pieces' format): files laid end to end are cut into
     streams of at most the given bytes, each byte in one stream; a stream cut
