@@ -1176,6 +1176,81 @@ def test_a_pack_whose_cuda_set_skip_left_empty_ends_well(tmp_path):
     assert list(out.glob("base.tar.part-*")) and not list(out.glob("cuda.tar.part-*"))
 
 
+def _unpack(pieces, site, **extra):
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    return subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True, text=True,
+                          env=dict(os.environ, PIECES=str(pieces), SITE=str(site),
+                                   PREPARE_ONLY="1", PYTHON=sys.executable, **extra))
+
+
+def test_run_check_says_what_is_wrong_with_the_pieces_sha256(tmp_path):
+    """gpu_wheels.sha256 against the pieces carried: a set it lists none of
+    (the file of another pack), a piece it does not list (left from another
+    pack), a piece that differs: each one `error:` line, exit 2, nothing
+    unpacked (was: a set it listed none of ended the run with exit 1 and
+    sha256sum's words alone)."""
+    done, out = _pack(tmp_path)
+    assert done.returncode == 0, done.stderr
+    pieces = tmp_path / "pieces"
+    pieces.mkdir()
+    for piece in out.glob("base.tar.part-*"):
+        shutil.copy(piece, pieces)
+    (pieces / "gpu_wheels.sha256").write_text(f"{'0' * 64}  gpu_wheels.tar.part-00\n")  # older
+    done = _unpack(pieces, tmp_path / "s1" / "site")
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"error: {pieces}/gpu_wheels.sha256 lists no base.tar.part-*") and \
+        done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "s1" / "site" / ".complete-base").exists()
+    shutil.copy(out / "gpu_wheels.sha256", pieces)
+    (pieces / "base.tar.part-99").write_bytes(b"stale")  # not this pack's
+    done = _unpack(pieces, tmp_path / "s2" / "site")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "error: gpu_wheels.sha256 does not list base.tar.part-99") and \
+        done.stderr.count("\n") == 1, done.stderr
+    (pieces / "base.tar.part-99").unlink()
+    (pieces / "base.tar.part-01").write_bytes(b"damaged")
+    done = _unpack(pieces, tmp_path / "s3" / "site")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "error: base.tar.part-01 does not match") and done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "s3" / "site" / ".complete-base").exists()
+
+
+def test_a_set_partly_carried_waits_and_the_unpacked_set_serves(tmp_path):
+    """The README's session: base carried and unpacked, then the cuda set's
+    pieces carried one a call. A call that runs the check while the cuda set
+    is partly there (gpu_wheels.sha256 lists pieces not yet carried) runs on
+    base, saying the cuda set waits (was: sha256sum's missing files ended
+    every such call, the serving run too); once all are there it unpacks."""
+    done, out = _pack(tmp_path)
+    assert done.returncode == 0, done.stderr
+    pieces, site = tmp_path / "pieces", tmp_path / "device" / "site"
+    pieces.mkdir()
+    for piece in [*out.glob("base.tar.part-*"), out / "gpu_wheels.sha256"]:
+        shutil.copy(piece, pieces)
+    assert _unpack(pieces, site).returncode == 0
+    cuda = sorted(out.glob("cuda.tar.part-*"))
+    for piece in cuda[:2]:
+        shutil.copy(piece, pieces)
+    done = _unpack(pieces, site)
+    assert done.returncode == 0, done.stderr
+    assert f"note: cuda: 2 of {len(cuda)} pieces in {pieces}" in done.stderr, done.stderr
+    assert (site / ".complete-base").exists() and not (site / ".complete-cuda").exists()
+    assert not (site / "nvidia").exists()
+    for piece in cuda[2:]:
+        shutil.copy(piece, pieces)
+    done = _unpack(pieces, site)
+    assert done.returncode == 0 and "note:" not in done.stderr, done.stderr
+    assert (site / ".complete-cuda").exists() and (site / "nvidia" / "cuda_nvcc").is_dir()
+    # base partly there and nothing unpacked yet: nothing to run on, one error line
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for piece in [*sorted(out.glob("base.tar.part-*"))[:1], out / "gpu_wheels.sha256"]:
+        shutil.copy(piece, partial)
+    done = _unpack(partial, tmp_path / "other" / "site")
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith(
+        f"error: no set of pieces in {partial} is whole"), done.stderr
+
+
 
 def test_sitepack_cuts_streams_exactly_and_refuses_damage_with_one_error_line(tmp_path):
     """sitepack.py (the pieces' format): files laid end to end are cut into
