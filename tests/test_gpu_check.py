@@ -260,6 +260,17 @@ def test_xlas_compile_timers_split_a_compile_into_its_phases():
     assert gc.compile_phases("no timers") == {}
 
 
+def test_a_line_with_time_but_no_timer_takes_no_timers_figure():
+    """A log line with " time: " but no microseconds (not one of XLA's
+    timers) is left out, and the timer on the next line keeps its own
+    label (was: the pattern ran on across the line break, giving the other
+    line's label the next timer's seconds and dropping the timer)."""
+    log = ("I0 x.cc:1] step time: 1 s\n"
+           "I0 gpu_compiler.cc:9] GpuCompiler::RunHloPasses for m time: 2.5 s (2500000 us) "
+           "(cumulative: 2.5 s, max: 2.5 s, #called: 1)\n")
+    assert gc.compile_phases(log) == {"GpuCompiler::RunHloPasses": 2.5}
+
+
 def test_sigterm_during_a_setting_keeps_the_settings_before_it(tmp_path):
     out = tmp_path / "compile_flags.json"
     settings = {"compile_flags": {"a": {"STOP": ""}, "b": {"STOP": "1"}}}
