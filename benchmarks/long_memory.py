@@ -696,7 +696,9 @@ def run_speed(o):
     if unknown:
         raise TxlError(f"--backends: unknown {unknown}; each one of {', '.join(SPEED_BACKENDS)}")
     check_export_flags(o)
-    if o["xla_device"] == "gpu" and "xla" in [b.strip() for b in o["backends"].split(",")]:
+    xla_on_gpu = o["xla_device"] == "gpu" and "xla" in [b.strip() for b in
+                                                         o["backends"].split(",")]
+    if xla_on_gpu:
         import tensorflow as tf
         if not tf.config.list_physical_devices("GPU"):
             raise TxlError("--xla_device=gpu: TensorFlow sees no GPU here")
@@ -712,7 +714,7 @@ def run_speed(o):
     bandwidth = {"cpu": max(reads.values())}  # bytes/s of each device a backend runs on
     if _on_cuda(o["device"]):
         bandwidth["cuda"] = cuda_read_bandwidth()
-    if "xla" in o["backends"].split(",") and o["xla_device"] == "gpu":
+    if xla_on_gpu:
         bandwidth["cuda"] = max(bandwidth.get("cuda", 0.0), tf_read_bandwidth("/GPU:0"))
     rows = []
     try:
