@@ -1165,6 +1165,7 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
 def _pack(tmp_path, skip="numpy"):
     """pack_wheels.sh's pieces of the fake pip's wheels (300-byte pieces) in
     `tmp_path`/out: `(the finished run, the out folder)`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "pip.py").write_text(FAKE_PIP)
     device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
     env = dict(os.environ, PIP=f"{sys.executable} {tmp_path / 'pip.py'}", PIECE_BYTES="300",
@@ -1260,6 +1261,34 @@ def test_a_set_partly_carried_waits_and_the_unpacked_set_serves(tmp_path):
     done = _unpack(partial, tmp_path / "other" / "site")
     assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith(
         f"error: no set of pieces in {partial} is whole"), done.stderr
+
+
+
+def test_a_set_unpacked_from_another_packs_pieces_is_unpacked_afresh(tmp_path):
+    """A warm machine's SITE holds the base set of one pack; the pieces of
+    another pack (packed again: another SKIP, other wheels) are carried with
+    their gpu_wheels.sha256: its marker, which holds the sums it was
+    unpacked from, is stale, and SITE is unpacked afresh from these pieces,
+    saying so (was: `.complete-base` alone kept the old pack's files)."""
+    first, out = _pack(tmp_path / "a", skip="numpy")
+    again, out_again = _pack(tmp_path / "b", skip="")  # numpy packed too this time
+    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
+    pieces, site = tmp_path / "pieces", tmp_path / "device" / "site"
+    pieces.mkdir()
+    for piece in [*out.glob("base.tar.part-*"), out / "gpu_wheels.sha256"]:
+        shutil.copy(piece, pieces)
+    assert _unpack(pieces, site).returncode == 0
+    assert not (site / "numpy").exists()
+    done = _unpack(pieces, site)  # the same pieces: kept, nothing said
+    assert done.returncode == 0 and "note:" not in done.stderr, done.stderr
+    for piece in pieces.iterdir():
+        piece.unlink()
+    for piece in [*out_again.glob("base.tar.part-*"), out_again / "gpu_wheels.sha256"]:
+        shutil.copy(piece, pieces)
+    done = _unpack(pieces, site)
+    assert done.returncode == 0, done.stderr
+    assert f"note: {site} holds the base set of another pack" in done.stderr, done.stderr
+    assert (site / "numpy" / "__init__.py").exists() and (site / ".complete-base").exists()
 
 
 

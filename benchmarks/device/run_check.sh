@@ -45,16 +45,30 @@ if [ ${#sets[@]} -eq 0 ]; then
        "pack_wheels.sh's: pack them again with this checkout's benchmarks/device/pack_wheels.sh)" >&2
   exit 2
 fi
+sums="$PIECES/gpu_wheels.sha256"  # it lists both sets' pieces: each set checks its own
+set_sums() {  # gpu_wheels.sha256's lines of the set $1, sorted (none: no file, none listed)
+  if [ -f "$sums" ]; then
+    grep -E "^[0-9a-f]{64} [ *]$1\.tar\.part-[0-9]+\$" "$sums" | LC_ALL=C sort || true
+  fi
+}
+# A set's marker holds the sums of the pieces it was unpacked from: a set unpacked from
+# another pack's (packed again since) is stale, and SITE is unpacked afresh.
+for set in "${sets[@]}"; do
+  marker="$SITE/.complete-$set"
+  if [ -s "$marker" ] && [ -f "$sums" ] && [ "$(cat "$marker")" != "$(set_sums "$set")" ]; then
+    echo "note: $SITE holds the $set set of another pack: unpacking these pieces afresh" >&2
+    rm -rf "$SITE" "$UNPACKED"
+    break
+  fi
+done
 if ! ls "$SITE"/.complete-* > /dev/null 2>&1; then  # nothing unpacked yet: start clean
   rm -rf "$SITE" "$UNPACKED"
 fi
 mkdir -p "$SITE" "$UNPACKED"
-sums="$PIECES/gpu_wheels.sha256"  # it lists both sets' pieces: each set checks its own
 for set in "${sets[@]}"; do
   if [ -f "$SITE/.complete-$set" ]; then continue; fi
   if [ -f "$sums" ]; then
-    listed=$(grep -E "^[0-9a-f]{64} [ *]$set\.tar\.part-[0-9]+\$" "$sums" \
-             | sed 's/^[0-9a-f]* [ *]//' | LC_ALL=C sort || true)
+    listed=$(set_sums "$set" | sed 's/^[0-9a-f]* [ *]//' | LC_ALL=C sort)
     if [ -z "$listed" ]; then
       echo "error: $sums lists no $set.tar.part-* (another pack's?): copy the" \
            "gpu_wheels.sha256 packed with these pieces" >&2
@@ -92,7 +106,7 @@ for set in "${sets[@]}"; do
   rm -rf "${UNPACKED:?}/$set/site"  # the streams (GBs): SITE holds their files now
   # where a wheel's zip kept no exec bits: ptxas and the other CUDA tools
   find "$SITE"/nvidia -path '*/bin/*' -type f -exec chmod +x {} + 2>/dev/null || true
-  touch "$SITE/.complete-$set"
+  set_sums "$set" > "$SITE/.complete-$set"  # the sums it was unpacked from
 done
 if ! ls "$SITE"/.complete-* > /dev/null 2>&1; then
   echo "error: no set of pieces in $PIECES is whole (gpu_wheels.sha256 lists more) and none" \
