@@ -207,7 +207,7 @@ FLAG_LISTS = ("XLA_FLAGS", "TF_XLA_FLAGS")
 # TensorFlow's timer of a whole XLA compile (the sum of the phases XLA's own timers split).
 WHOLE_COMPILE = "Compilation of XLA executable"
 # An XLA timer's log line: "... ] <label> time: 1.2 s (1234567 us) (cumulative: ...)".
-TIMER_LINE = re.compile(r"\] (.+?) time: [^(]*\((\d+) us\)")
+TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # Seconds each part may take, from the check's run of 2026-11-30 on an H200
 # (benchmarks/device/README.md, Next GPU session): a part that finished there has its seconds
 # and a margin (parity, serving_long_memory, serving_evaluation, serving_soak); one that

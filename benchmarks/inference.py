@@ -972,8 +972,9 @@ def summarize_profile(events, iters, device="cpu"):
     the last `iters` runs (`model_run`) of a session on `device` (`on_cpu`:
     the op types its nodes left to the CPU provider). `shapes`: the
     `PROFILE_SHAPES` costliest groups of nodes of one op type and the same
-    input shapes (`inputs`, as the profile lists them: a weight held in the
-    graph is not listed), which tells apart nodes of one type (a layer's
+    input shapes (`inputs`, as the profile lists them: a weight the kernel
+    prepacked, as the CPU's MatMul does, is left out; other weights, a layer
+    norm's, are listed), which tells apart nodes of one type (a layer's
     matmuls against the memory from those against its weights)."""
     runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
     if len(runs) < iters:

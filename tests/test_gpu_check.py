@@ -260,6 +260,17 @@ def test_xlas_compile_timers_split_a_compile_into_its_phases():
     assert gc.compile_phases("no timers") == {}
 
 
+def test_a_line_with_time_but_no_timer_takes_no_timers_figure():
+    """A log line with " time: " but no microseconds (not one of XLA's
+    timers) is left out, and the timer on the next line keeps its own
+    label (was: the pattern ran on across the line break, giving the other
+    line's label the next timer's seconds and dropping the timer)."""
+    log = ("I0 x.cc:1] step time: 1 s\n"
+           "I0 gpu_compiler.cc:9] GpuCompiler::RunHloPasses for m time: 2.5 s (2500000 us) "
+           "(cumulative: 2.5 s, max: 2.5 s, #called: 1)\n")
+    assert gc.compile_phases(log) == {"GpuCompiler::RunHloPasses": 2.5}
+
+
 def test_sigterm_during_a_setting_keeps_the_settings_before_it(tmp_path):
     out = tmp_path / "compile_flags.json"
     settings = {"compile_flags": {"a": {"STOP": ""}, "b": {"STOP": "1"}}}
@@ -1148,6 +1159,136 @@ def test_the_wheels_pack_into_pieces_and_unpack_on_the_device(tmp_path, skip):
                                    SITE=str(tmp_path / "other_site")))
     assert done.returncode == 2 and done.stderr.startswith("error: no pieces in ") and \
         done.stderr.count("\n") == 1, done.stderr
+
+
+
+def _pack(tmp_path, skip="numpy"):
+    """pack_wheels.sh's pieces of the fake pip's wheels (300-byte pieces) in
+    `tmp_path`/out: `(the finished run, the out folder)`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "pip.py").write_text(FAKE_PIP)
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    env = dict(os.environ, PIP=f"{sys.executable} {tmp_path / 'pip.py'}", PIECE_BYTES="300",
+               SKIP=skip, STREAM_BYTES="200")
+    env.pop("REFERENCE_DIR", None)
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(device / "pack_wheels.sh"), str(out)], env=env,
+                          capture_output=True, text=True)
+    return done, out
+
+
+def test_a_pack_whose_cuda_set_skip_left_empty_ends_well(tmp_path):
+    """SKIP leaving out every CUDA 12 wheel (the machine has its own) leaves
+    the cuda set empty: the base set is packed and the run ends with exit 0
+    (was: the count of the cuda set's pieces, an `ls` failing under
+    pipefail, ended it with exit 2 after the packing)."""
+    done, out = _pack(tmp_path, skip="numpy nvidia-cublas-cu12 nvidia-cuda-nvcc-cu12")
+    assert done.returncode == 0, done.stderr
+    assert "cuda: 0 pieces" in done.stdout and "only the pieces" in done.stdout, done.stdout
+    assert list(out.glob("base.tar.part-*")) and not list(out.glob("cuda.tar.part-*"))
+
+
+def _unpack(pieces, site, **extra):
+    device = Path(__file__).resolve().parent.parent / "benchmarks" / "device"
+    return subprocess.run(["bash", str(device / "run_check.sh")], capture_output=True, text=True,
+                          env=dict(os.environ, PIECES=str(pieces), SITE=str(site),
+                                   PREPARE_ONLY="1", PYTHON=sys.executable, **extra))
+
+
+def test_run_check_says_what_is_wrong_with_the_pieces_sha256(tmp_path):
+    """gpu_wheels.sha256 against the pieces carried: a set it lists none of
+    (the file of another pack), a piece it does not list (left from another
+    pack), a piece that differs: each one `error:` line, exit 2, nothing
+    unpacked (was: a set it listed none of ended the run with exit 1 and
+    sha256sum's words alone)."""
+    done, out = _pack(tmp_path)
+    assert done.returncode == 0, done.stderr
+    pieces = tmp_path / "pieces"
+    pieces.mkdir()
+    for piece in out.glob("base.tar.part-*"):
+        shutil.copy(piece, pieces)
+    (pieces / "gpu_wheels.sha256").write_text(f"{'0' * 64}  gpu_wheels.tar.part-00\n")  # older
+    done = _unpack(pieces, tmp_path / "s1" / "site")
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"error: {pieces}/gpu_wheels.sha256 lists no base.tar.part-*") and \
+        done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "s1" / "site" / ".complete-base").exists()
+    shutil.copy(out / "gpu_wheels.sha256", pieces)
+    (pieces / "base.tar.part-99").write_bytes(b"stale")  # not this pack's
+    done = _unpack(pieces, tmp_path / "s2" / "site")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "error: gpu_wheels.sha256 does not list base.tar.part-99") and \
+        done.stderr.count("\n") == 1, done.stderr
+    (pieces / "base.tar.part-99").unlink()
+    (pieces / "base.tar.part-01").write_bytes(b"damaged")
+    done = _unpack(pieces, tmp_path / "s3" / "site")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "error: base.tar.part-01 does not match") and done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "s3" / "site" / ".complete-base").exists()
+
+
+def test_a_set_partly_carried_waits_and_the_unpacked_set_serves(tmp_path):
+    """The README's session: base carried and unpacked, then the cuda set's
+    pieces carried one a call. A call that runs the check while the cuda set
+    is partly there (gpu_wheels.sha256 lists pieces not yet carried) runs on
+    base, saying the cuda set waits (was: sha256sum's missing files ended
+    every such call, the serving run too); once all are there it unpacks."""
+    done, out = _pack(tmp_path)
+    assert done.returncode == 0, done.stderr
+    pieces, site = tmp_path / "pieces", tmp_path / "device" / "site"
+    pieces.mkdir()
+    for piece in [*out.glob("base.tar.part-*"), out / "gpu_wheels.sha256"]:
+        shutil.copy(piece, pieces)
+    assert _unpack(pieces, site).returncode == 0
+    cuda = sorted(out.glob("cuda.tar.part-*"))
+    for piece in cuda[:2]:
+        shutil.copy(piece, pieces)
+    done = _unpack(pieces, site)
+    assert done.returncode == 0, done.stderr
+    assert f"note: cuda: 2 of {len(cuda)} pieces in {pieces}" in done.stderr, done.stderr
+    assert (site / ".complete-base").exists() and not (site / ".complete-cuda").exists()
+    assert not (site / "nvidia").exists()
+    for piece in cuda[2:]:
+        shutil.copy(piece, pieces)
+    done = _unpack(pieces, site)
+    assert done.returncode == 0 and "note:" not in done.stderr, done.stderr
+    assert (site / ".complete-cuda").exists() and (site / "nvidia" / "cuda_nvcc").is_dir()
+    # base partly there and nothing unpacked yet: nothing to run on, one error line
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for piece in [*sorted(out.glob("base.tar.part-*"))[:1], out / "gpu_wheels.sha256"]:
+        shutil.copy(piece, partial)
+    done = _unpack(partial, tmp_path / "other" / "site")
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith(
+        f"error: no set of pieces in {partial} is whole"), done.stderr
+
+
+
+def test_a_set_unpacked_from_another_packs_pieces_is_unpacked_afresh(tmp_path):
+    """A warm machine's SITE holds the base set of one pack; the pieces of
+    another pack (packed again: another SKIP, other wheels) are carried with
+    their gpu_wheels.sha256: its marker, which holds the sums it was
+    unpacked from, is stale, and SITE is unpacked afresh from these pieces,
+    saying so (was: `.complete-base` alone kept the old pack's files)."""
+    first, out = _pack(tmp_path / "a", skip="numpy")
+    again, out_again = _pack(tmp_path / "b", skip="")  # numpy packed too this time
+    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
+    pieces, site = tmp_path / "pieces", tmp_path / "device" / "site"
+    pieces.mkdir()
+    for piece in [*out.glob("base.tar.part-*"), out / "gpu_wheels.sha256"]:
+        shutil.copy(piece, pieces)
+    assert _unpack(pieces, site).returncode == 0
+    assert not (site / "numpy").exists()
+    done = _unpack(pieces, site)  # the same pieces: kept, nothing said
+    assert done.returncode == 0 and "note:" not in done.stderr, done.stderr
+    for piece in pieces.iterdir():
+        piece.unlink()
+    for piece in [*out_again.glob("base.tar.part-*"), out_again / "gpu_wheels.sha256"]:
+        shutil.copy(piece, pieces)
+    done = _unpack(pieces, site)
+    assert done.returncode == 0, done.stderr
+    assert f"note: {site} holds the base set of another pack" in done.stderr, done.stderr
+    assert (site / "numpy" / "__init__.py").exists() and (site / ".complete-base").exists()
 
 
 

@@ -59,6 +59,26 @@ def test_the_xla_decoder_on_a_gpu_is_timed_against_the_gpus_bound(monkeypatch, t
     assert lm.tf_read_bandwidth("/CPU:0", gib=1 / 256, repeats=1) > 0  # the XLA read, any device
 
 
+def test_the_xla_decoder_on_a_gpu_gets_the_gpus_bound_however_backends_are_spaced(
+        monkeypatch, tmp_path):
+    """`--backends="onnx, xla" --xla_device=gpu`: the backends are read with
+    their spaces stripped (as the run reads them), so the GPU's bound is
+    measured for the XLA decoder (was: the bound's check split the flag
+    without stripping, measured nothing, and the xla rows found no "cuda"
+    bandwidth: a KeyError, or the ONNX read alone on --device=cuda)."""
+    import tensorflow as tf
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["GPU:0"])
+    monkeypatch.setattr(lm, "read_bandwidths", lambda: {"numpy": 1e10})
+    monkeypatch.setattr(lm, "tf_read_bandwidth", lambda device, **kw: 4e12)
+    seen = []
+    monkeypatch.setattr(lm, "run_preset", lambda preset, o, bandwidth, work: seen.append(
+        dict(bandwidth)) or [])
+    o = dict(defaults(lm.SPEED_SPEC), presets="tiny", backends="onnx, xla", xla_device="gpu",
+             work_dir=str(tmp_path), output=str(tmp_path / "out.json"))
+    lm.run_speed(o)
+    assert seen == [{"cpu": 1e10, "cuda": 4e12}]
+
+
 def test_the_bandwidth_of_reads_whose_difference_is_noise(monkeypatch):
     """Where the larger read was not the slower (noise), the larger read's
     own rate; each read is warmed up once and timed in alternating rounds."""

@@ -97,7 +97,7 @@ done
 rm -rf "$OUT/sets"
 (cd "$OUT" && sha256sum -- *.tar.part-* > gpu_wheels.sha256)
 for set in base cuda; do
-  count=$(ls "$OUT"/$set.tar.part-* 2>/dev/null | wc -l)
+  count=$(find "$OUT" -maxdepth 1 -name "$set.tar.part-*" | wc -l)  # 0: SKIP left it empty
   echo "$set: $count pieces of <= $PIECE_BYTES bytes in $OUT ($set.tar.part-*)"
 done
 echo "($OUT/wheels stays here: only the pieces and gpu_wheels.sha256 travel)"

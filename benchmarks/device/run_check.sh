@@ -4,7 +4,8 @@
 # sitepack.py: Python's lzma, one xz stream a core), points Python,
 # the loader and XLA at it, and runs the GPU check. With the base set's
 # pieces alone the serving parts run (`--parts=serving`); the cuda set's
-# pieces, carried later, are unpacked beside it. See README.md here.
+# pieces, carried later, are unpacked beside it (a set gpu_wheels.sha256
+# lists more pieces of than PIECES holds waits for the rest). See README.md here.
 #
 #   benchmarks/device/run_check.sh [gpu_check flags...]
 #   PREPARE_ONLY=1 benchmarks/device/run_check.sh     # unpack and print the environment
@@ -44,14 +45,55 @@ if [ ${#sets[@]} -eq 0 ]; then
        "pack_wheels.sh's: pack them again with this checkout's benchmarks/device/pack_wheels.sh)" >&2
   exit 2
 fi
+sums="$PIECES/gpu_wheels.sha256"  # it lists both sets' pieces: each set checks its own
+set_sums() {  # gpu_wheels.sha256's lines of the set $1, sorted (none: no file, none listed)
+  if [ -f "$sums" ]; then
+    grep -E "^[0-9a-f]{64} [ *]$1\.tar\.part-[0-9]+\$" "$sums" | LC_ALL=C sort || true
+  fi
+}
+# A set's marker holds the sums of the pieces it was unpacked from: a set unpacked from
+# another pack's (packed again since) is stale, and SITE is unpacked afresh.
+for set in "${sets[@]}"; do
+  marker="$SITE/.complete-$set"
+  if [ -s "$marker" ] && [ -f "$sums" ] && [ "$(cat "$marker")" != "$(set_sums "$set")" ]; then
+    echo "note: $SITE holds the $set set of another pack: unpacking these pieces afresh" >&2
+    rm -rf "$SITE" "$UNPACKED"
+    break
+  fi
+done
 if ! ls "$SITE"/.complete-* > /dev/null 2>&1; then  # nothing unpacked yet: start clean
   rm -rf "$SITE" "$UNPACKED"
 fi
 mkdir -p "$SITE" "$UNPACKED"
 for set in "${sets[@]}"; do
   if [ -f "$SITE/.complete-$set" ]; then continue; fi
-  if [ -f "$PIECES/gpu_wheels.sha256" ]; then  # it lists both sets' pieces: check this one's
-    (cd "$PIECES" && grep " $set\.tar\.part-" gpu_wheels.sha256 | sha256sum --check --quiet)
+  if [ -f "$sums" ]; then
+    listed=$(set_sums "$set" | sed 's/^[0-9a-f]* [ *]//' | LC_ALL=C sort)
+    if [ -z "$listed" ]; then
+      echo "error: $sums lists no $set.tar.part-* (another pack's?): copy the" \
+           "gpu_wheels.sha256 packed with these pieces" >&2
+      exit 2
+    fi
+    present=$(cd "$PIECES" && ls -1 -- "$set".tar.part-* | LC_ALL=C sort)
+    unlisted=$(LC_ALL=C comm -13 <(echo "$listed") <(echo "$present"))
+    if [ -n "$unlisted" ]; then
+      echo "error: gpu_wheels.sha256 does not list" $unlisted "in $PIECES (left from another" \
+           "pack?): remove them, or copy the gpu_wheels.sha256 packed with them" >&2
+      exit 2
+    fi
+    if [ -n "$(LC_ALL=C comm -23 <(echo "$listed") <(echo "$present"))" ]; then
+      # partly carried (a piece a call): unpacked by a call that finds them all
+      echo "note: $set: $(echo "$present" | wc -l) of $(echo "$listed" | wc -l) pieces in" \
+           "$PIECES: not unpacked until the rest are carried" >&2
+      continue
+    fi
+    bad=$(cd "$PIECES" && grep -E " [ *]$set\.tar\.part-[0-9]+\$" gpu_wheels.sha256 \
+          | sha256sum --check 2>/dev/null | sed -n 's/: FAILED.*$//p' || true)
+    if [ -n "$bad" ]; then
+      echo "error:" $bad "does not match gpu_wheels.sha256 in $PIECES (damaged on the way?):" \
+           "carry it again" >&2
+      exit 2
+    fi
   fi
   rm -rf "${UNPACKED:?}/$set"
   cat "$PIECES/$set".tar.part-* | tar -x -C "$UNPACKED"
@@ -64,8 +106,13 @@ for set in "${sets[@]}"; do
   rm -rf "${UNPACKED:?}/$set/site"  # the streams (GBs): SITE holds their files now
   # where a wheel's zip kept no exec bits: ptxas and the other CUDA tools
   find "$SITE"/nvidia -path '*/bin/*' -type f -exec chmod +x {} + 2>/dev/null || true
-  touch "$SITE/.complete-$set"
+  set_sums "$set" > "$SITE/.complete-$set"  # the sums it was unpacked from
 done
+if ! ls "$SITE"/.complete-* > /dev/null 2>&1; then
+  echo "error: no set of pieces in $PIECES is whole (gpu_wheels.sha256 lists more) and none" \
+       "is unpacked in $SITE: carry the rest of the base set's pieces" >&2
+  exit 2
+fi
 
 # every nvidia/*/lib of the wheels (none where SKIP left out all CUDA libraries)
 packed=""
