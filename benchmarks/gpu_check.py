@@ -204,7 +204,9 @@ SETTINGS = {"compile_flags": {
     "autotune_level_0": {"XLA_FLAGS": "--xla_gpu_autotune_level=0", **COMPILE_TIMERS}}}
 # The variables a setting adds to (a list of flags); a setting sets the others.
 FLAG_LISTS = ("XLA_FLAGS", "TF_XLA_FLAGS")
-# TensorFlow's timer of a whole XLA compile (the sum of the phases XLA's own timers split).
+# TensorFlow's timer of a whole XLA compile. XLA's own timers nest inside it and in each
+# other (the costliest is an outer one: the HLO passes, autotuning among them, or the
+# backend's codegen), and timers of parallel compiles add up their threads' time.
 WHOLE_COMPILE = "Compilation of XLA executable"
 # An XLA timer's log line: "... ] <label> time: 1.2 s (1234567 us) (cumulative: ...)".
 TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line

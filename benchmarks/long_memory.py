@@ -698,8 +698,14 @@ def run_speed(o):
         raise TxlError(f"--backends: unknown {unknown}; each one of {', '.join(SPEED_BACKENDS)}")
     check_export_flags(o)
     xla_on_gpu = "xla" in backends and o["xla_device"] == "gpu"
+    if "xla" in backends:
+        try:
+            import tensorflow as tf
+        except ImportError:
+            raise TxlError("--backends=xla needs TensorFlow (the XLA decoder is the Keras "
+                           "side's); without it, time the ONNX exports: --backends=onnx "
+                           "--reuse_exports") from None
     if xla_on_gpu:
-        import tensorflow as tf
         if not tf.config.list_physical_devices("GPU"):
             raise TxlError("--xla_device=gpu: TensorFlow sees no GPU here")
     for name in ("device_cache", "cuda_graph"):

@@ -109,3 +109,18 @@ def test_the_long_memory_benchmark_times_an_export_without_tensorflow(model_onnx
     assert set(result["reads_gb_per_s"]) == {"numpy", "onnxruntime"}
     [row] = result["rows"]
     assert row["backend"] == "onnx" and row["per_token_ms"] > 0 and row["over_bound"] > 0
+
+
+def test_the_xla_backend_without_tensorflow_is_one_error_line():
+    """`benchmarks.long_memory --backends=xla` on a box without TensorFlow:
+    one `error:` line saying what it needs (was an ImportError traceback)."""
+    code = BLOCK + textwrap.dedent("""
+        import runpy, sys
+        sys.argv = ["long_memory", "--backends=xla", "--presets=tiny"]
+        runpy.run_module("benchmarks.long_memory", run_name="__main__")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and lines[-1].startswith(
+        "error: --backends=xla needs TensorFlow") and "Traceback" not in done.stderr, done.stderr
