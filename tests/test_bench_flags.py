@@ -79,8 +79,6 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
      "--clamp_len makes this run's model"),
     ("benchmarks.long_memory", ["--device_cache=maybe"], "--device_cache must be"),
     ("benchmarks.long_memory", ["--backends=onnx,bogus"], "--backends: unknown ['bogus']"),
-    ("benchmarks.long_memory", ["--xla_device=gpu", "--backends=xla"],
-     "--xla_device=gpu: TensorFlow sees no GPU here"),
     ("benchmarks.long_memory", ["--part=onnx_weights", "--fill"], "--skeleton_dir is required"),
     ("benchmarks.long_memory", ["--part=cuda_parity"], "--exports is required"),
     ("benchmarks.long_memory", ["--part=soak", "--presets=tiny"],

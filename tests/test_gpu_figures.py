@@ -79,6 +79,18 @@ def test_the_xla_decoder_on_a_gpu_gets_the_gpus_bound_however_backends_are_space
     assert seen == [{"cpu": 1e10, "cuda": 4e12}]
 
 
+def test_the_xla_decoder_on_a_gpu_needs_one(monkeypatch):
+    """`--xla_device=gpu` where TensorFlow sees no GPU: one error before any
+    model is built (TensorFlow's GPU list faked empty, as on this CPU: the
+    same on a machine with one)."""
+    import tensorflow as tf
+    from txl_tf.errors import TxlError
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
+    o = dict(defaults(lm.SPEED_SPEC), backends="onnx, xla", xla_device="gpu")
+    with pytest.raises(TxlError, match=r"^--xla_device=gpu: TensorFlow sees no GPU here$"):
+        lm.run_speed(o)
+
+
 def test_the_bandwidth_of_reads_whose_difference_is_noise(monkeypatch):
     """Where the larger read was not the slower (noise), the larger read's
     own rate; each read is warmed up once and timed in alternating rounds."""
