@@ -27,6 +27,7 @@ from export.metadata import (DECODE_FILES, DECODE_TOKEN_FILE, INPUT_NAMES, OUTPU
 from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                 serve_step)
 from txl_tf.errors import TxlError
+from txl_tf.layers.onnx_forms import for_onnx_runtime
 from txl_tf.layers.ring_cache import WRITE_ROWS_SCOPE
 
 log = logging.getLogger(__name__)
@@ -264,8 +265,9 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
         handlers = {op: (_nan_safe_select, []) for op in ("Select", "SelectV2")}
         # (tf2onnx's old handler API takes the ONNX op first, then the arguments.)
         handlers["TensorScatterUpdate"] = (_scatter_rows, ["ScatterND", {}])
-        return tf2onnx.convert.from_function(run, input_signature=specs, opset=opset,
-                                             custom_op_handlers=handlers)[0]
+        with for_onnx_runtime():  # the forms whose weight-only parts ONNX Runtime folds at load
+            return tf2onnx.convert.from_function(run, input_signature=specs, opset=opset,
+                                                 custom_op_handlers=handlers)[0]
     try:
         with _environment(TF2ONNX_CATCH_ERRORS="FALSE"), _without_global_pools():
             model = convert()

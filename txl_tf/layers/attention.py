@@ -7,6 +7,7 @@ from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.checks.numpy_checks import InputError
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
+from txl_tf.layers.onnx_forms import onnx_forms
 from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
 from txl_tf.layers.rel_shift import rel_shift
 from txl_tf.layers.ring_cache import write_rows
@@ -286,9 +287,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             # (q + v)·(W_r r_j) = (W_r^T (q + v))·r_j: each head's query goes
             # through `r` once, and the positions are shared by every layer (no
             # per-layer position keys to read over the ring).
-            r_heads = tf.transpose(tf.reshape(self._w(self.r_kernel),
-                                              [self.d_model, self.n_head, self.d_head]), [1, 2, 0])
-            position = tf.matmul(tf.matmul(q_v, r_heads), positions, transpose_b=True)
+            position = tf.matmul(self._through_r(q_v), positions, transpose_b=True)
         heads = [-1, self.n_head, self.d_head]
         if write is not None:  # the token's own key and value read from the ring
             keys = write_rows(keys, tf.reshape(k_new, heads), write[0])
@@ -312,6 +311,23 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return (self._attention_out(inputs, vec), tf.reshape(k_new, heads),
                 tf.reshape(v_new, heads))
 
+    def _through_r(self, queries):
+        """Each head's `queries` `[B, H, 1, d_head]` through its columns of
+        the position kernel, `[B, H, 1, d_model]`. For ONNX (`onnx_forms`)
+        against the kernel transposed by head, which ONNX Runtime folds at
+        load; elsewhere one matmul of the queries as a block-diagonal
+        `[B * H, H * d_head]` against the kernel as it is (TensorFlow would
+        transpose the kernel at every step)."""
+        heads, width = self.n_head, self.n_head * self.d_head
+        kernel = self._w(self.r_kernel)
+        if onnx_forms():
+            return tf.matmul(queries, tf.transpose(
+                tf.reshape(kernel, [self.d_model, heads, self.d_head]), [1, 2, 0]))
+        blocks = (tf.reshape(queries, [-1, heads, 1, self.d_head])
+                  * tf.reshape(tf.eye(heads, dtype=queries.dtype), [1, heads, heads, 1]))
+        through = tf.matmul(tf.reshape(blocks, [-1, width]), kernel, transpose_b=True)
+        return tf.reshape(through, [-1, heads, 1, self.d_model])
+
     def _attention_out(self, inputs, vec):
         """A token's attention output `[B, d]` from its heads' values `vec`
         `[B, H, 1, d_head]`: projected, the residual, the layer norm."""
@@ -321,15 +337,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _token_projections(self, rows, r_w_bias, r_r_bias):
         """The queries with u and with v, scaled by 1/sqrt(d_head), the key
-        and the value of `rows` `[B, d]`, each `[B, H, 1, d_head]`: one
-        matmul over the kernels side by side (the query's twice, scaled),
-        with u and v the bias of the queries' columns (ONNX Runtime folds
-        the joined weights and the bias into one each, once, at load; a
-        query's column more in place of an add per layer). The weights are
-        joined and scaled in their own dtype, then cast to the compute
-        dtype, which ONNX Runtime folds at load in any dtype (its CPU
-        provider, which folds, has no float16 Mul). A quantized projection
-        computes itself (three matmuls).
+        and the value of `rows` `[B, d]`, each `[B, H, 1, d_head]`. Traced
+        for ONNX (`onnx_forms`): one matmul over the kernels side by
+        side (the query's twice, scaled), with u and v the bias of the
+        queries' columns (ONNX Runtime folds the joined weights and the bias
+        into one each, once, at load; a query's column more in place of an
+        add per layer); the weights are joined and scaled in their own dtype,
+        then cast to the compute dtype, which ONNX Runtime folds at load in
+        any dtype (its CPU provider, which folds, has no float16 Mul).
+        Elsewhere (TensorFlow would join the kernels again at every step,
+        copying them), and for a quantized projection, three matmuls.
 
         Args:
             rows: the layer's query rows `[B, d_model]`.
@@ -343,7 +360,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 for bias in (r_w_bias, r_r_bias))
         projections = (self.query, self.key, self.value)
         heads = [-1, self.n_head, 1, self.d_head]
-        if any(p.quantization_mode is not None for p in projections):
+        if not onnx_forms() or any(p.quantization_mode is not None for p in projections):
             q, k, value = (tf.reshape(p(rows), heads) for p in projections)
             q = q * self.scale
             return q + self._w(u), q + self._w(v), k, value
