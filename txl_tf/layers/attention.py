@@ -7,8 +7,8 @@ from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.checks.numpy_checks import InputError
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
-from txl_tf.layers.onnx_forms import onnx_forms
 from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
+from txl_tf.layers.onnx_forms import onnx_forms
 from txl_tf.layers.rel_shift import rel_shift
 from txl_tf.layers.ring_cache import write_rows
 
