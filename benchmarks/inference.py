@@ -949,20 +949,9 @@ def bind_profiled(session, feeds, device, in_place=()):
     """`(binding, {input: OrtValue})`: `session`'s inputs bound to `feeds`
     copied onto `device` (the values must outlive the runs), the output
     `new_<name>` of each input named in `in_place` to that input's buffer,
-    the other outputs to fresh buffers on `device`."""
-    import onnxruntime as ort
-    binding = session.io_binding()
-    bound = {name: ort.OrtValue.ortvalue_from_numpy(value, device)
-             for name, value in feeds.items()}
-    for name, value in bound.items():
-        binding.bind_ortvalue_input(name, value)
-    for output in session.get_outputs():
-        source = output.name[len("new_"):] if output.name.startswith("new_") else None
-        if source in in_place:
-            binding.bind_ortvalue_output(output.name, bound[source])
-        else:
-            binding.bind_output(output.name, device)
-    return binding, bound
+    the other outputs to fresh buffers on `device` (`export.decode_cache.bind_on_device`)."""
+    from export.decode_cache import bind_on_device
+    return bind_on_device(session, device, feeds, in_place=in_place)
 
 
 def summarize_profile(events, iters, device="cpu"):

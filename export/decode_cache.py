@@ -524,6 +524,15 @@ def run_on_device(session, device, inputs, into=None, in_place=()):
     `into` are written into those numpy arrays, those in `in_place` into
     their same-named input's buffer (`new_x` into `x`), the others into
     fresh OrtValues on the device."""
+    binding, _bound = bind_on_device(session, device, inputs, into, in_place)
+    session.run_with_iobinding(binding)
+    return dict(zip([o.name for o in session.get_outputs()], binding.get_outputs()))
+
+
+def bind_on_device(session, device, inputs, into=None, in_place=()):
+    """`(binding, {input: OrtValue})`: `session`'s IO binding as
+    `run_on_device` runs it (its arguments), and the inputs' OrtValues,
+    which must outlive every run of the binding."""
     binding = session.io_binding()
     # The OrtValues must outlive the run: the binding does not keep them.
     bound = {k: v if is_ortvalue(v) else ortvalue(v, device) for k, v in inputs.items()}
@@ -541,8 +550,7 @@ def run_on_device(session, device, inputs, into=None, in_place=()):
                                 value.shape(), value.data_ptr())
         else:
             binding.bind_output(key, device, 0)
-    session.run_with_iobinding(binding)
-    return dict(zip(names, binding.get_outputs()))
+    return binding, bound
 
 
 def bind_ring(binding, cache, device, rows=None):
