@@ -38,7 +38,7 @@ UNPACKED=$(dirname "$SITE")/txl_unpacked
 # The sets whose pieces are here (pack_wheels.sh: base, cuda), each unpacked once into SITE.
 sets=()
 for set in base cuda; do
-  if [ -f "$PIECES/$set.tar.part-00" ]; then sets+=("$set"); fi
+  if compgen -G "$PIECES/$set.tar.part-*" > /dev/null; then sets+=("$set"); fi
 done
 if [ ${#sets[@]} -eq 0 ]; then
   echo "error: no pieces in $PIECES (base.tar.part-00 ...; gpu_wheels.tar.part-* are an older" \
@@ -67,6 +67,11 @@ fi
 mkdir -p "$SITE" "$UNPACKED"
 for set in "${sets[@]}"; do
   if [ -f "$SITE/.complete-$set" ]; then continue; fi
+  if [ ! -f "$sums" ] && [ ! -f "$PIECES/$set.tar.part-00" ]; then
+    echo "note: $set: $set.tar.part-00 is not in $PIECES yet: not unpacked until it is" \
+         "carried" >&2
+    continue
+  fi
   if [ -f "$sums" ]; then
     listed=$(set_sums "$set" | sed 's/^[0-9a-f]* [ *]//' | LC_ALL=C sort)
     if [ -z "$listed" ]; then
