@@ -41,7 +41,8 @@ fails, runs out of time or cannot run is one line of the table (`failed
   with XLA (enwik8_base: bf16, the must-show row not yet measured;
   wt103_base: f32 with TF32; the other rows left out to fit, `GROUPS`), beside the paper's
   PyTorch code in the matching precision (with `--reference_dir`): tok/s,
-  the ratio, peak GPU memory, the first step's seconds. A part stopped at its budget
+  the ratio, peak GPU memory, the first step's seconds, and that first step's XLA compile by
+  phase (the timers `compile_flags` logs: the row's `compile_phases`). A part stopped at its budget
   shows the rows its JSON holds so far and the variant it was on; where the
   paper's code fails, its rows say why and this library's are still timed
   (the part fails). At enwik8_base each of this library's variants then
@@ -199,6 +200,9 @@ COMMANDS = {
 COMPILE_TIMERS = {"TF_CPP_MIN_LOG_LEVEL": "0",
                   "TF_CPP_VMODULE": "gpu_compiler=1,nvptx_compiler=1,gemm_fusion_autotuner=1,"
                                     "autotuner_util=1,device_compiler=1,cpu_compiler=1"}
+# The pairs' runs log the timers too: the default flags' compile by phase (the row's
+# `compile_phases`), beside compile_flags' settings.
+TIMED_COMPILES = ("pair_enwik8_base", "pair_wt103_base")
 SETTINGS = {"compile_flags": {
     "triton_gemm_off": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false", **COMPILE_TIMERS},
     "autotune_level_0": {"XLA_FLAGS": "--xla_gpu_autotune_level=0", **COMPILE_TIMERS}}}
@@ -1024,27 +1028,27 @@ def run_command(command, timeout, env):
     start = time.monotonic()
     returncode, stdout, stderr = run_group(command, timeout, env)
     output = stdout + stderr
+    phases = compile_phases(output)  # a stopped run's compiles too
+    timed = {"compile_phases": phases} if phases else {}
     if returncode is None:
-        return _failed(f"timed out after {timeout:.0f} s", start, output)
+        return {**_failed(f"timed out after {timeout:.0f} s", start, output), **timed}
     if returncode != 0:
-        return _failed(_last_line(output, f"exit {returncode}"), start, output)
+        return {**_failed(_last_line(output, f"exit {returncode}"), start, output), **timed}
     try:
         results = [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines()
                    if line.startswith(RESULT_PREFIX)]
     except ValueError as e:
         return _failed(f"its result line is not JSON: {e}", start, output)
-    phases = compile_phases(output)
     if results:
         details = results[-1]
         ok = details.get("ok", True)
         return {"status": "ok" if ok else "failed", "seconds": time.monotonic() - start,
                 "result": details["summary"] if ok else f"failed ({details['summary']})",
-                "details": details, "output_tail": output[-3000:],
-                **({"compile_phases": phases} if phases else {})}
+                "details": details, "output_tail": output[-3000:], **timed}
     written = output_file(command)
     line = _last_line(stdout, "exit 0") + (f" (all of it: {written})" if written else "")
     return {"status": "ok", "seconds": time.monotonic() - start, "result": line,
-            "output_tail": output[-3000:], **({"compile_phases": phases} if phases else {})}
+            "output_tail": output[-3000:], **timed}
 
 
 def needs_onnxruntime(part):
@@ -1248,7 +1252,8 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
             elif part in settings:
                 result = run_settings(command, settings[part], limit, part_env)
             else:
-                result = run_command(command, limit, part_env)
+                timers = COMPILE_TIMERS if part in TIMED_COMPILES else {}
+                result = run_command(command, limit, with_settings(part_env, timers))
         except Stopped as why:
             result = _failed(f"stopped by {why} after {time.monotonic() - start:.0f} s", start)
         if written and os.path.exists(written):  # its numbers, in the check's one file
@@ -1260,6 +1265,10 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
                 summary = summarize(written)  # a stopped run's rows too
             except (OSError, ValueError, KeyError, TypeError) as error:
                 summary = f"its JSON unreadable: {type(error).__name__}: {error}"[:300]
+            costliest = costliest_phase(result.get("compile_phases")) if part in TIMED_COMPILES \
+                else ""
+            if costliest:
+                summary += f" (costliest compile phase: {costliest})"
             result["result"] = (summary if result["status"] == "ok"
                                 else f"{result['result'][:-1]}; so far: {summary})")
         if part_env is not env:  # what a rerun of its command needs besides the check's
@@ -1286,6 +1295,14 @@ def with_settings(env, extra):
     for name, value in extra.items():
         env[name] = f"{env.get(name, '')} {value}".strip() if name in FLAG_LISTS else value
     return env
+
+
+def costliest_phase(phases):
+    """`"<label> <seconds> s"` of the costliest of `phases` (`compile_phases`)
+    but the whole compile's, or "" where there is none."""
+    inner = [(label, seconds) for label, seconds in (phases or {}).items()
+             if label != WHOLE_COMPILE]
+    return ", ".join(f"{label} {seconds:.1f} s" for label, seconds in inner[:1])
 
 
 def compile_phases(output, top=8):
@@ -1384,10 +1401,7 @@ def settings_summary(path):
     for name, run in runs.items():
         data = run.get("json") if isinstance(run.get("json"), dict) else {}
         first, speed, state = setting_figures(data)
-        phases = {label: seconds for label, seconds in (run.get("compile_phases") or {}).items()
-                  if label != WHOLE_COMPILE}
-        costliest = ", ".join(f"{label} {seconds:.1f} s" for label, seconds
-                              in list(phases.items())[:1])
+        costliest = costliest_phase(run.get("compile_phases"))
         if state == "done" and speed is not None:
             parts.append(f"{name} 1st {first:.1f} s, {speed:,.0f} tok/s" +
                          (f" (costliest compile phase: {costliest})" if costliest else ""))

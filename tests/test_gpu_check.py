@@ -421,6 +421,36 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
 
 
+def test_the_pairs_log_xlas_compile_by_phase_a_stopped_one_too(tmp_path):
+    """The pair parts run with XLA's compile timers on (`COMPILE_TIMERS`,
+    `TIMED_COMPILES`): the default flags' first step by phase, in the row's
+    `compile_phases` and its line, also where the run was stopped at its
+    budget in the middle of its compile; other parts run without them."""
+    timers = ("print('I0 device_compiler.h:1] Compilation of XLA executable time: 9 s "
+              "(9000000 us)'); print('I0 gpu_compiler.cc:1] GpuCompiler::RunHloPasses for m "
+              "time: 3 s (3000000 us)', flush=True); ")
+    out = tmp_path / "pair.json"
+    row = dict(variant="bf16+jit", tokens_per_s=95000.0, ratio=2.29, first_step_s=40.0)
+    pair = (f"import json, os, time; json.dump({{'results': [{row!r}]}}, open({str(out)!r}, "
+            "'w')); print(os.environ.get('TF_CPP_VMODULE')); " + timers)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CPP_VMODULE", None)
+    commands = {"pair_enwik8_base": fake(pair) + [f"--output={out}"],
+                "parity": fake("import os; print(os.environ.get('TF_CPP_VMODULE'))")}
+    rows = gc.run_parts(commands, gc.BUDGETS, total_s=60, env=env)
+    assert rows[0]["result"] == ("bf16+jit 95,000 tok/s (2.29x bf16+jit, 1st 40 s) (costliest "
+                                 "compile phase: GpuCompiler::RunHloPasses 3.0 s)"), rows[0]
+    assert rows[0]["compile_phases"] == {gc.WHOLE_COMPILE: 9.0, "GpuCompiler::RunHloPasses": 3.0}
+    assert gc.COMPILE_TIMERS["TF_CPP_VMODULE"] in rows[0]["output_tail"]
+    assert rows[1]["result"] == "None" and "compile_phases" not in rows[1]
+    commands = {"pair_enwik8_base": fake(pair + "time.sleep(30)") + [f"--output={out}"]}
+    rows = gc.run_parts(commands, dict(gc.BUDGETS, pair_enwik8_base=2), total_s=2, env=env)
+    assert rows[0]["result"] == (
+        "failed (timed out after 2 s; so far: bf16+jit 95,000 tok/s (2.29x bf16+jit, 1st 40 s) "
+        "(costliest compile phase: GpuCompiler::RunHloPasses 3.0 s))"), rows[0]
+    assert rows[0]["compile_phases"]["GpuCompiler::RunHloPasses"] == 3.0
+
+
 def test_a_training_runs_progress(tmp_path):
     """How far a training run got, and the train part's XLA cache: its
     folder added to TF_XLA_FLAGS (`--noxla_cache`: not)."""
