@@ -23,9 +23,11 @@ fails, runs out of time or cannot run is one line of the table (`failed
   will use and its version (CUDA 12.6.3's, 12.6.85, or newer: older ones
   compile wrong sm_90 code where values are clamped).
 - `compile_flags`: `benchmarks.throughput --part=train` of enwik8_base
-  f32+jit (no paper row), once with `--xla_gpu_enable_triton_gemm=false`
-  added to `XLA_FLAGS` and once with `--xla_gpu_autotune_level=0`: each
-  setting's first step's seconds (XLA's compile) and tok/s.
+  f32+jit (no paper row), once with
+  `--xla_gpu_enable_llvm_module_compilation_parallelism=true` added to
+  `XLA_FLAGS`, once with `--xla_gpu_enable_triton_gemm=false` and once with
+  `--xla_gpu_autotune_level=0`: each setting's first step's seconds (XLA's
+  compile) and tok/s.
 - `parity`: log-probs of the enwik8 base model (random weights, seed 0) on
   the GPU against the CPU, TF32 off, two 512-token segments of batch 2 with
   the memory carried: the largest difference, <= 1e-4.
@@ -189,9 +191,11 @@ COMMANDS = {
 # Parts run once per setting, each run a process of its own with these variables added
 # to the check's environment (after any value it has: run_check.sh's XLA_FLAGS holds
 # --xla_gpu_cuda_data_dir), each with an equal share of the part's time (`run_settings`).
-# compile_flags: the first training step's seconds (XLA's compile: GEMM autotuning, ptxas)
-# and tok/s with Triton's GEMMs off, and with no autotuning. Both flags parse in TensorFlow
-# 2.21; an unknown XLA flag aborts the process: check one with
+# compile_flags: the first training step's seconds (XLA's compile: GEMM autotuning, LLVM,
+# ptxas) and tok/s with the LLVM module split and compiled on every core (one thread by
+# default; a setting that finishes early leaves its time to the next), with Triton's GEMMs
+# off, and with no autotuning. The three flags parse in TensorFlow 2.21; an unknown XLA flag
+# aborts the process: check one with
 # `XLA_FLAGS=--flag python -c "import tensorflow as tf; tf.function(lambda x: x + 1,
 # jit_compile=True)(tf.ones(1))"` before adding it.
 # Each compile_flags run also logs XLA's own compile timers (XLA_SCOPED_LOGGING_TIMER, on at
@@ -204,6 +208,8 @@ COMPILE_TIMERS = {"TF_CPP_MIN_LOG_LEVEL": "0",
 # `compile_phases`), beside compile_flags' settings.
 TIMED_COMPILES = ("pair_enwik8_base", "pair_wt103_base")
 SETTINGS = {"compile_flags": {
+    "llvm_parallel": {"XLA_FLAGS": "--xla_gpu_enable_llvm_module_compilation_parallelism=true",
+                      **COMPILE_TIMERS},
     "triton_gemm_off": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false", **COMPILE_TIMERS},
     "autotune_level_0": {"XLA_FLAGS": "--xla_gpu_autotune_level=0", **COMPILE_TIMERS}}}
 # The variables a setting adds to (a list of flags); a setting sets the others.
@@ -234,7 +240,7 @@ TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
 # had printed, then the rest. The serving parts time exports brought along
 # (--serving_exports): serving_long_memory exports enwik8_base otherwise.
-BUDGETS = {"compile_flags": 120, "parity": 30, "losses": 120, "mirrored": 120,
+BUDGETS = {"compile_flags": 145, "parity": 30, "losses": 120, "mirrored": 120,
            "pair_enwik8_base": 95, "pair_wt103_base": 100, "train": 135, "decode_xla": 120,
            "serving_long_memory": 50, "serving_evaluation": 60, "serving_soak": 40,
            "serving_device_tests": 75, "serving_parity": 45, "serving_profile": 40,
