@@ -64,6 +64,16 @@ def test_flagfiles_are_found_by_name():
     assert listed.stdout.strip() == configs.path("wt103_base")
 
 
+def test_the_configs_module_answers_help_with_its_usage():
+    """`python -m training.configs --help` was `error: unknown training
+    configuration '--help'` (exit 2)."""
+    for flag in ("--help", "-h"):
+        shown = subprocess.run([sys.executable, "-m", "training.configs", flag],
+                               capture_output=True, text=True, cwd=ROOT)
+        assert shown.returncode == 0 and shown.stderr == "", (flag, shown.stderr)
+        assert "python -m training.configs [NAME]" in shown.stdout, shown.stdout
+
+
 def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp_path):
     (entry_points,) = [text.decode() for name, text in wheel.items()
                        if name.endswith("entry_points.txt")] or [None]

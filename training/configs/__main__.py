@@ -4,7 +4,16 @@ import sys
 from training.configs import names, path
 
 
+USAGE = """usage: python -m training.configs [NAME]
+
+Without NAME: the names of the paper's training configurations. With one:
+the path of its flagfile, for --flagfile="$(python -m training.configs NAME)"."""
+
+
 def main(argv):
+    if argv[1:] in (["--help"], ["-h"]):
+        print(USAGE)
+        return 0
     if len(argv) > 2:
         print("error: usage: python -m training.configs [NAME]", file=sys.stderr)
         return 2
