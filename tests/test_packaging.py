@@ -1,6 +1,7 @@
 """What `pip install` gives a user: the license, the gpu extra, the flagfiles,
 the shipped models."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,25 @@ def test_the_gpu_extra_brings_tensorflows_cuda_wheels_and_onnxruntime_gpu(wheel)
     # the ptxas XLA accepts for Hopper: CUDA 12.6.3's (the wheel 12.6.85), not and-cuda's floor
     assert any(line.startswith("Requires-Dist: nvidia-cuda-nvcc-cu12>=12.6.85") for line in gpu), gpu
     assert "Apache-2.0" in metadata
+
+
+def test_requires_python_admits_no_python_the_pinned_requirements_refuse(wheel):
+    """`python_requires` said >= 3.10 while keras 3.15 and keras-hub 0.32 need
+    3.11: pip on 3.10 failed on keras instead of naming the Python."""
+    from importlib.metadata import distribution
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    (metadata,) = [text.decode() for name, text in wheel.items() if name.endswith("METADATA")]
+    ours = SpecifierSet(re.search(r"^Requires-Python: (.+)$", metadata, re.M).group(1))
+    pythons = [f"3.{minor}" for minor in range(6, 20)]
+    for line in re.findall(r"^Requires-Dist: (.+)$", metadata, re.M):
+        requirement = Requirement(line)
+        if requirement.marker is not None:  # an extra's
+            continue
+        theirs = SpecifierSet(distribution(requirement.name).metadata["Requires-Python"] or "")
+        refused = [v for v in pythons if v in ours and v not in theirs]
+        assert not refused, (requirement.name, str(theirs), refused)
 
 
 def test_flagfiles_are_found_by_name():
