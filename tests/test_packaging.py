@@ -1,5 +1,6 @@
 """What `pip install` gives a user: the license, the gpu extra, the flagfiles,
 the shipped models."""
+import ast
 import os
 import re
 import shutil
@@ -106,3 +107,16 @@ def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp
     script = os.path.join(os.path.dirname(sys.executable), "txl-train")
     shown = subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert "--train_steps" in shown.stdout, shown.stderr[-500:]  # absl exits 1 after --help
+
+
+def test_the_train_helps_flagfile_example_works_outside_the_repository(tmp_path):
+    """The `--flagfile=` of `training.train --help` named
+    `training/configs/enwik8_base.cfg`, a path only a clone has."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    shown = subprocess.run([sys.executable, "-m", "training.train", "--help"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    value = re.search(r'--flagfile=("\$\(python -m training\.configs \w+\)"|\S+)',
+                      shown.stdout).group(1)
+    by_name = re.fullmatch(r'"\$\(python -m training\.configs (\w+)\)"', value)
+    path = configs.path(by_name.group(1)) if by_name else tmp_path / value
+    assert os.path.isfile(path), value
