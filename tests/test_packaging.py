@@ -109,6 +109,19 @@ def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp
     assert "--train_steps" in shown.stdout, shown.stderr[-500:]  # absl exits 1 after --help
 
 
+def test_an_installed_commands_help_shows_its_jobs_description(tmp_path):
+    """`txl-train --help` began with a bare `USAGE: .../txl-train [flags]`
+    (absl shows `__main__`'s docstring: the script's, which has none), while
+    `python -m training.train --help` shows the job's."""
+    for command, source in (("txl-train", "training/train.py"),
+                            ("txl-export", "export/__main__.py")):
+        doc = ast.get_docstring(ast.parse(open(os.path.join(ROOT, source)).read()))
+        script = os.path.join(os.path.dirname(sys.executable), command)
+        shown = subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path)
+        assert shown.stdout.lstrip().startswith(doc.splitlines()[0]), shown.stdout[:300]
+        assert "--model_dir" in shown.stdout, shown.stderr[-500:]
+
+
 def test_the_train_helps_flagfile_example_works_outside_the_repository(tmp_path):
     """The `--flagfile=` of `training.train --help` named
     `training/configs/enwik8_base.cfg`, a path only a clone has."""

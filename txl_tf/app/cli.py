@@ -31,11 +31,16 @@ def parse_flags(argv):
         fail(f"a --flagfile is not UTF-8 text: {err}")
 
 
-def run(main, spec=None):
+def run(main, spec=None, doc=None):
     """Defines `spec`'s flags (if given) and runs `main(argv)` as an absl app
-    with the shared exit path; extra positional arguments are an error."""
+    with the shared exit path; extra positional arguments are an error.
+    `doc`, the job module's docstring, heads `--help` where `__main__` has
+    none (an installed command's script), as it does under `python -m`."""
     if spec is not None:
         define(spec)
+    script = sys.modules.get("__main__")
+    if doc and script is not None and not script.__doc__:
+        script.__doc__ = doc  # absl's usage reads it
 
     def checked_main(argv):
         if len(argv) > 1:
