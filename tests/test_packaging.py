@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 
 import pytest
@@ -16,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
+def wheel_file(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
     source = out / "source"  # a copy: builds in two test workers must not share build/
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
@@ -24,7 +25,12 @@ def wheel(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "--quiet", "-w", str(out), str(source)], check=True, capture_output=True)
     (path,) = out.glob("txl_tf-*.whl")
-    with zipfile.ZipFile(path) as z:
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheel(wheel_file):
+    with zipfile.ZipFile(wheel_file) as z:
         return {name: z.read(name) for name in z.namelist()
                 if name.endswith((".cfg", "METADATA", "entry_points.txt")) or "LICENSE" in name
                 or "/shipped/" in name}
@@ -133,3 +139,39 @@ def test_the_train_helps_flagfile_example_works_outside_the_repository(tmp_path)
     by_name = re.fullmatch(r'"\$\(python -m training\.configs (\w+)\)"', value)
     path = configs.path(by_name.group(1)) if by_name else tmp_path / value
     assert os.path.isfile(path), value
+
+
+def test_the_wheel_in_a_fresh_venv_runs_from_an_empty_folder(wheel_file, tmp_path):
+    """A user's install: the wheel alone in a new venv (this one's packages for
+    TensorFlow and the rest, through a path file, not its txl_tf), run from a
+    folder that is not the repository: the modules, the flagfiles and the
+    shipped model come from the venv, and a command evaluates the shipped model."""
+    venv, home = tmp_path / "venv", tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no repository
+    env.update(TXL_TF_CACHE=str(tmp_path / "cache"), CUDA_VISIBLE_DEVICES="")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                    "--no-deps", str(wheel_file)], check=True, capture_output=True, env=env)
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site, "zz_dependencies.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    home.mkdir()
+
+    def run(*command):
+        done = subprocess.run([str(c) for c in command], capture_output=True, text=True,
+                              cwd=home, env=env, timeout=300)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        return done.stdout
+
+    files = run(python, "-c", "import txl_tf, training, export; from txl_tf.weights.shipped "
+                "import shipped_model_dir; print(txl_tf.__file__, training.__file__, "
+                "export.__file__, shipped_model_dir('pystdlib_small'))").split()
+    assert all(path.startswith(site) for path in files), (site, files)
+    flagfile = run(python, "-m", "training.configs", "wt103_base").strip()
+    assert flagfile.startswith(site) and os.path.isfile(flagfile), flagfile
+    shown = run(venv / "bin" / "txl-evaluate", "--model_dir=pystdlib_small", "--max_segments=1",
+                "--batch_size=1", "--noprogress")
+    assert shown.startswith("pystdlib valid: bpc "), shown
