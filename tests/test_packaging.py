@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 
 import pytest
@@ -175,3 +176,24 @@ def test_the_wheel_in_a_fresh_venv_runs_from_an_empty_folder(wheel_file, tmp_pat
     shown = run(venv / "bin" / "txl-evaluate", "--model_dir=pystdlib_small", "--max_segments=1",
                 "--batch_size=1", "--noprogress")
     assert shown.startswith("pystdlib valid: bpc "), shown
+
+
+def test_a_wheel_built_from_the_sdist_holds_what_the_repositorys_does(wheel_file, tmp_path):
+    """The sdist carries what building the wheel needs: setup.py's README and
+    LICENSE, the flagfiles and the shipped model (no MANIFEST.in)."""
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", "benchmarks", "tests"))
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "sdist")],
+                   cwd=source, check=True, capture_output=True)
+    (sdist,) = (tmp_path / "sdist").glob("txl_tf-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "unpacked",
+                       **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    (unpacked,) = (tmp_path / "unpacked").iterdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--quiet", "-w", str(tmp_path / "dist"), str(unpacked)], check=True,
+                   capture_output=True)
+    (rebuilt,) = (tmp_path / "dist").glob("txl_tf-*.whl")
+    with zipfile.ZipFile(wheel_file) as a, zipfile.ZipFile(rebuilt) as b:
+        assert sorted(a.namelist()) == sorted(b.namelist())
