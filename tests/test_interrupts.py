@@ -155,6 +155,16 @@ def test_a_jobs_output_into_a_closed_pipe_exits_quietly():
                                                               proc.stderr)
 
 
+@pytest.mark.parametrize("args", [["training.configs"], ["training.configs", "wt103_base"],
+                                  ["training.configs", "--help"],
+                                  ["txl_tf.text.pickled_vocab", "--help"]])
+def test_the_small_commands_into_a_closed_pipe_exit_quietly(args):
+    """`python -m training.configs | head -n 1` (docs/training.md's listing)
+    ended in a `BrokenPipeError` traceback, exit 1."""
+    proc = _to_a_closed_pipe(job_command(args[0], args[1:]))
+    assert proc.returncode == 141 and proc.stderr == "", (args, proc.returncode, proc.stderr)
+
+
 def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():
     """`txl-train`'s second Ctrl-C raised `KeyboardInterrupt` in its signal
     handler, wherever Python was: in a `__del__` (TensorFlow's functions are

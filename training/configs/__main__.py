@@ -1,4 +1,5 @@
 """`python -m training.configs [NAME]`: the configurations, or one's flagfile path."""
+import os
 import sys
 
 from training.configs import names, path
@@ -28,4 +29,19 @@ def main(argv):
     return 0
 
 
-sys.exit(main(sys.argv))
+def _reader_gone():
+    """Status 141 and no message, as the jobs (`| head -n 1`): stdout points
+    at /dev/null first, so that the interpreter's last flush has nothing to
+    report. Standard library only (importing txl_tf imports TensorFlow)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
+
+
+try:
+    status = main(sys.argv)
+    sys.stdout.flush()
+except BrokenPipeError:
+    status = _reader_gone()
+sys.exit(status)

@@ -138,4 +138,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    from txl_tf.app.exits import reader_gone
+    try:
+        status = main(sys.argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head -n 1`: status 141, no message, as the jobs
+        reader_gone()
+    sys.exit(status)
