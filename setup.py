@@ -18,7 +18,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",  # as the paper's code and TensorFlow
     license_files=["LICENSE"],
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # keras 3.15 and keras-hub 0.32 need it
     packages=find_packages(include=["txl_tf", "txl_tf.*", "training", "training.configs",
                                     "export"]),
     package_data={"training.configs": ["*.cfg"],

@@ -23,7 +23,7 @@ from export import job  # noqa: E402
 
 def console():
     """The job (`python -m export`, or the installed `txl-export`)."""
-    cli.run(job.main, job.SPEC)
+    cli.run(job.main, job.SPEC, doc=__doc__)
 
 
 if __name__ == "__main__":

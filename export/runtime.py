@@ -22,7 +22,7 @@ from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.app.reprs import fields_repr
 from txl_tf.checks.memory_budget import check_memory_state
 from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
-from txl_tf.errors import TxlError
+from txl_tf.errors import ModelDirError, TxlError
 
 log = logging.getLogger(__name__)
 
@@ -710,9 +710,10 @@ def _locate(path):
     if os.path.isfile(path):
         name = os.path.basename(path)
         if name in DECODE_FILES.values():
-            raise TxlError(f"{path} is one of the cached decode interface's graphs, which the "
-                           f"runtime opens itself beside {ONNX_FILE}: open "
-                           f"{os.path.join(os.path.dirname(path) or '.', ONNX_FILE)} or its folder")
+            raise ModelDirError(
+                f"{path} is one of the cached decode interface's graphs, which the runtime "
+                f"opens itself beside {ONNX_FILE}: open "
+                f"{os.path.join(os.path.dirname(path) or '.', ONNX_FILE)} or its folder")
         return (path if path.endswith(".onnx") else None), None
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path!r} is neither an ONNX file nor a directory")

@@ -31,6 +31,21 @@ class _RunsCode:
         return os.system, (f"touch {self.marker}",)
 
 
+def test_the_pickled_vocab_command_answers_help_and_fails_with_an_error_line(capsys):
+    """`python -m txl_tf.text.pickled_vocab --help` read `--help` as a file
+    (`error: [Errno 2] ... '--help'`), and a wrong count of arguments printed
+    the usage without `error:`."""
+    from txl_tf.text import pickled_vocab
+    for flag in ("--help", "-h"):
+        assert pickled_vocab.main(["pickled_vocab", flag]) == 0
+        out, err = capsys.readouterr()
+        assert "python -m txl_tf.text.pickled_vocab VOCAB.pkl VOCAB.txt" in out and not err
+    assert pickled_vocab.main(["pickled_vocab", "only.pkl"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: usage: python -m txl_tf.text.pickled_vocab") and not out
+    assert len(err.splitlines()) == 1
+
+
 def test_malicious_pickle_is_refused_without_running(tmp_path):
     marker = tmp_path / "ran"
     bad = tmp_path / "vocab.pkl"

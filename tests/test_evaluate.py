@@ -282,6 +282,23 @@ def test_evaluate_counts_words_outside_the_vocabulary(word_model, tmp_path):
     assert "3 tokens" in evaluate.describe(result)
 
 
+def test_unknown_words_are_counted_among_the_tokens_scored(word_model, tmp_path):
+    """With --max_segments the count was the whole split's: `10 tokens
+    (125.00%) are the model's unknown token` of 8 scored, none of them unknown."""
+    root, _, _ = word_model
+    other = _word_corpus(tmp_path / "c", ["w1 w2"], ["w1 w2 " * 6 + "zz " * 10, "w3 zz"])
+    options = dict(model_dir=str(root / "model"), dataset="wt2", data_dir=str(other),
+                   cache_dir=str(tmp_path / "cache"), split="valid", progress=False)
+    first = evaluate.run(batch_size=1, max_segments=1, **options)  # ids 1-8: w2 w1 ... w1
+    assert (first["tokens"], first["unknown_tokens"]) == (8, 0)
+    assert "unknown" not in evaluate.describe(first)
+    two = evaluate.run(batch_size=1, max_segments=2, **options)  # ids 9-16: w2 w1 w2 zz x5
+    assert (two["tokens"], two["unknown_tokens"]) == (16, 5)
+    assert "5 tokens (31.25%)" in evaluate.describe(two)
+    rows = evaluate.run(batch_size=2, **options)  # all but ids 0 and 13 (a zz), of 26
+    assert (rows["tokens"], rows["unknown_tokens"]) == (24, 10)
+
+
 def _copy_without_vocab(word_model, tmp_path):
     """A copy of the word model's directory, its vocab/ removed; and a
     function that evaluates a model directory on corpus `a`."""

@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from export import (RuntimeInputError, RuntimeMemory, SessionTable, export_onnx,
+from export import (ModelDirError, RuntimeInputError, RuntimeMemory, SessionTable, export_onnx,
                     export_saved_model, open_runtime)
 from export.runtime import Runtime, generation_backend
 from txl_tf import InputError, TransformerXL, TransformerXLConfig, TxlError
@@ -346,9 +346,12 @@ def test_non_finite_valid_memory_is_an_error_naming_the_stream(runtime, poison):
 
 
 def test_a_decode_graph_opened_alone_is_one_clear_error(tmp_path):
+    """A `ModelDirError` naming the file, as docs/export-and-serving.md says
+    of a decode graph, a classifier's or a foreign one (was a bare TxlError)."""
     graph = tmp_path / "decode_init.onnx"
     graph.write_bytes(b"")
-    with pytest.raises(TxlError, match=r"decode interface's graphs.*open .*model\.onnx"):
+    with pytest.raises(ModelDirError, match=r"decode_init\.onnx is one of the cached decode "
+                                           r"interface's graphs.*open .*model\.onnx"):
         open_runtime(str(graph))
 
 

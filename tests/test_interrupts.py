@@ -75,6 +75,16 @@ def test_ctrl_c_in_a_del_ends_a_command(tmp_path):
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
 
 
+@pytest.mark.parametrize("module", ["txl_tf.convert", "txl_tf.weights.convert"])
+def test_the_convert_modules_are_commands_too(tmp_path, module):
+    """`python -m txl_tf.convert` (docs/weights.md) and `python -m
+    txl_tf.weights.convert`, as `txl-convert`: a Ctrl-C while runpy imports
+    the `txl_tf` package (TensorFlow) was a traceback."""
+    proc = _interrupted_at_import(tmp_path, job_command(module, ["--help"]))
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip() == "interrupted", proc.stderr
+
+
 def test_ctrl_c_while_a_library_user_imports_keeps_the_traceback(tmp_path):
     proc = _interrupted_at_import(tmp_path, [sys.executable, "-c", "import txl_tf"])
     assert proc.returncode == -signal.SIGINT
@@ -143,6 +153,16 @@ def test_a_jobs_output_into_a_closed_pipe_exits_quietly():
         proc = _to_a_closed_pipe([sys.executable, "-c", code])
         assert proc.returncode == 141 and proc.stderr == "", (body, proc.returncode,
                                                               proc.stderr)
+
+
+@pytest.mark.parametrize("args", [["training.configs"], ["training.configs", "wt103_base"],
+                                  ["training.configs", "--help"],
+                                  ["txl_tf.text.pickled_vocab", "--help"]])
+def test_the_small_commands_into_a_closed_pipe_exit_quietly(args):
+    """`python -m training.configs | head -n 1` (docs/training.md's listing)
+    ended in a `BrokenPipeError` traceback, exit 1."""
+    proc = _to_a_closed_pipe(job_command(args[0], args[1:]))
+    assert proc.returncode == 141 and proc.stderr == "", (args, proc.returncode, proc.stderr)
 
 
 def test_a_second_signal_during_the_graceful_stop_ends_the_job_at_once():

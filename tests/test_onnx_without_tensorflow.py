@@ -1,7 +1,9 @@
 """Serving the ONNX export needs onnxruntime and numpy, not TensorFlow: a
 process where TensorFlow, Keras, tf2onnx and tensorflow-text cannot be
 imported opens the export and generates the same ids as this one."""
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -76,6 +78,51 @@ def test_the_onnx_runtime_on_the_cpu_needs_no_onnx_package(model_onnx):
         sys.meta_path.insert(0, NoOnnx())
         from export import open_runtime
         rt = open_runtime({str(model_onnx)!r}, device="cpu")
+        print(json.dumps(rt.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()))
+    """)
+    runtime = open_runtime(str(model_onnx), device="cpu")
+    assert json.loads(out) == runtime.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()
+
+
+def _serving_box_packages(text):
+    """The distributions a serving-box install line names (extras and quotes dropped)."""
+    words = re.findall(r"[\w.\-\[\],\"]+", text)
+    return {w.strip('"').split("[")[0].lower().replace("_", "-") for w in words} - {
+        "pip", "install", "--no-deps", ".", "plus", "or"}
+
+
+def test_the_serving_box_needs_only_the_packages_the_docs_install(model_onnx):
+    """README's and docs/export-and-serving.md's serving box: the package with
+    `--no-deps` plus the packages they name. Every other requirement of
+    setup.py is unimportable here (absl-py was needed but not named)."""
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"^`pip install --no-deps \.` plus (.*)$", readme, re.M).group(1)
+    docs = (ROOT / "docs" / "export-and-serving.md").read_text()
+    section = docs.split("### Serving without TensorFlow", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    installs = " ".join(l.split("#")[0] for l in block.splitlines() if "pip install" in l)
+    named = _serving_box_packages(" ".join(re.findall(r"`([^`]*)`", line)))
+    named &= _serving_box_packages(installs)  # what both name of setup.py's requirements
+    assert "numpy" in named, named
+    setup = (ROOT / "setup.py").read_text()
+    requires = re.search(r"install_requires=\[(.*?)\]", setup, re.S).group(1)
+    required = {re.split(r"[<>=\[]", r)[0].lower() for r in re.findall(r'"([^"]+)"', requires)}
+    modules = {name: module for module, names in importlib.metadata.packages_distributions().items()
+               for name in (n.lower() for n in names)}
+    blocked = sorted(modules.get(name, name.replace("-", "_")) for name in required - named)
+    assert "tensorflow" in blocked and "numpy" not in blocked, blocked
+    out = _run_without_tensorflow(f"""
+        import json, sys
+        class NotInstalled:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {blocked!r}:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, NotInstalled())
+        import export
+        rt = export.open_runtime({str(model_onnx)!r}, device="cpu")
+        table = export.SessionTable(rt, max_batch=2)
+        table.open("a", [1, 2, 3], 2)
+        table.step()
         print(json.dumps(rt.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()))
     """)
     runtime = open_runtime(str(model_onnx), device="cpu")

@@ -1,9 +1,13 @@
 """What `pip install` gives a user: the license, the gpu extra, the flagfiles,
 the shipped models."""
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tarfile
 import zipfile
 
 import pytest
@@ -14,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
+def wheel_file(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
     source = out / "source"  # a copy: builds in two test workers must not share build/
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
@@ -22,7 +26,12 @@ def wheel(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "--quiet", "-w", str(out), str(source)], check=True, capture_output=True)
     (path,) = out.glob("txl_tf-*.whl")
-    with zipfile.ZipFile(path) as z:
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheel(wheel_file):
+    with zipfile.ZipFile(wheel_file) as z:
         return {name: z.read(name) for name in z.namelist()
                 if name.endswith((".cfg", "METADATA", "entry_points.txt")) or "LICENSE" in name
                 or "/shipped/" in name}
@@ -53,6 +62,25 @@ def test_the_gpu_extra_brings_tensorflows_cuda_wheels_and_onnxruntime_gpu(wheel)
     assert "Apache-2.0" in metadata
 
 
+def test_requires_python_admits_no_python_the_pinned_requirements_refuse(wheel):
+    """`python_requires` said >= 3.10 while keras 3.15 and keras-hub 0.32 need
+    3.11: pip on 3.10 failed on keras instead of naming the Python."""
+    from importlib.metadata import distribution
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    (metadata,) = [text.decode() for name, text in wheel.items() if name.endswith("METADATA")]
+    ours = SpecifierSet(re.search(r"^Requires-Python: (.+)$", metadata, re.M).group(1))
+    pythons = [f"3.{minor}" for minor in range(6, 20)]
+    for line in re.findall(r"^Requires-Dist: (.+)$", metadata, re.M):
+        requirement = Requirement(line)
+        if requirement.marker is not None:  # an extra's
+            continue
+        theirs = SpecifierSet(distribution(requirement.name).metadata["Requires-Python"] or "")
+        refused = [v for v in pythons if v in ours and v not in theirs]
+        assert not refused, (requirement.name, str(theirs), refused)
+
+
 def test_flagfiles_are_found_by_name():
     assert {"enwik8_base", "wt103_large"} <= set(configs.names())
     with open(configs.path("enwik8_base"), encoding="utf-8") as f:
@@ -62,6 +90,16 @@ def test_flagfiles_are_found_by_name():
     listed = subprocess.run([sys.executable, "-m", "training.configs", "wt103_base"],
                             capture_output=True, text=True, cwd=ROOT, check=True)
     assert listed.stdout.strip() == configs.path("wt103_base")
+
+
+def test_the_configs_module_answers_help_with_its_usage():
+    """`python -m training.configs --help` was `error: unknown training
+    configuration '--help'` (exit 2)."""
+    for flag in ("--help", "-h"):
+        shown = subprocess.run([sys.executable, "-m", "training.configs", flag],
+                               capture_output=True, text=True, cwd=ROOT)
+        assert shown.returncode == 0 and shown.stderr == "", (flag, shown.stderr)
+        assert "python -m training.configs [NAME]" in shown.stdout, shown.stdout
 
 
 def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp_path):
@@ -76,3 +114,86 @@ def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp
     script = os.path.join(os.path.dirname(sys.executable), "txl-train")
     shown = subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert "--train_steps" in shown.stdout, shown.stderr[-500:]  # absl exits 1 after --help
+
+
+def test_an_installed_commands_help_shows_its_jobs_description(tmp_path):
+    """`txl-train --help` began with a bare `USAGE: .../txl-train [flags]`
+    (absl shows `__main__`'s docstring: the script's, which has none), while
+    `python -m training.train --help` shows the job's."""
+    for command, source in (("txl-train", "training/train.py"),
+                            ("txl-export", "export/__main__.py")):
+        doc = ast.get_docstring(ast.parse(open(os.path.join(ROOT, source)).read()))
+        script = os.path.join(os.path.dirname(sys.executable), command)
+        shown = subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path)
+        assert shown.stdout.lstrip().startswith(doc.splitlines()[0]), shown.stdout[:300]
+        assert "--model_dir" in shown.stdout, shown.stderr[-500:]
+
+
+def test_the_train_helps_flagfile_example_works_outside_the_repository(tmp_path):
+    """The `--flagfile=` of `training.train --help` named
+    `training/configs/enwik8_base.cfg`, a path only a clone has."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    shown = subprocess.run([sys.executable, "-m", "training.train", "--help"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    value = re.search(r'--flagfile=("\$\(python -m training\.configs \w+\)"|\S+)',
+                      shown.stdout).group(1)
+    by_name = re.fullmatch(r'"\$\(python -m training\.configs (\w+)\)"', value)
+    path = configs.path(by_name.group(1)) if by_name else tmp_path / value
+    assert os.path.isfile(path), value
+
+
+def test_the_wheel_in_a_fresh_venv_runs_from_an_empty_folder(wheel_file, tmp_path):
+    """A user's install: the wheel alone in a new venv (this one's packages for
+    TensorFlow and the rest, through a path file, not its txl_tf), run from a
+    folder that is not the repository: the modules, the flagfiles and the
+    shipped model come from the venv, and a command evaluates the shipped model."""
+    venv, home = tmp_path / "venv", tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no repository
+    env.update(TXL_TF_CACHE=str(tmp_path / "cache"), CUDA_VISIBLE_DEVICES="")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                    "--no-deps", str(wheel_file)], check=True, capture_output=True, env=env)
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site, "zz_dependencies.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    home.mkdir()
+
+    def run(*command):
+        done = subprocess.run([str(c) for c in command], capture_output=True, text=True,
+                              cwd=home, env=env, timeout=300)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        return done.stdout
+
+    files = run(python, "-c", "import txl_tf, training, export; from txl_tf.weights.shipped "
+                "import shipped_model_dir; print(txl_tf.__file__, training.__file__, "
+                "export.__file__, shipped_model_dir('pystdlib_small'))").split()
+    assert all(path.startswith(site) for path in files), (site, files)
+    flagfile = run(python, "-m", "training.configs", "wt103_base").strip()
+    assert flagfile.startswith(site) and os.path.isfile(flagfile), flagfile
+    shown = run(venv / "bin" / "txl-evaluate", "--model_dir=pystdlib_small", "--max_segments=1",
+                "--batch_size=1", "--noprogress")
+    assert shown.startswith("pystdlib valid: bpc "), shown
+
+
+def test_a_wheel_built_from_the_sdist_holds_what_the_repositorys_does(wheel_file, tmp_path):
+    """The sdist carries what building the wheel needs: setup.py's README and
+    LICENSE, the flagfiles and the shipped model (no MANIFEST.in)."""
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", "benchmarks", "tests"))
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "sdist")],
+                   cwd=source, check=True, capture_output=True)
+    (sdist,) = (tmp_path / "sdist").glob("txl_tf-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "unpacked",
+                       **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    (unpacked,) = (tmp_path / "unpacked").iterdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--quiet", "-w", str(tmp_path / "dist"), str(unpacked)], check=True,
+                   capture_output=True)
+    (rebuilt,) = (tmp_path / "dist").glob("txl_tf-*.whl")
+    with zipfile.ZipFile(wheel_file) as a, zipfile.ZipFile(rebuilt) as b:
+        assert sorted(a.namelist()) == sorted(b.namelist())

@@ -152,7 +152,7 @@ def main(argv):
 
 def console():
     """The installed command (see setup.py's console scripts)."""
-    cli.run(main, SPEC)
+    cli.run(main, SPEC, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,6 @@ def run(**options):
     from txl_tf.learning.evaluation import evaluate_ids
 
     overrides = {k: settings[k] for k in ("clamp_len", "same_length") if k in settings}
-    from txl_tf.data import unknown_count
     from txl_tf.checks.memory_budget import check_fits
     from txl_tf.baselines import load_lstm, lstm_folder
     lstm = lstm_folder(o["model_dir"])
@@ -132,13 +131,23 @@ def run(**options):
     if not math.isfinite(result["loss"]):
         raise TrainingError(_not_finite(core, result["loss"], o["model_dir"]))
     result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
-                   "unknown_tokens": unknown_count(ids, tokenizer),
+                   "unknown_tokens": _unknown_scored(ids, tokenizer, result),
                    "clamp_len": getattr(core.config, "clamp_len", None),
                    "same_length": getattr(core.config, "same_length", None),
                    "character_level": inputs.is_character_level(corpus.tokenizer)})
     if o["output"]:  # through a rename: a kill never leaves half of it
         write_atomically(o["output"], json.dumps(result, indent=2, sort_keys=True))
     return result
+
+
+def _unknown_scored(ids, tokenizer, result):
+    """How many of the ids `evaluate_ids` scored (`result`'s segments of each
+    stream, never a stream's first id) are the tokenizer's unknown token."""
+    from txl_tf.data import stream_length, unknown_count
+    length = stream_length(len(ids), result["batch_size"], drop_remainder=False)
+    scored = result["segments"] * result["tgt_len"]
+    return sum(unknown_count(ids[start + 1:min(start + 1 + scored, start + length)], tokenizer)
+               for start in range(0, len(ids), length))
 
 
 def _not_finite(core, loss, model_dir):
@@ -190,7 +199,7 @@ def main(argv):
 
 def console():
     """The installed command (see setup.py's console scripts)."""
-    cli.run(main, SPEC)
+    cli.run(main, SPEC, doc=__doc__)
 
 
 if __name__ == "__main__":

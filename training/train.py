@@ -1,6 +1,6 @@
 r"""Trains a Transformer-XL language model (absl app).
 
-    python -m training.train --flagfile=training/configs/enwik8_base.cfg \
+    python -m training.train --flagfile="$(python -m training.configs enwik8_base)" \
         --data_dir=data/enwik8 --model_dir=runs/enwik8_base
 
 The job resumes from the newest checkpoint in `--model_dir` that can be
@@ -630,7 +630,7 @@ def main(argv):
 def console():
     """The installed command (see setup.py's console scripts)."""
     from txl_tf.app import cli
-    cli.run(main, SPEC)
+    cli.run(main, SPEC, doc=__doc__)
 
 
 if __name__ == "__main__":

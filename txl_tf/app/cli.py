@@ -9,6 +9,7 @@ see `txl_tf.app.exits`) prints a single `error: ...` line to stderr and exits
 with status 2: no usage dump, no traceback. Other exceptions are bugs and keep their traceback.
 TensorFlow is imported without its C++ start-up noise (`txl_tf.app.tf_startup`).
 """
+import logging as std_logging
 import sys
 
 from absl import app, flags, logging
@@ -31,16 +32,22 @@ def parse_flags(argv):
         fail(f"a --flagfile is not UTF-8 text: {err}")
 
 
-def run(main, spec=None):
+def run(main, spec=None, doc=None):
     """Defines `spec`'s flags (if given) and runs `main(argv)` as an absl app
-    with the shared exit path; extra positional arguments are an error."""
+    with the shared exit path; extra positional arguments are an error.
+    `doc`, the job module's docstring, heads `--help` where `__main__` has
+    none (an installed command's script), as it does under `python -m`."""
     if spec is not None:
         define(spec)
+    script = sys.modules.get("__main__")
+    if doc and script is not None and not script.__doc__:
+        script.__doc__ = doc  # absl's usage reads it
 
     def checked_main(argv):
         if len(argv) > 1:
             fail(f"unexpected arguments: {' '.join(argv[1:])}")
         logging.set_verbosity(logging.WARNING)  # TF's checkpoint INFO lines
+        one_line_per_tensorflow_record()
         return exit_on_error(lambda: main(argv))
 
     lenient_stdout()
@@ -48,6 +55,20 @@ def run(main, spec=None):
         app.run(checked_main, flags_parser=parse_flags)
     except BrokenPipeError:  # `--help | head -n 1`: absl prints the help while parsing
         reader_gone()
+
+
+def one_line_per_tensorflow_record():
+    """TensorFlow's logger got a stderr handler of its own when it was
+    imported (the root logger had none yet); absl's app then puts one on the
+    root, so each TensorFlow record would print twice. In a command it
+    prints once, on TensorFlow's own handler.
+
+    Returns:
+        None.
+    """
+    tensorflow = std_logging.getLogger("tensorflow")
+    if tensorflow.handlers:
+        tensorflow.propagate = False
 
 
 def lenient_stdout():

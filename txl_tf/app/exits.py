@@ -9,6 +9,7 @@ that goes away (`txl-generate ... | head -n 1`) ends the job quietly with
 141, as SIGPIPE ends a Unix tool. Anything else is a bug and keeps its
 traceback.
 """
+import importlib.util
 import os
 import signal
 import sys
@@ -144,11 +145,34 @@ def running_a_command():
         True or False.
     """
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = getattr(spec, "name", None) or ""
-    if name.split(".")[0] in JOB_PACKAGES or name == "txl_tf.weights.convert":
-        origin = os.path.realpath(getattr(spec, "origin", None) or os.sep)
-        return origin.startswith(PACKAGES_ROOT + os.sep)
+    name, origin = getattr(spec, "name", None) or "", getattr(spec, "origin", None)
+    if not name and sys.argv[:1] == ["-m"]:  # runpy still imports the module's packages
+        name = _module_run_by_dash_m()
+        origin = _package_origin(name.split(".")[0])
+    if name.split(".")[0] in JOB_PACKAGES or name in ("txl_tf.weights.convert",
+                                                      "txl_tf.convert"):
+        return os.path.realpath(origin or os.sep).startswith(PACKAGES_ROOT + os.sep)
     return bool(sys.argv) and os.path.basename(sys.argv[0]).removesuffix(".exe") in COMMANDS
+
+
+def _package_origin(package):
+    """Where the top-level `package` is found (its `__init__.py`), or None;
+    not imported (a failed import has left `sys.modules`)."""
+    try:
+        spec = importlib.util.find_spec(package) if package else None
+    except (ImportError, ValueError):
+        return None
+    return getattr(spec, "origin", None)
+
+
+def _module_run_by_dash_m():
+    """The MODULE of `python -m MODULE` from the interpreter's own command
+    line (`sys.orig_argv`), or ""."""
+    argv = getattr(sys, "orig_argv", [])
+    for i, arg in enumerate(argv[1:-1], 1):
+        if arg == "-m":
+            return argv[i + 1]
+    return ""
 
 
 def quiet_interrupts():

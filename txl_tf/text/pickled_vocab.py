@@ -117,9 +117,16 @@ def convert_pickled_vocab(pickle_path, text_path):
     return symbols
 
 
+USAGE = "usage: python -m txl_tf.text.pickled_vocab VOCAB.pkl VOCAB.txt"
+
+
 def main(argv):
+    if argv[1:] in (["--help"], ["-h"]):
+        print(f"{USAGE}\n\nWrites the symbols of a pickled vocabulary (vocab.pkl) as plain "
+              "text, one a line, in id order.")
+        return 0
     if len(argv) != 3:
-        print("usage: python -m txl_tf.text.pickled_vocab VOCAB.pkl VOCAB.txt", file=sys.stderr)
+        print(f"error: {USAGE}", file=sys.stderr)
         return 2
     try:
         symbols = convert_pickled_vocab(argv[1], argv[2])
@@ -131,4 +138,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    from txl_tf.app.exits import reader_gone
+    try:
+        status = main(sys.argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head -n 1`: status 141, no message, as the jobs
+        reader_gone()
+    sys.exit(status)

@@ -188,7 +188,7 @@ def main(argv):
 
 def console():
     """The installed command (see setup.py's console scripts)."""
-    cli.run(main, _spec())
+    cli.run(main, _spec(), doc=__doc__)
 
 
 if __name__ == "__main__":
