@@ -124,7 +124,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
             raise TxlError(f"{len(self.label_names)} label_names for {self.num_classes} "
                            "classes")
         self.dropout = Dropout(self.head_dropout, dtype=self.dtype_policy, name="head_dropout")
-        self.dropout.build(None)
+        self.dropout.build((None, cfg.d_model))  # a shape: summary() prints it
         self.head = keras.layers.Dense(self.num_classes, kernel_initializer=normal(cfg.init_std),
                                        dtype=self.dtype_policy, name="classifier")
         self.head.build((None, cfg.d_model))
