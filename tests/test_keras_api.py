@@ -4,6 +4,7 @@ clear error naming the limitation."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from txl_tf import TransformerXLClassifier, TransformerXLConfig
 
@@ -22,3 +23,17 @@ def test_the_classifier_summary_lists_its_layers_before_any_call(capsys):
     out = capsys.readouterr().out
     assert "head_dropout" in out and "classifier" in out
     assert "Total params: {:,}".format(model.count_params()) in out
+
+
+def test_the_classifiers_keras_export_serves_its_logits(tmp_path):
+    """`model.export(path)` (Keras's SavedModel) needs no `input_signature`:
+    Keras looks for the shapes of a first call, which a model built at
+    construction never records ("The model provided has never called")."""
+    model = TransformerXLClassifier(config(), num_classes=3, segment_len=3)
+    inputs = {"token_ids": np.random.default_rng(0).integers(0, N_TOKEN, (3, 7)).astype(np.int32),
+              "lengths": np.array([7, 2, 5], np.int32)}
+    model(inputs)
+    model.export(str(tmp_path / "saved"), verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "saved"))
+    np.testing.assert_allclose(served.serve(inputs).numpy(), model.predict(inputs, verbose=0),
+                               atol=1e-5)

@@ -241,6 +241,27 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
         logits = self.head(self.dropout(state, training=training))
         return tf.cast(logits, tf.float32)
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """Keras's `export` (a serving artifact of `call`; the project's own,
+        with metadata and ONNX, is `export.export_classifier`), whose
+        `input_signature` defaults to `{"token_ids": int32 [B, L],
+        "lengths": int32 [B]}`: Keras reads it from a first call's shapes,
+        which a model built at construction never records.
+
+        Args:
+            filepath: the artifact's path.
+            format: Keras's (`"tf_saved_model"`, ...).
+            verbose: Keras's.
+            input_signature: None, or Keras's.
+            **kwargs: Keras's.
+        """
+        if input_signature is None:
+            input_signature = [{"token_ids": tf.TensorSpec([None, None], tf.int32, "token_ids"),
+                                "lengths": tf.TensorSpec([None], tf.int32, "lengths")}]
+        return super().export(filepath, format=format, verbose=verbose,
+                              input_signature=input_signature, **kwargs)
+
     def predict_probabilities(self, inputs):
         """Softmax of the logits.
 
