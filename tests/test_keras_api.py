@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf import TransformerXLClassifier, TransformerXLConfig
+from txl_tf import InputError, TransformerXLClassifier, TransformerXLConfig, TransformerXLLM
 
 N_TOKEN, T, B = 40, 4, 2
 
@@ -37,3 +37,21 @@ def test_the_classifiers_keras_export_serves_its_logits(tmp_path):
     served = tf.saved_model.load(str(tmp_path / "saved"))
     np.testing.assert_allclose(served.serve(inputs).numpy(), model.predict(inputs, verbose=0),
                                atol=1e-5)
+
+
+def stream_arrays(rows):
+    ids = np.random.default_rng(1).integers(0, N_TOKEN, (rows, T + 1)).astype(np.int32)
+    return ids[:, :-1], ids[:, 1:]
+
+
+def test_a_validation_split_off_the_stream_batches_is_one_clear_error():
+    """Keras splits the rows before batching: a split that leaves part of a
+    stream batch on either side was an assertion deep in the graph."""
+    model = TransformerXLLM(config(), batch_size=B)
+    model.compile(optimizer="adam")
+    x, y = stream_arrays(3 * B)
+    with pytest.raises(InputError, match=r"fit: validation_split=0.4 leaves 3 rows to train on "
+                                         r"and 3 to validate; both must be multiples of the 2 streams"):
+        model.fit(x, y, batch_size=B, validation_split=0.4, verbose=0)
+    history = model.fit(x, y, batch_size=B, validation_split=1 / 3, verbose=0).history
+    assert np.isfinite(history["val_loss"][0])

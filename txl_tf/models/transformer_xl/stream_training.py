@@ -5,6 +5,7 @@ starts. The loss is the NLL the core computes from the targets (the adaptive
 softmax never forms the full log-probs), reported as `loss` (nats per
 token), `bpc` and `ppl`."""
 import contextlib
+import math
 
 import keras
 import tensorflow as tf
@@ -269,6 +270,7 @@ class StreamTraining:
                 return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
         _refuse_batch_backups(kwargs.get("callbacks"))
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
+        self._check_validation_split(x, kwargs.get("validation_split"))
         if validation is not None:
             if not self.is_stream(validation):
                 raise InputError("fit: the training data holds stream batches (with "
@@ -283,6 +285,23 @@ class StreamTraining:
                                                  self.core.config.n_token)
         with input_errors(), _one_restore(self):
             return keras.Model.fit(self, x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+    def _check_validation_split(self, x, validation_split):
+        """Raises `InputError` where Keras's `validation_split` (the last rows
+        of arrays `x`, cut before batching) leaves a part of a stream batch
+        on either side (an assertion deep in the graph)."""
+        arrays = tf.nest.flatten(x)
+        if not validation_split or isinstance(x, tf.data.Dataset) or \
+                not getattr(arrays[0] if arrays else None, "shape", None):
+            return
+        rows = int(arrays[0].shape[0])
+        train = int(math.floor(rows * (1.0 - validation_split)))  # Keras's cut
+        expected = self.stream_batch_size * self.distribute_strategy.num_replicas_in_sync
+        if train % expected or (rows - train) % expected:
+            raise InputError(
+                f"fit: validation_split={validation_split} leaves {train} rows to train on and "
+                f"{rows - train} to validate; both must be multiples of the {expected} streams "
+                "a batch holds (choose the split so, or pass validation_data)")
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         """keras-hub's `evaluate`; stream batches are read from an empty
