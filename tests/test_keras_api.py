@@ -55,3 +55,20 @@ def test_a_validation_split_off_the_stream_batches_is_one_clear_error():
         model.fit(x, y, batch_size=B, validation_split=0.4, verbose=0)
     history = model.fit(x, y, batch_size=B, validation_split=1 / 3, verbose=0).history
     assert np.isfinite(history["val_loss"][0])
+
+
+def test_the_stream_model_is_called_symbolically_and_wrapped_in_a_functional_model():
+    """`TransformerXLLM` on a `keras.Input` gives its log-probs' spec (was
+    "Output with path `` is not connected to `inputs`": Keras ran the
+    functional graph of the parent, whose inputs are a dict)."""
+    model = TransformerXLLM(config(), batch_size=B)
+    spec = model.compute_output_spec(keras.KerasTensor((B, T), "int32"))
+    assert spec.shape == (B, T, N_TOKEN) and spec.dtype == "float32"
+    ids = keras.Input((T,), batch_size=B, dtype="int32")
+    wrapped = keras.Model(ids, keras.ops.argmax(model(ids), -1))
+    x, _ = stream_arrays(B)
+    model.reset_memory()
+    got = keras.ops.convert_to_numpy(wrapped(x))
+    model.reset_memory()
+    np.testing.assert_array_equal(got, np.argmax(model(x).numpy(), -1))
+
