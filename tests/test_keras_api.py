@@ -72,3 +72,26 @@ def test_the_stream_model_is_called_symbolically_and_wrapped_in_a_functional_mod
     model.reset_memory()
     np.testing.assert_array_equal(got, np.argmax(model(x).numpy(), -1))
 
+
+RAGGED = [[1, 2, 3], [4, 5]]
+
+
+def ragged_calls():
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    ids = tf.ragged.constant(RAGGED)
+    mask = tf.ragged.constant([[1] * len(row) for row in RAGGED])
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+    classifier = TransformerXLClassifier(config(), num_classes=3)
+    stream = TransformerXLLM(config(), batch_size=B)
+    return {"causal_lm": lambda: causal_lm({"token_ids": ids, "padding_mask": mask}),
+            "backbone": lambda: causal_lm.backbone({"token_ids": ids, "padding_mask": mask}),
+            "classifier": lambda: classifier({"token_ids": ids, "lengths": tf.constant([3, 2])}),
+            "stream": lambda: stream(ids)}
+
+
+@pytest.mark.parametrize("name", ["causal_lm", "backbone", "classifier", "stream"])
+def test_ragged_ids_are_one_clear_error(name):
+    """Was `TypeError: object of type 'RaggedTensor' has no len()`."""
+    with pytest.raises(InputError, match=r"token_ids is a RaggedTensor: .*dense \[batch, "
+                                         r"length\].*to_tensor\(\)"):
+        ragged_calls()[name]()

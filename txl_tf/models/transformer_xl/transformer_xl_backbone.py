@@ -5,6 +5,7 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from txl_tf.checks.inputs import dense
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.core import TransformerXL
 
@@ -26,6 +27,7 @@ class SequenceReader(keras.layers.Layer):
 
     def call(self, token_ids, padding_mask, training=None):
         cfg = self.core.config
+        token_ids = dense(token_ids)  # a ragged one: an error that says so
         # No slots would leave a same_length query only itself to see.
         memory = self.core.initial_memory(tf.shape(token_ids)[0],
                                           mem_len=cfg.mem_len if cfg.same_length else 0,
