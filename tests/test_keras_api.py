@@ -95,3 +95,19 @@ def test_ragged_ids_are_one_clear_error(name):
     with pytest.raises(InputError, match=r"token_ids is a RaggedTensor: .*dense \[batch, "
                                          r"length\].*to_tensor\(\)"):
         ragged_calls()[name]()
+
+
+def test_per_stream_weights_after_per_token_weights_train_alike():
+    """A second `fit` with weights of another rank: Keras's step function
+    retraces them as a tensor of unknown rank, which the per-stream branch
+    (`[B]` weights) missed (a broadcast error in the graph)."""
+    x, y = stream_arrays(2 * B)
+    losses = []
+    for weights in (np.ones((2 * B, T), np.float32), np.ones(2 * B, np.float32)):
+        keras.utils.set_random_seed(0)
+        model = TransformerXLLM(config(), batch_size=B)
+        model.compile(optimizer="adam")
+        model.fit(x, y, batch_size=B, sample_weight=np.ones((2 * B, T), np.float32), verbose=0)
+        losses.append(model.fit(x, y, batch_size=B, sample_weight=weights,
+                                verbose=0).history["loss"][0])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)

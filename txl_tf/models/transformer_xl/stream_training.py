@@ -147,8 +147,9 @@ class StreamTraining:
         inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
         if weights is not None:
             weights = tf.cast(weights, tf.float32)
-            if weights.shape.rank == 1:  # one weight per stream
-                weights = weights[:, None]
+            # One weight per stream ([B]) or per token ([B, T]); a retraced
+            # step can see them with an unknown rank.
+            weights = tf.reshape(weights, [tf.shape(labels)[0], -1])
             weights = tf.broadcast_to(weights, tf.shape(labels))
         return inputs, labels, weights
 
