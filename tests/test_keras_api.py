@@ -111,3 +111,20 @@ def test_per_stream_weights_after_per_token_weights_train_alike():
         losses.append(model.fit(x, y, batch_size=B, sample_weight=weights,
                                 verbose=0).history["loss"][0])
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_class_weight_is_one_clear_error_for_the_language_models(stream):
+    """Keras turns `class_weight` into one weight per row, by the argmax of
+    its `[B, T]` targets (a position, not a token): the stream model trained
+    on those weights silently, the causal LM failed deep in its loss."""
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    x, y = stream_arrays(B)
+    if stream:
+        model = TransformerXLLM(config(), batch_size=B)
+    else:
+        model = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+        x = {"token_ids": x, "padding_mask": np.ones_like(x)}
+    model.compile(optimizer="adam")
+    with pytest.raises(InputError, match=r"fit: class_weight .*sample_weight \[B, T\]"):
+        model.fit(x, y, batch_size=B, class_weight={i: 1.0 for i in range(N_TOKEN)}, verbose=0)

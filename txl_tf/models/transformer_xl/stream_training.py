@@ -255,6 +255,11 @@ class StreamTraining:
         """keras-hub's `fit`; stream batches (see `document_dataset`) carry
         the memory from batch to batch, in order (never shuffled)."""
         self.check_vocabulary()
+        if kwargs.get("class_weight") is not None:
+            raise InputError("fit: class_weight weighs each row by the class of its targets' "
+                             "argmax (Keras's rule for one-hot targets), but a language model's "
+                             "targets are ids [B, T]; weigh tokens with sample_weight [B, T] "
+                             "(e.g. each label's weight looked up)")
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)):
             validation = validation[0]
