@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bfloat16_cpu import needs_bfloat16_matmuls
 from txl_tf import InputError, TransformerXLClassifier, TransformerXLConfig, TransformerXLLM
 
 N_TOKEN, T, B = 40, 4, 2
@@ -128,3 +129,25 @@ def test_class_weight_is_one_clear_error_for_the_language_models(stream):
     model.compile(optimizer="adam")
     with pytest.raises(InputError, match=r"fit: class_weight .*sample_weight \[B, T\]"):
         model.fit(x, y, batch_size=B, class_weight={i: 1.0 for i in range(N_TOKEN)}, verbose=0)
+
+
+@pytest.mark.parametrize("policy", ["float32",
+                                    pytest.param("mixed_bfloat16", marks=needs_bfloat16_matmuls)])
+def test_a_quantized_classifier_round_trips_through_a_keras_file(tmp_path, policy):
+    """After `quantize("int8")` the config names the int8 layers (a dtype
+    policy map, as keras-hub's backbones write): `load_model` and
+    `from_config` + `load_weights` rebuild them (were "expected 2 variables,
+    but received 0"), under the model's policy."""
+    model = TransformerXLClassifier(config(), num_classes=3, dtype=policy)
+    inputs = {"token_ids": np.random.default_rng(0).integers(0, N_TOKEN, (3, 7)).astype(np.int32),
+              "lengths": np.array([7, 2, 5], np.int32)}
+    model.quantize("int8")
+    want = model.predict(inputs, verbose=0)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_array_equal(loaded.predict(inputs, verbose=0), want)
+    assert loaded.core.compute_dtype == model.core.compute_dtype
+    model.save_weights(tmp_path / "model.weights.h5")
+    rebuilt = TransformerXLClassifier.from_config(model.get_config())
+    rebuilt.load_weights(tmp_path / "model.weights.h5")
+    np.testing.assert_array_equal(rebuilt.predict(inputs, verbose=0), want)

@@ -274,10 +274,20 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
         return tf.nn.softmax(self(inputs, training=False))
 
     def get_config(self):
-        return {**super().get_config(), "backbone": self.config.to_dict(),
-                "num_classes": self.num_classes, "segment_len": self.segment_len,
-                "mem_len": self.mem_len, "head_dropout": self.head_dropout,
-                "label_names": self.label_names, "grad_segments": self.grad_segments}
+        config = {**super().get_config(), "backbone": self.config.to_dict(),
+                  "num_classes": self.num_classes, "segment_len": self.segment_len,
+                  "mem_len": self.mem_len, "head_dropout": self.head_dropout,
+                  "label_names": self.label_names, "grad_segments": self.grad_segments}
+        # After `quantize`: a policy map naming the quantized layers (as
+        # keras-hub's backbones write it), so that loading builds them so.
+        quantized = {layer.path: layer.dtype_policy for layer in self._flatten_layers()
+                     if layer.quantization_mode is not None}
+        if quantized and not isinstance(self.dtype_policy, keras.dtype_policies.DTypePolicyMap):
+            policies = keras.dtype_policies.DTypePolicyMap(default_policy=self.dtype_policy)
+            for path, policy in quantized.items():
+                policies[path] = policy
+            config["dtype"] = keras.dtype_policies.serialize(policies)
+        return config
 
 
 def resolve_dtype(dtype):
