@@ -151,3 +151,27 @@ def test_a_quantized_classifier_round_trips_through_a_keras_file(tmp_path, polic
     rebuilt = TransformerXLClassifier.from_config(model.get_config())
     rebuilt.load_weights(tmp_path / "model.weights.h5")
     np.testing.assert_array_equal(rebuilt.predict(inputs, verbose=0), want)
+
+
+@needs_bfloat16_matmuls
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_quantized_mixed_precision_lm_reloads_in_its_policy(tmp_path, stream):
+    """The backbone's config after `quantize` is a policy map over the
+    model's policy: keras-hub's (no default policy) reloaded a
+    `mixed_bfloat16` model in the global float32, with other outputs."""
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    x, _ = stream_arrays(B)
+    if stream:
+        model = TransformerXLLM(config(), batch_size=B, dtype="mixed_bfloat16")
+    else:
+        model = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict(),
+                                                            dtype="mixed_bfloat16"))
+        x = {"token_ids": x, "padding_mask": np.ones_like(x)}
+    model.quantize("int8")
+    want = np.asarray(model(x))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    if stream:
+        loaded.reset_memory()
+    assert loaded.core.compute_dtype == "bfloat16"
+    np.testing.assert_array_equal(np.asarray(loaded(x)), want)

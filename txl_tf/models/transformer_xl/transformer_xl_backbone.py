@@ -143,4 +143,17 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
             folder, **kwargs), preset_dir)
 
     def get_config(self):
-        return {**super().get_config(), **self.config.to_dict()}
+        """keras-hub's config (name, trainable, dtype) and the config's fields.
+        After `quantize` the dtype is a policy map of the quantized layers
+        over the backbone's policy: keras-hub's has no default policy, so
+        loading took the global one (float32 for a mixed_bfloat16 model),
+        and writing it renamed the live layers' policies "None"."""
+        policy = self.dtype_policy
+        quantized = {layer.path: layer.dtype_policy for layer in self._flatten_layers()
+                     if layer.quantization_mode is not None}
+        if quantized and not isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+            policy = keras.dtype_policies.DTypePolicyMap(default_policy=policy)
+            for path, layer_policy in quantized.items():
+                policy[path] = layer_policy
+        return {"name": self.name, "trainable": self.trainable,
+                "dtype": keras.dtype_policies.serialize(policy), **self.config.to_dict()}
