@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from txl_tf.app.deprecation import answers_removed_names, check_no_removed_keywords
 from txl_tf.checks.inputs import (InputError, check_memory, check_targets, check_token_ids,
-                                  check_token_mask)
+                                  check_token_mask, dense)
 from txl_tf.checks.numpy_checks import MAX_POSITIONS, check_count, check_flag
 from txl_tf.config import as_config
 from txl_tf.errors import TxlError
@@ -253,7 +253,7 @@ class TransformerXL(keras.layers.Layer):
         segment_len = check_count("segment_len", segment_len, low=1)
         mem_len = check_count("mem_len", mem_len)
         grad_segments = check_grad_segments(grad_segments, segment_len)
-        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        token_ids = check_token_ids(dense(token_ids), cfg.n_token)
         lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
         ids, mask = right_align(token_ids, lengths, segment_len)
         if not mem_len:  # without memory the earlier segments change nothing
@@ -565,9 +565,9 @@ class TransformerXL(keras.layers.Layer):
         """Checks; `(embedded ids, position encodings, visibility, memory with
         invalid slots cleared, token_mask)`."""
         cfg = self.config
-        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        token_ids = check_token_ids(dense(token_ids), cfg.n_token)
         if token_mask is not None:
-            token_mask = check_token_mask(tf.convert_to_tensor(token_mask), token_ids)
+            token_mask = check_token_mask(dense(token_mask, "token_mask"), token_ids)
         memory = as_memory(memory)
         memory = Memory(tf.convert_to_tensor(memory.mems),
                         tf.convert_to_tensor(memory.mem_mask))

@@ -113,6 +113,14 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
         """
         return self._read_streams(inputs, self._streams.value[0], training=training)
 
+    def compute_output_spec(self, inputs, training=None, mask=None):
+        """The spec of `call`'s log-probs (a symbolic call, `keras.Input`):
+        float32 `[B, T, n_token]` of ids `[B, T]` (or a dict's
+        `token_ids`), not the parent's functional graph, whose inputs are a
+        dict."""
+        token_ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
+        return keras.KerasTensor(tuple(token_ids.shape) + (self.config.n_token,), "float32")
+
     def _stream_batch_size(self, x, batch_size, method, shuffle=False):
         from txl_tf.keras_support.stream_memory import checked_batch_size
         replicas = self.distribute_strategy.num_replicas_in_sync

@@ -11,6 +11,16 @@ from txl_tf.checks.numpy_checks import (InputError, NonFiniteMemoryError,  # noq
                                         check_finite_outputs, out_of_range_message)
 
 
+def dense(value, name="token_ids"):
+    """`value` as a dense tensor; raises `InputError` for a ragged or sparse
+    one (TensorFlow's own error did not say what was wrong)."""
+    if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)):
+        raise InputError(f"{name} is a {type(value).__name__}: the model reads dense [batch, "
+                         "length] tensors; pad the rows (e.g. `ragged.to_tensor()`) and mark the "
+                         "padding (padding_mask, or the classifier's lengths)")
+    return tf.convert_to_tensor(value)
+
+
 def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
     """Raises if ids are not a non-empty `[batch, length]` of integers in `[0, n_token)`.
 
@@ -60,10 +70,9 @@ def check_batch(data, n_token, targets=True):
     """
     inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
     if isinstance(inputs, dict):
-        inputs = {**inputs, "token_ids": check_token_ids(tf.convert_to_tensor(
-            inputs["token_ids"]), n_token)}
+        inputs = {**inputs, "token_ids": check_token_ids(dense(inputs["token_ids"]), n_token)}
     else:
-        inputs = check_token_ids(tf.convert_to_tensor(inputs), n_token)
+        inputs = check_token_ids(dense(inputs), n_token)
     if targets and labels is not None:
         labels = tf.convert_to_tensor(labels)
         if labels.dtype.is_integer:

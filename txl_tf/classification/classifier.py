@@ -124,7 +124,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
             raise TxlError(f"{len(self.label_names)} label_names for {self.num_classes} "
                            "classes")
         self.dropout = Dropout(self.head_dropout, dtype=self.dtype_policy, name="head_dropout")
-        self.dropout.build(None)
+        self.dropout.build((None, cfg.d_model))  # a shape: summary() prints it
         self.head = keras.layers.Dense(self.num_classes, kernel_initializer=normal(cfg.init_std),
                                        dtype=self.dtype_policy, name="classifier")
         self.head.build((None, cfg.d_model))
@@ -241,6 +241,27 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
         logits = self.head(self.dropout(state, training=training))
         return tf.cast(logits, tf.float32)
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """Keras's `export` (a serving artifact of `call`; the project's own,
+        with metadata and ONNX, is `export.export_classifier`), whose
+        `input_signature` defaults to `{"token_ids": int32 [B, L],
+        "lengths": int32 [B]}`: Keras reads it from a first call's shapes,
+        which a model built at construction never records.
+
+        Args:
+            filepath: the artifact's path.
+            format: Keras's (`"tf_saved_model"`, ...).
+            verbose: Keras's.
+            input_signature: None, or Keras's.
+            **kwargs: Keras's.
+        """
+        if input_signature is None:
+            input_signature = [{"token_ids": tf.TensorSpec([None, None], tf.int32, "token_ids"),
+                                "lengths": tf.TensorSpec([None], tf.int32, "lengths")}]
+        return super().export(filepath, format=format, verbose=verbose,
+                              input_signature=input_signature, **kwargs)
+
     def predict_probabilities(self, inputs):
         """Softmax of the logits.
 
@@ -253,10 +274,20 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
         return tf.nn.softmax(self(inputs, training=False))
 
     def get_config(self):
-        return {**super().get_config(), "backbone": self.config.to_dict(),
-                "num_classes": self.num_classes, "segment_len": self.segment_len,
-                "mem_len": self.mem_len, "head_dropout": self.head_dropout,
-                "label_names": self.label_names, "grad_segments": self.grad_segments}
+        config = {**super().get_config(), "backbone": self.config.to_dict(),
+                  "num_classes": self.num_classes, "segment_len": self.segment_len,
+                  "mem_len": self.mem_len, "head_dropout": self.head_dropout,
+                  "label_names": self.label_names, "grad_segments": self.grad_segments}
+        # After `quantize`: a policy map naming the quantized layers (as
+        # keras-hub's backbones write it), so that loading builds them so.
+        quantized = {layer.path: layer.dtype_policy for layer in self._flatten_layers()
+                     if layer.quantization_mode is not None}
+        if quantized and not isinstance(self.dtype_policy, keras.dtype_policies.DTypePolicyMap):
+            policies = keras.dtype_policies.DTypePolicyMap(default_policy=self.dtype_policy)
+            for path, policy in quantized.items():
+                policies[path] = policy
+            config["dtype"] = keras.dtype_policies.serialize(policies)
+        return config
 
 
 def resolve_dtype(dtype):

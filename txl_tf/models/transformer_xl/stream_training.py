@@ -5,6 +5,7 @@ starts. The loss is the NLL the core computes from the targets (the adaptive
 softmax never forms the full log-probs), reported as `loss` (nats per
 token), `bpc` and `ppl`."""
 import contextlib
+import math
 
 import keras
 import tensorflow as tf
@@ -146,8 +147,9 @@ class StreamTraining:
         inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
         if weights is not None:
             weights = tf.cast(weights, tf.float32)
-            if weights.shape.rank == 1:  # one weight per stream
-                weights = weights[:, None]
+            # One weight per stream ([B]) or per token ([B, T]); a retraced
+            # step can see them with an unknown rank.
+            weights = tf.reshape(weights, [tf.shape(labels)[0], -1])
             weights = tf.broadcast_to(weights, tf.shape(labels))
         return inputs, labels, weights
 
@@ -253,6 +255,11 @@ class StreamTraining:
         """keras-hub's `fit`; stream batches (see `document_dataset`) carry
         the memory from batch to batch, in order (never shuffled)."""
         self.check_vocabulary()
+        if kwargs.get("class_weight") is not None:
+            raise InputError("fit: class_weight weighs each row by the class of its targets' "
+                             "argmax (Keras's rule for one-hot targets), but a language model's "
+                             "targets are ids [B, T]; weigh tokens with sample_weight [B, T] "
+                             "(e.g. each label's weight looked up)")
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)):
             validation = validation[0]
@@ -269,6 +276,7 @@ class StreamTraining:
                 return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
         _refuse_batch_backups(kwargs.get("callbacks"))
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
+        self._check_validation_split(x, kwargs.get("validation_split"))
         if validation is not None:
             if not self.is_stream(validation):
                 raise InputError("fit: the training data holds stream batches (with "
@@ -283,6 +291,23 @@ class StreamTraining:
                                                  self.core.config.n_token)
         with input_errors(), _one_restore(self):
             return keras.Model.fit(self, x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+    def _check_validation_split(self, x, validation_split):
+        """Raises `InputError` where Keras's `validation_split` (the last rows
+        of arrays `x`, cut before batching) leaves a part of a stream batch
+        on either side (an assertion deep in the graph)."""
+        arrays = tf.nest.flatten(x)
+        if not validation_split or isinstance(x, tf.data.Dataset) or \
+                not getattr(arrays[0] if arrays else None, "shape", None):
+            return
+        rows = int(arrays[0].shape[0])
+        train = int(math.floor(rows * (1.0 - validation_split)))  # Keras's cut
+        expected = self.stream_batch_size * self.distribute_strategy.num_replicas_in_sync
+        if train % expected or (rows - train) % expected:
+            raise InputError(
+                f"fit: validation_split={validation_split} leaves {train} rows to train on and "
+                f"{rows - train} to validate; both must be multiples of the {expected} streams "
+                "a batch holds (choose the split so, or pass validation_data)")
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         """keras-hub's `evaluate`; stream batches are read from an empty

@@ -5,6 +5,7 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from txl_tf.checks.inputs import dense
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.core import TransformerXL
 
@@ -26,6 +27,7 @@ class SequenceReader(keras.layers.Layer):
 
     def call(self, token_ids, padding_mask, training=None):
         cfg = self.core.config
+        token_ids = dense(token_ids)  # a ragged one: an error that says so
         # No slots would leave a same_length query only itself to see.
         memory = self.core.initial_memory(tf.shape(token_ids)[0],
                                           mem_len=cfg.mem_len if cfg.same_length else 0,
@@ -141,4 +143,17 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
             folder, **kwargs), preset_dir)
 
     def get_config(self):
-        return {**super().get_config(), **self.config.to_dict()}
+        """keras-hub's config (name, trainable, dtype) and the config's fields.
+        After `quantize` the dtype is a policy map of the quantized layers
+        over the backbone's policy: keras-hub's has no default policy, so
+        loading took the global one (float32 for a mixed_bfloat16 model),
+        and writing it renamed the live layers' policies "None"."""
+        policy = self.dtype_policy
+        quantized = {layer.path: layer.dtype_policy for layer in self._flatten_layers()
+                     if layer.quantization_mode is not None}
+        if quantized and not isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+            policy = keras.dtype_policies.DTypePolicyMap(default_policy=policy)
+            for path, layer_policy in quantized.items():
+                policy[path] = layer_policy
+        return {"name": self.name, "trainable": self.trainable,
+                "dtype": keras.dtype_policies.serialize(policy), **self.config.to_dict()}

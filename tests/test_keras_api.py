@@ -1,0 +1,177 @@
+"""The Keras Model API a user tries first, on the public models: `summary`,
+`export`, symbolic calls, `fit` options; each gives Keras's behaviour or one
+clear error naming the limitation."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bfloat16_cpu import needs_bfloat16_matmuls
+from txl_tf import InputError, TransformerXLClassifier, TransformerXLConfig, TransformerXLLM
+
+N_TOKEN, T, B = 40, 4, 2
+
+
+def config():
+    return TransformerXLConfig.preset("tiny", n_token=N_TOKEN, tgt_len=T, mem_len=T, dropout=0.0)
+
+
+def test_the_classifier_summary_lists_its_layers_before_any_call(capsys):
+    """Its head dropout was built on no shape, which Keras's summary could
+    not print (a TypeError)."""
+    model = TransformerXLClassifier(config(), num_classes=3)
+    model.summary(expand_nested=True)
+    out = capsys.readouterr().out
+    assert "head_dropout" in out and "classifier" in out
+    assert "Total params: {:,}".format(model.count_params()) in out
+
+
+def test_the_classifiers_keras_export_serves_its_logits(tmp_path):
+    """`model.export(path)` (Keras's SavedModel) needs no `input_signature`:
+    Keras looks for the shapes of a first call, which a model built at
+    construction never records ("The model provided has never called")."""
+    model = TransformerXLClassifier(config(), num_classes=3, segment_len=3)
+    inputs = {"token_ids": np.random.default_rng(0).integers(0, N_TOKEN, (3, 7)).astype(np.int32),
+              "lengths": np.array([7, 2, 5], np.int32)}
+    model(inputs)
+    model.export(str(tmp_path / "saved"), verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "saved"))
+    np.testing.assert_allclose(served.serve(inputs).numpy(), model.predict(inputs, verbose=0),
+                               atol=1e-5)
+
+
+def stream_arrays(rows):
+    ids = np.random.default_rng(1).integers(0, N_TOKEN, (rows, T + 1)).astype(np.int32)
+    return ids[:, :-1], ids[:, 1:]
+
+
+def test_a_validation_split_off_the_stream_batches_is_one_clear_error():
+    """Keras splits the rows before batching: a split that leaves part of a
+    stream batch on either side was an assertion deep in the graph."""
+    model = TransformerXLLM(config(), batch_size=B)
+    model.compile(optimizer="adam")
+    x, y = stream_arrays(3 * B)
+    with pytest.raises(InputError, match=r"fit: validation_split=0.4 leaves 3 rows to train on "
+                                         r"and 3 to validate; both must be multiples of the 2 streams"):
+        model.fit(x, y, batch_size=B, validation_split=0.4, verbose=0)
+    history = model.fit(x, y, batch_size=B, validation_split=1 / 3, verbose=0).history
+    assert np.isfinite(history["val_loss"][0])
+
+
+def test_the_stream_model_is_called_symbolically_and_wrapped_in_a_functional_model():
+    """`TransformerXLLM` on a `keras.Input` gives its log-probs' spec (was
+    "Output with path `` is not connected to `inputs`": Keras ran the
+    functional graph of the parent, whose inputs are a dict)."""
+    model = TransformerXLLM(config(), batch_size=B)
+    spec = model.compute_output_spec(keras.KerasTensor((B, T), "int32"))
+    assert spec.shape == (B, T, N_TOKEN) and spec.dtype == "float32"
+    ids = keras.Input((T,), batch_size=B, dtype="int32")
+    wrapped = keras.Model(ids, keras.ops.argmax(model(ids), -1))
+    x, _ = stream_arrays(B)
+    model.reset_memory()
+    got = keras.ops.convert_to_numpy(wrapped(x))
+    model.reset_memory()
+    np.testing.assert_array_equal(got, np.argmax(model(x).numpy(), -1))
+
+
+RAGGED = [[1, 2, 3], [4, 5]]
+
+
+def ragged_calls():
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    ids = tf.ragged.constant(RAGGED)
+    mask = tf.ragged.constant([[1] * len(row) for row in RAGGED])
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+    classifier = TransformerXLClassifier(config(), num_classes=3)
+    stream = TransformerXLLM(config(), batch_size=B)
+    return {"causal_lm": lambda: causal_lm({"token_ids": ids, "padding_mask": mask}),
+            "backbone": lambda: causal_lm.backbone({"token_ids": ids, "padding_mask": mask}),
+            "classifier": lambda: classifier({"token_ids": ids, "lengths": tf.constant([3, 2])}),
+            "stream": lambda: stream(ids)}
+
+
+@pytest.mark.parametrize("name", ["causal_lm", "backbone", "classifier", "stream"])
+def test_ragged_ids_are_one_clear_error(name):
+    """Was `TypeError: object of type 'RaggedTensor' has no len()`."""
+    with pytest.raises(InputError, match=r"token_ids is a RaggedTensor: .*dense \[batch, "
+                                         r"length\].*to_tensor\(\)"):
+        ragged_calls()[name]()
+
+
+def test_per_stream_weights_after_per_token_weights_train_alike():
+    """A second `fit` with weights of another rank: Keras's step function
+    retraces them as a tensor of unknown rank, which the per-stream branch
+    (`[B]` weights) missed (a broadcast error in the graph)."""
+    x, y = stream_arrays(2 * B)
+    losses = []
+    for weights in (np.ones((2 * B, T), np.float32), np.ones(2 * B, np.float32)):
+        keras.utils.set_random_seed(0)
+        model = TransformerXLLM(config(), batch_size=B)
+        model.compile(optimizer="adam")
+        model.fit(x, y, batch_size=B, sample_weight=np.ones((2 * B, T), np.float32), verbose=0)
+        losses.append(model.fit(x, y, batch_size=B, sample_weight=weights,
+                                verbose=0).history["loss"][0])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_class_weight_is_one_clear_error_for_the_language_models(stream):
+    """Keras turns `class_weight` into one weight per row, by the argmax of
+    its `[B, T]` targets (a position, not a token): the stream model trained
+    on those weights silently, the causal LM failed deep in its loss."""
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    x, y = stream_arrays(B)
+    if stream:
+        model = TransformerXLLM(config(), batch_size=B)
+    else:
+        model = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+        x = {"token_ids": x, "padding_mask": np.ones_like(x)}
+    model.compile(optimizer="adam")
+    with pytest.raises(InputError, match=r"fit: class_weight .*sample_weight \[B, T\]"):
+        model.fit(x, y, batch_size=B, class_weight={i: 1.0 for i in range(N_TOKEN)}, verbose=0)
+
+
+@pytest.mark.parametrize("policy", ["float32",
+                                    pytest.param("mixed_bfloat16", marks=needs_bfloat16_matmuls)])
+def test_a_quantized_classifier_round_trips_through_a_keras_file(tmp_path, policy):
+    """After `quantize("int8")` the config names the int8 layers (a dtype
+    policy map, as keras-hub's backbones write): `load_model` and
+    `from_config` + `load_weights` rebuild them (were "expected 2 variables,
+    but received 0"), under the model's policy."""
+    model = TransformerXLClassifier(config(), num_classes=3, dtype=policy)
+    inputs = {"token_ids": np.random.default_rng(0).integers(0, N_TOKEN, (3, 7)).astype(np.int32),
+              "lengths": np.array([7, 2, 5], np.int32)}
+    model.quantize("int8")
+    want = model.predict(inputs, verbose=0)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_array_equal(loaded.predict(inputs, verbose=0), want)
+    assert loaded.core.compute_dtype == model.core.compute_dtype
+    model.save_weights(tmp_path / "model.weights.h5")
+    rebuilt = TransformerXLClassifier.from_config(model.get_config())
+    rebuilt.load_weights(tmp_path / "model.weights.h5")
+    np.testing.assert_array_equal(rebuilt.predict(inputs, verbose=0), want)
+
+
+@needs_bfloat16_matmuls
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_quantized_mixed_precision_lm_reloads_in_its_policy(tmp_path, stream):
+    """The backbone's config after `quantize` is a policy map over the
+    model's policy: keras-hub's (no default policy) reloaded a
+    `mixed_bfloat16` model in the global float32, with other outputs."""
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    x, _ = stream_arrays(B)
+    if stream:
+        model = TransformerXLLM(config(), batch_size=B, dtype="mixed_bfloat16")
+    else:
+        model = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict(),
+                                                            dtype="mixed_bfloat16"))
+        x = {"token_ids": x, "padding_mask": np.ones_like(x)}
+    model.quantize("int8")
+    want = np.asarray(model(x))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    if stream:
+        loaded.reset_memory()
+    assert loaded.core.compute_dtype == "bfloat16"
+    np.testing.assert_array_equal(np.asarray(loaded(x)), want)
