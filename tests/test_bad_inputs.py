@@ -346,7 +346,7 @@ CLI_CASES = [
      r"--top_k 1000 exceeds the vocabulary of 256 tokens"),
     ("generate_temperature", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                    "--temperature=-1"],
-     r"--temperature must be >= 0, got -1"),
+     r"--temperature must be a finite number >= 0, got -1"),
     ("generate_mem_len", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                "--mem_len=-1"], r"--mem_len must be >= 0"),
     # tf.zeros' "out-of-range integer" traceback (an OOM traceback at 2**31), not a budget line.
@@ -361,7 +361,15 @@ CLI_CASES = [
                                              "--top_p=0"], r"--top_p must be in \(0, 1\], got 0"),
     ("generate_penalty", "training.generate", ["--model={root}/model", "--prompt=a",
                                                "--repetition_penalty=0.5"],
-     r"--repetition_penalty must be >= 1, got 0.5"),
+     r"--repetition_penalty must be a finite number >= 1, got 0.5"),
+    # inf passed the CLI's checks: the library's "temperature must be ..." without the flag, and
+    # "--repetition_penalty must be >= 1, got inf".
+    ("generate_temperature_inf", "training.generate", ["--model={root}/model", "--prompt=a",
+                                                       "--temperature=inf"],
+     r"^error: --temperature must be a finite number >= 0, got inf$"),
+    ("generate_penalty_inf", "training.generate", ["--model={root}/model", "--prompt=a",
+                                                   "--repetition_penalty=inf"],
+     r"^error: --repetition_penalty must be a finite number >= 1, got inf$"),
     ("generate_stop_ids", "training.generate", ["--model={root}/model", "--prompt=a",
                                                 "--stop_ids=x"],
      r"--stop_ids must be token ids \(integers >= 0\), got 'x'"),
