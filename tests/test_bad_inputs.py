@@ -477,6 +477,18 @@ CLI_CASES = [
      r"--model_dir$"),
     ("train_model_dir_under_a_file", "training.train", ["--model_dir={scratch}/latin1.txt/run"],
      r"^error: --model_dir: .*latin1\.txt is not a folder, so it cannot hold"),
+    # The corpus cache's OSError, "cannot load corpus 'text': [Errno 17] File exists", without
+    # the flag.
+    ("evaluate_cache_dir_is_a_file", "training.evaluate",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/latin1.txt"],
+     r"^error: --cache_dir: .*latin1\.txt exists and is not a folder; choose another "
+     r"--cache_dir$"),
+    ("train_cache_dir_under_a_file", "training.train",
+     ["--model_dir={scratch}/cache_run", "--dataset=text", "--data_dir={corpus}",
+      "--preset=tiny", "--cache_dir={scratch}/latin1.txt/cache"],
+     r"^error: --cache_dir: .*latin1\.txt is not a folder, so it cannot hold "
+     r".*latin1\.txt/cache; choose another --cache_dir$"),
     ("evaluate_output_under_a_file", "training.evaluate",
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
       "--cache_dir={scratch}/cache", "--output={scratch}/latin1.txt/e.json"],
