@@ -449,6 +449,17 @@ CLI_CASES = [
     ("export_triton_batch", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
                                        "--triton_max_batch_size=0"],
      r"^error: --triton_max_batch_size must be >= 1, got 0$"),
+    # "[Errno 2] No such file or directory" without the flag, after the weights loaded; a folder
+    # without a tokenizer was copied into the export as its vocab/.
+    ("export_vocab_dir_missing", "export", ["--model_dir={root}/model",
+                                            "--output_dir={scratch}/out_vocab",
+                                            "--vocab_dir={scratch}/nowhere"],
+     r"^error: --vocab_dir: cannot read the vocabulary in .*nowhere: tokenizer file not found"),
+    ("export_vocab_dir_not_a_vocabulary", "export", ["--model_dir={root}/model",
+                                                     "--output_dir={scratch}/out_vocab",
+                                                     "--vocab_dir={root}/model"],
+     r"^error: --vocab_dir: cannot read the vocabulary in .*root/model: tokenizer file not "
+     r"found"),
     ("export_truncated_weights", "export", ["--model_dir={root}/broken",
                                             "--output_dir={scratch}/out"],
      r"cannot load weights '.*broken/weights\.npz'.*not a complete \.npz archive"),
