@@ -318,7 +318,30 @@ CLI_CASES = [
     ("train_adam_beta2", "training.train", ["--adam_beta2=1.5", "--model_dir={root}/run"],
      r"--adam_beta2 must be in \[0, 1\), got 1.5"),
     ("train_adam_epsilon", "training.train", ["--adam_epsilon=0", "--model_dir={root}/run"],
-     r"--adam_epsilon must be > 0, got 0.0"),
+     r"--adam_epsilon must be a finite number > 0, got 0.0"),
+    # NaN and inf passed the checks: "the weights hold NaN or inf ... lower --learning_rate" after
+    # the first step, or a run that trained nothing (--adam_epsilon=inf, --clip=nan) or ignored
+    # its limit (--max_time_s=nan) without a word.
+    *[(f"train_{flag}_{value}", "training.train", [f"--{flag}={value}", "--model_dir={root}/run"],
+       rf"^error: --{flag} must be {rule}, got {value}$")
+      for flag, rule in (("learning_rate", "a finite number > 0"),
+                         ("clip", r"a finite number >= 0 \(0: none\)"),
+                         ("adam_epsilon", "a finite number > 0"))
+      for value in ("nan", "inf")],
+    ("train_max_time_s_nan", "training.train", ["--max_time_s=nan", "--model_dir={root}/run"],
+     r"^error: --max_time_s must be >= 0 \(0: no limit\), got nan$"),
+    *[(f"classify_{flag}_{value}", "training.classify",
+       ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={scratch}/c",
+        f"--{flag}={value}"], rf"^error: --{flag} must be {rule}, got {value}$")
+      for flag, rule in (("learning_rate", "a finite number > 0"),
+                         ("clip", r"a finite number >= 0 \(0: none\)"))
+      for value in ("nan", "inf")],
+    *[(f"train_lstm_{flag}_{value}", "training.train_lstm",
+       ["--model_dir={scratch}/lstm", f"--{flag}={value}"],
+       rf"^error: --{flag} must be {rule}, got {value}$")
+      for flag, rule in (("learning_rate", "a finite number > 0"),
+                         ("clip", r"a finite number >= 0 \(0: none\)"))
+      for value in ("nan", "inf")],
     ("train_other_model", "training.train",
      ["--model_dir={root}/run", "--dataset=text", "--data_dir={corpus}", "--preset=small",
       "--cache_dir={scratch}/cache", "--strategy=one_device"],

@@ -170,10 +170,12 @@ def check_options(o):
         _require(o, "train_data", "output_dir")
         if o["steps"] is not None and o["epochs"] is not None:
             raise TrainingError("pass --steps or --epochs, not both")
-        if o["learning_rate"] <= 0:
-            raise TrainingError(f"--learning_rate must be > 0, got {o['learning_rate']}")
-        if o["clip"] < 0:
-            raise TrainingError(f"--clip must be >= 0, got {o['clip']}")
+        if not 0 < o["learning_rate"] < float("inf"):
+            raise TrainingError(f"--learning_rate must be a finite number > 0, got "
+                                f"{o['learning_rate']}")
+        if not 0 <= o["clip"] < float("inf"):  # inf: NaN weights (inf x 0), not "no clip"
+            raise TrainingError(f"--clip must be a finite number >= 0 (0: none), got "
+                                f"{o['clip']}")
         if o["dropout"] is not None and not 0 <= o["dropout"] < 1:
             raise TrainingError(f"--dropout must be in [0, 1), got {o['dropout']}")
         sources = [f"--{n}" for n in ("backbone", "preset", "config") if o[n]]

@@ -57,8 +57,11 @@ def _check(o):
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
     if not 0 <= o["dropout"] < 1:
         raise TrainingError(f"--dropout must be in [0, 1), got {o['dropout']}")
-    if o["learning_rate"] <= 0 or o["clip"] < 0:
-        raise TrainingError("--learning_rate must be > 0 and --clip >= 0")
+    if not 0 < o["learning_rate"] < float("inf"):
+        raise TrainingError(f"--learning_rate must be a finite number > 0, got "
+                            f"{o['learning_rate']}")
+    if not 0 <= o["clip"] < float("inf"):  # inf: NaN weights (inf x 0), not "no clip"
+        raise TrainingError(f"--clip must be a finite number >= 0 (0: none), got {o['clip']}")
 
 
 @logging_as_found()
