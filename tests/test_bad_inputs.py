@@ -534,6 +534,12 @@ CLI_CASES = [
     ("classify_output_under_a_file", "training.classify",
      ["--mode=evaluate", "--classifier_dir={root}/model", "--eval_data={corpus}",
       "--output={scratch}/latin1.txt/m.json"], r"^error: --output: .*latin1\.txt is not a folder"),
+    # A training run's (or model's) folder took the classifier: its flags.json, train_log.jsonl
+    # and vocab/ replaced, its export/ deleted.
+    ("classify_output_dir_holds_a_run", "training.classify",
+     ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={root}/run"],
+     r"^error: --output_dir: .*root/run holds a model or training run \(config\.json, "
+     r"checkpoints\), not a classifier; choose another --output_dir$"),
     ("classify_output_dir_under_a_file", "training.classify",
      ["--mode=train", "--train_data={corpus}", "--preset=tiny",
       "--output_dir={scratch}/latin1.txt/c"], r"^error: --output_dir: .*latin1\.txt is not a "

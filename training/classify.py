@@ -52,6 +52,8 @@ from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
+# What a model or training run directory holds and a classifier's never does.
+RUN_FILES = ("config.json", "weights.npz", "checkpoints")
 MODES = ("train", "evaluate", "predict")
 EXPORT_FORMATS = ("saved_model", "onnx")
 METRICS_FILE = "metrics.json"
@@ -168,6 +170,11 @@ def check_options(o):
             raise TrainingError(in_the_way)
     if o["mode"] == "train":
         _require(o, "train_data", "output_dir")
+        held = [name for name in RUN_FILES if os.path.exists(os.path.join(o["output_dir"], name))]
+        if held:  # the classifier's files would replace its flags.json, vocab/, delete export/
+            raise TrainingError(f"--output_dir: {o['output_dir']} holds a model or training run "
+                                f"({', '.join(held)}), not a classifier; choose another "
+                                "--output_dir")
         if o["steps"] is not None and o["epochs"] is not None:
             raise TrainingError("pass --steps or --epochs, not both")
         if not 0 < o["learning_rate"] < float("inf"):
