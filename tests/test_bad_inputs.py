@@ -62,6 +62,7 @@ def prepared(tmp_path_factory):
     _model_dir(root / "novocab", core, vocab=False)
     corpus = write_text_corpus(scratch / "corpus.txt", 3_000)
     (scratch / "latin1.txt").write_bytes("caf\xe9 --x\n".encode("latin-1"))  # not UTF-8
+    (scratch / "labels.tsv").write_text("a\tone\nb\ttwo\n", encoding="utf-8")  # classify's
     exported = scratch / "exported"
     export_saved_model(core, str(exported / "saved_model"), MEM_LEN)
     export_onnx(core, str(exported / "model.onnx"), MEM_LEN)
@@ -540,6 +541,11 @@ CLI_CASES = [
      ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={root}/run"],
      r"^error: --output_dir: .*root/run holds a model or training run \(config\.json, "
      r"checkpoints\), not a classifier; choose another --output_dir$"),
+    # "tokenizer file not found: ..." without the flag.
+    ("classify_vocab_dir_missing", "training.classify",
+     ["--mode=train", "--train_data={scratch}/labels.tsv", "--preset=tiny",
+      "--output_dir={scratch}/c", "--vocab_dir={scratch}/nowhere"],
+     r"^error: --vocab_dir: cannot read the tokenizer in .*nowhere: tokenizer file not found"),
     ("classify_output_dir_under_a_file", "training.classify",
      ["--mode=train", "--train_data={corpus}", "--preset=tiny",
       "--output_dir={scratch}/latin1.txt/c"], r"^error: --output_dir: .*latin1\.txt is not a "
