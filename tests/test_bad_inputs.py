@@ -546,6 +546,10 @@ CLI_CASES = [
      ["--mode=train", "--train_data={scratch}/labels.tsv", "--preset=tiny",
       "--output_dir={scratch}/c", "--vocab_dir={scratch}/nowhere"],
      r"^error: --vocab_dir: cannot read the tokenizer in .*nowhere: tokenizer file not found"),
+    # -1 and 7 were taken as 1.
+    ("classify_verbose", "training.classify",
+     ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={scratch}/c",
+      "--verbose=-1"], r"^error: --verbose must be 0 or 1, got -1$"),
     ("classify_output_dir_under_a_file", "training.classify",
      ["--mode=train", "--train_data={corpus}", "--preset=tiny",
       "--output_dir={scratch}/latin1.txt/c"], r"^error: --output_dir: .*latin1\.txt is not a "

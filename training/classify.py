@@ -150,6 +150,8 @@ def check_options(o):
     for name in ("batch_size", "log_every"):
         if o[name] is None or o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
+    if o["verbose"] not in (0, 1):
+        raise TrainingError(f"--verbose must be 0 or 1, got {o['verbose']}")
     if o["grad_segments"] is None or not 1 <= o["grad_segments"] <= MAX_POSITIONS:
         raise TrainingError(f"--grad_segments must be in [1, {MAX_POSITIONS}], got "
                             f"{o['grad_segments']}")
