@@ -303,6 +303,10 @@ CLI_CASES = [
     # NaN passed `< 0` and meant no fine-tuning, without a word.
     ("demo_finetune_seconds_nan", "training.demo", ["--finetune_seconds=nan"],
      r"^error: --finetune_seconds must be >= 0, got nan$"),
+    # The decoder's "max_new_tokens must be ..." without the flag, after the evaluations.
+    ("demo_num_tokens_huge", "training.demo", ["--model={root}/model", "--eval_segments=1",
+                                               "--context=8", "--num_tokens=1073741825"],
+     r"^error: --num_tokens must be in \[0, 1073741824\], got 1073741825$"),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),

@@ -27,6 +27,7 @@ from txl_tf.app import cli
 from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.tf_logs import logging_as_found
+from txl_tf.generation.request import MAX_NEW_TOKENS
 
 SPEC = (
     option("string", "model", "pystdlib_small", "The model to start from: a shipped model's "
@@ -54,6 +55,9 @@ def _check(o):
     for name in ("num_tokens", "finetune_seconds", "finetune_steps"):
         if not o[name] >= 0:  # NaN too
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
+    if o["num_tokens"] > MAX_NEW_TOKENS:  # what one decode call holds
+        raise TrainingError(f"--num_tokens must be in [0, {MAX_NEW_TOKENS}], got "
+                            f"{o['num_tokens']}")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
 
