@@ -307,6 +307,11 @@ CLI_CASES = [
     ("demo_num_tokens_huge", "training.demo", ["--model={root}/model", "--eval_segments=1",
                                                "--context=8", "--num_tokens=1073741825"],
      r"^error: --num_tokens must be in \[0, 1073741824\], got 1073741825$"),
+    # Unchecked: fine-tuning with NaN weights after the evaluations and the generation.
+    ("demo_finetune_learning_rate_nan", "training.demo",
+     ["--model={root}/model", "--eval_segments=1", "--context=8", "--num_tokens=1",
+      "--finetune_steps=1", "--finetune_learning_rate=nan"],
+     r"^error: --finetune_learning_rate must be a finite number > 0, got nan$"),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),

@@ -58,6 +58,9 @@ def _check(o):
     if o["num_tokens"] > MAX_NEW_TOKENS:  # what one decode call holds
         raise TrainingError(f"--num_tokens must be in [0, {MAX_NEW_TOKENS}], got "
                             f"{o['num_tokens']}")
+    if not 0 < o["finetune_learning_rate"] < float("inf"):
+        raise TrainingError(f"--finetune_learning_rate must be a finite number > 0, got "
+                            f"{o['finetune_learning_rate']}")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
 
