@@ -312,6 +312,12 @@ CLI_CASES = [
      ["--model={root}/model", "--eval_segments=1", "--context=8", "--num_tokens=1",
       "--finetune_steps=1", "--finetune_learning_rate=nan"],
      r"^error: --finetune_learning_rate must be a finite number > 0, got nan$"),
+    # "[Errno 20] Not a directory" without the flag, after the evaluations.
+    ("demo_output_dir_under_a_file", "training.demo",
+     ["--model={root}/model", "--eval_segments=1", "--context=8",
+      "--output_dir={scratch}/latin1.txt/demo"],
+     r"^error: --output_dir: .*latin1\.txt is not a folder, so it cannot hold .*latin1\.txt/demo; "
+     r"choose another --output_dir$"),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),

@@ -26,6 +26,7 @@ import time
 from txl_tf.app import cli
 from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.generation.request import MAX_NEW_TOKENS
 
@@ -63,6 +64,9 @@ def _check(o):
                             f"{o['finetune_learning_rate']}")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
+    in_the_way = o["output_dir"] and path_in_the_way("output_dir", o["output_dir"])
+    if in_the_way:  # written after the evaluations
+        raise TrainingError(in_the_way)
 
 
 @logging_as_found()
