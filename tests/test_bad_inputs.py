@@ -499,6 +499,19 @@ CLI_CASES = [
                                                      "--vocab_dir={root}/model"],
      r"^error: --vocab_dir: cannot read the vocabulary in .*root/model: tokenizer file not "
      r"found"),
+    # Written into config.pbtxt, whose max_batch_size and max_candidate_sequences are int32:
+    # an export that Triton cannot load.
+    ("export_triton_batch_huge", "export", ["--model_dir={root}/model",
+                                            "--output_dir={scratch}/out_triton",
+                                            "--formats=triton",
+                                            "--triton_max_batch_size=2147483648"],
+     r"^error: cannot write a Triton repository: max_batch_size must be at most 2147483647 "),
+    ("export_triton_candidates_huge", "export", ["--model_dir={root}/model",
+                                                 "--output_dir={scratch}/out_triton",
+                                                 "--formats=triton",
+                                                 "--triton_max_batch_size=1073741824"],
+     r"^error: cannot write a Triton repository: max_candidate_sequences must be at most "
+     r"2147483647 .*got 4294967296$"),
     ("export_truncated_weights", "export", ["--model_dir={root}/broken",
                                             "--output_dir={scratch}/out"],
      r"cannot load weights '.*broken/weights\.npz'.*not a complete \.npz archive"),
