@@ -430,6 +430,13 @@ CLI_CASES = [
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
       "--cache_dir={scratch}/cache", "--max_context=9223372036854775808"],
      r"^error: the text has \d+ ids: too few for a context of 9223372036854775808 "),
+    # "[Errno 20] Not a directory" without the flag, once every context was scored.
+    ("recl_output_dir_under_a_file", "training.recl",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--max_context=32", "--positions=8",
+      "--output_dir={scratch}/latin1.txt/recl"],
+     r"^error: --output_dir: .*latin1\.txt is not a folder, so it cannot hold .*latin1\.txt/recl; "
+     r"choose another --output_dir$"),
     ("generate_two_models", "training.generate", ["--model={root}/model",
                                                   "--model_dir={root}/model", "--prompt=a"],
      r"pass --model or --model_dir, not both"),
