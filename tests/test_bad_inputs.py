@@ -589,6 +589,10 @@ CLI_CASES = [
      ["--mode=train", "--train_data={corpus}", "--preset=tiny",
       "--output_dir={scratch}/latin1.txt/c"], r"^error: --output_dir: .*latin1\.txt is not a "
                                               r"folder"),
+    # "[Errno 17] File exists" without the flag (after the corpus loaded, under a file).
+    ("train_lstm_model_dir_is_a_file", "training.train_lstm", ["--model_dir={scratch}/latin1.txt"],
+     r"^error: --model_dir: .*latin1\.txt exists and is not a folder; choose another "
+     r"--model_dir$"),
     ("flagfile_not_utf8", "training.train", ["--flagfile={scratch}/latin1.txt"],
      r"^error: a --flagfile is not UTF-8 text: 'utf-8' codec can't decode"),
     ("flagfile_missing", "export", ["--flagfile={scratch}/nowhere.cfg"],

@@ -21,6 +21,7 @@ from training.errors import TrainingError
 from training.files import LOG_FILE, set_aside_log
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
@@ -51,6 +52,9 @@ SPEC = (
 def _check(o):
     if not o["model_dir"]:
         raise TrainingError("--model_dir is required")
+    in_the_way = path_in_the_way("model_dir", o["model_dir"])
+    if in_the_way:
+        raise TrainingError(in_the_way)
     for name in ("d_model", "n_layer", "tgt_len", "batch_size", "train_steps", "log_every",
                  "eval_batch_size"):
         if o[name] < 1:
