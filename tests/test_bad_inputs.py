@@ -593,6 +593,14 @@ CLI_CASES = [
     ("train_lstm_model_dir_is_a_file", "training.train_lstm", ["--model_dir={scratch}/latin1.txt"],
      r"^error: --model_dir: .*latin1\.txt exists and is not a folder; choose another "
      r"--model_dir$"),
+    # A ResourceExhaustedError traceback building the weights (--d_model), or no end making
+    # the layers (--n_layer).
+    *[(f"train_lstm_{flag}_huge", "training.train_lstm",
+       ["--model_dir={scratch}/lstm", "--dataset=text", "--data_dir={corpus}",
+        "--cache_dir={scratch}/cache", f"--{flag}=1000000000000"],
+       r"^error: training the LSTM needs at least .* GiB \(weights, gradients and Adam's "
+       r"moments .*\) and this process can allocate .*; lower --d_model or --n_layer$")
+      for flag in ("d_model", "n_layer")],
     ("flagfile_not_utf8", "training.train", ["--flagfile={scratch}/latin1.txt"],
      r"^error: a --flagfile is not UTF-8 text: 'utf-8' codec can't decode"),
     ("flagfile_missing", "export", ["--flagfile={scratch}/nowhere.cfg"],

@@ -68,6 +68,16 @@ def _check(o):
         raise TrainingError(f"--clip must be a finite number >= 0 (0: none), got {o['clip']}")
 
 
+def _check_fits(config):
+    """Refuses an LSTM whose float32 weights, gradients and Adam's two moments
+    (embedding, LSTMs and softmax: a lower bound) exceed this process's memory."""
+    from txl_tf.checks.memory_budget import check_bytes
+    d, n = config.d_model, config.n_token
+    weights = 4 * (2 * n * d + n + config.n_layer * 4 * (2 * d * d + d))
+    check_bytes({"weights, gradients and Adam's moments": 4 * weights}, "training the LSTM",
+                advice="lower --d_model or --n_layer")
+
+
 @logging_as_found()
 def run(**options):
     """Trains with `options` (the flags by name); returns a summary dict."""
@@ -90,6 +100,7 @@ def run(**options):
     config = LSTMConfig(n_token=corpus.tokenizer.vocab_size, d_model=o["d_model"],
                         n_layer=o["n_layer"], tgt_len=o["tgt_len"], dropout=o["dropout"],
                         vocab_fingerprint=corpus.tokenizer.fingerprint())
+    _check_fits(config)
     keras.utils.set_random_seed(o["seed"])
     model = LSTMLanguageModel(config)
     model.build()
