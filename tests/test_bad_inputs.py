@@ -601,6 +601,16 @@ CLI_CASES = [
        r"^error: training the LSTM needs at least .* GiB \(weights, gradients and Adam's "
        r"moments .*\) and this process can allocate .*; lower --d_model or --n_layer$")
       for flag in ("d_model", "n_layer")],
+    # A ValueError traceback (--seed); --eval_max_segments refused after the training, and
+    # --warmup_steps and --min_lr_ratio by the schedule without the flag.
+    *[(f"train_lstm_{flag}", "training.train_lstm",
+       ["--model_dir={scratch}/lstm", "--train_steps=2", f"--{flag}={value}"],
+       rf"^error: {message}$")
+      for flag, value, message in (
+          ("seed", "-1", r"--seed must be in \[0, 4294967295\], got -1"),
+          ("eval_max_segments", "0", "--eval_max_segments must be a positive integer, got 0"),
+          ("warmup_steps", "3", r"--warmup_steps \(3\) exceeds --train_steps \(2\)"),
+          ("min_lr_ratio", "nan", r"--min_lr_ratio must be in \[0, 1\], got nan"))],
     ("flagfile_not_utf8", "training.train", ["--flagfile={scratch}/latin1.txt"],
      r"^error: a --flagfile is not UTF-8 text: 'utf-8' codec can't decode"),
     ("flagfile_missing", "export", ["--flagfile={scratch}/nowhere.cfg"],

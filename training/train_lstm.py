@@ -66,6 +66,18 @@ def _check(o):
                             f"{o['learning_rate']}")
     if not 0 <= o["clip"] < float("inf"):  # inf: NaN weights (inf x 0), not "no clip"
         raise TrainingError(f"--clip must be a finite number >= 0 (0: none), got {o['clip']}")
+    if o["eval_max_segments"] is not None and o["eval_max_segments"] < 1:  # read after training
+        raise TrainingError(f"--eval_max_segments must be a positive integer, got "
+                            f"{o['eval_max_segments']}")
+    if o["warmup_steps"] is not None and o["warmup_steps"] < 0:
+        raise TrainingError(f"--warmup_steps must be >= 0, got {o['warmup_steps']}")
+    if o["warmup_steps"] is not None and o["warmup_steps"] > o["train_steps"]:
+        raise TrainingError(f"--warmup_steps ({o['warmup_steps']}) exceeds --train_steps "
+                            f"({o['train_steps']})")
+    if not 0 <= o["min_lr_ratio"] <= 1:
+        raise TrainingError(f"--min_lr_ratio must be in [0, 1], got {o['min_lr_ratio']}")
+    from training.train import check_seed
+    check_seed(o["seed"])
 
 
 def _check_fits(config):
