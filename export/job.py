@@ -215,6 +215,9 @@ def _check_options(o):
         raise ExportError(f"--mem_len must be >= 0, got {o['mem_len']}")
     if not o["tolerance"] >= 0:  # NaN too
         raise ExportError(f"--tolerance must be >= 0, got {o['tolerance']}")
+    if o["tolerance"] == float("inf"):
+        raise ExportError(f"--tolerance must be finite (inf passes any difference), got "
+                          f"{o['tolerance']}")
     if o["cache_dtype"] not in (None,) + CACHE_DTYPES:
         raise ExportError(f"--cache_dtype must be one of {', '.join(CACHE_DTYPES)}, got "
                           f"{o['cache_dtype']!r}")

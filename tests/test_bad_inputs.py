@@ -488,6 +488,11 @@ CLI_CASES = [
     ("export_tolerance", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
                                     "--tolerance=-1"],
      r"^error: --tolerance must be >= 0, got -1.0$"),
+    # Passed: a --verify whose parity check could never fail.
+    ("export_tolerance_inf", "export", ["--model_dir={root}/model",
+                                        "--output_dir={scratch}/out_tolerance",
+                                        "--tolerance=inf"],
+     r"^error: --tolerance must be finite \(inf passes any difference\), got inf$"),
     ("export_mem_len", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
                                   "--mem_len=-1"], r"^error: --mem_len must be >= 0, got -1$"),
     ("export_log_probs", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
