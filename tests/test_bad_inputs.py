@@ -524,6 +524,13 @@ CLI_CASES = [
                                                  "--triton_max_batch_size=1073741824"],
      r"^error: cannot write a Triton repository: max_candidate_sequences must be at most "
      r"2147483647 .*got 4294967296$"),
+    # numpy's "This file contains pickled (object) data. If you trust the file you can load it
+    # unsafely using the `allow_pickle=` keyword argument or `pickle.load()`".
+    ("export_weights_not_npz", "export", ["--config={root}/model/config.json",
+                                          "--weights={scratch}/latin1.txt",
+                                          "--output_dir={scratch}/out_weights"],
+     r"^error: cannot load weights '.*latin1\.txt'.*: cannot read weights file .*latin1\.txt: "
+     r"not an \.npz archive \(it does not start with a zip file's signature\)$"),
     ("export_truncated_weights", "export", ["--model_dir={root}/broken",
                                             "--output_dir={scratch}/out"],
      r"cannot load weights '.*broken/weights\.npz'.*not a complete \.npz archive"),
