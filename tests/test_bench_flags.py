@@ -94,6 +94,8 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     # or before any line was split
     ("benchmarks.memory_worth", ["--budget_s=nan"],
      "--budget_s must be a finite number of seconds > 0, got nan"),
+    ("benchmarks.quality", ["--heldout_fraction=nan"],
+     "--heldout_fraction must be in (0, 1), got nan"),
     ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
     ("benchmarks.throughput", ["--iters=many"], "--iters"),
     ("benchmarks.throughput", ["--shapes=huge"], "--shapes takes"),
