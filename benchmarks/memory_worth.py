@@ -69,6 +69,9 @@ def run_shakespeare(o):
     training length, at 3x that, and with mem_len 0; prints a table and writes
     JSON.
     """
+    if not 0 < o["budget_s"] < float("inf"):  # NaN too
+        raise TrainingError(f"--budget_s must be a finite number of seconds > 0, got "
+                            f"{o['budget_s']}")
     if not os.path.isfile(o["data"]):
         raise TrainingError(f"--data: {o['data']} not found (Tiny Shakespeare; the repo "
                             "expects it at ../shared/data/tinyshakespeare.txt)")

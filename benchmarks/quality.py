@@ -53,6 +53,10 @@ def split_text(path, folder, heldout_fraction, valid_lines, selection_fraction=0
     With `selection_fraction` > 0 the validation split is the lines just before
     the held-out part, taken out of training (for choosing settings);
     otherwise it is the first `valid_lines` lines of the training text."""
+    if not 0 < heldout_fraction < 1:  # NaN too
+        raise TrainingError(f"--heldout_fraction must be in (0, 1), got {heldout_fraction}")
+    if not 0 <= selection_fraction < 1:
+        raise TrainingError(f"--selection_fraction must be in [0, 1), got {selection_fraction}")
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":

@@ -161,6 +161,11 @@ def run_export(output_dir=None, model_dir=None, *, triton_options=None,
     # What the config alone decides is checked before the weights load.
     cfg = model_dir_loader.load_config(source)
     _check_model_options(o, cfg)
+    if o["vocab_dir"]:  # copied into the export as its vocab/: this model's tokenizer
+        try:
+            model_dir_loader.load_vocab(o["vocab_dir"], cfg)
+        except TxlError as err:
+            raise ExportError(f"--vocab_dir: {err}") from None
     stages = StageLog()
     with staged_folder(output_dir) as staging:
         report = _export_into(staging, stages, o, source, cfg)
@@ -210,6 +215,9 @@ def _check_options(o):
         raise ExportError(f"--mem_len must be >= 0, got {o['mem_len']}")
     if not o["tolerance"] >= 0:  # NaN too
         raise ExportError(f"--tolerance must be >= 0, got {o['tolerance']}")
+    if o["tolerance"] == float("inf"):
+        raise ExportError(f"--tolerance must be finite (inf passes any difference), got "
+                          f"{o['tolerance']}")
     if o["cache_dtype"] not in (None,) + CACHE_DTYPES:
         raise ExportError(f"--cache_dtype must be one of {', '.join(CACHE_DTYPES)}, got "
                           f"{o['cache_dtype']!r}")

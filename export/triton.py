@@ -199,6 +199,9 @@ def sequence_outputs(model_path, segments, providers=("CPUExecutionProvider",)):
     return results
 
 
+INT32_MAX = 2 ** 31 - 1
+
+
 def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all",
                          max_batch_size=16, max_candidate_sequences=None,
                          max_queue_delay_microseconds=0,
@@ -221,6 +224,11 @@ def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all"
     if int(max_batch_size) < 1:
         raise TxlError(f"max_batch_size must be >= 1 (the state is batched on its first "
                        f"axis), got {max_batch_size}")
+    for name, value in (("max_batch_size", max_batch_size),
+                        ("max_candidate_sequences", max_candidate_sequences)):
+        if int(value) > INT32_MAX:  # config.pbtxt's fields are int32: Triton could not load it
+            raise TxlError(f"{name} must be at most {INT32_MAX} (an int32 in config.pbtxt; "
+                           f"max_candidate_sequences defaults to 4 x max_batch_size), got {value}")
     if int(max_candidate_sequences) < int(max_batch_size):
         raise TxlError(f"max_candidate_sequences ({max_candidate_sequences}) must be at "
                        f"least max_batch_size ({max_batch_size}) to fill a batch")

@@ -62,6 +62,7 @@ def prepared(tmp_path_factory):
     _model_dir(root / "novocab", core, vocab=False)
     corpus = write_text_corpus(scratch / "corpus.txt", 3_000)
     (scratch / "latin1.txt").write_bytes("caf\xe9 --x\n".encode("latin-1"))  # not UTF-8
+    (scratch / "labels.tsv").write_text("a\tone\nb\ttwo\n", encoding="utf-8")  # classify's
     exported = scratch / "exported"
     export_saved_model(core, str(exported / "saved_model"), MEM_LEN)
     export_onnx(core, str(exported / "model.onnx"), MEM_LEN)
@@ -302,6 +303,21 @@ CLI_CASES = [
     # NaN passed `< 0` and meant no fine-tuning, without a word.
     ("demo_finetune_seconds_nan", "training.demo", ["--finetune_seconds=nan"],
      r"^error: --finetune_seconds must be >= 0, got nan$"),
+    # The decoder's "max_new_tokens must be ..." without the flag, after the evaluations.
+    ("demo_num_tokens_huge", "training.demo", ["--model={root}/model", "--eval_segments=1",
+                                               "--context=8", "--num_tokens=1073741825"],
+     r"^error: --num_tokens must be in \[0, 1073741824\], got 1073741825$"),
+    # Unchecked: fine-tuning with NaN weights after the evaluations and the generation.
+    ("demo_finetune_learning_rate_nan", "training.demo",
+     ["--model={root}/model", "--eval_segments=1", "--context=8", "--num_tokens=1",
+      "--finetune_steps=1", "--finetune_learning_rate=nan"],
+     r"^error: --finetune_learning_rate must be a finite number > 0, got nan$"),
+    # "[Errno 20] Not a directory" without the flag, after the evaluations.
+    ("demo_output_dir_under_a_file", "training.demo",
+     ["--model={root}/model", "--eval_segments=1", "--context=8",
+      "--output_dir={scratch}/latin1.txt/demo"],
+     r"^error: --output_dir: .*latin1\.txt is not a folder, so it cannot hold .*latin1\.txt/demo; "
+     r"choose another --output_dir$"),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),
@@ -318,7 +334,30 @@ CLI_CASES = [
     ("train_adam_beta2", "training.train", ["--adam_beta2=1.5", "--model_dir={root}/run"],
      r"--adam_beta2 must be in \[0, 1\), got 1.5"),
     ("train_adam_epsilon", "training.train", ["--adam_epsilon=0", "--model_dir={root}/run"],
-     r"--adam_epsilon must be > 0, got 0.0"),
+     r"--adam_epsilon must be a finite number > 0, got 0.0"),
+    # NaN and inf passed the checks: "the weights hold NaN or inf ... lower --learning_rate" after
+    # the first step, or a run that trained nothing (--adam_epsilon=inf, --clip=nan) or ignored
+    # its limit (--max_time_s=nan) without a word.
+    *[(f"train_{flag}_{value}", "training.train", [f"--{flag}={value}", "--model_dir={root}/run"],
+       rf"^error: --{flag} must be {rule}, got {value}$")
+      for flag, rule in (("learning_rate", "a finite number > 0"),
+                         ("clip", r"a finite number >= 0 \(0: none\)"),
+                         ("adam_epsilon", "a finite number > 0"))
+      for value in ("nan", "inf")],
+    ("train_max_time_s_nan", "training.train", ["--max_time_s=nan", "--model_dir={root}/run"],
+     r"^error: --max_time_s must be >= 0 \(0: no limit\), got nan$"),
+    *[(f"classify_{flag}_{value}", "training.classify",
+       ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={scratch}/c",
+        f"--{flag}={value}"], rf"^error: --{flag} must be {rule}, got {value}$")
+      for flag, rule in (("learning_rate", "a finite number > 0"),
+                         ("clip", r"a finite number >= 0 \(0: none\)"))
+      for value in ("nan", "inf")],
+    *[(f"train_lstm_{flag}_{value}", "training.train_lstm",
+       ["--model_dir={scratch}/lstm", f"--{flag}={value}"],
+       rf"^error: --{flag} must be {rule}, got {value}$")
+      for flag, rule in (("learning_rate", "a finite number > 0"),
+                         ("clip", r"a finite number >= 0 \(0: none\)"))
+      for value in ("nan", "inf")],
     ("train_other_model", "training.train",
      ["--model_dir={root}/run", "--dataset=text", "--data_dir={corpus}", "--preset=small",
       "--cache_dir={scratch}/cache", "--strategy=one_device"],
@@ -346,7 +385,7 @@ CLI_CASES = [
      r"--top_k 1000 exceeds the vocabulary of 256 tokens"),
     ("generate_temperature", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                    "--temperature=-1"],
-     r"--temperature must be >= 0, got -1"),
+     r"--temperature must be a finite number >= 0, got -1"),
     ("generate_mem_len", "training.generate", ["--model_dir={root}/model", "--prompt=a",
                                                "--mem_len=-1"], r"--mem_len must be >= 0"),
     # tf.zeros' "out-of-range integer" traceback (an OOM traceback at 2**31), not a budget line.
@@ -361,7 +400,15 @@ CLI_CASES = [
                                              "--top_p=0"], r"--top_p must be in \(0, 1\], got 0"),
     ("generate_penalty", "training.generate", ["--model={root}/model", "--prompt=a",
                                                "--repetition_penalty=0.5"],
-     r"--repetition_penalty must be >= 1, got 0.5"),
+     r"--repetition_penalty must be a finite number >= 1, got 0.5"),
+    # inf passed the CLI's checks: the library's "temperature must be ..." without the flag, and
+    # "--repetition_penalty must be >= 1, got inf".
+    ("generate_temperature_inf", "training.generate", ["--model={root}/model", "--prompt=a",
+                                                       "--temperature=inf"],
+     r"^error: --temperature must be a finite number >= 0, got inf$"),
+    ("generate_penalty_inf", "training.generate", ["--model={root}/model", "--prompt=a",
+                                                   "--repetition_penalty=inf"],
+     r"^error: --repetition_penalty must be a finite number >= 1, got inf$"),
     ("generate_stop_ids", "training.generate", ["--model={root}/model", "--prompt=a",
                                                 "--stop_ids=x"],
      r"--stop_ids must be token ids \(integers >= 0\), got 'x'"),
@@ -383,6 +430,13 @@ CLI_CASES = [
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
       "--cache_dir={scratch}/cache", "--max_context=9223372036854775808"],
      r"^error: the text has \d+ ids: too few for a context of 9223372036854775808 "),
+    # "[Errno 20] Not a directory" without the flag, once every context was scored.
+    ("recl_output_dir_under_a_file", "training.recl",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--max_context=32", "--positions=8",
+      "--output_dir={scratch}/latin1.txt/recl"],
+     r"^error: --output_dir: .*latin1\.txt is not a folder, so it cannot hold .*latin1\.txt/recl; "
+     r"choose another --output_dir$"),
     ("generate_two_models", "training.generate", ["--model={root}/model",
                                                   "--model_dir={root}/model", "--prompt=a"],
      r"pass --model or --model_dir, not both"),
@@ -434,6 +488,11 @@ CLI_CASES = [
     ("export_tolerance", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
                                     "--tolerance=-1"],
      r"^error: --tolerance must be >= 0, got -1.0$"),
+    # Passed: a --verify whose parity check could never fail.
+    ("export_tolerance_inf", "export", ["--model_dir={root}/model",
+                                        "--output_dir={scratch}/out_tolerance",
+                                        "--tolerance=inf"],
+     r"^error: --tolerance must be finite \(inf passes any difference\), got inf$"),
     ("export_mem_len", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
                                   "--mem_len=-1"], r"^error: --mem_len must be >= 0, got -1$"),
     ("export_log_probs", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
@@ -441,6 +500,37 @@ CLI_CASES = [
     ("export_triton_batch", "export", ["--model_dir={root}/model", "--output_dir={root}/out",
                                        "--triton_max_batch_size=0"],
      r"^error: --triton_max_batch_size must be >= 1, got 0$"),
+    # "[Errno 2] No such file or directory" without the flag, after the weights loaded; a folder
+    # without a tokenizer was copied into the export as its vocab/.
+    ("export_vocab_dir_missing", "export", ["--model_dir={root}/model",
+                                            "--output_dir={scratch}/out_vocab",
+                                            "--vocab_dir={scratch}/nowhere"],
+     r"^error: --vocab_dir: cannot read the vocabulary in .*nowhere: tokenizer file not found"),
+    ("export_vocab_dir_not_a_vocabulary", "export", ["--model_dir={root}/model",
+                                                     "--output_dir={scratch}/out_vocab",
+                                                     "--vocab_dir={root}/model"],
+     r"^error: --vocab_dir: cannot read the vocabulary in .*root/model: tokenizer file not "
+     r"found"),
+    # Written into config.pbtxt, whose max_batch_size and max_candidate_sequences are int32:
+    # an export that Triton cannot load.
+    ("export_triton_batch_huge", "export", ["--model_dir={root}/model",
+                                            "--output_dir={scratch}/out_triton",
+                                            "--formats=triton",
+                                            "--triton_max_batch_size=2147483648"],
+     r"^error: cannot write a Triton repository: max_batch_size must be at most 2147483647 "),
+    ("export_triton_candidates_huge", "export", ["--model_dir={root}/model",
+                                                 "--output_dir={scratch}/out_triton",
+                                                 "--formats=triton",
+                                                 "--triton_max_batch_size=1073741824"],
+     r"^error: cannot write a Triton repository: max_candidate_sequences must be at most "
+     r"2147483647 .*got 4294967296$"),
+    # numpy's "This file contains pickled (object) data. If you trust the file you can load it
+    # unsafely using the `allow_pickle=` keyword argument or `pickle.load()`".
+    ("export_weights_not_npz", "export", ["--config={root}/model/config.json",
+                                          "--weights={scratch}/latin1.txt",
+                                          "--output_dir={scratch}/out_weights"],
+     r"^error: cannot load weights '.*latin1\.txt'.*: cannot read weights file .*latin1\.txt: "
+     r"not an \.npz archive \(it does not start with a zip file's signature\)$"),
     ("export_truncated_weights", "export", ["--model_dir={root}/broken",
                                             "--output_dir={scratch}/out"],
      r"cannot load weights '.*broken/weights\.npz'.*not a complete \.npz archive"),
@@ -469,6 +559,18 @@ CLI_CASES = [
      r"--model_dir$"),
     ("train_model_dir_under_a_file", "training.train", ["--model_dir={scratch}/latin1.txt/run"],
      r"^error: --model_dir: .*latin1\.txt is not a folder, so it cannot hold"),
+    # The corpus cache's OSError, "cannot load corpus 'text': [Errno 17] File exists", without
+    # the flag.
+    ("evaluate_cache_dir_is_a_file", "training.evaluate",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/latin1.txt"],
+     r"^error: --cache_dir: .*latin1\.txt exists and is not a folder; choose another "
+     r"--cache_dir$"),
+    ("train_cache_dir_under_a_file", "training.train",
+     ["--model_dir={scratch}/cache_run", "--dataset=text", "--data_dir={corpus}",
+      "--preset=tiny", "--cache_dir={scratch}/latin1.txt/cache"],
+     r"^error: --cache_dir: .*latin1\.txt is not a folder, so it cannot hold "
+     r".*latin1\.txt/cache; choose another --cache_dir$"),
     ("evaluate_output_under_a_file", "training.evaluate",
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
       "--cache_dir={scratch}/cache", "--output={scratch}/latin1.txt/e.json"],
@@ -480,10 +582,47 @@ CLI_CASES = [
     ("classify_output_under_a_file", "training.classify",
      ["--mode=evaluate", "--classifier_dir={root}/model", "--eval_data={corpus}",
       "--output={scratch}/latin1.txt/m.json"], r"^error: --output: .*latin1\.txt is not a folder"),
+    # A training run's (or model's) folder took the classifier: its flags.json, train_log.jsonl
+    # and vocab/ replaced, its export/ deleted.
+    ("classify_output_dir_holds_a_run", "training.classify",
+     ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={root}/run"],
+     r"^error: --output_dir: .*root/run holds a model or training run \(config\.json, "
+     r"checkpoints\), not a classifier; choose another --output_dir$"),
+    # "tokenizer file not found: ..." without the flag.
+    ("classify_vocab_dir_missing", "training.classify",
+     ["--mode=train", "--train_data={scratch}/labels.tsv", "--preset=tiny",
+      "--output_dir={scratch}/c", "--vocab_dir={scratch}/nowhere"],
+     r"^error: --vocab_dir: cannot read the tokenizer in .*nowhere: tokenizer file not found"),
+    # -1 and 7 were taken as 1.
+    ("classify_verbose", "training.classify",
+     ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={scratch}/c",
+      "--verbose=-1"], r"^error: --verbose must be 0 or 1, got -1$"),
     ("classify_output_dir_under_a_file", "training.classify",
      ["--mode=train", "--train_data={corpus}", "--preset=tiny",
       "--output_dir={scratch}/latin1.txt/c"], r"^error: --output_dir: .*latin1\.txt is not a "
                                               r"folder"),
+    # "[Errno 17] File exists" without the flag (after the corpus loaded, under a file).
+    ("train_lstm_model_dir_is_a_file", "training.train_lstm", ["--model_dir={scratch}/latin1.txt"],
+     r"^error: --model_dir: .*latin1\.txt exists and is not a folder; choose another "
+     r"--model_dir$"),
+    # A ResourceExhaustedError traceback building the weights (--d_model), or no end making
+    # the layers (--n_layer).
+    *[(f"train_lstm_{flag}_huge", "training.train_lstm",
+       ["--model_dir={scratch}/lstm", "--dataset=text", "--data_dir={corpus}",
+        "--cache_dir={scratch}/cache", f"--{flag}=1000000000000"],
+       r"^error: training the LSTM needs at least .* GiB \(weights, gradients and Adam's "
+       r"moments .*\) and this process can allocate .*; lower --d_model or --n_layer$")
+      for flag in ("d_model", "n_layer")],
+    # A ValueError traceback (--seed); --eval_max_segments refused after the training, and
+    # --warmup_steps and --min_lr_ratio by the schedule without the flag.
+    *[(f"train_lstm_{flag}", "training.train_lstm",
+       ["--model_dir={scratch}/lstm", "--train_steps=2", f"--{flag}={value}"],
+       rf"^error: {message}$")
+      for flag, value, message in (
+          ("seed", "-1", r"--seed must be in \[0, 4294967295\], got -1"),
+          ("eval_max_segments", "0", "--eval_max_segments must be a positive integer, got 0"),
+          ("warmup_steps", "3", r"--warmup_steps \(3\) exceeds --train_steps \(2\)"),
+          ("min_lr_ratio", "nan", r"--min_lr_ratio must be in \[0, 1\], got nan"))],
     ("flagfile_not_utf8", "training.train", ["--flagfile={scratch}/latin1.txt"],
      r"^error: a --flagfile is not UTF-8 text: 'utf-8' codec can't decode"),
     ("flagfile_missing", "export", ["--flagfile={scratch}/nowhere.cfg"],

@@ -90,6 +90,12 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.quality", ["--part=memory_use", "--model_dirs=m", "--mem_lens=0,-1"],
      "--mem_lens must be"),
     ("benchmarks.quality", ["--part=memory_use", "--split=dev"], "--split"),
+    # ValueError tracebacks ("cannot convert float NaN to integer") after the timing probe,
+    # or before any line was split
+    ("benchmarks.memory_worth", ["--budget_s=nan"],
+     "--budget_s must be a finite number of seconds > 0, got nan"),
+    ("benchmarks.quality", ["--heldout_fraction=nan"],
+     "--heldout_fraction must be in (0, 1), got nan"),
     ("benchmarks.eval_speed", ["--lengths=8,x"], "--lengths must be"),
     ("benchmarks.throughput", ["--iters=many"], "--iters"),
     ("benchmarks.throughput", ["--shapes=huge"], "--shapes takes"),

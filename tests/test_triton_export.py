@@ -128,6 +128,9 @@ def test_config_options_reach_the_parsed_config(core):
     ({"mem_len": 0}, "mem_len >= 1"),
     ({"max_batch_size": 0}, "max_batch_size must be >= 1"),
     ({"max_batch_size": 8, "max_candidate_sequences": 4}, "at least max_batch_size"),
+    # config.pbtxt's int32 fields: a repository Triton could not load
+    ({"max_batch_size": 2 ** 31}, "max_batch_size must be at most 2147483647"),
+    ({"max_batch_size": 2 ** 29}, "max_candidate_sequences must be at most 2147483647"),
     ({"model_name": "a/b"}, "plain folder name"),
     # config.pbtxt's `name: "..."` would not parse, or name another folder
     ({"model_name": 'my "best" lm'}, "no quote, backslash"),

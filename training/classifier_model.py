@@ -15,7 +15,7 @@ def load_vocab(path, what):
     from txl_tf.text import load_tokenizer
     try:
         return load_tokenizer(path)
-    except (ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError) as err:
         raise TrainingError(f"{what}: cannot read the tokenizer in {path}: {err}") from None
 
 

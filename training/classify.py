@@ -52,6 +52,8 @@ from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
+# What a model or training run directory holds and a classifier's never does.
+RUN_FILES = ("config.json", "weights.npz", "checkpoints")
 MODES = ("train", "evaluate", "predict")
 EXPORT_FORMATS = ("saved_model", "onnx")
 METRICS_FILE = "metrics.json"
@@ -148,6 +150,8 @@ def check_options(o):
     for name in ("batch_size", "log_every"):
         if o[name] is None or o[name] <= 0:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
+    if o["verbose"] not in (0, 1):
+        raise TrainingError(f"--verbose must be 0 or 1, got {o['verbose']}")
     if o["grad_segments"] is None or not 1 <= o["grad_segments"] <= MAX_POSITIONS:
         raise TrainingError(f"--grad_segments must be in [1, {MAX_POSITIONS}], got "
                             f"{o['grad_segments']}")
@@ -168,12 +172,19 @@ def check_options(o):
             raise TrainingError(in_the_way)
     if o["mode"] == "train":
         _require(o, "train_data", "output_dir")
+        held = [name for name in RUN_FILES if os.path.exists(os.path.join(o["output_dir"], name))]
+        if held:  # the classifier's files would replace its flags.json, vocab/, delete export/
+            raise TrainingError(f"--output_dir: {o['output_dir']} holds a model or training run "
+                                f"({', '.join(held)}), not a classifier; choose another "
+                                "--output_dir")
         if o["steps"] is not None and o["epochs"] is not None:
             raise TrainingError("pass --steps or --epochs, not both")
-        if o["learning_rate"] <= 0:
-            raise TrainingError(f"--learning_rate must be > 0, got {o['learning_rate']}")
-        if o["clip"] < 0:
-            raise TrainingError(f"--clip must be >= 0, got {o['clip']}")
+        if not 0 < o["learning_rate"] < float("inf"):
+            raise TrainingError(f"--learning_rate must be a finite number > 0, got "
+                                f"{o['learning_rate']}")
+        if not 0 <= o["clip"] < float("inf"):  # inf: NaN weights (inf x 0), not "no clip"
+            raise TrainingError(f"--clip must be a finite number >= 0 (0: none), got "
+                                f"{o['clip']}")
         if o["dropout"] is not None and not 0 <= o["dropout"] < 1:
             raise TrainingError(f"--dropout must be in [0, 1), got {o['dropout']}")
         sources = [f"--{n}" for n in ("backbone", "preset", "config") if o[n]]

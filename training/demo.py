@@ -26,7 +26,9 @@ import time
 from txl_tf.app import cli
 from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
+from txl_tf.generation.request import MAX_NEW_TOKENS
 
 SPEC = (
     option("string", "model", "pystdlib_small", "The model to start from: a shipped model's "
@@ -54,8 +56,17 @@ def _check(o):
     for name in ("num_tokens", "finetune_seconds", "finetune_steps"):
         if not o[name] >= 0:  # NaN too
             raise TrainingError(f"--{name} must be >= 0, got {o[name]}")
+    if o["num_tokens"] > MAX_NEW_TOKENS:  # what one decode call holds
+        raise TrainingError(f"--num_tokens must be in [0, {MAX_NEW_TOKENS}], got "
+                            f"{o['num_tokens']}")
+    if not 0 < o["finetune_learning_rate"] < float("inf"):
+        raise TrainingError(f"--finetune_learning_rate must be a finite number > 0, got "
+                            f"{o['finetune_learning_rate']}")
     if not o["prompt"]:
         raise TrainingError("--prompt must not be empty")
+    in_the_way = o["output_dir"] and path_in_the_way("output_dir", o["output_dir"])
+    if in_the_way:  # written after the evaluations
+        raise TrainingError(in_the_way)
 
 
 @logging_as_found()

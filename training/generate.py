@@ -130,14 +130,16 @@ def _check_options(o):
     if not 0 <= o["num_tokens"] <= MAX_NEW_TOKENS:  # what one decode call holds
         raise TrainingError(f"--num_tokens must be in [0, {MAX_NEW_TOKENS}], got "
                             f"{o['num_tokens']}")
-    if not o["temperature"] >= 0:
-        raise TrainingError(f"--temperature must be >= 0, got {o['temperature']}")
+    if not 0 <= o["temperature"] < float("inf"):
+        raise TrainingError(f"--temperature must be a finite number >= 0, got "
+                            f"{o['temperature']}")
     if o["top_k"] < 0:
         raise TrainingError(f"--top_k must be >= 0, got {o['top_k']}")
     if not 0 < o["top_p"] <= 1:
         raise TrainingError(f"--top_p must be in (0, 1], got {o['top_p']}")
     if not 1 <= o["repetition_penalty"] < float("inf"):
-        raise TrainingError(f"--repetition_penalty must be >= 1, got {o['repetition_penalty']}")
+        raise TrainingError(f"--repetition_penalty must be a finite number >= 1, got "
+                            f"{o['repetition_penalty']}")
     for stop in o["stop_ids"]:
         if not (stop.strip().isascii() and stop.strip().isdigit()):  # int() refuses "²"
             raise TrainingError(f"--stop_ids must be token ids (integers >= 0), got {stop!r}")

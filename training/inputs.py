@@ -2,6 +2,7 @@
 import numpy as np
 
 from training.errors import TrainingError
+from txl_tf.app.paths import path_in_the_way
 from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
 from txl_tf.weights.model_dir import ModelDirError, load_vocab
 
@@ -35,6 +36,9 @@ def convert(text):
 def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None):
     """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`;
     `tokenizer`: a trained model's, to read the corpus with."""
+    in_the_way = cache_dir and path_in_the_way("cache_dir", cache_dir)  # a file in the way
+    if in_the_way:
+        raise TrainingError(in_the_way)
     try:
         return load_corpus(dataset, data_dir or None, cache_dir=cache_dir or None,
                            tokenizer=tokenizer, **(options or {}))

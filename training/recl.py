@@ -24,6 +24,7 @@ from training.files import write_atomically
 from txl_tf.app import cli
 from txl_tf.app.files import replacing
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
@@ -86,6 +87,9 @@ def _check(o):
         raise TrainingError(f"--threshold must be in (0, 1), got {o['threshold']}")
     if o["seed"] < 0:  # numpy's seeding takes any integer >= 0
         raise TrainingError(f"--seed must be >= 0, got {o['seed']}")
+    in_the_way = o["output_dir"] and path_in_the_way("output_dir", o["output_dir"])
+    if in_the_way:  # written once every context is scored
+        raise TrainingError(in_the_way)
 
 
 @logging_as_found()

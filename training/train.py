@@ -157,12 +157,13 @@ def _check_options(o):
     if o["warmup_steps"] is not None and o["warmup_steps"] > o["train_steps"]:
         raise TrainingError(f"--warmup_steps ({o['warmup_steps']}) exceeds --train_steps "
                             f"({o['train_steps']})")
-    if o["learning_rate"] is not None and o["learning_rate"] <= 0:
-        raise TrainingError(f"--learning_rate must be > 0, got {o['learning_rate']}")
+    if o["learning_rate"] is not None and not 0 < o["learning_rate"] < float("inf"):
+        raise TrainingError(f"--learning_rate must be a finite number > 0, got "
+                            f"{o['learning_rate']}")
     if not 0 <= o["min_lr_ratio"] <= 1:
         raise TrainingError(f"--min_lr_ratio must be in [0, 1], got {o['min_lr_ratio']}")
-    if o["clip"] < 0:
-        raise TrainingError(f"--clip must be >= 0, got {o['clip']}")
+    if not 0 <= o["clip"] < float("inf"):  # inf: NaN weights (inf x 0), not "no clip"
+        raise TrainingError(f"--clip must be a finite number >= 0 (0: none), got {o['clip']}")
     for name in ("adam_beta1", "adam_beta2"):
         if not 0 <= o[name] < 1:
             raise TrainingError(f"--{name} must be in [0, 1), got {o[name]}")
@@ -182,10 +183,11 @@ def _check_options(o):
         if wrong:
             raise TrainingError(f"--steps_per_execution {o['steps_per_execution']} does not "
                                 f"divide {', '.join(wrong)}: events would fall inside a call")
-    if o["adam_epsilon"] <= 0:
-        raise TrainingError(f"--adam_epsilon must be > 0, got {o['adam_epsilon']}")
+    if not 0 < o["adam_epsilon"] < float("inf"):  # inf: every update is 0
+        raise TrainingError(f"--adam_epsilon must be a finite number > 0, got "
+                            f"{o['adam_epsilon']}")
     check_seed(o["seed"])
-    if o["max_time_s"] < 0:
+    if not o["max_time_s"] >= 0:  # NaN too (inf: no limit)
         raise TrainingError(f"--max_time_s must be >= 0 (0: no limit), got {o['max_time_s']}")
     if not 0 <= o["num_cpu_devices"] <= MAX_CPU_DEVICES:  # a list of that many configs
         raise TrainingError(f"--num_cpu_devices must be in [0, {MAX_CPU_DEVICES}], got "

@@ -21,6 +21,7 @@ from training.errors import TrainingError
 from training.files import LOG_FILE, set_aside_log
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
@@ -51,14 +52,42 @@ SPEC = (
 def _check(o):
     if not o["model_dir"]:
         raise TrainingError("--model_dir is required")
+    in_the_way = path_in_the_way("model_dir", o["model_dir"])
+    if in_the_way:
+        raise TrainingError(in_the_way)
     for name in ("d_model", "n_layer", "tgt_len", "batch_size", "train_steps", "log_every",
                  "eval_batch_size"):
         if o[name] < 1:
             raise TrainingError(f"--{name} must be a positive integer, got {o[name]}")
     if not 0 <= o["dropout"] < 1:
         raise TrainingError(f"--dropout must be in [0, 1), got {o['dropout']}")
-    if o["learning_rate"] <= 0 or o["clip"] < 0:
-        raise TrainingError("--learning_rate must be > 0 and --clip >= 0")
+    if not 0 < o["learning_rate"] < float("inf"):
+        raise TrainingError(f"--learning_rate must be a finite number > 0, got "
+                            f"{o['learning_rate']}")
+    if not 0 <= o["clip"] < float("inf"):  # inf: NaN weights (inf x 0), not "no clip"
+        raise TrainingError(f"--clip must be a finite number >= 0 (0: none), got {o['clip']}")
+    if o["eval_max_segments"] is not None and o["eval_max_segments"] < 1:  # read after training
+        raise TrainingError(f"--eval_max_segments must be a positive integer, got "
+                            f"{o['eval_max_segments']}")
+    if o["warmup_steps"] is not None and o["warmup_steps"] < 0:
+        raise TrainingError(f"--warmup_steps must be >= 0, got {o['warmup_steps']}")
+    if o["warmup_steps"] is not None and o["warmup_steps"] > o["train_steps"]:
+        raise TrainingError(f"--warmup_steps ({o['warmup_steps']}) exceeds --train_steps "
+                            f"({o['train_steps']})")
+    if not 0 <= o["min_lr_ratio"] <= 1:
+        raise TrainingError(f"--min_lr_ratio must be in [0, 1], got {o['min_lr_ratio']}")
+    from training.train import check_seed
+    check_seed(o["seed"])
+
+
+def _check_fits(config):
+    """Refuses an LSTM whose float32 weights, gradients and Adam's two moments
+    (embedding, LSTMs and softmax: a lower bound) exceed this process's memory."""
+    from txl_tf.checks.memory_budget import check_bytes
+    d, n = config.d_model, config.n_token
+    weights = 4 * (2 * n * d + n + config.n_layer * 4 * (2 * d * d + d))
+    check_bytes({"weights, gradients and Adam's moments": 4 * weights}, "training the LSTM",
+                advice="lower --d_model or --n_layer")
 
 
 @logging_as_found()
@@ -83,6 +112,7 @@ def run(**options):
     config = LSTMConfig(n_token=corpus.tokenizer.vocab_size, d_model=o["d_model"],
                         n_layer=o["n_layer"], tgt_len=o["tgt_len"], dropout=o["dropout"],
                         vocab_fingerprint=corpus.tokenizer.fingerprint())
+    _check_fits(config)
     keras.utils.set_random_seed(o["seed"])
     model = LSTMLanguageModel(config)
     model.build()

@@ -308,8 +308,17 @@ def load_weights(core, path):
 
 
 def _unreadable(path, err):
-    problem = "the file is empty" if os.path.getsize(path) == 0 else (
-        f"not a complete .npz archive ({err or type(err).__name__})")
+    try:
+        with open(path, "rb") as file:
+            start = file.read(2)
+    except OSError:
+        start = None
+    if start == b"":
+        problem = "the file is empty"
+    elif start is not None and start != b"PK":  # numpy's guess: pickled data (never read here)
+        problem = "not an .npz archive (it does not start with a zip file's signature)"
+    else:
+        problem = f"not a complete .npz archive ({err or type(err).__name__})"
     return f"cannot read weights file {path}: {problem}"
 
 
