@@ -611,7 +611,8 @@ CLI_CASES = [
        ["--model_dir={scratch}/lstm", "--dataset=text", "--data_dir={corpus}",
         "--cache_dir={scratch}/cache", f"--{flag}=1000000000000"],
        r"^error: training the LSTM needs at least .* GiB \(weights, gradients and Adam's "
-       r"moments .*\) and this process can allocate .*; lower --d_model or --n_layer$")
+       r"moments .*\) and (this process can allocate|this machine has) .*; lower --d_model or "
+       r"--n_layer$")
       for flag in ("d_model", "n_layer")],
     # A ValueError traceback (--seed); --eval_max_segments refused after the training, and
     # --warmup_steps and --min_lr_ratio by the schedule without the flag.
