@@ -175,3 +175,30 @@ def test_a_quantized_mixed_precision_lm_reloads_in_its_policy(tmp_path, stream):
         loaded.reset_memory()
     assert loaded.core.compute_dtype == "bfloat16"
     np.testing.assert_array_equal(np.asarray(loaded(x)), want)
+
+
+@pytest.mark.parametrize("kind", ["classifier", "causal_lm", "stream"])
+def test_a_reloaded_quantized_model_saves_again(tmp_path, kind):
+    """Loading gives each layer the whole dtype policy map, whose own
+    quantization mode is None: Keras's `Dense.save_own_variables` then
+    stored a None kernel scale ("Invalid dtype: object"), so a loaded
+    quantized model could not be saved again."""
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    x, _ = stream_arrays(B)
+    if kind == "classifier":
+        model = TransformerXLClassifier(config(), num_classes=3)
+        x = {"token_ids": x, "lengths": np.array([T, 2], np.int32)}
+    elif kind == "stream":
+        model = TransformerXLLM(config(), batch_size=B)
+    else:
+        model = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+        x = {"token_ids": x, "padding_mask": np.ones_like(x)}
+    model.quantize("int8")
+    want = np.asarray(model(x))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    loaded.save(tmp_path / "again.keras")
+    again = keras.saving.load_model(tmp_path / "again.keras")
+    if kind == "stream":
+        again.reset_memory()
+    np.testing.assert_array_equal(np.asarray(again(x)), want)
