@@ -202,3 +202,23 @@ def test_a_reloaded_quantized_model_saves_again(tmp_path, kind):
     if kind == "stream":
         again.reset_memory()
     np.testing.assert_array_equal(np.asarray(again(x)), want)
+
+
+def rows_calls():
+    from txl_tf import TransformerXL
+    stream = TransformerXLLM(config(), batch_size=B)
+    core = TransformerXL(config())
+    return {"core": lambda: core(RAGGED, None),
+            "stream": lambda: stream(RAGGED),
+            "stream_numpy": lambda: stream(np.array([np.array(row) for row in RAGGED],
+                                                    dtype=object))}
+
+
+@pytest.mark.parametrize("name", ["core", "stream", "stream_numpy"])
+def test_rows_of_other_lengths_are_one_clear_error(name):
+    """Ragged ids as Python lists (the usual way to have them): were
+    numpy's ValueError 'setting an array element with a sequence' or
+    TensorFlow's 'Failed to convert a NumPy array to a Tensor'. (The Keras
+    models given a dict of lists stop at Keras's own check first.)"""
+    with pytest.raises(InputError, match=r"token_ids .*rows of different lengths.*pad"):
+        rows_calls()[name]()
