@@ -58,6 +58,17 @@ def test_a_validation_split_off_the_stream_batches_is_one_clear_error():
     assert np.isfinite(history["val_loss"][0])
 
 
+def test_a_validation_split_beside_validation_data_is_ignored_as_keras_does():
+    """Keras cuts no validation rows where `validation_data` is given; the
+    split's check refused such a fit all the same."""
+    model = TransformerXLLM(config(), batch_size=B)
+    model.compile(optimizer="adam")
+    x, y = stream_arrays(3 * B)
+    history = model.fit(x, y, batch_size=B, validation_split=0.4, verbose=0,
+                        validation_data=stream_arrays(B)).history
+    assert np.isfinite(history["loss"][0]) and np.isfinite(history["val_loss"][0])
+
+
 def test_the_stream_model_is_called_symbolically_and_wrapped_in_a_functional_model():
     """`TransformerXLLM` on a `keras.Input` gives its log-probs' spec (was
     "Output with path `` is not connected to `inputs`": Keras ran the

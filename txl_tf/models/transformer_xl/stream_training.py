@@ -276,7 +276,8 @@ class StreamTraining:
                 return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
         _refuse_batch_backups(kwargs.get("callbacks"))
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
-        self._check_validation_split(x, kwargs.get("validation_split"))
+        if validation is None:  # Keras cuts no rows where validation_data is given
+            self._check_validation_split(x, kwargs.get("validation_split"))
         if validation is not None:
             if not self.is_stream(validation):
                 raise InputError("fit: the training data holds stream batches (with "
