@@ -125,6 +125,19 @@ def test_per_stream_weights_after_per_token_weights_train_alike():
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(2 * B, T + 1), (2 * B, T, 2)])
+def test_stream_weights_of_another_shape_are_one_clear_error(shape):
+    """Weights neither `[B]` (or `[B, 1]`) nor `[B, T]`: were a
+    `BroadcastTo` ValueError from the step's graph."""
+    x, y = stream_arrays(2 * B)
+    model = TransformerXLLM(config(), batch_size=B)
+    model.compile(optimizer="adam")
+    with pytest.raises(InputError, match=r"sample_weight holds %d weights a row but the "
+                                         r"targets %d tokens: give one weight a stream \[B\] or "
+                                         r"one a token \[B, T\]" % (int(np.prod(shape[1:])), T)):
+        model.fit(x, y, batch_size=B, sample_weight=np.ones(shape, np.float32), verbose=0)
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_class_weight_is_one_clear_error_for_the_language_models(stream):
     """Keras turns `class_weight` into one weight per row, by the argmax of

@@ -147,6 +147,11 @@ class StreamTraining:
         inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
         if weights is not None:
             weights = tf.cast(weights, tf.float32)
+            per_row, tokens = weights.shape[1:].num_elements(), labels.shape[-1]
+            if weights.shape.rank and per_row not in (None, 1, tokens) and tokens is not None:
+                raise InputError(f"sample_weight holds {per_row} weights a row but the targets "
+                                 f"{tokens} tokens: give one weight a stream [B] or one a "
+                                 "token [B, T]")
             # One weight per stream ([B]) or per token ([B, T]); a retraced
             # step can see them with an unknown rank.
             weights = tf.reshape(weights, [tf.shape(labels)[0], -1])
