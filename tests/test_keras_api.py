@@ -228,6 +228,16 @@ def test_a_reloaded_quantized_model_saves_again(tmp_path, kind):
     np.testing.assert_array_equal(np.asarray(again(x)), want)
 
 
+def test_dense_packs_a_list_of_graph_tensors_and_names_rows_of_other_lengths():
+    """Only what TensorFlow cannot convert is looked at as rows: a list of
+    a graph's tensors still packs (numpy cannot read them)."""
+    from txl_tf.checks.inputs import dense
+    packed = tf.function(lambda a, b: dense([a, b]))(tf.constant([1, 2]), tf.constant([3, 4]))
+    assert packed.numpy().tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(InputError, match=r"token_ids holds rows of different lengths"):
+        dense(RAGGED)
+
+
 def rows_calls():
     from txl_tf import TransformerXL
     stream = TransformerXLLM(config(), batch_size=B)

@@ -36,9 +36,12 @@ def dense(value, name="token_ids"):
         raise InputError(f"{name} is a {type(value).__name__}: the model reads dense [batch, "
                          "length] tensors; pad the rows (e.g. `ragged.to_tensor()`) and mark the "
                          "padding (padding_mask, or the classifier's lengths)")
-    if isinstance(value, (list, tuple, np.ndarray)):
-        value = rectangular(value, name)
-    return tf.convert_to_tensor(value)
+    try:
+        return tf.convert_to_tensor(value)
+    except ValueError:
+        if isinstance(value, (list, tuple, np.ndarray)):
+            rectangular(value, name)  # rows of other lengths: its InputError
+        raise
 
 
 def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
