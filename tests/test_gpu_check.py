@@ -1315,6 +1315,14 @@ def test_a_set_partly_carried_waits_and_the_unpacked_set_serves(tmp_path):
     assert done.returncode == 0 and f"note: cuda: cuda.tar.part-00 is not in {unlisted} yet" \
         in done.stderr, done.stderr
     assert (tmp_path / "third" / "site" / ".complete-base").exists()
+    # ... and with its part-00 but not the rest: one error line that says so too (was: "pack
+    # them again", which would not help)
+    shutil.copy(cuda[0], unlisted)
+    done = _unpack(unlisted, tmp_path / "third" / "site")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: the pieces {unlisted}/cuda.tar.part-* hold no cuda/site.json: some not carried "
+        "yet (carry them, with the gpu_wheels.sha256 that counts them), or packed by an older "
+        "pack_wheels.sh (pack them again with this checkout's)"], done.stderr
 
 
 
