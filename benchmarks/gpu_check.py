@@ -1044,7 +1044,7 @@ def run_command(command, timeout, env):
         results = [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines()
                    if line.startswith(RESULT_PREFIX)]
     except ValueError as e:
-        return _failed(f"its result line is not JSON: {e}", start, output)
+        return {**_failed(f"its result line is not JSON: {e}", start, output), **timed}
     if results:
         details = results[-1]
         ok = details.get("ok", True)

@@ -451,6 +451,16 @@ def test_the_pairs_log_xlas_compile_by_phase_a_stopped_one_too(tmp_path):
     assert rows[0]["compile_phases"]["GpuCompiler::RunHloPasses"] == 3.0
 
 
+def test_a_run_whose_result_line_is_not_json_keeps_its_compile_phases():
+    """Its row said what failed but dropped the compile timers it logged, as
+    a stopped or failed run keeps them."""
+    code = ("print('I0 gpu_compiler.cc:1] GpuCompiler::RunHloPasses for m time: 3 s "
+            "(3000000 us)'); print(%r + '{not json')" % gc.RESULT_PREFIX)
+    result = gc.run_command(fake(code), 60, None)
+    assert result["status"] == "failed" and "its result line is not JSON" in result["result"]
+    assert result["compile_phases"] == {"GpuCompiler::RunHloPasses": 3.0}, result
+
+
 def test_a_training_runs_progress(tmp_path):
     """How far a training run got, and the train part's XLA cache: its
     folder added to TF_XLA_FLAGS (`--noxla_cache`: not)."""
@@ -1305,6 +1315,14 @@ def test_a_set_partly_carried_waits_and_the_unpacked_set_serves(tmp_path):
     assert done.returncode == 0 and f"note: cuda: cuda.tar.part-00 is not in {unlisted} yet" \
         in done.stderr, done.stderr
     assert (tmp_path / "third" / "site" / ".complete-base").exists()
+    # ... and with its part-00 but not the rest: one error line that says so too (was: "pack
+    # them again", which would not help)
+    shutil.copy(cuda[0], unlisted)
+    done = _unpack(unlisted, tmp_path / "third" / "site")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: the pieces {unlisted}/cuda.tar.part-* hold no cuda/site.json: some not carried "
+        "yet (carry them, with the gpu_wheels.sha256 that counts them), or packed by an older "
+        "pack_wheels.sh (pack them again with this checkout's)"], done.stderr
 
 
 

@@ -85,6 +85,14 @@ def test_the_convert_modules_are_commands_too(tmp_path, module):
     assert proc.stderr.strip() == "interrupted", proc.stderr
 
 
+def test_a_command_run_with_the_module_joined_to_dash_m_is_one_too(tmp_path):
+    """`python -mtxl_tf.convert` (the module in the option's own argument)
+    is the same command: its Ctrl-C while runpy imports was a traceback."""
+    proc = _interrupted_at_import(tmp_path, [sys.executable, "-mtxl_tf.convert", "--help"])
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip() == "interrupted", proc.stderr
+
+
 def test_ctrl_c_while_a_library_user_imports_keeps_the_traceback(tmp_path):
     proc = _interrupted_at_import(tmp_path, [sys.executable, "-c", "import txl_tf"])
     assert proc.returncode == -signal.SIGINT

@@ -58,6 +58,17 @@ def test_a_validation_split_off_the_stream_batches_is_one_clear_error():
     assert np.isfinite(history["val_loss"][0])
 
 
+def test_a_validation_split_beside_validation_data_is_ignored_as_keras_does():
+    """Keras cuts no validation rows where `validation_data` is given; the
+    split's check refused such a fit all the same."""
+    model = TransformerXLLM(config(), batch_size=B)
+    model.compile(optimizer="adam")
+    x, y = stream_arrays(3 * B)
+    history = model.fit(x, y, batch_size=B, validation_split=0.4, verbose=0,
+                        validation_data=stream_arrays(B)).history
+    assert np.isfinite(history["loss"][0]) and np.isfinite(history["val_loss"][0])
+
+
 def test_the_stream_model_is_called_symbolically_and_wrapped_in_a_functional_model():
     """`TransformerXLLM` on a `keras.Input` gives its log-probs' spec (was
     "Output with path `` is not connected to `inputs`": Keras ran the
@@ -112,6 +123,19 @@ def test_per_stream_weights_after_per_token_weights_train_alike():
         losses.append(model.fit(x, y, batch_size=B, sample_weight=weights,
                                 verbose=0).history["loss"][0])
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2 * B, T + 1), (2 * B, T, 2)])
+def test_stream_weights_of_another_shape_are_one_clear_error(shape):
+    """Weights neither `[B]` (or `[B, 1]`) nor `[B, T]`: were a
+    `BroadcastTo` ValueError from the step's graph."""
+    x, y = stream_arrays(2 * B)
+    model = TransformerXLLM(config(), batch_size=B)
+    model.compile(optimizer="adam")
+    with pytest.raises(InputError, match=r"sample_weight holds %d weights a row but the "
+                                         r"targets %d tokens: give one weight a stream \[B\] or "
+                                         r"one a token \[B, T\]" % (int(np.prod(shape[1:])), T)):
+        model.fit(x, y, batch_size=B, sample_weight=np.ones(shape, np.float32), verbose=0)
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -175,3 +199,60 @@ def test_a_quantized_mixed_precision_lm_reloads_in_its_policy(tmp_path, stream):
         loaded.reset_memory()
     assert loaded.core.compute_dtype == "bfloat16"
     np.testing.assert_array_equal(np.asarray(loaded(x)), want)
+
+
+@pytest.mark.parametrize("kind", ["classifier", "causal_lm", "stream"])
+def test_a_reloaded_quantized_model_saves_again(tmp_path, kind):
+    """Loading gives each layer the whole dtype policy map, whose own
+    quantization mode is None: Keras's `Dense.save_own_variables` then
+    stored a None kernel scale ("Invalid dtype: object"), so a loaded
+    quantized model could not be saved again."""
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    x, _ = stream_arrays(B)
+    if kind == "classifier":
+        model = TransformerXLClassifier(config(), num_classes=3)
+        x = {"token_ids": x, "lengths": np.array([T, 2], np.int32)}
+    elif kind == "stream":
+        model = TransformerXLLM(config(), batch_size=B)
+    else:
+        model = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+        x = {"token_ids": x, "padding_mask": np.ones_like(x)}
+    model.quantize("int8")
+    want = np.asarray(model(x))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    loaded.save(tmp_path / "again.keras")
+    again = keras.saving.load_model(tmp_path / "again.keras")
+    if kind == "stream":
+        again.reset_memory()
+    np.testing.assert_array_equal(np.asarray(again(x)), want)
+
+
+def test_dense_packs_a_list_of_graph_tensors_and_names_rows_of_other_lengths():
+    """Only what TensorFlow cannot convert is looked at as rows: a list of
+    a graph's tensors still packs (numpy cannot read them)."""
+    from txl_tf.checks.inputs import dense
+    packed = tf.function(lambda a, b: dense([a, b]))(tf.constant([1, 2]), tf.constant([3, 4]))
+    assert packed.numpy().tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(InputError, match=r"token_ids holds rows of different lengths"):
+        dense(RAGGED)
+
+
+def rows_calls():
+    from txl_tf import TransformerXL
+    stream = TransformerXLLM(config(), batch_size=B)
+    core = TransformerXL(config())
+    return {"core": lambda: core(RAGGED, None),
+            "stream": lambda: stream(RAGGED),
+            "stream_numpy": lambda: stream(np.array([np.array(row) for row in RAGGED],
+                                                    dtype=object))}
+
+
+@pytest.mark.parametrize("name", ["core", "stream", "stream_numpy"])
+def test_rows_of_other_lengths_are_one_clear_error(name):
+    """Ragged ids as Python lists (the usual way to have them): were
+    numpy's ValueError 'setting an array element with a sequence' or
+    TensorFlow's 'Failed to convert a NumPy array to a Tensor'. (The Keras
+    models given a dict of lists stop at Keras's own check first.)"""
+    with pytest.raises(InputError, match=r"token_ids .*rows of different lengths.*pad"):
+        rows_calls()[name]()

@@ -142,6 +142,18 @@ def test_the_train_helps_flagfile_example_works_outside_the_repository(tmp_path)
     assert os.path.isfile(path), value
 
 
+def dependency_folders():
+    """The folders this interpreter's installed distributions are in (its
+    purelib, and platlib, the user's site, a system site where they differ:
+    TensorFlow is often in one of those), never the repository's own."""
+    from importlib.metadata import distributions
+    folders = {os.path.realpath(sysconfig.get_paths()["purelib"])}
+    for dist in distributions():
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") != "txl-tf":
+            folders.add(os.path.realpath(str(dist.locate_file(""))))
+    return sorted(f for f in folders if os.path.isdir(f) and f != os.path.realpath(ROOT))
+
+
 def test_the_wheel_in_a_fresh_venv_runs_from_an_empty_folder(wheel_file, tmp_path):
     """A user's install: the wheel alone in a new venv (this one's packages for
     TensorFlow and the rest, through a path file, not its txl_tf), run from a
@@ -158,7 +170,7 @@ def test_the_wheel_in_a_fresh_venv_runs_from_an_empty_folder(wheel_file, tmp_pat
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(site, "zz_dependencies.pth"), "w") as f:
-        f.write(sysconfig.get_paths()["purelib"] + "\n")
+        f.writelines(folder + "\n" for folder in dependency_folders())
     home.mkdir()
 
     def run(*command):

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from txl_tf.app.deprecation import answers_removed_names, check_no_removed_keywords
 from txl_tf.checks.inputs import (InputError, check_memory, check_targets, check_token_ids,
-                                  check_token_mask, dense)
+                                  check_token_mask, dense, rectangular)
 from txl_tf.checks.numpy_checks import MAX_POSITIONS, check_count, check_flag
 from txl_tf.config import as_config
 from txl_tf.errors import TxlError
@@ -124,8 +124,9 @@ class TransformerXL(keras.layers.Layer):
     def __call__(self, token_ids, memory, *args, **kwargs):
         # Keras takes only tensors positionally: ids as nested lists, or a
         # memory that is not one, would be its error about keyword arguments.
-        if isinstance(token_ids, (list, tuple, str, bytes, numbers.Number)):
-            token_ids = np.asarray(token_ids)
+        if isinstance(token_ids, (list, tuple, str, bytes, numbers.Number)) or \
+                (isinstance(token_ids, np.ndarray) and token_ids.dtype == object):
+            token_ids = rectangular(token_ids)  # rows of other lengths: an InputError
         return super().__call__(token_ids, as_memory(memory), *args, **kwargs)
 
     # ----------------------------------------------------------------- memory

@@ -101,10 +101,20 @@ for set in "${sets[@]}"; do
     fi
   fi
   rm -rf "${UNPACKED:?}/$set"
-  cat "$PIECES/$set".tar.part-* | tar -x -C "$UNPACKED"
+  if [ -f "$sums" ]; then  # checked whole above: tar's own words on a failure
+    cat "$PIECES/$set".tar.part-* | tar -x -C "$UNPACKED"
+  else  # nothing says whether all are here: a cut archive is said below
+    cat "$PIECES/$set".tar.part-* | tar -x -C "$UNPACKED" 2>/dev/null || true
+  fi
   if [ ! -f "$UNPACKED/$set/site.json" ]; then
-    echo "error: the pieces $PIECES/$set.tar.part-* hold no $set/site.json: pack them again" \
-         "with this checkout's benchmarks/device/pack_wheels.sh" >&2
+    if [ -f "$sums" ]; then
+      echo "error: the pieces $PIECES/$set.tar.part-* hold no $set/site.json: pack them again" \
+           "with this checkout's benchmarks/device/pack_wheels.sh" >&2
+    else
+      echo "error: the pieces $PIECES/$set.tar.part-* hold no $set/site.json: some not carried" \
+           "yet (carry them, with the gpu_wheels.sha256 that counts them), or packed by an" \
+           "older pack_wheels.sh (pack them again with this checkout's)" >&2
+    fi
     exit 2
   fi
   "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/sitepack.py" unpack "$UNPACKED/$set/site.json" "$SITE"

@@ -166,12 +166,14 @@ def _package_origin(package):
 
 
 def _module_run_by_dash_m():
-    """The MODULE of `python -m MODULE` from the interpreter's own command
-    line (`sys.orig_argv`), or ""."""
+    """The MODULE of `python -m MODULE` (or `-mMODULE`) from the
+    interpreter's own command line (`sys.orig_argv`), or ""."""
     argv = getattr(sys, "orig_argv", [])
-    for i, arg in enumerate(argv[1:-1], 1):
+    for i, arg in enumerate(argv[1:], 1):
         if arg == "-m":
-            return argv[i + 1]
+            return argv[i + 1] if i + 1 < len(argv) else ""
+        if arg.startswith("-m"):
+            return arg[2:]
     return ""
 
 

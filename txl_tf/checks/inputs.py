@@ -11,14 +11,37 @@ from txl_tf.checks.numpy_checks import (InputError, NonFiniteMemoryError,  # noq
                                         check_finite_outputs, out_of_range_message)
 
 
+def rectangular(value, name="token_ids"):
+    """`np.asarray(value)`; raises `InputError` for rows of different
+    lengths (nested lists, or a numpy array of arrays), where numpy's and
+    TensorFlow's errors did not say what was wrong."""
+    try:
+        array = np.asarray(value)
+    except ValueError as error:  # numpy: "an inhomogeneous shape"
+        raise InputError(f"{name} holds rows of different lengths: the model reads dense "
+                         "[batch, length] ids; pad the rows to one length and mark the padding "
+                         "(padding_mask, or the classifier's lengths)") from error
+    if array.dtype == object and any(np.ndim(row) for row in array.reshape(-1)):
+        raise InputError(f"{name} holds rows of different lengths (a numpy array of arrays): "
+                         "the model reads dense [batch, length] ids; pad the rows to one length "
+                         "and mark the padding (padding_mask, or the classifier's lengths)")
+    return array
+
+
 def dense(value, name="token_ids"):
     """`value` as a dense tensor; raises `InputError` for a ragged or sparse
-    one (TensorFlow's own error did not say what was wrong)."""
+    one, or rows of different lengths (`rectangular`); TensorFlow's own
+    error did not say what was wrong."""
     if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)):
         raise InputError(f"{name} is a {type(value).__name__}: the model reads dense [batch, "
                          "length] tensors; pad the rows (e.g. `ragged.to_tensor()`) and mark the "
                          "padding (padding_mask, or the classifier's lengths)")
-    return tf.convert_to_tensor(value)
+    try:
+        return tf.convert_to_tensor(value)
+    except ValueError:
+        if isinstance(value, (list, tuple, np.ndarray)):
+            rectangular(value, name)  # rows of other lengths: its InputError
+        raise
 
 
 def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):

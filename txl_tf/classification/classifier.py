@@ -10,7 +10,8 @@ from txl_tf.checks.inputs import InputError, checked_data, input_errors
 from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
-from txl_tf.keras_support.keras_compat import PrebuiltModel, StepsOnStrategyDevice
+from txl_tf.keras_support.keras_compat import (PrebuiltModel, StepsOnStrategyDevice,
+                                               resolve_policy_maps)
 from txl_tf.keras_support.precision import choose as choose_precision
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
@@ -128,6 +129,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
         self.head = keras.layers.Dense(self.num_classes, kernel_initializer=normal(cfg.init_std),
                                        dtype=self.dtype_policy, name="classifier")
         self.head.build((None, cfg.d_model))
+        resolve_policy_maps(self)  # a loaded quantized model saves again
         self.vocab_dir = None  # set by from_model_dir; the export ships it
         self.built = True
 

@@ -273,6 +273,24 @@ def counting_loss_scale(optimizer):
                                       name=optimizer.name)
 
 
+def resolve_policy_maps(model):
+    """Gives each of `model`'s layers its own entry of a dtype policy map
+    (the policy `load_model` and `from_config` pass down after `quantize`).
+
+    Keras 3.15 leaves the whole `DTypePolicyMap` on every layer and looks a
+    layer's entry up in `Layer.quantization_mode` only; `Dense`'s
+    `_get_kernel_with_merged_lora` reads `dtype_policy.quantization_mode`,
+    the map's own (None), so `save_own_variables` stored a None kernel
+    scale and a loaded quantized model could not be saved again ("Invalid
+    dtype: object", keras/src/layers/core/dense.py). The map stays the
+    model's own policy (its config). Layers without a path keep the map.
+    """
+    for layer in model._flatten_layers(include_self=False):
+        policy = layer._dtype_policy
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
+            layer._dtype_policy = policy[layer.path]
+
+
 def start_tensorboard_batches_at(callback, step):
     """Makes a `keras.callbacks.TensorBoard` number its next batch `step + 1`.
 

@@ -147,6 +147,11 @@ class StreamTraining:
         inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
         if weights is not None:
             weights = tf.cast(weights, tf.float32)
+            per_row, tokens = weights.shape[1:].num_elements(), labels.shape[-1]
+            if weights.shape.rank and per_row not in (None, 1, tokens) and tokens is not None:
+                raise InputError(f"sample_weight holds {per_row} weights a row but the targets "
+                                 f"{tokens} tokens: give one weight a stream [B] or one a "
+                                 "token [B, T]")
             # One weight per stream ([B]) or per token ([B, T]); a retraced
             # step can see them with an unknown rank.
             weights = tf.reshape(weights, [tf.shape(labels)[0], -1])
@@ -276,7 +281,8 @@ class StreamTraining:
                 return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
         _refuse_batch_backups(kwargs.get("callbacks"))
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
-        self._check_validation_split(x, kwargs.get("validation_split"))
+        if validation is None:  # Keras cuts no rows where validation_data is given
+            self._check_validation_split(x, kwargs.get("validation_split"))
         if validation is not None:
             if not self.is_stream(validation):
                 raise InputError("fit: the training data holds stream batches (with "

@@ -8,6 +8,7 @@ import tensorflow as tf
 from txl_tf.checks.inputs import dense
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.core import TransformerXL
+from txl_tf.keras_support.keras_compat import resolve_policy_maps
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerXLConfig))
 
@@ -84,6 +85,7 @@ class TransformerXLBackbone(keras_hub.models.Backbone):
                          outputs=hidden, dtype=dtype, **kwargs)
         self.transformer = core
         self.token_embedding = core.word_emb
+        resolve_policy_maps(self)  # a loaded quantized model saves again
 
     @property
     def config(self):
