@@ -253,3 +253,15 @@ def test_a_rerun_that_fails_before_its_save_keeps_the_saved_models_log(trained, 
     train_lstm.run(**again)
     assert not (run / "train_log.previous.jsonl").exists()
     assert len((run / "train_log.jsonl").read_text().splitlines()) == 2
+
+
+def test_an_eval_batch_too_large_for_the_valid_split_is_refused_before_training(tmp_path):
+    """`--eval_batch_size` larger than the valid split can hold was refused
+    only after the whole training run (the transformer job checks first)."""
+    text = tmp_path / "text.txt"
+    text.write_text("def add(x, y):\n    return x + y\n\n" * 200)
+    with pytest.raises(TrainingError, match="too few for --eval_batch_size 100000"):
+        train_lstm.run(model_dir=str(tmp_path / "run"), d_model=8, n_layer=1, tgt_len=8,
+                       batch_size=2, train_steps=2, eval_batch_size=100000, dataset="text",
+                       data_dir=str(text), cache_dir=str(tmp_path / "cache"))
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written

@@ -61,6 +61,21 @@ def check_split(corpus, split, batch_size, tgt_len, what):
     return np.asarray(ids) if not isinstance(ids, np.ndarray) else ids
 
 
+def check_valid_split(corpus, eval_batch_size, skip):
+    """Raises unless the valid split gives `eval_batch_size` streams of at
+    least one labelled id (2 ids each); `skip` names the flags that leave
+    evaluation out. Returns the split's ids."""
+    ids = corpus.valid
+    if len(ids) < 2:
+        raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(ids)} tokens; "
+                            f"evaluation needs at least 2 (or pass {skip})")
+    if len(ids) <= eval_batch_size:  # streams of 1 id: no label
+        raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(ids)} tokens, "
+                            f"too few for --eval_batch_size {eval_batch_size} (at least "
+                            f"{eval_batch_size + 1} needed; or pass {skip})")
+    return ids
+
+
 def is_character_level(tokenizer):
     """True for byte / character tokenizers (report bits per character)."""
     return getattr(tokenizer, "kind", "") in ("byte", "char")

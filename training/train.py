@@ -407,16 +407,9 @@ def _train_in(o, strategy, task_id, is_chief, scratch):
     if evaluating:
         check_fits(config, o["eval_batch_size"], eval_tgt_len, eval_mem_len,
                    what="an evaluation step")
-    valid_ids = corpus.valid if evaluating else None
-    if evaluating and len(valid_ids) < 2:
-        raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "
-                            "tokens; evaluation needs at least 2 (or pass --nofinal_eval "
-                            "--eval_every=0)")
-    if evaluating and len(valid_ids) <= o["eval_batch_size"]:  # streams of 1 id: no label
-        raise TrainingError(f"the valid split of corpus {corpus.name!r} has {len(valid_ids)} "
-                            f"tokens, too few for --eval_batch_size {o['eval_batch_size']} "
-                            f"(at least {o['eval_batch_size'] + 1} needed; or pass "
-                            "--nofinal_eval --eval_every=0)")
+    valid_ids = (inputs.check_valid_split(corpus, o["eval_batch_size"],
+                                          "--nofinal_eval --eval_every=0")
+                 if evaluating else None)
     character_level = inputs.is_character_level(corpus.tokenizer)
 
     record = run_record.describe(o["dataset"], o["data_dir"], corpus_options,

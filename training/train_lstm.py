@@ -109,6 +109,8 @@ def run(**options):
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]))
     train_ids = inputs.check_split(corpus, "train", o["batch_size"], o["tgt_len"], "training")
+    if o["final_eval"]:
+        inputs.check_valid_split(corpus, o["eval_batch_size"], "--nofinal_eval")
     config = LSTMConfig(n_token=corpus.tokenizer.vocab_size, d_model=o["d_model"],
                         n_layer=o["n_layer"], tgt_len=o["tgt_len"], dropout=o["dropout"],
                         vocab_fingerprint=corpus.tokenizer.fingerprint())
