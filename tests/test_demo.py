@@ -8,6 +8,7 @@ import pytest
 from training import demo
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLCausalLM, TransformerXLConfig
+from txl_tf.errors import TxlError
 from txl_tf.learning.evaluation import evaluate_ids
 from txl_tf.text import ByteTokenizer
 from txl_tf.weights import load_pretrained, save_pretrained
@@ -86,3 +87,15 @@ def test_a_model_that_does_not_read_bytes_is_refused(tmp_path):
     save_pretrained(core, str(tmp_path / "words"), words)
     with pytest.raises(TrainingError, match="reads word tokens: the demo reports bits per byte"):
         demo.run(model=str(tmp_path / "words"), finetune_steps=1)
+
+
+@pytest.mark.parametrize("model", ["pystdlib_smal", ""])
+def test_a_model_that_is_neither_a_folder_nor_a_shipped_name_names_the_shipped_ones(
+        model, monkeypatch, tmp_path):
+    """`txl-demo --model=pystdlib_smal` (a typo of the default) said only
+    "model directory 'pystdlib_smal' does not exist": the flag also takes a
+    shipped model's name, and the message did not say which there are."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TxlError, match=r"does not exist, nor is it a shipped model's name "
+                                       r"\(shipped: pystdlib_small\)"):
+        demo.run(model=model)

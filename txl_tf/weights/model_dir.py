@@ -23,7 +23,7 @@ from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
 from txl_tf.layers.init import skip_random_init
 from txl_tf.weights import checkpoints
-from txl_tf.weights.shipped import shipped_model_dir
+from txl_tf.weights.shipped import SHIPPED, shipped_model_dir
 
 CONFIG_FILE = checkpoints.CONFIG_FILE
 WEIGHTS_FILE = checkpoints.WEIGHTS_FILE
@@ -103,6 +103,8 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
         model_dir = shipped_model_dir(model_dir) or model_dir
     if model_dir is not None and not os.path.isdir(model_dir):
         what = "is a file, not a directory" if os.path.exists(model_dir) else "does not exist"
+        if not os.path.exists(model_dir) and not os.path.dirname(os.fspath(model_dir)):
+            what += f", nor is it a shipped model's name (shipped: {', '.join(sorted(SHIPPED))})"
         raise ModelDirError(f"model directory {model_dir!r} {what}")
     kind = None
     if model_dir is not None and weights_path is None:
