@@ -276,7 +276,11 @@ def _check_model_options(o, cfg):
             check_triton_options(mem_len, log_probs=o["log_probs"], **{
                 k: v for k, v in o["triton_options"].items() if k != "cached"})
         except (TypeError, ValueError) as error:
-            raise ExportError(f"cannot write a Triton repository: {error}") from None
+            text = str(error)
+            for name in ("model_name", "max_batch_size"):  # the flags' names beside them
+                if text.startswith(name + " "):
+                    text = f"{name} (--triton_{name}){text[len(name):]}"
+            raise ExportError(f"cannot write a Triton repository: {text}") from None
 
 
 def _export_into(out, stages, o, source, cfg):

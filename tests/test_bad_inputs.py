@@ -517,7 +517,8 @@ CLI_CASES = [
                                             "--output_dir={scratch}/out_triton",
                                             "--formats=triton",
                                             "--triton_max_batch_size=2147483648"],
-     r"^error: cannot write a Triton repository: max_batch_size must be at most 2147483647 "),
+     r"^error: cannot write a Triton repository: max_batch_size \(--triton_max_batch_size\) "
+     r"must be at most 2147483647 "),
     ("export_triton_candidates_huge", "export", ["--model_dir={root}/model",
                                                  "--output_dir={scratch}/out_triton",
                                                  "--formats=triton",

@@ -129,7 +129,8 @@ def test_job_flag_errors_name_the_flag(tmp_path, argv, message):
      r"^cannot write a Triton repository: max_candidate_sequences \(4\) must be at least "
      r"max_batch_size \(8\)"),
     (dict(triton_model_name='my "best" lm'), "^cannot write a Triton repository: model_name "
-                                              "must be a plain folder name"),
+                                              r"\(--triton_model_name\) must be a plain "
+                                              "folder name"),
     (dict(mem_len=0), "^cannot write a Triton repository: .*mem_len >= 1"),
 ], ids=["candidates", "name", "mem_len"])
 def test_triton_options_are_refused_before_the_model_loads(model_dir, tmp_path, monkeypatch,
