@@ -38,6 +38,7 @@ setup(
         "txl-recl = training.recl:console",
         "txl-export = export.__main__:console",
         "txl-convert = txl_tf.weights.convert:console",
+        "txl-configs = training.configs.__main__:console",
     ]},
     install_requires=[
         "tensorflow>=2.21,<2.22",

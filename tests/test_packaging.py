@@ -107,13 +107,18 @@ def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp
                        if name.endswith("entry_points.txt")] or [None]
     for command in ("txl-train", "txl-train-lstm", "txl-evaluate", "txl-generate",
                     "txl-classify", "txl-demo", "txl-attention", "txl-recl", "txl-export",
-                    "txl-convert"):
+                    "txl-convert", "txl-configs"):
         assert f"{command} = " in entry_points, command
     (tmp_path / "training").mkdir()  # a user's own package of that name
     (tmp_path / "training" / "__init__.py").write_text("raise SystemExit('shadowed')\n")
     script = os.path.join(os.path.dirname(sys.executable), "txl-train")
     shown = subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert "--train_steps" in shown.stdout, shown.stderr[-500:]  # absl exits 1 after --help
+    # `python -m training.configs` there would run the user's package: the command does not.
+    script = os.path.join(os.path.dirname(sys.executable), "txl-configs")
+    shown = subprocess.run([script, "wt103_base"], capture_output=True, text=True, cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.strip() == configs.path("wt103_base"), \
+        shown.stderr[-500:]
 
 
 def test_an_installed_commands_help_shows_its_jobs_description(tmp_path):

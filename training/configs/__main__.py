@@ -1,22 +1,25 @@
-"""`python -m training.configs [NAME]`: the configurations, or one's flagfile path."""
+"""`txl-configs [NAME]` (`python -m training.configs [NAME]`): the paper's
+training configurations' names, or one's flagfile path. Standard library only
+(importing txl_tf imports TensorFlow)."""
 import os
 import sys
 
 from training.configs import names, path
 
 
-USAGE = """usage: python -m training.configs [NAME]
+USAGE = """usage: txl-configs [NAME]   (or: python -m training.configs [NAME])
 
 Without NAME: the names of the paper's training configurations. With one:
-the path of its flagfile, for --flagfile="$(python -m training.configs NAME)"."""
+the path of its flagfile, for --flagfile="$(txl-configs NAME)"."""
 
 
 def main(argv):
+    """Prints the names, a flagfile's path or the usage; returns the exit status."""
     if argv[1:] in (["--help"], ["-h"]):
         print(USAGE)
         return 0
     if len(argv) > 2:
-        print("error: usage: python -m training.configs [NAME]", file=sys.stderr)
+        print("error: usage: txl-configs [NAME]", file=sys.stderr)
         return 2
     if len(argv) == 1:
         print("\n".join(names()))
@@ -39,9 +42,15 @@ def _reader_gone():
     return 141
 
 
-try:
-    status = main(sys.argv)
-    sys.stdout.flush()
-except BrokenPipeError:
-    status = _reader_gone()
-sys.exit(status)
+def console():
+    """The installed command (see setup.py's console scripts)."""
+    try:
+        status = main(sys.argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        status = _reader_gone()
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    console()
