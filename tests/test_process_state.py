@@ -11,10 +11,12 @@ import re
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from export.onnx_export import write_weights_file
@@ -135,3 +137,24 @@ def test_importing_txl_tf_changes_only_what_the_docs_list():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1]) == ["env KERAS_BACKEND", "hooks", "meta path"]
+
+
+def test_another_keras_backend_is_one_clear_import_error(monkeypatch):
+    """`KERAS_BACKEND=numpy` (or jax, torch) failed deep in TensorFlow Text's
+    import with "Keras cannot be imported. Check that it is installed."."""
+    message = ("ImportError: txl_tf runs on Keras's TensorFlow backend, but Keras's backend is "
+               "'numpy' (KERAS_BACKEND or ~/.keras/keras.json): unset KERAS_BACKEND or set it "
+               "to 'tensorflow'")
+    env = dict(os.environ, KERAS_BACKEND="numpy")
+    done = subprocess.run([sys.executable, "-c", "import txl_tf"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == message, done.stderr[-2000:]
+    # Keras imported on another backend before txl_tf (here a stand-in: that backend's
+    # packages are not installed), whatever the variable says by then.
+    from txl_tf.app.tf_startup import require_tensorflow_backend
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(
+        config=types.SimpleNamespace(backend=lambda: "numpy")))
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    with pytest.raises(ImportError, match=re.escape(message.split(": ", 1)[1])):
+        require_tensorflow_backend()

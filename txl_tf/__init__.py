@@ -24,7 +24,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from txl_tf.app import moved_modules  # noqa: E402
 from txl_tf.app.exits import quiet_interrupts  # noqa: E402
-from txl_tf.app.tf_startup import quiet_tensorflow_import  # noqa: E402
+from txl_tf.app.tf_startup import quiet_tensorflow_import, require_tensorflow_backend  # noqa: E402,E501
 # Without TensorFlow too:
 from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
 from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
@@ -44,6 +44,7 @@ except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no Tensor
     _WITHOUT_TENSORFLOW = missing
 else:
     _WITHOUT_TENSORFLOW = None
+    require_tensorflow_backend()
     from txl_tf.classification.classifier import TransformerXLClassifier
     from txl_tf.core import TransformerXL
     from txl_tf.generation.decoder import Decoder

@@ -50,6 +50,20 @@ def quiet_tensorflow_import():
     return tf
 
 
+def require_tensorflow_backend():
+    """Raises ImportError unless Keras runs (or will run) on its TensorFlow
+    backend: the one already imported, else `KERAS_BACKEND`'s, which
+    `quiet_tensorflow_import` defaults to TensorFlow (Keras reads
+    ~/.keras/keras.json only where the variable is unset)."""
+    keras = sys.modules.get("keras")
+    config = getattr(keras, "config", None)
+    backend = config.backend() if config is not None else os.environ.get("KERAS_BACKEND")
+    if backend != "tensorflow":
+        raise ImportError(f"txl_tf runs on Keras's TensorFlow backend, but Keras's backend is "
+                          f"{backend!r} (KERAS_BACKEND or ~/.keras/keras.json): unset "
+                          f"KERAS_BACKEND or set it to 'tensorflow'")
+
+
 def _replay(text):
     kept = [line for line in text.splitlines(keepends=True) if not NOISE.match(line)]
     if kept:
