@@ -28,6 +28,10 @@ PAPER = {
     "lm1b_base": ("lm1b_base", "lm1b", 256, 2.5e-4, 0, 400_000, 256, 0.1, 0.0,
                   dict(n_layer=18, div_val=4, untie_r=True, proj_same_dim=False,
                        tie_projs=[False, False, False, False])),
+    "lm1b_large": ("lm1b_large", "lm1b", 512, 1e-4, 30000, 1_200_000, 32, 0.05, 0.05,
+                   dict(n_layer=24, d_model=1280, n_head=16, d_head=80, d_inner=8192,
+                        div_val=4, untie_r=True, proj_same_dim=False, init_std=0.005,
+                        tie_projs=[False, False, False, False])),
 }
 
 
