@@ -203,3 +203,15 @@ def test_random_configurations_match_the_papers_code(seed):
         got, memory = core(x, memory)
         np.testing.assert_allclose(np.asarray(got), ref.forward(x.T).transpose(1, 0, 2),
                                    rtol=1e-4, atol=1e-4, err_msg=f"{cfg} segment {s}")
+
+
+@pytest.mark.parametrize("attn_type", [1, 3])
+def test_a_fresh_model_draws_the_papers_initial_position_weights(attn_type):
+    """The paper's `weights_init`: `r_emb` and `r_w_bias` N(0, init_std),
+    `r_bias` (attn_type 1's bias per distance) zero."""
+    core = TransformerXL(type_config(attn_type).replace(init_std=0.05))
+    r_emb = np.asarray(core.r_emb.numpy())
+    assert abs(r_emb.std() - 0.05) < 0.01 and abs(r_emb.mean()) < 0.01
+    if attn_type == 1:
+        assert abs(np.asarray(core.r_w_bias.numpy()).std() - 0.05) < 0.02
+        assert not np.asarray(core.r_bias.numpy()).any()

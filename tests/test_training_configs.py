@@ -28,6 +28,10 @@ PAPER = {
     "lm1b_base": ("lm1b_base", "lm1b", 256, 2.5e-4, 0, 400_000, 256, 0.1, 0.0,
                   dict(n_layer=18, div_val=4, untie_r=True, proj_same_dim=False,
                        tie_projs=[False, False, False, False])),
+    "lm1b_large": ("lm1b_large", "lm1b", 512, 1e-4, 30000, 1_200_000, 32, 0.05, 0.05,
+                   dict(n_layer=24, d_model=1280, n_head=16, d_head=80, d_inner=8192,
+                        div_val=4, untie_r=True, proj_same_dim=False, init_std=0.005,
+                        tie_projs=[False, False, False, False])),
 }
 
 
@@ -52,3 +56,44 @@ def test_flagfile(name):
     assert (config.dropout, config.dropatt) == (dropout, dropatt)
     for field, value in fields.items():
         assert getattr(config, field) == value, field
+
+
+# The architecture of each configuration's source script (n_layer, d_model,
+# n_head, d_head, d_inner, div_val, cutoffs, untie_r, init_std, proj_same_dim).
+ARCHITECTURE = {
+    "enwik8_base": (12, 512, 8, 64, 2048, 1, [], False, 0.02, True),
+    "enwik8_large": (24, 1024, 8, 128, 3072, 1, [], False, 0.02, True),
+    "text8": (24, 1024, 8, 128, 3072, 1, [], False, 0.02, True),
+    "wt103_base": (16, 410, 10, 41, 2100, 1, [20000, 40000, 200000], False, 0.02, True),
+    "wt103_large": (18, 1024, 16, 64, 4096, 4, [20000, 40000, 200000], True, 0.005, True),
+    "lm1b_base": (18, 1024, 8, 128, 4096, 4, [60000, 100000, 640000], True, 0.02, False),
+    "lm1b_large": (24, 1280, 16, 80, 8192, 4, [60000, 100000, 640000], True, 0.005, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURE))
+def test_preset_architecture_is_the_scripts(name):
+    config = build_config(PAPER[name][0], PRESETS[name]["n_token"], None, {},
+                          log=lambda _: None)
+    fields = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "cutoffs",
+              "untie_r", "init_std", "proj_same_dim")
+    assert tuple(getattr(config, f) for f in fields) == ARCHITECTURE[name]
+    assert (config.d_embed, config.attn_type, config.pre_lnorm) == (config.d_model, 0, False)
+    assert (config.tie_weight, config.same_length, config.clamp_len) == (True, False, -1)
+
+
+# The paper's evaluation (pytorch/run_*.sh eval): tgt_len, mem_len, clamp_len, same_length.
+EVALUATION = {
+    "enwik8_base": (80, 2100, 820, True), "enwik8_large": (128, 3800, 1000, True),
+    "text8": (128, 3800, 1000, True), "wt103_base": (64, 640, 400, True),
+    "wt103_large": (128, 1600, 1000, True), "lm1b_base": (32, 128, -1, True),
+    "lm1b_large": (32, 128, -1, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVALUATION))
+def test_paper_evaluation_settings_are_the_scripts(name):
+    from txl_tf.config import eval_settings
+    settings = eval_settings(name)
+    fields = ("tgt_len", "mem_len", "clamp_len", "same_length")
+    assert tuple(settings[f] for f in fields) == EVALUATION[name]

@@ -105,7 +105,8 @@ class TransformerXL(keras.layers.Layer):
                                          shape=(cfg.n_layer, cfg.max_klen) + heads)
             self.r_w_bias = self.add_weight(name="r_w_bias", initializer=normal(cfg.init_std),
                                             shape=(cfg.n_layer,) + heads)
-            self.r_bias = self.add_weight(name="r_bias", initializer=normal(cfg.init_std),
+            # Zeros, as the paper's `weights_init` (`init_bias`) starts them.
+            self.r_bias = self.add_weight(name="r_bias", initializer="zeros",
                                           shape=(cfg.n_layer, cfg.max_klen, cfg.n_head))
         if cfg.attn_type == 3:  # per layer: an embedding per position in the window
             self.r_emb = self.add_weight(name="r_emb", initializer=normal(cfg.init_std),
