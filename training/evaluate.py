@@ -13,7 +13,9 @@ for a model without one), never one rebuilt from the corpus: words outside
 it are read as its unknown token, and counted. Every
 token of the split except the first of each of the `--batch_size` streams is
 predicted exactly once, segment by segment with the memory carried; the
-loss is weighted by tokens. Prints and writes (`--output`) loss, bpc, ppl.
+loss is weighted by tokens. With `--paper_settings` (or `--drop_remainder`)
+the streams are the paper's: the last N mod batch_size tokens are dropped.
+Prints and writes (`--output`) loss, bpc, ppl.
 Bad input ends in one `error:` line and exit status 2 (`txl_tf.app.cli`).
 """
 import json
@@ -48,6 +50,9 @@ SPEC = (
     option("bool", "same_length", None, "Every query sees the same number of keys "
            "(default: the model's)."),
     option("integer", "batch_size", 10, "Streams evaluated side by side."),
+    option("bool", "drop_remainder", None, "Drop the last N mod batch_size ids, so that each "
+           "stream has N // batch_size ids, as the paper's eval.py does (default: on with "
+           "--paper_settings, else every id but each stream's first is scored)."),
     option("integer", "max_segments", None, "Stop after this many segments (an estimate)."),
     option("string", "output", None, "Write the results as JSON here."),
     option("bool", "by_position", False, "Also report the loss at each position of a segment "
@@ -124,6 +129,13 @@ def run(**options):
     if len(ids) < 2:
         raise TrainingError(f"empty corpus: the {o['split']} split of {corpus.name!r} has "
                             f"{len(ids)} tokens (at least 2 needed)")
+    drop = bool(o["paper_settings"]) if o["drop_remainder"] is None else o["drop_remainder"]
+    if drop:  # the paper's LMOrderedIterator: N // B ids a stream
+        ids = ids[:o["batch_size"] * (len(ids) // o["batch_size"])]
+        if len(ids) < 2 * o["batch_size"]:
+            raise TrainingError(f"the {o['split']} split of {corpus.name!r} is too short for "
+                                f"--batch_size {o['batch_size']} with --drop_remainder: "
+                                f"{len(ids)} ids kept (at least 2 a stream needed)")
     progress = cli.Progress(f"evaluating {o['split']}", enabled=o["progress"] is not False)
     result = evaluate_ids(core, ids, o["batch_size"], settings.get("tgt_len"),
                           settings.get("mem_len"), o["max_segments"], progress=progress,
@@ -131,6 +143,7 @@ def run(**options):
     if not math.isfinite(result["loss"]):
         raise TrainingError(_not_finite(core, result["loss"], o["model_dir"]))
     result.update({"dataset": corpus.name, "split": o["split"], "model_dir": o["model_dir"],
+                   "drop_remainder": drop,
                    "unknown_tokens": _unknown_scored(ids, tokenizer, result),
                    "clamp_len": getattr(core.config, "clamp_len", None),
                    "same_length": getattr(core.config, "same_length", None),

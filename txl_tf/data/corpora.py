@@ -11,8 +11,12 @@ Transformer-XL paper's code (kimiyoung/transformer-xl):
 * wt2, wt103, ptb: words, ``<eos>`` after every line, ``<unk>`` for unknown
   words; vocabulary from the training file (``<eos>``, ``<unk>`` first).
 * lm1b: each sentence wrapped as ``<S> words <S>`` (the paper's
-  ``add_double_eos``), unknown words ``<UNK>``; vocabulary from
-  ``1b_word_vocab.txt`` when present, else built from the training shards.
+  ``add_double_eos``) and the sentences joined in order, as the paper's TF
+  code reads them (two ``<S>`` between sentences, both scored); the PyTorch
+  code's ``LMShuffledIterator`` reads one ``<S>`` between sentences, so its
+  perplexities score one token fewer a sentence. Unknown words ``<UNK>``;
+  vocabulary from ``1b_word_vocab.txt`` when present, else built from the
+  training shards.
   Training shards are concatenated in sorted order (no shuffling); valid is
   heldout shard 1 and test heldout shard 0 (the paper used shard 0 for both).
 * text: any file or folder (all non-hidden files, sorted), bytes, 90 / 10

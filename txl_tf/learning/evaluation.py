@@ -1,10 +1,12 @@
 """Corpus evaluation the paper's way: streams, segments, carried memory.
 
 The ids are cut into `batch_size` contiguous streams (`ceil(N / B)` ids each,
-nothing dropped); segments of `tgt_len` are scored in order with the memory
-carried between them (the last, shorter segment is padded and masked), and
-the loss is the token-weighted mean NLL over every id except the first of
-each stream (`txl_tf.data.eval_segment_dataset`).
+nothing dropped; with `drop_remainder`, `N // B` each and the last `N mod B`
+ids dropped, as the paper's `LMOrderedIterator` does); segments of `tgt_len`
+are scored in order with the memory carried between them (the last, shorter
+segment is padded and masked), and the loss is the token-weighted mean NLL
+over every id except the first of each stream
+(`txl_tf.data.eval_segment_dataset`).
 """
 import math
 import time
@@ -12,8 +14,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.checks.numpy_checks import check_count
-from txl_tf.data import eval_segment_dataset, num_segments
+from txl_tf.checks.numpy_checks import check_count, check_flag
+from txl_tf.data import eval_segment_dataset, num_segments, stream_length
 
 
 def make_scorer(core):
@@ -26,7 +28,7 @@ def make_scorer(core):
 
 
 def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segments=None,
-                 scorer=None, progress=None, by_position=False):
+                 scorer=None, progress=None, by_position=False, drop_remainder=False):
     """Token-weighted NLL of `core` over `ids`.
 
     `tgt_len` / `mem_len` default to the core's config; `mem_len=0` evaluates
@@ -35,12 +37,16 @@ def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segmen
     `segments` and `seconds`; with `by_position`, also `loss_by_position`:
     the mean NLL at each position of a segment (`tgt_len` floats; position p
     sees p earlier ids of its segment plus the memory), which shows how far
-    back the model's context helps.
+    back the model's context helps. `drop_remainder=True` reads the paper's
+    streams (its `eval.py`): the last `len(ids) mod batch_size` ids are
+    dropped, each stream has `len(ids) // batch_size` ids.
     """
     cfg = core.config
     tgt_len = cfg.tgt_len if tgt_len is None else check_count("tgt_len", tgt_len, low=1)
     mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
     scorer = scorer or make_scorer(core)
+    if check_flag("drop_remainder", drop_remainder):
+        ids = ids[:batch_size * stream_length(len(ids), batch_size)]
     total = num_segments(len(ids), batch_size, tgt_len, drop_remainder=False)
     if max_segments is not None:
         total = min(total, check_count("max_segments", max_segments, low=1))
