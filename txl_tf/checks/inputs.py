@@ -9,6 +9,7 @@ import tensorflow as tf
 # The numpy half, re-exported: the runtimes import it without TensorFlow.
 from txl_tf.checks.numpy_checks import (InputError, NonFiniteMemoryError,  # noqa: F401
                                         check_finite_outputs, out_of_range_message)
+from txl_tf.checks.python_batches import checked_python_batches, is_python_batches
 
 
 def rectangular(value, name="token_ids"):
@@ -103,23 +104,35 @@ def check_batch(data, n_token, targets=True):
     return keras.utils.pack_x_y_sample_weight(inputs, labels, weights)
 
 
-def checked_data(x, n_token, y=None, targets=True):
+def checked_data(x, n_token, y=None, targets=True, rows=None, method="fit"):
     """What a Keras model's `fit` / `evaluate` / `predict` read, with its ids
     checked (`check_batch`) outside the step, where the check survives XLA
     (which drops assertions): mapped over a `tf.data.Dataset` (each batch
     checked by the input pipeline before the step reads it), at once for
-    arrays (raising `InputError`). Other data (None, a distributed dataset,
-    a generator) passes unchecked: its maker checks it (the training job's
-    ids come from the tokenizer whose size is the model's `n_token`).
+    arrays (raising `InputError`), batch by batch as Keras reads a generator
+    or a `keras.utils.PyDataset` (`txl_tf.checks.python_batches`, rows too).
+    Other data (None, a distributed dataset) passes unchecked: its maker
+    checks it (the training job's ids come from the tokenizer whose size is
+    the model's `n_token`).
 
     Args:
-        x: a dataset, or `inputs` / `(inputs, labels[, weights])` arrays.
+        x: a dataset, a generator, a `PyDataset`, or `inputs` /
+            `(inputs, labels[, weights])` arrays.
         n_token, targets: as `check_batch`'s.
         y: the labels of arrays `x`, if apart.
+        rows: the rows each batch of a generator or a `PyDataset` must have
+            (a memory's streams; a dataset's and arrays' are checked before);
+            None: any.
+        method: the method's name, for the rows' message.
 
     Returns:
-        `x`: a dataset mapped through the check, arrays unchanged.
+        `x`: a dataset mapped through the check, a generator or a
+        `PyDataset` checking each batch, arrays unchanged.
     """
+    if is_python_batches(x):
+        fix = (f"the memory holds {rows} streams, one a row: every batch must have {rows} "
+               "rows")
+        return checked_python_batches(x, n_token, targets, rows, method, fix)
     if isinstance(x, tf.data.Dataset):
         return x.map(lambda *batch: check_batch(batch if len(batch) > 1 else batch[0],
                                                 n_token, targets))
@@ -134,18 +147,28 @@ _ASSERTED = re.compile(r"\[(\w+ empty or out of range for a vocabulary of \d+ to
                        r"\[(-?\d+)\] \[max id:\] \[(-?\d+)\]")
 
 
+# An `InputError` raised while TensorFlow's input pipeline read a batch in Python
+# (`txl_tf.checks.python_batches`), as the pipeline's error quotes it.
+_RAISED_IN_PYTHON = re.compile(r"^(?:[\w.]+\.)?InputError: (.+)$", re.MULTILINE)
+
+
 @contextlib.contextmanager
 def input_errors():
     """Re-raises `check_token_ids`' graph assertion (a TensorFlow
-    `InvalidArgumentError` from a step or an input pipeline) as the
-    `InputError` it stands for; other errors pass unchanged."""
+    `InvalidArgumentError` from a step or an input pipeline), and an
+    `InputError` a batch check raised inside TensorFlow's input pipeline
+    (`txl_tf.checks.python_batches`), as the `InputError` it stands for;
+    other errors pass unchanged."""
     try:
         yield
     except tf.errors.InvalidArgumentError as error:
         found = _ASSERTED.search(error.message or "")
-        if not found:
-            raise
-        raise InputError(f"{found[1]} {found[2]} max id: {found[3]}") from None
+        if found:
+            raise InputError(f"{found[1]} {found[2]} max id: {found[3]}") from None
+        raised = _RAISED_IN_PYTHON.search(error.message or "")
+        if raised:
+            raise InputError(raised[1]) from None
+        raise
 
 
 def check_targets(targets, token_ids, n_token):

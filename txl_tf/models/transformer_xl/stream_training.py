@@ -236,6 +236,10 @@ class StreamTraining:
             self._size_streams(size // replicas)
         return batch_size
 
+    def _global_rows(self):
+        """The rows of a stream batch over all replicas (the memory's streams)."""
+        return self.stream_batch_size * self.distribute_strategy.num_replicas_in_sync
+
     def _prepare_streams(self, x, batch_size, method, shuffle=False):
         if shuffle and not isinstance(x, tf.data.Dataset):
             raise InputError(f"{method}: shuffle=True would move rows between batches, so each "
@@ -292,9 +296,10 @@ class StreamTraining:
             checked_batch_size(validation, kwargs.get("validation_batch_size"), expected, "fit",
                                f"validation_data must come in batches of the training data's "
                                f"{expected} streams (drop_remainder=True), or be evaluated apart")
-        x = checked_data(x, self.core.config.n_token, y)
+        x = checked_data(x, self.core.config.n_token, y, rows=self._global_rows())
         kwargs["validation_data"] = checked_data(kwargs.get("validation_data"),
-                                                 self.core.config.n_token)
+                                                 self.core.config.n_token,
+                                                 rows=self._global_rows())
         with input_errors(), _one_restore(self):
             return keras.Model.fit(self, x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
 
@@ -326,7 +331,8 @@ class StreamTraining:
                 return super().evaluate(x, y, batch_size=batch_size, **kwargs)
         batch_size = self._prepare_streams(x, batch_size, "evaluate")
         self._streams.value[1].clear()
-        x = checked_data(x, self.core.config.n_token, y)
+        x = checked_data(x, self.core.config.n_token, y, rows=self._global_rows(),
+                         method="evaluate")
         with input_errors():
             return keras.Model.evaluate(self, x, y, batch_size=batch_size, **kwargs)
 
@@ -341,7 +347,8 @@ class StreamTraining:
         batch_size = self._prepare_streams(x, batch_size, "predict")
         if self._call_memory(False) is self._streams.value[1]:
             self._streams.value[1].clear()
-        x = checked_data(x, self.core.config.n_token)
+        x = checked_data(x, self.core.config.n_token, rows=self._global_rows(),
+                         method="predict")
         with input_errors():
             return keras.Model.predict(self, x, batch_size=batch_size, **kwargs)
 
