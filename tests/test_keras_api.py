@@ -316,3 +316,14 @@ def test_checked_python_batches_train_as_the_same_dataset(kind):
                      verbose=0)
     for a, b in zip(from_python.get_weights(), from_dataset.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_classifier_checks_a_generators_ids():
+    model = TransformerXLClassifier(config(), num_classes=3, segment_len=T)
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ids = np.random.default_rng(0).integers(0, N_TOKEN, (2, 6)).astype(np.int32)
+    batches = [({"token_ids": ids + shift, "lengths": np.array([6, 3], np.int32)},
+                np.array([0, 2])) for shift in (0, N_TOKEN)]
+    with pytest.raises(InputError, match=rf"^token id {ids[0, 0] + N_TOKEN} at position"):
+        model.fit(iter_batches(batches), verbose=0)
