@@ -359,6 +359,13 @@ class _CheckedArchive(Mapping):
         return len(self.archive.files)
 
 
+def _unread_model_weights(available, names):
+    """The checkpoint's model variables (under `transformer/`) that are
+    neither in `names` nor a slot of one (`<name>/Adam`, ...)."""
+    return sorted(key for key in available if key.startswith("transformer/")
+                  and not any(key == name or key.startswith(name + "/") for name in names))
+
+
 def import_tf_checkpoint(checkpoint, config, **config_overrides):
     """A `TransformerXL` holding the weights of a checkpoint written by the
     paper's TF code (`tf/train_gpu.py`, `train.py`): a checkpoint prefix or a
@@ -368,7 +375,9 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     `div_val`, `untie_r`, ...). The returned config sets
     `zero_filled_memory=True`, since that code starts every stream from
     attended zero states, and keeps the TF code's LayerNorm epsilon (1e-12)
-    unless overridden. Optimizer slots and other extra variables are ignored.
+    unless overridden. Optimizer slots (`<weight>/Adam`, ...) and variables
+    outside `transformer/` are ignored; a model weight the config would not
+    read (another `n_layer`, `tie_projs`, `proj_same_dim`) is an error.
 
     Args:
         checkpoint: a checkpoint prefix or a folder with a `checkpoint` file.
@@ -380,7 +389,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
 
     Raises:
         FileNotFoundError: no checkpoint there.
-        TxlError: the file is not a TF checkpoint, or its weights do not fit.
+        TxlError: the file is not a TF checkpoint, or its weights do not fit
+            (missing, unread or of another shape).
     """
     import tensorflow as tf
 
@@ -402,6 +412,11 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         raise TxlError(
             f"checkpoint {checkpoint!r} lacks {len(missing)} weights the config needs, e.g. "
             f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
+    unread = _unread_model_weights(available, names)
+    if unread:
+        raise TxlError(
+            f"checkpoint {checkpoint!r} holds {len(unread)} weights this config does not use, "
+            f"e.g. {unread[:3]}: check n_layer, tie_projs and proj_same_dim")
     try:
         arrays = {name: reader.get_tensor(name) for name in names}
     except IndexError as err:  # TensorFlow's reader on a data file cut short

@@ -1,0 +1,64 @@
+"""`import_tf_checkpoint` on checkpoints laid out as the paper's TF code writes them
+(variables by its names, saved with a TF1 `Saver`; no paper code needed): the TF
+code's own rules, and one clear error for a checkpoint of another layout."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from txl_tf import TransformerXL, TransformerXLConfig, TxlError
+from txl_tf.weights.checkpoints import get_weights, import_tf_checkpoint
+
+SIZES = dict(n_token=40, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, dropout=0.0,
+             tgt_len=4, mem_len=4)
+
+
+def random_core(seed=0, **overrides):
+    core = TransformerXL(TransformerXLConfig(**{**SIZES, **overrides}))
+    rng = np.random.default_rng(seed)
+    for var in core.weights:
+        var.assign(rng.normal(0, 0.3, var.shape).astype(np.float32))
+    return core
+
+
+def save_tf1(weights, prefix, **extra):
+    """A TF1 `Saver` checkpoint of `weights` (`{tf_name: array}`) and `extra` arrays."""
+    variables = {name: tf.Variable(value) for name, value in {**weights, **extra}.items()}
+    variables["global_step"] = tf.Variable(3, dtype=tf.int64)
+    return tf.compat.v1.train.Saver(var_list=variables).save(None, prefix)
+
+
+def outputs(core, ids):
+    memory = core.initial_memory(len(ids))
+    got = []
+    for segment in np.split(ids, 2, axis=1):
+        log_probs, memory = core(segment, memory)
+        got.append(log_probs.numpy())
+    return np.concatenate(got, 1)
+
+
+def _zero_filled(core):
+    copy = TransformerXL(core.config.replace(zero_filled_memory=True))
+    for mine, theirs in zip(copy.weights, core.weights):
+        mine.assign(theirs)
+    return copy
+
+
+@pytest.mark.parametrize("source, config", [
+    (dict(n_layer=3), dict(n_layer=2)),  # a layer left out
+    (dict(cutoffs=[10, 25], d_embed=12, tie_projs=[False] * 3),  # own projections unread
+     dict(cutoffs=[10, 25], d_embed=12, tie_projs=[False, True, True])),
+    (dict(cutoffs=[10, 25], div_val=2, proj_same_dim=True, tie_projs=[False, True, True]),
+     dict(cutoffs=[10, 25], div_val=2, proj_same_dim=False, tie_projs=[False, True, True])),
+])
+def test_model_weights_the_config_leaves_unread_are_an_error(tmp_path, source, config):
+    """Weights of the checkpoint's model that the config would not read (another
+    n_layer, tie_projs or proj_same_dim) are an error naming them, not a model
+    computing something else; optimizer slots and other variables are ignored."""
+    weights = get_weights(random_core(**source))
+    prefix = save_tf1(weights, str(tmp_path / "model.ckpt"), **{
+        "transformer/layer_0/ff/layer_1/bias/Adam": weights["transformer/layer_0/ff/layer_1/bias"],
+        "beta1_power": np.float32(0.9)})
+    with pytest.raises(TxlError, match="holds .* weights this config does not use, e.g. "
+                       r"\['transformer/"):
+        import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, **config}))
+    import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, **source}))  # its own config
