@@ -36,6 +36,20 @@ def outputs(core, ids):
     return np.concatenate(got, 1)
 
 
+def test_without_cutoffs_the_softmax_reads_the_embedding_projection_whatever_tie_projs(tmp_path):
+    """The TF code's softmax without cutoffs always projects with the embedding's
+    `proj_W` (it has no `adaptive_softmax/cutoff_0/proj`), whatever train_gpu's
+    `proj_share_all_but_first` made `tie_projs`: a config with `tie_projs=[False]`,
+    as those flags give, describes the same checkpoint."""
+    source = random_core(d_embed=12, tie_projs=[True])
+    prefix = save_tf1(get_weights(source), str(tmp_path / "model.ckpt"))
+    core = import_tf_checkpoint(prefix, source.config.replace(tie_projs=[False]))
+    assert core.config.tie_projs == [True]
+    ids = np.random.default_rng(1).integers(0, 40, (2, 8))
+    np.testing.assert_allclose(outputs(core, ids), outputs(_zero_filled(source), ids),
+                               atol=1e-5)
+
+
 def _zero_filled(core):
     copy = TransformerXL(core.config.replace(zero_filled_memory=True))
     for mine, theirs in zip(copy.weights, core.weights):

@@ -375,7 +375,9 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     `div_val`, `untie_r`, ...). The returned config sets
     `zero_filled_memory=True`, since that code starts every stream from
     attended zero states, and keeps the TF code's LayerNorm epsilon (1e-12)
-    unless overridden. Optimizer slots (`<weight>/Adam`, ...) and variables
+    unless overridden. Without `cutoffs` it sets `tie_projs=[True]`: that
+    code's softmax then always reads the embedding's projection, whatever
+    `proj_share_all_but_first` said. Optimizer slots (`<weight>/Adam`, ...) and variables
     outside `transformer/` are ignored; a model weight the config would not
     read (another `n_layer`, `tie_projs`, `proj_same_dim`) is an error.
 
@@ -404,6 +406,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         raise TxlError(f"{checkpoint!r} is not a TF checkpoint: {err.message}") from None
     available = reader.get_variable_to_shape_map()
     cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
+    if not cfg.cutoffs:  # that code's softmax then always projects with the embedding's proj_W
+        cfg = cfg.replace(tie_projs=[True])
     with skip_random_init():  # every weight is read from the checkpoint below
         core = TransformerXL(cfg)
     names = reference_names(core)
