@@ -76,3 +76,20 @@ def test_model_weights_the_config_leaves_unread_are_an_error(tmp_path, source, c
                        r"\['transformer/"):
         import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, **config}))
     import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, **source}))  # its own config
+
+
+def test_the_tf_codes_layer_norm_epsilon_and_same_length_rule_are_set(tmp_path):
+    """A config carrying the PyTorch code's settings (the port's `config.json` has
+    `layer_norm_epsilon` 1e-5; a PyTorch import's config the "pytorch" rule)
+    gets the TF code's: epsilon 1e-12 and the "tf" `same_length` rule, as
+    `zero_filled_memory`; keywords still override them."""
+    source = random_core(same_length=True, cutoffs=[10, 25], div_val=2)
+    prefix = save_tf1(get_weights(source), str(tmp_path / "model.ckpt"))
+    given = source.config.replace(layer_norm_epsilon=1e-5, same_length_convention="pytorch")
+    core = import_tf_checkpoint(prefix, given)
+    assert (core.config.layer_norm_epsilon, core.config.same_length_convention) == (1e-12, "tf")
+    ids = np.random.default_rng(2).integers(0, 40, (3, 8))
+    np.testing.assert_allclose(outputs(core, ids), outputs(_zero_filled(source), ids),
+                               atol=1e-5)
+    kept = import_tf_checkpoint(prefix, given, layer_norm_epsilon=1e-6)
+    assert kept.config.layer_norm_epsilon == 1e-6

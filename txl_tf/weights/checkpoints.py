@@ -366,20 +366,29 @@ def _unread_model_weights(available, names):
                   and not any(key == name or key.startswith(name + "/") for name in names))
 
 
+# What follows from the paper's TF code, whatever the given config says: every
+# stream starts from attended zero states, tf.contrib's LayerNorm epsilon, and
+# its `same_length` mask (`txl_tf.layers.masks`).
+_TF_CODE_SEMANTICS = {"zero_filled_memory": True, "layer_norm_epsilon": 1e-12,
+                      "same_length_convention": "tf"}
+
+
 def import_tf_checkpoint(checkpoint, config, **config_overrides):
     """A `TransformerXL` holding the weights of a checkpoint written by the
     paper's TF code (`tf/train_gpu.py`, `train.py`): a checkpoint prefix or a
     folder with a `checkpoint` file.
 
     `config` must describe the checkpoint's model (sizes, `cutoffs`,
-    `div_val`, `untie_r`, ...). The returned config sets
-    `zero_filled_memory=True`, since that code starts every stream from
-    attended zero states, and keeps the TF code's LayerNorm epsilon (1e-12)
-    unless overridden. Without `cutoffs` it sets `tie_projs=[True]`: that
-    code's softmax then always reads the embedding's projection, whatever
-    `proj_share_all_but_first` said. Optimizer slots (`<weight>/Adam`, ...) and variables
-    outside `transformer/` are ignored; a model weight the config would not
-    read (another `n_layer`, `tie_projs`, `proj_same_dim`) is an error.
+    `div_val`, `untie_r`, ...). The returned config sets what follows from
+    that code, whatever `config` says (a keyword overrides it):
+    `zero_filled_memory=True` (it starts every stream from attended zero
+    states), `layer_norm_epsilon=1e-12` (the port's `config.json` says 1e-5)
+    and `same_length_convention="tf"`. Without `cutoffs` it sets
+    `tie_projs=[True]`: that code's softmax then always reads the embedding's
+    projection, whatever `proj_share_all_but_first` said. Optimizer slots
+    (`<weight>/Adam`, ...) and variables outside `transformer/` are ignored;
+    a model weight the config would not read (another `n_layer`, `tie_projs`,
+    `proj_same_dim`) is an error.
 
     Args:
         checkpoint: a checkpoint prefix or a folder with a `checkpoint` file.
@@ -405,7 +414,7 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as err:  # another file
         raise TxlError(f"{checkpoint!r} is not a TF checkpoint: {err.message}") from None
     available = reader.get_variable_to_shape_map()
-    cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
+    cfg = as_config(config).replace(**{**_TF_CODE_SEMANTICS, **config_overrides})
     if not cfg.cutoffs:  # that code's softmax then always projects with the embedding's proj_W
         cfg = cfg.replace(tie_projs=[True])
     with skip_random_init():  # every weight is read from the checkpoint below
