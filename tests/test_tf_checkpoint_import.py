@@ -93,3 +93,15 @@ def test_the_tf_codes_layer_norm_epsilon_and_same_length_rule_are_set(tmp_path):
                                atol=1e-5)
     kept = import_tf_checkpoint(prefix, given, layer_norm_epsilon=1e-6)
     assert kept.config.layer_norm_epsilon == 1e-6
+
+
+@pytest.mark.parametrize("field, value", [("pre_lnorm", True), ("attn_type", 1),
+                                          ("tie_weight", False)])
+def test_a_config_the_tf_code_cannot_have_is_an_error(tmp_path, field, value):
+    """The TF code has post-LayerNorm blocks, relative attention (attn_type 0)
+    and output tables tied to the embedding only: a config asking for another
+    is an error naming the field, before the weights are read (pre_lnorm's
+    would all fit and compute something else)."""
+    prefix = save_tf1(get_weights(random_core()), str(tmp_path / "model.ckpt"))
+    with pytest.raises(TxlError, match=f"the paper's TF code .* config has {field}={value}$"):
+        import_tf_checkpoint(prefix, TransformerXLConfig(**SIZES, **{field: value}))

@@ -388,7 +388,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     projection, whatever `proj_share_all_but_first` said. Optimizer slots
     (`<weight>/Adam`, ...) and variables outside `transformer/` are ignored;
     a model weight the config would not read (another `n_layer`, `tie_projs`,
-    `proj_same_dim`) is an error.
+    `proj_same_dim`) is an error, and so is a config that code cannot have
+    (`pre_lnorm`, `attn_type` other than 0, untied output tables).
 
     Args:
         checkpoint: a checkpoint prefix or a folder with a `checkpoint` file.
@@ -417,6 +418,10 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     cfg = as_config(config).replace(**{**_TF_CODE_SEMANTICS, **config_overrides})
     if not cfg.cutoffs:  # that code's softmax then always projects with the embedding's proj_W
         cfg = cfg.replace(tie_projs=[True])
+    for field, value in (("pre_lnorm", False), ("attn_type", 0), ("tie_weight", True)):
+        if getattr(cfg, field) != value:
+            raise TxlError(f"the paper's TF code builds {field}={value} models only; the "
+                           f"config has {field}={getattr(cfg, field)}")
     with skip_random_init():  # every weight is read from the checkpoint below
         core = TransformerXL(cfg)
     names = reference_names(core)
