@@ -11,7 +11,9 @@ checkpoint with `tf.compat.v1.train.Saver` and runs a few segments. Here the
 checkpoint is imported with `txl_tf.weights.import_tf_checkpoint` and the
 float32 core reads the same segments from `initial_memory()`; the table gives
 max |Δ| of the per-token NLL (the TF code's `nll` before its mean), of the
-mean `loss` and of the new memories, each over all segments.
+mean `loss` and of the new memories, each over all segments. The weights the
+import reads must be the graph's trainable variables, names and shapes (the
+checkpoint also holds train_gpu.py's Adam slots and step).
 
 Without `--ref_dir` the benchmark prints one line saying it was skipped. The
 paper's code is only read and run, never copied into this project: the child
@@ -199,8 +201,12 @@ def paper_stage(ref_dir, out_dir):
                 clamp_len=f["clamp_len"], use_tpu=False, untie_r=f["untie_r"],
                 proj_same_dim=f["proj_same_dim"])
             nll = per_token[0]
-            v1.train.get_or_create_global_step()
+            # train_gpu.py's optimizer: its slots (`<weight>/Adam`, `/Adam_1`) and
+            # beta powers are in the checkpoint as in the paper's own.
+            v1.train.AdamOptimizer(1e-4).minimize(
+                loss, global_step=v1.train.get_or_create_global_step())
             variables = v1.global_variables()
+            trainable = {v.op.name for v in v1.trainable_variables()}
             saver = v1.train.Saver()
             with v1.Session(graph=graph) as sess:
                 sess.run(v1.global_variables_initializer())
@@ -213,7 +219,8 @@ def paper_stage(ref_dir, out_dir):
                     if "LayerNorm/gamma" in v.name:
                         value += 1
                     v.load(value, sess)
-                    names[v.op.name] = v.shape.as_list()
+                    if v.op.name in trainable:
+                        names[v.op.name] = v.shape.as_list()
                 folder = os.path.join(out_dir, str(c))
                 os.makedirs(folder)
                 saver.save(sess, os.path.join(folder, "model.ckpt"))
@@ -234,9 +241,15 @@ def paper_stage(ref_dir, out_dir):
 # ----------------------------------------------------------------- our side
 def compare_case(folder, case):
     """max |Δ| of the imported core against the paper's outputs in `folder`."""
-    from txl_tf.weights import import_tf_checkpoint
+    from txl_tf.weights import get_weights, import_tf_checkpoint
 
     core = import_tf_checkpoint(os.path.join(folder, "model.ckpt"), txl_config(case))
+    with open(os.path.join(folder, "variables.json"), encoding="utf-8") as f:
+        paper = json.load(f)  # its trainable variables: what the import must read
+    read = {name: list(value.shape) for name, value in get_weights(core).items()}
+    if read != paper:
+        raise AssertionError(f"the import read {sorted(set(read) ^ set(paper))} or other "
+                             "shapes than the paper's trainable variables")
     with np.load(os.path.join(folder, "run.npz"), allow_pickle=False) as data:
         run = {k: data[k] for k in data.files}
     ids = run["ids"].transpose(0, 2, 1)  # [segment, B, T + 1]

@@ -95,6 +95,9 @@ def paper_like_run(folder, case, perturb=0.0):
         out[f"loss/{s}"] = nll.numpy().mean()
         out[f"mems/{s}"] = memory.mems.numpy().transpose(0, 2, 1, 3)
     np.savez(os.path.join(folder, "run.npz"), **out)
+    names = {k: list(v.shape) for k, v in get_weights(core).items()}
+    with open(os.path.join(folder, "variables.json"), "w", encoding="utf-8") as f:
+        json.dump(names, f)
 
 
 def test_compares_in_the_tf_codes_time_major_layout(tmp_path):
@@ -105,6 +108,15 @@ def test_compares_in_the_tf_codes_time_major_layout(tmp_path):
     paper_like_run(str(tmp_path / "off"), case, perturb=1e-3)
     assert tf_parity.compare_case(str(tmp_path / "off"), case)["nll"] > 5e-4
     assert tf_parity.table([{"case": "x", **deltas}]).splitlines()[2].startswith("| x | ")
+    with open(tmp_path / "same" / "variables.json", "w", encoding="utf-8") as f:
+        json.dump({**names_of(case), "transformer/r_w_bias/extra": [2, 8]}, f)
+    with pytest.raises(AssertionError, match=r"read \['transformer/r_w_bias/extra'\]"):
+        tf_parity.compare_case(str(tmp_path / "same"), case)
+
+
+def names_of(case):
+    core = TransformerXL(TransformerXLConfig(**tf_parity.txl_config(case)))
+    return {k: list(v.shape) for k, v in get_weights(core).items()}
 
 
 def test_without_ref_dir_it_says_it_was_skipped(jobs, tmp_path):
