@@ -69,6 +69,12 @@ CASES = {
     "div_val 2, d_embed 32": dict(n_token=40, cutoffs=[10, 25], div_val=2, d_embed=32,
                                   proj_share_all_but_first=True, tgt_len=4, mem_len=6,
                                   same_length=True, clamp_len=3),
+    "lm1b-like (div_val 4)": dict(n_token=60, cutoffs=[10, 25, 40], div_val=4, d_embed=64,
+                                  proj_same_dim=False, untie_r=True, same_length=True,
+                                  tgt_len=4, mem_len=6, clamp_len=5),
+    "wt103-like (div_val 4)": dict(n_token=60, cutoffs=[10, 25, 40], div_val=4, d_embed=64,
+                                   proj_share_all_but_first=True, untie_r=True,
+                                   same_length=True, tgt_len=5, mem_len=9, clamp_len=3),
     "mem_len 0": dict(n_token=40, cutoffs=[10], div_val=2, d_embed=16, tgt_len=4, mem_len=0),
 }
 
