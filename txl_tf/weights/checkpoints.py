@@ -359,16 +359,37 @@ class _CheckedArchive(Mapping):
         return len(self.archive.files)
 
 
+def _unread_model_weights(available, names):
+    """The checkpoint's model variables (under `transformer/`) that are
+    neither in `names` nor a slot of one (`<name>/Adam`, ...)."""
+    return sorted(key for key in available if key.startswith("transformer/")
+                  and not any(key == name or key.startswith(name + "/") for name in names))
+
+
+# What follows from the paper's TF code, whatever the given config says: every
+# stream starts from attended zero states, tf.contrib's LayerNorm epsilon, and
+# its `same_length` mask (`txl_tf.layers.masks`).
+_TF_CODE_SEMANTICS = {"zero_filled_memory": True, "layer_norm_epsilon": 1e-12,
+                      "same_length_convention": "tf"}
+
+
 def import_tf_checkpoint(checkpoint, config, **config_overrides):
     """A `TransformerXL` holding the weights of a checkpoint written by the
     paper's TF code (`tf/train_gpu.py`, `train.py`): a checkpoint prefix or a
     folder with a `checkpoint` file.
 
     `config` must describe the checkpoint's model (sizes, `cutoffs`,
-    `div_val`, `untie_r`, ...). The returned config sets
-    `zero_filled_memory=True`, since that code starts every stream from
-    attended zero states, and keeps the TF code's LayerNorm epsilon (1e-12)
-    unless overridden. Optimizer slots and other extra variables are ignored.
+    `div_val`, `untie_r`, ...). The returned config sets what follows from
+    that code, whatever `config` says (a keyword overrides it):
+    `zero_filled_memory=True` (it starts every stream from attended zero
+    states), `layer_norm_epsilon=1e-12` (the port's `config.json` says 1e-5)
+    and `same_length_convention="tf"`. Without `cutoffs` it sets
+    `tie_projs=[True]`: that code's softmax then always reads the embedding's
+    projection, whatever `proj_share_all_but_first` said. Optimizer slots
+    (`<weight>/Adam`, ...) and variables outside `transformer/` are ignored;
+    a model weight the config would not read (another `n_layer`, `tie_projs`,
+    `proj_same_dim`) is an error, and so is a config that code cannot have
+    (`pre_lnorm`, `attn_type` other than 0, untied output tables).
 
     Args:
         checkpoint: a checkpoint prefix or a folder with a `checkpoint` file.
@@ -380,7 +401,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
 
     Raises:
         FileNotFoundError: no checkpoint there.
-        TxlError: the file is not a TF checkpoint, or its weights do not fit.
+        TxlError: the file is not a TF checkpoint, or its weights do not fit
+            (missing, unread or of another shape).
     """
     import tensorflow as tf
 
@@ -393,7 +415,13 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as err:  # another file
         raise TxlError(f"{checkpoint!r} is not a TF checkpoint: {err.message}") from None
     available = reader.get_variable_to_shape_map()
-    cfg = as_config(config).replace(**{"zero_filled_memory": True, **config_overrides})
+    cfg = as_config(config).replace(**{**_TF_CODE_SEMANTICS, **config_overrides})
+    if not cfg.cutoffs:  # that code's softmax then always projects with the embedding's proj_W
+        cfg = cfg.replace(tie_projs=[True])
+    for field, value in (("pre_lnorm", False), ("attn_type", 0), ("tie_weight", True)):
+        if getattr(cfg, field) != value:
+            raise TxlError(f"the paper's TF code builds {field}={value} models only; the "
+                           f"config has {field}={getattr(cfg, field)}")
     with skip_random_init():  # every weight is read from the checkpoint below
         core = TransformerXL(cfg)
     names = reference_names(core)
@@ -402,6 +430,11 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         raise TxlError(
             f"checkpoint {checkpoint!r} lacks {len(missing)} weights the config needs, e.g. "
             f"{missing[:3]}: check n_layer, cutoffs, div_val, untie_r and tie_projs")
+    unread = _unread_model_weights(available, names)
+    if unread:
+        raise TxlError(
+            f"checkpoint {checkpoint!r} holds {len(unread)} weights this config does not use, "
+            f"e.g. {unread[:3]}: check n_layer, tie_projs and proj_same_dim")
     try:
         arrays = {name: reader.get_tensor(name) for name in names}
     except IndexError as err:  # TensorFlow's reader on a data file cut short
