@@ -332,3 +332,19 @@ def test_every_exported_callable_documents_its_arguments():
                 lacking.add(name)
     assert sorted(lacking - set(ARGS_ELSEWHERE)) == []
     assert sorted(set(ARGS_ELSEWHERE) - lacking) == []  # an exception no longer needed
+
+
+def test_the_bad_input_tables_jobs_are_the_ones_the_docs_name():
+    """docs/command-line.md and docs/testing.md say how many command lines of
+    which jobs `tests/test_bad_inputs.py` runs: its `CLI_CASES`' modules."""
+    cases = importlib.import_module("test_bad_inputs").CLI_CASES  # tests/ is on sys.path
+    short = {c[1].split(".")[-1].replace("attention_picture", "attention") for c in cases}
+    numbers = {"eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+    text = re.sub(r"\s+", " ", (REPO / "docs" / "command-line.md").read_text())
+    count, word, names = re.search(r"~(\d+) command lines of (\w+) jobs \(([^)]*)\)",
+                                   text).groups()
+    assert set(names.split(", ")) == short
+    assert numbers[word] == len(short)
+    assert abs(int(count) - len(cases)) <= 0.1 * len(cases), len(cases)
+    testing = re.sub(r"\s+", " ", (REPO / "docs" / "testing.md").read_text())
+    assert numbers[re.search(r"(\w+) of the command-line jobs", testing).group(1)] == len(short)
