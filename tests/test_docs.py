@@ -348,3 +348,14 @@ def test_the_bad_input_tables_jobs_are_the_ones_the_docs_name():
     assert abs(int(count) - len(cases)) <= 0.1 * len(cases), len(cases)
     testing = re.sub(r"\s+", " ", (REPO / "docs" / "testing.md").read_text())
     assert numbers[re.search(r"(\w+) of the command-line jobs", testing).group(1)] == len(short)
+
+
+def test_every_extra_of_setup_py_is_named_in_the_docs():
+    """An extra the docs never name (`pip install ".[viz]"`) is one a user
+    cannot find; the README's and docs' PNGs need one."""
+    block = (REPO / "setup.py").read_text().split("extras_require={")[1].split("\n    },")[0]
+    extras = set(re.findall(r'^\s*"(\w+)": \[', block, re.M))
+    text = "\n".join(p.read_text() for p in [*DOCS, REPO / "benchmarks" / "README.md",
+                                             REPO / "Makefile"])
+    assert len(extras) >= 5
+    assert sorted(e for e in extras if f"[{e}]" not in text) == []
