@@ -359,3 +359,29 @@ def test_every_extra_of_setup_py_is_named_in_the_docs():
                                              REPO / "Makefile"])
     assert len(extras) >= 5
     assert sorted(e for e in extras if f"[{e}]" not in text) == []
+
+
+def test_flags_written_after_a_command_in_prose_are_that_commands():
+    """A `` `training.classify --grad_segments=K` `` or `` `txl-generate
+    --num_tokens=N` `` span of the prose names flags of that command (the
+    code-block test above checks `python -m` lines; a flag of another job
+    would pass `test_every_flag_the_docs_name_is_defined`)."""
+    scripts = dict(re.findall(r'"(txl-[\w-]+) = ([\w.]+?)(?:\.__main__)?:console"',
+                              (REPO / "setup.py").read_text()))
+    scripts = {k: ("txl_tf.convert" if v == "txl_tf.weights.convert" else v)
+               for k, v in scripts.items()}
+    wrong, checked = [], 0
+    for path in [*DOCS, REPO / "benchmarks" / "README.md"]:
+        for span in re.findall(r"`([^`\n]+)`", path.read_text()):
+            found = re.match(r"(?:python -m )?((?:training|benchmarks)\.\w+|export|"
+                             r"txl_tf\.convert|txl-[\w-]+)\s+(.*)", span)
+            flags = re.findall(r"(?<!\S)--([a-z_]+)", found.group(2)) if found else []
+            if not flags:
+                continue
+            module = scripts.get(found.group(1), found.group(1))
+            known = (part_flags(module, span) or job_flags(module)) | ABSL_FLAGS
+            checked += 1
+            wrong += [(path.name, span, f) for f in flags
+                      if f not in known and not (f.startswith("no") and f[2:] in known)]
+    assert wrong == []
+    assert checked >= 30
