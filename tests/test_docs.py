@@ -385,3 +385,21 @@ def test_flags_written_after_a_command_in_prose_are_that_commands():
                       if f not in known and not (f.startswith("no") and f[2:] in known)]
     assert wrong == []
     assert checked >= 30
+
+
+def test_the_packages_docstring_examples_import_what_they_call():
+    """`export`'s docstring example calls `write_triton_repository`,
+    `export_classifier`, ...: each name of the package it calls is imported
+    in the example, so it runs as written."""
+    import export
+    import txl_tf
+    checked = 0
+    for package in (txl_tf, export):
+        for block in re.findall(r"```python\n(.*?)```", package.__doc__ or "", re.S):
+            imported = set()
+            for names in re.findall(r"^from [\w.]+ import \(?([\w,\s]+)\)?", block, re.M):
+                imported |= {n.strip() for n in names.split(",") if n.strip()}
+            called = set(re.findall(r"(?<![\w.])(\w+)\(", block)) & set(package.__all__)
+            assert sorted(called - imported) == [], package.__name__
+            checked += 1
+    assert checked >= 1
