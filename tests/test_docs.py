@@ -403,3 +403,30 @@ def test_the_packages_docstring_examples_import_what_they_call():
             assert sorted(called - imported) == [], package.__name__
             checked += 1
     assert checked >= 1
+
+
+# Short names the docs use for a variable or a file, not the module of that name.
+NOT_MODULES = {"model", "runtime", "core", "memory", "cache", "config", "weights", "parity",
+               "metrics", "vocab", "recl", "saved_model"}
+
+
+def test_the_docs_short_module_references_resolve():
+    """`` `decode_cache.write_token` ``, `` `ring_cache.after` ``: a module of
+    txl_tf or export by its last name, then an attribute it has."""
+    import pkgutil
+    modules = {}
+    for base in ("txl_tf", "export"):
+        for info in pkgutil.walk_packages(importlib.import_module(base).__path__, base + "."):
+            if not info.name.endswith("__main__"):
+                modules.setdefault(info.name.rsplit(".", 1)[1], []).append(info.name)
+    missing, checked = [], 0
+    for path in DOCS:
+        for short, attribute in re.findall(r"`(?<![\w.])([a-z_]\w*)\.([A-Za-z_]\w*)",
+                                           path.read_text()):
+            if short not in modules or short in NOT_MODULES:
+                continue
+            checked += 1
+            if not any(hasattr(importlib.import_module(m), attribute) for m in modules[short]):
+                missing.append((path.name, f"{short}.{attribute}"))
+    assert missing == []
+    assert checked >= 3
