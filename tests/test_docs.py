@@ -222,26 +222,40 @@ def test_the_docs_python_imports_resolve():
     assert checked >= 20
 
 
+def _resolves(dotted):
+    """Whether `dotted` names a module or an attribute of one."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[i:]:
+                found = getattr(found, attribute)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
 def test_the_docs_dotted_names_resolve():
     """`txl_tf.x.y` and `export.x.y` in backticks name a module or an attribute."""
-    def resolves(dotted):
-        parts = dotted.split(".")
-        for i in range(len(parts), 0, -1):
-            try:
-                found = importlib.import_module(".".join(parts[:i]))
-            except ImportError:
-                continue
-            try:
-                for attribute in parts[i:]:
-                    found = getattr(found, attribute)
-            except AttributeError:
-                return False
-            return True
-        return False
     names = [(path.name, n) for path in DOCS
              for n in re.findall(r"`((?:txl_tf|export)(?:\.[A-Za-z_]\w*)+)", path.read_text())]
     assert len(names) >= 50
-    assert [n for n in names if not resolves(n[1])] == []
+    assert [n for n in names if not _resolves(n[1])] == []
+
+
+def test_the_codes_dotted_names_resolve():
+    """`txl_tf.x.y`, `export.x.y` and `training.x.y` in the docstrings and
+    `--help` texts of the code name a module or an attribute, as in the docs."""
+    names = [(source.name, n) for folder in ("txl_tf", "export", "training")
+             for source in (REPO / folder).rglob("*.py")
+             for n in re.findall(r"`((?:txl_tf|export|training)(?:\.[A-Za-z_]\w*)+)",
+                                 source.read_text())]
+    assert len(names) >= 100
+    assert [n for n in names if not _resolves(n[1])] == []
 
 
 def test_every_exported_name_imports_and_is_documented():
