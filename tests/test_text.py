@@ -381,3 +381,13 @@ def test_sentencepiece_training_files_one_path_or_a_list(text, tmp_path):
     for line in ("the cat", "the cat sat " * 40):
         with pytest.raises(FileNotFoundError, match=r"not found: .*texts="):
             SentencePieceTokenizer.train([line], vocab_size=300)
+
+
+def test_sentencepiece_training_a_vocabulary_too_small_is_a_txl_error(text):
+    """The trainer's refusal (a `RuntimeError: INTERNAL: src/trainer_interface.cc
+    ...`) is the library's error naming `vocab_size` (byte fallback's 256
+    pieces need room)."""
+    from txl_tf.errors import TxlError
+    with pytest.raises(TxlError, match=r"^SentencePiece training with vocab_size=30 .*failed: "
+                                       r".*Vocabulary size is smaller than required_chars"):
+        SentencePieceTokenizer.train(texts=text.split("\n"), vocab_size=30)

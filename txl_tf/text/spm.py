@@ -82,7 +82,8 @@ class SentencePieceTokenizer(Tokenizer):
             A `SentencePieceTokenizer`.
 
         Raises:
-            TxlError: both or neither of ``files`` and ``texts``.
+            TxlError: both or neither of ``files`` and ``texts``, or the
+                trainer's refusal (a ``vocab_size`` too small for the text).
             FileNotFoundError: a missing file.
         """
         import sentencepiece as spm
@@ -107,7 +108,13 @@ class SentencePieceTokenizer(Tokenizer):
         model = io.BytesIO()
         spm.set_random_generator_seed(seed)
         with open(os.devnull, "w", encoding="utf-8") as quiet:
-            spm.SentencePieceTrainer.train(model_writer=model, logstream=quiet, **kwargs)
+            try:
+                spm.SentencePieceTrainer.train(model_writer=model, logstream=quiet, **kwargs)
+            except RuntimeError as err:  # the trainer's checks: too small a vocab_size, ...
+                room = " (byte_fallback's 256 byte pieces count)" if kwargs.get(
+                    "byte_fallback") else ""
+                raise TxlError(f"SentencePiece training with vocab_size={vocab_size}{room} "
+                               f"failed: {str(err).strip()}") from None
         return cls(model.getvalue(), add_eos=add_eos)
 
     @property
