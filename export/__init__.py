@@ -3,7 +3,8 @@ Runtime), a Triton Inference Server model repository, one runtime interface
 over SavedModel and ONNX, and parity checks.
 
 ```python
-from export import export_saved_model, export_onnx, open_runtime
+from export import (export_classifier, export_onnx, export_saved_model, open_classifier,
+                    open_runtime, write_triton_repository)
 from txl_tf.weights import load_pretrained
 core = load_pretrained("runs/tiny")                    # config.json + weights.npz
 export_saved_model(core, "out/saved_model", mem_len=64)

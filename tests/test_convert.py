@@ -205,6 +205,13 @@ def test_convert_refuses_bad_inputs(tmp_path):
     with pytest.raises(ConvertError, match="2 symbols, the model n_token=60"):
         convert("pytorch", weights, str(tmp_path / "o"), config=config, vocab=str(short),
                 **quiet)
+    no_eos = tmp_path / "bytes.txt"  # as the paper's enwik8 vocabulary: byte values, no <eos>
+    no_eos.write_text("".join(f"{i}\n" for i in range(60)))
+    with pytest.raises(ConvertError, match="no <eos> symbol"):
+        convert("pytorch", weights, str(tmp_path / "o"), config=config, vocab=str(no_eos),
+                **quiet)
+    from txl_tf.weights.convert import _spec
+    assert "<eos>" in next(h for _, name, _, h, _ in _spec() if name == "vocab")  # --help
     binary = tmp_path / "weights.npz"  # a wrong file given as --vocab: not UTF-8 text
     binary.write_bytes(b"PK\x03\x04\x96\xff\n")
     with pytest.raises(TxlError, match=r"'.*weights\.npz' is not a TF checkpoint: .*"

@@ -222,26 +222,40 @@ def test_the_docs_python_imports_resolve():
     assert checked >= 20
 
 
+def _resolves(dotted):
+    """Whether `dotted` names a module or an attribute of one."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[i:]:
+                found = getattr(found, attribute)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
 def test_the_docs_dotted_names_resolve():
     """`txl_tf.x.y` and `export.x.y` in backticks name a module or an attribute."""
-    def resolves(dotted):
-        parts = dotted.split(".")
-        for i in range(len(parts), 0, -1):
-            try:
-                found = importlib.import_module(".".join(parts[:i]))
-            except ImportError:
-                continue
-            try:
-                for attribute in parts[i:]:
-                    found = getattr(found, attribute)
-            except AttributeError:
-                return False
-            return True
-        return False
     names = [(path.name, n) for path in DOCS
              for n in re.findall(r"`((?:txl_tf|export)(?:\.[A-Za-z_]\w*)+)", path.read_text())]
     assert len(names) >= 50
-    assert [n for n in names if not resolves(n[1])] == []
+    assert [n for n in names if not _resolves(n[1])] == []
+
+
+def test_the_codes_dotted_names_resolve():
+    """`txl_tf.x.y`, `export.x.y` and `training.x.y` in the docstrings and
+    `--help` texts of the code name a module or an attribute, as in the docs."""
+    names = [(source.name, n) for folder in ("txl_tf", "export", "training")
+             for source in (REPO / folder).rglob("*.py")
+             for n in re.findall(r"`((?:txl_tf|export|training)(?:\.[A-Za-z_]\w*)+)",
+                                 source.read_text())]
+    assert len(names) >= 100
+    assert [n for n in names if not _resolves(n[1])] == []
 
 
 def test_every_exported_name_imports_and_is_documented():
@@ -332,3 +346,101 @@ def test_every_exported_callable_documents_its_arguments():
                 lacking.add(name)
     assert sorted(lacking - set(ARGS_ELSEWHERE)) == []
     assert sorted(set(ARGS_ELSEWHERE) - lacking) == []  # an exception no longer needed
+
+
+def test_the_bad_input_tables_jobs_are_the_ones_the_docs_name():
+    """docs/command-line.md and docs/testing.md say how many command lines of
+    which jobs `tests/test_bad_inputs.py` runs: its `CLI_CASES`' modules."""
+    cases = importlib.import_module("test_bad_inputs").CLI_CASES  # tests/ is on sys.path
+    short = {c[1].split(".")[-1].replace("attention_picture", "attention") for c in cases}
+    numbers = {"eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+    text = re.sub(r"\s+", " ", (REPO / "docs" / "command-line.md").read_text())
+    count, word, names = re.search(r"~(\d+) command lines of (\w+) jobs \(([^)]*)\)",
+                                   text).groups()
+    assert set(names.split(", ")) == short
+    assert numbers[word] == len(short)
+    assert abs(int(count) - len(cases)) <= 0.1 * len(cases), len(cases)
+    testing = re.sub(r"\s+", " ", (REPO / "docs" / "testing.md").read_text())
+    assert numbers[re.search(r"(\w+) of the command-line jobs", testing).group(1)] == len(short)
+
+
+def test_every_extra_of_setup_py_is_named_in_the_docs():
+    """An extra the docs never name (`pip install ".[viz]"`) is one a user
+    cannot find; the README's and docs' PNGs need one."""
+    block = (REPO / "setup.py").read_text().split("extras_require={")[1].split("\n    },")[0]
+    extras = set(re.findall(r'^\s*"(\w+)": \[', block, re.M))
+    text = "\n".join(p.read_text() for p in [*DOCS, REPO / "benchmarks" / "README.md",
+                                             REPO / "Makefile"])
+    assert len(extras) >= 5
+    assert sorted(e for e in extras if f"[{e}]" not in text) == []
+
+
+def test_flags_written_after_a_command_in_prose_are_that_commands():
+    """A `` `training.classify --grad_segments=K` `` or `` `txl-generate
+    --num_tokens=N` `` span of the prose names flags of that command (the
+    code-block test above checks `python -m` lines; a flag of another job
+    would pass `test_every_flag_the_docs_name_is_defined`)."""
+    scripts = dict(re.findall(r'"(txl-[\w-]+) = ([\w.]+?)(?:\.__main__)?:console"',
+                              (REPO / "setup.py").read_text()))
+    scripts = {k: ("txl_tf.convert" if v == "txl_tf.weights.convert" else v)
+               for k, v in scripts.items()}
+    wrong, checked = [], 0
+    for path in [*DOCS, REPO / "benchmarks" / "README.md"]:
+        for span in re.findall(r"`([^`\n]+)`", path.read_text()):
+            found = re.match(r"(?:python -m )?((?:training|benchmarks)\.\w+|export|"
+                             r"txl_tf\.convert|txl-[\w-]+)\s+(.*)", span)
+            flags = re.findall(r"(?<!\S)--([a-z_]+)", found.group(2)) if found else []
+            if not flags:
+                continue
+            module = scripts.get(found.group(1), found.group(1))
+            known = (part_flags(module, span) or job_flags(module)) | ABSL_FLAGS
+            checked += 1
+            wrong += [(path.name, span, f) for f in flags
+                      if f not in known and not (f.startswith("no") and f[2:] in known)]
+    assert wrong == []
+    assert checked >= 30
+
+
+def test_the_packages_docstring_examples_import_what_they_call():
+    """`export`'s docstring example calls `write_triton_repository`,
+    `export_classifier`, ...: each name of the package it calls is imported
+    in the example, so it runs as written."""
+    import export
+    import txl_tf
+    checked = 0
+    for package in (txl_tf, export):
+        for block in re.findall(r"```python\n(.*?)```", package.__doc__ or "", re.S):
+            imported = set()
+            for names in re.findall(r"^from [\w.]+ import \(?([\w,\s]+)\)?", block, re.M):
+                imported |= {n.strip() for n in names.split(",") if n.strip()}
+            called = set(re.findall(r"(?<![\w.])(\w+)\(", block)) & set(package.__all__)
+            assert sorted(called - imported) == [], package.__name__
+            checked += 1
+    assert checked >= 1
+
+
+# Short names the docs use for a variable or a file, not the module of that name.
+NOT_MODULES = {"model", "runtime", "core", "memory", "cache", "config", "weights", "parity",
+               "metrics", "vocab", "recl", "saved_model"}
+
+
+def test_the_docs_short_module_references_resolve():
+    """`` `decode_cache.write_token` ``, `` `ring_cache.after` ``: a module of
+    txl_tf or export by its last name, then an attribute it has."""
+    import pkgutil
+    modules = {}
+    for base in ("txl_tf", "export"):
+        for info in pkgutil.walk_packages(importlib.import_module(base).__path__, base + "."):
+            if not info.name.endswith("__main__"):
+                modules.setdefault(info.name.rsplit(".", 1)[1], []).append(info.name)
+    missing, checked = [], 0
+    for path in DOCS:
+        for short, attribute in re.findall(r"`(?<![\w.])([a-z_]\w*)\.([A-Za-z_]\w*)",
+                                           path.read_text()):
+            if short not in modules or short in NOT_MODULES:
+                continue
+            checked += 1
+            if not any(hasattr(importlib.import_module(m), attribute) for m in modules[short]):
+                missing.append((path.name, f"{short}.{attribute}"))
+    assert missing == []
+    assert checked >= 3

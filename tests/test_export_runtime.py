@@ -397,6 +397,26 @@ def test_the_public_runtime_api_is_the_documented_list():
     assert len(REMOVED_NAMES) == 10 and not set(REMOVED_NAMES) & set(documented)
 
 
+def test_the_runtime_api_tables_calls_are_the_signatures():
+    """Each `name(arguments)` of the table names the method's parameters in
+    order, with their defaults (`...`: the rest), so a call by keyword as
+    written works."""
+    import inspect
+    text = (REPO / "docs" / "export-and-serving.md").read_text()
+    section = text.split("### The runtime API\n")[1].split("\n#")[0]
+    calls = re.findall(r"^\| `(\w+)\(([^)]*)\)`", section, re.M)
+    assert len(calls) >= 10
+    for name, arguments in calls:
+        written = [a.strip() for a in arguments.split(",") if a.strip()]
+        params = [p for p in inspect.signature(getattr(Runtime, name)).parameters.values()
+                  if p.name != "self"]
+        actual = [p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+                  for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if written and written[-1] == "...":
+            written, actual = written[:-1], actual[:len(written) - 1]
+        assert written == actual, name
+
+
 @pytest.mark.parametrize("name", REMOVED_NAMES)
 def test_the_names_removed_in_0_4_0_name_their_replacement(runtime, name):
     """One AttributeError naming the documented call that replaces each."""

@@ -366,3 +366,28 @@ def test_sentencepiece_keeps_the_spaces_a_line_starts_with(spm_tok):
                        + " ".join(rng.sample(WORDS, rng.randint(0, 4)))
                        + rng.choice(["", " ", "\t"]) + "\n" for _ in range(rng.randint(1, 4)))
         assert spm_tok.decode(spm_tok.encode(text)) == text
+
+
+def test_sentencepiece_training_files_one_path_or_a_list(text, tmp_path):
+    """`files="corpus.txt"` is that file (it was read as one path per
+    character: `file not found: c`), and lines given as `files` are a
+    FileNotFoundError saying to pass `texts=` (a long one was a raw
+    `OSError: File name too long`)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text)
+    for files in (str(corpus), corpus):
+        tok = SentencePieceTokenizer.train(files, vocab_size=300)
+        assert tok.decode(tok.encode("the cat sat")).rstrip("\n") == "the cat sat"
+    for line in ("the cat", "the cat sat " * 40):
+        with pytest.raises(FileNotFoundError, match=r"not found: .*texts="):
+            SentencePieceTokenizer.train([line], vocab_size=300)
+
+
+def test_sentencepiece_training_a_vocabulary_too_small_is_a_txl_error(text):
+    """The trainer's refusal (a `RuntimeError: INTERNAL: src/trainer_interface.cc
+    ...`) is the library's error naming `vocab_size` (byte fallback's 256
+    pieces need room)."""
+    from txl_tf.errors import TxlError
+    with pytest.raises(TxlError, match=r"^SentencePiece training with vocab_size=30 .*failed: "
+                                       r".*Vocabulary size is smaller than required_chars"):
+        SentencePieceTokenizer.train(texts=text.split("\n"), vocab_size=30)

@@ -135,6 +135,8 @@ def test_predict_gives_one_row_per_input_line(trained, data, tmp_path):
                  output=str(tmp_path / "p.tsv"), progress=False)
     lines = (tmp_path / "p.tsv").read_text().splitlines()
     assert lines[0] == "line\tlabel\tab\tmn\txy" and len(lines) == 5
+    help_text = next(h for _, name, _, h, _ in classify.SPEC if name == "output")
+    assert "line<TAB>label<TAB>" in help_text and "header" in help_text  # what --help says
     rows = [line.split("\t") for line in lines[1:]]
     assert [int(r[0]) for r in rows] == [1, 2, 4, 5]  # the input's line numbers
     probs = np.array([[float(x) for x in r[2:]] for r in rows])

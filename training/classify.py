@@ -112,7 +112,8 @@ SPEC = (
     option("string", "classifier_dir", None, "A --output_dir of mode train (modes evaluate, "
            "predict)."),
     option("string", "output", None, "Mode evaluate: write the metrics JSON here; mode "
-           "predict: the predictions (label<TAB>probabilities; default stdout)."),
+           "predict: the predictions (a header row, then line<TAB>label<TAB>probabilities "
+           "per input line; default stdout)."),
     option("integer", "log_every", 50, "Steps between log lines and train_log.jsonl lines."),
     option("integer", "verbose", 1, "1: a progress bar on a terminal, else a line every "
            "--log_every steps; 0: silent."),

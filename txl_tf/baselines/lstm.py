@@ -3,7 +3,7 @@ paper's comparisons (its Tables 6 and 8).
 
 `LSTMLanguageModel(token_ids, memory, targets=None)` returns `(log-probs or
 NLL, new_memory)` like `TransformerXL`, so the same stream evaluation
-(`txl_tf.learning.evaluate_ids`) and loss-by-context scoring read both. Its
+(`txl_tf.learning.evaluation.evaluate_ids`) and loss-by-context scoring read both. Its
 "memory" is the recurrent state carried from segment to segment, stored as a
 `Memory` of two slots per layer (the LSTM's `h` and `c`); a memory of no
 slots (`initial_memory(batch, 0)`) starts every segment from the zero state.

@@ -69,7 +69,8 @@ class SentencePieceTokenizer(Tokenizer):
         """Train a model on text files or lines.
 
         Args:
-            files: text files (one sentence per line); or None with ``texts``.
+            files: a text file or a list of them (one sentence per line); or
+                None with ``texts``.
             texts: an iterable of lines; or None with ``files``.
             vocab_size: the model's pieces.
             seed: the trainer's random seed.
@@ -81,7 +82,8 @@ class SentencePieceTokenizer(Tokenizer):
             A `SentencePieceTokenizer`.
 
         Raises:
-            TxlError: both or neither of ``files`` and ``texts``.
+            TxlError: both or neither of ``files`` and ``texts``, or the
+                trainer's refusal (a ``vocab_size`` too small for the text).
             FileNotFoundError: a missing file.
         """
         import sentencepiece as spm
@@ -89,17 +91,30 @@ class SentencePieceTokenizer(Tokenizer):
             raise TxlError("give exactly one of files= or texts=")
         kwargs = dict(TRAIN_DEFAULTS, vocab_size=vocab_size, **options)
         if files is not None:
-            paths = [Path(f) for f in files]
+            paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else \
+                [Path(f) for f in files]
             for path in paths:
-                if not path.is_file():
-                    raise FileNotFoundError(f"SentencePiece training file not found: {path}")
+                try:
+                    found = path.is_file()
+                except OSError:  # a name too long: a line, not a path
+                    found = False
+                if not found:
+                    shown = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
+                    raise FileNotFoundError(f"SentencePiece training file not found: {shown} "
+                                            "(lines of text go in texts=)")
             kwargs["input"] = ",".join(str(p) for p in paths)
         else:
             kwargs["sentence_iterator"] = iter(texts)
         model = io.BytesIO()
         spm.set_random_generator_seed(seed)
         with open(os.devnull, "w", encoding="utf-8") as quiet:
-            spm.SentencePieceTrainer.train(model_writer=model, logstream=quiet, **kwargs)
+            try:
+                spm.SentencePieceTrainer.train(model_writer=model, logstream=quiet, **kwargs)
+            except RuntimeError as err:  # the trainer's checks: too small a vocab_size, ...
+                room = " (byte_fallback's 256 byte pieces count)" if kwargs.get(
+                    "byte_fallback") else ""
+                raise TxlError(f"SentencePiece training with vocab_size={vocab_size}{room} "
+                               f"failed: {str(err).strip()}") from None
         return cls(model.getvalue(), add_eos=add_eos)
 
     @property

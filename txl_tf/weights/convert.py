@@ -165,7 +165,7 @@ def _spec():
         option("string", "config", None, "txl_tf config JSON or the port's config.json "
                "(optional for pytorch: inferred from the shapes)."),
         option("string", "vocab", None, "Vocabulary: plain text (one symbol per line) or "
-               "vocab.pkl (restricted unpickler)."),
+               "vocab.pkl (restricted unpickler); read as words, so it needs an <eos> symbol."),
         option("string", "output_dir", None, "The model directory to write."),
         option("enum", "cluster_order", None, "Tail-cluster rule the weights were trained "
                "with (default: from the naming; see txl_tf.weights.pytorch_import).",
