@@ -219,3 +219,28 @@ def test_convert_refuses_bad_inputs(tmp_path):
     absolute.write_text(json.dumps(values))
     with pytest.raises(ConvertError, match="attn_type=2 is not supported"):
         read_config_file(str(absolute))
+
+
+def test_the_ports_config_keeps_its_layer_norm_epsilon(tmp_path, monkeypatch):
+    """The port's layers use its config's `layer_norm_epsilon`; `--config`
+    gave it and the PyTorch default 1e-5 replaced it (0.43 nats off at 0.5)."""
+    import tests.reference_pytorch_numpy as reference
+    from txl_tf.weights import load_pretrained
+
+    case, weights, config, _ = _port_files(tmp_path)
+    values = json.loads(Path(config).read_text(encoding="utf-8"))
+    values["layer_norm_epsilon"] = 0.5
+    Path(config).write_text(json.dumps(values))
+    out = tmp_path / "model"
+    convert("pytorch", weights, str(out), config=config, echo=lambda line: None)
+    core = load_pretrained(str(out))
+    assert core.config.layer_norm_epsilon == 0.5
+    monkeypatch.setattr(reference, "EPS", 0.5)
+    ref = PytorchReference(case["state"], mem_len=8, same_length=True, clamp_len=3,
+                           zero_start=True, cluster_rule="tf", **case["hyper"])
+    ids = np.random.default_rng(6).integers(0, 60, (2, 8))
+    memory = core.initial_memory(2)
+    for s in range(2):
+        got, memory = core(ids[:, 4 * s:4 * s + 4], memory)
+        np.testing.assert_allclose(got, ref.forward(ids[:, 4 * s:4 * s + 4].T).transpose(1, 0, 2),
+                                   atol=1e-4)
