@@ -244,3 +244,24 @@ def test_the_ports_config_keeps_its_layer_norm_epsilon(tmp_path, monkeypatch):
         got, memory = core(ids[:, 4 * s:4 * s + 4], memory)
         np.testing.assert_allclose(got, ref.forward(ids[:, 4 * s:4 * s + 4].T).transpose(1, 0, 2),
                                    atol=1e-4)
+
+
+def test_the_ports_config_keys_take_the_ports_precedence(tmp_path):
+    """As `TransfoXLConfig` reads them: a `tie_projs` list beats
+    `proj_share_all_but_first` (an argument that only sets its default) and
+    `tie_word_embeddings` beats the older `tie_weight`, in any key order.
+    Both lost here (a valid config then refused its own weights)."""
+    port = {"vocab_size": 60, "cutoffs": [20, 40], "d_model": 32, "n_layer": 2}
+    for first, then in ((("proj_share_all_but_first", True), ("tie_projs", [False, False, True])),
+                        (("tie_projs", [False, False, True]), ("proj_share_all_but_first", True)),
+                        (("tie_word_embeddings", False), ("tie_weight", True)),
+                        (("tie_weight", True), ("tie_word_embeddings", False))):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**port, first[0]: first[1], then[0]: then[1]}))
+        fields, _ = read_config_file(str(path))
+        if "tie_projs" in (first[0], then[0]):
+            assert fields["tie_projs"] == [False, False, True], (first, then)
+        else:
+            assert fields["tie_weight"] is False, (first, then)
+    path.write_text(json.dumps({**port, "proj_share_all_but_first": False}))
+    assert read_config_file(str(path))[0]["tie_projs"] == [False, False, False]

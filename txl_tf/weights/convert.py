@@ -66,6 +66,8 @@ def _read_config_file(path):
             if (value or 0) > _PORT_UNSUPPORTED[key]:
                 raise ConvertError(f"{path}: {key}={value} is not supported (only the "
                                    "relative-attention model with a full softmax, no ext_len)")
+        elif key == "tie_weight" and "tie_word_embeddings" in values:
+            pass  # the port's own key wins, as TransfoXLConfig reads them
         elif key in _PORT_FIELDS:
             fields[_PORT_FIELDS[key]] = value
         elif key == "proj_share_all_but_first":
@@ -74,7 +76,7 @@ def _read_config_file(path):
             fields[key] = value
         else:
             ignored.append(key)
-    if "proj_share_all_but_first" in values:
+    if "proj_share_all_but_first" in values and "tie_projs" not in values:  # only its default
         n_tail = len(fields.get("cutoffs", []))
         fields["tie_projs"] = [False] + [bool(values["proj_share_all_but_first"])] * n_tail
     return fields, sorted(ignored), True
