@@ -265,3 +265,51 @@ def test_the_ports_config_keys_take_the_ports_precedence(tmp_path):
             assert fields["tie_weight"] is False, (first, then)
     path.write_text(json.dumps({**port, "proj_share_all_but_first": False}))
     assert read_config_file(str(path))[0]["tie_projs"] == [False, False, False]
+
+
+def test_a_vocab_pkl_saved_by_transformers_4_converts(tmp_path, monkeypatch):
+    """`TransfoXLTokenizer.save_pretrained` (transformers 4.x) pickles its
+    whole `__dict__`: compiled regexes, its Moses tokenizers, a `Trie`,
+    `AddedToken`s beside `idx2sym`. Those were refused (`re._compile`), so the
+    port's own saved tokenizer could not be converted. They are skipped now,
+    never built or run; any other class is still refused."""
+    import re
+    import sys
+    import types
+
+    fakes = {}
+    for module, name in (("sacremoses.tokenize", "MosesTokenizer"),
+                         ("sacremoses.normalize", "MosesPunctNormalizer"),
+                         ("transformers.tokenization_utils", "Trie")):
+        for package in (module.split(".")[0], module):  # pickle imports both
+            if package not in sys.modules:
+                monkeypatch.setitem(sys.modules, package, types.ModuleType(package))
+        cls = type(name, (), {"__module__": module})
+        monkeypatch.setattr(sys.modules[module], name, cls, raising=False)
+        fakes[name] = cls
+
+    class Token:  # as tokenizers' AddedToken pickles: a call with its content, then state
+        def __reduce__(self):
+            return fakes["AddedToken"], ("<unk>",), {"special": True}
+    added = types.ModuleType("tokenizers")
+    fakes["AddedToken"] = added.AddedToken = type("AddedToken", (), {"__module__": "tokenizers"})
+    monkeypatch.setitem(sys.modules, "tokenizers", added)
+    moses = fakes["MosesTokenizer"]()
+    moses.lang, moses.pattern = "en", re.compile(r"\s+")
+    attrs = {"counter": collections.Counter(SYMBOLS), "idx2sym": SYMBOLS,
+             "sym2idx": collections.OrderedDict((s, i) for i, s in enumerate(SYMBOLS)),
+             "punctuation_with_space_around_pattern": re.compile(r"(?<=[^\s])([,.])"),
+             "moses_tokenizer": moses, "moses_punct_normalizer": fakes["MosesPunctNormalizer"](),
+             "tokens_trie": fakes["Trie"](), "init_kwargs": {"unk_token": Token()}}
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(pickle.dumps(attrs, protocol=4))
+    assert convert_pickled_vocab(path, tmp_path / "vocab.txt") == SYMBOLS
+    path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS, "x": collections.deque()}))
+    with pytest.raises(PickledVocabError, match="refusing to unpickle collections.deque"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    # BUILD on the placeholder class itself sets nothing on it.
+    path.write_bytes(b"\x80\x02cre\n_compile\nN}X\x04\x00\x00\x00evilK\x00s\x86b.")
+    with pytest.raises(PickledVocabError, match="no symbol list"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    from txl_tf.text import pickled_vocab
+    assert not hasattr(pickled_vocab._Skipped, "evil")
