@@ -313,3 +313,16 @@ def test_a_vocab_pkl_saved_by_transformers_4_converts(tmp_path, monkeypatch):
         convert_pickled_vocab(path, tmp_path / "vocab.txt")
     from txl_tf.text import pickled_vocab
     assert not hasattr(pickled_vocab._Skipped, "evil")
+
+
+def test_the_ports_folder_given_as_a_model_directory_names_txl_convert(tmp_path):
+    """`load_pretrained` / `from_preset` on the Hub's folder (config.json +
+    model.safetensors) said only that it was no model directory."""
+    from txl_tf.weights import load_pretrained
+    from txl_tf.weights.model_dir import ModelDirError
+
+    _port_files(tmp_path)
+    with pytest.raises(ModelDirError, match=r"its model\.safetensors is a PyTorch state dict .*"
+                                            r"`txl-convert --source=pytorch --input=.*"
+                                            r"model\.safetensors --config=.*config\.json"):
+        load_pretrained(str(tmp_path))
