@@ -221,7 +221,7 @@ def compare(out_dir, work):
         model_dir = os.path.join(work, str(c))
         printed = []
         convert("pytorch", os.path.join(folder, "model.safetensors"), model_dir,
-                        config=os.path.join(folder, "config.json"), echo=printed.append)
+                config=os.path.join(folder, "config.json"), echo=printed.append)
         converted = _segments(load_pretrained(model_dir), ids, seg, n_seg)
         preset = _segments(TransformerXLCausalLM.from_preset(model_dir).core, ids, seg, n_seg)
         keywords = {k: hf[k] for k in ("mem_len", "same_length", "clamp_len", "pre_lnorm",
