@@ -226,3 +226,110 @@ def test_convert_refuses_bad_inputs(tmp_path):
     absolute.write_text(json.dumps(values))
     with pytest.raises(ConvertError, match="attn_type=2 is not supported"):
         read_config_file(str(absolute))
+
+
+def test_the_ports_config_keeps_its_layer_norm_epsilon(tmp_path, monkeypatch):
+    """The port's layers use its config's `layer_norm_epsilon`; `--config`
+    gave it and the PyTorch default 1e-5 replaced it (0.43 nats off at 0.5)."""
+    import tests.reference_pytorch_numpy as reference
+    from txl_tf.weights import load_pretrained
+
+    case, weights, config, _ = _port_files(tmp_path)
+    values = json.loads(Path(config).read_text(encoding="utf-8"))
+    values["layer_norm_epsilon"] = 0.5
+    Path(config).write_text(json.dumps(values))
+    out = tmp_path / "model"
+    convert("pytorch", weights, str(out), config=config, echo=lambda line: None)
+    core = load_pretrained(str(out))
+    assert core.config.layer_norm_epsilon == 0.5
+    monkeypatch.setattr(reference, "EPS", 0.5)
+    ref = PytorchReference(case["state"], mem_len=8, same_length=True, clamp_len=3,
+                           zero_start=True, cluster_rule="tf", **case["hyper"])
+    ids = np.random.default_rng(6).integers(0, 60, (2, 8))
+    memory = core.initial_memory(2)
+    for s in range(2):
+        got, memory = core(ids[:, 4 * s:4 * s + 4], memory)
+        np.testing.assert_allclose(got, ref.forward(ids[:, 4 * s:4 * s + 4].T).transpose(1, 0, 2),
+                                   atol=1e-4)
+
+
+def test_the_ports_config_keys_take_the_ports_precedence(tmp_path):
+    """As `TransfoXLConfig` reads them: a `tie_projs` list beats
+    `proj_share_all_but_first` (an argument that only sets its default) and
+    `tie_word_embeddings` beats the older `tie_weight`, in any key order.
+    Both lost here (a valid config then refused its own weights)."""
+    port = {"vocab_size": 60, "cutoffs": [20, 40], "d_model": 32, "n_layer": 2}
+    for first, then in ((("proj_share_all_but_first", True), ("tie_projs", [False, False, True])),
+                        (("tie_projs", [False, False, True]), ("proj_share_all_but_first", True)),
+                        (("tie_word_embeddings", False), ("tie_weight", True)),
+                        (("tie_weight", True), ("tie_word_embeddings", False))):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**port, first[0]: first[1], then[0]: then[1]}))
+        fields, _ = read_config_file(str(path))
+        if "tie_projs" in (first[0], then[0]):
+            assert fields["tie_projs"] == [False, False, True], (first, then)
+        else:
+            assert fields["tie_weight"] is False, (first, then)
+    path.write_text(json.dumps({**port, "proj_share_all_but_first": False}))
+    assert read_config_file(str(path))[0]["tie_projs"] == [False, False, False]
+
+
+def test_a_vocab_pkl_saved_by_transformers_4_converts(tmp_path, monkeypatch):
+    """`TransfoXLTokenizer.save_pretrained` (transformers 4.x) pickles its
+    whole `__dict__`: compiled regexes, its Moses tokenizers, a `Trie`,
+    `AddedToken`s beside `idx2sym`. Those were refused (`re._compile`), so the
+    port's own saved tokenizer could not be converted. They are skipped now,
+    never built or run; any other class is still refused."""
+    import re
+    import sys
+    import types
+
+    fakes = {}
+    for module, name in (("sacremoses.tokenize", "MosesTokenizer"),
+                         ("sacremoses.normalize", "MosesPunctNormalizer"),
+                         ("transformers.tokenization_utils", "Trie")):
+        for package in (module.split(".")[0], module):  # pickle imports both
+            if package not in sys.modules:
+                monkeypatch.setitem(sys.modules, package, types.ModuleType(package))
+        cls = type(name, (), {"__module__": module})
+        monkeypatch.setattr(sys.modules[module], name, cls, raising=False)
+        fakes[name] = cls
+
+    class Token:  # as tokenizers' AddedToken pickles: a call with its content, then state
+        def __reduce__(self):
+            return fakes["AddedToken"], ("<unk>",), {"special": True}
+    added = types.ModuleType("tokenizers")
+    fakes["AddedToken"] = added.AddedToken = type("AddedToken", (), {"__module__": "tokenizers"})
+    monkeypatch.setitem(sys.modules, "tokenizers", added)
+    moses = fakes["MosesTokenizer"]()
+    moses.lang, moses.pattern = "en", re.compile(r"\s+")
+    attrs = {"counter": collections.Counter(SYMBOLS), "idx2sym": SYMBOLS,
+             "sym2idx": collections.OrderedDict((s, i) for i, s in enumerate(SYMBOLS)),
+             "punctuation_with_space_around_pattern": re.compile(r"(?<=[^\s])([,.])"),
+             "moses_tokenizer": moses, "moses_punct_normalizer": fakes["MosesPunctNormalizer"](),
+             "tokens_trie": fakes["Trie"](), "init_kwargs": {"unk_token": Token()}}
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(pickle.dumps(attrs, protocol=4))
+    assert convert_pickled_vocab(path, tmp_path / "vocab.txt") == SYMBOLS
+    path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS, "x": collections.deque()}))
+    with pytest.raises(PickledVocabError, match="refusing to unpickle collections.deque"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    # BUILD on the placeholder class itself sets nothing on it.
+    path.write_bytes(b"\x80\x02cre\n_compile\nN}X\x04\x00\x00\x00evilK\x00s\x86b.")
+    with pytest.raises(PickledVocabError, match="no symbol list"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    from txl_tf.text import pickled_vocab
+    assert not hasattr(pickled_vocab._Skipped, "evil")
+
+
+def test_the_ports_folder_given_as_a_model_directory_names_txl_convert(tmp_path):
+    """`load_pretrained` / `from_preset` on the Hub's folder (config.json +
+    model.safetensors) said only that it was no model directory."""
+    from txl_tf.weights import load_pretrained
+    from txl_tf.weights.model_dir import ModelDirError
+
+    _port_files(tmp_path)
+    with pytest.raises(ModelDirError, match=r"its model\.safetensors is a PyTorch state dict .*"
+                                            r"`txl-convert --source=pytorch --input=.*"
+                                            r"model\.safetensors --config=.*config\.json"):
+        load_pretrained(str(tmp_path))

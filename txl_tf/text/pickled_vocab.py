@@ -7,7 +7,9 @@ converter is the one place that reads such a file, and its unpickler builds
 only plain containers (dict, list, tuple, str, int, float, bool, None,
 `collections.Counter` / `OrderedDict`). Any other class or function named in
 the pickle, which is how a pickle runs code, is refused before it is looked
-up. Files written by `torch.save` (a zip holding `data.pkl`, or the legacy
+up, but for the few that a tokenizer saved by transformers 4.x holds (its
+regexes and Moses tokenizers: `_SKIPPED`), which become inert placeholders,
+never the real classes. Files written by `torch.save` (a zip holding `data.pkl`, or the legacy
 sequence of pickles) are read the same way, without PyTorch.
 
     python -m txl_tf.text.pickled_vocab vocab.pkl vocab.txt
@@ -32,6 +34,13 @@ _ALLOWED = {
     ("builtins", "str"): str, ("builtins", "int"): int,
     ("__builtin__", "dict"): dict, ("__builtin__", "list"): list,  # Python 2 pickles
 }
+# What transformers 4.x's TransfoXLTokenizer pickles beside idx2sym (its whole
+# `__dict__`): compiled regexes, its Moses tokenizers, a Trie, AddedTokens.
+# They are skipped: `_Skipped` stands in for each, never the real one.
+_SKIPPED = {("re", "_compile"), ("sacremoses.tokenize", "MosesTokenizer"),
+            ("sacremoses.tokenize", "MosesDetokenizer"),
+            ("sacremoses.normalize", "MosesPunctNormalizer"),
+            ("transformers.tokenization_utils", "Trie"), ("tokenizers", "AddedToken")}
 # torch.save's legacy format starts with this number, its own pickle.
 _TORCH_MAGIC = 0x1950a86a20f9469cfc6c
 
@@ -40,8 +49,20 @@ class PickledVocabError(TxlError):
     """A pickled vocabulary holds something other than plain containers, or no symbol list."""
 
 
+class _Skipped:
+    """A skipped tokenizer object: its arguments and state are dropped."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(*state):  # also on the class itself: nothing is set
+        pass
+
+
 class _PlainUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
+        if (module, name) in _SKIPPED:
+            return _Skipped
         try:
             return _ALLOWED[(module, name)]
         except KeyError:

@@ -45,6 +45,11 @@ class ConvertError(TxlError):
 def read_config_file(path):
     """`(TransformerXLConfig fields, ignored keys)` of a txl_tf config JSON or
     the port's `config.json`."""
+    return _read_config_file(path)[:2]
+
+
+def _read_config_file(path):
+    """`read_config_file`'s answer and whether the file is the port's."""
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
@@ -54,13 +59,15 @@ def read_config_file(path):
         raise ConvertError(f"{path}: a config is a JSON object")
     ours = {f for f in TransformerXLConfig.__dataclass_fields__}
     if set(values) <= ours:
-        return values, []
+        return values, [], False
     fields, ignored = {}, []
     for key, value in values.items():
         if key in _PORT_UNSUPPORTED:
             if (value or 0) > _PORT_UNSUPPORTED[key]:
                 raise ConvertError(f"{path}: {key}={value} is not supported (only the "
                                    "relative-attention model with a full softmax, no ext_len)")
+        elif key == "tie_weight" and "tie_word_embeddings" in values:
+            pass  # the port's own key wins, as TransfoXLConfig reads them
         elif key in _PORT_FIELDS:
             fields[_PORT_FIELDS[key]] = value
         elif key == "proj_share_all_but_first":
@@ -69,10 +76,10 @@ def read_config_file(path):
             fields[key] = value
         else:
             ignored.append(key)
-    if "proj_share_all_but_first" in values:
+    if "proj_share_all_but_first" in values and "tie_projs" not in values:  # only its default
         n_tail = len(fields.get("cutoffs", []))
         fields["tie_projs"] = [False] + [bool(values["proj_share_all_but_first"])] * n_tail
-    return fields, sorted(ignored)
+    return fields, sorted(ignored), True
 
 
 def _read_vocab(path, echo):
@@ -125,9 +132,12 @@ def convert(source, input, output_dir, config=None, vocab=None, cluster_order=No
         raise ConvertError(f"--input {input} does not exist")
     _check_output(output_dir, overwrite)
     if isinstance(config, str):
-        config, ignored = read_config_file(config)
+        config, ignored, port = _read_config_file(config)
         if ignored:
             echo(f"config: ignored fields {', '.join(ignored)}")
+        if port and "layer_norm_epsilon" in config:
+            # The port's layers use this one: it overrides the origin's default (1e-5).
+            overrides = {"layer_norm_epsilon": config.pop("layer_norm_epsilon"), **overrides}
     symbols = _read_vocab(vocab, echo) if vocab else None
     if source == "pytorch":
         core = weights.import_pytorch(input, config, cluster_order=cluster_order,

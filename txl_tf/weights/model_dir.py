@@ -124,10 +124,17 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
             kind, home = "checkpoint", model_dir
             weights_path = _checkpoint_prefix(os.path.join(model_dir, CHECKPOINT_DIR), None)
         else:
+            torch_files = [f for f in ("model.safetensors", "pytorch_model.bin")
+                           if _isfile(model_dir, f)]
+            hint = (f"; its {torch_files[0]} is a PyTorch state dict (the Hugging Face port's "
+                    f"folder?): convert it first, `txl-convert --source=pytorch --input="
+                    f"{os.path.join(model_dir, torch_files[0])} --config="
+                    f"{os.path.join(model_dir, CONFIG_FILE)} --output_dir=...`"
+                    if torch_files else "")
             raise ModelDirError(
                 f"{model_dir!r} is neither a model directory ({CONFIG_FILE} + {WEIGHTS_FILE}) "
                 f"nor a training run directory ({EXPORT_DIR}/ or {CHECKPOINT_DIR}/ with a "
-                f"{CONFIG_FILE})")
+                f"{CONFIG_FILE}){hint}")
         weights_path = weights_path or os.path.join(home, WEIGHTS_FILE)
         config_path = config_path or os.path.join(home, CONFIG_FILE)
         vocab_dir = vocab_dir or _vocab_in(home, export)
