@@ -173,6 +173,20 @@ def test_beam_search_finds_sequences_at_least_as_likely_as_greedy(graph_lm):
     assert (beam_log_prob >= greedy_log_prob - 1e-4).all(), (beam_log_prob, greedy_log_prob)
 
 
+def test_beam_search_gives_each_row_of_a_ragged_batch_what_it_gets_alone(graph_lm):
+    """Each row's beams are scored over the ids it keeps: a row with a longer
+    prompt keeps fewer ids, and beams scored on the shortest row's horizon
+    (ids then dropped) chose less likely ids than the row alone."""
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(0, N_TOKEN, length)) for length in (1, 9, 20)]
+    graph_lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3))
+    batch = graph_lm.generate(padded(prompts), stop_token_ids=None)["token_ids"]
+    assert_keeps_the_prompts(batch, prompts)
+    for row, prompt in enumerate(prompts):
+        alone = graph_lm.generate(padded([prompt]), stop_token_ids=None)["token_ids"][0]
+        np.testing.assert_array_equal(batch[row], alone, err_msg=f"row {row}")
+
+
 def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
     graph_lm.compile(sampler="greedy")
     free = graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]

@@ -306,6 +306,13 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         # there, stop id 0 ended every row before its first step).
         buffer = tf.where(keep, token_ids, -tf.ones_like(token_ids))
 
+        # Row i keeps the ids of columns [start, start + width - lengths[i]);
+        # past them its log-probs are one sure id, so that a beam's score
+        # counts only the ids its row keeps (else a row with a longer prompt
+        # took the beam best over ids dropped after).
+        row_end = start + width - lengths
+        sure = tf.where(tf.range(self.core.config.n_token) == 0, 0.0, -1e9)
+
         def next(prompt, cache, index):
             def pending():  # the log-probs after the prompts
                 return cache["log_probs"], cache["hidden"], cache
@@ -313,7 +320,12 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
             def step():
                 ids = tf.gather(prompt, index - 1, axis=1)
                 return self._step(ids, cache, position_keys, output_weights)
-            return tf.cond(index > start, step, pending)
+            log_probs, hidden, cache = tf.cond(index > start, step, pending)
+            # Samplers repeat each row (beams, candidates) next to itself.
+            copies = tf.shape(prompt)[0] // tf.shape(row_end)[0]
+            dropped = tf.repeat(index >= row_end, copies)
+            log_probs = tf.where(dropped[:, None], tf.cast(sure, log_probs.dtype), log_probs)
+            return log_probs, hidden, cache
 
         buffer = self.sampler(next=next, prompt=buffer, cache=cache, index=start, mask=keep,
                               stop_token_ids=stop_token_ids, hidden_states=hidden, model=self)
