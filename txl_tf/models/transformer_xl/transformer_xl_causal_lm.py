@@ -309,9 +309,11 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         # Row i keeps the ids of columns [start, start + width - lengths[i]);
         # past them its log-probs are one sure id, so that a beam's score
         # counts only the ids its row keeps (else a row with a longer prompt
-        # took the beam best over ids dropped after).
+        # took the beam best over ids dropped after). A stop id: the loop
+        # ends once every row has stopped or filled its columns.
         row_end = start + width - lengths
-        sure = tf.where(tf.range(self.core.config.n_token) == 0, 0.0, -1e9)
+        sure_id = stop_token_ids[0] if stop_token_ids else 0
+        sure = tf.where(tf.range(self.core.config.n_token) == sure_id, 0.0, -1e9)
 
         def next(prompt, cache, index):
             def pending():  # the log-probs after the prompts
