@@ -187,6 +187,37 @@ def test_beam_search_gives_each_row_of_a_ragged_batch_what_it_gets_alone(graph_l
         np.testing.assert_array_equal(batch[row], alone, err_msg=f"row {row}")
 
 
+@pytest.mark.parametrize("same_length", [False, True])
+def test_a_zero_filled_memory_gives_the_decoders_ids_and_log_probs(same_length):
+    """Imported TF weights start from attended zero states: a prompt's left
+    padding put them farther back than the prompt alone has them (other
+    ids and log-probs for lengths that are no multiple of the segment)."""
+    keras.utils.set_random_seed(2)
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.2, mem_len=MEM_LEN,
+                                     tgt_len=SEGMENT, zero_filled_memory=True,
+                                     same_length=same_length)
+    model = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+    model.compile(sampler="greedy")
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(0, N_TOKEN, length)) for length in (1, 3, 6, 9, 14)]
+    inputs = padded(prompts, 18)
+    _, cache = model._build_cache(tf.constant(inputs["token_ids"]),
+                                  tf.constant(inputs["padding_mask"]))
+    decoder = Decoder(model.core, mem_len=MEM_LEN, segment_len=SEGMENT)
+    expected = decoder.generate(prompts, 18, temperature=0)
+    np.testing.assert_allclose(cache["log_probs"].numpy(), _after_prompts(decoder, prompts),
+                               atol=1e-5)
+    out = model.generate(inputs, stop_token_ids=None)["token_ids"]
+    for row, prompt in enumerate(prompts):
+        new = out[row, len(prompt):]
+        np.testing.assert_array_equal(new, expected.ids[row, :len(new)], err_msg=f"row {row}")
+
+
+def _after_prompts(decoder, prompts):
+    """The decoder's log-probs after each prompt (nothing generated)."""
+    return decoder.generate(prompts, 0).state.next_log_probs
+
+
 def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
     graph_lm.compile(sampler="greedy")
     free = graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]
