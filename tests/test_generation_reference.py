@@ -370,3 +370,23 @@ def test_same_length_decoding_is_the_cores_slow_loop(mem_len, segment_len):
             assert out.ids[row, t] == token, (row, t)
             np.testing.assert_allclose(out.log_probs[row, t], last[token], atol=1e-5)
             log_probs, memory = core(np.array([[token]]), memory)
+
+
+def test_a_zero_filled_start_is_the_slow_loop_from_zero_states():
+    """`zero_filled_memory` (imported TF weights): the slow loop starts from
+    `mem_len` attended zero states, as the paper's TF code does."""
+    keras.utils.set_random_seed(3)
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.2, mem_len=MEM_LEN,
+                                     tgt_len=SEGMENT, zero_filled_memory=True)
+    lm = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+    lm.compile(sampler="greedy")
+    reference = Reference(lm.core)
+    zeros = [np.zeros((MEM_LEN, 1, cfg.d_model))] * cfg.n_layer
+    prompts, width = prompts_of((1, 3, 4, 7, 9)), 18
+    decoded = Decoder(lm.core).generate(prompts, 8, temperature=0)
+    out = lm.generate(padded(prompts, width), stop_token_ids=None)["token_ids"]
+    for row, prompt in enumerate(prompts):
+        ids, chosen, _, _ = reference.greedy(prompt, width - len(prompt), zeros)
+        np.testing.assert_array_equal(decoded.ids[row], ids[:8], err_msg=f"decoder, {row}")
+        np.testing.assert_allclose(decoded.log_probs[row], chosen[:8], atol=1e-5)
+        np.testing.assert_array_equal(out[row, len(prompt):], ids, err_msg=f"keras-hub, {row}")
