@@ -173,6 +173,51 @@ def test_beam_search_finds_sequences_at_least_as_likely_as_greedy(graph_lm):
     assert (beam_log_prob >= greedy_log_prob - 1e-4).all(), (beam_log_prob, greedy_log_prob)
 
 
+def test_beam_search_gives_each_row_of_a_ragged_batch_what_it_gets_alone(graph_lm):
+    """Each row's beams are scored over the ids it keeps: a row with a longer
+    prompt keeps fewer ids, and beams scored on the shortest row's horizon
+    (ids then dropped) chose less likely ids than the row alone."""
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(0, N_TOKEN, length)) for length in (1, 9, 20)]
+    graph_lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3))
+    batch = graph_lm.generate(padded(prompts), stop_token_ids=None)["token_ids"]
+    assert_keeps_the_prompts(batch, prompts)
+    for row, prompt in enumerate(prompts):
+        alone = graph_lm.generate(padded([prompt]), stop_token_ids=None)["token_ids"][0]
+        np.testing.assert_array_equal(batch[row], alone, err_msg=f"row {row}")
+
+
+@pytest.mark.parametrize("same_length", [False, True])
+def test_a_zero_filled_memory_gives_the_decoders_ids_and_log_probs(same_length):
+    """Imported TF weights start from attended zero states: a prompt's left
+    padding put them farther back than the prompt alone has them (other
+    ids and log-probs for lengths that are no multiple of the segment)."""
+    keras.utils.set_random_seed(2)
+    cfg = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, init_std=0.2, mem_len=MEM_LEN,
+                                     tgt_len=SEGMENT, zero_filled_memory=True,
+                                     same_length=same_length)
+    model = TransformerXLCausalLM(TransformerXLBackbone(**cfg.to_dict()))
+    model.compile(sampler="greedy")
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(0, N_TOKEN, length)) for length in (1, 3, 6, 9, 14)]
+    inputs = padded(prompts, 18)
+    _, cache = model._build_cache(tf.constant(inputs["token_ids"]),
+                                  tf.constant(inputs["padding_mask"]))
+    decoder = Decoder(model.core, mem_len=MEM_LEN, segment_len=SEGMENT)
+    expected = decoder.generate(prompts, 18, temperature=0)
+    np.testing.assert_allclose(cache["log_probs"].numpy(), _after_prompts(decoder, prompts),
+                               atol=1e-5)
+    out = model.generate(inputs, stop_token_ids=None)["token_ids"]
+    for row, prompt in enumerate(prompts):
+        new = out[row, len(prompt):]
+        np.testing.assert_array_equal(new, expected.ids[row, :len(new)], err_msg=f"row {row}")
+
+
+def _after_prompts(decoder, prompts):
+    """The decoder's log-probs after each prompt (nothing generated)."""
+    return decoder.generate(prompts, 0).state.next_log_probs
+
+
 def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
     graph_lm.compile(sampler="greedy")
     free = graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]

@@ -13,6 +13,7 @@ from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
 from txl_tf.keras_support.untracked import Untracked
+from txl_tf.layers.memory import Memory
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
 from txl_tf.models.transformer_xl import presets
@@ -228,11 +229,19 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         count = ids.shape[1] // seg
         states = tf.TensorArray(core.compute_dtype, size=count, element_shape=[None, seg, None])
 
+        # On a zero-filled memory (attended zero states) the padding must
+        # not move them: `_read_on_zeros`. On an empty one it changes nothing.
+        zero_filled = core.config.zero_filled_memory and self.mem_len > 0
+
         def read(i, memory, states):
             begin, size = tf.stack([0, i * seg]), tf.stack([batch, seg])
-            hidden, memory = core.hidden_states(tf.slice(ids, begin, size), memory,
-                                                training=False,
-                                                token_mask=tf.slice(mask, begin, size))
+            if zero_filled:
+                hidden, memory = self._read_on_zeros(tf.slice(ids, begin, size),
+                                                     tf.slice(mask, begin, size), memory)
+            else:
+                hidden, memory = core.hidden_states(tf.slice(ids, begin, size), memory,
+                                                    training=False,
+                                                    token_mask=tf.slice(mask, begin, size))
             return i + 1, memory, states.write(i, hidden)
 
         memory = core.initial_memory(batch, mem_len=self.mem_len)
@@ -246,6 +255,40 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         cache = {**{name: getattr(ring, name) for name in _RING},
                  "log_probs": core.crit.log_probs(last), "hidden": last}
         return tf.where(mask[:, :, None], hidden, tf.zeros_like(hidden)), cache
+
+    def _read_on_zeros(self, ids, mask, memory):
+        """A segment (`ids`, `mask` `[B, seg]`, left-padded) read on a memory
+        that started zero-filled, as each row reads it alone: left padding
+        would sit between the zero states and the ids (moving the attended
+        zeros farther back), and a segment of padding alone would push them
+        out. The ids are read right-padded (padding after them is never
+        attended) and each row's new memory is the M slots ending at its last
+        id (its memory as it was, for a segment of padding alone).
+
+        Returns:
+            `(hidden [B, seg, d_model] aligned as ids, memory)`.
+        """
+        seg, mem_len = ids.shape[1], self.mem_len
+        real = tf.reduce_sum(tf.cast(mask, tf.int32), 1)
+        pad = seg - real
+        columns = tf.range(seg)[None, :]
+        right_mask = columns < real[:, None]
+        right_ids = tf.gather(ids, tf.minimum(columns + pad[:, None], seg - 1), batch_dims=1)
+        right_ids = tf.where(right_mask, right_ids, tf.zeros_like(right_ids))
+        layer_inputs = []
+        hidden, _ = self.core.hidden_states(
+            right_ids, memory, training=False, token_mask=right_mask,
+            _probe=lambda i, block, output, *rest: layer_inputs.append(output))
+        # A row's padding comes before its first segment, whose memory is
+        # then the zero-filled one: slots up to its last id are what it reads.
+        mems = tf.concat([memory.mems, tf.cast(tf.stack(layer_inputs), tf.float32)], 2)
+        valid = tf.concat([memory.mem_mask, right_mask], 1)
+        window = real[:, None] + tf.range(mem_len)[None, :]
+        mems = tf.transpose(tf.gather(tf.transpose(mems, [1, 0, 2, 3]), window, axis=2,
+                                      batch_dims=1), [1, 0, 2, 3])
+        memory = Memory(tf.stop_gradient(mems), tf.gather(valid, window, batch_dims=1))
+        hidden = tf.gather(hidden, tf.maximum(columns - pad[:, None], 0), batch_dims=1)
+        return hidden, memory
 
     # --------------------------------------------------------------- streams
     def call(self, inputs, training=None, mask=None):
@@ -306,6 +349,15 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         # there, stop id 0 ended every row before its first step).
         buffer = tf.where(keep, token_ids, -tf.ones_like(token_ids))
 
+        # Row i keeps the ids of columns [start, start + width - lengths[i]);
+        # past them its log-probs are one sure id, so that a beam's score
+        # counts only the ids its row keeps (else a row with a longer prompt
+        # took the beam best over ids dropped after). A stop id: the loop
+        # ends once every row has stopped or filled its columns.
+        row_end = start + width - lengths
+        sure_id = stop_token_ids[0] if stop_token_ids else 0
+        sure = tf.where(tf.range(self.core.config.n_token) == sure_id, 0.0, -1e9)
+
         def next(prompt, cache, index):
             def pending():  # the log-probs after the prompts
                 return cache["log_probs"], cache["hidden"], cache
@@ -313,7 +365,12 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
             def step():
                 ids = tf.gather(prompt, index - 1, axis=1)
                 return self._step(ids, cache, position_keys, output_weights)
-            return tf.cond(index > start, step, pending)
+            log_probs, hidden, cache = tf.cond(index > start, step, pending)
+            # Samplers repeat each row (beams, candidates) next to itself.
+            copies = tf.shape(prompt)[0] // tf.shape(row_end)[0]
+            dropped = tf.repeat(index >= row_end, copies)
+            log_probs = tf.where(dropped[:, None], tf.cast(sure, log_probs.dtype), log_probs)
+            return log_probs, hidden, cache
 
         buffer = self.sampler(next=next, prompt=buffer, cache=cache, index=start, mask=keep,
                               stop_token_ids=stop_token_ids, hidden_states=hidden, model=self)
