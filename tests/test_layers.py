@@ -264,6 +264,24 @@ def test_padded_keys_are_hidden_and_become_invalid_memory_slots():
     np.testing.assert_array_equal(same.mem_mask.numpy(), [[True, True], [True, True]])
 
 
+def test_right_padded_rows_keep_the_memory_ending_at_their_last_real_position():
+    """`row_lengths`: row b keeps the M slots of concat(memory, new) that end
+    at its last real position (the old memory for a row of padding alone)."""
+    rng = np.random.default_rng(0)
+    old, new = rng.normal(size=(2, 3, 2, 4)), rng.normal(size=(2, 3, 3, 4))  # L, B, M / T, d
+    memory = Memory(tf.constant(old, tf.float32), tf.constant([[True, False]] * 3))
+    lengths = np.array([3, 1, 0])
+    valid = np.arange(3)[None, :] < lengths[:, None]
+    out = update_memory(memory, tf.constant(new, tf.float32), tf.constant(valid),
+                        row_lengths=tf.constant(lengths))
+    both = np.concatenate([old, new], 2)
+    both_mask = np.concatenate([[[True, False]] * 3, valid], 1)
+    for b, length in enumerate(lengths):
+        np.testing.assert_allclose(out.mems.numpy()[:, b], both[:, b, length:length + 2],
+                                   rtol=1e-6)
+        np.testing.assert_array_equal(out.mem_mask.numpy()[b], both_mask[b, length:length + 2])
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_attention_probabilities_called_directly_cast_their_arguments(policy):
     """`probabilities` under a 16-bit policy failed in a float32 × half matmul

@@ -179,7 +179,7 @@ class TransformerXL(keras.layers.Layer):
         return self.crit(hidden, targets), new_memory
 
     def hidden_states(self, token_ids, memory, training=None, token_mask=None, _probe=None,
-                      memory_gradient=False):
+                      memory_gradient=False, row_lengths=None):
         """Final hidden states (after the output dropout) and the new memory.
 
         Relative positions depend on distances only, so a row left-padded
@@ -199,6 +199,10 @@ class TransformerXL(keras.layers.Layer):
                 `attention_probabilities`).
             memory_gradient: the new memory keeps its gradient (see
                 `read_documents`); by default it carries none.
+            row_lengths: int `[B]` for right-padded rows (their real tokens
+                first, `token_mask` True there): each row's new memory ends at
+                its last real token, not at the segment's end
+                (`layers.memory.update_memory`).
 
         Returns:
             `(hidden, new_memory)`: `[B, T, d_model]` and a `Memory`.
@@ -221,7 +225,7 @@ class TransformerXL(keras.layers.Layer):
             output = block(output, positions, mems[i], visible, u, v, training=training)
         output = self.out_dropout(output, training=training)
         return output, update_memory(_float32(memory), tf.stack(layer_inputs), token_mask,
-                                     keep_gradient=memory_gradient)
+                                     keep_gradient=memory_gradient, row_lengths=row_lengths)
 
     def read_documents(self, token_ids, lengths, segment_len, mem_len, training=None,
                        grad_segments=1):

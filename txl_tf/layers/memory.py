@@ -79,13 +79,17 @@ def clear_invalid_slots(memory):
     return Memory(mems, memory.mem_mask)
 
 
-def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False):
+def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False,
+                  row_lengths=None):
     """Keeps the last M positions of `concat(memory, layer_inputs)`.
 
     `layer_inputs` is `[n_layer, B, T, d_model]`; new positions are real
     unless `token_valid` (bool `[B, T]`) is False there, which makes them
-    invalid slots. The result has the memory's geometry and carries no
-    gradient (the paper's rule), unless `keep_gradient`: then a later
+    invalid slots. With `row_lengths` (int `[B]`, right-padded rows: row b's
+    real positions are its first `row_lengths[b]`), row b keeps the M
+    positions ending at its last real one instead (its memory as it was for
+    a row of padding alone). The result has the memory's geometry and carries
+    no gradient (the paper's rule), unless `keep_gradient`: then a later
     segment's loss reaches the weights through it.
     """
     layer_inputs = tf.convert_to_tensor(layer_inputs)
@@ -105,9 +109,16 @@ def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False):
         token_valid = tf.ones([batch, qlen], tf.bool)
     mem_mask = tf.concat([memory.mem_mask, token_valid], axis=1)
     mem_len = tf.shape(memory.mems)[2]
-    start = tf.shape(mems)[2] - mem_len
-    new_mems = mems[:, :, start:] if keep_gradient else tf.stop_gradient(mems[:, :, start:])
-    new_mem_mask = tf.stop_gradient(mem_mask[:, start:])
+    if row_lengths is None:
+        start = tf.shape(mems)[2] - mem_len
+        mems, mem_mask = mems[:, :, start:], mem_mask[:, start:]
+    else:  # row b: the slots [row_lengths[b], row_lengths[b] + M) of the concatenation
+        window = tf.cast(row_lengths, tf.int32)[:, None] + tf.range(mem_len)[None, :]
+        mems = tf.transpose(tf.gather(tf.transpose(mems, [1, 0, 2, 3]), window, axis=2,
+                                      batch_dims=1), [1, 0, 2, 3])
+        mem_mask = tf.gather(mem_mask, window, axis=1, batch_dims=1)
+    new_mems = mems if keep_gradient else tf.stop_gradient(mems)
+    new_mem_mask = tf.stop_gradient(mem_mask)
     new_mems.set_shape(memory.mems.shape)
     new_mem_mask.set_shape(memory.mem_mask.shape)
     return Memory(new_mems, new_mem_mask)

@@ -13,7 +13,6 @@ from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
 from txl_tf.keras_support.untracked import Untracked
-from txl_tf.layers.memory import Memory
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
 from txl_tf.models.transformer_xl import presets
@@ -262,31 +261,21 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         would sit between the zero states and the ids (moving the attended
         zeros farther back), and a segment of padding alone would push them
         out. The ids are read right-padded (padding after them is never
-        attended) and each row's new memory is the M slots ending at its last
-        id (its memory as it was, for a segment of padding alone).
+        attended), each row's new memory ending at its last id (the core's
+        `row_lengths`).
 
         Returns:
             `(hidden [B, seg, d_model] aligned as ids, memory)`.
         """
-        seg, mem_len = ids.shape[1], self.mem_len
+        seg = ids.shape[1]
         real = tf.reduce_sum(tf.cast(mask, tf.int32), 1)
         pad = seg - real
         columns = tf.range(seg)[None, :]
         right_mask = columns < real[:, None]
         right_ids = tf.gather(ids, tf.minimum(columns + pad[:, None], seg - 1), batch_dims=1)
         right_ids = tf.where(right_mask, right_ids, tf.zeros_like(right_ids))
-        layer_inputs = []
-        hidden, _ = self.core.hidden_states(
-            right_ids, memory, training=False, token_mask=right_mask,
-            _probe=lambda i, block, output, *rest: layer_inputs.append(output))
-        # A row's padding comes before its first segment, whose memory is
-        # then the zero-filled one: slots up to its last id are what it reads.
-        mems = tf.concat([memory.mems, tf.cast(tf.stack(layer_inputs), tf.float32)], 2)
-        valid = tf.concat([memory.mem_mask, right_mask], 1)
-        window = real[:, None] + tf.range(mem_len)[None, :]
-        mems = tf.transpose(tf.gather(tf.transpose(mems, [1, 0, 2, 3]), window, axis=2,
-                                      batch_dims=1), [1, 0, 2, 3])
-        memory = Memory(tf.stop_gradient(mems), tf.gather(valid, window, batch_dims=1))
+        hidden, memory = self.core.hidden_states(right_ids, memory, training=False,
+                                                 token_mask=right_mask, row_lengths=real)
         hidden = tf.gather(hidden, tf.maximum(columns - pad[:, None], 0), batch_dims=1)
         return hidden, memory
 
