@@ -133,3 +133,16 @@ def test_recl_matches_the_papers_definition_on_random_tables():
         for ratio in (0.1, 0.5, 1.0, float(rng.uniform(0.05, 1))):
             lengths, _ = recl(losses, contexts, ratio)
             assert lengths == _paper_recl(losses.tolist(), contexts, ratio, 0.01), (case, ratio)
+
+
+@pytest.mark.parametrize("ratio, count", [(0.07, 100), (0.28, 25), (0.55, 100), (0.14, 50)])
+def test_the_hard_tokens_are_exactly_the_fraction_r(ratio, count):
+    # r x positions is a whole number k here, but the float product is a hair
+    # above it: before, ceil kept k + 1 tokens.
+    keep = round(ratio * count)
+    best = np.arange(count, 0, -1, dtype=float)  # position j is the (j + 1)-th hardest
+    losses = np.stack([np.stack([best, best]), np.stack([best + 1, best + 1])])
+    losses[0, 1, keep] = 0.0  # model 0 gains only on the (k + 1)-th hardest token
+    assert relative_gain(losses, 0, 0, 1, ratio) == 0.0
+    losses[0, 1, keep - 1] = 0.0  # and now on the k-th too
+    assert relative_gain(losses, 0, 0, 1, ratio) > 0.0

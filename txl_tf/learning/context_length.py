@@ -127,7 +127,8 @@ def relative_gain(losses, model, c, c_next, ratio):
         raise TxlError(f"ratio must be in (0, 1], got {ratio}")
     _check_finite(losses)
     best = losses[:, c].min(0)  # b(c, t)
-    keep = max(1, math.ceil(ratio * best.size))
+    # ceil(r x positions), not of the float product's round-off (0.07 x 100 is 7.000...01)
+    keep = max(1, math.ceil(round(ratio * best.size, 6)))
     hard = np.argsort(-best, kind="stable")[:keep]
     f_same = np.minimum(best[hard], losses[model, c, hard]).mean()
     f_next = np.minimum(best[hard], losses[model, c_next, hard]).mean()
