@@ -146,3 +146,22 @@ def test_the_hard_tokens_are_exactly_the_fraction_r(ratio, count):
     assert relative_gain(losses, 0, 0, 1, ratio) == 0.0
     losses[0, 1, keep - 1] = 0.0  # and now on the k-th too
     assert relative_gain(losses, 0, 0, 1, ratio) > 0.0
+
+
+def test_recl_refuses_a_table_or_threshold_it_cannot_read():
+    # Before: a NaN threshold gave the grid's end, contexts that did not
+    # match the table's context axis a RECL read off the wrong column, and a
+    # table without the models axis an IndexError.
+    losses = np.ones([2, 3, 4])
+    losses[:, 1:] *= 0.5
+    with pytest.raises(TxlError, match=r"threshold must be in \(0, 1\), got nan"):
+        recl(losses, [4, 8, 12], 1.0, threshold=float("nan"))
+    with pytest.raises(TxlError, match=r"threshold must be in \(0, 1\), got 0.0"):
+        recl(losses, [4, 8, 12], 1.0, threshold=0.0)
+    with pytest.raises(TxlError, match="2 context lengths for a table of 3"):
+        recl(losses, [4, 8], 1.0)
+    with pytest.raises(TxlError, match=r"\[models, contexts, positions\]"):
+        recl(losses[0], [4, 8, 12], 1.0)
+    with pytest.raises(TxlError, match=r"\[models, contexts, positions\]"):
+        relative_gain(losses[0], 0, 0, 1, 1.0)
+    assert recl(losses, [4, 8, 12], 1.0)[0] == [8, 8]
