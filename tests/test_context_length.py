@@ -165,3 +165,12 @@ def test_recl_refuses_a_table_or_threshold_it_cannot_read():
     with pytest.raises(TxlError, match=r"\[models, contexts, positions\]"):
         relative_gain(losses[0], 0, 0, 1, 1.0)
     assert recl(losses, [4, 8, 12], 1.0)[0] == [8, 8]
+
+
+def test_a_fraction_just_above_a_whole_count_keeps_one_more_token():
+    # 0.30000004 x 10 = 3.0000004: ceil keeps 4 (rounding the product away would keep 3).
+    best = np.arange(10, 0, -1, dtype=float)
+    losses = np.stack([np.stack([best, best]), np.stack([best + 1, best + 1])])
+    losses[0, 1, 3] = 0.0  # model 0 gains only on the 4th hardest token
+    assert relative_gain(losses, 0, 0, 1, 0.30000004) > 0.0
+    assert relative_gain(losses, 0, 0, 1, 0.3) == 0.0

@@ -21,6 +21,7 @@ reads the c tokens from an empty memory of c slots, segment by segment
 (`transformer_xl_scorer`), so no state carries older text.
 """
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -129,8 +130,8 @@ def relative_gain(losses, model, c, c_next, ratio):
     losses = np.asarray(losses, np.float64)
     _check_table(losses)
     best = losses[:, c].min(0)  # b(c, t)
-    # ceil(r x positions), not of the float product's round-off (0.07 x 100 is 7.000...01)
-    keep = max(1, math.ceil(round(ratio * best.size, 6)))
+    # ceil(r x positions) of the decimal r, not of the float product (0.07 x 100 is 7.000...01)
+    keep = max(1, math.ceil(Fraction(str(float(ratio))) * best.size))
     hard = np.argsort(-best, kind="stable")[:keep]
     f_same = np.minimum(best[hard], losses[model, c, hard]).mean()
     f_next = np.minimum(best[hard], losses[model, c_next, hard]).mean()
