@@ -133,3 +133,44 @@ def test_recl_matches_the_papers_definition_on_random_tables():
         for ratio in (0.1, 0.5, 1.0, float(rng.uniform(0.05, 1))):
             lengths, _ = recl(losses, contexts, ratio)
             assert lengths == _paper_recl(losses.tolist(), contexts, ratio, 0.01), (case, ratio)
+
+
+@pytest.mark.parametrize("ratio, count", [(0.07, 100), (0.28, 25), (0.55, 100), (0.14, 50)])
+def test_the_hard_tokens_are_exactly_the_fraction_r(ratio, count):
+    # r x positions is a whole number k here, but the float product is a hair
+    # above it: before, ceil kept k + 1 tokens.
+    keep = round(ratio * count)
+    best = np.arange(count, 0, -1, dtype=float)  # position j is the (j + 1)-th hardest
+    losses = np.stack([np.stack([best, best]), np.stack([best + 1, best + 1])])
+    losses[0, 1, keep] = 0.0  # model 0 gains only on the (k + 1)-th hardest token
+    assert relative_gain(losses, 0, 0, 1, ratio) == 0.0
+    losses[0, 1, keep - 1] = 0.0  # and now on the k-th too
+    assert relative_gain(losses, 0, 0, 1, ratio) > 0.0
+
+
+def test_recl_refuses_a_table_or_threshold_it_cannot_read():
+    # Before: a NaN threshold gave the grid's end, contexts that did not
+    # match the table's context axis a RECL read off the wrong column, and a
+    # table without the models axis an IndexError.
+    losses = np.ones([2, 3, 4])
+    losses[:, 1:] *= 0.5
+    with pytest.raises(TxlError, match=r"threshold must be in \(0, 1\), got nan"):
+        recl(losses, [4, 8, 12], 1.0, threshold=float("nan"))
+    with pytest.raises(TxlError, match=r"threshold must be in \(0, 1\), got 0.0"):
+        recl(losses, [4, 8, 12], 1.0, threshold=0.0)
+    with pytest.raises(TxlError, match="2 context lengths for a table of 3"):
+        recl(losses, [4, 8], 1.0)
+    with pytest.raises(TxlError, match=r"\[models, contexts, positions\]"):
+        recl(losses[0], [4, 8, 12], 1.0)
+    with pytest.raises(TxlError, match=r"\[models, contexts, positions\]"):
+        relative_gain(losses[0], 0, 0, 1, 1.0)
+    assert recl(losses, [4, 8, 12], 1.0)[0] == [8, 8]
+
+
+def test_a_fraction_just_above_a_whole_count_keeps_one_more_token():
+    # 0.30000004 x 10 = 3.0000004: ceil keeps 4 (rounding the product away would keep 3).
+    best = np.arange(10, 0, -1, dtype=float)
+    losses = np.stack([np.stack([best, best]), np.stack([best + 1, best + 1])])
+    losses[0, 1, 3] = 0.0  # model 0 gains only on the 4th hardest token
+    assert relative_gain(losses, 0, 0, 1, 0.30000004) > 0.0
+    assert relative_gain(losses, 0, 0, 1, 0.3) == 0.0

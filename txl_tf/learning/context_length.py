@@ -21,6 +21,7 @@ reads the c tokens from an empty memory of c slots, segment by segment
 (`transformer_xl_scorer`), so no state carries older text.
 """
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -121,22 +122,29 @@ def relative_gain(losses, model, c, c_next, ratio):
         The relative gain, a float.
 
     Raises:
-        TxlError: a ratio outside (0, 1], or a NaN or infinite loss.
+        TxlError: a ratio outside (0, 1], a table not 3-D, or a NaN or
+            infinite loss.
     """
     if not 0 < ratio <= 1:
         raise TxlError(f"ratio must be in (0, 1], got {ratio}")
-    _check_finite(losses)
+    losses = np.asarray(losses, np.float64)
+    _check_table(losses)
     best = losses[:, c].min(0)  # b(c, t)
-    keep = max(1, math.ceil(ratio * best.size))
+    # ceil(r x positions) of the decimal r, not of the float product (0.07 x 100 is 7.000...01)
+    keep = max(1, math.ceil(Fraction(str(float(ratio))) * best.size))
     hard = np.argsort(-best, kind="stable")[:keep]
     f_same = np.minimum(best[hard], losses[model, c, hard]).mean()
     f_next = np.minimum(best[hard], losses[model, c_next, hard]).mean()
     return (math.exp(f_same) - math.exp(f_next)) / math.exp(f_same)
 
 
-def _check_finite(losses):
-    """Raises `TxlError` at the first NaN or infinite loss: the best loss,
+def _check_table(losses):
+    """Raises `TxlError` unless `losses` is `[models, contexts, positions]`
+    with a position, and at the first NaN or infinite loss: the best loss,
     the means and the gains of the definition are undefined there."""
+    if np.ndim(losses) != 3 or not np.size(losses):
+        raise TxlError(f"losses must be [models, contexts, positions] with a position, got "
+                       f"shape {np.shape(losses)}")
     bad = np.argwhere(~np.isfinite(losses))
     if bad.size:
         model, c, t = (int(v) for v in bad[0])
@@ -159,10 +167,16 @@ def recl(losses, contexts, ratio, threshold=0.01):
         that), and `gains [models, len(contexts) - 1]`, `g_i(c_k, c_{k+1})`.
 
     Raises:
-        TxlError: a NaN or infinite loss.
+        TxlError: a threshold outside (0, 1), contexts that are not the
+            table's, or as `relative_gain`.
     """
-    _check_finite(losses)
+    if not 0 < threshold < 1:  # the gain is in [0, 1): else every RECL is an end of the grid
+        raise TxlError(f"threshold must be in (0, 1), got {threshold}")
+    losses = np.asarray(losses, np.float64)
+    _check_table(losses)
     n_models, n_contexts = losses.shape[:2]
+    if len(contexts) != n_contexts:
+        raise TxlError(f"{len(contexts)} context lengths for a table of {n_contexts}")
     gains = np.array([[relative_gain(losses, i, k, k + 1, ratio) for k in range(n_contexts - 1)]
                       for i in range(n_models)]).reshape(n_models, n_contexts - 1)
     lengths = []
