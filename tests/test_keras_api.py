@@ -327,3 +327,21 @@ def test_the_classifier_checks_a_generators_ids():
                 np.array([0, 2])) for shift in (0, N_TOKEN)]
     with pytest.raises(InputError, match=rf"^token id {ids[0, 0] + N_TOKEN} at position"):
         model.fit(iter_batches(batches), verbose=0)
+
+
+@pytest.mark.parametrize("kind", ["generator", "pydataset"])
+def test_the_classifier_checks_a_generators_class_labels(kind):
+    """A generator's or a PyDataset's class labels went unchecked (arrays' and
+    datasets' are checked): on CPU Keras's loss raised a graph error, and
+    under XLA (a GPU's default) a label out of range gives a NaN loss."""
+    model = TransformerXLClassifier(config(), num_classes=3, segment_len=T)
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    inputs = {"token_ids": np.random.default_rng(0).integers(0, N_TOKEN, (2, 6)).astype(np.int32),
+              "lengths": np.array([6, 3], np.int32)}
+    batches = [(inputs, np.array(labels)) for labels in ([0, 2], [1, 0], [2, 7])]
+    with pytest.raises(InputError, match=r"^class label 7 is out of range for 3 classes"):
+        model.fit(python_batches(kind, batches), verbose=0)
+    with pytest.raises(InputError, match=r"^class label -1 is out of range for 3 classes"):
+        model.evaluate(python_batches(kind, [(inputs, np.array([-1, 0]))]), verbose=0)
+    model.fit(python_batches(kind, batches[:2]), verbose=0)  # labels in range: trains
