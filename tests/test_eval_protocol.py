@@ -19,6 +19,7 @@ from reference_pytorch_numpy import PytorchReference
 from training import evaluate
 from training.errors import TrainingError
 from txl_tf.learning.evaluation import evaluate_ids
+from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer
 from txl_tf.weights import import_pytorch, save_pretrained
 
@@ -97,3 +98,14 @@ def test_the_evaluate_job_with_paper_settings_uses_the_papers_streams(state, tmp
     with pytest.raises(TrainingError, match=r"too short for --batch_size 150 with "
                                             r"--drop_remainder: 150 ids kept"):
         evaluate.run(**{**common, "batch_size": 150}, drop_remainder=True)
+
+
+def test_drop_remainder_on_too_few_ids_names_the_ids_given_and_the_need(state):
+    """5 ids in 3 streams keep 3 (streams of 1 id, nothing to score): the error
+    said "3 ids are too few ... (need at least 4 ids)", counts of the ids left
+    after the drop, so 4 or 5 ids looked enough; 2 * batch_size are needed."""
+    core = import_pytorch(state)
+    with pytest.raises(TxlError, match=r"^5 ids are too few for batch_size 3 with "
+                                       r"drop_remainder: .*need at least 6 ids"):
+        evaluate_ids(core, np.arange(5), 3, 4, 4, drop_remainder=True)
+    assert evaluate_ids(core, np.arange(6), 3, 4, 4, drop_remainder=True)["tokens"] == 3

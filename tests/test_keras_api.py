@@ -327,3 +327,40 @@ def test_the_classifier_checks_a_generators_ids():
                 np.array([0, 2])) for shift in (0, N_TOKEN)]
     with pytest.raises(InputError, match=rf"^token id {ids[0, 0] + N_TOKEN} at position"):
         model.fit(iter_batches(batches), verbose=0)
+
+
+@pytest.mark.parametrize("kind", ["generator", "pydataset"])
+def test_the_classifier_checks_a_generators_class_labels(kind):
+    """A generator's or a PyDataset's class labels went unchecked (arrays' and
+    datasets' are checked): on CPU Keras's loss raised a graph error, and
+    under XLA (a GPU's default) a label out of range gives a NaN loss."""
+    model = TransformerXLClassifier(config(), num_classes=3, segment_len=T)
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    inputs = {"token_ids": np.random.default_rng(0).integers(0, N_TOKEN, (2, 6)).astype(np.int32),
+              "lengths": np.array([6, 3], np.int32)}
+    batches = [(inputs, np.array(labels)) for labels in ([0, 2], [1, 0], [2, 7])]
+    with pytest.raises(InputError, match=r"^class label 7 is out of range for 3 classes"):
+        model.fit(python_batches(kind, batches), verbose=0)
+    with pytest.raises(InputError, match=r"^class label -1 is out of range for 3 classes"):
+        model.evaluate(python_batches(kind, [(inputs, np.array([-1, 0]))]), verbose=0)
+    model.fit(python_batches(kind, batches[:2]), verbose=0)  # labels in range: trains
+
+
+@pytest.mark.parametrize("kind", ["generator", "pydataset", "filtered"])
+def test_batches_of_unknown_count_report_the_same_loss_as_arrays(kind):
+    """Data of unknown length (a generator, a PyDataset read through
+    `from_generator`, a filtered dataset) ends with a step whose `get_next`
+    fails; the metrics' token count, which did not wait for the batch (its
+    shape is static), was still added: evaluate's loss came out 3/4 of the
+    true one over 3 batches, fit's logged loss too."""
+    x, y = stream_arrays(3 * B)
+    batches = [(x[i:i + B], y[i:i + B]) for i in range(0, 3 * B, B)]
+
+    def data():
+        return (tf.data.Dataset.from_tensor_slices((x, y)).batch(B, drop_remainder=True)
+                .filter(lambda *_: True) if kind == "filtered" else python_batches(kind, batches))
+    want = lm().evaluate(x, y, batch_size=B, verbose=0)
+    np.testing.assert_allclose(lm().evaluate(data(), verbose=0), want, rtol=1e-6)
+    trained = lm().fit(x, y, batch_size=B, verbose=0).history["loss"]
+    np.testing.assert_allclose(lm().fit(data(), verbose=0).history["loss"], trained, rtol=1e-6)

@@ -41,8 +41,13 @@ def checked_python_batches(x, n_token, targets=True, rows=None, method="fit", fi
     Returns:
         A generator or a `PyDataset` of the same batches.
     """
-    def check(batch):
-        return _check_batch(batch, n_token, targets, rows, method, fix)
+    return map_python_batches(
+        x, lambda batch: _check_batch(batch, n_token, targets, rows, method, fix))
+
+
+def map_python_batches(x, check):
+    """`x` (see `is_python_batches`) giving `check(batch)` for each batch as
+    it is read: a generator or a `PyDataset`."""
     if isinstance(x, keras.utils.PyDataset):
         return _CheckedPyDataset(x, check)
     return (check(batch) for batch in x)

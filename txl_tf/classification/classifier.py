@@ -4,9 +4,11 @@ import numbers
 import re
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import InputError, checked_data, input_errors
+from txl_tf.checks.python_batches import is_python_batches, map_python_batches
 from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
@@ -304,20 +306,17 @@ _LABELS_ASSERTED = "class labels out of range for"
 
 
 def _checked_labels(x, y, num_classes):
-    """`(x, y)` with integer class labels (`y`, or a dataset `x`'s second
-    item) checked to lie in `[0, num_classes)`: eagerly for arrays, in the
-    input pipeline for a dataset. In the step Keras's loss raises on CPU, and
-    under XLA gives a NaN loss."""
+    """`(x, y)` with integer class labels (`y`, or a dataset's, a generator's
+    or a `PyDataset`'s second item) checked to lie in `[0, num_classes)`:
+    eagerly for arrays, in the input pipeline for a dataset, batch by batch
+    as Keras reads a generator or a `PyDataset`. In the step Keras's loss
+    raises on CPU, and under XLA gives a NaN loss."""
     def check(labels):
         labels = tf.convert_to_tensor(labels)
         if not labels.dtype.is_integer:  # one-hot or probabilities
             return labels
         if tf.executing_eagerly():
-            values = labels.numpy()
-            bad = values[(values < 0) | (values >= num_classes)]
-            if bad.size:
-                raise InputError(f"class label {bad.flat[0]} is out of range for "
-                                 f"{num_classes} classes (valid labels are 0..{num_classes - 1})")
+            _check_label_values(labels.numpy(), num_classes)
             return labels
         ok = tf.reduce_all((labels >= 0) & (labels < num_classes))
         assertion = tf.debugging.Assert(ok, [f"{_LABELS_ASSERTED} {num_classes} classes "
@@ -330,9 +329,26 @@ def _checked_labels(x, y, num_classes):
     if isinstance(x, tf.data.Dataset):
         return x.map(lambda *batch: (batch[0], check(batch[1]), *batch[2:])
                      if len(batch) > 1 else batch[0]), y
+    if is_python_batches(x):
+        def check_batch(batch):
+            labels = keras.utils.unpack_x_y_sample_weight(batch)[1]
+            if labels is not None:
+                _check_label_values(np.asarray(labels), num_classes)
+            return batch
+        return map_python_batches(x, check_batch), y
     if y is not None and (tf.is_tensor(y) or hasattr(y, "__array__")):
         check(y)
     return x, y
+
+
+def _check_label_values(values, num_classes):
+    """Raises `InputError` for an integer class label outside `[0, num_classes)`."""
+    if not np.issubdtype(values.dtype, np.integer):  # one-hot or probabilities
+        return
+    bad = values[(values < 0) | (values >= num_classes)]
+    if bad.size:
+        raise InputError(f"class label {bad.flat[0]} is out of range for "
+                         f"{num_classes} classes (valid labels are 0..{num_classes - 1})")
 
 
 @contextlib.contextmanager

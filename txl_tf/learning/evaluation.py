@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from txl_tf.checks.numpy_checks import check_count, check_flag
 from txl_tf.data import eval_segment_dataset, num_segments, stream_length
+from txl_tf.errors import TxlError
 
 
 def make_scorer(core):
@@ -46,7 +47,12 @@ def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segmen
     mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
     scorer = scorer or make_scorer(core)
     if check_flag("drop_remainder", drop_remainder):
-        ids = ids[:batch_size * stream_length(len(ids), batch_size)]
+        length = stream_length(len(ids), batch_size)
+        if length < 2:  # a stream's first id is never scored
+            raise TxlError(f"{len(ids)} ids are too few for batch_size {batch_size} with "
+                           f"drop_remainder: streams of {length} ids give no segment (need at "
+                           f"least {2 * batch_size} ids)")
+        ids = ids[:batch_size * length]
     total = num_segments(len(ids), batch_size, tgt_len, drop_remainder=False)
     if max_segments is not None:
         total = min(total, check_count("max_segments", max_segments, low=1))

@@ -28,7 +28,10 @@ class TokenNLL(keras.metrics.Metric):
         nll = tf.cast(nll, tf.float32)
         weight = tf.ones_like(nll) if sample_weight is None else tf.cast(sample_weight, tf.float32)
         self.total.assign_add(tf.reduce_sum(nll * weight))
-        self.count.assign_add(tf.reduce_sum(weight))
+        # After the NLL: a count of static shape alone would be added even by
+        # the step whose batch never comes (the end of data of unknown length).
+        with tf.control_dependencies([nll]):
+            self.count.assign_add(tf.reduce_sum(weight))
 
     def result(self):
         return self.result_of(self.total, self.count)
