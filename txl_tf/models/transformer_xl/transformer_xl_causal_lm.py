@@ -342,7 +342,9 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         # past them its log-probs are one sure id, so that a beam's score
         # counts only the ids its row keeps (else a row with a longer prompt
         # took the beam best over ids dropped after). A stop id: the loop
-        # ends once every row has stopped or filled its columns.
+        # ends once every row has stopped or filled its columns (not under
+        # contrastive search, whose penalty may pick another candidate: the
+        # columns past a row's are never read, so only time is lost).
         row_end = start + width - lengths
         sure_id = stop_token_ids[0] if stop_token_ids else 0
         sure = tf.where(tf.range(self.core.config.n_token) == sure_id, 0.0, -1e9)
