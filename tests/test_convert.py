@@ -333,3 +333,18 @@ def test_the_ports_folder_given_as_a_model_directory_names_txl_convert(tmp_path)
                                             r"`txl-convert --source=pytorch --input=.*"
                                             r"model\.safetensors --config=.*config\.json"):
         load_pretrained(str(tmp_path))
+
+
+def test_a_state_dict_folder_without_config_names_a_command_without_one(tmp_path):
+    """A folder holding only the state dict: the command named `--config=<a
+    config.json that is not there>` (an error when run); `--config` is
+    optional for a PyTorch state dict."""
+    from txl_tf.weights import load_pretrained
+    from txl_tf.weights.model_dir import ModelDirError
+
+    _port_files(tmp_path)
+    os.remove(tmp_path / "config.json")
+    with pytest.raises(ModelDirError) as caught:
+        load_pretrained(str(tmp_path))
+    assert "--config" not in str(caught.value)
+    assert f"--input={tmp_path / 'model.safetensors'} --output_dir=" in str(caught.value)
