@@ -333,3 +333,41 @@ def test_the_ports_folder_given_as_a_model_directory_names_txl_convert(tmp_path)
                                             r"`txl-convert --source=pytorch --input=.*"
                                             r"model\.safetensors --config=.*config\.json"):
         load_pretrained(str(tmp_path))
+
+
+def test_a_state_dict_folder_without_config_names_a_command_without_one(tmp_path):
+    """A folder holding only the state dict: the command named `--config=<a
+    config.json that is not there>` (an error when run); `--config` is
+    optional for a PyTorch state dict."""
+    from txl_tf.weights import load_pretrained
+    from txl_tf.weights.model_dir import ModelDirError
+
+    _port_files(tmp_path)
+    os.remove(tmp_path / "config.json")
+    with pytest.raises(ModelDirError) as caught:
+        load_pretrained(str(tmp_path))
+    assert "--config" not in str(caught.value)
+    assert f"--input={tmp_path / 'model.safetensors'} --output_dir=" in str(caught.value)
+
+
+def test_a_placeholder_takes_no_state_and_runs_nothing(tmp_path):
+    """What a pickle can do to `_Skipped` (a skipped transformers 4.x object):
+    BUILD on an instance (dict state, slot state naming `__class__` or
+    `__setstate__`) sets nothing; append, item set and call are refused."""
+    from txl_tf.text import pickled_vocab
+
+    new = b"\x80\x02cre\n_compile\n)\x81"  # GLOBAL re._compile (the placeholder), NEWOBJ
+    key = b"X\x0c\x00\x00\x00__setstate__"
+    built = [new + b"}" + key + b"K\x00sb.", new + b"N}" + key + b"K\x00s\x86b.",
+             new + b"N}X\x09\x00\x00\x00__class__cbuiltins\ndict\ns\x86b."]
+    before = dict(vars(pickled_vocab._Skipped))
+    path = tmp_path / "vocab.pkl"
+    for payload in built:
+        path.write_bytes(payload)
+        obj = pickled_vocab.load_plain_pickle(path)
+        assert type(obj) is pickled_vocab._Skipped and vars(obj) == {}
+    assert dict(vars(pickled_vocab._Skipped)) == before
+    for payload in (new + b"K\x01a.", new + b"K\x01K\x02s.", new + b")R."):
+        path.write_bytes(payload)
+        with pytest.raises(PickledVocabError, match="not a readable pickle"):
+            pickled_vocab.load_plain_pickle(path)

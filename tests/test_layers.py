@@ -343,3 +343,13 @@ def test_attention_dropout_drops_probabilities_not_output_features():
     zero = np.abs(dropped).max(-1) == 0
     assert 50 < zero.sum() < 206  # 128 expected
     np.testing.assert_allclose(dropped[~zero], 2 * plain[~zero], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("lengths", [[4, 1, 0], [3, -1, 0]])
+def test_row_lengths_outside_the_new_positions_are_one_clear_error(lengths):
+    """A row length past the T new positions (or negative) named the gather's
+    index (`indices[0,1] = 5 is not in [0, 5)`), and read other slots where
+    the gather does not check (GPU, XLA)."""
+    memory = Memory(tf.zeros([2, 3, 2, 4]), tf.ones([3, 2], tf.bool))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"row_lengths must be in \[0, T\]"):
+        update_memory(memory, tf.zeros([2, 3, 3, 4]), row_lengths=tf.constant(lengths))

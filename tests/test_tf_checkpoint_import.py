@@ -105,3 +105,23 @@ def test_a_config_the_tf_code_cannot_have_is_an_error(tmp_path, field, value):
     prefix = save_tf1(get_weights(random_core()), str(tmp_path / "model.ckpt"))
     with pytest.raises(TxlError, match=f"the paper's TF code .* config has {field}={value}$"):
         import_tf_checkpoint(prefix, TransformerXLConfig(**SIZES, **{field: value}))
+
+
+def test_txl_convert_with_the_ports_config_keeps_the_tf_codes_layer_norm_epsilon(tmp_path):
+    """`txl-convert --source=tf --config=<the port's config.json>`: the port's
+    `layer_norm_epsilon` (1e-5, its PyTorch layers') is no keyword for the TF
+    import, which keeps that code's 1e-12."""
+    import json
+
+    from txl_tf.weights import load_pretrained
+    from txl_tf.weights.convert import convert
+
+    source = random_core()
+    prefix = save_tf1(get_weights(source), str(tmp_path / "model.ckpt"))
+    port = {**source.config.to_dict(), "layer_norm_epsilon": 1e-5,
+            "architectures": ["TransfoXLLMHeadModel"]}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(port))
+    out = convert("tf", prefix, str(tmp_path / "model"), config=str(config),
+                  echo=lambda line: None)
+    assert load_pretrained(out).config.layer_norm_epsilon == 1e-12

@@ -218,6 +218,24 @@ def _after_prompts(decoder, prompts):
     return decoder.generate(prompts, 0).state.next_log_probs
 
 
+def test_stop_ids_outside_the_vocabulary_are_one_error_and_numpy_ids_work(graph_lm):
+    """A stop id outside the vocabulary was taken: -1 (the buffer's fill for
+    columns to generate) ended every row at once, all new ids 0, without a
+    word; numpy ids (`np.int64`, an array) failed in a dtype mismatch."""
+    graph_lm.compile(sampler="greedy")
+    for stop in ((-1,), (N_TOKEN,), ("a",), "<eos>", (1.5,)):
+        with pytest.raises(TxlError, match=r"stop_token_ids must be"):
+            graph_lm.generate(padded(PROMPTS), stop_token_ids=stop)
+    free = graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]
+    stop = int(free[0, len(PROMPTS[0]) + 1])
+    want = graph_lm.generate(padded(PROMPTS), stop_token_ids=(stop,))
+    assert not want["padding_mask"][0].all()
+    for given in ((np.int64(stop),), np.array([stop]), [np.int32(stop), stop]):
+        got = graph_lm.generate(padded(PROMPTS), stop_token_ids=given)
+        for key in ("token_ids", "padding_mask"):
+            np.testing.assert_array_equal(got[key], want[key], err_msg=repr(given))
+
+
 def test_stop_ids_end_each_rows_mask_after_the_first_new_stop(graph_lm):
     graph_lm.compile(sampler="greedy")
     free = graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]

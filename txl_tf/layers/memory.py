@@ -113,7 +113,13 @@ def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False,
         start = tf.shape(mems)[2] - mem_len
         mems, mem_mask = mems[:, :, start:], mem_mask[:, start:]
     else:  # row b: the slots [row_lengths[b], row_lengths[b] + M) of the concatenation
-        window = tf.cast(row_lengths, tf.int32)[:, None] + tf.range(mem_len)[None, :]
+        row_lengths = tf.cast(row_lengths, tf.int32)
+        message = "row_lengths must be in [0, T] (T: the new positions)"
+        with tf.control_dependencies([  # XLA drops them: there the gather clamps
+                tf.debugging.assert_non_negative(row_lengths, message=message),
+                tf.debugging.assert_less_equal(row_lengths, tf.shape(layer_inputs)[2],
+                                               message=message)]):
+            window = tf.identity(row_lengths)[:, None] + tf.range(mem_len)[None, :]
         mems = tf.transpose(tf.gather(tf.transpose(mems, [1, 0, 2, 3]), window, axis=2,
                                       batch_dims=1), [1, 0, 2, 3])
         mem_mask = tf.gather(mem_mask, window, axis=1, batch_dims=1)

@@ -137,7 +137,10 @@ def convert(source, input, output_dir, config=None, vocab=None, cluster_order=No
             echo(f"config: ignored fields {', '.join(ignored)}")
         if port and "layer_norm_epsilon" in config:
             # The port's layers use this one: it overrides the origin's default (1e-5).
-            overrides = {"layer_norm_epsilon": config.pop("layer_norm_epsilon"), **overrides}
+            # Not a TF checkpoint's: that code's 1e-12 (`import_tf_checkpoint`).
+            epsilon = config.pop("layer_norm_epsilon")
+            if source == "pytorch":
+                overrides = {"layer_norm_epsilon": epsilon, **overrides}
     symbols = _read_vocab(vocab, echo) if vocab else None
     if source == "pytorch":
         core = weights.import_pytorch(input, config, cluster_order=cluster_order,

@@ -126,10 +126,11 @@ def resolve(model_dir=None, checkpoint=None, config_path=None, weights_path=None
         else:
             torch_files = [f for f in ("model.safetensors", "pytorch_model.bin")
                            if _isfile(model_dir, f)]
+            config = (f" --config={os.path.join(model_dir, CONFIG_FILE)}"
+                      if _isfile(model_dir, CONFIG_FILE) else "")  # optional for a state dict
             hint = (f"; its {torch_files[0]} is a PyTorch state dict (the Hugging Face port's "
                     f"folder?): convert it first, `txl-convert --source=pytorch --input="
-                    f"{os.path.join(model_dir, torch_files[0])} --config="
-                    f"{os.path.join(model_dir, CONFIG_FILE)} --output_dir=...`"
+                    f"{os.path.join(model_dir, torch_files[0])}{config} --output_dir=...`"
                     if torch_files else "")
             raise ModelDirError(
                 f"{model_dir!r} is neither a model directory ({CONFIG_FILE} + {WEIGHTS_FILE}) "

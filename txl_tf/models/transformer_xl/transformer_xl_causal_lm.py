@@ -342,7 +342,9 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         # past them its log-probs are one sure id, so that a beam's score
         # counts only the ids its row keeps (else a row with a longer prompt
         # took the beam best over ids dropped after). A stop id: the loop
-        # ends once every row has stopped or filled its columns.
+        # ends once every row has stopped or filled its columns (not under
+        # contrastive search, whose penalty may pick another candidate: the
+        # columns past a row's are never read, so only time is lost).
         row_end = start + width - lengths
         sure_id = stop_token_ids[0] if stop_token_ids else 0
         sure = tf.where(tf.range(self.core.config.n_token) == sure_id, 0.0, -1e9)
@@ -426,9 +428,9 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
                 `{"token_ids", "padding_mask"}` `[B, N]`, right-padded.
             max_length: with a preprocessor, the most ids per row, prompt
                 included, in [1, 2**31 - 1] (None: its `sequence_length`).
-            stop_token_ids: ids that end a row; `"auto"` means none: the
-                paper's vocabularies have no end token (a word model's
-                `<eos>` ends a line, not the text).
+            stop_token_ids: ids in [0, n_token) that end a row; `"auto"`
+                means none: the paper's vocabularies have no end token (a
+                word model's `<eos>` ends a line, not the text).
             strip_prompt: return only the new ids or text.
 
         Returns:
@@ -444,12 +446,12 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         elif isinstance(getattr(self.preprocessor, "sequence_length", None), int):
             _check_max_length(self.preprocessor.sequence_length, inputs,
                               "generate: the preprocessor's sequence_length")
-        if stop_token_ids == "auto":
+        if isinstance(stop_token_ids, str) and stop_token_ids == "auto":
             tokenizer = getattr(self.preprocessor, "tokenizer", None)
             end = getattr(tokenizer, "end_token_id", None)
             stop_token_ids = None if end is None else "auto"
-        elif isinstance(stop_token_ids, (list, tuple)) and not stop_token_ids:
-            stop_token_ids = None  # keras-hub's samplers index the first stop id
+        elif stop_token_ids is not None:  # none given: None (the samplers index the first)
+            stop_token_ids = _stop_ids(stop_token_ids, self.core.config.n_token)
         return super().generate(inputs, max_length=max_length, stop_token_ids=stop_token_ids,
                                 strip_prompt=strip_prompt)
 
@@ -480,6 +482,19 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         """
         config = {k: v for k, v in config.items() if k != "jit_generate"}
         return super().from_config(config)
+
+
+def _stop_ids(stop_token_ids, n_token):
+    """`stop_token_ids` as a tuple of ints in [0, n_token), None if empty
+    (-1 is the generation buffer's fill: it ended every row at once)."""
+    ids = [] if isinstance(stop_token_ids, str) else \
+        np.asarray(stop_token_ids, dtype=object).reshape(-1).tolist()
+    if isinstance(stop_token_ids, str) or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n_token
+            for i in ids):
+        raise InputError(f"generate: stop_token_ids must be None, 'auto' or ids in "
+                         f"[0, {n_token}), got {stop_token_ids!r}")
+    return tuple(int(i) for i in ids) or None
 
 
 def _check_max_length(max_length, inputs, what="generate: max_length"):
