@@ -130,7 +130,8 @@ JOB_PACKAGES = ("training", "export", "benchmarks")  # `python -m <package>.<job
 # The installed scripts (setup.py's console_scripts), by name: a user's own
 # `txl-notes.py` that imports txl_tf is not one of them.
 COMMANDS = ("txl-train", "txl-train-lstm", "txl-evaluate", "txl-generate", "txl-classify",
-            "txl-demo", "txl-attention", "txl-recl", "txl-export", "txl-convert")
+            "txl-demo", "txl-attention", "txl-recl", "txl-export", "txl-convert",
+            "txl-configs")
 # Where `txl_tf` and `JOB_PACKAGES` are (the checkout, or site-packages).
 PACKAGES_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
