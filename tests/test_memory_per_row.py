@@ -215,11 +215,15 @@ def test_distributed_documents_keep_no_numpy_copy_of_the_ids():
     docs = [np.arange(k, k + 1000) for k in range(1000)]  # 1,000,000 ids: 4 MB as int32
     layout = document_segments(docs, batch_size=4, tgt_len=512)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    tracemalloc.start()
+    tracemalloc.start(30)
     dataset = distribute_documents(strategy, docs, global_batch_size=4, tgt_len=512,
                                    start_step=7)
-    held = tracemalloc.get_traced_memory()[0]
+    snapshot = tracemalloc.take_snapshot()
     tracemalloc.stop()
+    # The one copy that must be held, TensorFlow's tensor of the ids, is at times
+    # allocated where tracemalloc sees it (made in constant_op.py): not counted.
+    held = sum(stat.size for stat in snapshot.statistics("traceback")
+               if not any(frame.filename.endswith("constant_op.py") for frame in stat.traceback))
     assert held < 1 << 20, held
     inputs, labels, weights = next(iter(dataset))
     for got, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
