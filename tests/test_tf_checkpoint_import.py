@@ -125,3 +125,12 @@ def test_txl_convert_with_the_ports_config_keeps_the_tf_codes_layer_norm_epsilon
     out = convert("tf", prefix, str(tmp_path / "model"), config=str(config),
                   echo=lambda line: None)
     assert load_pretrained(out).config.layer_norm_epsilon == 1e-12
+
+
+def test_a_weight_of_another_shape_names_the_checkpoint(tmp_path):
+    """A config of another `d_inner` than the checkpoint's: the error names the
+    checkpoint as well as the weight and both shapes."""
+    prefix = save_tf1(get_weights(random_core(d_inner=24)), str(tmp_path / "model.ckpt"))
+    with pytest.raises(TxlError, match=r"checkpoint '.*model\.ckpt.*': weight transformer/"
+                       r".* has shape \(.*\), the model expects"):
+        import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, "d_inner": 20}))

@@ -440,5 +440,8 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
     except IndexError as err:  # TensorFlow's reader on a data file cut short
         raise TxlError(f"checkpoint {checkpoint!r} cannot be read ({err}): is it "
                        "truncated?") from None
-    set_weights(core, arrays)
+    try:
+        set_weights(core, arrays)
+    except TxlError as err:  # a shape or dtype the config does not fit
+        raise TxlError(f"checkpoint {checkpoint!r}: {err}") from None
     return core
