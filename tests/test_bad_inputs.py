@@ -429,7 +429,8 @@ CLI_CASES = [
     ("recl_max_context_huge", "training.recl",
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
       "--cache_dir={scratch}/cache", "--max_context=9223372036854775808"],
-     r"^error: the text has \d+ ids: too few for a context of 9223372036854775808 "),
+     r"^error: --max_context 9223372036854775808: the valid split has \d+ ids, too few for the "
+     r"longest context measured \(9223372036854775\d+\) and one target after it$"),
     # "[Errno 20] Not a directory" without the flag, once every context was scored.
     ("recl_output_dir_under_a_file", "training.recl",
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",

@@ -117,6 +117,10 @@ def run(**options):
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer)
     ids = np.asarray(corpus.split(o["split"]))
+    if len(ids) <= contexts[-1]:
+        raise TrainingError(f"--max_context {o['max_context']}: the {o['split']} split has "
+                            f"{len(ids)} ids, too few for the longest context measured "
+                            f"({contexts[-1]}) and one target after it")
     positions = cl.sample_positions(len(ids), contexts[-1], o["positions"], o["seed"])
     contexts = list(contexts)
     losses = []
