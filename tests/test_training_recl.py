@@ -3,11 +3,13 @@ by context on a real text file, its JSON and PNG; bad flags are one error."""
 import json
 
 import keras
+import numpy as np
 import pytest
 
 from training.errors import TrainingError
 from training.recl import describe, run
 from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.learning.context_length import recl
 from txl_tf.text import ByteTokenizer, CharTokenizer
 from txl_tf.weights import save_pretrained
 
@@ -47,6 +49,14 @@ def test_a_group_gets_a_recl_per_ratio_and_a_picture(setup):
     saved = json.loads((out / "recl.json").read_text())
     assert saved["recl"] == result["recl"] and len(saved["gains"]["0.5"]["b"]) == 2
     assert (out / "recl.png").stat().st_size > 1000
+    # The file holds the whole table: the RECL and the gains are recomputed from it.
+    table = np.array([saved["losses"][name] for name in saved["models"]])
+    assert table.shape == (2, 3, saved["positions"]) == (2, 3, len(saved["target_positions"]))
+    np.testing.assert_allclose(table.mean(2), [saved["mean_loss"][m] for m in saved["models"]])
+    for r in ("0.1", "0.5", "1.0"):
+        lengths, gains = recl(table, saved["contexts"], float(r), saved["threshold"])
+        assert dict(zip(saved["models"], lengths)) == saved["recl"][r]
+        np.testing.assert_allclose(gains[1], saved["gains"][r]["b"], rtol=1e-12)
     assert "RECL r=0.1" in describe(result)
 
 

@@ -137,6 +137,10 @@ def run(**options):
                      "LSTM from the zero state",
               "mean_loss": {name: losses[i].mean(1).tolist()
                             for i, (name, _) in enumerate(named)},
+              # Every loss of the table (context x position) and the positions scored:
+              # a RECL at another ratio or threshold is recomputed from the file.
+              "target_positions": positions.tolist(),
+              "losses": {name: losses[i].tolist() for i, (name, _) in enumerate(named)},
               "recl": {}, "gains": {}}
     if len(named) > 1:
         for r in ratios:
