@@ -494,3 +494,18 @@ def test_under_float16_only_a_non_finite_loss_says_the_weights_were_left_unchang
     with pytest.raises(TrainingError, match=r"^the training loss is nan") as raised:
         check.on_train_batch_end(2, {"loss": tf.constant(float("nan"))})
     assert "loss scaling left" not in str(raised.value)
+
+
+def test_a_saved_model_folder_is_not_trained_into(tmp_path, corpus):
+    """A folder of `save_pretrained` (or `txl-convert`, `txl-train`'s export/) as
+    --model_dir, with the run's own config and vocabulary: the job trained from
+    scratch beside its weights.npz, which it never reads (txl-train does not
+    fine-tune), and wrote its vocab/, flags.json and checkpoints into the model."""
+    first = _train(tmp_path, data_dir=corpus, final_eval=False)  # this run's config
+    model = tmp_path / "run" / "export"
+    before = {p.name: p.stat().st_mtime_ns for p in model.iterdir()}
+    with pytest.raises(TrainingError, match=r"--model_dir .*export holds a saved model "
+                       r"\(weights\.npz\), not a training run: .* choose another --model_dir"):
+        _train(tmp_path, data_dir=corpus, model_dir=str(model), final_eval=False)
+    assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == before
+    assert first["step"] == 2

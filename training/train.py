@@ -289,6 +289,7 @@ def run(**options):
     model_dir = o["model_dir"]
     existed = os.path.isdir(model_dir)
     unused = not existed or not os.listdir(model_dir)
+    _check_not_a_saved_model(model_dir)
     try:
         os.makedirs(model_dir, exist_ok=True)
     except OSError as err:
@@ -306,6 +307,19 @@ def run(**options):
         raise
     finally:
         lock.release()
+
+
+def _check_not_a_saved_model(model_dir):
+    """Refuses a folder holding a saved model (`save_pretrained`, `txl-convert`,
+    a run's export/) and no checkpoints: the job would not read its weights,
+    and would write a run's files (vocab/, config.json, a lock) into it."""
+    from training.checkpointing import checkpoint_dir, has_checkpoints
+    if (os.path.isfile(os.path.join(model_dir, "weights.npz"))
+            and not has_checkpoints(checkpoint_dir(model_dir))):
+        raise TrainingError(
+            f"--model_dir {model_dir} holds a saved model (weights.npz), not a training run: "
+            "txl-train starts from its own initialisation and would write its files beside "
+            "that model's; choose another --model_dir")
 
 
 def _empty(folder, remove):
