@@ -218,7 +218,8 @@ def decode_token(core, token_ids, stopped, valid, slot, row_slot, positions, cac
     valid = write_rows(valid, tf.logical_not(stopped), row_write([None], slots, 1))
     cache = DecodeCache((), keys_values[:cfg.n_layer], keys_values[cfg.n_layer:], valid,
                         slot, row_slot, tf.cast(positions, dtype))
-    hidden, token = core.call_with_cache(token_ids, cache, stopped=stopped, write="first")
+    hidden, token = core.call_with_cache(token_ids, cache, stopped=stopped, write="first",
+                                         flags_written=True)
     mems = write_rows(cache_mems, tf.cast(tf.stack(token.mems), tf.float32),
                       row_write([cfg.n_layer, None, cfg.d_model], slots, 2, row_axis=1))
     # The next slot from a table of them (one gather; a floor mod is three kernels).

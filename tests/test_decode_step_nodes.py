@@ -122,6 +122,13 @@ def test_the_token_step_writes_each_ring_once_in_place_and_reads_it_there(token_
             readers[0].input[0] == name and readers[0].output[0] == f"new_{name}", name
 
 
+def test_the_token_step_reads_the_flags_it_wrote(token_graphs):
+    # Each row sees its own slot through the flags the step wrote first: no
+    # comparison with the ring's slot and no Or with it (2 kernels a step).
+    counts = _counts(token_graphs[1])
+    assert counts["Equal"] == 0 and counts["Or"] == 0, counts
+
+
 def test_the_token_step_is_fewer_kernels_than_the_step_and_the_write(step_nodes, token_graphs,
                                                                       tmp_path):
     from export.decode_cache import ring_write_model

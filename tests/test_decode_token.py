@@ -60,6 +60,33 @@ def test_the_core_writing_first_equals_its_read_then_its_write(seed):
         core.call_with_cache(tf.zeros([batch, 2], tf.int32), cache, write="first")
 
 
+def test_writing_first_over_flags_written_first_equals_the_read_then_the_write():
+    """`flags_written=True` (the flags written by the caller, as `decode_token`
+    writes them): the live rows read what the read-only step gives, with
+    rows stopped and empty slots; refused without write="first"."""
+    rng = np.random.default_rng(3)
+    core = TransformerXL(CONFIG.replace(n_token=60))
+    batch, mem = 3, CONFIG.mem_len
+    cache = core.decode_cache(Memory(tf.random.stateless_normal(
+        [CONFIG.n_layer, batch, mem, CONFIG.d_model], [5, 1]),
+        tf.constant(rng.random([batch, mem]) > 0.5)))
+    for t in range(mem + 3):
+        ids = tf.constant(rng.integers(0, 60, batch), tf.int32)
+        stopped = tf.constant([False, t % 2 == 1, t >= 2])
+        want, token = core.call_with_cache(ids, cache, write=False)
+        slots = write_slots(cache, stopped).numpy()
+        valid = cache.valid.numpy().copy()
+        valid[np.arange(batch), slots] = ~stopped.numpy()
+        got, _ = core.call_with_cache(ids, cache._replace(valid=tf.constant(valid)),
+                                      stopped=stopped, write="first", flags_written=True)
+        live = ~stopped.numpy()
+        np.testing.assert_allclose(got.numpy()[live], want.numpy()[live], atol=1e-5,
+                                   err_msg=f"step {t}")
+        cache = write_token(cache, token, stopped)
+    with pytest.raises(TxlError, match="flags_written is for write='first'"):
+        core.call_with_cache(ids, cache, flags_written=True)
+
+
 def test_write_first_is_refused_where_the_core_would_not_write_first():
     """A KeysValues memory read its segment and returned a KeysValues with
     write="first" (its rings are never written first): refused, as a

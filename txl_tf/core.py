@@ -389,7 +389,8 @@ class TransformerXL(keras.layers.Layer):
         clamp = self.config.clamp_len
         return size if clamp <= 0 else tf.minimum(size, clamp + 1)
 
-    def call_with_cache(self, token_ids, cache, *, stopped=None, write=True, **removed):
+    def call_with_cache(self, token_ids, cache, *, stopped=None, write=True,
+                        flags_written=False, **removed):
         """Reads ids on top of a decode cache (`decode_cache`), in inference:
         what `hidden_states` gives on `cache_memory(cache)`, with the memory's
         keys and values taken from the cache (only the new positions are
@@ -421,6 +422,12 @@ class TransformerXL(keras.layers.Layer):
                 outside its memory), and returns a `CachedToken` of the
                 token's layer inputs and the written rings (an exported step
                 that writes its rings in place).
+            flags_written: with write="first" only: True where the caller
+                has written `cache.valid` for this token first (each live
+                row's slot True, as `export.decode_interface.decode_token`
+                does): the step reads the flags as they are (two kernels
+                less an exported step); False (the default) shows each row
+                the ring's free slot whatever its flag.
             **removed: none taken: `position_keys=` (removed; the cache holds
                 them) raises a TypeError naming what replaces it.
 
@@ -434,6 +441,8 @@ class TransformerXL(keras.layers.Layer):
         if not write_first and isinstance(write, str):
             raise TxlError(f"write must be a boolean or 'first', got {write!r}")
         write = write_first or check_flag("write", write)
+        if check_flag("flags_written", flags_written) and not write_first:
+            raise TxlError("flags_written is for write='first'")
         if isinstance(cache, KeysValues):
             if stopped is not None or not write or write_first:
                 raise TxlError("stopped and write=False or 'first' are for a DecodeCache; a "
@@ -448,16 +457,18 @@ class TransformerXL(keras.layers.Layer):
                                "(token_ids [B]); a segment [B, T] writes its cache")
             return self._read_segment(token_ids, cache)
         if write_first:
-            return self._read_token(token_ids, cache, write_slots(cache, stopped))
+            return self._read_token(token_ids, cache, write_slots(cache, stopped),
+                                    flags_written)
         output, token = self._read_token(token_ids, cache)
         if not write:
             return output, token
         return output, self._write_token(output, token, cache, stopped)
 
-    def _read_token(self, token_ids, cache, slots=None):
+    def _read_token(self, token_ids, cache, slots=None, flags_written=False):
         """One id per row (`[B]`) on the ring: `(hidden, CachedToken)`, read
         only; with `slots` (int32 `[B]`), each layer's key and value written
-        into its rings there first, the rings returned in the token's place."""
+        into its rings there first, the rings returned in the token's place
+        (`flags_written`: see `call_with_cache`)."""
         cfg = self.config
         # Expand and squeeze, not [:, None] and [:, 0]: tf2onnx makes those
         # slices, kernels of their own in the exported step.
@@ -467,7 +478,9 @@ class TransformerXL(keras.layers.Layer):
         # Each slot's row in tables of the time indices written twice over:
         # one index for the visibility and the positions, without a mod.
         index = doubled_index(slot, size)
-        visible = cache.valid | at_slot  # [B, S]
+        # Each row sees its own slot: its flag as the caller wrote it
+        # (`flags_written`), else the free slot (where its key goes or stands in).
+        visible = cache.valid if flags_written else cache.valid | at_slot  # [B, S]
         if not sees_whole_memory(cfg.same_length, cfg.same_length_convention):
             # Which distances a query may look back to (`same_length`), per slot.
             reach = causal_visibility(1, size - 1, cfg.same_length, cfg.same_length_convention)
