@@ -318,7 +318,11 @@ def test_malformed_inputs_are_named():
     for kwargs, match in ((dict(mem_len=2.5), "mem_len must be an integer >= 0, got 2.5"),
                           (dict(mem_len="8"), "mem_len must be an integer >= 0, got '8'"),
                           (dict(head_dropout="0.1"), r"head_dropout must be in \[0, 1\)"),
-                          (dict(label_names="ab"), "label_names must be a list")):
+                          (dict(label_names="ab"), "label_names must be a list"),
+                          # were OverflowError/ValueError from int(): no name, no value
+                          (dict(segment_len=float("inf")), "segment_len must be a positive"),
+                          (dict(mem_len=float("nan")), "mem_len must be an integer >= 0"),
+                          (dict(grad_segments=np.float64("inf")), "grad_segments must be")):
         with pytest.raises(TxlError, match=match):  # were cut to 2, ValueErrors, ['a', 'b']
             TransformerXLClassifier(tiny_config(), 2, **kwargs)
 
