@@ -327,6 +327,18 @@ def test_malformed_inputs_are_named():
             TransformerXLClassifier(tiny_config(), 2, **kwargs)
 
 
+def test_fit_takes_keras_positional_batch_size_and_epochs():
+    """`fit(x, y, batch_size, epochs)` as Keras orders them: the third
+    positional argument was taken as `validation_data` ("Unrecognized data
+    type: x=8")."""
+    model = TransformerXLClassifier(tiny_config(), 2)
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = marker_task(16, 3)
+    history = model.fit(x, y, 8, 2, verbose=0)
+    assert history.params["epochs"] == 2 and history.params["steps"] == 2
+
+
 def test_keras_file_of_a_compiled_classifier_keeps_the_optimizer(tmp_path):
     keras.utils.set_random_seed(6)
     model = TransformerXLClassifier(tiny_config(), 2)

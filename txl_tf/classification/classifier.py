@@ -174,13 +174,16 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
 
     # fit / evaluate / predict check the ids, and integer labels, outside the
     # step, where the check survives XLA (`checked_data`, `_checked_labels`).
-    def fit(self, x=None, y=None, validation_data=None, **kwargs):
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *, validation_data=None,
+            **kwargs):
         """`keras.Model.fit`, the ids and integer labels checked first.
 
         Args:
             x: `{"token_ids": [B, L], "lengths": [B]}` arrays, or a dataset
                 of `(inputs, labels)`.
             y: int labels `[B]` in `[0, num_classes)` (with arrays).
+            batch_size: Keras's.
+            epochs: Keras's.
             validation_data: as `x` and `y`, a tuple or a dataset.
             **kwargs: `keras.Model.fit`'s.
 
@@ -195,8 +198,9 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
                 _checked_labels(None, validation_data[1], self.num_classes)  # arrays
             else:
                 validation_data = _checked_labels(validation_data, None, self.num_classes)[0]
-            return super().fit(x, y, validation_data=checked_data(validation_data, n_token,
-                                                                  targets=False), **kwargs)
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                               validation_data=checked_data(validation_data, n_token,
+                                                            targets=False), **kwargs)
 
     def evaluate(self, x=None, y=None, **kwargs):
         """`keras.Model.evaluate`, the ids and integer labels checked first.
