@@ -156,6 +156,12 @@ def test_word_eos_token_none_is_named(tmp_path):
         load_tokenizer(tmp_path)
 
 
+def test_sentencepiece_trains_on_a_str_as_on_its_lines(spm_tok, text):
+    """texts= a str (as `WordTokenizer.build` and `CharTokenizer.build` take
+    one) trained on each character as a sentence of its own."""
+    assert SentencePieceTokenizer.train(texts=text, vocab_size=300).pieces == spm_tok.pieces
+
+
 def test_sentencepiece_roundtrip(spm_tok, text):
     assert 260 < spm_tok.vocab_size <= 300
     ids = spm_tok.encode(text)
