@@ -215,7 +215,7 @@ class StreamTraining:
             x = spec[0] if isinstance(spec, tuple) else spec
         return isinstance(x, dict) and "document_start" in x
 
-    def _stream_batch_size(self, x, batch_size, method, shuffle=False):
+    def _stream_batch_size(self, x, batch_size, method):
         """The global rows of `x`'s batches (a new, empty memory when it
         changes); returns the `batch_size` to hand Keras."""
         if isinstance(x, tf.data.Dataset):
