@@ -49,6 +49,7 @@ from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_r
 from export.parity import ParityError, largest_difference, max_differences
 from export.saved_model import LOG_PROBS_MODES
 from export.staging import staged_folders
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.layers.ring_cache import KeysValues
 
@@ -210,7 +211,7 @@ def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all"
     make no repository; takes `triton_model_config`'s options."""
     if max_candidate_sequences is None:
         max_candidate_sequences = 4 * int(max_batch_size)
-    if int(mem_len) < 1:
+    if check_count("mem_len", mem_len) < 1:
         raise TxlError(f"a Triton repository needs mem_len >= 1 (the memory is its "
                        f"state), got {mem_len}")
     if not model_name or os.sep in model_name or model_name in (".", "..") or any(
