@@ -89,10 +89,11 @@ def triton_model_config(config, mem_len, model_name=DEFAULT_MODEL_NAME, log_prob
     Returns:
         The text.
     """
+    check_triton_options(mem_len, model_name, log_probs, max_batch_size,
+                         max_candidate_sequences, max_queue_delay_microseconds,
+                         max_sequence_idle_microseconds)
     if max_candidate_sequences is None:
         max_candidate_sequences = 4 * int(max_batch_size)
-    check_triton_options(mem_len, model_name, log_probs, max_batch_size,
-                         max_candidate_sequences)
     mems = [config.n_layer, int(mem_len), config.d_model]
     mask = [int(mem_len)]
     log_probs_dims = [-1, config.n_token] if log_probs == "all" else [config.n_token]
@@ -209,6 +210,13 @@ def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all"
                          max_sequence_idle_microseconds=60_000_000, expose_memory=False):
     """Raises ValueError (TypeError for an unknown option) on settings that
     make no repository; takes `triton_model_config`'s options."""
+    for name, value in (("max_batch_size", max_batch_size),
+                        ("max_candidate_sequences", max_candidate_sequences),
+                        ("max_queue_delay_microseconds", max_queue_delay_microseconds),
+                        ("max_sequence_idle_microseconds", max_sequence_idle_microseconds)):
+        if value is not None and (isinstance(value, (bool, np.bool_))
+                                  or not isinstance(value, (int, np.integer))):
+            raise TxlError(f"{name} must be an integer, got {value!r}")  # not int()'d
     if max_candidate_sequences is None:
         max_candidate_sequences = 4 * int(max_batch_size)
     if check_count("mem_len", mem_len) < 1:
