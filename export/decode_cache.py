@@ -78,8 +78,6 @@ INIT_OUTPUTS = CACHE_NAMES
 STEP_OUTPUTS = ("log_probs", "token_mems", "token_keys", "token_values")
 READ_INPUTS = ("token_ids",) + CACHE_NAMES
 READ_OUTPUTS = ("log_probs",) + tuple(f"new_{name}" for name in CHANGING_NAMES)
-MEMORY_INPUTS = ("cache_mems", "valid", "row_slot")
-MEMORY_OUTPUTS = ("mems", "mem_mask")
 # The slot axis of each ring (`txl_tf.layers.ring_cache.RING_AXES` plus the
 # stacked layers' axis; tests/test_ring_backends.py holds the two together).
 SLOT_AXES = {"cache_mems": 2, "keys": 4, "values": 3, "valid": 1}

@@ -26,6 +26,7 @@ from export.metadata import (DECODE_FILES, DECODE_TOKEN_FILE, INPUT_NAMES, OUTPU
                              export_metadata, external_data_file, weights_quantization)
 from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                 serve_step)
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.layers.onnx_forms import for_onnx_runtime
 from txl_tf.layers.ring_cache import WRITE_ROWS_SCOPE
@@ -100,8 +101,7 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     check_memory_layout(memory_layout)
     if log_probs not in LOG_PROBS_MODES:
         raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
-    if int(mem_len) < 0:
-        raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+    mem_len = check_count("mem_len", mem_len)
     # Its folder is made first (as `export_saved_model` makes its own): not
     # found only when the converted graph is written, it cost the conversion.
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

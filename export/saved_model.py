@@ -28,6 +28,7 @@ from export import decode_interface
 from export.metadata import export_metadata, weights_quantization
 from txl_tf import Memory
 from txl_tf.app.tf_logs import logging_as_found
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 
@@ -121,8 +122,7 @@ class ServingModule(tf.Module):
         super().__init__(name="txl_serving")
         if log_probs not in LOG_PROBS_MODES:
             raise TxlError(f"log_probs must be one of {LOG_PROBS_MODES}, got {log_probs!r}")
-        if int(mem_len) < 0:
-            raise TxlError(f"mem_len must be >= 0, got {mem_len}")
+        mem_len = check_count("mem_len", mem_len)
         cfg = core.config
         self._core = Untracked(core)
         self.weights = plain_copies(core.weights)

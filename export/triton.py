@@ -49,6 +49,7 @@ from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_r
 from export.parity import ParityError, largest_difference, max_differences
 from export.saved_model import LOG_PROBS_MODES
 from export.staging import staged_folders
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.layers.ring_cache import KeysValues
 
@@ -88,10 +89,11 @@ def triton_model_config(config, mem_len, model_name=DEFAULT_MODEL_NAME, log_prob
     Returns:
         The text.
     """
+    check_triton_options(mem_len, model_name, log_probs, max_batch_size,
+                         max_candidate_sequences, max_queue_delay_microseconds,
+                         max_sequence_idle_microseconds)
     if max_candidate_sequences is None:
         max_candidate_sequences = 4 * int(max_batch_size)
-    check_triton_options(mem_len, model_name, log_probs, max_batch_size,
-                         max_candidate_sequences)
     mems = [config.n_layer, int(mem_len), config.d_model]
     mask = [int(mem_len)]
     log_probs_dims = [-1, config.n_token] if log_probs == "all" else [config.n_token]
@@ -208,9 +210,16 @@ def check_triton_options(mem_len, model_name=DEFAULT_MODEL_NAME, log_probs="all"
                          max_sequence_idle_microseconds=60_000_000, expose_memory=False):
     """Raises ValueError (TypeError for an unknown option) on settings that
     make no repository; takes `triton_model_config`'s options."""
+    for name, value in (("max_batch_size", max_batch_size),
+                        ("max_candidate_sequences", max_candidate_sequences),
+                        ("max_queue_delay_microseconds", max_queue_delay_microseconds),
+                        ("max_sequence_idle_microseconds", max_sequence_idle_microseconds)):
+        if value is not None and (isinstance(value, (bool, np.bool_))
+                                  or not isinstance(value, (int, np.integer))):
+            raise TxlError(f"{name} must be an integer, got {value!r}")  # not int()'d
     if max_candidate_sequences is None:
         max_candidate_sequences = 4 * int(max_batch_size)
-    if int(mem_len) < 1:
+    if check_count("mem_len", mem_len) < 1:
         raise TxlError(f"a Triton repository needs mem_len >= 1 (the memory is its "
                        f"state), got {mem_len}")
     if not model_name or os.sep in model_name or model_name in (".", "..") or any(

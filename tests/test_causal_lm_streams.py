@@ -155,6 +155,24 @@ def test_stream_errors_are_one_clear_line():
         causal_lm.document_dataset(["some text"], batch_size=B)
 
 
+def test_fit_takes_keras_hubs_positional_arguments_in_its_order():
+    """`fit(x, y, batch_size, sample_weight, validation_data,
+    validation_split)` as keras-hub's `fit` orders them: the fourth
+    positional argument was taken as `shuffle` (a weight array: "truth value
+    of an array is ambiguous"; `fit(x, y, 2, 3)`: one shuffled epoch)."""
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+    causal_lm.compile(optimizer="adam")
+    ids = np.ones([B, T], np.int32)
+    x = {"token_ids": ids, "padding_mask": np.ones_like(ids)}
+    streams = dict(x, document_start=np.zeros([B], bool))
+    for data in (x, streams):
+        weighted = causal_lm.fit(data, ids, B, np.ones([B, T], np.float32), verbose=0)
+        unweighted = causal_lm.fit(data, ids, B, np.zeros([B, T], np.float32), verbose=0)
+        assert weighted.history["loss"][0] > 0 and unweighted.history["loss"] == [0.0]
+        history = causal_lm.fit(data, ids, B, None, (data, ids), None, verbose=0)
+        assert "val_loss" in history.history
+
+
 def test_validation_data_of_another_batch_size_or_kind_is_one_clear_error():
     """Validation runs through `evaluate` between epochs: another batch size
     re-made the memories and dropped the train function (epoch 2 was a

@@ -318,9 +318,25 @@ def test_malformed_inputs_are_named():
     for kwargs, match in ((dict(mem_len=2.5), "mem_len must be an integer >= 0, got 2.5"),
                           (dict(mem_len="8"), "mem_len must be an integer >= 0, got '8'"),
                           (dict(head_dropout="0.1"), r"head_dropout must be in \[0, 1\)"),
-                          (dict(label_names="ab"), "label_names must be a list")):
+                          (dict(label_names="ab"), "label_names must be a list"),
+                          # were OverflowError/ValueError from int(): no name, no value
+                          (dict(segment_len=float("inf")), "segment_len must be a positive"),
+                          (dict(mem_len=float("nan")), "mem_len must be an integer >= 0"),
+                          (dict(grad_segments=np.float64("inf")), "grad_segments must be")):
         with pytest.raises(TxlError, match=match):  # were cut to 2, ValueErrors, ['a', 'b']
             TransformerXLClassifier(tiny_config(), 2, **kwargs)
+
+
+def test_fit_takes_keras_positional_batch_size_and_epochs():
+    """`fit(x, y, batch_size, epochs)` as Keras orders them: the third
+    positional argument was taken as `validation_data` ("Unrecognized data
+    type: x=8")."""
+    model = TransformerXLClassifier(tiny_config(), 2)
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = marker_task(16, 3)
+    history = model.fit(x, y, 8, 2, verbose=0)
+    assert history.params["epochs"] == 2 and history.params["steps"] == 2
 
 
 def test_keras_file_of_a_compiled_classifier_keeps_the_optimizer(tmp_path):

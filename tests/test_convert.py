@@ -274,6 +274,20 @@ def test_the_ports_config_keys_take_the_ports_precedence(tmp_path):
     assert read_config_file(str(path))[0]["tie_projs"] == [False, False, False]
 
 
+def test_the_ports_sample_softmax_0_is_the_full_softmax(tmp_path):
+    """The paper's code and the port sample the softmax only where
+    `sample_softmax > 0`: 0 (as -1) is the full softmax, which was refused
+    as "sample_softmax=0 is not supported (only ... a full softmax ...)"."""
+    port = {"vocab_size": 60, "cutoffs": [20, 40], "d_model": 32, "n_layer": 2}
+    path = tmp_path / "config.json"
+    for value in (-1, 0, None):
+        path.write_text(json.dumps({**port, "sample_softmax": value}))
+        assert read_config_file(str(path))[0]["n_token"] == 60
+    path.write_text(json.dumps({**port, "sample_softmax": 8192}))
+    with pytest.raises(ConvertError, match="sample_softmax=8192 is not supported"):
+        read_config_file(str(path))
+
+
 def test_a_vocab_pkl_saved_by_transformers_4_converts(tmp_path, monkeypatch):
     """`TransfoXLTokenizer.save_pretrained` (transformers 4.x) pickles its
     whole `__dict__`: compiled regexes, its Moses tokenizers, a `Trie`,

@@ -333,6 +333,11 @@ def test_lengths_an_int32_cannot_hold_are_refused_by_the_config(fields, match):
     ("clamp_len", "400", "clamp_len must be an integer"),
     ("dropout", "0.1", "dropout must be a number"),
     ("cutoffs", [50.5], "cutoffs must be a list of integers"),  # was cut to 50
+    # NaN passed `<= 0` (a model of NaN outputs); inf a layer norm that outputs its bias
+    ("init_std", float("nan"), r"init_std must be a finite number > 0, got nan"),
+    ("proj_init_std", float("inf"), r"proj_init_std must be a finite number > 0, got inf"),
+    ("layer_norm_epsilon", float("inf"), r"layer_norm_epsilon must be a finite number > 0"),
+    ("layer_norm_epsilon", np.float32("nan"), r"layer_norm_epsilon must be a finite number"),
 ])
 def test_config_values_of_the_wrong_type_are_named(field, value, match):
     from txl_tf import ConfigError

@@ -215,6 +215,17 @@ def test_a_nan_is_never_within_tolerance():
         max_differences([(lp, mems, mask)] * 2, [(lp, mems, mask)])
 
 
+@pytest.mark.parametrize("tol", [float("nan"), float("inf")])
+def test_a_tolerance_that_passes_everything_is_refused(core, exported, tol):
+    """tol=NaN passed any difference (`diff > nan` is False): the parity
+    check said yes to whatever the runtimes gave."""
+    from txl_tf import TxlError
+    _, _, runtimes = exported
+    segments = random_segments(256, 1, 2, n_segments=1, seed=0)
+    with pytest.raises(TxlError, match=r"^tol must be a finite number \(NaN or inf passes "):
+        check_parity(core, [runtimes["onnx"]], segments, tol=tol)
+
+
 @pytest.mark.parametrize("mem_len", [0, 3])
 def test_one_head_exports_equal_the_core(tmp_path, mem_len):
     """n_head=1: tf2onnx turned the heads-first transpose (a size-1 axis

@@ -534,3 +534,16 @@ def test_an_export_replaced_while_the_runtime_opens_it_is_seen(tmp_path, monkeyp
     runtime.step(one_token)  # the main session
     with pytest.raises(TxlError, match=r"model\.onnx was replaced"):
         runtime.step(one_token)  # its one-token session opens now
+
+
+@pytest.mark.parametrize("mem_len", [2.5, float("inf"), float("nan"), "8", True])
+def test_a_mem_len_that_is_not_an_integer_is_refused_by_the_exports(tmp_path, mem_len):
+    """int(mem_len) took 2.5 as 2 (an export of 2 slots), "8" as 8 and True
+    as 1, and raised OverflowError/ValueError naming no argument for inf/NaN."""
+    from export import write_triton_repository
+    core = TransformerXL(TransformerXLConfig.preset("tiny"))
+    for export, path in ((export_onnx, "model.onnx"), (export_saved_model, "saved_model"),
+                         (write_triton_repository, "triton")):
+        with pytest.raises(TxlError, match=r"^mem_len must be an integer >= 0, got "):
+            export(core, str(tmp_path / path), mem_len)
+    assert not os.listdir(tmp_path)

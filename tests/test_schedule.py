@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
 from txl_tf.learning.schedule import MAX_DEFAULT_WARMUP, WarmupCosineDecay, default_warmup_steps
 
 
@@ -89,3 +90,18 @@ def test_rejects_bad_arguments():
         WarmupCosineDecay(1e-3, total_steps=10, warmup_steps=20)
     with pytest.raises(ValueError, match="min_lr_ratio"):
         WarmupCosineDecay(1e-3, total_steps=10, min_lr_ratio=2.0)
+
+
+@pytest.mark.parametrize("peak", [float("nan"), float("inf")])
+def test_rejects_a_peak_that_is_not_finite(peak):
+    """NaN passed `<= 0` (a NaN rate, NaN weights after the first step), as
+    did inf."""
+    with pytest.raises(TxlError, match=r"learning rate must be a finite number > 0, got "):
+        WarmupCosineDecay(peak, total_steps=10)
+
+
+@pytest.mark.parametrize("total", [float("nan"), float("inf"), 10.5])
+def test_rejects_total_steps_that_are_not_an_integer(total):
+    """Were int()'s ValueError and OverflowError (10.5: cut to 10)."""
+    with pytest.raises(TxlError, match=r"total_steps must be an integer > 0, got "):
+        WarmupCosineDecay(1e-3, total_steps=total)

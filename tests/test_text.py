@@ -1,4 +1,5 @@
 """Tokenizers: round trips, line markers, vocabulary order, save/load, tf.data."""
+import json
 import random
 import re
 import threading
@@ -140,6 +141,25 @@ def test_word_unknown_without_unk_token():
         tok.encode("a b")
     with pytest.raises(ValueError, match="unk_token '<unk>' is not in the vocabulary"):
         WordTokenizer(["<eos>", "a"])
+
+
+def test_word_eos_token_none_is_named(tmp_path):
+    with pytest.raises(ValueError, match="eos_token must be a word of the vocabulary"):
+        WordTokenizer(["<eos>", "a", "<unk>"], eos_token=None)
+    with pytest.raises(ValueError, match="eos_token must be a word of the vocabulary"):
+        WordTokenizer.build("a b\n", eos_token=None)
+    WordTokenizer(["<eos>", "a", "<unk>"]).save(tmp_path)
+    path = tmp_path / "tokenizer.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "eos_token": None}))
+    with pytest.raises(ValueError, match="eos_token must be a word of the vocabulary"):
+        load_tokenizer(tmp_path)
+
+
+def test_sentencepiece_trains_on_a_str_as_on_its_lines(spm_tok, text):
+    """texts= a str (as `WordTokenizer.build` and `CharTokenizer.build` take
+    one) trained on each character as a sentence of its own."""
+    assert SentencePieceTokenizer.train(texts=text, vocab_size=300).pieces == spm_tok.pieces
 
 
 def test_sentencepiece_roundtrip(spm_tok, text):

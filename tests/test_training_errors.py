@@ -168,6 +168,15 @@ def test_bad_flag_values(tmp_path, corpus):
         _train(tmp_path, data_dir=corpus, dropout=1.5)
 
 
+@pytest.mark.parametrize("value", ["abc", "[1]", "1e400", "256.5"])
+def test_a_config_override_n_token_that_is_not_an_integer_is_named(tmp_path, corpus, value):
+    """Was int()'s ValueError/TypeError/OverflowError traceback, or (256.5)
+    taken as 256."""
+    with pytest.raises(TrainingError, match=r"--config_override n_token must be an integer, "
+                                            r"got "):
+        _train(tmp_path, data_dir=corpus, config_override=[f"n_token={value}"])
+
+
 @pytest.mark.parametrize("flag, value, message", [
     ("seed", -1, r"--seed must be in \[0, 4294967295\], got -1"),  # was numpy's traceback
     ("seed", 2 ** 32, r"--seed must be in \[0, 4294967295\], got 4294967296"),

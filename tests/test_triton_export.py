@@ -137,6 +137,16 @@ def test_config_options_reach_the_parsed_config(core):
     ({"model_name": "a\\b"}, "no quote, backslash"),
     ({"model_name": "two\nlines"}, "no quote, backslash"),
     ({"log_probs": "first"}, "log_probs must be one of"),
+    # were not checked here: written into config.pbtxt as given
+    ({"max_queue_delay_microseconds": -5}, "max_queue_delay_microseconds must be >= 0"),
+    ({"max_sequence_idle_microseconds": -1}, "max_sequence_idle_microseconds must be >= 0"),
+    # were int()'d: 2.5 written as 2, "4" and True taken, inf/NaN int()'s own errors
+    ({"max_batch_size": 2.5}, r"^max_batch_size must be an integer, got 2\.5$"),
+    ({"max_batch_size": float("inf")}, r"^max_batch_size must be an integer, got inf$"),
+    ({"max_batch_size": "4"}, r"^max_batch_size must be an integer, got '4'$"),
+    ({"max_batch_size": True}, r"^max_batch_size must be an integer, got True$"),
+    ({"max_candidate_sequences": 20.5}, r"^max_candidate_sequences must be an integer"),
+    ({"max_queue_delay_microseconds": float("nan")}, r"^max_queue_delay_microseconds must be an"),
 ])
 def test_bad_options_are_refused(core, options, message):
     options = {"mem_len": 4, **options}

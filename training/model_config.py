@@ -34,6 +34,8 @@ def build_config(preset, vocab_size, n_token=None, overrides=None, log=print):
     overrides = dict(overrides or {})
     if "n_token" in overrides:
         n_token = overrides.pop("n_token")
+        if n_token is not None and (isinstance(n_token, bool) or not isinstance(n_token, int)):
+            raise TrainingError(f"--config_override n_token must be an integer, got {n_token!r}")
     if n_token is not None and int(n_token) != vocab_size:
         raise TrainingError(
             f"vocabulary/model size mismatch: the corpus tokenizer has {vocab_size} tokens "

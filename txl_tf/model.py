@@ -121,7 +121,7 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
         token_ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
         return keras.KerasTensor(tuple(token_ids.shape) + (self.config.n_token,), "float32")
 
-    def _stream_batch_size(self, x, batch_size, method, shuffle=False):
+    def _stream_batch_size(self, x, batch_size, method):
         from txl_tf.keras_support.stream_memory import checked_batch_size
         replicas = self.distribute_strategy.num_replicas_in_sync
         expected = self.batch_size * replicas

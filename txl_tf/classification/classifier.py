@@ -1,5 +1,6 @@
 """`TransformerXLClassifier`: a classification head on the Transformer-XL backbone."""
 import contextlib
+import math
 import numbers
 import re
 
@@ -173,13 +174,16 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
 
     # fit / evaluate / predict check the ids, and integer labels, outside the
     # step, where the check survives XLA (`checked_data`, `_checked_labels`).
-    def fit(self, x=None, y=None, validation_data=None, **kwargs):
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *, validation_data=None,
+            **kwargs):
         """`keras.Model.fit`, the ids and integer labels checked first.
 
         Args:
             x: `{"token_ids": [B, L], "lengths": [B]}` arrays, or a dataset
                 of `(inputs, labels)`.
             y: int labels `[B]` in `[0, num_classes)` (with arrays).
+            batch_size: Keras's.
+            epochs: Keras's.
             validation_data: as `x` and `y`, a tuple or a dataset.
             **kwargs: `keras.Model.fit`'s.
 
@@ -194,8 +198,9 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
                 _checked_labels(None, validation_data[1], self.num_classes)  # arrays
             else:
                 validation_data = _checked_labels(validation_data, None, self.num_classes)[0]
-            return super().fit(x, y, validation_data=checked_data(validation_data, n_token,
-                                                                  targets=False), **kwargs)
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                               validation_data=checked_data(validation_data, n_token,
+                                                            targets=False), **kwargs)
 
     def evaluate(self, x=None, y=None, **kwargs):
         """`keras.Model.evaluate`, the ids and integer labels checked first.
@@ -368,7 +373,7 @@ def _label_errors():
 
 def _positive(name, value, low=1):
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or \
-            int(value) != value or int(value) < low:
+            not math.isfinite(value) or int(value) != value or int(value) < low:
         raise TxlError(f"{name} must be " + ("a positive integer" if low == 1 else
                                              f"an integer >= {low}") + f", got {value!r}")
     return int(value)

@@ -6,6 +6,8 @@ hundreds of steps and leaves it at a moment that float round-off decides
 (held-out ppl 260 to 530 by seed on one recipe; 212 to 220 with the warm-up;
 docs/training.md, "The warm-up by default").
 """
+import math
+
 import keras
 
 from txl_tf.errors import TxlError
@@ -45,10 +47,10 @@ class WarmupCosineDecay(keras.optimizers.schedules.CosineDecay):
 
     def __init__(self, peak_learning_rate, total_steps, warmup_steps=None, min_lr_ratio=0.004,
                  name="warmup_cosine"):
-        if peak_learning_rate <= 0:
-            raise TxlError(f"learning rate must be > 0, got {peak_learning_rate}")
-        if total_steps <= 0:
-            raise TxlError(f"total_steps must be > 0, got {total_steps}")
+        if not 0 < peak_learning_rate < math.inf:  # NaN fails it too
+            raise TxlError(f"learning rate must be a finite number > 0, got {peak_learning_rate}")
+        if not 0 < total_steps < math.inf or int(total_steps) != total_steps:
+            raise TxlError(f"total_steps must be an integer > 0, got {total_steps}")
         if warmup_steps is None:
             warmup_steps = default_warmup_steps(total_steps)
         if not 0 <= warmup_steps <= total_steps:

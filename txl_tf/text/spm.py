@@ -71,7 +71,7 @@ class SentencePieceTokenizer(Tokenizer):
         Args:
             files: a text file or a list of them (one sentence per line); or
                 None with ``texts``.
-            texts: an iterable of lines; or None with ``files``.
+            texts: a str, or an iterable of lines; or None with ``files``.
             vocab_size: the model's pieces.
             seed: the trainer's random seed.
             add_eos: as for the constructor.
@@ -104,7 +104,10 @@ class SentencePieceTokenizer(Tokenizer):
                                             "(lines of text go in texts=)")
             kwargs["input"] = ",".join(str(p) for p in paths)
         else:
-            kwargs["sentence_iterator"] = iter(texts)
+            # A str is one text (as `build` of the other kinds takes it), not
+            # an iterable of one-character sentences.
+            kwargs["sentence_iterator"] = iter(texts.splitlines() if isinstance(texts, str)
+                                               else texts)
         model = io.BytesIO()
         spm.set_random_generator_seed(seed)
         with open(os.devnull, "w", encoding="utf-8") as quiet:

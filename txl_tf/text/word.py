@@ -54,6 +54,9 @@ class WordTokenizer(Tokenizer):
                 raise TxlError(f"token {token!r} appears twice in the vocabulary "
                                f"(ids {index[token]} and {i})")
             index[token] = i
+        if eos_token is None:  # every line ends with it
+            raise TxlError("eos_token must be a word of the vocabulary (each line ends with "
+                           "it), got None")
         for role, token in (("unk_token", unk_token), ("eos_token", eos_token),
                             ("bos_token", bos_token)):
             if token is not None and token not in index:

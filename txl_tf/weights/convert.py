@@ -35,7 +35,9 @@ SOURCES = ("pytorch", "tf")
 # field that shapes the model or its evaluation.
 _PORT_FIELDS = {"vocab_size": "n_token", "n_token": "n_token", "tie_weight": "tie_weight",
                 "tie_word_embeddings": "tie_weight"}
-_PORT_UNSUPPORTED = {"attn_type": 0, "sample_softmax": -1, "ext_len": 0}
+# The largest value each supports (sample_softmax samples only above 0, as the
+# paper's code and the port read it).
+_PORT_UNSUPPORTED = {"attn_type": 0, "sample_softmax": 0, "ext_len": 0}
 
 
 class ConvertError(TxlError):

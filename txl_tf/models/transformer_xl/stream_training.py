@@ -215,7 +215,7 @@ class StreamTraining:
             x = spec[0] if isinstance(spec, tuple) else spec
         return isinstance(x, dict) and "document_start" in x
 
-    def _stream_batch_size(self, x, batch_size, method, shuffle=False):
+    def _stream_batch_size(self, x, batch_size, method):
         """The global rows of `x`'s batches (a new, empty memory when it
         changes); returns the `batch_size` to hand Keras."""
         if isinstance(x, tf.data.Dataset):
@@ -260,9 +260,14 @@ class StreamTraining:
             self._streaming = streaming
             self._drop_step_functions()
 
-    def fit(self, x=None, y=None, batch_size=None, shuffle=False, **kwargs):
-        """keras-hub's `fit`; stream batches (see `document_dataset`) carry
-        the memory from batch to batch, in order (never shuffled)."""
+    def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
+            validation_split=None, *, shuffle=False, **kwargs):
+        """keras-hub's `fit` (its positional arguments, in its order); stream
+        batches (see `document_dataset`) carry the memory from batch to
+        batch, in order (never shuffled)."""
+        kwargs.update({name: value for name, value in (
+            ("sample_weight", sample_weight), ("validation_data", validation_data),
+            ("validation_split", validation_split)) if value is not None})
         self.check_vocabulary()
         if kwargs.get("class_weight") is not None:
             raise InputError("fit: class_weight weighs each row by the class of its targets' "
