@@ -730,6 +730,7 @@ class FixedStep:
         _, _, heads, d_head, _ = fixed["keys"].shape()
         self.ids = ortvalue(np.zeros([rows], np.int32), device)
         self.stopped = ortvalue(np.zeros([rows], np.bool_), device)
+        self._stopped_bytes = np.zeros([rows], np.bool_).tobytes()  # what `stopped` holds
         self.log_probs = ortvalue(np.zeros([rows, n_token], np.float32), device)
         # The ring positions a write moves on, then copied over the old ones:
         # written in place, the graph could read a position it already moved.
@@ -803,7 +804,11 @@ class FixedStep:
         only at each row's free slot (outside its memory: what any read of
         the cache sees is as it was until `write` moves the ring on)."""
         self.ids.update_inplace(np.asarray(ids, np.int32))
-        self.stopped.update_inplace(np.asarray(stopped, np.bool_))
+        stopped = np.asarray(stopped, np.bool_)
+        if stopped.tobytes() != self._stopped_bytes:  # (on a GPU each update is a copy to it)
+            self._stopped_bytes = None  # (unknown if the update is interrupted)
+            self.stopped.update_inplace(stopped)
+            self._stopped_bytes = stopped.tobytes()
         if self.token_binding is not None:
             self.sessions["token"].run_with_iobinding(self.token_binding, self.run_options)
         else:

@@ -230,6 +230,25 @@ def test_a_device_step_checks_only_the_cache_tensors_that_changed(exported, monk
     assert len(positions_checked) == 1
 
 
+def test_a_replayed_step_sends_the_stopped_flags_only_when_they_change(exported, monkeypatch):
+    """On the fixed buffers every step writes its ids, and the stopped flags
+    only when they differ from the last step's (on a GPU each is a copy)."""
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=True)
+    cache = device.decode_init(device.initial_memory(2))
+    device.decode_step(np.array([1, 2]), cache)
+    sent, update = [], ort.OrtValue.update_inplace
+
+    def counted(value, array):
+        sent.append(np.asarray(array).dtype)
+        return update(value, array)
+    monkeypatch.setattr(ort.OrtValue, "update_inplace", counted)
+    for stopped in ([0, 0], [0, 0], [1, 0], [1, 0], [0, 0]):
+        device.decode_step(np.array([1, 2]), cache, stopped=np.array(stopped, bool))
+    ids, flags = np.dtype(np.int32), np.dtype(np.bool_)
+    assert sent == [ids, ids, ids, flags, ids, ids, flags]
+
+
 def test_a_session_table_on_the_device_slab_equals_the_hosts_and_keeps_the_slab_there(
         runtimes, host_copies):
     """Sessions of mixed lengths join, leave and reset; every step reads and
