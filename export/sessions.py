@@ -203,8 +203,8 @@ class SessionTable:
             self._sessions[sid] = session._replace(
                 state=state if memories[i] is None else state._replace(memory=memories[i]))
             del session.ids[lengths[i]:], session.log_probs[lengths[i]:]
-            session.ids.append(int(ids[i]))
-            session.log_probs.append(float(chosen[i]))
+            session.ids.append(new_ids[i])
+            session.log_probs.append(new_log_probs[i])
 
         recorded = 0
         try:
@@ -214,6 +214,7 @@ class SessionTable:
                 np.concatenate([s.seen for s in states]),
                 np.concatenate([s.counters for s in states]), np.zeros(len(served), np.bool_),
                 0)
+            new_ids, new_log_probs = ids.tolist(), chosen.tolist()  # Python ints and floats
             memories = [None] * len(served)
             if self._slab is None:
                 log_probs, memories = self._step_memories(served, states, ids)
@@ -235,7 +236,7 @@ class SessionTable:
         if self._slab is None:
             self._queue.rotate(-len(served))
         self._settle()
-        return {sid: int(token) for sid, token in zip(served, ids)}
+        return dict(zip(served, new_ids))
 
     def reset(self, session_id, prompt, max_new_tokens=None):
         """Starts a new document in a session: its memory is forgotten (as a
