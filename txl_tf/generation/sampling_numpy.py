@@ -40,8 +40,9 @@ def uniform(key, counter):
     return (bits >> 8).astype(np.float32) * np.float32(2.0 ** -24)
 
 
-# Rows up to this many draw through `_mix32_int` (and `_any` reads a list).
-SMALL_BATCH = 16
+# Rows up to this many draw through `_mix32_int` (and `_any` reads a list): past
+# about 16 numpy is as fast.
+SMALL_BATCH = 8
 
 
 def _any(flags):
