@@ -271,7 +271,10 @@ class RingPositions(NamedTuple):
     def behind(self, stopped):
         """The rows not in `stopped` whose own free slot is not the shared
         one (rows that stopped before): their indices."""
-        return np.flatnonzero(~np.asarray(stopped, np.bool_) & (self.row_slot != self.slot))
+        late = self.row_slot != self.slot
+        if not late.any():  # (every row at the shared slot: the usual step)
+            return np.flatnonzero(late)
+        return np.flatnonzero(~np.asarray(stopped, np.bool_) & late)
 
     def realigned(self, rows):
         """These positions once `rows` are rotated onto the shared slot."""
@@ -504,16 +507,39 @@ class DeviceCache(dict):
 
     def __init__(self, tensors, positions=None):
         super().__init__(tensors)
+        self._checked = None  # `mark_checked`'s
         self.remember(positions)
 
-    def remember(self, positions):
-        """Sets the ring positions the cache's tensors hold now (None: unknown)."""
-        self._known = (self["slot"], self["row_slot"], positions)
+    def remember(self, positions, checked=False):
+        """Sets the ring positions the cache's tensors hold now (None:
+        unknown); `checked`: they lie in the ring (checked, or moved on by
+        the host from positions that were)."""
+        self._known = (self["slot"], self["row_slot"], positions, bool(checked))
 
     def known_positions(self):
         """The `RingPositions` the cache holds, or None where the host does not know them."""
-        slot, row_slot, positions = self._known
+        slot, row_slot, positions, _ = self._known
         return positions if slot is self["slot"] and row_slot is self["row_slot"] else None
+
+    def positions_checked(self):
+        """Whether the host knows the ring positions and they were checked."""
+        return self._known[3] and self.known_positions() is not None
+
+    def mark_checked(self, shapes, batch):
+        """Records that the cache's tensors, as they are now, passed the
+        checks of a runtime whose expected shapes are `shapes` (that dict,
+        compared by identity), with `batch` rows."""
+        self._checked = (shapes, batch, {name: self.get(name) for name in shapes})
+
+    def unchecked(self, shapes):
+        """`(batch, names)`: the batch of the last `mark_checked` against
+        `shapes` and the names of `shapes` whose tensors the cache no longer
+        holds (an OrtValue's shape and type never change: only those need
+        checking again); `(None, all of them)` where there was none."""
+        if self._checked is None or self._checked[0] is not shapes:
+            return None, tuple(shapes)
+        _, batch, tensors = self._checked
+        return batch, tuple(name for name, value in tensors.items() if self.get(name) is not value)
 
 
 def run_on_device(session, device, inputs, into=None, in_place=()):
@@ -702,6 +728,7 @@ class FixedStep:
         _, _, heads, d_head, _ = fixed["keys"].shape()
         self.ids = ortvalue(np.zeros([rows], np.int32), device)
         self.stopped = ortvalue(np.zeros([rows], np.bool_), device)
+        self._stopped_bytes = np.zeros([rows], np.bool_).tobytes()  # what `stopped` holds
         self.log_probs = ortvalue(np.zeros([rows, n_token], np.float32), device)
         # The ring positions a write moves on, then copied over the old ones:
         # written in place, the graph could read a position it already moved.
@@ -775,7 +802,11 @@ class FixedStep:
         only at each row's free slot (outside its memory: what any read of
         the cache sees is as it was until `write` moves the ring on)."""
         self.ids.update_inplace(np.asarray(ids, np.int32))
-        self.stopped.update_inplace(np.asarray(stopped, np.bool_))
+        stopped = np.asarray(stopped, np.bool_)
+        if stopped.tobytes() != self._stopped_bytes:  # (on a GPU each update is a copy to it)
+            self._stopped_bytes = None  # (unknown if the update is interrupted)
+            self.stopped.update_inplace(stopped)
+            self._stopped_bytes = stopped.tobytes()
         if self.token_binding is not None:
             self.sessions["token"].run_with_iobinding(self.token_binding, self.run_options)
         else:

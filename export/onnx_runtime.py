@@ -708,6 +708,8 @@ class OnnxRuntime(Runtime):
         the host knows them, move on with it (no read of the device)."""
         with self._holding(cache):
             known = cache.known_positions() if isinstance(cache, DeviceCache) else None
+            # Positions moved on from checked ones lie in the ring too.
+            checked = known is not None and cache.positions_checked()
             if self._replay() is not None:
                 log_probs = self._resident(cache).step(cache, ids, stopped)
             elif self._token_path:
@@ -719,12 +721,15 @@ class OnnxRuntime(Runtime):
                                         self.n_token)
             if isinstance(cache, DeviceCache):
                 cache.remember(None if known is None else
-                               known.advanced(stopped, self.mem_len + 1))
+                               known.advanced(stopped, self.mem_len + 1), checked)
         return log_probs
 
     def _resident(self, cache):
         """The `Resident` of the cache's batch size (made at its first step)."""
-        batch = shape_and_dtype(cache["valid"])[0][0]
+        batch = cache["valid"].shape()[0]
+        resident = self._residents.get(batch)  # (made once: no lock to find it)
+        if resident is not None:
+            return resident
         with self._lock:
             if batch not in self._residents:
                 self._residents[batch] = Resident(self._replay_sessions, self.device, cache,
@@ -763,12 +768,14 @@ class OnnxRuntime(Runtime):
         take = self._small_graph("take_slab_rows", slab_take_model)
         put = self._small_graph("put_slab_row", lambda: slab_put_model(size))
         with self._holding(cache):
+            checked = isinstance(cache, DeviceCache) and cache.positions_checked() and \
+                cache.known_positions() is positions
             for row in rows.tolist():
                 put_row(put, self.device, cache,
                         take_device_rows(take, self.device, cache, [row]), row,
                         (positions.slot - int(positions.row_slot[row])) % size)
             if isinstance(cache, DeviceCache):
-                cache.remember(positions.realigned(rows))
+                cache.remember(positions.realigned(rows), checked)
 
     def _replay(self):
         """The sessions CUDA graphs replay (`open_replay_sessions`), or None

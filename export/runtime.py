@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.decode_cache import (CacheSlab, cache_shapes, concat_rows, copy_cache,
+from export.decode_cache import (CacheSlab, DeviceCache, cache_shapes, concat_rows, copy_cache,
                                  in_time_order, realign_rows, ring_axis, ring_positions,
                                  take_rows)
 from export.generation_backend import GenerationBackend
@@ -128,6 +128,7 @@ class Runtime:
         self.info = info
         self.config = info.config
         self.mem_len = info.mem_len
+        self._cache_shapes = cache_shapes(self.config, self.mem_len)  # what a cache must be
         self.log_probs_mode = info.log_probs
         self.device = "cpu"
         self._generation_lock = threading.Lock()
@@ -468,9 +469,25 @@ class Runtime:
         """Raises `RuntimeInputError` unless `cache` is a decode cache of this
         export (of `batch_size` rows when given); returns its `RingPositions`."""
         self._require_decode_cache()
-        shapes = cache_shapes(self.config, self.mem_len)
-        check_decode_cache(cache, shapes, batch_size, self.info.cache_dtype)
-        return check_ring_positions(self._ring_positions(cache), shapes["valid"][1])
+        shapes = self._cache_shapes
+        # A `DeviceCache` remembers what passed: its tensors (OrtValues,
+        # whose shapes never change) and ring positions are checked again
+        # only where they changed since.
+        remembers = isinstance(cache, DeviceCache)
+        batch, names = cache.unchecked(shapes) if remembers else (None, shapes)
+        if batch is None or (batch_size is not None and batch != batch_size):
+            names = shapes  # (`valid` holds the batch the others are checked against)
+        if names:
+            batch = check_decode_cache(cache, {name: shapes[name] for name in ("valid", *names)},
+                                       batch_size, self.info.cache_dtype)
+            if remembers:
+                cache.mark_checked(shapes, batch)
+        if remembers and cache.positions_checked():
+            return cache.known_positions()
+        positions = check_ring_positions(self._ring_positions(cache), shapes["valid"][1])
+        if remembers:
+            cache.remember(positions, checked=True)
+        return positions
 
     def _check_memory(self, memory, batch_size=None):
         """Raises `RuntimeInputError` unless `memory` fits this export (and
@@ -553,7 +570,7 @@ _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
 def check_ids(token_ids, n_token, name="token_ids"):
     """Returns the ids as an int32 numpy array `[B, T]` or raises `RuntimeInputError`."""
     ids = token_ids.numpy() if hasattr(token_ids, "numpy") else np.asarray(token_ids)
-    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+    if ids.dtype.kind not in "iu":  # signed or unsigned integers (not bool, kind "b")
         raise RuntimeInputError(f"{name} must have an integer dtype, got {ids.dtype}")
     if ids.ndim != 2 or 0 in ids.shape:
         raise RuntimeInputError(f"{name} must be a non-empty [batch, length] array, "

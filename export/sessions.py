@@ -91,6 +91,9 @@ class SessionTable:
             self._slab = self.backend.cache_slab(max_batch)
         # Held while the sessions, the queue or the slab are read or changed.
         self._lock = threading.RLock()
+        # (the served sessions' `Rows`, joined): their settings, fixed for a
+        # session's life, change only as sessions join or leave.
+        self._joined_rows = ((), None)
 
     def open(self, session_id, prompt, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
              repetition_penalty=1.0, seed=0, stop_ids=(), pad_id=0, memory=None):
@@ -200,17 +203,18 @@ class SessionTable:
             self._sessions[sid] = session._replace(
                 state=state if memories[i] is None else state._replace(memory=memories[i]))
             del session.ids[lengths[i]:], session.log_probs[lengths[i]:]
-            session.ids.append(int(ids[i]))
-            session.log_probs.append(float(chosen[i]))
+            session.ids.append(new_ids[i])
+            session.log_probs.append(new_log_probs[i])
 
         recorded = 0
         try:
             ids, chosen, seen, counters, stopped = choose(
                 np.concatenate([s.next_log_probs for s in states]),
-                type(states[0].rows).concat([s.rows for s in states]),
+                self._batch_rows(states),
                 np.concatenate([s.seen for s in states]),
                 np.concatenate([s.counters for s in states]), np.zeros(len(served), np.bool_),
                 0)
+            new_ids, new_log_probs = ids.tolist(), chosen.tolist()  # Python ints and floats
             memories = [None] * len(served)
             if self._slab is None:
                 log_probs, memories = self._step_memories(served, states, ids)
@@ -232,7 +236,7 @@ class SessionTable:
         if self._slab is None:
             self._queue.rotate(-len(served))
         self._settle()
-        return {sid: int(token) for sid, token in zip(served, ids)}
+        return dict(zip(served, new_ids))
 
     def reset(self, session_id, prompt, max_new_tokens=None):
         """Starts a new document in a session: its memory is forgotten (as a
@@ -346,6 +350,16 @@ class SessionTable:
             self._slab.admit(sid, self.backend.decode_init(self._sessions[sid].state.memory, 1))
             self._queue.popleft()
         return list(self._slab.keys)
+
+    def _batch_rows(self, states):
+        """The `Rows` of the sessions of `states`, in order: joined again
+        only where a session's settings are not those of the last step's row."""
+        parts, (joined_parts, joined) = tuple(s.rows for s in states), self._joined_rows
+        if len(parts) != len(joined_parts) or any(a is not b for a, b in zip(parts,
+                                                                             joined_parts)):
+            joined = type(parts[0]).concat(parts)
+            self._joined_rows = (parts, joined)
+        return joined
 
     def _step_memories(self, served, states, ids):
         """`step_last` on the served sessions' memories; `(log-probs, one

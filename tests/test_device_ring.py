@@ -166,6 +166,89 @@ def test_a_bad_device_cache_is_one_clear_error(runtimes):
         device.decode_step(np.array([1, 2, 3]), cache)
 
 
+def _ortvalue(array):
+    return ort.OrtValue.ortvalue_from_numpy(np.array(array, order="C"), DEVICE, 0)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.update(keys=_ortvalue(c["keys"].numpy()[:, :, :, :-1])),
+     "another model or memory length"),
+    (lambda c: c.update(values=_ortvalue(c["values"].numpy().astype(np.float64))), "float32"),
+    (lambda c: c.update(valid=_ortvalue(c["valid"].numpy().astype(np.int32))), "must be bool"),
+    (lambda c: c.update(slot=_ortvalue(np.array(99, np.int32))), "slot must lie"),
+    (lambda c: c.update(row_slot=_ortvalue(np.array([0, -1], np.int32))), "row_slot must lie"),
+    (lambda c: c.pop("cache_mems"), "missing"),
+])
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_a_stepped_device_cache_is_checked_again_where_its_tensors_change(
+        exported, cuda_graph, change, message):
+    """A device cache's checks are remembered from step to step, and a
+    tensor swapped in its dict since (the caller's) is checked again."""
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=cuda_graph)
+    cache = device.decode_init(device.initial_memory(2))
+    for _ in range(3):
+        device.decode_step(np.array([1, 2]), cache)
+    with pytest.raises(ValueError, match="batch mismatch"):
+        device.decode_step(np.array([1, 2, 3]), cache)
+    change(cache)
+    with pytest.raises(ValueError, match=message):
+        device.decode_step(np.array([1, 2]), cache)
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_a_device_step_checks_only_the_cache_tensors_that_changed(exported, monkeypatch,
+                                                                   cuda_graph):
+    """What `decode_step` checks of a device cache: all of it at first, then
+    only the tensors it holds anew (a `Resident`'s buffers once, the ring
+    positions a step without CUDA graphs replaces), and its ring positions
+    only where the host did not move them on itself."""
+    import export.runtime as runtime_module
+    checked, positions_checked = [], []
+
+    def check_decode_cache(cache, shapes, *args):
+        checked.append(sorted(shapes))
+        return real(cache, shapes, *args)
+
+    def check_ring_positions(positions, size):
+        positions_checked.append(positions.slot)
+        return real_positions(positions, size)
+    real, real_positions = runtime_module.check_decode_cache, runtime_module.check_ring_positions
+    monkeypatch.setattr(runtime_module, "check_decode_cache", check_decode_cache)
+    monkeypatch.setattr(runtime_module, "check_ring_positions", check_ring_positions)
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=cuda_graph)
+    cache = device.decode_init(device.initial_memory(2))
+    everything = sorted(["cache_mems", "keys", "values", "valid", "slot", "row_slot",
+                         "positions"])
+    for _ in range(4):
+        device.decode_step(np.array([1, 2]), cache)
+    if cuda_graph:  # the cache moved into the fixed buffers at its first step
+        assert checked == [everything, everything]
+    else:  # decode_token hands back new slot and row_slot each step
+        assert checked == [everything] + [["row_slot", "slot", "valid"]] * 3
+    assert len(positions_checked) == 1
+
+
+def test_a_replayed_step_sends_the_stopped_flags_only_when_they_change(exported, monkeypatch):
+    """On the fixed buffers every step writes its ids, and the stopped flags
+    only when they differ from the last step's (on a GPU each is a copy)."""
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=True)
+    cache = device.decode_init(device.initial_memory(2))
+    device.decode_step(np.array([1, 2]), cache)
+    sent, update = [], ort.OrtValue.update_inplace
+
+    def counted(value, array):
+        sent.append(np.asarray(array).dtype)
+        return update(value, array)
+    monkeypatch.setattr(ort.OrtValue, "update_inplace", counted)
+    for stopped in ([0, 0], [0, 0], [1, 0], [1, 0], [0, 0]):
+        device.decode_step(np.array([1, 2]), cache, stopped=np.array(stopped, bool))
+    ids, flags = np.dtype(np.int32), np.dtype(np.bool_)
+    assert sent == [ids, ids, ids, flags, ids, ids, flags]
+
+
 def test_a_session_table_on_the_device_slab_equals_the_hosts_and_keeps_the_slab_there(
         runtimes, host_copies):
     """Sessions of mixed lengths join, leave and reset; every step reads and

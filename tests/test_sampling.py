@@ -42,6 +42,22 @@ def test_rng_is_exact_integer_math_in_tf_and_numpy():
     assert abs(np.corrcoef(u_tf[:999], u_tf[1:1000])[0, 1]) < 0.1
 
 
+def test_a_few_rows_draw_the_same_uniforms_through_python_ints_as_through_numpy():
+    """`uniform` of up to `SMALL_BATCH` rows runs on Python ints: row by row it
+    equals the numpy math over a whole batch, for any int64 keys and counters."""
+    rng = np.random.default_rng(0)
+    edges = np.array([0, -1, 2**63 - 1, -2**63, 2**32 - 1, 2**32, 2**16], np.int64)
+    keys = np.concatenate([rng.integers(-2**63, 2**63 - 1, 500, dtype=np.int64),
+                           sampling_numpy.row_key(np.arange(200)), edges])
+    counters = np.concatenate([rng.integers(-2**63, 2**63 - 1, 500, dtype=np.int64),
+                               rng.integers(0, 2**33, 200), edges[::-1]])
+    assert len(keys) > sampling_numpy.SMALL_BATCH  # the numpy path
+    whole = sampling_numpy.uniform(keys, counters)
+    rows = np.concatenate([sampling_numpy.uniform(keys[i:i + 3], counters[i:i + 3])
+                           for i in range(0, len(keys), 3)])
+    np.testing.assert_array_equal(rows, whole)
+
+
 def crafted(batch=400):
     """Log-probs whose order is known: token j has weight 2**-(j % V) shuffled per row."""
     rng = np.random.default_rng(0)

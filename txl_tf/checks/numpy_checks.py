@@ -7,6 +7,9 @@ from txl_tf.errors import TxlError
 # TensorFlow counts positions in int32 (a tensor's shape in a graph, a
 # segment's keys, a document's length): more cannot be held without wrapping.
 MAX_POSITIONS = 2 ** 31 - 1
+# Arrays up to this size are checked through a Python list (numpy's fixed cost
+# per call is several times a list's for a few values).
+SMALL = 256
 
 
 class InputError(TxlError):
@@ -19,6 +22,10 @@ class InputError(TxlError):
 
 def out_of_range_message(ids, n_token, name="token"):
     """Names the first id of a numpy array outside `[0, n_token)`, or None."""
+    if ids.size <= SMALL:  # a few ids (a decode step's): Python's min and max are faster
+        listed = ids.ravel().tolist()
+        if not listed or (min(listed) >= 0 and max(listed) < n_token):
+            return None
     bad = np.argwhere((ids < 0) | (ids >= n_token))
     if not bad.size:
         return None

@@ -29,24 +29,55 @@ def row_key(seed):
 
 def uniform(key, counter):
     counter = np.asarray(counter, np.int64) & _MASK32
-    bits = mix32(np.asarray(key, np.int64) ^ mix32(counter ^ STEP_SALT))
+    key = np.asarray(key, np.int64)
+    if key.ndim == 1 and key.shape == counter.shape and key.size <= SMALL_BATCH:
+        # A decode step's few rows: the same integer math on Python ints (exact
+        # either way), a few times faster than numpy's fixed cost per operation.
+        bits = np.array([_mix32_int(k ^ _mix32_int(c ^ STEP_SALT))
+                         for k, c in zip(key.tolist(), counter.tolist())], np.int64)
+    else:
+        bits = mix32(key ^ mix32(counter ^ STEP_SALT))
     return (bits >> 8).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+# Rows up to this many draw through `_mix32_int` (and `_any` reads a list): past
+# about 16 numpy is as fast.
+SMALL_BATCH = 8
+
+
+def _any(flags):
+    """Whether a bool array `[B]` holds a True (a list's `in` for a few rows:
+    numpy's `any` costs several times more there)."""
+    return True in flags.tolist() if flags.size <= SMALL_BATCH else bool(flags.any())
+
+
+def _mix32_int(x):
+    """`mix32` of one Python int in int64's range: numpy's int64 products
+    wrap, but only their low 16 bits are kept, which wrapping leaves as they
+    are; every other step is exact in both."""
+    x ^= x >> 16
+    x = ((((x >> 16) * MULTIPLIERS[0]) & 0xFFFF) << 16) + (x & 0xFFFF) * MULTIPLIERS[0] \
+        & 0xFFFFFFFF
+    x ^= x >> 15
+    x = ((((x >> 16) * MULTIPLIERS[1]) & 0xFFFF) << 16) + (x & 0xFFFF) * MULTIPLIERS[1] \
+        & 0xFFFFFFFF
+    return x ^ (x >> 16)
 
 
 def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, penalty):
     lp = np.asarray(log_probs, np.float32)
     vocab = lp.shape[1]
-    if (penalty != 1).any():  # (x * 1 == x: skipping it changes nothing)
+    if _any(penalty != 1):  # (x * 1 == x: skipping it changes nothing)
         lp = np.where(seen, lp * penalty[:, None], lp).astype(np.float32)
     best = lp.max(-1, keepdims=True)
     # The smallest id within the tolerance of the best: the first True of a
     # bool row (argmax), not a min over an id array as wide as the vocabulary.
     greedy = ((lp >= best - np.float32(TIE_TOLERANCE)).argmax(-1)
-              if (temperature <= 0).any() else None)
-    if greedy is not None and not (temperature > 0).any():
+              if _any(temperature <= 0) else None)
+    if greedy is not None and not _any(temperature > 0):
         return greedy.astype(np.int32)
     temp = np.where(temperature > 0, temperature, np.float32(1))[:, None].astype(np.float32)
-    if (top_k > 0).any() or (top_p < 1).any():
+    if _any(top_k > 0) or _any(top_p < 1):
         cut = _cut_off(lp, temp, top_k, top_p, vocab)
     else:
         cut = np.full(best.shape, -np.inf, np.float32)
