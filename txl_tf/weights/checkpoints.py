@@ -304,7 +304,47 @@ def load_weights(core, path):
         file.close()
         raise TxlError(f"cannot read weights file {path}: one .npy array, not an .npz archive")
     with file, archive:
+        check_shapes(reference_names(core), npz_headers(path))
         set_weights(core, _CheckedArchive(archive, path))
+
+
+def npz_headers(path):
+    """`{name: (shape, dtype)}` of the arrays in the .npz archive `path`, from
+    their headers only: numpy allocates the shape a header declares before
+    reading the data, so a few bytes could ask for any size."""
+    headers = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if not name.endswith(".npy"):
+                    continue
+                with archive.open(name) as member:
+                    version = np.lib.format.read_magic(member)
+                    read = {(1, 0): np.lib.format.read_array_header_1_0,
+                            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                    if read is None:
+                        raise ValueError(f"{name}: .npy format version {version}")
+                    shape, _, dtype = read(member)
+                headers[name[:-len(".npy")]] = (tuple(shape), dtype)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise TxlError(_unreadable(path, err)) from None
+    return headers
+
+
+def check_shapes(names, headers):
+    """Refuses, before any is read, a weight whose `(shape, dtype)` in
+    `headers` does not fit its variable in `names` (as `set_weights` would
+    after reading it)."""
+    for name, variable in names.items():
+        if name not in headers:
+            continue  # set_weights names every missing one
+        shape, dtype = headers[name]
+        if tuple(shape) != tuple(variable.shape):
+            raise TxlError(f"weight {name} has shape {tuple(shape)}, the model expects "
+                           f"{tuple(variable.shape)}")
+        if dtype is not None and dtype.kind != "f" and dtype.name != "bfloat16":
+            raise TxlError(f"weight {name} holds {dtype} values, where a floating-point "
+                           "weight belongs")
 
 
 def _unreadable(path, err):

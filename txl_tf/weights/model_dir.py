@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 
 from txl_tf.app.files import stage
 from txl_tf.config import ConfigError, TransformerXLConfig
-from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
+from txl_tf.errors import ModelDirError, TxlError  # also re-exported (export, training import it from here)
 from txl_tf.layers.init import skip_random_init
 from txl_tf.weights import checkpoints
 from txl_tf.weights.shipped import SHIPPED, shipped_model_dir
@@ -174,10 +174,40 @@ def load_core(source, config=None, dtype=None, **overrides):
         config = load_config(source, **overrides)
     elif overrides:
         config = config.replace(**overrides)
+    if source.weights_kind == "npz":
+        _check_size(config, source)
     with skip_random_init():  # every weight is loaded next
         core = TransformerXL(config, dtype=dtype)
     load_weights(core, source)
     return core
+
+
+def _least_weights(config):
+    """A lower bound of the weights of `config`'s model: its embedding tables
+    and every layer's attention and feed-forward kernels."""
+    bounds = [0, *config.cutoffs, config.n_token]
+    tables = sum((b - a) * (config.d_embed // config.div_val ** i)
+                 for i, (a, b) in enumerate(zip(bounds, bounds[1:])))
+    d, heads = config.d_model, config.n_head * config.d_head
+    return tables + config.n_layer * (4 * d * heads + 2 * d * config.d_inner)
+
+
+def _check_size(config, source):
+    """Refuses, before the model is built, a config whose model needs more
+    weights than its .npz file holds (a config edited to n_token=10**9 would
+    build gigabytes, then find the first weight's shape wrong)."""
+    import math
+    least = _least_weights(config)
+    try:
+        held = sum(math.prod(shape) for shape, _ in
+                   checkpoints.npz_headers(source.weights_path).values())
+    except TxlError:
+        return  # an unreadable file: load_weights names its problem
+    if least > held:
+        raise ModelDirError(
+            f"{source.config_path} describes a model of at least {least:,} weights and "
+            f"{source.weights_path} holds {held:,}: they are not one model's (nothing was "
+            "built)")
 
 
 def load_weights(core, source):
