@@ -337,3 +337,18 @@ def test_a_config_far_larger_than_its_weights_is_refused_before_the_model_is_bui
                                             r"weights\.npz holds \d+"):
         load(str(tmp_path / "model"))
     assert not built
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_weight_holding_nan_or_inf_is_refused_at_load(run, tmp_path, bad):
+    """A weights.npz with one NaN (or inf) loaded without a word: every job
+    then computed NaN, and an exported model held it."""
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+    with np.load(tmp_path / "model" / "weights.npz") as archive:
+        weights = dict(archive)
+    name = "transformer/layer_1/ff/layer_2/kernel"
+    weights[name][5, 3] = bad
+    np.savez(tmp_path / "model" / "weights.npz", **weights)
+    with pytest.raises(ModelDirError, match=rf"weights\.npz.*{name} holds NaN or inf values"):
+        load(str(tmp_path / "model"))

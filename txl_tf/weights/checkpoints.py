@@ -175,11 +175,23 @@ def set_weights(core, arrays):
         if value.dtype.kind != "f" and value.dtype.name != "bfloat16":  # ml_dtypes' is kind V
             raise TxlError(f"weight {name} holds {value.dtype} values, where a floating-point "
                            "weight belongs")
+        if not _finite(value):
+            raise TxlError(f"weight {name} holds NaN or inf values (a damaged file, or the "
+                           "weights of a run that diverged)")
         assign_in_place(variable, value.astype(variable.dtype, copy=False))
         del value  # one weight in memory at a time, even for a lazy archive
 
 
 _BLOCK_BYTES = 1 << 25
+
+
+def _finite(value):
+    """Whether every element of the numpy array `value` is finite, checked a
+    block of rows at a time."""
+    if value.ndim == 0:
+        return bool(np.isfinite(value))
+    rows = max(1, _BLOCK_BYTES // max(1, value[:1].nbytes))
+    return all(np.isfinite(value[i:i + rows]).all() for i in range(0, len(value), rows))
 
 
 def assign_in_place(variable, value):
