@@ -1,6 +1,7 @@
 """What an exported artefact records about itself (shared by SavedModel and ONNX)."""
 import json
 
+from txl_tf.app.files import parse_json
 from txl_tf.config import TransformerXLConfig
 from txl_tf.errors import TxlError
 
@@ -145,7 +146,7 @@ class ExportInfo:
             An `ExportInfo`.
         """
         with open(path, encoding="utf-8") as f:
-            return cls(json.load(f))
+            return cls(parse_json(f.read()))
 
 
 CLASSIFIER_INPUTS = ("token_ids", "lengths")
@@ -199,12 +200,12 @@ class ClassifierInfo:
         self.values = dict(values)
         self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
         self.num_classes = int(values["num_classes"])
-        self.label_names = json.loads(values.get("label_names", "null"))
+        self.label_names = parse_json(values.get("label_names", "null"))
         self.segment_len = int(values["segment_len"])
         self.mem_len = int(values["mem_len"])
-        self.vocab_files = json.loads(values.get("vocab_files", "[]"))
+        self.vocab_files = parse_json(values.get("vocab_files", "[]"))
 
     @classmethod
     def from_json_file(cls, path):
         with open(path, encoding="utf-8") as f:
-            return cls(json.load(f))
+            return cls(parse_json(f.read()))

@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from txl_tf.app.files import parse_json
 from txl_tf.checks.numpy_checks import MAX_POSITIONS, is_flag
 from txl_tf.errors import TxlError
 
@@ -252,7 +253,7 @@ class TransformerXLConfig:
         if not text_or_path.lstrip().startswith("{"):
             with open(text_or_path, encoding="utf-8") as f:
                 text = f.read()
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(parse_json(text))
 
     def replace(self, **changes: Any) -> "TransformerXLConfig":
         """A copy with some fields changed (validated). Derived defaults follow:

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.app.files import stage
+from txl_tf.app.files import parse_json, stage
 from txl_tf.checks.inputs import check_targets, check_token_ids
 from txl_tf.errors import TxlError
 from txl_tf.layers.memory import Memory
@@ -239,7 +239,7 @@ def load_lstm(directory):
         raise TxlError(f"{directory}: no LSTM baseline ({CONFIG_FILE} with \"model\": "
                        "\"lstm\") here or in its export/")
     with open(path, encoding="utf-8") as f:
-        config = LSTMConfig.from_dict(json.load(f))
+        config = LSTMConfig.from_dict(parse_json(f.read()))
     model = LSTMLanguageModel(config)
     model.build()
     saved = _read_weights(os.path.join(os.path.dirname(path), WEIGHTS_FILE))
@@ -280,7 +280,7 @@ def _config_path(directory):
         if os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8") as f:
-                    if json.load(f).get("model") == MODEL_KIND:
+                    if parse_json(f.read()).get("model") == MODEL_KIND:
                         return path
             except (OSError, ValueError, AttributeError):
                 return None

@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from txl_tf.app.files import process_alive
+from txl_tf.app.files import parse_json, process_alive
 from txl_tf.errors import TxlError
 
 CACHE_FORMAT = 1
@@ -122,7 +122,7 @@ def read_entry(entry: Path, mmap: bool):
     meta_path = entry / "meta.json"
     if not meta_path.is_file():
         return None
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = parse_json(meta_path.read_text(encoding="utf-8"))
     arrays = {s: np.load(entry / f"{s}.npy", mmap_mode="r" if mmap else None,
                          allow_pickle=False) for s in SPLITS}
     return arrays, meta
@@ -146,7 +146,7 @@ def remove_stale_builds(root: Path) -> list[str]:
     removed = []
     for build in sorted(root.glob(".tmp-*")):
         try:
-            owner = json.loads((build / OWNER_FILE).read_text(encoding="utf-8"))
+            owner = parse_json((build / OWNER_FILE).read_text(encoding="utf-8"))
             pid, host = int(owner["pid"]), owner["host"]
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.app.files import parse_json
 from txl_tf.errors import TxlError
 
 CONFIG_FILE = "tokenizer.json"
@@ -182,7 +183,10 @@ class Tokenizer:
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {path} (expected a "
                                     "directory written by Tokenizer.save)")
-        config = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            config = parse_json(path.read_text(encoding="utf-8"))
+        except ValueError as err:  # not JSON, or not UTF-8
+            raise TxlError(f"{path}: not a tokenizer description ({err})") from None
         if not isinstance(config, dict):
             raise TxlError(f"{path}: not a tokenizer description (a JSON object with its "
                            "\"type\")")

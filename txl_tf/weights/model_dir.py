@@ -12,13 +12,12 @@
 Explicit `config_path` / `weights_path` / `vocab_dir` override what the
 directory holds. Every problem is a `ModelDirError` naming the path.
 """
-import json
 import os
 import sys
 import zipfile
 from typing import NamedTuple, Optional
 
-from txl_tf.app.files import stage
+from txl_tf.app.files import parse_json, stage
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.errors import ModelDirError, TxlError  # also re-exported (export, training import it from here)
 from txl_tf.layers.init import skip_random_init
@@ -319,7 +318,7 @@ def _drop_the_previous_saves_vocabulary(directory, files):
     vocab = os.path.join(directory, checkpoints.VOCAB_DIR)
     try:
         with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
-            written_by_a_save = json.load(f).get("vocab_fingerprint") is not None
+            written_by_a_save = parse_json(f.read()).get("vocab_fingerprint") is not None
     except (OSError, ValueError, AttributeError):  # no previous config, or not one of ours
         written_by_a_save = False
     if written_by_a_save:
