@@ -25,7 +25,7 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
 from export.runtime import RuntimeInputError, check_ids, choose_artefact
 from export.saved_model import plain_copies, save_module, weights_scope
 from txl_tf.app.files import parse_json
-from txl_tf.app.paths import what_is_in_the_way
+from txl_tf.app.paths import refuse_links_out_of, what_is_in_the_way
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.init import skip_random_init
@@ -255,6 +255,7 @@ def add_lengths_check(onnx_model):
 def _vocab_files(vocab_dir):
     if not vocab_dir:
         return []
+    refuse_links_out_of(vocab_dir)
     return [os.path.join(vocab_dir, n) for n in sorted(os.listdir(vocab_dir))
             if os.path.isfile(os.path.join(vocab_dir, n))]
 
