@@ -333,8 +333,9 @@ def test_a_config_far_larger_than_its_weights_is_refused_before_the_model_is_bui
     built = []
     monkeypatch.setattr(txl_tf.core.TransformerXL, "__init__",
                         lambda self, *a, **k: built.append(a))
-    with pytest.raises(ModelDirError, match=r"config\.json.* at least 320,[\d,]+ weights.*"
-                                            r"weights\.npz holds \d+"):
+    with pytest.raises(ModelDirError, match=r"weights\.npz' into a core built from .*config\.json"
+                                            r"': the config's model has at least 320,[\d,]+ "
+                                            r"weights and the file holds [\d,]+ \("):
         load(str(tmp_path / "model"))
     assert not built
 

@@ -204,9 +204,9 @@ def _check_size(config, source):
         return  # an unreadable file: load_weights names its problem
     if least > held:
         raise ModelDirError(
-            f"{source.config_path} describes a model of at least {least:,} weights and "
-            f"{source.weights_path} holds {held:,}: they are not one model's (nothing was "
-            "built)")
+            f"cannot load weights {source.weights_path!r} into a core built from "
+            f"{source.config_path!r}: the config's model has at least {least:,} weights and "
+            f"the file holds {held:,} (not one model's; nothing was built)")
 
 
 def load_weights(core, source):
