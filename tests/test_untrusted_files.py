@@ -31,3 +31,42 @@ def test_deeply_nested_json_is_one_error_naming_the_file(tmp_path):
     (tmp_path / "labels.json").write_text(DEEP)
     with pytest.raises(TxlError, match=r"labels\.json: not a labels file.*nested too deeply"):
         LabelSet.load(tmp_path / "labels.json")
+
+
+@pytest.mark.parametrize("name", ["../secret.txt", "ABSOLUTE", 5, ["vocab.txt"]])
+@pytest.mark.parametrize("kind", ["word", "char"])
+def test_a_tokenizer_file_name_that_leaves_its_folder_is_refused(tmp_path, kind, name):
+    """tokenizer.json's `vocab_file` was joined to the folder as given: `../x`
+    and `/etc/x` read a file elsewhere (its first line in the error), and a
+    number was a TypeError past the loaders' handlers."""
+    import json
+
+    from txl_tf.text import CharTokenizer, WordTokenizer, load_tokenizer
+    tokenizer = (WordTokenizer(["<eos>", "<unk>", "a"], unk_token="<unk>") if kind == "word"
+                 else CharTokenizer(["a", "b", "\ufffd"]))
+    tokenizer.save(tmp_path / "vocab")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("".join(f"{t}\n" for t in tokenizer.entries()))  # a vocabulary, too
+    path = tmp_path / "vocab" / "tokenizer.json"
+    config = json.loads(path.read_text())
+    config["vocab_file"] = str(secret) if name == "ABSOLUTE" else name
+    path.write_text(json.dumps(config))
+    with pytest.raises(TxlError, match=r"tokenizer\.json: vocab_file must be a file name in "):
+        load_tokenizer(tmp_path / "vocab")
+
+
+@pytest.mark.parametrize("key,value", [("unk_token", ["<unk>"]), ("eos_token", {})])
+def test_a_tokenizer_option_of_the_wrong_type_names_the_file(tmp_path, key, value):
+    """A list or dict where tokenizer.json holds a token was a TypeError
+    (unhashable type) past the loaders' handlers."""
+    import json
+
+    from txl_tf.text import WordTokenizer, load_tokenizer
+    WordTokenizer(["<eos>", "<unk>", "a"], unk_token="<unk>").save(tmp_path / "vocab")
+    path = tmp_path / "vocab" / "tokenizer.json"
+    config = json.loads(path.read_text())
+    config[key] = value
+    config.pop("fingerprint", None)
+    path.write_text(json.dumps(config))
+    with pytest.raises(TxlError, match=rf"tokenizer\.json: {key} "):
+        load_tokenizer(tmp_path / "vocab")

@@ -13,7 +13,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from txl_tf.errors import TxlError
-from txl_tf.text.base import Tokenizer, as_text, register, split_lines_tf
+from txl_tf.text.base import Tokenizer, as_text, file_in, register, split_lines_tf
 
 MODEL_FILE = "spm.model"
 VOCAB_FILE = "vocab.txt"
@@ -183,7 +183,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     @classmethod
     def _from_files(cls, directory: Path, config: dict[str, Any]) -> "SentencePieceTokenizer":
-        path = directory / config.get("model_file", MODEL_FILE)
+        path = file_in(directory, config, "model_file", MODEL_FILE)
         if not path.is_file():
             raise FileNotFoundError(f"SentencePiece model not found: {path}")
         return cls(path.read_bytes(), add_eos=config.get("add_eos", True))
