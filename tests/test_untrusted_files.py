@@ -70,3 +70,17 @@ def test_a_tokenizer_option_of_the_wrong_type_names_the_file(tmp_path, key, valu
     path.write_text(json.dumps(config))
     with pytest.raises(TxlError, match=rf"tokenizer\.json: {key} "):
         load_tokenizer(tmp_path / "vocab")
+
+
+@pytest.mark.parametrize("content", [b"garbage\x00\xff", b""])
+def test_a_damaged_sentencepiece_model_is_one_error_naming_it(tmp_path, content):
+    """sentencepiece's RuntimeError ("INTERNAL: ... ParseFromArray") reached
+    past the loaders' handlers."""
+    import json
+
+    from txl_tf.text import load_tokenizer
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"type": "sentencepiece",
+                                                         "format_version": 1}))
+    (tmp_path / "spm.model").write_bytes(content)
+    with pytest.raises(TxlError, match=r"spm\.model: not a SentencePiece model \("):
+        load_tokenizer(tmp_path)
