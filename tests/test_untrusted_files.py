@@ -84,3 +84,15 @@ def test_a_damaged_sentencepiece_model_is_one_error_naming_it(tmp_path, content)
     (tmp_path / "spm.model").write_bytes(content)
     with pytest.raises(TxlError, match=r"spm\.model: not a SentencePiece model \("):
         load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("field", ["layer_norm_epsilon", "init_std", "proj_init_std"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_config_number_that_is_nan_or_infinite_is_refused(field, value):
+    """config.json may say NaN or Infinity (Python's JSON reads both):
+    `layer_norm_epsilon` NaN passed `<= 0` and made every output NaN; inf
+    made every normalized output 0."""
+    from txl_tf.config import ConfigError, TransformerXLConfig
+    with pytest.raises(ConfigError, match=rf"{field} must be a finite number > 0, got "):
+        TransformerXLConfig.from_json(
+            '{"n_token": 10, "%s": %s}' % (field, "NaN" if value != value else "Infinity"))

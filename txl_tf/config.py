@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
 from typing import Any, List, Optional
 
@@ -147,8 +148,9 @@ class TransformerXLConfig:
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {value}")
         for name in ("init_std", "proj_init_std", "layer_norm_epsilon"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:  # NaN passed
+                raise ConfigError(f"{name} must be a finite number > 0, got "
+                                  f"{getattr(self, name)}")
         if self.vocab_fingerprint is not None and not isinstance(self.vocab_fingerprint, str):
             raise ConfigError(f"vocab_fingerprint must be a string or None, got "
                               f"{self.vocab_fingerprint!r}")
