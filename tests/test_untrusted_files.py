@@ -96,3 +96,53 @@ def test_a_config_number_that_is_nan_or_infinite_is_refused(field, value):
     with pytest.raises(ConfigError, match=rf"{field} must be a finite number > 0, got "):
         TransformerXLConfig.from_json(
             '{"n_token": 10, "%s": %s}' % (field, "NaN" if value != value else "Infinity"))
+
+
+def _npy(array=None, header=None, tail=b""):
+    import io
+
+    import numpy as np
+    buffer = io.BytesIO()
+    if header is None:
+        np.save(buffer, array)
+    else:
+        np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue() + tail
+
+
+@pytest.mark.parametrize("damage", ["float ids", "2-D ids", "ids past the vocabulary",
+                                    "negative ids", "cut short", "a header of 2**40 ids",
+                                    "meta not JSON", "meta without lengths"])
+@pytest.mark.parametrize("mmap", [True, False])
+def test_a_damaged_corpus_cache_entry_is_one_error_naming_it(tmp_path, damage, mmap):
+    """A cache entry (a shared --cache_dir, a copied cache) holding float or
+    2-D ids, or ids outside the vocabulary, was read as the corpus without a
+    word; one cut short, or whose .npy header declared 2**40 ids, or a
+    meta.json that is not JSON, was a ValueError or MemoryError."""
+    import glob
+
+    import numpy as np
+
+    from txl_tf.data.corpora import load_corpus
+    text = tmp_path / "corpus.txt"
+    text.write_text("hello world\n" * 300)
+    load_corpus("text", text, cache_dir=tmp_path / "cache")
+    entry = glob.glob(str(tmp_path / "cache" / "text-*"))[0]
+    train = tmp_path / "cache" / entry / "train.npy"
+    length = len(np.load(train))
+    file, content = "train.npy", {
+        "float ids": lambda: _npy(np.zeros(length, np.float32)),
+        "2-D ids": lambda: _npy(np.zeros((length, 1), np.int32)),
+        "ids past the vocabulary": lambda: _npy(np.full(length, 256, np.int32)),
+        "negative ids": lambda: _npy(np.full(length, -1, np.int32)),
+        "cut short": lambda: train.read_bytes()[:200],
+        "a header of 2**40 ids": lambda: _npy(header={"descr": "<i4", "fortran_order": False,
+                                                      "shape": (2**40,)}, tail=b"\0" * 64),
+        "meta not JSON": lambda: b"{not json",
+        "meta without lengths": lambda: b"{}"}[damage]()
+    if damage.startswith("meta"):
+        file = "meta.json"
+    (tmp_path / "cache" / entry / file).write_bytes(content)
+    with pytest.raises(TxlError, match=rf"corpus cache entry {entry} is damaged \(.+\): "
+                                       "delete it"):
+        load_corpus("text", text, cache_dir=tmp_path / "cache", mmap=mmap)
