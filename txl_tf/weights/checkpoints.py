@@ -266,11 +266,17 @@ def restore_weights(core, path):
     def read_fused(name, parts):
         return np.concatenate([read(_checkpoint_key(f"{name}/{part}")) for part in parts], 1)
 
-    readers = {}
+    readers, expected, declared = {}, {}, {}
     for name, variable in reference_names(core).items():
         split = isinstance(variable, FusedColumns) and stored(_checkpoint_key(name)) not in available
         readers[name] = (functools.partial(read_fused, name, list(variable.parts)) if split
                          else functools.partial(read, _checkpoint_key(name)))
+        for label, part in (((f"{name}/{p}", v) for p, v in variable.parts.items()) if split
+                            else [(name, variable)]):
+            if stored(_checkpoint_key(label)) in available:  # shapes first: TF sizes by them
+                expected[label] = part
+                declared[label] = (tuple(available[stored(_checkpoint_key(label))]), None)
+    check_shapes(expected, declared)
     set_weights(core, _Lazy(readers))
     return path
 
@@ -487,6 +493,7 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         raise TxlError(
             f"checkpoint {checkpoint!r} holds {len(unread)} weights this config does not use, "
             f"e.g. {unread[:3]}: check n_layer, tie_projs and proj_same_dim")
+    check_shapes(names, {name: (tuple(available[name]), None) for name in names})
     try:
         arrays = {name: reader.get_tensor(name) for name in names}
     except IndexError as err:  # TensorFlow's reader on a data file cut short
