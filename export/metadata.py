@@ -199,11 +199,39 @@ class ClassifierInfo:
                            "models")
         self.values = dict(values)
         self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
-        self.num_classes = int(values["num_classes"])
-        self.label_names = parse_json(values.get("label_names", "null"))
-        self.segment_len = int(values["segment_len"])
-        self.mem_len = int(values["mem_len"])
-        self.vocab_files = parse_json(values.get("vocab_files", "[]"))
+
+        def number(key, least):
+            try:
+                value = int(values[key])
+            except (KeyError, TypeError, ValueError):
+                value = values.get(key)
+            if not isinstance(value, int) or value < least:
+                raise TxlError(f"classifier metadata: {key} must be an integer >= {least}, "
+                               f"got {values.get(key)!r}")
+            return value
+
+        def listed(key, default, kind, what):
+            try:
+                value = parse_json(values.get(key, default))
+            except (TypeError, ValueError):
+                value = values.get(key)
+            if value is not None and not (isinstance(value, list) and all(
+                    kind(v) for v in value)):
+                raise TxlError(f"classifier metadata: {key} must be {what}, got "
+                               f"{values.get(key)!r}")
+            return value
+
+        self.num_classes = number("num_classes", 2)
+        self.segment_len = number("segment_len", 1)
+        self.mem_len = number("mem_len", 0)
+        self.label_names = listed("label_names", "null", lambda v: isinstance(v, str),
+                                  f"null or {self.num_classes} strings")
+        if self.label_names is not None and len(self.label_names) != self.num_classes:
+            raise TxlError(f"classifier metadata: label_names must be null or "
+                           f"{self.num_classes} strings, got {len(self.label_names)}")
+        self.vocab_files = listed(  # names in the export's vocab/, never a path out of it
+            "vocab_files", "[]", lambda v: isinstance(v, str) and v not in ("", ".", "..")
+            and "/" not in v and "\\" not in v, "a list of file names") or []
 
     @classmethod
     def from_json_file(cls, path):

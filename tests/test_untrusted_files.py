@@ -146,3 +146,27 @@ def test_a_damaged_corpus_cache_entry_is_one_error_naming_it(tmp_path, damage, m
     with pytest.raises(TxlError, match=rf"corpus cache entry {entry} is damaged \(.+\): "
                                        "delete it"):
         load_corpus("text", text, cache_dir=tmp_path / "cache", mmap=mmap)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("num_classes", "x"), ("num_classes", "-3"), ("num_classes", None),
+    ("label_names", '{"a": 1}'), ("label_names", '["a"]'), ("label_names", "[1, 2]"),
+    ("segment_len", "0"), ("mem_len", "-1"), ("vocab_files", '["../../etc/passwd"]'),
+    ("vocab_files", "5")])
+def test_classifier_metadata_of_the_wrong_kind_is_one_error(key, value):
+    """classifier.json (or a classifier graph's metadata) with num_classes "x"
+    was a ValueError, without it a KeyError; -3 classes, label names of
+    another count or kind, a segment_len of 0 and vocabulary files outside
+    the export were taken as they were."""
+    from export.metadata import CONFIG_KEY, ClassifierInfo
+    from txl_tf.config import TransformerXLConfig
+    values = {"task": "classification", CONFIG_KEY: TransformerXLConfig(n_token=10).to_json(),
+              "num_classes": "2", "label_names": '["a", "b"]', "segment_len": "4",
+              "mem_len": "4", "vocab_files": '["vocab.txt", "tokenizer.json"]'}
+    assert ClassifierInfo(values).label_names == ["a", "b"]
+    if value is None:
+        del values[key]
+    else:
+        values[key] = value
+    with pytest.raises(TxlError, match=rf"classifier metadata: {key} "):
+        ClassifierInfo(values)
