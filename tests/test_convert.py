@@ -427,3 +427,19 @@ def test_a_zipped_pickle_declaring_gigabytes_is_refused_before_reading(tmp_path)
     path.write_bytes(bytes(data))
     with pytest.raises(PickledVocabError, match=r"data\.pkl.*2147483648 bytes.* at most"):
         pickled_vocab.load_plain_pickle(path)
+
+
+def test_an_idx2sym_and_sym2idx_that_disagree_are_refused(tmp_path):
+    """The port encodes with sym2idx and decodes with idx2sym; a vocab.pkl
+    whose two disagree was converted from idx2sym alone, so the model read
+    other ids than the port's without a word."""
+    path = tmp_path / "vocab.pkl"
+    swapped = {s: i for i, s in enumerate(SYMBOLS)}
+    swapped["w0"], swapped["w1"] = swapped["w1"], swapped["w0"]
+    path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS, "sym2idx": swapped}))
+    with pytest.raises(PickledVocabError, match=r"vocab\.pkl: idx2sym and sym2idx disagree: "
+                                                r"idx2sym\[2\] is 'w0', sym2idx\['w0'\] is 3"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS,
+                                   "sym2idx": {s: i for i, s in enumerate(SYMBOLS)}}))
+    assert convert_pickled_vocab(path, tmp_path / "vocab.txt") == SYMBOLS

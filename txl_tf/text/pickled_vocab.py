@@ -243,6 +243,17 @@ def symbols_of(obj, path="vocabulary"):
     """The symbols in id order: a list of str, an `idx2sym` list, or a
     `sym2idx` mapping with ids 0..n-1."""
     if isinstance(obj, dict) and "idx2sym" in obj:
+        if isinstance(obj.get("sym2idx"), dict):  # the port encodes with it: both must agree
+            by_id = symbols_of({"sym2idx": obj["sym2idx"]}, path)
+            listed = symbols_of(obj["idx2sym"], path)
+            for i, symbol in enumerate(listed):
+                if i >= len(by_id) or by_id[i] != symbol:
+                    raise PickledVocabError(
+                        f"{path}: idx2sym and sym2idx disagree: idx2sym[{i}] is {symbol!r}, "
+                        f"sym2idx[{symbol!r}] is {obj['sym2idx'].get(symbol)}")
+            if len(by_id) != len(listed):
+                raise PickledVocabError(f"{path}: idx2sym and sym2idx disagree: "
+                                        f"{len(listed)} and {len(by_id)} symbols")
         obj = obj["idx2sym"]
     elif isinstance(obj, dict) and "sym2idx" in obj:
         obj = obj["sym2idx"]
