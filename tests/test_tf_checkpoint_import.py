@@ -166,3 +166,19 @@ def test_a_weight_of_another_shape_is_refused_before_any_tensor_is_read(tmp_path
                                        r"\(16, 32\), the model expects \(16, 24\)"):
         restore_weights(random_core(), trained)
     assert read == []
+
+
+def test_a_config_far_larger_than_the_checkpoint_is_refused_before_the_model_is_built(
+        tmp_path, monkeypatch):
+    """A config of n_token=10**7 given for a 40-token checkpoint built 160
+    million floats, then found the first weight missing or of another shape."""
+    import txl_tf.core
+    prefix = save_tf1(get_weights(random_core()), str(tmp_path / "model.ckpt"))
+    built = []
+    monkeypatch.setattr(txl_tf.core.TransformerXL, "__init__",
+                        lambda self, *a, **k: built.append(a))
+    with pytest.raises(TxlError, match=r"the config's model has at least 160,[\d,]+ weights and "
+                                       r"checkpoint .* holds [\d,]+ \(not one model's; nothing "
+                                       r"was built\)"):
+        import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, "n_token": 10**7}))
+    assert not built

@@ -181,22 +181,12 @@ def load_core(source, config=None, dtype=None, **overrides):
     return core
 
 
-def _least_weights(config):
-    """A lower bound of the weights of `config`'s model: its embedding tables
-    and every layer's attention and feed-forward kernels."""
-    bounds = [0, *config.cutoffs, config.n_token]
-    tables = sum((b - a) * (config.d_embed // config.div_val ** i)
-                 for i, (a, b) in enumerate(zip(bounds, bounds[1:])))
-    d, heads = config.d_model, config.n_head * config.d_head
-    return tables + config.n_layer * (4 * d * heads + 2 * d * config.d_inner)
-
-
 def _check_size(config, source):
     """Refuses, before the model is built, a config whose model needs more
     weights than its .npz file holds (a config edited to n_token=10**9 would
     build gigabytes, then find the first weight's shape wrong)."""
     import math
-    least = _least_weights(config)
+    least = checkpoints.least_weights(config)
     try:
         held = sum(math.prod(shape) for shape, _ in
                    checkpoints.npz_headers(source.weights_path).values())
