@@ -388,6 +388,9 @@ def _memo_chain(start, depth, end):
     pytest.param(b"\x80\x02Nr\xff\xff\xff\x7f.", id="memo index"),
     # BYTEARRAY8 of 2**40 bytes: the pure-Python unpickler allocates it first.
     pytest.param(b"\x80\x05\x96" + (2**40).to_bytes(8, "little") + b".", id="bytearray"),
+    # str(b"a", "no-such-codec"): the codec's LookupError reached past the handler.
+    pytest.param(b"\x80\x03cbuiltins\nstr\nC\x01aX\x0d\x00\x00\x00no-such-codec\x86R.",
+                 id="codec"),
     # str() of a 60-level shared tuple: 2**60 leaves to print (a hang).
     pytest.param(_memo_chain(b"cbuiltins\nstr\n", 60, b"\x85R."), id="str"),
     # The same tree as a dict key: hashing walks every leaf (a hang).

@@ -66,6 +66,9 @@ class _Skipped:
 
 # A pickle (a file, or a zip's data.pkl) is read whole, up to this size.
 _MAX_BYTES = 1 << 30
+# The encodings a pickle's str(bytes, encoding) may name (any other name is
+# looked up, and its codec module imported, by the codec registry).
+_ENCODINGS = {"utf-8", "utf8", "latin-1", "latin1", "iso-8859-1", "ascii"}
 # What a dict key or set item may be, or a tuple of these: hashing one costs
 # its length (a tuple of tuples shared through the memo costs 2**depth).
 _ATOMS = (str, bytes, int, float, bool, type(None))
@@ -108,10 +111,11 @@ def _plain_calls(budget):
         one_of("tuple", args, (list, tuple, dict, str))
         return tuple(*args)
 
-    def plain_str(*args):  # str(atom), or str(bytes, encoding[, errors])
+    def plain_str(*args):  # str(atom), or str(bytes, encoding[, errors]) of a text encoding
         if not (len(args) <= 1 and all(type(a) in _ATOMS for a in args)
                 or 2 <= len(args) <= 3 and type(args[0]) is bytes
-                and all(type(a) is str for a in args[1:])):
+                and all(type(a) is str for a in args[1:])
+                and args[1].lower().replace("_", "-") in _ENCODINGS):
             raise PickledVocabError("refusing str() of " + ", ".join(
                 type(a).__name__ for a in args))
         text = str(*args)
@@ -233,7 +237,7 @@ def load_plain_pickle(path):
     except PickledVocabError as err:
         raise PickledVocabError(f"{path}: {err}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, UnicodeDecodeError, struct.error, OverflowError,
+            IndexError, KeyError, LookupError, struct.error, OverflowError,
             zipfile.BadZipFile, zlib.error) as err:
         raise PickledVocabError(f"{path}: not a readable pickle of plain containers ({err})") \
             from None
