@@ -170,3 +170,17 @@ def test_classifier_metadata_of_the_wrong_kind_is_one_error(key, value):
         values[key] = value
     with pytest.raises(TxlError, match=rf"classifier metadata: {key} "):
         ClassifierInfo(values)
+
+
+def test_a_config_that_is_not_a_json_object_is_a_config_error(tmp_path):
+    """A config (a file, an export's `txl_tf.config` metadata) that is not
+    JSON was a bare JSONDecodeError, which open_runtime let through (it
+    names only TxlErrors) and the jobs printed as a traceback."""
+    from txl_tf.config import ConfigError, TransformerXLConfig
+    for text in ("{not json", "{}x", '{"n_token": [}'):
+        with pytest.raises(ConfigError, match="not a JSON object of config fields"):
+            TransformerXLConfig.from_json(text)
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=rf"{path}: not a JSON object of config fields"):
+        TransformerXLConfig.from_json(str(path))

@@ -251,11 +251,19 @@ class TransformerXLConfig:
         Returns:
             The `TransformerXLConfig`.
         """
-        text = text_or_path
-        if not text_or_path.lstrip().startswith("{"):
-            with open(text_or_path, encoding="utf-8") as f:
-                text = f.read()
-        return cls.from_dict(parse_json(text))
+        text, where = text_or_path, ""
+        try:
+            if not text_or_path.lstrip().startswith("{"):
+                where = f"{text_or_path}: "
+                with open(text_or_path, encoding="utf-8") as f:
+                    text = f.read()
+            values = parse_json(text)
+        except ValueError as err:  # not JSON, or a file that is not UTF-8
+            raise ConfigError(f"{where}not a JSON object of config fields ({err})") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}not a JSON object of config fields (a "
+                              f"{type(values).__name__})")
+        return cls.from_dict(values)
 
     def replace(self, **changes: Any) -> "TransformerXLConfig":
         """A copy with some fields changed (validated). Derived defaults follow:
