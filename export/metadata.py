@@ -50,6 +50,20 @@ def external_data_file(path):
     return path + ".data"
 
 
+def read_metadata_file(path):
+    """The JSON object of the metadata file `path` (a TxlError naming the file
+    if it is not one)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = parse_json(f.read())
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise TxlError(f"{path}: not a JSON object of export metadata ({err})") from None
+    if not isinstance(values, dict):
+        raise TxlError(f"{path}: not a JSON object of export metadata (a "
+                       f"{type(values).__name__})")
+    return values
+
+
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
                     memory_layout="layer_major", cache_dtype="float32", decode_dtype="float32",
                     quantization="none"):
@@ -145,8 +159,7 @@ class ExportInfo:
         Returns:
             An `ExportInfo`.
         """
-        with open(path, encoding="utf-8") as f:
-            return cls(parse_json(f.read()))
+        return cls(read_metadata_file(path))
 
 
 CLASSIFIER_INPUTS = ("token_ids", "lengths")
@@ -235,5 +248,4 @@ class ClassifierInfo:
 
     @classmethod
     def from_json_file(cls, path):
-        with open(path, encoding="utf-8") as f:
-            return cls(parse_json(f.read()))
+        return cls(read_metadata_file(path))

@@ -184,3 +184,16 @@ def test_a_config_that_is_not_a_json_object_is_a_config_error(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ConfigError, match=rf"{path}: not a JSON object of config fields"):
         TransformerXLConfig.from_json(str(path))
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "[" * 100_000])
+def test_an_export_metadata_file_that_is_not_a_json_object_is_one_error_naming_it(tmp_path,
+                                                                                  text):
+    """classifier.json or a SavedModel's metadata file that is not JSON was a
+    bare JSONDecodeError; a JSON list an AttributeError (`values.get`)."""
+    from export.metadata import ClassifierInfo, ExportInfo
+    path = tmp_path / "classifier.json"
+    path.write_text(text)
+    for info in (ClassifierInfo, ExportInfo):
+        with pytest.raises(TxlError, match=rf"{path}: not a JSON object of export metadata"):
+            info.from_json_file(str(path))
