@@ -381,6 +381,14 @@ def reading_settings(o):
                 saved = parse_json(f.read())
         except ValueError as err:  # not JSON, or not UTF-8
             raise TrainingError(f"--classifier_dir: cannot read {path}: {err}") from None
+        length, keep = (saved.get("max_length"), saved.get("keep")) \
+            if isinstance(saved, dict) else (None, None)
+        if not isinstance(saved, dict) or not (
+                length is None or type(length) is int and 1 <= length <= 2**31 - 1) \
+                or keep not in (None, "start", "end"):
+            raise TrainingError(f"--classifier_dir: {path} is not a training run's flags "
+                                "(a JSON object whose max_length is an integer in "
+                                "[1, 2**31 - 1] and keep start or end)")
     taken = {}
     for name, fallback in (("max_length", 512), ("keep", "start")):
         if o[name] is None:
