@@ -19,7 +19,8 @@ from typing import NamedTuple, Optional
 
 from txl_tf.app.files import parse_json, stage
 from txl_tf.config import ConfigError, TransformerXLConfig
-from txl_tf.errors import ModelDirError, TxlError  # also re-exported (export, training import it from here)
+from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
+from txl_tf.errors import TxlError
 from txl_tf.layers.init import skip_random_init
 from txl_tf.weights import checkpoints
 from txl_tf.weights.shipped import SHIPPED, shipped_model_dir
