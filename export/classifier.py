@@ -24,7 +24,7 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
                                 order_outputs, save_with_weights)
 from export.runtime import RuntimeInputError, check_ids, choose_artefact
 from export.saved_model import plain_copies, save_module, weights_scope
-from txl_tf.app.paths import what_is_in_the_way
+from txl_tf.app.paths import refuse_links_out_of, what_is_in_the_way
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.init import skip_random_init
@@ -254,6 +254,7 @@ def add_lengths_check(onnx_model):
 def _vocab_files(vocab_dir):
     if not vocab_dir:
         return []
+    refuse_links_out_of(vocab_dir)
     return [os.path.join(vocab_dir, n) for n in sorted(os.listdir(vocab_dir))
             if os.path.isfile(os.path.join(vocab_dir, n))]
 
@@ -373,5 +374,4 @@ class _SavedModelClassifier(ClassifierRuntime):
 
 def read_metadata(output_dir):
     """The `ClassifierInfo` of an export directory's `classifier.json`."""
-    with open(os.path.join(output_dir, METADATA_FILE), encoding="utf-8") as f:
-        return ClassifierInfo(json.load(f))
+    return ClassifierInfo.from_json_file(os.path.join(output_dir, METADATA_FILE))

@@ -45,7 +45,7 @@ from export.triton import (DEFAULT_MODEL_NAME, SUFFIX as CACHED_SUFFIX, check_ca
                            check_triton_model, check_triton_options, model_file,
                            write_triton_repository)
 from txl_tf.app.flagspec import merge, option, values
-from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.paths import path_in_the_way, refuse_links_out_of
 from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.checks.memory_budget import check_fits, memory_bytes
 from txl_tf.errors import TxlError
@@ -150,6 +150,11 @@ def run_export(output_dir=None, model_dir=None, *, triton_options=None,
     source = model_dir_loader.resolve(o["model_dir"], config_path=o["config"],
                                       weights_path=o["weights"], vocab_dir=o["vocab_dir"])
     _check_output_holds_no_input(o, source)
+    if source.vocab_dir:  # copied into the export whole
+        try:
+            refuse_links_out_of(source.vocab_dir)
+        except TxlError as err:
+            raise ExportError(str(err)) from None
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not o["overwrite"]:
         raise ExportError(f"output folder {output_dir!r} is not empty; pass --overwrite "
                           "(overwrite=True) to replace its contents")

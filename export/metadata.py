@@ -1,6 +1,7 @@
 """What an exported artefact records about itself (shared by SavedModel and ONNX)."""
 import json
 
+from txl_tf.app.files import parse_json
 from txl_tf.config import TransformerXLConfig
 from txl_tf.errors import TxlError
 
@@ -47,6 +48,20 @@ def weights_quantization(model):
 def external_data_file(path):
     """Where the weights of a large ONNX model go: `model.onnx` → `model.onnx.data`."""
     return path + ".data"
+
+
+def read_metadata_file(path):
+    """The JSON object of the metadata file `path` (a TxlError naming the file
+    if it is not one)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = parse_json(f.read())
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise TxlError(f"{path}: not a JSON object of export metadata ({err})") from None
+    if not isinstance(values, dict):
+        raise TxlError(f"{path}: not a JSON object of export metadata (a "
+                       f"{type(values).__name__})")
+    return values
 
 
 def export_metadata(config, mem_len, log_probs="all", zero_filled=False,
@@ -144,8 +159,7 @@ class ExportInfo:
         Returns:
             An `ExportInfo`.
         """
-        with open(path, encoding="utf-8") as f:
-            return cls(json.load(f))
+        return cls(read_metadata_file(path))
 
 
 CLASSIFIER_INPUTS = ("token_ids", "lengths")
@@ -198,13 +212,40 @@ class ClassifierInfo:
                            "models")
         self.values = dict(values)
         self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
-        self.num_classes = int(values["num_classes"])
-        self.label_names = json.loads(values.get("label_names", "null"))
-        self.segment_len = int(values["segment_len"])
-        self.mem_len = int(values["mem_len"])
-        self.vocab_files = json.loads(values.get("vocab_files", "[]"))
+
+        def number(key, least):
+            try:
+                value = int(values[key])
+            except (KeyError, TypeError, ValueError):
+                value = values.get(key)
+            if not isinstance(value, int) or value < least:
+                raise TxlError(f"classifier metadata: {key} must be an integer >= {least}, "
+                               f"got {values.get(key)!r}")
+            return value
+
+        def listed(key, default, kind, what):
+            try:
+                value = parse_json(values.get(key, default))
+            except (TypeError, ValueError):
+                value = values.get(key)
+            if value is not None and not (isinstance(value, list) and all(
+                    kind(v) for v in value)):
+                raise TxlError(f"classifier metadata: {key} must be {what}, got "
+                               f"{values.get(key)!r}")
+            return value
+
+        self.num_classes = number("num_classes", 2)
+        self.segment_len = number("segment_len", 1)
+        self.mem_len = number("mem_len", 0)
+        self.label_names = listed("label_names", "null", lambda v: isinstance(v, str),
+                                  f"null or {self.num_classes} strings")
+        if self.label_names is not None and len(self.label_names) != self.num_classes:
+            raise TxlError(f"classifier metadata: label_names must be null or "
+                           f"{self.num_classes} strings, got {len(self.label_names)}")
+        self.vocab_files = listed(  # names in the export's vocab/, never a path out of it
+            "vocab_files", "[]", lambda v: isinstance(v, str) and v not in ("", ".", "..")
+            and "/" not in v and "\\" not in v, "a list of file names") or []
 
     @classmethod
     def from_json_file(cls, path):
-        with open(path, encoding="utf-8") as f:
-            return cls(json.load(f))
+        return cls(read_metadata_file(path))

@@ -220,6 +220,27 @@ def cuda_load_failure(provider):
             f"onnxruntime.preload_dlls() for the nvidia-* wheels); running on {provider}")
 
 
+def _check_graph_against(info, session, path):
+    """Raises `ModelDirError` where the graph's declared inputs and outputs
+    are not what its metadata (`info`) says: edited or copied metadata would
+    check ids against another vocabulary, promise another log_probs shape, or
+    size memories the graph then refuses."""
+    cfg = info.config
+    expected = {"mems": [cfg.n_layer, None, info.mem_len, cfg.d_model],
+                "mem_mask": [None, info.mem_len],
+                "log_probs": [None, None, cfg.n_token] if info.log_probs == "all"
+                else [None, cfg.n_token]}
+    declared = {a.name: a.shape for a in session.get_inputs() + session.get_outputs()}
+    for name, dims in expected.items():
+        shape = declared.get(name)
+        if shape is None or len(shape) != len(dims) or any(
+                isinstance(s, int) and d is not None and s != d for s, d in zip(shape, dims)):
+            wanted = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+            raise ModelDirError(f"{path}: its metadata makes {name} {wanted}, the graph declares "
+                                f"{shape if shape is not None else 'no such tensor'}: the "
+                                "metadata is not this graph's")
+
+
 def open_session(path, session_options=None, providers=None, disabled_optimizers=()):
     """An `onnxruntime.InferenceSession` of a path (or a serialized model),
     without the graph optimizers named in `disabled_optimizers`; a missing,
@@ -346,6 +367,7 @@ class OnnxRuntime(Runtime):
         except TxlError as error:
             raise ModelDirError(f"{path}: {error}") from None
         super().__init__(info)
+        _check_graph_against(info, self.session, path)
         self.provider = self.session.get_providers()[0]
         if CUDA in names and self.provider != CUDA:  # it loaded for `cuda_loads`, not here
             log.warning("%s", cuda_load_failure(self.provider))

@@ -27,6 +27,7 @@ import tensorflow as tf
 from export import decode_interface
 from export.metadata import export_metadata, weights_quantization
 from txl_tf import Memory
+from txl_tf.app.paths import refuse_links_out_of
 from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
@@ -267,6 +268,7 @@ def export_saved_model(core, path, mem_len, log_probs="all", zero_filled=False,
 def _vocab_files(vocab_dir):
     if not vocab_dir:
         return []
+    refuse_links_out_of(vocab_dir)
     names = sorted(os.listdir(vocab_dir))
     return [os.path.join(vocab_dir, n) for n in names
             if os.path.isfile(os.path.join(vocab_dir, n))]

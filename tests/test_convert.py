@@ -385,3 +385,78 @@ def test_a_placeholder_takes_no_state_and_runs_nothing(tmp_path):
         path.write_bytes(payload)
         with pytest.raises(PickledVocabError, match="not a readable pickle"):
             pickled_vocab.load_plain_pickle(path)
+
+
+def _memo_chain(start, depth, end):
+    """A pickle: `start` (memo 0), then x_k = (x_{k-1}, x_{k-1}) for k < depth,
+    then x_{depth-1} and `end`: a few hundred bytes, 2**depth leaves when walked."""
+    ops = [b"\x80\x02", start, b"X\x01\x00\x00\x00a\x85q\x000"]
+    for k in range(1, depth):
+        ops.append(b"h%ch%c\x86q%c0" % (k - 1, k - 1, k))
+    return b"".join(ops) + b"h%c" % (depth - 1) + end
+
+
+@pytest.mark.parametrize("payload", [
+    # LONG_BINPUT 2**31 - 1: CPython's unpickler sized its memo list to 2**32
+    # entries (32 GiB) before storing anything.
+    pytest.param(b"\x80\x02Nr\xff\xff\xff\x7f.", id="memo index"),
+    # BYTEARRAY8 of 2**40 bytes: the pure-Python unpickler allocates it first.
+    pytest.param(b"\x80\x05\x96" + (2**40).to_bytes(8, "little") + b".", id="bytearray"),
+    # str(b"a", "no-such-codec"): the codec's LookupError reached past the handler.
+    pytest.param(b"\x80\x03cbuiltins\nstr\nC\x01aX\x0d\x00\x00\x00no-such-codec\x86R.",
+                 id="codec"),
+    # str() of a 60-level shared tuple: 2**60 leaves to print (a hang).
+    pytest.param(_memo_chain(b"cbuiltins\nstr\n", 60, b"\x85R."), id="str"),
+    # The same tree as a dict key: hashing walks every leaf (a hang).
+    pytest.param(_memo_chain(b"}", 60, b"K\x00s."), id="dict key"),
+    pytest.param(_memo_chain(b"\x8f(", 60, b"\x90."), id="set item"),
+    pytest.param(_memo_chain(b"cbuiltins\ndict\n", 60, b"K\x00\x86\x85\x85R."),
+                 id="dict of pairs"),
+    # A million nested tuples as a dict key: hash recursed in C (a segfault).
+    pytest.param(b"\x80\x02})" + b"\x85" * 1_000_000 + b"K\x00s.", id="deep key"),
+    # list(x) over one x of 2**16 items, 2**16 times: 2**32 copied items from 400 KB.
+    pytest.param(b"\x80\x02]q\x00(" + b"h\x00" * 2**16 + b"e" + b"cbuiltins\nlist\nq\x01"
+                 + b"0" + b"h\x01h\x00\x85R" * 2**16 + b".", id="copies"),
+])
+def test_a_hostile_pickle_of_plain_containers_is_refused_at_once(tmp_path, payload):
+    """A few hundred bytes of plain containers made the unpickler allocate
+    32 GiB, walk 2**60 shared leaves, recurse until it crashed, or copy one
+    list without end. Each is now one PickledVocabError, quickly."""
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(payload)
+    with pytest.raises(PickledVocabError, match=r"vocab\.pkl: "):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    assert not (tmp_path / "vocab.txt").exists()
+
+
+def test_a_zipped_pickle_declaring_gigabytes_is_refused_before_reading(tmp_path):
+    """A torch.save zip whose data.pkl inflates to 2 GiB (a zip bomb: a few MB
+    on disk) was inflated in memory before anything was checked."""
+    from txl_tf.text import pickled_vocab
+
+    path = tmp_path / "vocab.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({"idx2sym": SYMBOLS}))
+    data = bytearray(path.read_bytes())
+    # The declared (uncompressed) size in the central directory: 2 GiB.
+    central = data.rindex(b"PK\x01\x02")
+    data[central + 24:central + 28] = (2**31).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(PickledVocabError, match=r"data\.pkl.*2147483648 bytes.* at most"):
+        pickled_vocab.load_plain_pickle(path)
+
+
+def test_an_idx2sym_and_sym2idx_that_disagree_are_refused(tmp_path):
+    """The port encodes with sym2idx and decodes with idx2sym; a vocab.pkl
+    whose two disagree was converted from idx2sym alone, so the model read
+    other ids than the port's without a word."""
+    path = tmp_path / "vocab.pkl"
+    swapped = {s: i for i, s in enumerate(SYMBOLS)}
+    swapped["w0"], swapped["w1"] = swapped["w1"], swapped["w0"]
+    path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS, "sym2idx": swapped}))
+    with pytest.raises(PickledVocabError, match=r"vocab\.pkl: idx2sym and sym2idx disagree: "
+                                                r"idx2sym\[2\] is 'w0', sym2idx\['w0'\] is 3"):
+        convert_pickled_vocab(path, tmp_path / "vocab.txt")
+    path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS,
+                                   "sym2idx": {s: i for i, s in enumerate(SYMBOLS)}}))
+    assert convert_pickled_vocab(path, tmp_path / "vocab.txt") == SYMBOLS

@@ -147,8 +147,8 @@ def test_evaluate_job_on_a_corpus(tmp_path):
 
 def test_a_model_with_nan_weights_is_one_error_line(tmp_path, capsys):
     """`txl-evaluate` of a model whose weights hold NaN printed `bpc nan` and
-    exited 0; it is one `error:` line naming the weights, exit status 2, and
-    no `--output`."""
+    exited 0; it is one `error:` line naming the weights file and the weight
+    (the load refuses it), exit status 2, and no `--output`."""
     from txl_tf.app.exits import exit_on_error
     text = write_text_corpus(tmp_path / "corpus.txt", 3_000, seed=4)
     model = TransformerXL(TransformerXLConfig.preset("tiny", tgt_len=8, mem_len=8))
@@ -163,8 +163,9 @@ def test_a_model_with_nan_weights_is_one_error_line(tmp_path, capsys):
             output=str(output), progress=False))
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1, err
-    assert err[0].startswith("error: the model's outputs are NaN or infinite (loss nan): 1 of ")
-    assert "/layer_0/ff/layer_1/kernel)" in err[0] and not output.exists()
+    assert err[0].startswith(f"error: cannot load weights '{tmp_path / 'model' / 'weights.npz'}'")
+    assert "layer_0/ff/layer_1/kernel holds NaN or inf values" in err[0]
+    assert not output.exists()
 
 
 def test_loss_by_position_moves_with_the_memory_and_equals_evaluate_ids_without_it(tmp_path):

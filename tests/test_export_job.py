@@ -17,6 +17,7 @@ from export import job
 from export.job import SPEC
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.app.flagspec import define, values
+from txl_tf.errors import TxlError
 from txl_tf.weights import save_pretrained
 from txl_tf.weights.model_dir import load
 
@@ -438,3 +439,30 @@ def test_attn_type_1_exports_its_step_and_refuses_decode_graphs_first(tmp_path):
     with pytest.raises(ExportError, match="attn_type 1 has no cached decode .*--nodecode_cache"):
         run_export(str(tmp_path / "onnx"), model_dir=str(tmp_path / "model"), formats=["onnx"])
     assert not (tmp_path / "onnx").exists()
+
+
+def test_a_vocabulary_link_to_a_file_outside_it_is_refused_before_the_model_loads(
+        model_dir, tmp_path, monkeypatch):
+    """A downloaded model's vocab/ holding `notes.txt -> ~/.ssh/id_rsa`: the
+    export copied the link's target into its vocab/ and the SavedModel's
+    assets, for whoever the export is shipped to."""
+    from export import saved_model
+    secret = tmp_path / "secret"
+    secret.write_text("private\n")
+    model = shutil.copytree(model_dir[0], tmp_path / "model")
+    os.symlink(secret, model / "vocab" / "notes.txt")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the vocabulary was checked")
+    for name in ("load", "load_core", "load_weights"):
+        monkeypatch.setattr(job.model_dir_loader, name, no_load)
+    with pytest.raises(ExportError, match=rf"{model / 'vocab' / 'notes.txt'} is a symbolic link "
+                                          rf"to {secret}, outside"):
+        run_export(str(tmp_path / "out"), str(model), formats=["saved_model"])
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(TxlError, match=r"notes\.txt is a symbolic link"):
+        saved_model._vocab_files(str(model / "vocab"))
+    os.remove(model / "vocab" / "notes.txt")  # a link inside the folder is copied as its file
+    os.symlink("vocab.txt", model / "vocab" / "same.txt")
+    assert [os.path.basename(p) for p in saved_model._vocab_files(str(model / "vocab"))] == \
+        ["same.txt", "vocab.txt"]

@@ -547,3 +547,37 @@ def test_a_mem_len_that_is_not_an_integer_is_refused_by_the_exports(tmp_path, me
         with pytest.raises(TxlError, match=r"^mem_len must be an integer >= 0, got "):
             export(core, str(tmp_path / path), mem_len)
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("changes,declared", [
+    ({"n_token": 1000}, "log_probs"), ({"log_probs": "last"}, "log_probs"),
+    ({"mem_len": 8}, "mems"), ({"n_layer": 3}, "mems"), ({"d_model": 64, "d_head": 32}, "mems")])
+def test_onnx_metadata_that_is_not_the_graphs_is_refused_at_open(paths, tmp_path, changes,
+                                                                  declared):
+    """A model.onnx whose metadata was edited (or copied from another export):
+    n_token 1000 over a 256-token graph let ids 256..999 through the runtime's
+    checks, log_probs "last" over an "all" graph gave [B, T, n_token] where
+    [B, n_token] is promised, and another mem_len, n_layer or d_model was
+    onnxruntime's RuntimeError at the first step."""
+    import json
+
+    import onnx
+
+    from export import ModelDirError
+    model = onnx.load(str(paths / "model.onnx"))
+    props = {p.key: p.value for p in model.metadata_props}
+    config = json.loads(props["txl_tf.config"])
+    for key, value in changes.items():
+        if key in config:
+            config[key] = value
+        props[key] = str(value)
+    props["txl_tf.config"] = json.dumps(config)
+    del model.metadata_props[:]
+    for key, value in props.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    with pytest.raises(ModelDirError, match=rf"model\.onnx: its metadata makes {declared} .*, "
+                                            r"the graph declares .*: the metadata is not this "
+                                            "graph's"):
+        open_runtime(str(tmp_path / "model.onnx"), device="cpu")

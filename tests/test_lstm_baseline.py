@@ -265,3 +265,34 @@ def test_an_eval_batch_too_large_for_the_valid_split_is_refused_before_training(
                        batch_size=2, train_steps=2, eval_batch_size=100000, dataset="text",
                        data_dir=str(text), cache_dir=str(tmp_path / "cache"))
     assert not (tmp_path / "run").exists()  # nothing trained, nothing written
+
+
+@pytest.mark.parametrize("damage", ["a huge unwritten dataset", "NaN", "integers"])
+def test_lstm_weights_are_checked_before_they_are_read(tmp_path, damage):
+    """An HDF5 dataset declares its shape and stores only the chunks written:
+    a few KB declaring 2**36 floats was read into memory (a MemoryError)
+    before its shape was compared; NaN weights and integer ones were assigned
+    without a word."""
+    import h5py
+    model = make_model()
+    save_lstm(model, str(tmp_path / "m"), ByteTokenizer())
+    weights = [p for p in (tmp_path / "m").rglob("*.h5")][0]
+    with h5py.File(weights, "r+") as f:
+        names = []
+        f.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset)
+                     else None)
+        name = names[0]
+        value = f[name][()]
+        del f[name]
+        if damage == "a huge unwritten dataset":
+            f.create_dataset(name, shape=(2**36,), dtype="float32", chunks=(1024,))
+            problem = r"\(68719476736,\)"
+        elif damage == "NaN":
+            value.flat[0] = np.nan
+            f[name] = value
+            problem = "NaN or inf"
+        else:
+            f[name] = value.astype(np.int32)
+            problem = "int32"
+    with pytest.raises(TxlError, match=rf"{name}.*{problem}"):
+        load_lstm(str(tmp_path / "m"))

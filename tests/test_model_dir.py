@@ -284,3 +284,72 @@ def test_a_save_without_a_tokenizer_keeps_a_vocabulary_put_there_by_hand(run, tm
     assert resolve(str(folder)).vocab_dir == str(folder / "vocab")
     err = capsys.readouterr().err
     assert err.startswith("warning: ") and str(folder / "vocab") in err and "unchecked" in err
+
+
+def _npz_with_header(path, arrays, name, shape):
+    """`arrays` as an .npz whose member `name` declares `shape` in its header
+    (its data are the real array's few bytes)."""
+    import zipfile
+    with zipfile.ZipFile(path, "w") as archive:
+        for key, value in arrays.items():
+            buffer = io.BytesIO()
+            np.save(buffer, value)
+            data = buffer.getvalue()
+            if key == name:
+                header = {"descr": value.dtype.str, "fortran_order": False, "shape": shape}
+                buffer = io.BytesIO()
+                np.lib.format.write_array_header_1_0(buffer, header)
+                data = buffer.getvalue() + value.tobytes()
+            archive.writestr(key + ".npy", data)
+
+
+def test_a_weight_whose_header_declares_a_huge_shape_is_refused_before_it_is_read(run, tmp_path):
+    """numpy allocates the shape an .npy header declares before reading its
+    data: a weights.npz of a few KB declaring (2**33, 32) asked for 1 TiB
+    (a MemoryError) before the shape was compared with the model's."""
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+    with np.load(tmp_path / "model" / "weights.npz") as archive:
+        weights = dict(archive)
+    name = "transformer/adaptive_embed/lookup_table"
+    _npz_with_header(tmp_path / "model" / "weights.npz", weights, name, (2**33, 32))
+    with pytest.raises(ModelDirError, match=rf"{name} has shape \(8589934592, 32\), the model "
+                                            r"expects \(256, 32\)"):
+        load(str(tmp_path / "model"))
+
+
+def test_a_config_far_larger_than_its_weights_is_refused_before_the_model_is_built(
+        run, tmp_path, monkeypatch):
+    """config.json edited to n_token=10**7 (weights.npz unchanged) built a
+    core of 320 million floats, then found its first weight's shape wrong."""
+    import json
+
+    import txl_tf.core
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    config["n_token"] = 10**7
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    built = []
+    monkeypatch.setattr(txl_tf.core.TransformerXL, "__init__",
+                        lambda self, *a, **k: built.append(a))
+    with pytest.raises(ModelDirError, match=r"weights\.npz' into a core built from .*config\.json"
+                                            r"': the config's model has at least 320,[\d,]+ "
+                                            r"weights and the file holds [\d,]+ \("):
+        load(str(tmp_path / "model"))
+    assert not built
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_weight_holding_nan_or_inf_is_refused_at_load(run, tmp_path, bad):
+    """A weights.npz with one NaN (or inf) loaded without a word: every job
+    then computed NaN, and an exported model held it."""
+    _, core = run
+    save_pretrained(core, tmp_path / "model")
+    with np.load(tmp_path / "model" / "weights.npz") as archive:
+        weights = dict(archive)
+    name = "transformer/layer_1/ff/layer_2/kernel"
+    weights[name][5, 3] = bad
+    np.savez(tmp_path / "model" / "weights.npz", **weights)
+    with pytest.raises(ModelDirError, match=rf"weights\.npz.*{name} holds NaN or inf values"):
+        load(str(tmp_path / "model"))

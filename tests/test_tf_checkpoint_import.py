@@ -134,3 +134,60 @@ def test_a_weight_of_another_shape_names_the_checkpoint(tmp_path):
     with pytest.raises(TxlError, match=r"checkpoint '.*model\.ckpt.*': weight transformer/"
                        r".* has shape \(.*\), the model expects"):
         import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, "d_inner": 20}))
+
+
+class _CountingReader:
+    """A checkpoint reader that records the tensors read."""
+
+    def __init__(self, reader, read):
+        self.reader, self.read = reader, read
+
+    def get_variable_to_shape_map(self):
+        return self.reader.get_variable_to_shape_map()
+
+    def get_tensor(self, name):
+        self.read.append(name)
+        return self.reader.get_tensor(name)
+
+
+def test_a_weight_of_another_shape_is_refused_before_any_tensor_is_read(tmp_path, monkeypatch):
+    """Every tensor was read before any shape was compared: TensorFlow sizes a
+    tensor by the shape the checkpoint's index declares, so one declaring
+    2**40 elements was allocated before the mismatch was found. Shapes are
+    compared from the index first, for the paper's checkpoints and training
+    ones (`restore_weights`)."""
+    from txl_tf.weights.checkpoints import restore_weights, weight_dict
+    core = random_core()
+    weights = get_weights(core)
+    name = "transformer/layer_1/ff/layer_1/kernel"
+    weights[name] = np.zeros((17, 24), np.float32)
+    prefix = save_tf1(weights, str(tmp_path / "tf1" / "model.ckpt"))
+    bigger = random_core(d_inner=32)
+    trained = tf.train.Checkpoint(weights=weight_dict(bigger)).save(str(tmp_path / "run" / "ckpt"))
+    read = []
+    load = tf.train.load_checkpoint
+    monkeypatch.setattr(tf.train, "load_checkpoint",
+                        lambda path: _CountingReader(load(path), read))
+    with pytest.raises(TxlError, match=rf"weight {name} has shape \(17, 24\), the model "
+                                       r"expects \(16, 24\)"):
+        import_tf_checkpoint(prefix, core.config)
+    with pytest.raises(TxlError, match=r"weight transformer/layer_0/ff/layer_1/kernel has shape "
+                                       r"\(16, 32\), the model expects \(16, 24\)"):
+        restore_weights(random_core(), trained)
+    assert read == []
+
+
+def test_a_config_far_larger_than_the_checkpoint_is_refused_before_the_model_is_built(
+        tmp_path, monkeypatch):
+    """A config of n_token=10**7 given for a 40-token checkpoint built 160
+    million floats, then found the first weight missing or of another shape."""
+    import txl_tf.core
+    prefix = save_tf1(get_weights(random_core()), str(tmp_path / "model.ckpt"))
+    built = []
+    monkeypatch.setattr(txl_tf.core.TransformerXL, "__init__",
+                        lambda self, *a, **k: built.append(a))
+    with pytest.raises(TxlError, match=r"the config's model has at least 160,[\d,]+ weights and "
+                                       r"checkpoint .* holds [\d,]+ \(not one model's; nothing "
+                                       r"was built\)"):
+        import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, "n_token": 10**7}))
+    assert not built

@@ -275,6 +275,17 @@ def test_a_classifiers_unreadable_flags_file_is_named(tmp_path):
                                    "keep": None})
 
 
+@pytest.mark.parametrize("text", ["[64]", '{"max_length": "all"}', '{"max_length": -1}',
+                                  '{"keep": 3}'])
+def test_a_classifiers_flags_file_of_the_wrong_kind_is_named(tmp_path, text):
+    """A flags.json holding a JSON list was an AttributeError (`saved.get`);
+    a max_length or keep of another kind was taken as the job's setting."""
+    (tmp_path / "flags.json").write_text(text)
+    with pytest.raises(TrainingError, match=r"--classifier_dir: .*flags\.json"):
+        classify.reading_settings({"classifier_dir": str(tmp_path), "max_length": None,
+                                   "keep": None})
+
+
 @pytest.mark.parametrize("args, message", [
     (["--train_data={root}/missing.tsv", "--backbone={backbone}", "--output_dir={root}/o"],
      r"error: --train_data: classification data not found: .*missing.tsv"),

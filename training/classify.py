@@ -48,6 +48,7 @@ from training.classifier_model import (MODEL_FILE, check_lengths, choose_model,
                                        predict_logits)
 from training.errors import TrainingError
 from training.files import LOG_FILE, set_aside_log, write_atomically
+from txl_tf.app.files import parse_json
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
@@ -377,9 +378,17 @@ def reading_settings(o):
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
+                saved = parse_json(f.read())
         except ValueError as err:  # not JSON, or not UTF-8
             raise TrainingError(f"--classifier_dir: cannot read {path}: {err}") from None
+        length, keep = (saved.get("max_length"), saved.get("keep")) \
+            if isinstance(saved, dict) else (None, None)
+        if not isinstance(saved, dict) or not (
+                length is None or type(length) is int and 1 <= length <= 2**31 - 1) \
+                or keep not in (None, "start", "end"):
+            raise TrainingError(f"--classifier_dir: {path} is not a training run's flags "
+                                "(a JSON object whose max_length is an integer in "
+                                "[1, 2**31 - 1] and keep start or end)")
     taken = {}
     for name, fallback in (("max_length", 512), ("keep", "start")):
         if o[name] is None:

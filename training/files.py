@@ -4,7 +4,7 @@ import json
 import os
 import shutil
 
-from txl_tf.app.files import WriteError, naming
+from txl_tf.app.files import WriteError, naming, parse_json
 
 
 def write_atomically(path, text):
@@ -119,6 +119,6 @@ def log_record(path, record):
 def _step(line):
     """A log line's step (-1 for a line that is not a record of one)."""
     try:
-        return int(json.loads(line)["step"])
+        return int(parse_json(line)["step"])
     except (ValueError, KeyError, TypeError):
         return -1

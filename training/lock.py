@@ -15,6 +15,7 @@ import sys
 import time
 
 from training.errors import TrainingError
+from txl_tf.app.files import parse_json
 
 # The byte Windows locks: its locks are mandatory (a locked byte cannot be
 # read), so the lock stays clear of the owner's text a second job reads.
@@ -107,7 +108,7 @@ class DirectoryLock:
 def describe_owner(text):
     """`" (pid 12 on host h, started ...)"` from a lock file's text, or `""`."""
     try:
-        owner = json.loads(text)
+        owner = parse_json(text)
         return f" (pid {owner['pid']} on host {owner['host']}, started {owner['started']})"
     except (ValueError, KeyError, TypeError):
         return ""

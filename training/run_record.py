@@ -16,6 +16,7 @@ import zlib
 import numpy as np
 
 from training.errors import TrainingError
+from txl_tf.app.files import parse_json
 
 RUN_RECORD = "run.json"
 
@@ -72,7 +73,7 @@ def check(record, path):
         return
     try:
         with open(path, encoding="utf-8") as f:
-            previous = json.load(f)
+            previous = parse_json(f.read())
     except (OSError, ValueError) as err:
         raise TrainingError(f"cannot read the run record {path}: {err}") from None
     found = differences(previous, record)

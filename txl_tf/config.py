@@ -10,6 +10,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from txl_tf.app.files import parse_json
 from txl_tf.checks.numpy_checks import MAX_POSITIONS, is_flag
 from txl_tf.errors import TxlError
 
@@ -147,7 +148,7 @@ class TransformerXLConfig:
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {value}")
         for name in ("init_std", "proj_init_std", "layer_norm_epsilon"):
-            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
+            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:  # NaN passed
                 raise ConfigError(f"{name} must be a finite number > 0, got "
                                   f"{getattr(self, name)}")
         if self.vocab_fingerprint is not None and not isinstance(self.vocab_fingerprint, str):
@@ -250,11 +251,19 @@ class TransformerXLConfig:
         Returns:
             The `TransformerXLConfig`.
         """
-        text = text_or_path
-        if not text_or_path.lstrip().startswith("{"):
-            with open(text_or_path, encoding="utf-8") as f:
-                text = f.read()
-        return cls.from_dict(json.loads(text))
+        text, where = text_or_path, ""
+        try:
+            if not text_or_path.lstrip().startswith("{"):
+                where = f"{text_or_path}: "
+                with open(text_or_path, encoding="utf-8") as f:
+                    text = f.read()
+            values = parse_json(text)
+        except ValueError as err:  # not JSON, or a file that is not UTF-8
+            raise ConfigError(f"{where}not a JSON object of config fields ({err})") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}not a JSON object of config fields (a "
+                              f"{type(values).__name__})")
+        return cls.from_dict(values)
 
     def replace(self, **changes: Any) -> "TransformerXLConfig":
         """A copy with some fields changed (validated). Derived defaults follow:

@@ -9,6 +9,7 @@ likewise under a temporary name and renamed over its final one (`replacing`).
 Standard library only."""
 import contextlib
 import errno as errnos
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,16 @@ PREFIX = ".tmp-"  # `.tmp-<pid>-<name>`: keeps the name's suffix (.npz, .keras, 
 WRITE_ERRNOS = frozenset({errnos.ENOSPC, errnos.EFBIG, errnos.EDQUOT, errnos.EROFS,
                           errnos.EACCES, errnos.EPERM, errnos.EIO})
 SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy's `tofile`, no errno
+
+
+def parse_json(text):
+    """`json.loads(text)`, where JSON nested deeper than the parser recurses
+    is a `json.JSONDecodeError` (a ValueError) as other bad JSON is, not a
+    RecursionError (a file of 200 KB of `[` reached past every handler)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
 
 
 def temporary_path(path):

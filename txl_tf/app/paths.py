@@ -8,6 +8,30 @@ import os
 import sys
 
 
+def link_out_of(folder):
+    """`(path, target)` of the first entry under `folder` that is a symbolic
+    link to a place outside it (a copy of the folder would copy that in:
+    `vocab/notes.txt -> ~/.ssh/id_rsa` in a downloaded model), or None."""
+    root = os.path.realpath(folder)
+    for top, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            path = os.path.join(top, name)
+            target = os.path.realpath(path)
+            if os.path.islink(path) and os.path.commonpath([root, target]) != root:
+                return path, target
+    return None
+
+
+def refuse_links_out_of(folder, what="the vocabulary folder"):
+    """Raises `TxlError` naming a symbolic link under `folder` to a place
+    outside it (see `link_out_of`)."""
+    from txl_tf.errors import TxlError
+    found = link_out_of(folder)
+    if found:
+        raise TxlError(f"{found[0]} is a symbolic link to {found[1]}, outside {what} "
+                       f"{folder}: it is not copied into an export (copy the file there)")
+
+
 def path_in_the_way(flag, path, kind="folder", utf8_paths=False):
     """The `error:` message for a `kind` ("folder" or "file") that cannot be
     written at `path`, given as `--flag`, or None.

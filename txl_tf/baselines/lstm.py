@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.app.files import stage
+from txl_tf.app.files import parse_json, stage
 from txl_tf.checks.inputs import check_targets, check_token_ids
 from txl_tf.errors import TxlError
 from txl_tf.layers.memory import Memory
@@ -239,16 +239,31 @@ def load_lstm(directory):
         raise TxlError(f"{directory}: no LSTM baseline ({CONFIG_FILE} with \"model\": "
                        "\"lstm\") here or in its export/")
     with open(path, encoding="utf-8") as f:
-        config = LSTMConfig.from_dict(json.load(f))
+        config = LSTMConfig.from_dict(parse_json(f.read()))
     model = LSTMLanguageModel(config)
     model.build()
-    saved = _read_weights(os.path.join(os.path.dirname(path), WEIGHTS_FILE))
-    for variable in model.weights:
-        value = saved.pop(_name(variable), None)
-        if value is None or value.shape != tuple(variable.shape):
-            raise TxlError(f"{directory}: the saved weights have no {_name(variable)} of shape "
-                           f"{tuple(variable.shape)}")
-        variable.assign(value)
+    import h5py
+    with h5py.File(os.path.join(os.path.dirname(path), WEIGHTS_FILE), "r") as f:
+        saved = {}
+        f.visititems(lambda name, item: saved.__setitem__(name, item)
+                     if isinstance(item, h5py.Dataset) else None)
+        for variable in model.weights:
+            # Shape and dtype from the dataset's header, before it is read: an
+            # HDF5 dataset stores only the chunks written, so a few KB may
+            # declare any size.
+            item = saved.pop(_name(variable), None)
+            if item is None or item.shape != tuple(variable.shape):
+                found = f" (it holds {item.shape})" if item is not None else ""
+                raise TxlError(f"{directory}: the saved weights have no {_name(variable)} of "
+                               f"shape {tuple(variable.shape)}{found}")
+            if item.dtype.kind != "f":
+                raise TxlError(f"{directory}: the saved weight {_name(variable)} holds "
+                               f"{item.dtype} values, where a floating-point weight belongs")
+            value = item[()]
+            if not np.isfinite(value).all():
+                raise TxlError(f"{directory}: the saved weight {_name(variable)} holds NaN or "
+                               "inf values")
+            variable.assign(value)
     if saved:
         raise TxlError(f"{directory}: the saved weights hold unknown variables {sorted(saved)}")
     return model
@@ -280,7 +295,7 @@ def _config_path(directory):
         if os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8") as f:
-                    if json.load(f).get("model") == MODEL_KIND:
+                    if parse_json(f.read()).get("model") == MODEL_KIND:
                         return path
             except (OSError, ValueError, AttributeError):
                 return None
@@ -299,12 +314,3 @@ def _write_weights(path, weights):
             f.create_dataset(name, data=value)
     with open(path, "wb") as f:
         f.write(buffer.getbuffer())
-
-
-def _read_weights(path):
-    import h5py
-    weights = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, item: weights.__setitem__(name, np.asarray(item))
-                     if isinstance(item, h5py.Dataset) else None)
-    return weights

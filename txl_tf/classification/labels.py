@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from txl_tf.app.files import parse_json
 from txl_tf.errors import TxlError
 
 LABELS_FILE = "labels.json"
@@ -198,7 +199,7 @@ class LabelSet:
             raise FileNotFoundError(f"labels file not found: {path} (written by "
                                     "LabelSet.save when the training data was read)")
         try:
-            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+            return cls.from_json(parse_json(path.read_text(encoding="utf-8")))
         except (ValueError, TypeError) as err:
             raise TxlError(f"{path}: not a labels file: {err}") from None
 

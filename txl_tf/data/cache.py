@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from txl_tf.app.files import process_alive
+from txl_tf.app.files import parse_json, process_alive
 from txl_tf.errors import TxlError
 
 CACHE_FORMAT = 1
@@ -118,14 +118,43 @@ def entry_dir(root: Path, name: str, key: str) -> Path:
 
 
 def read_entry(entry: Path, mmap: bool):
-    """Return ``(arrays by split, meta)`` for a complete entry, else None."""
+    """Return ``(arrays by split, meta)`` for a complete entry, else None.
+
+    Raises:
+        TxlError: the entry is damaged (a meta.json without the lengths and
+            vocabulary size it records, or a split that is not those int32
+            ids of the vocabulary: checked from the .npy header before the
+            ids are read, then the ids' range).
+    """
     meta_path = entry / "meta.json"
     if not meta_path.is_file():
         return None
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    arrays = {s: np.load(entry / f"{s}.npy", mmap_mode="r" if mmap else None,
-                         allow_pickle=False) for s in SPLITS}
+    try:
+        meta = parse_json(meta_path.read_text(encoding="utf-8"))
+        arrays = {s: _read_ids(entry / f"{s}.npy", int(meta["lengths"][s]),
+                               int(meta["vocab_size"]), mmap) for s in SPLITS}
+    except (ValueError, KeyError, TypeError) as err:
+        raise TxlError(f"corpus cache entry {entry} is damaged ({err}): delete it, and the "
+                       "next job rebuilds it") from None
     return arrays, meta
+
+
+def _read_ids(path: Path, length: int, vocab_size: int, mmap: bool) -> np.ndarray:
+    """The ``length`` int32 ids in [0, vocab_size) of the .npy at ``path``
+    (a ValueError naming the split otherwise)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version != (1, 0):
+            raise ValueError(f"{path.name}: .npy format version {version}")
+        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        data_bytes = os.fstat(f.fileno()).st_size - f.tell()
+    if dtype != np.dtype("<i4") or shape != (length,) or data_bytes != 4 * length:
+        raise ValueError(f"{path.name} holds {dtype} {shape} in {data_bytes} bytes, where "
+                         f"meta.json records {length} int32 ids")
+    ids = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    if length and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"{path.name} holds ids outside [0, {vocab_size})")
+    return ids
 
 
 def new_build_dir(root: Path, name: str) -> Path:
@@ -146,7 +175,7 @@ def remove_stale_builds(root: Path) -> list[str]:
     removed = []
     for build in sorted(root.glob(".tmp-*")):
         try:
-            owner = json.loads((build / OWNER_FILE).read_text(encoding="utf-8"))
+            owner = parse_json((build / OWNER_FILE).read_text(encoding="utf-8"))
             pid, host = int(owner["pid"]), owner["host"]
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.app.files import parse_json
 from txl_tf.errors import TxlError
 
 CONFIG_FILE = "tokenizer.json"
@@ -182,7 +183,10 @@ class Tokenizer:
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {path} (expected a "
                                     "directory written by Tokenizer.save)")
-        config = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            config = parse_json(path.read_text(encoding="utf-8"))
+        except ValueError as err:  # not JSON, or not UTF-8
+            raise TxlError(f"{path}: not a tokenizer description ({err})") from None
         if not isinstance(config, dict):
             raise TxlError(f"{path}: not a tokenizer description (a JSON object with its "
                            "\"type\")")
@@ -193,7 +197,13 @@ class Tokenizer:
         target = _REGISTRY[kind]
         if cls is not Tokenizer and not issubclass(target, cls):
             raise TxlError(f"{path} holds a {kind!r} tokenizer, not {cls.kind!r}")
-        tokenizer = target._from_files(directory, config)
+        for key, value in config.items():  # a list where a token belongs was a TypeError
+            if key.endswith(("_token", "_char")) and not isinstance(value, (str, type(None))):
+                raise TxlError(f"{path}: {key} must be a string, got {value!r}")
+        try:
+            tokenizer = target._from_files(directory, config)
+        except TypeError as err:  # another option of another type
+            raise TxlError(f"{path}: {err}") from None
         if "vocab_size" in config and config["vocab_size"] != tokenizer.vocab_size:
             raise TxlError(f"{path}: vocab_size {config['vocab_size']} does not "
                            f"match the loaded vocabulary ({tokenizer.vocab_size})")
@@ -222,6 +232,18 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+def file_in(directory: Path, config: dict[str, Any], key: str, default: str) -> Path:
+    """The file `config[key]` (else `default`) names in `directory`: a plain
+    file name, since `../x` or `/etc/x` from a downloaded tokenizer.json would
+    read a file elsewhere."""
+    name = config.get(key, default)
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name \
+            or os.sep in name or (os.altsep and os.altsep in name):
+        raise TxlError(f"{directory / CONFIG_FILE}: {key} must be a file name in "
+                       f"{directory}, got {name!r}")
+    return directory / name
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.errors import TxlError
-from txl_tf.text.base import Tokenizer, as_text, checked, register
+from txl_tf.text.base import Tokenizer, as_text, checked, file_in, register
 from txl_tf.text.vocab import build_vocab, read_vocab, write_vocab
 
 VOCAB_FILE = "vocab.txt"
@@ -135,5 +135,5 @@ class CharTokenizer(Tokenizer):
 
     @classmethod
     def _from_files(cls, directory: Path, config: dict[str, Any]) -> "CharTokenizer":
-        chars = read_vocab(directory / config.get("vocab_file", VOCAB_FILE), escape=True)
+        chars = read_vocab(file_in(directory, config, "vocab_file", VOCAB_FILE), escape=True)
         return cls(chars, config.get("unk_char", DEFAULT_UNK))

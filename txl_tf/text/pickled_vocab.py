@@ -9,14 +9,19 @@ only plain containers (dict, list, tuple, str, int, float, bool, None,
 the pickle, which is how a pickle runs code, is refused before it is looked
 up, but for the few that a tokenizer saved by transformers 4.x holds (its
 regexes and Moses tokenizers: `_SKIPPED`), which become inert placeholders,
-never the real classes. Files written by `torch.save` (a zip holding `data.pkl`, or the legacy
-sequence of pickles) are read the same way, without PyTorch.
+never the real classes. Those callables take only plain arguments and copy at
+most as many items as the pickle has bytes; dict keys and set items are strings,
+numbers or flat tuples of them (hashing a tuple of shared tuples walks each leaf
+every time it is reached). Files written by `torch.save` (a zip holding
+`data.pkl`, or the legacy sequence of pickles) are read the same way, without
+PyTorch; a pickle over 1 GiB is refused before it is read.
 
     python -m txl_tf.text.pickled_vocab vocab.pkl vocab.txt
 """
 import io
 import os
 import pickle
+import struct
 import sys
 import zipfile
 import zlib
@@ -59,12 +64,97 @@ class _Skipped:
         pass
 
 
-class _PlainUnpickler(pickle.Unpickler):
+# A pickle (a file, or a zip's data.pkl) is read whole, up to this size.
+_MAX_BYTES = 1 << 30
+# The encodings a pickle's str(bytes, encoding) may name (any other name is
+# looked up, and its codec module imported, by the codec registry).
+_ENCODINGS = {"utf-8", "utf8", "latin-1", "latin1", "iso-8859-1", "ascii"}
+# What a dict key or set item may be, or a tuple of these: hashing one costs
+# its length (a tuple of tuples shared through the memo costs 2**depth).
+_ATOMS = (str, bytes, int, float, bool, type(None))
+
+
+def _flat(value):
+    return type(value) in _ATOMS or (type(value) is tuple and all(type(v) in _ATOMS
+                                                                  for v in value))
+
+
+def _plain_calls(budget):
+    """The allowed callables for one load. Each takes only plain arguments, and
+    all together copy at most `budget` items: a pickle naming one big list can
+    copy it again and again for a few bytes each."""
+    left = [budget]
+
+    def charge(n):
+        left[0] -= n
+        if left[0] < 0:
+            raise PickledVocabError("its calls copy more items than the pickle has bytes")
+
+    def one_of(name, args, types):
+        if len(args) > 1 or (args and type(args[0]) not in types):
+            raise PickledVocabError(f"refusing {name}() of " + ", ".join(
+                type(a).__name__ for a in args))
+        charge(len(args[0]) if args else 0)
+
+    def plain_dict(*args):  # dict(mapping), as Counter pickles; Python 2's OrderedDict: pairs
+        one_of("dict", args, (dict, list, tuple))
+        if args and type(args[0]) is not dict and not all(
+                type(p) in (list, tuple) and len(p) == 2 and _flat(p[0]) for p in args[0]):
+            raise PickledVocabError("refusing dict() of other than pairs with plain keys")
+        return dict(*args)
+
+    def plain_list(*args):
+        one_of("list", args, (list, tuple, dict, str))
+        return list(*args)
+
+    def plain_tuple(*args):
+        one_of("tuple", args, (list, tuple, dict, str))
+        return tuple(*args)
+
+    def plain_str(*args):  # str(atom), or str(bytes, encoding[, errors]) of a text encoding
+        if not (len(args) <= 1 and all(type(a) in _ATOMS for a in args)
+                or 2 <= len(args) <= 3 and type(args[0]) is bytes
+                and all(type(a) is str for a in args[1:])
+                and args[1].lower().replace("_", "-") in _ENCODINGS):
+            raise PickledVocabError("refusing str() of " + ", ".join(
+                type(a).__name__ for a in args))
+        text = str(*args)
+        charge(len(text))
+        return text
+
+    def plain_int(*args):  # int(atom), or int(text, base)
+        if len(args) > 2 or not all(type(a) in _ATOMS for a in args):
+            raise PickledVocabError("refusing int() of " + ", ".join(
+                type(a).__name__ for a in args))
+        return int(*args)
+
+    return {dict: plain_dict, list: plain_list, tuple: plain_tuple, str: plain_str,
+            int: plain_int}
+
+
+def _keys(items):
+    for item in items:
+        if not _flat(item):
+            raise PickledVocabError(f"refusing a dict key or set item of type "
+                                    f"{type(item).__name__} (only strings, numbers and "
+                                    "flat tuples of them)")
+
+
+class _PlainUnpickler(pickle._Unpickler):
+    """CPython's pure-Python unpickler (its memo is a dict: the C one sizes a
+    list by the largest memo index it is given), with the allowed callables
+    only, and dict keys and set items refused unless they are flat."""
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, data):
+        super().__init__(io.BytesIO(data), encoding="utf-8")
+        self._calls = _plain_calls(len(data))
+
     def find_class(self, module, name):
         if (module, name) in _SKIPPED:
             return _Skipped
         try:
-            return _ALLOWED[(module, name)]
+            return self._calls[_ALLOWED[(module, name)]]
         except KeyError:
             raise PickledVocabError(
                 f"refusing to unpickle {module}.{name}: a vocabulary pickle may hold only "
@@ -73,9 +163,52 @@ class _PlainUnpickler(pickle.Unpickler):
     def persistent_load(self, pid):
         raise PickledVocabError("refusing a persistent id (a tensor storage): not a vocabulary")
 
+    def load_setitem(self):
+        _keys(self.stack[-2:-1])
+        pickle._Unpickler.load_setitem(self)
 
-def _loads(data):
-    return _PlainUnpickler(io.BytesIO(data), encoding="utf-8").load()
+    def load_setitems(self):  # the stack holds what follows the mark
+        _keys(self.stack[0::2])
+        pickle._Unpickler.load_setitems(self)
+
+    def load_dict(self):
+        _keys(self.stack[0::2])
+        pickle._Unpickler.load_dict(self)
+
+    def load_additems(self):
+        _keys(self.stack)
+        pickle._Unpickler.load_additems(self)
+
+    def load_frozenset(self):
+        _keys(self.stack)
+        pickle._Unpickler.load_frozenset(self)
+
+    def load_build(self):  # state for a placeholder only (dropped); the callables take none
+        if not (isinstance(self.stack[-2], _Skipped) or self.stack[-2] is _Skipped):
+            raise pickle.UnpicklingError(f"state given to a {type(self.stack[-2]).__name__}")
+        pickle._Unpickler.load_build(self)
+
+    def load_bytearray8(self):  # it allocated the length given before reading
+        size, = struct.unpack("<Q", self.read(8))
+        data = self.read(size)  # at most what is there
+        if len(data) != size:
+            raise pickle.UnpicklingError(f"BYTEARRAY8 of {size} bytes past the end")
+        self.append(bytearray(data))
+
+    dispatch[pickle.SETITEM[0]] = load_setitem
+    dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
+    dispatch[pickle.BUILD[0]] = load_build
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+    dispatch[pickle.DICT[0]] = load_dict
+    dispatch[pickle.ADDITEMS[0]] = load_additems
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
+
+
+def _read(file):
+    data = file.read(_MAX_BYTES + 1)
+    if len(data) > _MAX_BYTES:
+        raise PickledVocabError(f"more than {_MAX_BYTES} bytes: not a vocabulary")
+    return data
 
 
 def load_plain_pickle(path):
@@ -86,20 +219,26 @@ def load_plain_pickle(path):
             with zipfile.ZipFile(path) as archive:
                 member = [n for n in archive.namelist() if n.endswith("data.pkl")]
                 if len(member) != 1:
-                    raise PickledVocabError(f"{path}: a zip without one data.pkl")
-                return _loads(archive.read(member[0]))
+                    raise PickledVocabError("a zip without one data.pkl")
+                size = archive.getinfo(member[0]).file_size
+                if size > _MAX_BYTES:  # checked before inflating: a zip bomb
+                    raise PickledVocabError(f"{member[0]} inflates to {size} bytes; a "
+                                            f"vocabulary pickle is at most {_MAX_BYTES}")
+                with archive.open(member[0]) as f:
+                    return _PlainUnpickler(_read(f)).load()
         with open(path, "rb") as f:
-            stream = _PlainUnpickler(f, encoding="utf-8")
-            first = stream.load()
-            if first == _TORCH_MAGIC:  # legacy torch.save: magic, version, info, object
-                stream.load()
-                stream.load()
-                return stream.load()
-            return first
+            stream = _PlainUnpickler(_read(f))
+        first = stream.load()
+        if first == _TORCH_MAGIC:  # legacy torch.save: magic, version, info, object
+            stream.load()
+            stream.load()
+            return stream.load()
+        return first
     except PickledVocabError as err:
         raise PickledVocabError(f"{path}: {err}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, zlib.error) as err:
+            IndexError, KeyError, LookupError, struct.error, OverflowError,
+            zipfile.BadZipFile, zlib.error) as err:
         raise PickledVocabError(f"{path}: not a readable pickle of plain containers ({err})") \
             from None
 
@@ -108,6 +247,17 @@ def symbols_of(obj, path="vocabulary"):
     """The symbols in id order: a list of str, an `idx2sym` list, or a
     `sym2idx` mapping with ids 0..n-1."""
     if isinstance(obj, dict) and "idx2sym" in obj:
+        if isinstance(obj.get("sym2idx"), dict):  # the port encodes with it: both must agree
+            by_id = symbols_of({"sym2idx": obj["sym2idx"]}, path)
+            listed = symbols_of(obj["idx2sym"], path)
+            for i, symbol in enumerate(listed):
+                if i >= len(by_id) or by_id[i] != symbol:
+                    raise PickledVocabError(
+                        f"{path}: idx2sym and sym2idx disagree: idx2sym[{i}] is {symbol!r}, "
+                        f"sym2idx[{symbol!r}] is {obj['sym2idx'].get(symbol)}")
+            if len(by_id) != len(listed):
+                raise PickledVocabError(f"{path}: idx2sym and sym2idx disagree: "
+                                        f"{len(listed)} and {len(by_id)} symbols")
         obj = obj["idx2sym"]
     elif isinstance(obj, dict) and "sym2idx" in obj:
         obj = obj["sym2idx"]

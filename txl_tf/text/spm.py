@@ -13,7 +13,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from txl_tf.errors import TxlError
-from txl_tf.text.base import Tokenizer, as_text, register, split_lines_tf
+from txl_tf.text.base import Tokenizer, as_text, file_in, register, split_lines_tf
 
 MODEL_FILE = "spm.model"
 VOCAB_FILE = "vocab.txt"
@@ -51,7 +51,11 @@ class SentencePieceTokenizer(Tokenizer):
         import sentencepiece as spm
         self.model_proto = bytes(model_proto)
         processor = spm.SentencePieceProcessor()
-        processor.LoadFromSerializedProto(self.model_proto)
+        try:
+            processor.LoadFromSerializedProto(self.model_proto)
+        except RuntimeError as err:  # sentencepiece's "INTERNAL: ..." on a damaged model
+            raise TxlError(f"not a SentencePiece model ({' '.join(str(err).split())})") \
+                from None
         self.pieces = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
         self.scores = [processor.GetScore(i) for i in range(processor.GetPieceSize())]
         self.eos_id = processor.eos_id()
@@ -186,7 +190,10 @@ class SentencePieceTokenizer(Tokenizer):
 
     @classmethod
     def _from_files(cls, directory: Path, config: dict[str, Any]) -> "SentencePieceTokenizer":
-        path = directory / config.get("model_file", MODEL_FILE)
+        path = file_in(directory, config, "model_file", MODEL_FILE)
         if not path.is_file():
             raise FileNotFoundError(f"SentencePiece model not found: {path}")
-        return cls(path.read_bytes(), add_eos=config.get("add_eos", True))
+        try:
+            return cls(path.read_bytes(), add_eos=config.get("add_eos", True))
+        except TxlError as err:
+            raise TxlError(f"{path}: {err}") from None

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.errors import TxlError
-from txl_tf.text.base import (Tokenizer, as_text, checked, register, split_lines,
+from txl_tf.text.base import (Tokenizer, as_text, checked, file_in, register, split_lines,
                               split_lines_tf)
 from txl_tf.text.vocab import build_vocab, count_tokens, read_vocab, whitespace_regex, write_vocab
 
@@ -219,7 +219,7 @@ class WordTokenizer(Tokenizer):
 
     @classmethod
     def _from_files(cls, directory: Path, config: dict[str, Any]) -> "WordTokenizer":
-        vocab = read_vocab(directory / config.get("vocab_file", VOCAB_FILE))
+        vocab = read_vocab(file_in(directory, config, "vocab_file", VOCAB_FILE))
         return cls(vocab, unk_token=config.get("unk_token"),
                    eos_token=config.get("eos_token", "<eos>"),
                    bos_token=config.get("bos_token"))

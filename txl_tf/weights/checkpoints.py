@@ -135,6 +135,18 @@ def reference_names(core):
     return names
 
 
+def least_weights(config):
+    """A lower bound of the weights of `config`'s model: its embedding tables
+    and every layer's attention and feed-forward kernels (compared with what
+    a file holds before a model is built: a config edited to n_token=10**9
+    would build gigabytes, then find the first weight's shape wrong)."""
+    bounds = [0, *config.cutoffs, config.n_token]
+    tables = sum((b - a) * (config.d_embed // config.div_val ** i)
+                 for i, (a, b) in enumerate(zip(bounds, bounds[1:])))
+    d, heads = config.d_model, config.n_head * config.d_head
+    return tables + config.n_layer * (4 * d * heads + 2 * d * config.d_inner)
+
+
 def get_weights(core):
     """All weights, by the paper's TF variable names.
 
@@ -175,11 +187,23 @@ def set_weights(core, arrays):
         if value.dtype.kind != "f" and value.dtype.name != "bfloat16":  # ml_dtypes' is kind V
             raise TxlError(f"weight {name} holds {value.dtype} values, where a floating-point "
                            "weight belongs")
+        if not _finite(value):
+            raise TxlError(f"weight {name} holds NaN or inf values (a damaged file, or the "
+                           "weights of a run that diverged)")
         assign_in_place(variable, value.astype(variable.dtype, copy=False))
         del value  # one weight in memory at a time, even for a lazy archive
 
 
 _BLOCK_BYTES = 1 << 25
+
+
+def _finite(value):
+    """Whether every element of the numpy array `value` is finite, checked a
+    block of rows at a time."""
+    if value.ndim == 0:
+        return bool(np.isfinite(value))
+    rows = max(1, _BLOCK_BYTES // max(1, value[:1].nbytes))
+    return all(np.isfinite(value[i:i + rows]).all() for i in range(0, len(value), rows))
 
 
 def assign_in_place(variable, value):
@@ -254,11 +278,17 @@ def restore_weights(core, path):
     def read_fused(name, parts):
         return np.concatenate([read(_checkpoint_key(f"{name}/{part}")) for part in parts], 1)
 
-    readers = {}
+    readers, expected, declared = {}, {}, {}
     for name, variable in reference_names(core).items():
         split = isinstance(variable, FusedColumns) and stored(_checkpoint_key(name)) not in available
         readers[name] = (functools.partial(read_fused, name, list(variable.parts)) if split
                          else functools.partial(read, _checkpoint_key(name)))
+        for label, part in (((f"{name}/{p}", v) for p, v in variable.parts.items()) if split
+                            else [(name, variable)]):
+            if stored(_checkpoint_key(label)) in available:  # shapes first: TF sizes by them
+                expected[label] = part
+                declared[label] = (tuple(available[stored(_checkpoint_key(label))]), None)
+    check_shapes(expected, declared)
     set_weights(core, _Lazy(readers))
     return path
 
@@ -304,7 +334,47 @@ def load_weights(core, path):
         file.close()
         raise TxlError(f"cannot read weights file {path}: one .npy array, not an .npz archive")
     with file, archive:
+        check_shapes(reference_names(core), npz_headers(path))
         set_weights(core, _CheckedArchive(archive, path))
+
+
+def npz_headers(path):
+    """`{name: (shape, dtype)}` of the arrays in the .npz archive `path`, from
+    their headers only: numpy allocates the shape a header declares before
+    reading the data, so a few bytes could ask for any size."""
+    headers = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if not name.endswith(".npy"):
+                    continue
+                with archive.open(name) as member:
+                    version = np.lib.format.read_magic(member)
+                    read = {(1, 0): np.lib.format.read_array_header_1_0,
+                            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                    if read is None:
+                        raise ValueError(f"{name}: .npy format version {version}")
+                    shape, _, dtype = read(member)
+                headers[name[:-len(".npy")]] = (tuple(shape), dtype)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise TxlError(_unreadable(path, err)) from None
+    return headers
+
+
+def check_shapes(names, headers):
+    """Refuses, before any is read, a weight whose `(shape, dtype)` in
+    `headers` does not fit its variable in `names` (as `set_weights` would
+    after reading it)."""
+    for name, variable in names.items():
+        if name not in headers:
+            continue  # set_weights names every missing one
+        shape, dtype = headers[name]
+        if tuple(shape) != tuple(variable.shape):
+            raise TxlError(f"weight {name} has shape {tuple(shape)}, the model expects "
+                           f"{tuple(variable.shape)}")
+        if dtype is not None and dtype.kind != "f" and dtype.name != "bfloat16":
+            raise TxlError(f"weight {name} holds {dtype} values, where a floating-point "
+                           "weight belongs")
 
 
 def _unreadable(path, err):
@@ -422,6 +492,12 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         if getattr(cfg, field) != value:
             raise TxlError(f"the paper's TF code builds {field}={value} models only; the "
                            f"config has {field}={getattr(cfg, field)}")
+    least = least_weights(cfg)
+    held = sum(int(np.prod(shape)) for key, shape in available.items()
+               if key.startswith("transformer/") and "/Adam" not in key)
+    if least > held:
+        raise TxlError(f"the config's model has at least {least:,} weights and checkpoint "
+                       f"{checkpoint!r} holds {held:,} (not one model's; nothing was built)")
     with skip_random_init():  # every weight is read from the checkpoint below
         core = TransformerXL(cfg)
     names = reference_names(core)
@@ -436,12 +512,11 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
             f"checkpoint {checkpoint!r} holds {len(unread)} weights this config does not use, "
             f"e.g. {unread[:3]}: check n_layer, tie_projs and proj_same_dim")
     try:
-        arrays = {name: reader.get_tensor(name) for name in names}
+        check_shapes(names, {name: (tuple(available[name]), None) for name in names})
+        set_weights(core, {name: reader.get_tensor(name) for name in names})
     except IndexError as err:  # TensorFlow's reader on a data file cut short
         raise TxlError(f"checkpoint {checkpoint!r} cannot be read ({err}): is it "
                        "truncated?") from None
-    try:
-        set_weights(core, arrays)
-    except TxlError as err:  # a shape or dtype the config does not fit
+    except TxlError as err:  # a shape, dtype or value the config does not fit
         raise TxlError(f"checkpoint {checkpoint!r}: {err}") from None
     return core

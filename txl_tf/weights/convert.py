@@ -22,10 +22,10 @@ pickled one (`vocab.pkl`), read by the restricted converter
 TensorFlow is imported only once the flags are read (`cli.quiet_tensorflow_import`),
 so the modules that need it are imported inside the functions.
 """
-import json
 import os
 
 from txl_tf.app import cli
+from txl_tf.app.files import parse_json
 from txl_tf.app.flagspec import option, values
 from txl_tf.config import TransformerXLConfig
 from txl_tf.errors import TxlError
@@ -54,7 +54,7 @@ def _read_config_file(path):
     """`read_config_file`'s answer and whether the file is the port's."""
     try:
         with open(path, encoding="utf-8") as f:
-            values = json.load(f)
+            values = parse_json(f.read())
     except (OSError, ValueError) as err:
         raise ConvertError(f"cannot read the config {path}: {err}") from None
     if not isinstance(values, dict):

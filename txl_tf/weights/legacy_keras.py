@@ -5,6 +5,7 @@ import os
 
 import keras
 
+from txl_tf.app.files import parse_json
 from txl_tf.core import TransformerXL, as_config
 from txl_tf.errors import TxlError
 
@@ -73,9 +74,8 @@ def is_legacy_weights(path):
 
 def is_legacy(path):
     """Whether the `.keras` file at `path` holds an old `TransformerXLLM`."""
-    import json
     import zipfile
     with zipfile.ZipFile(path) as archive:
-        saved = json.loads(archive.read("config.json"))
+        saved = parse_json(archive.read("config.json"))
     return saved.get("class_name") == "TransformerXLLM" and \
         saved.get("config", {}).get("format") is None

@@ -12,15 +12,15 @@
 Explicit `config_path` / `weights_path` / `vocab_dir` override what the
 directory holds. Every problem is a `ModelDirError` naming the path.
 """
-import json
 import os
 import sys
 import zipfile
 from typing import NamedTuple, Optional
 
-from txl_tf.app.files import stage
+from txl_tf.app.files import parse_json, stage
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
+from txl_tf.errors import TxlError
 from txl_tf.layers.init import skip_random_init
 from txl_tf.weights import checkpoints
 from txl_tf.weights.shipped import SHIPPED, shipped_model_dir
@@ -174,10 +174,30 @@ def load_core(source, config=None, dtype=None, **overrides):
         config = load_config(source, **overrides)
     elif overrides:
         config = config.replace(**overrides)
+    if source.weights_kind == "npz":
+        _check_size(config, source)
     with skip_random_init():  # every weight is loaded next
         core = TransformerXL(config, dtype=dtype)
     load_weights(core, source)
     return core
+
+
+def _check_size(config, source):
+    """Refuses, before the model is built, a config whose model needs more
+    weights than its .npz file holds (a config edited to n_token=10**9 would
+    build gigabytes, then find the first weight's shape wrong)."""
+    import math
+    least = checkpoints.least_weights(config)
+    try:
+        held = sum(math.prod(shape) for shape, _ in
+                   checkpoints.npz_headers(source.weights_path).values())
+    except TxlError:
+        return  # an unreadable file: load_weights names its problem
+    if least > held:
+        raise ModelDirError(
+            f"cannot load weights {source.weights_path!r} into a core built from "
+            f"{source.config_path!r}: the config's model has at least {least:,} weights and "
+            f"the file holds {held:,} (not one model's; nothing was built)")
 
 
 def load_weights(core, source):
@@ -289,7 +309,7 @@ def _drop_the_previous_saves_vocabulary(directory, files):
     vocab = os.path.join(directory, checkpoints.VOCAB_DIR)
     try:
         with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
-            written_by_a_save = json.load(f).get("vocab_fingerprint") is not None
+            written_by_a_save = parse_json(f.read()).get("vocab_fingerprint") is not None
     except (OSError, ValueError, AttributeError):  # no previous config, or not one of ours
         written_by_a_save = False
     if written_by_a_save:

@@ -6,13 +6,12 @@ configurations (`txl_tf.PRESETS`: `tiny`, `small`, `enwik8_base`,
 own preset folders (which keras-hub reads itself)."""
 import contextlib
 import io
-import json
 import os
 import shutil
 import threading
 from typing import NamedTuple, Optional
 
-from txl_tf.app.files import stage, temporary_path
+from txl_tf.app.files import parse_json, stage, temporary_path
 from txl_tf.config import PRESETS, TransformerXLConfig
 from txl_tf.errors import TxlError
 from txl_tf.weights import model_dir
@@ -38,7 +37,7 @@ def _is_keras_hub_folder(path):
         return False
     try:
         with open(config, encoding="utf-8") as f:
-            return "registered_name" in json.load(f)
+            return "registered_name" in parse_json(f.read())
     except (OSError, ValueError):
         return False
 
@@ -207,7 +206,7 @@ def keras_hub_dtype(preset, kwargs):
         return kwargs
     try:
         with open(os.path.join(preset, "config.json"), encoding="utf-8") as f:
-            saved = json.load(f).get("config", {}).get("dtype")
+            saved = parse_json(f.read()).get("config", {}).get("dtype")
     except (OSError, ValueError, AttributeError):
         return kwargs  # keras-hub says what is wrong with the folder
     name = saved.get("config", {}).get("name") if isinstance(saved, dict) else None
