@@ -186,8 +186,8 @@ def test_a_config_far_larger_than_the_checkpoint_is_refused_before_the_model_is_
     built = []
     monkeypatch.setattr(txl_tf.core.TransformerXL, "__init__",
                         lambda self, *a, **k: built.append(a))
-    with pytest.raises(TxlError, match=r"the config's model has at least 160,[\d,]+ weights and "
-                                       r"checkpoint .* holds [\d,]+ \(not one model's; nothing "
-                                       r"was built\)"):
+    with pytest.raises(TxlError, match=r"checkpoint .*: the config's model has at least "
+                                       r"160,[\d,]+ weights, more than twice the [\d,]+ the file "
+                                       r"holds \(not one model's; nothing was built\)"):
         import_tf_checkpoint(prefix, TransformerXLConfig(**{**SIZES, "n_token": 10**7}))
     assert not built

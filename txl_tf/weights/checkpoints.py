@@ -137,14 +137,25 @@ def reference_names(core):
 
 def least_weights(config):
     """A lower bound of the weights of `config`'s model: its embedding tables
-    and every layer's attention and feed-forward kernels (compared with what
-    a file holds before a model is built: a config edited to n_token=10**9
-    would build gigabytes, then find the first weight's shape wrong)."""
+    and every layer's attention and feed-forward kernels."""
     bounds = [0, *config.cutoffs, config.n_token]
     tables = sum((b - a) * (config.d_embed // config.div_val ** i)
                  for i, (a, b) in enumerate(zip(bounds, bounds[1:])))
     d, heads = config.d_model, config.n_head * config.d_head
     return tables + config.n_layer * (4 * d * heads + 2 * d * config.d_inner)
+
+
+def far_larger(config, held):
+    """A message where `config`'s model needs more than twice the `held`
+    weights a file holds, else None: a model of another size altogether (a
+    config edited to n_token=10**9 would build gigabytes, then find the first
+    weight's shape wrong) is refused before it is built; a near miss (a layer
+    more) is built, and its missing weights named."""
+    least = least_weights(config)
+    if least <= 2 * held:
+        return None
+    return (f"the config's model has at least {least:,} weights, more than twice the "
+            f"{held:,} the file holds (not one model's; nothing was built)")
 
 
 def get_weights(core):
@@ -492,12 +503,10 @@ def import_tf_checkpoint(checkpoint, config, **config_overrides):
         if getattr(cfg, field) != value:
             raise TxlError(f"the paper's TF code builds {field}={value} models only; the "
                            f"config has {field}={getattr(cfg, field)}")
-    least = least_weights(cfg)
-    held = sum(int(np.prod(shape)) for key, shape in available.items()
-               if key.startswith("transformer/") and "/Adam" not in key)
-    if least > held:
-        raise TxlError(f"the config's model has at least {least:,} weights and checkpoint "
-                       f"{checkpoint!r} holds {held:,} (not one model's; nothing was built)")
+    too_large = far_larger(cfg, sum(int(np.prod(shape)) for key, shape in available.items()
+                                    if key.startswith("transformer/") and "/Adam" not in key))
+    if too_large:
+        raise TxlError(f"checkpoint {checkpoint!r}: {too_large}")
     with skip_random_init():  # every weight is read from the checkpoint below
         core = TransformerXL(cfg)
     names = reference_names(core)

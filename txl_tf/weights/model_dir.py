@@ -183,21 +183,18 @@ def load_core(source, config=None, dtype=None, **overrides):
 
 
 def _check_size(config, source):
-    """Refuses, before the model is built, a config whose model needs more
-    weights than its .npz file holds (a config edited to n_token=10**9 would
-    build gigabytes, then find the first weight's shape wrong)."""
+    """Refuses, before the model is built, a config of a model far larger
+    than its .npz file (`checkpoints.far_larger`)."""
     import math
-    least = checkpoints.least_weights(config)
     try:
         held = sum(math.prod(shape) for shape, _ in
                    checkpoints.npz_headers(source.weights_path).values())
     except TxlError:
         return  # an unreadable file: load_weights names its problem
-    if least > held:
-        raise ModelDirError(
-            f"cannot load weights {source.weights_path!r} into a core built from "
-            f"{source.config_path!r}: the config's model has at least {least:,} weights and "
-            f"the file holds {held:,} (not one model's; nothing was built)")
+    too_large = checkpoints.far_larger(config, held)
+    if too_large:
+        raise ModelDirError(f"cannot load weights {source.weights_path!r} into a core built from "
+                            f"{source.config_path!r}: {too_large}")
 
 
 def load_weights(core, source):
