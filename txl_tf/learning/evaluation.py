@@ -21,10 +21,16 @@ from txl_tf.errors import TxlError
 
 def make_scorer(core):
     """A `tf.function` `(inputs, labels, memory) -> (nll [B, T], new memory)`
-    of the core at inference (no dropout)."""
-    @tf.function(reduce_retracing=True)
-    def score(inputs, labels, memory):
-        return core(inputs, memory, targets=labels, training=False)
+    of the core at inference (no dropout); one per core, kept on it, so
+    evaluating again reuses its graphs instead of tracing new ones. A graph
+    per batch size, `tgt_len` and `mem_len`: not relaxed to unknown sizes,
+    which a model may branch on (an LSTM's empty state)."""
+    score = getattr(core, "_txl_scorer", None)
+    if score is None:
+        @tf.function
+        def score(inputs, labels, memory):
+            return core(inputs, memory, targets=labels, training=False)
+        core._txl_scorer = score
     return score
 
 
