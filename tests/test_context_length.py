@@ -78,6 +78,24 @@ def test_the_scorer_reads_exactly_the_c_ids_before_the_target(core):
     assert np.abs(losses[0] - losses[2]).max() > 1e-3
 
 
+def test_each_context_length_is_read_at_one_batch_shape(core):
+    # The last, short batch is padded: one compiled graph per context length,
+    # not two, and the same losses as each window read alone.
+    ids = np.random.default_rng(3).integers(0, 30, 40)
+    positions = sample_positions(len(ids), 7, 6, seed=1)
+    scorer, shapes = transformer_xl_scorer(core), []
+
+    def recording(windows):
+        shapes.append(windows.shape)
+        return scorer(windows)
+
+    losses = context_losses(recording, ids, positions, [3, 7], batch_size=4)
+    assert sorted(set(shapes)) == [(4, 3), (4, 7)] and len(shapes) == 4
+    for k, c in enumerate([3, 7]):
+        alone = [context_losses(scorer, ids, [t], [c], batch_size=4)[0, 0] for t in positions]
+        np.testing.assert_allclose(losses[k], alone, atol=1e-5)
+
+
 def test_bad_arguments_are_clear_errors(core):
     with pytest.raises(TxlError, match="too few for a context of 50"):
         sample_positions(40, 50, 10)

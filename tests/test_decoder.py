@@ -198,6 +198,7 @@ def test_new_prompts_compile_once_per_power_of_two_of_lengths(core):
     """A new prompt's first segment is read under XLA left-padded to a power
     of two: lengths 3, 5 and 7 share one program, and each row still gets the
     teacher-forced result."""
+    core = TransformerXL(core.config)  # its own graphs: none traced by the tests before
     decoder = Decoder(core, mem_len=MEM_LEN)
     for length in (3, 5, 7):
         prompt = list(range(1, length + 1))
@@ -206,6 +207,24 @@ def test_new_prompts_compile_once_per_power_of_two_of_lengths(core):
         one_pass = core(seq, core.initial_memory(1, 0))[0].numpy()[0]
         np.testing.assert_array_equal(out.ids[0], one_pass[length - 1:-1].argmax(-1))
     assert decoder._first.experimental_get_tracing_count() == 1
+
+
+def test_decoders_of_one_core_share_its_compiled_graphs(core):
+    """A Decoder made per call (a notebook cell, `continue_text`) compiles
+    nothing again: TensorFlow keeps every XLA program it compiled (30 MB at
+    `tiny`), so graphs made per Decoder grew the process at every call."""
+    def traces(decoder):
+        return [f.experimental_get_tracing_count() for f in
+                (decoder._first, decoder._project, decoder._position_keys, decoder._decode)]
+
+    Decoder(core, mem_len=MEM_LEN).generate([[1, 2, 3]], 4, temperature=0)
+    before = traces(Decoder(core, mem_len=MEM_LEN))
+    assert min(before) >= 1
+    for _ in range(3):
+        decoder = Decoder(core, mem_len=MEM_LEN, segment_len=4)  # settings outside the graphs
+        decoder.generate([[1, 2, 3]], 4, temperature=0)
+        assert traces(decoder) == before
+    assert traces(Decoder(core, mem_len=MEM_LEN, jit_compile=False)) != before
 
 
 def test_any_float_memory_in_and_float32_out(core):

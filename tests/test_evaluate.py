@@ -12,7 +12,7 @@ from job_helpers import write_text_corpus
 from training import evaluate
 from training.errors import TrainingError
 from txl_tf import TransformerXL, TransformerXLConfig
-from txl_tf.learning.evaluation import evaluate_ids, position_bands
+from txl_tf.learning.evaluation import evaluate_ids, make_scorer, position_bands
 from txl_tf.text import ByteTokenizer, WordTokenizer
 from txl_tf.weights import load_pretrained, save_pretrained
 
@@ -100,6 +100,20 @@ def test_random_lengths_and_batches_match_a_numpy_loop_over_the_log_probs(core):
         case = f"{len(ids)} ids, batch {batch_size}, tgt_len {tgt_len}, mem_len {mem_len}"
         assert result["tokens"] == len(nll), case
         assert result["loss"] == pytest.approx(np.mean(nll), rel=2e-5), case
+
+
+def test_evaluating_again_reuses_the_cores_scorer(core):
+    # A server or notebook evaluating every so often: one graph, not one per call.
+    ids = np.random.default_rng(2).integers(0, 50, size=61).astype(np.int32)
+    shapes = [(2, 8), (3, 4), (1, 0)]
+    scorer = make_scorer(core)
+    for batch_size, mem_len in shapes:
+        evaluate_ids(core, ids, batch_size=batch_size, tgt_len=8, mem_len=mem_len)
+    traces = scorer.experimental_get_tracing_count()
+    assert traces >= 1
+    for batch_size, mem_len in shapes * 3:
+        evaluate_ids(core, ids, batch_size=batch_size, tgt_len=8, mem_len=mem_len)
+    assert make_scorer(core) is scorer and scorer.experimental_get_tracing_count() == traces
 
 
 def test_position_bands_double_in_width():

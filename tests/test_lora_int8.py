@@ -75,6 +75,29 @@ def test_adapted_weights_are_refused_by_the_plain_weight_layout(tmp_path):
     assert not (tmp_path / "model").exists()  # no config.json without its weights
 
 
+def test_the_kept_scorer_and_decoder_graphs_follow_a_quantized_core():
+    """`evaluate_ids` and `Decoder` keep their graphs on the core; once
+    `quantize` replaced its kernels, new ones read the int8 model."""
+    import tensorflow as tf
+    from txl_tf import Decoder
+    from txl_tf.learning.evaluation import evaluate_ids
+    model = causal_lm()
+    core = model.backbone.transformer
+    ids = np.random.default_rng(2).integers(1, N_TOKEN, 41)
+    before = evaluate_ids(core, ids, batch_size=2)["loss"]
+    greedy = Decoder(core).generate([[1, 2, 3]], 3, temperature=0).log_probs
+    model.quantize("int8")
+
+    @tf.function
+    def fresh(inputs, labels, memory):
+        return core(inputs, memory, targets=labels, training=False)
+    after = evaluate_ids(core, ids, batch_size=2)["loss"]
+    assert after == evaluate_ids(core, ids, batch_size=2, scorer=fresh)["loss"] != before
+    again = Decoder(core).generate([[1, 2, 3]], 3, temperature=0).log_probs
+    assert not np.array_equal(again, greedy)
+    np.testing.assert_allclose(again, greedy, atol=0.05)
+
+
 def test_int8_quantizes_projections_and_feed_forward_and_stays_close(tmp_path):
     model = causal_lm()
     x, _ = batch(1)

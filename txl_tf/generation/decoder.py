@@ -21,7 +21,7 @@ from txl_tf.generation import flow as generation
 from txl_tf.generation.request import (DecodeState, HeldCache, Rows, check_count,
                                        held_cache)
 from txl_tf.generation.sampling import choose
-from txl_tf.keras_support.placement import on_device, weights_device
+from txl_tf.keras_support.placement import on_device, weights_device, weights_key
 from txl_tf.layers.memory import Memory
 
 
@@ -55,19 +55,30 @@ class Decoder:
         self.mem_len = core.config.mem_len if mem_len is None else check_count("mem_len", mem_len)
         self.segment_len = check_count(
             "segment_len", core.config.tgt_len if segment_len is None else segment_len, low=1)
-        jit_compile = check_flag("jit_compile", jit_compile)  # "no" would compile
+        jit_compile = bool(check_flag("jit_compile", jit_compile))  # "no" would compile
         device = weights_device(core)  # where XLA must run to read the weights
+        # The graphs read nothing of a Decoder but its core: the Decoders of
+        # a core share them (kept on the core), since TensorFlow keeps every
+        # XLA program it compiles, and a Decoder made per call compiled anew.
+        # New ones once its weights change (`enable_lora`, `quantize`).
+        key = weights_key(core)
+        if core.__dict__.get("_txl_decoder_graphs", (None,))[0] != key:
+            core.__dict__["_txl_decoder_graphs"] = (key, {})
+        shared = core.__dict__["_txl_decoder_graphs"][1]
+        graphs = shared.get((jit_compile, device))
+        if graphs is None:
+            def compiled(function, **options):
+                return on_device(tf.function(function, **options), device)
 
-        def compiled(function, **options):
-            return on_device(tf.function(function, **options), device)
-
-        self._last = compiled(self._last_graph, reduce_retracing=True)
-        self._first = compiled(self._fresh_graph, jit_compile=bool(jit_compile))
-        self._decode = compiled(self._decode_graph, jit_compile=bool(jit_compile))
-        self._project = compiled(self._project_graph, jit_compile=bool(jit_compile))
-        self._position_keys = compiled(self.core.decode_position_keys,
-                                       jit_compile=bool(jit_compile))
-        self._read_cached = compiled(self._read_cached_graph, reduce_retracing=True)
+            graphs = shared[(jit_compile, device)] = {
+                "_last": compiled(self._last_graph, reduce_retracing=True),
+                "_first": compiled(self._fresh_graph, jit_compile=jit_compile),
+                "_decode": compiled(self._decode_graph, jit_compile=jit_compile),
+                "_project": compiled(self._project_graph, jit_compile=jit_compile),
+                "_position_keys": compiled(self.core.decode_position_keys,
+                                           jit_compile=jit_compile),
+                "_read_cached": compiled(self._read_cached_graph, reduce_retracing=True)}
+        self.__dict__.update(graphs)
 
     def generate(self, prompts, max_new_tokens, **options):
         """Continues each prompt by up to `max_new_tokens` ids.

@@ -24,6 +24,21 @@ def weights_device(layer):
     return weights[0].value.device if weights else None
 
 
+def weights_key(layer):
+    """What a graph traced on `layer` depends on besides its weights'
+    values: each weight, by path and identity (`enable_lora` and
+    `quantize` add or replace weights, so a graph traced before reads the
+    model as it was).
+
+    Args:
+        layer: a Keras layer or model.
+
+    Returns:
+        A hashable tuple.
+    """
+    return tuple((w.path, id(w)) for w in layer.weights)
+
+
 def strategy_device(strategy):
     """The device of a `tf.distribute.OneDeviceStrategy` (its variables'),
     else None (another strategy places its own functions).

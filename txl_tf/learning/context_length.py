@@ -56,7 +56,8 @@ def context_losses(scorer, ids, positions, contexts, batch_size=32, progress=Non
         ids: the text, 1-D ids.
         positions: target positions (each at least `max(contexts)`).
         contexts: context lengths, each >= 1.
-        batch_size: windows scored together.
+        batch_size: windows scored together (a short last batch is padded
+            with copies of its last window, so all have one shape).
         progress: `progress(done, total)` after each batch, or None.
 
     Returns:
@@ -74,8 +75,12 @@ def context_losses(scorer, ids, positions, contexts, batch_size=32, progress=Non
     for k, c in enumerate(contexts):
         for start in range(0, len(positions), batch_size):
             targets = positions[start:start + batch_size]
-            windows = np.stack([ids[t - c:t] for t in targets]).astype(np.int32)
-            log_probs = np.asarray(scorer(windows), np.float64)
+            # A short last batch repeats its last window: every batch of a
+            # context length has one shape (one compiled graph, not two).
+            rows = min(batch_size, len(positions))
+            padded = np.pad(targets, (0, rows - len(targets)), mode="edge")
+            windows = np.stack([ids[t - c:t] for t in padded]).astype(np.int32)
+            log_probs = np.asarray(scorer(windows), np.float64)[:len(targets)]
             losses[k, start:start + len(targets)] = -log_probs[np.arange(len(targets)),
                                                                 ids[targets]]
             done += 1

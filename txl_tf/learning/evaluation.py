@@ -21,10 +21,21 @@ from txl_tf.errors import TxlError
 
 def make_scorer(core):
     """A `tf.function` `(inputs, labels, memory) -> (nll [B, T], new memory)`
-    of the core at inference (no dropout)."""
-    @tf.function(reduce_retracing=True)
+    of the core at inference (no dropout); one per core, kept on it, so
+    evaluating again reuses its graphs instead of tracing new ones. A graph
+    per batch size, `tgt_len` and `mem_len`: not relaxed to unknown sizes,
+    which a model may branch on (an LSTM's empty state). A new one once
+    the core's weights change (`enable_lora`, `quantize`)."""
+    from txl_tf.keras_support.placement import weights_key
+    key = weights_key(core)
+    kept = core.__dict__.get("_txl_scorer")
+    if kept is not None and kept[0] == key:
+        return kept[1]
+
+    @tf.function
     def score(inputs, labels, memory):
         return core(inputs, memory, targets=labels, training=False)
+    core.__dict__["_txl_scorer"] = (key, score)
     return score
 
 
