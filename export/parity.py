@@ -147,9 +147,14 @@ def check_cached_decode(runtime, segments, token_reference, tol=1e-4, what="cach
     return diff
 
 
-def _check(diff, what, tol):
-    if not tol < np.inf:  # NaN (and inf) passed any difference
+def check_tolerance(tol):
+    """`TxlError` unless `tol` is below inf: NaN (and inf) passes any difference."""
+    if not tol < np.inf:
         raise TxlError(f"tol must be a finite number (NaN or inf passes any difference), "
                        f"got {tol}")
+
+
+def _check(diff, what, tol):
+    check_tolerance(tol)
     if diff["log_probs"] > tol or diff["mems"] > tol or not diff["mem_mask_equal"]:
         raise ParityError(f"{what} differs from the Keras core: {diff} (tolerance {tol})")

@@ -46,7 +46,7 @@ from export.metadata import ExportInfo, export_metadata, weights_quantization
 from export.onnx_export import (DEFAULT_OPSET, EXTERNAL_DATA_THRESHOLD, add_id_range_check,
                                 convert_with_weight_inputs, declare_shapes, export_onnx,
                                 order_outputs, save_with_weights)
-from export.parity import ParityError, largest_difference, max_differences
+from export.parity import ParityError, check_tolerance, largest_difference, max_differences
 from export.saved_model import LOG_PROBS_MODES
 from export.staging import staged_folders
 from txl_tf.checks.numpy_checks import check_count
@@ -256,6 +256,7 @@ def check_triton_model(reference, model_path, segments, tol=1e-4):
     """`parity.max_differences` of the repository's model (run by
     `sequence_outputs`) from `reference` (`parity.core_outputs` on the same
     `segments`), or `ParityError` beyond `tol`."""
+    check_tolerance(tol)
     diff = max_differences(reference, sequence_outputs(model_path, segments))
     if diff["log_probs"] > tol or diff["mems"] > tol or not diff["mem_mask_equal"]:
         raise ParityError(f"the Triton repository's model differs from the Keras core: "
@@ -377,6 +378,7 @@ def check_cached_model(reference, model_path, segments, tol=1e-4):
     """`{"log_probs": largest difference}` of the cached model (run by
     `sequence_log_probs`) from `reference` (`parity.core_outputs` on the
     same `segments`), or `ParityError` beyond `tol`."""
+    check_tolerance(tol)
     got = sequence_log_probs(model_path, segments)
     if len(got) != len(reference):
         raise ParityError(f"the Triton repository's cached model gave {len(got)} segments' "

@@ -322,7 +322,9 @@ def test_malformed_inputs_are_named():
                           # were OverflowError/ValueError from int(): no name, no value
                           (dict(segment_len=float("inf")), "segment_len must be a positive"),
                           (dict(mem_len=float("nan")), "mem_len must be an integer >= 0"),
-                          (dict(grad_segments=np.float64("inf")), "grad_segments must be")):
+                          (dict(grad_segments=np.float64("inf")), "grad_segments must be"),
+                          # an int beyond a float: math.isfinite's OverflowError
+                          (dict(segment_len=2 ** 1024), r"grad_segments \(1\) x segment_len")):
         with pytest.raises(TxlError, match=match):  # were cut to 2, ValueErrors, ['a', 'b']
             TransformerXLClassifier(tiny_config(), 2, **kwargs)
 

@@ -338,6 +338,9 @@ def test_lengths_an_int32_cannot_hold_are_refused_by_the_config(fields, match):
     ("proj_init_std", float("inf"), r"proj_init_std must be a finite number > 0, got inf"),
     ("layer_norm_epsilon", float("inf"), r"layer_norm_epsilon must be a finite number > 0"),
     ("layer_norm_epsilon", np.float32("nan"), r"layer_norm_epsilon must be a finite number"),
+    # an int beyond a float: math.isfinite's OverflowError named nothing
+    pytest.param("init_std", 2 ** 1024, r"init_std must be a finite number > 0, got 1797",
+                 id="init_std-int-beyond-a-float"),
 ])
 def test_config_values_of_the_wrong_type_are_named(field, value, match):
     from txl_tf import ConfigError

@@ -86,7 +86,7 @@ def test_keras_cosine_decay_with_warmup_equals_the_formula_at_every_step(peak, t
 
 
 def test_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="warmup_steps must be in"):
+    with pytest.raises(ValueError, match="warmup_steps must be an integer in"):
         WarmupCosineDecay(1e-3, total_steps=10, warmup_steps=20)
     with pytest.raises(ValueError, match="min_lr_ratio"):
         WarmupCosineDecay(1e-3, total_steps=10, min_lr_ratio=2.0)
@@ -105,3 +105,10 @@ def test_rejects_total_steps_that_are_not_an_integer(total):
     """Were int()'s ValueError and OverflowError (10.5: cut to 10)."""
     with pytest.raises(TxlError, match=r"total_steps must be an integer > 0, got "):
         WarmupCosineDecay(1e-3, total_steps=total)
+
+
+def test_rejects_warmup_steps_that_are_not_an_integer():
+    """10.5 was cut to 10 (as total_steps was)."""
+    with pytest.raises(TxlError, match=r"warmup_steps must be an integer in \[0, total_steps=20\], "
+                                       r"got 10\.5"):
+        WarmupCosineDecay(1e-3, total_steps=20, warmup_steps=10.5)

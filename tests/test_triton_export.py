@@ -385,6 +385,19 @@ def test_the_cached_models_check_fails_on_a_nan(monkeypatch):
         check_cached_model([(want, None, None)], "unused.onnx", [None])
 
 
+@pytest.mark.parametrize("tol", [float("nan"), float("inf")])
+def test_the_repositorys_checks_refuse_a_tolerance_that_passes_everything(monkeypatch, tol):
+    """tol=NaN passed any difference (`diff > nan` is False), as
+    `export.parity`'s checks did."""
+    import export.triton as triton
+    want = np.zeros([2, 3, 5], np.float32)
+    monkeypatch.setattr(triton, "sequence_log_probs", lambda path, segments: [want + 1])
+    monkeypatch.setattr(triton, "sequence_outputs", lambda path, segments: [(want + 1, want, want)])
+    for check in (check_cached_model, check_triton_model):
+        with pytest.raises(ValueError, match=r"^tol must be a finite number"):
+            check([(want, want, want)], "unused.onnx", [None], tol=tol)
+
+
 def random_repository_case(seed):
     """A small random config (one head or several, one layer or two) and
     random repository options; seed 0 is zero-filled (no cached model)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import numbers
+import sys
 from typing import Any, List, Optional
 
 import numpy as np
@@ -148,7 +148,8 @@ class TransformerXLConfig:
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {value}")
         for name in ("init_std", "proj_init_std", "layer_norm_epsilon"):
-            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:  # NaN passed
+            # NaN, inf and an int beyond a float (math.isfinite's OverflowError) fail it
+            if not 0 < getattr(self, name) <= sys.float_info.max:
                 raise ConfigError(f"{name} must be a finite number > 0, got "
                                   f"{getattr(self, name)}")
         if self.vocab_fingerprint is not None and not isinstance(self.vocab_fingerprint, str):

@@ -373,7 +373,7 @@ def _label_errors():
 
 def _positive(name, value, low=1):
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or \
-            not math.isfinite(value) or int(value) != value or int(value) < low:
+            not -math.inf < value < math.inf or int(value) != value or int(value) < low:
         raise TxlError(f"{name} must be " + ("a positive integer" if low == 1 else
                                              f"an integer >= {low}") + f", got {value!r}")
     return int(value)

@@ -53,8 +53,8 @@ class WarmupCosineDecay(keras.optimizers.schedules.CosineDecay):
             raise TxlError(f"total_steps must be an integer > 0, got {total_steps}")
         if warmup_steps is None:
             warmup_steps = default_warmup_steps(total_steps)
-        if not 0 <= warmup_steps <= total_steps:
-            raise TxlError(f"warmup_steps must be in [0, total_steps={total_steps}], "
+        if not 0 <= warmup_steps <= total_steps or int(warmup_steps) != warmup_steps:
+            raise TxlError(f"warmup_steps must be an integer in [0, total_steps={total_steps}], "
                            f"got {warmup_steps}")
         if not 0.0 <= min_lr_ratio <= 1.0:
             raise TxlError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
