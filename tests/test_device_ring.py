@@ -197,6 +197,25 @@ def test_a_stepped_device_cache_is_checked_again_where_its_tensors_change(
 
 
 @pytest.mark.parametrize("cuda_graph", [False, True])
+def test_a_device_cache_whose_valid_flags_are_swapped_is_checked_whole(exported, cuda_graph):
+    """`valid` holds the batch the other tensors are checked against: once
+    it is swapped, a call without ids (`cache_memory`, `take`) checks them
+    all again, and no later step takes the cache for one of the new batch."""
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=cuda_graph)
+    cache = device.decode_init(device.initial_memory(2))
+    for _ in range(2):
+        device.decode_step(np.array([1, 2]), cache)
+    other = device.decode_init(device.initial_memory(3))
+    cache["valid"] = other["valid"]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="another model or memory length"):
+            device.cache_memory(cache)
+    with pytest.raises(ValueError, match="another model or memory length"):
+        device.decode_step(np.array([1, 2, 3]), cache)
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
 def test_a_device_step_checks_only_the_cache_tensors_that_changed(exported, monkeypatch,
                                                                    cuda_graph):
     """What `decode_step` checks of a device cache: all of it at first, then
