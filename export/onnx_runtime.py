@@ -732,6 +732,8 @@ class OnnxRuntime(Runtime):
             known = cache.known_positions() if isinstance(cache, DeviceCache) else None
             # Positions moved on from checked ones lie in the ring too.
             checked = known is not None and cache.positions_checked()
+            if known is not None:  # (unknown until the step returns: an interrupted
+                cache.remember(None)  # one may have moved the ring on the device)
             if self._replay() is not None:
                 log_probs = self._resident(cache).step(cache, ids, stopped)
             elif self._token_path:
@@ -792,6 +794,8 @@ class OnnxRuntime(Runtime):
         with self._holding(cache):
             checked = isinstance(cache, DeviceCache) and cache.positions_checked() and \
                 cache.known_positions() is positions
+            if isinstance(cache, DeviceCache):  # (unknown while rows are rotated)
+                cache.remember(None)
             for row in rows.tolist():
                 put_row(put, self.device, cache,
                         take_device_rows(take, self.device, cache, [row]), row,

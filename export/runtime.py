@@ -475,7 +475,7 @@ class Runtime:
         # only where they changed since.
         remembers = isinstance(cache, DeviceCache)
         batch, names = cache.unchecked(shapes) if remembers else (None, shapes)
-        if batch is None or (batch_size is not None and batch != batch_size):
+        if batch is None or "valid" in names or (batch_size is not None and batch != batch_size):
             names = shapes  # (`valid` holds the batch the others are checked against)
         if names:
             batch = check_decode_cache(cache, {name: shapes[name] for name in ("valid", *names)},

@@ -197,6 +197,25 @@ def test_a_stepped_device_cache_is_checked_again_where_its_tensors_change(
 
 
 @pytest.mark.parametrize("cuda_graph", [False, True])
+def test_a_device_cache_whose_valid_flags_are_swapped_is_checked_whole(exported, cuda_graph):
+    """`valid` holds the batch the other tensors are checked against: once
+    it is swapped, a call without ids (`cache_memory`, `take`) checks them
+    all again, and no later step takes the cache for one of the new batch."""
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=cuda_graph)
+    cache = device.decode_init(device.initial_memory(2))
+    for _ in range(2):
+        device.decode_step(np.array([1, 2]), cache)
+    other = device.decode_init(device.initial_memory(3))
+    cache["valid"] = other["valid"]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="another model or memory length"):
+            device.cache_memory(cache)
+    with pytest.raises(ValueError, match="another model or memory length"):
+        device.decode_step(np.array([1, 2, 3]), cache)
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
 def test_a_device_step_checks_only_the_cache_tensors_that_changed(exported, monkeypatch,
                                                                    cuda_graph):
     """What `decode_step` checks of a device cache: all of it at first, then
@@ -228,6 +247,55 @@ def test_a_device_step_checks_only_the_cache_tensors_that_changed(exported, monk
     else:  # decode_token hands back new slot and row_slot each step
         assert checked == [everything] + [["row_slot", "slot", "valid"]] * 3
     assert len(positions_checked) == 1
+
+
+@pytest.mark.parametrize("where", ["step", "realign"])
+def test_an_interrupt_once_the_device_moved_the_ring_leaves_the_positions_right(
+        exported, monkeypatch, where):
+    """Ctrl-C as a step over the fixed buffers returns (the ring moved on on
+    the device), or once a row that stopped was rotated back onto the shared
+    slot: the host does not keep the positions from before, so that row
+    goes on from its own memory (`stop_and_go_on`'s)."""
+    import export.onnx_runtime as onnx_runtime
+    from export.decode_cache import FixedStep
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=True)
+    rng, n_token = np.random.default_rng(0), device.n_token
+    cache = device.decode_init(device.initial_memory(3))
+    for _ in range(4):
+        device.decode_step(rng.integers(0, n_token, 3), cache)
+    alone, others = device.take(cache, [1]), device.take(cache, [0, 2])
+    tokens, stopped = rng.integers(0, n_token, [4, 3]), np.array([False, True, False])
+
+    def interrupt_after(owner, name):  # its next call is made, then the interrupt
+        real = getattr(owner, name)
+
+        def once(*args):
+            real(*args)
+            monkeypatch.setattr(owner, name, real)
+            raise KeyboardInterrupt
+        monkeypatch.setattr(owner, name, once)
+    device.decode_step(tokens[0], cache, stopped)
+    if where == "step":
+        interrupt_after(FixedStep, "write")
+        with pytest.raises(KeyboardInterrupt):
+            device.decode_step(tokens[1], cache, stopped)
+    else:
+        device.decode_step(tokens[1], cache, stopped)
+    device.decode_step(tokens[2], cache, stopped)
+    if where == "realign":
+        interrupt_after(onnx_runtime, "put_row")
+        with pytest.raises(KeyboardInterrupt):
+            device.decode_step(tokens[3], cache)
+    got, _ = device.decode_step(tokens[3], cache)
+    for token in tokens:
+        want_others, _ = device.decode_step(token[[0, 2]], others)
+    np.testing.assert_allclose(got[[0, 2]], want_others, atol=1e-5)
+    want, read = device.decode_read(tokens[3, 1:2, None], alone)
+    np.testing.assert_allclose(got[1:2], want, atol=1e-5)
+    for a, b in zip(device.cache_memory(device.take(cache, [1])).numpy(),
+                    device.cache_memory(read).numpy()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def test_a_replayed_step_sends_the_stopped_flags_only_when_they_change(exported, monkeypatch):
