@@ -460,3 +460,22 @@ def test_an_idx2sym_and_sym2idx_that_disagree_are_refused(tmp_path):
     path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS,
                                    "sym2idx": {s: i for i, s in enumerate(SYMBOLS)}}))
     assert convert_pickled_vocab(path, tmp_path / "vocab.txt") == SYMBOLS
+
+
+@pytest.mark.parametrize("key", [2**20000, tuple(["w"] * 5000), (2**20000,)],
+                         ids=["int", "tuple", "tuple_of_int"])
+def test_a_key_costly_to_hash_is_refused(tmp_path, key):
+    """An int's hash walks all its digits and a tuple's all its items, every
+    time the key is reached: one 500 MB int (or a tuple of 10**8 shared
+    strings) set as a key 10**8 times through the memo, 3 bytes each, hashed
+    for days; dict keys and set items are short tuples of bounded ints."""
+    from txl_tf.text import pickled_vocab
+
+    for obj in ({key: 1}, {"idx2sym": SYMBOLS, "extra": {key}}):
+        path = tmp_path / "vocab.pkl"
+        path.write_bytes(pickle.dumps(obj, protocol=4))
+        with pytest.raises(PickledVocabError, match=r"vocab\.pkl: refusing a dict key or set "
+                                                    r"item of type (int|tuple) "):
+            pickled_vocab.load_plain_pickle(path)
+    path.write_bytes(pickle.dumps({2**60: ("a",) * 64, ("a",) * 64: -2**60}))
+    assert pickled_vocab.load_plain_pickle(path) == {2**60: ("a",) * 64, ("a",) * 64: -2**60}
