@@ -11,8 +11,8 @@ up, but for the few that a tokenizer saved by transformers 4.x holds (its
 regexes and Moses tokenizers: `_SKIPPED`), which become inert placeholders,
 never the real classes. Those callables take only plain arguments and copy at
 most as many items as the pickle has bytes; dict keys and set items are strings,
-numbers or short flat tuples of them (an int's or a tuple's hash walks all of it
-every time the key is reached). Files written by `torch.save` (a zip holding
+numbers (ints under 2**61) or short tuples of strings (hashes that are cheap and
+that a file cannot make collide). Files written by `torch.save` (a zip holding
 `data.pkl`, or the legacy sequence of pickles) are read the same way, without
 PyTorch; a pickle over 1 GiB is refused before it is read.
 
@@ -69,22 +69,23 @@ _MAX_BYTES = 1 << 30
 # The encodings a pickle's str(bytes, encoding) may name (any other name is
 # looked up, and its codec module imported, by the codec registry).
 _ENCODINGS = {"utf-8", "utf8", "latin-1", "latin1", "iso-8859-1", "ascii"}
-# What a dict key or set item may be, or a tuple of these: hashing one costs
-# its length (a tuple of tuples shared through the memo costs 2**depth), and
-# an int's or tuple's hash is not kept, so both are short: one key reached
-# again and again through the memo is hashed each time.
+# What a dict key or set item may be: cheap to hash, and no two values with
+# one hash but a few (a file of keys that collide costs every key probed for
+# every other: quadratic). An int hashes as itself below the modulus; str and
+# bytes hashes are seeded per process, so a tuple key holds only those (an int
+# or float item lets a file choose colliding tuples), up to _KEY_ITEMS of them
+# (an int's or tuple's hash is not kept: it is computed each time reached).
 _ATOMS = (str, bytes, int, float, bool, type(None))
-_KEY_BITS, _KEY_ITEMS = 1024, 64
-
-
-def _atom(value):
-    return type(value) in _ATOMS and (type(value) is not int
-                                      or value.bit_length() <= _KEY_BITS)
+_SEEDED = (str, bytes, bool, type(None))
+_KEY_ITEMS = 64
 
 
 def _flat(value):
-    return _atom(value) or (type(value) is tuple and len(value) <= _KEY_ITEMS
-                            and all(_atom(v) for v in value))
+    kind = type(value)
+    if kind is int:
+        return abs(value) < sys.hash_info.modulus
+    return kind in _ATOMS or (kind is tuple and len(value) <= _KEY_ITEMS
+                              and all(type(v) in _SEEDED for v in value))
 
 
 def _plain_calls(budget):
@@ -144,9 +145,8 @@ def _keys(items):
     for item in items:
         if not _flat(item):
             raise PickledVocabError(f"refusing a dict key or set item of type "
-                                    f"{type(item).__name__} (only strings, numbers of up "
-                                    f"to {_KEY_BITS} bits and tuples of up to {_KEY_ITEMS} "
-                                    "of them)")
+                                    f"{type(item).__name__} (only strings, numbers, ints under "
+                                    f"2**61 and tuples of up to {_KEY_ITEMS} strings)")
 
 
 class _PlainUnpickler(pickle._Unpickler):
