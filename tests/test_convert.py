@@ -497,3 +497,15 @@ def test_keys_whose_hashes_a_file_can_make_collide_are_refused(tmp_path):
             ("w", b"x", None, False): 6}
     path.write_bytes(pickle.dumps(fine, protocol=4))
     assert pickled_vocab.load_plain_pickle(path) == fine
+
+
+def test_a_pickle_over_64_mib_is_refused_before_it_is_read(tmp_path):
+    """A pickle's objects take up to some 70 times its bytes (an empty dict,
+    64 bytes and a stack slot, per byte `}`): 1 GiB allowed 70 GiB. A real
+    vocab.pkl of 267,735 symbols is 5 MB."""
+    from txl_tf.text import pickled_vocab
+
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(pickle.dumps(b"x" * (64 << 20), protocol=4))
+    with pytest.raises(PickledVocabError, match=r"vocab\.pkl: more than 67108864 bytes"):
+        pickled_vocab.load_plain_pickle(path)

@@ -14,7 +14,7 @@ most as many items as the pickle has bytes; dict keys and set items are strings,
 numbers (ints under 2**61) or short tuples of strings (hashes that are cheap and
 that a file cannot make collide). Files written by `torch.save` (a zip holding
 `data.pkl`, or the legacy sequence of pickles) are read the same way, without
-PyTorch; a pickle over 1 GiB is refused before it is read.
+PyTorch; a pickle over 64 MiB is refused before it is read.
 
     python -m txl_tf.text.pickled_vocab vocab.pkl vocab.txt
 """
@@ -64,8 +64,10 @@ class _Skipped:
         pass
 
 
-# A pickle (a file, or a zip's data.pkl) is read whole, up to this size.
-_MAX_BYTES = 1 << 30
+# A pickle (a file, or a zip's data.pkl) is read whole, up to this size: its
+# objects may take some 70 times its bytes (an empty dict per byte `}`); a
+# vocab.pkl of 267,735 symbols is 5 MB.
+_MAX_BYTES = 64 << 20
 # The encodings a pickle's str(bytes, encoding) may name (any other name is
 # looked up, and its codec module imported, by the codec registry).
 _ENCODINGS = {"utf-8", "utf8", "latin-1", "latin1", "iso-8859-1", "ascii"}
