@@ -509,3 +509,16 @@ def test_a_pickle_over_64_mib_is_refused_before_it_is_read(tmp_path):
     path.write_bytes(pickle.dumps(b"x" * (64 << 20), protocol=4))
     with pytest.raises(PickledVocabError, match=r"vocab\.pkl: more than 67108864 bytes"):
         pickled_vocab.load_plain_pickle(path)
+
+
+def test_a_symbol_that_is_not_utf8_text_is_refused_before_writing(tmp_path):
+    """A pickled str may hold a lone surrogate (pickle writes it with
+    surrogatepass): the converter emptied an existing vocab.txt, then failed
+    on UTF-8 with a message naming neither file nor symbol."""
+    path, out = tmp_path / "vocab.pkl", tmp_path / "vocab.txt"
+    path.write_bytes(pickle.dumps({"idx2sym": ["<eos>", "a\ud800b"]}, protocol=4))
+    out.write_text("kept\n")
+    with pytest.raises(PickledVocabError, match=r"vocab\.pkl: symbol 1 \('a\\ud800b'\) is "
+                                                r"not UTF-8 text"):
+        convert_pickled_vocab(path, out)
+    assert out.read_text() == "kept\n"

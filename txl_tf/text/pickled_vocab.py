@@ -285,6 +285,12 @@ def symbols_of(obj, path="vocabulary"):
         raise PickledVocabError(f"{path}: no symbol list (idx2sym, sym2idx or a list of str)")
     first = {}
     for i, symbol in enumerate(obj):
+        if not symbol.isascii():  # a pickled str may hold a lone surrogate
+            try:
+                symbol.encode("utf-8")
+            except UnicodeEncodeError:
+                raise PickledVocabError(f"{path}: symbol {i} ({symbol!r}) is not UTF-8 "
+                                        "text (a lone surrogate)") from None
         if symbol in first:  # two ids for one symbol: a vocabulary file cannot hold that
             raise PickledVocabError(f"{path}: symbol {symbol!r} appears twice (ids "
                                     f"{first[symbol]} and {i})")
