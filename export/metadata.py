@@ -213,12 +213,14 @@ class ClassifierInfo:
         self.values = dict(values)
         self.config = TransformerXLConfig.from_json(values[CONFIG_KEY])
 
-        def number(key, least):
-            try:
-                value = int(values[key])
-            except (KeyError, TypeError, ValueError):
-                value = values.get(key)
-            if not isinstance(value, int) or value < least:
+        def number(key, least):  # a string (as written) or int; int() cuts 2.5 to 2
+            value = values.get(key)
+            if type(value) is str:
+                try:
+                    value = int(value)
+                except ValueError:
+                    pass
+            if type(value) is not int or value < least:
                 raise TxlError(f"classifier metadata: {key} must be an integer >= {least}, "
                                f"got {values.get(key)!r}")
             return value

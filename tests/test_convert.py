@@ -460,3 +460,65 @@ def test_an_idx2sym_and_sym2idx_that_disagree_are_refused(tmp_path):
     path.write_bytes(pickle.dumps({"idx2sym": SYMBOLS,
                                    "sym2idx": {s: i for i, s in enumerate(SYMBOLS)}}))
     assert convert_pickled_vocab(path, tmp_path / "vocab.txt") == SYMBOLS
+
+
+@pytest.mark.parametrize("key", [2**20000, tuple(["w"] * 5000), (2**20000,)],
+                         ids=["int", "tuple", "tuple_of_int"])
+def test_a_key_costly_to_hash_is_refused(tmp_path, key):
+    """An int's hash walks all its digits and a tuple's all its items, every
+    time the key is reached: one 500 MB int (or a tuple of 10**8 shared
+    strings) set as a key 10**8 times through the memo, 3 bytes each, hashed
+    for days; dict keys and set items are bounded ints or short tuples of strings."""
+    from txl_tf.text import pickled_vocab
+
+    for obj in ({key: 1}, {"idx2sym": SYMBOLS, "extra": {key}}):
+        path = tmp_path / "vocab.pkl"
+        path.write_bytes(pickle.dumps(obj, protocol=4))
+        with pytest.raises(PickledVocabError, match=r"vocab\.pkl: refusing a dict key or set "
+                                                    r"item of type (int|tuple) "):
+            pickled_vocab.load_plain_pickle(path)
+    path.write_bytes(pickle.dumps({2**60: ("a",) * 64, ("a",) * 64: -2**60}))
+    assert pickled_vocab.load_plain_pickle(path) == {2**60: ("a",) * 64, ("a",) * 64: -2**60}
+
+
+def test_keys_whose_hashes_a_file_can_make_collide_are_refused(tmp_path):
+    """An int's hash is itself modulo 2**61-1 and a tuple's is computed from
+    its items' without a random seed: 40,000 int keys n * (2**61 - 1) + 1
+    (560 KB) took 6 s and a 5 MB file some ten minutes (every key probed
+    every other); str and bytes hashes are seeded per process."""
+    from txl_tf.text import pickled_vocab
+
+    path = tmp_path / "vocab.pkl"
+    for key in (2**61 - 1, -(2**61 - 1), (1, 2), ("w", 0.5), ("w", (2**61 - 1) + 1)):
+        path.write_bytes(pickle.dumps({key: 0}, protocol=4))
+        with pytest.raises(PickledVocabError, match=r"refusing a dict key or set item of type"):
+            pickled_vocab.load_plain_pickle(path)
+    fine = {2**61 - 2: 0, -(2**61 - 2): 1, 0.5: 2, True: 3, None: 4, b"w": 5,
+            ("w", b"x", None, False): 6}
+    path.write_bytes(pickle.dumps(fine, protocol=4))
+    assert pickled_vocab.load_plain_pickle(path) == fine
+
+
+def test_a_pickle_over_64_mib_is_refused_before_it_is_read(tmp_path):
+    """A pickle's objects take up to some 70 times its bytes (an empty dict,
+    64 bytes and a stack slot, per byte `}`): 1 GiB allowed 70 GiB. A real
+    vocab.pkl of 267,735 symbols is 5 MB."""
+    from txl_tf.text import pickled_vocab
+
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(pickle.dumps(b"x" * (64 << 20), protocol=4))
+    with pytest.raises(PickledVocabError, match=r"vocab\.pkl: more than 67108864 bytes"):
+        pickled_vocab.load_plain_pickle(path)
+
+
+def test_a_symbol_that_is_not_utf8_text_is_refused_before_writing(tmp_path):
+    """A pickled str may hold a lone surrogate (pickle writes it with
+    surrogatepass): the converter emptied an existing vocab.txt, then failed
+    on UTF-8 with a message naming neither file nor symbol."""
+    path, out = tmp_path / "vocab.pkl", tmp_path / "vocab.txt"
+    path.write_bytes(pickle.dumps({"idx2sym": ["<eos>", "a\ud800b"]}, protocol=4))
+    out.write_text("kept\n")
+    with pytest.raises(PickledVocabError, match=r"vocab\.pkl: symbol 1 \('a\\ud800b'\) is "
+                                                r"not UTF-8 text"):
+        convert_pickled_vocab(path, out)
+    assert out.read_text() == "kept\n"

@@ -296,3 +296,35 @@ def test_lstm_weights_are_checked_before_they_are_read(tmp_path, damage):
             problem = "int32"
     with pytest.raises(TxlError, match=rf"{name}.*{problem}"):
         load_lstm(str(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("storage", ["external", "virtual"])
+def test_lstm_weights_stored_in_another_file_are_refused(tmp_path, storage):
+    """An HDF5 dataset may keep its values in another file (external raw
+    storage names any path; a virtual dataset maps another HDF5 file's): a
+    weights.h5 naming a file outside the model's folder read that file's
+    bytes into the weights."""
+    import h5py
+    model = make_model()
+    save_lstm(model, str(tmp_path / "m"), ByteTokenizer())
+    weights = [p for p in (tmp_path / "m").rglob("*.h5")][0]
+    with h5py.File(weights, "r+") as f:
+        names = []
+        f.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset)
+                     else None)
+        name = names[0]
+        value = f[name][()]
+        del f[name]
+        outside = tmp_path / "outside.bin"
+        if storage == "external":
+            outside.write_bytes(np.ones(value.shape, value.dtype).tobytes())
+            f.create_dataset(name, shape=value.shape, dtype=value.dtype,
+                             external=[(str(outside), 0, value.nbytes)])
+        else:
+            with h5py.File(outside, "w") as other:
+                other["x"] = np.ones(value.shape, value.dtype)
+            layout = h5py.VirtualLayout(shape=value.shape, dtype=value.dtype)
+            layout[...] = h5py.VirtualSource(str(outside), "x", shape=value.shape)
+            f.create_virtual_dataset(name, layout)
+    with pytest.raises(TxlError, match=rf"{name}.* in another file"):
+        load_lstm(str(tmp_path / "m"))

@@ -354,3 +354,24 @@ def test_a_weight_holding_nan_or_inf_is_refused_at_load(run, tmp_path, bad):
     np.savez(tmp_path / "model" / "weights.npz", **weights)
     with pytest.raises(ModelDirError, match=rf"weights\.npz.*{name} holds NaN or inf values"):
         load(str(tmp_path / "model"))
+
+
+def test_a_weight_beyond_the_models_dtype_is_refused_at_load():
+    """The NaN/inf check ran before the cast to the model's dtype: a float32
+    weight of 1e5 loaded into a float16 core became inf without a word (every
+    output NaN); in float32, bfloat16 or mixed precision it is a number."""
+    from txl_tf.core import TransformerXL
+    from txl_tf.errors import TxlError
+    from txl_tf.weights import checkpoints
+
+    config = TransformerXLConfig(n_token=20, n_layer=1, d_model=8, n_head=2, d_head=4,
+                                 d_inner=16, mem_len=2, tgt_len=2)
+    weights = checkpoints.get_weights(TransformerXL(config))
+    name = "transformer/layer_0/ff/layer_1/bias"
+    weights[name][0] = 1e5
+    with pytest.raises(TxlError, match=rf"^weight {name} holds values beyond float16's range"):
+        checkpoints.set_weights(TransformerXL(config, dtype="float16"), weights)
+    for dtype in ("float32", "bfloat16", "mixed_float16"):
+        core = TransformerXL(config, dtype=dtype)
+        checkpoints.set_weights(core, weights)
+        assert np.isfinite(np.asarray(core.blocks[0].ff.layer_1.bias.numpy(), np.float32)).all()

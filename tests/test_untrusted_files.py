@@ -152,12 +152,13 @@ def test_a_damaged_corpus_cache_entry_is_one_error_naming_it(tmp_path, damage, m
     ("num_classes", "x"), ("num_classes", "-3"), ("num_classes", None),
     ("label_names", '{"a": 1}'), ("label_names", '["a"]'), ("label_names", "[1, 2]"),
     ("segment_len", "0"), ("mem_len", "-1"), ("vocab_files", '["../../etc/passwd"]'),
-    ("vocab_files", "5")])
+    ("vocab_files", "5"), ("num_classes", 2.5), ("segment_len", 4.9), ("mem_len", True)])
 def test_classifier_metadata_of_the_wrong_kind_is_one_error(key, value):
     """classifier.json (or a classifier graph's metadata) with num_classes "x"
     was a ValueError, without it a KeyError; -3 classes, label names of
     another count or kind, a segment_len of 0 and vocabulary files outside
-    the export were taken as they were."""
+    the export were taken as they were; a JSON number 2.5 (or true) was cut
+    to 2 (or 1)."""
     from export.metadata import CONFIG_KEY, ClassifierInfo
     from txl_tf.config import TransformerXLConfig
     values = {"task": "classification", CONFIG_KEY: TransformerXLConfig(n_token=10).to_json(),

@@ -256,6 +256,9 @@ def load_lstm(directory):
                 found = f" (it holds {item.shape})" if item is not None else ""
                 raise TxlError(f"{directory}: the saved weights have no {_name(variable)} of "
                                f"shape {tuple(variable.shape)}{found}")
+            if item.external or item.is_virtual:  # values read from any path it names
+                raise TxlError(f"{directory}: the saved weight {_name(variable)} keeps its "
+                               "values in another file (external or virtual HDF5 storage)")
             if item.dtype.kind != "f":
                 raise TxlError(f"{directory}: the saved weight {_name(variable)} holds "
                                f"{item.dtype} values, where a floating-point weight belongs")

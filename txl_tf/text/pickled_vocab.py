@@ -11,10 +11,10 @@ up, but for the few that a tokenizer saved by transformers 4.x holds (its
 regexes and Moses tokenizers: `_SKIPPED`), which become inert placeholders,
 never the real classes. Those callables take only plain arguments and copy at
 most as many items as the pickle has bytes; dict keys and set items are strings,
-numbers or flat tuples of them (hashing a tuple of shared tuples walks each leaf
-every time it is reached). Files written by `torch.save` (a zip holding
+numbers (ints under 2**61) or short tuples of strings (hashes that are cheap and
+that a file cannot make collide). Files written by `torch.save` (a zip holding
 `data.pkl`, or the legacy sequence of pickles) are read the same way, without
-PyTorch; a pickle over 1 GiB is refused before it is read.
+PyTorch; a pickle over 64 MiB is refused before it is read.
 
     python -m txl_tf.text.pickled_vocab vocab.pkl vocab.txt
 """
@@ -64,19 +64,30 @@ class _Skipped:
         pass
 
 
-# A pickle (a file, or a zip's data.pkl) is read whole, up to this size.
-_MAX_BYTES = 1 << 30
+# A pickle (a file, or a zip's data.pkl) is read whole, up to this size: its
+# objects may take some 70 times its bytes (an empty dict per byte `}`); a
+# vocab.pkl of 267,735 symbols is 5 MB.
+_MAX_BYTES = 64 << 20
 # The encodings a pickle's str(bytes, encoding) may name (any other name is
 # looked up, and its codec module imported, by the codec registry).
 _ENCODINGS = {"utf-8", "utf8", "latin-1", "latin1", "iso-8859-1", "ascii"}
-# What a dict key or set item may be, or a tuple of these: hashing one costs
-# its length (a tuple of tuples shared through the memo costs 2**depth).
+# What a dict key or set item may be: cheap to hash, and no two values with
+# one hash but a few (a file of keys that collide costs every key probed for
+# every other: quadratic). An int hashes as itself below the modulus; str and
+# bytes hashes are seeded per process, so a tuple key holds only those (an int
+# or float item lets a file choose colliding tuples), up to _KEY_ITEMS of them
+# (an int's or tuple's hash is not kept: it is computed each time reached).
 _ATOMS = (str, bytes, int, float, bool, type(None))
+_SEEDED = (str, bytes, bool, type(None))
+_KEY_ITEMS = 64
 
 
 def _flat(value):
-    return type(value) in _ATOMS or (type(value) is tuple and all(type(v) in _ATOMS
-                                                                  for v in value))
+    kind = type(value)
+    if kind is int:
+        return abs(value) < sys.hash_info.modulus
+    return kind in _ATOMS or (kind is tuple and len(value) <= _KEY_ITEMS
+                              and all(type(v) in _SEEDED for v in value))
 
 
 def _plain_calls(budget):
@@ -136,8 +147,8 @@ def _keys(items):
     for item in items:
         if not _flat(item):
             raise PickledVocabError(f"refusing a dict key or set item of type "
-                                    f"{type(item).__name__} (only strings, numbers and "
-                                    "flat tuples of them)")
+                                    f"{type(item).__name__} (only strings, numbers, ints under "
+                                    f"2**61 and tuples of up to {_KEY_ITEMS} strings)")
 
 
 class _PlainUnpickler(pickle._Unpickler):
@@ -274,6 +285,12 @@ def symbols_of(obj, path="vocabulary"):
         raise PickledVocabError(f"{path}: no symbol list (idx2sym, sym2idx or a list of str)")
     first = {}
     for i, symbol in enumerate(obj):
+        if not symbol.isascii():  # a pickled str may hold a lone surrogate
+            try:
+                symbol.encode("utf-8")
+            except UnicodeEncodeError:
+                raise PickledVocabError(f"{path}: symbol {i} ({symbol!r}) is not UTF-8 "
+                                        "text (a lone surrogate)") from None
         if symbol in first:  # two ids for one symbol: a vocabulary file cannot hold that
             raise PickledVocabError(f"{path}: symbol {symbol!r} appears twice (ids "
                                     f"{first[symbol]} and {i})")

@@ -198,11 +198,15 @@ def set_weights(core, arrays):
         if value.dtype.kind != "f" and value.dtype.name != "bfloat16":  # ml_dtypes' is kind V
             raise TxlError(f"weight {name} holds {value.dtype} values, where a floating-point "
                            "weight belongs")
-        if not _finite(value):
-            raise TxlError(f"weight {name} holds NaN or inf values (a damaged file, or the "
-                           "weights of a run that diverged)")
-        assign_in_place(variable, value.astype(variable.dtype, copy=False))
-        del value  # one weight in memory at a time, even for a lazy archive
+        cast = value.astype(variable.dtype, copy=False)
+        if not _finite(cast):  # after the cast: 1e5 is inf in float16
+            if not _finite(value):
+                raise TxlError(f"weight {name} holds NaN or inf values (a damaged file, or "
+                               "the weights of a run that diverged)")
+            raise TxlError(f"weight {name} holds values beyond {variable.dtype}'s range "
+                           f"(largest magnitude {float(np.abs(value).max()):g})")
+        assign_in_place(variable, cast)
+        del value, cast  # one weight in memory at a time, even for a lazy archive
 
 
 _BLOCK_BYTES = 1 << 25
