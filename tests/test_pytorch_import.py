@@ -177,6 +177,11 @@ def test_unreadable_files(tmp_path):
         read_pytorch(str(other))
 
 
+def test_an_in_memory_state_dict_entry_that_is_not_a_tensor_is_named():
+    with pytest.raises(StateDictError, match=r"entry 'word_emb.emb_layers.0.weight' is a list"):
+        import_pytorch({"word_emb.emb_layers.0.weight": [[0.0, 1.0]]})
+
+
 @pytest.mark.parametrize("qlen,mlen", [(4, 0), (4, 4), (4, 8), (3, 5), (6, 2)])
 def test_pytorch_same_length_mask_matches_the_paper_formula(qlen, mlen):
     # mem_len == mlen: the memory length here is the configured one there.
