@@ -440,3 +440,24 @@ def test_a_kill_while_writing_output_leaves_the_previous_file(trained, tmp_path,
         classify.run(mode="predict", classifier_dir=trained[0], predict_data=str(texts),
                      output=str(output), progress=False)
     assert output.read_text() == "the previous run's rows\n"
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(mode="serve"), r"--mode must be one of train, evaluate, predict, got 'serve'"),
+    (dict(learning_rate=float("nan")), r"--learning_rate must be a finite number > 0, got nan"),
+    (dict(clip=float("inf")), r"--clip must be a finite number >= 0 \(0: none\), got inf"),
+    (dict(dropout=1.0), r"--dropout must be in \[0, 1\), got 1.0"),
+    (dict(preset=None, backbone="b", config_override=["n_layer=1"]),
+     r"--config_override applies to --preset only"),
+    (dict(mode="evaluate"), r"--classifier_dir is required with --mode=evaluate"),
+    (dict(mode="evaluate", classifier_dir="c", eval_data="e"),
+     r"--train_data is for --mode=train, not --mode=evaluate"),
+    (dict(mode="predict", classifier_dir="c", train_data=None, output_dir=None, preset=None),
+     r"--predict_data is required with --mode=predict"),
+])
+def test_flags_wrong_on_their_own_are_named_before_anything_is_read(tmp_path, options, message):
+    base = dict(train_data=str(tmp_path / "missing.tsv"), output_dir=str(tmp_path / "o"),
+                preset="tiny")
+    with pytest.raises(TrainingError, match=f"^{message}$"):
+        classify.run(**{**base, **options})
+    assert list(tmp_path.iterdir()) == []
