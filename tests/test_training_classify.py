@@ -461,3 +461,21 @@ def test_flags_wrong_on_their_own_are_named_before_anything_is_read(tmp_path, op
     with pytest.raises(TrainingError, match=f"^{message}$"):
         classify.run(**{**base, **options})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_more_warmup_steps_than_training_steps_are_refused_before_writing(data, tmp_path):
+    with pytest.raises(TrainingError, match=r"^--warmup_steps \(100\) exceeds the 2 training "
+                                            r"steps$"):
+        _train(data, tmp_path, warmup_steps=100)
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_data_outside_the_vocabulary_is_named_before_writing(data, tmp_path):
+    strict = tmp_path / "strict"
+    CharTokenizer(list("abmnxy \n"), unk_char=None).save(strict)
+    bad = tmp_path / "eval.tsv"
+    bad.write_text("ab\tab ab\nxy\txy qy\n", encoding="utf-8")
+    with pytest.raises(TrainingError, match=r"^--eval_data: .*eval.tsv:2: character 'q'"):
+        _train(data, tmp_path, backbone=None, preset="tiny", vocab_dir=str(strict),
+               eval_data=str(bad))
+    assert not (tmp_path / "out").exists()
