@@ -1,7 +1,9 @@
 """One loader for model directories and training run directories."""
 import gc
 import io
+import re
 import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -354,3 +356,42 @@ def test_a_weight_holding_nan_or_inf_is_refused_at_load(run, tmp_path, bad):
     np.savez(tmp_path / "model" / "weights.npz", **weights)
     with pytest.raises(ModelDirError, match=rf"weights\.npz.*{name} holds NaN or inf values"):
         load(str(tmp_path / "model"))
+
+
+def test_a_damaged_run_checkpoint_and_a_damaged_weight_name_their_file(run, tmp_path):
+    import shutil
+    path, core = run
+    cut = tmp_path / "cut"
+    shutil.copytree(path, cut)
+    data = next((cut / "checkpoints").glob("ckpt-3.data-*"))
+    data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+    with pytest.raises(ModelDirError, match=r"checkpoint .*cut/checkpoints/ckpt-3 cannot be "
+                                            r"read \(.*\): is it truncated\?"):
+        load(str(cut))
+    save_pretrained(core, tmp_path / "model")
+    weights = tmp_path / "model" / "weights.npz"
+    members = {}
+    with zipfile.ZipFile(weights) as archive:
+        for name in archive.namelist():
+            members[name] = archive.read(name)
+    first = next(iter(members))
+    # A header whose brackets do not close: numpy's parser raised tokenize.TokenError,
+    # a traceback instead of the file's name.
+    members[first] = re.sub(rb"'shape': \(", b"'shape': ((", members[first], count=1)
+    with zipfile.ZipFile(weights, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    with pytest.raises(ModelDirError, match=f"{weights}: not a complete .npz archive"):
+        load(str(tmp_path / "model"))
+
+
+def test_weights_of_another_model_are_named_by_name():
+    from txl_tf.errors import TxlError
+    from txl_tf.weights import get_weights, set_weights
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=20))
+    arrays = get_weights(core)
+    first = next(iter(arrays))
+    arrays["extra"] = arrays.pop(first)
+    with pytest.raises(TxlError, match=rf"^weights do not fit this model: missing \['{first}'\], "
+                                       r"unexpected \['extra'\]$"):
+        set_weights(core, arrays)
