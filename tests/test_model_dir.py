@@ -82,6 +82,9 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
     for content, problem in ((data[:len(data) // 3], "not a complete .npz archive"),
                              (b"", "the file is empty"),
                              (npy.getvalue(), "one .npy array, not an .npz archive"),
+                             # a header whose brackets do not close: numpy's tokenize.TokenError
+                             (npy.getvalue().replace(b"'shape': (", b"'shape': ((", 1),
+                              r"not an \.npz archive \(it does not start with a zip file's"),
                              # numpy's "pickled (object) data. If you trust the file ..."
                              (b"weights\n", r"not an \.npz archive \(it does not start with a "
                                             r"zip file's signature\)$")):

@@ -340,7 +340,7 @@ def load_weights(core, path):
         except BaseException:
             file.close()
             raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, tokenize.TokenError) as err:
         raise TxlError(_unreadable(path, err)) from None
     if not isinstance(archive, np.lib.npyio.NpzFile):  # an .npy's one array
         file.close()
