@@ -297,6 +297,20 @@ def test_load_wrong_kind(tmp_path):
         Tokenizer.load(tmp_path)
 
 
+
+@pytest.mark.parametrize("change, message", [
+    ({"type": "bpe"}, r"unknown tokenizer type 'bpe'; known: byte, char, sentencepiece, word"),
+    ({"type": ["char"]}, r"unknown tokenizer type \['char'\]; known: byte, "),  # a TypeError
+    ({"vocab_size": 9}, r"vocab_size 9 does not match the loaded vocabulary \(5\)"),
+])
+def test_a_tokenizer_file_of_another_kind_or_size_is_named(tmp_path, change, message):
+    CharTokenizer(list("abc \n"), unk_char=None).save(tmp_path)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: {message}"):
+        load_tokenizer(tmp_path)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_decode_rejects_out_of_range(kind, tokenizers):
     tok = tokenizers[kind]
