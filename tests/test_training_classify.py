@@ -479,3 +479,35 @@ def test_eval_data_outside_the_vocabulary_is_named_before_writing(data, tmp_path
         _train(data, tmp_path, backbone=None, preset="tiny", vocab_dir=str(strict),
                eval_data=str(bad))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_classifier_dir_names_the_file_at_fault(tmp_path):
+    from txl_tf.classification import LabelSet
+    folder = tmp_path / "clf"
+    folder.mkdir()
+    (folder / classify.MODEL_FILE).write_bytes(b"not a keras archive")
+    (folder / "labels.json").write_text("{")
+    with pytest.raises(TrainingError, match=r"^--classifier_dir: .*labels.json"):
+        classify.load_classifier(str(folder))
+    LabelSet(["ab", "xy"]).save(folder)
+    with pytest.raises(TrainingError, match=r"^--classifier_dir: cannot read the tokenizer in "
+                                            r".*clf/vocab: tokenizer file not found"):
+        classify.load_classifier(str(folder))
+    ByteTokenizer().save(folder / "vocab")
+    with pytest.raises(TrainingError, match=rf"^cannot load .*clf/{classify.MODEL_FILE}: "):
+        classify.load_classifier(str(folder))
+
+
+def test_a_config_file_that_is_missing_broken_or_of_another_vocabulary_is_named(data, tmp_path):
+    config = tmp_path / "config.json"
+    with pytest.raises(TrainingError, match=r"^--config: .*config.json not found$"):
+        _train(data, tmp_path, backbone=None, config=str(config))
+    config.write_text("{")
+    with pytest.raises(TrainingError, match=r"^--config .*config.json: "):
+        _train(data, tmp_path, backbone=None, config=str(config))
+    TransformerXLConfig.preset("tiny", n_token=100).to_json(str(config))
+    with pytest.raises(TrainingError, match=r"^vocabulary/model size mismatch: the tokenizer has "
+                                            r"256 tokens, the model \(--config .*config.json\) "
+                                            r"has n_token=100$"):
+        _train(data, tmp_path, backbone=None, config=str(config))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
