@@ -544,3 +544,15 @@ def test_a_second_object_of_the_presets_module_still_builds_weights_in_memory(tm
         assert isinstance(store.path_or_io, io.BytesIO)
         store.close()
     assert (tmp_path / "a.weights.h5").stat().st_size > 0
+
+
+def test_a_causal_lm_without_a_preprocessor_saves_and_loads_as_a_preset(tmp_path):
+    keras.utils.set_random_seed(2)
+    config = TransformerXLConfig.preset("tiny", n_token=30, init_std=0.3)
+    lm = TransformerXLCausalLM(TransformerXLBackbone(**config.to_dict()))
+    lm.save_to_preset(str(tmp_path / "preset"))
+    assert [p.name for p in tmp_path.iterdir()] == ["preset"]  # the staging folder is gone
+    loaded = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"))
+    assert loaded.preprocessor is None
+    for got, want in zip(loaded.backbone.get_weights(), lm.backbone.get_weights()):
+        np.testing.assert_array_equal(got, want)
