@@ -250,10 +250,14 @@ def test_the_stream_functions_take_integer_sizes_and_flags():
             (lambda: num_segments(100.0, 2, 2), "got float"),  # a TypeError
             (lambda: segment_dataset(ids, 2, 4, start_step=True), "start_step must be an "
                                                                   "integer >= 0, got True"),
-            (lambda: segment_dataset(ids, 2, 4, repeat="no"), "repeat must be a boolean")):
+            (lambda: segment_dataset(ids, 2, 4, repeat="no"), "repeat must be a boolean"),
+            (lambda: segment_dataset(ids / 2, 2, 4), "ids must be integers, got dtype float64"),
+            (lambda: segment_dataset(ids.reshape(10, 10), 2, 4), r"ids must be 1-D, got shape "
+                                                                 r"\(10, 10\)")):
         with pytest.raises(TxlError, match=message):
             call()
     assert num_segments(ids, 2, 4) == num_segments(100, 2, 4) == 12
+    assert num_segments(1, 2, 4) == num_segments(0, 2, 4) == 0  # nothing to read
 
 
 def test_the_adaptive_layers_name_sizes_they_cannot_be_built_with(core):
