@@ -398,3 +398,25 @@ def test_weights_of_another_model_are_named_by_name():
     with pytest.raises(TxlError, match=rf"^weights do not fit this model: missing \['{first}'\], "
                                        r"unexpected \['extra'\]$"):
         set_weights(core, arrays)
+
+
+def test_paths_given_one_by_one_name_what_is_missing_or_wrong(run, tmp_path):
+    import keras
+    _, core = run
+    model = save_pretrained(core, tmp_path / "model")
+    weights = str(tmp_path / "model" / "weights.npz")
+    for kwargs in ({}, {"weights_path": weights}):
+        with pytest.raises(ModelDirError, match="^no config file: pass a model directory or a "
+                                                "config path$"):
+            resolve(**kwargs)
+    source = resolve(str(model), weights_path=weights)
+    assert (source.config_path, source.weights_kind) == (str(tmp_path / "model" / "config.json"),
+                                                         "npz")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ModelDirError, match=r"^cannot read the config .*broken\.json"):
+        load(config_path=str(tmp_path / "broken.json"), weights_path=weights)
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(tmp_path / "other.keras")
+    with pytest.raises(ModelDirError, match=r"other\.keras holds no model with a `\.core` "
+                                            r"Transformer-XL"):
+        load(config_path=source.config_path, weights_path=str(tmp_path / "other.keras"))
+    assert load_core(source, config=core.config, dropout=0.5).config.dropout == 0.5
