@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from txl_tf.text import (ByteTokenizer, CharTokenizer, SentencePieceTokenizer, Tokenizer,
-                         WordTokenizer, load_tokenizer, read_vocab)
+                         WordTokenizer, build_vocab, load_tokenizer, read_vocab, write_vocab)
 
 WORDS = ("the cat sat on a mat while the dog ran to the old tree and a bird sang "
          "over river hill town road light dark rain sun wind stone water").split()
@@ -425,3 +425,18 @@ def test_sentencepiece_training_a_vocabulary_too_small_is_a_txl_error(text):
     with pytest.raises(TxlError, match=r"^SentencePiece training with vocab_size=30 .*failed: "
                                        r".*Vocabulary size is smaller than required_chars"):
         SentencePieceTokenizer.train(texts=text.split("\n"), vocab_size=30)
+
+
+def test_vocabulary_files_that_cannot_be_word_vocabularies_are_named(tmp_path):
+    import collections
+    with pytest.raises(ValueError, match=r"^duplicate special tokens in \['<eos>', '<eos>'\]$"):
+        build_vocab(collections.Counter("ab"), specials=["<eos>", "<eos>"])
+    with pytest.raises(ValueError, match=r"^token 1 \('b c'\) is empty or contains whitespace"):
+        write_vocab(tmp_path / "v.txt", ["a", "b c"])
+    assert not (tmp_path / "v.txt").exists()  # nothing half written
+    for text, message in (("a\n\nb\n", r"v.txt:2: blank line in vocabulary file"),
+                          ("", r"^vocabulary file is empty: .*v.txt$"),
+                          ("a 5\nb 3\na 1\n", r"v.txt: token 'a' appears twice \(lines 1 and 3\)")):
+        (tmp_path / "v.txt").write_text(text)
+        with pytest.raises(ValueError, match=message):
+            read_vocab(tmp_path / "v.txt")
