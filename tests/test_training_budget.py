@@ -25,6 +25,7 @@ def test_the_budget_sizes_steps_warmup_checkpoints_and_the_time_limit(monkeypatc
     assert (result, steps, per_step) == ({"step": 1}, 184, 0.5)  # 100 s * 0.92 / 0.5 s
     assert {k: runs[0][k] for k in ("train_steps", "warmup_steps", "checkpoint_every",
                                     "max_time_s", "preset", "model_dir")} == {
-        "train_steps": 184, "warmup_steps": 18, "checkpoint_every": 46, "max_time_s": pytest.approx(115.0),
+        "train_steps": 184, "warmup_steps": 18, "checkpoint_every": 46,
+        "max_time_s": pytest.approx(115.0),
         "preset": "tiny", "model_dir": str(tmp_path)}
     assert budget.steps_for_budget(0.1, {}) == (1, 0.5)  # at least one step
