@@ -286,6 +286,12 @@ def test_the_core_takes_ids_as_lists_and_names_a_memory_that_is_not_one(core):
         core("abc", core.initial_memory(1))
     with pytest.raises(TxlError, match="memory must be a txl_tf.Memory .* got tuple"):
         core(np.ones([1, 2], np.int32), (1, 2, 3))
+    mems, mem_mask = core.initial_memory(1)
+    with pytest.raises(TxlError, match="memory dict needs keys 'mems' and 'mem_mask', missing "
+                                       "'mem_mask'"):
+        core([[1, 2]], {"mems": mems})
+    as_dict, _ = core([[1, 2]], {"mems": mems, "mem_mask": mem_mask})
+    np.testing.assert_array_equal(as_dict, log_probs)
 
 
 @pytest.mark.parametrize("kwargs,message", [
