@@ -306,7 +306,8 @@ def test_inconsistent_config_is_named():
     with pytest.raises(ConfigError, match="unknown preset 'gpt9'"):
         TransformerXLConfig.preset("gpt9")
     for fields, message in (
-            (dict(d_model=33, d_embed=33), r"^d_model must be even \(sin and cos halves\), got 33$"),
+            (dict(d_model=33, d_embed=33),
+             r"^d_model must be even \(sin and cos halves\), got 33$"),
             (dict(dropout="x"), r"^dropout must be a number, got 'x'$"),
             (dict(vocab_fingerprint=5), r"^vocab_fingerprint must be a string or None, got 5"),
             (dict(div_val=2), r"^div_val > 1 needs cutoffs \(a vocabulary split\)$"),
