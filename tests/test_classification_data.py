@@ -200,6 +200,16 @@ def test_labels_json_errors(tmp_path):
         LabelSet(["a", "b"]).id("c")
     with pytest.raises(ValueError, match="out of range"):
         LabelSet(["a", "b"]).name(2)
+    for data, message in (([], r'expected an object \{"labels": \[name, \.\.\.\]\}'),
+                          ({"labels": []}, "a LabelSet needs at least one label"),
+                          ({"labels": [" a"]}, r"label 0 \(' a'\) must be a non-empty string"),
+                          ({"labels": ["a"], "format_version": 99},
+                           r"format_version 99 is newer than this reader \(1\)")):
+        bad.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=rf"labels.json: not a labels file: {message}"):
+            LabelSet.load(bad)
+    with pytest.raises(ValueError, match="^no labels to build a LabelSet from$"):
+        LabelSet.from_labels([])
 
 
 def make_folder(root, layout):
