@@ -518,3 +518,21 @@ def test_a_saved_model_folder_is_not_trained_into(tmp_path, corpus):
         _train(tmp_path, data_dir=corpus, model_dir=str(model), final_eval=False)
     assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == before
     assert first["step"] == 2
+
+
+def test_corpus_options_and_loading_errors_are_named(tmp_path):
+    from training import inputs
+    assert inputs.parse_options(["a=true", "b = None", "c=3", "d=1.5", "e=wiki", "f=x=y"]) == {
+        "a": True, "b": None, "c": 3, "d": 1.5, "e": "wiki", "f": "x=y"}
+    with pytest.raises(TrainingError, match=r"^--corpus_option 'max_bytes' is not key=value$"):
+        inputs.parse_options(["max_bytes"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainingError, match=r"^empty corpus: no files in .*empty"):
+        inputs.load("text", str(tmp_path / "empty"))
+    with pytest.raises(TrainingError, match=r"^cannot load corpus 'pystdlib': max_bytes must be "
+                                            r"a positive int"):
+        inputs.load("pystdlib", options=inputs.parse_options(["max_bytes=0"]))
+    with pytest.raises(TrainingError, match=r"^--cache_dir: .*corpus.txt exists and is not a "
+                                            r"folder"):
+        inputs.load("text", str(tmp_path), cache_dir=write_text_corpus(tmp_path / "corpus.txt",
+                                                                       100))
