@@ -120,3 +120,20 @@ def test_a_model_size_other_than_the_tokenizers_names_the_flag_that_asked_for_it
                                             r"dropout must be a number, got 'abc'$"):
         build_config("tiny", 256, overrides=parse_overrides(["dropout=abc"]))
     assert build_config("tiny", 256, overrides={"n_token": 256}).n_token == 256
+
+
+def test_a_previous_runs_config_is_read_or_named(tmp_path):
+    from training.errors import TrainingError
+    from training.model_config import check_resumable
+    from txl_tf import TransformerXLConfig
+    path = str(tmp_path / "config.json")
+    config = TransformerXLConfig.preset("tiny")
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(TrainingError, match=rf"^cannot read {path}: "):
+        check_resumable(config, path)
+    config.to_json(path)  # a run from before fingerprints were recorded
+    check_resumable(config.replace(vocab_fingerprint="0123456789abcdef"), path)
+    with pytest.raises(TrainingError, match=rf"^vocabulary/model size mismatch: {path} was "
+                                            r"trained with n_token=256, the corpus tokenizer "
+                                            r"now has 100 tokens; use a new --model_dir$"):
+        check_resumable(config.replace(n_token=100), path)
