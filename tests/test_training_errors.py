@@ -536,3 +536,21 @@ def test_corpus_options_and_loading_errors_are_named(tmp_path):
                                             r"folder"):
         inputs.load("text", str(tmp_path), cache_dir=write_text_corpus(tmp_path / "corpus.txt",
                                                                        100))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(model_dir=""), r"--model_dir is required"),
+    (dict(keep_checkpoints=0), r"--keep_checkpoints must be a positive integer, got 0"),
+    (dict(eval_mem_len=-1), r"--eval_mem_len must be >= 0, got -1"),
+    (dict(learning_rate=float("inf")), r"--learning_rate must be a finite number > 0, got inf"),
+    (dict(min_lr_ratio=1.5), r"--min_lr_ratio must be in \[0, 1\], got 1.5"),
+    (dict(clip=-1.0), r"--clip must be a finite number >= 0 \(0: none\), got -1.0"),
+    (dict(adam_beta2=1.0), r"--adam_beta2 must be in \[0, 1\), got 1.0"),
+    (dict(steps_per_execution=-1), r"--steps_per_execution must be >= 0, got -1"),
+    (dict(adam_epsilon=0.0), r"--adam_epsilon must be a finite number > 0, got 0.0"),
+])
+def test_training_flags_wrong_on_their_own_are_named_before_anything_is_read(tmp_path, options,
+                                                                            message):
+    with pytest.raises(TrainingError, match=f"^{message}$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), **options)
+    assert list(tmp_path.iterdir()) == []
