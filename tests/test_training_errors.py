@@ -554,3 +554,10 @@ def test_training_flags_wrong_on_their_own_are_named_before_anything_is_read(tmp
     with pytest.raises(TrainingError, match=f"^{message}$"):
         _train(tmp_path, data_dir=str(tmp_path / "nowhere"), **options)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_the_replicas_cannot_split_is_named_before_anything_is_read(tmp_path):
+    with pytest.raises(TrainingError, match=r"^--batch_size 3 is not divisible by the 2 replicas "
+                                            r"of the MirroredStrategy$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), strategy="mirrored", batch_size=3)
+    assert list(tmp_path.iterdir()) == []
