@@ -22,3 +22,18 @@ def test_a_flag_wrong_on_its_own_is_named(tmp_path, job, options, message):
     with pytest.raises(TrainingError, match=f"^{message}$"):
         job.run(**where, **options)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, r"--text_file '.*text.txt' does not exist"),
+    (b"\xff\xfe", r"--text_file '.*text.txt' is not valid UTF-8: .*"),
+    (b"", r"--text_file '.*text.txt' is empty"),
+])
+def test_an_attention_text_file_that_cannot_be_read_is_named(tmp_path, content, message):
+    path = tmp_path / "text.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(TrainingError, match=f"^{message}$"):
+        attention_picture.run(model_dir=str(tmp_path / "nowhere"),
+                              output=str(tmp_path / "a.png"), text_file=str(path))
+    assert not (tmp_path / "a.png").exists()
