@@ -440,3 +440,21 @@ def test_vocabulary_files_that_cannot_be_word_vocabularies_are_named(tmp_path):
         (tmp_path / "v.txt").write_text(text)
         with pytest.raises(ValueError, match=message):
             read_vocab(tmp_path / "v.txt")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: WordTokenizer([]), r"^empty vocabulary$"),
+    (lambda: WordTokenizer(["<unk>", "a b"]), r"^vocabulary entry 1 \('a b'\) is not a word$"),
+    (lambda: WordTokenizer(["a", "a"]), r"^token 'a' appears twice in the vocabulary \(ids 0 "
+                                        r"and 1\)"),
+    (lambda: CharTokenizer(["ab"]), r"^vocabulary entry 0 \('ab'\) is not one character$"),
+    (lambda: CharTokenizer(["a", "a"], unk_char=None), r"^duplicate characters in the "
+                                                        r"vocabulary$"),
+    (lambda: CharTokenizer([], unk_char=None), r"^empty character vocabulary$"),
+    (lambda: CharTokenizer(["a"], unk_char="z"), r"^unk_char 'z' is not in the vocabulary$"),
+    (lambda: SentencePieceTokenizer.train(vocab_size=10), r"^give exactly one of files= or "
+                                                          r"texts=$"),
+])
+def test_a_vocabulary_a_tokenizer_cannot_take_is_named(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
