@@ -121,6 +121,14 @@ CORE_CASES = [  # (id, token_ids, memory, message pattern)
     ("batch", IDS, _memory(batch=3), r"token_ids have batch 2 but the memory has batch 3"),
     ("rank_3_mems", IDS, Memory(np.zeros([2, 4, 32], np.float32), np.zeros([2, 4], bool)),
      r"mems must be \[n_layer, batch, mem_len, d_model\] \(rank 4\)"),
+    ("rank_3_mask", IDS, _memory()._replace(mem_mask=np.zeros([1, 2, MEM_LEN], bool)),
+     r"mem_mask must be \[batch, mem_len\] \(rank 2\), got shape \(1, 2, \d+\)"),
+    ("int_mems", IDS, _memory()._replace(mems=np.zeros([2, 2, MEM_LEN, 32], np.int32)),
+     r"mems must be floating point, got int32"),
+    ("mask_batch", IDS, _memory()._replace(mem_mask=np.zeros([3, MEM_LEN], bool)),
+     r"mems and mem_mask disagree on batch: 2 vs 3"),
+    ("mask_length", IDS, _memory()._replace(mem_mask=np.zeros([2, MEM_LEN + 1], bool)),
+     rf"mems and mem_mask disagree on mem_len: {MEM_LEN} vs {MEM_LEN + 1}"),
 ]
 
 

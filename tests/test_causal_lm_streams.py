@@ -210,3 +210,17 @@ def test_ids_given_to_a_model_with_a_preprocessor_are_one_error():
     out = causal_lm.generate(ids, stop_token_ids=None)
     assert list(np.asarray(out["token_ids"])[0, :2]) == [1, 2]
     assert np.asarray(out["padding_mask"]).all()  # the padding slot was generated
+
+
+def test_a_stream_batch_with_a_key_of_another_kind_is_named():
+    from txl_tf.checks.inputs import InputError
+    tiny = TransformerXLConfig.preset("tiny", n_token=30)
+    lm = TransformerXLCausalLM(TransformerXLBackbone(**tiny.to_dict()), mem_len=4,
+                               segment_len=4)
+    lm.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy())
+    x = {"token_ids": np.ones([2, 4], np.int32), "document_start": np.array([True, True]),
+         "segment_ids": np.ones([2, 4], np.int32)}
+    with pytest.raises(InputError, match=r"^inputs as a dict take 'token_ids' and optionally "
+                                         r"'document_start', 'padding_mask', got keys "
+                                         r"\['document_start', 'segment_ids', 'token_ids'\]$"):
+        lm.evaluate(x, np.ones([2, 4], np.int32), batch_size=2, verbose=0)

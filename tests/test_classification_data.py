@@ -200,6 +200,16 @@ def test_labels_json_errors(tmp_path):
         LabelSet(["a", "b"]).id("c")
     with pytest.raises(ValueError, match="out of range"):
         LabelSet(["a", "b"]).name(2)
+    for data, message in (([], r'expected an object \{"labels": \[name, \.\.\.\]\}'),
+                          ({"labels": []}, "a LabelSet needs at least one label"),
+                          ({"labels": [" a"]}, r"label 0 \(' a'\) must be a non-empty string"),
+                          ({"labels": ["a"], "format_version": 99},
+                           r"format_version 99 is newer than this reader \(1\)")):
+        bad.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=rf"labels.json: not a labels file: {message}"):
+            LabelSet.load(bad)
+    with pytest.raises(ValueError, match="^no labels to build a LabelSet from$"):
+        LabelSet.from_labels([])
 
 
 def make_folder(root, layout):
@@ -349,6 +359,9 @@ def test_folder_errors(tmp_path):
     (root / "b" / ".DS_Store").write_text("hidden")
     with pytest.raises(ClassificationDataError, match=r"f/b: empty class folder"):
         read_folder(root)
+    empty = make_folder(tmp_path / "e", {"a": {"x.txt": " "}, "b": {"y.txt": ""}})
+    with pytest.raises(ClassificationDataError, match=r"e: no examples \(2 empty files skipped\)"):
+        read_folder(empty, empty_text="skip")
 
 
 # -- batches ---------------------------------------------------------------------
@@ -505,6 +518,17 @@ def test_token_dataset_ragged_and_errors():
         token_dataset([[1], []], [0, 1], 2, max_length=4, segment_len=2)
     with pytest.raises(ValueError, match="label_ids must be 2 ints"):
         token_dataset([[1], [2]], [0], 2, max_length=4, segment_len=2)
+    with pytest.raises(ValueError, match=r"document 0 must be a 1-D sequence of ints, got shape "
+                                         r"\(2,\) dtype float"):
+        token_dataset([[1.5, 2.0]], None, 1, max_length=4, segment_len=2)
+    with pytest.raises(ValueError, match=r"documents must be \[N, None\], got shape "
+                                         r"\(1, None, None\)"):
+        token_dataset(tf.ragged.constant([[[1, 2]]]), None, 1, max_length=4, segment_len=2)
+    with pytest.raises(ValueError, match="no documents to make a dataset from"):
+        token_dataset([], None, 1, max_length=4, segment_len=2)
+    with pytest.raises(ValueError, match="shuffle_buffer must be a positive int, got 0"):
+        token_dataset([[1]], None, 1, max_length=4, segment_len=2, shuffle=True,
+                      shuffle_buffer=0)
 
 
 def test_argument_errors():
@@ -525,6 +549,19 @@ def test_argument_errors():
     with pytest.raises(ValueError, match=r"max_length must be at most 2147483647 \(2\*\*31 - 1\), "
                                          r"got 2147483648"):  # lengths are int32
         classification_dataset(["a"], tok, 1, max_length=2 ** 31, segment_len=2)
+    with pytest.raises(ValueError, match="pad_id must be an int, got 0.5"):
+        classification_dataset(["a"], tok, 1, max_length=4, segment_len=2, pad_id=0.5)
+    with pytest.raises(ValueError, match="no examples to make a dataset from"):
+        classification_dataset([], tok, 1, max_length=4, segment_len=2)
+    with pytest.raises(TypeError, match="text 0: expected str, got bytes"):
+        classification_dataset([b"a"], tok, 1, max_length=4, segment_len=2)
+    with pytest.raises(ValueError, match="tokenize_chunk must be a positive int, got 0"):
+        classification_dataset(["a"], tok, 1, max_length=4, segment_len=2, bucket=True,
+                               tokenize_chunk=0)
+    with pytest.raises(ValueError, match="2 texts, 1 label ids and 2 sources do not match"):
+        Examples(["a", "b"], [0], LabelSet(["x", "y"]), ["s1", "s2"])
+    with pytest.raises(ValueError, match="s1: label id 2 is out of range for 2 classes"):
+        Examples(["a"], [2], LabelSet(["x", "y"]), ["s1"])
 
 
 # -- passages --------------------------------------------------------------------

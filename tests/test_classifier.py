@@ -269,6 +269,8 @@ def test_labels_out_of_range_are_one_clear_error_under_xla():
     with pytest.raises(InputError, match=r"^class label 3 is out of range for 3 classes "
                                          r"\(valid labels are 0..2\)$"):
         model.evaluate(x, labels, verbose=0)
+    with pytest.raises(InputError, match=r"^class label 3 is out of range for 3 classes"):
+        model.fit(x, labels % 3, validation_data=(x, labels), verbose=0)  # arrays, before fit
     data = tf.data.Dataset.from_tensor_slices((x, labels)).batch(2)
     for call in (lambda: model.fit(data, verbose=0), lambda: model.evaluate(data, verbose=0),
                  lambda: model.fit(data.take(1), validation_data=data, verbose=0)):

@@ -2,6 +2,7 @@
 padded batches of multi-segment documents; metadata and input checks."""
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -252,3 +253,11 @@ def test_onnx_on_a_cuda_that_does_not_load_says_so(exported, cuda_that_does_not_
     caplog.clear()
     open_classifier(exported[1], backend="onnx", device="cpu")
     assert not caplog.records
+
+
+@pytest.mark.parametrize("formats", [(), ("onnx", "tflite")])
+def test_unknown_or_no_formats_are_refused_before_anything_is_written(tmp_path, formats):
+    with pytest.raises(TxlError, match=r"^formats must be some of \('saved_model', 'onnx'\), "
+                                       rf"got {re.escape(str(tuple(formats)))}$"):
+        export_classifier(None, str(tmp_path / "out"), formats)
+    assert not (tmp_path / "out").exists()

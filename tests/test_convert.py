@@ -195,6 +195,19 @@ def test_convert_refuses_bad_inputs(tmp_path):
         convert("pytorch", str(tmp_path / "none.safetensors"), str(tmp_path / "o"), **quiet)
     with pytest.raises(ConvertError, match="needs --config"):
         convert("tf", weights, str(tmp_path / "o"), **quiet)
+    with pytest.raises(ConvertError, match=r"--source must be one of \('pytorch', 'tf'\), "
+                                           r"got 'onnx'"):
+        convert("onnx", weights, str(tmp_path / "o"), **quiet)
+    with pytest.raises(ConvertError, match="--input is required"):
+        convert("pytorch", "", str(tmp_path / "o"), **quiet)
+    with pytest.raises(ConvertError, match=r"--output_dir .*model.safetensors is a file"):
+        convert("pytorch", weights, str(weights), **quiet)
+    for text, problem in (("{nope", "cannot read the config .*bad.json: Expecting"),
+                          ("[1]", r"bad.json: a config is a JSON object")):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ConvertError, match=problem):
+            convert("pytorch", weights, str(tmp_path / "o"), config=str(tmp_path / "bad.json"),
+                    **quiet)
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep").write_text("x")

@@ -305,6 +305,19 @@ def test_inconsistent_config_is_named():
         TransformerXLConfig(n_token=100, cutoffs=[50], tie_projs=[True])
     with pytest.raises(ConfigError, match="unknown preset 'gpt9'"):
         TransformerXLConfig.preset("gpt9")
+    for fields, message in (
+            (dict(d_model=33, d_embed=33),
+             r"^d_model must be even \(sin and cos halves\), got 33$"),
+            (dict(dropout="x"), r"^dropout must be a number, got 'x'$"),
+            (dict(vocab_fingerprint=5), r"^vocab_fingerprint must be a string or None, got 5"),
+            (dict(div_val=2), r"^div_val > 1 needs cutoffs \(a vocabulary split\)$"),
+            (dict(d_embed=4, div_val=4, cutoffs=[5, 10]),
+             r"^d_embed=4 // div_val=4\*\*2 leaves a bin with no embedding dimension")):
+        with pytest.raises(ConfigError, match=message):
+            TransformerXLConfig(n_token=100, **fields)
+    from txl_tf.config import eval_settings
+    with pytest.raises(ConfigError, match=r"^unknown preset 'gpt9'; known presets: \["):
+        eval_settings("gpt9")
 
 
 @pytest.mark.parametrize("fields, match", [

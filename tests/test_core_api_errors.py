@@ -250,10 +250,14 @@ def test_the_stream_functions_take_integer_sizes_and_flags():
             (lambda: num_segments(100.0, 2, 2), "got float"),  # a TypeError
             (lambda: segment_dataset(ids, 2, 4, start_step=True), "start_step must be an "
                                                                   "integer >= 0, got True"),
-            (lambda: segment_dataset(ids, 2, 4, repeat="no"), "repeat must be a boolean")):
+            (lambda: segment_dataset(ids, 2, 4, repeat="no"), "repeat must be a boolean"),
+            (lambda: segment_dataset(ids / 2, 2, 4), "ids must be integers, got dtype float64"),
+            (lambda: segment_dataset(ids.reshape(10, 10), 2, 4), r"ids must be 1-D, got shape "
+                                                                 r"\(10, 10\)")):
         with pytest.raises(TxlError, match=message):
             call()
     assert num_segments(ids, 2, 4) == num_segments(100, 2, 4) == 12
+    assert num_segments(1, 2, 4) == num_segments(0, 2, 4) == 0  # nothing to read
 
 
 def test_the_adaptive_layers_name_sizes_they_cannot_be_built_with(core):
@@ -282,6 +286,12 @@ def test_the_core_takes_ids_as_lists_and_names_a_memory_that_is_not_one(core):
         core("abc", core.initial_memory(1))
     with pytest.raises(TxlError, match="memory must be a txl_tf.Memory .* got tuple"):
         core(np.ones([1, 2], np.int32), (1, 2, 3))
+    mems, mem_mask = core.initial_memory(1)
+    with pytest.raises(TxlError, match="memory dict needs keys 'mems' and 'mem_mask', missing "
+                                       "'mem_mask'"):
+        core([[1, 2]], {"mems": mems})
+    as_dict, _ = core([[1, 2]], {"mems": mems, "mem_mask": mem_mask})
+    np.testing.assert_array_equal(as_dict, log_probs)
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -485,6 +485,27 @@ def test_empty_corpus(tmp_path, user_cache):
     with pytest.raises(EmptyCorpusError, match=r"valid split is empty.*ptb\.valid\.txt"):
         load_corpus("ptb", tmp_path)
     assert not list(user_cache.glob("ptb-*"))  # nothing half-cached
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(EmptyCorpusError, match=r"^no files in .*folder \(data_dir = a text file"):
+        load_corpus("text", tmp_path / "folder")
+    with pytest.raises(CorpusNotFoundError, match=r"^Python source folder not found: .*nowhere"):
+        load_corpus("pystdlib", tmp_path / "nowhere")
+    with pytest.raises(EmptyCorpusError, match=r"^no \.py files found \(\*\.py files under "
+                                               r".*folder"):
+        load_corpus("pystdlib", tmp_path / "folder")
+    shards = tmp_path / "lm1b" / "training-monolingual.tokenized.shuffled"
+    shards.mkdir(parents=True)
+    with pytest.raises(CorpusNotFoundError, match=r"^lm1b training shards not found: "
+                                                  r".*shuffled/news\.en-\*"):
+        load_corpus("lm1b", tmp_path / "lm1b")
+
+
+def test_an_unknown_split_is_named(tmp_path):
+    write(tmp_path / "t.txt", "hello world\n" * 50)
+    corpus = load_corpus("text", tmp_path / "t.txt", use_cache=False)
+    with pytest.raises(ValueError, match=r"^unknown split 'dev'; known: train, valid, test$"):
+        corpus.split("dev")
+    assert repr(corpus).startswith("Corpus('text', train=")
 
 
 def test_unknown_name_lists_known():

@@ -409,3 +409,15 @@ def test_lengths_count_this_calls_ids_and_early_stops_pad_with_pad_id(core):
                            stream=chunks.append, stream_every=1)
     assert cut.ids.tolist() == [[stop, 7, 7, 7, 7]] and cut.lengths.tolist() == [1]
     assert len(chunks) == 1
+
+
+def test_generate_names_a_stream_cadence_resume_and_seeds_it_cannot_take(core):
+    from txl_tf.errors import TxlError
+    decoder = Decoder(core, 4, 4, jit_compile=False)
+    for options, message in (
+            (dict(stream=print, stream_every=0), r"stream_every must be an integer >= 1, got 0"),
+            (dict(resume="x"), r"resume must be the \.state of an earlier Generation"),
+            (dict(seed=[1, 2, 3]), r"seed must be an integer or 2 integers \(one per prompt\), "
+                                   r"got \[1, 2, 3\]")):
+        with pytest.raises(TxlError, match=f"^{message}$"):
+            decoder.generate([[1], [2]], 2, **options)

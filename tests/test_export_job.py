@@ -466,3 +466,17 @@ def test_a_vocabulary_link_to_a_file_outside_it_is_refused_before_the_model_load
     os.symlink("vocab.txt", model / "vocab" / "same.txt")
     assert [os.path.basename(p) for p in saved_model._vocab_files(str(model / "vocab"))] == \
         ["same.txt", "vocab.txt"]
+
+
+def test_the_onnx_writers_name_their_bad_options_before_writing(tmp_path):
+    from export.onnx_export import export_decode_onnx, export_onnx
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=20))
+    with pytest.raises(TxlError, match=r"^decode graphs computing in float16 keep their keys and "
+                                       r"values in float16, not float32$"):
+        export_decode_onnx(core, str(tmp_path / "d"), 4, None, cache_dtype="float32",
+                           decode_dtype="float16")
+    with pytest.raises(TxlError, match=r"^log_probs must be one of \('all', 'last'\), got 'some'"):
+        export_onnx(core, str(tmp_path / "m.onnx"), 4, log_probs="some")
+    with pytest.raises(TxlError, match=r"^mem_len must be an integer >= 0, got -1$"):
+        export_onnx(core, str(tmp_path / "m.onnx"), -1)
+    assert list(tmp_path.iterdir()) == []

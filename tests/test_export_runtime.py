@@ -581,3 +581,19 @@ def test_onnx_metadata_that_is_not_the_graphs_is_refused_at_open(paths, tmp_path
                                             r"the graph declares .*: the metadata is not this "
                                             "graph's"):
         open_runtime(str(tmp_path / "model.onnx"), device="cpu")
+
+
+def test_an_export_without_the_asked_backend_is_named(tmp_path):
+    from export.runtime import choose_artefact
+    (tmp_path / "onnx_only").mkdir()
+    (tmp_path / "onnx_only" / "model.onnx").write_bytes(b"")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"^no SavedModel at '.*onnx_only'$"):
+        open_runtime(str(tmp_path / "onnx_only"), backend="saved_model")
+    with pytest.raises(FileNotFoundError, match=r"^no ONNX model at '.*empty'$"):
+        open_runtime(str(tmp_path / "empty"), backend="onnx")
+    with pytest.raises(TxlError, match=r"^backend must be auto, onnx or saved_model, got "
+                                       r"'tflite'$"):
+        choose_artefact(str(tmp_path / "onnx_only"), backend="tflite")
+    assert choose_artefact(str(tmp_path / "onnx_only")) == (
+        "onnx", str(tmp_path / "onnx_only" / "model.onnx"))

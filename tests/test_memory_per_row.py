@@ -229,3 +229,15 @@ def test_distributed_documents_keep_no_numpy_copy_of_the_ids():
     for got, want in zip((inputs["token_ids"], labels, weights, inputs["document_start"]),
                          layout):
         np.testing.assert_array_equal(got.numpy(), want[7])
+
+
+def test_distributed_documents_name_a_batch_or_start_step_they_cannot_take():
+    docs = [np.arange(1, 9), np.arange(10, 14)]
+    with pytest.raises(TxlError, match=r"^global_batch_size 3 is not divisible by the 2 "
+                                       r"replicas of MirroredStrategy$"):
+        distribute_documents(mirrored_strategy(["/cpu:0", "/cpu:1"]), docs,
+                             global_batch_size=3, tgt_len=T)
+    for bad in (-1, 1.5):
+        with pytest.raises(TxlError, match=rf"^start_step must be an int >= 0, got {bad}$"):
+            distribute_documents(tf.distribute.OneDeviceStrategy("/cpu:0"), docs,
+                                 global_batch_size=2, tgt_len=T, start_step=bad)

@@ -1,7 +1,9 @@
 """One loader for model directories and training run directories."""
 import gc
 import io
+import re
 import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -80,6 +82,9 @@ def test_unreadable_weights_name_the_path(run, tmp_path):
     for content, problem in ((data[:len(data) // 3], "not a complete .npz archive"),
                              (b"", "the file is empty"),
                              (npy.getvalue(), "one .npy array, not an .npz archive"),
+                             # a header whose brackets do not close: numpy's tokenize.TokenError
+                             (npy.getvalue().replace(b"'shape': (", b"'shape': ((", 1),
+                              r"not an \.npz archive \(it does not start with a zip file's"),
                              # numpy's "pickled (object) data. If you trust the file ..."
                              (b"weights\n", r"not an \.npz archive \(it does not start with a "
                                             r"zip file's signature\)$")):
@@ -375,3 +380,64 @@ def test_a_weight_beyond_the_models_dtype_is_refused_at_load():
         core = TransformerXL(config, dtype=dtype)
         checkpoints.set_weights(core, weights)
         assert np.isfinite(np.asarray(core.blocks[0].ff.layer_1.bias.numpy(), np.float32)).all()
+
+
+def test_a_damaged_run_checkpoint_and_a_damaged_weight_name_their_file(run, tmp_path):
+    import shutil
+    path, core = run
+    cut = tmp_path / "cut"
+    shutil.copytree(path, cut)
+    data = next((cut / "checkpoints").glob("ckpt-3.data-*"))
+    data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+    with pytest.raises(ModelDirError, match=r"checkpoint .*cut/checkpoints/ckpt-3 cannot be "
+                                            r"read \(.*\): is it truncated\?"):
+        load(str(cut))
+    save_pretrained(core, tmp_path / "model")
+    weights = tmp_path / "model" / "weights.npz"
+    members = {}
+    with zipfile.ZipFile(weights) as archive:
+        for name in archive.namelist():
+            members[name] = archive.read(name)
+    first = next(iter(members))
+    # A header whose brackets do not close: numpy's parser raised tokenize.TokenError,
+    # a traceback instead of the file's name.
+    members[first] = re.sub(rb"'shape': \(", b"'shape': ((", members[first], count=1)
+    with zipfile.ZipFile(weights, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    with pytest.raises(ModelDirError, match=f"{weights}: not a complete .npz archive"):
+        load(str(tmp_path / "model"))
+
+
+def test_weights_of_another_model_are_named_by_name():
+    from txl_tf.errors import TxlError
+    from txl_tf.weights import get_weights, set_weights
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=20))
+    arrays = get_weights(core)
+    first = next(iter(arrays))
+    arrays["extra"] = arrays.pop(first)
+    with pytest.raises(TxlError, match=rf"^weights do not fit this model: missing \['{first}'\], "
+                                       r"unexpected \['extra'\]$"):
+        set_weights(core, arrays)
+
+
+def test_paths_given_one_by_one_name_what_is_missing_or_wrong(run, tmp_path):
+    import keras
+    _, core = run
+    model = save_pretrained(core, tmp_path / "model")
+    weights = str(tmp_path / "model" / "weights.npz")
+    for kwargs in ({}, {"weights_path": weights}):
+        with pytest.raises(ModelDirError, match="^no config file: pass a model directory or a "
+                                                "config path$"):
+            resolve(**kwargs)
+    source = resolve(str(model), weights_path=weights)
+    assert (source.config_path, source.weights_kind) == (str(tmp_path / "model" / "config.json"),
+                                                         "npz")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ModelDirError, match=r"^cannot read the config .*broken\.json"):
+        load(config_path=str(tmp_path / "broken.json"), weights_path=weights)
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(tmp_path / "other.keras")
+    with pytest.raises(ModelDirError, match=r"other\.keras holds no model with a `\.core` "
+                                            r"Transformer-XL"):
+        load(config_path=source.config_path, weights_path=str(tmp_path / "other.keras"))
+    assert load_core(source, config=core.config, dropout=0.5).config.dropout == 0.5

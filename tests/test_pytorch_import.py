@@ -177,6 +177,11 @@ def test_unreadable_files(tmp_path):
         read_pytorch(str(other))
 
 
+def test_an_in_memory_state_dict_entry_that_is_not_a_tensor_is_named():
+    with pytest.raises(StateDictError, match=r"entry 'word_emb.emb_layers.0.weight' is a list"):
+        import_pytorch({"word_emb.emb_layers.0.weight": [[0.0, 1.0]]})
+
+
 @pytest.mark.parametrize("qlen,mlen", [(4, 0), (4, 4), (4, 8), (3, 5), (6, 2)])
 def test_pytorch_same_length_mask_matches_the_paper_formula(qlen, mlen):
     # mem_len == mlen: the memory length here is the configured one there.
@@ -296,3 +301,21 @@ def test_a_half_precision_state_dict_imports():
         np.float16)  # another base
     with pytest.raises(PytorchImportError, match="inv_freq is not the sinusoid's frequencies"):
         read_pytorch(wrong)
+
+
+def test_state_dicts_missing_parts_or_with_extra_tensors_are_named():
+    state = CASES["adaptive_paper"]()["state"]
+    for kept, message in (
+            (lambda k: not k.startswith("layers."), r"<state dict>: no `layers\.N\.` tensors; "
+                                                   r"is this a Transformer-XL state dict\?"),
+            (lambda k: "word_emb" not in k, r"cannot infer the config: no tensor "
+                                            r"'word_emb\.emb_layers\.0\.weight' in <state dict>"),
+            (lambda k: "cluster" not in k, r"3 embedding tables need 2 cluster rows; "
+                                           r"crit\.cluster_weight has 0")):
+        with pytest.raises(PytorchImportError, match=message):
+            import_pytorch({k: v for k, v in state.items() if kept(k)})
+    with pytest.raises(PytorchImportError, match=r"cluster_order must be one of \('tf', "
+                                                 r"'pytorch'\), got 'x'"):
+        import_pytorch(state, cluster_order="x")
+    extra = {**state, "foo.bar": np.zeros(3, np.float32)}
+    assert "UNUSED tensors: foo.bar" in import_pytorch(extra, strict=False).import_report.lines()

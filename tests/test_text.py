@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from txl_tf.text import (ByteTokenizer, CharTokenizer, SentencePieceTokenizer, Tokenizer,
-                         WordTokenizer, load_tokenizer, read_vocab)
+                         WordTokenizer, build_vocab, load_tokenizer, read_vocab, write_vocab)
 
 WORDS = ("the cat sat on a mat while the dog ran to the old tree and a bird sang "
          "over river hill town road light dark rain sun wind stone water").split()
@@ -297,6 +297,20 @@ def test_load_wrong_kind(tmp_path):
         Tokenizer.load(tmp_path)
 
 
+
+@pytest.mark.parametrize("change, message", [
+    ({"type": "bpe"}, r"unknown tokenizer type 'bpe'; known: byte, char, sentencepiece, word"),
+    ({"type": ["char"]}, r"unknown tokenizer type \['char'\]; known: byte, "),  # a TypeError
+    ({"vocab_size": 9}, r"vocab_size 9 does not match the loaded vocabulary \(5\)"),
+])
+def test_a_tokenizer_file_of_another_kind_or_size_is_named(tmp_path, change, message):
+    CharTokenizer(list("abc \n"), unk_char=None).save(tmp_path)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: {message}"):
+        load_tokenizer(tmp_path)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_decode_rejects_out_of_range(kind, tokenizers):
     tok = tokenizers[kind]
@@ -411,3 +425,36 @@ def test_sentencepiece_training_a_vocabulary_too_small_is_a_txl_error(text):
     with pytest.raises(TxlError, match=r"^SentencePiece training with vocab_size=30 .*failed: "
                                        r".*Vocabulary size is smaller than required_chars"):
         SentencePieceTokenizer.train(texts=text.split("\n"), vocab_size=30)
+
+
+def test_vocabulary_files_that_cannot_be_word_vocabularies_are_named(tmp_path):
+    import collections
+    with pytest.raises(ValueError, match=r"^duplicate special tokens in \['<eos>', '<eos>'\]$"):
+        build_vocab(collections.Counter("ab"), specials=["<eos>", "<eos>"])
+    with pytest.raises(ValueError, match=r"^token 1 \('b c'\) is empty or contains whitespace"):
+        write_vocab(tmp_path / "v.txt", ["a", "b c"])
+    assert not (tmp_path / "v.txt").exists()  # nothing half written
+    for text, message in (("a\n\nb\n", r"v.txt:2: blank line in vocabulary file"),
+                          ("", r"^vocabulary file is empty: .*v.txt$"),
+                          ("a 5\nb 3\na 1\n", r"v.txt: token 'a' appears twice \(lines 1 and 3\)")):
+        (tmp_path / "v.txt").write_text(text)
+        with pytest.raises(ValueError, match=message):
+            read_vocab(tmp_path / "v.txt")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: WordTokenizer([]), r"^empty vocabulary$"),
+    (lambda: WordTokenizer(["<unk>", "a b"]), r"^vocabulary entry 1 \('a b'\) is not a word$"),
+    (lambda: WordTokenizer(["a", "a"]), r"^token 'a' appears twice in the vocabulary \(ids 0 "
+                                        r"and 1\)"),
+    (lambda: CharTokenizer(["ab"]), r"^vocabulary entry 0 \('ab'\) is not one character$"),
+    (lambda: CharTokenizer(["a", "a"], unk_char=None), r"^duplicate characters in the "
+                                                        r"vocabulary$"),
+    (lambda: CharTokenizer([], unk_char=None), r"^empty character vocabulary$"),
+    (lambda: CharTokenizer(["a"], unk_char="z"), r"^unk_char 'z' is not in the vocabulary$"),
+    (lambda: SentencePieceTokenizer.train(vocab_size=10), r"^give exactly one of files= or "
+                                                          r"texts=$"),
+])
+def test_a_vocabulary_a_tokenizer_cannot_take_is_named(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -440,3 +440,74 @@ def test_a_kill_while_writing_output_leaves_the_previous_file(trained, tmp_path,
         classify.run(mode="predict", classifier_dir=trained[0], predict_data=str(texts),
                      output=str(output), progress=False)
     assert output.read_text() == "the previous run's rows\n"
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(mode="serve"), r"--mode must be one of train, evaluate, predict, got 'serve'"),
+    (dict(learning_rate=float("nan")), r"--learning_rate must be a finite number > 0, got nan"),
+    (dict(clip=float("inf")), r"--clip must be a finite number >= 0 \(0: none\), got inf"),
+    (dict(dropout=1.0), r"--dropout must be in \[0, 1\), got 1.0"),
+    (dict(preset=None, backbone="b", config_override=["n_layer=1"]),
+     r"--config_override applies to --preset only"),
+    (dict(mode="evaluate"), r"--classifier_dir is required with --mode=evaluate"),
+    (dict(mode="evaluate", classifier_dir="c", eval_data="e"),
+     r"--train_data is for --mode=train, not --mode=evaluate"),
+    (dict(mode="predict", classifier_dir="c", train_data=None, output_dir=None, preset=None),
+     r"--predict_data is required with --mode=predict"),
+])
+def test_flags_wrong_on_their_own_are_named_before_anything_is_read(tmp_path, options, message):
+    base = dict(train_data=str(tmp_path / "missing.tsv"), output_dir=str(tmp_path / "o"),
+                preset="tiny")
+    with pytest.raises(TrainingError, match=f"^{message}$"):
+        classify.run(**{**base, **options})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_more_warmup_steps_than_training_steps_are_refused_before_writing(data, tmp_path):
+    with pytest.raises(TrainingError, match=r"^--warmup_steps \(100\) exceeds the 2 training "
+                                            r"steps$"):
+        _train(data, tmp_path, warmup_steps=100)
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_data_outside_the_vocabulary_is_named_before_writing(data, tmp_path):
+    strict = tmp_path / "strict"
+    CharTokenizer(list("abmnxy \n"), unk_char=None).save(strict)
+    bad = tmp_path / "eval.tsv"
+    bad.write_text("ab\tab ab\nxy\txy qy\n", encoding="utf-8")
+    with pytest.raises(TrainingError, match=r"^--eval_data: .*eval.tsv:2: character 'q'"):
+        _train(data, tmp_path, backbone=None, preset="tiny", vocab_dir=str(strict),
+               eval_data=str(bad))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_classifier_dir_names_the_file_at_fault(tmp_path):
+    from txl_tf.classification import LabelSet
+    folder = tmp_path / "clf"
+    folder.mkdir()
+    (folder / classify.MODEL_FILE).write_bytes(b"not a keras archive")
+    (folder / "labels.json").write_text("{")
+    with pytest.raises(TrainingError, match=r"^--classifier_dir: .*labels.json"):
+        classify.load_classifier(str(folder))
+    LabelSet(["ab", "xy"]).save(folder)
+    with pytest.raises(TrainingError, match=r"^--classifier_dir: cannot read the tokenizer in "
+                                            r".*clf/vocab: tokenizer file not found"):
+        classify.load_classifier(str(folder))
+    ByteTokenizer().save(folder / "vocab")
+    with pytest.raises(TrainingError, match=rf"^cannot load .*clf/{classify.MODEL_FILE}: "):
+        classify.load_classifier(str(folder))
+
+
+def test_a_config_file_that_is_missing_broken_or_of_another_vocabulary_is_named(data, tmp_path):
+    config = tmp_path / "config.json"
+    with pytest.raises(TrainingError, match=r"^--config: .*config.json not found$"):
+        _train(data, tmp_path, backbone=None, config=str(config))
+    config.write_text("{")
+    with pytest.raises(TrainingError, match=r"^--config .*config.json: "):
+        _train(data, tmp_path, backbone=None, config=str(config))
+    TransformerXLConfig.preset("tiny", n_token=100).to_json(str(config))
+    with pytest.raises(TrainingError, match=r"^vocabulary/model size mismatch: the tokenizer has "
+                                            r"256 tokens, the model \(--config .*config.json\) "
+                                            r"has n_token=100$"):
+        _train(data, tmp_path, backbone=None, config=str(config))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]

@@ -97,3 +97,43 @@ def test_paper_evaluation_settings_are_the_scripts(name):
     settings = eval_settings(name)
     fields = ("tgt_len", "mem_len", "clamp_len", "same_length")
     assert tuple(settings[f] for f in fields) == EVALUATION[name]
+
+
+def test_a_model_size_other_than_the_tokenizers_names_the_flag_that_asked_for_it():
+    # Given as --config_override n_token=100 (training.classify has no --n_token),
+    # the message said "drop --n_token".
+    from training.errors import TrainingError
+    from training.model_config import build_config, parse_overrides
+    for n_token, overrides, flag in ((100, None, "--n_token"),
+                                     (None, ["n_token=100"], "--config_override n_token")):
+        with pytest.raises(TrainingError, match=rf"^vocabulary/model size mismatch: the corpus "
+                                                rf"tokenizer has 256 tokens but the model is "
+                                                rf"asked for n_token=100; drop {flag} to size "
+                                                rf"the model from the tokenizer$"):
+            build_config("tiny", 256, n_token, parse_overrides(overrides))
+    with pytest.raises(TrainingError, match=r"^--config_override n_token must be an integer, "
+                                            r"got '256'$"):
+        build_config("tiny", 256, overrides={"n_token": "256"})
+    with pytest.raises(TrainingError, match=r"^--config_override 'dropout' is not field=value$"):
+        parse_overrides(["dropout"])
+    with pytest.raises(TrainingError, match=r"^invalid model configuration for preset 'tiny': "
+                                            r"dropout must be a number, got 'abc'$"):
+        build_config("tiny", 256, overrides=parse_overrides(["dropout=abc"]))
+    assert build_config("tiny", 256, overrides={"n_token": 256}).n_token == 256
+
+
+def test_a_previous_runs_config_is_read_or_named(tmp_path):
+    from training.errors import TrainingError
+    from training.model_config import check_resumable
+    from txl_tf import TransformerXLConfig
+    path = str(tmp_path / "config.json")
+    config = TransformerXLConfig.preset("tiny")
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(TrainingError, match=rf"^cannot read {path}: "):
+        check_resumable(config, path)
+    config.to_json(path)  # a run from before fingerprints were recorded
+    check_resumable(config.replace(vocab_fingerprint="0123456789abcdef"), path)
+    with pytest.raises(TrainingError, match=rf"^vocabulary/model size mismatch: {path} was "
+                                            r"trained with n_token=256, the corpus tokenizer "
+                                            r"now has 100 tokens; use a new --model_dir$"):
+        check_resumable(config.replace(n_token=100), path)

@@ -518,3 +518,46 @@ def test_a_saved_model_folder_is_not_trained_into(tmp_path, corpus):
         _train(tmp_path, data_dir=corpus, model_dir=str(model), final_eval=False)
     assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == before
     assert first["step"] == 2
+
+
+def test_corpus_options_and_loading_errors_are_named(tmp_path):
+    from training import inputs
+    assert inputs.parse_options(["a=true", "b = None", "c=3", "d=1.5", "e=wiki", "f=x=y"]) == {
+        "a": True, "b": None, "c": 3, "d": 1.5, "e": "wiki", "f": "x=y"}
+    with pytest.raises(TrainingError, match=r"^--corpus_option 'max_bytes' is not key=value$"):
+        inputs.parse_options(["max_bytes"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainingError, match=r"^empty corpus: no files in .*empty"):
+        inputs.load("text", str(tmp_path / "empty"))
+    with pytest.raises(TrainingError, match=r"^cannot load corpus 'pystdlib': max_bytes must be "
+                                            r"a positive int"):
+        inputs.load("pystdlib", options=inputs.parse_options(["max_bytes=0"]))
+    with pytest.raises(TrainingError, match=r"^--cache_dir: .*corpus.txt exists and is not a "
+                                            r"folder"):
+        inputs.load("text", str(tmp_path), cache_dir=write_text_corpus(tmp_path / "corpus.txt",
+                                                                       100))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(model_dir=""), r"--model_dir is required"),
+    (dict(keep_checkpoints=0), r"--keep_checkpoints must be a positive integer, got 0"),
+    (dict(eval_mem_len=-1), r"--eval_mem_len must be >= 0, got -1"),
+    (dict(learning_rate=float("inf")), r"--learning_rate must be a finite number > 0, got inf"),
+    (dict(min_lr_ratio=1.5), r"--min_lr_ratio must be in \[0, 1\], got 1.5"),
+    (dict(clip=-1.0), r"--clip must be a finite number >= 0 \(0: none\), got -1.0"),
+    (dict(adam_beta2=1.0), r"--adam_beta2 must be in \[0, 1\), got 1.0"),
+    (dict(steps_per_execution=-1), r"--steps_per_execution must be >= 0, got -1"),
+    (dict(adam_epsilon=0.0), r"--adam_epsilon must be a finite number > 0, got 0.0"),
+])
+def test_training_flags_wrong_on_their_own_are_named_before_anything_is_read(tmp_path, options,
+                                                                            message):
+    with pytest.raises(TrainingError, match=f"^{message}$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), **options)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_the_replicas_cannot_split_is_named_before_anything_is_read(tmp_path):
+    with pytest.raises(TrainingError, match=r"^--batch_size 3 is not divisible by the 2 replicas "
+                                            r"of the MirroredStrategy$"):
+        _train(tmp_path, data_dir=str(tmp_path / "nowhere"), strategy="mirrored", batch_size=3)
+    assert list(tmp_path.iterdir()) == []

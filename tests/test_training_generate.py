@@ -130,3 +130,13 @@ def test_num_tokens_whose_ids_fit_but_not_the_decode_loops_buffer_are_refused_wi
                        match=r"^--num_tokens 134,217,724 for 1 row needs at least 1\.0 GiB "
                              r"\(.*decode loop's buffer of 8, .* lower --num_tokens$"):
         run(model="nowhere", prompt="a", num_tokens=count)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(prompt=""), r"--prompt must not be empty"),
+    (dict(top_k=-1), r"--top_k must be >= 0, got -1"),
+    (dict(device="tpu"), r"--device must be auto, cpu, cuda or gpu, got 'tpu'"),
+])
+def test_generation_flags_wrong_on_their_own_are_named_before_the_model_loads(options, message):
+    with pytest.raises(TrainingError, match=f"^{message}$"):
+        run(**{"model_dir": "nowhere", "prompt": "a", **options})

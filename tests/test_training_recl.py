@@ -86,3 +86,15 @@ def test_models_must_share_a_vocabulary(setup, tmp_path):
     other = model(tmp_path / "chars", 2, tokenizer=chars)
     with pytest.raises(TrainingError, match="vocabulary is not the first model's"):
         run(model_dir=[a, other], **options(setup))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(model_dir=["a/run", "b/run"]), r"--model_dir: two models have the same name \(.*\); "
+                                         r"name them with name=DIR"),
+    (dict(ratios="0.5,half"), r"--ratios must be comma-separated numbers, got '0.5,half'"),
+    (dict(ratios="0.5,1.5"), r"--ratios must be fractions in \(0, 1\], got '0.5,1.5'"),
+    (dict(positions=0), r"--positions must be positive, got 0"),
+])
+def test_recl_flags_wrong_on_their_own_are_named_before_a_model_loads(options, message):
+    with pytest.raises(TrainingError, match=f"^{message}$"):
+        run(**{"model_dir": ["nowhere"], **options})

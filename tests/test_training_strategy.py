@@ -44,3 +44,15 @@ def test_mirrored_strategies_made_one_after_another_each_reduce_their_own_shapes
 
         assert [r.numpy().tolist() for r in strategy.experimental_local_results(summed())] \
             == [[2.0] * size] * 2
+
+
+def test_bad_tf_config_and_strategy_names_are_one_clear_error(monkeypatch):
+    from txl_tf.errors import TxlError
+    with pytest.raises(TxlError, match=r"unknown strategy 'mirror'; choose one of"):
+        make_strategy("mirror")
+    monkeypatch.setenv("TF_CONFIG", "{'cluster': ")
+    with pytest.raises(TxlError, match="TF_CONFIG is not valid JSON"):
+        make_strategy("auto")
+    monkeypatch.setenv("TF_CONFIG", '{"task": {"type": "worker", "index": 0}}')
+    with pytest.raises(TxlError, match="--strategy=multi_worker needs TF_CONFIG with a cluster"):
+        make_strategy("multi_worker")

@@ -9,6 +9,7 @@ import pytest
 
 from txl_tf import (TransformerXL, TransformerXLBackbone, TransformerXLCausalLM,
                     TransformerXLConfig, TransformerXLTokenizer)
+from txl_tf.errors import TxlError
 from txl_tf.models.transformer_xl.presets import PresetError
 from txl_tf.text.byte import ByteTokenizer
 from txl_tf.text.word import WordTokenizer
@@ -152,6 +153,23 @@ def test_the_tokenizer_wraps_words_and_saves_with_the_preset(tmp_path):
     again = TransformerXLTokenizer.from_config(tokenizer.get_config())
     again.load_assets(str(tmp_path))
     assert again.inner.fingerprint() == words.fingerprint()
+
+
+@pytest.mark.parametrize("inner", [WordTokenizer(["<unk>", "<eos>", "the"]), ByteTokenizer()])
+def test_the_tokenizer_names_an_id_outside_its_vocabulary(inner):
+    # A list's index: -1 gave the last entry (a wrong answer), 3 an IndexError.
+    tokenizer = TransformerXLTokenizer(inner)
+    size = tokenizer.vocabulary_size()
+    for bad in (-1, size, 1.5, True):
+        with pytest.raises(TxlError, match=rf"^id {bad!r} is outside the vocabulary "
+                                           rf"\[0, {size}\)$"):
+            tokenizer.id_to_token(bad)
+    assert tokenizer.id_to_token(np.int64(2)) == ("the" if size == 3 else "\x02")
+    with pytest.raises(TxlError, match="'the cat' is not one token of the vocabulary"):
+        tokenizer.token_to_id("the cat")
+    with pytest.raises(TxlError, match="the tokenizer has no vocabulary yet"):
+        TransformerXLTokenizer().tokenize("the")
+    assert tokenizer.detokenize(np.array([2, 2])) == tokenizer.detokenize([[2, 2]])[0]
 
 
 def test_the_tokenizer_lists_sentencepiece_pieces_as_its_vocabulary():
@@ -544,3 +562,15 @@ def test_a_second_object_of_the_presets_module_still_builds_weights_in_memory(tm
         assert isinstance(store.path_or_io, io.BytesIO)
         store.close()
     assert (tmp_path / "a.weights.h5").stat().st_size > 0
+
+
+def test_a_causal_lm_without_a_preprocessor_saves_and_loads_as_a_preset(tmp_path):
+    keras.utils.set_random_seed(2)
+    config = TransformerXLConfig.preset("tiny", n_token=30, init_std=0.3)
+    lm = TransformerXLCausalLM(TransformerXLBackbone(**config.to_dict()))
+    lm.save_to_preset(str(tmp_path / "preset"))
+    assert [p.name for p in tmp_path.iterdir()] == ["preset"]  # the staging folder is gone
+    loaded = TransformerXLCausalLM.from_preset(str(tmp_path / "preset"))
+    assert loaded.preprocessor is None
+    for got, want in zip(loaded.backbone.get_weights(), lm.backbone.get_weights()):
+        np.testing.assert_array_equal(got, want)

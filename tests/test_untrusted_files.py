@@ -112,6 +112,7 @@ def _npy(array=None, header=None, tail=b""):
 
 @pytest.mark.parametrize("damage", ["float ids", "2-D ids", "ids past the vocabulary",
                                     "negative ids", "cut short", "a header of 2**40 ids",
+                                    "a header whose brackets do not close",
                                     "meta not JSON", "meta without lengths"])
 @pytest.mark.parametrize("mmap", [True, False])
 def test_a_damaged_corpus_cache_entry_is_one_error_naming_it(tmp_path, damage, mmap):
@@ -138,6 +139,9 @@ def test_a_damaged_corpus_cache_entry_is_one_error_naming_it(tmp_path, damage, m
         "cut short": lambda: train.read_bytes()[:200],
         "a header of 2**40 ids": lambda: _npy(header={"descr": "<i4", "fortran_order": False,
                                                       "shape": (2**40,)}, tail=b"\0" * 64),
+        # numpy's header parser raised tokenize.TokenError on it
+        "a header whose brackets do not close": lambda: train.read_bytes().replace(
+            b"'shape': (", b"'shape': ((", 1),
         "meta not JSON": lambda: b"{not json",
         "meta without lengths": lambda: b"{}"}[damage]()
     if damage.startswith("meta"):

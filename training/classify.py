@@ -281,8 +281,6 @@ def train(o):
     if os.path.exists(os.path.join(output_dir, MODEL_FILE)) and not o["overwrite"]:
         raise TrainingError(f"--output_dir {output_dir} already holds a classifier "
                             f"({MODEL_FILE}); pass --overwrite or choose another folder")
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise TrainingError(f"--output_dir {output_dir} is a file")
     formats = export_formats(o["export"])
 
     precision = resolve_precision(o["mixed_precision"])

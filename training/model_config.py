@@ -32,14 +32,15 @@ def build_config(preset, vocab_size, n_token=None, overrides=None, log=print):
     if preset not in PRESETS:
         raise TrainingError(f"unknown preset {preset!r}; known presets: {', '.join(sorted(PRESETS))}")
     overrides = dict(overrides or {})
+    flag = "--n_token"
     if "n_token" in overrides:
-        n_token = overrides.pop("n_token")
+        n_token, flag = overrides.pop("n_token"), "--config_override n_token"
         if n_token is not None and (isinstance(n_token, bool) or not isinstance(n_token, int)):
             raise TrainingError(f"--config_override n_token must be an integer, got {n_token!r}")
     if n_token is not None and int(n_token) != vocab_size:
         raise TrainingError(
             f"vocabulary/model size mismatch: the corpus tokenizer has {vocab_size} tokens "
-            f"but the model is asked for n_token={n_token}; drop --n_token to size the "
+            f"but the model is asked for n_token={n_token}; drop {flag} to size the "
             "model from the tokenizer")
     preset_n = PRESETS[preset]["n_token"]
     if n_token is None and preset_n != vocab_size:

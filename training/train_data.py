@@ -51,15 +51,12 @@ def training_input(strategy, ids, global_batch_size, tgt_len, start_step=0, batc
     `[r*b, (r+1)*b)` (`txl_tf.data.distribute_segments`).
 
     `batch_log` (a file path) records each batch's first-token ids; it needs
-    a single replica. `document_separator` (an id): the corpus is separate
+    a single replica, without `document_separator` (`train.run` checks both). `document_separator` (an id): the corpus is separate
     documents, each ending at that id, streamed one after another per row,
     each row's memory cleared at a document's start
     (`txl_tf.data.distribute_documents`).
     """
     if document_separator is not None:
-        if batch_log:
-            raise TxlError("batch logging reads the continuous stream: it does not go with "
-                           "--document_separator")
         if not np.any(np.asarray(ids) == document_separator):
             raise TxlError(f"--document_separator {document_separator}: the training data "
                            "holds no such id, so it would be one document")
@@ -67,8 +64,6 @@ def training_input(strategy, ids, global_batch_size, tgt_len, start_step=0, batc
         return distribute_documents(strategy, documents, global_batch_size, tgt_len,
                                     start_step=start_step)
     if batch_log:
-        if strategy.num_replicas_in_sync != 1:
-            raise TxlError("batch logging needs a single replica")
         dataset = segment_dataset(ids, global_batch_size, tgt_len, start_step=start_step)
         return _log_batches(dataset, start_step, batch_log)
     return distribute_segments(strategy, ids, global_batch_size, tgt_len, start_step=start_step)

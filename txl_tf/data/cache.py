@@ -17,6 +17,7 @@ import shutil
 import socket
 import struct
 import tempfile
+import tokenize
 import warnings
 from pathlib import Path
 from typing import Iterable
@@ -133,7 +134,8 @@ def read_entry(entry: Path, mmap: bool):
         meta = parse_json(meta_path.read_text(encoding="utf-8"))
         arrays = {s: _read_ids(entry / f"{s}.npy", int(meta["lengths"][s]),
                                int(meta["vocab_size"]), mmap) for s in SPLITS}
-    except (ValueError, KeyError, TypeError) as err:
+    # TokenError: numpy's parser of a .npy header whose brackets do not close
+    except (ValueError, KeyError, TypeError, tokenize.TokenError) as err:
         raise TxlError(f"corpus cache entry {entry} is damaged ({err}): delete it, and the "
                        "next job rebuilds it") from None
     return arrays, meta

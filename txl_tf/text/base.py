@@ -191,7 +191,7 @@ class Tokenizer:
             raise TxlError(f"{path}: not a tokenizer description (a JSON object with its "
                            "\"type\")")
         kind = config.get("type")
-        if kind not in _REGISTRY:
+        if not isinstance(kind, str) or kind not in _REGISTRY:  # a list: a TypeError
             raise TxlError(f"{path}: unknown tokenizer type {kind!r}; "
                            f"known: {', '.join(known_kinds())}")
         target = _REGISTRY[kind]

@@ -7,6 +7,7 @@ Files are `.npz` archives read with `allow_pickle=False`: no pickle anywhere.
 """
 import functools
 import os
+import tokenize
 import zipfile
 import zlib
 from collections import OrderedDict
@@ -343,7 +344,7 @@ def load_weights(core, path):
         except BaseException:
             file.close()
             raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, tokenize.TokenError) as err:
         raise TxlError(_unreadable(path, err)) from None
     if not isinstance(archive, np.lib.npyio.NpzFile):  # an .npy's one array
         file.close()
@@ -371,7 +372,9 @@ def npz_headers(path):
                         raise ValueError(f"{name}: .npy format version {version}")
                     shape, _, dtype = read(member)
                 headers[name[:-len(".npy")]] = (tuple(shape), dtype)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+    # TokenError: numpy's parser of a header whose brackets do not close
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
+            tokenize.TokenError) as err:
         raise TxlError(_unreadable(path, err)) from None
     return headers
 
@@ -434,7 +437,8 @@ class _CheckedArchive(Mapping):
             return self.archive[name]
         except KeyError:
             raise
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
+                tokenize.TokenError) as err:
             raise TxlError(_unreadable(self.path, err)) from None
 
     def __iter__(self):

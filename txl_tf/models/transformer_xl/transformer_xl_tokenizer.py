@@ -112,7 +112,13 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
 
         Returns:
             The entry (for bytes: its text).
+
+        Raises:
+            TxlError: an id outside the vocabulary, or not an int.
         """
+        size = self.vocabulary_size()
+        if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or not 0 <= id < size:
+            raise TxlError(f"id {id!r} is outside the vocabulary [0, {size})")
         entries = self.get_vocabulary()
         return entries[id] if entries else self._inner().decode(np.array([id], np.int64))
 
