@@ -1,6 +1,7 @@
 """The LSTM baseline: a numpy LSTM gives its log-probs, its state carried over
 segments equals one pass, a memory of no slots starts each segment afresh,
 its files round-trip, its job learns, and evaluation and RECL read it."""
+import contextlib
 import json
 
 import keras
@@ -267,23 +268,28 @@ def test_an_eval_batch_too_large_for_the_valid_split_is_refused_before_training(
     assert not (tmp_path / "run").exists()  # nothing trained, nothing written
 
 
+@contextlib.contextmanager
+def _first_weight_removed(folder):
+    """A saved LSTM's weights file open for writing, its first dataset deleted:
+    `(file, name, values)` for the test to write a damaged one in its place."""
+    import h5py
+    save_lstm(make_model(), str(folder), ByteTokenizer())
+    with h5py.File(next(folder.rglob("*.h5")), "r+") as f:
+        names = []
+        f.visititems(lambda name, item: names.append(name)
+                     if isinstance(item, h5py.Dataset) else None)
+        value = f[names[0]][()]
+        del f[names[0]]
+        yield f, names[0], value
+
+
 @pytest.mark.parametrize("damage", ["a huge unwritten dataset", "NaN", "integers"])
 def test_lstm_weights_are_checked_before_they_are_read(tmp_path, damage):
     """An HDF5 dataset declares its shape and stores only the chunks written:
     a few KB declaring 2**36 floats was read into memory (a MemoryError)
     before its shape was compared; NaN weights and integer ones were assigned
     without a word."""
-    import h5py
-    model = make_model()
-    save_lstm(model, str(tmp_path / "m"), ByteTokenizer())
-    weights = [p for p in (tmp_path / "m").rglob("*.h5")][0]
-    with h5py.File(weights, "r+") as f:
-        names = []
-        f.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset)
-                     else None)
-        name = names[0]
-        value = f[name][()]
-        del f[name]
+    with _first_weight_removed(tmp_path / "m") as (f, name, value):
         if damage == "a huge unwritten dataset":
             f.create_dataset(name, shape=(2**36,), dtype="float32", chunks=(1024,))
             problem = r"\(68719476736,\)"
@@ -305,16 +311,7 @@ def test_lstm_weights_stored_in_another_file_are_refused(tmp_path, storage):
     weights.h5 naming a file outside the model's folder read that file's
     bytes into the weights."""
     import h5py
-    model = make_model()
-    save_lstm(model, str(tmp_path / "m"), ByteTokenizer())
-    weights = [p for p in (tmp_path / "m").rglob("*.h5")][0]
-    with h5py.File(weights, "r+") as f:
-        names = []
-        f.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset)
-                     else None)
-        name = names[0]
-        value = f[name][()]
-        del f[name]
+    with _first_weight_removed(tmp_path / "m") as (f, name, value):
         outside = tmp_path / "outside.bin"
         if storage == "external":
             outside.write_bytes(np.ones(value.shape, value.dtype).tobytes())
