@@ -91,8 +91,12 @@ def test_segment_attention_reads_the_earlier_segments_into_memory():
     np.testing.assert_array_equal(attn.weights(1), attn.probs[1])
     with pytest.raises(ValueError, match=r"head must be None \(the mean\) or an integer"):
         attn.weights(2)
-    with pytest.raises(ValueError, match=r"segment 3 is out of range: 13 tokens make 3"):
+    with pytest.raises(ValueError, match=r"segment must be an integer in \[-3, 3\): 13 tokens "
+                                         r"make 3 segments of 5, got 3"):
         segment_attention(core, tokens, layer=1, segment=3, seg_len=5)
+    for bad in (dict(segment=1.7), dict(segment=True), dict(seg_len=5.5), dict(seg_len=0)):
+        with pytest.raises(ValueError, match=r"(segment|seg_len) must be an integer"):
+            segment_attention(core, tokens, layer=1, **{"seg_len": 5, **bad})
 
 
 @pytest.mark.parametrize("bad", [2 ** 32 + 3, -1, 2 ** 31])

@@ -20,6 +20,7 @@ import numpy as np
 
 from txl_tf.app.files import replacing
 from txl_tf.app.reprs import fields_repr
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 
 CMAP = "viridis"
@@ -80,13 +81,13 @@ def segment_attention(core, token_ids, layer, segment=-1, seg_len=None, mem_len=
     problem = out_of_range_message(ids, cfg.n_token)  # before the int32 cast wraps them
     if problem:
         raise InputError(problem)
-    seg_len = cfg.tgt_len if seg_len is None else int(seg_len)
-    if seg_len <= 0:
-        raise TxlError(f"seg_len must be positive, got {seg_len}")
+    seg_len = cfg.tgt_len if seg_len is None else check_count("seg_len", seg_len, low=1)
     n_segments = -(-ids.size // seg_len)
-    if not -n_segments <= int(segment) < n_segments:
-        raise TxlError(f"segment {segment} is out of range: {ids.size} tokens make "
-                       f"{n_segments} segments of {seg_len}")
+    if isinstance(segment, (bool, np.bool_)) or not isinstance(segment, (int, np.integer)) \
+            or not -n_segments <= segment < n_segments:
+        raise TxlError(f"segment must be an integer in [{-n_segments}, {n_segments}): "
+                       f"{ids.size} tokens make {n_segments} segments of {seg_len}, "
+                       f"got {segment!r}")
     segment = int(segment) % n_segments
     ids = ids.astype(np.int32)
     memory = core.initial_memory(1, mem_len)

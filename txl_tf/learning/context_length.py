@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 
 
@@ -96,7 +97,8 @@ def transformer_xl_scorer(core, segment_len=None):
     the window is attended and nothing older exists."""
     import tensorflow as tf
     from txl_tf.keras_support.placement import on_device, weights_device
-    segment_len = core.config.tgt_len if segment_len is None else int(segment_len)
+    segment_len = core.config.tgt_len if segment_len is None else check_count(
+        "segment_len", segment_len, low=1)
     compiled = {}
 
     def score(windows):
