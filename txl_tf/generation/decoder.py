@@ -21,7 +21,7 @@ from txl_tf.generation import flow as generation
 from txl_tf.generation.request import (DecodeState, HeldCache, Rows, check_count,
                                        held_cache)
 from txl_tf.generation.sampling import choose
-from txl_tf.keras_support.placement import on_device, weights_device, weights_key
+from txl_tf.keras_support.placement import kept_on, on_device, weights_device
 from txl_tf.layers.memory import Memory
 
 
@@ -61,10 +61,7 @@ class Decoder:
         # a core share them (kept on the core), since TensorFlow keeps every
         # XLA program it compiles, and a Decoder made per call compiled anew.
         # New ones once its weights change (`enable_lora`, `quantize`).
-        key = weights_key(core)
-        if core.__dict__.get("_txl_decoder_graphs", (None,))[0] != key:
-            core.__dict__["_txl_decoder_graphs"] = (key, {})
-        shared = core.__dict__["_txl_decoder_graphs"][1]
+        shared = kept_on(core, "_txl_decoder_graphs", dict)
         graphs = shared.get((jit_compile, device))
         if graphs is None:
             def compiled(function, **options):

@@ -39,6 +39,26 @@ def weights_key(layer):
     return tuple((w.path, id(w)) for w in layer.weights)
 
 
+def kept_on(layer, name, make):
+    """What `make()` returns, kept on `layer` under `name` until `layer`'s
+    weights change (`weights_key`): graphs traced on a layer, which
+    TensorFlow never frees, made once per layer instead of once per call.
+
+    Args:
+        layer: a Keras layer or model.
+        name: the attribute the value is kept under.
+        make: a function of no arguments that makes the value.
+
+    Returns:
+        The kept value.
+    """
+    key = weights_key(layer)
+    kept = layer.__dict__.get(name)
+    if kept is None or kept[0] != key:
+        kept = layer.__dict__[name] = (key, make())
+    return kept[1]
+
+
 def strategy_device(strategy):
     """The device of a `tf.distribute.OneDeviceStrategy` (its variables'),
     else None (another strategy places its own functions).

@@ -26,17 +26,11 @@ def make_scorer(core):
     per batch size, `tgt_len` and `mem_len`: not relaxed to unknown sizes,
     which a model may branch on (an LSTM's empty state). A new one once
     the core's weights change (`enable_lora`, `quantize`)."""
-    from txl_tf.keras_support.placement import weights_key
-    key = weights_key(core)
-    kept = core.__dict__.get("_txl_scorer")
-    if kept is not None and kept[0] == key:
-        return kept[1]
+    from txl_tf.keras_support.placement import kept_on
 
-    @tf.function
     def score(inputs, labels, memory):
         return core(inputs, memory, targets=labels, training=False)
-    core.__dict__["_txl_scorer"] = (key, score)
-    return score
+    return kept_on(core, "_txl_scorer", lambda: tf.function(score))
 
 
 def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segments=None,
