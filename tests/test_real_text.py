@@ -47,3 +47,35 @@ def test_a_word_corpus_with_cr_line_ends_has_an_eos_per_line(tmp_path):
     assert tok.decode(corpus.train) == "the cat\nsat on\nthe mat\n"
     assert tok.decode(corpus.valid) == "the cat\nsat\n"
 
+
+@pytest.mark.parametrize("name", ["wt2", "lm1b"])
+def test_a_byte_order_mark_starting_a_word_file_is_no_part_of_its_first_word(name, tmp_path):
+    """Notepad's UTF-8 files start with U+FEFF: `\\ufeffthe` was a word of its own
+    in the vocabulary (and `<unk>` for a model trained without it)."""
+    bom = "\ufeff".encode()
+    if name == "wt2":
+        files = [tmp_path / f"wiki.{s}.tokens" for s in ("train", "valid", "test")]
+    else:
+        train = tmp_path / "training-monolingual.tokenized.shuffled"
+        held = tmp_path / "heldout-monolingual.tokenized.shuffled"
+        train.mkdir(), held.mkdir()
+        files = [train / "news.en-00001-of-00100",
+                 held / "news.en.heldout-00001-of-00050", held / "news.en.heldout-00000-of-00050"]
+    for path in files:
+        path.write_bytes(bom + b"the cat\r\nthe mat\r\n")
+    corpus = load_corpus(name, tmp_path, use_cache=False)
+    tok = corpus.tokenizer
+    assert not [w for w in tok.vocab if "\ufeff" in w]
+    for split in ("train", "valid", "test"):
+        words = tok.decode(corpus.split(split)).replace("<S>", "").split()
+        assert words == ["the", "cat", "the", "mat"], split
+
+
+def test_the_mark_is_dropped_wherever_the_reading_chunks_fall(tmp_path):
+    from txl_tf.data.corpora import iter_text_chunks
+    path = tmp_path / "bom.txt"
+    path.write_bytes("\ufeffthe cat\nmat".encode())
+    for size in (1, 2, 3, 4, 100):
+        assert "".join(iter_text_chunks(path, chunk_bytes=size)) == "the cat\nmat", size
+    path.write_bytes("a\n\ufeffb\n".encode())  # not at the start: text, as it stands
+    assert "".join(iter_text_chunks(path, chunk_bytes=1)) == "a\n\ufeffb\n"

@@ -55,6 +55,7 @@ SPLITS = cache_lib.SPLITS
 CHUNK_BYTES = 16 << 20
 PROGRESS_MIN_BYTES = 32 << 20
 LM1B_DIR = "1-billion-word-language-modeling-benchmark-r13output"
+BOM = "\ufeff".encode("utf-8")
 
 
 class CorpusNotFoundError(TxlError, FileNotFoundError):
@@ -147,7 +148,8 @@ def _decode(data: bytes, path: Path, offset: int = 0) -> str:
 def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
                      chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
     """Yield a UTF-8 file as str chunks of whole lines (``\\n``-terminated,
-    except perhaps the last), with a tqdm bar over bytes for large files."""
+    except perhaps the last), with a tqdm bar over bytes for large files. A
+    byte-order mark starting the file (U+FEFF, as Notepad writes) is dropped."""
     size = path.stat().st_size
     with open(path, "rb") as f, tqdm_bar(total=size, unit="B", unit_scale=True,
                                          desc=desc or path.name, leave=False,
@@ -162,6 +164,8 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
                 break
             bar.update(len(block))
             block = rest + block
+            if offset == 0 and block.startswith(BOM):
+                block, offset = block[len(BOM):], len(BOM)
             cut = block.rfind(b"\n") + 1
             rest = block[cut:]
             if cut:
