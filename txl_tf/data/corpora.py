@@ -593,6 +593,7 @@ _READERS: dict[str, tuple[Callable[..., _Plan], dict]] = {
     "pystdlib": (_pystdlib, {"max_bytes": 8_000_000}),
 }
 KNOWN_CORPORA = tuple(_READERS)
+_WORD_CORPORA = ("wt2", "wt103", "ptb", "lm1b")
 
 
 # -- entry point -------------------------------------------------------------
@@ -646,6 +647,9 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
 
     info = {"format": cache_lib.CACHE_FORMAT, "dataset": name, "options": plan.options,
             "sources": cache_lib.file_stats(plan.sources)}
+    if name in _WORD_CORPORA or (tokenizer is not None and tokenizer.kind == "word"):
+        # entries before read a lone \r as a space and a leading BOM as text
+        info["line_ends"] = "\\n, \\r\\n or \\r; a leading BOM dropped"
     if tokenizer is not None:
         info["tokenizer"] = tokenizer.fingerprint()
         if plan.byte_split and _splits_at_lines(tokenizer):  # entries before cut lines
