@@ -79,3 +79,23 @@ def test_the_mark_is_dropped_wherever_the_reading_chunks_fall(tmp_path):
         assert "".join(iter_text_chunks(path, chunk_bytes=size)) == "the cat\nmat", size
     path.write_bytes("a\n\ufeffb\n".encode())  # not at the start: text, as it stands
     assert "".join(iter_text_chunks(path, chunk_bytes=1)) == "a\n\ufeffb\n"
+
+
+def test_a_vocabulary_file_saved_by_notepad_reads_as_written(tmp_path):
+    """A word vocabulary with a byte-order mark and CRLF line ends: its first
+    word was `\\ufeff<eos>` (`eos_token '<eos>' is not in the vocabulary`),
+    or, were it a plain word, never matched. A character vocabulary with CRLF
+    line ends read `a\\r`, not one character."""
+    from txl_tf.text import CharTokenizer
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("\ufeff<eos>\r\n<unk>\r\nthe 12\r\ncat\r\n".encode())
+    assert read_vocab(path) == ["<eos>", "<unk>", "the", "cat"]
+    tok = WordTokenizer.from_vocab_file(path)
+    assert tok.encode("the cat").tolist() == [2, 3, 0]
+    path.write_bytes("\ufeffthe\ncat\n".encode())
+    assert read_vocab(path) == ["the", "cat"]
+    chars = CharTokenizer.build("ab\r\n")
+    saved = chars.save(tmp_path / "chars")
+    vocab = saved / "vocab.txt"
+    vocab.write_bytes(b"\xef\xbb\xbf" + vocab.read_bytes().replace(b"\n", b"\r\n"))
+    assert read_vocab(vocab, escape=True) == chars.chars

@@ -136,6 +136,9 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
             files may carry extra whitespace-separated columns, e.g.
             ``word count``; only the first column is the token.
 
+    A byte-order mark starting the file and ``\\r\\n`` line ends (a file saved
+    on Windows) are not part of any token (escaped files hold no raw ``\\r``).
+
     Returns:
         The tokens in id order.
     """
@@ -150,11 +153,11 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
                        "one token per line expected") from None
     except OSError as err:  # a read() error (EIO) names no file
         raise reading(err, path) from err
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     if escape:
-        tokens = [unescape_token(line) for line in lines]
+        tokens = [unescape_token(line.removesuffix("\r")) for line in lines]
     else:
         tokens = []
         for n, line in enumerate(lines, 1):
