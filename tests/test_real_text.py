@@ -99,3 +99,21 @@ def test_a_vocabulary_file_saved_by_notepad_reads_as_written(tmp_path):
     vocab = saved / "vocab.txt"
     vocab.write_bytes(b"\xef\xbb\xbf" + vocab.read_bytes().replace(b"\n", b"\r\n"))
     assert read_vocab(vocab, escape=True) == chars.chars
+
+
+def test_generated_text_on_an_ascii_stdout_with_surrogateescape(monkeypatch):
+    """Under the C locale with UTF-8 mode off (`PYTHONUTF8=0 LC_ALL=C`) stdout
+    is ASCII with `surrogateescape`: `lenient_stdout` left it so, and the first
+    generated `é` ended `txl-generate` in a `UnicodeEncodeError` traceback."""
+    from txl_tf.app.cli import lenient_stdout
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdout", stream)
+    lenient_stdout()
+    stream.write("caf\u00e9 \U0001f600 \udce9.")
+    stream.flush()
+    assert raw.getvalue() == b"caf\\xe9 \\U0001f600 \xe9."  # a raw byte stays that byte
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdout", stream)
+    lenient_stdout()
+    assert stream.errors == "surrogateescape"  # UTF-8 mode's: nothing to escape
