@@ -255,7 +255,7 @@ def _one_shot(data, percents, tokenizer, path):
     def start(i):  # of the next line for words, else of the character at `i`
         if text and tokenizer.kind == "word" and 0 < i < len(data) and data[i - 1] != 0x0A:
             newline = data.find(b"\n", i)
-            if newline >= 0:
+            if 0 <= newline < len(data) - 1:  # a line starts after it (not the text's end)
                 return newline + 1
         while text and 0 < i < len(data) and data[i] & 0xC0 == 0x80:
             i -= 1

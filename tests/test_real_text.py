@@ -117,3 +117,16 @@ def test_generated_text_on_an_ascii_stdout_with_surrogateescape(monkeypatch):
     monkeypatch.setattr(sys, "stdout", stream)
     lenient_stdout()
     assert stream.errors == "surrogateescape"  # UTF-8 mode's: nothing to escape
+
+
+def test_a_file_of_one_line_ending_in_its_newline_read_with_a_word_model(tmp_path):
+    """The split point moved on to the next line start, the text's end, and
+    left valid empty (`EmptyCorpusError`); without its final newline the same
+    line was split where the percentages fall, as documented."""
+    words = WordTokenizer(["<unk>", "<eos>", "alpha"])
+    for end in ("", "\n", "\r\n"):
+        path = tmp_path / "one_line.txt"
+        path.write_bytes(("alpha " * 50 + end).encode())
+        corpus = load_corpus("text", path, use_cache=False, tokenizer=words)
+        assert len(corpus.valid) >= 5 + 1 and corpus.valid[-1] == words.eos_id, repr(end)
+        assert len(corpus.train) >= 45 + 1 and corpus.train[-1] == words.eos_id

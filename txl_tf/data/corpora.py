@@ -353,7 +353,9 @@ class _Concat:
         for lo in range(i, size, CHUNK_BYTES):
             found = self.read(lo, min(lo + CHUNK_BYTES, size)).find(b"\n")
             if found >= 0:
-                return lo + found + 1
+                if lo + found + 1 < size:  # a line starts there, not the text's end
+                    return lo + found + 1
+                break
         return self.char_start(i, size)
 
 
