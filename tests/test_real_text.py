@@ -130,3 +130,56 @@ def test_a_file_of_one_line_ending_in_its_newline_read_with_a_word_model(tmp_pat
         corpus = load_corpus("text", path, use_cache=False, tokenizer=words)
         assert len(corpus.valid) >= 5 + 1 and corpus.valid[-1] == words.eos_id, repr(end)
         assert len(corpus.train) >= 45 + 1 and corpus.train[-1] == words.eos_id
+
+
+@pytest.mark.parametrize("kind", ["word", "sentencepiece"])
+def test_a_folder_read_with_a_word_model_keeps_each_files_lines(kind, tmp_path):
+    """`load_corpus("text", folder, tokenizer=...)` joined the files' bytes:
+    a file without its final newline ran into the next one's first line
+    (`cat` + `sat` read as `catsat`, an `<unk>`), and every file's
+    byte-order mark was read as part of its first word."""
+    from txl_tf.text import SentencePieceTokenizer
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes("\ufeffthe cat".encode())
+    (folder / "b.txt").write_bytes(b"sat on\nthe mat\n")
+    (folder / "c.txt").write_bytes("\ufeffon the\r\nmat".encode())
+    (folder / "d.txt").write_bytes(b"cat\n" * 10)
+    want = "the cat\nsat on\nthe mat\non the\r\nmat\n" + "cat\n" * 10
+    if kind == "word":
+        tok = WordTokenizer.build(want)
+    else:
+        tok = SentencePieceTokenizer.train(texts=want.split("\n")[:-1] * 20, vocab_size=270)
+    corpus = load_corpus("text", folder, tokenizer=tok, use_cache=False)
+    ids = np.concatenate([corpus.train, corpus.valid])
+    assert ids.tolist() == tok.encode(want).tolist()
+    # bytes are read as they are
+    raw = load_corpus("text", folder, use_cache=False)
+    assert len(raw.train) + len(raw.valid) == sum(p.stat().st_size for p in folder.iterdir())
+
+
+def test_the_lines_view_of_joined_files_reads_any_range_as_the_whole():
+    import random
+    import tempfile
+    from pathlib import Path
+    from txl_tf.data.corpora import _Concat
+    rng = random.Random(3)
+    pieces = [b"a", b" ", b"\n", b"\r\n", "\ufeff".encode(), "\u00e9".encode(), b""]
+    with tempfile.TemporaryDirectory() as tmp:
+        for trial in range(200):
+            files, want = [], []
+            count = rng.randint(1, 4)
+            for k in range(count):
+                data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+                path = Path(tmp) / f"{trial}-{k}"
+                path.write_bytes(data)
+                files.append(path)
+                data = data.removeprefix("\ufeff".encode())
+                want.append(data + (b"\n" if data and not data.endswith(b"\n")
+                                    and k < count - 1 else b""))
+            whole = b"".join(want)
+            joined = _Concat(files, lines=True)
+            assert joined.size == len(whole)
+            lo = rng.randint(0, len(whole))
+            hi = rng.randint(lo, len(whole))
+            assert joined.read(lo, hi) == whole[lo:hi], (trial, whole, lo, hi)

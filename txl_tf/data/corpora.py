@@ -27,7 +27,9 @@ Transformer-XL paper's code (kimiyoung/transformer-xl):
 enwik8, text and pystdlib read with a trained model's word or SentencePiece
 tokenizer (``load_corpus(tokenizer=...)``) move each split point on to the
 start of the next line, so no line (and no word) is cut in two; where no
-line starts after it, it stays, at a character boundary. Bytes and
+line starts after it, it stays, at a character boundary. Each file is then
+whole lines: a byte-order mark starting it is skipped, and a last line
+without its newline ends there, not in the next file's first line. Bytes and
 characters split where the percentages fall. text8 read with such a
 tokenizer is encoded in chunks that end at a line start or else at a space
 (its split points too), so no word is cut and no ``<eos>`` added inside a
@@ -299,32 +301,57 @@ def _whole_characters(data: bytes) -> int:
 
 class _Concat:
     """The first `limit` bytes of `files` joined, read by range: a reader holds
-    a chunk of the corpus at a time, never the whole of it."""
+    a chunk of the corpus at a time, never the whole of it. With `lines` (for
+    a word or SentencePiece tokenizer), each file is whole lines of text: a
+    byte-order mark starting it is skipped, and a `\\n` ends a file but the
+    last that does not end with one (its last line would run into the next
+    file's first)."""
 
-    def __init__(self, files: list[Path], limit: int | None = None):
-        self.spans, total = [], 0  # (path, start, end, its bytes or None) in the joined bytes
-        for path in files:
+    def __init__(self, files: list[Path], limit: int | None = None, lines: bool = False):
+        # (path, start, end, its bytes or None, where `start` is in the file) in the joined bytes
+        self.spans, total = [], 0
+        for n, path in enumerate(files):
             # a file that gives its size as 0 (/proc's) is read whole: its read says what it holds
             held = _read_bytes(path) if path.stat().st_size == 0 else None
             size = len(held) if held is not None else path.stat().st_size
-            self.spans.append((path, total, total + size, held))
-            total += size
+            skip = 0
+            if lines and size:
+                skip = len(BOM) if self._bytes(path, held, 0, len(BOM)) == BOM else 0
+            self.spans.append((path, total, total + size - skip, held, skip))
+            total += size - skip
+            if lines and size > skip and n < len(files) - 1 \
+                    and self._bytes(path, held, size - 1, 1) != b"\n":
+                self.spans.append((path, total, total + 1, b"\n", 0))
+                total += 1
         self.size = total if limit is None else min(total, limit)
+
+    @staticmethod
+    def _bytes(path: Path, held: bytes | None, at: int, count: int) -> bytes:
+        """`count` bytes of `path` (`held`, if read) from byte `at`."""
+        if held is not None:
+            return held[at:at + count]
+        try:
+            with open(path, "rb") as f:
+                f.seek(at)
+                return f.read(count)
+        except OSError as err:
+            raise reading(err, path) from err
 
     def read(self, lo: int, hi: int) -> bytes:
         """Bytes `[lo, hi)` of the joined files (clipped to `[0, size)`)."""
         lo, hi = max(lo, 0), min(hi, self.size)
         parts = []
-        for path, start, end, held in self.spans:
+        for path, start, end, held, skip in self.spans:
             if end <= lo or start >= hi or end == start:
                 continue
             want = min(hi, end) - max(lo, start)
+            at = skip + max(lo - start, 0)
             if held is not None:
-                parts.append(held[max(lo - start, 0):max(lo - start, 0) + want])
+                parts.append(held[at:at + want])
                 continue
             try:
                 with open(path, "rb") as f:
-                    f.seek(max(lo - start, 0))
+                    f.seek(at)
                     data = f.read(want)
             except OSError as err:
                 raise reading(err, path) from err
@@ -422,7 +449,8 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
 
     if name == "enwik8":
         def build(writers, progress, given):
-            return _write_bytes(_Concat([path]), writers, percents, given, path, progress)
+            source = _Concat([path], lines=_splits_at_lines(given))
+            return _write_bytes(source, writers, percents, given, path, progress)
     else:  # text8: characters with a vocabulary
         def build(writers, progress, given):
             text = _decode(_read_bytes(path), path)
@@ -542,7 +570,8 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 10, 0)
 
     def build(writers, progress, given):
-        return _write_bytes(_Concat(files), writers, percents, given, data_dir, progress)
+        source = _Concat(files, lines=_splits_at_lines(given))
+        return _write_bytes(source, writers, percents, given, data_dir, progress)
     return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
                  describe={"all": str(data_dir)}, byte_split=True)
 
@@ -575,7 +604,8 @@ def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 5, 5)
 
     def build(writers, progress, given):
-        return _write_bytes(_Concat(files, max_bytes), writers, percents, given, root,
+        source = _Concat(files, max_bytes, _splits_at_lines(given))
+        return _write_bytes(source, writers, percents, given, root,
                             progress)
     return _Plan(files, {"max_bytes": max_bytes, "percents": percents,
                          "root": str(root.resolve())}, build,
