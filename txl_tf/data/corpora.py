@@ -684,8 +684,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
         info["line_ends"] = "\\n, \\r\\n or \\r; a leading BOM dropped"
     if tokenizer is not None:
         info["tokenizer"] = tokenizer.fingerprint()
-        if plan.byte_split and _splits_at_lines(tokenizer):  # entries before cut lines
-            info["split_points"] = "line starts"
+        if plan.byte_split and _splits_at_lines(tokenizer):  # entries before: cut lines, raw files
+            info["split_points"] = "line starts; each file whole lines"
         if plan.space_cuts and _splits_at_lines(tokenizer):  # entries before cut words
             info["split_points"] = "line starts or spaces"
     root = None
