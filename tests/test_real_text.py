@@ -183,3 +183,78 @@ def test_the_lines_view_of_joined_files_reads_any_range_as_the_whole():
             lo = rng.randint(0, len(whole))
             hi = rng.randint(lo, len(whole))
             assert joined.read(lo, hi) == whole[lo:hi], (trial, whole, lo, hi)
+
+
+@pytest.mark.parametrize("name", ["wt2", "lm1b", "text"])
+def test_a_line_longer_than_a_chunk_is_read_in_pieces_with_the_ids_of_the_whole(
+        name, tmp_path, monkeypatch):
+    """A file of one 200 MB line was read whole (the rest of each chunk kept
+    until a newline came): counting and encoding it held the line, its words
+    and their ids at once (a MemoryError under 5 GB). Now a line longer than a
+    chunk is cut after a space, each piece losing the line markers a cut adds."""
+    from txl_tf.data import corpora as corpora_lib
+    words = "the cat sat on a mat \u00e9t\u00e9 ran\t".split(" ")
+    rng = np.random.default_rng(0)
+    line = " ".join(rng.choice(words, 300)) + "\r" + " ".join(rng.choice(words, 300))
+    text = f"short one\n{line}\n\nend  of it\r\n" + " ".join(rng.choice(words, 50))
+    monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 64)
+    seen = []
+    encode = WordTokenizer.encode
+    monkeypatch.setattr(WordTokenizer, "encode",
+                        lambda self, t: seen.append(len(t)) or encode(self, t))
+    counted, count = [], corpora_lib.count_tokens
+    monkeypatch.setattr(corpora_lib, "count_tokens", lambda texts: count(
+        counted.append(len(t)) or t for t in texts))
+    if name == "wt2":
+        for split in ("train", "valid", "test"):
+            (tmp_path / f"wiki.{split}.tokens").write_text(text, encoding="utf-8")
+        corpus = load_corpus(name, tmp_path, use_cache=False)
+        tok = corpus.tokenizer
+        parts = [corpus.train, corpus.valid, corpus.test]
+        whole = [encode(tok, text)] * 3
+    elif name == "lm1b":
+        train = tmp_path / "training-monolingual.tokenized.shuffled"
+        held = tmp_path / "heldout-monolingual.tokenized.shuffled"
+        train.mkdir(), held.mkdir()
+        for path in (train / "news.en-00001-of-00100", held / "news.en.heldout-00001-of-00050",
+                     held / "news.en.heldout-00000-of-00050"):
+            path.write_text(text, encoding="utf-8")
+        corpus = load_corpus(name, tmp_path, use_cache=False)
+        tok = corpus.tokenizer
+        parts = [corpus.train, corpus.valid, corpus.test]
+        whole = [encode(tok, text)] * 3
+    else:
+        path = tmp_path / "one.txt"
+        path.write_text(text * 3, encoding="utf-8")
+        tok = WordTokenizer.build(text)
+        corpus = load_corpus(name, path, use_cache=False, tokenizer=tok)
+        parts = [np.concatenate([corpus.train, corpus.valid])]
+        whole = [encode(tok, text * 3)]
+    for got, want in zip(parts, whole):
+        assert got.tolist() == want.tolist()
+    assert max(seen) < 4 * 64, seen  # never the whole line at once
+    assert not counted or max(counted) < 4 * 64, counted
+
+
+def test_word_files_read_in_pieces_of_any_size_give_the_ids_of_the_whole(tmp_path):
+    import random
+    from txl_tf.data.corpora import _encode_file
+    from txl_tf.text import ByteTokenizer, CharTokenizer
+    rng = random.Random(5)
+    pieces = ["a", "b", " ", "  ", "\t", "\n", "\r\n", "\r", "\u00e9", "\U0001d11e", "\u2028"]
+    path = tmp_path / "f.txt"
+    for trial in range(200):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        path.write_bytes(text.encode())
+        tok = rng.choice([WordTokenizer(["<eos>", "<unk>", "a", "b"]),
+                          WordTokenizer(["<S>", "<unk>", "a"], unk_token="<unk>",
+                                        eos_token="<S>", bos_token="<S>"),
+                          ByteTokenizer(), CharTokenizer.build("ab \t\n\r\u00e9")])
+        from txl_tf.data import corpora as corpora_lib
+        corpora_lib.CHUNK_BYTES, saved = rng.randint(1, 9), corpora_lib.CHUNK_BYTES
+        try:
+            got = list(_encode_file(tok, path))
+        finally:
+            corpora_lib.CHUNK_BYTES = saved
+        got = np.concatenate(got).tolist() if got else []
+        assert got == tok.encode(text).tolist(), (trial, text, tok)

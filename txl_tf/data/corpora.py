@@ -148,10 +148,21 @@ def _decode(data: bytes, path: Path, offset: int = 0) -> str:
 
 
 def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
-                     chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+                     chunk_bytes: int | None = None) -> Iterator[str]:
     """Yield a UTF-8 file as str chunks of whole lines (``\\n``-terminated,
     except perhaps the last), with a tqdm bar over bytes for large files. A
     byte-order mark starting the file (U+FEFF, as Notepad writes) is dropped."""
+    for text, _ in _text_pieces(path, progress, desc, chunk_bytes):
+        yield text
+
+
+def _text_pieces(path: Path, progress: bool | None = None, desc: str = "",
+                 chunk_bytes: int | None = None, long_lines: bool = False
+                 ) -> Iterator[tuple[str, bool]]:
+    """`(text, goes_on)`: `iter_text_chunks`'s chunks (`goes_on` False); with
+    `long_lines`, a line longer than a chunk comes in pieces cut just after a
+    space (`goes_on`: its line goes on in the next piece), never held whole."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     size = path.stat().st_size
     with open(path, "rb") as f, tqdm_bar(total=size, unit="B", unit_scale=True,
                                          desc=desc or path.name, leave=False,
@@ -168,13 +179,54 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
             block = rest + block
             if offset == 0 and block.startswith(BOM):
                 block, offset = block[len(BOM):], len(BOM)
-            cut = block.rfind(b"\n") + 1
+            cut, goes_on = block.rfind(b"\n") + 1, False
+            if not cut and long_lines and len(block) >= chunk_bytes:
+                cut = block.rfind(b" ") + 1  # a space byte is a whole character
+                goes_on = cut > 0
             rest = block[cut:]
             if cut:
-                yield _decode(block[:cut], path, offset)
+                yield _decode(block[:cut], path, offset), goes_on
                 offset += cut
         if rest:
-            yield _decode(rest, path, offset)
+            yield _decode(rest, path, offset), False
+
+
+def _cuts_at_spaces(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` reads a line cut at a space as the whole line, but
+    for the markers of the cut (a word's line end and start; none for bytes
+    and characters). Not SentencePiece: a space begins a piece."""
+    return tokenizer.kind in ("word", "byte", "char")
+
+
+def _encode_pieces(tokenizer: Tokenizer, pieces: Iterator[tuple[str, bool]]
+                   ) -> Iterator[np.ndarray]:
+    """The ids of `_text_pieces`' pieces: a piece whose line goes on loses the
+    line end a word tokenizer adds, the next piece its line start (where no
+    piece follows, the line end comes after all)."""
+    word = tokenizer.kind == "word"
+    head = 1 if word and tokenizer.bos_id >= 0 else 0
+    tail = 1 if word else 0
+    follows, end = False, None
+    for text, goes_on in pieces:
+        ids = tokenizer.encode(text)
+        end = ids[len(ids) - tail:]
+        yield ids[head if follows else 0:len(ids) - tail if goes_on else len(ids)]
+        follows = goes_on
+    if follows:
+        yield end
+
+
+def _encode_file(tokenizer: Tokenizer, path: Path, progress: bool | None = None,
+                 desc: str = "") -> Iterator[np.ndarray]:
+    """`path`'s ids, a chunk at a time (a long line in pieces, where
+    `_cuts_at_spaces`)."""
+    return _encode_pieces(tokenizer, _text_pieces(path, progress, desc,
+                                                  long_lines=_cuts_at_spaces(tokenizer)))
+
+
+def _count_file(path: Path, progress: bool | None = None, desc: str = "") -> Iterator[str]:
+    """`path`'s text for counting words, a chunk at a time (a long line in pieces)."""
+    return (text for text, _ in _text_pieces(path, progress, desc, long_lines=True))
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -404,23 +456,35 @@ def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
         a, b = source.char_start(a, size), source.char_start(b, size)  # each part decodes alone
     bar = tqdm_bar(total=size, unit="B", unit_scale=True, desc=f"{path.name}: encoding",
                    leave=False, disable=not _show(progress, size))
-    for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
+
+    def pieces(lo, hi):  # `(text, goes_on)` as `_text_pieces` gives them
         rest, offset = b"", lo  # offset: where `rest` starts in the joined files
+        for start in range(lo, hi, chunk_bytes):
+            block = rest + source.read(start, min(start + chunk_bytes, hi))
+            bar.update(min(start + chunk_bytes, hi) - start)
+            # a line's end for words and pieces (lines encode alone), else a character's
+            cut, goes_on = block.rfind(b"\n") + 1, False
+            if not _splits_at_lines(given):
+                cut = _whole_characters(block)
+            elif not cut and _cuts_at_spaces(given) and len(block) >= chunk_bytes:
+                cut = block.rfind(b" ") + 1  # a long line, in pieces
+                goes_on = cut > 0
+            rest = block[cut:]
+            if cut:
+                yield _decode(block[:cut], path, offset), goes_on
+                offset += cut
+        if rest:
+            yield _decode(rest, path, offset), False
+
+    for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
+        if text:
+            for ids in _encode_pieces(given, pieces(lo, hi)):
+                writers[split].append(ids)
+            continue
         for start in range(lo, hi, chunk_bytes):
             block = source.read(start, min(start + chunk_bytes, hi))
             bar.update(len(block))
-            if not text:
-                writers[split].append(np.frombuffer(block, dtype=np.uint8).astype(np.int32))
-                continue
-            block = rest + block
-            # a line's end for words and pieces (lines encode alone), else a character's
-            cut = block.rfind(b"\n") + 1 if _splits_at_lines(given) else _whole_characters(block)
-            rest = block[cut:]
-            if cut:
-                writers[split].append(given.encode(_decode(block[:cut], path, offset)))
-                offset += cut
-        if rest:
-            writers[split].append(given.encode(_decode(rest, path, offset)))
+            writers[split].append(np.frombuffer(block, dtype=np.uint8).astype(np.int32))
     bar.close()
     return given if text else ByteTokenizer()
 
@@ -489,11 +553,11 @@ def _word_files(name: str, data_dir, opts: dict) -> _Plan:
 
     def build(writers, progress, given):
         tokenizer = given if given is not None else WordTokenizer.from_counts(
-            count_tokens(iter_text_chunks(files["train"], progress, f"{name}: counting")),
+            count_tokens(_count_file(files["train"], progress, f"{name}: counting")),
             min_count=opts["min_count"], max_size=opts["max_size"])
         for split in SPLITS:
-            for chunk in iter_text_chunks(files[split], progress, f"{name}: {split}"):
-                writers[split].append(tokenizer.encode(chunk))
+            for ids in _encode_file(tokenizer, files[split], progress, f"{name}: {split}"):
+                writers[split].append(ids)
         return tokenizer
     return _Plan(list(files.values()), dict(opts), build,
                  describe={s: str(p) for s, p in files.items()})
@@ -544,15 +608,15 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
             tokenizer = WordTokenizer.from_vocab_file(vocab_file, **tokens)
         else:
             counts = count_tokens(chunk for path in train for chunk in
-                                  iter_text_chunks(path, progress, f"lm1b: counting {path.name}"))
+                                  _count_file(path, progress, f"lm1b: counting {path.name}"))
             tokenizer = WordTokenizer.from_counts(counts, min_count=opts["min_count"],
                                                   max_size=opts["max_size"], **tokens)
         for split, paths in (("train", train), ("valid", [held["valid"]]),
                              ("test", [held["test"]])):
             for path in tqdm_bar(paths, desc=f"lm1b: {split}", leave=False,
                                  disable=not show_bar(progress, len(paths) > 1)):
-                for chunk in iter_text_chunks(path, progress):
-                    writers[split].append(tokenizer.encode(chunk))
+                for ids in _encode_file(tokenizer, path, progress):
+                    writers[split].append(ids)
         return tokenizer
     sources = train + [held["valid"], held["test"]] + ([vocab_file] if vocab_file else [])
     options = {k: v for k, v in opts.items() if k != "vocab_file"}
