@@ -295,7 +295,13 @@ def test_chunked_reading_gives_the_one_shot_ids_wherever_the_chunks_fall(tmp_pat
         try:
             want = _one_shot(data, percents, tokenizer, tmp_path)
         except TxlError as err:
-            with pytest.raises(TxlError, match=re.escape(str(err))):
+            at = int(str(err).rsplit(" ", 1)[1])  # in the joined bytes
+            for named in files:  # the file it comes from, and its place there
+                if at < named.stat().st_size:
+                    break
+                at -= named.stat().st_size
+            with pytest.raises(TxlError, match=re.escape(f"{named}: not valid UTF-8 near byte "
+                                                         f"{at}")):
                 corpora_lib._write_bytes(corpora_lib._Concat(files, limit), writers, percents,
                                          tokenizer, tmp_path, False, rng.randint(1, 12))
             continue

@@ -258,3 +258,19 @@ def test_word_files_read_in_pieces_of_any_size_give_the_ids_of_the_whole(tmp_pat
             corpora_lib.CHUNK_BYTES = saved
         got = np.concatenate(got).tolist() if got else []
         assert got == tok.encode(text).tolist(), (trial, text, tok)
+
+
+@pytest.mark.parametrize("kind", ["word", "char"])
+def test_a_bad_byte_in_a_folder_is_named_by_its_file_and_place_there(kind, tmp_path):
+    """A cp1252 `é` in the second file of a folder read with a word or
+    character model named the folder and the byte's place in all the files
+    joined, not the file."""
+    from txl_tf.errors import TxlError
+    from txl_tf.text import CharTokenizer
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes("\ufeffthe cat\n".encode() * 5)
+    (folder / "b.txt").write_bytes(b"the caf\xe9\n")
+    tok = WordTokenizer.build("the cat\n") if kind == "word" else CharTokenizer.build("the cat")
+    with pytest.raises(TxlError, match=r"/docs/b\.txt: not valid UTF-8 near byte 7$"):
+        load_corpus("text", folder, tokenizer=tok, use_cache=False)

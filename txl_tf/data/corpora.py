@@ -412,6 +412,13 @@ class _Concat:
             parts.append(data)
         return b"".join(parts)
 
+    def where(self, i: int) -> tuple[Path, int]:
+        """The file that byte `i` of the joined bytes comes from, and its place there."""
+        for path, start, end, held, skip in self.spans:
+            if start <= i < end:
+                return path, skip + i - start
+        raise IndexError(i)
+
     def char_start(self, i: int, size: int) -> int:
         """`_char_start` at byte `i` of the first `size` bytes."""
         if i <= 0 or i >= size:
@@ -471,10 +478,17 @@ def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
                 goes_on = cut > 0
             rest = block[cut:]
             if cut:
-                yield _decode(block[:cut], path, offset), goes_on
+                yield decode(block[:cut], offset), goes_on
                 offset += cut
         if rest:
-            yield _decode(rest, path, offset), False
+            yield decode(rest, offset), False
+
+    def decode(data, at):  # a bad byte named by its file and its place there
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise TxlError("%s: not valid UTF-8 near byte %d" % source.where(at + err.start)) \
+                from None
 
     for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
         if text:
