@@ -274,3 +274,24 @@ def test_a_bad_byte_in_a_folder_is_named_by_its_file_and_place_there(kind, tmp_p
     tok = WordTokenizer.build("the cat\n") if kind == "word" else CharTokenizer.build("the cat")
     with pytest.raises(TxlError, match=r"/docs/b\.txt: not valid UTF-8 near byte 7$"):
         load_corpus("text", folder, tokenizer=tok, use_cache=False)
+
+
+def test_a_utf16_file_is_named_as_one(tmp_path):
+    """Windows' "Unicode" text is UTF-16 with a byte-order mark: the error said
+    only `not valid UTF-8 near byte 0`."""
+    from txl_tf.errors import TxlError
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"wiki.{split}.tokens").write_bytes("the cat\r\n".encode("utf-16"))
+    with pytest.raises(TxlError, match=r"wiki\.train\.tokens: not valid UTF-8 near byte 0 "
+                                       r"\(UTF-16, by its byte-order mark: save it as UTF-8\)$"):
+        load_corpus("wt2", tmp_path, use_cache=False)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(b"the cat\n" * 9)
+    (folder / "b.txt").write_bytes("the cat\n".encode("utf-16-be").join([b"\xfe\xff", b""]))
+    with pytest.raises(TxlError, match=r"b\.txt: not valid UTF-8 near byte [01] \(UTF-16"):
+        load_corpus("text", folder, use_cache=False, tokenizer=WordTokenizer.build("the cat"))
+    (tmp_path / "vocab.txt").write_bytes("<eos>\n<unk>\n".encode("utf-16"))
+    with pytest.raises(TxlError, match=r"is not UTF-8 text \(byte 0; UTF-16, by its "
+                                       r"byte-order mark: save it as UTF-8\)"):
+        read_vocab(tmp_path / "vocab.txt")

@@ -51,7 +51,7 @@ from txl_tf.app.progress import show_bar, tqdm_bar
 from txl_tf.data import cache as cache_lib
 from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
-from txl_tf.text.vocab import count_tokens
+from txl_tf.text.vocab import count_tokens, utf16_hint
 
 SPLITS = cache_lib.SPLITS
 CHUNK_BYTES = 16 << 20
@@ -144,7 +144,12 @@ def _decode(data: bytes, path: Path, offset: int = 0) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise TxlError(f"{path}: not valid UTF-8 near byte {offset + err.start}") from None
+        raise _not_utf8(path, offset + err.start, data[:2] if offset == 0 else b"") from None
+
+
+def _not_utf8(path: Path, byte: int, head: bytes) -> TxlError:
+    """The error for byte `byte` of `path`, whose first bytes are `head`."""
+    return TxlError(f"{path}: not valid UTF-8 near byte {byte}{utf16_hint(head, ' (%s)')}")
 
 
 def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
@@ -487,8 +492,10 @@ def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise TxlError("%s: not valid UTF-8 near byte %d" % source.where(at + err.start)) \
-                from None
+            file, byte = source.where(at + err.start)
+            head = source.read(at + err.start - byte, at + err.start - byte + 2) if byte < 2 \
+                else b""
+            raise _not_utf8(file, byte, head) from None
 
     for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
         if text:
