@@ -295,3 +295,12 @@ def test_a_utf16_file_is_named_as_one(tmp_path):
     with pytest.raises(TxlError, match=r"is not UTF-8 text \(byte 0; UTF-16, by its "
                                        r"byte-order mark: save it as UTF-8\)"):
         read_vocab(tmp_path / "vocab.txt")
+
+
+def test_the_attention_pictures_text_file_is_read_without_its_byte_order_mark(tmp_path):
+    """`--text_file` saved by Notepad: its mark was the picture's first token
+    (three bytes for a byte model, `<unk>` for a word model)."""
+    from training.attention_picture import _read_text
+    path = tmp_path / "text.txt"
+    path.write_bytes("\ufeffthe cat\r\nsat\r\n".encode())
+    assert _read_text({"text": None, "text_file": str(path)}) == "the cat\nsat\n"
