@@ -304,3 +304,15 @@ def test_the_attention_pictures_text_file_is_read_without_its_byte_order_mark(tm
     path = tmp_path / "text.txt"
     path.write_bytes("\ufeffthe cat\r\nsat\r\n".encode())
     assert _read_text({"text": None, "text_file": str(path)}) == "the cat\nsat\n"
+
+
+def test_sentencepiece_trains_on_a_str_split_into_lines_as_it_encodes_them():
+    """`train(texts=str)` split the text with `str.splitlines`, at U+2028,
+    form feeds and the other breaks `encode` keeps inside a line: the
+    trainer never saw those characters, so each became byte pieces."""
+    from txl_tf.text import SentencePieceTokenizer
+    text = "the cat\u2028sat on\x0cthe mat\x85and ran\n" * 40
+    tok = SentencePieceTokenizer.train(texts=text, vocab_size=290)
+    pieces = [tok.pieces[i] for i in tok.encode("cat\u2028sat\x0cthe\x85ran\n")]
+    assert not [p for p in pieces if p.startswith("<0x")], pieces
+    assert tok.decode(tok.encode(text)) == text
