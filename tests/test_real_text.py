@@ -1,5 +1,6 @@
 """Text as it comes from the real world: Windows and old Mac line ends, byte-order
-marks, a stdout that is not UTF-8 (tiny files written by the tests)."""
+marks, UTF-16, files without a final newline, lines longer than a chunk, a stdout
+that is not UTF-8 (tiny files written by the tests)."""
 import codecs
 import io
 import sys
@@ -236,9 +237,10 @@ def test_a_line_longer_than_a_chunk_is_read_in_pieces_with_the_ids_of_the_whole(
     assert not counted or max(counted) < 4 * 64, counted
 
 
-def test_word_files_read_in_pieces_of_any_size_give_the_ids_of_the_whole(tmp_path):
+def test_word_files_read_in_pieces_of_any_size_give_the_ids_of_the_whole(tmp_path,
+                                                                          monkeypatch):
     import random
-    from txl_tf.data.corpora import _encode_file
+    from txl_tf.data import corpora as corpora_lib
     from txl_tf.text import ByteTokenizer, CharTokenizer
     rng = random.Random(5)
     pieces = ["a", "b", " ", "  ", "\t", "\n", "\r\n", "\r", "\u00e9", "\U0001d11e", "\u2028"]
@@ -250,12 +252,8 @@ def test_word_files_read_in_pieces_of_any_size_give_the_ids_of_the_whole(tmp_pat
                           WordTokenizer(["<S>", "<unk>", "a"], unk_token="<unk>",
                                         eos_token="<S>", bos_token="<S>"),
                           ByteTokenizer(), CharTokenizer.build("ab \t\n\r\u00e9")])
-        from txl_tf.data import corpora as corpora_lib
-        corpora_lib.CHUNK_BYTES, saved = rng.randint(1, 9), corpora_lib.CHUNK_BYTES
-        try:
-            got = list(_encode_file(tok, path))
-        finally:
-            corpora_lib.CHUNK_BYTES = saved
+        monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", rng.randint(1, 9))
+        got = list(corpora_lib._encode_file(tok, path))
         got = np.concatenate(got).tolist() if got else []
         assert got == tok.encode(text).tolist(), (trial, text, tok)
 
