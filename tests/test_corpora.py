@@ -255,7 +255,7 @@ def _one_shot(data, percents, tokenizer, path):
     def start(i):  # of the next line for words, else of the character at `i`
         if text and tokenizer.kind == "word" and 0 < i < len(data) and data[i - 1] != 0x0A:
             newline = data.find(b"\n", i)
-            if newline >= 0:
+            if 0 <= newline < len(data) - 1:  # a line starts after it (not the text's end)
                 return newline + 1
         while text and 0 < i < len(data) and data[i] & 0xC0 == 0x80:
             i -= 1
@@ -295,7 +295,13 @@ def test_chunked_reading_gives_the_one_shot_ids_wherever_the_chunks_fall(tmp_pat
         try:
             want = _one_shot(data, percents, tokenizer, tmp_path)
         except TxlError as err:
-            with pytest.raises(TxlError, match=re.escape(str(err))):
+            at = int(str(err).rsplit(" ", 1)[1])  # in the joined bytes
+            for named in files:  # the file it comes from, and its place there
+                if at < named.stat().st_size:
+                    break
+                at -= named.stat().st_size
+            with pytest.raises(TxlError, match=re.escape(f"{named}: not valid UTF-8 near byte "
+                                                         f"{at}")):
                 corpora_lib._write_bytes(corpora_lib._Concat(files, limit), writers, percents,
                                          tokenizer, tmp_path, False, rng.randint(1, 12))
             continue

@@ -78,7 +78,7 @@ def _read_text(o):
     if not os.path.isfile(path):
         raise TrainingError(f"--text_file {path!r} does not exist")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # Notepad starts it with a BOM
             text = f.read()
     except UnicodeDecodeError as err:
         raise TrainingError(f"--text_file {path!r} is not valid UTF-8: {err}") from None

@@ -9,6 +9,7 @@ see `txl_tf.app.exits`) prints a single `error: ...` line to stderr and exits
 with status 2: no usage dump, no traceback. Other exceptions are bugs and keep their traceback.
 TensorFlow is imported without its C++ start-up noise (`txl_tf.app.tf_startup`).
 """
+import codecs
 import logging as std_logging
 import sys
 
@@ -75,15 +76,42 @@ def lenient_stdout():
     """Characters that stdout's encoding cannot hold (generated text under a
     latin-1 locale, or on Windows into a file or pipe: cp1252) are written as
     backslash escapes (`\\uc0b5`), as Python writes them to stderr, instead of
-    ending the job in a `UnicodeEncodeError` traceback. A stream whose errors handler is
-    not `strict` (`surrogateescape` under the C locale) is left as it is.
+    ending the job in a `UnicodeEncodeError` traceback. `surrogateescape` (the C
+    locale's) keeps writing the bytes it stands for, and escapes the rest where the
+    encoding is not UTF-8 (ASCII, with UTF-8 mode off); other handlers are left.
 
     Returns:
         None.
     """
     stream = sys.stdout
-    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+    errors = getattr(stream, "errors", None)
+    try:
+        utf8 = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name == "utf-8"
+    except LookupError:
+        utf8 = False
+    handler = {"strict": "backslashreplace",
+               "surrogateescape": None if utf8 else _ESCAPE_OR_BYTE}.get(errors)
+    if handler is not None and hasattr(stream, "reconfigure"):
         try:
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors=handler)
         except (ValueError, OSError, AttributeError):  # closed, or not a TextIOWrapper's
             pass
+
+
+def _escape_or_byte(err):
+    """An encode error handler: `surrogateescape` for the bytes it stands for,
+    `backslashreplace` for any other character."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    out = []
+    for ch in err.object[err.start:err.end]:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(bytes([code - 0xDC00]))
+        else:
+            out.append(ch.encode("ascii", "backslashreplace"))
+    return b"".join(out), err.end
+
+
+_ESCAPE_OR_BYTE = "txl_tf.escape_or_byte"
+codecs.register_error(_ESCAPE_OR_BYTE, _escape_or_byte)

@@ -27,7 +27,9 @@ Transformer-XL paper's code (kimiyoung/transformer-xl):
 enwik8, text and pystdlib read with a trained model's word or SentencePiece
 tokenizer (``load_corpus(tokenizer=...)``) move each split point on to the
 start of the next line, so no line (and no word) is cut in two; where no
-line starts after it, it stays, at a character boundary. Bytes and
+line starts after it, it stays, at a character boundary. Each file is then
+whole lines: a byte-order mark starting it is skipped, and a last line
+without its newline ends there, not in the next file's first line. Bytes and
 characters split where the percentages fall. text8 read with such a
 tokenizer is encoded in chunks that end at a line start or else at a space
 (its split points too), so no word is cut and no ``<eos>`` added inside a
@@ -49,12 +51,13 @@ from txl_tf.app.progress import show_bar, tqdm_bar
 from txl_tf.data import cache as cache_lib
 from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
-from txl_tf.text.vocab import count_tokens
+from txl_tf.text.vocab import count_tokens, utf16_hint
 
 SPLITS = cache_lib.SPLITS
 CHUNK_BYTES = 16 << 20
 PROGRESS_MIN_BYTES = 32 << 20
 LM1B_DIR = "1-billion-word-language-modeling-benchmark-r13output"
+BOM = "\ufeff".encode("utf-8")
 
 
 class CorpusNotFoundError(TxlError, FileNotFoundError):
@@ -141,13 +144,30 @@ def _decode(data: bytes, path: Path, offset: int = 0) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise TxlError(f"{path}: not valid UTF-8 near byte {offset + err.start}") from None
+        raise _not_utf8(path, offset + err.start, data[:2] if offset == 0 else b"") from None
+
+
+def _not_utf8(path: Path, byte: int, head: bytes) -> TxlError:
+    """The error for byte `byte` of `path`, whose first bytes are `head`."""
+    return TxlError(f"{path}: not valid UTF-8 near byte {byte}{utf16_hint(head, ' (%s)')}")
 
 
 def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
-                     chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+                     chunk_bytes: int | None = None) -> Iterator[str]:
     """Yield a UTF-8 file as str chunks of whole lines (``\\n``-terminated,
-    except perhaps the last), with a tqdm bar over bytes for large files."""
+    except perhaps the last), with a tqdm bar over bytes for large files. A
+    byte-order mark starting the file (U+FEFF, as Notepad writes) is dropped."""
+    for text, _ in _text_pieces(path, progress, desc, chunk_bytes):
+        yield text
+
+
+def _text_pieces(path: Path, progress: bool | None = None, desc: str = "",
+                 chunk_bytes: int | None = None, long_lines: bool = False
+                 ) -> Iterator[tuple[str, bool]]:
+    """`(text, goes_on)`: `iter_text_chunks`'s chunks (`goes_on` False); with
+    `long_lines`, a line longer than a chunk comes in pieces cut just after a
+    space (`goes_on`: its line goes on in the next piece), never held whole."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     size = path.stat().st_size
     with open(path, "rb") as f, tqdm_bar(total=size, unit="B", unit_scale=True,
                                          desc=desc or path.name, leave=False,
@@ -162,13 +182,56 @@ def iter_text_chunks(path: Path, progress: bool | None = None, desc: str = "",
                 break
             bar.update(len(block))
             block = rest + block
-            cut = block.rfind(b"\n") + 1
+            if offset == 0 and block.startswith(BOM):
+                block, offset = block[len(BOM):], len(BOM)
+            cut, goes_on = block.rfind(b"\n") + 1, False
+            if not cut and long_lines and len(block) >= chunk_bytes:
+                cut = block.rfind(b" ") + 1  # a space byte is a whole character
+                goes_on = cut > 0
             rest = block[cut:]
             if cut:
-                yield _decode(block[:cut], path, offset)
+                yield _decode(block[:cut], path, offset), goes_on
                 offset += cut
         if rest:
-            yield _decode(rest, path, offset)
+            yield _decode(rest, path, offset), False
+
+
+def _cuts_at_spaces(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` reads a line cut at a space as the whole line, but
+    for the markers of the cut (a word's line end and start; none for bytes
+    and characters). Not SentencePiece: a space begins a piece."""
+    return tokenizer.kind in ("word", "byte", "char")
+
+
+def _encode_pieces(tokenizer: Tokenizer, pieces: Iterator[tuple[str, bool]]
+                   ) -> Iterator[np.ndarray]:
+    """The ids of `_text_pieces`' pieces: a piece whose line goes on loses the
+    line end a word tokenizer adds, the next piece its line start (where no
+    piece follows, the line end comes after all)."""
+    word = tokenizer.kind == "word"
+    head = 1 if word and tokenizer.bos_id >= 0 else 0
+    tail = 1 if word else 0
+    follows, end = False, None
+    for text, goes_on in pieces:
+        ids = tokenizer.encode(text)
+        end = ids[len(ids) - tail:]
+        yield ids[head if follows else 0:len(ids) - tail if goes_on else len(ids)]
+        follows = goes_on
+    if follows:
+        yield end
+
+
+def _encode_file(tokenizer: Tokenizer, path: Path, progress: bool | None = None,
+                 desc: str = "") -> Iterator[np.ndarray]:
+    """`path`'s ids, a chunk at a time (a long line in pieces, where
+    `_cuts_at_spaces`)."""
+    return _encode_pieces(tokenizer, _text_pieces(path, progress, desc,
+                                                  long_lines=_cuts_at_spaces(tokenizer)))
+
+
+def _count_file(path: Path, progress: bool | None = None, desc: str = "") -> Iterator[str]:
+    """`path`'s text for counting words, a chunk at a time (a long line in pieces)."""
+    return (text for text, _ in _text_pieces(path, progress, desc, long_lines=True))
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -295,32 +358,57 @@ def _whole_characters(data: bytes) -> int:
 
 class _Concat:
     """The first `limit` bytes of `files` joined, read by range: a reader holds
-    a chunk of the corpus at a time, never the whole of it."""
+    a chunk of the corpus at a time, never the whole of it. With `lines` (for
+    a word or SentencePiece tokenizer), each file is whole lines of text: a
+    byte-order mark starting it is skipped, and a `\\n` ends a file but the
+    last that does not end with one (its last line would run into the next
+    file's first)."""
 
-    def __init__(self, files: list[Path], limit: int | None = None):
-        self.spans, total = [], 0  # (path, start, end, its bytes or None) in the joined bytes
-        for path in files:
+    def __init__(self, files: list[Path], limit: int | None = None, lines: bool = False):
+        # (path, start, end, its bytes or None, where `start` is in the file) in the joined bytes
+        self.spans, total = [], 0
+        for n, path in enumerate(files):
             # a file that gives its size as 0 (/proc's) is read whole: its read says what it holds
             held = _read_bytes(path) if path.stat().st_size == 0 else None
             size = len(held) if held is not None else path.stat().st_size
-            self.spans.append((path, total, total + size, held))
-            total += size
+            skip = 0
+            if lines and size:
+                skip = len(BOM) if self._bytes(path, held, 0, len(BOM)) == BOM else 0
+            self.spans.append((path, total, total + size - skip, held, skip))
+            total += size - skip
+            if lines and size > skip and n < len(files) - 1 \
+                    and self._bytes(path, held, size - 1, 1) != b"\n":
+                self.spans.append((path, total, total + 1, b"\n", 0))
+                total += 1
         self.size = total if limit is None else min(total, limit)
+
+    @staticmethod
+    def _bytes(path: Path, held: bytes | None, at: int, count: int) -> bytes:
+        """`count` bytes of `path` (`held`, if read) from byte `at`."""
+        if held is not None:
+            return held[at:at + count]
+        try:
+            with open(path, "rb") as f:
+                f.seek(at)
+                return f.read(count)
+        except OSError as err:
+            raise reading(err, path) from err
 
     def read(self, lo: int, hi: int) -> bytes:
         """Bytes `[lo, hi)` of the joined files (clipped to `[0, size)`)."""
         lo, hi = max(lo, 0), min(hi, self.size)
         parts = []
-        for path, start, end, held in self.spans:
+        for path, start, end, held, skip in self.spans:
             if end <= lo or start >= hi or end == start:
                 continue
             want = min(hi, end) - max(lo, start)
+            at = skip + max(lo - start, 0)
             if held is not None:
-                parts.append(held[max(lo - start, 0):max(lo - start, 0) + want])
+                parts.append(held[at:at + want])
                 continue
             try:
                 with open(path, "rb") as f:
-                    f.seek(max(lo - start, 0))
+                    f.seek(at)
                     data = f.read(want)
             except OSError as err:
                 raise reading(err, path) from err
@@ -328,6 +416,13 @@ class _Concat:
                 raise TxlError(f"{path}: shorter than when it was listed (changed while read)")
             parts.append(data)
         return b"".join(parts)
+
+    def where(self, i: int) -> tuple[Path, int]:
+        """The file that byte `i` of the joined bytes comes from, and its place there."""
+        for path, start, end, held, skip in self.spans:
+            if start <= i < end:
+                return path, skip + i - start
+        raise IndexError(i)
 
     def char_start(self, i: int, size: int) -> int:
         """`_char_start` at byte `i` of the first `size` bytes."""
@@ -349,7 +444,9 @@ class _Concat:
         for lo in range(i, size, CHUNK_BYTES):
             found = self.read(lo, min(lo + CHUNK_BYTES, size)).find(b"\n")
             if found >= 0:
-                return lo + found + 1
+                if lo + found + 1 < size:  # a line starts there, not the text's end
+                    return lo + found + 1
+                break
         return self.char_start(i, size)
 
 
@@ -371,23 +468,44 @@ def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
         a, b = source.char_start(a, size), source.char_start(b, size)  # each part decodes alone
     bar = tqdm_bar(total=size, unit="B", unit_scale=True, desc=f"{path.name}: encoding",
                    leave=False, disable=not _show(progress, size))
-    for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
+
+    def pieces(lo, hi):  # `(text, goes_on)` as `_text_pieces` gives them
         rest, offset = b"", lo  # offset: where `rest` starts in the joined files
+        for start in range(lo, hi, chunk_bytes):
+            block = rest + source.read(start, min(start + chunk_bytes, hi))
+            bar.update(min(start + chunk_bytes, hi) - start)
+            # a line's end for words and pieces (lines encode alone), else a character's
+            cut, goes_on = block.rfind(b"\n") + 1, False
+            if not _splits_at_lines(given):
+                cut = _whole_characters(block)
+            elif not cut and _cuts_at_spaces(given) and len(block) >= chunk_bytes:
+                cut = block.rfind(b" ") + 1  # a long line, in pieces
+                goes_on = cut > 0
+            rest = block[cut:]
+            if cut:
+                yield decode(block[:cut], offset), goes_on
+                offset += cut
+        if rest:
+            yield decode(rest, offset), False
+
+    def decode(data, at):  # a bad byte named by its file and its place there
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            file, byte = source.where(at + err.start)
+            head = source.read(at + err.start - byte, at + err.start - byte + 2) if byte < 2 \
+                else b""
+            raise _not_utf8(file, byte, head) from None
+
+    for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
+        if text:
+            for ids in _encode_pieces(given, pieces(lo, hi)):
+                writers[split].append(ids)
+            continue
         for start in range(lo, hi, chunk_bytes):
             block = source.read(start, min(start + chunk_bytes, hi))
             bar.update(len(block))
-            if not text:
-                writers[split].append(np.frombuffer(block, dtype=np.uint8).astype(np.int32))
-                continue
-            block = rest + block
-            # a line's end for words and pieces (lines encode alone), else a character's
-            cut = block.rfind(b"\n") + 1 if _splits_at_lines(given) else _whole_characters(block)
-            rest = block[cut:]
-            if cut:
-                writers[split].append(given.encode(_decode(block[:cut], path, offset)))
-                offset += cut
-        if rest:
-            writers[split].append(given.encode(_decode(rest, path, offset)))
+            writers[split].append(np.frombuffer(block, dtype=np.uint8).astype(np.int32))
     bar.close()
     return given if text else ByteTokenizer()
 
@@ -416,7 +534,8 @@ def _bytes_file(name: str, data_dir, opts: dict) -> _Plan:
 
     if name == "enwik8":
         def build(writers, progress, given):
-            return _write_bytes(_Concat([path]), writers, percents, given, path, progress)
+            source = _Concat([path], lines=_splits_at_lines(given))
+            return _write_bytes(source, writers, percents, given, path, progress)
     else:  # text8: characters with a vocabulary
         def build(writers, progress, given):
             text = _decode(_read_bytes(path), path)
@@ -455,11 +574,11 @@ def _word_files(name: str, data_dir, opts: dict) -> _Plan:
 
     def build(writers, progress, given):
         tokenizer = given if given is not None else WordTokenizer.from_counts(
-            count_tokens(iter_text_chunks(files["train"], progress, f"{name}: counting")),
+            count_tokens(_count_file(files["train"], progress, f"{name}: counting")),
             min_count=opts["min_count"], max_size=opts["max_size"])
         for split in SPLITS:
-            for chunk in iter_text_chunks(files[split], progress, f"{name}: {split}"):
-                writers[split].append(tokenizer.encode(chunk))
+            for ids in _encode_file(tokenizer, files[split], progress, f"{name}: {split}"):
+                writers[split].append(ids)
         return tokenizer
     return _Plan(list(files.values()), dict(opts), build,
                  describe={s: str(p) for s, p in files.items()})
@@ -510,15 +629,15 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
             tokenizer = WordTokenizer.from_vocab_file(vocab_file, **tokens)
         else:
             counts = count_tokens(chunk for path in train for chunk in
-                                  iter_text_chunks(path, progress, f"lm1b: counting {path.name}"))
+                                  _count_file(path, progress, f"lm1b: counting {path.name}"))
             tokenizer = WordTokenizer.from_counts(counts, min_count=opts["min_count"],
                                                   max_size=opts["max_size"], **tokens)
         for split, paths in (("train", train), ("valid", [held["valid"]]),
                              ("test", [held["test"]])):
             for path in tqdm_bar(paths, desc=f"lm1b: {split}", leave=False,
                                  disable=not show_bar(progress, len(paths) > 1)):
-                for chunk in iter_text_chunks(path, progress):
-                    writers[split].append(tokenizer.encode(chunk))
+                for ids in _encode_file(tokenizer, path, progress):
+                    writers[split].append(ids)
         return tokenizer
     sources = train + [held["valid"], held["test"]] + ([vocab_file] if vocab_file else [])
     options = {k: v for k, v in opts.items() if k != "vocab_file"}
@@ -536,7 +655,8 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 10, 0)
 
     def build(writers, progress, given):
-        return _write_bytes(_Concat(files), writers, percents, given, data_dir, progress)
+        source = _Concat(files, lines=_splits_at_lines(given))
+        return _write_bytes(source, writers, percents, given, data_dir, progress)
     return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
                  describe={"all": str(data_dir)}, byte_split=True)
 
@@ -569,7 +689,8 @@ def _pystdlib(name: str, data_dir, opts: dict) -> _Plan:
     percents = (90, 5, 5)
 
     def build(writers, progress, given):
-        return _write_bytes(_Concat(files, max_bytes), writers, percents, given, root,
+        source = _Concat(files, max_bytes, _splits_at_lines(given))
+        return _write_bytes(source, writers, percents, given, root,
                             progress)
     return _Plan(files, {"max_bytes": max_bytes, "percents": percents,
                          "root": str(root.resolve())}, build,
@@ -589,6 +710,7 @@ _READERS: dict[str, tuple[Callable[..., _Plan], dict]] = {
     "pystdlib": (_pystdlib, {"max_bytes": 8_000_000}),
 }
 KNOWN_CORPORA = tuple(_READERS)
+_WORD_CORPORA = ("wt2", "wt103", "ptb", "lm1b")
 
 
 # -- entry point -------------------------------------------------------------
@@ -642,10 +764,13 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
 
     info = {"format": cache_lib.CACHE_FORMAT, "dataset": name, "options": plan.options,
             "sources": cache_lib.file_stats(plan.sources)}
+    if name in _WORD_CORPORA or (tokenizer is not None and tokenizer.kind == "word"):
+        # entries before read a lone \r as a space and a leading BOM as text
+        info["line_ends"] = "\\n, \\r\\n or \\r; a leading BOM dropped"
     if tokenizer is not None:
         info["tokenizer"] = tokenizer.fingerprint()
-        if plan.byte_split and _splits_at_lines(tokenizer):  # entries before cut lines
-            info["split_points"] = "line starts"
+        if plan.byte_split and _splits_at_lines(tokenizer):  # entries before: cut lines, raw files
+            info["split_points"] = "line starts; each file whole lines"
         if plan.space_cuts and _splits_at_lines(tokenizer):  # entries before cut words
             info["split_points"] = "line starts or spaces"
     root = None

@@ -13,7 +13,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from txl_tf.errors import TxlError
-from txl_tf.text.base import Tokenizer, as_text, file_in, register, split_lines_tf
+from txl_tf.text.base import (Tokenizer, as_text, file_in, register, split_lines,
+                              split_lines_tf)
 
 MODEL_FILE = "spm.model"
 VOCAB_FILE = "vocab.txt"
@@ -109,8 +110,9 @@ class SentencePieceTokenizer(Tokenizer):
             kwargs["input"] = ",".join(str(p) for p in paths)
         else:
             # A str is one text (as `build` of the other kinds takes it), not
-            # an iterable of one-character sentences.
-            kwargs["sentence_iterator"] = iter(texts.splitlines() if isinstance(texts, str)
+            # an iterable of one-character sentences; its lines are those `encode`
+            # reads (not `str.splitlines`'s, which end at U+2028, form feeds, ...).
+            kwargs["sentence_iterator"] = iter(split_lines(texts) if isinstance(texts, str)
                                                else texts)
         model = io.BytesIO()
         spm.set_random_generator_seed(seed)

@@ -28,6 +28,14 @@ def whitespace_regex(exclude: str = "") -> str:
     return "[" + chars + "]+"
 
 
+def utf16_hint(head: bytes, form: str = "%s") -> str:
+    """`form % why` for a file whose first bytes `head` are a UTF-16 byte-order
+    mark (Windows' "Unicode" text), else ""."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return form % "UTF-16, by its byte-order mark: save it as UTF-8"
+    return ""
+
+
 def build_vocab(counts: Mapping[str, int], specials: Sequence[str] = (),
                 min_count: int = 1, max_size: int | None = None) -> list[str]:
     """A vocabulary: ``specials``, then counted tokens, most frequent first.
@@ -136,6 +144,9 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
             files may carry extra whitespace-separated columns, e.g.
             ``word count``; only the first column is the token.
 
+    A byte-order mark starting the file and ``\\r\\n`` line ends (a file saved
+    on Windows) are not part of any token (escaped files hold no raw ``\\r``).
+
     Returns:
         The tokens in id order.
     """
@@ -146,15 +157,17 @@ def read_vocab(path: str | os.PathLike, escape: bool = False) -> list[str]:
         with open(path, encoding="utf-8", newline="") as f:
             text = f.read()
     except UnicodeDecodeError as err:
-        raise TxlError(f"vocabulary file {path} is not UTF-8 text (byte {err.start}): "
+        with open(path, "rb") as f:
+            hint = utf16_hint(f.read(2), "; %s")
+        raise TxlError(f"vocabulary file {path} is not UTF-8 text (byte {err.start}{hint}): "
                        "one token per line expected") from None
     except OSError as err:  # a read() error (EIO) names no file
         raise reading(err, path) from err
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     if escape:
-        tokens = [unescape_token(line) for line in lines]
+        tokens = [unescape_token(line.removesuffix("\r")) for line in lines]
     else:
         tokens = []
         for n, line in enumerate(lines, 1):

@@ -16,12 +16,19 @@ VOCAB_FILE = "vocab.txt"
 _SPLIT_PATTERN = whitespace_regex()
 
 
+def _universal_newlines(text: str) -> str:
+    """`text` with ``\\r\\n`` and a lone ``\\r`` as ``\\n``: the lines the paper's
+    code reads (Python's universal newlines; not U+2028, ``\\x0c``, ...)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
 @register
 class WordTokenizer(Tokenizer):
     """Whitespace-separated words; one id per word, plus line markers.
 
-    Every line (text split at ``\\n``; blank lines included; a final line
-    without ``\\n`` included) becomes ``[bos] + words + [eos]`` (``bos`` only
+    Every line (text split at ``\\n``, ``\\r\\n`` or ``\\r``, as the paper's
+    code reads files; blank lines included; a final line without its end
+    included) becomes ``[bos] + words + [eos]`` (``bos`` only
     when ``bos_token`` is set: lm1b wraps sentences as ``<S> ... <S>``).
     Words split on Python's whitespace (``str.split()``), identically in
     ``encode`` and ``encode_tf``. Words not in the vocabulary map to
@@ -146,7 +153,7 @@ class WordTokenizer(Tokenizer):
     def encode(self, text: str | bytes) -> np.ndarray:
         get, unk, eos, bos = self.index.get, self.unk_id, self.eos_id, self.bos_id
         ids: list[int] = []
-        for line in split_lines(as_text(text)):
+        for line in split_lines(_universal_newlines(as_text(text))):
             if bos >= 0:
                 ids.append(bos)
             for word in line.split():
@@ -186,7 +193,7 @@ class WordTokenizer(Tokenizer):
         return self._table
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
-        lines = split_lines_tf(texts)
+        lines = split_lines_tf(tf.strings.regex_replace(texts, "\r\n?", "\n"))
         # regex_split stops at a NUL byte (dropping the rest of the line);
         # regex_replace and split keep every byte.
         spaced = tf.strings.regex_replace(lines.flat_values, _SPLIT_PATTERN, " ")
