@@ -421,3 +421,23 @@ def test_generate_names_a_stream_cadence_resume_and_seeds_it_cannot_take(core):
                                    r"got \[1, 2, 3\]")):
         with pytest.raises(TxlError, match=f"^{message}$"):
             decoder.generate([[1], [2]], 2, **options)
+
+
+@pytest.mark.parametrize("zero_filled", [False, True])
+def test_the_decoders_fresh_memory_is_the_cores(zero_filled):
+    """`Decoder.initial_memory` is the core's at the decoder's `mem_len`:
+    empty slots, or attended zero states under `zero_filled_memory`."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN,
+                                                   zero_filled_memory=zero_filled))
+    memory = Decoder(core, mem_len=5, jit_compile=False).initial_memory(2)
+    assert memory.mems.shape == (core.config.n_layer, 2, 5, core.config.d_model)
+    np.testing.assert_array_equal(memory.mem_mask, np.full([2, 5], zero_filled))
+
+
+def test_pad_id_defaults_to_0(core):
+    """What `generate`'s docstring states: ids after a row's stop are 0."""
+    decoder = Decoder(core, mem_len=8, jit_compile=False)
+    first = int(decoder.generate([[1, 2, 3]], 1, temperature=0).ids[0, 0])
+    out = decoder.generate([[1, 2, 3]], 4, temperature=0, stop_ids=[first])
+    np.testing.assert_array_equal(out.ids[0], [first, 0, 0, 0])
+    assert out.lengths[0] == 1
