@@ -675,6 +675,7 @@ def choose_artefact(path, backend="auto"):
     `open_runtime`; `auto` prefers ONNX); FileNotFoundError when absent."""
     if backend not in ("auto", "onnx", "saved_model"):
         raise TxlError(f"backend must be auto, onnx or saved_model, got {backend!r}")
+    path = os.fspath(path)  # a pathlib.Path too
     onnx_path, saved_model_path = _locate(path)
     if backend == "auto":
         backend = "onnx" if onnx_path else "saved_model"

@@ -268,6 +268,14 @@ def test_open_runtime_errors(paths, tmp_path):
     assert open_runtime(str(paths)).backend == "onnxruntime"  # auto prefers ONNX
 
 
+@pytest.mark.parametrize("name, backend", [("model.onnx", "onnxruntime"),
+                                           ("saved_model", "saved_model"), (".", "onnxruntime")])
+def test_open_runtime_takes_a_pathlib_path(paths, name, backend):
+    """`path` as a `pathlib.Path`, of a `.onnx` file too (its `.endswith`
+    was an AttributeError)."""
+    assert open_runtime(Path(paths) / name, device="cpu").backend == backend
+
+
 def test_an_option_of_the_other_backend_is_one_error_naming_it_and_its_backend(paths):
     """`open_runtime(backend="saved_model", low_memory=True)` (or any other
     ONNX Runtime option, or a SavedModel folder opened by "auto") was a bare
