@@ -7,7 +7,7 @@ import pytest
 
 from export import export_onnx, export_saved_model, open_runtime
 from export.runtime import RuntimeInputError
-from txl_tf import Decoder, TransformerXL, TransformerXLConfig
+from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from bfloat16_cpu import needs_bfloat16_matmuls
 
 N_TOKEN, MEM_LEN = 50, 64
@@ -441,3 +441,12 @@ def test_pad_id_defaults_to_0(core):
     out = decoder.generate([[1, 2, 3]], 4, temperature=0, stop_ids=[first])
     np.testing.assert_array_equal(out.ids[0], [first, 0, 0, 0])
     assert out.lengths[0] == 1
+
+
+@pytest.mark.parametrize("attn_type", [1, 2, 3])
+def test_a_decoder_of_a_core_without_a_decode_cache_is_refused_at_construction(attn_type):
+    """As `Decoder`'s Raises says: attn_type 1-3 have no decode cache."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN,
+                                                   attn_type=attn_type))
+    with pytest.raises(TxlError, match=f"attn_type {attn_type} .*decode cache"):
+        Decoder(core)

@@ -42,7 +42,8 @@ class Decoder:
             slot writes still run as small XLA kernels).
 
     Raises:
-        TxlError: `core` is not a `TransformerXL`, or a bad count or flag.
+        TxlError: `core` is not a `TransformerXL` or has no decode cache
+            (`attn_type` other than 0), or a bad count or flag.
     """
 
     def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
