@@ -138,7 +138,9 @@ def run_export(output_dir=None, model_dir=None, *, triton_options=None,
         `log_probs`, `verify`, `tolerance`, `decode_cache`, `overwrite`, ...).
 
     Returns:
-      The report dict (settings, timings, parity, files).
+      The report dict: `metadata` (`export_metadata`'s, which holds the
+  settings), `seconds` (per stage), `decode_cache_bytes`, `parity` (with
+  `verify`) and `files`.
 
     Raises:
       ExportError: a bad option, or an output folder in the way.

@@ -103,7 +103,11 @@ def check_parity(core, runtimes, segments, tol=1e-4):
 
     Raises:
         ParityError: naming the backend and the quantity that differs.
+        TxlError: no runtimes, or a `tol` that passes anything.
     """
+    runtimes = list(runtimes)
+    if not runtimes:  # the first was runtimes[0]: an IndexError
+        raise TxlError("check_parity needs at least one runtime")
     first = runtimes[0]
     options = (first.mem_len, first.log_probs_mode, first.info.zero_filled)
     reference = core_outputs(core, segments, *options)

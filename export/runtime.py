@@ -190,13 +190,18 @@ class Runtime:
         return check_finite_outputs(log_probs), memory
 
     def score(self, token_ids, target_ids, memory=None):
-        """Scores `target_ids` given `token_ids` (a `log_probs='all'` export).
+        """Scores `target_ids` given `token_ids`: on ONNX, of a
+        `log_probs='all'` export (the SavedModel's `score` signature scores
+        either).
 
         Args:
             token_ids, target_ids: integer ids `[B, T]`.
             memory: as for `step`.
         Returns:
             `(nll numpy [B, T], new memory)`.
+        Raises:
+            RuntimeInputError: bad ids or memory, or an ONNX
+                `log_probs='last'` export.
         """
         ids, mems, mem_mask = self._checked(token_ids, memory)
         targets = check_ids(target_ids, self.config.n_token, name="target_ids")
@@ -675,6 +680,7 @@ def choose_artefact(path, backend="auto"):
     `open_runtime`; `auto` prefers ONNX); FileNotFoundError when absent."""
     if backend not in ("auto", "onnx", "saved_model"):
         raise TxlError(f"backend must be auto, onnx or saved_model, got {backend!r}")
+    path = os.fspath(path)  # a pathlib.Path too
     onnx_path, saved_model_path = _locate(path)
     if backend == "auto":
         backend = "onnx" if onnx_path else "saved_model"

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from reference_numpy import forward as reference_forward
 
-from txl_tf import InputError, Memory, TransformerXL, TransformerXLConfig
+from txl_tf import ConfigError, InputError, Memory, TransformerXL, TransformerXLConfig
 from txl_tf.layers.masks import attention_visibility
 from txl_tf.weights.checkpoints import get_weights
 
@@ -424,6 +424,21 @@ def test_config_replace_rederives_defaults():
     assert cfg.replace(d_embed=16).replace(d_model=64).d_embed == 16
     assert cfg.replace(cutoffs=[100]).tie_projs == [False, True]
     assert TransformerXLConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_config_json_files_by_str_or_path(tmp_path):
+    """`to_json(path)` and `from_json(a file's path)` take a `pathlib.Path`
+    as a str (from_json's was an AttributeError); a missing file is a
+    FileNotFoundError, JSON of no config a ConfigError."""
+    cfg = TransformerXLConfig.preset("tiny")
+    cfg.to_json(tmp_path / "config.json")
+    assert TransformerXLConfig.from_json(tmp_path / "config.json") == cfg
+    assert TransformerXLConfig.from_json(str(tmp_path / "config.json")) == cfg
+    with pytest.raises(FileNotFoundError):
+        TransformerXLConfig.from_json(tmp_path / "missing.json")
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        TransformerXLConfig.from_json(tmp_path / "list.json")
 
 
 @pytest.mark.parametrize("name", ["plain", "untied_r_same_length_clamp",

@@ -7,7 +7,7 @@ import pytest
 
 from export import export_onnx, export_saved_model, open_runtime
 from export.runtime import RuntimeInputError
-from txl_tf import Decoder, TransformerXL, TransformerXLConfig
+from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from bfloat16_cpu import needs_bfloat16_matmuls
 
 N_TOKEN, MEM_LEN = 50, 64
@@ -421,3 +421,32 @@ def test_generate_names_a_stream_cadence_resume_and_seeds_it_cannot_take(core):
                                    r"got \[1, 2, 3\]")):
         with pytest.raises(TxlError, match=f"^{message}$"):
             decoder.generate([[1], [2]], 2, **options)
+
+
+@pytest.mark.parametrize("zero_filled", [False, True])
+def test_the_decoders_fresh_memory_is_the_cores(zero_filled):
+    """`Decoder.initial_memory` is the core's at the decoder's `mem_len`:
+    empty slots, or attended zero states under `zero_filled_memory`."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN,
+                                                   zero_filled_memory=zero_filled))
+    memory = Decoder(core, mem_len=5, jit_compile=False).initial_memory(2)
+    assert memory.mems.shape == (core.config.n_layer, 2, 5, core.config.d_model)
+    np.testing.assert_array_equal(memory.mem_mask, np.full([2, 5], zero_filled))
+
+
+def test_pad_id_defaults_to_0(core):
+    """What `generate`'s docstring states: ids after a row's stop are 0."""
+    decoder = Decoder(core, mem_len=8, jit_compile=False)
+    first = int(decoder.generate([[1, 2, 3]], 1, temperature=0).ids[0, 0])
+    out = decoder.generate([[1, 2, 3]], 4, temperature=0, stop_ids=[first])
+    np.testing.assert_array_equal(out.ids[0], [first, 0, 0, 0])
+    assert out.lengths[0] == 1
+
+
+@pytest.mark.parametrize("attn_type", [1, 2, 3])
+def test_a_decoder_of_a_core_without_a_decode_cache_is_refused_at_construction(attn_type):
+    """As `Decoder`'s Raises says: attn_type 1-3 have no decode cache."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN,
+                                                   attn_type=attn_type))
+    with pytest.raises(TxlError, match=f"attn_type {attn_type} .*decode cache"):
+        Decoder(core)

@@ -61,6 +61,9 @@ def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
     assert "vocab.txt" in os.listdir(out / "saved_model" / "assets")
     assert set(report["parity"]) == {"onnxruntime", "saved_model"}
     assert json.loads((out / "export_report.json").read_text())["parity"] == report["parity"]
+    # The keys run_export's docstring names.
+    assert set(report) == {"metadata", "seconds", "decode_cache_bytes", "parity", "files"}
+    assert set(report["seconds"]) == {"saved_model", "onnx", "parity"}
     meta = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
     assert (meta["mem_len"], meta["log_probs"], meta["zero_filled_memory"],
             meta["weights_quantization"]) == ("4", "last", "true", "none")

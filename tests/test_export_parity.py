@@ -226,6 +226,13 @@ def test_a_tolerance_that_passes_everything_is_refused(core, exported, tol):
         check_parity(core, [runtimes["onnx"]], segments, tol=tol)
 
 
+def test_no_runtimes_is_one_error(core):
+    """`runtimes` non-empty, as documented: none was an IndexError."""
+    from txl_tf import TxlError
+    with pytest.raises(TxlError, match="at least one runtime"):
+        check_parity(core, [], random_segments(256, 1, 2, n_segments=1, seed=0))
+
+
 @pytest.mark.parametrize("mem_len", [0, 3])
 def test_one_head_exports_equal_the_core(tmp_path, mem_len):
     """n_head=1: tf2onnx turned the heads-first transpose (a size-1 axis

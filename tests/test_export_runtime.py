@@ -268,6 +268,27 @@ def test_open_runtime_errors(paths, tmp_path):
     assert open_runtime(str(paths)).backend == "onnxruntime"  # auto prefers ONNX
 
 
+def test_score_of_a_last_export_is_the_onnx_error_and_the_saved_models_nll(tmp_path):
+    """What `Runtime.score`'s docstring says of a `log_probs='last'` export."""
+    core = TransformerXL(TransformerXLConfig.preset("tiny"))
+    export_onnx(core, str(tmp_path / "model.onnx"), MEM_LEN, log_probs="last")
+    export_saved_model(core, str(tmp_path / "saved_model"), MEM_LEN, log_probs="last")
+    ids, targets = np.array([[1, 2, 3]]), np.array([[2, 3, 4]])
+    with pytest.raises(RuntimeInputError, match="log_probs='last'"):
+        open_runtime(str(tmp_path / "model.onnx"), device="cpu").score(ids, targets)
+    nll, _ = open_runtime(str(tmp_path / "saved_model"), device="cpu").score(ids, targets)
+    want, _ = core(ids, core.initial_memory(1, MEM_LEN), targets=targets)
+    np.testing.assert_allclose(nll, want.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("name, backend", [("model.onnx", "onnxruntime"),
+                                           ("saved_model", "saved_model"), (".", "onnxruntime")])
+def test_open_runtime_takes_a_pathlib_path(paths, name, backend):
+    """`path` as a `pathlib.Path`, of a `.onnx` file too (its `.endswith`
+    was an AttributeError)."""
+    assert open_runtime(Path(paths) / name, device="cpu").backend == backend
+
+
 def test_an_option_of_the_other_backend_is_one_error_naming_it_and_its_backend(paths):
     """`open_runtime(backend="saved_model", low_memory=True)` (or any other
     ONNX Runtime option, or a SavedModel folder opened by "auto") was a bare

@@ -149,6 +149,18 @@ def test_files_round_trip_and_a_foreign_folder_is_one_error(tmp_path):
         load_lstm(str(tmp_path / "bad"))
 
 
+def test_a_model_saved_before_its_first_call_loads(tmp_path):
+    """`save_lstm` of a model never called (not built: no weights yet)
+    saves the weights it computes with; it wrote a file `load_lstm` refused."""
+    keras.utils.set_random_seed(6)
+    model = LSTMLanguageModel(CONFIG)
+    save_lstm(model, str(tmp_path / "m"))
+    loaded = load_lstm(str(tmp_path / "m"))
+    ids = np.arange(10, dtype=np.int32).reshape(2, 5) % CONFIG.n_token
+    np.testing.assert_allclose(loaded(ids, None)[0].numpy(), model(ids, None)[0].numpy(),
+                               atol=0)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("lstm_job")

@@ -112,3 +112,15 @@ def test_rejects_warmup_steps_that_are_not_an_integer():
     with pytest.raises(TxlError, match=r"warmup_steps must be an integer in \[0, total_steps=20\], "
                                        r"got 10\.5"):
         WarmupCosineDecay(1e-3, total_steps=20, warmup_steps=10.5)
+
+
+@pytest.mark.parametrize("job", ["training.train", "training.train_lstm"])
+def test_the_jobs_warmup_help_states_the_default_they_use(job):
+    """Both jobs leave `--warmup_steps` None to `default_warmup_steps`: their
+    help says its cap (train_lstm's said a tenth of the steps alone)."""
+    import importlib
+    spec = {name: (default, text)
+            for _, name, default, text, _ in importlib.import_module(job).SPEC}
+    default, text = spec["warmup_steps"]
+    assert default is None and default_warmup_steps(10 * MAX_DEFAULT_WARMUP + 10) == 4000
+    assert "a tenth of" in text and f"at most {MAX_DEFAULT_WARMUP:,}" in text

@@ -162,6 +162,13 @@ def test_sentencepiece_trains_on_a_str_as_on_its_lines(spm_tok, text):
     assert SentencePieceTokenizer.train(texts=text, vocab_size=300).pieces == spm_tok.pieces
 
 
+def test_sentencepiece_entries_are_its_models_hash_and_its_pieces_the_vocabulary(spm_tok):
+    """What `entries` documents for SentencePiece (its fingerprint reads it)."""
+    import hashlib
+    assert spm_tok.entries() == [hashlib.sha256(spm_tok.model_proto).hexdigest()]
+    assert len(spm_tok.pieces) == spm_tok.vocab_size
+
+
 def test_sentencepiece_roundtrip(spm_tok, text):
     assert 260 < spm_tok.vocab_size <= 300
     ids = spm_tok.encode(text)

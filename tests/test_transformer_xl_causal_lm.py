@@ -111,6 +111,19 @@ def test_call_with_cache_takes_one_id_per_row(causal_lm):
         causal_lm.call_with_cache(tf.constant([[1, 2]] * 3), cache)
 
 
+def test_call_with_cache_takes_numpy_ids_as_its_docstring_says(causal_lm):
+    """`token_ids: int [B, 1]`: a numpy array reads as the tensor does, and
+    one of another shape is the same TxlError (it was an AttributeError)."""
+    _, cache = causal_lm._build_cache(tf.constant(padded(PROMPTS)["token_ids"]),
+                                      tf.constant(padded(PROMPTS)["padding_mask"]))
+    ids = np.array([[1], [2], [3]], np.int32)
+    want, _, _ = causal_lm.call_with_cache(tf.constant(ids), cache)
+    got, _, _ = causal_lm.call_with_cache(ids, cache)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with pytest.raises(TxlError, match=r"one id per row"):
+        causal_lm.call_with_cache(np.array([1, 2, 3], np.int32), cache)
+
+
 def assert_keeps_the_prompts(token_ids, prompts=PROMPTS):
     for row, prompt in enumerate(prompts):
         np.testing.assert_array_equal(token_ids[row, :len(prompt)], prompt)

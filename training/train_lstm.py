@@ -38,7 +38,8 @@ SPEC = (
     option("integer", "batch_size", 16, "Streams."),
     option("integer", "train_steps", 1000, "Optimizer steps."),
     option("float", "learning_rate", 1e-3, "Peak Adam learning rate."),
-    option("integer", "warmup_steps", None, "Linear warm-up (default: a tenth of the steps)."),
+    option("integer", "warmup_steps", None, "Linear warm-up (default: a tenth of the steps, at "
+           "most 4,000; 0: none)."),
     option("float", "min_lr_ratio", 0.004, "Final learning rate / peak (cosine decay)."),
     option("float", "clip", 0.25, "Global gradient-norm clip (0: none)."),
     option("integer", "seed", 0, "Seed of the weight initialisation."),

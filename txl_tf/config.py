@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import os
 import sys
 from typing import Any, List, Optional
 
@@ -243,15 +244,22 @@ class TransformerXLConfig:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str) -> "TransformerXLConfig":
+    def from_json(cls, text_or_path: "str | os.PathLike") -> "TransformerXLConfig":
         """A config from JSON (`to_json`'s).
 
         Args:
-            text_or_path: JSON text (starting with `{`) or a file's path.
+            text_or_path: JSON text (starting with `{`) or a file's path (a
+                str or a `pathlib.Path`).
 
         Returns:
             The `TransformerXLConfig`.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ConfigError: not a JSON object of config fields, or a bad one.
         """
+        if isinstance(text_or_path, os.PathLike):  # a Path has no lstrip
+            text_or_path = os.fspath(text_or_path)
         text, where = text_or_path, ""
         try:
             if not text_or_path.lstrip().startswith("{"):

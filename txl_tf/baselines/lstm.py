@@ -188,12 +188,14 @@ def save_lstm(model, directory, tokenizer=None, replaces=()):
     `vocab/`) into `directory`.
 
     Args:
-        model: an `LSTMLanguageModel`.
+        model: an `LSTMLanguageModel` (built here if it was never called).
         directory: the folder (made if missing).
         tokenizer: None, or the `txl_tf.text.Tokenizer` the model reads with.
         replaces: paths of the previous save's files elsewhere (its
             training log), deleted when this save is renamed in.
     """
+    if not model.built:  # never called: its weights are made here, not saved as none
+        model.build()
     weights = {_name(v): v.numpy() for v in model.weights}
     # Renamed in together, config.json last (txl_tf.app.files): a kill leaves
     # the previous save or this one, or a folder without config.json.

@@ -42,7 +42,8 @@ class Decoder:
             slot writes still run as small XLA kernels).
 
     Raises:
-        TxlError: `core` is not a `TransformerXL`, or a bad count or flag.
+        TxlError: `core` is not a `TransformerXL` or has no decode cache
+            (`attn_type` other than 0), or a bad count or flag.
     """
 
     def __init__(self, core, mem_len=None, segment_len=None, jit_compile=True):
@@ -96,10 +97,11 @@ class Decoder:
         Options:
         segment_len (the decoder's: prompt positions read per call);
         temperature (1.0; 0 is greedy), top_k (0), top_p (1.0),
-        repetition_penalty (1.0): see `txl_tf.generation.sampling.Sampling`; seed: an int
-        (row i uses `seed + i`, each in [0, 2**63 - 1]) or one per row, so a row's draws depend only on
-        its seed; stop_ids: ids that end a row (included in its output, then
-        `pad_id`); memory: continue from this memory (a conversation);
+        repetition_penalty (1.0): see `txl_tf.generation.sampling.Sampling`;
+        seed: an int (row i uses `seed + i`, each in [0, 2**63 - 1]) or one
+        per row, so a row's draws depend only on its seed; stop_ids: ids that
+        end a row (included in its output, then `pad_id`); pad_id (0): an id
+        in `[0, n_token)`; memory: continue from this memory (a conversation);
         resume: a `Generation.state` to go on exactly as one longer call
         (prompts None), or with prompts, a next turn read on its memory
         (every row goes on, its sampler too); stream: `callback(ids [B, c])`
@@ -111,7 +113,8 @@ class Decoder:
 
     # --------------------------------------------------- backend interface
     def initial_memory(self, batch_size):
-        """An empty memory (no valid slot) of `mem_len` slots.
+        """A fresh memory of `mem_len` slots: empty (no valid slot), or zero
+        states that are attended under the config's `zero_filled_memory`.
 
         Args:
             batch_size: rows, an int.

@@ -106,10 +106,12 @@ class Tokenizer:
 
     # -- identity ----------------------------------------------------------
     def entries(self) -> list[str]:
-        """The vocabulary.
+        """The vocabulary, as :meth:`fingerprint` hashes it.
 
         Returns:
-            Its entries in id order (empty for a fixed one, e.g. bytes).
+            Its entries in id order (empty for a fixed one, e.g. bytes;
+            SentencePiece: one entry, its model file's SHA-256, whose pieces
+            are ``.pieces``).
         """
         return []
 

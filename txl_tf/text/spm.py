@@ -179,7 +179,13 @@ class SentencePieceTokenizer(Tokenizer):
         return [self._processor.DecodeIds([int(i) for i in row]) for row in rows]
 
     def entries(self) -> list[str]:
-        return [hashlib.sha256(self.model_proto).hexdigest()]  # the model file: pieces and scores
+        """What :meth:`fingerprint` hashes: not the pieces (``.pieces``, in id
+        order) but the model file, pieces and scores together.
+
+        Returns:
+            ``[the SHA-256 of model_proto, hex]``.
+        """
+        return [hashlib.sha256(self.model_proto).hexdigest()]
 
     def get_config(self) -> dict[str, Any]:
         return {"add_eos": self.add_eos}

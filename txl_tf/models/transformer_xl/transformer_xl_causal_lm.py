@@ -186,6 +186,7 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
             `(log_probs [B, 1, n_token], hidden [B, 1, d_model], new cache)`.
         """
         del cache_update_index
+        token_ids = tf.convert_to_tensor(token_ids)  # numpy ids too
         if token_ids.shape.rank != 2 or token_ids.shape[1] not in (None, 1):
             raise TxlError(f"call_with_cache reads one id per row ([B, 1]), got shape "
                            f"{token_ids.shape}")
