@@ -21,7 +21,8 @@ from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.app.reprs import fields_repr
 from txl_tf.checks.memory_budget import check_memory_state
-from txl_tf.checks.numpy_checks import InputError, check_finite_outputs, out_of_range_message
+from txl_tf.checks.numpy_checks import (InputError, check_finite_outputs, check_id_array,
+                                        check_rows)
 from txl_tf.errors import ModelDirError, TxlError
 
 log = logging.getLogger(__name__)
@@ -246,11 +247,12 @@ class Runtime:
         """
         if _is_cache(state):
             batch = len(self._check_cache(state).row_slot)
-            rows = check_rows(rows, batch)
+            rows = check_rows(rows, batch, RuntimeInputError)
             if np.array_equal(rows, np.arange(batch)):
                 return self._copy_cache(state)
             return self._take_cache(state, rows)
-        return self._take_memory(state, check_rows(rows, self._check_memory(state)))
+        return self._take_memory(state, check_rows(rows, self._check_memory(state),
+                                                         RuntimeInputError))
 
     def concat(self, states):
         """The rows of several memories, or of several decode caches, in one.
@@ -574,30 +576,7 @@ _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
 
 def check_ids(token_ids, n_token, name="token_ids"):
     """Returns the ids as an int32 numpy array `[B, T]` or raises `RuntimeInputError`."""
-    ids = token_ids.numpy() if hasattr(token_ids, "numpy") else np.asarray(token_ids)
-    if ids.dtype.kind not in "iu":  # signed or unsigned integers (not bool, kind "b")
-        raise RuntimeInputError(f"{name} must have an integer dtype, got {ids.dtype}")
-    if ids.ndim != 2 or 0 in ids.shape:
-        raise RuntimeInputError(f"{name} must be a non-empty [batch, length] array, "
-                                f"got shape {ids.shape}")
-    problem = out_of_range_message(ids, n_token, f"{name}:")
-    if problem:
-        raise RuntimeInputError(problem)
-    return ids.astype(np.int32, copy=False)
-
-
-def check_rows(rows, batch_size):
-    """Returns `rows` as int64 indices `[n]` or raises `RuntimeInputError`
-    unless they are a non-empty 1-D list of integers in `[0, batch_size)`."""
-    index = np.asarray(rows)
-    if index.ndim != 1 or index.size == 0 or index.dtype == np.bool_ or \
-            not np.issubdtype(index.dtype, np.integer):
-        raise RuntimeInputError(f"rows must be a non-empty 1-D list of row indices, got "
-                                f"{rows!r}")
-    if index.min() < 0 or index.max() >= batch_size:
-        raise RuntimeInputError(f"rows must lie in [0, {batch_size}) (the batch), got "
-                                f"{index.tolist()}")
-    return index.astype(np.int64, copy=False)
+    return check_id_array(token_ids, n_token, name, RuntimeInputError)
 
 
 def check_memory(mems, mem_mask, n_layer, mem_len, d_model, batch_size):

@@ -450,3 +450,32 @@ def test_a_decoder_of_a_core_without_a_decode_cache_is_refused_at_construction(a
                                                    attn_type=attn_type))
     with pytest.raises(TxlError, match=f"attn_type {attn_type} .*decode cache"):
         Decoder(core)
+
+
+@pytest.mark.parametrize("ids, message", [
+    ([[5, N_TOKEN]], r"ids: id 50 at position \(0, 1\) is out of range"), ([[5, -1]], r"out of range"),
+    ([[5.5, 2]], r"ids must have an integer dtype"), ([5, 6], r"must be a non-empty \[batch"),
+    ([[True, False]], r"integer dtype")])
+def test_step_last_names_ids_a_compiled_graph_would_clamp(core, ids, message):
+    """XLA drops the graph's range assertion and clamps its gather: an id
+    past the vocabulary, -1 and 5.5 were read as other ids without a word."""
+    decoder = Decoder(core)
+    with pytest.raises(TxlError, match=message):
+        decoder.step_last(ids, decoder.initial_memory(len(ids)))
+
+
+def test_take_and_concat_name_rows_past_the_batch_and_empty_lists(core):
+    """A gather past the batch is zeros on a GPU: rows are checked first."""
+    decoder = Decoder(core)
+    memory = decoder.initial_memory(2)
+    assert Decoder.take(memory, [1, 0]).mem_mask.shape[0] == 2
+    for rows in ([2], [-1], [], [0.5], [True]):
+        with pytest.raises(TxlError, match=r"rows must"):
+            Decoder.take(memory, rows)
+    cache = core.decode_cache(memory)
+    with pytest.raises(TxlError, match=r"rows must lie in \[0, 2\)"):
+        Decoder.take_cache(cache, [0, 2])
+    with pytest.raises(TxlError, match="at least one Memory"):
+        Decoder.concat([])
+    with pytest.raises(TxlError, match="at least one decode cache"):
+        Decoder.concat_caches([])

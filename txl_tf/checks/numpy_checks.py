@@ -74,6 +74,44 @@ def check_finite_outputs(values, what="log-probs"):
     raise NonFiniteMemoryError(np.flatnonzero(~finite), what)
 
 
+def check_id_array(token_ids, n_token, name="token_ids", error=InputError):
+    """The ids as an int32 numpy array `[B, T]`, or `error` unless they are a
+    non-empty `[batch, length]` of integers in `[0, n_token)` (compiled
+    graphs cannot check them: XLA drops assertions and clamps a gather).
+
+    Args:
+        token_ids: array-like or tensor of ids.
+        n_token: the vocabulary size.
+        name: the argument's name in messages.
+        error: the exception class raised.
+
+    Returns:
+        An int32 numpy array.
+    """
+    ids = token_ids.numpy() if hasattr(token_ids, "numpy") else np.asarray(token_ids)
+    if ids.dtype.kind not in "iu":  # signed or unsigned integers (not bool, kind "b")
+        raise error(f"{name} must have an integer dtype, got {ids.dtype}")
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise error(f"{name} must be a non-empty [batch, length] array, got shape {ids.shape}")
+    problem = out_of_range_message(ids, n_token, f"{name}:")
+    if problem:
+        raise error(problem)
+    return ids.astype(np.int32, copy=False)
+
+
+def check_rows(rows, batch_size, error=InputError):
+    """`rows` as int64 indices `[n]`, or `error` unless they are a non-empty
+    1-D list of integers in `[0, batch_size)` (a gather past the batch is
+    an error on a CPU but zeros on a GPU)."""
+    index = np.asarray(rows)
+    if index.ndim != 1 or index.size == 0 or index.dtype == np.bool_ or \
+            not np.issubdtype(index.dtype, np.integer):
+        raise error(f"rows must be a non-empty 1-D list of row indices, got {rows!r}")
+    if index.min() < 0 or index.max() >= batch_size:
+        raise error(f"rows must lie in [0, {batch_size}) (the batch), got {index.tolist()}")
+    return index.astype(np.int64, copy=False)
+
+
 def check_count(name, value, low=0, high=None):
     """`value` as an int, or `TxlError` unless it is an integer >= `low`
     (and <= `high` when given; a Python or numpy integer; not a bool, a

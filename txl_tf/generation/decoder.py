@@ -14,7 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import check_finite_outputs, check_memory
-from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_flag
+from txl_tf.checks.numpy_checks import (NonFiniteMemoryError, check_flag, check_id_array,
+                                        check_rows)
 from txl_tf.core import TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
@@ -146,10 +147,11 @@ class Decoder:
             `(log_probs, memory)`: numpy `[B, V]` log-probs after each row's
             last id, and the new `Memory`.
         """
+        ids = check_id_array(ids, self.n_token, "ids")
         memory = _tensors(memory)
         self.check_memory(memory, len(ids))  # the graph cannot name it
         if not memory.mem_mask.numpy().any():
-            return self._read_fresh(np.asarray(ids, np.int32), memory)
+            return self._read_fresh(ids, memory)
         log_probs, memory = self._last(tf.constant(ids, tf.int32), memory)
         return check_finite_outputs(log_probs.numpy()), memory
 
@@ -176,7 +178,7 @@ class Decoder:
         Returns:
             A `Memory` of `len(rows)` rows.
         """
-        rows = tf.constant(np.asarray(rows, np.int32))
+        rows = tf.constant(check_rows(rows, memory.mem_mask.shape[0]), tf.int32)
         return Memory(tf.gather(memory.mems, rows, axis=1), tf.gather(memory.mem_mask, rows))
 
     @staticmethod
@@ -203,6 +205,8 @@ class Decoder:
         Returns:
             One `Memory`.
         """
+        if not memories:
+            raise TxlError("concat needs at least one Memory")
         return Memory(tf.concat([m.mems for m in memories], 1),
                       tf.concat([m.mem_mask for m in memories], 0))
 
@@ -303,7 +307,7 @@ class Decoder:
         Returns:
             A decode cache of `len(rows)` rows.
         """
-        rows = tf.constant(np.asarray(rows, np.int32))
+        rows = tf.constant(check_rows(rows, cache.valid.shape[0]), tf.int32)
         return _rows_of([cache], lambda parts: tf.gather(parts[0], rows))
 
     @staticmethod
@@ -316,6 +320,8 @@ class Decoder:
         Returns:
             One decode cache.
         """
+        if not caches:
+            raise TxlError("concat_caches needs at least one decode cache")
         return _rows_of(caches, lambda parts: tf.concat(parts, 0))
 
     def cache_memory(self, cache):
