@@ -349,13 +349,15 @@ def _export_into(out, stages, o, source, cfg):
             segments = random_segments(cfg.n_token, PARITY_BATCH, parity_len, PARITY_SEGMENTS)
             reference = core_outputs(core, segments, **options)
             by_token = core_outputs(core, segments, **options, token_by_token=True)
+            stages.done("parity, the Keras core's outputs")
             # The Keras core is not needed past its reference outputs: freed, its
             # weights make no room for those of the runtimes opened next.
             del core
             _free()
             report["parity"] = _parity(reference, by_token, segments, out, formats,
                                        o["tolerance"],
-                                       triton_options.get("model_name", DEFAULT_MODEL_NAME))
+                                       triton_options.get("model_name", DEFAULT_MODEL_NAME),
+                                       stages)
         report["seconds"]["parity"] = round(time.perf_counter() - start, 2)
         stages.done("parity", json.dumps(report["parity"]))
     report["files"] = _listing(out) + ["export_report.json"]
@@ -376,10 +378,16 @@ def _float32_matmuls():
         tf.config.experimental.enable_tensor_float_32_execution(enabled)
 
 
-def _parity(reference, by_token, segments, out, formats, tolerance, triton_model_name):
+def _parity(reference, by_token, segments, out, formats, tolerance, triton_model_name,
+            stages=None):
     """Checks one runtime at a time (each closed before the next opens) against
     the core's `reference` outputs on `segments` (and its cached decode
-    interface against `by_token`, the same segments read a token at a time)."""
+    interface against `by_token`, the same segments read a token at a time);
+    each check's line goes to `stages` (a `StageLog`) as it ends: minutes
+    apiece at the paper's largest sizes."""
+    def done(what, diff):
+        if stages is not None:
+            stages.done(f"parity, {what}", json.dumps(diff))
     report = {}
     for backend in (b for b in ("onnx", "saved_model") if b in formats):
         # One copy of the ONNX weights in memory: the check's speed does not matter.
@@ -387,6 +395,7 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
                                **({"low_memory": True} if backend == "onnx" else {}))
         name = runtime.backend
         report[name] = check_runtime(reference, runtime, segments, tolerance, by_token)
+        done(name, report[name])
         del runtime
         _free()
         if backend == "onnx" and token_file(os.path.join(out, ONNX_FILE)):
@@ -396,14 +405,17 @@ def _parity(reference, by_token, segments, out, formats, tolerance, triton_model
                                    cuda_graph=True, low_memory=True)
             report[name]["decode_token"] = check_cached_decode(
                 runtime, segments, by_token, tolerance, "onnx's decode_token")
+            done(f"{name} decode_token", report[name]["decode_token"])
             del runtime
             _free()
     if "triton" in formats:
         path = model_file(os.path.join(out, TRITON_DIR), triton_model_name)
         report["triton"] = check_triton_model(reference, path, segments, tolerance)
+        done("triton", report["triton"])
         cached = model_file(os.path.join(out, TRITON_DIR), triton_model_name + CACHED_SUFFIX)
         if os.path.isfile(cached):
             report["triton_cached"] = check_cached_model(reference, cached, segments, tolerance)
+            done("triton_cached", report["triton_cached"])
     log.info("parity with the Keras core: %s", report)
     return report
 

@@ -189,3 +189,20 @@ def test_a_step_interrupted_before_its_update_leaves_the_memory_of_its_batch():
     assert int(model.optimizer.iterations.numpy()) == 1
     model.fit(streams().skip(1), verbose=0)
     assert_same_state(straight, model)
+
+
+def test_evaluate_builds_no_optimizer_slots_and_fit_still_trains():
+    """`evaluate` reads no optimizer slot: it built Adam's two (twice the
+    weights: 6.7 GB at lm1b_large, 3.6x the weights in all at batch 1); `fit`
+    builds them, and a model evaluated first trains as one that was not."""
+    evaluated, fresh = stateful(), stateful()
+    evaluated.evaluate(streams(), verbose=0)
+    slots = sum(int(np.prod(v.shape)) for v in evaluated.optimizer.variables)
+    assert not evaluated.optimizer.built and slots <= 2  # its iteration and learning rate
+    for model in (evaluated, fresh):
+        model.reset_memory()
+        model.fit(streams(), epochs=1, verbose=0)
+    assert evaluated.optimizer.built and len(evaluated.optimizer.variables) > 2
+    for a, b in zip(evaluated.weights + evaluated.optimizer.variables,
+                    fresh.weights + fresh.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

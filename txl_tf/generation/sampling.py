@@ -21,13 +21,17 @@ equal: greedy takes the lowest id among those within the tolerance of the
 best, and a top-k or top-p cut keeps every token tied with the last one kept.
 Sampling proper inverts the CDF in id order at the row's uniform, a decision
 that tiny differences change only when the uniform falls within ~1e-6 of a
-boundary.
+boundary. The CDF and top-p's running mass are int64 sums of the weights in
+units of 2**-36 (`WEIGHT_BITS`), the same in any order of summation: float32
+sums over lm1b's 793 k ids rounded differently under XLA and in numpy and
+moved most draws there; what is left between the two is the last bit of
+their `exp` (about 1 draw in 16 at 793 k ids of equal weight).
 """
 import numpy as np
 import tensorflow as tf
 
 from txl_tf.generation import counter_rng
-from txl_tf.generation.sampling_settings import TIE_TOLERANCE, Sampling
+from txl_tf.generation.sampling_settings import TIE_TOLERANCE, WEIGHT_BITS, Sampling
 
 # `Sampling` lives in sampling_settings (no TensorFlow: the runtimes' numpy
 # sampler reads it) and is re-exported here, its first home.
@@ -56,9 +60,10 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
                       lambda: tf.fill(tf.shape(best), -np.inf))
         allowed = lp >= cut - TIE_TOLERANCE
         weights = tf.where(allowed, tf.exp((lp - best) / temp), 0.0)
-        cdf = tf.cumsum(weights, axis=-1)
+        cdf = tf.cumsum(_integers(weights), axis=-1)
         u = counter_rng.uniform(keys, counters)
-        first_above = tf.reduce_sum(tf.cast(cdf <= u[:, None] * cdf[:, -1:], tf.int32), -1)
+        first_above = tf.reduce_sum(tf.cast(cdf <= _share(cdf[:, -1:], u[:, None]), tf.int32),
+                                    -1)
         last_allowed = tf.reduce_max(tf.where(allowed, ids, -1), -1)
         return tf.where(temperature > 0, tf.minimum(first_above, last_allowed), greedy)
 
@@ -71,12 +76,25 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
     k = tf.where(top_k > 0, top_k, vocab)
     rank = tf.range(vocab)[None, :]
     in_top_k = rank < k[:, None]
-    probs = tf.nn.softmax(tf.where(in_top_k, ranked / temp, -np.inf), axis=-1)
-    mass_before = tf.cumsum(probs, axis=-1, exclusive=True)
-    # top_p 1 cuts nothing: a float32 running sum can reach 1 before the last token.
-    kept = in_top_k & ((mass_before < top_p[:, None]) | (top_p >= 1)[:, None])
+    logits = tf.where(in_top_k, ranked / temp, -np.inf)
+    mass = _integers(tf.exp(logits - tf.reduce_max(logits, -1, keepdims=True)))
+    mass_before = tf.cumsum(mass, axis=-1, exclusive=True)
+    # top_p 1 cuts nothing (the share of the total is rounded down).
+    kept = in_top_k & ((mass_before < _share(tf.reduce_sum(mass, -1, keepdims=True),
+                                              top_p[:, None])) | (top_p >= 1)[:, None])
     n_kept = tf.maximum(tf.reduce_sum(tf.cast(kept, tf.int32), -1), 1)
     return tf.gather(ranked, n_kept - 1, batch_dims=1)[:, None]
+
+
+def _integers(weights):
+    """float32 weights in [0, 1] as int64 multiples of 2**-WEIGHT_BITS (truncated)."""
+    return tf.cast(weights * 2.0 ** WEIGHT_BITS, tf.int64)
+
+
+def _share(total, fraction):
+    """`fraction` (float32 in [0, 1]) of the int64 `total`, in integers: the
+    fraction's first 24 bits times the total's high bits."""
+    return tf.bitwise.right_shift(total, 24) * tf.cast(fraction * 2.0 ** 24, tf.int64)
 
 
 def choose(log_probs, rows, seen, counters, done, pad_id):

@@ -3,7 +3,8 @@ runtimes' host loop; same operations in the same order and dtypes
 (`tests/test_sampling.py` holds the two to the same ids)."""
 import numpy as np
 
-from txl_tf.generation.sampling_settings import GOLDEN, MULTIPLIERS, STEP_SALT, TIE_TOLERANCE
+from txl_tf.generation.sampling_settings import (GOLDEN, MULTIPLIERS, STEP_SALT, TIE_TOLERANCE,
+                                                  WEIGHT_BITS)
 
 _MASK32 = np.int64(0xFFFFFFFF)
 
@@ -84,9 +85,9 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     allowed = lp >= cut - np.float32(TIE_TOLERANCE)
     with np.errstate(over="ignore", under="ignore"):
         weights = np.where(allowed, np.exp((lp - best) / temp), np.float32(0)).astype(np.float32)
-    cdf = np.cumsum(weights, axis=-1, dtype=np.float32)
+    cdf = np.cumsum(_integers(weights), axis=-1)
     u = uniform(keys, counters)
-    first_above = (cdf <= u[:, None] * cdf[:, -1:]).sum(-1)
+    first_above = (cdf <= _share(cdf[:, -1:], u[:, None])).sum(-1)
     last_allowed = vocab - 1 - allowed[:, ::-1].argmax(-1)  # (the best is always allowed)
     sampled = np.minimum(first_above, last_allowed)
     return (sampled if greedy is None else np.where(temperature > 0, sampled, greedy)
@@ -99,15 +100,21 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
     in_top_k = np.arange(vocab)[None, :] < k[:, None]
     logits = np.where(in_top_k, ranked / temp, -np.inf).astype(np.float32)
     with np.errstate(under="ignore"):
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs = (probs / probs.sum(-1, keepdims=True)).astype(np.float32)
-    # tf.cumsum(exclusive=True): the running sum shifted right, not cumsum - p
-    # (which rounds differently at the top-p boundary).
-    running = np.cumsum(probs, axis=-1, dtype=np.float32)
-    mass_before = np.concatenate([np.zeros_like(running[:, :1]), running[:, :-1]], axis=-1)
-    kept = in_top_k & ((mass_before < top_p[:, None]) | (top_p >= 1)[:, None])
+        mass = _integers(np.exp(logits - logits.max(-1, keepdims=True)))
+    mass_before = np.cumsum(mass, axis=-1) - mass  # exact: integers
+    kept = in_top_k & ((mass_before < _share(mass.sum(-1, keepdims=True), top_p[:, None]))
+                       | (top_p >= 1)[:, None])
     n_kept = np.maximum(kept.sum(-1), 1)
     return ranked[np.arange(len(ranked)), n_kept - 1][:, None]
+
+
+def _integers(weights):
+    return (np.asarray(weights, np.float32) * np.float32(2.0 ** WEIGHT_BITS)).astype(np.int64)
+
+
+def _share(total, fraction):
+    return (total >> 24) * (np.asarray(fraction, np.float32) * np.float32(2.0 ** 24)).astype(
+        np.int64)
 
 
 def choose(log_probs, rows, seen, counters, done, pad_id):

@@ -14,6 +14,11 @@ STEP_SALT = 0x85EBCA6B  # salts the counter
 MULTIPLIERS = (0x7FEB352D, 0x846CA68B)  # lowbias32's two rounds
 
 TIE_TOLERANCE = 1e-4
+# The sampler's CDF and top-p's running mass are sums of integers: each weight
+# (at most 1) times 2**WEIGHT_BITS, truncated, summed in int64 (exact in any
+# order, to 2**(63 - WEIGHT_BITS) ids). A float32 running sum over 793 k ids
+# rounds differently in XLA, TensorFlow and numpy, and moved the sampled id.
+WEIGHT_BITS = 36
 
 
 @dataclasses.dataclass(frozen=True)
