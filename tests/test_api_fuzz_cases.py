@@ -19,3 +19,47 @@ def test_stream_model_refuses_a_zero_filled_that_is_not_a_flag(config, zero_fill
     with pytest.raises(TxlError, match="zero_filled must be a boolean"):
         TransformerXLLM(config, 2, zero_filled=zero_filled)  # "no" was a zero-filled memory
     assert TransformerXLLM(config, 2, zero_filled=np.bool_(False)).zero_filled is False
+
+
+@pytest.fixture(scope="module")
+def causal_lm():
+    from txl_tf import (TransformerXLBackbone, TransformerXLCausalLM,
+                        TransformerXLCausalLMPreprocessor, TransformerXLTokenizer)
+    from txl_tf.text import ByteTokenizer
+    config = TransformerXLConfig.preset("tiny", **dict(TINY, n_token=256))
+    preprocessor = TransformerXLCausalLMPreprocessor(TransformerXLTokenizer(ByteTokenizer()),
+                                                     sequence_length=8)
+    return TransformerXLCausalLM(TransformerXLBackbone(**config.to_dict()), preprocessor)
+
+
+def _samplers():
+    import keras_hub
+    s = keras_hub.samplers
+    nan = float("nan")
+    return [  # (sampler, what the error names); each ran, or failed deep in the graph
+        (None, "compile a sampler"), ("bogus", "compile a sampler"),  # 'NoneType' not callable
+        (s.GreedySampler(temperature=nan), "temperature"),  # any id, silently
+        (s.RandomSampler(temperature=0.0), "temperature"),  # NaN probabilities
+        (s.RandomSampler(temperature=-1.0), "temperature"),  # the least likely ids
+        (s.TopKSampler(k=0), "k must be"),  # always id 0
+        (s.TopKSampler(k=257), "k must be"),  # TopKV2's error from the graph
+        (s.TopKSampler(k=-1), "k must be"),
+        (s.TopPSampler(p=nan), "p must be"), (s.TopPSampler(p=-0.1), "p must be"),  # greedy
+        (s.BeamSampler(num_beams=0), "num_beams"),  # a strided slice's error from the graph
+        (s.ContrastiveSampler(k=257), "k must be"),
+        (s.ContrastiveSampler(alpha=nan), "alpha"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(13))
+def test_generate_refuses_a_sampler_it_cannot_run_as_asked(causal_lm, case):
+    sampler, message = _samplers()[case]
+    causal_lm.compile(sampler=sampler)
+    with pytest.raises(TxlError, match=message):
+        causal_lm.generate("import", max_length=8)
+
+
+def test_generate_refuses_an_empty_list_of_prompts(causal_lm):
+    causal_lm.compile(sampler="greedy")
+    with pytest.raises(TxlError, match="no prompts"):  # was the tokenizer's dtype error
+        causal_lm.generate([], max_length=8)
