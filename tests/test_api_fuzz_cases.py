@@ -63,3 +63,29 @@ def test_generate_refuses_an_empty_list_of_prompts(causal_lm):
     causal_lm.compile(sampler="greedy")
     with pytest.raises(TxlError, match="no prompts"):  # was the tokenizer's dtype error
         causal_lm.generate([], max_length=8)
+
+
+@pytest.mark.parametrize("ids", [[1.7, 65.2], [True, False], np.array([66.0])])
+def test_detokenize_refuses_ids_that_are_not_integers(ids):
+    from txl_tf import TransformerXLTokenizer
+    from txl_tf.text import ByteTokenizer
+    with pytest.raises(TxlError, match="integer ids"):  # were cast: 1.7 read as id 1
+        TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
+
+
+@pytest.mark.parametrize("ids", [5, "hello", [np.uint64(2 ** 64 - 1)]])
+def test_detokenize_names_bad_ids(ids):
+    from txl_tf import TransformerXLTokenizer
+    from txl_tf.text import ByteTokenizer
+    with pytest.raises(TxlError):  # TypeError, int()'s ValueError, OverflowError
+        TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
+
+
+def test_detokenize_of_good_ids_is_unchanged():
+    import tensorflow as tf
+    from txl_tf import TransformerXLTokenizer
+    from txl_tf.text import ByteTokenizer
+    tokenizer = TransformerXLTokenizer(ByteTokenizer())
+    assert tokenizer.detokenize([104, 105]) == "hi"
+    assert tokenizer.detokenize(np.array([[104, 105], [111, 107]], np.uint8)) == ["hi", "ok"]
+    assert tokenizer.detokenize(tf.ragged.constant([[104], [111, 107]])) == ["h", "ok"]

@@ -81,9 +81,12 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
             rows = list(inputs)
         else:
             rows = np.asarray(keras.ops.convert_to_numpy(inputs)).tolist()
-        if not rows or not isinstance(rows[0], (list, tuple, np.ndarray)):
-            return tokenizer.decode(np.asarray(rows, np.int64))
-        return [tokenizer.decode(np.asarray(r, np.int64)) for r in rows]
+        # The ids as given to `decode`, which checks them: a cast to int64 read
+        # 1.7 as id 1 and True as id 1.
+        if not isinstance(rows, list) or not rows or \
+                not isinstance(rows[0], (list, tuple, np.ndarray)):
+            return tokenizer.decode(rows)
+        return [tokenizer.decode(r) for r in rows]
 
     def vocabulary_size(self):
         """The vocabulary's size.
