@@ -89,3 +89,35 @@ def test_detokenize_of_good_ids_is_unchanged():
     assert tokenizer.detokenize([104, 105]) == "hi"
     assert tokenizer.detokenize(np.array([[104, 105], [111, 107]], np.uint8)) == ["hi", "ok"]
     assert tokenizer.detokenize(tf.ragged.constant([[104], [111, 107]])) == ["h", "ok"]
+
+
+def _tokenizers():
+    from txl_tf.text import ByteTokenizer, CharTokenizer, WordTokenizer
+    return {"byte": ByteTokenizer(), "char": CharTokenizer.build("hello world\n"),
+            "char_no_unk": CharTokenizer.build("hello world\n", unk_char=None),
+            "word": WordTokenizer.build("hello world\n")}
+
+
+@pytest.mark.parametrize("kind, text", [("char", b"\xff\xfe"), ("char_no_unk", b"\xff\xfe"),
+                                        ("word", b"\xff\xfe"), ("char", "\ud800"),
+                                        ("char_no_unk", "\ud800")])
+def test_encode_names_text_that_is_not_utf8(kind, text):
+    with pytest.raises(TxlError, match="UTF-8"):  # was UnicodeDecodeError / UnicodeEncodeError
+        _tokenizers()[kind].encode(text)
+
+
+@pytest.mark.parametrize("kind", ["char", "char_no_unk"])
+def test_encode_tf_eagerly_names_text_that_is_not_utf8(kind):
+    with pytest.raises(TxlError, match="UTF-8"):  # was TensorFlow's InvalidArgumentError
+        _tokenizers()[kind].encode_tf(b"ok \xff")
+
+
+def test_encode_tf_eagerly_names_a_character_outside_the_vocabulary():
+    with pytest.raises(TxlError, match="not in the vocabulary"):  # was an assertion's error
+        _tokenizers()["char_no_unk"].encode_tf("hex")
+
+
+@pytest.mark.parametrize("kind", ["byte", "char", "word"])
+def test_decode_names_rows_of_other_lengths(kind):
+    with pytest.raises(TxlError, match="1-D"):  # was numpy's "inhomogeneous shape"
+        _tokenizers()[kind].decode([[1, 2], [3]])
