@@ -121,3 +121,17 @@ def test_encode_tf_eagerly_names_a_character_outside_the_vocabulary():
 def test_decode_names_rows_of_other_lengths(kind):
     with pytest.raises(TxlError, match="1-D"):  # was numpy's "inhomogeneous shape"
         _tokenizers()[kind].decode([[1, 2], [3]])
+
+
+@pytest.fixture(scope="module")
+def decoder(config):
+    from txl_tf import Decoder, TransformerXL
+    return Decoder(TransformerXL(config), jit_compile=False)
+
+
+def test_decoder_generate_takes_the_memory_as_a_pair_of_arrays(decoder):
+    memory = decoder.initial_memory(2)
+    pair = (memory.mems.numpy(), memory.mem_mask.numpy())  # was 'tuple' has no attribute 'mems'
+    with_pair = decoder.generate([[1, 2, 3], [4]], 3, temperature=0, memory=pair)
+    with_memory = decoder.generate([[1, 2, 3], [4]], 3, temperature=0, memory=memory)
+    np.testing.assert_array_equal(with_pair.ids, with_memory.ids)
