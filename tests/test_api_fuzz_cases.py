@@ -135,3 +135,18 @@ def test_decoder_generate_takes_the_memory_as_a_pair_of_arrays(decoder):
     with_pair = decoder.generate([[1, 2, 3], [4]], 3, temperature=0, memory=pair)
     with_memory = decoder.generate([[1, 2, 3], [4]], 3, temperature=0, memory=memory)
     np.testing.assert_array_equal(with_pair.ids, with_memory.ids)
+
+
+def test_generate_names_a_prompt_of_ragged_rows(decoder):
+    with pytest.raises(TxlError, match="prompt 0"):  # was numpy's "inhomogeneous shape"
+        decoder.generate([[[1, 2], [3]]], 2)
+
+
+@pytest.mark.parametrize("setting", [dict(temperature=np.complex64(1)),  # imaginary part dropped
+                                     dict(temperature=1e308),  # inf in float32
+                                     dict(temperature=2 ** 1100),  # OverflowError
+                                     dict(repetition_penalty=1e308),  # inf in float32
+                                     dict(top_p=np.complex128(0.5))])
+def test_generate_refuses_sampling_numbers_float32_cannot_hold(decoder, setting):
+    with pytest.raises(TxlError, match=next(iter(setting))):
+        decoder.generate([[1, 2]], 2, **setting)
