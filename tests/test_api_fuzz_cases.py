@@ -150,3 +150,12 @@ def test_generate_names_a_prompt_of_ragged_rows(decoder):
 def test_generate_refuses_sampling_numbers_float32_cannot_hold(decoder, setting):
     with pytest.raises(TxlError, match=next(iter(setting))):
         decoder.generate([[1, 2]], 2, **setting)
+
+
+@pytest.mark.parametrize("session_id", [[1], {"a"}, {"k": 1}])
+def test_session_table_names_a_session_id_that_is_not_hashable(decoder, session_id):
+    from export import SessionTable
+    table = SessionTable(decoder, max_batch=2)
+    for verb, args in (("open", ([1, 2], 3)), ("reset", ([1],)), ("close", ())):
+        with pytest.raises(TxlError, match="session_id must be hashable"):  # was a TypeError
+            getattr(table, verb)(session_id, *args)
