@@ -332,14 +332,14 @@ class Runtime:
         Returns:
             `(log_probs numpy [B, n_token], cache)`, the same dict.
         """
-        ids = np.asarray(token_ids)
+        ids = _array(token_ids, "token_ids")
         if ids.ndim > 2 or (ids.ndim == 2 and ids.shape[1] != 1):
             raise RuntimeInputError(f"token_ids must be one id per row, [batch], got shape "
                                     f"{ids.shape} (decode_read reads [batch, length])")
         ids = check_ids(ids.reshape(-1, 1), self.config.n_token)[:, 0]
         positions = self._check_cache(cache, ids.shape[0])
         stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
-            np.asarray(stopped, np.bool_)
+            check_flags(stopped, "stopped")
         if stopped.shape != ids.shape:
             raise RuntimeInputError(f"stopped must have shape {list(ids.shape)} (one flag per "
                                     f"row), got {list(stopped.shape)}")
@@ -567,9 +567,29 @@ _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
                "tensor(int32)": np.int32, "tensor(int64)": np.int64}
 
 
+def _array(value, name):
+    """`value` as a numpy array, or `RuntimeInputError` for rows of other lengths."""
+    try:
+        return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+    except ValueError:  # numpy: "an inhomogeneous shape"
+        raise RuntimeInputError(f"{name} holds rows of other lengths: pad them to one "
+                                "length") from None
+
+
+def check_flags(flags, name):
+    """`flags` as a bool numpy array, or `RuntimeInputError` unless they are
+    bools or the integers 0 and 1 (a cast made 0.5, 2 and NaN True)."""
+    array = _array(flags, name)
+    if array.dtype != np.bool_ and (array.dtype.kind not in "iu"
+                                    or not np.isin(array, (0, 1)).all()):
+        raise RuntimeInputError(f"{name} must be bool [batch] (True: the row stops), got "
+                                f"{flags!r}")
+    return array.astype(np.bool_, copy=False)
+
+
 def check_ids(token_ids, n_token, name="token_ids"):
     """Returns the ids as an int32 numpy array `[B, T]` or raises `RuntimeInputError`."""
-    ids = token_ids.numpy() if hasattr(token_ids, "numpy") else np.asarray(token_ids)
+    ids = _array(token_ids, name)
     if ids.dtype.kind not in "iu":  # signed or unsigned integers (not bool, kind "b")
         raise RuntimeInputError(f"{name} must have an integer dtype, got {ids.dtype}")
     if ids.ndim != 2 or 0 in ids.shape:
