@@ -159,3 +159,11 @@ def test_session_table_names_a_session_id_that_is_not_hashable(decoder, session_
     for verb, args in (("open", ([1, 2], 3)), ("reset", ([1],)), ("close", ())):
         with pytest.raises(TxlError, match="session_id must be hashable"):  # was a TypeError
             getattr(table, verb)(session_id, *args)
+
+
+@pytest.mark.parametrize("ids", [[1, 2, 12, 3, 4], np.array([1, -1, 2, 3], np.int64)])
+def test_evaluate_ids_names_an_id_outside_the_vocabulary(config, ids):
+    from txl_tf import InputError, TransformerXL
+    from txl_tf.learning.evaluation import evaluate_ids
+    with pytest.raises(InputError, match="out of range for a vocabulary of 11"):
+        evaluate_ids(TransformerXL(config), ids)  # was TensorFlow's InvalidArgumentError
