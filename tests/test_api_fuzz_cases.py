@@ -167,3 +167,32 @@ def test_evaluate_ids_names_an_id_outside_the_vocabulary(config, ids):
     from txl_tf.learning.evaluation import evaluate_ids
     with pytest.raises(InputError, match="out of range for a vocabulary of 11"):
         evaluate_ids(TransformerXL(config), ids)  # was TensorFlow's InvalidArgumentError
+
+
+@pytest.fixture(scope="module")
+def classifier(config):
+    from txl_tf import TransformerXL, TransformerXLClassifier
+    return TransformerXLClassifier(TransformerXL(config), num_classes=3, segment_len=3,
+                                   mem_len=4)
+
+
+IDS = np.arange(10).reshape(2, 5) % 11
+
+
+@pytest.mark.parametrize("lengths, message", [
+    (np.array([0, 5]), r"lengths\[0\] = 0 is out of range"),  # InvalidArgumentError
+    (np.array([5, 6]), r"lengths\[1\] = 6 is out of range"),
+    (np.array([5, 5, 5]), "lengths has 3 entries but token_ids have 2 rows"),  # AttributeError
+])
+def test_classifier_predict_names_bad_lengths(classifier, lengths, message):
+    with pytest.raises(TxlError, match=message):
+        classifier.predict({"token_ids": IDS, "lengths": lengths}, verbose=0)
+
+
+def test_classifier_evaluate_names_bad_lengths_of_a_dataset(classifier):
+    import tensorflow as tf
+    data = tf.data.Dataset.from_tensor_slices(
+        ({"token_ids": IDS, "lengths": np.array([0, 5])}, np.array([0, 1]))).batch(2)
+    classifier.compile(loss="sparse_categorical_crossentropy")
+    with pytest.raises(TxlError, match="lengths must be one per row"):  # the pipeline's assertion
+        classifier.evaluate(data, verbose=0)

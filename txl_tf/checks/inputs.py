@@ -95,6 +95,10 @@ def check_batch(data, n_token, targets=True):
     inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
     if isinstance(inputs, dict):
         inputs = {**inputs, "token_ids": check_token_ids(dense(inputs["token_ids"]), n_token)}
+        if "lengths" in inputs:  # a classifier's documents
+            from txl_tf.layers.padding import check_lengths
+            inputs["lengths"] = check_lengths(dense(inputs["lengths"], "lengths"),
+                                              inputs["token_ids"])
     else:
         inputs = check_token_ids(dense(inputs), n_token)
     if targets and labels is not None:
@@ -147,6 +151,11 @@ _ASSERTED = re.compile(r"\[(\w+ empty or out of range for a vocabulary of \d+ to
                        r"\[(-?\d+)\] \[max id:\] \[(-?\d+)\]")
 
 
+_LENGTHS_ASSERTED = re.compile(r"\[(lengths must be one per row of token_ids, each in \[1, L\] "
+                               r"with L =)\] \[(\d+)\] \[(; got min)\] \[(-?\d+)\] \[(max)\] "
+                               r"\[(-?\d+)\]")
+
+
 # An `InputError` raised while TensorFlow's input pipeline read a batch in Python
 # (`txl_tf.checks.python_batches`), as the pipeline's error quotes it.
 _RAISED_IN_PYTHON = re.compile(r"^(?:[\w.]+\.)?InputError: (.+)$", re.MULTILINE)
@@ -165,6 +174,9 @@ def input_errors():
         found = _ASSERTED.search(error.message or "")
         if found:
             raise InputError(f"{found[1]} {found[2]} max id: {found[3]}") from None
+        found = _LENGTHS_ASSERTED.search(error.message or "")
+        if found:  # `txl_tf.layers.padding.check_lengths`' assertion
+            raise InputError(" ".join(found.groups())) from None
         raised = _RAISED_IN_PYTHON.search(error.message or "")
         if raised:
             raise InputError(raised[1]) from None
