@@ -196,3 +196,13 @@ def test_classifier_evaluate_names_bad_lengths_of_a_dataset(classifier):
     classifier.compile(loss="sparse_categorical_crossentropy")
     with pytest.raises(TxlError, match="lengths must be one per row"):  # the pipeline's assertion
         classifier.evaluate(data, verbose=0)
+
+
+def test_stream_model_evaluate_names_labels_of_another_shape(config):
+    model = TransformerXLLM(config, 2)
+    model.compile()
+    ids = np.arange(6).reshape(2, 3) % 11
+    for length in (3, 2):  # traced again for a new length: the shapes are unknown there
+        model.evaluate(ids[:, :length], ids[:, :length], batch_size=2, verbose=0)
+    with pytest.raises(TxlError, match="targets have shape"):  # was an InvalidArgumentError
+        model.evaluate(ids, ids[:, :2], batch_size=2, verbose=0)

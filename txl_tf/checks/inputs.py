@@ -103,8 +103,9 @@ def check_batch(data, n_token, targets=True):
         inputs = check_token_ids(dense(inputs), n_token)
     if targets and labels is not None:
         labels = tf.convert_to_tensor(labels)
-        if labels.dtype.is_integer:
-            labels = check_token_ids(labels, n_token, "targets", "target")
+        if labels.dtype.is_integer:  # one target per id
+            ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
+            labels = check_targets(labels, ids, n_token)
     return keras.utils.pack_x_y_sample_weight(inputs, labels, weights)
 
 
