@@ -206,3 +206,35 @@ def test_stream_model_evaluate_names_labels_of_another_shape(config):
         model.evaluate(ids[:, :length], ids[:, :length], batch_size=2, verbose=0)
     with pytest.raises(TxlError, match="targets have shape"):  # was an InvalidArgumentError
         model.evaluate(ids, ids[:, :2], batch_size=2, verbose=0)
+
+
+@pytest.mark.parametrize("field, value", [("dropout", np.float32(0.25)), ("init_std", np.int64(1)),
+                                          ("layer_norm_epsilon", __import__("fractions").Fraction(1, 8))])
+def test_config_keeps_real_fields_as_floats_that_json_writes(field, value):
+    config = TransformerXLConfig.preset("tiny", **{field: value})
+    assert type(getattr(config, field)) is float  # to_json raised "not JSON serializable"
+    assert TransformerXLConfig.from_json(config.to_json()) == config
+
+
+@pytest.mark.parametrize("attn_type", [1.0, np.True_, [0], np.int64(1)])
+def test_config_attn_type_must_be_an_int(attn_type):
+    from txl_tf import ConfigError
+    with pytest.raises(ConfigError, match="attn_type must be one of"):  # 1.0 and True were kept
+        TransformerXLConfig.preset("tiny", attn_type=attn_type)
+
+
+@pytest.mark.parametrize("name", [["tiny"], None, b"tiny"])
+def test_config_preset_names_a_name_that_is_not_a_string(name):
+    from txl_tf import ConfigError
+    with pytest.raises(ConfigError, match="unknown preset"):  # a list was a TypeError
+        TransformerXLConfig.preset(name)
+
+
+def test_config_from_json_takes_a_path_object_and_names_other_types(tmp_path):
+    from txl_tf import ConfigError
+    path = tmp_path / "config.json"
+    path.write_text('{"n_token": 7}')
+    assert TransformerXLConfig.from_json(path).n_token == 7  # was an AttributeError
+    for value in (None, 5, b"{}"):
+        with pytest.raises(ConfigError, match="JSON text or a file's path"):
+            TransformerXLConfig.from_json(value)
