@@ -238,3 +238,18 @@ def test_config_from_json_takes_a_path_object_and_names_other_types(tmp_path):
     for value in (None, 5, b"{}"):
         with pytest.raises(ConfigError, match="JSON text or a file's path"):
             TransformerXLConfig.from_json(value)
+
+
+@pytest.mark.parametrize("directory, tokenizer, message", [
+    ("", None, "directory"),  # was written into the working directory, which load refuses
+    ("model", "vocab", "tokenizer must be"),  # was an AttributeError
+    ("model", 5, "tokenizer must be"),
+])
+def test_save_pretrained_names_a_bad_directory_or_tokenizer(config, tmp_path, monkeypatch,
+                                                            directory, tokenizer, message):
+    from txl_tf import TransformerXL
+    from txl_tf.weights import save_pretrained
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TxlError, match=message):
+        save_pretrained(TransformerXL(config), directory, tokenizer=tokenizer)
+    assert not list(tmp_path.iterdir())  # nothing written
