@@ -253,3 +253,15 @@ def test_save_pretrained_names_a_bad_directory_or_tokenizer(config, tmp_path, mo
     with pytest.raises(TxlError, match=message):
         save_pretrained(TransformerXL(config), directory, tokenizer=tokenizer)
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_core_takes_a_memory_of_nested_lists(config):
+    from txl_tf import TransformerXL
+    core = TransformerXL(config)
+    memory = core.initial_memory(2)
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    lists = [memory.mems.numpy().tolist(), memory.mem_mask.numpy().tolist()]
+    got, _ = core(ids, lists)  # was Keras's "only input tensors may be passed positionally"
+    want, _ = core(ids, memory)
+    np.testing.assert_allclose(got.numpy(), want.numpy())
+

@@ -1,6 +1,7 @@
 """The recurrence memory: cached layer inputs of earlier segments and which slots are real."""
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.reprs import fields_repr
@@ -140,7 +141,8 @@ def as_memory(value):
         except KeyError as missing:
             raise TxlError(f"memory dict needs keys 'mems' and 'mem_mask', missing {missing}")
     if isinstance(value, (tuple, list)) and len(value) == 2:
-        return Memory(*value)
+        # Nested lists as arrays: Keras takes only tensors positionally.
+        return Memory(*(np.asarray(v) if isinstance(v, list) else v for v in value))
     raise TxlError(
         "memory must be a txl_tf.Memory (mems [n_layer, B, M, d_model], mem_mask [B, M]); "
         f"got {type(value).__name__}")
