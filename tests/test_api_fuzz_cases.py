@@ -265,3 +265,10 @@ def test_core_takes_a_memory_of_nested_lists(config):
     want, _ = core(ids, memory)
     np.testing.assert_allclose(got.numpy(), want.numpy())
 
+
+@pytest.mark.parametrize("rows", [None, "ab"])
+def test_reset_rows_names_rows_that_are_not_flags(config, rows):
+    from txl_tf import TransformerXL
+    memory = TransformerXL(config).initial_memory(2)
+    with pytest.raises(TxlError, match="rows must be bool"):  # None was TensorFlow's ValueError
+        memory.reset_rows(rows)

@@ -53,7 +53,11 @@ class Memory(NamedTuple):
 def row_flags(rows, mask):
     """`rows` as a bool tensor, or `InputError` unless it is bool `[B]`, B
     the batch (axis 0) of `mask` (static shapes: nothing in the graph)."""
-    rows = tf.convert_to_tensor(rows)
+    try:
+        rows = tf.convert_to_tensor(rows)
+    except (TypeError, ValueError):  # None, rows of other lengths
+        raise InputError(f"rows must be bool [batch] ({mask.shape[0]}), True for the rows to "
+                         f"clear; got a {type(rows).__name__}") from None
     if rows.dtype != tf.bool or not rows.shape.is_compatible_with(mask.shape[:1]):
         raise InputError(f"rows must be bool [batch] ({mask.shape[0]}), True for the rows to "
                          f"clear; got {rows.dtype.name} of shape {rows.shape}")
