@@ -272,3 +272,16 @@ def test_reset_rows_names_rows_that_are_not_flags(config, rows):
     memory = TransformerXL(config).initial_memory(2)
     with pytest.raises(TxlError, match="rows must be bool"):  # None was TensorFlow's ValueError
         memory.reset_rows(rows)
+
+
+def test_core_initial_memory_too_large_for_this_machine_is_refused_up_front(config):
+    import tensorflow as tf
+    from txl_tf import TransformerXL
+    from txl_tf.checks.memory_budget import MemoryBudgetError
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("the check is of host memory; a GPU's memory is TensorFlow's to refuse")
+    core = TransformerXL(config)
+    with pytest.raises(MemoryBudgetError):  # was TensorFlow's ResourceExhaustedError (OOM)
+        core.initial_memory(2 ** 40)
+    with pytest.raises(MemoryBudgetError):
+        core.initial_memory(1, mem_len=2 ** 31 - 1)
