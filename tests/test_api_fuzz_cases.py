@@ -285,3 +285,9 @@ def test_core_initial_memory_too_large_for_this_machine_is_refused_up_front(conf
         core.initial_memory(2 ** 40)
     with pytest.raises(MemoryBudgetError):
         core.initial_memory(1, mem_len=2 ** 31 - 1)
+
+
+def test_byte_encode_names_a_lone_surrogate():
+    with pytest.raises(TxlError, match="UTF-8"):  # was UnicodeEncodeError
+        _tokenizers()["byte"].encode("a\ud800")
+
