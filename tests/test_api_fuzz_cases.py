@@ -291,3 +291,10 @@ def test_byte_encode_names_a_lone_surrogate():
     with pytest.raises(TxlError, match="UTF-8"):  # was UnicodeEncodeError
         _tokenizers()["byte"].encode("a\ud800")
 
+
+@pytest.mark.parametrize("token", [np.array([]), np.array([[1, 2]]), 5, None])
+def test_token_to_id_names_a_token_that_is_not_text(token):
+    from txl_tf import TransformerXLTokenizer
+    for inner in _tokenizers().values():
+        with pytest.raises(TxlError, match="token must be"):  # numpy's "truth value" error
+            TransformerXLTokenizer(inner).token_to_id(token)

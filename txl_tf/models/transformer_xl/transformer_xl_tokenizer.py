@@ -137,6 +137,9 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         Raises:
             TxlError: it is not one token of the vocabulary.
         """
+        if not isinstance(token, (str, bytes)):  # an array's `in` was numpy's error
+            raise TxlError(f"token must be a str (one vocabulary entry), got "
+                           f"{type(token).__name__}")
         entries = self.get_vocabulary()
         if token in entries:
             return entries.index(token)
