@@ -298,3 +298,11 @@ def test_token_to_id_names_a_token_that_is_not_text(token):
     for inner in _tokenizers().values():
         with pytest.raises(TxlError, match="token must be"):  # numpy's "truth value" error
             TransformerXLTokenizer(inner).token_to_id(token)
+
+
+@pytest.mark.parametrize("ids", [None, 5])
+def test_evaluate_ids_names_ids_that_are_not_a_sequence(config, ids):
+    from txl_tf import InputError, TransformerXL
+    from txl_tf.learning.evaluation import evaluate_ids
+    with pytest.raises(InputError, match="1-D"):  # was "object of type 'NoneType' has no len()"
+        evaluate_ids(TransformerXL(config), ids)

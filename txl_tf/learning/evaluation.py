@@ -56,6 +56,9 @@ def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segmen
     """
     cfg = core.config
     array = np.asarray(ids)
+    if array.ndim != 1:
+        raise InputError(f"ids must be a 1-D sequence of token ids (a corpus), got "
+                         f"{type(ids).__name__} of shape {array.shape}")
     if array.dtype.kind in "iu":  # up front: the step's assertion was TensorFlow's error
         problem = out_of_range_message(array.reshape(-1), cfg.n_token)
         if problem:
