@@ -1,6 +1,8 @@
 """Concrete cases found by property-based fuzzing of the public API (each was a
 silent wrong answer, or an error from inside TensorFlow, numpy or Python
 instead of one `TxlError` naming the argument)."""
+import fractions
+
 import numpy as np
 import pytest
 
@@ -48,10 +50,11 @@ def _samplers():
         (s.BeamSampler(num_beams=0), "num_beams"),  # a strided slice's error from the graph
         (s.ContrastiveSampler(k=257), "k must be"),
         (s.ContrastiveSampler(alpha=nan), "alpha"),
+        (s.TopKSampler(k=2.0), "k must be"),  # TopKV2 takes an int32 k
     ]
 
 
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", range(14))
 def test_generate_refuses_a_sampler_it_cannot_run_as_asked(causal_lm, case):
     sampler, message = _samplers()[case]
     causal_lm.compile(sampler=sampler)
@@ -209,7 +212,7 @@ def test_stream_model_evaluate_names_labels_of_another_shape(config):
 
 
 @pytest.mark.parametrize("field, value", [("dropout", np.float32(0.25)), ("init_std", np.int64(1)),
-                                          ("layer_norm_epsilon", __import__("fractions").Fraction(1, 8))])
+                                          ("layer_norm_epsilon", fractions.Fraction(1, 8))])
 def test_config_keeps_real_fields_as_floats_that_json_writes(field, value):
     config = TransformerXLConfig.preset("tiny", **{field: value})
     assert type(getattr(config, field)) is float  # to_json raised "not JSON serializable"

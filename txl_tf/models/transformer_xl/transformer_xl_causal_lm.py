@@ -509,19 +509,19 @@ def _check_sampler(sampler, n_token):
         raise InputError(f"generate: compile a sampler first (causal_lm.compile(sampler="
                          f"\"greedy\"), or a keras_hub.samplers.Sampler); got {sampler!r}")
 
-    def number(value):
-        return isinstance(value, (int, float, np.integer, np.floating)) and \
-            not isinstance(value, (bool, np.bool_))
+    def number(value, kinds=(int, float, np.integer, np.floating)):
+        return isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
+
+    def integer(value):
+        return number(value, (int, np.integer))
 
     name = type(sampler).__name__
     checks = (("temperature", lambda t: number(t) and 0 < t < float("inf"),
                "a finite number > 0 (sampler=\"greedy\" picks the most likely id)"),
-              ("k", lambda k: k is None or (number(k) and float(k).is_integer()
-                                            and 1 <= k <= n_token),
+              ("k", lambda k: k is None or (integer(k) and 1 <= k <= n_token),
                f"an integer in [1, {n_token}] (the vocabulary size)"),
               ("p", lambda p: number(p) and 0 < p <= 1, "in (0, 1]"),
-              ("num_beams", lambda n: number(n) and float(n).is_integer() and n >= 1,
-               "an integer >= 1"),
+              ("num_beams", lambda n: integer(n) and n >= 1, "an integer >= 1"),
               ("alpha", lambda a: number(a) and 0 <= a <= 1, "in [0, 1]"))
     for attribute, ok, rule in checks:
         if hasattr(sampler, attribute) and not ok(getattr(sampler, attribute)):
