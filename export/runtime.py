@@ -21,8 +21,8 @@ from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.app.deprecation import answers_removed_names
 from txl_tf.app.reprs import fields_repr
 from txl_tf.checks.memory_budget import check_memory_state
-from txl_tf.checks.numpy_checks import (InputError, check_finite_outputs, check_id_array,
-                                        check_rows)
+from txl_tf.checks.numpy_checks import (InputError, as_array, check_finite_outputs,
+                                        check_id_array, check_rows)
 from txl_tf.errors import ModelDirError, TxlError
 
 log = logging.getLogger(__name__)
@@ -339,14 +339,14 @@ class Runtime:
         Returns:
             `(log_probs numpy [B, n_token], cache)`, the same dict.
         """
-        ids = np.asarray(token_ids)
+        ids = as_array(token_ids, "token_ids", RuntimeInputError)
         if ids.ndim > 2 or (ids.ndim == 2 and ids.shape[1] != 1):
             raise RuntimeInputError(f"token_ids must be one id per row, [batch], got shape "
                                     f"{ids.shape} (decode_read reads [batch, length])")
         ids = check_ids(ids.reshape(-1, 1), self.config.n_token)[:, 0]
         positions = self._check_cache(cache, ids.shape[0])
         stopped = np.zeros(ids.shape, np.bool_) if stopped is None else \
-            np.asarray(stopped, np.bool_)
+            check_flags(stopped, "stopped")
         if stopped.shape != ids.shape:
             raise RuntimeInputError(f"stopped must have shape {list(ids.shape)} (one flag per "
                                     f"row), got {list(stopped.shape)}")
@@ -572,6 +572,17 @@ def shape_and_dtype(value):
 _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
                "tensor(float16)": np.float16, "tensor(bool)": np.bool_,
                "tensor(int32)": np.int32, "tensor(int64)": np.int64}
+
+
+def check_flags(flags, name):
+    """`flags` as a bool numpy array, or `RuntimeInputError` unless they are
+    bools or the integers 0 and 1 (a cast made 0.5, 2 and NaN True)."""
+    array = as_array(flags, name, RuntimeInputError)
+    if array.dtype != np.bool_ and (array.dtype.kind not in "iu"
+                                    or not np.isin(array, (0, 1)).all()):
+        raise RuntimeInputError(f"{name} must be bool [batch] (True: the row stops), got "
+                                f"{flags!r}")
+    return array.astype(np.bool_, copy=False)
 
 
 def check_ids(token_ids, n_token, name="token_ids"):

@@ -153,6 +153,7 @@ class SessionTable:
                 f"{getattr(self.backend, 'runtime', self.backend)!r}>")
 
     def _check_new(self, session_id):
+        _check_hashable(session_id)
         with self._lock:
             if session_id in self._sessions:
                 raise TxlError(f"session {session_id!r} is already open")
@@ -255,6 +256,7 @@ class SessionTable:
             TxlError: no such session, a bad prompt or count, or the session
                 closed or reset by another thread while this prompt was read.
         """
+        _check_hashable(session_id)
         n_token = self.backend.n_token
         prompts = check_prompts([prompt], n_token)
         with self._lock:
@@ -310,6 +312,7 @@ class SessionTable:
         Raises:
             TxlError: no such session.
         """
+        _check_hashable(session_id)
         with self._lock:
             if session_id not in self._sessions:
                 raise TxlError(f"no open session {session_id!r}")
@@ -399,6 +402,15 @@ class SessionTable:
 
 
 __all__ = ["SessionTable"]
+
+
+def _check_hashable(session_id):
+    """Raises a `TxlError` unless `session_id` can key the table."""
+    try:
+        hash(session_id)
+    except TypeError:
+        raise TxlError(f"session_id must be hashable (a str, an int, a tuple, ...), got "
+                       f"{type(session_id).__name__} {session_id!r}") from None
 
 
 def _check_slab_fits(runtime, max_batch):

@@ -610,3 +610,16 @@ def test_an_interrupted_device_slab_write_leaves_every_session_to_get_what_it_ge
         table = SessionTable(runtime, max_batch=2)
         assert all(table.slab.sessions[n] is sessions[n] for n in ("token", "move"))
         _run_interrupted(table, monkeypatch, owner, name, k, after, alone)
+
+
+@pytest.mark.parametrize("stopped", [[0.5, 0.0], [2, 0], ["no", "no"], [np.nan, 0.0]])
+def test_decode_step_refuses_stopped_flags_that_are_not_booleans(cached_runtime, stopped):
+    cache = cached_runtime.decode_init(cached_runtime.initial_memory(2))
+    with pytest.raises(TxlError, match="stopped must be bool"):  # 0.5, 2, NaN: True
+        cached_runtime.decode_step(np.array([1, 2]), cache, stopped=stopped)
+
+
+def test_decode_step_names_ragged_ids(cached_runtime):
+    cache = cached_runtime.decode_init(cached_runtime.initial_memory(2))
+    with pytest.raises(TxlError, match="rows of other lengths"):  # numpy's ValueError
+        cached_runtime.decode_step([[1, 2], [3]], cache)

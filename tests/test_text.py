@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
 from txl_tf.text import (ByteTokenizer, CharTokenizer, SentencePieceTokenizer, Tokenizer,
                          WordTokenizer, build_vocab, load_tokenizer, read_vocab, write_vocab)
 
@@ -80,8 +81,10 @@ def test_char_without_unk_names_the_character(text):
     tok = CharTokenizer.build(text, unk_char=None)
     with pytest.raises(ValueError, match=r"'Z'.*position 1"):
         tok.encode("aZ")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not in the vocabulary"):
+    with pytest.raises(TxlError, match="not in the vocabulary"):  # eagerly: named
         tok.encode_tf(tf.constant("aZ"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not in the vocabulary"):
+        tf.function(tok.encode_tf)(tf.constant("aZ"))  # in a graph: its assertion
 
 
 def test_word_eos_every_line_and_unk():

@@ -30,6 +30,7 @@ class ConfigError(TxlError):
 
 _FLAGS = ("tie_weight", "proj_same_dim", "untie_r", "pre_lnorm", "same_length",
           "zero_filled_memory")
+_REALS = ("dropout", "dropatt", "init_std", "proj_init_std", "layer_norm_epsilon")
 
 
 def _is_int(value):
@@ -117,6 +118,8 @@ class TransformerXLConfig:
                 raise ConfigError(f"{name} must be a boolean, got {getattr(self, name)!r}")
             setattr(self, name, bool(getattr(self, name)))
         self.validate()
+        for name in _REALS:  # plain floats: to_json cannot write numpy's or a Fraction
+            setattr(self, name, float(getattr(self, name)))
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
@@ -137,7 +140,7 @@ class TransformerXLConfig:
                 f"counts a segment's keys in int32), got {self.tgt_len} + {self.mem_len}")
         if not _is_int(self.clamp_len):
             raise ConfigError(f"clamp_len must be an integer, got {self.clamp_len!r}")
-        for name in ("dropout", "dropatt", "init_std", "proj_init_std", "layer_norm_epsilon"):
+        for name in _REALS:
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
                 raise ConfigError(f"{name} must be a number, got {value!r}")
@@ -156,7 +159,7 @@ class TransformerXLConfig:
         if self.vocab_fingerprint is not None and not isinstance(self.vocab_fingerprint, str):
             raise ConfigError(f"vocab_fingerprint must be a string or None, got "
                               f"{self.vocab_fingerprint!r}")
-        if self.attn_type not in ATTN_TYPES or isinstance(self.attn_type, bool):
+        if not _is_int(self.attn_type) or self.attn_type not in ATTN_TYPES:  # not 1.0
             known = ", ".join(f"{k} {v}" for k, v in ATTN_TYPES.items())
             raise ConfigError(
                 f"attn_type must be one of {known}, got {self.attn_type!r}")
@@ -256,10 +259,14 @@ class TransformerXLConfig:
 
         Raises:
             FileNotFoundError: no such file.
-            ConfigError: not a JSON object of config fields, or a bad one.
+            ConfigError: not text or a path, not a JSON object of config
+                fields, or a bad one.
         """
         if isinstance(text_or_path, os.PathLike):  # a Path has no lstrip
             text_or_path = os.fspath(text_or_path)
+        if not isinstance(text_or_path, str):
+            raise ConfigError(f"from_json takes JSON text or a file's path, got "
+                              f"{type(text_or_path).__name__}")
         text, where = text_or_path, ""
         try:
             if not text_or_path.lstrip().startswith("{"):
@@ -312,7 +319,7 @@ class TransformerXLConfig:
         Raises:
             ConfigError: an unknown preset or a bad override.
         """
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:  # a list: not a TypeError
             raise ConfigError(
                 f"unknown preset {name!r}; known presets: {sorted(PRESETS)}")
         values = dict(PRESETS[name])

@@ -7,6 +7,7 @@ import os
 import keras
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import check_flag
 from txl_tf.core import as_config
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import AutoJitCompile
@@ -60,7 +61,7 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
             raise TxlError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.batch_size = int(batch_size)
         self.zero_filled = (self.config.zero_filled_memory if zero_filled is None
-                            else bool(zero_filled))
+                            else check_flag("zero_filled", zero_filled))  # "no" is truthy
         self._size_streams(self.batch_size, self.zero_filled)
         self._set_streaming(True)
         training = self._streams.value[0]

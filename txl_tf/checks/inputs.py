@@ -78,6 +78,47 @@ def check_token_ids(token_ids, n_token, name="token_ids", id_name="token"):
         return tf.identity(token_ids)
 
 
+def check_lengths(lengths, token_ids):
+    """Returns `lengths` as int32 `[B]`, or raises unless `1 <= lengths[b] <= L`
+    for `token_ids` `[B, L]` (eagerly with the first bad row named; in a graph
+    as an assertion, which XLA drops: callers that compile check up front)."""
+    if not lengths.dtype.is_integer:
+        raise InputError(f"lengths must be integers, got dtype {lengths.dtype.name}")
+    if lengths.shape.rank is not None and lengths.shape.rank != 1:
+        raise InputError(f"lengths must be [batch] (one length per document), got shape "
+                         f"{lengths.shape}")
+    batch = token_ids.shape[0]
+    if lengths.shape[0] is not None and batch is not None and lengths.shape[0] != batch:
+        raise InputError(f"lengths has {lengths.shape[0]} entries but token_ids have "
+                         f"{batch} rows")
+    # Range-checked before the int32 cast, which would wrap 2**32 + 5 to 5.
+    if tf.executing_eagerly():
+        problem = lengths_message(lengths.numpy(), int(token_ids.shape[1]))
+        if problem:
+            raise InputError(problem)
+        return tf.cast(lengths, tf.int32)
+    width = tf.shape(token_ids)[1]
+    wide = tf.cast(lengths, tf.int64)  # uint64 above 2**63 turns negative: still caught
+    ok = tf.reduce_all(wide >= 1) & tf.reduce_all(wide <= tf.cast(width, tf.int64)) & \
+        tf.equal(tf.size(lengths), tf.shape(token_ids)[0])
+    check = tf.debugging.Assert(
+        ok, ["lengths must be one per row of token_ids, each in [1, L] with L =", width,
+             "; got min", tf.reduce_min(wide), "max", tf.reduce_max(wide)],
+        name="check_lengths")
+    with tf.control_dependencies([check]):
+        return tf.cast(lengths, tf.int32)
+
+
+def lengths_message(lengths, width):
+    """Names the first length outside `[1, width]` of a numpy array, or None."""
+    bad = np.flatnonzero((lengths < 1) | (lengths > width))
+    if not bad.size:
+        return None
+    row = int(bad[0])
+    return (f"lengths[{row}] = {int(lengths[row])} is out of range: a document has 1 to L "
+            f"= {width} tokens (token_ids[b, :lengths[b]] is row b's document)")
+
+
 def check_batch(data, n_token, targets=True):
     """A batch `(inputs, labels, weights)` (or inputs alone) with its ids and,
     if `targets`, its integer labels checked by `check_token_ids`.
@@ -95,12 +136,16 @@ def check_batch(data, n_token, targets=True):
     inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
     if isinstance(inputs, dict):
         inputs = {**inputs, "token_ids": check_token_ids(dense(inputs["token_ids"]), n_token)}
+        if "lengths" in inputs:  # a classifier's documents
+            inputs["lengths"] = check_lengths(dense(inputs["lengths"], "lengths"),
+                                              inputs["token_ids"])
     else:
         inputs = check_token_ids(dense(inputs), n_token)
     if targets and labels is not None:
         labels = tf.convert_to_tensor(labels)
-        if labels.dtype.is_integer:
-            labels = check_token_ids(labels, n_token, "targets", "target")
+        if labels.dtype.is_integer:  # one target per id
+            ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
+            labels = check_targets(labels, ids, n_token)
     return keras.utils.pack_x_y_sample_weight(inputs, labels, weights)
 
 
@@ -147,6 +192,11 @@ _ASSERTED = re.compile(r"\[(\w+ empty or out of range for a vocabulary of \d+ to
                        r"\[(-?\d+)\] \[max id:\] \[(-?\d+)\]")
 
 
+_LENGTHS_ASSERTED = re.compile(r"\[(lengths must be one per row of token_ids, each in \[1, L\] "
+                               r"with L =)\] \[(\d+)\] \[(; got min)\] \[(-?\d+)\] \[(max)\] "
+                               r"\[(-?\d+)\]")
+
+
 # An `InputError` raised while TensorFlow's input pipeline read a batch in Python
 # (`txl_tf.checks.python_batches`), as the pipeline's error quotes it.
 _RAISED_IN_PYTHON = re.compile(r"^(?:[\w.]+\.)?InputError: (.+)$", re.MULTILINE)
@@ -165,6 +215,9 @@ def input_errors():
         found = _ASSERTED.search(error.message or "")
         if found:
             raise InputError(f"{found[1]} {found[2]} max id: {found[3]}") from None
+        found = _LENGTHS_ASSERTED.search(error.message or "")
+        if found:  # `check_lengths`' assertion
+            raise InputError(" ".join(found.groups())) from None
         raised = _RAISED_IN_PYTHON.search(error.message or "")
         if raised:
             raise InputError(raised[1]) from None

@@ -74,6 +74,15 @@ def check_finite_outputs(values, what="log-probs"):
     raise NonFiniteMemoryError(np.flatnonzero(~finite), what)
 
 
+def as_array(value, name, error=InputError):
+    """`value` (array-like or tensor) as a numpy array, or `error` naming
+    `name` for nested rows of other lengths."""
+    try:
+        return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+    except ValueError:  # numpy: "an inhomogeneous shape"
+        raise error(f"{name} holds rows of other lengths: pad them to one length") from None
+
+
 def check_id_array(token_ids, n_token, name="token_ids", error=InputError):
     """The ids as an int32 numpy array `[B, T]`, or `error` unless they are a
     non-empty `[batch, length]` of integers in `[0, n_token)` (compiled
@@ -88,7 +97,7 @@ def check_id_array(token_ids, n_token, name="token_ids", error=InputError):
     Returns:
         An int32 numpy array.
     """
-    ids = token_ids.numpy() if hasattr(token_ids, "numpy") else np.asarray(token_ids)
+    ids = as_array(token_ids, name, error)
     if ids.dtype.kind not in "iu":  # signed or unsigned integers (not bool, kind "b")
         raise error(f"{name} must have an integer dtype, got {ids.dtype}")
     if ids.ndim != 2 or 0 in ids.shape:

@@ -110,6 +110,8 @@ class Decoder:
         runs as one compiled call per chunk, with the same result.
         """
         options.setdefault("segment_len", self.segment_len)
+        if options.get("memory") is not None:  # a (mems, mem_mask) pair of arrays too
+            options["memory"] = _tensors(options["memory"])
         return generation.generate(self, prompts, max_new_tokens, **options)
 
     # --------------------------------------------------- backend interface

@@ -117,7 +117,11 @@ def check_prompts(prompts, n_token):
                        "[batch, length] array")
     rows = []
     for i, prompt in enumerate(prompts):
-        ids = np.asarray(prompt)
+        try:
+            ids = np.asarray(prompt)
+        except ValueError:  # numpy: "an inhomogeneous shape"
+            raise TxlError(f"prompt {i} must be a non-empty 1-D sequence of ids, got rows "
+                           "of other lengths") from None
         if ids.ndim != 1 or ids.size == 0:
             raise TxlError(f"prompt {i} must be a non-empty 1-D sequence of ids, got shape "
                            f"{ids.shape}")

@@ -1,6 +1,7 @@
 """The recurrence memory: cached layer inputs of earlier segments and which slots are real."""
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.reprs import fields_repr
@@ -52,7 +53,11 @@ class Memory(NamedTuple):
 def row_flags(rows, mask):
     """`rows` as a bool tensor, or `InputError` unless it is bool `[B]`, B
     the batch (axis 0) of `mask` (static shapes: nothing in the graph)."""
-    rows = tf.convert_to_tensor(rows)
+    try:
+        rows = tf.convert_to_tensor(rows)
+    except (TypeError, ValueError):  # None, rows of other lengths
+        raise InputError(f"rows must be bool [batch] ({mask.shape[0]}), True for the rows to "
+                         f"clear; got a {type(rows).__name__}") from None
     if rows.dtype != tf.bool or not rows.shape.is_compatible_with(mask.shape[:1]):
         raise InputError(f"rows must be bool [batch] ({mask.shape[0]}), True for the rows to "
                          f"clear; got {rows.dtype.name} of shape {rows.shape}")
@@ -140,7 +145,8 @@ def as_memory(value):
         except KeyError as missing:
             raise TxlError(f"memory dict needs keys 'mems' and 'mem_mask', missing {missing}")
     if isinstance(value, (tuple, list)) and len(value) == 2:
-        return Memory(*value)
+        # Nested lists as arrays: Keras takes only tensors positionally.
+        return Memory(*(np.asarray(v) if isinstance(v, list) else v for v in value))
     raise TxlError(
         "memory must be a txl_tf.Memory (mems [n_layer, B, M, d_model], mem_mask [B, M]); "
         f"got {type(value).__name__}")

@@ -14,7 +14,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.checks.numpy_checks import check_count, check_flag
+from txl_tf.checks.numpy_checks import (InputError, check_count, check_flag,
+                                        out_of_range_message)
 from txl_tf.data import eval_segment_dataset, num_segments, stream_length
 from txl_tf.errors import TxlError
 
@@ -48,6 +49,14 @@ def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segmen
     dropped, each stream has `len(ids) // batch_size` ids.
     """
     cfg = core.config
+    array = np.asarray(ids)
+    if array.ndim != 1:
+        raise InputError(f"ids must be a 1-D sequence of token ids (a corpus), got "
+                         f"{type(ids).__name__} of shape {array.shape}")
+    if array.dtype.kind in "iu":  # up front: the step's assertion was TensorFlow's error
+        problem = out_of_range_message(array.reshape(-1), cfg.n_token)
+        if problem:
+            raise InputError(problem)
     tgt_len = cfg.tgt_len if tgt_len is None else check_count("tgt_len", tgt_len, low=1)
     mem_len = cfg.mem_len if mem_len is None else check_count("mem_len", mem_len)
     scorer = scorer or make_scorer(core)

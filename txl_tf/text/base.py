@@ -92,14 +92,27 @@ class Tokenizer:
         Raises:
             TxlError: a tensor of rank 2 or more.
         """
-        text = tf.convert_to_tensor(text, dtype=tf.string)
+        try:
+            text = tf.convert_to_tensor(text, dtype=tf.string)
+        except ValueError as error:  # a str with a lone surrogate
+            raise TxlError(f"text is not UTF-8 ({error})") from None
         rank = text.shape.rank
+        if rank not in (0, 1):
+            raise TxlError(f"encode_tf takes a scalar or 1-D tf.string tensor, "
+                           f"got shape {text.shape}")
+        if not tf.executing_eagerly():  # in a graph, bad text fails its assertions
+            return self._encode(text, rank)
+        try:
+            return self._encode(text, rank)
+        except tf.errors.InvalidArgumentError as error:  # eagerly: the same, named
+            what = "text is not UTF-8" if "UnicodeDecode" in str(error) else \
+                error.message.strip().splitlines()[0]
+            raise TxlError(f"encode_tf: {what}") from None
+
+    def _encode(self, text, rank):
         if rank == 0:
             return self._encode_tf_batch(tf.reshape(text, [1])).flat_values
-        if rank == 1:
-            return self._encode_tf_batch(text)
-        raise TxlError(f"encode_tf takes a scalar or 1-D tf.string tensor, "
-                       f"got shape {text.shape}")
+        return self._encode_tf_batch(text)
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
         raise NotImplementedError
@@ -218,7 +231,11 @@ class Tokenizer:
 
     # -- helpers -----------------------------------------------------------
     def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        arr = np.asarray(ids)
+        try:
+            arr = np.asarray(ids)
+        except ValueError:  # numpy: "an inhomogeneous shape"
+            raise TxlError("decode takes a 1-D sequence of ids, got rows of other "
+                           "lengths") from None
         if arr.ndim != 1:
             raise TxlError(f"decode takes a 1-D sequence of ids, got shape {arr.shape}")
         if arr.size == 0:
@@ -298,7 +315,10 @@ def checked(value: tf.Tensor, assertion) -> tf.Tensor:
 
 def as_text(text: str | bytes) -> str:
     if isinstance(text, bytes):
-        return text.decode("utf-8")
+        try:
+            return text.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise TxlError(f"text is not UTF-8 ({error})") from None
     if not isinstance(text, str):
         raise TypeError(f"expected str or bytes, got {type(text).__name__}")
     return text

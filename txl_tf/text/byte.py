@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.errors import TxlError
 from txl_tf.text.base import Tokenizer, register
 
 
@@ -28,7 +29,10 @@ class ByteTokenizer(Tokenizer):
 
     def encode(self, text: str | bytes) -> np.ndarray:
         if isinstance(text, str):
-            text = text.encode("utf-8")
+            try:
+                text = text.encode("utf-8")
+            except UnicodeEncodeError as error:  # a lone surrogate
+                raise TxlError(f"text is not UTF-8 ({error})") from None
         elif not isinstance(text, (bytes, bytearray, memoryview)):
             raise TypeError(f"expected str or bytes, got {type(text).__name__}")
         return np.frombuffer(bytes(text), dtype=np.uint8).astype(np.int32)

@@ -90,7 +90,11 @@ class CharTokenizer(Tokenizer):
 
     def encode(self, text: str | bytes) -> np.ndarray:
         text = as_text(text)
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        try:
+            encoded = text.encode("utf-32-le")
+        except UnicodeEncodeError as error:  # a lone surrogate
+            raise TxlError(f"text is not UTF-8 ({error})") from None
+        codes = np.frombuffer(encoded, dtype=np.uint32).astype(np.int64)
         pos = np.searchsorted(self._sorted_codes, codes)
         pos = np.minimum(pos, len(self._sorted_codes) - 1)
         found = self._sorted_codes[pos] == codes

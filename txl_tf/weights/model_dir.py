@@ -335,6 +335,13 @@ def save_pretrained(core, directory, tokenizer=None):
         `directory`.
     """
     checkpoints.reference_names(core)  # a LoRA or int8 model is refused before anything is written
+    if isinstance(directory, (str, os.PathLike)) and not os.fspath(directory):
+        raise ModelDirError("save_pretrained needs a directory, got '' (the working directory "
+                            "would get the files; pass '.' for it)")
+    from txl_tf.text.base import Tokenizer
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise TxlError(f"tokenizer must be a txl_tf.text.Tokenizer or None, got "
+                       f"{type(tokenizer).__name__}")
     config = core.config
     # Written under temporary names, then renamed in with config.json last: a
     # kill leaves the previous save or this one, never one's config beside

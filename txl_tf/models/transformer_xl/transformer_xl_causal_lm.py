@@ -439,6 +439,9 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
         """
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         self.check_vocabulary()
+        _check_sampler(getattr(self, "sampler", None), self.core.config.n_token)
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            raise InputError("generate: no prompts (an empty list)")
         if self.preprocessor is not None and isinstance(inputs, dict):
             raise InputError("generate with a preprocessor takes text; for {'token_ids', "
                              "'padding_mask'} ids set `causal_lm.preprocessor = None` first")
@@ -496,6 +499,35 @@ def _stop_ids(stop_token_ids, n_token):
         raise InputError(f"generate: stop_token_ids must be None, 'auto' or ids in "
                          f"[0, {n_token}), got {stop_token_ids!r}")
     return tuple(int(i) for i in ids) or None
+
+
+def _check_sampler(sampler, n_token):
+    """Raises an `InputError` for a sampler `generate` cannot run as asked:
+    none compiled, or a keras-hub sampler whose setting it would take
+    silently (a NaN, zero or negative temperature, `k=0`, a NaN `p`) or
+    fail on inside the generate graph (`k` past the vocabulary, no beams)."""
+    if sampler is None or isinstance(sampler, str) or not callable(sampler):
+        raise InputError(f"generate: compile a sampler first (causal_lm.compile(sampler="
+                         f"\"greedy\"), or a keras_hub.samplers.Sampler); got {sampler!r}")
+
+    def number(value, kinds=(int, float, np.integer, np.floating)):
+        return isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
+
+    def integer(value):
+        return number(value, (int, np.integer))
+
+    name = type(sampler).__name__
+    checks = (("temperature", lambda t: number(t) and 0 < t < float("inf"),
+               "a finite number > 0 (sampler=\"greedy\" picks the most likely id)"),
+              ("k", lambda k: k is None or (integer(k) and 1 <= k <= n_token),
+               f"an integer in [1, {n_token}] (the vocabulary size)"),
+              ("p", lambda p: number(p) and 0 < p <= 1, "in (0, 1]"),
+              ("num_beams", lambda n: integer(n) and n >= 1, "an integer >= 1"),
+              ("alpha", lambda a: number(a) and 0 <= a <= 1, "in [0, 1]"))
+    for attribute, ok, rule in checks:
+        if hasattr(sampler, attribute) and not ok(getattr(sampler, attribute)):
+            raise InputError(f"generate: the sampler's {attribute} must be {rule}; "
+                             f"{name} has {attribute}={getattr(sampler, attribute)!r}")
 
 
 def _check_max_length(max_length, inputs, what="generate: max_length"):

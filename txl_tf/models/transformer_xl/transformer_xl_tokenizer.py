@@ -81,9 +81,12 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
             rows = list(inputs)
         else:
             rows = np.asarray(keras.ops.convert_to_numpy(inputs)).tolist()
-        if not rows or not isinstance(rows[0], (list, tuple, np.ndarray)):
-            return tokenizer.decode(np.asarray(rows, np.int64))
-        return [tokenizer.decode(np.asarray(r, np.int64)) for r in rows]
+        # The ids as given to `decode`, which checks them: a cast to int64 read
+        # 1.7 as id 1 and True as id 1.
+        if not isinstance(rows, list) or not rows or \
+                not isinstance(rows[0], (list, tuple, np.ndarray)):
+            return tokenizer.decode(rows)
+        return [tokenizer.decode(r) for r in rows]
 
     def vocabulary_size(self):
         """The vocabulary's size.
@@ -134,6 +137,9 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
         Raises:
             TxlError: it is not one token of the vocabulary.
         """
+        if not isinstance(token, (str, bytes)):  # an array's `in` was numpy's error
+            raise TxlError(f"token must be a str (one vocabulary entry), got "
+                           f"{type(token).__name__}")
         entries = self.get_vocabulary()
         if token in entries:
             return entries.index(token)
