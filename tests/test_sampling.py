@@ -311,3 +311,23 @@ def test_the_compiled_sampler_and_the_mirror_agree_over_lm1b_s_vocabulary():
         moved = compiled(*(tf.constant(a) for a in args)).numpy() != \
             sampling_numpy.sample_next(*args)
         assert moved.sum() <= 1, (settings, np.flatnonzero(moved))
+
+
+def test_a_peaked_row_draws_its_last_ids_and_top_p_keeps_them():
+    """p = (0.9998, 0.0002): the uniform's share of the CDF's total is exact
+    (the total's low 24 bits, up to 2**-12 of a peaked row's mass, were
+    dropped: id 1 was never drawn, and top_p 0.99995 cut it)."""
+    lp = np.log(np.float32([[0.9998, 0.0002]] * 3))
+    r = make_rows(2, 3, [42728, 9216, 0], [], Sampling(1.0))
+    u = sampling_numpy.uniform(r.keys, np.zeros(3, np.int64))
+    assert u[0] > 0.99999 and u[1] > 0.99995 and u[2] < 0.9
+    args = (lp, np.zeros([3, 2], bool), r.keys, np.zeros(3, np.int64), *r[1:5])
+    for ids in (sampling.sample_next(*(tf.constant(a) for a in args)).numpy(),
+                sampling_numpy.sample_next(*args)):
+        np.testing.assert_array_equal(ids, [1, 1, 0])
+    k, p = np.zeros(3, np.int32), np.float32([0.99995, 0.9999, 0.9997])
+    temp = np.ones([3, 1], np.float32)
+    for cut in (sampling._cut_off(tf.constant(lp), tf.constant(temp), tf.constant(k),
+                                  tf.constant(p), 2).numpy(),
+                sampling_numpy._cut_off(lp, temp, k, p, 2)):
+        np.testing.assert_array_equal(cut[:, 0], lp[:, [1, 1, 0]][0])

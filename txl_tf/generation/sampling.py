@@ -93,8 +93,11 @@ def _integers(weights):
 
 def _share(total, fraction):
     """`fraction` (float32 in [0, 1]) of the int64 `total`, in integers: the
-    fraction's first 24 bits times the total's high bits."""
-    return tf.bitwise.right_shift(total, 24) * tf.cast(fraction * 2.0 ** 24, tf.int64)
+    fraction's first 24 bits f, floor(total * f / 2**24) exactly (the total's
+    high and low 24 bits times f apart: no int64 overflow)."""
+    f = tf.cast(fraction * 2.0 ** 24, tf.int64)
+    low = tf.bitwise.bitwise_and(total, 2 ** 24 - 1)
+    return tf.bitwise.right_shift(total, 24) * f + tf.bitwise.right_shift(low * f, 24)
 
 
 def choose(log_probs, rows, seen, counters, done, pad_id):

@@ -113,8 +113,8 @@ def _integers(weights):
 
 
 def _share(total, fraction):
-    return (total >> 24) * (np.asarray(fraction, np.float32) * np.float32(2.0 ** 24)).astype(
-        np.int64)
+    f = (np.asarray(fraction, np.float32) * np.float32(2.0 ** 24)).astype(np.int64)
+    return (total >> 24) * f + (((total & (2 ** 24 - 1)) * f) >> 24)
 
 
 def choose(log_probs, rows, seen, counters, done, pad_id):

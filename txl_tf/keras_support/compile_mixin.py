@@ -2,7 +2,7 @@
 import keras
 
 from txl_tf.errors import TxlError
-from txl_tf.keras_support.keras_compat import counting_loss_scale
+from txl_tf.keras_support.keras_compat import build_optimizer, counting_loss_scale
 from txl_tf.keras_support.precision import choose as choose_precision, xla_spans_devices
 
 
@@ -31,10 +31,8 @@ class RestoresCompile:
         self._build_optimizer()
 
     def _build_optimizer(self):
-        optimizer = getattr(self, "optimizer", None)
-        if optimizer is not None and not optimizer.built:
-            with self.distribute_strategy.scope():
-                optimizer.build(self.trainable_variables)
+        if getattr(self, "optimizer", None) is not None:
+            build_optimizer(self)
 
     def load_weights(self, filepath, *args, **kwargs):
         """Keras's `load_weights`, with the optimizer built first (as
