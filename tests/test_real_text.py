@@ -314,3 +314,22 @@ def test_sentencepiece_trains_on_a_str_split_into_lines_as_it_encodes_them():
     pieces = [tok.pieces[i] for i in tok.encode("cat\u2028sat\x0cthe\x85ran\n")]
     assert not [p for p in pieces if p.startswith("<0x")], pieces
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_a_prompt_ending_in_an_old_mac_line_end_keeps_its_line_end():
+    """A word tokenizer ends a line at `\\r` too: the prompt `the cat\\r` ends its
+    line (`encode` gives its `<eos>`), but the prompt rule looked for a final
+    `\\n` only and dropped that `<eos>`, so the model went on with the line."""
+    from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
+        TransformerXLCausalLMPreprocessor)
+    from txl_tf.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
+    from txl_tf.text.prompt import prompt_ids
+    words = WordTokenizer(["<unk>", "<eos>", "the", "cat"])
+    prompts = ["the cat\r", "the cat\r\n", "the cat\n", "the cat", "the\rcat"]
+    want = [[2, 3, 1], [2, 3, 1], [2, 3, 1], [2, 3], [2, 1, 3]]
+    assert [prompt_ids(words, p).tolist() for p in prompts] == want
+    rows = TransformerXLCausalLMPreprocessor(TransformerXLTokenizer(words), sequence_length=8
+                                             ).generate_preprocess(prompts)
+    got = [np.asarray(t)[np.asarray(m, bool)].tolist()
+           for t, m in zip(rows["token_ids"], rows["padding_mask"])]
+    assert got == want
