@@ -314,3 +314,50 @@ def test_sentencepiece_trains_on_a_str_split_into_lines_as_it_encodes_them():
     pieces = [tok.pieces[i] for i in tok.encode("cat\u2028sat\x0cthe\x85ran\n")]
     assert not [p for p in pieces if p.startswith("<0x")], pieces
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_a_prompt_ending_in_an_old_mac_line_end_keeps_its_line_end():
+    """A word tokenizer ends a line at `\\r` too: the prompt `the cat\\r` ends its
+    line (`encode` gives its `<eos>`), but the prompt rule looked for a final
+    `\\n` only and dropped that `<eos>`, so the model went on with the line."""
+    from txl_tf.models.transformer_xl.transformer_xl_causal_lm_preprocessor import (
+        TransformerXLCausalLMPreprocessor)
+    from txl_tf.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
+    from txl_tf.text.prompt import prompt_ids
+    words = WordTokenizer(["<unk>", "<eos>", "the", "cat"])
+    prompts = ["the cat\r", "the cat\r\n", "the cat\n", "the cat", "the\rcat"]
+    want = [[2, 3, 1], [2, 3, 1], [2, 3, 1], [2, 3], [2, 1, 3]]
+    assert [prompt_ids(words, p).tolist() for p in prompts] == want
+    rows = TransformerXLCausalLMPreprocessor(TransformerXLTokenizer(words), sequence_length=8
+                                             ).generate_preprocess(prompts)
+    got = [np.asarray(t)[np.asarray(m, bool)].tolist()
+           for t, m in zip(rows["token_ids"], rows["padding_mask"])]
+    assert got == want
+
+
+def test_a_long_line_whose_only_whitespace_is_tabs_is_read_in_pieces(tmp_path, monkeypatch):
+    """`str.split()` splits words at a tab (form feed, ...) as at a space, but a
+    long line was cut only after a space: a one-line file of tab-separated
+    words was held whole, as before pieces."""
+    from txl_tf.data import corpora as corpora_lib
+    rng = np.random.default_rng(1)
+    text = "\t".join(rng.choice(["the", "cat", "sat", "\u00e9t\u00e9"], 400)) + "\x0cmat\n"
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"wiki.{split}.tokens").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(corpora_lib, "CHUNK_BYTES", 64)
+    seen, encode = [], WordTokenizer.encode
+    monkeypatch.setattr(WordTokenizer, "encode",
+                        lambda self, t: seen.append(len(t)) or encode(self, t))
+    counted, count = [], corpora_lib.count_tokens
+    monkeypatch.setattr(corpora_lib, "count_tokens", lambda texts: count(
+        counted.append(len(t)) or t for t in texts))
+    corpus = load_corpus("wt2", tmp_path, use_cache=False)
+    assert corpus.train.tolist() == encode(corpus.tokenizer, text).tolist()
+    assert max(seen) < 4 * 64 and max(counted) < 4 * 64, (seen, counted)
+    tok = corpus.tokenizer  # a byte split read with the model's words, likewise
+    (tmp_path / "one.txt").write_text(text * 3 + "cat\n", encoding="utf-8")
+    seen.clear()
+    corpus = load_corpus("text", tmp_path / "one.txt", use_cache=False, tokenizer=tok)
+    assert np.concatenate([corpus.train, corpus.valid]).tolist() == \
+        encode(tok, text * 3 + "cat\n").tolist()
+    assert max(seen) < 4 * 64, seen

@@ -166,7 +166,7 @@ def _text_pieces(path: Path, progress: bool | None = None, desc: str = "",
                  ) -> Iterator[tuple[str, bool]]:
     """`(text, goes_on)`: `iter_text_chunks`'s chunks (`goes_on` False); with
     `long_lines`, a line longer than a chunk comes in pieces cut just after a
-    space (`goes_on`: its line goes on in the next piece), never held whole."""
+    space (`_after_space`; `goes_on`: its line goes on in the next piece)."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     size = path.stat().st_size
     with open(path, "rb") as f, tqdm_bar(total=size, unit="B", unit_scale=True,
@@ -186,7 +186,7 @@ def _text_pieces(path: Path, progress: bool | None = None, desc: str = "",
                 block, offset = block[len(BOM):], len(BOM)
             cut, goes_on = block.rfind(b"\n") + 1, False
             if not cut and long_lines and len(block) >= chunk_bytes:
-                cut = block.rfind(b" ") + 1  # a space byte is a whole character
+                cut = _after_space(block)
                 goes_on = cut > 0
             rest = block[cut:]
             if cut:
@@ -194,6 +194,17 @@ def _text_pieces(path: Path, progress: bool | None = None, desc: str = "",
                 offset += cut
         if rest:
             yield _decode(rest, path, offset), False
+
+
+# Bytes that `str.split()` splits words at and a word tokenizer's line does not
+# end at (not \r), each a whole character: a long line is cut after one.
+_SPACE_BYTES = tuple(bytes([c]) for c in b" \t\x0b\x0c\x1c\x1d\x1e\x1f")
+
+
+def _after_space(block: bytes) -> int:
+    """Where `block` is cut in a long line: just after its last space byte
+    (a tab, a form feed, ... too); 0 where it has none."""
+    return max(block.rfind(space) for space in _SPACE_BYTES) + 1
 
 
 def _cuts_at_spaces(tokenizer: Tokenizer) -> bool:
@@ -479,7 +490,7 @@ def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
             if not _splits_at_lines(given):
                 cut = _whole_characters(block)
             elif not cut and _cuts_at_spaces(given) and len(block) >= chunk_bytes:
-                cut = block.rfind(b" ") + 1  # a long line, in pieces
+                cut = _after_space(block)  # a long line, in pieces
                 goes_on = cut > 0
             rest = block[cut:]
             if cut:

@@ -7,13 +7,14 @@ import numpy as np
 import tensorflow as tf
 
 
-def without_open_line_end(texts, ids, eos_id):
+def without_open_line_end(texts, ids, eos_id, cr_ends_line=False):
     """Prompt ids without the end-of-line id of an unfinished last line.
 
     Args:
         texts: the prompts, a scalar or 1-D tf.string tensor.
         ids: their ids, a 1-D tensor (scalar `texts`) or a ragged `[B, None]`.
         eos_id: the tokenizer's end-of-line id (-1: none, nothing dropped).
+        cr_ends_line: a final `\\r` ends the line too (a word tokenizer's lines).
 
     Returns:
         `ids` of the same kind, the last id dropped from each row of more than
@@ -32,6 +33,8 @@ def without_open_line_end(texts, ids, eos_id):
     size = tf.strings.length(texts)
     last_byte = tf.strings.substr(texts, tf.maximum(size - 1, 0), tf.ones_like(size))
     ends_line = tf.equal(last_byte, "\n")
+    if cr_ends_line:
+        ends_line |= tf.equal(last_byte, "\r")
     drop = (lengths > 1) & tf.equal(last, tf.cast(eos_id, last.dtype)) & ~ends_line
     keep = tf.ragged.range(lengths) < tf.expand_dims(lengths - tf.cast(drop, lengths.dtype), 1)
     ids = tf.ragged.boolean_mask(ids, keep)
@@ -50,4 +53,5 @@ def prompt_ids(tokenizer, prompt):
     """
     ids = np.asarray(tokenizer.encode(prompt), np.int32)
     eos = getattr(tokenizer, "eos_id", -1)
-    return np.asarray(without_open_line_end(prompt, tf.constant(ids), eos))
+    return np.asarray(without_open_line_end(prompt, tf.constant(ids), eos,
+                                            getattr(tokenizer, "kind", None) == "word"))

@@ -47,11 +47,12 @@ class TransformerXLCausalLMPreprocessor(keras_hub.models.CausalLMPreprocessor):
         """
         if not self.built:
             self.build(None)
-        eos_id = getattr(self.tokenizer._inner(), "eos_id", -1)
+        inner = self.tokenizer._inner()
+        eos_id = getattr(inner, "eos_id", -1)
         if eos_id < 0 or isinstance(x, dict):
             return super().generate_preprocess(x, sequence_length=sequence_length)
         x = tf.convert_to_tensor(x, tf.string)
-        ids = without_open_line_end(x, self.tokenizer.tokenize(x), eos_id)
+        ids = without_open_line_end(x, self.tokenizer.tokenize(x), eos_id, inner.kind == "word")
         token_ids, padding_mask = self.packer(ids, sequence_length=sequence_length,
                                               add_end_value=False)
         return {"token_ids": token_ids, "padding_mask": padding_mask}
