@@ -234,7 +234,10 @@ def test_a_line_longer_than_a_chunk_is_read_in_pieces_with_the_ids_of_the_whole(
     for got, want in zip(parts, whole):
         assert got.tolist() == want.tolist()
     assert max(seen) < 4 * 64, seen  # never the whole line at once
-    assert not counted or max(counted) < 4 * 64, counted
+    if name == "text":  # a given tokenizer: nothing counted
+        assert not counted
+    else:
+        assert counted and max(counted) < 4 * 64, counted
 
 
 def test_word_files_read_in_pieces_of_any_size_give_the_ids_of_the_whole(tmp_path,
