@@ -62,6 +62,20 @@ def test_generate_refuses_a_sampler_it_cannot_run_as_asked(causal_lm, case):
         causal_lm.generate("import", max_length=8)
 
 
+def test_generate_takes_a_sampler_setting_held_in_a_tensor(causal_lm):
+    import keras
+    import keras_hub
+    import tensorflow as tf
+    for temperature in (tf.constant(0.7), keras.Variable(0.7), np.float32(0.7),
+                        np.array(0.7)):
+        causal_lm.compile(sampler=keras_hub.samplers.TopKSampler(k=tf.constant(3),
+                                                                 temperature=temperature))
+        assert causal_lm.generate("import", max_length=8).startswith("import")  # was refused
+    causal_lm.compile(sampler=keras_hub.samplers.RandomSampler(temperature=tf.constant(0.0)))
+    with pytest.raises(TxlError, match="temperature must be"):  # still checked
+        causal_lm.generate("import", max_length=8)
+
+
 def test_generate_refuses_an_empty_list_of_prompts(causal_lm):
     causal_lm.compile(sampler="greedy")
     with pytest.raises(TxlError, match="no prompts"):  # was the tokenizer's dtype error

@@ -140,6 +140,13 @@ def is_flag(value):
         isinstance(value, (int, np.integer)) and value in (0, 1))
 
 
+def is_real(value):
+    """Whether `value` is a real number: a Python or numpy int or float, not
+    a bool or a complex."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and \
+        not isinstance(value, (bool, np.bool_))
+
+
 def check_flag(name, value):
     """`value` as a bool, or `TxlError` unless `is_flag(value)`."""
     if not is_flag(value):
