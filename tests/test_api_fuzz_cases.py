@@ -215,6 +215,21 @@ def test_classifier_evaluate_names_bad_lengths_of_a_dataset(classifier):
         classifier.evaluate(data, verbose=0)
 
 
+@pytest.mark.parametrize("lengths, message", [
+    ([0, 5], r"lengths\[0\] = 0 is out of range"), ([5, 6], r"lengths\[1\] = 6 is out of range"),
+    ([5, 5, 5], "lengths has 3 entries but token_ids have 2 rows"),
+    ([5.0, 5.0], "lengths must be integers")])
+def test_classifier_names_bad_lengths_of_a_generator_under_xla(classifier, lengths, message):
+    def batches():
+        yield {"token_ids": IDS, "lengths": np.array(lengths)}, np.array([0, 1])
+    classifier.compile(loss="sparse_categorical_crossentropy", jit_compile=True)
+    try:  # XLA drops the step's assertion: [0, 5] gave a loss of garbage, silently
+        with pytest.raises(TxlError, match=message):
+            classifier.evaluate(batches(), verbose=0)
+    finally:
+        classifier.compile(loss="sparse_categorical_crossentropy")
+
+
 def test_stream_model_evaluate_names_labels_of_another_shape(config):
     model = TransformerXLLM(config, 2)
     model.compile()

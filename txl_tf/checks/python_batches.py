@@ -16,7 +16,7 @@ import types
 import keras
 import numpy as np
 
-from txl_tf.checks.numpy_checks import InputError, out_of_range_message
+from txl_tf.checks.numpy_checks import InputError, lengths_problem, out_of_range_message
 
 
 def is_python_batches(x):
@@ -61,6 +61,8 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
     if not np.issubdtype(ids.dtype, np.integer):
         raise InputError(f"token_ids must be integers, got {ids.dtype} in a batch")
     problem = out_of_range_message(ids, n_token)
+    if problem is None and isinstance(inputs, dict) and "lengths" in inputs:  # a classifier's
+        problem = lengths_problem(np.asarray(inputs["lengths"]), ids)  # XLA drops the step's
     if problem is None and targets and labels is not None:
         labels = np.asarray(labels)
         if np.issubdtype(labels.dtype, np.integer):
