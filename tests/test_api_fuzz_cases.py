@@ -240,6 +240,17 @@ def test_stream_model_evaluate_names_labels_of_another_shape(config):
         model.evaluate(ids, ids[:, :2], batch_size=2, verbose=0)
 
 
+def test_stream_model_names_labels_of_another_shape_in_a_generator(config):
+    model = TransformerXLLM(config, 2)
+    model.compile()
+    ids = np.arange(6).reshape(2, 3) % 11
+    for labels in (ids[:, :2], ids[:1]):
+        def batches():
+            yield ids, labels
+        with pytest.raises(TxlError, match="targets have shape"):  # TensorFlow's error
+            model.evaluate(batches(), verbose=0)
+
+
 @pytest.mark.parametrize("field, value", [("dropout", np.float32(0.25)), ("init_std", np.int64(1)),
                                           ("layer_norm_epsilon", fractions.Fraction(1, 8))])
 def test_config_keeps_real_fields_as_floats_that_json_writes(field, value):

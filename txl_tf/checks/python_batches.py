@@ -65,8 +65,11 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
         problem = lengths_problem(np.asarray(inputs["lengths"]), ids)  # XLA drops the step's
     if problem is None and targets and labels is not None:
         labels = np.asarray(labels)
-        if np.issubdtype(labels.dtype, np.integer):
-            problem = out_of_range_message(labels, n_token, "target")
+        if np.issubdtype(labels.dtype, np.integer):  # one target per id, as `check_targets`
+            problem = out_of_range_message(labels, n_token, "target") or (
+                None if labels.shape == ids.shape else
+                f"targets have shape {labels.shape} but token_ids have shape {ids.shape}: "
+                "there must be one target per token")
     if problem:
         raise InputError(problem)
     return batch
