@@ -90,11 +90,12 @@ def test_detokenize_refuses_ids_that_are_not_integers(ids):
         TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
 
 
-@pytest.mark.parametrize("ids", [5, "hello", [np.uint64(2 ** 64 - 1)]])
-def test_detokenize_names_bad_ids(ids):
+@pytest.mark.parametrize("ids, message", [(5, "1-D sequence of ids"), ("hello", "1-D sequence"),
+                                         ([np.uint64(2 ** 64 - 1)], "is out of range")])
+def test_detokenize_names_bad_ids(ids, message):
     from txl_tf import TransformerXLTokenizer
     from txl_tf.text import ByteTokenizer
-    with pytest.raises(TxlError):  # TypeError, int()'s ValueError, OverflowError
+    with pytest.raises(TxlError, match=message):  # TypeError, int()'s ValueError, OverflowError
         TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
 
 
