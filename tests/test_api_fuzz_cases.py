@@ -62,6 +62,20 @@ def test_generate_refuses_a_sampler_it_cannot_run_as_asked(causal_lm, case):
         causal_lm.generate("import", max_length=8)
 
 
+def test_generate_takes_a_sampler_setting_held_in_a_tensor(causal_lm):
+    import keras
+    import keras_hub
+    import tensorflow as tf
+    for temperature in (tf.constant(0.7), keras.Variable(0.7), np.float32(0.7),
+                        np.array(0.7)):
+        causal_lm.compile(sampler=keras_hub.samplers.TopKSampler(k=tf.constant(3),
+                                                                 temperature=temperature))
+        assert causal_lm.generate("import", max_length=8).startswith("import")  # was refused
+    causal_lm.compile(sampler=keras_hub.samplers.RandomSampler(temperature=tf.constant(0.0)))
+    with pytest.raises(TxlError, match="temperature must be"):  # still checked
+        causal_lm.generate("import", max_length=8)
+
+
 def test_generate_refuses_an_empty_list_of_prompts(causal_lm):
     causal_lm.compile(sampler="greedy")
     with pytest.raises(TxlError, match="no prompts"):  # was the tokenizer's dtype error
@@ -76,11 +90,12 @@ def test_detokenize_refuses_ids_that_are_not_integers(ids):
         TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
 
 
-@pytest.mark.parametrize("ids", [5, "hello", [np.uint64(2 ** 64 - 1)]])
-def test_detokenize_names_bad_ids(ids):
+@pytest.mark.parametrize("ids, message", [(5, "1-D sequence of ids"), ("hello", "1-D sequence"),
+                                         ([np.uint64(2 ** 64 - 1)], "is out of range")])
+def test_detokenize_names_bad_ids(ids, message):
     from txl_tf import TransformerXLTokenizer
     from txl_tf.text import ByteTokenizer
-    with pytest.raises(TxlError):  # TypeError, int()'s ValueError, OverflowError
+    with pytest.raises(TxlError, match=message):  # TypeError, int()'s ValueError, OverflowError
         TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
 
 
@@ -201,6 +216,21 @@ def test_classifier_evaluate_names_bad_lengths_of_a_dataset(classifier):
         classifier.evaluate(data, verbose=0)
 
 
+@pytest.mark.parametrize("lengths, message", [
+    ([0, 5], r"lengths\[0\] = 0 is out of range"), ([5, 6], r"lengths\[1\] = 6 is out of range"),
+    ([5, 5, 5], "lengths has 3 entries but token_ids have 2 rows"),
+    ([5.0, 5.0], "lengths must be integers")])
+def test_classifier_names_bad_lengths_of_a_generator_under_xla(classifier, lengths, message):
+    def batches():
+        yield {"token_ids": IDS, "lengths": np.array(lengths)}, np.array([0, 1])
+    classifier.compile(loss="sparse_categorical_crossentropy", jit_compile=True)
+    try:  # XLA drops the step's assertion: [0, 5] gave a loss of garbage, silently
+        with pytest.raises(TxlError, match=message):
+            classifier.evaluate(batches(), verbose=0)
+    finally:
+        classifier.compile(loss="sparse_categorical_crossentropy")
+
+
 def test_stream_model_evaluate_names_labels_of_another_shape(config):
     model = TransformerXLLM(config, 2)
     model.compile()
@@ -209,6 +239,17 @@ def test_stream_model_evaluate_names_labels_of_another_shape(config):
         model.evaluate(ids[:, :length], ids[:, :length], batch_size=2, verbose=0)
     with pytest.raises(TxlError, match="targets have shape"):  # was an InvalidArgumentError
         model.evaluate(ids, ids[:, :2], batch_size=2, verbose=0)
+
+
+def test_stream_model_names_labels_of_another_shape_in_a_generator(config):
+    model = TransformerXLLM(config, 2)
+    model.compile()
+    ids = np.arange(6).reshape(2, 3) % 11
+    for labels in (ids[:, :2], ids[:1]):
+        def batches():
+            yield ids, labels
+        with pytest.raises(TxlError, match="targets have shape"):  # TensorFlow's error
+            model.evaluate(batches(), verbose=0)
 
 
 @pytest.mark.parametrize("field, value", [("dropout", np.float32(0.25)), ("init_std", np.int64(1)),

@@ -623,3 +623,16 @@ def test_decode_step_names_ragged_ids(cached_runtime):
     cache = cached_runtime.decode_init(cached_runtime.initial_memory(2))
     with pytest.raises(TxlError, match="rows of other lengths"):  # numpy's ValueError
         cached_runtime.decode_step([[1, 2], [3]], cache)
+
+
+def test_decode_step_takes_stopped_flags_as_integers_0_and_1(cached_runtime):
+    ids, steps = np.array([1, 2]), {}
+    for stopped in ([False, True], np.array([0, 1], np.uint8), [0, 1]):
+        cache = cached_runtime.decode_init(cached_runtime.initial_memory(2))
+        cached_runtime.decode_step(ids, cache)
+        log_probs, cache = cached_runtime.decode_step(ids, cache, stopped=stopped)
+        steps[str(stopped)] = (log_probs[0], cached_runtime.cache_memory(cache).mems)
+    first = next(iter(steps.values()))
+    for log_probs, mems in steps.values():
+        np.testing.assert_array_equal(log_probs, first[0])
+        np.testing.assert_array_equal(mems, first[1])

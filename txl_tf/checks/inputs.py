@@ -8,7 +8,8 @@ import tensorflow as tf
 
 # The numpy half, re-exported: the runtimes import it without TensorFlow.
 from txl_tf.checks.numpy_checks import (InputError, NonFiniteMemoryError,  # noqa: F401
-                                        check_finite_outputs, out_of_range_message)
+                                        check_finite_outputs, lengths_message,
+                                        out_of_range_message)
 from txl_tf.checks.python_batches import checked_python_batches, is_python_batches
 
 
@@ -107,16 +108,6 @@ def check_lengths(lengths, token_ids):
         name="check_lengths")
     with tf.control_dependencies([check]):
         return tf.cast(lengths, tf.int32)
-
-
-def lengths_message(lengths, width):
-    """Names the first length outside `[1, width]` of a numpy array, or None."""
-    bad = np.flatnonzero((lengths < 1) | (lengths > width))
-    if not bad.size:
-        return None
-    row = int(bad[0])
-    return (f"lengths[{row}] = {int(lengths[row])} is out of range: a document has 1 to L "
-            f"= {width} tokens (token_ids[b, :lengths[b]] is row b's document)")
 
 
 def check_batch(data, n_token, targets=True):

@@ -34,6 +34,31 @@ def out_of_range_message(ids, n_token, name="token"):
             f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
 
 
+def lengths_message(lengths, width):
+    """Names the first length outside `[1, width]` of a numpy array, or None."""
+    bad = np.flatnonzero((lengths < 1) | (lengths > width))
+    if not bad.size:
+        return None
+    row = int(bad[0])
+    return (f"lengths[{row}] = {int(lengths[row])} is out of range: a document has 1 to L "
+            f"= {width} tokens (token_ids[b, :lengths[b]] is row b's document)")
+
+
+def lengths_problem(lengths, token_ids):
+    """What is wrong with a classifier's `lengths` (numpy) for `token_ids`
+    `[B, L]`, as `check_lengths` says it, or None."""
+    if lengths.dtype.kind not in "iu":
+        return f"lengths must be integers, got dtype {lengths.dtype}"
+    if lengths.ndim != 1:
+        return f"lengths must be [batch] (one length per document), got shape {lengths.shape}"
+    if token_ids.ndim != 2:
+        return None  # the ids' own check names them
+    if lengths.shape[0] != token_ids.shape[0]:
+        return (f"lengths has {lengths.shape[0]} entries but token_ids have "
+                f"{token_ids.shape[0]} rows")
+    return lengths_message(lengths, token_ids.shape[1])
+
+
 class NonFiniteMemoryError(InputError):
     """A step's outputs are NaN or inf for some streams: the memory handed in
     held NaN or inf in valid slots. `rows`: those streams' batch rows;
@@ -138,6 +163,13 @@ def is_flag(value):
     string such as "no" is not (it would be truthy)."""
     return isinstance(value, (bool, np.bool_)) or (
         isinstance(value, (int, np.integer)) and value in (0, 1))
+
+
+def is_real(value):
+    """Whether `value` is a real number: a Python or numpy int or float, not
+    a bool or a complex."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and \
+        not isinstance(value, (bool, np.bool_))
 
 
 def check_flag(name, value):

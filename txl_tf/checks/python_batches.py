@@ -16,7 +16,7 @@ import types
 import keras
 import numpy as np
 
-from txl_tf.checks.numpy_checks import InputError, out_of_range_message
+from txl_tf.checks.numpy_checks import InputError, lengths_problem, out_of_range_message
 
 
 def is_python_batches(x):
@@ -61,10 +61,15 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
     if not np.issubdtype(ids.dtype, np.integer):
         raise InputError(f"token_ids must be integers, got {ids.dtype} in a batch")
     problem = out_of_range_message(ids, n_token)
+    if problem is None and isinstance(inputs, dict) and "lengths" in inputs:  # a classifier's
+        problem = lengths_problem(np.asarray(inputs["lengths"]), ids)  # XLA drops the step's
     if problem is None and targets and labels is not None:
         labels = np.asarray(labels)
-        if np.issubdtype(labels.dtype, np.integer):
-            problem = out_of_range_message(labels, n_token, "target")
+        if np.issubdtype(labels.dtype, np.integer):  # one target per id, as `check_targets`
+            problem = out_of_range_message(labels, n_token, "target") or (
+                None if labels.shape == ids.shape else
+                f"targets have shape {labels.shape} but token_ids have shape {ids.shape}: "
+                "there must be one target per token")
     if problem:
         raise InputError(problem)
     return batch

@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 
+from txl_tf.checks.numpy_checks import is_real
 from txl_tf.errors import TxlError
 
 GOLDEN = 0x9E3779B9  # salts the high half of a seed
@@ -53,15 +54,15 @@ class Sampling:
         t, k, p, r = self.temperature, self.top_k, self.top_p, self.repetition_penalty
         # Real numbers (a complex one lost its imaginary part) that float32, the
         # sampler's type, holds: 1e308 became inf (Python compares a huge int exactly).
-        if not _real(t) or not 0 <= t <= FLOAT32_MAX:
+        if not is_real(t) or not 0 <= t <= FLOAT32_MAX:
             raise TxlError(f"temperature must be a finite number >= 0 (0 is greedy; at most "
                            f"float32's {FLOAT32_MAX:.4g}), got {t!r}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n_token:
             raise TxlError(f"top_k must be an integer in [0, {n_token}] (the vocabulary "
                            f"size; 0 = no limit), got {k!r}")
-        if not _real(p) or not 0 < p <= 1:
+        if not is_real(p) or not 0 < p <= 1:
             raise TxlError(f"top_p must be in (0, 1] (1 = no limit), got {p!r}")
-        if not _real(r) or not 1 <= r <= FLOAT32_MAX:
+        if not is_real(r) or not 1 <= r <= FLOAT32_MAX:
             raise TxlError(f"repetition_penalty must be a finite number >= 1 (at most "
                            f"float32's {FLOAT32_MAX:.4g}), got {r!r}")
         return self
@@ -69,9 +70,3 @@ class Sampling:
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
-
-def _real(value):
-    """Whether `value` is a real number: a Python or numpy int or float, not
-    a bool or a complex."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and \
-        not isinstance(value, (bool, np.bool_))

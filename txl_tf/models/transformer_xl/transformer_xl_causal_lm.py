@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import InputError, out_of_range_message
-from txl_tf.checks.numpy_checks import check_count
+from txl_tf.checks.numpy_checks import check_count, is_real
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
@@ -510,11 +510,16 @@ def _check_sampler(sampler, n_token):
         raise InputError(f"generate: compile a sampler first (causal_lm.compile(sampler="
                          f"\"greedy\"), or a keras_hub.samplers.Sampler); got {sampler!r}")
 
-    def number(value, kinds=(int, float, np.integer, np.floating)):
-        return isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
+    number = is_real
 
     def integer(value):
-        return number(value, (int, np.integer))
+        return is_real(value) and isinstance(value, (int, np.integer))
+
+    def value_of(value):  # a 0-d tensor, variable or array (keras-hub divides by it): its number
+        if hasattr(value, "numpy") or isinstance(value, np.ndarray):
+            array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+            return array.item() if array.ndim == 0 else value
+        return value
 
     name = type(sampler).__name__
     checks = (("temperature", lambda t: number(t) and 0 < t < float("inf"),
@@ -525,7 +530,7 @@ def _check_sampler(sampler, n_token):
               ("num_beams", lambda n: integer(n) and n >= 1, "an integer >= 1"),
               ("alpha", lambda a: number(a) and 0 <= a <= 1, "in [0, 1]"))
     for attribute, ok, rule in checks:
-        if hasattr(sampler, attribute) and not ok(getattr(sampler, attribute)):
+        if hasattr(sampler, attribute) and not ok(value_of(getattr(sampler, attribute))):
             raise InputError(f"generate: the sampler's {attribute} must be {rule}; "
                              f"{name} has {attribute}={getattr(sampler, attribute)!r}")
 
