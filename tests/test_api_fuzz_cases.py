@@ -153,6 +153,11 @@ def test_decoder_generate_takes_the_memory_as_a_pair_of_arrays(decoder):
     with_pair = decoder.generate([[1, 2, 3], [4]], 3, temperature=0, memory=pair)
     with_memory = decoder.generate([[1, 2, 3], [4]], 3, temperature=0, memory=memory)
     np.testing.assert_array_equal(with_pair.ids, with_memory.ids)
+    with_list = decoder.generate([[1, 2, 3], [4]], 3, temperature=0, memory=list(pair))
+    np.testing.assert_array_equal(with_list.ids, with_memory.ids)  # as the core takes it
+    with pytest.raises(TxlError, match=r"memory must be a txl_tf.Memory .* or a \(mems, "
+                                       r"mem_mask\) pair, got str"):
+        decoder.generate([[1, 2, 3]], 3, temperature=0, memory="memory")
 
 
 def test_generate_names_a_prompt_of_ragged_rows(decoder):

@@ -454,9 +454,10 @@ def _filled(mem_mask):
 
 
 def _tensors(memory):
-    if not isinstance(memory, Memory) and not (isinstance(memory, tuple) and len(memory) == 2):
-        raise TxlError("memory must be a txl_tf.Memory (e.g. a Generation's .memory), got "
-                       f"{type(memory).__name__}")
+    if not isinstance(memory, Memory) and not (isinstance(memory, (tuple, list))
+                                               and len(memory) == 2):
+        raise TxlError("memory must be a txl_tf.Memory (e.g. a Generation's .memory) or a "
+                       f"(mems, mem_mask) pair, got {type(memory).__name__}")
     mems, mem_mask = memory
     return Memory(tf.convert_to_tensor(mems), tf.convert_to_tensor(mem_mask))
 
