@@ -2,14 +2,14 @@ r"""What the memory is worth: in bits per character on real text, in how far
 back a classifier can read, and in telling corpora apart. One suite in parts
 (`--part`); every part prints a table and writes JSON:
 
-    python -m benchmarks.memory_worth [--part=shakespeare] [--budget_s=480]
+    python -m benchmarks.memory_worth [--part=shakespeare] [--budget_s=480] [--seeds=0,1,2]
     python -m benchmarks.memory_worth --part=reach [--seeds=0,1] [--steps=1000]
     python -m benchmarks.memory_worth --part=corpus_id [--pretrain_s=720] [--finetune_s=240] \
         [--n_words=48]
 
 - `shakespeare` (default): a small Transformer-XL trained on Tiny
-  Shakespeare in a fixed CPU budget, scored at three memories
-  (`run_shakespeare`);
+  Shakespeare in a fixed CPU budget, once per seed, scored at three
+  memories: median and range over the seeds (`run_shakespeare`);
 - `reach`: a label only the first of several segments decides, learned with
   the paper's gradient cut, with the gradient through the whole document,
   or with a longer memory (`run_reach`);
@@ -51,23 +51,52 @@ SHAKESPEARE_SPEC = (
     option("enum", "mixed_precision", "auto", "As the training job's flag.",
            ["auto", "none", "mixed_float16", "mixed_bfloat16"]),
     option("integer", "eval_batch_size", 8, "Streams during evaluation."),
-    option("string", "model_dir", None, "Training folder (default: a temporary one)."),
+    option("string", "seeds", "0,1,2", "Comma-separated training seeds: one model each; the "
+           "table is each memory's median bpc and its range over them."),
+    option("string", "model_dir", None, "Training folder (default: a temporary one); a seed's "
+           "model trains in its seed<S> folder."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "shakespeare.json"),
            "Where to write the JSON results."),
 )
+
+
+def shakespeare_seeds(text):
+    """The `--seeds` flag's seeds (at least one, no repeats), or `TrainingError`."""
+    from training.train import check_seed
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise TrainingError(f"--seeds takes distinct integers, got {text!r}")
+    for seed in seeds:
+        check_seed(seed)
+    return seeds
+
+
+def over_seeds(runs):
+    """Each memory's bpc over the seeds' runs: `[{"mem_len", "bpc" (the median),
+    "bpc_min", "bpc_max", "bpc_by_seed"}]`, in the runs' order of memories."""
+    rows = []
+    for k, first in enumerate(runs[0]["validation"]):
+        values = [run["validation"][k]["bpc"] for run in runs]
+        rows.append({"mem_len": first["mem_len"], "bpc": statistics.median(values),
+                     "bpc_min": min(values), "bpc_max": max(values), "bpc_by_seed": values})
+    return rows
 
 
 def run_shakespeare(o):
     r"""`--part=shakespeare`: how far does a small Transformer-XL get on real text
     in a fixed CPU budget, and what is its memory worth?
 
-    Trains a preset (default `small`) on Tiny Shakespeare, byte-level, first 90%
-    of the bytes for training and the last 10% for validation (the char-rnn
-    convention), for `--budget_s` seconds of training (the number of steps is
-    set from a short timing probe so that the cosine schedule ends with the
-    budget). Then evaluates the whole validation split with the memory at the
-    training length, at 3x that, and with mem_len 0; prints a table and writes
-    JSON.
+    For each seed of `--seeds`, trains a preset (default `small`) on Tiny
+    Shakespeare, byte-level, first 90% of the bytes for training and the last
+    10% for validation (the char-rnn convention), for `--budget_s` seconds of
+    training (the number of steps is set from a short timing probe so that the
+    cosine schedule ends with the budget). Then evaluates the whole validation
+    split with the memory at the training length, at 3x that, and with mem_len
+    0; prints each memory's median bpc over the seeds and its range, and
+    writes JSON (every seed's run in `runs`).
     """
     if not 0 < o["budget_s"] < float("inf"):  # NaN too
         raise TrainingError(f"--budget_s must be a finite number of seconds > 0, got "
@@ -75,17 +104,49 @@ def run_shakespeare(o):
     if not os.path.isfile(o["data"]):
         raise TrainingError(f"--data: {o['data']} not found (Tiny Shakespeare; the repo "
                             "expects it at ../shared/data/tinyshakespeare.txt)")
+    seeds = shakespeare_seeds(o["seeds"])
+    model_dir = o["model_dir"] or tempfile.mkdtemp(prefix="txl_shakespeare_")
+    runs = [shakespeare_run(o, seed, os.path.join(model_dir, f"seed{seed}")) for seed in seeds]
+    first = runs[0]
+    report = {"benchmark": "tinyshakespeare byte-level, 90/10 split", "preset": o["preset"],
+              "config": first["config"], "mixed_precision": o["mixed_precision"],
+              "parameters": first["parameters"], "batch_size": o["batch_size"],
+              "tgt_len": first["tgt_len"], "train_mem_len": first["train_mem_len"],
+              "learning_rate": o["learning_rate"], "budget_s": o["budget_s"], "seeds": seeds,
+              "steps": statistics.median(run["steps"] for run in runs),
+              "train_bytes": first["train_bytes"], "valid_bytes": first["valid_bytes"],
+              "validation": over_seeds(runs), "runs": runs, "model_dir": model_dir}
+    output = o["output"] or os.path.join(model_dir, "shakespeare.json")
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+
+    print(f"\nTiny Shakespeare, byte-level: preset {o['preset']} "
+          f"({first['parameters']:,} parameters), seeds {o['seeds']}, steps "
+          f"{', '.join(str(run['steps']) for run in runs)} x batch {o['batch_size']} x "
+          f"{first['tgt_len']} bytes")
+    print(f"{'eval mem_len':>12} | {'valid bpc: median':>17} | {'min':>6} | {'max':>6}")
+    for row in report["validation"]:
+        print(f"{row['mem_len']:>12} | {row['bpc']:>17.4f} | {row['bpc_min']:>6.4f} | "
+              f"{row['bpc_max']:>6.4f}")
+    print(f"results: {output}", flush=True)
+    return report
+
+
+def shakespeare_run(o, seed, model_dir):
+    """One seed's model of `run_shakespeare`, trained in `model_dir`: its
+    settings, steps and validation rows (bpc at each memory)."""
     from txl_tf.weights import load_pretrained
     from txl_tf.data import load_corpus
     from training.budget import train_within
     from txl_tf.learning.evaluation import evaluate_ids
 
-    model_dir = o["model_dir"] or tempfile.mkdtemp(prefix="txl_shakespeare_")
     cache = os.path.join(model_dir, "corpus_cache")
     base = dict(preset=o["preset"], dataset="text", data_dir=o["data"], cache_dir=cache,
                 batch_size=o["batch_size"], tgt_len=o["tgt_len"], mem_len=o["mem_len"],
                 dropout=o["dropout"], learning_rate=o["learning_rate"], strategy="one_device",
-                config_override=o["config_override"], mixed_precision=o["mixed_precision"])
+                config_override=o["config_override"], mixed_precision=o["mixed_precision"],
+                seed=seed)
     result, steps, per_step, train_seconds = train_within(
         o["budget_s"], base, model_dir, warmup_steps=200, checkpoints=5, log_every=20)
 
@@ -100,30 +161,12 @@ def run_shakespeare(o):
                      "tokens": r["tokens"], "seconds": r["seconds"]})
     with open(os.path.join(model_dir, "train_log.jsonl"), encoding="utf-8") as f:
         last = [json.loads(line) for line in f][-1]
-    report = {"benchmark": "tinyshakespeare byte-level, 90/10 split", "preset": o["preset"],
-              "config": core.config.to_dict(), "mixed_precision": o["mixed_precision"],
-              "parameters": result["parameters"], "batch_size": o["batch_size"],
-              "tgt_len": tgt, "train_mem_len": mem, "learning_rate": o["learning_rate"],
-              "budget_s": o["budget_s"], "train_seconds": train_seconds,
-              "steps": result["step"], "seconds_per_step": per_step,
-              "train_tokens": result["step"] * o["batch_size"] * tgt,
-              "train_bytes": int(len(corpus.train)), "valid_bytes": int(len(corpus.valid)),
-              "train_bpc_last_epoch": last.get("bpc"), "validation": rows,
-              "model_dir": model_dir}
-    output = o["output"] or os.path.join(model_dir, "shakespeare.json")
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
-
-    print(f"\nTiny Shakespeare, byte-level: preset {o['preset']} "
-          f"({result['parameters']:,} parameters), {result['step']} steps x batch "
-          f"{o['batch_size']} x {tgt} bytes in {train_seconds:.0f}s")
-    print(f"{'eval mem_len':>12} | {'valid bpc':>9} | {'bytes':>8} | {'eval s':>6}")
-    for row in rows:
-        print(f"{row['mem_len']:>12} | {row['bpc']:>9.4f} | {row['tokens']:>8,} | "
-              f"{row['seconds']:>6.1f}")
-    print(f"results: {output}", flush=True)
-    return report
+    return {"seed": seed, "config": core.config.to_dict(), "parameters": result["parameters"],
+            "tgt_len": tgt, "train_mem_len": mem, "train_seconds": train_seconds,
+            "steps": result["step"], "seconds_per_step": per_step,
+            "train_tokens": result["step"] * o["batch_size"] * tgt,
+            "train_bytes": int(len(corpus.train)), "valid_bytes": int(len(corpus.valid)),
+            "train_bpc_last_epoch": last.get("bpc"), "validation": rows}
 
 
 # --------------------------------------------------------------------- reach

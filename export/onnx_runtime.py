@@ -312,8 +312,8 @@ class OnnxRuntime(Runtime):
     over fixed buffers, one set per batch size (`export.decode_cache`),
     and so do the fixed-shape segments (`export.device_memory.FixedSegment`,
     on the device path: CUDA, or `device_cache=True`); `"auto"` does so
-    with the cache on CUDA (about 4× faster per token at `enwik8_base` on
-    an H100). An export whose step or segment cannot be captured runs it
+    with the cache on CUDA (far faster per token: measured at ec22188,
+    benchmarks/NOTES.md §5). An export whose step or segment cannot be captured runs it
     without them, with a warning.
 
     `tf32` (default False): on CUDA, let float32 matmuls use TF32 tensor

@@ -49,3 +49,22 @@ def test_without_resource_or_getloadavg_the_benchmarks_still_describe_the_machin
     assert throughput.environment()["loadavg"] is None
     monkeypatch.delitem(sys.modules, "benchmarks.memory_worth", raising=False)
     importlib.import_module("benchmarks.memory_worth")
+
+
+
+def test_no_mfu_passes_1_the_peak_is_the_best_the_run_shows(monkeypatch):
+    """A row that computes faster than the matmul peak (a peak measured too
+    low: a busy moment) raises its dtype's peak to its own GFLOP/s, so that
+    no MFU passes 1; the other dtypes keep their matmul peak."""
+    import benchmarks.throughput as tp
+    monkeypatch.setattr(tp, "matmul_peak", lambda dtype: {"float32": 100.0,
+                                                          "bfloat16": 300.0}[dtype])
+    monkeypatch.setattr(tp, "environment", lambda: {"loadavg": None})
+    rows = [{"peak_dtype": "float32", "model_gflops_per_s": 120.0},
+            {"peak_dtype": "float32", "model_gflops_per_s": 80.0},
+            {"peak_dtype": "bfloat16", "model_gflops_per_s": 150.0},
+            {"peak_dtype": "float32", "error": "failed"}]
+    tp.report(rows, {"float32": 90.0, "bfloat16": 200.0}, {"loadavg": None},
+              [("MFU", "mfu", ".1%")], None, "q", {})
+    assert [r.get("mfu") for r in rows] == [1.0, 80.0 / 120.0, 0.5, None]
+    assert [r.get("peak_gflops") for r in rows] == [120.0, 120.0, 300.0, None]

@@ -2,9 +2,8 @@
 kernels joined, the position kernel transposed by head) are traced only for
 ONNX (`txl_tf.layers.onnx_forms`), which folds them at load: TensorFlow's
 graphs (a SavedModel's decode step) would redo them at every step, copying
-the kernels (the SavedModel's step at enwik8_base, batch 1, on the CPU: 22.5
-ms with them, 16.0 without; 15.5 to 17.2 before they came in). Both forms
-give the same numbers."""
+the kernels (measured at 590cccf: benchmarks/README.md, issue 53's CPU
+before and after). Both forms give the same numbers."""
 import contextlib
 
 import numpy as np

@@ -152,7 +152,7 @@ class TransformerXL(keras.layers.Layer):
         if not tf.is_tensor(batch_size):
             batch_size = check_count("batch_size", batch_size, low=1)
             # A large one in host memory is checked (TensorFlow's OOM was the error);
-            # a small one is not (reading the free memory costs ~75 µs).
+            # a small one is not (reading the free memory costs more than it is worth).
             if cfg.n_layer * batch_size * mem_len * cfg.d_model > 2 ** 26 and \
                     not tf.config.list_physical_devices("GPU"):  # else the memory is the GPU's
                 from txl_tf.checks.memory_budget import check_memory_state

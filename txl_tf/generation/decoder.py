@@ -399,10 +399,10 @@ class Decoder:
             return (t < num_tokens) & ~tf.reduce_all(loop[-1])
 
         # The output bins transposed to [in, out] once, before the loop, at
-        # batch 1 only: there XLA's step reads a large table 1.6x as fast that
-        # way (20.8 against 12.8 GB/s at wt103_base's 267,735 words, AVX2);
-        # at batch 4 and 16 it reads the table as it is faster (79 against
-        # 108 ms a step at batch 4), and the transpose costs 0.9 s a call there.
+        # batch 1 only: there XLA's step reads a large table faster that way
+        # (wt103_base's 267,735 words, AVX2); at batch 4 and 16 it reads the
+        # table faster as it is, and the transpose would cost every call
+        # (measured at c1e5c01; benchmarks/NOTES.md).
         output_weights = self.core.crit.decode_weights() if log_probs.shape[0] == 1 else None
         _, ids, chosen, log_probs, cache, *state = tf.while_loop(
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])

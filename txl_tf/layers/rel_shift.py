@@ -16,8 +16,8 @@ def rel_shift(x):
     x = tf.pad(x, [[0, 0], [0, 0], [0, 0], [1, 0]])
     x = tf.reshape(x, [batch, heads, klen + 1, qlen])
     # tf.slice, not x[:, :, 1:]: the gradient of Slice is a Pad, that of
-    # StridedSlice a generic StridedSliceGrad ~10x slower on CPU
-    # (benchmarks/NOTES.md: 12-15% of a training step).
+    # StridedSlice a generic StridedSliceGrad, far slower on CPU
+    # (benchmarks/NOTES.md has the measured share of a training step).
     # Explicit sizes: tf2onnx mis-converts some size -1 slices.
     x = tf.slice(x, [0, 0, 1, 0], tf.stack([batch, heads, klen, qlen]))
     return tf.reshape(x, shape)
