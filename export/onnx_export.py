@@ -169,7 +169,7 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
     shapes.update({f"new_{name}": shapes[name] for name in decode.CACHE_NAMES})
     shapes.update({f"new_{name}": shape for name, shape in layer_shapes.items()})
     shapes.update(layer_shapes, **token, token_mems=[cfg.n_layer, "batch", cfg.d_model],
-                  token_ids=["batch"], log_probs=["batch", cfg.n_token],
+                  token_ids=["batch"], stopped=["batch"], log_probs=["batch", cfg.n_token],
                   mems=[cfg.n_layer, "batch", mem_len, cfg.d_model],
                   mem_mask=["batch", mem_len])
     # A slab's step reads its first rows; the stacked layer inputs, whose

@@ -140,6 +140,22 @@ def test_the_onnx_files_name_their_interface(exported):
         assert json.loads(meta["txl_tf.config"])["n_token"] == CONFIG.n_token
 
 
+def test_every_axis_of_the_onnx_interfaces_is_a_size_or_a_named_axis(exported):
+    """decode_token's `stopped` had tf2onnx's anonymous `unk__1` axis: a
+    TensorRT profile or a Triton config names the batch axis, and a tool
+    that merges symbolic shapes could not tell it was the rows'."""
+    out = exported[1]
+    for path in sorted(out.glob("*.onnx")):
+        graph = onnx.load(str(path), load_external_data=False).graph
+        for value in list(graph.input) + list(graph.output):
+            for dim in value.type.tensor_type.shape.dim:
+                assert dim.HasField("dim_value") or dim.dim_param in (
+                    "batch", "seq_len", "capacity"), (path.name, value.name, dim)
+        if path.name == "decode_token.onnx":
+            stopped = next(i for i in graph.input if i.name == "stopped")
+            assert [d.dim_param for d in stopped.type.tensor_type.shape.dim] == ["batch"]
+
+
 def test_a_cached_step_is_a_step_on_the_memory_it_holds(exported, runtime):
     """Token by token, from a memory several segments deep (the ring wraps)."""
     core = exported[0]
