@@ -169,7 +169,7 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
     shapes.update({f"new_{name}": shapes[name] for name in decode.CACHE_NAMES})
     shapes.update({f"new_{name}": shape for name, shape in layer_shapes.items()})
     shapes.update(layer_shapes, **token, token_mems=[cfg.n_layer, "batch", cfg.d_model],
-                  token_ids=["batch"], log_probs=["batch", cfg.n_token],
+                  token_ids=["batch"], stopped=["batch"], log_probs=["batch", cfg.n_token],
                   mems=[cfg.n_layer, "batch", mem_len, cfg.d_model],
                   mem_mask=["batch", mem_len])
     # A slab's step reads its first rows; the stacked layer inputs, whose
@@ -402,7 +402,7 @@ def order_outputs(model, names):
 # inside a runtime, which checks every id on the host first (prompts, and the
 # ids of `decode_step`; sampled ids are in range), and it is the graph a GPU
 # replays, where the check cannot work (ONNX Runtime's CUDA Gather gives 0 for
-# an index out of range instead of failing) and would cost 7 kernels a token.
+# an index out of range instead of failing) and would cost 10 kernels a token.
 UNCHECKED_IDS = ("decode_token",)
 
 
@@ -440,7 +440,9 @@ def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix):
     any(bad) indexes a 1-element constant, so a bad input is a Gather out of
     bounds in a node named `message` (onnxruntime prints it); the gathered 0
     is added to the int32 input the model reads, so no optimiser can drop
-    the check. Node names start with `prefix`.
+    the check. An empty input is bad too: its flag joins the reduction,
+    which is then never over an empty set (undefined before opset 18).
+    Node names start with `prefix`.
     """
     checked = f"{input_name}_checked"
     for node in model.graph.node:
@@ -448,7 +450,19 @@ def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix):
     c = prefix
     nodes = list(bad_nodes) + [
         onnx_constant(c + "guard_data", [0]),
-        helper.make_node("Cast", [bad_name], [c + "bad_int"], name=c + "bad_int",
+        onnx_constant(c + "guard_flat", [-1], TensorProto.INT64),
+        onnx_constant(c + "guard_one", [1], TensorProto.INT64),
+        onnx_constant(c + "guard_no_elements", 0, TensorProto.INT64),
+        helper.make_node("Reshape", [bad_name, c + "guard_flat"], [c + "bad_flat"],
+                         name=c + "bad_flat"),
+        helper.make_node("Size", [input_name], [c + "guard_size"], name=c + "guard_size"),
+        helper.make_node("Equal", [c + "guard_size", c + "guard_no_elements"],
+                         [c + "guard_is_empty"], name=c + "guard_is_empty"),
+        helper.make_node("Reshape", [c + "guard_is_empty", c + "guard_one"],
+                         [c + "guard_empty_flag"], name=c + "guard_empty_flag"),
+        helper.make_node("Concat", [c + "bad_flat", c + "guard_empty_flag"], [c + "flags"],
+                         name=c + "flags", axis=0),
+        helper.make_node("Cast", [c + "flags"], [c + "bad_int"], name=c + "bad_int",
                          to=TensorProto.INT64),
         helper.make_node("ReduceMax", [c + "bad_int"], [c + "any_bad"], name=c + "any_bad",
                          keepdims=0),
