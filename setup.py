@@ -44,7 +44,9 @@ setup(
         "tensorflow>=2.21,<2.22",
         "keras>=3.15,<3.16",
         "keras-hub>=0.32,<0.33",
-        "tensorflow-text>=2.21,<2.22",
+        # 2.21.0's wheel fails to import (undefined symbol icudt77_dat), and
+        # `import txl_tf` with it: 2.21.1 is the first that loads.
+        "tensorflow-text>=2.21.1,<2.22",
         "tf2onnx>=1.17,<1.18",
         "onnx>=1.17",
         "absl-py>=2.5,<2.6",
