@@ -83,6 +83,7 @@ def test_requires_python_admits_no_python_the_pinned_requirements_refuse(wheel):
 
 @pytest.mark.parametrize("name,broken,first_good", [
     ("tensorflow-text", "2.21.0", "2.21.1"),  # its wheel fails to import: undefined icudt77_dat
+    ("torch", "2.2.2", "2.3.0"),  # built for numpy 1: beside numpy 2 no tensor reaches numpy
 ])
 def test_the_requirements_refuse_releases_that_do_not_work(wheel, name, broken, first_good):
     from packaging.requirements import Requirement

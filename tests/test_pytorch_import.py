@@ -164,6 +164,28 @@ def test_torch_pickle_without_torch_says_what_to_do(tmp_path, monkeypatch):
         import_pytorch(str(path))
 
 
+class _TensorWithoutNumpy:
+    """A tensor of torch < 2.3 beside numpy 2: `.numpy()` raises as there."""
+    dtype = "torch.float32"
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        raise RuntimeError("Numpy is not available")
+
+
+def test_a_torch_that_cannot_hand_tensors_to_numpy_is_named():
+    """torch 2.1 and 2.2 were built for numpy 1: beside numpy 2 each tensor's
+    `.numpy()` raised a bare RuntimeError out of the import."""
+    with pytest.raises(StateDictError, match=r"entry 'w'.*Numpy is not available.*torch "
+                                             r"older than 2\.3 needs numpy < 2"):
+        read_pytorch({"w": _TensorWithoutNumpy()})
+
+
 def test_unreadable_files(tmp_path):
     with pytest.raises(StateDictError, match="not found"):
         read_pytorch(str(tmp_path / "missing.safetensors"))
