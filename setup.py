@@ -44,7 +44,9 @@ setup(
         "tensorflow>=2.21,<2.22",
         "keras>=3.15,<3.16",
         "keras-hub>=0.32,<0.33",
-        "tensorflow-text>=2.21,<2.22",
+        # 2.21.0's wheel fails to import (undefined symbol icudt77_dat), and
+        # `import txl_tf` with it: 2.21.1 is the first that loads.
+        "tensorflow-text>=2.21.1,<2.22",
         "tf2onnx>=1.17,<1.18",
         "onnx>=1.17",
         "absl-py>=2.5,<2.6",
@@ -64,7 +66,9 @@ setup(
         "gpu": ["tensorflow[and-cuda]>=2.21,<2.22", "nvidia-cuda-nvcc-cu12>=12.6.85",
                 "onnxruntime-gpu>=1.31,<1.32"],
         # Only to read PyTorch .bin/.pt state dicts (safetensors need no torch).
-        "torch": ["torch>=2.1"],
+        # 2.3: torch 2.1 and 2.2 were built for numpy 1, and beside numpy 2
+        # cannot hand a tensor to numpy ("Numpy is not available").
+        "torch": ["torch>=2.3"],
         "bench": ["matplotlib>=3.8"],  # the benchmarks' PNG plots
         "viz": ["matplotlib>=3.8"],  # attention pictures (txl_tf.classification.attention_picture)
         # tritonclient: its model-config protobuf parses the Triton config in the tests

@@ -375,6 +375,20 @@ def test_every_extra_of_setup_py_is_named_in_the_docs():
     assert sorted(e for e in extras if f"[{e}]" not in text) == []
 
 
+def test_the_readmes_extras_table_is_setup_pys_extras():
+    """README's table of what each extra adds: one row per extra, and the
+    versions it names are setup.py's floors."""
+    setup_text = (REPO / "setup.py").read_text()
+    block = setup_text.split("extras_require={")[1].split("\n    },")[0]
+    extras = re.findall(r'^\s*"(\w+)": \[', block, re.M)
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("What each extra adds")[1].split("\n\n")[1]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", table, re.M))
+    assert sorted(rows) == sorted(extras)
+    for package, floor in re.findall(r"([\w-]+) ≥ ([\d.]+)", table):
+        assert f'"{package}>={floor}' in block, (package, floor)
+
+
 def test_flags_written_after_a_command_in_prose_are_that_commands():
     """A `` `training.classify --grad_segments=K` `` or `` `txl-generate
     --num_tokens=N` `` span of the prose names flags of that command (the

@@ -81,6 +81,20 @@ def test_requires_python_admits_no_python_the_pinned_requirements_refuse(wheel):
         assert not refused, (requirement.name, str(theirs), refused)
 
 
+@pytest.mark.parametrize("name,broken,first_good", [
+    ("tensorflow-text", "2.21.0", "2.21.1"),  # its wheel fails to import: undefined icudt77_dat
+    ("torch", "2.2.2", "2.3.0"),  # built for numpy 1: beside numpy 2 no tensor reaches numpy
+])
+def test_the_requirements_refuse_releases_that_do_not_work(wheel, name, broken, first_good):
+    from packaging.requirements import Requirement
+    (metadata,) = [text.decode() for name_, text in wheel.items() if name_.endswith("METADATA")]
+    (requirement,) = [Requirement(line) for line in
+                      re.findall(r"^Requires-Dist: (.+)$", metadata, re.M)
+                      if Requirement(line).name == name]
+    assert broken not in requirement.specifier, requirement
+    assert first_good in requirement.specifier, requirement
+
+
 def test_flagfiles_are_found_by_name():
     assert {"enwik8_base", "wt103_large"} <= set(configs.names())
     with open(configs.path("enwik8_base"), encoding="utf-8") as f:

@@ -2,6 +2,7 @@
 PyTorch code's semantics (tests/reference_pytorch_numpy.py)."""
 import builtins
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -162,6 +163,68 @@ def test_torch_pickle_without_torch_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_torch)
     with pytest.raises(StateDictError, match=r"needs PyTorch.*safetensors"):
         import_pytorch(str(path))
+
+
+# What torch.load(weights_only=True) raises for a pickled module: torch 2.1's
+# one line, and torch 2.6's advice (one phrase in terminal bold) before the reason.
+_REFUSALS = {
+    "2.1": "Weights only load failed. Re-running `torch.load` with `weights_only` set to "
+           "`False` will likely succeed, but it can result in arbitrary code execution.Do it "
+           "only if you get the file from a trusted source. WeightsUnpickler error: "
+           "Unsupported class torch.nn.modules.linear.Linear",
+    "2.6": "Weights only load failed. This file can still be loaded, to do so you have two "
+           "options, \x1b[1mdo those steps only if you trust the source of the checkpoint"
+           "\x1b[0m. \n\t(1) In PyTorch 2.6, we changed the default value of the `weights_only` "
+           "argument in `torch.load` from `False` to `True`. Re-running `torch.load` with "
+           "`weights_only` set to `False` will likely succeed, but it can result in arbitrary "
+           "code execution.\n\tWeightsUnpickler error: Unsupported global: GLOBAL "
+           "torch.nn.modules.linear.Linear was not an allowed global by default. Please use "
+           "`torch.serialization.add_safe_globals([torch.nn.modules.linear.Linear])` to "
+           "allowlist this global if you trust this class/function.\n\nCheck the "
+           "documentation of torch.load.",
+}
+
+
+@pytest.mark.parametrize("version", sorted(_REFUSALS))
+def test_a_refused_torch_pickle_names_what_it_holds(tmp_path, monkeypatch, version):
+    """The reason, not torch's advice to load with weights_only=False, nor its
+    terminal escapes (torch 2.6 put its reason below that advice)."""
+    import pickle
+    import types
+
+    def load(*args, **kwargs):
+        raise pickle.UnpicklingError(_REFUSALS[version])
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(load=load))
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"not read")
+    with pytest.raises(StateDictError) as err:
+        read_pytorch(str(path))
+    message = str(err.value)
+    assert re.search(r"refused it \(Unsupported (class|global: GLOBAL) "
+                     r"torch\.nn\.modules\.linear\.Linear[^.]*\)\. The paper", message), message
+    assert "\x1b" not in message and "weights_only` set to `False" not in message, message
+
+
+class _TensorWithoutNumpy:
+    """A tensor of torch < 2.3 beside numpy 2: `.numpy()` raises as there."""
+    dtype = "torch.float32"
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        raise RuntimeError("Numpy is not available")
+
+
+def test_a_torch_that_cannot_hand_tensors_to_numpy_is_named():
+    """torch 2.1 and 2.2 were built for numpy 1: beside numpy 2 each tensor's
+    `.numpy()` raised a bare RuntimeError out of the import."""
+    with pytest.raises(StateDictError, match=r"entry 'w'.*Numpy is not available.*torch "
+                                             r"older than 2\.3 needs numpy < 2"):
+        read_pytorch({"w": _TensorWithoutNumpy()})
 
 
 def test_unreadable_files(tmp_path):

@@ -7,6 +7,7 @@ which builds tensors and plain containers and refuses anything else, and only
 when PyTorch is installed. There is no plain-unpickle path.
 """
 import os
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -95,11 +96,10 @@ def _read_torch(path):
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise StateDictError(
             f"{path} is not a plain state dict: torch.load(weights_only=True) refused it "
-            f"({first}). The paper's code saves the whole model object; load it there and "
-            "save model.state_dict() (ideally as .safetensors)") from None
+            f"({_refusal(err)}). The paper's code saves the whole model object; load it there "
+            "and save model.state_dict() (ideally as .safetensors)") from None
     except (RuntimeError, EOFError, OSError) as err:
         raise StateDictError(f"cannot read {path}: {err}") from None
     for key in _NESTED_KEYS:
@@ -111,12 +111,28 @@ def _read_torch(path):
     return from_arrays(loaded, path)
 
 
+def _refusal(err):
+    """The reason in torch.load's refusal: not its advice to load with
+    weights_only=False (torch >= 2.6 puts that first), nor terminal escapes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
+    reason = re.search(r"WeightsUnpickler error: *([^\n]+)", text)
+    if reason:
+        return reason.group(1).split(". ")[0].strip().rstrip(".")
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _to_numpy(value, name, path):
     if hasattr(value, "detach"):  # a torch tensor
         value = value.detach().cpu()
         if str(value.dtype) == "torch.bfloat16":
             value = value.float()
-        value = value.numpy()
+        try:
+            value = value.numpy()
+        except RuntimeError as err:  # torch < 2.3 (built for numpy 1) beside numpy 2
+            raise StateDictError(
+                f"{path}: entry {name!r} cannot be handed to numpy {np.__version__} ({err}); "
+                "a torch older than 2.3 needs numpy < 2 (pip install 'torch>=2.3', or "
+                "'numpy<2')") from None
     if not isinstance(value, np.ndarray):
         raise StateDictError(f"{path}: entry {name!r} is a {type(value).__name__}, not a tensor")
     return value
