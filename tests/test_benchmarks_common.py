@@ -51,7 +51,6 @@ def test_without_resource_or_getloadavg_the_benchmarks_still_describe_the_machin
     importlib.import_module("benchmarks.memory_worth")
 
 
-
 def test_a_row_faster_than_the_matmul_shows_and_moves_no_other_row(monkeypatch, capsys):
     """MFU is against the same-run matmul: a row above it (a step that
     skipped work, or a peak timed too low) keeps an MFU above 1 and is
