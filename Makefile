@@ -25,7 +25,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.inference --preset=small --batch_sizes=1,16 --iters=100 \
 		--output=benchmarks/results/inference.json
-	$(PY) -m benchmarks.memory_worth --budget_s=480
+	$(PY) -m benchmarks.memory_worth --budget_s=480  # 480 s per seed, 3 seeds
 
 clean:
 	rm -rf $(VENV) build *.egg-info

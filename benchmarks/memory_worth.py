@@ -39,7 +39,7 @@ from txl_tf.app.flagspec import option, values  # noqa: E402
 SHAKESPEARE_SPEC = (
     option("string", "data", os.path.join(REPO, "..", "shared", "data", "tinyshakespeare.txt"),
            "Tiny Shakespeare text file."),
-    option("float", "budget_s", 480, "Training time budget in seconds."),
+    option("float", "budget_s", 480, "Training time budget in seconds, per seed."),
     option("string", "preset", "small", "Model preset."),
     option("integer", "batch_size", 16, "Global batch size."),
     option("integer", "tgt_len", None, "Segment length (default: the preset's)."),

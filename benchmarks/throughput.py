@@ -384,37 +384,30 @@ def write_json(path, result, quiet=False):
             print(f"wrote {path}")
 
 
-def best_peaks(peak, rows):
-    """Each dtype's peak GFLOP/s: the best the run shows, its matmul `peak` or
-    a row's own GFLOP/s where a row computed faster (the matmul was then
-    timed too low), so that no MFU passes 1."""
-    best = dict(peak)
-    for r in rows:
-        if "error" not in r and r.get("model_gflops_per_s") is not None:
-            dtype = r["peak_dtype"]
-            best[dtype] = max(best.get(dtype, 0.0), r["model_gflops_per_s"])
-    return best
-
-
 def report(rows, peak, env_before, columns, output, question, settings):
-    """Fills MFU against the best peak of the run (`best_peaks`), prints the
-    table and writes the JSON (`question`, `settings`, peaks, environment,
-    rows)."""
-    matmul = peaks(peak, peak)  # the best of before and after
-    peak = best_peaks(matmul, rows)
-    above = sorted(k for k in peak if peak[k] > matmul.get(k, 0.0))
-    if above:
-        print(f"a row computed faster than the matmul peak ({', '.join(above)}): "
-              "its GFLOP/s is the peak (the matmul was timed too low)")
+    """Fills MFU against the best matmul peak of the run, prints the table and
+    writes the JSON (`question`, `settings`, peaks, environment, rows). A row
+    that computes faster than the matmul keeps its MFU above 1 and is flagged
+    (`above_peak`): its step skipped work, or the matmul was timed too low;
+    taking the row as the peak would hide the first and lower every other
+    row's MFU."""
+    peak = peaks(peak, peak)  # the best of before and after
     for r in rows:
         if "error" not in r:
             r["peak_gflops"] = peak[r["peak_dtype"]]
             r["mfu"] = r["model_gflops_per_s"] / r["peak_gflops"]
+            if r["mfu"] > 1:
+                r["above_peak"] = True
+    above = [f"{r.get('shape', '')} {r.get('variant', '')}".strip() for r in rows
+             if r.get("above_peak")]
+    if above:
+        print(f"MFU above 1 ({', '.join(above)}): faster than the same-run matmul; check "
+              "that the step did its work, or the matmul was timed too low")
     table = format_table(rows, columns)
     env = environment()
     env["loadavg_before"] = env_before["loadavg"]
     shown = ", ".join(f"{k} {v:.1f}" for k, v in peak.items())
-    print(f"peak GFLOP/s: {shown}; loadavg before {env['loadavg_before']}, "
+    print(f"matmul peak GFLOP/s: {shown}; loadavg before {env['loadavg_before']}, "
           f"after {env['loadavg']}")
     print(table)
     for r in rows:
@@ -422,8 +415,7 @@ def report(rows, peak, env_before, columns, output, question, settings):
             from benchmarks.tf_profile import one_line
             print(f"profile {r['shape']} {r['variant']}: {one_line(r['profile'])}")
     write_json(output, {"question": question, "settings": settings,
-                        "matmul_peak_gflops": matmul, "peak_gflops": peak,
-                        "environment": env, "results": rows,
+                        "matmul_peak_gflops": peak, "environment": env, "results": rows,
                         "table": table})
     if output:
         try:

@@ -51,20 +51,22 @@ def test_without_resource_or_getloadavg_the_benchmarks_still_describe_the_machin
     importlib.import_module("benchmarks.memory_worth")
 
 
-
-def test_no_mfu_passes_1_the_peak_is_the_best_the_run_shows(monkeypatch):
-    """A row that computes faster than the matmul peak (a peak measured too
-    low: a busy moment) raises its dtype's peak to its own GFLOP/s, so that
-    no MFU passes 1; the other dtypes keep their matmul peak."""
+def test_a_row_faster_than_the_matmul_shows_and_moves_no_other_row(monkeypatch, capsys):
+    """MFU is against the same-run matmul: a row above it (a step that
+    skipped work, or a peak timed too low) keeps an MFU above 1 and is
+    flagged, and the other rows keep their MFU against the matmul (a row
+    taken as the peak would read 100% and lower every other row's)."""
     import benchmarks.throughput as tp
     monkeypatch.setattr(tp, "matmul_peak", lambda dtype: {"float32": 100.0,
                                                           "bfloat16": 300.0}[dtype])
     monkeypatch.setattr(tp, "environment", lambda: {"loadavg": None})
-    rows = [{"peak_dtype": "float32", "model_gflops_per_s": 120.0},
-            {"peak_dtype": "float32", "model_gflops_per_s": 80.0},
-            {"peak_dtype": "bfloat16", "model_gflops_per_s": 150.0},
-            {"peak_dtype": "float32", "error": "failed"}]
+    rows = [{"variant": "skipped", "peak_dtype": "float32", "model_gflops_per_s": 120.0},
+            {"variant": "f32", "peak_dtype": "float32", "model_gflops_per_s": 80.0},
+            {"variant": "bf16", "peak_dtype": "bfloat16", "model_gflops_per_s": 150.0},
+            {"variant": "failed", "peak_dtype": "float32", "error": "failed"}]
     tp.report(rows, {"float32": 90.0, "bfloat16": 200.0}, {"loadavg": None},
               [("MFU", "mfu", ".1%")], None, "q", {})
-    assert [r.get("mfu") for r in rows] == [1.0, 80.0 / 120.0, 0.5, None]
-    assert [r.get("peak_gflops") for r in rows] == [120.0, 120.0, 300.0, None]
+    assert [r.get("mfu") for r in rows] == [1.2, 0.8, 0.5, None]
+    assert [r.get("peak_gflops") for r in rows] == [100.0, 100.0, 300.0, None]
+    assert [r.get("above_peak", False) for r in rows] == [True, False, False, False]
+    assert "skipped" in capsys.readouterr().out

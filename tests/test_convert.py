@@ -497,8 +497,8 @@ def test_a_key_costly_to_hash_is_refused(tmp_path, key):
 def test_keys_whose_hashes_a_file_can_make_collide_are_refused(tmp_path):
     """An int's hash is itself modulo 2**61-1 and a tuple's is computed from
     its items' without a random seed: 40,000 int keys n * (2**61 - 1) + 1
-    (560 KB) took 6 s and a 5 MB file some ten minutes (every key probed
-    every other); str and bytes hashes are seeded per process."""
+    (560 KB) took seconds and a 5 MB file minutes (every key probed every
+    other; measured at d0adafd); str and bytes hashes are seeded per process."""
     from txl_tf.text import pickled_vocab
 
     path = tmp_path / "vocab.pkl"

@@ -6,6 +6,7 @@ import ast
 import io
 import os
 import re
+import subprocess
 import tokenize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,21 +14,33 @@ FOLDERS = ("txl_tf", "export", "training", "benchmarks", "tests")
 # Left out: the GPU check and its device scripts (another owner's), and this file.
 SKIP = ("benchmarks/device/", "benchmarks/gpu_check.py", "tests/test_no_timing_comments.py")
 # Made-up inputs of tests that describe them, not measurements: (file, figure).
-MADE_UP = {("tests/test_gpu_check.py", "0.25 s a step"), ("tests/test_gpu_figures.py", "50 us")}
-UNIT = r"(?:ms|µs|us|ns|tok/s|tokens/s|GB/s|MB/s|s a (?:step|call|token))"
+MADE_UP = {("tests/test_gpu_check.py", "0.25 s a step"), ("tests/test_gpu_figures.py", "50 us"),
+           ("tests/test_gpu_figures.py", "4 TB/s")}
+UNIT = r"(?:ms|µs|us|ns|tok/s|tokens/s|steps/s|it/s|[GMT]B/s|s a (?:step|call|token))"
 TIMING = re.compile(
     rf"\d[\d,.]*\s?{UNIT}(?![\w/])"                       # 25 ms, ~75 µs, 20.1 GB/s
-    r"|\d[\d.]*\s?[x×]\s+(?:faster|slower|as fast)"         # 4x faster, 1.6× as fast
-    r"|~\d[\d.]*\s?[x×]\s+slower")
+    r"|\d[\d,.]*\s?(?:ms|µs|us|ns|s)/(?:step|call|token|batch)\b"  # 3 ms/step
+    r"|\d[\d.]*\s?(?:[x×]|times)\s+(?:faster|slower|as fast)"  # 4x faster, 2 times slower
+    r"|\d[\d.]*\s?[x×]\s+speed-?up|\d[\d.]*\s?%\s+(?:faster|slower)"  # 3x speedup, 20% faster
+    r"|\b(?:took|takes|costs?) (?:about |~)?\d[\d,.]*\s?(?:s|seconds?|minutes?)\b")  # took 6 s
 
 
-def python_files():
-    for folder in FOLDERS:
-        for root, _, names in os.walk(os.path.join(REPO, folder)):
-            for name in names:
-                path = os.path.relpath(os.path.join(root, name), REPO).replace(os.sep, "/")
-                if name.endswith(".py") and not path.startswith(SKIP):
-                    yield path
+def python_files(root=REPO):
+    """The `.py` files of `FOLDERS` that git tracks in `root` (a scratch file
+    beside the code is not the project's), relative, with `/`; every one
+    there where `root` is no git checkout (an unpacked source archive)."""
+    try:
+        listed = subprocess.run(["git", "-C", root, "ls-files", "-z", "--", *FOLDERS],
+                                capture_output=True, check=True).stdout.decode("utf-8")
+        paths = [p for p in listed.split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/")
+                 for folder in FOLDERS for d, _, names in os.walk(os.path.join(root, folder))
+                 for name in names]
+    for path in sorted(paths):
+        if path.endswith(".py") and not path.startswith(SKIP) and \
+                os.path.isfile(os.path.join(root, path)):
+            yield path
 
 
 def comments_and_docstrings(source):
@@ -44,11 +57,24 @@ def comments_and_docstrings(source):
 
 def test_timing_pattern_finds_figures():
     for text in ("# costs ~75 µs", "12 ms a step", "10.9 against 20.1 GB/s", "4× faster",
-                 "~10x slower on CPU", "0.9 s a call"):
+                 "~10x slower on CPU", "0.9 s a call", "3 ms/step", "0.3 s/step", "10 steps/s",
+                 "4 TB/s", "2.5 times faster", "3x speedup", "20% faster", "took 6 s",
+                 "takes about 40 seconds"):
         assert TIMING.search(text), text
     for text in ("# mem_len 2,100", "1x and 3x the weights' size", "the 2nd step",
-                 "seconds=3", "2x the bound (the target)"):
+                 "seconds=3", "2x the bound (the target)", "timeout_s: seconds",
+                 "(default 60 s)", "[-1, s, ...]"):
         assert not TIMING.search(text), text
+
+
+def test_only_the_files_git_tracks_are_read(tmp_path):
+    """A scratch file beside the code (untracked) is not the project's."""
+    (tmp_path / "txl_tf").mkdir()
+    (tmp_path / "txl_tf" / "kept.py").write_text("# kept\n")
+    (tmp_path / "txl_tf" / "scratch.py").write_text("# 3 ms a step\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "txl_tf/kept.py"], check=True)
+    assert list(python_files(str(tmp_path))) == ["txl_tf/kept.py"]
 
 
 def test_no_timing_figures_in_comments():
