@@ -59,6 +59,31 @@ def test_hidden_keys_get_exactly_zero_and_the_memory_is_calls():
     np.testing.assert_allclose(p[..., 3:], whole.numpy()[:, :, 5:], atol=1e-5)
 
 
+@pytest.mark.parametrize("attn_type", [1, 2, 3])
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_every_attention_type_gives_its_probabilities(attn_type, pre_lnorm):
+    """attn_type 2 and 3 (no u, v biases: None) failed inside TensorFlow
+    casting the biases ("Attempt to convert a value (None)")."""
+    keras.utils.set_random_seed(1)
+    core = TransformerXL(TransformerXLConfig(n_token=256, n_layer=2, d_model=16, n_head=2,
+                                             d_head=8, d_inner=16, tgt_len=5, mem_len=8,
+                                             attn_type=attn_type, pre_lnorm=pre_lnorm,
+                                             init_std=0.3, dropout=0.0))
+    x1, x2 = ids(2, 5, 1), ids(2, 5, 2)
+    _, memory = core(x1, core.initial_memory(2))  # 3 empty slots, then 5
+    for layer in range(2):
+        probs, new_memory = core.attention_probabilities(x2, memory, layer)
+        _, expected_memory = core(x2, memory)
+        np.testing.assert_array_equal(new_memory.mems.numpy(), expected_memory.mems.numpy())
+        p = probs.numpy()
+        assert p.dtype == np.float32 and p.shape == (2, 2, 5, 13)
+        query, key = np.arange(5)[:, None], np.arange(13)[None, :]
+        hidden = (key < 3) | (key > 8 + query)  # empty slots; future keys
+        assert (p[:, :, hidden] == 0).all() and (p[:, :, ~hidden] > 0).all()
+        np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-5)
+        assert p[:, :, ~hidden].std() > 1e-3  # not uniform: the scores reached it
+
+
 def test_the_normal_path_is_unchanged_by_asking_for_probabilities():
     core = make_core()
     x = ids(1, 6)

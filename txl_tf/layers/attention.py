@@ -441,6 +441,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
 
 def _cast_float(tensor, dtype):
-    """`tensor` in `dtype` if it is floating point, else as it is."""
+    """`tensor` in `dtype` if it is floating point, else as it is (None, the
+    absolute layers' unused positions and biases, too)."""
+    if tensor is None:
+        return None
     tensor = tf.convert_to_tensor(tensor)
     return tf.cast(tensor, dtype) if tensor.dtype.is_floating else tensor

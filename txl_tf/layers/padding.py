@@ -23,3 +23,13 @@ def right_align(token_ids, lengths, segment_len, width=None):
     mask = source >= 0
     ids = tf.gather(token_ids, tf.clip_by_value(source, 0, source_width - 1), batch_dims=1)
     return tf.where(mask, ids, tf.zeros([], ids.dtype)), mask
+
+
+def padding_first(token_mask):
+    """`(order, inverse)`, int32 `[B, T]`: gathering a row by `order` puts its
+    padding (`token_mask` False) first and its real tokens after it, in their
+    order; gathering by `inverse` puts them back. Absolute positions counted
+    from a segment's last key (`attn_type` 2 and 3) then give a padded row's
+    tokens the positions they have alone."""
+    order = tf.argsort(tf.cast(token_mask, tf.int32), axis=1, stable=True)
+    return order, tf.argsort(order, axis=1, stable=True)

@@ -338,6 +338,8 @@ def _write_npz(file, variables):
                          allowZip64=True) as archive:
         for name, variable in variables.items():
             value = np.asarray(variable.numpy())
+            if value.dtype.name == "bfloat16":  # numpy writes it as raw `|V2`: float32, exact
+                value = value.astype(np.float32)
             with archive.open(name + ".npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, value, allow_pickle=False)
             del value

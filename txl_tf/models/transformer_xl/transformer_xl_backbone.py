@@ -9,6 +9,7 @@ from txl_tf.checks.inputs import dense
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.core import TransformerXL
 from txl_tf.keras_support.keras_compat import resolve_policy_maps
+from txl_tf.layers.padding import padding_first
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerXLConfig))
 
@@ -19,7 +20,9 @@ class SequenceReader(keras.layers.Layer):
     d_model]`. Padded positions are never attended (their outputs are
     finite and meaningless). With `same_length` the memory has the config's
     `mem_len` empty slots, which set how far back a query looks (as a fresh
-    `initial_memory` does); without it, no slots."""
+    `initial_memory` does); without it, no slots. `attn_type` 2 and 3 count
+    absolute positions from the last key, so their rows are read with the
+    padding first (`layers.padding.padding_first`): each row as it reads alone."""
 
     def __init__(self, core, **kwargs):
         super().__init__(dtype=core.dtype_policy, **kwargs)
@@ -33,8 +36,15 @@ class SequenceReader(keras.layers.Layer):
         memory = self.core.initial_memory(tf.shape(token_ids)[0],
                                           mem_len=cfg.mem_len if cfg.same_length else 0,
                                           zero_filled=False)
+        token_mask = tf.cast(padding_mask, tf.bool)
+        if cfg.attn_type in (2, 3):
+            order, inverse = padding_first(token_mask)
+            token_ids = tf.gather(token_ids, order, batch_dims=1)
+            token_mask = tf.gather(token_mask, order, batch_dims=1)
         hidden, _ = self.core.hidden_states(token_ids, memory, training=training,
-                                            token_mask=tf.cast(padding_mask, tf.bool))
+                                            token_mask=token_mask)
+        if cfg.attn_type in (2, 3):
+            hidden = tf.gather(hidden, inverse, batch_dims=1)
         return hidden
 
     def compute_output_shape(self, token_ids_shape, padding_mask_shape=None):
