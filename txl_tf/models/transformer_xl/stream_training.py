@@ -14,9 +14,10 @@ from txl_tf.checks.inputs import InputError, check_batch, checked_data, input_er
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.keras_compat import OptimizerBuiltForTraining, PrebuiltModel
-from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.learning.metrics import TokenNLL
+from txl_tf.models.transformer_xl.stream_memory import (StreamMemory, checked_batch_size,
+                                                        split_inputs)
 
 _STREAM_KEYS = ("document_start", "padding_mask")
 
