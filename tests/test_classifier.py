@@ -425,3 +425,16 @@ def test_xla_steps_run_on_the_device_of_a_one_device_strategy():
         results.append([*history.history["loss"], model.evaluate(data, verbose=0),
                         *model.predict(x, verbose=0).ravel()])
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6)
+
+
+def test_evaluate_builds_no_optimizer_slots_and_fit_does():
+    """`evaluate` reads no optimizer slot (Adam's: twice the weights), so
+    only a train function builds them (`PrebuiltModel`)."""
+    model = TransformerXLClassifier(tiny_config(), 2, segment_len=SEG)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = marker_task(4, 0)
+    model.evaluate(x, y, batch_size=4, verbose=0)
+    assert not model.optimizer.built
+    model.fit(x, y, batch_size=4, verbose=0)
+    assert model.optimizer.built and len(model.optimizer.variables) > 2

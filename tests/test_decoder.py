@@ -479,3 +479,21 @@ def test_take_and_concat_name_rows_past_the_batch_and_empty_lists(core):
         Decoder.concat([])
     with pytest.raises(TxlError, match="at least one decode cache"):
         Decoder.concat_caches([])
+
+
+def test_split_take_and_concat_check_the_memory_as_step_last_does(core):
+    """A memory given as a `(mems, mem_mask)` pair is taken; anything else is
+    a `TxlError` naming the pair (was an AttributeError: `.mem_mask`)."""
+    memory = Decoder(core).initial_memory(2)
+    pair = [memory.mems.numpy(), memory.mem_mask.numpy()]
+    for part, whole in zip(Decoder.split(pair), Decoder.split(memory)):
+        np.testing.assert_array_equal(part.mem_mask, whole.mem_mask)
+    assert Decoder.take(tuple(pair), [1]).mems.shape == (*memory.mems.shape[:1], 1,
+                                                          *memory.mems.shape[2:])
+    assert Decoder.concat([pair, memory]).mem_mask.shape[0] == 4
+    calls = (lambda: Decoder.split("memory"), lambda: Decoder.take("memory", [0]),
+             lambda: Decoder.concat([memory, "memory"]))
+    for call in calls:
+        with pytest.raises(TxlError, match=r"memory must be a txl_tf.Memory .* or a \(mems, "
+                                           r"mem_mask\) pair, got str"):
+            call()

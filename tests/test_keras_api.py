@@ -234,7 +234,7 @@ def test_dense_packs_a_list_of_graph_tensors_and_names_rows_of_other_lengths():
     from txl_tf.checks.inputs import dense
     packed = tf.function(lambda a, b: dense([a, b]))(tf.constant([1, 2]), tf.constant([3, 4]))
     assert packed.numpy().tolist() == [[1, 2], [3, 4]]
-    with pytest.raises(InputError, match=r"token_ids holds rows of different lengths"):
+    with pytest.raises(InputError, match=r"token_ids holds rows of other lengths"):
         dense(RAGGED)
 
 
@@ -254,7 +254,7 @@ def test_rows_of_other_lengths_are_one_clear_error(name):
     numpy's ValueError 'setting an array element with a sequence' or
     TensorFlow's 'Failed to convert a NumPy array to a Tensor'. (The Keras
     models given a dict of lists stop at Keras's own check first.)"""
-    with pytest.raises(InputError, match=r"token_ids .*rows of different lengths.*pad"):
+    with pytest.raises(InputError, match=r"token_ids .*rows of other lengths.*pad"):
         rows_calls()[name]()
 
 

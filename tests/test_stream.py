@@ -343,3 +343,13 @@ def test_second_worker_reads_its_own_block_of_streams(evaluation):
         for replica, rows in enumerate([slice(4, 6), slice(6, 8)]):
             for u, v in zip(got[2 * s + replica], ref):
                 np.testing.assert_array_equal(u, v[rows], err_msg=f"step {s} replica {replica}")
+
+
+def test_ids_of_rows_of_other_lengths_are_named():
+    """Nested lists of other lengths were numpy's ValueError about an
+    "inhomogeneous shape", which named neither the argument nor the fix."""
+    for call in (lambda: batchify([[1, 2], [3]], 1),
+                 lambda: segment_dataset([[1, 2, 3], [4]], 1, 1)):
+        with pytest.raises(TxlError, match=r"^ids holds rows of other lengths: ids are one "
+                                           r"1-D sequence"):
+            call()

@@ -123,7 +123,7 @@ class TransformerXLLM(AutoJitCompile, TransformerXLCausalLM):
         return keras.KerasTensor(tuple(token_ids.shape) + (self.config.n_token,), "float32")
 
     def _stream_batch_size(self, x, batch_size, method):
-        from txl_tf.keras_support.stream_memory import checked_batch_size
+        from txl_tf.models.transformer_xl.stream_memory import checked_batch_size
         replicas = self.distribute_strategy.num_replicas_in_sync
         expected = self.batch_size * replicas
         fix = (f"this model holds memory for batches of {expected} streams (batch_size="

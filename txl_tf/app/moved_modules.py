@@ -29,6 +29,7 @@ MOVED = {
     "txl_tf.keras_compat": "txl_tf.keras_support.keras_compat",
     "txl_tf.precision": "txl_tf.keras_support.precision",
     "txl_tf.untracked": "txl_tf.keras_support.untracked",
+    "txl_tf.keras_support.stream_memory": "txl_tf.models.transformer_xl.stream_memory",
     "txl_tf.evaluation": "txl_tf.learning.evaluation",
     "txl_tf.metrics": "txl_tf.learning.metrics",
     "txl_tf.optimizer": "txl_tf.learning.optimizer",

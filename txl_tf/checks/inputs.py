@@ -8,31 +8,29 @@ import tensorflow as tf
 
 # The numpy half, re-exported: the runtimes import it without TensorFlow.
 from txl_tf.checks.numpy_checks import (InputError, NonFiniteMemoryError,  # noqa: F401
-                                        check_finite_outputs, lengths_message,
+                                        as_array, check_finite_outputs, lengths_message,
                                         out_of_range_message)
 from txl_tf.checks.python_batches import checked_python_batches, is_python_batches
 
 
+# What to do with rows of other lengths, for the model's dense ids.
+_PAD = ("the model reads dense [batch, length] ids; pad the rows to one length and mark the "
+        "padding (padding_mask, or the classifier's lengths)")
+
+
 def rectangular(value, name="token_ids"):
-    """`np.asarray(value)`; raises `InputError` for rows of different
-    lengths (nested lists, or a numpy array of arrays), where numpy's and
+    """`np.asarray(value)`; raises `InputError` for rows of other lengths
+    (nested lists, or a numpy array of arrays), where numpy's and
     TensorFlow's errors did not say what was wrong."""
-    try:
-        array = np.asarray(value)
-    except ValueError as error:  # numpy: "an inhomogeneous shape"
-        raise InputError(f"{name} holds rows of different lengths: the model reads dense "
-                         "[batch, length] ids; pad the rows to one length and mark the padding "
-                         "(padding_mask, or the classifier's lengths)") from error
+    array = as_array(value, name, InputError, _PAD)
     if array.dtype == object and any(np.ndim(row) for row in array.reshape(-1)):
-        raise InputError(f"{name} holds rows of different lengths (a numpy array of arrays): "
-                         "the model reads dense [batch, length] ids; pad the rows to one length "
-                         "and mark the padding (padding_mask, or the classifier's lengths)")
+        raise InputError(f"{name} holds rows of other lengths (a numpy array of arrays): {_PAD}")
     return array
 
 
 def dense(value, name="token_ids"):
     """`value` as a dense tensor; raises `InputError` for a ragged or sparse
-    one, or rows of different lengths (`rectangular`); TensorFlow's own
+    one, or rows of other lengths (`rectangular`); TensorFlow's own
     error did not say what was wrong."""
     if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)):
         raise InputError(f"{name} is a {type(value).__name__}: the model reads dense [batch, "

@@ -99,13 +99,13 @@ def check_finite_outputs(values, what="log-probs"):
     raise NonFiniteMemoryError(np.flatnonzero(~finite), what)
 
 
-def as_array(value, name, error=InputError):
+def as_array(value, name, error=InputError, fix="pad them to one length"):
     """`value` (array-like or tensor) as a numpy array, or `error` naming
-    `name` for nested rows of other lengths."""
+    `name` (and `fix`, what to do) for nested rows of other lengths."""
     try:
         return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
     except ValueError:  # numpy: "an inhomogeneous shape"
-        raise error(f"{name} holds rows of other lengths: pad them to one length") from None
+        raise error(f"{name} holds rows of other lengths: {fix}") from None
 
 
 def check_id_array(token_ids, n_token, name="token_ids", error=InputError):

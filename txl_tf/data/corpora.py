@@ -172,28 +172,52 @@ def _text_pieces(path: Path, progress: bool | None = None, desc: str = "",
     with open(path, "rb") as f, tqdm_bar(total=size, unit="B", unit_scale=True,
                                          desc=desc or path.name, leave=False,
                                          disable=not _show(progress, size)) as bar:
-        rest, offset = b"", 0  # offset: where `rest` starts in the file
-        while True:
-            try:
-                block = f.read(chunk_bytes)
-            except OSError as err:
-                raise reading(err, path) from err
-            if not block:
-                break
-            bar.update(len(block))
-            block = rest + block
-            if offset == 0 and block.startswith(BOM):
-                block, offset = block[len(BOM):], len(BOM)
-            cut, goes_on = block.rfind(b"\n") + 1, False
-            if not cut and long_lines and len(block) >= chunk_bytes:
-                cut = _after_space(block)
-                goes_on = cut > 0
-            rest = block[cut:]
-            if cut:
-                yield _decode(block[:cut], path, offset), goes_on
-                offset += cut
-        if rest:
-            yield _decode(rest, path, offset), False
+        def blocks():
+            while True:
+                try:
+                    block = f.read(chunk_bytes)
+                except OSError as err:
+                    raise reading(err, path) from err
+                if not block:
+                    return
+                bar.update(len(block))
+                yield block
+
+        def cut(block):
+            return _line_cut(block, long_lines and len(block) >= chunk_bytes)
+
+        yield from _pieces(blocks(), cut, lambda data, at: _decode(data, path, at), skip_bom=True)
+
+
+def _pieces(blocks: Iterator[bytes], cut, decode, offset: int = 0, skip_bom: bool = False
+            ) -> Iterator[tuple[str, bool]]:
+    """`(text, goes_on)` from the bytes `blocks` yields in order (the first
+    at byte `offset`): what a block leaves joins the next, and each is cut
+    where `cut(block)` says, `(at, goes_on)`; `decode(data, at)` makes the
+    text. With `skip_bom`, a byte-order mark at byte 0 is dropped."""
+    rest = b""  # from byte `offset`
+    for block in blocks:
+        block = rest + block
+        if skip_bom and offset == 0 and block.startswith(BOM):
+            block, offset = block[len(BOM):], len(BOM)
+        at, goes_on = cut(block)
+        rest = block[at:]
+        if at:
+            yield decode(block[:at], offset), goes_on
+            offset += at
+    if rest:
+        yield decode(rest, offset), False
+
+
+def _line_cut(block: bytes, long_line: bool) -> tuple[int, bool]:
+    """`(at, goes_on)`: `block` cut after its last line end; where it has
+    none and `long_line`, just after its last space (`_after_space`), its
+    line going on in the next piece."""
+    at = block.rfind(b"\n") + 1
+    if at or not long_line:
+        return at, False
+    at = _after_space(block)
+    return at, at > 0
 
 
 # Bytes that `str.split()` splits words at and a word tokenizer's line does not
@@ -435,6 +459,17 @@ class _Concat:
                 return path, skip + i - start
         raise IndexError(i)
 
+    def decode(self, data: bytes, at: int) -> str:
+        """`data` (from byte `at` of the joined bytes) as text, else a
+        `TxlError` naming the bad byte by its file and its place there."""
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            file, byte = self.where(at + err.start)
+            head = self.read(at + err.start - byte, at + err.start - byte + 2) if byte < 2 \
+                else b""
+            raise _not_utf8(file, byte, head) from None
+
     def char_start(self, i: int, size: int) -> int:
         """`_char_start` at byte `i` of the first `size` bytes."""
         if i <= 0 or i >= size:
@@ -480,42 +515,23 @@ def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
     bar = tqdm_bar(total=size, unit="B", unit_scale=True, desc=f"{path.name}: encoding",
                    leave=False, disable=not _show(progress, size))
 
-    def pieces(lo, hi):  # `(text, goes_on)` as `_text_pieces` gives them
-        rest, offset = b"", lo  # offset: where `rest` starts in the joined files
-        for start in range(lo, hi, chunk_bytes):
-            block = rest + source.read(start, min(start + chunk_bytes, hi))
-            bar.update(min(start + chunk_bytes, hi) - start)
-            # a line's end for words and pieces (lines encode alone), else a character's
-            cut, goes_on = block.rfind(b"\n") + 1, False
-            if not _splits_at_lines(given):
-                cut = _whole_characters(block)
-            elif not cut and _cuts_at_spaces(given) and len(block) >= chunk_bytes:
-                cut = _after_space(block)  # a long line, in pieces
-                goes_on = cut > 0
-            rest = block[cut:]
-            if cut:
-                yield decode(block[:cut], offset), goes_on
-                offset += cut
-        if rest:
-            yield decode(rest, offset), False
-
-    def decode(data, at):  # a bad byte named by its file and its place there
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as err:
-            file, byte = source.where(at + err.start)
-            head = source.read(at + err.start - byte, at + err.start - byte + 2) if byte < 2 \
-                else b""
-            raise _not_utf8(file, byte, head) from None
-
-    for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
-        if text:
-            for ids in _encode_pieces(given, pieces(lo, hi)):
-                writers[split].append(ids)
-            continue
+    def blocks(lo, hi):
         for start in range(lo, hi, chunk_bytes):
             block = source.read(start, min(start + chunk_bytes, hi))
             bar.update(len(block))
+            yield block
+
+    def cut(block):  # a line's end for words and pieces (lines encode alone), else a character's
+        if not _splits_at_lines(given):
+            return _whole_characters(block), False
+        return _line_cut(block, _cuts_at_spaces(given) and len(block) >= chunk_bytes)
+
+    for split, lo, hi in zip(SPLITS, (0, a, b), (a, b, size)):
+        if text:
+            for ids in _encode_pieces(given, _pieces(blocks(lo, hi), cut, source.decode, lo)):
+                writers[split].append(ids)
+            continue
+        for block in blocks(lo, hi):
             writers[split].append(np.frombuffer(block, dtype=np.uint8).astype(np.int32))
     bar.close()
     return given if text else ByteTokenizer()

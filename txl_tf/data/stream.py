@@ -34,12 +34,13 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.memory_budget import check_bytes
-from txl_tf.checks.numpy_checks import check_count, check_flag
+from txl_tf.checks.numpy_checks import as_array, check_count, check_flag
 from txl_tf.errors import TxlError
 
 
 def _check_ids(ids) -> np.ndarray:
-    arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+    arr = ids if isinstance(ids, np.ndarray) else as_array(ids, "ids", TxlError,
+                                                            "ids are one 1-D sequence")
     if arr.ndim != 1:
         raise TxlError(f"ids must be 1-D, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):

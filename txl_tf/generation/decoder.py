@@ -174,12 +174,13 @@ class Decoder:
         """The memory of `rows` (ints, in that order), as one `Memory`.
 
         Args:
-            memory: a `Memory`.
+            memory: a `Memory` (or `(mems, mem_mask)`).
             rows: row indices.
 
         Returns:
             A `Memory` of `len(rows)` rows.
         """
+        memory = _tensors(memory)
         rows = tf.constant(check_rows(rows, memory.mem_mask.shape[0]), tf.int32)
         return Memory(tf.gather(memory.mems, rows, axis=1), tf.gather(memory.mem_mask, rows))
 
@@ -188,11 +189,12 @@ class Decoder:
         """The memory of each row, in order.
 
         Args:
-            memory: a `Memory` of `B` rows.
+            memory: a `Memory` (or `(mems, mem_mask)`) of `B` rows.
 
         Returns:
             A list of `B` one-row `Memory`s.
         """
+        memory = _tensors(memory)
         rows = memory.mem_mask.shape[0]
         return [Memory(*part) for part in zip(tf.split(memory.mems, rows, axis=1),
                                               tf.split(memory.mem_mask, rows, axis=0))]
@@ -202,13 +204,14 @@ class Decoder:
         """Memories joined along the batch axis (the inverse of `split`).
 
         Args:
-            memories: `Memory`s of the same slots.
+            memories: `Memory`s (or `(mems, mem_mask)`s) of the same slots.
 
         Returns:
             One `Memory`.
         """
         if not memories:
             raise TxlError("concat needs at least one Memory")
+        memories = [_tensors(memory) for memory in memories]
         return Memory(tf.concat([m.mems for m in memories], 1),
                       tf.concat([m.mem_mask for m in memories], 0))
 

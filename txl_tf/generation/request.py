@@ -5,7 +5,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from txl_tf.app.reprs import fields_repr
-from txl_tf.checks.numpy_checks import check_count  # noqa: F401 (re-exported)
+from txl_tf.checks.numpy_checks import as_array, check_count  # noqa: F401 (check_count re-exported)
 from txl_tf.errors import TxlError
 from txl_tf.generation import sampling_numpy
 from txl_tf.generation.sampling_settings import Sampling
@@ -117,11 +117,8 @@ def check_prompts(prompts, n_token):
                        "[batch, length] array")
     rows = []
     for i, prompt in enumerate(prompts):
-        try:
-            ids = np.asarray(prompt)
-        except ValueError:  # numpy: "an inhomogeneous shape"
-            raise TxlError(f"prompt {i} must be a non-empty 1-D sequence of ids, got rows "
-                           "of other lengths") from None
+        ids = as_array(prompt, f"prompt {i}", TxlError,
+                       "a prompt is a non-empty 1-D sequence of ids")
         if ids.ndim != 1 or ids.size == 0:
             raise TxlError(f"prompt {i} must be a non-empty 1-D sequence of ids, got shape "
                            f"{ids.shape}")

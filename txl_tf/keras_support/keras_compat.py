@@ -46,7 +46,25 @@ _require(keras.optimizers.LossScaleOptimizer, "_stateful_handle_non_finite_grads
 _require(keras.optimizers.LossScaleOptimizer, "_stateful_handle_finite_grads")
 
 
-class PrebuiltModel:
+def build_optimizer(model):
+    """Builds `model`'s optimizer (its slots) in the model's strategy scope,
+    once: before its train function is made, so never for `evaluate`."""
+    if model.optimizer is not None and not model.optimizer.built:
+        with model.distribute_strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+
+
+class OptimizerBuiltForTraining:
+    """Mixin for a `keras.Model`: its optimizer is built where a train
+    function is made (`fit`, `train_on_batch`; `build_optimizer`), never by
+    `evaluate`, which reads no slot."""
+
+    def make_train_function(self, force=False):
+        build_optimizer(self)
+        return super().make_train_function(force)
+
+
+class PrebuiltModel(OptimizerBuiltForTraining):
     """Mixin for a `keras.Model` whose layers are all built at construction.
 
     Keras 3.15 `fit` / `evaluate` call `_maybe_symbolic_build`
@@ -62,18 +80,6 @@ class PrebuiltModel:
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         del iterator, data_batch  # see the class doc
-
-    def make_train_function(self, force=False):
-        build_optimizer(self)
-        return super().make_train_function(force)
-
-
-def build_optimizer(model):
-    """Builds `model`'s optimizer (its slots) in the model's strategy scope,
-    once: before its train function is made, so never for `evaluate`."""
-    if model.optimizer is not None and not model.optimizer.built:
-        with model.distribute_strategy.scope():
-            model.optimizer.build(model.trainable_variables)
 
 
 class StepsOnStrategyDevice:

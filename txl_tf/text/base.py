@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.files import parse_json
+from txl_tf.checks.numpy_checks import as_array
 from txl_tf.errors import TxlError
 
 CONFIG_FILE = "tokenizer.json"
@@ -231,11 +232,7 @@ class Tokenizer:
 
     # -- helpers -----------------------------------------------------------
     def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        try:
-            arr = np.asarray(ids)
-        except ValueError:  # numpy: "an inhomogeneous shape"
-            raise TxlError("decode takes a 1-D sequence of ids, got rows of other "
-                           "lengths") from None
+        arr = as_array(ids, "ids", TxlError, "decode takes a 1-D sequence of ids")
         if arr.ndim != 1:
             raise TxlError(f"decode takes a 1-D sequence of ids, got shape {arr.shape}")
         if arr.size == 0:

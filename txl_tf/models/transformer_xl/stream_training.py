@@ -13,15 +13,16 @@ import tensorflow as tf
 from txl_tf.checks.inputs import InputError, check_batch, checked_data, input_errors
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
-from txl_tf.keras_support.keras_compat import PrebuiltModel, build_optimizer
-from txl_tf.keras_support.stream_memory import StreamMemory, checked_batch_size, split_inputs
+from txl_tf.keras_support.keras_compat import OptimizerBuiltForTraining, PrebuiltModel
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.learning.metrics import TokenNLL
+from txl_tf.models.transformer_xl.stream_memory import (StreamMemory, checked_batch_size,
+                                                        split_inputs)
 
 _STREAM_KEYS = ("document_start", "padding_mask")
 
 
-class StreamTraining:
+class StreamTraining(OptimizerBuiltForTraining):
     """Mixin of `TransformerXLCausalLM`: stream batches (inputs with a
     `document_start`, see `document_dataset`) through `fit`, `evaluate`
     and `predict`; other batches go to keras-hub's methods."""
@@ -177,10 +178,6 @@ class StreamTraining:
         if not self._streaming:
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         return PrebuiltModel._maybe_symbolic_build(self, iterator, data_batch)
-
-    def make_train_function(self, force=False):
-        build_optimizer(self)  # not in `evaluate`: it reads no slot
-        return super().make_train_function(force)
 
     def train_step(self, data):
         if not self._streaming:
