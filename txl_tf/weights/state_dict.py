@@ -113,12 +113,21 @@ def _read_torch(path):
 
 def _refusal(err):
     """The reason in torch.load's refusal: not its advice to load with
-    weights_only=False (torch >= 2.6 puts that first), nor terminal escapes."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
-    reason = re.search(r"WeightsUnpickler error: *([^\n]+)", text)
-    if reason:
-        return reason.group(1).split(". ")[0].strip().rstrip(".")
-    return text.splitlines()[0] if text else type(err).__name__
+    weights_only=False (torch >= 2.6 puts that first, and alone before a
+    blocked module's global), nor terminal escapes. The reason follows
+    "WeightsUnpickler error:" (on its line, or from torch 2.7 on the next)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+    prefix, marker, after = text.partition("WeightsUnpickler error:")
+    refused = prefix.lstrip().startswith("Weights only load failed.")
+    for line in (after if marker else text).splitlines():
+        line = line.strip()
+        if not marker and refused:
+            line = line.removeprefix("Weights only load failed.").strip()
+            if "weights_only" in line or line.startswith("Check the documentation"):
+                continue  # torch's advice, not the reason
+        if line:
+            return line.split(". ")[0].rstrip(".") if refused else line
+    return type(err).__name__
 
 
 def _to_numpy(value, name, path):
