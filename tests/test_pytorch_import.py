@@ -269,6 +269,34 @@ def test_a_torch_that_cannot_hand_tensors_to_numpy_is_named():
         read_pytorch({"w": _TensorWithoutNumpy()})
 
 
+class _TensorNumpyRefuses(_TensorWithoutNumpy):
+    """A tensor whose `.numpy()` raises `error`, as torch 2.13's does for a
+    sparse, quantized or float8 tensor (TypeError) or a conjugate view."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def numpy(self):
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [
+    TypeError("can't convert Sparse layout tensor to numpy. Use Tensor.to_dense() first."),
+    TypeError("Got unsupported ScalarType QInt8"),
+    TypeError("Got unsupported ScalarType Float8_e4m3fn"),
+    RuntimeError("Can't call numpy() on Tensor that has conjugate bit set. Use "
+                 "tensor.resolve_conj().numpy() instead."),
+])
+def test_a_tensor_numpy_cannot_take_is_named_without_blaming_torchs_version(error):
+    """A sparse, quantized or float8 tensor raised torch's bare TypeError out
+    of the import (no entry named); a RuntimeError was blamed on torch < 2.3."""
+    with pytest.raises(StateDictError) as err:
+        read_pytorch({"w": _TensorNumpyRefuses(error)})
+    message = str(err.value)
+    assert "entry 'w'" in message and str(error) in message, message
+    assert "older than 2.3" not in message, message
+
+
 def test_unreadable_files(tmp_path):
     with pytest.raises(StateDictError, match="not found"):
         read_pytorch(str(tmp_path / "missing.safetensors"))

@@ -137,11 +137,13 @@ def _to_numpy(value, name, path):
             value = value.float()
         try:
             value = value.numpy()
-        except RuntimeError as err:  # torch < 2.3 (built for numpy 1) beside numpy 2
-            raise StateDictError(
-                f"{path}: entry {name!r} cannot be handed to numpy {np.__version__} ({err}); "
-                "a torch older than 2.3 needs numpy < 2 (pip install 'torch>=2.3', or "
-                "'numpy<2')") from None
+        except (RuntimeError, TypeError) as err:  # sparse, quantized, float8, ...
+            # "Numpy is not available": torch < 2.3 (built for numpy 1) beside numpy 2.
+            advice = ("; a torch older than 2.3 needs numpy < 2 (pip install 'torch>=2.3', or "
+                      "'numpy<2')" if "Numpy is not available" in str(err) else
+                      " (a plain dense floating-point tensor is what loads)")
+            raise StateDictError(f"{path}: entry {name!r} cannot be handed to numpy "
+                                 f"{np.__version__} ({err}){advice}") from None
     if not isinstance(value, np.ndarray):
         raise StateDictError(f"{path}: entry {name!r} is a {type(value).__name__}, not a tensor")
     return value
