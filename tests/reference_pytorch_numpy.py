@@ -17,7 +17,8 @@ input, kept in the memory as the paper's in-place addition keeps it, and to
 a copy of its memory). `pre_lnorm`: as its layers compute it, LayerNorm on
 the attention's input (for `q_net` weights the keys' and values' only: its
 queries come from the inputs as they are) and on the feed-forward's input,
-residuals added after, no LayerNorm at the end.
+residuals added after, no LayerNorm at the end. `probs[i]`: layer i's attention
+probabilities `[qlen, klen, bsz, n_head]` of the last `forward`.
 """
 import numpy as np
 
@@ -80,6 +81,7 @@ class PytorchReference:
         self.learnable = "r_emb" in self.w and "r_bias" in self.w
         self.per_layer = "r_emb" in self.w and not self.learnable
         self.mems = None
+        self.probs = {}
 
     def _bias(self, name, layer):
         own = f"layers.{layer}.dec_attn.{name}"
@@ -136,6 +138,7 @@ class PytorchReference:
         score = np.where(mask[:, :, None, None], -np.inf, score)
         prob = np.exp(score - score.max(1, keepdims=True))
         prob /= prob.sum(1, keepdims=True)
+        self.probs[i] = prob
         vec = np.einsum("ijbn,jbnd->ibnd", prob, v).reshape(qlen, bsz, -1)
         h = h + vec @ w[f"{p}.dec_attn.o_net.weight"].T
         h = h if self.pre_lnorm else norm(h, f"{p}.dec_attn.layer_norm")

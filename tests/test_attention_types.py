@@ -80,6 +80,32 @@ def assert_matches_the_papers_code(core, state, attn_type, same_length, clamp_le
 
 
 @pytest.mark.parametrize("attn_type", sorted(TYPES))
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_each_types_attention_probabilities_are_the_papers(tmp_path, attn_type, pre_lnorm):
+    """`attention_probabilities` of every layer over segments with memory
+    equal the paper's code's softmax (types 2 and 3 had only their shape and
+    masking checked); the memory's empty slots get 0."""
+    state = type_state(attn_type)
+    path = save_safetensors(state, tmp_path / "w.safetensors")
+    core = import_pytorch(path, type_config(attn_type), mem_len=MEM, same_length=True,
+                          pre_lnorm=pre_lnorm)
+    ref = PytorchReference(state, mem_len=MEM, same_length=True, pre_lnorm=pre_lnorm,
+                           **{k: v for k, v in sizes(attn_type).items() if k != "max_klen"})
+    ids = np.random.default_rng(0).integers(0, HYPER["n_token"], (BATCH, SEG * SEGMENTS))
+    memory = core.initial_memory(BATCH, MEM)
+    for s in range(SEGMENTS):
+        x = ids[:, s * SEG:(s + 1) * SEG]
+        ref.forward(x.T)
+        empty = MEM - min(MEM, s * SEG)  # the reference's memory grows from empty
+        for layer in range(2):
+            probs = core.attention_probabilities(x, memory, layer)[0].numpy()
+            assert (probs[..., :empty] == 0).all()
+            np.testing.assert_allclose(probs[..., empty:], ref.probs[layer].transpose(2, 3, 0, 1),
+                                       atol=1e-5, err_msg=f"segment {s}, layer {layer}")
+        memory = core(x, memory)[1]
+
+
+@pytest.mark.parametrize("attn_type", sorted(TYPES))
 def test_each_type_round_trips_trains_and_refuses_a_decode_cache(tmp_path, attn_type):
     keras.utils.set_random_seed(0)
     config = TransformerXLConfig.preset("tiny", n_token=30, attn_type=attn_type, tgt_len=4,

@@ -492,3 +492,23 @@ def test_a_core_of_a_16_bit_policy_saves_weights_its_loader_reads_back_exactly(t
     assert widened.variable_dtype == "float32"
     for a, b in zip(core.weights, widened.weights):
         np.testing.assert_array_equal(np.asarray(a.numpy(), np.float32), b.numpy())
+
+
+def test_a_bfloat16_save_of_0_4_0_loads_back_bit_for_bit(tmp_path):
+    """0.4.0 wrote a bfloat16 core's weights as numpy's raw 2-byte voids
+    (`|V2`), which every later load refused as "not floating point"; those
+    bytes are the bfloat16 values, read as such."""
+    from txl_tf.weights.checkpoints import get_weights
+    config = TransformerXLConfig(n_token=20, n_layer=1, d_model=8, n_head=2, d_head=4,
+                                 d_inner=16, mem_len=2, tgt_len=2, init_std=0.3)
+    core = TransformerXL(config, dtype="bfloat16")
+    save_pretrained(core, tmp_path / "model")
+    with open(tmp_path / "model" / "weights.npz", "wb") as f:
+        np.savez(f, **get_weights(core))  # as 0.4.0 wrote it
+    with np.load(tmp_path / "model" / "weights.npz") as stored:
+        assert {stored[k].dtype.str for k in stored.files} == {"|V2"}
+    back = load_core(resolve(str(tmp_path / "model")), dtype="bfloat16")
+    assert back.variable_dtype == "bfloat16" and same_weights(core, back)
+    widened = load_core(resolve(str(tmp_path / "model")))
+    for a, b in zip(core.weights, widened.weights):
+        np.testing.assert_array_equal(np.asarray(a.numpy(), np.float32), b.numpy())

@@ -205,6 +205,48 @@ def test_a_refused_torch_pickle_names_what_it_holds(tmp_path, monkeypatch, versi
     assert "\x1b" not in message and "weights_only` set to `False" not in message, message
 
 
+# torch 2.13's other refusals: its reason on a line of its own after the
+# "WeightsUnpickler error:" of a request to file an issue, and (a global of a
+# blocked module: no "WeightsUnpickler error" at all) after its advice alone.
+_ADVICE_213 = ("Weights only load failed. In PyTorch 2.6, we changed the default value of the "
+               "`weights_only` argument in `torch.load` from `False` to `True`. Re-running "
+               "`torch.load` with `weights_only` set to `False` will likely succeed, but it can "
+               "result in arbitrary code execution. Do it only if you got the file from a "
+               "trusted source.\n")
+_DOCS_213 = ("\n\nCheck the documentation of torch.load to learn more about types accepted by "
+             "default with weights_only https://pytorch.org/docs/stable/generated/torch.load.html.")
+
+
+@pytest.mark.parametrize("message,reason", [
+    (_ADVICE_213 + "Please file an issue with the following so that we can make "
+     "`weights_only=True` compatible with your use case: WeightsUnpickler error: \n\n"
+     "Unsupported operand 149" + _DOCS_213, "Unsupported operand 149"),
+    (_ADVICE_213 + "\n\nTrying to load unsupported GLOBAL posix.system whose module posix is "
+     "blocked." + _DOCS_213, "Trying to load unsupported GLOBAL posix.system whose module posix "
+     "is blocked"),
+    ("Weights only load failed. ``torch.distributed.tensor`` must be imported to load DTensors\n "
+     + _ADVICE_213[len("Weights only load failed. "):] + _DOCS_213,
+     "``torch.distributed.tensor`` must be imported to load DTensors"),
+    ("", "UnpicklingError"),
+    ("invalid load key, 'x'.", "invalid load key, 'x'."),
+])
+def test_every_form_of_torchs_refusal_gives_its_reason(tmp_path, monkeypatch, message, reason):
+    """torch 2.13 gave "()" for an unsupported operand (its reason a line
+    below "WeightsUnpickler error:") and, for a global of a blocked module
+    (os.system), its own advice to load with weights_only=False."""
+    import pickle
+    import types
+
+    def load(*args, **kwargs):
+        raise pickle.UnpicklingError(message)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(load=load))
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"not read")
+    with pytest.raises(StateDictError) as err:
+        read_pytorch(str(path))
+    assert f"refused it ({reason}). The paper" in str(err.value), str(err.value)
+
+
 class _TensorWithoutNumpy:
     """A tensor of torch < 2.3 beside numpy 2: `.numpy()` raises as there."""
     dtype = "torch.float32"
@@ -225,6 +267,34 @@ def test_a_torch_that_cannot_hand_tensors_to_numpy_is_named():
     with pytest.raises(StateDictError, match=r"entry 'w'.*Numpy is not available.*torch "
                                              r"older than 2\.3 needs numpy < 2"):
         read_pytorch({"w": _TensorWithoutNumpy()})
+
+
+class _TensorNumpyRefuses(_TensorWithoutNumpy):
+    """A tensor whose `.numpy()` raises `error`, as torch 2.13's does for a
+    sparse, quantized or float8 tensor (TypeError) or a conjugate view."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def numpy(self):
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [
+    TypeError("can't convert Sparse layout tensor to numpy. Use Tensor.to_dense() first."),
+    TypeError("Got unsupported ScalarType QInt8"),
+    TypeError("Got unsupported ScalarType Float8_e4m3fn"),
+    RuntimeError("Can't call numpy() on Tensor that has conjugate bit set. Use "
+                 "tensor.resolve_conj().numpy() instead."),
+])
+def test_a_tensor_numpy_cannot_take_is_named_without_blaming_torchs_version(error):
+    """A sparse, quantized or float8 tensor raised torch's bare TypeError out
+    of the import (no entry named); a RuntimeError was blamed on torch < 2.3."""
+    with pytest.raises(StateDictError) as err:
+        read_pytorch({"w": _TensorNumpyRefuses(error)})
+    message = str(err.value)
+    assert "entry 'w'" in message and str(error) in message, message
+    assert "older than 2.3" not in message, message
 
 
 def test_unreadable_files(tmp_path):

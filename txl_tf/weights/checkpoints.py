@@ -386,7 +386,7 @@ def npz_headers(path):
                     if read is None:
                         raise ValueError(f"{name}: .npy format version {version}")
                     shape, _, dtype = read(member)
-                headers[name[:-len(".npy")]] = (tuple(shape), dtype)
+                headers[name[:-len(".npy")]] = (tuple(shape), _bfloat16_of_voids(dtype))
     # TokenError: numpy's parser of a header whose brackets do not close
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
             tokenize.TokenError) as err:
@@ -441,6 +441,16 @@ class _Lazy(Mapping):
         return len(self.readers)
 
 
+def _bfloat16_of_voids(value):
+    """An array (or dtype) of raw 2-byte voids (`|V2`) as bfloat16: how 0.4.0's
+    `save_pretrained` wrote a bfloat16 core's weights (numpy has no bfloat16)."""
+    void = np.dtype("V2")
+    if (value if isinstance(value, np.dtype) else value.dtype) != void:
+        return value
+    from ml_dtypes import bfloat16
+    return np.dtype(bfloat16) if isinstance(value, np.dtype) else value.view(bfloat16)
+
+
 class _CheckedArchive(Mapping):
     """An open `.npz` archive whose read errors name the file."""
 
@@ -449,7 +459,7 @@ class _CheckedArchive(Mapping):
 
     def __getitem__(self, name):
         try:
-            return self.archive[name]
+            return _bfloat16_of_voids(self.archive[name])
         except KeyError:
             raise
         except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,

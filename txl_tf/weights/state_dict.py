@@ -113,12 +113,21 @@ def _read_torch(path):
 
 def _refusal(err):
     """The reason in torch.load's refusal: not its advice to load with
-    weights_only=False (torch >= 2.6 puts that first), nor terminal escapes."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
-    reason = re.search(r"WeightsUnpickler error: *([^\n]+)", text)
-    if reason:
-        return reason.group(1).split(". ")[0].strip().rstrip(".")
-    return text.splitlines()[0] if text else type(err).__name__
+    weights_only=False (torch >= 2.6 puts that first, and alone before a
+    blocked module's global), nor terminal escapes. The reason follows
+    "WeightsUnpickler error:" (on its line, or from torch 2.7 on the next)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+    prefix, marker, after = text.partition("WeightsUnpickler error:")
+    refused = prefix.lstrip().startswith("Weights only load failed.")
+    for line in (after if marker else text).splitlines():
+        line = line.strip()
+        if not marker and refused:
+            line = line.removeprefix("Weights only load failed.").strip()
+            if "weights_only" in line or line.startswith("Check the documentation"):
+                continue  # torch's advice, not the reason
+        if line:
+            return line.split(". ")[0].rstrip(".") if refused else line
+    return type(err).__name__
 
 
 def _to_numpy(value, name, path):
@@ -128,11 +137,13 @@ def _to_numpy(value, name, path):
             value = value.float()
         try:
             value = value.numpy()
-        except RuntimeError as err:  # torch < 2.3 (built for numpy 1) beside numpy 2
-            raise StateDictError(
-                f"{path}: entry {name!r} cannot be handed to numpy {np.__version__} ({err}); "
-                "a torch older than 2.3 needs numpy < 2 (pip install 'torch>=2.3', or "
-                "'numpy<2')") from None
+        except (RuntimeError, TypeError) as err:  # sparse, quantized, float8, ...
+            # "Numpy is not available": torch < 2.3 (built for numpy 1) beside numpy 2.
+            advice = ("; a torch older than 2.3 needs numpy < 2 (pip install 'torch>=2.3', or "
+                      "'numpy<2')" if "Numpy is not available" in str(err) else
+                      " (a plain dense floating-point tensor is what loads)")
+            raise StateDictError(f"{path}: entry {name!r} cannot be handed to numpy "
+                                 f"{np.__version__} ({err}){advice}") from None
     if not isinstance(value, np.ndarray):
         raise StateDictError(f"{path}: entry {name!r} is a {type(value).__name__}, not a tensor")
     return value
