@@ -402,7 +402,7 @@ def order_outputs(model, names):
 # inside a runtime, which checks every id on the host first (prompts, and the
 # ids of `decode_step`; sampled ids are in range), and it is the graph a GPU
 # replays, where the check cannot work (ONNX Runtime's CUDA Gather gives 0 for
-# an index out of range instead of failing) and would cost 10 kernels a token.
+# an index out of range instead of failing) and would cost 8 kernels a token.
 UNCHECKED_IDS = ("decode_token",)
 
 
@@ -440,9 +440,12 @@ def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix):
     any(bad) indexes a 1-element constant, so a bad input is a Gather out of
     bounds in a node named `message` (onnxruntime prints it); the gathered 0
     is added to the int32 input the model reads, so no optimiser can drop
-    the check. An empty input is bad too: its flag joins the reduction,
-    which is then never over an empty set (undefined before opset 18).
-    Node names start with `prefix`.
+    the check. An empty input is bad too: the reduction is over the flags (0
+    or 1) and a constant -2, an index out of bounds that is the largest only
+    for an empty input (a reduction of an empty set is undefined before opset
+    18; a flag read from the input's Size would be a value on the host under
+    ONNX Runtime's CUDA provider, copied back each call). Node names start
+    with `prefix`.
     """
     checked = f"{input_name}_checked"
     for node in model.graph.node:
@@ -451,20 +454,14 @@ def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix):
     nodes = list(bad_nodes) + [
         onnx_constant(c + "guard_data", [0]),
         onnx_constant(c + "guard_flat", [-1], TensorProto.INT64),
-        onnx_constant(c + "guard_one", [1], TensorProto.INT64),
-        onnx_constant(c + "guard_no_elements", 0, TensorProto.INT64),
+        onnx_constant(c + "guard_empty", [-2], TensorProto.INT64),
         helper.make_node("Reshape", [bad_name, c + "guard_flat"], [c + "bad_flat"],
                          name=c + "bad_flat"),
-        helper.make_node("Size", [input_name], [c + "guard_size"], name=c + "guard_size"),
-        helper.make_node("Equal", [c + "guard_size", c + "guard_no_elements"],
-                         [c + "guard_is_empty"], name=c + "guard_is_empty"),
-        helper.make_node("Reshape", [c + "guard_is_empty", c + "guard_one"],
-                         [c + "guard_empty_flag"], name=c + "guard_empty_flag"),
-        helper.make_node("Concat", [c + "bad_flat", c + "guard_empty_flag"], [c + "flags"],
-                         name=c + "flags", axis=0),
-        helper.make_node("Cast", [c + "flags"], [c + "bad_int"], name=c + "bad_int",
+        helper.make_node("Cast", [c + "bad_flat"], [c + "bad_int"], name=c + "bad_int",
                          to=TensorProto.INT64),
-        helper.make_node("ReduceMax", [c + "bad_int"], [c + "any_bad"], name=c + "any_bad",
+        helper.make_node("Concat", [c + "bad_int", c + "guard_empty"], [c + "flags"],
+                         name=c + "flags", axis=0),
+        helper.make_node("ReduceMax", [c + "flags"], [c + "any_bad"], name=c + "any_bad",
                          keepdims=0),
         helper.make_node("Gather", [c + "guard_data", c + "any_bad"], [c + "zero_if_valid"],
                          name=message, axis=0),
