@@ -412,9 +412,11 @@ UNCHECKED_IDS = ("decode_token",)
 ELEMENTWISE_IDS = ("decode_step",)
 
 
-def id_check_node_name(n_token):
-    """The name of the node that fails on bad ids; onnxruntime prints it."""
-    return f"token_ids out of range: valid ids are 0 to {n_token - 1}"
+def id_check_node_name(n_token, refuse_empty=True):
+    """The name of the node that fails on bad ids (and on no ids with
+    `refuse_empty`); onnxruntime prints it."""
+    empty = "empty or " if refuse_empty else ""
+    return f"token_ids {empty}out of range: valid ids are 0 to {n_token - 1}"
 
 
 def onnx_constant(name, value, dtype=TensorProto.INT32):
@@ -437,8 +439,8 @@ def add_id_range_check(model, ids_name, n_token, refuse_empty=True):
                          name=c + "too_large"),
         helper.make_node("Or", [c + "negative", c + "too_large"], [c + "bad"], name=c + "bad"),
     ]
-    add_input_guard(model, ids_name, nodes, c + "bad", id_check_node_name(n_token), c,
-                    refuse_empty)
+    add_input_guard(model, ids_name, nodes, c + "bad", id_check_node_name(n_token, refuse_empty),
+                    c, refuse_empty)
 
 
 def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix,
