@@ -228,7 +228,7 @@ def export_classifier_onnx(model, path, metadata, opset=DEFAULT_OPSET):
 
 
 def lengths_check_node_name():
-    return "lengths out of range: each must be in [1, L], L = token_ids.shape[1]"
+    return "lengths empty or out of range: each must be in [1, L], L = token_ids.shape[1]"
 
 
 def add_lengths_check(onnx_model):

@@ -188,7 +188,8 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
                                f"{[o.name for o in model.graph.output]}")
         order_outputs(model, outputs)
         if "token_ids" in inputs and interface not in UNCHECKED_IDS:
-            add_id_range_check(model, "token_ids", cfg.n_token)
+            add_id_range_check(model, "token_ids", cfg.n_token,
+                               refuse_empty=interface not in ELEMENTWISE_IDS)
         declare_shapes(model, {**shapes, **interface_shapes.get(interface, {})})
         keep_batch_axis(model)
         helper.set_model_props(model, {**export_metadata(cfg, mem_len, "last", zero_filled,
@@ -402,13 +403,20 @@ def order_outputs(model, names):
 # inside a runtime, which checks every id on the host first (prompts, and the
 # ids of `decode_step`; sampled ids are in range), and it is the graph a GPU
 # replays, where the check cannot work (ONNX Runtime's CUDA Gather gives 0 for
-# an index out of range instead of failing) and would cost 10 kernels a token.
+# an index out of range instead of failing) and would cost 6 kernels a token.
 UNCHECKED_IDS = ("decode_token",)
+# The decode graphs whose id check reads the ids one by one, without the flag
+# of an empty input: `decode_step`, which a GPU replays where an export has no
+# `decode_token` or that one is not captured (the flag and its reduction would
+# cost 2 kernels a token). A step of no rows passes the check.
+ELEMENTWISE_IDS = ("decode_step",)
 
 
-def id_check_node_name(n_token):
-    """The name of the node that fails on bad ids; onnxruntime prints it."""
-    return f"token_ids out of range: valid ids are 0 to {n_token - 1}"
+def id_check_node_name(n_token, refuse_empty=True):
+    """The name of the node that fails on bad ids (and on no ids with
+    `refuse_empty`); onnxruntime prints it."""
+    empty = "empty or " if refuse_empty else ""
+    return f"token_ids {empty}out of range: valid ids are 0 to {n_token - 1}"
 
 
 def onnx_constant(name, value, dtype=TensorProto.INT32):
@@ -418,9 +426,10 @@ def onnx_constant(name, value, dtype=TensorProto.INT32):
                                                      np.ravel(value).tolist()))
 
 
-def add_id_range_check(model, ids_name, n_token):
-    """Makes the graph fail on ids outside `[0, n_token)` (negative ones too)
-    (`add_input_guard` with bad = ids < 0 or ids >= n_token)."""
+def add_id_range_check(model, ids_name, n_token, refuse_empty=True):
+    """Makes the graph fail on ids outside `[0, n_token)` (negative ones too),
+    and on no ids with `refuse_empty` (`add_input_guard` with bad = ids < 0
+    or ids >= n_token)."""
     c = "txl_id_check/"
     nodes = [
         onnx_constant(c + "zero", 0),
@@ -430,43 +439,52 @@ def add_id_range_check(model, ids_name, n_token):
                          name=c + "too_large"),
         helper.make_node("Or", [c + "negative", c + "too_large"], [c + "bad"], name=c + "bad"),
     ]
-    add_input_guard(model, ids_name, nodes, c + "bad", id_check_node_name(n_token), c)
+    add_input_guard(model, ids_name, nodes, c + "bad", id_check_node_name(n_token, refuse_empty),
+                    c, refuse_empty)
 
 
-def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix):
+def add_input_guard(model, input_name, bad_nodes, bad_name, message, prefix,
+                    refuse_empty=True):
     """Makes the graph fail when any element of the bool tensor `bad_name`
     (computed by `bad_nodes` from the raw input) is True.
 
     any(bad) indexes a 1-element constant, so a bad input is a Gather out of
     bounds in a node named `message` (onnxruntime prints it); the gathered 0
     is added to the int32 input the model reads, so no optimiser can drop
-    the check. An empty input is bad too: its flag joins the reduction,
-    which is then never over an empty set (undefined before opset 18).
-    Node names start with `prefix`.
+    the check. An empty input is bad too: the reduction is over the flags (0
+    or 1) and a constant -2, an index out of bounds that is the largest only
+    for an empty input (a reduction of an empty set is undefined before opset
+    18; a flag read from the input's Size would be a value on the host under
+    ONNX Runtime's CUDA provider, copied back each call). Without
+    `refuse_empty` the flags index the constant one by one (no reduction,
+    2 kernels less), and an empty input passes. Node names start with
+    `prefix`.
     """
     checked = f"{input_name}_checked"
     for node in model.graph.node:
         node.input[:] = [checked if name == input_name else name for name in node.input]
     c = prefix
-    nodes = list(bad_nodes) + [
-        onnx_constant(c + "guard_data", [0]),
-        onnx_constant(c + "guard_flat", [-1], TensorProto.INT64),
-        onnx_constant(c + "guard_one", [1], TensorProto.INT64),
-        onnx_constant(c + "guard_no_elements", 0, TensorProto.INT64),
-        helper.make_node("Reshape", [bad_name, c + "guard_flat"], [c + "bad_flat"],
-                         name=c + "bad_flat"),
-        helper.make_node("Size", [input_name], [c + "guard_size"], name=c + "guard_size"),
-        helper.make_node("Equal", [c + "guard_size", c + "guard_no_elements"],
-                         [c + "guard_is_empty"], name=c + "guard_is_empty"),
-        helper.make_node("Reshape", [c + "guard_is_empty", c + "guard_one"],
-                         [c + "guard_empty_flag"], name=c + "guard_empty_flag"),
-        helper.make_node("Concat", [c + "bad_flat", c + "guard_empty_flag"], [c + "flags"],
-                         name=c + "flags", axis=0),
-        helper.make_node("Cast", [c + "flags"], [c + "bad_int"], name=c + "bad_int",
-                         to=TensorProto.INT64),
-        helper.make_node("ReduceMax", [c + "bad_int"], [c + "any_bad"], name=c + "any_bad",
-                         keepdims=0),
-        helper.make_node("Gather", [c + "guard_data", c + "any_bad"], [c + "zero_if_valid"],
+    nodes = list(bad_nodes) + [onnx_constant(c + "guard_data", [0])]
+    if refuse_empty:
+        nodes += [
+            onnx_constant(c + "guard_flat", [-1], TensorProto.INT64),
+            onnx_constant(c + "guard_empty", [-2], TensorProto.INT64),
+            helper.make_node("Reshape", [bad_name, c + "guard_flat"], [c + "bad_flat"],
+                             name=c + "bad_flat"),
+            helper.make_node("Cast", [c + "bad_flat"], [c + "bad_int"], name=c + "bad_int",
+                             to=TensorProto.INT64),
+            helper.make_node("Concat", [c + "bad_int", c + "guard_empty"], [c + "flags"],
+                             name=c + "flags", axis=0),
+            helper.make_node("ReduceMax", [c + "flags"], [c + "any_bad"], name=c + "any_bad",
+                             keepdims=0),
+        ]
+        index = c + "any_bad"
+    else:
+        nodes.append(helper.make_node("Cast", [bad_name], [c + "bad_int"], name=c + "bad_int",
+                                      to=TensorProto.INT64))
+        index = c + "bad_int"
+    nodes += [
+        helper.make_node("Gather", [c + "guard_data", index], [c + "zero_if_valid"],
                          name=message, axis=0),
         helper.make_node("Add", [input_name, c + "zero_if_valid"], [checked], name=c + "add"),
     ]

@@ -272,7 +272,7 @@ RAW_ONNXRUNTIME_SHAPE_DTYPE_CASES = [  # (id, feeds, exception, message pattern)
 
 # Out-of-range ids fed to onnxruntime directly: the graph's own range check
 # fails, naming the range (ONNX Gather would wrap -1 to the last row).
-_ID_RANGE = r"token_ids out of range: valid ids are 0 to 255"
+_ID_RANGE = r"token_ids empty or out of range: valid ids are 0 to 255"
 RAW_ONNXRUNTIME_ID_RANGE_CASES = [  # (id, feeds, exception, message pattern)
     ("negative_id", _feeds(np.array([[1, -1]], np.int32)), InvalidArgument, _ID_RANGE),
     ("id_n_token", _feeds(np.array([[1, 256]], np.int32)), InvalidArgument, _ID_RANGE),

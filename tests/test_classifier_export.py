@@ -96,10 +96,12 @@ def test_bad_inputs_are_named_before_and_inside_the_graph(exported, backend):
     # The graphs check too, for callers that skip the runtime.
     error = Exception
     if backend == "onnx":
-        with pytest.raises(error, match="lengths out of range"):
+        with pytest.raises(error, match="lengths empty or out of range"):
             runtime._run(ids, np.int32([6, 3]))
-        with pytest.raises(error, match="token_ids out of range"):
+        with pytest.raises(error, match="token_ids empty or out of range"):
             runtime._run(np.where(ids == ids[0, 0], -1, ids), lengths)
+        with pytest.raises(error, match="empty or out of range"):  # no rows
+            runtime._run(ids[:0], lengths[:0])
     else:
         with pytest.raises(tf.errors.InvalidArgumentError, match="lengths"):
             runtime._run(ids, np.int32([0, 3]))

@@ -34,6 +34,20 @@ def test_a_layer_adds_few_nodes_to_the_decode_step(layer_nodes):
     assert kernels(layer_nodes) <= MAX_KERNELS_PER_LAYER, layer_nodes
 
 
+# The 2-layer step's kernels at CONFIG (60 with the reduction of its ids'
+# check, 63 when an empty batch was flagged from the ids' Size).
+MAX_STEP_KERNELS = 59
+
+
+def test_the_steps_id_check_reads_no_shape_and_adds_few_kernels(step_nodes):
+    """The step, which a GPU may replay per token, checks its ids elementwise:
+    no Size or Shape (ONNX Runtime's CUDA provider keeps their value on the
+    host: a copy back each step, which no CUDA graph captures) and no
+    reduction."""
+    assert not {"Size", "Shape", "ReduceMax"} & set(step_nodes[0]), step_nodes[0]
+    assert kernels(step_nodes[0]) <= MAX_STEP_KERNELS, step_nodes[0]
+
+
 def test_the_step_projects_once_and_its_residual_layer_norms_fuse(layer_nodes):
     # One matmul for the token's query, key and value, one per feed-forward
     # layer (Gemm: with its bias; FusedGemm: with the ReLU too).

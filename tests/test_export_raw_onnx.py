@@ -1,6 +1,7 @@
 """The ONNX file as a client without txl_tf sees it: plain onnxruntime, outputs
 unpacked by position, ids checked inside the graph, garbage in invalid memory
 slots harmless, external data for large weights."""
+import collections
 import json
 import os
 import subprocess
@@ -101,7 +102,8 @@ def test_out_of_range_ids_fail_in_the_graph(onnx_path, level, bad):
     ids = np.array([[3, bad, 5], [1, 2, 3]], np.int32)
     with pytest.raises(Exception, match=r"out of range: valid ids are 0 to 255"):
         session(onnx_path, level).run(None, fresh_feeds(ids))
-    assert id_check_node_name(N_TOKEN) == "token_ids out of range: valid ids are 0 to 255"
+    assert id_check_node_name(N_TOKEN) == \
+        "token_ids empty or out of range: valid ids are 0 to 255"
 
 
 class ReduceMax(OpRun):
@@ -140,8 +142,22 @@ def test_an_empty_segment_fails_the_id_check_on_any_runtime(onnx_path, reduce_ma
     for empty in (np.zeros([1, 0], np.int32), np.zeros([0, 3], np.int32)):
         with pytest.raises(IndexError):  # the check's Gather, out of range
             check.run(None, {"token_ids": empty})
-        with pytest.raises(Exception, match=r"out of range: valid ids are 0 to 255"):
+        with pytest.raises(Exception, match=r"token_ids empty or out of range: valid ids are "
+                                            r"0 to 255"):  # (ONNX Runtime names the node)
             session(onnx_path).run(None, fresh_feeds(empty))
+
+
+def test_the_id_check_reads_no_shape_and_costs_few_kernels(onnx_path):
+    """The flag of an empty input is a constant in the reduction (-2, an index
+    out of range): no Size or Shape, whose value ONNX Runtime's CUDA provider
+    keeps on the host (a copy back to the device each call, which no CUDA
+    graph captures); 8 kernels (3 for the bad ids, the cast, the constant's
+    concat, the reduction, the gather, the add), 10 with a Size."""
+    from benchmarks.inference import kernels
+    ops = collections.Counter(n.op_type for n in id_check_graph(onnx_path).graph.node
+                              if n.op_type != "Constant")
+    assert not {"Size", "Shape"} & set(ops), ops
+    assert kernels(ops) == 8, ops
 
 
 def without_id_check(path, out):
