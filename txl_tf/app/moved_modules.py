@@ -1,14 +1,14 @@
 """Import paths from before the package's re-layout into folders (and
-`export/`'s regrouping by idea): importing one is an ImportError that names
-where the module went, not a bare "No module named". Both `txl_tf` and
-`export` install the finder when imported, so the first import of a process
-may be an old path of either. Standard library only: `export` reads this
-file without importing `txl_tf` (and TensorFlow)."""
+`export/`'s regrouping by idea, and single moves since): importing one is an
+ImportError that names where the module went, not a bare "No module named".
+Both `txl_tf` and `export` install the finder when imported, so the first
+import of a process may be an old path of either. Standard library only:
+`export` reads this file without importing `txl_tf` (and TensorFlow)."""
 import importlib.abc
 import sys
 
 # old module -> where it went (modules moved into `checks/`, `classification/`,
-# `generation/`, `keras_support/`, `learning/` and `weights/`).
+# `generation/`, `keras_support/`, `learning/`, `models/` and `weights/`).
 MOVED = {
     "txl_tf.validation": "txl_tf.checks.inputs",
     "txl_tf.memory_budget": "txl_tf.checks.memory_budget",

@@ -101,11 +101,17 @@ def check_finite_outputs(values, what="log-probs"):
 
 def as_array(value, name, error=InputError, fix="pad them to one length"):
     """`value` (array-like or tensor) as a numpy array, or `error` naming
-    `name` (and `fix`, what to do) for nested rows of other lengths."""
+    `name` (and `fix`, what to do) for nested rows of other lengths (a
+    `tf.RaggedTensor`'s `.numpy()` is an object array of its rows)."""
     try:
-        return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        if not hasattr(value, "numpy"):
+            return np.asarray(value)
+        array = value.numpy()
     except ValueError:  # numpy: "an inhomogeneous shape"
         raise error(f"{name} holds rows of other lengths: {fix}") from None
+    if array.dtype == object and any(np.ndim(row) for row in array.reshape(-1)):
+        raise error(f"{name} holds rows of other lengths: {fix}")
+    return array
 
 
 def check_id_array(token_ids, n_token, name="token_ids", error=InputError):
