@@ -4,7 +4,7 @@ buffers (OrtValues), so that a step on a GPU moves no cache across the bus.
 
 * The slab's tensors hold `capacity` rows for its whole life (fixed
   addresses). A step reads and writes the first `len(slab)` rows in place
-  (`decode_cache.FixedStep`: each layer's rows, the flags' and the rows'
+  (`device_cache.FixedStep`: each layer's rows, the flags' and the rows'
   slots are a prefix of their buffers), so it can be replayed as a CUDA
   graph, one per slab size.
 * A session joining copies its one row in (`slab_put_model`: the row's
@@ -22,8 +22,8 @@ buffers (OrtValues), so that a step on a GPU moves no cache across the bus.
   ring's write of an older export write nothing before it.)
 
 The ring's bookkeeping (the write, the move of its positions) is
-`decode_cache`'s, as for every device step; this module holds only the
-rows' placement. Built with `onnx.helper` at run time, as `decode_cache`'s
+`device_cache`'s, as for every device step; this module holds only the
+rows' placement. Built with `onnx.helper` at run time, as `device_cache`'s
 graphs are.
 """
 import contextlib
@@ -31,10 +31,11 @@ import threading
 
 import numpy as np
 
-from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, DeviceCache,
-                                 FixedStep, check_admission, is_ortvalue,
-                                 one_thread_at_a_time, ortvalue, run_on_device)
-from export.decode_cache import small_model as _model
+from export.decode_cache import (BATCH_AXES, CACHE_NAMES, SLOT_AXES, check_admission,
+                                 one_thread_at_a_time)
+from export.device_cache import (NUMPY_TYPES, DeviceCache, FixedStep, is_ortvalue, ortvalue,
+                                 run_on_device)
+from export.device_cache import small_model as _model
 
 # The per-row tensors a session's row holds (`positions` and `slot` are shared).
 ROW_NAMES = ("cache_mems", "keys", "values", "valid", "row_slot")

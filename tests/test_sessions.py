@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from export import SessionTable, open_runtime, run_export
-from export.decode_cache import ALIGNMENT, LAYER_STACKED, on_device
+from export.decode_cache import ALIGNMENT, LAYER_STACKED
+from export.device_cache import on_device
 from export.device_slab import DeviceSlab
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.weights import save_pretrained
@@ -596,7 +597,7 @@ def test_an_interrupted_device_slab_write_leaves_every_session_to_get_what_it_ge
     """Ctrl-C before, inside (between the ring's write, `decode_token`'s
     run, and the move of its positions) or just after `FixedStep.write` in a
     `DeviceSlab.step`."""
-    from export.decode_cache import FixedStep
+    from export.device_cache import FixedStep
     runtime = open_runtime(str(exported), backend="onnx", device="cpu", device_cache=True,
                            cuda_graph=True)
     alone = {sid: _alone(runtime, [(prompt, None, n)], settings)
