@@ -2,7 +2,8 @@
 TensorFlow; the runtimes import only this side, `export.decode_interface`
 holds the graphs and says what each tensor is). The same cache kept on the
 runtime's device, its ring written by a small ONNX graph there, is
-`export.device_cache`.
+`export.device_cache`; many streams' caches in one batch, the session
+table's slab, `export.slab`.
 
 * The host's cache: the names, shapes and sizes of the cached decode
   interface's state, aligned buffers, and the host's half of a step
@@ -13,26 +14,12 @@ runtime's device, its ring written by a small ONNX graph there, is
   the shared slot (`realign_rows`; on the device, `Runtime.decode_step`
   puts the row back rotated with the slab's row graphs). Where each row
   stands is `RingPositions`.
-* The slab (`CacheSlab`): many streams' caches in one batch that steps
-  advance in place. A decode step takes one ring slot for every row of its
-  batch. Streams that started at different times sit at different slots of
-  their own rings; attention sees only each slot's distance from the free
-  slot, so a stream's ring can be rotated to any slot without changing what
-  it computes. The slab rotates each stream it admits to its own slot (one
-  copy of that stream's cache), then every step reads and writes the slab's
-  rows in place: no gather, no scatter, no copy of any cache per step. Rows
-  are kept contiguous (an evicted row's place takes the last row), so a
-  step's batch is a view of the slab's first rows. Its twin on the device
-  is `export.device_slab.DeviceSlab`.
 """
-import functools
-import threading
 from typing import NamedTuple
 
 import numpy as np
 
 from txl_tf.app.moved_modules import answers_moved_names
-from txl_tf.errors import TxlError
 
 # A name that moved out of this module (`from export.decode_cache import
 # DeviceCache`): an ImportError naming where it went.
@@ -267,7 +254,7 @@ def realign_rows(cache, rows, slot):
     for row in np.asarray(rows).tolist():
         shift = (int(slot) - int(cache["row_slot"][row])) % size
         for name in SLOT_AXES:
-            view = _rows(cache[name], name, row, row + 1)
+            view = rows_view(cache[name], name, row, row + 1)
             view[...] = np.roll(view, shift, ring_axis(name))
         cache["row_slot"][row] = slot
 
@@ -294,190 +281,6 @@ def _at_slot(ring, name, slot):
     return ring[(slice(None),) * ring_axis(name) + (slot,)]
 
 
-# ----------------------------------------------------------------- the slab
-def one_thread_at_a_time(method):
-    """`method` of a slab, which serves one thread at a time: a call while
-    another thread is inside one of its methods raises `TxlError` naming
-    the slab and the rule (it would read or write rows the other thread is
-    changing). A method calling another goes on."""
-    @functools.wraps(method)
-    def guarded(slab, *args, **kwargs):
-        me = threading.get_ident()
-        if slab._user == me:
-            return method(slab, *args, **kwargs)
-        if not slab._in_use.acquire(blocking=False):
-            raise TxlError(f"{type(slab).__name__} is in use by another thread: a slab serves "
-                           "one thread at a time (a SessionTable holds its lock around its "
-                           "slab; elsewhere hold one around every use of it)")
-        try:
-            slab._user = me
-            return method(slab, *args, **kwargs)
-        finally:
-            slab._user = None
-            slab._in_use.release()
-    return guarded
-
-
-class CacheSlab:
-    """Up to `capacity` streams' host decode caches (`decode_interface`), one
-    row each, on one shared ring slot.
-
-    ```python
-    slab = CacheSlab(16)
-    slab.admit("alice", runtime.decode_init(memory))   # a one-row cache
-    log_probs, _ = runtime.decode_step(ids, slab.batch(), stopped)  # rows in slab.keys order
-    cache = slab.evict("alice")                        # her one-row cache again
-    ```
-    A step advances the slab's rows in place. `export.sessions.SessionTable`
-    steps it with `step`, through the runtime's `GenerationBackend`
-    (`next_cached`, no checks per token). On a device runtime the slab is an
-    `export.device_slab.DeviceSlab` (the same methods, its rows in device
-    buffers). A slab serves one thread at a time: a call made while
-    another thread is in one raises `TxlError` (`one_thread_at_a_time`).
-    """
-
-    def __init__(self, capacity, next_cached=None):
-        self._in_use, self._user = threading.Lock(), None  # `one_thread_at_a_time`
-        self.capacity = int(capacity)
-        self._next_cached = next_cached  # (ids, stopped, cache) -> log-probs, for `step`
-        self.keys = []  # the stream in each row, in row order
-        self._arrays = None  # {name: array with `capacity` rows}, made at the first admit
-        self._undo = None
-        # (steps taken, the last one's log-probs): what an interrupted caller goes on from
-        self.taken = (0, None)
-
-    def __len__(self):
-        return len(self.keys)
-
-    def full(self):
-        return len(self.keys) == self.capacity
-
-    @one_thread_at_a_time
-    def admit(self, key, cache):
-        """Puts the one-row host cache `cache` in the next row, rotated onto
-        the slab's ring slot (an empty slab takes the row's own slot)."""
-        # A cache kept on the device (OrtValues) joins the host's slab as numpy.
-        cache = {name: np.asarray(value.numpy()) if hasattr(value, "data_ptr") else value
-                 for name, value in cache.items()}
-        check_admission(self, key, cache["valid"].shape[0])
-        if self._arrays is None:
-            self._arrays = {name: host_empty(name, _with_rows(value, name, self.capacity),
-                                             value.dtype)
-                            for name, value in cache.items() if name in BATCH_AXES}
-        # The row's own free slot (a row that stopped kept it as the ring moved on).
-        row_slot, size = int(cache["row_slot"][0]), cache["valid"].shape[1]
-        if not self.keys:  # shared by every row
-            self._arrays["slot"] = np.array(row_slot, np.int32)
-            self._arrays["positions"] = cache["positions"]
-        shift = (int(self._arrays["slot"]) - row_slot) % size
-        row = len(self.keys)
-        for name in BATCH_AXES:
-            target = _rows(self._arrays[name], name, row, row + 1)
-            if name == "row_slot":
-                target[...] = (cache[name] + shift) % size
-            else:  # the ring moved on by `shift` slots
-                target[...] = np.roll(cache[name], shift, ring_axis(name))
-        self.keys.append(key)
-
-    @one_thread_at_a_time
-    def evict(self, key):
-        """Removes `key`'s row; its one-row host cache (a copy). The last row
-        moves into it; an interrupt while it moves puts the row back."""
-        row = self.keys.index(key)
-        cache = take_rows(self.batch(), [row])
-        last = len(self.keys) - 1
-        try:
-            for name in BATCH_AXES:
-                array = self._arrays[name]
-                _rows(array, name, row, row + 1)[...] = _rows(array, name, last, last + 1)
-            # One change: the last key into the row, the list one shorter.
-            self.keys[row:] = ([self.keys[last]] if row != last else []) + self.keys[row + 1:last]
-        except BaseException:
-            if self.keys[row] == key:
-                for name in BATCH_AXES:
-                    _rows(self._arrays[name], name, row, row + 1)[...] = cache[name]
-            raise
-        return cache
-
-    @one_thread_at_a_time
-    def batch(self):
-        """The host cache of the rows in use (views: steps advance the slab)."""
-        views = {name: _rows(self._arrays[name], name, 0, len(self.keys)) for name in BATCH_AXES}
-        return {**views, "slot": self._arrays["slot"], "positions": self._arrays["positions"]}
-
-    @one_thread_at_a_time
-    def step(self, ids, check):
-        """The log-probs of one step of every row (ids `[len(self)]`), the
-        slab advanced in place, unless `check(log_probs)` raises: then the
-        step is taken back (`mark`, `undo`) and the error goes on. `taken`
-        counts the steps and keeps the last one's log-probs (for a caller
-        interrupted as this returns)."""
-        self.mark()
-        try:  # also when the step itself is interrupted half-way through its writes
-            log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_),
-                                          self.batch())
-            log_probs = check(log_probs)
-            self.taken = (self.taken[0] + 1, log_probs)  # nothing after it can fail
-            return log_probs
-        except BaseException:
-            self.undo()
-            raise
-
-    @one_thread_at_a_time
-    def mark(self):
-        """Remembers the ring's position, so that `undo` can take back the next step."""
-        n, slot = len(self.keys), int(self._arrays["slot"])
-        self._undo = (slot, self._arrays["row_slot"][:n].copy(),
-                      self._arrays["valid"][:n, slot].copy())
-
-    @one_thread_at_a_time
-    def undo(self):
-        """Takes back the step since `mark`: it wrote only into the free slot,
-        whose entries mean nothing until the ring moves onto it, so putting
-        back the slot, the rows' slots and the free slot's flags is enough."""
-        slot, row_slot, valid = self._undo
-        n = len(self.keys)
-        self._arrays["slot"][...] = slot
-        self._arrays["row_slot"][:n] = row_slot
-        self._arrays["valid"][:n, slot] = valid
-
-
-def slab_row_bytes(config, mem_len, cache_dtype="float32"):
-    """The bytes one row of a host `CacheSlab` holds: its rings of `mem_len + 1`
-    slots (`cache_mems` float32, `keys` and `values` in `cache_dtype`,
-    `valid`) and its `row_slot`.
-
-    Args:
-        config: the model's config (`n_layer`, `d_model`, `n_head`, `d_head`).
-        mem_len: the export's memory length.
-        cache_dtype: the keys' and values' dtype.
-
-    Returns:
-        An int.
-    """
-    size = int(mem_len) + 1
-    heads = config.n_head * config.d_head
-    return (config.n_layer * size * (config.d_model * 4 + 2 * heads * np.dtype(cache_dtype).itemsize)
-            + size + 4)
-
-
-def check_admission(slab, key, rows):
-    """Raises `ValueError` unless `slab` (its `keys` and `capacity`) can
-    admit a cache of `rows` rows as `key`'s stream."""
-    if len(slab.keys) >= slab.capacity:
-        raise ValueError(f"the slab holds {slab.capacity} streams already")
-    if key in slab.keys:
-        raise ValueError(f"the slab holds a stream {key!r} already")
-    if rows != 1:
-        raise ValueError(f"a slab admits one row at a time, not {rows}")
-
-
-def _with_rows(value, name, rows):
-    shape = list(value.shape)
-    shape[BATCH_AXES[name]] = rows
-    return shape
-
-
-def _rows(array, name, start, stop):
+def rows_view(array, name, start, stop):
     """The view of rows `start:stop` of the cache array `name`."""
     return array[(slice(None),) * BATCH_AXES[name] + (slice(start, stop),)]

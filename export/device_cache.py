@@ -39,7 +39,7 @@ are `export.decode_cache`'s.
   token, and a server holds one captured set per batch size, not one per
   conversation. The three graphs over fixed
   buffers are a `FixedStep`, which also steps the first rows of a slab's
-  buffers in place (`export.device_slab.DeviceSlab`). On the CPU provider
+  buffers in place (`export.slab.DeviceSlab`). On the CPU provider
   the same fixed-buffer path runs without a capture (that is how the tests
   exercise it).
 """

@@ -19,8 +19,7 @@ from export.device_cache import (MOVED, DeviceCache, Resident, copy_model, devic
                                  with_cache_dtype)
 from export.device_memory import (FixedSegment, memory_concat_model, memory_copy_model,
                                   memory_take_model, nll_model)
-from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_model,
-                                take_device_rows)
+from export.slab import DeviceSlab, put_row, slab_put_model, slab_take_model, take_device_rows
 from export.metadata import DECODE_FILES, DECODE_TOKEN_FILE, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory, _to_numpy, _unpack, shape_and_dtype
 from txl_tf.app.deprecation import warn_deprecated
@@ -304,7 +303,7 @@ class OnnxRuntime(Runtime):
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
     token there in place (`export.device_cache`), and a `SessionTable`
-    keeps its slab there (`export.device_slab`); `"auto"` does so on CUDA,
+    keeps its slab there (`export.slab.DeviceSlab`); `"auto"` does so on CUDA,
     where a numpy cache would cross the bus at every step. True on the CPU
     provider runs the device code there (for tests and diagnosis; the host
     cache is faster on the CPU).
@@ -411,7 +410,7 @@ class OnnxRuntime(Runtime):
         # every run of a session that replays CUDA graphs (`_replay_lock_of`).
         self._lock = threading.RLock()
         self._replay_lock = threading.RLock()
-        # The small graphs of `export.device_cache`, `device_slab`, `device_memory`.
+        # The small graphs of `export.device_cache`, `slab`, `device_memory`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
         self._small_graphs = {}

@@ -15,7 +15,7 @@ import pytest
 from export import SessionTable, open_runtime
 from export.decode_cache import SLOT_AXES
 from export.device_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
-from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
+from export.slab import DeviceSlab, slab_put_model, slab_take_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from test_decode_cache_export import CONFIG, export_of_config, stop_and_go_on  # odd head sizes

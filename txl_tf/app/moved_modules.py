@@ -52,6 +52,8 @@ MOVED = {
     "export.serving_module": "export.saved_model",
     "export.triton_cached": "export.triton",
     "export.triton_config": "export.triton",
+    # the host's slab (out of export.decode_cache) beside the device's
+    "export.device_slab": "export.slab",
 }
 
 
@@ -59,7 +61,9 @@ MOVED = {
 MOVED_NAMES = {
     # export.decode_cache split by idea: the host's cache stays
     "export.decode_cache": {"DeviceCache": "export.device_cache",
-                            "ring_memory_model": "export.device_cache"},
+                            "ring_memory_model": "export.device_cache",
+                            "CacheSlab": "export.slab", "one_thread_at_a_time": "export.slab",
+                            "slab_row_bytes": "export.slab"},
 }
 
 
