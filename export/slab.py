@@ -77,7 +77,19 @@ def one_thread_at_a_time(method):
     return guarded
 
 
-class CacheSlab:
+class SlabRows:
+    """What both slabs share: up to `capacity` streams, one a row, `keys`
+    the stream in each row, in row order."""
+
+    def __len__(self):
+        return len(self.keys)
+
+    def full(self):
+        """True when every row of the slab holds a stream."""
+        return len(self.keys) == self.capacity
+
+
+class CacheSlab(SlabRows):
     """Up to `capacity` streams' host decode caches (`decode_interface`), one
     row each, on one shared ring slot.
 
@@ -104,12 +116,6 @@ class CacheSlab:
         self._undo = None
         # (steps taken, the last one's log-probs): what an interrupted caller goes on from
         self.taken = (0, None)
-
-    def __len__(self):
-        return len(self.keys)
-
-    def full(self):
-        return len(self.keys) == self.capacity
 
     @one_thread_at_a_time
     def admit(self, key, cache):
@@ -312,7 +318,7 @@ def slab_take_model():
     return _model(nodes, "txl_slab_take", inputs, outputs)
 
 
-class DeviceSlab:
+class DeviceSlab(SlabRows):
     """Up to `capacity` streams' device decode caches, one row each, on one
     shared ring slot, in device buffers (see the module's docstring).
 
@@ -337,13 +343,6 @@ class DeviceSlab:
         # The ring slot, kept on the host (None: unknown, read at the next step):
         # an interrupted step tells from it whether its write was moved on.
         self._slot = None
-
-    def __len__(self):
-        return len(self.keys)
-
-    def full(self):
-        """True when every row of the slab holds a stream."""
-        return len(self.keys) == self.capacity
 
     @one_thread_at_a_time
     def admit(self, key, cache):
