@@ -949,8 +949,8 @@ def bind_profiled(session, feeds, device, in_place=()):
     """`(binding, {input: OrtValue})`: `session`'s inputs bound to `feeds`
     copied onto `device` (the values must outlive the runs), the output
     `new_<name>` of each input named in `in_place` to that input's buffer,
-    the other outputs to fresh buffers on `device` (`export.decode_cache.bind_on_device`)."""
-    from export.decode_cache import bind_on_device
+    the other outputs to fresh buffers on `device` (`export.device_cache.bind_on_device`)."""
+    from export.device_cache import bind_on_device
     return bind_on_device(session, device, feeds, in_place=in_place)
 
 

@@ -247,7 +247,7 @@ TOKEN_PARTS = ("step_graph", "read", "write", "token", "host")
 
 def time_token_parts(runtime, memory, batch, tokens):
     """`{"token_parts": {...}}`: ms a token of each part of a decode step
-    over fixed buffers (`decode_cache.FixedStep`, replayed as CUDA graphs
+    over fixed buffers (`device_cache.FixedStep`, replayed as CUDA graphs
     where `runtime.cuda_graph` is on a GPU), on a full memory's cache:
 
     - `step_graph`: one run of the step graph alone (its kernels, its graph
@@ -916,7 +916,7 @@ def bound_path(runtime, memory, segments, dynamic=False):
     numpy `memory`; `keep(nll)` (the check, not timed) gets each segment's
     NLL, its log-probs copied to the host."""
     import onnxruntime as ort
-    from export.decode_cache import ortvalue
+    from export.device_cache import ortvalue
     from export.device_memory import FixedSegment
     fixed = None if dynamic else runtime._fixed_for(segments[0][0].shape, open_now=True)
     if isinstance(fixed, FixedSegment):
@@ -954,7 +954,7 @@ def fixed_bound_path(fixed, memory, segments):
     in, each segment's ids written in place, the new memory copied back
     into the inputs on the device (`feed_back`: one copy a segment, what a
     graph tied to its buffers needs)."""
-    from export.decode_cache import ortvalue
+    from export.device_cache import ortvalue
     start = [ortvalue(value, fixed.device) for value in memory]
     ids = [np.asarray(i, np.int32) for i, _ in segments]
 

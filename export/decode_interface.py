@@ -30,7 +30,7 @@ caller (the runtimes: numpy arrays in host memory):
   `log_probs`, `new_cache_mems`, `new_keys_i`, `new_values_i`, `new_valid`,
   `new_slot`, `new_row_slot` (ONNX only): the step and the write in one
   graph, for a caller that binds each ring's `new_` output to its input's
-  buffer (`decode_cache.FixedStep`): each layer's key and value go into its
+  buffer (`device_cache.FixedStep`): each layer's key and value go into its
   rings first (ScatterElements, in place) and are read there, each row at
   its `ring_cache.write_slots` slot; the flags are written before the read
   sees them, the ring's positions move on into outputs of their own.

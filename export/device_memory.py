@@ -3,13 +3,13 @@ which `export.onnx_runtime.OnnxRuntime` takes rows of memories, joins them
 and scores targets on its device, so that a memory (OrtValues in a
 `RuntimeMemory`) handed from call to call never crosses to the host, and a
 score brings only the negative log-likelihoods there, not the log-probs.
-Built with `onnx.helper` at run time (as `export.decode_cache`'s graphs).
+Built with `onnx.helper` at run time (as `export.device_cache`'s graphs).
 """
 import threading
 
 import numpy as np
 
-from export.decode_cache import NUMPY_TYPES, empty_like, replay_run_options, small_model as _model
+from export.device_cache import NUMPY_TYPES, empty_like, replay_run_options, small_model as _model
 
 
 def _memory_values(prefix="", suffix=""):

@@ -88,7 +88,7 @@ class GenerationBackend:
 
     def cache_slab(self, capacity):
         """An empty slab of `capacity` rows for decode caches
-        (`decode_cache.CacheSlab`; a `device_slab.DeviceSlab` where the
+        (`slab.CacheSlab`; a `slab.DeviceSlab` where the
         runtime keeps its caches on the device)."""
         return self.runtime._cache_slab(capacity)
 

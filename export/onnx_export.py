@@ -173,7 +173,7 @@ def export_decode_onnx(core, folder, mem_len, weights_file, opset=DEFAULT_OPSET,
                   mems=[cfg.n_layer, "batch", mem_len, cfg.d_model],
                   mem_mask=["batch", mem_len])
     # A slab's step reads its first rows; the stacked layer inputs, whose
-    # rows are not their first axis, are bound whole (`decode_cache.FixedStep`).
+    # rows are not their first axis, are bound whole (`device_cache.FixedStep`).
     slab_mems = [cfg.n_layer, "capacity"] + shapes["cache_mems"][2:]
     interface_shapes = {"decode_read": {"token_ids": ["batch", "seq_len"]},
                         "decode_token": {"cache_mems": slab_mems, "new_cache_mems": slab_mems}}

@@ -1,5 +1,5 @@
 """ONNX Runtime backend: CUDA when available, CPU otherwise; IO binding keeps
-the memory, and on CUDA the decode cache (`export.decode_cache`), on the
+the memory, and on CUDA the decode cache (`export.device_cache`), on the
 device between calls. Needs numpy and onnxruntime, not TensorFlow."""
 import contextlib
 import ctypes
@@ -11,15 +11,15 @@ from collections import OrderedDict
 
 import numpy as np
 
-from export.decode_cache import (CHANGING_NAMES, MOVED, DeviceCache, Resident, aligned_empty,
-                                 copy_model, device_step, device_token_step, host_cache,
-                                 is_ortvalue, on_device,
-                                 ortvalue, ring_memory_model, ring_positions, ring_write_model,
-                                 run_on_device, step_feeds, with_cache_dtype, write_token)
+from export.decode_cache import (CHANGING_NAMES, aligned_empty, host_cache, ring_positions,
+                                 step_feeds, write_token)
+from export.device_cache import (MOVED, DeviceCache, Resident, copy_model, device_step,
+                                 device_token_step, is_ortvalue, on_device, ortvalue,
+                                 ring_memory_model, ring_write_model, run_on_device,
+                                 with_cache_dtype)
 from export.device_memory import (FixedSegment, memory_concat_model, memory_copy_model,
                                   memory_take_model, nll_model)
-from export.device_slab import (DeviceSlab, put_row, slab_put_model, slab_take_model,
-                                take_device_rows)
+from export.slab import DeviceSlab, put_row, slab_put_model, slab_take_model, take_device_rows
 from export.metadata import DECODE_FILES, DECODE_TOKEN_FILE, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory, _to_numpy, _unpack, shape_and_dtype
 from txl_tf.app.deprecation import warn_deprecated
@@ -96,7 +96,7 @@ def cuda_loads():
         from onnx import TensorProto, helper
     except ImportError:
         return True
-    from export.decode_cache import small_model
+    from export.device_cache import small_model
     value = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1]) for name in "xy"]
     model = small_model([helper.make_node("Identity", ["x"], ["y"])], "cuda_loads",
                         value[:1], value[1:])
@@ -302,14 +302,14 @@ class OnnxRuntime(Runtime):
 
     `device_cache` (`"auto"`, True, False): `decode_init` keeps the decode
     cache in OrtValues on the session's device and each step writes its
-    token there in place (`export.decode_cache`), and a `SessionTable`
-    keeps its slab there (`export.device_slab`); `"auto"` does so on CUDA,
+    token there in place (`export.device_cache`), and a `SessionTable`
+    keeps its slab there (`export.slab.DeviceSlab`); `"auto"` does so on CUDA,
     where a numpy cache would cross the bus at every step. True on the CPU
     provider runs the device code there (for tests and diagnosis; the host
     cache is faster on the CPU).
 
     `cuda_graph` (`"auto"`, True, False): device steps replay CUDA graphs
-    over fixed buffers, one set per batch size (`export.decode_cache`),
+    over fixed buffers, one set per batch size (`export.device_cache`),
     and so do the fixed-shape segments (`export.device_memory.FixedSegment`,
     on the device path: CUDA, or `device_cache=True`); `"auto"` does so
     with the cache on CUDA (far faster per token: measured at ec22188,
@@ -410,7 +410,7 @@ class OnnxRuntime(Runtime):
         # every run of a session that replays CUDA graphs (`_replay_lock_of`).
         self._lock = threading.RLock()
         self._replay_lock = threading.RLock()
-        # The small graphs of `export.decode_cache`, `device_slab`, `device_memory`.
+        # The small graphs of `export.device_cache`, `slab`, `device_memory`.
         self._open_model = lambda model: open_session(model.SerializeToString(), shared(),
                                                       providers)
         self._small_graphs = {}
@@ -423,7 +423,7 @@ class OnnxRuntime(Runtime):
                 f" device_cache={self.device_cache} cuda_graph={self.cuda_graph}")
 
     def _replays_graphs(self, wanted):
-        """Whether device steps replay CUDA graphs (`export.decode_cache`): by
+        """Whether device steps replay CUDA graphs (`export.device_cache`): by
         default with the cache on CUDA; True elsewhere runs the same
         fixed-buffer path without a capture."""
         if wanted is True and not self.device_cache:
@@ -434,7 +434,7 @@ class OnnxRuntime(Runtime):
 
     def _keeps_cache_on_device(self, wanted):
         """Whether `decode_init` keeps the cache in OrtValues on the session's
-        device (`export.decode_cache`): by default on CUDA, where a host
+        device (`export.device_cache`): by default on CUDA, where a host
         cache would cross the bus at every step; needs IO binding and onnx."""
         if wanted is False or (wanted == "auto" and self.device != "cuda"):
             return False
@@ -855,7 +855,7 @@ class OnnxRuntime(Runtime):
 
     def cache_memory(self, cache):
         """The memory a decode cache holds; a device cache's is computed on
-        the device and stays there (`decode_cache.ring_memory_model`)."""
+        the device and stays there (`device_cache.ring_memory_model`)."""
         if not on_device(cache):
             return super().cache_memory(cache)
         self._check_cache(cache)
@@ -997,7 +997,7 @@ def _host(value):
 
 def open_replay_sessions(step_path, size, cache_dtype, session_options, graph_providers,
                          providers, token_path=None, disabled_optimizers=()):
-    """The sessions `decode_cache.Resident` runs: the step and the ring's
+    """The sessions `device_cache.Resident` runs: the step and the ring's
     write (`decode_token`'s one graph where `token_path` is given), and the
     move of its positions with `graph_providers` (CUDA graphs on: every run
     of theirs is a replay of fixed buffers), the cache copy with `providers`

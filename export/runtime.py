@@ -13,9 +13,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from export.decode_cache import (CacheSlab, DeviceCache, cache_shapes, concat_rows, copy_cache,
-                                 in_time_order, realign_rows, ring_axis, ring_positions,
-                                 take_rows)
+from export.decode_cache import (cache_shapes, concat_rows, copy_cache, in_time_order, realign_rows,
+                                 ring_axis, ring_positions, take_rows)
+from export.slab import CacheSlab
+from export.device_cache import DeviceCache
 from export.generation_backend import GenerationBackend
 from export.metadata import DECODE_CACHE_LAYOUT, DECODE_FILES
 from txl_tf.app.deprecation import answers_removed_names

@@ -23,7 +23,7 @@ is read (`open`, `reset`) without it, so a step need not wait for one.
 
 On a runtime with the cached decode interface (an export made with it) the
 table keeps the running sessions' decode caches in one slab
-(`export.decode_cache.CacheSlab`; `export.device_slab.DeviceSlab`, in
+(`export.slab.CacheSlab`; `export.slab.DeviceSlab`, in
 device buffers, where the runtime keeps its caches on the device): a
 session joins it when a row is free, in the order
 the sessions opened, and leaves when it is done; a step reads and writes the
@@ -416,7 +416,7 @@ def _check_hashable(session_id):
 def _check_slab_fits(runtime, max_batch):
     """Raises `MemoryBudgetError` unless the host slab of `max_batch` decode
     caches (allocated whole at the first session) fits in memory."""
-    from export.decode_cache import slab_row_bytes
+    from export.slab import slab_row_bytes
     from txl_tf.checks.memory_budget import check_total
     row = slab_row_bytes(runtime.config, runtime.mem_len, runtime.info.cache_dtype)
     check_total(max_batch * row, lambda words: (

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.inference import export_step, kernels, node_counts, optimized_graph, per_layer
 from export import SessionTable, open_runtime, run_export
-from export.decode_cache import on_device
+from export.device_cache import on_device
 from export.decode_interface import decode_core
 from export.metadata import ExportInfo, export_metadata
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments

@@ -511,7 +511,8 @@ def test_the_host_slab_rotates_an_admitted_row_and_its_own_slot_together():
     """A row admitted at another ring slot than the slab's is rotated onto
     it, its own free slot with it: the slab's rows all stand at the slab's
     slot, and the row evicted at once holds its memory in the same order."""
-    from export.decode_cache import CacheSlab, SLOT_AXES, in_time_order
+    from export.decode_cache import SLOT_AXES, in_time_order
+    from export.slab import CacheSlab
     rng = np.random.default_rng(4)
     size = 5  # odd: a rotation by +2 is not one by -2
 

@@ -145,7 +145,7 @@ def test_the_token_step_reads_the_flags_it_wrote(token_graphs):
 
 def test_the_token_step_is_fewer_kernels_than_the_step_and_the_write(step_nodes, token_graphs,
                                                                       tmp_path):
-    from export.decode_cache import ring_write_model
+    from export.device_cache import ring_write_model
     path = tmp_path / "write.onnx"
     path.write_bytes(ring_write_model(CONFIG.mem_len + 1).SerializeToString())
     write = kernels(node_counts(str(path), "all"))

@@ -1,5 +1,5 @@
 """The decode cache kept on the ONNX Runtime device (`device_cache`,
-`export.decode_cache`), exercised on the CPU provider: OrtValues, the step's
+`export.device_cache`), exercised on the CPU provider: OrtValues, the step's
 layer views bound by pointer, the ring's write in place, exactly what the
 host cache does; the session table's slab in device buffers, and memories
 handed from call to call, as well. On CUDA the same code runs with the
@@ -13,9 +13,9 @@ import onnxruntime as ort
 import pytest
 
 from export import SessionTable, open_runtime
-from export.decode_cache import (SLOT_AXES, WRITE_INPUTS, WRITE_OUTPUTS, on_device,
-                                 ring_write_model)
-from export.device_slab import DeviceSlab, slab_put_model, slab_take_model
+from export.decode_cache import SLOT_AXES
+from export.device_cache import WRITE_INPUTS, WRITE_OUTPUTS, on_device, ring_write_model
+from export.slab import DeviceSlab, slab_put_model, slab_take_model
 from export.onnx_runtime import provider_entries
 from export.parity import cached_outputs, core_outputs, max_differences, random_segments
 from test_decode_cache_export import CONFIG, export_of_config, stop_and_go_on  # odd head sizes
@@ -257,7 +257,7 @@ def test_an_interrupt_once_the_device_moved_the_ring_leaves_the_positions_right(
     slot: the host does not keep the positions from before, so that row
     goes on from its own memory (`stop_and_go_on`'s)."""
     import export.onnx_runtime as onnx_runtime
-    from export.decode_cache import FixedStep
+    from export.device_cache import FixedStep
     device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
                           cuda_graph=True)
     rng, n_token = np.random.default_rng(0), device.n_token
@@ -527,7 +527,7 @@ def test_a_cache_interrupted_moving_into_the_fixed_buffers_leaves_the_other_as_i
     """Ctrl-C in `Resident._take` as cache `b` moves in (its k-th copy:
     `a` out, then `b` in; before or after it): `b`'s step run again and
     `a`'s next steps are the host's (`a` was read from `b`'s buffers)."""
-    import export.decode_cache as decode_cache
+    import export.device_cache as device_cache
     host, path = runtimes[0], str(exported[1] / "model.onnx")
     replay = open_runtime(path, device="cpu", device_cache=True, cuda_graph=True)
     rng = np.random.default_rng(4)
@@ -537,7 +537,7 @@ def test_a_cache_interrupted_moving_into_the_fixed_buffers_leaves_the_other_as_i
     ids = rng.integers(0, CONFIG.n_token, [2])
     np.testing.assert_allclose(replay.decode_step(ids, caches[0])[0],
                                host.decode_step(ids, host_caches[0])[0], atol=1e-5)
-    original, calls = decode_cache.copy_on_device, [0]
+    original, calls = device_cache.copy_on_device, [0]
 
     def interrupted(*args):
         calls[0] += 1
@@ -546,7 +546,7 @@ def test_a_cache_interrupted_moving_into_the_fixed_buffers_leaves_the_other_as_i
         original(*args)
         if calls[0] == k:
             raise KeyboardInterrupt
-    monkeypatch.setattr(decode_cache, "copy_on_device", interrupted)
+    monkeypatch.setattr(device_cache, "copy_on_device", interrupted)
     with pytest.raises(KeyboardInterrupt):
         replay.decode_step(ids, caches[1])
     monkeypatch.undo()

@@ -458,7 +458,7 @@ def test_the_packages_docstring_examples_import_what_they_call():
 
 # Short names the docs use for a variable or a file, not the module of that name.
 NOT_MODULES = {"model", "runtime", "core", "memory", "cache", "config", "weights", "parity",
-               "metrics", "vocab", "recl", "saved_model"}
+               "metrics", "vocab", "recl", "saved_model", "slab"}
 
 
 def test_the_docs_short_module_references_resolve():

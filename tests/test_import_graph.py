@@ -122,6 +122,19 @@ def test_every_moved_module_exists_where_it_went():
             importlib.import_module(old)
 
 
+def test_a_name_that_moved_out_of_a_module_that_stayed_names_where_it_went():
+    import importlib
+
+    from txl_tf.app.moved_modules import MOVED_NAMES
+    for module, names in MOVED_NAMES.items():
+        for name, new in names.items():
+            assert hasattr(importlib.import_module(new), name), (name, new)
+            with pytest.raises(ImportError, match=f"^{module}.{name} moved to {new}: "):
+                exec(f"from {module} import {name}", {})
+        with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+            importlib.import_module(module).no_such_name
+
+
 # Each form of an old import path, as the first import of a fresh process.
 # The txl_tf form runs with TensorFlow unimportable: `import txl_tf` imports
 # it otherwise, and the finder's answer does not depend on it; so it leaves

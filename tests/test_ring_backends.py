@@ -1,19 +1,18 @@
 """The decode cache's ring in its three backends: TensorFlow
 (`txl_tf.layers.ring_cache`, the core's write and read), numpy (the export
 runtimes' host cache, `export.decode_cache.write_token`, `in_time_order`) and
-ONNX (the device ring, `ring_write_model`, `ring_memory_model`, on ONNX
-Runtime's CPU provider), driven through the same writes and reads. Each is
-checked against the memory this test keeps itself, in time order: after a
-step, a stopped row's memory is what it was, a live row's is the one before
-shifted by one with the new token's state last (and its slot valid), never
-against another backend."""
+ONNX (the device ring, `export.device_cache.ring_write_model`,
+`ring_memory_model`, on ONNX Runtime's CPU provider), driven through the
+same writes and reads. Each is checked against the memory this test keeps
+itself, in time order: after a step, a stopped row's memory is what it was,
+a live row's is the one before shifted by one with the new token's state
+last (and its slot valid), never against another backend."""
 import numpy as np
 import onnxruntime as ort
 import tensorflow as tf
 
-from export.decode_cache import (SLOT_AXES, host_cache, in_time_order, ortvalue,
-                                 ring_memory_model, ring_write_model, write_on_device,
-                                 write_token)
+from export.decode_cache import SLOT_AXES, host_cache, in_time_order, write_token
+from export.device_cache import ortvalue, ring_memory_model, ring_write_model, write_on_device
 from txl_tf.layers import ring_cache
 from txl_tf.layers.ring_cache import (RING_AXES, CachedToken, DecodeCache, flat_cache,
                                       ring_memory, swap_key_layout)

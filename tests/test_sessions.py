@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from export import SessionTable, open_runtime, run_export
-from export.decode_cache import ALIGNMENT, LAYER_STACKED, on_device
-from export.device_slab import DeviceSlab
+from export.decode_cache import ALIGNMENT, LAYER_STACKED
+from export.device_cache import on_device
+from export.slab import DeviceSlab
 from txl_tf import Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.weights import save_pretrained
 
@@ -376,7 +377,8 @@ def test_random_operation_sequences_give_each_session_what_it_gets_alone(runtime
 def test_a_slab_that_cannot_fit_is_refused_when_the_table_is_made(cached_runtime, monkeypatch):
     """`max_batch=10**7` was a MemoryError (a 40 GiB ring) at the first
     session; the estimate is the slab's own arrays (less their alignment)."""
-    from export.decode_cache import BATCH_AXES, slab_row_bytes
+    from export.decode_cache import BATCH_AXES
+    from export.slab import slab_row_bytes
     from txl_tf.checks import memory_budget
     from txl_tf.checks.memory_budget import MemoryBudgetError
     row = slab_row_bytes(cached_runtime.config, cached_runtime.mem_len)
@@ -517,7 +519,7 @@ def test_an_interrupted_step_leaves_every_session_to_get_what_it_gets_alone(
 
 
 def test_an_interrupted_evict_leaves_the_slabs_rows_as_they_were(exported, monkeypatch):
-    import export.decode_cache as decode_cache
+    import export.slab as slab_module
     runtime = open_runtime(str(exported), backend="onnx", device="cpu")
     slab = SessionTable(runtime, max_batch=3).slab
     for i, sid in enumerate("abc"):
@@ -525,7 +527,7 @@ def test_an_interrupted_evict_leaves_the_slabs_rows_as_they_were(exported, monke
         slab.admit(sid, runtime.decode_init(memory))
     before = {name: np.array(value) for name, value in slab.batch().items()}
     # `batch` takes one view per array, then each array's row moves: stop after the first.
-    _interrupt_at(monkeypatch, decode_cache, "_rows", len(decode_cache.BATCH_AXES) + 3)
+    _interrupt_at(monkeypatch, slab_module, "_rows", len(slab_module.BATCH_AXES) + 3)
     with pytest.raises(KeyboardInterrupt):
         slab.evict("a")
     monkeypatch.undo()
@@ -556,7 +558,7 @@ def test_an_interrupted_reset_leaves_the_session_going_on_as_it_was(exported, mo
 
 
 def test_an_interrupted_evict_leaves_the_device_slabs_rows_as_they_were(exported, monkeypatch):
-    import export.device_slab as device_slab
+    import export.slab as slab_module
     runtime = open_runtime(str(exported), backend="onnx", device="cpu", device_cache=True,
                            cuda_graph=True)
     slab = SessionTable(runtime, max_batch=3).slab
@@ -565,7 +567,7 @@ def test_an_interrupted_evict_leaves_the_device_slabs_rows_as_they_were(exported
         slab.admit(sid, runtime.decode_init(memory))
     before = {name: np.array(value.numpy()) for name, value in slab.batch().items()}
     # Ctrl-C as the last row's copy into "a"'s returns, before the keys change.
-    _interrupt_at(monkeypatch, device_slab, "put_row", 1, after=True)
+    _interrupt_at(monkeypatch, slab_module, "put_row", 1, after=True)
     with pytest.raises(KeyboardInterrupt):
         slab.evict("a")
     monkeypatch.undo()
@@ -596,7 +598,7 @@ def test_an_interrupted_device_slab_write_leaves_every_session_to_get_what_it_ge
     """Ctrl-C before, inside (between the ring's write, `decode_token`'s
     run, and the move of its positions) or just after `FixedStep.write` in a
     `DeviceSlab.step`."""
-    from export.decode_cache import FixedStep
+    from export.device_cache import FixedStep
     runtime = open_runtime(str(exported), backend="onnx", device="cpu", device_cache=True,
                            cuda_graph=True)
     alone = {sid: _alone(runtime, [(prompt, None, n)], settings)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from export import SessionTable, onnx_runtime, open_runtime
-from export.decode_cache import FixedStep
+from export.device_cache import FixedStep
 from export.device_memory import FixedSegment
 from txl_tf.errors import TxlError
 from test_decode_cache_export import CONFIG, export_of_config

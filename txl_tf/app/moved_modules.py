@@ -1,6 +1,8 @@
 """Import paths from before the package's re-layout into folders (and
 `export/`'s regrouping by idea, and single moves since): importing one is an
 ImportError that names where the module went, not a bare "No module named".
+A name that moved out of a module that stayed (`MOVED_NAMES`) is one too,
+from the module's `__getattr__` (`answers_moved_names`).
 Both `txl_tf` and `export` install the finder when imported, so the first
 import of a process may be an old path of either. Standard library only:
 `export` reads this file without importing `txl_tf` (and TensorFlow)."""
@@ -50,6 +52,18 @@ MOVED = {
     "export.serving_module": "export.saved_model",
     "export.triton_cached": "export.triton",
     "export.triton_config": "export.triton",
+    # the host's slab (out of export.decode_cache) beside the device's
+    "export.device_slab": "export.slab",
+}
+
+
+# module that stayed -> {name that moved out of it: the module it went to}
+MOVED_NAMES = {
+    # export.decode_cache split by idea: the host's cache stays
+    "export.decode_cache": {"DeviceCache": "export.device_cache",
+                            "ring_memory_model": "export.device_cache",
+                            "CacheSlab": "export.slab", "one_thread_at_a_time": "export.slab",
+                            "slab_row_bytes": "export.slab"},
 }
 
 
@@ -68,6 +82,19 @@ def moved_error(old):
         return ModuleNotFoundError(f"{old} was removed; {REMOVED[old]}", name=old)
     return ModuleNotFoundError(f"{old} moved to {MOVED[old]}: import it from there",
                                name=old)
+
+
+def answers_moved_names(module):
+    """The `__getattr__` (PEP 562) of `module`, a key of `MOVED_NAMES`:
+    `from module import name` of a name that moved out of it raises an
+    ImportError naming where it went; any other unknown name is Python's
+    AttributeError."""
+    def __getattr__(name):
+        if name in MOVED_NAMES[module]:
+            raise ImportError(f"{module}.{name} moved to {MOVED_NAMES[module][name]}: "
+                              "import it from there", name=module)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    return __getattr__
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):

@@ -16,11 +16,12 @@ free slot's entries are stale and the new token's key and value stand in
 for them there, so an exported step takes the ring read-only and returns
 only the new token's entries, which the host writes into the slot in place
 (`export.decode_interface`). `write_token` is the ring's write here, as
-`export.decode_cache` has it in numpy and ONNX (`tests/test_ring_backends.py`
-holds the three together). A step may also write first (`write="first"`):
-each layer's key and value go into its rings (`write_rows`, a scatter an
-exported graph runs in place) before the read, which then takes them from
-there like any other slot (`decode_token`, the step a GPU replays).
+`export.decode_cache` has it in numpy and `export.device_cache` in ONNX
+(`tests/test_ring_backends.py` holds the three together). A step may also
+write first (`write="first"`): each layer's key and value go into its rings
+(`write_rows`, a scatter an exported graph runs in place) before the read,
+which then takes them from there like any other slot (`decode_token`, the
+step a GPU replays).
 """
 from typing import NamedTuple
 

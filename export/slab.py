@@ -1,41 +1,249 @@
-"""The session table's slab on the runtime's device (`DeviceSlab`): what
-`export.decode_cache.CacheSlab` does in host numpy, with the rows in device
-buffers (OrtValues), so that a step on a GPU moves no cache across the bus.
+"""The session table's slab: many streams' decode caches in one batch that
+steps advance in place, one row each, on one shared ring slot. `CacheSlab`
+keeps the rows in host numpy; `DeviceSlab` keeps them in buffers on the
+runtime's device (OrtValues), so that a step on a GPU moves no cache across
+the bus. The two have the same methods and serve one thread at a time
+(`one_thread_at_a_time`).
 
-* The slab's tensors hold `capacity` rows for its whole life (fixed
-  addresses). A step reads and writes the first `len(slab)` rows in place
-  (`decode_cache.FixedStep`: each layer's rows, the flags' and the rows'
-  slots are a prefix of their buffers), so it can be replayed as a CUDA
-  graph, one per slab size.
-* A session joining copies its one row in (`slab_put_model`: the row's
-  rings rotated onto the slab's slot by a Gather, then scattered into its
-  row in place); one leaving is taken out (`slab_take_model`) and the last
-  row takes its place. Nothing of the slab comes to the host but the
-  log-probs and, when a session joins, the two ring positions (scalars).
-  The slab is the `SessionTable`'s on a runtime that keeps its caches on
-  the device (`OnnxRuntime(device_cache=...)`, by default on CUDA; forced
-  on the CPU provider for tests and diagnosis).
-* A step whose log-probs fail the caller's check is not taken: the ring's
-  positions move on only after the check. (`decode_token`, where the
-  export has it, has by then written each row's token into its free slot,
-  which no read sees and the next step writes again; the step and the
-  ring's write of an older export write nothing before it.)
+* A decode step takes one ring slot for every row of its batch. Streams
+  that started at different times sit at different slots of their own
+  rings; attention sees only each slot's distance from the free slot, so a
+  stream's ring can be rotated to any slot without changing what it
+  computes. The slab rotates each stream it admits to its own slot (one
+  copy of that stream's cache), then every step reads and writes the slab's
+  rows in place: no gather, no scatter, no copy of any cache per step. Rows
+  are kept contiguous (an evicted row's place takes the last row), so a
+  step's batch is a view of the slab's first rows.
+* On the device, the slab's tensors hold `capacity` rows for its whole life
+  (fixed addresses). A step reads and writes the first `len(slab)` rows in
+  place (`device_cache.FixedStep`: each layer's rows, the flags' and the
+  rows' slots are a prefix of their buffers), so it can be replayed as a
+  CUDA graph, one per slab size.
+* A session joining the device slab copies its one row in
+  (`slab_put_model`: the row's rings rotated onto the slab's slot by a
+  Gather, then scattered into its row in place); one leaving is taken out
+  (`slab_take_model`) and the last row takes its place. Nothing of the slab
+  comes to the host but the log-probs and, when a session joins, the two
+  ring positions (scalars). The device slab is the `SessionTable`'s on a
+  runtime that keeps its caches on the device (`OnnxRuntime(device_cache=...)`,
+  by default on CUDA; forced on the CPU provider for tests and diagnosis).
+* A step whose log-probs fail the caller's check is not taken: the host
+  slab takes it back (`CacheSlab.undo`); on the device the ring's positions
+  move on only after the check. (`decode_token`, where the export has it,
+  has by then written each row's token into its free slot, which no read
+  sees and the next step writes again; the step and the ring's write of an
+  older export write nothing before it.)
 
 The ring's bookkeeping (the write, the move of its positions) is
-`decode_cache`'s, as for every device step; this module holds only the
-rows' placement. Built with `onnx.helper` at run time, as `decode_cache`'s
-graphs are.
+`export.decode_cache`'s on the host and `export.device_cache`'s on the
+device, as for every step; this module holds only the rows' placement. The
+device slab's graphs are built with `onnx.helper` at run time, as
+`device_cache`'s are.
 """
 import contextlib
+import functools
 import threading
 
 import numpy as np
 
-from export.decode_cache import (BATCH_AXES, CACHE_NAMES, NUMPY_TYPES, SLOT_AXES, DeviceCache,
-                                 FixedStep, check_admission, is_ortvalue,
-                                 one_thread_at_a_time, ortvalue, run_on_device)
-from export.decode_cache import small_model as _model
+from export.decode_cache import BATCH_AXES, CACHE_NAMES, SLOT_AXES, host_empty, ring_axis, take_rows
+from export.decode_cache import rows_view as _rows
+from export.device_cache import (NUMPY_TYPES, DeviceCache, FixedStep, is_ortvalue, ortvalue,
+                                 run_on_device)
+from export.device_cache import small_model as _model
+from txl_tf.errors import TxlError
 
+
+def one_thread_at_a_time(method):
+    """`method` of a slab, which serves one thread at a time: a call while
+    another thread is inside one of its methods raises `TxlError` naming
+    the slab and the rule (it would read or write rows the other thread is
+    changing). A method calling another goes on."""
+    @functools.wraps(method)
+    def guarded(slab, *args, **kwargs):
+        me = threading.get_ident()
+        if slab._user == me:
+            return method(slab, *args, **kwargs)
+        if not slab._in_use.acquire(blocking=False):
+            raise TxlError(f"{type(slab).__name__} is in use by another thread: a slab serves "
+                           "one thread at a time (a SessionTable holds its lock around its "
+                           "slab; elsewhere hold one around every use of it)")
+        try:
+            slab._user = me
+            return method(slab, *args, **kwargs)
+        finally:
+            slab._user = None
+            slab._in_use.release()
+    return guarded
+
+
+class SlabRows:
+    """What both slabs share: up to `capacity` streams, one a row, `keys`
+    the stream in each row, in row order."""
+
+    def __len__(self):
+        return len(self.keys)
+
+    def full(self):
+        """True when every row of the slab holds a stream."""
+        return len(self.keys) == self.capacity
+
+
+class CacheSlab(SlabRows):
+    """Up to `capacity` streams' host decode caches (`decode_interface`), one
+    row each, on one shared ring slot.
+
+    ```python
+    slab = CacheSlab(16)
+    slab.admit("alice", runtime.decode_init(memory))   # a one-row cache
+    log_probs, _ = runtime.decode_step(ids, slab.batch(), stopped)  # rows in slab.keys order
+    cache = slab.evict("alice")                        # her one-row cache again
+    ```
+    A step advances the slab's rows in place. `export.sessions.SessionTable`
+    steps it with `step`, through the runtime's `GenerationBackend`
+    (`next_cached`, no checks per token). On a device runtime the slab is a
+    `DeviceSlab` (the same methods, its rows in device
+    buffers). A slab serves one thread at a time: a call made while
+    another thread is in one raises `TxlError` (`one_thread_at_a_time`).
+    """
+
+    def __init__(self, capacity, next_cached=None):
+        self._in_use, self._user = threading.Lock(), None  # `one_thread_at_a_time`
+        self.capacity = int(capacity)
+        self._next_cached = next_cached  # (ids, stopped, cache) -> log-probs, for `step`
+        self.keys = []  # the stream in each row, in row order
+        self._arrays = None  # {name: array with `capacity` rows}, made at the first admit
+        self._undo = None
+        # (steps taken, the last one's log-probs): what an interrupted caller goes on from
+        self.taken = (0, None)
+
+    @one_thread_at_a_time
+    def admit(self, key, cache):
+        """Puts the one-row host cache `cache` in the next row, rotated onto
+        the slab's ring slot (an empty slab takes the row's own slot)."""
+        # A cache kept on the device (OrtValues) joins the host's slab as numpy.
+        cache = {name: np.asarray(value.numpy()) if hasattr(value, "data_ptr") else value
+                 for name, value in cache.items()}
+        check_admission(self, key, cache["valid"].shape[0])
+        if self._arrays is None:
+            self._arrays = {name: host_empty(name, _with_rows(value, name, self.capacity),
+                                             value.dtype)
+                            for name, value in cache.items() if name in BATCH_AXES}
+        # The row's own free slot (a row that stopped kept it as the ring moved on).
+        row_slot, size = int(cache["row_slot"][0]), cache["valid"].shape[1]
+        if not self.keys:  # shared by every row
+            self._arrays["slot"] = np.array(row_slot, np.int32)
+            self._arrays["positions"] = cache["positions"]
+        shift = (int(self._arrays["slot"]) - row_slot) % size
+        row = len(self.keys)
+        for name in BATCH_AXES:
+            target = _rows(self._arrays[name], name, row, row + 1)
+            if name == "row_slot":
+                target[...] = (cache[name] + shift) % size
+            else:  # the ring moved on by `shift` slots
+                target[...] = np.roll(cache[name], shift, ring_axis(name))
+        self.keys.append(key)
+
+    @one_thread_at_a_time
+    def evict(self, key):
+        """Removes `key`'s row; its one-row host cache (a copy). The last row
+        moves into it; an interrupt while it moves puts the row back."""
+        row = self.keys.index(key)
+        cache = take_rows(self.batch(), [row])
+        last = len(self.keys) - 1
+        try:
+            for name in BATCH_AXES:
+                array = self._arrays[name]
+                _rows(array, name, row, row + 1)[...] = _rows(array, name, last, last + 1)
+            # One change: the last key into the row, the list one shorter.
+            self.keys[row:] = ([self.keys[last]] if row != last else []) + self.keys[row + 1:last]
+        except BaseException:
+            if self.keys[row] == key:
+                for name in BATCH_AXES:
+                    _rows(self._arrays[name], name, row, row + 1)[...] = cache[name]
+            raise
+        return cache
+
+    @one_thread_at_a_time
+    def batch(self):
+        """The host cache of the rows in use (views: steps advance the slab)."""
+        views = {name: _rows(self._arrays[name], name, 0, len(self.keys)) for name in BATCH_AXES}
+        return {**views, "slot": self._arrays["slot"], "positions": self._arrays["positions"]}
+
+    @one_thread_at_a_time
+    def step(self, ids, check):
+        """The log-probs of one step of every row (ids `[len(self)]`), the
+        slab advanced in place, unless `check(log_probs)` raises: then the
+        step is taken back (`mark`, `undo`) and the error goes on. `taken`
+        counts the steps and keeps the last one's log-probs (for a caller
+        interrupted as this returns)."""
+        self.mark()
+        try:  # also when the step itself is interrupted half-way through its writes
+            log_probs = self._next_cached(ids, np.zeros(len(self.keys), np.bool_),
+                                          self.batch())
+            log_probs = check(log_probs)
+            self.taken = (self.taken[0] + 1, log_probs)  # nothing after it can fail
+            return log_probs
+        except BaseException:
+            self.undo()
+            raise
+
+    @one_thread_at_a_time
+    def mark(self):
+        """Remembers the ring's position, so that `undo` can take back the next step."""
+        n, slot = len(self.keys), int(self._arrays["slot"])
+        self._undo = (slot, self._arrays["row_slot"][:n].copy(),
+                      self._arrays["valid"][:n, slot].copy())
+
+    @one_thread_at_a_time
+    def undo(self):
+        """Takes back the step since `mark`: it wrote only into the free slot,
+        whose entries mean nothing until the ring moves onto it, so putting
+        back the slot, the rows' slots and the free slot's flags is enough."""
+        slot, row_slot, valid = self._undo
+        n = len(self.keys)
+        self._arrays["slot"][...] = slot
+        self._arrays["row_slot"][:n] = row_slot
+        self._arrays["valid"][:n, slot] = valid
+
+
+def slab_row_bytes(config, mem_len, cache_dtype="float32"):
+    """The bytes one row of a host `CacheSlab` holds: its rings of `mem_len + 1`
+    slots (`cache_mems` float32, `keys` and `values` in `cache_dtype`,
+    `valid`) and its `row_slot`.
+
+    Args:
+        config: the model's config (`n_layer`, `d_model`, `n_head`, `d_head`).
+        mem_len: the export's memory length.
+        cache_dtype: the keys' and values' dtype.
+
+    Returns:
+        An int.
+    """
+    size = int(mem_len) + 1
+    heads = config.n_head * config.d_head
+    return (config.n_layer * size * (config.d_model * 4 + 2 * heads * np.dtype(cache_dtype).itemsize)
+            + size + 4)
+
+
+def check_admission(slab, key, rows):
+    """Raises `ValueError` unless `slab` (its `keys` and `capacity`) can
+    admit a cache of `rows` rows as `key`'s stream."""
+    if len(slab.keys) >= slab.capacity:
+        raise ValueError(f"the slab holds {slab.capacity} streams already")
+    if key in slab.keys:
+        raise ValueError(f"the slab holds a stream {key!r} already")
+    if rows != 1:
+        raise ValueError(f"a slab admits one row at a time, not {rows}")
+
+
+def _with_rows(value, name, rows):
+    shape = list(value.shape)
+    shape[BATCH_AXES[name]] = rows
+    return shape
+
+
+# ------------------------------------------------------------ on the device
 # The per-row tensors a session's row holds (`positions` and `slot` are shared).
 ROW_NAMES = ("cache_mems", "keys", "values", "valid", "row_slot")
 RANKS = {"cache_mems": 4, "keys": 5, "values": 5, "valid": 2, "row_slot": 1}
@@ -110,7 +318,7 @@ def slab_take_model():
     return _model(nodes, "txl_slab_take", inputs, outputs)
 
 
-class DeviceSlab:
+class DeviceSlab(SlabRows):
     """Up to `capacity` streams' device decode caches, one row each, on one
     shared ring slot, in device buffers (see the module's docstring).
 
@@ -135,13 +343,6 @@ class DeviceSlab:
         # The ring slot, kept on the host (None: unknown, read at the next step):
         # an interrupted step tells from it whether its write was moved on.
         self._slot = None
-
-    def __len__(self):
-        return len(self.keys)
-
-    def full(self):
-        """True when every row of the slab holds a stream."""
-        return len(self.keys) == self.capacity
 
     @one_thread_at_a_time
     def admit(self, key, cache):
