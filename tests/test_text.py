@@ -165,6 +165,13 @@ def test_sentencepiece_trains_on_a_str_as_on_its_lines(spm_tok, text):
     assert SentencePieceTokenizer.train(texts=text, vocab_size=300).pieces == spm_tok.pieces
 
 
+def test_sentencepiece_names_text_that_is_not_utf8(spm_tok):
+    # A lone surrogate was TensorFlow's ValueError ("Error converting unicode string")
+    for text in ("a\ud800b", b"ok \xff"):
+        with pytest.raises(TxlError, match="text is not UTF-8"):
+            spm_tok.encode(text)
+
+
 def test_sentencepiece_entries_are_its_models_hash_and_its_pieces_the_vocabulary(spm_tok):
     """What `entries` documents for SentencePiece (its fingerprint reads it)."""
     import hashlib

@@ -311,6 +311,7 @@ def checked(value: tf.Tensor, assertion) -> tf.Tensor:
 
 
 def as_text(text: str | bytes) -> str:
+    """`text` as a str (bytes decoded); text that is not UTF-8 is a `TxlError`."""
     if isinstance(text, bytes):
         try:
             return text.decode("utf-8")
@@ -318,4 +319,9 @@ def as_text(text: str | bytes) -> str:
             raise TxlError(f"text is not UTF-8 ({error})") from None
     if not isinstance(text, str):
         raise TypeError(f"expected str or bytes, got {type(text).__name__}")
+    if not text.isascii():  # a lone surrogate is no UTF-8 (encode_tf refuses it too)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise TxlError(f"text is not UTF-8 ({error})") from None
     return text
