@@ -118,8 +118,9 @@ def _tokenizers():
 
 @pytest.mark.parametrize("kind, text", [("char", b"\xff\xfe"), ("char_no_unk", b"\xff\xfe"),
                                         ("word", b"\xff\xfe"), ("char", "\ud800"),
-                                        ("char_no_unk", "\ud800")])
+                                        ("char_no_unk", "\ud800"), ("word", "a\ud800b c")])
 def test_encode_names_text_that_is_not_utf8(kind, text):
+    # A word holding a lone surrogate was <unk> (encode_tf refused the text)
     with pytest.raises(TxlError, match="UTF-8"):  # was UnicodeDecodeError / UnicodeEncodeError
         _tokenizers()[kind].encode(text)
 

@@ -1,11 +1,13 @@
 """Serving the ONNX export needs onnxruntime and numpy, not TensorFlow: a
 process where TensorFlow, Keras, tf2onnx and tensorflow-text cannot be
-imported opens the export and generates the same ids as this one."""
+imported opens the export, reads text with its vocab/ and generates the same
+ids as this one."""
 import importlib.metadata
 import json
 import re
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -14,10 +16,13 @@ import pytest
 
 from export import open_runtime, run_export
 from txl_tf import TransformerXL, TransformerXLConfig
+from txl_tf.text import ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer
+from txl_tf.text.prompt import prompt_ids
 from txl_tf.weights import save_pretrained
 
 CONFIG = TransformerXLConfig.preset("tiny", n_token=50, cutoffs=[20], mem_len=4)
 ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
 
 # Makes the TensorFlow side unimportable, as on a box without it.
 BLOCK = textwrap.dedent("""
@@ -37,10 +42,27 @@ def _run_without_tensorflow(code):
     return done.stdout
 
 
+def _real_text(name, size):
+    """`size` characters of `../shared/data/<name>` (real text beside the
+    repository), or of this Python's standard library where it is absent."""
+    path = SHARED_DATA / name
+    if path.is_file():
+        return path.read_text(encoding="utf-8")[:size]
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return "".join((stdlib / f).read_text(encoding="utf-8") for f in ("argparse.py", "ast.py",
+                                                                     "typing.py"))[:size]
+
+
 @pytest.fixture(scope="module")
-def model_onnx(tmp_path_factory):
+def words():
+    """The model's vocabulary: words of real text, `n_token` of them."""
+    return WordTokenizer.build(_real_text("ptb.valid.txt", 100_000), max_size=CONFIG.n_token - 2)
+
+
+@pytest.fixture(scope="module")
+def model_onnx(tmp_path_factory, words):
     root = tmp_path_factory.mktemp("no_tf")
-    save_pretrained(TransformerXL(CONFIG), root / "model")
+    save_pretrained(TransformerXL(CONFIG), root / "model", words)  # the export ships its vocab/
     # Parity with the core is not the point here: test_export_job.py and
     # test_decode_cache_export.py check it (adaptive softmax included).
     run_export(str(root / "out"), str(root / "model"), formats=("onnx",), verify=False)
@@ -91,10 +113,11 @@ def _serving_box_packages(text):
         "pip", "install", "--no-deps", ".", "plus", "or"}
 
 
-def test_the_serving_box_needs_only_the_packages_the_docs_install(model_onnx):
+def test_the_serving_box_needs_only_the_packages_the_docs_install(model_onnx, words):
     """README's and docs/export-and-serving.md's serving box: the package with
     `--no-deps` plus the packages they name. Every other requirement of
-    setup.py is unimportable here (absl-py was needed but not named)."""
+    setup.py is unimportable here (absl-py was needed but not named); text
+    goes in and out through the export's word vocabulary."""
     readme = (ROOT / "README.md").read_text()
     line = re.search(r"^`pip install --no-deps \.` plus (.*)$", readme, re.M).group(1)
     docs = (ROOT / "docs" / "export-and-serving.md").read_text()
@@ -119,14 +142,122 @@ def test_the_serving_box_needs_only_the_packages_the_docs_install(model_onnx):
                     raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         sys.meta_path.insert(0, NotInstalled())
         import export
+        from txl_tf.text import load_tokenizer
         rt = export.open_runtime({str(model_onnx)!r}, device="cpu")
         table = export.SessionTable(rt, max_batch=2)
         table.open("a", [1, 2, 3], 2)
         table.step()
-        print(json.dumps(rt.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()))
+        words = load_tokenizer({str(model_onnx.parent / "vocab")!r})  # the export's vocab/
+        ids = rt.generate([words.encode("the company")], 6, temperature=0.8, seed=7).ids
+        print(json.dumps(words.decode(ids[0])))
     """)
     runtime = open_runtime(str(model_onnx), device="cpu")
-    assert json.loads(out) == runtime.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()
+    ids = runtime.generate([words.encode("the company")], 6, temperature=0.8, seed=7).ids
+    assert json.loads(out) == words.decode(ids[0])
+
+
+# What a tokenizer makes of each text (ids, decoded text, prompt ids, or the
+# error) and of bad ids: run here and in the process without TensorFlow.
+READINGS = textwrap.dedent("""
+    def readings(tok, texts, bad_ids):
+        from txl_tf.text.prompt import prompt_ids
+        out = []
+        for text in texts:
+            text = bytes.fromhex(text[1]) if isinstance(text, list) else text
+            try:
+                ids = tok.encode(text)
+                out.append([str(ids.dtype), ids.tolist(), tok.decode(ids),
+                            prompt_ids(tok, text).tolist()])
+            except Exception as error:
+                out.append(f"{type(error).__name__}: {error}")
+        for ids in bad_ids:
+            try:
+                out.append(tok.decode(ids))
+            except Exception as error:
+                out.append(f"{type(error).__name__}: {error}")
+        return out
+""")
+
+
+def test_the_tokenizers_read_text_without_tensorflow_as_with_it(model_onnx, words, tmp_path):
+    """Each kind of tokenizer gives the same ids, texts and errors without
+    TensorFlow as with it (and encode_tf's ids), on real text, odd text and bad
+    input, but SentencePiece's encode, which says it needs tensorflow-text; an
+    export's vocab/ turns a prompt into ids and the ids generated into text;
+    encode_tf and a SentencePiece model without its package say what they need."""
+    import tensorflow as tf
+    shakespeare = _real_text("tinyshakespeare.txt", 40_000)
+    wiki = _real_text("wikitext2.valid.txt", 40_000)
+    kinds = {"byte": ByteTokenizer(), "char": CharTokenizer.build(shakespeare[:20_000]),
+             "char_no_unk": CharTokenizer.build(shakespeare[:20_000], unk_char=None),
+             "word": words,
+             "word_lm1b": WordTokenizer.build(wiki[:20_000], unk_token=None, bos_token="<S>"),
+             "sentencepiece": SentencePieceTokenizer.train(texts=shakespeare[:20_000],
+                                                           vocab_size=400)}
+    folders = {kind: str(tok.save(tmp_path / kind)) for kind, tok in kinds.items()}
+    texts = [shakespeare[20_000:], wiki[20_000:], _real_text("ptb.valid.txt", 120_000)[100_000:],
+             "", "\n", "\n\n", "First Citizen:\nBefore we proceed", "  indented\tline\n",
+             "h\u00e9llo \u2603 na\u00efve \U0001d11e \u65e5\u672c\n", "zyzzyva qwxz\n",
+             "a\x00b\r\nc\rd \u2028e\ufeff", "the\r", "a\ud800b", ["bytes", "6f6b20ff"],
+             ["bytes", "636166c3a90a"], 5]
+    bad_ids = [[], [399], [-1], [1.5], [[1, 2]], "ab"]
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([folders, texts, bad_ids]), encoding="utf-8")
+    export_dir = model_onnx.parent
+    prompt = "the company said"
+    out = _run_without_tensorflow(READINGS + textwrap.dedent(f"""
+        import json, sys
+        class NoSentencePiece:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "sentencepiece":
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        no_sentencepiece = NoSentencePiece()
+        sys.meta_path.insert(0, no_sentencepiece)
+        from txl_tf.text import load_tokenizer
+        from txl_tf.text.prompt import prompt_ids
+        folders, texts, bad_ids = json.loads(open({str(cases)!r}, encoding="utf-8").read())
+        try:
+            load_tokenizer(folders["sentencepiece"])
+        except ImportError as error:
+            needs = {{"sentencepiece": str(error)}}
+        sys.meta_path.remove(no_sentencepiece)
+        try:
+            load_tokenizer(folders["byte"]).encode_tf("a")
+        except ImportError as error:
+            needs["encode_tf"] = str(error)
+        said = {{kind: readings(load_tokenizer(folder), texts, bad_ids)
+                for kind, folder in folders.items()}}
+        from export import open_runtime
+        rt = open_runtime({str(export_dir)!r}, device="cpu")
+        tok = load_tokenizer({str(export_dir / "vocab")!r})
+        ids = rt.generate([prompt_ids(tok, {prompt!r})], 8, temperature=0.8, seed=7).ids
+        tf_modules = [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")]
+        print(json.dumps([needs, said, tok.vocab_size == rt.n_token, tok.decode(ids[0]),
+                          tf_modules]))
+    """))
+    needs, said, same_size, generated, tf_modules = json.loads(out)
+    assert "pip install sentencepiece" in needs["sentencepiece"], needs
+    assert "ByteTokenizer.encode_tf needs TensorFlow" in needs["encode_tf"], needs
+    assert same_size and tf_modules == []
+    namespace = {}
+    exec(READINGS, namespace)
+    needs_tf_text = "ImportError: SentencePieceTokenizer.encode needs tensorflow-text"
+    for kind, tok in kinds.items():
+        want, got = namespace["readings"](tok, texts, bad_ids), said[kind]
+        if kind == "sentencepiece":  # its ids are tensorflow-text's: bad text fails first
+            assert all(g.startswith(needs_tf_text) for g, w in zip(got, want)
+                       if isinstance(w, list)), got
+            got = [w if isinstance(w, list) else g for g, w in zip(got, want)]
+        assert got == want, kind
+        for text, reading in zip(texts, want):
+            if isinstance(reading, list):  # encode_tf (tf.data's) gives encode's ids
+                text = bytes.fromhex(text[1]) if isinstance(text, list) else text
+                assert tok.encode_tf(tf.constant(text)).numpy().tolist() == reading[1], kind
+    readable = sum(isinstance(r, list) for r in said["word"])
+    assert readable == len(texts) - 3 and said["word"][0][1], said["word"]  # 3 bad texts
+    runtime = open_runtime(str(export_dir), device="cpu")
+    ids = runtime.generate([prompt_ids(words, prompt)], 8, temperature=0.8, seed=7).ids
+    assert generated == words.decode(ids[0]) and generated.strip()
 
 
 def test_the_tensorflow_names_say_they_need_it():

@@ -2,6 +2,7 @@
 import json
 import random
 import re
+import sys
 import threading
 import types
 
@@ -12,6 +13,7 @@ import tensorflow as tf
 from txl_tf.errors import TxlError
 from txl_tf.text import (ByteTokenizer, CharTokenizer, SentencePieceTokenizer, Tokenizer,
                          WordTokenizer, build_vocab, load_tokenizer, read_vocab, write_vocab)
+from txl_tf.text.prompt import prompt_ids, without_open_line_end
 
 WORDS = ("the cat sat on a mat while the dog ran to the old tree and a bird sang "
          "over river hill town road light dark rain sun wind stone water").split()
@@ -165,6 +167,25 @@ def test_sentencepiece_trains_on_a_str_as_on_its_lines(spm_tok, text):
     assert SentencePieceTokenizer.train(texts=text, vocab_size=300).pieces == spm_tok.pieces
 
 
+def test_sentencepiece_names_text_that_is_not_utf8(spm_tok):
+    # A lone surrogate was TensorFlow's ValueError ("Error converting unicode string")
+    for text in ("a\ud800b", b"ok \xff"):
+        with pytest.raises(TxlError, match="text is not UTF-8"):
+            spm_tok.encode(text)
+
+
+def test_sentencepiece_encode_gives_tensorflow_texts_ids_where_segmentations_tie():
+    """`type(arg)))`: `'))' ')'` and `')' '))'` score the same; tensorflow-text
+    (encode_tf, tf.data) gives the first, the sentencepiece package's encoder
+    the second, so encode runs tensorflow-text too (never the package)."""
+    tok = SentencePieceTokenizer.train(
+        texts="".join(f"f(g(x{i}))\nh(k(m(y{i})))\nprint(z)\n" for i in range(60)),
+        vocab_size=300)
+    text = "(index, type(arg)))\n"
+    assert tok.encode(text).tolist() == tok.encode_tf(tf.constant(text)).numpy().tolist()
+    assert [tok.pieces[i] for i in tok.encode(text)][-3:] == ["))", ")", "</s>"]
+
+
 def test_sentencepiece_entries_are_its_models_hash_and_its_pieces_the_vocabulary(spm_tok):
     """What `entries` documents for SentencePiece (its fingerprint reads it)."""
     import hashlib
@@ -199,7 +220,6 @@ def test_two_threads_rebuilding_the_sentencepiece_model_each_get_one(monkeypatch
     set the attribute to None just before Y returned it: Y got None. The
     interleaving is forced: Y waits, having stored its new model, until X
     moves (drops it or builds its own), and X's build waits for Y's return."""
-    from txl_tf.text import spm
     x_read, x_go, x_moved, y_done = (threading.Event() for _ in range(4))
 
     class Dropped:  # a model whose resource `tf.random.set_seed` dropped
@@ -229,7 +249,8 @@ def test_two_threads_rebuilding_the_sentencepiece_model_each_get_one(monkeypatch
             y_done.wait(10)
         return object()
 
-    monkeypatch.setattr(spm, "tf_text", types.SimpleNamespace(SentencepieceTokenizer=build))
+    monkeypatch.setitem(sys.modules, "tensorflow_text",  # imported by the first encode_tf
+                        types.SimpleNamespace(SentencepieceTokenizer=build))
     tok = object.__new__(Watched)
     tok.model_proto, tok.__dict__["model"] = b"", Dropped()
     got = {}
@@ -373,9 +394,10 @@ def _random_text(rng, max_pieces=40):
     return "".join(out)
 
 
-def test_random_texts_same_ids_in_graph_and_python(tmp_path):
+def test_random_texts_same_ids_in_graph_and_python(tmp_path, spm_tok):
     """Seeded random texts and vocabularies: encode_tf (tf.data, keras-hub)
-    gives encode's ids (the corpus reader's), and saved vocabularies load back."""
+    gives encode's ids (the corpus reader's), and saved vocabularies load back;
+    `prompt_ids` (numpy) drops the line end the graph's rule drops."""
     rng = random.Random(1234)
     for case in range(6):
         texts = [_random_text(rng) for _ in range(24)] + ["", "\n"]
@@ -384,10 +406,13 @@ def test_random_texts_same_ids_in_graph_and_python(tmp_path):
         word = WordTokenizer.build(train, max_size=rng.choice([None, 5]), bos_token=bos,
                                    eos_token=rng.choice(["<eos>", bos or "<eos>"]))
         char = CharTokenizer.build(train + "\ufffd")
-        for tok in (ByteTokenizer(), char, word):
-            batch = tok.encode_tf(tf.constant(texts)).to_list()
-            for text, row in zip(texts, batch):
+        for tok in (ByteTokenizer(), char, word, spm_tok):
+            batch = tok.encode_tf(tf.constant(texts))
+            prompts = without_open_line_end(texts, batch, getattr(tok, "eos_id", -1),
+                                            tok.kind == "word").to_list()
+            for text, row, prompt in zip(texts, batch.to_list(), prompts):
                 assert row == tok.encode(text).tolist(), (tok.kind, text)
+                assert prompt_ids(tok, text).tolist() == prompt, (tok.kind, text)
             loaded = load_tokenizer(tok.save(tmp_path / f"{case}-{tok.kind}"))
             assert loaded.entries() == tok.entries()
         whole = CharTokenizer.build("".join(texts) + "\ufffd")

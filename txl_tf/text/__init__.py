@@ -3,6 +3,7 @@
 Every tokenizer has ``vocab_size``, ``encode(text) -> int32 ndarray``,
 ``decode(ids) -> str``, graph-mode ``encode_tf(tf.string)`` for tf.data, and
 ``save(dir)`` / ``load_tokenizer(dir)`` (JSON + plain-text files, no pickle).
+All but ``encode_tf`` (and SentencePiece's ``encode``) work without TensorFlow.
 """
 from txl_tf.text.base import Tokenizer, known_kinds, load_tokenizer
 from txl_tf.text.byte import ByteTokenizer

@@ -3,6 +3,10 @@
 A saved tokenizer is a directory holding ``tokenizer.json`` (which kind, and
 its options) plus the kind's plain-text vocabulary (or SentencePiece model)
 files. Nothing is ever pickled.
+
+Only ``encode_tf`` (and the graph helpers here) needs TensorFlow, imported
+when it is called: ``load_tokenizer``, ``encode`` and ``decode`` work on a
+serving box without it.
 """
 from __future__ import annotations
 
@@ -10,14 +14,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from txl_tf.app.files import parse_json
 from txl_tf.checks.numpy_checks import as_array
 from txl_tf.errors import TxlError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 CONFIG_FILE = "tokenizer.json"
 FORMAT_VERSION = 1
@@ -92,7 +98,9 @@ class Tokenizer:
 
         Raises:
             TxlError: a tensor of rank 2 or more.
+            ImportError: TensorFlow is not installed (``encode`` needs none).
         """
+        tf = _tensorflow(f"{type(self).__name__}.encode_tf")
         try:
             text = tf.convert_to_tensor(text, dtype=tf.string)
         except ValueError as error:  # a str with a lone surrogate
@@ -111,6 +119,7 @@ class Tokenizer:
             raise TxlError(f"encode_tf: {what}") from None
 
     def _encode(self, text, rank):
+        import tensorflow as tf
         if rank == 0:
             return self._encode_tf_batch(tf.reshape(text, [1])).flat_values
         return self._encode_tf_batch(text)
@@ -274,6 +283,18 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     return Tokenizer.load(directory)
 
 
+def _tensorflow(what: str):
+    """The `tensorflow` module, or an ImportError saying that `what` needs it."""
+    try:
+        import tensorflow as tf
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] != "tensorflow":
+            raise
+        raise ImportError(f"{what} needs TensorFlow (tf.data graphs), which is not installed "
+                          f"({missing}); encode and decode need none") from None
+    return tf
+
+
 def split_lines_tf(texts: tf.Tensor) -> tf.RaggedTensor:
     """Split a rank-1 tf.string batch into lines ``[batch, (lines)]``.
 
@@ -281,6 +302,7 @@ def split_lines_tf(texts: tf.Tensor) -> tf.RaggedTensor:
     empty text) is not a line, so ``"a\\n\\n"`` has two lines, ``""`` none.
     Matches :func:`split_lines`.
     """
+    import tensorflow as tf
     lines = tf.strings.split(texts, "\n")
     flat = lines.flat_values
     lengths = lines.row_lengths()
@@ -306,11 +328,13 @@ def checked(value: tf.Tensor, assertion) -> tf.Tensor:
     """``value``, made to depend on ``assertion`` in graph mode."""
     if assertion is None:  # eager: the assertion already ran
         return value
+    import tensorflow as tf
     with tf.control_dependencies([assertion]):
         return tf.identity(value)
 
 
 def as_text(text: str | bytes) -> str:
+    """`text` as a str (bytes decoded); text that is not UTF-8 is a `TxlError`."""
     if isinstance(text, bytes):
         try:
             return text.decode("utf-8")
@@ -318,4 +342,9 @@ def as_text(text: str | bytes) -> str:
             raise TxlError(f"text is not UTF-8 ({error})") from None
     if not isinstance(text, str):
         raise TypeError(f"expected str or bytes, got {type(text).__name__}")
+    if not text.isascii():  # a lone surrogate is no UTF-8 (encode_tf refuses it too)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise TxlError(f"text is not UTF-8 ({error})") from None
     return text

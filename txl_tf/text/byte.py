@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from txl_tf.errors import TxlError
 from txl_tf.text.base import Tokenizer, register
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @register
@@ -52,6 +54,7 @@ class ByteTokenizer(Tokenizer):
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        import tensorflow as tf
         pieces = tf.strings.bytes_split(texts)
         values = tf.reshape(tf.io.decode_raw(pieces.flat_values, tf.uint8), [-1])
         return pieces.with_flat_values(tf.cast(values, tf.int32))

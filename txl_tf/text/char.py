@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from txl_tf.errors import TxlError
 from txl_tf.text.base import Tokenizer, as_text, checked, file_in, register
 from txl_tf.text.vocab import build_vocab, read_vocab, write_vocab
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 VOCAB_FILE = "vocab.txt"
 DEFAULT_UNK = "\ufffd"
@@ -110,6 +112,7 @@ class CharTokenizer(Tokenizer):
         return "".join(self.chars[i] for i in self._check_ids(ids))
 
     def _lookup_table(self) -> tf.lookup.StaticHashTable:
+        import tensorflow as tf
         if self._table is None:
             with tf.init_scope():
                 self._table = tf.lookup.StaticHashTable(
@@ -120,6 +123,7 @@ class CharTokenizer(Tokenizer):
         return self._table
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        import tensorflow as tf
         codes = tf.strings.unicode_decode(texts, "UTF-8", errors="strict")
         ids = self._lookup_table().lookup(tf.cast(codes.flat_values, tf.int64))
         if self.unk_id < 0:

@@ -1,10 +1,10 @@
 """How a prompt is read: a word or SentencePiece tokenizer ends every line
 with its end-of-line id, but a prompt's last line that the prompt does not
 end with a newline is one the model continues, so that id is dropped. One
-rule for `python -m training.generate` (`prompt_ids`) and the keras-hub
-preprocessor's `generate` (`without_open_line_end`, in the graph)."""
+rule for `python -m training.generate` (`prompt_ids`, numpy: no TensorFlow
+needed) and the keras-hub preprocessor's `generate` (`without_open_line_end`,
+in the graph); tests/test_text.py compares the two."""
 import numpy as np
-import tensorflow as tf
 
 
 def without_open_line_end(texts, ids, eos_id, cr_ends_line=False):
@@ -20,6 +20,7 @@ def without_open_line_end(texts, ids, eos_id, cr_ends_line=False):
         `ids` of the same kind, the last id dropped from each row of more than
         one id that ends in `eos_id` while its text does not end in a newline.
     """
+    import tensorflow as tf
     texts = tf.convert_to_tensor(texts, tf.string)
     scalar = not isinstance(ids, tf.RaggedTensor)
     if scalar:
@@ -46,12 +47,16 @@ def prompt_ids(tokenizer, prompt):
 
     Args:
         tokenizer: a `txl_tf.text` tokenizer.
-        prompt: the prompt text.
+        prompt: the prompt text (str or UTF-8 bytes).
 
     Returns:
         A 1-D int32 numpy array.
     """
     ids = np.asarray(tokenizer.encode(prompt), np.int32)
     eos = getattr(tokenizer, "eos_id", -1)
-    return np.asarray(without_open_line_end(prompt, tf.constant(ids), eos,
-                                            getattr(tokenizer, "kind", None) == "word"))
+    last = prompt[-1:]  # a str or bytes; a line end is one byte of UTF-8
+    last = last.decode("latin-1") if isinstance(last, (bytes, bytearray)) else last
+    ends = ("\n", "\r") if getattr(tokenizer, "kind", None) == "word" else ("\n",)
+    if ids.size > 1 and eos >= 0 and ids[-1] == eos and last not in ends:
+        return ids[:-1]
+    return ids

@@ -1,20 +1,30 @@
 """SentencePiece subword tokenizer: trained with ``sentencepiece``, applied
-with ``tensorflow_text.SentencepieceTokenizer`` (so Python and tf.data agree)."""
+with ``tensorflow_text.SentencepieceTokenizer`` (so Python and tf.data agree),
+decoded with ``sentencepiece``.
+
+``encode`` needs tensorflow-text: the sentencepiece package's encoder breaks
+ties between segmentations of equal score otherwise (``type(arg)))``: ``')'
+'))'`` where tensorflow-text gives ``'))' ')'``, on one or two lines of
+Python code in a thousand), so its ids would not be those the model was
+trained on. Without TensorFlow, ``load_tokenizer``, ``decode`` and
+``vocab_size`` work and ``encode`` is one ImportError saying so."""
 from __future__ import annotations
 
 import hashlib
 import io
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 from txl_tf.errors import TxlError
 from txl_tf.text.base import (Tokenizer, as_text, file_in, register, split_lines,
                               split_lines_tf)
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+    import tensorflow_text as tf_text
 
 MODEL_FILE = "spm.model"
 VOCAB_FILE = "vocab.txt"
@@ -26,6 +36,18 @@ TRAIN_DEFAULTS = dict(
     split_digits=True, hard_vocab_limit=False, unk_id=0, bos_id=1, eos_id=2,
     pad_id=-1, input_sentence_size=2_000_000, shuffle_input_sentence=True,
     num_threads=2)
+
+
+def _sentencepiece():
+    """The `sentencepiece` module, or an ImportError naming the package to install."""
+    try:
+        import sentencepiece
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] != "sentencepiece":
+            raise
+        raise ImportError("a SentencePiece tokenizer needs the sentencepiece package, which "
+                          "is not installed: pip install sentencepiece") from None
+    return sentencepiece
 
 
 @register
@@ -49,7 +71,7 @@ class SentencePieceTokenizer(Tokenizer):
     kind = "sentencepiece"
 
     def __init__(self, model_proto: bytes, add_eos: bool = True):
-        import sentencepiece as spm
+        spm = _sentencepiece()
         self.model_proto = bytes(model_proto)
         processor = spm.SentencePieceProcessor()
         try:
@@ -91,7 +113,7 @@ class SentencePieceTokenizer(Tokenizer):
                 trainer's refusal (a ``vocab_size`` too small for the text).
             FileNotFoundError: a missing file.
         """
-        import sentencepiece as spm
+        spm = _sentencepiece()
         if (files is None) == (texts is None):
             raise TxlError("give exactly one of files= or texts=")
         kwargs = dict(TRAIN_DEFAULTS, vocab_size=vocab_size, **options)
@@ -131,6 +153,8 @@ class SentencePieceTokenizer(Tokenizer):
         return len(self.pieces)
 
     def _tf_tokenizer(self) -> tf_text.SentencepieceTokenizer:
+        import tensorflow as tf
+        import tensorflow_text as tf_text
         # The model's resource belongs to a cached kernel, which
         # `tf.random.set_seed` (so `keras.utils.set_random_seed`) drops with
         # TensorFlow's caches: a tokenizer made before is then made again.
@@ -150,6 +174,7 @@ class SentencePieceTokenizer(Tokenizer):
         return tokenizer
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        import tensorflow as tf
         lines = split_lines_tf(texts)
         per_line = self._tf_tokenizer().tokenize(lines.flat_values)
         if self.add_eos:
@@ -159,7 +184,18 @@ class SentencePieceTokenizer(Tokenizer):
         return nested.merge_dims(1, 2)
 
     def encode(self, text: str | bytes) -> np.ndarray:
-        ids = self.encode_tf(tf.constant(as_text(text)))
+        text = as_text(text)  # bad text is the same error without TensorFlow
+        try:
+            import tensorflow as tf
+            ids = self.encode_tf(tf.constant(text))  # imports tensorflow_text
+        except ModuleNotFoundError as missing:
+            if (missing.name or "").split(".")[0] not in ("tensorflow", "tensorflow_text"):
+                raise
+            raise ImportError(
+                f"SentencePieceTokenizer.encode needs tensorflow-text, which is not installed "
+                f"({missing}): the model's ids are tensorflow-text's (the sentencepiece "
+                f"package splits some text differently); pip install tensorflow-text "
+                f"(decode needs only sentencepiece)") from None
         return ids.numpy().astype(np.int32)
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:

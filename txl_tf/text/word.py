@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from txl_tf.errors import TxlError
 from txl_tf.text.base import (Tokenizer, as_text, checked, file_in, register, split_lines,
                               split_lines_tf)
 from txl_tf.text.vocab import build_vocab, count_tokens, read_vocab, whitespace_regex, write_vocab
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 VOCAB_FILE = "vocab.txt"
 _SPLIT_PATTERN = whitespace_regex()
@@ -183,6 +185,7 @@ class WordTokenizer(Tokenizer):
         return "".join(out)
 
     def _lookup_table(self) -> tf.lookup.StaticHashTable:
+        import tensorflow as tf
         if self._table is None:
             with tf.init_scope():
                 self._table = tf.lookup.StaticHashTable(
@@ -193,6 +196,7 @@ class WordTokenizer(Tokenizer):
         return self._table
 
     def _encode_tf_batch(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        import tensorflow as tf
         lines = split_lines_tf(tf.strings.regex_replace(texts, "\r\n?", "\n"))
         # regex_split stops at a NUL byte (dropping the rest of the line);
         # regex_replace and split keep every byte.
