@@ -379,3 +379,23 @@ def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypat
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     shown = read()
     assert "text.txt" in shown and "table.tsv" in shown and "\r" in shown
+
+
+def test_ctrl_c_under_a_progress_bar_says_interrupted_on_a_line_of_its_own(monkeypatch):
+    """`txl-evaluate` interrupted on a terminal wrote `interrupted` after the
+    bar's last frame, on its line (`... 156.74it/s]interrupted`), and the bar
+    then cleared the empty line below. The bar is cleared first."""
+    import io
+    from txl_tf.app.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    progress = Progress("evaluating valid")
+    progress(3, 10)
+    with pytest.raises(SystemExit):
+        exits.interrupted()
+    before, after = terminal.getvalue().split("interrupted")
+    assert "evaluating valid" in before and before.endswith("\r") and after == "\n", repr(before)

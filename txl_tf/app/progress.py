@@ -85,6 +85,17 @@ def progress_bar(progress, large, *args, **kwargs):
     return tqdm_bar(*args, disable=not show_bar(progress, large, kwargs.get("file")), **kwargs)
 
 
+def close_bars():
+    """Closes the tqdm bars still drawn (a Ctrl-C leaves a job's bar open:
+    what is printed next would follow its frame on its line)."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        try:
+            bar.close()
+        except (OSError, ValueError, AttributeError):  # its stream gone: nothing to clear
+            pass
+
+
 @functools.cache
 def _bar_class():
     from tqdm.auto import tqdm
