@@ -21,6 +21,12 @@ def test_piped_output_is_plain_lines(tmp_path, jobs):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in lines] == ["10/12", "12/12"], proc.stdout
     assert " loss " in lines[0] and " bpc " in lines[0] and " tok/s" in lines[0]
+    # The first call's end (XLA's compile: minutes at the paper's sizes) has a line of its
+    # own: a log otherwise showed nothing from `train step: ...` to --log_every's first line.
+    out = proc.stdout.splitlines()
+    first = [i for i, line in enumerate(out) if line.startswith("first call done at step ")]
+    assert len(first) == 1 and first[0] < out.index(lines[0]), proc.stdout
+    assert out[first[0]].endswith("then a line every 10 steps"), out[first[0]]
     records = [json.loads(line) for line in open(run / "train_log.jsonl")]
     assert [r["step"] for r in records] == [10, 12]
     # No precision flags: the hardware's choice, said in the log (the job

@@ -457,7 +457,9 @@ class ProgressLine(GlobalStep):
     whatever `unit` counts; `schedule`: the learning-rate schedule, or None;
     `fields`: the logged metrics shown, with their digits). With a
     `CompileTime`, the first line printed after it is known ends with
-    `compile <seconds>s (XLA)` or `(no XLA)`."""
+    `compile <seconds>s (XLA)` or `(no XLA)`. The first call of the train
+    function (its tracing and compilation: minutes with XLA at the paper's
+    sizes) has a line as it ends, unless a step's line is due there."""
 
     FIELDS = (("loss", 4), ("bpc", 4), ("ppl", 2))
 
@@ -470,16 +472,23 @@ class ProgressLine(GlobalStep):
         self.compile_time = compile_time
         self.last = self.last_time = None
         self.logs = {}
+        self.first_call = True
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         self.last, self.last_time = self.step, time.time()
+        self.first_call = True
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         self.logs = logs or {}
         if self.step % self.every == 0 or self.step >= self.total:
             self._print(self.step)
+        elif self.first_call:
+            self.log(f"first call done at step {self.step}/{self.total} in "
+                     f"{time.time() - self.last_time:.1f}s (it traces and compiles the step); "
+                     f"then a line every {self.every} steps")
+        self.first_call = False
 
     def on_train_end(self, logs=None):
         if self.step != self.last:
