@@ -36,9 +36,11 @@ def test_piped_output_is_plain_lines(tmp_path, jobs):
     assert "learning rate: peak 0.001," in proc.stdout, proc.stdout
 
 
-def test_run_shorter_than_log_every_is_logged(tmp_path):
+def test_run_shorter_than_log_every_is_logged(tmp_path, monkeypatch, capsys):
     write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
     from training import train
+    from txl_tf.data import corpora
+    monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)  # --verbose=0 quiets its lines too
     with unconfigured_logging():  # as in a notebook: the run configures no logging
         train.run(model_dir=str(tmp_path / "run"), dataset="text",
                   data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
@@ -47,6 +49,7 @@ def test_run_shorter_than_log_every_is_logged(tmp_path):
         assert logging.root.handlers == [] and logging.getLogger("absl").level == logging.NOTSET
     records = [json.loads(line) for line in open(tmp_path / "run" / "train_log.jsonl")]
     assert [r["step"] for r in records] == [3] and "loss" in records[0]
+    assert capsys.readouterr().err == ""
 
 
 def test_the_terminal_bar_counts_to_train_steps(tmp_path, monkeypatch, capsys):
