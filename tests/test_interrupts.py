@@ -399,3 +399,26 @@ def test_ctrl_c_under_a_progress_bar_says_interrupted_on_a_line_of_its_own(monke
         exits.interrupted()
     before, after = terminal.getvalue().split("interrupted")
     assert "evaluating valid" in before and before.endswith("\r") and after == "\n", repr(before)
+
+
+def test_a_stop_under_the_terminal_bar_is_said_on_lines_of_its_own(monkeypatch, capfd):
+    """`txl-train` on a terminal: Ctrl-C's `SIGINT: stopping ...` was written
+    after the Keras bar's frame on its line, which the next frame then drew
+    over, and `stopped by SIGINT at step N` followed the last frame on its
+    line too (the bar ends its line only at --train_steps)."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+    from training import callbacks
+    from txl_tf.app import progress
+    monkeypatch.setattr(progress, "interactive", lambda stream=None: True)
+    stop = callbacks.StopOnSignal()
+    stop._handle(signal.SIGINT, None)
+    assert capfd.readouterr().err == "\n" + STOPPING
+    bar = callbacks.ProgressBar(10)
+    bar.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.constant(0))))
+    bar.on_train_begin()
+    bar.on_train_batch_begin(0)
+    bar.on_train_batch_end(0, {"loss": 1.0})
+    bar.on_train_end()
+    assert capfd.readouterr().out.endswith("\n")  # stopped at step 1 of 10
