@@ -238,6 +238,9 @@ def run_latency(o):
                     if base:
                         r["latency_vs_keras"] = r["median_ms"] / base["median_ms"]
                 rows.extend(group)
+                print(f"{workload} batch {batch}: " + ", ".join(
+                    f"{r['backend']} {r['median_ms']:.3f} ms" for r in group),
+                    file=sys.stderr, flush=True)
         providers = {n: getattr(rt, "provider", getattr(rt, "device", "tf.function"))
                      for n, rt in backends.items()}
     table = format_table(rows)

@@ -314,6 +314,7 @@ def _export_into(out, stages, o, source, cfg):
               "seconds": {},
               "decode_cache_bytes": cache_bytes(cfg, mem_len, o["cache_dtype"])}
     if "saved_model" in formats:
+        stages.begin("SavedModel")
         start = time.perf_counter()
         export_saved_model(core, os.path.join(out, SAVED_MODEL_DIR),
                            vocab_dir=vocab_dir, **options)
@@ -321,6 +322,7 @@ def _export_into(out, stages, o, source, cfg):
         report["seconds"]["saved_model"] = round(time.perf_counter() - start, 2)
         stages.done("SavedModel", SAVED_MODEL_DIR)
     if "onnx" in formats:
+        stages.begin("ONNX conversion and weights")
         start = time.perf_counter()
         onnx_path = os.path.join(out, ONNX_FILE)
         # With the decode graphs, every graph reads one copy of the weights.
@@ -336,6 +338,7 @@ def _export_into(out, stages, o, source, cfg):
         stages.done("ONNX conversion and weights", ", ".join(os.path.basename(p)
                                                             for p in written))
     if "triton" in formats:
+        stages.begin("Triton repository")
         start = time.perf_counter()
         written = write_triton_repository(core, os.path.join(out, TRITON_DIR), opset=opset,
                                           external_data_threshold=threshold,
@@ -344,6 +347,7 @@ def _export_into(out, stages, o, source, cfg):
         report["seconds"]["triton"] = round(time.perf_counter() - start, 2)
         stages.done("Triton repository", ", ".join(os.path.relpath(p, out) for p in written))
     if o["verify"]:
+        stages.begin("parity")
         start = time.perf_counter()
         with _float32_matmuls():
             segments = random_segments(cfg.n_token, PARITY_BATCH, parity_len, PARITY_SEGMENTS)
@@ -444,11 +448,15 @@ def _peak_rss():
 
 
 class StageLog:
-    """Prints one line per finished stage (stderr) with the seconds since the start."""
+    """Prints one line per finished stage (stderr) with the seconds since the
+    start, and one as each long stage begins (`stage...`)."""
 
     def __init__(self, stream=None):
         self.start = time.perf_counter()
         self.stream = stream
+
+    def begin(self, stage):
+        self.done(stage + "...")
 
     def done(self, stage, detail=""):
         line = f"[export {time.perf_counter() - self.start:7.1f}s{_peak_rss()}] {stage}" + \

@@ -151,3 +151,19 @@ def test_quality_warmups_are_ascii_step_counts():
         with pytest.raises(TrainingError, match=rf"^--warmups takes 'default' or step counts, "
                                                 rf"got '{bad}'$"):
             parse_warmups(f"default,{bad}")
+
+
+def test_the_latency_part_reports_each_measurement_as_it_ends(capsys):
+    """`make bench`'s first command printed nothing for its minute and more
+    of exports and timings, then the whole table: each batch's timings now
+    have a line on stderr as they end (the table stays on stdout)."""
+    from benchmarks import inference
+    o = {**defaults(inference.LATENCY_SPEC), "preset": "tiny", "batch_sizes": ["1", "2"],
+         "iters": 2, "warmup": 1, "backends": ["keras"], "workloads": ["decode"],
+         "output": ""}
+    inference.run_latency(o)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["decode batch 1", "decode batch 2"], err
+    assert all(re.search(r"keras [0-9.]+ ms", line) for line in lines), err
+    assert out.startswith("workload batch"), out

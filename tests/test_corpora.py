@@ -1,6 +1,7 @@
 """Corpus readers on tiny fake layouts, errors, the cache, pystdlib, real PTB."""
 import os
 import re
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -129,6 +130,20 @@ def lm1b_tree(tmp_path, vocab=False):
     if vocab:
         write(tmp_path / "1b_word_vocab.txt", "<S>\n</S>\n<UNK>\nthe\n.\ncat\n")
     return tmp_path
+
+
+def test_lm1b_in_a_log_has_a_line_per_tenth_of_its_shards(tmp_path, monkeypatch, capsys):
+    """A log (stderr no terminal) of a large corpus's first read gets plain
+    lines: lm1b's over its shards, none for each shard (99 of them, twice)."""
+    from txl_tf.data import corpora
+    monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    load_corpus("lm1b", lm1b_tree(tmp_path), use_cache=False)
+    assert capsys.readouterr().err.splitlines() == [
+        "lm1b: counting: 1/2 (50%)", "lm1b: counting: 2/2 (100%)",
+        "lm1b: train: 1/2 (50%)", "lm1b: train: 2/2 (100%)"]
+    load_corpus("lm1b", lm1b_tree(tmp_path), use_cache=False, progress=False)
+    assert capsys.readouterr().err == ""
 
 
 def test_lm1b_sentences_wrapped(tmp_path):

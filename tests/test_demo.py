@@ -47,11 +47,33 @@ FINETUNE_STEPS = 4
 
 
 def test_the_demo_shows_memory_context_continuation_and_a_fine_tune(tiny_model, tmp_path,
-                                                                     capsys):
+                                                                     capsys, monkeypatch):
+    from training import generate
+    printed = []  # stdout, cut where each long part (a continuation, the fine-tune) starts
+    continue_text, fit = generate.continue_text, TransformerXLCausalLM.fit
+
+    def continuing(*args, **kwargs):
+        printed.append(capsys.readouterr().out)
+        return continue_text(*args, **kwargs)
+
+    def fitting(self, *args, **kwargs):
+        printed.append(capsys.readouterr().out)
+        return fit(self, *args, **kwargs)
+    monkeypatch.setattr(generate, "continue_text", continuing)
+    monkeypatch.setattr(TransformerXLCausalLM, "fit", fitting)
     result = demo.run(model=tiny_model, eval_segments=2, context=32, num_tokens=8,
                       finetune_steps=FINETUNE_STEPS, finetune_learning_rate=3e-3,
                       output_dir=str(tmp_path))
-    out = capsys.readouterr().out
+    out = "".join(printed) + capsys.readouterr().out
+    # Each long part is headed before it starts (it printed its heading after:
+    # about a minute of silence apiece at the defaults), the continuations
+    # streamed under theirs as they are generated.
+    prompt = "import os\n\n\ndef "
+    assert len(printed) == 3, printed
+    assert printed[0].endswith(f"(sampled: temperature 0.5, top-k 5):\n{prompt}"), printed[0]
+    assert printed[1].endswith(f"sampling does not):\n{prompt}"), printed[1]
+    assert printed[1].startswith(result["sampled"]), printed[1]
+    assert "\n4. fine-tuning for 4 steps" in printed[2], printed[2]
     # The untrained model is near uniform over 256 bytes: 8 bits per byte, give or take one.
     assert sorted(result["bpc"]) == [0, 16, 48]
     for bpc in result["bpc"].values():
@@ -66,7 +88,7 @@ def test_the_demo_shows_memory_context_continuation_and_a_fine_tune(tiny_model, 
     finetune = result["finetune"]
     assert finetune["steps"] == FINETUNE_STEPS and abs(finetune["before"] - 8) < 1, finetune
     assert finetune["after"] < finetune["before"] - 0.2, finetune
-    for heading in ("1. validation", "2. loss against", "3. continuation", "4. fine-tuned"):
+    for heading in ("1. validation", "2. loss against", "3. continuation", "4. fine-tuning"):
         assert heading in out
     assert (tmp_path / "loss_by_context.png").stat().st_size > 1000
     assert (tmp_path / "finetuned_preset" / "model.weights.h5").is_file()

@@ -159,6 +159,23 @@ def test_evaluate_job_on_a_corpus(tmp_path):
     assert "loss by position in the segment: 0: " in evaluate.describe(by_position)
 
 
+def test_noprogress_also_quiets_the_corpus_read(tmp_path, monkeypatch, capsys):
+    """`--noprogress` left the corpus reader's progress on (its bar on a
+    terminal, its lines in a log)."""
+    from txl_tf.data import corpora
+    monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)  # 32 MiB, made small
+    text = tmp_path / "corpus.txt"
+    write_text_corpus(text, 3_000, seed=4)
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny")), tmp_path / "model",
+                    ByteTokenizer())
+    options = dict(model_dir=str(tmp_path / "model"), dataset="text", data_dir=str(text),
+                   max_segments=1)
+    evaluate.run(cache_dir=str(tmp_path / "a"), **options)
+    assert "corpus.txt: " in capsys.readouterr().err  # a log: lines
+    evaluate.run(cache_dir=str(tmp_path / "b"), progress=False, **options)
+    assert capsys.readouterr().err == ""
+
+
 def test_a_model_with_nan_weights_is_one_error_line(tmp_path, capsys):
     """`txl-evaluate` of a model whose weights hold NaN printed `bpc nan` and
     exited 0; it is one `error:` line naming the weights file and the weight

@@ -351,7 +351,8 @@ def test_a_signal_while_stop_now_flushes_into_a_stalled_reader_ends_the_job():
 def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypatch, capsys):
     """A large corpus or classification file (32 MiB, made small here) wrote
     tqdm's frames (`\\r`, block characters) into a log file too. The bar
-    shows on a terminal, and in Jupyter (whose stderr is no terminal)."""
+    shows on a terminal, and in Jupyter (whose stderr is no terminal); a
+    corpus in a log gets a line at every 10%."""
     from txl_tf.classification import data as classification_data
     from txl_tf.data import corpora
     monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)
@@ -361,12 +362,16 @@ def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypat
     table.write_text("x\ta b\ny\tc d\n" * 20)
 
     def read():
-        list(corpora.iter_text_chunks(text))
+        list(corpora.iter_text_chunks(text, chunk_bytes=40))
         classification_data.read_tsv(table)
         return capsys.readouterr().err
 
     monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
-    assert read() == ""  # stderr is not a terminal here: a log
+    # stderr is not a terminal here: a log, which got nothing at all (building
+    # WikiText-103's cache: minutes of silence under nohup), now a few lines.
+    logged = read().splitlines()
+    assert "\r" not in "".join(logged) and 2 <= len(logged) <= 11, logged
+    assert logged[-1].startswith("text.txt: ") and logged[-1].endswith("(100%)"), logged
     monkeypatch.setitem(sys.modules, "ipykernel", sys)  # a Jupyter kernel
     shown = read()
     assert "text.txt" in shown and "table.tsv" in shown and "\r" in shown
@@ -374,3 +379,46 @@ def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypat
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     shown = read()
     assert "text.txt" in shown and "table.tsv" in shown and "\r" in shown
+
+
+def test_ctrl_c_under_a_progress_bar_says_interrupted_on_a_line_of_its_own(monkeypatch):
+    """`txl-evaluate` interrupted on a terminal wrote `interrupted` after the
+    bar's last frame, on its line (`... 156.74it/s]interrupted`), and the bar
+    then cleared the empty line below. The bar is cleared first."""
+    import io
+    from txl_tf.app.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    progress = Progress("evaluating valid")
+    progress(3, 10)
+    with pytest.raises(SystemExit):
+        exits.interrupted()
+    before, after = terminal.getvalue().split("interrupted")
+    assert "evaluating valid" in before and before.endswith("\r") and after == "\n", repr(before)
+
+
+def test_a_stop_under_the_terminal_bar_is_said_on_lines_of_its_own(monkeypatch, capfd):
+    """`txl-train` on a terminal: Ctrl-C's `SIGINT: stopping ...` was written
+    after the Keras bar's frame on its line, which the next frame then drew
+    over, and `stopped by SIGINT at step N` followed the last frame on its
+    line too (the bar ends its line only at --train_steps)."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+    from training import callbacks
+    from txl_tf.app import progress
+    monkeypatch.setattr(progress, "interactive", lambda stream=None: True)
+    stop = callbacks.StopOnSignal()
+    stop._handle(signal.SIGINT, None)
+    assert capfd.readouterr().err == "\n" + STOPPING
+    bar = callbacks.ProgressBar(10)
+    bar.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.constant(0))))
+    bar.on_train_begin()
+    bar.on_train_batch_begin(0)
+    bar.on_train_batch_end(0, {"loss": 1.0})
+    bar.on_train_end()
+    assert capfd.readouterr().out.endswith("\n")  # stopped at step 1 of 10

@@ -83,15 +83,21 @@ def test_the_run_writes_its_output_dir(trained):
     assert metrics["accuracy"] >= 0.9  # the letters decide the class: learnt in 40 steps
 
 
-def test_reloaded_classifier_evaluates_the_same(trained, data, tmp_path, capsys):
+def test_reloaded_classifier_evaluates_the_same(trained, data, tmp_path, capsys, monkeypatch):
     """Evaluation reads documents as training did (--max_length=64 of the run,
-    taken from its flags.json and said), and gets the run's own metrics."""
+    taken from its flags.json and said), and gets the run's own metrics;
+    `--noprogress` quiets the data file's bar too (shown on a terminal)."""
+    import sys
+    from txl_tf.classification import data as classification_data
+    monkeypatch.setattr(classification_data, "PROGRESS_MIN_BYTES", 10)  # 32 MiB, made small
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     out, _ = trained
     saved = json.load(open(os.path.join(out, "metrics.json")))
     result = classify.run(mode="evaluate", classifier_dir=out, eval_data=data["eval"],
                           output=str(tmp_path / "m.json"), progress=False)
-    assert "as the classifier was trained: --max_length=64, --keep=start" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "as the classifier was trained: --max_length=64, --keep=start" in err
+    assert "\r" not in err, repr(err)
     again = result["eval"]
     assert again["max_length"] == 64
     assert again["accuracy"] == saved["accuracy"]

@@ -140,3 +140,50 @@ def test_num_tokens_whose_ids_fit_but_not_the_decode_loops_buffer_are_refused_wi
 def test_generation_flags_wrong_on_their_own_are_named_before_the_model_loads(options, message):
     with pytest.raises(TrainingError, match=f"^{message}$"):
         run(**{"model_dir": "nowhere", "prompt": "a", **options})
+
+
+class _Stream:
+    """A text stream that is (or is not) a terminal."""
+
+    def __init__(self, tty):
+        import io
+        self.buffer, self.tty = io.StringIO(), tty
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        return self.buffer.write(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("stdout_tty,flag,bar,lines", [
+    (True, None, False, False),   # the text itself shows the progress
+    (True, True, False, True),    # asked for: lines, never a bar over the text
+    (False, None, True, False),   # `> out.txt`: the terminal shows a bar
+])
+def test_the_command_draws_no_bar_over_the_text_it_streams_to_the_same_terminal(
+        tmp_path, monkeypatch, stdout_tty, flag, bar, lines):
+    """On a terminal `txl-generate` drew its tqdm bar on stderr while it
+    streamed the continuation to stdout, the same terminal: each frame's
+    `\\r` wrote the bar over the text just printed, and the bar's closing
+    erased the last line of the text."""
+    from training import generate
+    from txl_tf.text import ByteTokenizer
+    from txl_tf.weights import save_pretrained
+    keras.utils.set_random_seed(11)
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny")), str(tmp_path / "m"),
+                    ByteTokenizer())
+    options = {**generate.merge(generate.SPEC, {}), "model": str(tmp_path / "m"),
+               "prompt": "ab", "num_tokens": 40, "progress": flag}
+    monkeypatch.setattr(generate, "values", lambda spec: dict(options))
+    out, err = _Stream(stdout_tty), _Stream(True)
+    monkeypatch.setattr("sys.stdout", out)
+    monkeypatch.setattr("sys.stderr", err)
+    generate.main([])
+    text, log = out.buffer.getvalue(), err.buffer.getvalue()
+    assert text.startswith("ab") and len(text) > 3
+    assert ("\r" in log) == bar, repr(log)
+    assert ("generating: 40/40 (100%)\n" in log) == lines, repr(log)

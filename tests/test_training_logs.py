@@ -21,6 +21,12 @@ def test_piped_output_is_plain_lines(tmp_path, jobs):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in lines] == ["10/12", "12/12"], proc.stdout
     assert " loss " in lines[0] and " bpc " in lines[0] and " tok/s" in lines[0]
+    # The first call's end (XLA's compile: minutes at the paper's sizes) has a line of its
+    # own: a log otherwise showed nothing from `train step: ...` to --log_every's first line.
+    out = proc.stdout.splitlines()
+    first = [i for i, line in enumerate(out) if line.startswith("first call done at step ")]
+    assert len(first) == 1 and first[0] < out.index(lines[0]), proc.stdout
+    assert out[first[0]].endswith("then a line every 10 steps"), out[first[0]]
     records = [json.loads(line) for line in open(run / "train_log.jsonl")]
     assert [r["step"] for r in records] == [10, 12]
     # No precision flags: the hardware's choice, said in the log (the job
@@ -30,9 +36,11 @@ def test_piped_output_is_plain_lines(tmp_path, jobs):
     assert "learning rate: peak 0.001," in proc.stdout, proc.stdout
 
 
-def test_run_shorter_than_log_every_is_logged(tmp_path):
+def test_run_shorter_than_log_every_is_logged(tmp_path, monkeypatch, capsys):
     write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
     from training import train
+    from txl_tf.data import corpora
+    monkeypatch.setattr(corpora, "PROGRESS_MIN_BYTES", 10)  # --verbose=0 quiets its lines too
     with unconfigured_logging():  # as in a notebook: the run configures no logging
         train.run(model_dir=str(tmp_path / "run"), dataset="text",
                   data_dir=str(tmp_path / "corpus.txt"), cache_dir=str(tmp_path / "cache"),
@@ -41,6 +49,7 @@ def test_run_shorter_than_log_every_is_logged(tmp_path):
         assert logging.root.handlers == [] and logging.getLogger("absl").level == logging.NOTSET
     records = [json.loads(line) for line in open(tmp_path / "run" / "train_log.jsonl")]
     assert [r["step"] for r in records] == [3] and "loss" in records[0]
+    assert capsys.readouterr().err == ""
 
 
 def test_the_terminal_bar_counts_to_train_steps(tmp_path, monkeypatch, capsys):

@@ -12,6 +12,7 @@ import keras
 
 from training.checkpointing import metric_values, set_metric_values
 from training.errors import TrainingError
+from txl_tf.app import progress as progress_lib
 from txl_tf.app.exits import running_a_command, stop_now
 from txl_tf.app.files import naming
 
@@ -170,6 +171,8 @@ class StopOnSignal(keras.callbacks.Callback):
         self.received = None
         self._announced = threading.Lock()  # taken by the first announcement, never released
         self._seen = 0  # `SIGNALS` the wakeup fd's thread read
+        # On a terminal the announcement starts a line: the bar's frame (stdout) holds its own.
+        self._newline = "\n" if progress_lib.interactive() else ""
 
     @staticmethod
     def _second_ends_the_process(signum):
@@ -205,8 +208,8 @@ class StopOnSignal(keras.callbacks.Callback):
         if not self._announced.acquire(blocking=False):
             return
         name = signal.Signals(signum).name
-        line = (f"{name}: stopping after the step in flight, which is then saved (another "
-                f"{name} ends the job without saving it)\n")
+        line = (f"{self._newline}{name}: stopping after the step in flight, which is then "
+                f"saved (another {name} ends the job without saving it)\n")
         try:
             os.write(2, line.encode())
         except OSError:  # stderr gone: the stop goes on
@@ -442,6 +445,11 @@ class ProgressBar(GlobalStep):
                                        unit_name="step")
         self.bar.update(self.step)  # a resumed run starts where it stopped
 
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self.bar is not None and self.step < self.total:  # stopped: the line is left open
+            print(flush=True)
+
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         logs = logs or {}
@@ -457,7 +465,9 @@ class ProgressLine(GlobalStep):
     whatever `unit` counts; `schedule`: the learning-rate schedule, or None;
     `fields`: the logged metrics shown, with their digits). With a
     `CompileTime`, the first line printed after it is known ends with
-    `compile <seconds>s (XLA)` or `(no XLA)`."""
+    `compile <seconds>s (XLA)` or `(no XLA)`. The first call of the train
+    function (its tracing and compilation: minutes with XLA at the paper's
+    sizes) has a line as it ends, unless a step's line is due there."""
 
     FIELDS = (("loss", 4), ("bpc", 4), ("ppl", 2))
 
@@ -470,16 +480,23 @@ class ProgressLine(GlobalStep):
         self.compile_time = compile_time
         self.last = self.last_time = None
         self.logs = {}
+        self.first_call = True
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         self.last, self.last_time = self.step, time.time()
+        self.first_call = True
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         self.logs = logs or {}
         if self.step % self.every == 0 or self.step >= self.total:
             self._print(self.step)
+        elif self.first_call:
+            self.log(f"first call done at step {self.step}/{self.total} in "
+                     f"{time.time() - self.last_time:.1f}s (it traces and compiles the step); "
+                     f"then a line every {self.every} steps")
+        self.first_call = False
 
     def on_train_end(self, logs=None):
         if self.step != self.last:

@@ -119,7 +119,8 @@ SPEC = (
     option("integer", "verbose", 1, "1: a progress bar on a terminal, else a line every "
            "--log_every steps; 0: silent."),
     option("bool", "progress", None, "Evaluation/prediction progress on stderr (default: a "
-           "bar on a terminal, else a line every 10%)."),
+           "bar on a terminal, else a line every 10%); --noprogress also quiets the data "
+           "files' bar."),
 )
 
 
@@ -221,11 +222,12 @@ def _progress(o, desc):
     return cli.Progress(desc, enabled=o["progress"] is not False)
 
 
-def _read(path, labels, flag):
+def _read(o, labels, flag):
+    """The examples of the option `flag` (a path); `--noprogress` quiets its bar."""
     from txl_tf.classification import ClassificationDataError, UnknownLabelError, read_examples
     from txl_tf.data import CorpusNotFoundError
     try:
-        return read_examples(path, labels)
+        return read_examples(o[flag], labels, progress=False if o["progress"] is False else None)
     except (ClassificationDataError, CorpusNotFoundError, UnknownLabelError) as err:
         raise TrainingError(f"--{flag}: {err}") from None
 
@@ -262,7 +264,7 @@ def train(o):
 
     start = time.time()
     o = {**o, "max_length": o["max_length"] or 512, "keep": o["keep"] or "start"}
-    examples = _read(o["train_data"], None, "train_data")
+    examples = _read(o, None, "train_data")
     labels = examples.labels
     if len(labels) < 2:
         raise TrainingError(f"the training data has one label ({labels.names[0]}); a classifier "
@@ -271,7 +273,7 @@ def train(o):
         raise TrainingError(f"--num_classes={o['num_classes']} but the training data has "
                             f"{len(labels)} labels ({', '.join(labels.names[:10])}"
                             f"{', ...' if len(labels) > 10 else ''})")
-    eval_examples = _read(o["eval_data"], labels, "eval_data") if o["eval_data"] else None
+    eval_examples = _read(o, labels, "eval_data") if o["eval_data"] else None
     build, tokenizer, config, what = choose_model(o, log)
     check_encodable(examples.texts, examples.sources, tokenizer, "train_data")
     if eval_examples is not None:
@@ -400,7 +402,7 @@ def reading_settings(o):
 def evaluate(o):
     model, labels, tokenizer = load_classifier(o["classifier_dir"])
     o = reading_settings(o)
-    examples = _read(o["eval_data"], labels, "eval_data")
+    examples = _read(o, labels, "eval_data")
     check_encodable(examples.texts, examples.sources, tokenizer, "eval_data")
     metrics = evaluate_examples(model, examples, tokenizer, o, _progress(o, "evaluating"))
     metrics.update({"eval_data": o["eval_data"], "classifier_dir": o["classifier_dir"],

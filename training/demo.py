@@ -114,14 +114,17 @@ def run(**options):
     if o["output_dir"]:
         _plot(curve, os.path.join(o["output_dir"], "loss_by_context.png"))
 
-    sampled = continue_text(core, tokenizer, o["prompt"], o["num_tokens"],
+    def write(piece):  # the continuations are printed as they are generated
+        print(piece, end="", flush=True)
+    write(f"\n3. continuation of {o['prompt']!r} (sampled: temperature 0.5, top-k 5):\n"
+          f"{o['prompt']}")
+    sampled = continue_text(core, tokenizer, o["prompt"], o["num_tokens"], write=write,
                             mem_len=3 * cfg.mem_len, temperature=0.5, top_k=5, seed=1)
-    greedy = continue_text(core, tokenizer, o["prompt"], o["num_tokens"] // 2,
+    write(f"\n\n   greedy (a small byte-level model's greedy decoding soon loops; sampling "
+          f"does not):\n{o['prompt']}")
+    greedy = continue_text(core, tokenizer, o["prompt"], o["num_tokens"] // 2, write=write,
                            mem_len=3 * cfg.mem_len, greedy=True)
-    print(f"\n3. continuation of {o['prompt']!r} (sampled: temperature 0.5, top-k 5):\n"
-          f"{o['prompt']}{sampled}")
-    print(f"\n   greedy (a small byte-level model's greedy decoding soon loops; sampling "
-          f"does not):\n{o['prompt']}{greedy}", flush=True)
+    print(flush=True)
 
     result = {"bpc": dict(rows), "loss_by_context": curve, "greedy": greedy,
               "sampled": sampled}
@@ -162,6 +165,10 @@ def finetune(o, tokenizer):
         return [d for d in documents if len(d) >= 2]  # empty __init__.py files
 
     train_docs, held_out = source(txl_tf), source(export)
+    length = (f"{o['finetune_steps']} steps" if o["finetune_steps"]
+              else f"{o['finetune_seconds']:g}s")
+    print(f"\n4. fine-tuning for {length} on this library's own source ({len(train_docs)} "
+          f"files of txl_tf/)...", flush=True)
     held_out_ids = [i for doc in held_out for i in doc]
     causal_lm = TransformerXLCausalLM.from_preset(o["model"])
     core = causal_lm.backbone.transformer
@@ -190,11 +197,9 @@ def finetune(o, tokenizer):
     causal_lm.fit(data, steps_per_epoch=o["finetune_steps"] or 10_000, epochs=1,
                   callbacks=[stop], verbose=0)
     after = held_out_bpc()
-    print(f"\n4. fine-tuned for {stop.elapsed:.0f}s ({stop.steps} steps of 8 x "
-          f"{core.config.tgt_len} bytes) on this library's own source ({len(train_docs)} "
-          f"files of txl_tf/):\n   bits per byte on export/'s source ({before['tokens']:,} "
-          f"bytes, not trained on): {before['bpc']:.3f} before, {after['bpc']:.3f} after",
-          flush=True)
+    print(f"   {stop.steps} steps of 8 x {core.config.tgt_len} bytes in {stop.elapsed:.0f}s; "
+          f"bits per byte on export/'s source ({before['tokens']:,} bytes, not trained on): "
+          f"{before['bpc']:.3f} before, {after['bpc']:.3f} after", flush=True)
     if o["output_dir"]:
         causal_lm.save_to_preset(os.path.join(o["output_dir"], "finetuned_preset"))
     return {"before": before["bpc"], "after": after["bpc"], "steps": stop.steps}

@@ -124,7 +124,8 @@ def run(**options):
                    core.config.mem_len if mem_len is None else mem_len,
                    what="an evaluation step")
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
-                         inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer)
+                         inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer,
+                         progress=False if o["progress"] is False else None)
     ids = corpus.split(o["split"])
     if len(ids) < 2:
         raise TrainingError(f"empty corpus: the {o['split']} split of {corpus.name!r} has "

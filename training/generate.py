@@ -23,6 +23,7 @@ import numpy as np
 from training.errors import TrainingError
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
+from txl_tf.app.progress import interactive
 from txl_tf.app.tf_logs import logging_as_found
 from txl_tf.errors import TxlError
 from txl_tf.generation.request import MAX_NEW_TOKENS, MAX_SEED
@@ -50,8 +51,9 @@ SPEC = (
     option("integer", "mem_len", None, "Memory length (default: the model's training "
            "mem_len)."),
     option("integer", "seed", 0, "Sampling seed, in [0, 2**63 - 1]."),
-    option("bool", "progress", None, "Show progress on stderr (default: a bar on a terminal "
-           "only; forced on elsewhere: a line every 10%)."),
+    option("bool", "progress", None, "Show progress on stderr (default: a bar when stderr "
+           "is a terminal and stdout is not: on a terminal the text shows it; forced on: a line "
+           "every 10% where no bar is drawn)."),
 )
 
 
@@ -198,9 +200,11 @@ def _load(o):
 
 
 @logging_as_found()
-def run(write=None, **options):
+def run(write=None, bar=None, **options):
     """Generates with `options` (the flags by name); returns the continuation
-    (and hands it to `write` piece by piece as it is generated)."""
+    (and hands it to `write` piece by piece as it is generated). `bar`: False
+    for no tqdm bar (lines instead with `progress=True`), None for a bar when
+    stderr is a terminal."""
     o = merge(SPEC, options)
     _check_options(o)
     cli.quiet_tensorflow_import()
@@ -229,7 +233,7 @@ def run(write=None, **options):
                    what="generating")
         model = model()  # the core's weights are loaded only once the inputs are known
     progress = cli.Progress("generating", enabled=o["progress"] is not False,
-                            lines=bool(o["progress"]))
+                            lines=bool(o["progress"]), bar=bar)
     return continue_text(model, tokenizer, o["prompt"], o["num_tokens"], write=write,
                          mem_len=o["mem_len"], temperature=o["temperature"], top_k=o["top_k"],
                          greedy=o["greedy"], seed=o["seed"], progress=progress,
@@ -240,13 +244,18 @@ def run(write=None, **options):
 def main(argv):
     options = values(SPEC)
     shown = []
+    # On a terminal the streamed text shows the progress; a bar on the same
+    # terminal would be drawn over it (with --progress: lines instead).
+    on_terminal = interactive(sys.stdout)
+    if on_terminal and options["progress"] is None:
+        options["progress"] = False
 
     def write(piece):
         if not shown:  # the prompt first, once the inputs passed and text is coming
             shown.append(sys.stdout.write(options["prompt"]))
         sys.stdout.write(piece)
         sys.stdout.flush()
-    run(write=write, **options)
+    run(write=write, bar=False if on_terminal else None, **options)
     write("")
     print(flush=True)
 

@@ -33,15 +33,16 @@ def convert(text):
     return text
 
 
-def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None):
+def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None, progress=None):
     """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`;
-    `tokenizer`: a trained model's, to read the corpus with."""
+    `tokenizer`: a trained model's, to read the corpus with; `progress`:
+    False for no bar or lines while it is read (None: the default)."""
     in_the_way = cache_dir and path_in_the_way("cache_dir", cache_dir)  # a file in the way
     if in_the_way:
         raise TrainingError(in_the_way)
     try:
         return load_corpus(dataset, data_dir or None, cache_dir=cache_dir or None,
-                           tokenizer=tokenizer, **(options or {}))
+                           tokenizer=tokenizer, progress=progress, **(options or {}))
     except CorpusNotFoundError as err:
         raise TrainingError(f"--data_dir: {err}") from None
     except EmptyCorpusError as err:

@@ -17,6 +17,7 @@ import threading
 
 from absl import app, flags
 
+from txl_tf.app.progress import close_bars
 from txl_tf.errors import TxlError
 
 EXIT_BAD_INPUT = 2
@@ -49,6 +50,7 @@ def interrupted():
     """
     try:
         sys.stdout.flush()
+        close_bars()  # `interrupted` on a line of its own, not after a bar's frame
         print("interrupted", file=sys.stderr, flush=True)
     except BrokenPipeError:
         reader_gone()

@@ -36,6 +36,66 @@ def show_bar(progress, large, stream=None):
     return bool(large) and (interactive(stream) or "ipykernel" in sys.modules)
 
 
+def log_lines(progress, large, stream=None):
+    """Whether plain lines stand in for a bar that does not show by default
+    (`show_bar`): `progress` None, the work `large`, and `stream` (default
+    stderr) a log, where minutes of work would otherwise pass unseen."""
+    return progress is None and bool(large) and not show_bar(None, large, stream)
+
+
+class LineBar:
+    """A tqdm bar's stand-in for a log (`tqdm_bar`'s `update`, `close`,
+    iteration and `with`): `desc: 3/30 (10%)` at every ~10% of `total`
+    (`Progress`'s lines; in MB with `unit="B"`)."""
+
+    def __init__(self, iterable=None, total=None, desc="", unit="", stream=None):
+        self.iterable, self.unit, self.n = iterable, unit, 0
+        self.total = len(iterable) if total is None else total
+        self.progress = Progress(desc, bar=False, stream=stream)
+
+    def update(self, n=1):
+        self.n += n
+        if self.unit == "B":
+            self.progress.report(self.n, self.total,
+                                 f"{self.n / 1e6:,.1f}/{self.total / 1e6:,.1f} MB")
+        else:
+            self.progress(self.n, self.total)
+
+    def __iter__(self):
+        for item in self.iterable:
+            yield item
+            self.update()
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def progress_bar(progress, large, *args, **kwargs):
+    """`tqdm_bar(*args, **kwargs)` where `show_bar(progress, large)` says
+    so, a `LineBar` in a log (`log_lines`), else a disabled bar."""
+    if log_lines(progress, large, kwargs.get("file")):
+        return LineBar(*args, total=kwargs.get("total"), desc=kwargs.get("desc", ""),
+                       unit=kwargs.get("unit", ""), stream=kwargs.get("file"))
+    return tqdm_bar(*args, disable=not show_bar(progress, large, kwargs.get("file")), **kwargs)
+
+
+def close_bars():
+    """Closes the tqdm bars still drawn (a Ctrl-C leaves a job's bar open:
+    what is printed next would follow its frame on its line)."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        try:
+            bar.close()
+        except (OSError, ValueError, AttributeError):  # its stream gone: nothing to clear
+            pass
+
+
 @functools.cache
 def _bar_class():
     from tqdm.auto import tqdm
@@ -76,8 +136,13 @@ class Progress:
     def __call__(self, done, total):
         if self.bar_mode:
             self._update_bar(done, total)
-        elif self.lines and total > 0 and (done >= self._next or done >= total):
-            print(f"{self.desc}: {done}/{total} ({100 * done // total}%)", file=self.stream,
+        else:
+            self.report(done, total, f"{done}/{total}")
+
+    def report(self, done, total, count):
+        """The line of `done` of `total` (`desc: <count> (10%)`), when due."""
+        if self.lines and total > 0 and (done >= self._next or done >= total):
+            print(f"{self.desc}: {count} ({100 * done // total}%)", file=self.stream,
                   flush=True)
             step = max(1, math.ceil(total / 10))
             self._next = (done // step + 1) * step

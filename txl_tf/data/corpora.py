@@ -47,7 +47,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from txl_tf.app.files import naming, reading
-from txl_tf.app.progress import show_bar, tqdm_bar
+from txl_tf.app.progress import log_lines, progress_bar
 from txl_tf.data import cache as cache_lib
 from txl_tf.errors import TxlError
 from txl_tf.text import ByteTokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
@@ -135,8 +135,11 @@ class _Plan:
 
 # -- reading helpers ---------------------------------------------------------
 
-def _show(progress: bool | None, size: int) -> bool:
-    return show_bar(progress, size >= PROGRESS_MIN_BYTES)
+def _bar(progress: bool | None, size: int, desc: str):
+    """A bar over `size` bytes: tqdm's for files of `PROGRESS_MIN_BYTES` or
+    more on a terminal, a line every 10% in a log (`progress_bar`)."""
+    return progress_bar(progress, size >= PROGRESS_MIN_BYTES, total=size, unit="B",
+                        unit_scale=True, desc=desc, leave=False)
 
 
 def _decode(data: bytes, path: Path, offset: int = 0) -> str:
@@ -169,9 +172,7 @@ def _text_pieces(path: Path, progress: bool | None = None, desc: str = "",
     space (`_after_space`; `goes_on`: its line goes on in the next piece)."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     size = path.stat().st_size
-    with open(path, "rb") as f, tqdm_bar(total=size, unit="B", unit_scale=True,
-                                         desc=desc or path.name, leave=False,
-                                         disable=not _show(progress, size)) as bar:
+    with open(path, "rb") as f, _bar(progress, size, desc or path.name) as bar:
         def blocks():
             while True:
                 try:
@@ -512,8 +513,7 @@ def _write_bytes(source: _Concat, writers: dict, percents: tuple[int, int, int],
         b = source.line_start(max(a, b), size)
     elif text:
         a, b = source.char_start(a, size), source.char_start(b, size)  # each part decodes alone
-    bar = tqdm_bar(total=size, unit="B", unit_scale=True, desc=f"{path.name}: encoding",
-                   leave=False, disable=not _show(progress, size))
+    bar = _bar(progress, size, f"{path.name}: encoding")
 
     def blocks(lo, hi):
         for start in range(lo, hi, chunk_bytes):
@@ -650,20 +650,25 @@ def _lm1b(name: str, data_dir, opts: dict) -> _Plan:
     tokens = dict(unk_token="<UNK>", eos_token="<S>", bos_token="<S>")
 
     def build(writers, progress, given):
+        # In a log, lines over the shards: none for each shard (99, each read twice).
+        each = False if log_lines(progress, len(train) > 1) else progress
+
+        def shards(paths, desc):
+            return progress_bar(progress, len(paths) > 1, paths, desc=desc, leave=False)
+
         if given is not None:
             tokenizer = given
         elif vocab_file is not None:
             tokenizer = WordTokenizer.from_vocab_file(vocab_file, **tokens)
         else:
-            counts = count_tokens(chunk for path in train for chunk in
-                                  _count_file(path, progress, f"lm1b: counting {path.name}"))
+            counts = count_tokens(chunk for path in shards(train, "lm1b: counting") for chunk in
+                                  _count_file(path, each, f"lm1b: counting {path.name}"))
             tokenizer = WordTokenizer.from_counts(counts, min_count=opts["min_count"],
                                                   max_size=opts["max_size"], **tokens)
         for split, paths in (("train", train), ("valid", [held["valid"]]),
                              ("test", [held["test"]])):
-            for path in tqdm_bar(paths, desc=f"lm1b: {split}", leave=False,
-                                 disable=not show_bar(progress, len(paths) > 1)):
-                for ids in _encode_file(tokenizer, path, progress):
+            for path in shards(paths, f"lm1b: {split}"):
+                for ids in _encode_file(tokenizer, path, each):
                     writers[split].append(ids)
         return tokenizer
     sources = train + [held["valid"], held["test"]] + ([vocab_file] if vocab_file else [])
@@ -759,7 +764,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
       use_cache: False to neither read nor write the cache.
       mmap: open cached arrays with ``np.load(mmap_mode='r')``.
       progress: tqdm bars: True / False, or None for files over 32 MiB when
-        stderr is a terminal.
+        stderr is a terminal (in a log: a line at every 10% of such a file,
+        or of lm1b's shards).
       tokenizer: read every split with this tokenizer (a trained model's own)
         instead of building one from the training split; words outside its
         vocabulary become its unknown token (see :func:`unknown_count`).
