@@ -41,9 +41,9 @@ MOVED = {
     "txl_tf.pytorch_import": "txl_tf.weights.pytorch_import",
     "txl_tf.state_dict": "txl_tf.weights.state_dict",
     # export/ regrouped by idea
-    "export.cache_slab": "export.decode_cache",
-    "export.device_ring": "export.decode_cache",
-    "export.graph_replay": "export.decode_cache",
+    "export.cache_slab": "export.slab",
+    "export.device_ring": "export.device_cache",
+    "export.graph_replay": "export.device_cache",
     "export.host_cache": "export.decode_cache",
     "export.classifier_export": "export.classifier",
     "export.classifier_runtime": "export.classifier",
