@@ -174,6 +174,17 @@ def test_sentencepiece_names_text_that_is_not_utf8(spm_tok):
             spm_tok.encode(text)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_numpy_str_reads_as_its_str_trailing_nul_included(tokenizers, kind):
+    """A numpy `str_` is a str, but converted to a tensor it loses its trailing
+    NULs: SentencePiece read `np.str_("ab\\n\\x00")` as "ab\\n", and
+    `prompt_ids` then dropped the closed line's end id (its last char is NUL)."""
+    tok = tokenizers[kind]
+    for text in ("ab\x00", "ab\n\x00"):
+        assert tok.encode(np.str_(text)).tolist() == tok.encode(text).tolist(), text
+        assert prompt_ids(tok, np.str_(text)).tolist() == prompt_ids(tok, text).tolist(), text
+
+
 def test_sentencepiece_encode_gives_tensorflow_texts_ids_where_segmentations_tie():
     """`type(arg)))`: `'))' ')'` and `')' '))'` score the same; tensorflow-text
     (encode_tf, tf.data) gives the first, the sentencepiece package's encoder

@@ -41,9 +41,9 @@ MOVED = {
     "txl_tf.pytorch_import": "txl_tf.weights.pytorch_import",
     "txl_tf.state_dict": "txl_tf.weights.state_dict",
     # export/ regrouped by idea
-    "export.cache_slab": "export.decode_cache",
-    "export.device_ring": "export.decode_cache",
-    "export.graph_replay": "export.decode_cache",
+    "export.cache_slab": "export.slab",
+    "export.device_ring": "export.device_cache",
+    "export.graph_replay": "export.device_cache",
     "export.host_cache": "export.decode_cache",
     "export.classifier_export": "export.classifier",
     "export.classifier_runtime": "export.classifier",
@@ -59,11 +59,17 @@ MOVED = {
 
 # module that stayed -> {name that moved out of it: the module it went to}
 MOVED_NAMES = {
-    # export.decode_cache split by idea: the host's cache stays
-    "export.decode_cache": {"DeviceCache": "export.device_cache",
-                            "ring_memory_model": "export.device_cache",
-                            "CacheSlab": "export.slab", "one_thread_at_a_time": "export.slab",
-                            "slab_row_bytes": "export.slab"},
+    # export.decode_cache split by idea: the host's cache stays (every name 0.4.0's had)
+    "export.decode_cache": {
+        **dict.fromkeys(("DeviceCache", "FixedStep", "IN_PLACE", "MOVED", "NUMPY_TYPES", "OPSET",
+                         "RINGS", "Resident", "WRITE_INPUTS", "WRITE_OUTPUTS", "bind_ring",
+                         "bind_rows", "copy_model", "copy_on_device", "device_step",
+                         "empty_like", "is_ortvalue", "on_device", "ortvalue",
+                         "replay_run_options", "ring_memory_model", "ring_write_model",
+                         "run_on_device", "small_model", "with_cache_dtype", "write_on_device"),
+                        "export.device_cache"),
+        **dict.fromkeys(("CacheSlab", "check_admission", "one_thread_at_a_time",
+                         "slab_row_bytes"), "export.slab")},
 }
 
 

@@ -347,4 +347,5 @@ def as_text(text: str | bytes) -> str:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
             raise TxlError(f"text is not UTF-8 ({error})") from None
-    return text
+    # A str subclass as a plain str: numpy's str_ becomes a tensor without its trailing NULs.
+    return text if type(text) is str else str.__str__(text)
