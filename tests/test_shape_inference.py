@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference as infer
 
+from export.decode_cache import copy_model, ring_memory_model, ring_write_model
 from export.triton import write_triton_repository
 from test_decode_cache_export import export_of_config
 
@@ -51,3 +52,20 @@ def check_declared(model):
 @pytest.mark.parametrize("name", LM_GRAPHS)
 def test_every_lm_graph_infers_its_declared_shapes(lm_graphs, name):
     check_declared(onnx.load(str(lm_graphs[name])))
+
+
+def test_the_device_graphs_infer_their_inputs_shapes():
+    """The ring's write, its memory and the cache copy (built at run time,
+    axes undeclared): each output's axes follow its inputs'."""
+    write = inferred_outputs(ring_write_model(6))
+    assert write["new_cache_mems"] == [f"cache_mems_d{i}" for i in range(4)]
+    assert write["new_keys"] == [f"keys_d{i}" for i in range(5)]
+    assert write["new_valid"] == ["valid_d0", "valid_d1"]
+    assert len(write["new_row_slot"]) == 1 and write["new_slot"] == []  # rows: any input's
+    memory = inferred_outputs(ring_memory_model(6))
+    rows = memory["mem_mask"][0]
+    assert rows in ("valid_d0", "row_slot_d0") and memory["mem_mask"] == [rows, 5]
+    assert memory["mems"] == ["cache_mems_d0", rows, 5, "cache_mems_d3"]
+    copied = inferred_outputs(copy_model())
+    assert copied["copy_keys"] == [f"keys_d{i}" for i in range(5)]
+    assert copied["copy_slot"] == []
