@@ -291,13 +291,18 @@ def in_time_order(ring, cache, axis):
         return ring[(slice(None),) * axis + (slice(0, 0),)]
     size = tf.shape(cache.valid)[1]
     index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
-    # Each slot's coordinates (row, slot), not a gather with batch_dims: ONNX's
-    # GatherND with batch_dims is one that onnxruntime's symbolic_shape_infer
-    # gives the wrong shape.
-    rows = tf.range(tf.shape(index)[0])[:, None] + index * 0
-    axes = [0, axis] + [a for a in range(1, ring.shape.rank) if a != axis]
-    gathered = tf.gather_nd(tf.transpose(ring, axes), tf.stack([rows, index], -1))
-    return tf.transpose(gathered, [axes.index(a) for a in range(ring.shape.rank)])
+    # Each entry's coordinates on the axes up to the slot's (row, ..., slot), not a
+    # gather with batch_dims: ONNX's GatherND with batch_dims is one that
+    # onnxruntime's symbolic_shape_infer gives the wrong shape.
+    slots = tf.reshape(index, tf.concat([tf.shape(index)[:1], tf.ones([axis - 1], tf.int32),
+                                         tf.shape(index)[1:]], 0))
+    coords = [tf.reshape(tf.range(tf.shape(index)[0] if a == 0 else ring.shape[a]),
+                         [-1 if i == a else 1 for i in range(axis + 1)]) for a in range(axis)]
+    zeros = slots * 0
+    for coord in coords[1:]:  # zeros of the shape [B, ..., M]
+        zeros += coord * 0
+    coords = [coord + zeros for coord in coords] + [slots + zeros]
+    return tf.gather_nd(ring, tf.stack(coords, -1))
 
 
 def ring_memory(cache):
