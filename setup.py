@@ -73,7 +73,8 @@ setup(
         "viz": ["matplotlib>=3.8"],  # attention pictures (txl_tf.classification.attention_picture)
         # tritonclient: its model-config protobuf parses the Triton config in the tests
         # (2.73 pins protobuf < 7 and ml-dtypes <= 0.5.4, both inside TF 2.21's ranges).
+        # sympy: onnxruntime's symbolic_shape_infer, which tests/test_shape_inference.py runs.
         "test": ["onnxruntime>=1.31,<1.32", "pytest>=8", "pytest-xdist>=3.5",
-                 "tritonclient[grpc]>=2.73,<3", "matplotlib>=3.8"],
+                 "tritonclient[grpc]>=2.73,<3", "matplotlib>=3.8", "sympy>=1.13"],
     },
 )

@@ -232,23 +232,33 @@ def lengths_check_node_name():
 
 
 def add_lengths_check(onnx_model):
-    """Makes the graph fail unless every length is in `[1, L]`."""
+    """Makes the graph fail unless every length is in `[1, L]`, without
+    reading L from the ids' shape (a value ONNX Runtime's CUDA provider keeps
+    on the host, copied back each call): each row's id at column `length -
+    1` is gathered (a length past L is an index out of range, in a node
+    named as the check), and its zero added to the lengths; a length under
+    1 is flagged (`add_input_guard`, which refuses no rows too)."""
     from onnx import TensorProto, helper
     c = "txl_lengths_check/"
     nodes = [
         onnx_constant(c + "one", 1),
-        onnx_constant(c + "axis", [1], TensorProto.INT64),
-        helper.make_node("Shape", ["token_ids"], [c + "shape"], name=c + "shape"),
-        helper.make_node("Gather", [c + "shape", c + "axis"], [c + "width64"],
-                         name=c + "width64", axis=0),
-        helper.make_node("Cast", [c + "width64"], [c + "width"], name=c + "width",
-                         to=TensorProto.INT32),
-        helper.make_node("Less", ["lengths", c + "one"], [c + "empty"], name=c + "empty"),
-        helper.make_node("Greater", ["lengths", c + "width"], [c + "too_long"],
-                         name=c + "too_long"),
-        helper.make_node("Or", [c + "empty", c + "too_long"], [c + "bad"], name=c + "bad"),
+        onnx_constant(c + "zero", 0),
+        onnx_constant(c + "column", [1], TensorProto.INT64),
+        onnx_constant(c + "flat", [-1], TensorProto.INT64),
+        helper.make_node("Sub", ["lengths", c + "one"], [c + "last"], name=c + "last"),
+        helper.make_node("Unsqueeze", [c + "last", c + "column"], [c + "last_column"],
+                         name=c + "last_column"),
+        helper.make_node("GatherElements", ["token_ids", c + "last_column"], [c + "last_id"],
+                         name=lengths_check_node_name() + " (a length past L)", axis=1),
+        helper.make_node("Mul", [c + "last_id", c + "zero"], [c + "zeros"], name=c + "zeros"),
+        helper.make_node("Reshape", [c + "zeros", c + "flat"], [c + "zeros_flat"],
+                         name=c + "zeros_flat"),
+        helper.make_node("Add", ["lengths", c + "zeros_flat"], [c + "within"],
+                         name=c + "within"),
+        helper.make_node("Less", [c + "within", c + "one"], [c + "bad"], name=c + "bad"),
     ]
-    add_input_guard(onnx_model, "lengths", nodes, c + "bad", lengths_check_node_name(), c)
+    add_input_guard(onnx_model, "lengths", nodes, c + "bad", lengths_check_node_name(),
+                    c + "guard/")
 
 
 def _vocab_files(vocab_dir):

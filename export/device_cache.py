@@ -147,7 +147,9 @@ def ring_memory_model(size):
     `row_slot`; outputs `mems` `[L, B, size - 1, d]` and `mem_mask`
     `[B, size - 1]` (what `Runtime.cache_memory` computes on the host).
     Row b's slots `row_slot[b] + 1, ..., + size - 1` (mod size), oldest
-    first."""
+    first, gathered by their (row, slot) coordinates (the rows counted from
+    the slots, not read from a shape): onnxruntime's `symbolic_shape_infer`
+    gives a GatherND with `batch_dims` the wrong shape."""
     from onnx import TensorProto, helper, numpy_helper
     import numpy as np
 
@@ -158,6 +160,10 @@ def ring_memory_model(size):
             "size", TensorProto.INT32, [], [int(size)])),
         helper.make_node("Constant", [], ["column"], value=helper.make_tensor(
             "column", TensorProto.INT64, [1], [-1])),
+        helper.make_node("Constant", [], ["one"], value=helper.make_tensor(
+            "one", TensorProto.INT64, [], [1])),
+        helper.make_node("Constant", [], ["rows_axis"], value=helper.make_tensor(
+            "rows_axis", TensorProto.INT64, [], [0])),
         helper.make_node("Unsqueeze", ["row_slot", "column"], ["row_start"]),
         helper.make_node("Add", ["row_start", "span_value"], ["shifted"]),
         helper.make_node("Mod", ["shifted", "size"], ["order_32"]),
@@ -165,8 +171,15 @@ def ring_memory_model(size):
         helper.make_node("GatherElements", ["valid", "order"], ["mem_mask"], axis=1),
         # rows first, to gather each row's slots: [B, S, L, d] -> [B, M, L, d]
         helper.make_node("Transpose", ["cache_mems"], ["by_row"], perm=[1, 2, 0, 3]),
+        # Each slot's row: 1 + (a running count of ones down the rows) - 1.
+        helper.make_node("Mul", ["order", "rows_axis"], ["zeros"]),
+        helper.make_node("Add", ["zeros", "one"], ["ones"]),
+        helper.make_node("CumSum", ["ones", "rows_axis"], ["counted"]),
+        helper.make_node("Sub", ["counted", "one"], ["rows"]),
+        helper.make_node("Unsqueeze", ["rows", "column"], ["rows_nd"]),
         helper.make_node("Unsqueeze", ["order", "column"], ["order_nd"]),
-        helper.make_node("GatherND", ["by_row", "order_nd"], ["gathered"], batch_dims=1),
+        helper.make_node("Concat", ["rows_nd", "order_nd"], ["coordinates"], axis=-1),
+        helper.make_node("GatherND", ["by_row", "coordinates"], ["gathered"]),
         helper.make_node("Transpose", ["gathered"], ["mems"], perm=[2, 0, 1, 3]),
     ]
     return small_model(

@@ -107,6 +107,32 @@ def test_bad_inputs_are_named_before_and_inside_the_graph(exported, backend):
             runtime._run(ids, np.int32([0, 3]))
 
 
+def test_the_lengths_check_reads_no_shape(exported):
+    """The graph's lengths check reads no `Shape(token_ids)` (a value ONNX
+    Runtime's CUDA provider keeps on the host: a copy each call) and still
+    fails on every length outside [1, L], a batch of no rows and ids of no
+    columns."""
+    import onnx
+    import onnxruntime as ort
+    _, out, _ = exported
+    path = os.path.join(out, "model.onnx")
+    check = [n for n in onnx.load(path, load_external_data=False).graph.node
+             if n.name.startswith("txl_lengths_check/")
+             or n.name.startswith(classifier.lengths_check_node_name())]
+    assert check and not [n for n in check if n.op_type == "Shape"]
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ids, _ = batch([5, 3])
+    for lengths in ([6, 3], [5, 0], [5, -1], [5, -5], [5, -40], [99, 1]):
+        with pytest.raises(Exception, match="lengths empty or out of range"):
+            session.run(None, {"token_ids": ids, "lengths": np.int32(lengths)})
+    for empty, lengths in ((ids[:0], np.int32([])), (ids[:, :0], np.int32([1, 1]))):
+        with pytest.raises(Exception, match="empty or out of range"):
+            session.run(None, {"token_ids": empty, "lengths": lengths})
+    for lengths in ([5, 1], [1, 5], [5, 5]):
+        probabilities, = session.run(None, {"token_ids": ids, "lengths": np.int32(lengths)})
+        assert probabilities.shape == (2, 3)
+
+
 @needs_bfloat16_matmuls
 def test_a_mixed_precision_classifier_exports_onnx_computing_in_float32(tmp_path):
     keras.utils.set_random_seed(8)

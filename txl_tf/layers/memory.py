@@ -115,8 +115,13 @@ def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False,
     mem_mask = tf.concat([memory.mem_mask, token_valid], axis=1)
     mem_len = tf.shape(memory.mems)[2]
     if row_lengths is None:
-        start = tf.shape(mems)[2] - mem_len
-        mems, mem_mask = mems[:, :, start:], mem_mask[:, start:]
+        if memory.mems.shape.rank == 4 and memory.mems.shape[2] is not None:
+            # A static M (an export's): a slice by constants, which takes no
+            # shape arithmetic and which onnxruntime's symbolic_shape_infer sizes.
+            last = slice(-memory.mems.shape[2], None) if memory.mems.shape[2] else slice(0, 0)
+            mems, mem_mask = mems[:, :, last], mem_mask[:, last]
+        else:
+            mems, mem_mask = keep_last(mems, 2, mem_len), keep_last(mem_mask, 1, mem_len)
     else:  # row b: the slots [row_lengths[b], row_lengths[b] + M) of the concatenation
         row_lengths = tf.cast(row_lengths, tf.int32)
         message = "row_lengths must be in [0, T] (T: the new positions)"
@@ -133,6 +138,20 @@ def update_memory(memory, layer_inputs, token_valid=None, keep_gradient=False,
     new_mems.set_shape(memory.mems.shape)
     new_mem_mask.set_shape(memory.mem_mask.shape)
     return Memory(new_mems, new_mem_mask)
+
+
+def keep_last(tensor, axis, count):
+    """The last `count` entries of `tensor` on `axis` (a slice with explicit
+    sizes: tf2onnx mis-converts a size -1 slice with a dynamic begin, and
+    writes an open end as a large constant that onnxruntime's
+    `symbolic_shape_infer` takes for a size). Begin and sizes are slices of
+    the tensor's shape, not its unstacked dims: the tool carries no values
+    through a Split."""
+    shape, rank = tf.shape(tensor), tensor.shape.rank
+    count = tf.reshape(tf.cast(count, tf.int32), [1])
+    begin = tf.concat([tf.zeros([axis], tf.int32), shape[axis:axis + 1] - count,
+                       tf.zeros([rank - axis - 1], tf.int32)], 0)
+    return tf.slice(tensor, begin, tf.concat([shape[:axis], count, shape[axis + 1:]], 0))
 
 
 def as_memory(value):

@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf.app.reprs import fields_repr
-from txl_tf.layers.memory import Memory, row_flags
+from txl_tf.layers.memory import Memory, keep_last, row_flags
 
 
 class DecodeCache(NamedTuple):
@@ -190,20 +190,13 @@ def write_slots(cache, stopped):
 
 
 def with_free_slot(tensor, axis):
-    """`tensor` with one zero slot appended on `axis` (the ring's free slot)."""
-    shape = tf.unstack(tf.shape(tensor))
-    shape[axis] = 1
-    return tf.concat([tensor, tf.zeros(tf.stack(shape), tensor.dtype)], axis)
-
-
-def keep_last(tensor, axis, count):
-    """The last `count` entries of `tensor` on `axis` (a slice with explicit
-    sizes: tf2onnx mis-converts a size -1 slice with a dynamic begin)."""
-    shape = tf.unstack(tf.shape(tensor))
-    begin = [0] * len(shape)
-    begin[axis] = shape[axis] - count
-    shape[axis] = count
-    return tf.slice(tensor, tf.stack(begin), tf.stack(shape))
+    """`tensor` with one zero slot appended on `axis` (the ring's free slot).
+    The zeros' shape is sliced from the tensor's, not unstacked: an exported
+    graph's tools carry slices of a shape, not a Split of one
+    (onnxruntime's `symbolic_shape_infer`)."""
+    shape = tf.shape(tensor)
+    shape = tf.concat([shape[:axis], [1], shape[axis + 1:]], 0)
+    return tf.concat([tensor, tf.zeros(shape, tensor.dtype)], axis)
 
 
 def slot_order(slot, size):
@@ -299,7 +292,18 @@ def in_time_order(ring, cache, axis):
         return ring[(slice(None),) * axis + (slice(0, 0),)]
     size = tf.shape(cache.valid)[1]
     index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
-    return tf.gather(ring, index, axis=axis, batch_dims=1)
+    # Each entry's coordinates on the axes up to the slot's (row, ..., slot), not a
+    # gather with batch_dims: ONNX's GatherND with batch_dims is one that
+    # onnxruntime's symbolic_shape_infer gives the wrong shape.
+    slots = tf.reshape(index, tf.concat([tf.shape(index)[:1], tf.ones([axis - 1], tf.int32),
+                                         tf.shape(index)[1:]], 0))
+    coords = [tf.reshape(tf.range(tf.shape(index)[0] if a == 0 else ring.shape[a]),
+                         [-1 if i == a else 1 for i in range(axis + 1)]) for a in range(axis)]
+    zeros = slots * 0
+    for coord in coords[1:]:  # zeros of the shape [B, ..., M]
+        zeros += coord * 0
+    coords = [coord + zeros for coord in coords] + [slots + zeros]
+    return tf.gather_nd(ring, tf.stack(coords, -1))
 
 
 def ring_memory(cache):
