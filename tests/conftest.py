@@ -67,10 +67,10 @@ def frozen_survivors():
     generation (`gc.freeze`), as each module starts: what the imports made
     (some 400,000 objects: TensorFlow, Keras, onnxruntime) and what earlier
     modules left alive (traced graphs Keras and TensorFlow keep). Every full
-    collection walked them all again, a second each late in a worker's run,
-    and Keras collects after each variable a layer drops (`Layer.__delattr__`,
-    a dozen a `quantize`), `collect_abandoned_iterators` after a test: a
-    quantized model's test spent most of its time there. Frozen objects are
+    collection walked them all again, and Keras collects after each variable
+    a layer drops (`Layer.__delattr__`, a dozen a `quantize`),
+    `collect_abandoned_iterators` after a test: a quantized model's test
+    spent most of its time there. Frozen objects are
     still freed when their count drops; only cycles among them are kept."""
     gc.collect()
     gc.freeze()
