@@ -106,6 +106,12 @@ def main():
                 preload(case["module"])
             except Exception:  # noqa: BLE001 - the case's own run shows the error
                 pass
+            # The imports' objects out of every collection of the forked jobs
+            # (a training job collects after each `fit`, an export after each
+            # stage): each walked them all again.
+            import gc
+            gc.collect()
+            gc.freeze()
         done = run_forked(case["module"], case["args"], timeout, case.get("cwd"))
         replies.write(json.dumps(done) + "\n")
         replies.flush()

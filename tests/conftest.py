@@ -61,6 +61,21 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -MODULE_SECONDS.get(item.path.stem, 0))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def frozen_survivors():
+    """Collects, then moves every object left into the collector's permanent
+    generation (`gc.freeze`), as each module starts: what the imports made
+    (some 400,000 objects: TensorFlow, Keras, onnxruntime) and what earlier
+    modules left alive (traced graphs Keras and TensorFlow keep). Every full
+    collection walked them all again, and Keras collects after each variable
+    a layer drops (`Layer.__delattr__`, a dozen a `quantize`),
+    `collect_abandoned_iterators` after a test: a quantized model's test
+    spent most of its time there. Frozen objects are
+    still freed when their count drops; only cycles among them are kept."""
+    gc.collect()
+    gc.freeze()
+
+
 # tf.data iterators made since the last test ended and not yet freed
 # (`collect_abandoned_iterators`). A `MirroredStrategy`'s multi-device
 # iterator holds one per device, so it is seen too.
