@@ -96,6 +96,22 @@ def test_bad_documents_are_one_clear_error(docs, message):
         document_segments(docs, 2, T)
 
 
+def test_the_first_bad_document_is_named_whatever_block_it_is_checked_in(monkeypatch):
+    """The ids are checked a block of documents at a time: the error names
+    the first bad document, an id out of range before a later bad shape."""
+    from txl_tf.data import documents
+    monkeypatch.setattr(documents, "_SEGMENT_BLOCK", 5)
+    good = [[1, 2]] * 7
+    for docs, message in [(good + [[3, -4, 5]] + good + [[-9, 2]],
+                           "document 7 holds a negative id"),
+                          (good + [[2**40, -1], [1]], r"document 7 holds a negative id \(-1\)"),
+                          (good + [np.array([3, 2**33])], "document 7 holds id 8589934592"),
+                          (good + [[1], [2**33, 1]], "document 7 must be a 1-D"),
+                          ([np.arange(12)] + good + [[1.0, 2.0]], "document 8 must be a 1-D")]:
+        with pytest.raises(TxlError, match=message):
+            document_segments(docs, 2, T)
+
+
 def test_fit_and_evaluate_over_documents_give_each_documents_own_loss(core):
     rng = np.random.default_rng(3)
     docs = [rng.integers(0, N_TOKEN, n) for n in (9, 14, 5, 11, 7)]

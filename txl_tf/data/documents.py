@@ -15,13 +15,62 @@ from txl_tf.data.stream import device_prefetch
 from txl_tf.errors import TxlError
 
 
-# Segments placed at once by `_plan`, the bytes of its temporaries per segment
-# (int64 indices and values, several alive at once) and of its table per
-# document (int64 sizes, segments, rows, first steps, offsets, ends); the test
-# of `_plan`'s memory check holds the count to tracemalloc's peak.
+# Segments placed at once by `_plan` (and about the ids whose range it checks
+# at once), the bytes of its temporaries per segment (int64 indices and values,
+# several alive at once) and of its table per document (int64 sizes, segments,
+# rows, first steps, offsets, ends); the test of `_plan`'s memory check holds
+# the count to tracemalloc's peak.
 _SEGMENT_BLOCK = 1 << 16
 _BYTES_PER_SEGMENT = 64
 _BYTES_PER_DOCUMENT = 48
+
+
+def _check_document(i, doc):
+    """Raises `TxlError` naming document `i` (a numpy array) unless it is
+    1-D, of at least 2 integer ids, each in `[0, int32 max]`."""
+    if doc.ndim != 1 or doc.size < 2 or not np.issubdtype(doc.dtype, np.integer):
+        raise TxlError(f"document {i} must be a 1-D sequence of at least 2 integer ids, "
+                       f"got shape {doc.shape} and dtype {doc.dtype}")
+    if doc.min() < 0:
+        raise TxlError(f"document {i} holds a negative id ({int(doc.min())})")
+    if doc.max() > np.iinfo(np.int32).max:  # the int32 batches would wrap it
+        raise TxlError(f"document {i} holds id {int(doc.max())}, beyond int32")
+
+
+def _first_out_of_range(docs, sizes):
+    """The index of the first of `docs` (1-D integer arrays of `sizes`
+    ids) holding an id below 0 or beyond int32, else `len(docs)`; the
+    documents are read a block of about `_SEGMENT_BLOCK` ids at a time."""
+    ends = np.cumsum(sizes)
+    lo = 0
+    while lo < len(docs):
+        base = int(ends[lo] - sizes[lo])
+        hi = max(lo + 1, int(np.searchsorted(ends, base + _SEGMENT_BLOCK, side="right")))
+        # Mixed integer dtypes may join as float64: still exact about the sign and int32 max.
+        ids = docs[lo] if hi == lo + 1 else np.concatenate(docs[lo:hi])
+        if ids.min() < 0 or ids.max() > np.iinfo(np.int32).max:
+            bad = int(np.argmax((ids < 0) | (ids > np.iinfo(np.int32).max)))
+            return lo + int(np.searchsorted(ends[lo:hi] - base, bad, side="right"))
+        lo = hi
+    return len(docs)
+
+
+def _checked(documents):
+    """`(docs, sizes)`: the documents as numpy arrays and their sizes
+    (int64), each checked as `_check_document` does, the whole list at once;
+    the first bad document raises `_check_document`'s error."""
+    docs = [np.asarray(d) for d in documents]
+    if not docs:
+        raise TxlError("no documents: the dataset would be empty")
+    integer = {t: np.issubdtype(t, np.integer) for t in {doc.dtype for doc in docs}}
+    sizes = np.fromiter((doc.size if doc.ndim == 1 and integer[doc.dtype] else 0
+                         for doc in docs), np.int64, len(docs))
+    short = np.flatnonzero(sizes < 2)  # or of another shape or dtype
+    bad = int(short[0]) if short.size else len(docs)
+    bad = min(bad, _first_out_of_range(docs[:bad], sizes[:bad]))
+    if bad < len(docs):
+        _check_document(bad, docs[bad])
+    return docs, sizes
 
 
 def _plan(documents, batch_size, tgt_len):
@@ -32,25 +81,14 @@ def _plan(documents, batch_size, tgt_len):
     the row with the fewest segments so far (the first such row)."""
     batch_size = check_count("batch_size", batch_size, low=1)
     tgt_len = check_count("tgt_len", tgt_len, low=1)
-    docs = [np.asarray(d) for d in documents]
-    if not docs:
-        raise TxlError("no documents: the dataset would be empty")
-    for i, doc in enumerate(docs):
-        if doc.ndim != 1 or doc.size < 2 or not np.issubdtype(doc.dtype, np.integer):
-            raise TxlError(f"document {i} must be a 1-D sequence of at least 2 integer ids, "
-                           f"got shape {doc.shape} and dtype {doc.dtype}")
-        if doc.min() < 0:
-            raise TxlError(f"document {i} holds a negative id ({int(doc.min())})")
-        if doc.max() > np.iinfo(np.int32).max:  # the int32 batches would wrap it
-            raise TxlError(f"document {i} holds id {int(doc.max())}, beyond int32")
-    sizes = np.array([doc.size for doc in docs], np.int64)
+    docs, sizes = _checked(documents)
     segments = -(-(sizes - 1) // tgt_len)
     heap = [(0, row) for row in range(batch_size)]  # (segments so far, row): min picks the first
     rows, firsts = np.empty(len(docs), np.int64), np.empty(len(docs), np.int64)
     for d, n in enumerate(segments.tolist()):
-        first, row = heapq.heappop(heap)
+        first, row = heap[0]
         rows[d], firsts[d] = row, first
-        heapq.heappush(heap, (first + n, row))
+        heapq.heapreplace(heap, (first + n, row))
     steps = max(count for count, _ in heap)
     total = int(segments.sum())
     block = min(total, _SEGMENT_BLOCK)
@@ -76,8 +114,9 @@ def _plan(documents, batch_size, tgt_len):
 
 
 def _flat(docs):
-    """The documents joined, int32."""
-    return np.concatenate([np.asarray(doc, np.int32) for doc in docs])
+    """The documents joined, int32 (their ids checked to fit)."""
+    flat = np.empty(sum(doc.size for doc in docs), np.int32)
+    return np.concatenate(docs, out=flat, casting="unsafe")
 
 
 def _windows(flat, begin, length, tgt_len):
@@ -163,8 +202,12 @@ def split_documents(ids: Sequence[int] | np.ndarray, separator: int) -> list[np.
     """
     ids = np.asarray(ids)
     ends = np.flatnonzero(ids == separator) + 1
-    pieces = np.split(ids, ends)
-    return [p for p in pieces if p.size >= 2]
+    if ids.ndim != 1:
+        return [p for p in np.split(ids, ends) if p.size >= 2]
+    starts = np.concatenate([[0], ends])
+    stops = np.concatenate([ends, [ids.size]])
+    keep = stops - starts >= 2
+    return [ids[a:b] for a, b in zip(starts[keep].tolist(), stops[keep].tolist())]
 
 
 def distribute_documents(strategy: tf.distribute.Strategy, documents, global_batch_size: int,
