@@ -422,3 +422,18 @@ def test_a_stop_under_the_terminal_bar_is_said_on_lines_of_its_own(monkeypatch, 
     bar.on_train_batch_end(0, {"loss": 1.0})
     bar.on_train_end()
     assert capfd.readouterr().out.endswith("\n")  # stopped at step 1 of 10
+
+
+@pytest.mark.parametrize("terminals,after_bar", [("stdout", None), ("both", False)])
+def test_the_stop_starts_no_empty_line_where_no_bar_holds_it(monkeypatch, capfd, terminals,
+                                                             after_bar):
+    """The announcement's leading newline (for the bar's frame on the same
+    terminal) went into a log as an empty line (`txl-train 2> err.log` on a
+    terminal), and onto a terminal with no bar (`--verbose=0` or `2`)."""
+    from training import callbacks
+    from txl_tf.app import progress
+    monkeypatch.setattr(progress, "interactive",
+                        lambda stream=None: terminals == "both" or stream is None)
+    stop = callbacks.StopOnSignal(after_bar=after_bar)
+    stop._handle(signal.SIGINT, None)
+    assert capfd.readouterr().err == STOPPING
