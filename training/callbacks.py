@@ -199,7 +199,7 @@ class StopOnSignal(keras.callbacks.Callback):
             if not _in_a_del(frame):
                 raise KeyboardInterrupt
             return
-        stop_now(signum)
+        stop_now(signum, new_line=bool(self._newline))
 
     def announce(self, signum):
         """Writes `<SIGNAL>: stopping after the step in flight ...` to
@@ -242,7 +242,7 @@ class StopOnSignal(keras.callbacks.Callback):
                 if signum in self.SIGNALS:
                     self._seen += 1
                     if self._seen > 1 and self._second_ends_the_process(signum):
-                        stop_now(signum, flush=False)
+                        stop_now(signum, flush=False, new_line=bool(self._newline))
                     self.announce(signum)
 
     @contextlib.contextmanager
