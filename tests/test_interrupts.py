@@ -207,7 +207,7 @@ def test_a_second_interrupt_in_a_notebook_raises_keyboard_interrupt(monkeypatch,
     from training import callbacks
     ended = []
 
-    def stop_now(signum):
+    def stop_now(signum, **options):
         ended.append(signum)
     monkeypatch.setattr(callbacks, "stop_now", stop_now)
     monkeypatch.setattr(callbacks, "running_a_command", lambda: False)
@@ -422,3 +422,41 @@ def test_a_stop_under_the_terminal_bar_is_said_on_lines_of_its_own(monkeypatch, 
     bar.on_train_batch_end(0, {"loss": 1.0})
     bar.on_train_end()
     assert capfd.readouterr().out.endswith("\n")  # stopped at step 1 of 10
+
+
+@pytest.mark.parametrize("terminals,after_bar", [("stdout", None), ("both", False)])
+def test_the_stop_starts_no_empty_line_where_no_bar_holds_it(monkeypatch, capfd, terminals,
+                                                             after_bar):
+    """The announcement's leading newline (for the bar's frame on the same
+    terminal) went into a log as an empty line (`txl-train 2> err.log` on a
+    terminal), and onto a terminal with no bar (`--verbose=0` or `2`)."""
+    from training import callbacks
+    from txl_tf.app import progress
+    monkeypatch.setattr(progress, "interactive",
+                        lambda stream=None: terminals == "both" or stream is None)
+    stop = callbacks.StopOnSignal(after_bar=after_bar)
+    stop._handle(signal.SIGINT, None)
+    assert capfd.readouterr().err == STOPPING
+
+
+def test_a_second_ctrl_c_under_the_terminal_bar_says_interrupted_on_a_line_of_its_own(
+        monkeypatch, capfd):
+    """`txl-train` on a terminal: the bar draws on after the first Ctrl-C's
+    line, and the second's `interrupted` followed its frame on its line."""
+    from training import callbacks
+    from txl_tf.app import progress
+    monkeypatch.setattr(progress, "interactive", lambda stream=None: True)
+    monkeypatch.setattr(callbacks, "running_a_command", lambda: True)  # txl-train
+
+    def exit_now(status):
+        raise SystemExit(status)
+    monkeypatch.setattr(os, "_exit", exit_now)
+    stop = callbacks.StopOnSignal()
+    stop._handle(signal.SIGINT, None)
+    capfd.readouterr()
+    try:
+        with pytest.raises(SystemExit, match="130"):
+            stop._handle(signal.SIGINT, None)
+    finally:
+        exits._ending.release()
+    assert capfd.readouterr().err == "\ninterrupted\n"

@@ -1,4 +1,6 @@
 """Incremental generation with carried memory picks what a full recomputation picks."""
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -143,14 +145,20 @@ def test_generation_flags_wrong_on_their_own_are_named_before_the_model_loads(op
 
 
 class _Stream:
-    """A text stream that is (or is not) a terminal."""
+    """A text stream that is (or is not) a terminal, or writes into a pipe."""
 
-    def __init__(self, tty):
+    def __init__(self, tty, pipe=None):
         import io
-        self.buffer, self.tty = io.StringIO(), tty
+        self.buffer, self.tty, self.pipe = io.StringIO(), tty, pipe
 
     def isatty(self):
         return self.tty
+
+    def fileno(self):
+        if self.pipe is None:
+            import io
+            raise io.UnsupportedOperation("fileno")
+        return self.pipe
 
     def write(self, text):
         return self.buffer.write(text)
@@ -159,17 +167,20 @@ class _Stream:
         pass
 
 
-@pytest.mark.parametrize("stdout_tty,flag,bar,lines", [
-    (True, None, False, False),   # the text itself shows the progress
-    (True, True, False, True),    # asked for: lines, never a bar over the text
-    (False, None, True, False),   # `> out.txt`: the terminal shows a bar
+@pytest.mark.parametrize("stdout_tty,flag,bar,lines,piped", [
+    (True, None, False, False, False),   # the text itself shows the progress
+    (True, True, False, True, False),    # asked for: lines, never a bar over the text
+    (False, None, True, False, False),   # `> out.txt`: the terminal shows a bar
+    (False, None, False, False, True),   # `| tee out.txt`: the text shows on the terminal
+    (False, True, False, True, True),
 ])
 def test_the_command_draws_no_bar_over_the_text_it_streams_to_the_same_terminal(
-        tmp_path, monkeypatch, stdout_tty, flag, bar, lines):
+        tmp_path, monkeypatch, stdout_tty, flag, bar, lines, piped):
     """On a terminal `txl-generate` drew its tqdm bar on stderr while it
     streamed the continuation to stdout, the same terminal: each frame's
     `\\r` wrote the bar over the text just printed, and the bar's closing
-    erased the last line of the text."""
+    erased the last line of the text. Through a pipe (`| tee out.txt`,
+    `| less`) the text most likely lands on that terminal too."""
     from training import generate
     from txl_tf.text import ByteTokenizer
     from txl_tf.weights import save_pretrained
@@ -179,10 +190,16 @@ def test_the_command_draws_no_bar_over_the_text_it_streams_to_the_same_terminal(
     options = {**generate.merge(generate.SPEC, {}), "model": str(tmp_path / "m"),
                "prompt": "ab", "num_tokens": 40, "progress": flag}
     monkeypatch.setattr(generate, "values", lambda spec: dict(options))
-    out, err = _Stream(stdout_tty), _Stream(True)
+    read_end, write_end = os.pipe() if piped else (None, None)
+    out, err = _Stream(stdout_tty, write_end), _Stream(True)
     monkeypatch.setattr("sys.stdout", out)
     monkeypatch.setattr("sys.stderr", err)
-    generate.main([])
+    try:
+        generate.main([])
+    finally:
+        if piped:
+            os.close(read_end)
+            os.close(write_end)
     text, log = out.buffer.getvalue(), err.buffer.getvalue()
     assert text.startswith("ab") and len(text) > 3
     assert ("\r" in log) == bar, repr(log)

@@ -100,6 +100,9 @@ def test_callbacks_count_steps_without_reading_the_device(tmp_path, monkeypatch,
     assert timer.seconds is not None and len(timer.calls) == 2
     assert "compile_s" in records[0] and "compile_s" not in records[1]
     assert records[0]["jit_compile"] is (steps_per_execution == 2)
+    # The first call's end has its line (its tracing and compile), then every 4th step.
+    assert lines[0].startswith(f"first call done at step {steps_per_execution}/12 in "), lines
+    lines = lines[1:]
     assert [line.split()[1] for line in lines] == ["4/12", "8/12", "12/12"]
     xla = "(XLA)" if steps_per_execution == 2 else "(no XLA)"
     assert lines[0].endswith(f"s {xla}") and " compile " in lines[0]

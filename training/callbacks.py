@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -166,13 +167,16 @@ class StopOnSignal(keras.callbacks.Callback):
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, after_bar=None):
+        """`after_bar`: whether a progress bar is drawn on stdout (None: stdout
+        is a terminal)."""
         super().__init__()
         self.received = None
         self._announced = threading.Lock()  # taken by the first announcement, never released
         self._seen = 0  # `SIGNALS` the wakeup fd's thread read
-        # On a terminal the announcement starts a line: the bar's frame (stdout) holds its own.
-        self._newline = "\n" if progress_lib.interactive() else ""
+        # The bar's frame holds its line: on the same terminal the announcement starts one.
+        after_bar = progress_lib.interactive() if after_bar is None else after_bar
+        self._newline = "\n" if after_bar and progress_lib.interactive(sys.stderr) else ""
 
     @staticmethod
     def _second_ends_the_process(signum):
@@ -195,7 +199,7 @@ class StopOnSignal(keras.callbacks.Callback):
             if not _in_a_del(frame):
                 raise KeyboardInterrupt
             return
-        stop_now(signum)
+        stop_now(signum, new_line=bool(self._newline))
 
     def announce(self, signum):
         """Writes `<SIGNAL>: stopping after the step in flight ...` to
@@ -238,7 +242,7 @@ class StopOnSignal(keras.callbacks.Callback):
                 if signum in self.SIGNALS:
                     self._seen += 1
                     if self._seen > 1 and self._second_ends_the_process(signum):
-                        stop_now(signum, flush=False)
+                        stop_now(signum, flush=False, new_line=bool(self._newline))
                     self.announce(signum)
 
     @contextlib.contextmanager

@@ -16,6 +16,7 @@ space between words, nothing between bytes). Bad input ends in one `error:`
 line and exit status 2 (`txl_tf.app.cli`).
 """
 import os
+import stat
 import sys
 
 import numpy as np
@@ -52,8 +53,8 @@ SPEC = (
            "mem_len)."),
     option("integer", "seed", 0, "Sampling seed, in [0, 2**63 - 1]."),
     option("bool", "progress", None, "Show progress on stderr (default: a bar when stderr "
-           "is a terminal and stdout is not: on a terminal the text shows it; forced on: a line "
-           "every 10% where no bar is drawn)."),
+           "is a terminal and stdout a file: on a terminal or a pipe the text shows it; forced "
+           "on: a line every 10% where no bar is drawn)."),
 )
 
 
@@ -241,12 +242,21 @@ def run(write=None, bar=None, **options):
                          stop_ids=stop_ids)
 
 
+def _into_a_pipe(stream):
+    """Whether `stream` writes into a pipe (`| tee out.txt`, `| less`)."""
+    try:
+        return stat.S_ISFIFO(os.fstat(stream.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # no file descriptor
+        return False
+
+
 def main(argv):
     options = values(SPEC)
     shown = []
     # On a terminal the streamed text shows the progress; a bar on the same
-    # terminal would be drawn over it (with --progress: lines instead).
-    on_terminal = interactive(sys.stdout)
+    # terminal would be drawn over it (with --progress: lines instead). Text
+    # into a pipe most likely lands on that terminal too (`| tee`, `| less`).
+    on_terminal = interactive(sys.stdout) or _into_a_pipe(sys.stdout)
     if on_terminal and options["progress"] is None:
         options["progress"] = False
 

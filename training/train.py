@@ -539,7 +539,8 @@ def _train_in(o, strategy, task_id, is_chief, scratch):
     # Workers of a multi-worker run must stop at the same step; a signal there
     # keeps its default effect (the run resumes from its last checkpoint).
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    stop = None if multi_worker else StopOnSignal()
+    bar = is_chief and o["verbose"] == 1 and interactive()  # `ProgressBar`, below
+    stop = None if multi_worker else StopOnSignal(after_bar=bar)
     if step < o["train_steps"]:
         # Non-finite losses and weights stop the job before on_step could save them.
         finite = StopOnNonFinite(lambda: saved["step"], precision.policy)
@@ -558,7 +559,7 @@ def _train_in(o, strategy, task_id, is_chief, scratch):
         verbose = o["verbose"] if is_chief else 0
         if verbose == 1:  # a bar over --train_steps on a terminal, else plain lines
             callbacks.append(ProgressBar(o["train_steps"], compile_time=compile_time)
-                             if interactive() else
+                             if bar else
                              ProgressLine(o["train_steps"], o["log_every"],
                                           o["batch_size"] * config.tgt_len, schedule, log,
                                           compile_time=compile_time))

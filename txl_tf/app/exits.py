@@ -63,7 +63,7 @@ def interrupted():
 _ending = threading.RLock()
 
 
-def stop_now(signum, flush=True):
+def stop_now(signum, flush=True, new_line=False):
     """Ends the process at once, for a second Ctrl-C or SIGTERM during a
     graceful stop: `interrupted` on stderr, exit status 128 + `signum`, and
     no Python code after it (no `finally`, no `atexit`), as a kill: what was
@@ -76,6 +76,8 @@ def stop_now(signum, flush=True):
         signum: the signal's number (`signal.SIGINT`: status 130).
         flush: write out what `sys.stdout` holds first (not from a thread
             other than the main one: the main thread may hold its lock).
+        new_line: start `interrupted` on a line of its own (a bar's frame
+            holds the terminal's line).
 
     Returns:
         Never: the process ends (`os._exit`).
@@ -87,7 +89,7 @@ def stop_now(signum, flush=True):
         except (OSError, ValueError, RuntimeError, AttributeError):  # gone, or mid-write
             pass
     try:
-        os.write(2, b"interrupted\n")
+        os.write(2, b"\ninterrupted\n" if new_line else b"interrupted\n")
     except OSError:
         pass
     os._exit(128 + int(signum))
