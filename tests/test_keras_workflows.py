@@ -206,3 +206,19 @@ def test_evaluate_builds_no_optimizer_slots_and_fit_still_trains():
     for a, b in zip(evaluated.weights + evaluated.optimizer.variables,
                     fresh.weights + fresh.optimizer.variables):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_fit_without_a_strategy_leaves_nothing_in_tensorflows_gradient_registry():
+    """Keras's gradient sum under the default strategy registers a gradient
+    function in TensorFlow's process-wide registry at each trace, keeping the
+    train step's graph alive after the model is gone (tensorflow/tensorflow
+    #97697); `ReplicaClippedAdam` has one replica's gradients to sum there and
+    skips it, so models made and fitted in a loop do not grow the process."""
+    from tensorflow.python.framework import ops  # the registry is TensorFlow's own
+
+    def registered():
+        return {name for name in ops._gradient_registry.list()
+                if name.startswith("CustomGradient")}
+    before = registered()
+    stateful().fit(streams(), epochs=1, verbose=0)
+    assert registered() == before

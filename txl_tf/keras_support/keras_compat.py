@@ -126,7 +126,11 @@ class ClipAfterReplicaSum:
     each replica's share (the long-known ordering problem of
     tensorflow/tensorflow#33929; Keras offers no hook between the sum and the
     update). This mixin sums first, clips, then skips the second sum. With no
-    strategy it changes nothing.
+    strategy there is one replica and nothing to sum: it skips Keras's sum
+    too, whose all-reduce under the default strategy registers a gradient
+    function in TensorFlow's global registry at each trace, which keeps that
+    train step's graph alive for the process's life (tensorflow/tensorflow
+    #97697: a model made and fitted in a loop grew the process's memory).
     """
 
     def _clip_gradients(self, grads):
@@ -141,9 +145,8 @@ class ClipAfterReplicaSum:
         return super()._clip_gradients(grads)
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
-        if tf.distribute.has_strategy():
-            return list(grads_and_vars)  # already summed in _clip_gradients
-        return super()._all_reduce_sum_gradients(grads_and_vars)
+        # Summed in _clip_gradients under a strategy; one replica's otherwise.
+        return list(grads_and_vars)
 
 
 class AppliedStepBiasCorrection:
