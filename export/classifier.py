@@ -236,8 +236,10 @@ def add_lengths_check(onnx_model):
     reading L from the ids' shape (a value ONNX Runtime's CUDA provider keeps
     on the host, copied back each call): each row's id at column `length -
     1` is gathered (a length past L is an index out of range, in a node
-    named as the check), and its zero added to the lengths; a length under
-    1 is flagged (`add_input_guard`, which refuses no rows too)."""
+    named as the check; that column of the first row by `Gather` too, which
+    `onnx.reference` refuses out of range), and their zeros added to the
+    lengths; a length under 1 is flagged (`add_input_guard`, which refuses
+    no rows too)."""
     from onnx import TensorProto, helper
     c = "txl_lengths_check/"
     nodes = [
@@ -250,10 +252,20 @@ def add_lengths_check(onnx_model):
                          name=c + "last_column"),
         helper.make_node("GatherElements", ["token_ids", c + "last_column"], [c + "last_id"],
                          name=lengths_check_node_name() + " (a length past L)", axis=1),
+        # The same column of the first row, by Gathers: onnx.reference's GatherElements
+        # wraps an index out of range, its Gather refuses one.
+        helper.make_node("Gather", ["token_ids", c + "zero"], [c + "first_row"],
+                         name=lengths_check_node_name() + " (the first row)", axis=0),
+        helper.make_node("Gather", [c + "first_row", c + "last"], [c + "first_row_ids"],
+                         name=lengths_check_node_name() + " (a length past L, row 0)", axis=0),
         helper.make_node("Mul", [c + "last_id", c + "zero"], [c + "zeros"], name=c + "zeros"),
         helper.make_node("Reshape", [c + "zeros", c + "flat"], [c + "zeros_flat"],
                          name=c + "zeros_flat"),
-        helper.make_node("Add", ["lengths", c + "zeros_flat"], [c + "within"],
+        helper.make_node("Mul", [c + "first_row_ids", c + "zero"], [c + "row_zeros"],
+                         name=c + "row_zeros"),
+        helper.make_node("Add", [c + "zeros_flat", c + "row_zeros"], [c + "all_zeros"],
+                         name=c + "all_zeros"),
+        helper.make_node("Add", ["lengths", c + "all_zeros"], [c + "within"],
                          name=c + "within"),
         helper.make_node("Less", [c + "within", c + "one"], [c + "bad"], name=c + "bad"),
     ]
