@@ -133,6 +133,19 @@ def test_the_lengths_check_reads_no_shape(exported):
         assert probabilities.shape == (2, 3)
 
 
+def test_lengths_not_one_per_row_fail_in_the_graph(exported):
+    """The graph refuses fewer or more lengths than rows (it answered fewer or
+    more rows than it was given)."""
+    import onnxruntime as ort
+    _, out, _ = exported
+    session = ort.InferenceSession(os.path.join(out, "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    ids, _ = batch([5, 3, 4])
+    for lengths in ([5], [5, 3], [5, 3, 4, 4]):
+        with pytest.raises(Exception, match="one per row"):
+            session.run(None, {"token_ids": ids, "lengths": np.int32(lengths)})
+
+
 def test_a_length_past_l_fails_in_the_specs_evaluator(exported):
     """`onnx.reference` (whose GatherElements wraps an index out of range)
     refuses a length past L too, instead of answering."""
