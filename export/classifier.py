@@ -236,24 +236,62 @@ def add_lengths_check(onnx_model):
     reading L from the ids' shape (a value ONNX Runtime's CUDA provider keeps
     on the host, copied back each call): each row's id at column `length -
     1` is gathered (a length past L is an index out of range, in a node
-    named as the check), and its zero added to the lengths; a length under
-    1 is flagged (`add_input_guard`, which refuses no rows too)."""
+    named as the check; that column of the first row by `Gather` too, which
+    `onnx.reference` refuses out of range), and their zeros added to the
+    lengths; a length under 1 is flagged (`add_input_guard`, which refuses
+    no rows too); so are fewer or more lengths than rows (more: but for one
+    row, then a length past L)."""
     from onnx import TensorProto, helper
     c = "txl_lengths_check/"
+    rows_check = "lengths must be one per row of token_ids: shape [B]"
     nodes = [
         onnx_constant(c + "one", 1),
         onnx_constant(c + "zero", 0),
         onnx_constant(c + "column", [1], TensorProto.INT64),
+        onnx_constant(c + "zero64", [0], TensorProto.INT64),
+        onnx_constant(c + "pad_column", [0, 0, 0, 1], TensorProto.INT64),
         onnx_constant(c + "flat", [-1], TensorProto.INT64),
-        helper.make_node("Sub", ["lengths", c + "one"], [c + "last"], name=c + "last"),
+        # Each row's length, gathered by a column of zeros [rows of token_ids, 1]
+        # (out of bounds with fewer lengths than rows) and added to the lengths
+        # (which refuses more, but for one row).
+        helper.make_node("Slice", ["token_ids", c + "zero64", c + "column", c + "column"],
+                         [c + "first_column"], name=c + "first_column"),
+        # [B, 1] when L = 0 too: a column padded on, the first one kept.
+        helper.make_node("Pad", [c + "first_column", c + "pad_column"], [c + "padded_column"],
+                         name=c + "padded_column"),
+        helper.make_node("Slice", [c + "padded_column", c + "zero64", c + "column",
+                                   c + "column"], [c + "one_column"], name=c + "one_column"),
+        helper.make_node("Mul", [c + "one_column", c + "zero"], [c + "row_origins"],
+                         name=c + "row_origins"),
+        helper.make_node("Unsqueeze", ["lengths", c + "column"], [c + "lengths_column"],
+                         name=c + "lengths_column"),
+        helper.make_node("GatherElements", [c + "lengths_column", c + "row_origins"],
+                         [c + "row_lengths"], axis=1, name=rows_check + " (fewer lengths)"),
+        helper.make_node("Mul", [c + "row_lengths", c + "zero"], [c + "per_row_zeros"],
+                         name=c + "per_row_zeros"),
+        helper.make_node("Reshape", [c + "per_row_zeros", c + "flat"], [c + "per_row_flat"],
+                         name=c + "per_row_flat"),
+        helper.make_node("Add", ["lengths", c + "per_row_flat"], [c + "per_row"],
+                         name=rows_check + " (more lengths)"),
+        helper.make_node("Sub", [c + "per_row", c + "one"], [c + "last"], name=c + "last"),
         helper.make_node("Unsqueeze", [c + "last", c + "column"], [c + "last_column"],
                          name=c + "last_column"),
         helper.make_node("GatherElements", ["token_ids", c + "last_column"], [c + "last_id"],
                          name=lengths_check_node_name() + " (a length past L)", axis=1),
+        # The same column of the first row, by Gathers: onnx.reference's GatherElements
+        # wraps an index out of range, its Gather refuses one.
+        helper.make_node("Gather", ["token_ids", c + "zero"], [c + "first_row"],
+                         name=lengths_check_node_name() + " (the first row)", axis=0),
+        helper.make_node("Gather", [c + "first_row", c + "last"], [c + "first_row_ids"],
+                         name=lengths_check_node_name() + " (a length past L, row 0)", axis=0),
         helper.make_node("Mul", [c + "last_id", c + "zero"], [c + "zeros"], name=c + "zeros"),
         helper.make_node("Reshape", [c + "zeros", c + "flat"], [c + "zeros_flat"],
                          name=c + "zeros_flat"),
-        helper.make_node("Add", ["lengths", c + "zeros_flat"], [c + "within"],
+        helper.make_node("Mul", [c + "first_row_ids", c + "zero"], [c + "row_zeros"],
+                         name=c + "row_zeros"),
+        helper.make_node("Add", [c + "zeros_flat", c + "row_zeros"], [c + "all_zeros"],
+                         name=c + "all_zeros"),
+        helper.make_node("Add", [c + "per_row", c + "all_zeros"], [c + "within"],
                          name=c + "within"),
         helper.make_node("Less", [c + "within", c + "one"], [c + "bad"], name=c + "bad"),
     ]

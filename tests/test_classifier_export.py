@@ -133,6 +133,32 @@ def test_the_lengths_check_reads_no_shape(exported):
         assert probabilities.shape == (2, 3)
 
 
+def test_lengths_not_one_per_row_fail_in_the_graph(exported):
+    """The graph refuses fewer or more lengths than rows (it answered fewer or
+    more rows than it was given)."""
+    import onnxruntime as ort
+    _, out, _ = exported
+    session = ort.InferenceSession(os.path.join(out, "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    ids, _ = batch([5, 3, 4])
+    for lengths in ([5], [5, 3], [5, 3, 4, 4]):
+        with pytest.raises(Exception, match="one per row"):
+            session.run(None, {"token_ids": ids, "lengths": np.int32(lengths)})
+
+
+def test_a_length_past_l_fails_in_the_specs_evaluator(exported):
+    """`onnx.reference` (whose GatherElements wraps an index out of range)
+    refuses a length past L too, instead of answering."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+    _, out, _ = exported
+    evaluator = ReferenceEvaluator(onnx.load(os.path.join(out, "model.onnx")))
+    ids, _ = batch([5, 3])
+    for lengths in ([6, 3], [5, 2**31 - 1]):
+        with pytest.raises(IndexError):
+            evaluator.run(None, {"token_ids": ids, "lengths": np.int32(lengths)})
+
+
 @needs_bfloat16_matmuls
 def test_a_mixed_precision_classifier_exports_onnx_computing_in_float32(tmp_path):
     keras.utils.set_random_seed(8)

@@ -385,9 +385,9 @@ def setup_extras(source):
 
 
 def test_the_readmes_extras_table_is_setup_pys_extras():
-    """README's table of what each extra adds: one row per extra, and the
-    versions it names are setup.py's: a floor (≥) the requirement's floor, a
-    version the requirement admits."""
+    """README's table of what each extra adds: one row per extra, naming each
+    of its requirements, and the versions it names are setup.py's: a floor
+    (≥) the requirement's floor, a version the requirement admits."""
     from packaging.requirements import Requirement
     extras = setup_extras((REPO / "setup.py").read_text())
     readme = (REPO / "README.md").read_text()
@@ -396,6 +396,7 @@ def test_the_readmes_extras_table_is_setup_pys_extras():
     assert sorted(rows) == sorted(extras)
     for extra, requirements in extras.items():
         for requirement in map(Requirement, requirements):
+            assert requirement.name.lower() in rows[extra].lower(), (extra, requirement.name)
             named = re.search(rf"(?<![\w-])`?{re.escape(requirement.name)}`? (≥ )?(\d[\d.]*)",
                               rows[extra])
             if named and named.group(1):

@@ -311,3 +311,16 @@ def test_the_names_removed_in_0_4_0_name_their_replacement(name):
     else:
         assert not hasattr(core.blocks[0].rel_attn if "Attention" in name else core,
                            name.split(".")[1])
+
+
+def test_a_segment_on_a_cache_of_unknown_axes_in_a_graph():
+    """`call_with_cache` of a segment in a `tf.function` that leaves every
+    axis of the cache unknown (heads too) gives the eager result."""
+    core = make_core()
+    _, _, cache = _after_steps(core, mem_len=5, prompt=3, steps=8, row_0_stops=5)
+    x = ids(2, 3, seed=4)
+    want, _ = core.call_with_cache(x, cache)
+    specs = tf.nest.map_structure(
+        lambda t: tf.TensorSpec([None] * t.shape.rank, t.dtype), (tf.constant(x), cache))
+    read = tf.function(lambda i, c: core.call_with_cache(i, c)[0], input_signature=specs)
+    np.testing.assert_allclose(read(x, cache), want, atol=2e-5, rtol=1e-5)

@@ -297,8 +297,9 @@ def in_time_order(ring, cache, axis):
     # onnxruntime's symbolic_shape_infer gives the wrong shape.
     slots = tf.reshape(index, tf.concat([tf.shape(index)[:1], tf.ones([axis - 1], tf.int32),
                                          tf.shape(index)[1:]], 0))
-    coords = [tf.reshape(tf.range(tf.shape(index)[0] if a == 0 else ring.shape[a]),
-                         [-1 if i == a else 1 for i in range(axis + 1)]) for a in range(axis)]
+    sizes = [tf.shape(index)[0]] + [ring.shape[a] or tf.shape(ring)[a] for a in range(1, axis)]
+    coords = [tf.reshape(tf.range(sizes[a]), [-1 if i == a else 1 for i in range(axis + 1)])
+              for a in range(axis)]
     zeros = slots * 0
     for coord in coords[1:]:  # zeros of the shape [B, ..., M]
         zeros += coord * 0
