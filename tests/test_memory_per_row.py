@@ -136,6 +136,12 @@ def test_a_corpus_is_cut_into_documents_after_each_separator():
     assert [d.tolist() for d in docs] == [[5, 6, 1], [7, 1], [8, 9]]  # [1] alone: dropped
 
 
+@pytest.mark.parametrize("ids", [np.array(5), None, [[5, 6, 1], [7, 8, 9]]])
+def test_a_corpus_not_1d_is_one_clear_error(ids):
+    with pytest.raises(TxlError, match="ids must be 1-D"):
+        split_documents(ids, separator=1)
+
+
 def test_distributed_documents_keep_each_row_on_its_replica_at_every_step():
     strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
     docs = [np.arange(1, 9), np.arange(10, 14), np.arange(20, 31), np.arange(40, 46)]

@@ -201,9 +201,9 @@ def split_documents(ids: Sequence[int] | np.ndarray, separator: int) -> list[np.
         (they predict nothing).
     """
     ids = np.asarray(ids)
-    ends = np.flatnonzero(ids == separator) + 1
     if ids.ndim != 1:
-        return [p for p in np.split(ids, ends) if p.size >= 2]
+        raise TxlError(f"ids must be 1-D, got shape {ids.shape}")
+    ends = np.flatnonzero(ids == separator) + 1
     starts = np.concatenate([[0], ends])
     stops = np.concatenate([ends, [ids.size]])
     keep = stops - starts >= 2
