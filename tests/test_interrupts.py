@@ -383,7 +383,7 @@ def test_reading_a_large_corpus_shows_a_bar_only_to_a_person(tmp_path, monkeypat
 
 def test_ctrl_c_under_a_progress_bar_says_interrupted_on_a_line_of_its_own(monkeypatch):
     """`txl-evaluate` interrupted on a terminal wrote `interrupted` after the
-    bar's last frame, on its line (`... 156.74it/s]interrupted`), and the bar
+    bar's last frame, on its line (`...it/s]interrupted`), and the bar
     then cleared the empty line below. The bar is cleared first."""
     import io
     from txl_tf.app.progress import Progress
