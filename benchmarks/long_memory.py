@@ -34,6 +34,7 @@ rest runs where only onnxruntime is installed (the GPU machine).
 """
 import contextlib
 import glob
+import hashlib
 import json
 import math
 import os
@@ -53,6 +54,7 @@ sys.path.insert(0, REPO)
 from benchmarks.common import (at_least, integer_list, run_part, share_the_gpu,  # noqa: E402
                                suite_spec)
 from benchmarks.issue_targets import limit_of  # noqa: E402
+from export.metadata import WEIGHT_PREFIX  # noqa: E402
 from txl_tf.app import cli  # noqa: E402
 from txl_tf.app.flagspec import option, values  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
@@ -1544,8 +1546,7 @@ def strip(export_dir, skeleton_dir):
     for path in files:
         model = onnx.load(path)
         for tensor in model.graph.initializer:
-            if tensor.data_type == onnx.TensorProto.FLOAT and \
-                    int(np.prod(tensor.dims, dtype=np.int64)) >= MIN_ELEMENTS:
+            if is_large_weight(tensor):
                 tensor.ClearField("raw_data")
                 tensor.ClearField("float_data")
                 tensor.doc_string = MARK
@@ -1557,17 +1558,30 @@ def strip(export_dir, skeleton_dir):
     return written
 
 
+def is_large_weight(tensor):
+    """Whether the initializer `tensor` is one of the model's float weights
+    (`WEIGHT_PREFIX`) of at least `MIN_ELEMENTS`: what `strip` empties.
+    Other constants stay (the relative encodings `decode_init` holds)."""
+    import onnx
+    return tensor.name.startswith(WEIGHT_PREFIX) and \
+        tensor.data_type == onnx.TensorProto.FLOAT and \
+        int(np.prod(tensor.dims, dtype=np.int64)) >= MIN_ELEMENTS
+
+
 def fill(skeleton_dir, seed=0):
     """Gives the marked weights of every `.onnx` file in `skeleton_dir`
-    random values, in place; returns the number of weights filled."""
+    random values, in place; returns the number of weights filled. Each
+    weight's values are drawn from `seed` and its name, which every graph
+    of an export gives the same weight: filled, the graphs are one model."""
     import onnx
-    rng = np.random.default_rng(seed)
     filled = 0
     for path in sorted(glob.glob(os.path.join(skeleton_dir, "*.onnx"))):
         model = onnx.load(path)
         for tensor in model.graph.initializer:
             if tensor.doc_string == MARK:
-                values = rng.normal(0, 0.02, size=tuple(tensor.dims)).astype(np.float32)
+                name = int.from_bytes(hashlib.sha256(tensor.name.encode()).digest()[:8], "little")
+                values = np.random.default_rng([seed, name]).normal(0, 0.02, tuple(tensor.dims))
+                values = values.astype(np.float32)
                 tensor.raw_data = values.tobytes()
                 tensor.doc_string = ""
                 filled += 1
@@ -1579,10 +1593,12 @@ def run_onnx_weights(o):
     r"""`--part=onnx_weights`: carries an ONNX export to a machine without
     TensorFlow, for timing.
 
-    `strip` writes every `.onnx` file of an export with its large float weights
-    emptied (shapes and names kept, marked `txl_tf:random`) beside the export's
-    JSON files: megabytes instead of gigabytes. `fill` gives those weights
-    random values (normal, std 0.02, seeded) in place. The graphs are the
+    `strip` writes every `.onnx` file of an export with the model's large float
+    weights emptied (shapes and names kept, marked `txl_tf:random`) beside the
+    export's JSON files: megabytes instead of gigabytes. `fill` gives those
+    weights random values (normal, std 0.02, seeded by `--seed` and each
+    weight's name, so a weight gets the same values in every graph) in
+    place. The graphs are the
     export's, so a runtime times the same work; the numbers they compute are
     a random model's. `--part=speed --reuse_exports` then times them where
     only onnxruntime is installed (the GPU machine, where TensorFlow cannot be).

@@ -19,6 +19,9 @@ DECODE_FILES = {"decode_init": "decode_init.onnx", "decode_step": "decode_step.o
 # beside them since this key; a runtime steps an export without it through
 # `decode_step` and the ring's write graph.
 DECODE_TOKEN_FILE = "decode_token.onnx"
+# The initializers that hold the model's weights, in every graph of an export:
+# `txl_weight_NNNN`, NNNN the weight's index in the model's weights.
+WEIGHT_PREFIX = "txl_weight_"
 # The dtypes the decode graphs may keep the cache's keys and values in
 # (`--cache_dtype`; `export.decode_interface`). No bfloat16: ONNX Runtime's
 # CPU provider runs no bfloat16 MatMul or Softmax.

@@ -23,7 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 from export import decode_interface as decode
 from export.canonical import canonical_graph
 from export.metadata import (DECODE_FILES, DECODE_TOKEN_FILE, INPUT_NAMES, OUTPUT_NAMES,
-                             export_metadata, external_data_file, weights_quantization)
+                             WEIGHT_PREFIX, export_metadata, external_data_file,
+                             weights_quantization)
 from export.saved_model import (LOG_PROBS_MODES, check_memory_layout, interface_specs,
                                 serve_step)
 from txl_tf.checks.numpy_checks import check_count
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 DEFAULT_OPSET = 17
 # Protobuf cannot serialise 2 GiB; leave room for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2 ** 31 - 2 ** 26
-_WEIGHT_PREFIX = "txl_weight_"
 _ALIGN = 4096
 
 
@@ -57,7 +57,7 @@ def write_weights_file(variables, path):
         The `WeightsFile`.
     """
     with open(path, "wb") as data:
-        places = {f"{_WEIGHT_PREFIX}{i:04d}": _append_aligned(data, variable)
+        places = {f"{WEIGHT_PREFIX}{i:04d}": _append_aligned(data, variable)
                   for i, variable in enumerate(variables)}
     log.info("ONNX weights written to %s (external data)", path)
     return WeightsFile(path, places)
@@ -110,7 +110,7 @@ def export_onnx(core, path, mem_len, log_probs="all", zero_filled=False,
     weight_inputs = [i.name for i in model.graph.input][len(INPUT_NAMES):]
     got_in = [i.name for i in model.graph.input][:len(INPUT_NAMES)]
     if got_in != list(INPUT_NAMES) or sorted(o.name for o in model.graph.output) != \
-            sorted(OUTPUT_NAMES) or not all(n.startswith(_WEIGHT_PREFIX) for n in weight_inputs):
+            sorted(OUTPUT_NAMES) or not all(n.startswith(WEIGHT_PREFIX) for n in weight_inputs):
         raise RuntimeError(f"unexpected ONNX interface: inputs {got_in} + "
                            f"{len(weight_inputs)} weights, outputs "
                            f"{[o.name for o in model.graph.output]}")
@@ -254,7 +254,7 @@ def convert_with_weight_inputs(fn, specs, variables, opset=DEFAULT_OPSET):
 
     variables = list(variables)
     n_inputs = len(specs)
-    specs = list(specs) + [tf.TensorSpec(v.shape, v.dtype, name=f"{_WEIGHT_PREFIX}{i:04d}")
+    specs = list(specs) + [tf.TensorSpec(v.shape, v.dtype, name=f"{WEIGHT_PREFIX}{i:04d}")
                            for i, v in enumerate(variables)]
 
     @tf.function(input_signature=specs, autograph=False)
@@ -503,7 +503,7 @@ def _weight_tensors(model, variables, n_inputs):
     model.graph.input.extend(keep)
     headers = []
     for i, variable in enumerate(variables):
-        name = f"{_WEIGHT_PREFIX}{i:04d}"
+        name = f"{WEIGHT_PREFIX}{i:04d}"
         if name in names:  # a weight nothing reads gets no initializer
             header = TensorProto(name=name, dims=list(variable.shape), data_type=
                                  helper.np_dtype_to_tensor_dtype(np.dtype(variable.dtype)))

@@ -91,14 +91,19 @@ def assert_same_state(got, want, atol=1e-5):
         np.testing.assert_allclose(a, b, atol=atol, err_msg=name)
 
 
-def test_the_device_ring_is_written_in_place_as_the_host_writes_it(runtimes):
-    host, device = runtimes
+@pytest.mark.parametrize("replay", [False, True])
+def test_the_device_ring_is_written_in_place_as_the_host_writes_it(exported, runtimes, replay):
+    host = runtimes[0]
+    device = open_runtime(str(exported[1] / "model.onnx"), device=DEVICE, device_cache=True,
+                          cuda_graph=replay)
     rng = np.random.default_rng(1)
     _, memory = host.step(rng.integers(0, CONFIG.n_token, [3, 4]))
     host_cache, device_cache = host.decode_init(memory), device.decode_init(memory)
     assert on_device(device_cache) and not on_device(host_cache)
-    buffers = {name: device_cache[name].data_ptr()
-               for name in ("cache_mems", "keys", "values", "valid")}
+    def buffers():
+        return {name: device_cache[name].data_ptr()
+                for name in ("cache_mems", "keys", "values", "valid")}
+    own = buffers()
     for t in range(2 * (CONFIG.mem_len + 1) + 1):  # the ring wraps twice
         ids = rng.integers(0, CONFIG.n_token, [3])
         stopped = np.array([False, t % 3 == 1, t > 6])
@@ -107,7 +112,11 @@ def test_the_device_ring_is_written_in_place_as_the_host_writes_it(runtimes):
         assert same is device_cache
         np.testing.assert_allclose(got[~stopped], want[~stopped], atol=1e-5)
         assert_same_state(device_cache, host_cache)  # decode_token: stopped rows' free slots
-    assert {name: device_cache[name].data_ptr() for name in buffers} == buffers
+        first = buffers() if t == 0 else first
+    assert buffers() == first
+    # Replaying (CUDA graphs, or their fixed buffers on the CPU), the first step moved the
+    # cache into the buffers the graphs were captured with (`device_cache.Resident`).
+    assert device.cuda_graph == replay and (buffers() != own) == replay
     # The memory it holds (rows at different ring positions) is taken on the device.
     memory = device.cache_memory(device_cache)
     assert all(hasattr(value, "data_ptr") for value in memory)
@@ -623,4 +632,5 @@ def test_token_parts_time_the_fixed_steps_parts_and_only_where_they_run(exported
     assert list(parts) == list(TOKEN_PARTS)
     assert all(parts[name] > 0 for name in ("step_graph", "read", "write", "token"))
     assert parts["host"] == pytest.approx(parts["token"] - parts["step_graph"] - parts["write"])
-    assert time_token_parts(runtimes[1], memory, 2, 5) == {}  # steps without fixed buffers
+    unreplayed = open_runtime(path, device=DEVICE, device_cache=True, cuda_graph=False)
+    assert time_token_parts(unreplayed, memory, 2, 5) == {}  # steps without fixed buffers

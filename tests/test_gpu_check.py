@@ -526,14 +526,15 @@ def _skeleton(path, marked=True):
     from onnx import TensorProto, helper
 
     from benchmarks.long_memory import MARK, MIN_ELEMENTS
-    weight = helper.make_tensor("w", TensorProto.FLOAT, [MIN_ELEMENTS],
+    from export.metadata import WEIGHT_PREFIX
+    weight = helper.make_tensor(f"{WEIGHT_PREFIX}0000", TensorProto.FLOAT, [MIN_ELEMENTS],
                                 np.zeros(MIN_ELEMENTS, np.float32))
     if marked:
         weight.ClearField("float_data")
         weight.ClearField("raw_data")
         weight.doc_string = MARK
     graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_node("Add", ["x", weight.name], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [MIN_ELEMENTS])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [MIN_ELEMENTS])], [weight])
     path.mkdir(parents=True)

@@ -16,6 +16,7 @@ from benchmarks.inference import (VIEW_OPS, bind_profiled, kernels, node_counts,
 from benchmarks.long_memory import cuda_step_nodes
 from export.decode_cache import token_in_place, token_inputs, token_outputs
 from export import open_runtime, run_export
+from export.parity import cached_outputs, max_differences, random_segments, runtime_outputs
 from txl_tf import TransformerXL, TransformerXLConfig
 from txl_tf.weights import save_pretrained
 
@@ -46,6 +47,17 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
     assert runtime.mem_len == CONFIG.mem_len and runtime.has_decode_cache
     out = runtime.generate([[1, 2, 3]], 8, temperature=0.0)
     assert out.ids.shape == (1, 8) and np.isfinite(out.log_probs).all()
+    # Filled, the graphs are still one model: each weight gets the same values in every file
+    # (the GPU check compares decode_token on the device with decode_step on the host).
+    device = open_runtime(str(skeleton), device="cpu", device_cache=True)
+    segments = random_segments(CONFIG.n_token, 2, 4, 3, seed=1)
+    cached = cached_outputs(runtime, segments)  # decode_init, decode_step
+    # model.onnx reads a segment whole, so only the first (no token further back than
+    # mem_len) is the same computation as token by token.
+    for want, got in ((cached[:1], runtime_outputs(runtime, segments)[:1]),
+                      (cached, cached_outputs(device, segments))):  # decode_token
+        diff = max_differences(want, got)
+        assert diff["log_probs"] < 1e-5 and diff["mems"] < 1e-5, diff
     # cuda_parity's kernel count (without CUDA, the CPU provider optimizes the step)
     nodes = cuda_step_nodes(str(skeleton))
     on_cpu = node_counts(str(skeleton / "decode_token.onnx"), "all")
