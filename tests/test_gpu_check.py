@@ -106,7 +106,8 @@ def test_each_group_fits_one_session():
     grouped = [part for parts in gc.GROUPS.values() for part in parts]
     assert len(grouped) == len(set(grouped)) and set(grouped) <= set(gc.CHECKS)
     assert set(gc.GROUPS["serving"]) == {p for p in gc.CHECKS if p.startswith("serving_")}
-    assert set(gc.CHECKS) - set(grouped) == {"mirrored", "pair_wt103_base", "decode_xla"}
+    assert set(gc.CHECKS) - set(grouped) == {"mirrored", "losses", "pair_wt103_base",
+                                             "decode_xla"}
     assert gc.GROUPS["training"][0] == "compile_flags"  # its figures first
     for group, parts in gc.GROUPS.items():
         before = ROWS_BEFORE_S["gpu"] + ROWS_BEFORE_S["serving_exports"] * (group == "serving")
@@ -906,6 +907,8 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
         ("gpu", "skipped"), ("serving_parity", "skipped")]
     assert result["table"] in done.stdout and result["failed"] == []
     assert result["partial"] is False  # true in the copies written after each part
+    # the XLA flags the caller ran the check under (the pairs' figures depend on them)
+    assert result["flags"] == {name: os.environ.get(name, "") for name in gc.FLAG_LISTS}
     # the gpu row's seconds (TensorFlow's and onnxruntime's imports, the probes on a GPU) are
     # the check's, taken from --total_s
     assert 0 < result["parts"][0]["seconds"] <= result["seconds"]
