@@ -469,4 +469,5 @@ def main(argv):
     refuses stray arguments): exports with the parsed flags."""
     del argv
     report = run_export(**values(SPEC))
-    print(json.dumps(report["seconds"]), json.dumps(report.get("parity", {})))
+    # One JSON document on one line (export_report.json in the folder holds the whole report).
+    print(json.dumps({"seconds": report["seconds"], "parity": report.get("parity", {})}))

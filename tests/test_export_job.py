@@ -87,8 +87,12 @@ def test_job_exports_both_formats_from_model_dir(model_dir, tmp_path):
 def test_job_as_module_with_explicit_config_and_weights(model_dir, tmp_path, jobs):
     path, _ = model_dir
     out = tmp_path / "out"
-    jobs.run("export", [f"--config={path / 'config.json'}", f"--weights={path / 'weights.npz'}",
-                        f"--output_dir={out}", "--formats=saved_model"], check=True)
+    done = jobs.run("export", [f"--config={path / 'config.json'}",
+                               f"--weights={path / 'weights.npz'}", f"--output_dir={out}",
+                               "--formats=saved_model"], check=True)
+    # stdout: one JSON document (stages' seconds, parity), the last line
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(printed) == {"seconds", "parity"} and "saved_model" in printed["seconds"]
     assert sorted(os.listdir(out / "saved_model" / "assets")) == ["config.json",
                                                                   "export_metadata.json"]
     assert not (out / "model.onnx").exists()
