@@ -22,6 +22,10 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from txl_tf.app.closed_streams import fill_closed_streams  # noqa: E402
+
+fill_closed_streams()  # `2>&-`: before anything opens a file or writes to stderr
+
 from txl_tf.app import moved_modules  # noqa: E402
 from txl_tf.app.exits import quiet_interrupts  # noqa: E402
 from txl_tf.app.tf_startup import quiet_tensorflow_import, require_tensorflow_backend  # noqa: E402,E501
