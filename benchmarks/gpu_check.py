@@ -236,15 +236,15 @@ TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # row took about 20, ended with XLA still autotuning);
 # pair_wt103_base: its paper row as measured, one program; compile_flags: each setting
 # its start and a compile short of the 61 s seen (one still compiling then shows how far it
-# got); train: the first run's compile and 21 steps,
-# then the resume, which loads the program from XLA's cache; decode_xla (never run on a GPU):
+# got); train: the first run's compile (`mixed_bfloat16`, as the bf16 pair's: more than a
+# minute) and 21 steps, then the resume, which loads the program from XLA's cache; decode_xla (never run on a GPU):
 # its start and four XLA programs (two loop lengths at each batch size) of the decode step,
 # each given a third of a training step's compile; serving_device_tests: the
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
 # had printed, then the rest. The serving parts time exports brought along
 # (--serving_exports): serving_long_memory exports enwik8_base otherwise.
 BUDGETS = {"compile_flags": 145, "parity": 30, "losses": 120, "mirrored": 120,
-           "pair_enwik8_base": 170, "pair_wt103_base": 100, "train": 135, "decode_xla": 120,
+           "pair_enwik8_base": 170, "pair_wt103_base": 100, "train": 180, "decode_xla": 120,
            "serving_long_memory": 50, "serving_evaluation": 60, "serving_soak": 40,
            "serving_device_tests": 75, "serving_parity": 45, "serving_profile": 40,
            "serving_float16": 35, "serving_parity_float16": 45}
