@@ -1619,6 +1619,10 @@ CUDA_PARITY_SPEC = (
     option("string", "exports", None, "Comma-separated export folders (model.onnx and the decode "
            "graphs)."),
     option("integer", "steps", 40, "Decode steps compared (batch 2)."),
+    option("string", "device", "cuda", "cuda (the GPU against the CPU), or cpu: the same "
+           "runtimes' paths (the cache on the device, replayed over fixed buffers or not) on "
+           "the CPU provider against its host cache, a rehearsal of the check's exports and "
+           "code where no GPU is lent."),
     option("float", "tolerance", 1e-3, "Largest log-prob difference to the CPU allowed (TF32 "
            "aside)."),
     option("string", "output", os.path.join(REPO, "benchmarks", "results", "cuda_parity.json"),
@@ -1626,16 +1630,17 @@ CUDA_PARITY_SPEC = (
 )
 
 
-def compare_devices(path, steps, seed=0):
-    """`{...}` of one export (see the docstring of `run_cuda_parity`)."""
+def compare_devices(path, steps, device="cuda", seed=0):
+    """`{...}` of one export (see the docstring of `run_cuda_parity`);
+    `device` "cpu" opens the `gpu` runtimes on the CPU provider."""
     from export import open_runtime
     runtimes = {"cpu": open_runtime(path, device="cpu"),
-                "gpu": open_runtime(path, device="cuda", device_cache=True),
-                "gpu_no_graph": open_runtime(path, device="cuda", device_cache=True,
+                "gpu": open_runtime(path, device=device, device_cache=True, cuda_graph=True),
+                "gpu_no_graph": open_runtime(path, device=device, device_cache=True,
                                              cuda_graph=False),
-                "gpu_host": open_runtime(path, device="cuda", device_cache=False),
-                "gpu_tf32": open_runtime(path, device="cuda", device_cache=True, tf32=True)}
-    if runtimes["gpu"].device != "cuda":
+                "gpu_host": open_runtime(path, device=device, device_cache=False),
+                "gpu_tf32": open_runtime(path, device=device, device_cache=True, tf32=True)}
+    if runtimes["gpu"].device != device:
         raise TxlError("the CUDA provider did not load (see the warning above)")
     cpu = runtimes["cpu"]
     cfg, rng = cpu.config, np.random.default_rng(seed)
@@ -1730,11 +1735,17 @@ def run_cuda_parity(o):
     device cache's ids equal the host cache's on the same GPU. Prints a table
     and writes JSON; ends with an error when a difference (TF32 aside) exceeds
     `--tolerance`, a buffer moved, or the two GPU caches' ids differ.
+    `--device=cpu` runs the same paths on the CPU provider (its cache
+    "on the device" in OrtValues, replayed over fixed buffers without a
+    capture): no GPU's figures, but the code and the exports the GPU check
+    compares, checked where none is lent.
     """
     paths = [p.strip() for p in (o["exports"] or "").split(",") if p.strip()]
     if not paths:
         raise TxlError("--exports is required (comma-separated export folders)")
-    rows = [compare_devices(path, o["steps"]) for path in paths]
+    if o["device"] not in ("cuda", "cpu"):
+        raise TxlError(f"--device must be cuda or cpu, got {o['device']!r}")
+    rows = [compare_devices(path, o["steps"], o["device"]) for path in paths]
     print("| export | steps | max diff, cache on GPU, CUDA graphs | no graphs | cache on host | "
           "with TF32 | ring in place | greedy ids = CPU's | = host cache's on GPU | "
           "step kernels on CUDA |")
@@ -1753,7 +1764,9 @@ def run_cuda_parity(o):
                                             r["max_diff_host_cache"]) > o["tolerance"]
            or not r["ring_in_place"] or not r["greedy_ids_device_equal_host_cache"]]
     if bad:
-        raise TxlError(f"the GPU disagrees with the CPU on {', '.join(bad)} (see the table)")
+        where = "the GPU" if o["device"] == "cuda" else "the device cache on the CPU"
+        raise TxlError(f"{where} disagrees with the CPU's host cache on {', '.join(bad)} "
+                       f"(see the table)")
 
 
 # ----------------------------------------------------------- cache_precision

@@ -58,6 +58,13 @@ def test_a_skeleton_is_small_and_fills_into_a_working_export(tmp_path, jobs):
                       (cached, cached_outputs(device, segments))):  # decode_token
         diff = max_differences(want, got)
         assert diff["log_probs"] < 1e-5 and diff["mems"] < 1e-5, diff
+    # The GPU check's parity part, rehearsed on the CPU provider: the device cache's paths
+    # against the host cache over the filled skeleton (the skeleton is what the GPU compares).
+    jobs.run("benchmarks.long_memory", ["--part=cuda_parity", "--device=cpu", "--steps=9",
+                                        f"--exports={skeleton}", "--tolerance=1e-5",
+                                        f"--output={tmp_path / 'parity.json'}"], check=True)
+    [row] = json.loads((tmp_path / "parity.json").read_text())["rows"]
+    assert row["ring_in_place"] and row["max_diff_device_cache"] < 1e-5, row
     # cuda_parity's kernel count (without CUDA, the CPU provider optimizes the step)
     nodes = cuda_step_nodes(str(skeleton))
     on_cpu = node_counts(str(skeleton / "decode_token.onnx"), "all")
