@@ -1615,6 +1615,7 @@ def run_onnx_weights(o):
     """
     if not o["skeleton_dir"]:
         raise TxlError("--skeleton_dir is required")
+    at_least(o, 0, "seed")  # numpy's seeds are non-negative
     if o["fill"]:
         print(f"filled {fill(o['skeleton_dir'], o['seed'])} weights in {o['skeleton_dir']}")
     elif not o["export_dir"]:
