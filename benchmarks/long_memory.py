@@ -1577,6 +1577,8 @@ def fill(skeleton_dir, seed=0):
     (a skeleton stripped before weights alone were: strip the export again)."""
     import onnx
     paths = sorted(glob.glob(os.path.join(skeleton_dir, "*.onnx")))
+    if not paths:
+        raise TxlError(f"no .onnx files in {skeleton_dir}")
     for path in paths:
         for tensor in onnx.load(path).graph.initializer:
             if tensor.doc_string == MARK and not tensor.name.startswith(WEIGHT_PREFIX):
