@@ -254,8 +254,9 @@ BUDGETS = {"compile_flags": 145, "parity": 30, "losses": 120, "mirrored": 120,
 # session, each group's budgets and the gpu and serving_exports rows within SESSION_S.
 SESSION_S = 540.0
 # Left out of the groups to fit (run by name, e.g. `--parts=serving,mirrored`): mirrored
-# (two XLA programs), losses (its GPU program's compile and 100 steps), pair_wt103_base (its rows are shown, not judged) and decode_xla (the
-# Keras side's decoder on the GPU, shown beside the ONNX step); and of the pairs'
+# (two XLA programs), losses (its GPU program's compile and 100 steps), pair_wt103_base
+# (its rows are shown, not judged) and decode_xla (the Keras side's decoder on the GPU,
+# shown beside the ONNX step); and of the pairs'
 # rows (`sizes`) enwik8_base's f32+jit (5.19x the paper's on 2026-11-30) and f16+jit, and
 # wt103_base's bf16+jit and f16+jit.
 GROUPS = {"training": ("compile_flags", "parity", "pair_enwik8_base", "train"),

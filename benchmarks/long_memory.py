@@ -1572,10 +1572,22 @@ def fill(skeleton_dir, seed=0):
     """Gives the marked weights of every `.onnx` file in `skeleton_dir`
     random values, in place; returns the number of weights filled. Each
     weight's values are drawn from `seed` and its name, which every graph
-    of an export gives the same weight: filled, the graphs are one model."""
+    of an export gives the same weight: filled, the graphs are one model.
+    `TxlError`, and no file changed, where a marked tensor is not a weight
+    (a skeleton stripped before weights alone were: strip the export again)."""
     import onnx
+    paths = sorted(glob.glob(os.path.join(skeleton_dir, "*.onnx")))
+    if not paths:
+        raise TxlError(f"no .onnx files in {skeleton_dir}")
+    for path in paths:
+        for tensor in onnx.load(path).graph.initializer:
+            if tensor.doc_string == MARK and not tensor.name.startswith(WEIGHT_PREFIX):
+                raise TxlError(f"{path}: the emptied tensor {tensor.name!r} is not one of the "
+                               f"model's weights ({WEIGHT_PREFIX}NNNN), so random values "
+                               "would make its graphs different models: this skeleton is "
+                               "older than its weights' names; strip the export again")
     filled = 0
-    for path in sorted(glob.glob(os.path.join(skeleton_dir, "*.onnx"))):
+    for path in paths:
         model = onnx.load(path)
         for tensor in model.graph.initializer:
             if tensor.doc_string == MARK:
@@ -1605,6 +1617,7 @@ def run_onnx_weights(o):
     """
     if not o["skeleton_dir"]:
         raise TxlError("--skeleton_dir is required")
+    at_least(o, 0, "seed")  # numpy's seeds are non-negative
     if o["fill"]:
         print(f"filled {fill(o['skeleton_dir'], o['seed'])} weights in {o['skeleton_dir']}")
     elif not o["export_dir"]:

@@ -80,6 +80,10 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.long_memory", ["--device_cache=maybe"], "--device_cache must be"),
     ("benchmarks.long_memory", ["--backends=onnx,bogus"], "--backends: unknown ['bogus']"),
     ("benchmarks.long_memory", ["--part=onnx_weights", "--fill"], "--skeleton_dir is required"),
+    ("benchmarks.long_memory", ["--part=onnx_weights", "--fill", "--skeleton_dir=.", "--seed=-1"],
+     "--seed must be >= 0, got -1"),  # numpy's ValueError traceback, after the first graph
+    ("benchmarks.long_memory", ["--part=onnx_weights", "--fill", "--skeleton_dir=/nowhere"],
+     "no .onnx files in /nowhere"),  # as strip says of its --export_dir ("filled 0 weights")
     ("benchmarks.long_memory", ["--part=cuda_parity"], "--exports is required"),
     ("benchmarks.long_memory", ["--part=soak", "--presets=tiny"],
      "--part=soak takes no --presets"),

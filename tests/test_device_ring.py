@@ -100,10 +100,13 @@ def test_the_device_ring_is_written_in_place_as_the_host_writes_it(exported, run
     _, memory = host.step(rng.integers(0, CONFIG.n_token, [3, 4]))
     host_cache, device_cache = host.decode_init(memory), device.decode_init(memory)
     assert on_device(device_cache) and not on_device(host_cache)
+    names = ("cache_mems", "keys", "values", "valid")
+
     def buffers():
-        return {name: device_cache[name].data_ptr()
-                for name in ("cache_mems", "keys", "values", "valid")}
+        return {name: device_cache[name].data_ptr() for name in names}
     own = buffers()
+    own_values = {name: device_cache[name] for name in names}
+    at_init = {name: np.array(value.numpy()) for name, value in own_values.items()}
     for t in range(2 * (CONFIG.mem_len + 1) + 1):  # the ring wraps twice
         ids = rng.integers(0, CONFIG.n_token, [3])
         stopped = np.array([False, t % 3 == 1, t > 6])
@@ -113,10 +116,14 @@ def test_the_device_ring_is_written_in_place_as_the_host_writes_it(exported, run
         np.testing.assert_allclose(got[~stopped], want[~stopped], atol=1e-5)
         assert_same_state(device_cache, host_cache)  # decode_token: stopped rows' free slots
         first = buffers() if t == 0 else first
-    assert buffers() == first
+        assert buffers() == first, t  # every step in the same buffers
     # Replaying (CUDA graphs, or their fixed buffers on the CPU), the first step moved the
-    # cache into the buffers the graphs were captured with (`device_cache.Resident`).
+    # cache into the buffers the graphs were captured with (`device_cache.Resident`), once:
+    # the buffers it left were not written again (a step does not move the cache in anew).
     assert device.cuda_graph == replay and (buffers() != own) == replay
+    if replay:
+        for name, value in own_values.items():
+            np.testing.assert_array_equal(value.numpy(), at_init[name], err_msg=name)
     # The memory it holds (rows at different ring positions) is taken on the device.
     memory = device.cache_memory(device_cache)
     assert all(hasattr(value, "data_ptr") for value in memory)

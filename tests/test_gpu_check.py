@@ -91,9 +91,9 @@ def test_the_float16_parts_settings_say_float16_and_a_mismatch_is_refused(monkey
         lm.open_export("/w/tiny", "onnx", 8, "cpu", decode_dtype=other)
 
 
-# The gpu and serving_exports rows' seconds in the check of 2026-11-30 on an H200 (taken
-# from --total_s before the parts run).
-ROWS_BEFORE_S = {"gpu": 14, "serving_exports": 9}
+# The gpu and serving_exports rows' seconds in the checks on an H200 (taken from --total_s
+# before the parts run), the longer of 2026-11-30's (14, 9) and 2026-12-01's (13, 12).
+ROWS_BEFORE_S = {"gpu": 14, "serving_exports": 12}
 
 
 def test_each_group_fits_one_session():
@@ -520,16 +520,17 @@ def test_the_resume_verdict():
         assert not ok and why in line, (why, line)
 
 
-def _skeleton(path, marked=True):
-    """A one-node ONNX graph with one weight of `MIN_ELEMENTS`, stripped as
-    `long_memory.strip` strips (`marked`), at `path`/model.onnx."""
+def _skeleton(path, marked=True, name=None):
+    """A one-node ONNX graph with one weight of `MIN_ELEMENTS` (named `name`,
+    default a model weight's), stripped as `long_memory.strip` strips
+    (`marked`), at `path`/model.onnx."""
     import onnx
     from onnx import TensorProto, helper
 
     from benchmarks.long_memory import MARK, MIN_ELEMENTS
     from export.metadata import WEIGHT_PREFIX
-    weight = helper.make_tensor(f"{WEIGHT_PREFIX}0000", TensorProto.FLOAT, [MIN_ELEMENTS],
-                                np.zeros(MIN_ELEMENTS, np.float32))
+    weight = helper.make_tensor(name or f"{WEIGHT_PREFIX}0000", TensorProto.FLOAT,
+                                [MIN_ELEMENTS], np.zeros(MIN_ELEMENTS, np.float32))
     if marked:
         weight.ClearField("float_data")
         weight.ClearField("raw_data")
@@ -588,6 +589,30 @@ def test_the_serving_exports_are_made_here_and_filled_there(monkeypatch, tmp_pat
     o = {"serving_exports": str(gx), "device": "cpu"}
     assert [gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS] == [
         None, "needs CUDA (benchmarks.long_memory --part=cuda_parity)"]
+
+
+def test_a_skeleton_stripped_before_the_weights_had_their_names_is_refused(tmp_path):
+    """A skeleton from before c940911 also emptied constants that are not
+    weights (`decode_init`'s relative encodings): refilled at random, its
+    graphs would not be one model. `fill` names the tensor and changes no
+    file; the check's row fails saying so (the serving parts fail alone)."""
+    import onnx
+
+    from benchmarks import long_memory
+    from txl_tf.errors import TxlError
+    gx = tmp_path / "gx"
+    _skeleton(gx / "float32" / "tiny" / "out")
+    old = gx / "float16" / "tiny" / "out"
+    _skeleton(old, name="positions")  # in model.onnx, after a weight in decode_init.onnx
+    _skeleton(tmp_path / "new")
+    (old / "decode_init.onnx").write_bytes((tmp_path / "new" / "model.onnx").read_bytes())
+    with pytest.raises(TxlError, match=r"model\.onnx.*'positions'.*strip the export again"):
+        long_memory.fill(str(old))
+    for name in ("decode_init.onnx", "model.onnx"):  # neither filled
+        [weight] = onnx.load(str(old / name)).graph.initializer
+        assert weight.doc_string == long_memory.MARK and not weight.raw_data, name
+    row = gc.fill_serving_exports(str(gx), str(tmp_path / "w"))
+    assert row["status"] == "failed" and "'positions'" in row["result"], row
 
 
 def test_ptxas_version_and_its_floor():
