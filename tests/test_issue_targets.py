@@ -131,7 +131,7 @@ EVAL_B16 = ("evaluation, batch 16: the runtime API (memory on the device) >= 0.9
             "with bound buffers")
 COMPILE = "enwik8_base f32+jit: the first training step (XLA's compile) <= 30 s"
 FLAGS = ("enwik8_base f32+jit's first step and tok/s with each compile setting (XLA_FLAGS: "
-         "LLVM on every core, Triton's GEMMs off, autotuning off)")
+         "Triton's GEMMs off, autotuning off, LLVM on every core)")
 RESUME = ("txl-train: 40 steps, a checkpoint, a kill and a resume to the same step and data, "
           "exit 0")
 
