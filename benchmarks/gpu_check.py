@@ -173,7 +173,7 @@ COMMANDS = {
                             "-p no:cacheprovider tests/test_device_ring.py "
                             "tests/test_sessions.py tests/test_fixed_segments.py -k device",
     "serving_parity": "{python} -m benchmarks.long_memory --part=cuda_parity "
-                      "--exports={work}/serving/{serving_preset}/out "
+                      "--device={ort_device} --exports={work}/serving/{serving_preset}/out "
                       "--tolerance={decode_tolerance} --output={out}/cuda_parity.json",
     "serving_profile": "{python} -m benchmarks.inference --part=profile "
                        "--export_dir={work}/serving/{serving_preset}/out --device={ort_device} "
@@ -184,6 +184,7 @@ COMMANDS = {
                        "--reuse_exports --decode_dtype=float16 "
                        "--output={out}/long_memory_float16.json",
     "serving_parity_float16": "{python} -m benchmarks.long_memory --part=cuda_parity "
+                              "--device={ort_device} "
                               "--exports={work}/serving_float16/{serving_preset}/out "
                               "--tolerance=5e-2 --output={out}/cuda_parity_float16.json",
 }
@@ -1109,8 +1110,6 @@ def skip_reason(part, o, facts=None):
             return f"{NO_TENSORFLOW} (without --serving_exports the serving parts export)"
     if part in FLOAT16_PARTS and not o["serving_exports"]:
         return "needs --serving_exports (the float16 export is made beforehand)"
-    if part in ("serving_parity", "serving_parity_float16") and o["device"] == "cpu":
-        return "needs CUDA (benchmarks.long_memory --part=cuda_parity)"
     if part == "serving_device_tests" and o["device"] == "cpu":
         return "needs CUDA (on the CPU these tests are make test's)"
     return None

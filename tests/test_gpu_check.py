@@ -587,8 +587,7 @@ def test_the_serving_exports_are_made_here_and_filled_there(monkeypatch, tmp_pat
     o = {"serving_exports": None, "device": "gpu"}
     assert all("needs --serving_exports" in gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS)
     o = {"serving_exports": str(gx), "device": "cpu"}
-    assert [gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS] == [
-        None, "needs CUDA (benchmarks.long_memory --part=cuda_parity)"]
+    assert [gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS] == [None, None]  # parity: on the CPU
 
 
 def test_a_skeleton_stripped_before_the_weights_had_their_names_is_refused(tmp_path):
@@ -925,11 +924,11 @@ def test_the_serving_parts_need_onnxruntimes_gpu_alone(monkeypatch):
 def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_path):
     args = ["--device=cpu", "--tiny", f"--work_dir={tmp_path / 'w'}",
             f"--output={tmp_path / 'check.json'}"]
-    done = jobs.run("benchmarks.gpu_check", args + ["--parts=serving_parity"])
+    done = jobs.run("benchmarks.gpu_check", args + ["--parts=serving_device_tests"])
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "check.json").read_text())
     assert [(r["part"], r["status"]) for r in result["parts"]] == [
-        ("gpu", "skipped"), ("serving_parity", "skipped")]
+        ("gpu", "skipped"), ("serving_device_tests", "skipped")]
     assert result["table"] in done.stdout and result["failed"] == []
     assert result["partial"] is False  # true in the copies written after each part
     # the XLA flags the caller ran the check under (the pairs' figures depend on them)
@@ -948,7 +947,7 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     assert [(r["part"], r["result"]) for r in result["parts"][1:]] == [
         *((part, "skipped (the check's 0 s were spent)") for part in gc.GROUPS["training"]),
-        ("serving_parity", "skipped (needs CUDA (benchmarks.long_memory --part=cuda_parity))")]
+        ("serving_parity", "skipped (the check's 0 s were spent)")]
     done = jobs.run("benchmarks.gpu_check", args + ["--parts=training,servings"])
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
         "training, serving; unknown: servings"), done.stderr[-2000:]
