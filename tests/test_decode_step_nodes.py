@@ -150,3 +150,33 @@ def test_the_token_step_is_fewer_kernels_than_the_step_and_the_write(step_nodes,
     path.write_bytes(ring_write_model(CONFIG.mem_len + 1).SerializeToString())
     write = kernels(node_counts(str(path), "all"))
     assert kernels(_counts(token_graphs[1])) < kernels(step_nodes[1]) + write
+
+
+# `decode_token`'s kernels as the CPU provider optimizes it, by op type, pinned
+# (a change that adds one fails here). A layer: the joint projection (Gemm, u
+# and v its bias) and its Split; the position scores (the query through `r`,
+# then against the positions: MatMul, FusedMatMul); the key's and the value's
+# writes; the content scores, the scores' sum and the hidden slots' add
+# before the softmax (CUDA: one BiasSoftmax); the weighted values and the
+# output projection; the two residual layer norms; the feed-forward's Gemms
+# (CUDA: a Gemm and a Relu for the FusedGemm). The same count on CUDA.
+TOKEN_LAYER_KERNELS = {"Gemm": 2, "FusedGemm": 1, "Split": 1, "MatMul": 4, "FusedMatMul": 1,
+                       "ScatterElements": 2, "Add": 2, "Softmax": 1,
+                       "SkipLayerNormalization": 2}
+# Outside the layers (2 layers): the embedding's gather and scale (Gather,
+# Mul); the positions in slot order (Sub, Gather); each row's slot (Where)
+# and the writes' coordinates (2 Adds); the flags written (Not,
+# ScatterElements) and read as the hidden slots' bias (Where); the layer
+# inputs written (Concat, ScatterElements); the output (Gemm, LogSoftmax);
+# the next slots (Gather, Where).
+TOKEN_STEP_KERNELS = {"Gather": 3, "Mul": 1, "Sub": 1, "Where": 3, "Add": 2, "Not": 1,
+                      "ScatterElements": 2, "Concat": 1, "Gemm": 1, "LogSoftmax": 1}
+
+
+def test_the_token_steps_kernels_are_the_pinned_ones(token_graphs):
+    from benchmarks.inference import VIEW_OPS
+    counts = [_counts(g) for g in token_graphs]
+    layer = per_layer(*counts)
+    assert {op: n for op, n in layer.items() if op not in VIEW_OPS} == TOKEN_LAYER_KERNELS, layer
+    outside = {op: n - 2 * layer[op] for op, n in counts[0].items() if op not in VIEW_OPS}
+    assert {op: n for op, n in outside.items() if n} == TOKEN_STEP_KERNELS, outside
