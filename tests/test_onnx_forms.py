@@ -55,3 +55,51 @@ def test_tensorflows_trace_reads_each_kernel_as_it_is(onnx):
     assert (ops.count("ConcatV2") >= 1 and ops.count("Transpose") == 1) if onnx else \
         ("ConcatV2" not in ops and "Transpose" not in ops), ops
 
+
+
+def _embedding_mul_shape(embedding, onnx):
+    """The static shape of the Mul by the embedding's scale in its trace on
+    ids `[None]` (the table's where the scaled table is gathered, the rows'
+    where the gathered rows are scaled)."""
+    ids = tf.TensorSpec([None], tf.int32)
+    with for_onnx_runtime() if onnx else contextlib.nullcontext():
+        graph = tf.function(embedding, autograph=False).get_concrete_function(ids).graph
+    muls = [op for op in graph.get_operations() if op.type == "Mul"]
+    assert len(muls) == 1, [op.type for op in graph.get_operations()]
+    return muls[0].outputs[0].shape.as_list()
+
+
+def test_a_small_tables_scale_is_taken_on_the_table_for_onnx_only_with_the_same_numbers(
+        monkeypatch):
+    """Traced for ONNX, the embedding gathers its rows from the scaled table
+    (ONNX Runtime folds it at load: no Mul in the step), the same products
+    bit for bit; for TensorFlow, and for a table over the bound, it scales
+    the rows it gathered."""
+    import keras
+
+    from txl_tf.layers import adaptive_embedding
+    from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+    keras.utils.set_random_seed(4)
+    embedding = AdaptiveEmbedding(50, 8, 8, init_std=0.7)
+    ids = tf.constant([3, 49, 0, 3])
+    plain = embedding(ids).numpy()
+    with for_onnx_runtime():
+        np.testing.assert_array_equal(embedding(ids).numpy(), plain)
+    assert _embedding_mul_shape(embedding, onnx=True) == [50, 8]
+    assert _embedding_mul_shape(embedding, onnx=False) == [None, 8]
+    monkeypatch.setattr(adaptive_embedding, "SCALED_TABLE_MAX_BYTES", 50 * 8 * 4 - 1)
+    assert _embedding_mul_shape(embedding, onnx=True) == [None, 8]
+
+
+@pytest.mark.parametrize("kind", ["float16", "projected"])
+def test_a_float16_or_projected_embedding_scales_its_rows_for_onnx_too(kind):
+    """A float16 step's scale stays on the rows (ONNX Runtime's CPU provider
+    runs its Mul unrounded, in float32), and so does a projected table's
+    (the scale after the projection)."""
+    import keras
+
+    from txl_tf.layers.adaptive_embedding import AdaptiveEmbedding
+    embedding = AdaptiveEmbedding(
+        50, 8 if kind == "float16" else 4, 8,
+        dtype=keras.DTypePolicy("mixed_float16") if kind == "float16" else None)
+    assert _embedding_mul_shape(embedding, onnx=True) == [None, 8]

@@ -5,6 +5,13 @@ import tensorflow as tf
 from txl_tf.checks.numpy_checks import InputError, check_count, out_of_range_message
 from txl_tf.errors import TxlError
 from txl_tf.layers.init import normal
+from txl_tf.layers.onnx_forms import onnx_forms
+
+# The largest table (bytes) an ONNX graph gathers scaled (`AdaptiveEmbedding`):
+# ONNX Runtime folds the scaled table into a copy of its own at load, in each
+# session that folds constants (one that does not scales it at every call); a
+# larger table (wt103_base's, 439 MB) keeps the Mul after its gather.
+SCALED_TABLE_MAX_BYTES = 4 * 2 ** 20
 
 
 def bin_bounds(n_token, cutoffs):
@@ -89,6 +96,10 @@ class AdaptiveEmbedding(keras.layers.Layer):
             if problem:
                 raise InputError(problem)
         token_ids = tf.cast(token_ids, tf.int32)
+        if self._gathers_scaled_table():
+            # The same products, taken on the table: one kernel less per step.
+            scale = tf.cast(self.emb_scale, self.compute_dtype)
+            return tf.gather(tf.cast(self.tables[0], self.compute_dtype) * scale, token_ids)
         if self.div_val == 1:
             out = self._lookup(self.tables[0], self.projs[0], token_ids)
         else:
@@ -100,6 +111,17 @@ class AdaptiveEmbedding(keras.layers.Layer):
                 out += self._lookup(table, proj, local) * tf.cast(
                     in_bin, self.compute_dtype)[..., None]
         return out * tf.cast(self.emb_scale, self.compute_dtype)
+
+    def _gathers_scaled_table(self):
+        """Whether `call` gathers from the scaled table: traced for ONNX
+        (`onnx_forms`), which folds it at load (elsewhere it would be scaled
+        again at every call), one table of at most `SCALED_TABLE_MAX_BYTES`
+        and no projection, in float32 (a float16 step's Mul runs unrounded in
+        float32 on ONNX Runtime's CPU provider: a table scaled in float16
+        would change its results there)."""
+        return (onnx_forms() and self.div_val == 1 and self.projs[0] is None
+                and self.compute_dtype == "float32"
+                and self.n_token * self.d_embed * 4 <= SCALED_TABLE_MAX_BYTES)
 
     def get_config(self):
         return {**super().get_config(), "n_token": self.n_token, "d_embed": self.d_embed,

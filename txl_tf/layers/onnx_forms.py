@@ -1,7 +1,8 @@
 """Whether the decode step is traced in the forms ONNX Runtime folds
 (`onnx_forms`): computations on weights alone (the query, key and value
-kernels joined side by side, the position kernel's per-head transpose),
-which ONNX Runtime computes once, at load, into weights of their own.
+kernels joined side by side, the position kernel's per-head transpose, a
+small embedding table scaled), which ONNX Runtime computes once, at load,
+into weights of their own.
 
 TensorFlow's graphs (a SavedModel, eager, `tf.function`) would compute them
 again at every step, copying the kernels: there a token takes forms that
