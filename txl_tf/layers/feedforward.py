@@ -53,6 +53,17 @@ class PositionwiseFeedForward(keras.layers.Layer):
         if self.pre_lnorm:
             core = fused_layer_norm(self.layer_norm, inputs) if fused else self.layer_norm(inputs)
         core = self.drop_1(tf.nn.relu(self._affine(self.layer_1, core)), training=training)
+        if fused and not self.pre_lnorm and inputs.shape.rank == 2 \
+                and self.layer_2.quantization_mode is None and self.compute_dtype == "float32":
+            # A token's rows (the decode step): the bias added in the norm
+            # (`fused_add_layer_norm`), the same sums in the same order here:
+            # no Gemm, whose bias ONNX Runtime's CUDA provider broadcasts with
+            # a cuBLAS call of its own. (float32: its CPU provider fuses no
+            # float16 norm, where the bias would be an Add of its own.)
+            dtype = self.compute_dtype
+            core = keras.ops.matmul(core, tf.cast(self.layer_2.kernel, dtype))
+            return fused_add_layer_norm(self.layer_norm, inputs, core,
+                                        tf.cast(self.layer_2.bias, dtype))
         core = self.drop_2(self._affine(self.layer_2, core), training=training)
         if self.pre_lnorm:
             return inputs + core

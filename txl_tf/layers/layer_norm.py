@@ -39,19 +39,27 @@ def fused_layer_norm(layer, x):
             + tf.cast(layer.beta, layer.compute_dtype))
 
 
-def fused_add_layer_norm(layer, x, residual):
-    """`layer(x + residual)` as `fused_layer_norm`, rows `[B, d]` added as
-    `[B, 1, d]`: ONNX Runtime fuses only 3-D adds into its norm.
+def fused_add_layer_norm(layer, x, residual, bias=None):
+    """`layer(x + residual)`, or `layer(x + (residual + bias))`, as
+    `fused_layer_norm`, rows `[B, d]` added as `[B, 1, d]`: ONNX Runtime
+    fuses only 3-D adds into its norm. A `bias` is added to the 3-D residual:
+    ONNX Runtime takes it into the norm too, where a bias added to a matmul's
+    rows would make them a `Gemm`, whose bias its CUDA provider broadcasts
+    with a cuBLAS call of its own (a kernel per step).
 
     Args:
         layer: the `LayerNormalization` whose `gamma`, `beta` and `epsilon`
             are used.
         x, residual: the inputs `[..., d]`, of one shape.
+        bias: None, or `[d]`, added to `residual`.
 
     Returns:
         The normalized sum, of `x`'s shape.
     """
     if x.shape.rank != 2:
-        return fused_layer_norm(layer, x + residual)
-    rows = tf.expand_dims(x, 1) + tf.expand_dims(residual, 1)
+        return fused_layer_norm(layer, x + (residual if bias is None else residual + bias))
+    residual = tf.expand_dims(residual, 1)
+    if bias is not None:
+        residual += bias
+    rows = tf.expand_dims(x, 1) + residual
     return tf.squeeze(fused_layer_norm(layer, rows), 1)
