@@ -183,6 +183,9 @@ GENERATE_CASES = [  # (id, call(backend), message pattern): the decoder and both
     ("no_prompts", _generate(prompts=[]), r"prompts must be a non-empty list"),
     ("empty_prompt", _generate(prompts=[[1], []]), r"prompt 1 must be a non-empty 1-D"),
     ("float_prompt", _generate(prompts=[[1.5]]), r"prompt 0 must hold integer ids"),
+    # numpy counts timedelta64 among its integers: durations were read as ids
+    ("timedelta_prompt", _generate(prompts=np.array([[1, 2]], "m8[s]")),
+     r"prompt 0 must hold integer ids, got dtype timedelta64\[s\]"),
     ("id_too_large", _generate(prompts=[[1, 256]]),
      r"prompt 0: id 256 at position 1 is out of range for a vocabulary of 256"),
     ("negative_id", _generate(prompts=[[-1]]), r"prompt 0: id -1 at position 0"),

@@ -20,6 +20,12 @@ class InputError(TxlError):
     ag_pass_through = True
 
 
+def is_integer_dtype(dtype):
+    """Whether `dtype` is a signed or unsigned integer dtype: not a bool,
+    nor a timedelta64 (which numpy counts among its integers)."""
+    return np.dtype(dtype).kind in "iu"
+
+
 def out_of_range_message(ids, n_token, name="token"):
     """Names the first id of a numpy array outside `[0, n_token)`, or None."""
     if ids.size <= SMALL:  # a few ids (a decode step's): Python's min and max are faster
@@ -129,7 +135,7 @@ def check_id_array(token_ids, n_token, name="token_ids", error=InputError):
         An int32 numpy array.
     """
     ids = as_array(token_ids, name, error)
-    if ids.dtype.kind not in "iu":  # signed or unsigned integers (not bool, kind "b")
+    if not is_integer_dtype(ids.dtype):
         raise error(f"{name} must have an integer dtype, got {ids.dtype}")
     if ids.ndim != 2 or 0 in ids.shape:
         raise error(f"{name} must be a non-empty [batch, length] array, got shape {ids.shape}")
@@ -144,8 +150,7 @@ def check_rows(rows, batch_size, error=InputError):
     1-D list of integers in `[0, batch_size)` (a gather past the batch is
     an error on a CPU but zeros on a GPU)."""
     index = np.asarray(rows)
-    if index.ndim != 1 or index.size == 0 or index.dtype == np.bool_ or \
-            not np.issubdtype(index.dtype, np.integer):
+    if index.ndim != 1 or index.size == 0 or not is_integer_dtype(index.dtype):
         raise error(f"rows must be a non-empty 1-D list of row indices, got {rows!r}")
     if index.min() < 0 or index.max() >= batch_size:
         raise error(f"rows must lie in [0, {batch_size}) (the batch), got {index.tolist()}")

@@ -16,7 +16,8 @@ import types
 import keras
 import numpy as np
 
-from txl_tf.checks.numpy_checks import InputError, lengths_problem, out_of_range_message
+from txl_tf.checks.numpy_checks import (InputError, is_integer_dtype, lengths_problem,
+                                        out_of_range_message)
 
 
 def is_python_batches(x):
@@ -58,14 +59,14 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
     ids = np.asarray(inputs["token_ids"] if isinstance(inputs, dict) else inputs)
     if rows is not None and ids.ndim and ids.shape[0] != rows:
         raise InputError(f"{method}: a batch of {ids.shape[0]} rows; {fix}")
-    if not np.issubdtype(ids.dtype, np.integer):
+    if not is_integer_dtype(ids.dtype):
         raise InputError(f"token_ids must be integers, got {ids.dtype} in a batch")
     problem = out_of_range_message(ids, n_token)
     if problem is None and isinstance(inputs, dict) and "lengths" in inputs:  # a classifier's
         problem = lengths_problem(np.asarray(inputs["lengths"]), ids)  # XLA drops the step's
     if problem is None and targets and labels is not None:
         labels = np.asarray(labels)
-        if np.issubdtype(labels.dtype, np.integer):  # one target per id, as `check_targets`
+        if is_integer_dtype(labels.dtype):  # one target per id, as `check_targets`
             problem = out_of_range_message(labels, n_token, "target") or (
                 None if labels.shape == ids.shape else
                 f"targets have shape {labels.shape} but token_ids have shape {ids.shape}: "

@@ -20,7 +20,7 @@ import numpy as np
 
 from txl_tf.app.files import replacing
 from txl_tf.app.reprs import fields_repr
-from txl_tf.checks.numpy_checks import check_count
+from txl_tf.checks.numpy_checks import check_count, is_integer_dtype
 from txl_tf.errors import TxlError
 
 CMAP = "viridis"
@@ -75,7 +75,7 @@ def segment_attention(core, token_ids, layer, segment=-1, seg_len=None, mem_len=
     from txl_tf.checks.inputs import InputError, out_of_range_message
     cfg = core.config
     ids = np.asarray(token_ids)
-    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+    if ids.ndim != 1 or ids.size == 0 or not is_integer_dtype(ids.dtype):
         raise TxlError(f"token_ids must be a non-empty 1-D sequence of integers, got shape "
                        f"{ids.shape} and dtype {ids.dtype}")
     problem = out_of_range_message(ids, cfg.n_token)  # before the int32 cast wraps them

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import InputError, checked_data, input_errors
+from txl_tf.checks.numpy_checks import is_integer_dtype
 from txl_tf.checks.python_batches import is_python_batches, map_python_batches
 from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
@@ -348,7 +349,7 @@ def _checked_labels(x, y, num_classes):
 
 def _check_label_values(values, num_classes):
     """Raises `InputError` for an integer class label outside `[0, num_classes)`."""
-    if not np.issubdtype(values.dtype, np.integer):  # one-hot or probabilities
+    if not is_integer_dtype(values.dtype):  # one-hot or probabilities
         return
     bad = values[(values < 0) | (values >= num_classes)]
     if bad.size:

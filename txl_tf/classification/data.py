@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.progress import show_bar, tqdm_bar
-from txl_tf.checks.numpy_checks import MAX_POSITIONS
+from txl_tf.checks.numpy_checks import MAX_POSITIONS, is_integer_dtype
 from txl_tf.classification.labels import LabelSet, UnknownLabelError
 from txl_tf.data.corpora import PROGRESS_MIN_BYTES, CorpusNotFoundError
 from txl_tf.errors import TxlError
@@ -596,7 +596,7 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
     if not isinstance(documents, tf.RaggedTensor):
         rows = [np.asarray(d) for d in documents]
         for i, row in enumerate(rows):
-            if row.ndim != 1 or (row.size and not np.issubdtype(row.dtype, np.integer)):
+            if row.ndim != 1 or (row.size and not is_integer_dtype(row.dtype)):
                 raise TxlError(f"document {i} must be a 1-D sequence of ints, got "
                                f"shape {row.shape} dtype {row.dtype}")
         lengths = np.array([r.size for r in rows], np.int64)
@@ -614,7 +614,7 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
     if label_ids is not None:
         label_ids = np.asarray(label_ids)
         if label_ids.shape != (lengths.size,) or (
-                label_ids.size and not np.issubdtype(label_ids.dtype, np.integer)):
+                label_ids.size and not is_integer_dtype(label_ids.dtype)):
             raise TxlError(f"label_ids must be {lengths.size} ints, got shape "
                            f"{label_ids.shape} dtype {label_ids.dtype}")
         label_ids = label_ids.astype(np.int32)

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.memory_budget import check_bytes
-from txl_tf.checks.numpy_checks import check_count
+from txl_tf.checks.numpy_checks import check_count, is_integer_dtype
 from txl_tf.data.stream import device_prefetch
 from txl_tf.errors import TxlError
 
@@ -28,7 +28,7 @@ _BYTES_PER_DOCUMENT = 48
 def _check_document(i, doc):
     """Raises `TxlError` naming document `i` (a numpy array) unless it is
     1-D, of at least 2 integer ids, each in `[0, int32 max]`."""
-    if doc.ndim != 1 or doc.size < 2 or not np.issubdtype(doc.dtype, np.integer):
+    if doc.ndim != 1 or doc.size < 2 or not is_integer_dtype(doc.dtype):
         raise TxlError(f"document {i} must be a 1-D sequence of at least 2 integer ids, "
                        f"got shape {doc.shape} and dtype {doc.dtype}")
     if doc.min() < 0:
@@ -62,7 +62,7 @@ def _checked(documents):
     docs = [np.asarray(d) for d in documents]
     if not docs:
         raise TxlError("no documents: the dataset would be empty")
-    integer = {t: np.issubdtype(t, np.integer) for t in {doc.dtype for doc in docs}}
+    integer = {t: is_integer_dtype(t) for t in {doc.dtype for doc in docs}}
     sizes = np.fromiter((doc.size if doc.ndim == 1 and integer[doc.dtype] else 0
                          for doc in docs), np.int64, len(docs))
     short = np.flatnonzero(sizes < 2)  # or of another shape or dtype

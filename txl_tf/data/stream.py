@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.memory_budget import check_bytes
-from txl_tf.checks.numpy_checks import as_array, check_count, check_flag
+from txl_tf.checks.numpy_checks import as_array, check_count, check_flag, is_integer_dtype
 from txl_tf.errors import TxlError
 
 
@@ -43,7 +43,7 @@ def _check_ids(ids) -> np.ndarray:
                                                             "ids are one 1-D sequence")
     if arr.ndim != 1:
         raise TxlError(f"ids must be 1-D, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+    if arr.size and not is_integer_dtype(arr.dtype):
         raise TxlError(f"ids must be integers, got dtype {arr.dtype}")
     return arr
 

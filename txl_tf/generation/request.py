@@ -5,7 +5,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from txl_tf.app.reprs import fields_repr
-from txl_tf.checks.numpy_checks import as_array, check_count  # noqa: F401 (check_count re-exported)
+from txl_tf.checks.numpy_checks import (  # noqa: F401 (check_count re-exported)
+    as_array, check_count, is_integer_dtype)
 from txl_tf.errors import TxlError
 from txl_tf.generation import sampling_numpy
 from txl_tf.generation.sampling_settings import Sampling
@@ -122,7 +123,7 @@ def check_prompts(prompts, n_token):
         if ids.ndim != 1 or ids.size == 0:
             raise TxlError(f"prompt {i} must be a non-empty 1-D sequence of ids, got shape "
                            f"{ids.shape}")
-        if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+        if not is_integer_dtype(ids.dtype):
             raise TxlError(f"prompt {i} must hold integer ids, got dtype {ids.dtype}")
         bad = np.flatnonzero((ids < 0) | (ids >= n_token))
         if bad.size:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 import numpy as np
 
 from txl_tf.app.files import parse_json
-from txl_tf.checks.numpy_checks import as_array
+from txl_tf.checks.numpy_checks import as_array, is_integer_dtype
 from txl_tf.errors import TxlError
 
 if TYPE_CHECKING:
@@ -246,7 +246,7 @@ class Tokenizer:
             raise TxlError(f"decode takes a 1-D sequence of ids, got shape {arr.shape}")
         if arr.size == 0:
             return arr.astype(np.int64)
-        if not np.issubdtype(arr.dtype, np.integer):
+        if not is_integer_dtype(arr.dtype):
             raise TxlError(f"decode takes integer ids, got dtype {arr.dtype}")
         bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
         if bad.size:
