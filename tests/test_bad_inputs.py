@@ -142,6 +142,8 @@ def test_core_rejects(prepared, ids, memory, pattern):
 # ----------------------------------------------------------------- runtimes
 RUNTIME_CASES = [  # (id, call(runtime), message pattern)
     ("float_ids", lambda rt: rt.step(IDS.astype(np.float32)), r"integer dtype, got float32"),
+    ("masked_ids", lambda rt: rt.step(np.ma.masked_equal(IDS, 6)),
+     r"token_ids is a masked array with masked entries"),
     ("id_too_large", lambda rt: rt.step(np.array([[1, 256]])),
      r"token_ids: id 256 at position \(0, 1\) is out of range .* 256 tokens"),
     ("negative_id", lambda rt: rt.step(np.array([[-1, 2]])), r"id -1 at position \(0, 0\)"),
@@ -186,6 +188,9 @@ GENERATE_CASES = [  # (id, call(backend), message pattern): the decoder and both
     # numpy counts timedelta64 among its integers: durations were read as ids
     ("timedelta_prompt", _generate(prompts=np.array([[1, 2]], "m8[s]")),
      r"prompt 0 must hold integer ids, got dtype timedelta64\[s\]"),
+    # prompts of two lengths as a masked array: the masked 0 was read as an id
+    ("masked_prompt", _generate(prompts=np.ma.array([[1, 2], [3, 0]], mask=[[0, 0], [0, 1]])),
+     r"prompt 1 is a masked array with masked entries, whose mask would be ignored"),
     ("id_too_large", _generate(prompts=[[1, 256]]),
      r"prompt 0: id 256 at position 1 is out of range for a vocabulary of 256"),
     ("negative_id", _generate(prompts=[[-1]]), r"prompt 0: id -1 at position 0"),

@@ -108,7 +108,12 @@ def check_finite_outputs(values, what="log-probs"):
 def as_array(value, name, error=InputError, fix="pad them to one length"):
     """`value` (array-like or tensor) as a numpy array, or `error` naming
     `name` (and `fix`, what to do) for nested rows of other lengths (a
-    `tf.RaggedTensor`'s `.numpy()` is an object array of its rows)."""
+    `tf.RaggedTensor`'s `.numpy()` is an object array of its rows), or for a
+    numpy masked array with masked entries (numpy would drop the mask and
+    the entries would be read as ids)."""
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        raise error(f"{name} is a masked array with masked entries, whose mask would be "
+                    f"ignored: pass only the ids (rows of other lengths as a list of rows)")
     try:
         if not hasattr(value, "numpy"):
             return np.asarray(value)
