@@ -268,6 +268,20 @@ def test_a_rerun_that_fails_before_its_save_keeps_the_saved_models_log(trained, 
     assert len((run / "train_log.jsonl").read_text().splitlines()) == 2
 
 
+def test_the_job_shows_its_progress_unless_told_not_to(trained, tmp_path, capsys):
+    """Training and the final evaluation report progress on stderr (lines in a
+    log); `--noprogress` quiets both, as it does the other jobs."""
+    _, options, _ = trained
+    base = dict(d_model=8, n_layer=1, tgt_len=8, batch_size=2, train_steps=2,
+                eval_max_segments=1, **options)
+    train_lstm.run(model_dir=str(tmp_path / "shown"), **base)
+    err = capsys.readouterr().err
+    assert "training the LSTM: 2/2 (100%)" in err and "evaluating valid: 1/1 (100%)" in err, err
+    train_lstm.run(model_dir=str(tmp_path / "quiet"), progress=False, **base)
+    err = capsys.readouterr().err
+    assert "training the LSTM" not in err and "evaluating" not in err, err
+
+
 def test_an_eval_batch_too_large_for_the_valid_split_is_refused_before_training(tmp_path):
     """`--eval_batch_size` larger than the valid split can hold was refused
     only after the whole training run (the transformer job checks first)."""

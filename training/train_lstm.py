@@ -47,6 +47,8 @@ SPEC = (
     option("bool", "final_eval", True, "Evaluate on the valid split at the end."),
     option("integer", "eval_batch_size", 8, "Streams during evaluation."),
     option("integer", "eval_max_segments", None, "Evaluate only this many segments."),
+    option("bool", "progress", None, "Show progress on stderr (default: a bar on a terminal, "
+           "else a line every 10%; --noprogress: none)."),
 )
 
 
@@ -108,7 +110,8 @@ def run(**options):
     from txl_tf.learning.schedule import WarmupCosineDecay
 
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
-                         inputs.parse_options(o["corpus_option"]))
+                         inputs.parse_options(o["corpus_option"]),
+                         progress=False if o["progress"] is False else None)
     train_ids = inputs.check_split(corpus, "train", o["batch_size"], o["tgt_len"], "training")
     if o["final_eval"]:
         inputs.check_valid_split(corpus, o["eval_batch_size"], "--nofinal_eval")
@@ -146,7 +149,7 @@ def run(**options):
     previous_log = set_aside_log(o["model_dir"], lstm_folder(o["model_dir"]) is not None)
     dataset = segment_dataset(train_ids, o["batch_size"], o["tgt_len"])
     start, losses = time.time(), []
-    progress = cli.Progress("training the LSTM")
+    progress = cli.Progress("training the LSTM", enabled=o["progress"] is not False)
     with open(log_path, "w", encoding="utf-8") as log:
         for step, (inputs_, labels) in enumerate(dataset.take(o["train_steps"]), start=1):
             losses.append(float(train_step(inputs_, labels)))
@@ -164,7 +167,9 @@ def run(**options):
     final = None
     if o["final_eval"]:
         final = evaluate_ids(model, corpus.valid, batch_size=o["eval_batch_size"],
-                             max_segments=o["eval_max_segments"])
+                             max_segments=o["eval_max_segments"],
+                             progress=cli.Progress("evaluating valid",
+                                                   enabled=o["progress"] is not False))
         print(f"valid bpc {final['bpc']:.4f}, ppl {final['ppl']:.3f}", flush=True)
     return {"step": o["train_steps"], "parameters": params, "export_dir": export_dir,
             "model_dir": o["model_dir"], "final_eval": final}
