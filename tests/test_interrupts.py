@@ -424,6 +424,29 @@ def test_a_stop_under_the_terminal_bar_is_said_on_lines_of_its_own(monkeypatch, 
     assert capfd.readouterr().out.endswith("\n")  # stopped at step 1 of 10
 
 
+def test_an_error_under_the_terminal_bar_is_on_a_line_of_its_own(monkeypatch, capfd):
+    """`txl-train` on a terminal: an error during `fit` (no `on_train_end`)
+    printed its `error:` line after the Keras bar's frame, on its line."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+    from training import callbacks
+    from txl_tf.app import exits
+    bar = callbacks.ProgressBar(10)
+    bar.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.constant(0))))
+    bar.on_train_begin()
+    bar.on_train_batch_begin(0)
+    bar.on_train_batch_end(0, {"loss": 1.0})
+    capfd.readouterr()
+    with pytest.raises(SystemExit):
+        exits.fail("the disk is full")
+    out, err = capfd.readouterr()
+    assert out == "\n" and err == "error: the disk is full\n", (out, err)
+    with pytest.raises(SystemExit):  # the line is ended once
+        exits.fail("again")
+    assert capfd.readouterr().out == ""
+
+
 @pytest.mark.parametrize("terminals,after_bar", [("stdout", None), ("both", False)])
 def test_the_stop_starts_no_empty_line_where_no_bar_holds_it(monkeypatch, capfd, terminals,
                                                              after_bar):

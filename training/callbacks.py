@@ -448,9 +448,11 @@ class ProgressBar(GlobalStep):
         self.bar = keras.utils.Progbar(self.total, stateful_metrics=self.metrics + ("compile_s",),
                                        unit_name="step")
         self.bar.update(self.step)  # a resumed run starts where it stopped
+        progress_lib.open_line(self, lambda: print(flush=True))  # an error ends its line
 
     def on_train_end(self, logs=None):
         super().on_train_end(logs)
+        progress_lib.closed_line(self)
         if self.bar is not None and self.step < self.total:  # stopped: the line is left open
             print(flush=True)
 

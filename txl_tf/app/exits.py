@@ -36,6 +36,7 @@ def fail(message):
     """Prints `error: <message>` to stderr and exits with status 2."""
     try:
         sys.stdout.flush()
+        close_bars()  # the line on a line of its own, not after a bar's frame
         print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
     except BrokenPipeError:
         reader_gone()

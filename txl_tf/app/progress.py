@@ -85,9 +85,33 @@ def progress_bar(progress, large, *args, **kwargs):
     return tqdm_bar(*args, disable=not show_bar(progress, large, kwargs.get("file")), **kwargs)
 
 
+# How to end the line of each other bar still drawn (`open_line`): Keras's
+# `Progbar` under `txl-train` leaves its frame on stdout's line until done.
+_OPEN_LINES = {}
+
+
+def open_line(owner, end):
+    """Notes that `owner`'s bar holds a line that `end()` ends, until
+    `closed_line(owner)`: `close_bars` ends it before an error or
+    `interrupted` is printed."""
+    _OPEN_LINES[id(owner)] = end
+
+
+def closed_line(owner):
+    """`owner`'s bar ended its line (or never drew one)."""
+    _OPEN_LINES.pop(id(owner), None)
+
+
 def close_bars():
-    """Closes the tqdm bars still drawn (a Ctrl-C leaves a job's bar open:
-    what is printed next would follow its frame on its line)."""
+    """Closes the bars still drawn (an error or a Ctrl-C leaves a job's bar
+    open: what is printed next would follow its frame on its line): the tqdm
+    bars, and the lines `open_line` noted."""
+    for end in list(_OPEN_LINES.values()):
+        try:
+            end()
+        except (OSError, ValueError, AttributeError):  # its stream gone: nothing to end
+            pass
+    _OPEN_LINES.clear()
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
         try:
