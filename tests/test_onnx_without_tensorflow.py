@@ -376,3 +376,32 @@ def test_the_generate_job_on_an_onnx_export_runs_without_tensorflow(model_onnx,
     assert "pip install sentencepiece" in said["sentencepiece"]["stderr"]
     assert "needs TensorFlow" in said["keras"]["stderr"] and "ONNX export" in said["keras"][
         "stderr"]
+
+
+def test_the_generate_job_draws_no_bar_where_tqdm_is_not_installed(model_onnx, capfd):
+    """The serving box's packages hold no tqdm: where the job would draw its
+    bar (stderr a terminal, stdout a file: `bar=True`) it generates without
+    one (with `--progress`: its lines), not a ModuleNotFoundError."""
+    from training.generate import run
+    options = dict(model=str(model_onnx.parent), prompt="the company said", num_tokens=8,
+                   temperature=0.8, seed=7)
+    out = _run_without_tensorflow(f"""
+        import json, sys
+        class NoTqdm:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "tqdm":
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, NoTqdm())
+        import contextlib, io
+        from training.generate import run
+        said = []
+        for progress in (None, True):
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                said.append([run(bar=True, progress=progress, **{options!r}), err.getvalue()])
+        print(json.dumps(said))
+    """)
+    capfd.readouterr()
+    text = run(progress=False, **options)
+    (quiet, quiet_err), (lines, lines_err) = json.loads(out)
+    assert quiet == lines == text and text.strip()
+    assert quiet_err == "" and lines_err.splitlines()[-1] == "generating: 8/8 (100%)", lines_err
