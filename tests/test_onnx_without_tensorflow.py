@@ -302,3 +302,106 @@ def test_the_xla_backend_without_tensorflow_is_one_error_line():
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and lines[-1].startswith(
         "error: --backends=xla needs TensorFlow") and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_export(tmp_path_factory):
+    """An ONNX export whose vocab/ is a SentencePiece model."""
+    root = tmp_path_factory.mktemp("spm")
+    spm = SentencePieceTokenizer.train(texts=_real_text("tinyshakespeare.txt", 20_000),
+                                       vocab_size=400)
+    config = TransformerXLConfig.preset("tiny", n_token=spm.vocab_size, mem_len=4)
+    save_pretrained(TransformerXL(config), root / "model", spm)
+    run_export(str(root / "out"), str(root / "model"), formats=("onnx",), verify=False)
+    return root / "out"
+
+
+# Runs `python -m training.generate` command lines in forked children of a
+# process where TensorFlow cannot be imported; "-c" cases run code first.
+GENERATE_WITHOUT_TENSORFLOW = textwrap.dedent("""
+    import json, sys
+    from tests.cli_runner import run_forked
+    import training.generate  # noqa: F401  (imported once, before the forks)
+    print(json.dumps([run_forked(module, args, 120) for module, args in json.loads(sys.argv[1])]))
+""")
+NO_SENTENCEPIECE = textwrap.dedent("""
+    import runpy, sys
+    class NoSentencePiece:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "sentencepiece":
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    sys.meta_path.insert(0, NoSentencePiece())
+    sys.argv = ["generate", *sys.argv[1:]]
+    runpy.run_module("training.generate", run_name="__main__", alter_sys=True)
+""")
+
+
+def test_the_generate_job_on_an_onnx_export_runs_without_tensorflow(model_onnx,
+                                                                   sentencepiece_export, jobs):
+    """`python -m training.generate --model=<export>` prints the same text
+    without TensorFlow as with it (greedy; sampled with a seed, top-k/top-p,
+    a repetition penalty and a stop id); a SentencePiece vocab/ (its encode
+    needs tensorflow-text; without sentencepiece it cannot load) and a Keras
+    model directory are one `error:` line each, naming what to install."""
+    export_dir = model_onnx.parent
+    runs = {"greedy": [f"--model={export_dir}", "--prompt=the company said", "--num_tokens=12",
+                       "--greedy"],
+            "sampled": [f"--model={model_onnx}", "--prompt=the company said",
+                        "--num_tokens=16", "--temperature=0.8", "--top_k=20", "--top_p=0.9",
+                        "--repetition_penalty=1.3", "--seed=7", "--stop_ids=5"]}
+    failing = {"tensorflow-text": ("training.generate", [f"--model={sentencepiece_export}",
+                                                         "--prompt=First Citizen", "--greedy"]),
+               "sentencepiece": ("-c", [NO_SENTENCEPIECE, f"--model={sentencepiece_export}",
+                                        "--prompt=First Citizen", "--greedy"]),
+               "keras": ("training.generate", [f"--model={export_dir.parent / 'model'}",
+                                               "--prompt=the company said"])}
+    cases = [("training.generate", args) for args in runs.values()] + list(failing.values())
+    code = BLOCK + GENERATE_WITHOUT_TENSORFLOW
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = dict(zip([*runs, *failing], json.loads(done.stdout)))
+    for name, args in runs.items():
+        with_tf = jobs.run("training.generate", args, check=True)
+        assert said[name]["returncode"] == 0, said[name]["stderr"][-3000:]
+        assert said[name]["stdout"] == with_tf.stdout, name
+        assert with_tf.stdout.startswith("the company said ") and with_tf.stdout.strip() != (
+            "the company said"), with_tf.stdout
+    for needs in failing:
+        out = said[needs]
+        lines = out["stderr"].strip().splitlines()
+        assert out["returncode"] == 2 and "Traceback" not in out["stderr"], out["stderr"]
+        assert lines[-1].startswith("error: ") and out["stdout"] == "", out
+    assert "pip install tensorflow-text" in said["tensorflow-text"]["stderr"]
+    assert "pip install sentencepiece" in said["sentencepiece"]["stderr"]
+    assert "needs TensorFlow" in said["keras"]["stderr"] and "ONNX export" in said["keras"][
+        "stderr"]
+
+
+def test_the_generate_job_draws_no_bar_where_tqdm_is_not_installed(model_onnx, capfd):
+    """The serving box's packages hold no tqdm: where the job would draw its
+    bar (stderr a terminal, stdout a file: `bar=True`) it generates without
+    one (with `--progress`: its lines), not a ModuleNotFoundError."""
+    from training.generate import run
+    options = dict(model=str(model_onnx.parent), prompt="the company said", num_tokens=8,
+                   temperature=0.8, seed=7)
+    out = _run_without_tensorflow(f"""
+        import json, sys
+        class NoTqdm:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "tqdm":
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, NoTqdm())
+        import contextlib, io
+        from training.generate import run
+        said = []
+        for progress in (None, True):
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                said.append([run(bar=True, progress=progress, **{options!r}), err.getvalue()])
+        print(json.dumps(said))
+    """)
+    capfd.readouterr()
+    text = run(progress=False, **options)
+    (quiet, quiet_err), (lines, lines_err) = json.loads(out)
+    assert quiet == lines == text and text.strip()
+    assert quiet_err == "" and lines_err.splitlines()[-1] == "generating: 8/8 (100%)", lines_err

@@ -66,11 +66,16 @@ def continue_ids(model, prompt_ids, num_tokens, mem_len=None, temperature=1.0, t
     `generate` method (a `Decoder`, an export runtime). `progress(done,
     total)` and `stream(ids [1, c])` see each chunk; other `options` go to
     `generate` (top_p, repetition_penalty, stop_ids)."""
-    from txl_tf import Decoder, TransformerXL
     prompt = np.asarray(prompt_ids, dtype=np.int32).reshape(1, -1)
     if prompt.size == 0:
         raise TxlError("the prompt must hold at least one token")
-    backend = Decoder(model, mem_len=mem_len) if isinstance(model, TransformerXL) else model
+    backend = model
+    # A core's class is imported once a core exists: an export's runtime
+    # (maybe on a box without TensorFlow) is never asked to import it.
+    core = sys.modules.get("txl_tf.core")
+    if core is not None and isinstance(model, core.TransformerXL):
+        from txl_tf import Decoder
+        backend = Decoder(model, mem_len=mem_len)
 
     stops = {int(i) for i in options.get("stop_ids") or ()}
 
@@ -160,6 +165,33 @@ def _is_export(path):
         for name in ("saved_model.pb", "model.onnx", os.path.join("saved_model", "saved_model.pb")))
 
 
+def _needs_tensorflow(path):
+    """Whether `--model` at `path` needs TensorFlow: all but an ONNX export
+    (which ONNX Runtime serves)."""
+    if not _is_export(path):
+        return True
+    from export.runtime import choose_artefact
+    try:
+        return choose_artefact(path)[0] != "onnx"
+    except (OSError, ValueError):  # `_load` names what is wrong
+        return True
+
+
+def _import_tensorflow(path):
+    """TensorFlow, imported quietly; a box without it is one `TrainingError`."""
+    try:
+        cli.quiet_tensorflow_import()
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] != "tensorflow":
+            raise
+        if not os.path.exists(path):
+            raise TrainingError(f"--model {path!r} does not exist") from None
+        raise TrainingError(f"--model {path}: a model directory, training run or SavedModel "
+                            f"needs TensorFlow, which is not installed ({missing}); without "
+                            f"it, pass an ONNX export (its model.onnx or the export job's "
+                            f"folder)") from None
+
+
 def _export_vocab(path):
     """The tokenizer folder of an export: beside the ONNX file or in the
     export folder (`vocab/`), or the SavedModel's `assets/`."""
@@ -208,7 +240,8 @@ def run(write=None, bar=None, **options):
     stderr is a terminal."""
     o = merge(SPEC, options)
     _check_options(o)
-    cli.quiet_tensorflow_import()
+    if _needs_tensorflow(o["model"] or o["model_dir"]):
+        _import_tensorflow(o["model"] or o["model_dir"])
     from txl_tf.checks.memory_budget import check_new_ids
     check_new_ids(1, o["num_tokens"], what="--num_tokens", advice="lower --num_tokens",
                   buffer=_loop_buffer(o["model"] or o["model_dir"], o["num_tokens"]))
@@ -222,10 +255,19 @@ def run(write=None, bar=None, **options):
         raise TrainingError(f"--stop_ids must be ids below the vocabulary size "
                             f"{config.n_token}, got {max(stop_ids)}")
     from training import inputs
-    tokenizer = inputs.model_tokenizer(name, vocab_dir, config)
+    try:
+        tokenizer = inputs.model_tokenizer(name, vocab_dir, config)
+    except ImportError as err:  # a SentencePiece vocab/ without the sentencepiece package
+        if isinstance(err, ModuleNotFoundError):  # not one that names the package
+            raise
+        raise TrainingError(f"{name}: {err}") from None
     try:
         tokenizer.encode(o["prompt"])
     except ValueError as err:  # e.g. a word outside a vocabulary without <unk>
+        raise TrainingError(f"--prompt cannot be encoded: {err}") from None
+    except ImportError as err:  # SentencePiece's encode without tensorflow-text
+        if isinstance(err, ModuleNotFoundError):
+            raise
         raise TrainingError(f"--prompt cannot be encoded: {err}") from None
     if callable(model):
         from txl_tf.checks.memory_budget import check_fits

@@ -1,10 +1,14 @@
-"""Loading a corpus for a job, with checks that name the problem."""
+"""Loading a corpus for a job, with checks that name the problem.
+
+`model_tokenizer` needs no TensorFlow (`training.generate` on an ONNX
+export, on a box without it); the corpus (`txl_tf.data`) does.
+"""
 import numpy as np
 
 from training.errors import TrainingError
 from txl_tf.app.paths import path_in_the_way
-from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
-from txl_tf.weights.model_dir import ModelDirError, load_vocab
+from txl_tf.errors import ModelDirError
+from txl_tf.text.model_vocab import load_vocab
 
 
 def parse_options(items):
@@ -37,6 +41,7 @@ def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None, p
     """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`;
     `tokenizer`: a trained model's, to read the corpus with; `progress`:
     False for no bar or lines while it is read (None: the default)."""
+    from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
     in_the_way = cache_dir and path_in_the_way("cache_dir", cache_dir)  # a file in the way
     if in_the_way:
         raise TrainingError(in_the_way)

@@ -147,20 +147,20 @@ class Progress:
     """A `progress(done, total)` callback for long loops.
 
     On a terminal (or with `bar=True`) a tqdm bar on `stream` (stderr);
-    otherwise, when `lines` is true, a line at every ~10% (`desc: 3/30 (10%)`),
-    never more than 11 lines, so logs stay short. `enabled=False` shows nothing.
+    otherwise, or where tqdm is not installed (an ONNX serving box), when
+    `lines` is true, a line at every ~10% (`desc: 3/30 (10%)`), never more
+    than 11 lines, so logs stay short. `enabled=False` shows nothing.
     """
 
     def __init__(self, desc, enabled=True, lines=True, stream=None, bar=None):
         self.desc, self.stream = desc, stream or sys.stderr
         self.bar_mode = enabled and (interactive(self.stream) if bar is None else bar)
-        self.lines = enabled and lines and not self.bar_mode
+        self._lines_asked = enabled and lines
+        self.lines = self._lines_asked and not self.bar_mode
         self._bar, self._next = None, 0
 
     def __call__(self, done, total):
-        if self.bar_mode:
-            self._update_bar(done, total)
-        else:
+        if not (self.bar_mode and self._update_bar(done, total)):
             self.report(done, total, f"{done}/{total}")
 
     def report(self, done, total, count):
@@ -172,9 +172,17 @@ class Progress:
             self._next = (done // step + 1) * step
 
     def _update_bar(self, done, total):
+        """Draws the bar; False where tqdm is not installed (from then on: lines, if asked)."""
         if self._bar is None:
-            self._bar = tqdm_bar(total=total, desc=self.desc, file=self.stream, leave=False)
+            try:
+                self._bar = tqdm_bar(total=total, desc=self.desc, file=self.stream, leave=False)
+            except ModuleNotFoundError as missing:
+                if (missing.name or "").split(".")[0] != "tqdm":
+                    raise
+                self.bar_mode, self.lines = False, self._lines_asked
+                return False
         self._bar.update(done - self._bar.n)
         if done >= total:
             self._bar.close()
             self._bar = None
+        return True

@@ -22,6 +22,7 @@ from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.errors import ModelDirError  # also re-exported (export, training import it from here)
 from txl_tf.errors import TxlError
 from txl_tf.layers.init import skip_random_init
+from txl_tf.text.model_vocab import check_vocab, load_vocab  # noqa: F401  (re-exported)
 from txl_tf.weights import checkpoints
 from txl_tf.weights.shipped import SHIPPED, shipped_model_dir
 
@@ -246,48 +247,6 @@ def _refuse_quantized(core, path):
             f"cannot load weights {path!r}: it holds an {mode}-quantized model ({name}), "
             f"and a job reads float weights into a core built from the config; pass the "
             f"model's file from before quantize()")
-
-
-def load_vocab(vocab_dir, config):
-    """The tokenizer in a model's `vocab_dir`, checked against the model's
-    `config`: `n_token` entries and, where the config records one, the
-    fingerprint of the vocabulary it was trained with (a vocabulary edited or
-    swapped for another of the same size is an error, never wrong ids)."""
-    from txl_tf.text import load_tokenizer
-    if vocab_dir is None:
-        raise ModelDirError("the model has no vocabulary: no vocab/ folder beside its "
-                            f"{CONFIG_FILE} (training writes one): copy it there, or pass "
-                            "--vocab_dir to a job that takes one")
-    try:
-        tokenizer = load_tokenizer(vocab_dir)
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelDirError(f"cannot read the vocabulary in {vocab_dir}: {err}") from None
-    return check_vocab(tokenizer, config, vocab_dir)
-
-
-def check_vocab(tokenizer, config, where):
-    """Refuses a tokenizer that is not the model's vocabulary.
-
-    Args:
-        tokenizer: a `txl_tf.text.Tokenizer`.
-        config: the model's `TransformerXLConfig`.
-        where: where the tokenizer came from, for the message.
-
-    Returns:
-        `tokenizer`, of `n_token` entries and, where the config records one,
-        of the fingerprint of the vocabulary the model was trained with
-        (else a `ModelDirError`).
-    """
-    if tokenizer.vocab_size != config.n_token:
-        raise ModelDirError(f"vocabulary/model size mismatch: {where} has "
-                            f"{tokenizer.vocab_size} tokens, the model has "
-                            f"n_token={config.n_token}")
-    expected = config.vocab_fingerprint
-    if expected is not None and tokenizer.fingerprint() != expected:
-        raise ModelDirError(f"{where} is not the vocabulary the model was trained with "
-                            f"(fingerprint {tokenizer.fingerprint()}; the model's config "
-                            f"records {expected})")
-    return tokenizer
 
 
 def load(model_dir=None, checkpoint=None, config_path=None, weights_path=None,
