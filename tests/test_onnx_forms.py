@@ -103,3 +103,49 @@ def test_a_float16_or_projected_embedding_scales_its_rows_for_onnx_too(kind):
         50, 8 if kind == "float16" else 4, 8,
         dtype=keras.DTypePolicy("mixed_float16") if kind == "float16" else None)
     assert _embedding_mul_shape(embedding, onnx=True) == [None, 8]
+
+
+def _feed_forward():
+    import keras
+
+    from txl_tf.layers.feedforward import PositionwiseFeedForward
+    keras.utils.set_random_seed(5)
+    ff = PositionwiseFeedForward(32, 64, init_std=0.3)
+    rng = np.random.default_rng(1)
+    for w in ff.weights:  # non-zero biases and betas, gammas off 1
+        w.assign(w.numpy() + 0.1 * rng.standard_normal(w.shape).astype(np.float32))
+    return ff
+
+
+def _layer_2_product_consumers(ff, onnx):
+    """The op types reading the second feed-forward layer's product in the
+    trace of a token's rows."""
+    rows = tf.TensorSpec([None, 32], tf.float32)
+    with for_onnx_runtime() if onnx else contextlib.nullcontext():
+        graph = tf.function(ff.call_with_cache, autograph=False).get_concrete_function(
+            rows).graph
+    matmuls = [op for op in graph.get_operations() if op.type == "MatMul"]
+    assert len(matmuls) == 2, [op.type for op in graph.get_operations()]
+    return [op.type for op in matmuls[1].outputs[0].consumers()]
+
+
+def test_a_tokens_feed_forward_bias_goes_into_its_norm_for_onnx_only():
+    """Traced for ONNX, the second feed-forward layer's bias is added after
+    the rows are made 3-D (ONNX Runtime takes it into SkipLayerNormalization:
+    no Gemm); for TensorFlow the bias is added to the product, as before,
+    where Grappler fuses it into the matmul (a graph's numbers as before, bit
+    for bit, and no extra kernel)."""
+    from txl_tf.layers.layer_norm import fused_add_layer_norm
+    ff = _feed_forward()
+    assert _layer_2_product_consumers(ff, onnx=True) == ["ExpandDims"]
+    assert _layer_2_product_consumers(ff, onnx=False) == ["AddV2"]
+
+    def before(x):
+        core = tf.nn.relu(tf.matmul(x, ff.layer_1.kernel) + ff.layer_1.bias)
+        return fused_add_layer_norm(ff.layer_norm, x,
+                                    tf.matmul(core, ff.layer_2.kernel) + ff.layer_2.bias)
+    x = tf.constant(np.random.default_rng(2).standard_normal([3, 32]), tf.float32)
+    np.testing.assert_array_equal(tf.function(ff.call_with_cache)(x).numpy(),
+                                  tf.function(before)(x).numpy())
+    with for_onnx_runtime():
+        np.testing.assert_allclose(ff.call_with_cache(x).numpy(), before(x).numpy(), atol=1e-6)

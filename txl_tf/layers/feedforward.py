@@ -5,6 +5,7 @@ import tensorflow as tf
 from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
+from txl_tf.layers.onnx_forms import onnx_forms
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -53,13 +54,15 @@ class PositionwiseFeedForward(keras.layers.Layer):
         if self.pre_lnorm:
             core = fused_layer_norm(self.layer_norm, inputs) if fused else self.layer_norm(inputs)
         core = self.drop_1(tf.nn.relu(self._affine(self.layer_1, core)), training=training)
-        if fused and not self.pre_lnorm and inputs.shape.rank == 2 \
+        if fused and onnx_forms() and not self.pre_lnorm and inputs.shape.rank == 2 \
                 and self.layer_2.quantization_mode is None and self.compute_dtype == "float32":
-            # A token's rows (the decode step): the bias added in the norm
-            # (`fused_add_layer_norm`), the same sums in the same order here:
-            # no Gemm, whose bias ONNX Runtime's CUDA provider broadcasts with
-            # a cuBLAS call of its own. (float32: its CPU provider fuses no
-            # float16 norm, where the bias would be an Add of its own.)
+            # A token's rows traced for ONNX (the decode step): the bias added
+            # in the norm (`fused_add_layer_norm`): no Gemm, whose bias ONNX
+            # Runtime's CUDA provider broadcasts with a cuBLAS call of its
+            # own. (float32: its CPU provider fuses no float16 norm, where the
+            # bias would be an Add of its own.) TensorFlow's graphs keep the
+            # bias on the product, which Grappler fuses into the matmul (its
+            # numbers as before, and no add of its own).
             dtype = self.compute_dtype
             core = keras.ops.matmul(core, tf.cast(self.layer_2.kernel, dtype))
             return fused_add_layer_norm(self.layer_norm, inputs, core,

@@ -2,7 +2,9 @@
 (`onnx_forms`): computations on weights alone (the query, key and value
 kernels joined side by side, the position kernel's per-head transpose, a
 small embedding table scaled), which ONNX Runtime computes once, at load,
-into weights of their own.
+into weights of their own; and a token's second feed-forward bias added in
+its layer norm (`layers.feedforward`), which ONNX Runtime takes into
+`SkipLayerNormalization` (TensorFlow's graphs fuse it into the matmul).
 
 TensorFlow's graphs (a SavedModel, eager, `tf.function`) would compute them
 again at every step, copying the kernels: there a token takes forms that
