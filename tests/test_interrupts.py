@@ -406,37 +406,36 @@ def test_a_stop_under_the_terminal_bar_is_said_on_lines_of_its_own(monkeypatch, 
     after the Keras bar's frame on its line, which the next frame then drew
     over, and `stopped by SIGINT at step N` followed the last frame on its
     line too (the bar ends its line only at --train_steps)."""
-    from types import SimpleNamespace
-
-    import tensorflow as tf
     from training import callbacks
     from txl_tf.app import progress
     monkeypatch.setattr(progress, "interactive", lambda stream=None: True)
     stop = callbacks.StopOnSignal()
     stop._handle(signal.SIGINT, None)
     assert capfd.readouterr().err == "\n" + STOPPING
+    bar = _bar_after_one_step()
+    bar.on_train_end()
+    assert capfd.readouterr().out.endswith("\n")  # stopped at step 1 of 10
+
+
+def _bar_after_one_step():
+    """`txl-train`'s terminal bar (`callbacks.ProgressBar`) of 10 steps after its first."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+    from training import callbacks
     bar = callbacks.ProgressBar(10)
     bar.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.constant(0))))
     bar.on_train_begin()
     bar.on_train_batch_begin(0)
     bar.on_train_batch_end(0, {"loss": 1.0})
-    bar.on_train_end()
-    assert capfd.readouterr().out.endswith("\n")  # stopped at step 1 of 10
+    return bar
 
 
 def test_an_error_under_the_terminal_bar_is_on_a_line_of_its_own(monkeypatch, capfd):
     """`txl-train` on a terminal: an error during `fit` (no `on_train_end`)
     printed its `error:` line after the Keras bar's frame, on its line."""
-    from types import SimpleNamespace
-
-    import tensorflow as tf
-    from training import callbacks
     from txl_tf.app import exits
-    bar = callbacks.ProgressBar(10)
-    bar.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.constant(0))))
-    bar.on_train_begin()
-    bar.on_train_batch_begin(0)
-    bar.on_train_batch_end(0, {"loss": 1.0})
+    _bar_after_one_step()
     capfd.readouterr()
     with pytest.raises(SystemExit):
         exits.fail("the disk is full")

@@ -24,20 +24,28 @@ CONFIG = TransformerXLConfig.preset("tiny", n_token=50, cutoffs=[20], mem_len=4)
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
-# Makes the TensorFlow side unimportable, as on a box without it.
-BLOCK = textwrap.dedent("""
-    import sys
-    class Blocked:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf2onnx"):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-    sys.meta_path.insert(0, Blocked())
-""")
+def _blocking(*packages):
+    """Source that makes the top-level `packages` unimportable, as on a box
+    without them."""
+    return textwrap.dedent(f"""
+        import sys
+        class Blocked:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {packages!r}:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, Blocked())
+    """)
 
 
-def _run_without_tensorflow(code):
-    done = subprocess.run([sys.executable, "-c", BLOCK + textwrap.dedent(code)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+# The TensorFlow side, unimportable.
+BLOCK = _blocking("tensorflow", "keras", "tensorflow_text", "tf2onnx")
+
+
+def _run_without_tensorflow(code, also=()):
+    """`code` in a fresh Python without TensorFlow (nor the packages `also`
+    names); returns its stdout."""
+    done = subprocess.run([sys.executable, "-c", BLOCK + _blocking(*also) + textwrap.dedent(code)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -91,13 +99,8 @@ def test_the_onnx_runtime_generates_without_tensorflow(model_onnx, device_cache)
 def test_the_onnx_runtime_on_the_cpu_needs_no_onnx_package(model_onnx):
     """README's serving box: numpy and onnxruntime only (onnx shares the
     weights between sessions when it is there)."""
-    out = _run_without_tensorflow(f"""
+    out = _run_without_tensorflow(also=("onnx",), code=f"""
         import json, sys
-        class NoOnnx:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "onnx":
-                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-        sys.meta_path.insert(0, NoOnnx())
         from export import open_runtime
         rt = open_runtime({str(model_onnx)!r}, device="cpu")
         print(json.dumps(rt.generate([[1, 2, 3]], 6, temperature=0.8, seed=7).ids.tolist()))
@@ -134,13 +137,8 @@ def test_the_serving_box_needs_only_the_packages_the_docs_install(model_onnx, wo
                for name in (n.lower() for n in names)}
     blocked = sorted(modules.get(name, name.replace("-", "_")) for name in required - named)
     assert "tensorflow" in blocked and "numpy" not in blocked, blocked
-    out = _run_without_tensorflow(f"""
+    out = _run_without_tensorflow(also=blocked, code=f"""
         import json, sys
-        class NotInstalled:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {blocked!r}:
-                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-        sys.meta_path.insert(0, NotInstalled())
         import export
         from txl_tf.text import load_tokenizer
         rt = export.open_runtime({str(model_onnx)!r}, device="cpu")
@@ -385,13 +383,8 @@ def test_the_generate_job_draws_no_bar_where_tqdm_is_not_installed(model_onnx, c
     from training.generate import run
     options = dict(model=str(model_onnx.parent), prompt="the company said", num_tokens=8,
                    temperature=0.8, seed=7)
-    out = _run_without_tensorflow(f"""
+    out = _run_without_tensorflow(also=("tqdm",), code=f"""
         import json, sys
-        class NoTqdm:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "tqdm":
-                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-        sys.meta_path.insert(0, NoTqdm())
         import contextlib, io
         from training.generate import run
         said = []
