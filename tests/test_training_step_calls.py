@@ -3,6 +3,8 @@
 global step without reading it from the device after each call, the train
 step is traced once, and the first call's compile seconds are reported."""
 import json
+import threading
+import time
 
 import keras
 import numpy as np
@@ -14,6 +16,7 @@ from training import train
 from training.callbacks import (CompileTime, GlobalStepTensorBoard, ProgressBar, ProgressLine,
                                 StepEvents, StepLog)
 from training.errors import TrainingError
+from txl_tf.app import progress
 from txl_tf import TransformerXLLM
 
 
@@ -148,3 +151,58 @@ def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
             np.load(tmp_path / "auto" / "export" / "weights.npz") as b:
         for name in a.files:
             np.testing.assert_array_equal(b[name], a[name], err_msg=name)
+
+
+def _first_call_of(display, seconds):
+    """`display`'s hooks around a first call of the train function that
+    runs `seconds` (a thread's sleep standing in for tracing and compiling),
+    then a second call; a one-weight model's optimizer at step 0."""
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    model.optimizer.build(model.trainable_variables)
+    display.set_model(model)
+    display.on_train_begin()
+    for batch in range(2):
+        display.on_train_batch_begin(batch)
+        if batch == 0:
+            time.sleep(seconds)
+        display.on_train_batch_end(batch, {"loss": 1.0})
+    display.on_train_end()
+
+
+def test_a_long_first_call_has_lines_while_it_runs():
+    """Minutes of tracing and XLA's compile (the paper's sizes on a GPU) had no
+    line until the call ended: now one every `every` seconds, none after."""
+    lines = []
+    display = ProgressLine(12, 4, 10, log=lines.append)
+    display.every = 0.05
+    _first_call_of(display, 0.5)
+    waiting = [i for i, line in enumerate(lines) if line.startswith("first call: ")]
+    done = [i for i, line in enumerate(lines) if line.startswith("first call done at step 1/12")]
+    assert len(waiting) >= 3 and len(done) == 1 and max(waiting) < done[0], lines
+    assert lines[waiting[0]].endswith("s so far (it traces and compiles the step)"), lines
+    assert lines[-1].startswith("step 2/12 "), lines  # the end's line, nothing after it
+    assert not any(t.name == "heartbeat" for t in threading.enumerate())
+
+
+def test_the_terminal_bar_counts_the_first_calls_seconds(capsys):
+    display = ProgressBar(12)
+    display.every = 0.05
+    _first_call_of(display, 0.5)
+    frames = capsys.readouterr().out.split("\r")
+    assert sum("compile_s" in frame and "0/12" in frame for frame in frames) >= 2, frames
+    assert not any(t.name == "heartbeat" for t in threading.enumerate())
+
+
+def test_an_error_line_stops_the_heartbeat():
+    """`close_bars` (before a job's `error:` line) stops the beats: the
+    error stays the last line."""
+    beats = []
+    heartbeat = progress.Heartbeat(0.02, beats.append)
+    heartbeat.start()
+    time.sleep(0.2)
+    progress.close_bars()
+    seen = len(beats)
+    time.sleep(0.2)
+    assert seen >= 2 and len(beats) == seen and beats == sorted(beats)
+    heartbeat.stop()  # stopped twice: nothing to do

@@ -433,10 +433,45 @@ class GlobalStepTensorBoard(GlobalStep, keras.callbacks.TensorBoard):
         super().on_train_batch_begin(batch, logs)
 
 
-class ProgressBar(GlobalStep):
+class FirstCallWatch(GlobalStep):
+    """Base of the progress displays: `waiting(seconds)` every `every`
+    seconds while the train function's first call runs (its tracing and
+    compiling: minutes with XLA at the paper's sizes on a GPU, with no step
+    to show), from a thread (`progress.Heartbeat`)."""
+
+    every = 30.0
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._watch = progress_lib.Heartbeat(self.every, self.waiting)
+        self._first = True
+
+    def on_train_batch_begin(self, batch, logs=None):
+        super().on_train_batch_begin(batch, logs)
+        if self._first:
+            self._watch.start()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._watch.stop()
+        self._first = False
+        super().on_train_batch_end(batch, logs)
+
+    def on_train_end(self, logs=None):
+        self._watch.stop()
+        super().on_train_end(logs)
+
+    def waiting(self, seconds):
+        """Shows that the first call has run `seconds` so far."""
+        raise NotImplementedError
+
+
+class ProgressBar(FirstCallWatch):
     """A terminal bar over the whole run, global step of `total_steps` (Keras's
     own bar restarts at every `fit` epoch: every checkpoint), with its ETA
-    (and `compile_s` once a `CompileTime` knows it)."""
+    (and `compile_s` once a `CompileTime` knows it; while the first call
+    runs, its seconds so far, every second)."""
+
+    every = 1.0
 
     def __init__(self, total_steps, metrics=("loss", "ppl"), compile_time=None):
         super().__init__()
@@ -464,8 +499,11 @@ class ProgressBar(GlobalStep):
             values.append(("compile_s", self.compile_time.seconds))
         self.bar.update(min(self.step, self.total), values)
 
+    def waiting(self, seconds):
+        self.bar.update(min(self.step, self.total), [("compile_s", seconds)])
 
-class ProgressLine(GlobalStep):
+
+class ProgressLine(FirstCallWatch):
     """Prints one plain line every `every` global steps and at the end of
     training (`tokens_per_step`: global batch x tgt_len, for tok/s, or
     whatever `unit` counts; `schedule`: the learning-rate schedule, or None;
@@ -473,7 +511,8 @@ class ProgressLine(GlobalStep):
     `CompileTime`, the first line printed after it is known ends with
     `compile <seconds>s (XLA)` or `(no XLA)`. The first call of the train
     function (its tracing and compilation: minutes with XLA at the paper's
-    sizes) has a line as it ends, unless a step's line is due there."""
+    sizes) has a line every `every` seconds while it runs, and one as it
+    ends unless a step's line is due there."""
 
     FIELDS = (("loss", 4), ("bpc", 4), ("ppl", 2))
 
@@ -505,8 +544,12 @@ class ProgressLine(GlobalStep):
         self.first_call = False
 
     def on_train_end(self, logs=None):
+        super().on_train_end(logs)
         if self.step != self.last:
             self._print(self.step)
+
+    def waiting(self, seconds):
+        self.log(f"first call: {seconds:.0f}s so far (it traces and compiles the step)")
 
     def _print(self, step):
         now = time.time()

@@ -8,6 +8,8 @@ A bar that rewrites its line with `\\r` is one frame per update in a log
 import functools
 import math
 import sys
+import threading
+import time
 
 
 def interactive(stream=None):
@@ -118,6 +120,38 @@ def close_bars():
             bar.close()
         except (OSError, ValueError, AttributeError):  # its stream gone: nothing to clear
             pass
+
+
+class Heartbeat:
+    """Calls `beat(seconds)` every `every` seconds from a daemon thread, from
+    `start()` until `stop()` (`seconds`: since `start`): a sign of life
+    through one long call that reports nothing itself (the train step's first
+    call, tracing and compiling). `close_bars` stops it too, so that an
+    error's line is the last. `stop()` returns after any beat under way."""
+
+    def __init__(self, every, beat):
+        self.every, self.beat = float(every), beat
+        self._stopped = self._thread = None
+
+    def start(self):
+        self.stop()
+        stopped, began = threading.Event(), time.monotonic()
+
+        def run():
+            while not stopped.wait(self.every):
+                self.beat(time.monotonic() - began)
+        self._stopped = stopped
+        self._thread = threading.Thread(target=run, name="heartbeat", daemon=True)
+        self._thread.start()
+        open_line(self, self.stop)
+
+    def stop(self):
+        closed_line(self)
+        if self._thread is not None:
+            self._stopped.set()
+            if self._thread is not threading.current_thread():
+                self._thread.join()
+            self._thread = None
 
 
 @functools.cache
