@@ -276,6 +276,8 @@ CHECKS = list(COMMANDS)
 COMPILE_SECONDS = re.compile(r"\bcompile (\d+(?:\.\d+)?) ?s\b")
 # The progress line's step (training.train: "step 23/40 loss ...").
 STEP_LINE = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
+# The job's line every 30 s while the train step's first call runs (its tracing and compile).
+FIRST_CALL_LINE = re.compile(r"^first call: (\d+)s so far", re.MULTILINE)
 # The two libraries whose GPU the parts use (`sides_needed`).
 SIDES = ("tensorflow", "onnxruntime")
 # TensorFlow's problem where it is not installed (a serving-only pack: its parts need none).
@@ -838,10 +840,13 @@ def resume_verdict(first_output, second_output, batches, train_log):
 
 def run_progress(output):
     """How far a training run's output got: its last progress line's step
-    and the first step's compile seconds, as far as shown."""
-    steps = STEP_LINE.findall(output)
+    and the first step's compile seconds, as far as shown; with no step,
+    how long its first call had run (its last `first call: ...` line)."""
+    steps, waited = STEP_LINE.findall(output), FIRST_CALL_LINE.findall(output)
     found = COMPILE_SECONDS.search(output)
-    return ((f"at step {steps[-1]}" if steps else "no step shown")
+    return ((f"at step {steps[-1]}" if steps else
+             f"no step shown, the first call running at {waited[-1]} s" if waited else
+             "no step shown")
             + (f", compile {found.group(1)} s" if found else ""))
 
 

@@ -479,6 +479,13 @@ def test_a_training_runs_progress(tmp_path):
     assert gc.run_progress(output) == "at step 23, compile 10.9 s"
     assert gc.run_progress(output.split("step 2/")[0]) == "at step 1"
     assert gc.run_progress("loading\n") == "no step shown"
+    # Still in its first call (XLA compiling): how long, from the job's own lines.
+    from training.callbacks import ProgressLine
+    lines = ["starting at step 0"]
+    job_line = ProgressLine(40, 10, 1, log=lines.append)
+    for seconds in (30.2, 60.4):
+        job_line.waiting(seconds)
+    assert gc.run_progress("\n".join(lines)) == "no step shown, the first call running at 60 s"
 
 
 def _batches(killed_steps, resumed_steps, changed=()):
