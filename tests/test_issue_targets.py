@@ -405,7 +405,8 @@ def test_the_json_of_a_tiny_cpu_run():
         "a short soak on the GPU: every session gets what it gets alone", FLAGS}
     assert got[TF32]["why"] == "CPU run (and: no f32+jit row in its JSON)"  # tiny runs f32
     assert re.fullmatch(r"triton_gemm_off 1st \d+\.\d s, [\d,]+ tok/s; autotune_level_0 1st "
-                        r"\d+\.\d s, [\d,]+ tok/s", got[FLAGS]["measured"]), got[FLAGS]
+                        r"\d+\.\d s, [\d,]+ tok/s; llvm_parallel 1st \d+\.\d s, [\d,]+ tok/s",
+                        got[FLAGS]["measured"]), got[FLAGS]
     as_gpu = dict(copy.deepcopy(check), device="gpu", tiny=False)
     got = by_target(as_gpu)
     for target in (TABLE, DECODE_B1, EVAL_B16, FLAGS):
