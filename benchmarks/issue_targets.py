@@ -478,7 +478,7 @@ TARGETS = (
            pair_speed("f16+jit"), None, True),
     Target(52, "enwik8_base f32+jit: the first training step (XLA's compile) <= 30 s",
            "pair_enwik8_base", pair_first_step("f32+jit"), "first_step_compile", True),
-    Target(52, "enwik8_base f32+jit's first step and tok/s with each compile setting "
+    Target(52, "enwik8_base bf16+jit's first step and tok/s with each compile setting "
                "(XLA_FLAGS: Triton's GEMMs off, autotuning off, LLVM on every core)",
            "compile_flags", compile_flags, None, True),
     *(Target(52, f"wt103_base pair, {variant}", "pair_wt103_base", pair_speed(variant), None,

@@ -117,6 +117,8 @@ def test_each_group_fits_one_session():
     # what a compile of a minute leaves no room for: one variant per pair
     sized = gc.sizes(False, "gpu")
     assert (sized["enwik8_variants"], sized["wt103_variants"]) == ("bf16+jit", "f32+jit")
+    # the compile settings on the step whose compile outran its budget (the job's default)
+    assert sized["compile_variant"] == "bf16+jit"
 
 
 def test_parts_and_groups_select_parts_in_their_order():
