@@ -175,7 +175,8 @@ def test_a_long_first_call_has_lines_while_it_runs():
     line until the call ended: now one every `every` seconds, none after."""
     lines = []
     display = ProgressLine(12, 4, 10, log=lines.append)
-    display.every = 0.05
+    assert (display.beat_seconds, display.every) == (30.0, 4)  # seconds apart from steps apart
+    display.beat_seconds = 0.05
     _first_call_of(display, 0.5)
     waiting = [i for i, line in enumerate(lines) if line.startswith("first call: ")]
     done = [i for i, line in enumerate(lines) if line.startswith("first call done at step 1/12")]
@@ -187,7 +188,7 @@ def test_a_long_first_call_has_lines_while_it_runs():
 
 def test_the_terminal_bar_counts_the_first_calls_seconds(capsys):
     display = ProgressBar(12)
-    display.every = 0.05
+    display.beat_seconds = 0.05
     _first_call_of(display, 0.5)
     frames = capsys.readouterr().out.split("\r")
     assert sum("compile_s" in frame and "0/12" in frame for frame in frames) >= 2, frames

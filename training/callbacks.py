@@ -434,26 +434,27 @@ class GlobalStepTensorBoard(GlobalStep, keras.callbacks.TensorBoard):
 
 
 class FirstCallWatch(GlobalStep):
-    """Base of the progress displays: `waiting(seconds)` every `every`
-    seconds while the train function's first call runs (its tracing and
+    """Base of the progress displays: `waiting(seconds)` every
+    `beat_seconds` while the train function's first call runs (its tracing and
     compiling: minutes with XLA at the paper's sizes on a GPU, with no step
-    to show), from a thread (`progress.Heartbeat`)."""
+    to show), from a thread (`progress.Heartbeat`). `calls`: the calls ended
+    in this `fit`."""
 
-    every = 30.0
+    beat_seconds = 30.0
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
-        self._watch = progress_lib.Heartbeat(self.every, self.waiting)
-        self._first = True
+        self._watch = progress_lib.Heartbeat(self.beat_seconds, self.waiting)
+        self.calls = 0
 
     def on_train_batch_begin(self, batch, logs=None):
         super().on_train_batch_begin(batch, logs)
-        if self._first:
+        if not self.calls:
             self._watch.start()
 
     def on_train_batch_end(self, batch, logs=None):
         self._watch.stop()
-        self._first = False
+        self.calls += 1
         super().on_train_batch_end(batch, logs)
 
     def on_train_end(self, logs=None):
@@ -471,7 +472,7 @@ class ProgressBar(FirstCallWatch):
     (and `compile_s` once a `CompileTime` knows it; while the first call
     runs, its seconds so far, every second)."""
 
-    every = 1.0
+    beat_seconds = 1.0
 
     def __init__(self, total_steps, metrics=("loss", "ppl"), compile_time=None):
         super().__init__()
@@ -511,7 +512,7 @@ class ProgressLine(FirstCallWatch):
     `CompileTime`, the first line printed after it is known ends with
     `compile <seconds>s (XLA)` or `(no XLA)`. The first call of the train
     function (its tracing and compilation: minutes with XLA at the paper's
-    sizes) has a line every `every` seconds while it runs, and one as it
+    sizes) has a line every `beat_seconds` while it runs, and one as it
     ends unless a step's line is due there."""
 
     FIELDS = (("loss", 4), ("bpc", 4), ("ppl", 2))
@@ -525,23 +526,20 @@ class ProgressLine(FirstCallWatch):
         self.compile_time = compile_time
         self.last = self.last_time = None
         self.logs = {}
-        self.first_call = True
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         self.last, self.last_time = self.step, time.time()
-        self.first_call = True
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         self.logs = logs or {}
         if self.step % self.every == 0 or self.step >= self.total:
             self._print(self.step)
-        elif self.first_call:
+        elif self.calls == 1:
             self.log(f"first call done at step {self.step}/{self.total} in "
                      f"{time.time() - self.last_time:.1f}s (it traces and compiles the step); "
                      f"then a line every {self.every} steps")
-        self.first_call = False
 
     def on_train_end(self, logs=None):
         super().on_train_end(logs)
