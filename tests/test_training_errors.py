@@ -94,6 +94,10 @@ def test_a_model_dir_inside_a_text_corpus_folder_is_refused(tmp_path):
     with pytest.raises(TrainingError, match=r"^--model_dir .*texts/model is inside the corpus"):
         evaluate.run(model_dir=str(folder / "model"), dataset="text", data_dir=str(folder),
                      cache_dir=str(tmp_path / "cache"))
+    from training import recl
+    with pytest.raises(TrainingError, match=r"^--model_dir .*texts/model is inside the corpus"):
+        recl.run(model_dir=[str(folder / "model")], dataset="text", data_dir=str(folder),
+                 cache_dir=str(tmp_path / "cache"))
 
 def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(tmp_path):
     with pytest.raises(TrainingError, match=r"^--log_batches reads the continuous stream: it "

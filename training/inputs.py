@@ -41,13 +41,13 @@ def convert(text):
 
 
 def check_not_read(dataset, data_dir, folders):
-    """Raises unless each of `folders` (`{flag: path}`, the job's model
-    directory) lies outside a `text` corpus folder, whose every non-hidden
+    """Raises unless each of `folders` (`(flag, path)` pairs: the job's
+    model directories) lies outside a `text` corpus folder, whose every non-hidden
     file is read (a hidden folder there is not): its files would be read as
     corpus text by the next load (a resume, an evaluation)."""
     if dataset != "text" or not data_dir or not os.path.isdir(data_dir):
         return
-    for flag, path in folders.items():
+    for flag, path in folders:
         try:
             inside = Path(path).resolve().relative_to(Path(data_dir).resolve())
         except ValueError:
@@ -63,13 +63,13 @@ def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None, p
     """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`;
     `tokenizer`: a trained model's, to read the corpus with; `progress`:
     False for no bar or lines while it is read (None: the default);
-    `outside`: `{flag: folder}` that must not be read as corpus text
+    `outside`: `(flag, folder)` pairs that must not be read as corpus text
     (`check_not_read`)."""
     from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
     in_the_way = cache_dir and path_in_the_way("cache_dir", cache_dir)  # a file in the way
     if in_the_way:
         raise TrainingError(in_the_way)
-    check_not_read(dataset, data_dir, outside or {})
+    check_not_read(dataset, data_dir, outside or ())
     try:
         return load_corpus(dataset, data_dir or None, cache_dir=cache_dir or None,
                            tokenizer=tokenizer, progress=progress, **(options or {}))
