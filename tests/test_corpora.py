@@ -595,6 +595,21 @@ def test_cache_root_is_the_users_never_the_data_dir(tmp_path, monkeypatch):
     assert _tree(data) == before  # nothing written next to the user's files
 
 
+
+def test_a_cache_inside_a_text_folder_is_refused_before_it_is_read_as_text(tmp_path):
+    """`text` reads every non-hidden file of its folder: a cache kept there
+    would be read as corpus text by the next load (another corpus, silently)."""
+    folder = write(tmp_path / "docs" / "a.txt", "hello world\n" * 50).parent
+    for root in (folder / "cache", folder):
+        with pytest.raises(TxlError, match=r"cache folder .* is inside the corpus folder"):
+            load_corpus("text", folder, cache_dir=root)
+    assert _tree(folder) == ["a.txt"]  # no cache folder made there
+    first = load_corpus("text", folder, cache_dir=folder / ".cache")  # hidden: not read
+    again = load_corpus("text", folder, cache_dir=folder / ".cache")
+    assert again.from_cache and len(again.train) + len(again.valid) == 600
+    np.testing.assert_array_equal(again.train, first.train)
+    assert load_corpus("text", folder / "a.txt", cache_dir=folder / "cache").train.size == 540
+
 # -- real text ---------------------------------------------------------------------
 
 @pytest.mark.skipif(not (SHARED_DATA / "ptb.valid.txt").is_file(),

@@ -76,6 +76,29 @@ def test_a_first_start_killed_before_its_first_checkpoint_does_not_block_the_ret
         _train(tmp_path, data_dir=corpus, mem_len=64)
 
 
+
+def test_a_model_dir_inside_a_text_corpus_folder_is_refused(tmp_path):
+    """`--dataset=text` reads every non-hidden file of a folder: a run's
+    directory there (checkpoints, logs, export) would be read as corpus text
+    by its resume or an evaluation. Refused before anything is written."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    write_text_corpus(folder / "a.txt", 5_000)
+    with pytest.raises(TrainingError, match=r"^--model_dir .*texts/run is inside the corpus "
+                                            r"folder .*texts, whose files are all read as text"):
+        _train(tmp_path, data_dir=str(folder), model_dir=str(folder / "run"))
+    assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
+    from txl_tf.text import ByteTokenizer
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny", n_token=256)),
+                    folder / "model", ByteTokenizer())
+    with pytest.raises(TrainingError, match=r"^--model_dir .*texts/model is inside the corpus"):
+        evaluate.run(model_dir=str(folder / "model"), dataset="text", data_dir=str(folder),
+                     cache_dir=str(tmp_path / "cache"))
+    from training import recl
+    with pytest.raises(TrainingError, match=r"^--model_dir .*texts/model is inside the corpus"):
+        recl.run(model_dir=[str(folder / "model")], dataset="text", data_dir=str(folder),
+                 cache_dir=str(tmp_path / "cache"))
+
 def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(tmp_path):
     with pytest.raises(TrainingError, match=r"^--log_batches reads the continuous stream: it "
                                             r"does not go with --document_separator$"):

@@ -3,6 +3,9 @@
 `model_tokenizer` needs no TensorFlow (`training.generate` on an ONNX
 export, on a box without it); the corpus (`txl_tf.data`) does.
 """
+import os
+from pathlib import Path
+
 import numpy as np
 
 from training.errors import TrainingError
@@ -37,14 +40,36 @@ def convert(text):
     return text
 
 
-def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None, progress=None):
+def check_not_read(dataset, data_dir, folders):
+    """Raises unless each of `folders` (`(flag, path)` pairs: the job's
+    model directories) lies outside a `text` corpus folder, whose every non-hidden
+    file is read (a hidden folder there is not): its files would be read as
+    corpus text by the next load (a resume, an evaluation)."""
+    if dataset != "text" or not data_dir or not os.path.isdir(data_dir):
+        return
+    for flag, path in folders:
+        try:
+            inside = Path(path).resolve().relative_to(Path(data_dir).resolve())
+        except ValueError:
+            continue
+        if not any(part.startswith(".") for part in inside.parts):
+            raise TrainingError(f"{flag} {path} is inside the corpus folder {data_dir}, whose "
+                                "files are all read as text: the next load of the corpus would "
+                                "read its files too; use a folder outside it")
+
+
+def load(dataset, data_dir=None, cache_dir=None, options=None, tokenizer=None, progress=None,
+         outside=None):
     """`txl_tf.data.load_corpus` with its errors turned into `TrainingError`;
     `tokenizer`: a trained model's, to read the corpus with; `progress`:
-    False for no bar or lines while it is read (None: the default)."""
+    False for no bar or lines while it is read (None: the default);
+    `outside`: `(flag, folder)` pairs that must not be read as corpus text
+    (`check_not_read`)."""
     from txl_tf.data import CorpusNotFoundError, EmptyCorpusError, load_corpus
     in_the_way = cache_dir and path_in_the_way("cache_dir", cache_dir)  # a file in the way
     if in_the_way:
         raise TrainingError(in_the_way)
+    check_not_read(dataset, data_dir, outside or ())
     try:
         return load_corpus(dataset, data_dir or None, cache_dir=cache_dir or None,
                            tokenizer=tokenizer, progress=progress, **(options or {}))

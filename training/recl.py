@@ -116,7 +116,8 @@ def run(**options):
         tokenizer = model_tokenizer
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer,
-                         progress=False if o["progress"] is False else None)
+                         progress=False if o["progress"] is False else None,
+                         outside=[("--model_dir", path) for _, path in named])
     ids = np.asarray(corpus.split(o["split"]))
     if len(ids) <= contexts[-1]:
         raise TrainingError(f"--max_context {o['max_context']}: the {o['split']} split has "

@@ -408,7 +408,8 @@ def _train_in(o, strategy, task_id, is_chief, scratch):
 
     corpus_options = inputs.parse_options(o["corpus_option"])
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"], corpus_options,
-                         progress=False if o["verbose"] == 0 else None)
+                         progress=False if o["verbose"] == 0 else None,
+                         outside=[("--model_dir", model_dir)])
     config = build_config(o["preset"], corpus.tokenizer.vocab_size, o["n_token"],
                           {**_model_overrides(o),
                            "vocab_fingerprint": corpus.tokenizer.fingerprint()}, log=log)

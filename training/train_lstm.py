@@ -111,7 +111,8 @@ def run(**options):
 
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]),
-                         progress=False if o["progress"] is False else None)
+                         progress=False if o["progress"] is False else None,
+                         outside=[("--model_dir", o["model_dir"])])
     train_ids = inputs.check_split(corpus, "train", o["batch_size"], o["tgt_len"], "training")
     if o["final_eval"]:
         inputs.check_valid_split(corpus, o["eval_batch_size"], "--nofinal_eval")

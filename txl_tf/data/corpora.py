@@ -131,6 +131,7 @@ class _Plan:
     describe: dict = dataclasses.field(default_factory=dict)
     byte_split: bool = False  # split by `_write_bytes` (see `_splits_at_lines`)
     space_cuts: bool = False  # cut by `_line_pieces` for words and pieces (text8)
+    listed: Path | None = None  # a folder whose every non-hidden file is read (text)
 
 
 # -- reading helpers ---------------------------------------------------------
@@ -690,7 +691,8 @@ def _text(name: str, data_dir, opts: dict) -> _Plan:
         source = _Concat(files, lines=_splits_at_lines(given))
         return _write_bytes(source, writers, percents, given, data_dir, progress)
     return _Plan(files, {"percents": percents}, build, required=("train", "valid"),
-                 describe={"all": str(data_dir)}, byte_split=True)
+                 describe={"all": str(data_dir)}, byte_split=True,
+                 listed=None if data_dir.is_file() else data_dir)
 
 
 def stdlib_dir() -> Path:
@@ -810,6 +812,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
     if use_cache:
         explicit = cache_dir is not None
         root = Path(cache_dir) if explicit else cache_lib.default_cache_root()
+        if plan.listed is not None:
+            _check_cache_outside(root, plan.listed)
         root = cache_lib.usable_root(root, explicit)
     if root is None:
         writers = {s: cache_lib.MemoryWriter() for s in SPLITS}
@@ -845,6 +849,21 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
     return Corpus(name, *(arrays[s] for s in SPLITS),
                   tokenizer if given else load_tokenizer(entry / "tokenizer"),
                   cache_path=entry, from_cache=from_cache)
+
+
+def _check_cache_outside(root: Path, folder: Path) -> None:
+    """Raises unless the cache `root` lies outside `folder`, whose every
+    non-hidden file is read (or in a hidden folder there, which is not): its
+    entries would be read as text of the corpus by the next load."""
+    try:
+        inside = root.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return
+    if not any(part.startswith(".") for part in inside.parts):
+        raise TxlError(f"the cache folder {root} is inside the corpus folder {folder}, whose "
+                       "files are all read as text: the next load would read the cache's "
+                       "files as corpus text; use a cache folder outside it (or a hidden one "
+                       f"there, such as {folder / '.cache'})")
 
 
 def unknown_count(ids: np.ndarray, tokenizer: Tokenizer) -> int:
