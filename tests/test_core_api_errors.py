@@ -2,6 +2,8 @@
 functions and the decoder: one clear `TxlError`, raised by the library itself
 (not a TensorFlow error from deep inside, not a StagingError from a trace, not
 a silent truncation or broadcast)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -320,3 +322,56 @@ def test_stream_ids_beyond_int32_are_refused_not_wrapped():
 def test_document_ids_beyond_int32_are_refused_not_wrapped():
     with pytest.raises(TxlError, match="document 1 holds id 4294967301, beyond int32"):
         document_segments([[1, 2, 3], np.array([4, 2 ** 32 + 5], np.int64)], 2, 4)  # was 5
+
+
+IDS = np.array([[1, 2, 3], [4, 5, 6]])
+# Numpy arrays TensorFlow refuses with its own error (durations, dates,
+# objects) or reads without their mask (the masked 6 was read as an id).
+UNREADABLE = {"timedelta": lambda a: a.astype("m8[s]"), "datetime": lambda a: a.astype("M8[s]"),
+              "objects": lambda a: a.astype(object),
+              "masked": lambda a: np.ma.array(a, mask=np.arange(a.size).reshape(a.shape) == 1)}
+UNREADABLE_MESSAGES = {"timedelta": r"must be {}, got dtype timedelta64\[s\]",
+                       "datetime": r"must be {}, got dtype datetime64\[s\]",
+                       "objects": r"must be {}, got dtype object",
+                       "masked": r"is a masked array with masked entries"}
+CORE_ARRAY_CALLS = {  # (the argument, what it must hold, call(core, value), a good value)
+    "__call__": ("token_ids", "integers", lambda c, v: c(v, c.initial_memory(2)), IDS),
+    "__call__ targets": ("targets", "integers",
+                         lambda c, v: c(IDS, c.initial_memory(2), targets=v), IDS),
+    "__call__ token_mask": ("token_mask", "bool",
+                            lambda c, v: c(IDS, c.initial_memory(2), None, False, v), IDS > 0),
+    "call": ("token_ids", "integers", lambda c, v: c.call(v, c.initial_memory(2)), IDS),
+    "call targets": ("targets", "integers",
+                     lambda c, v: c.call(IDS, c.initial_memory(2), targets=v), IDS),
+    "hidden_states": ("token_ids", "integers",
+                      lambda c, v: c.hidden_states(v, c.initial_memory(2)), IDS),
+    "hidden_states token_mask": ("token_mask", "bool", lambda c, v: c.hidden_states(
+        IDS, c.initial_memory(2), token_mask=v), IDS > 0),
+    "read_documents": ("token_ids", "integers",
+                       lambda c, v: c.read_documents(v, np.array([3, 2]), 2, 2), IDS),
+    "read_documents lengths": ("lengths", "integers",
+                               lambda c, v: c.read_documents(IDS, v, 2, 2), np.array([3, 2])),
+    "call_with_cache": ("token_ids", "integers", lambda c, v: c.call_with_cache(
+        v, c.decode_cache(c.initial_memory(2))), IDS[:, 0]),
+    "call_with_cache stopped": ("stopped", "bool", lambda c, v: c.call_with_cache(
+        IDS[:, 0], c.decode_cache(c.initial_memory(2)), stopped=v), np.array([False, True])),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+@pytest.mark.parametrize("entry", sorted(CORE_ARRAY_CALLS))
+def test_the_core_names_numpy_arrays_tensorflow_would_refuse_or_misread(core, entry, kind):
+    """Durations, dates and objects were TensorFlow's conversion error; a
+    masked array was read without its mask (a silent wrong answer)."""
+    name, holds, call, good = CORE_ARRAY_CALLS[entry]
+    error = raised(call, core, UNREADABLE[kind](good))
+    assert isinstance(error, TxlError), (type(error), error)
+    assert str(error).startswith(name), error
+    assert re.search(UNREADABLE_MESSAGES[kind].format(holds), str(error)), error
+
+
+def test_the_core_reads_a_masked_array_without_masked_entries_as_its_values(core):
+    memory = core.initial_memory(2)
+    want = core(IDS, memory, targets=IDS)[0].numpy()
+    got = core(np.ma.array(IDS), memory, targets=np.ma.array(IDS, mask=False))[0].numpy()
+    np.testing.assert_array_equal(got, want)

@@ -28,10 +28,35 @@ def rectangular(value, name="token_ids"):
     return array
 
 
+# What each named input holds, for `convertible`'s message.
+_HOLDS = {"token_ids": "integers", "targets": "integers", "lengths": "integers",
+          "token_mask": "bool", "padding_mask": "bool or 0/1 flags", "document_start": "bool",
+          "stopped": "bool", "sample_weight": "numbers"}
+
+
+def convertible(value, name="token_ids", what=None):
+    """`value`, or `InputError` naming `name` where it is a numpy array that
+    TensorFlow would misread or refuse with an error of its own: one with
+    masked entries (`as_array`: the mask would be dropped and the values
+    under it read), of durations or dates (numpy counts timedelta64 among
+    its integers), or of Python objects. `what`: what `name` must hold, for
+    the message (default by name, `_HOLDS`). A masked array without masked
+    entries comes back as a plain array."""
+    if not isinstance(value, np.ndarray):
+        return value
+    array = as_array(value, name, InputError, _PAD)  # masked entries, ragged rows: its error
+    if array.dtype.kind in "mMO":
+        raise InputError(f"{name} must be {what or _HOLDS.get(name, 'numbers')}, got dtype "
+                         f"{array.dtype}")
+    return array
+
+
 def dense(value, name="token_ids"):
     """`value` as a dense tensor; raises `InputError` for a ragged or sparse
-    one, or rows of other lengths (`rectangular`); TensorFlow's own
+    one, rows of other lengths (`rectangular`), or a numpy array TensorFlow
+    would misread or refuse (`convertible`); TensorFlow's own
     error did not say what was wrong."""
+    value = convertible(value, name)
     if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)):
         raise InputError(f"{name} is a {type(value).__name__}: the model reads dense [batch, "
                          "length] tensors; pad the rows (e.g. `ragged.to_tensor()`) and mark the "
