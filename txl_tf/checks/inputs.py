@@ -44,11 +44,47 @@ def convertible(value, name="token_ids", what=None):
     entries comes back as a plain array."""
     if not isinstance(value, np.ndarray):
         return value
-    array = as_array(value, name, InputError, _PAD)  # masked entries, ragged rows: its error
+    array = rectangular(value, name)  # masked entries, rows of other lengths: its error
     if array.dtype.kind in "mMO":
         raise InputError(f"{name} must be {what or _HOLDS.get(name, 'numbers')}, got dtype "
                          f"{array.dtype}")
     return array
+
+
+def check_numpy(value, name="token_ids"):
+    """Raises `convertible`'s `InputError` for a numpy array in `value` (an array,
+    or a dict, list or tuple of them, as a Keras model reads them), each
+    named by its dict key (else `name`): checked where Keras would convert
+    it (dropping a mask) before the model's own checks see it."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_numpy(item, key if isinstance(key, str) else name)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_numpy(item, name)
+    else:
+        convertible(value, name)
+
+
+def check_numpy_data(x, y=None, sample_weight=None, labels="targets"):
+    """`check_numpy` for what `fit`, `evaluate` or `predict` take as arrays:
+    inputs `x` (ids, or a dict of named arrays), `y` (named `labels`) and
+    `sample_weight`. Other data (a dataset, a generator) passes."""
+    check_numpy(x)
+    check_numpy(y, labels)
+    check_numpy(sample_weight, "sample_weight")
+
+
+class NumpyInputsChecked:
+    """A Keras model or layer whose `__call__` checks its numpy inputs first
+    (`check_numpy`): Keras converts them before `call` sees them."""
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            check_numpy(args[0])
+        check_numpy({key: value for key, value in kwargs.items()
+                     if key not in ("training", "mask")})
+        return super().__call__(*args, **kwargs)
 
 
 def dense(value, name="token_ids"):
