@@ -375,3 +375,24 @@ def test_the_core_reads_a_masked_array_without_masked_entries_as_its_values(core
     want = core(IDS, memory, targets=IDS)[0].numpy()
     got = core(np.ma.array(IDS), memory, targets=np.ma.array(IDS, mask=False))[0].numpy()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["timedelta", "bool", "objects"])
+def test_the_decoders_read_cached_refuses_ids_that_are_not_integers(core, kind):
+    """`tf.constant(ids, tf.int32)` cast durations, bools and objects to ids."""
+    decoder = Decoder(core, mem_len=4, jit_compile=False)
+    ids = {"timedelta": IDS.astype("m8[s]"), "bool": IDS > 2, "objects": IDS.astype(object)}[kind]
+    cache = core.decode_cache(core.initial_memory(2))
+    with pytest.raises(TxlError, match=r"ids must have an integer dtype, got"):
+        decoder.read_cached(ids, cache)
+    with pytest.raises(TxlError, match=r"ids is a masked array with masked entries"):
+        decoder.read_cached(np.ma.masked_equal(IDS, 6), cache)
+
+
+def test_generate_names_masked_stop_ids_and_duration_seeds(core):
+    decoder = Decoder(core, mem_len=4, jit_compile=False)
+    with pytest.raises(TxlError, match=r"stop_ids is a masked array with masked entries"):
+        decoder.generate(IDS, 1, stop_ids=np.ma.array([3, 4], mask=[0, 1]))  # 4 was a stop id
+    with pytest.raises(TxlError, match=r"seed must be an integer or 2 integers"):
+        decoder.generate(IDS, 1, seed=np.array([3, 4], "m8[s]"))  # numpy's TypeError
+    assert decoder.generate(IDS, 1, stop_ids=np.ma.array([3, 4])).ids.shape == (2, 1)
