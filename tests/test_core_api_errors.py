@@ -9,7 +9,7 @@ import pytest
 
 from txl_tf import ConfigError, Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.config import as_config
-from txl_tf.data.documents import document_segments
+from txl_tf.data.documents import document_segments, split_documents
 
 
 @pytest.fixture(scope="module")
@@ -396,3 +396,28 @@ def test_generate_names_masked_stop_ids_and_duration_seeds(core):
     with pytest.raises(TxlError, match=r"seed must be an integer or 2 integers"):
         decoder.generate(IDS, 1, seed=np.array([3, 4], "m8[s]"))  # numpy's TypeError
     assert decoder.generate(IDS, 1, stop_ids=np.ma.array([3, 4])).ids.shape == (2, 1)
+
+
+@pytest.mark.parametrize("call", ["segment_dataset", "batchify", "evaluate_ids",
+                                  "document_segments", "split_documents"])
+def test_the_data_functions_name_masked_ids(core, call):
+    """The mask was dropped: the masked entries were read as ids."""
+    from txl_tf.data import batchify, segment_dataset
+    from txl_tf.learning.evaluation import evaluate_ids
+    ids = np.ma.array(np.arange(12) % 5, mask=np.arange(12) == 7)
+    calls = {"segment_dataset": lambda: segment_dataset(ids, 2, 2, repeat=False),
+             "batchify": lambda: batchify(ids, 2),
+             "evaluate_ids": lambda: evaluate_ids(core, ids, tgt_len=2, mem_len=2),
+             "document_segments": lambda: document_segments([ids[:4], ids[4:]], 2, 2),
+             "split_documents": lambda: split_documents(ids, 3)}
+    with pytest.raises(TxlError, match=r"(ids|document 1) is a masked array with masked entries"):
+        calls[call]()
+    np.ma.getmaskarray(ids)[:] = False  # no masked entry: read as the plain ids
+    calls[call]()
+
+
+@pytest.mark.parametrize("dtype", ["m8[s]", "M8[s]", "O", "?"])
+def test_split_documents_takes_integer_ids_only(dtype):
+    """Durations, dates, objects and bools were split as if they were ids."""
+    with pytest.raises(TxlError, match=r"ids must be integers, got dtype"):
+        split_documents(np.array([5, 6, 1, 7, 1]).astype(dtype), separator=1)
