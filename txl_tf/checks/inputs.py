@@ -77,11 +77,15 @@ def check_numpy_data(x, y=None, sample_weight=None, labels="targets"):
 
 class NumpyInputsChecked:
     """A Keras model or layer whose `__call__` checks its numpy inputs first
-    (`check_numpy`): Keras converts them before `call` sees them."""
+    (`check_numpy`): Keras converts them before `call` sees them. The first
+    argument is named `token_ids` (or by its dict's keys), the next ones by
+    `call_arg_names`, keywords by name."""
+
+    call_arg_names = ()
 
     def __call__(self, *args, **kwargs):
-        if args:
-            check_numpy(args[0])
+        for name, value in zip(("token_ids",) + self.call_arg_names, args):
+            check_numpy(value, name)
         check_numpy({key: value for key, value in kwargs.items()
                      if key not in ("training", "mask")})
         return super().__call__(*args, **kwargs)
