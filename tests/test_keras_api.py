@@ -465,3 +465,12 @@ def test_causal_lm_generate_names_masked_stop_token_ids(keras_models):
     inputs = {"token_ids": IDS, "padding_mask": IDS > 0}
     with pytest.raises(InputError, match=r"stop_token_ids is a masked array with masked entries"):
         causal_lm.generate(inputs, stop_token_ids=np.ma.array([3, 4], mask=[0, 1]))
+
+
+@pytest.mark.parametrize("entry", ["causal_lm", "backbone", "causal_lm.generate",
+                                   "causal_lm.evaluate y", "stream.fit targets"])
+def test_bool_ids_and_targets_are_named_not_read_as_ids_0_and_1(keras_models, entry):
+    """The functional models' int32 inputs cast bools to the ids 0 and 1."""
+    name, holds, call, good = array_calls(*keras_models)[entry]
+    with pytest.raises(InputError, match=rf"^{name} must be integers, got dtype bool"):
+        call(good > 3)

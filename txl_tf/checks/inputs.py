@@ -39,15 +39,16 @@ def convertible(value, name="token_ids", what=None):
     TensorFlow would misread or refuse with an error of its own: one with
     masked entries (`as_array`: the mask would be dropped and the values
     under it read), of durations or dates (numpy counts timedelta64 among
-    its integers), or of Python objects. `what`: what `name` must hold, for
-    the message (default by name, `_HOLDS`). A masked array without masked
-    entries comes back as a plain array."""
+    its integers), of Python objects, or of bools for integers (a Keras
+    input of int32 reads them as ids 0 and 1). `what`: what `name` must
+    hold, for the message (default by name, `_HOLDS`). A masked array
+    without masked entries comes back as a plain array."""
     if not isinstance(value, np.ndarray):
         return value
     array = rectangular(value, name)  # masked entries, rows of other lengths: its error
-    if array.dtype.kind in "mMO":
-        raise InputError(f"{name} must be {what or _HOLDS.get(name, 'numbers')}, got dtype "
-                         f"{array.dtype}")
+    what = what or _HOLDS.get(name, "numbers")
+    if array.dtype.kind in "mMO" or (array.dtype.kind == "b" and what == "integers"):
+        raise InputError(f"{name} must be {what}, got dtype {array.dtype}")
     return array
 
 
