@@ -99,6 +99,17 @@ def test_detokenize_names_bad_ids(ids, message):
         TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
 
 
+@pytest.mark.parametrize("ids", [np.ma.masked_equal([[65, 66], [67, 68]], 68),
+                                 np.ma.masked_equal([65, 66], 66)])
+def test_detokenize_names_masked_ids(ids):
+    from txl_tf import TransformerXLTokenizer
+    from txl_tf.text import ByteTokenizer
+    tokenizer = TransformerXLTokenizer(ByteTokenizer())
+    with pytest.raises(TxlError, match="ids is a masked array with masked entries"):
+        tokenizer.detokenize(ids)  # the masked ids were decoded: "CD", "AB"
+    assert tokenizer.detokenize(np.ma.array([65, 66])) == "AB"
+
+
 def test_detokenize_of_good_ids_is_unchanged():
     import tensorflow as tf
     from txl_tf import TransformerXLTokenizer
