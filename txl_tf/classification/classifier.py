@@ -5,12 +5,11 @@ import numbers
 import re
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_numpy_data,
                                   checked_data, input_errors)
-from txl_tf.checks.numpy_checks import is_integer_dtype
+from txl_tf.checks.numpy_checks import as_array, is_integer_dtype
 from txl_tf.checks.python_batches import is_python_batches, map_python_batches
 from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
@@ -346,7 +345,7 @@ def _checked_labels(x, y, num_classes):
         def check_batch(batch):
             labels = keras.utils.unpack_x_y_sample_weight(batch)[1]
             if labels is not None:
-                _check_label_values(np.asarray(labels), num_classes)
+                _check_label_values(as_array(labels, "labels"), num_classes)
             return batch
         return map_python_batches(x, check_batch), y
     if y is not None and (tf.is_tensor(y) or hasattr(y, "__array__")):
