@@ -25,7 +25,7 @@ from export.onnx_export import (DEFAULT_OPSET, add_id_range_check, add_input_gua
 from export.runtime import RuntimeInputError, check_ids, choose_artefact
 from export.saved_model import plain_copies, save_module, weights_scope
 from txl_tf.app.paths import refuse_links_out_of, what_is_in_the_way
-from txl_tf.checks.numpy_checks import is_integer_dtype
+from txl_tf.checks.numpy_checks import as_array, is_integer_dtype
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.init import skip_random_init
@@ -358,7 +358,7 @@ class ClassifierRuntime:
             RuntimeInputError: bad ids or lengths.
         """
         ids = check_ids(token_ids, self.info.config.n_token)
-        lengths = np.asarray(lengths)
+        lengths = as_array(lengths, "lengths", RuntimeInputError)  # a mask: not dropped
         if not is_integer_dtype(lengths.dtype) \
                 or lengths.shape != ids.shape[:1]:
             raise RuntimeInputError(f"lengths must be integers of shape [batch] = "

@@ -99,6 +99,17 @@ def test_detokenize_names_bad_ids(ids, message):
         TransformerXLTokenizer(ByteTokenizer()).detokenize(ids)
 
 
+@pytest.mark.parametrize("ids", [np.ma.masked_equal([[65, 66], [67, 68]], 68),
+                                 np.ma.masked_equal([65, 66], 66)])
+def test_detokenize_names_masked_ids(ids):
+    from txl_tf import TransformerXLTokenizer
+    from txl_tf.text import ByteTokenizer
+    tokenizer = TransformerXLTokenizer(ByteTokenizer())
+    with pytest.raises(TxlError, match="ids is a masked array with masked entries"):
+        tokenizer.detokenize(ids)  # the masked ids were decoded: "CD", "AB"
+    assert tokenizer.detokenize(np.ma.array([65, 66])) == "AB"
+
+
 def test_detokenize_of_good_ids_is_unchanged():
     import tensorflow as tf
     from txl_tf import TransformerXLTokenizer
@@ -356,3 +367,32 @@ def test_evaluate_ids_names_ids_that_are_not_a_sequence(config, ids):
     from txl_tf.learning.evaluation import evaluate_ids
     with pytest.raises(InputError, match="1-D"):  # was "object of type 'NoneType' has no len()"
         evaluate_ids(TransformerXL(config), ids)
+
+
+@pytest.mark.parametrize("part", ["token_ids", "lengths", "labels"])
+def test_classifier_names_masked_arrays_in_a_generators_batches(classifier, part):
+    """Keras converted each batch, dropping the mask: the masked entries
+    were read as ids, lengths or labels."""
+    inputs, labels = {"token_ids": IDS, "lengths": np.array([5, 4])}, np.array([0, 1])
+    if part == "labels":
+        labels = np.ma.array(labels, mask=[0, 1])
+    else:
+        inputs[part] = np.ma.array(inputs[part], mask=np.arange(inputs[part].size).reshape(
+            inputs[part].shape) == 1)
+
+    def batches():
+        yield inputs, labels
+    classifier.compile(loss="sparse_categorical_crossentropy")
+    with pytest.raises(TxlError, match=rf"{part} is a masked array with masked entries"):
+        classifier.evaluate(batches(), verbose=0)
+
+
+def test_stream_model_names_masked_targets_in_a_generators_batches(config):
+    model = TransformerXLLM(config, 2)
+    model.compile()
+    ids = np.arange(6).reshape(2, 3) % 11
+
+    def batches():
+        yield ids, np.ma.masked_equal(ids, 4)
+    with pytest.raises(TxlError, match=r"targets is a masked array with masked entries"):
+        model.evaluate(batches(), verbose=0)

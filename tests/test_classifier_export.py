@@ -107,6 +107,18 @@ def test_bad_inputs_are_named_before_and_inside_the_graph(exported, backend):
             runtime._run(ids, np.int32([0, 3]))
 
 
+def test_masked_or_duration_lengths_are_named(exported):
+    """The mask was dropped: the masked length was read (a silent wrong answer)."""
+    runtime = open_classifier(exported[1], backend="onnx")
+    ids, lengths = batch([5, 3])
+    with pytest.raises(RuntimeInputError, match="lengths is a masked array with masked entries"):
+        runtime.probabilities(ids, np.ma.array(lengths, mask=[0, 1]))
+    with pytest.raises(RuntimeInputError, match=r"lengths must be integers .*timedelta64"):
+        runtime.probabilities(ids, lengths.astype("m8[s]"))
+    np.testing.assert_array_equal(runtime.probabilities(ids, np.ma.array(lengths)),
+                                  runtime.probabilities(ids, lengths))
+
+
 def test_the_lengths_check_reads_no_shape(exported):
     """The graph's lengths check reads no `Shape(token_ids)` (a value ONNX
     Runtime's CUDA provider keeps on the host: a copy each call) and still

@@ -2,12 +2,14 @@
 functions and the decoder: one clear `TxlError`, raised by the library itself
 (not a TensorFlow error from deep inside, not a StagingError from a trace, not
 a silent truncation or broadcast)."""
+import re
+
 import numpy as np
 import pytest
 
 from txl_tf import ConfigError, Decoder, TransformerXL, TransformerXLConfig, TxlError
 from txl_tf.config import as_config
-from txl_tf.data.documents import document_segments
+from txl_tf.data.documents import document_segments, split_documents
 
 
 @pytest.fixture(scope="module")
@@ -320,3 +322,102 @@ def test_stream_ids_beyond_int32_are_refused_not_wrapped():
 def test_document_ids_beyond_int32_are_refused_not_wrapped():
     with pytest.raises(TxlError, match="document 1 holds id 4294967301, beyond int32"):
         document_segments([[1, 2, 3], np.array([4, 2 ** 32 + 5], np.int64)], 2, 4)  # was 5
+
+
+IDS = np.array([[1, 2, 3], [4, 5, 6]])
+# Numpy arrays TensorFlow refuses with its own error (durations, dates,
+# objects) or reads without their mask (the masked 6 was read as an id).
+UNREADABLE = {"timedelta": lambda a: a.astype("m8[s]"), "datetime": lambda a: a.astype("M8[s]"),
+              "objects": lambda a: a.astype(object),
+              "masked": lambda a: np.ma.array(a, mask=np.arange(a.size).reshape(a.shape) == 1)}
+UNREADABLE_MESSAGES = {"timedelta": r"must be {}, got dtype timedelta64\[s\]",
+                       "datetime": r"must be {}, got dtype datetime64\[s\]",
+                       "objects": r"must be {}, got dtype object",
+                       "masked": r"is a masked array with masked entries"}
+CORE_ARRAY_CALLS = {  # (the argument, what it must hold, call(core, value), a good value)
+    "__call__": ("token_ids", "integers", lambda c, v: c(v, c.initial_memory(2)), IDS),
+    "__call__ targets": ("targets", "integers",
+                         lambda c, v: c(IDS, c.initial_memory(2), targets=v), IDS),
+    "__call__ token_mask": ("token_mask", "bool",
+                            lambda c, v: c(IDS, c.initial_memory(2), None, False, v), IDS > 0),
+    "call": ("token_ids", "integers", lambda c, v: c.call(v, c.initial_memory(2)), IDS),
+    "call targets": ("targets", "integers",
+                     lambda c, v: c.call(IDS, c.initial_memory(2), targets=v), IDS),
+    "hidden_states": ("token_ids", "integers",
+                      lambda c, v: c.hidden_states(v, c.initial_memory(2)), IDS),
+    "hidden_states token_mask": ("token_mask", "bool", lambda c, v: c.hidden_states(
+        IDS, c.initial_memory(2), token_mask=v), IDS > 0),
+    "read_documents": ("token_ids", "integers",
+                       lambda c, v: c.read_documents(v, np.array([3, 2]), 2, 2), IDS),
+    "read_documents lengths": ("lengths", "integers",
+                               lambda c, v: c.read_documents(IDS, v, 2, 2), np.array([3, 2])),
+    "call_with_cache": ("token_ids", "integers", lambda c, v: c.call_with_cache(
+        v, c.decode_cache(c.initial_memory(2))), IDS[:, 0]),
+    "call_with_cache stopped": ("stopped", "bool", lambda c, v: c.call_with_cache(
+        IDS[:, 0], c.decode_cache(c.initial_memory(2)), stopped=v), np.array([False, True])),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+@pytest.mark.parametrize("entry", sorted(CORE_ARRAY_CALLS))
+def test_the_core_names_numpy_arrays_tensorflow_would_refuse_or_misread(core, entry, kind):
+    """Durations, dates and objects were TensorFlow's conversion error; a
+    masked array was read without its mask (a silent wrong answer)."""
+    name, holds, call, good = CORE_ARRAY_CALLS[entry]
+    error = raised(call, core, UNREADABLE[kind](good))
+    assert isinstance(error, TxlError), (type(error), error)
+    assert str(error).startswith(name), error
+    assert re.search(UNREADABLE_MESSAGES[kind].format(holds), str(error)), error
+
+
+def test_the_core_reads_a_masked_array_without_masked_entries_as_its_values(core):
+    memory = core.initial_memory(2)
+    want = core(IDS, memory, targets=IDS)[0].numpy()
+    got = core(np.ma.array(IDS), memory, targets=np.ma.array(IDS, mask=False))[0].numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["timedelta", "bool", "objects"])
+def test_the_decoders_read_cached_refuses_ids_that_are_not_integers(core, kind):
+    """`tf.constant(ids, tf.int32)` cast durations, bools and objects to ids."""
+    decoder = Decoder(core, mem_len=4, jit_compile=False)
+    ids = {"timedelta": IDS.astype("m8[s]"), "bool": IDS > 2, "objects": IDS.astype(object)}[kind]
+    cache = core.decode_cache(core.initial_memory(2))
+    with pytest.raises(TxlError, match=r"ids must have an integer dtype, got"):
+        decoder.read_cached(ids, cache)
+    with pytest.raises(TxlError, match=r"ids is a masked array with masked entries"):
+        decoder.read_cached(np.ma.masked_equal(IDS, 6), cache)
+
+
+def test_generate_names_masked_stop_ids_and_duration_seeds(core):
+    decoder = Decoder(core, mem_len=4, jit_compile=False)
+    with pytest.raises(TxlError, match=r"stop_ids is a masked array with masked entries"):
+        decoder.generate(IDS, 1, stop_ids=np.ma.array([3, 4], mask=[0, 1]))  # 4 was a stop id
+    with pytest.raises(TxlError, match=r"seed must be an integer or 2 integers"):
+        decoder.generate(IDS, 1, seed=np.array([3, 4], "m8[s]"))  # numpy's TypeError
+    assert decoder.generate(IDS, 1, stop_ids=np.ma.array([3, 4])).ids.shape == (2, 1)
+
+
+@pytest.mark.parametrize("call", ["segment_dataset", "batchify", "evaluate_ids",
+                                  "document_segments", "split_documents"])
+def test_the_data_functions_name_masked_ids(core, call):
+    """The mask was dropped: the masked entries were read as ids."""
+    from txl_tf.data import batchify, segment_dataset
+    from txl_tf.learning.evaluation import evaluate_ids
+    ids = np.ma.array(np.arange(12) % 5, mask=np.arange(12) == 7)
+    calls = {"segment_dataset": lambda: segment_dataset(ids, 2, 2, repeat=False),
+             "batchify": lambda: batchify(ids, 2),
+             "evaluate_ids": lambda: evaluate_ids(core, ids, tgt_len=2, mem_len=2),
+             "document_segments": lambda: document_segments([ids[:4], ids[4:]], 2, 2),
+             "split_documents": lambda: split_documents(ids, 3)}
+    with pytest.raises(TxlError, match=r"(ids|document 1) is a masked array with masked entries"):
+        calls[call]()
+    np.ma.getmaskarray(ids)[:] = False  # no masked entry: read as the plain ids
+    calls[call]()
+
+
+@pytest.mark.parametrize("dtype", ["m8[s]", "M8[s]", "O", "?"])
+def test_split_documents_takes_integer_ids_only(dtype):
+    """Durations, dates, objects and bools were split as if they were ids."""
+    with pytest.raises(TxlError, match=r"ids must be integers, got dtype"):
+        split_documents(np.array([5, 6, 1, 7, 1]).astype(dtype), separator=1)

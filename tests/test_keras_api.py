@@ -364,3 +364,113 @@ def test_batches_of_unknown_count_report_the_same_loss_as_arrays(kind):
     np.testing.assert_allclose(lm().evaluate(data(), verbose=0), want, rtol=1e-6)
     trained = lm().fit(x, y, batch_size=B, verbose=0).history["loss"]
     np.testing.assert_allclose(lm().fit(data(), verbose=0).history["loss"], trained, rtol=1e-6)
+
+
+IDS = np.array([[1, 2, 3], [4, 5, 6]])
+UNREADABLE = {  # TensorFlow's conversion error, or (masked) the mask dropped silently
+    "timedelta": (lambda a: a.astype("m8[s]"), r"must be {}, got dtype timedelta64\[s\]"),
+    "datetime": (lambda a: a.astype("M8[s]"), r"must be {}, got dtype datetime64\[s\]"),
+    "objects": (lambda a: a.astype(object), r"must be {}, got dtype object"),
+    "masked": (lambda a: np.ma.array(a, mask=np.arange(a.size).reshape(a.shape) == 1),
+               r"is a masked array with masked entries")}
+
+
+@pytest.fixture(scope="module")
+def keras_models():
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+    causal_lm.compile(sampler="greedy")
+    classifier = TransformerXLClassifier(config(), num_classes=3, segment_len=2)
+    classifier.compile(loss="sparse_categorical_crossentropy")
+    stream = TransformerXLLM(config(), batch_size=B)
+    stream.compile()
+    return causal_lm, classifier, stream
+
+
+def array_calls(causal_lm, classifier, stream):
+    """`{entry: (argument, what it holds, call(value), a good value)}`."""
+    mask, lengths, labels = IDS > 0, np.array([3, 2]), np.array([0, 2])
+
+    def lm(ids=IDS, padding_mask=mask):
+        return {"token_ids": ids, "padding_mask": padding_mask}
+
+    def docs(ids=IDS, n=lengths):
+        return {"token_ids": ids, "lengths": n}
+    quiet = dict(verbose=0)
+    return {
+        "causal_lm": ("token_ids", "integers", lambda v: causal_lm(lm(v)), IDS),
+        "causal_lm padding_mask": ("padding_mask", "bool or 0/1 flags",
+                                   lambda v: causal_lm(lm(padding_mask=v)), mask),
+        "causal_lm.predict": ("token_ids", "integers",
+                              lambda v: causal_lm.predict(lm(v), **quiet), IDS),
+        "causal_lm.evaluate y": ("targets", "integers",
+                                 lambda v: causal_lm.evaluate(lm(), v, **quiet), IDS),
+        "causal_lm.fit padding_mask": ("padding_mask", "bool or 0/1 flags",
+                                       lambda v: causal_lm.fit(lm(padding_mask=v), IDS, **quiet),
+                                       mask),
+        "causal_lm.generate": ("token_ids", "integers", lambda v: causal_lm.generate(
+            lm(v), stop_token_ids=None), IDS),
+        "causal_lm.generate padding_mask": ("padding_mask", "bool or 0/1 flags",
+                                            lambda v: causal_lm.generate(
+                                                lm(padding_mask=v), stop_token_ids=None), mask),
+        "backbone": ("token_ids", "integers", lambda v: causal_lm.backbone(lm(v)), IDS),
+        "classifier": ("token_ids", "integers", lambda v: classifier(docs(v)), IDS),
+        "classifier lengths": ("lengths", "integers", lambda v: classifier(docs(n=v)), lengths),
+        "classifier.predict": ("token_ids", "integers",
+                               lambda v: classifier.predict(docs(v), **quiet), IDS),
+        "classifier.evaluate lengths": ("lengths", "integers", lambda v: classifier.evaluate(
+            docs(n=v), labels, **quiet), lengths),
+        "classifier.fit labels": ("labels", "numbers",
+                                  lambda v: classifier.fit(docs(), v, **quiet), labels),
+        "stream": ("token_ids", "integers", lambda v: stream(v), IDS),
+        "stream.predict": ("token_ids", "integers",
+                           lambda v: stream.predict(v, batch_size=B, **quiet), IDS),
+        "stream.fit targets": ("targets", "integers",
+                               lambda v: stream.fit(IDS, v, batch_size=B, **quiet), IDS),
+        "stream.fit sample_weight": ("sample_weight", "numbers", lambda v: stream.fit(
+            IDS, IDS, sample_weight=v, batch_size=B, **quiet), np.ones((2, 3), np.float32)),
+    }
+
+
+ARRAY_CALLS = sorted(array_calls(None, None, None))
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+@pytest.mark.parametrize("entry", ARRAY_CALLS)
+def test_the_keras_models_name_numpy_arrays_tensorflow_would_refuse_or_misread(
+        keras_models, entry, kind):
+    """Durations, dates and objects were TensorFlow's conversion error from
+    inside Keras; a masked array lost its mask in Keras's conversion, its
+    masked entries read as ids, lengths or labels (a silent wrong answer)."""
+    name, holds, call, good = array_calls(*keras_models)[entry]
+    make, message = UNREADABLE[kind]
+    with pytest.raises(InputError, match=rf"^{name} " + message.format(holds)):
+        call(make(good))
+
+
+def test_the_keras_models_read_masked_arrays_without_masked_entries(keras_models):
+    causal_lm, classifier, _ = keras_models
+    inputs = {"token_ids": IDS, "padding_mask": IDS > 0}
+    want = causal_lm.predict(inputs, verbose=0)
+    got = causal_lm.predict({k: np.ma.array(v) for k, v in inputs.items()}, verbose=0)
+    np.testing.assert_array_equal(got, want)
+    docs = {"token_ids": np.ma.array(IDS, mask=False), "lengths": np.array([3, 2])}
+    np.testing.assert_array_equal(classifier(docs).numpy(), classifier(
+        {"token_ids": IDS, "lengths": np.array([3, 2])}).numpy())
+
+
+def test_causal_lm_generate_names_masked_stop_token_ids(keras_models):
+    """The masked 4 was a stop id (numpy dropped the mask)."""
+    causal_lm = keras_models[0]
+    inputs = {"token_ids": IDS, "padding_mask": IDS > 0}
+    with pytest.raises(InputError, match=r"stop_token_ids is a masked array with masked entries"):
+        causal_lm.generate(inputs, stop_token_ids=np.ma.array([3, 4], mask=[0, 1]))
+
+
+@pytest.mark.parametrize("entry", ["causal_lm", "backbone", "causal_lm.generate",
+                                   "causal_lm.evaluate y", "stream.fit targets"])
+def test_bool_ids_and_targets_are_named_not_read_as_ids_0_and_1(keras_models, entry):
+    """The functional models' int32 inputs cast bools to the ids 0 and 1."""
+    name, holds, call, good = array_calls(*keras_models)[entry]
+    with pytest.raises(InputError, match=rf"^{name} must be integers, got dtype bool"):
+        call(good > 3)

@@ -351,3 +351,24 @@ def test_lstm_weights_stored_in_another_file_are_refused(tmp_path, storage):
             f.create_virtual_dataset(name, layout)
     with pytest.raises(TxlError, match=rf"{name}.* in another file"):
         load_lstm(str(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("kind", ["timedelta", "datetime", "objects", "masked"])
+@pytest.mark.parametrize("argument", ["token_ids", "targets", "targets_positional"])
+def test_ids_and_targets_tensorflow_would_refuse_or_misread_are_one_error(argument, kind):
+    """TensorFlow's conversion error from inside Keras, or (masked) the mask
+    dropped and the masked entries read as ids."""
+    model = make_model()
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    bad = {"timedelta": ids.astype("m8[s]"), "datetime": ids.astype("M8[s]"),
+           "objects": ids.astype(object), "masked": np.ma.masked_equal(ids, 5)}[kind]
+    message = r"is a masked array with masked entries" if kind == "masked" else \
+        r"must be integers, got dtype"
+    name = argument.split("_")[0] if argument != "token_ids" else argument
+    with pytest.raises(InputError, match=rf"^{name} {message}"):
+        if argument == "token_ids":
+            model(bad, None)
+        elif argument == "targets":
+            model(ids, None, targets=bad)
+        else:
+            model(ids, None, bad)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from txl_tf.app.deprecation import answers_removed_names, check_no_removed_keywords
 from txl_tf.checks.inputs import (InputError, check_memory, check_targets, check_token_ids,
-                                  check_token_mask, dense, rectangular)
+                                  check_token_mask, convertible, dense, rectangular)
 from txl_tf.checks.numpy_checks import MAX_POSITIONS, check_count, check_flag
 from txl_tf.config import as_config
 from txl_tf.errors import TxlError
@@ -37,6 +37,11 @@ def check_grad_segments(grad_segments, segment_len):
                        f"be at most {MAX_POSITIONS} positions (2**31 - 1: TensorFlow counts "
                        "them in int32)")
     return grad_segments
+
+
+# `call`'s arguments after the memory, and those of them that are arrays.
+_CALL_ARGS = ("targets", "training", "token_mask")
+_CALL_ARRAYS = ("targets", "token_mask")
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -128,6 +133,13 @@ class TransformerXL(keras.layers.Layer):
         if isinstance(token_ids, (list, tuple, str, bytes, numbers.Number)) or \
                 (isinstance(token_ids, np.ndarray) and token_ids.dtype == object):
             token_ids = rectangular(token_ids)  # rows of other lengths: an InputError
+        # Keras converts numpy arguments before `call` sees them: a mask
+        # dropped, TensorFlow's error for durations, dates or objects.
+        token_ids = convertible(token_ids)
+        args = tuple(convertible(value, name) if name in _CALL_ARRAYS else value
+                     for name, value in zip(_CALL_ARGS + (None,) * len(args), args))
+        kwargs = {name: convertible(value, name) if name in _CALL_ARRAYS else value
+                  for name, value in kwargs.items()}
         return super().__call__(token_ids, as_memory(memory), *args, **kwargs)
 
     # ----------------------------------------------------------------- memory
@@ -176,7 +188,7 @@ class TransformerXL(keras.layers.Layer):
             `[B, T]`; the new `Memory`.
         """
         if targets is not None:
-            targets = check_targets(tf.convert_to_tensor(targets), tf.convert_to_tensor(token_ids),
+            targets = check_targets(dense(targets, "targets"), dense(token_ids),
                                     self.config.n_token)
         hidden, new_memory = self.hidden_states(token_ids, memory, training=training,
                                                 token_mask=token_mask)
@@ -266,7 +278,7 @@ class TransformerXL(keras.layers.Layer):
         mem_len = check_count("mem_len", mem_len)
         grad_segments = check_grad_segments(grad_segments, segment_len)
         token_ids = check_token_ids(dense(token_ids), cfg.n_token)
-        lengths = check_lengths(tf.convert_to_tensor(lengths), token_ids)
+        lengths = check_lengths(dense(lengths, "lengths"), token_ids)
         ids, mask = right_align(token_ids, lengths, segment_len)
         if not mem_len:  # without memory the earlier segments change nothing
             grad_segments = 1
@@ -455,7 +467,7 @@ class TransformerXL(keras.layers.Layer):
                                "KeysValues memory reads segments")
             return self._read_on_keys(token_ids, cache)
         _check_decode_cache(cache, "call_with_cache")
-        token_ids = tf.convert_to_tensor(token_ids)
+        token_ids = dense(token_ids)
         _check_cache_batch(token_ids, stopped, cache.valid)
         if token_ids.shape.rank == 2:
             if stopped is not None or not write or write_first:
@@ -556,7 +568,7 @@ class TransformerXL(keras.layers.Layer):
         positions)."""
         keys, values, mem_mask = cache
         cfg = self.config
-        token_ids = check_token_ids(tf.convert_to_tensor(token_ids), cfg.n_token)
+        token_ids = check_token_ids(dense(token_ids), cfg.n_token)
         mem_mask = tf.convert_to_tensor(mem_mask)
         qlen, mem_len = tf.shape(token_ids)[1], tf.shape(mem_mask)[1]
         output = self.word_emb(token_ids)
@@ -702,7 +714,7 @@ def _check_cache_batch(token_ids, stopped, valid):
                          f"{batch}")
     if stopped is None:
         return
-    stopped = tf.convert_to_tensor(stopped)
+    stopped = dense(stopped, "stopped")
     if stopped.dtype != tf.bool or not stopped.shape.is_compatible_with([batch]):
         raise InputError(f"stopped must be bool [batch] ({batch}), got {stopped.dtype.name} "
                          f"of shape {stopped.shape}")

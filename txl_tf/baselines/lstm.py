@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.app.files import parse_json, stage
-from txl_tf.checks.inputs import check_targets, check_token_ids
+from txl_tf.checks.inputs import NumpyInputsChecked, check_targets, check_token_ids
 from txl_tf.errors import TxlError
 from txl_tf.layers.memory import Memory
 
@@ -92,12 +92,14 @@ class LSTMConfig:
         return cls(**values)
 
 
-class LSTMLanguageModel(keras.layers.Layer):
+class LSTMLanguageModel(NumpyInputsChecked, keras.layers.Layer):
     """Embedding, `n_layer` LSTMs carrying their state, a softmax.
 
     Args:
         config: an `LSTMConfig`.
     """
+
+    call_arg_names = ("memory", "targets")  # checked before Keras converts them
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)

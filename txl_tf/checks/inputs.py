@@ -28,10 +28,76 @@ def rectangular(value, name="token_ids"):
     return array
 
 
+# What each named input holds, for `convertible`'s message.
+_HOLDS = {"token_ids": "integers", "targets": "integers", "lengths": "integers",
+          "token_mask": "bool", "padding_mask": "bool or 0/1 flags", "document_start": "bool",
+          "stopped": "bool", "sample_weight": "numbers"}
+
+
+def convertible(value, name="token_ids", what=None):
+    """`value`, or `InputError` naming `name` where it is a numpy array that
+    TensorFlow would misread or refuse with an error of its own: one with
+    masked entries (`as_array`: the mask would be dropped and the values
+    under it read), of durations or dates (numpy counts timedelta64 among
+    its integers), of Python objects, or of bools for integers (a Keras
+    input of int32 reads them as ids 0 and 1). `what`: what `name` must
+    hold, for the message (default by name, `_HOLDS`). A masked array
+    without masked entries comes back as a plain array."""
+    if not isinstance(value, np.ndarray):
+        return value
+    array = rectangular(value, name)  # masked entries, rows of other lengths: its error
+    what = what or _HOLDS.get(name, "numbers")
+    if array.dtype.kind in "mMO" or (array.dtype.kind == "b" and what == "integers"):
+        raise InputError(f"{name} must be {what}, got dtype {array.dtype}")
+    return array
+
+
+def check_numpy(value, name="token_ids"):
+    """Raises `convertible`'s `InputError` for a numpy array in `value` (an array,
+    or a dict, list or tuple of them, as a Keras model reads them), each
+    named by its dict key (else `name`): checked where Keras would convert
+    it (dropping a mask) before the model's own checks see it."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_numpy(item, key if isinstance(key, str) else name)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_numpy(item, name)
+    else:
+        convertible(value, name)
+
+
+def check_numpy_data(x, y=None, sample_weight=None, labels="targets"):
+    """`check_numpy` for what `fit`, `evaluate` or `predict` take as arrays:
+    inputs `x` (ids, or a dict of named arrays), `y` (named `labels`) and
+    `sample_weight`. Other data (a dataset, a generator) passes."""
+    check_numpy(x)
+    check_numpy(y, labels)
+    check_numpy(sample_weight, "sample_weight")
+
+
+class NumpyInputsChecked:
+    """A Keras model or layer whose `__call__` checks its numpy inputs first
+    (`check_numpy`): Keras converts them before `call` sees them. The first
+    argument is named `token_ids` (or by its dict's keys), the next ones by
+    `call_arg_names`, keywords by name."""
+
+    call_arg_names = ()
+
+    def __call__(self, *args, **kwargs):
+        for name, value in zip(("token_ids",) + self.call_arg_names, args):
+            check_numpy(value, name)
+        check_numpy({key: value for key, value in kwargs.items()
+                     if key not in ("training", "mask")})
+        return super().__call__(*args, **kwargs)
+
+
 def dense(value, name="token_ids"):
     """`value` as a dense tensor; raises `InputError` for a ragged or sparse
-    one, or rows of other lengths (`rectangular`); TensorFlow's own
+    one, rows of other lengths (`rectangular`), or a numpy array TensorFlow
+    would misread or refuse (`convertible`); TensorFlow's own
     error did not say what was wrong."""
+    value = convertible(value, name)
     if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)):
         raise InputError(f"{name} is a {type(value).__name__}: the model reads dense [batch, "
                          "length] tensors; pad the rows (e.g. `ragged.to_tensor()`) and mark the "

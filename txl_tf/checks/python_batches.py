@@ -14,10 +14,9 @@ pipeline as an `InvalidArgumentError` whose message holds it, which
 import types
 
 import keras
-import numpy as np
 
-from txl_tf.checks.numpy_checks import (InputError, is_integer_dtype, lengths_problem,
-                                        out_of_range_message)
+from txl_tf.checks.numpy_checks import (InputError, as_array, is_integer_dtype,
+                                        lengths_problem, out_of_range_message)
 
 
 def is_python_batches(x):
@@ -56,16 +55,18 @@ def map_python_batches(x, check):
 
 def _check_batch(batch, n_token, targets, rows, method, fix):
     inputs, labels, _ = keras.utils.unpack_x_y_sample_weight(batch)
-    ids = np.asarray(inputs["token_ids"] if isinstance(inputs, dict) else inputs)
+    # as_array: a masked array's mask would be dropped, its entries read
+    ids = as_array(inputs["token_ids"] if isinstance(inputs, dict) else inputs, "token_ids")
     if rows is not None and ids.ndim and ids.shape[0] != rows:
         raise InputError(f"{method}: a batch of {ids.shape[0]} rows; {fix}")
     if not is_integer_dtype(ids.dtype):
         raise InputError(f"token_ids must be integers, got {ids.dtype} in a batch")
     problem = out_of_range_message(ids, n_token)
     if problem is None and isinstance(inputs, dict) and "lengths" in inputs:  # a classifier's
-        problem = lengths_problem(np.asarray(inputs["lengths"]), ids)  # XLA drops the step's
+        # (checked here: XLA drops the step's check)
+        problem = lengths_problem(as_array(inputs["lengths"], "lengths"), ids)
     if problem is None and targets and labels is not None:
-        labels = np.asarray(labels)
+        labels = as_array(labels, "targets")
         if is_integer_dtype(labels.dtype):  # one target per id, as `check_targets`
             problem = out_of_range_message(labels, n_token, "target") or (
                 None if labels.shape == ids.shape else

@@ -5,11 +5,11 @@ import numbers
 import re
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from txl_tf.checks.inputs import InputError, checked_data, input_errors
-from txl_tf.checks.numpy_checks import is_integer_dtype
+from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_numpy_data,
+                                  checked_data, input_errors)
+from txl_tf.checks.numpy_checks import as_array, is_integer_dtype
 from txl_tf.checks.python_batches import is_python_batches, map_python_batches
 from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
@@ -33,7 +33,8 @@ def split_inputs(inputs):
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevice, keras.Model):
+class TransformerXLClassifier(NumpyInputsChecked, AutoJitCompile, PrebuiltModel,
+                              StepsOnStrategyDevice, keras.Model):
     """Sequence classifier that reads long documents segment by segment.
 
     ```python
@@ -192,6 +193,9 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
             The Keras `History`.
         """
         n_token = self.config.n_token
+        check_numpy_data(x, y, kwargs.get("sample_weight"), labels="labels")
+        if isinstance(validation_data, (tuple, list)):
+            check_numpy_data(*validation_data[:3], labels="labels")
         with input_errors(), _label_errors():
             x, y = _checked_labels(checked_data(x, n_token, y, targets=False), y,
                                    self.num_classes)
@@ -214,6 +218,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
         Returns:
             What `keras.Model.evaluate` returns (the loss and metrics).
         """
+        check_numpy_data(x, y, kwargs.get("sample_weight"), labels="labels")
         with input_errors(), _label_errors():
             x, y = _checked_labels(checked_data(x, self.config.n_token, y, targets=False), y,
                                    self.num_classes)
@@ -229,6 +234,7 @@ class TransformerXLClassifier(AutoJitCompile, PrebuiltModel, StepsOnStrategyDevi
         Returns:
             float32 numpy logits `[B, num_classes]`.
         """
+        check_numpy_data(x)
         with input_errors():
             return super().predict(checked_data(x, self.config.n_token, targets=False),
                                    **kwargs)
@@ -339,7 +345,7 @@ def _checked_labels(x, y, num_classes):
         def check_batch(batch):
             labels = keras.utils.unpack_x_y_sample_weight(batch)[1]
             if labels is not None:
-                _check_label_values(np.asarray(labels), num_classes)
+                _check_label_values(as_array(labels, "labels"), num_classes)
             return batch
         return map_python_batches(x, check_batch), y
     if y is not None and (tf.is_tensor(y) or hasattr(y, "__array__")):

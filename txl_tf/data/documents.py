@@ -10,8 +10,8 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.memory_budget import check_bytes
-from txl_tf.checks.numpy_checks import check_count, is_integer_dtype
-from txl_tf.data.stream import device_prefetch
+from txl_tf.checks.numpy_checks import as_array, check_count, is_integer_dtype
+from txl_tf.data.stream import _check_ids, device_prefetch
 from txl_tf.errors import TxlError
 
 
@@ -59,7 +59,8 @@ def _checked(documents):
     """`(docs, sizes)`: the documents as numpy arrays and their sizes
     (int64), each checked as `_check_document` does, the whole list at once;
     the first bad document raises `_check_document`'s error."""
-    docs = [np.asarray(d) for d in documents]
+    docs = [as_array(d, f"document {i}", TxlError) if isinstance(d, np.ma.MaskedArray)
+            else np.asarray(d) for i, d in enumerate(documents)]  # a mask: not dropped
     if not docs:
         raise TxlError("no documents: the dataset would be empty")
     integer = {t: is_integer_dtype(t) for t in {doc.dtype for doc in docs}}
@@ -200,9 +201,7 @@ def split_documents(ids: Sequence[int] | np.ndarray, separator: int) -> list[np.
         A list of 1-D numpy arrays; pieces of fewer than 2 ids are dropped
         (they predict nothing).
     """
-    ids = np.asarray(ids)
-    if ids.ndim != 1:
-        raise TxlError(f"ids must be 1-D, got shape {ids.shape}")
+    ids = _check_ids(ids)  # integers, 1-D, a mask not dropped
     ends = np.flatnonzero(ids == separator) + 1
     starts = np.concatenate([[0], ends])
     stops = np.concatenate([ends, [ids.size]])

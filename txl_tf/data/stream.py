@@ -39,8 +39,9 @@ from txl_tf.errors import TxlError
 
 
 def _check_ids(ids) -> np.ndarray:
-    arr = ids if isinstance(ids, np.ndarray) else as_array(ids, "ids", TxlError,
-                                                            "ids are one 1-D sequence")
+    # A masked array too: its mask would be dropped (`as_array`).
+    arr = ids if type(ids) is np.ndarray else as_array(ids, "ids", TxlError,
+                                                        "ids are one 1-D sequence")
     if arr.ndim != 1:
         raise TxlError(f"ids must be 1-D, got shape {arr.shape}")
     if arr.size and not is_integer_dtype(arr.dtype):

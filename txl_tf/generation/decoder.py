@@ -298,7 +298,8 @@ class Decoder:
             `(log_probs, cache)`: numpy `[B, V]` log-probs after each row's
             last id, and the new cache.
         """
-        log_probs, cache = self._read_cached(tf.constant(ids, tf.int32), cache)
+        ids = check_id_array(ids, self.n_token, "ids")  # as `step_last`: tf.constant cast
+        log_probs, cache = self._read_cached(tf.constant(ids), cache)  # durations, bools
         return log_probs.numpy(), cache
 
     @staticmethod

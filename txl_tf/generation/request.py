@@ -105,7 +105,9 @@ class Generation(NamedTuple):
 
 
 def _is_int(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    # numpy counts timedelta64 among its integers
+    return isinstance(value, (int, np.integer)) and \
+        not isinstance(value, (bool, np.bool_, np.timedelta64))
 
 
 def check_prompts(prompts, n_token):
@@ -156,6 +158,8 @@ def per_row(name, value, batch_size, low=0, high=MAX_SEED):
 
 def stop_mask(stop_ids, n_token, batch_size):
     """bool `[B, V]` from one list of stop ids for every row."""
+    if isinstance(stop_ids, np.ndarray):  # masked entries: not dropped silently
+        stop_ids = as_array(stop_ids, "stop_ids", TxlError)
     stop_ids = list(np.ravel(np.asarray(stop_ids, dtype=object))) if stop_ids is not None else []
     mask = np.zeros([batch_size, n_token], np.bool_)
     for s in stop_ids:

@@ -10,7 +10,8 @@ import math
 import keras
 import tensorflow as tf
 
-from txl_tf.checks.inputs import InputError, check_batch, checked_data, input_errors
+from txl_tf.checks.inputs import (InputError, check_batch, check_numpy_data, checked_data,
+                                  input_errors)
 from txl_tf.checks.numpy_checks import check_count
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.keras_compat import OptimizerBuiltForTraining, PrebuiltModel
@@ -270,6 +271,9 @@ class StreamTraining(OptimizerBuiltForTraining):
         kwargs.update({name: value for name, value in (
             ("sample_weight", sample_weight), ("validation_data", validation_data),
             ("validation_split", validation_split)) if value is not None})
+        check_numpy_data(x, y, sample_weight)  # Keras would convert them, dropping a mask
+        if isinstance(validation_data, (tuple, list)):
+            check_numpy_data(*validation_data[:3])
         self.check_vocabulary()
         if kwargs.get("class_weight") is not None:
             raise InputError("fit: class_weight weighs each row by the class of its targets' "
@@ -331,6 +335,7 @@ class StreamTraining(OptimizerBuiltForTraining):
         """keras-hub's `evaluate`; stream batches are read from an empty
         evaluation memory, carried from batch to batch (training's memory
         is left as it is; `fit`'s validation comes here too)."""
+        check_numpy_data(x, y, kwargs.get("sample_weight"))
         self.check_vocabulary()
         if not self.is_stream(x):
             self._set_streaming(False)
@@ -346,6 +351,7 @@ class StreamTraining(OptimizerBuiltForTraining):
     def predict(self, x=None, batch_size=None, **kwargs):
         """keras-hub's `predict`; stream batches give log-probs `[B, T,
         n_token]`, read from an empty evaluation memory."""
+        check_numpy_data(x)
         self.check_vocabulary()
         if not self.is_stream(x):
             self._set_streaming(False)

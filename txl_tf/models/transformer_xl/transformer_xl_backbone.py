@@ -5,7 +5,7 @@ import keras
 import keras_hub
 import tensorflow as tf
 
-from txl_tf.checks.inputs import dense
+from txl_tf.checks.inputs import NumpyInputsChecked, dense
 from txl_tf.config import ConfigError, TransformerXLConfig
 from txl_tf.core import TransformerXL
 from txl_tf.keras_support.keras_compat import resolve_policy_maps
@@ -52,7 +52,7 @@ class SequenceReader(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLBackbone(keras_hub.models.Backbone):
+class TransformerXLBackbone(NumpyInputsChecked, keras_hub.models.Backbone):
     """Transformer-XL (Dai et al., 2019) as a keras-hub backbone.
 
     The constructor takes the paper's hyper-parameters, the fields of

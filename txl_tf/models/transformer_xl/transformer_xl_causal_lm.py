@@ -7,8 +7,9 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.checks.inputs import InputError, out_of_range_message
-from txl_tf.checks.numpy_checks import check_count, is_real
+from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_numpy,
+                                  out_of_range_message)
+from txl_tf.checks.numpy_checks import as_array, check_count, is_real
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
@@ -27,8 +28,8 @@ _RING = ("mems", "keys", "values", "valid", "row_slot")
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTraining,
-                            keras_hub.models.CausalLM):
+class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyDevice,
+                            StreamTraining, keras_hub.models.CausalLM):
     """A Transformer-XL language model with keras-hub's `CausalLM` contract.
 
     Calling it on `{"token_ids", "padding_mask"}` gives log-probabilities
@@ -438,6 +439,7 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
             Texts with a preprocessor, else `{"token_ids", "padding_mask"}`.
         """
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
+        check_numpy(inputs)  # the ids and mask are read by numpy and TensorFlow
         self.check_vocabulary()
         _check_sampler(getattr(self, "sampler", None), self.core.config.n_token)
         if isinstance(inputs, (list, tuple)) and not inputs:
@@ -491,6 +493,8 @@ class TransformerXLCausalLM(XlaOnOneDevice, StepsOnStrategyDevice, StreamTrainin
 def _stop_ids(stop_token_ids, n_token):
     """`stop_token_ids` as a tuple of ints in [0, n_token), None if empty
     (-1 is the generation buffer's fill: it ended every row at once)."""
+    if isinstance(stop_token_ids, np.ndarray):  # masked entries: not dropped silently
+        stop_token_ids = as_array(stop_token_ids, "generate: stop_token_ids")
     ids = [] if isinstance(stop_token_ids, str) else \
         np.asarray(stop_token_ids, dtype=object).reshape(-1).tolist()
     if isinstance(stop_token_ids, str) or not all(

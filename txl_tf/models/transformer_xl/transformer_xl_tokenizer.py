@@ -5,6 +5,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
+from txl_tf.checks.numpy_checks import as_array
 from txl_tf.errors import TxlError
 from txl_tf.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
 from txl_tf.text.base import CONFIG_FILE, Tokenizer, load_tokenizer
@@ -75,6 +76,8 @@ class TransformerXLTokenizer(keras_hub.tokenizers.Tokenizer):
             A `str` for 1-D ids, else a list of them.
         """
         tokenizer = self._inner()
+        if isinstance(inputs, np.ma.MaskedArray):  # masked entries: not read as ids
+            inputs = as_array(inputs, "ids", TxlError)
         if isinstance(inputs, tf.RaggedTensor):
             rows = inputs.to_list()
         elif isinstance(inputs, (list, tuple)):
