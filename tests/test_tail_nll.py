@@ -109,3 +109,23 @@ def test_only_the_chunks_holding_the_bins_rows_are_scored(monkeypatch):
         # eager: each chunk's logits once forward; in the gradient, its logits
         # and two products (the weight's, the inputs')
         assert len(calls) == 4 * chunks, rows
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_row_of_another_bin_read_in_a_chunk_adds_nothing_even_if_not_finite(compiled):
+    """The last chunk also reads rows outside the bin (after the bin's own,
+    and row 0 as padding): they add exactly nothing, so a NaN or an infinite
+    hidden state there (a float16 overflow in another bin's row) leaves the
+    bin's NLL and gradients those of the same rows with that row finite, as
+    the selection of the rows without XLA does."""
+    case = list(_case(1, ROWS["one"], True, tf.float32))  # the bin: row 7; chunk: rows 7, 0, 1
+    run = (tf.function(_nll_and_grads, jit_compile=True, autograph=False) if compiled
+           else _nll_and_grads)
+    want = run(_chunked, *case)
+    for bad in (np.nan, np.inf):
+        hidden = case[0].numpy()
+        hidden[[0, 1, 2]] = bad  # rows 0 and 1 are read in the bin's chunk, row 2 is not
+        got = run(_chunked, tf.constant(hidden), *case[1:])
+        assert not np.any(got[1].numpy()[[0, 1, 2]])
+        for mine, theirs in zip(got, want):
+            np.testing.assert_array_equal(mine.numpy(), theirs.numpy())

@@ -72,13 +72,14 @@ def tail_nll(hidden, target, low, high, proj, weight, bias):
         return tf.while_loop(lambda j, *_: j < chunks, lambda j, *carried: (j + 1,) + body(j, *carried),
                              (tf.constant(0),) + start, maximum_iterations=most_chunks)[1:]
 
-    def scores(rows, hidden, proj, weight, bias):
-        """The rows' inputs to `weight`, float32 logits, one-hot targets."""
-        inputs = tf.gather(hidden, rows)
-        if proj is not None:
-            inputs = tf.matmul(inputs, proj, transpose_b=True)
+    def scores(rows, in_bin, hidden, proj, weight, bias):
+        """The rows' hidden states (0 in the rows outside the bin, so that a
+        NaN or infinity there cannot reach the bin's gradients through a
+        product by 0), inputs to `weight`, float32 logits, one-hot targets."""
+        states = tf.where(in_bin[:, None], tf.gather(hidden, rows), tf.zeros([], hidden.dtype))
+        inputs = states if proj is None else tf.matmul(states, proj, transpose_b=True)
         logits = tf.cast(tf.matmul(inputs, weight, transpose_b=True) + bias, tf.float32)
-        return inputs, logits, tf.one_hot(tf.gather(labels, rows), size_bin)
+        return states, inputs, logits, tf.one_hot(tf.gather(labels, rows), size_bin)
 
     @tf.custom_gradient
     def nll_of(hidden, *weights):
@@ -86,7 +87,7 @@ def tail_nll(hidden, target, low, high, proj, weight, bias):
 
         def forward(j, nll):
             rows, in_bin = chunk(j)
-            _, logits, one_hot = scores(rows, hidden, proj, weight, bias)
+            _, _, logits, one_hot = scores(rows, in_bin, hidden, proj, weight, bias)
             value = tf.reduce_logsumexp(logits, -1) - tf.reduce_sum(logits * one_hot, -1)
             return (tf.tensor_scatter_nd_add(nll, rows[:, None],
                                              tf.where(in_bin, value, 0.0)),)
@@ -94,7 +95,8 @@ def tail_nll(hidden, target, low, high, proj, weight, bias):
         def gradient(upstream):
             def backward(j, d_hidden, d_proj, d_weight, d_bias):
                 rows, in_bin = chunk(j)
-                inputs, logits, one_hot = scores(rows, hidden, proj, weight, bias)
+                states, inputs, logits, one_hot = scores(rows, in_bin, hidden, proj, weight,
+                                                         bias)
                 scale = tf.where(in_bin, tf.gather(upstream, rows), 0.0)
                 d_logits = (tf.nn.softmax(logits) - one_hot) * scale[:, None]
                 d_bias += tf.reduce_sum(d_logits, 0)
@@ -102,8 +104,7 @@ def tail_nll(hidden, target, low, high, proj, weight, bias):
                 d_weight += tf.cast(tf.matmul(d_logits, inputs, transpose_a=True), tf.float32)
                 d_inputs = tf.matmul(d_logits, weight)
                 if proj is not None:
-                    d_proj += tf.cast(tf.matmul(d_inputs, tf.gather(hidden, rows),
-                                                transpose_a=True), tf.float32)
+                    d_proj += tf.cast(tf.matmul(d_inputs, states, transpose_a=True), tf.float32)
                     d_inputs = tf.matmul(d_inputs, proj)
                 d_hidden = tf.tensor_scatter_nd_add(d_hidden, rows[:, None],
                                                     tf.cast(d_inputs, tf.float32))
