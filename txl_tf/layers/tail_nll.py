@@ -69,7 +69,8 @@ def tail_nll(hidden, target, low, high, proj, weight, bias):
 
     def over_chunks(body, start):
         """`start` carried through `body(j, *carried)` for each chunk."""
-        return tf.while_loop(lambda j, *_: j < chunks, lambda j, *carried: (j + 1,) + body(j, *carried),
+        return tf.while_loop(lambda j, *_: j < chunks,
+                             lambda j, *carried: (j + 1,) + body(j, *carried),
                              (tf.constant(0),) + start, maximum_iterations=most_chunks)[1:]
 
     def scores(rows, in_bin, hidden, proj, weight, bias):
