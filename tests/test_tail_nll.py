@@ -129,3 +129,28 @@ def test_a_row_of_another_bin_read_in_a_chunk_adds_nothing_even_if_not_finite(co
         assert not np.any(got[1].numpy()[[0, 1, 2]])
         for mine, theirs in zip(got, want):
             np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize("n", [17, 15, 5])
+def test_the_padding_of_the_last_chunk_adds_nothing_to_row_0(n):
+    """Where the row count is no multiple of the chunk (17 rows: chunks of 3,
+    the last one padded with row 0), row 0, itself in the bin, gets its
+    value and gradient once; and fewer rows than 8 (chunks of one row)."""
+    rng = np.random.default_rng(n)
+    hidden = tf.constant(rng.normal(size=(n, D_MODEL)), tf.float32)
+    target = tf.constant(rng.integers(LOW, HIGH, n), tf.int32)  # every row in the bin
+    weight = tf.constant(rng.normal(size=(HIGH - LOW, D_MODEL)), tf.float32)
+    bias = tf.constant(rng.normal(size=(HIGH - LOW,)), tf.float32)
+    assert n % chunk_rows(n) or n < 8
+
+    def nll_and_grads(fn, hidden, weight, bias):
+        with tf.GradientTape() as tape:
+            tape.watch([hidden, weight, bias])
+            nll = fn(hidden, target, None, weight, bias)
+            loss = tf.reduce_sum(nll * tf.range(1.0, n + 1.0))
+        return [nll] + tape.gradient(loss, [hidden, weight, bias])
+
+    mine = tf.function(nll_and_grads, jit_compile=True, autograph=False)(_chunked, hidden,
+                                                                         weight, bias)
+    for got, want in zip(mine, nll_and_grads(every_row, hidden, weight, bias)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
