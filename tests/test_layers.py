@@ -17,6 +17,7 @@ from txl_tf.layers.masks import attention_visibility, causal_visibility, sees_wh
 from txl_tf.layers.memory import Memory, update_memory
 from txl_tf.layers.positional import RelativePositionalEncoding, relative_positions
 from txl_tf.layers.rel_shift import rel_shift
+from txl_tf.layers.tail_nll import tail_nll as module_tail_nll
 
 
 @pytest.mark.parametrize("qlen,mlen", [(1, 0), (4, 0), (3, 5), (6, 2)])
@@ -108,10 +109,17 @@ def test_adaptive_log_probs_normalise_and_match_nll(cutoffs, div_val):
                                atol=1e-5)
 
 
-def test_adaptive_nll_under_xla_has_static_shapes_and_the_same_values():
-    """Compiled with XLA the tails score every row (no row selection, whose
-    shapes XLA would bound by the row count): the NLL and its gradients are
-    those of the selection run without XLA."""
+@pytest.mark.parametrize("rows_known", [True, False])
+def test_adaptive_nll_under_xla_has_static_shapes_and_the_same_values(rows_known, monkeypatch):
+    """Compiled with XLA the tails read their rows in chunks of fixed size
+    (`layers.tail_nll`), or, where the row count is unknown when traced,
+    score every row (no row selection, whose shapes XLA would bound by the
+    row count): the NLL and its gradients are those of the selection run
+    without XLA."""
+    import txl_tf.layers.adaptive_softmax as module
+    chunked = []
+    monkeypatch.setattr(module, "tail_nll",
+                        lambda *args: chunked.append(1) or module_tail_nll(*args))
     _, soft = _softmax_pair(cutoffs=(5, 9), div_val=2)
     hidden = tf.constant(np.random.default_rng(2).normal(size=(3, 7, 6)), tf.float32)
     target = tf.constant(np.random.default_rng(3).integers(0, 13, (3, 7)), tf.int32)
@@ -123,9 +131,12 @@ def test_adaptive_nll_under_xla_has_static_shapes_and_the_same_values():
             loss = tf.reduce_sum(nll * tf.range(1.0, 22.0)[None, :7])  # every row its weight
         return nll, tape.gradient(loss, [hidden] + soft.trainable_weights)
 
-    compiled = tf.function(nll_and_grads, jit_compile=True)
+    signature = None if rows_known else [tf.TensorSpec([None, 7, 6], tf.float32),
+                                         tf.TensorSpec([None, 7], tf.int32)]
+    compiled = tf.function(nll_and_grads, jit_compile=True, input_signature=signature)
     hlo = compiled.experimental_get_compiler_ir(hidden, target)(stage="hlo")
     assert "<=" not in hlo, "a shape bounded by the data (tf.where) reached XLA"
+    assert bool(chunked) is rows_known  # two tail bins, traced once
     for mine, theirs in zip(tf.nest.flatten(compiled(hidden, target)),
                             tf.nest.flatten(tf.function(nll_and_grads)(hidden, target))):
         np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)

@@ -230,13 +230,18 @@ def test_mixed_precision_is_finite_and_close_to_float32(policy, tolerance):
         keras.mixed_precision.set_global_policy("float32")
 
 
-def test_jit_compiled_fit_steps_match_graph_steps():
+@pytest.mark.parametrize("softmax", [
+    dict(cutoffs=[100], div_val=2),
+    dict(cutoffs=[60, 120, 200], div_val=1, d_embed=24),  # one table sliced per bin, projected
+    dict(cutoffs=[60, 120, 200], div_val=2, tie_projs=[False, True, False, True])])
+def test_jit_compiled_fit_steps_match_graph_steps(softmax):
     """`fit` with XLA and without, from the same weights and seed, with the
-    job's optimizer (clip), dropout and the adaptive softmax: the same loss
-    at each of 3 steps (the same dropout masks) and the same weights after
+    job's optimizer (clip), dropout and the adaptive softmax (one tail bin or
+    three, read in chunks under XLA: `layers.tail_nll`): the same loss at
+    each of 3 steps (the same dropout masks) and the same weights after
     them, within float32 round-off."""
     streams = np.random.default_rng(4).integers(0, 256, (2, 3 * T + 1)).astype(np.int32)
-    config = tiny(cutoffs=[100], div_val=2, n_layer=1, dropatt=0.1).replace(dropout=0.1)
+    config = tiny(n_layer=1, dropatt=0.1, **softmax).replace(dropout=0.1)
     losses, trained = [], []
     weights = None
     for jit in (False, True):

@@ -7,6 +7,7 @@ from txl_tf.errors import TxlError
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.adaptive_embedding import bin_bounds, check_sizes
 from txl_tf.layers.init import normal
+from txl_tf.layers.tail_nll import tail_nll
 
 
 def _compiling_with_xla():
@@ -33,7 +34,8 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
     `layer(hidden)` gives float32 log-probs over the whole vocabulary;
     `layer(hidden, target)` gives float32 NLL of the targets without building
     full-vocabulary logits (tail bins only score the positions whose target
-    falls in them; under XLA, which needs static shapes, every position).
+    falls in them; under XLA, which needs static shapes, in chunks of a fixed
+    size: `layers.tail_nll`).
     """
 
     def __init__(self, n_token, d_embed, d_model, *, cutoffs=(), div_val=1, tie_weight=True,
@@ -227,7 +229,10 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             in_bin = (target >= low) & (target < high)
             head_target = tf.where(in_bin, shortlist + i - 1, head_target)
         nll = -tf.gather(head, head_target, batch_dims=1)
-        if _compiling_with_xla():
+        if _compiling_with_xla() and hidden.shape[0] is not None:  # static: in chunks
+            for i, (low, high) in enumerate(self.bounds[1:], start=1):
+                nll += tail_nll(hidden, target, low, high, *self._bin_weights(i))
+        elif _compiling_with_xla():
             nll += self._tail_nll_all_rows(hidden, target)
         else:
             for i, (low, high) in enumerate(self.bounds[1:], start=1):
@@ -238,8 +243,9 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
         return tf.reshape(nll, out_shape)
 
     def _tail_nll_all_rows(self, hidden, target):
-        """The tail bins' share of the NLL `[N]` in static shapes, for XLA:
-        every bin scores every row (0 where the target is in another bin),
+        """The tail bins' share of the NLL `[N]` in static shapes, for XLA
+        where the row count is not known when traced (`tail_nll` where it
+        is): every bin scores every row (0 where the target is in another bin),
         and the target's logit is picked by a one-hot product, which XLA
         fuses into the softmax and its gradient. The selection of the rows
         (`tf.where`) would be compiled with shapes bounded by N: the same
