@@ -98,6 +98,13 @@ def test_a_model_dir_inside_a_text_corpus_folder_is_refused(tmp_path):
     with pytest.raises(TrainingError, match=r"^--model_dir .*texts/model is inside the corpus"):
         recl.run(model_dir=[str(folder / "model")], dataset="text", data_dir=str(folder),
                  cache_dir=str(tmp_path / "cache"))
+    # an evaluation's JSON written into the folder: read as text by the next load
+    (folder / "model").rename(tmp_path / "model")
+    with pytest.raises(TrainingError, match=r"^--output .*texts/results.json is inside the corpus"):
+        evaluate.run(model_dir=str(tmp_path / "model"), dataset="text", data_dir=str(folder),
+                     cache_dir=str(tmp_path / "cache"), output=str(folder / "results.json"))
+    assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
+
 
 def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(tmp_path):
     with pytest.raises(TrainingError, match=r"^--log_batches reads the continuous stream: it "

@@ -126,7 +126,8 @@ def run(**options):
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer,
                          progress=False if o["progress"] is False else None,
-                         outside=[("--model_dir", o["model_dir"])])
+                         outside=[("--model_dir", o["model_dir"])]
+                         + ([("--output", o["output"])] if o["output"] else []))
     ids = corpus.split(o["split"])
     if len(ids) < 2:
         raise TrainingError(f"empty corpus: the {o['split']} split of {corpus.name!r} has "
