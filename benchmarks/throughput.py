@@ -22,6 +22,13 @@ autocast; the paper row's `policy` names it: `PyTorch float32`, `PyTorch
 tf32`, `PyTorch bf16`, `PyTorch fp16`), and the ratio column is each row's
 tok/s over its pair's.
 
+`--part=tails`: the adaptive softmax's NLL (mean) and its gradients in one
+XLA function on `--rows` random hidden states (default the shape's batch x
+tgt_len) and Zipf-drawn targets, traced with the row count known (each tail
+bin scores its own rows in chunks, `txl_tf.layers.tail_nll`, as the training
+step runs it) and unknown (each tail scores every row, what the XLA step did
+before): the time of each and the ratio to every row's.
+
 `--part=eval`: one model per variant and memory length (`--mem_lens`), its
 `evaluate` over `txl_tf.data.eval_segment_dataset` from an empty memory; with
 `--reference_dir` the paper's code (float32; TF32 matmuls on a GPU: `PyTorch
@@ -106,11 +113,14 @@ PAPER_PRECISION = {"float32": "float32", "mixed_bfloat16": "bf16", "mixed_float1
 COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 
 SPEC = (
-    option("enum", "part", "train", "train: fit tokens/s; eval: evaluate tokens/s.",
-           ["train", "eval"]),
+    option("enum", "part", "train", "train: fit tokens/s; eval: evaluate tokens/s; tails: the "
+           "adaptive softmax's NLL and gradients under XLA, each tail scoring its own rows "
+           "against every row.", ["train", "eval", "tails"]),
     option("list", "shapes", None, f"Shapes: {sorted(SHAPES)} (default: small,medium for "
            "train, small for eval)."),
     option("list", "mem_lens", ["128", "512"], "Evaluation memory lengths (--part=eval)."),
+    option("integer", "rows", 0, "Rows of the NLL (--part=tails; 0: the shape's batch x "
+           "tgt_len)."),
     option("list", "variants", ["f32", "f32+jit", "bf16", "bf16+jit"],
            f"Variants: {list(VARIANTS)}."),
     option("integer", "iters", 30, "Timed batches per variant."),
@@ -499,12 +509,19 @@ def random_ids(n, n_token=256, seed=0):
 def check_options(o):
     """The options `o`, checked (a `BenchmarkError` names the first bad flag)
     and completed with the part's defaults."""
-    default_shapes = ["small", "medium"] if o["part"] == "train" else ["small"]
+    default_shapes = {"train": ["small", "medium"], "eval": ["small"],
+                      "tails": ["wt103_base"]}[o["part"]]
     o = dict(o, shapes=o["shapes"] or default_shapes,
              output=o["output"] or f"benchmarks/results/{o['part']}_throughput.json")
     names_from(o["shapes"], "shapes", sorted(SHAPES))
     names_from(o["variants"], "variants", list(VARIANTS))
     at_least(o, 1, "iters", "block", "warmup", "steps_per_execution")
+    at_least(o, 0, "rows")
+    if o["part"] == "tails":
+        plain = [s for s in o["shapes"] if not SHAPES[s].get("cutoffs")]
+        if plain:
+            raise BenchmarkError(f"--part=tails needs shapes with an adaptive softmax "
+                                 f"(cutoffs); {', '.join(plain)} has none")
     o["mem_lens"] = integer_list(o["mem_lens"], "mem_lens", 0, "comma-separated integers >= 0")
     return o
 
@@ -729,11 +746,94 @@ def eval_part(o, peak):
     return rows, columns, "evaluation tokens/s of TransformerXLLM.evaluate, memory carried"
 
 
+# --part=tails: the NLL traced with the row count known (each tail bin scores its own
+# rows, `layers.tail_nll`) and unknown (each scores every row, as under XLA before).
+TAIL_PATHS = {"every row": None, "chunks": "known"}
+
+
+def tails_runner(cfg, rows, path):
+    """`n -> seconds of each of n more calls` of the adaptive softmax's NLL
+    (mean) and its gradients (hidden states, the softmax's and the tied
+    embedding's weights) in one XLA function, on `rows` random hidden states
+    and Zipf-drawn targets (seed 0); `path` a `TAIL_PATHS` name."""
+    import tensorflow as tf
+    from txl_tf import TransformerXL
+    core = TransformerXL(cfg)
+    weights = core.word_emb.trainable_weights + core.crit.trainable_weights
+    hidden = tf.constant(np.random.default_rng(0).normal(size=(rows, cfg.d_model)), tf.float32)
+    target = tf.constant(zipf_targets(rows, cfg.n_token), tf.int32)
+    known = rows if TAIL_PATHS[path] else None
+    signature = [tf.TensorSpec([known, cfg.d_model], tf.float32),
+                 tf.TensorSpec([known], tf.int32)]
+
+    @tf.function(jit_compile=True, input_signature=signature)
+    def call(hidden, target):
+        with tf.GradientTape() as tape:
+            tape.watch(hidden)
+            loss = tf.reduce_mean(core.crit(hidden, target))
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, [hidden] + weights)
+                 if g is not None]
+        return loss + tf.add_n([tf.reduce_sum(g) for g in grads])
+
+    def run(n):
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            call(hidden, target).numpy()
+            times.append(time.perf_counter() - start)
+        return times
+    run.parameters = sum(int(np.prod(w.shape)) for w in weights)
+    return run
+
+
+def zipf_targets(rows, n_token):
+    """`rows` ids drawn from a Zipf law (exponent 1.2, seed 1), as a corpus's
+    words fall: most in the head, a few in each tail bin."""
+    return np.minimum(np.random.default_rng(1).zipf(1.2, rows) - 1, n_token - 1)
+
+
+def softmax_flops_per_token(cfg):
+    """The adaptive softmax's multiply-adds x 2 per token, forward and
+    backward (x 3), each tail weighted by its share of the vocabulary (as
+    `model_flops_per_token` counts it)."""
+    ends = list(cfg.cutoffs) + [cfg.n_token]
+    tails = [b - a for a, b in zip(ends, ends[1:])]
+    forward = 2 * cfg.d_model * (cfg.cutoffs[0] + len(tails)) + sum(
+        2 * cfg.d_model * size * size / cfg.n_token for size in tails)
+    return 3 * forward
+
+
+def tails_part(o, peak):
+    rows = []
+    for shape in o["shapes"]:
+        cfg = config_for(shape)
+        n = o["rows"] or SHAPES[shape]["batch_size"] * cfg.tgt_len
+        makers = {path: (lambda path=path: tails_runner(cfg, n, path)) for path in TAIL_PATHS}
+        results = measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"])
+        flops = softmax_flops_per_token(cfg)
+        share = float(np.mean(zipf_targets(n, cfg.n_token) >= cfg.cutoffs[0]))
+        group = [{"shape": shape, "variant": path, "rows": n, "tail_share": share,
+                  "policy": "float32",
+                  "jit_compile": True, "peak_dtype": "float32", "model_mflop_per_token": flops / 1e6,
+                  **summarize(result, n, flops, peak["float32"])}
+                 for path, result in results.items()]
+        for r in group:
+            r["ratio"] = r["median_step_ms"] / group[0]["median_step_ms"]
+        rows.extend(group)
+    columns = [("shape", "shape", ""), ("rows", "rows", "d"), ("path", "variant", ""),
+               ("median ms", "median_step_ms", ".1f"), ("p90 ms", "p90_step_ms", ".1f"),
+               ("time x every row", "ratio", ".2f"), ("1st call s", "first_step_s", ".1f"),
+               ("GFLOP/s", "model_gflops_per_s", ".1f"), ("MFU", "mfu", ".1%")]
+    return rows, columns, ("the adaptive softmax's NLL and gradients under XLA: each tail bin "
+                           "scoring its own rows in chunks, and every row")
+
+
 def main(argv):
     del argv
     share_the_gpu()  # the paper's worker runs beside this process on the same GPU
     o = check_options(values(SPEC))
-    dtypes = sorted({COMPUTE_DTYPE[VARIANTS[v][0]] for v in o["variants"]} | {"float32"})
+    dtypes = sorted({COMPUTE_DTYPE[VARIANTS[v][0]] for v in o["variants"]
+                     if o["part"] != "tails"} | {"float32"})  # tails: float32 only
     env_before, peak = environment(), peaks(dtypes)
     settings = {key: o[key] for key in ("part", "iters", "warmup", "block", "interleave",
                                          "steps_per_execution", "mem_lens")}
@@ -744,6 +844,8 @@ def main(argv):
                                      "settings": settings, "results": rows,
                                      "started": started}, quiet=True)
         rows, columns, question = train_part(o, peak, partial)
+    elif o["part"] == "tails":
+        rows, columns, question = tails_part(o, peak)
     else:
         rows, columns, question = eval_part(o, peak)
     report(rows, peak, env_before, columns, o["output"], question, settings)

@@ -104,6 +104,8 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.throughput", ["--iters=many"], "--iters"),
     ("benchmarks.throughput", ["--shapes=huge"], "--shapes takes"),
     ("benchmarks.throughput", ["--part=eval", "--mem_lens=8,x"], "--mem_lens must be"),
+    ("benchmarks.throughput", ["--part=tails", "--shapes=tiny,small"],
+     "--part=tails needs shapes with an adaptive softmax (cutoffs); small has none"),
     ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
     # its groups, named with its parts
     ("benchmarks.gpu_check", ["--parts=training,servings"],

@@ -154,3 +154,24 @@ def test_the_padding_of_the_last_chunk_adds_nothing_to_row_0(n):
                                                                          weight, bias)
     for got, want in zip(mine, nll_and_grads(every_row, hidden, weight, bias)):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_benchmark_times_each_path_as_named(monkeypatch):
+    """`benchmarks.throughput --part=tails`: its `chunks` runner runs the
+    chunked tails (the row count known), its `every row` runner the old
+    path (unknown), and each row's ratio is to every row's time."""
+    import txl_tf.layers.adaptive_softmax as module
+    from benchmarks import throughput
+    chunked = []
+    monkeypatch.setattr(module, "tail_nll", lambda *args: chunked.append(1) or
+                        tail_nll(*args))
+    cfg = throughput.config_for("tiny")
+    for path, calls in (("every row", 0), ("chunks", 2)):  # two tail bins, traced once
+        chunked.clear()
+        run = throughput.tails_runner(cfg, 16, path)
+        assert len(run(2)) == 2 and len(chunked) == calls, path
+    peak = {"float32": 1.0}
+    rows, _, _ = throughput.tails_part(dict(shapes=["tiny"], rows=16, iters=2, warmup=1,
+                                            block=1, interleave=True), peak)
+    assert [r["variant"] for r in rows] == list(throughput.TAIL_PATHS)
+    assert rows[0]["ratio"] == 1.0 and rows[1]["ratio"] > 0 and rows[0]["rows"] == 16
