@@ -155,16 +155,20 @@ def model_flops_per_token(cfg, tgt_len, mem_len, batch_size, training):
     d, h, k, t = cfg.d_model, cfg.n_head * cfg.d_head, mem_len + tgt_len, tgt_len
     layer = (2 * d * h + 4 * d * h * k / t + 2 * d * h * k / (batch_size * t)
              + 6 * h * k + 2 * h * d + 4 * d * cfg.d_inner)
-    cutoffs = list(cfg.cutoffs or [])
-    if cutoffs:
-        ends = cutoffs + [cfg.n_token]
-        tails = [b - a for a, b in zip(ends, ends[1:])]
-        output = 2 * d * (cutoffs[0] + len(tails)) + sum(2 * d * s * s / cfg.n_token
-                                                         for s in tails)
-    else:
-        output = 2 * d * cfg.n_token
-    forward = cfg.n_layer * layer + output
+    forward = cfg.n_layer * layer + output_flops_per_token(cfg)
     return 3 * forward if training else forward
+
+
+def output_flops_per_token(cfg):
+    """The output layer's forward FLOPs per token: `2*d*V`, or with an
+    adaptive softmax the head's and each tail's weighted by its share of the
+    vocabulary (see the module docstring)."""
+    d, cutoffs = cfg.d_model, list(cfg.cutoffs or [])
+    if not cutoffs:
+        return 2 * d * cfg.n_token
+    ends = cutoffs + [cfg.n_token]
+    tails = [b - a for a, b in zip(ends, ends[1:])]
+    return 2 * d * (cutoffs[0] + len(tails)) + sum(2 * d * s * s / cfg.n_token for s in tails)
 
 
 def matmul_size(on_gpu):
@@ -792,17 +796,6 @@ def zipf_targets(rows, n_token):
     return np.minimum(np.random.default_rng(1).zipf(1.2, rows) - 1, n_token - 1)
 
 
-def softmax_flops_per_token(cfg):
-    """The adaptive softmax's multiply-adds x 2 per token, forward and
-    backward (x 3), each tail weighted by its share of the vocabulary (as
-    `model_flops_per_token` counts it)."""
-    ends = list(cfg.cutoffs) + [cfg.n_token]
-    tails = [b - a for a, b in zip(ends, ends[1:])]
-    forward = 2 * cfg.d_model * (cfg.cutoffs[0] + len(tails)) + sum(
-        2 * cfg.d_model * size * size / cfg.n_token for size in tails)
-    return 3 * forward
-
-
 def tails_part(o, peak):
     rows = []
     for shape in o["shapes"]:
@@ -810,7 +803,7 @@ def tails_part(o, peak):
         n = o["rows"] or SHAPES[shape]["batch_size"] * cfg.tgt_len
         makers = {path: (lambda path=path: tails_runner(cfg, n, path)) for path in TAIL_PATHS}
         results = measure(makers, o["iters"], o["warmup"], o["block"], o["interleave"])
-        flops = softmax_flops_per_token(cfg)
+        flops = 3 * output_flops_per_token(cfg)  # forward and backward
         share = float(np.mean(zipf_targets(n, cfg.n_token) >= cfg.cutoffs[0]))
         group = [{"shape": shape, "variant": path, "rows": n, "tail_share": share,
                   "policy": "float32",
