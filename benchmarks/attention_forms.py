@@ -39,6 +39,9 @@ form (`FORMS`):
   so the ring slot is written first as in the other forms and the scratch
   slot is hidden by the bias; its present outputs are bound to the ring's
   buffers (no copy).
+  `dmmha_inflight`: the same with `ORT_DECODER_MASKED_ATTENTION_LOAD_KV_DATA_IN_FLIGHT=1`
+  (the CUDA kernel's key and value loads unrolled, read at each call).
+  On CUDA its kernel reads the keys in FasterTransformer's chunks (`chunked_keys`).
 * `gqa`: com.microsoft GroupQueryAttention the same way (the scratch slot
   at `seqlens_k` = S, `total_sequence_length` S + 1, a constant); its CUDA
   kernel is registered for 16-bit types only.
@@ -58,6 +61,7 @@ once at the bandwidth of a device copy measured in the same run (an ONNX
 Runtime Identity into another buffer: read and write counted).
 A form the provider cannot run (e.g. float16 on the CPU) gets its error.
 """
+import contextlib
 import json
 import os
 import statistics
@@ -74,9 +78,13 @@ if REPO not in sys.path:
 from benchmarks.common import BenchmarkError, at_least, integer_list, names_from  # noqa: E402
 from txl_tf.app.flagspec import option  # noqa: E402
 
-FORMS = ("today", "mha", "mha_pad", "attention23", "attention23_pad", "dmmha", "gqa")
+FORMS = ("today", "mha", "mha_pad", "attention23", "attention23_pad", "dmmha", "dmmha_inflight",
+         "gqa")
+DMMHA = ("dmmha", "dmmha_inflight")
 # Forms whose op appends the token at a fixed index: one scratch slot after the ring.
-SCRATCH = ("dmmha", "gqa")
+SCRATCH = (*DMMHA, "gqa")
+# `dmmha_inflight` is `dmmha` with the CUDA kernel's loads of many keys in flight at once.
+INFLIGHT = "ORT_DECODER_MASKED_ATTENTION_LOAD_KV_DATA_IN_FLIGHT"
 # `_pad` forms: the slots padded with hidden ones to a multiple of this (a fused kernel's
 # alignment of the bias rows: 4 float32 or 8 float16 elements).
 PAD = 8
@@ -142,10 +150,23 @@ def slots_of(form, slots):
     return slots
 
 
-def ring_layout(form, case, dtype):
-    """The feeds of `form`'s graph from `case`: the rings in its layout,
-    the write indices, the slots' encodings and visibility (the slots past
-    the ring's, `slots_of`, zero and hidden), floats in `dtype`."""
+def chunked_keys(form, device):
+    """Whether `form` on `device` keeps its keys in the decoder kernel's
+    chunks: `dmmha` on CUDA, whose kernel (FasterTransformer's) reads and
+    writes the key cache as `[B, H, d / x, S, x]`, x = 16 bytes of elements,
+    in a tensor it declares `[B, H, S, d]` (its CPU kernel reads BNSH)."""
+    return form in DMMHA and device == "cuda"
+
+
+def chunk(dtype):
+    """The elements of 16 bytes of `dtype` (the chunked keys' last axis)."""
+    return 16 // np.dtype(dtype).itemsize
+
+
+def ring_layout(form, case, dtype, device="cpu"):
+    """The feeds of `form`'s graph on `device` from `case`: the rings in its
+    layout, the write indices, the slots' encodings and visibility (the
+    slots past the ring's, `slots_of`, zero and hidden), floats in `dtype`."""
     keys, values, positions, visible = (case[k] for k in ("keys", "values", "positions",
                                                           "visible"))
     b, h, s, d = keys.shape
@@ -163,6 +184,13 @@ def ring_layout(form, case, dtype):
     if form == "today":
         feeds["keys"] = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))
         feeds["key_index"] = np.ascontiguousarray(index.transpose(0, 1, 3, 2))
+    elif chunked_keys(form, device):
+        x = chunk(dtype)
+        slots = keys.shape[2]
+        feeds["keys"] = np.ascontiguousarray(
+            keys.reshape(b, h, slots, d // x, x).transpose(0, 1, 3, 2, 4))
+        feeds["key_index"] = np.ascontiguousarray(np.broadcast_to(
+            case["slot"].reshape(b, 1, 1, 1, 1), (b, h, d // x, 1, x)))
     else:
         feeds["keys"] = keys
     if form == "gqa":  # each row's length less one: the token goes to the scratch slot
@@ -172,17 +200,22 @@ def ring_layout(form, case, dtype):
 
 def bnsh_rings(form, outputs, slots):
     """A form's written rings `(keys, values)` as BNSH `[B, H, S, d]`
-    (today's key columns transposed, slots past the ring's `slots` dropped)."""
+    (today's key columns transposed, chunked keys joined, slots past the
+    ring's `slots` dropped)."""
     keys, values = outputs["keys_out"], outputs["values_out"]
     if form == "today":
         keys = keys.transpose(0, 1, 3, 2)
+    if keys.ndim == 5:
+        b, h, chunks, _, x = keys.shape
+        keys = keys.transpose(0, 1, 3, 2, 4).reshape(b, h, -1, chunks * x)
     return keys[:, :, :slots], values[:, :, :slots]
 
 
 # ------------------------------------------------------------ the graphs
-def build_form(form, shape, dtype="float32", r_kernel=None):
+def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
     """The one-layer ONNX model of `form` (see the module's docstring) at
-    `shape` in `dtype`; `r_kernel` `[d_model, H * d]` (float32) its
+    `shape` in `dtype` for `device` (`chunked_keys`); `r_kernel` `[d_model,
+    H * d]` (float32) its
     position projection. Inputs: `ring_layout`'s names; outputs `out` `[B,
     H * d]`, `keys_out`, `values_out` (the written rings, to be bound to
     the input rings' buffers), and for `SCRATCH` forms `present_keys`,
@@ -220,9 +253,16 @@ def build_form(form, shape, dtype="float32", r_kernel=None):
         n("Reshape", ["value", "heads_1_d"], ["value4"]),
         n("ScatterElements", ["values", "value_index", "value4"], ["values_out"], axis=2),
     ]
+    chunked = chunked_keys(form, device)
+    x = chunk(dtype)
     if form == "today":
         nodes += [n("Reshape", ["key", "heads_d_1"], ["key4"]),
                   n("ScatterElements", ["keys", "key_index", "key4"], ["keys_out"], axis=3)]
+    elif chunked:
+        nodes += [n("Reshape", ["key", const("chunks_1_x", [-1, h, d // x, 1, x])], ["key5"]),
+                  n("ScatterElements", ["keys", "key_index", "key5"], ["keys_out"], axis=3),
+                  n("Reshape", ["keys_out", const("slots_d", [-1, h, slots, d])],
+                    ["keys_cache"])]
     else:
         nodes += [n("Reshape", ["key", "heads_1_d"], ["key4"]),
                   n("ScatterElements", ["keys", "value_index", "key4"], ["keys_out"], axis=2)]
@@ -243,17 +283,18 @@ def build_form(form, shape, dtype="float32", r_kernel=None):
         nodes += [n("Reshape", ["q_u", "heads_1_d"], ["q_u4"]),
                   n("Attention", ["q_u4", "keys_out", "values_out", "bias"], ["vec"],
                     scale=1.0)]
-    elif form == "dmmha":
+    elif form in DMMHA:
         inits.append(numpy_helper.from_array(np.array(s, np.int32), "past_length"))
-        nodes += [n("Reshape", [x, "rows_1_flat"], [x + "3"]) for x in ("q_u", "key", "value")]
+        nodes += [n("Reshape", [t, "rows_1_flat"], [t + "3"]) for t in ("q_u", "key", "value")]
         nodes.append(n("DecoderMaskedMultiHeadAttention",
-                       ["q_u3", "key3", "value3", "", "bias", "keys_out", "values_out",
-                        "past_length"], ["vec", "present_keys", "present_values"],
+                       ["q_u3", "key3", "value3", "", "bias",
+                        "keys_cache" if chunked else "keys_out", "values_out", "past_length"],
+                       ["vec", "present_keys", "present_values"],
                        domain="com.microsoft", num_heads=h, scale=1.0,
                        past_present_share_buffer=1))
     elif form == "gqa":
         inits.append(numpy_helper.from_array(np.array(s + 1, np.int32), "total_length"))
-        nodes += [n("Reshape", [x, "rows_1_flat"], [x + "3"]) for x in ("q_u", "key", "value")]
+        nodes += [n("Reshape", [t, "rows_1_flat"], [t + "3"]) for t in ("q_u", "key", "value")]
         nodes.append(n("GroupQueryAttention",
                        ["q_u3", "key3", "value3", "keys_out", "values_out", "seqlens",
                         "total_length", "", "", "", "bias"],
@@ -263,7 +304,8 @@ def build_form(form, shape, dtype="float32", r_kernel=None):
 
     def info(name, elem, dims):
         return helper.make_tensor_value_info(name, elem, dims)
-    ring_k = [None, h, d, slots] if form == "today" else [None, h, slots, d]
+    ring_k = ([None, h, d, slots] if form == "today" else
+              [None, h, d // x, slots, x] if chunked else [None, h, slots, d])
     ring_v = [None, h, slots, d]
     inputs = [info("q_u", ft, [None, h * d]), info("q_v", ft, [None, h * d]),
               info("key", ft, [None, h * d]), info("value", ft, [None, h * d]),
@@ -272,6 +314,8 @@ def build_form(form, shape, dtype="float32", r_kernel=None):
               info("value_index", TensorProto.INT64, [None, h, 1, d])]
     if form == "today":
         inputs.append(info("key_index", TensorProto.INT64, [None, h, d, 1]))
+    elif chunked:
+        inputs.append(info("key_index", TensorProto.INT64, [None, h, d // x, 1, x]))
     if form == "gqa":
         inputs.append(info("seqlens", TensorProto.INT32, [None]))
     outputs = [info("out", ft, [None, h * d]), info("keys_out", ft, ring_k),
@@ -296,7 +340,8 @@ class Bound:
     bound: `out` to a buffer of its own, the rings' outputs to the input
     rings' buffers (written in place, as the device step writes them)."""
 
-    def __init__(self, model, feeds, device, cuda_graph=False, profile_dir=None):
+    def __init__(self, model, feeds, device, cuda_graph=False, profile_dir=None,
+                 cuda_options=None):
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 3
@@ -304,8 +349,10 @@ class Bound:
             options.enable_profiling = True
             options.profile_file_prefix = os.path.join(profile_dir, "attention")
         provider = PROVIDERS[device]
-        entry = (provider, {"use_tf32": "0", **({"enable_cuda_graph": "1"} if cuda_graph
-                                                 else {})}) if device == "cuda" else provider
+        options_cuda = {"use_tf32": "0", **(cuda_options or {})}
+        if cuda_graph:
+            options_cuda["enable_cuda_graph"] = "1"
+        entry = (provider, options_cuda) if device == "cuda" else provider
         self.session = ort.InferenceSession(model.SerializeToString(), options,
                                             providers=[entry])
         self.values = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x), device, 0)
@@ -316,8 +363,17 @@ class Bound:
         self.binding = self.session.io_binding()
         for name in (i.name for i in self.session.get_inputs()):
             self.binding.bind_ortvalue_input(name, self.values[name])
+        ring = self.values["values"].shape()
         for name in (o.name for o in self.session.get_outputs()):
-            self.binding.bind_ortvalue_output(name, self.values[IN_PLACE.get(name, name)])
+            if name not in IN_PLACE:
+                self.binding.bind_ortvalue_output(name, self.values[name])
+                continue
+            # the ring's own buffer, in the output's shape (the present outputs are
+            # [B, H, S, d] also where the keys are chunked)
+            source = self.values[IN_PLACE[name]]
+            shape = source.shape() if name.endswith("_out") else ring
+            self.binding.bind_output(name, device, 0, feeds["values"].dtype, shape,
+                                     source.data_ptr())
         self.device = device
 
     def run(self):
@@ -465,20 +521,46 @@ def copy_bandwidth(device, mib, repeats=5):
     return 2 * moved / (best[1] / 1e3)
 
 
-def measure(form, shape, dtype, batch, device, iters, case=None, kernels=True, diagnose=None):
+@contextlib.contextmanager
+def environment(name, value):
+    """The environment variable `name` set to `value` (None: unset) in the block."""
+    saved = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+def measure(form, shape, dtype, batch, device, iters, case=None, kernels=True, diagnose=None,
+            cuda_options=None):
     """One row: parity to `reference` (float32 inputs cast to `dtype`), ms
     a call, nodes a call, and on CUDA the kernels and the CUDA graph's ms;
     `error` where ONNX Runtime cannot build or run the form. `diagnose`
     (default: on CUDA): keep what ONNX Runtime logs of its kernel choice in
-    the first run (`kernel_log`)."""
+    the first run (`kernel_log`). `cuda_options`: more options of the CUDA
+    provider (`sdpa_kernel`)."""
+    inflight = "1" if form == "dmmha_inflight" else os.environ.get(INFLIGHT)
+    with environment(INFLIGHT, inflight):
+        return _measure(form, shape, dtype, batch, device, iters, case, kernels, diagnose,
+                        cuda_options)
+
+
+def _measure(form, shape, dtype, batch, device, iters, case, kernels, diagnose, cuda_options):
     case = case if case is not None else make_case(shape, batch)
     diagnose = device == "cuda" if diagnose is None else diagnose
     row = {"form": form, "dtype": dtype, "batch": batch}
     try:
-        model = build_form(form, shape, dtype, case["r_kernel"])
-        feeds = ring_layout(form, case, dtype)
+        model = build_form(form, shape, dtype, case["r_kernel"], device)
+        feeds = ring_layout(form, case, dtype, device)
         with tempfile.TemporaryDirectory(prefix="attention_forms_") as folder:
-            bound = Bound(model, feeds, device, profile_dir=folder)
+            bound = Bound(model, feeds, device, profile_dir=folder, cuda_options=cuda_options)
             if diagnose:
                 import onnxruntime as ort
                 ort.set_default_logger_severity(0)  # its kernel choice is logged verbosely
@@ -503,7 +585,8 @@ def measure(form, shape, dtype, batch, device, iters, case=None, kernels=True, d
         row["max_abs_rings"] = float(max(np.abs(keys - want["keys"]).max(),
                                          np.abs(values - want["values"]).max()))
         row["out"] = outputs["out"]  # for the comparison with today's form; dropped from JSON
-        timed = Bound(model, ring_layout(form, case, dtype), device)
+        timed = Bound(model, ring_layout(form, case, dtype, device), device,
+                      cuda_options=cuda_options)
         row["ms"] = median_ms(timed.run, iters)
         if device == "cuda":
             if kernels:
@@ -512,7 +595,8 @@ def measure(form, shape, dtype, batch, device, iters, case=None, kernels=True, d
                 except Exception as e:  # torch's profiler where CUPTI is missing
                     row["cuda_kernels_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             try:
-                graphed = Bound(model, ring_layout(form, case, dtype), device, cuda_graph=True)
+                graphed = Bound(model, ring_layout(form, case, dtype, device), device,
+                                cuda_graph=True, cuda_options=cuda_options)
                 row["graph_ms"] = median_ms(graphed.run, iters)
             except Exception as e:  # onnxruntime's own types
                 row["graph_error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -527,7 +611,8 @@ def ring_bytes(shape, batch, dtype):
     return 2 * batch * s["n_head"] * s["slots"] * s["d_head"] * np.dtype(dtype).itemsize
 
 
-def run(forms, shape, dtypes, batches, device, iters, copy_mib, kernels=True):
+def run(forms, shape, dtypes, batches, device, iters, copy_mib, kernels=True,
+        cuda_options=None):
     """The table's rows and the copy bandwidth: every form beside today's
     at each dtype and batch, on the same random case."""
     bandwidth = copy_bandwidth(device, copy_mib)
@@ -535,8 +620,8 @@ def run(forms, shape, dtypes, batches, device, iters, copy_mib, kernels=True):
     for batch in batches:
         case = make_case(shape, batch)
         for dtype in dtypes:
-            found = [measure(form, shape, dtype, batch, device, iters, case, kernels)
-                     for form in forms]
+            found = [measure(form, shape, dtype, batch, device, iters, case, kernels,
+                             cuda_options=cuda_options) for form in forms]
             base = next((r for r in found if r["form"] == "today" and "error" not in r), None)
             bound_ms = 1e3 * ring_bytes(shape, batch, dtype) / bandwidth
             for row in found:
@@ -586,6 +671,10 @@ SPEC = (
            + "."),
     option("integer", "iters", 200, "Calls timed per form (the median)."),
     option("integer", "copy_mib", 256, "MiB of the device copy that measures the bandwidth."),
+    option("integer", "sdpa_kernel", 0, "On CUDA, the provider's sdpa_kernel option: the "
+           "attention kernels its fused ops may pick, a bit mask (ONNX Runtime's "
+           "AttentionBackend: 1 flash, 2 memory-efficient, 8 cuDNN flash, 16 math, ...); "
+           "0: its own choice."),
     option("bool", "kernels", True, "On CUDA, count each form's kernels with torch's "
            "profiler where torch is importable."),
     option("string", "output", None, "Where to write the JSON results (default "
@@ -610,8 +699,11 @@ def main(argv):
         os.environ.setdefault("ORT_ENABLE_ATTENTION_KERNEL_DEBUG_INFO", "1")
     ort.set_default_logger_severity(3)
     started = time.perf_counter()
+    if o["sdpa_kernel"] < 0:
+        raise BenchmarkError(f"--sdpa_kernel must be a bit mask >= 0, got {o['sdpa_kernel']}")
+    cuda_options = {"sdpa_kernel": str(o["sdpa_kernel"])} if o["sdpa_kernel"] else None
     rows, bandwidth = run(forms, o["shape"], dtypes, batches, o["device"], o["iters"],
-                          o["copy_mib"], o["kernels"])
+                          o["copy_mib"], o["kernels"], cuda_options)
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write)")
     print(table(rows))
     output = o["output"] or os.path.join(REPO, "benchmarks", "results",
@@ -620,7 +712,8 @@ def main(argv):
                           "against today's (issue 53)",
               "onnxruntime": ort.__version__, "device": o["device"], "shape": o["shape"],
               "layer": SHAPES[o["shape"]], "batch_sizes": batches, "dtypes": dtypes,
-              "iters": o["iters"], "copy_bytes_per_s": bandwidth,
+              "iters": o["iters"], "sdpa_kernel": o["sdpa_kernel"],
+              "copy_bytes_per_s": bandwidth,
               "seconds": time.perf_counter() - started, "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w", encoding="utf-8") as f:

@@ -28,6 +28,7 @@ def test_rows_compare_each_form_with_today_and_with_the_bound():
                                 copy_mib=1)
     assert bandwidth > 0 and [r["form"] for r in rows] == list(bench.FORMS)
     ops = {"today": "Softmax", "mha": "MultiHeadAttention", "mha_pad": "MultiHeadAttention",
+           "dmmha_inflight": "DecoderMaskedMultiHeadAttention",
            "attention23": "Attention", "attention23_pad": "Attention",
            "dmmha": "DecoderMaskedMultiHeadAttention", "gqa": "GroupQueryAttention"}
     for row in rows:
@@ -101,9 +102,11 @@ def test_the_command_line_writes_its_json(jobs, tmp_path):
     result = json.loads(output.read_text())
     assert [r["form"] for r in result["rows"]] == ["today", "mha"]
     assert result["device"] == "cpu" and result["copy_bytes_per_s"] > 0
-    bad = jobs.run("benchmarks.attention_forms", ["--batch_sizes=0"])
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
-        "error: --batch_sizes must be")
+    for flag, message in (("--batch_sizes=0", "error: --batch_sizes must be"),
+                          ("--sdpa_kernel=-1", "error: --sdpa_kernel must be a bit mask")):
+        bad = jobs.run("benchmarks.attention_forms", [flag])
+        assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
+            message), bad.stderr[-500:]
 
 
 def test_a_diagnosed_run_keeps_the_log_and_gives_the_output_back(capfd):
@@ -127,3 +130,46 @@ def test_node_counts_per_run_and_the_ops_left_to_the_cpu():
                                             ["GroupQueryAttention"])
     with pytest.raises(bench.BenchmarkError, match="holds 3 runs, not 4"):
         bench.node_counts(events, 4)
+
+
+def test_dmmha_on_cuda_keeps_its_keys_in_the_kernels_chunks():
+    """The CUDA decoder kernel writes key element (b, h, s, i) of a buffer of
+    S slots at ((b * H + h) * S * d) + (i // x) * S * x + s * x + i % x
+    (x = 16 bytes of elements): the feeds are laid out so, the graph is valid,
+    and the rings read back to BNSH; on the CPU and for other forms, BNSH."""
+    case = bench.make_case("tiny", 2)
+    assert not bench.chunked_keys("dmmha", "cpu") and not bench.chunked_keys("gqa", "cuda")
+    for dtype in ("float32", "float16"):
+        x = bench.chunk(dtype)
+        assert x == {"float32": 4, "float16": 8}[dtype]
+        feeds = bench.ring_layout("dmmha", case, dtype, device="cuda")
+        b, h, chunks, slots, _ = feeds["keys"].shape
+        assert (chunks, slots) == (16 // x, 18)
+        flat = feeds["keys"].reshape(-1)
+        for bi, hi, si, i in [(1, 1, 5, 13), (0, 1, 16, 3), (1, 0, 0, 15)]:
+            at = (bi * h + hi) * slots * 16 + (i // x) * slots * x + si * x + i % x
+            assert flat[at] == case["keys"][bi, hi, si, i].astype(dtype)
+        keys, _ = bench.bnsh_rings("dmmha", {"keys_out": feeds["keys"],
+                                            "values_out": feeds["values"]}, 17)
+        np.testing.assert_array_equal(keys, case["keys"].astype(dtype))
+        model = bench.build_form("dmmha", "tiny", dtype, case["r_kernel"], device="cuda")
+        names = [i.name for i in model.graph.input]
+        assert set(names) == set(feeds), (names, sorted(feeds))
+        if dtype == "float32":  # the graph's write into the chunks (run here without binding)
+            import onnxruntime as ort
+            session = ort.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+            written = session.run(["keys_out"], feeds)[0]
+            keys, _ = bench.bnsh_rings("dmmha", {"keys_out": written,
+                                                "values_out": feeds["values"]}, 17)
+            np.testing.assert_array_equal(keys, bench.reference(case)["keys"].astype(dtype))
+
+
+def test_the_inflight_form_sets_the_kernels_switch_only_while_it_runs(monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench, "_measure",
+                        lambda *args: seen.append(os.environ.get(bench.INFLIGHT)) or {})
+    monkeypatch.delenv(bench.INFLIGHT, raising=False)
+    bench.measure("dmmha_inflight", "tiny", "float32", 1, "cpu", 1)
+    bench.measure("dmmha", "tiny", "float32", 1, "cpu", 1)
+    assert seen == ["1", None] and bench.INFLIGHT not in os.environ
