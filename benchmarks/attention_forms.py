@@ -5,15 +5,14 @@ call with every input and output bound on the device (on CUDA replayed as
 a CUDA graph).
 
     python -m benchmarks.attention_forms [--device=cpu|cuda] \
-        [--shape=tiny|enwik8_base] [--batch_sizes=1,16] \
-        [--forms=today,mha,mha_pad,attention23,attention23_pad,dmmha,gqa] \
-        [--dtypes=float32,float16] \
+        [--shape=tiny|enwik8_base] [--batch_sizes=1,16] [--forms=today,mha,...] \
+        [--dtypes=float32,float16] [--sdpa_kernel=0] \
         [--output=benchmarks/results/attention_forms_<device>.json]
 
 The step's attention for one token a row against a ring of S slots
 (`RelativeMultiHeadAttention._token_on_ring`, write first): the token's
-own key and value go into the ring at each row's slot (ScatterElements,
-in place: each ring output is bound to its input's buffer), then
+own key and value go into the ring at each row's slot (in place: each ring
+output is bound to its input's buffer), then
 
     score_j = q_u·k_j + q_v·(W_r r_j) + hidden_j,  p = softmax(score),  p·V
 
@@ -23,45 +22,50 @@ relative encoding and hidden_j -1e30 (float16: -3e4) at slots a row does
 not see. The relative term is one additive bias, the same nodes in every
 form (`FORMS`):
 
-* `today`: keys as columns `[B, H, d_head, S]`, values `[B, H, S, d_head]`;
-  MatMul, two Adds, Softmax, MatMul (ONNX Runtime fuses the Add and the
-  Softmax into BiasSoftmax on CUDA).
+* `today`: keys as columns `[B, H, d_head, S]`, values `[B, H, S, d_head]`,
+  written by ScatterElements; MatMul, two Adds, Softmax, MatMul (ONNX
+  Runtime fuses the Add and the Softmax into BiasSoftmax on CUDA).
 * `mha`: com.microsoft MultiHeadAttention, keys and values BNSH `[B, H, S,
   d_head]`, the relative term and the mask as `attention_bias [B, H, 1, S]`
   (added after the op's scale, here 1).
 * `attention23`: the ONNX opset-23 Attention, 4-D Q, K, V (BNSH), the bias
-  as its float `attn_mask`.
+  as its float `attn_mask` (added after the scale too).
+* `mha_pad`, `attention23_pad`: the same with the slots padded by hidden
+  ones to a multiple of `PAD`: the memory-efficient (cutlass) kernel wants
+  the bias rows aligned (2,101 slots are not).
+* `attention24_pad`: `attention23_pad` at opset 24, the rings written by
+  TensorScatter (`mode="circular"`, one write index a row, in place): the
+  opset's own pattern of a cache updated outside Attention.
 * `dmmha`: com.microsoft DecoderMaskedMultiHeadAttention with
-  `past_present_share_buffer`: keys and values BNSH with one scratch slot
-  more (`[B, H, S + 1, d_head]`). The op appends the token's key and value
-  at `past_sequence_length` (a constant S, the scratch slot; it is no ring)
-  and takes `attention_bias` only there (not in its cross-attention mode),
-  so the ring slot is written first as in the other forms and the scratch
+  `past_present_share_buffer`: keys and values with one scratch slot more
+  (`S + 1`). The op appends the token's key and value at
+  `past_sequence_length` (a constant S, the scratch slot; it is no ring)
+  and takes `attention_bias` only so (not in its cross-attention mode), so
+  the ring slot is written first as in the other forms and the scratch
   slot is hidden by the bias; its present outputs are bound to the ring's
-  buffers (no copy).
-  `dmmha_inflight`: the same with `ORT_DECODER_MASKED_ATTENTION_LOAD_KV_DATA_IN_FLIGHT=1`
-  (the CUDA kernel's key and value loads unrolled, read at each call).
-  On CUDA its kernel reads the keys in FasterTransformer's chunks (`chunked_keys`).
+  buffers (no copy). Its CUDA kernel reads the keys in FasterTransformer's
+  chunks (`chunked_keys`), its CPU kernel as BNSH. `dmmha_inflight`: the
+  same with `ORT_DECODER_MASKED_ATTENTION_LOAD_KV_DATA_IN_FLIGHT=1` (the
+  CUDA kernel's loads of keys and values unrolled; read at each call).
 * `gqa`: com.microsoft GroupQueryAttention the same way (the scratch slot
   at `seqlens_k` = S, `total_sequence_length` S + 1, a constant); its CUDA
   kernel is registered for 16-bit types only.
-* `mha_pad`, `attention23_pad`: `mha` and `attention23` with the slots
-  padded by hidden ones to a multiple of `PAD`: the memory-efficient
-  (cutlass) kernel wants the bias rows aligned (2,101 slots are not).
 
 Per form, dtype and batch: the largest difference of its output and written
 rings to the numpy statement (`reference`) and to today's form; ms a call
 (median of `--iters`); the nodes ONNX Runtime ran a call by op type (its
-profiler; view ops left out), and on CUDA, where torch is importable, the
-CUDA kernels a call launched by name (torch's profiler sees every kernel of
-the process); on CUDA, what ONNX Runtime says of the kernel it picked (the lines of its
-verbose log and of `ORT_ENABLE_ATTENTION_KERNEL_DEBUG_INFO=1` printed by
-the form's first run); the ratio to today's form; and the bound: the K/V ring read
-once at the bandwidth of a device copy measured in the same run (an ONNX
-Runtime Identity into another buffer: read and write counted).
-A form the provider cannot run (e.g. float16 on the CPU) gets its error.
+profiler; view ops left out); on CUDA, where torch is importable, the CUDA
+kernels a call launched by name (torch's profiler sees every kernel of the
+process), and what ONNX Runtime says of the kernel it picked (the lines of
+its verbose log and of `ORT_ENABLE_ATTENTION_KERNEL_DEBUG_INFO=1` printed
+in the form's first run); the ratio to today's form; and the bound: the K/V
+rings read once at the bandwidth of a device copy measured in the same run
+(an ONNX Runtime Identity into another buffer: read and write counted).
+A form the provider cannot run (e.g. float32 GroupQueryAttention on CUDA)
+gets its error, or its nodes left to the CPU (`on_cpu`).
 """
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -78,8 +82,9 @@ if REPO not in sys.path:
 from benchmarks.common import BenchmarkError, at_least, integer_list, names_from  # noqa: E402
 from txl_tf.app.flagspec import option  # noqa: E402
 
-FORMS = ("today", "mha", "mha_pad", "attention23", "attention23_pad", "dmmha", "dmmha_inflight",
-         "gqa")
+FORMS = ("today", "mha", "mha_pad", "attention23", "attention23_pad", "attention24_pad", "dmmha",
+         "dmmha_inflight", "gqa")
+ATTENTION = ("attention23", "attention23_pad", "attention24_pad")
 DMMHA = ("dmmha", "dmmha_inflight")
 # Forms whose op appends the token at a fixed index: one scratch slot after the ring.
 SCRATCH = (*DMMHA, "gqa")
@@ -95,7 +100,7 @@ SHAPES = {"tiny": dict(n_head=2, d_head=16, d_model=32, slots=17),
           "enwik8_base": dict(n_head=8, d_head=64, d_model=512, slots=2101)}
 HIDDEN = {"float32": -1e30, "float16": -3e4}
 VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten")
-OPSET = 23
+OPSET = 23  # 24 for the forms that write with TensorScatter (`scatter_writes`)
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
@@ -150,6 +155,13 @@ def slots_of(form, slots):
     return slots
 
 
+def scatter_writes(form):
+    """Whether `form` writes the token into the rings with the opset-24
+    TensorScatter (one write index a row, in place, no index tensors)
+    rather than ScatterElements."""
+    return form == "attention24_pad"
+
+
 def chunked_keys(form, device):
     """Whether `form` on `device` keeps its keys in the decoder kernel's
     chunks: `dmmha` on CUDA, whose kernel (FasterTransformer's) reads and
@@ -180,7 +192,11 @@ def ring_layout(form, case, dtype, device="cpu"):
     index = np.broadcast_to(case["slot"].reshape(b, 1, 1, 1), (b, h, 1, d))
     feeds = {"q_u": case["q_u"], "q_v": case["q_v"], "key": case["key"],
              "value": case["value"], "values": values, "positions": positions,
-             "visible": visible, "value_index": np.ascontiguousarray(index)}
+             "visible": visible}
+    if scatter_writes(form):
+        feeds["write_index"] = case["slot"]
+    else:
+        feeds["value_index"] = np.ascontiguousarray(index)
     if form == "today":
         feeds["keys"] = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))
         feeds["key_index"] = np.ascontiguousarray(index.transpose(0, 1, 3, 2))
@@ -251,11 +267,19 @@ def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
         n("Where", ["visible", "zero", "hidden_value"], ["hidden2"]),
         n("Reshape", ["hidden2", "mask_shape"], ["hidden"]),
         n("Reshape", ["value", "heads_1_d"], ["value4"]),
-        n("ScatterElements", ["values", "value_index", "value4"], ["values_out"], axis=2),
     ]
     chunked = chunked_keys(form, device)
     x = chunk(dtype)
-    if form == "today":
+    if scatter_writes(form):
+        nodes += [n("Reshape", ["key", "heads_1_d"], ["key4"])]
+        nodes += [n("TensorScatter", [ring, new, "write_index"], [ring + "_out"], axis=2,
+                    mode="circular") for ring, new in (("keys", "key4"), ("values", "value4"))]
+    else:
+        nodes.append(n("ScatterElements", ["values", "value_index", "value4"], ["values_out"],
+                       axis=2))
+    if scatter_writes(form):
+        pass
+    elif form == "today":
         nodes += [n("Reshape", ["key", "heads_d_1"], ["key4"]),
                   n("ScatterElements", ["keys", "key_index", "key4"], ["keys_out"], axis=3)]
     elif chunked:
@@ -279,7 +303,7 @@ def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
         nodes += [n("Reshape", ["q_u", "rows_1_flat"], ["q_u3"]),
                   n("MultiHeadAttention", ["q_u3", "keys_out", "values_out", "", "", "bias"],
                     ["vec"], domain="com.microsoft", num_heads=h, scale=1.0)]
-    elif form in ("attention23", "attention23_pad"):
+    elif form in ATTENTION:
         nodes += [n("Reshape", ["q_u", "heads_1_d"], ["q_u4"]),
                   n("Attention", ["q_u4", "keys_out", "values_out", "bias"], ["vec"],
                     scale=1.0)]
@@ -310,8 +334,11 @@ def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
     inputs = [info("q_u", ft, [None, h * d]), info("q_v", ft, [None, h * d]),
               info("key", ft, [None, h * d]), info("value", ft, [None, h * d]),
               info("keys", ft, ring_k), info("values", ft, ring_v),
-              info("positions", ft, [slots, dm]), info("visible", TensorProto.BOOL, [None, slots]),
-              info("value_index", TensorProto.INT64, [None, h, 1, d])]
+              info("positions", ft, [slots, dm]), info("visible", TensorProto.BOOL, [None, slots])]
+    if scatter_writes(form):
+        inputs.append(info("write_index", TensorProto.INT64, [None]))
+    else:
+        inputs.append(info("value_index", TensorProto.INT64, [None, h, 1, d]))
     if form == "today":
         inputs.append(info("key_index", TensorProto.INT64, [None, h, d, 1]))
     elif chunked:
@@ -323,7 +350,8 @@ def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
     if form in SCRATCH:
         outputs += [info("present_keys", ft, ring_v), info("present_values", ft, ring_v)]
     graph = helper.make_graph(nodes, f"attention_{form}", inputs, outputs, inits)
-    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+    opsets = [helper.make_opsetid("", 24 if scatter_writes(form) else OPSET),
+              helper.make_opsetid("com.microsoft", 1)]
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10
     onnx.checker.check_model(model, full_check=True)
@@ -620,8 +648,11 @@ def run(forms, shape, dtypes, batches, device, iters, copy_mib, kernels=True,
     for batch in batches:
         case = make_case(shape, batch)
         for dtype in dtypes:
-            found = [measure(form, shape, dtype, batch, device, iters, case, kernels,
-                             cuda_options=cuda_options) for form in forms]
+            found = []
+            for form in forms:
+                found.append(measure(form, shape, dtype, batch, device, iters, case, kernels,
+                                     cuda_options=cuda_options))
+                gc.collect()  # the row's sessions and buffers, before the next's
             base = next((r for r in found if r["form"] == "today" and "error" not in r), None)
             bound_ms = 1e3 * ring_bytes(shape, batch, dtype) / bandwidth
             for row in found:

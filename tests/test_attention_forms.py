@@ -30,6 +30,7 @@ def test_rows_compare_each_form_with_today_and_with_the_bound():
     ops = {"today": "Softmax", "mha": "MultiHeadAttention", "mha_pad": "MultiHeadAttention",
            "dmmha_inflight": "DecoderMaskedMultiHeadAttention",
            "attention23": "Attention", "attention23_pad": "Attention",
+           "attention24_pad": "Attention",
            "dmmha": "DecoderMaskedMultiHeadAttention", "gqa": "GroupQueryAttention"}
     for row in rows:
         assert row["max_abs_vs_today"] <= 1e-5, row
@@ -43,7 +44,7 @@ def test_rows_compare_each_form_with_today_and_with_the_bound():
     assert "today" in bench.table(rows) and "x bound" in bench.table(rows)
 
 
-@pytest.mark.parametrize("form", ["dmmha", "gqa", "attention23_pad"])
+@pytest.mark.parametrize("form", ["dmmha", "gqa", "attention23_pad", "attention24_pad"])
 def test_the_slots_a_form_adds_are_hidden_and_would_change_the_answer(form):
     import onnxruntime as ort
     case = bench.make_case("tiny", 2)
