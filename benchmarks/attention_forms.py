@@ -690,6 +690,28 @@ def table(rows):
     return "\n".join(lines)
 
 
+def summary(rows):
+    """One line: per dtype and batch, today's form against the bound and the
+    fastest other form against today's (the GPU check's row)."""
+    parts = []
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        for batch in dict.fromkeys(r["batch"] for r in rows):
+            ran = [r for r in rows if (r["dtype"], r["batch"]) == (dtype, batch)
+                   and "error" not in r]
+            today = next((r for r in ran if r["form"] == "today"), None)
+            others = [r for r in ran if r["form"] != "today" and "ratio_to_today" in r]
+            if today is None:
+                parts.append(f"{dtype} b{batch}: today's form failed")
+                continue
+            best = min(others, key=lambda r: r["ratio_to_today"], default=None)
+            line = f"{dtype} b{batch}: today {today['x_bound']:.1f}x bound"
+            if best is not None:
+                line += (f", fastest {best['form']} {best['ratio_to_today']:.2f}x today "
+                         f"({best['x_bound']:.1f}x bound)")
+            parts.append(line)
+    return "attention forms, ms a call (÷ today, ÷ bound): " + "; ".join(parts)
+
+
 SPEC = (
     option("enum", "device", "cpu", "Where the graphs run.", list(DEVICES)),
     option("enum", "shape", "tiny", "One layer of this shape: " + ", ".join(
@@ -750,6 +772,7 @@ def main(argv):
     with open(output, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(f"wrote {output}")
+    print(summary(rows))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,12 @@ fails, runs out of time or cannot run is one line of the table (`failed
   decode graphs in float16 (`python -m export --decode_dtype=float16`):
   ms per token at batch 1 and 16, and its parity to the CPU (<= 5e-2).
   Only with `--serving_exports`.
+- `attention_forms`: one layer's attention of the cached decode step in
+  ONNX Runtime's fused forms (MultiHeadAttention, the opset-23/24
+  Attention, DecoderMaskedMultiHeadAttention, GroupQueryAttention) beside
+  today's, float32 and float16, batch 1 and 16: parity, ms a call as a
+  CUDA graph, kernels, the bound (`benchmarks.attention_forms`). In no
+  group (run by name).
 
 `--serving_exports=DIR` brings the serving exports made beforehand on
 another machine (`--make_serving_exports=DIR` there, with TensorFlow: the
@@ -188,6 +194,9 @@ COMMANDS = {
                               "--device={ort_device} "
                               "--exports={work}/serving_float16/{serving_preset}/out "
                               "--tolerance=5e-2 --output={out}/cuda_parity_float16.json",
+    "attention_forms": "{python} -m benchmarks.attention_forms --device={ort_device} "
+                       "--shape={serving_preset} --dtypes=float32,float16 "
+                       "--output={out}/attention_forms.json",
 }
 # Parts run once per setting, each run a process of its own with these variables added
 # to the check's environment (after any value it has: run_check.sh's XLA_FLAGS holds
@@ -243,13 +252,15 @@ TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # its start and four XLA programs (two loop lengths at each batch size) of the decode step,
 # each given a third of a training step's compile; serving_device_tests: the
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
-# had printed, then the rest. The serving parts time exports brought along
+# had printed, then the rest.
+# attention_forms (never run on a GPU): its process's start and about a minute of work
+# (its author's estimate from the CPU run). The serving parts time exports brought along
 # (--serving_exports): serving_long_memory exports enwik8_base otherwise.
 BUDGETS = {"compile_flags": 145, "parity": 30, "losses": 120, "mirrored": 120,
            "pair_enwik8_base": 170, "pair_wt103_base": 100, "train": 180, "decode_xla": 120,
            "serving_long_memory": 50, "serving_evaluation": 60, "serving_soak": 40,
            "serving_device_tests": 75, "serving_parity": 45, "serving_profile": 40,
-           "serving_float16": 35, "serving_parity_float16": 45}
+           "serving_float16": 35, "serving_parity_float16": 45, "attention_forms": 90}
 # What one device session leaves for the check (its device time less the machine's start,
 # the pieces and their unpacking, as on 2026-11-30): the whole check does not fit one, so
 # it runs as named groups of parts (`--parts=training`, `--parts=serving`), one a
@@ -258,7 +269,8 @@ SESSION_S = 540.0
 # Left out of the groups to fit (run by name, e.g. `--parts=serving,mirrored`): mirrored
 # (two XLA programs), losses (its GPU program's compile and 100 steps), pair_wt103_base
 # (its rows are shown, not judged) and decode_xla (the Keras side's decoder on the GPU,
-# shown beside the ONNX step); and of the pairs'
+# shown beside the ONNX step), attention_forms (one layer's attention in ONNX Runtime's
+# fused forms: what to build next for issue 53's decode step); and of the pairs'
 # rows (`sizes`) enwik8_base's f32+jit (5.19x the paper's on 2026-11-30) and f16+jit, and
 # wt103_base's bf16+jit and f16+jit.
 GROUPS = {"training": ("compile_flags", "parity", "pair_enwik8_base", "train"),
@@ -1069,9 +1081,9 @@ def run_command(command, timeout, env):
 
 
 def needs_onnxruntime(part):
-    """Whether `part` needs onnxruntime's GPU (the serving parts) rather than
-    TensorFlow's."""
-    return part.startswith("serving_")
+    """Whether `part` needs onnxruntime's GPU (the serving parts and
+    attention_forms) rather than TensorFlow's."""
+    return part.startswith("serving_") or part == "attention_forms"
 
 
 def part_envs(parts, env, facts):

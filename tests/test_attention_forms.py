@@ -103,6 +103,8 @@ def test_the_command_line_writes_its_json(jobs, tmp_path):
     result = json.loads(output.read_text())
     assert [r["form"] for r in result["rows"]] == ["today", "mha"]
     assert result["device"] == "cpu" and result["copy_bytes_per_s"] > 0
+    last = done.stdout.strip().splitlines()[-1]  # the GPU check's row
+    assert last.startswith("attention forms, ms a call") and "float32 b1: today" in last, last
     for flag, message in (("--batch_sizes=0", "error: --batch_sizes must be"),
                           ("--sdpa_kernel=-1", "error: --sdpa_kernel must be a bit mask")):
         bad = jobs.run("benchmarks.attention_forms", [flag])
@@ -174,3 +176,15 @@ def test_the_inflight_form_sets_the_kernels_switch_only_while_it_runs(monkeypatc
     bench.measure("dmmha_inflight", "tiny", "float32", 1, "cpu", 1)
     bench.measure("dmmha", "tiny", "float32", 1, "cpu", 1)
     assert seen == ["1", None] and bench.INFLIGHT not in os.environ
+
+
+def test_the_summary_names_the_fastest_form_against_today_per_dtype_and_batch():
+    rows = [dict(form="today", dtype="float32", batch=1, x_bound=12.0),
+            dict(form="mha", dtype="float32", batch=1, x_bound=10.0, ratio_to_today=0.9),
+            dict(form="dmmha", dtype="float32", batch=1, x_bound=4.0, ratio_to_today=0.3),
+            dict(form="gqa", dtype="float32", batch=1, error="not registered"),
+            dict(form="today", dtype="float16", batch=1, error="no kernel"),
+            dict(form="mha", dtype="float16", batch=1, x_bound=5.0)]
+    line = bench.summary(rows)
+    assert line.endswith("float32 b1: today 12.0x bound, fastest dmmha 0.30x today "
+                         "(4.0x bound); float16 b1: today's form failed"), line

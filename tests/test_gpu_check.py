@@ -106,8 +106,9 @@ def test_each_group_fits_one_session():
     grouped = [part for parts in gc.GROUPS.values() for part in parts]
     assert len(grouped) == len(set(grouped)) and set(grouped) <= set(gc.CHECKS)
     assert set(gc.GROUPS["serving"]) == {p for p in gc.CHECKS if p.startswith("serving_")}
+    assert gc.needs_onnxruntime("attention_forms") and not gc.needs_onnxruntime("decode_xla")
     assert set(gc.CHECKS) - set(grouped) == {"mirrored", "losses", "pair_wt103_base",
-                                             "decode_xla"}
+                                             "decode_xla", "attention_forms"}
     assert gc.GROUPS["training"][0] == "compile_flags"  # its figures first
     for group, parts in gc.GROUPS.items():
         before = ROWS_BEFORE_S["gpu"] + ROWS_BEFORE_S["serving_exports"] * (group == "serving")
@@ -714,7 +715,7 @@ def test_the_probe_says_why_a_side_has_no_gpu_and_the_other_sides_parts_run():
     facts.update(tensorflow_problem="TensorFlow sees no GPU (libcudnn)", onnxruntime_problem=None)
     skipped = {part: gc.skip_reason(part, o, facts) for part in gc.CHECKS}
     assert [p for p, why in skipped.items() if why is None] == [
-        p for p in gc.CHECKS if p.startswith("serving_")]
+        p for p in gc.CHECKS if gc.needs_onnxruntime(p)]
     assert gc.skip_reason("train", dict(o, device="cpu"), facts) is None  # the logic run
 
 
@@ -806,7 +807,7 @@ def test_onnxruntime_gets_the_order_its_cuda_provider_works_in(monkeypatch):
     assert row.endswith("; TensorFlow's parts with the packed libraries first, onnxruntime's "
                         f"with the machine's libraries first (with the packed libraries first: "
                         f"{packed})"), row
-    serving = [p for p in gc.CHECKS if p.startswith("serving_")]
+    serving = [p for p in gc.CHECKS if gc.needs_onnxruntime(p)]
     assert list(envs) == serving and {
         e["LD_LIBRARY_PATH"] for e in envs.values()} == {MACHINE + PACKED + REST}
     # the probe itself failed (the list is trusted, as before): an order shown to work wins
