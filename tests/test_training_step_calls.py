@@ -207,3 +207,19 @@ def test_an_error_line_stops_the_heartbeat():
     time.sleep(0.2)
     assert seen >= 2 and len(beats) == seen and beats == sorted(beats)
     heartbeat.stop()  # stopped twice: nothing to do
+
+
+def test_a_first_call_that_raises_leaves_no_heartbeat_running(tmp_path, monkeypatch):
+    """Keras calls no `on_train_end` after a `fit` that raised: the job's
+    `run` (a call from Python, no `error:` line's `close_bars`) left the
+    heartbeat's thread beating `first call: ..s so far` for the process's
+    life (review35)."""
+    def disk_full(self, batch, logs=None):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(StepEvents, "on_train_batch_end", disk_full)  # a checkpoint's write
+    with pytest.raises(OSError, match="No space left"):
+        train.run(model_dir=str(tmp_path / "run"), dataset="text", preset="tiny",
+                  data_dir=str(write_text_corpus(tmp_path / "corpus.txt", 5_000)),
+                  cache_dir=str(tmp_path / "cache"), strategy="one_device", train_steps=2,
+                  batch_size=2, verbose=1)
+    assert not any(t.name == "heartbeat" for t in threading.enumerate())
