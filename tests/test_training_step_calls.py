@@ -223,6 +223,24 @@ def test_an_error_line_stops_the_heartbeat():
     heartbeat.stop()  # stopped twice: nothing to do
 
 
+def test_a_reader_gone_ends_the_beats_without_a_traceback(monkeypatch):
+    """`txl-train | head -n 3`: a beat's print met the closed pipe, and its
+    thread printed `Exception in thread heartbeat: Traceback ...
+    BrokenPipeError` on stderr (the job itself ends quietly with 141 at its
+    next line, `exits.reader_gone`) (review35)."""
+    raised, tried = [], threading.Event()
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+
+    def beat(seconds):
+        tried.set()
+        raise BrokenPipeError(32, "Broken pipe")
+    heartbeat = progress.Heartbeat(0.01, beat)
+    heartbeat.start()
+    assert tried.wait(60)
+    heartbeat.stop()  # joins the thread: its exception, if any, is reported by then
+    assert raised == []
+
+
 def test_a_first_call_that_raises_leaves_no_heartbeat_running(tmp_path, monkeypatch):
     """Keras calls no `on_train_end` after a `fit` that raised: the job's
     `run` (a call from Python, no `error:` line's `close_bars`) left the
