@@ -474,3 +474,34 @@ def test_bool_ids_and_targets_are_named_not_read_as_ids_0_and_1(keras_models, en
     name, holds, call, good = array_calls(*keras_models)[entry]
     with pytest.raises(InputError, match=rf"^{name} must be integers, got dtype bool"):
         call(good > 3)
+
+
+CAST = {  # ids a functional model's int32 input cast silently (review35)
+    "bool tensor": (lambda: tf.constant(IDS > 3), r"must be integers, got dtype bool"),
+    "float array": (lambda: IDS + 0.7, r"must be integers, got dtype float64"),
+    "float tensor": (lambda: tf.constant(IDS + 0.7, tf.float32), r"must be integers, got dtype "
+                                                                  r"float32"),
+    "wrapping int64": (lambda: np.where(IDS == 1, 2 ** 32 + 1, IDS),
+                       r"id 4294967297 at position \(0, 0\) does not fit int32"),
+    "wrapping int64 tensor": (lambda: tf.constant(np.where(IDS == 1, 2 ** 32 + 1, IDS)),
+                              r"id 4294967297 at position \(0, 0\) does not fit int32"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CAST))
+@pytest.mark.parametrize("entry", ["causal_lm", "backbone", "causal_lm.generate"])
+def test_ids_the_int32_input_would_cast_are_named(keras_models, entry, kind):
+    """Keras cast them to the functional models' int32 `token_ids`: bools
+    read as ids 0 and 1, 1.7 as 1, 2**32 + 1 as 1 (a silent wrong answer)."""
+    causal_lm = keras_models[0]
+    make, message = CAST[kind]
+    ids = make()
+    mask = tf.constant(IDS > 0) if tf.is_tensor(ids) else IDS > 0  # Keras: not mixed
+    calls = {"causal_lm": lambda v: causal_lm({"token_ids": v, "padding_mask": mask}),
+             "backbone": lambda v: causal_lm.backbone({"token_ids": v, "padding_mask": mask}),
+             "causal_lm.generate": lambda v: causal_lm.generate(
+                 {"token_ids": v, "padding_mask": mask}, stop_token_ids=None)}
+    with pytest.raises(InputError, match=r"^token_ids:? " + message):
+        calls[entry](ids)
+    good = tf.constant(IDS, tf.int64) if tf.is_tensor(ids) else IDS.astype(np.int64)
+    calls[entry](good)  # int64 ids that fit are read

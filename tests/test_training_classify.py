@@ -517,3 +517,18 @@ def test_a_config_file_that_is_missing_broken_or_of_another_vocabulary_is_named(
                                             r"has n_token=100$"):
         _train(data, tmp_path, backbone=None, config=str(config))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def test_a_fit_that_raises_leaves_no_heartbeat_running(data, tmp_path, monkeypatch):
+    """Keras calls no `on_train_end` after a `fit` that raised: `run` (a call
+    from Python) left the plain lines' heartbeat thread beating (review35)."""
+    import threading
+
+    from training.callbacks import StepLog
+
+    def disk_full(self, batch, logs=None):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(StepLog, "on_train_batch_end", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        _train(data, tmp_path, verbose=1)  # not a terminal: `ProgressLine`
+    assert not any(t.name == "heartbeat" for t in threading.enumerate())

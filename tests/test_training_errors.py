@@ -106,6 +106,24 @@ def test_a_model_dir_inside_a_text_corpus_folder_is_refused(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
 
 
+def test_a_recl_output_dir_inside_a_text_corpus_folder_is_refused(tmp_path):
+    """recl.json and recl.png written into the folder were read as corpus
+    text by the next load (review35: `--output` of txl-evaluate was refused,
+    txl-recl's `--output_dir` was not)."""
+    from training import recl
+    from txl_tf.text import ByteTokenizer
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    write_text_corpus(folder / "a.txt", 5_000)
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny", n_token=256)),
+                    tmp_path / "model", ByteTokenizer())
+    with pytest.raises(TrainingError, match=r"^--output_dir .*texts/recl is inside the corpus"):
+        recl.run(model_dir=[str(tmp_path / "model")], dataset="text", data_dir=str(folder),
+                 cache_dir=str(tmp_path / "cache"), output_dir=str(folder / "recl"),
+                 max_context=64, context_step=32, first_context=32)
+    assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
+
+
 def test_log_batches_with_document_separator_is_refused_before_the_data_is_read(tmp_path):
     with pytest.raises(TrainingError, match=r"^--log_batches reads the continuous stream: it "
                                             r"does not go with --document_separator$"):

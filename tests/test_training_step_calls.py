@@ -4,7 +4,6 @@ global step without reading it from the device after each call, the train
 step is traced once, and the first call's compile seconds are reported."""
 import json
 import threading
-import time
 
 import keras
 import numpy as np
@@ -153,19 +152,29 @@ def test_calls_of_several_steps_train_like_single_steps(tmp_path, monkeypatch):
             np.testing.assert_array_equal(b[name], a[name], err_msg=name)
 
 
-def _first_call_of(display, seconds):
+def _first_call_of(display, beats):
     """`display`'s hooks around a first call of the train function that
-    runs `seconds` (a thread's sleep standing in for tracing and compiling),
-    then a second call; a one-weight model's optimizer at step 0."""
+    runs until its heartbeat has shown `beats` times (a wait standing in for
+    tracing and compiling: no sleep to outlast on a loaded machine), then a
+    second call; a one-weight model's optimizer at step 0."""
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     model.compile(keras.optimizers.SGD(0.01), "mse")
     model.optimizer.build(model.trainable_variables)
+    shown, waiting = [], display.waiting
+    enough = threading.Event()
+
+    def counted(seconds):
+        waiting(seconds)
+        shown.append(seconds)
+        if len(shown) >= beats:
+            enough.set()
+    display.waiting = counted
     display.set_model(model)
     display.on_train_begin()
     for batch in range(2):
         display.on_train_batch_begin(batch)
         if batch == 0:
-            time.sleep(seconds)
+            assert enough.wait(60), shown
         display.on_train_batch_end(batch, {"loss": 1.0})
     display.on_train_end()
 
@@ -177,7 +186,7 @@ def test_a_long_first_call_has_lines_while_it_runs():
     display = ProgressLine(12, 4, 10, log=lines.append)
     assert (display.beat_seconds, display.every) == (30.0, 4)  # seconds apart from steps apart
     display.beat_seconds = 0.05
-    _first_call_of(display, 0.5)
+    _first_call_of(display, 3)
     waiting = [i for i, line in enumerate(lines) if line.startswith("first call: ")]
     done = [i for i, line in enumerate(lines) if line.startswith("first call done at step 1/12")]
     assert len(waiting) >= 3 and len(done) == 1 and max(waiting) < done[0], lines
@@ -188,8 +197,8 @@ def test_a_long_first_call_has_lines_while_it_runs():
 
 def test_the_terminal_bar_counts_the_first_calls_seconds(capsys):
     display = ProgressBar(12)
-    display.beat_seconds = 0.05
-    _first_call_of(display, 0.5)
+    display.beat_seconds = 0.1  # Keras's bar draws at most every 0.05 s
+    _first_call_of(display, 3)
     frames = capsys.readouterr().out.split("\r")
     assert sum("compile_s" in frame and "0/12" in frame for frame in frames) >= 2, frames
     assert not any(t.name == "heartbeat" for t in threading.enumerate())
@@ -198,12 +207,51 @@ def test_the_terminal_bar_counts_the_first_calls_seconds(capsys):
 def test_an_error_line_stops_the_heartbeat():
     """`close_bars` (before a job's `error:` line) stops the beats: the
     error stays the last line."""
-    beats = []
-    heartbeat = progress.Heartbeat(0.02, beats.append)
+    beats, two = [], threading.Event()
+
+    def beat(seconds):
+        beats.append(seconds)
+        if len(beats) >= 2:
+            two.set()
+    heartbeat = progress.Heartbeat(0.02, beat)
     heartbeat.start()
-    time.sleep(0.2)
-    progress.close_bars()
+    assert two.wait(60), beats
+    progress.close_bars()  # returns after any beat under way: none comes after it
     seen = len(beats)
-    time.sleep(0.2)
+    assert not any(t.name == "heartbeat" for t in threading.enumerate())
     assert seen >= 2 and len(beats) == seen and beats == sorted(beats)
     heartbeat.stop()  # stopped twice: nothing to do
+
+
+def test_a_reader_gone_ends_the_beats_without_a_traceback(monkeypatch):
+    """`txl-train | head -n 3`: a beat's print met the closed pipe, and its
+    thread printed `Exception in thread heartbeat: Traceback ...
+    BrokenPipeError` on stderr (the job itself ends quietly with 141 at its
+    next line, `exits.reader_gone`) (review35)."""
+    raised, tried = [], threading.Event()
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+
+    def beat(seconds):
+        tried.set()
+        raise BrokenPipeError(32, "Broken pipe")
+    heartbeat = progress.Heartbeat(0.01, beat)
+    heartbeat.start()
+    assert tried.wait(60)
+    heartbeat.stop()  # joins the thread: its exception, if any, is reported by then
+    assert raised == []
+
+
+def test_a_first_call_that_raises_leaves_no_heartbeat_running(tmp_path, monkeypatch):
+    """Keras calls no `on_train_end` after a `fit` that raised: the job's
+    `run` (a call from Python, no `error:` line's `close_bars`) left the
+    heartbeat's thread beating `first call: ..s so far` for the process's
+    life (review35)."""
+    def disk_full(self, batch, logs=None):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(StepEvents, "on_train_batch_end", disk_full)  # a checkpoint's write
+    with pytest.raises(OSError, match="No space left"):
+        train.run(model_dir=str(tmp_path / "run"), dataset="text", preset="tiny",
+                  data_dir=str(write_text_corpus(tmp_path / "corpus.txt", 5_000)),
+                  cache_dir=str(tmp_path / "cache"), strategy="one_device", train_steps=2,
+                  batch_size=2, verbose=1)
+    assert not any(t.name == "heartbeat" for t in threading.enumerate())

@@ -441,6 +441,7 @@ class FirstCallWatch(GlobalStep):
     in this `fit`."""
 
     beat_seconds = 30.0
+    _watch = None
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
@@ -460,6 +461,12 @@ class FirstCallWatch(GlobalStep):
     def on_train_end(self, logs=None):
         self._watch.stop()
         super().on_train_end(logs)
+
+    def end_after_failure(self):
+        """Stops the heartbeat, for a `fit` that raised (Keras then calls no
+        `on_train_end`): its thread went on beating."""
+        if self._watch is not None:  # None: `fit` raised before it began
+            self._watch.stop()
 
     def waiting(self, seconds):
         """Shows that the first call has run `seconds` so far."""

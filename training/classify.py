@@ -324,8 +324,14 @@ def train(o):
         callbacks.append(ProgressLine(steps, o["log_every"], o["batch_size"], schedule, log,
                                       fields=(("loss", 4), ("accuracy", 4)), unit="examples"))
     fit_start = time.time()
-    history = model.fit(ds, steps_per_epoch=steps, epochs=1, callbacks=callbacks,
-                        shuffle=False, verbose=verbose)
+    try:
+        history = model.fit(ds, steps_per_epoch=steps, epochs=1, callbacks=callbacks,
+                            shuffle=False, verbose=verbose)
+    except BaseException:
+        for callback in callbacks:  # a heartbeat's thread (Keras calls no on_train_end)
+            if hasattr(callback, "end_after_failure"):
+                callback.end_after_failure()
+        raise
     train_seconds = time.time() - fit_start
     release_input_iterators()
     model_file = os.path.join(output_dir, MODEL_FILE)

@@ -4,7 +4,6 @@
 export, on a box without it); the corpus (`txl_tf.data`) does.
 """
 import os
-from pathlib import Path
 
 import numpy as np
 
@@ -47,12 +46,9 @@ def check_not_read(dataset, data_dir, folders):
     corpus text by the next load (a resume, an evaluation)."""
     if dataset != "text" or not data_dir or not os.path.isdir(data_dir):
         return
+    from txl_tf.data.corpora import read_as_text
     for flag, path in folders:
-        try:
-            inside = Path(path).resolve().relative_to(Path(data_dir).resolve())
-        except ValueError:
-            continue
-        if not any(part.startswith(".") for part in inside.parts):
+        if read_as_text(path, data_dir):
             raise TrainingError(f"{flag} {path} is inside the corpus folder {data_dir}, whose "
                                 "files are all read as text: the next load of the corpus would "
                                 "read its files too; use a folder outside it")

@@ -117,7 +117,8 @@ def run(**options):
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"],
                          inputs.parse_options(o["corpus_option"]), tokenizer=tokenizer,
                          progress=False if o["progress"] is False else None,
-                         outside=[("--model_dir", path) for _, path in named])
+                         outside=[("--model_dir", path) for _, path in named]
+                         + ([("--output_dir", o["output_dir"])] if o["output_dir"] else []))
     ids = np.asarray(corpus.split(o["split"]))
     if len(ids) <= contexts[-1]:
         raise TrainingError(f"--max_context {o['max_context']}: the {o['split']} split has "

@@ -586,8 +586,8 @@ def _train_in(o, strategy, task_id, is_chief, scratch):
                                 initial_epoch=first_epoch, callbacks=callbacks, shuffle=False,
                                 verbose=verbose)
             except BaseException:
-                for callback in callbacks:
-                    if isinstance(callback, GlobalStepTensorBoard):
+                for callback in callbacks:  # a TensorBoard's writer, a heartbeat's thread
+                    if hasattr(callback, "end_after_failure"):
                         callback.end_after_failure()
                 raise
             release_input_iterators()

@@ -127,7 +127,9 @@ class Heartbeat:
     `start()` until `stop()` (`seconds`: since `start`): a sign of life
     through one long call that reports nothing itself (the train step's first
     call, tracing and compiling). `close_bars` stops it too, so that an
-    error's line is the last. `stop()` returns after any beat under way."""
+    error's line is the last. `stop()` returns after any beat under way. A
+    beat whose stream is gone (a reader gone) ends the beats, with no
+    traceback from the thread."""
 
     def __init__(self, every, beat):
         self.every, self.beat = float(every), beat
@@ -139,7 +141,10 @@ class Heartbeat:
 
         def run():
             while not stopped.wait(self.every):
-                self.beat(time.monotonic() - began)
+                try:
+                    self.beat(time.monotonic() - began)
+                except (OSError, ValueError):  # its stream gone: the job meets it at its next line
+                    return
         self._stopped = stopped
         self._thread = threading.Thread(target=run, name="heartbeat", daemon=True)
         self._thread.start()

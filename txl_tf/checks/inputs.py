@@ -76,19 +76,46 @@ def check_numpy_data(x, y=None, sample_weight=None, labels="targets"):
     check_numpy(sample_weight, "sample_weight")
 
 
+def check_int32_ids(value, name="token_ids"):
+    """Raises `InputError` where `value` (eager ids: a numpy array or tensor)
+    is not integers, or holds one beyond int32: a functional model's int32
+    input would cast it (bools read as ids 0 and 1, 1.7 as 1, 2**32 + 1 as
+    1). Other values (symbolic ones, lists) pass."""
+    if isinstance(value, np.ndarray):  # first: tf.is_tensor costs ~10 µs on an array
+        dtype = value.dtype
+    elif tf.is_tensor(value) and hasattr(value, "numpy"):
+        dtype = np.dtype(value.dtype.as_numpy_dtype)
+    else:
+        return
+    if dtype.kind not in "iu":
+        raise InputError(f"{name} must be integers, got dtype {dtype}")
+    if np.can_cast(dtype, np.int32):
+        return
+    array = np.asarray(value)
+    if array.size and (array.min() < -2 ** 31 or array.max() > 2 ** 31 - 1):
+        where = tuple(int(i) for i in np.argwhere((array < -2 ** 31) | (array > 2 ** 31 - 1))[0])
+        raise InputError(f"{name}: id {int(array[where])} at position {where} does not fit "
+                         "int32, the model's input dtype (it would wrap)")
+
+
 class NumpyInputsChecked:
     """A Keras model or layer whose `__call__` checks its numpy inputs first
     (`check_numpy`): Keras converts them before `call` sees them. The first
     argument is named `token_ids` (or by its dict's keys), the next ones by
-    `call_arg_names`, keywords by name."""
+    `call_arg_names`, keywords by name. A functional model's int32 ids
+    (`int32_ids`) are checked as Keras would cast them (`check_int32_ids`)."""
 
     call_arg_names = ()
+    int32_ids = False
 
     def __call__(self, *args, **kwargs):
         for name, value in zip(("token_ids",) + self.call_arg_names, args):
             check_numpy(value, name)
         check_numpy({key: value for key, value in kwargs.items()
                      if key not in ("training", "mask")})
+        inputs = args[0] if args else kwargs.get("inputs")
+        if self.int32_ids and isinstance(inputs, dict):
+            check_int32_ids(inputs.get("token_ids"))
         return super().__call__(*args, **kwargs)
 
 

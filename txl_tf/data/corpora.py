@@ -851,15 +851,21 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
                   cache_path=entry, from_cache=from_cache)
 
 
-def _check_cache_outside(root: Path, folder: Path) -> None:
-    """Raises unless the cache `root` lies outside `folder`, whose every
-    non-hidden file is read (or in a hidden folder there, which is not): its
-    entries would be read as text of the corpus by the next load."""
+def read_as_text(path, folder) -> bool:
+    """Whether a `text` corpus `folder`, whose every non-hidden file is read
+    (`_list_files`), would read files at `path` (in it, not in a hidden
+    folder there), both through their links."""
     try:
-        inside = root.resolve().relative_to(folder.resolve())
+        inside = Path(path).resolve().relative_to(Path(folder).resolve())
     except ValueError:
-        return
-    if not any(part.startswith(".") for part in inside.parts):
+        return False
+    return not any(part.startswith(".") for part in inside.parts)
+
+
+def _check_cache_outside(root: Path, folder: Path) -> None:
+    """Raises unless the cache `root` lies outside `folder` (`read_as_text`):
+    its entries would be read as text of the corpus by the next load."""
+    if read_as_text(root, folder):
         raise TxlError(f"the cache folder {root} is inside the corpus folder {folder}, whose "
                        "files are all read as text: the next load would read the cache's "
                        "files as corpus text; use a cache folder outside it (or a hidden one "

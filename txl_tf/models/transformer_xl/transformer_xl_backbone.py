@@ -80,6 +80,8 @@ class TransformerXLBackbone(NumpyInputsChecked, keras_hub.models.Backbone):
         ConfigError: an argument that is no config field, or a bad value.
     """
 
+    int32_ids = True  # a functional model: Keras casts the ids to its int32 input
+
     def __init__(self, n_token, dtype=None, **kwargs):
         fields = {name: kwargs.pop(name) for name in CONFIG_FIELDS if name in kwargs}
         unknown = sorted(set(kwargs) - {"name", "trainable"})

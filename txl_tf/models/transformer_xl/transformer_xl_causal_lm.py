@@ -7,8 +7,8 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_numpy,
-                                  out_of_range_message)
+from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_int32_ids,
+                                  check_numpy, out_of_range_message)
 from txl_tf.checks.numpy_checks import as_array, check_count, is_real
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
@@ -63,6 +63,8 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
     (`zero_filled_memory`), a row shorter than the batch's longest prompt
     has padding, not zeros, in front of it.
     """
+
+    int32_ids = True  # a functional model: Keras casts the ids to its int32 input
 
     backbone_cls = TransformerXLBackbone
     preprocessor_cls = TransformerXLCausalLMPreprocessor
@@ -440,6 +442,8 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
         """
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         check_numpy(inputs)  # the ids and mask are read by numpy and TensorFlow
+        if isinstance(inputs, dict):  # cast to int32 by the generate function
+            check_int32_ids(inputs.get("token_ids"))
         self.check_vocabulary()
         _check_sampler(getattr(self, "sampler", None), self.core.config.n_token)
         if isinstance(inputs, (list, tuple)) and not inputs:
