@@ -130,7 +130,8 @@ def sites(function, compiled=False):
             node = _with_defaults(op.node_def)
             if op.type == "Placeholder" and op.name in feeds:
                 continue  # an argument (a feed, an `_Arg` when it runs)
-            inner = compiled or node.attr["_XlaMustCompile"].b
+            inner = compiled or ("_XlaMustCompile" in node.attr and
+                                 node.attr["_XlaMustCompile"].b)
             if op.type in _CALLS or op.type in graphs:  # a call: its body
                 for called in ([op.type] if op.type in graphs else list(_called(node))):
                     walk(graph_of(called), tf.compat.as_str(called), inner)
@@ -170,6 +171,8 @@ def _accepts(kernel, node):
     """Whether the node's attrs are among those each constraint allows
     (types, type lists, strings)."""
     for constraint in kernel.constraint:
+        if constraint.name not in node.attr:
+            return False
         allowed, value = constraint.allowed_values.list, node.attr[constraint.name]
         kind = value.WhichOneof("value")
         if kind == "s":

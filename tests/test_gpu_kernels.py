@@ -131,6 +131,16 @@ def _tf_graph_problems(found, what):
                              for name, op, shape in to_host if (name, op) not in KNOWN_TO_HOST)
 
 
+def test_the_non_xla_train_step_and_evaluation_run_on_the_gpu():
+    from txl_tf.learning.evaluation import make_scorer
+    model, step = _lm_train_step("float32", False)
+    ids = tf.TensorSpec([2, T], tf.int32)
+    scorer = make_scorer(model.core).get_concrete_function(ids, ids, model.core.initial_memory(2))
+    problems = _tf_graph_problems(gk.sites(step), "train step")
+    assert not problems + _tf_graph_problems(gk.sites(scorer), "scorer")
+
+
+
 # The check catches what it is for: planted cases, real ops of the registry.
 def test_an_op_xla_compiles_on_a_cpu_but_not_a_gpu_is_found_deep_in_the_functions():
     """`Conv2D` of int32 has an `XLA_CPU_JIT` kernel and no `XLA_GPU_JIT`
