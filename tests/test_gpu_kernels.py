@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import gpu_kernels as gk
-from txl_tf import (ReplicaClippedAdam, TransformerXLClassifier,
+from txl_tf import (ReplicaClippedAdam, TransformerXL, TransformerXLClassifier,
                     TransformerXLConfig, TransformerXLLM, WarmupCosineDecay)
 from txl_tf.models.transformer_xl import TransformerXLBackbone, TransformerXLCausalLM
 
@@ -110,8 +110,8 @@ def test_the_causal_lm_and_classifier_xla_steps_have_xla_gpu_kernels():
     _check_xla(gk.sites(gk.keras_step(classifier, data)), 1000)
 
 
-# Per-token tensors that still go from the GPU to the host at each call, left
-# as they are: `(node name's last part, op{types})`.
+# Tensors larger than a shape vector that go from the GPU to the host at each
+# call, left as they are: `(node name's last part, op{types})`.
 KNOWN_TO_HOST = set()
 
 
@@ -138,6 +138,22 @@ def test_the_non_xla_train_step_and_evaluation_run_on_the_gpu():
     scorer = make_scorer(model.core).get_concrete_function(ids, ids, model.core.initial_memory(2))
     problems = _tf_graph_problems(gk.sites(step), "train step")
     assert not problems + _tf_graph_problems(gk.sites(scorer), "scorer")
+
+
+
+def test_the_saved_model_signatures_run_on_the_gpu(tmp_path):
+    from export.job import run_export
+    from txl_tf.weights import save_pretrained
+    core = TransformerXL(_tiny(**SOFTMAX[2]))
+    save_pretrained(core, str(tmp_path / "model"))
+    run_export(str(tmp_path / "out"), str(tmp_path / "model"), formats=("saved_model",),
+               verify=False)
+    signatures = tf.saved_model.load(str(tmp_path / "out" / "saved_model")).signatures
+    assert {"step", "score", "initial_memory", "decode_step", "decode_read"} <= set(signatures)
+    problems = []
+    for name, function in signatures.items():
+        problems += _tf_graph_problems(gk.sites(function), name)
+    assert not problems
 
 
 

@@ -308,6 +308,9 @@ def in_time_order(ring, cache, axis):
 
 
 def ring_memory(cache):
-    """The cache's memory in time order (`Memory`, M slots, oldest first)."""
+    """The cache's memory in time order (`Memory`, M slots, oldest first).
+    The mask is gathered as int32: a GPU has no `GatherNd` of bool, which
+    TensorFlow would run on the CPU, copying the mask there and back."""
+    valid = in_time_order(tf.cast(cache.valid, tf.int32), cache, 1)
     return Memory(tf.stack([in_time_order(m, cache, 1) for m in cache.mems]),
-                  in_time_order(cache.valid, cache, 1))
+                  tf.cast(valid, tf.bool))
