@@ -33,6 +33,7 @@ from tensorflow.python.util import _pywrap_kernel_registry
 
 XLA_GPU, XLA_CPU, GPU = "XLA_GPU_JIT", "XLA_CPU_JIT", "GPU"
 _CALLS = ("PartitionedCall", "StatefulPartitionedCall")
+_ON_HOST = ("int32", "string", "resource")  # a call's tensors of these dtypes
 
 
 class Site(NamedTuple):
@@ -226,8 +227,12 @@ def _arg_counts(args, node):
 def _host_args(site, device):
     """`({input index}, {output index})` of the site's tensors in host memory
     on `device`: all where it has no kernel there (it runs on the CPU),
-    its kernel's `host_memory_arg`s, strings and resources."""
+    its kernel's `host_memory_arg`s, strings and resources; a functional
+    op's (`While`, `If`) as a call's."""
     n_in, n_out = len(site.inputs), len(site.outputs)
+    if any(True for _ in _called(site.node)):  # `While`, `If`: see `crossings`
+        return tuple({i for i, (dtype, _) in enumerate(tensors) if dtype in _ON_HOST}
+                     for tensors in (site.inputs, site.outputs))
     kernel = kernel_def(site.node, device)
     if kernel is None:
         return set(range(n_in)), set(range(n_out))
@@ -263,8 +268,10 @@ def crossings(found, device=GPU):
     """`(site, input index, dtype, shape, direction)` for each input of a
     not-compiled site that crosses the bus: read from host memory by a
     device kernel ("to device"), or from device memory by a host one ("to
-    host": the step waits for it). A function's arguments and the results of
-    the calls in it are where TensorFlow puts a call's tensors (its
+    host": the step waits for it). A function's arguments, the results of
+    the calls in it and the tensors of its functional ops (which TensorFlow
+    lowers to `Enter`, `Switch`, `Merge`, `Exit`, whose int32 kernels of a
+    GPU are the host's) are where TensorFlow puts a call's (its
     `MTypeFromDType`: int32 in host memory, others in the device's)."""
     sites_by_name = {(s.function, s.node.name): s for s in found}
     host = {}
@@ -276,7 +283,7 @@ def crossings(found, device=GPU):
         for i, (source, index) in enumerate(site.sources):
             producer = sites_by_name.get((site.function, source))
             if producer is None:  # an argument, or a call's result
-                from_host = site.inputs[i][0] in ("int32", "string", "resource")
+                from_host = site.inputs[i][0] in _ON_HOST
             else:
                 key = (producer.function, source)
                 if key not in host:

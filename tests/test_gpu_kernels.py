@@ -112,7 +112,10 @@ def test_the_causal_lm_and_classifier_xla_steps_have_xla_gpu_kernels():
 
 # Tensors larger than a shape vector that go from the GPU to the host at each
 # call, left as they are: `(node name's last part, op{types})`.
-KNOWN_TO_HOST = set()
+KNOWN_TO_HOST = {
+    # The decoder's result, the ids `[B, n]` it made: read once per call.
+    ("Identity", "Identity{T=int32}"),
+}
 
 
 def _tf_graph_problems(found, what):
@@ -155,6 +158,28 @@ def test_the_saved_model_signatures_run_on_the_gpu(tmp_path):
         problems += _tf_graph_problems(gk.sites(function), name)
     assert not problems
 
+
+
+def test_the_decoder_runs_on_the_gpu():
+    """The decoder without XLA on TensorFlow's GPU kernels (its sampler
+    included: top-k, top-p, the repetition penalty), and with XLA (the
+    default) on XLA's."""
+    from txl_tf import Decoder
+    core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=50, mem_len=8, tgt_len=4))
+    decoder = Decoder(core, jit_compile=False)
+    decoder.generate([[1, 2, 3], [4, 5]], 4, seed=1, temperature=1.0, top_k=5,
+                     top_p=0.9, repetition_penalty=1.2, stop_ids=[7])
+    found, compiled = [], []
+    xla = Decoder(core)  # the default: the decode loop XLA-compiled, traced here
+    for name in ("_last", "_first", "_decode", "_project", "_position_keys", "_read_cached"):
+        for function in gk.concrete_functions(getattr(decoder, name)):
+            found += gk.sites(function)
+            if name not in ("_last", "_read_cached"):  # never compiled
+                args, kwargs = function.structured_input_signature
+                twin = getattr(getattr(xla, name), "function")
+                compiled += gk.sites(twin.get_concrete_function(*args, **kwargs), compiled=True)
+    assert not _tf_graph_problems(found, "decoder")
+    _check_xla(compiled, 1000)
 
 
 # The check catches what it is for: planted cases, real ops of the registry.
