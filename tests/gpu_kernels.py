@@ -24,6 +24,7 @@ that a GPU kernel keeps in host memory (`KernelDef.host_memory_arg`), and
 `crossings(sites)` the tensors that go between host and GPU memory.
 """
 import functools
+import inspect
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -230,7 +231,7 @@ def _host_args(site, device):
     its kernel's `host_memory_arg`s, strings and resources; a functional
     op's (`While`, `If`) as a call's."""
     n_in, n_out = len(site.inputs), len(site.outputs)
-    if any(True for _ in _called(site.node)):  # `While`, `If`: see `crossings`
+    if next(_called(site.node), None) is not None:  # `While`, `If`: see `crossings`
         return tuple({i for i, (dtype, _) in enumerate(tensors) if dtype in _ON_HOST}
                      for tensors in (site.inputs, site.outputs))
     kernel = kernel_def(site.node, device)
@@ -321,7 +322,6 @@ def keras_step(model, data, kind="train"):
     the step inside it, XLA-compiled where the model's `jit_compile` says.
     Keras 3.15 keeps that `tf.function` in the made function's closure
     (`TensorFlowTrainer._make_function`)."""
-    import inspect
     getattr(model, f"make_{kind}_function")()
     made = getattr(model, f"{kind}_function")
     made = getattr(made, "function", made)  # `txl_tf.keras_support.placement.on_device`
