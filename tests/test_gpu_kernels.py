@@ -155,7 +155,13 @@ def test_the_saved_model_signatures_run_on_the_gpu(tmp_path):
     assert {"step", "score", "initial_memory", "decode_step", "decode_read"} <= set(signatures)
     problems = []
     for name, function in signatures.items():
-        problems += _tf_graph_problems(gk.sites(function), name)
+        found = gk.sites(function)
+        problems += _tf_graph_problems(found, name)
+        # The ids go to the GPU once, not each bin's mask and indices (4 bins).
+        copies = [f"{name}: to the GPU: {s.node.name} {s.describe()} {shape}"
+                  for s, _, _, shape, way in gk.crossings(found)
+                  if way == "to device" and gk.is_large(shape) and "adaptive_embed" in s.node.name]
+        problems += copies[1:]
     assert not problems
 
 
