@@ -134,13 +134,27 @@ def _tf_graph_problems(found, what):
                              for name, op, shape in to_host if (name, op) not in KNOWN_TO_HOST)
 
 
+def _copies_to_gpu(found, scope):
+    """The tensors larger than a shape vector that the host copies to the GPU
+    in the layer named `scope`."""
+    return [f"{s.function}: to the GPU: {s.node.name} {s.describe()} {shape}"
+            for s, _, _, shape, way in gk.crossings(found)
+            if way == "to device" and gk.is_large(shape) and scope in s.node.name]
+
+
 def test_the_non_xla_train_step_and_evaluation_run_on_the_gpu():
     from txl_tf.learning.evaluation import make_scorer
     model, step = _lm_train_step("float32", False)
     ids = tf.TensorSpec([2, T], tf.int32)
     scorer = make_scorer(model.core).get_concrete_function(ids, ids, model.core.initial_memory(2))
-    problems = _tf_graph_problems(gk.sites(step), "train step")
-    assert not problems + _tf_graph_problems(gk.sites(scorer), "scorer")
+    problems = []
+    for what, found in (("train step", gk.sites(step)), ("scorer", gk.sites(scorer))):
+        problems += _tf_graph_problems(found, what)
+        # The ids and the targets go to the GPU once each (not each bin's
+        # masks and indices: the adaptive input's and softmax's 4 bins).
+        for layer in ("adaptive_embed", "adaptive_softmax"):
+            problems += _copies_to_gpu(found, layer)[1:]
+    assert not problems
 
 
 
@@ -158,10 +172,7 @@ def test_the_saved_model_signatures_run_on_the_gpu(tmp_path):
         found = gk.sites(function)
         problems += _tf_graph_problems(found, name)
         # The ids go to the GPU once, not each bin's mask and indices (4 bins).
-        copies = [f"{name}: to the GPU: {s.node.name} {s.describe()} {shape}"
-                  for s, _, _, shape, way in gk.crossings(found)
-                  if way == "to device" and gk.is_large(shape) and "adaptive_embed" in s.node.name]
-        problems += copies[1:]
+        problems += _copies_to_gpu(found, "adaptive_embed")[1:]
     assert not problems
 
 
