@@ -173,6 +173,11 @@ def test_the_saved_model_signatures_run_on_the_gpu(tmp_path):
         problems += _tf_graph_problems(found, name)
         # The ids go to the GPU once, not each bin's mask and indices (4 bins).
         problems += _copies_to_gpu(found, "adaptive_embed")[1:]
+        # The ring's gathers in time order (`decode_read`, `decode_memory`):
+        # their coordinates `[B, ..., M, axes]` are made on the GPU.
+        problems += [f"{name}: to the GPU: {s.node.name} {s.describe()} {shape}"
+                     for s, _, _, shape, way in gk.crossings(found)
+                     if way == "to device" and gk.is_large(shape) and s.op == "GatherNd"]
     assert not problems
 
 
