@@ -273,7 +273,9 @@ def crossings(found, device=GPU):
     the calls in it and the tensors of its functional ops (which TensorFlow
     lowers to `Enter`, `Switch`, `Merge`, `Exit`, whose int32 kernels of a
     GPU are the host's) are where TensorFlow puts a call's (its
-    `MTypeFromDType`: int32 in host memory, others in the device's)."""
+    `MTypeFromDType`: int32 in host memory, others in the device's). One
+    entry per reading input: TensorFlow copies a tensor once per device,
+    however many of its kernels there read it."""
     sites_by_name = {(s.function, s.node.name): s for s in found}
     host = {}
     out = []
