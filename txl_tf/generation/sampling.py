@@ -48,11 +48,7 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     `[B]`; top_k: int32 `[B]`.
     """
     lp = tf.convert_to_tensor(log_probs, tf.float32)
-    # Ids and counts over the vocabulary are int64: TensorFlow keeps the
-    # int32 math of a GPU in host memory, so an int32 `[B, V]` made on the
-    # GPU would be copied to the host at each token (tests/test_gpu_kernels.py).
-    vocab = tf.shape(lp, out_type=tf.int64)[1]
-    ids = tf.range(vocab)[None, :]
+    vocab, ids = _vocab_ids(lp)
     lp = tf.where(seen, lp * penalty[:, None], lp)
     best = tf.reduce_max(lp, -1, keepdims=True)
     # The lowest id within the tolerance of the best (`vocab` if none: NaN),
@@ -77,12 +73,24 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     return tf.cast(tf.cond(tf.reduce_any(temperature > 0), sampled, lambda: greedy), tf.int32)
 
 
+def _vocab_ids(lp):
+    """The vocabulary's size (an int where `lp [B, V]`'s is static) and its
+    ids `[1, V]`, int64. Ids and counts over the vocabulary are int64:
+    TensorFlow keeps the int32 math of a GPU in host memory, so an int32
+    `[B, V]` made on the GPU would be copied to the host at each token
+    (tests/test_gpu_kernels.py); their ranges come from int32 shapes, which
+    stay on the host."""
+    if lp.shape[1] is not None:
+        return lp.shape[1], tf.range(lp.shape[1], dtype=tf.int64)[None, :]
+    size = tf.shape(lp)[1]
+    return tf.cast(size, tf.int64), tf.cast(tf.range(size), tf.int64)[None, :]
+
+
 def _cut_off(lp, temp, top_k, top_p, vocab):
     """`[B, 1]`: the lowest log-prob that top-k and top-p keep."""
-    vocab = tf.cast(vocab, tf.int64)  # int64 math: see `sample_next`
     ranked = tf.sort(lp, axis=-1, direction="DESCENDING")
-    k = tf.where(top_k > 0, tf.cast(top_k, tf.int64), vocab)
-    rank = tf.range(vocab)[None, :]
+    k = tf.where(top_k > 0, tf.cast(top_k, tf.int64), tf.cast(vocab, tf.int64))
+    rank = _vocab_ids(lp)[1]
     in_top_k = rank < k[:, None]
     logits = tf.where(in_top_k, ranked / temp, -np.inf)
     mass = _integers(tf.exp(logits - tf.reduce_max(logits, -1, keepdims=True)))
