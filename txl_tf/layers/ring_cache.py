@@ -290,19 +290,20 @@ def in_time_order(ring, cache, axis):
         # "copy this axis": with one head the new positions' keys and values
         # were joined by a stale slot's.
         return ring[(slice(None),) * axis + (slice(0, 0),)]
-    # int64 coordinates: TensorFlow keeps the int32 math of a GPU on the host,
-    # which would copy them to the GPU (tests/test_gpu_kernels.py).
-    size = tf.shape(cache.valid, out_type=tf.int64)[1]
+    # The coordinates are int64: TensorFlow keeps the int32 math of a GPU on
+    # the host, which would copy them to the GPU (tests/test_gpu_kernels.py);
+    # the shapes and ranges they come from stay int32, on the host.
+    size = cache.valid.shape[1] or tf.shape(cache.valid)[1]
     index = tf.math.floormod(tf.cast(cache.row_slot, tf.int64)[:, None] + 1
-                             + tf.range(size - 1)[None, :], size)
+                             + tf.cast(tf.range(size - 1), tf.int64)[None, :],
+                             tf.cast(size, tf.int64))
     # Each entry's coordinates on the axes up to the slot's (row, ..., slot), not a
     # gather with batch_dims: ONNX's GatherND with batch_dims is one that
     # onnxruntime's symbolic_shape_infer gives the wrong shape.
-    shape = tf.shape(index, out_type=tf.int64)
-    slots = tf.reshape(index, tf.concat([shape[:1], tf.ones([axis - 1], tf.int64), shape[1:]], 0))
-    sizes = [shape[0]] + [ring.shape[a] or tf.shape(ring, out_type=tf.int64)[a]
-                          for a in range(1, axis)]
-    coords = [tf.reshape(tf.range(sizes[a], dtype=tf.int64),
+    slots = tf.reshape(index, tf.concat([tf.shape(index)[:1], tf.ones([axis - 1], tf.int32),
+                                         tf.shape(index)[1:]], 0))
+    sizes = [tf.shape(index)[0]] + [ring.shape[a] or tf.shape(ring)[a] for a in range(1, axis)]
+    coords = [tf.reshape(tf.cast(tf.range(sizes[a]), tf.int64),
                          [-1 if i == a else 1 for i in range(axis + 1)]) for a in range(axis)]
     zeros = slots * 0
     for coord in coords[1:]:  # zeros of the shape [B, ..., M]
