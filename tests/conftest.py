@@ -46,6 +46,7 @@ MODULE_SECONDS = {
     "test_docs": 26, "test_training_logs": 25, "test_triton_export": 24, "test_learning": 23,
     "test_evaluate": 21, "test_training_recl": 20, "test_keras_workflows": 20,
     "test_training_generate": 19, "test_causal_lm_streams": 19, "test_sessions": 19,
+    "test_gpu_kernels": 25,
     "test_training_run_record": 18, "test_training_multiworker": 16, "test_stream": 16,
     "test_keras_api": 16,
     "test_loss_scaling": 16, "test_cache_dtype": 15, "test_kv_cache": 15, "test_convert": 15,

@@ -48,11 +48,13 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     `[B]`; top_k: int32 `[B]`.
     """
     lp = tf.convert_to_tensor(log_probs, tf.float32)
-    vocab = tf.shape(lp)[1]
-    ids = tf.range(vocab)[None, :]
+    vocab, ids = _vocab_ids(lp)
     lp = tf.where(seen, lp * penalty[:, None], lp)
     best = tf.reduce_max(lp, -1, keepdims=True)
-    greedy = tf.reduce_min(tf.where(lp >= best - TIE_TOLERANCE, ids, vocab), -1)
+    # The lowest id within the tolerance of the best (`vocab` if none: NaN),
+    # by a max: a GPU has no int64 min.
+    greedy = vocab - tf.reduce_max(tf.where(lp >= best - TIE_TOLERANCE, vocab - ids,
+                                            tf.constant(0, tf.int64)), -1)
 
     def sampled():
         temp = tf.where(temperature > 0, temperature, 1.0)[:, None]
@@ -63,19 +65,32 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
         weights = tf.where(allowed, tf.exp((lp - best) / temp), 0.0)
         cdf = tf.cumsum(_integers(weights), axis=-1)
         u = counter_rng.uniform(keys, counters)
-        first_above = tf.reduce_sum(tf.cast(cdf <= _share(cdf[:, -1:], u[:, None]), tf.int32),
+        first_above = tf.reduce_sum(tf.cast(cdf <= _share(cdf[:, -1:], u[:, None]), tf.int64),
                                     -1)
-        last_allowed = tf.reduce_max(tf.where(allowed, ids, -1), -1)
+        last_allowed = tf.reduce_max(tf.where(allowed, ids, tf.constant(-1, tf.int64)), -1)
         return tf.where(temperature > 0, tf.minimum(first_above, last_allowed), greedy)
 
-    return tf.cond(tf.reduce_any(temperature > 0), sampled, lambda: greedy)
+    return tf.cast(tf.cond(tf.reduce_any(temperature > 0), sampled, lambda: greedy), tf.int32)
+
+
+def _vocab_ids(lp):
+    """The vocabulary's size (an int where `lp [B, V]`'s is static) and its
+    ids `[1, V]`, int64. Ids and counts over the vocabulary are int64:
+    TensorFlow keeps the int32 math of a GPU in host memory, so an int32
+    `[B, V]` made on the GPU would be copied to the host at each token
+    (tests/test_gpu_kernels.py); their ranges come from int32 shapes, which
+    stay on the host."""
+    if lp.shape[1] is not None:
+        return lp.shape[1], tf.range(lp.shape[1], dtype=tf.int64)[None, :]
+    size = tf.shape(lp)[1]
+    return tf.cast(size, tf.int64), tf.cast(tf.range(size), tf.int64)[None, :]
 
 
 def _cut_off(lp, temp, top_k, top_p, vocab):
     """`[B, 1]`: the lowest log-prob that top-k and top-p keep."""
     ranked = tf.sort(lp, axis=-1, direction="DESCENDING")
-    k = tf.where(top_k > 0, top_k, vocab)
-    rank = tf.range(vocab)[None, :]
+    k = tf.where(top_k > 0, tf.cast(top_k, tf.int64), tf.cast(vocab, tf.int64))
+    rank = _vocab_ids(lp)[1]
     in_top_k = rank < k[:, None]
     logits = tf.where(in_top_k, ranked / temp, -np.inf)
     mass = _integers(tf.exp(logits - tf.reduce_max(logits, -1, keepdims=True)))
@@ -83,7 +98,7 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
     # top_p 1 cuts nothing (the share of the total is rounded down).
     kept = in_top_k & ((mass_before < _share(tf.reduce_sum(mass, -1, keepdims=True),
                                               top_p[:, None])) | (top_p >= 1)[:, None])
-    n_kept = tf.maximum(tf.reduce_sum(tf.cast(kept, tf.int32), -1), 1)
+    n_kept = tf.maximum(tf.reduce_sum(tf.cast(kept, tf.int64), -1), 1)
     return tf.gather(ranked, n_kept - 1, batch_dims=1)[:, None]
 
 

@@ -104,10 +104,14 @@ class AdaptiveEmbedding(keras.layers.Layer):
             out = self._lookup(self.tables[0], self.projs[0], token_ids)
         else:
             out = 0.0
+            # The bins' index math in int64: TensorFlow keeps the int32 math of a
+            # GPU on the host, which then copies each bin's mask and indices to the
+            # GPU (tests/test_gpu_kernels.py); int64 ids are copied there once.
+            ids = tf.cast(token_ids, tf.int64)
             for (low, high), table, proj in zip(bin_bounds(self.n_token, self.cutoffs),
                                                 self.tables, self.projs):
-                in_bin = (token_ids >= low) & (token_ids < high)
-                local = tf.clip_by_value(token_ids - low, 0, high - low - 1)
+                in_bin = (ids >= low) & (ids < high)
+                local = tf.clip_by_value(ids - low, 0, high - low - 1)
                 out += self._lookup(table, proj, local) * tf.cast(
                     in_bin, self.compute_dtype)[..., None]
         return out * tf.cast(self.emb_scale, self.compute_dtype)

@@ -222,12 +222,16 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
         target = tf.reshape(target, [-1])
         head = tf.nn.log_softmax(self._logits(hidden, 0), axis=-1)
         shortlist = self.cutoffs[0]
-        in_head = target < shortlist
-        head_target = tf.where(in_head, target, shortlist + tf.zeros_like(target))
+        # The indices are int64: TensorFlow keeps the int32 math of a GPU in
+        # host memory, so int32 indices made on the GPU (a select, a gather)
+        # would be copied to the host at each step (tests/test_gpu_kernels.py).
+        ids = tf.cast(target, tf.int64)
+        in_head = ids < shortlist
+        head_target = tf.where(in_head, ids, shortlist + tf.zeros_like(ids))
         # Tail targets point at their cluster column of the head.
         for i, (low, high) in enumerate(self.bounds[1:], start=1):
-            in_bin = (target >= low) & (target < high)
-            head_target = tf.where(in_bin, shortlist + i - 1, head_target)
+            in_bin = (ids >= low) & (ids < high)
+            head_target = tf.where(in_bin, tf.constant(shortlist + i - 1, tf.int64), head_target)
         nll = -tf.gather(head, head_target, batch_dims=1)
         if _compiling_with_xla() and hidden.shape[0] is not None:  # static: in chunks
             for i, (low, high) in enumerate(self.bounds[1:], start=1):
@@ -236,9 +240,9 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             nll += self._tail_nll_all_rows(hidden, target)
         else:
             for i, (low, high) in enumerate(self.bounds[1:], start=1):
-                rows = tf.where((target >= low) & (target < high))[:, 0]
+                rows = tf.where((ids >= low) & (ids < high))[:, 0]
                 tail = tf.nn.log_softmax(self._logits(tf.gather(hidden, rows), i), axis=-1)
-                picked = tf.gather(tail, tf.gather(target, rows) - low, batch_dims=1)
+                picked = tf.gather(tail, tf.gather(ids, rows) - low, batch_dims=1)
                 nll = tf.tensor_scatter_nd_sub(nll, rows[:, None], picked)
         return tf.reshape(nll, out_shape)
 

@@ -290,16 +290,21 @@ def in_time_order(ring, cache, axis):
         # "copy this axis": with one head the new positions' keys and values
         # were joined by a stale slot's.
         return ring[(slice(None),) * axis + (slice(0, 0),)]
-    size = tf.shape(cache.valid)[1]
-    index = tf.math.floormod(cache.row_slot[:, None] + 1 + tf.range(size - 1)[None, :], size)
+    # The coordinates are int64: TensorFlow keeps the int32 math of a GPU on
+    # the host, which would copy them to the GPU (tests/test_gpu_kernels.py);
+    # the shapes and ranges they come from stay int32, on the host.
+    size = cache.valid.shape[1] or tf.shape(cache.valid)[1]
+    index = tf.math.floormod(tf.cast(cache.row_slot, tf.int64)[:, None] + 1
+                             + tf.cast(tf.range(size - 1), tf.int64)[None, :],
+                             tf.cast(size, tf.int64))
     # Each entry's coordinates on the axes up to the slot's (row, ..., slot), not a
     # gather with batch_dims: ONNX's GatherND with batch_dims is one that
     # onnxruntime's symbolic_shape_infer gives the wrong shape.
     slots = tf.reshape(index, tf.concat([tf.shape(index)[:1], tf.ones([axis - 1], tf.int32),
                                          tf.shape(index)[1:]], 0))
     sizes = [tf.shape(index)[0]] + [ring.shape[a] or tf.shape(ring)[a] for a in range(1, axis)]
-    coords = [tf.reshape(tf.range(sizes[a]), [-1 if i == a else 1 for i in range(axis + 1)])
-              for a in range(axis)]
+    coords = [tf.reshape(tf.cast(tf.range(sizes[a]), tf.int64),
+                         [-1 if i == a else 1 for i in range(axis + 1)]) for a in range(axis)]
     zeros = slots * 0
     for coord in coords[1:]:  # zeros of the shape [B, ..., M]
         zeros += coord * 0
@@ -308,6 +313,9 @@ def in_time_order(ring, cache, axis):
 
 
 def ring_memory(cache):
-    """The cache's memory in time order (`Memory`, M slots, oldest first)."""
+    """The cache's memory in time order (`Memory`, M slots, oldest first).
+    The mask is gathered as int32: a GPU has no `GatherNd` of bool, which
+    TensorFlow would run on the CPU, copying the mask there and back."""
+    valid = in_time_order(tf.cast(cache.valid, tf.int32), cache, 1)
     return Memory(tf.stack([in_time_order(m, cache, 1) for m in cache.mems]),
-                  in_time_order(cache.valid, cache, 1))
+                  tf.cast(valid, tf.bool))
