@@ -11,6 +11,7 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ from txl_tf.text.prompt import prompt_ids
 from txl_tf.weights import save_pretrained
 
 CONFIG = TransformerXLConfig.preset("tiny", n_token=50, cutoffs=[20], mem_len=4)
+SEED = 0
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
@@ -70,6 +72,9 @@ def words():
 @pytest.fixture(scope="module")
 def model_onnx(tmp_path_factory, words):
     root = tmp_path_factory.mktemp("no_tf")
+    # Seeded: the weights (and so the greedy text the tests read) must not
+    # depend on what ran before in the worker.
+    keras.utils.set_random_seed(SEED)
     save_pretrained(TransformerXL(CONFIG), root / "model", words)  # the export ships its vocab/
     # Parity with the core is not the point here: test_export_job.py and
     # test_decode_cache_export.py check it (adaptive softmax included).

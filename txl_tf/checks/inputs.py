@@ -81,7 +81,7 @@ def check_int32_ids(value, name="token_ids"):
     is not integers, or holds one beyond int32: a functional model's int32
     input would cast it (bools read as ids 0 and 1, 1.7 as 1, 2**32 + 1 as
     1). Other values (symbolic ones, lists) pass."""
-    if isinstance(value, np.ndarray):  # first: tf.is_tensor costs ~10 µs on an array
+    if isinstance(value, np.ndarray):  # first: tf.is_tensor is slow on an array
         dtype = value.dtype
     elif tf.is_tensor(value) and hasattr(value, "numpy"):
         dtype = np.dtype(value.dtype.as_numpy_dtype)
