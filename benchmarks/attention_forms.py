@@ -718,10 +718,8 @@ SPEC = (
         f"{k} (H {v['n_head']}, d_head {v['d_head']}, S {v['slots']})"
         for k, v in SHAPES.items()) + ".", list(SHAPES)),
     option("string", "batch_sizes", "1,16", "Comma-separated batch sizes."),
-    option("string", "forms", ",".join(FORMS), "Comma-separated forms: " + ", ".join(FORMS)
-           + "."),
-    option("string", "dtypes", "float32", "Comma-separated dtypes: " + ", ".join(DTYPES)
-           + "."),
+    option("list", "forms", list(FORMS), "Forms: " + ", ".join(FORMS) + "."),
+    option("list", "dtypes", ["float32"], "Dtypes: " + ", ".join(DTYPES) + "."),
     option("integer", "iters", 200, "Calls timed per form (the median)."),
     option("integer", "copy_mib", 256, "MiB of the device copy that measures the bandwidth."),
     option("integer", "sdpa_kernel", 0, "On CUDA, the provider's sdpa_kernel option: the "
@@ -741,9 +739,8 @@ def main(argv):
     o = values(SPEC)
     at_least(o, 1, "iters", "copy_mib")
     batches = integer_list(o["batch_sizes"], "batch_sizes", 1, "comma-separated integers >= 1")
-    forms = names_from([f.strip() for f in o["forms"].split(",") if f.strip()], "forms", FORMS)
-    dtypes = names_from([f.strip() for f in o["dtypes"].split(",") if f.strip()], "dtypes",
-                        DTYPES)
+    forms = names_from(o["forms"], "forms", FORMS)
+    dtypes = names_from(o["dtypes"], "dtypes", DTYPES)
     import onnxruntime as ort
     if PROVIDERS[o["device"]] not in ort.get_available_providers():
         raise BenchmarkError(f"--device={o['device']}: onnxruntime {ort.__version__} has no "

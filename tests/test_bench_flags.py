@@ -107,6 +107,8 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.throughput", ["--part=tails", "--shapes=tiny,small"],
      "--part=tails needs shapes with an adaptive softmax (cutoffs); small has none"),
     ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
+    ("benchmarks.attention_forms", ["--forms=today,bogus"], "--forms takes a non-empty list of "
+     "today, mha"),
     # its groups, named with its parts
     ("benchmarks.gpu_check", ["--parts=training,servings"],
      "train, decode_xla, serving_long_memory, serving_evaluation, serving_soak, "
