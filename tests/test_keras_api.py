@@ -505,3 +505,43 @@ def test_ids_the_int32_input_would_cast_are_named(keras_models, entry, kind):
         calls[entry](ids)
     good = tf.constant(IDS, tf.int64) if tf.is_tensor(ids) else IDS.astype(np.int64)
     calls[entry](good)  # int64 ids that fit are read
+
+
+NOT_FLAGS = {  # padding masks a cast read as other flags (review35): 0.4 as False, 2 as True
+    "0.4": (np.array([[1, 1, 0.4], [1, 1, 1]]), r"0\.4"),
+    "2": (np.array([[1, 1, 1], [1, 2, 0]]), r"2"),
+    "-1 tensor": (tf.constant([[1, -1, 0], [1, 1, 1]]), r"-1"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_FLAGS))
+@pytest.mark.parametrize("entry", ["causal_lm", "backbone", "causal_lm.predict",
+                                   "causal_lm.evaluate dataset", "causal_lm.generate",
+                                   "stream.evaluate"])
+def test_padding_masks_that_are_not_flags_are_named(keras_models, entry, kind):
+    """A padding mask must be bool or 0/1 (0.0/1.0 floats too, as keras-hub's
+    backbones read them); other values were cast silently."""
+    causal_lm, _, stream = keras_models
+    mask, value = NOT_FLAGS[kind]
+    ids = tf.constant(IDS) if tf.is_tensor(mask) else IDS  # Keras: not mixed
+    quiet = dict(verbose=0)
+
+    def lm(padding_mask):
+        return {"token_ids": ids, "padding_mask": padding_mask}
+    calls = {
+        "causal_lm": lambda m: causal_lm(lm(m)),
+        "backbone": lambda m: causal_lm.backbone(lm(m)),
+        "causal_lm.predict": lambda m: causal_lm.predict(lm(m), **quiet),
+        "causal_lm.evaluate dataset": lambda m: causal_lm.evaluate(
+            tf.data.Dataset.from_tensor_slices((lm(m), IDS)).batch(2), **quiet),
+        "causal_lm.generate": lambda m: causal_lm.generate(lm(m), stop_token_ids=None),
+        "stream.evaluate": lambda m: stream.evaluate(
+            {**lm(m), "document_start": np.array([True, True])}, IDS, batch_size=B, **quiet)}
+    with pytest.raises(InputError, match=r"^padding_mask must be bool or 0/1 flags, got "
+                                         + value):
+        calls[entry](mask)
+    if entry in ("causal_lm", "backbone"):  # 0.0 / 1.0 floats: the flags they stand for
+        flags = IDS > 1
+        as_given = tf.constant if tf.is_tensor(mask) else np.asarray
+        np.testing.assert_array_equal(calls[entry](as_given(flags.astype(np.float32))),
+                                      calls[entry](as_given(flags)))

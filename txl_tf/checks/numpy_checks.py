@@ -40,6 +40,24 @@ def out_of_range_message(ids, n_token, name="token"):
             f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
 
 
+FLAGS = "bool or 0/1 flags"
+
+
+def flags_message(values, name="padding_mask"):
+    """Names the first entry of a numpy array that is not a flag (a bool, or
+    0 or 1 as a number: a cast reads 0.4 as False or True, 2 as True), or
+    None."""
+    if values.dtype.kind == "b":
+        return None
+    if values.dtype.kind not in "iuf":
+        return f"{name} must be {FLAGS}, got dtype {values.dtype}"
+    bad = np.flatnonzero((values != 0) & (values != 1))  # NaN too
+    if not bad.size:
+        return None
+    where = tuple(int(i) for i in np.unravel_index(bad[0], values.shape))
+    return f"{name} must be {FLAGS}, got {values[where]} at position {where}"
+
+
 def lengths_message(lengths, width):
     """Names the first length outside `[1, width]` of a numpy array, or None."""
     bad = np.flatnonzero((lengths < 1) | (lengths > width))

@@ -15,7 +15,7 @@ import types
 
 import keras
 
-from txl_tf.checks.numpy_checks import (InputError, as_array, is_integer_dtype,
+from txl_tf.checks.numpy_checks import (InputError, as_array, flags_message, is_integer_dtype,
                                         lengths_problem, out_of_range_message)
 
 
@@ -65,6 +65,8 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
     if problem is None and isinstance(inputs, dict) and "lengths" in inputs:  # a classifier's
         # (checked here: XLA drops the step's check)
         problem = lengths_problem(as_array(inputs["lengths"], "lengths"), ids)
+    if problem is None and isinstance(inputs, dict) and "padding_mask" in inputs:
+        problem = flags_message(as_array(inputs["padding_mask"], "padding_mask"))
     if problem is None and targets and labels is not None:
         labels = as_array(labels, "targets")
         if is_integer_dtype(labels.dtype):  # one target per id, as `check_targets`
