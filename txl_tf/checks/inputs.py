@@ -9,7 +9,8 @@ import tensorflow as tf
 # The numpy half, re-exported: the runtimes import it without TensorFlow.
 from txl_tf.checks.numpy_checks import (FLAGS, InputError, NonFiniteMemoryError,  # noqa: F401
                                         as_array, check_finite_outputs, flags_message,
-                                        lengths_message, out_of_range_message)
+                                        float_ids_message, lengths_message,
+                                        out_of_range_message)
 from txl_tf.checks.python_batches import checked_python_batches, is_python_batches
 
 
@@ -269,10 +270,33 @@ def check_batch(data, n_token, targets=True):
         inputs = check_token_ids(dense(inputs), n_token)
     if targets and labels is not None:
         labels = tf.convert_to_tensor(labels)
+        ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
         if labels.dtype.is_integer:  # one target per id
-            ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
             labels = check_targets(labels, ids, n_token)
+        elif labels.shape.rank is not None and labels.shape.rank == ids.shape.rank:
+            labels = checked_float_targets(labels, n_token)  # not one-hot: ids a loss casts
     return keras.utils.pack_x_y_sample_weight(inputs, labels, weights)
+
+
+def checked_float_targets(targets, n_token):
+    """Targets of the ids' shape that are not integers, checked to be whole
+    floats in `[0, n_token)` (a sparse loss casts them to ids: 1.5 would be
+    read as 1): eagerly (`float_ids_message`), or in a graph by an
+    assertion that `input_errors` turns into the `InputError`. They keep
+    their dtype (a loss of one's own may read floats); bools raise."""
+    if not targets.dtype.is_floating:
+        raise InputError(f"targets must be integers, got dtype {targets.dtype.name}")
+    if tf.executing_eagerly():
+        problem = float_ids_message(targets.numpy(), n_token)
+        if problem:
+            raise InputError(problem)
+        return targets
+    ok = tf.equal(targets, tf.floor(targets)) & (targets >= 0) & (targets < n_token)
+    check = tf.debugging.Assert(tf.reduce_all(ok), [
+        f"targets must be whole numbers in 0..{n_token - 1} (token ids), got",
+        tf.boolean_mask(targets, ~ok)[:1]], name="check_float_targets")
+    with tf.control_dependencies([check]):
+        return tf.identity(targets)
 
 
 def checked_data(x, n_token, y=None, targets=True, rows=None, method="fit"):
@@ -323,7 +347,9 @@ _LENGTHS_ASSERTED = re.compile(r"\[(lengths must be one per row of token_ids, ea
                                r"\[(-?\d+)\]")
 
 
-_FLAGS_ASSERTED = re.compile(r"\[(\w+ must be bool or 0/1 flags, got)\] \[\[?([^\]]*)")
+# `checked_flags`' and `checked_float_targets`' assertions.
+_FLAGS_ASSERTED = re.compile(r"\[(\w+ must be (?:bool or 0/1 flags|whole numbers in [^\]]*), "
+                             r"got)\] \[\[?([^\]]*)")
 
 
 # An `InputError` raised while TensorFlow's input pipeline read a batch in Python
@@ -348,7 +374,7 @@ def input_errors():
         if found:  # `check_lengths`' assertion
             raise InputError(" ".join(found.groups())) from None
         found = _FLAGS_ASSERTED.search(error.message or "")
-        if found:  # `checked_flags`' assertion
+        if found:  # `checked_flags`' or `checked_float_targets`' assertion
             raise InputError(f"{found[1]} {found[2]}") from None
         raised = _RAISED_IN_PYTHON.search(error.message or "")
         if raised:

@@ -15,8 +15,9 @@ import types
 
 import keras
 
-from txl_tf.checks.numpy_checks import (InputError, as_array, flags_message, is_integer_dtype,
-                                        lengths_problem, out_of_range_message)
+from txl_tf.checks.numpy_checks import (InputError, as_array, flags_message, float_ids_message,
+                                        is_integer_dtype, lengths_problem,
+                                        out_of_range_message)
 
 
 def is_python_batches(x):
@@ -74,6 +75,9 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
                 None if labels.shape == ids.shape else
                 f"targets have shape {labels.shape} but token_ids have shape {ids.shape}: "
                 "there must be one target per token")
+        elif labels.ndim == ids.ndim:  # not one-hot: ids a loss casts (`check_batch`)
+            problem = (float_ids_message(labels, n_token) if labels.dtype.kind == "f" else
+                       f"targets must be integers, got dtype {labels.dtype}")
     if problem:
         raise InputError(problem)
     return batch
