@@ -526,6 +526,15 @@ def test_token_dataset_ragged_and_errors():
         token_dataset(tf.ragged.constant([[[1, 2]]]), None, 1, max_length=4, segment_len=2)
     with pytest.raises(ValueError, match="no documents to make a dataset from"):
         token_dataset([], None, 1, max_length=4, segment_len=2)
+    # Cast to int32 these wrapped to id 5 and label 1 (review35).
+    with pytest.raises(ValueError, match=r"label_ids\[1\] = 4294967297 is no class id"):
+        token_dataset([[1], [2]], np.int64([0, 2 ** 32 + 1]), 2, max_length=4, segment_len=2)
+    for wide in ([np.int64([1, 2 ** 32 + 5])],
+                 tf.RaggedTensor.from_row_lengths(np.int64([1, 2 ** 32 + 5]), [2])):
+        with pytest.raises(ValueError, match=r"document 0: id 4294967301 does not fit int32"):
+            token_dataset(wide, None, 1, max_length=4, segment_len=2)
+    with pytest.raises(ValueError, match=r"documents must hold ints, got dtype float32"):
+        token_dataset(tf.ragged.constant([[1.5, 2.0]]), None, 1, max_length=4, segment_len=2)
     with pytest.raises(ValueError, match="shuffle_buffer must be a positive int, got 0"):
         token_dataset([[1]], None, 1, max_length=4, segment_len=2, shuffle=True,
                       shuffle_buffer=0)
@@ -562,6 +571,12 @@ def test_argument_errors():
         Examples(["a", "b"], [0], LabelSet(["x", "y"]), ["s1", "s2"])
     with pytest.raises(ValueError, match="s1: label id 2 is out of range for 2 classes"):
         Examples(["a"], [2], LabelSet(["x", "y"]), ["s1"])
+    # Cast to int32 these were read as other classes: 1.5 as 1, True as 1, 2**32 + 1 as 1.
+    for bad in ([0, 1.5], [False, True]):
+        with pytest.raises(ValueError, match=r"^label_ids must be integers, got dtype "):
+            Examples(["a", "b"], bad, LabelSet(["x", "y"]), ["s1", "s2"])
+    with pytest.raises(ValueError, match="s2: label id 4294967297 is out of range for 2 classes"):
+        Examples(["a", "b"], np.int64([0, 2 ** 32 + 1]), LabelSet(["x", "y"]), ["s1", "s2"])
 
 
 # -- passages --------------------------------------------------------------------

@@ -438,3 +438,44 @@ def test_evaluate_builds_no_optimizer_slots_and_fit_does():
     assert not model.optimizer.built
     model.fit(x, y, batch_size=4, verbose=0)
     assert model.optimizer.built and len(model.optimizer.variables) > 2
+
+
+def test_labels_that_are_not_class_ids_are_one_clear_error():
+    """Keras's sparse loss casts labels to integers: 1.5 was read as class 1,
+    True as 1, and NaN, inf or 3.0 met TensorFlow's own error (a NaN loss
+    under XLA) (review35). Whole floats (pandas' 1.0) are class ids, and
+    one-hot rows of floats pass as before."""
+    model = TransformerXLClassifier(tiny_config(n_layer=1), 3)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = {"token_ids": np.ones((4, 5), np.int32), "lengths": np.int32([5, 3, 5, 2])}
+    whole = model.evaluate(x, np.float64([0, 1, 2, 1]), verbose=0)
+    assert whole == model.evaluate(x, np.int32([0, 1, 2, 1]), verbose=0)
+    for bad, message in (([0, 1.5, 2, 1], r"^class label 1\.5 is not a whole number"),
+                         ([[0], [1], [2.5], [1]], r"^class label 2\.5 is not a whole number"),
+                         ([0, np.nan, 2, 1], r"^class label nan is not a whole number"),
+                         ([0, np.inf, 2, 1], r"^class label inf is out of range for 3 classes"),
+                         ([0, 3.0, 2, 1], r"^class label 3\.0 is out of range for 3 classes")):
+        labels = np.float32(bad)
+        with pytest.raises(InputError, match=message):
+            model.evaluate(x, labels, verbose=0)
+        with pytest.raises(InputError, match=message):
+            model.fit(x, labels, verbose=0)
+        with pytest.raises(InputError, match=message):  # a generator's batches
+            model.evaluate((batch for batch in [(x, labels)]), verbose=0)
+        if labels.ndim == 2:  # (one rank of labels for Keras's traced step)
+            continue
+        data = tf.data.Dataset.from_tensor_slices((x, labels)).batch(4)
+        with pytest.raises(InputError, match=r"^class labels must be whole numbers in 0\.\.2 "
+                                             r"\(3 classes\); first bad label: "):
+            model.evaluate(data, verbose=0)
+    flags = np.array([True, False, True, True])
+    for labels in (flags, tf.data.Dataset.from_tensor_slices((x, flags)).batch(2)):
+        with pytest.raises(InputError, match=r"^labels must be class ids \(integers 0\.\.2\), "
+                                             r"got dtype bool$"):
+            model.evaluate(*((x, labels) if isinstance(labels, np.ndarray) else (labels,)),
+                           verbose=0)
+    one_hot = TransformerXLClassifier(tiny_config(n_layer=1), 3)
+    one_hot.compile(keras.optimizers.Adam(1e-3),
+                    keras.losses.CategoricalCrossentropy(from_logits=True))
+    one_hot.evaluate(x, np.eye(3, dtype=np.float32)[[0, 1, 2, 1]], verbose=0)

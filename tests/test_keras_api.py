@@ -505,3 +505,76 @@ def test_ids_the_int32_input_would_cast_are_named(keras_models, entry, kind):
         calls[entry](ids)
     good = tf.constant(IDS, tf.int64) if tf.is_tensor(ids) else IDS.astype(np.int64)
     calls[entry](good)  # int64 ids that fit are read
+
+
+NOT_FLAGS = {  # padding masks a cast read as other flags (review35): 0.4 as False, 2 as True
+    "0.4": (np.array([[1, 1, 0.4], [1, 1, 1]]), r"0\.4"),
+    "2": (np.array([[1, 1, 1], [1, 2, 0]]), r"2"),
+    "-1 tensor": (tf.constant([[1, -1, 0], [1, 1, 1]]), r"-1"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_FLAGS))
+@pytest.mark.parametrize("entry", ["causal_lm", "backbone", "causal_lm.predict",
+                                   "causal_lm.evaluate dataset", "causal_lm.generate",
+                                   "stream.evaluate"])
+def test_padding_masks_that_are_not_flags_are_named(keras_models, entry, kind):
+    """A padding mask must be bool or 0/1 (0.0/1.0 floats too, as keras-hub's
+    backbones read them); other values were cast silently."""
+    causal_lm, _, stream = keras_models
+    mask, value = NOT_FLAGS[kind]
+    ids = tf.constant(IDS) if tf.is_tensor(mask) else IDS  # Keras: not mixed
+    quiet = dict(verbose=0)
+
+    def lm(padding_mask):
+        return {"token_ids": ids, "padding_mask": padding_mask}
+    calls = {
+        "causal_lm": lambda m: causal_lm(lm(m)),
+        "backbone": lambda m: causal_lm.backbone(lm(m)),
+        "causal_lm.predict": lambda m: causal_lm.predict(lm(m), **quiet),
+        "causal_lm.evaluate dataset": lambda m: causal_lm.evaluate(
+            tf.data.Dataset.from_tensor_slices((lm(m), IDS)).batch(2), **quiet),
+        "causal_lm.generate": lambda m: causal_lm.generate(lm(m), stop_token_ids=None),
+        "stream.evaluate": lambda m: stream.evaluate(
+            {**lm(m), "document_start": np.array([True, True])}, IDS, batch_size=B, **quiet)}
+    with pytest.raises(InputError, match=r"^padding_mask must be bool or 0/1 flags, got "
+                                         + value):
+        calls[entry](mask)
+    if entry in ("causal_lm", "backbone"):  # 0.0 / 1.0 floats: the flags they stand for
+        flags = IDS > 1
+        as_given = tf.constant if tf.is_tensor(mask) else np.asarray
+        np.testing.assert_array_equal(calls[entry](as_given(flags.astype(np.float32))),
+                                      calls[entry](as_given(flags)))
+
+
+def test_float_targets_are_token_ids_or_one_clear_error(keras_models):
+    """keras-hub's sparse loss casts targets to integers: 1.5 was read as id
+    1, and a float id outside the vocabulary went unchecked (TensorFlow's
+    error, or a clamped loss under XLA) (review35). Whole floats are ids;
+    one-hot targets `[B, T, n_token]` for a loss of one's own pass."""
+    causal_lm, _, stream = keras_models
+    x, quiet = {"token_ids": IDS, "padding_mask": IDS > 0}, dict(verbose=0)
+    assert causal_lm.evaluate(x, IDS.astype(np.float32), **quiet) == \
+        causal_lm.evaluate(x, IDS, **quiet)
+    cut = (r"^(target 1\.5 at position \(0, 0\) is not a whole number: targets are token ids "
+           r"0\.\.39|targets must be whole numbers in 0\.\.39 \(token ids\), got 1\.5$)")
+    for call in (lambda y: causal_lm.evaluate(x, y, **quiet),
+                 lambda y: causal_lm.fit(x, y, **quiet),
+                 lambda y: stream.evaluate(IDS, y, batch_size=B, **quiet)):
+        with pytest.raises(InputError, match=cut):
+            call(IDS + 0.5)
+    with pytest.raises(InputError, match=r"^targets must be whole numbers in 0\.\.39 \(token "
+                                         r"ids\), got 99$"):  # keras-hub's: a dataset
+        causal_lm.evaluate(x, np.where(IDS == 6, 99.0, IDS), **quiet)
+    with pytest.raises(InputError, match=r"^targets must be integers, got dtype bool"):
+        causal_lm.evaluate(x, tf.constant(IDS > 3), **quiet)
+    data = tf.data.Dataset.from_tensor_slices((x, np.where(IDS == 6, np.nan, IDS))).batch(2)
+    with pytest.raises(InputError, match=r"^targets must be whole numbers in 0\.\.39 \(token "
+                                         r"ids\), got nan$"):
+        causal_lm.evaluate(data, **quiet)
+    from txl_tf import TransformerXLCausalLM
+    one_hot = TransformerXLCausalLM(causal_lm.backbone)
+    one_hot.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+                    weighted_metrics=[])
+    loss = one_hot.evaluate(x, np.eye(N_TOKEN, dtype=np.float32)[IDS], **quiet)
+    assert loss == pytest.approx(causal_lm.evaluate(x, IDS, **quiet)[0], rel=1e-5)

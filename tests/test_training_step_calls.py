@@ -255,3 +255,22 @@ def test_a_first_call_that_raises_leaves_no_heartbeat_running(tmp_path, monkeypa
                   cache_dir=str(tmp_path / "cache"), strategy="one_device", train_steps=2,
                   batch_size=2, verbose=1)
     assert not any(t.name == "heartbeat" for t in threading.enumerate())
+
+
+def test_the_first_calls_heartbeat_stops_before_the_steps_evaluation(tmp_path, monkeypatch):
+    """The display comes after `StepEvents` (a step's evaluation and
+    checkpoint) in the job's callbacks: its heartbeat went on with `first
+    call: ..s so far (it traces and compiles the step)` while the first
+    call's evaluation compiled, after the call had returned (review35)."""
+    running = []
+    step_events = StepEvents.on_train_batch_end
+
+    def evaluating(self, batch, logs=None):
+        running.append(any(t.name == "heartbeat" for t in threading.enumerate()))
+        return step_events(self, batch, logs)
+    monkeypatch.setattr(StepEvents, "on_train_batch_end", evaluating)
+    train.run(model_dir=str(tmp_path / "run"), dataset="text", preset="tiny",
+              data_dir=str(write_text_corpus(tmp_path / "corpus.txt", 5_000)),
+              cache_dir=str(tmp_path / "cache"), strategy="one_device", train_steps=2,
+              batch_size=2, verbose=1)
+    assert running and not any(running), running

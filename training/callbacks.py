@@ -465,12 +465,34 @@ class FirstCallWatch(GlobalStep):
     def end_after_failure(self):
         """Stops the heartbeat, for a `fit` that raised (Keras then calls no
         `on_train_end`): its thread went on beating."""
+        self.stop_heartbeat()
+
+    def stop_heartbeat(self):
+        """Stops the heartbeat's thread, if one runs."""
         if self._watch is not None:  # None: `fit` raised before it began
             self._watch.stop()
+
+    def call_returned(self):
+        """A callback that stops the heartbeat as the train function's call
+        returns: first in `fit`'s list, so that the callbacks before this
+        display (`StepEvents`: an evaluation or a checkpoint at that step,
+        whose own first calls compile) run without its lines."""
+        return _CallReturned(self)
 
     def waiting(self, seconds):
         """Shows that the first call has run `seconds` so far."""
         raise NotImplementedError
+
+
+class _CallReturned(keras.callbacks.Callback):
+    """`FirstCallWatch.call_returned`'s callback."""
+
+    def __init__(self, watch):
+        super().__init__()
+        self.watch = watch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.watch.stop_heartbeat()
 
 
 class ProgressBar(FirstCallWatch):

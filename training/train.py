@@ -559,11 +559,12 @@ def _train_in(o, strategy, task_id, is_chief, scratch):
                                                    profile_batch=_profile_steps(o) or 0))
         verbose = o["verbose"] if is_chief else 0
         if verbose == 1:  # a bar over --train_steps on a terminal, else plain lines
-            callbacks.append(ProgressBar(o["train_steps"], compile_time=compile_time)
-                             if bar else
-                             ProgressLine(o["train_steps"], o["log_every"],
-                                          o["batch_size"] * config.tgt_len, schedule, log,
-                                          compile_time=compile_time))
+            display = (ProgressBar(o["train_steps"], compile_time=compile_time) if bar else
+                       ProgressLine(o["train_steps"], o["log_every"],
+                                    o["batch_size"] * config.tgt_len, schedule, log,
+                                    compile_time=compile_time))
+            # Its heartbeat stops as the call returns, before the step's evaluation.
+            callbacks = [display.call_returned(), *callbacks, display]
             verbose = 0
         if timer:
             callbacks.append(timer)

@@ -7,8 +7,9 @@ import numpy as np
 import tensorflow as tf
 
 # The numpy half, re-exported: the runtimes import it without TensorFlow.
-from txl_tf.checks.numpy_checks import (InputError, NonFiniteMemoryError,  # noqa: F401
-                                        as_array, check_finite_outputs, lengths_message,
+from txl_tf.checks.numpy_checks import (FLAGS, InputError, NonFiniteMemoryError,  # noqa: F401
+                                        as_array, check_finite_outputs, flags_message,
+                                        float_ids_message, lengths_message,
                                         out_of_range_message)
 from txl_tf.checks.python_batches import checked_python_batches, is_python_batches
 
@@ -30,7 +31,7 @@ def rectangular(value, name="token_ids"):
 
 # What each named input holds, for `convertible`'s message.
 _HOLDS = {"token_ids": "integers", "targets": "integers", "lengths": "integers",
-          "token_mask": "bool", "padding_mask": "bool or 0/1 flags", "document_start": "bool",
+          "token_mask": "bool", "padding_mask": FLAGS, "document_start": "bool",
           "stopped": "bool", "sample_weight": "numbers"}
 
 
@@ -98,6 +99,46 @@ def check_int32_ids(value, name="token_ids"):
                          "int32, the model's input dtype (it would wrap)")
 
 
+def check_flags(value, name="padding_mask"):
+    """Raises `InputError` where `value` (eager: a numpy array or tensor) is
+    not bools or 0/1 numbers (`flags_message`): a functional model's int32
+    input would cast 0.4 to 0, a bool cast reads 2 as True. Other values
+    (symbolic ones, lists, a ragged tensor: the ids' check names it) pass."""
+    if value is None:  # first: tf.is_tensor is slow on None or an array
+        return
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "b":
+            return
+        array = value
+    elif isinstance(value, tf.Tensor) and hasattr(value, "numpy"):  # not a ragged one
+        if value.dtype == tf.bool:
+            return
+        array = value.numpy()
+    else:
+        return
+    problem = flags_message(array, name)
+    if problem:
+        raise InputError(problem)
+
+
+def checked_flags(mask, name="padding_mask"):
+    """`mask` (a tensor) checked to be bools or 0/1 numbers: eagerly
+    (`flags_message`), or in a graph by an assertion that `input_errors`
+    turns into the `InputError`."""
+    if mask.dtype == tf.bool:
+        return mask
+    if not (mask.dtype.is_integer or mask.dtype.is_floating):
+        raise InputError(f"{name} must be {FLAGS}, got dtype {mask.dtype.name}")
+    if tf.executing_eagerly():
+        check_flags(mask, name)
+        return mask
+    flags = tf.equal(mask, 0) | tf.equal(mask, 1)
+    check = tf.debugging.Assert(tf.reduce_all(flags), [
+        f"{name} must be {FLAGS}, got", tf.boolean_mask(mask, ~flags)[:1]], name="check_flags")
+    with tf.control_dependencies([check]):
+        return tf.identity(mask)
+
+
 class NumpyInputsChecked:
     """A Keras model or layer whose `__call__` checks its numpy inputs first
     (`check_numpy`): Keras converts them before `call` sees them. The first
@@ -116,6 +157,7 @@ class NumpyInputsChecked:
         inputs = args[0] if args else kwargs.get("inputs")
         if self.int32_ids and isinstance(inputs, dict):
             check_int32_ids(inputs.get("token_ids"))
+            check_flags(inputs.get("padding_mask"))
         return super().__call__(*args, **kwargs)
 
 
@@ -202,8 +244,9 @@ def check_lengths(lengths, token_ids):
 
 
 def check_batch(data, n_token, targets=True):
-    """A batch `(inputs, labels, weights)` (or inputs alone) with its ids and,
-    if `targets`, its integer labels checked by `check_token_ids`.
+    """A batch `(inputs, labels, weights)` (or inputs alone) with its ids, a
+    classifier's `lengths`, a `padding_mask` (0/1 flags, `checked_flags`)
+    and, if `targets`, its integer labels checked by `check_token_ids`.
 
     Args:
         data: `inputs`, `(inputs, labels)` or `(inputs, labels, weights)`;
@@ -221,14 +264,39 @@ def check_batch(data, n_token, targets=True):
         if "lengths" in inputs:  # a classifier's documents
             inputs["lengths"] = check_lengths(dense(inputs["lengths"], "lengths"),
                                               inputs["token_ids"])
+        if "padding_mask" in inputs:  # a cast would read 0.4 or 2 as a flag
+            inputs["padding_mask"] = checked_flags(dense(inputs["padding_mask"], "padding_mask"))
     else:
         inputs = check_token_ids(dense(inputs), n_token)
     if targets and labels is not None:
         labels = tf.convert_to_tensor(labels)
+        ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
         if labels.dtype.is_integer:  # one target per id
-            ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
             labels = check_targets(labels, ids, n_token)
+        elif labels.shape.rank is not None and labels.shape.rank == ids.shape.rank:
+            labels = checked_float_targets(labels, n_token)  # not one-hot: ids a loss casts
     return keras.utils.pack_x_y_sample_weight(inputs, labels, weights)
+
+
+def checked_float_targets(targets, n_token):
+    """Targets of the ids' shape that are not integers, checked to be whole
+    floats in `[0, n_token)` (a sparse loss casts them to ids: 1.5 would be
+    read as 1): eagerly (`float_ids_message`), or in a graph by an
+    assertion that `input_errors` turns into the `InputError`. They keep
+    their dtype (a loss of one's own may read floats); bools raise."""
+    if not targets.dtype.is_floating:
+        raise InputError(f"targets must be integers, got dtype {targets.dtype.name}")
+    if tf.executing_eagerly():
+        problem = float_ids_message(targets.numpy(), n_token)
+        if problem:
+            raise InputError(problem)
+        return targets
+    ok = tf.equal(targets, tf.floor(targets)) & (targets >= 0) & (targets < n_token)
+    check = tf.debugging.Assert(tf.reduce_all(ok), [
+        f"targets must be whole numbers in 0..{n_token - 1} (token ids), got",
+        tf.boolean_mask(targets, ~ok)[:1]], name="check_float_targets")
+    with tf.control_dependencies([check]):
+        return tf.identity(targets)
 
 
 def checked_data(x, n_token, y=None, targets=True, rows=None, method="fit"):
@@ -279,6 +347,11 @@ _LENGTHS_ASSERTED = re.compile(r"\[(lengths must be one per row of token_ids, ea
                                r"\[(-?\d+)\]")
 
 
+# `checked_flags`' and `checked_float_targets`' assertions.
+_FLAGS_ASSERTED = re.compile(r"\[(\w+ must be (?:bool or 0/1 flags|whole numbers in [^\]]*), "
+                             r"got)\] \[\[?([^\]]*)")
+
+
 # An `InputError` raised while TensorFlow's input pipeline read a batch in Python
 # (`txl_tf.checks.python_batches`), as the pipeline's error quotes it.
 _RAISED_IN_PYTHON = re.compile(r"^(?:[\w.]+\.)?InputError: (.+)$", re.MULTILINE)
@@ -300,6 +373,9 @@ def input_errors():
         found = _LENGTHS_ASSERTED.search(error.message or "")
         if found:  # `check_lengths`' assertion
             raise InputError(" ".join(found.groups())) from None
+        found = _FLAGS_ASSERTED.search(error.message or "")
+        if found:  # `checked_flags`' or `checked_float_targets`' assertion
+            raise InputError(f"{found[1]} {found[2]}") from None
         raised = _RAISED_IN_PYTHON.search(error.message or "")
         if raised:
             raise InputError(raised[1]) from None

@@ -40,6 +40,36 @@ def out_of_range_message(ids, n_token, name="token"):
             f"vocabulary of {n_token} tokens (valid ids are 0..{n_token - 1})")
 
 
+FLAGS = "bool or 0/1 flags"
+
+
+def flags_message(values, name="padding_mask"):
+    """Names the first entry of a numpy array that is not a flag (a bool, or
+    0 or 1 as a number: a cast reads 0.4 as False or True, 2 as True), or
+    None."""
+    if values.dtype.kind == "b":
+        return None
+    if values.dtype.kind not in "iuf":
+        return f"{name} must be {FLAGS}, got dtype {values.dtype}"
+    bad = np.flatnonzero((values != 0) & (values != 1))  # NaN too
+    if not bad.size:
+        return None
+    where = tuple(int(i) for i in np.unravel_index(bad[0], values.shape))
+    return f"{name} must be {FLAGS}, got {values[where]} at position {where}"
+
+
+def float_ids_message(values, n_token, name="target"):
+    """Names the first of a numpy array of floats that is not a whole number
+    in `[0, n_token)` (a loss that casts them to ids would cut 1.5 to 1), or
+    None."""
+    whole = np.isfinite(values) & (values == np.floor(values))
+    if not whole.all():
+        where = tuple(int(i) for i in np.argwhere(~whole)[0])
+        return (f"{name} {values[where]} at position {where} is not a whole number: {name}s "
+                f"are token ids 0..{n_token - 1} (a cast to integers would cut it)")
+    return out_of_range_message(values, n_token, name)
+
+
 def lengths_message(lengths, width):
     """Names the first length outside `[1, width]` of a numpy array, or None."""
     bad = np.flatnonzero((lengths < 1) | (lengths > width))

@@ -15,8 +15,9 @@ import types
 
 import keras
 
-from txl_tf.checks.numpy_checks import (InputError, as_array, is_integer_dtype,
-                                        lengths_problem, out_of_range_message)
+from txl_tf.checks.numpy_checks import (InputError, as_array, flags_message, float_ids_message,
+                                        is_integer_dtype, lengths_problem,
+                                        out_of_range_message)
 
 
 def is_python_batches(x):
@@ -65,6 +66,8 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
     if problem is None and isinstance(inputs, dict) and "lengths" in inputs:  # a classifier's
         # (checked here: XLA drops the step's check)
         problem = lengths_problem(as_array(inputs["lengths"], "lengths"), ids)
+    if problem is None and isinstance(inputs, dict) and "padding_mask" in inputs:
+        problem = flags_message(as_array(inputs["padding_mask"], "padding_mask"))
     if problem is None and targets and labels is not None:
         labels = as_array(labels, "targets")
         if is_integer_dtype(labels.dtype):  # one target per id, as `check_targets`
@@ -72,6 +75,9 @@ def _check_batch(batch, n_token, targets, rows, method, fix):
                 None if labels.shape == ids.shape else
                 f"targets have shape {labels.shape} but token_ids have shape {ids.shape}: "
                 "there must be one target per token")
+        elif labels.ndim == ids.ndim:  # not one-hot: ids a loss casts (`check_batch`)
+            problem = (float_ids_message(labels, n_token) if labels.dtype.kind == "f" else
+                       f"targets must be integers, got dtype {labels.dtype}")
     if problem:
         raise InputError(problem)
     return batch

@@ -5,6 +5,7 @@ import numbers
 import re
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_numpy_data,
@@ -183,7 +184,8 @@ class TransformerXLClassifier(NumpyInputsChecked, AutoJitCompile, PrebuiltModel,
         Args:
             x: `{"token_ids": [B, L], "lengths": [B]}` arrays, or a dataset
                 of `(inputs, labels)`.
-            y: int labels `[B]` in `[0, num_classes)` (with arrays).
+            y: class ids `[B]` in `[0, num_classes)` (integers or whole
+                floats; with arrays), or one-hot rows `[B, num_classes]`.
             batch_size: Keras's.
             epochs: Keras's.
             validation_data: as `x` and `y`, a tuple or a dataset.
@@ -318,18 +320,21 @@ _LABELS_ASSERTED = "class labels out of range for"
 
 
 def _checked_labels(x, y, num_classes):
-    """`(x, y)` with integer class labels (`y`, or a dataset's, a generator's
-    or a `PyDataset`'s second item) checked to lie in `[0, num_classes)`:
+    """`(x, y)` with class labels (`y`, or a dataset's, a generator's or a
+    `PyDataset`'s second item: integers, or float class ids) checked to be
+    whole numbers in `[0, num_classes)`:
     eagerly for arrays, in the input pipeline for a dataset, batch by batch
     as Keras reads a generator or a `PyDataset`. In the step Keras's loss
     raises on CPU, and under XLA gives a NaN loss."""
     def check(labels):
         labels = tf.convert_to_tensor(labels)
-        if not labels.dtype.is_integer:  # one-hot or probabilities
-            return labels
+        if not labels.dtype.is_integer and not _class_ids(labels.shape):
+            return labels  # one-hot or probabilities
         if tf.executing_eagerly():
             _check_label_values(labels.numpy(), num_classes)
             return labels
+        if not labels.dtype.is_integer:
+            return _checked_float_labels(labels, num_classes)
         ok = tf.reduce_all((labels >= 0) & (labels < num_classes))
         assertion = tf.debugging.Assert(ok, [f"{_LABELS_ASSERTED} {num_classes} classes "
                                              f"(valid labels are 0..{num_classes - 1}); min:",
@@ -353,14 +358,49 @@ def _checked_labels(x, y, num_classes):
     return x, y
 
 
+def _class_ids(shape):
+    """Whether labels of `shape` are class ids (`[B]` or `[B, 1]`), not
+    one-hot rows or probabilities (`[B, num_classes]`, num_classes >= 2)."""
+    shape = tf.TensorShape(shape)
+    return shape.rank == 1 or (shape.rank == 2 and shape[1] == 1)
+
+
 def _check_label_values(values, num_classes):
-    """Raises `InputError` for an integer class label outside `[0, num_classes)`."""
-    if not is_integer_dtype(values.dtype):  # one-hot or probabilities
-        return
+    """Raises `InputError` for a class label outside `[0, num_classes)`, or
+    for class ids (`_class_ids`) that are not integers or whole floats: a
+    sparse loss casts them (1.5 read as class 1, True as 1)."""
+    if not is_integer_dtype(values.dtype):
+        if not _class_ids(values.shape):  # one-hot or probabilities
+            return
+        if values.dtype.kind != "f":
+            raise InputError(f"labels must be class ids (integers 0..{num_classes - 1}), got "
+                             f"dtype {values.dtype}")
+        broken = values[values != np.floor(values)]  # NaN too
+        if broken.size:
+            raise InputError(f"class label {broken.flat[0]} is not a whole number: labels are "
+                             f"class ids 0..{num_classes - 1} (a sparse loss would cut it to "
+                             "an integer)")
     bad = values[(values < 0) | (values >= num_classes)]
     if bad.size:
         raise InputError(f"class label {bad.flat[0]} is out of range for "
                          f"{num_classes} classes (valid labels are 0..{num_classes - 1})")
+
+
+_FLOAT_LABELS_ASSERTED = "class labels must be whole numbers in"
+
+
+def _checked_float_labels(labels, num_classes):
+    """Float class ids `labels` (a dataset's, in its graph) with an assertion
+    that they are whole numbers in `[0, num_classes)`; others raise."""
+    if not labels.dtype.is_floating:
+        raise InputError(f"labels must be class ids (integers 0..{num_classes - 1}), got "
+                         f"dtype {labels.dtype.name}")
+    ok = (labels == tf.floor(labels)) & (labels >= 0) & (labels < num_classes)
+    assertion = tf.debugging.Assert(
+        tf.reduce_all(ok), [f"{_FLOAT_LABELS_ASSERTED} 0..{num_classes - 1} ({num_classes} "
+                            "classes); first bad label:", tf.boolean_mask(labels, ~ok)[:1]])
+    with tf.control_dependencies([assertion]):
+        return tf.identity(labels)
 
 
 @contextlib.contextmanager
@@ -370,6 +410,10 @@ def _label_errors():
         yield
     except tf.errors.InvalidArgumentError as error:
         message = error.message or ""
+        found = re.search(r"\[(class labels must be whole numbers in [^\]]*)\] \[\[?([^\]]*)",
+                          message)
+        if found:  # `_checked_float_labels`' assertion
+            raise InputError(f"{found[1]} {found[2]}") from None
         if _LABELS_ASSERTED not in message:
             raise
         found = re.search(r"\[(class labels out of range[^\]]*)\] \[(-?\d+)\] \[max:\] "

@@ -90,15 +90,19 @@ class Examples:
     skipped: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
-        self.label_ids = np.asarray(self.label_ids, dtype=np.int32).reshape(-1)
-        if not len(self.texts) == len(self.label_ids) == len(self.sources):
-            raise TxlError(f"{len(self.texts)} texts, {len(self.label_ids)} label ids "
+        # Checked before the int32 cast, which reads 1.5 and True as 1, 2**32 + 1 as 1.
+        label_ids = np.asarray(self.label_ids).reshape(-1)
+        if label_ids.size and not is_integer_dtype(label_ids.dtype):
+            raise TxlError(f"label_ids must be integers, got dtype {label_ids.dtype}")
+        if not len(self.texts) == len(label_ids) == len(self.sources):
+            raise TxlError(f"{len(self.texts)} texts, {len(label_ids)} label ids "
                            f"and {len(self.sources)} sources do not match")
-        bad = np.flatnonzero((self.label_ids < 0) | (self.label_ids >= len(self.labels)))
+        bad = np.flatnonzero((label_ids < 0) | (label_ids >= len(self.labels)))
         if bad.size:
             i = int(bad[0])
-            raise TxlError(f"{self.sources[i]}: label id {self.label_ids[i]} is out of "
+            raise TxlError(f"{self.sources[i]}: label id {label_ids[i]} is out of "
                            f"range for {len(self.labels)} classes")
+        self.label_ids = label_ids.astype(np.int32)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -568,6 +572,16 @@ def classification_dataset(examples: Examples | Sequence[str], tokenizer: Tokeni
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
+def _check_int32_ids(ids: np.ndarray, row_splits, first_row: int = 0) -> None:
+    """Raises `TxlError` for an id (of the documents `ids` split at
+    `row_splits`) that int32 cannot hold: the cast would wrap it."""
+    bad = np.flatnonzero((ids < -2 ** 31) | (ids > MAX_POSITIONS))
+    if bad.size:
+        row = first_row + int(np.searchsorted(row_splits, bad[0], side="right")) - 1
+        raise TxlError(f"document {row}: id {ids[bad[0]]} does not fit int32, the model's "
+                       "id dtype (the cast would wrap it)")
+
+
 def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
                   label_ids: Sequence[int] | np.ndarray | None, batch_size: int, *,
                   max_length: int, segment_len: int, keep: str = "start",
@@ -599,9 +613,14 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
             if row.ndim != 1 or (row.size and not is_integer_dtype(row.dtype)):
                 raise TxlError(f"document {i} must be a 1-D sequence of ints, got "
                                f"shape {row.shape} dtype {row.dtype}")
+            _check_int32_ids(row, [0, row.size], i)
         lengths = np.array([r.size for r in rows], np.int64)
         flat = np.concatenate(rows).astype(np.int32) if rows else np.zeros([0], np.int32)
         documents = tf.RaggedTensor.from_row_lengths(flat, lengths)
+    elif not documents.dtype.is_integer:  # the cast would cut 1.5 to 1
+        raise TxlError(f"documents must hold ints, got dtype {documents.dtype.name}")
+    elif documents.dtype.size > 4 or documents.dtype == tf.uint32:
+        _check_int32_ids(documents.flat_values.numpy(), documents.row_splits.numpy())
     documents = tf.cast(documents, tf.int32)
     if documents.ragged_rank != 1 or documents.shape.rank != 2:
         raise TxlError(f"documents must be [N, None], got shape {documents.shape}")
@@ -617,6 +636,11 @@ def token_dataset(documents: Sequence[Sequence[int]] | tf.RaggedTensor,
                 label_ids.size and not is_integer_dtype(label_ids.dtype)):
             raise TxlError(f"label_ids must be {lengths.size} ints, got shape "
                            f"{label_ids.shape} dtype {label_ids.dtype}")
+        bad = np.flatnonzero((label_ids < 0) | (label_ids > MAX_POSITIONS))
+        if bad.size:  # the int32 cast would wrap it
+            i = int(bad[0])
+            raise TxlError(f"label_ids[{i}] = {label_ids[i]} is no class id (0 or more, "
+                           "within int32)")
         label_ids = label_ids.astype(np.int32)
     ds = _source(documents, label_ids, shuffle, seed, shuffle_buffer, repeat)
     if opts.bucket:

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_int32_ids,
                                   check_numpy, out_of_range_message)
-from txl_tf.checks.numpy_checks import as_array, check_count, is_real
+from txl_tf.checks.numpy_checks import as_array, check_count, flags_message, is_real
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
@@ -408,7 +408,11 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
                 got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
                 raise InputError(f"generate without a preprocessor takes {{'token_ids', "
                                  f"'padding_mask'}} [B, N], right-padded; got {got}")
-            mask = keras.ops.convert_to_numpy(inputs["padding_mask"]) != 0
+            mask = keras.ops.convert_to_numpy(inputs["padding_mask"])
+            problem = flags_message(mask)  # 0.4 or 2 were read as True
+            if problem:
+                raise InputError(problem)
+            mask = mask != 0
             lengths = mask.sum(axis=1)
             if (lengths < 1).any():
                 raise InputError(f"generate: every prompt needs at least one id; rows "
