@@ -187,3 +187,20 @@ def test_the_token_steps_kernels_are_the_pinned_ones(token_graphs):
     assert {op: n for op, n in layer.items() if op not in VIEW_OPS} == TOKEN_LAYER_KERNELS, layer
     outside = {op: n - 2 * layer[op] for op, n in counts[0].items() if op not in VIEW_OPS}
     assert {op: n for op, n in outside.items() if n} == TOKEN_STEP_KERNELS, outside
+
+
+
+def test_an_adaptive_inputs_bins_cast_no_ids_in_the_onnx_step(tmp_path):
+    """The adaptive input's bins do their index math in the ids' own int32
+    in the ONNX graphs (ONNX Runtime keeps int32 on the GPU; TensorFlow's
+    graphs use int64: tests/test_gpu_kernels.py): no Cast to int64, a
+    kernel, in the token step (its bins' Casts are their masks, to float)."""
+    import onnx
+
+    from benchmarks.inference import optimized_graph
+    config = CONFIG.replace(n_token=256, cutoffs=[60, 120, 200], div_val=2)
+    graph = optimized_graph(export_step(config, config.mem_len, str(tmp_path),
+                                        interface="decode_token"), "all", load_weights=False)
+    to = [onnx.TensorProto.DataType.Name(a.i) for n in graph.graph.node if n.op_type == "Cast"
+          for a in n.attribute if a.name == "to"]
+    assert to and "INT64" not in to, to

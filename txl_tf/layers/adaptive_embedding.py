@@ -106,8 +106,9 @@ class AdaptiveEmbedding(keras.layers.Layer):
             out = 0.0
             # The bins' index math in int64: TensorFlow keeps the int32 math of a
             # GPU on the host, which then copies each bin's mask and indices to the
-            # GPU (tests/test_gpu_kernels.py); int64 ids are copied there once.
-            ids = tf.cast(token_ids, tf.int64)
+            # GPU (tests/test_gpu_kernels.py); int64 ids are copied there once. ONNX
+            # Runtime keeps int32 on the GPU: its graphs skip the cast (a kernel).
+            ids = token_ids if onnx_forms() else tf.cast(token_ids, tf.int64)
             for (low, high), table, proj in zip(bin_bounds(self.n_token, self.cutoffs),
                                                 self.tables, self.projs):
                 in_bin = (ids >= low) & (ids < high)
