@@ -300,13 +300,27 @@ def time_xla(decoder, memory, batch, tokens):
                                                 temperature=0.0))
     more = 32
     first = run(tokens) + run(tokens + more)
-    short, long = [], []
-    for _ in range(3):
-        short.append(run(tokens))
-        long.append(run(tokens + more))
-    per_token = (statistics.median(long) - statistics.median(short)) / more
-    return {"per_token_ms": per_token * 1e3,
-            "first_call_s": first - statistics.median(short) - statistics.median(long)}
+    short, long, per_token = seconds_per_extra_token(run, tokens, tokens + more)
+    return {"per_token_ms": per_token * 1e3, "first_call_s": first - short - long}
+
+
+def seconds_per_extra_token(run, short, long, pairs=5):
+    """`(short_s, long_s, per_token_s)` of a loop that `run(n)` times for
+    `n` tokens: the median seconds of `short` and of `long` tokens, and the
+    median over `pairs` of the two run back to back of their difference
+    per extra token (pairs: the machine's drift between them cancels).
+
+    Args:
+        run: `run(n)`, the seconds of a loop of `n` tokens.
+        short, long: the two loop lengths, `short < long`.
+        pairs: how many times the two run back to back.
+
+    Returns:
+        The three figures, seconds.
+    """
+    timed = [(run(short), run(long)) for _ in range(pairs)]
+    return (statistics.median(s for s, _ in timed), statistics.median(l for _, l in timed),
+            statistics.median(l - s for s, l in timed) / (long - short))
 
 
 def time_turn(backend, memory, read_cached_and_steps, rounds=5):
@@ -446,8 +460,7 @@ def time_xla_from_state(decoder, state):
     def run(n):
         return seconds(lambda: decoder.generate(None, n, resume=state))
     run(TURN), run(3 * TURN)
-    return (statistics.median(run(3 * TURN) for _ in range(3))
-            - statistics.median(run(TURN) for _ in range(3))) / (2 * TURN)
+    return seconds_per_extra_token(run, TURN, 3 * TURN)[2]
 
 
 def preset_config(preset, mem_len=None, clamp_len=None):
@@ -1081,18 +1094,18 @@ def evaluate_batch(runtime, o, batch, paper, tf32_runtime=None):
     memory = full_memory(runtime.config, runtime.mem_len, batch)
     paths = evaluation_paths(runtime, memory, segments, tf32_runtime)
     check = check_nll(runtime, memory, segments, paths, o["tolerance"])
-    seconds = {name: [] for name in paths}
+    times = {name: [] for name in paths}
     for _ in range(o["repeats"]):  # rounds: this machine's speed drifts over minutes
         for name, run in paths.items():
-            seconds[name].append(seconds_of(run))
+            times[name].append(seconds(run))
     tokens = batch * o["segment_len"] * o["segments"]
     rows = []
     for name in paths:
         row = {"path": name, "batch": batch, "tokens_per_s": tokens / statistics.median(
-                   seconds[name]), "seconds": seconds[name],
+                   times[name]), "seconds": times[name],
                # the median of the rounds' ratios (the rounds' speeds differ)
-               "over_bound": statistics.median(b / s for b, s in zip(seconds["bound"],
-                                                                     seconds[name])),
+               "over_bound": statistics.median(b / s for b, s in zip(times["bound"],
+                                                                   times[name])),
                "nll_max_abs_diff": check["nll_max_abs_diff"].get(name, 0.0),
                "memory_effect": check["memory_effect"]}
         if name in ("score", "step"):
@@ -1104,12 +1117,6 @@ def evaluate_batch(runtime, o, batch, paper, tf32_runtime=None):
         if paper[0] and row["tokens_per_s"]:
             row["over_paper"] = row["tokens_per_s"] / paper[0]
     return rows
-
-
-def seconds_of(run):
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
 
 
 def run_evaluation(o):

@@ -231,3 +231,20 @@ def test_a_tf32_path_off_by_a_tenth_of_the_memorys_effect_fails_the_part():
     with pytest.raises(TxlError, match=r"the NLLs of score_tf32 \(batch 1\) differ from the "
                                        r"bound's by 1\.0e-02, a tenth or more of what the memory"):
         lm.check_nll_rows(rows, 1e-5)
+
+
+def test_seconds_per_extra_token_pairs_the_two_lengths():
+    """A loop's seconds a token come from the two lengths run back to back,
+    the median of the pairs' differences: a machine slowing down (here each
+    call slower by a fixed step) moves it by one step, as it would move the
+    short runs' median against the long runs' by several were they timed
+    all short, then all long (as `time_xla_from_state` did)."""
+    calls = []
+
+    def run(n):
+        calls.append(n)
+        return 0.5 + 0.002 * n + 0.01 * len(calls)
+    short, long, per_token = lm.seconds_per_extra_token(run, 10, 42, pairs=5)
+    assert calls == [10, 42] * 5
+    assert per_token == pytest.approx((0.002 * 32 + 0.01) / 32)
+    assert short == pytest.approx(0.5 + 0.02 + 0.05) and long == pytest.approx(0.5 + 0.084 + 0.06)
