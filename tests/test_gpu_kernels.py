@@ -204,6 +204,39 @@ def test_the_decoder_runs_on_the_gpu():
     _check_xla(compiled, 1000)
 
 
+
+def test_the_samplers_index_math_is_int64_in_tensorflow_and_int32_under_xla():
+    """The sampler's maxima over ids `[B, V]` (greedy's, the last allowed id)
+    are int64 in TensorFlow's graphs (a GPU's int32 math is the host's) and
+    int32 under XLA, which keeps int32 on the device and reads half the
+    bytes (review36: XLA's int64 made the CPU's greedy pick slower at batch
+    16), with the same ids."""
+    from txl_tf.generation.sampling import sample_next
+    batch, vocab = 3, 50
+    specs = [tf.TensorSpec([batch, vocab]), tf.TensorSpec([batch, vocab], tf.bool)] + [
+        tf.TensorSpec([batch], dtype) for dtype in (tf.int64, tf.int64, tf.float32, tf.int32,
+                                                    tf.float32, tf.float32)]
+    maxima = {}
+    for jit in (False, True):
+        found = gk.sites(tf.function(sample_next, jit_compile=jit).get_concrete_function(*specs),
+                         compiled=jit)
+        maxima[jit] = [s.inputs[0][0] for s in found if s.op == "Max"
+                       and s.inputs[0][1] == (batch, vocab) and "int" in s.inputs[0][0]]
+    assert maxima == {False: ["int64"] * 2, True: ["int32"] * 2}, maxima
+    lp = np.log(np.random.default_rng(0).dirichlet(np.ones(vocab), batch)).astype(np.float32)
+    lp[1, 7] = lp[1, 3] = lp[1].max() + 1  # a tie: the lowest id
+    lp[2] = -np.inf
+    args = (lp, np.zeros((batch, vocab), bool), np.arange(batch), np.zeros(batch, np.int64))
+    for temperature, top_k, top_p in ((0.0, 0, 1.0), (1.0, 5, 0.9)):
+        rows = (np.full(batch, temperature, np.float32), np.full(batch, top_k, np.int32),
+                np.full(batch, top_p, np.float32), np.ones(batch, np.float32))
+        ids = [tf.function(sample_next, jit_compile=jit)(*args, *rows).numpy()
+               for jit in (False, True)]
+        np.testing.assert_array_equal(ids[0], ids[1])
+        if not temperature:
+            assert ids[0].tolist()[1:] == [3, 0]
+
+
 # The check catches what it is for: planted cases, real ops of the registry.
 def test_an_op_xla_compiles_on_a_cpu_but_not_a_gpu_is_found_deep_in_the_functions():
     """`Conv2D` of int32 has an `XLA_CPU_JIT` kernel and no `XLA_GPU_JIT`
