@@ -605,3 +605,11 @@ def test_bfloat16_masks_and_labels_are_read_as_flags_and_ids(keras_models):
     with pytest.raises(InputError, match=r"^padding_mask must be bool or 0/1 flags, got 0\.5"):
         causal_lm({"token_ids": IDS, "padding_mask": np.full(IDS.shape, 0.5, bfloat16)})
 
+
+def test_ragged_int64_ids_are_an_input_error_not_a_type_error(keras_models):
+    """`check_int32_ids` read a ragged tensor as a dense one: numpy's
+    TypeError ("RaggedTensor may not be used as a boolean") (review36)."""
+    ragged = tf.ragged.constant([[1, 2], [3]], tf.int64)
+    with pytest.raises(InputError):
+        keras_models[0].backbone({"token_ids": ragged, "padding_mask": ragged > 0})
+
