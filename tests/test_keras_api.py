@@ -613,3 +613,19 @@ def test_ragged_int64_ids_are_an_input_error_not_a_type_error(keras_models):
     with pytest.raises(InputError):
         keras_models[0].backbone({"token_ids": ragged, "padding_mask": ragged > 0})
 
+
+def test_generate_names_float_ids_of_lists_and_datasets(keras_models):
+    """The int32 check of `generate` read numpy arrays and tensors only:
+    lists and datasets of 1.5 were continued from id 1 (review36)."""
+    causal_lm = keras_models[0]
+    prompts = {"token_ids": (IDS + 0.5).tolist(), "padding_mask": (IDS > 0).tolist()}
+    data = tf.data.Dataset.from_tensor_slices({key: np.array(value)
+                                               for key, value in prompts.items()}).batch(2)
+    for given in (prompts, data):
+        with pytest.raises(InputError, match=r"^token_ids must be integers, got dtype float"):
+            causal_lm.generate(given, stop_token_ids=None)
+    good = {"token_ids": IDS.tolist(), "padding_mask": (IDS > 0).tolist()}
+    np.testing.assert_array_equal(
+        causal_lm.generate(good, stop_token_ids=None)["token_ids"],
+        causal_lm.generate({key: np.array(value) for key, value in good.items()},
+                           stop_token_ids=None)["token_ids"])
