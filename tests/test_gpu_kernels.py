@@ -142,6 +142,14 @@ def _copies_to_gpu(found, scope):
             if way == "to device" and gk.is_large(shape) and scope in s.node.name]
 
 
+def _ring_coordinates_to_gpu(found, what):
+    """The ring's gathers in time order whose coordinates `[B, ..., M, axes]`
+    the host copies to the GPU (they must be made there)."""
+    return [f"{what}: to the GPU: {s.node.name} {s.describe()} {shape}"
+            for s, _, _, shape, way in gk.crossings(found)
+            if way == "to device" and gk.is_large(shape) and s.op == "GatherNd"]
+
+
 def test_the_non_xla_train_step_and_evaluation_run_on_the_gpu():
     from txl_tf.learning.evaluation import make_scorer
     model, step = _lm_train_step("float32", False)
@@ -173,11 +181,7 @@ def test_the_saved_model_signatures_run_on_the_gpu(tmp_path):
         problems += _tf_graph_problems(found, name)
         # The ids go to the GPU once, not each bin's mask and indices (4 bins).
         problems += _copies_to_gpu(found, "adaptive_embed")[1:]
-        # The ring's gathers in time order (`decode_read`, `decode_memory`):
-        # their coordinates `[B, ..., M, axes]` are made on the GPU.
-        problems += [f"{name}: to the GPU: {s.node.name} {s.describe()} {shape}"
-                     for s, _, _, shape, way in gk.crossings(found)
-                     if way == "to device" and gk.is_large(shape) and s.op == "GatherNd"]
+        problems += _ring_coordinates_to_gpu(found, name)  # `decode_read`, `decode_memory`
     assert not problems
 
 
@@ -189,18 +193,22 @@ def test_the_decoder_runs_on_the_gpu():
     from txl_tf import Decoder
     core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=50, mem_len=8, tgt_len=4))
     decoder = Decoder(core, jit_compile=False)
-    decoder.generate([[1, 2, 3], [4, 5]], 4, seed=1, temperature=1.0, top_k=5,
-                     top_p=0.9, repetition_penalty=1.2, stop_ids=[7])
+    first = decoder.generate([[1, 2, 3], [4, 5]], 4, seed=1, temperature=1.0, top_k=5,
+                             top_p=0.9, repetition_penalty=1.2, stop_ids=[7])
+    decoder.generate([[5, 5], [6]], 2, resume=first.state)  # a next turn: `_read_cached`
+    decoder.generate([[1, 2], [3]], 2, memory=first.memory)  # a memory with slots: `_last`
     found, compiled = [], []
     xla = Decoder(core)  # the default: the decode loop XLA-compiled, traced here
     for name in ("_last", "_first", "_decode", "_project", "_position_keys", "_read_cached"):
-        for function in gk.concrete_functions(getattr(decoder, name)):
+        traced = gk.concrete_functions(getattr(decoder, name))
+        assert traced, f"{name} was not traced: nothing of it checked"
+        for function in traced:
             found += gk.sites(function)
             if name not in ("_last", "_read_cached"):  # never compiled
                 args, kwargs = function.structured_input_signature
                 twin = getattr(getattr(xla, name), "function")
                 compiled += gk.sites(twin.get_concrete_function(*args, **kwargs), compiled=True)
-    assert not _tf_graph_problems(found, "decoder")
+    assert not _tf_graph_problems(found, "decoder") + _ring_coordinates_to_gpu(found, "decoder")
     _check_xla(compiled, 1000)
 
 
