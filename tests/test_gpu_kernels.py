@@ -290,3 +290,21 @@ def test_an_op_without_a_gpu_kernel_and_a_per_token_read_back_are_found():
                         f"planted: to the host: GatherNd GatherNd{{Tindices=int32,Tparams=bool}} "
                         f"(4, {T})",
                         f"planted: to the host: add AddV2{{T=int32}} (4, {T})"], problems
+
+
+def test_private_names_that_moved_are_one_clear_failure():
+    """The walk reads TensorFlow's and Keras's private state: where it moved,
+    an AssertionError that says what (not a silent walk of nothing, nor a
+    KeyError) (review36)."""
+    function = tf.function(lambda x: tf.function(lambda y: y * 2.0)(x) + 1.0)
+    concrete = function.get_concrete_function(tf.TensorSpec([2]))
+    assert any(s.op == "Mul" for s in gk.sites(concrete))  # the nested call's body
+    del concrete.graph._functions
+    with pytest.raises(AssertionError, match=r"has no `_functions`"):
+        gk.sites(concrete)
+
+    class Model:
+        def make_train_function(self):
+            self.train_function = lambda data: data
+    with pytest.raises(AssertionError, match=r"keeps no `multi_step_on_iterator`"):
+        gk.keras_step(Model(), tf.data.Dataset.range(2))
