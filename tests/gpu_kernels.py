@@ -108,7 +108,11 @@ def sites(function, compiled=False):
     graphs = {}
 
     def collect(graph):
-        for name, atomic in getattr(graph, "_functions", {}).items():
+        if not hasattr(graph, "_functions"):
+            raise AssertionError(f"{type(graph).__name__} has no `_functions` (TensorFlow's "
+                                 "private library of the functions a graph calls): the walk "
+                                 "needs another way to reach them")
+        for name, atomic in graph._functions.items():
             if name not in graphs:
                 graphs[name] = atomic
                 collect(atomic.graph)
@@ -327,7 +331,11 @@ def keras_step(model, data, kind="train"):
     getattr(model, f"make_{kind}_function")()
     made = getattr(model, f"{kind}_function")
     made = getattr(made, "function", made)  # `txl_tf.keras_support.placement.on_device`
-    loop = inspect.getclosurevars(made).nonlocals["multi_step_on_iterator"]
+    loop = inspect.getclosurevars(made).nonlocals.get("multi_step_on_iterator")
+    if loop is None:
+        raise AssertionError(f"make_{kind}_function() keeps no `multi_step_on_iterator` in its "
+                             "closure (Keras 3.15's `TensorFlowTrainer._make_function`): find "
+                             "where this Keras keeps the step's tf.function")
     return loop.get_concrete_function(iter(data))
 
 

@@ -142,6 +142,14 @@ def _copies_to_gpu(found, scope):
             if way == "to device" and gk.is_large(shape) and scope in s.node.name]
 
 
+def _ring_coordinates_to_gpu(found, what):
+    """The ring's gathers in time order whose coordinates `[B, ..., M, axes]`
+    the host copies to the GPU (they must be made there)."""
+    return [f"{what}: to the GPU: {s.node.name} {s.describe()} {shape}"
+            for s, _, _, shape, way in gk.crossings(found)
+            if way == "to device" and gk.is_large(shape) and s.op == "GatherNd"]
+
+
 def test_the_non_xla_train_step_and_evaluation_run_on_the_gpu():
     from txl_tf.learning.evaluation import make_scorer
     model, step = _lm_train_step("float32", False)
@@ -173,11 +181,7 @@ def test_the_saved_model_signatures_run_on_the_gpu(tmp_path):
         problems += _tf_graph_problems(found, name)
         # The ids go to the GPU once, not each bin's mask and indices (4 bins).
         problems += _copies_to_gpu(found, "adaptive_embed")[1:]
-        # The ring's gathers in time order (`decode_read`, `decode_memory`):
-        # their coordinates `[B, ..., M, axes]` are made on the GPU.
-        problems += [f"{name}: to the GPU: {s.node.name} {s.describe()} {shape}"
-                     for s, _, _, shape, way in gk.crossings(found)
-                     if way == "to device" and gk.is_large(shape) and s.op == "GatherNd"]
+        problems += _ring_coordinates_to_gpu(found, name)  # `decode_read`, `decode_memory`
     assert not problems
 
 
@@ -189,19 +193,56 @@ def test_the_decoder_runs_on_the_gpu():
     from txl_tf import Decoder
     core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=50, mem_len=8, tgt_len=4))
     decoder = Decoder(core, jit_compile=False)
-    decoder.generate([[1, 2, 3], [4, 5]], 4, seed=1, temperature=1.0, top_k=5,
-                     top_p=0.9, repetition_penalty=1.2, stop_ids=[7])
+    first = decoder.generate([[1, 2, 3], [4, 5]], 4, seed=1, temperature=1.0, top_k=5,
+                             top_p=0.9, repetition_penalty=1.2, stop_ids=[7])
+    decoder.generate([[5, 5], [6]], 2, resume=first.state)  # a next turn: `_read_cached`
+    decoder.generate([[1, 2], [3]], 2, memory=first.memory)  # a memory with slots: `_last`
     found, compiled = [], []
     xla = Decoder(core)  # the default: the decode loop XLA-compiled, traced here
     for name in ("_last", "_first", "_decode", "_project", "_position_keys", "_read_cached"):
-        for function in gk.concrete_functions(getattr(decoder, name)):
+        traced = gk.concrete_functions(getattr(decoder, name))
+        assert traced, f"{name} was not traced: nothing of it checked"
+        for function in traced:
             found += gk.sites(function)
             if name not in ("_last", "_read_cached"):  # never compiled
                 args, kwargs = function.structured_input_signature
                 twin = getattr(getattr(xla, name), "function")
                 compiled += gk.sites(twin.get_concrete_function(*args, **kwargs), compiled=True)
-    assert not _tf_graph_problems(found, "decoder")
+    assert not _tf_graph_problems(found, "decoder") + _ring_coordinates_to_gpu(found, "decoder")
     _check_xla(compiled, 1000)
+
+
+
+def test_the_samplers_index_math_is_int64_in_tensorflow_and_int32_under_xla():
+    """The sampler's maxima over ids `[B, V]` (greedy's, the last allowed id)
+    are int64 in TensorFlow's graphs (a GPU's int32 math is the host's) and
+    int32 under XLA, which keeps int32 on the device and reads half the
+    bytes (review36: XLA's int64 made the CPU's greedy pick slower at batch
+    16), with the same ids."""
+    from txl_tf.generation.sampling import sample_next
+    batch, vocab = 3, 50
+    specs = [tf.TensorSpec([batch, vocab]), tf.TensorSpec([batch, vocab], tf.bool)] + [
+        tf.TensorSpec([batch], dtype) for dtype in (tf.int64, tf.int64, tf.float32, tf.int32,
+                                                    tf.float32, tf.float32)]
+    maxima = {}
+    for jit in (False, True):
+        found = gk.sites(tf.function(sample_next, jit_compile=jit).get_concrete_function(*specs),
+                         compiled=jit)
+        maxima[jit] = [s.inputs[0][0] for s in found if s.op == "Max"
+                       and s.inputs[0][1] == (batch, vocab) and "int" in s.inputs[0][0]]
+    assert maxima == {False: ["int64"] * 2, True: ["int32"] * 2}, maxima
+    lp = np.log(np.random.default_rng(0).dirichlet(np.ones(vocab), batch)).astype(np.float32)
+    lp[1, 7] = lp[1, 3] = lp[1].max() + 1  # a tie: the lowest id
+    lp[2] = -np.inf
+    args = (lp, np.zeros((batch, vocab), bool), np.arange(batch), np.zeros(batch, np.int64))
+    for temperature, top_k, top_p in ((0.0, 0, 1.0), (1.0, 5, 0.9)):
+        rows = (np.full(batch, temperature, np.float32), np.full(batch, top_k, np.int32),
+                np.full(batch, top_p, np.float32), np.ones(batch, np.float32))
+        ids = [tf.function(sample_next, jit_compile=jit)(*args, *rows).numpy()
+               for jit in (False, True)]
+        np.testing.assert_array_equal(ids[0], ids[1])
+        if not temperature:
+            assert ids[0].tolist()[1:] == [3, 0]
 
 
 # The check catches what it is for: planted cases, real ops of the registry.
@@ -249,3 +290,21 @@ def test_an_op_without_a_gpu_kernel_and_a_per_token_read_back_are_found():
                         f"planted: to the host: GatherNd GatherNd{{Tindices=int32,Tparams=bool}} "
                         f"(4, {T})",
                         f"planted: to the host: add AddV2{{T=int32}} (4, {T})"], problems
+
+
+def test_private_names_that_moved_are_one_clear_failure():
+    """The walk reads TensorFlow's and Keras's private state: where it moved,
+    an AssertionError that says what (not a silent walk of nothing, nor a
+    KeyError) (review36)."""
+    function = tf.function(lambda x: tf.function(lambda y: y * 2.0)(x) + 1.0)
+    concrete = function.get_concrete_function(tf.TensorSpec([2]))
+    assert any(s.op == "Mul" for s in gk.sites(concrete))  # the nested call's body
+    del concrete.graph._functions
+    with pytest.raises(AssertionError, match=r"has no `_functions`"):
+        gk.sites(concrete)
+
+    class Model:
+        def make_train_function(self):
+            self.train_function = lambda data: data
+    with pytest.raises(AssertionError, match=r"keeps no `multi_step_on_iterator`"):
+        gk.keras_step(Model(), tf.data.Dataset.range(2))

@@ -578,3 +578,54 @@ def test_float_targets_are_token_ids_or_one_clear_error(keras_models):
                     weighted_metrics=[])
     loss = one_hot.evaluate(x, np.eye(N_TOKEN, dtype=np.float32)[IDS], **quiet)
     assert loss == pytest.approx(causal_lm.evaluate(x, IDS, **quiet)[0], rel=1e-5)
+
+
+def test_bfloat16_masks_and_labels_are_read_as_flags_and_ids(keras_models):
+    """bfloat16 arrays (numpy's `kind` 'V', from ml_dtypes) and tensors of
+    0/1 flags or whole class ids were refused as no numbers by review35's
+    checks (review36); a bfloat16 value that is no flag is still named."""
+    from ml_dtypes import bfloat16
+    causal_lm, classifier, _ = keras_models
+    flags = IDS > 1
+    x = {"token_ids": IDS, "padding_mask": flags}
+    half = {"token_ids": IDS, "padding_mask": flags.astype(bfloat16)}
+    np.testing.assert_array_equal(causal_lm(half), causal_lm(x))
+    tensors = {key: tf.constant(value) for key, value in half.items()}
+    np.testing.assert_array_equal(causal_lm.backbone(tensors), causal_lm.backbone(x))
+    quiet = dict(verbose=0)
+    assert causal_lm.evaluate(half, IDS, **quiet) == causal_lm.evaluate(x, IDS, **quiet)
+    prompts = {"token_ids": IDS, "padding_mask": IDS > 0}
+    np.testing.assert_array_equal(
+        causal_lm.generate({**prompts, "padding_mask": (IDS > 0).astype(bfloat16)},
+                           stop_token_ids=None)["token_ids"],
+        causal_lm.generate(prompts, stop_token_ids=None)["token_ids"])
+    docs, labels = {"token_ids": IDS, "lengths": np.array([3, 2])}, np.array([0, 2])
+    assert classifier.evaluate(docs, labels.astype(bfloat16), **quiet) == \
+        classifier.evaluate(docs, labels, **quiet)
+    with pytest.raises(InputError, match=r"^padding_mask must be bool or 0/1 flags, got 0\.5"):
+        causal_lm({"token_ids": IDS, "padding_mask": np.full(IDS.shape, 0.5, bfloat16)})
+
+
+def test_ragged_int64_ids_are_an_input_error_not_a_type_error(keras_models):
+    """`check_int32_ids` read a ragged tensor as a dense one: numpy's
+    TypeError ("RaggedTensor may not be used as a boolean") (review36)."""
+    ragged = tf.ragged.constant([[1, 2], [3]], tf.int64)
+    with pytest.raises(InputError):
+        keras_models[0].backbone({"token_ids": ragged, "padding_mask": ragged > 0})
+
+
+def test_generate_names_float_ids_of_lists_and_datasets(keras_models):
+    """The int32 check of `generate` read numpy arrays and tensors only:
+    lists and datasets of 1.5 were continued from id 1 (review36)."""
+    causal_lm = keras_models[0]
+    prompts = {"token_ids": (IDS + 0.5).tolist(), "padding_mask": (IDS > 0).tolist()}
+    data = tf.data.Dataset.from_tensor_slices({key: np.array(value)
+                                               for key, value in prompts.items()}).batch(2)
+    for given in (prompts, data):
+        with pytest.raises(InputError, match=r"^token_ids must be integers, got dtype float"):
+            causal_lm.generate(given, stop_token_ids=None)
+    good = {"token_ids": IDS.tolist(), "padding_mask": (IDS > 0).tolist()}
+    np.testing.assert_array_equal(
+        causal_lm.generate(good, stop_token_ids=None)["token_ids"],
+        causal_lm.generate({key: np.array(value) for key, value in good.items()},
+                           stop_token_ids=None)["token_ids"])

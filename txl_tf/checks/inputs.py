@@ -81,10 +81,11 @@ def check_int32_ids(value, name="token_ids"):
     """Raises `InputError` where `value` (eager ids: a numpy array or tensor)
     is not integers, or holds one beyond int32: a functional model's int32
     input would cast it (bools read as ids 0 and 1, 1.7 as 1, 2**32 + 1 as
-    1). Other values (symbolic ones, lists) pass."""
+    1). Other values (symbolic ones, lists, a ragged tensor: the model names
+    it) pass."""
     if isinstance(value, np.ndarray):  # first: tf.is_tensor is slow on an array
         dtype = value.dtype
-    elif tf.is_tensor(value) and hasattr(value, "numpy"):
+    elif isinstance(value, tf.Tensor) and hasattr(value, "numpy"):  # not a ragged one
         dtype = np.dtype(value.dtype.as_numpy_dtype)
     else:
         return

@@ -26,6 +26,15 @@ def is_integer_dtype(dtype):
     return np.dtype(dtype).kind in "iu"
 
 
+def is_float_dtype(dtype):
+    """Whether `dtype` is a float dtype: numpy's, or one of ml_dtypes'
+    (bfloat16, float8: numpy's `kind` 'V'), which TensorFlow's tensors
+    and Keras's mixed policies give."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or (dtype.kind == "V" and dtype.names is None
+                                 and dtype.name.startswith(("bfloat", "float")))
+
+
 def out_of_range_message(ids, n_token, name="token"):
     """Names the first id of a numpy array outside `[0, n_token)`, or None."""
     if ids.size <= SMALL:  # a few ids (a decode step's): Python's min and max are faster
@@ -49,7 +58,7 @@ def flags_message(values, name="padding_mask"):
     None."""
     if values.dtype.kind == "b":
         return None
-    if values.dtype.kind not in "iuf":
+    if values.dtype.kind not in "iu" and not is_float_dtype(values.dtype):
         return f"{name} must be {FLAGS}, got dtype {values.dtype}"
     bad = np.flatnonzero((values != 0) & (values != 1))  # NaN too
     if not bad.size:

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_numpy_data,
                                   checked_data, input_errors)
-from txl_tf.checks.numpy_checks import as_array, is_integer_dtype
+from txl_tf.checks.numpy_checks import as_array, is_float_dtype, is_integer_dtype
 from txl_tf.checks.python_batches import is_python_batches, map_python_batches
 from txl_tf.core import TransformerXL, as_config, check_grad_segments
 from txl_tf.errors import TxlError
@@ -372,7 +372,7 @@ def _check_label_values(values, num_classes):
     if not is_integer_dtype(values.dtype):
         if not _class_ids(values.shape):  # one-hot or probabilities
             return
-        if values.dtype.kind != "f":
+        if not is_float_dtype(values.dtype):
             raise InputError(f"labels must be class ids (integers 0..{num_classes - 1}), got "
                              f"dtype {values.dtype}")
         broken = values[values != np.floor(values)]  # NaN too

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from txl_tf.generation import counter_rng
 from txl_tf.generation.sampling_settings import TIE_TOLERANCE, WEIGHT_BITS, Sampling
+from txl_tf.layers.xla_context import compiling_with_xla
 
 # `Sampling` lives in sampling_settings (no TensorFlow: the runtimes' numpy
 # sampler reads it) and is re-exported here, its first home.
@@ -54,7 +55,7 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     # The lowest id within the tolerance of the best (`vocab` if none: NaN),
     # by a max: a GPU has no int64 min.
     greedy = vocab - tf.reduce_max(tf.where(lp >= best - TIE_TOLERANCE, vocab - ids,
-                                            tf.constant(0, tf.int64)), -1)
+                                            tf.zeros([], ids.dtype)), -1)
 
     def sampled():
         temp = tf.where(temperature > 0, temperature, 1.0)[:, None]
@@ -65,9 +66,9 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
         weights = tf.where(allowed, tf.exp((lp - best) / temp), 0.0)
         cdf = tf.cumsum(_integers(weights), axis=-1)
         u = counter_rng.uniform(keys, counters)
-        first_above = tf.reduce_sum(tf.cast(cdf <= _share(cdf[:, -1:], u[:, None]), tf.int64),
+        first_above = tf.reduce_sum(tf.cast(cdf <= _share(cdf[:, -1:], u[:, None]), ids.dtype),
                                     -1)
-        last_allowed = tf.reduce_max(tf.where(allowed, ids, tf.constant(-1, tf.int64)), -1)
+        last_allowed = tf.reduce_max(tf.where(allowed, ids, tf.constant(-1, ids.dtype)), -1)
         return tf.where(temperature > 0, tf.minimum(first_above, last_allowed), greedy)
 
     return tf.cast(tf.cond(tf.reduce_any(temperature > 0), sampled, lambda: greedy), tf.int32)
@@ -75,22 +76,25 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
 
 def _vocab_ids(lp):
     """The vocabulary's size (an int where `lp [B, V]`'s is static) and its
-    ids `[1, V]`, int64. Ids and counts over the vocabulary are int64:
-    TensorFlow keeps the int32 math of a GPU in host memory, so an int32
-    `[B, V]` made on the GPU would be copied to the host at each token
-    (tests/test_gpu_kernels.py); their ranges come from int32 shapes, which
-    stay on the host."""
+    ids `[1, V]`, in the dtype of the sampler's ids and counts over the
+    vocabulary: int64 in TensorFlow's graphs, which keep the int32 math of a
+    GPU in host memory, so an int32 `[B, V]` made on the GPU would be copied
+    to the host at each token (tests/test_gpu_kernels.py; their ranges come
+    from int32 shapes, which stay on the host); int32 under XLA, which keeps
+    it on the device, where a `[B, V]` of int64 costs a CPU twice the
+    memory traffic of int32."""
+    dtype = tf.int32 if compiling_with_xla() else tf.int64
     if lp.shape[1] is not None:
-        return lp.shape[1], tf.range(lp.shape[1], dtype=tf.int64)[None, :]
+        return lp.shape[1], tf.range(lp.shape[1], dtype=dtype)[None, :]
     size = tf.shape(lp)[1]
-    return tf.cast(size, tf.int64), tf.cast(tf.range(size), tf.int64)[None, :]
+    return tf.cast(size, dtype), tf.cast(tf.range(size), dtype)[None, :]
 
 
 def _cut_off(lp, temp, top_k, top_p, vocab):
     """`[B, 1]`: the lowest log-prob that top-k and top-p keep."""
     ranked = tf.sort(lp, axis=-1, direction="DESCENDING")
-    k = tf.where(top_k > 0, tf.cast(top_k, tf.int64), tf.cast(vocab, tf.int64))
     rank = _vocab_ids(lp)[1]
+    k = tf.where(top_k > 0, tf.cast(top_k, rank.dtype), tf.cast(vocab, rank.dtype))
     in_top_k = rank < k[:, None]
     logits = tf.where(in_top_k, ranked / temp, -np.inf)
     mass = _integers(tf.exp(logits - tf.reduce_max(logits, -1, keepdims=True)))
@@ -98,7 +102,7 @@ def _cut_off(lp, temp, top_k, top_p, vocab):
     # top_p 1 cuts nothing (the share of the total is rounded down).
     kept = in_top_k & ((mass_before < _share(tf.reduce_sum(mass, -1, keepdims=True),
                                               top_p[:, None])) | (top_p >= 1)[:, None])
-    n_kept = tf.maximum(tf.reduce_sum(tf.cast(kept, tf.int64), -1), 1)
+    n_kept = tf.maximum(tf.reduce_sum(tf.cast(kept, rank.dtype), -1), 1)
     return tf.gather(ranked, n_kept - 1, batch_dims=1)[:, None]
 
 

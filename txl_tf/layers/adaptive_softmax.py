@@ -8,15 +8,7 @@ from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.adaptive_embedding import bin_bounds, check_sizes
 from txl_tf.layers.init import normal
 from txl_tf.layers.tail_nll import tail_nll
-
-
-def _compiling_with_xla():
-    """Whether the graph being traced is compiled with XLA (a
-    `tf.function(jit_compile=True)`, Keras's `jit_compile`), by TensorFlow's
-    own test (tensorflow/python/ops/control_flow_util.py: no public one)."""
-    from tensorflow.python.ops import control_flow_util
-    return (not tf.executing_eagerly() and
-            control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+from txl_tf.layers.xla_context import compiling_with_xla
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -233,10 +225,10 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             in_bin = (ids >= low) & (ids < high)
             head_target = tf.where(in_bin, tf.constant(shortlist + i - 1, tf.int64), head_target)
         nll = -tf.gather(head, head_target, batch_dims=1)
-        if _compiling_with_xla() and hidden.shape[0] is not None:  # static: in chunks
+        if compiling_with_xla() and hidden.shape[0] is not None:  # static: in chunks
             for i, (low, high) in enumerate(self.bounds[1:], start=1):
                 nll += tail_nll(hidden, target, low, high, *self._bin_weights(i))
-        elif _compiling_with_xla():
+        elif compiling_with_xla():
             nll += self._tail_nll_all_rows(hidden, target)
         else:
             for i, (low, high) in enumerate(self.bounds[1:], start=1):

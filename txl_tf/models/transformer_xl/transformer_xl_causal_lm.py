@@ -421,7 +421,9 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
             if holes.any():
                 raise InputError(f"generate: prompts must be right-padded (padding_mask ones "
                                  f"then zeros); rows {np.flatnonzero(holes).tolist()} are not")
-            ids = np.where(mask, keras.ops.convert_to_numpy(inputs["token_ids"]), 0)
+            token_ids = keras.ops.convert_to_numpy(inputs["token_ids"])
+            check_int32_ids(token_ids)  # lists and datasets too: 1.5 would be cast to 1
+            ids = np.where(mask, token_ids, 0)
             problem = out_of_range_message(ids, self.core.config.n_token)
             if problem:
                 raise InputError(f"generate: {problem}")
@@ -446,8 +448,6 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
         """
         self.core._check_cacheable()  # raised while tracing, it would be a StagingError
         check_numpy(inputs)  # the ids and mask are read by numpy and TensorFlow
-        if isinstance(inputs, dict):  # cast to int32 by the generate function
-            check_int32_ids(inputs.get("token_ids"))
         self.check_vocabulary()
         _check_sampler(getattr(self, "sampler", None), self.core.config.n_token)
         if isinstance(inputs, (list, tuple)) and not inputs:
