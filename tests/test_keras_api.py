@@ -52,7 +52,8 @@ def test_a_validation_split_off_the_stream_batches_is_one_clear_error():
     model.compile(optimizer="adam")
     x, y = stream_arrays(3 * B)
     with pytest.raises(InputError, match=r"fit: validation_split=0.4 leaves 3 rows to train on "
-                                         r"and 3 to validate; both must be multiples of the 2 streams"):
+                                         r"and 3 to validate; both must be multiples of the 2 "
+                                         r"streams"):
         model.fit(x, y, batch_size=B, validation_split=0.4, verbose=0)
     history = model.fit(x, y, batch_size=B, validation_split=1 / 3, verbose=0).history
     assert np.isfinite(history["val_loss"][0])
