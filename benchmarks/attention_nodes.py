@@ -106,10 +106,11 @@ def bnsh(form, keys, values, slots):
 
 class Nodes:
     """ONNX nodes and initializers being collected for a graph: `add`
-    appends a node, `const` an int64 constant (once per name)."""
+    appends a node, `const` an int64 constant (once per name, `prefix`
+    put before it)."""
 
-    def __init__(self):
-        self.nodes, self.inits = [], {}
+    def __init__(self, prefix=""):
+        self.nodes, self.inits, self.prefix = [], {}, prefix
 
     def add(self, op, inputs, outputs, **attrs):
         from onnx import helper
@@ -118,6 +119,7 @@ class Nodes:
 
     def const(self, name, values, dtype=np.int64):
         from onnx import numpy_helper
+        name = self.prefix + name
         if name not in self.inits:
             self.inits[name] = numpy_helper.from_array(np.asarray(values, dtype), name)
         return name
@@ -193,14 +195,15 @@ def attention_nodes(nodes, form, t, heads, d_head, slots, chunked=0, prefix=""):
         bias = terms[0]
         for k, term in enumerate(terms[1:]):
             bias = add("Add", [bias, term], [p + f"bias{k}"])
-        vec = _fused(nodes, form, t, bias, keys_read, h, slots, p)
+        vec = _fused(nodes, form, t, bias, keys_read, h, slots, p, (heads_1_d, rows_1_flat))
     add("Reshape", [vec, nodes.const("flat", [-1, h * d])], [t["out"]])
 
 
-def _fused(nodes, form, t, bias, keys_read, h, slots, p):
-    """The fused op's nodes (`attention_nodes`); returns its output."""
+def _fused(nodes, form, t, bias, keys_read, h, slots, p, shapes):
+    """The fused op's nodes (`attention_nodes`; `shapes`: the names of its
+    `[-1, H, 1, d]` and `[-1, 1, H * d]`); returns its output."""
     add = nodes.add
-    heads_1_d, rows_1_flat = "heads_1_d", "rows_1_flat"
+    heads_1_d, rows_1_flat = shapes
     if form in ("mha", "mha_pad"):
         q_u3 = add("Reshape", [t["q_u"], rows_1_flat], [p + "q_u3"])
         return add("MultiHeadAttention", [q_u3, keys_read, t["values_out"], "", "", bias],
