@@ -469,15 +469,11 @@ def form_state(form, state, info, device):
     return out
 
 
-def exported_layout(form, state, info):
-    """A form's state back in the exported layout (the slots it adds dropped)."""
-    out = dict(state)
-    for i in range(info["n_layer"]):
-        keys, values = forms.bnsh(form, state[f"keys_{i}"], state[f"values_{i}"], info["slots"])
-        out[f"keys_{i}"] = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))
-        out[f"values_{i}"] = values
-    out.pop(SEQLENS, None)
-    return out
+def exported_rings(form, keys, values, slots):
+    """A form's rings of one layer `(keys, values)` in the exported layout
+    (keys as columns; the slots it adds dropped)."""
+    keys, values = forms.bnsh(form, keys, values, slots)
+    return keys.transpose(0, 1, 3, 2), values
 
 
 class BoundStep:
@@ -492,8 +488,9 @@ class BoundStep:
         import onnxruntime as ort
         self.session, self.device = session, device
         batch = state["valid"].shape[0]
-        # Copies (on the CPU an OrtValue is the array's own memory, written in place).
-        self.arrays = {name: np.array(value) for name, value in state.items()}
+        # On the CPU an OrtValue is the array's own memory, written in place: copies.
+        self.arrays = {name: np.array(value) if device == "cpu" else np.ascontiguousarray(value)
+                       for name, value in state.items()}
         self.values = {name: ort.OrtValue.ortvalue_from_numpy(value, device, 0)
                        for name, value in self.arrays.items()}
         for name, value in (("token_ids", np.zeros(batch, np.int32)),
@@ -532,8 +529,9 @@ class BoundStep:
         for name in MOVED:
             self.values[name].update_inplace(self.values["new_" + name].numpy())
 
-    def state(self, names):
-        return {name: np.array(self.values[name].numpy()) for name in names}
+    def read(self, name):
+        """The state's `name` as numpy (on the CPU a view of its buffer)."""
+        return self.values[name].numpy()
 
 
 def session_of(model_bytes, device, cuda_graph=False, profile_dir=None):
@@ -553,31 +551,33 @@ def session_of(model_bytes, device, cuda_graph=False, profile_dir=None):
 
 
 def steps_of(session, state, case, device, n_token):
-    """`(log_probs of each step, the state after them)` of `case`'s steps
-    from `state` (both numpy)."""
+    """`(log_probs of each step (numpy), the BoundStep holding the state
+    after them)` of `case`'s steps from `state`."""
     step = BoundStep(session, state, device, n_token)
     log_probs = []
     for ids, stopped in zip(case["ids"], case["stopped"]):
         step.feed(ids, stopped)
         step.run()
-        log_probs.append(np.array(step.values["log_probs"].numpy()))
+        log_probs.append(np.array(step.read("log_probs")))
         step.advance()
-    return np.stack(log_probs), step.state(list(state))
+    return np.stack(log_probs), step
 
 
 def differences(form, reference, got, info):
-    """The largest differences of a form's run (`steps_of`'s, its state
-    back in the exported layout) from the exported graph's."""
-    ref_lp, ref_state = reference
-    lp, state = got[0], exported_layout(form, got[1], info)
-    rings = [name for name in ref_state if name.startswith(("keys_", "values_"))]
-
-    def largest(names):
-        return float(max(np.abs(state[n].astype(np.float64) - ref_state[n]).max()
-                         for n in names))
-    return {"max_abs_log_probs": float(np.abs(lp - ref_lp).max()),
-            "max_abs_rings": largest(rings), "max_abs_memory": largest(["cache_mems"]),
-            "flags_equal": all(np.array_equal(state[n], ref_state[n])
+    """The largest differences of a form's run (`steps_of`'s; its rings
+    read back in the exported layout, a layer at a time) from the exported
+    graph's (`steps_of`'s)."""
+    (ref_lp, ref), (lp, step) = reference, got
+    rings = 0.0
+    for i in range(info["n_layer"]):
+        names = (f"keys_{i}", f"values_{i}")
+        mine = exported_rings(form, *(step.read(n) for n in names), info["slots"])
+        rings = max(rings, *(float(np.abs(m.astype(np.float64) - ref.read(n)).max())
+                             for m, n in zip(mine, names)))
+    return {"max_abs_log_probs": float(np.abs(lp - ref_lp).max()), "max_abs_rings": rings,
+            "max_abs_memory": float(np.abs(step.read("cache_mems")
+                                           - ref.read("cache_mems")).max()),
+            "flags_equal": all(np.array_equal(step.read(n), ref.read(n))
                                for n in ("valid", "slot", "row_slot"))}
 
 
@@ -595,17 +595,20 @@ def measure_form(form, model, info, device, batches, steps, iters, references, k
             profiled = session_of(model_bytes, device, profile_dir=folder)
             for row, batch in zip(rows, batches):
                 case, reference = references[batch]
-                state = form_state(form, case["state"], info, device)
-                got = steps_of(profiled, state, case, device, info["n_token"])
+                got = steps_of(profiled, form_state(form, case["state"], info, device), case,
+                               device, info["n_token"])
                 row.update(differences(form, reference, got, info))
                 row["parity_ok"] = bool(row["max_abs_log_probs"] <= TOLERANCE[info["dtype"]]
                                         and row["flags_equal"])
-            _node_rows(rows, profiled, state, device, info["n_token"], kernels)
+                del got  # its state, before the next batch's
+            _node_rows(rows, profiled, form_state(form, references[batches[0]][0]["state"],
+                                                  info, device), device, info["n_token"],
+                       kernels)
             del profiled
             timed = session_of(model_bytes, device, cuda_graph=device == "cuda")
             for k, (row, batch) in enumerate(zip(rows, batches)):
-                state = form_state(form, references[batch][0]["state"], info, device)
-                step = BoundStep(timed, state, device, info["n_token"],
+                step = BoundStep(timed, form_state(form, references[batch][0]["state"], info,
+                                                   device), device, info["n_token"],
                                  graph_id=k + 1 if device == "cuda" else None)
                 try:
                     row["ms"] = median_ms(step.run, iters)
@@ -657,10 +660,14 @@ def bound_ms(info, batch, bandwidth):
     return 1e3 * step_bytes(info["config"], info["slots"] - 1, batch, itemsize) / bandwidth
 
 
-def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=True, seed=0):
+def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=True, seed=0,
+        report=None):
     """The table's rows and the copy bandwidth: every form of every export
-    at each batch, beside the exported graph."""
+    at each batch, beside the exported graph (`today`, measured first);
+    `report(new rows, all rows, bandwidth)` after each form (a run stopped later
+    keeps what it measured)."""
     bandwidth = copy_bandwidth(device, copy_mib)
+    form_names = sorted(form_names, key=lambda form: form != "today")
     rows = []
     for folder in folders:
         model, info = load_step(folder)
@@ -671,20 +678,23 @@ def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=Tr
             references[batch] = (case, steps_of(base, case["state"], case, device,
                                                 info["n_token"]))
         del base
-        found = []
+        today = {}
         for form in form_names:
-            found += measure_form(form, model, info, device, batches, steps, iters, references,
-                                  kernels)
+            found = measure_form(form, model, info, device, batches, steps, iters, references,
+                                 kernels)
             gc.collect()  # the form's sessions and buffers, before the next's
-        for row in found:
-            row["bound_ms"] = bound_ms(info, row["batch"], bandwidth)
-            today = next((r for r in found if r["form"] == "today" and "ms" in r
-                          and r["batch"] == row["batch"]), None)
-            if "ms" in row:
+            for row in found:
+                row["bound_ms"] = bound_ms(info, row["batch"], bandwidth)
+                if "ms" not in row:
+                    continue
                 row["x_bound"] = row["ms"] / row["bound_ms"]
-                if today is not None:
-                    row["ratio_to_today"] = row["ms"] / today["ms"]
-        rows += found
+                if form == "today":
+                    today[row["batch"]] = row["ms"]
+                if row["batch"] in today:
+                    row["ratio_to_today"] = row["ms"] / today[row["batch"]]
+            rows += found
+            if report:
+                report(found, rows, bandwidth)
     return rows, bandwidth
 
 
@@ -766,22 +776,31 @@ def main(argv):
                              f"{PROVIDERS[o['device']]}")
     ort.set_default_logger_severity(3)
     started = time.perf_counter()
-    rows, bandwidth = run(o["exports"], form_names, batches, o["device"], o["steps"],
-                          o["iters"], o["copy_mib"], o["kernels"])
-    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write)")
-    print(table(rows))
     output = o["output"] or os.path.join(REPO, "benchmarks", "results",
                                          f"fused_step_{o['device']}.json")
-    result = {"question": "the whole cached decode step in ONNX Runtime's fused attention "
-                          "forms against the exported one (issue 53)",
-              "onnxruntime": ort.__version__, "device": o["device"], "exports": o["exports"],
-              "batch_sizes": batches, "steps": o["steps"], "iters": o["iters"],
-              "copy_bytes_per_s": bandwidth, "seconds": time.perf_counter() - started,
-              "summary": summary(rows, o["device"]), "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {output}")
+
+    def save(rows, partial, bandwidth):
+        result = {"question": "the whole cached decode step in ONNX Runtime's fused attention "
+                              "forms against the exported one (issue 53)",
+                  "onnxruntime": ort.__version__, "device": o["device"],
+                  "exports": o["exports"], "batch_sizes": batches, "steps": o["steps"],
+                  "iters": o["iters"], "partial": partial, "copy_bytes_per_s": bandwidth,
+                  "seconds": time.perf_counter() - started,
+                  "summary": summary(rows, o["device"]), "rows": rows}
+        with open(output + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        os.replace(output + ".tmp", output)
+        return result
+
+    def report(found, rows, bandwidth):  # each form's rows as measured; the JSON so far
+        print(table(found), flush=True)
+        save(rows, True, bandwidth)
+
+    rows, bandwidth = run(o["exports"], form_names, batches, o["device"], o["steps"],
+                          o["iters"], o["copy_mib"], o["kernels"], report=report)
+    result = save(rows, False, bandwidth)
+    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write); wrote {output}")
     print(result["summary"])
 
 

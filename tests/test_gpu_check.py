@@ -52,6 +52,10 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
         assert any(arg.startswith("--work_dir=/w/serving_float16") or
                    arg.startswith("--exports=/w/serving_float16/") for arg in commands[part])
     assert "--tolerance=5e-2" in commands["serving_parity_float16"]
+    # the whole step in the fused forms: both exports brought along, as the serving parts
+    serving = "tiny" if tiny else "enwik8_base"
+    assert f"--exports=/w/serving/{serving}/out,/w/serving_float16/{serving}/out" \
+        in commands["fused_step"]
     assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_soak"]
     serving = "tiny" if tiny else "enwik8_base"  # the export made above
     assert f"--export_dir=/w/serving/{serving}/out" in commands["serving_soak"]
@@ -107,8 +111,9 @@ def test_each_group_fits_one_session():
     assert len(grouped) == len(set(grouped)) and set(grouped) <= set(gc.CHECKS)
     assert set(gc.GROUPS["serving"]) == {p for p in gc.CHECKS if p.startswith("serving_")}
     assert gc.needs_onnxruntime("attention_forms") and not gc.needs_onnxruntime("decode_xla")
+    assert gc.needs_onnxruntime("fused_step")
     assert set(gc.CHECKS) - set(grouped) == {"mirrored", "losses", "pair_wt103_base",
-                                             "decode_xla", "attention_forms"}
+                                             "decode_xla", "attention_forms", "fused_step"}
     assert gc.GROUPS["training"][0] == "compile_flags"  # its figures first
     for group, parts in gc.GROUPS.items():
         before = ROWS_BEFORE_S["gpu"] + ROWS_BEFORE_S["serving_exports"] * (group == "serving")
@@ -595,7 +600,9 @@ def test_the_serving_exports_are_made_here_and_filled_there(monkeypatch, tmp_pat
     row = gc.fill_serving_exports(str(tmp_path / "none"), str(tmp_path / "w"))
     assert row["status"] == "failed" and "none/float32" in row["result"], row
     o = {"serving_exports": None, "device": "gpu"}
-    assert all("needs --serving_exports" in gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS)
+    assert all("needs --serving_exports" in gc.skip_reason(p, o)
+               for p in (*gc.FLOAT16_PARTS, "fused_step"))
+    assert gc.reads_exports("fused_step") and not gc.reads_exports("attention_forms")
     o = {"serving_exports": str(gx), "device": "cpu"}
     assert [gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS] == [None, None]  # parity: on the CPU
 
