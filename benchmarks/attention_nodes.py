@@ -154,8 +154,8 @@ def attention_nodes(nodes, form, t, heads, d_head, slots, chunked=0, prefix=""):
     if form not in FORMS:
         raise ValueError(f"unknown form {form!r}; known: {', '.join(FORMS)}")
     h, d, p = heads, d_head, prefix
-    heads_1_d = nodes.const("heads_1_d", [-1, h, 1, d])
-    rows_1_flat = nodes.const("rows_1_flat", [-1, 1, h * d])
+    heads_1_d = nodes.const("heads_1_d", [0, h, 1, d])
+    rows_1_flat = nodes.const("rows_1_flat", [0, 1, h * d])
     add = nodes.add
     value4 = add("Reshape", [t["value"], heads_1_d], [p + "value4"])
     if scatter_writes(form):
@@ -170,15 +170,15 @@ def attention_nodes(nodes, form, t, heads, d_head, slots, chunked=0, prefix=""):
     if scatter_writes(form):
         pass
     elif form == "today":
-        key4 = add("Reshape", [t["key"], nodes.const("heads_d_1", [-1, h, d, 1])], [p + "key4"])
+        key4 = add("Reshape", [t["key"], nodes.const("heads_d_1", [0, h, d, 1])], [p + "key4"])
         add("ScatterElements", [t["keys"], t["key_index"], key4], [t["keys_out"]], axis=3)
     elif chunked:
         x = chunked
-        key5 = add("Reshape", [t["key"], nodes.const("chunks_1_x", [-1, h, d // x, 1, x])],
+        key5 = add("Reshape", [t["key"], nodes.const("chunks_1_x", [0, h, d // x, 1, x])],
                    [p + "key5"])
         add("ScatterElements", [t["keys"], t["key_index"], key5], [t["keys_out"]], axis=3)
         keys_read = add("Reshape", [t["keys_out"], nodes.const(f"slots_d_{slots}",
-                                                               [-1, h, slots, d])],
+                                                               [0, h, slots, d])],
                         [p + "keys_cache"])
     else:
         key4 = add("Reshape", [t["key"], heads_1_d], [p + "key4"])
@@ -196,12 +196,12 @@ def attention_nodes(nodes, form, t, heads, d_head, slots, chunked=0, prefix=""):
         for k, term in enumerate(terms[1:]):
             bias = add("Add", [bias, term], [p + f"bias{k}"])
         vec = _fused(nodes, form, t, bias, keys_read, h, slots, p, (heads_1_d, rows_1_flat))
-    add("Reshape", [vec, nodes.const("flat", [-1, h * d])], [t["out"]])
+    add("Reshape", [vec, nodes.const("flat", [0, h * d])], [t["out"]])
 
 
 def _fused(nodes, form, t, bias, keys_read, h, slots, p, shapes):
     """The fused op's nodes (`attention_nodes`; `shapes`: the names of its
-    `[-1, H, 1, d]` and `[-1, 1, H * d]`); returns its output."""
+    `[B, H, 1, d]` and `[B, 1, H * d]`); returns its output."""
     add = nodes.add
     heads_1_d, rows_1_flat = shapes
     if form in ("mha", "mha_pad"):

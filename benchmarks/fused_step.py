@@ -65,8 +65,9 @@ TOLERANCE = {"float32": 1e-5, "float16": 5e-2}
 TARGET_MS_B1 = 0.78
 TARGET_X_BOUND_B16 = 2.0
 SEQLENS = "gqa_seqlens"  # the rewritten gqa graph's input: each row's ring slots
-# The ring state a step writes in place (its output `new_<name>` bound to the input).
-MOVED = ("slot", "row_slot")  # written to buffers of their own, copied back between steps
+# The ring positions a step moves on: written to buffers of their own (a node could read a
+# position already moved), copied back between steps (`BoundStep.advance`).
+MOVED = ("slot", "row_slot")
 
 
 class FusedStepError(BenchmarkError):
@@ -78,9 +79,9 @@ class Layer:
     """One layer's attention found in the graph (`find_layers`): the nodes
     it is made of (`removed`) and the tensors the form's nodes take."""
 
-    def __init__(self, index, write_keys, write_values, removed, terms, mix):
+    def __init__(self, index, write_keys, write_values, content, removed, terms, mix):
         self.index, self.removed, self.terms = index, removed, terms
-        self.q_u = removed[2].input[0]
+        self.q_u = content.input[0]
         self.key, self.value = write_keys.input[2], write_values.input[2]
         self.value_index = write_values.input[1]
         self.out = mix.output[0]
@@ -156,7 +157,7 @@ def find_layers(graph):
             if node.op_type == "MatMul" and softmax_seen:
                 if node.input != [at, f"new_values_{i}"]:
                     _refuse(f"layer {i}'s probabilities meet {node.input}, not the values")
-                layers.append(Layer(i, *writes, removed, terms, node))
+                layers.append(Layer(i, *writes, content, removed, terms, node))
                 break
             if node.op_type == "Add" and not softmax_seen:
                 terms.append(node.input[1] if node.input[0] == at else node.input[0])
@@ -288,10 +289,10 @@ class Surgery:
         if x:
             t["key_index"] = self.once("key_index", lambda: self.nodes.add(
                 "Reshape", [layer.value_index, self.nodes.const(
-                    "chunk_index", [-1, self.h, self.d // x, 1, x])], ["fused/key_index"]))
+                    "chunk_index", [0, self.h, self.d // x, 1, x])], ["fused/key_index"]))
         forms.attention_nodes(self.nodes, self.form, t, self.h, self.d,
                               forms.slots_of(self.form, self.slots), x, prefix=f"fused/{i}/")
-        self.nodes.add("Reshape", [t["out"], self.nodes.const("heads_1_d", [-1, self.h, 1,
+        self.nodes.add("Reshape", [t["out"], self.nodes.const("heads_1_d", [0, self.h, 1,
                                                                             self.d])],
                        [layer.out])
 
@@ -680,10 +681,12 @@ def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=Tr
         del base
         today = {}
         for form in form_names:
+            started = time.perf_counter()
             found = measure_form(form, model, info, device, batches, steps, iters, references,
                                  kernels)
             gc.collect()  # the form's sessions and buffers, before the next's
             for row in found:
+                row["form_seconds"] = time.perf_counter() - started  # all its batches
                 row["bound_ms"] = bound_ms(info, row["batch"], bandwidth)
                 if "ms" not in row:
                     continue
