@@ -82,10 +82,9 @@ if REPO not in sys.path:
 from benchmarks.common import BenchmarkError, at_least, integer_list, names_from  # noqa: E402
 from txl_tf.app.flagspec import option  # noqa: E402
 
-from benchmarks.attention_nodes import (  # noqa: E402, F401 (the forms' names, here too)
-    ATTENTION, DMMHA, DTYPES, FORMS, HIDDEN, INFLIGHT, OPSET, PAD, SCRATCH, Nodes,
-    attention_nodes, bnsh, chunk, chunked_keys, form_rings, opset_of, ring_dims, scatter_writes,
-    slots_of)
+from benchmarks.attention_nodes import (  # noqa: E402, F401 (PAD: the docstring's)
+    DTYPES, FORMS, HIDDEN, INFLIGHT, OPSET, PAD, SCRATCH, Nodes, attention_nodes, bnsh, chunk,
+    chunked_keys, form_rings, opset_of, ring_dims, scatter_writes, slots_of)
 
 DEVICES = ("cpu", "cuda")
 # One layer of each shape: heads, head width, model width, ring slots (memory + 1).

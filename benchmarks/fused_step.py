@@ -192,7 +192,6 @@ class Surgery:
         self.extra = forms.slots_of(form, slots) - slots
         self.chunked = forms.chunk(dtype) if forms.chunked_keys(form, device) else 0
         self.nodes = forms.Nodes(prefix="fused/")
-        self.graph = model.graph
         self.producers = {out: node for node in model.graph.node for out in node.output}
         self.readers = {}
         for node in model.graph.node:
@@ -237,8 +236,7 @@ class Surgery:
             if self.elem(term) != ring_elem:
                 name = self.once(("cast", term), lambda term=term: self.cast(term, ring_elem))
             if self.extra and not through_matmul:
-                name = self.once(("pad", name), lambda name=name: self.padded(
-                    name, forms.HIDDEN[self.dtype], self.rank(term), ring_elem))
+                name = self.padded(name, forms.HIDDEN[self.dtype], self.rank(term), ring_elem)
                 hidden_padded = True
             out.append(name)
         if self.extra and not hidden_padded:
@@ -247,15 +245,18 @@ class Surgery:
         return out
 
     def cast(self, term, elem):
+        from onnx import TensorProto
         add, c = self.nodes.add, self.nodes.const
         name = term
-        if elem == 10:  # float16: the float32 mask's -1e30 would be -inf
+        if elem == TensorProto.FLOAT16:  # the float32 mask's -1e30 would be -inf
             low = c(f"low_{term}", forms.HIDDEN["float16"], np.float32)
             name = add("Clip", [term, low], [f"fused/{term}_clipped"])
         return add("Cast", [name], [f"fused/{term}_cast"], to=elem)
 
     def padded(self, name, value, rank=None, elem=None):
-        """`name` with `extra` more entries on its last axis, all `value`."""
+        """`name` with `extra` more entries on its last axis, all `value`
+        (once for each `name`; `rank`, `elem`: its rank and type where
+        shape inference has not seen it)."""
         from onnx import helper
         rank = rank or self.rank(name)
         elem = elem or self.elem(name)
@@ -268,12 +269,13 @@ class Surgery:
 
     def write_index(self, value_index):
         """int64 `[B]`: each row's write slot, from the ScatterElements index."""
+        from onnx import TensorProto
         add, c = self.nodes.add, self.nodes.const
         flat = add("Reshape", [value_index, c("rows_flat", [0, -1])], ["fused/index_flat"])
         index = add("Gather", [flat, c("first", 0)], ["fused/write_index0"], axis=1)
-        if self.elem(value_index) == 7:  # int64 already
+        if self.elem(value_index) == TensorProto.INT64:
             return index
-        return add("Cast", [index], ["fused/write_index"], to=7)
+        return add("Cast", [index], ["fused/write_index"], to=TensorProto.INT64)
 
     def layer(self, layer):
         """Adds `layer`'s attention in the form; its output under the old name."""
@@ -304,17 +306,22 @@ def _tensor_type(tensor):
 
 
 def _without_weights(model, most=4096):
-    """A copy of `model` whose initializers of more than `most` elements
-    are inputs (shape inference of a large model, its constants kept)."""
+    """`model`'s graph with its initializers of more than `most` elements
+    made inputs (shape inference of a large model without a copy of its
+    weights, its constants kept)."""
     from onnx import ModelProto, helper
-    light = ModelProto()
-    light.CopyFrom(model)
-    large = [t for t in light.graph.initializer if np.prod(t.dims) > most]
-    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                             for t in large)
-    kept = [t for t in light.graph.initializer if np.prod(t.dims) <= most]
-    del light.graph.initializer[:]
-    light.graph.initializer.extend(kept)
+    light = ModelProto(ir_version=model.ir_version)
+    light.opset_import.extend(model.opset_import)
+    graph = model.graph
+    light.graph.node.extend(graph.node)
+    light.graph.input.extend(graph.input)
+    light.graph.output.extend(graph.output)
+    for tensor in graph.initializer:
+        if np.prod(tensor.dims) <= most:
+            light.graph.initializer.append(tensor)
+        else:
+            light.graph.input.append(helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, list(tensor.dims)))
     return light
 
 
@@ -348,7 +355,7 @@ def rewrite(model, form, device="cpu"):
     `present_keys_<i>`, `present_values_<i>` (bound to the rings' buffers)
     and `gqa` the input `gqa_seqlens` (int32 `[B]`, the ring's slots).
     `FusedStepError` for a graph it does not recognise (`find_layers`)."""
-    from onnx import ModelProto, helper, version_converter
+    from onnx import ModelProto, TensorProto, helper, version_converter
     if form not in forms.FORMS:
         raise FusedStepError(f"unknown form {form!r}; known: {', '.join(forms.FORMS)}")
     _, heads, d_head, slots, dtype = interface(model.graph)
@@ -383,7 +390,8 @@ def rewrite(model, form, device="cpu"):
                                                           elem, ring_v)
                             for layer in layers for kind in ("keys", "values"))
     if form == "gqa":
-        graph.input.append(helper.make_tensor_value_info(SEQLENS, 6, ["batch"]))
+        graph.input.append(helper.make_tensor_value_info(SEQLENS, TensorProto.INT32,
+                                                         ["batch"]))
     if form not in forms.ATTENTION and forms.MICROSOFT not in \
             {o.domain for o in new.opset_import}:
         new.opset_import.append(helper.make_opsetid(forms.MICROSOFT, 1))

@@ -207,7 +207,7 @@ COMMANDS = {
     "fused_step": "{python} -m benchmarks.fused_step --device={ort_device} "
                   "--exports={work}/serving/{serving_preset}/out,"
                   "{work}/serving_float16/{serving_preset}/out --iters=30 "
-                  "--output={out}/fused_step.json",
+                  "--forms={fused_forms} --output={out}/fused_step.json",
 }
 # Parts run once per setting, each run a process of its own with these variables added
 # to the check's environment (after any value it has: run_check.sh's XLA_FLAGS holds
@@ -264,9 +264,13 @@ TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # each given a third of a training step's compile; serving_device_tests: the
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
 # had printed, then the rest.
+# fused_step's forms, the two to watch first (benchmarks/device/README.md): a part stopped at
+# its budget has measured those (its JSON is written after each form).
+FUSED_FORMS = ("today", "dmmha", "attention24_pad", "attention23", "mha", "mha_pad",
+               "attention23_pad", "dmmha_inflight", "gqa")
 # attention_forms (never run on a GPU): its process's start and about a minute of work
 # (its author's estimate from the CPU run). fused_step (never run on a GPU): its process's
-# start, the two exports loaded, and per form and dtype (17 of them) a rewrite, two sessions,
+# start, the two exports loaded, and per form and dtype (18 of them) a rewrite, two sessions,
 # 8 parity steps and 30 timed steps a batch: about 5 s each (an estimate: enwik8_base's
 # sessions opened on the CPU, about 2 s each there, and the GPU's steps). The serving parts
 # time exports brought along (--serving_exports): serving_long_memory exports enwik8_base
@@ -1523,6 +1527,7 @@ def commands_for(o, out_dir):
     fields = dict(sizes(o["tiny"], o["device"]), python=shlex.quote(sys.executable),
                   out=shlex.quote(out_dir), work=shlex.quote(o["work_dir"]), reference=reference,
                   reuse="--reuse_exports" if o.get("serving_exports") else "",
+                  fused_forms=",".join(FUSED_FORMS),
                   decode_tolerance=issue_targets.number_text(
                       issue_targets.limit_of("decode_parity")))
     return {part: shlex.split(COMMANDS[part].format(**fields)) for part in o["parts"]}

@@ -22,6 +22,7 @@ from absl import flags
 
 from benchmarks import gpu_check as gc
 from benchmarks import throughput as tp
+from benchmarks.attention_nodes import FORMS
 from txl_tf.app.flagspec import defaults, define
 
 
@@ -56,6 +57,7 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
     serving = "tiny" if tiny else "enwik8_base"
     assert f"--exports=/w/serving/{serving}/out,/w/serving_float16/{serving}/out" \
         in commands["fused_step"]
+    assert sorted(gc.FUSED_FORMS) == sorted(FORMS) and gc.FUSED_FORMS[0] == "today"
     assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_soak"]
     serving = "tiny" if tiny else "enwik8_base"  # the export made above
     assert f"--export_dir=/w/serving/{serving}/out" in commands["serving_soak"]
