@@ -265,8 +265,10 @@ TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
 # had printed, then the rest.
 # fused_step's forms, the two to watch first (benchmarks/device/README.md): a part stopped at
-# its budget has measured those (its JSON is written after each form).
-FUSED_FORMS = ("today", "dmmha", "attention24_pad", "attention23", "mha", "mha_pad",
+# its budget has measured those (its JSON is written after each form); the plain ONNX one
+# before the contrib kernel that reads its own chunked layout (a CUDA error there would
+# leave the process's later forms nothing to run on).
+FUSED_FORMS = ("today", "attention24_pad", "dmmha", "attention23", "mha", "mha_pad",
                "attention23_pad", "dmmha_inflight", "gqa")
 # attention_forms (never run on a GPU): its process's start and about a minute of work
 # (its author's estimate from the CPU run). fused_step (never run on a GPU): its process's
