@@ -109,6 +109,9 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.gpu_check", ["--parts=parity,gpu"], "--parts takes"),
     ("benchmarks.attention_forms", ["--forms=today,bogus"], "--forms takes a non-empty list of "
      "today, mha"),
+    ("benchmarks.fused_step", ["--forms=today,flash"], "--forms takes a non-empty list of "
+     "today, mha"),
+    ("benchmarks.fused_step", ["--steps=0"], "--steps must be"),
     # its groups, named with its parts
     ("benchmarks.gpu_check", ["--parts=training,servings"],
      "train, decode_xla, serving_long_memory, serving_evaluation, serving_soak, "
