@@ -273,8 +273,10 @@ FUSED_FORMS = ("today", "attention24_pad", "dmmha", "attention23", "mha", "mha_p
 # attention_forms (never run on a GPU): its process's start and about a minute of work
 # (its author's estimate from the CPU run). fused_step (never run on a GPU): its process's
 # start, the two exports loaded, and per form and dtype (18 of them) a rewrite, two sessions,
-# 8 parity steps and 30 timed steps a batch: about 5 s each (an estimate: enwik8_base's
-# sessions opened on the CPU, about 2 s each there, and the GPU's steps). The serving parts
+# 8 parity steps and 30 timed steps a batch, guessed at 5 s each (on the 2-core CPU at
+# enwik8_base, 2026-12-01: a rewrite up to 1.2 s, the opset conversion's; its serialization
+# 0.4 s; a CPU session 0.3 to 0.5 s; on the GPU a session also moves the weights there and
+# captures CUDA graphs; each form's `form_seconds` in its JSON will say). The serving parts
 # time exports brought along (--serving_exports): serving_long_memory exports enwik8_base
 # otherwise.
 BUDGETS = {"compile_flags": 145, "parity": 30, "losses": 120, "mirrored": 120,
