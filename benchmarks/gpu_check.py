@@ -96,7 +96,8 @@ fails, runs out of time or cannot run is one line of the table (`failed
   forms, batch 1 and 16: parity to the exported step over 4 steps, ms a
   step as a CUDA graph, nodes and kernels, the bound, and whether the
   fastest form meets issue 53's 0.78 ms (batch 1) and 2x the bound (batch
-  16) (`benchmarks.fused_step`). In no group (run by name); only with
+  16) (`benchmarks.fused_step`); stopped at its budget, its row has the
+  forms measured so far. In no group (run by name); only with
   `--serving_exports`.
 
 `--serving_exports=DIR` brings the serving exports made beforehand on
@@ -1253,6 +1254,13 @@ def pair_summary(path):
     return "; ".join(parts)
 
 
+def fused_summary(path):
+    """The summary line of a `benchmarks.fused_step` JSON file, whole or as
+    far as a stopped run wrote it (it writes its file after each form)."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["summary"]
+
+
 def output_file(command):
     """The file a part's command writes (its `--output=`), or None."""
     written = [arg.split("=", 1)[1] for arg in command if arg.startswith("--output=")]
@@ -1321,7 +1329,8 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
         if written and os.path.exists(written):  # its numbers, in the check's one file
             result["json"] = _json_of(written)
         summarize = (pair_summary if part.startswith("pair_")
-                     else settings_summary if part in settings else None)
+                     else settings_summary if part in settings
+                     else fused_summary if part == "fused_step" else None)
         if summarize and written and os.path.exists(written):
             try:
                 summary = summarize(written)  # a stopped run's rows too

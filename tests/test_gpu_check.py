@@ -432,6 +432,21 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
 
 
+def test_a_stopped_fused_step_shows_the_forms_it_measured(tmp_path):
+    """fused_step writes its JSON after each form: killed at its budget, its
+    line of the table has the summary of the forms it measured."""
+    out = tmp_path / "fused.json"
+    partial = {"partial": True, "rows": [], "summary": "fused step on cuda (...): float32 b1: "
+               "fastest attention24_pad 0.500 ms"}
+    writes = (f"import json, time; json.dump({partial!r}, open({str(out)!r}, 'w')); "
+              "time.sleep(30)")
+    rows = gc.run_parts({"fused_step": fake(writes) + [f"--output={out}"]},
+                        dict(gc.BUDGETS, fused_step=1), total_s=2, env=None)
+    assert rows[0]["result"] == ("failed (timed out after 1 s; so far: fused step on cuda "
+                                 "(...): float32 b1: fastest attention24_pad 0.500 ms)"), rows[0]
+    assert rows[0]["json"]["partial"] is True
+
+
 def test_the_pairs_log_xlas_compile_by_phase_a_stopped_one_too(tmp_path):
     """The pair parts run with XLA's compile timers on (`COMPILE_TIMERS`,
     `TIMED_COMPILES`): the default flags' first step by phase, in the row's
