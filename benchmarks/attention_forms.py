@@ -244,6 +244,24 @@ IN_PLACE = {"keys_out": "keys", "values_out": "values", "present_keys": "keys",
             "present_values": "values"}
 
 
+def open_session(model_bytes, device, cuda_graph=False, profile_dir=None, cuda_options=None):
+    """An ONNX Runtime session of the serialized model `model_bytes` on
+    `device` (on CUDA: TF32 off, `cuda_options` added, replayed as CUDA
+    graphs with `cuda_graph`), profiled into `profile_dir` where given."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if profile_dir:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(profile_dir, "session")
+    provider = PROVIDERS[device]
+    options_cuda = {"use_tf32": "0", **(cuda_options or {})}
+    if cuda_graph:
+        options_cuda["enable_cuda_graph"] = "1"
+    entry = (provider, options_cuda) if device == "cuda" else provider
+    return ort.InferenceSession(model_bytes, options, providers=[entry])
+
+
 class Bound:
     """A session of one form with its feeds on `device` and its outputs
     bound: `out` to a buffer of its own, the rings' outputs to the input
@@ -252,18 +270,8 @@ class Bound:
     def __init__(self, model, feeds, device, cuda_graph=False, profile_dir=None,
                  cuda_options=None):
         import onnxruntime as ort
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if profile_dir:
-            options.enable_profiling = True
-            options.profile_file_prefix = os.path.join(profile_dir, "attention")
-        provider = PROVIDERS[device]
-        options_cuda = {"use_tf32": "0", **(cuda_options or {})}
-        if cuda_graph:
-            options_cuda["enable_cuda_graph"] = "1"
-        entry = (provider, options_cuda) if device == "cuda" else provider
-        self.session = ort.InferenceSession(model.SerializeToString(), options,
-                                            providers=[entry])
+        self.session = open_session(model.SerializeToString(), device, cuda_graph, profile_dir,
+                                    cuda_options)
         self.values = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x), device, 0)
                        for name, x in feeds.items()}
         b = feeds["q_u"].shape[0]

@@ -53,7 +53,7 @@ if REPO not in sys.path:
 
 from benchmarks import attention_nodes as forms  # noqa: E402
 from benchmarks.attention_forms import (PROVIDERS, copy_bandwidth, cuda_kernels,  # noqa: E402
-                                        environment, median_ms, node_counts)
+                                        environment, median_ms, node_counts, open_session)
 from benchmarks.common import BenchmarkError, at_least, integer_list, names_from  # noqa: E402
 from export.decode_cache import token_inputs, token_outputs  # noqa: E402
 from txl_tf.app.flagspec import option  # noqa: E402
@@ -547,22 +547,6 @@ class BoundStep:
         return self.values[name].numpy()
 
 
-def session_of(model_bytes, device, cuda_graph=False, profile_dir=None):
-    """An ONNX Runtime session of a step graph on `device` (TF32 off on
-    CUDA; `cuda_graph`: replayed as CUDA graphs; `profile_dir`: profiled)."""
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if profile_dir:
-        options.enable_profiling = True
-        options.profile_file_prefix = os.path.join(profile_dir, "step")
-    provider = PROVIDERS[device]
-    if device == "cuda":
-        provider = (provider, {"use_tf32": "0", **({"enable_cuda_graph": "1"}
-                                                  if cuda_graph else {})})
-    return ort.InferenceSession(model_bytes, options, providers=[provider])
-
-
 def steps_of(session, state, case, device, n_token):
     """`(log_probs of each step (numpy), the BoundStep holding the state
     after them)` of `case`'s steps from `state`."""
@@ -605,7 +589,7 @@ def measure_form(form, model, info, device, batches, steps, iters, references, k
         with environment(forms.INFLIGHT, inflight), \
                 tempfile.TemporaryDirectory(prefix="fused_step_") as folder:
             model_bytes = rewrite(model, form, device).SerializeToString()
-            profiled = session_of(model_bytes, device, profile_dir=folder)
+            profiled = open_session(model_bytes, device, profile_dir=folder)
             for row, batch in zip(rows, batches):
                 case, reference = references[batch]
                 got = steps_of(profiled, form_state(form, case["state"], info, device), case,
@@ -619,7 +603,7 @@ def measure_form(form, model, info, device, batches, steps, iters, references, k
                                                   info, device), device, info["n_token"],
                        kernels)
             del profiled
-            timed = session_of(model_bytes, device, cuda_graph=device == "cuda")
+            timed = open_session(model_bytes, device, cuda_graph=device == "cuda")
             for k, (row, batch) in enumerate(zip(rows, batches)):
                 step = BoundStep(timed, form_state(form, references[batch][0]["state"], info,
                                                    device), device, info["n_token"],
@@ -685,7 +669,7 @@ def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=Tr
     rows = []
     for folder in folders:
         model, info = load_step(folder)
-        base = session_of(model.SerializeToString(), device)
+        base = open_session(model.SerializeToString(), device)
         references = {}
         for batch in batches:
             case = make_case(info, batch, steps, seed)

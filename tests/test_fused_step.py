@@ -100,11 +100,11 @@ def test_the_slots_a_form_adds_are_hidden_and_would_change_the_answer(exports, f
     they change nothing; with a hidden value of 0 they would be seen."""
     model, info = bench.load_step(exports["float32"])
     case = bench.make_case(info, 2, 2, seed=1)
-    base = bench.session_of(model.SerializeToString(), "cpu")
+    base = bench.open_session(model.SerializeToString(), "cpu")
     reference = bench.steps_of(base, case["state"], case, "cpu", info["n_token"])
     for hidden, agrees in ((forms.HIDDEN["float32"], True), (0.0, False)):
         monkeypatch.setitem(forms.HIDDEN, "float32", hidden)
-        session = bench.session_of(bench.rewrite(model, form).SerializeToString(), "cpu")
+        session = bench.open_session(bench.rewrite(model, form).SerializeToString(), "cpu")
         state = bench.form_state(form, case["state"], info, "cpu")
         for i in range(info["n_layer"]):
             for ring in (f"keys_{i}", f"values_{i}"):
