@@ -82,25 +82,15 @@ if REPO not in sys.path:
 from benchmarks.common import BenchmarkError, at_least, integer_list, names_from  # noqa: E402
 from txl_tf.app.flagspec import option  # noqa: E402
 
-FORMS = ("today", "mha", "mha_pad", "attention23", "attention23_pad", "attention24_pad", "dmmha",
-         "dmmha_inflight", "gqa")
-ATTENTION = ("attention23", "attention23_pad", "attention24_pad")
-DMMHA = ("dmmha", "dmmha_inflight")
-# Forms whose op appends the token at a fixed index: one scratch slot after the ring.
-SCRATCH = (*DMMHA, "gqa")
-# `dmmha_inflight` is `dmmha` with the CUDA kernel's loads of many keys in flight at once.
-INFLIGHT = "ORT_DECODER_MASKED_ATTENTION_LOAD_KV_DATA_IN_FLIGHT"
-# `_pad` forms: the slots padded with hidden ones to a multiple of this (a fused kernel's
-# alignment of the bias rows: 4 float32 or 8 float16 elements).
-PAD = 8
-DTYPES = ("float32", "float16")
+from benchmarks.attention_nodes import (  # noqa: E402, F401 (PAD: the docstring's)
+    DTYPES, FORMS, HIDDEN, INFLIGHT, OPSET, PAD, SCRATCH, Nodes, attention_nodes, bnsh, chunk,
+    chunked_keys, form_rings, opset_of, ring_dims, scatter_writes, slots_of)
+
 DEVICES = ("cpu", "cuda")
 # One layer of each shape: heads, head width, model width, ring slots (memory + 1).
 SHAPES = {"tiny": dict(n_head=2, d_head=16, d_model=32, slots=17),
           "enwik8_base": dict(n_head=8, d_head=64, d_model=512, slots=2101)}
-HIDDEN = {"float32": -1e30, "float16": -3e4}
 VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten")
-OPSET = 23  # 24 for the forms that write with TensorScatter (`scatter_writes`)
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
@@ -145,97 +135,53 @@ def reference(case, dtype="float32"):
             "keys": keys, "values": values}
 
 
-def slots_of(form, slots):
-    """The slots of `form`'s rings for a ring of `slots`: one scratch slot
-    more (`SCRATCH`), or padded to a multiple of `PAD` (`_pad`)."""
-    if form in SCRATCH:
-        return slots + 1
-    if form.endswith("_pad"):
-        return -(-slots // PAD) * PAD
-    return slots
-
-
-def scatter_writes(form):
-    """Whether `form` writes the token into the rings with the opset-24
-    TensorScatter (one write index a row, in place, no index tensors)
-    rather than ScatterElements."""
-    return form == "attention24_pad"
-
-
-def chunked_keys(form, device):
-    """Whether `form` on `device` keeps its keys in the decoder kernel's
-    chunks: `dmmha` on CUDA, whose kernel (FasterTransformer's) reads and
-    writes the key cache as `[B, H, d / x, S, x]`, x = 16 bytes of elements,
-    in a tensor it declares `[B, H, S, d]` (its CPU kernel reads BNSH)."""
-    return form in DMMHA and device == "cuda"
-
-
-def chunk(dtype):
-    """The elements of 16 bytes of `dtype` (the chunked keys' last axis)."""
-    return 16 // np.dtype(dtype).itemsize
-
-
 def ring_layout(form, case, dtype, device="cpu"):
     """The feeds of `form`'s graph on `device` from `case`: the rings in its
-    layout, the write indices, the slots' encodings and visibility (the
-    slots past the ring's, `slots_of`, zero and hidden), floats in `dtype`."""
-    keys, values, positions, visible = (case[k] for k in ("keys", "values", "positions",
-                                                          "visible"))
-    b, h, s, d = keys.shape
+    layout (`form_rings`), the write indices, the slots' encodings and
+    visibility (the slots past the ring's, `slots_of`, zero and hidden),
+    floats in `dtype`."""
+    positions, visible, slot = (case[k] for k in ("positions", "visible", "slot"))
+    b, h, s, d = case["keys"].shape
     extra = slots_of(form, s) - s
     if extra:
-        keys, values = (np.concatenate([x, np.zeros((b, h, extra, d), x.dtype)], 2)
-                        for x in (keys, values))
         positions = np.concatenate([positions, np.zeros((extra, positions.shape[1]),
                                                         positions.dtype)], 0)
         visible = np.concatenate([visible, np.zeros((b, extra), bool)], 1)
-    index = np.broadcast_to(case["slot"].reshape(b, 1, 1, 1), (b, h, 1, d))
+    keys, values = form_rings(form, case["keys"].astype(dtype), case["values"].astype(dtype),
+                              device)
+    index = np.broadcast_to(slot.reshape(b, 1, 1, 1), (b, h, 1, d))
     feeds = {"q_u": case["q_u"], "q_v": case["q_v"], "key": case["key"],
-             "value": case["value"], "values": values, "positions": positions,
+             "value": case["value"], "keys": keys, "values": values, "positions": positions,
              "visible": visible}
     if scatter_writes(form):
-        feeds["write_index"] = case["slot"]
+        feeds["write_index"] = slot
     else:
         feeds["value_index"] = np.ascontiguousarray(index)
     if form == "today":
-        feeds["keys"] = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))
         feeds["key_index"] = np.ascontiguousarray(index.transpose(0, 1, 3, 2))
     elif chunked_keys(form, device):
         x = chunk(dtype)
-        slots = keys.shape[2]
-        feeds["keys"] = np.ascontiguousarray(
-            keys.reshape(b, h, slots, d // x, x).transpose(0, 1, 3, 2, 4))
         feeds["key_index"] = np.ascontiguousarray(np.broadcast_to(
-            case["slot"].reshape(b, 1, 1, 1, 1), (b, h, d // x, 1, x)))
-    else:
-        feeds["keys"] = keys
+            slot.reshape(b, 1, 1, 1, 1), (b, h, d // x, 1, x)))
     if form == "gqa":  # each row's length less one: the token goes to the scratch slot
         feeds["seqlens"] = np.full(b, s, np.int32)
     return {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in feeds.items()}
 
 
 def bnsh_rings(form, outputs, slots):
-    """A form's written rings `(keys, values)` as BNSH `[B, H, S, d]`
-    (today's key columns transposed, chunked keys joined, slots past the
-    ring's `slots` dropped)."""
-    keys, values = outputs["keys_out"], outputs["values_out"]
-    if form == "today":
-        keys = keys.transpose(0, 1, 3, 2)
-    if keys.ndim == 5:
-        b, h, chunks, _, x = keys.shape
-        keys = keys.transpose(0, 1, 3, 2, 4).reshape(b, h, -1, chunks * x)
-    return keys[:, :, :slots], values[:, :, :slots]
+    """A form's written rings `(keys, values)` (`outputs["keys_out"]`,
+    `["values_out"]`) as BNSH `[B, H, S, d]` (`bnsh`)."""
+    return bnsh(form, outputs["keys_out"], outputs["values_out"], slots)
 
 
 # ------------------------------------------------------------ the graphs
 def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
     """The one-layer ONNX model of `form` (see the module's docstring) at
     `shape` in `dtype` for `device` (`chunked_keys`); `r_kernel` `[d_model,
-    H * d]` (float32) its
-    position projection. Inputs: `ring_layout`'s names; outputs `out` `[B,
-    H * d]`, `keys_out`, `values_out` (the written rings, to be bound to
-    the input rings' buffers), and for `SCRATCH` forms `present_keys`,
-    `present_values` (likewise)."""
+    H * d]` (float32) its position projection. Inputs: `ring_layout`'s
+    names; outputs `out` `[B, H * d]`, `keys_out`, `values_out` (the
+    written rings, to be bound to the input rings' buffers), and for
+    `SCRATCH` forms `present_keys`, `present_values` (likewise)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     if form not in FORMS:
@@ -246,91 +192,27 @@ def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
     if r_kernel is None:
         r_kernel = np.zeros((dm, h * d), np.float32)
     by_head = r_kernel.reshape(dm, h, d).transpose(1, 2, 0).astype(dtype)  # [H, d, d_model]
-    inits = [numpy_helper.from_array(by_head, "r_by_head"),
-             numpy_helper.from_array(np.array([0.0], dtype), "zero"),
-             numpy_helper.from_array(np.array([HIDDEN[dtype]], dtype), "hidden_value")]
-
-    def const(name, values):
-        inits.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
-        return name
-    const("heads_1_d", [-1, h, 1, d])
-    const("heads_d_1", [-1, h, d, 1])
-    const("flat", [-1, h * d])
-    const("rows_1_flat", [-1, 1, h * d])
-    const("mask_shape", [-1, 1, 1, slots])
-    n = helper.make_node
-    nodes = [
-        n("Reshape", ["q_v", "heads_1_d"], ["q_v4"]),
-        n("MatMul", ["q_v4", "r_by_head"], ["through_r"]),  # [B, H, 1, d_model]
-        n("Transpose", ["positions"], ["positions_t"], perm=[1, 0]),
-        n("MatMul", ["through_r", "positions_t"], ["position"]),  # [B, H, 1, slots]
-        n("Where", ["visible", "zero", "hidden_value"], ["hidden2"]),
-        n("Reshape", ["hidden2", "mask_shape"], ["hidden"]),
-        n("Reshape", ["value", "heads_1_d"], ["value4"]),
-    ]
-    chunked = chunked_keys(form, device)
-    x = chunk(dtype)
-    if scatter_writes(form):
-        nodes += [n("Reshape", ["key", "heads_1_d"], ["key4"])]
-        nodes += [n("TensorScatter", [ring, new, "write_index"], [ring + "_out"], axis=2,
-                    mode="circular") for ring, new in (("keys", "key4"), ("values", "value4"))]
-    else:
-        nodes.append(n("ScatterElements", ["values", "value_index", "value4"], ["values_out"],
-                       axis=2))
-    if scatter_writes(form):
-        pass
-    elif form == "today":
-        nodes += [n("Reshape", ["key", "heads_d_1"], ["key4"]),
-                  n("ScatterElements", ["keys", "key_index", "key4"], ["keys_out"], axis=3)]
-    elif chunked:
-        nodes += [n("Reshape", ["key", const("chunks_1_x", [-1, h, d // x, 1, x])], ["key5"]),
-                  n("ScatterElements", ["keys", "key_index", "key5"], ["keys_out"], axis=3),
-                  n("Reshape", ["keys_out", const("slots_d", [-1, h, slots, d])],
-                    ["keys_cache"])]
-    else:
-        nodes += [n("Reshape", ["key", "heads_1_d"], ["key4"]),
-                  n("ScatterElements", ["keys", "value_index", "key4"], ["keys_out"], axis=2)]
-    if form == "today":
-        nodes += [n("Reshape", ["q_u", "heads_1_d"], ["q_u4"]),
-                  n("MatMul", ["q_u4", "keys_out"], ["content"]),
-                  n("Add", ["content", "position"], ["score0"]),
-                  n("Add", ["score0", "hidden"], ["score"]),
-                  n("Softmax", ["score"], ["prob"], axis=-1),
-                  n("MatMul", ["prob", "values_out"], ["vec"])]
-    else:
-        nodes.append(n("Add", ["position", "hidden"], ["bias"]))
-    if form in ("mha", "mha_pad"):
-        nodes += [n("Reshape", ["q_u", "rows_1_flat"], ["q_u3"]),
-                  n("MultiHeadAttention", ["q_u3", "keys_out", "values_out", "", "", "bias"],
-                    ["vec"], domain="com.microsoft", num_heads=h, scale=1.0)]
-    elif form in ATTENTION:
-        nodes += [n("Reshape", ["q_u", "heads_1_d"], ["q_u4"]),
-                  n("Attention", ["q_u4", "keys_out", "values_out", "bias"], ["vec"],
-                    scale=1.0)]
-    elif form in DMMHA:
-        inits.append(numpy_helper.from_array(np.array(s, np.int32), "past_length"))
-        nodes += [n("Reshape", [t, "rows_1_flat"], [t + "3"]) for t in ("q_u", "key", "value")]
-        nodes.append(n("DecoderMaskedMultiHeadAttention",
-                       ["q_u3", "key3", "value3", "", "bias",
-                        "keys_cache" if chunked else "keys_out", "values_out", "past_length"],
-                       ["vec", "present_keys", "present_values"],
-                       domain="com.microsoft", num_heads=h, scale=1.0,
-                       past_present_share_buffer=1))
-    elif form == "gqa":
-        inits.append(numpy_helper.from_array(np.array(s + 1, np.int32), "total_length"))
-        nodes += [n("Reshape", [t, "rows_1_flat"], [t + "3"]) for t in ("q_u", "key", "value")]
-        nodes.append(n("GroupQueryAttention",
-                       ["q_u3", "key3", "value3", "keys_out", "values_out", "seqlens",
-                        "total_length", "", "", "", "bias"],
-                       ["vec", "present_keys", "present_values"], domain="com.microsoft",
-                       num_heads=h, kv_num_heads=h, scale=1.0))
-    nodes.append(n("Reshape", ["vec", "flat"], ["out"]))
+    nodes = Nodes()
+    for name, value in (("r_by_head", by_head), ("zero", np.array([0.0], dtype)),
+                        ("hidden_value", np.array([HIDDEN[dtype]], dtype))):
+        nodes.inits[name] = numpy_helper.from_array(value, name)
+    add = nodes.add
+    q_v4 = add("Reshape", ["q_v", nodes.const("heads_1_d", [-1, h, 1, d])], ["q_v4"])
+    through_r = add("MatMul", [q_v4, "r_by_head"], ["through_r"])  # [B, H, 1, d_model]
+    positions_t = add("Transpose", ["positions"], ["positions_t"], perm=[1, 0])
+    position = add("MatMul", [through_r, positions_t], ["position"])  # [B, H, 1, slots]
+    hidden2 = add("Where", ["visible", "zero", "hidden_value"], ["hidden2"])
+    hidden = add("Reshape", [hidden2, nodes.const("mask_shape", [-1, 1, 1, slots])], ["hidden"])
+    chunked = chunk(dtype) if chunked_keys(form, device) else 0
+    names = {name: name for name in ("q_u", "key", "value", "keys", "values", "value_index",
+                                     "key_index", "write_index", "seqlens", "out", "keys_out",
+                                     "values_out", "present_keys", "present_values")}
+    attention_nodes(nodes, form, dict(names, bias_terms=[position, hidden]), h, d, slots,
+                    chunked)
 
     def info(name, elem, dims):
         return helper.make_tensor_value_info(name, elem, dims)
-    ring_k = ([None, h, d, slots] if form == "today" else
-              [None, h, d // x, slots, x] if chunked else [None, h, slots, d])
-    ring_v = [None, h, slots, d]
+    ring_k, ring_v = ring_dims(form, h, d, slots, chunked)
     inputs = [info("q_u", ft, [None, h * d]), info("q_v", ft, [None, h * d]),
               info("key", ft, [None, h * d]), info("value", ft, [None, h * d]),
               info("keys", ft, ring_k), info("values", ft, ring_v),
@@ -339,18 +221,17 @@ def build_form(form, shape, dtype="float32", r_kernel=None, device="cpu"):
         inputs.append(info("write_index", TensorProto.INT64, [None]))
     else:
         inputs.append(info("value_index", TensorProto.INT64, [None, h, 1, d]))
-    if form == "today":
-        inputs.append(info("key_index", TensorProto.INT64, [None, h, d, 1]))
-    elif chunked:
-        inputs.append(info("key_index", TensorProto.INT64, [None, h, d // x, 1, x]))
+    if form == "today" or chunked:
+        inputs.append(info("key_index", TensorProto.INT64, ring_k[:3] + [1] + ring_k[4:]))
     if form == "gqa":
         inputs.append(info("seqlens", TensorProto.INT32, [None]))
     outputs = [info("out", ft, [None, h * d]), info("keys_out", ft, ring_k),
                info("values_out", ft, ring_v)]
     if form in SCRATCH:
         outputs += [info("present_keys", ft, ring_v), info("present_values", ft, ring_v)]
-    graph = helper.make_graph(nodes, f"attention_{form}", inputs, outputs, inits)
-    opsets = [helper.make_opsetid("", 24 if scatter_writes(form) else OPSET),
+    graph = helper.make_graph(nodes.nodes, f"attention_{form}", inputs, outputs,
+                              list(nodes.inits.values()))
+    opsets = [helper.make_opsetid("", opset_of(form) or OPSET),
               helper.make_opsetid("com.microsoft", 1)]
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10
@@ -363,6 +244,24 @@ IN_PLACE = {"keys_out": "keys", "values_out": "values", "present_keys": "keys",
             "present_values": "values"}
 
 
+def open_session(model_bytes, device, cuda_graph=False, profile_dir=None, cuda_options=None):
+    """An ONNX Runtime session of the serialized model `model_bytes` on
+    `device` (on CUDA: TF32 off, `cuda_options` added, replayed as CUDA
+    graphs with `cuda_graph`), profiled into `profile_dir` where given."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if profile_dir:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(profile_dir, "session")
+    provider = PROVIDERS[device]
+    options_cuda = {"use_tf32": "0", **(cuda_options or {})}
+    if cuda_graph:
+        options_cuda["enable_cuda_graph"] = "1"
+    entry = (provider, options_cuda) if device == "cuda" else provider
+    return ort.InferenceSession(model_bytes, options, providers=[entry])
+
+
 class Bound:
     """A session of one form with its feeds on `device` and its outputs
     bound: `out` to a buffer of its own, the rings' outputs to the input
@@ -371,18 +270,8 @@ class Bound:
     def __init__(self, model, feeds, device, cuda_graph=False, profile_dir=None,
                  cuda_options=None):
         import onnxruntime as ort
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if profile_dir:
-            options.enable_profiling = True
-            options.profile_file_prefix = os.path.join(profile_dir, "attention")
-        provider = PROVIDERS[device]
-        options_cuda = {"use_tf32": "0", **(cuda_options or {})}
-        if cuda_graph:
-            options_cuda["enable_cuda_graph"] = "1"
-        entry = (provider, options_cuda) if device == "cuda" else provider
-        self.session = ort.InferenceSession(model.SerializeToString(), options,
-                                            providers=[entry])
+        self.session = open_session(model.SerializeToString(), device, cuda_graph, profile_dir,
+                                    cuda_options)
         self.values = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x), device, 0)
                        for name, x in feeds.items()}
         b = feeds["q_u"].shape[0]

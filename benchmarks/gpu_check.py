@@ -91,6 +91,14 @@ fails, runs out of time or cannot run is one line of the table (`failed
   today's, float32 and float16, batch 1 and 16: parity, ms a call as a
   CUDA graph, kernels, the bound (`benchmarks.attention_forms`). In no
   group (run by name).
+- `fused_step`: the whole cached decode step (`decode_token.onnx` of the
+  float32 and float16 exports brought along) rewritten into each of those
+  forms, batch 1 and 16: parity to the exported step over 4 steps, ms a
+  step as a CUDA graph, nodes and kernels, the bound, and whether the
+  fastest form meets issue 53's 0.78 ms (batch 1) and 2x the bound (batch
+  16) (`benchmarks.fused_step`); stopped at its budget, its row has the
+  forms measured so far. In no group (run by name); only with
+  `--serving_exports`.
 
 `--serving_exports=DIR` brings the serving exports made beforehand on
 another machine (`--make_serving_exports=DIR` there, with TensorFlow: the
@@ -197,6 +205,10 @@ COMMANDS = {
     "attention_forms": "{python} -m benchmarks.attention_forms --device={ort_device} "
                        "--shape={serving_preset} --dtypes=float32,float16 "
                        "--output={out}/attention_forms.json",
+    "fused_step": "{python} -m benchmarks.fused_step --device={ort_device} "
+                  "--exports={work}/serving/{serving_preset}/out,"
+                  "{work}/serving_float16/{serving_preset}/out --iters=30 "
+                  "--forms={fused_forms} --output={out}/fused_step.json",
 }
 # Parts run once per setting, each run a process of its own with these variables added
 # to the check's environment (after any value it has: run_check.sh's XLA_FLAGS holds
@@ -253,14 +265,27 @@ TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # each given a third of a training step's compile; serving_device_tests: the
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
 # had printed, then the rest.
+# fused_step's forms, the two to watch first (benchmarks/device/README.md): a part stopped at
+# its budget has measured those (its JSON is written after each form); the plain ONNX one
+# before the contrib kernel that reads its own chunked layout (a CUDA error there would
+# leave the process's later forms nothing to run on).
+FUSED_FORMS = ("today", "attention24_pad", "dmmha", "attention23", "mha", "mha_pad",
+               "attention23_pad", "dmmha_inflight", "gqa")
 # attention_forms (never run on a GPU): its process's start and about a minute of work
-# (its author's estimate from the CPU run). The serving parts time exports brought along
-# (--serving_exports): serving_long_memory exports enwik8_base otherwise.
+# (its author's estimate from the CPU run). fused_step (never run on a GPU): its process's
+# start, the two exports loaded, and per form and dtype (18 of them) a rewrite, two sessions,
+# 8 parity steps and 30 timed steps a batch, guessed at 5 s each (on the 2-core CPU at
+# enwik8_base, 2026-12-01: a rewrite up to 1.2 s, the opset conversion's; its serialization
+# 0.4 s; a CPU session 0.3 to 0.5 s; on the GPU a session also moves the weights there and
+# captures CUDA graphs; each form's `form_seconds` in its JSON will say). The serving parts
+# time exports brought along (--serving_exports): serving_long_memory exports enwik8_base
+# otherwise.
 BUDGETS = {"compile_flags": 145, "parity": 30, "losses": 120, "mirrored": 120,
            "pair_enwik8_base": 170, "pair_wt103_base": 100, "train": 180, "decode_xla": 120,
            "serving_long_memory": 50, "serving_evaluation": 60, "serving_soak": 40,
            "serving_device_tests": 75, "serving_parity": 45, "serving_profile": 40,
-           "serving_float16": 35, "serving_parity_float16": 45, "attention_forms": 90}
+           "serving_float16": 35, "serving_parity_float16": 45, "attention_forms": 90,
+           "fused_step": 120}
 # What one device session leaves for the check (its device time less the machine's start,
 # the pieces and their unpacking, as on 2026-11-30): the whole check does not fit one, so
 # it runs as named groups of parts (`--parts=training`, `--parts=serving`), one a
@@ -270,7 +295,8 @@ SESSION_S = 540.0
 # (two XLA programs), losses (its GPU program's compile and 100 steps), pair_wt103_base
 # (its rows are shown, not judged) and decode_xla (the Keras side's decoder on the GPU,
 # shown beside the ONNX step), attention_forms (one layer's attention in ONNX Runtime's
-# fused forms: what to build next for issue 53's decode step); and of the pairs'
+# fused forms: what to build next for issue 53's decode step), fused_step (the whole step in
+# those forms: whether one meets issue 53's targets); and of the pairs'
 # rows (`sizes`) enwik8_base's f32+jit (5.19x the paper's on 2026-11-30) and f16+jit, and
 # wt103_base's bf16+jit and f16+jit.
 GROUPS = {"training": ("compile_flags", "parity", "pair_enwik8_base", "train"),
@@ -280,6 +306,10 @@ GROUPS = {"training": ("compile_flags", "parity", "pair_enwik8_base", "train"),
 # The parts that time the float16 decode step: only over --serving_exports (an export
 # of its own would take more than their budget on the GPU machine).
 FLOAT16_PARTS = ("serving_float16", "serving_parity_float16")
+# The parts in neither group that time onnxruntime's GPU (no TensorFlow's).
+ONNXRUNTIME_PARTS = ("attention_forms", "fused_step")
+# The parts that read the exports --serving_exports brings (copied and filled first).
+EXPORT_PARTS = (*FLOAT16_PARTS, "fused_step")
 # The skeletons --make_serving_exports writes and --serving_exports reads:
 # <folder>/<decode dtype>/<preset>/out, the layout of benchmarks.long_memory's --work_dir.
 SERVING_DTYPES = {"float32": "serving", "float16": "serving_float16"}
@@ -1082,8 +1112,14 @@ def run_command(command, timeout, env):
 
 def needs_onnxruntime(part):
     """Whether `part` needs onnxruntime's GPU (the serving parts and
-    attention_forms) rather than TensorFlow's."""
-    return part.startswith("serving_") or part == "attention_forms"
+    `ONNXRUNTIME_PARTS`) rather than TensorFlow's."""
+    return part.startswith("serving_") or part in ONNXRUNTIME_PARTS
+
+
+def reads_exports(part):
+    """Whether `part` reads the serving exports (the serving parts and
+    `EXPORT_PARTS`): with --serving_exports, they are copied and filled first."""
+    return part.startswith("serving_") or part in EXPORT_PARTS
 
 
 def part_envs(parts, env, facts):
@@ -1126,7 +1162,7 @@ def skip_reason(part, o, facts=None):
             return f"{NO_TENSORFLOW} (the tests export their models)"
         if not o["serving_exports"]:
             return f"{NO_TENSORFLOW} (without --serving_exports the serving parts export)"
-    if part in FLOAT16_PARTS and not o["serving_exports"]:
+    if part in EXPORT_PARTS and not o["serving_exports"]:
         return "needs --serving_exports (the float16 export is made beforehand)"
     if part == "serving_device_tests" and o["device"] == "cpu":
         return "needs CUDA (on the CPU these tests are make test's)"
@@ -1218,6 +1254,13 @@ def pair_summary(path):
     return "; ".join(parts)
 
 
+def fused_summary(path):
+    """The summary line of a `benchmarks.fused_step` JSON file, whole or as
+    far as a stopped run wrote it (it writes its file after each form)."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["summary"]
+
+
 def output_file(command):
     """The file a part's command writes (its `--output=`), or None."""
     written = [arg.split("=", 1)[1] for arg in command if arg.startswith("--output=")]
@@ -1286,7 +1329,8 @@ def run_parts(commands, budgets, total_s, env, skip=None, train_work=None, xla_c
         if written and os.path.exists(written):  # its numbers, in the check's one file
             result["json"] = _json_of(written)
         summarize = (pair_summary if part.startswith("pair_")
-                     else settings_summary if part in settings else None)
+                     else settings_summary if part in settings
+                     else fused_summary if part == "fused_step" else None)
         if summarize and written and os.path.exists(written):
             try:
                 summary = summarize(written)  # a stopped run's rows too
@@ -1496,6 +1540,7 @@ def commands_for(o, out_dir):
     fields = dict(sizes(o["tiny"], o["device"]), python=shlex.quote(sys.executable),
                   out=shlex.quote(out_dir), work=shlex.quote(o["work_dir"]), reference=reference,
                   reuse="--reuse_exports" if o.get("serving_exports") else "",
+                  fused_forms=",".join(FUSED_FORMS),
                   decode_tolerance=issue_targets.number_text(
                       issue_targets.limit_of("decode_parity")))
     return {part: shlex.split(COMMANDS[part].format(**fields)) for part in o["parts"]}
@@ -1559,7 +1604,7 @@ def main(argv):
     save(rows)
     stop_on_sigterm()
     total_s = o["total_s"] - rows[0]["seconds"]
-    if o["serving_exports"] and any(part.startswith("serving_") for part in o["parts"]):
+    if o["serving_exports"] and any(reads_exports(part) for part in o["parts"]):
         rows.append({"part": "serving_exports", "command": "",
                      **fill_serving_exports(o["serving_exports"], o["work_dir"])})
         print(f"serving_exports: {rows[-1]['result']}", flush=True)

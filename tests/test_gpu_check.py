@@ -22,6 +22,7 @@ from absl import flags
 
 from benchmarks import gpu_check as gc
 from benchmarks import throughput as tp
+from benchmarks.attention_nodes import FORMS
 from txl_tf.app.flagspec import defaults, define
 
 
@@ -52,6 +53,11 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
         assert any(arg.startswith("--work_dir=/w/serving_float16") or
                    arg.startswith("--exports=/w/serving_float16/") for arg in commands[part])
     assert "--tolerance=5e-2" in commands["serving_parity_float16"]
+    # the whole step in the fused forms: both exports brought along, as the serving parts
+    serving = "tiny" if tiny else "enwik8_base"
+    assert f"--exports=/w/serving/{serving}/out,/w/serving_float16/{serving}/out" \
+        in commands["fused_step"]
+    assert sorted(gc.FUSED_FORMS) == sorted(FORMS) and gc.FUSED_FORMS[0] == "today"
     assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_soak"]
     serving = "tiny" if tiny else "enwik8_base"  # the export made above
     assert f"--export_dir=/w/serving/{serving}/out" in commands["serving_soak"]
@@ -107,8 +113,9 @@ def test_each_group_fits_one_session():
     assert len(grouped) == len(set(grouped)) and set(grouped) <= set(gc.CHECKS)
     assert set(gc.GROUPS["serving"]) == {p for p in gc.CHECKS if p.startswith("serving_")}
     assert gc.needs_onnxruntime("attention_forms") and not gc.needs_onnxruntime("decode_xla")
+    assert gc.needs_onnxruntime("fused_step")
     assert set(gc.CHECKS) - set(grouped) == {"mirrored", "losses", "pair_wt103_base",
-                                             "decode_xla", "attention_forms"}
+                                             "decode_xla", "attention_forms", "fused_step"}
     assert gc.GROUPS["training"][0] == "compile_flags"  # its figures first
     for group, parts in gc.GROUPS.items():
         before = ROWS_BEFORE_S["gpu"] + ROWS_BEFORE_S["serving_exports"] * (group == "serving")
@@ -425,6 +432,21 @@ def test_a_stopped_pair_shows_the_rows_it_wrote(tmp_path):
     assert gc.pair_summary(str(out)) == "f16+jit not done (1st 63 s)"
 
 
+def test_a_stopped_fused_step_shows_the_forms_it_measured(tmp_path):
+    """fused_step writes its JSON after each form: killed at its budget, its
+    line of the table has the summary of the forms it measured."""
+    out = tmp_path / "fused.json"
+    partial = {"partial": True, "rows": [], "summary": "fused step on cuda (...): float32 b1: "
+               "fastest attention24_pad 0.500 ms"}
+    writes = (f"import json, time; json.dump({partial!r}, open({str(out)!r}, 'w')); "
+              "time.sleep(30)")
+    rows = gc.run_parts({"fused_step": fake(writes) + [f"--output={out}"]},
+                        dict(gc.BUDGETS, fused_step=1), total_s=2, env=None)
+    assert rows[0]["result"] == ("failed (timed out after 1 s; so far: fused step on cuda "
+                                 "(...): float32 b1: fastest attention24_pad 0.500 ms)"), rows[0]
+    assert rows[0]["json"]["partial"] is True
+
+
 def test_the_pairs_log_xlas_compile_by_phase_a_stopped_one_too(tmp_path):
     """The pair parts run with XLA's compile timers on (`COMPILE_TIMERS`,
     `TIMED_COMPILES`): the default flags' first step by phase, in the row's
@@ -595,7 +617,9 @@ def test_the_serving_exports_are_made_here_and_filled_there(monkeypatch, tmp_pat
     row = gc.fill_serving_exports(str(tmp_path / "none"), str(tmp_path / "w"))
     assert row["status"] == "failed" and "none/float32" in row["result"], row
     o = {"serving_exports": None, "device": "gpu"}
-    assert all("needs --serving_exports" in gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS)
+    assert all("needs --serving_exports" in gc.skip_reason(p, o)
+               for p in (*gc.FLOAT16_PARTS, "fused_step"))
+    assert gc.reads_exports("fused_step") and not gc.reads_exports("attention_forms")
     o = {"serving_exports": str(gx), "device": "cpu"}
     assert [gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS] == [None, None]  # parity: on the CPU
 
