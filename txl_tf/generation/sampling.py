@@ -65,9 +65,11 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
 def usable_rows(log_probs):
     """bool `[B]`: the rows of `log_probs [B, V]` that are a distribution to
     sample: no NaN, no +inf, at least one finite value (-inf is probability
-    0). Comparisons, not a max: XLA's max skips NaN, TensorFlow's keeps it."""
-    return (tf.reduce_all(log_probs < np.inf, -1)  # NaN compares False
-            & tf.reduce_any(log_probs > -np.inf, -1))
+    0). Comparisons, not a max: XLA's max skips NaN, TensorFlow's keeps it;
+    one reduction (each finite value counts 1, NaN and +inf count inf)."""
+    counts = tf.reduce_sum(tf.where(log_probs < np.inf,  # NaN compares False
+                                    tf.where(log_probs > -np.inf, 1.0, 0.0), np.inf), -1)
+    return (counts >= 1) & (counts < np.inf)
 
 
 def _sample(lp, usable, seen, keys, counters, temperature, top_k, top_p, penalty):
