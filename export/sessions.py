@@ -44,6 +44,7 @@ from export.runtime import generation_backend
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
 from txl_tf.generation.flow import prefill
+from txl_tf.generation.nan_rows import NonFiniteLogProbsError
 from txl_tf.generation.request import (MAX_NEW_TOKENS, Generation, DecodeState, HeldCache,
                                        check_count, check_pad_id, check_prompts, make_rows,
                                        seen_mask)
@@ -124,9 +125,14 @@ class SessionTable:
         budget = check_count("max_new_tokens", max_new_tokens, high=MAX_NEW_TOKENS)
         rows = make_rows(n_token, 1, seed, stop_ids, Sampling(temperature, top_k, top_p,
                                                              repetition_penalty))
-        if memory is None:
+        fresh = memory is None
+        if fresh:
             memory = self.backend.initial_memory(1)
-        log_probs, memory = prefill(self.backend, prompts, memory, self.segment_len)
+        try:
+            log_probs, memory = prefill(self.backend, prompts, memory, self.segment_len)
+        except NonFiniteMemoryError as err:  # named by the session, not as row 0
+            raise (NonFiniteLogProbsError([session_id], [0]) if fresh  # the model made them
+                   else err.in_batch([session_id])) from None
         # `done` means stopped by a stop id: a session that used its budget
         # can go on from `close(id).state`.
         state = DecodeState(log_probs, memory, seen_mask(prompts, n_token),
@@ -373,7 +379,7 @@ class SessionTable:
         except NonFiniteMemoryError as err:  # the others wait for the next step
             for row in err.rows:
                 self._queue.remove(served[row])
-            raise err.in_batch(served) from None
+            raise self._stopped_by(err, served) from None
         return log_probs, self.backend.split(memory)
 
     def _step_slab(self, served, ids):
@@ -385,7 +391,15 @@ class SessionTable:
         except NonFiniteMemoryError as err:
             for row in err.rows:
                 self._leave_slab(served[row])
-            raise err.in_batch(served) from None
+            raise self._stopped_by(err, served) from None
+
+    def _stopped_by(self, err, served):
+        """The error for the served sessions whose step's log-probs `err`
+        found not finite (rows of the step's batch `served`): the id each
+        could not draw next is the one after this step's."""
+        sessions = [served[row] for row in err.rows]
+        return NonFiniteLogProbsError(sessions, [len(self._sessions[sid].ids) + 1
+                                                 for sid in sessions])
 
     def _leave_slab(self, session_id):
         """Takes a session's cache out of the slab into its state (the memory

@@ -369,8 +369,8 @@ def test_a_float16_step_that_overflows_mid_decode_is_named_not_sampled_as_an_id(
     decoder = Decoder(core, mem_len=8, jit_compile=False)
     for sampling in ({"temperature": 0.0}, {"temperature": 1.0, "seed": 3}):
         with pytest.raises(NonFiniteMemoryError,
-                           match=r"^stream\(s\) 0, 1: .* a step of the decode overflowed "
-                                 r".*float16; decode in float32$"):
+                           match=r"^stream\(s\) 0, 1: the model produced NaN or inf log-probs "
+                                 r"at new id 1, 1 .*float16: decode in float32\)"):
             decoder.generate([[1, 2, 3], [4]], 4, **sampling)
 
 
@@ -380,10 +380,10 @@ def test_the_decode_loop_brings_one_finite_flag_per_row_to_the_host(monkeypatch)
     `stream_every` ids); one flag per row is enough."""
     from txl_tf.generation import decoder as decoder_module
     seen = []
-    check = decoder_module._check_steps_finite
-    monkeypatch.setattr(decoder_module, "_check_steps_finite",
-                        lambda finite, dtype: (seen.append(np.shape(finite)),
-                                               check(finite, dtype)))
+    check = decoder_module.usable_rows
+    monkeypatch.setattr(decoder_module, "usable_rows",
+                        lambda log_probs: seen.append(tuple(check(log_probs).shape))
+                        or check(log_probs))
     keras.utils.set_random_seed(0)
     core = TransformerXL(TransformerXLConfig.preset("tiny", n_token=N_TOKEN))
     Decoder(core, mem_len=8, jit_compile=False).generate([[1, 2, 3], [4]], 4,

@@ -331,3 +331,67 @@ def test_a_peaked_row_draws_its_last_ids_and_top_p_keeps_them():
                                   tf.constant(p), 2).numpy(),
                 sampling_numpy._cut_off(lp, temp, k, p, 2)):
         np.testing.assert_array_equal(cut[:, 0], lp[:, [1, 1, 0]][0])
+
+
+def broken_rows(rng, batch):
+    """Random rows, then rows that are no distribution (all NaN, one NaN,
+    one +inf, all -inf) and a row whose -inf ids are probability 0."""
+    lp = np.log(rng.dirichlet(np.full(V, 0.3), batch + 5)).astype(np.float32)
+    lp[batch] = np.nan
+    lp[batch + 1, 4] = np.nan
+    lp[batch + 2, 7] = np.inf
+    lp[batch + 3] = -np.inf
+    lp[batch + 4, ::2] = -np.inf
+    return lp
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_rows_with_no_distribution_get_id_0_draw_nothing_and_agree_on_every_backend(trial):
+    """NaN or +inf anywhere in a row, or nothing finite: TensorFlow's sampler
+    gave id V (greedy) or -1 (sampled), numpy's 0 or 3, and a row with one NaN
+    2 under XLA and 4 without. Now every backend gives id 0 from
+    `sample_next` and `choose` draws nothing for the row (pad_id, its
+    counter, seen ids and done flag as they were), so the loops find it;
+    the other rows get what they get without it, and a -inf id is never
+    drawn."""
+    rng = np.random.default_rng(trial)
+    batch = 6
+    lp = broken_rows(rng, batch)
+    n = len(lp)
+    samplings = [Sampling(float(rng.choice([0, 0.7, 1.0, 2.0])), int(rng.integers(0, V)),
+                          float(rng.choice([1.0, 0.9, 0.3])), float(rng.choice([1.0, 1.3])))
+                 for _ in range(n)]
+    r = make_rows(V, n, trial, [2], samplings)
+    seen = rng.random([n, V]) < 0.2
+    counters = rng.integers(0, 100, n)
+    done = np.zeros(n, bool)
+    done[0] = True
+    args = (lp, seen, r.keys, counters, *r[1:5])
+    compiled = tf.function(sampling.sample_next, jit_compile=True)
+    by_backend = [sampling.sample_next(*(tf.constant(a) for a in args)).numpy(),
+                  compiled(*(tf.constant(a) for a in args)).numpy(),
+                  sampling_numpy.sample_next(*args)]
+    for ids in by_backend:
+        np.testing.assert_array_equal(ids, by_backend[0])
+        np.testing.assert_array_equal(ids[batch:batch + 4], 0)
+        assert ids[batch + 4] % 2 == 1  # its -inf ids (the even ones) are never drawn
+    no_distribution = (np.arange(n) >= batch) & (np.arange(n) < batch + 4)
+    np.testing.assert_array_equal(sampling_numpy.usable_rows(lp), ~no_distribution)
+    np.testing.assert_array_equal(sampling.usable_rows(tf.constant(lp)).numpy(),
+                                  ~no_distribution)
+    a = tf_choose(lp, r, seen, counters, done, pad_id=1)
+    b = sampling_numpy.choose(lp, r, seen, counters, done, 1)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    ids, chosen, new_seen, new_counters, new_done = b
+    halted = no_distribution | done
+    np.testing.assert_array_equal(ids[halted], 1)
+    np.testing.assert_array_equal(chosen[halted], 0)
+    np.testing.assert_array_equal(new_counters, counters + ~halted)
+    np.testing.assert_array_equal(new_seen[halted], seen[halted])
+    np.testing.assert_array_equal(new_done[no_distribution], False)
+    kept = ~no_distribution
+    alone = sampling_numpy.choose(lp[kept], r.take(np.flatnonzero(kept)), seen[kept],
+                                  counters[kept], done[kept], 1)
+    for x, y in zip(b, alone):
+        np.testing.assert_array_equal(x[kept], y)

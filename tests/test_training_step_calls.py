@@ -241,6 +241,26 @@ def test_a_reader_gone_ends_the_beats_without_a_traceback(monkeypatch):
     assert raised == []
 
 
+def test_a_closed_stream_ends_the_beats_quietly_and_a_bug_keeps_its_traceback(monkeypatch):
+    """A beat's write to a closed stream (`ValueError: I/O operation on
+    closed file`) ends the beats quietly; any other `ValueError` from a beat
+    (a bug in its own code) was swallowed as well, ending the beats with no
+    word: it is reported as the thread's exception."""
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    for error in (ValueError("I/O operation on closed file."), ValueError("a bug")):
+        tried = threading.Event()
+
+        def beat(seconds, error=error, tried=tried):
+            tried.set()
+            raise error
+        heartbeat = progress.Heartbeat(0.01, beat)
+        heartbeat.start()
+        assert tried.wait(60)
+        heartbeat.stop()  # joins the thread: its exception, if any, is reported by then
+    assert [str(args.exc_value) for args in raised] == ["a bug"]
+
+
 def test_a_first_call_that_raises_leaves_no_heartbeat_running(tmp_path, monkeypatch):
     """Keras calls no `on_train_end` after a `fit` that raised: the job's
     `run` (a call from Python, no `error:` line's `close_bars`) left the

@@ -33,6 +33,7 @@ from txl_tf.app.tf_startup import quiet_tensorflow_import, require_tensorflow_ba
 from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
 from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
 from txl_tf.errors import TxlError  # noqa: E402
+from txl_tf.generation.nan_rows import NonFiniteLogProbsError  # noqa: E402
 from txl_tf.generation.request import DecodeState, Generation  # noqa: E402
 from txl_tf.generation.sampling_settings import Sampling  # noqa: E402
 
@@ -60,11 +61,11 @@ else:
                                               TransformerXLCausalLMPreprocessor,
                                               TransformerXLTokenizer)
 
-__all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "InputError",
-           "Memory", "NonFiniteMemoryError", "ReplicaClippedAdam", "Sampling", "TransformerXL",
-           "TransformerXLBackbone", "TransformerXLCausalLM", "TransformerXLCausalLMPreprocessor",
-           "TransformerXLClassifier", "TransformerXLConfig", "TransformerXLLM",
-           "TransformerXLTokenizer", "TxlError", "WarmupCosineDecay"]
+__all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "InputError", "Memory",
+           "NonFiniteLogProbsError", "NonFiniteMemoryError", "ReplicaClippedAdam", "Sampling",
+           "TransformerXL", "TransformerXLBackbone", "TransformerXLCausalLM",
+           "TransformerXLCausalLMPreprocessor", "TransformerXLClassifier", "TransformerXLConfig",
+           "TransformerXLLM", "TransformerXLTokenizer", "TxlError", "WarmupCosineDecay"]
 # setup.py reads it; CHANGELOG.md says what each release changed.
 __version__ = "0.4.0"
 

@@ -143,8 +143,10 @@ class Heartbeat:
             while not stopped.wait(self.every):
                 try:
                     self.beat(time.monotonic() - began)
-                except (OSError, ValueError):  # its stream gone: the job meets it at its next line
-                    return
+                except (OSError, ValueError) as err:
+                    if not _stream_gone(err):  # a bug: its traceback, not silence
+                        raise
+                    return  # the job meets the gone stream at its next line
         self._stopped = stopped
         self._thread = threading.Thread(target=run, name="heartbeat", daemon=True)
         self._thread.start()
@@ -157,6 +159,13 @@ class Heartbeat:
             if self._thread is not threading.current_thread():
                 self._thread.join()
             self._thread = None
+
+
+def _stream_gone(err):
+    """Whether a beat's `err` says its stream is gone: the pipe's reader went
+    (an `OSError`: EPIPE) or the stream was closed (`ValueError: I/O
+    operation on closed file`); any other `ValueError` is a bug of the beat."""
+    return isinstance(err, OSError) or "closed file" in str(err)
 
 
 @functools.cache

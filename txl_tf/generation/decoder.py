@@ -14,14 +14,14 @@ import numpy as np
 import tensorflow as tf
 
 from txl_tf.checks.inputs import check_finite_outputs, check_memory
-from txl_tf.checks.numpy_checks import (NonFiniteMemoryError, check_flag, check_id_array,
-                                        check_rows)
+from txl_tf.checks.numpy_checks import check_flag, check_id_array, check_rows
 from txl_tf.core import TransformerXL
 from txl_tf.errors import TxlError
 from txl_tf.generation import flow as generation
 from txl_tf.generation.request import (DecodeState, HeldCache, Rows, check_count,
                                        held_cache)
-from txl_tf.generation.sampling import choose
+from txl_tf.generation.nan_rows import raise_for_rows
+from txl_tf.generation.sampling import choose, usable_rows
 from txl_tf.keras_support.placement import kept_on, on_device, weights_device
 from txl_tf.layers.memory import Memory
 
@@ -115,6 +115,11 @@ class Decoder:
         return generation.generate(self, prompts, max_new_tokens, **options)
 
     # --------------------------------------------------- backend interface
+    @property
+    def compute_dtype(self):
+        """The core's compute dtype (named when its log-probs overflow)."""
+        return self.core.compute_dtype
+
     def initial_memory(self, batch_size):
         """A fresh memory of `mem_len` slots: empty (no valid slot), or zero
         states that are attended under the config's `zero_filled_memory`.
@@ -167,7 +172,7 @@ class Decoder:
         padded[:, padded_len - length:] = ids
         mask = np.broadcast_to(np.arange(padded_len) >= padded_len - length, padded.shape)
         log_probs, memory = self._first(tf.constant(padded), memory, tf.constant(mask))
-        return log_probs.numpy(), memory
+        return check_finite_outputs(log_probs.numpy()), memory  # as a runtime's prompt
 
     @staticmethod
     def take(memory, rows):
@@ -252,9 +257,13 @@ class Decoder:
             ids.append(new_ids.numpy()[:, :size])
             log_probs.append(new_lps.numpy()[:, :size])
             done_tokens += size
-            # One flag per row comes to the host, not the [B, V] log-probs.
-            _check_steps_finite(tf.reduce_all(tf.math.is_finite(loop[0]), -1).numpy(),
-                                self.core.compute_dtype)
+            # One flag per row comes to the host, not the [B, V] log-probs: a
+            # row not done whose next log-probs are no distribution stopped
+            # drawing at the step that made them (its counter tells which).
+            broken = ~(usable_rows(loop[0]) | loop[-1]).numpy()
+            if broken.any():
+                raise_for_rows(broken, loop[3].numpy(), state.counters, np.concatenate(ids, 1),
+                               state.pad_id, self.compute_dtype)
             if stream is not None and size:
                 stream(ids[-1])
             if loop[-1].numpy().all():
@@ -383,15 +392,16 @@ class Decoder:
         chosen = tf.zeros([capacity, batch], tf.float32)
 
         def body(t, ids, chosen, log_probs, cache, seen, counters, done):
-            # A row whose log-probs are NaN or inf (a 16-bit step that
-            # overflowed) draws nothing more, as a done row: the sampler would
-            # make them an id out of the vocabulary (n_token or -1), which
-            # XLA's gather clamps to a real one. Such rows keep their
-            # log-probs (those after their last step, as the host loops keep
-            # them), so `decode` finds the NaN and names the row.
-            halted = done | ~tf.reduce_all(tf.math.is_finite(log_probs), -1)
-            new_ids, new_lps, seen, counters, now_done = choose(log_probs, rows, seen, counters,
-                                                                halted, pad_id)
+            # A row whose log-probs are no distribution (NaN or +inf: a weight
+            # that holds NaN, a 16-bit step that overflowed) draws nothing
+            # more, as a done row (`choose`: its counter stays); the loop
+            # cannot raise. Such rows keep their log-probs (those after their
+            # last step, as the host loops keep them), so that `decode` finds
+            # them once the loop returns and names the row and the step.
+            new_ids, new_lps, seen, new_counters, now_done = choose(log_probs, rows, seen,
+                                                                    counters, done, pad_id)
+            halted = new_counters == counters
+            counters = new_counters
             hidden, cache = self.core.call_with_cache(new_ids, cache, stopped=halted)
             log_probs = tf.where(halted[:, None], log_probs,
                                  self.core.crit.log_probs(hidden, output_weights))
@@ -411,19 +421,6 @@ class Decoder:
         _, ids, chosen, log_probs, cache, *state = tf.while_loop(
             more, body, [tf.constant(0), ids, chosen, log_probs, cache, seen, counters, done])
         return (tf.transpose(ids), tf.transpose(chosen), log_probs, cache, *state)
-
-
-def _check_steps_finite(finite, dtype):
-    """`NonFiniteMemoryError` naming the rows whose next log-probs (after
-    the decode loop's steps) hold NaN or inf (`finite`: numpy `[B]`, False
-    there); the prompts' were checked before the loop, so a step of the loop
-    made them."""
-    bad = ~finite
-    if bad.any():
-        cause = ("a step of the decode overflowed (the memory and prompts gave finite "
-                 "log-probs)" + (f": the model computes in {dtype}; decode in float32"
-                                 if dtype in ("float16", "bfloat16") else ""))
-        raise NonFiniteMemoryError(np.flatnonzero(bad), cause=cause)
 
 
 def _rows_of(caches, fn):

@@ -7,8 +7,10 @@ A backend (the compiled Keras `Decoder`; for an export `Runtime`, its
 memory fits B rows), `step_last(ids, memory) -> (log_probs numpy [B, V],
 memory)`, `take(memory, rows)`, `split(memory)` (one memory per row),
 `concat(memories)` and `decode(state, n, stream, stream_every) -> (ids,
-log_probs, state)`; for next turns on a decode cache, `read_cached(ids,
-cache)`, `take_cache(cache, rows)` and `concat_caches(caches)`.
+log_probs, state)` (raising `nan_rows.NonFiniteLogProbsError` for a row
+whose log-probs are no distribution), and may name its `compute_dtype`;
+for next turns on a decode cache, `read_cached(ids, cache)`,
+`take_cache(cache, rows)` and `concat_caches(caches)`.
 
 Prompts of different lengths: rows of one length are read together, in
 segments aligned on the right (`right_aligned_segments`), then the batch's
@@ -24,6 +26,7 @@ import numpy as np
 from txl_tf.checks.memory_budget import check_new_ids
 from txl_tf.checks.numpy_checks import NonFiniteMemoryError, check_finite_outputs
 from txl_tf.errors import TxlError
+from txl_tf.generation.nan_rows import NonFiniteLogProbsError
 from txl_tf.generation.request import (MAX_DRAWS, MAX_NEW_TOKENS, DecodeState, Generation,
                                        HeldCache, check_count, check_pad_id, check_prompts,
                                        held_cache, make_rows, right_aligned_segments,
@@ -60,11 +63,19 @@ def generate(backend, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1
         rows = make_rows(backend.n_token, len(prompts), seed, stop_ids,
                          Sampling(temperature, top_k, top_p, repetition_penalty))
         pad_id = check_pad_id(pad_id, backend.n_token)
-        if memory is None:
+        fresh = memory is None
+        if fresh:
             memory = backend.initial_memory(len(prompts))
         else:  # before prompts of several lengths take rows of it
             backend.check_memory(memory, len(prompts))
-        log_probs, memory = prefill(backend, prompts, memory, segment_len)
+        try:
+            log_probs, memory = prefill(backend, prompts, memory, segment_len)
+        except NonFiniteMemoryError as err:
+            if not fresh:  # the caller's memory may hold them: that error says so
+                raise
+            # Nothing but the model's weights and the prompts made them.
+            raise NonFiniteLogProbsError(err.rows, [0] * len(err.rows),
+                                         dtype=getattr(backend, "compute_dtype", None)) from None
         batch = len(prompts)
         state = DecodeState(log_probs, memory, seen_mask(prompts, backend.n_token),
                             np.zeros(batch, np.int64), np.zeros(batch, np.bool_), rows, pad_id)

@@ -27,6 +27,15 @@ units of 2**-36 (`WEIGHT_BITS`), the same in any order of summation: float32
 sums over lm1b's 793 k ids rounded differently under XLA and in numpy and
 moved most draws there; what is left between the two is the last bit of
 their `exp` (about 1 draw in 16 at 793 k ids of equal weight).
+
+Rows with no distribution: a row that holds NaN or +inf anywhere, or no
+finite value at all (`usable_rows` False: a model whose weights or inputs
+hold NaN or inf, a float16 overflow) gets id 0 from `sample_next` (never an
+id outside the vocabulary, the same on every backend) and draws nothing in
+`choose`, which treats it as a halted row; the generation loops stop with a
+`txl_tf.generation.nan_rows.NonFiniteLogProbsError` naming it. A -inf
+log-prob is probability 0: such an id is never drawn while its row holds a
+finite value.
 """
 import numpy as np
 import tensorflow as tf
@@ -37,7 +46,7 @@ from txl_tf.layers.xla_context import compiling_with_xla
 
 # `Sampling` lives in sampling_settings (no TensorFlow: the runtimes' numpy
 # sampler reads it) and is re-exported here, its first home.
-__all__ = ["Sampling", "choose", "sample_next"]
+__all__ = ["Sampling", "choose", "sample_next", "usable_rows"]
 
 
 def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, penalty):
@@ -46,9 +55,25 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     seen: bool `[B, V]`, ids the repetition penalty applies to. keys: int64
     `[B]` stream keys (`counter_rng.row_key`); counters: int64 `[B]`, the
     draw's index in the row's stream. temperature, top_p, penalty: float32
-    `[B]`; top_k: int32 `[B]`.
+    `[B]`; top_k: int32 `[B]`. A row that is not `usable_rows` gets id 0.
     """
     lp = tf.convert_to_tensor(log_probs, tf.float32)
+    return _sample(lp, usable_rows(lp), seen, keys, counters, temperature, top_k, top_p,
+                   penalty)
+
+
+def usable_rows(log_probs):
+    """bool `[B]`: the rows of `log_probs [B, V]` that are a distribution to
+    sample: no NaN, no +inf, at least one finite value (-inf is probability
+    0). Comparisons, not a max: XLA's max skips NaN, TensorFlow's keeps it;
+    one reduction (each finite value counts 1, NaN and +inf count inf)."""
+    counts = tf.reduce_sum(tf.where(log_probs < np.inf,  # NaN compares False
+                                    tf.where(log_probs > -np.inf, 1.0, 0.0), np.inf), -1)
+    return (counts >= 1) & (counts < np.inf)
+
+
+def _sample(lp, usable, seen, keys, counters, temperature, top_k, top_p, penalty):
+    """`sample_next` of float32 `lp` whose `usable_rows` are `usable`."""
     vocab, ids = _vocab_ids(lp)
     lp = tf.where(seen, lp * penalty[:, None], lp)
     best = tf.reduce_max(lp, -1, keepdims=True)
@@ -71,7 +96,8 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
         last_allowed = tf.reduce_max(tf.where(allowed, ids, tf.constant(-1, ids.dtype)), -1)
         return tf.where(temperature > 0, tf.minimum(first_above, last_allowed), greedy)
 
-    return tf.cast(tf.cond(tf.reduce_any(temperature > 0), sampled, lambda: greedy), tf.int32)
+    chosen = tf.cond(tf.reduce_any(temperature > 0), sampled, lambda: greedy)
+    return tf.cast(tf.where(usable, chosen, tf.zeros([], chosen.dtype)), tf.int32)
 
 
 def _vocab_ids(lp):
@@ -123,14 +149,18 @@ def _share(total, fraction):
 def choose(log_probs, rows, seen, counters, done, pad_id):
     """One decoding step's bookkeeping around `sample_next`, for every backend.
 
-    Rows already `done` get `pad_id` and log-prob 0 and draw nothing. Returns
-    `(ids [B] int32, their log-probs [B], seen, counters, done)` updated: a
-    row is done once it has emitted one of its stop ids (`rows.stop [B, V]`).
+    Rows already `done` get `pad_id` and log-prob 0 and draw nothing; so do
+    rows whose log-probs are not `usable_rows` (NaN, +inf, nothing finite),
+    which stay not done: their counter does not move, by which the caller
+    finds them. Returns `(ids [B] int32, their log-probs [B], seen,
+    counters, done)` updated: a row is done once it has emitted one of its
+    stop ids (`rows.stop [B, V]`).
     """
     lp = tf.convert_to_tensor(log_probs, tf.float32)
-    active = ~done
-    ids = sample_next(lp, seen, rows.keys, counters, rows.temperature, rows.top_k, rows.top_p,
-                      rows.penalty)
+    usable = usable_rows(lp)
+    active = ~done & usable
+    ids = _sample(lp, usable, seen, rows.keys, counters, rows.temperature, rows.top_k,
+                  rows.top_p, rows.penalty)
     ids = tf.where(active, ids, pad_id)
     chosen = tf.where(active, tf.gather(lp, ids, batch_dims=1), 0.0)
     seen = seen | (tf.one_hot(ids, tf.shape(lp)[1], on_value=True, off_value=False)

@@ -66,7 +66,22 @@ def _mix32_int(x):
 
 
 def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, penalty):
+    """See `txl_tf.generation.sampling.sample_next` (id 0 for a row that is not `usable_rows`)."""
     lp = np.asarray(log_probs, np.float32)
+    return _sample(lp, usable_rows(lp), seen, keys, counters, temperature, top_k, top_p,
+                   penalty)
+
+
+def usable_rows(log_probs):
+    """See `txl_tf.generation.sampling.usable_rows`: a row's max is NaN if it
+    holds one (numpy's max keeps NaN), +inf if it holds +inf, -inf if it
+    holds nothing finite."""
+    return np.isfinite(np.asarray(log_probs).max(-1))
+
+
+def _sample(lp, usable, seen, keys, counters, temperature, top_k, top_p, penalty):
+    if not usable.all():  # no distribution: id 0, computed without NaN's warnings
+        lp = np.where(usable[:, None], lp, np.float32(0))
     vocab = lp.shape[1]
     if _any(penalty != 1):  # (x * 1 == x: skipping it changes nothing)
         lp = np.where(seen, lp * penalty[:, None], lp).astype(np.float32)
@@ -76,7 +91,7 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     greedy = ((lp >= best - np.float32(TIE_TOLERANCE)).argmax(-1)
               if _any(temperature <= 0) else None)
     if greedy is not None and not _any(temperature > 0):
-        return greedy.astype(np.int32)
+        return np.where(usable, greedy, 0).astype(np.int32)
     temp = np.where(temperature > 0, temperature, np.float32(1))[:, None].astype(np.float32)
     if _any(top_k > 0) or _any(top_p < 1):
         cut = _cut_off(lp, temp, top_k, top_p, vocab)
@@ -90,8 +105,8 @@ def sample_next(log_probs, seen, keys, counters, temperature, top_k, top_p, pena
     first_above = (cdf <= _share(cdf[:, -1:], u[:, None])).sum(-1)
     last_allowed = vocab - 1 - allowed[:, ::-1].argmax(-1)  # (the best is always allowed)
     sampled = np.minimum(first_above, last_allowed)
-    return (sampled if greedy is None else np.where(temperature > 0, sampled, greedy)
-            ).astype(np.int32)
+    chosen = sampled if greedy is None else np.where(temperature > 0, sampled, greedy)
+    return np.where(usable, chosen, 0).astype(np.int32)
 
 
 def _cut_off(lp, temp, top_k, top_p, vocab):
@@ -120,9 +135,10 @@ def _share(total, fraction):
 def choose(log_probs, rows, seen, counters, done, pad_id):
     """See `txl_tf.generation.sampling.choose`; numpy in, numpy out (`seen` is updated in a copy)."""
     lp = np.asarray(log_probs, np.float32)
-    active = ~done
-    ids = sample_next(lp, seen, rows.keys, counters, rows.temperature, rows.top_k, rows.top_p,
-                      rows.penalty)
+    usable = usable_rows(lp)
+    active = ~done & usable
+    ids = _sample(lp, usable, seen, rows.keys, counters, rows.temperature, rows.top_k,
+                  rows.top_p, rows.penalty)
     ids = np.where(active, ids, pad_id).astype(np.int32)
     batch = np.arange(len(ids))
     chosen = np.where(active, lp[batch, ids], np.float32(0)).astype(np.float32)

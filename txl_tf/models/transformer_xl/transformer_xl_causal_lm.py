@@ -11,6 +11,8 @@ from txl_tf.checks.inputs import (InputError, NumpyInputsChecked, check_int32_id
                                   check_numpy, out_of_range_message)
 from txl_tf.checks.numpy_checks import as_array, check_count, flags_message, is_real
 from txl_tf.errors import TxlError
+from txl_tf.generation.nan_rows import NonFiniteLogProbsError
+from txl_tf.generation.sampling import usable_rows
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
 from txl_tf.keras_support.untracked import Untracked
@@ -314,7 +316,9 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
         Returns:
             `{"token_ids", "padding_mask"}` `[B, N]`: each row's prompt
             followed by its new ids (up to N in all), the mask ending after
-            a row's first stop id.
+            a row's first stop id; and `"nan_step"` `[B]`: the new id at
+            which a row's log-probs were no distribution (NaN or +inf), -1
+            for none (`generate_function` raises for it and drops it).
         """
         token_ids = tf.cast(inputs["token_ids"], tf.int32)
         padding_mask = tf.cast(inputs["padding_mask"], tf.bool)
@@ -354,6 +358,9 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
         sure = tf.where(tf.range(self.core.config.n_token) == sure_id, 0.0, -1e9)
 
         def next(prompt, cache, index):
+            nan_step = cache["nan_step"]
+            cache = {name: value for name, value in cache.items() if name != "nan_step"}
+
             def pending():  # the log-probs after the prompts
                 return cache["log_probs"], cache["hidden"], cache
 
@@ -364,11 +371,24 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
             # Samplers repeat each row (beams, candidates) next to itself.
             copies = tf.shape(prompt)[0] // tf.shape(row_end)[0]
             dropped = tf.repeat(index >= row_end, copies)
-            log_probs = tf.where(dropped[:, None], tf.cast(sure, log_probs.dtype), log_probs)
-            return log_probs, hidden, cache
+            # A row whose log-probs are no distribution (NaN: a weight that
+            # holds NaN, a 16-bit overflow) is marked with the step, carried in
+            # the cache (the loop cannot raise), and draws the sure id, not an
+            # id a sampler makes of NaN (out of the vocabulary).
+            broken = ~usable_rows(log_probs) & ~dropped
+            nan_step = tf.where((nan_step < 0) & broken, index - start, nan_step)
+            log_probs = tf.where((dropped | broken)[:, None], tf.cast(sure, log_probs.dtype),
+                                 log_probs)
+            return log_probs, hidden, {**cache, "nan_step": nan_step}
 
-        buffer = self.sampler(next=next, prompt=buffer, cache=cache, index=start, mask=keep,
-                              stop_token_ids=stop_token_ids, hidden_states=hidden, model=self)
+        cache = {**cache, "nan_step": tf.fill([tf.shape(token_ids)[0]], -1)}
+        with _final_loop_vars(self.sampler) as final:
+            buffer = self.sampler(next=next, prompt=buffer, cache=cache, index=start,
+                                  mask=keep, stop_token_ids=stop_token_ids, hidden_states=hidden,
+                                  model=self)
+        nan_step = final[0][1]["nan_step"]  # keras-hub's samplers carry the cache second
+        # Beams and candidates: a row's copies are next to each other.
+        nan_step = tf.reduce_max(tf.reshape(nan_step, [tf.shape(token_ids)[0], -1]), -1)
         in_prompt = columns[None, :] < lengths[:, None]
         source = tf.clip_by_value(columns[None, :] - lengths[:, None] + start, 0, width - 1)
         # Columns left at -1 (the loop ended: every row had stopped) come after a stop.
@@ -382,7 +402,8 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
                 ends |= tf.equal(token_ids, stop)
             ends = tf.cast(ends & ~in_prompt, tf.int32)
             padding_mask = tf.equal(tf.cumsum(ends, axis=1) - ends, 0)
-        return {"token_ids": token_ids, "padding_mask": tf.cast(padding_mask, tf.int32)}
+        return {"token_ids": token_ids, "padding_mask": tf.cast(padding_mask, tf.int32),
+                "nan_step": nan_step}
 
     def make_generate_function(self):
         """`generate_step` compiled with XLA, as `Decoder` does, also on CPUs
@@ -427,7 +448,13 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
             problem = out_of_range_message(ids, self.core.config.n_token)
             if problem:
                 raise InputError(f"generate: {problem}")
-            return compiled(inputs, stop_token_ids=stop_token_ids)
+            outputs = dict(compiled(inputs, stop_token_ids=stop_token_ids))
+            nan_step = keras.ops.convert_to_numpy(outputs.pop("nan_step"))
+            broken = np.flatnonzero(nan_step >= 0)
+            if broken.size:  # after the loop: one [B] read
+                raise NonFiniteLogProbsError(broken, nan_step[broken],
+                                             dtype=self.core.compute_dtype)
+            return outputs
         return generate_function
 
     def generate(self, inputs, max_length=None, stop_token_ids="auto", strip_prompt=False):
@@ -559,3 +586,24 @@ def _check_max_length(max_length, inputs, what="generate: max_length"):
     if rows:
         check_new_ids(rows, max_length, what=what, holds="the ids and their padding mask",
                       advice="ask for a shorter max_length or fewer prompts")
+
+
+class _final_loop_vars:
+    """Within it, `sampler.run_loop`'s result (the final loop variables,
+    which keras-hub's samplers drop but for the prompt) is kept in the list
+    it gives (traced once: Python runs at tracing)."""
+
+    def __init__(self, sampler):
+        self.sampler, self.final = sampler, []
+
+    def __enter__(self):
+        run_loop = type(self.sampler).run_loop
+
+        def kept(*args, **kwargs):
+            self.final.append(run_loop(self.sampler, *args, **kwargs))
+            return self.final[-1]
+        self.sampler.run_loop = kept
+        return self.final
+
+    def __exit__(self, *exc):
+        del self.sampler.run_loop
