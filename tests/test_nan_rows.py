@@ -176,3 +176,17 @@ def test_keras_hub_generate_names_the_rows_and_steps_of_the_decoder(sampler):
         assert list(zip(err.rows, err.steps)) == [
             (row, step) for row, step in zip(decoded.value.rows, decoded.value.steps)
             if step < limit[row]]
+
+
+def test_a_sampler_that_runs_no_loop_is_one_error_naming_it():
+    """The keras-hub shim says what broke where a sampler did not run its
+    loop through `run_loop` (another keras-hub), and leaves it as it was."""
+    import keras_hub
+    from txl_tf.errors import TxlError
+    from txl_tf.keras_support.keras_hub_samplers import final_loop_vars
+    sampler = keras_hub.samplers.GreedySampler()
+    with final_loop_vars(sampler) as final:
+        pass
+    with pytest.raises(TxlError, match=r"GreedySampler did not run one decoding loop"):
+        final.cache()
+    assert "run_loop" not in vars(sampler)

@@ -15,6 +15,7 @@ from txl_tf.generation.nan_rows import NonFiniteLogProbsError
 from txl_tf.generation.sampling import usable_rows
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
+from txl_tf.keras_support.keras_hub_samplers import final_loop_vars
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
@@ -382,11 +383,11 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
             return log_probs, hidden, {**cache, "nan_step": nan_step}
 
         cache = {**cache, "nan_step": tf.fill([tf.shape(token_ids)[0]], -1)}
-        with _final_loop_vars(self.sampler) as final:
+        with final_loop_vars(self.sampler) as final:
             buffer = self.sampler(next=next, prompt=buffer, cache=cache, index=start,
                                   mask=keep, stop_token_ids=stop_token_ids, hidden_states=hidden,
                                   model=self)
-        nan_step = final[0][1]["nan_step"]  # keras-hub's samplers carry the cache second
+        nan_step = final.cache()["nan_step"]
         # Beams and candidates: a row's copies are next to each other.
         nan_step = tf.reduce_max(tf.reshape(nan_step, [tf.shape(token_ids)[0], -1]), -1)
         in_prompt = columns[None, :] < lengths[:, None]
@@ -587,23 +588,3 @@ def _check_max_length(max_length, inputs, what="generate: max_length"):
         check_new_ids(rows, max_length, what=what, holds="the ids and their padding mask",
                       advice="ask for a shorter max_length or fewer prompts")
 
-
-class _final_loop_vars:
-    """Within it, `sampler.run_loop`'s result (the final loop variables,
-    which keras-hub's samplers drop but for the prompt) is kept in the list
-    it gives (traced once: Python runs at tracing)."""
-
-    def __init__(self, sampler):
-        self.sampler, self.final = sampler, []
-
-    def __enter__(self):
-        run_loop = type(self.sampler).run_loop
-
-        def kept(*args, **kwargs):
-            self.final.append(run_loop(self.sampler, *args, **kwargs))
-            return self.final[-1]
-        self.sampler.run_loop = kept
-        return self.final
-
-    def __exit__(self, *exc):
-        del self.sampler.run_loop
