@@ -24,8 +24,9 @@ fails, runs out of time or cannot run is one line of the table (`failed
   compile wrong sm_90 code where values are clamped).
 - `compile_flags`: `benchmarks.throughput --part=train` of enwik8_base
   bf16+jit (`mixed_bfloat16`, the training job's default on a GPU, whose
-  compile outran its budget on 2026-12-01; no paper row), once with `--xla_gpu_enable_triton_gemm=false`
-  added to `XLA_FLAGS`, once with `--xla_gpu_autotune_level=0` and once with
+  compile outran its budget on 2026-12-01; no paper row), once with
+  `--xla_gpu_enable_triton_gemm=false` added to `XLA_FLAGS`, once with
+  `--xla_gpu_autotune_level=0` and once with
   `--xla_gpu_enable_llvm_module_compilation_parallelism=true`: each
   setting's first step's seconds (XLA's compile) and tok/s.
 - `parity`: log-probs of the enwik8 base model (random weights, seed 0) on
@@ -259,8 +260,9 @@ TIMER_LINE = re.compile(r"\] (.+?) time: [^(\n]*\((\d+) us\)")  # one line
 # row took about 20, ended with XLA still autotuning);
 # pair_wt103_base: its paper row as measured, one program; compile_flags: each setting
 # its start and a compile short of f32's 61 s (the bf16 step's, with a setting that works;
-# one still compiling then shows how far it got); train: the first run's compile (`mixed_bfloat16`, as the bf16 pair's: more than a
-# minute) and 21 steps, then the resume, which loads the program from XLA's cache; decode_xla (never run on a GPU):
+# one still compiling then shows how far it got); train: the first run's compile
+# (`mixed_bfloat16`, as the bf16 pair's: more than a minute) and 21 steps, then the resume,
+# which loads the program from XLA's cache; decode_xla (never run on a GPU):
 # its start and four XLA programs (two loop lengths at each batch size) of the decode step,
 # each given a third of a training step's compile; serving_device_tests: the
 # tests it got through there, 39 in all; serving_profile, serving_float16: the rows they
@@ -1583,7 +1585,8 @@ def main(argv):
         raise GpuCheckError(f"no GPU for the check: {'; '.join(problems)} "
                             "(install the [gpu] extra on a machine with an NVIDIA GPU; "
                             "--device=cpu --tiny runs the check's logic on the CPU)")
-    for folder in ("train", "xla_cache", *SERVING_DTYPES.values()):  # fresh; the corpus cache is kept
+    # Fresh; the corpus cache is kept.
+    for folder in ("train", "xla_cache", *SERVING_DTYPES.values()):
         shutil.rmtree(os.path.join(o["work_dir"], folder), ignore_errors=True)
     os.makedirs(o["work_dir"], exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)

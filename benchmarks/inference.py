@@ -1012,9 +1012,10 @@ def run_profile(o):
     (`--fixed_shapes`, as the runtime runs a repeated shape on CUDA). A
     run's wall milliseconds, the sum of its nodes' and each op type's
     milliseconds and node count, and on CUDA the op types left to the CPU
-    provider (a graph with any cannot be captured as a CUDA graph). On CUDA, `CUDA_LAUNCH_BLOCKING=1` is set (unless already set)
-    before CUDA starts, so that a node's time is its kernels' (ONNX Runtime
-    times a node on the host): each carries a launch and a wait, so the
+    provider (a graph with any cannot be captured as a CUDA graph). On CUDA,
+    `CUDA_LAUNCH_BLOCKING=1` is set (unless already set) before CUDA starts,
+    so that a node's time is its kernels' (ONNX Runtime times a node on the
+    host): each carries a launch and a wait, so the
     totals are above an asynchronous run's (and a replayed step's), and the
     split between ops is the point."""
     batches = integer_list(o["batch_sizes"], "batch_sizes", 1,

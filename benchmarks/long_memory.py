@@ -679,16 +679,17 @@ def run_speed(o):
       projected again).
     - **prompt**: a prompt of the memory's length read into an empty memory
       (`generate(prompt, 1)`, a later call: compile excluded) in tokens/s,
-      the first call's seconds (compiling included), beside the evaluation throughput at that memory (`step` over segments of
-      `tgt_len` on a full memory).
+      the first call's seconds (compiling included), beside the evaluation
+      throughput at that memory (`step` over segments of `tgt_len` on a full
+      memory).
 
     At batch > 1 on the runtimes also (`--sessions`):
     - **sessions**: a `SessionTable` of that many sessions, each on its own full
       memory: ms per step on the decode cache's slab, beside the runtime's own
       step on the slab's rows without the table (its `GenerationBackend`'s
-      unchecked `next_cached`; the two
-      alternate over 3 rounds; `÷ own` is the median of the rounds' ratios), and ms per step of the same table through
-      `step_last` (the table without the cache: every step projects every
+      unchecked `next_cached`; the two alternate over 3 rounds; `÷ own` is
+      the median of the rounds' ratios), and ms per step of the same table
+      through `step_last` (the table without the cache: every step projects every
       memory again).
 
     On ONNX Runtime where the steps run over fixed buffers (`--cuda_graph`:
@@ -756,8 +757,9 @@ def run_speed(o):
     for r in below:
         print(f"MEASUREMENT ERROR: {r['preset']} {r['backend']} batch {r['batch']} ran at "
               f"{lowest_ratio(r):.2f}x the bound: the read bandwidth was measured too low")
-    print("| preset | memory | backend | device | batch | ms / step | tokens/s | bound ms | ÷ bound | "
-          "turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval | prompt first s |")
+    print("| preset | memory | backend | device | batch | ms / step | tokens/s | bound ms "
+          "| ÷ bound | turn ms | ÷ parts | turn on memory ms | prompt tok/s | ÷ eval "
+          "| prompt first s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     triton = [r for r in rows if "triton_step_ms" in r]
     rows = [r for r in rows if "triton_step_ms" not in r]
@@ -1256,8 +1258,8 @@ def check_nll_rows(rows, tolerance):
 
 
 def print_evaluation(rows):
-    print(f"| preset | memory | segment | batch | path | tok/s | ÷ bound | API target >= {API_TARGET:g} "
-          "| × paper | NLL max diff to the bound |")
+    print(f"| preset | memory | segment | batch | path | tok/s | ÷ bound "
+          f"| API target >= {API_TARGET:g} | × paper | NLL max diff to the bound |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["tokens_per_s"] is None:
@@ -1688,7 +1690,8 @@ def compare_devices(path, steps, device="cuda", seed=0):
         ids[name] = np.concatenate([first.ids, turn.ids], 1)
     return {"export": path, "steps": steps, **cuda_step_nodes(path),
             "max_diff_device_cache": worst["gpu"],
-            "max_diff_no_graph": worst["gpu_no_graph"], "replays_graphs": runtimes["gpu"].cuda_graph,
+            "max_diff_no_graph": worst["gpu_no_graph"],
+            "replays_graphs": runtimes["gpu"].cuda_graph,
             "max_diff_host_cache": worst["gpu_host"], "max_diff_tf32": worst["gpu_tf32"],
             "ring_in_place": in_place,
             "greedy_ids_gpu_equal_cpu": float((ids["cpu"] == ids["gpu"]).mean()),

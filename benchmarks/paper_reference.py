@@ -48,7 +48,8 @@ import tempfile
 import time
 
 PATCHES = {
-    "utils/proj_adaptive_softmax.py": [("torch.version.cuda.split", "(torch.version.cuda or '0.0').split")],
+    "utils/proj_adaptive_softmax.py": [("torch.version.cuda.split",
+                                        "(torch.version.cuda or '0.0').split")],
     "mem_transformer.py": [(".byte()", ".bool()")],
 }
 
@@ -182,7 +183,8 @@ def main():
     worker = Worker(sys.argv[1])
     for line in sys.stdin:
         request = json.loads(line)
-        reply = worker.setup(**request["setup"]) if "setup" in request else worker.run(request["run"])
+        reply = (worker.setup(**request["setup"]) if "setup" in request
+                 else worker.run(request["run"]))
         print(json.dumps(reply), flush=True)
 
 

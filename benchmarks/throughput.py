@@ -465,8 +465,9 @@ def chart(path):
                 ratios.append(row["ratio"])
         bars = ax.bar(xs, ys, width, label=variant)
         for bar, ratio in zip(bars, ratios):
-            ax.annotate("-" if ratio is None else f"{ratio:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
+            ax.annotate("-" if ratio is None else f"{ratio:.2f}x",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        va="bottom", fontsize=7)
     label = "memory" if group_key == "mem_len" else "shape"
     ax.set_xticks(range(len(groups)), [f"{label} {g}" for g in groups])
     ax.set_ylabel("tokens / s")
@@ -807,7 +808,8 @@ def tails_part(o, peak):
         share = float(np.mean(zipf_targets(n, cfg.n_token) >= cfg.cutoffs[0]))
         group = [{"shape": shape, "variant": path, "rows": n, "tail_share": share,
                   "policy": "float32",
-                  "jit_compile": True, "peak_dtype": "float32", "model_mflop_per_token": flops / 1e6,
+                  "jit_compile": True, "peak_dtype": "float32",
+                  "model_mflop_per_token": flops / 1e6,
                   **summarize(result, n, flops, peak["float32"])}
                  for path, result in results.items()]
         for r in group:

@@ -457,8 +457,8 @@ class Runtime:
         decodes through the memory, with a warning once)."""
         if present and self.info.decode_cache_layout != DECODE_CACHE_LAYOUT:
             if not getattr(self, "_warned_layout", False):
-                log.warning("this export's decode cache keeps keys as %s, not %s: it "
-                            "decodes on the memory, without the cache; re-export it to use the cache",
+                log.warning("this export's decode cache keeps keys as %s, not %s: it decodes "
+                            "on the memory, without the cache; re-export it to use the cache",
                             self.info.decode_cache_layout, DECODE_CACHE_LAYOUT)
                 self._warned_layout = True
             return False

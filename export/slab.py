@@ -222,8 +222,8 @@ def slab_row_bytes(config, mem_len, cache_dtype="float32"):
     """
     size = int(mem_len) + 1
     heads = config.n_head * config.d_head
-    return (config.n_layer * size * (config.d_model * 4 + 2 * heads * np.dtype(cache_dtype).itemsize)
-            + size + 4)
+    per_slot = config.d_model * 4 + 2 * heads * np.dtype(cache_dtype).itemsize
+    return config.n_layer * size * per_slot + size + 4
 
 
 def check_admission(slab, key, rows):

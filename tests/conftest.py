@@ -39,7 +39,8 @@ tf.config.set_logical_device_configuration(
 # Modules not listed (under 8 s) follow in their usual order.
 MODULE_SECONDS = {
     "test_model": 71, "test_classifier": 62, "test_bad_inputs": 54, "test_decoder": 53,
-    "test_generation_reference": 60, "test_export_parity": 52, "test_export_job": 51, "test_lora_int8": 46, "test_interrupts": 44,
+    "test_generation_reference": 60, "test_export_parity": 52, "test_export_job": 51,
+    "test_lora_int8": 46, "test_interrupts": 44,
     "test_memory_reach": 44, "test_transformer_xl_causal_lm": 42, "test_classifier_export": 38,
     "test_gpu_check": 36, "test_training_resume": 36, "test_training_errors": 36,
     "test_training_classify": 34, "test_transformer_xl_presets": 28, "test_decode_cache_export": 26,

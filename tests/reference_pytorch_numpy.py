@@ -194,7 +194,8 @@ class PytorchReference:
         mask = pytorch_mask(qlen, mlen, self.mem_len, self.same_length)
         h = self._embed(ids)
         mems = list(self.mems)
-        if self.absolute and not self.per_layer:  # added to a copy: the memory carried on is not changed
+        # Added to a copy: the memory carried on is not changed.
+        if self.absolute and not self.per_layer:
             h = h + pos[-qlen:, None]
             mems[0] = mems[0] + pos[:mlen, None]
         hids = []

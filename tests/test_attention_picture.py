@@ -182,7 +182,8 @@ def test_the_png_holds_the_image_pixel_for_pixel(tmp_path):
     height, width = image.shape[:2]
     found = [(y, x) for y in range(png.shape[0] - height + 1)
              for x in range(png.shape[1] - width + 1)
-             if (png[y, x] == image[0, 0]).all() and (png[y:y + height, x:x + width] == image).all()]
+             if (png[y, x] == image[0, 0]).all()
+             and (png[y:y + height, x:x + width] == image).all()]
     assert len(found) == 1
 
 

@@ -202,7 +202,8 @@ def test_ids_given_to_a_model_with_a_preprocessor_are_one_error():
                                                      sequence_length=T)
     causal_lm = TransformerXLCausalLM(TransformerXLBackbone(**config(n_token=256).to_dict()),
                                       preprocessor=preprocessor)
-    ids = {"token_ids": np.array([[1, 2, 0]], np.int32), "padding_mask": np.array([[1, 1, 0]], bool)}
+    ids = {"token_ids": np.array([[1, 2, 0]], np.int32),
+           "padding_mask": np.array([[1, 1, 0]], bool)}
     with pytest.raises(InputError, match=r"^generate with a preprocessor takes text; .*"
                                          r"`causal_lm\.preprocessor = None` first$"):
         causal_lm.generate(ids, max_length=6)

@@ -453,7 +453,8 @@ def test_a_decoder_of_a_core_without_a_decode_cache_is_refused_at_construction(a
 
 
 @pytest.mark.parametrize("ids, message", [
-    ([[5, N_TOKEN]], r"ids: id 50 at position \(0, 1\) is out of range"), ([[5, -1]], r"out of range"),
+    ([[5, N_TOKEN]], r"ids: id 50 at position \(0, 1\) is out of range"),
+    ([[5, -1]], r"out of range"),
     ([[5.5, 2]], r"ids must have an integer dtype"), ([5, 6], r"must be a non-empty \[batch"),
     ([[True, False]], r"integer dtype")])
 def test_step_last_names_ids_a_compiled_graph_would_clamp(core, ids, message):

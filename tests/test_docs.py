@@ -131,7 +131,8 @@ def test_the_sections_the_code_points_to_exist():
             text = re.sub(r"\s+", " ", source.read_text().replace('\\"', '"'))
             for doc, section in re.findall(r"\b(README|docs/[\w-]+\.md), \"([^\"]+)\"", text):
                 path = REPO / ("README.md" if doc == "README" else doc)
-                headings = re.findall(r"^#+ (.*)$", path.read_text(), re.M) if path.is_file() else []
+                headings = (re.findall(r"^#+ (.*)$", path.read_text(), re.M)
+                            if path.is_file() else [])
                 found.append((source.name, doc, section, section in headings))
     assert [f for f in found if not f[3]] == []
     assert len(found) >= 3

@@ -173,8 +173,8 @@ mem = loaded.signatures["initial_memory"](batch_size=tf.constant(int(ids.shape[0
 step = loaded.signatures["step"](token_ids=ids, mems=mem["mems"], mem_mask=mem["mem_mask"])
 score = loaded.signatures["score"](token_ids=ids, target_ids=ids, mems=mem["mems"],
                                    mem_mask=mem["mem_mask"])
-print(json.dumps({"unknown_ops": unknown, "modules": sorted(m for m in sys.modules
-                                                            if m.startswith(("txl_tf", "tensorflow_text"))),
+ours = sorted(m for m in sys.modules if m.startswith(("txl_tf", "tensorflow_text")))
+print(json.dumps({"unknown_ops": unknown, "modules": ours,
                   "log_probs": step["log_probs"].numpy().tolist(),
                   "nll": score["nll"].numpy().tolist()}))
 """

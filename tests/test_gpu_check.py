@@ -1043,7 +1043,8 @@ class ProfiledRunner(FakeRunner):
 @pytest.mark.parametrize("interleave", [True, False])
 def test_a_runner_that_profiles_runs_more_steps_under_it_after_its_row(interleave):
     log, calls = [], []
-    makers = {"paper": lambda: FakeRunner(log, "paper"), "ours": lambda: ProfiledRunner(log, "ours")}
+    makers = {"paper": lambda: FakeRunner(log, "paper"),
+              "ours": lambda: ProfiledRunner(log, "ours")}
     results = tp.measure(makers, iters=3, warmup=1, block=3, interleave=interleave,
                          progress=lambda name, result: calls.append(
                              (name, None if result is None else "profile" in result)),

@@ -175,7 +175,8 @@ def test_a_training_run_from_before_cannot_resume_and_says_its_weights_load(tmp_
     optimizer = keras.optimizers.Adam()
     optimizer.build(model.trainable_variables)
     folder = shutil.copytree(os.path.join(FIXTURES, "run", "checkpoints"), tmp_path / "ckpt")
-    state = TrainingCheckpoint(model, optimizer, str(folder), tf.distribute.OneDeviceStrategy("/cpu:0"))
+    state = TrainingCheckpoint(model, optimizer, str(folder),
+                               tf.distribute.OneDeviceStrategy("/cpu:0"))
     with pytest.raises(TrainingError, match="before the attention's projections.*weights load"):
         state.restore_latest()
 

@@ -38,7 +38,8 @@ def test_run_directory_forms(run, tmp_path):
     assert source.weights_kind == "checkpoint" and source.weights_path.endswith("ckpt-3")
     assert same_weights(load(str(path))[0], core)
     assert resolve(str(path), checkpoint="ckpt-3").weights_path.endswith("ckpt-3")
-    with pytest.raises(ModelDirError, match=r"checkpoint 'ckpt-9' not found .*checkpoints holds ckpt-3$"):
+    with pytest.raises(ModelDirError,
+                       match=r"checkpoint 'ckpt-9' not found .*checkpoints holds ckpt-3$"):
         resolve(str(path), checkpoint="ckpt-9")
     exported = tmp_path / "run"
     exported.mkdir()

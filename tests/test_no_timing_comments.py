@@ -9,8 +9,8 @@ import re
 import subprocess
 import tokenize
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOLDERS = ("txl_tf", "export", "training", "benchmarks", "tests")
+from repo_files import REPO, python_files
+
 # Left out: the GPU check and its device scripts (another owner's), and this file.
 SKIP = ("benchmarks/device/", "benchmarks/gpu_check.py", "tests/test_no_timing_comments.py")
 # Made-up inputs of tests that describe them, not measurements: (file, figure).
@@ -23,24 +23,6 @@ TIMING = re.compile(
     r"|\d[\d.]*\s?(?:[x×]|times)\s+(?:faster|slower|as fast)"  # 4x faster, 2 times slower
     r"|\d[\d.]*\s?[x×]\s+speed-?up|\d[\d.]*\s?%\s+(?:faster|slower)"  # 3x speedup, 20% faster
     r"|\b(?:took|takes|costs?) (?:about |~)?\d[\d,.]*\s?(?:s|seconds?|minutes?)\b")  # took 6 s
-
-
-def python_files(root=REPO):
-    """The `.py` files of `FOLDERS` that git tracks in `root` (a scratch file
-    beside the code is not the project's), relative, with `/`; every one
-    there where `root` is no git checkout (an unpacked source archive)."""
-    try:
-        listed = subprocess.run(["git", "-C", root, "ls-files", "-z", "--", *FOLDERS],
-                                capture_output=True, check=True).stdout.decode("utf-8")
-        paths = [p for p in listed.split("\0") if p]
-    except (OSError, subprocess.CalledProcessError):
-        paths = [os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/")
-                 for folder in FOLDERS for d, _, names in os.walk(os.path.join(root, folder))
-                 for name in names]
-    for path in sorted(paths):
-        if path.endswith(".py") and not path.startswith(SKIP) and \
-                os.path.isfile(os.path.join(root, path)):
-            yield path
 
 
 def comments_and_docstrings(source):
@@ -74,12 +56,12 @@ def test_only_the_files_git_tracks_are_read(tmp_path):
     (tmp_path / "txl_tf" / "scratch.py").write_text("# 3 ms a step\n")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     subprocess.run(["git", "-C", str(tmp_path), "add", "txl_tf/kept.py"], check=True)
-    assert list(python_files(str(tmp_path))) == ["txl_tf/kept.py"]
+    assert list(python_files(str(tmp_path), SKIP)) == ["txl_tf/kept.py"]
 
 
 def test_no_timing_figures_in_comments():
     found = []
-    for path in python_files():
+    for path in python_files(skip=SKIP):
         with open(os.path.join(REPO, path), encoding="utf-8") as f:
             source = f.read()
         for line, text in comments_and_docstrings(source):

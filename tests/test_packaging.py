@@ -58,7 +58,8 @@ def test_the_gpu_extra_brings_tensorflows_cuda_wheels_and_onnxruntime_gpu(wheel)
     assert any("tensorflow[and-cuda]" in line for line in gpu), gpu
     assert any("onnxruntime-gpu" in line for line in gpu), gpu
     # the ptxas XLA accepts for Hopper: CUDA 12.6.3's (the wheel 12.6.85), not and-cuda's floor
-    assert any(line.startswith("Requires-Dist: nvidia-cuda-nvcc-cu12>=12.6.85") for line in gpu), gpu
+    nvcc = "Requires-Dist: nvidia-cuda-nvcc-cu12>=12.6.85"
+    assert any(line.startswith(nvcc) for line in gpu), gpu
     assert "Apache-2.0" in metadata
 
 

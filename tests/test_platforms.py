@@ -142,8 +142,9 @@ def test_a_path_tensorflow_and_onnx_would_write_elsewhere_is_refused(tmp_path, m
     monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "iso8859-1")
     assert utf8_path_problem(tmp_path / "run") is None
     assert utf8_path_problem(tmp_path / "runé").startswith(f"{tmp_path / 'runé'} is not ASCII")
-    with pytest.raises(TrainingError, match="^--model_dir: .*runé is not ASCII and this locale's "
-                                            "file names are iso8859-1, not UTF-8: TensorFlow and ONNX"):
+    with pytest.raises(TrainingError,
+                       match="^--model_dir: .*runé is not ASCII and this locale's "
+                             "file names are iso8859-1, not UTF-8: TensorFlow and ONNX"):
         run(model_dir=str(tmp_path / "runé"), dataset="text", data_dir=str(tmp_path))
     assert not (tmp_path / "runé").exists()
     save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny")), str(tmp_path / "model"))

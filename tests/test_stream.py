@@ -92,7 +92,8 @@ def test_eval_start_step():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"10 ids are too few for batch_size 4 and tgt_len 3.*at least 16"):
+    with pytest.raises(ValueError,
+                       match=r"10 ids are too few for batch_size 4 and tgt_len 3.*at least 16"):
         segment_dataset(np.arange(10), 4, 3)
     # Evaluation: 6 ids over 8 streams leave each stream 1 id, no label; 9 are enough.
     with pytest.raises(ValueError, match=r"6 ids are too few .* \(need at least 9 ids\)"):

@@ -356,7 +356,8 @@ def test_a_tokenizer_file_of_another_kind_or_size_is_named(tmp_path, change, mes
 @pytest.mark.parametrize("kind", KINDS)
 def test_decode_rejects_out_of_range(kind, tokenizers):
     tok = tokenizers[kind]
-    with pytest.raises(ValueError, match=rf"id {tok.vocab_size} at position 1 .*vocab_size {tok.vocab_size}"):
+    with pytest.raises(ValueError,
+                       match=rf"id {tok.vocab_size} at position 1 .*vocab_size {tok.vocab_size}"):
         tok.decode([0, tok.vocab_size])
     with pytest.raises(ValueError, match="id -1"):
         tok.decode([-1])

@@ -197,7 +197,8 @@ def test_from_scratch_with_a_preset_and_bytes(data, tmp_path):
 
 def _train(data, tmp_path, **options):
     base = dict(train_data=data["train"], backbone=data["backbone"],
-                output_dir=str(tmp_path / "out") if tmp_path else None, steps=2, batch_size=8, max_length=32,
+                output_dir=str(tmp_path / "out") if tmp_path else None, steps=2, batch_size=8,
+                max_length=32,
                 mixed_precision="none", verbose=0)
     base.update(options)
     return classify.run(**base)

@@ -427,7 +427,8 @@ class GlobalStepTensorBoard(GlobalStep, keras.callbacks.TensorBoard):
             self.on_train_end()
 
     def on_train_batch_begin(self, batch, logs=None):
-        from txl_tf.keras_support.keras_compat import start_tensorboard_batches_at  # private Keras state
+        # Private Keras state.
+        from txl_tf.keras_support.keras_compat import start_tensorboard_batches_at
         # Keras adds one per call: its count ends at the step this call reaches.
         start_tensorboard_batches_at(self, self.step + self.model.steps_per_execution - 1)
         super().on_train_batch_begin(batch, logs)

@@ -15,7 +15,8 @@ def parse_overrides(items):
             raise TrainingError(f"--config_override {item!r} is not field=value")
         key, value = (s.strip() for s in item.split("=", 1))
         try:
-            overrides[key] = json.loads(value.lower() if value.lower() in ("true", "false") else value)
+            boolean = value.lower() in ("true", "false")
+            overrides[key] = json.loads(value.lower() if boolean else value)
         except json.JSONDecodeError:
             overrides[key] = convert(value)
     return overrides
@@ -30,7 +31,8 @@ def build_config(preset, vocab_size, n_token=None, overrides=None, log=print):
     differs from the tokenizer's is an error.
     """
     if preset not in PRESETS:
-        raise TrainingError(f"unknown preset {preset!r}; known presets: {', '.join(sorted(PRESETS))}")
+        raise TrainingError(f"unknown preset {preset!r}; "
+                            f"known presets: {', '.join(sorted(PRESETS))}")
     overrides = dict(overrides or {})
     flag = "--n_token"
     if "n_token" in overrides:

@@ -208,9 +208,10 @@ def _plot(result, path):
 
 def describe(result):
     """The RECL table per ratio, or one model's loss by context."""
+    contexts = result["contexts"]
+    step = contexts[1] - contexts[0] if len(contexts) > 1 else 0
     lines = [f"{result['dataset']} {result['split']}, {result['positions']} target tokens, "
-             f"contexts {result['contexts'][0]}..{result['contexts'][-1]} "
-             f"(step {result['contexts'][1] - result['contexts'][0] if len(result['contexts']) > 1 else 0})"]
+             f"contexts {contexts[0]}..{contexts[-1]} (step {step})"]
     if result["recl"]:
         ratios = list(result["recl"])
         lines.append(f"{'model':>16} | " + " | ".join(f"RECL r={r:<5}" for r in ratios))

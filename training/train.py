@@ -51,7 +51,8 @@ MAX_CPU_DEVICES = 1024  # logical devices --num_cpu_devices may split the CPU in
 
 SPEC = (
     option("string", "preset", "small", "Model preset (txl_tf.PRESETS)."),
-    option("multi_string", "config_override", [], "field=value changes to the preset (JSON values), e.g. untie_r=false."),
+    option("multi_string", "config_override", [],
+           "field=value changes to the preset (JSON values), e.g. untie_r=false."),
     option("integer", "n_token", None, "Vocabulary size; default: the corpus tokenizer's. A "
                      "different value is an error."),
     option("float", "dropout", None, "Dropout (default: the preset's)."),
@@ -69,7 +70,8 @@ SPEC = (
            "each batch row reads documents one after another and its memory is cleared at "
            "each document's start. Default: one continuous stream (the paper's)."),
     option("string", "model_dir", None, "Checkpoints, logs and the exported model."),
-    option("enum", "strategy", "auto", "tf.distribute strategy.", ["auto", "one_device", "mirrored", "multi_worker", "tpu"]),
+    option("enum", "strategy", "auto", "tf.distribute strategy.",
+           ["auto", "one_device", "mirrored", "multi_worker", "tpu"]),
     option("string", "tpu", None, "TPU name or address (strategy tpu)."),
     option("integer", "num_cpu_devices", 0, "Split the CPU into this many logical devices "
                      "(to try mirrored without accelerators)."),
@@ -179,7 +181,8 @@ def _check_options(o):
                             f"{o['steps_per_execution']}")
     if o["steps_per_execution"]:
         cadences = _cadences(o)
-        wrong = [f"--{name} {every}" for name, every in cadences if every % o["steps_per_execution"]]
+        wrong = [f"--{name} {every}" for name, every in cadences
+                 if every % o["steps_per_execution"]]
         if wrong:
             raise TrainingError(f"--steps_per_execution {o['steps_per_execution']} does not "
                                 f"divide {', '.join(wrong)}: events would fall inside a call")

@@ -51,9 +51,10 @@ def training_input(strategy, ids, global_batch_size, tgt_len, start_step=0, batc
     `[r*b, (r+1)*b)` (`txl_tf.data.distribute_segments`).
 
     `batch_log` (a file path) records each batch's first-token ids; it needs
-    a single replica, without `document_separator` (`train.run` checks both). `document_separator` (an id): the corpus is separate
-    documents, each ending at that id, streamed one after another per row,
-    each row's memory cleared at a document's start
+    a single replica, without `document_separator` (`train.run` checks
+    both). `document_separator` (an id): the corpus is separate documents,
+    each ending at that id, streamed one after another per row, each row's
+    memory cleared at a document's start
     (`txl_tf.data.distribute_documents`).
     """
     if document_separator is not None:

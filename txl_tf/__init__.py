@@ -28,7 +28,8 @@ fill_closed_streams()  # `2>&-`: before anything opens a file or writes to stder
 
 from txl_tf.app import moved_modules  # noqa: E402
 from txl_tf.app.exits import quiet_interrupts  # noqa: E402
-from txl_tf.app.tf_startup import quiet_tensorflow_import, require_tensorflow_backend  # noqa: E402,E501
+from txl_tf.app.tf_startup import (quiet_tensorflow_import,  # noqa: E402
+                                   require_tensorflow_backend)
 # Without TensorFlow too:
 from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
 from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402

@@ -85,8 +85,8 @@ class TransformerXL(keras.layers.Layer):
                 div_val=cfg.div_val, proj_same_dim=cfg.proj_same_dim, init_std=cfg.init_std,
                 proj_init_std=cfg.proj_init_std, dtype=policy,
                 name="adaptive_embed")
-            self.pos_emb = RelativePositionalEncoding(cfg.d_model, clamp_len=cfg.clamp_len, dtype=policy,
-                                                      name="pos_emb")
+            self.pos_emb = RelativePositionalEncoding(cfg.d_model, clamp_len=cfg.clamp_len,
+                                                      dtype=policy, name="pos_emb")
             self.emb_dropout = Dropout(cfg.dropout, dtype=policy)
             self.pos_dropout = Dropout(cfg.dropout, dtype=policy)
             self.out_dropout = Dropout(cfg.dropout, dtype=policy)
@@ -102,7 +102,8 @@ class TransformerXL(keras.layers.Layer):
                 cfg.n_token, cfg.d_embed, cfg.d_model, cutoffs=cfg.cutoffs, div_val=cfg.div_val,
                 tie_weight=cfg.tie_weight, tie_projs=cfg.tie_projs,
                 proj_same_dim=cfg.proj_same_dim, init_std=cfg.init_std,
-                proj_init_std=cfg.proj_init_std, embedding=self.word_emb, dtype=policy, name="adaptive_softmax")
+                proj_init_std=cfg.proj_init_std, embedding=self.word_emb, dtype=policy,
+                name="adaptive_softmax")
         self.r_w_bias = self.r_r_bias = self.r_emb = self.r_bias = None
         if cfg.attn_type == 1:  # per layer: u, and an embedding and a bias per distance
             heads = (cfg.n_head, cfg.d_head)

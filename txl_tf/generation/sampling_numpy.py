@@ -133,7 +133,8 @@ def _share(total, fraction):
 
 
 def choose(log_probs, rows, seen, counters, done, pad_id):
-    """See `txl_tf.generation.sampling.choose`; numpy in, numpy out (`seen` is updated in a copy)."""
+    """See `txl_tf.generation.sampling.choose`; numpy in, numpy out (`seen`
+    is updated in a copy)."""
     lp = np.asarray(log_probs, np.float32)
     usable = usable_rows(lp)
     active = ~done & usable

@@ -32,10 +32,12 @@ class TransformerXLBlock(keras.layers.Layer):
             self.rel_attn = attention(
                 s["d_model"], s["n_head"], s["d_head"], dropout=s["dropout"],
                 dropatt=s["dropatt"], pre_lnorm=s["pre_lnorm"], init_std=s["init_std"],
-                layer_norm_epsilon=s["layer_norm_epsilon"], dtype=self.dtype_policy, name="rel_attn")
+                layer_norm_epsilon=s["layer_norm_epsilon"], dtype=self.dtype_policy,
+                name="rel_attn")
             self.ff = PositionwiseFeedForward(
                 s["d_model"], s["d_inner"], dropout=s["dropout"], pre_lnorm=s["pre_lnorm"],
-                init_std=s["init_std"], layer_norm_epsilon=s["layer_norm_epsilon"], dtype=self.dtype_policy, name="ff")
+                init_std=s["init_std"], layer_norm_epsilon=s["layer_norm_epsilon"],
+                dtype=self.dtype_policy, name="ff")
         self.built = True
 
     def call(self, inputs, pos_emb, memory, visible, r_w_bias, r_r_bias, training=None):

@@ -296,7 +296,8 @@ def restore_weights(core, path):
 
     readers, expected, declared = {}, {}, {}
     for name, variable in reference_names(core).items():
-        split = isinstance(variable, FusedColumns) and stored(_checkpoint_key(name)) not in available
+        split = (isinstance(variable, FusedColumns)
+                 and stored(_checkpoint_key(name)) not in available)
         readers[name] = (functools.partial(read_fused, name, list(variable.parts)) if split
                          else functools.partial(read, _checkpoint_key(name)))
         for label, part in (((f"{name}/{p}", v) for p, v in variable.parts.items()) if split

@@ -160,10 +160,11 @@ def infer_config(state, names, given=None):
                 f"{len(tables)} embedding tables need {len(tables) - 1} cluster rows; "
                 f"crit.cluster_weight has {n_clusters}")
     per_layer = "layers.0.dec_attn.r_w_bias" in names
-    values["untie_r"] = values["attn_type"] == 0 and per_layer and ("r_w_bias" not in names or not all(
-        np.array_equal(state[names[f"layers.{i}.dec_attn.{b}"]], state[names[b]])
-        for i in range(values["n_layer"]) for b in ("r_w_bias", "r_r_bias")
-        if f"layers.{i}.dec_attn.{b}" in names))
+    values["untie_r"] = values["attn_type"] == 0 and per_layer and (
+        "r_w_bias" not in names or not all(
+            np.array_equal(state[names[f"layers.{i}.dec_attn.{b}"]], state[names[b]])
+            for i in range(values["n_layer"]) for b in ("r_w_bias", "r_r_bias")
+            if f"layers.{i}.dec_attn.{b}" in names))
     n_bins = len(values["cutoffs"]) + 1
     values["tie_weight"] = all(
         _same(state, names, f"crit.out_layers.{i}.weight", f"word_emb.emb_layers.{i}.weight")

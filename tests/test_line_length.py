@@ -1,0 +1,30 @@
+"""Lines of the project's Python files are at most 100 characters (the house
+style), so that a diff reads side by side and no line hides its end."""
+import os
+
+from repo_files import REPO, python_files
+
+LIMIT = 100
+
+
+def long_lines(root=REPO):
+    """`path:line: length` of every line of the project's Python files over `LIMIT`."""
+    found = []
+    for path in python_files(root):
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                length = len(line.rstrip("\n"))
+                if length > LIMIT:
+                    found.append(f"{path}:{number}: {length}")
+    return found
+
+
+def test_a_long_line_is_found(tmp_path):
+    (tmp_path / "txl_tf").mkdir()
+    (tmp_path / "txl_tf" / "a.py").write_text("x = 1\n" + "#" * LIMIT + "\n" + "y" * (LIMIT + 1))
+    assert long_lines(str(tmp_path)) == [f"txl_tf/a.py:3: {LIMIT + 1}"]
+
+
+def test_no_line_is_over_the_limit():
+    found = long_lines()
+    assert not found, f"lines over {LIMIT} characters:\n" + "\n".join(found)
