@@ -6,7 +6,7 @@ All its parts do not fit one session: `--parts=training` and
 
     python -m benchmarks.gpu_check [--reference_dir=.../transformer-xl/pytorch] \
         [--reference_python=python] [--output=gpu_check.json] [--parts=training]
-    python -m benchmarks.gpu_check --parts=serving,mirrored   # groups and parts
+    python -m benchmarks.gpu_check --parts=parity,losses,mirrored   # groups and parts
     python -m benchmarks.gpu_check --device=cpu --tiny   # its logic, on the CPU, tiny sizes
     python -m benchmarks.gpu_check --make_serving_exports=build/gpu_exports   # beforehand
     python -m benchmarks.gpu_check --serving_exports=build/gpu_exports        # then
@@ -86,6 +86,16 @@ fails, runs out of time or cannot run is one line of the table (`failed
   decode graphs in float16 (`python -m export --decode_dtype=float16`):
   ms per token at batch 1 and 16, and its parity to the CPU (<= 5e-2).
   Only with `--serving_exports`.
+- `serving_precision`: the float16 export option on a trained model, the
+  shipped `pystdlib_small`: held-out text (this Python's standard library)
+  read one token at a time through its ONNX exports with a float32 cache,
+  a float16 cache and float16 decode graphs, on the GPU's own float16
+  kernels: each one's perplexity, and the 16-bit ones' largest log-prob
+  change and most likely tokens changed against float32's
+  (`benchmarks.long_memory --part=cache_precision --nokeras_rows`: no
+  Keras model, so TensorFlow never starts on the GPU beside ONNX Runtime).
+  Only with `--serving_exports` (which holds those exports, trained
+  weights and all, made beforehand).
 - `attention_forms`: one layer's attention of the cached decode step in
   ONNX Runtime's fused forms (MultiHeadAttention, the opset-23/24
   Attention, DecoderMaskedMultiHeadAttention, GroupQueryAttention) beside
@@ -203,6 +213,12 @@ COMMANDS = {
                               "--device={ort_device} "
                               "--exports={work}/serving_float16/{serving_preset}/out "
                               "--tolerance=5e-2 --output={out}/cuda_parity_float16.json",
+    "serving_precision": "{python} -m benchmarks.long_memory --part=cache_precision "
+                         "--device={ort_device} --model_dir={precision_model} "
+                         "--dataset=pystdlib --split=valid --mem_len={precision_mem_len} "
+                         "--tokens={precision_tokens} --streams=4 --cache_dir={work}/cache "
+                         "--work_dir={precision_exports} --reuse_exports --nokeras_rows "
+                         "--output={out}/cache_precision.json",
     "attention_forms": "{python} -m benchmarks.attention_forms --device={ort_device} "
                        "--shape={serving_preset} --dtypes=float32,float16 "
                        "--output={out}/attention_forms.json",
@@ -279,21 +295,23 @@ FUSED_FORMS = ("today", "attention24_pad", "dmmha", "attention23", "mha", "mha_p
 # 8 parity steps and 30 timed steps a batch, guessed at 5 s each (on the 2-core CPU at
 # enwik8_base, 2026-12-01: a rewrite up to 1.2 s, the opset conversion's; its serialization
 # 0.4 s; a CPU session 0.3 to 0.5 s; on the GPU a session also moves the weights there and
-# captures CUDA graphs; each form's `form_seconds` in its JSON will say). The serving parts
+# captures CUDA graphs; each form's `form_seconds` in its JSON will say). serving_precision
+# (never run on a GPU): its process's start (TensorFlow imported, not started), the corpus
+# read, three exports opened on CUDA and 300 steps of 4 rows each. The serving parts
 # time exports brought along (--serving_exports): serving_long_memory exports enwik8_base
 # otherwise.
 BUDGETS = {"compile_flags": 145, "parity": 30, "losses": 120, "mirrored": 120,
            "pair_enwik8_base": 170, "pair_wt103_base": 100, "train": 180, "decode_xla": 120,
            "serving_long_memory": 50, "serving_evaluation": 60, "serving_soak": 40,
            "serving_device_tests": 75, "serving_parity": 45, "serving_profile": 40,
-           "serving_float16": 35, "serving_parity_float16": 45, "attention_forms": 90,
-           "fused_step": 120}
+           "serving_float16": 35, "serving_parity_float16": 45, "serving_precision": 40,
+           "attention_forms": 90, "fused_step": 120}
 # What one device session leaves for the check (its device time less the machine's start,
 # the pieces and their unpacking, as on 2026-11-30): the whole check does not fit one, so
 # it runs as named groups of parts (`--parts=training`, `--parts=serving`), one a
 # session, each group's budgets and the gpu and serving_exports rows within SESSION_S.
 SESSION_S = 540.0
-# Left out of the groups to fit (run by name, e.g. `--parts=serving,mirrored`): mirrored
+# Left out of the groups to fit (run by name, e.g. `--parts=parity,losses,mirrored`): mirrored
 # (two XLA programs), losses (its GPU program's compile and 100 steps), pair_wt103_base
 # (its rows are shown, not judged) and decode_xla (the Keras side's decoder on the GPU,
 # shown beside the ONNX step), attention_forms (one layer's attention in ONNX Runtime's
@@ -304,14 +322,18 @@ SESSION_S = 540.0
 GROUPS = {"training": ("compile_flags", "parity", "pair_enwik8_base", "train"),
           "serving": ("serving_long_memory", "serving_evaluation", "serving_soak",
                       "serving_device_tests", "serving_parity", "serving_profile",
-                      "serving_float16", "serving_parity_float16")}
+                      "serving_float16", "serving_parity_float16", "serving_precision")}
 # The parts that time the float16 decode step: only over --serving_exports (an export
 # of its own would take more than their budget on the GPU machine).
 FLOAT16_PARTS = ("serving_float16", "serving_parity_float16")
 # The parts in neither group that time onnxruntime's GPU (no TensorFlow's).
 ONNXRUNTIME_PARTS = ("attention_forms", "fused_step")
 # The parts that read the exports --serving_exports brings (copied and filled first).
-EXPORT_PARTS = (*FLOAT16_PARTS, "fused_step")
+EXPORT_PARTS = (*FLOAT16_PARTS, "fused_step", "serving_precision")
+# serving_precision's model, the shipped one, with its trained weights, and its memory; its
+# exports go into --make_serving_exports' folder whole, <folder>/PRECISION_FOLDER (read in
+# place: not filled at random).
+PRECISION_MODEL, PRECISION_MEM_LEN, PRECISION_FOLDER = "pystdlib_small", 128, "precision"
 # The skeletons --make_serving_exports writes and --serving_exports reads:
 # <folder>/<decode dtype>/<preset>/out, the layout of benchmarks.long_memory's --work_dir.
 SERVING_DTYPES = {"float32": "serving", "float16": "serving_float16"}
@@ -377,13 +399,13 @@ def sizes(tiny, device):
                     enwik8_variants="f32", wt103_variants="f32", compile_variant="f32",
                     pair_iters=2, train_preset="tiny", train_batch=4,
                     serving_preset="tiny", eval_segment=32, device=device, ort_device="cpu",
-                    xla_device="cpu")
+                    xla_device="cpu", precision_tokens=20)
     return dict(check_shape="enwik8_base", loss_shape="small", pair_enwik8="enwik8_base",
                 pair_wt103="wt103_base", enwik8_variants="bf16+jit", wt103_variants="f32+jit",
                 compile_variant="bf16+jit", pair_iters=8,
                 train_preset="enwik8_base", train_batch=22, serving_preset="enwik8_base",
                 eval_segment=512, device=device, ort_device="cuda" if device == "gpu" else "cpu",
-                xla_device="gpu" if device == "gpu" else "cpu")
+                xla_device="gpu" if device == "gpu" else "cpu", precision_tokens=300)
 
 
 # ------------------------------------------------------------------ the GPU
@@ -1165,7 +1187,7 @@ def skip_reason(part, o, facts=None):
         if not o["serving_exports"]:
             return f"{NO_TENSORFLOW} (without --serving_exports the serving parts export)"
     if part in EXPORT_PARTS and not o["serving_exports"]:
-        return "needs --serving_exports (the float16 export is made beforehand)"
+        return "needs --serving_exports (its exports are made beforehand)"
     if part == "serving_device_tests" and o["device"] == "cpu":
         return "needs CUDA (on the CPU these tests are make test's)"
     return None
@@ -1175,8 +1197,10 @@ def make_serving_exports(folder, preset):
     """Writes the skeletons `--serving_exports` reads into `folder`: `preset`
     with random weights (seed 0), exported as `benchmarks.long_memory`
     exports it, once with its decode graphs in each dtype of
-    `SERVING_DTYPES`, its large weights stripped (`long_memory.strip`).
-    Returns the folders written."""
+    `SERVING_DTYPES`, its large weights stripped (`long_memory.strip`); and
+    serving_precision's exports of `PRECISION_MODEL`, whole, into
+    `folder/PRECISION_FOLDER` (`long_memory.export_precisions`). Returns the
+    folders written."""
     import tempfile
 
     import keras
@@ -1195,18 +1219,33 @@ def make_serving_exports(folder, preset):
             shutil.rmtree(target, ignore_errors=True)
             long_memory.strip(os.path.join(made, "out"), target)
             written.append(target)
+    precision = os.path.join(folder, PRECISION_FOLDER)
+    shutil.rmtree(precision, ignore_errors=True)
+    written += long_memory.export_precisions(PRECISION_MODEL, precision, PRECISION_MEM_LEN)
     return written
 
 
 def check_serving_exports(folder, preset):
     """Raises `GpuCheckError` unless `folder` holds a skeleton of `preset`
-    in each dtype of `SERVING_DTYPES` (`make_serving_exports`)."""
-    missing = [dtype for dtype in SERVING_DTYPES
-               if not os.path.isfile(os.path.join(folder, dtype, preset, "out", "model.onnx"))]
+    in each dtype of `SERVING_DTYPES` and serving_precision's exports
+    (`make_serving_exports`)."""
+    from benchmarks.long_memory import EXPORT_PRECISIONS
+
+    def absent(*path):
+        return not os.path.isfile(os.path.join(folder, *path, "out", "model.onnx"))
+
+    dtypes = [dtype for dtype in SERVING_DTYPES if absent(dtype, preset)]
+    precisions = [made for made, _ in EXPORT_PRECISIONS.values()
+                  if absent(PRECISION_FOLDER, made)]
+    missing = []
+    if dtypes:
+        missing.append(f"no {' or '.join(dtypes)} export of {preset} (<dtype>/{preset}/out)")
+    if precisions:
+        missing.append(f"no {' or '.join(precisions)} export of {PRECISION_MODEL} "
+                       f"({PRECISION_FOLDER}/<precision>/out)")
     if missing:
-        raise GpuCheckError(f"--serving_exports: {folder} has no {' or '.join(missing)} export "
-                            f"of {preset} ({'/'.join(['<dtype>', preset, 'out'])}; made by "
-                            f"--make_serving_exports={folder}{' --tiny' * (preset == 'tiny')})")
+        raise GpuCheckError(f"--serving_exports: {folder} has {' and '.join(missing)}; made by "
+                            f"--make_serving_exports={folder}{' --tiny' * (preset == 'tiny')}")
 
 
 def fill_serving_exports(folder, work_dir, seed=0):
@@ -1542,6 +1581,9 @@ def commands_for(o, out_dir):
     fields = dict(sizes(o["tiny"], o["device"]), python=shlex.quote(sys.executable),
                   out=shlex.quote(out_dir), work=shlex.quote(o["work_dir"]), reference=reference,
                   reuse="--reuse_exports" if o.get("serving_exports") else "",
+                  precision_model=PRECISION_MODEL, precision_mem_len=PRECISION_MEM_LEN,
+                  precision_exports=shlex.quote(os.path.abspath(os.path.join(
+                      o.get("serving_exports") or o["work_dir"], PRECISION_FOLDER))),
                   fused_forms=",".join(FUSED_FORMS),
                   decode_tolerance=issue_targets.number_text(
                       issue_targets.limit_of("decode_parity")))

@@ -35,8 +35,7 @@ Not measured by the check, so not in this table (judge them elsewhere):
   the ptxas the `[gpu]` extra brings (the `gpu` row fails below 12.6.85).
 - issue 53: the 2,000-session soak on the CPU; `bench_long_memory` on the
   2-core CPU before and after; the measurements of 6289fa0 beside the
-  change; a trained model's perplexity with the 16-bit decode
-  (`benchmarks.long_memory --part=cache_precision`, on the CPU).
+  change.
 """
 import decimal
 import json
@@ -468,6 +467,26 @@ def soak_differing(row):
                   settings.get("device"))
 
 
+def float16_perplexity(row):
+    """`measure` of the serving_precision part: the float16 decode export's
+    perplexity on the trained model's held-out text, beside the float32
+    export's, with its largest log-prob change (shown)."""
+    data = _json(row)
+    rows = {r["precision"]: r for r in _items(data, "rows", "json")
+            if isinstance(r.get("precision"), str)}
+    names = ("export, float32 cache", "export, float16 decode")
+    for name in names:
+        if name not in rows:
+            raise NotMeasured(f"no row {name!r} in its JSON")
+    base, half = (_number(rows[name], "ppl", f"json.rows[{name}]") for name in names)
+    change = _number(rows[names[1]], "max_abs_log_prob_change", f"json.rows[{names[1]}]")
+    tokens = _number(data, "tokens", "json")
+    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+    return Figure(half, f"ppl {half:.4f} in float16, {base:.4f} in float32 (largest log-prob "
+                        f"change {change:.1e}; {tokens:,.0f} tokens)",
+                  f"json.rows[{names[1]}].ppl", settings.get("device"))
+
+
 # ------------------------------------------------------------------ targets
 TARGETS = (
     Target(52, "enwik8_base TF32 pair: this library (f32+jit) >= 2x the paper's code (TF32)",
@@ -524,6 +543,9 @@ TARGETS = (
            "serving_parity_float16", decode_parity, None, True),
     Target(53, "a short soak on the GPU: every session gets what it gets alone",
            "serving_soak", soak_differing, "soak_differing", False),
+    Target(53, "the float16 export option on a trained model (pystdlib_small): perplexity "
+               "beside float32's, on the GPU's kernels", "serving_precision",
+           float16_perplexity, None, False),
 )
 
 

@@ -1808,8 +1808,17 @@ CACHE_PRECISION_SPEC = (
     option("integer", "streams", 4, "Streams (rows) read at once, each from its own part of the "
            "split."),
     option("bool", "through_exports", True, "Also read the text through the ONNX export's "
-           "decode graphs on the CPU, exported with a float32 and with a float16 cache "
+           "decode graphs on --device, exported with a float32 and with a float16 cache "
            "(--cache_dtype), and computing in float16 (--decode_dtype)."),
+    option("string", "device", "cpu", "ONNX Runtime's device for the exports' rows: cpu, cuda "
+           "(an error where its provider does not load; the decode cache on the GPU) or auto."),
+    option("string", "work_dir", None, "Where the exports go, kept, one folder each "
+           "(float32, float16_cache, float16_decode; default: a temporary folder)."),
+    option("bool", "reuse_exports", False, "Read the exports already in --work_dir (e.g. made "
+           "on another machine by an earlier run) instead of exporting."),
+    option("bool", "keras_rows", True, "Also read the text through the Keras model's decode "
+           "cache rounded to each precision (--nokeras_rows with --reuse_exports: no model is "
+           "built, so TensorFlow never starts on a GPU that ONNX Runtime uses)."),
     option("string", "output",
            os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
            "Where to write the JSON results."),
@@ -1844,25 +1853,55 @@ def read_through_cache(core, ids, mem_len, precision):
     return np.stack(out)
 
 
-# The exports `--through_exports` reads through: their row names and export options.
-EXPORT_PRECISIONS = {"export, float32 cache": {"cache_dtype": "float32"},
-                     "export, float16 cache": {"cache_dtype": "float16"},
-                     "export, float16 decode": {"decode_dtype": "float16"}}
+# The exports `--through_exports` reads through: their row names, their folders in
+# --work_dir, and their export options.
+EXPORT_PRECISIONS = {"export, float32 cache": ("float32", {"cache_dtype": "float32"}),
+                     "export, float16 cache": ("float16_cache", {"cache_dtype": "float16"}),
+                     "export, float16 decode": ("float16_decode", {"decode_dtype": "float16"})}
 
 
-def read_through_export(model_dir, ids, mem_len, dtypes):
+def read_through_export(folder, ids, mem_len, dtypes, device):
     """Log-probabilities `[T, B, V]` of reading `ids` (`[B, T]`) one token at
-    a time through the ONNX export's decode graphs (`runtime.decode_step`,
-    ONNX Runtime on the CPU) of the model in `model_dir`, exported with the
-    options `dtypes` (`cache_dtype`, `decode_dtype`)."""
-    from export import open_runtime, run_export
-    with tempfile.TemporaryDirectory() as folder:
-        run_export(folder, model_dir, formats=("onnx",), mem_len=mem_len, verify=False,
-                   **dtypes)
-        runtime = open_runtime(folder, backend="onnx", device="cpu")
-        cache = runtime.decode_init(runtime.initial_memory(ids.shape[0]))
-        return np.stack([runtime.decode_step(ids[:, t], cache)[0].copy()
-                         for t in range(ids.shape[1])])
+    a time through the ONNX export in `folder/out` (`runtime.decode_step`,
+    ONNX Runtime on `device`); `TxlError` where that export does not hold
+    `mem_len` slots or was not exported with the options `dtypes`
+    (`cache_dtype`, `decode_dtype`)."""
+    runtime = open_export(folder, "onnx", mem_len, device,
+                          decode_dtype=dtypes.get("decode_dtype", "float32"), device=device)
+    cache_dtype = dtypes.get("cache_dtype")
+    if cache_dtype and runtime.info.cache_dtype != cache_dtype:
+        raise TxlError(f"the export in {folder} keeps its decode cache in "
+                       f"{runtime.info.cache_dtype}, not {cache_dtype}")
+    cache = runtime.decode_init(runtime.initial_memory(ids.shape[0]))
+    return np.stack([np.array(runtime.decode_step(ids[:, t], cache)[0])
+                     for t in range(ids.shape[1])])
+
+
+def export_precisions(model_dir, work_dir, mem_len):
+    """Exports the model in `model_dir` (ONNX, memory `mem_len`) once for
+    each of `EXPORT_PRECISIONS`, into `work_dir/<its folder>/out`; returns
+    those folders."""
+    from export import run_export
+    written = []
+    for folder, dtypes in EXPORT_PRECISIONS.values():
+        written.append(os.path.join(work_dir, folder, "out"))
+        run_export(written[-1], model_dir, formats=("onnx",), mem_len=mem_len, verify=False,
+                   overwrite=True, **dtypes)
+    return written
+
+
+def read_through_exports(o, ids):
+    """`{row name: log-probabilities [T, B, V]}` of `ids` read through each
+    export of `EXPORT_PRECISIONS` (`read_through_export`), made from
+    `--model_dir` into `--work_dir` (a temporary folder without it) unless
+    `--reuse_exports`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        work_dir = o["work_dir"] or scratch
+        if not o["reuse_exports"]:
+            export_precisions(o["model_dir"], work_dir, o["mem_len"])
+        return {name: read_through_export(os.path.join(work_dir, folder), ids, o["mem_len"],
+                                          dtypes, o["device"])
+                for name, (folder, dtypes) in EXPORT_PRECISIONS.items()}
 
 
 def compare_precisions(reference, other, targets):
@@ -1908,40 +1947,52 @@ def run_cache_precision(o):
     and how often the most likely next token changes. Also the cache's size per
     stream at each preset's paper memory, float32 against 16-bit keys and values.
     With `--through_exports`, the same text through the ONNX export's decode graphs
-    (`export.decode_interface`), exported with a float32 cache, with
-    `--cache_dtype=float16` (keys and values stored and passed in float16)
-    and with `--decode_dtype=float16` (weights, compute, keys and values in
-    float16), each against the float32 export. Prints a table and writes JSON.
+    (`export.decode_interface`) on `--device` (`cuda`: the float16 decode's
+    own GPU kernels, which the CPU provider does not have), exported with a
+    float32 cache, with `--cache_dtype=float16` (keys and values stored and
+    passed in float16) and with `--decode_dtype=float16` (weights, compute,
+    keys and values in float16), each against the float32 export (made in,
+    or with `--reuse_exports` read from, `--work_dir`). TensorFlow's TF32
+    matmuls are off (the Keras rows on a GPU); with `--nokeras_rows` only the
+    exports' rows are read and no model is built. Prints a table, writes
+    JSON, then one line: the exports' perplexities and changes.
     """
     import numpy as np
     from benchmarks.throughput import write_json
     from training import inputs
     from training.errors import TrainingError
-    from training.evaluate import load_core
+    from txl_tf.weights.model_dir import load_config, load_core, resolve
     if not o["model_dir"]:
         raise TrainingError("--model_dir is required")
-    core, source = load_core(o["model_dir"])
-    tokenizer = inputs.model_tokenizer(o["model_dir"], source.vocab_dir, core.config)
+    check_export_flags(o)
+    if not (o["keras_rows"] or o["through_exports"]):
+        raise TrainingError("--nokeras_rows --nothrough_exports leaves nothing to read")
+    source = resolve(o["model_dir"])
+    config = load_config(source)
+    tokenizer = inputs.model_tokenizer(o["model_dir"], source.vocab_dir, config)
     corpus = inputs.load(o["dataset"], o["data_dir"], o["cache_dir"], {}, tokenizer=tokenizer)
     text = np.asarray(corpus.split(o["split"]))
     per_stream = min(o["tokens"] + 1, len(text) // o["streams"])
     ids = text[:o["streams"] * per_stream].reshape(o["streams"], per_stream)
     inputs_, targets = ids[:, :-1], ids[:, 1:]
-    runs, start = {}, time.time()
-    for precision in PRECISIONS:
-        runs[precision] = read_through_cache(core, inputs_, o["mem_len"], precision)
-    rows = [{"precision": p, **compare_precisions(runs["float32"], runs[p], targets)}
-            for p in PRECISIONS]
+    rows, start = [], time.time()
+    if o["keras_rows"]:
+        import tensorflow as tf
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        core = load_core(source, config)
+        runs = {p: read_through_cache(core, inputs_, o["mem_len"], p) for p in PRECISIONS}
+        rows += [{"precision": p, **compare_precisions(runs["float32"], runs[p], targets)}
+                 for p in PRECISIONS]
     if o["through_exports"]:
-        exported = {name: read_through_export(o["model_dir"], inputs_, o["mem_len"], dtypes)
-                    for name, dtypes in EXPORT_PRECISIONS.items()}
+        exported = read_through_exports(o, inputs_)
         reference = exported["export, float32 cache"]
         rows += [{"precision": name, **compare_precisions(reference, log_probs, targets)}
                  for name, log_probs in exported.items()]
     result = {"settings": o, "tokens": int(targets.size), "seconds": time.time() - start,
               "rows": rows, "sizes": cache_sizes()}
+    where = f"; the exports on {o['device']}" if o["through_exports"] else ""
     print(f"{o['model_dir']}: {targets.size:,} tokens of {o['split']} read one at a time, "
-          f"memory {o['mem_len']}")
+          f"memory {o['mem_len']}{where}")
     print("| keys and values stored in | ppl | max abs log-prob change | mean | any log-prob | "
           "argmax changed |")
     print("|---|---|---|---|---|---|")
@@ -1955,6 +2006,24 @@ def run_cache_precision(o):
         print(f"| {r['preset']} | {r['mem_len']:,} | {r['float32_mb']:.1f} MB | "
               f"{r['keys_values_16bit_mb']:.1f} MB |")
     write_json(o["output"], result)
+    if o["through_exports"]:
+        print(precision_line(result))
+
+
+def precision_line(result):
+    """One line of a `cache_precision` result's export rows: where they ran,
+    each one's perplexity, then the 16-bit ones' largest log-prob change and
+    how many of the most likely next tokens changed, against the float32
+    export's."""
+    rows = {r["precision"]: r for r in result["rows"] if r["precision"] in EXPORT_PRECISIONS}
+    tokens = result["tokens"]
+    ppl = ", ".join(f"{name[len('export, '):]} {r['ppl']:.4f}" for name, r in rows.items())
+    changes = "; ".join(
+        f"{name[len('export, '):]}: largest log-prob change {r['max_abs_log_prob_change']:.1e}, "
+        f"most likely token changed {round(r['argmax_changed'] * tokens):,} of {tokens:,}"
+        for name, r in list(rows.items())[1:])
+    return (f"the exports' decode on {result['settings']['device']}, {tokens:,} tokens: "
+            f"ppl {ppl}; {changes}")
 
 
 PARTS = {"speed": (SPEED_SPEC, run_speed),

@@ -116,8 +116,8 @@ def test_a_bad_batch_size_is_one_error_line(jobs, value):
     ("benchmarks.gpu_check", ["--parts=training,servings"],
      "train, decode_xla, serving_long_memory, serving_evaluation, serving_soak, "
      "serving_device_tests, serving_parity, serving_profile, serving_float16, "
-     "serving_parity_float16, attention_forms, fused_step, training, serving; unknown: "
-     "servings"),
+     "serving_parity_float16, serving_precision, attention_forms, fused_step, training, "
+     "serving; unknown: servings"),
     ("benchmarks.long_memory", ["--part=soak", "--soak_sessions=0"],
      "--soak_sessions must be >= 1, got 0"),
     ("benchmarks.long_memory", ["--part=soak", "--device=tpu"],

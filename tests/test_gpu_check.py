@@ -59,6 +59,12 @@ def test_every_command_names_a_module_and_flags_it_takes(tiny, device, exports):
         in commands["fused_step"]
     assert sorted(gc.FUSED_FORMS) == sorted(FORMS) and gc.FUSED_FORMS[0] == "today"
     assert f"--device={'cpu' if tiny else 'cuda'}" in commands["serving_soak"]
+    # the trained model's exports brought along, read in place, no Keras model beside them
+    precision = commands["serving_precision"]
+    assert f"--work_dir={exports or '/w'}/precision" in precision
+    assert {"--reuse_exports", "--nokeras_rows", "--model_dir=pystdlib_small",
+            f"--device={'cpu' if tiny else 'cuda'}", f"--tokens={20 if tiny else 300}",
+            "--mem_len=128"} <= set(precision)
     serving = "tiny" if tiny else "enwik8_base"  # the export made above
     assert f"--export_dir=/w/serving/{serving}/out" in commands["serving_soak"]
     assert "--reference_dir=/ref" in commands["serving_evaluation"]
@@ -105,8 +111,9 @@ ROWS_BEFORE_S = {"gpu": 14, "serving_exports": 12}
 def test_each_group_fits_one_session():
     """`--parts=training` and `--parts=serving` each fit what a device session
     leaves (`SESSION_S`, the default `--total_s`) with the rows before the
-    parts; the parts left out to fit are the two named, and the serving half
-    leaves room for mirrored (benchmarks/device/README.md's plan)."""
+    parts; the parts left out to fit are the ones named
+    (benchmarks/device/README.md's plan), and the ones left out of the
+    training half fit a session of their own."""
     assert set(gc.BUDGETS) == set(gc.CHECKS)
     assert defaults(gc.SPEC)["total_s"] == gc.SESSION_S == 540.0
     grouped = [part for parts in gc.GROUPS.values() for part in parts]
@@ -120,8 +127,8 @@ def test_each_group_fits_one_session():
     for group, parts in gc.GROUPS.items():
         before = ROWS_BEFORE_S["gpu"] + ROWS_BEFORE_S["serving_exports"] * (group == "serving")
         assert sum(gc.BUDGETS[p] for p in parts) + before <= gc.SESSION_S, group
-    serving = gc.selected_parts(["serving", "mirrored"])
-    assert sum(gc.BUDGETS[p] for p in serving) + sum(ROWS_BEFORE_S.values()) <= gc.SESSION_S
+    others = gc.selected_parts(["parity", "losses", "mirrored", "pair_wt103_base"])
+    assert sum(gc.BUDGETS[p] for p in others) + ROWS_BEFORE_S["gpu"] <= gc.SESSION_S
     # what a compile of a minute leaves no room for: one variant per pair
     sized = gc.sizes(False, "gpu")
     assert (sized["enwik8_variants"], sized["wt103_variants"]) == ("bf16+jit", "f32+jit")
@@ -590,14 +597,32 @@ def test_the_serving_exports_are_made_here_and_filled_there(monkeypatch, tmp_pat
         made.append((core.config.n_layer, options))
         _skeleton(Path(folder) / "out", marked=False)
 
+    def export_precisions(model_dir, work_dir, mem_len):  # test_cache_precision's
+        made.append((model_dir, mem_len))
+        folders = [os.path.join(work_dir, name, "out") for name in ("a", "float16_decode")]
+        for folder in folders:
+            _skeleton(Path(folder), marked=False)
+        return folders
+
     monkeypatch.setattr(long_memory, "export_random", export_random)
+    monkeypatch.setattr(long_memory, "export_precisions", export_precisions)
     gx = tmp_path / "gx"
+    (gx / "precision" / "stale").mkdir(parents=True)  # an earlier make's: replaced whole
     written = gc.make_serving_exports(str(gx), "tiny")
-    assert written == [str(gx / dtype / "tiny" / "out") for dtype in ("float32", "float16")]
+    assert written == [str(gx / dtype / "tiny" / "out") for dtype in ("float32", "float16")] + [
+        str(gx / "precision" / name / "out") for name in ("a", "float16_decode")]
+    assert made.pop() == ("pystdlib_small", 128) and not (gx / "precision" / "stale").exists()
+    # the trained model's exports: checked for, each folder of long_memory's EXPORT_PRECISIONS
+    with pytest.raises(gc.GpuCheckError, match=re.escape(
+            f"{gx} has no float32 or float16_cache export of pystdlib_small "
+            f"(precision/<precision>/out); made by --make_serving_exports={gx} --tiny")):
+        gc.check_serving_exports(str(gx), "tiny")
+    for name in ("float32", "float16_cache"):
+        _skeleton(gx / "precision" / name / "out", marked=False)
     assert [options["decode_dtype"] for _, options in made] == ["float32", "float16"]
     assert all(options["log_probs"] == "all" and options["formats"] == ("onnx",)
                for _, options in made)
-    for folder in written:
+    for folder in written[:2]:  # stripped (the trained model's exports are whole)
         [weight] = onnx.load(os.path.join(folder, "model.onnx")).graph.initializer
         assert weight.doc_string == long_memory.MARK and not weight.raw_data
     gc.check_serving_exports(str(gx), "tiny")
@@ -618,7 +643,7 @@ def test_the_serving_exports_are_made_here_and_filled_there(monkeypatch, tmp_pat
     assert row["status"] == "failed" and "none/float32" in row["result"], row
     o = {"serving_exports": None, "device": "gpu"}
     assert all("needs --serving_exports" in gc.skip_reason(p, o)
-               for p in (*gc.FLOAT16_PARTS, "fused_step"))
+               for p in (*gc.FLOAT16_PARTS, "fused_step", "serving_precision"))
     assert gc.reads_exports("fused_step") and not gc.reads_exports("attention_forms")
     o = {"serving_exports": str(gx), "device": "cpu"}
     assert [gc.skip_reason(p, o) for p in gc.FLOAT16_PARTS] == [None, None]  # parity: on the CPU
@@ -988,7 +1013,9 @@ def test_the_cpu_run_writes_the_table_and_exits_1_on_a_failed_part(jobs, tmp_pat
     done = jobs.run("benchmarks.gpu_check", args + [f"--serving_exports={tmp_path}"])
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --serving_exports: {tmp_path} has no float32 or float16 export of tiny "
-        f"(<dtype>/tiny/out; made by --make_serving_exports={tmp_path} --tiny)"), done.stderr
+        f"(<dtype>/tiny/out) and no float32 or float16_cache or float16_decode export of "
+        f"pystdlib_small (precision/<precision>/out); made by "
+        f"--make_serving_exports={tmp_path} --tiny"), done.stderr
     done = jobs.run("benchmarks.gpu_check", args + ["--parts=parity", "--budget_scale=0.001"])
     result = json.loads((tmp_path / "check.json").read_text())
     assert done.returncode == 1 and result["failed"] == ["parity"], done.stdout[-2000:]

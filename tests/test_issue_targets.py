@@ -69,6 +69,17 @@ def _parity(worst):
                       "max_diff_host_cache": worst / 3}]}
 
 
+def _precision(device="cuda"):
+    """The serving_precision part's JSON (`long_memory --part=cache_precision
+    --nokeras_rows`): the three exports' rows."""
+    rows = [{"precision": "export, float32 cache", "ppl": 5.0507, "max_abs_log_prob_change": 0.0},
+            {"precision": "export, float16 cache", "ppl": 5.0508,
+             "max_abs_log_prob_change": 2.1e-3},
+            {"precision": "export, float16 decode", "ppl": 5.0511,
+             "max_abs_log_prob_change": 9.7e-3}]
+    return {"settings": {"device": device}, "tokens": 1200, "rows": rows}
+
+
 def _settings(**first_steps):
     """The compile_flags part's JSON (`gpu_check.run_settings`): `{setting:
     (first step's seconds, tok/s)}`."""
@@ -109,6 +120,7 @@ def met_check():
         _row("serving_profile"),
         _row("serving_float16", json=_speed(0.3, 1.2, 1.0, "float16")),
         _row("serving_parity_float16", json=_parity(2e-3)),
+        _row("serving_precision", json=_precision()),
     ]
     return {"seconds": 470.0, "device": "gpu", "tiny": False, "partial": False, "failed": [],
             "parts": parts}
@@ -170,6 +182,24 @@ def test_every_target_met_at_its_bounds():
     assert len(table) == 2 + len(it.TARGETS) + 1
     shown = sum(t.limit is None for t in it.TARGETS)
     assert table[-1] == f"targets: {len(rows) - shown} met, {shown} shown"
+
+
+def test_the_float16_exports_perplexity_is_shown_from_the_gpu_only():
+    """issue 53's 16-bit option on a trained model: the float16 decode's
+    perplexity beside float32's, shown; taken on the CPU provider (whose
+    float16 decode computes in float32) it is not the GPU's figure."""
+    asks = ("the float16 export option on a trained model (pystdlib_small): perplexity beside "
+            "float32's, on the GPU's kernels")
+    got = by_target(met_check())[asks]
+    assert (got["verdict"], got["issue"], got["measured"]) == (
+        "shown", 53, "ppl 5.0511 in float16, 5.0507 in float32 (largest log-prob change 9.7e-03; "
+                     "1,200 tokens)")
+    assert got["from"] == "serving_precision: json.rows[export, float16 decode].ppl"
+    check = met_check()
+    part(check, "serving_precision")["json"] = _precision("cpu")
+    assert by_target(check)[asks]["why"] == "taken on cpu, not on the GPU"
+    part(check, "serving_precision")["json"]["rows"].pop()
+    assert by_target(check)[asks]["why"] == "no row 'export, float16 decode' in its JSON"
 
 
 def test_evaluation_with_tf32_matmuls_against_the_papers_code_states_its_parity():
