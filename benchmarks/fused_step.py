@@ -423,7 +423,8 @@ def _set_dims(value, dims):
 def load_step(folder):
     """`(model, info)`: the export's `decode_token` (weights loaded) and
     `{"n_layer", "heads", "d_head", "slots", "dtype", "n_token", "config"}`.
-    `FusedStepError` for a missing file or a skeleton not filled."""
+    `FusedStepError` for a missing or unreadable file or a skeleton not
+    filled."""
     import onnx
 
     from benchmarks.long_memory import MARK
@@ -433,7 +434,11 @@ def load_step(folder):
         raise FusedStepError(f"--exports: {folder} has no {STEP_FILE} (an export made with "
                              "the decode graphs: python -m export, or gpu_check "
                              "--make_serving_exports)")
-    model = onnx.load(path)
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # protobuf's DecodeError, a missing external data file, ...
+        raise FusedStepError(f"--exports: {path} is no ONNX model that loads: "
+                             f"{type(e).__name__}: {str(e)[:200]}") from None
     if any(t.doc_string == MARK for t in model.graph.initializer):
         raise FusedStepError(f"--exports: {folder} is a skeleton with its weights emptied: "
                              "fill them first (benchmarks.long_memory.fill)")

@@ -193,7 +193,11 @@ def test_the_command_line_writes_its_json_and_refuses_a_skeleton(jobs, exports, 
     model = onnx.load(str(skeleton / "decode_token.onnx"))
     model.graph.initializer[0].doc_string = MARK
     onnx.save(model, str(skeleton / "decode_token.onnx"))
+    broken = tmp_path / "broken"  # a file cut short in a copy
+    shutil.copytree(exports["float32"], broken)
+    (broken / "decode_token.onnx").write_bytes(b"\x08\x07\x12")
     for args, message in (([f"--exports={skeleton}"], "fill them first"),
+                          ([f"--exports={broken}"], "is no ONNX model that loads: DecodeError"),
                           ([f"--exports={tmp_path}"], "has no decode_token.onnx"),
                           ([], "--exports must name at least one export folder")):
         bad = jobs.run("benchmarks.fused_step", args)
