@@ -95,7 +95,7 @@ def test_the_decoder_names_the_rows_and_steps_with_and_without_xla(core, referen
 
 
 @pytest.mark.parametrize("backend, cached", [("onnx", True), ("onnx", False),
-                                             ("saved_model", True)])
+                                             ("saved_model", True), ("saved_model", False)])
 def test_the_runtimes_raise_the_decoders_error(exported, reference, backend, cached):
     runtime = open_runtime(str(exported), backend=backend, device="cpu")
     runtime.use_decode_cache = cached
