@@ -32,11 +32,15 @@ on, some rows stopped, some slots hidden) of the rewritten graph against
 the exported one fed the same state in its own layout: the log-probs of
 every step, and the written rings, memory and flags at the end; ms a step
 with every input and output bound on the device (rings written in place;
-on CUDA replayed as a CUDA graph); the nodes ONNX Runtime ran by op type,
+on CUDA replayed as a CUDA graph), on the session and buffers the parity
+steps ran on (what is timed is what was checked); the nodes ONNX Runtime ran by op type,
 on CUDA the kernels launched (torch's profiler); the ratio to `today`;
 and the bound: what the step reads (weights and rings,
 `long_memory.step_bytes`) at the bandwidth of a device copy measured in
-the same run (`attention_forms.copy_bandwidth`).
+the same run (`attention_forms.copy_bandwidth`). The forms run in turn,
+each in every export (a run stopped at its budget has its first forms in
+both dtypes); a form counts only where its float32 rows keep parity
+(`summary`).
 """
 import gc
 import json
@@ -419,7 +423,8 @@ def _set_dims(value, dims):
 def load_step(folder):
     """`(model, info)`: the export's `decode_token` (weights loaded) and
     `{"n_layer", "heads", "d_head", "slots", "dtype", "n_token", "config"}`.
-    `FusedStepError` for a missing file or a skeleton not filled."""
+    `FusedStepError` for a missing or unreadable file or a skeleton not
+    filled."""
     import onnx
 
     from benchmarks.long_memory import MARK
@@ -429,7 +434,11 @@ def load_step(folder):
         raise FusedStepError(f"--exports: {folder} has no {STEP_FILE} (an export made with "
                              "the decode graphs: python -m export, or gpu_check "
                              "--make_serving_exports)")
-    model = onnx.load(path)
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # protobuf's DecodeError, a missing external data file, ...
+        raise FusedStepError(f"--exports: {path} is no ONNX model that loads: "
+                             f"{type(e).__name__}: {str(e)[:200]}") from None
     if any(t.doc_string == MARK for t in model.graph.initializer):
         raise FusedStepError(f"--exports: {folder} is a skeleton with its weights emptied: "
                              "fill them first (benchmarks.long_memory.fill)")
@@ -547,10 +556,10 @@ class BoundStep:
         return self.values[name].numpy()
 
 
-def steps_of(session, state, case, device, n_token):
+def steps_of(session, state, case, device, n_token, graph_id=None):
     """`(log_probs of each step (numpy), the BoundStep holding the state
-    after them)` of `case`'s steps from `state`."""
-    step = BoundStep(session, state, device, n_token)
+    after them)` of `case`'s steps from `state` (`graph_id`: `BoundStep`'s)."""
+    step = BoundStep(session, state, device, n_token, graph_id)
     log_probs = []
     for ids, stopped in zip(case["ids"], case["stopped"]):
         step.feed(ids, stopped)
@@ -590,28 +599,32 @@ def measure_form(form, model, info, device, batches, steps, iters, references, k
                 tempfile.TemporaryDirectory(prefix="fused_step_") as folder:
             model_bytes = rewrite(model, form, device).SerializeToString()
             profiled = open_session(model_bytes, device, profile_dir=folder)
-            for row, batch in zip(rows, batches):
-                case, reference = references[batch]
-                got = steps_of(profiled, form_state(form, case["state"], info, device), case,
-                               device, info["n_token"])
-                row.update(differences(form, reference, got, info))
-                row["parity_ok"] = bool(row["flags_equal"] and max(
-                    row[k] for k in ("max_abs_log_probs", "max_abs_rings", "max_abs_memory"))
-                    <= TOLERANCE[info["dtype"]])
-                del got  # its state, before the next batch's
             _node_rows(rows, profiled, form_state(form, references[batches[0]][0]["state"],
                                                   info, device), device, info["n_token"],
                        kernels)
             del profiled
+            # The parity steps run on the session, buffers and (on CUDA) graph then timed.
             timed = open_session(model_bytes, device, cuda_graph=device == "cuda")
             for k, (row, batch) in enumerate(zip(rows, batches)):
-                step = BoundStep(timed, form_state(form, references[batch][0]["state"], info,
-                                                   device), device, info["n_token"],
-                                 graph_id=k + 1 if device == "cuda" else None)
+                case, reference = references[batch]
+                try:
+                    got = steps_of(timed, form_state(form, case["state"], info, device), case,
+                                   device, info["n_token"],
+                                   graph_id=k + 1 if device == "cuda" else None)
+                except Exception as e:  # onnxruntime's own types: e.g. no CUDA graph
+                    row["error"] = f"parity steps: {type(e).__name__}: {str(e)[:300]}"
+                    continue
+                row.update(differences(form, reference, got, info))
+                row["parity_ok"] = bool(row["flags_equal"] and max(
+                    row[k] for k in ("max_abs_log_probs", "max_abs_rings", "max_abs_memory"))
+                    <= TOLERANCE[info["dtype"]])
+                step = got[1]
+                step.feed(np.zeros(batch, np.int32), np.zeros(batch, np.bool_))
                 try:
                     row["ms"] = median_ms(step.run, iters)
                 except Exception as e:  # onnxruntime's own types: e.g. no CUDA graph
                     row["error"] = f"timing: {type(e).__name__}: {str(e)[:300]}"
+                del got, step  # its state, before the next batch's
     except FusedStepError:
         raise
     except Exception as e:  # onnxruntime's own types: the provider cannot run the form
@@ -661,12 +674,14 @@ def bound_ms(info, batch, bandwidth):
 def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=True, seed=0,
         report=None):
     """The table's rows and the copy bandwidth: every form of every export
-    at each batch, beside the exported graph (`today`, measured first);
-    `report(new rows, all rows, bandwidth)` after each form (a run stopped later
-    keeps what it measured)."""
+    at each batch, beside the exported graph (`today`, measured first), a
+    form in every export before the next form (a run stopped at its budget
+    has the first forms in every dtype); `report(new rows, all rows,
+    bandwidth)` after each form and export (a run stopped later keeps what
+    it measured)."""
     bandwidth = copy_bandwidth(device, copy_mib)
     form_names = sorted(form_names, key=lambda form: form != "today")
-    rows = []
+    exports = []  # (model, info, references) of each folder
     for folder in folders:
         model, info = load_step(folder)
         base = open_session(model.SerializeToString(), device)
@@ -676,8 +691,10 @@ def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=Tr
             references[batch] = (case, steps_of(base, case["state"], case, device,
                                                 info["n_token"]))
         del base
-        today = {}
-        for form in form_names:
+        exports.append((model, info, references))
+    rows, today = [], {}  # today: {(export, batch): ms}
+    for form in form_names:
+        for k, (model, info, references) in enumerate(exports):
             started = time.perf_counter()
             found = measure_form(form, model, info, device, batches, steps, iters, references,
                                  kernels)
@@ -689,9 +706,9 @@ def run(folders, form_names, batches, device, steps, iters, copy_mib, kernels=Tr
                     continue
                 row["x_bound"] = row["ms"] / row["bound_ms"]
                 if form == "today":
-                    today[row["batch"]] = row["ms"]
-                if row["batch"] in today:
-                    row["ratio_to_today"] = row["ms"] / today[row["batch"]]
+                    today[k, row["batch"]] = row["ms"]
+                if (k, row["batch"]) in today:
+                    row["ratio_to_today"] = row["ms"] / today[k, row["batch"]]
             rows += found
             if report:
                 report(found, rows, bandwidth)
@@ -720,13 +737,18 @@ def table(rows):
 def summary(rows, device):
     """One line: per dtype and batch, today's step and the fastest form that
     keeps parity, and whether it meets issue 53's target on `device`
-    (batch 1: `TARGET_MS_B1`; the largest batch: `TARGET_X_BOUND_B16`)."""
+    (batch 1: `TARGET_MS_B1`; the largest batch: `TARGET_X_BOUND_B16`).
+    A form whose float32 rows missed parity keeps it in no dtype: float16's
+    tolerance is wider than a defect of the rewrite moves the step (u and v
+    swapped: 2.5e-3 in the tiny model's log-probs)."""
+    wrong = {r["form"] for r in rows if r["dtype"] == "float32" and r.get("parity_ok") is False}
     parts = []
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         for batch in dict.fromkeys(r["batch"] for r in rows):
             ran = [r for r in rows if (r["dtype"], r["batch"]) == (dtype, batch) and "ms" in r]
             today = next((r for r in ran if r["form"] == "today"), None)
-            good = [r for r in ran if r["form"] == "today" or r.get("parity_ok")]
+            good = [r for r in ran if r["form"] == "today" or
+                    (r.get("parity_ok") and r["form"] not in wrong)]
             best = min(good, key=lambda r: r["ms"], default=None)
             if best is None:
                 parts.append(f"{dtype} b{batch}: no form ran")

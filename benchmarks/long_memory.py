@@ -308,7 +308,10 @@ def seconds_per_extra_token(run, short, long, pairs=5):
     """`(short_s, long_s, per_token_s)` of a loop that `run(n)` times for
     `n` tokens: the median seconds of `short` and of `long` tokens, and the
     median over `pairs` of the two run back to back of their difference
-    per extra token (pairs: the machine's drift between them cancels).
+    per extra token (pairs: the machine's drift between them cancels). That
+    median is NaN where it is not above 0 (the machine's noise larger than
+    the extra tokens' time): a speed of it (`tokens_per_s`, `over_bound`)
+    would be negative, and a negative time would meet any target.
 
     Args:
         run: `run(n)`, the seconds of a loop of `n` tokens.
@@ -319,8 +322,9 @@ def seconds_per_extra_token(run, short, long, pairs=5):
         The three figures, seconds.
     """
     timed = [(run(short), run(long)) for _ in range(pairs)]
+    per_token = statistics.median(l - s for s, l in timed) / (long - short)
     return (statistics.median(s for s, _ in timed), statistics.median(l for _, l in timed),
-            statistics.median(l - s for s, l in timed) / (long - short))
+            per_token if per_token > 0 else math.nan)
 
 
 def time_turn(backend, memory, read_cached_and_steps, rounds=5):

@@ -226,7 +226,9 @@ class SessionTable:
             if self._slab is None:
                 log_probs, memories = self._step_memories(served, states, ids)
             else:
-                log_probs = self._step_slab(served, ids)
+                ending = stopped | (np.array(lengths) + 1 >= [self._sessions[s].budget
+                                                              for s in served])
+                log_probs = self._step_slab(served, ids, ending)
             for recorded in range(len(served)):
                 record(recorded)
         except BaseException:
@@ -382,12 +384,22 @@ class SessionTable:
             raise self._stopped_by(err, served) from None
         return log_probs, self.backend.split(memory)
 
-    def _step_slab(self, served, ids):
+    def _step_slab(self, served, ids, ending):
         """One step on the slab, in place; its log-probs. Sessions whose
         log-probs are not finite leave the slab and the step is taken back
-        for all (the others run it again at the next step)."""
+        for all (the others run it again at the next step); not those the
+        step `ending` (bool `[len(served)]`: a stop id, the budget's last
+        id), which draw nothing from them."""
+        going_on = np.flatnonzero(~ending)
+
+        def check(log_probs):
+            try:
+                check_finite_outputs(np.asarray(log_probs)[going_on])
+            except NonFiniteMemoryError as err:
+                raise err.in_batch(going_on) from None
+            return log_probs
         try:
-            return self._slab.step(ids, check_finite_outputs)
+            return self._slab.step(ids, check)
         except NonFiniteMemoryError as err:
             for row in err.rows:
                 self._leave_slab(served[row])

@@ -193,7 +193,11 @@ def test_the_command_line_writes_its_json_and_refuses_a_skeleton(jobs, exports, 
     model = onnx.load(str(skeleton / "decode_token.onnx"))
     model.graph.initializer[0].doc_string = MARK
     onnx.save(model, str(skeleton / "decode_token.onnx"))
+    broken = tmp_path / "broken"  # a file cut short in a copy
+    shutil.copytree(exports["float32"], broken)
+    (broken / "decode_token.onnx").write_bytes(b"\x08\x07\x12")
     for args, message in (([f"--exports={skeleton}"], "fill them first"),
+                          ([f"--exports={broken}"], "is no ONNX model that loads: DecodeError"),
                           ([f"--exports={tmp_path}"], "has no decode_token.onnx"),
                           ([], "--exports must name at least one export folder")):
         bad = jobs.run("benchmarks.fused_step", args)
@@ -213,3 +217,59 @@ def test_the_summary_names_the_fastest_form_within_parity_and_the_targets():
         "fused step on cuda (fastest form within parity): float32 b1: fastest dmmha 0.500 ms "
         "(0.63x today's 0.790 ms), meets <= 0.78 ms; float32 b16: fastest attention24_pad "
         "0.900 ms (0.45x today's 2.000 ms), 1.9x bound: meets <= 2x")
+
+
+def swap_u_and_v(monkeypatch):
+    """Plants a defect: every form reads the query with v (the relative
+    term's: the output of the projection's Split after the query with u)
+    for the query with u."""
+    find = bench.find_layers
+
+    def swapped(graph):
+        layers = find(graph)
+        producer = {out: node for node in graph.node for out in node.output}
+        for layer in layers:
+            split = producer[layer.q_u]
+            assert split.op_type == "Split" and split.output[0] == layer.q_u
+            layer.q_u = split.output[1]
+        return layers
+    monkeypatch.setattr(bench, "find_layers", swapped)
+
+
+def test_a_defect_float16s_tolerance_cannot_see_is_caught_in_float32(exports, monkeypatch):
+    """u and v swapped moves the float16 step less than its tolerance: the
+    form counts in no dtype where its float32 rows miss parity. The forms
+    run in turn in both exports (a run stopped at its budget has the first
+    ones in both dtypes), each compared with its own export's `today`."""
+    swap_u_and_v(monkeypatch)
+    rows, _ = bench.run([exports["float32"], exports["float16"]], ["mha", "today"], [1], "cpu",
+                        steps=3, iters=2, copy_mib=1)
+    assert [(r["form"], r["dtype"]) for r in rows] == [
+        ("today", "float32"), ("today", "float16"), ("mha", "float32"), ("mha", "float16")]
+    by = {(r["form"], r["dtype"]): r for r in rows}
+    for dtype in ("float32", "float16"):
+        assert by["mha", dtype]["ratio_to_today"] == pytest.approx(
+            by["mha", dtype]["ms"] / by["today", dtype]["ms"])
+    assert not by["mha", "float32"]["parity_ok"] and by["mha", "float16"]["parity_ok"]
+    for row in rows:
+        row["ms"] = 1.0 if row["form"] == "today" else 0.5
+    assert "float16 b1: fastest today 1.000 ms" in bench.summary(rows, "cpu")
+
+
+def test_the_parity_is_that_of_the_session_that_is_timed(exports, monkeypatch):
+    """A timed session computing something other than the one profiled
+    (here: u and v swapped in it alone) misses parity."""
+    model, _ = bench.load_step(exports["float32"])
+    right = bench.rewrite(model, "mha").SerializeToString()
+    with monkeypatch.context() as planted:
+        swap_u_and_v(planted)
+        wrong = bench.rewrite(model, "mha").SerializeToString()
+    assert wrong != right
+    open_session = bench.open_session
+
+    def timed_wrong(model_bytes, device, cuda_graph=False, profile_dir=None):
+        timed = model_bytes == right and profile_dir is None
+        return open_session(wrong if timed else model_bytes, device, cuda_graph, profile_dir)
+    monkeypatch.setattr(bench, "open_session", timed_wrong)
+    rows, _ = bench.run([exports["float32"]], ["mha"], [1], "cpu", steps=2, iters=2, copy_mib=1)
+    assert rows[0]["form"] == "mha" and rows[0]["parity_ok"] is False, rows[0]

@@ -212,7 +212,6 @@ def test_the_decoder_runs_on_the_gpu():
     _check_xla(compiled, 1000)
 
 
-
 def test_the_samplers_index_math_is_int64_in_tensorflow_and_int32_under_xla():
     """The sampler's maxima over ids `[B, V]` (greedy's, the last allowed id)
     are int64 in TensorFlow's graphs (a GPU's int32 math is the host's) and

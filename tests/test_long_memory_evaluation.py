@@ -4,6 +4,7 @@ the bound's NLLs (and a path that drops the memory fails the part), and the
 JSON holds each batch's paths with their fields. (The speeds come from real
 sizes: benchmarks/README.md.)"""
 import json
+import math
 import re
 import sys
 
@@ -248,3 +249,15 @@ def test_seconds_per_extra_token_pairs_the_two_lengths():
     assert calls == [10, 42] * 5
     assert per_token == pytest.approx((0.002 * 32 + 0.01) / 32)
     assert short == pytest.approx(0.5 + 0.02 + 0.05) and long == pytest.approx(0.5 + 0.084 + 0.06)
+
+
+def test_a_loop_no_slower_for_more_tokens_gives_no_speed():
+    """Noise larger than the extra tokens' time: the median of the pairs'
+    differences is not above 0, and a negative ms a token met every target
+    (review37); NaN meets none."""
+    from benchmarks import issue_targets
+    times = iter([0.50, 0.49, 0.51, 0.50, 0.50, 0.50, 0.52, 0.48, 0.50, 0.51])
+    short, long, per_token = lm.seconds_per_extra_token(lambda n: next(times), 10, 42)
+    assert short == 0.50 and long == 0.50 and math.isnan(per_token)
+    assert issue_targets.compare("decode_ms_b1", -0.01 * 1e3 / 32)  # what a negative one did
+    assert not issue_targets.compare("decode_ms_b1", per_token * 1e3)

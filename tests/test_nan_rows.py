@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from export import SessionTable, export_onnx, export_saved_model, open_runtime
+from export.onnx_export import export_decode_onnx
 from txl_tf import Decoder, NonFiniteMemoryError, TransformerXL, TransformerXLConfig
 from txl_tf.generation.nan_rows import NonFiniteLogProbsError
 
@@ -36,6 +37,7 @@ def exported(core, tmp_path_factory):
     out = tmp_path_factory.mktemp("nan_rows")
     export_saved_model(core, str(out / "saved_model"), MEM_LEN, log_probs="last")
     export_onnx(core, str(out / "model.onnx"), MEM_LEN, log_probs="last")
+    export_decode_onnx(core, str(out), MEM_LEN, None)  # the cached host loop, the slab
     return out
 
 
@@ -93,10 +95,11 @@ def test_the_decoder_names_the_rows_and_steps_with_and_without_xla(core, referen
 
 
 @pytest.mark.parametrize("backend, cached", [("onnx", True), ("onnx", False),
-                                             ("saved_model", True)])
+                                             ("saved_model", True), ("saved_model", False)])
 def test_the_runtimes_raise_the_decoders_error(exported, reference, backend, cached):
     runtime = open_runtime(str(exported), backend=backend, device="cpu")
     runtime.use_decode_cache = cached
+    assert runtime.use_decode_cache == cached
     check(generate_error(runtime), reference)
 
 
@@ -111,6 +114,7 @@ def test_a_prompt_that_makes_nan_is_named_at_new_id_0(core, exported):
 def test_the_session_table_names_the_session_and_the_others_go_on(exported, reference):
     runtime = open_runtime(str(exported), device="cpu")
     table = SessionTable(runtime, max_batch=len(PROMPTS))
+    assert table.slab is not None
     for i, prompt in enumerate(PROMPTS):
         table.open(f"s{i}", prompt, NEW, temperature=1.0, seed=SAMPLING["seed"] + i)
     errors = []
@@ -123,6 +127,39 @@ def test_the_session_table_names_the_session_and_the_others_go_on(exported, refe
     assert sorted(named) == [(f"s{r}", s) for r, s in zip(reference.rows, reference.steps)]
     with pytest.raises(NonFiniteLogProbsError, match=r"^stream\(s\) bad: .* at new id 0 "):
         table.open("bad", [POISON], 3)
+
+
+def test_a_row_whose_last_id_makes_nan_is_named_by_no_backend(core, exported, reference):
+    """A row whose log-probs turn NaN after its last id (a stop id, or the
+    last id asked for) draws nothing from them: every backend returns the
+    ids the reference drew and names no row (the decoder named it at the end
+    of a call, keras-hub and the session table after a stop id; review37)."""
+    last = min(reference.steps)  # some rows drew the poisoned id as their last-th
+    table_runtime = open_runtime(str(exported), device="cpu")
+    backends = [Decoder(core, mem_len=MEM_LEN), Decoder(core, mem_len=MEM_LEN, jit_compile=False),
+                open_runtime(str(exported), device="cpu"), table_runtime]
+    backends[2].use_decode_cache = False
+    for backend in backends:
+        stopped = backend.generate(PROMPTS, NEW, stop_ids=[POISON], **SAMPLING)
+        np.testing.assert_array_equal(stopped.ids, reference.ids, err_msg=repr(backend))
+        ended = backend.generate(PROMPTS, last, **SAMPLING)
+        np.testing.assert_array_equal(ended.ids, reference.ids[:, :last], err_msg=repr(backend))
+    assert SessionTable(table_runtime, max_batch=len(PROMPTS)).slab is not None
+    for budget, stop_ids in ((NEW, [POISON]), (last, [])):
+        table = SessionTable(table_runtime, max_batch=len(PROMPTS))
+        for i, prompt in enumerate(PROMPTS):
+            table.open(i, prompt, budget, temperature=1.0, seed=SAMPLING["seed"] + i,
+                       stop_ids=stop_ids)
+        table.run()
+        for i, length in enumerate(np.minimum(reference.lengths, budget)):
+            np.testing.assert_array_equal(table.close(i).ids[0], reference.ids[i, :length])
+    model = poisoned_causal_lm(bias=1.5)
+    model.compile(sampler=keras_hub_sampler("top_k"))
+    ids = hub_prompts(width=NEW)
+    out = model.generate({"token_ids": ids, "padding_mask": ids > 0}, stop_token_ids=[POISON])
+    ends = [list(row).index(POISON) - len(prompt) for row, prompt in zip(out["token_ids"], PROMPTS)
+            if POISON in row]
+    assert len(set(ends)) > 1  # the loop went on after a row stopped at the poisoned id
 
 
 def test_the_command_prints_one_error_line(jobs, tmp_path):
@@ -145,12 +182,9 @@ def test_the_command_prints_one_error_line(jobs, tmp_path):
                                 "at new id 0 "), lines[-1]
 
 
-@pytest.mark.parametrize("sampler", ["greedy", "top_k", "beam"])
-def test_keras_hub_generate_names_the_rows_and_steps_of_the_decoder(sampler):
-    """`TransformerXLCausalLM.generate` (keras-hub's samplers in an XLA
-    loop): the rows and steps the decoder names, greedy; an error under the
-    other samplers too, where keras-hub's samplers made ids of NaN."""
-    import keras_hub
+def poisoned_causal_lm(bias):
+    """A `TransformerXLCausalLM` whose id 7 has a NaN embedding and output
+    bias `bias`."""
     from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
     keras.utils.set_random_seed(0)
     config = TransformerXLConfig.preset("tiny", n_token=N_TOKEN, tie_weight=False,
@@ -158,13 +192,33 @@ def test_keras_hub_generate_names_the_rows_and_steps_of_the_decoder(sampler):
     model = TransformerXLCausalLM(TransformerXLBackbone(**config.to_dict()))
     table = model.core.word_emb.tables[0]
     table.assign(np.where((np.arange(N_TOKEN) == POISON)[:, None], np.nan, table.numpy()))
-    model.core.crit.biases[0].assign(np.where(np.arange(N_TOKEN) == POISON, 3.0, 0.0))
-    model.compile(sampler={"greedy": "greedy", "top_k": keras_hub.samplers.TopKSampler(
-        k=5, seed=1), "beam": keras_hub.samplers.BeamSampler(num_beams=2)}[sampler])
-    width = 4 + max(map(len, PROMPTS))
+    model.core.crit.biases[0].assign(np.where(np.arange(N_TOKEN) == POISON, bias, 0.0))
+    return model
+
+
+def keras_hub_sampler(name):
+    import keras_hub
+    return {"greedy": "greedy", "top_k": keras_hub.samplers.TopKSampler(k=5, seed=1),
+            "beam": keras_hub.samplers.BeamSampler(num_beams=2)}[name]
+
+
+def hub_prompts(width):
+    """PROMPTS right-padded to `width` columns (keras-hub's generate inputs)."""
     ids = np.zeros([len(PROMPTS), width], np.int32)
     for i, prompt in enumerate(PROMPTS):
         ids[i, :len(prompt)] = prompt
+    return ids
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "top_k", "beam"])
+def test_keras_hub_generate_names_the_rows_and_steps_of_the_decoder(sampler):
+    """`TransformerXLCausalLM.generate` (keras-hub's samplers in an XLA
+    loop): the rows and steps the decoder names, greedy; an error under the
+    other samplers too, where keras-hub's samplers made ids of NaN."""
+    model = poisoned_causal_lm(bias=3.0)
+    model.compile(sampler=keras_hub_sampler(sampler))
+    width = 4 + max(map(len, PROMPTS))
+    ids = hub_prompts(width)
     with pytest.raises(NonFiniteLogProbsError) as caught:
         model.generate({"token_ids": ids, "padding_mask": ids > 0}, stop_token_ids=None)
     err = caught.value

@@ -252,6 +252,7 @@ class Decoder:
         ids, log_probs, done_tokens = [], [], 0
         while done_tokens < num_tokens or not ids:
             size = min(chunk, num_tokens - done_tokens)
+            counters = loop[3]
             new_ids, new_lps, *loop = self._decode(*loop, rows, tf.constant(state.pad_id),
                                                    tf.constant(size), _bucket(size))
             ids.append(new_ids.numpy()[:, :size])
@@ -260,7 +261,9 @@ class Decoder:
             # One flag per row comes to the host, not the [B, V] log-probs: a
             # row not done whose next log-probs are no distribution stopped
             # drawing at the step that made them (its counter tells which).
-            broken = ~(usable_rows(loop[0]) | loop[-1]).numpy()
+            # A row that drew all `size` ids is judged at its next draw (the
+            # next chunk's, the next call's), as the host loops judge it.
+            broken = (~(usable_rows(loop[0]) | loop[-1]) & (loop[3] - counters < size)).numpy()
             if broken.any():
                 raise_for_rows(broken, loop[3].numpy(), state.counters, np.concatenate(ids, 1),
                                state.pad_id, self.compute_dtype)

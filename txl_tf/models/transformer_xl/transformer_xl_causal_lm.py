@@ -358,6 +358,13 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
         sure_id = stop_token_ids[0] if stop_token_ids else 0
         sure = tf.where(tf.range(self.core.config.n_token) == sure_id, 0.0, -1e9)
 
+        def stopped(prompt, index):  # bool [rows of prompt]: a new id before index is a stop id
+            new = (columns >= start) & (columns < index)
+            ends = tf.zeros_like(prompt, tf.bool)
+            for stop in stop_token_ids or ():
+                ends |= tf.equal(prompt, stop)
+            return tf.reduce_any(ends & new[None, :], -1)
+
         def next(prompt, cache, index):
             nan_step = cache["nan_step"]
             cache = {name: value for name, value in cache.items() if name != "nan_step"}
@@ -375,10 +382,13 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
             # A row whose log-probs are no distribution (NaN: a weight that
             # holds NaN, a 16-bit overflow) is marked with the step, carried in
             # the cache (the loop cannot raise), and draws the sure id, not an
-            # id a sampler makes of NaN (out of the vocabulary).
-            broken = ~usable_rows(log_probs) & ~dropped
+            # id a sampler makes of NaN (out of the vocabulary). A row that
+            # drew a stop id is not marked: the samplers go on with it until
+            # every row has stopped, but its ids after the stop are dropped.
+            unusable = ~usable_rows(log_probs)
+            broken = unusable & ~dropped & ~stopped(prompt, index)
             nan_step = tf.where((nan_step < 0) & broken, index - start, nan_step)
-            log_probs = tf.where((dropped | broken)[:, None], tf.cast(sure, log_probs.dtype),
+            log_probs = tf.where((dropped | unusable)[:, None], tf.cast(sure, log_probs.dtype),
                                  log_probs)
             return log_probs, hidden, {**cache, "nan_step": nan_step}
 
@@ -587,4 +597,3 @@ def _check_max_length(max_length, inputs, what="generate: max_length"):
     if rows:
         check_new_ids(rows, max_length, what=what, holds="the ids and their padding mask",
                       advice="ask for a shorter max_length or fewer prompts")
-
