@@ -139,6 +139,9 @@ def test_repetition_penalty_and_stop_and_done_rows():
 @pytest.mark.parametrize("settings, message", [
     ({"temperature": -1.0}, "temperature must be a finite number >= 0"),
     ({"temperature": float("nan")}, "temperature"),
+    # a subnormal one: flushed to 0 (greedy) by TensorFlow and XLA, sampled by numpy
+    ({"temperature": 1e-40}, r"temperature must be 0 \(greedy\) or at least float32's smallest "
+                             r"normal number 1\.175e-38, got 1e-40"),
     ({"top_k": V + 1}, r"top_k must be an integer in \[0, 12\]"),
     ({"top_k": 1.5}, "top_k must be an integer"),
     ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),

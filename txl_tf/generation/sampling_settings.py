@@ -57,6 +57,9 @@ class Sampling:
         if not is_real(t) or not 0 <= t <= FLOAT32_MAX:
             raise TxlError(f"temperature must be a finite number >= 0 (0 is greedy; at most "
                            f"float32's {FLOAT32_MAX:.4g}), got {t!r}")
+        if 0 < t < FLOAT32_TINY:  # TensorFlow and XLA flush it to 0 (greedy), numpy samples
+            raise TxlError(f"temperature must be 0 (greedy) or at least float32's smallest "
+                           f"normal number {FLOAT32_TINY:.4g}, got {t!r}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n_token:
             raise TxlError(f"top_k must be an integer in [0, {n_token}] (the vocabulary "
                            f"size; 0 = no limit), got {k!r}")
@@ -69,4 +72,5 @@ class Sampling:
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
