@@ -597,6 +597,21 @@ CLI_CASES = [
       "--cache_dir={scratch}/cache", "--output={scratch}/latin1.txt/e.json"],
      r"^error: --output: .*latin1\.txt is not a folder, so it cannot hold .*e\.json; choose "
      r"another --output$"),
+    # Written over at the end of the evaluation: the model's config, the corpus, the documents.
+    ("evaluate_output_is_the_models_config", "training.evaluate",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--output={root}/model/config.json"],
+     r"^error: --output: .*root/model/config\.json is the model's config\.json, which this job "
+     r"reads; choose another --output$"),
+    ("evaluate_output_is_the_corpus", "training.evaluate",
+     ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--output={corpus}"],
+     r"^error: --output: .*corpus\.txt is the corpus \(--data_dir\), which this job reads"),
+    ("classify_output_is_the_documents", "training.classify",
+     ["--mode=predict", "--classifier_dir={root}/model", "--predict_data={scratch}/labels.tsv",
+      "--output={scratch}/labels.tsv"],
+     r"^error: --output: .*labels\.tsv is the documents \(--predict_data\), which this job "
+     r"reads; choose another --output$"),
     ("attention_output_under_a_file", "training.attention_picture",
      ["--model_dir={root}/model", "--text=ab", "--output={scratch}/latin1.txt/a.png"],
      r"^error: --output: .*latin1\.txt is not a folder"),
