@@ -425,6 +425,11 @@ CLI_CASES = [
     ("generate_temperature_inf", "training.generate", ["--model={root}/model", "--prompt=a",
                                                        "--temperature=inf"],
      r"^error: --temperature must be a finite number >= 0, got inf$"),
+    # The temperature was dropped without a word: greedy decoding.
+    ("generate_greedy_and_temperature", "training.generate",
+     ["--model={root}/model", "--prompt=a", "--greedy", "--temperature=0.5"],
+     r"^error: --greedy takes the most likely token, so --temperature=0\.5 would be ignored: "
+     r"pass one of them$"),
     ("generate_penalty_inf", "training.generate", ["--model={root}/model", "--prompt=a",
                                                    "--repetition_penalty=inf"],
      r"^error: --repetition_penalty must be a finite number >= 1, got inf$"),

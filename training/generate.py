@@ -141,6 +141,9 @@ def _check_options(o):
     if not 0 <= o["temperature"] < float("inf"):
         raise TrainingError(f"--temperature must be a finite number >= 0, got "
                             f"{o['temperature']}")
+    if o["greedy"] and o["temperature"] not in (0.0, 1.0):  # 1.0: the default
+        raise TrainingError(f"--greedy takes the most likely token, so --temperature="
+                            f"{o['temperature']} would be ignored: pass one of them")
     if o["top_k"] < 0:
         raise TrainingError(f"--top_k must be >= 0, got {o['top_k']}")
     if not 0 < o["top_p"] <= 1:
