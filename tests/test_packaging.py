@@ -116,6 +116,16 @@ def test_the_configs_module_answers_help_with_its_usage():
         assert "python -m training.configs [NAME]" in shown.stdout, shown.stdout
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_the_configs_module_at_a_full_stdout_says_so_in_one_line():
+    """`txl-configs > file` on a full disk was an OSError traceback (exit 1)."""
+    with open("/dev/full", "w") as full:
+        shown = subprocess.run([sys.executable, "-m", "training.configs"], stdout=full,
+                               stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert shown.returncode == 2, shown.stderr
+    assert shown.stderr == "error: cannot write to stdout: No space left on device\n"
+
+
 def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp_path):
     (entry_points,) = [text.decode() for name, text in wheel.items()
                        if name.endswith("entry_points.txt")] or [None]
