@@ -44,7 +44,13 @@ def _drop_stdout():
 def console():
     """The installed command (see setup.py's console scripts): a reader gone
     (`| head -n 1`) is status 141 and no message, a stdout that cannot be
-    written (a full disk) one `error:` line and status 2, as the jobs."""
+    written (a full disk) one `error:` line and status 2, as the jobs; a
+    stream the shell closed (`>&-`) takes nothing, as the jobs' (which
+    `txl_tf.app.closed_streams` fills; this opens no file that could take
+    the free descriptor)."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # Python's for a closed descriptor
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
     try:
         status = main(sys.argv)
         sys.stdout.flush()
