@@ -680,6 +680,10 @@ CLI_CASES = [
      ["--model_dir={root}/model", "--text=ab", "--mem_len=9223372036854775808",
       "--output={scratch}/a.png"],
      r"^error: the attention picture \(batch 1, segment 2, memory 9223372036854775808\) needs "),
+    # "does not exist".
+    ("attention_text_file_a_folder", "training.attention_picture",
+     ["--model_dir={root}/model", "--text_file={scratch}", "--output={scratch}/a.png"],
+     r"^error: --text_file '.*scratch' is a folder, not a file$"),
     ("attention_text_not_utf8", "training.attention_picture",
      ["--model_dir={root}/model", "--text_file={scratch}/latin1.txt", "--output={scratch}/a.png"],
      r"--text_file '.*latin1\.txt' is not valid UTF-8"),
