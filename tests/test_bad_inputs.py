@@ -37,8 +37,9 @@ def _model_dir(path, core, vocab=True):
 def prepared(tmp_path_factory):
     """`root/`: model/ (config, weights, vocab), run/ (a training run: config,
     checkpoints/ckpt-2, export/), run_noexport/, broken/ (truncated
-    weights.npz), empty/ (empty weights.npz), novocab/; `scratch/` for outputs
-    and caches (not part of the snapshot)."""
+    weights.npz), empty/ (empty weights.npz), novocab/, lstm/ (what marks
+    an LSTM baseline's run); `scratch/` for outputs and caches (not part of
+    the snapshot)."""
     base = tmp_path_factory.mktemp("bad_inputs")
     root, scratch = base / "root", base / "scratch"
     scratch.mkdir()
@@ -60,6 +61,9 @@ def prepared(tmp_path_factory):
     _model_dir(root / "empty", core)
     (root / "empty" / "weights.npz").write_bytes(b"")
     _model_dir(root / "novocab", core, vocab=False)
+    (root / "lstm" / "export").mkdir(parents=True)  # what tells an LSTM baseline's run
+    (root / "lstm" / "export" / "config.json").write_text('{"model": "lstm"}')
+    (root / "lstm" / "train_log.jsonl").write_text('{"step": 1}\n')
     corpus = write_text_corpus(scratch / "corpus.txt", 3_000)
     (scratch / "latin1.txt").write_bytes("caf\xe9 --x\n".encode("latin-1"))  # not UTF-8
     (scratch / "labels.tsv").write_text("a\tone\nb\ttwo\n", encoding="utf-8")  # classify's
@@ -628,7 +632,24 @@ CLI_CASES = [
     ("classify_output_dir_holds_a_run", "training.classify",
      ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={root}/run"],
      r"^error: --output_dir: .*root/run holds a model or training run \(config\.json, "
-     r"checkpoints\), not a classifier; choose another --output_dir$"),
+     r"checkpoints, export\), not a classifier; choose another --output_dir$"),
+    # Each job's own run written over the other's: train_log.jsonl replaced, export/config.json
+    # rewritten beside the other model's weights.
+    ("classify_output_dir_holds_an_lstm", "training.classify",
+     ["--mode=train", "--train_data={corpus}", "--preset=tiny", "--output_dir={root}/lstm"],
+     r"^error: --output_dir: .*root/lstm holds a model or training run \(export\), not a "
+     r"classifier; choose another --output_dir$"),
+    ("train_lstm_model_dir_holds_a_run", "training.train_lstm",
+     ["--model_dir={root}/run", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--train_steps=1", "--nofinal_eval"],
+     r"^error: --model_dir: .*root/run holds a model or training run \(config\.json, "
+     r"checkpoints, export\), not an LSTM baseline; choose another --model_dir$"),
+    ("train_model_dir_holds_an_lstm", "training.train",
+     ["--model_dir={root}/lstm", "--dataset=text", "--data_dir={corpus}",
+      "--cache_dir={scratch}/cache", "--preset=tiny", "--train_steps=1", "--batch_size=4",
+      "--strategy=one_device"],
+     r"^error: --model_dir .*root/lstm holds the LSTM baseline of txl-train-lstm \(in "
+     r".*root/lstm/export\), not a Transformer-XL run; choose another --model_dir$"),
     # "tokenizer file not found: ..." without the flag.
     ("classify_vocab_dir_missing", "training.classify",
      ["--mode=train", "--train_data={scratch}/labels.tsv", "--preset=tiny",
