@@ -341,6 +341,11 @@ CLI_CASES = [
       "--output_dir={scratch}/latin1.txt/demo"],
      r"^error: --output_dir: .*latin1\.txt is not a folder, so it cannot hold .*latin1\.txt/demo; "
      r"choose another --output_dir$"),
+    # "text is not UTF-8 (...)" without the flag, after the evaluations. (A byte that is not
+    # UTF-8 in argv is a lone surrogate in Python.)
+    ("demo_prompt_not_utf8", "training.demo", ["--model={root}/model", "--eval_segments=1",
+                                               "--context=8", "--prompt=\udcff"],
+     r"^error: --prompt cannot be encoded: text is not UTF-8 "),
     ("demo_model", "training.demo", ["--model={scratch}/no_model"],
      r"model directory '.*no_model' does not exist"),
     ("train_bad_value", "training.train", ["--train_steps=many"], r"flag --train_steps=many"),
