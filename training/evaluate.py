@@ -85,9 +85,10 @@ def _check_options(o, settings):
         raise TrainingError(path_in_the_way("output", o["output"], "file"))
     model_files = [(f"the model's {name}", os.path.join(o["model_dir"], name))
                    for name in ("config.json", "weights.npz", "vocab", "checkpoints", "export")]
+    corpus_file = o["data_dir"] if o["data_dir"] and os.path.isfile(o["data_dir"]) else None
     over_an_input = o["output"] and output_over_an_input("output", o["output"], [
         *model_files, ("the vocabulary (--vocab_dir)", o["vocab_dir"]),
-        ("the corpus (--data_dir)", o["data_dir"])])
+        ("the corpus (--data_dir)", corpus_file)])  # a text folder's: `inputs.check_not_read`
     if over_an_input:
         raise TrainingError(over_an_input)
 
