@@ -203,7 +203,8 @@ def test_session_table_names_a_session_id_that_is_not_equal_to_itself(decoder, s
     from export import SessionTable
     table = SessionTable(decoder, max_batch=2)
     for verb, args in (("open", ([1, 2], 3)), ("reset", ([1],)), ("close", ())):
-        with pytest.raises(TxlError, match=r"^session_id must equal itself, got (np\.float32\()?nan"):
+        with pytest.raises(TxlError, match=r"^session_id must equal itself, got "
+                                           r"(np\.float32\()?nan"):
             getattr(table, verb)(session_id, *args)
     assert not table.active()
 

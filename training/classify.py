@@ -53,7 +53,6 @@ from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import output_over_an_input, path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
-# What a model or training run directory holds and a classifier's never does.
 MODES = ("train", "evaluate", "predict")
 EXPORT_FORMATS = ("saved_model", "onnx")
 METRICS_FILE = "metrics.json"
