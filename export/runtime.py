@@ -674,6 +674,10 @@ def choose_artefact(path, backend="auto"):
         raise TxlError(f"backend must be auto, onnx or saved_model, got {backend!r}")
     path = os.fspath(path)  # a pathlib.Path too
     onnx_path, saved_model_path = _locate(path)
+    if backend == "auto" and not (onnx_path or saved_model_path):
+        raise FileNotFoundError(f"no export at {path!r}: neither an ONNX model nor a SavedModel "
+                                "(open a .onnx file, a SavedModel folder or an export's folder; "
+                                "a model directory is exported first, by txl-export)")
     if backend == "auto":
         backend = "onnx" if onnx_path else "saved_model"
     if backend == "onnx" and not onnx_path:

@@ -437,6 +437,9 @@ def _check_hashable(session_id):
     except TypeError:
         raise TxlError(f"session_id must be hashable (a str, an int, a tuple, ...), got "
                        f"{type(session_id).__name__} {session_id!r}") from None
+    if session_id != session_id:  # NaN: a new NaN would never find its session again
+        raise TxlError(f"session_id must equal itself, got {session_id!r}: the session "
+                       "could not be stepped, reset or closed by that id")
 
 
 def _check_slab_fits(runtime, max_batch):

@@ -196,6 +196,19 @@ def test_session_table_names_a_session_id_that_is_not_hashable(decoder, session_
             getattr(table, verb)(session_id, *args)
 
 
+@pytest.mark.parametrize("session_id", [float("nan"), np.float32("nan")])
+def test_session_table_names_a_session_id_that_is_not_equal_to_itself(decoder, session_id):
+    """A NaN id opened a session that no id could step, reset or close (each
+    NaN is unequal to every other): its row served for ever, never closed."""
+    from export import SessionTable
+    table = SessionTable(decoder, max_batch=2)
+    for verb, args in (("open", ([1, 2], 3)), ("reset", ([1],)), ("close", ())):
+        with pytest.raises(TxlError, match=r"^session_id must equal itself, got "
+                                           r"(np\.float32\()?nan"):
+            getattr(table, verb)(session_id, *args)
+    assert not table.active()
+
+
 @pytest.mark.parametrize("ids", [[1, 2, 12, 3, 4], np.array([1, -1, 2, 3], np.int64)])
 def test_evaluate_ids_names_an_id_outside_the_vocabulary(config, ids):
     from txl_tf import InputError, TransformerXL

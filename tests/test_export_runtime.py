@@ -613,6 +613,12 @@ def test_an_export_without_the_asked_backend_is_named(tmp_path):
         open_runtime(str(tmp_path / "onnx_only"), backend="saved_model")
     with pytest.raises(FileNotFoundError, match=r"^no ONNX model at '.*empty'$"):
         open_runtime(str(tmp_path / "empty"), backend="onnx")
+    # Was "no SavedModel at ...": the backend tried last, for a model directory or a text file.
+    (tmp_path / "notes.txt").write_text("not a model")
+    for path in (tmp_path / "empty", tmp_path / "notes.txt"):
+        with pytest.raises(FileNotFoundError, match=r"^no export at '.*': neither an ONNX model "
+                                                    r"nor a SavedModel \(open a \.onnx file, "):
+            open_runtime(str(path))
     with pytest.raises(TxlError, match=r"^backend must be auto, onnx or saved_model, got "
                                        r"'tflite'$"):
         choose_artefact(str(tmp_path / "onnx_only"), backend="tflite")

@@ -319,6 +319,45 @@ def test_checked_python_batches_train_as_the_same_dataset(kind):
         np.testing.assert_array_equal(a, b)
 
 
+def causal_lm_model():
+    from txl_tf import TransformerXLBackbone, TransformerXLCausalLM
+    keras.utils.set_random_seed(0)
+    model = TransformerXLCausalLM(TransformerXLBackbone(**config().to_dict()))
+    model.compile(optimizer="adam")
+    return model
+
+
+@pytest.mark.parametrize("kind", ["generator", "pydataset"])
+def test_the_causal_lm_reads_python_batches_as_arrays_and_checks_them(kind):
+    """keras-hub's `fit`, `evaluate` and `predict` read arrays or a dataset:
+    plain batches from a generator or a PyDataset were TensorFlow's "Attempt
+    to convert a value (<generator object ...>) with an unsupported type",
+    so their ids and masked arrays were never checked."""
+    x, y = stream_arrays(2 * B)
+    inputs = {"token_ids": x, "padding_mask": x >= 0}
+    batches = [({k: v[i:i + B] for k, v in inputs.items()}, y[i:i + B]) for i in (0, B)]
+    model, quiet = causal_lm_model(), dict(verbose=0)
+    assert model.evaluate(python_batches(kind, batches), **quiet) == \
+        model.evaluate(inputs, y, batch_size=B, **quiet)
+    np.testing.assert_allclose(model.predict(python_batches(kind, [b[:1] for b in batches]),
+                                             **quiet),
+                               model.predict(inputs, batch_size=B, **quiet), rtol=1e-6)
+    from_python, from_arrays = causal_lm_model(), causal_lm_model()
+    from_python.fit(python_batches(kind, batches), validation_data=(inputs, y), **quiet)
+    from_arrays.fit(inputs, y, batch_size=B, **quiet)
+    for a, b in zip(from_python.get_weights(), from_arrays.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    masked = [({**batches[0][0], "token_ids": np.ma.masked_equal(x[:B], x[0, 0])}, y[:B])]
+    with pytest.raises(InputError, match=r"^token_ids is a masked array with masked entries"):
+        model.fit(python_batches(kind, masked), **quiet)
+    out_of_range = [batches[0], ({**batches[1][0], "token_ids": x[B:] + N_TOKEN}, y[B:])]
+    with pytest.raises(InputError, match=rf"^token id {x[B, 0] + N_TOKEN} at position \(0, 0\)"):
+        model.evaluate(python_batches(kind, out_of_range), **quiet)
+    with pytest.raises(InputError, match=r"^fit: validation_data is a Python generator or a "
+                                         r"PyDataset but the training data is not"):
+        model.fit(inputs, y, validation_data=python_batches(kind, batches), **quiet)
+
+
 def test_the_classifier_checks_a_generators_ids():
     model = TransformerXLClassifier(config(), num_classes=3, segment_len=T)
     model.compile(optimizer="adam",
@@ -557,6 +596,10 @@ def test_float_targets_are_token_ids_or_one_clear_error(keras_models):
     x, quiet = {"token_ids": IDS, "padding_mask": IDS > 0}, dict(verbose=0)
     assert causal_lm.evaluate(x, IDS.astype(np.float32), **quiet) == \
         causal_lm.evaluate(x, IDS, **quiet)
+    # The stateful model's step refused them ("targets must be integers"), in Keras's
+    # "Exception encountered when calling TransformerXL.call()" text.
+    assert stream.evaluate(IDS, IDS.astype(np.float32), batch_size=B, **quiet) == \
+        stream.evaluate(IDS, IDS, batch_size=B, **quiet)
     cut = (r"^(target 1\.5 at position \(0, 0\) is not a whole number: targets are token ids "
            r"0\.\.39|targets must be whole numbers in 0\.\.39 \(token ids\), got 1\.5$)")
     for call in (lambda y: causal_lm.evaluate(x, y, **quiet),

@@ -117,6 +117,31 @@ def test_the_configs_module_answers_help_with_its_usage():
         assert "python -m training.configs [NAME]" in shown.stdout, shown.stdout
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_the_configs_module_at_a_full_stdout_says_so_in_one_line():
+    """`txl-configs > file` on a full disk was an OSError traceback (exit 1)."""
+    with open("/dev/full", "w") as full:
+        shown = subprocess.run([sys.executable, "-m", "training.configs"], stdout=full,
+                               stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert shown.returncode == 2, shown.stderr
+    assert shown.stderr == "error: cannot write to stdout: No space left on device\n"
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_the_configs_module_with_a_closed_stream_writes_nothing_there(closed):
+    """`txl-configs >&-` was an AttributeError traceback ('NoneType' object
+    has no attribute 'flush'), as the jobs were before `closed_streams`."""
+    shown = subprocess.run([sys.executable, "-m", "training.configs", "nope"], cwd=ROOT,
+                           capture_output=True, text=True, preexec_fn=lambda: os.close(closed))
+    assert shown.returncode == 2 and shown.stdout == "", shown.stderr
+    assert shown.stderr.startswith("" if closed == 2 else
+                                   "error: unknown training configuration 'nope'")
+    assert closed == 1 or shown.stderr == ""
+    listed = subprocess.run([sys.executable, "-m", "training.configs"], cwd=ROOT,
+                            capture_output=True, text=True, preexec_fn=lambda: os.close(closed))
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+
+
 def test_the_installed_commands_cannot_be_shadowed_by_a_users_folders(wheel, tmp_path):
     (entry_points,) = [text.decode() for name, text in wheel.items()
                        if name.endswith("entry_points.txt")] or [None]

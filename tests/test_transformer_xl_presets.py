@@ -2,6 +2,8 @@
 a model directory, of a keras-hub preset folder (`save_to_preset`, also
 through `keras_hub.models.CausalLM`), of the paper's named configurations;
 clear errors; the backbone's config round-trip; text in, text out."""
+import shutil
+
 import keras
 import keras_hub
 import numpy as np
@@ -116,6 +118,27 @@ def test_a_file_given_for_a_preset_is_named(model_dir):
     for loader in (TransformerXLCausalLM, TransformerXLBackbone):
         with pytest.raises(PresetError, match=r"config.json' is a file: pass its folder"):
             loader.from_preset(f"{model_dir}/config.json")
+
+
+def test_a_broken_keras_hub_preset_folder_is_named(model_dir, tmp_path):
+    """A weights file cut short was h5py's OSError "Unable to synchronously
+    open file (truncated file: ...)" naming no file; a config.json that is
+    not JSON made the folder "neither a model directory ... nor a training
+    run directory"."""
+    TransformerXLCausalLM.from_preset(model_dir).save_to_preset(str(tmp_path / "whole"))
+    broken = {"cut_weights": ("model.weights.h5", lambda data: data[:1000]),
+              "config_not_json": ("config.json", lambda data: data[:20]),
+              "config_a_number": ("config.json", lambda data: b"3")}
+    for name, (file, cut) in broken.items():
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "whole", folder)
+        (folder / file).write_bytes(cut((folder / file).read_bytes()))
+        pattern = (rf"^cannot load the keras-hub preset '.*{name}': Unable to synchronously open "
+                   r"file \(truncated file" if file.endswith(".h5") else
+                   rf"^cannot read the keras-hub preset's .*{name}/config\.json: ")
+        for loader in (TransformerXLCausalLM, TransformerXLBackbone):
+            with pytest.raises(PresetError, match=pattern):
+                loader.from_preset(str(folder))
 
 
 def test_the_backbone_config_round_trips_and_names_the_papers_fields():

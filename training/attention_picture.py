@@ -76,7 +76,9 @@ def _read_text(o):
         return o["text"]
     path = o["text_file"]
     if not os.path.isfile(path):
-        raise TrainingError(f"--text_file {path!r} does not exist")
+        raise TrainingError(f"--text_file {path!r} "
+                            + ("is a folder, not a file" if os.path.isdir(path) else
+                               "does not exist"))
     try:
         with open(path, encoding="utf-8-sig") as f:  # Notepad starts it with a BOM
             text = f.read()

@@ -47,14 +47,12 @@ from training.classifier_model import (MODEL_FILE, check_lengths, choose_model,
                                        describe_metrics, evaluate_examples, load_classifier,
                                        predict_logits)
 from training.errors import TrainingError
-from training.files import LOG_FILE, set_aside_log, write_atomically
+from training.files import LOG_FILE, run_files_in, set_aside_log, write_atomically
 from txl_tf.app.files import parse_json
 from txl_tf.app.flagspec import merge, option, values
-from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.paths import output_over_an_input, path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
-# What a model or training run directory holds and a classifier's never does.
-RUN_FILES = ("config.json", "weights.npz", "checkpoints")
 MODES = ("train", "evaluate", "predict")
 EXPORT_FORMATS = ("saved_model", "onnx")
 METRICS_FILE = "metrics.json"
@@ -175,7 +173,9 @@ def check_options(o):
             raise TrainingError(in_the_way)
     if o["mode"] == "train":
         _require(o, "train_data", "output_dir")
-        held = [name for name in RUN_FILES if os.path.exists(os.path.join(o["output_dir"], name))]
+        held = run_files_in(o["output_dir"])
+        if os.path.exists(os.path.join(o["output_dir"], MODEL_FILE)):  # a classifier's export/
+            held = [name for name in held if name != "export"]
         if held:  # the classifier's files would replace its flags.json, vocab/, delete export/
             raise TrainingError(f"--output_dir: {o['output_dir']} holds a model or training run "
                                 f"({', '.join(held)}), not a classifier; choose another "
@@ -199,7 +199,14 @@ def check_options(o):
             raise TrainingError("--config_override applies to --preset only")
         export_formats(o["export"])
     else:
-        _require(o, "classifier_dir", "eval_data" if o["mode"] == "evaluate" else "predict_data")
+        data = "eval_data" if o["mode"] == "evaluate" else "predict_data"
+        _require(o, "classifier_dir", data)
+        classifier_files = [(f"the classifier's {name}", os.path.join(o["classifier_dir"], name))
+                            for name in (MODEL_FILE, "labels.json", "flags.json", "vocab")]
+        over_an_input = o["output"] and output_over_an_input(
+            "output", o["output"], [(f"the documents (--{data})", o[data]), *classifier_files])
+        if over_an_input:
+            raise TrainingError(over_an_input)
         for name in ("train_data", "backbone", "preset", "config", "output_dir"):
             if o[name]:
                 raise TrainingError(f"--{name} is for --mode=train, not --mode={o['mode']}")

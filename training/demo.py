@@ -76,7 +76,7 @@ def run(**options):
     _check(o)
     cli.quiet_tensorflow_import()
     from training import inputs
-    from training.generate import continue_text
+    from training.generate import check_prompt, continue_text
     from txl_tf.learning.evaluation import evaluate_ids
     from txl_tf.weights.model_dir import load, load_vocab
 
@@ -86,6 +86,7 @@ def run(**options):
         from training.errors import TrainingError
         raise TrainingError(f"--model {o['model']!r} reads {tokenizer.kind} tokens: the demo "
                             "reports bits per byte and needs a byte-level model")
+    check_prompt(tokenizer, o["prompt"])  # read after the evaluations
     cfg = core.config
     from txl_tf.checks.memory_budget import check_fits
     check_fits(cfg, 8, o["context"], 0, what="the loss-by-context curve (--context)")

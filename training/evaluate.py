@@ -26,7 +26,7 @@ from training.errors import TrainingError
 from training.files import write_atomically
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
-from txl_tf.app.paths import path_in_the_way
+from txl_tf.app.paths import output_over_an_input, path_in_the_way
 from txl_tf.app.tf_logs import logging_as_found
 
 SPEC = (
@@ -83,6 +83,14 @@ def _check_options(o, settings):
         raise TrainingError("--model_dir is required")
     if o["output"] and path_in_the_way("output", o["output"], "file"):  # written at the end
         raise TrainingError(path_in_the_way("output", o["output"], "file"))
+    model_files = [(f"the model's {name}", os.path.join(o["model_dir"], name))
+                   for name in ("config.json", "weights.npz", "vocab", "checkpoints", "export")]
+    corpus_file = o["data_dir"] if o["data_dir"] and os.path.isfile(o["data_dir"]) else None
+    over_an_input = o["output"] and output_over_an_input("output", o["output"], [
+        *model_files, ("the vocabulary (--vocab_dir)", o["vocab_dir"]),
+        ("the corpus (--data_dir)", corpus_file)])  # a text folder's: `inputs.check_not_read`
+    if over_an_input:
+        raise TrainingError(over_an_input)
 
 
 @logging_as_found()

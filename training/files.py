@@ -28,6 +28,17 @@ def write_atomically(path, text):
 LOG_FILE = "train_log.jsonl"
 PREVIOUS_LOG_FILE = "train_log.previous.jsonl"
 
+# What a model directory or training run holds at its top: a Transformer-XL's config,
+# weights and checkpoints, and a run's exported model (a Transformer-XL's, the LSTM
+# baseline's or a classifier's).
+RUN_FILES = ("config.json", "weights.npz", "checkpoints", "export")
+
+
+def run_files_in(folder):
+    """The `RUN_FILES` that `folder` holds, in that order ([] where it does
+    not exist): a job that writes its own run there would replace them."""
+    return [name for name in RUN_FILES if os.path.lexists(os.path.join(folder, name))]
+
 
 def set_aside_log(folder, replaces_a_model):
     """Makes way for a new run's `train_log.jsonl` in `folder` without losing

@@ -141,6 +141,9 @@ def _check_options(o):
     if not 0 <= o["temperature"] < float("inf"):
         raise TrainingError(f"--temperature must be a finite number >= 0, got "
                             f"{o['temperature']}")
+    if o["greedy"] and o["temperature"] not in (0.0, 1.0):  # 1.0: the default
+        raise TrainingError(f"--greedy takes the most likely token, so --temperature="
+                            f"{o['temperature']} would be ignored: pass one of them")
     if o["top_k"] < 0:
         raise TrainingError(f"--top_k must be >= 0, got {o['top_k']}")
     if not 0 < o["top_p"] <= 1:
@@ -157,6 +160,20 @@ def _check_options(o):
         raise TrainingError(f"--mem_len must be >= 0, got {o['mem_len']}")
     if not 0 <= o["seed"] <= MAX_SEED:
         raise TrainingError(f"--seed must be in [0, {MAX_SEED}], got {o['seed']}")
+
+
+def check_prompt(tokenizer, prompt):
+    """Raises `TrainingError` naming `--prompt` where `tokenizer` cannot read
+    `prompt` (a word outside a vocabulary without <unk>, bytes that are not
+    UTF-8), before any work."""
+    try:
+        tokenizer.encode(prompt)
+    except ValueError as err:
+        raise TrainingError(f"--prompt cannot be encoded: {err}") from None
+    except ImportError as err:  # SentencePiece's encode without tensorflow-text
+        if isinstance(err, ModuleNotFoundError):
+            raise
+        raise TrainingError(f"--prompt cannot be encoded: {err}") from None
 
 
 def _is_export(path):
@@ -261,14 +278,7 @@ def run(write=None, bar=None, **options):
         if isinstance(err, ModuleNotFoundError):  # not one that names the package
             raise
         raise TrainingError(f"{name}: {err}") from None
-    try:
-        tokenizer.encode(o["prompt"])
-    except ValueError as err:  # e.g. a word outside a vocabulary without <unk>
-        raise TrainingError(f"--prompt cannot be encoded: {err}") from None
-    except ImportError as err:  # SentencePiece's encode without tensorflow-text
-        if isinstance(err, ModuleNotFoundError):
-            raise
-        raise TrainingError(f"--prompt cannot be encoded: {err}") from None
+    check_prompt(tokenizer, o["prompt"])
     if callable(model):
         from txl_tf.checks.memory_budget import check_fits
         check_fits(config, 1, config.tgt_len,  # the decoder reads prompts in tgt_len segments

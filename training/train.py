@@ -315,14 +315,20 @@ def run(**options):
 def _check_not_a_saved_model(model_dir):
     """Refuses a folder holding a saved model (`save_pretrained`, `txl-convert`,
     a run's export/) and no checkpoints: the job would not read its weights,
-    and would write a run's files (vocab/, config.json, a lock) into it."""
+    and would write a run's files (vocab/, config.json, a lock) into it; and
+    one holding the LSTM baseline's run (`txl-train-lstm`)."""
     from training.checkpointing import checkpoint_dir, has_checkpoints
+    from txl_tf.baselines import lstm_folder
     if (os.path.isfile(os.path.join(model_dir, "weights.npz"))
             and not has_checkpoints(checkpoint_dir(model_dir))):
         raise TrainingError(
             f"--model_dir {model_dir} holds a saved model (weights.npz), not a training run: "
             "txl-train starts from its own initialisation and would write its files beside "
             "that model's; choose another --model_dir")
+    lstm = lstm_folder(model_dir)
+    if lstm is not None:  # its train_log.jsonl and export/ would be replaced
+        raise TrainingError(f"--model_dir {model_dir} holds the LSTM baseline of txl-train-lstm "
+                            f"(in {lstm}), not a Transformer-XL run; choose another --model_dir")
 
 
 def _empty(folder, remove):

@@ -18,7 +18,7 @@ import os
 import time
 
 from training.errors import TrainingError
-from training.files import LOG_FILE, set_aside_log
+from training.files import LOG_FILE, run_files_in, set_aside_log
 from txl_tf.app import cli
 from txl_tf.app.flagspec import merge, option, values
 from txl_tf.app.paths import path_in_the_way
@@ -58,6 +58,12 @@ def _check(o):
     in_the_way = path_in_the_way("model_dir", o["model_dir"])
     if in_the_way:
         raise TrainingError(in_the_way)
+    from txl_tf.baselines import lstm_folder
+    held = run_files_in(o["model_dir"]) if lstm_folder(o["model_dir"]) is None else []
+    if held:  # its train_log.jsonl and export/ would be replaced by the LSTM's
+        raise TrainingError(f"--model_dir: {o['model_dir']} holds a model or training run "
+                            f"({', '.join(held)}), not an LSTM baseline; choose another "
+                            "--model_dir")
     for name in ("d_model", "n_layer", "tgt_len", "batch_size", "train_steps", "log_every",
                  "eval_batch_size"):
         if o[name] < 1:

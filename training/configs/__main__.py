@@ -32,23 +32,35 @@ def main(argv):
     return 0
 
 
-def _reader_gone():
-    """Status 141 and no message, as the jobs (`| head -n 1`): stdout points
-    at /dev/null first, so that the interpreter's last flush has nothing to
-    report. Standard library only (importing txl_tf imports TensorFlow)."""
+def _drop_stdout():
+    """Points stdout at /dev/null, so that the interpreter's last flush has
+    nothing to report. Standard library only (importing txl_tf imports
+    TensorFlow)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return 141
 
 
 def console():
-    """The installed command (see setup.py's console scripts)."""
+    """The installed command (see setup.py's console scripts): a reader gone
+    (`| head -n 1`) is status 141 and no message, a stdout that cannot be
+    written (a full disk) one `error:` line and status 2, as the jobs; a
+    stream the shell closed (`>&-`) takes nothing, as the jobs' (which
+    `txl_tf.app.closed_streams` fills; this opens no file that could take
+    the free descriptor)."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # Python's for a closed descriptor
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
     try:
         status = main(sys.argv)
         sys.stdout.flush()
     except BrokenPipeError:
-        status = _reader_gone()
+        _drop_stdout()
+        status = 141
+    except OSError as err:
+        _drop_stdout()
+        print(f"error: cannot write to stdout: {err.strerror or err}", file=sys.stderr)
+        status = 2
     sys.exit(status)
 
 

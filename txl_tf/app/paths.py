@@ -52,6 +52,33 @@ def path_in_the_way(flag, path, kind="folder", utf8_paths=False):
     return f"--{flag}: {problem}; choose another --{flag}" if problem else None
 
 
+def output_over_an_input(flag, path, inputs):
+    """The `error:` message for an output file `path`, given as `--flag`,
+    that is a file the job reads or lies in a folder it reads, or None: the
+    job would write its result over its own input (the corpus, a model's
+    config.json), at the end of its work.
+
+    Args:
+      flag: the output's flag name, without dashes.
+      path: the file the job will write.
+      inputs: `(what, path)` pairs, `what` naming the input for the message
+        ("the corpus (--data_dir)", "the model's config.json"); a folder stands for every
+        file under it; a path that is None or does not exist is skipped.
+
+    Returns:
+      A message naming the flag, the output and the input, or None.
+    """
+    real = os.path.realpath(path)  # through symbolic links, either side
+    for what, given in inputs:
+        if not given or not os.path.exists(given):
+            continue
+        held = os.path.realpath(given)
+        if real == held or (os.path.isdir(held) and os.path.commonpath([real, held]) == held):
+            place = "is" if real == held else f"lies in {given},"
+            return f"--{flag}: {path} {place} {what}, which this job reads; choose another --{flag}"
+    return None
+
+
 def utf8_path_problem(path):
     """Why TensorFlow and ONNX would write under `path` elsewhere than
     Python, or None. Their C++ code takes a path's UTF-8 bytes, Python the

@@ -32,14 +32,41 @@ class LocalPreset(NamedTuple):
 
 
 def _is_keras_hub_folder(path):
+    """Whether the folder `path` is a keras-hub preset (its config.json names
+    a registered class); one whose config.json cannot be read beside
+    keras-hub's `metadata.json` raises `PresetError` naming that file (it
+    was taken for a model directory that lacked its weights.npz)."""
     config = os.path.join(path, "config.json")
     if not os.path.isfile(config):
         return False
     try:
         with open(config, encoding="utf-8") as f:
-            return "registered_name" in parse_json(f.read())
-    except (OSError, ValueError):
+            described = parse_json(f.read())
+        if not isinstance(described, dict):
+            raise ValueError(f"not a JSON object but {type(described).__name__} {described!r:.40}")
+    except (OSError, ValueError) as err:
+        if os.path.isfile(os.path.join(path, "metadata.json")):
+            raise PresetError(f"cannot read the keras-hub preset's {config}: {err}") from None
         return False
+    return "registered_name" in described
+
+
+@contextlib.contextmanager
+def keras_hub_errors(preset):
+    """Within: keras-hub reading `preset`. Where it is a folder, keras-hub's
+    errors on its files (h5py's "Unable to synchronously open file
+    (truncated file: ...)" for a weights file cut short) raise as a
+    `PresetError` naming the folder; ours, and keras-hub's
+    `FileNotFoundError` (which names the file and the folder), pass as they
+    are."""
+    try:
+        yield
+    except (OSError, ValueError) as err:
+        if isinstance(err, (TxlError, FileNotFoundError)) or \
+                not os.path.isdir(os.fspath(preset)):
+            raise
+        raise PresetError(f"cannot load the keras-hub preset {os.fspath(preset)!r}: "
+                          f"{err}") from None
 
 
 def local_source(preset, load_weights):

@@ -11,8 +11,9 @@ import keras
 import tensorflow as tf
 
 from txl_tf.checks.inputs import (InputError, check_batch, check_numpy_data, checked_data,
-                                  input_errors)
+                                  checked_float_targets, input_errors)
 from txl_tf.checks.numpy_checks import check_count
+from txl_tf.checks.python_batches import is_python_batches, map_python_batches
 from txl_tf.errors import TxlError
 from txl_tf.keras_support.keras_compat import OptimizerBuiltForTraining, PrebuiltModel
 from txl_tf.keras_support.untracked import Untracked
@@ -143,10 +144,13 @@ class StreamTraining(OptimizerBuiltForTraining):
                 return {k: tf.reshape(v, [1]) for k, v in logs.items()}
         return logs
 
-    @staticmethod
-    def _unpack(data):
-        """`(inputs, labels, weights [B, T] float32 or None)` of a batch."""
+    def _unpack(self, data):
+        """`(inputs, labels, weights [B, T] float32 or None)` of a batch;
+        float labels, whole numbers in the vocabulary (`checked_float_targets`),
+        as the ids they stand for (keras-hub's loss casts them too)."""
         inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
+        if labels is not None and labels.dtype.is_floating:
+            labels = tf.cast(checked_float_targets(labels, self.core.config.n_token), tf.int32)
         if weights is not None:
             weights = tf.cast(weights, tf.float32)
             per_row, tokens = weights.shape[1:].num_elements(), labels.shape[-1]
@@ -258,6 +262,27 @@ class StreamTraining(OptimizerBuiltForTraining):
         data = super().preprocess_samples(x, y, sample_weight)
         return check_batch(data, self.core.config.n_token)
 
+    def _preprocessed(self, data):
+        """`data` (batches that are not stream batches) preprocessed and
+        checked (`preprocess_samples`) for `keras.Model`'s methods, beside
+        training data of a generator or a `PyDataset`, which keras-hub's own
+        methods cannot read (TensorFlow's "unsupported type" error): such
+        batches as Keras reads them (a masked array named, as `fit` names
+        one), a dataset mapped, arrays `(inputs, labels[, weights])` at once.
+        None stays None."""
+        def preprocessed(batch):
+            inputs, labels, weights = keras.utils.unpack_x_y_sample_weight(batch)
+            check_numpy_data(inputs, labels, weights)
+            batch = self.preprocess_samples(inputs, labels, weights)
+            return batch if isinstance(batch, tuple) else (batch,)  # Keras's form
+        if data is None:
+            return None
+        if is_python_batches(data):
+            return map_python_batches(data, preprocessed)
+        if isinstance(data, tf.data.Dataset):
+            return data.map(self.preprocess_samples)
+        return preprocessed(tuple(data))
+
     def _set_streaming(self, streaming):
         if self._streaming != streaming:
             self._streaming = streaming
@@ -293,6 +318,14 @@ class StreamTraining(OptimizerBuiltForTraining):
                                  "evaluate them apart")
             self._set_streaming(False)
             with input_errors(), _one_restore(self):
+                if is_python_batches(x):
+                    kwargs["validation_data"] = self._preprocessed(kwargs.get("validation_data"))
+                    return keras.Model.fit(self, self._preprocessed(x), y, batch_size=batch_size,
+                                           shuffle=shuffle, **kwargs)
+                if is_python_batches(validation):
+                    raise InputError("fit: validation_data is a Python generator or a "
+                                     "PyDataset but the training data is not; pass "
+                                     "validation_data as arrays or a tf.data.Dataset")
                 return super().fit(x, y, batch_size=batch_size, shuffle=shuffle, **kwargs)
         _refuse_batch_backups(kwargs.get("callbacks"))
         batch_size = self._prepare_streams(x, batch_size, "fit", shuffle)
@@ -340,6 +373,8 @@ class StreamTraining(OptimizerBuiltForTraining):
         if not self.is_stream(x):
             self._set_streaming(False)
             with input_errors():
+                if is_python_batches(x):
+                    return keras.Model.evaluate(self, self._preprocessed(x), y, **kwargs)
                 return super().evaluate(x, y, batch_size=batch_size, **kwargs)
         batch_size = self._prepare_streams(x, batch_size, "evaluate")
         self._streams.value[1].clear()
@@ -356,6 +391,8 @@ class StreamTraining(OptimizerBuiltForTraining):
         if not self.is_stream(x):
             self._set_streaming(False)
             with input_errors():
+                if is_python_batches(x):
+                    return keras.Model.predict(self, self._preprocessed(x), **kwargs)
                 return super().predict(x, batch_size=batch_size, **kwargs)
         batch_size = self._prepare_streams(x, batch_size, "predict")
         if self._call_memory(False) is self._streams.value[1]:

@@ -138,7 +138,8 @@ class TransformerXLBackbone(NumpyInputsChecked, keras_hub.models.Backbone):
         from txl_tf.models.transformer_xl import presets
         found = presets.local_source(preset, load_weights)
         if found is None:
-            return super().from_preset(preset, load_weights=load_weights, **kwargs)
+            with presets.keras_hub_errors(preset):
+                return super().from_preset(preset, load_weights=load_weights, **kwargs)
         return presets.backbone_from(cls, found, **kwargs)
 
     def save_to_preset(self, preset_dir, **kwargs):

@@ -158,8 +158,9 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
         found = presets.local_source(preset, load_weights)
         if found is None:
             sequence_length = kwargs.pop("sequence_length", None)
-            model = super().from_preset(preset, load_weights=load_weights,
-                                        **presets.keras_hub_dtype(preset, kwargs))
+            with presets.keras_hub_errors(preset):
+                model = super().from_preset(preset, load_weights=load_weights,
+                                            **presets.keras_hub_dtype(preset, kwargs))
             if sequence_length is not None and model.preprocessor is not None:
                 model.preprocessor.sequence_length = sequence_length
             model.check_vocabulary()
