@@ -33,6 +33,7 @@ Only `cache_precision`, `speed`'s XLA and SavedModel rows and the exports
 rest runs where only onnxruntime is installed (the GPU machine).
 """
 import contextlib
+import dataclasses
 import glob
 import hashlib
 import json
@@ -1864,14 +1865,16 @@ EXPORT_PRECISIONS = {"export, float32 cache": ("float32", {"cache_dtype": "float
                      "export, float16 decode": ("float16_decode", {"decode_dtype": "float16"})}
 
 
-def read_through_export(folder, ids, mem_len, dtypes, device):
+def read_through_export(folder, ids, config, dtypes, device):
     """Log-probabilities `[T, B, V]` of reading `ids` (`[B, T]`) one token at
     a time through the ONNX export in `folder/out` (`runtime.decode_step`,
-    ONNX Runtime on `device`); `TxlError` where that export does not hold
+    ONNX Runtime on `device`); `TxlError` where that export is not of the
+    model `config` describes (`check_same_model`), does not hold its
     `mem_len` slots or was not exported with the options `dtypes`
     (`cache_dtype`, `decode_dtype`)."""
-    runtime = open_export(folder, "onnx", mem_len, device,
+    runtime = open_export(folder, "onnx", config.mem_len, device,
                           decode_dtype=dtypes.get("decode_dtype", "float32"), device=device)
+    check_same_model(runtime.config, config, folder)
     cache_dtype = dtypes.get("cache_dtype")
     if cache_dtype and runtime.info.cache_dtype != cache_dtype:
         raise TxlError(f"the export in {folder} keeps its decode cache in "
@@ -1879,6 +1882,18 @@ def read_through_export(folder, ids, mem_len, dtypes, device):
     cache = runtime.decode_init(runtime.initial_memory(ids.shape[0]))
     return np.stack([np.array(runtime.decode_step(ids[:, t], cache)[0])
                      for t in range(ids.shape[1])])
+
+
+def check_same_model(exported, config, folder):
+    """Raises `TxlError` where the export in `folder`, whose config is
+    `exported`, is not of the model `config` describes (another model's
+    export, kept from an earlier run, read as this one's): a field of the
+    config differs, its vocabulary's fingerprint among them."""
+    differ = [f.name for f in dataclasses.fields(config)
+              if getattr(exported, f.name) != getattr(config, f.name)]
+    if differ:
+        raise TxlError(f"the export in {folder} is not of the model asked for: its "
+                       f"{', '.join(differ)} differ (made from another model; export it again)")
 
 
 def export_precisions(model_dir, work_dir, mem_len):
@@ -1894,17 +1909,19 @@ def export_precisions(model_dir, work_dir, mem_len):
     return written
 
 
-def read_through_exports(o, ids):
+def read_through_exports(o, ids, config):
     """`{row name: log-probabilities [T, B, V]}` of `ids` read through each
     export of `EXPORT_PRECISIONS` (`read_through_export`), made from
     `--model_dir` into `--work_dir` (a temporary folder without it) unless
-    `--reuse_exports`."""
+    `--reuse_exports`; each must be an export of the model `config`
+    (`--model_dir`'s) describes."""
     with tempfile.TemporaryDirectory() as scratch:
         work_dir = o["work_dir"] or scratch
         if not o["reuse_exports"]:
             export_precisions(o["model_dir"], work_dir, o["mem_len"])
-        return {name: read_through_export(os.path.join(work_dir, folder), ids, o["mem_len"],
-                                          dtypes, o["device"])
+        config = config.replace(mem_len=o["mem_len"])
+        return {name: read_through_export(os.path.join(work_dir, folder), ids, config, dtypes,
+                                          o["device"])
                 for name, (folder, dtypes) in EXPORT_PRECISIONS.items()}
 
 
@@ -1988,7 +2005,7 @@ def run_cache_precision(o):
         rows += [{"precision": p, **compare_precisions(runs["float32"], runs[p], targets)}
                  for p in PRECISIONS]
     if o["through_exports"]:
-        exported = read_through_exports(o, inputs_)
+        exported = read_through_exports(o, inputs_, config)
         reference = exported["export, float32 cache"]
         rows += [{"precision": name, **compare_precisions(reference, log_probs, targets)}
                  for name, log_probs in exported.items()]

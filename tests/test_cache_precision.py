@@ -2,7 +2,8 @@
 options cost a trained model): its export rows read the same text as the
 Keras rows, exports made once are read again in place (the GPU check's
 `serving_precision` part reads those made on another machine), a reused
-export that is not the one asked for is one clear error, and
+export that is not the one asked for (its options or its model) is one
+clear error, and
 `--nokeras_rows` builds no model (TensorFlow must not start on a GPU that
 ONNX Runtime uses in the same process)."""
 import keras
@@ -102,4 +103,19 @@ def test_a_reused_export_that_is_not_the_one_asked_for_is_one_error(measured, tm
         lm.run_cache_precision(_options(root, work_dir=None, **reuse))
     with pytest.raises(TxlError, match="--nokeras_rows --nothrough_exports leaves nothing"):
         lm.run_cache_precision(_options(root, keras_rows=False, through_exports=False))
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_exports_of_another_model_are_one_error(measured, tmp_path):
+    """The same vocabulary and memory, another model: its exports kept from an earlier run
+    would be read as this model's and their perplexities reported as its."""
+    root, _ = measured
+    config = TransformerXLConfig.preset("tiny", n_layer=1, d_model=24, d_head=8,
+                                        mem_len=MEM_LEN)
+    save_pretrained(TransformerXL(config), tmp_path / "model", tokenizer=ByteTokenizer())
+    with pytest.raises(TxlError, match=f"^the export in {root}/exports/float32 is not of the "
+                                       f"model asked for: its d_model, d_embed differ"):
+        lm.run_cache_precision(_options(root, model_dir=str(tmp_path / "model"),
+                                        reuse_exports=True, keras_rows=False,
+                                        output=str(tmp_path / "x.json")))
     assert not (tmp_path / "x.json").exists()
