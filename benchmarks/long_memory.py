@@ -39,6 +39,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -2010,7 +2011,7 @@ def run_cache_precision(o):
         rows += [{"precision": name, **compare_precisions(reference, log_probs, targets)}
                  for name, log_probs in exported.items()]
     result = {"settings": o, "tokens": int(targets.size), "seconds": time.time() - start,
-              "rows": rows, "sizes": cache_sizes()}
+              "rows": rows, "sizes": cache_sizes(), "text": text_read(ids)}
     where = f"; the exports on {o['device']}" if o["through_exports"] else ""
     print(f"{o['model_dir']}: {targets.size:,} tokens of {o['split']} read one at a time, "
           f"memory {o['mem_len']}{where}")
@@ -2029,6 +2030,16 @@ def run_cache_precision(o):
     write_json(o["output"], result)
     if o["through_exports"]:
         print(precision_line(result))
+
+
+def text_read(ids):
+    """What says which text a `cache_precision` run read, for results from
+    two machines: the sha256 of its ids (`[B, T + 1]`, little-endian int32)
+    and this Python's version (`--dataset=pystdlib` reads its standard
+    library, another text under another version)."""
+    import numpy as np
+    return {"ids_sha256": hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest(),
+            "python": platform.python_version()}
 
 
 def precision_line(result):

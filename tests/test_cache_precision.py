@@ -6,6 +6,8 @@ export that is not the one asked for (its options or its model) is one
 clear error, and
 `--nokeras_rows` builds no model (TensorFlow must not start on a GPU that
 ONNX Runtime uses in the same process)."""
+import platform
+
 import keras
 import pytest
 
@@ -72,8 +74,14 @@ def test_exports_made_once_are_read_again_without_a_model(measured, monkeypatch,
                                     output=str(output)))
     again = json.loads(output.read_text())
     assert again["rows"] == first["rows"][len(lm.PRECISIONS):]
+    assert again["text"] == first["text"]  # the same ids, this Python
+    assert first["text"]["python"] == platform.python_version()
     line = capsys.readouterr().out.strip().splitlines()[-1]
     rows = _rows(again)
+    shorter = root / "shorter.json"
+    lm.run_cache_precision(_options(root, reuse_exports=True, keras_rows=False, tokens=6,
+                                    output=str(shorter)))
+    assert json.loads(shorter.read_text())["text"]["ids_sha256"] != first["text"]["ids_sha256"]
     assert line == (
         f"the exports' decode on cpu, 14 tokens: ppl float32 cache "
         f"{rows['export, float32 cache']['ppl']:.4f}, float16 cache "
