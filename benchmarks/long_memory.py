@@ -1824,7 +1824,8 @@ CACHE_PRECISION_SPEC = (
            "on another machine by an earlier run) instead of exporting."),
     option("bool", "keras_rows", True, "Also read the text through the Keras model's decode "
            "cache rounded to each precision (--nokeras_rows with --reuse_exports: no model is "
-           "built, so TensorFlow never starts on a GPU that ONNX Runtime uses)."),
+           "built and no TensorFlow op runs: TensorFlow's runtime never starts on a GPU that "
+           "ONNX Runtime uses; its import lists the GPUs)."),
     option("string", "output",
            os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
            "Where to write the JSON results."),
