@@ -1867,14 +1867,14 @@ EXPORT_PRECISIONS = {"export, float32 cache": ("float32", {"cache_dtype": "float
                      "export, float16 decode": ("float16_decode", {"decode_dtype": "float16"})}
 
 
-def read_through_export(folder, ids, config, dtypes, device):
+def read_through_export(folder, ids, config, mem_len, dtypes, device):
     """Log-probabilities `[T, B, V]` of reading `ids` (`[B, T]`) one token at
     a time through the ONNX export in `folder/out` (`runtime.decode_step`,
     ONNX Runtime on `device`); `TxlError` where that export is not of the
-    model `config` describes (`check_same_model`), does not hold its
-    `mem_len` slots or was not exported with the options `dtypes`
-    (`cache_dtype`, `decode_dtype`)."""
-    runtime = open_export(folder, "onnx", config.mem_len, device,
+    model `config` describes (`check_same_model`), does not hold `mem_len`
+    slots or was not exported with the options `dtypes` (`cache_dtype`,
+    `decode_dtype`)."""
+    runtime = open_export(folder, "onnx", mem_len, device,
                           decode_dtype=dtypes.get("decode_dtype", "float32"), device=device)
     check_same_model(runtime.config, config, folder)
     cache_dtype = dtypes.get("cache_dtype")
@@ -1890,9 +1890,11 @@ def check_same_model(exported, config, folder):
     """Raises `TxlError` where the export in `folder`, whose config is
     `exported`, is not of the model `config` describes (another model's
     export, kept from an earlier run, read as this one's): a field of the
-    config differs, its vocabulary's fingerprint among them."""
-    differ = [f.name for f in dataclasses.fields(config)
-              if getattr(exported, f.name) != getattr(config, f.name)]
+    config differs, its vocabulary's fingerprint among them; not `mem_len`,
+    the model's own where the export holds another memory (`open_export`
+    checks that one)."""
+    differ = [f.name for f in dataclasses.fields(config) if f.name != "mem_len"
+              and getattr(exported, f.name) != getattr(config, f.name)]
     if differ:
         raise TxlError(f"the export in {folder} is not of the model asked for: its "
                        f"{', '.join(differ)} differ (made from another model; export it again)")
@@ -1921,9 +1923,8 @@ def read_through_exports(o, ids, config):
         work_dir = o["work_dir"] or scratch
         if not o["reuse_exports"]:
             export_precisions(o["model_dir"], work_dir, o["mem_len"])
-        config = config.replace(mem_len=o["mem_len"])
-        return {name: read_through_export(os.path.join(work_dir, folder), ids, config, dtypes,
-                                          o["device"])
+        return {name: read_through_export(os.path.join(work_dir, folder), ids, config,
+                                          o["mem_len"], dtypes, o["device"])
                 for name, (folder, dtypes) in EXPORT_PRECISIONS.items()}
 
 

@@ -114,6 +114,21 @@ def test_a_reused_export_that_is_not_the_one_asked_for_is_one_error(measured, tm
     assert not (tmp_path / "x.json").exists()
 
 
+def test_exports_holding_another_memory_than_the_models_are_read(measured, tmp_path):
+    """An export keeps its model's config, mem_len and all, beside the memory it holds."""
+    import json
+    root, _ = measured
+    output = tmp_path / "longer.json"
+    lm.run_cache_precision(_options(root, mem_len=MEM_LEN + 2, keras_rows=False,
+                                    work_dir=str(tmp_path / "exports"), output=str(output)))
+    lm.run_cache_precision(_options(root, mem_len=MEM_LEN + 2, keras_rows=False,
+                                    work_dir=str(tmp_path / "exports"), output=str(output),
+                                    reuse_exports=True))
+    result = json.loads(output.read_text())
+    assert [r["precision"] for r in result["rows"]] == list(lm.EXPORT_PRECISIONS)
+    assert result["settings"]["mem_len"] == MEM_LEN + 2
+
+
 def test_exports_of_another_model_are_one_error(measured, tmp_path):
     """The same vocabulary and memory, another model: its exports kept from an earlier run
     would be read as this model's and their perplexities reported as its."""
