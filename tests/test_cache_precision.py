@@ -121,9 +121,6 @@ def test_exports_holding_another_memory_than_the_models_are_read(measured, tmp_p
     output = tmp_path / "longer.json"
     lm.run_cache_precision(_options(root, mem_len=MEM_LEN + 2, keras_rows=False,
                                     work_dir=str(tmp_path / "exports"), output=str(output)))
-    lm.run_cache_precision(_options(root, mem_len=MEM_LEN + 2, keras_rows=False,
-                                    work_dir=str(tmp_path / "exports"), output=str(output),
-                                    reuse_exports=True))
     result = json.loads(output.read_text())
     assert [r["precision"] for r in result["rows"]] == list(lm.EXPORT_PRECISIONS)
     assert result["settings"]["mem_len"] == MEM_LEN + 2
