@@ -93,7 +93,8 @@ fails, runs out of time or cannot run is one line of the table (`failed
   kernels: each one's perplexity, and the 16-bit ones' largest log-prob
   change and most likely tokens changed against float32's
   (`benchmarks.long_memory --part=cache_precision --nokeras_rows`: no
-  Keras model, so TensorFlow never starts on the GPU beside ONNX Runtime).
+  Keras model and no TensorFlow op, so TensorFlow's runtime never starts
+  on the GPU beside ONNX Runtime; its import still lists the GPUs).
   Only with `--serving_exports` (which holds those exports, trained
   weights and all, made beforehand).
 - `attention_forms`: one layer's attention of the cached decode step in

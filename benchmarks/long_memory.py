@@ -33,11 +33,13 @@ Only `cache_precision`, `speed`'s XLA and SavedModel rows and the exports
 rest runs where only onnxruntime is installed (the GPU machine).
 """
 import contextlib
+import dataclasses
 import glob
 import hashlib
 import json
 import math
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -1822,7 +1824,8 @@ CACHE_PRECISION_SPEC = (
            "on another machine by an earlier run) instead of exporting."),
     option("bool", "keras_rows", True, "Also read the text through the Keras model's decode "
            "cache rounded to each precision (--nokeras_rows with --reuse_exports: no model is "
-           "built, so TensorFlow never starts on a GPU that ONNX Runtime uses)."),
+           "built and no TensorFlow op runs: TensorFlow's runtime never starts on a GPU that "
+           "ONNX Runtime uses; its import lists the GPUs)."),
     option("string", "output",
            os.path.join(REPO, "benchmarks", "results", "cache_precision.json"),
            "Where to write the JSON results."),
@@ -1864,14 +1867,16 @@ EXPORT_PRECISIONS = {"export, float32 cache": ("float32", {"cache_dtype": "float
                      "export, float16 decode": ("float16_decode", {"decode_dtype": "float16"})}
 
 
-def read_through_export(folder, ids, mem_len, dtypes, device):
+def read_through_export(folder, ids, config, mem_len, dtypes, device):
     """Log-probabilities `[T, B, V]` of reading `ids` (`[B, T]`) one token at
     a time through the ONNX export in `folder/out` (`runtime.decode_step`,
-    ONNX Runtime on `device`); `TxlError` where that export does not hold
-    `mem_len` slots or was not exported with the options `dtypes`
-    (`cache_dtype`, `decode_dtype`)."""
+    ONNX Runtime on `device`); `TxlError` where that export is not of the
+    model `config` describes (`check_same_model`), does not hold `mem_len`
+    slots or was not exported with the options `dtypes` (`cache_dtype`,
+    `decode_dtype`)."""
     runtime = open_export(folder, "onnx", mem_len, device,
                           decode_dtype=dtypes.get("decode_dtype", "float32"), device=device)
+    check_same_model(runtime.config, config, folder)
     cache_dtype = dtypes.get("cache_dtype")
     if cache_dtype and runtime.info.cache_dtype != cache_dtype:
         raise TxlError(f"the export in {folder} keeps its decode cache in "
@@ -1879,6 +1884,20 @@ def read_through_export(folder, ids, mem_len, dtypes, device):
     cache = runtime.decode_init(runtime.initial_memory(ids.shape[0]))
     return np.stack([np.array(runtime.decode_step(ids[:, t], cache)[0])
                      for t in range(ids.shape[1])])
+
+
+def check_same_model(exported, config, folder):
+    """Raises `TxlError` where the export in `folder`, whose config is
+    `exported`, is not of the model `config` describes (another model's
+    export, kept from an earlier run, read as this one's): a field of the
+    config differs, its vocabulary's fingerprint among them; not `mem_len`,
+    the model's own where the export holds another memory (`open_export`
+    checks that one)."""
+    differ = [f.name for f in dataclasses.fields(config) if f.name != "mem_len"
+              and getattr(exported, f.name) != getattr(config, f.name)]
+    if differ:
+        raise TxlError(f"the export in {folder} is not of the model asked for: its "
+                       f"{', '.join(differ)} differ (made from another model; export it again)")
 
 
 def export_precisions(model_dir, work_dir, mem_len):
@@ -1894,17 +1913,18 @@ def export_precisions(model_dir, work_dir, mem_len):
     return written
 
 
-def read_through_exports(o, ids):
+def read_through_exports(o, ids, config):
     """`{row name: log-probabilities [T, B, V]}` of `ids` read through each
     export of `EXPORT_PRECISIONS` (`read_through_export`), made from
     `--model_dir` into `--work_dir` (a temporary folder without it) unless
-    `--reuse_exports`."""
+    `--reuse_exports`; each must be an export of the model `config`
+    (`--model_dir`'s) describes."""
     with tempfile.TemporaryDirectory() as scratch:
         work_dir = o["work_dir"] or scratch
         if not o["reuse_exports"]:
             export_precisions(o["model_dir"], work_dir, o["mem_len"])
-        return {name: read_through_export(os.path.join(work_dir, folder), ids, o["mem_len"],
-                                          dtypes, o["device"])
+        return {name: read_through_export(os.path.join(work_dir, folder), ids, config,
+                                          o["mem_len"], dtypes, o["device"])
                 for name, (folder, dtypes) in EXPORT_PRECISIONS.items()}
 
 
@@ -1988,12 +2008,12 @@ def run_cache_precision(o):
         rows += [{"precision": p, **compare_precisions(runs["float32"], runs[p], targets)}
                  for p in PRECISIONS]
     if o["through_exports"]:
-        exported = read_through_exports(o, inputs_)
+        exported = read_through_exports(o, inputs_, config)
         reference = exported["export, float32 cache"]
         rows += [{"precision": name, **compare_precisions(reference, log_probs, targets)}
                  for name, log_probs in exported.items()]
     result = {"settings": o, "tokens": int(targets.size), "seconds": time.time() - start,
-              "rows": rows, "sizes": cache_sizes()}
+              "rows": rows, "sizes": cache_sizes(), "text": text_read(ids)}
     where = f"; the exports on {o['device']}" if o["through_exports"] else ""
     print(f"{o['model_dir']}: {targets.size:,} tokens of {o['split']} read one at a time, "
           f"memory {o['mem_len']}{where}")
@@ -2012,6 +2032,16 @@ def run_cache_precision(o):
     write_json(o["output"], result)
     if o["through_exports"]:
         print(precision_line(result))
+
+
+def text_read(ids):
+    """What says which text a `cache_precision` run read, for results from
+    two machines: the sha256 of its ids (`[B, T + 1]`, little-endian int32)
+    and this Python's version (`--dataset=pystdlib` reads its standard
+    library, another text under another version)."""
+    import numpy as np
+    return {"ids_sha256": hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest(),
+            "python": platform.python_version()}
 
 
 def precision_line(result):

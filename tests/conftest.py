@@ -50,7 +50,7 @@ MODULE_SECONDS = {
     "test_gpu_kernels": 25,
     "test_training_run_record": 18, "test_training_multiworker": 16, "test_stream": 16,
     "test_keras_api": 16,
-    "test_cache_precision": 20,
+    "test_cache_precision": 33,
     "test_loss_scaling": 16, "test_cache_dtype": 15, "test_kv_cache": 15, "test_convert": 15,
     "test_demo": 14, "test_export_runtime": 14, "test_write_failures": 13,
     "test_onnx_without_tensorflow": 10, "test_core": 10, "test_attention_types": 10,

@@ -2,9 +2,12 @@
 options cost a trained model): its export rows read the same text as the
 Keras rows, exports made once are read again in place (the GPU check's
 `serving_precision` part reads those made on another machine), a reused
-export that is not the one asked for is one clear error, and
+export that is not the one asked for (its options or its model) is one
+clear error, and
 `--nokeras_rows` builds no model (TensorFlow must not start on a GPU that
 ONNX Runtime uses in the same process)."""
+import platform
+
 import keras
 import pytest
 
@@ -71,8 +74,14 @@ def test_exports_made_once_are_read_again_without_a_model(measured, monkeypatch,
                                     output=str(output)))
     again = json.loads(output.read_text())
     assert again["rows"] == first["rows"][len(lm.PRECISIONS):]
+    assert again["text"] == first["text"]  # the same ids, this Python
+    assert first["text"]["python"] == platform.python_version()
     line = capsys.readouterr().out.strip().splitlines()[-1]
     rows = _rows(again)
+    shorter = root / "shorter.json"
+    lm.run_cache_precision(_options(root, reuse_exports=True, keras_rows=False, tokens=6,
+                                    output=str(shorter)))
+    assert json.loads(shorter.read_text())["text"]["ids_sha256"] != first["text"]["ids_sha256"]
     assert line == (
         f"the exports' decode on cpu, 14 tokens: ppl float32 cache "
         f"{rows['export, float32 cache']['ppl']:.4f}, float16 cache "
@@ -102,4 +111,31 @@ def test_a_reused_export_that_is_not_the_one_asked_for_is_one_error(measured, tm
         lm.run_cache_precision(_options(root, work_dir=None, **reuse))
     with pytest.raises(TxlError, match="--nokeras_rows --nothrough_exports leaves nothing"):
         lm.run_cache_precision(_options(root, keras_rows=False, through_exports=False))
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_exports_holding_another_memory_than_the_models_are_read(measured, tmp_path):
+    """An export keeps its model's config, mem_len and all, beside the memory it holds."""
+    import json
+    root, _ = measured
+    output = tmp_path / "longer.json"
+    lm.run_cache_precision(_options(root, mem_len=MEM_LEN + 2, keras_rows=False,
+                                    work_dir=str(tmp_path / "exports"), output=str(output)))
+    result = json.loads(output.read_text())
+    assert [r["precision"] for r in result["rows"]] == list(lm.EXPORT_PRECISIONS)
+    assert result["settings"]["mem_len"] == MEM_LEN + 2
+
+
+def test_exports_of_another_model_are_one_error(measured, tmp_path):
+    """The same vocabulary and memory, another model: its exports kept from an earlier run
+    would be read as this model's and their perplexities reported as its."""
+    root, _ = measured
+    config = TransformerXLConfig.preset("tiny", n_layer=1, d_model=24, d_head=8,
+                                        mem_len=MEM_LEN)
+    save_pretrained(TransformerXL(config), tmp_path / "model", tokenizer=ByteTokenizer())
+    with pytest.raises(TxlError, match=f"^the export in {root}/exports/float32 is not of the "
+                                       f"model asked for: its d_model, d_embed differ"):
+        lm.run_cache_precision(_options(root, model_dir=str(tmp_path / "model"),
+                                        reuse_exports=True, keras_rows=False,
+                                        output=str(tmp_path / "x.json")))
     assert not (tmp_path / "x.json").exists()
