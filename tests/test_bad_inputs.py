@@ -38,8 +38,8 @@ def prepared(tmp_path_factory):
     """`root/`: model/ (config, weights, vocab), run/ (a training run: config,
     checkpoints/ckpt-2, export/), run_noexport/, broken/ (truncated
     weights.npz), empty/ (empty weights.npz), novocab/, lstm/ (what marks
-    an LSTM baseline's run); `scratch/` for outputs and caches (not part of
-    the snapshot)."""
+    an LSTM baseline's run), wt2/ (a word corpus); `scratch/` for outputs
+    and caches (not part of the snapshot)."""
     base = tmp_path_factory.mktemp("bad_inputs")
     root, scratch = base / "root", base / "scratch"
     scratch.mkdir()
@@ -65,6 +65,9 @@ def prepared(tmp_path_factory):
     (root / "lstm" / "export" / "config.json").write_text('{"model": "lstm"}')
     (root / "lstm" / "train_log.jsonl").write_text('{"step": 1}\n')
     corpus = write_text_corpus(scratch / "corpus.txt", 3_000)
+    (root / "wt2").mkdir()
+    for split in ("train", "valid", "test"):  # a word corpus's folder (wt2's layout)
+        (root / "wt2" / f"{split}.txt").write_text("a b c\n", encoding="utf-8")
     (scratch / "latin1.txt").write_bytes("caf\xe9 --x\n".encode("latin-1"))  # not UTF-8
     (scratch / "labels.tsv").write_text("a\tone\nb\ttwo\n", encoding="utf-8")  # classify's
     exported = scratch / "exported"
@@ -621,6 +624,11 @@ CLI_CASES = [
      ["--model_dir={root}/model", "--dataset=text", "--data_dir={corpus}",
       "--cache_dir={scratch}/cache", "--output={corpus}"],
      r"^error: --output: .*corpus\.txt is the corpus \(--data_dir\), which this job reads"),
+    ("evaluate_output_is_a_split_file", "training.evaluate",
+     ["--model_dir={root}/model", "--dataset=wt2", "--data_dir={root}/wt2",
+      "--cache_dir={scratch}/cache", "--output={root}/wt2/valid.txt"],
+     r"^error: --output: .*root/wt2/valid\.txt is the corpus \(--data_dir\), which this job "
+     r"reads; choose another --output$"),
     ("classify_output_is_the_documents", "training.classify",
      ["--mode=predict", "--classifier_dir={root}/model", "--predict_data={scratch}/labels.tsv",
       "--output={scratch}/labels.tsv"],

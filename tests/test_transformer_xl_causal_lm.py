@@ -154,6 +154,37 @@ def test_seeded_samplers_repeat_under_a_seed_and_differ_under_another(graph_lm, 
     assert (runs[0] != runs[2]).any()  # 3 x 19 or more ids at temperature 2
 
 
+@pytest.mark.parametrize("temperature", [1e-10, 1e-30])
+def test_a_tiny_temperature_samples_greedys_ids(causal_lm, graph_lm, temperature):
+    """keras-hub's samplers divide the logits by the temperature; at 1e-10
+    XLA's fused softmax on the CPU made NaN of a trained model's log-probs
+    (the ids came out as garbage bytes): generate hands them log-probs
+    relative to each row's best, floored."""
+    greedy = causal_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]
+    graph_lm.compile(sampler=keras_hub.samplers.RandomSampler(temperature=temperature, seed=1))
+    np.testing.assert_array_equal(
+        graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"], greedy)
+
+
+@pytest.mark.parametrize("temperature", [1e-10, 1e-30, 0.5, 1.0, 3.0])
+def test_sampler_logits_give_the_samplers_probabilities_under_xla(temperature):
+    """Log-probs 12 nats apart (a trained model's best and worst ids): what
+    keras-hub's sampler computes of the logits generate hands it, compiled
+    by XLA, is softmax(log_probs / temperature) computed in float64."""
+    from txl_tf.keras_support.keras_hub_samplers import sampler_logits
+    rng = np.random.default_rng(0)
+    log_probs = np.stack([[-1.7218394, -14.067131], rng.uniform(-14, -1.7, 2)]).astype(np.float32)
+    log_probs = np.concatenate([log_probs, rng.uniform(-14, -1.7, (2, 254))], 1)
+    log_probs = log_probs.astype(np.float32)
+    sampler = keras_hub.samplers.RandomSampler(temperature=temperature)
+    compiled = tf.function(lambda x: sampler.compute_probabilities(sampler_logits(x, sampler)),
+                           jit_compile=True)
+    got = compiled(tf.constant(log_probs)).numpy()
+    scaled = log_probs.astype(np.float64) / temperature
+    expected = np.exp(scaled - scaled.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, expected / expected.sum(-1, keepdims=True), atol=1e-6)
+
+
 def sequence_log_probs(core, token_ids, prompt_len):
     """The core's log-prob of each row's ids after its first `prompt_len`,
     read one id at a time on a memory of `MEM_LEN` (what generation reads:

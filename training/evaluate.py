@@ -85,12 +85,22 @@ def _check_options(o, settings):
         raise TrainingError(path_in_the_way("output", o["output"], "file"))
     model_files = [(f"the model's {name}", os.path.join(o["model_dir"], name))
                    for name in ("config.json", "weights.npz", "vocab", "checkpoints", "export")]
-    corpus_file = o["data_dir"] if o["data_dir"] and os.path.isfile(o["data_dir"]) else None
     over_an_input = o["output"] and output_over_an_input("output", o["output"], [
         *model_files, ("the vocabulary (--vocab_dir)", o["vocab_dir"]),
-        ("the corpus (--data_dir)", corpus_file)])  # a text folder's: `inputs.check_not_read`
+        *[("the corpus (--data_dir)", path) for path in _corpus_files(o)]])
     if over_an_input:
         raise TrainingError(over_an_input)
+
+
+def _corpus_files(o):
+    """The corpus files the job reads: a `text` corpus's file (a text
+    folder's are `inputs.check_not_read`'s), another corpus's split files."""
+    if o["dataset"] == "text":
+        return [o["data_dir"]] if o["data_dir"] and os.path.isfile(o["data_dir"]) else []
+    from training import inputs
+    from txl_tf.data.corpora import corpus_sources
+    return corpus_sources(o["dataset"], o["data_dir"] or None,
+                          **inputs.parse_options(o["corpus_option"]))
 
 
 @logging_as_found()

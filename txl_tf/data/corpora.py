@@ -851,6 +851,29 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, *,
                   cache_path=entry, from_cache=from_cache)
 
 
+def corpus_sources(name: str, data_dir: str | os.PathLike | None = None,
+                   **options) -> list[Path]:
+    """The files :func:`load_corpus` would read for the corpus `name` (its
+    splits' files, lm1b's shards and vocabulary), without reading them.
+
+    Args:
+      name: one of :data:`KNOWN_CORPORA`.
+      data_dir: as :func:`load_corpus` takes it.
+      **options: as :func:`load_corpus` takes them.
+
+    Returns:
+      The paths; none where the corpus is not found or not known (its load
+      names the problem).
+    """
+    if name not in _READERS:
+        return []
+    reader, defaults = _READERS[name]
+    try:
+        return list(reader(name, data_dir, {**defaults, **options}).sources)
+    except (OSError, ValueError, TxlError):
+        return []
+
+
 def read_as_text(path, folder) -> bool:
     """Whether a `text` corpus `folder`, whose every non-hidden file is read
     (`_list_files`), would read files at `path` (in it, not in a hidden

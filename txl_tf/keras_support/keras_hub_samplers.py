@@ -1,4 +1,5 @@
-"""The one use of a keras-hub sampler's internals: its loop's final state.
+"""What `TransformerXLCausalLM.generate` hands keras-hub's samplers, and the
+one use of their internals: the loop's final state.
 
 keras-hub's samplers (`keras_hub.samplers.Sampler.__call__`, keras-hub 0.32)
 run their decoding loop through `Sampler.run_loop` and return the prompt
@@ -9,6 +10,7 @@ here. Importing this module raises if `run_loop` is gone, and
 `final_loop_vars` raises where a sampler did not call it.
 """
 import keras_hub
+import tensorflow as tf
 
 from txl_tf.errors import TxlError
 
@@ -53,3 +55,27 @@ class final_loop_vars:
                            "did not run one decoding loop carrying the cache second: "
                            "txl_tf.keras_support.keras_hub_samplers must be updated for it")
         return self.final[0][1]
+
+
+def sampler_logits(log_probs, sampler):
+    """The logits handed to a keras-hub sampler: each row's log-probs less
+    its largest, floored at 200 temperatures below it.
+
+    keras-hub's samplers take `softmax(logits / temperature)`. XLA's fused
+    softmax on the CPU returns NaN where the scaled logits lie about 1e11
+    apart (log-probs 12 nats apart at temperature 1e-10), and a sampler
+    then draws garbage. Relative to the best, floored, the scaled logits
+    lie within 200 of 0, and every probability is what the log-probs give:
+    a shift changes no softmax, and `exp(-200)` is 0 in float32.
+
+    Args:
+        log_probs: `[rows, n_token]` float log-probs, every row usable.
+        sampler: the `keras_hub.samplers.Sampler` to be handed them (its
+            `temperature`; 1 where it has none).
+
+    Returns:
+        `[rows, n_token]` logits of `log_probs`'s dtype.
+    """
+    temperature = tf.cast(getattr(sampler, "temperature", 1.0), log_probs.dtype)  # or a tensor
+    relative = log_probs - tf.reduce_max(log_probs, axis=-1, keepdims=True)
+    return tf.maximum(relative, -200.0 * temperature)

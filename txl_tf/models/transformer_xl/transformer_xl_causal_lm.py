@@ -15,7 +15,7 @@ from txl_tf.generation.nan_rows import NonFiniteLogProbsError
 from txl_tf.generation.sampling import usable_rows
 from txl_tf.keras_support.compile_mixin import XlaOnOneDevice
 from txl_tf.keras_support.keras_compat import StepsOnStrategyDevice
-from txl_tf.keras_support.keras_hub_samplers import final_loop_vars
+from txl_tf.keras_support.keras_hub_samplers import final_loop_vars, sampler_logits
 from txl_tf.keras_support.untracked import Untracked
 from txl_tf.layers.padding import right_align
 from txl_tf.layers.ring_cache import DecodeCache
@@ -391,7 +391,7 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
             nan_step = tf.where((nan_step < 0) & broken, index - start, nan_step)
             log_probs = tf.where((dropped | unusable)[:, None], tf.cast(sure, log_probs.dtype),
                                  log_probs)
-            return log_probs, hidden, {**cache, "nan_step": nan_step}
+            return sampler_logits(log_probs, self.sampler), hidden, {**cache, "nan_step": nan_step}
 
         cache = {**cache, "nan_step": tf.fill([tf.shape(token_ids)[0]], -1)}
         with final_loop_vars(self.sampler) as final:
