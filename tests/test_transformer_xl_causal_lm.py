@@ -166,16 +166,18 @@ def test_a_tiny_temperature_samples_greedys_ids(causal_lm, graph_lm, temperature
         graph_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"], greedy)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("temperature", [1e-10, 1e-30, 0.5, 1.0, 3.0])
-def test_sampler_logits_give_the_samplers_probabilities_under_xla(temperature):
+def test_sampler_logits_give_the_samplers_probabilities_under_xla(temperature, dtype):
     """Log-probs 12 nats apart (a trained model's best and worst ids): what
     keras-hub's sampler computes of the logits generate hands it, compiled
-    by XLA, is softmax(log_probs / temperature) computed in float64."""
+    by XLA, is softmax(log_probs / temperature) computed in float64 (16-bit
+    log-probs too, where the temperature 1e-10 itself would be 0)."""
     from txl_tf.keras_support.keras_hub_samplers import sampler_logits
     rng = np.random.default_rng(0)
     log_probs = np.stack([[-1.7218394, -14.067131], rng.uniform(-14, -1.7, 2)]).astype(np.float32)
     log_probs = np.concatenate([log_probs, rng.uniform(-14, -1.7, (2, 254))], 1)
-    log_probs = log_probs.astype(np.float32)
+    log_probs = log_probs.astype(dtype)
     sampler = keras_hub.samplers.RandomSampler(temperature=temperature)
     compiled = tf.function(lambda x: sampler.compute_probabilities(sampler_logits(x, sampler)),
                            jit_compile=True)

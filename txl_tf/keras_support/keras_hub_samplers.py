@@ -74,8 +74,10 @@ def sampler_logits(log_probs, sampler):
             `temperature`; 1 where it has none).
 
     Returns:
-        `[rows, n_token]` logits of `log_probs`'s dtype.
+        `[rows, n_token]` float32 logits (as the samplers compute; a tiny
+        temperature is 0 in 16 bits).
     """
-    temperature = tf.cast(getattr(sampler, "temperature", 1.0), log_probs.dtype)  # or a tensor
+    temperature = tf.cast(getattr(sampler, "temperature", 1.0), tf.float32)  # or a tensor
+    log_probs = tf.cast(log_probs, tf.float32)
     relative = log_probs - tf.reduce_max(log_probs, axis=-1, keepdims=True)
     return tf.maximum(relative, -200.0 * temperature)
