@@ -62,7 +62,8 @@ class ClassifierServingModule(tf.Module):
         super().__init__(name="txl_classifier")
         self._model = Untracked(model)
         self.weights = plain_copies(model.weights)
-        self.classify = tf.function(self._classify, input_signature=classify_specs())
+        self.classify = tf.function(self._classify, input_signature=classify_specs(),
+                                    autograph=False)
 
     def signatures(self):
         fn = self.classify.get_concrete_function()

@@ -344,7 +344,8 @@ class StopOnNonFinite(GlobalStep):
         # Compiled as the train step is: on a GPU one fused reduction, not a
         # kernel per weight; run where the step runs (an XLA function runs on
         # the device it is called from, not beside the variables it reads).
-        self._finite = on_device(tf.function(finite, jit_compile=bool(self.model.jit_compile)),
+        self._finite = on_device(tf.function(finite, jit_compile=bool(self.model.jit_compile),
+                                             autograph=False),
                                  strategy_device(self.model.distribute_strategy))
 
     def on_train_batch_end(self, batch, logs=None):

@@ -287,7 +287,8 @@ def lstm_scorer(model):
         `scorer(windows)`: int windows `[N, c]` -> numpy log-probs
         `[N, n_token]` of the id after each window.
     """
-    compiled = tf.function(lambda ids: model(ids, None)[0][:, -1], reduce_retracing=True)
+    compiled = tf.function(lambda ids: model(ids, None)[0][:, -1], reduce_retracing=True,
+                           autograph=False)
     return lambda windows: compiled(tf.constant(windows, tf.int32)).numpy()
 
 

@@ -66,8 +66,8 @@ class Decoder:
         shared = kept_on(core, "_txl_decoder_graphs", dict)
         graphs = shared.get((jit_compile, device))
         if graphs is None:
-            def compiled(function, **options):
-                return on_device(tf.function(function, **options), device)
+            def compiled(function, **options):  # traced as written, as the exports are
+                return on_device(tf.function(function, autograph=False, **options), device)
 
             graphs = shared[(jit_compile, device)] = {
                 "_last": compiled(self._last_graph, reduce_retracing=True),

@@ -108,7 +108,7 @@ def transformer_xl_scorer(core, segment_len=None):
                 lengths = tf.fill([tf.shape(ids)[0]], width)
                 hidden = core.read_documents(ids, lengths, segment_len, mem_len=width)
                 return core.crit.log_probs(hidden)
-            compiled[width] = on_device(tf.function(read, jit_compile=True),
+            compiled[width] = on_device(tf.function(read, jit_compile=True, autograph=False),
                                         weights_device(core))
         return compiled[width](tf.constant(windows)).numpy()
 

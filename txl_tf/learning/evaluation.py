@@ -31,7 +31,7 @@ def make_scorer(core):
 
     def score(inputs, labels, memory):
         return core(inputs, memory, targets=labels, training=False)
-    return kept_on(core, "_txl_scorer", lambda: tf.function(score))
+    return kept_on(core, "_txl_scorer", lambda: tf.function(score, autograph=False))
 
 
 def evaluate_ids(core, ids, batch_size=1, tgt_len=None, mem_len=None, max_segments=None,

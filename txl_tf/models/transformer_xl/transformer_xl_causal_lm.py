@@ -430,7 +430,11 @@ class TransformerXLCausalLM(NumpyInputsChecked, XlaOnOneDevice, StepsOnStrategyD
             `generate_function(inputs, stop_token_ids=None)`.
         """
         if self.generate_function is None and not self.run_eagerly:
-            self.generate_function = tf.function(self.generate_step, jit_compile=True)
+            # Traced as written (its control flow is TensorFlow's own): AutoGraph's
+            # rewrite of every function it reaches, keras-hub's sampler loop
+            # included, was most of the first call's time.
+            self.generate_function = tf.function(self.generate_step, jit_compile=True,
+                                                 autograph=False)
         compiled = self._on_strategy_device(super().make_generate_function())
 
         def generate_function(inputs, stop_token_ids=None):
