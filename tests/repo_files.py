@@ -1,6 +1,6 @@
-"""The project's own Python files, for the tests that read the code as text
-(`test_no_timing_comments`, `test_line_length`): those of its folders and
-those at its top (`setup.py`)."""
+"""The project's own Python files (and shell scripts), for the tests that read
+the code as text (`test_no_timing_comments`, `test_line_length`): those of its
+folders and those at its top (`setup.py`)."""
 import os
 import subprocess
 
@@ -10,8 +10,8 @@ FOLDERS = ("txl_tf", "export", "training", "benchmarks", "tests")
 TOP = ":(glob)*.py"
 
 
-def python_files(root=REPO, skip=()):
-    """The `.py` files of `FOLDERS` and of `root` itself that git tracks in
+def python_files(root=REPO, skip=(), suffixes=(".py",)):
+    """The `.py` files (`suffixes`) of `FOLDERS` and of `root` itself that git tracks in
     `root` (a scratch file beside the code is not the project's), relative,
     with `/`; every one there where `root` is no git checkout (an unpacked
     source archive).
@@ -19,6 +19,8 @@ def python_files(root=REPO, skip=()):
     Args:
         root: the repository's folder.
         skip: path prefixes left out.
+        suffixes: the endings of the files read (`.sh` too: the shell scripts
+            of `FOLDERS`).
 
     Returns:
         An iterator over the paths, sorted.
@@ -32,6 +34,6 @@ def python_files(root=REPO, skip=()):
                  for folder in FOLDERS for d, _, names in os.walk(os.path.join(root, folder))
                  for name in names] + os.listdir(root)
     for path in sorted(paths):
-        if path.endswith(".py") and not path.startswith(tuple(skip)) and \
+        if path.endswith(tuple(suffixes)) and not path.startswith(tuple(skip)) and \
                 os.path.isfile(os.path.join(root, path)):
             yield path

@@ -1,5 +1,6 @@
-"""Lines of the project's Python files are at most 100 characters (the house
-style), so that a diff reads side by side and no line hides its end."""
+"""Lines of the project's Python files and shell scripts are at most 100
+characters (the house style), so that a diff reads side by side and no line
+hides its end."""
 import os
 import subprocess
 
@@ -11,9 +12,10 @@ LIMIT = 100
 
 
 def long_lines(root=REPO):
-    """`path:line: length` of every line of the project's Python files over `LIMIT`."""
+    """`path:line: length` of every line of the project's Python files and
+    shell scripts over `LIMIT`."""
     found = []
-    for path in python_files(root):
+    for path in python_files(root, suffixes=(".py", ".sh")):
         with open(os.path.join(root, path), encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 length = len(line.rstrip("\n"))
@@ -25,7 +27,9 @@ def long_lines(root=REPO):
 def test_a_long_line_is_found(tmp_path):
     (tmp_path / "txl_tf").mkdir()
     (tmp_path / "txl_tf" / "a.py").write_text("x = 1\n" + "#" * LIMIT + "\n" + "y" * (LIMIT + 1))
-    assert long_lines(str(tmp_path)) == [f"txl_tf/a.py:3: {LIMIT + 1}"]
+    (tmp_path / "txl_tf" / "b.sh").write_text("z" * (LIMIT + 2) + "\n")
+    assert long_lines(str(tmp_path)) == [f"txl_tf/a.py:3: {LIMIT + 1}",
+                                         f"txl_tf/b.sh:1: {LIMIT + 2}"]
 
 
 @pytest.mark.parametrize("tracked", [True, False], ids=["git checkout", "source archive"])

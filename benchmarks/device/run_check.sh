@@ -41,8 +41,9 @@ for set in base cuda; do
   if compgen -G "$PIECES/$set.tar.part-*" > /dev/null; then sets+=("$set"); fi
 done
 if [ ${#sets[@]} -eq 0 ]; then
-  echo "error: no pieces in $PIECES (base.tar.part-00 ...; gpu_wheels.tar.part-* are an older" \
-       "pack_wheels.sh's: pack them again with this checkout's benchmarks/device/pack_wheels.sh)" >&2
+  echo "error: no pieces in $PIECES (base.tar.part-00 ...; gpu_wheels.tar.part-* are an" \
+       "older pack_wheels.sh's: pack them again with this checkout's" \
+       "benchmarks/device/pack_wheels.sh)" >&2
   exit 2
 fi
 sums="$PIECES/gpu_wheels.sha256"  # it lists both sets' pieces: each set checks its own
@@ -136,7 +137,8 @@ for lib in "$SITE"/nvidia/*/lib; do
 done
 # the machine's own CUDA wheels (e.g. torch's), for any left out with SKIP
 own=$(env -u PYTHONPATH "$PYTHON" -c "import glob, site
-print(''.join(f + ':' for p in site.getsitepackages() for f in sorted(glob.glob(p + '/nvidia/*/lib'))))")
+libs = [f for p in site.getsitepackages() for f in sorted(glob.glob(p + '/nvidia/*/lib'))]
+print(''.join(f + ':' for f in libs))")
 # Both hold a libcudnn.so.9: TensorFlow was built with the CUDA 12 one (packed),
 # onnxruntime-gpu 1.31 is a CUDA 13 build (the H200's own wheels hold its
 # libraries); a process loads the first one found. Each of the check's parts is
