@@ -157,9 +157,9 @@ def test_seeded_samplers_repeat_under_a_seed_and_differ_under_another(graph_lm, 
 @pytest.mark.parametrize("temperature", [1e-10, 1e-30])
 def test_a_tiny_temperature_samples_greedys_ids(causal_lm, graph_lm, temperature):
     """keras-hub's samplers divide the logits by the temperature; at 1e-10
-    XLA's fused softmax on the CPU made NaN of a trained model's log-probs
-    (the ids came out as garbage bytes): generate hands them log-probs
-    relative to each row's best, floored."""
+    XLA's softmax on the CPU made NaN of a model's log-probs (the scaled
+    maximum rounded apart from itself; the ids came out as garbage):
+    generate hands them log-probs relative to each row's best, floored."""
     greedy = causal_lm.generate(padded(PROMPTS), stop_token_ids=None)["token_ids"]
     graph_lm.compile(sampler=keras_hub.samplers.RandomSampler(temperature=temperature, seed=1))
     np.testing.assert_array_equal(

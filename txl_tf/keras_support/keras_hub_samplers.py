@@ -61,12 +61,14 @@ def sampler_logits(log_probs, sampler):
     """The logits handed to a keras-hub sampler: each row's log-probs less
     its largest, floored at 200 temperatures below it.
 
-    keras-hub's samplers take `softmax(logits / temperature)`. XLA's fused
-    softmax on the CPU returns NaN where the scaled logits lie about 1e11
-    apart (log-probs 12 nats apart at temperature 1e-10), and a sampler
-    then draws garbage. Relative to the best, floored, the scaled logits
-    lie within 200 of 0, and every probability is what the log-probs give:
-    a shift changes no softmax, and `exp(-200)` is 0 in float32.
+    keras-hub's samplers take `softmax(logits / temperature)`. XLA on the
+    CPU computes `logits / temperature` once for the row's maximum and
+    once for the exponent, rounded differently: at temperature 1e-10 the
+    best id's exponent came out -167, not 0 (a float32 ulp there is 2048),
+    every `exp` was 0 and the softmax NaN, and a sampler drew garbage.
+    Relative to the best, floored, the scaled logits lie within 200 of 0,
+    where such round-off is tiny, and every probability is what the
+    log-probs give: a shift changes no softmax, `exp(-200)` is 0 in float32.
 
     Args:
         log_probs: `[rows, n_token]` float log-probs, every row usable.
