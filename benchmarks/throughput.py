@@ -481,16 +481,19 @@ def chart(path):
     return output
 
 
-def build_model(cfg, batch_size, mem_len, policy, jit_compile, steps_per_execution=1):
-    """`TransformerXLLM` compiled the way the training job compiles it."""
+def build_model(cfg, batch_size, mem_len, policy, jit_compile, steps_per_execution=1,
+                optimizer_class=None):
+    """`TransformerXLLM` compiled the way the training job compiles it (with
+    `optimizer_class` in place of `ReplicaClippedAdam` where given)."""
     import keras
     from txl_tf import ReplicaClippedAdam, TransformerXLLM, WarmupCosineDecay
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:
         model = TransformerXLLM(cfg, batch_size=batch_size, mem_len=mem_len)
-        optimizer = ReplicaClippedAdam(learning_rate=WarmupCosineDecay(2.5e-4, 10 ** 6),
-                                       epsilon=1e-8, global_clipnorm=0.25)
+        optimizer = (optimizer_class or ReplicaClippedAdam)(
+            learning_rate=WarmupCosineDecay(2.5e-4, 10 ** 6), epsilon=1e-8,
+            global_clipnorm=0.25)
         model.compile(optimizer=optimizer, jit_compile=jit_compile,
                       steps_per_execution=steps_per_execution)
         model.optimizer.build(model.trainable_variables)

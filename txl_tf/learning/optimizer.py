@@ -7,18 +7,23 @@ clips the summed gradient; `ReplicaClippedAdam` does (the reordering lives in
 `txl_tf.keras_support.keras_compat.ClipAfterReplicaSum`). With one replica it is plain
 `Adam(global_clipnorm=...)`. Under float16 loss scaling its bias correction
 counts only the steps that were applied, not the skipped ones
-(`txl_tf.keras_support.keras_compat.AppliedStepBiasCorrection`).
+(`txl_tf.keras_support.keras_compat.AppliedStepBiasCorrection`). Each variable's
+update is TensorFlow's one Adam op, as the paper's TF code ran it
+(`txl_tf.keras_support.fused_adam.FusedAdamUpdate`).
 """
 import keras
 
+from txl_tf.keras_support.fused_adam import FusedAdamUpdate
 from txl_tf.keras_support.keras_compat import AppliedStepBiasCorrection, ClipAfterReplicaSum
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
-class ReplicaClippedAdam(ClipAfterReplicaSum, AppliedStepBiasCorrection, keras.optimizers.Adam):
+class ReplicaClippedAdam(ClipAfterReplicaSum, AppliedStepBiasCorrection, FusedAdamUpdate,
+                         keras.optimizers.Adam):
     """`keras.optimizers.Adam` with `global_clipnorm` applied after the
     cross-replica gradient sum, whose bias correction skips the steps that
-    float16 loss scaling skipped (see the module docstring).
+    float16 loss scaling skipped (see the module docstring), and whose
+    update of each variable is one op (`keras_support.fused_adam`).
 
     Args:
         **kwargs: those of `keras.optimizers.Adam` (`learning_rate`,

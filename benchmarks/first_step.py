@@ -1,0 +1,172 @@
+r"""A training job's first step (tracing and compiling) with the library's
+Adam, whose update of a variable is one op, against Keras's own Adam
+update, measured in the same run.
+
+    python -m benchmarks.first_step [--shapes=tiny,enwik8_base] [--variants=f32,f32+jit] \
+        [--tgt_len=64] [--batch_size=1] [--rounds=3] [--steps=5] \
+        [--output=benchmarks/results/first_step.json]
+
+Each measurement is a process of its own (a first step traces and compiles
+once per process): `TransformerXLLM` compiled as the training job compiles
+it (`benchmarks.throughput.build_model`: `ReplicaClippedAdam` with the clip
+and the schedule), one `train_on_batch` timed (the first step), then the
+median of `--steps` more (a step). `fused` is the library's optimizer;
+`keras` the same optimizer with Keras 3's `Adam.update_step` in place of
+`FusedAdamUpdate`'s. The two alternate within each round. A row is the
+median, min and max over `--rounds` of each, and the ratio of the medians
+(keras / fused). Sizes: the shape's own (`benchmarks.throughput.SHAPES`)
+with `--tgt_len` (memory as long) and `--batch_size` where given, so that
+the paper's base shapes fit a CPU.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from txl_tf.app.flagspec import option
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(1, REPO)
+
+OPTIMIZERS = ("keras", "fused")
+WORKER_TIMEOUT_S = 1200  # one process: the paper's base shapes compile for minutes on 2 cores
+
+
+def keras_update_adam():
+    """`ReplicaClippedAdam` with Keras 3's own `Adam.update_step`."""
+    import keras
+    from txl_tf import ReplicaClippedAdam
+
+    class KerasUpdateAdam(ReplicaClippedAdam):
+        update_step = keras.optimizers.Adam.update_step
+
+    return KerasUpdateAdam
+
+
+def measure_once(shape, variant, optimizer, tgt_len, batch_size, steps):
+    """In this process: `{first_step_s, step_s}` of one model's training."""
+    import time
+
+    import numpy as np
+    from benchmarks.throughput import SHAPES, VARIANTS, build_model, config_for
+    sizes = {"tgt_len": tgt_len, "mem_len": tgt_len} if tgt_len else {}
+    cfg = config_for(shape, **sizes)
+    batch = batch_size or SHAPES[shape]["batch_size"]
+    policy, jit = VARIANTS[variant]
+    model = build_model(cfg, batch, cfg.mem_len, policy, jit,
+                        optimizer_class=keras_update_adam() if optimizer == "keras" else None)
+    ids = np.random.default_rng(0).integers(0, cfg.n_token, (batch, cfg.tgt_len + 1))
+    x, y = ids[:, :-1].astype(np.int32), ids[:, 1:].astype(np.int32)
+    start = time.perf_counter()
+    model.train_on_batch(x, y)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        model.train_on_batch(x, y)
+        times.append(time.perf_counter() - start)
+    return {"first_step_s": first, "step_s": statistics.median(times)}
+
+
+def run_worker(shape, variant, optimizer, tgt_len, batch_size, steps):
+    """`measure_once` in a fresh process; its result."""
+    program = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
+               "from benchmarks.first_step import measure_once; "
+               "print(json.dumps(measure_once(sys.argv[2], sys.argv[3], sys.argv[4], "
+               "int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))))")
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(
+        [sys.executable, "-c", program, REPO, shape, variant, optimizer, str(tgt_len),
+         str(batch_size), str(steps)], capture_output=True, text=True, env=env,
+        timeout=WORKER_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        from benchmarks.common import BenchmarkError
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise BenchmarkError(f"{shape} {variant} {optimizer}: the worker failed: {tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarize(samples):
+    """A row's figures from `[{first_step_s, step_s}, ...]` of one optimizer."""
+    firsts = [s["first_step_s"] for s in samples]
+    return {"first_step_s": statistics.median(firsts), "first_step_min_s": min(firsts),
+            "first_step_max_s": max(firsts),
+            "step_s": statistics.median(s["step_s"] for s in samples)}
+
+
+def rows_of(samples):
+    """One row per (shape, variant): each optimizer's figures and the ratio
+    of their median first steps (keras / fused)."""
+    rows = []
+    for (shape, variant), by_optimizer in samples.items():
+        row = {"shape": shape, "variant": variant}
+        for name in OPTIMIZERS:
+            row[name] = summarize(by_optimizer[name])
+        row["first_step_ratio"] = row["keras"]["first_step_s"] / row["fused"]["first_step_s"]
+        row["step_ratio"] = row["keras"]["step_s"] / row["fused"]["step_s"]
+        rows.append(row)
+    return rows
+
+
+def table(rows):
+    """The rows as a text table."""
+    lines = [f"{'shape':<12} {'variant':<8} {'keras first s':>22} {'fused first s':>22} "
+             f"{'ratio':>6} {'keras step s':>12} {'fused step s':>12} {'ratio':>6}"]
+    for r in rows:
+        spans = {name: f"{r[name]['first_step_s']:.2f} [{r[name]['first_step_min_s']:.2f}, "
+                       f"{r[name]['first_step_max_s']:.2f}]" for name in OPTIMIZERS}
+        lines.append(f"{r['shape']:<12} {r['variant']:<8} {spans['keras']:>22} "
+                     f"{spans['fused']:>22} {r['first_step_ratio']:>6.2f} "
+                     f"{r['keras']['step_s']:>12.3f} {r['fused']['step_s']:>12.3f} "
+                     f"{r['step_ratio']:>6.2f}")
+    return "\n".join(lines)
+
+
+SPEC = (
+    option("list", "shapes", ["tiny", "enwik8_base"], "Shapes of benchmarks.throughput."),
+    option("list", "variants", ["f32", "f32+jit"], "Variants of benchmarks.throughput."),
+    option("integer", "tgt_len", 64, "Segment length, and memory as long (0: the shape's)."),
+    option("integer", "batch_size", 1, "Rows (0: the shape's)."),
+    option("integer", "rounds", 3, "Processes per optimizer and row (the two alternate)."),
+    option("integer", "steps", 5, "Steps timed after the first (their median is `step_s`)."),
+    option("string", "output", os.path.join(REPO, "benchmarks", "results", "first_step.json"),
+           "Where to write the JSON results."),
+)
+
+
+def main(argv):
+    del argv
+    from benchmarks.common import at_least, names_from
+    from benchmarks.throughput import SHAPES, VARIANTS
+    from txl_tf.app.flagspec import values
+    o = values(SPEC)
+    at_least(o, 1, "rounds", "steps")
+    at_least(o, 0, "tgt_len", "batch_size")
+    names_from(o["shapes"], "shapes", sorted(SHAPES))
+    names_from(o["variants"], "variants", list(VARIANTS))
+    samples = {}
+    for shape in o["shapes"]:
+        for variant in o["variants"]:
+            found = samples.setdefault((shape, variant), {name: [] for name in OPTIMIZERS})
+            for round_ in range(o["rounds"]):
+                order = OPTIMIZERS if round_ % 2 == 0 else OPTIMIZERS[::-1]
+                for name in order:
+                    found[name].append(run_worker(shape, variant, name, o["tgt_len"],
+                                                  o["batch_size"], o["steps"]))
+                    print(f"{shape} {variant} round {round_ + 1} {name}: "
+                          f"first step {found[name][-1]['first_step_s']:.2f} s", flush=True)
+    rows = rows_of(samples)
+    print(table(rows))
+    result = {"tgt_len": o["tgt_len"], "batch_size": o["batch_size"], "rounds": o["rounds"],
+              "steps": o["steps"], "cpu_threads": os.cpu_count(), "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
+    with open(o["output"], "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {o['output']}")
+
+
+if __name__ == "__main__":
+    from txl_tf.app import cli
+    cli.run(main, SPEC)
