@@ -1,5 +1,5 @@
 """`ReplicaClippedAdam`'s update of a variable is one op
-(`txl_tf.keras_support.fused_adam`): it traces one `ResourceApplyAdam` per
+(`txl_tf.keras_support.keras_compat.FusedAdamUpdate`): it traces one `ResourceApplyAdam` per
 variable and far fewer ops than Keras's update, and moves the weights as
 Keras's Adam does, to float32 round-off, eagerly, under XLA and on the
 replicas of a strategy (the numpy oracle of the paper's TF code is

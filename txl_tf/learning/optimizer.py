@@ -9,12 +9,12 @@ clips the summed gradient; `ReplicaClippedAdam` does (the reordering lives in
 counts only the steps that were applied, not the skipped ones
 (`txl_tf.keras_support.keras_compat.AppliedStepBiasCorrection`). Each variable's
 update is TensorFlow's one Adam op, as the paper's TF code ran it
-(`txl_tf.keras_support.fused_adam.FusedAdamUpdate`).
+(`txl_tf.keras_support.keras_compat.FusedAdamUpdate`).
 """
 import keras
 
-from txl_tf.keras_support.fused_adam import FusedAdamUpdate
-from txl_tf.keras_support.keras_compat import AppliedStepBiasCorrection, ClipAfterReplicaSum
+from txl_tf.keras_support.keras_compat import (AppliedStepBiasCorrection, ClipAfterReplicaSum,
+                                               FusedAdamUpdate)
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -23,7 +23,7 @@ class ReplicaClippedAdam(ClipAfterReplicaSum, AppliedStepBiasCorrection, FusedAd
     """`keras.optimizers.Adam` with `global_clipnorm` applied after the
     cross-replica gradient sum, whose bias correction skips the steps that
     float16 loss scaling skipped (see the module docstring), and whose
-    update of each variable is one op (`keras_support.fused_adam`).
+    update of each variable is one op (`FusedAdamUpdate`).
 
     Args:
         **kwargs: those of `keras.optimizers.Adam` (`learning_rate`,
