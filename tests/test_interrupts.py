@@ -163,6 +163,21 @@ def test_a_jobs_output_into_a_closed_pipe_exits_quietly():
                                                               proc.stderr)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("lines", [1, 5000])
+def test_a_jobs_output_onto_a_full_disk_says_it_is_stdout(lines):
+    """`txl-generate > out.txt` on a full disk said `error: [Errno 28] No space
+    left on device`, naming no file. A short output fails at the job's last
+    flush, a long one in a print."""
+    code = ("import sys; from txl_tf.app import cli\n"
+            f"cli.run(lambda argv: [print('x' * 99) for _ in range({lines})] and None)")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-c", code], env=job_env(), stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "error: cannot write to stdout: No space left on device\n"
+
+
 @pytest.mark.parametrize("args", [["training.configs"], ["training.configs", "wt103_base"],
                                   ["training.configs", "--help"],
                                   ["txl_tf.text.pickled_vocab", "--help"]])

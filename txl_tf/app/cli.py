@@ -52,6 +52,7 @@ def run(main, spec=None, doc=None):
         return exit_on_error(lambda: main(argv))
 
     lenient_stdout()
+    name_stdout_in_its_errors()
     try:
         app.run(checked_main, flags_parser=parse_flags)
     except BrokenPipeError:  # `--help | head -n 1`: absl prints the help while parsing
@@ -96,6 +97,53 @@ def lenient_stdout():
             stream.reconfigure(errors=handler)
         except (ValueError, OSError, AttributeError):  # closed, or not a TextIOWrapper's
             pass
+
+
+class StdoutError(OSError):
+    """Standard output could not be written (a full disk, an I/O error)."""
+
+
+class _StdoutNamedInErrors:
+    """A text stream whose failed writes and flushes say it is stdout (an
+    `OSError` of a write has no file name: `[Errno 28] No space left on
+    device` alone does not say which file filled the disk). A reader gone
+    stays a `BrokenPipeError`. Anything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._named(self._stream.write, text)
+
+    def writelines(self, lines):
+        return self._named(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._named(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    @staticmethod
+    def _named(method, *args):
+        try:
+            return method(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise StdoutError(f"cannot write to stdout: {err.strerror or err}") from err
+
+
+def name_stdout_in_its_errors():
+    """A job's output that cannot be written (`txl-generate > file` on a full
+    disk) is one `error: cannot write to stdout: ...` line, as
+    `txl-configs` says it, not an `OSError` naming no file.
+
+    Returns:
+        None.
+    """
+    if sys.stdout is not None and not isinstance(sys.stdout, _StdoutNamedInErrors):
+        sys.stdout = _StdoutNamedInErrors(sys.stdout)
 
 
 def _escape_or_byte(err):
