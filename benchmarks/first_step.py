@@ -76,13 +76,17 @@ def run_worker(shape, variant, optimizer, tgt_len, batch_size, steps):
                "from benchmarks.first_step import measure_once; "
                "print(json.dumps(measure_once(sys.argv[2], sys.argv[3], sys.argv[4], "
                "int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))))")
+    from benchmarks.common import BenchmarkError
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(
-        [sys.executable, "-c", program, REPO, shape, variant, optimizer, str(tgt_len),
-         str(batch_size), str(steps)], capture_output=True, text=True, env=env,
-        timeout=WORKER_TIMEOUT_S, check=False)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", program, REPO, shape, variant, optimizer, str(tgt_len),
+             str(batch_size), str(steps)], capture_output=True, text=True, env=env,
+            timeout=WORKER_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise BenchmarkError(f"{shape} {variant} {optimizer}: the worker did not finish in "
+                             f"{WORKER_TIMEOUT_S} s") from None
     if done.returncode != 0:
-        from benchmarks.common import BenchmarkError
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BenchmarkError(f"{shape} {variant} {optimizer}: the worker failed: {tail}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -35,3 +35,17 @@ def test_rows_hold_each_optimizers_median_spread_and_the_ratios():
     assert row["step_ratio"] == pytest.approx(2.0)
     lines = bench.table([row]).splitlines()
     assert len(lines) == 2 and "5.00 [4.00, 6.00]" in lines[1] and "2.00" in lines[1]
+
+
+def test_a_worker_that_runs_past_its_time_is_one_benchmark_error(monkeypatch):
+    """Was `subprocess.TimeoutExpired`'s traceback, not an `error:` line."""
+    from benchmarks.common import BenchmarkError
+    monkeypatch.setattr(bench, "WORKER_TIMEOUT_S", 0.01)
+    with pytest.raises(BenchmarkError, match=r"tiny f32 fused: the worker did not finish in "):
+        bench.run_worker("tiny", "f32", "fused", 8, 1, 1)
+
+
+def test_a_worker_that_fails_is_named_with_its_last_line():
+    from benchmarks.common import BenchmarkError
+    with pytest.raises(BenchmarkError, match=r"nope f32 fused: the worker failed: KeyError"):
+        bench.run_worker("nope", "f32", "fused", 8, 1, 1)

@@ -109,3 +109,29 @@ def test_each_replica_updates_its_own_copies():
         first, second = strategy.experimental_local_results(m.value)
         np.testing.assert_array_equal(first.numpy(), second.numpy())
         assert np.abs(first.numpy()).max() > 0
+
+
+def _embedding_rows_after(optimizer_class, sparse):
+    """An embedding table after steps whose gradients are an embedding
+    lookup's `tf.IndexedSlices` (rows repeated, rows left out), or the same
+    gradients dense; no clip, so they reach the update as they are."""
+    table = keras.Variable(np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32))
+    optimizer = optimizer_class(learning_rate=1e-2)
+    optimizer.build([table])
+    for step in range(5):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table.value, [step, 3, 3]) ** 2)
+        (gradient,) = tape.gradient(loss, [table.value])
+        assert isinstance(gradient, tf.IndexedSlices)
+        optimizer.apply([gradient if sparse else tf.convert_to_tensor(gradient)], [table])
+    return table.numpy()
+
+
+def test_a_sparse_gradient_moves_the_weights_as_its_dense_sum():
+    """The op is dense Adam (as the paper's TF optimizer): every row's moments
+    decay, repeated rows' gradients add up. Keras 3.15's own update of
+    `tf.IndexedSlices` does not (it differs from its dense update by over
+    1e-2 here), so here the fused update and Keras's part."""
+    dense = _embedding_rows_after(keras.optimizers.Adam, sparse=False)
+    fused = _embedding_rows_after(ReplicaClippedAdam, sparse=True)
+    np.testing.assert_allclose(fused, dense, rtol=0, atol=1e-6)

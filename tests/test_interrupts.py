@@ -137,13 +137,23 @@ def test_only_the_installed_scripts_are_commands(monkeypatch):
     assert sorted(exits.COMMANDS) == sorted(scripts)
 
 
-def _to_a_closed_pipe(command):
+def _buffered_env(buffered):
+    """`job_env()` with stdout block-buffered, as in a user's shell, or not
+    (`PYTHONUNBUFFERED`, which a CI machine may set)."""
+    env = job_env()
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _to_a_closed_pipe(command, buffered=True):
     """`command` with its stdout a pipe whose reader has gone."""
     read, write = os.pipe()
     os.close(read)
     try:
-        return subprocess.run(command, stdout=write, stderr=subprocess.PIPE, env=job_env(),
-                              text=True, timeout=120)
+        return subprocess.run(command, stdout=write, stderr=subprocess.PIPE,
+                              env=_buffered_env(buffered), text=True, timeout=120)
     finally:
         os.close(write)
 
@@ -153,29 +163,52 @@ def test_help_into_a_closed_pipe_exits_quietly():
     assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)
 
 
-def test_a_jobs_output_into_a_closed_pipe_exits_quietly():
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_jobs_output_into_a_closed_pipe_exits_quietly(buffered):
     # A job's print that fails (was `error: [Errno 32] Broken pipe`, exit 2) and
     # one left in the buffer until the end (a warning at exit, status 120).
     for body in ("print('x' * 100_000, flush=True)", "print('x')"):
         code = f"from txl_tf.app.exits import exit_on_error; exit_on_error(lambda: {body})"
-        proc = _to_a_closed_pipe([sys.executable, "-c", code])
+        proc = _to_a_closed_pipe([sys.executable, "-c", code], buffered)
         assert proc.returncode == 141 and proc.stderr == "", (body, proc.returncode,
                                                               proc.stderr)
 
 
+def _onto_a_full_disk(code, buffered):
+    with open("/dev/full", "w") as full:
+        return subprocess.run([sys.executable, "-c", code], env=_buffered_env(buffered),
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("buffered", [True, False])
 @pytest.mark.parametrize("lines", [1, 5000])
-def test_a_jobs_output_onto_a_full_disk_says_it_is_stdout(lines):
+def test_a_jobs_output_onto_a_full_disk_says_it_is_stdout(lines, buffered):
     """`txl-generate > out.txt` on a full disk said `error: [Errno 28] No space
     left on device`, naming no file. A short output fails at the job's last
-    flush, a long one in a print."""
+    flush (block-buffered stdout: the failed flush kept its bytes, so the
+    error line's own flush and the interpreter's last one failed again, in
+    tracebacks and status 120), a long one in a print."""
     code = ("import sys; from txl_tf.app import cli\n"
             f"cli.run(lambda argv: [print('x' * 99) for _ in range({lines})] and None)")
-    with open("/dev/full", "w") as full:
-        proc = subprocess.run([sys.executable, "-c", code], env=job_env(), stdout=full,
-                              stderr=subprocess.PIPE, text=True, timeout=120)
+    proc = _onto_a_full_disk(code, buffered)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == "error: cannot write to stdout: No space left on device\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("ending, status, line", [
+    ("raise TxlError('no such model')", 2, "error: no such model"),
+    ("raise KeyboardInterrupt", 130, "interrupted")])
+def test_a_job_that_ends_with_its_output_unwritten_prints_one_line(ending, status, line):
+    """A job that fails or is interrupted with its printed output still in a
+    full disk's buffer: its own line, once (not the flush's traceback)."""
+    code = ("from txl_tf.app import cli; from txl_tf.errors import TxlError\n"
+            "def main(argv):\n"
+            f"    print('x' * 99)\n    {ending}\n"
+            "cli.run(main)")
+    proc = _onto_a_full_disk(code, buffered=True)
+    assert (proc.returncode, proc.stderr) == (status, line + "\n")
 
 
 @pytest.mark.parametrize("args", [["training.configs"], ["training.configs", "wt103_base"],

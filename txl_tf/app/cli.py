@@ -55,6 +55,9 @@ def run(main, spec=None, doc=None):
     name_stdout_in_its_errors()
     try:
         app.run(checked_main, flags_parser=parse_flags)
+    except SystemExit:  # `--help`, still in the buffer: flushed here, not at exit
+        exit_on_error(sys.stdout.flush)
+        raise
     except BrokenPipeError:  # `--help | head -n 1`: absl prints the help while parsing
         reader_gone()
 

@@ -35,7 +35,7 @@ def one_line(message):
 def fail(message):
     """Prints `error: <message>` to stderr and exits with status 2."""
     try:
-        sys.stdout.flush()
+        flush_stdout()
         close_bars()  # the line on a line of its own, not after a bar's frame
         print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
     except BrokenPipeError:
@@ -50,7 +50,7 @@ def interrupted():
         Never: raises `SystemExit` (141 where stderr's reader is gone).
     """
     try:
-        sys.stdout.flush()
+        flush_stdout()
         close_bars()  # `interrupted` on a line of its own, not after a bar's frame
         print("interrupted", file=sys.stderr, flush=True)
     except BrokenPipeError:
@@ -105,13 +105,40 @@ def reader_gone():
         Never: raises `SystemExit` (status 141).
     """
     for stream in (sys.stdout, sys.stderr):
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, stream.fileno())
-            os.close(devnull)
-        except (AttributeError, OSError, ValueError):  # no such stream, or no fd
-            pass
+        _point_at_devnull(stream)
     sys.exit(EXIT_BROKEN_PIPE)
+
+
+def flush_stdout():
+    """Writes out what `sys.stdout` holds before a job's last line. A stdout
+    that cannot be written (a full disk) keeps its bytes after a failed
+    flush, so each later flush, the interpreter's last one too, would fail
+    again: it is pointed at /dev/null and its bytes dropped (the job's error
+    line says what failed).
+
+    Returns:
+        None: a reader gone still raises `BrokenPipeError`.
+    """
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError:
+        _point_at_devnull(sys.stdout)
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _point_at_devnull(stream):
+    """Points `stream`'s file descriptor at /dev/null (none: nothing to do)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no such stream, or no fd
+        pass
 
 
 def exit_on_error(function):
