@@ -6,6 +6,7 @@ Every benchmark declares its flags once, as a `SPEC` of
 (`txl_tf.app.cli`), like the project's jobs: `--help` lists its flags, and a
 bad flag (one absl rejects, or one refused by these checks) is one `error:`
 line and exit status 2."""
+import json
 import os
 import sys
 
@@ -124,3 +125,12 @@ def run_part(parts, o):
     run)`, and `run` is called with the part's own options."""
     spec, run = parts[o["part"]]
     return run(part_options(spec, o))
+
+
+def write_json(path, result):
+    """Writes `result` to `path` as indented JSON (its folder made if missing)
+    and says so on stdout."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {path}")

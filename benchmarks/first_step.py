@@ -142,7 +142,7 @@ SPEC = (
 
 def main(argv):
     del argv
-    from benchmarks.common import at_least, names_from
+    from benchmarks.common import at_least, names_from, write_json
     from benchmarks.throughput import SHAPES, VARIANTS
     from txl_tf.app.flagspec import values
     o = values(SPEC)
@@ -165,10 +165,7 @@ def main(argv):
     print(table(rows))
     result = {"tgt_len": o["tgt_len"], "batch_size": o["batch_size"], "rounds": o["rounds"],
               "steps": o["steps"], "cpu_threads": os.cpu_count(), "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-    with open(o["output"], "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {o['output']}")
+    write_json(o["output"], result)
 
 
 if __name__ == "__main__":

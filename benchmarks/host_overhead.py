@@ -370,7 +370,7 @@ SPEC = (
 
 def main(argv):
     del argv
-    from benchmarks.common import at_least, integer_list, names_from
+    from benchmarks.common import at_least, integer_list, names_from, write_json
     from txl_tf.app.flagspec import values
     o = values(SPEC)
     at_least(o, 1, "calls", "rounds")
@@ -403,10 +403,7 @@ def main(argv):
               "cpu_threads": os.cpu_count(), "rows": rows,
               "profiles": [{"verb": v, "mem_len": m, "code": c, "functions": f}
                            for (v, m, c), f in profiles.items()]}
-    os.makedirs(os.path.dirname(os.path.abspath(o["output"])), exist_ok=True)
-    with open(o["output"], "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {o['output']}")
+    write_json(o["output"], result)
 
 
 if __name__ == "__main__":
