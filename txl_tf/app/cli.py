@@ -19,6 +19,7 @@ from txl_tf.app.exits import exit_on_error, fail, reader_gone
 from txl_tf.app.flagspec import define
 from txl_tf.app.progress import Progress
 from txl_tf.app.tf_startup import quiet_tensorflow_import
+from txl_tf.errors import TxlError
 
 __all__ = ["Progress", "parse_flags", "quiet_tensorflow_import", "run"]
 
@@ -102,7 +103,7 @@ def lenient_stdout():
             pass
 
 
-class StdoutError(OSError):
+class StdoutError(OSError, TxlError):
     """Standard output could not be written (a full disk, an I/O error)."""
 
 
