@@ -1,8 +1,10 @@
 """The 16-bit dropout: rate, scale, independence, determinism, dtypes."""
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from txl_tf.layers.counter_hash import hashed_words
 from txl_tf.layers.dropout import Dropout
 
 
@@ -65,3 +67,107 @@ def test_a_draw_equal_to_the_threshold_is_kept():
     kept = y[y != 0]
     assert 1 <= kept.size <= 60
     assert (kept == 65536).all()
+
+
+# --------------------------------------------------------- under XLA: the hash
+def numpy_hashed_words(seed, count):
+    """The counter hash in numpy: two keyed rounds of murmur3's finalizer."""
+    def mix(x):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x85EBCA6B)
+        x = x ^ (x >> np.uint32(13))
+        x = x * np.uint32(0xC2B2AE35)
+        return x ^ (x >> np.uint32(16))
+
+    with np.errstate(over="ignore"):
+        low, high = np.asarray(seed, np.int32).view(np.uint32)
+        outer = mix(high ^ mix(low))
+        inner = mix(outer ^ np.uint32(0x9E3779B9))
+        return mix(mix(np.arange(count, dtype=np.uint32) ^ inner) ^ outer)
+
+
+def xla_masks(layer, x, calls):
+    """`calls` successive training masks of `layer` on `x`, XLA-compiled."""
+    run = tf.function(lambda x: layer(x, training=True), jit_compile=True)
+    return [run(x).numpy() != 0 for _ in range(calls)]
+
+
+def max_cross_correlation(a, b):
+    """The largest |correlation| of two 0/1 vectors over all circular shifts."""
+    a, b = a - a.mean(), b - b.mean()
+    spectrum = np.fft.rfft(a) * np.conj(np.fft.rfft(b))
+    return np.abs(np.fft.irfft(spectrum, a.size)).max() / (a.std() * b.std() * a.size)
+
+
+def test_hashed_words_are_the_numpy_hash_and_xla_masks_are_its_16_bit_halves():
+    seed = tf.constant([123456789, 2 ** 31 - 2], tf.int32)
+    np.testing.assert_array_equal(hashed_words(seed, 1001).numpy(),
+                                  numpy_hashed_words(seed.numpy(), 1001))
+    layer = Dropout(0.3, seed=5)
+    state = layer.seed_generator.state.numpy()
+    x = tf.ones([7, 9, 11])
+    mask, = xla_masks(layer, x, 1)
+    size = x.shape.num_elements()
+    words = numpy_hashed_words(np.mod(state.astype(np.int64), 2 ** 31 - 1), (size + 1) // 2)
+    draws = np.concatenate([words & 0xFFFF, words >> 16])[:size]
+    np.testing.assert_array_equal(mask.reshape(-1), draws >= round(0.3 * 65536))
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_under_xla_the_rate_holds_and_no_two_elements_of_a_mask_are_related(rate):
+    """Over 2^20 elements: the share dropped within 5 sigma of the rate, and
+    the mask's correlation with itself at every circular shift (neighbours,
+    the word halves n/2 apart, rows) below 7 sigma (an independent mask's
+    largest of 2^20 is about 5.3)."""
+    x = tf.ones([1 << 20])
+    mask, = xla_masks(Dropout(rate, seed=11), x, 1)
+    n, level = mask.size, round(rate * 65536) / 65536
+    assert abs((1 - mask.mean()) - level) < 5 * np.sqrt(level * (1 - level) / n)
+    flat = mask.astype(np.float64)
+    flat -= flat.mean()
+    spectrum = np.abs(np.fft.rfft(flat)) ** 2
+    autocorrelation = np.fft.irfft(spectrum, n) / (flat.var() * n)
+    assert abs(autocorrelation[0] - 1) < 1e-9
+    assert np.abs(autocorrelation[1:]).max() < 7 / np.sqrt(n)
+
+
+def test_under_xla_masks_are_unrelated_across_steps_layers_and_seeds():
+    """A layer's masks at consecutive steps (its seed one apart), two layers'
+    at the same step and one layer's under two global seeds: no circular
+    shift of one correlates with the other beyond 7 sigma; over 64 steps each
+    element is dropped as often as independent draws make it (the variance
+    of its count within 10% of the binomial's: a mask repeated or tied to
+    its position fails)."""
+    x = tf.ones([1 << 16])
+    n = x.shape.num_elements()
+    keras.utils.set_random_seed(0)
+    first, second = Dropout(0.1), Dropout(0.1)
+    steps = np.stack(xla_masks(first, x, 64)).astype(np.float64)
+    other_layer, = xla_masks(second, x, 1)
+    keras.utils.set_random_seed(1)
+    other_seed, = xla_masks(Dropout(0.1), x, 1)
+    pairs = [(steps[0], steps[1]), (steps[1], steps[2]), (steps[0], other_layer),
+             (steps[0], other_seed)]
+    for a, b in pairs:
+        assert max_cross_correlation(a, b.astype(np.float64)) < 7 / np.sqrt(n)
+    counts = steps.sum(0)
+    kept = counts.mean() / 64
+    assert abs(counts.var() / (64 * kept * (1 - kept)) - 1) < 0.1
+
+
+def test_under_xla_the_same_seed_gives_the_same_masks_and_the_gradient_is_mask_times_scale():
+    x = tf.random.normal([8, 33])
+    a, b = Dropout(0.25, seed=4), Dropout(0.25, seed=4)
+    np.testing.assert_array_equal(np.stack(xla_masks(a, x, 3)), np.stack(xla_masks(b, x, 3)))
+
+    @tf.function(jit_compile=True)
+    def run(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = a(x, training=True)
+            total = tf.reduce_sum(y)
+        return y, tape.gradient(total, x)
+
+    y, grad = run(x)
+    np.testing.assert_allclose(grad.numpy(), (y.numpy() != 0) * 65536 / (65536 - 16384),
+                               rtol=1e-6)
