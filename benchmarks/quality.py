@@ -2,7 +2,8 @@ r"""Training quality: does training land in the same place every run, and why.
 One suite in parts (`--part`); every part prints a table and writes JSON:
 
     python -m benchmarks.quality [--part=seeds] [--seeds=0,1,2,3,4] [--precisions=none,auto] \
-        [--warmups=default,0] [--text=../shared/data/wikitext2.valid.txt]
+        [--warmups=default,0] [--text=../shared/data/wikitext2.valid.txt] \
+        [--job_flags=--jit_compile]
     python -m benchmarks.quality --part=search [--settings=a,b] [--seeds=0] [--parallel=2]
     python -m benchmarks.quality --part=memory_use --model_dirs=RUN[,RUN...] --dataset=wt2 \
         --data_dir=DIR [--split=test] [--mem_lens=0,64,128,256]
@@ -25,6 +26,7 @@ import concurrent.futures
 import functools
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -131,6 +133,14 @@ def parse_seeds(text):
         raise TrainingError(f"--seeds must be comma-separated integers, got {text!r}") from None
 
 
+def parse_job_flags(text):
+    """The flags of a `--job_flags` value, split as a shell would."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise TrainingError(f"--job_flags {text!r}: {e}") from None
+
+
 def parse_warmups(text):
     """The arms of a `--warmups` value ("default,0"): 'default' or a step
     count in ASCII digits (`str.isdigit` also takes "²", which `int()` refuses)."""
@@ -169,6 +179,8 @@ SEEDS_SPEC = (
            "a number of steps."),
     option("integer", "train_steps", 1500, "Training steps per run."),
     option("float", "learning_rate", 1e-3, "Peak learning rate (0: the job's default)."),
+    option("string", "job_flags", "", "Flags added to each of this library's training jobs, "
+           "as a shell would split them (e.g. '--jit_compile')."),
     option("float", "heldout_fraction", 0.1, "Last fraction of the lines held out."),
     option("integer", "valid_lines", 400, "First lines used as the (logged) validation split."),
     option("string", "reference_dir", None, "The pytorch/ folder of kimiyoung/transformer-xl: "
@@ -272,8 +284,10 @@ def run_seeds(o):
 
     `--warmups`: `default` runs the training job without `--warmup_steps` (its
     default), a number passes it. `ONEDNN_MAX_CPU_ISA=AVX2` in the environment
-    reproduces an AVX2 machine's round-off. Prints a table per arm (median,
-    max/min, memory gain) and writes every run to `--output` as JSON.
+    reproduces an AVX2 machine's round-off; `--job_flags` adds flags to every
+    training job of this library (`--jit_compile`: the step under XLA). Prints
+    a table per arm (median, max/min, memory gain) and writes every run to
+    `--output` as JSON.
 
     `--reference_dir` (the `pytorch/` folder of kimiyoung/transformer-xl) with
     `--reference_python` (an interpreter with torch and numpy) adds the paper's
@@ -286,6 +300,7 @@ def run_seeds(o):
     seeds = parse_seeds(o["seeds"])
     precisions = [p.strip() for p in o["precisions"].split(",") if p.strip()]
     warmups = parse_warmups(o["warmups"])
+    job_flags = parse_job_flags(o["job_flags"])
     work = o["work_dir"] or tempfile.mkdtemp(prefix="txl_quality_")
     data_dir = os.path.join(work, "data")
     lines = split_text(o["text"], data_dir, o["heldout_fraction"], o["valid_lines"])
@@ -305,7 +320,8 @@ def run_seeds(o):
         run_dir = os.path.join(work, f"{precision}_warmup-{warmup}_seed{seed}")
         if precision == "paper":
             return reference_run(o, ids_path, n_token, run_dir, seed, warmup)
-        return one_run(o, data_dir, run_dir, seed, precision, warmup, env=env)
+        return one_run(o, data_dir, run_dir, seed, precision, warmup,
+                       extra_flags=job_flags, env=env)
 
     runs = []
 

@@ -165,6 +165,16 @@ def test_quality_warmups_are_ascii_step_counts():
             parse_warmups(f"default,{bad}")
 
 
+def test_quality_job_flags_split_as_a_shell_would_and_a_bad_quote_is_one_error():
+    from benchmarks.quality import parse_job_flags
+    from training.errors import TrainingError
+    assert parse_job_flags("") == []
+    assert parse_job_flags("--jit_compile '--config_override=cutoffs=[2000, 6000]'") == [
+        "--jit_compile", "--config_override=cutoffs=[2000, 6000]"]
+    with pytest.raises(TrainingError, match=r"^--job_flags \"--seed='1\": No closing quotation$"):
+        parse_job_flags("--seed='1")
+
+
 def test_the_latency_part_reports_each_measurement_as_it_ends(capsys):
     """`make bench`'s first command printed nothing for its minute and more
     of exports and timings, then the whole table: each batch's timings now

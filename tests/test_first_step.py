@@ -1,6 +1,6 @@
 """The first-step benchmark's logic (`benchmarks/first_step.py`): a
-measurement trains a tiny model with either optimizer, and the rows'
-medians, spreads and ratios are what the samples say. No timing is
+measurement trains a tiny model with either arm of each comparison, and the
+rows' medians, spreads and ratios are what the samples say. No timing is
 asserted."""
 import keras
 import pytest
@@ -16,25 +16,51 @@ def test_the_baseline_is_the_library_optimizer_with_kerass_update():
     assert ReplicaClippedAdam.update_step is not keras.optimizers.Adam.update_step
 
 
-@pytest.mark.parametrize("optimizer", bench.OPTIMIZERS)
-def test_a_measurement_trains_and_times_the_first_step_and_the_next(optimizer):
-    found = bench.measure_once("tiny", "f32", optimizer, tgt_len=8, batch_size=1, steps=2)
+def test_the_dropout_baseline_draws_philox_words_under_xla(monkeypatch):
+    """The `philox` arm undoes the counter hash: its XLA-compiled mask is
+    Philox's, as the eager one is; the library's XLA mask is another."""
+    import numpy as np
+    import tensorflow as tf
+    from txl_tf.layers import dropout
+
+    def masks():
+        layer = dropout.Dropout(0.5, seed=3)
+        x = tf.ones([4096])
+        xla = tf.function(lambda x: layer(x, training=True), jit_compile=True)(x)
+        eager = dropout.Dropout(0.5, seed=3)(x, training=True)
+        return xla.numpy() != 0, eager.numpy() != 0
+
+    xla, eager = masks()
+    assert (xla != eager).any()
+    monkeypatch.setattr(dropout, "compiling_with_xla", dropout.compiling_with_xla)
+    bench.philox_dropout()
+    xla, eager = masks()
+    np.testing.assert_array_equal(xla, eager)
+
+
+@pytest.mark.parametrize("arm", [arm for arms in bench.COMPARISONS.values() for arm in arms])
+def test_a_measurement_trains_and_times_the_first_step_and_the_next(arm, monkeypatch):
+    from txl_tf.layers import dropout
+    monkeypatch.setattr(dropout, "compiling_with_xla", dropout.compiling_with_xla)
+    found = bench.measure_once("tiny", "f32+jit", arm, tgt_len=8, batch_size=1, steps=2)
     assert set(found) == {"first_step_s", "step_s"}
     assert found["first_step_s"] > 0 and found["step_s"] > 0
 
 
-def test_rows_hold_each_optimizers_median_spread_and_the_ratios():
+@pytest.mark.parametrize("compare", sorted(bench.COMPARISONS))
+def test_rows_hold_each_arms_median_spread_and_the_ratios(compare):
+    baseline, library = arms = bench.COMPARISONS[compare]
     samples = {("tiny", "f32"): {
-        "keras": [{"first_step_s": s, "step_s": 0.2} for s in (4.0, 6.0, 5.0)],
-        "fused": [{"first_step_s": s, "step_s": 0.1} for s in (2.0, 3.0, 2.5)]}}
-    (row,) = bench.rows_of(samples)
-    assert row["keras"] == {"first_step_s": 5.0, "first_step_min_s": 4.0,
-                            "first_step_max_s": 6.0, "step_s": 0.2}
-    assert row["fused"]["first_step_s"] == 2.5
+        baseline: [{"first_step_s": s, "step_s": 0.2} for s in (4.0, 6.0, 5.0)],
+        library: [{"first_step_s": s, "step_s": 0.1} for s in (2.0, 3.0, 2.5)]}}
+    (row,) = bench.rows_of(samples, arms)
+    assert row[baseline] == {"first_step_s": 5.0, "first_step_min_s": 4.0,
+                             "first_step_max_s": 6.0, "step_s": 0.2}
+    assert row[library]["first_step_s"] == 2.5
     assert row["first_step_ratio"] == pytest.approx(2.0)
     assert row["step_ratio"] == pytest.approx(2.0)
-    lines = bench.table([row]).splitlines()
-    assert len(lines) == 2 and "5.00 [4.00, 6.00]" in lines[1] and "2.00" in lines[1]
+    header, line = bench.table([row], arms).splitlines()
+    assert f"{baseline} first s" in header and "5.00 [4.00, 6.00]" in line and "2.00" in line
 
 
 def test_a_worker_that_runs_past_its_time_is_one_benchmark_error(monkeypatch):
