@@ -2,12 +2,12 @@
 dropout under XLA.
 
 XLA expands TensorFlow's counter-based generator (Philox, ten rounds of
-64-bit products) into fusions of its own at every dropout, which it compiles
-one by one and runs apart from the mask's consumer (benchmarks/NOTES.md,
-section 14). A hash of the element's index is a handful of 32-bit integer
-ops that fuse into the consumer. Each word is two rounds of murmur3's 32-bit
-finalizer (a bijection with full avalanche) over the index, each round keyed
-by a word mixed from both halves of the seed, so that seeds one apart (a
+64-bit products) into code of its own at every dropout: the largest part of
+a small training step's XLA compile (benchmarks/NOTES.md, section 14). A
+hash of the index is a handful of 32-bit integer ops that XLA fuses into the
+mask's consumer. Each word is two rounds of murmur3's 32-bit finalizer (a
+bijection with full avalanche) over the index, each round keyed by a word
+mixed from both halves of the seed, so that seeds one apart (a
 Keras seed generator's next step) give unrelated words.
 """
 import tensorflow as tf
@@ -31,7 +31,7 @@ def hashed_words(seed, count):
     Args:
         seed: an integer tensor of shape [2] (a Keras seed generator's
             state, as `tf.random.stateless_uniform` takes it).
-        count: how many words (a scalar below 2^32).
+        count: how many words (a scalar int32).
 
     Returns:
         A uint32 tensor of shape [count].

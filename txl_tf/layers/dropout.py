@@ -21,9 +21,9 @@ class Dropout(keras.layers.Dropout):
     hash of each word's index (`counter_hash`), which fuses into the mask's
     consumer. So the same seed drops other elements with XLA than without.
     The rate is rounded to a multiple of 2^-16 (0.1 becomes 0.100006) and
-    the kept values are scaled by 1 / (1 - that rate),
-    so the expectation is kept (exactly up to the compute dtype's rounding of
-    the scale: in bfloat16 1.1111 is 1.1094, as in Keras's own Dropout).
+    the kept values are scaled by 1 / (1 - that rate), so the expectation
+    is kept (exactly up to the compute dtype's rounding of the scale: in
+    bfloat16 1.1111 is 1.1094, as in Keras's own Dropout).
     Seeds come from the layer's Keras seed generator, as in Keras's own
     Dropout. `noise_shape` is not used by this library; with one, Keras's Dropout runs.
     """
