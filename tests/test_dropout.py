@@ -34,11 +34,12 @@ def test_dropout_draws_a_new_mask_each_call_and_is_off_in_inference():
     np.testing.assert_array_equal(same_seed(x, training=True).numpy(), a)
 
 
-def test_dropout_gradient_is_the_mask_times_the_scale():
+@pytest.mark.parametrize("jit_compile", [False, True])  # Philox's words; the hash's
+def test_dropout_gradient_is_the_mask_times_the_scale(jit_compile):
     layer = Dropout(0.25, seed=1)
     x = tf.random.normal([8, 33])
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def run(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
@@ -155,19 +156,7 @@ def test_under_xla_masks_are_unrelated_across_steps_layers_and_seeds():
     assert abs(counts.var() / (64 * kept * (1 - kept)) - 1) < 0.1
 
 
-def test_under_xla_the_same_seed_gives_the_same_masks_and_the_gradient_is_mask_times_scale():
-    x = tf.random.normal([8, 33])
+def test_under_xla_the_same_seed_gives_the_same_masks():
+    x = tf.ones([8, 33])
     a, b = Dropout(0.25, seed=4), Dropout(0.25, seed=4)
     np.testing.assert_array_equal(np.stack(xla_masks(a, x, 3)), np.stack(xla_masks(b, x, 3)))
-
-    @tf.function(jit_compile=True)
-    def run(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = a(x, training=True)
-            total = tf.reduce_sum(y)
-        return y, tape.gradient(total, x)
-
-    y, grad = run(x)
-    np.testing.assert_allclose(grad.numpy(), (y.numpy() != 0) * 65536 / (65536 - 16384),
-                               rtol=1e-6)
