@@ -18,9 +18,9 @@ it (`benchmarks.throughput.build_model`: `ReplicaClippedAdam` with the clip
 and the schedule), one `train_on_batch` timed (the first step), then the
 median of `--steps` more (a step). The two arms alternate within each
 round. A row is the median, min and max over `--rounds` of each, and the
-ratio of the medians (baseline / library). Sizes: the shape's own (`benchmarks.throughput.SHAPES`)
-with `--tgt_len` (memory as long) and `--batch_size` where given, so that
-the paper's base shapes fit a CPU.
+ratio of the medians (baseline / library). Sizes: the shape's own
+(`benchmarks.throughput.SHAPES`) with `--tgt_len` (memory as long) and
+`--batch_size` where given, so that the paper's base shapes fit a CPU.
 """
 import json
 import os
@@ -185,8 +185,9 @@ def main(argv):
                           f"first step {found[name][-1]['first_step_s']:.2f} s", flush=True)
     rows = rows_of(samples, arms)
     print(table(rows, arms))
-    result = {"compare": o["compare"], "arms": list(arms), "tgt_len": o["tgt_len"], "batch_size": o["batch_size"], "rounds": o["rounds"],
-              "steps": o["steps"], "cpu_threads": os.cpu_count(), "rows": rows}
+    result = {"compare": o["compare"], "arms": list(arms), "tgt_len": o["tgt_len"],
+              "batch_size": o["batch_size"], "rounds": o["rounds"], "steps": o["steps"],
+              "cpu_threads": os.cpu_count(), "rows": rows}
     write_json(o["output"], result)
 
 
