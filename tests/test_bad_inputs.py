@@ -801,11 +801,13 @@ def test_every_installed_commands_help_lists_its_own_flags(jobs, command):
 
 
 @pytest.mark.parametrize("statement", ["from export import export_onnx",
-                                       "import export; export.export_saved_model"])
+                                       "import export; export.export_saved_model",
+                                       "import txl_tf.core", "import txl_tf; txl_tf.TransformerXL"])
 def test_the_export_api_as_a_first_import_has_no_start_up_noise(statement):
     """`from export import export_onnx` as a script's or a notebook's first
     import printed TensorFlow's C++ start-up lines (its modules import
-    tensorflow and keras before txl_tf, whose import quiets them)."""
+    tensorflow and keras before txl_tf, whose import quiets them); the
+    package's modules and its model names import TensorFlow when used."""
     import subprocess
     import sys
     env = job_env()

@@ -101,6 +101,42 @@ def test_the_onnx_runtime_generates_without_tensorflow(model_onnx, device_cache)
     assert np.asarray(first.ids).shape == (2, 6)
 
 
+# Generates from an ONNX export through the API, then through `txl-generate`,
+# in a process that may import anything, and prints what it generated and the
+# TensorFlow-side modules it loaded.
+SERVE_WITH_TENSORFLOW_INSTALLED = textwrap.dedent("""
+    import contextlib, io, json, runpy, sys
+    from export import open_runtime
+    api = open_runtime(sys.argv[1], device="cpu").generate([[1, 2, 3]], 6, seed=7).ids.tolist()
+    sys.argv = ["txl-generate", f"--model={sys.argv[1]}", "--prompt=the company said",
+                "--num_tokens=6", "--greedy"]
+    with contextlib.redirect_stdout(io.StringIO()) as job, contextlib.suppress(SystemExit):
+        runpy.run_module("training.generate", run_name="__main__")
+    loaded = sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "keras", "tf2onnx"})
+    print(json.dumps([api, job.getvalue(), loaded]))
+""")
+
+
+def test_serving_an_onnx_export_loads_no_tensorflow_where_it_is_installed(model_onnx, jobs):
+    """With TensorFlow installed, importing the package imported it (seconds
+    and hundreds of MB a serving process, and with the [gpu] extra its CUDA
+    libraries beside onnxruntime's): opening an ONNX export and generating,
+    through the API or `txl-generate`, now loads neither it nor Keras, and
+    gives what a process that has them loaded gives."""
+    done = subprocess.run([sys.executable, "-c", SERVE_WITH_TENSORFLOW_INSTALLED,
+                           str(model_onnx.parent)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    api, job, loaded = json.loads(done.stdout)
+    assert loaded == []
+    runtime = open_runtime(str(model_onnx.parent), device="cpu")
+    assert api == runtime.generate([[1, 2, 3]], 6, seed=7).ids.tolist()
+    with_tf = jobs.run("training.generate", [f"--model={model_onnx.parent}",
+                                             "--prompt=the company said", "--num_tokens=6",
+                                             "--greedy"], check=True)
+    assert job == with_tf.stdout and job.startswith("the company said ")
+
+
 def test_the_onnx_runtime_on_the_cpu_needs_no_onnx_package(model_onnx):
     """README's serving box: numpy and onnxruntime only (onnx shares the
     weights between sessions when it is there)."""
@@ -403,3 +439,21 @@ def test_the_generate_job_draws_no_bar_where_tqdm_is_not_installed(model_onnx, c
     (quiet, quiet_err), (lines, lines_err) = json.loads(out)
     assert quiet == lines == text and text.strip()
     assert quiet_err == "" and lines_err.splitlines()[-1] == "generating: 8/8 (100%)", lines_err
+
+
+def test_the_startup_benchmark_times_serving_beside_tensorflow_loaded_first(model_onnx, jobs,
+                                                                          tmp_path):
+    """`benchmarks.serving_startup`: both arms generate the same ids, the
+    serving process loads neither TensorFlow nor Keras and peaks lower than
+    the one that loads them first; a folder without model.onnx is one
+    `error:` line."""
+    output = tmp_path / "startup.json"
+    jobs.run("benchmarks.serving_startup", [f"--export_dir={model_onnx.parent}", "--rounds=1",
+                                            "--tokens=2", f"--output={output}"], check=True)
+    result = json.loads(output.read_text())
+    assert result["arms"]["serving"]["loaded"] == []
+    assert result["arms"]["tensorflow_first"]["loaded"] == ["keras", "tensorflow"]
+    assert 0 < result["ratios"]["peak_mib"] < 1 and result["ratios"]["wall_s"] > 0
+    bad = jobs.run("benchmarks.serving_startup", [f"--export_dir={tmp_path}"])
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
+        "error: --export_dir must be an export folder holding model.onnx"), bad.stderr

@@ -158,3 +158,42 @@ def test_another_keras_backend_is_one_clear_import_error(monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
     with pytest.raises(ImportError, match=re.escape(message.split(": ", 1)[1])):
         require_tensorflow_backend()
+
+
+# A stand-in `tensorflow` package: on import, and when it lists its devices, it
+# writes to file descriptor 2 what the real one's C++ start-up logs (noise) and
+# a line of another kind (what a real error would be).
+STAND_IN_TENSORFLOW = '''
+import os, types
+os.write(2, b"I0000 00:00:1796169815.269366    5422 port.cc:153] oneDNN custom operations\\n")
+os.write(2, b"a line of another kind\\n")
+
+
+def _devices():
+    os.write(2, b"E0000 00:00:1796169817.856044    5422 cuda_platform.cc:52] failed call to "
+                b"cuInit: CUDA error\\n")
+    return []
+
+
+config = types.SimpleNamespace(list_physical_devices=_devices)
+'''
+
+
+def test_tensorflows_first_import_anywhere_drops_only_its_start_up_noise(tmp_path):
+    """`import txl_tf` imports no TensorFlow (a process serving an ONNX
+    export never loads it); TensorFlow's first import after it, by whichever
+    module, drops its C++ start-up lines from stderr, keeps every other
+    line, and leaves TensorFlow its own loader."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(STAND_IN_TENSORFLOW)
+    code = ("import importlib.machinery, sys, txl_tf\n"
+            "assert 'tensorflow' not in sys.modules\n"
+            "import tensorflow\n"
+            "print(isinstance(tensorflow.__loader__, importlib.machinery.SourceFileLoader),\n"
+            "      tensorflow.__spec__.loader is tensorflow.__loader__)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "True True\n"
+    assert done.stderr == "a line of another kind\n"

@@ -9,15 +9,18 @@ folders hold one idea each: `layers/`, `models/`, `generation/`, `weights/`,
 `baselines/`, `data/`, `text/`, `classification/`, `learning/`,
 `keras_support/`, `checks/`, `app/`.
 
-Importing the package imports TensorFlow without its start-up noise on
-stderr (`txl_tf.app.tf_startup`; real errors are still shown, and TF's C++
-log level defaults to warnings-off unless `TF_CPP_MIN_LOG_LEVEL` is set).
-Where TensorFlow is not installed (a box that serves the ONNX export with
-onnxruntime alone), the package still imports: the ONNX Runtime runtime and
-its host loop need none of it, nor do the config, the errors, `Sampling`,
-`Generation` and `DecodeState`; the model's names raise an ImportError
-that says so.
+Importing the package imports no TensorFlow: the model's names
+(`TransformerXL`, `TransformerXLLM`, ...) import it when first used, and
+TensorFlow's first import in the process, whoever asks for it, leaves out
+its start-up noise on stderr (`txl_tf.app.tf_startup`; real errors are still
+shown, and TF's C++ log level defaults to warnings-off unless
+`TF_CPP_MIN_LOG_LEVEL` is set). So a process that serves the ONNX export with
+onnxruntime never loads TensorFlow, installed or not: the ONNX Runtime
+runtime and its host loop need none of it, nor do the config, the errors,
+`Sampling`, `Generation` and `DecodeState`. Where TensorFlow is not
+installed, the model's names raise an ImportError that says so.
 """
+import importlib.util
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -28,8 +31,8 @@ fill_closed_streams()  # `2>&-`: before anything opens a file or writes to stder
 
 from txl_tf.app import moved_modules  # noqa: E402
 from txl_tf.app.exits import quiet_interrupts  # noqa: E402
-from txl_tf.app.tf_startup import (quiet_tensorflow_import,  # noqa: E402
-                                   require_tensorflow_backend)
+from txl_tf.app.tf_startup import (install_quiet_import,  # noqa: E402
+                                   quiet_tensorflow_import, require_tensorflow_backend)
 # Without TensorFlow too:
 from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
 from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
@@ -38,29 +41,30 @@ from txl_tf.generation.nan_rows import NonFiniteLogProbsError  # noqa: E402
 from txl_tf.generation.request import DecodeState, Generation  # noqa: E402
 from txl_tf.generation.sampling_settings import Sampling  # noqa: E402
 
-# A Ctrl-C during the long import below: `interrupted`, not a traceback; one
-# that lands in a `__del__` is not lost (in the project's commands only).
+# A Ctrl-C during TensorFlow's long import: `interrupted`, not a traceback;
+# one that lands in a `__del__` is not lost (in the project's commands only).
 quiet_interrupts()
-
+install_quiet_import()
 try:
-    quiet_tensorflow_import()
-except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no TensorFlow
-    if (missing.name or "").split(".")[0] != "tensorflow":
-        raise
-    _WITHOUT_TENSORFLOW = missing
-else:
-    _WITHOUT_TENSORFLOW = None
+    _TENSORFLOW_INSTALLED = importlib.util.find_spec("tensorflow") is not None
+except ModuleNotFoundError:  # a finder that refuses it (a test's stand-in for a box without it)
+    _TENSORFLOW_INSTALLED = False
+if _TENSORFLOW_INSTALLED:
     require_tensorflow_backend()
-    from txl_tf.classification.classifier import TransformerXLClassifier
-    from txl_tf.core import TransformerXL
-    from txl_tf.generation.decoder import Decoder
-    from txl_tf.layers.memory import Memory
-    from txl_tf.learning.optimizer import ReplicaClippedAdam
-    from txl_tf.learning.schedule import WarmupCosineDecay
-    from txl_tf.model import TransformerXLLM
-    from txl_tf.models.transformer_xl import (TransformerXLBackbone, TransformerXLCausalLM,
-                                              TransformerXLCausalLMPreprocessor,
-                                              TransformerXLTokenizer)
+
+# The names that need TensorFlow, and their modules: imported on first use (`__getattr__`).
+_TENSORFLOW_NAMES = {
+    "TransformerXLClassifier": "txl_tf.classification.classifier",
+    "TransformerXL": "txl_tf.core",
+    "Decoder": "txl_tf.generation.decoder",
+    "Memory": "txl_tf.layers.memory",
+    "ReplicaClippedAdam": "txl_tf.learning.optimizer",
+    "WarmupCosineDecay": "txl_tf.learning.schedule",
+    "TransformerXLLM": "txl_tf.model",
+    **dict.fromkeys(("TransformerXLBackbone", "TransformerXLCausalLM",
+                     "TransformerXLCausalLMPreprocessor", "TransformerXLTokenizer"),
+                    "txl_tf.models.transformer_xl"),
+}
 
 __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "InputError", "Memory",
            "NonFiniteLogProbsError", "NonFiniteMemoryError", "ReplicaClippedAdam", "Sampling",
@@ -77,8 +81,19 @@ moved_modules.install()
 def __getattr__(name):
     if f"txl_tf.{name}" in moved_modules.MOVED:  # `from txl_tf import checkpoints`
         raise moved_modules.moved_error(f"txl_tf.{name}")
-    if name in __all__ and _WITHOUT_TENSORFLOW is not None:
+    if name not in _TENSORFLOW_NAMES:
+        raise AttributeError(f"module 'txl_tf' has no attribute {name!r}")
+    try:
+        quiet_tensorflow_import()
+    except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no TensorFlow
+        if (missing.name or "").split(".")[0] != "tensorflow":
+            raise
         raise ImportError(f"txl_tf.{name} needs TensorFlow, which is not installed "
-                          f"({_WITHOUT_TENSORFLOW}); without it only the ONNX Runtime "
-                          "runtime works (export.open_runtime on a model.onnx)")
-    raise AttributeError(f"module 'txl_tf' has no attribute {name!r}")
+                          f"({missing}); without it only the ONNX Runtime "
+                          "runtime works (export.open_runtime on a model.onnx)") from None
+    value = globals()[name] = getattr(importlib.import_module(_TENSORFLOW_NAMES[name]), name)
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
