@@ -3,6 +3,9 @@ a model directory, of a keras-hub preset folder (`save_to_preset`, also
 through `keras_hub.models.CausalLM`), of the paper's named configurations;
 clear errors; the backbone's config round-trip; text in, text out."""
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import keras_hub
@@ -10,13 +13,15 @@ import numpy as np
 import pytest
 
 from txl_tf import (TransformerXL, TransformerXLBackbone, TransformerXLCausalLM,
-                    TransformerXLConfig, TransformerXLTokenizer)
+                    TransformerXLConfig, TransformerXLLM, TransformerXLTokenizer)
 from txl_tf.errors import TxlError
 from txl_tf.models.transformer_xl.presets import PresetError
 from txl_tf.text.byte import ByteTokenizer
 from txl_tf.text.word import WordTokenizer
 from txl_tf.weights.model_dir import load_pretrained, save_pretrained
 from bfloat16_cpu import needs_bfloat16_matmuls
+
+REPO = Path(__file__).resolve().parents[1]
 
 IDS = np.array([[5, 6, 7, 8, 9, 10], [1, 2, 3, 0, 0, 0]], np.int32)
 MASK = np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], np.int32)
@@ -597,3 +602,26 @@ def test_a_causal_lm_without_a_preprocessor_saves_and_loads_as_a_preset(tmp_path
     assert loaded.preprocessor is None
     for got, want in zip(loaded.backbone.get_weights(), lm.backbone.get_weights()):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("imports", ["import txl_tf, keras_hub", "import keras_hub, txl_tf"])
+def test_importing_txl_tf_registers_its_classes_for_a_fresh_process(model_dir, tmp_path,
+                                                                    imports):
+    """`import txl_tf` imports no TensorFlow, and registers its classes with
+    Keras once Keras is imported, before or after it: a fresh process loads
+    a keras-hub preset through `keras_hub.models.CausalLM.from_preset` and a
+    `.keras` file through `keras.models.load_model` by their registered
+    names alone."""
+    causal_lm = TransformerXLCausalLM.from_preset(model_dir)
+    causal_lm.save_to_preset(str(tmp_path / "preset"))
+    model = TransformerXLLM(TransformerXLConfig.preset("tiny", mem_len=4, tgt_len=4),
+                            batch_size=1)
+    model.save(tmp_path / "lm.keras")
+    code = (f"{imports}\nimport keras\n"
+            f"print(type(keras_hub.models.CausalLM.from_preset({str(tmp_path / 'preset')!r}))"
+            f".__name__, type(keras.models.load_model({str(tmp_path / 'lm.keras')!r}))"
+            ".__name__)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["TransformerXLCausalLM", "TransformerXLLM"]

@@ -31,6 +31,7 @@ fill_closed_streams()  # `2>&-`: before anything opens a file or writes to stder
 
 from txl_tf.app import moved_modules  # noqa: E402
 from txl_tf.app.exits import quiet_interrupts  # noqa: E402
+from txl_tf.app.first_imports import when_keras_is_imported  # noqa: E402
 from txl_tf.app.tf_startup import (install_quiet_import,  # noqa: E402
                                    quiet_tensorflow_import, require_tensorflow_backend)
 # Without TensorFlow too:
@@ -66,6 +67,20 @@ _TENSORFLOW_NAMES = {
                     "txl_tf.models.transformer_xl"),
 }
 
+
+def _register_with_keras():
+    """Imports the modules of `_TENSORFLOW_NAMES`, whose classes (and those
+    of the modules they import) Keras finds by registered name when it loads
+    a `.keras` file or a keras-hub preset; on another Keras backend, none."""
+    import keras
+    if keras.config.backend() != "tensorflow":
+        return
+    try:
+        for module in dict.fromkeys(_TENSORFLOW_NAMES.values()):
+            importlib.import_module(module)
+    except ImportError:  # a dependency missing: not Keras's import to fail; the names say it
+        pass
+
 __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "InputError", "Memory",
            "NonFiniteLogProbsError", "NonFiniteMemoryError", "ReplicaClippedAdam", "Sampling",
            "TransformerXL", "TransformerXLBackbone", "TransformerXLCausalLM",
@@ -97,3 +112,8 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+# Keras comes with TensorFlow (each imports the other): where it is imported,
+# now or later, the classes are registered.
+when_keras_is_imported(_register_with_keras)

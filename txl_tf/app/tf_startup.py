@@ -4,19 +4,21 @@ TF 2.21 logs through absl before `absl::InitializeLog()` runs, so
 `TF_CPP_MIN_LOG_LEVEL` cannot silence lines such as `port.cc ... oneDNN`,
 `cudart_stub.cc ... Could not find cuda drivers` or `failed call to cuInit`.
 `install_quiet_import` (run when `txl_tf` is imported) makes TensorFlow's
-first import in the process, whichever module asks for it, run with file
-descriptor 2 sent to a temporary file while TensorFlow loads and lists its
-devices (which is when cuInit runs); then it restores it and replays every
-captured line that is not such noise, so real errors still show. Importing
-`txl_tf` imports no TensorFlow itself: a process that serves an ONNX export
-never loads it. Only the standard library is imported here.
+first import in the process, whichever module asks for it (`first_imports`),
+run with file descriptor 2 sent to a temporary file while TensorFlow loads
+and lists its devices (which is when cuInit runs); then it restores it and
+replays every captured line that is not such noise, so real errors still
+show. Importing `txl_tf` imports no TensorFlow itself: a process that serves
+an ONNX export never loads it. Only the standard library (and
+`first_imports`) is imported here.
 """
 import contextlib
-import importlib.abc
 import os
 import re
 import sys
 import tempfile
+
+from txl_tf.app import first_imports
 
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
@@ -40,53 +42,19 @@ def quiet_tensorflow_import():
 
 def install_quiet_import():
     """Makes the process's first `import tensorflow`, whoever runs it, drop
-    TensorFlow's start-up noise from stderr (a finder at the head of
-    `sys.meta_path`, once per process)."""
-    if not any(isinstance(finder, _QuietFirstImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _QuietFirstImport())
+    TensorFlow's start-up noise from stderr (`first_imports`)."""
+    first_imports.install({"tensorflow": _quiet_start})
 
 
-class _QuietFirstImport(importlib.abc.MetaPathFinder):
-    """Finds `tensorflow` as the other finders do, its loader wrapped in
-    `_QuietLoader`; every other name is left to them."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "tensorflow":
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = None if finder is self or find is None else find(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if hasattr(spec.loader, "exec_module"):
-            spec.loader = _QuietLoader(spec.loader)
-        return spec
-
-
-class _QuietLoader(importlib.abc.Loader):
-    """TensorFlow's own loader, run with its start-up noise dropped
-    (`_noise_dropped`); afterwards the module names its own loader again."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def __getattr__(self, name):  # resource readers and the like: the real loader's
-        return getattr(self._loader, name)
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-        try:
-            with _noise_dropped():
-                self._loader.exec_module(module)
-                module.config.list_physical_devices()
-        finally:
-            module.__loader__ = module.__spec__.loader = self._loader
+@contextlib.contextmanager
+def _quiet_start():
+    """TensorFlow's first import, and its device listing, with the noise
+    dropped."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    with _noise_dropped():
+        yield
+        sys.modules["tensorflow"].config.list_physical_devices()
 
 
 @contextlib.contextmanager

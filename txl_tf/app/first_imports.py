@@ -1,0 +1,86 @@
+"""What runs around and after the first import of TensorFlow and of Keras in
+a process, whoever imports them (the user, Keras importing TensorFlow as its
+backend, TensorFlow importing Keras, keras-hub or tensorflow-text importing
+either): `install` puts a finder at the head of `sys.meta_path` that finds
+those modules (`WATCHED`) as the other finders do and wraps their loaders;
+once an import is done the module names its own loader again. `import
+txl_tf` imports none of them, and uses this to drop TensorFlow's start-up
+noise (`tf_startup`) and to register its classes with Keras as soon as Keras
+is there (`when_keras_is_imported`). Standard library only.
+"""
+import contextlib
+import importlib.abc
+import sys
+
+# TensorFlow and Keras, and the packages the library's Keras modules import that import
+# either while they load: a callback waits until none of them is half-imported.
+WATCHED = ("tensorflow", "keras", "keras_hub", "tensorflow_text")
+_around = {}  # module name -> the context manager factory its first import runs in
+_waiting = []  # callbacks of `when_keras_is_imported` not yet called
+_executing = set()  # the watched modules whose first import is running
+
+
+def install(around=None):
+    """Watches the first imports of `WATCHED` (one finder a process).
+
+    Args:
+        around: `{module name: factory}`: that module's first import runs in
+            the context manager `factory()` returns.
+    """
+    _around.update(around or {})
+    if not any(isinstance(finder, _FirstImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _FirstImport())
+
+
+def when_keras_is_imported(callback):
+    """Calls `callback()` once Keras is imported and no first import of a
+    `WATCHED` module is still running (they import each other): now where
+    that is so, else when the import that brings Keras in ends."""
+    _waiting.append(callback)
+    _call_waiting()
+
+
+def _call_waiting():
+    if _executing or "keras" not in sys.modules:
+        return
+    while _waiting:
+        _waiting.pop(0)()
+
+
+class _FirstImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name not in WATCHED:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if hasattr(spec.loader, "exec_module"):
+            spec.loader = _WatchedLoader(spec.loader, name)
+        return spec
+
+
+class _WatchedLoader(importlib.abc.Loader):
+    """A watched module's own loader, run in its `around` context."""
+
+    def __init__(self, loader, name):
+        self._loader, self._name = loader, name
+
+    def __getattr__(self, name):  # resource readers and the like: the real loader's
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        _executing.add(self._name)
+        try:
+            with _around.get(self._name, contextlib.nullcontext)():
+                self._loader.exec_module(module)
+        finally:
+            _executing.discard(self._name)
+            module.__loader__ = module.__spec__.loader = self._loader
+        _call_waiting()
