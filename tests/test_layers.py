@@ -16,7 +16,7 @@ from txl_tf.layers.feedforward import PositionwiseFeedForward
 from txl_tf.layers.masks import attention_visibility, causal_visibility, sees_whole_memory
 from txl_tf.layers.memory import Memory, update_memory
 from txl_tf.layers.positional import RelativePositionalEncoding, relative_positions
-from txl_tf.layers.rel_shift import rel_shift
+from txl_tf.layers.rel_shift import rel_shift, rel_shift_padded, with_pad_row
 from txl_tf.layers.tail_nll import tail_nll as module_tail_nll
 
 
@@ -30,6 +30,29 @@ def test_rel_shift_equals_naive_gather(qlen, mlen):
             if j <= i + mlen:  # distance (mlen + i) - j lives at index klen - 1 - distance
                 np.testing.assert_array_equal(shifted[:, :, i, j],
                                               x[:, :, i, klen - 1 - (mlen + i - j)])
+
+
+@pytest.mark.parametrize("qlen,mlen", [(1, 0), (4, 0), (3, 5), (6, 2)])
+def test_scores_with_their_pad_column_shift_as_rel_shift_shifts_them(qlen, mlen):
+    """The pad column's values reach only the garbage above the diagonal:
+    random ones leave every entry a query sees as `rel_shift` gives it."""
+    klen = qlen + mlen
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 3, qlen, klen)).astype(np.float32)
+    pad = rng.normal(size=(2, 3, qlen, 1)).astype(np.float32)
+    padded = rel_shift_padded(tf.constant(np.concatenate([pad, x], axis=3)))
+    assert padded.shape == (2, 3, qlen, klen)
+    seen = np.arange(klen)[None, :] <= np.arange(qlen)[:, None] + mlen
+    np.testing.assert_array_equal(padded.numpy()[..., seen],
+                                  rel_shift(tf.constant(x)).numpy()[..., seen])
+
+
+def test_position_keys_with_a_pad_row_score_the_pad_column_as_zeros():
+    keys = tf.constant(np.random.default_rng(2).normal(size=(3, 5, 4)).astype(np.float32))
+    queries = tf.constant(np.random.default_rng(3).normal(size=(2, 3, 6, 4)).astype(np.float32))
+    scores = tf.matmul(queries, with_pad_row(keys, 1), transpose_b=True).numpy()
+    np.testing.assert_array_equal(scores[..., 0], 0.0)
+    np.testing.assert_array_equal(scores[..., 1:], tf.matmul(queries, keys, transpose_b=True))
 
 
 def test_causal_mask_without_memory():

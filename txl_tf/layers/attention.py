@@ -9,7 +9,7 @@ from txl_tf.layers.dropout import Dropout
 from txl_tf.layers.init import normal
 from txl_tf.layers.layer_norm import fused_add_layer_norm, fused_layer_norm
 from txl_tf.layers.onnx_forms import onnx_forms
-from txl_tf.layers.rel_shift import rel_shift
+from txl_tf.layers.rel_shift import rel_shift_padded, with_pad_row
 from txl_tf.layers.ring_cache import write_rows
 
 
@@ -402,13 +402,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # plain batch matmul: their gradients are batch matmuls too (einsum's
         # are einsums with transposes, slower in bfloat16: benchmarks/NOTES.md).
         q = _heads_first(q, shape[0], shape[1], self.n_head, self.d_head)
-        r = self.position_keys(pos_emb)
+        # A zero encoding first (every layer pads the same tensor, which graph
+        # optimizers pad once): the scores come with the shift's pad column.
+        r = self.position_keys(with_pad_row(pos_emb, 0))  # [H, K + 1, d_head]
         u = tf.reshape(self._w(r_w_bias), [self.n_head, 1, self.d_head])
         w = tf.reshape(self._w(r_r_bias), [self.n_head, 1, self.d_head])
         # The 1/sqrt(d_head) scale goes on the [B, H, T, d] queries, not on
         # the K / d_head times larger scores.
         content = tf.matmul((q + u) * self.scale, k, transpose_b=True)  # [B, H, T, K]
-        position = rel_shift(_by_head((q + w) * self.scale, r))
+        position = rel_shift_padded(_by_head((q + w) * self.scale, r))
         # Hidden keys get -1e30 added (the sum rounds to exactly -1e30): an
         # add, whose gradient is free, in place of a select over [B, H, T, K].
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))  # [B, 1, T, K]

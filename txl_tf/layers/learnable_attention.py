@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from txl_tf.layers.attention import RelativeMultiHeadAttention, _heads_first, _by_head
-from txl_tf.layers.rel_shift import rel_shift
+from txl_tf.layers.rel_shift import rel_shift_padded, with_pad_row
 
 
 @keras.saving.register_keras_serializable(package="txl_tf")
@@ -30,6 +30,8 @@ class LearnableRelativeAttention(RelativeMultiHeadAttention):
         content = tf.matmul(q + u, k, transpose_b=True)  # [B, H, T, K]
         embeddings = tf.transpose(self._w(pos_emb), [1, 0, 2])  # [H, K, d_head]
         biases = tf.transpose(self._w(r_r_bias))[:, None, :] * self.scale  # [H, 1, K]
-        position = rel_shift(_by_head(q, embeddings) + biases)
+        # Zeros first on the distance axis: the scores come with the shift's pad.
+        position = rel_shift_padded(_by_head(q, with_pad_row(embeddings, 1))
+                                    + with_pad_row(biases, 2))
         hidden = tf.where(visible, tf.constant(0.0), tf.constant(-1e30))
         return tf.cast(content + position, tf.float32) + hidden
