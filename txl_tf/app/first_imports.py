@@ -6,11 +6,13 @@ those modules (`WATCHED`) as the other finders do and wraps their loaders;
 once an import is done the module names its own loader again. `import
 txl_tf` imports none of them, and uses this to drop TensorFlow's start-up
 noise (`tf_startup`) and to register its classes with Keras as soon as Keras
-is there (`when_keras_is_imported`). Standard library only.
+is there (`when_keras_is_imported`; while one of its own modules is
+half-imported, not yet). Standard library only.
 """
 import contextlib
 import importlib.abc
 import sys
+import threading
 
 # TensorFlow and Keras, and the packages the library's Keras modules import that import
 # either while they load: a callback waits until none of them is half-imported.
@@ -18,6 +20,8 @@ WATCHED = ("tensorflow", "keras", "keras_hub", "tensorflow_text")
 _around = {}  # module name -> the context manager factory its first import runs in
 _waiting = []  # callbacks of `when_keras_is_imported` not yet called
 _executing = set()  # the watched modules whose first import is running
+_finding = threading.local()  # .names: the names this thread's finder is finding now
+_held = []  # packages whose modules' imports hold the callbacks back too (`when_keras_is_imported`)
 
 
 def install(around=None):
@@ -32,10 +36,15 @@ def install(around=None):
         sys.meta_path.insert(0, _FirstImport())
 
 
-def when_keras_is_imported(callback):
-    """Calls `callback()` once Keras is imported and no first import of a
-    `WATCHED` module is still running (they import each other): now where
-    that is so, else when the import that brings Keras in ends."""
+def when_keras_is_imported(callback, package=None):
+    """Calls `callback()` once Keras is imported, no first import of a
+    `WATCHED` module is still running (they import each other) and no module
+    of `package` is half-imported (`import package.module` whose import
+    imports TensorFlow: a callback that imports the package's modules would
+    find that one without its names): now where that is so, else when the
+    last of those imports ends."""
+    if package is not None and package not in _held:
+        _held.append(package)
     _waiting.append(callback)
     _call_waiting()
 
@@ -49,15 +58,22 @@ def _call_waiting():
 
 class _FirstImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name not in WATCHED:
+        if name not in WATCHED and not name.startswith(tuple(f"{p}." for p in _held)):
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = None if finder is self or find is None else find(name, path, target)
-            if spec is not None:
-                break
-        else:
+        finding = _finding.__dict__.setdefault("names", set())
+        if name in finding:  # asked again by a finder it asked (one that asks the others too)
             return None
+        finding.add(name)
+        try:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                spec = None if finder is self or find is None else find(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            finding.discard(name)
         if hasattr(spec.loader, "exec_module"):
             spec.loader = _WatchedLoader(spec.loader, name)
         return spec
