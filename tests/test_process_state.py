@@ -271,3 +271,39 @@ def test_python_absl_lines_of_another_thread_are_not_start_up_noise():
     assert NOISE.match("W0000 00:00:1796169815.269366    5422 cpu_feature_guard.cc:12] AVX")
     assert not NOISE.match("W1202 02:45:13.225713 140444690278080 serve.py:6] disk almost full")
     assert not NOISE.match("I1202 02:45:13.225713 140444690278080 __init__.py:61] loaded")
+
+
+
+def test_a_callback_waits_for_its_own_threads_half_imported_module_only(tmp_path, monkeypatch):
+    """`when_keras_is_imported(callback, package)` (Keras imported here):
+    inside an import of one of the package's modules the callback waits for
+    that import to end (it would find the module without its names); another
+    thread's call runs it at once (a module another thread half-imports is
+    behind its import lock, not partial) instead of leaving it pending until
+    that import ends."""
+    from txl_tf.app.first_imports import when_keras_is_imported
+    package = tmp_path / "held_by_first_imports"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "registers.py").write_text(
+        "import sys\nfrom txl_tf.app.first_imports import when_keras_is_imported\n"
+        "when_keras_is_imported(lambda: sys.modules['__log__'].append(DONE))\nDONE = 'done'\n")
+    (package / "waits.py").write_text(
+        "import sys\nsys.modules['__log__'].append('started')\n"
+        "sys.modules['__log__'].release.wait(60)\n")
+    log = types.SimpleNamespace(entries=[], release=threading.Event())
+    log.append = log.entries.append
+    monkeypatch.setitem(sys.modules, "__log__", log)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    when_keras_is_imported(lambda: None, package="held_by_first_imports")
+    import held_by_first_imports.registers  # noqa: F401
+    assert log.entries == ["done"]
+    importing = threading.Thread(target=__import__, args=("held_by_first_imports.waits",))
+    importing.start()
+    while "started" not in log.entries:
+        importing.join(0.01)
+    when_keras_is_imported(lambda: log.append("another thread"))
+    seen = list(log.entries)
+    log.release.set()
+    importing.join(60)
+    assert seen == ["done", "started", "another thread"]

@@ -15,12 +15,14 @@ import sys
 import threading
 
 # TensorFlow and Keras, and the packages the library's Keras modules import that import
-# either while they load: a callback waits until none of them is half-imported.
+# either while they load: a callback waits until its thread half-imports none of them.
 WATCHED = ("tensorflow", "keras", "keras_hub", "tensorflow_text")
 _around = {}  # module name -> the context manager factory its first import runs in
 _waiting = []  # callbacks of `when_keras_is_imported` not yet called
-_executing = set()  # the watched modules whose first import is running
-_finding = threading.local()  # .names: the names this thread's finder is finding now
+# Per thread (a module half-imported by another thread is behind its import lock, not
+# partial): .executing, the watched modules whose first import runs in it; .finding, the
+# names its finder is finding.
+_thread = threading.local()
 _held = []  # packages whose modules' imports hold the callbacks back too (`when_keras_is_imported`)
 
 
@@ -37,30 +39,38 @@ def install(around=None):
 
 
 def when_keras_is_imported(callback, package=None):
-    """Calls `callback()` once Keras is imported, no first import of a
-    `WATCHED` module is still running (they import each other) and no module
-    of `package` is half-imported (`import package.module` whose import
-    imports TensorFlow: a callback that imports the package's modules would
-    find that one without its names): now where that is so, else when the
-    last of those imports ends."""
+    """Calls `callback()` once Keras is imported and, in the thread that
+    calls it, no first import of a `WATCHED` module is still running (they
+    import each other) nor any import of a module of `package` (`import
+    package.module` whose import imports TensorFlow: a callback that imports
+    the package's modules would find that one without its names): now where
+    that is so, else when the last of those imports ends."""
     if package is not None and package not in _held:
         _held.append(package)
     _waiting.append(callback)
     _call_waiting()
 
 
+def _in_thread(name):
+    return _thread.__dict__.setdefault(name, set())
+
+
 def _call_waiting():
-    if _executing or "keras" not in sys.modules:
+    if _in_thread("executing") or "keras" not in sys.modules:
         return
     while _waiting:
-        _waiting.pop(0)()
+        try:
+            callback = _waiting.pop(0)
+        except IndexError:  # another thread took the last
+            return
+        callback()
 
 
 class _FirstImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name not in WATCHED and not name.startswith(tuple(f"{p}." for p in _held)):
             return None
-        finding = _finding.__dict__.setdefault("names", set())
+        finding = _in_thread("finding")
         if name in finding:  # asked again by a finder it asked (one that asks the others too)
             return None
         finding.add(name)
@@ -92,11 +102,11 @@ class _WatchedLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        _executing.add(self._name)
+        _in_thread("executing").add(self._name)
         try:
             with _around.get(self._name, contextlib.nullcontext)():
                 self._loader.exec_module(module)
         finally:
-            _executing.discard(self._name)
+            _in_thread("executing").discard(self._name)
             module.__loader__ = module.__spec__.loader = self._loader
         _call_waiting()
