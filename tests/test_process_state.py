@@ -249,6 +249,28 @@ def test_tensorflows_first_import_with_sys_stderr_set_to_none(tmp_path):
     assert (done.stdout, done.stderr) == ("imported\n", "a line of another kind\n")
 
 
+def test_tensorflows_first_import_beside_a_stderr_nobody_reads(tmp_path):
+    """stderr a pipe whose reader is gone: TensorFlow's C++ lines fail to
+    write there without a word; the quiet import's replay of a line that is
+    not noise raised BrokenPipeError, and `import tensorflow` with it."""
+    stand_in = ("import ctypes, types\n"
+                "line = b'E0000 00:00:1.0 1 some_op.cc:12] an error of another kind\\n'\n"
+                "ctypes.CDLL(None).write(2, line, len(line))\n"
+                "config = types.SimpleNamespace(list_physical_devices=list)\n")
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(stand_in)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow; print('ok')"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=write,
+                              text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.stdout == "ok\n"
+
+
 def test_a_second_finder_that_asks_the_others_does_not_recurse(tmp_path):
     """Another finder at the head of `sys.meta_path` that, like this one,
     asks the others (here this one's module reloaded and installed again):

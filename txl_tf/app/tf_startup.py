@@ -103,8 +103,11 @@ def _flush_stderr():
 
 def _replay(text):
     kept = "".join(line for line in text.splitlines(keepends=True) if not NOISE.match(line))
-    if kept and sys.stderr is None:  # where the lines would have gone
-        os.write(2, kept.encode("utf-8", errors="replace"))
-    elif kept:
-        sys.stderr.write(kept)
-        sys.stderr.flush()
+    try:
+        if kept and sys.stderr is None:  # where the lines would have gone
+            os.write(2, kept.encode("utf-8", errors="replace"))
+        elif kept:
+            sys.stderr.write(kept)
+            sys.stderr.flush()
+    except (OSError, ValueError):  # stderr a closed pipe: TensorFlow's own writes fail silently
+        pass
