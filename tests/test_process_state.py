@@ -271,6 +271,32 @@ def test_tensorflows_first_import_beside_a_stderr_nobody_reads(tmp_path):
     assert done.stdout == "ok\n"
 
 
+TEE = """
+import io, sys, txl_tf
+class Tee(io.TextIOBase):
+    def write(self, text):
+        sys.__stderr__.write(text)
+        return kept.write(text)
+    def flush(self):
+        sys.__stderr__.flush()
+kept = io.StringIO()
+sys.stderr = Tee()
+import tensorflow
+print(repr(kept.getvalue()))
+"""
+
+
+def test_a_line_through_a_stderr_tee_during_tensorflows_import_is_written_once(tmp_path):
+    """`sys.stderr` a tee (the terminal and a log): a line that reached the
+    descriptor through it while TensorFlow's import held that (another
+    thread's, or TensorFlow's own Python warning) was replayed through
+    `sys.stderr`, so the log had it twice; it goes back to the descriptor."""
+    done = _run_beside(tmp_path, TEE, tensorflow="import sys\nprint('a warning', file=sys.stderr)\n"
+                       "config = type(sys)('config')\nconfig.list_physical_devices = list\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("'a warning\\n'\n", "a warning\n")
+
+
 def test_a_second_finder_that_asks_the_others_does_not_recurse(tmp_path):
     """Another finder at the head of `sys.meta_path` that, like this one,
     asks the others (here this one's module reloaded and installed again):

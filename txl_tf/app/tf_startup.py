@@ -60,7 +60,9 @@ def _quiet_start():
 @contextlib.contextmanager
 def _noise_dropped():
     """File descriptor 2 into a temporary file for the block; then the lines
-    that are not `NOISE` written to stderr."""
+    that are not `NOISE` written back to it, as they came (not through
+    `sys.stderr`: a line a Python stream wrote to the descriptor, a tee's
+    too, would have been written twice where that stream also writes)."""
     try:
         _flush_stderr()
         saved = os.dup(2)
@@ -78,7 +80,7 @@ def _noise_dropped():
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            _replay(capture.read().decode("utf-8", errors="replace"))
+            _replay(capture.read())
 
 
 def require_tensorflow_backend():
@@ -101,13 +103,11 @@ def _flush_stderr():
         flush()
 
 
-def _replay(text):
-    kept = "".join(line for line in text.splitlines(keepends=True) if not NOISE.match(line))
+def _replay(data):
+    kept = memoryview(b"".join(line for line in data.splitlines(keepends=True)
+                               if not NOISE.match(line.decode("utf-8", errors="replace"))))
     try:
-        if kept and sys.stderr is None:  # where the lines would have gone
-            os.write(2, kept.encode("utf-8", errors="replace"))
-        elif kept:
-            sys.stderr.write(kept)
-            sys.stderr.flush()
-    except (OSError, ValueError):  # stderr a closed pipe: TensorFlow's own writes fail silently
+        while kept:
+            kept = kept[os.write(2, kept):]
+    except OSError:  # stderr a closed pipe: TensorFlow's own writes fail silently
         pass
