@@ -197,3 +197,161 @@ def test_tensorflows_first_import_anywhere_drops_only_its_start_up_noise(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == "True True\n"
     assert done.stderr == "a line of another kind\n"
+
+
+def _run_beside(tmp_path, code, **stand_ins):
+    """Runs `code` in a fresh process whose `PYTHONPATH` puts a stand-in
+    package (`name=its __init__.py`) of each of `stand_ins` first."""
+    for name, source in stand_ins.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(source)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("first", ["import txl_tf.layers.memory",
+                                   "import txl_tf.models.transformer_xl"])
+def test_a_module_of_the_package_as_the_first_import_registers_every_class(tmp_path, first):
+    """A package module whose import imports TensorFlow (and with it Keras)
+    as a process's first import: the registration, run when Keras came in,
+    met that module half-imported, failed with it, and left the modules
+    after it unregistered (`keras.models.load_model` could not find
+    `TransformerXLLM`); it now waits for the module's import to end."""
+    done = _run_beside(tmp_path, f"{first}\nimport keras\n"
+                       "print(keras.saving.get_registered_object('txl_tf>TransformerXLLM'), "
+                       "keras.saving.get_registered_object('txl_tf>TransformerXL'))\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["<class", "'txl_tf.model.TransformerXLLM'>", "<class",
+                                   "'txl_tf.core.TransformerXL'>"]
+
+
+def test_a_broken_keras_hub_fails_the_names_that_need_it_not_import_keras(tmp_path):
+    """keras-hub for another Keras (its import raises, not an ImportError):
+    a plain `import keras` after `import txl_tf` raised its error (the
+    registration runs inside Keras's import); now Keras imports, and the
+    names that need keras-hub raise it when used."""
+    done = _run_beside(tmp_path, "import txl_tf\nimport keras\nprint(keras.__name__)\n"
+                       "try:\n    txl_tf.TransformerXLCausalLM\n"
+                       "except AttributeError as error:\n    print(error)\n",
+                       keras_hub="raise AttributeError('keras-hub needs another Keras')\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "keras\nkeras-hub needs another Keras\n"
+
+
+def test_tensorflows_first_import_with_sys_stderr_set_to_none(tmp_path):
+    """A program that sets `sys.stderr` to None (a GUI, a daemon): the quiet
+    import failed on `None.flush` (`import tensorflow` raised); its lines
+    that are not noise go to file descriptor 2, as without the package."""
+    done = _run_beside(tmp_path, "import sys, txl_tf\nsys.stderr = None\nimport tensorflow\n"
+                       "print('imported')\n", tensorflow=STAND_IN_TENSORFLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("imported\n", "a line of another kind\n")
+
+
+def test_tensorflows_first_import_beside_a_stderr_nobody_reads(tmp_path):
+    """stderr a pipe whose reader is gone: TensorFlow's C++ lines fail to
+    write there without a word; the quiet import's replay of a line that is
+    not noise raised BrokenPipeError, and `import tensorflow` with it."""
+    stand_in = ("import ctypes, types\n"
+                "line = b'E0000 00:00:1.0 1 some_op.cc:12] an error of another kind\\n'\n"
+                "ctypes.CDLL(None).write(2, line, len(line))\n"
+                "config = types.SimpleNamespace(list_physical_devices=list)\n")
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(stand_in)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow; print('ok')"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=write,
+                              text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.stdout == "ok\n"
+
+
+TEE = """
+import io, sys, txl_tf
+class Tee(io.TextIOBase):
+    def write(self, text):
+        sys.__stderr__.write(text)
+        return kept.write(text)
+    def flush(self):
+        sys.__stderr__.flush()
+kept = io.StringIO()
+sys.stderr = Tee()
+import tensorflow
+print(repr(kept.getvalue()))
+"""
+
+
+def test_a_line_through_a_stderr_tee_during_tensorflows_import_is_written_once(tmp_path):
+    """`sys.stderr` a tee (the terminal and a log): a line that reached the
+    descriptor through it while TensorFlow's import held that (another
+    thread's, or TensorFlow's own Python warning) was replayed through
+    `sys.stderr`, so the log had it twice; it goes back to the descriptor."""
+    done = _run_beside(tmp_path, TEE, tensorflow="import sys\nprint('a warning', file=sys.stderr)\n"
+                       "config = type(sys)('config')\nconfig.list_physical_devices = list\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("'a warning\\n'\n", "a warning\n")
+
+
+def test_a_second_finder_that_asks_the_others_does_not_recurse(tmp_path):
+    """Another finder at the head of `sys.meta_path` that, like this one,
+    asks the others (here this one's module reloaded and installed again):
+    each asked the other without end (RecursionError on `import
+    tensorflow`)."""
+    done = _run_beside(tmp_path, "import importlib, txl_tf\n"
+                       "from txl_tf.app import first_imports, tf_startup\n"
+                       "importlib.reload(first_imports)\ntf_startup.install_quiet_import()\n"
+                       "import tensorflow\nprint('imported')\n", tensorflow=STAND_IN_TENSORFLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("imported\n", "a line of another kind\n")
+
+
+def test_python_absl_lines_of_another_thread_are_not_start_up_noise():
+    """TensorFlow's first import captures file descriptor 2 for the whole
+    process: a warning that another thread logs through absl then (`W...
+    script.py:6]`) was dropped with the C++ lines it looks like."""
+    from txl_tf.app.tf_startup import NOISE
+    assert NOISE.match("I0000 00:00:1796169815.269366    5422 port.cc:153] oneDNN custom")
+    assert NOISE.match("W0000 00:00:1796169815.269366    5422 cpu_feature_guard.cc:12] AVX")
+    assert not NOISE.match("W1202 02:45:13.225713 140444690278080 serve.py:6] disk almost full")
+    assert not NOISE.match("I1202 02:45:13.225713 140444690278080 __init__.py:61] loaded")
+
+
+
+def test_a_callback_waits_for_its_own_threads_half_imported_module_only(tmp_path, monkeypatch):
+    """`when_keras_is_imported(callback, package)` (Keras imported here):
+    inside an import of one of the package's modules the callback waits for
+    that import to end (it would find the module without its names); another
+    thread's call runs it at once (a module another thread half-imports is
+    behind its import lock, not partial) instead of leaving it pending until
+    that import ends."""
+    from txl_tf.app.first_imports import when_keras_is_imported
+    package = tmp_path / "held_by_first_imports"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "registers.py").write_text(
+        "import sys\nfrom txl_tf.app.first_imports import when_keras_is_imported\n"
+        "when_keras_is_imported(lambda: sys.modules['__log__'].append(DONE))\nDONE = 'done'\n")
+    (package / "waits.py").write_text(
+        "import sys\nsys.modules['__log__'].append('started')\n"
+        "sys.modules['__log__'].release.wait(60)\n")
+    log = types.SimpleNamespace(entries=[], release=threading.Event())
+    log.append = log.entries.append
+    monkeypatch.setitem(sys.modules, "__log__", log)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    when_keras_is_imported(lambda: None, package="held_by_first_imports")
+    import held_by_first_imports.registers  # noqa: F401
+    assert log.entries == ["done"]
+    importing = threading.Thread(target=__import__, args=("held_by_first_imports.waits",))
+    importing.start()
+    while "started" not in log.entries:
+        importing.join(0.01)
+    when_keras_is_imported(lambda: log.append("another thread"))
+    seen = list(log.entries)
+    log.release.set()
+    importing.join(60)
+    assert seen == ["done", "started", "another thread"]

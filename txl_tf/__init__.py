@@ -71,15 +71,19 @@ _TENSORFLOW_NAMES = {
 def _register_with_keras():
     """Imports the modules of `_TENSORFLOW_NAMES`, whose classes (and those
     of the modules they import) Keras finds by registered name when it loads
-    a `.keras` file or a keras-hub preset; on another Keras backend, none."""
+    a `.keras` file or a keras-hub preset; on another Keras backend, none.
+    It runs inside the import that brought Keras in (the user's `import
+    keras`): a module that fails (a dependency missing, or one for another
+    Keras) is not that import's to fail, nor the others' to go unregistered;
+    its name raises the error when used."""
     import keras
     if keras.config.backend() != "tensorflow":
         return
-    try:
-        for module in dict.fromkeys(_TENSORFLOW_NAMES.values()):
+    for module in dict.fromkeys(_TENSORFLOW_NAMES.values()):
+        try:
             importlib.import_module(module)
-    except ImportError:  # a dependency missing: not Keras's import to fail; the names say it
-        pass
+        except Exception:  # noqa: BLE001 (see above)
+            pass
 
 __all__ = ["PRESETS", "ConfigError", "DecodeState", "Decoder", "Generation", "InputError", "Memory",
            "NonFiniteLogProbsError", "NonFiniteMemoryError", "ReplicaClippedAdam", "Sampling",
@@ -115,5 +119,6 @@ def __dir__():
 
 
 # Keras comes with TensorFlow (each imports the other): where it is imported,
-# now or later, the classes are registered.
-when_keras_is_imported(_register_with_keras)
+# now or later, the classes are registered (after the package's module whose
+# import imported it, when one did: `import txl_tf.core` as a first import).
+when_keras_is_imported(_register_with_keras, package="txl_tf")

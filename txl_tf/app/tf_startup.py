@@ -22,7 +22,7 @@ from txl_tf.app import first_imports
 
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
-    r"|[IW]\d{4} [\d:. ]+\d+ [\w.]+:\d+\]"                 # C++ INFO / WARNING lines
+    r"|[IW]\d{4} [\d:. ]+\d+ [\w.]+(?<!\.py):\d+\]"  # C++ INFO / WARNING (not Python's absl)
     r"|E\d{4} [\d:. ]+\d+ [\w.]+:\d+\] .*(cuInit|CUDA|cuda|cuDNN|cuFFT|cuBLAS|factory)"
     r"|To enable the following instructions:)")
 
@@ -60,9 +60,11 @@ def _quiet_start():
 @contextlib.contextmanager
 def _noise_dropped():
     """File descriptor 2 into a temporary file for the block; then the lines
-    that are not `NOISE` written to stderr."""
+    that are not `NOISE` written back to it, as they came (not through
+    `sys.stderr`: a line a Python stream wrote to the descriptor, a tee's
+    too, would have been written twice where that stream also writes)."""
     try:
-        sys.stderr.flush()
+        _flush_stderr()
         saved = os.dup(2)
     except (OSError, ValueError):  # no usable fd 2: nothing to protect
         saved = None
@@ -74,11 +76,11 @@ def _noise_dropped():
         try:
             yield
         finally:
-            sys.stderr.flush()
+            _flush_stderr()
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            _replay(capture.read().decode("utf-8", errors="replace"))
+            _replay(capture.read())
 
 
 def require_tensorflow_backend():
@@ -95,8 +97,17 @@ def require_tensorflow_backend():
                           f"KERAS_BACKEND or set it to 'tensorflow'")
 
 
-def _replay(text):
-    kept = [line for line in text.splitlines(keepends=True) if not NOISE.match(line)]
-    if kept:
-        sys.stderr.write("".join(kept))
-        sys.stderr.flush()
+def _flush_stderr():
+    flush = getattr(sys.stderr, "flush", None)  # a program may set sys.stderr to None
+    if flush is not None:
+        flush()
+
+
+def _replay(data):
+    kept = memoryview(b"".join(line for line in data.splitlines(keepends=True)
+                               if not NOISE.match(line.decode("utf-8", errors="replace"))))
+    try:
+        while kept:
+            kept = kept[os.write(2, kept):]
+    except OSError:  # stderr a closed pipe: TensorFlow's own writes fail silently
+        pass
