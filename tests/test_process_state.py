@@ -321,7 +321,6 @@ def test_python_absl_lines_of_another_thread_are_not_start_up_noise():
     assert not NOISE.match("I1202 02:45:13.225713 140444690278080 __init__.py:61] loaded")
 
 
-
 def test_a_callback_waits_for_its_own_threads_half_imported_module_only(tmp_path, monkeypatch):
     """`when_keras_is_imported(callback, package)` (Keras imported here):
     inside an import of one of the package's modules the callback waits for
@@ -348,7 +347,7 @@ def test_a_callback_waits_for_its_own_threads_half_imported_module_only(tmp_path
     assert log.entries == ["done"]
     importing = threading.Thread(target=__import__, args=("held_by_first_imports.waits",))
     importing.start()
-    while "started" not in log.entries:
+    while "started" not in log.entries and importing.is_alive():
         importing.join(0.01)
     when_keras_is_imported(lambda: log.append("another thread"))
     seen = list(log.entries)
