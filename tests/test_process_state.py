@@ -354,3 +354,31 @@ def test_a_callback_waits_for_its_own_threads_half_imported_module_only(tmp_path
     log.release.set()
     importing.join(60)
     assert seen == ["done", "started", "another thread"]
+
+
+def test_what_tensorflow_writes_before_it_dies_in_its_import_reaches_stderr(tmp_path):
+    """TensorFlow that aborts in its import (a CPU without the instructions
+    it was built for says so, then aborts): its line reached a temporary
+    file that no one read back, and the process died without a word; the
+    filter process passes it on as it comes."""
+    done = _run_beside(tmp_path, "import txl_tf, tensorflow\n", tensorflow=(
+        "import os\n"
+        "os.write(2, b'I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations\\n')\n"
+        "os.write(2, b'This TensorFlow binary needs AVX instructions; this CPU has none\\n')\n"
+        "os.abort()\n"))
+    assert done.returncode != 0
+    assert done.stderr == "This TensorFlow binary needs AVX instructions; this CPU has none\n"
+
+
+def test_a_child_started_during_tensorflows_import_keeps_its_stderr(tmp_path):
+    """A process started while TensorFlow's first import holds stderr
+    inherits what stderr is then: it was the temporary file, gone for good
+    with what the child wrote after the import; it is the filter's pipe,
+    which the filter reads until the child closes it."""
+    child = "import os, time; time.sleep(0.5); os.write(2, b'the child has news\\n')"
+    done = _run_beside(tmp_path, "import txl_tf, tensorflow\ntensorflow.child.wait()\n",
+                       tensorflow=("import subprocess, sys, types\n"
+                                   f"child = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+                                   "config = types.SimpleNamespace(list_physical_devices=list)\n"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == "the child has news\n"

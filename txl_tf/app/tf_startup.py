@@ -5,26 +5,25 @@ TF 2.21 logs through absl before `absl::InitializeLog()` runs, so
 `cudart_stub.cc ... Could not find cuda drivers` or `failed call to cuInit`.
 `install_quiet_import` (run when `txl_tf` is imported) makes TensorFlow's
 first import in the process, whichever module asks for it (`first_imports`),
-run with file descriptor 2 sent to a temporary file while TensorFlow loads
-and lists its devices (which is when cuInit runs); then it restores it and
-replays every captured line that is not such noise, so real errors still
-show. Importing `txl_tf` imports no TensorFlow itself: a process that serves
-an ONNX export never loads it. Only the standard library (and
-`first_imports`) is imported here.
+run with file descriptor 2 sent through a filter process (`stderr_filter`)
+while TensorFlow loads and lists its devices (which is when cuInit runs):
+every line that is not such noise goes on to stderr as it comes, so real
+errors still show, those of a process that dies in the import too. Importing
+`txl_tf` imports no TensorFlow itself: a process that serves an ONNX export
+never loads it. Only the standard library (and `first_imports`) is imported
+here.
 """
 import contextlib
 import os
-import re
+import subprocess
 import sys
-import tempfile
 
-from txl_tf.app import first_imports
+from txl_tf.app import first_imports, stderr_filter
+from txl_tf.app.stderr_filter import NOISE  # noqa: F401 (the lines dropped)
 
-NOISE = re.compile(
-    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
-    r"|[IW]\d{4} [\d:. ]+\d+ [\w.]+(?<!\.py):\d+\]"  # C++ INFO / WARNING (not Python's absl)
-    r"|E\d{4} [\d:. ]+\d+ [\w.]+:\d+\] .*(cuInit|CUDA|cuda|cuDNN|cuFFT|cuBLAS|factory)"
-    r"|To enable the following instructions:)")
+# How long the import waits, once done, for the filter to write its last lines: it ends
+# at once, unless a child process started meanwhile holds its pipe (then it goes on).
+FILTER_WAIT_S = 2.0
 
 
 def quiet_tensorflow_import():
@@ -59,28 +58,47 @@ def _quiet_start():
 
 @contextlib.contextmanager
 def _noise_dropped():
-    """File descriptor 2 into a temporary file for the block; then the lines
-    that are not `NOISE` written back to it, as they came (not through
-    `sys.stderr`: a line a Python stream wrote to the descriptor, a tee's
-    too, would have been written twice where that stream also writes)."""
+    """File descriptor 2 into a `stderr_filter` process for the block (where
+    one starts: else the block runs as it is); the filter's last lines are
+    written before the block's end returns."""
     try:
         _flush_stderr()
         saved = os.dup(2)
     except (OSError, ValueError):  # no usable fd 2: nothing to protect
         saved = None
-    if saved is None:
+    noise_filter = None if saved is None else _start_filter(saved)
+    if noise_filter is None:
+        if saved is not None:
+            os.close(saved)
         yield
         return
-    with tempfile.TemporaryFile(mode="w+b") as capture:
-        os.dup2(capture.fileno(), 2)
+    try:
+        yield
+    finally:
+        _flush_stderr()
+        os.dup2(saved, 2)  # the pipe's last end here closed: the filter reads to its end
+        os.close(saved)
         try:
-            yield
-        finally:
-            _flush_stderr()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            _replay(capture.read())
+            noise_filter.wait(timeout=FILTER_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _start_filter(stderr):
+    """The `stderr_filter` process writing to `stderr` (a descriptor), with
+    file descriptor 2 now its pipe; None where it cannot start."""
+    read, write = os.pipe()
+    try:
+        process = subprocess.Popen([sys.executable, "-I", "-S", stderr_filter.__file__],
+                                   stdin=read, stdout=subprocess.DEVNULL, stderr=stderr)
+    except (OSError, ValueError):  # no interpreter to run (an embedded Python), no processes
+        os.close(write)
+        return None
+    finally:
+        os.close(read)
+    os.dup2(write, 2)
+    os.close(write)
+    return process
 
 
 def require_tensorflow_backend():
@@ -101,13 +119,3 @@ def _flush_stderr():
     flush = getattr(sys.stderr, "flush", None)  # a program may set sys.stderr to None
     if flush is not None:
         flush()
-
-
-def _replay(data):
-    kept = memoryview(b"".join(line for line in data.splitlines(keepends=True)
-                               if not NOISE.match(line.decode("utf-8", errors="replace"))))
-    try:
-        while kept:
-            kept = kept[os.write(2, kept):]
-    except OSError:  # stderr a closed pipe: TensorFlow's own writes fail silently
-        pass

@@ -1,0 +1,55 @@
+"""Copies standard input to standard error without TensorFlow's C++
+start-up noise (`NOISE`), line by line as the lines come.
+
+`tf_startup` runs this file as a process of its own between TensorFlow's
+first import and the process's stderr: what TensorFlow writes there before
+it dies (an abort on a CPU it cannot run on, a failed check) still gets
+through, and so does what a child process started meanwhile writes later
+(it inherited the pipe). Standard library only; run as a script
+(`python -I -S stderr_filter.py`), so it imports nothing of the package.
+"""
+import os
+import re
+
+NOISE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|[IW]\d{4} [\d:. ]+\d+ [\w.]+(?<!\.py):\d+\]"  # C++ INFO / WARNING (not Python's absl)
+    r"|E\d{4} [\d:. ]+\d+ [\w.]+:\d+\] .*(cuInit|CUDA|cuda|cuDNN|cuFFT|cuBLAS|factory)"
+    r"|To enable the following instructions:)")
+
+
+def is_noise(line):
+    """Whether `line` (bytes) is one of TensorFlow's start-up lines."""
+    return NOISE.match(line.decode("utf-8", errors="replace")) is not None
+
+
+def copy_without_noise(source, target):
+    """Copies file descriptor `source` to `target` until its end, each
+    complete line as it comes, without the lines that `is_noise`.
+
+    Args:
+        source: the descriptor read (the pipe).
+        target: the descriptor written (stderr).
+    """
+    pending = b""
+    while True:
+        chunk = os.read(source, 65536)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        _write(target, b"".join(line + b"\n" for line in lines if not is_noise(line)))
+    if pending and not is_noise(pending):
+        _write(target, pending)
+
+
+def _write(target, data):
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(target, view):]
+    except OSError:  # stderr a closed pipe: dropped, as the writer's own would be; read on
+        pass
+
+
+if __name__ == "__main__":
+    copy_without_noise(0, 2)
