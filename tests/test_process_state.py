@@ -382,3 +382,46 @@ def test_a_child_started_during_tensorflows_import_keeps_its_stderr(tmp_path):
                                    "config = types.SimpleNamespace(list_physical_devices=list)\n"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "the child has news\n"
+
+
+# The stand-in's child holds stderr (the filter's pipe) until its stdin closes.
+STAND_IN_WITH_A_CHILD = """
+import subprocess, sys, types
+child = subprocess.Popen([sys.executable, "-c", "import os, sys; sys.stdin.read(); "
+                          "os.write(2, b'the child is done\\\\n')"], stdin=subprocess.PIPE)
+config = types.SimpleNamespace(list_physical_devices=list)
+"""
+
+# Waits for the process's children to be gone, zombies too (Linux's /proc), and prints
+# those left.
+CHILDREN_LEFT = """
+def children():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+        except OSError:  # gone meanwhile
+            continue
+        if int(parent) == os.getpid():
+            found.append(state)
+    return found
+deadline = time.monotonic() + 30
+while children() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(children())
+"""
+
+
+def test_a_filter_that_outlives_the_import_is_reaped_without_a_warning(tmp_path):
+    """A child started during the import holds the filter's pipe past
+    `FILTER_WAIT_S`: the filter's `Popen` went unreferenced while it ran
+    (`ResourceWarning: subprocess ... is still running`) and, once it ended,
+    stayed a zombie for the process's life."""
+    code = ("import os, time, warnings, txl_tf\nwarnings.simplefilter('default')\n"
+            "from txl_tf.app import tf_startup\ntf_startup.FILTER_WAIT_S = 0.1\n"
+            "import tensorflow\ntensorflow.child.stdin.close()\ntensorflow.child.wait()\n"
+            + CHILDREN_LEFT)
+    done = _run_beside(tmp_path, code, tensorflow=STAND_IN_WITH_A_CHILD)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("[]\n", "the child is done\n")

@@ -17,12 +17,14 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 
 from txl_tf.app import first_imports, stderr_filter
 from txl_tf.app.stderr_filter import NOISE  # noqa: F401 (the lines dropped)
 
 # How long the import waits, once done, for the filter to write its last lines: it ends
-# at once, unless a child process started meanwhile holds its pipe (then it goes on).
+# at once, unless a child process started meanwhile holds its pipe (then it goes on, and a
+# thread waits for it).
 FILTER_WAIT_S = 2.0
 
 
@@ -80,8 +82,9 @@ def _noise_dropped():
         os.close(saved)
         try:
             noise_filter.wait(timeout=FILTER_WAIT_S)
-        except subprocess.TimeoutExpired:
-            pass
+        except subprocess.TimeoutExpired:  # reaped when it ends (no zombie, no ResourceWarning)
+            threading.Thread(target=noise_filter.wait, name="txl_tf stderr filter",
+                             daemon=True).start()
 
 
 def _start_filter(stderr):
