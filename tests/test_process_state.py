@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -382,6 +383,28 @@ def test_a_child_started_during_tensorflows_import_keeps_its_stderr(tmp_path):
                                    "config = types.SimpleNamespace(list_physical_devices=list)\n"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "the child has news\n"
+
+
+def test_ctrl_c_during_tensorflows_import_is_one_keyboard_interrupt(tmp_path):
+    """Ctrl-C reaches the whole foreground process group: the filter, in it,
+    died with a traceback of its own, and what the import wrote after (a
+    `finally`, the user's handler) reached a pipe no one read."""
+    stand_in = ("import os, signal, time\n"
+                "try:\n"
+                "    os.killpg(0, signal.SIGINT)\n"
+                "    time.sleep(60)\n"
+                "finally:\n"
+                "    os.write(2, b'the import cleans up\\n')\n")
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(stand_in)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120,
+                          start_new_session=True)  # its own group, for the test's SIGINT
+    assert done.returncode == -signal.SIGINT, done.stderr[-3000:]
+    assert done.stderr.startswith("the import cleans up\nTraceback"), done.stderr[-3000:]
+    assert done.stderr.count("Traceback") == 1, done.stderr[-3000:]
+    assert done.stderr.endswith("\nKeyboardInterrupt\n"), done.stderr[-3000:]
 
 
 # The stand-in's child holds stderr (the filter's pipe) until its stdin closes.

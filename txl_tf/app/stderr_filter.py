@@ -10,6 +10,7 @@ through, and so does what a child process started meanwhile writes later
 """
 import os
 import re
+import signal
 
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
@@ -52,4 +53,5 @@ def _write(target, data):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's (Windows: no sessions)
     copy_without_noise(0, 2)

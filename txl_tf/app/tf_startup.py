@@ -92,8 +92,11 @@ def _start_filter(stderr):
     file descriptor 2 now its pipe; None where it cannot start."""
     read, write = os.pipe()
     try:
+        # A session of its own: the terminal's Ctrl-C (SIGINT to its foreground process
+        # group) is the importing process's, not the filter's, which reads on to the end.
         process = subprocess.Popen([sys.executable, "-I", "-S", stderr_filter.__file__],
-                                   stdin=read, stdout=subprocess.DEVNULL, stderr=stderr)
+                                   stdin=read, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   start_new_session=True)
     except (OSError, ValueError):  # no interpreter to run (an embedded Python), no processes
         os.close(write)
         return None
