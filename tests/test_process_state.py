@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import types
+import zipfile
 from pathlib import Path
 
 import keras
@@ -448,3 +449,38 @@ def test_a_filter_that_outlives_the_import_is_reaped_without_a_warning(tmp_path)
     done = _run_beside(tmp_path, code, tensorflow=STAND_IN_WITH_A_CHILD)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (done.stdout, done.stderr) == ("[]\n", "the child is done\n")
+
+
+def test_a_frozen_app_does_not_start_itself_as_the_filter(tmp_path):
+    """In a frozen app (PyInstaller and the like) `sys.executable` is the app:
+    the filter started the app again (which imported TensorFlow and started
+    another), and lines written meanwhile went to an app that did not read
+    them; there TensorFlow's import writes to stderr as it is."""
+    app = tmp_path / "app"
+    app.write_text(f"#!/bin/sh\necho started >> {tmp_path / 'started'}\n")
+    app.chmod(0o755)
+    done = _run_beside(tmp_path, f"import sys, txl_tf\nsys.frozen = True\n"
+                       f"sys.executable = {str(app)!r}\nimport tensorflow\n",
+                       tensorflow=STAND_IN_TENSORFLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "started").exists()
+    assert "a line of another kind\n" in done.stderr
+
+
+def test_txl_tf_imported_from_a_zip_archive_still_drops_the_noise(tmp_path):
+    """The package in a zip archive (a zipapp): the filter's file is no file
+    to run (python said "can't find '__main__' module" and ended), and every
+    line written during the import went to a pipe no one read."""
+    archive = tmp_path / "txl_tf.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in (REPO / "txl_tf").rglob("*.py"):
+            zipped.write(path, path.relative_to(REPO).as_posix())
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(STAND_IN_TENSORFLOW)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(archive), str(tmp_path)]))
+    done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow\n"
+                           "print(txl_tf.__file__)"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(str(archive))
+    assert done.stderr == "a line of another kind\n"

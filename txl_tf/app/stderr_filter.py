@@ -5,8 +5,9 @@ start-up noise (`NOISE`), line by line as the lines come.
 first import and the process's stderr: what TensorFlow writes there before
 it dies (an abort on a CPU it cannot run on, a failed check) still gets
 through, and so does what a child process started meanwhile writes later
-(it inherited the pipe). Standard library only; run as a script
-(`python -I -S stderr_filter.py`), so it imports nothing of the package.
+(it inherited the pipe). Standard library only; its source is run
+(`python -I -S -c <source>`: the package may be in a zip archive), so it
+imports nothing of the package.
 """
 import os
 import re

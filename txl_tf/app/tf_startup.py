@@ -90,13 +90,15 @@ def _noise_dropped():
 def _start_filter(stderr):
     """The `stderr_filter` process writing to `stderr` (a descriptor), with
     file descriptor 2 now its pipe; None where it cannot start."""
+    command = _filter_command()
+    if command is None:
+        return None
     read, write = os.pipe()
     try:
         # A session of its own: the terminal's Ctrl-C (SIGINT to its foreground process
         # group) is the importing process's, not the filter's, which reads on to the end.
-        process = subprocess.Popen([sys.executable, "-I", "-S", stderr_filter.__file__],
-                                   stdin=read, stdout=subprocess.DEVNULL, stderr=stderr,
-                                   start_new_session=True)
+        process = subprocess.Popen(command, stdin=read, stdout=subprocess.DEVNULL,
+                                   stderr=stderr, start_new_session=True)
     except (OSError, ValueError):  # no interpreter to run (an embedded Python), no processes
         os.close(write)
         return None
@@ -105,6 +107,19 @@ def _start_filter(stderr):
     os.dup2(write, 2)
     os.close(write)
     return process
+
+
+def _filter_command():
+    """The command that runs `stderr_filter` (its source, not its file: the
+    package may be in a zip archive); None in a frozen app, whose
+    `sys.executable` is the app itself, or where the source is not there."""
+    if getattr(sys, "frozen", False):
+        return None
+    try:
+        source = stderr_filter.__loader__.get_source(stderr_filter.__name__)
+    except (ImportError, OSError):
+        return None
+    return None if source is None else [sys.executable, "-I", "-S", "-c", source]
 
 
 def require_tensorflow_backend():
