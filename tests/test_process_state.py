@@ -484,3 +484,22 @@ def test_txl_tf_imported_from_a_zip_archive_still_drops_the_noise(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(str(archive))
     assert done.stderr == "a line of another kind\n"
+
+
+@pytest.mark.parametrize("executable", ["exit 2", "exec sleep 60"])
+def test_a_sys_executable_that_is_no_python_leaves_stderr_as_it_is(tmp_path, executable):
+    """`sys.executable` that is no Python (uWSGI's is the uwsgi binary): it
+    took the filter's arguments for its own, and ended (`exit 2`) or ran on
+    (`exec sleep 60`) without reading the pipe, and the lines of the import
+    were lost (or `print` to stderr raised BrokenPipeError); now the filter
+    must say it runs before it gets stderr, else stderr stays as it is."""
+    app = tmp_path / "app"
+    app.write_text(f"#!/bin/sh\n{executable}\n")
+    app.chmod(0o755)
+    code = (f"import os, sys, time, txl_tf\nsys.executable = {str(app)!r}\n"
+            "from txl_tf.app import tf_startup\ntf_startup.FILTER_START_S = 0.5\n"
+            "import tensorflow\n" + CHILDREN_LEFT)
+    done = _run_beside(tmp_path, code, tensorflow=STAND_IN_TENSORFLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "[]\n"
+    assert "a line of another kind\n" in done.stderr

@@ -18,6 +18,7 @@ NOISE = re.compile(
     r"|[IW]\d{4} [\d:. ]+\d+ [\w.]+(?<!\.py):\d+\]"  # C++ INFO / WARNING (not Python's absl)
     r"|E\d{4} [\d:. ]+\d+ [\w.]+:\d+\] .*(cuInit|CUDA|cuda|cuDNN|cuFFT|cuBLAS|factory)"
     r"|To enable the following instructions:)")
+READY = b"ready\n"  # written to standard output as it starts to copy
 
 
 def is_noise(line):
@@ -55,4 +56,5 @@ def _write(target, data):
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's (Windows: no sessions)
+    os.write(1, READY)
     copy_without_noise(0, 2)

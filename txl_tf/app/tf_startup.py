@@ -26,6 +26,8 @@ from txl_tf.app.stderr_filter import NOISE  # noqa: F401 (the lines dropped)
 # at once, unless a child process started meanwhile holds its pipe (then it goes on, and a
 # thread waits for it).
 FILTER_WAIT_S = 2.0
+# How long the import waits for the filter to say it runs (else stderr stays as it is).
+FILTER_START_S = 10.0
 
 
 def quiet_tensorflow_import():
@@ -97,16 +99,36 @@ def _start_filter(stderr):
     try:
         # A session of its own: the terminal's Ctrl-C (SIGINT to its foreground process
         # group) is the importing process's, not the filter's, which reads on to the end.
-        process = subprocess.Popen(command, stdin=read, stdout=subprocess.DEVNULL,
+        process = subprocess.Popen(command, stdin=read, stdout=subprocess.PIPE,
                                    stderr=stderr, start_new_session=True)
     except (OSError, ValueError):  # no interpreter to run (an embedded Python), no processes
         os.close(write)
         return None
     finally:
         os.close(read)
+    if not _says_it_runs(process):  # no Python (uWSGI's sys.executable is uwsgi)
+        os.close(write)
+        process.kill()
+        process.wait()
+        return None
     os.dup2(write, 2)
     os.close(write)
     return process
+
+
+def _says_it_runs(process):
+    """Whether `process` writes `stderr_filter.READY` to its stdout within
+    `FILTER_START_S` (read in a thread: the same on every system)."""
+    said = []
+
+    def read():
+        with process.stdout:
+            said.append(process.stdout.read(len(stderr_filter.READY)))
+
+    reader = threading.Thread(target=read, name="txl_tf stderr filter start", daemon=True)
+    reader.start()
+    reader.join(FILTER_START_S)
+    return said == [stderr_filter.READY]
 
 
 def _filter_command():
