@@ -503,3 +503,31 @@ def test_a_sys_executable_that_is_no_python_leaves_stderr_as_it_is(tmp_path, exe
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == "[]\n"
     assert "a line of another kind\n" in done.stderr
+
+
+# The stand-in kills the filter (its process's one child), then writes to a
+# `sys.stderr` that buffers (the user's), left for the flush at the import's end.
+STAND_IN_THAT_KILLS_THE_FILTER = """
+import os, signal, sys, types
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and parent(p) == os.getpid())
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+sys.stderr.write("a line the import leaves unflushed\\n")
+config = types.SimpleNamespace(list_physical_devices=list)
+"""
+
+
+def test_stderr_is_back_after_the_import_though_its_last_flush_fails(tmp_path):
+    """The filter gone during the import (killed), `sys.stderr` a stream that
+    buffers: its flush at the import's end raised BrokenPipeError before file
+    descriptor 2 was restored, which stayed the dead pipe for the process's
+    life (every later line lost), and failed the import; it is restored
+    whatever the flush does, and what it could not write is written after."""
+    code = ("import os, sys, txl_tf\nsys.stderr = open(2, 'w', closefd=False)\n"
+            "import tensorflow\nos.write(2, b'after the import\\n')\n")
+    done = _run_beside(tmp_path, code, tensorflow=STAND_IN_THAT_KILLS_THE_FILTER)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == "after the import\na line the import leaves unflushed\n"

@@ -79,7 +79,8 @@ def _noise_dropped():
     try:
         yield
     finally:
-        _flush_stderr()
+        with contextlib.suppress(OSError, ValueError):  # the filter killed: flushed after
+            _flush_stderr()
         os.dup2(saved, 2)  # the pipe's last end here closed: the filter reads to its end
         os.close(saved)
         try:
