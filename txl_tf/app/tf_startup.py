@@ -107,14 +107,15 @@ def _start_filter(stderr):
         return None
     finally:
         os.close(read)
-    if not _says_it_runs(process):  # no Python (uWSGI's sys.executable is uwsgi)
-        os.close(write)
-        process.kill()
+    try:
+        if _says_it_runs(process):
+            os.dup2(write, 2)
+            return process
+        process.kill()  # no Python (uWSGI's sys.executable is uwsgi)
         process.wait()
         return None
-    os.dup2(write, 2)
-    os.close(write)
-    return process
+    finally:
+        os.close(write)
 
 
 def _says_it_runs(process):
