@@ -531,3 +531,21 @@ def test_stderr_is_back_after_the_import_though_its_last_flush_fails(tmp_path):
     done = _run_beside(tmp_path, code, tensorflow=STAND_IN_THAT_KILLS_THE_FILTER)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "after the import\na line the import leaves unflushed\n"
+
+
+def test_a_ctrl_c_while_the_import_waits_for_the_filter_leaves_no_zombie(tmp_path):
+    """Ctrl-C (here SIGALRM raising KeyboardInterrupt) while the import's end
+    waits for a filter that a child keeps: the filter's `Popen` went
+    unreferenced while it ran, and it stayed a zombie once it ended."""
+    stand_in = STAND_IN_WITH_A_CHILD + (
+        "import builtins, signal\nbuiltins.stand_in_child = child\n"
+        "signal.signal(signal.SIGALRM, signal.default_int_handler)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.5)\n")
+    code = ("import builtins, os, time, warnings, txl_tf\nwarnings.simplefilter('default')\n"
+            "from txl_tf.app import tf_startup\ntf_startup.FILTER_WAIT_S = 60\n"
+            "try:\n    import tensorflow\nexcept KeyboardInterrupt:\n    print('interrupted')\n"
+            "builtins.stand_in_child.stdin.close()\nbuiltins.stand_in_child.wait()\n"
+            + CHILDREN_LEFT)
+    done = _run_beside(tmp_path, code, tensorflow=stand_in)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("interrupted\n[]\n", "the child is done\n")

@@ -85,9 +85,12 @@ def _noise_dropped():
         os.close(saved)
         try:
             noise_filter.wait(timeout=FILTER_WAIT_S)
-        except subprocess.TimeoutExpired:  # reaped when it ends (no zombie, no ResourceWarning)
-            threading.Thread(target=noise_filter.wait, name="txl_tf stderr filter",
-                             daemon=True).start()
+        except subprocess.TimeoutExpired:
+            pass
+        finally:  # past the wait, or a Ctrl-C in it: reaped when it ends (no zombie)
+            if noise_filter.returncode is None:
+                threading.Thread(target=noise_filter.wait, name="txl_tf stderr filter",
+                                 daemon=True).start()
 
 
 def _start_filter(stderr):
