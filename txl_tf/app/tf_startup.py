@@ -5,10 +5,11 @@ TF 2.21 logs through absl before `absl::InitializeLog()` runs, so
 `cudart_stub.cc ... Could not find cuda drivers` or `failed call to cuInit`.
 `install_quiet_import` (run when `txl_tf` is imported) makes TensorFlow's
 first import in the process, whichever module asks for it (`first_imports`),
-run with file descriptor 2 sent through a filter process (`stderr_filter`)
-while TensorFlow loads and lists its devices (which is when cuInit runs):
-every line that is not such noise goes on to stderr as it comes, so real
-errors still show, those of a process that dies in the import too. Importing
+run with file descriptor 2 sent through a filter process (`stderr_filter`;
+once it says it runs, else stderr stays as it is) while TensorFlow loads
+and lists its devices (which is when cuInit runs): every line that is not
+such noise goes on to stderr as it comes, so real errors still show, those
+of a process that dies in the import too. Importing
 `txl_tf` imports no TensorFlow itself: a process that serves an ONNX export
 never loads it. Only the standard library (and `first_imports`) is imported
 here.
