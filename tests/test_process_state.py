@@ -451,14 +451,20 @@ def test_a_filter_that_outlives_the_import_is_reaped_without_a_warning(tmp_path)
     assert (done.stdout, done.stderr) == ("[]\n", "the child is done\n")
 
 
+def _shell_script(path, line):
+    """An executable file at `path` that runs `line` in sh (a `sys.executable`
+    that is no Python)."""
+    path.write_text(f"#!/bin/sh\n{line}\n")
+    path.chmod(0o755)
+    return path
+
+
 def test_a_frozen_app_does_not_start_itself_as_the_filter(tmp_path):
     """In a frozen app (PyInstaller and the like) `sys.executable` is the app:
     the filter started the app again (which imported TensorFlow and started
     another), and lines written meanwhile went to an app that did not read
     them; there TensorFlow's import writes to stderr as it is."""
-    app = tmp_path / "app"
-    app.write_text(f"#!/bin/sh\necho started >> {tmp_path / 'started'}\n")
-    app.chmod(0o755)
+    app = _shell_script(tmp_path / "app", f"echo started >> {tmp_path / 'started'}")
     done = _run_beside(tmp_path, f"import sys, txl_tf\nsys.frozen = True\n"
                        f"sys.executable = {str(app)!r}\nimport tensorflow\n",
                        tensorflow=STAND_IN_TENSORFLOW)
@@ -493,9 +499,7 @@ def test_a_sys_executable_that_is_no_python_leaves_stderr_as_it_is(tmp_path, exe
     (`exec sleep 60`) without reading the pipe, and the lines of the import
     were lost (or `print` to stderr raised BrokenPipeError); now the filter
     must say it runs before it gets stderr, else stderr stays as it is."""
-    app = tmp_path / "app"
-    app.write_text(f"#!/bin/sh\n{executable}\n")
-    app.chmod(0o755)
+    app = _shell_script(tmp_path / "app", executable)
     code = (f"import os, sys, time, txl_tf\nsys.executable = {str(app)!r}\n"
             "from txl_tf.app import tf_startup\ntf_startup.FILTER_START_S = 0.5\n"
             "import tensorflow\n" + CHILDREN_LEFT)
