@@ -8,10 +8,12 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import types
+import zipfile
 from pathlib import Path
 
 import keras
@@ -382,3 +384,172 @@ def test_a_child_started_during_tensorflows_import_keeps_its_stderr(tmp_path):
                                    "config = types.SimpleNamespace(list_physical_devices=list)\n"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "the child has news\n"
+
+
+def test_ctrl_c_during_tensorflows_import_is_one_keyboard_interrupt(tmp_path):
+    """Ctrl-C reaches the whole foreground process group: the filter, in it,
+    died with a traceback of its own, and what the import wrote after (a
+    `finally`, the user's handler) reached a pipe no one read."""
+    stand_in = ("import os, signal, time\n"
+                "try:\n"
+                "    os.killpg(0, signal.SIGINT)\n"
+                "    time.sleep(60)\n"
+                "finally:\n"
+                "    os.write(2, b'the import cleans up\\n')\n")
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(stand_in)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120,
+                          start_new_session=True)  # its own group, for the test's SIGINT
+    assert done.returncode == -signal.SIGINT, done.stderr[-3000:]
+    assert done.stderr.startswith("the import cleans up\nTraceback"), done.stderr[-3000:]
+    assert done.stderr.count("Traceback") == 1, done.stderr[-3000:]
+    assert done.stderr.endswith("\nKeyboardInterrupt\n"), done.stderr[-3000:]
+
+
+# The stand-in's child holds stderr (the filter's pipe) until its stdin closes.
+STAND_IN_WITH_A_CHILD = """
+import subprocess, sys, types
+child = subprocess.Popen([sys.executable, "-c", "import os, sys; sys.stdin.read(); "
+                          "os.write(2, b'the child is done\\\\n')"], stdin=subprocess.PIPE)
+config = types.SimpleNamespace(list_physical_devices=list)
+"""
+
+# Waits for the process's children to be gone, zombies too (Linux's /proc), and prints
+# those left.
+CHILDREN_LEFT = """
+def children():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+        except OSError:  # gone meanwhile
+            continue
+        if int(parent) == os.getpid():
+            found.append(state)
+    return found
+deadline = time.monotonic() + 30
+while children() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(children())
+"""
+
+
+def test_a_filter_that_outlives_the_import_is_reaped_without_a_warning(tmp_path):
+    """A child started during the import holds the filter's pipe past
+    `FILTER_WAIT_S`: the filter's `Popen` went unreferenced while it ran
+    (`ResourceWarning: subprocess ... is still running`) and, once it ended,
+    stayed a zombie for the process's life."""
+    code = ("import os, time, warnings, txl_tf\nwarnings.simplefilter('default')\n"
+            "from txl_tf.app import tf_startup\ntf_startup.FILTER_WAIT_S = 0.1\n"
+            "import tensorflow\ntensorflow.child.stdin.close()\ntensorflow.child.wait()\n"
+            + CHILDREN_LEFT)
+    done = _run_beside(tmp_path, code, tensorflow=STAND_IN_WITH_A_CHILD)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("[]\n", "the child is done\n")
+
+
+def _shell_script(path, line):
+    """An executable file at `path` that runs `line` in sh (a `sys.executable`
+    that is no Python)."""
+    path.write_text(f"#!/bin/sh\n{line}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_frozen_app_does_not_start_itself_as_the_filter(tmp_path):
+    """In a frozen app (PyInstaller and the like) `sys.executable` is the app:
+    the filter started the app again (which imported TensorFlow and started
+    another), and lines written meanwhile went to an app that did not read
+    them; there TensorFlow's import writes to stderr as it is."""
+    app = _shell_script(tmp_path / "app", f"echo started >> {tmp_path / 'started'}")
+    done = _run_beside(tmp_path, f"import sys, txl_tf\nsys.frozen = True\n"
+                       f"sys.executable = {str(app)!r}\nimport tensorflow\n",
+                       tensorflow=STAND_IN_TENSORFLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "started").exists()
+    assert "a line of another kind\n" in done.stderr
+
+
+def test_txl_tf_imported_from_a_zip_archive_still_drops_the_noise(tmp_path):
+    """The package in a zip archive (a zipapp): the filter's file is no file
+    to run (python said "can't find '__main__' module" and ended), and every
+    line written during the import went to a pipe no one read."""
+    archive = tmp_path / "txl_tf.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in (REPO / "txl_tf").rglob("*.py"):
+            zipped.write(path, path.relative_to(REPO).as_posix())
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(STAND_IN_TENSORFLOW)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(archive), str(tmp_path)]))
+    done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow\n"
+                           "print(txl_tf.__file__)"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(str(archive))
+    assert done.stderr == "a line of another kind\n"
+
+
+@pytest.mark.parametrize("executable", ["exit 2", "exec sleep 60"])
+def test_a_sys_executable_that_is_no_python_leaves_stderr_as_it_is(tmp_path, executable):
+    """`sys.executable` that is no Python (uWSGI's is the uwsgi binary): it
+    took the filter's arguments for its own, and ended (`exit 2`) or ran on
+    (`exec sleep 60`) without reading the pipe, and the lines of the import
+    were lost (or `print` to stderr raised BrokenPipeError); now the filter
+    must say it runs before it gets stderr, else stderr stays as it is."""
+    app = _shell_script(tmp_path / "app", executable)
+    code = (f"import os, sys, time, txl_tf\nsys.executable = {str(app)!r}\n"
+            "from txl_tf.app import tf_startup\ntf_startup.FILTER_START_S = 0.5\n"
+            "import tensorflow\n" + CHILDREN_LEFT)
+    done = _run_beside(tmp_path, code, tensorflow=STAND_IN_TENSORFLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "[]\n"
+    assert "a line of another kind\n" in done.stderr
+
+
+# The stand-in kills the filter (its process's one child), then writes to a
+# `sys.stderr` that buffers (the user's), left for the flush at the import's end.
+STAND_IN_THAT_KILLS_THE_FILTER = """
+import os, signal, sys, types
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and parent(p) == os.getpid())
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+sys.stderr.write("a line the import leaves unflushed\\n")
+config = types.SimpleNamespace(list_physical_devices=list)
+"""
+
+
+def test_stderr_is_back_after_the_import_though_its_last_flush_fails(tmp_path):
+    """The filter gone during the import (killed), `sys.stderr` a stream that
+    buffers: its flush at the import's end raised BrokenPipeError before file
+    descriptor 2 was restored, which stayed the dead pipe for the process's
+    life (every later line lost), and failed the import; it is restored
+    whatever the flush does, and what it could not write is written after."""
+    code = ("import os, sys, txl_tf\nsys.stderr = open(2, 'w', closefd=False)\n"
+            "import tensorflow\nos.write(2, b'after the import\\n')\n")
+    done = _run_beside(tmp_path, code, tensorflow=STAND_IN_THAT_KILLS_THE_FILTER)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == "after the import\na line the import leaves unflushed\n"
+
+
+def test_a_ctrl_c_while_the_import_waits_for_the_filter_leaves_no_zombie(tmp_path):
+    """Ctrl-C (here SIGALRM raising KeyboardInterrupt) while the import's end
+    waits for a filter that a child keeps: the filter's `Popen` went
+    unreferenced while it ran, and it stayed a zombie once it ended."""
+    stand_in = STAND_IN_WITH_A_CHILD + (
+        "import builtins, signal\nbuiltins.stand_in_child = child\n"
+        "signal.signal(signal.SIGALRM, signal.default_int_handler)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.5)\n")
+    code = ("import builtins, os, time, warnings, txl_tf\nwarnings.simplefilter('default')\n"
+            "from txl_tf.app import tf_startup\ntf_startup.FILTER_WAIT_S = 60\n"
+            "try:\n    import tensorflow\nexcept KeyboardInterrupt:\n    print('interrupted')\n"
+            "builtins.stand_in_child.stdin.close()\nbuiltins.stand_in_child.wait()\n"
+            + CHILDREN_LEFT)
+    done = _run_beside(tmp_path, code, tensorflow=stand_in)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("interrupted\n[]\n", "the child is done\n")

@@ -5,17 +5,20 @@ start-up noise (`NOISE`), line by line as the lines come.
 first import and the process's stderr: what TensorFlow writes there before
 it dies (an abort on a CPU it cannot run on, a failed check) still gets
 through, and so does what a child process started meanwhile writes later
-(it inherited the pipe). Standard library only; run as a script
-(`python -I -S stderr_filter.py`), so it imports nothing of the package.
+(it inherited the pipe). Standard library only; its source is run
+(`python -I -S -c <source>`: the package may be in a zip archive), so it
+imports nothing of the package.
 """
 import os
 import re
+import signal
 
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|[IW]\d{4} [\d:. ]+\d+ [\w.]+(?<!\.py):\d+\]"  # C++ INFO / WARNING (not Python's absl)
     r"|E\d{4} [\d:. ]+\d+ [\w.]+:\d+\] .*(cuInit|CUDA|cuda|cuDNN|cuFFT|cuBLAS|factory)"
     r"|To enable the following instructions:)")
+READY = b"ready\n"  # written to standard output as it starts to copy
 
 
 def is_noise(line):
@@ -52,4 +55,6 @@ def _write(target, data):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's (Windows: no sessions)
+    os.write(1, READY)
     copy_without_noise(0, 2)

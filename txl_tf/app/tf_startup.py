@@ -5,10 +5,11 @@ TF 2.21 logs through absl before `absl::InitializeLog()` runs, so
 `cudart_stub.cc ... Could not find cuda drivers` or `failed call to cuInit`.
 `install_quiet_import` (run when `txl_tf` is imported) makes TensorFlow's
 first import in the process, whichever module asks for it (`first_imports`),
-run with file descriptor 2 sent through a filter process (`stderr_filter`)
-while TensorFlow loads and lists its devices (which is when cuInit runs):
-every line that is not such noise goes on to stderr as it comes, so real
-errors still show, those of a process that dies in the import too. Importing
+run with file descriptor 2 sent through a filter process (`stderr_filter`;
+once it says it runs, else stderr stays as it is) while TensorFlow loads
+and lists its devices (which is when cuInit runs): every line that is not
+such noise goes on to stderr as it comes, so real errors still show, those
+of a process that dies in the import too. Importing
 `txl_tf` imports no TensorFlow itself: a process that serves an ONNX export
 never loads it. Only the standard library (and `first_imports`) is imported
 here.
@@ -17,13 +18,17 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 
 from txl_tf.app import first_imports, stderr_filter
 from txl_tf.app.stderr_filter import NOISE  # noqa: F401 (the lines dropped)
 
 # How long the import waits, once done, for the filter to write its last lines: it ends
-# at once, unless a child process started meanwhile holds its pipe (then it goes on).
+# at once, unless a child process started meanwhile holds its pipe (then it goes on, and a
+# thread waits for it).
 FILTER_WAIT_S = 2.0
+# How long the import waits for the filter to say it runs (else stderr stays as it is).
+FILTER_START_S = 10.0
 
 
 def quiet_tensorflow_import():
@@ -75,30 +80,74 @@ def _noise_dropped():
     try:
         yield
     finally:
-        _flush_stderr()
+        with contextlib.suppress(OSError, ValueError):  # the filter killed: flushed after
+            _flush_stderr()
         os.dup2(saved, 2)  # the pipe's last end here closed: the filter reads to its end
         os.close(saved)
         try:
             noise_filter.wait(timeout=FILTER_WAIT_S)
         except subprocess.TimeoutExpired:
             pass
+        finally:  # past the wait, or a Ctrl-C in it: reaped when it ends (no zombie)
+            if noise_filter.returncode is None:
+                threading.Thread(target=noise_filter.wait, name="txl_tf stderr filter",
+                                 daemon=True).start()
 
 
 def _start_filter(stderr):
     """The `stderr_filter` process writing to `stderr` (a descriptor), with
     file descriptor 2 now its pipe; None where it cannot start."""
+    command = _filter_command()
+    if command is None:
+        return None
     read, write = os.pipe()
     try:
-        process = subprocess.Popen([sys.executable, "-I", "-S", stderr_filter.__file__],
-                                   stdin=read, stdout=subprocess.DEVNULL, stderr=stderr)
+        # A session of its own: the terminal's Ctrl-C (SIGINT to its foreground process
+        # group) is the importing process's, not the filter's, which reads on to the end.
+        process = subprocess.Popen(command, stdin=read, stdout=subprocess.PIPE,
+                                   stderr=stderr, start_new_session=True)
     except (OSError, ValueError):  # no interpreter to run (an embedded Python), no processes
         os.close(write)
         return None
     finally:
         os.close(read)
-    os.dup2(write, 2)
-    os.close(write)
-    return process
+    try:
+        if _says_it_runs(process):
+            os.dup2(write, 2)
+            return process
+        process.kill()  # no Python (uWSGI's sys.executable is uwsgi)
+        process.wait()
+        return None
+    finally:
+        os.close(write)
+
+
+def _says_it_runs(process):
+    """Whether `process` writes `stderr_filter.READY` to its stdout within
+    `FILTER_START_S` (read in a thread: the same on every system)."""
+    said = []
+
+    def read():
+        with process.stdout:
+            said.append(process.stdout.read(len(stderr_filter.READY)))
+
+    reader = threading.Thread(target=read, name="txl_tf stderr filter start", daemon=True)
+    reader.start()
+    reader.join(FILTER_START_S)
+    return said == [stderr_filter.READY]
+
+
+def _filter_command():
+    """The command that runs `stderr_filter` (its source, not its file: the
+    package may be in a zip archive); None in a frozen app, whose
+    `sys.executable` is the app itself, or where the source is not there."""
+    if getattr(sys, "frozen", False):
+        return None
+    try:
+        source = stderr_filter.__loader__.get_source(stderr_filter.__name__)
+    except (ImportError, OSError):
+        return None
+    return None if source is None else [sys.executable, "-I", "-S", "-c", source]
 
 
 def require_tensorflow_backend():
