@@ -21,6 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import pytest  # noqa: E402
+# txl_tf first: TensorFlow's import below then drops its start-up noise, as a user's does.
+import txl_tf  # noqa: E402,F401
 import tensorflow as tf  # noqa: E402
 
 from cli_runner import ForkedJobs  # noqa: E402
