@@ -201,6 +201,37 @@ def test_tensorflows_first_import_anywhere_drops_only_its_start_up_noise(tmp_pat
     assert done.stderr == "a line of another kind\n"
 
 
+def test_on_a_machine_with_nvidias_driver_the_cuda_lines_are_kept(tmp_path):
+    """There `failed call to cuInit` (or a CUDA library that does not load)
+    is why TensorFlow uses no GPU: it was dropped as noise everywhere, and a
+    GPU machine trained on its CPU without a word. The other noise still goes."""
+    driver = tmp_path / "nvidia_version"
+    driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.82.07\n")
+    done = _run_beside(tmp_path, "from txl_tf.app import nvidia_driver\n"
+                       f"nvidia_driver.DRIVER_FILE = {str(driver)!r}\n"
+                       "import tensorflow\n",
+                       tensorflow=STAND_IN_TENSORFLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == ("a line of another kind\nE0000 00:00:1796169817.856044    5422 "
+                           "cuda_platform.cc:52] failed call to cuInit: CUDA error\n")
+
+
+def test_on_a_gpu_machine_only_the_gpu_stacks_lines_are_kept():
+    from txl_tf.app.stderr_filter import is_noise
+    cudart = b"I0000 00:00:17.2 5422 cudart_stub.cc:31] Could not find cuda drivers on your machine"
+    dlopen = b"W0000 00:00:17.2 5422 gpu_device.cc:2344] Cannot dlopen some GPU libraries."
+    twice = (b"E0000 00:00:17.2 5422 cuda_fft.cc:467] Unable to register cuFFT factory: "
+             b"Attempting to register factory for plugin cuFFT when one has already been "
+             b"registered")
+    onednn = b"I0000 00:00:17.2 5422 port.cc:153] oneDNN custom operations are on."
+    python = b"W1202 02:45:13.225713 140444690278080 gpu.py:6] the GPU is busy"
+    for line in (cudart, dlopen, twice, onednn):
+        assert is_noise(line)
+    assert not is_noise(cudart, gpu_machine=True) and not is_noise(dlopen, gpu_machine=True)
+    assert is_noise(twice, gpu_machine=True) and is_noise(onednn, gpu_machine=True)
+    assert not is_noise(python) and not is_noise(python, gpu_machine=True)
+
+
 def _run_beside(tmp_path, code, **stand_ins):
     """Runs `code` in a fresh process whose `PYTHONPATH` puts a stand-in
     package (`name=its __init__.py`) of each of `stand_ins` first."""

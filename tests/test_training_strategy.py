@@ -56,3 +56,31 @@ def test_bad_tf_config_and_strategy_names_are_one_clear_error(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"task": {"type": "worker", "index": 0}}')
     with pytest.raises(TxlError, match="--strategy=multi_worker needs TF_CONFIG with a cluster"):
         make_strategy("multi_worker")
+
+
+def test_a_gpu_driver_without_a_gpu_in_tensorflow_is_one_warning():
+    """On a machine with NVIDIA's driver, a TensorFlow that lists no GPU
+    (no CUDA libraries: `pip install tensorflow` on a GPU machine) trained
+    on the CPU without a word; the job now says so, and what to install."""
+    from training.strategy import unused_gpu_warning
+    driver = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.82.07"
+    warning = unused_gpu_warning(driver, [], built_with_cuda=True)
+    assert driver in warning and "lists no GPU" in warning and "[gpu]" in warning
+    assert "lines above say why" in warning
+    assert "built without CUDA" in unused_gpu_warning(driver, [], built_with_cuda=False)
+    assert unused_gpu_warning(None, [], built_with_cuda=True) is None  # no GPU here: nothing
+    assert unused_gpu_warning(driver, ["/physical_device:GPU:0"], built_with_cuda=True) is None
+
+
+def test_the_warning_reads_this_machines_driver_and_tensorflows_gpus(tmp_path, monkeypatch):
+    from txl_tf.app import nvidia_driver
+    from training.strategy import gpu_setup_warning
+    monkeypatch.setattr(nvidia_driver, "DRIVER_FILE", str(tmp_path / "absent"))
+    assert gpu_setup_warning() is None
+    (tmp_path / "version").write_text("NVRM version: NVIDIA UNIX Kernel Module  580.82.07\n"
+                                      "GCC version: gcc 12\n")
+    monkeypatch.setattr(nvidia_driver, "DRIVER_FILE", str(tmp_path / "version"))
+    if tf.config.list_physical_devices("GPU"):
+        assert gpu_setup_warning() is None
+    else:
+        assert "(NVRM version: NVIDIA UNIX Kernel Module  580.82.07)" in gpu_setup_warning()

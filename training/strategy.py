@@ -51,6 +51,34 @@ def choose_strategy(tpu, workers, gpus, cpus):
     return "one_device"
 
 
+def unused_gpu_warning(driver, gpus, built_with_cuda):
+    """What to tell a user whose machine has NVIDIA's GPU driver when
+    TensorFlow lists no GPU (the job would train on the CPU without a word).
+
+    Args:
+        driver: the driver's version line (`nvidia_driver`), None if none.
+        gpus: the GPUs TensorFlow lists.
+        built_with_cuda: whether this TensorFlow is built with CUDA.
+
+    Returns:
+        The warning (str), or None where there is nothing to say.
+    """
+    if driver is None or gpus:
+        return None
+    why = ("TensorFlow's lines above say why" if built_with_cuda
+           else "this TensorFlow is built without CUDA")
+    return (f"this machine has NVIDIA's GPU driver ({driver}) but TensorFlow lists no GPU, so "
+            f"the job runs on the CPU: {why}; the gpu extra (pip install '.[gpu]' in the "
+            "repository) installs TensorFlow with the CUDA libraries it needs")
+
+
+def gpu_setup_warning():
+    """`unused_gpu_warning` of this machine and this TensorFlow."""
+    from txl_tf.app.nvidia_driver import nvidia_driver
+    return unused_gpu_warning(nvidia_driver(), tf.config.list_physical_devices("GPU"),
+                              tf.test.is_built_with_cuda())
+
+
 def one_device(gpus):
     """The device of `one_device`: the first of `gpus` (logical GPU names),
     else the CPU."""

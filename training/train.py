@@ -276,13 +276,16 @@ def run(**options):
         split_cpu(o["num_cpu_devices"])
 
     from training.lock import DirectoryLock, lock_path
-    from training.strategy import make_strategy, worker_info
+    from training.strategy import gpu_setup_warning, make_strategy, worker_info
 
     try:
         strategy = make_strategy(o["strategy"], o["tpu"])
     except ValueError as err:
         raise TrainingError(f"--strategy: {err}") from None
     task_id, is_chief, workers = worker_info(strategy)
+    unused_gpu = gpu_setup_warning()
+    if unused_gpu and is_chief:
+        _warn(unused_gpu)
     if o["log_batches"] and strategy.num_replicas_in_sync > 1:
         raise TrainingError(f"--log_batches needs a single replica; the "
                             f"{type(strategy).__name__} has {strategy.num_replicas_in_sync}")

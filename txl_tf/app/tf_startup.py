@@ -9,7 +9,9 @@ run with file descriptor 2 sent through a filter process (`stderr_filter`;
 once it says it runs, else stderr stays as it is) while TensorFlow loads
 and lists its devices (which is when cuInit runs): every line that is not
 such noise goes on to stderr as it comes, so real errors still show, those
-of a process that dies in the import too. Importing
+of a process that dies in the import too. On a machine with NVIDIA's driver
+(`nvidia_driver`) the CUDA and GPU lines are not noise: they say why
+TensorFlow lists no GPU there. Importing
 `txl_tf` imports no TensorFlow itself: a process that serves an ONNX export
 never loads it. Only the standard library (and `first_imports`) is imported
 here.
@@ -21,6 +23,7 @@ import sys
 import threading
 
 from txl_tf.app import first_imports, stderr_filter
+from txl_tf.app.nvidia_driver import nvidia_driver
 from txl_tf.app.stderr_filter import NOISE  # noqa: F401 (the lines dropped)
 
 # How long the import waits, once done, for the filter to write its last lines: it ends
@@ -147,7 +150,10 @@ def _filter_command():
         source = stderr_filter.__loader__.get_source(stderr_filter.__name__)
     except (ImportError, OSError):
         return None
-    return None if source is None else [sys.executable, "-I", "-S", "-c", source]
+    if source is None:
+        return None
+    gpu_machine = ["gpu_machine"] if nvidia_driver() else []
+    return [sys.executable, "-I", "-S", "-c", source, *gpu_machine]
 
 
 def require_tensorflow_backend():
