@@ -87,6 +87,9 @@ def open_runtime(path, device="auto", backend="auto", **options):
 
     Returns:
         A `Runtime`.
+
+    Raises:
+        ImportError: a SavedModel where TensorFlow is not installed.
     """
     # Here, above the backends (which build on export.runtime), and imported
     # when called, so that `import export` stays light.
@@ -96,7 +99,14 @@ def open_runtime(path, device="auto", backend="auto", **options):
     if backend == "onnx":
         from export.onnx_runtime import OnnxRuntime
         return OnnxRuntime(found, device=device, **options)
-    from export.tf_runtime import SavedModelRuntime
+    try:
+        from export.tf_runtime import SavedModelRuntime
+    except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no TensorFlow
+        if (missing.name or "").split(".")[0] != "tensorflow":
+            raise
+        raise ImportError(f"{found} is a SavedModel, which needs TensorFlow, which is not "
+                          f"installed ({missing}); without it, open the export's model.onnx "
+                          "(ONNX Runtime)") from None
     return SavedModelRuntime(found, device=device, **options)
 
 

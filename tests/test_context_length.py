@@ -1,6 +1,7 @@
 """Relative effective context length (Dai et al., 2019, Appendix C): the
 gain arithmetic against a hand computation and a group whose reach is
 known; the Transformer-XL scorer reads exactly the c ids before a target."""
+import logging
 import math
 
 import keras
@@ -94,6 +95,24 @@ def test_each_context_length_is_read_at_one_batch_shape(core):
     for k, c in enumerate([3, 7]):
         alone = [context_losses(scorer, ids, [t], [c], batch_size=4)[0, 0] for t in positions]
         np.testing.assert_allclose(losses[k], alone, atol=1e-5)
+
+
+def test_a_graph_per_context_length_is_not_tensorflows_retracing_warning(core):
+    # One graph per context length, by design: TensorFlow's "N out of the last
+    # M calls ... triggered tf.function retracing" warning, which `txl-recl`
+    # printed past five lengths, would tell the user that something is wrong.
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.addHandler(handler)
+    try:
+        ids = np.random.default_rng(4).integers(0, 30, 40)
+        context_losses(transformer_xl_scorer(core), ids, [30, 35], [1, 2, 3, 4, 5, 6, 7],
+                       batch_size=2)
+    finally:
+        tf_logger.removeHandler(handler)
+    assert [r.getMessage() for r in records if "retracing" in r.getMessage()] == []
 
 
 def test_bad_arguments_are_clear_errors(core):

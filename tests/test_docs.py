@@ -296,6 +296,25 @@ def test_the_readme_python_section_runs(tmp_path, jobs):
     jobs.run("-c", [block.replace('"wt103_base"', '"tiny"')], check=True, cwd=tmp_path)
 
 
+def test_the_serving_sections_python_block_runs_as_written(tmp_path, jobs):
+    """docs/export-and-serving.md's "Serving without TensorFlow" block, on an
+    export job's `out/` (a tiny byte-level model): opens it, generates from
+    the prompt and prints the prompt and its continuation."""
+    from txl_tf import TransformerXL, TransformerXLConfig
+    from txl_tf.text import ByteTokenizer
+    from txl_tf.weights import save_pretrained
+    section = (REPO / "docs" / "export-and-serving.md").read_text().split(
+        "### Serving without TensorFlow")[1].split("\n### ")[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert 'open_runtime("out", device="cpu")' in block
+    save_pretrained(TransformerXL(TransformerXLConfig.preset("tiny", n_token=256, mem_len=8)),
+                    str(tmp_path / "model"), ByteTokenizer())
+    jobs.run("export", [f"--model_dir={tmp_path / 'model'}", f"--output_dir={tmp_path / 'out'}",
+                        "--formats=onnx", "--noverify"], check=True)
+    done = jobs.run("-c", [block], check=True, cwd=tmp_path)
+    assert done.stdout.startswith("import os") and len(done.stdout) > len("import os\n")
+
+
 # Exported callables whose parameters are documented elsewhere than an `Args:`
 # section, each with where.
 ARGS_ELSEWHERE = {

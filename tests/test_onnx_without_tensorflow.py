@@ -310,6 +310,21 @@ def test_the_tensorflow_names_say_they_need_it():
     assert "txl_tf.TransformerXL needs TensorFlow" in out and "ONNX Runtime" in out
 
 
+def test_a_saved_model_without_tensorflow_says_it_needs_it(tmp_path):
+    """`open_runtime` on a SavedModel there was a bare `No module named
+    'tensorflow'` from deep in the export package."""
+    (tmp_path / "saved_model").mkdir()
+    (tmp_path / "saved_model" / "saved_model.pb").write_bytes(b"")
+    out = _run_without_tensorflow(f"""
+        from export import open_runtime
+        try:
+            open_runtime({str(tmp_path)!r}, backend="saved_model")
+        except ImportError as error:
+            print(error)
+    """)
+    assert "SavedModel" in out and "needs TensorFlow" in out and "model.onnx" in out, out
+
+
 def test_the_long_memory_benchmark_times_an_export_without_tensorflow(model_onnx, tmp_path):
     """As on the GPU machine: its bound's reads and its ONNX rows need no TensorFlow."""
     (tmp_path / "tiny").mkdir()

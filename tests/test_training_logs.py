@@ -36,6 +36,22 @@ def test_piped_output_is_plain_lines(tmp_path, jobs):
     assert "learning rate: peak 0.001," in proc.stdout, proc.stdout
 
 
+def test_a_piped_validation_shows_its_progress(tmp_path, jobs):
+    # The final evaluation reads the whole valid split (minutes at the paper's
+    # sizes): a log showed nothing between the last step's line and its result.
+    write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
+    proc = jobs.run("training.train", [
+        f"--model_dir={tmp_path / 'run'}", "--dataset=text",
+        f"--data_dir={tmp_path / 'corpus.txt'}", f"--cache_dir={tmp_path / 'cache'}",
+        "--preset=tiny", "--batch_size=4", "--train_steps=4", "--checkpoint_every=4",
+        "--eval_batch_size=2", "--strategy=one_device", "--verbose=1"], check=True)
+    lines = [line for line in proc.stderr.splitlines()
+             if line.startswith("step 4: evaluating valid: ")]
+    assert 2 <= len(lines) <= 11 and lines[-1].endswith("(100%)"), proc.stderr
+    assert "\r" not in proc.stderr
+    assert "step 4: valid bpc " in proc.stdout, proc.stdout
+
+
 def test_run_shorter_than_log_every_is_logged(tmp_path, monkeypatch, capsys):
     write_text_corpus(tmp_path / "corpus.txt", 10_000, seed=7)
     from training import train

@@ -531,9 +531,12 @@ def _train_in(o, strategy, task_id, is_chief, scratch):
         log("TensorBoard logs off: the tensorboard package is not installed")
     validator = None
     if evaluating and is_chief:
+        # Progress lines where the output is a log (a terminal shows the bar
+        # of the training, whose line a second one would break).
         validator = Validator(model.core, valid_ids, model_dir, o["eval_batch_size"],
                               eval_tgt_len, eval_mem_len, o["eval_max_segments"],
-                              character_level, tensorboard, log)
+                              character_level, tensorboard, log,
+                              progress_lines=o["verbose"] == 1 and not interactive())
 
     timer = TimeLimit(o["max_time_s"]) if o["max_time_s"] else None
     saved = {"step": step if restored else None}

@@ -4,7 +4,7 @@ import os
 import tensorflow as tf
 
 from training.files import log_record
-from txl_tf.app.progress import interactive
+from txl_tf.app.progress import Progress, interactive
 from txl_tf.learning.evaluation import evaluate_ids, make_scorer
 
 
@@ -12,11 +12,14 @@ class Validator:
     """`validator(step)` evaluates `core` on `ids` (see `txl_tf.learning.evaluation.evaluate_ids`),
     prints a line, logs the result in `model_dir/eval_log.jsonl` (one line per
     step: an evaluation at a step logged before replaces that line) and, with
-    `tensorboard`, writes scalars under `model_dir/logs/eval`."""
+    `tensorboard`, writes scalars under `model_dir/logs/eval`. With
+    `progress_lines`, a line on stderr every ~10% of the evaluation
+    (`step N: evaluating valid: 3/30 (10%)`)."""
 
     def __init__(self, core, ids, model_dir, batch_size, tgt_len, mem_len, max_segments=None,
-                 character_level=True, tensorboard=False, log=print):
+                 character_level=True, tensorboard=False, log=print, progress_lines=False):
         self.core, self.ids, self.model_dir = core, ids, model_dir
+        self.progress_lines = progress_lines
         self.settings = dict(batch_size=batch_size, tgt_len=tgt_len, mem_len=mem_len,
                              max_segments=max_segments)
         self.character_level, self.log = character_level, log
@@ -26,7 +29,10 @@ class Validator:
         self.results = []
 
     def __call__(self, step):
-        result = evaluate_ids(self.core, self.ids, scorer=self.scorer, **self.settings)
+        progress = Progress(f"step {step}: evaluating valid", enabled=self.progress_lines,
+                            bar=False)
+        result = evaluate_ids(self.core, self.ids, scorer=self.scorer, progress=progress,
+                              **self.settings)
         result["step"] = int(step)
         self.results = [r for r in self.results if r["step"] != result["step"]] + [result]
         headline = (f"bpc {result['bpc']:.4f}" if self.character_level

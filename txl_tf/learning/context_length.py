@@ -20,6 +20,7 @@ group's best at c, so its RECL is longer. The paper leaves open how
 reads the c tokens from an empty memory of c slots, segment by segment
 (`transformer_xl_scorer`), so no state carries older text.
 """
+import functools
 import math
 from fractions import Fraction
 
@@ -101,15 +102,20 @@ def transformer_xl_scorer(core, segment_len=None):
         "segment_len", segment_len, low=1)
     compiled = {}
 
+    def read(ids, width):
+        lengths = tf.fill([tf.shape(ids)[0]], width)
+        hidden = core.read_documents(ids, lengths, segment_len, mem_len=width)
+        return core.crit.log_probs(hidden)
+
     def score(windows):
         width = windows.shape[1]
         if width not in compiled:  # one graph per context length
-            def read(ids):
-                lengths = tf.fill([tf.shape(ids)[0]], width)
-                hidden = core.read_documents(ids, lengths, segment_len, mem_len=width)
-                return core.crit.log_probs(hidden)
-            compiled[width] = on_device(tf.function(read, jit_compile=True, autograph=False),
-                                        weights_device(core))
+            # A partial per width: TensorFlow counts the traces of functions
+            # of one code object together and, past five, warns of retracing.
+            compiled[width] = on_device(
+                tf.function(functools.partial(read, width=width), jit_compile=True,
+                            autograph=False),
+                weights_device(core))
         return compiled[width](tf.constant(windows)).numpy()
 
     return score
