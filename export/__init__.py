@@ -99,14 +99,9 @@ def open_runtime(path, device="auto", backend="auto", **options):
     if backend == "onnx":
         from export.onnx_runtime import OnnxRuntime
         return OnnxRuntime(found, device=device, **options)
-    try:
+    from txl_tf.app.tf_startup import tensorflow_needed
+    with tensorflow_needed(f"{found} (a SavedModel)"):
         from export.tf_runtime import SavedModelRuntime
-    except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no TensorFlow
-        if (missing.name or "").split(".")[0] != "tensorflow":
-            raise
-        raise ImportError(f"{found} is a SavedModel, which needs TensorFlow, which is not "
-                          f"installed ({missing}); without it, open the export's model.onnx "
-                          "(ONNX Runtime)") from None
     return SavedModelRuntime(found, device=device, **options)
 
 

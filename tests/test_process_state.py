@@ -186,16 +186,12 @@ def test_tensorflows_first_import_anywhere_drops_only_its_start_up_noise(tmp_pat
     export never loads it); TensorFlow's first import after it, by whichever
     module, drops its C++ start-up lines from stderr, keeps every other
     line, and leaves TensorFlow its own loader."""
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text(STAND_IN_TENSORFLOW)
     code = ("import importlib.machinery, sys, txl_tf\n"
             "assert 'tensorflow' not in sys.modules\n"
             "import tensorflow\n"
             "print(isinstance(tensorflow.__loader__, importlib.machinery.SourceFileLoader),\n"
             "      tensorflow.__spec__.loader is tensorflow.__loader__)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = _run_beside(tmp_path, code, tensorflow=STAND_IN_TENSORFLOW)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == "True True\n"
     assert done.stderr == "a line of another kind\n"
@@ -232,15 +228,21 @@ def test_on_a_gpu_machine_only_the_gpu_stacks_lines_are_kept():
     assert not is_noise(python) and not is_noise(python, gpu_machine=True)
 
 
-def _run_beside(tmp_path, code, **stand_ins):
-    """Runs `code` in a fresh process whose `PYTHONPATH` puts a stand-in
-    package (`name=its __init__.py`) of each of `stand_ins` first."""
+def _stand_ins(tmp_path, after=(REPO,), **stand_ins):
+    """The environment of a process whose `PYTHONPATH` puts a stand-in
+    package (`name=its __init__.py`, written into `tmp_path`) of each of
+    `stand_ins` first, then the paths `after`."""
     for name, source in stand_ins.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(source)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, [tmp_path, *after])))
+
+
+def _run_beside(tmp_path, code, **stand_ins):
+    """Runs `code` in a fresh process with `_stand_ins`."""
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                          env=_stand_ins(tmp_path, **stand_ins), capture_output=True,
+                          text=True, timeout=300)
 
 
 @pytest.mark.parametrize("first", ["import txl_tf.layers.memory",
@@ -290,9 +292,7 @@ def test_tensorflows_first_import_beside_a_stderr_nobody_reads(tmp_path):
                 "line = b'E0000 00:00:1.0 1 some_op.cc:12] an error of another kind\\n'\n"
                 "ctypes.CDLL(None).write(2, line, len(line))\n"
                 "config = types.SimpleNamespace(list_physical_devices=list)\n")
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text(stand_in)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    env = _stand_ins(tmp_path, tensorflow=stand_in)
     read, write = os.pipe()
     os.close(read)
     try:
@@ -427,11 +427,8 @@ def test_ctrl_c_during_tensorflows_import_is_one_keyboard_interrupt(tmp_path):
                 "    time.sleep(60)\n"
                 "finally:\n"
                 "    os.write(2, b'the import cleans up\\n')\n")
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text(stand_in)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
     done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120,
+                          env=_stand_ins(tmp_path, tensorflow=stand_in), capture_output=True, text=True, timeout=120,
                           start_new_session=True)  # its own group, for the test's SIGINT
     assert done.returncode == -signal.SIGINT, done.stderr[-3000:]
     assert done.stderr.startswith("the import cleans up\nTraceback"), done.stderr[-3000:]
@@ -512,9 +509,8 @@ def test_txl_tf_imported_from_a_zip_archive_still_drops_the_noise(tmp_path):
     with zipfile.ZipFile(archive, "w") as zipped:
         for path in (REPO / "txl_tf").rglob("*.py"):
             zipped.write(path, path.relative_to(REPO).as_posix())
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text(STAND_IN_TENSORFLOW)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(archive), str(tmp_path)]))
+    env = _stand_ins(tmp_path, after=(), tensorflow=STAND_IN_TENSORFLOW)
+    env["PYTHONPATH"] = os.pathsep.join([str(archive), env["PYTHONPATH"]])
     done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow\n"
                            "print(txl_tf.__file__)"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -33,7 +33,8 @@ from txl_tf.app import moved_modules  # noqa: E402
 from txl_tf.app.exits import quiet_interrupts  # noqa: E402
 from txl_tf.app.first_imports import when_keras_is_imported  # noqa: E402
 from txl_tf.app.tf_startup import (install_quiet_import,  # noqa: E402
-                                   quiet_tensorflow_import, require_tensorflow_backend)
+                                   quiet_tensorflow_import, require_tensorflow_backend,
+                                   tensorflow_needed)
 # Without TensorFlow too:
 from txl_tf.checks.numpy_checks import InputError, NonFiniteMemoryError  # noqa: E402
 from txl_tf.config import PRESETS, ConfigError, TransformerXLConfig  # noqa: E402
@@ -102,14 +103,8 @@ def __getattr__(name):
         raise moved_modules.moved_error(f"txl_tf.{name}")
     if name not in _TENSORFLOW_NAMES:
         raise AttributeError(f"module 'txl_tf' has no attribute {name!r}")
-    try:
+    with tensorflow_needed(f"txl_tf.{name}"):
         quiet_tensorflow_import()
-    except ModuleNotFoundError as missing:  # an ONNX Runtime serving box: no TensorFlow
-        if (missing.name or "").split(".")[0] != "tensorflow":
-            raise
-        raise ImportError(f"txl_tf.{name} needs TensorFlow, which is not installed "
-                          f"({missing}); without it only the ONNX Runtime "
-                          "runtime works (export.open_runtime on a model.onnx)") from None
     value = globals()[name] = getattr(importlib.import_module(_TENSORFLOW_NAMES[name]), name)
     return value
 

@@ -156,6 +156,25 @@ def _filter_command():
     return [sys.executable, "-I", "-S", "-c", source, *gpu_machine]
 
 
+@contextlib.contextmanager
+def tensorflow_needed(what):
+    """Turns the block's `ModuleNotFoundError` of TensorFlow (an ONNX Runtime
+    serving box installs none) into an `ImportError` saying that `what`
+    needs it and what works without it; other errors pass as they are.
+
+    Args:
+        what: what needs TensorFlow, for the message (`txl_tf.TransformerXL`).
+    """
+    try:
+        yield
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] != "tensorflow":
+            raise
+        raise ImportError(f"{what} needs TensorFlow, which is not installed ({missing}); "
+                          "without it only ONNX Runtime serves: export.open_runtime on an "
+                          "export's model.onnx") from None
+
+
 def require_tensorflow_backend():
     """Raises ImportError unless Keras runs (or will run) on its TensorFlow
     backend: the one already imported, else `KERAS_BACKEND`'s, which
