@@ -428,7 +428,8 @@ def test_ctrl_c_during_tensorflows_import_is_one_keyboard_interrupt(tmp_path):
                 "finally:\n"
                 "    os.write(2, b'the import cleans up\\n')\n")
     done = subprocess.run([sys.executable, "-c", "import txl_tf, tensorflow"], cwd=tmp_path,
-                          env=_stand_ins(tmp_path, tensorflow=stand_in), capture_output=True, text=True, timeout=120,
+                          env=_stand_ins(tmp_path, tensorflow=stand_in), capture_output=True,
+                          text=True, timeout=120,
                           start_new_session=True)  # its own group, for the test's SIGINT
     assert done.returncode == -signal.SIGINT, done.stderr[-3000:]
     assert done.stderr.startswith("the import cleans up\nTraceback"), done.stderr[-3000:]
