@@ -23,6 +23,7 @@ from export.slab import DeviceSlab, put_row, slab_put_model, slab_take_model, ta
 from export.metadata import DECODE_FILES, DECODE_TOKEN_FILE, ExportInfo, external_data_file
 from export.runtime import Runtime, RuntimeMemory, _to_numpy, _unpack, shape_and_dtype
 from txl_tf.app.deprecation import warn_deprecated
+from txl_tf.app.nvidia_driver import nvidia_driver
 from txl_tf.errors import ModelDirError, TxlError
 
 # The project's records go to these modules' loggers, never to the root logger
@@ -63,8 +64,10 @@ def choose_providers(device="auto"):
     if device == "cpu":
         return [CPU], None
     if not cuda_built():
+        gpu = ("; this machine has NVIDIA's GPU driver: onnxruntime-gpu (the gpu extra) in "
+               "place of onnxruntime runs there" if nvidia_driver() else "")
         return [CPU], (f"{CUDA} is not available in this onnxruntime "
-                       f"({ort.get_available_providers()}); using {CPU}")
+                       f"({ort.get_available_providers()}); using {CPU}{gpu}")
     if not cuda_loads():
         return [CPU], cuda_load_failure(CPU)
     return [CUDA, CPU], None
@@ -328,8 +331,9 @@ class OnnxRuntime(Runtime):
                  low_memory=False, single_stream=None):
         names, reason = choose_providers(device)
         providers = provider_entries(names, tf32)
-        if reason and (device != "auto" or cuda_built()):
-            log.warning("%s", reason)  # asked for, or onnxruntime-gpu that cannot load it
+        if reason and (device != "auto" or cuda_built() or nvidia_driver()):
+            # asked for, onnxruntime-gpu that cannot load it, or a GPU it cannot use
+            log.warning("%s", reason)
         if single_stream is not None:  # fixed_shapes's old name, for one token of one stream
             warn_deprecated("OnnxRuntime.single_stream",
                             "fixed_shapes ('one_token' for single_stream=True)")

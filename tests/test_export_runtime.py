@@ -201,6 +201,21 @@ def test_a_listed_cuda_provider_that_does_not_load_is_one_warning_and_the_cpu(
     assert "onnxruntime" not in capfd.readouterr().err  # none of its own log lines
 
 
+def test_a_gpu_machine_without_onnxruntime_gpu_says_so_once(paths, monkeypatch, caplog):
+    """`device="auto"` with the CPU's onnxruntime runs on the CPU without a
+    word, as it should on a machine without a GPU; on one with NVIDIA's
+    driver it did so too, and now says what would use the GPU."""
+    from export import onnx_runtime
+    monkeypatch.setattr(onnx_runtime, "cuda_built", lambda: False)
+    open_runtime(str(paths / "model.onnx"), device="auto")
+    assert not [r for r in caplog.records if "CUDAExecutionProvider" in r.getMessage()]
+    monkeypatch.setattr(onnx_runtime, "nvidia_driver", lambda: "NVRM version: 580.82.07")
+    rt = open_runtime(str(paths / "model.onnx"), device="auto")
+    assert rt.device == "cpu"
+    said = [r.getMessage() for r in caplog.records if "CUDAExecutionProvider" in r.getMessage()]
+    assert len(said) == 1 and "NVIDIA's GPU driver: onnxruntime-gpu" in said[0], said
+
+
 def test_a_cuda_provider_that_cannot_start_is_not_loaded_and_prints_nothing(monkeypatch, capfd):
     """onnxruntime-gpu with a driver and no usable GPU: its CUDA provider
     loads, then raises as the session starts, which onnxruntime's Python (its
