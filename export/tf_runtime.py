@@ -10,6 +10,7 @@ from export.decode_cache import ALIGNMENT, CHANGING_NAMES, host_cache, step_feed
 from export.metadata import ExportInfo
 from export.runtime import Runtime, RuntimeMemory
 from export.saved_model import METADATA_ASSET
+from txl_tf.app.nvidia_driver import nvidia_driver
 from txl_tf.errors import TxlError
 from txl_tf.weights.model_dir import ModelDirError
 
@@ -22,8 +23,10 @@ def choose_tf_device(device="auto"):
         raise TxlError(f"device must be auto, cuda, gpu or cpu, got {device!r}")
     if device != "cpu" and tf.config.list_physical_devices("GPU"):
         return "/GPU:0", "gpu"
-    if device in ("cuda", "gpu"):
-        log.warning("no GPU visible to TensorFlow; the SavedModel runs on the CPU")
+    if device in ("cuda", "gpu") or nvidia_driver():
+        driver = (": this machine has NVIDIA's GPU driver, and TensorFlow with its CUDA "
+                  "libraries (the gpu extra) would use it" if nvidia_driver() else "")
+        log.warning("no GPU visible to TensorFlow; the SavedModel runs on the CPU%s", driver)
     return "/CPU:0", "cpu"
 
 

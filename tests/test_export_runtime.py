@@ -216,6 +216,18 @@ def test_a_gpu_machine_without_onnxruntime_gpu_says_so_once(paths, monkeypatch, 
     assert len(said) == 1 and "NVIDIA's GPU driver: onnxruntime-gpu" in said[0], said
 
 
+def test_a_gpu_machine_whose_tensorflow_lists_no_gpu_says_so_for_a_saved_model(monkeypatch,
+                                                                               caplog):
+    from export import tf_runtime
+    monkeypatch.setattr(tf_runtime.tf.config, "list_physical_devices", lambda kind=None: [])
+    assert tf_runtime.choose_tf_device("auto") == ("/CPU:0", "cpu")
+    assert "no GPU visible" not in caplog.text  # no GPU here: nothing to say
+    monkeypatch.setattr(tf_runtime, "nvidia_driver", lambda: "NVRM version: 580.82.07")
+    assert tf_runtime.choose_tf_device("auto") == ("/CPU:0", "cpu")
+    assert caplog.text.count("no GPU visible to TensorFlow") == 1
+    assert "NVIDIA's GPU driver, and TensorFlow with its CUDA libraries" in caplog.text
+
+
 def test_a_cuda_provider_that_cannot_start_is_not_loaded_and_prints_nothing(monkeypatch, capfd):
     """onnxruntime-gpu with a driver and no usable GPU: its CUDA provider
     loads, then raises as the session starts, which onnxruntime's Python (its
