@@ -209,3 +209,41 @@ def test_nodes_that_draw_or_differ_in_their_outputs_are_not_made_one():
     x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
     got = ort.InferenceSession(model.SerializeToString()).run(["y"], {"x": x})[0]
     np.testing.assert_array_equal(got.ravel(), [5 + 5, 7 + 7, 13 + 13, 15 + 15])
+
+
+def test_the_canonical_graph_of_many_ready_nodes_and_constants_does_not_depend_on_order():
+    """Several nodes ready at once (each reads the same node), constants in
+    any order under any names, and an equal node after the first node: any
+    topological order of it serializes to the same bytes, the equal nodes
+    made one."""
+    value = helper.make_tensor_value_info
+
+    def graph(children, constants, prefix):
+        made = {"m": ("Mul", [f"{prefix}r", f"{prefix}two"]),
+                "a": ("Add", [f"{prefix}r", f"{prefix}three"]),
+                "e": ("Exp", [f"{prefix}r"]), "e2": ("Exp", [f"{prefix}r"]),
+                "n": ("Neg", [f"{prefix}r"]), "s": ("Sin", [f"{prefix}r"])}
+        nodes = [helper.make_node("Relu", ["x"], [f"{prefix}r"], name=f"{prefix}R")]
+        nodes += [helper.make_node(made[k][0], made[k][1], [f"{prefix}{k}"], name=prefix + k)
+                  for k in children]
+        nodes.append(helper.make_node("Sum", [f"{prefix}{k}" for k in ("m", "a", "e", "e2",
+                                                                         "n", "s")], ["y"]))
+        tables = {"two": 2.0, "three": 3.0}
+        initializers = [numpy_helper.from_array(np.array([tables[k]], np.float32),
+                                                f"{prefix}{k}") for k in constants]
+        g = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [None, 3])],
+                              [value("y", TensorProto.FLOAT, [None, 3])], initializers)
+        return helper.make_model(g, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+
+    first = canonical_graph(graph(["m", "a", "e", "e2", "n", "s"], ["two", "three"], "p_"))
+    assert [n.op_type for n in first.graph.node].count("Exp") == 1
+    for children, constants, prefix in [(["s", "n", "e2", "e", "a", "m"], ["three", "two"], "q"),
+                                        (["e2", "a", "s", "m", "e", "n"], ["two", "three"], "z_"),
+                                        (["n", "e", "m", "s", "e2", "a"], ["three", "two"], "")]:
+        model = canonical_graph(graph(children, constants, prefix))
+        onnx.checker.check_model(model)
+        assert model.SerializeToString() == first.SerializeToString(), children
+    x = np.array([[0.5, 1.0, -1.0]], np.float32)
+    r = np.maximum(x, 0)
+    np.testing.assert_allclose(ort.InferenceSession(first.SerializeToString()).run(
+        None, {"x": x})[0], 2 * r + (r + 3) + 2 * np.exp(r) - r + np.sin(r), rtol=1e-6)

@@ -638,3 +638,62 @@ def test_decode_step_takes_stopped_flags_as_integers_0_and_1(cached_runtime):
     for log_probs, mems in steps.values():
         np.testing.assert_array_equal(log_probs, first[0])
         np.testing.assert_array_equal(mems, first[1])
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "saved_model", "onnx_device"], indirect=True)
+def test_a_row_evicted_before_any_step_holds_the_memory_it_was_admitted_with(runtime):
+    """A cache admitted at another ring slot than the slab's is rotated onto
+    it, its own free slot with it (the host's `CacheSlab` and the device's
+    `DeviceSlab`): evicted at once, before a step could write its free
+    slot, it holds the memory it came with, in the same time order."""
+    rng = np.random.default_rng(11)
+    caches = []
+    for steps in (5, 0, 9):  # the first admitted sets the slab's slot; the others move
+        cache = runtime.decode_init(runtime.initial_memory(1))
+        for _ in range(steps):
+            runtime.decode_step(rng.integers(0, N_TOKEN, 1), cache)
+        caches.append(cache)
+    two = runtime.decode_init(runtime.initial_memory(2))
+    for t in range(7):  # row 0 stops for the last 3 steps: its own slot is behind
+        runtime.decode_step(rng.integers(0, N_TOKEN, 2), two, stopped=[t >= 4, False])
+    caches.append(runtime.take(two, [0]))
+    slab = SessionTable(runtime, max_batch=4).slab
+    for key, cache in enumerate(caches):
+        slab.admit(key, runtime.take(cache, [0]))
+    for key in (2, 0, 3, 1):
+        back = slab.evict(key)
+        for got, want in zip(runtime.cache_memory(back).numpy(),
+                             runtime.cache_memory(caches[key]).numpy()):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "onnx_device"], indirect=True)
+def test_a_non_finite_memory_is_named_at_the_step_before_a_sessions_last_id(runtime):
+    """A session with two ids to go whose memory is not finite: the step
+    that makes the log-probs of its last id names it (it would draw that
+    id from them); only the step of its last id draws nothing from them."""
+    from txl_tf import NonFiniteMemoryError
+    table = SessionTable(runtime, max_batch=2)
+    table.open("a", *SESSIONS["a"][:2], **SESSIONS["a"][2])
+    table.open("b", [3, 4, 5], 2, temperature=0)
+    mems, mem_mask = table._sessions["b"].state.memory.numpy()
+    mems[0, 0, np.flatnonzero(mem_mask[0])[0]] = np.nan
+    poisoned = table._sessions["b"].state._replace(memory=runtime.take((mems, mem_mask), [0]))
+    table._sessions["b"] = table._sessions["b"]._replace(state=poisoned)
+    with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) b:"):
+        table.step()
+    assert table.active() == ["a"]
+
+
+def test_a_join_interrupted_once_its_row_is_admitted_leaves_every_session_to_get_what_it_gets_alone(
+        exported, monkeypatch):
+    """Interrupted after the slab admitted a joining session's row, before
+    the session left the queue: the next step serves it from its row (it
+    is not admitted twice) and every session gets what it gets alone."""
+    from export.slab import CacheSlab
+    runtime = open_runtime(str(exported), backend="onnx", device="cpu")
+    alone = {sid: _alone(runtime, [(prompt, None, n)], settings)
+             for sid, (prompt, n, settings) in SESSIONS.items()}
+    for k in (2, 3):  # the first step's second join; a join once a session left
+        _run_interrupted(SessionTable(runtime, max_batch=2), monkeypatch, CacheSlab, "admit",
+                         k, True, alone)
