@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl_tf import TransformerXL, TransformerXLConfig, TransformerXLLM, TxlError
+from txl_tf import Memory, TransformerXL, TransformerXLConfig, TransformerXLLM, TxlError
 from txl_tf.data.documents import (distribute_documents, document_dataset, document_segments,
                                    split_documents)
 from training.strategy import mirrored_strategy
@@ -71,6 +71,26 @@ def test_a_decode_cache_row_reset_decodes_from_an_empty_memory(core):
         np.testing.assert_allclose(got[0], expected.numpy()[0, 0], atol=1e-5)
         kept, with_history = core(ids[:, t:t + 1], with_history)
         np.testing.assert_allclose(got[1], kept.numpy()[1, 0], atol=1e-5)
+
+
+def test_a_decode_cache_row_reset_decodes_again_after_its_states_went_nan(core):
+    """A reset only marked the row's slots empty: a NaN state stayed in its
+    rings, where the hidden slots' weight 0 times the NaN value is NaN, so
+    the row never decoded again (`Memory.reset_rows` zeroes its states)."""
+    rng = np.random.default_rng(2)
+    mems = rng.normal(size=(core.config.n_layer, 2, 3, core.config.d_model)).astype(np.float32)
+    mems[0, 0, 1] = np.nan
+    cache = core.decode_cache(Memory(mems, np.ones((2, 3), bool)))
+    ids = rng.integers(0, N_TOKEN, [2, 3]).astype(np.int32)
+    hidden, cache = core.call_with_cache(ids[:, 0], cache)
+    assert not np.isfinite(hidden.numpy()[0]).all() and np.isfinite(hidden.numpy()[1]).all()
+    cache = cache.reset_rows(tf.constant([True, False]))
+    alone = core.initial_memory(1)
+    for t in (1, 2):
+        hidden, cache = core.call_with_cache(ids[:, t], cache)
+        expected, alone = core(ids[:1, t:t + 1], alone)
+        np.testing.assert_allclose(core.crit.log_probs(hidden).numpy()[0],
+                                   expected.numpy()[0, 0], atol=1e-5)
 
 
 def test_documents_are_laid_out_as_streams_of_whole_segments():

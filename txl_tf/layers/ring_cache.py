@@ -67,8 +67,8 @@ class DecodeCache(NamedTuple):
 
     def reset_rows(self, rows):
         """This cache with the rows where `rows` (bool `[B]`) is True
-        forgotten (every slot marked empty: their entries are finite and
-        never attended again), the others unchanged.
+        forgotten (every slot marked empty and its entries zeros: a row
+        whose states went non-finite decodes again), the others unchanged.
 
         Args:
             rows: bool `[B]`, True for the rows to clear.
@@ -77,7 +77,15 @@ class DecodeCache(NamedTuple):
             The new `DecodeCache`.
         """
         rows = row_flags(rows, self.valid)
-        return self._replace(valid=self.valid & ~rows[:, None])
+
+        def cleared(states):  # a hidden NaN still reaches the output: 0 * NaN in the values
+            flags = tf.reshape(rows, [-1] + [1] * (states.shape.rank - 1))
+            return tf.where(flags, tf.zeros([], states.dtype), states)
+
+        return self._replace(mems=tuple(map(cleared, self.mems)),
+                             keys=tuple(map(cleared, self.keys)),
+                             values=tuple(map(cleared, self.values)),
+                             valid=self.valid & ~rows[:, None])
 
 
 # The slot axis of each ring of a `DecodeCache`: keys are kept as columns, so
