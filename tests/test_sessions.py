@@ -200,15 +200,21 @@ def test_a_session_that_used_its_budget_resumes_as_one_longer_call(runtime):
         table.open("x", prompt, 3, pad_id=N_TOKEN)
 
 
+def _poison_memory(table, runtime, session_id):
+    """Puts a NaN into one valid slot of the session's memory."""
+    mems, mem_mask = table._sessions[session_id].state.memory.numpy()
+    mems[0, 0, np.flatnonzero(mem_mask[0])[0]] = np.nan
+    poisoned = table._sessions[session_id].state._replace(
+        memory=runtime.take((mems, mem_mask), [0]))
+    table._sessions[session_id] = table._sessions[session_id]._replace(state=poisoned)
+
+
 def test_a_session_with_a_non_finite_memory_is_named_and_the_others_go_on(runtime):
     from txl_tf import NonFiniteMemoryError
     table = SessionTable(runtime, max_batch=4)
     for sid in "ab":
         table.open(sid, *SESSIONS[sid][:2], **SESSIONS[sid][2])
-    mems, mem_mask = table._sessions["b"].state.memory.numpy()
-    mems[0, 0, np.flatnonzero(mem_mask[0])[0]] = np.nan
-    poisoned = table._sessions["b"].state._replace(memory=runtime.take((mems, mem_mask), [0]))
-    table._sessions["b"] = table._sessions["b"]._replace(state=poisoned)
+    _poison_memory(table, runtime, "b")
     with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) b:"):
         table.step()
     assert table.active() == ["a"]
@@ -676,10 +682,7 @@ def test_a_non_finite_memory_is_named_at_the_step_before_a_sessions_last_id(runt
     table = SessionTable(runtime, max_batch=2)
     table.open("a", *SESSIONS["a"][:2], **SESSIONS["a"][2])
     table.open("b", [3, 4, 5], 2, temperature=0)
-    mems, mem_mask = table._sessions["b"].state.memory.numpy()
-    mems[0, 0, np.flatnonzero(mem_mask[0])[0]] = np.nan
-    poisoned = table._sessions["b"].state._replace(memory=runtime.take((mems, mem_mask), [0]))
-    table._sessions["b"] = table._sessions["b"]._replace(state=poisoned)
+    _poison_memory(table, runtime, "b")
     with pytest.raises(NonFiniteMemoryError, match=r"stream\(s\) b:"):
         table.step()
     assert table.active() == ["a"]
